@@ -1,0 +1,1 @@
+//! thaw-policy
