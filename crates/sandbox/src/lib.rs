@@ -1,1 +1,275 @@
-//! thaw-sandbox
+//! Sandboxed function runtimes with checkpoint/restore.
+//!
+//! A sandbox is a runtime process (the Python agent and its function) in fresh
+//! pid, mount, net, ipc and uts namespaces, pivoted into the read-only runtime
+//! root with a private /tmp, under a seccomp filter, as an unprivileged uid,
+//! with cgroup v1 memory and pids limits, talking to the worker over one
+//! socket at fd 3. [`checkpoint`] freezes one and writes a snapshot;
+//! [`restore()`] rebuilds one from a snapshot in a new sandbox with a memory
+//! strategy from `thaw-memory`.
+
+pub mod agent;
+mod cgroup;
+pub mod checkpoint;
+mod ptrace;
+pub mod restore;
+pub mod seccomp;
+mod spawn;
+pub mod state;
+
+use agent::{AgentChannel, Timeout};
+use anyhow::{anyhow, Context, Result};
+use cgroup::Cgroups;
+use serde_json::Value;
+use std::fs::{File, OpenOptions};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+use thaw_memory::PageServer;
+
+pub use checkpoint::{checkpoint, CheckpointReport};
+pub use restore::{restore, RestoreReport};
+
+/// Limits and places for sandboxes.
+#[derive(Debug, Clone)]
+pub struct SandboxConfig {
+    pub memory_bytes: u64,
+    pub pids_max: u64,
+    pub tmp_bytes: u64,
+    pub open_files: u64,
+    pub file_size: u64,
+    /// Where each sandbox's stdout/stderr log goes (host side).
+    pub log_dir: PathBuf,
+}
+
+impl Default for SandboxConfig {
+    fn default() -> Self {
+        SandboxConfig {
+            memory_bytes: 1 << 30,
+            pids_max: 32,
+            tmp_bytes: 64 << 20,
+            open_files: 256,
+            file_size: 16 << 20,
+            log_dir: PathBuf::from("/run/thaw/logs"),
+        }
+    }
+}
+
+impl SandboxConfig {
+    fn rlimits(&self) -> Vec<(u32, u64)> {
+        vec![
+            (libc::RLIMIT_NOFILE, self.open_files),
+            (libc::RLIMIT_FSIZE, self.file_size),
+            (libc::RLIMIT_CORE, 0),
+            (libc::RLIMIT_STACK, 8 << 20),
+        ]
+    }
+}
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// A live sandbox. Dropping it kills the process and removes its cgroups.
+pub struct Sandbox {
+    pub id: String,
+    pid: i32,
+    chan: AgentChannel,
+    cgroups: Cgroups,
+    pager: Option<PageServer>,
+    log_path: PathBuf,
+    root: PathBuf,
+    uid: u32,
+    alive: bool,
+}
+
+/// The host-side pieces every new sandbox (fresh or restored) needs.
+struct Slot {
+    id: String,
+    uid: u32,
+    cgroups: Cgroups,
+    log_path: PathBuf,
+    log: File,
+    devnull: File,
+    worker_end: UnixStream,
+    sandbox_end: UnixStream,
+}
+
+impl Slot {
+    fn new(cfg: &SandboxConfig) -> Result<Slot> {
+        let n = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        let id = format!("{}-{n}", std::process::id());
+        // A uid per sandbox: even a compromised runtime cannot signal or read
+        // another sandbox's files or processes.
+        let uid = 200_000 + (std::process::id() as u64 * 4096 + n) as u32 % 100_000;
+        let cgroups = Cgroups::create(&id, cfg.memory_bytes, cfg.pids_max)?;
+        std::fs::create_dir_all(&cfg.log_dir).with_context(|| format!("creating {}", cfg.log_dir.display()))?;
+        let log_path = cfg.log_dir.join(format!("{id}.log"));
+        let log = OpenOptions::new().create(true).append(true).open(&log_path)?;
+        let devnull = File::open("/dev/null")?;
+        let (worker_end, sandbox_end) = UnixStream::pair()?;
+        Ok(Slot { id, uid, cgroups, log_path, log, devnull, worker_end, sandbox_end })
+    }
+
+    fn stdio_fds(&self) -> Vec<(i32, i32)> {
+        vec![
+            (self.devnull.as_raw_fd(), 0),
+            (self.log.as_raw_fd(), 1),
+            (self.log.as_raw_fd(), 2),
+            (self.sandbox_end.as_raw_fd(), 3),
+        ]
+    }
+
+    fn into_sandbox(self, pid: i32, root: &Path, pager: Option<PageServer>) -> Sandbox {
+        Sandbox {
+            id: self.id,
+            pid,
+            chan: AgentChannel::new(self.worker_end),
+            cgroups: self.cgroups,
+            pager,
+            log_path: self.log_path,
+            root: root.to_owned(),
+            uid: self.uid,
+            alive: true,
+        }
+    }
+}
+
+impl Sandbox {
+    /// Starts a fresh runtime: `argv[0]` is a path inside `root`.
+    pub fn start(cfg: &SandboxConfig, root: &Path, argv: &[String], env: &[(String, String)]) -> Result<Sandbox> {
+        let slot = Slot::new(cfg)?;
+        let path = argv.first().ok_or_else(|| anyhow!("empty runtime command"))?.clone();
+        let spec = spawn::ChildSpec {
+            root,
+            fds: slot.stdio_fds(),
+            argv: argv.to_vec(),
+            env: env.to_vec(),
+            exec: spawn::Exec::Runtime { path, uid: slot.uid, gid: slot.uid, filter: seccomp::filter() },
+            rlimits: cfg.rlimits(),
+            procs_files: slot.cgroups.procs_files(),
+            tmp_bytes: cfg.tmp_bytes,
+        };
+        let pid = spawn::spawn(&spec)?;
+        Ok(slot.into_sandbox(pid, root, None))
+    }
+
+    /// The runtime's pid as the worker sees it.
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn uid(&self) -> u32 {
+        self.uid
+    }
+
+    pub fn is_alive(&self) -> bool {
+        self.alive
+    }
+
+    /// One request to the agent. A timeout kills the sandbox (the runtime may
+    /// be stuck in native code no signal reaches); a closed socket marks it dead.
+    pub fn call(&mut self, req: &Value, timeout: Duration) -> Result<Value> {
+        if !self.alive {
+            return Err(anyhow!("sandbox {} is no longer running", self.id));
+        }
+        let res = self.chan.call(req, timeout);
+        if let Err(e) = &res {
+            if e.downcast_ref::<Timeout>().is_some() {
+                self.kill();
+                return Err(anyhow!("sandbox {} did not answer within {timeout:?}: killed", self.id));
+            }
+            if e.downcast_ref::<agent::AgentError>().is_none() {
+                self.kill();
+                let tail = self.log_tail(400);
+                return Err(anyhow!("sandbox {}: {e:#}; runtime log ends: {tail}", self.id));
+            }
+        }
+        res
+    }
+
+    pub(crate) fn channel(&mut self) -> &mut AgentChannel {
+        &mut self.chan
+    }
+
+    /// (minor, major) page faults of the runtime so far.
+    pub fn fault_counters(&self) -> Result<(u64, u64)> {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid))?;
+        let f = stat_fields(&stat)?;
+        Ok((f.field(10)?, f.field(12)?))
+    }
+
+    /// Resident set of the runtime, in KiB.
+    pub fn rss_kb(&self) -> Result<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid))?;
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .ok_or_else(|| anyhow!("no VmRSS for pid {}", self.pid))
+    }
+
+    /// Peak memory of the sandbox's cgroup.
+    pub fn memory_peak(&self) -> Option<u64> {
+        self.cgroups.memory_peak()
+    }
+
+    pub fn memory_limit_hits(&self) -> u64 {
+        self.cgroups.memory_failcnt()
+    }
+
+    /// Page-server counters when the sandbox was restored lazily.
+    pub fn pager(&self) -> Option<&PageServer> {
+        self.pager.as_ref()
+    }
+
+    /// The last `max` bytes of the runtime's stdout/stderr.
+    pub fn log_tail(&self, max: usize) -> String {
+        let data = std::fs::read(&self.log_path).unwrap_or_default();
+        let tail = &data[data.len().saturating_sub(max)..];
+        String::from_utf8_lossy(tail).trim().to_string()
+    }
+
+    /// Kills the runtime and reaps it; idempotent.
+    pub fn kill(&mut self) {
+        if self.alive {
+            spawn::kill_and_reap(self.pid);
+            self.alive = false;
+        }
+        if let Some(mut p) = self.pager.take() {
+            p.stop();
+        }
+    }
+}
+
+impl Drop for Sandbox {
+    fn drop(&mut self) {
+        self.kill();
+        self.cgroups.remove();
+        if std::env::var_os("THAW_KEEP_LOGS").is_none() {
+            let _ = std::fs::remove_file(&self.log_path);
+        }
+    }
+}
+
+/// /proc/PID/stat split after the command name (which may hold spaces).
+pub(crate) struct StatFields<'a>(Vec<&'a str>);
+
+impl StatFields<'_> {
+    /// Field `n` as numbered in proc(5) (1-based; 3 is the state).
+    pub fn field(&self, n: usize) -> Result<u64> {
+        self.0
+            .get(n.wrapping_sub(3))
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| anyhow!("/proc stat field {n} missing"))
+    }
+}
+
+pub(crate) fn stat_fields(stat: &str) -> Result<StatFields<'_>> {
+    let close = stat.rfind(')').ok_or_else(|| anyhow!("malformed /proc stat"))?;
+    Ok(StatFields(stat[close + 1..].split_whitespace().collect()))
+}

@@ -1,0 +1,153 @@
+//! Where each region's saved pages sit in the image file.
+use anyhow::{bail, Result};
+use serde::{Deserialize, Serialize};
+
+pub const PAGE_SIZE: u64 = 4096;
+
+/// Contiguous saved pages of one region, stored contiguously in the image.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Run {
+    pub addr: u64,
+    pub len: u64,
+    pub file_off: u64,
+}
+
+/// One mapping's worth of memory. `anonymous` regions start as zero pages
+/// where no run covers them; file-backed ones start as their file's contents,
+/// so only their privately modified pages are in runs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Region {
+    pub start: u64,
+    pub end: u64,
+    pub anonymous: bool,
+    pub runs: Vec<Run>,
+}
+
+impl Region {
+    pub fn len(&self) -> u64 {
+        self.end - self.start
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.end == self.start
+    }
+
+    pub fn saved_bytes(&self) -> u64 {
+        self.runs.iter().map(|r| r.len).sum()
+    }
+
+    /// The image offset holding the page at `addr`, if that page was saved.
+    pub fn image_offset(&self, addr: u64) -> Option<u64> {
+        let i = self.runs.partition_point(|r| r.addr + r.len <= addr);
+        let r = self.runs.get(i)?;
+        (r.addr <= addr).then(|| r.file_off + (addr - r.addr))
+    }
+}
+
+/// All regions of a memory image, sorted by address.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemoryLayout {
+    pub regions: Vec<Region>,
+    /// Size of the image file the runs point into.
+    pub image_len: u64,
+}
+
+impl MemoryLayout {
+    /// Checks what a snapshot file could get wrong: alignment, order, overlap,
+    /// runs inside their region and inside the image.
+    pub fn validate(&self) -> Result<()> {
+        let mut prev_end = 0u64;
+        for (i, r) in self.regions.iter().enumerate() {
+            if r.start % PAGE_SIZE != 0 || r.end % PAGE_SIZE != 0 || r.end <= r.start {
+                bail!("region {i} [{:#x}, {:#x}) is empty or not page aligned", r.start, r.end);
+            }
+            if r.start < prev_end {
+                bail!("region {i} at {:#x} overlaps or is out of order", r.start);
+            }
+            prev_end = r.end;
+            let mut run_end = r.start;
+            for run in &r.runs {
+                let bad_align = run.addr % PAGE_SIZE != 0
+                    || run.len % PAGE_SIZE != 0
+                    || run.file_off % PAGE_SIZE != 0;
+                if bad_align || run.len == 0 {
+                    bail!("region {i}: run at {:#x} is empty or not page aligned", run.addr);
+                }
+                let end = run.addr.checked_add(run.len);
+                if run.addr < run_end || end.is_none_or(|e| e > r.end) {
+                    bail!("region {i}: run at {:#x} is outside the region or out of order", run.addr);
+                }
+                run_end = run.addr + run.len;
+                if run.file_off.checked_add(run.len).is_none_or(|e| e > self.image_len) {
+                    bail!("region {i}: run at {:#x} points past the end of the image", run.addr);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The region containing `addr`.
+    pub fn region_of(&self, addr: u64) -> Option<&Region> {
+        let i = self.regions.partition_point(|r| r.end <= addr);
+        self.regions.get(i).filter(|r| r.start <= addr)
+    }
+
+    pub fn saved_bytes(&self) -> u64 {
+        self.regions.iter().map(Region::saved_bytes).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layout() -> MemoryLayout {
+        MemoryLayout {
+            regions: vec![
+                Region {
+                    start: 0x1000,
+                    end: 0x5000,
+                    anonymous: true,
+                    runs: vec![
+                        Run { addr: 0x1000, len: 0x1000, file_off: 0 },
+                        Run { addr: 0x3000, len: 0x2000, file_off: 0x1000 },
+                    ],
+                },
+                Region { start: 0x9000, end: 0xa000, anonymous: false, runs: vec![] },
+            ],
+            image_len: 0x3000,
+        }
+    }
+
+    #[test]
+    fn lookups_find_saved_pages_only() {
+        let l = layout();
+        l.validate().unwrap();
+        let r = l.region_of(0x3500).unwrap();
+        assert_eq!(r.image_offset(0x1000), Some(0));
+        assert_eq!(r.image_offset(0x2000), None);
+        assert_eq!(r.image_offset(0x4000), Some(0x2000));
+        assert!(l.region_of(0x6000).is_none());
+        assert!(l.region_of(0x9fff).is_some());
+        assert_eq!(l.saved_bytes(), 0x3000);
+    }
+
+    #[test]
+    fn validate_rejects_bad_layouts() {
+        let mut l = layout();
+        l.image_len = 0x2000;
+        assert!(l.validate().is_err(), "run past the image");
+        let mut l = layout();
+        l.regions[0].runs[1].addr = 0x4000;
+        assert!(l.validate().is_err(), "run past the region");
+        let mut l = layout();
+        l.regions.swap(0, 1);
+        assert!(l.validate().is_err(), "unsorted regions");
+        let mut l = layout();
+        l.regions[0].runs[0].file_off = 7;
+        assert!(l.validate().is_err(), "unaligned");
+        let mut l = layout();
+        l.regions[0].runs[1].len = u64::MAX - 0xfff;
+        assert!(l.validate().is_err(), "overflow");
+    }
+}

@@ -1,0 +1,233 @@
+//! The userfaultfd page server: one thread per lazily restored sandbox that
+//! answers each missing-page fault with the saved page (or a zero page).
+//!
+//! Every fault address comes from the kernel on behalf of an untrusted
+//! process; it is checked against the layout before anything is served, and an
+//! address outside the lazily served regions stops the server and reports a
+//! fatal error (the caller kills the sandbox rather than leave it hanging).
+use crate::layout::{MemoryLayout, PAGE_SIZE};
+use std::fs::File;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+const UFFD_EVENT_PAGEFAULT: u8 = 0x12;
+const UFFDIO_COPY: libc::c_ulong = 0xc028_aa03;
+const UFFDIO_ZEROPAGE: libc::c_ulong = 0xc020_aa04;
+
+#[repr(C)]
+struct UffdioCopy {
+    dst: u64,
+    src: u64,
+    len: u64,
+    mode: u64,
+    copy: i64,
+}
+
+#[repr(C)]
+struct UffdioZeropage {
+    start: u64,
+    len: u64,
+    mode: u64,
+    zeropage: i64,
+}
+
+/// Counters a restore reports; shared with the server thread.
+#[derive(Debug, Default)]
+pub struct FaultStats {
+    pub faults: AtomicU64,
+    pub bytes_read: AtomicU64,
+    pub zero_pages: AtomicU64,
+    pub serve_ns: AtomicU64,
+}
+
+impl FaultStats {
+    pub fn faults(&self) -> u64 {
+        self.faults.load(Ordering::Relaxed)
+    }
+    pub fn bytes_read(&self) -> u64 {
+        self.bytes_read.load(Ordering::Relaxed)
+    }
+}
+
+/// A running page server. Dropping it stops the thread.
+pub struct PageServer {
+    stop_w: Option<OwnedFd>,
+    thread: Option<JoinHandle<()>>,
+    pub stats: Arc<FaultStats>,
+    error: Arc<Mutex<Option<String>>>,
+    recorded: Arc<Mutex<Vec<u64>>>,
+}
+
+impl PageServer {
+    /// Serves faults on `uffd` for the anonymous regions of `layout` from
+    /// `image`. `on_fatal` runs (on the server thread) when the server cannot
+    /// go on; it should kill the sandbox. With `record`, every served page
+    /// address is logged in fault order (REAP's working-set recording).
+    pub fn spawn(
+        uffd: OwnedFd,
+        layout: Arc<MemoryLayout>,
+        image: Arc<File>,
+        record: bool,
+        on_fatal: Box<dyn FnOnce(String) + Send>,
+    ) -> std::io::Result<PageServer> {
+        let mut pipe = [0; 2];
+        // SAFETY: pipe2 writes two descriptors into the array we own.
+        if unsafe { libc::pipe2(pipe.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: both descriptors were just created and are owned here only.
+        let (stop_r, stop_w) = unsafe {
+            use std::os::fd::FromRawFd;
+            (OwnedFd::from_raw_fd(pipe[0]), OwnedFd::from_raw_fd(pipe[1]))
+        };
+        let stats = Arc::new(FaultStats::default());
+        let error = Arc::new(Mutex::new(None));
+        let recorded = Arc::new(Mutex::new(Vec::new()));
+        let ctx = Serve {
+            uffd,
+            stop_r,
+            layout,
+            image,
+            stats: stats.clone(),
+            recorded: record.then(|| recorded.clone()),
+        };
+        let err = error.clone();
+        let thread = std::thread::Builder::new().name("thaw-pager".into()).spawn(move || {
+            if let Err(e) = ctx.run() {
+                *err.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.clone());
+                on_fatal(e);
+            }
+        })?;
+        Ok(PageServer { stop_w: Some(stop_w), thread: Some(thread), stats, error, recorded })
+    }
+
+    /// The fatal error that stopped the server, if any.
+    pub fn error(&self) -> Option<String> {
+        self.error.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Page addresses served so far, in fault order (empty unless recording).
+    pub fn recorded(&self) -> Vec<u64> {
+        self.recorded.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Stops the server thread and waits for it.
+    pub fn stop(&mut self) {
+        self.stop_w.take();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for PageServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+struct Serve {
+    uffd: OwnedFd,
+    stop_r: OwnedFd,
+    layout: Arc<MemoryLayout>,
+    image: Arc<File>,
+    stats: Arc<FaultStats>,
+    recorded: Option<Arc<Mutex<Vec<u64>>>>,
+}
+
+impl Serve {
+    fn run(&self) -> Result<(), String> {
+        let mut page = vec![0u8; PAGE_SIZE as usize];
+        let mut msgs = [0u8; 32 * 16];
+        loop {
+            let mut fds = [
+                libc::pollfd { fd: self.uffd.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+                libc::pollfd { fd: self.stop_r.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+            ];
+            // SAFETY: fds is a valid array of two pollfd structs.
+            let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+            if n < 0 {
+                let e = std::io::Error::last_os_error();
+                if e.kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(format!("page server poll: {e}"));
+            }
+            if fds[1].revents != 0 {
+                return Ok(()); // asked to stop
+            }
+            if fds[0].revents & (libc::POLLERR | libc::POLLHUP) != 0 {
+                return Ok(()); // the sandbox's memory is gone
+            }
+            // SAFETY: reading into our own buffer of the given length.
+            let got = unsafe {
+                libc::read(self.uffd.as_raw_fd(), msgs.as_mut_ptr().cast(), msgs.len())
+            };
+            if got < 0 {
+                let e = std::io::Error::last_os_error();
+                if e.raw_os_error() == Some(libc::EAGAIN) || e.kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(format!("reading userfaultfd: {e}"));
+            }
+            if got == 0 {
+                return Ok(());
+            }
+            for msg in msgs[..got as usize].chunks_exact(32) {
+                if msg[0] != UFFD_EVENT_PAGEFAULT {
+                    continue;
+                }
+                let addr = u64::from_le_bytes(msg[16..24].try_into().expect("8 bytes"));
+                if !self.serve(addr & !(PAGE_SIZE - 1), &mut page)? {
+                    return Ok(()); // the sandbox is gone
+                }
+            }
+        }
+    }
+
+    /// Serves one page; Ok(false) when the sandbox has gone away.
+    fn serve(&self, addr: u64, buf: &mut [u8]) -> Result<bool, String> {
+        let t = std::time::Instant::now();
+        let region = self
+            .layout
+            .region_of(addr)
+            .filter(|r| r.anonymous)
+            .ok_or_else(|| format!("fault at {addr:#x} outside every lazily served region: refused"))?;
+        let ret = match region.image_offset(addr) {
+            Some(off) => {
+                self.image
+                    .read_exact_at(buf, off)
+                    .map_err(|e| format!("reading image page at offset {off}: {e}"))?;
+                let mut c = UffdioCopy { dst: addr, src: buf.as_ptr() as u64, len: PAGE_SIZE, mode: 0, copy: 0 };
+                // SAFETY: UFFDIO_COPY reads `len` bytes from our buffer and writes the result field.
+                let r = unsafe { libc::ioctl(self.uffd.as_raw_fd(), UFFDIO_COPY, &mut c) };
+                self.stats.bytes_read.fetch_add(PAGE_SIZE, Ordering::Relaxed);
+                r
+            }
+            None => {
+                let mut z = UffdioZeropage { start: addr, len: PAGE_SIZE, mode: 0, zeropage: 0 };
+                // SAFETY: UFFDIO_ZEROPAGE reads the range and writes the result field.
+                let r = unsafe { libc::ioctl(self.uffd.as_raw_fd(), UFFDIO_ZEROPAGE, &mut z) };
+                self.stats.zero_pages.fetch_add(1, Ordering::Relaxed);
+                r
+            }
+        };
+        if ret != 0 {
+            let e = std::io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EEXIST) => {} // raced with another fault on the same page
+                Some(libc::ESRCH) | Some(libc::ENOENT) => return Ok(false),
+                _ => return Err(format!("installing page {addr:#x}: {e}")),
+            }
+        }
+        self.stats.faults.fetch_add(1, Ordering::Relaxed);
+        self.stats.serve_ns.fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        if let Some(rec) = &self.recorded {
+            rec.lock().unwrap_or_else(|p| p.into_inner()).push(addr);
+        }
+        Ok(true)
+    }
+}

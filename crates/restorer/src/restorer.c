@@ -1,0 +1,450 @@
+/*
+ * thaw restorer: a tiny static program, linked at RESTORER_BASE, that runs as
+ * pid 1 of a fresh sandbox, reads a restore plan from fd 3, tears down its own
+ * address space except itself, rebuilds the runtime's mappings and memory, sets
+ * the mm layout, drops privileges, installs the seccomp filter, reports ready
+ * and blocks. The worker then ptrace-loads the registers and lets the runtime
+ * resume. No libc: every call is a raw syscall, so nothing of ours lingers in
+ * memory the runtime uses.
+ */
+#include "plan.h"
+
+#define NULL ((void *)0)
+
+#define SYS_read 0
+#define SYS_write 1
+#define SYS_open 2
+#define SYS_close 3
+#define SYS_mmap 9
+#define SYS_mprotect 10
+#define SYS_munmap 11
+#define SYS_pread64 17
+#define SYS_mremap 25
+#define SYS_sendmsg 46
+#define SYS_exit_group 231
+#define SYS_setresuid 117
+#define SYS_setresgid 119
+#define SYS_setgroups 116
+#define SYS_prctl 157
+#define SYS_clock_gettime 228
+#define SYS_userfaultfd 323
+#define SYS_seccomp 317
+#define SYS_ioctl 16
+
+#define PROT_READ 1
+#define PROT_WRITE 2
+#define MAP_PRIVATE 0x02
+#define MAP_FIXED 0x10
+#define MAP_ANONYMOUS 0x20
+#define MAP_GROWSDOWN 0x100
+#define MAP_NORESERVE 0x4000
+#define MREMAP_MAYMOVE 1
+#define MREMAP_FIXED 2
+#define O_RDONLY 0
+#define O_CLOEXEC 02000000
+#define O_NONBLOCK 04000
+#define EINTR 4
+#define EINVAL 22
+#define EIO 5
+#define PR_SET_MM 35
+#define PR_SET_MM_MAP 14
+#define PR_SET_NO_NEW_PRIVS 38
+#define SECCOMP_SET_MODE_FILTER 1
+#define AT_SYSINFO_EHDR 33
+#define TASK_SIZE 0x7ffffffff000UL
+#define PAGE 4096UL
+
+/* userfaultfd ABI (linux/userfaultfd.h) */
+#define UFFD_API 0xAAUL
+#define UFFDIO_API 0xc018aa3fUL
+#define UFFDIO_REGISTER 0xc020aa00UL
+#define UFFDIO_REGISTER_MODE_MISSING 1UL
+struct uffdio_api {
+    u64 api, features, ioctls;
+};
+struct uffdio_register {
+    u64 start, len, mode, ioctls;
+};
+
+struct prctl_mm_map {
+    u64 start_code, end_code, start_data, end_data, start_brk, brk, start_stack;
+    u64 arg_start, arg_end, env_start, env_end;
+    u64 *auxv;
+    u32 auxv_size;
+    u32 exe_fd;
+};
+
+struct sock_fprog {
+    unsigned short len;
+    void *filter;
+};
+
+struct iovec {
+    void *base;
+    u64 len;
+};
+struct msghdr {
+    void *name;
+    u32 namelen;
+    struct iovec *iov;
+    u64 iovlen;
+    void *control;
+    u64 controllen;
+    int flags;
+};
+struct cmsg_fd {
+    u64 len;
+    int level;
+    int type;
+    int fd;
+    int pad;
+};
+#define SOL_SOCKET 1
+#define SCM_RIGHTS 1
+
+struct timespec {
+    long sec, nsec;
+};
+
+static long sys6(long n, long a, long b, long c, long d, long e, long f)
+{
+    long ret;
+    register long r10 __asm__("r10") = d;
+    register long r8 __asm__("r8") = e;
+    register long r9 __asm__("r9") = f;
+    __asm__ volatile("syscall"
+                     : "=a"(ret)
+                     : "a"(n), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8), "r"(r9)
+                     : "rcx", "r11", "memory");
+    return ret;
+}
+#define sys3(n, a, b, c) sys6(n, (long)(a), (long)(b), (long)(c), 0, 0, 0)
+
+/* A bare `syscall; int3` the worker uses to inject the final munmap of this
+ * program while it holds the process stopped under ptrace. */
+__asm__(".globl thaw_syscall_insn\n"
+        "thaw_syscall_insn:\n"
+        "  syscall\n"
+        "  int3\n");
+extern char thaw_syscall_insn[];
+
+/* The compiler may emit calls to these for struct copies. */
+void *memset(void *d, int c, unsigned long n)
+{
+    char *p = d;
+    while (n--)
+        *p++ = (char)c;
+    return d;
+}
+void *memcpy(void *d, const void *s, unsigned long n)
+{
+    char *p = d;
+    const char *q = s;
+    while (n--)
+        *p++ = *q++;
+    return d;
+}
+
+static u64 now_ns(void)
+{
+    struct timespec ts;
+    sys3(SYS_clock_gettime, 1 /* CLOCK_MONOTONIC */, &ts, 0);
+    return (u64)ts.sec * 1000000000UL + (u64)ts.nsec;
+}
+
+static struct restorer_status status;
+
+static void report(void)
+{
+    const char *p = (const char *)&status;
+    u64 left = sizeof(status);
+    while (left) {
+        long n = sys3(SYS_write, 3, p, left);
+        if (n == -EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        p += n;
+        left -= (u64)n;
+    }
+}
+
+static void fail(u32 step, long err, u32 detail)
+{
+    status.magic = THAW_PLAN_MAGIC;
+    status.ok = 0;
+    status.err = (i32)(err < 0 ? -err : err);
+    status.step = step;
+    status.detail = detail;
+    report();
+    sys3(SYS_exit_group, 100 + step, 0, 0);
+    for (;;)
+        ;
+}
+
+static long read_full(int fd, void *buf, u64 len, u64 off, int positional)
+{
+    char *p = buf;
+    while (len) {
+        long n = positional ? sys6(SYS_pread64, fd, (long)p, (long)len, (long)off, 0, 0)
+                            : sys3(SYS_read, fd, p, len);
+        if (n == -EINTR)
+            continue;
+        if (n < 0)
+            return n;
+        if (n == 0)
+            return -EIO;
+        p += n;
+        len -= (u64)n;
+        off += (u64)n;
+    }
+    return 0;
+}
+
+static int inside(u64 a, u64 b, u64 lo, u64 hi) { return a >= lo && b <= hi && a <= b; }
+
+static void unmap_range(u64 lo, u64 hi)
+{
+    if (hi > lo) {
+        long r = sys3(SYS_munmap, lo, hi - lo, 0);
+        if (r < 0)
+            fail(STEP_UNMAP, r, 0);
+    }
+}
+
+/* Move the kernel-given [vvar .. vdso] block so [vdso] sits where the runtime
+ * had it: glibc caches pointers into the vDSO. mremap moves one mapping at a
+ * time, and old and new places may overlap, so each piece goes through a
+ * scratch address just above our span. */
+static void place_vdso(const struct plan_header *h, u64 my_block)
+{
+    if (my_block == h->vdso_block_start)
+        return;
+    u64 tmp = RESTORER_BASE + RESTORER_SPAN;
+    for (int pass = 0; pass < 2; pass++) {
+        u64 from = pass ? tmp : my_block, to = pass ? h->vdso_block_start : tmp;
+        for (u32 i = 0; i < h->n_vdso_pieces; i++) {
+            u64 off = h->vdso_pieces[i][0], len = h->vdso_pieces[i][1];
+            long r = sys6(SYS_mremap, from + off, len, len, MREMAP_MAYMOVE | MREMAP_FIXED,
+                          to + off, 0);
+            if (r < 0)
+                fail(STEP_VDSO, r, pass * 10 + i);
+        }
+    }
+}
+
+static int send_fd(int sock, int fd)
+{
+    char byte = 'U';
+    struct iovec iov = {&byte, 1};
+    struct cmsg_fd c = {sizeof(u64) + 2 * sizeof(int) + sizeof(int), SOL_SOCKET, SCM_RIGHTS, fd, 0};
+    struct msghdr m = {NULL, 0, &iov, 1, &c, sizeof(c), 0};
+    long r;
+    do
+        r = sys3(SYS_sendmsg, sock, &m, 0);
+    while (r == -EINTR);
+    return (int)r;
+}
+
+void restorer_main(u64 *initial_sp)
+{
+    u64 t0 = now_ns();
+    /* argc, argv..., NULL, envp..., NULL, auxv pairs */
+    u64 *p = initial_sp;
+    u64 argc = *p++;
+    p += argc + 1;
+    while (*p)
+        p++;
+    p++;
+    u64 my_vdso = 0;
+    for (; p[0]; p += 2)
+        if (p[0] == AT_SYSINFO_EHDR)
+            my_vdso = p[1];
+
+    /* plan: u64 length, then the blob, into scratch memory inside our span */
+    u64 len = 0;
+    long r = read_full(3, &len, sizeof(len), 0, 0);
+    if (r < 0)
+        fail(STEP_READ_PLAN, r, 0);
+    if (len < sizeof(struct plan_header) || len > RESTORER_SCRATCH_MAX)
+        fail(STEP_BAD_PLAN, EINVAL, 0);
+    u64 maplen = (len + PAGE - 1) & ~(PAGE - 1);
+    r = sys6(SYS_mmap, RESTORER_SCRATCH, maplen, PROT_READ | PROT_WRITE,
+             MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+    if (r < 0)
+        fail(STEP_READ_PLAN, r, 1);
+    char *blob = (char *)RESTORER_SCRATCH;
+    r = read_full(3, blob, len, 0, 0);
+    if (r < 0)
+        fail(STEP_READ_PLAN, r, 2);
+
+    /* The worker built and validated the plan; these checks only keep a bad
+     * one from walking us off the end of the blob. */
+    struct plan_header *h = (struct plan_header *)blob;
+    if (h->magic != THAW_PLAN_MAGIC || h->version != THAW_PLAN_VERSION)
+        fail(STEP_BAD_PLAN, EINVAL, 1);
+    u64 need = sizeof(*h) + (u64)h->n_vmas * sizeof(struct plan_vma) +
+               (u64)h->n_runs * sizeof(struct plan_run) + (u64)h->auxv_words * 8 +
+               (u64)h->n_filter * 8 + h->strings_len;
+    if (need != len)
+        fail(STEP_BAD_PLAN, EINVAL, 2);
+    struct plan_vma *vmas = (struct plan_vma *)(h + 1);
+    struct plan_run *runs = (struct plan_run *)(vmas + h->n_vmas);
+    u64 *auxv = (u64 *)(runs + h->n_runs);
+    void *filter = auxv + h->auxv_words;
+    char *strings = (char *)filter + (u64)h->n_filter * 8;
+    if (h->strings_len == 0 || strings[h->strings_len - 1] != 0)
+        fail(STEP_BAD_PLAN, EINVAL, 3);
+
+    /* Everything but our span and the vDSO block goes. */
+    if (h->n_vdso_pieces == 0 || h->n_vdso_pieces > MAX_VDSO_PIECES)
+        fail(STEP_BAD_PLAN, EINVAL, 4);
+    u64 vlen = h->vdso_pieces[h->n_vdso_pieces - 1][0] + h->vdso_pieces[h->n_vdso_pieces - 1][1];
+    u64 my_block = my_vdso - h->vdso_offset;
+    u64 span_lo = RESTORER_BASE, span_hi = RESTORER_BASE + RESTORER_SPAN;
+    if (my_block < span_hi) {
+        unmap_range(PAGE * 16, my_block < span_lo ? my_block : span_lo);
+        unmap_range(my_block + vlen, span_lo);
+        unmap_range(span_hi, TASK_SIZE);
+    } else {
+        unmap_range(PAGE * 16, span_lo);
+        unmap_range(span_hi, my_block);
+        unmap_range(my_block + vlen, TASK_SIZE);
+    }
+    place_vdso(h, my_block);
+
+    /* Rebuild every mapping. */
+    int cur_fd = -1;
+    i32 cur_path = -2;
+    for (u32 i = 0; i < h->n_vmas; i++) {
+        struct plan_vma *v = &vmas[i];
+        if (v->first_run + (u64)v->n_runs > h->n_runs || v->end <= v->start ||
+            inside(v->start, v->end, span_lo, span_hi) || v->end > TASK_SIZE)
+            fail(STEP_BAD_PLAN, EINVAL, 10 + i);
+        int copy = 0;
+        for (u32 k = 0; k < v->n_runs; k++)
+            if (runs[v->first_run + k].fill == FILL_COPY)
+                copy = 1;
+        u32 prot = v->prot | (copy ? PROT_WRITE : 0);
+        u64 vlen2 = v->end - v->start;
+        if (v->flags & VMA_ANON) {
+            long fl = MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE;
+            if (v->flags & VMA_GROWSDOWN)
+                fl |= MAP_GROWSDOWN;
+            r = sys6(SYS_mmap, v->start, vlen2, prot, fl, -1, 0);
+        } else {
+            if (v->path_off < 0 || (u32)v->path_off >= h->strings_len)
+                fail(STEP_BAD_PLAN, EINVAL, 10 + i);
+            if (v->path_off != cur_path) {
+                if (cur_fd >= 0)
+                    sys3(SYS_close, cur_fd, 0, 0);
+                cur_fd = (int)sys3(SYS_open, strings + v->path_off, O_RDONLY | O_CLOEXEC, 0);
+                if (cur_fd < 0)
+                    fail(STEP_OPEN, cur_fd, i);
+                cur_path = v->path_off;
+            }
+            r = sys6(SYS_mmap, v->start, vlen2, prot, MAP_PRIVATE | MAP_FIXED, cur_fd,
+                     (long)v->file_off);
+        }
+        if (r < 0)
+            fail(STEP_MMAP, r, i);
+        for (u32 k = 0; k < v->n_runs; k++) {
+            struct plan_run *run = &runs[v->first_run + k];
+            if (!inside(run->addr, run->addr + run->len, v->start, v->end))
+                fail(STEP_BAD_PLAN, EINVAL, 100000 + i);
+            if (run->fill == FILL_MAP)
+                r = sys6(SYS_mmap, run->addr, run->len, v->prot, MAP_PRIVATE | MAP_FIXED,
+                         run->img_fd, (long)run->img_off);
+            else
+                r = read_full(run->img_fd, (void *)run->addr, run->len, run->img_off, 1);
+            if (r < 0)
+                fail(STEP_FILL, r, i);
+        }
+        if (prot != v->prot) {
+            r = sys3(SYS_mprotect, v->start, vlen2, v->prot);
+            if (r < 0)
+                fail(STEP_MPROTECT, r, i);
+        }
+    }
+    if (cur_fd >= 0)
+        sys3(SYS_close, cur_fd, 0, 0);
+
+    /* Lazy regions: one userfaultfd for all, handed to the worker's page server. */
+    if (h->flags & PLAN_LAZY) {
+        int uffd = (int)sys3(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK, 0, 0);
+        if (uffd < 0)
+            fail(STEP_UFFD, uffd, 0);
+        struct uffdio_api api = {UFFD_API, 0, 0};
+        r = sys3(SYS_ioctl, uffd, UFFDIO_API, &api);
+        if (r < 0)
+            fail(STEP_UFFD, r, 1);
+        for (u32 i = 0; i < h->n_vmas; i++) {
+            if (!(vmas[i].flags & VMA_LAZY))
+                continue;
+            struct uffdio_register reg = {vmas[i].start, vmas[i].end - vmas[i].start,
+                                          UFFDIO_REGISTER_MODE_MISSING, 0};
+            r = sys3(SYS_ioctl, uffd, UFFDIO_REGISTER, &reg);
+            if (r < 0)
+                fail(STEP_UFFD, r, 2 + i);
+        }
+        if (send_fd(3, uffd) < 0)
+            fail(STEP_SEND_UFFD, EIO, 0);
+        sys3(SYS_close, uffd, 0, 0);
+    }
+
+    /* mm layout (brk, stack, args, env, auxv); exe stays the restorer's. */
+    struct prctl_mm_map mm = {
+        h->start_code, h->end_code, h->start_data, h->end_data, h->start_brk, h->brk,
+        h->start_stack, h->arg_start, h->arg_end, h->env_start, h->env_end,
+        auxv, h->auxv_words * 8, (u32)-1,
+    };
+    r = sys6(SYS_prctl, PR_SET_MM, PR_SET_MM_MAP, (long)&mm, sizeof(mm), 0, 0);
+    if (r < 0)
+        fail(STEP_MM, r, 0);
+
+    /* Image descriptors are the worker's business, not the runtime's. */
+    for (u32 k = 0; k < h->n_runs; k++)
+        if (runs[k].img_fd > 3)
+            sys3(SYS_close, runs[k].img_fd, 0, 0);
+
+    /* Drop root for good, then the filter (it forbids what we just used). */
+    r = sys3(SYS_setgroups, 0, NULL, 0);
+    if (r >= 0)
+        r = sys3(SYS_setresgid, h->gid, h->gid, h->gid);
+    if (r >= 0)
+        r = sys3(SYS_setresuid, h->uid, h->uid, h->uid);
+    if (r < 0)
+        fail(STEP_CREDS, r, 0);
+    r = sys6(SYS_prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0, 0);
+    if (r >= 0 && h->n_filter) {
+        struct sock_fprog prog = {(unsigned short)h->n_filter, filter};
+        r = sys3(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog);
+    }
+    if (r < 0)
+        fail(STEP_SECCOMP, r, 0);
+
+    status.magic = THAW_PLAN_MAGIC;
+    status.ok = 1;
+    status.syscall_insn = (u64)thaw_syscall_insn;
+    status.setup_ns = now_ns() - t0;
+    report();
+    /* Wait for the worker to take over with ptrace; if it closes us, leave. */
+    char c;
+    for (;;) {
+        r = sys3(SYS_read, 3, &c, 1);
+        if (r != -EINTR)
+            break;
+    }
+    sys3(SYS_exit_group, 99, 0, 0);
+}
+
+/* Own stack inside our span: the kernel's stack sits where the runtime's was. */
+__attribute__((used)) static char stack[256 * 1024] __attribute__((aligned(16)));
+
+__asm__(".globl _start\n"
+        "_start:\n"
+        "  mov %rsp, %rdi\n"
+        "  lea stack+262144(%rip), %rsp\n"
+        "  and $-16, %rsp\n"
+        "  call restorer_main\n"
+        "  hlt\n");

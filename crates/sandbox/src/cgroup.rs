@@ -1,0 +1,75 @@
+//! cgroup v1 memory and pids limits for one sandbox.
+use anyhow::{Context, Result};
+use std::fs;
+use std::path::PathBuf;
+
+const ROOT: &str = "/sys/fs/cgroup";
+
+/// The sandbox's cgroups; removed on drop (after its processes are gone).
+#[derive(Debug)]
+pub struct Cgroups {
+    dirs: Vec<PathBuf>,
+}
+
+impl Cgroups {
+    /// Creates `thaw/<name>` under the memory and pids hierarchies.
+    pub fn create(name: &str, memory_bytes: u64, pids_max: u64) -> Result<Cgroups> {
+        let mut cg = Cgroups { dirs: Vec::new() };
+        for (ctrl, file, value) in [
+            ("memory", "memory.limit_in_bytes", memory_bytes.to_string()),
+            ("pids", "pids.max", pids_max.to_string()),
+        ] {
+            let hier = PathBuf::from(ROOT).join(ctrl);
+            if !hier.join("cgroup.procs").exists() {
+                anyhow::bail!(
+                    "cgroup v1 {ctrl} controller is not mounted at {} (thaw needs it for sandbox limits)",
+                    hier.display()
+                );
+            }
+            let dir = hier.join("thaw").join(name);
+            fs::create_dir_all(&dir).with_context(|| format!("creating cgroup {}", dir.display()))?;
+            cg.dirs.push(dir.clone());
+            fs::write(dir.join(file), &value).with_context(|| format!("setting {file} = {value}"))?;
+        }
+        Ok(cg)
+    }
+
+    /// Files a child's pid goes into before it runs anything.
+    pub fn procs_files(&self) -> Vec<PathBuf> {
+        self.dirs.iter().map(|d| d.join("cgroup.procs")).collect()
+    }
+
+    /// Peak memory use of the sandbox so far.
+    pub fn memory_peak(&self) -> Option<u64> {
+        let d = self.dirs.iter().find(|d| d.starts_with(format!("{ROOT}/memory")))?;
+        fs::read_to_string(d.join("memory.max_usage_in_bytes")).ok()?.trim().parse().ok()
+    }
+
+    /// Times the memory limit was hit (failcnt).
+    pub fn memory_failcnt(&self) -> u64 {
+        self.dirs
+            .iter()
+            .find(|d| d.starts_with(format!("{ROOT}/memory")))
+            .and_then(|d| fs::read_to_string(d.join("memory.failcnt")).ok())
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// Removes the cgroups; retries briefly while the kernel finishes reaping.
+    pub fn remove(&mut self) {
+        for d in self.dirs.drain(..) {
+            for _ in 0..100 {
+                if fs::remove_dir(&d).is_ok() || !d.exists() {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+        }
+    }
+}
+
+impl Drop for Cgroups {
+    fn drop(&mut self) {
+        self.remove();
+    }
+}

@@ -1,0 +1,347 @@
+//! Checkpoint: freeze a runtime with ptrace and write a snapshot of its
+//! mappings, saved pages and CPU state.
+use crate::ptrace;
+use crate::state::{MmLayout, ProcessState, VdsoBlock, Vma, STATE_VERSION};
+use crate::{stat_fields, Sandbox};
+use anyhow::{anyhow, bail, Context, Result};
+use serde::Serialize;
+use serde_json::json;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::time::{Duration, Instant};
+use thaw_memory::{MemoryLayout, Region, Run, PAGE_SIZE};
+use thaw_store::{Snapshot, SnapshotWriter};
+
+const PM_PRESENT: u64 = 1 << 63;
+const PM_SWAPPED: u64 = 1 << 62;
+const PM_FILE: u64 = 1 << 61;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct CheckpointReport {
+    pub snapshot_id: String,
+    pub regions: usize,
+    pub saved_pages: u64,
+    pub image_bytes: u64,
+    pub zero_pages_skipped: u64,
+    pub freeze_ms: f64,
+    pub dump_ms: f64,
+    pub total_ms: f64,
+}
+
+/// One line of /proc/PID/maps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MapsLine {
+    pub start: u64,
+    pub end: u64,
+    pub perms: String,
+    pub offset: u64,
+    pub inode: u64,
+    pub name: String,
+}
+
+pub fn parse_maps(text: &str) -> Result<Vec<MapsLine>> {
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let mut it = l.splitn(6, ' ');
+            let range = it.next().unwrap_or("");
+            let perms = it.next().unwrap_or("").to_string();
+            let offset = it.next().unwrap_or("");
+            let _dev = it.next();
+            let inode = it.next().unwrap_or("");
+            let name = it.next().unwrap_or("").trim_start().to_string();
+            let (a, b) = range.split_once('-').ok_or_else(|| anyhow!("bad maps line {l:?}"))?;
+            let hexp = |s: &str| u64::from_str_radix(s, 16).map_err(|_| anyhow!("bad maps line {l:?}"));
+            Ok(MapsLine {
+                start: hexp(a)?,
+                end: hexp(b)?,
+                perms,
+                offset: hexp(offset)?,
+                inode: inode.parse().map_err(|_| anyhow!("bad maps line {l:?}"))?,
+                name,
+            })
+        })
+        .collect()
+}
+
+/// Waits until the agent is blocked reading its socket (fd 3), so the frozen
+/// registers sit at a clean, restartable point.
+fn wait_blocked_on_socket(pid: i32) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let sc = std::fs::read_to_string(format!("/proc/{pid}/syscall")).unwrap_or_default();
+        let mut f = sc.split_whitespace();
+        let nr = f.next().unwrap_or("");
+        let fd = f.next().unwrap_or("");
+        // read(0), recvfrom(45), recvmsg(47) on fd 3
+        if matches!(nr, "0" | "45" | "47") && fd == "0x3" {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("runtime never went back to waiting on its socket (syscall: {})", sc.trim());
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
+/// Refuses runtimes holding anything but stdio and the control socket, or
+/// running more than one thread.
+fn check_cooperative(pid: i32) -> Result<()> {
+    let threads = std::fs::read_dir(format!("/proc/{pid}/task"))?.count();
+    if threads != 1 {
+        bail!("runtime has {threads} threads; only single-threaded runtimes can be snapshotted");
+    }
+    for e in std::fs::read_dir(format!("/proc/{pid}/fd"))? {
+        let e = e?;
+        let name = e.file_name().to_string_lossy().to_string();
+        let fd: i32 = name.parse().unwrap_or(-1);
+        if !(0..=3).contains(&fd) {
+            let target = std::fs::read_link(e.path()).map(|p| p.display().to_string()).unwrap_or_default();
+            bail!("runtime holds descriptor {name} ({target}); only 0-2 and the control socket 3 may be open at checkpoint");
+        }
+    }
+    Ok(())
+}
+
+fn prot_of(perms: &str) -> u32 {
+    let b = perms.as_bytes();
+    let mut p = 0;
+    if b.first() == Some(&b'r') {
+        p |= libc::PROT_READ as u32;
+    }
+    if b.get(1) == Some(&b'w') {
+        p |= libc::PROT_WRITE as u32;
+    }
+    if b.get(2) == Some(&b'x') {
+        p |= libc::PROT_EXEC as u32;
+    }
+    p
+}
+
+/// Freezes the sandbox's runtime and writes a snapshot to `dir`. The runtime
+/// keeps running afterwards.
+pub fn checkpoint(sb: &mut Sandbox, dir: &Path, function: &str, root_hash: &str) -> Result<(Snapshot, CheckpointReport)> {
+    let t0 = Instant::now();
+    sb.call(&json!({"op": "prepare_checkpoint"}), Duration::from_secs(30))
+        .context("agent refused to prepare for checkpoint")?;
+    let pid = sb.pid();
+    wait_blocked_on_socket(pid)?;
+    check_cooperative(pid)?;
+    ptrace::seize_and_stop(pid).context("freezing the runtime")?;
+    let freeze_ms = t0.elapsed().as_secs_f64() * 1e3;
+    let res = dump(pid, sb.root(), dir, function, root_hash);
+    let detached = ptrace::detach(pid);
+    let (snap, mut report) = res?;
+    detached?;
+    report.freeze_ms = freeze_ms;
+    report.total_ms = t0.elapsed().as_secs_f64() * 1e3;
+    Ok((snap, report))
+}
+
+fn dump(pid: i32, root: &Path, dir: &Path, function: &str, root_hash: &str) -> Result<(Snapshot, CheckpointReport)> {
+    let t = Instant::now();
+    // the frozen runtime must still be single threaded with only our descriptors
+    check_cooperative(pid)?;
+    let mut regs = ptrace::get_regs(pid)?;
+    ptrace::prepare_for_resume(&mut regs);
+    let xstate = ptrace::get_xstate(pid)?;
+    let sigmask = ptrace::get_sigmask(pid)?;
+
+    let maps = parse_maps(&std::fs::read_to_string(format!("/proc/{pid}/maps"))?)?;
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let sf = stat_fields(&stat)?;
+    let auxv_raw = std::fs::read(format!("/proc/{pid}/auxv"))?;
+    let auxv: Vec<u64> =
+        auxv_raw.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes"))).collect();
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))?;
+    let argv = cmdline.split(|&b| b == 0).filter(|s| !s.is_empty()).map(|s| String::from_utf8_lossy(s).into()).collect();
+
+    let root = root.canonicalize()?;
+    let root_s = root.to_string_lossy().to_string();
+    let mut vmas = Vec::new();
+    let mut vdso_lines = Vec::new();
+    for m in &maps {
+        match m.name.as_str() {
+            "[vvar]" | "[vvar_vclock]" | "[vdso]" => {
+                vdso_lines.push(m.clone());
+                continue;
+            }
+            "[vsyscall]" => continue,
+            _ => {}
+        }
+        // Read-only shared file mappings (glibc's gconv cache, say) come back
+        // as private ones: same bytes, and the root is read-only anyway.
+        let shared = m.perms.as_bytes().get(3) == Some(&b's');
+        if shared && (m.inode == 0 || m.perms.as_bytes().get(1) == Some(&b'w')) {
+            bail!(
+                "runtime has a writable or anonymous shared mapping at {:#x} ({}); only private mappings can be snapshotted",
+                m.start,
+                m.name
+            );
+        }
+        let file = m.inode != 0;
+        let path = if file {
+            if m.name.ends_with(" (deleted)") {
+                bail!("runtime maps a deleted file {}", m.name);
+            }
+            let inside = if root_s != "/" { m.name.strip_prefix(&root_s).unwrap_or(&m.name) } else { &m.name };
+            if !inside.starts_with('/') {
+                bail!("runtime maps {} which is not a file of its runtime root", m.name);
+            }
+            Some(inside.to_string())
+        } else {
+            None
+        };
+        vmas.push(Vma {
+            start: m.start,
+            end: m.end,
+            prot: prot_of(&m.perms),
+            path,
+            file_off: m.offset,
+            growsdown: m.name == "[stack]",
+            name: m.name.clone(),
+        });
+    }
+    let vdso = vdso_block(&vdso_lines)?;
+    let heap_end = maps.iter().find(|m| m.name == "[heap]").map(|m| m.end);
+    let start_brk = sf.field(47)?;
+    let mm = MmLayout {
+        start_code: sf.field(26)?,
+        end_code: sf.field(27)?,
+        start_stack: sf.field(28)?,
+        start_data: sf.field(45)?,
+        end_data: sf.field(46)?,
+        start_brk,
+        brk: heap_end.unwrap_or(start_brk).max(start_brk),
+        arg_start: sf.field(48)?,
+        arg_end: sf.field(49)?,
+        env_start: sf.field(50)?,
+        env_end: sf.field(51)?,
+    };
+
+    // pages: anonymous memory that is present, and privately modified pages of
+    // file mappings (the rest comes back from the file itself)
+    let pagemap = File::open(format!("/proc/{pid}/pagemap"))?;
+    let mem = File::open(format!("/proc/{pid}/mem"))?;
+    let mut w = SnapshotWriter::create(dir)?;
+    let mut regions = Vec::with_capacity(vmas.len());
+    let mut zero_skipped = 0u64;
+    let mut pm = Vec::new();
+    let mut buf = Vec::new();
+    for v in &vmas {
+        let anon = v.path.is_none();
+        let npages = ((v.end - v.start) / PAGE_SIZE) as usize;
+        pm.resize(npages * 8, 0);
+        pagemap.read_exact_at(&mut pm, v.start / PAGE_SIZE * 8).context("reading pagemap")?;
+        let saved = |i: usize| {
+            let e = u64::from_le_bytes(pm[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
+            if anon {
+                e & (PM_PRESENT | PM_SWAPPED) != 0
+            } else {
+                e & PM_SWAPPED != 0 || (e & PM_PRESENT != 0 && e & PM_FILE == 0)
+            }
+        };
+        let mut runs: Vec<Run> = Vec::new();
+        let mut i = 0;
+        while i < npages {
+            if !saved(i) {
+                i += 1;
+                continue;
+            }
+            let mut j = i;
+            while j < npages && saved(j) && j - i < 256 {
+                j += 1;
+            }
+            let addr = v.start + i as u64 * PAGE_SIZE;
+            buf.resize((j - i) * PAGE_SIZE as usize, 0);
+            mem.read_exact_at(&mut buf, addr)
+                .with_context(|| format!("reading runtime memory at {addr:#x} ({})", v.name))?;
+            for (k, page) in buf.chunks_exact(PAGE_SIZE as usize).enumerate() {
+                let a = addr + k as u64 * PAGE_SIZE;
+                if anon && page.iter().all(|&b| b == 0) {
+                    zero_skipped += 1; // an untouched-looking page comes back as a zero page
+                    continue;
+                }
+                let off = w.append_memory(page)?;
+                match runs.last_mut() {
+                    Some(r) if r.addr + r.len == a && r.file_off + r.len == off => r.len += PAGE_SIZE,
+                    _ => runs.push(Run { addr: a, len: PAGE_SIZE, file_off: off }),
+                }
+            }
+            i = j;
+        }
+        regions.push(Region { start: v.start, end: v.end, anonymous: anon, runs });
+    }
+    let memory = MemoryLayout { regions, image_len: w.memory_len() };
+    let state = ProcessState {
+        version: STATE_VERSION,
+        regs: regs.to_vec(),
+        xstate: hex::encode(&xstate),
+        sigmask,
+        mm,
+        auxv,
+        vdso,
+        vmas,
+        memory,
+        argv,
+    };
+    // what we write must be what a restore accepts
+    let encoded = state.encode();
+    ProcessState::decode(&encoded).context("the snapshot just taken does not validate")?;
+    let id = dir.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+    let report = CheckpointReport {
+        snapshot_id: id.clone(),
+        regions: state.vmas.len(),
+        saved_pages: state.memory.saved_bytes() / PAGE_SIZE,
+        image_bytes: state.memory.image_len,
+        zero_pages_skipped: zero_skipped,
+        freeze_ms: 0.0,
+        dump_ms: t.elapsed().as_secs_f64() * 1e3,
+        total_ms: 0.0,
+    };
+    let snap = w.finish(&id, function, root_hash, &encoded)?;
+    Ok((snap, report))
+}
+
+fn vdso_block(lines: &[MapsLine]) -> Result<VdsoBlock> {
+    let vdso = lines.iter().find(|m| m.name == "[vdso]").ok_or_else(|| anyhow!("runtime has no [vdso]"))?;
+    let start = lines.iter().map(|m| m.start).min().unwrap_or(vdso.start);
+    let mut pieces = Vec::new();
+    let mut expect = start;
+    for m in lines {
+        if m.start != expect {
+            bail!("[vvar]/[vdso] mappings are not contiguous");
+        }
+        pieces.push((m.start - start, m.end - m.start));
+        expect = m.end;
+    }
+    Ok(VdsoBlock { start, vdso_offset: vdso.start - start, pieces })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn maps_lines_parse_including_spaces_in_names() {
+        let t = "555555554000-555555556000 r--p 00000000 fe:00 123   /usr/bin/my prog\n7ffff7fc2000-7ffff7fc6000 r--p 00000000 00:00 0 [vvar]\n7ffff7fc8000-7ffff7fca000 rw-p 00000000 00:00 0 \n";
+        let m = parse_maps(t).unwrap();
+        assert_eq!(m.len(), 3);
+        assert_eq!(m[0].name, "/usr/bin/my prog");
+        assert_eq!(m[0].inode, 123);
+        assert_eq!(m[1].name, "[vvar]");
+        assert_eq!(m[2].name, "");
+        assert!(parse_maps("zz-yy r--p 0 0 0").is_err());
+        assert_eq!(prot_of("r-xp"), 5);
+    }
+
+    #[test]
+    fn vdso_block_must_be_contiguous() {
+        let l = |s: u64, e: u64, n: &str| MapsLine { start: s, end: e, perms: "r--p".into(), offset: 0, inode: 0, name: n.into() };
+        let b = vdso_block(&[l(0x1000, 0x5000, "[vvar]"), l(0x5000, 0x7000, "[vvar_vclock]"), l(0x7000, 0x9000, "[vdso]")]).unwrap();
+        assert_eq!(b.vdso_offset, 0x6000);
+        assert_eq!(b.pieces, vec![(0, 0x4000), (0x4000, 0x2000), (0x6000, 0x2000)]);
+        assert!(vdso_block(&[l(0x1000, 0x2000, "[vvar]"), l(0x3000, 0x4000, "[vdso]")]).is_err());
+    }
+}

@@ -1,0 +1,319 @@
+//! Restore: rebuild a snapshot's runtime in a fresh sandbox. The restorer
+//! (crates/restorer) recreates the mappings and fills them as the memory
+//! strategy says; the worker then loads the CPU state with ptrace, unmaps the
+//! restorer, and greets the agent, which re-seeds its random generators.
+use crate::ptrace::{self, REG_ORIG_RAX, REG_RAX, REG_RDI, REG_RIP, REG_RSI};
+use crate::state::ProcessState;
+use crate::{seccomp, spawn, Sandbox, SandboxConfig, Slot};
+use anyhow::{anyhow, bail, Context, Result};
+use serde::Serialize;
+use serde_json::json;
+use std::collections::{HashMap, HashSet};
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+use thaw_memory::{Fill, PageServer, RestoreStrategy};
+use thaw_restorer as r;
+use thaw_store::Snapshot;
+
+/// Descriptor the memory image sits at inside the restorer.
+const IMAGE_FD: RawFd = 4;
+
+/// Timings and byte counts of one restore (the caller adds the first invocation).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct RestoreReport {
+    pub strategy: String,
+    /// read and check the snapshot's state file
+    pub state_load_ms: f64,
+    /// namespaces, mounts, cgroups, exec of the restorer
+    pub sandbox_ms: f64,
+    /// the restorer rebuilding the address space (as it measured itself)
+    pub memory_setup_ms: f64,
+    /// registers, restorer unmap, agent handshake
+    pub resume_ms: f64,
+    /// restore request to the agent's "restored" reply
+    pub total_ms: f64,
+    /// bytes the restorer copied from the image before resume
+    pub copied_bytes: u64,
+    /// bytes mapped from the image file (faulted in by the kernel on use)
+    pub mapped_bytes: u64,
+    /// bytes left to the page server
+    pub lazy_bytes: u64,
+}
+
+/// Restores `snap` with `strategy` into a new sandbox on `root`.
+pub fn restore(
+    snap: &Snapshot,
+    root: &Path,
+    root_hash: &str,
+    strategy: &dyn RestoreStrategy,
+    cfg: &SandboxConfig,
+) -> Result<(Sandbox, RestoreReport)> {
+    let t0 = Instant::now();
+    let mut rep = RestoreReport { strategy: strategy.name().into(), ..Default::default() };
+    if snap.manifest.runtime_root != root_hash {
+        bail!(
+            "snapshot {} was taken on runtime root {}, but the root given is {root_hash}; rebuild the snapshot",
+            snap.manifest.id,
+            snap.manifest.runtime_root
+        );
+    }
+    if !root.is_dir() {
+        bail!("runtime root {} is missing", root.display());
+    }
+    let state = ProcessState::decode(&snap.load_state()?)
+        .with_context(|| format!("snapshot {}", snap.dir.display()))?;
+    let image = File::open(snap.memory_path()).context("opening the memory image")?;
+    verify_once(snap, &image)?;
+    rep.state_load_ms = ms(t0);
+
+    let slot = Slot::new(cfg)?;
+    let plan = build_plan(&state, strategy, slot.uid, &mut rep)?;
+    let lazy = plan.header.flags & r::PLAN_LAZY != 0;
+    let encoded = plan.encode().map_err(|e| anyhow!(e))?;
+
+    let t1 = Instant::now();
+    let mut fds = slot.stdio_fds();
+    fds.push((image.as_raw_fd(), IMAGE_FD));
+    let spec = spawn::ChildSpec {
+        root,
+        fds,
+        argv: vec!["thaw-restorer".into()],
+        env: vec![],
+        exec: spawn::Exec::Memfd { fd: restorer_memfd()? },
+        rlimits: cfg.rlimits(),
+        procs_files: slot.cgroups.procs_files(),
+        tmp_bytes: cfg.tmp_bytes,
+    };
+    let pid = spawn::spawn(&spec)?;
+    drop(spec);
+    // From here on the sandbox owns the process: any error kills it.
+    let mut sb = slot.into_sandbox(pid, root, None);
+    rep.sandbox_ms = ms(t1);
+
+    let sock = sb.channel().socket().try_clone()?;
+    sock.set_read_timeout(Some(Duration::from_secs(10)))?;
+    (&sock).write_all(&encoded).context("sending the plan to the restorer")?;
+    let (uffd, first) = if lazy { recv_uffd(&sock)? } else { (None, None) };
+    let mut raw = [0u8; r::STATUS_BYTES];
+    let start = match first {
+        Some(b) => {
+            raw[0] = b;
+            1
+        }
+        None => 0,
+    };
+    (&sock).read_exact(&mut raw[start..]).map_err(|e| anyhow!("restorer died before reporting ({e}): {}", sb.log_tail(300)))?;
+    let status = r::RestorerStatus::decode(&raw).map_err(|e| anyhow!(e))?;
+    if !status.ok {
+        bail!(
+            "restorer failed while {} (item {}): {}",
+            status.step_name(),
+            status.detail,
+            std::io::Error::from_raw_os_error(status.err)
+        );
+    }
+    rep.memory_setup_ms = status.setup_ns as f64 / 1e6;
+    if lazy {
+        let uffd = uffd.ok_or_else(|| anyhow!("restorer did not send its userfaultfd"))?;
+        let layout = Arc::new(state.memory.clone());
+        let pid_for_kill = pid;
+        let on_fatal = Box::new(move |why: String| {
+            eprintln!("thaw: page server for pid {pid_for_kill} failed: {why}; killing the sandbox");
+            // SAFETY: signalling our own child; reaped by Sandbox::kill.
+            unsafe { libc::kill(pid_for_kill, libc::SIGKILL) };
+        });
+        sb.pager = Some(PageServer::spawn(uffd, layout, Arc::new(image.try_clone()?), false, on_fatal)?);
+    }
+
+    let t2 = Instant::now();
+    resume(pid, &state, status.syscall_insn).context("loading the runtime's CPU state")?;
+    let mut seed = [0u8; 32];
+    rand::Rng::fill(&mut rand::thread_rng(), &mut seed[..]);
+    sb.call(&json!({"op": "restored", "seed": hex::encode(seed)}), Duration::from_secs(30))
+        .context("the restored runtime did not answer")?;
+    rep.resume_ms = ms(t2);
+    rep.total_ms = ms(t0);
+    Ok((sb, rep))
+}
+
+fn ms(t: Instant) -> f64 {
+    t.elapsed().as_secs_f64() * 1e3
+}
+
+/// Checks the memory image's checksum the first time this process uses it
+/// (keyed by device, inode, size and mtime): a full hash on every restore
+/// would read every page and defeat lazy restore.
+fn verify_once(snap: &Snapshot, image: &File) -> Result<()> {
+    static SEEN: OnceLock<Mutex<HashSet<(u64, u64, u64, i64)>>> = OnceLock::new();
+    let m = image.metadata()?;
+    let key = (m.dev(), m.ino(), m.size(), m.mtime_nsec() + m.mtime() * 1_000_000_000);
+    let seen = SEEN.get_or_init(Default::default);
+    if seen.lock().unwrap_or_else(|p| p.into_inner()).contains(&key) {
+        return Ok(());
+    }
+    snap.verify_memory()?;
+    seen.lock().unwrap_or_else(|p| p.into_inner()).insert(key);
+    Ok(())
+}
+
+/// The restorer ELF in a sealed memfd, made once per process.
+fn restorer_memfd() -> Result<RawFd> {
+    static FD: OnceLock<OwnedFd> = OnceLock::new();
+    if let Some(fd) = FD.get() {
+        return Ok(fd.as_raw_fd());
+    }
+    // SAFETY: memfd_create with a static NUL-terminated name.
+    let fd = unsafe { libc::memfd_create(c"thaw-restorer".as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
+    if fd < 0 {
+        bail!("memfd_create: {}", std::io::Error::last_os_error());
+    }
+    // SAFETY: fd was just created and is owned here.
+    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+    let mut f = File::from(owned);
+    f.write_all(r::RESTORER_ELF)?;
+    let seals = libc::F_SEAL_WRITE | libc::F_SEAL_GROW | libc::F_SEAL_SHRINK | libc::F_SEAL_SEAL;
+    // SAFETY: fcntl on our own descriptor.
+    unsafe { libc::fcntl(f.as_raw_fd(), libc::F_ADD_SEALS, seals) };
+    let _ = FD.set(OwnedFd::from(f));
+    Ok(FD.get().expect("just set").as_raw_fd())
+}
+
+fn build_plan(state: &ProcessState, strategy: &dyn RestoreStrategy, uid: u32, rep: &mut RestoreReport) -> Result<r::Plan> {
+    let mut plan = r::Plan::default();
+    let mut paths: HashMap<&str, i32> = HashMap::new();
+    let mut lazy = false;
+    for (v, region) in state.vmas.iter().zip(&state.memory.regions) {
+        let mut fill = strategy.fill(region);
+        if fill == Fill::Lazy && !region.anonymous {
+            fill = Fill::Copy;
+        }
+        let mut flags = 0;
+        if region.anonymous {
+            flags |= r::VMA_ANON;
+        }
+        if v.growsdown {
+            flags |= r::VMA_GROWSDOWN;
+        }
+        let path_off = match &v.path {
+            Some(p) => *paths.entry(p.as_str()).or_insert_with(|| plan.add_string(p)),
+            None => -1,
+        };
+        let first_run = plan.runs.len() as u32;
+        if fill == Fill::Lazy {
+            flags |= r::VMA_LAZY;
+            lazy = true;
+            rep.lazy_bytes += region.saved_bytes();
+        } else {
+            for run in &region.runs {
+                plan.runs.push(r::PlanRun {
+                    addr: run.addr,
+                    len: run.len,
+                    img_off: run.file_off,
+                    img_fd: IMAGE_FD,
+                    fill: if fill == Fill::Map { r::FILL_MAP } else { r::FILL_COPY },
+                });
+                if fill == Fill::Map {
+                    rep.mapped_bytes += run.len;
+                } else {
+                    rep.copied_bytes += run.len;
+                }
+            }
+        }
+        plan.vmas.push(r::PlanVma {
+            start: v.start,
+            end: v.end,
+            file_off: v.file_off,
+            prot: v.prot,
+            flags,
+            path_off,
+            first_run,
+            n_runs: plan.runs.len() as u32 - first_run,
+        });
+    }
+    let mm = &state.mm;
+    plan.header = r::PlanHeader {
+        vdso_block_start: state.vdso.start,
+        vdso_offset: state.vdso.vdso_offset,
+        vdso_pieces: state.vdso.pieces.clone(),
+        start_code: mm.start_code,
+        end_code: mm.end_code,
+        start_data: mm.start_data,
+        end_data: mm.end_data,
+        start_brk: mm.start_brk,
+        brk: mm.brk,
+        start_stack: mm.start_stack,
+        arg_start: mm.arg_start,
+        arg_end: mm.arg_end,
+        env_start: mm.env_start,
+        env_end: mm.env_end,
+        uid,
+        gid: uid,
+        flags: if lazy { r::PLAN_LAZY } else { 0 },
+    };
+    plan.auxv = state.auxv.clone();
+    plan.filter = seccomp::filter();
+    Ok(plan)
+}
+
+/// Receives the restorer's userfaultfd. If the restorer failed before sending
+/// it, the byte read is the first of its status record and is handed back.
+fn recv_uffd(sock: &std::os::unix::net::UnixStream) -> Result<(Option<OwnedFd>, Option<u8>)> {
+    let mut byte = 0u8;
+    let mut iov = libc::iovec { iov_base: (&mut byte as *mut u8).cast(), iov_len: 1 };
+    // SAFETY: CMSG_SPACE is a pure size computation.
+    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) } as usize;
+    let mut cbuf = vec![0u64; space.div_ceil(8)];
+    // SAFETY: zeroed msghdr is a valid empty header.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf.as_mut_ptr().cast();
+    msg.msg_controllen = space;
+    // SAFETY: msg points at live buffers sized above.
+    let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
+    if n != 1 {
+        bail!("restorer closed its socket before handing over userfaultfd");
+    }
+    let mut fd = None;
+    // SAFETY: walking the control buffer the kernel just filled.
+    unsafe {
+        let c = libc::CMSG_FIRSTHDR(&msg);
+        if !c.is_null() && (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
+            let raw = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const RawFd);
+            fd = Some(OwnedFd::from_raw_fd(raw));
+        }
+    }
+    match (byte, fd) {
+        (b'U', Some(fd)) => Ok((Some(fd), None)),
+        (b, None) => Ok((None, Some(b))),
+        (_, Some(_)) => bail!("restorer sent a descriptor with an unexpected tag"),
+    }
+}
+
+/// Loads registers, XSAVE state and signal mask into the stopped restorer,
+/// after making it unmap itself with one injected munmap.
+fn resume(pid: i32, state: &ProcessState, syscall_insn: u64) -> Result<()> {
+    ptrace::seize_and_stop(pid)?;
+    let mut regs = ptrace::get_regs(pid)?;
+    regs[REG_RIP] = syscall_insn;
+    regs[REG_RAX] = libc::SYS_munmap as u64;
+    regs[REG_RDI] = r::RESTORER_BASE;
+    regs[REG_RSI] = r::RESTORER_SPAN;
+    regs[REG_ORIG_RAX] = u64::MAX;
+    ptrace::set_regs(pid, &regs)?;
+    ptrace::syscall_step(pid)?; // entry
+    ptrace::syscall_step(pid)?; // exit
+    let after = ptrace::get_regs(pid)?;
+    if after[REG_RAX] != 0 {
+        bail!("unmapping the restorer failed: {}", after[REG_RAX] as i64);
+    }
+    ptrace::set_regs(pid, &state.regs_array())?;
+    ptrace::set_xstate(pid, &state.xstate_bytes())?;
+    ptrace::set_sigmask(pid, state.sigmask)?;
+    ptrace::detach(pid)
+}

@@ -1,0 +1,359 @@
+//! Creating a sandboxed process: clone into fresh pid, mount, net, ipc and uts
+//! namespaces, join the cgroups, mount the read-only runtime root with a
+//! private /tmp and a minimal /dev, pivot into it, bring up loopback, set
+//! limits, arrange descriptors and exec. Used both to start a runtime and to
+//! start the restorer (which drops privileges itself).
+//!
+//! Between clone and exec the child may only make raw system calls (the
+//! parent is multi-threaded), so everything it needs is prepared up front.
+use anyhow::{bail, Context, Result};
+use std::ffi::CString;
+use std::io::Error;
+use std::os::fd::RawFd;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+/// What the child execs.
+pub enum Exec {
+    /// A program inside the runtime root, after privileges are dropped and the
+    /// seccomp filter installed.
+    Runtime { path: String, uid: u32, gid: u32, filter: Vec<[u8; 8]> },
+    /// An ELF in a memfd, executed as root (the restorer).
+    Memfd { fd: RawFd },
+}
+
+pub struct ChildSpec<'a> {
+    pub root: &'a Path,
+    /// (descriptor in the parent, number in the child)
+    pub fds: Vec<(RawFd, RawFd)>,
+    pub argv: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub exec: Exec,
+    pub rlimits: Vec<(u32, u64)>,
+    pub procs_files: Vec<PathBuf>,
+    /// Size of the private /tmp.
+    pub tmp_bytes: u64,
+}
+
+const ERR_FD: RawFd = 900;
+const EXEC_FD: RawFd = 901;
+
+/// Steps of the child's set-up, for error messages.
+const STEPS: &[&str] = &[
+    "waiting for the parent",
+    "arranging descriptors",
+    "making mounts private",
+    "bind-mounting the runtime root",
+    "remounting the root read-only",
+    "mounting /tmp",
+    "mounting /dev",
+    "creating device nodes",
+    "pivoting into the root",
+    "bringing up loopback",
+    "setting limits",
+    "dropping privileges",
+    "installing the seccomp filter",
+    "exec",
+];
+
+struct Prepared {
+    root: CString,
+    tmp: CString,
+    dev: CString,
+    tmp_opts: CString,
+    devs: Vec<(CString, u64)>,
+    _argv_c: Vec<CString>,
+    _env_c: Vec<CString>,
+    argv: Vec<*const libc::c_char>,
+    envp: Vec<*const libc::c_char>,
+    path: CString,
+    fds: Vec<(RawFd, RawFd)>,
+    rlimits: Vec<(u32, u64)>,
+    creds: Option<(u32, u32)>,
+    filter: Vec<[u8; 8]>,
+    memfd: Option<RawFd>,
+}
+
+fn cstr(s: &[u8]) -> Result<CString> {
+    CString::new(s).context("path or argument contains a NUL byte")
+}
+
+fn prepare(spec: &ChildSpec) -> Result<Prepared> {
+    let root = spec.root.canonicalize().with_context(|| format!("runtime root {}", spec.root.display()))?;
+    for d in ["tmp", "dev"] {
+        if !root.join(d).is_dir() {
+            bail!("runtime root {} has no /{d} directory to mount on", root.display());
+        }
+    }
+    let rb = root.as_os_str().as_bytes();
+    let join = |s: &str| cstr(&[rb, s.as_bytes()].concat());
+    let devs = vec![
+        (join("/dev/null")?, libc::makedev(1, 3)),
+        (join("/dev/zero")?, libc::makedev(1, 5)),
+        (join("/dev/random")?, libc::makedev(1, 8)),
+        (join("/dev/urandom")?, libc::makedev(1, 9)),
+    ];
+    let argv_c = spec.argv.iter().map(|a| cstr(a.as_bytes())).collect::<Result<Vec<_>>>()?;
+    let env_c = spec
+        .env
+        .iter()
+        .map(|(k, v)| cstr(format!("{k}={v}").as_bytes()))
+        .collect::<Result<Vec<_>>>()?;
+    let mut argv: Vec<_> = argv_c.iter().map(|c| c.as_ptr()).collect();
+    argv.push(std::ptr::null());
+    let mut envp: Vec<_> = env_c.iter().map(|c| c.as_ptr()).collect();
+    envp.push(std::ptr::null());
+    if spec.fds.iter().any(|&(_, t)| !(0..ERR_FD).contains(&t)) {
+        bail!("descriptor targets must be below {ERR_FD}");
+    }
+    let (path, creds, filter, memfd) = match &spec.exec {
+        Exec::Runtime { path, uid, gid, filter } => (cstr(path.as_bytes())?, Some((*uid, *gid)), filter.clone(), None),
+        Exec::Memfd { fd } => (cstr(b"")?, None, Vec::new(), Some(*fd)),
+    };
+    Ok(Prepared {
+        tmp: join("/tmp")?,
+        dev: join("/dev")?,
+        root: cstr(rb)?,
+        tmp_opts: cstr(format!("size={},mode=1777", spec.tmp_bytes).as_bytes())?,
+        devs,
+        _argv_c: argv_c,
+        _env_c: env_c,
+        argv,
+        envp,
+        path,
+        fds: spec.fds.clone(),
+        rlimits: spec.rlimits.clone(),
+        creds,
+        filter,
+        memfd,
+    })
+}
+
+/// Starts the child; returns its pid once it has exec'd (or the reason it could not).
+pub fn spawn(spec: &ChildSpec) -> Result<i32> {
+    let p = prepare(spec)?;
+    let (go_r, go_w) = pipe()?;
+    let (err_r, err_w) = pipe()?;
+    let flags = libc::CLONE_NEWPID
+        | libc::CLONE_NEWNS
+        | libc::CLONE_NEWNET
+        | libc::CLONE_NEWIPC
+        | libc::CLONE_NEWUTS
+        | libc::SIGCHLD;
+    // SAFETY: a fork-like clone (no new stack); the child only runs `child`,
+    // which makes raw system calls on prepared data and never returns.
+    let pid = unsafe { libc::syscall(libc::SYS_clone, flags as libc::c_ulong, 0usize, 0usize, 0usize, 0usize) };
+    if pid < 0 {
+        let e = Error::last_os_error();
+        close(&[go_r, go_w, err_r, err_w]);
+        bail!("clone with new namespaces failed: {e}");
+    }
+    if pid == 0 {
+        child(&p, go_r, err_w);
+    }
+    let pid = pid as i32;
+    close(&[go_r, err_w]);
+    let joined = spec.procs_files.iter().try_for_each(|f| {
+        std::fs::write(f, pid.to_string()).with_context(|| format!("adding pid {pid} to {}", f.display()))
+    });
+    if let Err(e) = joined {
+        kill_and_reap(pid);
+        close(&[go_w, err_r]);
+        return Err(e);
+    }
+    // SAFETY: one byte from a local into a pipe we own.
+    unsafe { libc::write(go_w, [1u8].as_ptr().cast(), 1) };
+    close(&[go_w]);
+    let mut rep = [0u8; 8];
+    let n = read_full(err_r, &mut rep);
+    close(&[err_r]);
+    if n == 0 {
+        drop(p);
+        return Ok(pid);
+    }
+    kill_and_reap(pid);
+    let step = u32::from_le_bytes(rep[0..4].try_into().expect("4 bytes")) as usize;
+    let errno = i32::from_le_bytes(rep[4..8].try_into().expect("4 bytes"));
+    bail!(
+        "sandbox set-up failed while {}: {}",
+        STEPS.get(step).unwrap_or(&"an unknown step"),
+        Error::from_raw_os_error(errno)
+    )
+}
+
+fn pipe() -> Result<(RawFd, RawFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills the two-element array.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        bail!("pipe: {}", Error::last_os_error());
+    }
+    Ok((fds[0], fds[1]))
+}
+
+fn close(fds: &[RawFd]) {
+    for &fd in fds {
+        // SAFETY: closing descriptors this module created.
+        unsafe { libc::close(fd) };
+    }
+}
+
+fn read_full(fd: RawFd, buf: &mut [u8]) -> usize {
+    let mut got = 0;
+    while got < buf.len() {
+        // SAFETY: reading into the unfilled tail of our buffer.
+        let n = unsafe { libc::read(fd, buf[got..].as_mut_ptr().cast(), buf.len() - got) };
+        if n < 0 && Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+            continue;
+        }
+        if n <= 0 {
+            break;
+        }
+        got += n as usize;
+    }
+    got
+}
+
+pub fn kill_and_reap(pid: i32) {
+    // SAFETY: signalling and reaping our own child.
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
+        let mut st = 0;
+        while libc::waitpid(pid, &mut st, libc::__WALL) < 0 && *libc::__errno_location() == libc::EINTR {}
+    }
+}
+
+/// The child: never returns. Reports (step, errno) on ERR_FD and exits on failure.
+fn child(p: &Prepared, go_r: RawFd, err_w: RawFd) -> ! {
+    // SAFETY (whole function): raw system calls on data prepared before clone;
+    // no allocation, no locks, as required between clone and exec.
+    unsafe {
+        let mut err_fd = err_w;
+        let fail = |fd: RawFd, step: usize| -> ! {
+            let errno = *libc::__errno_location();
+            let mut rep = [0u8; 8];
+            rep[0..4].copy_from_slice(&(step as u32).to_le_bytes());
+            rep[4..8].copy_from_slice(&errno.to_le_bytes());
+            libc::write(fd, rep.as_ptr().cast(), 8);
+            libc::_exit(127);
+        };
+        let mut b = 0u8;
+        if libc::read(go_r, (&mut b as *mut u8).cast(), 1) != 1 {
+            fail(err_fd, 0);
+        }
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+
+        // descriptors: lift every source above the targets, then place them
+        let mut lifted = [0 as RawFd; 64];
+        if p.fds.len() > lifted.len() {
+            fail(err_fd, 1);
+        }
+        for (i, &(src, _)) in p.fds.iter().enumerate() {
+            lifted[i] = libc::fcntl(src, libc::F_DUPFD_CLOEXEC, 1000);
+            if lifted[i] < 0 {
+                fail(err_fd, 1);
+            }
+        }
+        if libc::dup3(err_fd, ERR_FD, libc::O_CLOEXEC) < 0 {
+            fail(err_fd, 1);
+        }
+        err_fd = ERR_FD;
+        if let Some(m) = p.memfd {
+            if libc::dup3(m, EXEC_FD, libc::O_CLOEXEC) < 0 {
+                fail(err_fd, 1);
+            }
+        }
+        for (i, &(_, target)) in p.fds.iter().enumerate() {
+            if libc::dup2(lifted[i], target) < 0 {
+                fail(err_fd, 1);
+            }
+        }
+        let max_target = p.fds.iter().map(|&(_, t)| t).max().unwrap_or(2);
+        libc::syscall(libc::SYS_close_range, (max_target + 1) as u32, (ERR_FD - 1) as u32, 0u32);
+        libc::syscall(libc::SYS_close_range, (EXEC_FD + 1) as u32, u32::MAX, 0u32);
+
+        // filesystem: read-only root, private /tmp, minimal /dev
+        let null = std::ptr::null::<libc::c_char>();
+        if libc::mount(null, c"/".as_ptr(), null, libc::MS_REC | libc::MS_PRIVATE, std::ptr::null()) != 0 {
+            fail(err_fd, 2);
+        }
+        if libc::mount(p.root.as_ptr(), p.root.as_ptr(), null, libc::MS_BIND | libc::MS_REC, std::ptr::null()) != 0 {
+            fail(err_fd, 3);
+        }
+        let ro = libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV;
+        if libc::mount(null, p.root.as_ptr(), null, ro, std::ptr::null()) != 0 {
+            fail(err_fd, 4);
+        }
+        let tmpfs = c"tmpfs".as_ptr();
+        if libc::mount(tmpfs, p.tmp.as_ptr(), tmpfs, libc::MS_NOSUID | libc::MS_NODEV, p.tmp_opts.as_ptr().cast()) != 0 {
+            fail(err_fd, 5);
+        }
+        if libc::mount(tmpfs, p.dev.as_ptr(), tmpfs, libc::MS_NOSUID | libc::MS_NOEXEC, c"size=64k,mode=755".as_ptr().cast()) != 0
+        {
+            fail(err_fd, 6);
+        }
+        libc::umask(0);
+        for (path, dev) in &p.devs {
+            if libc::mknod(path.as_ptr(), libc::S_IFCHR | 0o666, *dev) != 0 {
+                fail(err_fd, 7);
+            }
+        }
+        if libc::mount(null, p.dev.as_ptr(), null, libc::MS_REMOUNT | libc::MS_NOSUID | libc::MS_NOEXEC | libc::MS_RDONLY, std::ptr::null()) != 0 {
+            fail(err_fd, 6);
+        }
+        if libc::chdir(p.root.as_ptr()) != 0
+            || libc::syscall(libc::SYS_pivot_root, c".".as_ptr(), c".".as_ptr()) != 0
+            || libc::umount2(c".".as_ptr(), libc::MNT_DETACH) != 0
+            || libc::chdir(c"/".as_ptr()) != 0
+        {
+            fail(err_fd, 8);
+        }
+
+        // network: loopback only (the namespace has nothing else)
+        let s = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
+        if s < 0 {
+            fail(err_fd, 9);
+        }
+        let mut ifr: libc::ifreq = std::mem::zeroed();
+        ifr.ifr_name[0] = b'l' as libc::c_char;
+        ifr.ifr_name[1] = b'o' as libc::c_char;
+        if libc::ioctl(s, libc::SIOCGIFFLAGS, &mut ifr) != 0 {
+            fail(err_fd, 9);
+        }
+        ifr.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
+        if libc::ioctl(s, libc::SIOCSIFFLAGS, &ifr) != 0 {
+            fail(err_fd, 9);
+        }
+        libc::close(s);
+        libc::sethostname(c"thaw".as_ptr(), 4);
+
+        for &(res, val) in &p.rlimits {
+            let lim = libc::rlimit { rlim_cur: val, rlim_max: val };
+            if libc::setrlimit(res as _, &lim) != 0 {
+                fail(err_fd, 10);
+            }
+        }
+        // ASLR off: the restorer rebuilds the runtime at the same addresses
+        libc::personality(libc::ADDR_NO_RANDOMIZE as libc::c_ulong);
+        libc::umask(0o022);
+
+        if let Some((uid, gid)) = p.creds {
+            if libc::setgroups(0, std::ptr::null()) != 0
+                || libc::setresgid(gid, gid, gid) != 0
+                || libc::setresuid(uid, uid, uid) != 0
+            {
+                fail(err_fd, 11);
+            }
+            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+                fail(err_fd, 12);
+            }
+            let prog = libc::sock_fprog { len: p.filter.len() as u16, filter: p.filter.as_ptr() as *mut libc::sock_filter };
+            if libc::syscall(libc::SYS_seccomp, 1u32 /* SET_MODE_FILTER */, 0u32, &prog) != 0 {
+                fail(err_fd, 12);
+            }
+            libc::execve(p.path.as_ptr(), p.argv.as_ptr(), p.envp.as_ptr());
+        } else {
+            libc::syscall(libc::SYS_execveat, EXEC_FD, c"".as_ptr(), p.argv.as_ptr(), p.envp.as_ptr(), libc::AT_EMPTY_PATH);
+        }
+        fail(err_fd, 13);
+    }
+}
