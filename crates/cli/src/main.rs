@@ -1,16 +1,70 @@
 //! The one `thaw` binary.
+use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
+use std::io::Write;
+use std::path::PathBuf;
+
+mod demo;
 
 #[derive(Parser)]
-#[command(name = "thaw", about = "serverless snapshot worker, bench and simulator")]
+#[command(name = "thaw", version, about = "serverless function snapshots: sandbox, restore strategies, bench and fleet simulator")]
 struct Cli {
+    /// State directory (runtime roots, disk-tier snapshots); default $THAW_HOME or /var/lib/thaw
+    #[arg(long, global = true)]
+    home: Option<PathBuf>,
     #[command(subcommand)]
     cmd: Cmd,
 }
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Trace-driven fleet simulator (see docs/SIMULATOR.md).
+    /// Build what is needed, snapshot and restore real functions, print a results table
+    Demo {
+        /// Comma-separated functions (default: the whole suite)
+        #[arg(long)]
+        functions: Option<String>,
+        #[arg(long, default_value = "tmpfs")]
+        tier: String,
+        #[arg(long, default_value = "I")]
+        size: String,
+    },
+    /// Runtime root and function suite: build, verify, functions, check
+    #[command(disable_help_flag = true)]
+    Runtime {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Start FUNCTION, run its init and snapshot it onto a tier
+    Deploy {
+        function: String,
+        #[arg(long, default_value = "tmpfs")]
+        tier: String,
+    },
+    /// Restore FUNCTION from its snapshot (deploying it if needed) and invoke it once
+    Invoke {
+        function: String,
+        #[arg(long, default_value = "I")]
+        size: String,
+        /// eager, mmap, uffd, or fresh (no snapshot)
+        #[arg(long, default_value = "mmap")]
+        strategy: String,
+        #[arg(long, default_value = "tmpfs")]
+        tier: String,
+        /// Verify the output with the function's checker
+        #[arg(long)]
+        check: bool,
+    },
+    /// Inspect snapshots
+    Snapshot {
+        #[command(subcommand)]
+        cmd: SnapCmd,
+    },
+    /// Benchmarks
+    Bench {
+        #[command(subcommand)]
+        cmd: BenchCmd,
+    },
+    /// Trace-driven fleet simulator (`thaw sim --help`)
     #[command(disable_help_flag = true)]
     Sim {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -18,13 +72,153 @@ enum Cmd {
     },
 }
 
+#[derive(Subcommand)]
+enum SnapCmd {
+    /// Check a snapshot's manifest, state and memory checksums
+    Verify { dir: PathBuf },
+    /// List snapshots on a tier
+    List {
+        #[arg(long, default_value = "tmpfs")]
+        tier: String,
+    },
+}
+
+#[derive(Subcommand)]
+enum BenchCmd {
+    /// Cold starts from snapshots per strategy vs. a fresh start
+    Restore {
+        #[arg(long, default_value = "helloworld,lr_serving")]
+        functions: String,
+        #[arg(long, default_value = "eager,mmap,uffd")]
+        strategies: String,
+        /// tmpfs or disk
+        #[arg(long, default_value = "tmpfs")]
+        tier: String,
+        /// Input size I..IV
+        #[arg(long, default_value = "I")]
+        size: String,
+        #[arg(long, default_value_t = 10)]
+        runs: usize,
+        /// Write one JSON object per run here
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// Write the markdown table here (it is printed either way)
+        #[arg(long)]
+        markdown: Option<PathBuf>,
+        /// Take fresh snapshots first
+        #[arg(long)]
+        redeploy: bool,
+        /// Run the checker on every output, not just the first
+        #[arg(long)]
+        check_all: bool,
+    },
+}
+
 fn main() {
     let cli = Cli::parse();
-    let res = match cli.cmd {
-        Cmd::Sim { args } => thaw_sim::cli_main(&args),
-    };
-    if let Err(e) = res {
+    if let Err(e) = run(cli) {
         eprintln!("thaw: error: {e:#}");
         std::process::exit(1);
+    }
+}
+
+fn split(s: &str) -> Vec<String> {
+    s.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect()
+}
+
+fn progress(msg: &str) {
+    eprintln!("thaw: {msg}");
+}
+
+fn worker(home: &std::path::Path) -> Result<thaw_worker::Worker> {
+    thaw_worker::Worker::new(home, &mut progress)
+}
+
+fn run(cli: Cli) -> Result<()> {
+    let home = cli.home.clone().unwrap_or_else(thaw_runtime::default_home);
+    match cli.cmd {
+        Cmd::Sim { args } => thaw_sim::cli_main(&args),
+        Cmd::Runtime { args } => thaw_runtime::cli_main(&args),
+        Cmd::Demo { functions, tier, size } => demo::run(&worker(&home)?, functions.as_deref().map(split), &tier, &size),
+        Cmd::Deploy { function, tier } => {
+            let w = worker(&home)?;
+            let (snap, rep) = w.deploy(&function, &w.tier(&tier)?)?;
+            println!("{}", snap.dir.display());
+            println!("{}", serde_json::to_string_pretty(&rep)?);
+            Ok(())
+        }
+        Cmd::Invoke { function, size, strategy, tier, check } => {
+            let w = worker(&home)?;
+            let t0 = std::time::Instant::now();
+            let mut sb = if strategy == "fresh" {
+                w.start_fresh(&function)?.0
+            } else {
+                let snap = w.snapshot(&function, &w.tier(&tier)?)?;
+                w.restore(&snap, &strategy)?.0
+            };
+            let inv = thaw_worker::invoke(&mut sb, &size, thaw_worker::INVOKE_TIMEOUT)?;
+            let cold = thaw_worker::ms(t0);
+            if check {
+                w.check(&function, &size, &inv.output)?;
+            }
+            println!(
+                "{}",
+                serde_json::json!({"function": function, "size": size, "strategy": strategy,
+                    "cold_ms": cold, "exec_ms": inv.exec_ms, "output": inv.output, "checked": check})
+            );
+            Ok(())
+        }
+        Cmd::Snapshot { cmd: SnapCmd::Verify { dir } } => {
+            let s = thaw_store::Snapshot::open(&dir)?;
+            s.load_state()?;
+            s.verify_memory()?;
+            println!("ok: {} ({} bytes of memory image)", dir.display(), s.manifest.memory.len);
+            Ok(())
+        }
+        Cmd::Snapshot { cmd: SnapCmd::List { tier } } => {
+            let t = thaw_store::Tier::by_name(&tier, &home)?;
+            let Ok(rd) = std::fs::read_dir(&t.path) else {
+                println!("no snapshots on {tier} ({})", t.path.display());
+                return Ok(());
+            };
+            for e in rd.flatten() {
+                match thaw_store::Snapshot::open(&e.path()) {
+                    Ok(s) => println!("{}\t{}\t{} MiB", s.manifest.function, e.path().display(), s.manifest.memory.len >> 20),
+                    Err(err) if !e.file_name().to_string_lossy().starts_with('.') => println!("BROKEN\t{}\t{err:#}", e.path().display()),
+                    Err(_) => {}
+                }
+            }
+            Ok(())
+        }
+        Cmd::Bench { cmd: BenchCmd::Restore { functions, strategies, tier, size, runs, json, markdown, redeploy, check_all } } => {
+            let w = worker(&home)?;
+            let o = thaw_bench::restore::Options {
+                functions: split(&functions),
+                strategies: split(&strategies),
+                tier: tier.clone(),
+                size,
+                runs,
+                redeploy,
+                check_all,
+            };
+            let mut out = match &json {
+                Some(p) => Some(std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?),
+                None => None,
+            };
+            let recs = thaw_bench::restore::run(&w, &o, &mut |r| {
+                if let Some(f) = out.as_mut() {
+                    writeln!(f, "{}", serde_json::to_string(r)?)?;
+                }
+                Ok(())
+            })?;
+            let rows = thaw_bench::restore::summarize_rows(&recs);
+            let emulated = recs.iter().any(|r| r.emulated);
+            let md = thaw_bench::restore::markdown(&rows, &tier, emulated, runs);
+            println!("{md}");
+            if let Some(p) = markdown {
+                std::fs::write(&p, &md).with_context(|| format!("writing {}", p.display()))?;
+            }
+            Ok(())
+        }
     }
 }

@@ -1,1 +1,286 @@
-//! thaw-runtime
+//! thaw-runtime: the runtime root filesystem (built from Debian 12 packages), the
+//! in-sandbox agent and the function suite.
+//!
+//! * [`ensure_root`] builds (or finds, content-addressed) the root under
+//!   `HOME/runtime/roots/HASH/root`; [`RootInfo::open`] reopens one by hash.
+//! * [`RootInfo::agent_command`] is the argv/env the sandbox starts the agent with.
+//! * [`RootInfo::check_output`] runs the trusted checker of a function's output.
+//! * [`harness`] drives the agent in a plain chroot (no snapshotting), for tests and
+//!   figures.
+//!
+//! See docs/RUNTIME.md and docs/AGENT_PROTOCOL.md.
+
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+pub mod recipe;
+pub mod cli;
+pub mod harness;
+pub mod treehash;
+
+pub use cli::cli_main;
+
+mod embedded {
+    include!(concat!(env!("OUT_DIR"), "/runtime_files.rs"));
+}
+
+/// The files of the repository's `runtime/` directory, installed under `/opt/thaw/`.
+pub fn runtime_files() -> &'static [(&'static str, &'static [u8])] {
+    embedded::RUNTIME_FILES
+}
+
+/// Version of the on-disk layout and manifest.
+pub const MANIFEST_FORMAT: u32 = 1;
+/// The interpreter inside the root.
+pub const PYTHON: &str = "/usr/bin/python3.11";
+/// Where the agent, functions, inputs and checkers live inside the root.
+pub const THAW_DIR: &str = "/opt/thaw";
+/// Input sizes of every function, small to large.
+pub const SIZES: [&str; 4] = ["I", "II", "III", "IV"];
+
+/// `$THAW_HOME`, or `/var/lib/thaw`.
+pub fn default_home() -> PathBuf {
+    match std::env::var_os("THAW_HOME") {
+        Some(h) if !h.is_empty() => PathBuf::from(h),
+        _ => PathBuf::from("/var/lib/thaw"),
+    }
+}
+
+/// `HOME/runtime/roots`.
+pub fn roots_dir(home: &Path) -> PathBuf {
+    home.join("runtime").join("roots")
+}
+
+/// What `manifest.json` (next to `root/`) records about a built root.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Manifest {
+    pub format: u32,
+    /// Input hash: the root's identity (directory name).
+    pub hash: String,
+    /// Hash of the built tree (paths, types, modes, owners, contents, link targets).
+    pub tree_hash: String,
+    pub size_bytes: u64,
+    pub files: u64,
+    pub suite: String,
+    /// (name, version, architecture), in install order.
+    pub packages: Vec<(String, String, String)>,
+    pub stubs: Vec<String>,
+    /// sha256 of every installed file of the repository's runtime/ directory.
+    pub runtime_files: Vec<(String, String)>,
+    pub python: String,
+    pub build_seconds: f64,
+    pub created_unix: u64,
+}
+
+/// A built runtime root.
+#[derive(Clone, Debug)]
+pub struct RootInfo {
+    /// Absolute path of the root directory (what the sandbox chroots into).
+    pub path: PathBuf,
+    /// Hex content hash (of the build inputs; the directory's name).
+    pub hash: String,
+    /// Directory holding `manifest.json` and `root/`.
+    pub dir: PathBuf,
+    pub manifest: Manifest,
+}
+
+/// One function of the suite.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct FunctionInfo {
+    pub name: String,
+    pub sizes: Vec<String>,
+    /// The paper workload it mirrors, e.g. "FunctionBench pyaes (vHive/REAP, SYSTOR'22)".
+    pub mirrors: String,
+    pub description: String,
+    /// Libraries it exercises.
+    #[serde(default)]
+    pub libraries: Vec<String>,
+    /// What each size means, e.g. "1 KiB plaintext".
+    #[serde(default)]
+    pub size_notes: Vec<String>,
+}
+
+#[derive(Deserialize)]
+struct Catalog {
+    functions: Vec<FunctionInfo>,
+}
+
+/// Builds the root if it is missing and returns it. Content-addressed: with unchanged
+/// inputs (package versions, recipe, runtime sources) this returns the existing root
+/// in well under a second and writes nothing.
+pub fn ensure_root(home: &Path, progress: &mut dyn FnMut(&str)) -> Result<RootInfo> {
+    recipe::ensure_root(home, false, progress)
+}
+
+impl RootInfo {
+    /// Opens the root with this hash under `home`; errors if it is missing or its
+    /// manifest does not match.
+    pub fn open(home: &Path, hash: &str) -> Result<RootInfo> {
+        if hash.len() != 64 || !hash.bytes().all(|b| b.is_ascii_hexdigit()) {
+            bail!("runtime root hash {hash:?} is not 64 hex characters");
+        }
+        let dir = roots_dir(home).join(hash);
+        let mpath = dir.join("manifest.json");
+        let text = std::fs::read_to_string(&mpath).with_context(|| {
+            format!(
+                "runtime root {hash} is not built under {} (no {}); run `thaw runtime build`",
+                home.display(),
+                mpath.display()
+            )
+        })?;
+        let manifest: Manifest = serde_json::from_str(&text)
+            .with_context(|| format!("runtime root manifest {} is corrupt", mpath.display()))?;
+        if manifest.format != MANIFEST_FORMAT {
+            bail!(
+                "runtime root {hash}: manifest format {} (expected {MANIFEST_FORMAT})",
+                manifest.format
+            );
+        }
+        if manifest.hash != hash {
+            bail!(
+                "runtime root manifest {} names hash {}, not {hash}",
+                mpath.display(),
+                manifest.hash
+            );
+        }
+        let path = dir.join("root");
+        for p in ["usr/bin/python3.11", "opt/thaw/agent.py", "dev", "proc", "tmp"] {
+            if std::fs::symlink_metadata(path.join(p)).is_err() {
+                bail!("runtime root {hash} is incomplete: /{p} is missing");
+            }
+        }
+        let path = path
+            .canonicalize()
+            .with_context(|| format!("canonicalize {}", path.display()))?;
+        Ok(RootInfo {
+            path,
+            hash: hash.to_string(),
+            dir,
+            manifest,
+        })
+    }
+
+    /// Re-hashes the whole tree; errors if anything changed since the build.
+    pub fn verify_full(&self) -> Result<()> {
+        let t = treehash::hash_tree(&self.path)?;
+        if t.hash != self.manifest.tree_hash {
+            bail!(
+                "runtime root {} changed since it was built: tree hash {} != manifest {} \
+                 ({} files / {} bytes now, {} / {} at build)",
+                self.hash,
+                t.hash,
+                self.manifest.tree_hash,
+                t.files,
+                t.size_bytes,
+                self.manifest.files,
+                self.manifest.size_bytes
+            );
+        }
+        Ok(())
+    }
+
+    /// argv (argv[0] is an absolute path inside the root) and the complete environment
+    /// to start the agent serving `function`.
+    pub fn agent_command(&self, function: &str) -> (Vec<String>, Vec<(String, String)>) {
+        let argv = vec![
+            PYTHON.to_string(),
+            "-s".to_string(),
+            format!("{THAW_DIR}/agent.py"),
+            function.to_string(),
+        ];
+        (argv, agent_env())
+    }
+
+    /// The function suite (test-only functions, named `_test_*`, are not listed).
+    pub fn functions(&self) -> Result<Vec<FunctionInfo>> {
+        let p = self.path.join("opt/thaw/catalog.json");
+        let text =
+            std::fs::read_to_string(&p).with_context(|| format!("read {}", p.display()))?;
+        let c: Catalog =
+            serde_json::from_str(&text).with_context(|| format!("parse {}", p.display()))?;
+        Ok(c.functions)
+    }
+
+    /// Verifies a function's output for an input size by running the function's checker
+    /// (trusted code: `chroot ROOT python3 /opt/thaw/check.py FUNCTION SIZE`, output
+    /// JSON on stdin). The error says what is wrong.
+    pub fn check_output(
+        &self,
+        function: &str,
+        size: &str,
+        output: &serde_json::Value,
+    ) -> Result<()> {
+        if !SIZES.contains(&size) {
+            bail!("unknown input size {size:?} (sizes: I, II, III, IV)");
+        }
+        let known = self.functions()?;
+        if !known.iter().any(|f| f.name == function) {
+            bail!("unknown function {function:?}");
+        }
+        let data = serde_json::to_vec(output)?;
+        let out = recipe::run_in_root(
+            &self.path,
+            &[
+                PYTHON,
+                "-B",
+                "-s",
+                "/opt/thaw/check.py",
+                function,
+                size,
+            ],
+            &agent_env(),
+            Some(&data),
+        )?;
+        if !out.status.success() {
+            let msg = String::from_utf8_lossy(&out.stderr);
+            let msg = msg.trim();
+            let line = msg
+                .lines()
+                .rev()
+                .find(|l| l.starts_with("CHECK FAILED"))
+                .unwrap_or(msg);
+            bail!("{function} size {size}: {line}");
+        }
+        Ok(())
+    }
+}
+
+/// The agent's environment: single threaded everything, no bytecode writes, HOME=/tmp.
+pub fn agent_env() -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = [
+        ("PATH", "/usr/bin:/bin"),
+        ("HOME", "/tmp"),
+        ("TMPDIR", "/tmp"),
+        ("LANG", "C.UTF-8"),
+        ("LC_ALL", "C.UTF-8"),
+        ("PYTHONDONTWRITEBYTECODE", "1"),
+        ("PYTHONUNBUFFERED", "1"),
+        ("PYTHONNOUSERSITE", "1"),
+        ("OPENBLAS_NUM_THREADS", "1"),
+        ("OMP_NUM_THREADS", "1"),
+        ("OMP_THREAD_LIMIT", "1"),
+        ("OMP_DYNAMIC", "FALSE"),
+        ("GOTO_NUM_THREADS", "1"),
+        ("MKL_NUM_THREADS", "1"),
+        ("NUMEXPR_NUM_THREADS", "1"),
+        ("VECLIB_MAXIMUM_THREADS", "1"),
+        ("BLIS_NUM_THREADS", "1"),
+        ("JOBLIB_MULTIPROCESSING", "0"),
+        ("LOKY_MAX_CPU_COUNT", "1"),
+        ("MALLOC_ARENA_MAX", "1"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    // Older OpenBLAS (bookworm's 0.3.21) mis-detects some CPUs; hosts that need it set
+    // these, and the runtime must see the same.
+    for k in ["OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"] {
+        if let Ok(v) = std::env::var(k) {
+            if !v.is_empty() {
+                env.push((k.to_string(), v));
+            }
+        }
+    }
+    env
+}

@@ -149,15 +149,32 @@ fn ms(t: Instant) -> f64 {
 /// (keyed by device, inode, size and mtime): a full hash on every restore
 /// would read every page and defeat lazy restore.
 fn verify_once(snap: &Snapshot, image: &File) -> Result<()> {
-    static SEEN: OnceLock<Mutex<HashSet<(u64, u64, u64, i64)>>> = OnceLock::new();
-    let m = image.metadata()?;
-    let key = (m.dev(), m.ino(), m.size(), m.mtime_nsec() + m.mtime() * 1_000_000_000);
-    let seen = SEEN.get_or_init(Default::default);
-    if seen.lock().unwrap_or_else(|p| p.into_inner()).contains(&key) {
+    let key = image_key(image)?;
+    if verified().lock().unwrap_or_else(|p| p.into_inner()).contains(&key) {
         return Ok(());
     }
     snap.verify_memory()?;
-    seen.lock().unwrap_or_else(|p| p.into_inner()).insert(key);
+    verified().lock().unwrap_or_else(|p| p.into_inner()).insert(key);
+    Ok(())
+}
+
+type ImageKey = (u64, u64, u64, i64);
+
+fn verified() -> &'static Mutex<HashSet<ImageKey>> {
+    static SEEN: OnceLock<Mutex<HashSet<ImageKey>>> = OnceLock::new();
+    SEEN.get_or_init(Default::default)
+}
+
+fn image_key(image: &File) -> Result<ImageKey> {
+    let m = image.metadata()?;
+    Ok((m.dev(), m.ino(), m.size(), m.mtime_nsec() + m.mtime() * 1_000_000_000))
+}
+
+/// Records that this process wrote `snap`'s image itself (its checksum was
+/// computed while writing), so restores need not re-hash it.
+pub fn trust_written(snap: &Snapshot) -> Result<()> {
+    let key = image_key(&File::open(snap.memory_path())?)?;
+    verified().lock().unwrap_or_else(|p| p.into_inner()).insert(key);
     Ok(())
 }
 

@@ -1,6 +1,22 @@
-//! thaw-sim: trace-driven simulator (placeholder entry point, filled by the sim work).
+//! thaw-sim: trace-driven fleet simulator over thaw-policy (see docs/SIMULATOR.md).
+//!
+//! Inputs: the Azure Functions 2019 trace ([`azure2019`]), the 2021 per-invocation
+//! trace ([`azure2021`]) and a synthetic generator ([`synthetic`]), all streamed.
+//! The core ([`run`]) is single-threaded over virtual time and deterministic for a
+//! seed. Outputs: JSON summary, CSV table, SVG CDF plot ([`output`]).
 
-/// Entry point for `thaw sim ARGS...`.
-pub fn cli_main(_args: &[String]) -> anyhow::Result<()> {
-    anyhow::bail!("thaw sim is not built yet")
+pub mod azure2019;
+pub mod azure2021;
+pub mod calib;
+pub mod cli;
+pub mod hist;
+pub mod output;
+pub mod rng;
+pub mod run;
+pub mod source;
+pub mod synthetic;
+
+/// Entry point for `thaw sim ARGS...` (ARGS exclude "sim").
+pub fn cli_main(args: &[String]) -> anyhow::Result<()> {
+    cli::main(args)
 }

@@ -1,0 +1,273 @@
+//! `thaw bench restore`: functions x strategies x runs on one tier, page cache
+//! of the snapshot dropped before every cold run, and fresh starts of the same
+//! functions as the baseline, all in one process.
+use crate::stats::{summarize, Summary};
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+use std::io::Write;
+use std::time::Instant;
+use thaw_sandbox::Sandbox;
+use thaw_worker::{invoke, ms, Worker, INVOKE_TIMEOUT};
+
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub functions: Vec<String>,
+    pub strategies: Vec<String>,
+    pub tier: String,
+    pub size: String,
+    pub runs: usize,
+    /// also re-deploy the snapshot before measuring
+    pub redeploy: bool,
+    /// check every output with the function's checker (first run always is)
+    pub check_all: bool,
+}
+
+/// One measured run: a JSON line of the report.
+#[derive(Debug, Clone, Serialize)]
+pub struct Record {
+    pub function: String,
+    pub input: String,
+    pub strategy: String,
+    pub tier: String,
+    pub emulated: bool,
+    pub run: usize,
+    /// restore (or start) request to the first response of the function
+    pub cold_ms: f64,
+    pub state_load_ms: f64,
+    pub sandbox_ms: f64,
+    pub memory_setup_ms: f64,
+    pub resume_ms: f64,
+    /// the first invocation, resume to response
+    pub first_response_ms: f64,
+    pub exec_ms: f64,
+    /// the second invocation on the same instance
+    pub warm_ms: f64,
+    /// faults served by the page server
+    pub faults: u64,
+    pub minflt: u64,
+    pub majflt: u64,
+    /// bytes brought in from the memory image
+    pub bytes_read: u64,
+    pub image_bytes: u64,
+    pub rss_kb: u64,
+}
+
+/// Runs the benchmark; every record goes to `sink` as it is measured.
+pub fn run(w: &Worker, o: &Options, sink: &mut dyn FnMut(&Record) -> Result<()>) -> Result<Vec<Record>> {
+    if o.runs == 0 {
+        bail!("--runs must be at least 1");
+    }
+    for s in o.strategies.iter().filter(|s| *s != "fresh") {
+        thaw_memory::strategy_by_name(s)?;
+    }
+    for f in &o.functions {
+        w.check_function(f)?;
+    }
+    let tier = w.tier(&o.tier)?;
+    let mut out = Vec::new();
+    for f in &o.functions {
+        let snap = if o.redeploy { w.deploy(f, &tier)?.0 } else { w.snapshot(f, &tier)? };
+        let image_bytes = snap.manifest.memory.len;
+        eprintln!("bench: {f}: snapshot {} ({} MiB image) on {}", snap.dir.display(), image_bytes >> 20, tier.description);
+        // one untimed warm-up per strategy so first-use costs (image verify, memfd) stay out
+        for s in &o.strategies {
+            if s != "fresh" {
+                let (mut sb, _) = w.restore(&snap, s)?;
+                let inv = invoke(&mut sb, &o.size, INVOKE_TIMEOUT)?;
+                w.check(f, &o.size, &inv.output).with_context(|| format!("{f} restored with {s} gave a wrong output"))?;
+            }
+        }
+        for run in 0..o.runs {
+            eprint!("\rbench: {f}: run {}/{}   ", run + 1, o.runs);
+            let _ = std::io::stderr().flush();
+            for s in std::iter::once("fresh").chain(o.strategies.iter().map(String::as_str).filter(|s| *s != "fresh")) {
+                snap.drop_page_cache()?;
+                let rec = if s == "fresh" {
+                    measure_fresh(w, f, o, run)?
+                } else {
+                    measure_restore(w, &snap, f, s, o, run, image_bytes, tier.emulated)?
+                };
+                let rec = Record { tier: tier.name.to_string(), ..rec };
+                sink(&rec)?;
+                out.push(rec);
+            }
+        }
+        eprintln!();
+    }
+    Ok(out)
+}
+
+fn faults(sb: &Sandbox) -> (u64, u64) {
+    sb.fault_counters().unwrap_or((0, 0))
+}
+
+fn measure_fresh(w: &Worker, f: &str, o: &Options, run: usize) -> Result<Record> {
+    let t0 = Instant::now();
+    let (mut sb, fresh) = w.start_fresh(f)?;
+    let inv = invoke(&mut sb, &o.size, INVOKE_TIMEOUT)?;
+    let cold_ms = ms(t0);
+    if run == 0 || o.check_all {
+        w.check(f, &o.size, &inv.output)?;
+    }
+    let warm = invoke(&mut sb, &o.size, INVOKE_TIMEOUT)?;
+    let (minflt, majflt) = faults(&sb);
+    Ok(Record {
+        function: f.into(),
+        input: o.size.clone(),
+        strategy: "fresh".into(),
+        tier: String::new(),
+        emulated: false,
+        run,
+        cold_ms,
+        state_load_ms: 0.0,
+        sandbox_ms: fresh.spawn_ms,
+        memory_setup_ms: fresh.load_ms,
+        resume_ms: 0.0,
+        first_response_ms: inv.latency_ms,
+        exec_ms: inv.exec_ms,
+        warm_ms: warm.latency_ms,
+        faults: 0,
+        minflt,
+        majflt,
+        bytes_read: 0,
+        image_bytes: 0,
+        rss_kb: sb.rss_kb().unwrap_or(0),
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn measure_restore(
+    w: &Worker,
+    snap: &thaw_store::Snapshot,
+    f: &str,
+    s: &str,
+    o: &Options,
+    run: usize,
+    image_bytes: u64,
+    emulated: bool,
+) -> Result<Record> {
+    let t0 = Instant::now();
+    let (mut sb, rep) = w.restore(snap, s)?;
+    let inv = invoke(&mut sb, &o.size, INVOKE_TIMEOUT)?;
+    let cold_ms = ms(t0);
+    if o.check_all {
+        w.check(f, &o.size, &inv.output)?;
+    }
+    let (minflt, majflt) = faults(&sb);
+    let served = sb.pager().map(|p| p.stats.faults()).unwrap_or(0);
+    let served_bytes = sb.pager().map(|p| p.stats.bytes_read()).unwrap_or(0);
+    let mapped_in = image_rss_bytes(sb.pid()).unwrap_or(0);
+    let warm = invoke(&mut sb, &o.size, INVOKE_TIMEOUT)?;
+    Ok(Record {
+        function: f.into(),
+        input: o.size.clone(),
+        strategy: s.into(),
+        tier: String::new(),
+        emulated,
+        run,
+        cold_ms,
+        state_load_ms: rep.state_load_ms,
+        sandbox_ms: rep.sandbox_ms,
+        memory_setup_ms: rep.memory_setup_ms,
+        resume_ms: rep.resume_ms,
+        first_response_ms: inv.latency_ms,
+        exec_ms: inv.exec_ms,
+        warm_ms: warm.latency_ms,
+        faults: served,
+        minflt,
+        majflt,
+        bytes_read: rep.copied_bytes + served_bytes + mapped_in,
+        image_bytes,
+        rss_kb: sb.rss_kb().unwrap_or(0),
+    })
+}
+
+/// Resident bytes of the memory-image mappings: what the kernel faulted in
+/// from the image for the `mmap` strategy.
+fn image_rss_bytes(pid: i32) -> Result<u64> {
+    let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps"))?;
+    let mut in_image = false;
+    let mut total = 0;
+    for line in smaps.lines() {
+        let first = line.split_whitespace().next().unwrap_or("");
+        if first.contains('-') && first.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
+            in_image = line.ends_with("/memory.img");
+        } else if in_image {
+            if let Some(v) = line.strip_prefix("Rss:") {
+                total += v.trim().trim_end_matches("kB").trim().parse::<u64>().unwrap_or(0) * 1024;
+            }
+        }
+    }
+    Ok(total)
+}
+
+/// Per (function, strategy): summaries of cold start and its phases, and the
+/// ratio of each median to the baseline strategy's median.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    pub function: String,
+    pub strategy: String,
+    pub cold: Summary,
+    pub first_response: Summary,
+    pub warm: Summary,
+    pub faults_median: f64,
+    pub bytes_read_median: f64,
+    pub speedup_vs_fresh: f64,
+    pub ratio_to_mmap: Option<f64>,
+}
+
+pub fn summarize_rows(recs: &[Record]) -> Vec<Row> {
+    let mut keys: Vec<(String, String)> = Vec::new();
+    for r in recs {
+        let k = (r.function.clone(), r.strategy.clone());
+        if !keys.contains(&k) {
+            keys.push(k);
+        }
+    }
+    let pick = |f: &str, s: &str, g: &dyn Fn(&Record) -> f64| -> Vec<f64> {
+        recs.iter().filter(|r| r.function == f && r.strategy == s).map(g).collect()
+    };
+    let med = |f: &str, s: &str| summarize(&pick(f, s, &|r| r.cold_ms)).map(|x| x.median);
+    keys.iter()
+        .filter_map(|(f, s)| {
+            let cold = summarize(&pick(f, s, &|r| r.cold_ms))?;
+            Some(Row {
+                function: f.clone(),
+                strategy: s.clone(),
+                cold,
+                first_response: summarize(&pick(f, s, &|r| r.first_response_ms))?,
+                warm: summarize(&pick(f, s, &|r| r.warm_ms))?,
+                faults_median: summarize(&pick(f, s, &|r| r.faults as f64))?.median,
+                bytes_read_median: summarize(&pick(f, s, &|r| r.bytes_read as f64))?.median,
+                speedup_vs_fresh: med(f, "fresh").map(|m| m / cold.median).unwrap_or(f64::NAN),
+                ratio_to_mmap: med(f, "mmap").map(|m| cold.median / m),
+            })
+        })
+        .collect()
+}
+
+/// The markdown table of a run.
+pub fn markdown(rows: &[Row], tier: &str, emulated: bool, runs: usize) -> String {
+    let mut s = format!(
+        "Tier: {tier}{} · {runs} runs per cell · times in ms (min / median / p99)\n\n",
+        if emulated { " (emulated)" } else { "" }
+    );
+    s.push_str("| function | strategy | cold start | first response | warm | faults served | MiB read | speed-up vs fresh | ratio to mmap |\n");
+    s.push_str("|---|---|---|---|---|---|---|---|---|\n");
+    let t = |x: &Summary| format!("{:.2} / {:.2} / {:.2}", x.min, x.median, x.p99);
+    for r in rows {
+        s.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {:.0} | {:.1} | {:.1}x | {} |\n",
+            r.function,
+            r.strategy,
+            t(&r.cold),
+            t(&r.first_response),
+            t(&r.warm),
+            r.faults_median,
+            r.bytes_read_median / (1 << 20) as f64,
+            r.speedup_vs_fresh,
+            r.ratio_to_mmap.map(|x| format!("{x:.2}")).unwrap_or_else(|| "-".into()),
+        ));
+    }
+    s
+}

@@ -1,0 +1,47 @@
+//! `thaw demo`: the main job. Builds the runtime root if needed, snapshots each
+//! function, restores it with every strategy, checks the outputs and prints a
+//! results table next to a fresh start.
+use anyhow::{Context, Result};
+use thaw_worker::{invoke, ms, Worker, INVOKE_TIMEOUT};
+
+pub fn run(w: &Worker, functions: Option<Vec<String>>, tier: &str, size: &str) -> Result<()> {
+    let tier = w.tier(tier)?;
+    let names: Vec<String> = match functions {
+        Some(f) => f,
+        None => w.functions().iter().map(|f| f.name.clone()).collect(),
+    };
+    let strategies = thaw_memory::STRATEGY_NAMES;
+    println!("thaw demo: runtime root {} ({}), snapshots on {}, input size {size}", &w.root.hash[..16], w.root.path.display(), tier.description);
+    let mut header = format!("{:<14} {:>10} {:>10}", "function", "image MiB", "fresh ms");
+    for s in strategies {
+        header.push_str(&format!(" {:>10}", format!("{s} ms")));
+    }
+    header.push_str(&format!(" {:>9} {:>8}", "speed-up", "output"));
+    println!("{header}");
+    for f in &names {
+        eprintln!("thaw: demo: {f}: fresh start, snapshot, restores");
+        let t0 = std::time::Instant::now();
+        let (mut sb, _) = w.start_fresh(f)?;
+        let inv = invoke(&mut sb, size, INVOKE_TIMEOUT)?;
+        let fresh = ms(t0);
+        w.check(f, size, &inv.output).with_context(|| format!("{f} (fresh) gave a wrong output"))?;
+        drop(sb);
+        let (snap, _) = w.deploy(f, &tier)?;
+        let mut line = format!("{:<14} {:>10.1} {:>10.1}", f, snap.manifest.memory.len as f64 / (1 << 20) as f64, fresh);
+        let mut best = f64::MAX;
+        for s in strategies {
+            snap.drop_page_cache()?;
+            let t = std::time::Instant::now();
+            let (mut sb, _) = w.restore(&snap, s)?;
+            let inv = invoke(&mut sb, size, INVOKE_TIMEOUT)?;
+            let cold = ms(t);
+            w.check(f, size, &inv.output).with_context(|| format!("{f} restored with {s} gave a wrong output"))?;
+            best = best.min(cold);
+            line.push_str(&format!(" {cold:>10.1}"));
+        }
+        line.push_str(&format!(" {:>8.1}x {:>8}", fresh / best, "ok"));
+        println!("{line}");
+    }
+    println!("(cold = restore request to first response; fresh = exec + import + init + first response; one run each: see `thaw bench restore` for repeated measurements)");
+    Ok(())
+}

@@ -1,0 +1,583 @@
+//! The one engine behind every named policy.
+//!
+//! RAM holds running instances, idle instances (the RAM cache) and instances being
+//! checkpointed. Below it, when the policy is tiered, a disk tier and a network tier
+//! hold snapshots, each in LRU order. Transfers are modelled as serial queues per
+//! direction (disk read, disk write, network down, network up); a queue's "busy
+//! until" time is what the start-type estimate adds to the transfer time, as in the
+//! thesis' "lowest estimated latency given queued transfers".
+
+use crate::list::{Links, List};
+use crate::{
+    Action, Config, FnCost, FnId, InstanceId, Outcome, Policy, PolicyError, PolicyKind, Start,
+    Time, Usage, XferId,
+};
+use std::collections::{BTreeSet, HashMap, VecDeque};
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum State {
+    Running,
+    Idle,
+    Writing,
+    Free,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Inst {
+    f: u32,
+    mem: u32,
+    gen: u32,
+    state: State,
+    /// When the instance became idle (LRU order and keep-alive expiry).
+    since: Time,
+    /// Greedy-dual priority as ordered f64 bits (priorities are never negative).
+    gd_key: u64,
+}
+
+const ON_DISK: u8 = 1;
+const DISK_PENDING: u8 = 2;
+const ON_NET: u8 = 4;
+const NET_PENDING: u8 = 8;
+
+#[derive(Clone, Copy, Debug)]
+struct Func {
+    /// This function's idle instances, most recently idle first (reused first).
+    idle: List,
+    /// Instances in RAM in any state; greedy-dual forgets frequency at zero.
+    live: u32,
+    freq: u32,
+    /// Size of the snapshot on disk or network.
+    snap_mb: u32,
+    flags: u8,
+    cost: FnCost,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Pending {
+    Checkpoint { slot: u32 },
+    Download { f: u32 },
+    Upload { f: u32 },
+}
+
+const DISK_READ: usize = 0;
+const DISK_WRITE: usize = 1;
+const NET_DOWN: usize = 2;
+const NET_UP: usize = 3;
+
+/// See the crate documentation; build one with [`Engine::new`].
+pub struct Engine {
+    cfg: Config,
+    now: Time,
+    insts: Vec<Inst>,
+    free_slots: Vec<u32>,
+    idle_links: Links,
+    idle_lru: List,
+    fn_links: Links,
+    funcs: Vec<Func>,
+    disk_links: Links,
+    disk_lru: List,
+    net_links: Links,
+    net_lru: List,
+    gd: BTreeSet<(u64, u32)>,
+    gd_clock: f64,
+    /// Pending checkpoints in issue order; pressure cancels from the back.
+    writes: VecDeque<(XferId, Time)>,
+    pending: HashMap<XferId, Pending>,
+    next_xfer: u64,
+    busy: [Time; 4],
+    us_per_mb: [f64; 4],
+    idle_limit_mb: u64,
+    usage: Usage,
+}
+
+impl Engine {
+    pub fn new(cfg: Config) -> Result<Engine, PolicyError> {
+        cfg.validate()?;
+        let per = |mb_s: f64| 1e6 / mb_s;
+        Ok(Engine {
+            us_per_mb: [
+                per(cfg.disk_read_mb_s),
+                per(cfg.disk_write_mb_s),
+                per(cfg.net_mb_s),
+                per(cfg.net_mb_s),
+            ],
+            idle_limit_mb: (cfg.ram_mb as f64 * cfg.threshold).floor() as u64,
+            cfg,
+            now: 0,
+            insts: Vec::new(),
+            free_slots: Vec::new(),
+            idle_links: Links::default(),
+            idle_lru: List::default(),
+            fn_links: Links::default(),
+            funcs: Vec::new(),
+            disk_links: Links::default(),
+            disk_lru: List::default(),
+            net_links: Links::default(),
+            net_lru: List::default(),
+            gd: BTreeSet::new(),
+            gd_clock: 0.0,
+            writes: VecDeque::new(),
+            pending: HashMap::new(),
+            next_xfer: 0,
+            busy: [0; 4],
+            usage: Usage::default(),
+        })
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// Number of transfers issued and not yet done or cancelled.
+    pub fn pending_transfers(&self) -> usize {
+        self.pending.len()
+    }
+
+    fn tick(&mut self, now: Time) -> Time {
+        // A caller's clock that steps back must not corrupt queue estimates.
+        self.now = self.now.max(now);
+        self.now
+    }
+
+    fn ensure_fn(&mut self, f: FnId) -> usize {
+        let fi = f.0 as usize;
+        if fi >= self.funcs.len() {
+            let blank = Func {
+                idle: List::default(),
+                live: 0,
+                freq: 0,
+                snap_mb: 0,
+                flags: 0,
+                cost: self.cfg.cost,
+            };
+            self.funcs.resize(fi + 1, blank);
+            self.disk_links.ensure(fi + 1);
+            self.net_links.ensure(fi + 1);
+        }
+        fi
+    }
+
+    fn xfer_us(&self, mb: u32, q: usize) -> Time {
+        (mb as f64 * self.us_per_mb[q]).round() as Time
+    }
+
+    /// Appends a job of `dur` to queue `q`, returning when it ends.
+    fn enqueue(&mut self, q: usize, dur: Time) -> Time {
+        let end = self.busy[q].max(self.now) + dur;
+        self.busy[q] = end;
+        end
+    }
+
+    fn new_xfer(&mut self, p: Pending) -> XferId {
+        let id = XferId(self.next_xfer);
+        self.next_xfer += 1;
+        self.pending.insert(id, p);
+        id
+    }
+
+    fn id_of(&self, slot: u32) -> InstanceId {
+        InstanceId(((self.insts[slot as usize].gen as u64) << 32) | slot as u64)
+    }
+
+    fn alloc(&mut self, f: u32, mem: u32) -> u32 {
+        let inst = Inst {
+            f,
+            mem,
+            gen: 0,
+            state: State::Running,
+            since: self.now,
+            gd_key: 0,
+        };
+        match self.free_slots.pop() {
+            Some(s) => {
+                let gen = self.insts[s as usize].gen;
+                self.insts[s as usize] = Inst { gen, ..inst };
+                s
+            }
+            None => {
+                self.insts.push(inst);
+                let n = self.insts.len();
+                self.idle_links.ensure(n);
+                self.fn_links.ensure(n);
+                (n - 1) as u32
+            }
+        }
+    }
+
+    /// Returns an instance's RAM, whatever state it was in.
+    fn release(&mut self, slot: u32) {
+        let inst = self.insts[slot as usize];
+        let mem = inst.mem as u64;
+        match inst.state {
+            State::Running => self.usage.running_mb -= mem,
+            State::Idle => self.usage.idle_mb -= mem,
+            State::Writing => self.usage.writing_mb -= mem,
+            State::Free => return,
+        }
+        self.usage.ram_mb -= mem;
+        let func = &mut self.funcs[inst.f as usize];
+        func.live -= 1;
+        if func.live == 0 {
+            func.freq = 0;
+        }
+        let i = &mut self.insts[slot as usize];
+        i.state = State::Free;
+        i.gen = i.gen.wrapping_add(1);
+        self.free_slots.push(slot);
+    }
+
+    fn make_idle(&mut self, slot: u32) {
+        let inst = self.insts[slot as usize];
+        let fi = inst.f as usize;
+        self.idle_links.push_front(&mut self.idle_lru, slot);
+        self.fn_links.push_front(&mut self.funcs[fi].idle, slot);
+        if self.cfg.kind.greedy_dual() {
+            let func = self.funcs[fi];
+            let miss_us = self.miss_cost_us(&func);
+            let prio = self.gd_clock + func.freq as f64 * (miss_us as f64 / 1000.0) / inst.mem.max(1) as f64;
+            let key = prio.to_bits();
+            self.insts[slot as usize].gd_key = key;
+            self.gd.insert((key, slot));
+        }
+        self.usage.idle_mb += inst.mem as u64;
+        self.insts[slot as usize].state = State::Idle;
+    }
+
+    /// Takes an idle instance out of every idle order (it stays in RAM).
+    fn unidle(&mut self, slot: u32) {
+        let inst = self.insts[slot as usize];
+        self.idle_links.remove(&mut self.idle_lru, slot);
+        self.fn_links.remove(&mut self.funcs[inst.f as usize].idle, slot);
+        if self.cfg.kind.greedy_dual() {
+            self.gd.remove(&(inst.gd_key, slot));
+        }
+    }
+
+    /// What losing this function's last RAM instance costs at its next start:
+    /// greedy-dual's "cost" term, aware of the tiers when there are any.
+    fn miss_cost_us(&self, func: &Func) -> Time {
+        let c = func.cost;
+        if func.flags & ON_DISK != 0 {
+            c.cold_us
+                .min(c.restore_disk_us + self.xfer_us(func.snap_mb, DISK_READ))
+        } else if func.flags & ON_NET != 0 {
+            c.cold_us
+                .min(c.restore_net_us + self.xfer_us(func.snap_mb, NET_DOWN))
+        } else {
+            c.cold_us
+        }
+    }
+
+    /// The idle instance to give up next.
+    fn victim(&mut self) -> Option<u32> {
+        if self.cfg.kind.greedy_dual() {
+            let &(key, slot) = self.gd.first()?;
+            // Greedy-dual ages the cache: later entries start from the evicted priority.
+            self.gd_clock = self.gd_clock.max(f64::from_bits(key));
+            Some(slot)
+        } else {
+            self.idle_lru.back()
+        }
+    }
+
+    fn kill_idle(&mut self, slot: u32, out: &mut Vec<Action>) {
+        let id = self.id_of(slot);
+        self.unidle(slot);
+        self.release(slot);
+        out.push(Action::Kill { instance: id });
+    }
+
+    fn cancel_last_write(&mut self, out: &mut Vec<Action>) -> bool {
+        while let Some((id, _)) = self.writes.pop_back() {
+            if let Some(Pending::Checkpoint { slot }) = self.pending.remove(&id) {
+                let f = self.insts[slot as usize].f as usize;
+                self.funcs[f].flags &= !DISK_PENDING;
+                self.release(slot);
+                out.push(Action::Cancel { id });
+                // The queue now ends with the previous write (or is idle).
+                self.busy[DISK_WRITE] = self.writes.back().map_or(self.now, |w| w.1.max(self.now));
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Frees RAM for `need` MiB: pending writes first, then idle instances. Does
+    /// nothing when even both would not be enough.
+    fn make_room(&mut self, need: u64, out: &mut Vec<Action>) -> bool {
+        let free = self.cfg.ram_mb - self.usage.ram_mb;
+        if free >= need {
+            return true;
+        }
+        if free + self.usage.writing_mb + self.usage.idle_mb < need {
+            return false;
+        }
+        while self.cfg.ram_mb - self.usage.ram_mb < need {
+            if self.cancel_last_write(out) {
+                continue;
+            }
+            match self.victim() {
+                Some(v) => self.kill_idle(v, out),
+                None => return false,
+            }
+        }
+        true
+    }
+
+    /// Tiered policies: move idle instances down until the RAM cache is under the
+    /// threshold. Checkpoint only when no copy exists; pull from the network rather
+    /// than checkpoint again.
+    fn demote_over_threshold(&mut self, out: &mut Vec<Action>) {
+        while self.usage.idle_mb > self.idle_limit_mb {
+            let Some(slot) = self.victim() else { return };
+            let inst = self.insts[slot as usize];
+            let fi = inst.f as usize;
+            let flags = self.funcs[fi].flags;
+            let fits_disk = self.cfg.disk_mb > 0 && inst.mem as u64 <= self.cfg.disk_mb;
+            if flags & (ON_DISK | DISK_PENDING) != 0 || !fits_disk {
+                if flags & ON_DISK != 0 {
+                    self.disk_links.touch(&mut self.disk_lru, fi as u32);
+                }
+                self.kill_idle(slot, out);
+            } else if flags & ON_NET != 0 {
+                self.kill_idle(slot, out);
+                let dur = self.xfer_us(self.funcs[fi].snap_mb, NET_DOWN);
+                let eta = self.enqueue(NET_DOWN, dur);
+                let id = self.new_xfer(Pending::Download { f: fi as u32 });
+                self.funcs[fi].flags |= DISK_PENDING;
+                out.push(Action::Download {
+                    id,
+                    f: FnId(fi as u32),
+                    eta,
+                });
+            } else {
+                let instance = self.id_of(slot);
+                self.unidle(slot);
+                self.usage.idle_mb -= inst.mem as u64;
+                self.usage.writing_mb += inst.mem as u64;
+                self.insts[slot as usize].state = State::Writing;
+                let func = &mut self.funcs[fi];
+                func.flags |= DISK_PENDING;
+                func.snap_mb = inst.mem;
+                let dur = func.cost.checkpoint_us + self.xfer_us(inst.mem, DISK_WRITE);
+                let eta = self.enqueue(DISK_WRITE, dur);
+                let id = self.new_xfer(Pending::Checkpoint { slot });
+                self.writes.push_back((id, eta));
+                out.push(Action::Checkpoint {
+                    id,
+                    instance,
+                    f: FnId(fi as u32),
+                    eta,
+                });
+            }
+        }
+    }
+
+    fn disk_insert(&mut self, fi: usize, out: &mut Vec<Action>) {
+        let mb = self.funcs[fi].snap_mb as u64;
+        if self.funcs[fi].flags & ON_DISK != 0 {
+            self.disk_links.touch(&mut self.disk_lru, fi as u32);
+            return;
+        }
+        if mb > self.cfg.disk_mb {
+            out.push(Action::DeleteDisk { f: FnId(fi as u32) });
+            return;
+        }
+        while self.usage.disk_mb + mb > self.cfg.disk_mb {
+            let Some(v) = self.disk_lru.back() else { break };
+            self.spill(v as usize, out);
+        }
+        self.funcs[fi].flags |= ON_DISK;
+        self.usage.disk_mb += mb;
+        self.disk_links.push_front(&mut self.disk_lru, fi as u32);
+    }
+
+    /// Disk eviction: upload to the network unless a copy is (or will be) there.
+    fn spill(&mut self, fi: usize, out: &mut Vec<Action>) {
+        self.disk_links.remove(&mut self.disk_lru, fi as u32);
+        let func = &mut self.funcs[fi];
+        func.flags &= !ON_DISK;
+        let mb = func.snap_mb;
+        self.usage.disk_mb -= mb as u64;
+        let f = FnId(fi as u32);
+        let uploadable = mb as u64 <= self.cfg.net_mb;
+        if func.flags & (ON_NET | NET_PENDING) == 0 && uploadable {
+            func.flags |= NET_PENDING;
+            let dur = self.xfer_us(mb, NET_UP);
+            let eta = self.enqueue(NET_UP, dur);
+            let id = self.new_xfer(Pending::Upload { f: fi as u32 });
+            out.push(Action::Upload { id, f, eta });
+        } else {
+            out.push(Action::DeleteDisk { f });
+        }
+    }
+
+    fn net_insert(&mut self, fi: usize, out: &mut Vec<Action>) {
+        let mb = self.funcs[fi].snap_mb as u64;
+        if self.funcs[fi].flags & ON_NET != 0 {
+            self.net_links.touch(&mut self.net_lru, fi as u32);
+            return;
+        }
+        if mb > self.cfg.net_mb {
+            out.push(Action::DeleteNet { f: FnId(fi as u32) });
+            return;
+        }
+        while self.usage.net_mb + mb > self.cfg.net_mb {
+            let Some(v) = self.net_lru.back() else { break };
+            self.net_links.remove(&mut self.net_lru, v);
+            let func = &mut self.funcs[v as usize];
+            func.flags &= !ON_NET;
+            self.usage.net_mb -= func.snap_mb as u64;
+            out.push(Action::DeleteNet { f: FnId(v) });
+        }
+        self.funcs[fi].flags |= ON_NET;
+        self.usage.net_mb += mb;
+        self.net_links.push_front(&mut self.net_lru, fi as u32);
+    }
+
+    fn expire(&mut self, now: Time, out: &mut Vec<Action>) {
+        if self.cfg.kind != PolicyKind::Ttl {
+            return;
+        }
+        while let Some(t) = self.idle_lru.back() {
+            if self.insts[t as usize].since + self.cfg.keep_alive_us > now {
+                break;
+            }
+            self.kill_idle(t, out);
+        }
+    }
+}
+
+impl Policy for Engine {
+    fn arrive(&mut self, now: Time, f: FnId, mem_mb: u32, out: &mut Vec<Action>) -> Outcome {
+        let now = self.tick(now);
+        self.expire(now, out);
+        let fi = self.ensure_fn(f);
+        self.funcs[fi].freq = self.funcs[fi].freq.saturating_add(1);
+        if let Some(slot) = self.funcs[fi].idle.front() {
+            self.unidle(slot);
+            let mem = self.insts[slot as usize].mem as u64;
+            self.usage.idle_mb -= mem;
+            self.usage.running_mb += mem;
+            self.insts[slot as usize].state = State::Running;
+            return Outcome::Started {
+                start: Start::Warm,
+                instance: self.id_of(slot),
+                ready_at: now + self.funcs[fi].cost.warm_us,
+            };
+        }
+        if !self.make_room(mem_mb as u64, out) {
+            return Outcome::Rejected;
+        }
+        let func = self.funcs[fi];
+        let c = func.cost;
+        let mut best = (Start::Cold, c.cold_us, None);
+        // Strictly faster than the current best, as the thesis: ties go to cold,
+        // then to the disk.
+        let tiers = [
+            (ON_DISK, DISK_READ, Start::Lukewarm, c.restore_disk_us),
+            (ON_NET, NET_DOWN, Start::Remote, c.restore_net_us),
+        ];
+        for (flag, q, start, restore) in tiers {
+            if func.flags & flag != 0 {
+                let wait = self.busy[q].saturating_sub(now);
+                let lat = wait + self.xfer_us(func.snap_mb, q) + restore;
+                if lat < best.1 {
+                    best = (start, lat, Some(q));
+                }
+            }
+        }
+        match best.2 {
+            Some(DISK_READ) => {
+                self.enqueue(DISK_READ, self.xfer_us(func.snap_mb, DISK_READ));
+                self.disk_links.touch(&mut self.disk_lru, fi as u32);
+            }
+            Some(q) => {
+                self.enqueue(q, self.xfer_us(func.snap_mb, q));
+                self.net_links.touch(&mut self.net_lru, fi as u32);
+            }
+            None => {}
+        }
+        let slot = self.alloc(fi as u32, mem_mb);
+        self.usage.running_mb += mem_mb as u64;
+        self.usage.ram_mb += mem_mb as u64;
+        self.funcs[fi].live += 1;
+        Outcome::Started {
+            start: best.0,
+            instance: self.id_of(slot),
+            ready_at: now + best.1,
+        }
+    }
+
+    fn finish(
+        &mut self,
+        now: Time,
+        instance: InstanceId,
+        out: &mut Vec<Action>,
+    ) -> Result<(), PolicyError> {
+        let now = self.tick(now);
+        let slot = instance.0 as u32;
+        let gen = (instance.0 >> 32) as u32;
+        match self.insts.get(slot as usize) {
+            Some(i) if i.gen == gen && i.state == State::Running => {}
+            _ => return Err(PolicyError::NotRunning(instance)),
+        }
+        let mem = self.insts[slot as usize].mem as u64;
+        self.usage.running_mb -= mem;
+        self.insts[slot as usize].since = now;
+        self.make_idle(slot);
+        if self.cfg.kind.tiered() {
+            self.demote_over_threshold(out);
+        }
+        self.expire(now, out);
+        Ok(())
+    }
+
+    fn transfer_done(&mut self, now: Time, id: XferId, out: &mut Vec<Action>) {
+        self.tick(now);
+        let Some(p) = self.pending.remove(&id) else {
+            return;
+        };
+        match p {
+            Pending::Checkpoint { slot } => {
+                if let Some(pos) = self.writes.iter().position(|w| w.0 == id) {
+                    self.writes.remove(pos);
+                }
+                let fi = self.insts[slot as usize].f as usize;
+                self.release(slot);
+                self.funcs[fi].flags &= !DISK_PENDING;
+                self.disk_insert(fi, out);
+            }
+            Pending::Download { f } => {
+                self.funcs[f as usize].flags &= !DISK_PENDING;
+                self.disk_insert(f as usize, out);
+            }
+            Pending::Upload { f } => {
+                self.funcs[f as usize].flags &= !NET_PENDING;
+                self.net_insert(f as usize, out);
+            }
+        }
+    }
+
+    fn advance(&mut self, now: Time, out: &mut Vec<Action>) {
+        let now = self.tick(now);
+        self.expire(now, out);
+    }
+
+    fn next_deadline(&self) -> Option<Time> {
+        if self.cfg.kind != PolicyKind::Ttl {
+            return None;
+        }
+        let t = self.idle_lru.back()?;
+        Some(self.insts[t as usize].since + self.cfg.keep_alive_us)
+    }
+
+    fn usage(&self) -> Usage {
+        self.usage
+    }
+
+    fn set_cost(&mut self, f: FnId, cost: FnCost) {
+        let fi = self.ensure_fn(f);
+        self.funcs[fi].cost = cost;
+    }
+}

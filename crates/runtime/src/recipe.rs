@@ -1,0 +1,780 @@
+//! Building the runtime root from Debian packages: resolve the dependency closure with
+//! apt (a private, empty dpkg status plus stubs), `apt-get download` the .debs into a
+//! cache, unpack them with `dpkg-deb --fsys-tarfile | tar -x` into a merged-/usr tree,
+//! redo what the maintainer scripts would have done (alternatives symlinks, ldconfig,
+//! byte-compilation), install `/opt/thaw`, generate the function inputs inside the
+//! root, hash the tree, write the manifest and rename the finished directory into place.
+
+use crate::{roots_dir, runtime_files, treehash, Manifest, RootInfo, MANIFEST_FORMAT, PYTHON};
+use anyhow::{anyhow, bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::ffi::CString;
+use std::fs;
+use std::io::Write;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+/// `runtime/recipe.json`.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+pub struct Recipe {
+    pub recipe_version: u32,
+    pub suite: String,
+    pub packages: Vec<String>,
+    pub stubs: Vec<String>,
+    pub prune: Vec<String>,
+}
+
+/// One resolved package.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+pub struct Pkg {
+    pub name: String,
+    pub version: String,
+    pub arch: String,
+}
+
+impl Pkg {
+    /// The file name `apt-get download` gives it.
+    pub fn deb_name(&self) -> String {
+        format!(
+            "{}_{}_{}.deb",
+            self.name,
+            self.version.replace(':', "%3a"),
+            self.arch
+        )
+    }
+}
+
+pub fn recipe() -> Result<Recipe> {
+    let (_, bytes) = runtime_files()
+        .iter()
+        .find(|(p, _)| *p == "recipe.json")
+        .ok_or_else(|| anyhow!("runtime/recipe.json is not embedded"))?;
+    serde_json::from_slice(bytes).context("parse runtime/recipe.json")
+}
+
+const APT_LISTS: &str = "/var/lib/apt/lists";
+
+fn lists_present() -> bool {
+    fs::read_dir(APT_LISTS)
+        .map(|rd| {
+            rd.flatten()
+                .any(|e| e.file_name().to_string_lossy().contains("_Packages"))
+        })
+        .unwrap_or(false)
+}
+
+fn need_tool(tool: &str, package: &str) -> Result<()> {
+    let found = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
+        .unwrap_or(false);
+    if !found {
+        bail!("building the runtime root needs `{tool}` on the host (Debian package {package})");
+    }
+    Ok(())
+}
+
+fn apt_update(progress: &mut dyn FnMut(&str)) -> Result<()> {
+    progress("apt-get update (package lists are missing or stale)");
+    let out = Command::new("apt-get")
+        .args(["update", "-q"])
+        .env("LC_ALL", "C")
+        .env("DEBIAN_FRONTEND", "noninteractive")
+        .output()
+        .context("run apt-get update")?;
+    if !out.status.success() {
+        bail!(
+            "apt-get update failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
+/// Key of the resolution cache: the recipe's requests and the apt lists' identity.
+fn resolution_key(r: &Recipe) -> Result<String> {
+    let mut h = Sha256::new();
+    h.update(serde_json::to_vec(&(&r.suite, &r.packages, &r.stubs))?);
+    let mut lists: Vec<_> = fs::read_dir(APT_LISTS)
+        .with_context(|| format!("read {APT_LISTS}"))?
+        .flatten()
+        .filter(|e| {
+            let n = e.file_name().to_string_lossy().to_string();
+            n.contains("_Packages") || n.ends_with("Release")
+        })
+        .collect();
+    lists.sort_by_key(|e| e.file_name());
+    for e in lists {
+        let m = e.metadata()?;
+        h.update(e.file_name().as_bytes());
+        h.update(m.len().to_le_bytes());
+        h.update(m.mtime().to_le_bytes());
+        h.update(m.mtime_nsec().to_le_bytes());
+    }
+    Ok(hex::encode(h.finalize()))
+}
+
+fn stub_status(r: &Recipe) -> String {
+    let mut s = String::new();
+    for p in &r.stubs {
+        s.push_str(&format!(
+            "Package: {p}\nStatus: install ok installed\nVersion: 99999\nArchitecture: all\n\
+             Maintainer: thaw\nDescription: stub (not unpacked into the runtime root)\n\n"
+        ));
+    }
+    s
+}
+
+/// Resolves the package closure with apt against an empty dpkg status (plus stubs).
+fn resolve_uncached(home: &Path, r: &Recipe) -> Result<Vec<Pkg>> {
+    let dir = home.join("runtime").join("apt");
+    fs::create_dir_all(&dir)?;
+    let status = dir.join(format!("status.{}", std::process::id()));
+    fs::write(&status, stub_status(r))?;
+    let mut cmd = Command::new("apt-get");
+    cmd.arg("-s")
+        .arg("-q")
+        .arg("-o")
+        .arg(format!("Dir::State::status={}", status.display()))
+        .args([
+            "-o",
+            "APT::Install-Recommends=false",
+            "-o",
+            "APT::Install-Suggests=false",
+            "-o",
+            "Debug::NoLocking=1",
+            "install",
+        ])
+        .args(&r.packages)
+        .env("LC_ALL", "C");
+    let out = cmd.output().context("run apt-get -s install")?;
+    let _ = fs::remove_file(&status);
+    if !out.status.success() {
+        bail!(
+            "apt could not resolve the runtime packages: {}{}",
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .filter(|l| l.contains("Depends") || l.starts_with("E:"))
+                .collect::<Vec<_>>()
+                .join("; "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    let mut pkgs = Vec::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        // Inst libc6 (2.36-9+deb12u14 Debian:12.15/oldstable [amd64])
+        let Some(rest) = line.strip_prefix("Inst ") else {
+            continue;
+        };
+        let name = rest.split_whitespace().next().unwrap_or("").to_string();
+        let paren = rest
+            .find('(')
+            .ok_or_else(|| anyhow!("unexpected apt output: {line}"))?;
+        let inner = &rest[paren + 1..];
+        let inner = &inner[..inner.find(')').unwrap_or(inner.len())];
+        let version = inner.split_whitespace().next().unwrap_or("").to_string();
+        let arch = inner
+            .rfind('[')
+            .and_then(|i| inner[i + 1..].find(']').map(|j| inner[i + 1..i + 1 + j].to_string()))
+            .ok_or_else(|| anyhow!("unexpected apt output: {line}"))?;
+        if name.is_empty() || version.is_empty() {
+            bail!("unexpected apt output: {line}");
+        }
+        pkgs.push(Pkg {
+            name,
+            version,
+            arch,
+        });
+    }
+    for want in &r.packages {
+        if !pkgs.iter().any(|p| &p.name == want) {
+            bail!("apt's resolution does not contain requested package {want}");
+        }
+    }
+    Ok(pkgs)
+}
+
+/// Resolved packages, cached under `HOME/runtime/resolve/` by the apt lists' identity.
+pub fn resolve(home: &Path, r: &Recipe, progress: &mut dyn FnMut(&str)) -> Result<Vec<Pkg>> {
+    need_tool("apt-get", "apt")?;
+    if !lists_present() {
+        apt_update(progress)?;
+    }
+    let key = resolution_key(r)?;
+    let cache = home.join("runtime").join("resolve").join(format!("{key}.json"));
+    if let Ok(text) = fs::read_to_string(&cache) {
+        if let Ok(p) = serde_json::from_str::<Vec<Pkg>>(&text) {
+            return Ok(p);
+        }
+    }
+    progress("resolving packages with apt");
+    let pkgs = match resolve_uncached(home, r) {
+        Ok(p) => p,
+        Err(e) => {
+            progress(&format!("resolution failed ({e:#}); refreshing package lists"));
+            apt_update(progress)?;
+            resolve_uncached(home, r)?
+        }
+    };
+    let key = resolution_key(r)?;
+    let cache = home.join("runtime").join("resolve").join(format!("{key}.json"));
+    write_atomic(&cache, &serde_json::to_vec_pretty(&pkgs)?)?;
+    Ok(pkgs)
+}
+
+/// The root's identity: recipe, resolved packages and the runtime sources.
+pub fn input_hash(r: &Recipe, pkgs: &[Pkg]) -> Result<String> {
+    let files: Vec<(&str, String)> = runtime_files()
+        .iter()
+        .map(|(p, b)| (*p, hex::encode(Sha256::digest(b))))
+        .collect();
+    let doc = serde_json::json!({
+        "format": MANIFEST_FORMAT,
+        "builder": BUILDER_VERSION,
+        "recipe": r,
+        "packages": pkgs,
+        "runtime_files": files,
+    });
+    Ok(hex::encode(Sha256::digest(serde_json::to_vec(&doc)?)))
+}
+
+/// Bump when the build steps below change in a way that changes the output.
+const BUILDER_VERSION: u32 = 1;
+
+pub(crate) fn write_atomic(path: &Path, data: &[u8]) -> Result<()> {
+    let dir = path.parent().unwrap();
+    fs::create_dir_all(dir)?;
+    let tmp = dir.join(format!(
+        ".{}.tmp{}",
+        path.file_name().unwrap().to_string_lossy(),
+        std::process::id()
+    ));
+    {
+        let mut f = fs::File::create(&tmp)?;
+        f.write_all(data)?;
+        f.sync_all()?;
+    }
+    fs::rename(&tmp, path)?;
+    Ok(())
+}
+
+struct Lock(#[allow(dead_code)] fs::File);
+
+fn lock(home: &Path) -> Result<Lock> {
+    let p = home.join("runtime").join(".build.lock");
+    fs::create_dir_all(p.parent().unwrap())?;
+    let f = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&p)
+        .with_context(|| format!("open {}", p.display()))?;
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock on an fd we own.
+    let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) };
+    if rc != 0 {
+        bail!("flock {}: {}", p.display(), std::io::Error::last_os_error());
+    }
+    Ok(Lock(f))
+}
+
+/// See [`crate::ensure_root`]. `force` rebuilds even when a root with this hash exists.
+pub fn ensure_root(home: &Path, force: bool, progress: &mut dyn FnMut(&str)) -> Result<RootInfo> {
+    let r = recipe()?;
+    let pkgs = resolve(home, &r, progress)?;
+    let hash = input_hash(&r, &pkgs)?;
+    if !force {
+        if let Ok(info) = RootInfo::open(home, &hash) {
+            return Ok(info);
+        }
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        bail!("building the runtime root needs root (chroot, file ownership)");
+    }
+    need_tool("dpkg-deb", "dpkg")?;
+    need_tool("tar", "tar")?;
+    let _lock = lock(home)?;
+    if !force {
+        if let Ok(info) = RootInfo::open(home, &hash) {
+            return Ok(info);
+        }
+    }
+    let roots = roots_dir(home);
+    fs::create_dir_all(&roots)?;
+    fs::set_permissions(&roots, fs::Permissions::from_mode(0o755))?;
+    // Leftovers of interrupted builds (we hold the lock, so nobody is using them).
+    for e in fs::read_dir(&roots)?.flatten() {
+        let n = e.file_name().to_string_lossy().to_string();
+        if n.starts_with(".tmp-") || n.starts_with(".old-") {
+            progress(&format!("removing leftover {n}"));
+            let _ = fs::remove_dir_all(e.path());
+        }
+    }
+    let t0 = Instant::now();
+    let pkgs = download(home, &r, pkgs, progress)?;
+    // A refresh of the lists during download may have changed versions.
+    let hash = input_hash(&r, &pkgs)?;
+    let tmp = roots.join(format!(".tmp-{}-{}", &hash[..16], std::process::id()));
+    let res = build_into(&tmp, &hash, &r, &pkgs, t0, progress);
+    if let Err(e) = res {
+        let _ = fs::remove_dir_all(&tmp);
+        return Err(e);
+    }
+    let dest = roots.join(&hash);
+    if dest.exists() {
+        let old = roots.join(format!(".old-{}-{}", &hash[..16], std::process::id()));
+        fs::rename(&dest, &old)?;
+        fs::rename(&tmp, &dest)?;
+        let _ = fs::remove_dir_all(&old);
+    } else {
+        fs::rename(&tmp, &dest)?;
+    }
+    sync_dir(&roots);
+    let info = RootInfo::open(home, &hash)?;
+    progress(&format!(
+        "runtime root {} ready: {} files, {:.1} MiB, built in {:.1}s",
+        &hash[..16],
+        info.manifest.files,
+        info.manifest.size_bytes as f64 / (1 << 20) as f64,
+        info.manifest.build_seconds
+    ));
+    Ok(info)
+}
+
+fn sync_dir(p: &Path) {
+    if let Ok(f) = fs::File::open(p) {
+        let _ = f.sync_all();
+    }
+}
+
+/// Makes sure every package's .deb is in `HOME/runtime/debs`.
+fn download(
+    home: &Path,
+    r: &Recipe,
+    mut pkgs: Vec<Pkg>,
+    progress: &mut dyn FnMut(&str),
+) -> Result<Vec<Pkg>> {
+    let debs = home.join("runtime").join("debs");
+    fs::create_dir_all(&debs)?;
+    for attempt in 0..2 {
+        let missing: Vec<&Pkg> = pkgs
+            .iter()
+            .filter(|p| !debs.join(p.deb_name()).is_file())
+            .collect();
+        if missing.is_empty() {
+            return Ok(pkgs);
+        }
+        progress(&format!(
+            "downloading {} of {} packages with apt-get download",
+            missing.len(),
+            pkgs.len()
+        ));
+        let part = debs.join(format!(".partial-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&part);
+        fs::create_dir_all(&part)?;
+        let out = Command::new("apt-get")
+            .args(["download", "-q", "-o", "APT::Sandbox::User=root"])
+            .args(missing.iter().map(|p| format!("{}={}", p.name, p.version)))
+            .current_dir(&part)
+            .env("LC_ALL", "C")
+            .output()
+            .context("run apt-get download")?;
+        for e in fs::read_dir(&part)?.flatten() {
+            if e.file_name().to_string_lossy().ends_with(".deb") {
+                fs::rename(e.path(), debs.join(e.file_name()))?;
+            }
+        }
+        let _ = fs::remove_dir_all(&part);
+        if out.status.success() {
+            continue;
+        }
+        let err = String::from_utf8_lossy(&out.stderr).trim().to_string();
+        if attempt == 0 {
+            progress(&format!("download failed ({err}); refreshing package lists"));
+            apt_update(progress)?;
+            pkgs = resolve_uncached(home, r)?;
+            let key = resolution_key(r)?;
+            let cache = home.join("runtime").join("resolve").join(format!("{key}.json"));
+            write_atomic(&cache, &serde_json::to_vec_pretty(&pkgs)?)?;
+        } else {
+            bail!("apt-get download failed: {err}");
+        }
+    }
+    let still: Vec<String> = pkgs
+        .iter()
+        .filter(|p| !debs.join(p.deb_name()).is_file())
+        .map(|p| p.deb_name())
+        .collect();
+    if !still.is_empty() {
+        bail!("packages missing after download: {}", still.join(", "));
+    }
+    Ok(pkgs)
+}
+
+fn run_ok(cmd: &mut Command, what: &str) -> Result<Output> {
+    let out = cmd.output().with_context(|| format!("run {what}"))?;
+    if !out.status.success() {
+        bail!(
+            "{what} failed ({}): {}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout).trim(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(out)
+}
+
+fn extract(deb: &Path, root: &Path) -> Result<()> {
+    let mut d = Command::new("dpkg-deb")
+        .arg("--fsys-tarfile")
+        .arg(deb)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("run dpkg-deb")?;
+    let stdout = d.stdout.take().unwrap();
+    let t = Command::new("tar")
+        .args(["-x", "--keep-directory-symlink", "--numeric-owner", "-p", "-C"])
+        .arg(root)
+        .stdin(stdout)
+        .output()
+        .context("run tar")?;
+    let dout = d.wait_with_output()?;
+    if !dout.status.success() {
+        bail!(
+            "dpkg-deb --fsys-tarfile {}: {}",
+            deb.display(),
+            String::from_utf8_lossy(&dout.stderr).trim()
+        );
+    }
+    if !t.status.success() {
+        bail!(
+            "tar -x of {}: {}",
+            deb.display(),
+            String::from_utf8_lossy(&t.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
+/// `update-alternatives --install LINK NAME PATH PRIO [--slave LINK NAME PATH]...`
+/// lines of a maintainer script: (name, prio, [(link, path)]).
+pub fn parse_alternatives(script: &str) -> Vec<(String, i64, Vec<(String, String)>)> {
+    let joined = script.replace("\\\n", " ");
+    let mut out = Vec::new();
+    for line in joined.lines() {
+        let toks: Vec<&str> = line.split_whitespace().collect();
+        let Some(i) = toks.iter().position(|t| *t == "update-alternatives") else {
+            continue;
+        };
+        let rest = &toks[i + 1..];
+        let Some(j) = rest.iter().position(|t| *t == "--install") else {
+            continue;
+        };
+        let a = &rest[j + 1..];
+        if a.len() < 4 || a[..4].iter().any(|t| t.contains('$')) {
+            continue;
+        }
+        let Ok(prio) = a[3].parse::<i64>() else {
+            continue;
+        };
+        let mut links = vec![(a[0].to_string(), a[2].to_string())];
+        let mut k = 4;
+        while k + 3 < a.len() + 0 && a[k] == "--slave" {
+            if a[k + 1..k + 4].iter().all(|t| !t.contains('$')) {
+                links.push((a[k + 1].to_string(), a[k + 3].to_string()));
+            }
+            k += 4;
+        }
+        out.push((a[1].to_string(), prio, links));
+    }
+    out
+}
+
+/// Runs `argv` chrooted into `root` with exactly `env`; as uid/gid 65534 when
+/// `as_nobody`.
+pub fn run_in_root_as(
+    root: &Path,
+    argv: &[&str],
+    env: &[(String, String)],
+    stdin: Option<&[u8]>,
+    as_nobody: bool,
+) -> Result<Output> {
+    let croot = CString::new(root.as_os_str().as_bytes())?;
+    let mut cmd = Command::new(argv[0]);
+    cmd.args(&argv[1..])
+        .env_clear()
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::chroot(croot.as_ptr()) != 0 || libc::chdir(c"/".as_ptr()) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if as_nobody
+                && (libc::setgroups(0, std::ptr::null()) != 0
+                    || libc::setgid(65534) != 0
+                    || libc::setuid(65534) != 0)
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd
+        .spawn()
+        .with_context(|| format!("chroot {} {}", root.display(), argv.join(" ")))?;
+    if let Some(data) = stdin {
+        let mut w = child.stdin.take().unwrap();
+        let data = data.to_vec();
+        let writer = std::thread::spawn(move || {
+            let _ = w.write_all(&data);
+        });
+        let out = child.wait_with_output()?;
+        let _ = writer.join();
+        Ok(out)
+    } else {
+        Ok(child.wait_with_output()?)
+    }
+}
+
+/// Trusted helper runs (checkers): as uid 65534, so they cannot change the root.
+pub fn run_in_root(
+    root: &Path,
+    argv: &[&str],
+    env: &[(String, String)],
+    stdin: Option<&[u8]>,
+) -> Result<Output> {
+    run_in_root_as(root, argv, env, stdin, true)
+}
+
+fn build_into(
+    dir: &Path,
+    hash: &str,
+    r: &Recipe,
+    pkgs: &[Pkg],
+    t0: Instant,
+    progress: &mut dyn FnMut(&str),
+) -> Result<()> {
+    let root = dir.join("root");
+    fs::create_dir_all(&root)?;
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o755))?;
+    fs::set_permissions(&root, fs::Permissions::from_mode(0o755))?;
+    // Merged /usr, as a bookworm debootstrap would make it.
+    for d in ["usr/bin", "usr/sbin", "usr/lib", "usr/lib64"] {
+        fs::create_dir_all(root.join(d))?;
+    }
+    for (l, t) in [
+        ("bin", "usr/bin"),
+        ("sbin", "usr/sbin"),
+        ("lib", "usr/lib"),
+        ("lib64", "usr/lib64"),
+    ] {
+        std::os::unix::fs::symlink(t, root.join(l))?;
+    }
+    let debs = dir.parent().unwrap().parent().unwrap().join("debs");
+    let mut alternatives: BTreeMap<String, (i64, Vec<(String, String)>)> = BTreeMap::new();
+    for (i, p) in pkgs.iter().enumerate() {
+        progress(&format!("[{}/{}] unpacking {} {}", i + 1, pkgs.len(), p.name, p.version));
+        let deb = debs.join(p.deb_name());
+        extract(&deb, &root)?;
+        let post = Command::new("dpkg-deb").arg("-I").arg(&deb).arg("postinst").output()?;
+        if post.status.success() {
+            for (name, prio, links) in parse_alternatives(&String::from_utf8_lossy(&post.stdout)) {
+                let better = alternatives.get(&name).map(|(p, _)| prio > *p).unwrap_or(true);
+                if better {
+                    alternatives.insert(name, (prio, links));
+                }
+            }
+        }
+    }
+    progress("maintainer-script fix-ups: alternatives, passwd, ld.so.cache, mount points");
+    for (name, (_, links)) in &alternatives {
+        for (link, target) in links {
+            if !root.join(target.trim_start_matches('/')).exists() {
+                continue;
+            }
+            let lp = root.join(link.trim_start_matches('/'));
+            if fs::symlink_metadata(&lp).is_ok() {
+                continue;
+            }
+            fs::create_dir_all(lp.parent().unwrap())?;
+            std::os::unix::fs::symlink(target, &lp)
+                .with_context(|| format!("alternative {name}: {link} -> {target}"))?;
+        }
+    }
+    for p in &r.prune {
+        let _ = fs::remove_dir_all(root.join(p));
+    }
+    for (d, mode) in [("dev", 0o755), ("proc", 0o555), ("tmp", 0o1777), ("etc", 0o755)] {
+        let p = root.join(d);
+        fs::create_dir_all(&p)?;
+        fs::set_permissions(&p, fs::Permissions::from_mode(mode))?;
+    }
+    fs::write(
+        root.join("etc/passwd"),
+        "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+    )?;
+    fs::write(root.join("etc/group"), "root:x:0:\nnogroup:x:65534:\n")?;
+    fs::write(root.join("etc/hostname"), "thaw\n")?;
+    fs::write(root.join("etc/ld.so.conf"), "include /etc/ld.so.conf.d/*.conf\n")?;
+    let ldconfig = ["/sbin/ldconfig", "/usr/sbin/ldconfig"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .ok_or_else(|| anyhow!("building the runtime root needs ldconfig on the host (libc-bin)"))?;
+    run_ok(Command::new(ldconfig).arg("-r").arg(&root), "ldconfig -r")?;
+
+    progress("installing /opt/thaw (agent, functions, generators, checkers)");
+    let thaw = root.join("opt/thaw");
+    for (rel, bytes) in runtime_files() {
+        let p = thaw.join(rel);
+        fs::create_dir_all(p.parent().unwrap())?;
+        fs::write(&p, bytes)?;
+    }
+    let env = build_env();
+    progress("byte-compiling Python (what py3compile does in postinst)");
+    let out = run_in_root_as(
+        &root,
+        &[
+            PYTHON,
+            "-m",
+            "compileall",
+            "-q",
+            "-q",
+            "--invalidation-mode",
+            "unchecked-hash",
+            "-x",
+            "/(test|tests)/.*bad|lib2to3/tests/data",
+            "/usr/lib/python3.11",
+            "/usr/lib/python3/dist-packages",
+            "/opt/thaw",
+        ],
+        &env,
+        None,
+        false,
+    )?;
+    if !out.status.success() {
+        progress(&format!(
+            "note: compileall reported problems (ignored): {}",
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .take(3)
+                .collect::<Vec<_>>()
+                .join(" | ")
+        ));
+    }
+    progress("generating function inputs (deterministic, inside the root)");
+    let out = run_in_root_as(
+        &root,
+        &[PYTHON, "-B", "-s", "/opt/thaw/gen_inputs.py", "/opt/thaw"],
+        &env,
+        None,
+        false,
+    )?;
+    if !out.status.success() {
+        bail!(
+            "input generation failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    for l in String::from_utf8_lossy(&out.stdout).lines() {
+        progress(l);
+    }
+    // Nothing may be left in the mount points.
+    for d in ["dev", "proc", "tmp"] {
+        for e in fs::read_dir(root.join(d))?.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                fs::remove_dir_all(&p)?;
+            } else {
+                fs::remove_file(&p)?;
+            }
+        }
+    }
+    progress("making everything world-readable, hashing the tree");
+    make_world_readable(&root)?;
+    let tree = treehash::hash_tree(&root)?;
+    let manifest = Manifest {
+        format: MANIFEST_FORMAT,
+        hash: hash.to_string(),
+        tree_hash: tree.hash,
+        size_bytes: tree.size_bytes,
+        files: tree.files,
+        suite: r.suite.clone(),
+        packages: pkgs
+            .iter()
+            .map(|p| (p.name.clone(), p.version.clone(), p.arch.clone()))
+            .collect(),
+        stubs: r.stubs.clone(),
+        runtime_files: runtime_files()
+            .iter()
+            .map(|(p, b)| (p.to_string(), hex::encode(Sha256::digest(b))))
+            .collect(),
+        python: PYTHON.to_string(),
+        build_seconds: t0.elapsed().as_secs_f64(),
+        created_unix: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0),
+    };
+    write_atomic(
+        &dir.join("manifest.json"),
+        &serde_json::to_vec_pretty(&manifest)?,
+    )?;
+    sync_dir(dir);
+    Ok(())
+}
+
+/// Environment of build-time runs inside the root: deterministic hashing for
+/// reproducible outputs (pickles, pyc), single-threaded BLAS.
+fn build_env() -> Vec<(String, String)> {
+    let mut env = crate::agent_env();
+    env.retain(|(k, _)| k != "PYTHONDONTWRITEBYTECODE");
+    env.push(("PYTHONHASHSEED".into(), "0".into()));
+    env.push(("SOURCE_DATE_EPOCH".into(), "1700000000".into()));
+    env
+}
+
+fn make_world_readable(root: &Path) -> Result<()> {
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in fs::read_dir(&d)? {
+            let e = e?;
+            let p: PathBuf = e.path();
+            let m = fs::symlink_metadata(&p)?;
+            let ft = m.file_type();
+            if ft.is_symlink() {
+                continue;
+            }
+            let mode = m.permissions().mode() & 0o7777;
+            let want = if ft.is_dir() {
+                mode | 0o555
+            } else if mode & 0o111 != 0 {
+                mode | 0o555
+            } else {
+                mode | 0o444
+            };
+            if want != mode {
+                fs::set_permissions(&p, fs::Permissions::from_mode(want))?;
+            }
+            if ft.is_dir() {
+                stack.push(p);
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,211 @@
+//! Synthetic Azure-like workload, following the characterisation of Shahrad et al.,
+//! "Serverless in the Wild" (USENIX ATC'20). Parameters (all in [`Params`]):
+//!
+//! - Popularity: each function's mean rate is log-normal, ln(invocations per minute)
+//!   ~ N(-3.6, 3.9^2), capped at `max_rate_per_min`. These two numbers place ~45% of
+//!   functions at most once an hour and ~18% more than once a minute, the paper's
+//!   headline fractions; rates span many orders of magnitude as in its Fig. 5.
+//! - Triggers and inter-arrivals: 16% of functions are timers (the paper's share of
+//!   timer functions): strictly periodic. Of the rest, 60% are Poisson (CV 1) and 40%
+//!   bursty, with Gamma(0.25) inter-arrival times (CV 2): the paper finds many
+//!   functions far from Poisson on both sides.
+//! - Diurnal load: non-timer rates are multiplied by 1 + a sin(2 pi (t/24h - 1/4))
+//!   (a = `diurnal`, trough at t = 0 h, peak at 12 h), the daily swing of its Fig. 3.
+//! - Duration: per-function mean execution time log-normal, ln(seconds) ~
+//!   N(-0.38, 2.36^2) (the paper's log-normal fit of average execution time),
+//!   clamped to [1 ms, 10 min]; per invocation that mean times a log-normal factor
+//!   with sigma 0.5 and mean 1.
+//! - Load per function: the mean duration is shortened so that rate x mean duration
+//!   (the function's average number of busy instances) is at most `max_fn_load`
+//!   (default 1). Drawn independently, a few popular long functions would need
+//!   hundreds of GB of running instances; in the trace the popular functions are
+//!   short ones (queue and event triggers). This is our assumption, not the paper's.
+//! - Memory: per function a Burr XII(c = 11.652, k = 0.221, lambda = 107.083) MB
+//!   draw (the paper's fit of allocated app memory), clamped to [32, 4096] MB.
+//!
+//! Memory use is O(functions): one heap entry per function.
+
+use crate::rng::Rng;
+use crate::source::{Inv, Item, Source};
+use anyhow::{bail, Result};
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use thaw_policy::Time;
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Params {
+    pub functions: u32,
+    pub hours: f64,
+    pub seed: u64,
+    pub rate_mu: f64,
+    pub rate_sigma: f64,
+    pub max_rate_per_min: f64,
+    /// Multiplies every rate (load knob).
+    pub rate_scale: f64,
+    pub timer_share: f64,
+    pub bursty_share: f64,
+    pub diurnal: f64,
+    pub max_fn_load: f64,
+}
+
+impl Default for Params {
+    fn default() -> Self {
+        Params {
+            functions: 10_000,
+            hours: 2.0,
+            seed: 1,
+            rate_mu: -3.6,
+            rate_sigma: 3.9,
+            max_rate_per_min: 1000.0,
+            rate_scale: 1.0,
+            timer_share: 0.16,
+            bursty_share: 0.4,
+            diurnal: 0.5,
+            max_fn_load: 1.0,
+        }
+    }
+}
+
+impl Params {
+    pub fn validate(&self) -> Result<()> {
+        if self.functions == 0 {
+            bail!("--functions must be > 0");
+        }
+        if !(self.hours.is_finite() && self.hours > 0.0) {
+            bail!("--hours must be > 0");
+        }
+        if !(self.rate_scale.is_finite() && self.rate_scale > 0.0) {
+            bail!("--rate-scale must be > 0");
+        }
+        if !(0.0..1.0).contains(&self.diurnal) {
+            bail!("--diurnal must be in [0, 1)");
+        }
+        if !(self.max_fn_load > 0.0) {
+            bail!("--max-fn-load must be > 0");
+        }
+        if !(self.max_rate_per_min > 0.0) {
+            bail!("max rate must be > 0");
+        }
+        Ok(())
+    }
+}
+
+pub fn draw_mem_mb(r: &mut Rng) -> u32 {
+    r.burr(11.652, 0.221, 107.083).clamp(32.0, 4096.0).round() as u32
+}
+
+pub fn draw_mean_duration_ms(r: &mut Rng) -> f64 {
+    (r.lognormal(-0.38, 2.36) * 1000.0).clamp(1.0, 600_000.0)
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Kind {
+    Timer,
+    Poisson,
+    Bursty,
+}
+
+struct Func {
+    kind: Kind,
+    /// Mean inter-arrival time, us.
+    iat: f64,
+    mean_dur_ms: f64,
+    mem_mb: u32,
+}
+
+pub struct Synthetic {
+    p: Params,
+    rng: Rng,
+    funcs: Vec<Func>,
+    heap: BinaryHeap<Reverse<(Time, u32)>>,
+    horizon: Time,
+    now: Time,
+}
+
+const DAY_US: f64 = 86_400e6;
+
+impl Synthetic {
+    pub fn new(p: Params) -> Result<Synthetic> {
+        p.validate()?;
+        let mut rng = Rng::new(p.seed);
+        let horizon = (p.hours * 3600e6) as Time;
+        let mut funcs = Vec::with_capacity(p.functions as usize);
+        let mut heap = BinaryHeap::with_capacity(p.functions as usize);
+        for f in 0..p.functions {
+            let per_min = rng.lognormal(p.rate_mu, p.rate_sigma).min(p.max_rate_per_min) * p.rate_scale;
+            let iat = 60e6 / per_min;
+            let u = rng.f64();
+            let kind = if u < p.timer_share {
+                Kind::Timer
+            } else if u < p.timer_share + (1.0 - p.timer_share) * p.bursty_share {
+                Kind::Bursty
+            } else {
+                Kind::Poisson
+            };
+            let func = Func {
+                kind,
+                iat,
+                mean_dur_ms: draw_mean_duration_ms(&mut rng).min(p.max_fn_load * iat / 1000.0),
+                mem_mb: draw_mem_mb(&mut rng),
+            };
+            // First arrival: a uniform phase within one mean inter-arrival time.
+            let first = rng.f64() * iat;
+            if first < horizon as f64 {
+                heap.push(Reverse((first as Time, f)));
+            }
+            funcs.push(func);
+        }
+        Ok(Synthetic {
+            p,
+            rng,
+            funcs,
+            heap,
+            horizon,
+            now: 0,
+        })
+    }
+
+    fn next_gap(&mut self, f: usize, t: Time) -> f64 {
+        let func = &self.funcs[f];
+        let load = 1.0
+            + self.p.diurnal
+                * (std::f64::consts::TAU * (t as f64 / DAY_US - 0.25)).sin();
+        match func.kind {
+            Kind::Timer => func.iat,
+            Kind::Poisson => func.iat * self.rng.exp() / load,
+            Kind::Bursty => func.iat * self.rng.gamma(0.25) / 0.25 / load,
+        }
+    }
+}
+
+impl Source for Synthetic {
+    fn next_item(&mut self) -> Result<Option<Item>> {
+        let Some(Reverse((t, f))) = self.heap.pop() else {
+            return Ok(None);
+        };
+        self.now = t;
+        let fi = f as usize;
+        let gap = self.next_gap(fi, t).max(1.0);
+        let next = t as f64 + gap;
+        if next < self.horizon as f64 {
+            self.heap.push(Reverse((next as Time, f)));
+        }
+        let func = &self.funcs[fi];
+        // Log-normal factor with mean 1: exp(0.5 N - 0.125).
+        let dur_ms = func.mean_dur_ms * self.rng.lognormal(-0.125, 0.5);
+        Ok(Some(Item::Inv(Inv {
+            t,
+            f,
+            mem_mb: func.mem_mb,
+            dur: (dur_ms * 1000.0).round().max(1.0) as Time,
+        })))
+    }
+
+    fn fn_name(&self, _f: u32) -> Option<&str> {
+        None
+    }
+
+    fn progress(&self) -> Option<f64> {
+        Some(self.now as f64 / self.horizon.max(1) as f64)
+    }
+}

@@ -1,0 +1,145 @@
+//! thaw-worker: the invocation path. Starts fresh instances, deploys
+//! functions (start, init, snapshot onto a tier), restores instances with a
+//! named strategy and invokes them.
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use thaw_runtime::RootInfo;
+use thaw_sandbox::{checkpoint, restore, CheckpointReport, RestoreReport, Sandbox, SandboxConfig};
+use thaw_store::{Snapshot, Tier};
+
+pub use thaw_runtime::FunctionInfo;
+
+/// Default time one invocation may take before its sandbox is killed.
+pub const INVOKE_TIMEOUT: Duration = Duration::from_secs(60);
+
+pub struct Worker {
+    pub home: PathBuf,
+    pub root: RootInfo,
+    pub cfg: SandboxConfig,
+    functions: Vec<FunctionInfo>,
+}
+
+/// A fresh start: exec, import and init, timed.
+#[derive(Debug, Clone, Serialize)]
+pub struct FreshReport {
+    pub spawn_ms: f64,
+    pub load_ms: f64,
+    pub import_ms: f64,
+    pub init_ms: f64,
+    pub total_ms: f64,
+}
+
+/// One invocation's result.
+#[derive(Debug, Clone, Serialize)]
+pub struct Invocation {
+    pub output: Value,
+    /// time inside the sandbox, as the agent measured it
+    pub exec_ms: f64,
+    /// request to response, as the worker measured it
+    pub latency_ms: f64,
+}
+
+impl Worker {
+    /// Opens the worker on `home`, building the runtime root if needed.
+    pub fn new(home: &Path, progress: &mut dyn FnMut(&str)) -> Result<Worker> {
+        let root = thaw_runtime::ensure_root(home, progress)?;
+        let functions = root.functions()?;
+        Ok(Worker { home: home.to_owned(), root, cfg: SandboxConfig::default(), functions })
+    }
+
+    pub fn functions(&self) -> &[FunctionInfo] {
+        &self.functions
+    }
+
+    /// Checks a function name (test-only `_test_*` functions are allowed too).
+    pub fn check_function(&self, function: &str) -> Result<()> {
+        let test_only = function.starts_with("_test_") && function[6..].bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+        if test_only || self.functions.iter().any(|f| f.name == function) {
+            return Ok(());
+        }
+        let names: Vec<_> = self.functions.iter().map(|f| f.name.as_str()).collect();
+        bail!("unknown function {function:?} (known: {})", names.join(", "))
+    }
+
+    pub fn tier(&self, name: &str) -> Result<Tier> {
+        Tier::by_name(name, &self.home)
+    }
+
+    /// Starts a fresh instance of `function` and runs its init.
+    pub fn start_fresh(&self, function: &str) -> Result<(Sandbox, FreshReport)> {
+        self.check_function(function)?;
+        let t0 = Instant::now();
+        let (argv, env) = self.root.agent_command(function);
+        let mut sb = Sandbox::start(&self.cfg, &self.root.path, &argv, &env)?;
+        let spawn_ms = ms(t0);
+        let t1 = Instant::now();
+        let r = sb.call(&json!({"op": "load"}), INVOKE_TIMEOUT).with_context(|| format!("loading {function}"))?;
+        let f = |k: &str| r.get(k).and_then(Value::as_f64).unwrap_or(0.0);
+        let rep = FreshReport { spawn_ms, load_ms: ms(t1), import_ms: f("import_ms"), init_ms: f("init_ms"), total_ms: ms(t0) };
+        Ok((sb, rep))
+    }
+
+    /// Where `function`'s snapshot lives on `tier` for this runtime root.
+    pub fn snapshot_dir(&self, tier: &Tier, function: &str) -> PathBuf {
+        tier.path.join(format!("{function}-{}", &self.root.hash[..16]))
+    }
+
+    /// Starts, initialises and snapshots `function` onto `tier`, replacing any
+    /// older snapshot of it.
+    pub fn deploy(&self, function: &str, tier: &Tier) -> Result<(Snapshot, CheckpointReport)> {
+        let (mut sb, _) = self.start_fresh(function)?;
+        let dir = self.snapshot_dir(tier, function);
+        let staging = dir.with_extension(format!("new-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&staging);
+        let (_, rep) = checkpoint(&mut sb, &staging, function, &self.root.hash)?;
+        // swap in the new snapshot; a reader sees the old or the new, whole
+        let old = dir.with_extension(format!("old-{}", std::process::id()));
+        if dir.exists() {
+            std::fs::rename(&dir, &old)?;
+        }
+        std::fs::rename(&staging, &dir)?;
+        let _ = std::fs::remove_dir_all(&old);
+        let snap = Snapshot::open(&dir)?;
+        thaw_sandbox::restore::trust_written(&snap)?;
+        Ok((snap, rep))
+    }
+
+    /// The snapshot of `function` on `tier`, deploying it first if missing.
+    pub fn snapshot(&self, function: &str, tier: &Tier) -> Result<Snapshot> {
+        self.check_function(function)?;
+        let dir = self.snapshot_dir(tier, function);
+        if dir.join("manifest.json").exists() {
+            return Snapshot::open(&dir);
+        }
+        Ok(self.deploy(function, tier)?.0)
+    }
+
+    pub fn restore(&self, snap: &Snapshot, strategy: &str) -> Result<(Sandbox, RestoreReport)> {
+        let s = thaw_memory::strategy_by_name(strategy)?;
+        restore(snap, &self.root.path, &self.root.hash, s.as_ref(), &self.cfg)
+    }
+
+    /// Checks an output with the function's checker.
+    pub fn check(&self, function: &str, size: &str, output: &Value) -> Result<()> {
+        self.root.check_output(function, size, output)
+    }
+}
+
+/// Invokes an instance on input `size`.
+pub fn invoke(sb: &mut Sandbox, size: &str, timeout: Duration) -> Result<Invocation> {
+    let t = Instant::now();
+    let r = sb.call(&json!({"op": "invoke", "size": size}), timeout)?;
+    let latency_ms = ms(t);
+    Ok(Invocation {
+        exec_ms: r.get("exec_ms").and_then(Value::as_f64).unwrap_or(0.0),
+        output: r.get("output").cloned().unwrap_or(Value::Null),
+        latency_ms,
+    })
+}
+
+pub fn ms(t: Instant) -> f64 {
+    t.elapsed().as_secs_f64() * 1e3
+}
