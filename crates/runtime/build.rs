@@ -26,14 +26,22 @@ fn walk(dir: &Path, base: &Path, out: &mut Vec<(String, PathBuf)>) {
 
 fn main() {
     let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());
-    let runtime = manifest.join("../../runtime").canonicalize().expect("runtime/ dir");
+    let runtime = manifest
+        .join("../../runtime")
+        .canonicalize()
+        .expect("runtime/ dir");
     println!("cargo:rerun-if-changed={}", runtime.display());
     let mut files = Vec::new();
     walk(&runtime, &runtime, &mut files);
     let mut src = String::from("pub static RUNTIME_FILES: &[(&str, &[u8])] = &[\n");
     for (rel, path) in &files {
         println!("cargo:rerun-if-changed={}", path.display());
-        writeln!(src, "    ({rel:?}, include_bytes!({:?})),", path.display().to_string()).unwrap();
+        writeln!(
+            src,
+            "    ({rel:?}, include_bytes!({:?})),",
+            path.display().to_string()
+        )
+        .unwrap();
     }
     src.push_str("];\n");
     // Directories too, so that adding a file is noticed.

@@ -8,7 +8,10 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 #[derive(Parser, Debug)]
-#[command(name = "thaw runtime", about = "runtime root filesystem, agent and function suite")]
+#[command(
+    name = "thaw runtime",
+    about = "runtime root filesystem, agent and function suite"
+)]
 struct Cli {
     /// thaw home (default: $THAW_HOME or /var/lib/thaw)
     #[arg(long, global = true)]

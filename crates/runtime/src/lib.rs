@@ -14,9 +14,9 @@ use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
-pub mod recipe;
 pub mod cli;
 pub mod harness;
+pub mod recipe;
 pub mod treehash;
 
 pub use cli::cli_main;
@@ -145,7 +145,13 @@ impl RootInfo {
             );
         }
         let path = dir.join("root");
-        for p in ["usr/bin/python3.11", "opt/thaw/agent.py", "dev", "proc", "tmp"] {
+        for p in [
+            "usr/bin/python3.11",
+            "opt/thaw/agent.py",
+            "dev",
+            "proc",
+            "tmp",
+        ] {
             if std::fs::symlink_metadata(path.join(p)).is_err() {
                 bail!("runtime root {hash} is incomplete: /{p} is missing");
             }
@@ -195,8 +201,7 @@ impl RootInfo {
     /// The function suite (test-only functions, named `_test_*`, are not listed).
     pub fn functions(&self) -> Result<Vec<FunctionInfo>> {
         let p = self.path.join("opt/thaw/catalog.json");
-        let text =
-            std::fs::read_to_string(&p).with_context(|| format!("read {}", p.display()))?;
+        let text = std::fs::read_to_string(&p).with_context(|| format!("read {}", p.display()))?;
         let c: Catalog =
             serde_json::from_str(&text).with_context(|| format!("parse {}", p.display()))?;
         Ok(c.functions)
@@ -221,14 +226,7 @@ impl RootInfo {
         let data = serde_json::to_vec(output)?;
         let out = recipe::run_in_root(
             &self.path,
-            &[
-                PYTHON,
-                "-B",
-                "-s",
-                "/opt/thaw/check.py",
-                function,
-                size,
-            ],
+            &[PYTHON, "-B", "-s", "/opt/thaw/check.py", function, size],
             &agent_env(),
             Some(&data),
         )?;

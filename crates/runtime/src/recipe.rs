@@ -180,7 +180,11 @@ fn resolve_uncached(home: &Path, r: &Recipe) -> Result<Vec<Pkg>> {
         let version = inner.split_whitespace().next().unwrap_or("").to_string();
         let arch = inner
             .rfind('[')
-            .and_then(|i| inner[i + 1..].find(']').map(|j| inner[i + 1..i + 1 + j].to_string()))
+            .and_then(|i| {
+                inner[i + 1..]
+                    .find(']')
+                    .map(|j| inner[i + 1..i + 1 + j].to_string())
+            })
             .ok_or_else(|| anyhow!("unexpected apt output: {line}"))?;
         if name.is_empty() || version.is_empty() {
             bail!("unexpected apt output: {line}");
@@ -206,7 +210,10 @@ pub fn resolve(home: &Path, r: &Recipe, progress: &mut dyn FnMut(&str)) -> Resul
         apt_update(progress)?;
     }
     let key = resolution_key(r)?;
-    let cache = home.join("runtime").join("resolve").join(format!("{key}.json"));
+    let cache = home
+        .join("runtime")
+        .join("resolve")
+        .join(format!("{key}.json"));
     if let Ok(text) = fs::read_to_string(&cache) {
         if let Ok(p) = serde_json::from_str::<Vec<Pkg>>(&text) {
             return Ok(p);
@@ -216,13 +223,18 @@ pub fn resolve(home: &Path, r: &Recipe, progress: &mut dyn FnMut(&str)) -> Resul
     let pkgs = match resolve_uncached(home, r) {
         Ok(p) => p,
         Err(e) => {
-            progress(&format!("resolution failed ({e:#}); refreshing package lists"));
+            progress(&format!(
+                "resolution failed ({e:#}); refreshing package lists"
+            ));
             apt_update(progress)?;
             resolve_uncached(home, r)?
         }
     };
     let key = resolution_key(r)?;
-    let cache = home.join("runtime").join("resolve").join(format!("{key}.json"));
+    let cache = home
+        .join("runtime")
+        .join("resolve")
+        .join(format!("{key}.json"));
     write_atomic(&cache, &serde_json::to_vec_pretty(&pkgs)?)?;
     Ok(pkgs)
 }
@@ -244,7 +256,7 @@ pub fn input_hash(r: &Recipe, pkgs: &[Pkg]) -> Result<String> {
 }
 
 /// Bump when the build steps below change in a way that changes the output.
-const BUILDER_VERSION: u32 = 1;
+const BUILDER_VERSION: u32 = 2;
 
 pub(crate) fn write_atomic(path: &Path, data: &[u8]) -> Result<()> {
     let dir = path.parent().unwrap();
@@ -396,11 +408,16 @@ fn download(
         }
         let err = String::from_utf8_lossy(&out.stderr).trim().to_string();
         if attempt == 0 {
-            progress(&format!("download failed ({err}); refreshing package lists"));
+            progress(&format!(
+                "download failed ({err}); refreshing package lists"
+            ));
             apt_update(progress)?;
             pkgs = resolve_uncached(home, r)?;
             let key = resolution_key(r)?;
-            let cache = home.join("runtime").join("resolve").join(format!("{key}.json"));
+            let cache = home
+                .join("runtime")
+                .join("resolve")
+                .join(format!("{key}.json"));
             write_atomic(&cache, &serde_json::to_vec_pretty(&pkgs)?)?;
         } else {
             bail!("apt-get download failed: {err}");
@@ -440,7 +457,13 @@ fn extract(deb: &Path, root: &Path) -> Result<()> {
         .context("run dpkg-deb")?;
     let stdout = d.stdout.take().unwrap();
     let t = Command::new("tar")
-        .args(["-x", "--keep-directory-symlink", "--numeric-owner", "-p", "-C"])
+        .args([
+            "-x",
+            "--keep-directory-symlink",
+            "--numeric-owner",
+            "-p",
+            "-C",
+        ])
         .arg(root)
         .stdin(stdout)
         .output()
@@ -463,9 +486,12 @@ fn extract(deb: &Path, root: &Path) -> Result<()> {
     Ok(())
 }
 
+/// (name, priority, [(link, path)]) of one `update-alternatives --install`.
+pub type Alternative = (String, i64, Vec<(String, String)>);
+
 /// `update-alternatives --install LINK NAME PATH PRIO [--slave LINK NAME PATH]...`
 /// lines of a maintainer script: (name, prio, [(link, path)]).
-pub fn parse_alternatives(script: &str) -> Vec<(String, i64, Vec<(String, String)>)> {
+pub fn parse_alternatives(script: &str) -> Vec<Alternative> {
     let joined = script.replace("\\\n", " ");
     let mut out = Vec::new();
     for line in joined.lines() {
@@ -486,7 +512,7 @@ pub fn parse_alternatives(script: &str) -> Vec<(String, i64, Vec<(String, String
         };
         let mut links = vec![(a[0].to_string(), a[2].to_string())];
         let mut k = 4;
-        while k + 3 < a.len() + 0 && a[k] == "--slave" {
+        while k + 3 < a.len() && a[k] == "--slave" {
             if a[k + 1..k + 4].iter().all(|t| !t.contains('$')) {
                 links.push((a[k + 1].to_string(), a[k + 3].to_string()));
             }
@@ -495,6 +521,18 @@ pub fn parse_alternatives(script: &str) -> Vec<(String, i64, Vec<(String, String
         out.push((a[1].to_string(), prio, links));
     }
     out
+}
+
+/// The relative symlink text that makes absolute `link` point at absolute `target`
+/// (so the link also resolves when the root is viewed from the host).
+pub fn relative_link(link: &str, target: &str) -> String {
+    let l: Vec<&str> = link.split('/').filter(|c| !c.is_empty()).collect();
+    let t: Vec<&str> = target.split('/').filter(|c| !c.is_empty()).collect();
+    let dir = &l[..l.len().saturating_sub(1)];
+    let common = dir.iter().zip(&t).take_while(|(a, b)| a == b).count();
+    let mut parts: Vec<&str> = vec![".."; dir.len() - common];
+    parts.extend_from_slice(&t[common..]);
+    parts.join("/")
 }
 
 /// Runs `argv` chrooted into `root` with exactly `env`; as uid/gid 65534 when
@@ -588,13 +626,26 @@ fn build_into(
     let debs = dir.parent().unwrap().parent().unwrap().join("debs");
     let mut alternatives: BTreeMap<String, (i64, Vec<(String, String)>)> = BTreeMap::new();
     for (i, p) in pkgs.iter().enumerate() {
-        progress(&format!("[{}/{}] unpacking {} {}", i + 1, pkgs.len(), p.name, p.version));
+        progress(&format!(
+            "[{}/{}] unpacking {} {}",
+            i + 1,
+            pkgs.len(),
+            p.name,
+            p.version
+        ));
         let deb = debs.join(p.deb_name());
         extract(&deb, &root)?;
-        let post = Command::new("dpkg-deb").arg("-I").arg(&deb).arg("postinst").output()?;
+        let post = Command::new("dpkg-deb")
+            .arg("-I")
+            .arg(&deb)
+            .arg("postinst")
+            .output()?;
         if post.status.success() {
             for (name, prio, links) in parse_alternatives(&String::from_utf8_lossy(&post.stdout)) {
-                let better = alternatives.get(&name).map(|(p, _)| prio > *p).unwrap_or(true);
+                let better = alternatives
+                    .get(&name)
+                    .map(|(p, _)| prio > *p)
+                    .unwrap_or(true);
                 if better {
                     alternatives.insert(name, (prio, links));
                 }
@@ -612,14 +663,19 @@ fn build_into(
                 continue;
             }
             fs::create_dir_all(lp.parent().unwrap())?;
-            std::os::unix::fs::symlink(target, &lp)
+            std::os::unix::fs::symlink(relative_link(link, target), &lp)
                 .with_context(|| format!("alternative {name}: {link} -> {target}"))?;
         }
     }
     for p in &r.prune {
         let _ = fs::remove_dir_all(root.join(p));
     }
-    for (d, mode) in [("dev", 0o755), ("proc", 0o555), ("tmp", 0o1777), ("etc", 0o755)] {
+    for (d, mode) in [
+        ("dev", 0o755),
+        ("proc", 0o555),
+        ("tmp", 0o1777),
+        ("etc", 0o755),
+    ] {
         let p = root.join(d);
         fs::create_dir_all(&p)?;
         fs::set_permissions(&p, fs::Permissions::from_mode(mode))?;
@@ -630,11 +686,16 @@ fn build_into(
     )?;
     fs::write(root.join("etc/group"), "root:x:0:\nnogroup:x:65534:\n")?;
     fs::write(root.join("etc/hostname"), "thaw\n")?;
-    fs::write(root.join("etc/ld.so.conf"), "include /etc/ld.so.conf.d/*.conf\n")?;
+    fs::write(
+        root.join("etc/ld.so.conf"),
+        "include /etc/ld.so.conf.d/*.conf\n",
+    )?;
     let ldconfig = ["/sbin/ldconfig", "/usr/sbin/ldconfig"]
         .into_iter()
         .find(|p| Path::new(p).exists())
-        .ok_or_else(|| anyhow!("building the runtime root needs ldconfig on the host (libc-bin)"))?;
+        .ok_or_else(|| {
+            anyhow!("building the runtime root needs ldconfig on the host (libc-bin)")
+        })?;
     run_ok(Command::new(ldconfig).arg("-r").arg(&root), "ldconfig -r")?;
 
     progress("installing /opt/thaw (agent, functions, generators, checkers)");
@@ -761,9 +822,7 @@ fn make_world_readable(root: &Path) -> Result<()> {
                 continue;
             }
             let mode = m.permissions().mode() & 0o7777;
-            let want = if ft.is_dir() {
-                mode | 0o555
-            } else if mode & 0o111 != 0 {
+            let want = if ft.is_dir() || mode & 0o111 != 0 {
                 mode | 0o555
             } else {
                 mode | 0o444
@@ -777,4 +836,40 @@ fn make_world_readable(root: &Path) -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn relative_links() {
+        assert_eq!(
+            relative_link(
+                "/usr/lib/x86_64-linux-gnu/libblas.so.3",
+                "/usr/lib/x86_64-linux-gnu/openblas-serial/libblas.so.3"
+            ),
+            "openblas-serial/libblas.so.3"
+        );
+        assert_eq!(relative_link("/usr/bin/x", "/etc/y"), "../../etc/y");
+    }
+
+    #[test]
+    fn parses_update_alternatives() {
+        let s = "#!/bin/sh\nupdate-alternatives --install /usr/lib/a.so.3 \\\n   a.so.3-x /usr/lib/o/a.so.3 90 \\\n  --slave /usr/lib/b b /usr/lib/o/b\nupdate-alternatives --install $X n $Y 10\n";
+        let v = parse_alternatives(s);
+        assert_eq!(v.len(), 1);
+        assert_eq!(v[0].0, "a.so.3-x");
+        assert_eq!(v[0].1, 90);
+        assert_eq!(
+            v[0].2,
+            vec![
+                (
+                    "/usr/lib/a.so.3".to_string(),
+                    "/usr/lib/o/a.so.3".to_string()
+                ),
+                ("/usr/lib/b".to_string(), "/usr/lib/o/b".to_string())
+            ]
+        );
+    }
 }

@@ -71,7 +71,10 @@ fn walk(
         } else if ft.is_file() {
             b"f"
         } else {
-            bail!("unexpected special file {} in the runtime root", p.display());
+            bail!(
+                "unexpected special file {} in the runtime root",
+                p.display()
+            );
         };
         h.update(kind);
         h.update((r.len() as u64).to_le_bytes());

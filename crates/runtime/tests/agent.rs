@@ -33,10 +33,21 @@ fn every_function_and_size_passes_its_checker() {
     let fns = root.functions().unwrap();
     assert!(fns.len() >= 10, "suite has only {} functions", fns.len());
     for required in [
-        "helloworld", "pyaes", "chameleon", "json_serdes", "image_rotate", "lr_serving",
-        "lr_training", "matmul", "compress", "pagerank",
+        "helloworld",
+        "pyaes",
+        "chameleon",
+        "json_serdes",
+        "image_rotate",
+        "lr_serving",
+        "lr_training",
+        "matmul",
+        "compress",
+        "pagerank",
     ] {
-        assert!(fns.iter().any(|f| f.name == required), "suite lacks {required}");
+        assert!(
+            fns.iter().any(|f| f.name == required),
+            "suite lacks {required}"
+        );
     }
     for f in &fns {
         assert_eq!(f.sizes, SIZES.to_vec(), "{}", f.name);
@@ -74,7 +85,12 @@ fn every_function_and_size_passes_its_checker() {
         assert_eq!(h["state"], "ready");
         assert_eq!(h["invocations"], 4);
         a.shutdown().unwrap();
-        eprintln!("{:<16} ok in {:.1}s: {}", f.name, t.elapsed().as_secs_f64(), times.join(" "));
+        eprintln!(
+            "{:<16} ok in {:.1}s: {}",
+            f.name,
+            t.elapsed().as_secs_f64(),
+            times.join(" ")
+        );
     }
 }
 
@@ -87,21 +103,37 @@ fn checker_rejects_wrong_outputs() {
     root.check_output("matmul", "I", &good).unwrap();
     let mut bad = good.clone();
     bad["sum"] = json!(good["sum"].as_f64().unwrap() * 1.001);
-    let e = root.check_output("matmul", "I", &bad).unwrap_err().to_string();
+    let e = root
+        .check_output("matmul", "I", &bad)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("sum"), "{e}");
     let mut bad = good.clone();
     bad["samples"][1][2] = json!(0.5);
-    let e = root.check_output("matmul", "I", &bad).unwrap_err().to_string();
+    let e = root
+        .check_output("matmul", "I", &bad)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("C["), "{e}");
     // Right output for another size is wrong for this one.
-    let e = root.check_output("matmul", "II", &good).unwrap_err().to_string();
+    let e = root
+        .check_output("matmul", "II", &good)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("n"), "{e}");
     let e = root
-        .check_output("helloworld", "I", &json!({"message": "Hello, Wrld!", "length": 5}))
+        .check_output(
+            "helloworld",
+            "I",
+            &json!({"message": "Hello, Wrld!", "length": 5}),
+        )
         .unwrap_err()
         .to_string();
     assert!(e.contains("message"), "{e}");
-    let e = root.check_output("helloworld", "I", &json!([])).unwrap_err().to_string();
+    let e = root
+        .check_output("helloworld", "I", &json!([]))
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("not a JSON object"), "{e}");
     assert!(root.check_output("nope", "I", &json!({})).is_err());
     assert!(root.check_output("helloworld", "V", &json!({})).is_err());
@@ -157,7 +189,9 @@ fn malformed_and_oversized_requests_get_errors_and_the_agent_keeps_serving() {
     // A huge declared length with a short body followed by EOF: the agent exits.
     let r = a.request_ok(&json!({"op": "invoke", "size": "I"})).unwrap();
     assert_eq!(r["output"]["message"], "Hello, World!");
-    let r = a.request_ok(&json!({"op": "invoke", "input": {"name": "thaw"}})).unwrap();
+    let r = a
+        .request_ok(&json!({"op": "invoke", "input": {"name": "thaw"}}))
+        .unwrap();
     assert_eq!(r["output"]["message"], "Hello, thaw!");
     a.shutdown().unwrap();
 }
@@ -167,7 +201,10 @@ fn unknown_function_is_a_clear_error() {
     let mut a = spawn("no_such_function");
     let r = a.request(&json!({"op": "load"})).unwrap();
     assert_eq!(err_kind(&r), "bad_request");
-    assert!(r["message"].as_str().unwrap().contains("unknown function"), "{r}");
+    assert!(
+        r["message"].as_str().unwrap().contains("unknown function"),
+        "{r}"
+    );
     a.request_ok(&json!({"op": "health"})).unwrap();
     let mut a = spawn("../agent");
     let r = a.request(&json!({"op": "load"})).unwrap();
@@ -179,13 +216,25 @@ fn raising_function_reports_function_error_and_keeps_serving() {
     let mut a = spawn("_test_raise");
     a.request_ok(&json!({"op": "load"})).unwrap();
     for _ in 0..2 {
-        let r = a.request(&json!({"op": "invoke", "input": {"x": 1}})).unwrap();
+        let r = a
+            .request(&json!({"op": "invoke", "input": {"x": 1}}))
+            .unwrap();
         assert_eq!(err_kind(&r), "function_error");
-        assert!(r["message"].as_str().unwrap().contains("ValueError: boom"), "{r}");
-        assert!(r["traceback"].as_str().unwrap().contains("Traceback"), "{r}");
+        assert!(
+            r["message"].as_str().unwrap().contains("ValueError: boom"),
+            "{r}"
+        );
+        assert!(
+            r["traceback"].as_str().unwrap().contains("Traceback"),
+            "{r}"
+        );
     }
     let r = a.request(&json!({"op": "invoke", "size": "I"})).unwrap();
-    assert_eq!(err_kind(&r), "bad_request", "test functions have no sized inputs: {r}");
+    assert_eq!(
+        err_kind(&r),
+        "bad_request",
+        "test functions have no sized inputs: {r}"
+    );
     let h = a.request_ok(&json!({"op": "health"})).unwrap();
     assert_eq!(h["invocations"], 2);
     a.request_ok(&json!({"op": "prepare_checkpoint"})).unwrap();
@@ -223,7 +272,10 @@ fn prepare_checkpoint_refuses_extra_fds_and_threads() {
     a.request_ok(&json!({"op": "invoke", "input": {}})).unwrap();
     let r = a.request(&json!({"op": "prepare_checkpoint"})).unwrap();
     assert_eq!(err_kind(&r), "not_checkpointable");
-    assert!(r["message"].as_str().unwrap().contains("descriptors: 4"), "{r}");
+    assert!(
+        r["message"].as_str().unwrap().contains("descriptors: 4"),
+        "{r}"
+    );
     a.request_ok(&json!({"op": "health"})).unwrap();
 
     let mut a = spawn("_test_thread");
@@ -245,7 +297,9 @@ fn restored_reseeds_every_generator_and_reinstalls_signal_handlers() {
     let mut b = spawn("_test_rng");
     a.request_ok(&json!({"op": "load"})).unwrap();
     b.request_ok(&json!({"op": "load"})).unwrap();
-    let ra = a.request_ok(&json!({"op": "restored", "seed": s1})).unwrap();
+    let ra = a
+        .request_ok(&json!({"op": "restored", "seed": s1}))
+        .unwrap();
     assert_eq!(ra["state"], "restored");
     let done: Vec<&str> = ra["reseeded"]
         .as_array()
@@ -256,18 +310,26 @@ fn restored_reseeds_every_generator_and_reinstalls_signal_handlers() {
     for g in ["random", "numpy.random", "function"] {
         assert!(done.contains(&g), "{g} not reseeded: {ra}");
     }
-    b.request_ok(&json!({"op": "restored", "seed": s1})).unwrap();
+    b.request_ok(&json!({"op": "restored", "seed": s1}))
+        .unwrap();
     let (da, db) = (draws(&mut a), draws(&mut b));
     assert_eq!(da, db, "same seed must give the same draws");
-    b.request_ok(&json!({"op": "restored", "seed": s2})).unwrap();
+    b.request_ok(&json!({"op": "restored", "seed": s2}))
+        .unwrap();
     let (da, db) = (draws(&mut a), draws(&mut b));
     for k in ["random", "numpy", "module"] {
-        assert_ne!(da[k], db[k], "{k}: clones with different seeds share RNG state");
+        assert_ne!(
+            da[k], db[k],
+            "{k}: clones with different seeds share RNG state"
+        );
     }
     // Signal handlers work after "restored": timeouts still fire.
     let mut h = spawn("_test_hang");
-    h.request_ok(&json!({"op": "restored", "seed": s2})).unwrap();
-    let r = h.request(&json!({"op": "invoke", "input": {}, "timeout_ms": 100})).unwrap();
+    h.request_ok(&json!({"op": "restored", "seed": s2}))
+        .unwrap();
+    let r = h
+        .request(&json!({"op": "invoke", "input": {}, "timeout_ms": 100}))
+        .unwrap();
     assert_eq!(err_kind(&r), "timeout");
 }
 
@@ -275,9 +337,18 @@ fn restored_reseeds_every_generator_and_reinstalls_signal_handlers() {
 fn output_cap_and_explicit_inputs() {
     let mut a = spawn("helloworld");
     let big = "x".repeat(1 << 20);
-    let r = a.request(&json!({"op": "invoke", "input": {"name": big}})).unwrap();
-    assert_eq!(err_kind(&r), "bad_output", "{}", &r.to_string()[..200.min(r.to_string().len())]);
-    let r = a.request_ok(&json!({"op": "invoke", "input": {"name": "y"}})).unwrap();
+    let r = a
+        .request(&json!({"op": "invoke", "input": {"name": big}}))
+        .unwrap();
+    assert_eq!(
+        err_kind(&r),
+        "bad_output",
+        "{}",
+        &r.to_string()[..200.min(r.to_string().len())]
+    );
+    let r = a
+        .request_ok(&json!({"op": "invoke", "input": {"name": "y"}}))
+        .unwrap();
     assert_eq!(r["output"]["message"], "Hello, y!");
     let r = a.request(&json!({"op": "invoke", "input": 7})).unwrap();
     assert_eq!(err_kind(&r), "function_error", "{r}");

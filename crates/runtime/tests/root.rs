@@ -19,7 +19,10 @@ fn cached_ensure_root_is_fast_and_changes_nothing() {
     assert_eq!(again.hash, first.hash);
     assert_eq!(again.path, first.path);
     assert_eq!(again.manifest, first.manifest);
-    assert_eq!(std::fs::metadata(&first.dir).unwrap().mtime_nsec(), dir_mtime);
+    assert_eq!(
+        std::fs::metadata(&first.dir).unwrap().mtime_nsec(),
+        dir_mtime
+    );
     assert!(!msgs.iter().any(|m| m.contains("unpacking")), "{msgs:?}");
     let opened = RootInfo::open(&default_home(), &first.hash).unwrap();
     assert_eq!(opened.manifest, first.manifest);
@@ -51,8 +54,13 @@ fn root_layout_matches_the_contract() {
         assert!(r.path.join(f).exists(), "/{f} missing");
     }
     for pkg in [
-        "python3-numpy", "python3-sklearn", "python3-pil", "python3-networkx",
-        "python3-chameleon", "python3-pyaes", "python3.11",
+        "python3-numpy",
+        "python3-sklearn",
+        "python3-pil",
+        "python3-networkx",
+        "python3-chameleon",
+        "python3-pyaes",
+        "python3.11",
     ] {
         assert!(
             r.manifest.packages.iter().any(|(n, _, _)| n == pkg),
@@ -60,8 +68,17 @@ fn root_layout_matches_the_contract() {
         );
     }
     // No build tools slipped in.
-    for pkg in ["gcc-12", "g++-12", "perl", "python3-pythran", "libboost1.74-dev"] {
-        assert!(!r.manifest.packages.iter().any(|(n, _, _)| n == pkg), "{pkg} in the root");
+    for pkg in [
+        "gcc-12",
+        "g++-12",
+        "perl",
+        "python3-pythran",
+        "libboost1.74-dev",
+    ] {
+        assert!(
+            !r.manifest.packages.iter().any(|(n, _, _)| n == pkg),
+            "{pkg} in the root"
+        );
     }
     // Everything readable by uid 65534.
     let mut stack = vec![r.path.clone()];
@@ -74,9 +91,17 @@ fn root_layout_matches_the_contract() {
                 continue;
             }
             let mode = m.permissions().mode();
-            assert!(mode & 0o004 != 0, "{} not world-readable", e.path().display());
+            assert!(
+                mode & 0o004 != 0,
+                "{} not world-readable",
+                e.path().display()
+            );
             if m.is_dir() {
-                assert!(mode & 0o001 != 0, "{} not world-searchable", e.path().display());
+                assert!(
+                    mode & 0o001 != 0,
+                    "{} not world-searchable",
+                    e.path().display()
+                );
                 stack.push(e.path());
             }
             n += 1;
@@ -92,7 +117,10 @@ fn root_layout_matches_the_contract() {
         ("PYTHONDONTWRITEBYTECODE", "1"),
         ("HOME", "/tmp"),
     ] {
-        assert!(env.iter().any(|(a, b)| a == k && b == v), "env lacks {k}={v}");
+        assert!(
+            env.iter().any(|(a, b)| a == k && b == v),
+            "env lacks {k}={v}"
+        );
     }
     assert_eq!(argv.last().unwrap(), "matmul");
 }
@@ -101,7 +129,9 @@ fn root_layout_matches_the_contract() {
 fn open_rejects_missing_and_mismatched_roots() {
     let r = common::root();
     let home = default_home();
-    let e = RootInfo::open(&home, &"0".repeat(64)).unwrap_err().to_string();
+    let e = RootInfo::open(&home, &"0".repeat(64))
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("not built"), "{e}");
     assert!(RootInfo::open(&home, "abc").is_err());
     // A root directory whose manifest names another hash.
@@ -109,7 +139,9 @@ fn open_rejects_missing_and_mismatched_roots() {
     let fake = thaw_runtime::roots_dir(&tmp).join("f".repeat(64));
     std::fs::create_dir_all(fake.join("root")).unwrap();
     std::fs::copy(r.dir.join("manifest.json"), fake.join("manifest.json")).unwrap();
-    let e = RootInfo::open(&tmp, &"f".repeat(64)).unwrap_err().to_string();
+    let e = RootInfo::open(&tmp, &"f".repeat(64))
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("names hash"), "{e}");
     std::fs::remove_dir_all(&tmp).unwrap();
 }

@@ -1,0 +1,314 @@
+//! Sandbox checkpoint/restore against the real runtime root (built on first
+//! use, cached by content hash). Runs as root; fails loudly without it.
+use serde_json::{json, Value};
+use std::path::PathBuf;
+use std::sync::{Arc, Barrier, OnceLock};
+use std::time::Duration;
+use thaw_sandbox::{checkpoint, Sandbox, SandboxConfig};
+use thaw_store::{Snapshot, Tier};
+use thaw_worker::{invoke, Worker};
+
+const T: Duration = Duration::from_secs(60);
+
+fn worker() -> &'static Worker {
+    static W: OnceLock<Worker> = OnceLock::new();
+    W.get_or_init(|| {
+        // SAFETY: geteuid has no preconditions.
+        assert_eq!(unsafe { libc::geteuid() }, 0, "these tests need root (namespaces, ptrace, cgroups, userfaultfd)");
+        let home = thaw_runtime::default_home();
+        Worker::new(&home, &mut |m| eprintln!("runtime: {m}")).expect("runtime root")
+    })
+}
+
+/// A private tmpfs-backed tier per test, so parallel tests never share snapshots.
+fn tier(tag: &str) -> Tier {
+    let path = PathBuf::from(format!("/dev/shm/thaw-test-{}/{tag}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&path);
+    Tier { name: "tmpfs", path, emulated: false, description: "test tmpfs" }
+}
+
+fn call(sb: &mut Sandbox, v: Value) -> Value {
+    sb.call(&v, T).unwrap_or_else(|e| panic!("{v}: {e:#}"))
+}
+
+fn explicit(sb: &mut Sandbox, input: Value) -> Value {
+    call(sb, json!({"op": "invoke", "input": input}))["output"].clone()
+}
+
+/// No cgroup of ours is left without processes, and no child is a zombie.
+fn assert_nothing_leaked() {
+    let prefix = format!("{}-", std::process::id());
+    for ctrl in ["memory", "pids"] {
+        let dir = PathBuf::from(format!("/sys/fs/cgroup/{ctrl}/thaw"));
+        for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let name = e.file_name().to_string_lossy().to_string();
+            if name.starts_with(&prefix) {
+                let procs = std::fs::read_to_string(e.path().join("cgroup.procs")).unwrap_or_default();
+                assert!(!procs.trim().is_empty(), "leaked empty cgroup {ctrl}/thaw/{name}");
+            }
+        }
+    }
+    let me = std::process::id();
+    for t in std::fs::read_dir(format!("/proc/{me}/task")).unwrap().flatten() {
+        let kids = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
+        for pid in kids.split_whitespace() {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let state = stat.rsplit(')').next().unwrap_or("").split_whitespace().next().unwrap_or("");
+            assert_ne!(state, "Z", "zombie child {pid}");
+        }
+    }
+}
+
+#[test]
+fn restore_with_each_strategy_continues_where_it_stopped() {
+    let w = worker();
+    let t = tier("strategies");
+    for f in ["helloworld", "matmul"] {
+        let (mut fresh, _) = w.start_fresh(f).unwrap();
+        let dir = w.snapshot_dir(&t, f);
+        let (snap, rep) = checkpoint(&mut fresh, &dir, f, &w.root.hash).unwrap();
+        assert!(rep.saved_pages > 100, "{rep:?}");
+        // the original keeps serving after its snapshot
+        let out = invoke(&mut fresh, "I", T).unwrap();
+        w.check(f, "I", &out.output).unwrap();
+        for s in ["eager", "mmap", "uffd"] {
+            let (mut sb, rep) = w.restore(&snap, s).unwrap();
+            for size in ["I", "II"] {
+                let inv = invoke(&mut sb, size, T).unwrap();
+                w.check(f, size, &inv.output).unwrap_or_else(|e| panic!("{f} {s} {size}: {e:#}"));
+            }
+            // the snapshot was taken before any invocation: the count continues from 0
+            let h = call(&mut sb, json!({"op": "health"}));
+            assert_eq!(h["invocations"], 2, "{f} {s}: {h}");
+            if s == "uffd" {
+                let faults = sb.pager().unwrap().stats.faults();
+                assert!(faults > 0, "uffd restore served no faults");
+                assert!(rep.lazy_bytes > 0);
+            } else {
+                assert!(sb.pager().is_none());
+            }
+        }
+    }
+    assert_nothing_leaked();
+}
+
+#[test]
+fn sixteen_concurrent_clones_are_isolated() {
+    let w = worker();
+    let t = tier("clones");
+    let (mut fresh, _) = w.start_fresh("_test_state").unwrap();
+    let (snap, _) = checkpoint(&mut fresh, &w.snapshot_dir(&t, "_test_state"), "_test_state", &w.root.hash).unwrap();
+    drop(fresh);
+    let n = 16;
+    let barrier = Arc::new(Barrier::new(n));
+    let snap = Arc::new(snap);
+    let handles: Vec<_> = (0..n)
+        .map(|i| {
+            let (b, snap) = (barrier.clone(), snap.clone());
+            std::thread::spawn(move || {
+                let s = ["eager", "mmap", "uffd"][i % 3];
+                let (mut sb, _) = worker().restore(&snap, s).unwrap_or_else(|e| panic!("clone {i} ({s}): {e:#}"));
+                let before = explicit(&mut sb, json!({}));
+                assert_eq!(before["value"], Value::Null, "clone {i} sees another clone's write");
+                explicit(&mut sb, json!({"set": format!("clone-{i}")}));
+                b.wait(); // every clone has written
+                let after = explicit(&mut sb, json!({}));
+                assert_eq!(after["value"], format!("clone-{i}"), "clone {i} lost or shares its write");
+                assert_eq!(after["ballast"].as_array().unwrap().len(), 1, "clone {i}: pages from other clones");
+                b.wait(); // keep all alive until every clone has checked
+                after["random"].as_f64().unwrap()
+            })
+        })
+        .collect();
+    let randoms: Vec<f64> = handles.into_iter().map(|h| h.join().expect("clone thread")).collect();
+    let mut uniq = randoms.clone();
+    uniq.sort_by(f64::total_cmp);
+    uniq.dedup();
+    assert_eq!(uniq.len(), n, "clones share random state: {randoms:?}");
+    // the snapshot is untouched by all those writes
+    snap.verify_memory().unwrap();
+    let (mut sb, _) = w.restore(&snap, "mmap").unwrap();
+    assert_eq!(explicit(&mut sb, json!({}))["value"], Value::Null);
+    drop(sb);
+    assert_nothing_leaked();
+}
+
+fn copy_snapshot(src: &Snapshot, dst: &std::path::Path) -> Snapshot {
+    std::fs::create_dir_all(dst).unwrap();
+    for e in std::fs::read_dir(&src.dir).unwrap().flatten() {
+        std::fs::copy(e.path(), dst.join(e.file_name())).unwrap();
+    }
+    Snapshot::open(dst).unwrap()
+}
+
+fn rewrite_manifest(dir: &std::path::Path, edit: impl FnOnce(&mut Value)) {
+    let p = dir.join("manifest.json");
+    let mut m: Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
+    edit(&mut m);
+    std::fs::write(&p, serde_json::to_vec(&m).unwrap()).unwrap();
+}
+
+fn restore_err(snap_dir: &std::path::Path, root: &std::path::Path, hash: &str) -> String {
+    let res = Snapshot::open(snap_dir).and_then(|s| {
+        let strat = thaw_memory::strategy_by_name("eager")?;
+        thaw_sandbox::restore(&s, root, hash, strat.as_ref(), &SandboxConfig::default())
+    });
+    match res {
+        Ok(_) => panic!("restore of {} should have failed", snap_dir.display()),
+        Err(e) => format!("{e:#}"),
+    }
+}
+
+#[test]
+fn bad_snapshots_are_refused_with_clear_errors() {
+    let w = worker();
+    let t = tier("bad");
+    let (snap, _) = w.deploy("helloworld", &t).unwrap();
+    let (root, hash) = (w.root.path.as_path(), w.root.hash.as_str());
+
+    let d = t.path.join("truncated");
+    let s = copy_snapshot(&snap, &d);
+    let img = s.memory_path();
+    let len = std::fs::metadata(&img).unwrap().len();
+    std::fs::OpenOptions::new().write(true).open(&img).unwrap().set_len(len / 2).unwrap();
+    assert!(restore_err(&d, root, hash).contains("truncated"));
+
+    let d = t.path.join("state-corrupt");
+    let s = copy_snapshot(&snap, &d);
+    let st = s.dir.join("state.json");
+    let mut data = std::fs::read(&st).unwrap();
+    let mid = data.len() / 2;
+    data[mid] ^= 0x01;
+    std::fs::write(&st, &data).unwrap();
+    assert!(restore_err(&d, root, hash).contains("checksum"));
+
+    let d = t.path.join("memory-corrupt");
+    let s = copy_snapshot(&snap, &d);
+    let mut data = std::fs::read(s.memory_path()).unwrap();
+    data[4096 * 3 + 17] ^= 0xff;
+    std::fs::write(s.memory_path(), &data).unwrap();
+    assert!(restore_err(&d, root, hash).contains("checksum"));
+
+    let d = t.path.join("version");
+    copy_snapshot(&snap, &d);
+    rewrite_manifest(&d, |m| m["version"] = json!(999));
+    assert!(restore_err(&d, root, hash).contains("version 999"));
+
+    let d = t.path.join("not-json");
+    copy_snapshot(&snap, &d);
+    std::fs::write(d.join("manifest.json"), b"\x00garbage").unwrap();
+    assert!(restore_err(&d, root, hash).contains("corrupt"));
+
+    // a root that changed (different hash) or vanished
+    let e = restore_err(&snap.dir, root, &"0".repeat(64));
+    assert!(e.contains("runtime root"), "{e}");
+    let e = restore_err(&snap.dir, std::path::Path::new("/nonexistent/thaw-root"), hash);
+    assert!(e.contains("missing"), "{e}");
+    assert_nothing_leaked();
+}
+
+#[test]
+fn restore_failing_half_way_leaves_nothing_behind() {
+    let w = worker();
+    let t = tier("halfway");
+    let (snap, _) = w.deploy("helloworld", &t).unwrap();
+    // point one file mapping at a file the root does not have, with a
+    // consistent checksum: the restorer fails after the sandbox is built
+    let d = t.path.join("bad-path");
+    let s = copy_snapshot(&snap, &d);
+    let mut state: Value = serde_json::from_slice(&s.load_state().unwrap()).unwrap();
+    let vma = state["vmas"].as_array_mut().unwrap().iter_mut().find(|v| v["path"].is_string()).unwrap();
+    vma["path"] = json!("/usr/lib/thaw-no-such-file.so");
+    let bytes = serde_json::to_vec(&state).unwrap();
+    std::fs::write(d.join("state.json"), &bytes).unwrap();
+    let sha = thaw_store::sha256_hex(&bytes);
+    rewrite_manifest(&d, |m| {
+        m["state"]["sha256"] = json!(sha);
+        m["state"]["len"] = json!(bytes.len());
+    });
+    let e = restore_err(&d, &w.root.path, &w.root.hash);
+    assert!(e.contains("opening a runtime file"), "{e}");
+    assert_nothing_leaked();
+}
+
+#[test]
+fn checkpoint_refuses_threads_and_extra_descriptors() {
+    let w = worker();
+    let t = tier("uncooperative");
+    for (f, word) in [("_test_thread", "thread"), ("_test_leak_fd", "descriptor")] {
+        let (mut sb, _) = w.start_fresh(f).unwrap();
+        explicit(&mut sb, json!({}));
+        let e = checkpoint(&mut sb, &t.path.join(f), f, &w.root.hash).map(|_| ()).unwrap_err();
+        let msg = format!("{e:#}");
+        assert!(msg.contains(word), "{f}: {msg}");
+        assert!(!t.path.join(f).exists(), "a refused checkpoint left a snapshot");
+    }
+}
+
+fn escape_sandbox(cfg: &SandboxConfig) -> Sandbox {
+    let w = worker();
+    let (argv, env) = w.root.agent_command("_test_escape");
+    let mut sb = Sandbox::start(cfg, &w.root.path, &argv, &env).unwrap();
+    call(&mut sb, json!({"op": "load"}));
+    sb
+}
+
+fn assert_contained(sb: &mut Sandbox, attack: &str) {
+    let out = explicit(sb, json!({"attack": attack}));
+    assert_eq!(out["escaped"], false, "{attack}: {out}");
+}
+
+#[test]
+fn hostile_code_is_contained_fresh_and_restored() {
+    let w = worker();
+    let cfg = SandboxConfig { memory_bytes: 256 << 20, ..SandboxConfig::default() };
+    let mut sb = escape_sandbox(&cfg);
+    let t = tier("escape");
+    let (snap, _) = checkpoint(&mut sb, &t.path.join("escape"), "_test_escape", &w.root.hash).unwrap();
+    let strat = thaw_memory::strategy_by_name("mmap").unwrap();
+    let (mut restored, _) = thaw_sandbox::restore(&snap, &w.root.path, &w.root.hash, strat.as_ref(), &cfg).unwrap();
+    for attack in ["read_host", "ptrace", "network", "write_root", "mount", "fork_bomb"] {
+        assert_contained(&mut sb, attack);
+        assert_contained(&mut restored, attack);
+    }
+    // past its memory limit the runtime dies; the worker reports it and goes on
+    let e = sb.call(&json!({"op": "invoke", "input": {"attack": "alloc"}}), T).unwrap_err();
+    assert!(!sb.is_alive(), "sandbox survived allocating past its limit: {e:#}");
+    let (mut next, _) = w.start_fresh("helloworld").unwrap();
+    w.check("helloworld", "I", &invoke(&mut next, "I", T).unwrap().output).unwrap();
+}
+
+#[test]
+fn hung_function_is_killed_and_reported() {
+    let w = worker();
+    let (mut sb, _) = w.start_fresh("_test_hang").unwrap();
+    let e = sb.call(&json!({"op": "invoke", "input": {}}), Duration::from_secs(2)).unwrap_err();
+    assert!(format!("{e:#}").contains("killed"), "{e:#}");
+    assert!(!sb.is_alive());
+    assert!(sb.call(&json!({"op": "health"}), T).is_err());
+}
+
+#[test]
+fn every_function_and_size_passes_its_checker_in_a_sandbox() {
+    let w = worker();
+    assert!(w.functions().len() >= 10, "function suite too small");
+    for f in w.functions() {
+        let (mut sb, _) = w.start_fresh(&f.name).unwrap();
+        for size in &f.sizes {
+            let inv = invoke(&mut sb, size, T).unwrap_or_else(|e| panic!("{} {size}: {e:#}", f.name));
+            w.check(&f.name, size, &inv.output).unwrap_or_else(|e| panic!("{} {size}: {e:#}", f.name));
+        }
+    }
+}
+
+#[test]
+fn unknown_function_and_size_get_clear_errors() {
+    let w = worker();
+    let e = w.start_fresh("no_such_fn").map(|_| ()).unwrap_err();
+    assert!(format!("{e:#}").contains("unknown function"));
+    let (mut sb, _) = w.start_fresh("helloworld").unwrap();
+    let e = invoke(&mut sb, "XL", T).unwrap_err();
+    assert!(format!("{e:#}").contains("bad_request"), "{e:#}");
+    // a bad request does not hurt the instance
+    w.check("helloworld", "I", &invoke(&mut sb, "I", T).unwrap().output).unwrap();
+}

@@ -1,0 +1,424 @@
+"""thaw in-sandbox agent: serves one function over the inherited socket at fd 3.
+
+Protocol: docs/AGENT_PROTOCOL.md. Every message both ways is a 4-byte little-endian
+length N followed by N bytes of UTF-8 JSON (an object). The agent never sends
+anything unprompted, handles one request at a time, stays single threaded, and keeps
+no file descriptors open between requests other than 0, 1, 2 and 3.
+
+Usage (argv comes from thaw_runtime::RootInfo::agent_command):
+    python3 /opt/thaw/agent.py FUNCTION
+"""
+
+import gc
+import json
+import os
+import random
+import resource
+import signal
+import struct
+import sys
+import time
+import traceback
+
+AGENT_VERSION = 1
+CTRL_FD = 3
+THAW_DIR = os.path.dirname(os.path.abspath(__file__))
+FUNCTIONS_DIR = os.path.join(THAW_DIR, "functions")
+INPUTS_DIR = os.path.join(THAW_DIR, "inputs")
+SIZES = ("I", "II", "III", "IV")
+
+MAX_REQUEST = int(os.environ.get("THAW_MAX_REQUEST", str(16 << 20)))
+MAX_OUTPUT = int(os.environ.get("THAW_MAX_OUTPUT", str(1 << 20)))
+DEFAULT_TIMEOUT_MS = float(os.environ.get("THAW_DEFAULT_TIMEOUT_MS", "60000"))
+DISCARD_CHUNK = 1 << 20
+
+
+def log(msg):
+    try:
+        sys.stderr.write("agent: %s\n" % msg)
+        sys.stderr.flush()
+    except Exception:
+        pass
+
+
+class BadRequest(Exception):
+    pass
+
+
+class InvocationTimeout(BaseException):
+    """Raised from the SIGALRM handler; a BaseException so that `except Exception`
+    inside a function does not swallow it."""
+
+
+def _on_alarm(signum, frame):
+    raise InvocationTimeout()
+
+
+def install_signal_handlers():
+    # Kernel signal dispositions are not part of a memory snapshot: this runs at
+    # start and again after every restore.
+    signal.signal(signal.SIGALRM, _on_alarm)
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+# ---------------------------------------------------------------- framing
+
+
+def read_exact(n):
+    """Read exactly n bytes from fd 3; None on EOF before the first byte."""
+    chunks = []
+    got = 0
+    while got < n:
+        b = os.read(CTRL_FD, min(n - got, DISCARD_CHUNK))
+        if not b:
+            if got == 0:
+                return None
+            raise EOFError("connection closed mid-message")
+        chunks.append(b)
+        got += len(b)
+    return b"".join(chunks)
+
+
+def discard(n):
+    left = n
+    while left > 0:
+        b = os.read(CTRL_FD, min(left, DISCARD_CHUNK))
+        if not b:
+            raise EOFError("connection closed inside an oversized request")
+        left -= len(b)
+
+
+def send(obj):
+    data = json.dumps(obj, separators=(",", ":"), allow_nan=False).encode("utf-8")
+    msg = struct.pack("<I", len(data)) + data
+    view = memoryview(msg)
+    while view:
+        n = os.write(CTRL_FD, view)
+        view = view[n:]
+
+
+def recv():
+    """Returns (request_dict or None, error_message or None); raises EOFError on close."""
+    head = read_exact(4)
+    if head is None:
+        raise EOFError("closed")
+    if len(head) < 4:
+        raise EOFError("short header")
+    (n,) = struct.unpack("<I", head)
+    if n > MAX_REQUEST:
+        # The length is explicit, so the stream stays in sync: drop the body.
+        discard(n)
+        return None, "request of %d bytes exceeds the limit of %d bytes" % (n, MAX_REQUEST)
+    body = read_exact(n) if n else b""
+    if body is None:
+        raise EOFError("closed")
+    try:
+        req = json.loads(body.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        return None, "request is not UTF-8 JSON: %s" % e
+    if not isinstance(req, dict):
+        return None, "request must be a JSON object"
+    return req, None
+
+
+def bad(message):
+    return {"ok": False, "error": "bad_request", "message": message}
+
+
+# ---------------------------------------------------------------- state
+
+
+class Agent:
+    def __init__(self, function):
+        self.function = function
+        self.module = None
+        self.invocations = 0
+        self.load_info = None
+
+    # -- load
+    def load(self):
+        if self.module is not None:
+            return dict(self.load_info, already_loaded=True)
+        if not self.function or self.function.startswith(".") or "/" in self.function:
+            raise BadRequest("bad function name %r" % self.function)
+        path = os.path.join(FUNCTIONS_DIR, self.function + ".py")
+        if not os.path.isfile(path):
+            raise BadRequest("unknown function %r" % self.function)
+        t0 = time.perf_counter()
+        module = import_function(self.function, path)
+        t1 = time.perf_counter()
+        init = getattr(module, "init", None)
+        if init is not None:
+            init()
+        t2 = time.perf_counter()
+        self.module = module
+        gc.collect()
+        self.load_info = {
+            "ok": True,
+            "op": "load",
+            "function": self.function,
+            "import_ms": (t1 - t0) * 1e3,
+            "init_ms": (t2 - t1) * 1e3,
+            "rss_kb": rss_kb(),
+        }
+        return self.load_info
+
+    # -- invoke
+    def invoke(self, req):
+        if "input" in req and "size" in req:
+            raise BadRequest("give either 'size' or 'input', not both")
+        if "input" in req:
+            event = req["input"]
+        elif "size" in req:
+            size = req["size"]
+            if size not in SIZES:
+                raise BadRequest("unknown input size %r (sizes: %s)" % (size, ", ".join(SIZES)))
+            event = read_input(self.function, size)
+        else:
+            raise BadRequest("invoke needs 'size' or 'input'")
+        timeout_ms = req.get("timeout_ms", DEFAULT_TIMEOUT_MS)
+        if timeout_ms is not None and (
+            isinstance(timeout_ms, bool) or not isinstance(timeout_ms, (int, float)) or timeout_ms <= 0
+        ):
+            raise BadRequest("timeout_ms must be a positive number")
+        if self.module is None:
+            self.load()
+        handler = getattr(self.module, "handler")
+        self.invocations += 1
+        t0 = time.perf_counter()
+        try:
+            if timeout_ms is not None:
+                signal.setitimer(signal.ITIMER_REAL, timeout_ms / 1e3)
+            try:
+                output = handler(event)
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+        except InvocationTimeout:
+            return {
+                "ok": False,
+                "error": "timeout",
+                "message": "invocation exceeded timeout_ms=%s" % timeout_ms,
+                "exec_ms": (time.perf_counter() - t0) * 1e3,
+            }
+        except Exception as e:
+            return {
+                "ok": False,
+                "error": "function_error",
+                "message": "%s: %s" % (type(e).__name__, e),
+                "traceback": traceback.format_exc(limit=20),
+                "exec_ms": (time.perf_counter() - t0) * 1e3,
+            }
+        exec_ms = (time.perf_counter() - t0) * 1e3
+        try:
+            encoded = json.dumps(output, separators=(",", ":"), allow_nan=False)
+        except (TypeError, ValueError) as e:
+            return {"ok": False, "error": "bad_output", "message": "output is not JSON: %s" % e}
+        if len(encoded) > MAX_OUTPUT:
+            return {
+                "ok": False,
+                "error": "bad_output",
+                "message": "output of %d bytes exceeds the cap of %d bytes" % (len(encoded), MAX_OUTPUT),
+            }
+        return {"ok": True, "output": output, "exec_ms": exec_ms}
+
+    # -- health
+    def health(self):
+        return {
+            "ok": True,
+            "state": "ready" if self.module is not None else "idle",
+            "function": self.function,
+            "invocations": self.invocations,
+            "pid": os.getpid(),
+            "agent_version": AGENT_VERSION,
+        }
+
+    # -- checkpoint cooperation
+    def prepare_checkpoint(self):
+        gc.collect()
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except Exception:
+            pass
+        problems = []
+        extra_fds = open_fds_other_than_stdio_and_ctrl()
+        if extra_fds:
+            problems.append("extra open file descriptors: %s" % ", ".join(map(str, extra_fds)))
+        threads = thread_problems()
+        if threads:
+            problems.append(threads)
+        if problems:
+            return {"ok": False, "error": "not_checkpointable", "message": "; ".join(problems)}
+        return {"ok": True, "op": "prepare_checkpoint"}
+
+    def restored(self, req):
+        seed = req.get("seed")
+        if not isinstance(seed, str) or len(seed) != 64:
+            raise BadRequest("restored needs 'seed': 64 hex characters")
+        try:
+            seed_bytes = bytes.fromhex(seed)
+        except ValueError:
+            raise BadRequest("seed is not hex")
+        install_signal_handlers()
+        reseeded = reseed_all(seed_bytes, self.module)
+        return {"ok": True, "state": "restored", "reseeded": reseeded}
+
+
+def import_function(name, path):
+    # Imported under a private name: function files are named after the workloads
+    # (pyaes, chameleon), which are also the names of the libraries they use.
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("thaw_function_" + name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[spec.name]
+        raise
+    return module
+
+
+def read_input(function, size):
+    path = os.path.join(INPUTS_DIR, function, size + ".json")
+    try:
+        with open(path, "rb") as f:
+            return json.loads(f.read())
+    except FileNotFoundError:
+        raise BadRequest("function %r has no input of size %s" % (function, size))
+
+
+def rss_kb():
+    # No /proc in the sandbox: peak resident set size from getrusage (kB on Linux).
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+
+
+def open_fds_other_than_stdio_and_ctrl():
+    allowed = {0, 1, 2, CTRL_FD}
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    limit = soft if 0 < soft < 65536 else 65536
+    extra = []
+    for fd in range(limit):
+        if fd in allowed:
+            continue
+        try:
+            os.fstat(fd)
+        except OSError:
+            continue
+        extra.append(fd)
+    return extra
+
+
+def thread_problems():
+    import threading
+
+    if threading.active_count() > 1:
+        names = [t.name for t in threading.enumerate() if t is not threading.current_thread()]
+        return "extra Python threads: %s" % ", ".join(names)
+    # Native threads (e.g. a BLAS pool) are only visible through /proc; the sandbox
+    # has none, and the worker checks /proc/PID/task from outside before freezing.
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return None
+    if len(tasks) > 1:
+        return "process has %d threads (tasks %s)" % (len(tasks), ", ".join(sorted(tasks)))
+    return None
+
+
+def reseed_all(seed, module):
+    """Re-seed every generator a clone could share with its siblings."""
+    done = []
+    random.seed(seed)
+    done.append("random")
+    np = sys.modules.get("numpy")
+    if np is not None:
+        words = struct.unpack("<8I", seed)
+        np.random.seed(list(words))
+        done.append("numpy.random")
+    tempfile = sys.modules.get("tempfile")
+    if tempfile is not None:
+        # tempfile's name generator is per-pid, and clones share pid 1.
+        tempfile._name_sequence = None
+        done.append("tempfile")
+    hook = getattr(module, "reseed", None) if module is not None else None
+    if hook is not None:
+        hook(seed)
+        done.append("function")
+    return done
+
+
+# ---------------------------------------------------------------- loop
+
+
+def handle(agent, req):
+    op = req.get("op")
+    if not isinstance(op, str):
+        raise BadRequest("missing 'op'")
+    if op == "load":
+        return agent.load()
+    if op == "invoke":
+        return agent.invoke(req)
+    if op == "health":
+        return agent.health()
+    if op == "prepare_checkpoint":
+        return agent.prepare_checkpoint()
+    if op == "restored":
+        return agent.restored(req)
+    if op == "exit":
+        send({"ok": True, "op": "exit"})
+        sys.exit(0)
+    raise BadRequest("unknown op %r" % op)
+
+
+def serve(agent):
+    while True:
+        try:
+            req, err = recv()
+        except EOFError:
+            return
+        if err is not None:
+            send(bad(err))
+            continue
+        try:
+            reply = handle(agent, req)
+        except BadRequest as e:
+            reply = bad(str(e))
+        except InvocationTimeout:
+            # A late alarm (timer fired just after the handler returned).
+            reply = {"ok": False, "error": "timeout", "message": "late timeout"}
+        except Exception as e:
+            # e.g. an import error in load: report it, keep serving.
+            reply = {
+                "ok": False,
+                "error": "function_error",
+                "message": "%s: %s" % (type(e).__name__, e),
+                "traceback": traceback.format_exc(limit=20),
+            }
+        try:
+            send(reply)
+        except BrokenPipeError:
+            return
+
+
+def main(argv):
+    if len(argv) != 2:
+        sys.stderr.write("usage: agent.py FUNCTION\n")
+        return 2
+    try:
+        os.fstat(CTRL_FD)
+    except OSError:
+        sys.stderr.write("agent: fd %d (control socket) is not open\n" % CTRL_FD)
+        return 2
+    install_signal_handlers()
+    serve(Agent(argv[1]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
