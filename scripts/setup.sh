@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Host set-up for thaw on a fresh Debian 12 machine: checks the kernel
+# facilities thaw needs and installs what is missing. Idempotent.
+set -euo pipefail
+
+die() { echo "setup: $*" >&2; exit 1; }
+
+[ "$(id -u)" = 0 ] || die "thaw needs root (namespaces, ptrace, userfaultfd, cgroups, mounts)"
+
+# Debian packages the build and the runtime-root recipe use.
+need_pkgs=()
+for p in gcc:gcc apt-get:apt dpkg-deb:dpkg ip:iproute2 python3:python3; do
+    command -v "${p%%:*}" >/dev/null 2>&1 || need_pkgs+=("${p##*:}")
+done
+if [ ${#need_pkgs[@]} -gt 0 ]; then
+    echo "setup: installing ${need_pkgs[*]}" >&2
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_pkgs[@]}"
+fi
+
+# Rust toolchain and the components the test script uses.
+command -v cargo >/dev/null 2>&1 || die "cargo not found: install Rust (rustup) first"
+if command -v rustup >/dev/null 2>&1; then
+    for c in rustfmt clippy; do
+        rustup component list --installed 2>/dev/null | grep -q "^$c" || rustup component add "$c"
+    done
+fi
+
+# Kernel facilities, checked up front so failures name what is missing.
+for ctrl in memory pids; do
+    [ -e "/sys/fs/cgroup/$ctrl/cgroup.procs" ] || die "cgroup v1 '$ctrl' controller is not mounted at /sys/fs/cgroup/$ctrl"
+done
+[ -e /dev/shm ] || die "/dev/shm (tmpfs) is missing"
+echo "setup: host ready" >&2
