@@ -50,6 +50,14 @@ pub struct Record {
     pub bytes_read: u64,
     pub image_bytes: u64,
     pub rss_kb: u64,
+    /// memory charged to the sandbox's cgroup after the first response
+    pub rss_added_kb: u64,
+    /// reap: "record" or "prefetch"
+    pub ws_mode: String,
+    pub ws_pages: u64,
+    pub prefetch_ms: f64,
+    /// reap: faults after the prefetch exceeded the drift share
+    pub drift: bool,
 }
 
 /// Runs the benchmark; every record goes to `sink` as it is measured.
@@ -85,7 +93,8 @@ pub fn run(w: &Worker, o: &Options, sink: &mut dyn FnMut(&Record) -> Result<()>)
                 let rec = if s == "fresh" {
                     measure_fresh(w, f, o, run)?
                 } else {
-                    measure_restore(w, &snap, f, s, o, run, image_bytes, tier.emulated)?
+                    // dax stands in tmpfs for byte-addressable persistent memory
+                    measure_restore(w, &snap, f, s, o, run, image_bytes, tier.emulated || s == "dax")?
                 };
                 let rec = Record { tier: tier.name.to_string(), ..rec };
                 sink(&rec)?;
@@ -109,6 +118,7 @@ fn measure_fresh(w: &Worker, f: &str, o: &Options, run: usize) -> Result<Record>
     if run == 0 || o.check_all {
         w.check(f, &o.size, &inv.output)?;
     }
+    let rss_added = sb.memory_usage().unwrap_or(0) / 1024;
     let warm = invoke(&mut sb, &o.size, INVOKE_TIMEOUT)?;
     let (minflt, majflt) = faults(&sb);
     Ok(Record {
@@ -132,6 +142,11 @@ fn measure_fresh(w: &Worker, f: &str, o: &Options, run: usize) -> Result<Record>
         bytes_read: 0,
         image_bytes: 0,
         rss_kb: sb.rss_kb().unwrap_or(0),
+        rss_added_kb: rss_added,
+        ws_mode: String::new(),
+        ws_pages: 0,
+        prefetch_ms: 0.0,
+        drift: false,
     })
 }
 
@@ -157,6 +172,8 @@ fn measure_restore(
     let served = sb.pager().map(|p| p.stats.faults()).unwrap_or(0);
     let served_bytes = sb.pager().map(|p| p.stats.bytes_read()).unwrap_or(0);
     let mapped_in = image_rss_bytes(sb.pid()).unwrap_or(0);
+    let rss_added = sb.memory_usage().unwrap_or(0) / 1024;
+    let drift = sb.reap_outcome().map(|o| o.drift).unwrap_or(false);
     let warm = invoke(&mut sb, &o.size, INVOKE_TIMEOUT)?;
     Ok(Record {
         function: f.into(),
@@ -176,9 +193,14 @@ fn measure_restore(
         faults: served,
         minflt,
         majflt,
-        bytes_read: rep.copied_bytes + served_bytes + mapped_in,
+        bytes_read: rep.copied_bytes + served_bytes + mapped_in + rep.ws_bytes,
         image_bytes,
         rss_kb: sb.rss_kb().unwrap_or(0),
+        rss_added_kb: rss_added,
+        ws_mode: rep.ws_mode,
+        ws_pages: rep.ws_pages,
+        prefetch_ms: rep.prefetch_ms,
+        drift,
     })
 }
 
@@ -212,6 +234,7 @@ pub struct Row {
     pub warm: Summary,
     pub faults_median: f64,
     pub bytes_read_median: f64,
+    pub rss_added_kb_median: f64,
     pub speedup_vs_fresh: f64,
     pub ratio_to_mmap: Option<f64>,
 }
@@ -239,6 +262,7 @@ pub fn summarize_rows(recs: &[Record]) -> Vec<Row> {
                 warm: summarize(&pick(f, s, &|r| r.warm_ms))?,
                 faults_median: summarize(&pick(f, s, &|r| r.faults as f64))?.median,
                 bytes_read_median: summarize(&pick(f, s, &|r| r.bytes_read as f64))?.median,
+                rss_added_kb_median: summarize(&pick(f, s, &|r| r.rss_added_kb as f64))?.median,
                 speedup_vs_fresh: med(f, "fresh").map(|m| m / cold.median).unwrap_or(f64::NAN),
                 ratio_to_mmap: med(f, "mmap").map(|m| cold.median / m),
             })
@@ -252,19 +276,21 @@ pub fn markdown(rows: &[Row], tier: &str, emulated: bool, runs: usize) -> String
         "Tier: {tier}{} · {runs} runs per cell · times in ms (min / median / p99)\n\n",
         if emulated { " (emulated)" } else { "" }
     );
-    s.push_str("| function | strategy | cold start | first response | warm | faults served | MiB read | speed-up vs fresh | ratio to mmap |\n");
-    s.push_str("|---|---|---|---|---|---|---|---|---|\n");
+    s.push_str("| function | strategy | cold start | first response | warm | faults served | MiB read | MiB added | speed-up vs fresh | ratio to mmap |\n");
+    s.push_str("|---|---|---|---|---|---|---|---|---|---|\n");
     let t = |x: &Summary| format!("{:.2} / {:.2} / {:.2}", x.min, x.median, x.p99);
     for r in rows {
         s.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {:.0} | {:.1} | {:.1}x | {} |\n",
+            "| {} | {}{} | {} | {} | {} | {:.0} | {:.1} | {:.1} | {:.1}x | {} |\n",
             r.function,
             r.strategy,
+            if r.strategy == "dax" { " (pmem emulated by tmpfs)" } else { "" },
             t(&r.cold),
             t(&r.first_response),
             t(&r.warm),
             r.faults_median,
             r.bytes_read_median / (1 << 20) as f64,
+            r.rss_added_kb_median / 1024.0,
             r.speedup_vs_fresh,
             r.ratio_to_mmap.map(|x| format!("{x:.2}")).unwrap_or_else(|| "-".into()),
         ));

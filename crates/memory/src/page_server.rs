@@ -6,6 +6,7 @@
 //! address outside the lazily served regions stops the server and reports a
 //! fatal error (the caller kills the sandbox rather than leave it hanging).
 use crate::layout::{MemoryLayout, PAGE_SIZE};
+use crate::uffd;
 use std::fs::File;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::FileExt;
@@ -14,25 +15,6 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 const UFFD_EVENT_PAGEFAULT: u8 = 0x12;
-const UFFDIO_COPY: libc::c_ulong = 0xc028_aa03;
-const UFFDIO_ZEROPAGE: libc::c_ulong = 0xc020_aa04;
-
-#[repr(C)]
-struct UffdioCopy {
-    dst: u64,
-    src: u64,
-    len: u64,
-    mode: u64,
-    copy: i64,
-}
-
-#[repr(C)]
-struct UffdioZeropage {
-    start: u64,
-    len: u64,
-    mode: u64,
-    zeropage: i64,
-}
 
 /// Counters a restore reports; shared with the server thread.
 #[derive(Debug, Default)]
@@ -196,32 +178,25 @@ impl Serve {
             .region_of(addr)
             .filter(|r| r.anonymous)
             .ok_or_else(|| format!("fault at {addr:#x} outside every lazily served region: refused"))?;
-        let ret = match region.image_offset(addr) {
+        let fd = self.uffd.as_raw_fd();
+        let res = match region.image_offset(addr) {
             Some(off) => {
                 self.image
                     .read_exact_at(buf, off)
                     .map_err(|e| format!("reading image page at offset {off}: {e}"))?;
-                let mut c = UffdioCopy { dst: addr, src: buf.as_ptr() as u64, len: PAGE_SIZE, mode: 0, copy: 0 };
-                // SAFETY: UFFDIO_COPY reads `len` bytes from our buffer and writes the result field.
-                let r = unsafe { libc::ioctl(self.uffd.as_raw_fd(), UFFDIO_COPY, &mut c) };
                 self.stats.bytes_read.fetch_add(PAGE_SIZE, Ordering::Relaxed);
-                r
+                uffd::copy(fd, addr, buf.as_ptr() as u64, PAGE_SIZE, false)
             }
             None => {
-                let mut z = UffdioZeropage { start: addr, len: PAGE_SIZE, mode: 0, zeropage: 0 };
-                // SAFETY: UFFDIO_ZEROPAGE reads the range and writes the result field.
-                let r = unsafe { libc::ioctl(self.uffd.as_raw_fd(), UFFDIO_ZEROPAGE, &mut z) };
                 self.stats.zero_pages.fetch_add(1, Ordering::Relaxed);
-                r
+                uffd::zeropage(fd, addr, PAGE_SIZE, false)
             }
         };
-        if ret != 0 {
-            let e = std::io::Error::last_os_error();
-            match e.raw_os_error() {
-                Some(libc::EEXIST) => {} // raced with another fault on the same page
-                Some(libc::ESRCH) | Some(libc::ENOENT) => return Ok(false),
-                _ => return Err(format!("installing page {addr:#x}: {e}")),
-            }
+        if let Err(e) = res {
+            return match e.downcast_ref::<uffd::UffdError>() {
+                Some(u) if u.target_gone() => Ok(false),
+                _ => Err(format!("installing page {addr:#x}: {e}")),
+            };
         }
         self.stats.faults.fetch_add(1, Ordering::Relaxed);
         self.stats.serve_ns.fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);

@@ -11,6 +11,9 @@ pub enum Fill {
     Map,
     /// Leave the region empty and serve its faults from a userfaultfd page server.
     Lazy,
+    /// Map the image file and build the page tables before resume (zero copy,
+    /// no run-time faults for pages only read; writes copy-on-write).
+    MapPopulate,
 }
 
 /// A named restore strategy. Strategies decide per region; regions a strategy
@@ -19,11 +22,18 @@ pub enum Fill {
 pub trait RestoreStrategy: Send + Sync {
     fn name(&self) -> &'static str;
     fn fill(&self, region: &Region) -> Fill;
+    /// REAP: record the first invocation's faults into a working set and
+    /// prefetch it on later restores.
+    fn uses_working_set(&self) -> bool {
+        false
+    }
 }
 
 struct Eager;
 struct Mmap;
 struct Uffd;
+struct Reap;
+struct Dax;
 
 impl RestoreStrategy for Eager {
     fn name(&self) -> &'static str {
@@ -56,14 +66,37 @@ impl RestoreStrategy for Uffd {
     }
 }
 
+impl RestoreStrategy for Reap {
+    fn name(&self) -> &'static str {
+        "reap"
+    }
+    fn fill(&self, r: &Region) -> Fill {
+        Uffd.fill(r)
+    }
+    fn uses_working_set(&self) -> bool {
+        true
+    }
+}
+
+impl RestoreStrategy for Dax {
+    fn name(&self) -> &'static str {
+        "dax"
+    }
+    fn fill(&self, _: &Region) -> Fill {
+        Fill::MapPopulate
+    }
+}
+
 /// The strategies this build provides, by the names the CLI and reports use.
-pub const STRATEGY_NAMES: &[&str] = &["eager", "mmap", "uffd"];
+pub const STRATEGY_NAMES: &[&str] = &["eager", "mmap", "uffd", "reap", "dax"];
 
 pub fn strategy_by_name(name: &str) -> Result<Box<dyn RestoreStrategy>> {
     Ok(match name {
         "eager" => Box::new(Eager),
         "mmap" => Box::new(Mmap),
         "uffd" => Box::new(Uffd),
+        "reap" => Box::new(Reap),
+        "dax" => Box::new(Dax),
         _ => bail!("unknown restore strategy {name:?} (known: {})", STRATEGY_NAMES.join(", ")),
     })
 }
@@ -82,6 +115,8 @@ mod tests {
             assert_ne!(s.fill(&file), Fill::Lazy);
         }
         assert_eq!(strategy_by_name("uffd").unwrap().fill(&anon), Fill::Lazy);
+        assert!(strategy_by_name("reap").unwrap().uses_working_set());
+        assert_eq!(strategy_by_name("dax").unwrap().fill(&anon), Fill::MapPopulate);
         assert!(strategy_by_name("bogus").is_err());
     }
 }

@@ -234,7 +234,8 @@ impl Engine {
         if self.cfg.kind.greedy_dual() {
             let func = self.funcs[fi];
             let miss_us = self.miss_cost_us(&func);
-            let prio = self.gd_clock + func.freq as f64 * (miss_us as f64 / 1000.0) / inst.mem.max(1) as f64;
+            let prio = self.gd_clock
+                + func.freq as f64 * (miss_us as f64 / 1000.0) / inst.mem.max(1) as f64;
             let key = prio.to_bits();
             self.insts[slot as usize].gd_key = key;
             self.gd.insert((key, slot));
@@ -247,7 +248,8 @@ impl Engine {
     fn unidle(&mut self, slot: u32) {
         let inst = self.insts[slot as usize];
         self.idle_links.remove(&mut self.idle_lru, slot);
-        self.fn_links.remove(&mut self.funcs[inst.f as usize].idle, slot);
+        self.fn_links
+            .remove(&mut self.funcs[inst.f as usize].idle, slot);
         if self.cfg.kind.greedy_dual() {
             self.gd.remove(&(inst.gd_key, slot));
         }

@@ -135,7 +135,10 @@ fn ttl_expires_after_the_window() {
     assert_eq!(h.out, vec![Action::Kill { instance: a }]);
     assert_eq!(h.p.next_deadline(), None);
     let (s3, _, _) = h.go(16 * S + 500_000, A, 100);
-    assert_eq!(vec![s1, s2, s3], vec![Start::Cold, Start::Warm, Start::Cold]);
+    assert_eq!(
+        vec![s1, s2, s3],
+        vec![Start::Cold, Start::Warm, Start::Cold]
+    );
 }
 
 #[test]
@@ -192,7 +195,10 @@ fn tiered_walk(kind: PolicyKind) {
     let (s, a, _) = h.go(0, A, 100);
     seq.push(s);
     h.fin(S, a);
-    assert!(h.out.is_empty(), "100 MiB idle is under the 150 MiB threshold");
+    assert!(
+        h.out.is_empty(),
+        "100 MiB idle is under the 150 MiB threshold"
+    );
     let (s, b, _) = h.go(2 * S, B, 100);
     seq.push(s);
     h.fin(3 * S, b);
@@ -265,7 +271,10 @@ fn tiered_lru_spills_disk_to_network_and_starts_remote() {
     // A finishes and is demoted again: it is on the network, not on disk, so the
     // policy pulls it down instead of checkpointing it again.
     h.fin(6 * S, a);
-    assert!(matches!(h.out[..], [Action::Kill { .. }, Action::Download { f: A, .. }]));
+    assert!(matches!(
+        h.out[..],
+        [Action::Kill { .. }, Action::Download { f: A, .. }]
+    ));
     let (dl, dl_eta) = h.xfer();
     h.fin(6 * S, b); // B's snapshot is on disk already: just killed
     assert!(matches!(h.out[..], [Action::Kill { .. }]));
@@ -315,13 +324,35 @@ fn impossible_configs_are_rejected() {
     let ok = Config::thesis(PolicyKind::TieredLru);
     assert!(Engine::new(ok.clone()).is_ok());
     for bad in [
-        Config { ram_mb: 0, ..ok.clone() },
-        Config { threshold: 0.0, ..ok.clone() },
-        Config { threshold: 1.5, ..ok.clone() },
-        Config { threshold: f64::NAN, ..ok.clone() },
-        Config { disk_read_mb_s: 0.0, ..ok.clone() },
-        Config { net_mb_s: -1.0, ..ok.clone() },
-        Config { kind: PolicyKind::Ttl, keep_alive_us: 0, ..ok.clone() },
+        Config {
+            ram_mb: 0,
+            ..ok.clone()
+        },
+        Config {
+            threshold: 0.0,
+            ..ok.clone()
+        },
+        Config {
+            threshold: 1.5,
+            ..ok.clone()
+        },
+        Config {
+            threshold: f64::NAN,
+            ..ok.clone()
+        },
+        Config {
+            disk_read_mb_s: 0.0,
+            ..ok.clone()
+        },
+        Config {
+            net_mb_s: -1.0,
+            ..ok.clone()
+        },
+        Config {
+            kind: PolicyKind::Ttl,
+            keep_alive_us: 0,
+            ..ok.clone()
+        },
     ] {
         assert!(Engine::new(bad.clone()).is_err(), "{bad:?}");
     }

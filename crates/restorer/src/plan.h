@@ -33,11 +33,13 @@ typedef int i32;
 /* How a run of image pages gets into memory. */
 #define FILL_COPY 0 /* pread from the image fd into the mapping */
 #define FILL_MAP 1  /* MAP_PRIVATE|MAP_FIXED mapping of the image fd */
+#define FILL_MAP_POPULATE 2 /* FILL_MAP, then build its page tables (MADV_POPULATE_READ) */
 
 /* vma flags */
 #define VMA_ANON 1      /* anonymous private memory */
 #define VMA_GROWSDOWN 2 /* the stack */
 #define VMA_LAZY 4      /* register with userfaultfd (missing mode) */
+#define VMA_POPULATE 8  /* build page tables for the whole mapping before resume */
 
 struct plan_header {
     u64 magic;

@@ -20,6 +20,8 @@
 #define SYS_munmap 11
 #define SYS_pread64 17
 #define SYS_mremap 25
+#define SYS_madvise 28
+#define MADV_POPULATE_READ 22
 #define SYS_sendmsg 46
 #define SYS_exit_group 231
 #define SYS_setresuid 117
@@ -46,6 +48,8 @@
 #define EINTR 4
 #define EINVAL 22
 #define EIO 5
+#define EFAULT_ 14
+#define ENOMEM_ 12
 #define PR_SET_MM 35
 #define PR_SET_MM_MAP 14
 #define PR_SET_NO_NEW_PRIVS 38
@@ -352,10 +356,12 @@ void restorer_main(u64 *initial_sp)
             struct plan_run *run = &runs[v->first_run + k];
             if (!inside(run->addr, run->addr + run->len, v->start, v->end))
                 fail(STEP_BAD_PLAN, EINVAL, 100000 + i);
-            if (run->fill == FILL_MAP)
+            if (run->fill == FILL_MAP || run->fill == FILL_MAP_POPULATE) {
                 r = sys6(SYS_mmap, run->addr, run->len, v->prot, MAP_PRIVATE | MAP_FIXED,
                          run->img_fd, (long)run->img_off);
-            else
+                if (r >= 0 && run->fill == FILL_MAP_POPULATE && (v->prot & PROT_READ))
+                    r = sys3(SYS_madvise, run->addr, run->len, MADV_POPULATE_READ);
+            } else
                 r = read_full(run->img_fd, (void *)run->addr, run->len, run->img_off, 1);
             if (r < 0)
                 fail(STEP_FILL, r, i);
@@ -364,6 +370,12 @@ void restorer_main(u64 *initial_sp)
             r = sys3(SYS_mprotect, v->start, vlen2, v->prot);
             if (r < 0)
                 fail(STEP_MPROTECT, r, i);
+        }
+        if ((v->flags & VMA_POPULATE) && (v->prot & PROT_READ)) {
+            r = sys3(SYS_madvise, v->start, vlen2, MADV_POPULATE_READ);
+            /* a file shorter than its mapping cannot populate the tail: not fatal */
+            if (r < 0 && r != -EFAULT_ && r != -ENOMEM_)
+                fail(STEP_FILL, r, i);
         }
     }
     if (cur_fd >= 0)

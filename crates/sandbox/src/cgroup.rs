@@ -45,6 +45,13 @@ impl Cgroups {
         fs::read_to_string(d.join("memory.max_usage_in_bytes")).ok()?.trim().parse().ok()
     }
 
+    /// Memory charged to the sandbox now: what it added to the machine's DRAM
+    /// (page-cache pages it shares with others are charged to whoever read them first).
+    pub fn memory_usage(&self) -> Option<u64> {
+        let d = self.dirs.iter().find(|d| d.starts_with(format!("{ROOT}/memory")))?;
+        fs::read_to_string(d.join("memory.usage_in_bytes")).ok()?.trim().parse().ok()
+    }
+
     /// Times the memory limit was hit (failcnt).
     pub fn memory_failcnt(&self) -> u64 {
         self.dirs

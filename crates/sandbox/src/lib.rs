@@ -42,6 +42,9 @@ pub struct SandboxConfig {
     pub file_size: u64,
     /// Where each sandbox's stdout/stderr log goes (host side).
     pub log_dir: PathBuf,
+    /// REAP: share of the working set that may fault after a prefetch before
+    /// the next cold start re-records it.
+    pub drift_share: f64,
 }
 
 impl Default for SandboxConfig {
@@ -53,6 +56,7 @@ impl Default for SandboxConfig {
             open_files: 256,
             file_size: 16 << 20,
             log_dir: PathBuf::from("/run/thaw/logs"),
+            drift_share: 0.25,
         }
     }
 }
@@ -81,7 +85,34 @@ pub struct Sandbox {
     root: PathBuf,
     uid: u32,
     alive: bool,
+    reap: Option<ReapState>,
+    reap_outcome: Option<ReapOutcome>,
 }
+
+/// A REAP restore waiting for its first response: record the working set,
+/// or check how far the prefetched one drifted.
+pub(crate) struct ReapState {
+    pub dir: PathBuf,
+    pub key: String,
+    pub ws_pages: u64,
+    pub drift_share: f64,
+    pub record: bool,
+    pub image: File,
+    pub layout: std::sync::Arc<thaw_memory::MemoryLayout>,
+}
+
+/// What happened at a REAP restore's first response.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct ReapOutcome {
+    /// pages recorded into a new working set (record mode)
+    pub recorded_pages: u64,
+    /// faults served after the prefetch (prefetch mode)
+    pub faults_after_prefetch: u64,
+    /// those faults exceeded the drift share: the next restore re-records
+    pub drift: bool,
+    pub warning: String,
+}
+
 
 /// The host-side pieces every new sandbox (fresh or restored) needs.
 struct Slot {
@@ -131,6 +162,8 @@ impl Slot {
             root: root.to_owned(),
             uid: self.uid,
             alive: true,
+            reap: None,
+            reap_outcome: None,
         }
     }
 }
@@ -178,6 +211,9 @@ impl Sandbox {
             return Err(anyhow!("sandbox {} is no longer running", self.id));
         }
         let res = self.chan.call(req, timeout);
+        if res.is_ok() && req.get("op").and_then(Value::as_str) == Some("invoke") {
+            self.after_first_response();
+        }
         if let Err(e) = &res {
             if e.downcast_ref::<Timeout>().is_some() {
                 self.kill();
@@ -190,6 +226,35 @@ impl Sandbox {
             }
         }
         res
+    }
+
+    /// REAP bookkeeping once the first invocation has answered.
+    fn after_first_response(&mut self) {
+        let Some(st) = self.reap.take() else { return };
+        let Some(pager) = &self.pager else { return };
+        let mut out = ReapOutcome::default();
+        if st.record {
+            let faults = pager.recorded();
+            match thaw_memory::working_set::record(&st.dir, &st.key, &st.layout, &st.image, &faults) {
+                Ok(idx) => out.recorded_pages = idx.pages(),
+                Err(e) => {
+                    out.warning = format!("recording the working set failed: {e:#}");
+                    eprintln!("thaw: warning: {}", out.warning);
+                }
+            }
+        } else {
+            out.faults_after_prefetch = pager.stats.faults();
+            if out.faults_after_prefetch as f64 > st.drift_share * st.ws_pages as f64 {
+                out.drift = true;
+                let _ = std::fs::write(st.dir.join(thaw_memory::working_set::WS_STALE), b"");
+            }
+        }
+        self.reap_outcome = Some(out);
+    }
+
+    /// The REAP outcome of this instance's first invocation, if it was restored with reap.
+    pub fn reap_outcome(&self) -> Option<&ReapOutcome> {
+        self.reap_outcome.as_ref()
     }
 
     pub(crate) fn channel(&mut self) -> &mut AgentChannel {
@@ -216,6 +281,11 @@ impl Sandbox {
     /// Peak memory of the sandbox's cgroup.
     pub fn memory_peak(&self) -> Option<u64> {
         self.cgroups.memory_peak()
+    }
+
+    /// Memory charged to the sandbox's cgroup now.
+    pub fn memory_usage(&self) -> Option<u64> {
+        self.cgroups.memory_usage()
     }
 
     pub fn memory_limit_hits(&self) -> u64 {

@@ -16,7 +16,8 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
-use thaw_memory::{Fill, PageServer, RestoreStrategy};
+use thaw_memory::{working_set, Fill, PageServer, RestoreStrategy};
+use crate::ReapState;
 use thaw_restorer as r;
 use thaw_store::Snapshot;
 
@@ -43,6 +44,16 @@ pub struct RestoreReport {
     pub mapped_bytes: u64,
     /// bytes left to the page server
     pub lazy_bytes: u64,
+    /// REAP: "record", "prefetch", or "" for other strategies
+    pub ws_mode: String,
+    /// REAP: pages in the working set installed before resume
+    pub ws_pages: u64,
+    /// REAP: bytes of working set read (one read)
+    pub ws_bytes: u64,
+    /// REAP: reading the working set and installing it
+    pub prefetch_ms: f64,
+    /// REAP: why a recorded working set could not be used (restore fell back to uffd)
+    pub ws_warning: String,
 }
 
 /// Restores `snap` with `strategy` into a new sandbox on `root`.
@@ -121,13 +132,41 @@ pub fn restore(
     if lazy {
         let uffd = uffd.ok_or_else(|| anyhow!("restorer did not send its userfaultfd"))?;
         let layout = Arc::new(state.memory.clone());
+        let mut record = false;
+        if strategy.uses_working_set() {
+            let key = snapshot_key(snap);
+            let t = Instant::now();
+            let ws = working_set::load(&snap.dir, &key, &layout);
+            let ws = ws.and_then(|ws| match ws {
+                Some(ws) => ws.install(uffd.as_raw_fd()).map(|_| Some(ws)),
+                None => Ok(None),
+            });
+            match ws {
+                Ok(Some(ws)) => {
+                    rep.ws_mode = "prefetch".into();
+                    rep.ws_pages = ws.index.pages();
+                    rep.ws_bytes = ws.index.ws_len;
+                    rep.prefetch_ms = ms(t);
+                    sb.reap = Some(ReapState { dir: snap.dir.clone(), key, ws_pages: rep.ws_pages, drift_share: cfg.drift_share, record: false, image: image.try_clone()?, layout: layout.clone() });
+                }
+                Ok(None) | Err(_) => {
+                    if let Err(e) = ws {
+                        rep.ws_warning = format!("{e:#}");
+                        eprintln!("thaw: warning: working set of {} unusable ({e:#}); restoring with plain uffd and recording a new one", snap.dir.display());
+                    }
+                    rep.ws_mode = "record".into();
+                    record = true;
+                    sb.reap = Some(ReapState { dir: snap.dir.clone(), key, ws_pages: 0, drift_share: cfg.drift_share, record: true, image: image.try_clone()?, layout: layout.clone() });
+                }
+            }
+        }
         let pid_for_kill = pid;
         let on_fatal = Box::new(move |why: String| {
             eprintln!("thaw: page server for pid {pid_for_kill} failed: {why}; killing the sandbox");
             // SAFETY: signalling our own child; reaped by Sandbox::kill.
             unsafe { libc::kill(pid_for_kill, libc::SIGKILL) };
         });
-        sb.pager = Some(PageServer::spawn(uffd, layout, Arc::new(image.try_clone()?), false, on_fatal)?);
+        sb.pager = Some(PageServer::spawn(uffd, layout, Arc::new(image.try_clone()?), record, on_fatal)?);
     }
 
     let t2 = Instant::now();
@@ -139,6 +178,11 @@ pub fn restore(
     rep.resume_ms = ms(t2);
     rep.total_ms = ms(t0);
     Ok((sb, rep))
+}
+
+/// Identifies a snapshot's exact contents, for files derived from it.
+pub fn snapshot_key(snap: &Snapshot) -> String {
+    format!("{}:{}", snap.manifest.id, snap.manifest.memory.sha256)
 }
 
 fn ms(t: Instant) -> f64 {
@@ -220,6 +264,9 @@ fn build_plan(state: &ProcessState, strategy: &dyn RestoreStrategy, uid: u32, re
             Some(p) => *paths.entry(p.as_str()).or_insert_with(|| plan.add_string(p)),
             None => -1,
         };
+        if fill == Fill::MapPopulate && !region.anonymous {
+            flags |= r::VMA_POPULATE;
+        }
         let first_run = plan.runs.len() as u32;
         if fill == Fill::Lazy {
             flags |= r::VMA_LAZY;
@@ -232,9 +279,13 @@ fn build_plan(state: &ProcessState, strategy: &dyn RestoreStrategy, uid: u32, re
                     len: run.len,
                     img_off: run.file_off,
                     img_fd: IMAGE_FD,
-                    fill: if fill == Fill::Map { r::FILL_MAP } else { r::FILL_COPY },
+                    fill: match fill {
+                        Fill::Map => r::FILL_MAP,
+                        Fill::MapPopulate => r::FILL_MAP_POPULATE,
+                        _ => r::FILL_COPY,
+                    },
                 });
-                if fill == Fill::Map {
+                if matches!(fill, Fill::Map | Fill::MapPopulate) {
                     rep.mapped_bytes += run.len;
                 } else {
                     rep.copied_bytes += run.len;

@@ -62,12 +62,19 @@ pub fn discover(dir: &Path) -> Result<Vec<Day>> {
         .filter(|p| p.extension().is_some_and(|e| e == "csv"))
         .collect();
     files.sort();
-    let name = |p: &PathBuf| p.file_name().and_then(|n| n.to_str()).unwrap_or("").to_string();
+    let name = |p: &PathBuf| {
+        p.file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("")
+            .to_string()
+    };
     let tag = |n: &str| -> String {
         // "....d01.csv" -> "d01", otherwise "".
         let stem = n.trim_end_matches(".csv");
         match stem.rsplit_once('.') {
-            Some((_, t)) if t.starts_with('d') && t[1..].chars().all(|c| c.is_ascii_digit()) => t.to_string(),
+            Some((_, t)) if t.starts_with('d') && t[1..].chars().all(|c| c.is_ascii_digit()) => {
+                t.to_string()
+            }
             _ => String::new(),
         }
     };
@@ -93,7 +100,10 @@ pub fn discover(dir: &Path) -> Result<Vec<Day>> {
         })
         .collect();
     if days.is_empty() {
-        bail!("no invocations*.csv in {} (azure2019 format)", dir.display());
+        bail!(
+            "no invocations*.csv in {} (azure2019 format)",
+            dir.display()
+        );
     }
     Ok(days)
 }
@@ -169,12 +179,9 @@ impl Azure2019 {
         let avg = col(&cols, "AverageAllocatedMb", &lines)?;
         self.mem_by_key.clear();
         while lines.next_line()? {
-            let fields: Vec<&str> = lines.buf.split(',').collect();
-            if fields.len() != cols.len() {
-                let reason = format!("expected {} columns, found {}", cols.len(), fields.len());
-                self.bad.push_back(lines.bad(reason));
+            let Some(fields) = split_checked(&lines, cols.len(), &mut self.bad) else {
                 continue;
-            }
+            };
             match num(fields[avg], "AverageAllocatedMb") {
                 Ok(mb) => {
                     let mut key = format!("{},{}", fields[owner], fields[app]);
@@ -203,23 +210,22 @@ impl Azure2019 {
         }
         self.dur_by_key.clear();
         while lines.next_line()? {
-            let fields: Vec<&str> = lines.buf.split(',').collect();
-            if fields.len() != cols.len() {
-                let reason = format!("expected {} columns, found {}", cols.len(), fields.len());
-                self.bad.push_back(lines.bad(reason));
+            let Some(fields) = split_checked(&lines, cols.len(), &mut self.bad) else {
                 continue;
-            }
+            };
             let mut p = [0f32; 7];
-            let parsed: Result<(), String> = pct_cols.iter().zip(p.iter_mut()).try_for_each(|(&c, v)| {
-                *v = num(fields[c], "duration percentile")? as f32;
-                Ok(())
-            });
+            let parsed: Result<(), String> =
+                pct_cols.iter().zip(p.iter_mut()).try_for_each(|(&c, v)| {
+                    *v = num(fields[c], "duration percentile")? as f32;
+                    Ok(())
+                });
             if let Err(e) = parsed {
                 self.bad.push_back(lines.bad(e));
                 continue;
             }
             if p.windows(2).any(|w| w[1] < w[0]) {
-                self.bad.push_back(lines.bad("duration percentiles decrease"));
+                self.bad
+                    .push_back(lines.bad("duration percentiles decrease"));
                 continue;
             }
             let key = key_cols.map(|c| fields[c]).join(",");
@@ -243,7 +249,10 @@ impl Azure2019 {
         let cols = header(&mut lines)?;
         let expect = ["HashOwner", "HashApp", "HashFunction", "Trigger"];
         if cols.len() < 5 || cols[..4] != expect {
-            bail!("{}:1: expected header HashOwner,HashApp,HashFunction,Trigger,1,2,...", lines.path);
+            bail!(
+                "{}:1: expected header HashOwner,HashApp,HashFunction,Trigger,1,2,...",
+                lines.path
+            );
         }
         let n_min = cols.len() - 4;
         self.minutes = vec![Vec::new(); n_min];
@@ -252,19 +261,19 @@ impl Azure2019 {
             if lines.buf.trim().is_empty() {
                 continue;
             }
-            let fields: Vec<&str> = lines.buf.split(',').collect();
-            if fields.len() != cols.len() {
-                let reason = format!("expected {} columns, found {}", cols.len(), fields.len());
-                self.bad.push_back(lines.bad(reason));
+            let Some(fields) = split_checked(&lines, cols.len(), &mut self.bad) else {
                 continue;
-            }
+            };
             counts.clear();
             let mut err = None;
             for (i, s) in fields[4..].iter().enumerate() {
                 match s.trim().parse::<u32>() {
                     Ok(c) => counts.push(c),
                     Err(_) => {
-                        err = Some(format!("minute {} count {s:?} is not a whole number >= 0", i + 1));
+                        err = Some(format!(
+                            "minute {} count {s:?} is not a whole number >= 0",
+                            i + 1
+                        ));
                         break;
                     }
                 }
@@ -280,7 +289,10 @@ impl Azure2019 {
                 self.dur_pcts.push([0.0; 7]);
             }
             let app_key = fields[..2].join(",");
-            let mem = self.mem_by_key.get(&key).or_else(|| self.mem_by_key.get(&app_key));
+            let mem = self
+                .mem_by_key
+                .get(&key)
+                .or_else(|| self.mem_by_key.get(&app_key));
             self.mem[f as usize] = match (self.opts.fixed_mem, mem) {
                 (Some(m), _) => m,
                 (None, Some(&m)) => m,
@@ -315,7 +327,10 @@ impl Azure2019 {
 
     fn in_window(&self, abs: u64) -> bool {
         abs >= self.opts.start_minute
-            && self.opts.minutes.is_none_or(|n| abs < self.opts.start_minute + n)
+            && self
+                .opts
+                .minutes
+                .is_none_or(|n| abs < self.opts.start_minute + n)
     }
 
     /// Fills the heap with the next minute that has invocations.
@@ -378,6 +393,20 @@ impl Azure2019 {
         let ms = p[j] as f64 + w * (p[j + 1] as f64 - p[j] as f64);
         (ms * 1000.0).round() as Time
     }
+}
+
+/// Splits the current line, or queues a report when its column count is wrong.
+fn split_checked<'a>(
+    lines: &'a Lines,
+    n: usize,
+    bad: &mut VecDeque<BadLine>,
+) -> Option<Vec<&'a str>> {
+    let fields: Vec<&str> = lines.buf.split(',').collect();
+    if fields.len() == n {
+        return Some(fields);
+    }
+    bad.push_back(lines.bad(format!("expected {n} columns, found {}", fields.len())));
+    None
 }
 
 fn header(lines: &mut Lines) -> Result<Vec<String>> {

@@ -52,7 +52,10 @@ impl Azure2021 {
         let line = &self.lines.buf;
         let fields: Vec<&str> = line.split(',').collect();
         if fields.len() != 4 {
-            return Err(format!("expected 4 columns (app,func,end_timestamp,duration), found {}", fields.len()));
+            return Err(format!(
+                "expected 4 columns (app,func,end_timestamp,duration), found {}",
+                fields.len()
+            ));
         }
         if fields[0].is_empty() || fields[1].is_empty() {
             return Err("empty app or function id".into());
@@ -71,10 +74,13 @@ impl Azure2021 {
         let key = &line[..fields[0].len() + 1 + fields[1].len()];
         let (f, new) = self.names.intern(key);
         if new {
-            let m = self.fixed_mem.unwrap_or_else(|| mem_for_name(self.seed, key));
+            let m = self
+                .fixed_mem
+                .unwrap_or_else(|| mem_for_name(self.seed, key));
             self.mem.push(m);
         }
-        self.heap.push(Reverse((t, self.seq, f, (dur * 1e6).round() as Time)));
+        self.heap
+            .push(Reverse((t, self.seq, f, (dur * 1e6).round() as Time)));
         self.seq += 1;
         self.max_start = self.max_start.max(t);
         Ok(())
@@ -100,12 +106,15 @@ impl Source for Azure2021 {
                 continue;
             }
             if self.lines.line_no == 1 {
-                if self.lines.buf.trim_start_matches('\u{feff}') == "app,func,end_timestamp,duration" {
+                if self.lines.buf.trim_start_matches('\u{feff}')
+                    == "app,func,end_timestamp,duration"
+                {
                     continue;
                 }
-                return Ok(Some(Item::Bad(self.lines.bad(
-                    "expected the header app,func,end_timestamp,duration",
-                ))));
+                return Ok(Some(Item::Bad(
+                    self.lines
+                        .bad("expected the header app,func,end_timestamp,duration"),
+                )));
             }
             if self.lines.buf.trim().is_empty() {
                 continue;

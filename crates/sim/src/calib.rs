@@ -95,9 +95,21 @@ impl CostSpec {
         Ok(FnCost {
             warm_us: ms(self.warm_ms, &format!("{ctx}.warm_ms"), base.warm_us)?,
             cold_us: ms(self.cold_ms, &format!("{ctx}.cold_ms"), base.cold_us)?,
-            restore_disk_us: ms(self.restore_ms.disk, &format!("{ctx}.restore_ms.disk"), base.restore_disk_us)?,
-            restore_net_us: ms(self.restore_ms.net, &format!("{ctx}.restore_ms.net"), base.restore_net_us)?,
-            checkpoint_us: ms(self.checkpoint_ms, &format!("{ctx}.checkpoint_ms"), base.checkpoint_us)?,
+            restore_disk_us: ms(
+                self.restore_ms.disk,
+                &format!("{ctx}.restore_ms.disk"),
+                base.restore_disk_us,
+            )?,
+            restore_net_us: ms(
+                self.restore_ms.net,
+                &format!("{ctx}.restore_ms.net"),
+                base.restore_net_us,
+            )?,
+            checkpoint_us: ms(
+                self.checkpoint_ms,
+                &format!("{ctx}.checkpoint_ms"),
+                base.checkpoint_us,
+            )?,
         })
     }
 }
@@ -109,7 +121,11 @@ impl Calibration {
         let c: Calibration = serde_json::from_str(&text)
             .with_context(|| format!("parsing calibration {}", path.display()))?;
         if c.version != 1 {
-            bail!("{}: calibration version {} (this build reads 1)", path.display(), c.version);
+            bail!(
+                "{}: calibration version {} (this build reads 1)",
+                path.display(),
+                c.version
+            );
         }
         Ok(c)
     }
@@ -119,7 +135,12 @@ impl Calibration {
     pub fn function_costs(&self, base: FnCost) -> Result<HashMap<String, FnCost>> {
         self.functions
             .iter()
-            .map(|(name, spec)| Ok((name.clone(), spec.apply(base, &format!("functions.{name}"))?)))
+            .map(|(name, spec)| {
+                Ok((
+                    name.clone(),
+                    spec.apply(base, &format!("functions.{name}"))?,
+                ))
+            })
             .collect()
     }
 }

@@ -170,7 +170,11 @@ fn given(m: &ArgMatches, id: &str) -> bool {
 }
 
 fn plan(a: &Args, m: &ArgMatches, sweep: bool) -> Result<Plan> {
-    let calib = a.calibration.as_deref().map(Calibration::load).transpose()?;
+    let calib = a
+        .calibration
+        .as_deref()
+        .map(Calibration::load)
+        .transpose()?;
     let mut base = FnCost {
         warm_us: ms_to_us(a.warm_ms, "warm-ms")?,
         cold_us: ms_to_us(a.cold_ms, "cold-ms")?,
@@ -183,8 +187,12 @@ fn plan(a: &Args, m: &ArgMatches, sweep: bool) -> Result<Plan> {
     // Tier values from the calibration file, unless the flag was given.
     let mut net_gb = a.net_gb;
     let mut disk_write = a.disk_write_gbps;
-    let (mut ram_gb, mut disk_gb, mut net_gbit, mut disk_read) =
-        (a.ram_gb.clone(), a.disk_gb.clone(), a.net_gbit.clone(), a.disk_read_gbps.clone());
+    let (mut ram_gb, mut disk_gb, mut net_gbit, mut disk_read) = (
+        a.ram_gb.clone(),
+        a.disk_gb.clone(),
+        a.net_gbit.clone(),
+        a.disk_read_gbps.clone(),
+    );
     if let Some(c) = &calib {
         let explicit = base;
         base = c.defaults.apply(base, "defaults")?;
@@ -210,7 +218,11 @@ fn plan(a: &Args, m: &ArgMatches, sweep: bool) -> Result<Plan> {
         };
         ram_gb = pick("ram_gb", t.ram.capacity_gb, ram_gb);
         disk_gb = pick("disk_gb", t.disk.capacity_gb, disk_gb);
-        disk_read = pick("disk_read_gbps", t.disk.read_mb_s.map(|v| v / 1024.0), disk_read);
+        disk_read = pick(
+            "disk_read_gbps",
+            t.disk.read_mb_s.map(|v| v / 1024.0),
+            disk_read,
+        );
         net_gbit = pick("net_gbit", t.net.mb_s.map(|v| v * 8.0 / 1024.0), net_gbit);
         if let (Some(v), false) = (t.disk.write_mb_s, given(m, "disk_write_gbps")) {
             disk_write = v / 1024.0;
@@ -225,7 +237,10 @@ fn plan(a: &Args, m: &ArgMatches, sweep: bool) -> Result<Plan> {
     prices.ram = a.price_ram.unwrap_or(prices.ram);
     prices.disk = a.price_disk.unwrap_or(prices.disk);
     prices.net = a.price_net.unwrap_or(prices.net);
-    if [prices.ram, prices.disk, prices.net].iter().any(|p| !(p.is_finite() && *p >= 0.0)) {
+    if [prices.ram, prices.disk, prices.net]
+        .iter()
+        .any(|p| !(p.is_finite() && *p >= 0.0))
+    {
         bail!("prices must be finite numbers >= 0");
     }
 
@@ -367,7 +382,12 @@ pub fn parse(args: &[String]) -> Result<Option<(Args, ArgMatches, bool)>> {
             let a = Args::from_arg_matches(&m).map_err(|e| anyhow::anyhow!("{e}"))?;
             Ok(Some((a, m, sweep)))
         }
-        Err(e) if matches!(e.kind(), clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion) => {
+        Err(e)
+            if matches!(
+                e.kind(),
+                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion
+            ) =>
+        {
             print!("{e}");
             Ok(None)
         }
@@ -443,19 +463,22 @@ pub fn main(args: &[String]) -> Result<()> {
         if sweep {
             print!("{table}");
         } else if let Some((c, r)) = results.first() {
-            println!("{}", serde_json::to_string_pretty(&serde_json::json!({
-                "policy": c.policy,
-                "invocations": r.invocations,
-                "starts": r.starts,
-                "failed": r.failed,
-                "mean_start_ms": r.mean_start_ms,
-                "p50_start_ms": r.p50_start_ms,
-                "p99_start_ms": r.p99_start_ms,
-                "p999_start_ms": r.p999_start_ms,
-                "cost_usd_total": r.cost_usd_total,
-                "malformed_lines": r.malformed_lines,
-                "invocations_per_second": r.invocations_per_second,
-            }))?);
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&serde_json::json!({
+                    "policy": c.policy,
+                    "invocations": r.invocations,
+                    "starts": r.starts,
+                    "failed": r.failed,
+                    "mean_start_ms": r.mean_start_ms,
+                    "p50_start_ms": r.p50_start_ms,
+                    "p99_start_ms": r.p99_start_ms,
+                    "p999_start_ms": r.p999_start_ms,
+                    "cost_usd_total": r.cost_usd_total,
+                    "malformed_lines": r.malformed_lines,
+                    "invocations_per_second": r.invocations_per_second,
+                }))?
+            );
         }
     }
     Ok(())

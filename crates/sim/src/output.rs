@@ -43,7 +43,11 @@ pub fn summary<'a>(config: &'a RunConfig, report: &'a Report) -> Summary<'a> {
         .into_iter()
         .map(|(us, f)| (us / 1000.0, f))
         .collect();
-    Summary { config, report, cdf }
+    Summary {
+        config,
+        report,
+        cdf,
+    }
 }
 
 pub fn write_file(path: &Path, text: &str) -> Result<()> {
@@ -97,7 +101,9 @@ pub fn csv_row(c: &RunConfig, r: &Report) -> String {
 }
 
 fn esc(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
 }
 
 const COLORS: [&str; 8] = [

@@ -233,7 +233,10 @@ pub fn run<P: Policy>(src: &mut dyn Source, policy: &mut P, opts: &RunOptions) -
                 }
                 Some(Item::Inv(inv)) => {
                     if inv.t < last_t {
-                        bail!("input source produced unsorted arrivals ({} after {last_t})", inv.t);
+                        bail!(
+                            "input source produced unsorted arrivals ({} after {last_t})",
+                            inv.t
+                        );
                     }
                     last_t = inv.t;
                     next = Some(inv);
@@ -251,7 +254,11 @@ pub fn run<P: Policy>(src: &mut dyn Source, policy: &mut P, opts: &RunOptions) -
             bail!("simulation stalled with {running} invocations running");
         };
         core.advance_to(t);
-        let due = if t_ev == Some(t) { core.heap.pop() } else { None };
+        let due = if t_ev == Some(t) {
+            core.heap.pop()
+        } else {
+            None
+        };
         if let Some(Reverse((_, _, ev))) = due {
             stuck = None;
             match ev {
@@ -288,7 +295,9 @@ pub fn run<P: Policy>(src: &mut dyn Source, policy: &mut P, opts: &RunOptions) -
                     core.policy.set_cost(FnId(inv.f), *c);
                 }
             }
-            let outcome = core.policy.arrive(t, FnId(inv.f), inv.mem_mb, &mut core.actions);
+            let outcome = core
+                .policy
+                .arrive(t, FnId(inv.f), inv.mem_mb, &mut core.actions);
             let start = match outcome {
                 Outcome::Started {
                     start,
@@ -311,9 +320,12 @@ pub fn run<P: Policy>(src: &mut dyn Source, policy: &mut P, opts: &RunOptions) -
             if opts.record_starts {
                 log.push((inv.t, inv.f, start));
             }
-            if opts.progress && invocations % (1 << 18) == 0 && last_report.elapsed().as_secs() >= 2 {
+            if opts.progress && invocations % (1 << 18) == 0 && last_report.elapsed().as_secs() >= 2
+            {
                 last_report = Instant::now();
-                let pct = src.progress().map_or(String::new(), |p| format!(" ({:.1}%)", p * 100.0));
+                let pct = src
+                    .progress()
+                    .map_or(String::new(), |p| format!(" ({:.1}%)", p * 100.0));
                 eprintln!(
                     "thaw sim: {invocations} invocations, sim time {:.2} h{pct}, {:.2} M inv/s",
                     t as f64 / 3600e6,
@@ -328,7 +340,13 @@ pub fn run<P: Policy>(src: &mut dyn Source, policy: &mut P, opts: &RunOptions) -
     let started = hist.len();
     let wall_s = wall.elapsed().as_secs_f64();
     let ms = |us: f64| us / 1000.0;
-    let mean_of = |i: usize| if counts[i] > 0 { ms(sums[i] / counts[i] as f64) } else { 0.0 };
+    let mean_of = |i: usize| {
+        if counts[i] > 0 {
+            ms(sums[i] / counts[i] as f64)
+        } else {
+            0.0
+        }
+    };
     let gb_s = PerTier {
         ram: core.mb_s[0] / 1024.0,
         disk: core.mb_s[1] / 1024.0,
@@ -350,7 +368,11 @@ pub fn run<P: Policy>(src: &mut dyn Source, policy: &mut P, opts: &RunOptions) -
             remote: counts[2],
             cold: counts[3],
         },
-        mean_start_ms: if started > 0 { ms(sums.iter().sum::<f64>() / started as f64) } else { 0.0 },
+        mean_start_ms: if started > 0 {
+            ms(sums.iter().sum::<f64>() / started as f64)
+        } else {
+            0.0
+        },
         p50_start_ms: ms(hist.quantile(0.5)),
         p99_start_ms: ms(hist.quantile(0.99)),
         p999_start_ms: ms(hist.quantile(0.999)),
@@ -362,7 +384,11 @@ pub fn run<P: Policy>(src: &mut dyn Source, policy: &mut P, opts: &RunOptions) -
             cold: mean_of(3),
         },
         delayed,
-        mean_queue_delay_ms: if invocations > 0 { ms(delay_sum / invocations as f64) } else { 0.0 },
+        mean_queue_delay_ms: if invocations > 0 {
+            ms(delay_sum / invocations as f64)
+        } else {
+            0.0
+        },
         max_queue_delay_ms: ms(delay_max as f64),
         memory_gb_s: gb_s,
         cost_usd_total: cost.ram + cost.disk + cost.net,

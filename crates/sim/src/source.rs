@@ -141,9 +141,9 @@ pub fn find_file(dir: &Path, prefixes: &[&str]) -> Result<Option<PathBuf>> {
         .with_context(|| format!("reading directory {}", dir.display()))?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| prefixes.iter().any(|pre| n.starts_with(pre)) && n.ends_with(".csv"))
+            p.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
+                prefixes.iter().any(|pre| n.starts_with(pre)) && n.ends_with(".csv")
+            })
         })
         .collect();
     found.sort();

@@ -29,6 +29,7 @@ use crate::rng::Rng;
 use crate::source::{Inv, Item, Source};
 use anyhow::{bail, Result};
 use std::cmp::Reverse;
+use std::collections::binary_heap::PeekMut;
 use std::collections::BinaryHeap;
 use thaw_policy::Time;
 
@@ -80,10 +81,10 @@ impl Params {
         if !(0.0..1.0).contains(&self.diurnal) {
             bail!("--diurnal must be in [0, 1)");
         }
-        if !(self.max_fn_load > 0.0) {
+        if !(self.max_fn_load.is_finite() && self.max_fn_load > 0.0) {
             bail!("--max-fn-load must be > 0");
         }
-        if !(self.max_rate_per_min > 0.0) {
+        if !(self.max_rate_per_min.is_finite() && self.max_rate_per_min > 0.0) {
             bail!("max rate must be > 0");
         }
         Ok(())
@@ -114,15 +115,14 @@ struct Func {
 }
 
 pub struct Synthetic {
-    p: Params,
     rng: Rng,
     funcs: Vec<Func>,
     heap: BinaryHeap<Reverse<(Time, u32)>>,
     horizon: Time,
     now: Time,
+    /// Diurnal rate multiplier per minute of the day (a table: no sin per event).
+    load: Vec<f64>,
 }
-
-const DAY_US: f64 = 86_400e6;
 
 impl Synthetic {
     pub fn new(p: Params) -> Result<Synthetic> {
@@ -132,7 +132,10 @@ impl Synthetic {
         let mut funcs = Vec::with_capacity(p.functions as usize);
         let mut heap = BinaryHeap::with_capacity(p.functions as usize);
         for f in 0..p.functions {
-            let per_min = rng.lognormal(p.rate_mu, p.rate_sigma).min(p.max_rate_per_min) * p.rate_scale;
+            let per_min = rng
+                .lognormal(p.rate_mu, p.rate_sigma)
+                .min(p.max_rate_per_min)
+                * p.rate_scale;
             let iat = 60e6 / per_min;
             let u = rng.f64();
             let kind = if u < p.timer_share {
@@ -155,8 +158,11 @@ impl Synthetic {
             }
             funcs.push(func);
         }
+        let load = (0..1440)
+            .map(|m| 1.0 + p.diurnal * (std::f64::consts::TAU * (m as f64 / 1440.0 - 0.25)).sin())
+            .collect();
         Ok(Synthetic {
-            p,
+            load,
             rng,
             funcs,
             heap,
@@ -164,33 +170,30 @@ impl Synthetic {
             now: 0,
         })
     }
-
-    fn next_gap(&mut self, f: usize, t: Time) -> f64 {
-        let func = &self.funcs[f];
-        let load = 1.0
-            + self.p.diurnal
-                * (std::f64::consts::TAU * (t as f64 / DAY_US - 0.25)).sin();
-        match func.kind {
-            Kind::Timer => func.iat,
-            Kind::Poisson => func.iat * self.rng.exp() / load,
-            Kind::Bursty => func.iat * self.rng.gamma(0.25) / 0.25 / load,
-        }
-    }
 }
 
 impl Source for Synthetic {
     fn next_item(&mut self) -> Result<Option<Item>> {
-        let Some(Reverse((t, f))) = self.heap.pop() else {
+        // Replace the heap top in place: one sift instead of a pop and a push.
+        let Some(mut top) = self.heap.peek_mut() else {
             return Ok(None);
         };
-        self.now = t;
+        let Reverse((t, f)) = *top;
         let fi = f as usize;
-        let gap = self.next_gap(fi, t).max(1.0);
-        let next = t as f64 + gap;
-        if next < self.horizon as f64 {
-            self.heap.push(Reverse((next as Time, f)));
-        }
+        let minute = ((t / 60_000_000) % 1440) as usize;
         let func = &self.funcs[fi];
+        let gap = match func.kind {
+            Kind::Timer => func.iat,
+            Kind::Poisson => func.iat * self.rng.exp() / self.load[minute],
+            Kind::Bursty => func.iat * self.rng.gamma(0.25) / 0.25 / self.load[minute],
+        };
+        let next = t as f64 + gap.max(1.0);
+        if next < self.horizon as f64 {
+            *top = Reverse((next as Time, f));
+        } else {
+            PeekMut::pop(top);
+        }
+        self.now = t;
         // Log-normal factor with mean 1: exp(0.5 N - 0.125).
         let dur_ms = func.mean_dur_ms * self.rng.lognormal(-0.125, 0.5);
         Ok(Some(Item::Inv(Inv {
