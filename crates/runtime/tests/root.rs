@@ -177,7 +177,6 @@ fn rebuild_from_scratch_is_reproducible() {
         "same inputs, different tree: the build is not reproducible"
     );
     assert_eq!(r2.manifest.size_bytes, r.manifest.size_bytes);
-    r2.verify_full().unwrap();
     // Tamper with the copy: verify_full must notice.
     let victim = r2.path.join("opt/thaw/functions/helloworld.py");
     let mut text = std::fs::read_to_string(&victim).unwrap();

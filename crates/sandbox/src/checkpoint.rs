@@ -225,54 +225,22 @@ fn dump(pid: i32, root: &Path, dir: &Path, function: &str, root_hash: &str) -> R
     let pagemap = File::open(format!("/proc/{pid}/pagemap"))?;
     let mem = File::open(format!("/proc/{pid}/mem"))?;
     let mut w = SnapshotWriter::create(dir)?;
-    let mut regions = Vec::with_capacity(vmas.len());
+    // Privately modified pages of file mappings go first: every strategy
+    // copies them before resume, and one contiguous section reads sequentially.
+    let mut regions: Vec<Option<Region>> = vec![None; vmas.len()];
     let mut zero_skipped = 0u64;
     let mut pm = Vec::new();
     let mut buf = Vec::new();
-    for v in &vmas {
-        let anon = v.path.is_none();
-        let npages = ((v.end - v.start) / PAGE_SIZE) as usize;
-        pm.resize(npages * 8, 0);
-        pagemap.read_exact_at(&mut pm, v.start / PAGE_SIZE * 8).context("reading pagemap")?;
-        let saved = |i: usize| {
-            let e = u64::from_le_bytes(pm[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
-            if anon {
-                e & (PM_PRESENT | PM_SWAPPED) != 0
-            } else {
-                e & PM_SWAPPED != 0 || (e & PM_PRESENT != 0 && e & PM_FILE == 0)
-            }
-        };
-        let mut runs: Vec<Run> = Vec::new();
-        let mut i = 0;
-        while i < npages {
-            if !saved(i) {
-                i += 1;
+    for pass_anon in [false, true] {
+        for (vi, v) in vmas.iter().enumerate() {
+            if v.path.is_none() != pass_anon {
                 continue;
             }
-            let mut j = i;
-            while j < npages && saved(j) && j - i < 256 {
-                j += 1;
-            }
-            let addr = v.start + i as u64 * PAGE_SIZE;
-            buf.resize((j - i) * PAGE_SIZE as usize, 0);
-            mem.read_exact_at(&mut buf, addr)
-                .with_context(|| format!("reading runtime memory at {addr:#x} ({})", v.name))?;
-            for (k, page) in buf.chunks_exact(PAGE_SIZE as usize).enumerate() {
-                let a = addr + k as u64 * PAGE_SIZE;
-                if anon && page.iter().all(|&b| b == 0) {
-                    zero_skipped += 1; // an untouched-looking page comes back as a zero page
-                    continue;
-                }
-                let off = w.append_memory(page)?;
-                match runs.last_mut() {
-                    Some(r) if r.addr + r.len == a && r.file_off + r.len == off => r.len += PAGE_SIZE,
-                    _ => runs.push(Run { addr: a, len: PAGE_SIZE, file_off: off }),
-                }
-            }
-            i = j;
+            let runs = dump_vma(v, &pagemap, &mem, &mut w, &mut pm, &mut buf, &mut zero_skipped)?;
+            regions[vi] = Some(Region { start: v.start, end: v.end, anonymous: pass_anon, runs });
         }
-        regions.push(Region { start: v.start, end: v.end, anonymous: anon, runs });
     }
+    let regions: Vec<Region> = regions.into_iter().map(|r| r.expect("every mapping dumped")).collect();
     let memory = MemoryLayout { regions, image_len: w.memory_len() };
     let state = ProcessState {
         version: STATE_VERSION,
@@ -302,6 +270,59 @@ fn dump(pid: i32, root: &Path, dir: &Path, function: &str, root_hash: &str) -> R
     };
     let snap = w.finish(&id, function, root_hash, &encoded)?;
     Ok((snap, report))
+}
+
+/// Saves one mapping's pages; returns its runs in the image.
+fn dump_vma(
+    v: &Vma,
+    pagemap: &File,
+    mem: &File,
+    w: &mut SnapshotWriter,
+    pm: &mut Vec<u8>,
+    buf: &mut Vec<u8>,
+    zero_skipped: &mut u64,
+) -> Result<Vec<Run>> {
+    let anon = v.path.is_none();
+    let npages = ((v.end - v.start) / PAGE_SIZE) as usize;
+    pm.resize(npages * 8, 0);
+    pagemap.read_exact_at(pm, v.start / PAGE_SIZE * 8).context("reading pagemap")?;
+    let saved = |i: usize| {
+        let e = u64::from_le_bytes(pm[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
+        if anon {
+            e & (PM_PRESENT | PM_SWAPPED) != 0
+        } else {
+            e & PM_SWAPPED != 0 || (e & PM_PRESENT != 0 && e & PM_FILE == 0)
+        }
+    };
+    let mut runs: Vec<Run> = Vec::new();
+    let mut i = 0;
+    while i < npages {
+        if !saved(i) {
+            i += 1;
+            continue;
+        }
+        let mut j = i;
+        while j < npages && saved(j) && j - i < 256 {
+            j += 1;
+        }
+        let addr = v.start + i as u64 * PAGE_SIZE;
+        buf.resize((j - i) * PAGE_SIZE as usize, 0);
+        mem.read_exact_at(buf, addr).with_context(|| format!("reading runtime memory at {addr:#x} ({})", v.name))?;
+        for (k, page) in buf.chunks_exact(PAGE_SIZE as usize).enumerate() {
+            let a = addr + k as u64 * PAGE_SIZE;
+            if anon && page.iter().all(|&b| b == 0) {
+                *zero_skipped += 1; // comes back as a zero page
+                continue;
+            }
+            let off = w.append_memory(page)?;
+            match runs.last_mut() {
+                Some(r) if r.addr + r.len == a && r.file_off + r.len == off => r.len += PAGE_SIZE,
+                _ => runs.push(Run { addr: a, len: PAGE_SIZE, file_off: off }),
+            }
+        }
+        i = j;
+    }
+    Ok(runs)
 }
 
 fn vdso_block(lines: &[MapsLine]) -> Result<VdsoBlock> {
