@@ -52,6 +52,8 @@ pub struct Record {
     pub rss_kb: u64,
     /// memory charged to the sandbox's cgroup after the first response
     pub rss_added_kb: u64,
+    /// tiered: share of saved memory on the slow tier
+    pub slow_tier_share: f64,
     /// reap: "record" or "prefetch"
     pub ws_mode: String,
     pub ws_pages: u64,
@@ -76,6 +78,11 @@ pub fn run(w: &Worker, o: &Options, sink: &mut dyn FnMut(&Record) -> Result<()>)
     for f in &o.functions {
         let snap = if o.redeploy { w.deploy(f, &tier)?.0 } else { w.snapshot(f, &tier)? };
         let image_bytes = snap.manifest.memory.len;
+        if o.strategies.iter().any(|s| s == "tiered") && (o.redeploy || !snap.dir.join(thaw_memory::tiering::TIERS_FILE).exists()) {
+            eprintln!("bench: {f}: profiling for the tiered strategy (slow tier: disk)");
+            let rep = w.make_tiered(f, &tier, &w.tier("disk")?, &all_sizes(w, f), 2, &Default::default())?;
+            eprintln!("bench: {f}: {:.1}% of memory on the slow tier, estimated slowdown {:.3}", rep.slow_share * 100.0, rep.est_slowdown);
+        }
         eprintln!("bench: {f}: snapshot {} ({} MiB image) on {}", snap.dir.display(), image_bytes >> 20, tier.description);
         // one untimed warm-up per strategy so first-use costs (image verify, memfd) stay out
         for s in &o.strategies {
@@ -90,6 +97,7 @@ pub fn run(w: &Worker, o: &Options, sink: &mut dyn FnMut(&Record) -> Result<()>)
             let _ = std::io::stderr().flush();
             for s in std::iter::once("fresh").chain(o.strategies.iter().map(String::as_str).filter(|s| *s != "fresh")) {
                 snap.drop_page_cache()?;
+                drop_tier_cache(&snap)?;
                 let rec = if s == "fresh" {
                     measure_fresh(w, f, o, run)?
                 } else {
@@ -104,6 +112,21 @@ pub fn run(w: &Worker, o: &Options, sink: &mut dyn FnMut(&Record) -> Result<()>)
         eprintln!();
     }
     Ok(out)
+}
+
+/// The slow tier file lives apart from the snapshot: drop it too.
+fn drop_tier_cache(snap: &thaw_store::Snapshot) -> Result<()> {
+    let p = snap.dir.join(thaw_memory::tiering::TIERS_FILE);
+    if let Ok(raw) = std::fs::read(&p) {
+        if let Ok(tl) = serde_json::from_slice::<thaw_memory::tiering::TierLayout>(&raw) {
+            let _ = thaw_store::drop_file_cache(&tl.slow.path);
+        }
+    }
+    Ok(())
+}
+
+fn all_sizes(w: &Worker, f: &str) -> Vec<String> {
+    w.functions().iter().find(|x| x.name == f).map(|x| x.sizes.clone()).unwrap_or_else(|| vec!["I".into()])
 }
 
 fn faults(sb: &Sandbox) -> (u64, u64) {
@@ -143,6 +166,7 @@ fn measure_fresh(w: &Worker, f: &str, o: &Options, run: usize) -> Result<Record>
         image_bytes: 0,
         rss_kb: sb.rss_kb().unwrap_or(0),
         rss_added_kb: rss_added,
+        slow_tier_share: 0.0,
         ws_mode: String::new(),
         ws_pages: 0,
         prefetch_ms: 0.0,
@@ -197,6 +221,7 @@ fn measure_restore(
         image_bytes,
         rss_kb: sb.rss_kb().unwrap_or(0),
         rss_added_kb: rss_added,
+        slow_tier_share: rep.slow_tier_share,
         ws_mode: rep.ws_mode,
         ws_pages: rep.ws_pages,
         prefetch_ms: rep.prefetch_ms,
@@ -213,7 +238,7 @@ fn image_rss_bytes(pid: i32) -> Result<u64> {
     for line in smaps.lines() {
         let first = line.split_whitespace().next().unwrap_or("");
         if first.contains('-') && first.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
-            in_image = line.ends_with("/memory.img");
+            in_image = ["/memory.img", "/fast.img", "/slow.img"].iter().any(|n| line.ends_with(n));
         } else if in_image {
             if let Some(v) = line.strip_prefix("Rss:") {
                 total += v.trim().trim_end_matches("kB").trim().parse::<u64>().unwrap_or(0) * 1024;

@@ -54,6 +54,28 @@ enum Cmd {
         #[arg(long)]
         check: bool,
     },
+    /// TOSS: profile FUNCTION's snapshot and split its pages between a fast and a slow tier
+    Tier {
+        function: String,
+        /// Tier holding the snapshot and the fast file
+        #[arg(long, default_value = "tmpfs")]
+        fast: String,
+        /// Tier holding the slow file
+        #[arg(long, default_value = "disk")]
+        slow: String,
+        /// Input sizes to profile with (default: all of the function's)
+        #[arg(long)]
+        sizes: Option<String>,
+        /// Invocations per size (each one is a profiling epoch)
+        #[arg(long, default_value_t = 2)]
+        reps: usize,
+        /// Fast-tier price per MiB relative to the slow tier
+        #[arg(long, default_value_t = 2.5)]
+        price_ratio: f64,
+        /// Extra time a slow-tier page costs on first touch, in microseconds
+        #[arg(long, default_value_t = 61.0)]
+        slow_fault_us: f64,
+    },
     /// Inspect snapshots
     Snapshot {
         #[command(subcommand)]
@@ -166,6 +188,21 @@ fn run(cli: Cli) -> Result<()> {
                 serde_json::json!({"function": function, "size": size, "strategy": strategy,
                     "cold_ms": cold, "exec_ms": inv.exec_ms, "output": inv.output, "checked": check})
             );
+            Ok(())
+        }
+        Cmd::Tier { function, fast, slow, sizes, reps, price_ratio, slow_fault_us } => {
+            let w = worker(&home)?;
+            w.check_function(&function)?;
+            if !(price_ratio.is_finite() && price_ratio > 0.0 && slow_fault_us.is_finite() && slow_fault_us >= 0.0) {
+                anyhow::bail!("--price-ratio must be positive and --slow-fault-us non-negative");
+            }
+            let sizes = match sizes {
+                Some(s) => split(&s),
+                None => w.functions().iter().find(|f| f.name == function).map(|f| f.sizes.clone()).unwrap_or_else(|| vec!["I".into()]),
+            };
+            let params = thaw_memory::tiering::CostParams { price_ratio, slow_fault_us, ..Default::default() };
+            let rep = w.make_tiered(&function, &w.tier(&fast)?, &w.tier(&slow)?, &sizes, reps, &params)?;
+            println!("{}", serde_json::to_string_pretty(&rep)?);
             Ok(())
         }
         Cmd::Snapshot { cmd: SnapCmd::Verify { dir } } => {

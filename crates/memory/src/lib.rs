@@ -9,8 +9,9 @@ mod layout;
 mod page_server;
 mod strategy;
 pub mod uffd;
+pub mod tiering;
 pub mod working_set;
 
 pub use layout::{MemoryLayout, Region, Run, PAGE_SIZE};
-pub use page_server::{FaultStats, PageServer};
+pub use page_server::{FaultStats, ImageSource, OverlaySource, PageServer, PageSource};
 pub use strategy::{strategy_by_name, Fill, RestoreStrategy, STRATEGY_NAMES};

@@ -8,6 +8,7 @@
 use crate::layout::{MemoryLayout, PAGE_SIZE};
 use crate::uffd;
 use std::fs::File;
+use crate::layout::Region;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,6 +16,44 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 const UFFD_EVENT_PAGEFAULT: u8 = 0x12;
+
+/// Where a lazily served page's contents come from.
+pub trait PageSource: Send + Sync {
+    /// Fills `buf` with the page at `addr` of `region`; false means a zero page.
+    fn read_page(&self, region: &Region, addr: u64, buf: &mut [u8]) -> anyhow::Result<bool>;
+}
+
+/// Pages straight from a snapshot's memory image.
+pub struct ImageSource(pub File);
+
+impl PageSource for ImageSource {
+    fn read_page(&self, region: &Region, addr: u64, buf: &mut [u8]) -> anyhow::Result<bool> {
+        match region.image_offset(addr) {
+            Some(off) => {
+                self.0.read_exact_at(buf, off)?;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+}
+
+/// The image, overlaid with newer contents of some pages (profiling discards
+/// pages from the running process and must serve them back as they were).
+pub struct OverlaySource {
+    pub base: ImageSource,
+    pub pages: Mutex<std::collections::HashMap<u64, Box<[u8]>>>,
+}
+
+impl PageSource for OverlaySource {
+    fn read_page(&self, region: &Region, addr: u64, buf: &mut [u8]) -> anyhow::Result<bool> {
+        if let Some(p) = self.pages.lock().unwrap_or_else(|p| p.into_inner()).get(&addr) {
+            buf.copy_from_slice(p);
+            return Ok(true);
+        }
+        self.base.read_page(region, addr, buf)
+    }
+}
 
 /// Counters a restore reports; shared with the server thread.
 #[derive(Debug, Default)]
@@ -45,13 +84,13 @@ pub struct PageServer {
 
 impl PageServer {
     /// Serves faults on `uffd` for the anonymous regions of `layout` from
-    /// `image`. `on_fatal` runs (on the server thread) when the server cannot
+    /// `source`. `on_fatal` runs (on the server thread) when the server cannot
     /// go on; it should kill the sandbox. With `record`, every served page
     /// address is logged in fault order (REAP's working-set recording).
     pub fn spawn(
         uffd: OwnedFd,
         layout: Arc<MemoryLayout>,
-        image: Arc<File>,
+        source: Arc<dyn PageSource>,
         record: bool,
         on_fatal: Box<dyn FnOnce(String) + Send>,
     ) -> std::io::Result<PageServer> {
@@ -72,7 +111,7 @@ impl PageServer {
             uffd,
             stop_r,
             layout,
-            image,
+            source,
             stats: stats.clone(),
             recorded: record.then(|| recorded.clone()),
         };
@@ -96,6 +135,11 @@ impl PageServer {
         self.recorded.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
+    /// Takes the recorded addresses, leaving the log empty (one profiling epoch).
+    pub fn take_recorded(&self) -> Vec<u64> {
+        std::mem::take(&mut *self.recorded.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
     /// Stops the server thread and waits for it.
     pub fn stop(&mut self) {
         self.stop_w.take();
@@ -115,7 +159,7 @@ struct Serve {
     uffd: OwnedFd,
     stop_r: OwnedFd,
     layout: Arc<MemoryLayout>,
-    image: Arc<File>,
+    source: Arc<dyn PageSource>,
     stats: Arc<FaultStats>,
     recorded: Option<Arc<Mutex<Vec<u64>>>>,
 }
@@ -179,15 +223,13 @@ impl Serve {
             .filter(|r| r.anonymous)
             .ok_or_else(|| format!("fault at {addr:#x} outside every lazily served region: refused"))?;
         let fd = self.uffd.as_raw_fd();
-        let res = match region.image_offset(addr) {
-            Some(off) => {
-                self.image
-                    .read_exact_at(buf, off)
-                    .map_err(|e| format!("reading image page at offset {off}: {e}"))?;
+        let has_data = self.source.read_page(region, addr, buf).map_err(|e| format!("reading page {addr:#x}: {e:#}"))?;
+        let res = match has_data {
+            true => {
                 self.stats.bytes_read.fetch_add(PAGE_SIZE, Ordering::Relaxed);
                 uffd::copy(fd, addr, buf.as_ptr() as u64, PAGE_SIZE, false)
             }
-            None => {
+            false => {
                 self.stats.zero_pages.fetch_add(1, Ordering::Relaxed);
                 uffd::zeropage(fd, addr, PAGE_SIZE, false)
             }

@@ -27,6 +27,10 @@ pub trait RestoreStrategy: Send + Sync {
     fn uses_working_set(&self) -> bool {
         false
     }
+    /// TOSS: map each page from the tier file its profile placed it in.
+    fn uses_tiers(&self) -> bool {
+        false
+    }
 }
 
 struct Eager;
@@ -34,6 +38,7 @@ struct Mmap;
 struct Uffd;
 struct Reap;
 struct Dax;
+struct Tiered;
 
 impl RestoreStrategy for Eager {
     fn name(&self) -> &'static str {
@@ -87,8 +92,20 @@ impl RestoreStrategy for Dax {
     }
 }
 
+impl RestoreStrategy for Tiered {
+    fn name(&self) -> &'static str {
+        "tiered"
+    }
+    fn fill(&self, _: &Region) -> Fill {
+        Fill::Map
+    }
+    fn uses_tiers(&self) -> bool {
+        true
+    }
+}
+
 /// The strategies this build provides, by the names the CLI and reports use.
-pub const STRATEGY_NAMES: &[&str] = &["eager", "mmap", "uffd", "reap", "dax"];
+pub const STRATEGY_NAMES: &[&str] = &["eager", "mmap", "uffd", "reap", "dax", "tiered"];
 
 pub fn strategy_by_name(name: &str) -> Result<Box<dyn RestoreStrategy>> {
     Ok(match name {
@@ -97,6 +114,7 @@ pub fn strategy_by_name(name: &str) -> Result<Box<dyn RestoreStrategy>> {
         "uffd" => Box::new(Uffd),
         "reap" => Box::new(Reap),
         "dax" => Box::new(Dax),
+        "tiered" => Box::new(Tiered),
         _ => bail!("unknown restore strategy {name:?} (known: {})", STRATEGY_NAMES.join(", ")),
     })
 }

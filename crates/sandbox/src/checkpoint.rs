@@ -67,7 +67,7 @@ pub fn parse_maps(text: &str) -> Result<Vec<MapsLine>> {
 
 /// Waits until the agent is blocked reading its socket (fd 3), so the frozen
 /// registers sit at a clean, restartable point.
-fn wait_blocked_on_socket(pid: i32) -> Result<()> {
+pub(crate) fn wait_blocked_on_socket(pid: i32) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         let sc = std::fs::read_to_string(format!("/proc/{pid}/syscall")).unwrap_or_default();

@@ -11,6 +11,7 @@
 pub mod agent;
 mod cgroup;
 pub mod checkpoint;
+pub mod profile;
 mod ptrace;
 pub mod restore;
 pub mod seccomp;

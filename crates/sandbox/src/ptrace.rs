@@ -7,6 +7,7 @@ pub const NT_X86_XSTATE: usize = 0x202;
 /// x86_64 `struct user_regs_struct` has 27 words.
 pub const NREGS: usize = 27;
 pub const REG_RAX: usize = 10;
+pub const REG_RDX: usize = 12;
 pub const REG_RSI: usize = 13;
 pub const REG_RDI: usize = 14;
 pub const REG_ORIG_RAX: usize = 15;

@@ -16,13 +16,16 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
-use thaw_memory::{working_set, Fill, PageServer, RestoreStrategy};
+use thaw_memory::tiering::{self, TierKind, TierLayout};
+use thaw_memory::{working_set, Fill, ImageSource, PageServer, PageSource, RestoreStrategy};
 use crate::ReapState;
 use thaw_restorer as r;
 use thaw_store::Snapshot;
 
-/// Descriptor the memory image sits at inside the restorer.
+/// Descriptors the memory image and the TOSS tier files sit at inside the restorer.
 const IMAGE_FD: RawFd = 4;
+const FAST_FD: RawFd = 5;
+const SLOW_FD: RawFd = 6;
 
 /// Timings and byte counts of one restore (the caller adds the first invocation).
 #[derive(Debug, Clone, Default, Serialize)]
@@ -54,6 +57,10 @@ pub struct RestoreReport {
     pub prefetch_ms: f64,
     /// REAP: why a recorded working set could not be used (restore fell back to uffd)
     pub ws_warning: String,
+    /// TOSS: share of saved memory on the slow tier
+    pub slow_tier_share: f64,
+    /// TOSS: why the tier layout could not be used (restore fell back to uffd)
+    pub tier_warning: String,
 }
 
 /// Restores `snap` with `strategy` into a new sandbox on `root`.
@@ -64,6 +71,26 @@ pub fn restore(
     strategy: &dyn RestoreStrategy,
     cfg: &SandboxConfig,
 ) -> Result<(Sandbox, RestoreReport)> {
+    restore_with(snap, root, root_hash, strategy, cfg, Hooks::default())
+}
+
+/// Extra control for the profiler: where lazy pages come from, and whether
+/// the page server logs fault addresses.
+#[derive(Default)]
+pub(crate) struct Hooks {
+    pub pager_source: Option<Arc<dyn PageSource>>,
+    pub record: bool,
+}
+
+pub(crate) fn restore_with(
+    snap: &Snapshot,
+    root: &Path,
+    root_hash: &str,
+    strategy: &dyn RestoreStrategy,
+    cfg: &SandboxConfig,
+    hooks: Hooks,
+) -> Result<(Sandbox, RestoreReport)> {
+    let Hooks { pager_source, record: record_faults } = hooks;
     let t0 = Instant::now();
     let mut rep = RestoreReport { strategy: strategy.name().into(), ..Default::default() };
     if snap.manifest.runtime_root != root_hash {
@@ -82,14 +109,39 @@ pub fn restore(
     verify_once(snap, &image)?;
     rep.state_load_ms = ms(t0);
 
+    // TOSS: pages come from the fast and slow tier files; if the layout is
+    // missing or bad, fall back to plain uffd rather than risk a wrong runtime
+    let uffd_fallback;
+    let mut strategy = strategy;
+    let mut tiers = None;
+    if strategy.uses_tiers() {
+        match load_tiers(snap, &state) {
+            Ok(t) => {
+                rep.slow_tier_share = t.0.slow_share;
+                tiers = Some(t);
+            }
+            Err(e) => {
+                rep.tier_warning = format!("{e:#}");
+                eprintln!("thaw: warning: tier layout of {} unusable ({e:#}); restoring with plain uffd", snap.dir.display());
+                uffd_fallback = thaw_memory::strategy_by_name("uffd")?;
+                strategy = uffd_fallback.as_ref();
+                rep.strategy = "uffd".into();
+            }
+        }
+    }
+
     let slot = Slot::new(cfg)?;
-    let plan = build_plan(&state, strategy, slot.uid, &mut rep)?;
+    let plan = build_plan(&state, strategy, slot.uid, tiers.as_ref().map(|t| &t.0), &mut rep)?;
     let lazy = plan.header.flags & r::PLAN_LAZY != 0;
     let encoded = plan.encode().map_err(|e| anyhow!(e))?;
 
     let t1 = Instant::now();
     let mut fds = slot.stdio_fds();
     fds.push((image.as_raw_fd(), IMAGE_FD));
+    if let Some((_, fast, slow)) = &tiers {
+        fds.push((fast.as_raw_fd(), FAST_FD));
+        fds.push((slow.as_raw_fd(), SLOW_FD));
+    }
     let spec = spawn::ChildSpec {
         root,
         fds,
@@ -132,7 +184,7 @@ pub fn restore(
     if lazy {
         let uffd = uffd.ok_or_else(|| anyhow!("restorer did not send its userfaultfd"))?;
         let layout = Arc::new(state.memory.clone());
-        let mut record = false;
+        let mut record = record_faults;
         if strategy.uses_working_set() {
             let key = snapshot_key(snap);
             let t = Instant::now();
@@ -166,7 +218,11 @@ pub fn restore(
             // SAFETY: signalling our own child; reaped by Sandbox::kill.
             unsafe { libc::kill(pid_for_kill, libc::SIGKILL) };
         });
-        sb.pager = Some(PageServer::spawn(uffd, layout, Arc::new(image.try_clone()?), record, on_fatal)?);
+        let source: Arc<dyn PageSource> = match pager_source {
+            Some(s) => s,
+            None => Arc::new(ImageSource(image.try_clone()?)),
+        };
+        sb.pager = Some(PageServer::spawn(uffd, layout, source, record, on_fatal)?);
     }
 
     let t2 = Instant::now();
@@ -244,7 +300,32 @@ fn restorer_memfd() -> Result<RawFd> {
     Ok(FD.get().expect("just set").as_raw_fd())
 }
 
-fn build_plan(state: &ProcessState, strategy: &dyn RestoreStrategy, uid: u32, rep: &mut RestoreReport) -> Result<r::Plan> {
+/// The tier layout, checked (CRCs once per process), and both files opened.
+fn load_tiers(snap: &Snapshot, state: &ProcessState) -> Result<(TierLayout, File, File)> {
+    let tl = tiering::load(&snap.dir, &snapshot_key(snap), &state.memory)?
+        .ok_or_else(|| anyhow!("no tier layout (run `thaw tier` first)"))?;
+    let fast = File::open(&tl.fast.path)?;
+    let slow = File::open(&tl.slow.path)?;
+    let keys = (image_key(&fast)?, image_key(&slow)?);
+    let seen = verified().lock().unwrap_or_else(|p| p.into_inner()).contains(&keys.0)
+        && verified().lock().unwrap_or_else(|p| p.into_inner()).contains(&keys.1);
+    if !seen {
+        tiering::verify_files(&tl)?;
+        let mut v = verified().lock().unwrap_or_else(|p| p.into_inner());
+        v.insert(keys.0);
+        v.insert(keys.1);
+    }
+    Ok((tl, fast, slow))
+}
+
+fn build_plan(
+    state: &ProcessState,
+    strategy: &dyn RestoreStrategy,
+    uid: u32,
+    tiers: Option<&TierLayout>,
+    rep: &mut RestoreReport,
+) -> Result<r::Plan> {
+    let mut tier_runs = tiers.map(|t| t.runs.iter().peekable());
     let mut plan = r::Plan::default();
     let mut paths: HashMap<&str, i32> = HashMap::new();
     let mut lazy = false;
@@ -272,6 +353,18 @@ fn build_plan(state: &ProcessState, strategy: &dyn RestoreStrategy, uid: u32, re
             flags |= r::VMA_LAZY;
             lazy = true;
             rep.lazy_bytes += region.saved_bytes();
+        } else if let Some(tr) = tier_runs.as_mut() {
+            while let Some(t) = tr.next_if(|t| t.addr < region.end) {
+                let slow = t.tier == TierKind::Slow;
+                plan.runs.push(r::PlanRun {
+                    addr: t.addr,
+                    len: t.len,
+                    img_off: t.off,
+                    img_fd: if slow { SLOW_FD } else { FAST_FD },
+                    fill: r::FILL_MAP,
+                });
+                rep.mapped_bytes += t.len;
+            }
         } else {
             for run in &region.runs {
                 plan.runs.push(r::PlanRun {

@@ -269,7 +269,8 @@ fn child(p: &Prepared, go_r: RawFd, err_w: RawFd) -> ! {
         }
         let max_target = p.fds.iter().map(|&(_, t)| t).max().unwrap_or(2);
         libc::syscall(libc::SYS_close_range, (max_target + 1) as u32, (ERR_FD - 1) as u32, 0u32);
-        libc::syscall(libc::SYS_close_range, (EXEC_FD + 1) as u32, u32::MAX, 0u32);
+        let keep_to = if p.memfd.is_some() { EXEC_FD } else { ERR_FD };
+        libc::syscall(libc::SYS_close_range, (keep_to + 1) as u32, u32::MAX, 0u32);
 
         // filesystem: read-only root, private /tmp, minimal /dev
         let null = std::ptr::null::<libc::c_char>();

@@ -210,19 +210,30 @@ impl Snapshot {
         Ok(())
     }
 
-    /// Drops the snapshot's files from the page cache, for cold-start runs.
+    /// Drops the snapshot's files (and any derived files beside it: working
+    /// set, tier files) from the page cache, for cold-start runs.
     pub fn drop_page_cache(&self) -> Result<()> {
-        for e in [&self.manifest.state, &self.manifest.memory] {
-            let f = File::open(self.dir.join(&e.name))?;
-            use std::os::fd::AsRawFd;
-            // SAFETY: plain advisory call on a descriptor we own.
-            let r = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
-            if r != 0 {
-                bail!("posix_fadvise(DONTNEED) on {}: errno {r}", e.name);
+        for e in fs::read_dir(&self.dir)? {
+            let p = e?.path();
+            if p.is_file() {
+                drop_file_cache(&p)?;
             }
         }
         Ok(())
     }
+}
+
+/// Evicts one file's pages from the page cache (a no-op on tmpfs, whose pages
+/// are the file).
+pub fn drop_file_cache(path: &Path) -> Result<()> {
+    use std::os::fd::AsRawFd;
+    let f = File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    // SAFETY: plain advisory call on a descriptor we own.
+    let r = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    if r != 0 {
+        bail!("posix_fadvise(DONTNEED) on {}: errno {r}", path.display());
+    }
+    Ok(())
 }
 
 fn read_limited(path: &Path, max: u64) -> Result<Vec<u8>> {

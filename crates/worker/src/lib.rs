@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use thaw_runtime::RootInfo;
 use thaw_sandbox::{checkpoint, restore, CheckpointReport, RestoreReport, Sandbox, SandboxConfig};
+use thaw_memory::tiering::{self, CostParams};
 use thaw_store::{Snapshot, Tier};
 
 pub use thaw_runtime::FunctionInfo;
@@ -125,6 +126,60 @@ impl Worker {
     /// Checks an output with the function's checker.
     pub fn check(&self, function: &str, size: &str, output: &Value) -> Result<()> {
         self.root.check_output(function, size, output)
+    }
+}
+
+/// What `Worker::tier` did.
+#[derive(Debug, Clone, Serialize)]
+pub struct TierReport {
+    pub epochs: u32,
+    pub profiled_pages: usize,
+    pub base_ms: f64,
+    pub slow_share: f64,
+    pub est_slowdown: f64,
+    pub cost: f64,
+    pub cost_all_fast: f64,
+    pub fast_bytes: u64,
+    pub slow_bytes: u64,
+    pub slow_path: PathBuf,
+}
+
+impl Worker {
+    /// TOSS: profiles `function`'s snapshot on `fast` over `reps` invocations
+    /// of each input size, places its pages with the cost model and writes the
+    /// fast file beside the snapshot and the slow file on `slow`.
+    pub fn make_tiered(&self, function: &str, fast: &Tier, slow: &Tier, sizes: &[String], reps: usize, params: &CostParams) -> Result<TierReport> {
+        let snap = self.snapshot(function, fast)?;
+        let requests: Vec<Value> = sizes
+            .iter()
+            .flat_map(|s| std::iter::repeat_n(json!({"op": "invoke", "size": s}), reps.max(1)))
+            .collect();
+        let profile = thaw_sandbox::profile::profile(&snap, &self.root.path, &self.root.hash, &self.cfg, &requests, INVOKE_TIMEOUT)?;
+        // the all-DRAM baseline: a cold invocation per size with everything mapped from the fast tier
+        let mut base = Vec::new();
+        for s in sizes {
+            let (mut sb, _) = self.restore(&snap, "mmap")?;
+            base.push(invoke(&mut sb, s, INVOKE_TIMEOUT)?.latency_ms);
+        }
+        let base_ms = base.iter().sum::<f64>() / base.len().max(1) as f64;
+        let params = CostParams { base_ms, ..params.clone() };
+        let state = thaw_sandbox::state::ProcessState::decode(&snap.load_state()?)?;
+        let image = std::fs::File::open(snap.memory_path())?;
+        let slow_dir = slow.path.join("tiered").join(snap.dir.file_name().unwrap_or_default());
+        let key = thaw_sandbox::restore::snapshot_key(&snap);
+        let tl = tiering::write(&snap.dir, &slow_dir, &key, &state.memory, &image, &profile, &params)?;
+        Ok(TierReport {
+            epochs: profile.epochs,
+            profiled_pages: profile.counts.len(),
+            base_ms,
+            slow_share: tl.slow_share,
+            est_slowdown: tl.est_slowdown,
+            cost: tl.cost,
+            cost_all_fast: tl.cost_all_fast,
+            fast_bytes: tl.fast.len,
+            slow_bytes: tl.slow.len,
+            slow_path: tl.slow.path,
+        })
     }
 }
 

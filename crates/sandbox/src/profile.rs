@@ -1,0 +1,126 @@
+//! TOSS-style access profiling of a restored runtime.
+//!
+//! This kernel has DAMON only in physical-address mode and no idle-page
+//! tracking, so thaw counts accesses with userfaultfd: the runtime is restored
+//! with every anonymous region served lazily, and between invocations the
+//! worker freezes it, saves the current contents of its resident pages, and
+//! makes it drop them (an injected `madvise(MADV_DONTNEED)` per region). The
+//! next invocation faults each page it touches back in through the page
+//! server, which logs it. A page's count is the number of invocations
+//! (epochs) that touched it: access frequency over time, not first touches.
+use crate::ptrace::{self, REG_ORIG_RAX, REG_RAX, REG_RDI, REG_RDX, REG_RIP, REG_RSI};
+use crate::restore::{restore_with, Hooks};
+use crate::state::ProcessState;
+use crate::{Sandbox, SandboxConfig};
+use anyhow::{bail, Context, Result};
+use serde_json::Value;
+use std::collections::HashMap;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use thaw_memory::tiering::AccessProfile;
+use thaw_memory::{strategy_by_name, ImageSource, OverlaySource, PAGE_SIZE};
+use thaw_store::Snapshot;
+
+/// Runs `requests` (one epoch each) against a lazily restored clone of `snap`
+/// and returns per-page access counts.
+pub fn profile(
+    snap: &Snapshot,
+    root: &Path,
+    root_hash: &str,
+    cfg: &SandboxConfig,
+    requests: &[Value],
+    timeout: Duration,
+) -> Result<AccessProfile> {
+    let state = ProcessState::decode(&snap.load_state()?)?;
+    let overlay = Arc::new(OverlaySource { base: ImageSource(File::open(snap.memory_path())?), pages: Default::default() });
+    let uffd = strategy_by_name("uffd")?;
+    let hooks = Hooks { pager_source: Some(overlay.clone()), record: true };
+    let (mut sb, _) = restore_with(snap, root, root_hash, uffd.as_ref(), cfg, hooks)?;
+    let anon: Vec<(u64, u64)> = state.memory.regions.iter().filter(|r| r.anonymous).map(|r| (r.start, r.end)).collect();
+    // pages the restore handshake touches are touched by every cold start
+    let handshake = take_pages(&sb);
+    let mut prof = AccessProfile { epochs: requests.len() as u32, ..Default::default() };
+    for (i, req) in requests.iter().enumerate() {
+        if i > 0 {
+            drop_resident(&sb, &anon, &overlay).with_context(|| format!("resetting for epoch {i}"))?;
+        }
+        let t = Instant::now();
+        sb.call(req, timeout).with_context(|| format!("profiling invocation {req}"))?;
+        prof.latencies_ms.push(t.elapsed().as_secs_f64() * 1e3);
+        for p in take_pages(&sb) {
+            *prof.counts.entry(p).or_insert(0) += 1;
+        }
+    }
+    for p in handshake {
+        prof.counts.insert(p, prof.epochs);
+    }
+    Ok(prof)
+}
+
+fn take_pages(sb: &Sandbox) -> Vec<u64> {
+    let mut v = sb.pager().map(|p| p.take_recorded()).unwrap_or_default();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+/// Freezes the runtime, saves its resident anonymous pages into `overlay` and
+/// has it drop them, so the next touches fault again.
+fn drop_resident(sb: &Sandbox, anon: &[(u64, u64)], overlay: &OverlaySource) -> Result<()> {
+    let pid = sb.pid();
+    crate::checkpoint::wait_blocked_on_socket(pid)?;
+    ptrace::seize_and_stop(pid)?;
+    let res = (|| -> Result<()> {
+        let saved = ptrace::get_regs(pid)?;
+        let mem = File::open(format!("/proc/{pid}/mem"))?;
+        // stopped in its blocking read: the instruction before rip is `syscall`
+        let insn = saved[REG_RIP].wrapping_sub(2);
+        let mut code = [0u8; 2];
+        mem.read_exact_at(&mut code, insn)?;
+        if (saved[REG_ORIG_RAX] as i64) < 0 || code != [0x0f, 0x05] {
+            bail!("runtime is not stopped in a system call; cannot inject");
+        }
+        let pagemap = File::open(format!("/proc/{pid}/pagemap"))?;
+        let mut pages: HashMap<u64, Box<[u8]>> = HashMap::new();
+        let mut pm = Vec::new();
+        for &(start, end) in anon {
+            let n = ((end - start) / PAGE_SIZE) as usize;
+            pm.resize(n * 8, 0);
+            pagemap.read_exact_at(&mut pm, start / PAGE_SIZE * 8)?;
+            for i in 0..n {
+                let e = u64::from_le_bytes(pm[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
+                if e & (1 << 63) != 0 {
+                    let a = start + i as u64 * PAGE_SIZE;
+                    let mut buf = vec![0u8; PAGE_SIZE as usize].into_boxed_slice();
+                    mem.read_exact_at(&mut buf, a)?;
+                    pages.insert(a, buf);
+                }
+            }
+        }
+        overlay.pages.lock().unwrap_or_else(|p| p.into_inner()).extend(pages);
+        for &(start, end) in anon {
+            let mut r = saved;
+            r[REG_RIP] = insn;
+            r[REG_RAX] = libc::SYS_madvise as u64;
+            r[REG_RDI] = start;
+            r[REG_RSI] = end - start;
+            r[REG_RDX] = libc::MADV_DONTNEED as u64;
+            r[REG_ORIG_RAX] = u64::MAX;
+            ptrace::set_regs(pid, &r)?;
+            ptrace::syscall_step(pid)?;
+            ptrace::syscall_step(pid)?;
+            let ret = ptrace::get_regs(pid)?[REG_RAX] as i64;
+            if ret != 0 {
+                bail!("injected madvise on {start:#x} failed: {ret}");
+            }
+        }
+        let mut back = saved;
+        ptrace::prepare_for_resume(&mut back);
+        ptrace::set_regs(pid, &back)
+    })();
+    let detached = ptrace::detach(pid);
+    res.and(detached)
+}
