@@ -63,7 +63,11 @@ pub struct Record {
 }
 
 /// Runs the benchmark; every record goes to `sink` as it is measured.
-pub fn run(w: &Worker, o: &Options, sink: &mut dyn FnMut(&Record) -> Result<()>) -> Result<Vec<Record>> {
+pub fn run(
+    w: &Worker,
+    o: &Options,
+    sink: &mut dyn FnMut(&Record) -> Result<()>,
+) -> Result<Vec<Record>> {
     if o.runs == 0 {
         bail!("--runs must be at least 1");
     }
@@ -76,35 +80,75 @@ pub fn run(w: &Worker, o: &Options, sink: &mut dyn FnMut(&Record) -> Result<()>)
     let tier = w.tier(&o.tier)?;
     let mut out = Vec::new();
     for f in &o.functions {
-        let snap = if o.redeploy { w.deploy(f, &tier)?.0 } else { w.snapshot(f, &tier)? };
+        let snap = if o.redeploy {
+            w.deploy(f, &tier)?.0
+        } else {
+            w.snapshot(f, &tier)?
+        };
         let image_bytes = snap.manifest.memory.len;
-        if o.strategies.iter().any(|s| s == "tiered") && (o.redeploy || !snap.dir.join(thaw_memory::tiering::TIERS_FILE).exists()) {
+        if o.strategies.iter().any(|s| s == "tiered")
+            && (o.redeploy || !snap.dir.join(thaw_memory::tiering::TIERS_FILE).exists())
+        {
             eprintln!("bench: {f}: profiling for the tiered strategy (slow tier: disk)");
-            let rep = w.make_tiered(f, &tier, &w.tier("disk")?, &all_sizes(w, f), 2, &Default::default())?;
-            eprintln!("bench: {f}: {:.1}% of memory on the slow tier, estimated slowdown {:.3}", rep.slow_share * 100.0, rep.est_slowdown);
+            let rep = w.make_tiered(
+                f,
+                &tier,
+                &w.tier("disk")?,
+                &all_sizes(w, f),
+                2,
+                &Default::default(),
+            )?;
+            eprintln!(
+                "bench: {f}: {:.1}% of memory on the slow tier, estimated slowdown {:.3}",
+                rep.slow_share * 100.0,
+                rep.est_slowdown
+            );
         }
-        eprintln!("bench: {f}: snapshot {} ({} MiB image) on {}", snap.dir.display(), image_bytes >> 20, tier.description);
+        eprintln!(
+            "bench: {f}: snapshot {} ({} MiB image) on {}",
+            snap.dir.display(),
+            image_bytes >> 20,
+            tier.description
+        );
         // one untimed warm-up per strategy so first-use costs (image verify, memfd) stay out
         for s in &o.strategies {
             if s != "fresh" {
                 let (mut sb, _) = w.restore(&snap, s)?;
                 let inv = invoke(&mut sb, &o.size, INVOKE_TIMEOUT)?;
-                w.check(f, &o.size, &inv.output).with_context(|| format!("{f} restored with {s} gave a wrong output"))?;
+                w.check(f, &o.size, &inv.output)
+                    .with_context(|| format!("{f} restored with {s} gave a wrong output"))?;
             }
         }
         for run in 0..o.runs {
             eprint!("\rbench: {f}: run {}/{}   ", run + 1, o.runs);
             let _ = std::io::stderr().flush();
-            for s in std::iter::once("fresh").chain(o.strategies.iter().map(String::as_str).filter(|s| *s != "fresh")) {
+            for s in std::iter::once("fresh").chain(
+                o.strategies
+                    .iter()
+                    .map(String::as_str)
+                    .filter(|s| *s != "fresh"),
+            ) {
                 snap.drop_page_cache()?;
                 drop_tier_cache(&snap)?;
                 let rec = if s == "fresh" {
                     measure_fresh(w, f, o, run)?
                 } else {
                     // dax stands in tmpfs for byte-addressable persistent memory
-                    measure_restore(w, &snap, f, s, o, run, image_bytes, tier.emulated || s == "dax")?
+                    measure_restore(
+                        w,
+                        &snap,
+                        f,
+                        s,
+                        o,
+                        run,
+                        image_bytes,
+                        tier.emulated || s == "dax",
+                    )?
                 };
-                let rec = Record { tier: tier.name.to_string(), ..rec };
+                let rec = Record {
+                    tier: tier.name.to_string(),
+                    ..rec
+                };
                 sink(&rec)?;
                 out.push(rec);
             }
@@ -126,7 +170,11 @@ fn drop_tier_cache(snap: &thaw_store::Snapshot) -> Result<()> {
 }
 
 fn all_sizes(w: &Worker, f: &str) -> Vec<String> {
-    w.functions().iter().find(|x| x.name == f).map(|x| x.sizes.clone()).unwrap_or_else(|| vec!["I".into()])
+    w.functions()
+        .iter()
+        .find(|x| x.name == f)
+        .map(|x| x.sizes.clone())
+        .unwrap_or_else(|| vec!["I".into()])
 }
 
 fn faults(sb: &Sandbox) -> (u64, u64) {
@@ -238,10 +286,18 @@ fn image_rss_bytes(pid: i32) -> Result<u64> {
     for line in smaps.lines() {
         let first = line.split_whitespace().next().unwrap_or("");
         if first.contains('-') && first.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
-            in_image = ["/memory.img", "/fast.img", "/slow.img"].iter().any(|n| line.ends_with(n));
+            in_image = ["/memory.img", "/fast.img", "/slow.img"]
+                .iter()
+                .any(|n| line.ends_with(n));
         } else if in_image {
             if let Some(v) = line.strip_prefix("Rss:") {
-                total += v.trim().trim_end_matches("kB").trim().parse::<u64>().unwrap_or(0) * 1024;
+                total += v
+                    .trim()
+                    .trim_end_matches("kB")
+                    .trim()
+                    .parse::<u64>()
+                    .unwrap_or(0)
+                    * 1024;
             }
         }
     }
@@ -273,7 +329,10 @@ pub fn summarize_rows(recs: &[Record]) -> Vec<Row> {
         }
     }
     let pick = |f: &str, s: &str, g: &dyn Fn(&Record) -> f64| -> Vec<f64> {
-        recs.iter().filter(|r| r.function == f && r.strategy == s).map(g).collect()
+        recs.iter()
+            .filter(|r| r.function == f && r.strategy == s)
+            .map(g)
+            .collect()
     };
     let med = |f: &str, s: &str| summarize(&pick(f, s, &|r| r.cold_ms)).map(|x| x.median);
     keys.iter()
@@ -309,7 +368,11 @@ pub fn markdown(rows: &[Row], tier: &str, emulated: bool, runs: usize) -> String
             "| {} | {}{} | {} | {} | {} | {:.0} | {:.1} | {:.1} | {:.1}x | {} |\n",
             r.function,
             r.strategy,
-            if r.strategy == "dax" { " (pmem emulated by tmpfs)" } else { "" },
+            if r.strategy == "dax" {
+                " (pmem emulated by tmpfs)"
+            } else {
+                ""
+            },
             t(&r.cold),
             t(&r.first_response),
             t(&r.warm),
@@ -317,7 +380,9 @@ pub fn markdown(rows: &[Row], tier: &str, emulated: bool, runs: usize) -> String
             r.bytes_read_median / (1 << 20) as f64,
             r.rss_added_kb_median / 1024.0,
             r.speedup_vs_fresh,
-            r.ratio_to_mmap.map(|x| format!("{x:.2}")).unwrap_or_else(|| "-".into()),
+            r.ratio_to_mmap
+                .map(|x| format!("{x:.2}"))
+                .unwrap_or_else(|| "-".into()),
         ));
     }
     s

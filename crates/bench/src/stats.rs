@@ -21,7 +21,11 @@ pub fn summarize(xs: &[f64]) -> Option<Summary> {
     Some(Summary {
         n: v.len(),
         min: v[0],
-        median: if v.len() % 2 == 1 { v[v.len() / 2] } else { (v[v.len() / 2 - 1] + v[v.len() / 2]) / 2.0 },
+        median: if v.len() % 2 == 1 {
+            v[v.len() / 2]
+        } else {
+            (v[v.len() / 2 - 1] + v[v.len() / 2]) / 2.0
+        },
         p99: rank(0.99),
         mean: v.iter().sum::<f64>() / v.len() as f64,
     })

@@ -11,7 +11,12 @@ pub fn run(w: &Worker, functions: Option<Vec<String>>, tier: &str, size: &str) -
         None => w.functions().iter().map(|f| f.name.clone()).collect(),
     };
     let strategies = thaw_memory::STRATEGY_NAMES;
-    println!("thaw demo: runtime root {} ({}), snapshots on {}, input size {size}", &w.root.hash[..16], w.root.path.display(), tier.description);
+    println!(
+        "thaw demo: runtime root {} ({}), snapshots on {}, input size {size}",
+        &w.root.hash[..16],
+        w.root.path.display(),
+        tier.description
+    );
     let mut header = format!("{:<14} {:>10} {:>10}", "function", "image MiB", "fresh ms");
     for s in strategies {
         header.push_str(&format!(" {:>10}", format!("{s} ms")));
@@ -24,10 +29,16 @@ pub fn run(w: &Worker, functions: Option<Vec<String>>, tier: &str, size: &str) -
         let (mut sb, _) = w.start_fresh(f)?;
         let inv = invoke(&mut sb, size, INVOKE_TIMEOUT)?;
         let fresh = ms(t0);
-        w.check(f, size, &inv.output).with_context(|| format!("{f} (fresh) gave a wrong output"))?;
+        w.check(f, size, &inv.output)
+            .with_context(|| format!("{f} (fresh) gave a wrong output"))?;
         drop(sb);
         let (snap, _) = w.deploy(f, &tier)?;
-        let mut line = format!("{:<14} {:>10.1} {:>10.1}", f, snap.manifest.memory.len as f64 / (1 << 20) as f64, fresh);
+        let mut line = format!(
+            "{:<14} {:>10.1} {:>10.1}",
+            f,
+            snap.manifest.memory.len as f64 / (1 << 20) as f64,
+            fresh
+        );
         let mut best = f64::MAX;
         for s in strategies {
             snap.drop_page_cache()?;
@@ -35,7 +46,8 @@ pub fn run(w: &Worker, functions: Option<Vec<String>>, tier: &str, size: &str) -
             let (mut sb, _) = w.restore(&snap, s)?;
             let inv = invoke(&mut sb, size, INVOKE_TIMEOUT)?;
             let cold = ms(t);
-            w.check(f, size, &inv.output).with_context(|| format!("{f} restored with {s} gave a wrong output"))?;
+            w.check(f, size, &inv.output)
+                .with_context(|| format!("{f} restored with {s} gave a wrong output"))?;
             best = best.min(cold);
             line.push_str(&format!(" {cold:>10.1}"));
         }

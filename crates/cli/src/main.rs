@@ -7,7 +7,11 @@ use std::path::PathBuf;
 mod demo;
 
 #[derive(Parser)]
-#[command(name = "thaw", version, about = "serverless function snapshots: sandbox, restore strategies, bench and fleet simulator")]
+#[command(
+    name = "thaw",
+    version,
+    about = "serverless function snapshots: sandbox, restore strategies, bench and fleet simulator"
+)]
 struct Cli {
     /// State directory (runtime roots, disk-tier snapshots); default $THAW_HOME or /var/lib/thaw
     #[arg(long, global = true)]
@@ -145,7 +149,11 @@ fn main() {
 }
 
 fn split(s: &str) -> Vec<String> {
-    s.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect()
+    s.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(String::from)
+        .collect()
 }
 
 fn progress(msg: &str) {
@@ -161,7 +169,16 @@ fn run(cli: Cli) -> Result<()> {
     match cli.cmd {
         Cmd::Sim { args } => thaw_sim::cli_main(&args),
         Cmd::Runtime { args } => thaw_runtime::cli_main(&args),
-        Cmd::Demo { functions, tier, size } => demo::run(&worker(&home)?, functions.as_deref().map(split), &tier, &size),
+        Cmd::Demo {
+            functions,
+            tier,
+            size,
+        } => demo::run(
+            &worker(&home)?,
+            functions.as_deref().map(split),
+            &tier,
+            &size,
+        ),
         Cmd::Deploy { function, tier } => {
             let w = worker(&home)?;
             let (snap, rep) = w.deploy(&function, &w.tier(&tier)?)?;
@@ -169,7 +186,13 @@ fn run(cli: Cli) -> Result<()> {
             println!("{}", serde_json::to_string_pretty(&rep)?);
             Ok(())
         }
-        Cmd::Invoke { function, size, strategy, tier, check } => {
+        Cmd::Invoke {
+            function,
+            size,
+            strategy,
+            tier,
+            check,
+        } => {
             let w = worker(&home)?;
             let t0 = std::time::Instant::now();
             let mut sb = if strategy == "fresh" {
@@ -190,29 +213,65 @@ fn run(cli: Cli) -> Result<()> {
             );
             Ok(())
         }
-        Cmd::Tier { function, fast, slow, sizes, reps, price_ratio, slow_fault_us } => {
+        Cmd::Tier {
+            function,
+            fast,
+            slow,
+            sizes,
+            reps,
+            price_ratio,
+            slow_fault_us,
+        } => {
             let w = worker(&home)?;
             w.check_function(&function)?;
-            if !(price_ratio.is_finite() && price_ratio > 0.0 && slow_fault_us.is_finite() && slow_fault_us >= 0.0) {
+            if !(price_ratio.is_finite()
+                && price_ratio > 0.0
+                && slow_fault_us.is_finite()
+                && slow_fault_us >= 0.0)
+            {
                 anyhow::bail!("--price-ratio must be positive and --slow-fault-us non-negative");
             }
             let sizes = match sizes {
                 Some(s) => split(&s),
-                None => w.functions().iter().find(|f| f.name == function).map(|f| f.sizes.clone()).unwrap_or_else(|| vec!["I".into()]),
+                None => w
+                    .functions()
+                    .iter()
+                    .find(|f| f.name == function)
+                    .map(|f| f.sizes.clone())
+                    .unwrap_or_else(|| vec!["I".into()]),
             };
-            let params = thaw_memory::tiering::CostParams { price_ratio, slow_fault_us, ..Default::default() };
-            let rep = w.make_tiered(&function, &w.tier(&fast)?, &w.tier(&slow)?, &sizes, reps, &params)?;
+            let params = thaw_memory::tiering::CostParams {
+                price_ratio,
+                slow_fault_us,
+                ..Default::default()
+            };
+            let rep = w.make_tiered(
+                &function,
+                &w.tier(&fast)?,
+                &w.tier(&slow)?,
+                &sizes,
+                reps,
+                &params,
+            )?;
             println!("{}", serde_json::to_string_pretty(&rep)?);
             Ok(())
         }
-        Cmd::Snapshot { cmd: SnapCmd::Verify { dir } } => {
+        Cmd::Snapshot {
+            cmd: SnapCmd::Verify { dir },
+        } => {
             let s = thaw_store::Snapshot::open(&dir)?;
             s.load_state()?;
             s.verify_memory()?;
-            println!("ok: {} ({} bytes of memory image)", dir.display(), s.manifest.memory.len);
+            println!(
+                "ok: {} ({} bytes of memory image)",
+                dir.display(),
+                s.manifest.memory.len
+            );
             Ok(())
         }
-        Cmd::Snapshot { cmd: SnapCmd::List { tier } } => {
+        Cmd::Snapshot {
+            cmd: SnapCmd::List { tier },
+        } => {
             let t = thaw_store::Tier::by_name(&tier, &home)?;
             let Ok(rd) = std::fs::read_dir(&t.path) else {
                 println!("no snapshots on {tier} ({})", t.path.display());
@@ -220,14 +279,34 @@ fn run(cli: Cli) -> Result<()> {
             };
             for e in rd.flatten() {
                 match thaw_store::Snapshot::open(&e.path()) {
-                    Ok(s) => println!("{}\t{}\t{} MiB", s.manifest.function, e.path().display(), s.manifest.memory.len >> 20),
-                    Err(err) if !e.file_name().to_string_lossy().starts_with('.') => println!("BROKEN\t{}\t{err:#}", e.path().display()),
+                    Ok(s) => println!(
+                        "{}\t{}\t{} MiB",
+                        s.manifest.function,
+                        e.path().display(),
+                        s.manifest.memory.len >> 20
+                    ),
+                    Err(err) if !e.file_name().to_string_lossy().starts_with('.') => {
+                        println!("BROKEN\t{}\t{err:#}", e.path().display())
+                    }
                     Err(_) => {}
                 }
             }
             Ok(())
         }
-        Cmd::Bench { cmd: BenchCmd::Restore { functions, strategies, tier, size, runs, json, markdown, redeploy, check_all } } => {
+        Cmd::Bench {
+            cmd:
+                BenchCmd::Restore {
+                    functions,
+                    strategies,
+                    tier,
+                    size,
+                    runs,
+                    json,
+                    markdown,
+                    redeploy,
+                    check_all,
+                },
+        } => {
             let w = worker(&home)?;
             let o = thaw_bench::restore::Options {
                 functions: split(&functions),
@@ -239,7 +318,10 @@ fn run(cli: Cli) -> Result<()> {
                 check_all,
             };
             let mut out = match &json {
-                Some(p) => Some(std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?),
+                Some(p) => Some(
+                    std::fs::File::create(p)
+                        .with_context(|| format!("creating {}", p.display()))?,
+                ),
                 None => None,
             };
             let recs = thaw_bench::restore::run(&w, &o, &mut |r| {

@@ -59,7 +59,11 @@ impl MemoryLayout {
         let mut prev_end = 0u64;
         for (i, r) in self.regions.iter().enumerate() {
             if r.start % PAGE_SIZE != 0 || r.end % PAGE_SIZE != 0 || r.end <= r.start {
-                bail!("region {i} [{:#x}, {:#x}) is empty or not page aligned", r.start, r.end);
+                bail!(
+                    "region {i} [{:#x}, {:#x}) is empty or not page aligned",
+                    r.start,
+                    r.end
+                );
             }
             if r.start < prev_end {
                 bail!("region {i} at {:#x} overlaps or is out of order", r.start);
@@ -71,15 +75,28 @@ impl MemoryLayout {
                     || run.len % PAGE_SIZE != 0
                     || run.file_off % PAGE_SIZE != 0;
                 if bad_align || run.len == 0 {
-                    bail!("region {i}: run at {:#x} is empty or not page aligned", run.addr);
+                    bail!(
+                        "region {i}: run at {:#x} is empty or not page aligned",
+                        run.addr
+                    );
                 }
                 let end = run.addr.checked_add(run.len);
                 if run.addr < run_end || end.is_none_or(|e| e > r.end) {
-                    bail!("region {i}: run at {:#x} is outside the region or out of order", run.addr);
+                    bail!(
+                        "region {i}: run at {:#x} is outside the region or out of order",
+                        run.addr
+                    );
                 }
                 run_end = run.addr + run.len;
-                if run.file_off.checked_add(run.len).is_none_or(|e| e > self.image_len) {
-                    bail!("region {i}: run at {:#x} points past the end of the image", run.addr);
+                if run
+                    .file_off
+                    .checked_add(run.len)
+                    .is_none_or(|e| e > self.image_len)
+                {
+                    bail!(
+                        "region {i}: run at {:#x} points past the end of the image",
+                        run.addr
+                    );
                 }
             }
         }
@@ -109,11 +126,24 @@ mod tests {
                     end: 0x5000,
                     anonymous: true,
                     runs: vec![
-                        Run { addr: 0x1000, len: 0x1000, file_off: 0 },
-                        Run { addr: 0x3000, len: 0x2000, file_off: 0x1000 },
+                        Run {
+                            addr: 0x1000,
+                            len: 0x1000,
+                            file_off: 0,
+                        },
+                        Run {
+                            addr: 0x3000,
+                            len: 0x2000,
+                            file_off: 0x1000,
+                        },
                     ],
                 },
-                Region { start: 0x9000, end: 0xa000, anonymous: false, runs: vec![] },
+                Region {
+                    start: 0x9000,
+                    end: 0xa000,
+                    anonymous: false,
+                    runs: vec![],
+                },
             ],
             image_len: 0x3000,
         }

@@ -8,8 +8,8 @@
 mod layout;
 mod page_server;
 mod strategy;
-pub mod uffd;
 pub mod tiering;
+pub mod uffd;
 pub mod working_set;
 
 pub use layout::{MemoryLayout, Region, Run, PAGE_SIZE};

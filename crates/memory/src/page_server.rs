@@ -5,10 +5,10 @@
 //! process; it is checked against the layout before anything is served, and an
 //! address outside the lazily served regions stops the server and reports a
 //! fatal error (the caller kills the sandbox rather than leave it hanging).
+use crate::layout::Region;
 use crate::layout::{MemoryLayout, PAGE_SIZE};
 use crate::uffd;
 use std::fs::File;
-use crate::layout::Region;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -47,7 +47,12 @@ pub struct OverlaySource {
 
 impl PageSource for OverlaySource {
     fn read_page(&self, region: &Region, addr: u64, buf: &mut [u8]) -> anyhow::Result<bool> {
-        if let Some(p) = self.pages.lock().unwrap_or_else(|p| p.into_inner()).get(&addr) {
+        if let Some(p) = self
+            .pages
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&addr)
+        {
             buf.copy_from_slice(p);
             return Ok(true);
         }
@@ -116,13 +121,21 @@ impl PageServer {
             recorded: record.then(|| recorded.clone()),
         };
         let err = error.clone();
-        let thread = std::thread::Builder::new().name("thaw-pager".into()).spawn(move || {
-            if let Err(e) = ctx.run() {
-                *err.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.clone());
-                on_fatal(e);
-            }
-        })?;
-        Ok(PageServer { stop_w: Some(stop_w), thread: Some(thread), stats, error, recorded })
+        let thread = std::thread::Builder::new()
+            .name("thaw-pager".into())
+            .spawn(move || {
+                if let Err(e) = ctx.run() {
+                    *err.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.clone());
+                    on_fatal(e);
+                }
+            })?;
+        Ok(PageServer {
+            stop_w: Some(stop_w),
+            thread: Some(thread),
+            stats,
+            error,
+            recorded,
+        })
     }
 
     /// The fatal error that stopped the server, if any.
@@ -132,7 +145,10 @@ impl PageServer {
 
     /// Page addresses served so far, in fault order (empty unless recording).
     pub fn recorded(&self) -> Vec<u64> {
-        self.recorded.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.recorded
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Takes the recorded addresses, leaving the log empty (one profiling epoch).
@@ -170,8 +186,16 @@ impl Serve {
         let mut msgs = [0u8; 32 * 16];
         loop {
             let mut fds = [
-                libc::pollfd { fd: self.uffd.as_raw_fd(), events: libc::POLLIN, revents: 0 },
-                libc::pollfd { fd: self.stop_r.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+                libc::pollfd {
+                    fd: self.uffd.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+                libc::pollfd {
+                    fd: self.stop_r.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
             ];
             // SAFETY: fds is a valid array of two pollfd structs.
             let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
@@ -189,12 +213,13 @@ impl Serve {
                 return Ok(()); // the sandbox's memory is gone
             }
             // SAFETY: reading into our own buffer of the given length.
-            let got = unsafe {
-                libc::read(self.uffd.as_raw_fd(), msgs.as_mut_ptr().cast(), msgs.len())
-            };
+            let got =
+                unsafe { libc::read(self.uffd.as_raw_fd(), msgs.as_mut_ptr().cast(), msgs.len()) };
             if got < 0 {
                 let e = std::io::Error::last_os_error();
-                if e.raw_os_error() == Some(libc::EAGAIN) || e.kind() == std::io::ErrorKind::Interrupted {
+                if e.raw_os_error() == Some(libc::EAGAIN)
+                    || e.kind() == std::io::ErrorKind::Interrupted
+                {
                     continue;
                 }
                 return Err(format!("reading userfaultfd: {e}"));
@@ -221,12 +246,19 @@ impl Serve {
             .layout
             .region_of(addr)
             .filter(|r| r.anonymous)
-            .ok_or_else(|| format!("fault at {addr:#x} outside every lazily served region: refused"))?;
+            .ok_or_else(|| {
+                format!("fault at {addr:#x} outside every lazily served region: refused")
+            })?;
         let fd = self.uffd.as_raw_fd();
-        let has_data = self.source.read_page(region, addr, buf).map_err(|e| format!("reading page {addr:#x}: {e:#}"))?;
+        let has_data = self
+            .source
+            .read_page(region, addr, buf)
+            .map_err(|e| format!("reading page {addr:#x}: {e:#}"))?;
         let res = match has_data {
             true => {
-                self.stats.bytes_read.fetch_add(PAGE_SIZE, Ordering::Relaxed);
+                self.stats
+                    .bytes_read
+                    .fetch_add(PAGE_SIZE, Ordering::Relaxed);
                 uffd::copy(fd, addr, buf.as_ptr() as u64, PAGE_SIZE, false)
             }
             false => {
@@ -241,10 +273,136 @@ impl Serve {
             };
         }
         self.stats.faults.fetch_add(1, Ordering::Relaxed);
-        self.stats.serve_ns.fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        self.stats
+            .serve_ns
+            .fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
         if let Some(rec) = &self.recorded {
             rec.lock().unwrap_or_else(|p| p.into_inner()).push(addr);
         }
         Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layout::Run;
+    use std::os::fd::{FromRawFd, RawFd};
+    use std::sync::atomic::AtomicBool;
+
+    const UFFDIO_API: libc::c_ulong = 0xc018_aa3f;
+    const UFFDIO_REGISTER: libc::c_ulong = 0xc020_aa00;
+    const UFFDIO_UNREGISTER: libc::c_ulong = 0x8010_aa01;
+
+    /// An anonymous mapping of `pages` registered with a fresh userfaultfd.
+    fn registered(pages: usize) -> (RawFd, u64, u64) {
+        let len = pages as u64 * PAGE_SIZE;
+        // SAFETY: fresh anonymous mapping and a new userfaultfd; results checked.
+        unsafe {
+            let addr = libc::mmap(
+                std::ptr::null_mut(),
+                len as usize,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            assert_ne!(addr, libc::MAP_FAILED);
+            let fd =
+                libc::syscall(libc::SYS_userfaultfd, libc::O_CLOEXEC | libc::O_NONBLOCK) as RawFd;
+            assert!(
+                fd >= 0,
+                "userfaultfd unavailable (run as root): {}",
+                std::io::Error::last_os_error()
+            );
+            let mut api = [0xAAu64, 0, 0];
+            assert_eq!(libc::ioctl(fd, UFFDIO_API, api.as_mut_ptr()), 0);
+            let mut reg = [addr as u64, len, 1, 0];
+            assert_eq!(libc::ioctl(fd, UFFDIO_REGISTER, reg.as_mut_ptr()), 0);
+            (fd, addr as u64, len)
+        }
+    }
+
+    fn image(dir_tag: &str, byte: u8) -> File {
+        let p = std::env::temp_dir().join(format!("thaw-ps-{dir_tag}-{}", std::process::id()));
+        std::fs::write(&p, vec![byte; PAGE_SIZE as usize]).unwrap();
+        File::open(&p).unwrap()
+    }
+
+    #[test]
+    fn serves_saved_and_zero_pages_and_counts() {
+        let (fd, addr, len) = registered(2);
+        let layout = MemoryLayout {
+            regions: vec![Region {
+                start: addr,
+                end: addr + len,
+                anonymous: true,
+                runs: vec![Run {
+                    addr,
+                    len: PAGE_SIZE,
+                    file_off: 0,
+                }],
+            }],
+            image_len: PAGE_SIZE,
+        };
+        // SAFETY: fd is a fresh descriptor handed to the server.
+        let uffd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let mut ps = PageServer::spawn(
+            uffd,
+            Arc::new(layout),
+            Arc::new(ImageSource(image("ok", 7))),
+            true,
+            Box::new(|e| panic!("{e}")),
+        )
+        .unwrap();
+        // SAFETY: reading our own mapping; the server fills it.
+        let (a, b) = unsafe { (*(addr as *const u8), *((addr + PAGE_SIZE) as *const u8)) };
+        assert_eq!((a, b), (7, 0));
+        assert_eq!(ps.stats.faults(), 2);
+        assert_eq!(ps.stats.bytes_read(), PAGE_SIZE);
+        assert_eq!(ps.recorded(), vec![addr, addr + PAGE_SIZE]);
+        ps.stop();
+    }
+
+    #[test]
+    fn refuses_faults_outside_its_regions() {
+        let (fd, addr, len) = registered(1);
+        // the layout describes some other range: the fault must not be served
+        let layout = MemoryLayout {
+            regions: vec![Region {
+                start: 0x1000,
+                end: 0x2000,
+                anonymous: true,
+                runs: vec![],
+            }],
+            image_len: 0,
+        };
+        let refused = Arc::new(AtomicBool::new(false));
+        let r2 = refused.clone();
+        let on_fatal = Box::new(move |why: String| {
+            assert!(why.contains("refused"), "{why}");
+            r2.store(true, Ordering::SeqCst);
+            // let the faulting thread go on: a real caller kills the sandbox instead
+            let range = [addr, len];
+            // SAFETY: unregistering the range we registered on our own userfaultfd.
+            unsafe { libc::ioctl(fd, UFFDIO_UNREGISTER, range.as_ptr()) };
+        });
+        // SAFETY: fd is a fresh descriptor handed to the server.
+        let uffd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let mut ps = PageServer::spawn(
+            uffd,
+            Arc::new(layout),
+            Arc::new(ImageSource(image("bad", 1))),
+            false,
+            on_fatal,
+        )
+        .unwrap();
+        // SAFETY: touching our own mapping; after the unregister it is a plain zero page.
+        let v = unsafe { *(addr as *const u8) };
+        assert_eq!(v, 0);
+        assert!(refused.load(Ordering::SeqCst));
+        assert!(ps.error().unwrap().contains("refused"));
+        assert_eq!(ps.stats.faults(), 0, "nothing was served");
+        ps.stop();
     }
 }

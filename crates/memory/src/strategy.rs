@@ -115,7 +115,10 @@ pub fn strategy_by_name(name: &str) -> Result<Box<dyn RestoreStrategy>> {
         "reap" => Box::new(Reap),
         "dax" => Box::new(Dax),
         "tiered" => Box::new(Tiered),
-        _ => bail!("unknown restore strategy {name:?} (known: {})", STRATEGY_NAMES.join(", ")),
+        _ => bail!(
+            "unknown restore strategy {name:?} (known: {})",
+            STRATEGY_NAMES.join(", ")
+        ),
     })
 }
 
@@ -125,8 +128,18 @@ mod tests {
 
     #[test]
     fn names_round_trip_and_file_regions_never_lazy() {
-        let file = Region { start: 0, end: 4096, anonymous: false, runs: vec![] };
-        let anon = Region { start: 0, end: 4096, anonymous: true, runs: vec![] };
+        let file = Region {
+            start: 0,
+            end: 4096,
+            anonymous: false,
+            runs: vec![],
+        };
+        let anon = Region {
+            start: 0,
+            end: 4096,
+            anonymous: true,
+            runs: vec![],
+        };
         for n in STRATEGY_NAMES {
             let s = strategy_by_name(n).unwrap();
             assert_eq!(s.name(), *n);
@@ -134,7 +147,10 @@ mod tests {
         }
         assert_eq!(strategy_by_name("uffd").unwrap().fill(&anon), Fill::Lazy);
         assert!(strategy_by_name("reap").unwrap().uses_working_set());
-        assert_eq!(strategy_by_name("dax").unwrap().fill(&anon), Fill::MapPopulate);
+        assert_eq!(
+            strategy_by_name("dax").unwrap().fill(&anon),
+            Fill::MapPopulate
+        );
         assert!(strategy_by_name("bogus").is_err());
     }
 }

@@ -37,7 +37,12 @@ impl Default for CostParams {
     fn default() -> Self {
         // fault costs from DESIGN.md's measured floors: cached minor fault
         // 0.26 us, cold random 4 KiB read from the disk 61 us
-        CostParams { price_ratio: 2.5, slow_fault_us: 61.0, fast_fault_us: 0.26, base_ms: 10.0 }
+        CostParams {
+            price_ratio: 2.5,
+            slow_fault_us: 61.0,
+            fast_fault_us: 0.26,
+            base_ms: 10.0,
+        }
     }
 }
 
@@ -98,13 +103,21 @@ pub struct BinDecision {
 /// Decides, per saved page, fast or slow. Untouched pages go slow; touched
 /// pages are binned by access count and bins move slow, coldest first, while
 /// that lowers the cost.
-pub fn place(layout: &MemoryLayout, profile: &AccessProfile, p: &CostParams) -> (HashMap<u64, TierKind>, Vec<BinDecision>, f64, f64, f64) {
+pub fn place(
+    layout: &MemoryLayout,
+    profile: &AccessProfile,
+    p: &CostParams,
+) -> (HashMap<u64, TierKind>, Vec<BinDecision>, f64, f64, f64) {
     let epochs = profile.epochs.max(1) as f64;
     let mut bins: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
     for r in &layout.regions {
         for run in &r.runs {
             for a in (run.addr..run.addr + run.len).step_by(PAGE_SIZE as usize) {
-                let c = if r.anonymous { profile.counts.get(&a).copied().unwrap_or(0) } else { u32::MAX };
+                let c = if r.anonymous {
+                    profile.counts.get(&a).copied().unwrap_or(0)
+                } else {
+                    u32::MAX
+                };
                 bins.entry(c).or_default().push(a);
             }
         }
@@ -114,7 +127,10 @@ pub fn place(layout: &MemoryLayout, profile: &AccessProfile, p: &CostParams) -> 
     let penalty_ms = (p.slow_fault_us - p.fast_fault_us).max(0.0) / 1000.0;
     let cost = |slow_pages: u64, extra_ms: f64| {
         let slowdown = 1.0 + extra_ms / p.base_ms.max(1e-3);
-        (slowdown, slowdown * (mib(total - slow_pages) * p.price_ratio + mib(slow_pages)))
+        (
+            slowdown,
+            slowdown * (mib(total - slow_pages) * p.price_ratio + mib(slow_pages)),
+        )
     };
     let (_, cost_all_fast) = cost(0, 0.0);
     let (mut slow_pages, mut extra_ms) = (0u64, 0.0);
@@ -136,9 +152,20 @@ pub fn place(layout: &MemoryLayout, profile: &AccessProfile, p: &CostParams) -> 
             stop = true; // hotter bins only cost more
         }
         for &a in pages {
-            placement.insert(a, if to_slow { TierKind::Slow } else { TierKind::Fast });
+            placement.insert(
+                a,
+                if to_slow {
+                    TierKind::Slow
+                } else {
+                    TierKind::Fast
+                },
+            );
         }
-        decisions.push(BinDecision { accesses: count.min(profile.epochs), pages: pages.len() as u64, slow: to_slow });
+        decisions.push(BinDecision {
+            accesses: count.min(profile.epochs),
+            pages: pages.len() as u64,
+            slow: to_slow,
+        });
     }
     let (slowdown, final_cost) = cost(slow_pages, extra_ms);
     (placement, decisions, slowdown, final_cost, cost_all_fast)
@@ -165,18 +192,35 @@ pub fn write(
     let mut page = vec![0u8; PAGE_SIZE as usize];
     for r in &layout.regions {
         for run in &r.runs {
-            for (i, a) in (run.addr..run.addr + run.len).step_by(PAGE_SIZE as usize).enumerate() {
+            for (i, a) in (run.addr..run.addr + run.len)
+                .step_by(PAGE_SIZE as usize)
+                .enumerate()
+            {
                 image.read_exact_at(&mut page, run.file_off + i as u64 * PAGE_SIZE)?;
                 let tier = placement.get(&a).copied().unwrap_or(TierKind::Fast);
-                let buf = if tier == TierKind::Fast { &mut fast } else { &mut slow };
+                let buf = if tier == TierKind::Fast {
+                    &mut fast
+                } else {
+                    &mut slow
+                };
                 let off = buf.len() as u64;
                 buf.extend_from_slice(&page);
                 match runs.last_mut() {
                     // merge neighbours of one region only: each mapping is built on its own
-                    Some(last) if last.tier == tier && last.addr >= r.start && last.addr + last.len == a && last.off + last.len == off => {
+                    Some(last)
+                        if last.tier == tier
+                            && last.addr >= r.start
+                            && last.addr + last.len == a
+                            && last.off + last.len == off =>
+                    {
                         last.len += PAGE_SIZE
                     }
-                    _ => runs.push(TierRun { addr: a, len: PAGE_SIZE, tier, off }),
+                    _ => runs.push(TierRun {
+                        addr: a,
+                        len: PAGE_SIZE,
+                        tier,
+                        off,
+                    }),
                 }
             }
         }
@@ -187,8 +231,16 @@ pub fn write(
     let tl = TierLayout {
         format: FORMAT,
         snapshot_key: key.into(),
-        fast: TierFile { path: fast_path, len: fast.len() as u64, crc32: crc32fast::hash(&fast) },
-        slow: TierFile { path: slow_path, len: slow.len() as u64, crc32: crc32fast::hash(&slow) },
+        fast: TierFile {
+            path: fast_path,
+            len: fast.len() as u64,
+            crc32: crc32fast::hash(&fast),
+        },
+        slow: TierFile {
+            path: slow_path,
+            len: slow.len() as u64,
+            crc32: crc32fast::hash(&slow),
+        },
         runs,
         slow_share: slow.len() as f64 / total,
         est_slowdown,
@@ -228,19 +280,40 @@ pub fn load(snap_dir: &Path, key: &str, layout: &MemoryLayout) -> Result<Option<
         bail!("tier layout belongs to another snapshot (stale)");
     }
     for f in [&tl.fast, &tl.slow] {
-        let len = fs::metadata(&f.path).with_context(|| format!("tier file {} is missing", f.path.display()))?.len();
+        let len = fs::metadata(&f.path)
+            .with_context(|| format!("tier file {} is missing", f.path.display()))?
+            .len();
         if len != f.len {
-            bail!("tier file {} is {len} bytes, layout says {} (truncated?)", f.path.display(), f.len);
+            bail!(
+                "tier file {} is {len} bytes, layout says {} (truncated?)",
+                f.path.display(),
+                f.len
+            );
         }
     }
     // the runs must be exactly the saved pages, in order, inside their files
-    let mut want = layout.regions.iter().flat_map(|r| r.runs.iter()).flat_map(|run| (run.addr..run.addr + run.len).step_by(PAGE_SIZE as usize));
+    let mut want = layout
+        .regions
+        .iter()
+        .flat_map(|r| r.runs.iter())
+        .flat_map(|run| (run.addr..run.addr + run.len).step_by(PAGE_SIZE as usize));
     for run in &tl.runs {
-        let file_len = if run.tier == TierKind::Fast { tl.fast.len } else { tl.slow.len };
-        if run.len == 0 || run.len % PAGE_SIZE != 0 || run.off % PAGE_SIZE != 0 || run.off.checked_add(run.len).is_none_or(|e| e > file_len) {
+        let file_len = if run.tier == TierKind::Fast {
+            tl.fast.len
+        } else {
+            tl.slow.len
+        };
+        if run.len == 0
+            || run.len % PAGE_SIZE != 0
+            || run.off % PAGE_SIZE != 0
+            || run.off.checked_add(run.len).is_none_or(|e| e > file_len)
+        {
             bail!("tier run at {:#x} is malformed", run.addr);
         }
-        if layout.region_of(run.addr).is_none_or(|r| run.addr + run.len > r.end) {
+        if layout
+            .region_of(run.addr)
+            .is_none_or(|r| run.addr + run.len > r.end)
+        {
             bail!("tier run at {:#x} crosses a mapping boundary", run.addr);
         }
         for a in (run.addr..run.addr + run.len).step_by(PAGE_SIZE as usize) {
@@ -260,7 +333,10 @@ pub fn verify_files(tl: &TierLayout) -> Result<()> {
     for f in [&tl.fast, &tl.slow] {
         let data = fs::read(&f.path)?;
         if crc32fast::hash(&data) != f.crc32 {
-            bail!("tier file {} checksum mismatch (corrupted)", f.path.display());
+            bail!(
+                "tier file {} checksum mismatch (corrupted)",
+                f.path.display()
+            );
         }
     }
     Ok(())
@@ -274,8 +350,26 @@ mod tests {
     fn layout() -> MemoryLayout {
         MemoryLayout {
             regions: vec![
-                Region { start: 0x1000, end: 0x3000, anonymous: false, runs: vec![Run { addr: 0x1000, len: 0x1000, file_off: 0 }] },
-                Region { start: 0x10000, end: 0x20000, anonymous: true, runs: vec![Run { addr: 0x10000, len: 0x8000, file_off: 0x1000 }] },
+                Region {
+                    start: 0x1000,
+                    end: 0x3000,
+                    anonymous: false,
+                    runs: vec![Run {
+                        addr: 0x1000,
+                        len: 0x1000,
+                        file_off: 0,
+                    }],
+                },
+                Region {
+                    start: 0x10000,
+                    end: 0x20000,
+                    anonymous: true,
+                    runs: vec![Run {
+                        addr: 0x10000,
+                        len: 0x8000,
+                        file_off: 0x1000,
+                    }],
+                },
             ],
             image_len: 0x9000,
         }
@@ -284,12 +378,18 @@ mod tests {
     #[test]
     fn cold_pages_go_slow_hot_stay_fast_and_cost_drops() {
         let l = layout();
-        let mut prof = AccessProfile { epochs: 4, ..Default::default() };
+        let mut prof = AccessProfile {
+            epochs: 4,
+            ..Default::default()
+        };
         prof.counts.insert(0x10000, 4); // hot
         prof.counts.insert(0x11000, 4);
         prof.counts.insert(0x12000, 1); // lukewarm
-        // a short function: each slow first touch is a large share of its time
-        let p = CostParams { base_ms: 0.05, ..Default::default() };
+                                        // a short function: each slow first touch is a large share of its time
+        let p = CostParams {
+            base_ms: 0.05,
+            ..Default::default()
+        };
         let (pl, bins, slowdown, cost, all_fast) = place(&l, &prof, &p);
         assert_eq!(pl[&0x1000], TierKind::Fast, "file-private pages stay fast");
         assert_eq!(pl[&0x17000], TierKind::Slow, "untouched page");
@@ -297,9 +397,16 @@ mod tests {
         assert!(cost < all_fast);
         assert!(slowdown >= 1.0);
         assert!(bins.iter().any(|b| b.accesses == 0 && b.slow));
-        assert_eq!(pl[&0x12000], TierKind::Fast, "lukewarm page costs more slowdown than it saves");
+        assert_eq!(
+            pl[&0x12000],
+            TierKind::Fast,
+            "lukewarm page costs more slowdown than it saves"
+        );
         // a long-running function hides the same faults: everything touched rarely goes slow
-        let p2 = CostParams { base_ms: 1000.0, ..Default::default() };
+        let p2 = CostParams {
+            base_ms: 1000.0,
+            ..Default::default()
+        };
         let (pl2, ..) = place(&l, &prof, &p2);
         assert_eq!(pl2[&0x12000], TierKind::Slow);
     }
@@ -313,9 +420,15 @@ mod tests {
         fs::write(dir.join("memory.img"), &img).unwrap();
         let f = File::open(dir.join("memory.img")).unwrap();
         let l = layout();
-        let mut prof = AccessProfile { epochs: 2, ..Default::default() };
+        let mut prof = AccessProfile {
+            epochs: 2,
+            ..Default::default()
+        };
         prof.counts.insert(0x10000, 2);
-        let p = CostParams { base_ms: 0.05, ..Default::default() };
+        let p = CostParams {
+            base_ms: 0.05,
+            ..Default::default()
+        };
         let tl = write(&dir, &dir.join("slow"), "k", &l, &f, &prof, &p).unwrap();
         assert!(tl.slow_share > 0.5, "{}", tl.slow_share);
         let got = load(&dir, "k", &l).unwrap().unwrap();

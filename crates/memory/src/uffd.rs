@@ -36,7 +36,13 @@ pub struct UffdError {
 
 impl std::fmt::Display for UffdError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} at {:#x}: {}", self.op, self.addr, std::io::Error::from_raw_os_error(self.errno))
+        write!(
+            f,
+            "{} at {:#x}: {}",
+            self.op,
+            self.addr,
+            std::io::Error::from_raw_os_error(self.errno)
+        )
     }
 }
 
@@ -57,7 +63,13 @@ fn errno() -> i32 {
 /// A page already present (EEXIST, a racing fault) counts as done.
 pub fn copy(uffd: RawFd, mut dst: u64, mut src: u64, mut len: u64, dontwake: bool) -> Result<()> {
     while len > 0 {
-        let mut c = Copy { dst, src, len, mode: if dontwake { MODE_DONTWAKE } else { 0 }, copy: 0 };
+        let mut c = Copy {
+            dst,
+            src,
+            len,
+            mode: if dontwake { MODE_DONTWAKE } else { 0 },
+            copy: 0,
+        };
         // SAFETY: the kernel reads `len` bytes at `src`, which the caller owns.
         let r = unsafe { libc::ioctl(uffd, UFFDIO_COPY, &mut c) };
         if r == 0 {
@@ -82,23 +94,50 @@ pub fn copy(uffd: RawFd, mut dst: u64, mut src: u64, mut len: u64, dontwake: boo
             len -= done;
             continue;
         }
-        bail!(UffdError { op: "UFFDIO_COPY", addr: dst, errno: e });
+        bail!(UffdError {
+            op: "UFFDIO_COPY",
+            addr: dst,
+            errno: e
+        });
     }
     Ok(())
 }
 
-fn range_op(uffd: RawFd, req: libc::c_ulong, op: &'static str, start: u64, len: u64, mode: u64) -> Result<()> {
-    let mut z = RangeOp { start, len, mode, result: 0 };
+fn range_op(
+    uffd: RawFd,
+    req: libc::c_ulong,
+    op: &'static str,
+    start: u64,
+    len: u64,
+    mode: u64,
+) -> Result<()> {
+    let mut z = RangeOp {
+        start,
+        len,
+        mode,
+        result: 0,
+    };
     // SAFETY: the kernel reads the range and writes the result field.
     let r = unsafe { libc::ioctl(uffd, req, &mut z) };
     if r != 0 && errno() != libc::EEXIST {
-        bail!(UffdError { op, addr: start, errno: errno() });
+        bail!(UffdError {
+            op,
+            addr: start,
+            errno: errno()
+        });
     }
     Ok(())
 }
 
 pub fn zeropage(uffd: RawFd, start: u64, len: u64, dontwake: bool) -> Result<()> {
-    range_op(uffd, UFFDIO_ZEROPAGE, "UFFDIO_ZEROPAGE", start, len, if dontwake { MODE_DONTWAKE } else { 0 })
+    range_op(
+        uffd,
+        UFFDIO_ZEROPAGE,
+        "UFFDIO_ZEROPAGE",
+        start,
+        len,
+        if dontwake { MODE_DONTWAKE } else { 0 },
+    )
 }
 
 /// Maps the page-cache page already behind a minor fault.
@@ -111,7 +150,11 @@ pub fn wake(uffd: RawFd, start: u64, len: u64) -> Result<()> {
     // SAFETY: UFFDIO_WAKE reads a struct uffdio_range.
     let r = unsafe { libc::ioctl(uffd, UFFDIO_WAKE, range.as_ptr()) };
     if r != 0 {
-        bail!(UffdError { op: "UFFDIO_WAKE", addr: start, errno: errno() });
+        bail!(UffdError {
+            op: "UFFDIO_WAKE",
+            addr: start,
+            errno: errno()
+        });
     }
     Ok(())
 }

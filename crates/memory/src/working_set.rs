@@ -47,13 +47,21 @@ pub struct WsIndex {
 
 impl WsIndex {
     pub fn pages(&self) -> u64 {
-        (self.runs.iter().map(|r| r.len).sum::<u64>() + self.zero_runs.iter().map(|z| z.1).sum::<u64>()) / PAGE_SIZE
+        (self.runs.iter().map(|r| r.len).sum::<u64>()
+            + self.zero_runs.iter().map(|z| z.1).sum::<u64>())
+            / PAGE_SIZE
     }
 }
 
 /// Writes the working set of `faults` (page addresses in fault order) for the
 /// snapshot in `dir`, reading contents from its `image`.
-pub fn record(dir: &Path, key: &str, layout: &MemoryLayout, image: &File, faults: &[u64]) -> Result<WsIndex> {
+pub fn record(
+    dir: &Path,
+    key: &str,
+    layout: &MemoryLayout,
+    image: &File,
+    faults: &[u64],
+) -> Result<WsIndex> {
     let mut pages: Vec<u64> = faults.iter().map(|a| a & !(PAGE_SIZE - 1)).collect();
     pages.sort_unstable();
     pages.dedup();
@@ -67,12 +75,18 @@ pub fn record(dir: &Path, key: &str, layout: &MemoryLayout, image: &File, faults
         };
         match region.image_offset(a) {
             Some(off) => {
-                image.read_exact_at(&mut page, off).context("reading the memory image")?;
+                image
+                    .read_exact_at(&mut page, off)
+                    .context("reading the memory image")?;
                 let ws_off = data.len() as u64;
                 data.extend_from_slice(&page);
                 match runs.last_mut() {
                     Some(r) if r.addr + r.len == a => r.len += PAGE_SIZE,
-                    _ => runs.push(WsRun { addr: a, len: PAGE_SIZE, ws_off }),
+                    _ => runs.push(WsRun {
+                        addr: a,
+                        len: PAGE_SIZE,
+                        ws_off,
+                    }),
                 }
             }
             None => match zero_runs.last_mut() {
@@ -116,7 +130,9 @@ pub fn load(dir: &Path, key: &str, layout: &MemoryLayout) -> Result<Option<Worki
     }
     let t = Instant::now();
     let mut raw = Vec::new();
-    File::open(&ipath)?.take(MAX_INDEX_BYTES + 1).read_to_end(&mut raw)?;
+    File::open(&ipath)?
+        .take(MAX_INDEX_BYTES + 1)
+        .read_to_end(&mut raw)?;
     if raw.len() as u64 > MAX_INDEX_BYTES {
         bail!("working-set index is implausibly large");
     }
@@ -132,31 +148,55 @@ pub fn load(dir: &Path, key: &str, layout: &MemoryLayout) -> Result<Option<Worki
     if crc32fast::hash(data.as_slice()) != index.ws_crc32 {
         bail!("working-set image checksum mismatch (corrupted)");
     }
-    Ok(Some(WorkingSet { index, data, load_ns: t.elapsed().as_nanos() as u64 }))
+    Ok(Some(WorkingSet {
+        index,
+        data,
+        load_ns: t.elapsed().as_nanos() as u64,
+    }))
 }
 
 fn validate(index: &WsIndex, layout: &MemoryLayout) -> Result<()> {
     let mut prev = 0u64;
     let mut expect_off = 0u64;
     for r in &index.runs {
-        if r.addr % PAGE_SIZE != 0 || r.len % PAGE_SIZE != 0 || r.len == 0 || r.addr < prev || r.ws_off != expect_off {
+        if r.addr % PAGE_SIZE != 0
+            || r.len % PAGE_SIZE != 0
+            || r.len == 0
+            || r.addr < prev
+            || r.ws_off != expect_off
+        {
             bail!("working-set run at {:#x} is malformed", r.addr);
         }
-        let end = r.addr.checked_add(r.len).context("working-set run overflows")?;
+        let end = r
+            .addr
+            .checked_add(r.len)
+            .context("working-set run overflows")?;
         match layout.region_of(r.addr) {
             Some(reg) if reg.anonymous && end <= reg.end => {}
-            _ => bail!("working-set run at {:#x} is outside the lazily served regions", r.addr),
+            _ => bail!(
+                "working-set run at {:#x} is outside the lazily served regions",
+                r.addr
+            ),
         }
         prev = end;
         expect_off += r.len;
     }
     if expect_off != index.ws_len {
-        bail!("working-set index covers {expect_off} bytes, image is {}", index.ws_len);
+        bail!(
+            "working-set index covers {expect_off} bytes, image is {}",
+            index.ws_len
+        );
     }
     for &(a, len) in &index.zero_runs {
-        let end = a.checked_add(len).context("working-set zero run overflows")?;
+        let end = a
+            .checked_add(len)
+            .context("working-set zero run overflows")?;
         match layout.region_of(a) {
-            Some(reg) if reg.anonymous && end <= reg.end && a % PAGE_SIZE == 0 && len % PAGE_SIZE == 0 => {}
+            Some(reg)
+                if reg.anonymous
+                    && end <= reg.end
+                    && a % PAGE_SIZE == 0
+                    && len % PAGE_SIZE == 0 => {}
             _ => bail!("working-set zero run at {a:#x} is malformed"),
         }
     }
@@ -173,7 +213,10 @@ fn read_direct(path: &Path, len: u64) -> Result<AlignedBuf> {
         .or_else(|_| File::open(path))
         .with_context(|| format!("opening {}", path.display()))?;
     if f.metadata()?.len() != len {
-        bail!("working-set image is {} bytes, index says {len}", f.metadata()?.len());
+        bail!(
+            "working-set image is {} bytes, index says {len}",
+            f.metadata()?.len()
+        );
     }
     let mut buf = AlignedBuf::new(len as usize)?;
     let mut got = 0usize;
@@ -235,12 +278,26 @@ impl AlignedBuf {
         let map_len = len.max(1).div_ceil(PAGE_SIZE as usize) * PAGE_SIZE as usize;
         // SAFETY: a fresh private anonymous mapping; checked for failure.
         let p = unsafe {
-            libc::mmap(std::ptr::null_mut(), map_len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+            libc::mmap(
+                std::ptr::null_mut(),
+                map_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
         };
         if p == libc::MAP_FAILED {
-            bail!("allocating {len} bytes: {}", std::io::Error::last_os_error());
+            bail!(
+                "allocating {len} bytes: {}",
+                std::io::Error::last_os_error()
+            );
         }
-        Ok(AlignedBuf { ptr: p.cast(), len, map_len })
+        Ok(AlignedBuf {
+            ptr: p.cast(),
+            len,
+            map_len,
+        })
     }
 
     fn as_slice(&self) -> &[u8] {
@@ -277,7 +334,11 @@ mod tests {
                 start: 0x10000,
                 end: 0x20000,
                 anonymous: true,
-                runs: vec![Run { addr: 0x10000, len: 0x4000, file_off: 0 }],
+                runs: vec![Run {
+                    addr: 0x10000,
+                    len: 0x4000,
+                    file_off: 0,
+                }],
             }],
             image_len: 0x4000,
         };
@@ -288,21 +349,44 @@ mod tests {
     #[test]
     fn record_coalesces_and_load_round_trips() {
         let (dir, layout, img) = setup("rt");
-        let idx = record(&dir, "k1", &layout, &img, &[0x12000, 0x10000, 0x11000, 0x10010, 0x15000]).unwrap();
-        assert_eq!(idx.runs, vec![WsRun { addr: 0x10000, len: 0x3000, ws_off: 0 }]);
+        let idx = record(
+            &dir,
+            "k1",
+            &layout,
+            &img,
+            &[0x12000, 0x10000, 0x11000, 0x10010, 0x15000],
+        )
+        .unwrap();
+        assert_eq!(
+            idx.runs,
+            vec![WsRun {
+                addr: 0x10000,
+                len: 0x3000,
+                ws_off: 0
+            }]
+        );
         assert_eq!(idx.zero_runs, vec![(0x15000, 0x1000)]);
         assert_eq!(idx.pages(), 4);
         let ws = load(&dir, "k1", &layout).unwrap().unwrap();
         assert_eq!(ws.data.as_slice()[4096], 2, "second page's contents");
-        assert!(load(&dir, "other", &layout).is_err(), "stale: another snapshot");
+        assert!(
+            load(&dir, "other", &layout).is_err(),
+            "stale: another snapshot"
+        );
         fs::write(dir.join(WS_STALE), b"").unwrap();
-        assert!(load(&dir, "k1", &layout).unwrap().is_none(), "drifted: re-record");
+        assert!(
+            load(&dir, "k1", &layout).unwrap().is_none(),
+            "drifted: re-record"
+        );
     }
 
     #[test]
     fn corruption_is_detected() {
         let (dir, layout, img) = setup("bad");
-        assert!(load(&dir, "k", &layout).unwrap().is_none(), "missing is not an error");
+        assert!(
+            load(&dir, "k", &layout).unwrap().is_none(),
+            "missing is not an error"
+        );
         record(&dir, "k", &layout, &img, &[0x10000, 0x11000]).unwrap();
         let mut d = fs::read(dir.join(WS_IMAGE)).unwrap();
         d[100] ^= 1;
@@ -317,6 +401,9 @@ mod tests {
         idx.runs[0].addr = 0x90000;
         fs::write(dir.join(WS_INDEX), serde_json::to_vec(&idx).unwrap()).unwrap();
         assert!(load(&dir, "k", &layout).is_err());
-        assert!(record(&dir, "k", &layout, &img, &[0x90000]).is_err(), "fault outside regions");
+        assert!(
+            record(&dir, "k", &layout, &img, &[0x90000]).is_err(),
+            "fault outside regions"
+        );
     }
 }

@@ -98,7 +98,10 @@ impl Plan {
     pub fn encode(&self) -> Result<Vec<u8>, String> {
         let h = &self.header;
         if h.vdso_pieces.is_empty() || h.vdso_pieces.len() > MAX_VDSO_PIECES {
-            return Err(format!("{} vDSO mappings (1..=4 supported)", h.vdso_pieces.len()));
+            return Err(format!(
+                "{} vDSO mappings (1..=4 supported)",
+                h.vdso_pieces.len()
+            ));
         }
         let mut strings = self.strings.clone();
         if strings.last() != Some(&0) {
@@ -168,7 +171,10 @@ impl Plan {
         }
         w.extend_from_slice(&strings);
         if w.len() as u64 > MAX_PLAN_BYTES {
-            return Err(format!("restore plan of {} bytes exceeds {MAX_PLAN_BYTES}", w.len()));
+            return Err(format!(
+                "restore plan of {} bytes exceeds {MAX_PLAN_BYTES}",
+                w.len()
+            ));
         }
         let mut out = (w.len() as u64).to_le_bytes().to_vec();
         out.extend_from_slice(&w);
@@ -194,7 +200,10 @@ impl RestorerStatus {
     /// so its reply is checked like any other input from there.
     pub fn decode(b: &[u8]) -> Result<Self, String> {
         if b.len() != STATUS_BYTES {
-            return Err(format!("restorer status of {} bytes, want {STATUS_BYTES}", b.len()));
+            return Err(format!(
+                "restorer status of {} bytes, want {STATUS_BYTES}",
+                b.len()
+            ));
         }
         let u64at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"));
         let u32at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"));
@@ -210,7 +219,10 @@ impl RestorerStatus {
             setup_ns: u64at(32),
         };
         if s.ok && !(RESTORER_BASE..RESTORER_BASE + RESTORER_SPAN).contains(&s.syscall_insn) {
-            return Err(format!("restorer reported a syscall address {:#x} outside its span", s.syscall_insn));
+            return Err(format!(
+                "restorer reported a syscall address {:#x} outside its span",
+                s.syscall_insn
+            ));
         }
         Ok(s)
     }
@@ -272,7 +284,10 @@ mod tests {
         b[..8].copy_from_slice(&PLAN_MAGIC.to_le_bytes());
         b[8] = 1;
         b[24..32].copy_from_slice(&0x1000u64.to_le_bytes());
-        assert!(RestorerStatus::decode(&b).is_err(), "syscall address outside the span");
+        assert!(
+            RestorerStatus::decode(&b).is_err(),
+            "syscall address outside the span"
+        );
         b[24..32].copy_from_slice(&(RESTORER_BASE + 0x1000).to_le_bytes());
         assert!(RestorerStatus::decode(&b).unwrap().ok);
     }

@@ -57,8 +57,19 @@ pub fn check_ok(v: Value) -> Result<Value> {
     match v.get("ok").and_then(Value::as_bool) {
         Some(true) => Ok(v),
         Some(false) => {
-            let s = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").chars().take(4096).collect::<String>();
-            Err(AgentError { kind: s("error"), message: s("message") }.into())
+            let s = |k: &str| {
+                v.get(k)
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .chars()
+                    .take(4096)
+                    .collect::<String>()
+            };
+            Err(AgentError {
+                kind: s("error"),
+                message: s("message"),
+            }
+            .into())
         }
         None => bail!("agent reply has no boolean \"ok\" field"),
     }
@@ -76,7 +87,9 @@ impl AgentChannel {
 
     pub fn send(&mut self, msg: &Value) -> Result<()> {
         self.sock.set_write_timeout(Some(Duration::from_secs(10)))?;
-        self.sock.write_all(&encode_frame(msg)).context("sending to the agent")
+        self.sock
+            .write_all(&encode_frame(msg))
+            .context("sending to the agent")
     }
 
     /// Receives one frame before `deadline`.
@@ -145,7 +158,8 @@ mod tests {
         let mut cb = AgentChannel::new(b);
         ca.send(&json!({"ok": true, "x": 1})).unwrap();
         assert_eq!(cb.recv(Duration::from_secs(1)).unwrap()["x"], 1);
-        ca.send(&json!({"ok": false, "error": "timeout", "message": "slow"})).unwrap();
+        ca.send(&json!({"ok": false, "error": "timeout", "message": "slow"}))
+            .unwrap();
         let e = check_ok(cb.recv(Duration::from_secs(1)).unwrap()).unwrap_err();
         assert_eq!(e.downcast_ref::<AgentError>().unwrap().kind, "timeout");
         // nothing arrives: a deadline, not a hang
@@ -162,10 +176,15 @@ mod tests {
         let (a, b) = UnixStream::pair().unwrap();
         let mut cb = AgentChannel::new(b);
         let mut a = a;
-        a.write_all(&(MAX_REPLY_BYTES as u32 + 1).to_le_bytes()).unwrap();
+        a.write_all(&(MAX_REPLY_BYTES as u32 + 1).to_le_bytes())
+            .unwrap();
         assert!(cb.recv(Duration::from_secs(1)).is_err());
         drop(a);
-        assert!(cb.recv(Duration::from_secs(1)).unwrap_err().to_string().contains("closed"));
+        assert!(cb
+            .recv(Duration::from_secs(1))
+            .unwrap_err()
+            .to_string()
+            .contains("closed"));
     }
 
     proptest::proptest! {

@@ -27,9 +27,11 @@ impl Cgroups {
                 );
             }
             let dir = hier.join("thaw").join(name);
-            fs::create_dir_all(&dir).with_context(|| format!("creating cgroup {}", dir.display()))?;
+            fs::create_dir_all(&dir)
+                .with_context(|| format!("creating cgroup {}", dir.display()))?;
             cg.dirs.push(dir.clone());
-            fs::write(dir.join(file), &value).with_context(|| format!("setting {file} = {value}"))?;
+            fs::write(dir.join(file), &value)
+                .with_context(|| format!("setting {file} = {value}"))?;
         }
         Ok(cg)
     }
@@ -41,15 +43,29 @@ impl Cgroups {
 
     /// Peak memory use of the sandbox so far.
     pub fn memory_peak(&self) -> Option<u64> {
-        let d = self.dirs.iter().find(|d| d.starts_with(format!("{ROOT}/memory")))?;
-        fs::read_to_string(d.join("memory.max_usage_in_bytes")).ok()?.trim().parse().ok()
+        let d = self
+            .dirs
+            .iter()
+            .find(|d| d.starts_with(format!("{ROOT}/memory")))?;
+        fs::read_to_string(d.join("memory.max_usage_in_bytes"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
     }
 
     /// Memory charged to the sandbox now: what it added to the machine's DRAM
     /// (page-cache pages it shares with others are charged to whoever read them first).
     pub fn memory_usage(&self) -> Option<u64> {
-        let d = self.dirs.iter().find(|d| d.starts_with(format!("{ROOT}/memory")))?;
-        fs::read_to_string(d.join("memory.usage_in_bytes")).ok()?.trim().parse().ok()
+        let d = self
+            .dirs
+            .iter()
+            .find(|d| d.starts_with(format!("{ROOT}/memory")))?;
+        fs::read_to_string(d.join("memory.usage_in_bytes"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
     }
 
     /// Times the memory limit was hit (failcnt).

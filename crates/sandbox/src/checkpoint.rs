@@ -51,8 +51,11 @@ pub fn parse_maps(text: &str) -> Result<Vec<MapsLine>> {
             let _dev = it.next();
             let inode = it.next().unwrap_or("");
             let name = it.next().unwrap_or("").trim_start().to_string();
-            let (a, b) = range.split_once('-').ok_or_else(|| anyhow!("bad maps line {l:?}"))?;
-            let hexp = |s: &str| u64::from_str_radix(s, 16).map_err(|_| anyhow!("bad maps line {l:?}"));
+            let (a, b) = range
+                .split_once('-')
+                .ok_or_else(|| anyhow!("bad maps line {l:?}"))?;
+            let hexp =
+                |s: &str| u64::from_str_radix(s, 16).map_err(|_| anyhow!("bad maps line {l:?}"));
             Ok(MapsLine {
                 start: hexp(a)?,
                 end: hexp(b)?,
@@ -79,7 +82,10 @@ pub(crate) fn wait_blocked_on_socket(pid: i32) -> Result<()> {
             return Ok(());
         }
         if Instant::now() > deadline {
-            bail!("runtime never went back to waiting on its socket (syscall: {})", sc.trim());
+            bail!(
+                "runtime never went back to waiting on its socket (syscall: {})",
+                sc.trim()
+            );
         }
         std::thread::sleep(Duration::from_micros(200));
     }
@@ -97,7 +103,9 @@ fn check_cooperative(pid: i32) -> Result<()> {
         let name = e.file_name().to_string_lossy().to_string();
         let fd: i32 = name.parse().unwrap_or(-1);
         if !(0..=3).contains(&fd) {
-            let target = std::fs::read_link(e.path()).map(|p| p.display().to_string()).unwrap_or_default();
+            let target = std::fs::read_link(e.path())
+                .map(|p| p.display().to_string())
+                .unwrap_or_default();
             bail!("runtime holds descriptor {name} ({target}); only 0-2 and the control socket 3 may be open at checkpoint");
         }
     }
@@ -121,10 +129,18 @@ fn prot_of(perms: &str) -> u32 {
 
 /// Freezes the sandbox's runtime and writes a snapshot to `dir`. The runtime
 /// keeps running afterwards.
-pub fn checkpoint(sb: &mut Sandbox, dir: &Path, function: &str, root_hash: &str) -> Result<(Snapshot, CheckpointReport)> {
+pub fn checkpoint(
+    sb: &mut Sandbox,
+    dir: &Path,
+    function: &str,
+    root_hash: &str,
+) -> Result<(Snapshot, CheckpointReport)> {
     let t0 = Instant::now();
-    sb.call(&json!({"op": "prepare_checkpoint"}), Duration::from_secs(30))
-        .context("agent refused to prepare for checkpoint")?;
+    sb.call(
+        &json!({"op": "prepare_checkpoint"}),
+        Duration::from_secs(30),
+    )
+    .context("agent refused to prepare for checkpoint")?;
     let pid = sb.pid();
     wait_blocked_on_socket(pid)?;
     check_cooperative(pid)?;
@@ -139,7 +155,13 @@ pub fn checkpoint(sb: &mut Sandbox, dir: &Path, function: &str, root_hash: &str)
     Ok((snap, report))
 }
 
-fn dump(pid: i32, root: &Path, dir: &Path, function: &str, root_hash: &str) -> Result<(Snapshot, CheckpointReport)> {
+fn dump(
+    pid: i32,
+    root: &Path,
+    dir: &Path,
+    function: &str,
+    root_hash: &str,
+) -> Result<(Snapshot, CheckpointReport)> {
     let t = Instant::now();
     // the frozen runtime must still be single threaded with only our descriptors
     check_cooperative(pid)?;
@@ -152,10 +174,16 @@ fn dump(pid: i32, root: &Path, dir: &Path, function: &str, root_hash: &str) -> R
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
     let sf = stat_fields(&stat)?;
     let auxv_raw = std::fs::read(format!("/proc/{pid}/auxv"))?;
-    let auxv: Vec<u64> =
-        auxv_raw.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes"))).collect();
+    let auxv: Vec<u64> = auxv_raw
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
+        .collect();
     let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))?;
-    let argv = cmdline.split(|&b| b == 0).filter(|s| !s.is_empty()).map(|s| String::from_utf8_lossy(s).into()).collect();
+    let argv = cmdline
+        .split(|&b| b == 0)
+        .filter(|s| !s.is_empty())
+        .map(|s| String::from_utf8_lossy(s).into())
+        .collect();
 
     let root = root.canonicalize()?;
     let root_s = root.to_string_lossy().to_string();
@@ -185,9 +213,16 @@ fn dump(pid: i32, root: &Path, dir: &Path, function: &str, root_hash: &str) -> R
             if m.name.ends_with(" (deleted)") {
                 bail!("runtime maps a deleted file {}", m.name);
             }
-            let inside = if root_s != "/" { m.name.strip_prefix(&root_s).unwrap_or(&m.name) } else { &m.name };
+            let inside = if root_s != "/" {
+                m.name.strip_prefix(&root_s).unwrap_or(&m.name)
+            } else {
+                &m.name
+            };
             if !inside.starts_with('/') {
-                bail!("runtime maps {} which is not a file of its runtime root", m.name);
+                bail!(
+                    "runtime maps {} which is not a file of its runtime root",
+                    m.name
+                );
             }
             Some(inside.to_string())
         } else {
@@ -236,12 +271,31 @@ fn dump(pid: i32, root: &Path, dir: &Path, function: &str, root_hash: &str) -> R
             if v.path.is_none() != pass_anon {
                 continue;
             }
-            let runs = dump_vma(v, &pagemap, &mem, &mut w, &mut pm, &mut buf, &mut zero_skipped)?;
-            regions[vi] = Some(Region { start: v.start, end: v.end, anonymous: pass_anon, runs });
+            let runs = dump_vma(
+                v,
+                &pagemap,
+                &mem,
+                &mut w,
+                &mut pm,
+                &mut buf,
+                &mut zero_skipped,
+            )?;
+            regions[vi] = Some(Region {
+                start: v.start,
+                end: v.end,
+                anonymous: pass_anon,
+                runs,
+            });
         }
     }
-    let regions: Vec<Region> = regions.into_iter().map(|r| r.expect("every mapping dumped")).collect();
-    let memory = MemoryLayout { regions, image_len: w.memory_len() };
+    let regions: Vec<Region> = regions
+        .into_iter()
+        .map(|r| r.expect("every mapping dumped"))
+        .collect();
+    let memory = MemoryLayout {
+        regions,
+        image_len: w.memory_len(),
+    };
     let state = ProcessState {
         version: STATE_VERSION,
         regs: regs.to_vec(),
@@ -257,7 +311,10 @@ fn dump(pid: i32, root: &Path, dir: &Path, function: &str, root_hash: &str) -> R
     // what we write must be what a restore accepts
     let encoded = state.encode();
     ProcessState::decode(&encoded).context("the snapshot just taken does not validate")?;
-    let id = dir.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+    let id = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().to_string())
+        .unwrap_or_default();
     let report = CheckpointReport {
         snapshot_id: id.clone(),
         regions: state.vmas.len(),
@@ -285,7 +342,9 @@ fn dump_vma(
     let anon = v.path.is_none();
     let npages = ((v.end - v.start) / PAGE_SIZE) as usize;
     pm.resize(npages * 8, 0);
-    pagemap.read_exact_at(pm, v.start / PAGE_SIZE * 8).context("reading pagemap")?;
+    pagemap
+        .read_exact_at(pm, v.start / PAGE_SIZE * 8)
+        .context("reading pagemap")?;
     let saved = |i: usize| {
         let e = u64::from_le_bytes(pm[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
         if anon {
@@ -307,7 +366,8 @@ fn dump_vma(
         }
         let addr = v.start + i as u64 * PAGE_SIZE;
         buf.resize((j - i) * PAGE_SIZE as usize, 0);
-        mem.read_exact_at(buf, addr).with_context(|| format!("reading runtime memory at {addr:#x} ({})", v.name))?;
+        mem.read_exact_at(buf, addr)
+            .with_context(|| format!("reading runtime memory at {addr:#x} ({})", v.name))?;
         for (k, page) in buf.chunks_exact(PAGE_SIZE as usize).enumerate() {
             let a = addr + k as u64 * PAGE_SIZE;
             if anon && page.iter().all(|&b| b == 0) {
@@ -317,7 +377,11 @@ fn dump_vma(
             let off = w.append_memory(page)?;
             match runs.last_mut() {
                 Some(r) if r.addr + r.len == a && r.file_off + r.len == off => r.len += PAGE_SIZE,
-                _ => runs.push(Run { addr: a, len: PAGE_SIZE, file_off: off }),
+                _ => runs.push(Run {
+                    addr: a,
+                    len: PAGE_SIZE,
+                    file_off: off,
+                }),
             }
         }
         i = j;
@@ -326,7 +390,10 @@ fn dump_vma(
 }
 
 fn vdso_block(lines: &[MapsLine]) -> Result<VdsoBlock> {
-    let vdso = lines.iter().find(|m| m.name == "[vdso]").ok_or_else(|| anyhow!("runtime has no [vdso]"))?;
+    let vdso = lines
+        .iter()
+        .find(|m| m.name == "[vdso]")
+        .ok_or_else(|| anyhow!("runtime has no [vdso]"))?;
     let start = lines.iter().map(|m| m.start).min().unwrap_or(vdso.start);
     let mut pieces = Vec::new();
     let mut expect = start;
@@ -337,7 +404,11 @@ fn vdso_block(lines: &[MapsLine]) -> Result<VdsoBlock> {
         pieces.push((m.start - start, m.end - m.start));
         expect = m.end;
     }
-    Ok(VdsoBlock { start, vdso_offset: vdso.start - start, pieces })
+    Ok(VdsoBlock {
+        start,
+        vdso_offset: vdso.start - start,
+        pieces,
+    })
 }
 
 #[cfg(test)]
@@ -359,10 +430,25 @@ mod tests {
 
     #[test]
     fn vdso_block_must_be_contiguous() {
-        let l = |s: u64, e: u64, n: &str| MapsLine { start: s, end: e, perms: "r--p".into(), offset: 0, inode: 0, name: n.into() };
-        let b = vdso_block(&[l(0x1000, 0x5000, "[vvar]"), l(0x5000, 0x7000, "[vvar_vclock]"), l(0x7000, 0x9000, "[vdso]")]).unwrap();
+        let l = |s: u64, e: u64, n: &str| MapsLine {
+            start: s,
+            end: e,
+            perms: "r--p".into(),
+            offset: 0,
+            inode: 0,
+            name: n.into(),
+        };
+        let b = vdso_block(&[
+            l(0x1000, 0x5000, "[vvar]"),
+            l(0x5000, 0x7000, "[vvar_vclock]"),
+            l(0x7000, 0x9000, "[vdso]"),
+        ])
+        .unwrap();
         assert_eq!(b.vdso_offset, 0x6000);
-        assert_eq!(b.pieces, vec![(0, 0x4000), (0x4000, 0x2000), (0x6000, 0x2000)]);
+        assert_eq!(
+            b.pieces,
+            vec![(0, 0x4000), (0x4000, 0x2000), (0x6000, 0x2000)]
+        );
         assert!(vdso_block(&[l(0x1000, 0x2000, "[vvar]"), l(0x3000, 0x4000, "[vdso]")]).is_err());
     }
 }

@@ -114,7 +114,6 @@ pub struct ReapOutcome {
     pub warning: String,
 }
 
-
 /// The host-side pieces every new sandbox (fresh or restored) needs.
 struct Slot {
     id: String,
@@ -135,12 +134,25 @@ impl Slot {
         // another sandbox's files or processes.
         let uid = 200_000 + (std::process::id() as u64 * 4096 + n) as u32 % 100_000;
         let cgroups = Cgroups::create(&id, cfg.memory_bytes, cfg.pids_max)?;
-        std::fs::create_dir_all(&cfg.log_dir).with_context(|| format!("creating {}", cfg.log_dir.display()))?;
+        std::fs::create_dir_all(&cfg.log_dir)
+            .with_context(|| format!("creating {}", cfg.log_dir.display()))?;
         let log_path = cfg.log_dir.join(format!("{id}.log"));
-        let log = OpenOptions::new().create(true).append(true).open(&log_path)?;
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)?;
         let devnull = File::open("/dev/null")?;
         let (worker_end, sandbox_end) = UnixStream::pair()?;
-        Ok(Slot { id, uid, cgroups, log_path, log, devnull, worker_end, sandbox_end })
+        Ok(Slot {
+            id,
+            uid,
+            cgroups,
+            log_path,
+            log,
+            devnull,
+            worker_end,
+            sandbox_end,
+        })
     }
 
     fn stdio_fds(&self) -> Vec<(i32, i32)> {
@@ -171,15 +183,28 @@ impl Slot {
 
 impl Sandbox {
     /// Starts a fresh runtime: `argv[0]` is a path inside `root`.
-    pub fn start(cfg: &SandboxConfig, root: &Path, argv: &[String], env: &[(String, String)]) -> Result<Sandbox> {
+    pub fn start(
+        cfg: &SandboxConfig,
+        root: &Path,
+        argv: &[String],
+        env: &[(String, String)],
+    ) -> Result<Sandbox> {
         let slot = Slot::new(cfg)?;
-        let path = argv.first().ok_or_else(|| anyhow!("empty runtime command"))?.clone();
+        let path = argv
+            .first()
+            .ok_or_else(|| anyhow!("empty runtime command"))?
+            .clone();
         let spec = spawn::ChildSpec {
             root,
             fds: slot.stdio_fds(),
             argv: argv.to_vec(),
             env: env.to_vec(),
-            exec: spawn::Exec::Runtime { path, uid: slot.uid, gid: slot.uid, filter: seccomp::filter() },
+            exec: spawn::Exec::Runtime {
+                path,
+                uid: slot.uid,
+                gid: slot.uid,
+                filter: seccomp::filter(),
+            },
             rlimits: cfg.rlimits(),
             procs_files: slot.cgroups.procs_files(),
             tmp_bytes: cfg.tmp_bytes,
@@ -218,12 +243,18 @@ impl Sandbox {
         if let Err(e) = &res {
             if e.downcast_ref::<Timeout>().is_some() {
                 self.kill();
-                return Err(anyhow!("sandbox {} did not answer within {timeout:?}: killed", self.id));
+                return Err(anyhow!(
+                    "sandbox {} did not answer within {timeout:?}: killed",
+                    self.id
+                ));
             }
             if e.downcast_ref::<agent::AgentError>().is_none() {
                 self.kill();
                 let tail = self.log_tail(400);
-                return Err(anyhow!("sandbox {}: {e:#}; runtime log ends: {tail}", self.id));
+                return Err(anyhow!(
+                    "sandbox {}: {e:#}; runtime log ends: {tail}",
+                    self.id
+                ));
             }
         }
         res
@@ -236,7 +267,8 @@ impl Sandbox {
         let mut out = ReapOutcome::default();
         if st.record {
             let faults = pager.recorded();
-            match thaw_memory::working_set::record(&st.dir, &st.key, &st.layout, &st.image, &faults) {
+            match thaw_memory::working_set::record(&st.dir, &st.key, &st.layout, &st.image, &faults)
+            {
                 Ok(idx) => out.recorded_pages = idx.pages(),
                 Err(e) => {
                     out.warning = format!("recording the working set failed: {e:#}");
@@ -341,6 +373,8 @@ impl StatFields<'_> {
 }
 
 pub(crate) fn stat_fields(stat: &str) -> Result<StatFields<'_>> {
-    let close = stat.rfind(')').ok_or_else(|| anyhow!("malformed /proc stat"))?;
+    let close = stat
+        .rfind(')')
+        .ok_or_else(|| anyhow!("malformed /proc stat"))?;
     Ok(StatFields(stat[close + 1..].split_whitespace().collect()))
 }

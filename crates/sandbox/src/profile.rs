@@ -35,20 +35,37 @@ pub fn profile(
     timeout: Duration,
 ) -> Result<AccessProfile> {
     let state = ProcessState::decode(&snap.load_state()?)?;
-    let overlay = Arc::new(OverlaySource { base: ImageSource(File::open(snap.memory_path())?), pages: Default::default() });
+    let overlay = Arc::new(OverlaySource {
+        base: ImageSource(File::open(snap.memory_path())?),
+        pages: Default::default(),
+    });
     let uffd = strategy_by_name("uffd")?;
-    let hooks = Hooks { pager_source: Some(overlay.clone()), record: true };
+    let hooks = Hooks {
+        pager_source: Some(overlay.clone()),
+        record: true,
+    };
     let (mut sb, _) = restore_with(snap, root, root_hash, uffd.as_ref(), cfg, hooks)?;
-    let anon: Vec<(u64, u64)> = state.memory.regions.iter().filter(|r| r.anonymous).map(|r| (r.start, r.end)).collect();
+    let anon: Vec<(u64, u64)> = state
+        .memory
+        .regions
+        .iter()
+        .filter(|r| r.anonymous)
+        .map(|r| (r.start, r.end))
+        .collect();
     // pages the restore handshake touches are touched by every cold start
     let handshake = take_pages(&sb);
-    let mut prof = AccessProfile { epochs: requests.len() as u32, ..Default::default() };
+    let mut prof = AccessProfile {
+        epochs: requests.len() as u32,
+        ..Default::default()
+    };
     for (i, req) in requests.iter().enumerate() {
         if i > 0 {
-            drop_resident(&sb, &anon, &overlay).with_context(|| format!("resetting for epoch {i}"))?;
+            drop_resident(&sb, &anon, &overlay)
+                .with_context(|| format!("resetting for epoch {i}"))?;
         }
         let t = Instant::now();
-        sb.call(req, timeout).with_context(|| format!("profiling invocation {req}"))?;
+        sb.call(req, timeout)
+            .with_context(|| format!("profiling invocation {req}"))?;
         prof.latencies_ms.push(t.elapsed().as_secs_f64() * 1e3);
         for p in take_pages(&sb) {
             *prof.counts.entry(p).or_insert(0) += 1;
@@ -100,7 +117,11 @@ fn drop_resident(sb: &Sandbox, anon: &[(u64, u64)], overlay: &OverlaySource) -> 
                 }
             }
         }
-        overlay.pages.lock().unwrap_or_else(|p| p.into_inner()).extend(pages);
+        overlay
+            .pages
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(pages);
         for &(start, end) in anon {
             let mut r = saved;
             r[REG_RIP] = insn;

@@ -33,7 +33,12 @@ fn pt(req: libc::c_uint, pid: i32, addr: usize, data: usize) -> Result<libc::c_l
 
 /// Seizes `pid` (killing it if we die while it is stopped) and stops it.
 pub fn seize_and_stop(pid: i32) -> Result<()> {
-    pt(PTRACE_SEIZE, pid, 0, (PTRACE_O_TRACESYSGOOD | PTRACE_O_EXITKILL) as usize)?;
+    pt(
+        PTRACE_SEIZE,
+        pid,
+        0,
+        (PTRACE_O_TRACESYSGOOD | PTRACE_O_EXITKILL) as usize,
+    )?;
     pt(PTRACE_INTERRUPT, pid, 0, 0)?;
     wait_stop(pid)
 }
@@ -62,8 +67,16 @@ pub fn wait_stop(pid: i32) -> Result<()> {
 
 pub fn get_regs(pid: i32) -> Result<[u64; NREGS]> {
     let mut regs = [0u64; NREGS];
-    let mut iov = libc::iovec { iov_base: regs.as_mut_ptr().cast(), iov_len: NREGS * 8 };
-    pt(PTRACE_GETREGSET, pid, NT_PRSTATUS, &mut iov as *mut _ as usize)?;
+    let mut iov = libc::iovec {
+        iov_base: regs.as_mut_ptr().cast(),
+        iov_len: NREGS * 8,
+    };
+    pt(
+        PTRACE_GETREGSET,
+        pid,
+        NT_PRSTATUS,
+        &mut iov as *mut _ as usize,
+    )?;
     if iov.iov_len != NREGS * 8 {
         bail!("unexpected register set size {}", iov.iov_len);
     }
@@ -71,23 +84,47 @@ pub fn get_regs(pid: i32) -> Result<[u64; NREGS]> {
 }
 
 pub fn set_regs(pid: i32, regs: &[u64; NREGS]) -> Result<()> {
-    let mut iov = libc::iovec { iov_base: regs.as_ptr() as *mut _, iov_len: NREGS * 8 };
-    pt(PTRACE_SETREGSET, pid, NT_PRSTATUS, &mut iov as *mut _ as usize)?;
+    let mut iov = libc::iovec {
+        iov_base: regs.as_ptr() as *mut _,
+        iov_len: NREGS * 8,
+    };
+    pt(
+        PTRACE_SETREGSET,
+        pid,
+        NT_PRSTATUS,
+        &mut iov as *mut _ as usize,
+    )?;
     Ok(())
 }
 
 /// The XSAVE area (FPU, SSE, AVX... state) as the kernel lays it out.
 pub fn get_xstate(pid: i32) -> Result<Vec<u8>> {
     let mut buf = vec![0u8; 16384];
-    let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
-    pt(PTRACE_GETREGSET, pid, NT_X86_XSTATE, &mut iov as *mut _ as usize)?;
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    pt(
+        PTRACE_GETREGSET,
+        pid,
+        NT_X86_XSTATE,
+        &mut iov as *mut _ as usize,
+    )?;
     buf.truncate(iov.iov_len);
     Ok(buf)
 }
 
 pub fn set_xstate(pid: i32, xstate: &[u8]) -> Result<()> {
-    let mut iov = libc::iovec { iov_base: xstate.as_ptr() as *mut _, iov_len: xstate.len() };
-    pt(PTRACE_SETREGSET, pid, NT_X86_XSTATE, &mut iov as *mut _ as usize)?;
+    let mut iov = libc::iovec {
+        iov_base: xstate.as_ptr() as *mut _,
+        iov_len: xstate.len(),
+    };
+    pt(
+        PTRACE_SETREGSET,
+        pid,
+        NT_X86_XSTATE,
+        &mut iov as *mut _ as usize,
+    )?;
     Ok(())
 }
 
@@ -145,7 +182,10 @@ mod tests {
         r[REG_RAX] = (-512i64) as u64;
         r[REG_RIP] = 0x1002;
         prepare_for_resume(&mut r);
-        assert_eq!((r[REG_RAX], r[REG_RIP], r[REG_ORIG_RAX]), (0, 0x1000, u64::MAX));
+        assert_eq!(
+            (r[REG_RAX], r[REG_RIP], r[REG_ORIG_RAX]),
+            (0, 0x1000, u64::MAX)
+        );
         let mut r = [0u64; NREGS];
         r[REG_ORIG_RAX] = 35; // nanosleep
         r[REG_RAX] = (-516i64) as u64;

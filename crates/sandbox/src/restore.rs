@@ -4,6 +4,7 @@
 //! restorer, and greets the agent, which re-seeds its random generators.
 use crate::ptrace::{self, REG_ORIG_RAX, REG_RAX, REG_RDI, REG_RIP, REG_RSI};
 use crate::state::ProcessState;
+use crate::ReapState;
 use crate::{seccomp, spawn, Sandbox, SandboxConfig, Slot};
 use anyhow::{anyhow, bail, Context, Result};
 use serde::Serialize;
@@ -18,7 +19,6 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 use thaw_memory::tiering::{self, TierKind, TierLayout};
 use thaw_memory::{working_set, Fill, ImageSource, PageServer, PageSource, RestoreStrategy};
-use crate::ReapState;
 use thaw_restorer as r;
 use thaw_store::Snapshot;
 
@@ -90,9 +90,15 @@ pub(crate) fn restore_with(
     cfg: &SandboxConfig,
     hooks: Hooks,
 ) -> Result<(Sandbox, RestoreReport)> {
-    let Hooks { pager_source, record: record_faults } = hooks;
+    let Hooks {
+        pager_source,
+        record: record_faults,
+    } = hooks;
     let t0 = Instant::now();
-    let mut rep = RestoreReport { strategy: strategy.name().into(), ..Default::default() };
+    let mut rep = RestoreReport {
+        strategy: strategy.name().into(),
+        ..Default::default()
+    };
     if snap.manifest.runtime_root != root_hash {
         bail!(
             "snapshot {} was taken on runtime root {}, but the root given is {root_hash}; rebuild the snapshot",
@@ -122,7 +128,10 @@ pub(crate) fn restore_with(
             }
             Err(e) => {
                 rep.tier_warning = format!("{e:#}");
-                eprintln!("thaw: warning: tier layout of {} unusable ({e:#}); restoring with plain uffd", snap.dir.display());
+                eprintln!(
+                    "thaw: warning: tier layout of {} unusable ({e:#}); restoring with plain uffd",
+                    snap.dir.display()
+                );
                 uffd_fallback = thaw_memory::strategy_by_name("uffd")?;
                 strategy = uffd_fallback.as_ref();
                 rep.strategy = "uffd".into();
@@ -131,7 +140,13 @@ pub(crate) fn restore_with(
     }
 
     let slot = Slot::new(cfg)?;
-    let plan = build_plan(&state, strategy, slot.uid, tiers.as_ref().map(|t| &t.0), &mut rep)?;
+    let plan = build_plan(
+        &state,
+        strategy,
+        slot.uid,
+        tiers.as_ref().map(|t| &t.0),
+        &mut rep,
+    )?;
     let lazy = plan.header.flags & r::PLAN_LAZY != 0;
     let encoded = plan.encode().map_err(|e| anyhow!(e))?;
 
@@ -147,7 +162,9 @@ pub(crate) fn restore_with(
         fds,
         argv: vec!["thaw-restorer".into()],
         env: vec![],
-        exec: spawn::Exec::Memfd { fd: restorer_memfd()? },
+        exec: spawn::Exec::Memfd {
+            fd: restorer_memfd()?,
+        },
         rlimits: cfg.rlimits(),
         procs_files: slot.cgroups.procs_files(),
         tmp_bytes: cfg.tmp_bytes,
@@ -160,8 +177,14 @@ pub(crate) fn restore_with(
 
     let sock = sb.channel().socket().try_clone()?;
     sock.set_read_timeout(Some(Duration::from_secs(10)))?;
-    (&sock).write_all(&encoded).context("sending the plan to the restorer")?;
-    let (uffd, first) = if lazy { recv_uffd(&sock)? } else { (None, None) };
+    (&sock)
+        .write_all(&encoded)
+        .context("sending the plan to the restorer")?;
+    let (uffd, first) = if lazy {
+        recv_uffd(&sock)?
+    } else {
+        (None, None)
+    };
     let mut raw = [0u8; r::STATUS_BYTES];
     let start = match first {
         Some(b) => {
@@ -170,7 +193,9 @@ pub(crate) fn restore_with(
         }
         None => 0,
     };
-    (&sock).read_exact(&mut raw[start..]).map_err(|e| anyhow!("restorer died before reporting ({e}): {}", sb.log_tail(300)))?;
+    (&sock)
+        .read_exact(&mut raw[start..])
+        .map_err(|e| anyhow!("restorer died before reporting ({e}): {}", sb.log_tail(300)))?;
     let status = r::RestorerStatus::decode(&raw).map_err(|e| anyhow!(e))?;
     if !status.ok {
         bail!(
@@ -199,7 +224,15 @@ pub(crate) fn restore_with(
                     rep.ws_pages = ws.index.pages();
                     rep.ws_bytes = ws.index.ws_len;
                     rep.prefetch_ms = ms(t);
-                    sb.reap = Some(ReapState { dir: snap.dir.clone(), key, ws_pages: rep.ws_pages, drift_share: cfg.drift_share, record: false, image: image.try_clone()?, layout: layout.clone() });
+                    sb.reap = Some(ReapState {
+                        dir: snap.dir.clone(),
+                        key,
+                        ws_pages: rep.ws_pages,
+                        drift_share: cfg.drift_share,
+                        record: false,
+                        image: image.try_clone()?,
+                        layout: layout.clone(),
+                    });
                 }
                 Ok(None) | Err(_) => {
                     if let Err(e) = ws {
@@ -208,13 +241,23 @@ pub(crate) fn restore_with(
                     }
                     rep.ws_mode = "record".into();
                     record = true;
-                    sb.reap = Some(ReapState { dir: snap.dir.clone(), key, ws_pages: 0, drift_share: cfg.drift_share, record: true, image: image.try_clone()?, layout: layout.clone() });
+                    sb.reap = Some(ReapState {
+                        dir: snap.dir.clone(),
+                        key,
+                        ws_pages: 0,
+                        drift_share: cfg.drift_share,
+                        record: true,
+                        image: image.try_clone()?,
+                        layout: layout.clone(),
+                    });
                 }
             }
         }
         let pid_for_kill = pid;
         let on_fatal = Box::new(move |why: String| {
-            eprintln!("thaw: page server for pid {pid_for_kill} failed: {why}; killing the sandbox");
+            eprintln!(
+                "thaw: page server for pid {pid_for_kill} failed: {why}; killing the sandbox"
+            );
             // SAFETY: signalling our own child; reaped by Sandbox::kill.
             unsafe { libc::kill(pid_for_kill, libc::SIGKILL) };
         });
@@ -229,8 +272,11 @@ pub(crate) fn restore_with(
     resume(pid, &state, status.syscall_insn).context("loading the runtime's CPU state")?;
     let mut seed = [0u8; 32];
     rand::Rng::fill(&mut rand::thread_rng(), &mut seed[..]);
-    sb.call(&json!({"op": "restored", "seed": hex::encode(seed)}), Duration::from_secs(30))
-        .context("the restored runtime did not answer")?;
+    sb.call(
+        &json!({"op": "restored", "seed": hex::encode(seed)}),
+        Duration::from_secs(30),
+    )
+    .context("the restored runtime did not answer")?;
     rep.resume_ms = ms(t2);
     rep.total_ms = ms(t0);
     Ok((sb, rep))
@@ -250,11 +296,18 @@ fn ms(t: Instant) -> f64 {
 /// would read every page and defeat lazy restore.
 fn verify_once(snap: &Snapshot, image: &File) -> Result<()> {
     let key = image_key(image)?;
-    if verified().lock().unwrap_or_else(|p| p.into_inner()).contains(&key) {
+    if verified()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .contains(&key)
+    {
         return Ok(());
     }
     snap.verify_memory()?;
-    verified().lock().unwrap_or_else(|p| p.into_inner()).insert(key);
+    verified()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(key);
     Ok(())
 }
 
@@ -267,14 +320,22 @@ fn verified() -> &'static Mutex<HashSet<ImageKey>> {
 
 fn image_key(image: &File) -> Result<ImageKey> {
     let m = image.metadata()?;
-    Ok((m.dev(), m.ino(), m.size(), m.mtime_nsec() + m.mtime() * 1_000_000_000))
+    Ok((
+        m.dev(),
+        m.ino(),
+        m.size(),
+        m.mtime_nsec() + m.mtime() * 1_000_000_000,
+    ))
 }
 
 /// Records that this process wrote `snap`'s image itself (its checksum was
 /// computed while writing), so restores need not re-hash it.
 pub fn trust_written(snap: &Snapshot) -> Result<()> {
     let key = image_key(&File::open(snap.memory_path())?)?;
-    verified().lock().unwrap_or_else(|p| p.into_inner()).insert(key);
+    verified()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(key);
     Ok(())
 }
 
@@ -285,7 +346,12 @@ fn restorer_memfd() -> Result<RawFd> {
         return Ok(fd.as_raw_fd());
     }
     // SAFETY: memfd_create with a static NUL-terminated name.
-    let fd = unsafe { libc::memfd_create(c"thaw-restorer".as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
+    let fd = unsafe {
+        libc::memfd_create(
+            c"thaw-restorer".as_ptr(),
+            libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
+        )
+    };
     if fd < 0 {
         bail!("memfd_create: {}", std::io::Error::last_os_error());
     }
@@ -307,8 +373,14 @@ fn load_tiers(snap: &Snapshot, state: &ProcessState) -> Result<(TierLayout, File
     let fast = File::open(&tl.fast.path)?;
     let slow = File::open(&tl.slow.path)?;
     let keys = (image_key(&fast)?, image_key(&slow)?);
-    let seen = verified().lock().unwrap_or_else(|p| p.into_inner()).contains(&keys.0)
-        && verified().lock().unwrap_or_else(|p| p.into_inner()).contains(&keys.1);
+    let seen = verified()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .contains(&keys.0)
+        && verified()
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(&keys.1);
     if !seen {
         tiering::verify_files(&tl)?;
         let mut v = verified().lock().unwrap_or_else(|p| p.into_inner());
@@ -342,7 +414,9 @@ fn build_plan(
             flags |= r::VMA_GROWSDOWN;
         }
         let path_off = match &v.path {
-            Some(p) => *paths.entry(p.as_str()).or_insert_with(|| plan.add_string(p)),
+            Some(p) => *paths
+                .entry(p.as_str())
+                .or_insert_with(|| plan.add_string(p)),
             None => -1,
         };
         if fill == Fill::MapPopulate && !region.anonymous {
@@ -425,7 +499,10 @@ fn build_plan(
 /// it, the byte read is the first of its status record and is handed back.
 fn recv_uffd(sock: &std::os::unix::net::UnixStream) -> Result<(Option<OwnedFd>, Option<u8>)> {
     let mut byte = 0u8;
-    let mut iov = libc::iovec { iov_base: (&mut byte as *mut u8).cast(), iov_len: 1 };
+    let mut iov = libc::iovec {
+        iov_base: (&mut byte as *mut u8).cast(),
+        iov_len: 1,
+    };
     // SAFETY: CMSG_SPACE is a pure size computation.
     let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) } as usize;
     let mut cbuf = vec![0u64; space.div_ceil(8)];
@@ -444,7 +521,8 @@ fn recv_uffd(sock: &std::os::unix::net::UnixStream) -> Result<(Option<OwnedFd>, 
     // SAFETY: walking the control buffer the kernel just filled.
     unsafe {
         let c = libc::CMSG_FIRSTHDR(&msg);
-        if !c.is_null() && (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
+        if !c.is_null() && (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS
+        {
             let raw = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const RawFd);
             fd = Some(OwnedFd::from_raw_fd(raw));
         }

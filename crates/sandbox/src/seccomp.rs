@@ -80,7 +80,14 @@ const SYS_CLONE: u32 = 56;
 const SYS_CLONE3: u32 = 435;
 const AF_UNIX: u32 = 1;
 /// CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET | NEWTIME
-const CLONE_NS_FLAGS: u32 = 0x0002_0000 | 0x0200_0000 | 0x0400_0000 | 0x0800_0000 | 0x1000_0000 | 0x2000_0000 | 0x4000_0000 | 0x80;
+const CLONE_NS_FLAGS: u32 = 0x0002_0000
+    | 0x0200_0000
+    | 0x0400_0000
+    | 0x0800_0000
+    | 0x1000_0000
+    | 0x2000_0000
+    | 0x4000_0000
+    | 0x80;
 
 fn insn(code: u16, jt: u8, jf: u8, k: u32) -> [u8; 8] {
     let mut b = [0u8; 8];
@@ -170,10 +177,22 @@ mod tests {
         assert_eq!(run(&p, 101, a, 0), RET_ERRNO | libc::EPERM as u32, "ptrace");
         assert_eq!(run(&p, 165, a, 0), RET_ERRNO | libc::EPERM as u32, "mount");
         assert_eq!(run(&p, 41, a, 1), RET_ALLOW, "socket(AF_UNIX)");
-        assert_eq!(run(&p, 41, a, 2), RET_ERRNO | libc::EAFNOSUPPORT as u32, "socket(AF_INET)");
+        assert_eq!(
+            run(&p, 41, a, 2),
+            RET_ERRNO | libc::EAFNOSUPPORT as u32,
+            "socket(AF_INET)"
+        );
         assert_eq!(run(&p, 56, a, 0x11), RET_ALLOW, "fork-like clone");
-        assert_eq!(run(&p, 56, a, 0x1000_0000), RET_ERRNO | libc::EPERM as u32, "clone(NEWUSER)");
-        assert_eq!(run(&p, 435, a, 0), RET_ERRNO | libc::ENOSYS as u32, "clone3");
+        assert_eq!(
+            run(&p, 56, a, 0x1000_0000),
+            RET_ERRNO | libc::EPERM as u32,
+            "clone(NEWUSER)"
+        );
+        assert_eq!(
+            run(&p, 435, a, 0),
+            RET_ERRNO | libc::ENOSYS as u32,
+            "clone3"
+        );
         assert_eq!(run(&p, 0, 0x4000_0003, 0), RET_KILL_PROCESS, "i386 arch");
         assert_eq!(run(&p, X32_SYSCALL_BIT | 1, a, 0), RET_KILL_PROCESS, "x32");
         assert!(p.len() < 4096);

@@ -17,7 +17,12 @@ use std::path::{Path, PathBuf};
 pub enum Exec {
     /// A program inside the runtime root, after privileges are dropped and the
     /// seccomp filter installed.
-    Runtime { path: String, uid: u32, gid: u32, filter: Vec<[u8; 8]> },
+    Runtime {
+        path: String,
+        uid: u32,
+        gid: u32,
+        filter: Vec<[u8; 8]>,
+    },
     /// An ELF in a memfd, executed as root (the restorer).
     Memfd { fd: RawFd },
 }
@@ -79,10 +84,16 @@ fn cstr(s: &[u8]) -> Result<CString> {
 }
 
 fn prepare(spec: &ChildSpec) -> Result<Prepared> {
-    let root = spec.root.canonicalize().with_context(|| format!("runtime root {}", spec.root.display()))?;
+    let root = spec
+        .root
+        .canonicalize()
+        .with_context(|| format!("runtime root {}", spec.root.display()))?;
     for d in ["tmp", "dev"] {
         if !root.join(d).is_dir() {
-            bail!("runtime root {} has no /{d} directory to mount on", root.display());
+            bail!(
+                "runtime root {} has no /{d} directory to mount on",
+                root.display()
+            );
         }
     }
     let rb = root.as_os_str().as_bytes();
@@ -93,7 +104,11 @@ fn prepare(spec: &ChildSpec) -> Result<Prepared> {
         (join("/dev/random")?, libc::makedev(1, 8)),
         (join("/dev/urandom")?, libc::makedev(1, 9)),
     ];
-    let argv_c = spec.argv.iter().map(|a| cstr(a.as_bytes())).collect::<Result<Vec<_>>>()?;
+    let argv_c = spec
+        .argv
+        .iter()
+        .map(|a| cstr(a.as_bytes()))
+        .collect::<Result<Vec<_>>>()?;
     let env_c = spec
         .env
         .iter()
@@ -107,7 +122,17 @@ fn prepare(spec: &ChildSpec) -> Result<Prepared> {
         bail!("descriptor targets must be below {ERR_FD}");
     }
     let (path, creds, filter, memfd) = match &spec.exec {
-        Exec::Runtime { path, uid, gid, filter } => (cstr(path.as_bytes())?, Some((*uid, *gid)), filter.clone(), None),
+        Exec::Runtime {
+            path,
+            uid,
+            gid,
+            filter,
+        } => (
+            cstr(path.as_bytes())?,
+            Some((*uid, *gid)),
+            filter.clone(),
+            None,
+        ),
         Exec::Memfd { fd } => (cstr(b"")?, None, Vec::new(), Some(*fd)),
     };
     Ok(Prepared {
@@ -142,7 +167,16 @@ pub fn spawn(spec: &ChildSpec) -> Result<i32> {
         | libc::SIGCHLD;
     // SAFETY: a fork-like clone (no new stack); the child only runs `child`,
     // which makes raw system calls on prepared data and never returns.
-    let pid = unsafe { libc::syscall(libc::SYS_clone, flags as libc::c_ulong, 0usize, 0usize, 0usize, 0usize) };
+    let pid = unsafe {
+        libc::syscall(
+            libc::SYS_clone,
+            flags as libc::c_ulong,
+            0usize,
+            0usize,
+            0usize,
+            0usize,
+        )
+    };
     if pid < 0 {
         let e = Error::last_os_error();
         close(&[go_r, go_w, err_r, err_w]);
@@ -154,7 +188,8 @@ pub fn spawn(spec: &ChildSpec) -> Result<i32> {
     let pid = pid as i32;
     close(&[go_r, err_w]);
     let joined = spec.procs_files.iter().try_for_each(|f| {
-        std::fs::write(f, pid.to_string()).with_context(|| format!("adding pid {pid} to {}", f.display()))
+        std::fs::write(f, pid.to_string())
+            .with_context(|| format!("adding pid {pid} to {}", f.display()))
     });
     if let Err(e) = joined {
         kill_and_reap(pid);
@@ -218,7 +253,9 @@ pub fn kill_and_reap(pid: i32) {
     unsafe {
         libc::kill(pid, libc::SIGKILL);
         let mut st = 0;
-        while libc::waitpid(pid, &mut st, libc::__WALL) < 0 && *libc::__errno_location() == libc::EINTR {}
+        while libc::waitpid(pid, &mut st, libc::__WALL) < 0
+            && *libc::__errno_location() == libc::EINTR
+        {}
     }
 }
 
@@ -268,27 +305,60 @@ fn child(p: &Prepared, go_r: RawFd, err_w: RawFd) -> ! {
             }
         }
         let max_target = p.fds.iter().map(|&(_, t)| t).max().unwrap_or(2);
-        libc::syscall(libc::SYS_close_range, (max_target + 1) as u32, (ERR_FD - 1) as u32, 0u32);
+        libc::syscall(
+            libc::SYS_close_range,
+            (max_target + 1) as u32,
+            (ERR_FD - 1) as u32,
+            0u32,
+        );
         let keep_to = if p.memfd.is_some() { EXEC_FD } else { ERR_FD };
         libc::syscall(libc::SYS_close_range, (keep_to + 1) as u32, u32::MAX, 0u32);
 
         // filesystem: read-only root, private /tmp, minimal /dev
         let null = std::ptr::null::<libc::c_char>();
-        if libc::mount(null, c"/".as_ptr(), null, libc::MS_REC | libc::MS_PRIVATE, std::ptr::null()) != 0 {
+        if libc::mount(
+            null,
+            c"/".as_ptr(),
+            null,
+            libc::MS_REC | libc::MS_PRIVATE,
+            std::ptr::null(),
+        ) != 0
+        {
             fail(err_fd, 2);
         }
-        if libc::mount(p.root.as_ptr(), p.root.as_ptr(), null, libc::MS_BIND | libc::MS_REC, std::ptr::null()) != 0 {
+        if libc::mount(
+            p.root.as_ptr(),
+            p.root.as_ptr(),
+            null,
+            libc::MS_BIND | libc::MS_REC,
+            std::ptr::null(),
+        ) != 0
+        {
             fail(err_fd, 3);
         }
-        let ro = libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV;
+        let ro =
+            libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV;
         if libc::mount(null, p.root.as_ptr(), null, ro, std::ptr::null()) != 0 {
             fail(err_fd, 4);
         }
         let tmpfs = c"tmpfs".as_ptr();
-        if libc::mount(tmpfs, p.tmp.as_ptr(), tmpfs, libc::MS_NOSUID | libc::MS_NODEV, p.tmp_opts.as_ptr().cast()) != 0 {
+        if libc::mount(
+            tmpfs,
+            p.tmp.as_ptr(),
+            tmpfs,
+            libc::MS_NOSUID | libc::MS_NODEV,
+            p.tmp_opts.as_ptr().cast(),
+        ) != 0
+        {
             fail(err_fd, 5);
         }
-        if libc::mount(tmpfs, p.dev.as_ptr(), tmpfs, libc::MS_NOSUID | libc::MS_NOEXEC, c"size=64k,mode=755".as_ptr().cast()) != 0
+        if libc::mount(
+            tmpfs,
+            p.dev.as_ptr(),
+            tmpfs,
+            libc::MS_NOSUID | libc::MS_NOEXEC,
+            c"size=64k,mode=755".as_ptr().cast(),
+        ) != 0
         {
             fail(err_fd, 6);
         }
@@ -298,7 +368,14 @@ fn child(p: &Prepared, go_r: RawFd, err_w: RawFd) -> ! {
                 fail(err_fd, 7);
             }
         }
-        if libc::mount(null, p.dev.as_ptr(), null, libc::MS_REMOUNT | libc::MS_NOSUID | libc::MS_NOEXEC | libc::MS_RDONLY, std::ptr::null()) != 0 {
+        if libc::mount(
+            null,
+            p.dev.as_ptr(),
+            null,
+            libc::MS_REMOUNT | libc::MS_NOSUID | libc::MS_NOEXEC | libc::MS_RDONLY,
+            std::ptr::null(),
+        ) != 0
+        {
             fail(err_fd, 6);
         }
         if libc::chdir(p.root.as_ptr()) != 0
@@ -328,7 +405,10 @@ fn child(p: &Prepared, go_r: RawFd, err_w: RawFd) -> ! {
         libc::sethostname(c"thaw".as_ptr(), 4);
 
         for &(res, val) in &p.rlimits {
-            let lim = libc::rlimit { rlim_cur: val, rlim_max: val };
+            let lim = libc::rlimit {
+                rlim_cur: val,
+                rlim_max: val,
+            };
             if libc::setrlimit(res as _, &lim) != 0 {
                 fail(err_fd, 10);
             }
@@ -347,13 +427,29 @@ fn child(p: &Prepared, go_r: RawFd, err_w: RawFd) -> ! {
             if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
                 fail(err_fd, 12);
             }
-            let prog = libc::sock_fprog { len: p.filter.len() as u16, filter: p.filter.as_ptr() as *mut libc::sock_filter };
-            if libc::syscall(libc::SYS_seccomp, 1u32 /* SET_MODE_FILTER */, 0u32, &prog) != 0 {
+            let prog = libc::sock_fprog {
+                len: p.filter.len() as u16,
+                filter: p.filter.as_ptr() as *mut libc::sock_filter,
+            };
+            if libc::syscall(
+                libc::SYS_seccomp,
+                1u32, /* SET_MODE_FILTER */
+                0u32,
+                &prog,
+            ) != 0
+            {
                 fail(err_fd, 12);
             }
             libc::execve(p.path.as_ptr(), p.argv.as_ptr(), p.envp.as_ptr());
         } else {
-            libc::syscall(libc::SYS_execveat, EXEC_FD, c"".as_ptr(), p.argv.as_ptr(), p.envp.as_ptr(), libc::AT_EMPTY_PATH);
+            libc::syscall(
+                libc::SYS_execveat,
+                EXEC_FD,
+                c"".as_ptr(),
+                p.argv.as_ptr(),
+                p.envp.as_ptr(),
+                libc::AT_EMPTY_PATH,
+            );
         }
         fail(err_fd, 13);
     }

@@ -73,44 +73,74 @@ impl ProcessState {
     pub fn decode(data: &[u8]) -> Result<ProcessState> {
         let s: ProcessState = serde_json::from_slice(data).context("process state is corrupt")?;
         if s.version != STATE_VERSION {
-            bail!("process state version {} is not supported (want {STATE_VERSION})", s.version);
+            bail!(
+                "process state version {} is not supported (want {STATE_VERSION})",
+                s.version
+            );
         }
         if s.regs.len() != NREGS {
             bail!("process state has {} registers, want {NREGS}", s.regs.len());
         }
         let x = hex::decode(&s.xstate).context("process state: xstate is not hex")?;
         if x.len() < 576 || x.len() > 16384 {
-            bail!("process state: XSAVE area of {} bytes is implausible", x.len());
+            bail!(
+                "process state: XSAVE area of {} bytes is implausible",
+                x.len()
+            );
         }
         if s.vmas.len() != s.memory.regions.len() {
-            bail!("process state: {} mappings but {} memory regions", s.vmas.len(), s.memory.regions.len());
+            bail!(
+                "process state: {} mappings but {} memory regions",
+                s.vmas.len(),
+                s.memory.regions.len()
+            );
         }
-        s.memory.validate().context("process state: memory layout")?;
+        s.memory
+            .validate()
+            .context("process state: memory layout")?;
         for (v, r) in s.vmas.iter().zip(&s.memory.regions) {
             if v.start != r.start || v.end != r.end || r.anonymous != v.path.is_none() {
-                bail!("process state: mapping {:#x} and its memory region disagree", v.start);
+                bail!(
+                    "process state: mapping {:#x} and its memory region disagree",
+                    v.start
+                );
             }
             if v.prot & !7 != 0 {
-                bail!("process state: mapping {:#x} has bad protection bits", v.start);
+                bail!(
+                    "process state: mapping {:#x} has bad protection bits",
+                    v.start
+                );
             }
             if let Some(p) = &v.path {
                 if !p.starts_with('/') || p.split('/').any(|c| c == "..") || p.contains('\0') {
-                    bail!("process state: mapping {:#x} names a bad path {p:?}", v.start);
+                    bail!(
+                        "process state: mapping {:#x} names a bad path {p:?}",
+                        v.start
+                    );
                 }
             }
             let lo = thaw_restorer::RESTORER_BASE;
             let hi = lo + 2 * thaw_restorer::RESTORER_SPAN; // span + vdso scratch
             if v.start < hi && v.end > lo {
-                bail!("process state: mapping {:#x} overlaps the restorer's reserved range", v.start);
+                bail!(
+                    "process state: mapping {:#x} overlaps the restorer's reserved range",
+                    v.start
+                );
             }
             if v.end > 0x7fff_ffff_f000 || v.start < 0x10000 {
-                bail!("process state: mapping {:#x} is outside user space", v.start);
+                bail!(
+                    "process state: mapping {:#x} is outside user space",
+                    v.start
+                );
             }
         }
         if s.vdso.pieces.is_empty() || s.vdso.pieces.len() > thaw_restorer::MAX_VDSO_PIECES {
-            bail!("process state: vDSO block with {} mappings", s.vdso.pieces.len());
+            bail!(
+                "process state: vDSO block with {} mappings",
+                s.vdso.pieces.len()
+            );
         }
-        if s.auxv.len() > 128 || s.auxv.len() % 2 != 0 {
+        if s.auxv.len() > 128 || !s.auxv.len().is_multiple_of(2) {
             bail!("process state: auxv of {} words", s.auxv.len());
         }
         Ok(s)

@@ -13,5 +13,8 @@
 mod snapshot;
 mod tier;
 
-pub use snapshot::{drop_file_cache, sha256_hex, FileEntry, Manifest, Snapshot, SnapshotWriter, FORMAT_NAME, FORMAT_VERSION};
+pub use snapshot::{
+    drop_file_cache, sha256_hex, FileEntry, Manifest, Snapshot, SnapshotWriter, FORMAT_NAME,
+    FORMAT_VERSION,
+};
 pub use tier::{Tier, TIER_NAMES};

@@ -51,18 +51,30 @@ impl SnapshotWriter {
         }
         let parent = dir.parent().context("snapshot path has no parent")?;
         fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
-        let name = dir.file_name().context("snapshot path has no name")?.to_string_lossy();
+        let name = dir
+            .file_name()
+            .context("snapshot path has no name")?
+            .to_string_lossy();
         let tmp = parent.join(format!(".{name}.tmp-{}", std::process::id()));
         let _ = fs::remove_dir_all(&tmp);
         fs::create_dir(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
         let memory = File::create(tmp.join(MEMORY)).context("creating memory image")?;
-        Ok(SnapshotWriter { tmp, dir: dir.to_owned(), memory, memory_hash: Sha256::new(), memory_len: 0, done: false })
+        Ok(SnapshotWriter {
+            tmp,
+            dir: dir.to_owned(),
+            memory,
+            memory_hash: Sha256::new(),
+            memory_len: 0,
+            done: false,
+        })
     }
 
     /// Appends page data to the memory image; returns the offset it landed at.
     pub fn append_memory(&mut self, data: &[u8]) -> Result<u64> {
         let off = self.memory_len;
-        self.memory.write_all(data).context("writing memory image")?;
+        self.memory
+            .write_all(data)
+            .context("writing memory image")?;
         self.memory_hash.update(data);
         self.memory_len += data.len() as u64;
         Ok(off)
@@ -73,14 +85,24 @@ impl SnapshotWriter {
     }
 
     /// Writes state and manifest, fsyncs everything and renames into place.
-    pub fn finish(mut self, id: &str, function: &str, runtime_root: &str, state: &[u8]) -> Result<Snapshot> {
+    pub fn finish(
+        mut self,
+        id: &str,
+        function: &str,
+        runtime_root: &str,
+        state: &[u8],
+    ) -> Result<Snapshot> {
         self.memory.sync_all().context("syncing memory image")?;
         let memory = FileEntry {
             name: MEMORY.into(),
             len: self.memory_len,
             sha256: hex::encode(std::mem::take(&mut self.memory_hash).finalize()),
         };
-        let state_entry = FileEntry { name: STATE.into(), len: state.len() as u64, sha256: sha256_hex(state) };
+        let state_entry = FileEntry {
+            name: STATE.into(),
+            len: state.len() as u64,
+            sha256: sha256_hex(state),
+        };
         write_synced(&self.tmp.join(STATE), state)?;
         let manifest = Manifest {
             format: FORMAT_NAME.into(),
@@ -95,7 +117,10 @@ impl SnapshotWriter {
             state: state_entry,
             memory,
         };
-        write_synced(&self.tmp.join(MANIFEST), &serde_json::to_vec_pretty(&manifest)?)?;
+        write_synced(
+            &self.tmp.join(MANIFEST),
+            &serde_json::to_vec_pretty(&manifest)?,
+        )?;
         sync_dir(&self.tmp)?;
         fs::rename(&self.tmp, &self.dir)
             .with_context(|| format!("renaming snapshot into {}", self.dir.display()))?;
@@ -103,7 +128,10 @@ impl SnapshotWriter {
             sync_dir(parent)?;
         }
         self.done = true;
-        Ok(Snapshot { dir: self.dir.clone(), manifest })
+        Ok(Snapshot {
+            dir: self.dir.clone(),
+            manifest,
+        })
     }
 }
 
@@ -123,7 +151,9 @@ fn write_synced(path: &Path, data: &[u8]) -> Result<()> {
 }
 
 fn sync_dir(dir: &Path) -> Result<()> {
-    File::open(dir).and_then(|d| d.sync_all()).with_context(|| format!("syncing {}", dir.display()))
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .with_context(|| format!("syncing {}", dir.display()))
 }
 
 pub fn sha256_hex(data: &[u8]) -> String {
@@ -147,7 +177,11 @@ impl Snapshot {
         let manifest: Manifest = serde_json::from_slice(&raw)
             .with_context(|| format!("snapshot {}: manifest is corrupt", dir.display()))?;
         if manifest.format != FORMAT_NAME {
-            bail!("snapshot {}: not a thaw snapshot (format {:?})", dir.display(), manifest.format);
+            bail!(
+                "snapshot {}: not a thaw snapshot (format {:?})",
+                dir.display(),
+                manifest.format
+            );
         }
         if manifest.version != FORMAT_VERSION {
             bail!(
@@ -158,7 +192,11 @@ impl Snapshot {
         }
         for e in [&manifest.state, &manifest.memory] {
             if e.name.contains('/') || e.name.starts_with('.') {
-                bail!("snapshot {}: bad file name {:?} in manifest", dir.display(), e.name);
+                bail!(
+                    "snapshot {}: bad file name {:?} in manifest",
+                    dir.display(),
+                    e.name
+                );
             }
             let p = dir.join(&e.name);
             let len = fs::metadata(&p)
@@ -173,7 +211,10 @@ impl Snapshot {
                 );
             }
         }
-        Ok(Snapshot { dir: dir.to_owned(), manifest })
+        Ok(Snapshot {
+            dir: dir.to_owned(),
+            manifest,
+        })
     }
 
     /// Reads the state file and checks its SHA-256 against the manifest.
@@ -181,7 +222,10 @@ impl Snapshot {
         let e = &self.manifest.state;
         let data = read_limited(&self.dir.join(&e.name), MAX_STATE_BYTES)?;
         if sha256_hex(&data) != e.sha256 {
-            bail!("snapshot {}: state checksum mismatch (corrupted)", self.dir.display());
+            bail!(
+                "snapshot {}: state checksum mismatch (corrupted)",
+                self.dir.display()
+            );
         }
         Ok(data)
     }
@@ -205,7 +249,10 @@ impl Snapshot {
             h.update(&buf[..n]);
         }
         if hex::encode(h.finalize()) != self.manifest.memory.sha256 {
-            bail!("snapshot {}: memory image checksum mismatch (corrupted)", self.dir.display());
+            bail!(
+                "snapshot {}: memory image checksum mismatch (corrupted)",
+                self.dir.display()
+            );
         }
         Ok(())
     }
@@ -261,7 +308,8 @@ mod tests {
         let mut w = SnapshotWriter::create(dir).unwrap();
         assert_eq!(w.append_memory(&[1u8; 4096]).unwrap(), 0);
         assert_eq!(w.append_memory(&[2u8; 4096]).unwrap(), 4096);
-        w.finish("id1", "helloworld", "roothash", b"{\"x\":1}").unwrap()
+        w.finish("id1", "helloworld", "roothash", b"{\"x\":1}")
+            .unwrap()
     }
 
     #[test]

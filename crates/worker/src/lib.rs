@@ -6,9 +6,9 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+use thaw_memory::tiering::{self, CostParams};
 use thaw_runtime::RootInfo;
 use thaw_sandbox::{checkpoint, restore, CheckpointReport, RestoreReport, Sandbox, SandboxConfig};
-use thaw_memory::tiering::{self, CostParams};
 use thaw_store::{Snapshot, Tier};
 
 pub use thaw_runtime::FunctionInfo;
@@ -48,7 +48,12 @@ impl Worker {
     pub fn new(home: &Path, progress: &mut dyn FnMut(&str)) -> Result<Worker> {
         let root = thaw_runtime::ensure_root(home, progress)?;
         let functions = root.functions()?;
-        Ok(Worker { home: home.to_owned(), root, cfg: SandboxConfig::default(), functions })
+        Ok(Worker {
+            home: home.to_owned(),
+            root,
+            cfg: SandboxConfig::default(),
+            functions,
+        })
     }
 
     pub fn functions(&self) -> &[FunctionInfo] {
@@ -57,12 +62,18 @@ impl Worker {
 
     /// Checks a function name (test-only `_test_*` functions are allowed too).
     pub fn check_function(&self, function: &str) -> Result<()> {
-        let test_only = function.starts_with("_test_") && function[6..].bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+        let test_only = function.starts_with("_test_")
+            && function[6..]
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_');
         if test_only || self.functions.iter().any(|f| f.name == function) {
             return Ok(());
         }
         let names: Vec<_> = self.functions.iter().map(|f| f.name.as_str()).collect();
-        bail!("unknown function {function:?} (known: {})", names.join(", "))
+        bail!(
+            "unknown function {function:?} (known: {})",
+            names.join(", ")
+        )
     }
 
     pub fn tier(&self, name: &str) -> Result<Tier> {
@@ -77,15 +88,24 @@ impl Worker {
         let mut sb = Sandbox::start(&self.cfg, &self.root.path, &argv, &env)?;
         let spawn_ms = ms(t0);
         let t1 = Instant::now();
-        let r = sb.call(&json!({"op": "load"}), INVOKE_TIMEOUT).with_context(|| format!("loading {function}"))?;
+        let r = sb
+            .call(&json!({"op": "load"}), INVOKE_TIMEOUT)
+            .with_context(|| format!("loading {function}"))?;
         let f = |k: &str| r.get(k).and_then(Value::as_f64).unwrap_or(0.0);
-        let rep = FreshReport { spawn_ms, load_ms: ms(t1), import_ms: f("import_ms"), init_ms: f("init_ms"), total_ms: ms(t0) };
+        let rep = FreshReport {
+            spawn_ms,
+            load_ms: ms(t1),
+            import_ms: f("import_ms"),
+            init_ms: f("init_ms"),
+            total_ms: ms(t0),
+        };
         Ok((sb, rep))
     }
 
     /// Where `function`'s snapshot lives on `tier` for this runtime root.
     pub fn snapshot_dir(&self, tier: &Tier, function: &str) -> PathBuf {
-        tier.path.join(format!("{function}-{}", &self.root.hash[..16]))
+        tier.path
+            .join(format!("{function}-{}", &self.root.hash[..16]))
     }
 
     /// Starts, initialises and snapshots `function` onto `tier`, replacing any
@@ -120,7 +140,13 @@ impl Worker {
 
     pub fn restore(&self, snap: &Snapshot, strategy: &str) -> Result<(Sandbox, RestoreReport)> {
         let s = thaw_memory::strategy_by_name(strategy)?;
-        restore(snap, &self.root.path, &self.root.hash, s.as_ref(), &self.cfg)
+        restore(
+            snap,
+            &self.root.path,
+            &self.root.hash,
+            s.as_ref(),
+            &self.cfg,
+        )
     }
 
     /// Checks an output with the function's checker.
@@ -148,13 +174,28 @@ impl Worker {
     /// TOSS: profiles `function`'s snapshot on `fast` over `reps` invocations
     /// of each input size, places its pages with the cost model and writes the
     /// fast file beside the snapshot and the slow file on `slow`.
-    pub fn make_tiered(&self, function: &str, fast: &Tier, slow: &Tier, sizes: &[String], reps: usize, params: &CostParams) -> Result<TierReport> {
+    pub fn make_tiered(
+        &self,
+        function: &str,
+        fast: &Tier,
+        slow: &Tier,
+        sizes: &[String],
+        reps: usize,
+        params: &CostParams,
+    ) -> Result<TierReport> {
         let snap = self.snapshot(function, fast)?;
         let requests: Vec<Value> = sizes
             .iter()
             .flat_map(|s| std::iter::repeat_n(json!({"op": "invoke", "size": s}), reps.max(1)))
             .collect();
-        let profile = thaw_sandbox::profile::profile(&snap, &self.root.path, &self.root.hash, &self.cfg, &requests, INVOKE_TIMEOUT)?;
+        let profile = thaw_sandbox::profile::profile(
+            &snap,
+            &self.root.path,
+            &self.root.hash,
+            &self.cfg,
+            &requests,
+            INVOKE_TIMEOUT,
+        )?;
         // the all-DRAM baseline: a cold invocation per size with everything mapped from the fast tier
         let mut base = Vec::new();
         for s in sizes {
@@ -162,12 +203,26 @@ impl Worker {
             base.push(invoke(&mut sb, s, INVOKE_TIMEOUT)?.latency_ms);
         }
         let base_ms = base.iter().sum::<f64>() / base.len().max(1) as f64;
-        let params = CostParams { base_ms, ..params.clone() };
+        let params = CostParams {
+            base_ms,
+            ..params.clone()
+        };
         let state = thaw_sandbox::state::ProcessState::decode(&snap.load_state()?)?;
         let image = std::fs::File::open(snap.memory_path())?;
-        let slow_dir = slow.path.join("tiered").join(snap.dir.file_name().unwrap_or_default());
+        let slow_dir = slow
+            .path
+            .join("tiered")
+            .join(snap.dir.file_name().unwrap_or_default());
         let key = thaw_sandbox::restore::snapshot_key(&snap);
-        let tl = tiering::write(&snap.dir, &slow_dir, &key, &state.memory, &image, &profile, &params)?;
+        let tl = tiering::write(
+            &snap.dir,
+            &slow_dir,
+            &key,
+            &state.memory,
+            &image,
+            &profile,
+            &params,
+        )?;
         Ok(TierReport {
             epochs: profile.epochs,
             profiled_pages: profile.counts.len(),

@@ -1,39 +1,14 @@
 //! Sandbox checkpoint/restore against the real runtime root (built on first
 //! use, cached by content hash). Runs as root; fails loudly without it.
+mod common;
+use common::*;
 use serde_json::{json, Value};
 use std::path::PathBuf;
-use std::sync::{Arc, Barrier, OnceLock};
+use std::sync::{Arc, Barrier};
 use std::time::Duration;
 use thaw_sandbox::{checkpoint, Sandbox, SandboxConfig};
-use thaw_store::{Snapshot, Tier};
-use thaw_worker::{invoke, Worker};
-
-const T: Duration = Duration::from_secs(60);
-
-fn worker() -> &'static Worker {
-    static W: OnceLock<Worker> = OnceLock::new();
-    W.get_or_init(|| {
-        // SAFETY: geteuid has no preconditions.
-        assert_eq!(unsafe { libc::geteuid() }, 0, "these tests need root (namespaces, ptrace, cgroups, userfaultfd)");
-        let home = thaw_runtime::default_home();
-        Worker::new(&home, &mut |m| eprintln!("runtime: {m}")).expect("runtime root")
-    })
-}
-
-/// A private tmpfs-backed tier per test, so parallel tests never share snapshots.
-fn tier(tag: &str) -> Tier {
-    let path = PathBuf::from(format!("/dev/shm/thaw-test-{}/{tag}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&path);
-    Tier { name: "tmpfs", path, emulated: false, description: "test tmpfs" }
-}
-
-fn call(sb: &mut Sandbox, v: Value) -> Value {
-    sb.call(&v, T).unwrap_or_else(|e| panic!("{v}: {e:#}"))
-}
-
-fn explicit(sb: &mut Sandbox, input: Value) -> Value {
-    call(sb, json!({"op": "invoke", "input": input}))["output"].clone()
-}
+use thaw_store::Snapshot;
+use thaw_worker::invoke;
 
 /// No cgroup of ours is left without processes, and no child is a zombie.
 fn assert_nothing_leaked() {
@@ -43,17 +18,30 @@ fn assert_nothing_leaked() {
         for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
             let name = e.file_name().to_string_lossy().to_string();
             if name.starts_with(&prefix) {
-                let procs = std::fs::read_to_string(e.path().join("cgroup.procs")).unwrap_or_default();
-                assert!(!procs.trim().is_empty(), "leaked empty cgroup {ctrl}/thaw/{name}");
+                let procs =
+                    std::fs::read_to_string(e.path().join("cgroup.procs")).unwrap_or_default();
+                assert!(
+                    !procs.trim().is_empty(),
+                    "leaked empty cgroup {ctrl}/thaw/{name}"
+                );
             }
         }
     }
     let me = std::process::id();
-    for t in std::fs::read_dir(format!("/proc/{me}/task")).unwrap().flatten() {
+    for t in std::fs::read_dir(format!("/proc/{me}/task"))
+        .unwrap()
+        .flatten()
+    {
         let kids = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
         for pid in kids.split_whitespace() {
             let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            let state = stat.rsplit(')').next().unwrap_or("").split_whitespace().next().unwrap_or("");
+            let state = stat
+                .rsplit(')')
+                .next()
+                .unwrap_or("")
+                .split_whitespace()
+                .next()
+                .unwrap_or("");
             assert_ne!(state, "Z", "zombie child {pid}");
         }
     }
@@ -75,7 +63,8 @@ fn restore_with_each_strategy_continues_where_it_stopped() {
             let (mut sb, rep) = w.restore(&snap, s).unwrap();
             for size in ["I", "II"] {
                 let inv = invoke(&mut sb, size, T).unwrap();
-                w.check(f, size, &inv.output).unwrap_or_else(|e| panic!("{f} {s} {size}: {e:#}"));
+                w.check(f, size, &inv.output)
+                    .unwrap_or_else(|e| panic!("{f} {s} {size}: {e:#}"));
             }
             // the snapshot was taken before any invocation: the count continues from 0
             let h = call(&mut sb, json!({"op": "health"}));
@@ -97,7 +86,13 @@ fn sixteen_concurrent_clones_are_isolated() {
     let w = worker();
     let t = tier("clones");
     let (mut fresh, _) = w.start_fresh("_test_state").unwrap();
-    let (snap, _) = checkpoint(&mut fresh, &w.snapshot_dir(&t, "_test_state"), "_test_state", &w.root.hash).unwrap();
+    let (snap, _) = checkpoint(
+        &mut fresh,
+        &w.snapshot_dir(&t, "_test_state"),
+        "_test_state",
+        &w.root.hash,
+    )
+    .unwrap();
     drop(fresh);
     let n = 16;
     let barrier = Arc::new(Barrier::new(n));
@@ -106,21 +101,38 @@ fn sixteen_concurrent_clones_are_isolated() {
         .map(|i| {
             let (b, snap) = (barrier.clone(), snap.clone());
             std::thread::spawn(move || {
-                let s = ["eager", "mmap", "uffd"][i % 3];
-                let (mut sb, _) = worker().restore(&snap, s).unwrap_or_else(|e| panic!("clone {i} ({s}): {e:#}"));
+                let s = ["eager", "mmap", "uffd", "reap", "dax"][i % 5];
+                let (mut sb, _) = worker()
+                    .restore(&snap, s)
+                    .unwrap_or_else(|e| panic!("clone {i} ({s}): {e:#}"));
                 let before = explicit(&mut sb, json!({}));
-                assert_eq!(before["value"], Value::Null, "clone {i} sees another clone's write");
+                assert_eq!(
+                    before["value"],
+                    Value::Null,
+                    "clone {i} sees another clone's write"
+                );
                 explicit(&mut sb, json!({"set": format!("clone-{i}")}));
                 b.wait(); // every clone has written
                 let after = explicit(&mut sb, json!({}));
-                assert_eq!(after["value"], format!("clone-{i}"), "clone {i} lost or shares its write");
-                assert_eq!(after["ballast"].as_array().unwrap().len(), 1, "clone {i}: pages from other clones");
+                assert_eq!(
+                    after["value"],
+                    format!("clone-{i}"),
+                    "clone {i} lost or shares its write"
+                );
+                assert_eq!(
+                    after["ballast"].as_array().unwrap().len(),
+                    1,
+                    "clone {i}: pages from other clones"
+                );
                 b.wait(); // keep all alive until every clone has checked
                 after["random"].as_f64().unwrap()
             })
         })
         .collect();
-    let randoms: Vec<f64> = handles.into_iter().map(|h| h.join().expect("clone thread")).collect();
+    let randoms: Vec<f64> = handles
+        .into_iter()
+        .map(|h| h.join().expect("clone thread"))
+        .collect();
     let mut uniq = randoms.clone();
     uniq.sort_by(f64::total_cmp);
     uniq.dedup();
@@ -170,7 +182,12 @@ fn bad_snapshots_are_refused_with_clear_errors() {
     let s = copy_snapshot(&snap, &d);
     let img = s.memory_path();
     let len = std::fs::metadata(&img).unwrap().len();
-    std::fs::OpenOptions::new().write(true).open(&img).unwrap().set_len(len / 2).unwrap();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&img)
+        .unwrap()
+        .set_len(len / 2)
+        .unwrap();
     assert!(restore_err(&d, root, hash).contains("truncated"));
 
     let d = t.path.join("state-corrupt");
@@ -202,7 +219,11 @@ fn bad_snapshots_are_refused_with_clear_errors() {
     // a root that changed (different hash) or vanished
     let e = restore_err(&snap.dir, root, &"0".repeat(64));
     assert!(e.contains("runtime root"), "{e}");
-    let e = restore_err(&snap.dir, std::path::Path::new("/nonexistent/thaw-root"), hash);
+    let e = restore_err(
+        &snap.dir,
+        std::path::Path::new("/nonexistent/thaw-root"),
+        hash,
+    );
     assert!(e.contains("missing"), "{e}");
     assert_nothing_leaked();
 }
@@ -217,7 +238,12 @@ fn restore_failing_half_way_leaves_nothing_behind() {
     let d = t.path.join("bad-path");
     let s = copy_snapshot(&snap, &d);
     let mut state: Value = serde_json::from_slice(&s.load_state().unwrap()).unwrap();
-    let vma = state["vmas"].as_array_mut().unwrap().iter_mut().find(|v| v["path"].is_string()).unwrap();
+    let vma = state["vmas"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|v| v["path"].is_string())
+        .unwrap();
     vma["path"] = json!("/usr/lib/thaw-no-such-file.so");
     let bytes = serde_json::to_vec(&state).unwrap();
     std::fs::write(d.join("state.json"), &bytes).unwrap();
@@ -238,10 +264,15 @@ fn checkpoint_refuses_threads_and_extra_descriptors() {
     for (f, word) in [("_test_thread", "thread"), ("_test_leak_fd", "descriptor")] {
         let (mut sb, _) = w.start_fresh(f).unwrap();
         explicit(&mut sb, json!({}));
-        let e = checkpoint(&mut sb, &t.path.join(f), f, &w.root.hash).map(|_| ()).unwrap_err();
+        let e = checkpoint(&mut sb, &t.path.join(f), f, &w.root.hash)
+            .map(|_| ())
+            .unwrap_err();
         let msg = format!("{e:#}");
         assert!(msg.contains(word), "{f}: {msg}");
-        assert!(!t.path.join(f).exists(), "a refused checkpoint left a snapshot");
+        assert!(
+            !t.path.join(f).exists(),
+            "a refused checkpoint left a snapshot"
+        );
     }
 }
 
@@ -261,28 +292,60 @@ fn assert_contained(sb: &mut Sandbox, attack: &str) {
 #[test]
 fn hostile_code_is_contained_fresh_and_restored() {
     let w = worker();
-    let cfg = SandboxConfig { memory_bytes: 256 << 20, ..SandboxConfig::default() };
+    let cfg = SandboxConfig {
+        memory_bytes: 256 << 20,
+        ..SandboxConfig::default()
+    };
     let mut sb = escape_sandbox(&cfg);
     let t = tier("escape");
-    let (snap, _) = checkpoint(&mut sb, &t.path.join("escape"), "_test_escape", &w.root.hash).unwrap();
+    let (snap, _) = checkpoint(
+        &mut sb,
+        &t.path.join("escape"),
+        "_test_escape",
+        &w.root.hash,
+    )
+    .unwrap();
     let strat = thaw_memory::strategy_by_name("mmap").unwrap();
-    let (mut restored, _) = thaw_sandbox::restore(&snap, &w.root.path, &w.root.hash, strat.as_ref(), &cfg).unwrap();
-    for attack in ["read_host", "ptrace", "network", "write_root", "mount", "fork_bomb"] {
+    let (mut restored, _) =
+        thaw_sandbox::restore(&snap, &w.root.path, &w.root.hash, strat.as_ref(), &cfg).unwrap();
+    for attack in [
+        "read_host",
+        "ptrace",
+        "network",
+        "write_root",
+        "mount",
+        "fork_bomb",
+    ] {
         assert_contained(&mut sb, attack);
         assert_contained(&mut restored, attack);
     }
     // past its memory limit the runtime dies; the worker reports it and goes on
-    let e = sb.call(&json!({"op": "invoke", "input": {"attack": "alloc"}}), T).unwrap_err();
-    assert!(!sb.is_alive(), "sandbox survived allocating past its limit: {e:#}");
+    let e = sb
+        .call(&json!({"op": "invoke", "input": {"attack": "alloc"}}), T)
+        .unwrap_err();
+    assert!(
+        !sb.is_alive(),
+        "sandbox survived allocating past its limit: {e:#}"
+    );
     let (mut next, _) = w.start_fresh("helloworld").unwrap();
-    w.check("helloworld", "I", &invoke(&mut next, "I", T).unwrap().output).unwrap();
+    w.check(
+        "helloworld",
+        "I",
+        &invoke(&mut next, "I", T).unwrap().output,
+    )
+    .unwrap();
 }
 
 #[test]
 fn hung_function_is_killed_and_reported() {
     let w = worker();
     let (mut sb, _) = w.start_fresh("_test_hang").unwrap();
-    let e = sb.call(&json!({"op": "invoke", "input": {}}), Duration::from_secs(2)).unwrap_err();
+    let e = sb
+        .call(
+            &json!({"op": "invoke", "input": {}}),
+            Duration::from_secs(2),
+        )
+        .unwrap_err();
     assert!(format!("{e:#}").contains("killed"), "{e:#}");
     assert!(!sb.is_alive());
     assert!(sb.call(&json!({"op": "health"}), T).is_err());
@@ -295,8 +358,10 @@ fn every_function_and_size_passes_its_checker_in_a_sandbox() {
     for f in w.functions() {
         let (mut sb, _) = w.start_fresh(&f.name).unwrap();
         for size in &f.sizes {
-            let inv = invoke(&mut sb, size, T).unwrap_or_else(|e| panic!("{} {size}: {e:#}", f.name));
-            w.check(&f.name, size, &inv.output).unwrap_or_else(|e| panic!("{} {size}: {e:#}", f.name));
+            let inv =
+                invoke(&mut sb, size, T).unwrap_or_else(|e| panic!("{} {size}: {e:#}", f.name));
+            w.check(&f.name, size, &inv.output)
+                .unwrap_or_else(|e| panic!("{} {size}: {e:#}", f.name));
         }
     }
 }
@@ -310,5 +375,6 @@ fn unknown_function_and_size_get_clear_errors() {
     let e = invoke(&mut sb, "XL", T).unwrap_err();
     assert!(format!("{e:#}").contains("bad_request"), "{e:#}");
     // a bad request does not hurt the instance
-    w.check("helloworld", "I", &invoke(&mut sb, "I", T).unwrap().output).unwrap();
+    w.check("helloworld", "I", &invoke(&mut sb, "I", T).unwrap().output)
+        .unwrap();
 }

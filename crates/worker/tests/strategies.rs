@@ -1,0 +1,243 @@
+//! The research restore strategies (REAP, PASS-style dax, TOSS-style tiered)
+//! against the real runtime: correctness, fallbacks, drift, concurrency.
+mod common;
+use common::*;
+use serde_json::Value;
+use std::sync::Arc;
+use thaw_memory::tiering::{CostParams, TIERS_FILE};
+use thaw_memory::working_set::{WS_IMAGE, WS_INDEX, WS_STALE};
+use thaw_sandbox::SandboxConfig;
+use thaw_store::Snapshot;
+use thaw_worker::invoke;
+
+fn out_of(
+    w: &thaw_worker::Worker,
+    snap: &Snapshot,
+    strategy: &str,
+    size: &str,
+) -> (Value, thaw_sandbox::RestoreReport) {
+    let (mut sb, rep) = w
+        .restore(snap, strategy)
+        .unwrap_or_else(|e| panic!("{strategy}: {e:#}"));
+    let out = invoke(&mut sb, size, T)
+        .unwrap_or_else(|e| panic!("{strategy} {size}: {e:#}"))
+        .output;
+    (out, rep)
+}
+
+#[test]
+fn every_strategy_restores_every_function_correctly() {
+    let w = worker();
+    let fast = tier("all-strategies");
+    let slow = tier("all-strategies-slow");
+    for f in w.functions() {
+        let snap = w.snapshot(&f.name, &fast).unwrap();
+        let sizes = vec!["I".to_string(), "II".to_string()];
+        w.make_tiered(&f.name, &fast, &slow, &sizes, 1, &CostParams::default())
+            .unwrap();
+        for s in thaw_memory::STRATEGY_NAMES {
+            let (out, rep) = out_of(w, &snap, s, "I");
+            w.check(&f.name, "I", &out)
+                .unwrap_or_else(|e| panic!("{} restored with {s}: {e:#}", f.name));
+            assert!(
+                rep.ws_warning.is_empty() && rep.tier_warning.is_empty(),
+                "{} {s}: {rep:?}",
+                f.name
+            );
+            if *s == "tiered" {
+                assert_eq!(rep.strategy, "tiered");
+                assert!(
+                    rep.slow_tier_share > 0.3,
+                    "{}: slow share {}",
+                    f.name,
+                    rep.slow_tier_share
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn reap_records_then_prefetches_with_the_same_outputs() {
+    let w = worker();
+    let t = tier("reap");
+    let snap = w.snapshot("json_serdes", &t).unwrap();
+    let (plain, _) = out_of(w, &snap, "uffd", "II");
+    let (recorded, rep) = out_of(w, &snap, "reap", "II");
+    assert_eq!(rep.ws_mode, "record");
+    assert!(snap.dir.join(WS_INDEX).exists() && snap.dir.join(WS_IMAGE).exists());
+    let (mut sb, rep) = w.restore(&snap, "reap").unwrap();
+    assert_eq!(rep.ws_mode, "prefetch");
+    assert!(rep.ws_pages > 50, "{rep:?}");
+    let prefetched = invoke(&mut sb, "II", T).unwrap().output;
+    let after = sb.pager().unwrap().stats.faults();
+    assert_eq!(plain, recorded);
+    assert_eq!(plain, prefetched);
+    w.check("json_serdes", "II", &prefetched).unwrap();
+    // the same input touches the same pages: (almost) nothing is left to fault
+    assert!(
+        after * 20 < rep.ws_pages,
+        "{after} faults after prefetching {} pages",
+        rep.ws_pages
+    );
+    assert!(!sb.reap_outcome().unwrap().drift);
+}
+
+#[test]
+fn drift_marks_the_working_set_for_re_recording() {
+    let w = worker();
+    let t = tier("drift");
+    let snap = w.snapshot("matmul", &t).unwrap();
+    let (_, rep) = out_of(w, &snap, "reap", "I");
+    assert_eq!(rep.ws_mode, "record");
+    // a larger input touches memory the small one never did; with a strict
+    // drift share those faults mark the working set stale
+    let cfg = SandboxConfig {
+        drift_share: 0.001,
+        ..SandboxConfig::default()
+    };
+    let reap = thaw_memory::strategy_by_name("reap").unwrap();
+    let (mut sb, rep) =
+        thaw_sandbox::restore(&snap, &w.root.path, &w.root.hash, reap.as_ref(), &cfg).unwrap();
+    assert_eq!(rep.ws_mode, "prefetch");
+    w.check("matmul", "III", &invoke(&mut sb, "III", T).unwrap().output)
+        .unwrap();
+    let o = sb.reap_outcome().unwrap().clone();
+    assert!(
+        o.drift,
+        "no drift after {} faults on a {}-page working set",
+        o.faults_after_prefetch, rep.ws_pages
+    );
+    assert!(snap.dir.join(WS_STALE).exists());
+    drop(sb);
+    let (_, rep) = out_of(w, &snap, "reap", "III");
+    assert_eq!(
+        rep.ws_mode, "record",
+        "a drifted working set is recorded again"
+    );
+    assert!(!snap.dir.join(WS_STALE).exists());
+    let (_, rep) = out_of(w, &snap, "reap", "III");
+    assert_eq!(rep.ws_mode, "prefetch");
+}
+
+fn flip_byte(path: &std::path::Path, at: usize) {
+    let mut d = std::fs::read(path).unwrap();
+    let i = at.min(d.len() - 1);
+    d[i] ^= 0x5a;
+    std::fs::write(path, d).unwrap();
+}
+
+#[test]
+fn corrupt_or_stale_working_sets_and_tier_layouts_fall_back_to_uffd() {
+    let w = worker();
+    let t = tier("fallback");
+    let slow = tier("fallback-slow");
+    let snap = w.snapshot("helloworld", &t).unwrap();
+    let (plain, _) = out_of(w, &snap, "uffd", "I");
+
+    out_of(w, &snap, "reap", "I"); // records
+    flip_byte(&snap.dir.join(WS_IMAGE), 5000);
+    let (out, rep) = out_of(w, &snap, "reap", "I");
+    assert!(rep.ws_warning.contains("checksum"), "{rep:?}");
+    assert_eq!(out, plain);
+    // that restore recorded a fresh, valid working set
+    assert_eq!(out_of(w, &snap, "reap", "I").1.ws_mode, "prefetch");
+
+    // a working set from another snapshot of the same function is stale
+    let other = w.snapshot("helloworld", &tier("fallback-other")).unwrap();
+    for f in [WS_IMAGE, WS_INDEX] {
+        std::fs::copy(snap.dir.join(f), other.dir.join(f)).unwrap();
+    }
+    let (out, rep) = out_of(w, &other, "reap", "I");
+    assert!(
+        rep.ws_warning.contains("stale") || rep.ws_warning.contains("another snapshot"),
+        "{rep:?}"
+    );
+    assert_eq!(out, plain);
+
+    // tier layout: missing, corrupt, and a damaged slow file
+    let (_, rep) = out_of(w, &snap, "tiered", "I");
+    assert_eq!(rep.strategy, "uffd", "no layout yet: {rep:?}");
+    w.make_tiered(
+        "helloworld",
+        &t,
+        &slow,
+        &["I".to_string()],
+        1,
+        &CostParams::default(),
+    )
+    .unwrap();
+    let (out, rep) = out_of(w, &snap, "tiered", "I");
+    assert_eq!(
+        (rep.strategy.as_str(), out.clone()),
+        ("tiered", plain.clone())
+    );
+    let layout_raw = std::fs::read(snap.dir.join(TIERS_FILE)).unwrap();
+    std::fs::write(
+        snap.dir.join(TIERS_FILE),
+        &layout_raw[..layout_raw.len() / 2],
+    )
+    .unwrap();
+    let (out, rep) = out_of(w, &snap, "tiered", "I");
+    assert!(rep.tier_warning.contains("corrupt"), "{rep:?}");
+    assert_eq!((rep.strategy.as_str(), out), ("uffd", plain.clone()));
+    std::fs::write(snap.dir.join(TIERS_FILE), &layout_raw).unwrap();
+    let tl: thaw_memory::tiering::TierLayout = serde_json::from_slice(&layout_raw).unwrap();
+    let len = std::fs::metadata(&tl.slow.path).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&tl.slow.path)
+        .unwrap()
+        .set_len(len - 4096)
+        .unwrap();
+    let (out, rep) = out_of(w, &snap, "tiered", "I");
+    assert!(rep.tier_warning.contains("truncated"), "{rep:?}");
+    assert_eq!(out, plain);
+}
+
+#[test]
+fn sixteen_concurrent_reap_and_dax_restores() {
+    let w = worker();
+    let t = tier("concurrent");
+    let snap = Arc::new(w.snapshot("lr_serving", &t).unwrap());
+    let (expected, _) = out_of(w, &snap, "reap", "I"); // records the working set
+    w.check("lr_serving", "I", &expected).unwrap();
+    let handles: Vec<_> = (0..16)
+        .map(|i| {
+            let snap = snap.clone();
+            std::thread::spawn(move || {
+                let s = if i % 2 == 0 { "reap" } else { "dax" };
+                let (out, rep) = out_of(worker(), &snap, s, "I");
+                (s, out, rep)
+            })
+        })
+        .collect();
+    for h in handles {
+        let (s, out, rep) = h.join().expect("restore thread");
+        assert_eq!(out, expected, "{s} clone differs");
+        if s == "reap" {
+            assert_eq!(rep.ws_mode, "prefetch");
+        }
+    }
+}
+
+#[test]
+fn dax_maps_without_copying_and_shares_pages_between_clones() {
+    let w = worker();
+    let t = tier("dax");
+    let snap = w.snapshot("matmul", &t).unwrap();
+    let (mut a, rep) = w.restore(&snap, "dax").unwrap();
+    assert_eq!(rep.copied_bytes, 0, "dax copies nothing before resume");
+    assert!(rep.mapped_bytes > 0);
+    w.check("matmul", "I", &invoke(&mut a, "I", T).unwrap().output)
+        .unwrap();
+    let (mut b, _) = w.restore(&snap, "eager").unwrap();
+    w.check("matmul", "I", &invoke(&mut b, "I", T).unwrap().output)
+        .unwrap();
+    // a dax clone's own memory is far below an eager clone's full copy
+    let (dax_kb, eager_kb) = (a.memory_usage().unwrap(), b.memory_usage().unwrap());
+    assert!(
+        dax_kb * 2 < eager_kb,
+        "dax clone added {dax_kb} bytes, eager {eager_kb}"
+    );
+}
