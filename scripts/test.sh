@@ -11,7 +11,7 @@ target/release/thaw runtime build
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 set +e
-cargo test --release --locked --workspace --lib --bins --tests 2>&1 | tee "$log"
+cargo test --release --locked --workspace --lib --bins --tests --no-fail-fast 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
 set -e
 # one closing line over all test binaries

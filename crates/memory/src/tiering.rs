@@ -13,7 +13,7 @@ use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{self, File};
-use std::io::{Read, Write};
+use std::io::Read;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
@@ -225,8 +225,8 @@ pub fn write(
             }
         }
     }
-    write_synced(&fast_path, &fast)?;
-    write_synced(&slow_path, &slow)?;
+    crate::write_atomic(&fast_path, &fast)?;
+    crate::write_atomic(&slow_path, &slow)?;
     let total = (fast.len() + slow.len()).max(1) as f64;
     let tl = TierLayout {
         format: FORMAT,
@@ -249,17 +249,8 @@ pub fn write(
         params: params.clone(),
         bins,
     };
-    write_synced(&snap_dir.join(TIERS_FILE), &serde_json::to_vec_pretty(&tl)?)?;
+    crate::write_atomic(&snap_dir.join(TIERS_FILE), &serde_json::to_vec_pretty(&tl)?)?;
     Ok(tl)
-}
-
-fn write_synced(path: &Path, data: &[u8]) -> Result<()> {
-    let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
-    let mut f = File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
-    f.write_all(data)?;
-    f.sync_all()?;
-    fs::rename(&tmp, path)?;
-    Ok(())
 }
 
 /// Loads and checks `tiers.json`: right snapshot, files present with the

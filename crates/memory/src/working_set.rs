@@ -11,7 +11,7 @@ use crate::uffd;
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::fs::{self, File, OpenOptions};
-use std::io::{Read, Write};
+use std::io::Read;
 use std::os::fd::RawFd;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
@@ -103,22 +103,10 @@ pub fn record(
         runs,
         zero_runs,
     };
-    write_atomic(&dir.join(WS_IMAGE), &data)?;
-    write_atomic(&dir.join(WS_INDEX), &serde_json::to_vec(&index)?)?;
+    crate::write_atomic(&dir.join(WS_IMAGE), &data)?;
+    crate::write_atomic(&dir.join(WS_INDEX), &serde_json::to_vec(&index)?)?;
     let _ = fs::remove_file(dir.join(WS_STALE));
     Ok(index)
-}
-
-fn write_atomic(path: &Path, data: &[u8]) -> Result<()> {
-    let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
-    let mut f = File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
-    f.write_all(data)?;
-    f.sync_all()?;
-    fs::rename(&tmp, path).with_context(|| format!("renaming {}", path.display()))?;
-    if let Some(d) = path.parent() {
-        File::open(d)?.sync_all()?;
-    }
-    Ok(())
 }
 
 /// Whether a usable working set exists: Ok(None) when none was recorded or a

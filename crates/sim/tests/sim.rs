@@ -27,7 +27,8 @@ fn open2019(
 }
 
 fn samples() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/traces")
+    // copies of shared/data/traces, so the tests do not depend on a path outside the repo
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/traces")
 }
 
 fn tmpdir(name: &str) -> PathBuf {

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Reproduces the figures in docs/BENCHMARKS.md. Results (JSON lines and
+# markdown tables) go to bench-results/ (override with OUT=dir). RUNS sets the
+# repetitions (default 10). Takes about 30-60 minutes on a 2-core machine.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+cargo build --release --locked -q -p thaw-cli
+T=target/release/thaw
+OUT=${OUT:-bench-results}
+RUNS=${RUNS:-10}
+mkdir -p "$OUT"
+SUITE=helloworld,pyaes,chameleon,json_serdes,image_rotate,lr_serving,lr_training,matmul,compress,pagerank
+
+# issue 2: the three basic backends, tmpfs and disk, against a fresh start
+for tier in tmpfs disk; do
+    $T bench restore --functions helloworld,lr_serving,lr_training,matmul --strategies eager,mmap,uffd \
+        --tier $tier --runs "$RUNS" --redeploy --json "$OUT/restore-$tier.jsonl" --markdown "$OUT/restore-$tier.md"
+done
+# issue 4: every strategy over the suite, on the disk (REAP's target) and on tmpfs (dax, tiered)
+$T bench restore --functions $SUITE --strategies mmap,uffd,reap \
+    --tier disk --runs "$RUNS" --redeploy --json "$OUT/strategies-disk.jsonl" --markdown "$OUT/strategies-disk.md"
+$T bench restore --functions $SUITE --strategies mmap,reap,dax,tiered \
+    --tier tmpfs --runs "$RUNS" --redeploy --json "$OUT/strategies-tmpfs.jsonl" --markdown "$OUT/strategies-tmpfs.md"
+# issue 5: simulator throughput and the thesis direction
+for i in 1 2 3; do
+    $T sim --synthetic --functions 10000 --hours 2 --policy tiered-lru --seed 7 --ram-gb 256 --quiet --json "$OUT/sim-throughput-$i.json"
+done
+$T sim sweep --synthetic --functions 600 --hours 24 --seed 7 --policy lru-mem,tiered-lru --ram-gb 32,36,40,48 \
+    --csv "$OUT/sim-sweep.csv"
+echo "bench: results in $OUT/"
