@@ -254,30 +254,29 @@ impl Serve {
             .source
             .read_page(region, addr, buf)
             .map_err(|e| format!("reading page {addr:#x}: {e:#}"))?;
-        let res = match has_data {
-            true => {
-                self.stats
-                    .bytes_read
-                    .fetch_add(PAGE_SIZE, Ordering::Relaxed);
-                uffd::copy(fd, addr, buf.as_ptr() as u64, PAGE_SIZE, false)
-            }
-            false => {
-                self.stats.zero_pages.fetch_add(1, Ordering::Relaxed);
-                uffd::zeropage(fd, addr, PAGE_SIZE, false)
-            }
+        // count before installing: the install wakes the faulting thread, and
+        // whoever it answers may read these counters right away
+        self.stats.faults.fetch_add(1, Ordering::Relaxed);
+        if let Some(rec) = &self.recorded {
+            rec.lock().unwrap_or_else(|p| p.into_inner()).push(addr);
+        }
+        let res = if has_data {
+            self.stats
+                .bytes_read
+                .fetch_add(PAGE_SIZE, Ordering::Relaxed);
+            uffd::copy(fd, addr, buf.as_ptr() as u64, PAGE_SIZE, false)
+        } else {
+            self.stats.zero_pages.fetch_add(1, Ordering::Relaxed);
+            uffd::zeropage(fd, addr, PAGE_SIZE, false)
         };
+        self.stats
+            .serve_ns
+            .fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
         if let Err(e) = res {
             return match e.downcast_ref::<uffd::UffdError>() {
                 Some(u) if u.target_gone() => Ok(false),
                 _ => Err(format!("installing page {addr:#x}: {e}")),
             };
-        }
-        self.stats.faults.fetch_add(1, Ordering::Relaxed);
-        self.stats
-            .serve_ns
-            .fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
-        if let Some(rec) = &self.recorded {
-            rec.lock().unwrap_or_else(|p| p.into_inner()).push(addr);
         }
         Ok(true)
     }

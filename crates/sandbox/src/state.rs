@@ -156,3 +156,94 @@ impl ProcessState {
         r
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use thaw_memory::{Region, Run};
+
+    fn valid() -> ProcessState {
+        ProcessState {
+            version: STATE_VERSION,
+            regs: vec![0; NREGS],
+            xstate: hex::encode(vec![0u8; 832]),
+            sigmask: 0,
+            mm: MmLayout::default(),
+            auxv: vec![6, 4096, 0, 0],
+            vdso: VdsoBlock {
+                start: 0x7fff_f7fc_2000,
+                vdso_offset: 0x6000,
+                pieces: vec![(0, 0x6000), (0x6000, 0x2000)],
+            },
+            vmas: vec![Vma {
+                start: 0x1000_0000,
+                end: 0x1000_2000,
+                prot: 3,
+                path: None,
+                file_off: 0,
+                growsdown: false,
+                name: String::new(),
+            }],
+            memory: MemoryLayout {
+                regions: vec![Region {
+                    start: 0x1000_0000,
+                    end: 0x1000_2000,
+                    anonymous: true,
+                    runs: vec![Run {
+                        addr: 0x1000_0000,
+                        len: 4096,
+                        file_off: 0,
+                    }],
+                }],
+                image_len: 4096,
+            },
+            argv: vec![],
+        }
+    }
+
+    #[test]
+    fn valid_state_round_trips_and_bad_ones_are_named() {
+        let s = valid();
+        assert_eq!(ProcessState::decode(&s.encode()).unwrap(), s);
+        let mut bad = valid();
+        bad.vmas[0].start = thaw_restorer::RESTORER_BASE;
+        bad.vmas[0].end = thaw_restorer::RESTORER_BASE + 0x2000;
+        bad.memory.regions[0].start = bad.vmas[0].start;
+        bad.memory.regions[0].end = bad.vmas[0].end;
+        bad.memory.regions[0].runs.clear();
+        assert!(
+            format!("{:#}", ProcessState::decode(&bad.encode()).unwrap_err()).contains("restorer")
+        );
+        let mut bad = valid();
+        bad.vmas[0].path = Some("/../../etc/passwd".into());
+        bad.memory.regions[0].anonymous = false;
+        assert!(ProcessState::decode(&bad.encode()).is_err());
+        let mut bad = valid();
+        bad.regs.pop();
+        assert!(ProcessState::decode(&bad.encode()).is_err());
+        let mut bad = valid();
+        bad.version = 2;
+        assert!(
+            format!("{:#}", ProcessState::decode(&bad.encode()).unwrap_err()).contains("version")
+        );
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+        #[test]
+        fn decoding_arbitrary_bytes_never_panics(data in proptest::collection::vec(any::<u8>(), 0..2048)) {
+            let _ = ProcessState::decode(&data);
+        }
+
+        #[test]
+        fn decoding_mutated_states_never_panics(pos in 0usize..4096, byte in any::<u8>(), n in 1usize..8) {
+            let mut data = valid().encode();
+            for k in 0..n {
+                let i = (pos + k * 97) % data.len();
+                data[i] = byte.wrapping_add(k as u8);
+            }
+            let _ = ProcessState::decode(&data);
+        }
+    }
+}
