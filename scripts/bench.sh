@@ -18,7 +18,7 @@ for tier in tmpfs disk; do
         --tier $tier --runs "$RUNS" --redeploy --json "$OUT/restore-$tier.jsonl" --markdown "$OUT/restore-$tier.md"
 done
 # issue 4: every strategy over the suite, on the disk (REAP's target) and on tmpfs (dax, tiered)
-$T bench restore --functions $SUITE --strategies mmap,uffd,reap \
+$T bench restore --functions $SUITE --strategies mmap,uffd,reap --sizes I,III \
     --tier disk --runs "$RUNS" --redeploy --json "$OUT/strategies-disk.jsonl" --markdown "$OUT/strategies-disk.md"
 $T bench restore --functions $SUITE --strategies mmap,reap,dax,tiered \
     --tier tmpfs --runs "$RUNS" --redeploy --json "$OUT/strategies-tmpfs.jsonl" --markdown "$OUT/strategies-tmpfs.md"

@@ -14,7 +14,8 @@ pub struct Options {
     pub functions: Vec<String>,
     pub strategies: Vec<String>,
     pub tier: String,
-    pub size: String,
+    /// input sizes; each function is measured at every one
+    pub sizes: Vec<String>,
     pub runs: usize,
     /// also re-deploy the snapshot before measuring
     pub redeploy: bool,
@@ -110,47 +111,50 @@ pub fn run(
             image_bytes >> 20,
             tier.description
         );
-        // one untimed warm-up per strategy so first-use costs (image verify, memfd) stay out
-        for s in &o.strategies {
-            if s != "fresh" {
-                let (mut sb, _) = w.restore(&snap, s)?;
-                let inv = invoke(&mut sb, &o.size, INVOKE_TIMEOUT)?;
-                w.check(f, &o.size, &inv.output)
-                    .with_context(|| format!("{f} restored with {s} gave a wrong output"))?;
+        for size in o.sizes.iter().map(String::as_str) {
+            // one untimed warm-up per strategy so first-use costs (image verify, memfd) stay out
+            for s in &o.strategies {
+                if s != "fresh" {
+                    let (mut sb, _) = w.restore(&snap, s)?;
+                    let inv = invoke(&mut sb, size, INVOKE_TIMEOUT)?;
+                    w.check(f, size, &inv.output)
+                        .with_context(|| format!("{f} restored with {s} gave a wrong output"))?;
+                }
             }
-        }
-        for run in 0..o.runs {
-            eprint!("\rbench: {f}: run {}/{}   ", run + 1, o.runs);
-            let _ = std::io::stderr().flush();
-            for s in std::iter::once("fresh").chain(
-                o.strategies
-                    .iter()
-                    .map(String::as_str)
-                    .filter(|s| *s != "fresh"),
-            ) {
-                snap.drop_page_cache()?;
-                drop_tier_cache(&snap)?;
-                let rec = if s == "fresh" {
-                    measure_fresh(w, f, o, run)?
-                } else {
-                    // dax stands in tmpfs for byte-addressable persistent memory
-                    measure_restore(
-                        w,
-                        &snap,
-                        f,
-                        s,
-                        o,
-                        run,
-                        image_bytes,
-                        tier.emulated || s == "dax",
-                    )?
-                };
-                let rec = Record {
-                    tier: tier.name.to_string(),
-                    ..rec
-                };
-                sink(&rec)?;
-                out.push(rec);
+            for run in 0..o.runs {
+                eprint!("\rbench: {f} {size}: run {}/{}   ", run + 1, o.runs);
+                let _ = std::io::stderr().flush();
+                for s in std::iter::once("fresh").chain(
+                    o.strategies
+                        .iter()
+                        .map(String::as_str)
+                        .filter(|s| *s != "fresh"),
+                ) {
+                    snap.drop_page_cache()?;
+                    drop_tier_cache(&snap)?;
+                    let rec = if s == "fresh" {
+                        measure_fresh(w, f, size, o, run)?
+                    } else {
+                        // dax stands in tmpfs for byte-addressable persistent memory
+                        measure_restore(
+                            w,
+                            &snap,
+                            f,
+                            size,
+                            s,
+                            o,
+                            run,
+                            image_bytes,
+                            tier.emulated || s == "dax",
+                        )?
+                    };
+                    let rec = Record {
+                        tier: tier.name.to_string(),
+                        ..rec
+                    };
+                    sink(&rec)?;
+                    out.push(rec);
+                }
             }
         }
         eprintln!();
@@ -181,20 +185,20 @@ fn faults(sb: &Sandbox) -> (u64, u64) {
     sb.fault_counters().unwrap_or((0, 0))
 }
 
-fn measure_fresh(w: &Worker, f: &str, o: &Options, run: usize) -> Result<Record> {
+fn measure_fresh(w: &Worker, f: &str, size: &str, o: &Options, run: usize) -> Result<Record> {
     let t0 = Instant::now();
     let (mut sb, fresh) = w.start_fresh(f)?;
-    let inv = invoke(&mut sb, &o.size, INVOKE_TIMEOUT)?;
+    let inv = invoke(&mut sb, size, INVOKE_TIMEOUT)?;
     let cold_ms = ms(t0);
     if run == 0 || o.check_all {
-        w.check(f, &o.size, &inv.output)?;
+        w.check(f, size, &inv.output)?;
     }
     let rss_added = sb.memory_usage().unwrap_or(0) / 1024;
-    let warm = invoke(&mut sb, &o.size, INVOKE_TIMEOUT)?;
+    let warm = invoke(&mut sb, size, INVOKE_TIMEOUT)?;
     let (minflt, majflt) = faults(&sb);
     Ok(Record {
         function: f.into(),
-        input: o.size.clone(),
+        input: size.to_string(),
         strategy: "fresh".into(),
         tier: String::new(),
         emulated: false,
@@ -227,6 +231,7 @@ fn measure_restore(
     w: &Worker,
     snap: &thaw_store::Snapshot,
     f: &str,
+    size: &str,
     s: &str,
     o: &Options,
     run: usize,
@@ -235,10 +240,10 @@ fn measure_restore(
 ) -> Result<Record> {
     let t0 = Instant::now();
     let (mut sb, rep) = w.restore(snap, s)?;
-    let inv = invoke(&mut sb, &o.size, INVOKE_TIMEOUT)?;
+    let inv = invoke(&mut sb, size, INVOKE_TIMEOUT)?;
     let cold_ms = ms(t0);
     if o.check_all {
-        w.check(f, &o.size, &inv.output)?;
+        w.check(f, size, &inv.output)?;
     }
     let (minflt, majflt) = faults(&sb);
     let served = sb.pager().map(|p| p.stats.faults()).unwrap_or(0);
@@ -246,10 +251,10 @@ fn measure_restore(
     let mapped_in = image_rss_bytes(sb.pid()).unwrap_or(0);
     let rss_added = sb.memory_usage().unwrap_or(0) / 1024;
     let drift = sb.reap_outcome().map(|o| o.drift).unwrap_or(false);
-    let warm = invoke(&mut sb, &o.size, INVOKE_TIMEOUT)?;
+    let warm = invoke(&mut sb, size, INVOKE_TIMEOUT)?;
     Ok(Record {
         function: f.into(),
-        input: o.size.clone(),
+        input: size.to_string(),
         strategy: s.into(),
         tier: String::new(),
         emulated,
@@ -309,6 +314,7 @@ fn image_rss_bytes(pid: i32) -> Result<u64> {
 #[derive(Debug, Clone, Serialize)]
 pub struct Row {
     pub function: String,
+    pub input: String,
     pub strategy: String,
     pub cold: Summary,
     pub first_response: Summary,
@@ -316,39 +322,46 @@ pub struct Row {
     pub faults_median: f64,
     pub bytes_read_median: f64,
     pub rss_added_kb_median: f64,
+    pub slow_share_median: f64,
     pub speedup_vs_fresh: f64,
     pub ratio_to_mmap: Option<f64>,
 }
 
 pub fn summarize_rows(recs: &[Record]) -> Vec<Row> {
-    let mut keys: Vec<(String, String)> = Vec::new();
+    let mut keys: Vec<(String, String, String)> = Vec::new();
     for r in recs {
-        let k = (r.function.clone(), r.strategy.clone());
+        let k = (r.function.clone(), r.input.clone(), r.strategy.clone());
         if !keys.contains(&k) {
             keys.push(k);
         }
     }
-    let pick = |f: &str, s: &str, g: &dyn Fn(&Record) -> f64| -> Vec<f64> {
+    let pick = |f: &str, i: &str, s: &str, g: &dyn Fn(&Record) -> f64| -> Vec<f64> {
         recs.iter()
-            .filter(|r| r.function == f && r.strategy == s)
+            .filter(|r| r.function == f && r.input == i && r.strategy == s)
             .map(g)
             .collect()
     };
-    let med = |f: &str, s: &str| summarize(&pick(f, s, &|r| r.cold_ms)).map(|x| x.median);
+    let med =
+        |f: &str, i: &str, s: &str| summarize(&pick(f, i, s, &|r| r.cold_ms)).map(|x| x.median);
     keys.iter()
-        .filter_map(|(f, s)| {
-            let cold = summarize(&pick(f, s, &|r| r.cold_ms))?;
+        .filter_map(|(f, i, s)| {
+            let col = |g: &dyn Fn(&Record) -> f64| summarize(&pick(f, i, s, g));
+            let cold = col(&|r| r.cold_ms)?;
             Some(Row {
                 function: f.clone(),
+                input: i.clone(),
                 strategy: s.clone(),
                 cold,
-                first_response: summarize(&pick(f, s, &|r| r.first_response_ms))?,
-                warm: summarize(&pick(f, s, &|r| r.warm_ms))?,
-                faults_median: summarize(&pick(f, s, &|r| r.faults as f64))?.median,
-                bytes_read_median: summarize(&pick(f, s, &|r| r.bytes_read as f64))?.median,
-                rss_added_kb_median: summarize(&pick(f, s, &|r| r.rss_added_kb as f64))?.median,
-                speedup_vs_fresh: med(f, "fresh").map(|m| m / cold.median).unwrap_or(f64::NAN),
-                ratio_to_mmap: med(f, "mmap").map(|m| cold.median / m),
+                first_response: col(&|r| r.first_response_ms)?,
+                warm: col(&|r| r.warm_ms)?,
+                faults_median: col(&|r| r.faults as f64)?.median,
+                bytes_read_median: col(&|r| r.bytes_read as f64)?.median,
+                rss_added_kb_median: col(&|r| r.rss_added_kb as f64)?.median,
+                slow_share_median: col(&|r| r.slow_tier_share)?.median,
+                speedup_vs_fresh: med(f, i, "fresh")
+                    .map(|m| m / cold.median)
+                    .unwrap_or(f64::NAN),
+                ratio_to_mmap: med(f, i, "mmap").map(|m| cold.median / m),
             })
         })
         .collect()
@@ -360,13 +373,14 @@ pub fn markdown(rows: &[Row], tier: &str, emulated: bool, runs: usize) -> String
         "Tier: {tier}{} · {runs} runs per cell · times in ms (min / median / p99)\n\n",
         if emulated { " (emulated)" } else { "" }
     );
-    s.push_str("| function | strategy | cold start | first response | warm | faults served | MiB read | MiB added | speed-up vs fresh | ratio to mmap |\n");
-    s.push_str("|---|---|---|---|---|---|---|---|---|---|\n");
+    s.push_str("| function | input | strategy | cold start | first response | warm | faults served | MiB read | MiB added | slow tier | speed-up vs fresh | ratio to mmap |\n");
+    s.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     let t = |x: &Summary| format!("{:.2} / {:.2} / {:.2}", x.min, x.median, x.p99);
     for r in rows {
         s.push_str(&format!(
-            "| {} | {}{} | {} | {} | {} | {:.0} | {:.1} | {:.1} | {:.1}x | {} |\n",
+            "| {} | {} | {}{} | {} | {} | {} | {:.0} | {:.1} | {:.1} | {} | {:.1}x | {} |\n",
             r.function,
+            r.input,
             r.strategy,
             if r.strategy == "dax" {
                 " (pmem emulated by tmpfs)"
@@ -379,6 +393,11 @@ pub fn markdown(rows: &[Row], tier: &str, emulated: bool, runs: usize) -> String
             r.faults_median,
             r.bytes_read_median / (1 << 20) as f64,
             r.rss_added_kb_median / 1024.0,
+            if r.strategy == "tiered" {
+                format!("{:.0}%", r.slow_share_median * 100.0)
+            } else {
+                "-".into()
+            },
             r.speedup_vs_fresh,
             r.ratio_to_mmap
                 .map(|x| format!("{x:.2}"))

@@ -120,9 +120,9 @@ enum BenchCmd {
         /// tmpfs or disk
         #[arg(long, default_value = "tmpfs")]
         tier: String,
-        /// Input size I..IV
+        /// Input sizes, comma-separated (I..IV)
         #[arg(long, default_value = "I")]
-        size: String,
+        sizes: String,
         #[arg(long, default_value_t = 10)]
         runs: usize,
         /// Write one JSON object per run here
@@ -299,7 +299,7 @@ fn run(cli: Cli) -> Result<()> {
                     functions,
                     strategies,
                     tier,
-                    size,
+                    sizes,
                     runs,
                     json,
                     markdown,
@@ -312,7 +312,7 @@ fn run(cli: Cli) -> Result<()> {
                 functions: split(&functions),
                 strategies: split(&strategies),
                 tier: tier.clone(),
-                size,
+                sizes: split(&sizes),
                 runs,
                 redeploy,
                 check_all,
