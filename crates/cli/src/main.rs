@@ -79,6 +79,9 @@ enum Cmd {
         /// Extra time a slow-tier page costs on first touch, in microseconds
         #[arg(long, default_value_t = 61.0)]
         slow_fault_us: f64,
+        /// Bound on the estimated slowdown ("inf": TOSS's plain minimum-cost placement)
+        #[arg(long, default_value_t = 1.10)]
+        max_slowdown: f64,
     },
     /// Inspect snapshots
     Snapshot {
@@ -221,15 +224,19 @@ fn run(cli: Cli) -> Result<()> {
             reps,
             price_ratio,
             slow_fault_us,
+            max_slowdown,
         } => {
             let w = worker(&home)?;
             w.check_function(&function)?;
             if !(price_ratio.is_finite()
                 && price_ratio > 0.0
                 && slow_fault_us.is_finite()
-                && slow_fault_us >= 0.0)
+                && slow_fault_us >= 0.0
+                && max_slowdown >= 1.0)
             {
-                anyhow::bail!("--price-ratio must be positive and --slow-fault-us non-negative");
+                anyhow::bail!(
+                    "--price-ratio must be positive, --slow-fault-us non-negative and --max-slowdown at least 1"
+                );
             }
             let sizes = match sizes {
                 Some(s) => split(&s),
@@ -243,6 +250,7 @@ fn run(cli: Cli) -> Result<()> {
             let params = thaw_memory::tiering::CostParams {
                 price_ratio,
                 slow_fault_us,
+                max_slowdown,
                 ..Default::default()
             };
             let rep = w.make_tiered(

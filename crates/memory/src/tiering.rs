@@ -31,6 +31,9 @@ pub struct CostParams {
     pub fast_fault_us: f64,
     /// the function's cold invocation time with everything on the fast tier
     pub base_ms: f64,
+    /// bound on the estimated slowdown (TOSS's optional threshold); infinity
+    /// gives the plain minimum-cost placement
+    pub max_slowdown: f64,
 }
 
 impl Default for CostParams {
@@ -42,6 +45,7 @@ impl Default for CostParams {
             slow_fault_us: 61.0,
             fast_fault_us: 0.26,
             base_ms: 10.0,
+            max_slowdown: 1.10,
         }
     }
 }
@@ -100,24 +104,29 @@ pub struct BinDecision {
     pub slow: bool,
 }
 
-/// Decides, per saved page, fast or slow. Untouched pages go slow; touched
-/// pages are binned by access count and bins move slow, coldest first, while
-/// that lowers the cost.
-pub fn place(
-    layout: &MemoryLayout,
-    profile: &AccessProfile,
-    p: &CostParams,
-) -> (HashMap<u64, TierKind>, Vec<BinDecision>, f64, f64, f64) {
+/// The outcome of [`place`].
+pub struct Placement {
+    pub tier: HashMap<u64, TierKind>,
+    pub bins: Vec<BinDecision>,
+    pub est_slowdown: f64,
+    pub cost: f64,
+    pub cost_all_fast: f64,
+}
+
+/// Decides, per saved page, fast or slow. Untouched pages go slow (free by
+/// the model). Touched pages are binned by access count; as in TOSS, bins
+/// whose move alone lowers the cost are candidates, taken in order of
+/// slowdown per MiB saved while the total cost keeps falling and the
+/// slowdown stays within `max_slowdown`.
+pub fn place(layout: &MemoryLayout, profile: &AccessProfile, p: &CostParams) -> Placement {
     let epochs = profile.epochs.max(1) as f64;
     let mut bins: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
     for r in &layout.regions {
         for run in &r.runs {
             for a in (run.addr..run.addr + run.len).step_by(PAGE_SIZE as usize) {
-                let c = if r.anonymous {
-                    profile.counts.get(&a).copied().unwrap_or(0)
-                } else {
-                    u32::MAX
-                };
+                // file-backed private pages are copied before resume and never
+                // profiled: they stay fast (their own bin)
+                let c = if r.anonymous { profile.counts.get(&a).copied().unwrap_or(0) } else { u32::MAX };
                 bins.entry(c).or_default().push(a);
             }
         }
@@ -125,50 +134,39 @@ pub fn place(
     let mib = |pages: u64| pages as f64 * PAGE_SIZE as f64 / (1 << 20) as f64;
     let total: u64 = bins.values().map(|v| v.len() as u64).sum();
     let penalty_ms = (p.slow_fault_us - p.fast_fault_us).max(0.0) / 1000.0;
-    let cost = |slow_pages: u64, extra_ms: f64| {
-        let slowdown = 1.0 + extra_ms / p.base_ms.max(1e-3);
-        (
-            slowdown,
-            slowdown * (mib(total - slow_pages) * p.price_ratio + mib(slow_pages)),
-        )
-    };
-    let (_, cost_all_fast) = cost(0, 0.0);
-    let (mut slow_pages, mut extra_ms) = (0u64, 0.0);
-    let mut decisions = Vec::new();
-    let mut placement = HashMap::new();
-    let mut best = cost_all_fast;
-    let mut stop = false;
-    for (&count, pages) in &bins {
-        // file-backed private pages are copied before resume (never profiled): keep them fast
-        let eligible = count != u32::MAX && !stop;
-        let add_ms = pages.len() as f64 * (count as f64 / epochs) * penalty_ms;
-        let (_, c) = cost(slow_pages + pages.len() as u64, extra_ms + add_ms);
-        let to_slow = eligible && (count == 0 || c < best);
-        if to_slow {
-            slow_pages += pages.len() as u64;
-            extra_ms += add_ms;
-            best = c;
-        } else if count != 0 {
-            stop = true; // hotter bins only cost more
+    let slowdown_of = |extra_ms: f64| 1.0 + extra_ms / p.base_ms.max(1e-3);
+    let cost = |slow: u64, extra_ms: f64| slowdown_of(extra_ms) * (mib(total - slow) * p.price_ratio + mib(slow));
+    let cost_all_fast = cost(0, 0.0);
+    let extra_of = |count: u32, pages: usize| pages as f64 * (count as f64 / epochs) * penalty_ms;
+
+    let mut slow = bins.get(&0).map(|v| v.len() as u64).unwrap_or(0);
+    let mut extra = 0.0;
+    let mut candidates: Vec<(u32, usize)> = bins
+        .iter()
+        .filter(|(&c, v)| c != 0 && c != u32::MAX && cost(v.len() as u64, extra_of(c, v.len())) < cost_all_fast)
+        .map(|(&c, v)| (c, v.len()))
+        .collect();
+    // most memory saved per unit of slowdown first: lower counts first
+    candidates.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut moved = std::collections::HashSet::new();
+    for (c, n) in candidates {
+        let (s2, e2) = (slow + n as u64, extra + extra_of(c, n));
+        if cost(s2, e2) < cost(slow, extra) && slowdown_of(e2) <= p.max_slowdown {
+            slow = s2;
+            extra = e2;
+            moved.insert(c);
         }
-        for &a in pages {
-            placement.insert(
-                a,
-                if to_slow {
-                    TierKind::Slow
-                } else {
-                    TierKind::Fast
-                },
-            );
-        }
-        decisions.push(BinDecision {
-            accesses: count.min(profile.epochs),
-            pages: pages.len() as u64,
-            slow: to_slow,
-        });
     }
-    let (slowdown, final_cost) = cost(slow_pages, extra_ms);
-    (placement, decisions, slowdown, final_cost, cost_all_fast)
+    let mut tier = HashMap::new();
+    let mut decisions = Vec::new();
+    for (&c, pages) in &bins {
+        let to_slow = c == 0 || moved.contains(&c);
+        for &a in pages {
+            tier.insert(a, if to_slow { TierKind::Slow } else { TierKind::Fast });
+        }
+        decisions.push(BinDecision { accesses: c.min(profile.epochs), pages: pages.len() as u64, slow: to_slow });
+    }
+    Placement { tier, bins: decisions, est_slowdown: slowdown_of(extra), cost: cost(slow, extra), cost_all_fast }
 }
 
 /// Writes the fast file into `snap_dir`, the slow file into `slow_dir`, and
@@ -182,7 +180,7 @@ pub fn write(
     profile: &AccessProfile,
     params: &CostParams,
 ) -> Result<TierLayout> {
-    let (placement, bins, est_slowdown, cost, cost_all_fast) = place(layout, profile, params);
+    let Placement { tier: placement, bins, est_slowdown, cost, cost_all_fast } = place(layout, profile, params);
     fs::create_dir_all(slow_dir).with_context(|| format!("creating {}", slow_dir.display()))?;
     let fast_path = snap_dir.join(FAST_FILE);
     let slow_path = slow_dir.join(SLOW_FILE);
@@ -381,7 +379,7 @@ mod tests {
             base_ms: 0.05,
             ..Default::default()
         };
-        let (pl, bins, slowdown, cost, all_fast) = place(&l, &prof, &p);
+        let Placement { tier: pl, bins, est_slowdown: slowdown, cost, cost_all_fast: all_fast } = place(&l, &prof, &p);
         assert_eq!(pl[&0x1000], TierKind::Fast, "file-private pages stay fast");
         assert_eq!(pl[&0x17000], TierKind::Slow, "untouched page");
         assert_eq!(pl[&0x10000], TierKind::Fast, "hot page");
@@ -398,8 +396,14 @@ mod tests {
             base_ms: 1000.0,
             ..Default::default()
         };
-        let (pl2, ..) = place(&l, &prof, &p2);
-        assert_eq!(pl2[&0x12000], TierKind::Slow);
+        assert_eq!(place(&l, &prof, &p2).tier[&0x12000], TierKind::Slow);
+        // ...unless the slowdown bound forbids it
+        let p3 = CostParams { base_ms: 1.0, max_slowdown: 1.001, ..Default::default() };
+        let pl3 = place(&l, &prof, &p3);
+        assert_eq!(pl3.tier[&0x12000], TierKind::Fast);
+        assert!(pl3.est_slowdown <= 1.001);
+        let p4 = CostParams { base_ms: 1.0, max_slowdown: f64::INFINITY, ..Default::default() };
+        assert_eq!(place(&l, &prof, &p4).tier[&0x12000], TierKind::Slow);
     }
 
     #[test]

@@ -10,7 +10,6 @@
 //! (epochs) that touched it: access frequency over time, not first touches.
 use crate::ptrace::{self, REG_ORIG_RAX, REG_RAX, REG_RDI, REG_RDX, REG_RIP, REG_RSI};
 use crate::restore::{restore_with, Hooks};
-use crate::state::ProcessState;
 use crate::{Sandbox, SandboxConfig};
 use anyhow::{bail, Context, Result};
 use serde_json::Value;
@@ -34,7 +33,6 @@ pub fn profile(
     requests: &[Value],
     timeout: Duration,
 ) -> Result<AccessProfile> {
-    let state = ProcessState::decode(&snap.load_state()?)?;
     let overlay = Arc::new(OverlaySource {
         base: ImageSource(File::open(snap.memory_path())?),
         pages: Default::default(),
@@ -45,13 +43,6 @@ pub fn profile(
         record: true,
     };
     let (mut sb, _) = restore_with(snap, root, root_hash, uffd.as_ref(), cfg, hooks)?;
-    let anon: Vec<(u64, u64)> = state
-        .memory
-        .regions
-        .iter()
-        .filter(|r| r.anonymous)
-        .map(|r| (r.start, r.end))
-        .collect();
     // pages the restore handshake touches are touched by every cold start
     let handshake = take_pages(&sb);
     let mut prof = AccessProfile {
@@ -60,7 +51,7 @@ pub fn profile(
     };
     for (i, req) in requests.iter().enumerate() {
         if i > 0 {
-            drop_resident(&sb, &anon, &overlay)
+            drop_resident(&sb, &overlay)
                 .with_context(|| format!("resetting for epoch {i}"))?;
         }
         let t = Instant::now();
@@ -84,13 +75,40 @@ fn take_pages(sb: &Sandbox) -> Vec<u64> {
     v
 }
 
-/// Freezes the runtime, saves its resident anonymous pages into `overlay` and
-/// has it drop them, so the next touches fault again.
-fn drop_resident(sb: &Sandbox, anon: &[(u64, u64)], overlay: &OverlaySource) -> Result<()> {
+/// The runtime's mappings still registered with the page server's
+/// userfaultfd ("um" in smaps). The runtime may have unmapped or replaced
+/// parts of its snapshot regions since the restore; only these are safe to
+/// drop, because only these fault back through the page server.
+fn lazily_served(pid: i32) -> Result<Vec<(u64, u64)>> {
+    let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps"))?;
+    let mut out = Vec::new();
+    let mut cur = None;
+    for line in smaps.lines() {
+        if let Some(flags) = line.strip_prefix("VmFlags:") {
+            if let Some(r) = cur.take() {
+                if flags.split_whitespace().any(|f| f == "um") {
+                    out.push(r);
+                }
+            }
+        } else if let Some((range, _)) = line.split_once(' ') {
+            if let Some((a, b)) = range.split_once('-') {
+                if let (Ok(a), Ok(b)) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16)) {
+                    cur = Some((a, b));
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Freezes the runtime, saves its resident lazily served pages into
+/// `overlay` and has it drop them, so the next touches fault again.
+fn drop_resident(sb: &Sandbox, overlay: &OverlaySource) -> Result<()> {
     let pid = sb.pid();
     crate::checkpoint::wait_blocked_on_socket(pid)?;
     ptrace::seize_and_stop(pid)?;
     let res = (|| -> Result<()> {
+        let anon = lazily_served(pid)?;
         let saved = ptrace::get_regs(pid)?;
         let mem = File::open(format!("/proc/{pid}/mem"))?;
         // stopped in its blocking read: the instruction before rip is `syscall`
@@ -103,7 +121,7 @@ fn drop_resident(sb: &Sandbox, anon: &[(u64, u64)], overlay: &OverlaySource) -> 
         let pagemap = File::open(format!("/proc/{pid}/pagemap"))?;
         let mut pages: HashMap<u64, Box<[u8]>> = HashMap::new();
         let mut pm = Vec::new();
-        for &(start, end) in anon {
+        for &(start, end) in &anon {
             let n = ((end - start) / PAGE_SIZE) as usize;
             pm.resize(n * 8, 0);
             pagemap.read_exact_at(&mut pm, start / PAGE_SIZE * 8)?;
@@ -122,7 +140,7 @@ fn drop_resident(sb: &Sandbox, anon: &[(u64, u64)], overlay: &OverlaySource) -> 
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .extend(pages);
-        for &(start, end) in anon {
+        for &(start, end) in &anon {
             let mut r = saved;
             r[REG_RIP] = insn;
             r[REG_RAX] = libc::SYS_madvise as u64;
