@@ -13,7 +13,7 @@ pub mod uffd;
 pub mod working_set;
 
 pub use layout::{MemoryLayout, Region, Run, PAGE_SIZE};
-pub use page_server::{FaultStats, ImageSource, OverlaySource, PageServer, PageSource};
+pub use page_server::{FaultStats, ImageSource, PageServer, PageSource};
 pub use strategy::{strategy_by_name, Fill, RestoreStrategy, STRATEGY_NAMES};
 
 /// Writes a file that derives from a snapshot (working set, tier files):

@@ -38,28 +38,6 @@ impl PageSource for ImageSource {
     }
 }
 
-/// The image, overlaid with newer contents of some pages (profiling discards
-/// pages from the running process and must serve them back as they were).
-pub struct OverlaySource {
-    pub base: ImageSource,
-    pub pages: Mutex<std::collections::HashMap<u64, Box<[u8]>>>,
-}
-
-impl PageSource for OverlaySource {
-    fn read_page(&self, region: &Region, addr: u64, buf: &mut [u8]) -> anyhow::Result<bool> {
-        if let Some(p) = self
-            .pages
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&addr)
-        {
-            buf.copy_from_slice(p);
-            return Ok(true);
-        }
-        self.base.read_page(region, addr, buf)
-    }
-}
-
 /// Counters a restore reports; shared with the server thread.
 #[derive(Debug, Default)]
 pub struct FaultStats {

@@ -124,9 +124,7 @@ pub fn place(layout: &MemoryLayout, profile: &AccessProfile, p: &CostParams) -> 
     for r in &layout.regions {
         for run in &r.runs {
             for a in (run.addr..run.addr + run.len).step_by(PAGE_SIZE as usize) {
-                // file-backed private pages are copied before resume and never
-                // profiled: they stay fast (their own bin)
-                let c = if r.anonymous { profile.counts.get(&a).copied().unwrap_or(0) } else { u32::MAX };
+                let c = profile.counts.get(&a).copied().unwrap_or(0);
                 bins.entry(c).or_default().push(a);
             }
         }
@@ -135,7 +133,9 @@ pub fn place(layout: &MemoryLayout, profile: &AccessProfile, p: &CostParams) -> 
     let total: u64 = bins.values().map(|v| v.len() as u64).sum();
     let penalty_ms = (p.slow_fault_us - p.fast_fault_us).max(0.0) / 1000.0;
     let slowdown_of = |extra_ms: f64| 1.0 + extra_ms / p.base_ms.max(1e-3);
-    let cost = |slow: u64, extra_ms: f64| slowdown_of(extra_ms) * (mib(total - slow) * p.price_ratio + mib(slow));
+    let cost = |slow: u64, extra_ms: f64| {
+        slowdown_of(extra_ms) * (mib(total - slow) * p.price_ratio + mib(slow))
+    };
     let cost_all_fast = cost(0, 0.0);
     let extra_of = |count: u32, pages: usize| pages as f64 * (count as f64 / epochs) * penalty_ms;
 
@@ -143,7 +143,7 @@ pub fn place(layout: &MemoryLayout, profile: &AccessProfile, p: &CostParams) -> 
     let mut extra = 0.0;
     let mut candidates: Vec<(u32, usize)> = bins
         .iter()
-        .filter(|(&c, v)| c != 0 && c != u32::MAX && cost(v.len() as u64, extra_of(c, v.len())) < cost_all_fast)
+        .filter(|(&c, v)| c != 0 && cost(v.len() as u64, extra_of(c, v.len())) < cost_all_fast)
         .map(|(&c, v)| (c, v.len()))
         .collect();
     // most memory saved per unit of slowdown first: lower counts first
@@ -162,11 +162,28 @@ pub fn place(layout: &MemoryLayout, profile: &AccessProfile, p: &CostParams) -> 
     for (&c, pages) in &bins {
         let to_slow = c == 0 || moved.contains(&c);
         for &a in pages {
-            tier.insert(a, if to_slow { TierKind::Slow } else { TierKind::Fast });
+            tier.insert(
+                a,
+                if to_slow {
+                    TierKind::Slow
+                } else {
+                    TierKind::Fast
+                },
+            );
         }
-        decisions.push(BinDecision { accesses: c.min(profile.epochs), pages: pages.len() as u64, slow: to_slow });
+        decisions.push(BinDecision {
+            accesses: c.min(profile.epochs),
+            pages: pages.len() as u64,
+            slow: to_slow,
+        });
     }
-    Placement { tier, bins: decisions, est_slowdown: slowdown_of(extra), cost: cost(slow, extra), cost_all_fast }
+    Placement {
+        tier,
+        bins: decisions,
+        est_slowdown: slowdown_of(extra),
+        cost: cost(slow, extra),
+        cost_all_fast,
+    }
 }
 
 /// Writes the fast file into `snap_dir`, the slow file into `slow_dir`, and
@@ -180,7 +197,13 @@ pub fn write(
     profile: &AccessProfile,
     params: &CostParams,
 ) -> Result<TierLayout> {
-    let Placement { tier: placement, bins, est_slowdown, cost, cost_all_fast } = place(layout, profile, params);
+    let Placement {
+        tier: placement,
+        bins,
+        est_slowdown,
+        cost,
+        cost_all_fast,
+    } = place(layout, profile, params);
     fs::create_dir_all(slow_dir).with_context(|| format!("creating {}", slow_dir.display()))?;
     let fast_path = snap_dir.join(FAST_FILE);
     let slow_path = slow_dir.join(SLOW_FILE);
@@ -374,13 +397,20 @@ mod tests {
         prof.counts.insert(0x10000, 4); // hot
         prof.counts.insert(0x11000, 4);
         prof.counts.insert(0x12000, 1); // lukewarm
-                                        // a short function: each slow first touch is a large share of its time
+        prof.counts.insert(0x1000, 4); // a hot privately modified page of a file mapping
+                                       // a short function: each slow first touch is a large share of its time
         let p = CostParams {
             base_ms: 0.05,
             ..Default::default()
         };
-        let Placement { tier: pl, bins, est_slowdown: slowdown, cost, cost_all_fast: all_fast } = place(&l, &prof, &p);
-        assert_eq!(pl[&0x1000], TierKind::Fast, "file-private pages stay fast");
+        let Placement {
+            tier: pl,
+            bins,
+            est_slowdown: slowdown,
+            cost,
+            cost_all_fast: all_fast,
+        } = place(&l, &prof, &p);
+        assert_eq!(pl[&0x1000], TierKind::Fast, "hot file-private page");
         assert_eq!(pl[&0x17000], TierKind::Slow, "untouched page");
         assert_eq!(pl[&0x10000], TierKind::Fast, "hot page");
         assert!(cost < all_fast);
@@ -398,11 +428,19 @@ mod tests {
         };
         assert_eq!(place(&l, &prof, &p2).tier[&0x12000], TierKind::Slow);
         // ...unless the slowdown bound forbids it
-        let p3 = CostParams { base_ms: 1.0, max_slowdown: 1.001, ..Default::default() };
+        let p3 = CostParams {
+            base_ms: 1.0,
+            max_slowdown: 1.001,
+            ..Default::default()
+        };
         let pl3 = place(&l, &prof, &p3);
         assert_eq!(pl3.tier[&0x12000], TierKind::Fast);
         assert!(pl3.est_slowdown <= 1.001);
-        let p4 = CostParams { base_ms: 1.0, max_slowdown: f64::INFINITY, ..Default::default() };
+        let p4 = CostParams {
+            base_ms: 1.0,
+            max_slowdown: f64::INFINITY,
+            ..Default::default()
+        };
         assert_eq!(place(&l, &prof, &p4).tier[&0x12000], TierKind::Slow);
     }
 

@@ -10,6 +10,7 @@
 //! (epochs) that touched it: access frequency over time, not first touches.
 use crate::ptrace::{self, REG_ORIG_RAX, REG_RAX, REG_RDI, REG_RDX, REG_RIP, REG_RSI};
 use crate::restore::{restore_with, Hooks};
+use crate::state::ProcessState;
 use crate::{Sandbox, SandboxConfig};
 use anyhow::{bail, Context, Result};
 use serde_json::Value;
@@ -18,9 +19,10 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use thaw_memory::tiering::AccessProfile;
-use thaw_memory::{strategy_by_name, ImageSource, OverlaySource, PAGE_SIZE};
+use thaw_memory::{strategy_by_name, ImageSource, PageSource, Region, PAGE_SIZE};
 use thaw_store::Snapshot;
 
 /// Runs `requests` (one epoch each) against a lazily restored clone of `snap`
@@ -33,14 +35,29 @@ pub fn profile(
     requests: &[Value],
     timeout: Duration,
 ) -> Result<AccessProfile> {
-    let overlay = Arc::new(OverlaySource {
-        base: ImageSource(File::open(snap.memory_path())?),
+    // Every mapping, file-backed ones included, is restored as lazily served
+    // anonymous memory, so accesses to the privately modified pages of file
+    // mappings are counted too; pages the image lacks come from the file.
+    let mut state = ProcessState::decode(&snap.load_state()?)?;
+    let mut files = HashMap::new();
+    for (v, r) in state.vmas.iter_mut().zip(state.memory.regions.iter_mut()) {
+        if let Some(path) = v.path.take() {
+            let host = root.join(path.trim_start_matches('/'));
+            let f = File::open(&host).with_context(|| format!("opening {}", host.display()))?;
+            files.insert(v.start, (f, v.file_off));
+            r.anonymous = true;
+        }
+    }
+    let overlay = Arc::new(ProfileSource {
+        image: ImageSource(File::open(snap.memory_path())?),
+        files,
         pages: Default::default(),
     });
     let uffd = strategy_by_name("uffd")?;
     let hooks = Hooks {
         pager_source: Some(overlay.clone()),
         record: true,
+        state: Some(state),
     };
     let (mut sb, _) = restore_with(snap, root, root_hash, uffd.as_ref(), cfg, hooks)?;
     // pages the restore handshake touches are touched by every cold start
@@ -51,8 +68,7 @@ pub fn profile(
     };
     for (i, req) in requests.iter().enumerate() {
         if i > 0 {
-            drop_resident(&sb, &overlay)
-                .with_context(|| format!("resetting for epoch {i}"))?;
+            drop_resident(&sb, &overlay).with_context(|| format!("resetting for epoch {i}"))?;
         }
         let t = Instant::now();
         sb.call(req, timeout)
@@ -66,6 +82,45 @@ pub fn profile(
         prof.counts.insert(p, prof.epochs);
     }
     Ok(prof)
+}
+
+/// Pages for the profiling clone: the newest contents saved between epochs,
+/// else the snapshot image, else the mapped file (zero past its end).
+struct ProfileSource {
+    image: ImageSource,
+    /// region start -> (backing file, its offset) for former file mappings
+    files: HashMap<u64, (File, u64)>,
+    pages: Mutex<HashMap<u64, Box<[u8]>>>,
+}
+
+impl PageSource for ProfileSource {
+    fn read_page(&self, region: &Region, addr: u64, buf: &mut [u8]) -> Result<bool> {
+        if let Some(p) = self
+            .pages
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&addr)
+        {
+            buf.copy_from_slice(p);
+            return Ok(true);
+        }
+        if self.image.read_page(region, addr, buf)? {
+            return Ok(true);
+        }
+        let Some((f, off)) = self.files.get(&region.start) else {
+            return Ok(false);
+        };
+        buf.fill(0);
+        let mut got = 0;
+        while got < buf.len() {
+            let n = f.read_at(&mut buf[got..], off + (addr - region.start) + got as u64)?;
+            if n == 0 {
+                break;
+            }
+            got += n;
+        }
+        Ok(true)
+    }
 }
 
 fn take_pages(sb: &Sandbox) -> Vec<u64> {
@@ -103,7 +158,7 @@ fn lazily_served(pid: i32) -> Result<Vec<(u64, u64)>> {
 
 /// Freezes the runtime, saves its resident lazily served pages into
 /// `overlay` and has it drop them, so the next touches fault again.
-fn drop_resident(sb: &Sandbox, overlay: &OverlaySource) -> Result<()> {
+fn drop_resident(sb: &Sandbox, overlay: &ProfileSource) -> Result<()> {
     let pid = sb.pid();
     crate::checkpoint::wait_blocked_on_socket(pid)?;
     ptrace::seize_and_stop(pid)?;

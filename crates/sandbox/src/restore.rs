@@ -82,6 +82,9 @@ pub fn restore(
 pub(crate) struct Hooks {
     pub pager_source: Option<Arc<dyn PageSource>>,
     pub record: bool,
+    /// restore this state instead of the snapshot's (the profiler turns file
+    /// mappings into lazily served anonymous ones)
+    pub state: Option<ProcessState>,
 }
 
 pub(crate) fn restore_with(
@@ -95,6 +98,7 @@ pub(crate) fn restore_with(
     let Hooks {
         pager_source,
         record: record_faults,
+        state: state_override,
     } = hooks;
     let t0 = Instant::now();
     let mut rep = RestoreReport {
@@ -111,8 +115,11 @@ pub(crate) fn restore_with(
     if !root.is_dir() {
         bail!("runtime root {} is missing", root.display());
     }
-    let state = ProcessState::decode(&snap.load_state()?)
-        .with_context(|| format!("snapshot {}", snap.dir.display()))?;
+    let state = match state_override {
+        Some(s) => s,
+        None => ProcessState::decode(&snap.load_state()?)
+            .with_context(|| format!("snapshot {}", snap.dir.display()))?,
+    };
     let image = File::open(snap.memory_path()).context("opening the memory image")?;
     verify_once(snap, &image)?;
     rep.state_load_ms = ms(t0);
