@@ -147,7 +147,7 @@ pub fn place(layout: &MemoryLayout, profile: &AccessProfile, p: &CostParams) -> 
         .map(|(&c, v)| (c, v.len()))
         .collect();
     // most memory saved per unit of slowdown first: lower counts first
-    candidates.sort_by(|a, b| a.0.cmp(&b.0));
+    candidates.sort_by_key(|c| c.0);
     let mut moved = std::collections::HashSet::new();
     for (c, n) in candidates {
         let (s2, e2) = (slow + n as u64, extra + extra_of(c, n));
