@@ -55,8 +55,19 @@ impl Default for CostParams {
 pub struct AccessProfile {
     pub epochs: u32,
     pub counts: BTreeMap<u64, u32>,
-    /// invocation latencies seen while profiling (ms)
-    pub latencies_ms: Vec<f64>,
+    /// The same counts per class of invocation (an input size); slowdown is
+    /// estimated per class and the worst one counts, so a bound holds for
+    /// short invocations too. Empty: one class, `CostParams::base_ms`.
+    pub classes: Vec<ProfileClass>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ProfileClass {
+    pub name: String,
+    pub epochs: u32,
+    pub counts: HashMap<u64, u32>,
+    /// cold invocation time of this class with everything on the fast tier (ms)
+    pub base_ms: f64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -119,7 +130,6 @@ pub struct Placement {
 /// slowdown per MiB saved while the total cost keeps falling and the
 /// slowdown stays within `max_slowdown`.
 pub fn place(layout: &MemoryLayout, profile: &AccessProfile, p: &CostParams) -> Placement {
-    let epochs = profile.epochs.max(1) as f64;
     let mut bins: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
     for r in &layout.regions {
         for run in &r.runs {
@@ -132,26 +142,65 @@ pub fn place(layout: &MemoryLayout, profile: &AccessProfile, p: &CostParams) -> 
     let mib = |pages: u64| pages as f64 * PAGE_SIZE as f64 / (1 << 20) as f64;
     let total: u64 = bins.values().map(|v| v.len() as u64).sum();
     let penalty_ms = (p.slow_fault_us - p.fast_fault_us).max(0.0) / 1000.0;
-    let slowdown_of = |extra_ms: f64| 1.0 + extra_ms / p.base_ms.max(1e-3);
-    let cost = |slow: u64, extra_ms: f64| {
-        slowdown_of(extra_ms) * (mib(total - slow) * p.price_ratio + mib(slow))
+    // per class: (epochs, counts, base); one class from the totals when none given
+    let single = [ProfileClass {
+        name: String::new(),
+        epochs: profile.epochs,
+        counts: HashMap::new(),
+        base_ms: p.base_ms,
+    }];
+    let classes: &[ProfileClass] = if profile.classes.is_empty() {
+        &single
+    } else {
+        &profile.classes
     };
-    let cost_all_fast = cost(0, 0.0);
-    let extra_of = |count: u32, pages: usize| pages as f64 * (count as f64 / epochs) * penalty_ms;
+    let count_in = |c: &ProfileClass, a: u64| -> f64 {
+        let n = if profile.classes.is_empty() {
+            profile.counts.get(&a).copied()
+        } else {
+            c.counts.get(&a).copied()
+        };
+        n.unwrap_or(0) as f64 / c.epochs.max(1) as f64
+    };
+    // extra milliseconds per class if a bin moves to the slow tier
+    let bin_extra: BTreeMap<u32, Vec<f64>> = bins
+        .iter()
+        .map(|(&cnt, pages)| {
+            (
+                cnt,
+                classes
+                    .iter()
+                    .map(|c| pages.iter().map(|&a| count_in(c, a)).sum::<f64>() * penalty_ms)
+                    .collect(),
+            )
+        })
+        .collect();
+    let slowdown_of = |extra: &[f64]| {
+        classes
+            .iter()
+            .zip(extra)
+            .map(|(c, e)| 1.0 + e / c.base_ms.max(1e-3))
+            .fold(1.0, f64::max)
+    };
+    let cost = |slow: u64, extra: &[f64]| {
+        slowdown_of(extra) * (mib(total - slow) * p.price_ratio + mib(slow))
+    };
+    let zero = vec![0.0; classes.len()];
+    let cost_all_fast = cost(0, &zero);
+    let add = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(x, y)| x + y).collect::<Vec<f64>>();
 
     let mut slow = bins.get(&0).map(|v| v.len() as u64).unwrap_or(0);
-    let mut extra = 0.0;
-    let mut candidates: Vec<(u32, usize)> = bins
+    let mut extra = bin_extra.get(&0).cloned().unwrap_or_else(|| zero.clone());
+    let candidates: Vec<u32> = bins
         .iter()
-        .filter(|(&c, v)| c != 0 && cost(v.len() as u64, extra_of(c, v.len())) < cost_all_fast)
-        .map(|(&c, v)| (c, v.len()))
+        .filter(|(&c, v)| c != 0 && cost(v.len() as u64, &bin_extra[&c]) < cost_all_fast)
+        .map(|(&c, _)| c)
         .collect();
-    // most memory saved per unit of slowdown first: lower counts first
-    candidates.sort_by_key(|c| c.0);
+    // lower counts first: most memory per unit of slowdown
     let mut moved = std::collections::HashSet::new();
-    for (c, n) in candidates {
-        let (s2, e2) = (slow + n as u64, extra + extra_of(c, n));
-        if cost(s2, e2) < cost(slow, extra) && slowdown_of(e2) <= p.max_slowdown {
+    for c in candidates {
+        let (s2, e2) = (slow + bins[&c].len() as u64, add(&extra, &bin_extra[&c]));
+        if cost(s2, &e2) < cost(slow, &extra) && slowdown_of(&e2) <= p.max_slowdown {
             slow = s2;
             extra = e2;
             moved.insert(c);
@@ -180,8 +229,8 @@ pub fn place(layout: &MemoryLayout, profile: &AccessProfile, p: &CostParams) -> 
     Placement {
         tier,
         bins: decisions,
-        est_slowdown: slowdown_of(extra),
-        cost: cost(slow, extra),
+        est_slowdown: slowdown_of(&extra),
+        cost: cost(slow, &extra),
         cost_all_fast,
     }
 }
@@ -442,6 +491,42 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(place(&l, &prof, &p4).tier[&0x12000], TierKind::Slow);
+    }
+
+    #[test]
+    fn the_most_sensitive_class_bounds_the_slowdown() {
+        let l = layout();
+        // a page touched by every short invocation and no long one: across
+        // all invocations it looks lukewarm, but the short ones would slow down
+        let mut short = ProfileClass {
+            name: "I".into(),
+            epochs: 2,
+            base_ms: 0.1,
+            ..Default::default()
+        };
+        short.counts.insert(0x12000, 2);
+        let long = ProfileClass {
+            name: "IV".into(),
+            epochs: 2,
+            base_ms: 1000.0,
+            ..Default::default()
+        };
+        let mut prof = AccessProfile {
+            epochs: 4,
+            classes: vec![short, long],
+            ..Default::default()
+        };
+        prof.counts.insert(0x12000, 2);
+        let pl = place(&l, &prof, &CostParams::default());
+        assert_eq!(pl.tier[&0x12000], TierKind::Fast);
+        assert!(pl.est_slowdown <= 1.10);
+        // with only the long class it would move
+        prof.classes.remove(0);
+        prof.classes[0].counts.insert(0x12000, 1);
+        assert_eq!(
+            place(&l, &prof, &CostParams::default()).tier[&0x12000],
+            TierKind::Slow
+        );
     }
 
     #[test]

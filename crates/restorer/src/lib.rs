@@ -22,6 +22,7 @@ pub const MAX_VDSO_PIECES: usize = 4;
 pub const FILL_COPY: u32 = 0;
 pub const FILL_MAP: u32 = 1;
 pub const FILL_MAP_POPULATE: u32 = 2;
+pub const FILL_MAP_RANDOM: u32 = 3;
 
 pub const VMA_ANON: u32 = 1;
 pub const VMA_GROWSDOWN: u32 = 2;

@@ -34,6 +34,7 @@ typedef int i32;
 #define FILL_COPY 0 /* pread from the image fd into the mapping */
 #define FILL_MAP 1  /* MAP_PRIVATE|MAP_FIXED mapping of the image fd */
 #define FILL_MAP_POPULATE 2 /* FILL_MAP, then build its page tables (MADV_POPULATE_READ) */
+#define FILL_MAP_RANDOM 3   /* FILL_MAP with readahead off (MADV_RANDOM): sparse pages on a slow tier */
 
 /* vma flags */
 #define VMA_ANON 1      /* anonymous private memory */

@@ -22,6 +22,7 @@
 #define SYS_mremap 25
 #define SYS_madvise 28
 #define MADV_POPULATE_READ 22
+#define MADV_RANDOM 1
 #define SYS_sendmsg 46
 #define SYS_exit_group 231
 #define SYS_setresuid 117
@@ -356,11 +357,14 @@ void restorer_main(u64 *initial_sp)
             struct plan_run *run = &runs[v->first_run + k];
             if (!inside(run->addr, run->addr + run->len, v->start, v->end))
                 fail(STEP_BAD_PLAN, EINVAL, 100000 + i);
-            if (run->fill == FILL_MAP || run->fill == FILL_MAP_POPULATE) {
+            if (run->fill == FILL_MAP || run->fill == FILL_MAP_POPULATE ||
+                run->fill == FILL_MAP_RANDOM) {
                 r = sys6(SYS_mmap, run->addr, run->len, v->prot, MAP_PRIVATE | MAP_FIXED,
                          run->img_fd, (long)run->img_off);
                 if (r >= 0 && run->fill == FILL_MAP_POPULATE && (v->prot & PROT_READ))
                     r = sys3(SYS_madvise, run->addr, run->len, MADV_POPULATE_READ);
+                if (r >= 0 && run->fill == FILL_MAP_RANDOM)
+                    r = sys3(SYS_madvise, run->addr, run->len, MADV_RANDOM);
             } else
                 r = read_full(run->img_fd, (void *)run->addr, run->len, run->img_off, 1);
             if (r < 0)

@@ -20,19 +20,20 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
-use thaw_memory::tiering::AccessProfile;
+use std::time::Duration;
+use thaw_memory::tiering::{AccessProfile, ProfileClass};
 use thaw_memory::{strategy_by_name, ImageSource, PageSource, Region, PAGE_SIZE};
 use thaw_store::Snapshot;
 
-/// Runs `requests` (one epoch each) against a lazily restored clone of `snap`
-/// and returns per-page access counts.
+/// Runs `requests` (one epoch each, with the name of its class, e.g. the
+/// input size) against a lazily restored clone of `snap` and returns per-page
+/// access counts, in total and per class.
 pub fn profile(
     snap: &Snapshot,
     root: &Path,
     root_hash: &str,
     cfg: &SandboxConfig,
-    requests: &[Value],
+    requests: &[(String, Value)],
     timeout: Duration,
 ) -> Result<AccessProfile> {
     // Every mapping, file-backed ones included, is restored as lazily served
@@ -66,20 +67,34 @@ pub fn profile(
         epochs: requests.len() as u32,
         ..Default::default()
     };
-    for (i, req) in requests.iter().enumerate() {
+    for (i, (class, req)) in requests.iter().enumerate() {
         if i > 0 {
             drop_resident(&sb, &overlay).with_context(|| format!("resetting for epoch {i}"))?;
         }
-        let t = Instant::now();
         sb.call(req, timeout)
             .with_context(|| format!("profiling invocation {req}"))?;
-        prof.latencies_ms.push(t.elapsed().as_secs_f64() * 1e3);
+        let ci = match prof.classes.iter().position(|c| &c.name == class) {
+            Some(ci) => ci,
+            None => {
+                prof.classes.push(ProfileClass {
+                    name: class.clone(),
+                    ..Default::default()
+                });
+                prof.classes.len() - 1
+            }
+        };
+        let c = &mut prof.classes[ci];
+        c.epochs += 1;
         for p in take_pages(&sb) {
             *prof.counts.entry(p).or_insert(0) += 1;
+            *c.counts.entry(p).or_insert(0) += 1;
         }
     }
     for p in handshake {
         prof.counts.insert(p, prof.epochs);
+        for c in &mut prof.classes {
+            c.counts.insert(p, c.epochs);
+        }
     }
     Ok(prof)
 }

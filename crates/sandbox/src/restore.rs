@@ -455,7 +455,13 @@ fn build_plan(
                     len: t.len,
                     img_off: t.off,
                     img_fd: if slow { SLOW_FD } else { FAST_FD },
-                    fill: r::FILL_MAP,
+                    // readahead off on the slow tier: its pages are the sparse,
+                    // rarely touched ones (the SYSTOR'22 advice)
+                    fill: if slow {
+                        r::FILL_MAP_RANDOM
+                    } else {
+                        r::FILL_MAP
+                    },
                 });
                 rep.mapped_bytes += t.len;
             }
