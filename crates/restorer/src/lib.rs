@@ -31,12 +31,10 @@ pub const VMA_POPULATE: u32 = 8;
 
 pub const PLAN_LAZY: u32 = 1;
 
-/// The fields of `struct plan_header` that are not counts (counts come from the vectors).
-#[derive(Debug, Clone, Default)]
-pub struct PlanHeader {
-    pub vdso_block_start: u64,
-    pub vdso_offset: u64,
-    pub vdso_pieces: Vec<(u64, u64)>,
+/// The fields of `struct prctl_mm_map` the restorer sets (auxv and exe aside);
+/// snapshots store them as they are.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct MmFields {
     pub start_code: u64,
     pub end_code: u64,
     pub start_data: u64,
@@ -48,6 +46,15 @@ pub struct PlanHeader {
     pub arg_end: u64,
     pub env_start: u64,
     pub env_end: u64,
+}
+
+/// The fields of `struct plan_header` that are not counts (counts come from the vectors).
+#[derive(Debug, Clone, Default)]
+pub struct PlanHeader {
+    pub vdso_block_start: u64,
+    pub vdso_offset: u64,
+    pub vdso_pieces: Vec<(u64, u64)>,
+    pub mm: MmFields,
     pub uid: u32,
     pub gid: u32,
     pub flags: u32,
@@ -128,17 +135,17 @@ impl Plan {
         u32s(&mut w, h.vdso_pieces.len() as u32);
         u32s(&mut w, 0);
         for v in [
-            h.start_code,
-            h.end_code,
-            h.start_data,
-            h.end_data,
-            h.start_brk,
-            h.brk,
-            h.start_stack,
-            h.arg_start,
-            h.arg_end,
-            h.env_start,
-            h.env_end,
+            h.mm.start_code,
+            h.mm.end_code,
+            h.mm.start_data,
+            h.mm.end_data,
+            h.mm.start_brk,
+            h.mm.brk,
+            h.mm.start_stack,
+            h.mm.arg_start,
+            h.mm.arg_end,
+            h.mm.env_start,
+            h.mm.env_end,
         ] {
             u64s(&mut w, v);
         }

@@ -496,22 +496,11 @@ fn build_plan(
             n_runs: plan.runs.len() as u32 - first_run,
         });
     }
-    let mm = &state.mm;
     plan.header = r::PlanHeader {
         vdso_block_start: state.vdso.start,
         vdso_offset: state.vdso.vdso_offset,
         vdso_pieces: state.vdso.pieces.clone(),
-        start_code: mm.start_code,
-        end_code: mm.end_code,
-        start_data: mm.start_data,
-        end_data: mm.end_data,
-        start_brk: mm.start_brk,
-        brk: mm.brk,
-        start_stack: mm.start_stack,
-        arg_start: mm.arg_start,
-        arg_end: mm.arg_end,
-        env_start: mm.env_start,
-        env_end: mm.env_end,
+        mm: state.mm.clone(),
         uid,
         gid: uid,
         flags: if lazy { r::PLAN_LAZY } else { 0 },

@@ -20,21 +20,8 @@ pub struct Vma {
     pub name: String,
 }
 
-/// The fields of `struct prctl_mm_map` (minus auxv and exe).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct MmLayout {
-    pub start_code: u64,
-    pub end_code: u64,
-    pub start_data: u64,
-    pub end_data: u64,
-    pub start_brk: u64,
-    pub brk: u64,
-    pub start_stack: u64,
-    pub arg_start: u64,
-    pub arg_end: u64,
-    pub env_start: u64,
-    pub env_end: u64,
-}
+/// The mm layout fields (`struct prctl_mm_map` minus auxv and exe).
+pub use thaw_restorer::MmFields as MmLayout;
 
 /// The runtime's [vvar .. vdso] block.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
