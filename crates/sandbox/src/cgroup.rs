@@ -78,14 +78,24 @@ impl Cgroups {
             .unwrap_or(0)
     }
 
-    /// Removes the cgroups; retries briefly while the kernel finishes reaping.
+    /// Removes the cgroups; retries for up to two seconds while the kernel
+    /// finishes tearing the last task down, then says so if it could not.
     pub fn remove(&mut self) {
         for d in self.dirs.drain(..) {
-            for _ in 0..100 {
-                if fs::remove_dir(&d).is_ok() || !d.exists() {
-                    break;
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+            loop {
+                match fs::remove_dir(&d) {
+                    Ok(()) => break,
+                    Err(_) if !d.exists() => break,
+                    Err(e) if std::time::Instant::now() > deadline => {
+                        eprintln!(
+                            "thaw: warning: could not remove cgroup {}: {e}",
+                            d.display()
+                        );
+                        break;
+                    }
+                    Err(_) => std::thread::sleep(std::time::Duration::from_millis(2)),
                 }
-                std::thread::sleep(std::time::Duration::from_millis(2));
             }
         }
     }
