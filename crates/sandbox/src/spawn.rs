@@ -418,9 +418,12 @@ fn child(p: &Prepared, go_r: RawFd, err_w: RawFd) -> ! {
         libc::umask(0o022);
 
         if let Some((uid, gid)) = p.creds {
-            if libc::setgroups(0, std::ptr::null()) != 0
-                || libc::setresgid(gid, gid, gid) != 0
-                || libc::setresuid(uid, uid, uid) != 0
+            // raw system calls: glibc's wrappers broadcast credential
+            // changes to every thread it knows of, and after a raw clone it
+            // still believes the parent's threads are ours (a deadlock)
+            if libc::syscall(libc::SYS_setgroups, 0usize, std::ptr::null::<libc::gid_t>()) != 0
+                || libc::syscall(libc::SYS_setresgid, gid, gid, gid) != 0
+                || libc::syscall(libc::SYS_setresuid, uid, uid, uid) != 0
             {
                 fail(err_fd, 11);
             }
