@@ -11,6 +11,7 @@ mod strategy;
 pub mod tiering;
 pub mod uffd;
 pub mod working_set;
+pub mod write_set;
 
 pub use layout::{MemoryLayout, Region, Run, PAGE_SIZE};
 pub use page_server::{FaultStats, ImageSource, PageServer, PageSource};

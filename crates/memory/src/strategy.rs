@@ -31,6 +31,11 @@ pub trait RestoreStrategy: Send + Sync {
     fn uses_tiers(&self) -> bool {
         false
     }
+    /// dax: record the pages the first invocation writes and copy them
+    /// before resume on later restores.
+    fn uses_write_set(&self) -> bool {
+        false
+    }
 }
 
 struct Eager;
@@ -89,6 +94,9 @@ impl RestoreStrategy for Dax {
     }
     fn fill(&self, _: &Region) -> Fill {
         Fill::MapPopulate
+    }
+    fn uses_write_set(&self) -> bool {
+        true
     }
 }
 

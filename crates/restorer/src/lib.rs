@@ -23,6 +23,7 @@ pub const FILL_COPY: u32 = 0;
 pub const FILL_MAP: u32 = 1;
 pub const FILL_MAP_POPULATE: u32 = 2;
 pub const FILL_MAP_RANDOM: u32 = 3;
+pub const FILL_POPULATE_WRITE: u32 = 4;
 
 pub const VMA_ANON: u32 = 1;
 pub const VMA_GROWSDOWN: u32 = 2;

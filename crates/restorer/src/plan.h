@@ -35,6 +35,7 @@ typedef int i32;
 #define FILL_MAP 1  /* MAP_PRIVATE|MAP_FIXED mapping of the image fd */
 #define FILL_MAP_POPULATE 2 /* FILL_MAP, then build its page tables (MADV_POPULATE_READ) */
 #define FILL_MAP_RANDOM 3   /* FILL_MAP with readahead off (MADV_RANDOM): sparse pages on a slow tier */
+#define FILL_POPULATE_WRITE 4 /* no data: copy-on-write the range now (MADV_POPULATE_WRITE); best effort */
 
 /* vma flags */
 #define VMA_ANON 1      /* anonymous private memory */

@@ -23,6 +23,7 @@
 #define SYS_madvise 28
 #define MADV_POPULATE_READ 22
 #define MADV_RANDOM 1
+#define MADV_POPULATE_WRITE 23
 #define SYS_sendmsg 46
 #define SYS_exit_group 231
 #define SYS_setresuid 117
@@ -365,6 +366,10 @@ void restorer_main(u64 *initial_sp)
                     r = sys3(SYS_madvise, run->addr, run->len, MADV_POPULATE_READ);
                 if (r >= 0 && run->fill == FILL_MAP_RANDOM)
                     r = sys3(SYS_madvise, run->addr, run->len, MADV_RANDOM);
+            } else if (run->fill == FILL_POPULATE_WRITE) {
+                /* an optimisation only: a range the kernel refuses stays lazy */
+                sys3(SYS_madvise, run->addr, run->len, MADV_POPULATE_WRITE);
+                r = 0;
             } else
                 r = read_full(run->img_fd, (void *)run->addr, run->len, run->img_off, 1);
             if (r < 0)

@@ -88,6 +88,16 @@ pub struct Sandbox {
     alive: bool,
     reap: Option<ReapState>,
     reap_outcome: Option<ReapOutcome>,
+    /// dax: set when this restore records the snapshot's write set
+    dax_record: Option<DaxRecord>,
+}
+
+/// Where a dax restore's write set goes and which mappings it covers.
+pub(crate) struct DaxRecord {
+    pub dir: PathBuf,
+    pub key: String,
+    /// (start, end) of every mapping, sorted
+    pub regions: Vec<(u64, u64)>,
 }
 
 /// A REAP restore waiting for its first response: record the working set,
@@ -177,6 +187,7 @@ impl Slot {
             alive: true,
             reap: None,
             reap_outcome: None,
+            dax_record: None,
         }
     }
 }
@@ -260,8 +271,39 @@ impl Sandbox {
         res
     }
 
-    /// REAP bookkeeping once the first invocation has answered.
+    /// dax: records which snapshot pages the runtime has written by now
+    /// (present and no longer the file's page: copied on write).
+    fn record_dax_writes(&mut self) {
+        let Some(DaxRecord { dir, key, regions }) = self.dax_record.take() else {
+            return;
+        };
+        let res = (|| -> Result<usize> {
+            let pm = File::open(format!("/proc/{}/pagemap", self.pid))?;
+            let mut pages = Vec::new();
+            let mut buf = Vec::new();
+            for &(start, end) in &regions {
+                let n = ((end - start) / 4096) as usize;
+                buf.resize(n * 8, 0);
+                std::os::unix::fs::FileExt::read_exact_at(&pm, &mut buf, start / 4096 * 8)?;
+                for i in 0..n {
+                    let e = u64::from_le_bytes(buf[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
+                    if e & (1 << 63) != 0 && e & (1 << 61) == 0 {
+                        pages.push(start + i as u64 * 4096);
+                    }
+                }
+            }
+            Ok(thaw_memory::write_set::record(&dir, &key, &regions, pages)?
+                .ranges
+                .len())
+        })();
+        if let Err(e) = res {
+            eprintln!("thaw: warning: recording the dax write set failed: {e:#}");
+        }
+    }
+
+    /// REAP and dax bookkeeping once the first invocation has answered.
     fn after_first_response(&mut self) {
+        self.record_dax_writes();
         let Some(st) = self.reap.take() else { return };
         let Some(pager) = &self.pager else { return };
         let mut out = ReapOutcome::default();

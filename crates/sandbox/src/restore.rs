@@ -18,6 +18,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 use thaw_memory::tiering::{self, TierKind, TierLayout};
+use thaw_memory::write_set::{self, WriteSet};
 use thaw_memory::{working_set, Fill, ImageSource, PageServer, PageSource, RestoreStrategy};
 use thaw_restorer as r;
 use thaw_store::Snapshot;
@@ -59,6 +60,9 @@ pub struct RestoreReport {
     pub ws_read_ms: f64,
     /// REAP: why a recorded working set could not be used (restore fell back to uffd)
     pub ws_warning: String,
+    /// dax: pages copied before resume because the first invocation of an
+    /// earlier clone wrote them (0: none recorded yet; this restore records)
+    pub write_set_pages: u64,
     /// TOSS: share of saved memory on the slow tier
     pub slow_tier_share: f64,
     /// TOSS: why the tier layout could not be used (restore fell back to uffd)
@@ -155,12 +159,23 @@ pub(crate) fn restore_with(
         std::thread::spawn(move || working_set::load(&dir, &key, &layout))
     });
 
+    // dax: the pages earlier clones wrote are copied before resume
+    let mut write_set = None;
+    if strategy.uses_write_set() {
+        match write_set::load(&snap.dir, &snapshot_key(snap), &state.memory) {
+            Ok(ws) => write_set = ws,
+            Err(e) => eprintln!("thaw: warning: {e:#}; recording a new dax write set"),
+        }
+        rep.write_set_pages = write_set.as_ref().map(|w| w.pages()).unwrap_or(0);
+    }
+
     let slot = Slot::new(cfg)?;
     let plan = build_plan(
         &state,
         strategy,
         slot.uid,
         tiers.as_ref().map(|t| &t.0),
+        write_set.as_ref(),
         &mut rep,
     )?;
     let lazy = plan.header.flags & r::PLAN_LAZY != 0;
@@ -190,6 +205,18 @@ pub(crate) fn restore_with(
     // From here on the sandbox owns the process: any error kills it.
     let mut sb = slot.into_sandbox(pid, root, None);
     rep.sandbox_ms = ms(t1);
+    if strategy.uses_write_set() && write_set.is_none() {
+        sb.dax_record = Some(crate::DaxRecord {
+            dir: snap.dir.clone(),
+            key: snapshot_key(snap),
+            regions: state
+                .memory
+                .regions
+                .iter()
+                .map(|r| (r.start, r.end))
+                .collect(),
+        });
+    }
 
     let sock = sb.channel().socket().try_clone()?;
     sock.set_read_timeout(Some(Duration::from_secs(10)))?;
@@ -415,9 +442,11 @@ fn build_plan(
     strategy: &dyn RestoreStrategy,
     uid: u32,
     tiers: Option<&TierLayout>,
+    write_set: Option<&WriteSet>,
     rep: &mut RestoreReport,
 ) -> Result<r::Plan> {
     let mut tier_runs = tiers.map(|t| t.runs.iter().peekable());
+    let mut write_ranges = write_set.map(|w| w.ranges.iter().peekable());
     let mut plan = r::Plan::default();
     let mut paths: HashMap<&str, i32> = HashMap::new();
     let mut lazy = false;
@@ -482,6 +511,19 @@ fn build_plan(
                     rep.mapped_bytes += run.len;
                 } else {
                     rep.copied_bytes += run.len;
+                }
+            }
+        }
+        if let Some(wr) = write_ranges.as_mut() {
+            while let Some(&(a, len)) = wr.next_if(|w| w.0 < region.end) {
+                if v.prot & libc::PROT_WRITE as u32 != 0 && a >= region.start {
+                    plan.runs.push(r::PlanRun {
+                        addr: a,
+                        len,
+                        img_off: 0,
+                        img_fd: -1,
+                        fill: r::FILL_POPULATE_WRITE,
+                    });
                 }
             }
         }

@@ -240,4 +240,24 @@ fn dax_maps_without_copying_and_shares_pages_between_clones() {
         dax_kb * 2 < eager_kb,
         "dax clone added {dax_kb} bytes, eager {eager_kb}"
     );
+    // the first dax restore recorded what its invocation wrote; the next one
+    // copies those pages before resume and still answers correctly
+    assert_eq!(rep.write_set_pages, 0);
+    let (mut c, rep) = w.restore(&snap, "dax").unwrap();
+    assert!(rep.write_set_pages > 10, "{rep:?}");
+    w.check("matmul", "I", &invoke(&mut c, "I", T).unwrap().output)
+        .unwrap();
+    // a corrupt write set is refused (and re-recorded), never trusted
+    let ws_file = snap.dir.join(thaw_memory::write_set::WRITE_SET_FILE);
+    std::fs::write(&ws_file, b"{").unwrap();
+    let (mut d, rep) = w.restore(&snap, "dax").unwrap();
+    assert_eq!(rep.write_set_pages, 0);
+    w.check("matmul", "I", &invoke(&mut d, "I", T).unwrap().output)
+        .unwrap();
+    let again: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&ws_file).unwrap()).unwrap();
+    assert!(
+        again["ranges"].as_array().is_some_and(|r| !r.is_empty()),
+        "re-recorded"
+    );
 }
