@@ -41,41 +41,29 @@ impl Cgroups {
         self.dirs.iter().map(|d| d.join("cgroup.procs")).collect()
     }
 
-    /// Peak memory use of the sandbox so far.
-    pub fn memory_peak(&self) -> Option<u64> {
+    /// A number from one of the memory controller's files.
+    fn memory_stat(&self, file: &str) -> Option<u64> {
         let d = self
             .dirs
             .iter()
             .find(|d| d.starts_with(format!("{ROOT}/memory")))?;
-        fs::read_to_string(d.join("memory.max_usage_in_bytes"))
-            .ok()?
-            .trim()
-            .parse()
-            .ok()
+        fs::read_to_string(d.join(file)).ok()?.trim().parse().ok()
+    }
+
+    /// Peak memory use of the sandbox so far.
+    pub fn memory_peak(&self) -> Option<u64> {
+        self.memory_stat("memory.max_usage_in_bytes")
     }
 
     /// Memory charged to the sandbox now: what it added to the machine's DRAM
     /// (page-cache pages it shares with others are charged to whoever read them first).
     pub fn memory_usage(&self) -> Option<u64> {
-        let d = self
-            .dirs
-            .iter()
-            .find(|d| d.starts_with(format!("{ROOT}/memory")))?;
-        fs::read_to_string(d.join("memory.usage_in_bytes"))
-            .ok()?
-            .trim()
-            .parse()
-            .ok()
+        self.memory_stat("memory.usage_in_bytes")
     }
 
     /// Times the memory limit was hit (failcnt).
     pub fn memory_failcnt(&self) -> u64 {
-        self.dirs
-            .iter()
-            .find(|d| d.starts_with(format!("{ROOT}/memory")))
-            .and_then(|d| fs::read_to_string(d.join("memory.failcnt")).ok())
-            .and_then(|s| s.trim().parse().ok())
-            .unwrap_or(0)
+        self.memory_stat("memory.failcnt").unwrap_or(0)
     }
 
     /// Removes the cgroups; retries for up to two seconds while the kernel

@@ -1,5 +1,6 @@
 //! Checkpoint: freeze a runtime with ptrace and write a snapshot of its
 //! mappings, saved pages and CPU state.
+use crate::pagemap;
 use crate::ptrace;
 use crate::state::{MmLayout, ProcessState, VdsoBlock, Vma, STATE_VERSION};
 use crate::{stat_fields, Sandbox};
@@ -12,10 +13,6 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 use thaw_memory::{MemoryLayout, Region, Run, PAGE_SIZE};
 use thaw_store::{Snapshot, SnapshotWriter};
-
-const PM_PRESENT: u64 = 1 << 63;
-const PM_SWAPPED: u64 = 1 << 62;
-const PM_FILE: u64 = 1 << 61;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct CheckpointReport {
@@ -257,7 +254,7 @@ fn dump(
 
     // pages: anonymous memory that is present, and privately modified pages of
     // file mappings (the rest comes back from the file itself)
-    let pagemap = File::open(format!("/proc/{pid}/pagemap"))?;
+    let pagemap = pagemap::open(pid)?;
     let mem = File::open(format!("/proc/{pid}/mem"))?;
     let mut w = SnapshotWriter::create(dir)?;
     // Privately modified pages of file mappings go first: every strategy
@@ -335,22 +332,19 @@ fn dump_vma(
     pagemap: &File,
     mem: &File,
     w: &mut SnapshotWriter,
-    pm: &mut Vec<u8>,
+    pm: &mut Vec<u64>,
     buf: &mut Vec<u8>,
     zero_skipped: &mut u64,
 ) -> Result<Vec<Run>> {
     let anon = v.path.is_none();
     let npages = ((v.end - v.start) / PAGE_SIZE) as usize;
-    pm.resize(npages * 8, 0);
-    pagemap
-        .read_exact_at(pm, v.start / PAGE_SIZE * 8)
-        .context("reading pagemap")?;
+    pagemap::read(pagemap, v.start, v.end, pm)?;
     let saved = |i: usize| {
-        let e = u64::from_le_bytes(pm[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
+        let e = pm[i];
         if anon {
-            e & (PM_PRESENT | PM_SWAPPED) != 0
+            e & (pagemap::PRESENT | pagemap::SWAPPED) != 0
         } else {
-            e & PM_SWAPPED != 0 || (e & PM_PRESENT != 0 && e & PM_FILE == 0)
+            e & pagemap::SWAPPED != 0 || (e & pagemap::PRESENT != 0 && e & pagemap::FILE == 0)
         }
     };
     let mut runs: Vec<Run> = Vec::new();

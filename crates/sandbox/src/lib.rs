@@ -11,6 +11,7 @@
 pub mod agent;
 mod cgroup;
 pub mod checkpoint;
+mod pagemap;
 pub mod profile;
 mod ptrace;
 pub mod restore;
@@ -278,17 +279,14 @@ impl Sandbox {
             return;
         };
         let res = (|| -> Result<usize> {
-            let pm = File::open(format!("/proc/{}/pagemap", self.pid))?;
+            let pm = pagemap::open(self.pid)?;
             let mut pages = Vec::new();
-            let mut buf = Vec::new();
+            let mut entries = Vec::new();
             for &(start, end) in &regions {
-                let n = ((end - start) / 4096) as usize;
-                buf.resize(n * 8, 0);
-                std::os::unix::fs::FileExt::read_exact_at(&pm, &mut buf, start / 4096 * 8)?;
-                for i in 0..n {
-                    let e = u64::from_le_bytes(buf[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
-                    if e & (1 << 63) != 0 && e & (1 << 61) == 0 {
-                        pages.push(start + i as u64 * 4096);
+                pagemap::read(&pm, start, end, &mut entries)?;
+                for (i, e) in entries.iter().enumerate() {
+                    if e & pagemap::PRESENT != 0 && e & pagemap::FILE == 0 {
+                        pages.push(start + i as u64 * thaw_memory::PAGE_SIZE);
                     }
                 }
             }

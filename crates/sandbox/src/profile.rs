@@ -8,6 +8,7 @@
 //! next invocation faults each page it touches back in through the page
 //! server, which logs it. A page's count is the number of invocations
 //! (epochs) that touched it: access frequency over time, not first touches.
+use crate::pagemap;
 use crate::ptrace::{self, REG_ORIG_RAX, REG_RAX, REG_RDI, REG_RDX, REG_RIP, REG_RSI};
 use crate::restore::{restore_with, Hooks};
 use crate::state::ProcessState;
@@ -188,16 +189,13 @@ fn drop_resident(sb: &Sandbox, overlay: &ProfileSource) -> Result<()> {
         if (saved[REG_ORIG_RAX] as i64) < 0 || code != [0x0f, 0x05] {
             bail!("runtime is not stopped in a system call; cannot inject");
         }
-        let pagemap = File::open(format!("/proc/{pid}/pagemap"))?;
+        let pm = pagemap::open(pid)?;
         let mut pages: HashMap<u64, Box<[u8]>> = HashMap::new();
-        let mut pm = Vec::new();
+        let mut entries = Vec::new();
         for &(start, end) in &anon {
-            let n = ((end - start) / PAGE_SIZE) as usize;
-            pm.resize(n * 8, 0);
-            pagemap.read_exact_at(&mut pm, start / PAGE_SIZE * 8)?;
-            for i in 0..n {
-                let e = u64::from_le_bytes(pm[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
-                if e & (1 << 63) != 0 {
+            pagemap::read(&pm, start, end, &mut entries)?;
+            for (i, e) in entries.iter().enumerate() {
+                if e & pagemap::PRESENT != 0 {
                     let a = start + i as u64 * PAGE_SIZE;
                     let mut buf = vec![0u8; PAGE_SIZE as usize].into_boxed_slice();
                     mem.read_exact_at(&mut buf, a)?;
