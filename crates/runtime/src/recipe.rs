@@ -203,17 +203,22 @@ fn resolve_uncached(home: &Path, r: &Recipe) -> Result<Vec<Pkg>> {
     Ok(pkgs)
 }
 
+/// Where the resolution for `r` under the current apt lists is cached.
+fn resolution_cache(home: &Path, r: &Recipe) -> Result<PathBuf> {
+    let key = resolution_key(r)?;
+    Ok(home
+        .join("runtime")
+        .join("resolve")
+        .join(format!("{key}.json")))
+}
+
 /// Resolved packages, cached under `HOME/runtime/resolve/` by the apt lists' identity.
 pub fn resolve(home: &Path, r: &Recipe, progress: &mut dyn FnMut(&str)) -> Result<Vec<Pkg>> {
     need_tool("apt-get", "apt")?;
     if !lists_present() {
         apt_update(progress)?;
     }
-    let key = resolution_key(r)?;
-    let cache = home
-        .join("runtime")
-        .join("resolve")
-        .join(format!("{key}.json"));
+    let cache = resolution_cache(home, r)?;
     if let Ok(text) = fs::read_to_string(&cache) {
         if let Ok(p) = serde_json::from_str::<Vec<Pkg>>(&text) {
             return Ok(p);
@@ -230,11 +235,7 @@ pub fn resolve(home: &Path, r: &Recipe, progress: &mut dyn FnMut(&str)) -> Resul
             resolve_uncached(home, r)?
         }
     };
-    let key = resolution_key(r)?;
-    let cache = home
-        .join("runtime")
-        .join("resolve")
-        .join(format!("{key}.json"));
+    let cache = resolution_cache(home, r)?;
     write_atomic(&cache, &serde_json::to_vec_pretty(&pkgs)?)?;
     Ok(pkgs)
 }
@@ -413,11 +414,7 @@ fn download(
             ));
             apt_update(progress)?;
             pkgs = resolve_uncached(home, r)?;
-            let key = resolution_key(r)?;
-            let cache = home
-                .join("runtime")
-                .join("resolve")
-                .join(format!("{key}.json"));
+            let cache = resolution_cache(home, r)?;
             write_atomic(&cache, &serde_json::to_vec_pretty(&pkgs)?)?;
         } else {
             bail!("apt-get download failed: {err}");

@@ -125,7 +125,7 @@ pub(crate) fn restore_with(
             .with_context(|| format!("snapshot {}", snap.dir.display()))?,
     };
     let image = File::open(snap.memory_path()).context("opening the memory image")?;
-    verify_once(snap, &image)?;
+    verify_once(&[&image], || snap.verify_memory())?;
     rep.state_load_ms = ms(t0);
 
     // TOSS: pages come from the fast and slow tier files; if the layout is
@@ -338,23 +338,25 @@ fn ms(t: Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1e3
 }
 
-/// Checks the memory image's checksum the first time this process uses it
-/// (keyed by device, inode, size and mtime): a full hash on every restore
-/// would read every page and defeat lazy restore.
-fn verify_once(snap: &Snapshot, image: &File) -> Result<()> {
-    let key = image_key(image)?;
-    if verified()
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .contains(&key)
-    {
-        return Ok(());
+/// Runs `verify` (a checksum over `files`) the first time this process uses
+/// those files (keyed by device, inode, size and mtime): a full hash on every
+/// restore would read every page and defeat lazy restore.
+fn verify_once(files: &[&File], verify: impl FnOnce() -> Result<()>) -> Result<()> {
+    let keys = files
+        .iter()
+        .map(|f| image_key(f))
+        .collect::<Result<Vec<_>>>()?;
+    let seen = {
+        let v = verified().lock().unwrap_or_else(|p| p.into_inner());
+        keys.iter().all(|k| v.contains(k))
+    };
+    if !seen {
+        verify()?;
+        verified()
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(keys);
     }
-    snap.verify_memory()?;
-    verified()
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .insert(key);
     Ok(())
 }
 
@@ -419,21 +421,7 @@ fn load_tiers(snap: &Snapshot, state: &ProcessState) -> Result<(TierLayout, File
         .ok_or_else(|| anyhow!("no tier layout (run `thaw tier` first)"))?;
     let fast = File::open(&tl.fast.path)?;
     let slow = File::open(&tl.slow.path)?;
-    let keys = (image_key(&fast)?, image_key(&slow)?);
-    let seen = verified()
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .contains(&keys.0)
-        && verified()
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .contains(&keys.1);
-    if !seen {
-        tiering::verify_files(&tl)?;
-        let mut v = verified().lock().unwrap_or_else(|p| p.into_inner());
-        v.insert(keys.0);
-        v.insert(keys.1);
-    }
+    verify_once(&[&fast, &slow], || tiering::verify_files(&tl))?;
     Ok((tl, fast, slow))
 }
 
