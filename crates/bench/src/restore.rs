@@ -90,7 +90,7 @@ pub fn run(
         if o.strategies.iter().any(|s| s == "tiered")
             && (o.redeploy || !snap.dir.join(thaw_memory::tiering::TIERS_FILE).exists())
         {
-            eprintln!("bench: {f}: profiling for the tiered strategy (slow tier: disk)");
+            thaw_output::errln!("bench: {f}: profiling for the tiered strategy (slow tier: disk)");
             let rep = w.make_tiered(
                 f,
                 &tier,
@@ -99,13 +99,13 @@ pub fn run(
                 2,
                 &Default::default(),
             )?;
-            eprintln!(
+            thaw_output::errln!(
                 "bench: {f}: {:.1}% of memory on the slow tier, estimated slowdown {:.3}",
                 rep.slow_share * 100.0,
                 rep.est_slowdown
             );
         }
-        eprintln!(
+        thaw_output::errln!(
             "bench: {f}: snapshot {} ({} MiB image) on {}",
             snap.dir.display(),
             image_bytes >> 20,
@@ -122,7 +122,7 @@ pub fn run(
                 }
             }
             for run in 0..o.runs {
-                eprint!("\rbench: {f} {size}: run {}/{}   ", run + 1, o.runs);
+                thaw_output::err!("\rbench: {f} {size}: run {}/{}   ", run + 1, o.runs);
                 let _ = std::io::stderr().flush();
                 for s in std::iter::once("fresh").chain(
                     o.strategies
@@ -157,7 +157,7 @@ pub fn run(
                 }
             }
         }
-        eprintln!();
+        thaw_output::errln!();
     }
     Ok(out)
 }

@@ -11,7 +11,7 @@ pub fn run(w: &Worker, functions: Option<Vec<String>>, tier: &str, size: &str) -
         None => w.functions().iter().map(|f| f.name.clone()).collect(),
     };
     let strategies = thaw_memory::STRATEGY_NAMES;
-    println!(
+    thaw_output::outln!(
         "thaw demo: runtime root {} ({}), snapshots on {}, input size {size}",
         &w.root.hash[..16],
         w.root.path.display(),
@@ -22,9 +22,9 @@ pub fn run(w: &Worker, functions: Option<Vec<String>>, tier: &str, size: &str) -
         header.push_str(&format!(" {:>10}", format!("{s} ms")));
     }
     header.push_str(&format!(" {:>9} {:>8}", "speed-up", "output"));
-    println!("{header}");
+    thaw_output::outln!("{header}");
     for f in &names {
-        eprintln!("thaw: demo: {f}: fresh start, snapshot, restores");
+        thaw_output::errln!("thaw: demo: {f}: fresh start, snapshot, restores");
         let t0 = std::time::Instant::now();
         let (mut sb, _) = w.start_fresh(f)?;
         let inv = invoke(&mut sb, size, INVOKE_TIMEOUT)?;
@@ -66,9 +66,9 @@ pub fn run(w: &Worker, functions: Option<Vec<String>>, tier: &str, size: &str) -
             line.push_str(&format!(" {cold:>10.1}"));
         }
         line.push_str(&format!(" {:>8.1}x {:>8}", fresh / best, "ok"));
-        println!("{line}");
+        thaw_output::outln!("{line}");
     }
-    println!(
+    thaw_output::outln!(
         "cold = restore request to first response; fresh = exec + import + init + first response.\n\
          dax: tmpfs stands in for persistent memory (emulated). tiered: slow tier on the local disk.\n\
          One run each, after one untimed restore per strategy: see `thaw bench restore` and docs/BENCHMARKS.md for repeated measurements."

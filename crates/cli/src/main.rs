@@ -5,6 +5,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 mod demo;
+mod store_cmds;
 
 #[derive(Parser)]
 #[command(
@@ -88,6 +89,8 @@ enum Cmd {
         #[command(subcommand)]
         cmd: SnapCmd,
     },
+    /// Crash cleanup: remove what dead workers left (cgroups, logs, staging, unused versions)
+    Gc,
     /// Benchmarks
     Bench {
         #[command(subcommand)]
@@ -146,7 +149,7 @@ enum BenchCmd {
 fn main() {
     let cli = Cli::parse();
     if let Err(e) = run(cli) {
-        eprintln!("thaw: error: {e:#}");
+        thaw_output::errln!("thaw: error: {e:#}");
         std::process::exit(1);
     }
 }
@@ -160,7 +163,7 @@ fn split(s: &str) -> Vec<String> {
 }
 
 fn progress(msg: &str) {
-    eprintln!("thaw: {msg}");
+    thaw_output::errln!("thaw: {msg}");
 }
 
 fn worker(home: &std::path::Path) -> Result<thaw_worker::Worker> {
@@ -169,9 +172,18 @@ fn worker(home: &std::path::Path) -> Result<thaw_worker::Worker> {
 
 fn run(cli: Cli) -> Result<()> {
     let home = cli.home.clone().unwrap_or_else(thaw_runtime::default_home);
+    if !matches!(cli.cmd, Cmd::Sim { .. } | Cmd::Runtime { .. }) {
+        thaw_runtime::check_home(&home, false)?;
+    }
     match cli.cmd {
         Cmd::Sim { args } => thaw_sim::cli_main(&args),
-        Cmd::Runtime { args } => thaw_runtime::cli_main(&args),
+        Cmd::Runtime { mut args } => {
+            // a --home given before `runtime` applies to it too
+            if let Some(h) = &cli.home {
+                args.extend(["--home".into(), h.to_string_lossy().into_owned()]);
+            }
+            thaw_runtime::cli_main(&args)
+        }
         Cmd::Demo {
             functions,
             tier,
@@ -185,8 +197,8 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Deploy { function, tier } => {
             let w = worker(&home)?;
             let (snap, rep) = w.deploy(&function, &w.tier(&tier)?)?;
-            println!("{}", snap.dir.display());
-            println!("{}", serde_json::to_string_pretty(&rep)?);
+            thaw_output::outln!("{}", snap.dir.display());
+            thaw_output::outln!("{}", serde_json::to_string_pretty(&rep)?);
             Ok(())
         }
         Cmd::Invoke {
@@ -209,7 +221,7 @@ fn run(cli: Cli) -> Result<()> {
             if check {
                 w.check(&function, &size, &inv.output)?;
             }
-            println!(
+            thaw_output::outln!(
                 "{}",
                 serde_json::json!({"function": function, "size": size, "strategy": strategy,
                     "cold_ms": cold, "exec_ms": inv.exec_ms, "output": inv.output, "checked": check})
@@ -261,7 +273,7 @@ fn run(cli: Cli) -> Result<()> {
                 reps,
                 &params,
             )?;
-            println!("{}", serde_json::to_string_pretty(&rep)?);
+            thaw_output::outln!("{}", serde_json::to_string_pretty(&rep)?);
             Ok(())
         }
         Cmd::Snapshot {
@@ -270,7 +282,7 @@ fn run(cli: Cli) -> Result<()> {
             let s = thaw_store::Snapshot::open(&dir)?;
             s.load_state()?;
             s.verify_memory()?;
-            println!(
+            thaw_output::outln!(
                 "ok: {} ({} bytes of memory image)",
                 dir.display(),
                 s.manifest.memory.len
@@ -279,28 +291,8 @@ fn run(cli: Cli) -> Result<()> {
         }
         Cmd::Snapshot {
             cmd: SnapCmd::List { tier },
-        } => {
-            let t = thaw_store::Tier::by_name(&tier, &home)?;
-            let Ok(rd) = std::fs::read_dir(&t.path) else {
-                println!("no snapshots on {tier} ({})", t.path.display());
-                return Ok(());
-            };
-            for e in rd.flatten() {
-                match thaw_store::Snapshot::open(&e.path()) {
-                    Ok(s) => println!(
-                        "{}\t{}\t{} MiB",
-                        s.manifest.function,
-                        e.path().display(),
-                        s.manifest.memory.len >> 20
-                    ),
-                    Err(err) if !e.file_name().to_string_lossy().starts_with('.') => {
-                        println!("BROKEN\t{}\t{err:#}", e.path().display())
-                    }
-                    Err(_) => {}
-                }
-            }
-            Ok(())
-        }
+        } => store_cmds::list(&home, &tier),
+        Cmd::Gc => store_cmds::gc(&worker(&home)?),
         Cmd::Bench {
             cmd:
                 BenchCmd::Restore {
@@ -341,7 +333,7 @@ fn run(cli: Cli) -> Result<()> {
             let rows = thaw_bench::restore::summarize_rows(&recs);
             let emulated = recs.iter().any(|r| r.emulated);
             let md = thaw_bench::restore::markdown(&rows, &tier, emulated, runs);
-            println!("{md}");
+            thaw_output::outln!("{md}");
             if let Some(p) = markdown {
                 std::fs::write(&p, &md).with_context(|| format!("writing {}", p.display()))?;
             }

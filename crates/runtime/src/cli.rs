@@ -70,41 +70,43 @@ pub fn cli_main(args: &[String]) -> Result<()> {
         Err(e) => {
             use clap::error::ErrorKind;
             if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
-                print!("{e}");
+                thaw_output::out!("{e}");
                 return Ok(());
             }
             bail!("{e}");
         }
     };
     let home = cli.home.unwrap_or_else(default_home);
+    crate::check_home(&home, matches!(cli.cmd, Cmd::Build { .. }))?;
     match cli.cmd {
         Cmd::Build { force } => {
             let t = Instant::now();
-            let mut progress = |m: &str| eprintln!("thaw runtime: {m}");
+            let mut progress = |m: &str| thaw_output::errln!("thaw runtime: {m}");
             let info = recipe::ensure_root(&home, force, &mut progress)?;
-            println!("hash {}", info.hash);
-            println!("path {}", info.path.display());
-            println!(
+            thaw_output::outln!("hash {}", info.hash);
+            thaw_output::outln!("path {}", info.path.display());
+            thaw_output::outln!(
                 "size {} bytes in {} files, {} packages",
                 info.manifest.size_bytes,
                 info.manifest.files,
                 info.manifest.packages.len()
             );
-            println!("elapsed {:.2}s", t.elapsed().as_secs_f64());
+            thaw_output::outln!("elapsed {:.2}s", t.elapsed().as_secs_f64());
         }
         Cmd::Verify { full } => {
             let info = current_root(&home)?;
-            println!("manifest ok: {} at {}", info.hash, info.path.display());
+            thaw_output::outln!("manifest ok: {} at {}", info.hash, info.path.display());
             if full {
                 let t = Instant::now();
                 info.verify_full()?;
-                println!("tree hash ok ({:.1}s)", t.elapsed().as_secs_f64());
+                thaw_output::outln!("tree hash ok ({:.1}s)", t.elapsed().as_secs_f64());
                 for f in info.functions()? {
                     let fig = harness::measure(&info, &f.name, 0)
                         .with_context(|| format!("function {}", f.name))?;
-                    println!(
+                    thaw_output::outln!(
                         "{:<14} all sizes pass their checker (fresh start {:.0} ms)",
-                        f.name, fig.fresh_start_ms
+                        f.name,
+                        fig.fresh_start_ms
                     );
                 }
             }
@@ -113,10 +115,10 @@ pub fn cli_main(args: &[String]) -> Result<()> {
             let info = current_root(&home)?;
             let fs = info.functions()?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&fs)?);
+                thaw_output::outln!("{}", serde_json::to_string_pretty(&fs)?);
             } else {
                 for f in fs {
-                    println!("{:<14} {:<16} {}", f.name, f.sizes.join(","), f.mirrors);
+                    thaw_output::outln!("{:<14} {:<16} {}", f.name, f.sizes.join(","), f.mirrors);
                 }
             }
         }
@@ -133,13 +135,13 @@ pub fn cli_main(args: &[String]) -> Result<()> {
                 v
             };
             info.check_output(&function, &size, &out)?;
-            println!("ok");
+            thaw_output::outln!("ok");
         }
         Cmd::Info => {
             let info = current_root(&home)?;
-            println!("hash {}", info.hash);
-            println!("path {}", info.path.display());
-            println!("{}", serde_json::to_string_pretty(&info.manifest)?);
+            thaw_output::outln!("hash {}", info.hash);
+            thaw_output::outln!("path {}", info.path.display());
+            thaw_output::outln!("{}", serde_json::to_string_pretty(&info.manifest)?);
         }
         Cmd::Figures { reps, functions } => {
             let info = current_root(&home)?;
@@ -151,7 +153,7 @@ pub fn cli_main(args: &[String]) -> Result<()> {
             let mut all = Vec::new();
             for n in names {
                 let f = harness::measure(&info, &n, reps)?;
-                eprintln!(
+                thaw_output::errln!(
                     "{:<14} fresh {:>7.1} ms (import {:>6.1}, init {:>6.1}) rss {:>6} KiB warm {}",
                     f.function,
                     f.fresh_start_ms,
@@ -166,7 +168,7 @@ pub fn cli_main(args: &[String]) -> Result<()> {
                 );
                 all.push(f);
             }
-            println!("{}", serde_json::to_string_pretty(&all)?);
+            thaw_output::outln!("{}", serde_json::to_string_pretty(&all)?);
         }
     }
     Ok(())

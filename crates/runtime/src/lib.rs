@@ -47,6 +47,27 @@ pub fn default_home() -> PathBuf {
     }
 }
 
+/// Checks the state home given by `--home` (or the default): it must be a
+/// directory; a missing one is an error unless `may_create` (a build), so a
+/// typo never silently starts a full runtime build somewhere new.
+pub fn check_home(home: &Path, may_create: bool) -> Result<()> {
+    match std::fs::metadata(home) {
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(_) => bail!("home {}: not a directory", home.display()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if may_create {
+                return Ok(());
+            }
+            bail!(
+                "home {} does not exist; create it and build a runtime root there with `thaw runtime build --home {}`",
+                home.display(),
+                home.display()
+            )
+        }
+        Err(e) => Err(e).with_context(|| format!("home {}", home.display())),
+    }
+}
+
 /// `HOME/runtime/roots`.
 pub fn roots_dir(home: &Path) -> PathBuf {
     home.join("runtime").join("roots")

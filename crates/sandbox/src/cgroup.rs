@@ -4,6 +4,15 @@ use std::fs;
 use std::path::PathBuf;
 
 const ROOT: &str = "/sys/fs/cgroup";
+const CONTROLLERS: [&str; 2] = ["memory", "pids"];
+
+/// The `thaw` directories under each controller sandboxes' cgroups live in.
+pub(crate) fn hierarchies() -> Vec<PathBuf> {
+    CONTROLLERS
+        .iter()
+        .map(|c| PathBuf::from(ROOT).join(c).join("thaw"))
+        .collect()
+}
 
 /// The sandbox's cgroups; removed on drop (after its processes are gone).
 #[derive(Debug)]
@@ -61,6 +70,22 @@ impl Cgroups {
         self.memory_stat("memory.usage_in_bytes")
     }
 
+    /// Tasks the kernel's OOM killer killed in this cgroup (the `oom_kill`
+    /// line of memory.oom_control).
+    pub fn oom_kills(&self) -> u64 {
+        let d = self
+            .dirs
+            .iter()
+            .find(|d| d.starts_with(format!("{ROOT}/memory")));
+        d.and_then(|d| fs::read_to_string(d.join("memory.oom_control")).ok())
+            .and_then(|t| {
+                t.lines()
+                    .find_map(|l| l.strip_prefix("oom_kill "))
+                    .and_then(|v| v.trim().parse().ok())
+            })
+            .unwrap_or(0)
+    }
+
     /// Times the memory limit was hit (failcnt).
     pub fn memory_failcnt(&self) -> u64 {
         self.memory_stat("memory.failcnt").unwrap_or(0)
@@ -76,7 +101,7 @@ impl Cgroups {
                     Ok(()) => break,
                     Err(_) if !d.exists() => break,
                     Err(e) if std::time::Instant::now() > deadline => {
-                        eprintln!(
+                        thaw_output::errln!(
                             "thaw: warning: could not remove cgroup {}: {e}",
                             d.display()
                         );

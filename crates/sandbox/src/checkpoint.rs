@@ -33,6 +33,8 @@ pub struct MapsLine {
     pub end: u64,
     pub perms: String,
     pub offset: u64,
+    /// (major, minor) of the device holding a file mapping
+    pub dev: (u32, u32),
     pub inode: u64,
     pub name: String,
 }
@@ -45,7 +47,7 @@ pub fn parse_maps(text: &str) -> Result<Vec<MapsLine>> {
             let range = it.next().unwrap_or("");
             let perms = it.next().unwrap_or("").to_string();
             let offset = it.next().unwrap_or("");
-            let _dev = it.next();
+            let dev = it.next().unwrap_or("");
             let inode = it.next().unwrap_or("");
             let name = it.next().unwrap_or("").trim_start().to_string();
             let (a, b) = range
@@ -53,11 +55,15 @@ pub fn parse_maps(text: &str) -> Result<Vec<MapsLine>> {
                 .ok_or_else(|| anyhow!("bad maps line {l:?}"))?;
             let hexp =
                 |s: &str| u64::from_str_radix(s, 16).map_err(|_| anyhow!("bad maps line {l:?}"));
+            let (major, minor) = dev
+                .split_once(':')
+                .ok_or_else(|| anyhow!("bad maps line {l:?}"))?;
             Ok(MapsLine {
                 start: hexp(a)?,
                 end: hexp(b)?,
                 perms,
                 offset: hexp(offset)?,
+                dev: (hexp(major)? as u32, hexp(minor)? as u32),
                 inode: inode.parse().map_err(|_| anyhow!("bad maps line {l:?}"))?,
                 name,
             })
@@ -105,6 +111,30 @@ fn check_cooperative(pid: i32) -> Result<()> {
                 .unwrap_or_default();
             bail!("runtime holds descriptor {name} ({target}); only 0-2 and the control socket 3 may be open at checkpoint");
         }
+    }
+    Ok(())
+}
+
+/// A file mapping must be backed by that very file of the read-only runtime
+/// root (same device and inode): a restore reopens it by path there. A file
+/// on the sandbox's private /tmp, or one replaced since, could never restore.
+fn check_in_root(m: &MapsLine, root: &Path, inside: &str) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let host = root.join(inside.trim_start_matches('/'));
+    let same = std::fs::metadata(&host).is_ok_and(|st| {
+        let (maj, min) = (libc::major(st.dev()), libc::minor(st.dev()));
+        st.ino() == m.inode && (maj, min) == m.dev
+    });
+    if !same {
+        bail!(
+            "runtime maps {} at {:#x}-{:#x} (device {:x}:{:x}, inode {}), which is not that file of its read-only runtime root              (a file on the sandbox's private /tmp, or a replaced one); a restore could not reopen it, so the snapshot is refused",
+            m.name,
+            m.start,
+            m.end,
+            m.dev.0,
+            m.dev.1,
+            m.inode
+        );
     }
     Ok(())
 }
@@ -221,6 +251,7 @@ fn dump(
                     m.name
                 );
             }
+            check_in_root(m, &root, inside)?;
             Some(inside.to_string())
         } else {
             None
@@ -429,6 +460,7 @@ mod tests {
             end: e,
             perms: "r--p".into(),
             offset: 0,
+            dev: (0, 0),
             inode: 0,
             name: n.into(),
         };

@@ -11,6 +11,7 @@
 pub mod agent;
 mod cgroup;
 pub mod checkpoint;
+pub mod cleanup;
 mod pagemap;
 pub mod profile;
 mod ptrace;
@@ -18,6 +19,7 @@ pub mod restore;
 pub mod seccomp;
 mod spawn;
 pub mod state;
+pub mod uid;
 
 use agent::{AgentChannel, Timeout};
 use anyhow::{anyhow, Context, Result};
@@ -25,6 +27,7 @@ use cgroup::Cgroups;
 use serde_json::Value;
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -85,7 +88,8 @@ pub struct Sandbox {
     pager: Option<PageServer>,
     log_path: PathBuf,
     root: PathBuf,
-    uid: u32,
+    uid: uid::UidLease,
+    memory_limit: u64,
     alive: bool,
     reap: Option<ReapState>,
     reap_outcome: Option<ReapOutcome>,
@@ -128,7 +132,8 @@ pub struct ReapOutcome {
 /// The host-side pieces every new sandbox (fresh or restored) needs.
 struct Slot {
     id: String,
-    uid: u32,
+    uid: uid::UidLease,
+    memory_limit: u64,
     cgroups: Cgroups,
     log_path: PathBuf,
     log: File,
@@ -140,23 +145,29 @@ struct Slot {
 impl Slot {
     fn new(cfg: &SandboxConfig) -> Result<Slot> {
         let n = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-        let id = format!("{}-{n}", std::process::id());
-        // A uid per sandbox: even a compromised runtime cannot signal or read
-        // another sandbox's files or processes.
-        let uid = 200_000 + (std::process::id() as u64 * 4096 + n) as u32 % 100_000;
+        // the owner tag (pid and start time) lets crash cleanup find what a
+        // dead worker left
+        let id = format!("{}-{n}", thaw_store::secure::owner_tag());
+        // A uid per sandbox, unique across workers: even a compromised
+        // runtime cannot signal or read another sandbox's files or processes.
+        let uid = uid::UidLease::acquire()?;
         let cgroups = Cgroups::create(&id, cfg.memory_bytes, cfg.pids_max)?;
-        std::fs::create_dir_all(&cfg.log_dir)
-            .with_context(|| format!("creating {}", cfg.log_dir.display()))?;
+        thaw_store::secure::ensure_private_dir(&cfg.log_dir)
+            .with_context(|| format!("sandbox log directory {}", cfg.log_dir.display()))?;
         let log_path = cfg.log_dir.join(format!("{id}.log"));
         let log = OpenOptions::new()
             .create(true)
             .append(true)
-            .open(&log_path)?;
+            .mode(thaw_store::secure::FILE_MODE)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&log_path)
+            .with_context(|| format!("creating {}", log_path.display()))?;
         let devnull = File::open("/dev/null")?;
         let (worker_end, sandbox_end) = UnixStream::pair()?;
         Ok(Slot {
             id,
             uid,
+            memory_limit: cfg.memory_bytes,
             cgroups,
             log_path,
             log,
@@ -185,6 +196,7 @@ impl Slot {
             log_path: self.log_path,
             root: root.to_owned(),
             uid: self.uid,
+            memory_limit: self.memory_limit,
             alive: true,
             reap: None,
             reap_outcome: None,
@@ -213,8 +225,8 @@ impl Sandbox {
             env: env.to_vec(),
             exec: spawn::Exec::Runtime {
                 path,
-                uid: slot.uid,
-                gid: slot.uid,
+                uid: slot.uid.uid,
+                gid: slot.uid.uid,
                 filter: seccomp::filter(),
             },
             rlimits: cfg.rlimits(),
@@ -235,7 +247,7 @@ impl Sandbox {
     }
 
     pub fn uid(&self) -> u32 {
-        self.uid
+        self.uid.uid
     }
 
     pub fn is_alive(&self) -> bool {
@@ -262,6 +274,14 @@ impl Sandbox {
             }
             if e.downcast_ref::<agent::AgentError>().is_none() {
                 self.kill();
+                let oom = self.cgroups.oom_kills();
+                if oom > 0 {
+                    return Err(anyhow!(
+                        "sandbox {}: killed by the kernel's OOM killer: it reached its memory limit of {} MiB (memory.oom_control: oom_kill {oom}); raise the limit or use less memory ({e:#})",
+                        self.id,
+                        self.memory_limit >> 20
+                    ));
+                }
                 let tail = self.log_tail(400);
                 return Err(anyhow!(
                     "sandbox {}: {e:#}; runtime log ends: {tail}",
@@ -295,7 +315,7 @@ impl Sandbox {
                 .len())
         })();
         if let Err(e) = res {
-            eprintln!("thaw: warning: recording the dax write set failed: {e:#}");
+            thaw_output::errln!("thaw: warning: recording the dax write set failed: {e:#}");
         }
     }
 
@@ -312,7 +332,7 @@ impl Sandbox {
                 Ok(idx) => out.recorded_pages = idx.pages(),
                 Err(e) => {
                     out.warning = format!("recording the working set failed: {e:#}");
-                    eprintln!("thaw: warning: {}", out.warning);
+                    thaw_output::errln!("thaw: warning: {}", out.warning);
                 }
             }
         } else {

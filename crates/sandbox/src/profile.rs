@@ -51,7 +51,7 @@ pub fn profile(
         }
     }
     let overlay = Arc::new(ProfileSource {
-        image: ImageSource(File::open(snap.memory_path())?),
+        image: ImageSource(snap.open_image()?),
         files,
         pages: Default::default(),
     });

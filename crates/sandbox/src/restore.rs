@@ -124,8 +124,14 @@ pub(crate) fn restore_with(
         None => ProcessState::decode(&snap.load_state()?)
             .with_context(|| format!("snapshot {}", snap.dir.display()))?,
     };
-    let image = File::open(snap.memory_path()).context("opening the memory image")?;
-    verify_once(&[&image], || snap.verify_memory())?;
+    if strategy.uses_write_set() && !thaw_store::secure::on_dram(&snap.dir)? {
+        bail!(
+            "the dax strategy maps the image in place and needs a byte-addressable tier (DRAM/pmem); snapshot {} is on a block device",
+            snap.dir.display()
+        );
+    }
+    // verified, and unchangeable while in use (sealed memfd or immutable file)
+    let image = snap.open_image()?;
     rep.state_load_ms = ms(t0);
 
     // TOSS: pages come from the fast and slow tier files; if the layout is
@@ -141,7 +147,7 @@ pub(crate) fn restore_with(
             }
             Err(e) => {
                 rep.tier_warning = format!("{e:#}");
-                eprintln!(
+                thaw_output::errln!(
                     "thaw: warning: tier layout of {} unusable ({e:#}); restoring with plain uffd",
                     snap.dir.display()
                 );
@@ -164,7 +170,7 @@ pub(crate) fn restore_with(
     if strategy.uses_write_set() {
         match write_set::load(&snap.dir, &snapshot_key(snap), &state.memory) {
             Ok(ws) => write_set = ws,
-            Err(e) => eprintln!("thaw: warning: {e:#}; recording a new dax write set"),
+            Err(e) => thaw_output::errln!("thaw: warning: {e:#}; recording a new dax write set"),
         }
         rep.write_set_pages = write_set.as_ref().map(|w| w.pages()).unwrap_or(0);
     }
@@ -173,7 +179,7 @@ pub(crate) fn restore_with(
     let plan = build_plan(
         &state,
         strategy,
-        slot.uid,
+        slot.uid.uid,
         tiers.as_ref().map(|t| &t.0),
         write_set.as_ref(),
         &mut rep,
@@ -284,7 +290,7 @@ pub(crate) fn restore_with(
                 Ok(None) | Err(_) => {
                     if let Err(e) = ws {
                         rep.ws_warning = format!("{e:#}");
-                        eprintln!("thaw: warning: working set of {} unusable ({e:#}); restoring with plain uffd and recording a new one", snap.dir.display());
+                        thaw_output::errln!("thaw: warning: working set of {} unusable ({e:#}); restoring with plain uffd and recording a new one", snap.dir.display());
                     }
                     rep.ws_mode = "record".into();
                     record = true;
@@ -302,7 +308,7 @@ pub(crate) fn restore_with(
         }
         let pid_for_kill = pid;
         let on_fatal = Box::new(move |why: String| {
-            eprintln!(
+            thaw_output::errln!(
                 "thaw: page server for pid {pid_for_kill} failed: {why}; killing the sandbox"
             );
             // SAFETY: signalling our own child; reaped by Sandbox::kill.
@@ -375,17 +381,6 @@ fn image_key(image: &File) -> Result<ImageKey> {
         m.size(),
         m.mtime_nsec() + m.mtime() * 1_000_000_000,
     ))
-}
-
-/// Records that this process wrote `snap`'s image itself (its checksum was
-/// computed while writing), so restores need not re-hash it.
-pub fn trust_written(snap: &Snapshot) -> Result<()> {
-    let key = image_key(&File::open(snap.memory_path())?)?;
-    verified()
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .insert(key);
-    Ok(())
 }
 
 /// The restorer ELF in a sealed memfd, made once per process.

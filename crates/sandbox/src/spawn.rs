@@ -59,7 +59,11 @@ const STEPS: &[&str] = &[
     "dropping privileges",
     "installing the seccomp filter",
     "exec",
+    "leaving the worker's session (setsid)",
 ];
+
+/// Index of the setsid step in [`STEPS`].
+const STEP_SETSID: usize = 14;
 
 struct Prepared {
     root: CString,
@@ -278,6 +282,11 @@ fn child(p: &Prepared, go_r: RawFd, err_w: RawFd) -> ! {
             fail(err_fd, 0);
         }
         libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+        // its own session and process group: kill(0, ...) or a signal to
+        // the worker's group never crosses between worker and sandbox
+        if libc::setsid() < 0 {
+            fail(err_fd, STEP_SETSID);
+        }
 
         // descriptors: lift every source above the targets, then place them
         let mut lifted = [0 as RawFd; 64];

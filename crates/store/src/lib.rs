@@ -8,13 +8,19 @@
 //! - `memory.img`: the saved pages, page aligned, sparse (only saved pages).
 //!
 //! It is written under a temporary name, fsynced and renamed into place, so a
-//! crash never leaves a half snapshot that looks whole.
+//! crash never leaves a half snapshot that looks whole. Deployed snapshots are
+//! versions published atomically (`versions.rs`); everything is private to the
+//! worker (`secure.rs`), and a verified image cannot change under a restore
+//! ([`Snapshot::open_image`]).
 
+pub mod secure;
 mod snapshot;
 mod tier;
+mod versions;
 
 pub use snapshot::{
     drop_file_cache, sha256_hex, FileEntry, Manifest, Snapshot, SnapshotWriter, FORMAT_NAME,
     FORMAT_VERSION,
 };
 pub use tier::{Tier, TIER_NAMES};
+pub use versions::{gc_tier, DeployLock};

@@ -1,9 +1,15 @@
+use crate::secure::{self, FileLock};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+use std::collections::HashSet;
+use std::ffi::CString;
 use std::fs::{self, File};
 use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
 
 pub const FORMAT_NAME: &str = "thaw-snapshot";
 pub const FORMAT_VERSION: u32 = 1;
@@ -44,21 +50,27 @@ pub struct SnapshotWriter {
 }
 
 impl SnapshotWriter {
-    /// Starts a snapshot at `dir`, which must not exist yet.
+    /// Starts a snapshot at `dir`, which must not exist yet. It is written
+    /// into `.NAME.tmp-OWNER` beside it (OWNER: this process's pid and start
+    /// time, so crash cleanup can tell whose it is); everything is private
+    /// (0700 directories, 0600 files).
     pub fn create(dir: &Path) -> Result<Self> {
         if dir.exists() {
             bail!("snapshot {} already exists", dir.display());
         }
         let parent = dir.parent().context("snapshot path has no parent")?;
-        fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+        secure::ensure_private_dir(parent)?;
         let name = dir
             .file_name()
             .context("snapshot path has no name")?
             .to_string_lossy();
-        let tmp = parent.join(format!(".{name}.tmp-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&tmp);
-        fs::create_dir(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
-        let memory = File::create(tmp.join(MEMORY)).context("creating memory image")?;
+        let tmp = parent.join(format!(".{name}.tmp-{}", secure::owner_tag()));
+        secure::remove_tree(&tmp)?;
+        std::fs::DirBuilder::new()
+            .mode(secure::DIR_MODE)
+            .create(&tmp)
+            .with_context(|| format!("creating {}", tmp.display()))?;
+        let memory = secure::create_private_file(&tmp.join(MEMORY))?;
         Ok(SnapshotWriter {
             tmp,
             dir: dir.to_owned(),
@@ -121,6 +133,19 @@ impl SnapshotWriter {
             &self.tmp.join(MANIFEST),
             &serde_json::to_vec_pretty(&manifest)?,
         )?;
+        // block tiers: the files are immutable for their life (a changed
+        // byte needs CAP_LINUX_IMMUTABLE and leaves a new ctime); the DRAM
+        // tier is served from sealed memfds instead (`Snapshot::open_image`)
+        if !secure::on_dram(&self.tmp)? {
+            for f in [MEMORY, STATE, MANIFEST] {
+                secure::set_immutable(&self.tmp.join(f), true).with_context(|| {
+                    format!(
+                        "snapshots on block tiers are made immutable; the filesystem of {} must support FS_IMMUTABLE_FL",
+                        self.tmp.display()
+                    )
+                })?;
+            }
+        }
         sync_dir(&self.tmp)?;
         fs::rename(&self.tmp, &self.dir)
             .with_context(|| format!("renaming snapshot into {}", self.dir.display()))?;
@@ -131,6 +156,7 @@ impl SnapshotWriter {
         Ok(Snapshot {
             dir: self.dir.clone(),
             manifest,
+            hold: None,
         })
     }
 }
@@ -138,19 +164,19 @@ impl SnapshotWriter {
 impl Drop for SnapshotWriter {
     fn drop(&mut self) {
         if !self.done {
-            let _ = fs::remove_dir_all(&self.tmp);
+            let _ = secure::remove_tree(&self.tmp);
         }
     }
 }
 
 fn write_synced(path: &Path, data: &[u8]) -> Result<()> {
-    let mut f = File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    let mut f = secure::create_private_file(path)?;
     f.write_all(data)?;
     f.sync_all()?;
     Ok(())
 }
 
-fn sync_dir(dir: &Path) -> Result<()> {
+pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
     File::open(dir)
         .and_then(|d| d.sync_all())
         .with_context(|| format!("syncing {}", dir.display()))
@@ -165,6 +191,9 @@ pub fn sha256_hex(data: &[u8]) -> String {
 pub struct Snapshot {
     pub dir: PathBuf,
     pub manifest: Manifest,
+    /// A published version's read lock: while any clone of this value lives,
+    /// the version is not removed.
+    pub(crate) hold: Option<Arc<FileLock>>,
 }
 
 impl Snapshot {
@@ -199,7 +228,7 @@ impl Snapshot {
                 );
             }
             let p = dir.join(&e.name);
-            let len = fs::metadata(&p)
+            let len = fs::symlink_metadata(&p)
                 .with_context(|| format!("snapshot {}: {} is missing", dir.display(), e.name))?
                 .len();
             if len != e.len {
@@ -214,6 +243,7 @@ impl Snapshot {
         Ok(Snapshot {
             dir: dir.to_owned(),
             manifest,
+            hold: None,
         })
     }
 
@@ -223,8 +253,8 @@ impl Snapshot {
         let data = read_limited(&self.dir.join(&e.name), MAX_STATE_BYTES)?;
         if sha256_hex(&data) != e.sha256 {
             bail!(
-                "snapshot {}: state checksum mismatch (corrupted)",
-                self.dir.display()
+                "integrity: {}: state checksum mismatch (corrupted or changed)",
+                self.dir.join(&e.name).display()
             );
         }
         Ok(data)
@@ -234,27 +264,129 @@ impl Snapshot {
         self.dir.join(&self.manifest.memory.name)
     }
 
-    /// Re-hashes the whole memory image. Restores skip this (it would read
-    /// every page and defeat lazy restore); `thaw snapshot verify` and the
-    /// first use of a snapshot in a process run it.
+    /// Re-hashes the whole memory image (`thaw snapshot verify`; restores
+    /// use [`Snapshot::open_image`]).
     pub fn verify_memory(&self) -> Result<()> {
-        let mut f = File::open(self.memory_path())?;
+        let mut f = secure::open_nofollow(&self.memory_path())?;
+        self.hash_image(&mut f, &mut std::io::sink())
+    }
+
+    /// Reads the whole image from `src`, copying it to `dst`, and checks its
+    /// length and SHA-256 against the manifest.
+    fn hash_image(&self, src: &mut File, dst: &mut dyn Write) -> Result<()> {
         let mut h = Sha256::new();
         let mut buf = vec![0u8; 1 << 20];
+        let mut len = 0u64;
         loop {
-            let n = f.read(&mut buf)?;
+            let n = src.read(&mut buf)?;
             if n == 0 {
                 break;
             }
             h.update(&buf[..n]);
+            dst.write_all(&buf[..n])?;
+            len += n as u64;
         }
-        if hex::encode(h.finalize()) != self.manifest.memory.sha256 {
+        if len != self.manifest.memory.len
+            || hex::encode(h.finalize()) != self.manifest.memory.sha256
+        {
             bail!(
-                "snapshot {}: memory image checksum mismatch (corrupted)",
-                self.dir.display()
+                "integrity: {}: memory image checksum mismatch (corrupted or changed)",
+                self.memory_path().display()
             );
         }
         Ok(())
+    }
+
+    /// The memory image, verified and unchangeable for as long as the
+    /// returned file is used:
+    /// - DRAM tier (tmpfs): the image is copied into a memfd while its
+    ///   checksum is checked, and the memfd is sealed (no write, grow or
+    ///   shrink). Loaded once per process and snapshot version; later
+    ///   changes to the tmpfs file cannot reach a restore.
+    /// - block tiers: the file must carry FS_IMMUTABLE_FL (set when the
+    ///   snapshot was written); its checksum is checked on the first use in
+    ///   this process and again whenever its ctime changes (clearing the
+    ///   flag to write it changes the ctime, and ctime cannot be set back).
+    pub fn open_image(&self) -> Result<File> {
+        let path = self.memory_path();
+        let mut f = secure::open_nofollow(&path)?;
+        let m = f.metadata()?;
+        if !m.is_file() {
+            bail!("integrity: {} is not a regular file", path.display());
+        }
+        let key = ImageKey {
+            dev: m.dev(),
+            ino: m.ino(),
+            len: m.len(),
+            ctime_ns: m.ctime() as i128 * 1_000_000_000 + m.ctime_nsec() as i128,
+            sha256: self.manifest.memory.sha256.clone(),
+        };
+        if secure::on_dram(&path)? {
+            let mut cache = sealed_images().lock().unwrap_or_else(|p| p.into_inner());
+            // the same inode with any ctime: the memfd holds what was verified
+            if let Some(fd) = cache
+                .iter()
+                .find(|(k, _, _)| (k.dev, k.ino, &k.sha256) == (key.dev, key.ino, &key.sha256))
+                .map(|(_, _, fd)| fd)
+            {
+                return Ok(fd.try_clone()?);
+            }
+            let memfd = self.load_sealed(&mut f)?;
+            // forget images whose file is gone (a removed version)
+            cache.retain(|(k, p, _)| {
+                fs::symlink_metadata(p).is_ok_and(|m| (m.dev(), m.ino()) == (k.dev, k.ino))
+            });
+            cache.push((key, path, memfd.try_clone()?));
+            return Ok(memfd);
+        }
+        let flags = secure::inode_flags(&f)
+            .with_context(|| format!("reading the inode flags of {}", path.display()))?;
+        if flags & secure::FS_IMMUTABLE_FL == 0 {
+            bail!(
+                "integrity: {} is not immutable (FS_IMMUTABLE_FL is not set); it may have been changed since it was written",
+                path.display()
+            );
+        }
+        let seen = verified_images()
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(&key);
+        if !seen {
+            self.hash_image(&mut f, &mut std::io::sink())?;
+            verified_images()
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(key);
+        }
+        Ok(f)
+    }
+
+    /// Copies the image into a new memfd, checking its checksum, and seals it.
+    fn load_sealed(&self, src: &mut File) -> Result<File> {
+        let name = CString::new(format!("thaw-image:{}", self.manifest.id))
+            .unwrap_or_else(|_| c"thaw-image".to_owned());
+        // SAFETY: memfd_create with a NUL-terminated name.
+        let fd = unsafe {
+            libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING)
+        };
+        if fd < 0 {
+            bail!("memfd_create: {}", std::io::Error::last_os_error());
+        }
+        // SAFETY: fd was just created and is owned by nobody else.
+        let mut memfd = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+        memfd.set_len(self.manifest.memory.len)?;
+        self.hash_image(src, &mut memfd)?;
+        let seals =
+            libc::F_SEAL_WRITE | libc::F_SEAL_GROW | libc::F_SEAL_SHRINK | libc::F_SEAL_SEAL;
+        // SAFETY: fcntl on a descriptor we own.
+        if unsafe { libc::fcntl(memfd.as_raw_fd(), libc::F_ADD_SEALS, seals) } != 0 {
+            bail!(
+                "sealing the memfd of {}: {}",
+                self.memory_path().display(),
+                std::io::Error::last_os_error()
+            );
+        }
+        Ok(memfd)
     }
 
     /// Drops the snapshot's files (and any derived files beside it: working
@@ -268,6 +400,29 @@ impl Snapshot {
         }
         Ok(())
     }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct ImageKey {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    ctime_ns: i128,
+    sha256: String,
+}
+
+/// Sealed memfds of DRAM-tier images, loaded and verified once per process.
+type SealedImage = (ImageKey, PathBuf, File);
+
+fn sealed_images() -> &'static Mutex<Vec<SealedImage>> {
+    static CACHE: OnceLock<Mutex<Vec<SealedImage>>> = OnceLock::new();
+    CACHE.get_or_init(Default::default)
+}
+
+/// Block-tier images verified in this process, by inode and ctime.
+fn verified_images() -> &'static Mutex<HashSet<ImageKey>> {
+    static SEEN: OnceLock<Mutex<HashSet<ImageKey>>> = OnceLock::new();
+    SEEN.get_or_init(Default::default)
 }
 
 /// Evicts one file's pages from the page cache (a no-op on tmpfs, whose pages
@@ -284,7 +439,7 @@ pub fn drop_file_cache(path: &Path) -> Result<()> {
 }
 
 fn read_limited(path: &Path, max: u64) -> Result<Vec<u8>> {
-    let f = File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let f = secure::open_nofollow(path)?;
     let mut data = Vec::new();
     f.take(max + 1).read_to_end(&mut data)?;
     if data.len() as u64 > max {
@@ -298,9 +453,14 @@ mod tests {
     use super::*;
 
     fn tmpdir(tag: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("thaw-store-test-{tag}-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&d);
-        fs::create_dir_all(&d).unwrap();
+        tmpdir_on("/dev/shm", tag)
+    }
+
+    fn tmpdir_on(fs_root: &str, tag: &str) -> PathBuf {
+        let d =
+            PathBuf::from(fs_root).join(format!("thaw-store-test-{tag}-{}", std::process::id()));
+        secure::remove_tree(&d).unwrap();
+        secure::ensure_private_dir(&d).unwrap();
         d
     }
 

@@ -45,15 +45,41 @@ pub struct Invocation {
 
 impl Worker {
     /// Opens the worker on `home`, building the runtime root if needed.
+    /// Opens the worker on `home`, building the runtime root if needed, and
+    /// cleans up what dead workers left (see [`Worker::gc`]; failures there
+    /// are reported through `progress`, not fatal).
     pub fn new(home: &Path, progress: &mut dyn FnMut(&str)) -> Result<Worker> {
         let root = thaw_runtime::ensure_root(home, progress)?;
         let functions = root.functions()?;
-        Ok(Worker {
+        let w = Worker {
             home: home.to_owned(),
             root,
             cfg: SandboxConfig::default(),
             functions,
-        })
+        };
+        if let Err(e) = w.gc() {
+            progress(&format!("warning: crash cleanup incomplete: {e:#}"));
+        }
+        Ok(w)
+    }
+
+    /// Crash cleanup: removes what dead workers left (their cgroups and any
+    /// sandbox still in them, their logs, staging and trash directories) and
+    /// snapshot versions no reader holds, on every tier of this home. State
+    /// of live workers is never touched. Returns what was removed.
+    pub fn gc(&self) -> Result<Vec<PathBuf>> {
+        let mut removed = thaw_sandbox::cleanup::gc(&self.cfg.log_dir)?;
+        let mut errors = Vec::new();
+        for name in thaw_store::TIER_NAMES {
+            match self.tier(name).and_then(|t| thaw_store::gc_tier(&t)) {
+                Ok(r) => removed.extend(r),
+                Err(e) => errors.push(format!("tier {name}: {e:#}")),
+            }
+        }
+        if !errors.is_empty() {
+            bail!("{}", errors.join("; "));
+        }
+        Ok(removed)
     }
 
     pub fn functions(&self) -> &[FunctionInfo] {
@@ -102,40 +128,51 @@ impl Worker {
         Ok((sb, rep))
     }
 
-    /// Where `function`'s snapshot lives on `tier` for this runtime root.
+    /// The name `function`'s snapshots go by on a tier (one per runtime root).
+    pub fn snapshot_name(&self, function: &str) -> String {
+        format!("{function}-{}", &self.root.hash[..16])
+    }
+
+    /// A directory to checkpoint `function` into by hand (tests); deployed
+    /// snapshots are versions under `tier.function_dir(snapshot_name)`.
     pub fn snapshot_dir(&self, tier: &Tier, function: &str) -> PathBuf {
-        tier.path
-            .join(format!("{function}-{}", &self.root.hash[..16]))
+        tier.path.join(self.snapshot_name(function))
     }
 
-    /// Starts, initialises and snapshots `function` onto `tier`, replacing any
-    /// older snapshot of it.
+    /// Starts, initialises and snapshots `function` onto `tier` as a new
+    /// version, and publishes it atomically (readers of the old version keep
+    /// it until they are done). One deployer per function at a time.
     pub fn deploy(&self, function: &str, tier: &Tier) -> Result<(Snapshot, CheckpointReport)> {
-        let (mut sb, _) = self.start_fresh(function)?;
-        let dir = self.snapshot_dir(tier, function);
-        let staging = dir.with_extension(format!("new-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&staging);
-        let (_, rep) = checkpoint(&mut sb, &staging, function, &self.root.hash)?;
-        // swap in the new snapshot; a reader sees the old or the new, whole
-        let old = dir.with_extension(format!("old-{}", std::process::id()));
-        if dir.exists() {
-            std::fs::rename(&dir, &old)?;
-        }
-        std::fs::rename(&staging, &dir)?;
-        let _ = std::fs::remove_dir_all(&old);
-        let snap = Snapshot::open(&dir)?;
-        thaw_sandbox::restore::trust_written(&snap)?;
-        Ok((snap, rep))
+        self.check_function(function)?;
+        let lock = tier.lock_deploy(&self.snapshot_name(function))?;
+        self.deploy_locked(function, lock)
     }
 
-    /// The snapshot of `function` on `tier`, deploying it first if missing.
+    fn deploy_locked(
+        &self,
+        function: &str,
+        lock: thaw_store::DeployLock,
+    ) -> Result<(Snapshot, CheckpointReport)> {
+        let (mut sb, _) = self.start_fresh(function)?;
+        let dir = lock.new_version_dir()?;
+        let (snap, rep) = checkpoint(&mut sb, &dir, function, &self.root.hash)?;
+        Ok((lock.publish(&snap)?, rep))
+    }
+
+    /// The published snapshot of `function` on `tier`, deploying it first if
+    /// there is none. Concurrent first calls deploy once: the others wait for
+    /// the deploy lock and then find the new version.
     pub fn snapshot(&self, function: &str, tier: &Tier) -> Result<Snapshot> {
         self.check_function(function)?;
-        let dir = self.snapshot_dir(tier, function);
-        if dir.join("manifest.json").exists() {
-            return Snapshot::open(&dir);
+        let name = self.snapshot_name(function);
+        if let Some(s) = tier.open_current(&name)? {
+            return Ok(s);
         }
-        Ok(self.deploy(function, tier)?.0)
+        let lock = tier.lock_deploy(&name)?;
+        if let Some(s) = lock.current()? {
+            return Ok(s);
+        }
+        Ok(self.deploy_locked(function, lock)?.0)
     }
 
     pub fn restore(&self, snap: &Snapshot, strategy: &str) -> Result<(Sandbox, RestoreReport)> {
@@ -219,7 +256,7 @@ impl Worker {
             ..params.clone()
         };
         let state = thaw_sandbox::state::ProcessState::decode(&snap.load_state()?)?;
-        let image = std::fs::File::open(snap.memory_path())?;
+        let image = snap.open_image()?;
         let slow_dir = slow
             .path
             .join("tiered")

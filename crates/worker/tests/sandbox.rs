@@ -15,7 +15,7 @@ use thaw_worker::invoke;
 /// removing its cgroups, so an empty cgroup only counts as leaked if it is
 /// still there a moment later.
 fn assert_nothing_leaked() {
-    let prefix = format!("{}-", std::process::id());
+    let prefix = format!("{}-", thaw_store::secure::owner_tag());
     let empty_cgroups = || {
         let mut out = Vec::new();
         for ctrl in ["memory", "pids"] {
@@ -342,6 +342,11 @@ fn hostile_code_is_contained_fresh_and_restored() {
     assert!(
         !sb.is_alive(),
         "sandbox survived allocating past its limit: {e:#}"
+    );
+    let msg = format!("{e:#}");
+    assert!(
+        msg.contains("OOM killer") && msg.contains("memory limit"),
+        "an OOM kill must be reported as one: {msg}"
     );
     let (mut next, _) = w.start_fresh("helloworld").unwrap();
     w.check(

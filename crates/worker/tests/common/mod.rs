@@ -36,6 +36,18 @@ pub fn tier(tag: &str) -> Tier {
     }
 }
 
+/// A private tier on the machine's disk (/var/tmp), a block tier.
+pub fn disk_tier(tag: &str) -> Tier {
+    let path = PathBuf::from(format!("/var/tmp/thaw-test-{}/{tag}", std::process::id()));
+    thaw_store::secure::remove_tree(&path).expect("removing an old test tier");
+    Tier {
+        name: "disk",
+        path,
+        emulated: false,
+        description: "test disk",
+    }
+}
+
 pub fn call(sb: &mut Sandbox, v: Value) -> Value {
     sb.call(&v, T).unwrap_or_else(|e| panic!("{v}: {e:#}"))
 }

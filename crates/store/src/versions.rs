@@ -1,0 +1,304 @@
+//! Versioned snapshots of one function on one tier, published atomically.
+//!
+//! ```text
+//! TIER/NAME/                 0700
+//!   deploy.lock              flock: one deployer at a time
+//!   current -> versions/ID   the published version (a symlink, only ever readlink'ed)
+//!   versions/ID/             one whole snapshot; its manifest's id is ID
+//!   versions/.ID.tmp-OWNER   a snapshot being written (OWNER = pid.starttime)
+//!   versions/.trash-OWNER-ID a version being removed
+//! ```
+//!
+//! A deployer takes `deploy.lock`, writes a new version under a temporary
+//! name, renames it to `versions/ID`, then points `current` at it by renaming
+//! a new symlink over the old one: one atomic step. A reader resolves
+//! `current` once, opens that version and holds a shared flock on its
+//! directory for as long as it uses it (the [`Snapshot`] value), so it reads
+//! one version only. Old versions are removed after a publish, and by crash
+//! cleanup, but only when no reader holds their lock; a version still held is
+//! left for the next publish or `thaw gc`.
+use crate::secure::{self, FileLock};
+use crate::{Snapshot, Tier};
+use anyhow::{bail, Context, Result};
+use std::fs;
+use std::io::Read;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+const CURRENT: &str = "current";
+const VERSIONS: &str = "versions";
+const DEPLOY_LOCK: &str = "deploy.lock";
+
+/// Holds a function's deploy lock; see the module docs.
+pub struct DeployLock {
+    dir: PathBuf,
+    _lock: FileLock,
+}
+
+fn check_name(name: &str) -> Result<()> {
+    if name.is_empty()
+        || name.starts_with('.')
+        || !name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.')
+    {
+        bail!("bad snapshot name {name:?}");
+    }
+    Ok(())
+}
+
+fn valid_version_id(id: &str) -> bool {
+    !id.is_empty()
+        && !id.starts_with('.')
+        && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+}
+
+impl Tier {
+    /// The directory holding every version of snapshot `name` on this tier.
+    pub fn function_dir(&self, name: &str) -> PathBuf {
+        self.path.join(name)
+    }
+
+    /// Takes the deploy lock of snapshot `name` (blocking while another
+    /// deployer holds it), creating the tier and function directories.
+    pub fn lock_deploy(&self, name: &str) -> Result<DeployLock> {
+        check_name(name)?;
+        self.ensure_root()?;
+        let dir = self.function_dir(name);
+        secure::ensure_private_dir(&dir.join(VERSIONS))?;
+        let lock = secure::flock(&dir.join(DEPLOY_LOCK), true, false)?
+            .expect("a blocking flock returns a lock");
+        Ok(DeployLock { dir, _lock: lock })
+    }
+
+    /// The published version of snapshot `name`, held for reading (None when
+    /// nothing is published).
+    pub fn open_current(&self, name: &str) -> Result<Option<Snapshot>> {
+        check_name(name)?;
+        let dir = self.function_dir(name);
+        match fs::symlink_metadata(&dir) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            _ => secure::check_private_dir(&dir)?,
+        }
+        open_published(&dir)
+    }
+
+    /// Every snapshot name on this tier with its published version (or why
+    /// it cannot be opened). Names without a published version are skipped.
+    pub fn list(&self) -> Result<Vec<(String, Result<Snapshot>)>> {
+        let rd = match fs::read_dir(&self.path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
+            r => r.with_context(|| format!("reading {}", self.path.display()))?,
+        };
+        secure::check_private_dir(&self.path)?;
+        let mut out = Vec::new();
+        for e in rd {
+            let e = e?;
+            let name = e.file_name().to_string_lossy().to_string();
+            if name.starts_with('.') || fs::symlink_metadata(e.path().join(CURRENT)).is_err() {
+                continue;
+            }
+            match self.open_current(&name) {
+                Ok(Some(s)) => out.push((name, Ok(s))),
+                Ok(None) => {}
+                Err(err) => out.push((name, Err(err))),
+            }
+        }
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(out)
+    }
+}
+
+/// Resolves `current` once, opens that version and takes its read lock. A
+/// version removed between the readlink and the lock is noticed (the locked
+/// directory is no longer the one at its path) and `current` re-read.
+fn open_published(dir: &Path) -> Result<Option<Snapshot>> {
+    for _ in 0..100 {
+        let target = match fs::read_link(dir.join(CURRENT)) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e).with_context(|| format!("reading {}/current", dir.display())),
+        };
+        let id = target
+            .strip_prefix(VERSIONS)
+            .ok()
+            .and_then(|p| p.to_str())
+            .filter(|id| valid_version_id(id))
+            .with_context(|| {
+                format!(
+                    "{}/current points at {}, not at a version",
+                    dir.display(),
+                    target.display()
+                )
+            })?;
+        let vdir = dir.join(VERSIONS).join(id);
+        let lock = match secure::flock(&vdir, false, false) {
+            Ok(l) => l.expect("a blocking flock returns a lock"),
+            Err(_) if !vdir.exists() => continue,
+            Err(e) => return Err(e),
+        };
+        // the directory we locked must still be the one at that path
+        let held = lock_inode(&lock)?;
+        match fs::symlink_metadata(&vdir) {
+            Ok(m) if (m.dev(), m.ino()) == held => {}
+            _ => continue,
+        }
+        secure::check_private_dir(&vdir)?;
+        let mut snap = Snapshot::open(&vdir)?;
+        if snap.manifest.id != id {
+            bail!(
+                "integrity: snapshot {} has manifest id {:?}, not its version {id:?}",
+                vdir.display(),
+                snap.manifest.id
+            );
+        }
+        snap.hold = Some(Arc::new(lock));
+        return Ok(Some(snap));
+    }
+    bail!(
+        "{}: the published version kept changing while being opened",
+        dir.display()
+    )
+}
+
+fn lock_inode(lock: &FileLock) -> Result<(u64, u64)> {
+    let m = lock.file().metadata()?;
+    Ok((m.dev(), m.ino()))
+}
+
+impl DeployLock {
+    /// The published version, if any (checked under the lock: another
+    /// deployer may have published while we waited).
+    pub fn current(&self) -> Result<Option<Snapshot>> {
+        open_published(&self.dir)
+    }
+
+    /// Where to write a new version: `versions/ID` with a fresh, unique ID
+    /// (time and randomness). The writer must put ID in the manifest.
+    pub fn new_version_dir(&self) -> Result<PathBuf> {
+        let mut rnd = [0u8; 8];
+        fs::File::open("/dev/urandom")
+            .and_then(|mut f| f.read_exact(&mut rnd))
+            .context("reading /dev/urandom")?;
+        let secs = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        Ok(self
+            .dir
+            .join(VERSIONS)
+            .join(format!("{secs}-{}", hex::encode(rnd))))
+    }
+
+    /// Makes `snap` (written into a directory from [`Self::new_version_dir`])
+    /// the published version with one atomic rename, then removes older
+    /// versions no reader holds. Returns the new version, held for reading.
+    pub fn publish(self, snap: &Snapshot) -> Result<Snapshot> {
+        let id = snap
+            .dir
+            .file_name()
+            .and_then(|n| n.to_str())
+            .filter(|id| valid_version_id(id))
+            .context("snapshot to publish is not a version directory")?
+            .to_string();
+        if snap.dir != self.dir.join(VERSIONS).join(&id) {
+            bail!(
+                "snapshot {} is not a version of {}",
+                snap.dir.display(),
+                self.dir.display()
+            );
+        }
+        if snap.manifest.id != id {
+            bail!(
+                "snapshot {} has manifest id {:?}; a version's id must be its name",
+                snap.dir.display(),
+                snap.manifest.id
+            );
+        }
+        let tmp = self
+            .dir
+            .join(format!(".{CURRENT}.tmp-{}", secure::owner_tag()));
+        let _ = fs::remove_file(&tmp);
+        std::os::unix::fs::symlink(format!("{VERSIONS}/{id}"), &tmp)
+            .with_context(|| format!("creating {}", tmp.display()))?;
+        fs::rename(&tmp, self.dir.join(CURRENT))
+            .with_context(|| format!("publishing {}", snap.dir.display()))?;
+        crate::snapshot::sync_dir(&self.dir)?;
+        let published = open_published(&self.dir)?.context("published version vanished")?;
+        remove_unused_versions(&self.dir)?;
+        Ok(published)
+    }
+}
+
+/// Removes versions of one function that are neither published nor held by
+/// a reader, and staging/trash directories whose owner is dead.
+pub(crate) fn remove_unused_versions(dir: &Path) -> Result<Vec<PathBuf>> {
+    let current = fs::read_link(dir.join(CURRENT)).ok();
+    let vdir = dir.join(VERSIONS);
+    let mut removed = Vec::new();
+    let Ok(rd) = fs::read_dir(&vdir) else {
+        return Ok(removed);
+    };
+    for e in rd.flatten() {
+        let name = e.file_name().to_string_lossy().to_string();
+        let path = e.path();
+        if let Some(rest) = name.strip_prefix('.') {
+            // `.ID.tmp-OWNER` or `.trash-OWNER-ID`
+            let owner = rest
+                .split_once(".tmp-")
+                .map(|(_, o)| o)
+                .or_else(|| rest.strip_prefix("trash-"));
+            if owner.is_some_and(secure::owned_by_dead) {
+                secure::remove_tree(&path)?;
+                removed.push(path);
+            }
+            continue;
+        }
+        if current.as_deref() == Some(Path::new(VERSIONS).join(&name).as_path()) {
+            continue;
+        }
+        // held by a reader (or being opened): leave it
+        let Ok(Some(lock)) = secure::flock(&path, true, true) else {
+            continue;
+        };
+        let trash = vdir.join(format!(".trash-{}-{name}", secure::owner_tag()));
+        fs::rename(&path, &trash)?;
+        drop(lock);
+        secure::remove_tree(&trash)?;
+        removed.push(path);
+    }
+    Ok(removed)
+}
+
+/// Crash cleanup of one tier: for every function, what dead deployers left
+/// (staging and trash directories, stale `current` temp links) and versions
+/// nobody uses. Returns what was removed.
+pub fn gc_tier(tier: &Tier) -> Result<Vec<PathBuf>> {
+    let mut removed = Vec::new();
+    let Ok(rd) = fs::read_dir(&tier.path) else {
+        return Ok(removed);
+    };
+    secure::check_private_dir(&tier.path)?;
+    for e in rd.flatten() {
+        let dir = e.path();
+        if !dir.join(VERSIONS).is_dir() {
+            continue;
+        }
+        // a deployer at work holds the lock; its staging is not garbage
+        let Some(_lock) = secure::flock(&dir.join(DEPLOY_LOCK), true, true)? else {
+            continue;
+        };
+        for l in fs::read_dir(&dir)?.flatten() {
+            let n = l.file_name().to_string_lossy().to_string();
+            if n.strip_prefix(&format!(".{CURRENT}.tmp-"))
+                .is_some_and(secure::owned_by_dead)
+            {
+                fs::remove_file(l.path())?;
+                removed.push(l.path());
+            }
+        }
+        removed.extend(remove_unused_versions(&dir)?);
+    }
+    Ok(removed)
+}
