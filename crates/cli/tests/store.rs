@@ -11,11 +11,16 @@ use std::time::{Duration, Instant};
 const THAW: &str = env!("CARGO_BIN_EXE_thaw");
 
 fn home(tag: &str) -> PathBuf {
+    home_on("/dev/shm", tag)
+}
+
+/// A test home on the filesystem of `fs_root` (its disk tier is there too).
+fn home_on(fs_root: &str, tag: &str) -> PathBuf {
     // SAFETY: geteuid has no preconditions.
     assert_eq!(unsafe { libc::geteuid() }, 0, "these tests need root");
     let shared = thaw_runtime::default_home().join("runtime");
     let h = PathBuf::from(format!(
-        "/dev/shm/thaw-cli-test-{}-{tag}",
+        "{fs_root}/thaw-cli-test-{}-{tag}",
         std::process::id()
     ));
     thaw_store::secure::remove_tree(&h).unwrap();
@@ -213,16 +218,16 @@ fn closed_or_full_output_ends_cleanly() {
         &["snapshot", "list"][..],
         &["runtime", "build"][..],
     ] {
-        let mut child = Command::new(THAW)
+        // the reader is gone before the command starts
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let out = Command::new(THAW)
             .arg("--home")
             .arg(&h)
             .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
+            .stdout(writer)
+            .output()
             .unwrap();
-        drop(child.stdout.take());
-        let out = child.wait_with_output().unwrap();
         assert_no_panic(&out, &args.join(" "));
         assert_eq!(
             out.status.code(),
@@ -232,16 +237,15 @@ fn closed_or_full_output_ends_cleanly() {
         );
     }
     // stderr closed too (progress and warnings are dropped, the work is done)
-    let mut child = Command::new(THAW)
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = Command::new(THAW)
         .arg("--home")
         .arg(&h)
         .args(["invoke", "helloworld", "--tier", "disk"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
+        .stderr(writer)
+        .output()
         .unwrap();
-    drop(child.stderr.take());
-    let out = child.wait_with_output().unwrap();
     assert!(out.status.success());
     assert!(text(&out.stdout).contains("helloworld"));
     thaw_store::secure::remove_tree(&h.join("snapshots")).unwrap();
@@ -279,7 +283,9 @@ fn bad_homes_are_named() {
 
 #[test]
 fn dax_needs_a_byte_addressable_tier() {
-    let h = home("dax");
+    // a home on the machine's disk: its disk tier is a block device, and its
+    // DRAM tier is the tmpfs thaw mounts at HOME/dram
+    let h = home_on("/var/tmp", "dax");
     let out = thaw(
         &h,
         &[
@@ -299,5 +305,10 @@ fn dax_needs_a_byte_addressable_tier() {
         &["invoke", "helloworld", "--strategy", "dax", "--check"],
     );
     assert!(out.status.success(), "{}", text(&out.stderr));
-    thaw_store::secure::remove_tree(&h.join("snapshots")).unwrap();
+    let dram = h.join("dram");
+    assert!(thaw_store::secure::on_dram(&dram).unwrap());
+    let c = std::ffi::CString::new(dram.to_string_lossy().as_bytes()).unwrap();
+    // SAFETY: umount2 of the tmpfs this test's thaw mounted; c is NUL-terminated.
+    assert_eq!(unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) }, 0);
+    thaw_store::secure::remove_tree(&h).unwrap();
 }
