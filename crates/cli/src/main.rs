@@ -106,7 +106,8 @@ enum Cmd {
 
 #[derive(Subcommand)]
 enum SnapCmd {
-    /// Check a snapshot's manifest, state and memory checksums
+    /// Check a snapshot's ownership and its manifest, state and memory checksums
+    /// (DIR: a version directory, or a function's directory for its published version)
     Verify { dir: PathBuf },
     /// List snapshots on a tier
     List {
@@ -278,17 +279,7 @@ fn run(cli: Cli) -> Result<()> {
         }
         Cmd::Snapshot {
             cmd: SnapCmd::Verify { dir },
-        } => {
-            let s = thaw_store::Snapshot::open(&dir)?;
-            s.load_state()?;
-            s.verify_memory()?;
-            thaw_output::outln!(
-                "ok: {} ({} bytes of memory image)",
-                dir.display(),
-                s.manifest.memory.len
-            );
-            Ok(())
-        }
+        } => store_cmds::verify(&dir),
         Cmd::Snapshot {
             cmd: SnapCmd::List { tier },
         } => store_cmds::list(&home, &tier),

@@ -1,5 +1,5 @@
 //! `thaw gc` and `thaw snapshot list`: the snapshot store from the command line.
-use anyhow::Result;
+use anyhow::{Context, Result};
 use std::path::Path;
 use thaw_output::outln;
 
@@ -10,6 +10,33 @@ pub fn gc(w: &thaw_worker::Worker) -> Result<()> {
         outln!("removed {}", p.display());
     }
     outln!("gc: removed {} leftover(s) of dead workers", removed.len());
+    Ok(())
+}
+
+/// Checks a snapshot: it must be a private directory of ours (a planted tree
+/// with consistent checksums is still refused), and every checksum must hold.
+pub fn verify(dir: &Path) -> Result<()> {
+    let snap = match (dir.parent(), dir.file_name()) {
+        (Some(tier_path), Some(name)) if dir.join("current").is_symlink() => {
+            let tier = thaw_store::Tier {
+                name: "given",
+                path: tier_path.to_owned(),
+                emulated: false,
+                description: "directory given on the command line",
+            };
+            tier.open_current(&name.to_string_lossy())?
+                .with_context(|| format!("{}: no published version", dir.display()))?
+        }
+        _ => thaw_store::Snapshot::open(dir)?,
+    };
+    thaw_store::secure::check_private_dir(&snap.dir)?;
+    snap.load_state()?;
+    snap.verify_memory()?;
+    outln!(
+        "ok: {} ({} bytes of memory image)",
+        snap.dir.display(),
+        snap.manifest.memory.len
+    );
     Ok(())
 }
 

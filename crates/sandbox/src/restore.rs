@@ -344,9 +344,10 @@ fn ms(t: Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1e3
 }
 
-/// Runs `verify` (a checksum over `files`) the first time this process uses
-/// those files (keyed by device, inode, size and mtime): a full hash on every
-/// restore would read every page and defeat lazy restore.
+/// Runs `verify` (a checksum over the TOSS tier files) the first time this
+/// process uses those files, and again whenever one changed: keyed by
+/// device, inode, size and ctime (unlike mtime, ctime cannot be set back).
+/// A full hash on every restore would read every page and defeat lazy restore.
 fn verify_once(files: &[&File], verify: impl FnOnce() -> Result<()>) -> Result<()> {
     let keys = files
         .iter()
@@ -379,7 +380,7 @@ fn image_key(image: &File) -> Result<ImageKey> {
         m.dev(),
         m.ino(),
         m.size(),
-        m.mtime_nsec() + m.mtime() * 1_000_000_000,
+        m.ctime_nsec() + m.ctime() * 1_000_000_000,
     ))
 }
 

@@ -70,11 +70,22 @@ impl Worker {
     pub fn gc(&self) -> Result<Vec<PathBuf>> {
         let mut removed = thaw_sandbox::cleanup::gc(&self.cfg.log_dir)?;
         let mut errors = Vec::new();
+        let mut tiers = Vec::new();
         for name in thaw_store::TIER_NAMES {
-            match self.tier(name).and_then(|t| thaw_store::gc_tier(&t)) {
-                Ok(r) => removed.extend(r),
+            match self
+                .tier(name)
+                .and_then(|t| Ok((thaw_store::gc_tier(&t)?, t)))
+            {
+                Ok((r, t)) => {
+                    removed.extend(r);
+                    tiers.push(t);
+                }
                 Err(e) => errors.push(format!("tier {name}: {e:#}")),
             }
+        }
+        match remove_orphan_slow_files(&tiers) {
+            Ok(r) => removed.extend(r),
+            Err(e) => errors.push(format!("TOSS slow-tier files: {e:#}")),
         }
         if !errors.is_empty() {
             bail!("{}", errors.join("; "));
@@ -190,6 +201,34 @@ impl Worker {
     pub fn check(&self, function: &str, size: &str, output: &Value) -> Result<()> {
         self.root.check_output(function, size, output)
     }
+}
+
+/// TOSS slow-tier files live in `TIER/tiered/<version id>`, apart from their
+/// version: removes those whose version no longer exists on any tier.
+fn remove_orphan_slow_files(tiers: &[Tier]) -> Result<Vec<PathBuf>> {
+    let mut live = std::collections::HashSet::new();
+    for t in tiers {
+        for f in std::fs::read_dir(&t.path).into_iter().flatten().flatten() {
+            let versions = f.path().join("versions");
+            for v in std::fs::read_dir(versions).into_iter().flatten().flatten() {
+                live.insert(v.file_name());
+            }
+        }
+    }
+    let mut removed = Vec::new();
+    for t in tiers {
+        for e in std::fs::read_dir(t.path.join("tiered"))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            if !live.contains(&e.file_name()) {
+                thaw_store::secure::remove_tree(&e.path())?;
+                removed.push(e.path());
+            }
+        }
+    }
+    Ok(removed)
 }
 
 /// What `Worker::tier` did.

@@ -148,6 +148,18 @@ fn sandboxes_have_their_own_session_and_uid() {
         assert_ne!(pgrp, unsafe { libc::getpgrp() });
     }
     assert_ne!(a.uid(), b.uid(), "two live sandboxes share a uid");
+    // their logs are private too
+    let logs = &w.cfg.log_dir;
+    assert_eq!(mode(logs), 0o700, "{}", logs.display());
+    for sb in [&a, &b] {
+        let log = logs.join(format!("{}.log", sb.id));
+        assert_eq!(mode(&log), 0o600, "{}", log.display());
+    }
+}
+
+fn mode(p: &std::path::Path) -> u32 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(p).unwrap().mode() & 0o7777
 }
 
 #[test]
