@@ -83,6 +83,7 @@ fn eight_concurrent_first_invocations_all_succeed_five_times_over() {
         let listed = text(&list.stdout);
         assert_eq!(listed.lines().count(), 1, "one published version: {listed}");
     }
+    thaw_store::secure::remove_tree(&h).unwrap();
 }
 
 /// Names in a directory that carry `pid` as their owner.
@@ -187,7 +188,7 @@ fn a_deploy_killed_at_twenty_random_points_leaves_nothing_after_the_next_start()
         "after the kills ({points:?}): {}",
         text(&out.stderr)
     );
-    thaw_store::secure::remove_tree(&h.join("snapshots")).unwrap();
+    thaw_store::secure::remove_tree(&h).unwrap();
 }
 
 #[test]
@@ -248,7 +249,7 @@ fn closed_or_full_output_ends_cleanly() {
         .unwrap();
     assert!(out.status.success());
     assert!(text(&out.stdout).contains("helloworld"));
-    thaw_store::secure::remove_tree(&h.join("snapshots")).unwrap();
+    thaw_store::secure::remove_tree(&h).unwrap();
 }
 
 #[test]

@@ -32,8 +32,13 @@ pub fn write_err(args: std::fmt::Arguments) {
 /// `println!` that ends the command cleanly when stdout is closed or full.
 #[macro_export]
 macro_rules! outln {
-    () => { $crate::write_out(format_args!("\n")) };
-    ($($arg:tt)*) => { $crate::write_out(format_args!("{}\n", format_args!($($arg)*))) };
+    ($($arg:tt)*) => { $crate::__line!($crate::write_out, $($arg)*) };
+}
+
+/// `eprintln!` that ignores a closed or full stderr.
+#[macro_export]
+macro_rules! errln {
+    ($($arg:tt)*) => { $crate::__line!($crate::write_err, $($arg)*) };
 }
 
 /// `print!` (no newline) with the same behaviour as [`outln!`].
@@ -42,15 +47,15 @@ macro_rules! out {
     ($($arg:tt)*) => { $crate::write_out(format_args!($($arg)*)) };
 }
 
-/// `eprintln!` that ignores a closed or full stderr.
-#[macro_export]
-macro_rules! errln {
-    () => { $crate::write_err(format_args!("\n")) };
-    ($($arg:tt)*) => { $crate::write_err(format_args!("{}\n", format_args!($($arg)*))) };
-}
-
 /// `eprint!` (no newline) with the same behaviour as [`errln!`].
 #[macro_export]
 macro_rules! err {
     ($($arg:tt)*) => { $crate::write_err(format_args!($($arg)*)) };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __line {
+    ($write:path $(,)?) => { $write(format_args!("\n")) };
+    ($write:path, $($arg:tt)*) => { $write(format_args!("{}\n", format_args!($($arg)*))) };
 }

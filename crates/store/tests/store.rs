@@ -209,22 +209,27 @@ fn gc_removes_dead_owners_staging_only() {
     assert_eq!(versions(&t).len(), 2);
 }
 
+/// Flips one byte of a file and puts its mtime back, as an attacker would.
+fn change_byte_keep_mtime(path: &Path, offset: usize) {
+    let mtime = fs::metadata(path).unwrap().modified().unwrap();
+    let mut data = fs::read(path).unwrap();
+    data[offset] ^= 0xff;
+    fs::write(path, &data).unwrap();
+    fs::File::options()
+        .write(true)
+        .open(path)
+        .unwrap()
+        .set_modified(mtime)
+        .unwrap();
+}
+
 #[test]
 fn a_changed_dram_image_cannot_reach_a_restore() {
     let t = tier_on("/dev/shm", "sealed");
     let snap = deploy(&t, 7);
     let img = snap.open_image().unwrap();
     let path = snap.memory_path();
-    let mtime = fs::metadata(&path).unwrap().modified().unwrap();
-    let mut data = fs::read(&path).unwrap();
-    data[100] ^= 0xff;
-    fs::write(&path, &data).unwrap();
-    fs::File::options()
-        .write(true)
-        .open(&path)
-        .unwrap()
-        .set_modified(mtime)
-        .unwrap();
+    change_byte_keep_mtime(&path, 100);
     // the sealed memfd still holds the verified bytes, and cannot be written
     let again = snap.open_image().unwrap();
     let mut buf = vec![0u8; 8192];
@@ -258,17 +263,8 @@ fn a_changed_block_image_is_impossible_or_an_integrity_error() {
         "published files are immutable"
     );
     // root clears the flag, changes a byte, puts flag and mtime back
-    let mtime = fs::metadata(&path).unwrap().modified().unwrap();
     secure::set_immutable(&path, false).unwrap();
-    let mut data = fs::read(&path).unwrap();
-    data[5] ^= 1;
-    fs::write(&path, &data).unwrap();
-    fs::File::options()
-        .write(true)
-        .open(&path)
-        .unwrap()
-        .set_modified(mtime)
-        .unwrap();
+    change_byte_keep_mtime(&path, 5);
     secure::set_immutable(&path, true).unwrap();
     let err = format!("{:#}", snap.open_image().unwrap_err());
     assert!(
