@@ -3,9 +3,11 @@ use anyhow::{Context, Result};
 use std::path::Path;
 use thaw_output::outln;
 
-/// Crash cleanup (also run at every worker start); prints what it removed.
+/// Crash cleanup (the worker start already ran it once; a second pass
+/// catches anything a dying sandbox was still holding); prints what was removed.
 pub fn gc(w: &thaw_worker::Worker) -> Result<()> {
-    let removed = w.gc()?;
+    let mut removed = w.cleaned_at_start.clone();
+    removed.extend(w.gc()?);
     for p in &removed {
         outln!("removed {}", p.display());
     }

@@ -128,6 +128,7 @@ fn a_deploy_killed_at_twenty_random_points_leaves_nothing_after_the_next_start()
         .as_nanos() as u64
         | 1;
     let mut points = Vec::new();
+    let (mut cleaned, mut staging_cleaned) = (0, 0);
     for i in 0..20 {
         // xorshift: a kill point anywhere in the deploy (and a bit past it)
         seed ^= seed << 13;
@@ -156,6 +157,13 @@ fn a_deploy_killed_at_twenty_random_points_leaves_nothing_after_the_next_start()
             "gc after kill {i}: {}",
             text(&gc.stderr)
         );
+        let gc_out = text(&gc.stdout);
+        if gc_out.contains(".tmp-") {
+            staging_cleaned += 1;
+        }
+        if gc_out.lines().count() > 1 {
+            cleaned += 1;
+        }
         let deadline = Instant::now() + Duration::from_secs(5);
         let mut left = Vec::new();
         loop {
@@ -181,6 +189,13 @@ fn a_deploy_killed_at_twenty_random_points_leaves_nothing_after_the_next_start()
             assert!(!list.contains("BROKEN"), "kill {i} at {at:?}: {list}");
         }
     }
+    eprintln!(
+        "deploy window {window:?}: {cleaned} of 20 kills left state for gc, {staging_cleaned} a half-written snapshot"
+    );
+    assert!(
+        cleaned >= 3,
+        "too few kills hit a deploy at work ({cleaned} of 20): the test does not test"
+    );
     // and the store still works
     let out = thaw(&h, &["invoke", "lr_serving", "--check", "--tier", "disk"]);
     assert!(

@@ -21,6 +21,8 @@ pub struct Worker {
     pub root: RootInfo,
     pub cfg: SandboxConfig,
     functions: Vec<FunctionInfo>,
+    /// What the crash cleanup at start removed (see [`Worker::gc`]).
+    pub cleaned_at_start: Vec<PathBuf>,
 }
 
 /// A fresh start: exec, import and init, timed.
@@ -51,14 +53,16 @@ impl Worker {
     pub fn new(home: &Path, progress: &mut dyn FnMut(&str)) -> Result<Worker> {
         let root = thaw_runtime::ensure_root(home, progress)?;
         let functions = root.functions()?;
-        let w = Worker {
+        let mut w = Worker {
             home: home.to_owned(),
             root,
             cfg: SandboxConfig::default(),
             functions,
+            cleaned_at_start: Vec::new(),
         };
-        if let Err(e) = w.gc() {
-            progress(&format!("warning: crash cleanup incomplete: {e:#}"));
+        match w.gc() {
+            Ok(removed) => w.cleaned_at_start = removed,
+            Err(e) => progress(&format!("warning: crash cleanup incomplete: {e:#}")),
         }
         Ok(w)
     }
