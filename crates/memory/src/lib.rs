@@ -18,14 +18,22 @@ pub use page_server::{FaultStats, ImageSource, PageServer, PageSource};
 pub use strategy::{strategy_by_name, Fill, RestoreStrategy, STRATEGY_NAMES};
 
 /// Writes a file that derives from a snapshot (working set, tier files):
-/// temp name, fsync, rename, fsync the directory. Readers see the old file
-/// or the new one, whole.
+/// temp name (0600), fsync, rename, fsync the directory. Readers see the old
+/// file or the new one, whole.
 pub(crate) fn write_atomic(path: &std::path::Path, data: &[u8]) -> anyhow::Result<()> {
     use anyhow::Context;
     use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
     let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
-    let mut f =
-        std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+    // private like the snapshot it derives from
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&tmp)
+        .with_context(|| format!("creating {}", tmp.display()))?;
     f.write_all(data)?;
     f.sync_all()?;
     std::fs::rename(&tmp, path).with_context(|| format!("renaming {}", path.display()))?;

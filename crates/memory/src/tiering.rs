@@ -253,7 +253,9 @@ pub fn write(
         cost,
         cost_all_fast,
     } = place(layout, profile, params);
-    fs::create_dir_all(slow_dir).with_context(|| format!("creating {}", slow_dir.display()))?;
+    std::os::unix::fs::DirBuilderExt::mode(fs::DirBuilder::new().recursive(true), 0o700)
+        .create(slow_dir)
+        .with_context(|| format!("creating {}", slow_dir.display()))?;
     let fast_path = snap_dir.join(FAST_FILE);
     let slow_path = slow_dir.join(SLOW_FILE);
     let mut fast = Vec::new();
