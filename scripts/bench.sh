@@ -22,6 +22,8 @@ $T bench restore --functions $SUITE --strategies mmap,uffd,reap --sizes I,III \
     --tier disk --runs "$RUNS" --redeploy --json "$OUT/strategies-disk.jsonl" --markdown "$OUT/strategies-disk.md"
 $T bench restore --functions $SUITE --strategies mmap,reap,dax,tiered \
     --tier tmpfs --runs "$RUNS" --redeploy --json "$OUT/strategies-tmpfs.jsonl" --markdown "$OUT/strategies-tmpfs.md"
+# issue 11: what a sealed (unchangeable after verification) DRAM image costs on first use
+$T bench store --functions helloworld,lr_serving,matmul --runs "$RUNS" --markdown "$OUT/store-seal.md"
 # issue 5: simulator throughput and the thesis direction
 for i in 1 2 3; do
     $T sim --synthetic --functions 10000 --hours 2 --policy tiered-lru --seed 7 --ram-gb 256 --quiet --json "$OUT/sim-throughput-$i.json"

@@ -118,6 +118,16 @@ enum SnapCmd {
 
 #[derive(Subcommand)]
 enum BenchCmd {
+    /// First use of a DRAM-tier image: hash only (baseline) vs. hash + copy into a sealed memfd
+    Store {
+        #[arg(long, default_value = "helloworld,lr_serving,matmul")]
+        functions: String,
+        #[arg(long, default_value_t = 10)]
+        runs: usize,
+        /// Write the markdown table here (it is printed either way)
+        #[arg(long)]
+        markdown: Option<PathBuf>,
+    },
     /// Cold starts from snapshots per strategy vs. a fresh start
     Restore {
         #[arg(long, default_value = "helloworld,lr_serving")]
@@ -284,6 +294,14 @@ fn run(cli: Cli) -> Result<()> {
             cmd: SnapCmd::List { tier },
         } => store_cmds::list(&home, &tier),
         Cmd::Gc => store_cmds::gc(&worker(&home)?),
+        Cmd::Bench {
+            cmd:
+                BenchCmd::Store {
+                    functions,
+                    runs,
+                    markdown,
+                },
+        } => store_cmds::bench(&worker(&home)?, &split(&functions), runs, markdown),
         Cmd::Bench {
             cmd:
                 BenchCmd::Restore {

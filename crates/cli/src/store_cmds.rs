@@ -62,3 +62,19 @@ pub fn list(home: &Path, tier: &str) -> Result<()> {
     }
     Ok(())
 }
+
+/// `thaw bench store`: prints the table, and writes it to `markdown` if given.
+pub fn bench(
+    w: &thaw_worker::Worker,
+    functions: &[String],
+    runs: usize,
+    markdown: Option<std::path::PathBuf>,
+) -> Result<()> {
+    let rows = thaw_bench::store::run(w, functions, runs)?;
+    let md = thaw_bench::store::markdown(&rows, runs);
+    outln!("{md}");
+    if let Some(p) = markdown {
+        std::fs::write(&p, &md).with_context(|| format!("writing {}", p.display()))?;
+    }
+    Ok(())
+}
