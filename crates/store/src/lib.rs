@@ -23,4 +23,4 @@ pub use snapshot::{
     FORMAT_VERSION,
 };
 pub use tier::{Tier, TIER_NAMES};
-pub use versions::{gc_tier, DeployLock};
+pub use versions::{gc_tier, is_version_id, DeployLock};

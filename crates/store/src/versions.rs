@@ -48,6 +48,17 @@ fn check_name(name: &str) -> Result<()> {
     Ok(())
 }
 
+/// True for names [`DeployLock::new_version_dir`] makes (`SECS-16HEX`);
+/// cleanup of files named after versions touches only those.
+pub fn is_version_id(id: &str) -> bool {
+    id.split_once('-').is_some_and(|(secs, rnd)| {
+        !secs.is_empty()
+            && secs.bytes().all(|b| b.is_ascii_digit())
+            && rnd.len() == 16
+            && rnd.bytes().all(|b| b.is_ascii_hexdigit())
+    })
+}
+
 fn valid_version_id(id: &str) -> bool {
     !id.is_empty()
         && !id.starts_with('.')

@@ -122,6 +122,12 @@ fn publish_is_atomic_and_held_versions_survive() {
     assert!(t.open_current("f-abc").unwrap().is_none());
     let a = deploy(&t, 1);
     assert_eq!(a.manifest.id, a.dir.file_name().unwrap().to_str().unwrap());
+    assert!(
+        thaw_store::is_version_id(&a.manifest.id),
+        "{}",
+        a.manifest.id
+    );
+    assert!(!thaw_store::is_version_id("helloworld-b698d65a9534fba8"));
     let held = t.open_current("f-abc").unwrap().unwrap();
     assert_eq!(held.manifest.id, a.manifest.id);
     drop(a);

@@ -208,7 +208,8 @@ impl Worker {
 }
 
 /// TOSS slow-tier files live in `TIER/tiered/<version id>`, apart from their
-/// version: removes those whose version no longer exists on any tier.
+/// version: removes those whose version no longer exists on any tier (only
+/// names that are version ids: older layouts' files are left alone).
 fn remove_orphan_slow_files(tiers: &[Tier]) -> Result<Vec<PathBuf>> {
     let mut live = std::collections::HashSet::new();
     for t in tiers {
@@ -226,7 +227,8 @@ fn remove_orphan_slow_files(tiers: &[Tier]) -> Result<Vec<PathBuf>> {
             .flatten()
             .flatten()
         {
-            if !live.contains(&e.file_name()) {
+            let name = e.file_name();
+            if thaw_store::is_version_id(&name.to_string_lossy()) && !live.contains(&name) {
                 thaw_store::secure::remove_tree(&e.path())?;
                 removed.push(e.path());
             }

@@ -170,3 +170,23 @@ fn the_dram_tier_lives_under_home() {
     assert!(secure::on_dram(t.path.parent().unwrap()).unwrap());
     secure::check_private_dir(t.path.parent().unwrap()).unwrap();
 }
+
+#[test]
+fn gc_removes_slow_tier_files_of_vanished_versions_only() {
+    let w = worker();
+    let tiered = w.tier("disk").unwrap().path.join("tiered");
+    let orphan = tiered.join("1-00000000deadbeef");
+    let legacy = tiered.join(format!("legacy-layout-test-{}", std::process::id()));
+    for d in [&orphan, &legacy] {
+        secure::ensure_private_dir(d).unwrap();
+        std::fs::write(d.join("slow.img"), b"x").unwrap();
+    }
+    let removed = w.gc().unwrap();
+    assert!(removed.contains(&orphan), "{removed:?}");
+    assert!(!orphan.exists());
+    assert!(
+        legacy.exists(),
+        "files of another layout are not ours to remove"
+    );
+    secure::remove_tree(&legacy).unwrap();
+}
