@@ -288,18 +288,38 @@ impl FileLock {
     }
 }
 
-/// Takes a flock on `path` (a lock file created 0600 if missing, or a
-/// directory). `nonblock`: Ok(None) when someone else holds it.
+/// Takes a flock on the lock file `path` (created 0600 if missing).
+/// `nonblock`: Ok(None) when someone else holds it.
 pub fn flock(path: &Path, exclusive: bool, nonblock: bool) -> Result<Option<FileLock>> {
     let f = OpenOptions::new()
         .read(true)
-        .write(!path.is_dir())
-        .create(!path.is_dir())
+        .write(true)
+        .create(true)
         .truncate(false)
         .mode(FILE_MODE)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(path)
         .with_context(|| format!("opening lock {}", path.display()))?;
+    lock_open_file(f, path, exclusive, nonblock)
+}
+
+/// Takes a flock on the existing directory `path` (never creates anything:
+/// a directory removed meanwhile is an error, not a new file).
+pub fn flock_dir(path: &Path, exclusive: bool, nonblock: bool) -> Result<Option<FileLock>> {
+    let f = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    lock_open_file(f, path, exclusive, nonblock)
+}
+
+fn lock_open_file(
+    f: File,
+    path: &Path,
+    exclusive: bool,
+    nonblock: bool,
+) -> Result<Option<FileLock>> {
     let mut op = if exclusive {
         libc::LOCK_EX
     } else {

@@ -144,7 +144,7 @@ fn open_published(dir: &Path) -> Result<Option<Snapshot>> {
                 )
             })?;
         let vdir = dir.join(VERSIONS).join(id);
-        let lock = match secure::flock(&vdir, false, false) {
+        let lock = match secure::flock_dir(&vdir, false, false) {
             Ok(l) => l.expect("a blocking flock returns a lock"),
             Err(_) if !vdir.exists() => continue,
             Err(e) => return Err(e),
@@ -270,7 +270,7 @@ pub(crate) fn remove_unused_versions(dir: &Path) -> Result<Vec<PathBuf>> {
             continue;
         }
         // held by a reader (or being opened): leave it
-        let Ok(Some(lock)) = secure::flock(&path, true, true) else {
+        let Ok(Some(lock)) = secure::flock_dir(&path, true, true) else {
             continue;
         };
         let trash = vdir.join(format!(".trash-{}-{name}", secure::owner_tag()));
@@ -293,6 +293,11 @@ pub fn gc_tier(tier: &Tier) -> Result<Vec<PathBuf>> {
     secure::check_private_dir(&tier.path)?;
     for e in rd.flatten() {
         let dir = e.path();
+        if legacy_leftover_of_dead(&e.file_name().to_string_lossy()) {
+            secure::remove_tree(&dir)?;
+            removed.push(dir);
+            continue;
+        }
         if !dir.join(VERSIONS).is_dir() {
             continue;
         }
@@ -312,4 +317,22 @@ pub fn gc_tier(tier: &Tier) -> Result<Vec<PathBuf>> {
         removed.extend(remove_unused_versions(&dir)?);
     }
     Ok(removed)
+}
+
+/// Names the unversioned layout (before issue 11) left after a crash:
+/// `.NAME.new-PID.tmp-PID` (a half-written deploy), `NAME.new-PID` (a
+/// written one never swapped in) and `NAME.old-PID` (a replaced snapshot). They carry only a pid: one that is running may be a
+/// live deployer and is left alone.
+fn legacy_leftover_of_dead(name: &str) -> bool {
+    let pid = if let Some(rest) = name.strip_prefix('.') {
+        rest.rsplit_once(".tmp-")
+            .filter(|(head, _)| head.contains(".new-"))
+            .map(|(_, pid)| pid)
+    } else {
+        name.rsplit_once(".old-")
+            .or_else(|| name.rsplit_once(".new-"))
+            .map(|(_, pid)| pid)
+    };
+    pid.and_then(|p| p.parse::<u32>().ok())
+        .is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists())
 }

@@ -209,9 +209,28 @@ fn gc_removes_dead_owners_staging_only() {
         secure::ensure_private_dir(d).unwrap();
         fs::write(d.join("memory.img"), b"partial").unwrap();
     }
-    let removed = thaw_store::gc_tier(&t).unwrap();
-    assert_eq!(removed, vec![dead.clone()]);
+    // what the unversioned layout left: pid 0 never runs a worker, ours does
+    let me = std::process::id();
+    let legacy_dead = [
+        t.path.join(".f-abc.new-0.tmp-0"),
+        t.path.join("f-abc.old-0"),
+        t.path.join("f-abc.new-0"),
+    ];
+    let legacy_live = [
+        t.path.join(format!(".f-abc.new-{me}.tmp-{me}")),
+        t.path.join(format!("f-abc.old-{me}")),
+    ];
+    for d in legacy_dead.iter().chain(&legacy_live) {
+        secure::ensure_private_dir(d).unwrap();
+    }
+    let mut removed = thaw_store::gc_tier(&t).unwrap();
+    removed.sort();
+    let mut want = legacy_dead.to_vec();
+    want.push(dead.clone());
+    want.sort();
+    assert_eq!(removed, want);
     assert!(!dead.exists() && live.exists());
+    assert!(legacy_live.iter().all(|d| d.exists()));
     assert_eq!(versions(&t).len(), 2);
 }
 
