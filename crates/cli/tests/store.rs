@@ -321,10 +321,8 @@ fn dax_needs_a_byte_addressable_tier() {
         &["invoke", "helloworld", "--strategy", "dax", "--check"],
     );
     assert!(out.status.success(), "{}", text(&out.stderr));
-    let dram = h.join("dram");
-    assert!(thaw_store::secure::on_dram(&dram).unwrap());
-    let c = std::ffi::CString::new(dram.to_string_lossy().as_bytes()).unwrap();
-    // SAFETY: umount2 of the tmpfs this test's thaw mounted; c is NUL-terminated.
-    assert_eq!(unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) }, 0);
+    assert!(thaw_store::secure::on_dram(&h.join("dram")).unwrap());
+    thaw_store::Tier::unmount_dram(&h).unwrap();
+    assert!(!thaw_store::secure::on_dram(&h.join("dram")).unwrap());
     thaw_store::secure::remove_tree(&h).unwrap();
 }

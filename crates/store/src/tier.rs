@@ -4,8 +4,8 @@
 //!
 //! Every tier lives under the state home (`--home`): the disk tier in
 //! `HOME/snapshots`, the DRAM tier in `HOME/dram/snapshots`, where `HOME/dram`
-//! is a tmpfs that thaw mounts (mode 0700, root) unless it already is on one.
-//! Nothing lives on a shared world-writable path.
+//! is a tmpfs that thaw mounts (mode 0700, root) on first use unless it
+//! already is on one. Nothing lives on a shared world-writable path.
 use crate::secure;
 use anyhow::{bail, Context, Result};
 use std::ffi::CString;
@@ -42,6 +42,42 @@ impl Tier {
             },
             _ => bail!("unknown tier {name:?} (known: {})", TIER_NAMES.join(", ")),
         })
+    }
+
+    /// The tier by name if it was ever set up under `home`, without creating
+    /// or mounting anything (crash cleanup uses this).
+    pub fn existing(name: &str, home: &Path) -> Result<Option<Tier>> {
+        if name == "tmpfs" {
+            let dir = home.join("dram");
+            if !dir.is_dir() || !secure::on_dram(&dir)? {
+                return Ok(None);
+            }
+        }
+        let t = Tier::by_name(name, home)?;
+        Ok(t.path.is_dir().then_some(t))
+    }
+
+    /// Unmounts the DRAM tier's tmpfs thaw mounted under `home` (for homes
+    /// that are thrown away, like test homes); a no-op when none is mounted.
+    pub fn unmount_dram(home: &Path) -> Result<()> {
+        let dir = home.join("dram");
+        let mounted = match (std::fs::metadata(home), std::fs::metadata(&dir)) {
+            (Ok(h), Ok(d)) => {
+                use std::os::unix::fs::MetadataExt;
+                h.dev() != d.dev() && secure::on_dram(&dir)?
+            }
+            _ => false,
+        };
+        if !mounted {
+            return Ok(());
+        }
+        let target = CString::new(dir.as_os_str().as_bytes()).context("home path holds a NUL")?;
+        // SAFETY: umount2 with a NUL-terminated path that outlives the call.
+        if unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) } != 0 {
+            return Err(std::io::Error::last_os_error())
+                .with_context(|| format!("unmounting {}", dir.display()));
+        }
+        Ok(())
     }
 
     /// Creates the tier's root (0700, ours) if missing and checks it.

@@ -76,14 +76,17 @@ impl Worker {
         let mut errors = Vec::new();
         let mut tiers = Vec::new();
         for name in thaw_store::TIER_NAMES {
-            match self
-                .tier(name)
-                .and_then(|t| Ok((thaw_store::gc_tier(&t)?, t)))
-            {
-                Ok((r, t)) => {
+            // a tier never set up here has nothing to clean (and is not made)
+            let res = Tier::existing(name, &self.home).and_then(|t| match t {
+                Some(t) => Ok(Some((thaw_store::gc_tier(&t)?, t))),
+                None => Ok(None),
+            });
+            match res {
+                Ok(Some((r, t))) => {
                     removed.extend(r);
                     tiers.push(t);
                 }
+                Ok(None) => {}
                 Err(e) => errors.push(format!("tier {name}: {e:#}")),
             }
         }
