@@ -108,6 +108,8 @@ pub struct Report {
     pub sim_seconds: f64,
     pub wall_seconds: f64,
     pub invocations_per_second: f64,
+    /// What makes the figures suspect (an input that yielded no invocations).
+    pub warnings: Vec<String>,
     #[serde(skip)]
     pub hist: Histogram,
     #[serde(skip)]
@@ -405,6 +407,13 @@ pub fn run<P: Policy>(src: &mut dyn Source, policy: &mut P, opts: &RunOptions) -
         sim_seconds: core.now as f64 / 1e6,
         wall_seconds: wall_s,
         invocations_per_second: invocations as f64 / wall_s.max(1e-9),
+        warnings: if invocations == 0 {
+            vec![format!(
+                "the input yielded no invocations ({malformed} malformed lines): every figure is empty"
+            )]
+        } else {
+            Vec::new()
+        },
         hist,
         log,
     })
