@@ -93,6 +93,12 @@ enum Cmd {
         #[command(subcommand)]
         cmd: BenchCmd,
     },
+    /// Open-loop load generator against an invoke API (`thaw load --help`)
+    #[command(disable_help_flag = true)]
+    Load {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// Trace-driven fleet simulator (`thaw sim --help`)
     #[command(disable_help_flag = true)]
     Sim {
@@ -171,6 +177,7 @@ fn run(cli: Cli) -> Result<()> {
     let home = cli.home.clone().unwrap_or_else(thaw_runtime::default_home);
     match cli.cmd {
         Cmd::Sim { args } => thaw_sim::cli_main(&args),
+        Cmd::Load { args } => thaw_load::cli_main(&args),
         Cmd::Runtime { args } => thaw_runtime::cli_main(&args),
         Cmd::Demo {
             functions,
