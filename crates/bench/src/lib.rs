@@ -1,5 +1,7 @@
 //! thaw-bench: experiment runners. `restore` measures cold starts from
-//! snapshots per strategy and tier against a fresh start, in one process.
+//! snapshots per strategy and tier against a fresh start, in one process;
+//! `concurrency` measures N simultaneous cold starts.
 
+pub mod concurrency;
 pub mod restore;
 pub mod stats;

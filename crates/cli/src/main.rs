@@ -4,6 +4,7 @@ use clap::{Parser, Subcommand};
 use std::io::Write;
 use std::path::PathBuf;
 
+mod concurrency;
 mod demo;
 
 #[derive(Parser)]
@@ -120,6 +121,32 @@ enum SnapCmd {
 
 #[derive(Subcommand)]
 enum BenchCmd {
+    /// N simultaneous cold starts (N = 1, 2, 4, ...) per strategy, tier and mode
+    Concurrency {
+        #[arg(long, default_value = "helloworld")]
+        function: String,
+        #[arg(long, default_value = "mmap,reap,dax")]
+        strategies: String,
+        /// tmpfs, disk (comma-separated)
+        #[arg(long, default_value = "tmpfs,disk")]
+        tiers: String,
+        /// same (one snapshot) and/or different (one snapshot copy per instance)
+        #[arg(long, default_value = "same,different")]
+        modes: String,
+        #[arg(long, default_value = "1,2,4,8,16,32,64")]
+        levels: String,
+        /// Batches per cell
+        #[arg(long, default_value_t = 3)]
+        reps: usize,
+        #[arg(long, default_value = "I")]
+        size: String,
+        /// Write one JSON object per batch here
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// Write the markdown table here (it is printed either way)
+        #[arg(long)]
+        markdown: Option<PathBuf>,
+    },
     /// Cold starts from snapshots per strategy vs. a fresh start
     Restore {
         #[arg(long, default_value = "helloworld,lr_serving")]
@@ -308,6 +335,33 @@ fn run(cli: Cli) -> Result<()> {
             }
             Ok(())
         }
+        Cmd::Bench {
+            cmd:
+                BenchCmd::Concurrency {
+                    function,
+                    strategies,
+                    tiers,
+                    modes,
+                    levels,
+                    reps,
+                    size,
+                    json,
+                    markdown,
+                },
+        } => concurrency::run(
+            &worker(&home)?,
+            concurrency::Args {
+                function,
+                strategies,
+                tiers,
+                modes,
+                levels,
+                reps,
+                size,
+                json,
+                markdown,
+            },
+        ),
         Cmd::Bench {
             cmd:
                 BenchCmd::Restore {
