@@ -60,6 +60,9 @@ pub struct Batch {
     pub wall_ms: f64,
     /// successful cold starts per second of wall time
     pub throughput: f64,
+    /// the machine's 1-minute load average when the batch started (others' work
+    /// shows here on a shared machine)
+    pub loadavg_1m: f64,
     pub starts: Vec<Start>,
 }
 
@@ -176,6 +179,13 @@ fn batch(
     Ok(results)
 }
 
+fn loadavg() -> f64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(f64::NAN)
+}
+
 /// Runs the benchmark; every batch goes to `sink` as it is measured.
 pub fn run(
     w: &Worker,
@@ -228,6 +238,7 @@ pub fn run(
                         } else {
                             &distinct[..n]
                         };
+                        let loadavg_1m = loadavg();
                         let (res, wall_ms) = batch(w, snaps, s, &o.size, n)?;
                         let mut starts = Vec::new();
                         let mut errors = Vec::new();
@@ -249,6 +260,7 @@ pub fn run(
                             errors,
                             wall_ms,
                             throughput: starts.len() as f64 / (wall_ms / 1e3).max(1e-9),
+                            loadavg_1m,
                             starts,
                         };
                         sink(&b)?;
