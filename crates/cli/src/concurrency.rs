@@ -3,15 +3,30 @@ use anyhow::{Context, Result};
 use std::io::Write;
 use std::path::PathBuf;
 
+#[derive(clap::Args)]
 pub struct Args {
+    #[arg(long, default_value = "helloworld")]
     pub function: String,
+    #[arg(long, default_value = "mmap,reap,dax")]
     pub strategies: String,
+    /// tmpfs, disk (comma-separated)
+    #[arg(long, default_value = "tmpfs,disk")]
     pub tiers: String,
+    /// same (one snapshot) and/or different (one snapshot copy per instance)
+    #[arg(long, default_value = "same,different")]
     pub modes: String,
+    #[arg(long, default_value = "1,2,4,8,16,32,64")]
     pub levels: String,
+    /// Batches per cell
+    #[arg(long, default_value_t = 3)]
     pub reps: usize,
+    #[arg(long, default_value = "I")]
     pub size: String,
+    /// Write one JSON object per batch here
+    #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Write the markdown table here (it is printed either way)
+    #[arg(long)]
     pub markdown: Option<PathBuf>,
 }
 

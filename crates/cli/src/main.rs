@@ -122,31 +122,7 @@ enum SnapCmd {
 #[derive(Subcommand)]
 enum BenchCmd {
     /// N simultaneous cold starts (N = 1, 2, 4, ...) per strategy, tier and mode
-    Concurrency {
-        #[arg(long, default_value = "helloworld")]
-        function: String,
-        #[arg(long, default_value = "mmap,reap,dax")]
-        strategies: String,
-        /// tmpfs, disk (comma-separated)
-        #[arg(long, default_value = "tmpfs,disk")]
-        tiers: String,
-        /// same (one snapshot) and/or different (one snapshot copy per instance)
-        #[arg(long, default_value = "same,different")]
-        modes: String,
-        #[arg(long, default_value = "1,2,4,8,16,32,64")]
-        levels: String,
-        /// Batches per cell
-        #[arg(long, default_value_t = 3)]
-        reps: usize,
-        #[arg(long, default_value = "I")]
-        size: String,
-        /// Write one JSON object per batch here
-        #[arg(long)]
-        json: Option<PathBuf>,
-        /// Write the markdown table here (it is printed either way)
-        #[arg(long)]
-        markdown: Option<PathBuf>,
-    },
+    Concurrency(concurrency::Args),
     /// Cold starts from snapshots per strategy vs. a fresh start
     Restore {
         #[arg(long, default_value = "helloworld,lr_serving")]
@@ -336,32 +312,8 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Cmd::Bench {
-            cmd:
-                BenchCmd::Concurrency {
-                    function,
-                    strategies,
-                    tiers,
-                    modes,
-                    levels,
-                    reps,
-                    size,
-                    json,
-                    markdown,
-                },
-        } => concurrency::run(
-            &worker(&home)?,
-            concurrency::Args {
-                function,
-                strategies,
-                tiers,
-                modes,
-                levels,
-                reps,
-                size,
-                json,
-                markdown,
-            },
-        ),
+            cmd: BenchCmd::Concurrency(a),
+        } => concurrency::run(&worker(&home)?, a),
         Cmd::Bench {
             cmd:
                 BenchCmd::Restore {

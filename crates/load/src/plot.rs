@@ -18,6 +18,24 @@ fn err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
     anyhow!("plotting: {e:?}")
 }
 
+type Canvas<'a> = DrawingArea<SVGBackend<'a>, plotters::coord::Shift>;
+
+fn canvas(path: &Path) -> Result<Canvas<'_>> {
+    let root = SVGBackend::new(path, (800, 480)).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    Ok(root)
+}
+
+/// The title and axis areas every plot here has.
+fn frame<'a, 'b>(root: &'a Canvas<'b>, title: &str) -> ChartBuilder<'a, 'b, SVGBackend<'b>> {
+    let mut b = ChartBuilder::on(root);
+    b.caption(title, ("sans-serif", 18))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(50);
+    b
+}
+
 /// Latency CDF, one line per start type, log-scaled latency axis.
 pub fn cdf(path: &Path, tally: &Tally, title: &str) -> Result<()> {
     let series: Vec<(String, Vec<(f64, f64)>)> = tally
@@ -38,13 +56,8 @@ pub fn cdf(path: &Path, tally: &Tally, title: &str) -> Result<()> {
     } else {
         (0.1, 10.0)
     };
-    let root = SVGBackend::new(path, (800, 480)).into_drawing_area();
-    root.fill(&WHITE).map_err(err)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 18))
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(50)
+    let root = canvas(path)?;
+    let mut chart = frame(&root, title)
         .build_cartesian_2d((lo..hi).log_scale(), 0.0..1.0)
         .map_err(err)?;
     chart
@@ -83,13 +96,8 @@ pub fn over_time(path: &Path, tally: &Tally, title: &str) -> Result<()> {
     } else {
         0.01
     };
-    let root = SVGBackend::new(path, (800, 480)).into_drawing_area();
-    root.fill(&WHITE).map_err(err)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 18))
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(50)
+    let root = canvas(path)?;
+    let mut chart = frame(&root, title)
         .build_cartesian_2d(0.0..t_max * 1.02, (l_min..l_max * 1.2).log_scale())
         .map_err(err)?;
     chart

@@ -71,33 +71,43 @@ impl Endpoint {
     }
 }
 
-/// Serves `ep` on 127.0.0.1 (a port of its own) on a thread of its own.
-fn serve(ep: Arc<Endpoint>) -> String {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.set_nonblocking(true).unwrap();
-    let addr = listener.local_addr().unwrap();
+/// Answers HTTP/1.1 requests on one connection with `ep`.
+async fn serve_conn<IO>(io: IO, ep: Arc<Endpoint>)
+where
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let svc = hyper::service::service_fn(move |req| {
+        let ep = ep.clone();
+        async move { Ok::<_, std::convert::Infallible>(ep.handle(req).await) }
+    });
+    let _ = hyper::server::conn::http1::Builder::new()
+        .serve_connection(TokioIo::new(io), svc)
+        .await;
+}
+
+/// Runs `fut` on a tokio runtime of its own, on a thread of its own.
+fn on_thread(fut: impl std::future::Future<Output = ()> + Send + 'static) {
     std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
             .build()
             .unwrap();
-        rt.block_on(async move {
-            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-            loop {
-                let (s, _) = listener.accept().await.unwrap();
-                let ep = ep.clone();
-                tokio::spawn(async move {
-                    let svc = hyper::service::service_fn(move |req| {
-                        let ep = ep.clone();
-                        async move { Ok::<_, std::convert::Infallible>(ep.handle(req).await) }
-                    });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(s), svc)
-                        .await;
-                });
-            }
-        });
+        rt.block_on(fut);
+    });
+}
+
+/// Serves `ep` on 127.0.0.1 (a port of its own).
+fn serve(ep: Arc<Endpoint>) -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let addr = listener.local_addr().unwrap();
+    on_thread(async move {
+        let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+        loop {
+            let (s, _) = listener.accept().await.unwrap();
+            tokio::spawn(serve_conn(s, ep.clone()));
+        }
     });
     format!("http://{addr}")
 }
@@ -528,27 +538,12 @@ fn unix_socket_targets_work() {
     listener.set_nonblocking(true).unwrap();
     let ep = Arc::new(Endpoint::default());
     let ep2 = ep.clone();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let listener = tokio::net::UnixListener::from_std(listener).unwrap();
-            loop {
-                let (s, _) = listener.accept().await.unwrap();
-                let ep = ep2.clone();
-                tokio::spawn(async move {
-                    let svc = hyper::service::service_fn(move |req| {
-                        let ep = ep.clone();
-                        async move { Ok::<_, std::convert::Infallible>(ep.handle(req).await) }
-                    });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(s), svc)
-                        .await;
-                });
-            }
-        });
+    on_thread(async move {
+        let listener = tokio::net::UnixListener::from_std(listener).unwrap();
+        loop {
+            let (s, _) = listener.accept().await.unwrap();
+            tokio::spawn(serve_conn(s, ep2.clone()));
+        }
     });
     let target = format!("unix:{}", sock.display());
     let s = load(&[
