@@ -351,17 +351,8 @@ pub fn execute(a: &Args) -> Result<Summary> {
 /// Parses `args` (after `load`) and runs; help and version print and succeed.
 pub fn main(args: &[String]) -> Result<()> {
     let argv = std::iter::once("thaw load".to_string()).chain(args.iter().cloned());
-    match Args::try_parse_from(argv) {
-        Ok(a) => execute(&a).map(|_| ()),
-        Err(e)
-            if matches!(
-                e.kind(),
-                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion
-            ) =>
-        {
-            print!("{e}");
-            Ok(())
-        }
-        Err(e) => bail!("{}", e.render().to_string().trim_end()),
+    match thaw_sim::cli::help_or(Args::try_parse_from(argv))? {
+        Some(a) => execute(&a).map(|_| ()),
+        None => Ok(()),
     }
 }

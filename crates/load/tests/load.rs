@@ -119,15 +119,16 @@ fn tmpdir(name: &str) -> PathBuf {
     d
 }
 
-fn args(list: &[&str]) -> thaw_load::cli::Args {
-    let argv = std::iter::once("thaw load").chain(list.iter().copied());
+/// Arguments of `thaw load`, given as one command line (no quoting).
+fn args(cmd: &str) -> thaw_load::cli::Args {
+    let argv = std::iter::once("thaw load").chain(cmd.split_whitespace());
     <thaw_load::cli::Args as clap::Parser>::try_parse_from(argv).unwrap()
 }
 
 /// Runs `thaw load` on a thread, failing the test if it does not end in time
 /// (a hang is a failure, not a stuck test).
-fn load(list: &[&str]) -> anyhow::Result<thaw_load::record::Summary> {
-    let a = args(list);
+fn load(cmd: &str) -> anyhow::Result<thaw_load::record::Summary> {
+    let a = args(cmd);
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let _ = tx.send(thaw_load::cli::execute(&a));
@@ -150,25 +151,7 @@ fn every_scheduled_request_is_sent_and_accounted_once() {
     let url = serve(ep.clone());
     let dir = tmpdir("count");
     let (rec, csv, plots) = (dir.join("r.jsonl"), dir.join("r.csv"), dir.join("plots"));
-    let s = load(&[
-        "--target",
-        &url,
-        "--functions",
-        "alpha,beta",
-        "--rps",
-        "400",
-        "--requests",
-        "600",
-        "--seed",
-        "3",
-        "--quiet",
-        "--records",
-        rec.to_str().unwrap(),
-        "--csv",
-        csv.to_str().unwrap(),
-        "--plots",
-        plots.to_str().unwrap(),
-    ])
+    let s = load(&format!("--target {url} --functions alpha,beta --rps 400 --requests 600 --seed 3 --quiet --records {} --csv {} --plots {}", rec.display(), csv.display(), plots.display()))
     .unwrap();
     assert_eq!(
         (s.scheduled, s.sent, s.answered, s.ok),
@@ -322,14 +305,7 @@ fn steps_bursts_and_per_function_rates() {
         assert!(chunk.iter().all(|p| p == &chunk[0]), "{chunk:?}");
     }
     // Per-function rates through the CLI's parsing: a at 90/s, b at 10/s.
-    let a = args(&[
-        "--target",
-        "http://127.0.0.1:9",
-        "--fn-rates",
-        "a=90,b=10",
-        "--duration-s",
-        "100",
-    ]);
+    let a = args("--target http://127.0.0.1:9 --fn-rates a=90,b=10 --duration-s 100");
     let s = thaw_load::cli::schedule_of(&a).unwrap();
     let na = s.items.iter().filter(|p| p.function == 0).count() as f64;
     let nb = s.items.iter().filter(|p| p.function == 1).count() as f64;
@@ -353,21 +329,7 @@ fn a_stalled_target_shows_its_stall_in_the_latency() {
     let url = serve(ep.clone());
     let dir = tmpdir("stall");
     let rec = dir.join("r.jsonl");
-    let s = load(&[
-        "--target",
-        &url,
-        "--functions",
-        "f",
-        "--rps",
-        "200",
-        "--iat",
-        "equidistant",
-        "--duration-s",
-        "1.5",
-        "--quiet",
-        "--records",
-        rec.to_str().unwrap(),
-    ])
+    let s = load(&format!("--target {url} --functions f --rps 200 --iat equidistant --duration-s 1.5 --quiet --records {}", rec.display()))
     .unwrap();
     assert_eq!(s.ok, s.scheduled);
     // ~80 requests were due during the 400 ms stall. Measured from their intended
@@ -394,17 +356,9 @@ fn a_stalled_target_shows_its_stall_in_the_latency() {
 fn errors_are_counted_per_status_and_the_run_goes_on() {
     let ep = Arc::new(Endpoint::default());
     let url = serve(ep.clone());
-    let s = load(&[
-        "--target",
-        &url,
-        "--functions",
-        "ok,err503,err500",
-        "--rps",
-        "300",
-        "--requests",
-        "300",
-        "--quiet",
-    ])
+    let s = load(&format!(
+        "--target {url} --functions ok,err503,err500 --rps 300 --requests 300 --quiet"
+    ))
     .unwrap();
     assert_eq!(s.answered, 300);
     let got = ep.statuses.lock().unwrap().clone();
@@ -420,21 +374,7 @@ fn errors_are_counted_per_status_and_the_run_goes_on() {
 fn warm_up_requests_are_sent_but_not_summarised() {
     let ep = Arc::new(Endpoint::default());
     let url = serve(ep.clone());
-    let s = load(&[
-        "--target",
-        &url,
-        "--functions",
-        "f",
-        "--rps",
-        "200",
-        "--iat",
-        "equidistant",
-        "--duration-s",
-        "1",
-        "--warmup-s",
-        "0.5",
-        "--quiet",
-    ])
+    let s = load(&format!("--target {url} --functions f --rps 200 --iat equidistant --duration-s 1 --warmup-s 0.5 --quiet"))
     .unwrap();
     assert_eq!(ep.seqs.lock().unwrap().len() as u64, s.scheduled);
     assert!(
@@ -454,54 +394,28 @@ fn unreachable_or_silent_targets_fail_clearly_without_hanging() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap().port()
     };
-    let e = load(&[
-        "--target",
-        &format!("http://127.0.0.1:{port}"),
-        "--functions",
-        "f",
-        "--rps",
-        "10",
-        "--requests",
-        "5",
-        "--quiet",
-    ])
-    .unwrap_err();
-    assert!(
-        format!("{e:#}").contains("cannot reach http://127.0.0.1"),
-        "{e:#}"
-    );
-    let e = load(&[
-        "--target",
-        "unix:/nonexistent/api.sock",
-        "--functions",
-        "f",
-        "--rps",
-        "10",
-        "--requests",
-        "5",
-        "--quiet",
-    ])
-    .unwrap_err();
-    assert!(
-        format!("{e:#}").contains("cannot reach unix:/nonexistent/api.sock"),
-        "{e:#}"
-    );
+    for (target, expect) in [
+        (
+            format!("http://127.0.0.1:{port}"),
+            "cannot reach http://127.0.0.1",
+        ),
+        (
+            "unix:/nonexistent/api.sock".to_string(),
+            "cannot reach unix:/nonexistent/api.sock",
+        ),
+    ] {
+        let e = load(&format!(
+            "--target {target} --functions f --rps 10 --requests 5 --quiet"
+        ))
+        .unwrap_err();
+        assert!(format!("{e:#}").contains(expect), "{e:#}");
+    }
     // Accepts connections but never answers: every request times out, and is counted.
     let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}", silent.local_addr().unwrap());
-    let s = load(&[
-        "--target",
-        &url,
-        "--functions",
-        "f",
-        "--rps",
-        "50",
-        "--requests",
-        "10",
-        "--timeout-s",
-        "0.5",
-        "--quiet",
-    ])
+    let s = load(&format!(
+        "--target {url} --functions f --rps 50 --requests 10 --timeout-s 0.5 --quiet"
+    ))
     .unwrap();
     assert_eq!((s.sent, s.answered, s.ok), (10, 0, 0));
     assert_eq!(s.errors.get("timeout"), Some(&10));
@@ -514,17 +428,9 @@ fn unreachable_or_silent_targets_fail_clearly_without_hanging() {
         "http://127.0.0.1",
         "ftp://x",
     ] {
-        let e = load(&[
-            "--target",
-            bad,
-            "--functions",
-            "f",
-            "--rps",
-            "1",
-            "--requests",
-            "1",
-            "--quiet",
-        ])
+        let e = load(&format!(
+            "--target {bad} --functions f --rps 1 --requests 1 --quiet"
+        ))
         .unwrap_err();
         assert!(format!("{e:#}").contains("--target"), "{bad}: {e:#}");
     }
@@ -546,17 +452,9 @@ fn unix_socket_targets_work() {
         }
     });
     let target = format!("unix:{}", sock.display());
-    let s = load(&[
-        "--target",
-        &target,
-        "--functions",
-        "f",
-        "--rps",
-        "100",
-        "--requests",
-        "50",
-        "--quiet",
-    ])
+    let s = load(&format!(
+        "--target {target} --functions f --rps 100 --requests 50 --quiet"
+    ))
     .unwrap();
     assert_eq!((s.sent, s.ok), (50, 50));
     assert_eq!(ep.seqs.lock().unwrap().len(), 50);
@@ -580,44 +478,13 @@ fn traces_replay_through_the_simulator_parsers() {
     std::fs::write(&trace, t).unwrap();
     let ep = Arc::new(Endpoint::default());
     let url = serve(ep.clone());
-    let s = load(&[
-        "--target",
-        &url,
-        "--trace",
-        trace.to_str().unwrap(),
-        "--format",
-        "azure2021",
-        "--functions",
-        "helloworld,lr_training",
-        "--time-scale",
-        "2",
-        "--duration-s",
-        "10",
-        "--quiet",
-    ])
+    let s = load(&format!("--target {url} --trace {} --format azure2021 --functions helloworld,lr_training --time-scale 2 --duration-s 10 --quiet", trace.display()))
     .unwrap();
     assert_eq!(s.ok, 50, "every trace row is one request");
     let st = s.trace.as_ref().unwrap();
     assert_eq!((st.trace_functions, st.invocations_read), (2, 50));
     // Sampling thins, and the first-N rule drops functions.
-    let a = args(&[
-        "--target",
-        &url,
-        "--trace",
-        trace.to_str().unwrap(),
-        "--format",
-        "azure2021",
-        "--functions",
-        "helloworld",
-        "--sample",
-        "0.5",
-        "--trace-functions",
-        "1",
-        "--duration-s",
-        "100",
-        "--time-scale",
-        "2",
-    ]);
+    let a = args(&format!("--target {url} --trace {} --format azure2021 --functions helloworld --sample 0.5 --trace-functions 1 --duration-s 100 --time-scale 2", trace.display()));
     let sch = thaw_load::cli::schedule_of(&a).unwrap();
     let st = sch.trace.unwrap();
     assert_eq!((st.trace_functions, st.functions_dropped), (1, 1));
@@ -670,18 +537,7 @@ fn trace_functions_map_by_memory_and_duration_class() {
 fn malformed_and_truncated_traces_name_file_and_line() {
     let dir = tmpdir("bad");
     let run = |p: &Path, format: &str| {
-        let a = args(&[
-            "--target",
-            "http://127.0.0.1:9",
-            "--trace",
-            p.to_str().unwrap(),
-            "--format",
-            format,
-            "--functions",
-            "f",
-            "--duration-s",
-            "100",
-        ]);
+        let a = args(&format!("--target http://127.0.0.1:9 --trace {} --format {format} --functions f --duration-s 100", p.display()));
         thaw_load::cli::schedule_of(&a).map(|s| s.items.len())
     };
     let bad = dir.join("bad.csv");
@@ -698,19 +554,7 @@ fn malformed_and_truncated_traces_name_file_and_line() {
     let e = format!("{:#}", run(&cut, "azure2021").unwrap_err());
     assert!(e.contains(&format!("{}:3:", cut.display())), "{e}");
     // With --skip-malformed the good rows are kept and the bad ones counted.
-    let a = args(&[
-        "--target",
-        "http://127.0.0.1:9",
-        "--trace",
-        bad.to_str().unwrap(),
-        "--format",
-        "azure2021",
-        "--functions",
-        "f",
-        "--duration-s",
-        "100",
-        "--skip-malformed",
-    ]);
+    let a = args(&format!("--target http://127.0.0.1:9 --trace {} --format azure2021 --functions f --duration-s 100 --skip-malformed", bad.display()));
     let s = thaw_load::cli::schedule_of(&a).unwrap();
     assert_eq!((s.items.len(), s.trace.unwrap().malformed_lines), (1, 1));
     // azure2019: a row cut short.
@@ -740,51 +584,35 @@ fn malformed_and_truncated_traces_name_file_and_line() {
 fn bad_arguments_are_refused_before_sending() {
     let ep = Arc::new(Endpoint::default());
     let url = serve(ep.clone());
-    for list in [
-        &["--functions", "f", "--rps", "10"][..],
-        &["--functions", "f", "--rps=-1", "--requests", "3"],
-        &["--functions", "f", "--rps", "0", "--requests", "3"],
-        &["--functions", "../x", "--rps", "1", "--requests", "3"],
-        &["--functions", "f", "--rps", "1", "--requests", "0"],
-        &[
-            "--functions",
-            "f",
-            "--rps",
-            "1",
-            "--requests",
-            "3",
-            "--burst-size",
-            "0",
-        ],
-        &[
-            "--functions",
-            "f",
-            "--rps",
-            "1",
-            "--requests",
-            "3",
-            "--data",
-            "{not json",
-        ],
-        &[
-            "--functions",
-            "f",
-            "--rps",
-            "1",
-            "--requests",
-            "3",
-            "--timeout-s",
-            "0",
-        ],
-        &["--fn-rates", "f", "--requests", "3"],
-        &["--rps", "1", "--requests", "3"],
+    for bad in [
+        "--functions f --rps 10",
+        "--functions f --rps=-1 --requests 3",
+        "--functions f --rps 0 --requests 3",
+        "--functions ../x --rps 1 --requests 3",
+        "--functions f --rps 1 --requests 0",
+        "--functions f --rps 1 --requests 3 --burst-size 0",
+        "--functions f --rps 1 --requests 3 --data {not-json",
+        "--functions f --rps 1 --requests 3 --data @/nonexistent.json",
+        "--functions f --rps 1 --requests 3 --timeout-s 0",
+        "--fn-rates f --requests 3",
+        "--rps 1 --requests 3",
     ] {
-        let mut l = vec!["--target", &url, "--quiet"];
-        l.extend_from_slice(list);
-        assert!(load(&l).is_err(), "{list:?} was accepted");
+        // Well-formed except for the one fault: the endpoint would answer.
+        assert!(
+            load(&format!("--target {url} --quiet {bad}")).is_err(),
+            "{bad:?} was accepted"
+        );
     }
     assert!(
-        ep.seqs.lock().unwrap().is_empty(),
+        load(&format!(
+            "--target {url} --quiet --functions f --rps 100 --requests 1"
+        ))
+        .is_ok(),
+        "the control run failed"
+    );
+    assert_eq!(
+        ep.seqs.lock().unwrap().len(),
+        1,
         "a refused run sent requests"
     );
 }

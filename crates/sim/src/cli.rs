@@ -381,11 +381,18 @@ pub fn parse(args: &[String]) -> Result<Option<(Args, ArgMatches, bool)>> {
     let rest = if sweep { &args[1..] } else { args };
     let name = if sweep { "thaw sim sweep" } else { "thaw sim" };
     let argv = std::iter::once(name.to_string()).chain(rest.iter().cloned());
-    match Args::command().name(name).try_get_matches_from(argv) {
-        Ok(m) => {
-            let a = Args::from_arg_matches(&m).map_err(|e| anyhow::anyhow!("{e}"))?;
-            Ok(Some((a, m, sweep)))
-        }
+    let Some(m) = help_or(Args::command().name(name).try_get_matches_from(argv))? else {
+        return Ok(None);
+    };
+    let a = Args::from_arg_matches(&m).map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(Some((a, m, sweep)))
+}
+
+/// A clap parse result for a subcommand run in-process: help and version are
+/// printed and give `Ok(None)`; other errors become one clean message.
+pub fn help_or<T>(parsed: Result<T, clap::Error>) -> Result<Option<T>> {
+    match parsed {
+        Ok(v) => Ok(Some(v)),
         Err(e)
             if matches!(
                 e.kind(),
