@@ -76,14 +76,19 @@ impl Target {
 pub enum Failure {
     Connect(std::io::Error),
     Http(hyper::Error),
+    /// The response body broke off or was larger than [`MAX_RESPONSE_BYTES`].
+    Body(String),
     Timeout,
 }
+
+/// Largest response body read; a larger one is a failure, not a memory hog.
+pub const MAX_RESPONSE_BYTES: usize = 64 << 20;
 
 impl Failure {
     pub fn status(&self) -> &'static str {
         match self {
             Failure::Connect(_) => "connect",
-            Failure::Http(_) => "io",
+            Failure::Http(_) | Failure::Body(_) => "io",
             Failure::Timeout => "timeout",
         }
     }
@@ -94,6 +99,7 @@ impl std::fmt::Display for Failure {
         match self {
             Failure::Connect(e) => write!(f, "connect: {e}"),
             Failure::Http(e) => write!(f, "http: {e}"),
+            Failure::Body(e) => write!(f, "response body: {e}"),
             Failure::Timeout => write!(f, "timed out"),
         }
     }
@@ -203,7 +209,11 @@ impl Client {
         };
         let start_type = Some(header("thaw-start-type")).filter(|s| !s.is_empty());
         let server_timing = Some(header("server-timing")).filter(|s| !s.is_empty());
-        let body = body.collect().await.map_err(Failure::Http)?.to_bytes();
+        let body = http_body_util::Limited::new(body, MAX_RESPONSE_BYTES)
+            .collect()
+            .await
+            .map_err(|e| Failure::Body(e.to_string()))?
+            .to_bytes();
         if !tx.is_closed() {
             self.idle.lock().unwrap_or_else(|e| e.into_inner()).push(tx);
         }

@@ -59,6 +59,12 @@ impl Endpoint {
         } else {
             "warm"
         };
+        // A function named huge answers a body over the generator's limit.
+        let body = if path.contains("/huge/") {
+            Bytes::from(vec![b' '; thaw_load::client::MAX_RESPONSE_BYTES + 1])
+        } else {
+            Bytes::from_static(b"{\"ok\":true}")
+        };
         Response::builder()
             .status(status)
             .header("Thaw-Start-Type", start)
@@ -66,7 +72,7 @@ impl Endpoint {
                 "Server-Timing",
                 "queue;dur=0.25, exec;dur=1.5;desc=\"run\", bogus",
             )
-            .body(Full::new(Bytes::from_static(b"{\"ok\":true}")))
+            .body(Full::new(body))
             .unwrap()
     }
 }
@@ -368,6 +374,18 @@ fn errors_are_counted_per_status_and_the_run_goes_on() {
     assert!(got[&503] > 50 && got[&500] > 50, "{got:?}");
     assert_eq!(s.ok, got[&200]);
     assert_eq!(s.latency["all"].count, got[&200], "only 2xx in the latency");
+}
+
+#[test]
+fn an_oversized_response_is_a_failure_not_a_memory_hog() {
+    let ep = Arc::new(Endpoint::default());
+    let url = serve(ep.clone());
+    let s = load(&format!(
+        "--target {url} --functions huge --rps 10 --requests 2 --quiet"
+    ))
+    .unwrap();
+    assert_eq!((s.sent, s.ok), (2, 0));
+    assert_eq!(s.errors.get("io"), Some(&2), "{:?}", s.errors);
 }
 
 #[test]
