@@ -402,7 +402,14 @@ pub fn help_or<T>(parsed: Result<T, clap::Error>) -> Result<Option<T>> {
             print!("{e}");
             Ok(None)
         }
-        Err(e) => bail!("{}", e.render().to_string().trim_end()),
+        // The caller prefixes "error:" itself.
+        Err(e) => bail!(
+            "{}",
+            e.render()
+                .to_string()
+                .trim_end()
+                .trim_start_matches("error: ")
+        ),
     }
 }
 
