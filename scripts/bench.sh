@@ -24,6 +24,11 @@ $T bench restore --functions $SUITE --strategies mmap,reap,dax,tiered \
     --tier tmpfs --runs "$RUNS" --redeploy --json "$OUT/strategies-tmpfs.jsonl" --markdown "$OUT/strategies-tmpfs.md"
 # issue 11: what a sealed (unchangeable after verification) DRAM image costs on first use
 $T bench store --functions helloworld,lr_serving,matmul --runs "$RUNS" --markdown "$OUT/store-seal.md"
+# issue 14: N = 1..64 simultaneous cold starts per strategy, tier and mode
+$T bench concurrency --function lr_serving --strategies eager,mmap,uffd,reap,dax --tiers tmpfs,disk \
+    --reps 3 --json "$OUT/concurrency-lr_serving.jsonl" --markdown "$OUT/concurrency-lr_serving.md"
+$T bench concurrency --function helloworld --strategies mmap,reap,dax --tiers tmpfs,disk \
+    --reps 3 --json "$OUT/concurrency-helloworld.jsonl" --markdown "$OUT/concurrency-helloworld.md"
 # issue 5: simulator throughput and the thesis direction
 for i in 1 2 3; do
     $T sim --synthetic --functions 10000 --hours 2 --policy tiered-lru --seed 7 --ram-gb 256 --quiet --json "$OUT/sim-throughput-$i.json"

@@ -1,7 +1,9 @@
 //! thaw-bench: experiment runners. `restore` measures cold starts from
 //! snapshots per strategy and tier against a fresh start, in one process;
-//! `store` what sealing a verified DRAM image costs.
+//! `store` what sealing a verified DRAM image costs;
+//! `concurrency` measures N simultaneous cold starts.
 
+pub mod concurrency;
 pub mod restore;
 pub mod stats;
 pub mod store;

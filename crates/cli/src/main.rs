@@ -4,6 +4,7 @@ use clap::{Parser, Subcommand};
 use std::io::Write;
 use std::path::PathBuf;
 
+mod concurrency;
 mod demo;
 mod store_cmds;
 
@@ -96,6 +97,12 @@ enum Cmd {
         #[command(subcommand)]
         cmd: BenchCmd,
     },
+    /// Open-loop load generator against an invoke API (`thaw load --help`)
+    #[command(disable_help_flag = true)]
+    Load {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// Trace-driven fleet simulator (`thaw sim --help`)
     #[command(disable_help_flag = true)]
     Sim {
@@ -128,6 +135,8 @@ enum BenchCmd {
         #[arg(long)]
         markdown: Option<PathBuf>,
     },
+    /// N simultaneous cold starts (N = 1, 2, 4, ...) per strategy, tier and mode
+    Concurrency(concurrency::Args),
     /// Cold starts from snapshots per strategy vs. a fresh start
     Restore {
         #[arg(long, default_value = "helloworld,lr_serving")]
@@ -183,7 +192,7 @@ fn worker(home: &std::path::Path) -> Result<thaw_worker::Worker> {
 
 fn run(cli: Cli) -> Result<()> {
     let home = cli.home.clone().unwrap_or_else(thaw_runtime::default_home);
-    if !matches!(cli.cmd, Cmd::Sim { .. } | Cmd::Runtime { .. }) {
+    if !matches!(cli.cmd, Cmd::Sim { .. } | Cmd::Load { .. } | Cmd::Runtime { .. }) {
         thaw_runtime::check_home(&home, false)?;
     }
     match cli.cmd {
@@ -195,6 +204,7 @@ fn run(cli: Cli) -> Result<()> {
             }
             thaw_runtime::cli_main(&args)
         }
+        Cmd::Load { args } => thaw_load::cli_main(&args),
         Cmd::Demo {
             functions,
             tier,
@@ -302,6 +312,9 @@ fn run(cli: Cli) -> Result<()> {
                     markdown,
                 },
         } => store_cmds::bench(&worker(&home)?, &split(&functions), runs, markdown),
+        Cmd::Bench {
+            cmd: BenchCmd::Concurrency(a),
+        } => concurrency::run(&worker(&home)?, a),
         Cmd::Bench {
             cmd:
                 BenchCmd::Restore {

@@ -49,7 +49,9 @@ struct Func {
     /// Size of the snapshot on disk or network.
     snap_mb: u32,
     flags: u8,
-    cost: FnCost,
+    /// Index into `Engine::costs` (0: the configured default). Kept out of line
+    /// so a function's record stays small: the simulator touches one per event.
+    cost: u32,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -74,6 +76,8 @@ pub struct Engine {
     idle_lru: List,
     fn_links: Links,
     funcs: Vec<Func>,
+    /// Distinct per-function costs; `costs[0]` is `cfg.cost`.
+    costs: Vec<FnCost>,
     disk_links: Links,
     disk_lru: List,
     net_links: Links,
@@ -93,6 +97,7 @@ pub struct Engine {
 impl Engine {
     pub fn new(cfg: Config) -> Result<Engine, PolicyError> {
         cfg.validate()?;
+        let default_cost = cfg.cost;
         let per = |mb_s: f64| 1e6 / mb_s;
         Ok(Engine {
             us_per_mb: [
@@ -110,6 +115,7 @@ impl Engine {
             idle_lru: List::default(),
             fn_links: Links::default(),
             funcs: Vec::new(),
+            costs: vec![default_cost],
             disk_links: Links::default(),
             disk_lru: List::default(),
             net_links: Links::default(),
@@ -148,7 +154,7 @@ impl Engine {
                 freq: 0,
                 snap_mb: 0,
                 flags: 0,
-                cost: self.cfg.cost,
+                cost: 0,
             };
             self.funcs.resize(fi + 1, blank);
             self.disk_links.ensure(fi + 1);
@@ -257,8 +263,12 @@ impl Engine {
 
     /// What losing this function's last RAM instance costs at its next start:
     /// greedy-dual's "cost" term, aware of the tiers when there are any.
+    fn cost(&self, func: &Func) -> FnCost {
+        self.costs[func.cost as usize]
+    }
+
     fn miss_cost_us(&self, func: &Func) -> Time {
-        let c = func.cost;
+        let c = self.cost(func);
         if func.flags & ON_DISK != 0 {
             c.cold_us
                 .min(c.restore_disk_us + self.xfer_us(func.snap_mb, DISK_READ))
@@ -361,7 +371,8 @@ impl Engine {
                 let func = &mut self.funcs[fi];
                 func.flags |= DISK_PENDING;
                 func.snap_mb = inst.mem;
-                let dur = func.cost.checkpoint_us + self.xfer_us(inst.mem, DISK_WRITE);
+                let func = self.funcs[fi];
+                let dur = self.cost(&func).checkpoint_us + self.xfer_us(inst.mem, DISK_WRITE);
                 let eta = self.enqueue(DISK_WRITE, dur);
                 let id = self.new_xfer(Pending::Checkpoint { slot });
                 self.writes.push_back((id, eta));
@@ -465,14 +476,14 @@ impl Policy for Engine {
             return Outcome::Started {
                 start: Start::Warm,
                 instance: self.id_of(slot),
-                ready_at: now + self.funcs[fi].cost.warm_us,
+                ready_at: now + self.costs[self.funcs[fi].cost as usize].warm_us,
             };
         }
         if !self.make_room(mem_mb as u64, out) {
             return Outcome::Rejected;
         }
         let func = self.funcs[fi];
-        let c = func.cost;
+        let c = self.cost(&func);
         let mut best = (Start::Cold, c.cold_us, None);
         // Strictly faster than the current best, as the thesis: ties go to cold,
         // then to the disk.
@@ -580,6 +591,12 @@ impl Policy for Engine {
 
     fn set_cost(&mut self, f: FnId, cost: FnCost) {
         let fi = self.ensure_fn(f);
-        self.funcs[fi].cost = cost;
+        let idx = self.funcs[fi].cost as usize;
+        if idx == 0 {
+            self.funcs[fi].cost = self.costs.len() as u32;
+            self.costs.push(cost);
+        } else {
+            self.costs[idx] = cost;
+        }
     }
 }

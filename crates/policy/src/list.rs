@@ -33,26 +33,27 @@ impl List {
 }
 
 /// Link storage shared by any number of lists whose elements are disjoint.
+/// An element's two links sit side by side: one cache line per element touched.
 #[derive(Default, Debug)]
 pub(crate) struct Links {
-    prev: Vec<u32>,
-    next: Vec<u32>,
+    /// (prev, next) per element.
+    links: Vec<[u32; 2]>,
 }
+
+const PREV: usize = 0;
+const NEXT: usize = 1;
 
 impl Links {
     pub fn ensure(&mut self, n: usize) {
-        if self.prev.len() < n {
-            self.prev.resize(n, NIL);
-            self.next.resize(n, NIL);
+        if self.links.len() < n {
+            self.links.resize(n, [NIL, NIL]);
         }
     }
 
     pub fn push_front(&mut self, l: &mut List, i: u32) {
-        let iu = i as usize;
-        self.prev[iu] = NIL;
-        self.next[iu] = l.head;
+        self.links[i as usize] = [NIL, l.head];
         if l.head != NIL {
-            self.prev[l.head as usize] = i;
+            self.links[l.head as usize][PREV] = i;
         } else {
             l.tail = i;
         }
@@ -60,20 +61,18 @@ impl Links {
     }
 
     pub fn remove(&mut self, l: &mut List, i: u32) {
-        let iu = i as usize;
-        let (p, n) = (self.prev[iu], self.next[iu]);
+        let [p, n] = self.links[i as usize];
         if p != NIL {
-            self.next[p as usize] = n;
+            self.links[p as usize][NEXT] = n;
         } else {
             l.head = n;
         }
         if n != NIL {
-            self.prev[n as usize] = p;
+            self.links[n as usize][PREV] = p;
         } else {
             l.tail = p;
         }
-        self.prev[iu] = NIL;
-        self.next[iu] = NIL;
+        self.links[i as usize] = [NIL, NIL];
     }
 
     /// Moves `i` (already in `l`) to the front: a "touch" in LRU terms.
@@ -94,7 +93,7 @@ mod tests {
         let mut i = l.head;
         while i != NIL {
             v.push(i);
-            i = links.next[i as usize];
+            i = links.links[i as usize][NEXT];
         }
         v
     }

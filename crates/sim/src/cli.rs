@@ -13,6 +13,9 @@ use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, ValueEnum};
 use std::path::PathBuf;
 use thaw_policy::{Config, Engine, FnCost, PolicyKind};
 
+/// Largest `--mem-mb` (1 TiB): one function bigger than any worker's RAM.
+const MAX_MEM_MB: i64 = 1 << 20;
+
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq)]
 pub enum Format {
     Azure2019,
@@ -71,8 +74,9 @@ pub struct Args {
     /// azure2019: number of minutes to replay (default: all).
     #[arg(long)]
     pub minutes: Option<u64>,
-    /// Memory (MB) for every function of a trace, instead of the trace's or a draw.
-    #[arg(long)]
+    /// Memory (MB) for every function of a trace, instead of the trace's or a draw
+    /// (1 to 1048576).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=MAX_MEM_MB))]
     pub mem_mb: Option<u32>,
     /// azure2021: buffer this many seconds of arrivals to tolerate unsorted rows.
     #[arg(long, default_value_t = 0.0)]
@@ -80,9 +84,9 @@ pub struct Args {
     /// Stop at the first malformed line instead of skipping it.
     #[arg(long)]
     pub strict: bool,
-    /// Invocations running at once; more wait (queueing delay). 0: no cap.
-    #[arg(long, default_value_t = 0)]
-    pub max_concurrency: u32,
+    /// Invocations running at once; more wait (queueing delay). Default: no cap.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_concurrency: Option<u32>,
 
     /// Policy: ttl, lru-mem, tiered-lru, greedy-dual, tiered-greedy-dual.
     #[arg(long, value_delimiter = ',', default_value = "tiered-lru")]
@@ -300,7 +304,7 @@ fn plan(a: &Args, m: &ArgMatches, sweep: bool) -> Result<Plan> {
                             cold_ms: base.cold_us as f64 / 1000.0,
                             restore_ms: base.restore_disk_us as f64 / 1000.0,
                             checkpoint_ms: base.checkpoint_us as f64 / 1000.0,
-                            max_concurrency: a.max_concurrency,
+                            max_concurrency: a.max_concurrency.unwrap_or(0),
                             calibration: a.calibration.as_ref().map(|p| p.display().to_string()),
                         };
                         points.push(Point { cfg, echo });
@@ -310,7 +314,7 @@ fn plan(a: &Args, m: &ArgMatches, sweep: bool) -> Result<Plan> {
         }
     }
     let opts = RunOptions {
-        max_concurrency: a.max_concurrency,
+        max_concurrency: a.max_concurrency.unwrap_or(0),
         strict: a.strict,
         progress: !a.quiet,
         record_starts: false,
@@ -377,11 +381,18 @@ pub fn parse(args: &[String]) -> Result<Option<(Args, ArgMatches, bool)>> {
     let rest = if sweep { &args[1..] } else { args };
     let name = if sweep { "thaw sim sweep" } else { "thaw sim" };
     let argv = std::iter::once(name.to_string()).chain(rest.iter().cloned());
-    match Args::command().name(name).try_get_matches_from(argv) {
-        Ok(m) => {
-            let a = Args::from_arg_matches(&m).map_err(|e| anyhow::anyhow!("{e}"))?;
-            Ok(Some((a, m, sweep)))
-        }
+    let Some(m) = help_or(Args::command().name(name).try_get_matches_from(argv))? else {
+        return Ok(None);
+    };
+    let a = Args::from_arg_matches(&m).map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(Some((a, m, sweep)))
+}
+
+/// A clap parse result for a subcommand run in-process: help and version are
+/// printed and give `Ok(None)`; other errors become one clean message.
+pub fn help_or<T>(parsed: Result<T, clap::Error>) -> Result<Option<T>> {
+    match parsed {
+        Ok(v) => Ok(Some(v)),
         Err(e)
             if matches!(
                 e.kind(),
@@ -391,7 +402,14 @@ pub fn parse(args: &[String]) -> Result<Option<(Args, ArgMatches, bool)>> {
             print!("{e}");
             Ok(None)
         }
-        Err(e) => bail!("{}", e.render().to_string().trim_end()),
+        // The caller prefixes "error:" itself.
+        Err(e) => bail!(
+            "{}",
+            e.render()
+                .to_string()
+                .trim_end()
+                .trim_start_matches("error: ")
+        ),
     }
 }
 
@@ -417,6 +435,10 @@ pub fn execute(a: &Args, m: &ArgMatches, sweep: bool) -> Result<Vec<(RunConfig, 
         let mut src = open_source(a)?;
         let mut engine = Engine::new(p.cfg).map_err(anyhow::Error::from)?;
         let report = run(src.as_mut(), &mut engine, &plan.opts)?;
+        // Warnings go to stderr even with --quiet: they say the figures mean nothing.
+        for w in &report.warnings {
+            eprintln!("thaw sim: warning: {w}");
+        }
         results.push((p.echo, report));
     }
     Ok(results)

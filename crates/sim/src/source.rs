@@ -4,7 +4,7 @@
 use anyhow::{Context, Result};
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use thaw_policy::Time;
 
@@ -75,6 +75,11 @@ impl Names {
     }
 }
 
+/// Longest line any input may have, in bytes (an azure2019 invocations row of
+/// 1,440 minutes is about 8 KiB). Longer is an error: it bounds memory on a file
+/// that is not a trace at all (`/dev/zero`, a binary).
+pub const MAX_LINE_BYTES: usize = 1 << 20;
+
 /// Reads a text file line by line into one reused buffer, counting lines.
 pub struct Lines {
     pub path: String,
@@ -99,11 +104,12 @@ impl Lines {
         })
     }
 
-    /// Next line without its end-of-line; `false` at end of file.
+    /// Next line without its end-of-line; `false` at end of file. A line longer
+    /// than [`MAX_LINE_BYTES`] is an error naming its file and line.
     pub fn next_line(&mut self) -> Result<bool> {
         self.buf.clear();
-        let n = self
-            .rd
+        let n = (&mut self.rd)
+            .take(MAX_LINE_BYTES as u64 + 1)
             .read_line(&mut self.buf)
             .with_context(|| format!("{}:{}: read error", self.path, self.line_no + 1))?;
         if n == 0 {
@@ -111,6 +117,14 @@ impl Lines {
         }
         self.bytes_read += n as u64;
         self.line_no += 1;
+        if n > MAX_LINE_BYTES && !self.buf.ends_with('\n') {
+            self.buf = String::new();
+            anyhow::bail!(
+                "{}:{}: line longer than {MAX_LINE_BYTES} bytes (not a trace file?)",
+                self.path,
+                self.line_no
+            );
+        }
         while self.buf.ends_with(['\n', '\r']) {
             self.buf.pop();
         }

@@ -33,6 +33,13 @@ use std::collections::binary_heap::PeekMut;
 use std::collections::BinaryHeap;
 use thaw_policy::Time;
 
+/// Bounds on the synthetic workload's knobs: beyond them a run would not end in
+/// any useful time, or would need memory for functions nobody simulates.
+pub const MAX_FUNCTIONS: u32 = 10_000_000;
+pub const MAX_HOURS: f64 = 8760.0;
+pub const MAX_RATE_SCALE: f64 = 1000.0;
+pub const MAX_FN_RATE_PER_MIN: f64 = 6e6;
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct Params {
     pub functions: u32,
@@ -69,14 +76,17 @@ impl Default for Params {
 
 impl Params {
     pub fn validate(&self) -> Result<()> {
-        if self.functions == 0 {
-            bail!("--functions must be > 0");
+        if !(1..=MAX_FUNCTIONS).contains(&self.functions) {
+            bail!("--functions must be in [1, {MAX_FUNCTIONS}]");
         }
-        if !(self.hours.is_finite() && self.hours > 0.0) {
-            bail!("--hours must be > 0");
+        if !(self.hours.is_finite() && self.hours > 0.0 && self.hours <= MAX_HOURS) {
+            bail!("--hours must be in (0, {MAX_HOURS}] (one year)");
         }
-        if !(self.rate_scale.is_finite() && self.rate_scale > 0.0) {
-            bail!("--rate-scale must be > 0");
+        if !(self.rate_scale.is_finite()
+            && self.rate_scale > 0.0
+            && self.rate_scale <= MAX_RATE_SCALE)
+        {
+            bail!("--rate-scale must be in (0, {MAX_RATE_SCALE}]");
         }
         if !(0.0..1.0).contains(&self.diurnal) {
             bail!("--diurnal must be in [0, 1)");
@@ -86,6 +96,13 @@ impl Params {
         }
         if !(self.max_rate_per_min.is_finite() && self.max_rate_per_min > 0.0) {
             bail!("max rate must be > 0");
+        }
+        // The clock ticks in microseconds: one function cannot arrive faster.
+        if self.max_rate_per_min * self.rate_scale > MAX_FN_RATE_PER_MIN {
+            bail!(
+                "--max-rate-per-min x --rate-scale is {} per minute; at most {MAX_FN_RATE_PER_MIN} (one arrival per 10 us)",
+                self.max_rate_per_min * self.rate_scale
+            );
         }
         Ok(())
     }

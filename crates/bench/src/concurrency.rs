@@ -1,0 +1,377 @@
+//! `thaw bench concurrency`: N simultaneous cold starts (restore + first
+//! response), N = 1, 2, 4, ..., per strategy and tier, of the same function
+//! (one snapshot, N restores of it) and of different functions (N distinct
+//! snapshots: copies of the function's snapshot under their own names, so the
+//! work per start is the same and only sharing differs: no page cache, no image
+//! mapping, no working-set file is shared between instances).
+//!
+//! Each batch: page cache of every snapshot used dropped, N threads released by
+//! one barrier, each restores and invokes once and keeps its instance until all
+//! have answered (so memory is held at once, as N live instances would). Cold
+//! start = barrier release to first response; throughput = N / time until the
+//! last first response.
+
+use crate::stats::{summarize, Summary};
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+use std::sync::Barrier;
+use std::time::Instant;
+use thaw_store::Snapshot;
+use thaw_worker::{invoke, ms, Worker, INVOKE_TIMEOUT};
+
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub function: String,
+    pub strategies: Vec<String>,
+    pub tiers: Vec<String>,
+    /// `same` and/or `different`.
+    pub modes: Vec<String>,
+    pub levels: Vec<usize>,
+    pub reps: usize,
+    pub size: String,
+}
+
+pub const MODES: [&str; 2] = ["same", "different"];
+/// Most simultaneous starts one batch may ask for.
+pub const MAX_LEVEL: usize = 256;
+
+/// One instance of a batch.
+#[derive(Debug, Clone, Serialize)]
+pub struct Start {
+    pub cold_ms: f64,
+    /// memory charged to the instance's cgroup after its first response
+    pub added_kb: u64,
+}
+
+/// One batch of N simultaneous cold starts: a JSON line.
+#[derive(Debug, Clone, Serialize)]
+pub struct Batch {
+    pub function: String,
+    pub tier: String,
+    pub emulated: bool,
+    pub strategy: String,
+    pub mode: String,
+    pub n: usize,
+    pub rep: usize,
+    pub ok: usize,
+    pub errors: Vec<String>,
+    /// barrier release to the last first response
+    pub wall_ms: f64,
+    /// successful cold starts per second of wall time
+    pub throughput: f64,
+    /// the machine's 1-minute load average when the batch started (others' work
+    /// shows here on a shared machine)
+    pub loadavg_1m: f64,
+    pub starts: Vec<Start>,
+}
+
+pub fn check(o: &Options) -> Result<()> {
+    if o.reps == 0 {
+        bail!("--reps must be at least 1");
+    }
+    if o.levels.is_empty() || o.levels.iter().any(|&n| n == 0 || n > MAX_LEVEL) {
+        bail!("--levels must be between 1 and {MAX_LEVEL}");
+    }
+    for m in &o.modes {
+        if !MODES.contains(&m.as_str()) {
+            bail!("--modes: unknown mode {m:?} (same, different)");
+        }
+    }
+    for s in &o.strategies {
+        if s == "fresh" {
+            bail!("--strategies: fresh is not a restore strategy");
+        }
+        thaw_memory::strategy_by_name(s)?;
+    }
+    Ok(())
+}
+
+/// Copies of `snap` for the `different` mode, each under its own name on the
+/// same tier, removed on drop.
+struct Copies {
+    dirs: Vec<PathBuf>,
+}
+
+impl Copies {
+    fn make(snap: &Snapshot, n: usize) -> Result<Copies> {
+        let parent = snap.dir.parent().context("snapshot without a parent")?;
+        let name = snap.dir.file_name().context("snapshot without a name")?;
+        let mut c = Copies { dirs: Vec::new() };
+        for k in 1..n {
+            let dir = parent.join(format!(".bench-{}-{k}", name.to_string_lossy()));
+            let _ = std::fs::remove_dir_all(&dir);
+            // Registered before copying, so a failed copy is cleaned up too.
+            c.dirs.push(dir.clone());
+            copy_dir(&snap.dir, &dir)?;
+        }
+        Ok(c)
+    }
+}
+
+impl Drop for Copies {
+    fn drop(&mut self) {
+        for d in &self.dirs {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+}
+
+fn copy_dir(from: &Path, to: &Path) -> Result<()> {
+    std::fs::create_dir(to).with_context(|| format!("creating {}", to.display()))?;
+    for e in std::fs::read_dir(from)? {
+        let p = e?.path();
+        if p.is_file() {
+            let dst = to.join(p.file_name().context("file without a name")?);
+            std::fs::copy(&p, &dst)
+                .with_context(|| format!("copying {} to {}", p.display(), dst.display()))?;
+        }
+    }
+    Ok(())
+}
+
+/// N simultaneous restores + first invocations; instance i restores `snaps[i % len]`.
+fn batch(
+    w: &Worker,
+    snaps: &[Snapshot],
+    strategy: &str,
+    size: &str,
+    n: usize,
+) -> Result<(Vec<Result<Start>>, f64)> {
+    for s in snaps {
+        s.drop_page_cache()?;
+    }
+    let go = Barrier::new(n + 1);
+    let done = Barrier::new(n + 1);
+    let mut t0 = Instant::now();
+    let results = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..n)
+            .map(|i| {
+                let (go, done, snap) = (&go, &done, &snaps[i % snaps.len()]);
+                scope.spawn(move || {
+                    go.wait();
+                    let t = Instant::now();
+                    let r = w.restore(snap, strategy).and_then(|(mut sb, _)| {
+                        invoke(&mut sb, size, INVOKE_TIMEOUT)?;
+                        let cold_ms = ms(t);
+                        let added_kb = sb.memory_usage().unwrap_or(0) / 1024;
+                        Ok((sb, Start { cold_ms, added_kb }))
+                    });
+                    // Hold the instance until every start of the batch has answered.
+                    done.wait();
+                    r.map(|(_sb, s)| s)
+                })
+            })
+            .collect();
+        go.wait();
+        t0 = Instant::now();
+        done.wait();
+        let wall = ms(t0);
+        let res: Vec<Result<Start>> = handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("a start thread panicked")))
+            })
+            .collect();
+        (res, wall)
+    });
+    Ok(results)
+}
+
+fn loadavg() -> f64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(f64::NAN)
+}
+
+/// Runs the benchmark; every batch goes to `sink` as it is measured.
+pub fn run(
+    w: &Worker,
+    o: &Options,
+    sink: &mut dyn FnMut(&Batch) -> Result<()>,
+) -> Result<Vec<Batch>> {
+    check(o)?;
+    w.check_function(&o.function)?;
+    let max_n = *o.levels.iter().max().unwrap_or(&1);
+    let mut out = Vec::new();
+    for tier_name in &o.tiers {
+        let tier = w.tier(tier_name)?;
+        let snap = w.snapshot(&o.function, &tier)?;
+        // Untimed: first-use costs (image verify, REAP's recording) stay out.
+        for s in &o.strategies {
+            let (mut sb, _) = w.restore(&snap, s)?;
+            let inv = invoke(&mut sb, &o.size, INVOKE_TIMEOUT)?;
+            w.check(&o.function, &o.size, &inv.output)
+                .with_context(|| format!("{} restored with {s} gave a wrong output", o.function))?;
+        }
+        let copies = if o.modes.iter().any(|m| m == "different") {
+            eprintln!(
+                "bench: {} copies of {} on {tier_name}",
+                max_n - 1,
+                snap.dir.display()
+            );
+            Copies::make(&snap, max_n)?
+        } else {
+            Copies { dirs: Vec::new() }
+        };
+        let mut distinct = vec![Snapshot::open(&snap.dir)?];
+        for d in &copies.dirs {
+            let c = Snapshot::open(d)?;
+            // A byte copy of a verified image.
+            thaw_sandbox::restore::trust_written(&c)?;
+            distinct.push(c);
+        }
+        for mode in &o.modes {
+            for &n in &o.levels {
+                for rep in 0..o.reps {
+                    // Strategies interleaved within a repetition: noise falls on all alike.
+                    for s in &o.strategies {
+                        eprint!(
+                            "\rbench: concurrency {tier_name} {mode} n={n} rep {}/{} {s}        ",
+                            rep + 1,
+                            o.reps
+                        );
+                        let snaps = if mode == "same" {
+                            &distinct[..1]
+                        } else {
+                            &distinct[..n]
+                        };
+                        let loadavg_1m = loadavg();
+                        let (res, wall_ms) = batch(w, snaps, s, &o.size, n)?;
+                        let mut starts = Vec::new();
+                        let mut errors = Vec::new();
+                        for r in res {
+                            match r {
+                                Ok(st) => starts.push(st),
+                                Err(e) => errors.push(format!("{e:#}")),
+                            }
+                        }
+                        let b = Batch {
+                            function: o.function.clone(),
+                            tier: tier_name.clone(),
+                            emulated: tier.emulated || s == "dax",
+                            strategy: s.clone(),
+                            mode: mode.clone(),
+                            n,
+                            rep,
+                            ok: starts.len(),
+                            errors,
+                            wall_ms,
+                            throughput: starts.len() as f64 / (wall_ms / 1e3).max(1e-9),
+                            loadavg_1m,
+                            starts,
+                        };
+                        sink(&b)?;
+                        out.push(b);
+                    }
+                }
+            }
+        }
+        eprintln!();
+    }
+    Ok(out)
+}
+
+/// Per (tier, mode, strategy, N): pooled cold starts and per-batch throughput.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    pub tier: String,
+    pub emulated: bool,
+    pub mode: String,
+    pub strategy: String,
+    pub n: usize,
+    pub attempted: usize,
+    pub ok: usize,
+    pub cold: Option<Summary>,
+    pub throughput: Option<Summary>,
+    pub added_mib: Option<Summary>,
+    /// median throughput over mmap's median at the same tier, mode and N
+    pub vs_mmap: Option<f64>,
+}
+
+pub fn summarize_rows(batches: &[Batch]) -> Vec<Row> {
+    let mut keys: Vec<(String, String, String, usize)> = Vec::new();
+    for b in batches {
+        let k = (b.tier.clone(), b.mode.clone(), b.strategy.clone(), b.n);
+        if !keys.contains(&k) {
+            keys.push(k);
+        }
+    }
+    let mut rows: Vec<Row> = keys
+        .into_iter()
+        .map(|(tier, mode, strategy, n)| {
+            let bs: Vec<&Batch> = batches
+                .iter()
+                .filter(|b| b.tier == tier && b.mode == mode && b.strategy == strategy && b.n == n)
+                .collect();
+            let cold: Vec<f64> = bs
+                .iter()
+                .flat_map(|b| b.starts.iter().map(|s| s.cold_ms))
+                .collect();
+            let added: Vec<f64> = bs
+                .iter()
+                .flat_map(|b| b.starts.iter().map(|s| s.added_kb as f64 / 1024.0))
+                .collect();
+            let tput: Vec<f64> = bs.iter().map(|b| b.throughput).collect();
+            Row {
+                emulated: bs.iter().any(|b| b.emulated),
+                attempted: bs.iter().map(|b| b.n).sum(),
+                ok: bs.iter().map(|b| b.ok).sum(),
+                cold: summarize(&cold),
+                throughput: summarize(&tput),
+                added_mib: summarize(&added),
+                vs_mmap: None,
+                tier,
+                mode,
+                strategy,
+                n,
+            }
+        })
+        .collect();
+    let base: Vec<(String, String, usize, f64)> = rows
+        .iter()
+        .filter(|r| r.strategy == "mmap")
+        .filter_map(|r| Some((r.tier.clone(), r.mode.clone(), r.n, r.throughput?.median)))
+        .collect();
+    for r in &mut rows {
+        r.vs_mmap = base
+            .iter()
+            .find(|(t, m, n, _)| *t == r.tier && *m == r.mode && *n == r.n)
+            .and_then(|b| Some(r.throughput?.median / b.3));
+    }
+    rows
+}
+
+pub fn markdown(rows: &[Row], function: &str, reps: usize) -> String {
+    let mut s = format!(
+        "Function {function} · {reps} batches per cell · cold start = restore request to first response, pooled over the batches (ms, p50 / p99) · throughput = successful cold starts per second of batch wall time (min / median) · ratio = median throughput over mmap's at the same tier, mode and N\n\n\
+         | tier | mode | strategy | N | ok | cold p50 | cold p99 | throughput /s | vs mmap | MiB added per instance |\n|---|---|---|---|---|---|---|---|---|---|\n"
+    );
+    for r in rows {
+        let tier = if r.emulated && r.strategy == "dax" {
+            format!("{} (dax: pmem emulated)", r.tier)
+        } else if r.emulated {
+            format!("{} (emulated)", r.tier)
+        } else {
+            r.tier.clone()
+        };
+        let f = |v: Option<f64>, d: usize| v.map_or("-".to_string(), |x| format!("{x:.d$}"));
+        s.push_str(&format!(
+            "| {tier} | {} | {} | {} | {}/{} | {} | {} | {} / {} | {} | {} |\n",
+            r.mode,
+            r.strategy,
+            r.n,
+            r.ok,
+            r.attempted,
+            f(r.cold.map(|c| c.median), 1),
+            f(r.cold.map(|c| c.p99), 1),
+            f(r.throughput.map(|c| c.min), 1),
+            f(r.throughput.map(|c| c.median), 1),
+            f(r.vs_mmap, 2),
+            f(r.added_mib.map(|c| c.median), 1),
+        ));
+    }
+    s
+}
