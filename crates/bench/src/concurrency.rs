@@ -14,10 +14,9 @@
 use crate::stats::{summarize, Summary};
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
-use std::path::{Path, PathBuf};
 use std::sync::Barrier;
 use std::time::Instant;
-use thaw_store::Snapshot;
+use thaw_store::{secure, Snapshot, Tier};
 use thaw_worker::{invoke, ms, Worker, INVOKE_TIMEOUT};
 
 #[derive(Debug, Clone)]
@@ -87,47 +86,48 @@ pub fn check(o: &Options) -> Result<()> {
     Ok(())
 }
 
-/// Copies of `snap` for the `different` mode, each under its own name on the
-/// same tier, removed on drop.
+/// Copies of `snap` for the `different` mode, each published under its own
+/// name on the same tier (a verified copy through the store), removed on drop.
 struct Copies {
-    dirs: Vec<PathBuf>,
+    tier: Tier,
+    names: Vec<String>,
 }
 
 impl Copies {
-    fn make(snap: &Snapshot, n: usize) -> Result<Copies> {
-        let parent = snap.dir.parent().context("snapshot without a parent")?;
-        let name = snap.dir.file_name().context("snapshot without a name")?;
-        let mut c = Copies { dirs: Vec::new() };
+    fn make(tier: &Tier, name: &str, snap: &Snapshot, n: usize) -> Result<Copies> {
+        let mut c = Copies {
+            tier: tier.clone(),
+            names: Vec::new(),
+        };
         for k in 1..n {
-            let dir = parent.join(format!(".bench-{}-{k}", name.to_string_lossy()));
-            let _ = std::fs::remove_dir_all(&dir);
+            let copy = format!("{name}-bench{k}");
+            let _ = secure::remove_tree(&tier.function_dir(&copy));
             // Registered before copying, so a failed copy is cleaned up too.
-            c.dirs.push(dir.clone());
-            copy_dir(&snap.dir, &dir)?;
+            c.names.push(copy.clone());
+            tier.lock_deploy(&copy)?.publish_copy(snap)?;
         }
         Ok(c)
+    }
+
+    fn open(&self) -> Result<Vec<Snapshot>> {
+        self.names
+            .iter()
+            .map(|n| {
+                let s = self.tier.open_current(n)?.context("bench copy vanished")?;
+                // untimed: the first use of an image verifies (and on DRAM seals) it
+                s.open_image()?;
+                Ok(s)
+            })
+            .collect()
     }
 }
 
 impl Drop for Copies {
     fn drop(&mut self) {
-        for d in &self.dirs {
-            let _ = std::fs::remove_dir_all(d);
+        for n in &self.names {
+            let _ = secure::remove_tree(&self.tier.function_dir(n));
         }
     }
-}
-
-fn copy_dir(from: &Path, to: &Path) -> Result<()> {
-    std::fs::create_dir(to).with_context(|| format!("creating {}", to.display()))?;
-    for e in std::fs::read_dir(from)? {
-        let p = e?.path();
-        if p.is_file() {
-            let dst = to.join(p.file_name().context("file without a name")?);
-            std::fs::copy(&p, &dst)
-                .with_context(|| format!("copying {} to {}", p.display(), dst.display()))?;
-        }
-    }
-    Ok(())
 }
 
 /// N simultaneous restores + first invocations; instance i restores `snaps[i % len]`.
@@ -207,28 +207,26 @@ pub fn run(
                 .with_context(|| format!("{} restored with {s} gave a wrong output", o.function))?;
         }
         let copies = if o.modes.iter().any(|m| m == "different") {
-            eprintln!(
+            thaw_output::errln!(
                 "bench: {} copies of {} on {tier_name}",
                 max_n - 1,
                 snap.dir.display()
             );
-            Copies::make(&snap, max_n)?
+            Copies::make(&tier, &w.snapshot_name(&o.function), &snap, max_n)?
         } else {
-            Copies { dirs: Vec::new() }
+            Copies {
+                tier: tier.clone(),
+                names: Vec::new(),
+            }
         };
-        let mut distinct = vec![Snapshot::open(&snap.dir)?];
-        for d in &copies.dirs {
-            let c = Snapshot::open(d)?;
-            // A byte copy of a verified image.
-            thaw_sandbox::restore::trust_written(&c)?;
-            distinct.push(c);
-        }
+        let mut distinct = vec![snap.clone()];
+        distinct.extend(copies.open()?);
         for mode in &o.modes {
             for &n in &o.levels {
                 for rep in 0..o.reps {
                     // Strategies interleaved within a repetition: noise falls on all alike.
                     for s in &o.strategies {
-                        eprint!(
+                        thaw_output::err!(
                             "\rbench: concurrency {tier_name} {mode} n={n} rep {}/{} {s}        ",
                             rep + 1,
                             o.reps
@@ -269,7 +267,7 @@ pub fn run(
                 }
             }
         }
-        eprintln!();
+        thaw_output::errln!();
     }
     Ok(out)
 }

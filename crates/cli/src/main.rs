@@ -192,7 +192,10 @@ fn worker(home: &std::path::Path) -> Result<thaw_worker::Worker> {
 
 fn run(cli: Cli) -> Result<()> {
     let home = cli.home.clone().unwrap_or_else(thaw_runtime::default_home);
-    if !matches!(cli.cmd, Cmd::Sim { .. } | Cmd::Load { .. } | Cmd::Runtime { .. }) {
+    if !matches!(
+        cli.cmd,
+        Cmd::Sim { .. } | Cmd::Load { .. } | Cmd::Runtime { .. }
+    ) {
         thaw_runtime::check_home(&home, false)?;
     }
     match cli.cmd {

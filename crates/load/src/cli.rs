@@ -343,7 +343,7 @@ pub fn execute(a: &Args) -> Result<Summary> {
         )?;
     }
     if !a.quiet {
-        print!("{}", text_table(&summary));
+        thaw_output::out!("{}", text_table(&summary));
     }
     Ok(summary)
 }

@@ -105,7 +105,7 @@ pub async fn run(
             }
             _ = tick.tick(), if opts.progress => {
                 let errs: u64 = tally.by_status.iter().filter(|(k, _)| !k.starts_with('2')).map(|(_, v)| v).sum();
-                eprint!(
+                thaw_output::err!(
                     "\rthaw load: {:>6.1} s  {done}/{total} answered  {} ok  {errs} errors  lag {last_lag_ms:.1} ms   ",
                     wall.elapsed().as_secs_f64(), tally.ok
                 );
@@ -114,7 +114,7 @@ pub async fn run(
         }
     }
     if opts.progress {
-        eprintln!(
+        thaw_output::errln!(
             "\rthaw load: {:>6.1} s  {done}/{total} answered, done                              ",
             wall.elapsed().as_secs_f64()
         );

@@ -399,7 +399,7 @@ pub fn help_or<T>(parsed: Result<T, clap::Error>) -> Result<Option<T>> {
                 clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion
             ) =>
         {
-            print!("{e}");
+            thaw_output::out!("{e}");
             Ok(None)
         }
         // The caller prefixes "error:" itself.
@@ -422,7 +422,7 @@ pub fn execute(a: &Args, m: &ArgMatches, sweep: bool) -> Result<Vec<(RunConfig, 
     let n = plan.points.len();
     for (i, p) in plan.points.into_iter().enumerate() {
         if !a.quiet && n > 1 {
-            eprintln!(
+            thaw_output::errln!(
                 "thaw sim: run {}/{n}: {} ram {} GB disk {} GB net {} Gbit/s read {} GB/s",
                 i + 1,
                 p.echo.policy,
@@ -437,7 +437,7 @@ pub fn execute(a: &Args, m: &ArgMatches, sweep: bool) -> Result<Vec<(RunConfig, 
         let report = run(src.as_mut(), &mut engine, &plan.opts)?;
         // Warnings go to stderr even with --quiet: they say the figures mean nothing.
         for w in &report.warnings {
-            eprintln!("thaw sim: warning: {w}");
+            thaw_output::errln!("thaw sim: warning: {w}");
         }
         results.push((p.echo, report));
     }
@@ -483,9 +483,9 @@ pub fn main(args: &[String]) -> Result<()> {
     }
     if !a.quiet {
         if sweep {
-            print!("{table}");
+            thaw_output::out!("{table}");
         } else if let Some((c, r)) = results.first() {
-            println!(
+            thaw_output::outln!(
                 "{}",
                 serde_json::to_string_pretty(&serde_json::json!({
                     "policy": c.policy,

@@ -252,7 +252,7 @@ pub fn run<P: Policy>(src: &mut dyn Source, policy: &mut P, opts: &RunOptions) -
                         bail!("malformed input: {b}");
                     }
                     if malformed <= 10 {
-                        eprintln!("thaw sim: skipping malformed line: {b}");
+                        thaw_output::errln!("thaw sim: skipping malformed line: {b}");
                     }
                     continue;
                 }
@@ -352,7 +352,7 @@ pub fn run<P: Policy>(src: &mut dyn Source, policy: &mut P, opts: &RunOptions) -
                 let pct = src
                     .progress()
                     .map_or(String::new(), |p| format!(" ({:.1}%)", p * 100.0));
-                eprintln!(
+                thaw_output::errln!(
                     "thaw sim: {invocations} invocations, sim time {:.2} h{pct}, {:.2} M inv/s",
                     t as f64 / 3600e6,
                     invocations as f64 / wall.elapsed().as_secs_f64() / 1e6

@@ -161,6 +161,17 @@ impl SnapshotWriter {
     }
 }
 
+/// The memory image as a byte sink, so a verified copy can stream into it.
+impl Write for SnapshotWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.append_memory(buf).map_err(std::io::Error::other)?;
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 impl Drop for SnapshotWriter {
     fn drop(&mut self) {
         if !self.done {
@@ -295,6 +306,12 @@ impl Snapshot {
             );
         }
         Ok(())
+    }
+
+    /// Streams this snapshot's memory image into `w`, checking it against the
+    /// manifest on the way (an integrity error if it changed).
+    pub fn copy_image_into(&self, w: &mut SnapshotWriter) -> Result<()> {
+        self.hash_image(&mut secure::open_nofollow(&self.memory_path())?, w)
     }
 
     /// The memory image, verified and unchangeable for as long as the

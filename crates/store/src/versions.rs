@@ -202,6 +202,28 @@ impl DeployLock {
             .join(format!("{secs}-{}", hex::encode(rnd))))
     }
 
+    /// Publishes a copy of `src` (a snapshot of another name or tier) as a new
+    /// version of this name. Image and state are checked against `src`'s
+    /// manifest while they are copied, so a corrupt source is never copied.
+    pub fn publish_copy(self, src: &Snapshot) -> Result<Snapshot> {
+        let dir = self.new_version_dir()?;
+        let id = dir
+            .file_name()
+            .and_then(|n| n.to_str())
+            .context("version directory without a name")?
+            .to_string();
+        let mut w = crate::SnapshotWriter::create(&dir)?;
+        src.copy_image_into(&mut w)?;
+        let state = src.load_state()?;
+        let copy = w.finish(
+            &id,
+            &src.manifest.function,
+            &src.manifest.runtime_root,
+            &state,
+        )?;
+        self.publish(&copy)
+    }
+
     /// Makes `snap` (written into a directory from [`Self::new_version_dir`])
     /// the published version with one atomic rename, then removes older
     /// versions no reader holds. Returns the new version, held for reading.
