@@ -354,8 +354,23 @@ fn a_stalled_target_shows_its_stall_in_the_latency() {
     );
     assert!(s.latency["all"].max_ms >= 350.0, "{:?}", s.latency["all"]);
     assert!(s.latency["all"].p90_ms >= 50.0, "{:?}", s.latency["all"]);
-    // Requests were still sent on time during the stall (open loop).
-    assert!(s.schedule_lag.p99_ms < 50.0, "{:?}", s.schedule_lag);
+    // Requests kept leaving during the stall (open loop): many were in flight at
+    // once, where a closed-loop client with one connection has one.
+    let spans: Vec<(f64, f64)> = recs
+        .iter()
+        .map(|r| {
+            (
+                r["sent_ms"].as_f64().unwrap(),
+                r["answered_ms"].as_f64().unwrap(),
+            )
+        })
+        .collect();
+    let in_flight = spans
+        .iter()
+        .map(|&(t, _)| spans.iter().filter(|&&(a, b)| a <= t && t < b).count())
+        .max()
+        .unwrap();
+    assert!(in_flight >= 40, "at most {in_flight} requests in flight");
 }
 
 #[test]
