@@ -5,6 +5,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 mod demo;
+mod tiers;
 
 #[derive(Parser)]
 #[command(
@@ -58,8 +59,13 @@ enum Cmd {
         #[arg(long)]
         check: bool,
     },
-    /// TOSS: profile FUNCTION's snapshot and split its pages between a fast and a slow tier
+    /// Storage tiers: list, setup, teardown, probe (`thaw tier --help`)
     Tier {
+        #[command(subcommand)]
+        cmd: tiers::TierCmd,
+    },
+    /// TOSS: profile FUNCTION's snapshot and split its pages between a fast and a slow tier
+    Split {
         function: String,
         /// Tier holding the snapshot and the fast file
         #[arg(long, default_value = "tmpfs")]
@@ -216,7 +222,8 @@ fn run(cli: Cli) -> Result<()> {
             );
             Ok(())
         }
-        Cmd::Tier {
+        Cmd::Tier { cmd } => tiers::run(&home, cmd),
+        Cmd::Split {
             function,
             fast,
             slow,

@@ -17,4 +17,4 @@ pub use snapshot::{
     drop_file_cache, sha256_hex, FileEntry, Manifest, Snapshot, SnapshotWriter, FORMAT_NAME,
     FORMAT_VERSION,
 };
-pub use tier::{Tier, TIER_NAMES};
+pub use tier::{Tier, EMULATED_MARKER, TIER_NAMES};

@@ -13,7 +13,10 @@ pub struct Tier {
     pub description: &'static str,
 }
 
-pub const TIER_NAMES: &[&str] = &["tmpfs", "disk"];
+pub const TIER_NAMES: &[&str] = &["tmpfs", "disk", "pmem", "nvme", "sata", "hdd"];
+
+/// Written at the root of a device `thaw tier setup` emulates.
+pub const EMULATED_MARKER: &str = ".thaw-emulated";
 
 impl Tier {
     /// A tier by name, rooted under `home` (disk) or /dev/shm (tmpfs).
@@ -31,7 +34,37 @@ impl Tier {
                 emulated: false,
                 description: "local disk",
             },
+            "pmem" => device_tier("pmem", "persistent memory", home)?,
+            "nvme" => device_tier("nvme", "NVMe SSD", home)?,
+            "sata" => device_tier("sata", "SATA SSD", home)?,
+            "hdd" => device_tier("hdd", "7,200 rpm disk", home)?,
             _ => bail!("unknown tier {name:?} (known: {})", TIER_NAMES.join(", ")),
         })
     }
+}
+
+/// A device tier is a filesystem mounted at `home/tiers/NAME` (by
+/// `thaw tier setup`, or by the operator for a real device); never a plain
+/// directory, which would silently put the snapshots on another device.
+fn device_tier(
+    name: &'static str,
+    description: &'static str,
+    home: &std::path::Path,
+) -> Result<Tier> {
+    use std::os::unix::fs::MetadataExt;
+    let mount = home.join("tiers").join(name);
+    let dev = |p: &std::path::Path| std::fs::metadata(p).map(|m| m.dev()).ok();
+    match (dev(&mount), dev(&home.join("tiers"))) {
+        (Some(a), Some(b)) if a != b => {}
+        _ => bail!(
+            "tier {name} is not set up: nothing is mounted at {} (run `thaw tier setup --tiers {name}`)",
+            mount.display()
+        ),
+    }
+    Ok(Tier {
+        name,
+        path: mount.join("snapshots"),
+        emulated: mount.join(EMULATED_MARKER).exists(),
+        description,
+    })
 }

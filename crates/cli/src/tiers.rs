@@ -1,0 +1,284 @@
+//! `thaw tier ...`: the storage tiers as configured, their emulated devices,
+//! and the probe that measures them.
+use anyhow::{bail, Context, Result};
+use clap::Subcommand;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use thaw_tiers::probe::{self, ReaderResult};
+use thaw_tiers::{device, Kind, TierConfig, TiersConfig};
+
+/// Where `thaw tier probe` keeps its latest measurements, under the home.
+const PROBE_FILE: &str = "tier-probes.json";
+
+#[derive(Subcommand)]
+pub enum TierCmd {
+    /// The configured tiers ($THAW_HOME/tiers.json or the defaults), their state and use
+    List {
+        /// Print JSON (configuration, state, use, last probe) instead of a table
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write the default configuration to $THAW_HOME/tiers.json for editing (refuses to overwrite)
+    Init,
+    /// Create the emulated devices (pmem tmpfs, loop devices, the remote object store); idempotent
+    Setup {
+        /// Comma-separated tiers (default: every emulated tier)
+        #[arg(long)]
+        tiers: Option<String>,
+    },
+    /// Remove the emulated devices and everything setup made; idempotent
+    Teardown {
+        #[arg(long)]
+        tiers: Option<String>,
+        /// Also when snapshots are still on a tier (they are destroyed)
+        #[arg(long)]
+        force: bool,
+    },
+    /// Measure sequential read bandwidth and 4 KiB random read latency (O_DIRECT) per tier,
+    /// from the worker and from a reader in sandbox-like cgroups
+    Probe {
+        #[arg(long)]
+        tiers: Option<String>,
+        /// Size of the probe file, MiB
+        #[arg(long, default_value_t = 128)]
+        mib: usize,
+        /// Random 4 KiB reads per reader
+        #[arg(long, default_value_t = 256)]
+        reads: usize,
+        /// Write the results as JSON here too
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// (internal) the probe's second reader
+    #[command(hide = true)]
+    ProbeReader {
+        #[arg(long)]
+        file: PathBuf,
+        #[arg(long)]
+        reads: usize,
+    },
+}
+
+fn names(s: &Option<String>) -> Option<Vec<String>> {
+    s.as_deref().map(crate::split)
+}
+
+pub fn run(home: &Path, cmd: TierCmd) -> Result<()> {
+    let cfg = TiersConfig::load(home)?;
+    match cmd {
+        TierCmd::List { json } => list(home, &cfg, json),
+        TierCmd::Init => {
+            let p = home.join(thaw_tiers::CONFIG_FILE);
+            if p.exists() {
+                bail!("{} exists; edit it or remove it first", p.display());
+            }
+            std::fs::create_dir_all(home)?;
+            TiersConfig::defaults(home).save(home)?;
+            println!("{}", p.display());
+            Ok(())
+        }
+        TierCmd::Setup { tiers } => {
+            let sel = selected_emulated(&cfg, &names(&tiers))?;
+            for t in sel {
+                crate::progress(&format!("tier {}: setting up", t.label()));
+                let st = device::setup(home, t).with_context(|| format!("tier {}", t.name))?;
+                println!(
+                    "{}\t{}\t{}",
+                    t.name,
+                    if st.ready { "ready" } else { "NOT READY" },
+                    st.detail
+                );
+            }
+            Ok(())
+        }
+        TierCmd::Teardown { tiers, force } => {
+            let sel = selected_emulated(&cfg, &names(&tiers))?;
+            let mut failed = Vec::new();
+            // every tier is attempted; the errors are reported together
+            for t in sel.iter().rev() {
+                match device::teardown(home, t, force) {
+                    Ok(()) => println!("{}\tremoved", t.name),
+                    Err(e) => {
+                        eprintln!("thaw: tier {}: {e:#}", t.name);
+                        failed.push(t.name.clone());
+                    }
+                }
+            }
+            device::tidy(home);
+            if !failed.is_empty() {
+                bail!("teardown failed for {}", failed.join(", "));
+            }
+            Ok(())
+        }
+        TierCmd::Probe {
+            tiers,
+            mib,
+            reads,
+            json,
+        } => probe_tiers(home, &cfg, names(&tiers), mib, reads, json),
+        TierCmd::ProbeReader { file, reads } => probe::reader_main(&file, reads),
+    }
+}
+
+/// The named tiers, or every emulated one; naming a real tier is an error
+/// (there is nothing to set up or tear down).
+fn selected_emulated<'a>(
+    cfg: &'a TiersConfig,
+    names: &Option<Vec<String>>,
+) -> Result<Vec<&'a TierConfig>> {
+    let sel = cfg.select(names.as_deref())?;
+    if names.is_some() {
+        if let Some(t) = sel.iter().find(|t| !t.emulated) {
+            bail!(
+                "tier {} is a real device: there is nothing to set up or tear down",
+                t.name
+            );
+        }
+    }
+    Ok(sel.into_iter().filter(|t| t.emulated).collect())
+}
+
+fn gib(b: u64) -> String {
+    format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64)
+}
+
+fn load_probes(home: &Path) -> BTreeMap<String, Vec<ReaderResult>> {
+    std::fs::read(home.join(PROBE_FILE))
+        .ok()
+        .and_then(|raw| serde_json::from_slice(&raw).ok())
+        .unwrap_or_default()
+}
+
+fn list(home: &Path, cfg: &TiersConfig, json: bool) -> Result<()> {
+    let probes = load_probes(home);
+    let mut rows = Vec::new();
+    for t in &cfg.tiers {
+        let st = device::status(home, t)?;
+        let used = device::used_bytes(home, t)?;
+        rows.push((t, st, used, probes.get(&t.name)));
+    }
+    if json {
+        let v: Vec<_> = rows
+            .iter()
+            .map(|(t, st, used, pr)| {
+                serde_json::json!({"config": t, "ready": st.ready, "detail": st.detail,
+                    "used_bytes": used, "probe": pr})
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    println!("| tier | kind | emulated | used / capacity | $/GB-month | declared read MB/s, 4K us | measured read MB/s, 4K us (worker) | restores at once | state |");
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for (t, st, used, pr) in rows {
+        let measured = pr
+            .and_then(|v| v.first())
+            .map(|r| format!("{:.0}, {:.0}", r.seq_read_mbps, r.rand_read_4k_us_mean))
+            .unwrap_or_else(|| "-".into());
+        println!(
+            "| {} | {} | {} | {} / {} | {} | {:.0}, {} | {} | {} | {} |",
+            t.name,
+            t.kind.name(),
+            if t.emulated { "emulated" } else { "real" },
+            gib(used),
+            gib(t.capacity_bytes),
+            t.price_per_gb_month,
+            t.profile.read_mbps,
+            t.profile.rand_read_4k_us,
+            measured,
+            t.max_concurrent_restores,
+            if st.ready {
+                format!("ready: {}", st.detail)
+            } else {
+                st.detail
+            }
+        );
+    }
+    Ok(())
+}
+
+fn probe_tiers(
+    home: &Path,
+    cfg: &TiersConfig,
+    names: Option<Vec<String>>,
+    mib: usize,
+    reads: usize,
+    json: Option<PathBuf>,
+) -> Result<()> {
+    if reads == 0 {
+        bail!("--reads must be at least 1");
+    }
+    let explicit = names.is_some();
+    let exe = std::env::current_exe().context("locating the thaw binary")?;
+    let mut all = load_probes(home);
+    let mut out = BTreeMap::new();
+    for t in cfg.select(names.as_deref())? {
+        if t.kind == Kind::Remote {
+            if explicit {
+                bail!("tier {}: the probe measures local tiers only", t.name);
+            }
+            continue;
+        }
+        let st = device::status(home, t)?;
+        if !st.ready {
+            if explicit {
+                bail!("tier {} is not ready: {}", t.name, st.detail);
+            }
+            crate::progress(&format!("tier {}: skipped ({})", t.name, st.detail));
+            continue;
+        }
+        let root = t.snapshot_root(home).context("a local tier has a path")?;
+        std::fs::create_dir_all(&root).with_context(|| format!("creating {}", root.display()))?;
+        let file = root.join(format!(".probe-{}", std::process::id()));
+        crate::progress(&format!(
+            "tier {}: writing a {mib} MiB probe file",
+            t.label()
+        ));
+        let res = probe::write_probe_file(&file, mib).and_then(|()| {
+            let worker = probe::measure(&file, reads, "worker")?;
+            let mut cmd = std::process::Command::new(&exe);
+            cmd.args([
+                "tier",
+                "probe-reader",
+                "--reads",
+                &reads.to_string(),
+                "--file",
+            ])
+            .arg(&file);
+            let sandbox = probe::measure_in_sandbox_cgroups(cmd)?;
+            Ok(vec![worker, sandbox])
+        });
+        let _ = std::fs::remove_file(&file);
+        let res = res.with_context(|| format!("probing tier {}", t.name))?;
+        for r in &res {
+            println!(
+                "{}\t{}\t{}\tseq {:.0} MB/s ({:.2}x declared)\t4K random mean {:.0} us, median {:.0} us, p99 {:.0} us ({:.2}x declared)\t{}",
+                t.name,
+                if t.emulated { "emulated" } else { "real" },
+                r.reader,
+                r.seq_read_mbps,
+                r.seq_read_mbps / t.profile.read_mbps,
+                r.rand_read_4k_us_mean,
+                r.rand_read_4k_us_median,
+                r.rand_read_4k_us_p99,
+                r.rand_read_4k_us_mean / t.profile.rand_read_4k_us,
+                if r.direct { "O_DIRECT" } else { "cached (no O_DIRECT on this filesystem)" }
+            );
+        }
+        out.insert(t.name.clone(), res.clone());
+        all.insert(t.name.clone(), res);
+    }
+    let escapees = probe::blkio_escapees();
+    if !escapees.is_empty() {
+        eprintln!(
+            "thaw: warning: tasks in these blkio cgroups escape the emulated devices' throttles (cgroup v1 throttling is per group): {}",
+            escapees.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+        );
+    }
+    std::fs::write(home.join(PROBE_FILE), serde_json::to_vec_pretty(&all)?)?;
+    if let Some(p) = json {
+        std::fs::write(&p, serde_json::to_vec_pretty(&out)?)
+            .with_context(|| format!("writing {}", p.display()))?;
+    }
+    Ok(())
+}

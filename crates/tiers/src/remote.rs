@@ -1,0 +1,332 @@
+//! The emulated remote tier: a real S3-compatible server (MinIO) in a
+//! network namespace of its own, reached over a veth pair whose two ends
+//! carry `tc netem` delay and rate (default 0.5 ms RTT, 10 Gbit/s, as
+//! seed 004). Every name and address is derived from the state home, so two
+//! homes (a test's and the operator's) never collide.
+use crate::config::{TierConfig, TIERS_DIR};
+use crate::device::{run, DeviceState};
+use anyhow::{bail, Context, Result};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+pub const PORT: u16 = 9000;
+/// How long a freshly started server gets to answer.
+const START_DEADLINE: Duration = Duration::from_secs(60);
+/// One-way delay on each veth end: half the RTT.
+const ONE_WAY_DELAY_US: u32 = 250;
+const RATE: &str = "10gbit";
+
+/// Names and addresses of one home's emulated remote.
+#[derive(Debug, Clone)]
+pub struct RemoteNet {
+    pub netns: String,
+    pub veth_host: String,
+    pub veth_ns: String,
+    pub host_addr: String,
+    pub server_addr: String,
+}
+
+/// FNV-1a: stable across builds, so teardown finds what setup named.
+fn fnv(s: &[u8]) -> u32 {
+    let mut h: u32 = 0x811c_9dc5;
+    for &b in s {
+        h ^= b as u32;
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    h
+}
+
+impl RemoteNet {
+    pub fn for_home(home: &Path) -> RemoteNet {
+        let h = fnv(home.as_os_str().as_encoded_bytes());
+        let tag = format!("{:06x}", h & 0xff_ffff);
+        // a /24 per home inside 10.213.0.0/16, avoiding .0 and .255
+        let net = 1 + (h >> 24) % 254;
+        RemoteNet {
+            netns: format!("thaw-remote-{tag}"),
+            veth_host: format!("thr{tag}h"),
+            veth_ns: format!("thr{tag}n"),
+            host_addr: format!("10.213.{net}.1"),
+            server_addr: format!("10.213.{net}.2"),
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}:{PORT}/thaw", self.server_addr)
+    }
+}
+
+fn state_dir(home: &Path, t: &TierConfig) -> PathBuf {
+    home.join(TIERS_DIR).join(format!(".{}", t.name))
+}
+
+fn pid_file(home: &Path, t: &TierConfig) -> PathBuf {
+    state_dir(home, t).join("server.pid")
+}
+
+/// Access key and secret of the emulated server, made on first use (0600).
+pub fn credentials(home: &Path, t: &TierConfig) -> Result<(String, String)> {
+    let p = state_dir(home, t).join("credentials");
+    if let Ok(raw) = std::fs::read_to_string(&p) {
+        if let Some((a, s)) = raw.trim().split_once(':') {
+            return Ok((a.into(), s.into()));
+        }
+        bail!("{} is malformed (want ACCESS:SECRET)", p.display());
+    }
+    let mut rnd = [0u8; 24];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut rnd))
+        .context("reading /dev/urandom")?;
+    let hex: String = rnd.iter().map(|b| format!("{b:02x}")).collect();
+    let (a, s) = (format!("thaw{}", &hex[..12]), hex[12..].to_string());
+    std::fs::create_dir_all(p.parent().unwrap())?;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&p)
+        .with_context(|| format!("creating {}", p.display()))?;
+    std::io::Write::write_all(&mut f, format!("{a}:{s}\n").as_bytes())?;
+    Ok((a, s))
+}
+
+/// The MinIO server binary: on PATH, or where `go install` puts it.
+pub fn server_binary() -> Result<PathBuf> {
+    let mut cands: Vec<PathBuf> = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).map(|d| d.join("minio")).collect())
+        .unwrap_or_default();
+    if let Some(gobin) = std::env::var_os("GOBIN") {
+        cands.push(PathBuf::from(gobin).join("minio"));
+    }
+    cands.push(PathBuf::from("/root/go/bin/minio"));
+    cands
+        .into_iter()
+        .find(|p| p.is_file())
+        .context("the MinIO server is not installed: scripts/setup.sh installs it with `go install github.com/minio/minio@latest`")
+}
+
+fn netns_exists(name: &str) -> bool {
+    Path::new("/run/netns").join(name).exists()
+}
+
+fn link_exists(name: &str) -> bool {
+    Path::new("/sys/class/net").join(name).exists()
+}
+
+/// The running server's pid, if the pid file names a live MinIO of ours.
+fn server_pid(home: &Path, t: &TierConfig) -> Option<i32> {
+    let pid: i32 = std::fs::read_to_string(pid_file(home, t))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let data = state_dir(home, t).join("data");
+    let cmd = String::from_utf8_lossy(&cmd);
+    (cmd.contains("minio") && cmd.contains(&*data.to_string_lossy())).then_some(pid)
+}
+
+fn answers(addr: &str) -> bool {
+    let sa: std::net::SocketAddr = match format!("{addr}:{PORT}").parse() {
+        Ok(a) => a,
+        Err(_) => return false,
+    };
+    std::net::TcpStream::connect_timeout(&sa, Duration::from_millis(200)).is_ok()
+}
+
+pub fn setup(home: &Path, t: &TierConfig) -> Result<crate::device::DeviceState> {
+    let net = RemoteNet::for_home(home);
+    let want = net.url();
+    if t.url.as_deref() != Some(want.as_str()) {
+        bail!(
+            "tier {}: an emulated remote is served at {want}; set its url to that (or emulated: false for a real store)",
+            t.name
+        );
+    }
+    let minio = server_binary()?;
+    let dir = state_dir(home, t);
+    std::fs::create_dir_all(dir.join("data"))?;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
+    if !netns_exists(&net.netns) {
+        run("ip", &["netns", "add", &net.netns])?;
+    }
+    if !link_exists(&net.veth_host) {
+        run(
+            "ip",
+            &[
+                "link",
+                "add",
+                &net.veth_host,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                &net.veth_ns,
+            ],
+        )?;
+        run("ip", &["link", "set", &net.veth_ns, "netns", &net.netns])?;
+        run(
+            "ip",
+            &[
+                "addr",
+                "add",
+                &format!("{}/24", net.host_addr),
+                "dev",
+                &net.veth_host,
+            ],
+        )?;
+        run("ip", &["link", "set", &net.veth_host, "up"])?;
+        let nsip = |args: &[&str]| -> Result<String> {
+            let mut a = vec!["-n", net.netns.as_str()];
+            a.extend_from_slice(args);
+            run("ip", &a)
+        };
+        nsip(&[
+            "addr",
+            "add",
+            &format!("{}/24", net.server_addr),
+            "dev",
+            &net.veth_ns,
+        ])?;
+        nsip(&["link", "set", &net.veth_ns, "up"])?;
+        nsip(&["link", "set", "lo", "up"])?;
+        let delay = format!("{ONE_WAY_DELAY_US}us");
+        run(
+            "tc",
+            &[
+                "qdisc",
+                "replace",
+                "dev",
+                &net.veth_host,
+                "root",
+                "netem",
+                "delay",
+                &delay,
+                "rate",
+                RATE,
+            ],
+        )?;
+        run(
+            "ip",
+            &[
+                "netns",
+                "exec",
+                &net.netns,
+                "tc",
+                "qdisc",
+                "replace",
+                "dev",
+                &net.veth_ns,
+                "root",
+                "netem",
+                "delay",
+                &delay,
+                "rate",
+                RATE,
+            ],
+        )?;
+    }
+    if server_pid(home, t).is_none() {
+        let (user, secret) = credentials(home, t)?;
+        let log = std::fs::File::create(dir.join("server.log"))?;
+        let mut cmd = std::process::Command::new("ip");
+        cmd.args(["netns", "exec", &net.netns])
+            .arg(&minio)
+            .args(["server", "--quiet", "--address"])
+            .arg(format!("{}:{PORT}", net.server_addr))
+            .arg(dir.join("data"))
+            .env("MINIO_ROOT_USER", user)
+            .env("MINIO_ROOT_PASSWORD", secret)
+            .env("MINIO_BROWSER", "off")
+            .env("MINIO_UPDATE", "off")
+            .stdin(std::process::Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log);
+        // its own session: the server outlives this command, and a
+        // terminal's signals do not reach it
+        // SAFETY: setsid is async-signal-safe and touches no memory.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+                if libc::setsid() < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = cmd.spawn().context("starting the MinIO server")?;
+        std::fs::write(pid_file(home, t), child.id().to_string())?;
+        // reaped by init once this process exits; not waited for here
+        std::mem::forget(child);
+    }
+    let deadline = Instant::now() + START_DEADLINE;
+    while !answers(&net.server_addr) {
+        if Instant::now() > deadline {
+            bail!(
+                "the object store did not answer at {}:{PORT} within {}s (log: {})",
+                net.server_addr,
+                START_DEADLINE.as_secs(),
+                dir.join("server.log").display()
+            );
+        }
+        if server_pid(home, t).is_none() {
+            bail!(
+                "the object store exited at start (log: {})",
+                dir.join("server.log").display()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    status(home, t)
+}
+
+pub fn status(home: &Path, t: &TierConfig) -> Result<DeviceState> {
+    let net = RemoteNet::for_home(home);
+    let pid = server_pid(home, t);
+    let ready = pid.is_some() && netns_exists(&net.netns) && answers(&net.server_addr);
+    Ok(DeviceState {
+        tier: t.name.clone(),
+        ready,
+        detail: if ready {
+            format!(
+                "MinIO pid {} in netns {} at {} (veth {}, netem {}us each way, {RATE})",
+                pid.unwrap_or(0),
+                net.netns,
+                net.url(),
+                net.veth_host,
+                ONE_WAY_DELAY_US
+            )
+        } else {
+            "not set up (thaw tier setup)".into()
+        },
+        devno: None,
+    })
+}
+
+pub fn teardown(home: &Path, t: &TierConfig) -> Result<()> {
+    let net = RemoteNet::for_home(home);
+    if let Some(pid) = server_pid(home, t) {
+        // SAFETY: plain signal to a process this module started (checked by cmdline).
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Path::new(&format!("/proc/{pid}")).exists() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        if Path::new(&format!("/proc/{pid}")).exists() {
+            // SAFETY: as above.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
+    if netns_exists(&net.netns) {
+        // deleting the namespace deletes its veth end, the peer and both qdiscs
+        run("ip", &["netns", "del", &net.netns])?;
+    }
+    if link_exists(&net.veth_host) {
+        run("ip", &["link", "del", &net.veth_host])?;
+    }
+    match std::fs::remove_dir_all(state_dir(home, t)) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e).context("removing the object store's data"),
+    }
+}
