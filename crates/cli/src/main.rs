@@ -116,6 +116,17 @@ enum SnapCmd {
         #[arg(long, default_value = "tmpfs")]
         tier: String,
     },
+    /// Move a snapshot between tiers (copy, verify, switch, delete; crash-safe)
+    Move {
+        /// Function (or snapshot directory name)
+        function: String,
+        #[arg(long)]
+        from: String,
+        #[arg(long)]
+        to: String,
+    },
+    /// The tiers holding a function's snapshot (finishing interrupted moves first)
+    Where { function: String },
 }
 
 #[derive(Subcommand)]
@@ -284,6 +295,12 @@ fn run(cli: Cli) -> Result<()> {
             );
             Ok(())
         }
+        Cmd::Snapshot {
+            cmd: SnapCmd::Move { function, from, to },
+        } => tiers::snapshot_move(&home, &function, &from, &to),
+        Cmd::Snapshot {
+            cmd: SnapCmd::Where { function },
+        } => tiers::snapshot_where(&home, &function),
         Cmd::Snapshot {
             cmd: SnapCmd::List { tier },
         } => {

@@ -4,6 +4,8 @@ use anyhow::{bail, Context, Result};
 use clap::Subcommand;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use thaw_tiers::moves::{self, Place};
+use thaw_tiers::objects::RemoteStore;
 use thaw_tiers::probe::{self, ReaderResult};
 use thaw_tiers::{device, Kind, TierConfig, TiersConfig};
 
@@ -279,6 +281,122 @@ fn probe_tiers(
     if let Some(p) = json {
         std::fs::write(&p, serde_json::to_vec_pretty(&out)?)
             .with_context(|| format!("writing {}", p.display()))?;
+    }
+    Ok(())
+}
+
+/// Resolves tier names to where their snapshots are; the remote client is
+/// opened once, on first use.
+struct Places<'h> {
+    home: &'h Path,
+    cfg: TiersConfig,
+    remote: std::cell::OnceCell<(String, RemoteStore)>,
+}
+
+impl<'h> Places<'h> {
+    fn new(home: &'h Path) -> Result<Places<'h>> {
+        Ok(Places {
+            home,
+            cfg: TiersConfig::load(home)?,
+            remote: std::cell::OnceCell::new(),
+        })
+    }
+
+    fn get(&self, tier: &str) -> Result<Place<'_>> {
+        let t = self.cfg.get(tier)?;
+        if t.kind != Kind::Remote {
+            // the store's resolution: it checks that a device tier is mounted
+            let root = match thaw_store::Tier::by_name(tier, self.home) {
+                Ok(st) => st.path,
+                Err(_) if !t.emulated => t
+                    .snapshot_root(self.home)
+                    .context("a local tier has a path")?,
+                Err(e) => return Err(e),
+            };
+            return Ok(Place::Local {
+                tier: tier.into(),
+                root,
+            });
+        }
+        if let Some((name, _)) = self.remote.get() {
+            if name != tier {
+                bail!("one remote tier per command (already using {name})");
+            }
+        } else {
+            let store = RemoteStore::open(self.home, t)?;
+            let _ = self.remote.set((tier.to_string(), store));
+        }
+        let (_, store) = self.remote.get().expect("set above");
+        Ok(Place::Remote {
+            tier: tier.into(),
+            store,
+        })
+    }
+
+    fn recover(&self) -> Result<()> {
+        for line in moves::recover(self.home, &|t| self.get(t))? {
+            crate::progress(&line);
+        }
+        Ok(())
+    }
+}
+
+/// The snapshot of `function` at `p`: its directory name `FN-<root hash>`,
+/// or the name itself.
+fn snapshot_name(p: &Place, function: &str) -> Result<Option<String>> {
+    let names = moves::list(p)?;
+    if names.iter().any(|n| n == function) {
+        return Ok(Some(function.to_string()));
+    }
+    let prefix = format!("{function}-");
+    let mut hits = names.into_iter().filter(|n| {
+        n.strip_prefix(&prefix)
+            .is_some_and(|h| h.len() == 16 && h.bytes().all(|b| b.is_ascii_hexdigit()))
+    });
+    let first = hits.next();
+    if hits.next().is_some() {
+        bail!(
+            "{function} has snapshots of several runtime roots on {}: name one",
+            p.tier()
+        );
+    }
+    Ok(first)
+}
+
+pub fn snapshot_move(home: &Path, function: &str, from: &str, to: &str) -> Result<()> {
+    let places = Places::new(home)?;
+    places.recover()?;
+    let (src, dst) = (places.get(from)?, places.get(to)?);
+    let name = snapshot_name(&src, function)?
+        .with_context(|| format!("no snapshot of {function} on tier {from}"))?;
+    let rep = moves::move_snapshot(home, &name, &src, &dst)?;
+    println!("{}", serde_json::to_string_pretty(&rep)?);
+    Ok(())
+}
+
+pub fn snapshot_where(home: &Path, function: &str) -> Result<()> {
+    let places = Places::new(home)?;
+    places.recover()?;
+    let mut found = 0;
+    for t in &places.cfg.tiers {
+        // a tier that is not set up holds nothing
+        let Ok(p) = places.get(&t.name) else { continue };
+        let listed = if t.kind == Kind::Remote && !device::status(home, t)?.ready && t.emulated {
+            None
+        } else {
+            snapshot_name(&p, function)?
+        };
+        if let Some(name) = listed {
+            found += 1;
+            println!(
+                "{}\t{}\t{name}",
+                t.name,
+                if t.emulated { "emulated" } else { "real" }
+            );
+        }
+    }
+    if found == 0 {
+        bail!("no snapshot of {function} on any tier");
     }
     Ok(())
 }

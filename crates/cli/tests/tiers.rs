@@ -297,3 +297,110 @@ fn restores_from_the_emulated_sata_tier_through_the_restore_path() {
     drop(snap);
     h.ok(&["tier", "teardown", "--force"]);
 }
+
+fn worker() -> thaw_worker::Worker {
+    thaw_worker::Worker::new(&thaw_runtime::default_home(), &mut |m| eprintln!("{m}")).unwrap()
+}
+
+/// Tiers holding helloworld's snapshot, as `thaw snapshot where` reports them.
+fn holders(h: &Home) -> Vec<String> {
+    let (ok, out, err) = h.thaw(&["snapshot", "where", "helloworld"]);
+    assert!(ok || err.contains("no snapshot"), "{err}");
+    out.lines()
+        .map(|l| l.split('\t').next().unwrap().to_string())
+        .collect()
+}
+
+/// Restores helloworld from `tier` and checks its answer.
+fn restores_from(h: &Home, w: &thaw_worker::Worker, tier: &str) {
+    let t = thaw_store::Tier::by_name(tier, &h.0).unwrap();
+    let snap = thaw_store::Snapshot::open(&w.snapshot_dir(&t, "helloworld")).unwrap();
+    snap.drop_page_cache().unwrap();
+    let (mut sb, _) = w.restore(&snap, "mmap").unwrap();
+    let inv = thaw_worker::invoke(&mut sb, "I", thaw_worker::INVOKE_TIMEOUT).unwrap();
+    w.check("helloworld", "I", &inv.output).unwrap();
+}
+
+#[test]
+fn a_move_killed_at_any_step_leaves_exactly_one_copy() {
+    use std::os::unix::process::ExitStatusExt;
+    let h = Home::new("move");
+    h.config(&["pmem", "sata"], |t| t.capacity_bytes = 512 << 20);
+    h.ok(&["tier", "setup"]);
+    let w = worker();
+    w.deploy(
+        "helloworld",
+        &thaw_store::Tier::by_name("sata", &h.0).unwrap(),
+    )
+    .unwrap();
+    let mut at = "sata";
+    for step in thaw_tiers::moves::CRASH_POINTS {
+        let to = if at == "sata" { "pmem" } else { "sata" };
+        let out = Command::new(THAW)
+            .arg("--home")
+            .arg(&h.0)
+            .args(["snapshot", "move", "helloworld", "--from", at, "--to", to])
+            .env(thaw_tiers::moves::CRASH_ENV, step)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.signal(), Some(libc::SIGKILL), "{step}: {out:?}");
+        // the switch is the commit point
+        let switched = ["switched", "hidden"].contains(step);
+        if switched {
+            at = to;
+        }
+        assert_eq!(holders(&h), vec![at.to_string()], "after a kill at {step}");
+        // nothing half-done stays behind
+        for tier in ["pmem", "sata"] {
+            let root = thaw_store::Tier::by_name(tier, &h.0).unwrap().path;
+            let hidden: Vec<_> = std::fs::read_dir(&root)
+                .unwrap()
+                .flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with('.'))
+                .map(|e| e.file_name())
+                .collect();
+            assert!(hidden.is_empty(), "{step}: {tier} keeps {hidden:?}");
+        }
+        assert!(!h.0.join("moves").exists(), "{step}: journal left");
+        restores_from(&h, &w, at);
+    }
+    // an uninterrupted move, and the copy restores
+    let to = if at == "sata" { "pmem" } else { "sata" };
+    h.ok(&["snapshot", "move", "helloworld", "--from", at, "--to", to]);
+    assert_eq!(holders(&h), vec![to.to_string()]);
+    restores_from(&h, &w, to);
+    // a corrupted image is caught by the copy's verification; the source stays
+    let snap_dir = w.snapshot_dir(&thaw_store::Tier::by_name(to, &h.0).unwrap(), "helloworld");
+    let img = snap_dir.join("memory.img");
+    let mut data = std::fs::read(&img).unwrap();
+    let mid = data.len() / 2;
+    data[mid] ^= 0xff;
+    std::fs::write(&img, &data).unwrap();
+    h.fails(
+        &["snapshot", "move", "helloworld", "--from", to, "--to", at],
+        "failed verification",
+    );
+    assert_eq!(holders(&h), vec![to.to_string()]);
+    // bad input
+    h.fails(
+        &["snapshot", "move", "nosuchfn", "--from", to, "--to", at],
+        "no snapshot of nosuchfn",
+    );
+    h.fails(
+        &["snapshot", "move", "helloworld", "--from", to, "--to", to],
+        "already on",
+    );
+    h.fails(
+        &[
+            "snapshot",
+            "move",
+            "helloworld",
+            "--from",
+            to,
+            "--to",
+            "nope",
+        ],
+        "unknown tier",
+    );
+    h.ok(&["tier", "teardown", "--force"]);
+}

@@ -90,6 +90,10 @@ pub struct TierConfig {
     /// restores allowed to read from the tier at once (seed 000: a SATA SSD
     /// saturates at about 4)
     pub max_concurrent_restores: u32,
+    /// remote: one request's deadline, seconds (a store that hangs fails
+    /// clearly after it; retries stop after the same time again)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_timeout_s: Option<u64>,
 }
 
 impl TierConfig {
@@ -147,6 +151,7 @@ impl TiersConfig {
             profile,
             emulated,
             max_concurrent_restores: max_conc,
+            request_timeout_s: None,
         };
         let seed000 = "seed 000, Table 1";
         let mut remote = t(
@@ -160,6 +165,7 @@ impl TiersConfig {
             16,
         );
         remote.url = Some(crate::remote::RemoteNet::for_home(home).url());
+        remote.request_timeout_s = Some(30);
         TiersConfig {
             tiers: vec![
                 t(
@@ -332,6 +338,9 @@ impl TiersConfig {
                     }
                     if t.path.is_some() {
                         bail!("tier {n}: a remote tier has a url, not a path");
+                    }
+                    if t.request_timeout_s.is_some_and(|s| s == 0 || s > 3600) {
+                        bail!("tier {n}: request_timeout_s must be 1..3600");
                     }
                 }
                 Kind::Pmem | Kind::Block | Kind::Dram => {

@@ -9,7 +9,10 @@
 
 pub mod config;
 pub mod device;
+pub mod moves;
+pub mod objects;
 pub mod probe;
 pub mod remote;
+pub mod seal;
 
 pub use config::{DeviceProfile, Kind, TierConfig, TiersConfig, CONFIG_FILE};

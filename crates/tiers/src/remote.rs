@@ -75,9 +75,7 @@ pub fn credentials(home: &Path, t: &TierConfig) -> Result<(String, String)> {
         bail!("{} is malformed (want ACCESS:SECRET)", p.display());
     }
     let mut rnd = [0u8; 24];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut rnd))
-        .context("reading /dev/urandom")?;
+    crate::seal::random(&mut rnd)?;
     let hex: String = rnd.iter().map(|b| format!("{b:02x}")).collect();
     let (a, s) = (format!("thaw{}", &hex[..12]), hex[12..].to_string());
     std::fs::create_dir_all(p.parent().unwrap())?;
@@ -277,6 +275,7 @@ pub fn setup(home: &Path, t: &TierConfig) -> Result<crate::device::DeviceState> 
         }
         std::thread::sleep(Duration::from_millis(100));
     }
+    crate::objects::RemoteStore::open(home, t)?.ensure_bucket()?;
     status(home, t)
 }
 

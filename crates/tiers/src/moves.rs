@@ -1,0 +1,410 @@
+//! Moving a snapshot between any two tiers: copy, verify, switch, delete,
+//! under a journal so that `kill -9` at any point leaves exactly one valid
+//! copy once `recover` has run (every move, list and `where` runs it first).
+//!
+//! - copy: into a hidden temporary on the target (a local `.NAME.move-tmp`
+//!   directory, or the remote's `NAME/` objects without their commit record);
+//! - verify: the copy against the manifest's lengths and SHA-256 sums (local:
+//!   the store's own checks; remote: every object read back and opened);
+//! - switch: rename into place (local) or write the commit record (remote);
+//!   only now does the target hold a snapshot anyone would use;
+//! - delete: the source is first made invisible (renamed aside, or its
+//!   commit record deleted), then removed.
+//!
+//! A move is refused when the target already holds the snapshot, so a
+//! committed target found by `recover` can only come from the move itself.
+use crate::objects::RemoteStore;
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// Journal directory under the state home.
+const JOURNAL_DIR: &str = "moves";
+/// The remote object that makes a snapshot's objects a snapshot.
+pub const COMMIT: &str = "COMMIT";
+/// Test hook: the process kills itself (SIGKILL) at this step of a move.
+pub const CRASH_ENV: &str = "THAW_MOVE_CRASH_AT";
+pub const CRASH_POINTS: &[&str] = &["journaled", "copied", "verified", "switched", "hidden"];
+
+/// Where a snapshot is or goes.
+pub enum Place<'a> {
+    /// a local tier's snapshot root
+    Local { tier: String, root: PathBuf },
+    Remote {
+        tier: String,
+        store: &'a RemoteStore,
+    },
+}
+
+impl Place<'_> {
+    pub fn tier(&self) -> &str {
+        match self {
+            Place::Local { tier, .. } | Place::Remote { tier, .. } => tier,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+struct Journal {
+    name: String,
+    from: String,
+    to: String,
+    /// "copying" until the target is switched in, then "switched"
+    state: String,
+}
+
+/// What a move did.
+#[derive(Debug, Clone, Serialize)]
+pub struct MoveReport {
+    pub name: String,
+    pub from: String,
+    pub to: String,
+    pub bytes: u64,
+    pub copy_ms: f64,
+    pub verify_ms: f64,
+    pub total_ms: f64,
+}
+
+/// The commit record: every file of the snapshot with its length and SHA-256.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct CommitRecord {
+    pub files: Vec<(String, u64, String)>,
+}
+
+fn crash_point(step: &str) {
+    if std::env::var(CRASH_ENV).as_deref() == Ok(step) {
+        // SAFETY: raising a signal at ourselves.
+        unsafe { libc::raise(libc::SIGKILL) };
+    }
+}
+
+fn check_name(name: &str) -> Result<()> {
+    if name.is_empty()
+        || name.starts_with('.')
+        || name.len() > 128
+        || !name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    {
+        bail!("bad snapshot name {name:?}");
+    }
+    Ok(())
+}
+
+fn journal_path(home: &Path, name: &str) -> PathBuf {
+    home.join(JOURNAL_DIR).join(format!("{name}.json"))
+}
+
+fn write_atomic(path: &Path, data: &[u8]) -> Result<()> {
+    use std::io::Write;
+    let dir = path.parent().context("path has a parent")?;
+    std::fs::create_dir_all(dir)?;
+    let tmp = dir.join(format!(
+        ".{}.tmp-{}",
+        path.file_name().unwrap().to_string_lossy(),
+        std::process::id()
+    ));
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(data)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)?;
+    fsync_dir(dir)
+}
+
+fn fsync_dir(dir: &Path) -> Result<()> {
+    std::fs::File::open(dir)?.sync_all()?;
+    Ok(())
+}
+
+fn set_journal(home: &Path, j: &Journal) -> Result<()> {
+    write_atomic(&journal_path(home, &j.name), &serde_json::to_vec(j)?)
+}
+
+fn tmp_dir(root: &Path, name: &str) -> PathBuf {
+    root.join(format!(".{name}.move-tmp"))
+}
+
+fn aside_dir(root: &Path, name: &str) -> PathBuf {
+    root.join(format!(".{name}.move-old"))
+}
+
+/// The snapshot's files (relative names) and their (length, SHA-256).
+fn local_files(dir: &Path) -> Result<Vec<(String, u64, String)>> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
+        let e = e?;
+        if !e.file_type()?.is_file() {
+            bail!(
+                "{} holds {:?}, which is not a plain file",
+                dir.display(),
+                e.file_name()
+            );
+        }
+        let data = std::fs::read(e.path())?;
+        out.push((
+            e.file_name().to_string_lossy().into_owned(),
+            data.len() as u64,
+            thaw_store::sha256_hex(&data),
+        ));
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// A local copy passes the store's checks: manifest, state and full image.
+fn verify_local(dir: &Path) -> Result<()> {
+    let s = thaw_store::Snapshot::open(dir)?;
+    s.load_state()?;
+    s.verify_memory()
+}
+
+/// Whether `name` is a committed snapshot at `p`.
+pub fn holds(p: &Place, name: &str) -> Result<bool> {
+    Ok(match p {
+        Place::Local { root, .. } => root.join(name).join("manifest.json").exists(),
+        Place::Remote { store, .. } => !store.list(&format!("{name}/{COMMIT}"))?.is_empty(),
+    })
+}
+
+/// Snapshot names committed at `p`.
+pub fn list(p: &Place) -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    match p {
+        Place::Local { root, .. } => {
+            if let Ok(rd) = std::fs::read_dir(root) {
+                for e in rd.flatten() {
+                    let n = e.file_name().to_string_lossy().into_owned();
+                    if !n.starts_with('.') && e.path().join("manifest.json").exists() {
+                        out.push(n);
+                    }
+                }
+            }
+        }
+        Place::Remote { store, .. } => {
+            for (obj, _) in store.list("")? {
+                if let Some(n) = obj.strip_suffix(&format!("/{COMMIT}")) {
+                    out.push(n.to_string());
+                }
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Copies `name` from `from` to `to`, verifies, switches, deletes the source.
+pub fn move_snapshot(home: &Path, name: &str, from: &Place, to: &Place) -> Result<MoveReport> {
+    check_name(name)?;
+    let t0 = std::time::Instant::now();
+    if from.tier() == to.tier() {
+        bail!("{name} is already on {}", from.tier());
+    }
+    if journal_path(home, name).exists() {
+        bail!("a move of {name} is in progress (or was interrupted: `thaw snapshot where` finishes it)");
+    }
+    if !holds(from, name)? {
+        bail!("{name} is not on tier {}", from.tier());
+    }
+    if holds(to, name)? {
+        bail!(
+            "{name} is already on tier {}; delete that copy first",
+            to.tier()
+        );
+    }
+    let mut j = Journal {
+        name: name.into(),
+        from: from.tier().into(),
+        to: to.tier().into(),
+        state: "copying".into(),
+    };
+    set_journal(home, &j)?;
+    crash_point("journaled");
+    // leftovers of an earlier failed attempt
+    discard_target(to, name)?;
+    let (files, bytes) = copy(from, to, name)?;
+    let copy_ms = t0.elapsed().as_secs_f64() * 1e3;
+    crash_point("copied");
+    let t1 = std::time::Instant::now();
+    let verified = verify_copy(to, name, &files);
+    if let Err(e) = verified {
+        discard_target(to, name)?;
+        std::fs::remove_file(journal_path(home, name))?;
+        return Err(e.context(format!(
+            "the copy of {name} on {} failed verification; the source is kept",
+            to.tier()
+        )));
+    }
+    let verify_ms = t1.elapsed().as_secs_f64() * 1e3;
+    crash_point("verified");
+    switch_in(to, name, &files)?;
+    crash_point("switched");
+    j.state = "switched".into();
+    set_journal(home, &j)?;
+    delete_source(from, name)?;
+    std::fs::remove_file(journal_path(home, name))?;
+    Ok(MoveReport {
+        name: name.into(),
+        from: from.tier().into(),
+        to: to.tier().into(),
+        bytes,
+        copy_ms,
+        verify_ms,
+        total_ms: t0.elapsed().as_secs_f64() * 1e3,
+    })
+}
+
+fn copy(from: &Place, to: &Place, name: &str) -> Result<(Vec<(String, u64, String)>, u64)> {
+    let files = match from {
+        Place::Local { root, .. } => local_files(&root.join(name))?,
+        Place::Remote { store, .. } => {
+            let rec: CommitRecord =
+                serde_json::from_slice(&store.get(&format!("{name}/{COMMIT}"))?)
+                    .context("parsing the remote commit record")?;
+            rec.files
+        }
+    };
+    let bytes = files.iter().map(|f| f.1).sum();
+    for (f, _, _) in &files {
+        if f.contains('/') || f.starts_with('.') || f == COMMIT {
+            bail!("snapshot {name} holds a file named {f:?}");
+        }
+        let data = match from {
+            Place::Local { root, .. } => std::fs::read(root.join(name).join(f))?,
+            Place::Remote { store, .. } => store.get(&format!("{name}/{f}"))?,
+        };
+        match to {
+            Place::Local { root, .. } => {
+                let dir = tmp_dir(root, name);
+                std::fs::create_dir_all(&dir)?;
+                let mut out = std::fs::File::create(dir.join(f))?;
+                std::io::Write::write_all(&mut out, &data)?;
+                out.sync_all()?;
+            }
+            Place::Remote { store, .. } => store.put(&format!("{name}/{f}"), &data)?,
+        }
+    }
+    if let Place::Local { root, .. } = to {
+        fsync_dir(&tmp_dir(root, name))?;
+    }
+    Ok((files, bytes))
+}
+
+fn verify_copy(to: &Place, name: &str, files: &[(String, u64, String)]) -> Result<()> {
+    match to {
+        Place::Local { root, .. } => {
+            let dir = tmp_dir(root, name);
+            if local_files(&dir)? != files {
+                bail!("the copy's files differ from the source's");
+            }
+            verify_local(&dir)
+        }
+        Place::Remote { store, .. } => {
+            for (f, len, sum) in files {
+                let data = store.get(&format!("{name}/{f}"))?;
+                if data.len() as u64 != *len || thaw_store::sha256_hex(&data) != *sum {
+                    bail!("{name}/{f} read back differs from what was sent");
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
+fn switch_in(to: &Place, name: &str, files: &[(String, u64, String)]) -> Result<()> {
+    match to {
+        Place::Local { root, .. } => {
+            std::fs::rename(tmp_dir(root, name), root.join(name))?;
+            fsync_dir(root)
+        }
+        Place::Remote { store, .. } => {
+            let rec = CommitRecord {
+                files: files.to_vec(),
+            };
+            store.put(&format!("{name}/{COMMIT}"), &serde_json::to_vec(&rec)?)
+        }
+    }
+}
+
+fn delete_source(from: &Place, name: &str) -> Result<()> {
+    match from {
+        Place::Local { root, .. } => {
+            let aside = aside_dir(root, name);
+            if root.join(name).exists() {
+                std::fs::rename(root.join(name), &aside)?;
+                fsync_dir(root)?;
+            }
+            crash_point("hidden");
+            remove_tree(&aside)
+        }
+        Place::Remote { store, .. } => {
+            // without its commit record the rest is garbage, never a snapshot
+            if holds(from, name)? {
+                store.delete(&format!("{name}/{COMMIT}"))?;
+            }
+            crash_point("hidden");
+            for (obj, _) in store.list(&format!("{name}/"))? {
+                store.delete(&obj)?;
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Removes an uncommitted copy of `name` from `to`.
+fn discard_target(to: &Place, name: &str) -> Result<()> {
+    match to {
+        Place::Local { root, .. } => remove_tree(&tmp_dir(root, name)),
+        Place::Remote { store, .. } => {
+            if holds(to, name)? {
+                bail!("{name} is committed on {}: not discarding it", to.tier());
+            }
+            for (obj, _) in store.list(&format!("{name}/"))? {
+                store.delete(&obj)?;
+            }
+            Ok(())
+        }
+    }
+}
+
+fn remove_tree(p: &Path) -> Result<()> {
+    match std::fs::remove_dir_all(p) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e).with_context(|| format!("removing {}", p.display())),
+    }
+}
+
+/// Finishes or rolls back every interrupted move. `place` resolves a tier
+/// name to where its snapshots are. Returns one line per move handled.
+pub fn recover<'a>(home: &Path, place: &dyn Fn(&str) -> Result<Place<'a>>) -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    let Ok(rd) = std::fs::read_dir(home.join(JOURNAL_DIR)) else {
+        return Ok(out);
+    };
+    for e in rd.flatten() {
+        let p = e.path();
+        if p.extension().and_then(|x| x.to_str()) != Some("json") {
+            // a journal write cut short before its rename
+            let _ = std::fs::remove_file(&p);
+            continue;
+        }
+        let j: Journal = serde_json::from_slice(&std::fs::read(&p)?)
+            .with_context(|| format!("parsing move journal {}", p.display()))?;
+        check_name(&j.name)?;
+        let (from, to) = (place(&j.from)?, place(&j.to)?);
+        let line = if j.state == "switched" || holds(&to, &j.name)? {
+            delete_source(&from, &j.name)?;
+            format!("{}: finished the move from {} to {}", j.name, j.from, j.to)
+        } else {
+            discard_target(&to, &j.name)?;
+            format!(
+                "{}: rolled back the move from {} to {}",
+                j.name, j.from, j.to
+            )
+        };
+        std::fs::remove_file(&p)?;
+        out.push(line);
+    }
+    let _ = std::fs::remove_dir(home.join(JOURNAL_DIR));
+    Ok(out)
+}
