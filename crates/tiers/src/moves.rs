@@ -65,10 +65,13 @@ pub struct MoveReport {
     pub total_ms: f64,
 }
 
+/// A snapshot's files: (name, length, SHA-256).
+pub type FileSums = Vec<(String, u64, String)>;
+
 /// The commit record: every file of the snapshot with its length and SHA-256.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct CommitRecord {
-    pub files: Vec<(String, u64, String)>,
+    pub files: FileSums,
 }
 
 fn crash_point(step: &str) {
@@ -129,7 +132,7 @@ fn aside_dir(root: &Path, name: &str) -> PathBuf {
 }
 
 /// The snapshot's files (relative names) and their (length, SHA-256).
-fn local_files(dir: &Path) -> Result<Vec<(String, u64, String)>> {
+fn local_files(dir: &Path) -> Result<FileSums> {
     let mut out = Vec::new();
     for e in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
         let e = e?;
@@ -253,7 +256,7 @@ pub fn move_snapshot(home: &Path, name: &str, from: &Place, to: &Place) -> Resul
     })
 }
 
-fn copy(from: &Place, to: &Place, name: &str) -> Result<(Vec<(String, u64, String)>, u64)> {
+fn copy(from: &Place, to: &Place, name: &str) -> Result<(FileSums, u64)> {
     let files = match from {
         Place::Local { root, .. } => local_files(&root.join(name))?,
         Place::Remote { store, .. } => {
