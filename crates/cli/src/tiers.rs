@@ -51,6 +51,19 @@ pub enum TierCmd {
         #[arg(long)]
         json: Option<PathBuf>,
     },
+    /// (internal) the emulated remote's delay relay, run inside its namespace
+    #[command(hide = true)]
+    Relay {
+        #[arg(long)]
+        listen: String,
+        #[arg(long)]
+        upstream: String,
+        #[arg(long)]
+        delay_us: u64,
+        /// identifies the relay's home in its command line
+        #[arg(long)]
+        tag: String,
+    },
     /// (internal) the probe's second reader
     #[command(hide = true)]
     ProbeReader {
@@ -66,9 +79,25 @@ fn names(s: &Option<String>) -> Option<Vec<String>> {
 }
 
 pub fn run(home: &Path, cmd: TierCmd) -> Result<()> {
-    let cfg = TiersConfig::load(home)?;
     match cmd {
-        TierCmd::List { json } => list(home, &cfg, json),
+        // runs inside the namespace and needs no configuration
+        TierCmd::Relay {
+            listen,
+            upstream,
+            delay_us,
+            tag: _,
+        } => thaw_tiers::relay::serve(
+            &listen,
+            &upstream,
+            std::time::Duration::from_micros(delay_us),
+        ),
+        cmd => run_configured(home, &TiersConfig::load(home)?, cmd),
+    }
+}
+
+fn run_configured(home: &Path, cfg: &TiersConfig, cmd: TierCmd) -> Result<()> {
+    match cmd {
+        TierCmd::List { json } => list(home, cfg, json),
         TierCmd::Init => {
             let p = home.join(thaw_tiers::CONFIG_FILE);
             if p.exists() {
@@ -80,7 +109,7 @@ pub fn run(home: &Path, cmd: TierCmd) -> Result<()> {
             Ok(())
         }
         TierCmd::Setup { tiers } => {
-            let sel = selected_emulated(&cfg, &names(&tiers))?;
+            let sel = selected_emulated(cfg, &names(&tiers))?;
             for t in sel {
                 crate::progress(&format!("tier {}: setting up", t.label()));
                 let st = device::setup(home, t).with_context(|| format!("tier {}", t.name))?;
@@ -94,7 +123,7 @@ pub fn run(home: &Path, cmd: TierCmd) -> Result<()> {
             Ok(())
         }
         TierCmd::Teardown { tiers, force } => {
-            let sel = selected_emulated(&cfg, &names(&tiers))?;
+            let sel = selected_emulated(cfg, &names(&tiers))?;
             let mut failed = Vec::new();
             // every tier is attempted; the errors are reported together
             for t in sel.iter().rev() {
@@ -117,8 +146,9 @@ pub fn run(home: &Path, cmd: TierCmd) -> Result<()> {
             mib,
             reads,
             json,
-        } => probe_tiers(home, &cfg, names(&tiers), mib, reads, json),
+        } => probe_tiers(home, cfg, names(&tiers), mib, reads, json),
         TierCmd::ProbeReader { file, reads } => probe::reader_main(&file, reads),
+        TierCmd::Relay { .. } => bail!("the relay takes no configuration"),
     }
 }
 

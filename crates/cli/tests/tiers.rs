@@ -95,7 +95,7 @@ struct Leftovers {
     throttles: Vec<String>,
     netns: bool,
     veth: bool,
-    server: bool,
+    processes: usize,
 }
 
 fn our_loops(home: &Path) -> Vec<(String, (u32, u32))> {
@@ -116,14 +116,13 @@ fn our_loops(home: &Path) -> Vec<(String, (u32, u32))> {
 
 fn leftovers(home: &Path, devnos: &[(u32, u32)]) -> Leftovers {
     let net = RemoteNet::for_home(home);
-    let server = std::fs::read_dir("/proc")
+    // the server and the relay name their state directory on their command line
+    let processes = std::fs::read_dir("/proc")
         .unwrap()
         .flatten()
         .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
-        .any(|c| {
-            let c = String::from_utf8_lossy(&c);
-            c.contains("minio") && c.contains(&*home.to_string_lossy())
-        });
+        .filter(|c| String::from_utf8_lossy(c).contains(&*home.to_string_lossy()))
+        .count();
     Leftovers {
         loops: our_loops(home).into_iter().map(|(n, _)| n).collect(),
         mounts: device::mounts_under(home).unwrap(),
@@ -134,7 +133,7 @@ fn leftovers(home: &Path, devnos: &[(u32, u32)]) -> Leftovers {
             .collect(),
         netns: Path::new("/run/netns").join(&net.netns).exists(),
         veth: Path::new("/sys/class/net").join(&net.veth_host).exists(),
-        server,
+        processes,
     }
 }
 
@@ -152,7 +151,10 @@ fn setup_and_teardown_leave_nothing_behind() {
         up.throttles.len() >= 3 * 3,
         "read bps/iops and write bps per device: {up:?}"
     );
-    assert!(up.netns && up.veth && up.server, "remote not up: {up:?}");
+    assert!(
+        up.netns && up.veth && up.processes == 2,
+        "remote (server + relay) not up: {up:?}"
+    );
     let listed: Value = serde_json::from_str(&h.ok(&["tier", "list", "--json"])).unwrap();
     for t in listed.as_array().unwrap() {
         assert_eq!(t["ready"], true, "{t}");
@@ -403,4 +405,145 @@ fn a_move_killed_at_any_step_leaves_exactly_one_copy() {
         "unknown tier",
     );
     h.ok(&["tier", "teardown", "--force"]);
+}
+
+#[test]
+fn snapshots_travel_to_the_remote_tier_sealed_and_come_back_verified() {
+    let h = Home::new("remote");
+    h.config(&["pmem", "sata", "remote"], |t| {
+        t.capacity_bytes = 512 << 20;
+        if t.name == "remote" {
+            t.request_timeout_s = Some(3);
+        }
+    });
+    h.ok(&["tier", "setup"]);
+    let w = worker();
+    let sata = thaw_store::Tier::by_name("sata", &h.0).unwrap();
+    let (snap, _) = w.deploy("helloworld", &sata).unwrap();
+    let name = snap.dir.file_name().unwrap().to_string_lossy().into_owned();
+    let state = std::fs::read(snap.dir.join("state.json")).unwrap();
+    h.ok(&[
+        "snapshot",
+        "move",
+        "helloworld",
+        "--from",
+        "sata",
+        "--to",
+        "remote",
+    ]);
+    assert_eq!(holders(&h), vec!["remote".to_string()]);
+    // nothing the function saw is readable where the objects are stored
+    let needle = &state[..64];
+    let data = h.0.join("tiers/.remote/data");
+    let mut stored = 0;
+    for e in walk(&data) {
+        let raw = std::fs::read(&e).unwrap();
+        stored += raw.len();
+        assert!(
+            !raw.windows(needle.len()).any(|w| w == needle),
+            "plaintext state in {}",
+            e.display()
+        );
+    }
+    assert!(
+        stored > state.len(),
+        "the object store holds {stored} bytes"
+    );
+    // back onto a local tier, verified, and it restores
+    h.ok(&[
+        "snapshot",
+        "move",
+        "helloworld",
+        "--from",
+        "remote",
+        "--to",
+        "pmem",
+    ]);
+    restores_from(&h, &w, "pmem");
+    h.ok(&[
+        "snapshot",
+        "move",
+        "helloworld",
+        "--from",
+        "pmem",
+        "--to",
+        "remote",
+    ]);
+
+    // an object replaced behind thaw's back (validly sealed, wrong content) is refused
+    let cfg = TiersConfig::load(&h.0).unwrap();
+    let store = thaw_tiers::objects::RemoteStore::open(&h.0, cfg.get("remote").unwrap()).unwrap();
+    let state_obj = format!("{name}/state.json");
+    let good = store.get(&state_obj).unwrap();
+    store.put(&state_obj, b"{}").unwrap();
+    h.fails(
+        &[
+            "snapshot",
+            "move",
+            "helloworld",
+            "--from",
+            "remote",
+            "--to",
+            "pmem",
+        ],
+        "differ",
+    );
+    assert_eq!(holders(&h), vec!["remote".to_string()]);
+    store.put(&state_obj, &good).unwrap();
+
+    // a store that stops answering fails the move clearly, within the deadline
+    let pid: i32 = std::fs::read_to_string(h.0.join("tiers/.remote/server.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // SAFETY: stopping and resuming the server this test's setup started.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    let t0 = std::time::Instant::now();
+    let (ok, _, err) = h.thaw(&[
+        "snapshot",
+        "move",
+        "helloworld",
+        "--from",
+        "remote",
+        "--to",
+        "pmem",
+    ]);
+    let took = t0.elapsed();
+    // SAFETY: as above.
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    assert!(
+        !ok && err.contains("remote") || err.contains("10.213."),
+        "{err}"
+    );
+    assert!(
+        took < std::time::Duration::from_secs(20),
+        "the failure took {took:?}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(holders(&h), vec!["remote".to_string()]);
+    h.ok(&[
+        "snapshot",
+        "move",
+        "helloworld",
+        "--from",
+        "remote",
+        "--to",
+        "pmem",
+    ]);
+    restores_from(&h, &w, "pmem");
+    h.ok(&["tier", "teardown", "--force"]);
+}
+
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
 }

@@ -12,6 +12,7 @@ pub mod device;
 pub mod moves;
 pub mod objects;
 pub mod probe;
+pub mod relay;
 pub mod remote;
 pub mod seal;
 

@@ -165,7 +165,7 @@ fn verify_local(dir: &Path) -> Result<()> {
 pub fn holds(p: &Place, name: &str) -> Result<bool> {
     Ok(match p {
         Place::Local { root, .. } => root.join(name).join("manifest.json").exists(),
-        Place::Remote { store, .. } => !store.list(&format!("{name}/{COMMIT}"))?.is_empty(),
+        Place::Remote { store, .. } => store.exists(&format!("{name}/{COMMIT}"))?,
     })
 }
 
@@ -345,7 +345,7 @@ fn delete_source(from: &Place, name: &str) -> Result<()> {
                 store.delete(&format!("{name}/{COMMIT}"))?;
             }
             crash_point("hidden");
-            for (obj, _) in store.list(&format!("{name}/"))? {
+            for (obj, _) in store.list(name)? {
                 store.delete(&obj)?;
             }
             Ok(())
@@ -361,7 +361,7 @@ fn discard_target(to: &Place, name: &str) -> Result<()> {
             if holds(to, name)? {
                 bail!("{name} is committed on {}: not discarding it", to.tier());
             }
-            for (obj, _) in store.list(&format!("{name}/"))? {
+            for (obj, _) in store.list(name)? {
                 store.delete(&obj)?;
             }
             Ok(())

@@ -163,6 +163,15 @@ impl RemoteStore {
         Ok(pt[off..off + (r.end - r.start) as usize].to_vec())
     }
 
+    /// Whether `name` exists (a HEAD request).
+    pub fn exists(&self, name: &str) -> Result<bool> {
+        match self.rt.block_on(self.store.head(&ObjPath::from(name))) {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::NotFound { .. }) => Ok(false),
+            Err(e) => Err(e).with_context(|| format!("looking up {name} on {}", self.url)),
+        }
+    }
+
     pub fn delete(&self, name: &str) -> Result<()> {
         self.rt
             .block_on(self.store.delete(&ObjPath::from(name)))

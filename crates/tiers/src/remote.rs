@@ -1,8 +1,9 @@
 //! The emulated remote tier: a real S3-compatible server (MinIO) in a
-//! network namespace of its own, reached over a veth pair whose two ends
-//! carry `tc netem` delay and rate (default 0.5 ms RTT, 10 Gbit/s, as
-//! seed 004). Every name and address is derived from the state home, so two
-//! homes (a test's and the operator's) never collide.
+//! network namespace of its own, reached over a veth pair. Seed 004's link:
+//! 0.5 ms RTT and 10 Gbit/s. The rate is a `tbf` qdisc on both veth ends;
+//! the delay is a relay in the namespace (`relay.rs`), because this kernel
+//! has no `netem`. Every name and address is derived from the state home,
+//! so two homes (a test's and the operator's) never collide.
 use crate::config::{TierConfig, TIERS_DIR};
 use crate::device::{run, DeviceState};
 use anyhow::{bail, Context, Result};
@@ -11,10 +12,12 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 pub const PORT: u16 = 9000;
+/// The server's own port, on the namespace's loopback behind the relay.
+const SERVER_PORT: u16 = 9001;
 /// How long a freshly started server gets to answer.
 const START_DEADLINE: Duration = Duration::from_secs(60);
-/// One-way delay on each veth end: half the RTT.
-const ONE_WAY_DELAY_US: u32 = 250;
+/// One-way delay in each direction: half the RTT.
+const ONE_WAY_DELAY_US: u64 = 250;
 const RATE: &str = "10gbit";
 
 /// Names and addresses of one home's emulated remote.
@@ -59,10 +62,6 @@ impl RemoteNet {
 
 fn state_dir(home: &Path, t: &TierConfig) -> PathBuf {
     home.join(TIERS_DIR).join(format!(".{}", t.name))
-}
-
-fn pid_file(home: &Path, t: &TierConfig) -> PathBuf {
-    state_dir(home, t).join("server.pid")
 }
 
 /// Access key and secret of the emulated server, made on first use (0600).
@@ -112,25 +111,90 @@ fn link_exists(name: &str) -> bool {
     Path::new("/sys/class/net").join(name).exists()
 }
 
-/// The running server's pid, if the pid file names a live MinIO of ours.
-fn server_pid(home: &Path, t: &TierConfig) -> Option<i32> {
-    let pid: i32 = std::fs::read_to_string(pid_file(home, t))
+/// The processes setup starts in the namespace, by pid-file name.
+const PROCS: [&str; 2] = ["relay", "server"];
+
+/// A live process of ours: the pid file's pid, if its command line still
+/// names `needle` (a pid reused by something else is never signalled).
+fn our_pid(home: &Path, t: &TierConfig, which: &str, needle: &str) -> Option<i32> {
+    let pid: i32 = std::fs::read_to_string(state_dir(home, t).join(format!("{which}.pid")))
         .ok()?
         .trim()
         .parse()
         .ok()?;
     let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-    let data = state_dir(home, t).join("data");
-    let cmd = String::from_utf8_lossy(&cmd);
-    (cmd.contains("minio") && cmd.contains(&*data.to_string_lossy())).then_some(pid)
+    String::from_utf8_lossy(&cmd)
+        .contains(needle)
+        .then_some(pid)
 }
 
+/// What identifies each process's command line: the state directory.
+fn needle(home: &Path, t: &TierConfig) -> String {
+    state_dir(home, t).to_string_lossy().into_owned()
+}
+
+fn server_pid(home: &Path, t: &TierConfig) -> Option<i32> {
+    our_pid(home, t, "server", &needle(home, t))
+}
+
+/// Starts `cmd` inside the namespace, in its own session, detached, with its
+/// output in `which.log` and its pid in `which.pid`.
+fn spawn_in_netns(
+    home: &Path,
+    t: &TierConfig,
+    netns: &str,
+    which: &str,
+    prog: &Path,
+    args: &[String],
+    env: &[(&str, String)],
+) -> Result<()> {
+    let dir = state_dir(home, t);
+    let log = std::fs::File::create(dir.join(format!("{which}.log")))?;
+    let mut cmd = std::process::Command::new("ip");
+    cmd.args(["netns", "exec", netns])
+        .arg(prog)
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log);
+    // SAFETY: setsid is async-signal-safe and touches no memory.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+            if libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let child = cmd
+        .spawn()
+        .with_context(|| format!("starting the {which}"))?;
+    std::fs::write(dir.join(format!("{which}.pid")), child.id().to_string())?;
+    // `ip netns exec` execs the program, so this pid is the server's; it
+    // outlives this command and is reaped by init
+    std::mem::forget(child);
+    Ok(())
+}
+
+/// The server answers its liveness check through the relay (the relay
+/// alone accepting a connection is not enough).
 fn answers(addr: &str) -> bool {
-    let sa: std::net::SocketAddr = match format!("{addr}:{PORT}").parse() {
-        Ok(a) => a,
-        Err(_) => return false,
+    use std::io::{Read, Write};
+    let Ok(sa) = format!("{addr}:{PORT}").parse::<std::net::SocketAddr>() else {
+        return false;
     };
-    std::net::TcpStream::connect_timeout(&sa, Duration::from_millis(200)).is_ok()
+    let Ok(mut s) = std::net::TcpStream::connect_timeout(&sa, Duration::from_millis(500)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    let req =
+        format!("GET /minio/health/live HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    if s.write_all(req.as_bytes()).is_err() {
+        return false;
+    }
+    let mut head = [0u8; 12];
+    s.read_exact(&mut head).is_ok() && head.starts_with(b"HTTP/1.1 200")
 }
 
 pub fn setup(home: &Path, t: &TierConfig) -> Result<crate::device::DeviceState> {
@@ -189,73 +253,58 @@ pub fn setup(home: &Path, t: &TierConfig) -> Result<crate::device::DeviceState> 
         ])?;
         nsip(&["link", "set", &net.veth_ns, "up"])?;
         nsip(&["link", "set", "lo", "up"])?;
-        let delay = format!("{ONE_WAY_DELAY_US}us");
-        run(
+        let tbf = [
+            "root", "tbf", "rate", RATE, "burst", "4mb", "latency", "10ms",
+        ];
+        let mut a = vec!["qdisc", "replace", "dev", net.veth_host.as_str()];
+        a.extend_from_slice(&tbf);
+        run("tc", &a)?;
+        let mut a = vec![
+            "netns",
+            "exec",
+            net.netns.as_str(),
             "tc",
-            &[
-                "qdisc",
-                "replace",
-                "dev",
-                &net.veth_host,
-                "root",
-                "netem",
-                "delay",
-                &delay,
-                "rate",
-                RATE,
-            ],
-        )?;
-        run(
-            "ip",
-            &[
-                "netns",
-                "exec",
-                &net.netns,
-                "tc",
-                "qdisc",
-                "replace",
-                "dev",
-                &net.veth_ns,
-                "root",
-                "netem",
-                "delay",
-                &delay,
-                "rate",
-                RATE,
-            ],
-        )?;
+            "qdisc",
+            "replace",
+            "dev",
+        ];
+        a.push(net.veth_ns.as_str());
+        a.extend_from_slice(&tbf);
+        run("ip", &a)?;
     }
     if server_pid(home, t).is_none() {
         let (user, secret) = credentials(home, t)?;
-        let log = std::fs::File::create(dir.join("server.log"))?;
-        let mut cmd = std::process::Command::new("ip");
-        cmd.args(["netns", "exec", &net.netns])
-            .arg(&minio)
-            .args(["server", "--quiet", "--address"])
-            .arg(format!("{}:{PORT}", net.server_addr))
-            .arg(dir.join("data"))
-            .env("MINIO_ROOT_USER", user)
-            .env("MINIO_ROOT_PASSWORD", secret)
-            .env("MINIO_BROWSER", "off")
-            .env("MINIO_UPDATE", "off")
-            .stdin(std::process::Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log);
-        // its own session: the server outlives this command, and a
-        // terminal's signals do not reach it
-        // SAFETY: setsid is async-signal-safe and touches no memory.
-        unsafe {
-            std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
-                if libc::setsid() < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-        let child = cmd.spawn().context("starting the MinIO server")?;
-        std::fs::write(pid_file(home, t), child.id().to_string())?;
-        // reaped by init once this process exits; not waited for here
-        std::mem::forget(child);
+        let args = [
+            "server".to_string(),
+            "--quiet".into(),
+            "--address".into(),
+            format!("127.0.0.1:{SERVER_PORT}"),
+            dir.join("data").to_string_lossy().into_owned(),
+        ];
+        let env = [
+            ("MINIO_ROOT_USER", user),
+            ("MINIO_ROOT_PASSWORD", secret),
+            ("MINIO_BROWSER", "off".to_string()),
+            ("MINIO_UPDATE", "off".to_string()),
+        ];
+        spawn_in_netns(home, t, &net.netns, "server", &minio, &args, &env)?;
+    }
+    if our_pid(home, t, "relay", &needle(home, t)).is_none() {
+        // the relay is this very binary (`thaw tier relay`)
+        let exe = std::env::current_exe().context("locating the thaw binary")?;
+        let args = [
+            "tier".to_string(),
+            "relay".into(),
+            "--listen".into(),
+            format!("{}:{PORT}", net.server_addr),
+            "--upstream".into(),
+            format!("127.0.0.1:{SERVER_PORT}"),
+            "--delay-us".into(),
+            ONE_WAY_DELAY_US.to_string(),
+            "--tag".into(),
+            needle(home, t),
+        ];
+        spawn_in_netns(home, t, &net.netns, "relay", &exe, &args, &[])?;
     }
     let deadline = Instant::now() + START_DEADLINE;
     while !answers(&net.server_addr) {
@@ -267,11 +316,13 @@ pub fn setup(home: &Path, t: &TierConfig) -> Result<crate::device::DeviceState> 
                 dir.join("server.log").display()
             );
         }
-        if server_pid(home, t).is_none() {
-            bail!(
-                "the object store exited at start (log: {})",
-                dir.join("server.log").display()
-            );
+        for which in PROCS {
+            if our_pid(home, t, which, &needle(home, t)).is_none() {
+                bail!(
+                    "the object store's {which} exited at start (log: {})",
+                    dir.join(format!("{which}.log")).display()
+                );
+            }
         }
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -288,7 +339,7 @@ pub fn status(home: &Path, t: &TierConfig) -> Result<DeviceState> {
         ready,
         detail: if ready {
             format!(
-                "MinIO pid {} in netns {} at {} (veth {}, netem {}us each way, {RATE})",
+                "MinIO pid {} in netns {} at {} (veth {}, relay delay {}us each way, tbf {RATE})",
                 pid.unwrap_or(0),
                 net.netns,
                 net.url(),
@@ -304,28 +355,40 @@ pub fn status(home: &Path, t: &TierConfig) -> Result<DeviceState> {
 
 pub fn teardown(home: &Path, t: &TierConfig) -> Result<()> {
     let net = RemoteNet::for_home(home);
-    if let Some(pid) = server_pid(home, t) {
-        // SAFETY: plain signal to a process this module started (checked by cmdline).
-        unsafe { libc::kill(pid, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Path::new(&format!("/proc/{pid}")).exists() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        if Path::new(&format!("/proc/{pid}")).exists() {
-            // SAFETY: as above.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
+    for which in PROCS {
+        if let Some(pid) = our_pid(home, t, which, &needle(home, t)) {
+            stop(pid);
         }
     }
     if netns_exists(&net.netns) {
         // deleting the namespace deletes its veth end, the peer and both qdiscs
         run("ip", &["netns", "del", &net.netns])?;
     }
+    // the host end goes with the namespace's end, perhaps a moment later
     if link_exists(&net.veth_host) {
-        run("ip", &["link", "del", &net.veth_host])?;
+        if let Err(e) = run("ip", &["link", "del", &net.veth_host]) {
+            if link_exists(&net.veth_host) {
+                return Err(e);
+            }
+        }
     }
     match std::fs::remove_dir_all(state_dir(home, t)) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(e).context("removing the object store's data"),
+    }
+}
+
+/// SIGTERM, then SIGKILL after ten seconds.
+fn stop(pid: i32) {
+    // SAFETY: plain signal to a process this module started (checked by cmdline).
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Path::new(&format!("/proc/{pid}")).exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    if Path::new(&format!("/proc/{pid}")).exists() {
+        // SAFETY: as above.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
     }
 }
