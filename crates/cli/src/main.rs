@@ -5,6 +5,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 mod demo;
+mod place;
 mod tiers;
 
 #[derive(Parser)]
@@ -88,6 +89,26 @@ enum Cmd {
         /// Bound on the estimated slowdown ("inf": TOSS's plain minimum-cost placement)
         #[arg(long, default_value_t = 1.10)]
         max_slowdown: f64,
+    },
+    /// Choose each function's tier and restore strategy from its measured profile
+    Place {
+        /// Functions, comma-separated (or --all)
+        functions: Option<String>,
+        /// The whole suite
+        #[arg(long)]
+        all: bool,
+        /// Print every tier's estimate and the reasoning
+        #[arg(long)]
+        explain: bool,
+        /// Expected cold starts per hour per function
+        #[arg(long, default_value_t = 60.0)]
+        rate: f64,
+        /// A tier qualifies if its estimated cold start is within this factor of the fastest
+        #[arg(long, default_value_t = 1.3)]
+        max_slowdown: f64,
+        /// Tier the profile is measured on
+        #[arg(long, default_value = "disk")]
+        profile_tier: String,
     },
     /// Inspect snapshots
     Snapshot {
@@ -234,6 +255,34 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Cmd::Tier { cmd } => tiers::run(&home, cmd),
+        Cmd::Place {
+            functions,
+            all,
+            explain,
+            rate,
+            max_slowdown,
+            profile_tier,
+        } => {
+            let functions = match (functions, all) {
+                (Some(f), false) => split(&f),
+                (None, true) => worker(&home)?
+                    .functions()
+                    .iter()
+                    .map(|f| f.name.clone())
+                    .collect(),
+                _ => anyhow::bail!("name functions or pass --all (not both)"),
+            };
+            place::run(
+                &home,
+                &place::Options {
+                    functions,
+                    explain,
+                    cold_starts_per_hour: rate,
+                    max_slowdown,
+                    profile_tier,
+                },
+            )
+        }
         Cmd::Split {
             function,
             fast,

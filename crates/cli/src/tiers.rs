@@ -10,7 +10,7 @@ use thaw_tiers::probe::{self, ReaderResult};
 use thaw_tiers::{device, Kind, TierConfig, TiersConfig};
 
 /// Where `thaw tier probe` keeps its latest measurements, under the home.
-const PROBE_FILE: &str = "tier-probes.json";
+pub(crate) const PROBE_FILE: &str = "tier-probes.json";
 
 #[derive(Subcommand)]
 pub enum TierCmd {

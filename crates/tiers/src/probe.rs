@@ -15,6 +15,11 @@ const SEQ_CHUNK: usize = 1 << 20;
 /// Pause before each timed phase: blkio throttling accounts in slices of up
 /// to 100 ms, and a phase must not pay for (or profit from) the last one.
 const SETTLE: std::time::Duration = std::time::Duration::from_millis(250);
+/// Each timed phase runs at least this long (passes over the file repeat),
+/// so the throttle's up-front slice budget is a small part of it.
+const PHASE: std::time::Duration = std::time::Duration::from_secs(1);
+/// Bound on random reads per phase.
+const MAX_RAND_READS: usize = 50_000;
 
 /// What one reader measured on one file.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -109,15 +114,22 @@ pub fn measure(path: &Path, rand_reads: usize, reader: &str) -> Result<ReaderRes
     let mut buf = Aligned::new(SEQ_CHUNK);
     std::thread::sleep(SETTLE);
     let t0 = Instant::now();
-    let mut off = 0usize;
-    while off + SEQ_CHUNK <= len {
-        let n = f.read_at(buf.as_mut(), off as u64)?;
-        if n == 0 {
-            break;
+    let mut total = 0usize;
+    while total == 0 || t0.elapsed() < PHASE {
+        let mut off = 0usize;
+        while off + SEQ_CHUNK <= len {
+            let n = f.read_at(buf.as_mut(), off as u64)?;
+            if n == 0 {
+                break;
+            }
+            off += n;
         }
-        off += n;
+        total += off;
+        if !direct {
+            thaw_store::drop_file_cache(path)?;
+        }
     }
-    let seq_read_mbps = off as f64 / t0.elapsed().as_secs_f64() / 1e6;
+    let seq_read_mbps = total as f64 / t0.elapsed().as_secs_f64() / 1e6;
     thaw_store::drop_file_cache(path)?;
     // a fixed-seed LCG: the same offsets for every reader
     let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
@@ -125,7 +137,8 @@ pub fn measure(path: &Path, rand_reads: usize, reader: &str) -> Result<ReaderRes
     let mut lat = Vec::with_capacity(rand_reads);
     let mut one = Aligned::new(ALIGN);
     std::thread::sleep(SETTLE);
-    for _ in 0..rand_reads {
+    let t1 = Instant::now();
+    while lat.len() < rand_reads || (t1.elapsed() < PHASE && lat.len() < MAX_RAND_READS) {
         x = x
             .wrapping_mul(6364136223846793005)
             .wrapping_add(1442695040888963407);
@@ -150,7 +163,7 @@ pub fn measure(path: &Path, rand_reads: usize, reader: &str) -> Result<ReaderRes
         blkio_cgroup: cgroup_of("self", "blkio"),
         direct,
         seq_read_mbps,
-        rand_reads,
+        rand_reads: lat.len(),
         rand_read_4k_us_mean: mean,
         rand_read_4k_us_median: pct(0.5),
         rand_read_4k_us_p99: pct(0.99),
