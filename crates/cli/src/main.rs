@@ -152,6 +152,28 @@ enum SnapCmd {
 
 #[derive(Subcommand)]
 enum BenchCmd {
+    /// Seed 000's study over the storage hierarchy: cold/warm starts per tier, device ratios, REAP vs mmap
+    Hierarchy {
+        #[arg(long, default_value = "helloworld,lr_serving")]
+        functions: String,
+        /// Tiers in order, fastest first (set up with `thaw tier setup`)
+        #[arg(long, default_value = "tmpfs,pmem,nvme,sata,hdd")]
+        tiers: String,
+        #[arg(long, default_value = "mmap,reap")]
+        strategies: String,
+        #[arg(long, default_value = "I")]
+        sizes: String,
+        #[arg(long, default_value_t = 10)]
+        runs: usize,
+        /// Write one JSON object per run here
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// Write the markdown report here (it is printed either way)
+        #[arg(long)]
+        markdown: Option<PathBuf>,
+        #[arg(long)]
+        redeploy: bool,
+    },
     /// Cold starts from snapshots per strategy vs. a fresh start
     Restore {
         #[arg(long, default_value = "helloworld,lr_serving")]
@@ -203,6 +225,24 @@ fn progress(msg: &str) {
 
 fn worker(home: &std::path::Path) -> Result<thaw_worker::Worker> {
     thaw_worker::Worker::new(home, &mut progress)
+}
+
+/// Writes each benchmark record as one JSON line to `path`, if given.
+fn record_sink(
+    path: Option<&std::path::Path>,
+) -> Result<impl FnMut(&thaw_bench::restore::Record) -> Result<()>> {
+    let mut out = match path {
+        Some(p) => {
+            Some(std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?)
+        }
+        None => None,
+    };
+    Ok(move |r: &thaw_bench::restore::Record| {
+        if let Some(f) = out.as_mut() {
+            writeln!(f, "{}", serde_json::to_string(r)?)?;
+        }
+        Ok(())
+    })
 }
 
 fn run(cli: Cli) -> Result<()> {
@@ -376,6 +416,37 @@ fn run(cli: Cli) -> Result<()> {
         }
         Cmd::Bench {
             cmd:
+                BenchCmd::Hierarchy {
+                    functions,
+                    tiers,
+                    strategies,
+                    sizes,
+                    runs,
+                    json,
+                    markdown,
+                    redeploy,
+                },
+        } => {
+            let w = worker(&home)?;
+            let o = thaw_bench::hierarchy::Options {
+                functions: split(&functions),
+                tiers: split(&tiers),
+                strategies: split(&strategies),
+                sizes: split(&sizes),
+                runs,
+                redeploy,
+            };
+            let mut sink = record_sink(json.as_deref())?;
+            let recs = thaw_bench::hierarchy::run(&w, &o, &mut sink)?;
+            let md = thaw_bench::hierarchy::report(&recs, &o.tiers);
+            println!("{md}");
+            if let Some(p) = markdown {
+                std::fs::write(&p, &md).with_context(|| format!("writing {}", p.display()))?;
+            }
+            Ok(())
+        }
+        Cmd::Bench {
+            cmd:
                 BenchCmd::Restore {
                     functions,
                     strategies,
@@ -398,19 +469,8 @@ fn run(cli: Cli) -> Result<()> {
                 redeploy,
                 check_all,
             };
-            let mut out = match &json {
-                Some(p) => Some(
-                    std::fs::File::create(p)
-                        .with_context(|| format!("creating {}", p.display()))?,
-                ),
-                None => None,
-            };
-            let recs = thaw_bench::restore::run(&w, &o, &mut |r| {
-                if let Some(f) = out.as_mut() {
-                    writeln!(f, "{}", serde_json::to_string(r)?)?;
-                }
-                Ok(())
-            })?;
+            let mut sink = record_sink(json.as_deref())?;
+            let recs = thaw_bench::restore::run(&w, &o, &mut sink)?;
             let rows = thaw_bench::restore::summarize_rows(&recs);
             let emulated = recs.iter().any(|r| r.emulated);
             let md = thaw_bench::restore::markdown(&rows, &tier, emulated, runs);

@@ -10,8 +10,8 @@
 //!   tables at memory speed); block tiers either prefetch the working set in
 //!   one read (`reap`: one access latency + working set / bandwidth) or fault
 //!   it in page by page (`mmap`: one random read per working-set page); a
-//!   remote tier streams the working set first (`reap`: one round trip +
-//!   working set / bandwidth);
+//!   remote snapshot is fetched whole before the restore (one round trip +
+//!   image / bandwidth; thaw does not yet stream the working set first);
 //! - estimated cold start = fixed cost (sandbox, resume: the same on every
 //!   tier) + memory part + warm execution time;
 //! - a tier qualifies if it has room for the image and its restore slots
@@ -83,10 +83,11 @@ pub fn memory_estimate(f: &FunctionProfile, t: &TierOption) -> (&'static str, f6
     if t.byte_addressable {
         return ("dax", stream_ms);
     }
-    let reap = t.access_us / 1e3 + stream_ms;
     if t.remote {
-        return ("reap", reap);
+        let fetch_ms = f.image_mib * MIB / (t.read_mbps * 1e6) * 1e3;
+        return ("reap", t.access_us / 1e3 + fetch_ms);
     }
+    let reap = t.access_us / 1e3 + stream_ms;
     let mmap = f.ws_mib / PAGE_MIB * t.access_us / 1e3;
     if mmap < reap {
         ("mmap", mmap)
@@ -220,6 +221,8 @@ mod tests {
         let light = place(&func(1.0, 4.0), &tiers(), 1.3);
         let light_big = place(&func(1.0, 10.0), &tiers(), 1.3);
         let heavy = place(&func(2000.0, 10.0), &tiers(), 1.3);
+        // the whole image comes from the remote: a light function stays local
+        assert_ne!(light.tier.as_deref(), Some("remote"));
         assert_eq!(light.tier.as_deref(), Some("nvme"));
         assert_eq!(light_big.tier.as_deref(), Some("dram"));
         assert_eq!(heavy.tier.as_deref(), Some("remote"));
