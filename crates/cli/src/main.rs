@@ -150,6 +150,36 @@ enum SnapCmd {
     Where { function: String },
 }
 
+/// What every benchmark takes: inputs, repetitions, outputs.
+#[derive(clap::Args)]
+struct RunOpts {
+    /// Input sizes, comma-separated (I..IV)
+    #[arg(long, default_value = "I")]
+    sizes: String,
+    #[arg(long, default_value_t = 10)]
+    runs: usize,
+    /// Write one JSON object per run here
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Write the markdown report here (it is printed either way)
+    #[arg(long)]
+    markdown: Option<PathBuf>,
+    /// Take fresh snapshots first
+    #[arg(long)]
+    redeploy: bool,
+}
+
+impl RunOpts {
+    /// Prints the report and writes it where asked.
+    fn emit(&self, md: &str) -> Result<()> {
+        println!("{md}");
+        if let Some(p) = &self.markdown {
+            std::fs::write(p, md).with_context(|| format!("writing {}", p.display()))?;
+        }
+        Ok(())
+    }
+}
+
 #[derive(Subcommand)]
 enum BenchCmd {
     /// Seed 000's study over the storage hierarchy: cold/warm starts per tier, device ratios, REAP vs mmap
@@ -161,18 +191,8 @@ enum BenchCmd {
         tiers: String,
         #[arg(long, default_value = "mmap,reap")]
         strategies: String,
-        #[arg(long, default_value = "I")]
-        sizes: String,
-        #[arg(long, default_value_t = 10)]
-        runs: usize,
-        /// Write one JSON object per run here
-        #[arg(long)]
-        json: Option<PathBuf>,
-        /// Write the markdown report here (it is printed either way)
-        #[arg(long)]
-        markdown: Option<PathBuf>,
-        #[arg(long)]
-        redeploy: bool,
+        #[command(flatten)]
+        run: RunOpts,
     },
     /// Cold starts from snapshots per strategy vs. a fresh start
     Restore {
@@ -180,23 +200,11 @@ enum BenchCmd {
         functions: String,
         #[arg(long, default_value = "eager,mmap,uffd")]
         strategies: String,
-        /// tmpfs or disk
+        /// A tier name (thaw tier list)
         #[arg(long, default_value = "tmpfs")]
         tier: String,
-        /// Input sizes, comma-separated (I..IV)
-        #[arg(long, default_value = "I")]
-        sizes: String,
-        #[arg(long, default_value_t = 10)]
-        runs: usize,
-        /// Write one JSON object per run here
-        #[arg(long)]
-        json: Option<PathBuf>,
-        /// Write the markdown table here (it is printed either way)
-        #[arg(long)]
-        markdown: Option<PathBuf>,
-        /// Take fresh snapshots first
-        #[arg(long)]
-        redeploy: bool,
+        #[command(flatten)]
+        run: RunOpts,
         /// Run the checker on every output, not just the first
         #[arg(long)]
         check_all: bool,
@@ -420,11 +428,7 @@ fn run(cli: Cli) -> Result<()> {
                     functions,
                     tiers,
                     strategies,
-                    sizes,
-                    runs,
-                    json,
-                    markdown,
-                    redeploy,
+                    run,
                 },
         } => {
             let w = worker(&home)?;
@@ -432,18 +436,13 @@ fn run(cli: Cli) -> Result<()> {
                 functions: split(&functions),
                 tiers: split(&tiers),
                 strategies: split(&strategies),
-                sizes: split(&sizes),
-                runs,
-                redeploy,
+                sizes: split(&run.sizes),
+                runs: run.runs,
+                redeploy: run.redeploy,
             };
-            let mut sink = record_sink(json.as_deref())?;
+            let mut sink = record_sink(run.json.as_deref())?;
             let recs = thaw_bench::hierarchy::run(&w, &o, &mut sink)?;
-            let md = thaw_bench::hierarchy::report(&recs, &o.tiers);
-            println!("{md}");
-            if let Some(p) = markdown {
-                std::fs::write(&p, &md).with_context(|| format!("writing {}", p.display()))?;
-            }
-            Ok(())
+            run.emit(&thaw_bench::hierarchy::report(&recs, &o.tiers))
         }
         Cmd::Bench {
             cmd:
@@ -451,11 +450,7 @@ fn run(cli: Cli) -> Result<()> {
                     functions,
                     strategies,
                     tier,
-                    sizes,
-                    runs,
-                    json,
-                    markdown,
-                    redeploy,
+                    run,
                     check_all,
                 },
         } => {
@@ -464,21 +459,18 @@ fn run(cli: Cli) -> Result<()> {
                 functions: split(&functions),
                 strategies: split(&strategies),
                 tier: tier.clone(),
-                sizes: split(&sizes),
-                runs,
-                redeploy,
+                sizes: split(&run.sizes),
+                runs: run.runs,
+                redeploy: run.redeploy,
                 check_all,
             };
-            let mut sink = record_sink(json.as_deref())?;
+            let mut sink = record_sink(run.json.as_deref())?;
             let recs = thaw_bench::restore::run(&w, &o, &mut sink)?;
             let rows = thaw_bench::restore::summarize_rows(&recs);
             let emulated = recs.iter().any(|r| r.emulated);
-            let md = thaw_bench::restore::markdown(&rows, &tier, emulated, runs);
-            println!("{md}");
-            if let Some(p) = markdown {
-                std::fs::write(&p, &md).with_context(|| format!("writing {}", p.display()))?;
-            }
-            Ok(())
+            run.emit(&thaw_bench::restore::markdown(
+                &rows, &tier, emulated, run.runs,
+            ))
         }
     }
 }

@@ -62,6 +62,11 @@ impl Home {
         out
     }
 
+    /// `thaw snapshot move helloworld --from A --to B`, which must succeed.
+    fn mv(&self, from: &str, to: &str) {
+        self.ok(&["snapshot", "move", "helloworld", "--from", from, "--to", to]);
+    }
+
     fn fails(&self, args: &[&str], needle: &str) {
         let (ok, out, err) = self.thaw(args);
         assert!(!ok, "thaw {args:?} succeeded:\n{out}");
@@ -368,7 +373,7 @@ fn a_move_killed_at_any_step_leaves_exactly_one_copy() {
     }
     // an uninterrupted move, and the copy restores
     let to = if at == "sata" { "pmem" } else { "sata" };
-    h.ok(&["snapshot", "move", "helloworld", "--from", at, "--to", to]);
+    h.mv(at, to);
     assert_eq!(holders(&h), vec![to.to_string()]);
     restores_from(&h, &w, to);
     // a corrupted image is caught by the copy's verification; the source stays
@@ -422,15 +427,7 @@ fn snapshots_travel_to_the_remote_tier_sealed_and_come_back_verified() {
     let (snap, _) = w.deploy("helloworld", &sata).unwrap();
     let name = snap.dir.file_name().unwrap().to_string_lossy().into_owned();
     let state = std::fs::read(snap.dir.join("state.json")).unwrap();
-    h.ok(&[
-        "snapshot",
-        "move",
-        "helloworld",
-        "--from",
-        "sata",
-        "--to",
-        "remote",
-    ]);
+    h.mv("sata", "remote");
     assert_eq!(holders(&h), vec!["remote".to_string()]);
     // nothing the function saw is readable where the objects are stored
     let needle = &state[..64];
@@ -450,44 +447,26 @@ fn snapshots_travel_to_the_remote_tier_sealed_and_come_back_verified() {
         "the object store holds {stored} bytes"
     );
     // back onto a local tier, verified, and it restores
-    h.ok(&[
-        "snapshot",
-        "move",
-        "helloworld",
-        "--from",
-        "remote",
-        "--to",
-        "pmem",
-    ]);
+    h.mv("remote", "pmem");
     restores_from(&h, &w, "pmem");
-    h.ok(&[
-        "snapshot",
-        "move",
-        "helloworld",
-        "--from",
-        "pmem",
-        "--to",
-        "remote",
-    ]);
+    h.mv("pmem", "remote");
 
     // an object replaced behind thaw's back (validly sealed, wrong content) is refused
     let cfg = TiersConfig::load(&h.0).unwrap();
     let store = thaw_tiers::objects::RemoteStore::open(&h.0, cfg.get("remote").unwrap()).unwrap();
     let state_obj = format!("{name}/state.json");
+    const BACK: [&str; 7] = [
+        "snapshot",
+        "move",
+        "helloworld",
+        "--from",
+        "remote",
+        "--to",
+        "pmem",
+    ];
     let good = store.get(&state_obj).unwrap();
     store.put(&state_obj, b"{}").unwrap();
-    h.fails(
-        &[
-            "snapshot",
-            "move",
-            "helloworld",
-            "--from",
-            "remote",
-            "--to",
-            "pmem",
-        ],
-        "differ",
-    );
+    h.fails(&BACK, "differ");
     assert_eq!(holders(&h), vec!["remote".to_string()]);
     store.put(&state_obj, &good).unwrap();
 
@@ -500,15 +479,7 @@ fn snapshots_travel_to_the_remote_tier_sealed_and_come_back_verified() {
     // SAFETY: stopping and resuming the server this test's setup started.
     unsafe { libc::kill(pid, libc::SIGSTOP) };
     let t0 = std::time::Instant::now();
-    let (ok, _, err) = h.thaw(&[
-        "snapshot",
-        "move",
-        "helloworld",
-        "--from",
-        "remote",
-        "--to",
-        "pmem",
-    ]);
+    let (ok, _, err) = h.thaw(&BACK);
     let took = t0.elapsed();
     // SAFETY: as above.
     unsafe { libc::kill(pid, libc::SIGCONT) };
@@ -522,15 +493,7 @@ fn snapshots_travel_to_the_remote_tier_sealed_and_come_back_verified() {
     );
     assert!(!err.contains("panicked"), "{err}");
     assert_eq!(holders(&h), vec!["remote".to_string()]);
-    h.ok(&[
-        "snapshot",
-        "move",
-        "helloworld",
-        "--from",
-        "remote",
-        "--to",
-        "pmem",
-    ]);
+    h.mv("remote", "pmem");
     restores_from(&h, &w, "pmem");
     h.ok(&["tier", "teardown", "--force"]);
 }

@@ -7,7 +7,7 @@
 use crate::config::{TierConfig, TIERS_DIR};
 use crate::device::{run, DeviceState};
 use anyhow::{bail, Context, Result};
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -77,14 +77,8 @@ pub fn credentials(home: &Path, t: &TierConfig) -> Result<(String, String)> {
     crate::seal::random(&mut rnd)?;
     let hex: String = rnd.iter().map(|b| format!("{b:02x}")).collect();
     let (a, s) = (format!("thaw{}", &hex[..12]), hex[12..].to_string());
-    std::fs::create_dir_all(p.parent().unwrap())?;
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&p)
-        .with_context(|| format!("creating {}", p.display()))?;
-    std::io::Write::write_all(&mut f, format!("{a}:{s}\n").as_bytes())?;
+    std::fs::create_dir_all(state_dir(home, t))?;
+    crate::seal::create_private(&p, format!("{a}:{s}\n").as_bytes())?;
     Ok((a, s))
 }
 

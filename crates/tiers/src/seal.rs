@@ -47,14 +47,7 @@ impl Key {
                 let mut k = [0u8; 32];
                 random(&mut k)?;
                 let tmp = home.join(format!(".{KEY_FILE}.tmp-{}", std::process::id()));
-                let mut f = std::fs::OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .mode(0o600)
-                    .open(&tmp)
-                    .with_context(|| format!("creating {}", tmp.display()))?;
-                std::io::Write::write_all(&mut f, &k)?;
-                f.sync_all()?;
+                create_private(&tmp, &k)?;
                 // no-replace: a key another process made first wins
                 match std::fs::hard_link(&tmp, &p) {
                     Ok(()) => {
@@ -75,6 +68,20 @@ impl Key {
     pub fn from_bytes(k: &[u8]) -> Key {
         Key(XChaCha20Poly1305::new_from_slice(k).expect("32-byte key"))
     }
+}
+
+/// Creates `path` (which must not exist) readable by its owner only, with
+/// `data`, synced.
+pub(crate) fn create_private(path: &Path, data: &[u8]) -> Result<()> {
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("creating {}", path.display()))?;
+    std::io::Write::write_all(&mut f, data)?;
+    f.sync_all()?;
+    Ok(())
 }
 
 pub(crate) fn random(buf: &mut [u8]) -> Result<()> {
