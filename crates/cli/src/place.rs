@@ -104,7 +104,7 @@ pub fn run(home: &Path, o: &Options) -> Result<()> {
         placed.push((p, pl));
     }
     if placed.len() > 1 {
-        compare_fixed(&placed, &tiers);
+        compare_fixed(&placed, &tiers, o.max_slowdown);
     }
     Ok(())
 }
@@ -137,18 +137,38 @@ fn print_one(pl: &Placement, tiers: &[TierOption], explain: bool) {
 }
 
 /// The suite placed per function against every tier used for all of them:
-/// storage cost, mean estimated cold start, and their product.
-fn compare_fixed(placed: &[(FunctionProfile, Placement)], tiers: &[TierOption]) {
-    println!("\n| placement | $/month | mean cold start (est.) | $ x ms |");
-    println!("|---|---|---|---|");
+/// storage cost, mean estimated cold start, their product, and how many
+/// functions end up slower than `max_slowdown` x their fastest tier.
+fn compare_fixed(placed: &[(FunctionProfile, Placement)], tiers: &[TierOption], max_slowdown: f64) {
+    println!("\n| placement | $/month | mean cold start (est.) | $ x ms | functions over {max_slowdown}x their fastest tier |");
+    println!("|---|---|---|---|---|");
+    let fastest: Vec<f64> = placed
+        .iter()
+        .map(|(_, p)| {
+            p.estimates
+                .iter()
+                .filter(|e| e.rejected.is_none())
+                .map(|e| e.cold_ms)
+                .fold(f64::INFINITY, f64::min)
+        })
+        .collect();
     let row = |name: &str, picks: Vec<Option<&placement::Estimate>>| {
         if picks.iter().any(|p| p.is_none()) {
-            println!("| {name} | - | - | does not fit every function |");
+            println!("| {name} | - | - | - | does not fit every function |");
             return;
         }
         let cost: f64 = picks.iter().flatten().map(|e| e.cost_per_month).sum();
         let lat = picks.iter().flatten().map(|e| e.cold_ms).sum::<f64>() / picks.len() as f64;
-        println!("| {name} | {cost:.4} | {lat:.2} ms | {:.4} |", cost * lat);
+        let over = picks
+            .iter()
+            .flatten()
+            .zip(&fastest)
+            .filter(|(e, f)| e.cold_ms > *f * max_slowdown)
+            .count();
+        println!(
+            "| {name} | {cost:.4} | {lat:.2} ms | {:.4} | {over} |",
+            cost * lat
+        );
     };
     row(
         "per function (thaw place)",

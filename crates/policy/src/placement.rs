@@ -16,8 +16,9 @@
 //!   tier) + memory part + warm execution time;
 //! - a tier qualifies if it has room for the image and its restore slots
 //!   cover the function's expected concurrent cold starts (Little's law);
-//! - the choice is the cheapest qualifying tier whose estimated cold start is
-//!   within `max_slowdown` of the fastest qualifying tier's.
+//! - among the qualifying tiers whose estimated cold start is within
+//!   `max_slowdown` of the fastest one's, the choice minimises storage cost
+//!   x estimated cold start (the figure of merit the issue names).
 
 /// What was measured about one function.
 #[derive(Debug, Clone, PartialEq)]
@@ -151,15 +152,15 @@ pub fn place(f: &FunctionProfile, tiers: &[TierOption], max_slowdown: f64) -> Pl
         .iter()
         .filter(|e| e.cold_ms <= bound)
         .min_by(|a, b| {
-            a.cost_per_month
-                .total_cmp(&b.cost_per_month)
+            (a.cost_per_month * a.cold_ms)
+                .total_cmp(&(b.cost_per_month * b.cold_ms))
                 .then(a.cold_ms.total_cmp(&b.cold_ms))
         })
         .copied()
         .unwrap_or(fastest);
     let memory_share = chosen.memory_ms / chosen.cold_ms;
     explanation.push(format!(
-        "chosen: {} with {}: the cheapest tier within the bound ({:.1} ms, {:.2}x the fastest; ${:.4}/month); the medium is {:.0}% of its cold start",
+        "chosen: {} with {}: the lowest cost x latency within the bound ({:.1} ms, {:.2}x the fastest; ${:.4}/month); the medium is {:.0}% of its cold start",
         chosen.tier,
         chosen.strategy,
         chosen.cold_ms,
