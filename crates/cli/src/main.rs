@@ -146,6 +146,15 @@ enum SnapCmd {
         #[arg(long)]
         to: String,
     },
+    /// Copy a snapshot onto another tier, keeping the source (e.g. fetch from remote to restore);
+    /// what a cold start reads first travels first
+    Get {
+        function: String,
+        #[arg(long)]
+        from: String,
+        #[arg(long)]
+        to: String,
+    },
     /// The tiers holding a function's snapshot (finishing interrupted moves first)
     Where { function: String },
 }
@@ -394,7 +403,10 @@ fn run(cli: Cli) -> Result<()> {
         }
         Cmd::Snapshot {
             cmd: SnapCmd::Move { function, from, to },
-        } => tiers::snapshot_move(&home, &function, &from, &to),
+        } => tiers::snapshot_transfer(&home, &function, &from, &to, false),
+        Cmd::Snapshot {
+            cmd: SnapCmd::Get { function, from, to },
+        } => tiers::snapshot_transfer(&home, &function, &from, &to, true),
         Cmd::Snapshot {
             cmd: SnapCmd::Where { function },
         } => tiers::snapshot_where(&home, &function),

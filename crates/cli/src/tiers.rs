@@ -37,7 +37,7 @@ pub enum TierCmd {
         force: bool,
     },
     /// Measure sequential read bandwidth and 4 KiB random read latency (O_DIRECT) per tier,
-    /// from the worker and from a reader in sandbox-like cgroups
+    /// from the worker and from a reader in sandbox-like cgroups (remote: GET bandwidth, HEAD round trip)
     Probe {
         #[arg(long)]
         tiers: Option<String>,
@@ -245,12 +245,6 @@ fn probe_tiers(
     let mut all = load_probes(home);
     let mut out = BTreeMap::new();
     for t in cfg.select(names.as_deref())? {
-        if t.kind == Kind::Remote {
-            if explicit {
-                bail!("tier {}: the probe measures local tiers only", t.name);
-            }
-            continue;
-        }
         let st = device::status(home, t)?;
         if !st.ready {
             if explicit {
@@ -259,28 +253,37 @@ fn probe_tiers(
             crate::progress(&format!("tier {}: skipped ({})", t.name, st.detail));
             continue;
         }
-        let root = t.snapshot_root(home).context("a local tier has a path")?;
-        std::fs::create_dir_all(&root).with_context(|| format!("creating {}", root.display()))?;
-        let file = root.join(format!(".probe-{}", std::process::id()));
-        crate::progress(&format!(
-            "tier {}: writing a {mib} MiB probe file",
-            t.label()
-        ));
-        let res = probe::write_probe_file(&file, mib).and_then(|()| {
-            let worker = probe::measure(&file, reads, "worker")?;
-            let mut cmd = std::process::Command::new(&exe);
-            cmd.args([
-                "tier",
-                "probe-reader",
-                "--reads",
-                &reads.to_string(),
-                "--file",
-            ])
-            .arg(&file);
-            let sandbox = probe::measure_in_sandbox_cgroups(cmd)?;
-            Ok(vec![worker, sandbox])
-        });
-        let _ = std::fs::remove_file(&file);
+        let res = if t.kind == Kind::Remote {
+            crate::progress(&format!("tier {}: a {mib} MiB probe object", t.label()));
+            RemoteStore::open(home, t)
+                .and_then(|s| probe::measure_remote(&s, mib, reads))
+                .map(|r| vec![r])
+        } else {
+            let root = t.snapshot_root(home).context("a local tier has a path")?;
+            std::fs::create_dir_all(&root)
+                .with_context(|| format!("creating {}", root.display()))?;
+            let file = root.join(format!(".probe-{}", std::process::id()));
+            crate::progress(&format!(
+                "tier {}: writing a {mib} MiB probe file",
+                t.label()
+            ));
+            let res = probe::write_probe_file(&file, mib).and_then(|()| {
+                let worker = probe::measure(&file, reads, "worker")?;
+                let mut cmd = std::process::Command::new(&exe);
+                cmd.args([
+                    "tier",
+                    "probe-reader",
+                    "--reads",
+                    &reads.to_string(),
+                    "--file",
+                ])
+                .arg(&file);
+                let sandbox = probe::measure_in_sandbox_cgroups(cmd)?;
+                Ok(vec![worker, sandbox])
+            });
+            let _ = std::fs::remove_file(&file);
+            res
+        };
         let res = res.with_context(|| format!("probing tier {}", t.name))?;
         for r in &res {
             println!(
@@ -294,7 +297,11 @@ fn probe_tiers(
                 r.rand_read_4k_us_median,
                 r.rand_read_4k_us_p99,
                 r.rand_read_4k_us_mean / t.profile.rand_read_4k_us,
-                if r.direct { "O_DIRECT" } else { "cached (no O_DIRECT on this filesystem)" }
+                match (t.kind, r.direct) {
+                    (Kind::Remote, _) => "over the network, sealed",
+                    (_, true) => "O_DIRECT",
+                    (_, false) => "cached (no O_DIRECT on this filesystem)",
+                }
             );
         }
         out.insert(t.name.clone(), res.clone());
@@ -393,13 +400,24 @@ fn snapshot_name(p: &Place, function: &str) -> Result<Option<String>> {
     Ok(first)
 }
 
-pub fn snapshot_move(home: &Path, function: &str, from: &str, to: &str) -> Result<()> {
+/// `thaw snapshot move` (`keep_source` false) and `thaw snapshot get`.
+pub fn snapshot_transfer(
+    home: &Path,
+    function: &str,
+    from: &str,
+    to: &str,
+    keep_source: bool,
+) -> Result<()> {
     let places = Places::new(home)?;
     places.recover()?;
     let (src, dst) = (places.get(from)?, places.get(to)?);
     let name = snapshot_name(&src, function)?
         .with_context(|| format!("no snapshot of {function} on tier {from}"))?;
-    let rep = moves::move_snapshot(home, &name, &src, &dst)?;
+    let rep = if keep_source {
+        moves::copy_snapshot(home, &name, &src, &dst)?
+    } else {
+        moves::move_snapshot(home, &name, &src, &dst)?
+    };
     println!("{}", serde_json::to_string_pretty(&rep)?);
     Ok(())
 }

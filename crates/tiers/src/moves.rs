@@ -49,6 +49,9 @@ struct Journal {
     name: String,
     from: String,
     to: String,
+    /// a copy (`thaw snapshot get`): the source stays
+    #[serde(default)]
+    keep_source: bool,
     /// "copying" until the target is switched in, then "switched"
     state: String,
 }
@@ -60,6 +63,9 @@ pub struct MoveReport {
     pub from: String,
     pub to: String,
     pub bytes: u64,
+    /// until what a cold start needs first (manifest, state, the REAP
+    /// working set) was on the target
+    pub first_needed_ms: f64,
     pub copy_ms: f64,
     pub verify_ms: f64,
     pub total_ms: f64,
@@ -197,6 +203,22 @@ pub fn list(p: &Place) -> Result<Vec<String>> {
 
 /// Copies `name` from `from` to `to`, verifies, switches, deletes the source.
 pub fn move_snapshot(home: &Path, name: &str, from: &Place, to: &Place) -> Result<MoveReport> {
+    transfer(home, name, from, to, false)
+}
+
+/// Like a move, but the source stays: fetching a remote snapshot onto a
+/// local tier to restore it (what a cold start needs first comes first).
+pub fn copy_snapshot(home: &Path, name: &str, from: &Place, to: &Place) -> Result<MoveReport> {
+    transfer(home, name, from, to, true)
+}
+
+fn transfer(
+    home: &Path,
+    name: &str,
+    from: &Place,
+    to: &Place,
+    keep_source: bool,
+) -> Result<MoveReport> {
     check_name(name)?;
     let t0 = std::time::Instant::now();
     if from.tier() == to.tier() {
@@ -218,13 +240,14 @@ pub fn move_snapshot(home: &Path, name: &str, from: &Place, to: &Place) -> Resul
         name: name.into(),
         from: from.tier().into(),
         to: to.tier().into(),
+        keep_source,
         state: "copying".into(),
     };
     set_journal(home, &j)?;
     crash_point("journaled");
     // leftovers of an earlier failed attempt
     discard_target(to, name)?;
-    let (files, bytes) = copy(from, to, name)?;
+    let (files, bytes, first_needed) = copy(from, to, name)?;
     let copy_ms = t0.elapsed().as_secs_f64() * 1e3;
     crash_point("copied");
     let t1 = std::time::Instant::now();
@@ -243,21 +266,28 @@ pub fn move_snapshot(home: &Path, name: &str, from: &Place, to: &Place) -> Resul
     crash_point("switched");
     j.state = "switched".into();
     set_journal(home, &j)?;
-    delete_source(from, name)?;
+    if !keep_source {
+        delete_source(from, name)?;
+    }
     std::fs::remove_file(journal_path(home, name))?;
     Ok(MoveReport {
         name: name.into(),
         from: from.tier().into(),
         to: to.tier().into(),
         bytes,
+        first_needed_ms: first_needed.as_secs_f64() * 1e3,
         copy_ms,
         verify_ms,
         total_ms: t0.elapsed().as_secs_f64() * 1e3,
     })
 }
 
-fn copy(from: &Place, to: &Place, name: &str) -> Result<(FileSums, u64)> {
-    let files = match from {
+/// Files a cold start reads first: they travel first.
+const FIRST_NEEDED: &[&str] = &["manifest.json", "state.json", "ws.json", "ws.img"];
+
+fn copy(from: &Place, to: &Place, name: &str) -> Result<(FileSums, u64, std::time::Duration)> {
+    let t0 = std::time::Instant::now();
+    let mut files = match from {
         Place::Local { root, .. } => local_files(&root.join(name))?,
         Place::Remote { store, .. } => {
             let rec: CommitRecord =
@@ -267,7 +297,18 @@ fn copy(from: &Place, to: &Place, name: &str) -> Result<(FileSums, u64)> {
         }
     };
     let bytes = files.iter().map(|f| f.1).sum();
-    for (f, _, _) in &files {
+    let mut order: Vec<&(String, u64, String)> = files.iter().collect();
+    order.sort_by_key(|(f, _, _)| {
+        FIRST_NEEDED
+            .iter()
+            .position(|n| n == f)
+            .unwrap_or(FIRST_NEEDED.len())
+    });
+    let mut first_needed = None;
+    for (f, _, _) in order {
+        if first_needed.is_none() && !FIRST_NEEDED.contains(&f.as_str()) {
+            first_needed = Some(t0.elapsed());
+        }
         if f.contains('/') || f.starts_with('.') || f == COMMIT {
             bail!("snapshot {name} holds a file named {f:?}");
         }
@@ -289,7 +330,8 @@ fn copy(from: &Place, to: &Place, name: &str) -> Result<(FileSums, u64)> {
     if let Place::Local { root, .. } = to {
         fsync_dir(&tmp_dir(root, name))?;
     }
-    Ok((files, bytes))
+    files.sort();
+    Ok((files, bytes, first_needed.unwrap_or_else(|| t0.elapsed())))
 }
 
 fn verify_copy(to: &Place, name: &str, files: &[(String, u64, String)]) -> Result<()> {
@@ -396,7 +438,9 @@ pub fn recover<'a>(home: &Path, place: &dyn Fn(&str) -> Result<Place<'a>>) -> Re
         check_name(&j.name)?;
         let (from, to) = (place(&j.from)?, place(&j.to)?);
         let line = if j.state == "switched" || holds(&to, &j.name)? {
-            delete_source(&from, &j.name)?;
+            if !j.keep_source {
+                delete_source(&from, &j.name)?;
+            }
             format!("{}: finished the move from {} to {}", j.name, j.from, j.to)
         } else {
             discard_target(&to, &j.name)?;

@@ -150,6 +150,15 @@ pub fn measure(path: &Path, rand_reads: usize, reader: &str) -> Result<ReaderRes
             bail!("short read of {n} bytes from {}", path.display());
         }
     }
+    Ok(summarize_reads(reader, direct, seq_read_mbps, lat))
+}
+
+fn summarize_reads(
+    reader: &str,
+    direct: bool,
+    seq_read_mbps: f64,
+    mut lat: Vec<f64>,
+) -> ReaderResult {
     let mean = lat.iter().sum::<f64>() / lat.len().max(1) as f64;
     lat.sort_by(f64::total_cmp);
     let pct = |p: f64| -> f64 {
@@ -158,7 +167,7 @@ pub fn measure(path: &Path, rand_reads: usize, reader: &str) -> Result<ReaderRes
         }
         lat[((lat.len() - 1) as f64 * p).round() as usize]
     };
-    Ok(ReaderResult {
+    ReaderResult {
         reader: reader.into(),
         blkio_cgroup: cgroup_of("self", "blkio"),
         direct,
@@ -167,7 +176,7 @@ pub fn measure(path: &Path, rand_reads: usize, reader: &str) -> Result<ReaderRes
         rand_read_4k_us_mean: mean,
         rand_read_4k_us_median: pct(0.5),
         rand_read_4k_us_p99: pct(0.99),
-    })
+    }
 }
 
 /// A process's ("self" or a pid) cgroup in one v1 hierarchy.
@@ -250,4 +259,49 @@ pub fn reader_main(path: &Path, rand_reads: usize) -> Result<()> {
     r.reader = format!("sandbox-cgroup (memory {})", cgroup_of("self", "memory"));
     println!("{}", serde_json::to_string(&r)?);
     Ok(())
+}
+
+/// The remote tier's profile from the worker: sequential bandwidth is one
+/// GET of a `mib` MiB sealed object (opening included, as a restore pays
+/// it); access latency is one round trip (HEAD), `reads` times.
+pub fn measure_remote(
+    store: &crate::objects::RemoteStore,
+    mib: usize,
+    reads: usize,
+) -> Result<ReaderResult> {
+    if mib == 0 {
+        bail!("the probe object must be at least 1 MiB");
+    }
+    let name = format!(".probe-{}", std::process::id());
+    let data: Vec<u8> = (0..mib << 20).map(|i| (i * 131 + 7) as u8).collect();
+    store.put(&name, &data)?;
+    let measured = (|| -> Result<ReaderResult> {
+        let mut total = 0usize;
+        let t0 = Instant::now();
+        while total == 0 || t0.elapsed() < PHASE {
+            let back = store.get(&name)?;
+            if back != data {
+                bail!("the probe object came back different");
+            }
+            total += back.len();
+        }
+        let seq_read_mbps = total as f64 / t0.elapsed().as_secs_f64() / 1e6;
+        let mut lat = Vec::with_capacity(reads);
+        let t1 = Instant::now();
+        while lat.len() < reads || (t1.elapsed() < PHASE && lat.len() < MAX_RAND_READS) {
+            let t = Instant::now();
+            if !store.exists(&name)? {
+                bail!("the probe object vanished");
+            }
+            lat.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+        Ok(summarize_reads(
+            "worker (S3 GET; HEAD round trips)",
+            false,
+            seq_read_mbps,
+            lat,
+        ))
+    })();
+    let _ = store.delete(&name);
+    measured
 }
