@@ -495,6 +495,17 @@ fn snapshots_travel_to_the_remote_tier_sealed_and_come_back_verified() {
     assert_eq!(holders(&h), vec!["remote".to_string()]);
     h.mv("remote", "pmem");
     restores_from(&h, &w, "pmem");
+    // a copy keeps the source
+    h.ok(&[
+        "snapshot",
+        "get",
+        "helloworld",
+        "--from",
+        "pmem",
+        "--to",
+        "remote",
+    ]);
+    assert_eq!(holders(&h), vec!["pmem".to_string(), "remote".to_string()]);
     h.ok(&["tier", "teardown", "--force"]);
 }
 
