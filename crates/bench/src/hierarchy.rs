@@ -1,6 +1,7 @@
 //! `thaw bench hierarchy`: seed 000's method over the storage hierarchy.
-//! The restore benchmark runs on every tier in one process (page cache of
-//! the snapshot dropped before every cold run, a fresh start as the
+//! The restore benchmark runs on every tier in one process, in rounds of one
+//! run per tier (page cache of the snapshot dropped before every cold run,
+//! one untimed warm-up restore per strategy, a fresh start as the
 //! baseline), and the report sets the tiers side by side: cold and warm
 //! latency with the phase breakdown, the ratios between devices with the
 //! paper's beside them, and REAP against `mmap` per tier. Emulated tiers are
@@ -34,18 +35,35 @@ pub fn run(
     for t in &o.tiers {
         w.tier(t)?;
     }
+    if o.runs == 0 {
+        bail!("--runs must be at least 1");
+    }
+    // rounds: every tier once per round, so a noisy spell on a shared
+    // machine falls on all tiers alike instead of on whichever ran then
     let mut all = Vec::new();
-    for t in &o.tiers {
-        let ro = restore::Options {
-            functions: o.functions.clone(),
-            strategies: o.strategies.clone(),
-            tier: t.clone(),
-            sizes: o.sizes.clone(),
-            runs: o.runs,
-            redeploy: o.redeploy,
-            check_all: false,
-        };
-        all.extend(restore::run(w, &ro, sink)?);
+    for round in 0..o.runs {
+        for t in &o.tiers {
+            let ro = restore::Options {
+                functions: o.functions.clone(),
+                strategies: o.strategies.clone(),
+                tier: t.clone(),
+                sizes: o.sizes.clone(),
+                runs: 1,
+                redeploy: o.redeploy && round == 0,
+                check_all: false,
+            };
+            let mut numbered = |r: &Record| {
+                sink(&Record {
+                    run: round,
+                    ..r.clone()
+                })
+            };
+            all.extend(
+                restore::run(w, &ro, &mut numbered)?
+                    .into_iter()
+                    .map(|r| Record { run: round, ..r }),
+            );
+        }
     }
     Ok(all)
 }
