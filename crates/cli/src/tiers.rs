@@ -413,6 +413,20 @@ pub fn snapshot_transfer(
     let (src, dst) = (places.get(from)?, places.get(to)?);
     let name = snapshot_name(&src, function)?
         .with_context(|| format!("no snapshot of {function} on tier {from}"))?;
+    // the store accounts each tier's capacity: a move never overfills one
+    let target = places.cfg.get(to)?;
+    let (need, used) = (
+        moves::size_of(&src, &name)?,
+        device::used_bytes(home, target)?,
+    );
+    if used + need > target.capacity_bytes {
+        bail!(
+            "tier {to} is full: {} MiB used of {} MiB, the snapshot needs {} MiB",
+            used >> 20,
+            target.capacity_bytes >> 20,
+            need >> 20
+        );
+    }
     let rep = if keep_source {
         moves::copy_snapshot(home, &name, &src, &dst)?
     } else {

@@ -409,6 +409,18 @@ fn a_move_killed_at_any_step_leaves_exactly_one_copy() {
         ],
         "unknown tier",
     );
+    // a tier too small for the snapshot is refused before anything is copied
+    let mut cfg = TiersConfig::load(&h.0).unwrap();
+    cfg.tiers
+        .iter_mut()
+        .find(|t| t.name == at)
+        .unwrap()
+        .capacity_bytes = 1 << 20;
+    cfg.save(&h.0).unwrap();
+    h.fails(
+        &["snapshot", "get", "helloworld", "--from", to, "--to", at],
+        "is full",
+    );
     h.ok(&["tier", "teardown", "--force"]);
 }
 

@@ -175,6 +175,14 @@ pub fn holds(p: &Place, name: &str) -> Result<bool> {
     })
 }
 
+/// Bytes the snapshot `name` takes at `p` (remote: as stored, sealed).
+pub fn size_of(p: &Place, name: &str) -> Result<u64> {
+    Ok(match p {
+        Place::Local { root, .. } => local_files(&root.join(name))?.iter().map(|f| f.1).sum(),
+        Place::Remote { store, .. } => store.list(name)?.iter().map(|o| o.1).sum(),
+    })
+}
+
 /// Snapshot names committed at `p`.
 pub fn list(p: &Place) -> Result<Vec<String>> {
     let mut out = Vec::new();
