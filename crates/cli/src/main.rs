@@ -297,6 +297,7 @@ fn run(cli: Cli) -> Result<()> {
                 w.start_fresh(&function)?.0
             } else {
                 let snap = w.snapshot(&function, &w.tier(&tier)?)?;
+                let _slot = tiers::restore_slot(&home, &tier)?;
                 w.restore(&snap, &strategy)?.0
             };
             let inv = thaw_worker::invoke(&mut sb, &size, thaw_worker::INVOKE_TIMEOUT)?;

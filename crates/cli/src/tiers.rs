@@ -462,3 +462,13 @@ pub fn snapshot_where(home: &Path, function: &str) -> Result<()> {
     }
     Ok(())
 }
+
+/// One of `tier`'s restore slots, waited for up to a minute.
+pub fn restore_slot(home: &Path, tier: &str) -> Result<thaw_tiers::slots::RestoreSlot> {
+    let cfg = TiersConfig::load(home)?;
+    thaw_tiers::slots::RestoreSlot::acquire(
+        home,
+        cfg.get(tier)?,
+        std::time::Duration::from_secs(60),
+    )
+}

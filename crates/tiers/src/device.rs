@@ -463,6 +463,8 @@ fn teardown_block(home: &Path, t: &TierConfig) -> Result<()> {
 /// Removes the tiers' shared directories once nothing is left in them.
 pub fn tidy(home: &Path) {
     let _ = std::fs::remove_dir(devices_dir(home));
+    // lock files only; a holder keeps its descriptor
+    let _ = std::fs::remove_dir_all(home.join(TIERS_DIR).join(".slots"));
     let _ = std::fs::remove_dir(home.join(TIERS_DIR));
 }
 

@@ -15,5 +15,6 @@ pub mod probe;
 pub mod relay;
 pub mod remote;
 pub mod seal;
+pub mod slots;
 
 pub use config::{DeviceProfile, Kind, TierConfig, TiersConfig, CONFIG_FILE};
