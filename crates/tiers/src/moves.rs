@@ -278,6 +278,8 @@ fn transfer(
         delete_source(from, name)?;
     }
     std::fs::remove_file(journal_path(home, name))?;
+    // the journal directory goes with its last entry
+    let _ = std::fs::remove_dir(home.join(JOURNAL_DIR));
     Ok(MoveReport {
         name: name.into(),
         from: from.tier().into(),
