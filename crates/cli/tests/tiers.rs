@@ -208,10 +208,17 @@ fn probe_sees_the_throttle_from_the_worker_and_a_sandbox_cgroup() {
     let v: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
     let readers = v["hdd"].as_array().unwrap();
     assert_eq!(readers.len(), 2);
-    assert!(readers[1]["reader"]
-        .as_str()
-        .unwrap()
-        .starts_with("sandbox-cgroup (memory /thaw/probe-"));
+    let reader = readers[1]["reader"].as_str().unwrap();
+    let cg = reader
+        .strip_prefix("sandbox-cgroup (memory /")
+        .and_then(|r| r.strip_suffix(')'))
+        .unwrap_or_else(|| panic!("reader {reader:?}"));
+    assert!(cg.starts_with("thaw/probe-"), "{cg}");
+    // the reader's cgroups are gone with it
+    for ctrl in ["memory", "pids"] {
+        let dir = Path::new("/sys/fs/cgroup").join(ctrl).join(cg);
+        assert!(!dir.exists(), "{} left behind", dir.display());
+    }
     for r in readers {
         assert_eq!(r["direct"], true, "{r}");
         let seq = r["seq_read_mbps"].as_f64().unwrap();
@@ -476,10 +483,13 @@ fn snapshots_travel_to_the_remote_tier_sealed_and_come_back_verified() {
         "--to",
         "pmem",
     ];
-    let good = store.get(&state_obj).unwrap();
+    let good = store.get(&state_obj, 1 << 30).unwrap();
     store.put(&state_obj, b"{}").unwrap();
     h.fails(&BACK, "differ");
     assert_eq!(holders(&h), vec!["remote".to_string()]);
+    // one announcing more than the commit record says is never downloaded
+    store.put(&state_obj, &vec![b' '; good.len() + 1]).unwrap();
+    h.fails(&BACK, "announces");
     store.put(&state_obj, &good).unwrap();
 
     // a store that stops answering fails the move clearly, within the deadline

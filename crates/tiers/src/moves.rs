@@ -22,6 +22,8 @@ use std::path::{Path, PathBuf};
 const JOURNAL_DIR: &str = "moves";
 /// The remote object that makes a snapshot's objects a snapshot.
 pub const COMMIT: &str = "COMMIT";
+/// Bound on a commit record's size (it lists a handful of files).
+const MAX_COMMIT_RECORD: u64 = 1 << 20;
 /// Test hook: the process kills itself (SIGKILL) at this step of a move.
 pub const CRASH_ENV: &str = "THAW_MOVE_CRASH_AT";
 pub const CRASH_POINTS: &[&str] = &["journaled", "copied", "verified", "switched", "hidden"];
@@ -301,7 +303,7 @@ fn copy(from: &Place, to: &Place, name: &str) -> Result<(FileSums, u64, std::tim
         Place::Local { root, .. } => local_files(&root.join(name))?,
         Place::Remote { store, .. } => {
             let rec: CommitRecord =
-                serde_json::from_slice(&store.get(&format!("{name}/{COMMIT}"))?)
+                serde_json::from_slice(&store.get(&format!("{name}/{COMMIT}"), MAX_COMMIT_RECORD)?)
                     .context("parsing the remote commit record")?;
             rec.files
         }
@@ -315,7 +317,7 @@ fn copy(from: &Place, to: &Place, name: &str) -> Result<(FileSums, u64, std::tim
             .unwrap_or(FIRST_NEEDED.len())
     });
     let mut first_needed = None;
-    for (f, _, _) in order {
+    for (f, len, _) in order {
         if first_needed.is_none() && !FIRST_NEEDED.contains(&f.as_str()) {
             first_needed = Some(t0.elapsed());
         }
@@ -324,7 +326,7 @@ fn copy(from: &Place, to: &Place, name: &str) -> Result<(FileSums, u64, std::tim
         }
         let data = match from {
             Place::Local { root, .. } => std::fs::read(root.join(name).join(f))?,
-            Place::Remote { store, .. } => store.get(&format!("{name}/{f}"))?,
+            Place::Remote { store, .. } => store.get(&format!("{name}/{f}"), *len)?,
         };
         match to {
             Place::Local { root, .. } => {
@@ -355,7 +357,7 @@ fn verify_copy(to: &Place, name: &str, files: &[(String, u64, String)]) -> Resul
         }
         Place::Remote { store, .. } => {
             for (f, len, sum) in files {
-                let data = store.get(&format!("{name}/{f}"))?;
+                let data = store.get(&format!("{name}/{f}"), *len)?;
                 if data.len() as u64 != *len || thaw_store::sha256_hex(&data) != *sum {
                     bail!("{name}/{f} read back differs from what was sent");
                 }

@@ -130,11 +130,24 @@ impl RemoteStore {
         Ok(())
     }
 
-    /// Fetches and opens `name`; a corrupt or tampered object is an error.
-    pub fn get(&self, name: &str) -> Result<Vec<u8>> {
+    /// Fetches and opens `name`; a corrupt or tampered object is an error,
+    /// and so is one announcing more than `max_len` bytes (it is never
+    /// downloaded: the header is read first).
+    pub fn get(&self, name: &str, max_len: u64) -> Result<Vec<u8>> {
+        let h = self.header(name)?;
+        if h.plain_len > max_len {
+            bail!(
+                "{name} on {} announces {} bytes, more than the {max_len} expected",
+                self.url,
+                h.plain_len
+            );
+        }
         let raw = self
             .rt
-            .block_on(async { self.store.get(&ObjPath::from(name)).await?.bytes().await })
+            .block_on(
+                self.store
+                    .get_range(&ObjPath::from(name), 0..h.sealed_len()),
+            )
             .with_context(|| format!("downloading {name} from {}", self.url))?;
         seal::open(&self.key, name, &raw)
     }

@@ -279,7 +279,7 @@ pub fn measure_remote(
         let mut total = 0usize;
         let t0 = Instant::now();
         while total == 0 || t0.elapsed() < PHASE {
-            let back = store.get(&name)?;
+            let back = store.get(&name, data.len() as u64)?;
             if back != data {
                 bail!("the probe object came back different");
             }
