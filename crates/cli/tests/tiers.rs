@@ -192,8 +192,13 @@ fn probe_sees_the_throttle_from_the_worker_and_a_sandbox_cgroup() {
     h.config(&["hdd"], |t| {
         t.profile.read_mbps = 40.0;
         t.profile.rand_read_4k_us = 2000.0;
+        t.read_ahead_kb = Some(0);
     });
     h.ok(&["tier", "setup"]);
+    let dev = our_loops(&h.0)[0].0.clone();
+    let ra_file = format!("/sys/block/{dev}/queue/read_ahead_kb");
+    let ra = std::fs::read_to_string(&ra_file).unwrap();
+    assert_eq!(ra.trim(), "0", "readahead off as configured");
     let out = h.0.join("probe.json");
     h.ok(&[
         "tier",
@@ -236,6 +241,9 @@ fn probe_sees_the_throttle_from_the_worker_and_a_sandbox_cgroup() {
         );
     }
     h.ok(&["tier", "teardown"]);
+    // the next user of the loop device gets its readahead back
+    let ra = std::fs::read_to_string(&ra_file).unwrap();
+    assert_ne!(ra.trim(), "0", "{dev} keeps readahead 0 after teardown");
 }
 
 #[test]

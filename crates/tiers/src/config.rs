@@ -94,6 +94,10 @@ pub struct TierConfig {
     /// clearly after it; retries stop after the same time again)
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_timeout_s: Option<u64>,
+    /// emulated block tiers: the device's readahead in KiB (0 turns it off,
+    /// seed 000's advice for snapshots); absent keeps the kernel's default
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_ahead_kb: Option<u32>,
 }
 
 impl TierConfig {
@@ -152,6 +156,7 @@ impl TiersConfig {
             emulated,
             max_concurrent_restores: max_conc,
             request_timeout_s: None,
+            read_ahead_kb: None,
         };
         let seed000 = "seed 000, Table 1";
         let mut remote = t(
@@ -339,6 +344,9 @@ impl TiersConfig {
                     if t.path.is_some() {
                         bail!("tier {n}: a remote tier has a url, not a path");
                     }
+                    if t.read_ahead_kb.is_some() {
+                        bail!("tier {n}: read_ahead_kb is for block tiers");
+                    }
                     if t.request_timeout_s.is_some_and(|s| s == 0 || s > 3600) {
                         bail!("tier {n}: request_timeout_s must be 1..3600");
                     }
@@ -346,6 +354,12 @@ impl TiersConfig {
                 Kind::Pmem | Kind::Block | Kind::Dram => {
                     if t.url.is_some() {
                         bail!("tier {n}: only a remote tier has a url");
+                    }
+                    if t.read_ahead_kb.is_some() && !(t.kind == Kind::Block && t.emulated) {
+                        bail!("tier {n}: read_ahead_kb is set on emulated block tiers only");
+                    }
+                    if t.read_ahead_kb.is_some_and(|k| k > 65536) {
+                        bail!("tier {n}: read_ahead_kb must be at most 65536");
                     }
                     if let Some(path) = &t.path {
                         if !path.is_absolute() {

@@ -243,6 +243,12 @@ pub fn status(home: &Path, t: &TierConfig) -> Result<DeviceState> {
                         let d = devno(Path::new(&src))?;
                         st.devno = Some(d);
                         st.detail += &describe_throttle(d)?;
+                        let ra = read_ahead_file(Path::new(&src))
+                            .ok()
+                            .and_then(|f| std::fs::read_to_string(f).ok());
+                        if let Some(ra) = ra {
+                            st.detail += &format!(", readahead {} KiB", ra.trim());
+                        }
                     }
                 }
             }
@@ -414,6 +420,13 @@ fn setup_block(home: &Path, t: &TierConfig) -> Result<DeviceState> {
     }
     finish_mount(&mp, "loop device over a sparse file, ext4, blkio throttle")?;
     let d = devno(&dev)?;
+    if let Some(kb) = t.read_ahead_kb {
+        let name = dev.file_name().context("device name")?;
+        let f = Path::new("/sys/block")
+            .join(name)
+            .join("queue/read_ahead_kb");
+        std::fs::write(&f, kb.to_string()).with_context(|| format!("writing {}", f.display()))?;
+    }
     let p = &t.profile;
     write_throttle(
         d,
@@ -447,17 +460,33 @@ fn remove_dir_if_present(p: &Path) -> Result<()> {
 fn teardown_block(home: &Path, t: &TierConfig) -> Result<()> {
     teardown_mount(home, t)?;
     let img = backing_file(home, &t.name);
+    let saved = saved_read_ahead(home, &t.name);
     for dev in loops_backed_by(&img)? {
         // rules stay with the device number, which the next loop user would inherit
         write_throttle(devno(&dev)?, [0; 4])?;
+        if let Ok(kb) = std::fs::read_to_string(&saved) {
+            std::fs::write(read_ahead_file(&dev)?, kb.trim())?;
+        }
         run("losetup", &["--detach", &path_str(&dev)?])?;
     }
+    let _ = std::fs::remove_file(&saved);
     match std::fs::remove_file(&img) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(e).with_context(|| format!("removing {}", img.display())),
     }
     Ok(())
+}
+
+fn read_ahead_file(dev: &Path) -> Result<PathBuf> {
+    let name = dev.file_name().context("device name")?;
+    Ok(Path::new("/sys/block")
+        .join(name)
+        .join("queue/read_ahead_kb"))
+}
+
+fn saved_read_ahead(home: &Path, tier: &str) -> PathBuf {
+    devices_dir(home).join(format!("{tier}.read_ahead_kb"))
 }
 
 /// Removes the tiers' shared directories once nothing is left in them.
