@@ -44,11 +44,18 @@ if grep -q " /sys/fs/cgroup/unified cgroup2 " /proc/mounts && ! grep -q " /sys/f
         || echo "setup: warning: could not set favordynmods; sandbox starts pay an RCU grace period" >&2
 fi
 # The emulated remote tier runs MinIO, which resolves through the Go module
-# proxy; built once into Go's bin directory (a few minutes) and reused.
-gobin=$(command -v go >/dev/null 2>&1 && go env GOPATH 2>/dev/null)/bin
+# proxy; built once into Go's bin directory (a few minutes) and reused. MinIO
+# needs a recent Go: GOTOOLCHAIN=auto lets Go >= 1.21 fetch the toolchain it
+# asks for through the same proxy; Debian 12's own Go (1.19) is too old.
+if ! command -v go >/dev/null 2>&1; then
+    echo "setup: installing golang-go (to build MinIO)" >&2
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq golang-go
+fi
+gobin=$(go env GOPATH)/bin
 if ! command -v minio >/dev/null 2>&1 && [ ! -x "$gobin/minio" ]; then
-    command -v go >/dev/null 2>&1 || die "go not found: the remote tier builds MinIO with 'go install' (Go >= 1.24)"
     echo "setup: building MinIO for the emulated remote tier (go install, a few minutes, once)" >&2
-    GOFLAGS=-mod=mod go install github.com/minio/minio@latest || die "go install github.com/minio/minio@latest failed"
+    GOTOOLCHAIN=auto GOFLAGS=-mod=mod go install github.com/minio/minio@latest \
+        || die "go install github.com/minio/minio@latest failed (it needs Go >= 1.21 to fetch its toolchain; found $(go version))"
 fi
 echo "setup: host ready" >&2
