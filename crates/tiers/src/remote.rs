@@ -90,6 +90,13 @@ pub fn server_binary() -> Result<PathBuf> {
     if let Some(gobin) = std::env::var_os("GOBIN") {
         cands.push(PathBuf::from(gobin).join("minio"));
     }
+    if let Some(gopath) = std::env::var_os("GOPATH") {
+        cands.push(PathBuf::from(gopath).join("bin/minio"));
+    }
+    // go's default GOPATH, where scripts/setup.sh installs it
+    if let Some(home) = std::env::var_os("HOME") {
+        cands.push(PathBuf::from(home).join("go/bin/minio"));
+    }
     cands.push(PathBuf::from("/root/go/bin/minio"));
     cands
         .into_iter()
