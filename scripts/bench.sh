@@ -35,4 +35,11 @@ for i in 1 2 3; do
 done
 $T sim sweep --synthetic --functions 600 --hours 24 --seed 7 --policy lru-mem,tiered-lru --ram-gb 32,36,40,48 \
     --csv "$OUT/sim-sweep.csv"
+# issue 13: the storage hierarchy (seed 000's study); emulated tiers are set up, probed, measured, torn down
+$T tier setup
+$T tier probe --json "$OUT/tier-probe.json"
+$T bench hierarchy --functions helloworld,lr_serving,matmul,pyaes,json_serdes --tiers tmpfs,pmem,nvme,sata,hdd \
+    --strategies mmap,reap --runs "$RUNS" --redeploy --json "$OUT/hierarchy.jsonl" --markdown "$OUT/hierarchy.md"
+$T place --all --explain --profile-tier nvme > "$OUT/place.txt"
+$T tier teardown --force
 echo "bench: results in $OUT/"

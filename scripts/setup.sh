@@ -9,7 +9,9 @@ die() { echo "setup: $*" >&2; exit 1; }
 
 # Debian packages the build and the runtime-root recipe use.
 need_pkgs=()
-for p in gcc:gcc apt-get:apt dpkg-deb:dpkg ip:iproute2 python3:python3; do
+# losetup/mount/blkid (util-linux), mkfs.ext4 and tc back the emulated storage tiers.
+for p in gcc:gcc apt-get:apt dpkg-deb:dpkg ip:iproute2 tc:iproute2 python3:python3 \
+    losetup:util-linux blkid:util-linux mkfs.ext4:e2fsprogs; do
     command -v "${p%%:*}" >/dev/null 2>&1 || need_pkgs+=("${p##*:}")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then
@@ -40,5 +42,20 @@ done
 if grep -q " /sys/fs/cgroup/unified cgroup2 " /proc/mounts && ! grep -q " /sys/fs/cgroup/unified cgroup2 .*favordynmods" /proc/mounts; then
     mount -o remount,favordynmods /sys/fs/cgroup/unified \
         || echo "setup: warning: could not set favordynmods; sandbox starts pay an RCU grace period" >&2
+fi
+# The emulated remote tier runs MinIO, which resolves through the Go module
+# proxy; built once into Go's bin directory (a few minutes) and reused. MinIO
+# needs a recent Go: GOTOOLCHAIN=auto lets Go >= 1.21 fetch the toolchain it
+# asks for through the same proxy; Debian 12's own Go (1.19) is too old.
+if ! command -v go >/dev/null 2>&1; then
+    echo "setup: installing golang-go (to build MinIO)" >&2
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq golang-go
+fi
+gobin=$(go env GOPATH)/bin
+if ! command -v minio >/dev/null 2>&1 && [ ! -x "$gobin/minio" ]; then
+    echo "setup: building MinIO for the emulated remote tier (go install, a few minutes, once)" >&2
+    GOTOOLCHAIN=auto GOFLAGS=-mod=mod go install github.com/minio/minio@latest \
+        || die "go install github.com/minio/minio@latest failed (it needs Go >= 1.21 to fetch its toolchain; found $(go version))"
 fi
 echo "setup: host ready" >&2

@@ -1,9 +1,11 @@
 //! thaw-bench: experiment runners. `restore` measures cold starts from
 //! snapshots per strategy and tier against a fresh start, in one process;
 //! `store` what sealing a verified DRAM image costs;
-//! `concurrency` measures N simultaneous cold starts.
+//! `concurrency` measures N simultaneous cold starts; `hierarchy` cold and
+//! warm starts per storage tier (seed 000's study).
 
 pub mod concurrency;
+pub mod hierarchy;
 pub mod restore;
 pub mod stats;
 pub mod store;

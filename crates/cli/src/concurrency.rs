@@ -62,7 +62,7 @@ pub fn run(w: &thaw_worker::Worker, a: Args) -> Result<()> {
     })?;
     let rows = thaw_bench::concurrency::summarize_rows(&batches);
     let md = thaw_bench::concurrency::markdown(&rows, &a.function, a.reps);
-    println!("{md}");
+    thaw_output::outln!("{md}");
     if let Some(p) = a.markdown {
         std::fs::write(&p, &md).with_context(|| format!("writing {}", p.display()))?;
     }

@@ -6,7 +6,9 @@ use std::path::PathBuf;
 
 mod concurrency;
 mod demo;
+mod place;
 mod store_cmds;
+mod tiers;
 
 #[derive(Parser)]
 #[command(
@@ -60,8 +62,13 @@ enum Cmd {
         #[arg(long)]
         check: bool,
     },
-    /// TOSS: profile FUNCTION's snapshot and split its pages between a fast and a slow tier
+    /// Storage tiers: list, setup, teardown, probe (`thaw tier --help`)
     Tier {
+        #[command(subcommand)]
+        cmd: tiers::TierCmd,
+    },
+    /// TOSS: profile FUNCTION's snapshot and split its pages between a fast and a slow tier
+    Split {
         function: String,
         /// Tier holding the snapshot and the fast file
         #[arg(long, default_value = "tmpfs")]
@@ -84,6 +91,26 @@ enum Cmd {
         /// Bound on the estimated slowdown ("inf": TOSS's plain minimum-cost placement)
         #[arg(long, default_value_t = 1.10)]
         max_slowdown: f64,
+    },
+    /// Choose each function's tier and restore strategy from its measured profile
+    Place {
+        /// Functions, comma-separated (or --all)
+        functions: Option<String>,
+        /// The whole suite
+        #[arg(long)]
+        all: bool,
+        /// Print every tier's estimate and the reasoning
+        #[arg(long)]
+        explain: bool,
+        /// Expected cold starts per hour per function
+        #[arg(long, default_value_t = 60.0)]
+        rate: f64,
+        /// A tier qualifies if its estimated cold start is within this factor of the fastest
+        #[arg(long, default_value_t = 1.3)]
+        max_slowdown: f64,
+        /// Tier the profile is measured on
+        #[arg(long, default_value = "disk")]
+        profile_tier: String,
     },
     /// Inspect snapshots
     Snapshot {
@@ -121,6 +148,56 @@ enum SnapCmd {
         #[arg(long, default_value = "tmpfs")]
         tier: String,
     },
+    /// Move a snapshot between tiers (copy, verify, switch, delete; crash-safe)
+    Move {
+        /// Function (or snapshot directory name)
+        function: String,
+        #[arg(long)]
+        from: String,
+        #[arg(long)]
+        to: String,
+    },
+    /// Copy a snapshot onto another tier, keeping the source (e.g. fetch from remote to restore);
+    /// what a cold start reads first travels first
+    Get {
+        function: String,
+        #[arg(long)]
+        from: String,
+        #[arg(long)]
+        to: String,
+    },
+    /// The tiers holding a function's snapshot (finishing interrupted moves first)
+    Where { function: String },
+}
+
+/// What every benchmark takes: inputs, repetitions, outputs.
+#[derive(clap::Args)]
+struct RunOpts {
+    /// Input sizes, comma-separated (I..IV)
+    #[arg(long, default_value = "I")]
+    sizes: String,
+    #[arg(long, default_value_t = 10)]
+    runs: usize,
+    /// Write one JSON object per run here
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Write the markdown report here (it is printed either way)
+    #[arg(long)]
+    markdown: Option<PathBuf>,
+    /// Take fresh snapshots first
+    #[arg(long)]
+    redeploy: bool,
+}
+
+impl RunOpts {
+    /// Prints the report and writes it where asked.
+    fn emit(&self, md: &str) -> Result<()> {
+        thaw_output::outln!("{md}");
+        if let Some(p) = &self.markdown {
+            std::fs::write(p, md).with_context(|| format!("writing {}", p.display()))?;
+        }
+        Ok(())
+    }
 }
 
 #[derive(Subcommand)]
@@ -137,29 +214,29 @@ enum BenchCmd {
     },
     /// N simultaneous cold starts (N = 1, 2, 4, ...) per strategy, tier and mode
     Concurrency(concurrency::Args),
+    /// Seed 000's study over the storage hierarchy: cold/warm starts per tier, device ratios, REAP vs mmap
+    Hierarchy {
+        #[arg(long, default_value = "helloworld,lr_serving")]
+        functions: String,
+        /// Tiers in order, fastest first (set up with `thaw tier setup`)
+        #[arg(long, default_value = "tmpfs,pmem,nvme,sata,hdd")]
+        tiers: String,
+        #[arg(long, default_value = "mmap,reap")]
+        strategies: String,
+        #[command(flatten)]
+        run: RunOpts,
+    },
     /// Cold starts from snapshots per strategy vs. a fresh start
     Restore {
         #[arg(long, default_value = "helloworld,lr_serving")]
         functions: String,
         #[arg(long, default_value = "eager,mmap,uffd")]
         strategies: String,
-        /// tmpfs or disk
+        /// A tier name (thaw tier list)
         #[arg(long, default_value = "tmpfs")]
         tier: String,
-        /// Input sizes, comma-separated (I..IV)
-        #[arg(long, default_value = "I")]
-        sizes: String,
-        #[arg(long, default_value_t = 10)]
-        runs: usize,
-        /// Write one JSON object per run here
-        #[arg(long)]
-        json: Option<PathBuf>,
-        /// Write the markdown table here (it is printed either way)
-        #[arg(long)]
-        markdown: Option<PathBuf>,
-        /// Take fresh snapshots first
-        #[arg(long)]
-        redeploy: bool,
+        #[command(flatten)]
+        run: RunOpts,
         /// Run the checker on every output, not just the first
         #[arg(long)]
         check_all: bool,
@@ -188,6 +265,24 @@ fn progress(msg: &str) {
 
 fn worker(home: &std::path::Path) -> Result<thaw_worker::Worker> {
     thaw_worker::Worker::new(home, &mut progress)
+}
+
+/// Writes each benchmark record as one JSON line to `path`, if given.
+fn record_sink(
+    path: Option<&std::path::Path>,
+) -> Result<impl FnMut(&thaw_bench::restore::Record) -> Result<()>> {
+    let mut out = match path {
+        Some(p) => {
+            Some(std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?)
+        }
+        None => None,
+    };
+    Ok(move |r: &thaw_bench::restore::Record| {
+        if let Some(f) = out.as_mut() {
+            writeln!(f, "{}", serde_json::to_string(r)?)?;
+        }
+        Ok(())
+    })
 }
 
 fn run(cli: Cli) -> Result<()> {
@@ -238,6 +333,7 @@ fn run(cli: Cli) -> Result<()> {
                 w.start_fresh(&function)?.0
             } else {
                 let snap = w.snapshot(&function, &w.tier(&tier)?)?;
+                let _slot = tiers::restore_slot(&home, &tier)?;
                 w.restore(&snap, &strategy)?.0
             };
             let inv = thaw_worker::invoke(&mut sb, &size, thaw_worker::INVOKE_TIMEOUT)?;
@@ -252,7 +348,36 @@ fn run(cli: Cli) -> Result<()> {
             );
             Ok(())
         }
-        Cmd::Tier {
+        Cmd::Tier { cmd } => tiers::run(&home, cmd),
+        Cmd::Place {
+            functions,
+            all,
+            explain,
+            rate,
+            max_slowdown,
+            profile_tier,
+        } => {
+            let functions = match (functions, all) {
+                (Some(f), false) => split(&f),
+                (None, true) => worker(&home)?
+                    .functions()
+                    .iter()
+                    .map(|f| f.name.clone())
+                    .collect(),
+                _ => anyhow::bail!("name functions or pass --all (not both)"),
+            };
+            place::run(
+                &home,
+                &place::Options {
+                    functions,
+                    explain,
+                    cold_starts_per_hour: rate,
+                    max_slowdown,
+                    profile_tier,
+                },
+            )
+        }
+        Cmd::Split {
             function,
             fast,
             slow,
@@ -304,6 +429,15 @@ fn run(cli: Cli) -> Result<()> {
             cmd: SnapCmd::Verify { dir },
         } => store_cmds::verify(&dir),
         Cmd::Snapshot {
+            cmd: SnapCmd::Move { function, from, to },
+        } => tiers::snapshot_transfer(&home, &function, &from, &to, false),
+        Cmd::Snapshot {
+            cmd: SnapCmd::Get { function, from, to },
+        } => tiers::snapshot_transfer(&home, &function, &from, &to, true),
+        Cmd::Snapshot {
+            cmd: SnapCmd::Where { function },
+        } => tiers::snapshot_where(&home, &function),
+        Cmd::Snapshot {
             cmd: SnapCmd::List { tier },
         } => store_cmds::list(&home, &tier),
         Cmd::Gc => store_cmds::gc(&worker(&home)?),
@@ -320,15 +454,33 @@ fn run(cli: Cli) -> Result<()> {
         } => concurrency::run(&worker(&home)?, a),
         Cmd::Bench {
             cmd:
+                BenchCmd::Hierarchy {
+                    functions,
+                    tiers,
+                    strategies,
+                    run,
+                },
+        } => {
+            let w = worker(&home)?;
+            let o = thaw_bench::hierarchy::Options {
+                functions: split(&functions),
+                tiers: split(&tiers),
+                strategies: split(&strategies),
+                sizes: split(&run.sizes),
+                runs: run.runs,
+                redeploy: run.redeploy,
+            };
+            let mut sink = record_sink(run.json.as_deref())?;
+            let recs = thaw_bench::hierarchy::run(&w, &o, &mut sink)?;
+            run.emit(&thaw_bench::hierarchy::report(&recs, &o.tiers))
+        }
+        Cmd::Bench {
+            cmd:
                 BenchCmd::Restore {
                     functions,
                     strategies,
                     tier,
-                    sizes,
-                    runs,
-                    json,
-                    markdown,
-                    redeploy,
+                    run,
                     check_all,
                 },
         } => {
@@ -337,32 +489,18 @@ fn run(cli: Cli) -> Result<()> {
                 functions: split(&functions),
                 strategies: split(&strategies),
                 tier: tier.clone(),
-                sizes: split(&sizes),
-                runs,
-                redeploy,
+                sizes: split(&run.sizes),
+                runs: run.runs,
+                redeploy: run.redeploy,
                 check_all,
             };
-            let mut out = match &json {
-                Some(p) => Some(
-                    std::fs::File::create(p)
-                        .with_context(|| format!("creating {}", p.display()))?,
-                ),
-                None => None,
-            };
-            let recs = thaw_bench::restore::run(&w, &o, &mut |r| {
-                if let Some(f) = out.as_mut() {
-                    writeln!(f, "{}", serde_json::to_string(r)?)?;
-                }
-                Ok(())
-            })?;
+            let mut sink = record_sink(run.json.as_deref())?;
+            let recs = thaw_bench::restore::run(&w, &o, &mut sink)?;
             let rows = thaw_bench::restore::summarize_rows(&recs);
             let emulated = recs.iter().any(|r| r.emulated);
-            let md = thaw_bench::restore::markdown(&rows, &tier, emulated, runs);
-            thaw_output::outln!("{md}");
-            if let Some(p) = markdown {
-                std::fs::write(&p, &md).with_context(|| format!("writing {}", p.display()))?;
-            }
-            Ok(())
+            run.emit(&thaw_bench::restore::markdown(
+                &rows, &tier, emulated, run.runs,
+            ))
         }
     }
 }

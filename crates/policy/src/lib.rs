@@ -17,6 +17,7 @@
 
 mod engine;
 mod list;
+pub mod placement;
 
 pub use engine::Engine;
 

@@ -34,6 +34,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use thaw_memory::PageServer;
 
+/// For readers that must sit in cgroups like a sandbox's (the tier probe).
+pub use cgroup::Cgroups as SandboxCgroups;
 pub use checkpoint::{checkpoint, CheckpointReport};
 pub use restore::{restore, RestoreReport};
 

@@ -136,16 +136,7 @@ impl SnapshotWriter {
         // block tiers: the files are immutable for their life (a changed
         // byte needs CAP_LINUX_IMMUTABLE and leaves a new ctime); the DRAM
         // tier is served from sealed memfds instead (`Snapshot::open_image`)
-        if !secure::on_dram(&self.tmp)? {
-            for f in [MEMORY, STATE, MANIFEST] {
-                secure::set_immutable(&self.tmp.join(f), true).with_context(|| {
-                    format!(
-                        "snapshots on block tiers are made immutable; the filesystem of {} must support FS_IMMUTABLE_FL",
-                        self.tmp.display()
-                    )
-                })?;
-            }
-        }
+        make_immutable(&self.tmp)?;
         sync_dir(&self.tmp)?;
         fs::rename(&self.tmp, &self.dir)
             .with_context(|| format!("renaming snapshot into {}", self.dir.display()))?;
@@ -178,6 +169,25 @@ impl Drop for SnapshotWriter {
             let _ = secure::remove_tree(&self.tmp);
         }
     }
+}
+
+/// On block tiers a snapshot's files are immutable for their life (a changed
+/// byte needs CAP_LINUX_IMMUTABLE and leaves a new ctime); the DRAM tier is
+/// served from sealed memfds instead (`Snapshot::open_image`). For a
+/// snapshot directory written in full, before it is renamed into place.
+pub fn make_immutable(dir: &Path) -> Result<()> {
+    if secure::on_dram(dir)? {
+        return Ok(());
+    }
+    for f in [MEMORY, STATE, MANIFEST] {
+        secure::set_immutable(&dir.join(f), true).with_context(|| {
+            format!(
+                "snapshots on block tiers are made immutable; the filesystem of {} must support FS_IMMUTABLE_FL",
+                dir.display()
+            )
+        })?;
+    }
+    Ok(())
 }
 
 fn write_synced(path: &Path, data: &[u8]) -> Result<()> {

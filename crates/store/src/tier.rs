@@ -21,7 +21,10 @@ pub struct Tier {
     pub description: &'static str,
 }
 
-pub const TIER_NAMES: &[&str] = &["tmpfs", "disk"];
+pub const TIER_NAMES: &[&str] = &["tmpfs", "disk", "pmem", "nvme", "sata", "hdd"];
+
+/// Written at the root of a device `thaw tier setup` emulates.
+pub const EMULATED_MARKER: &str = ".thaw-emulated";
 
 impl Tier {
     /// A tier by name, rooted under `home`. For `tmpfs` this mounts the
@@ -40,6 +43,10 @@ impl Tier {
                 emulated: false,
                 description: "local disk",
             },
+            "pmem" => device_tier("pmem", "persistent memory", home)?,
+            "nvme" => device_tier("nvme", "NVMe SSD", home)?,
+            "sata" => device_tier("sata", "SATA SSD", home)?,
+            "hdd" => device_tier("hdd", "7,200 rpm disk", home)?,
             _ => bail!("unknown tier {name:?} (known: {})", TIER_NAMES.join(", ")),
         })
     }
@@ -47,11 +54,17 @@ impl Tier {
     /// The tier by name if it was ever set up under `home`, without creating
     /// or mounting anything (crash cleanup uses this).
     pub fn existing(name: &str, home: &Path) -> Result<Option<Tier>> {
-        if name == "tmpfs" {
-            let dir = home.join("dram");
-            if !dir.is_dir() || !secure::on_dram(&dir)? {
-                return Ok(None);
+        match name {
+            "tmpfs" => {
+                let dir = home.join("dram");
+                if !dir.is_dir() || !secure::on_dram(&dir)? {
+                    return Ok(None);
+                }
             }
+            "disk" => {}
+            // a device tier that is not set up holds nothing
+            _ if device_mount(name, home).is_err() => return Ok(None),
+            _ => {}
         }
         let t = Tier::by_name(name, home)?;
         Ok(t.path.is_dir().then_some(t))
@@ -117,4 +130,31 @@ fn dram_dir(home: &Path) -> Result<PathBuf> {
     }
     secure::check_private_dir(&dir)?;
     Ok(dir)
+}
+
+/// A device tier is a filesystem mounted at `home/tiers/NAME` (by
+/// `thaw tier setup`, or by the operator for a real device); never a plain
+/// directory, which would silently put the snapshots on another device.
+fn device_tier(name: &'static str, description: &'static str, home: &Path) -> Result<Tier> {
+    let mount = device_mount(name, home)?;
+    Ok(Tier {
+        name,
+        path: mount.join("snapshots"),
+        emulated: mount.join(EMULATED_MARKER).exists(),
+        description,
+    })
+}
+
+/// `home/tiers/NAME` if a filesystem is mounted there.
+fn device_mount(name: &str, home: &Path) -> Result<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let mount = home.join("tiers").join(name);
+    let dev = |p: &Path| std::fs::metadata(p).map(|m| m.dev()).ok();
+    match (dev(&mount), dev(&home.join("tiers"))) {
+        (Some(a), Some(b)) if a != b => Ok(mount),
+        _ => bail!(
+            "tier {name} is not set up: nothing is mounted at {} (run `thaw tier setup --tiers {name}`)",
+            mount.display()
+        ),
+    }
 }

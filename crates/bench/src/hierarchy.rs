@@ -1,0 +1,212 @@
+//! `thaw bench hierarchy`: seed 000's method over the storage hierarchy.
+//! The restore benchmark runs on every tier in one process, in rounds of one
+//! run per tier (page cache of the snapshot dropped before every cold run,
+//! one untimed warm-up restore per strategy, a fresh start as the
+//! baseline), and the report sets the tiers side by side: cold and warm
+//! latency with the phase breakdown, the ratios between devices with the
+//! paper's beside them, and REAP against `mmap` per tier. Emulated tiers are
+//! marked in every row.
+use crate::restore::{self, Record};
+use crate::stats::summarize;
+use anyhow::{bail, Result};
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use thaw_worker::Worker;
+
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub functions: Vec<String>,
+    pub tiers: Vec<String>,
+    pub strategies: Vec<String>,
+    pub sizes: Vec<String>,
+    pub runs: usize,
+    pub redeploy: bool,
+}
+
+pub fn run(
+    w: &Worker,
+    o: &Options,
+    sink: &mut dyn FnMut(&Record) -> Result<()>,
+) -> Result<Vec<Record>> {
+    if o.tiers.is_empty() {
+        bail!("name at least one tier");
+    }
+    // every tier must be there before hours of measuring start
+    for t in &o.tiers {
+        w.tier(t)?;
+    }
+    if o.runs == 0 {
+        bail!("--runs must be at least 1");
+    }
+    // rounds: every tier once per round, so a noisy spell on a shared
+    // machine falls on all tiers alike instead of on whichever ran then
+    let mut all = Vec::new();
+    for round in 0..o.runs {
+        for t in &o.tiers {
+            let ro = restore::Options {
+                functions: o.functions.clone(),
+                strategies: o.strategies.clone(),
+                tier: t.clone(),
+                sizes: o.sizes.clone(),
+                runs: 1,
+                redeploy: o.redeploy && round == 0,
+                check_all: false,
+            };
+            let mut numbered = |r: &Record| {
+                sink(&Record {
+                    run: round,
+                    ..r.clone()
+                })
+            };
+            all.extend(
+                restore::run(w, &ro, &mut numbered)?
+                    .into_iter()
+                    .map(|r| Record { run: round, ..r }),
+            );
+        }
+    }
+    Ok(all)
+}
+
+/// (function, input) -> tier -> strategy -> records
+type Grouped<'a> = BTreeMap<(String, String), BTreeMap<String, BTreeMap<String, Vec<&'a Record>>>>;
+
+fn median(rs: &[&Record], f: impl Fn(&Record) -> f64) -> f64 {
+    summarize(&rs.iter().map(|r| f(r)).collect::<Vec<_>>()).map_or(f64::NAN, |s| s.median)
+}
+
+fn geomean(xs: &[f64]) -> Option<f64> {
+    let v: Vec<f64> = xs
+        .iter()
+        .copied()
+        .filter(|x| x.is_finite() && *x > 0.0)
+        .collect();
+    (!v.is_empty()).then(|| (v.iter().map(|x| x.ln()).sum::<f64>() / v.len() as f64).exp())
+}
+
+/// The markdown report over all tiers' records.
+pub fn report(records: &[Record], tier_order: &[String]) -> String {
+    let mut g: Grouped = BTreeMap::new();
+    let mut emulated: BTreeMap<&str, bool> = BTreeMap::new();
+    for r in records.iter().filter(|r| r.strategy != "fresh") {
+        emulated.insert(&r.tier, r.emulated);
+        g.entry((r.function.clone(), r.input.clone()))
+            .or_default()
+            .entry(r.tier.clone())
+            .or_default()
+            .entry(r.strategy.clone())
+            .or_default()
+            .push(r);
+    }
+    let label = |t: &str| {
+        if emulated.get(t).copied().unwrap_or(false) {
+            format!("{t} (emulated)")
+        } else {
+            t.to_string()
+        }
+    };
+    // best strategy per (function, tier) by median cold start
+    let best = |by_s: &BTreeMap<String, Vec<&Record>>| -> Option<(String, f64)> {
+        by_s.iter()
+            .map(|(s, rs)| (s.clone(), median(rs, |r| r.cold_ms)))
+            .min_by(|a, b| a.1.total_cmp(&b.1))
+    };
+    let mut md = String::new();
+    let _ = writeln!(
+        md,
+        "### Cold and warm starts per tier (medians; best strategy per tier)\n"
+    );
+    let _ = writeln!(
+        md,
+        "| function | input | tier | best | cold ms (min / median / p99) | state load | memory | first response | warm ms | vs DRAM |"
+    );
+    let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|");
+    for ((f, input), by_t) in &g {
+        let dram = by_t.get("tmpfs").and_then(best).map(|b| b.1);
+        for t in tier_order {
+            let Some(by_s) = by_t.get(t) else { continue };
+            let Some((s, _)) = best(by_s) else { continue };
+            let rs = &by_s[&s];
+            let cold =
+                summarize(&rs.iter().map(|r| r.cold_ms).collect::<Vec<_>>()).expect("non-empty");
+            let _ = writeln!(
+                md,
+                "| {f} | {input} | {} | {s} | {:.1} / {:.1} / {:.1} | {:.2} | {:.2} | {:.1} | {:.1} | {} |",
+                label(t),
+                cold.min,
+                cold.median,
+                cold.p99,
+                median(rs, |r| r.state_load_ms),
+                median(rs, |r| r.memory_setup_ms + r.prefetch_ms),
+                median(rs, |r| r.first_response_ms),
+                median(rs, |r| r.warm_ms),
+                dram.map_or("-".into(), |d| format!("{:.2}x", cold.median / d)),
+            );
+        }
+    }
+    // device ratios, geometric mean over functions of best-strategy medians
+    let ratio = |slow: &str, fast: &str| -> Option<f64> {
+        let xs: Vec<f64> = g
+            .values()
+            .filter_map(|by_t| {
+                let a = best(by_t.get(slow)?)?.1;
+                let b = best(by_t.get(fast)?)?.1;
+                Some(a / b)
+            })
+            .collect();
+        geomean(&xs)
+    };
+    let _ = writeln!(
+        md,
+        "\n### Device ratios (geometric mean over the functions, best strategy per tier)\n"
+    );
+    let _ = writeln!(md, "| ratio | thaw | seed 000 |");
+    let _ = writeln!(md, "|---|---|---|");
+    for (slow, fast, paper) in [
+        ("sata", "nvme", "5.2-8.2x (light), 3.2-7.5x (mid)"),
+        ("nvme", "pmem", "about 2.3-2.4x"),
+        (
+            "nvme",
+            "tmpfs",
+            "FaaSnap: within 3.5%; target here: <= 1.3x for light functions",
+        ),
+        ("hdd", "sata", "-"),
+    ] {
+        if let Some(r) = ratio(slow, fast) {
+            let _ = writeln!(
+                md,
+                "| {} / {} | {r:.2}x | {paper} |",
+                label(slow),
+                label(fast)
+            );
+        }
+    }
+    // REAP against mmap from the same tier
+    let _ = writeln!(
+        md,
+        "\n### REAP against mmap from the same tier (geometric mean of median cold starts)\n"
+    );
+    let _ = writeln!(md, "| tier | mmap / reap | functions | REAP paper |");
+    let _ = writeln!(md, "|---|---|---|---|");
+    for t in tier_order {
+        let xs: Vec<f64> = g
+            .values()
+            .filter_map(|by_t| {
+                let by_s = by_t.get(t)?;
+                Some(
+                    median(by_s.get("mmap")?, |r| r.cold_ms)
+                        / median(by_s.get("reap")?, |r| r.cold_ms),
+                )
+            })
+            .collect();
+        if let Some(r) = geomean(&xs) {
+            let paper = match t.as_str() {
+                "sata" => ">= 3.7x (SATA SSD)",
+                "hdd" => ">= 5.4x (7,200 rpm HDD)",
+                _ => "-",
+            };
+            let _ = writeln!(md, "| {} | {r:.2}x | {} | {paper} |", label(t), xs.len());
+        }
+    }
+    md
+}

@@ -1,0 +1,201 @@
+//! `thaw place FN|--all [--explain]`: measures each function's profile with
+//! real restores, reads the tiers' profiles (probed where `thaw tier probe`
+//! ran, declared otherwise), headroom and prices, and runs the placement
+//! code of `crates/policy`.
+use anyhow::{bail, Context, Result};
+use std::path::Path;
+use thaw_policy::placement::{self, FunctionProfile, Placement, TierOption};
+use thaw_tiers::{device, Kind, TiersConfig};
+
+pub struct Options {
+    pub functions: Vec<String>,
+    pub explain: bool,
+    pub cold_starts_per_hour: f64,
+    pub max_slowdown: f64,
+    /// tier the profile is measured on
+    pub profile_tier: String,
+}
+
+/// Tiers that are ready, with their measured profile where there is one.
+pub fn tier_options(home: &Path, cfg: &TiersConfig) -> Result<Vec<TierOption>> {
+    let probes: std::collections::BTreeMap<String, Vec<thaw_tiers::probe::ReaderResult>> =
+        std::fs::read(home.join(crate::tiers::PROBE_FILE))
+            .ok()
+            .and_then(|raw| serde_json::from_slice(&raw).ok())
+            .unwrap_or_default();
+    let mut out = Vec::new();
+    for t in &cfg.tiers {
+        if !device::status(home, t)?.ready {
+            continue;
+        }
+        let measured = probes.get(&t.name).and_then(|v| v.first());
+        let used = device::used_bytes(home, t)?;
+        out.push(TierOption {
+            name: t.name.clone(),
+            byte_addressable: matches!(t.kind, Kind::Dram | Kind::Pmem),
+            remote: t.kind == Kind::Remote,
+            emulated: t.emulated,
+            price_per_gb_month: t.price_per_gb_month,
+            read_mbps: measured.map_or(t.profile.read_mbps, |m| m.seq_read_mbps),
+            access_us: measured.map_or(t.profile.rand_read_4k_us, |m| m.rand_read_4k_us_mean),
+            free_mib: t.capacity_bytes.saturating_sub(used) as f64 / (1 << 20) as f64,
+            max_concurrent_restores: t.max_concurrent_restores,
+        });
+    }
+    Ok(out)
+}
+
+/// Restores `function` with REAP (recording its working set first if
+/// needed) and measures what placement needs.
+fn profile(
+    w: &thaw_worker::Worker,
+    function: &str,
+    tier: &str,
+    rate: f64,
+) -> Result<FunctionProfile> {
+    let t = w.tier(tier)?;
+    let snap = w.snapshot(function, &t)?;
+    let mut last = None;
+    // the first restore may only record the working set
+    for _ in 0..2 {
+        snap.drop_page_cache()?;
+        let (mut sb, rep) = w.restore(&snap, "reap")?;
+        thaw_worker::invoke(&mut sb, "I", thaw_worker::INVOKE_TIMEOUT)?;
+        let warm = thaw_worker::invoke(&mut sb, "I", thaw_worker::INVOKE_TIMEOUT)?;
+        last = Some((rep, warm));
+    }
+    let (rep, warm) = last.expect("two restores ran");
+    if rep.ws_mode != "prefetch" {
+        bail!(
+            "{function}: no REAP working set after a recording restore ({})",
+            rep.ws_mode
+        );
+    }
+    Ok(FunctionProfile {
+        name: function.into(),
+        image_mib: snap.manifest.memory.len as f64 / (1 << 20) as f64,
+        ws_mib: rep.ws_bytes as f64 / (1 << 20) as f64,
+        exec_ms: warm.latency_ms,
+        fixed_ms: (rep.total_ms - rep.prefetch_ms).max(0.0),
+        cold_starts_per_hour: rate,
+    })
+}
+
+pub fn run(home: &Path, o: &Options) -> Result<()> {
+    if !(o.max_slowdown.is_finite() && o.max_slowdown >= 1.0) {
+        bail!("--max-slowdown must be at least 1");
+    }
+    if !(o.cold_starts_per_hour.is_finite() && o.cold_starts_per_hour >= 0.0) {
+        bail!("--rate must be a non-negative number");
+    }
+    let cfg = TiersConfig::load(home)?;
+    let tiers = tier_options(home, &cfg)?;
+    if tiers.is_empty() {
+        bail!("no tier is ready (thaw tier list)");
+    }
+    let w = crate::worker(home)?;
+    let mut placed: Vec<(FunctionProfile, Placement)> = Vec::new();
+    for f in &o.functions {
+        w.check_function(f)?;
+        let p = profile(&w, f, &o.profile_tier, o.cold_starts_per_hour)
+            .with_context(|| format!("profiling {f}"))?;
+        let pl = placement::place(&p, &tiers, o.max_slowdown);
+        print_one(&pl, &tiers, o.explain);
+        placed.push((p, pl));
+    }
+    if placed.len() > 1 {
+        compare_fixed(&placed, &tiers, o.max_slowdown);
+    }
+    Ok(())
+}
+
+fn print_one(pl: &Placement, tiers: &[TierOption], explain: bool) {
+    thaw_output::outln!(
+        "{}\t{}\t{}",
+        pl.function,
+        pl.tier.as_deref().unwrap_or("NONE"),
+        pl.strategy.unwrap_or("-")
+    );
+    if !explain {
+        return;
+    }
+    for line in &pl.explanation {
+        thaw_output::outln!("    {line}");
+    }
+    for (e, t) in pl.estimates.iter().zip(tiers) {
+        thaw_output::outln!(
+            "    {:<8} {:<8} {:<5} memory {:>8.2} ms  cold {:>8.2} ms  ${:.4}/month  {}",
+            e.tier,
+            if t.emulated { "emulated" } else { "real" },
+            e.strategy,
+            e.memory_ms,
+            e.cold_ms,
+            e.cost_per_month,
+            e.rejected.as_deref().unwrap_or("")
+        );
+    }
+}
+
+/// The suite placed per function against every tier used for all of them:
+/// storage cost, mean estimated cold start, their product, and how many
+/// functions end up slower than `max_slowdown` x their fastest tier.
+fn compare_fixed(placed: &[(FunctionProfile, Placement)], tiers: &[TierOption], max_slowdown: f64) {
+    thaw_output::outln!("\n| placement | $/month | mean cold start (est.) | $ x ms | functions over {max_slowdown}x their fastest tier |");
+    thaw_output::outln!("|---|---|---|---|---|");
+    let fastest: Vec<f64> = placed
+        .iter()
+        .map(|(_, p)| {
+            p.estimates
+                .iter()
+                .filter(|e| e.rejected.is_none())
+                .map(|e| e.cold_ms)
+                .fold(f64::INFINITY, f64::min)
+        })
+        .collect();
+    let row = |name: &str, picks: Vec<Option<&placement::Estimate>>| {
+        if picks.iter().any(|p| p.is_none()) {
+            thaw_output::outln!("| {name} | - | - | - | does not fit every function |");
+            return;
+        }
+        let cost: f64 = picks.iter().flatten().map(|e| e.cost_per_month).sum();
+        let lat = picks.iter().flatten().map(|e| e.cold_ms).sum::<f64>() / picks.len() as f64;
+        let over = picks
+            .iter()
+            .flatten()
+            .zip(&fastest)
+            .filter(|(e, f)| e.cold_ms > *f * max_slowdown)
+            .count();
+        thaw_output::outln!(
+            "| {name} | {cost:.4} | {lat:.2} ms | {:.4} | {over} |",
+            cost * lat
+        );
+    };
+    row(
+        "per function (thaw place)",
+        placed
+            .iter()
+            .map(|(_, p)| {
+                p.estimates
+                    .iter()
+                    .find(|e| Some(&e.tier) == p.tier.as_ref())
+            })
+            .collect(),
+    );
+    for t in tiers {
+        row(
+            &format!(
+                "all on {}{}",
+                t.name,
+                if t.emulated { " (emulated)" } else { "" }
+            ),
+            placed
+                .iter()
+                .map(|(_, p)| {
+                    p.estimates
+                        .iter()
+                        .find(|e| e.tier == t.name && e.rejected.is_none())
+                })
+                .collect(),
+        );
+    }
+}

@@ -1,0 +1,480 @@
+//! `thaw tier ...`: the storage tiers as configured, their emulated devices,
+//! and the probe that measures them.
+use anyhow::{bail, Context, Result};
+use clap::Subcommand;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use thaw_tiers::moves::{self, Place};
+use thaw_tiers::objects::RemoteStore;
+use thaw_tiers::probe::{self, ReaderResult};
+use thaw_tiers::{device, Kind, TierConfig, TiersConfig};
+
+/// Where `thaw tier probe` keeps its latest measurements, under the home.
+pub(crate) const PROBE_FILE: &str = "tier-probes.json";
+
+#[derive(Subcommand)]
+pub enum TierCmd {
+    /// The configured tiers ($THAW_HOME/tiers.json or the defaults), their state and use
+    List {
+        /// Print JSON (configuration, state, use, last probe) instead of a table
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write the default configuration to $THAW_HOME/tiers.json for editing (refuses to overwrite)
+    Init,
+    /// Create the emulated devices (pmem tmpfs, loop devices, the remote object store); idempotent
+    Setup {
+        /// Comma-separated tiers (default: every emulated tier)
+        #[arg(long)]
+        tiers: Option<String>,
+    },
+    /// Remove the emulated devices and everything setup made; idempotent
+    Teardown {
+        #[arg(long)]
+        tiers: Option<String>,
+        /// Also when snapshots are still on a tier (they are destroyed)
+        #[arg(long)]
+        force: bool,
+    },
+    /// Measure sequential read bandwidth and 4 KiB random read latency (O_DIRECT) per tier,
+    /// from the worker and from a reader in sandbox-like cgroups (remote: GET bandwidth, HEAD round trip)
+    Probe {
+        #[arg(long)]
+        tiers: Option<String>,
+        /// Size of the probe file, MiB
+        #[arg(long, default_value_t = 128)]
+        mib: usize,
+        /// Random 4 KiB reads per reader
+        #[arg(long, default_value_t = 256)]
+        reads: usize,
+        /// Write the results as JSON here too
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// (internal) the emulated remote's delay relay, run inside its namespace
+    #[command(hide = true)]
+    Relay {
+        #[arg(long)]
+        listen: String,
+        #[arg(long)]
+        upstream: String,
+        #[arg(long)]
+        delay_us: u64,
+        /// identifies the relay's home in its command line
+        #[arg(long)]
+        tag: String,
+    },
+    /// (internal) the probe's second reader
+    #[command(hide = true)]
+    ProbeReader {
+        #[arg(long)]
+        file: PathBuf,
+        #[arg(long)]
+        reads: usize,
+    },
+}
+
+fn names(s: &Option<String>) -> Option<Vec<String>> {
+    s.as_deref().map(crate::split)
+}
+
+pub fn run(home: &Path, cmd: TierCmd) -> Result<()> {
+    match cmd {
+        // runs inside the namespace and needs no configuration
+        TierCmd::Relay {
+            listen,
+            upstream,
+            delay_us,
+            tag: _,
+        } => thaw_tiers::relay::serve(
+            &listen,
+            &upstream,
+            std::time::Duration::from_micros(delay_us),
+        ),
+        cmd => run_configured(home, &TiersConfig::load(home)?, cmd),
+    }
+}
+
+fn run_configured(home: &Path, cfg: &TiersConfig, cmd: TierCmd) -> Result<()> {
+    match cmd {
+        TierCmd::List { json } => list(home, cfg, json),
+        TierCmd::Init => {
+            let p = home.join(thaw_tiers::CONFIG_FILE);
+            if p.exists() {
+                bail!("{} exists; edit it or remove it first", p.display());
+            }
+            std::fs::create_dir_all(home)?;
+            TiersConfig::defaults(home).save(home)?;
+            thaw_output::outln!("{}", p.display());
+            Ok(())
+        }
+        TierCmd::Setup { tiers } => {
+            let sel = selected_emulated(cfg, &names(&tiers))?;
+            for t in sel {
+                crate::progress(&format!("tier {}: setting up", t.label()));
+                let st = device::setup(home, t).with_context(|| format!("tier {}", t.name))?;
+                thaw_output::outln!(
+                    "{}\t{}\t{}",
+                    t.name,
+                    if st.ready { "ready" } else { "NOT READY" },
+                    st.detail
+                );
+            }
+            Ok(())
+        }
+        TierCmd::Teardown { tiers, force } => {
+            let sel = selected_emulated(cfg, &names(&tiers))?;
+            let mut failed = Vec::new();
+            // every tier is attempted; the errors are reported together
+            for t in sel.iter().rev() {
+                match device::teardown(home, t, force) {
+                    Ok(()) => thaw_output::outln!("{}\tremoved", t.name),
+                    Err(e) => {
+                        thaw_output::errln!("thaw: tier {}: {e:#}", t.name);
+                        failed.push(t.name.clone());
+                    }
+                }
+            }
+            device::tidy(home);
+            if !failed.is_empty() {
+                bail!("teardown failed for {}", failed.join(", "));
+            }
+            Ok(())
+        }
+        TierCmd::Probe {
+            tiers,
+            mib,
+            reads,
+            json,
+        } => probe_tiers(home, cfg, names(&tiers), mib, reads, json),
+        TierCmd::ProbeReader { file, reads } => probe::reader_main(&file, reads),
+        TierCmd::Relay { .. } => bail!("the relay takes no configuration"),
+    }
+}
+
+/// The named tiers, or every emulated one; naming a real tier is an error
+/// (there is nothing to set up or tear down).
+fn selected_emulated<'a>(
+    cfg: &'a TiersConfig,
+    names: &Option<Vec<String>>,
+) -> Result<Vec<&'a TierConfig>> {
+    let sel = cfg.select(names.as_deref())?;
+    if names.is_some() {
+        if let Some(t) = sel.iter().find(|t| !t.emulated) {
+            bail!(
+                "tier {} is a real device: there is nothing to set up or tear down",
+                t.name
+            );
+        }
+    }
+    Ok(sel.into_iter().filter(|t| t.emulated).collect())
+}
+
+fn gib(b: u64) -> String {
+    format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64)
+}
+
+fn load_probes(home: &Path) -> BTreeMap<String, Vec<ReaderResult>> {
+    std::fs::read(home.join(PROBE_FILE))
+        .ok()
+        .and_then(|raw| serde_json::from_slice(&raw).ok())
+        .unwrap_or_default()
+}
+
+fn list(home: &Path, cfg: &TiersConfig, json: bool) -> Result<()> {
+    let probes = load_probes(home);
+    let mut rows = Vec::new();
+    for t in &cfg.tiers {
+        let st = device::status(home, t)?;
+        let used = device::used_bytes(home, t)?;
+        rows.push((t, st, used, probes.get(&t.name)));
+    }
+    if json {
+        let v: Vec<_> = rows
+            .iter()
+            .map(|(t, st, used, pr)| {
+                serde_json::json!({"config": t, "ready": st.ready, "detail": st.detail,
+                    "used_bytes": used, "probe": pr})
+            })
+            .collect();
+        thaw_output::outln!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    thaw_output::outln!("| tier | kind | emulated | used / capacity | $/GB-month | declared read MB/s, 4K us | measured read MB/s, 4K us (worker) | restores at once | state |");
+    thaw_output::outln!("|---|---|---|---|---|---|---|---|---|");
+    for (t, st, used, pr) in rows {
+        let measured = pr
+            .and_then(|v| v.first())
+            .map(|r| format!("{:.0}, {:.0}", r.seq_read_mbps, r.rand_read_4k_us_mean))
+            .unwrap_or_else(|| "-".into());
+        thaw_output::outln!(
+            "| {} | {} | {} | {} / {} | {} | {:.0}, {} | {} | {} | {} |",
+            t.name,
+            t.kind.name(),
+            if t.emulated { "emulated" } else { "real" },
+            gib(used),
+            gib(t.capacity_bytes),
+            t.price_per_gb_month,
+            t.profile.read_mbps,
+            t.profile.rand_read_4k_us,
+            measured,
+            t.max_concurrent_restores,
+            if st.ready {
+                format!("ready: {}", st.detail)
+            } else {
+                st.detail
+            }
+        );
+    }
+    Ok(())
+}
+
+fn probe_tiers(
+    home: &Path,
+    cfg: &TiersConfig,
+    names: Option<Vec<String>>,
+    mib: usize,
+    reads: usize,
+    json: Option<PathBuf>,
+) -> Result<()> {
+    if reads == 0 {
+        bail!("--reads must be at least 1");
+    }
+    let explicit = names.is_some();
+    let exe = std::env::current_exe().context("locating the thaw binary")?;
+    let mut all = load_probes(home);
+    let mut out = BTreeMap::new();
+    for t in cfg.select(names.as_deref())? {
+        let st = device::status(home, t)?;
+        if !st.ready {
+            if explicit {
+                bail!("tier {} is not ready: {}", t.name, st.detail);
+            }
+            crate::progress(&format!("tier {}: skipped ({})", t.name, st.detail));
+            continue;
+        }
+        let res = if t.kind == Kind::Remote {
+            crate::progress(&format!("tier {}: a {mib} MiB probe object", t.label()));
+            RemoteStore::open(home, t)
+                .and_then(|s| probe::measure_remote(&s, mib, reads))
+                .map(|r| vec![r])
+        } else {
+            let root = t.snapshot_root(home).context("a local tier has a path")?;
+            std::fs::create_dir_all(&root)
+                .with_context(|| format!("creating {}", root.display()))?;
+            let file = root.join(format!(".probe-{}", std::process::id()));
+            crate::progress(&format!(
+                "tier {}: writing a {mib} MiB probe file",
+                t.label()
+            ));
+            let res = probe::write_probe_file(&file, mib).and_then(|()| {
+                let worker = probe::measure(&file, reads, "worker")?;
+                let mut cmd = std::process::Command::new(&exe);
+                cmd.args([
+                    "tier",
+                    "probe-reader",
+                    "--reads",
+                    &reads.to_string(),
+                    "--file",
+                ])
+                .arg(&file);
+                let sandbox = probe::measure_in_sandbox_cgroups(cmd)?;
+                Ok(vec![worker, sandbox])
+            });
+            let _ = std::fs::remove_file(&file);
+            res
+        };
+        let res = res.with_context(|| format!("probing tier {}", t.name))?;
+        for r in &res {
+            thaw_output::outln!(
+                "{}\t{}\t{}\tseq {:.0} MB/s ({:.2}x declared)\t4K random mean {:.0} us, median {:.0} us, p99 {:.0} us ({:.2}x declared)\t{}",
+                t.name,
+                if t.emulated { "emulated" } else { "real" },
+                r.reader,
+                r.seq_read_mbps,
+                r.seq_read_mbps / t.profile.read_mbps,
+                r.rand_read_4k_us_mean,
+                r.rand_read_4k_us_median,
+                r.rand_read_4k_us_p99,
+                r.rand_read_4k_us_mean / t.profile.rand_read_4k_us,
+                match (t.kind, r.direct) {
+                    (Kind::Remote, _) => "over the network, sealed",
+                    (_, true) => "O_DIRECT",
+                    (_, false) => "cached (no O_DIRECT on this filesystem)",
+                }
+            );
+        }
+        out.insert(t.name.clone(), res.clone());
+        all.insert(t.name.clone(), res);
+    }
+    let escapees = probe::blkio_escapees();
+    if !escapees.is_empty() {
+        thaw_output::errln!(
+            "thaw: warning: tasks in these blkio cgroups escape the emulated devices' throttles (cgroup v1 throttling is per group): {}",
+            escapees.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+        );
+    }
+    std::fs::write(home.join(PROBE_FILE), serde_json::to_vec_pretty(&all)?)?;
+    if let Some(p) = json {
+        std::fs::write(&p, serde_json::to_vec_pretty(&out)?)
+            .with_context(|| format!("writing {}", p.display()))?;
+    }
+    Ok(())
+}
+
+/// Resolves tier names to where their snapshots are; the remote client is
+/// opened once, on first use.
+struct Places<'h> {
+    home: &'h Path,
+    cfg: TiersConfig,
+    remote: std::cell::OnceCell<(String, RemoteStore)>,
+}
+
+impl<'h> Places<'h> {
+    fn new(home: &'h Path) -> Result<Places<'h>> {
+        Ok(Places {
+            home,
+            cfg: TiersConfig::load(home)?,
+            remote: std::cell::OnceCell::new(),
+        })
+    }
+
+    fn get(&self, tier: &str) -> Result<Place<'_>> {
+        let t = self.cfg.get(tier)?;
+        if t.kind != Kind::Remote {
+            // the store's resolution: it checks that a device tier is mounted
+            let store = match thaw_store::Tier::by_name(tier, self.home) {
+                Ok(st) => st,
+                // a real tier of the operator's at its configured path
+                Err(_) if !t.emulated => thaw_store::Tier {
+                    name: "configured",
+                    path: t
+                        .snapshot_root(self.home)
+                        .context("a local tier has a path")?,
+                    emulated: false,
+                    description: "configured local tier",
+                },
+                Err(e) => return Err(e),
+            };
+            return Ok(Place::Local {
+                tier: tier.into(),
+                store,
+            });
+        }
+        if let Some((name, _)) = self.remote.get() {
+            if name != tier {
+                bail!("one remote tier per command (already using {name})");
+            }
+        } else {
+            let store = RemoteStore::open(self.home, t)?;
+            let _ = self.remote.set((tier.to_string(), store));
+        }
+        let (_, store) = self.remote.get().expect("set above");
+        Ok(Place::Remote {
+            tier: tier.into(),
+            store,
+        })
+    }
+
+    fn recover(&self) -> Result<()> {
+        for line in moves::recover(self.home, &|t| self.get(t))? {
+            crate::progress(&line);
+        }
+        Ok(())
+    }
+}
+
+/// The snapshot of `function` at `p`: its directory name `FN-<root hash>`,
+/// or the name itself.
+fn snapshot_name(p: &Place, function: &str) -> Result<Option<String>> {
+    let names = moves::list(p)?;
+    if names.iter().any(|n| n == function) {
+        return Ok(Some(function.to_string()));
+    }
+    let prefix = format!("{function}-");
+    let mut hits = names.into_iter().filter(|n| {
+        n.strip_prefix(&prefix)
+            .is_some_and(|h| h.len() == 16 && h.bytes().all(|b| b.is_ascii_hexdigit()))
+    });
+    let first = hits.next();
+    if hits.next().is_some() {
+        bail!(
+            "{function} has snapshots of several runtime roots on {}: name one",
+            p.tier()
+        );
+    }
+    Ok(first)
+}
+
+/// `thaw snapshot move` (`keep_source` false) and `thaw snapshot get`.
+pub fn snapshot_transfer(
+    home: &Path,
+    function: &str,
+    from: &str,
+    to: &str,
+    keep_source: bool,
+) -> Result<()> {
+    let places = Places::new(home)?;
+    places.recover()?;
+    let (src, dst) = (places.get(from)?, places.get(to)?);
+    let name = snapshot_name(&src, function)?
+        .with_context(|| format!("no snapshot of {function} on tier {from}"))?;
+    // the store accounts each tier's capacity: a move never overfills one
+    let target = places.cfg.get(to)?;
+    let (need, used) = (
+        moves::size_of(&src, &name)?,
+        device::used_bytes(home, target)?,
+    );
+    if used + need > target.capacity_bytes {
+        bail!(
+            "tier {to} is full: {} MiB used of {} MiB, the snapshot needs {} MiB",
+            used >> 20,
+            target.capacity_bytes >> 20,
+            need >> 20
+        );
+    }
+    let rep = if keep_source {
+        moves::copy_snapshot(home, &name, &src, &dst)?
+    } else {
+        moves::move_snapshot(home, &name, &src, &dst)?
+    };
+    thaw_output::outln!("{}", serde_json::to_string_pretty(&rep)?);
+    Ok(())
+}
+
+pub fn snapshot_where(home: &Path, function: &str) -> Result<()> {
+    let places = Places::new(home)?;
+    places.recover()?;
+    let mut found = 0;
+    for t in &places.cfg.tiers {
+        // a tier that is not set up holds nothing
+        let Ok(p) = places.get(&t.name) else { continue };
+        let listed = if t.kind == Kind::Remote && !device::status(home, t)?.ready && t.emulated {
+            None
+        } else {
+            snapshot_name(&p, function)?
+        };
+        if let Some(name) = listed {
+            found += 1;
+            thaw_output::outln!(
+                "{}\t{}\t{name}",
+                t.name,
+                if t.emulated { "emulated" } else { "real" }
+            );
+        }
+    }
+    if found == 0 {
+        bail!("no snapshot of {function} on any tier");
+    }
+    Ok(())
+}
+
+/// One of `tier`'s restore slots, waited for up to a minute.
+pub fn restore_slot(home: &Path, tier: &str) -> Result<thaw_tiers::slots::RestoreSlot> {
+    let cfg = TiersConfig::load(home)?;
+    thaw_tiers::slots::RestoreSlot::acquire(
+        home,
+        cfg.get(tier)?,
+        std::time::Duration::from_secs(60),
+    )
+}

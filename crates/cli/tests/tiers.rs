@@ -1,0 +1,563 @@
+//! The storage tiers end to end: `thaw tier setup|teardown|probe` on the
+//! real kernel (loop devices, mounts, blkio throttles, a network namespace
+//! with the object store), and restores from an emulated block tier through
+//! the ordinary restore path. Needs root; every missing capability fails
+//! the test naming it.
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use thaw_tiers::{device, remote::RemoteNet, TiersConfig};
+
+const THAW: &str = env!("CARGO_BIN_EXE_thaw");
+
+/// A state home on the real disk (loop backing files must not go to tmpfs),
+/// removed at the end, after checking that teardown left it empty.
+struct Home(PathBuf);
+
+impl Home {
+    fn new(tag: &str) -> Home {
+        // SAFETY: geteuid has no preconditions.
+        assert_eq!(
+            unsafe { libc::geteuid() },
+            0,
+            "the tier tests need root (loop devices, mounts, cgroups, netns)"
+        );
+        let p = PathBuf::from(format!(
+            "/var/tmp/thaw-tiertest-{tag}-{}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        Home(p)
+    }
+
+    /// Writes a configuration: the defaults with small capacities, keeping `keep`.
+    fn config(&self, keep: &[&str], edit: impl Fn(&mut thaw_tiers::TierConfig)) {
+        let mut c = TiersConfig::defaults(&self.0);
+        c.tiers.retain(|t| keep.contains(&t.name.as_str()));
+        for t in &mut c.tiers {
+            t.capacity_bytes = 256 << 20;
+            edit(t);
+        }
+        c.save(&self.0).unwrap();
+    }
+
+    fn thaw(&self, args: &[&str]) -> (bool, String, String) {
+        let out = Command::new(THAW)
+            .arg("--home")
+            .arg(&self.0)
+            .args(args)
+            .output()
+            .expect("running thaw");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let (ok, out, err) = self.thaw(args);
+        assert!(ok, "thaw {args:?} failed:\n{out}\n{err}");
+        out
+    }
+
+    /// `thaw snapshot move helloworld --from A --to B`, which must succeed.
+    fn mv(&self, from: &str, to: &str) {
+        self.ok(&["snapshot", "move", "helloworld", "--from", from, "--to", to]);
+    }
+
+    fn fails(&self, args: &[&str], needle: &str) {
+        let (ok, out, err) = self.thaw(args);
+        assert!(!ok, "thaw {args:?} succeeded:\n{out}");
+        assert!(
+            err.contains(needle),
+            "thaw {args:?}: expected {needle:?} in:\n{err}"
+        );
+        assert!(!err.contains("panicked"), "thaw {args:?} panicked:\n{err}");
+    }
+}
+
+impl Drop for Home {
+    fn drop(&mut self) {
+        // a failed test still must not leave devices behind
+        let _ = Command::new(THAW)
+            .arg("--home")
+            .arg(&self.0)
+            .args(["tier", "teardown", "--force"])
+            .output();
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Everything of ours the kernel holds: loop devices over our files, mounts
+/// under our home, throttle rules on those devices, the remote's namespace,
+/// veth and server process, and probe cgroups of this test's children.
+#[derive(Debug, Default, PartialEq)]
+struct Leftovers {
+    loops: Vec<String>,
+    mounts: Vec<PathBuf>,
+    throttles: Vec<String>,
+    netns: bool,
+    veth: bool,
+    processes: usize,
+}
+
+fn our_loops(home: &Path) -> Vec<(String, (u32, u32))> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/sys/block").unwrap().flatten() {
+        let n = e.file_name().to_string_lossy().into_owned();
+        let Ok(b) = std::fs::read_to_string(e.path().join("loop/backing_file")) else {
+            continue;
+        };
+        if b.trim().starts_with(&*home.to_string_lossy()) {
+            let dev = std::fs::read_to_string(e.path().join("dev")).unwrap();
+            let (a, b) = dev.trim().split_once(':').unwrap();
+            out.push((n, (a.parse().unwrap(), b.parse().unwrap())));
+        }
+    }
+    out
+}
+
+fn leftovers(home: &Path, devnos: &[(u32, u32)]) -> Leftovers {
+    let net = RemoteNet::for_home(home);
+    // the server and the relay name their state directory on their command line
+    let processes = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .filter(|c| String::from_utf8_lossy(c).contains(&*home.to_string_lossy()))
+        .count();
+    Leftovers {
+        loops: our_loops(home).into_iter().map(|(n, _)| n).collect(),
+        mounts: device::mounts_under(home).unwrap(),
+        throttles: devnos
+            .iter()
+            .flat_map(|d| device::throttle_rules(*d).unwrap())
+            .map(|(f, v)| format!("{f} {v}"))
+            .collect(),
+        netns: Path::new("/run/netns").join(&net.netns).exists(),
+        veth: Path::new("/sys/class/net").join(&net.veth_host).exists(),
+        processes,
+    }
+}
+
+#[test]
+fn setup_and_teardown_leave_nothing_behind() {
+    let h = Home::new("cycle");
+    h.config(&["pmem", "nvme", "sata", "hdd", "remote"], |_| {});
+    h.ok(&["tier", "setup"]);
+    let loops = our_loops(&h.0);
+    assert_eq!(loops.len(), 3, "one loop device per block tier: {loops:?}");
+    let devnos: Vec<_> = loops.iter().map(|(_, d)| *d).collect();
+    let up = leftovers(&h.0, &devnos);
+    assert_eq!(up.mounts.len(), 4, "pmem + 3 block mounts: {up:?}");
+    assert!(
+        up.throttles.len() >= 3 * 3,
+        "read bps/iops and write bps per device: {up:?}"
+    );
+    assert!(
+        up.netns && up.veth && up.processes == 2,
+        "remote (server + relay) not up: {up:?}"
+    );
+    let listed: Value = serde_json::from_str(&h.ok(&["tier", "list", "--json"])).unwrap();
+    for t in listed.as_array().unwrap() {
+        assert_eq!(t["ready"], true, "{t}");
+        assert_eq!(t["config"]["emulated"], true, "{t}");
+    }
+    // a second setup finds what the first made
+    h.ok(&["tier", "setup"]);
+    assert_eq!(our_loops(&h.0), loops);
+    // the store resolves the new tiers to their mounts, labelled emulated
+    let sata = thaw_store::Tier::by_name("sata", &h.0).unwrap();
+    assert!(sata.emulated && sata.path.starts_with(h.0.join("tiers/sata")));
+
+    h.ok(&["tier", "teardown"]);
+    assert_eq!(leftovers(&h.0, &devnos), Leftovers::default());
+    assert!(
+        !h.0.join("tiers").exists(),
+        "teardown left {}",
+        h.0.join("tiers").display()
+    );
+    // and a second teardown has nothing to do
+    h.ok(&["tier", "teardown"]);
+    let err = thaw_store::Tier::by_name("sata", &h.0).unwrap_err();
+    assert!(format!("{err:#}").contains("not set up"), "{err:#}");
+}
+
+#[test]
+fn probe_sees_the_throttle_from_the_worker_and_a_sandbox_cgroup() {
+    let h = Home::new("probe");
+    // a slow device, so the limits stand far from the real disk's
+    h.config(&["hdd"], |t| {
+        t.profile.read_mbps = 40.0;
+        t.profile.rand_read_4k_us = 2000.0;
+        t.read_ahead_kb = Some(0);
+    });
+    h.ok(&["tier", "setup"]);
+    let dev = our_loops(&h.0)[0].0.clone();
+    let ra_file = format!("/sys/block/{dev}/queue/read_ahead_kb");
+    let ra = std::fs::read_to_string(&ra_file).unwrap();
+    assert_eq!(ra.trim(), "0", "readahead off as configured");
+    let out = h.0.join("probe.json");
+    h.ok(&[
+        "tier",
+        "probe",
+        "--mib",
+        "32",
+        "--reads",
+        "300",
+        "--json",
+        out.to_str().unwrap(),
+    ]);
+    let v: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let readers = v["hdd"].as_array().unwrap();
+    assert_eq!(readers.len(), 2);
+    let reader = readers[1]["reader"].as_str().unwrap();
+    let cg = reader
+        .strip_prefix("sandbox-cgroup (memory /")
+        .and_then(|r| r.strip_suffix(')'))
+        .unwrap_or_else(|| panic!("reader {reader:?}"));
+    assert!(cg.starts_with("thaw/probe-"), "{cg}");
+    // the reader's cgroups are gone with it
+    for ctrl in ["memory", "pids"] {
+        let dir = Path::new("/sys/fs/cgroup").join(ctrl).join(cg);
+        assert!(!dir.exists(), "{} left behind", dir.display());
+    }
+    for r in readers {
+        assert_eq!(r["direct"], true, "{r}");
+        let seq = r["seq_read_mbps"].as_f64().unwrap();
+        let lat = r["rand_read_4k_us_mean"].as_f64().unwrap();
+        // the throttle grants a slice (100 ms) of budget up front: hence the slack
+        assert!(
+            seq < 40.0 * 1.3,
+            "{}: {seq:.0} MB/s through a 40 MB/s limit",
+            r["reader"]
+        );
+        assert!(
+            lat > 2000.0 * 0.6,
+            "{}: {lat:.0} us per read under a 500 IOPS limit",
+            r["reader"]
+        );
+    }
+    h.ok(&["tier", "teardown"]);
+    // the next user of the loop device gets its readahead back
+    let ra = std::fs::read_to_string(&ra_file).unwrap();
+    assert_ne!(ra.trim(), "0", "{dev} keeps readahead 0 after teardown");
+}
+
+#[test]
+fn bad_tier_input_is_refused_clearly() {
+    let h = Home::new("bad");
+    std::fs::write(h.0.join("tiers.json"), b"{\"tiers\": [").unwrap();
+    h.fails(&["tier", "list"], "parsing tier configuration");
+    h.config(&["disk", "pmem"], |t| {
+        if t.name == "pmem" {
+            t.capacity_bytes = 8 << 20;
+        }
+    });
+    h.fails(&["tier", "setup", "--tiers", "disk"], "real device");
+    h.fails(&["tier", "setup", "--tiers", "nope"], "unknown tier");
+    h.fails(&["tier", "probe", "--tiers", "pmem"], "not ready");
+    h.ok(&["tier", "setup"]);
+    // a snapshot on the tier: teardown refuses unless forced
+    std::fs::create_dir_all(h.0.join("tiers/pmem/snapshots/fn-x")).unwrap();
+    h.fails(&["tier", "teardown"], "--force");
+    assert!(device::mounted_source(&h.0.join("tiers/pmem"))
+        .unwrap()
+        .is_some());
+    // a full tier: writing past the capacity fails with ENOSPC, not silently
+    let big = std::fs::write(h.0.join("tiers/pmem/snapshots/big"), vec![1u8; 16 << 20]);
+    assert_eq!(big.unwrap_err().raw_os_error(), Some(libc::ENOSPC));
+    h.ok(&["tier", "teardown", "--force"]);
+    assert!(device::mounts_under(&h.0).unwrap().is_empty());
+}
+
+/// Bytes read from a device, as the root blkio cgroup counted them.
+fn device_read_bytes(devno: (u32, u32)) -> u64 {
+    let raw =
+        std::fs::read_to_string("/sys/fs/cgroup/blkio/blkio.throttle.io_service_bytes").unwrap();
+    let key = format!("{}:{} Read ", devno.0, devno.1);
+    raw.lines()
+        .find_map(|l| l.strip_prefix(&key).and_then(|v| v.trim().parse().ok()))
+        .unwrap_or(0)
+}
+
+#[test]
+fn restores_from_the_emulated_sata_tier_through_the_restore_path() {
+    let h = Home::new("sata");
+    h.config(&["sata"], |t| t.capacity_bytes = 1 << 30);
+    h.ok(&["tier", "setup"]);
+    let devno = our_loops(&h.0)[0].1;
+    let tier = thaw_store::Tier::by_name("sata", &h.0).unwrap();
+    assert!(tier.emulated);
+    // the runtime root comes from the shared home; the snapshot goes onto the tier
+    let w =
+        thaw_worker::Worker::new(&thaw_runtime::default_home(), &mut |m| eprintln!("{m}")).unwrap();
+    let (snap, _) = w.deploy("helloworld", &tier).unwrap();
+    assert!(snap.dir.starts_with(h.0.join("tiers/sata/snapshots")));
+    for strategy in ["mmap", "reap", "reap"] {
+        snap.drop_page_cache().unwrap();
+        let before = device_read_bytes(devno);
+        let (mut sb, rep) = w.restore(&snap, strategy).unwrap();
+        let inv = thaw_worker::invoke(&mut sb, "I", thaw_worker::INVOKE_TIMEOUT).unwrap();
+        w.check("helloworld", "I", &inv.output).unwrap();
+        let read = device_read_bytes(devno) - before;
+        // the page cache was dropped: the restore read the image from the device
+        assert!(
+            read > 0,
+            "{strategy} ({}) read nothing from the device",
+            rep.ws_mode
+        );
+        eprintln!(
+            "{strategy} {}: {} KiB from the device, {:.1} ms",
+            rep.ws_mode,
+            read >> 10,
+            rep.total_ms
+        );
+    }
+    drop(snap);
+    h.ok(&["tier", "teardown", "--force"]);
+}
+
+fn worker() -> thaw_worker::Worker {
+    thaw_worker::Worker::new(&thaw_runtime::default_home(), &mut |m| eprintln!("{m}")).unwrap()
+}
+
+/// Tiers holding helloworld's snapshot, as `thaw snapshot where` reports them.
+fn holders(h: &Home) -> Vec<String> {
+    let (ok, out, err) = h.thaw(&["snapshot", "where", "helloworld"]);
+    assert!(ok || err.contains("no snapshot"), "{err}");
+    out.lines()
+        .map(|l| l.split('\t').next().unwrap().to_string())
+        .collect()
+}
+
+/// Restores helloworld from `tier` and checks its answer.
+fn restores_from(h: &Home, w: &thaw_worker::Worker, tier: &str) {
+    let t = thaw_store::Tier::by_name(tier, &h.0).unwrap();
+    let snap = t
+        .open_current(&w.snapshot_name("helloworld"))
+        .unwrap()
+        .expect("a published snapshot");
+    snap.drop_page_cache().unwrap();
+    let (mut sb, _) = w.restore(&snap, "mmap").unwrap();
+    let inv = thaw_worker::invoke(&mut sb, "I", thaw_worker::INVOKE_TIMEOUT).unwrap();
+    w.check("helloworld", "I", &inv.output).unwrap();
+}
+
+#[test]
+fn a_move_killed_at_any_step_leaves_exactly_one_copy() {
+    use std::os::unix::process::ExitStatusExt;
+    let h = Home::new("move");
+    h.config(&["pmem", "sata"], |t| t.capacity_bytes = 512 << 20);
+    h.ok(&["tier", "setup"]);
+    let w = worker();
+    w.deploy(
+        "helloworld",
+        &thaw_store::Tier::by_name("sata", &h.0).unwrap(),
+    )
+    .unwrap();
+    let mut at = "sata";
+    for step in thaw_tiers::moves::CRASH_POINTS {
+        let to = if at == "sata" { "pmem" } else { "sata" };
+        let out = Command::new(THAW)
+            .arg("--home")
+            .arg(&h.0)
+            .args(["snapshot", "move", "helloworld", "--from", at, "--to", to])
+            .env(thaw_tiers::moves::CRASH_ENV, step)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.signal(), Some(libc::SIGKILL), "{step}: {out:?}");
+        // the switch is the commit point
+        let switched = ["switched", "hidden"].contains(step);
+        if switched {
+            at = to;
+        }
+        assert_eq!(holders(&h), vec![at.to_string()], "after a kill at {step}");
+        // nothing half-done stays behind
+        for tier in ["pmem", "sata"] {
+            let root = thaw_store::Tier::by_name(tier, &h.0).unwrap().path;
+            let hidden: Vec<_> = std::fs::read_dir(&root)
+                .unwrap()
+                .flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with('.'))
+                .map(|e| e.file_name())
+                .collect();
+            assert!(hidden.is_empty(), "{step}: {tier} keeps {hidden:?}");
+        }
+        assert!(!h.0.join("moves").exists(), "{step}: journal left");
+        restores_from(&h, &w, at);
+    }
+    // an uninterrupted move, and the copy restores
+    let to = if at == "sata" { "pmem" } else { "sata" };
+    h.mv(at, to);
+    assert_eq!(holders(&h), vec![to.to_string()]);
+    restores_from(&h, &w, to);
+    // a corrupted image is caught by the copy's verification; the source stays
+    let snap = thaw_store::Tier::by_name(to, &h.0)
+        .unwrap()
+        .open_current(&w.snapshot_name("helloworld"))
+        .unwrap()
+        .expect("a published snapshot");
+    let img = snap.memory_path();
+    drop(snap);
+    // block tiers keep snapshot files immutable: an attacker with root clears it
+    let _ = thaw_store::secure::set_immutable(&img, false);
+    let mut data = std::fs::read(&img).unwrap();
+    let mid = data.len() / 2;
+    data[mid] ^= 0xff;
+    std::fs::write(&img, &data).unwrap();
+    h.fails(
+        &["snapshot", "move", "helloworld", "--from", to, "--to", at],
+        "failed verification",
+    );
+    assert_eq!(holders(&h), vec![to.to_string()]);
+    // bad input
+    h.fails(
+        &["snapshot", "move", "nosuchfn", "--from", to, "--to", at],
+        "no snapshot of nosuchfn",
+    );
+    h.fails(
+        &["snapshot", "move", "helloworld", "--from", to, "--to", to],
+        "already on",
+    );
+    h.fails(
+        &[
+            "snapshot",
+            "move",
+            "helloworld",
+            "--from",
+            to,
+            "--to",
+            "nope",
+        ],
+        "unknown tier",
+    );
+    // a tier too small for the snapshot is refused before anything is copied
+    let mut cfg = TiersConfig::load(&h.0).unwrap();
+    cfg.tiers
+        .iter_mut()
+        .find(|t| t.name == at)
+        .unwrap()
+        .capacity_bytes = 1 << 20;
+    cfg.save(&h.0).unwrap();
+    h.fails(
+        &["snapshot", "get", "helloworld", "--from", to, "--to", at],
+        "is full",
+    );
+    h.ok(&["tier", "teardown", "--force"]);
+}
+
+#[test]
+fn snapshots_travel_to_the_remote_tier_sealed_and_come_back_verified() {
+    let h = Home::new("remote");
+    h.config(&["pmem", "sata", "remote"], |t| {
+        t.capacity_bytes = 512 << 20;
+        if t.name == "remote" {
+            t.request_timeout_s = Some(3);
+        }
+    });
+    h.ok(&["tier", "setup"]);
+    let w = worker();
+    let sata = thaw_store::Tier::by_name("sata", &h.0).unwrap();
+    let (snap, _) = w.deploy("helloworld", &sata).unwrap();
+    let name = snap.dir.file_name().unwrap().to_string_lossy().into_owned();
+    let state = std::fs::read(snap.dir.join("state.json")).unwrap();
+    h.mv("sata", "remote");
+    assert_eq!(holders(&h), vec!["remote".to_string()]);
+    // nothing the function saw is readable where the objects are stored
+    let needle = &state[..64];
+    let data = h.0.join("tiers/.remote/data");
+    let mut stored = 0;
+    for e in walk(&data) {
+        let raw = std::fs::read(&e).unwrap();
+        stored += raw.len();
+        assert!(
+            !raw.windows(needle.len()).any(|w| w == needle),
+            "plaintext state in {}",
+            e.display()
+        );
+    }
+    assert!(
+        stored > state.len(),
+        "the object store holds {stored} bytes"
+    );
+    // back onto a local tier, verified, and it restores
+    h.mv("remote", "pmem");
+    restores_from(&h, &w, "pmem");
+    h.mv("pmem", "remote");
+
+    // an object replaced behind thaw's back (validly sealed, wrong content) is refused
+    let cfg = TiersConfig::load(&h.0).unwrap();
+    let store = thaw_tiers::objects::RemoteStore::open(&h.0, cfg.get("remote").unwrap()).unwrap();
+    let state_obj = format!("{name}/state.json");
+    const BACK: [&str; 7] = [
+        "snapshot",
+        "move",
+        "helloworld",
+        "--from",
+        "remote",
+        "--to",
+        "pmem",
+    ];
+    let good = store.get(&state_obj, 1 << 30).unwrap();
+    store.put(&state_obj, b"{}").unwrap();
+    h.fails(&BACK, "differ");
+    assert_eq!(holders(&h), vec!["remote".to_string()]);
+    // one announcing more than the commit record says is never downloaded
+    store.put(&state_obj, &vec![b' '; good.len() + 1]).unwrap();
+    h.fails(&BACK, "announces");
+    store.put(&state_obj, &good).unwrap();
+
+    // a store that stops answering fails the move clearly, within the deadline
+    let pid: i32 = std::fs::read_to_string(h.0.join("tiers/.remote/server.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // SAFETY: stopping and resuming the server this test's setup started.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    let t0 = std::time::Instant::now();
+    let (ok, _, err) = h.thaw(&BACK);
+    let took = t0.elapsed();
+    // SAFETY: as above.
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    assert!(
+        !ok && err.contains("remote") || err.contains("10.213."),
+        "{err}"
+    );
+    assert!(
+        took < std::time::Duration::from_secs(20),
+        "the failure took {took:?}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(holders(&h), vec!["remote".to_string()]);
+    h.mv("remote", "pmem");
+    restores_from(&h, &w, "pmem");
+    // a copy keeps the source
+    h.ok(&[
+        "snapshot",
+        "get",
+        "helloworld",
+        "--from",
+        "pmem",
+        "--to",
+        "remote",
+    ]);
+    assert_eq!(holders(&h), vec!["pmem".to_string(), "remote".to_string()]);
+    h.ok(&["tier", "teardown", "--force"]);
+}
+
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}

@@ -1,0 +1,520 @@
+//! The emulated devices behind the tiers this machine lacks, and their
+//! teardown. Both are idempotent and find what an interrupted run left.
+//!
+//! - `pmem` (emulated): a size-limited tmpfs, which like DAX-mapped
+//!   persistent memory is mapped without a page-cache copy.
+//! - `block` (emulated): a sparse file on the real disk, attached to a loop
+//!   device with direct I/O (so the backing file adds no second page cache),
+//!   an ext4 filesystem on it, and cgroup v1 blkio throttles on the loop
+//!   device set from the tier's device profile.
+//!
+//! The throttles go into the root blkio cgroup. Under cgroup v1 blkio
+//! throttling is flat: a rule limits the tasks of the cgroup it is written
+//! in, together. thaw's worker and its sandboxes never leave the root blkio
+//! cgroup (sandboxes get memory and pids groups only), so the worker's REAP
+//! read, the sandbox's page faults, the restorer's copies and writeback all
+//! share the one limit. A task some other program places in a child blkio
+//! cgroup would escape it; `probe` reports any such cgroup. This kernel has
+//! no device-mapper, nbd or ublk, which would allow a limit at the device.
+use crate::config::{Kind, TierConfig, TIERS_DIR};
+use anyhow::{bail, Context, Result};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const BLKIO_ROOT: &str = "/sys/fs/cgroup/blkio";
+const THROTTLE_FILES: [&str; 4] = [
+    "blkio.throttle.read_bps_device",
+    "blkio.throttle.read_iops_device",
+    "blkio.throttle.write_bps_device",
+    "blkio.throttle.write_iops_device",
+];
+
+/// What `setup`/`status` found or made for one tier.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct DeviceState {
+    pub tier: String,
+    pub ready: bool,
+    /// e.g. "/dev/loop3 (7:3), ext4, direct I/O, blkio read 500 MB/s"
+    pub detail: String,
+    /// the block device number, for block tiers that are attached
+    pub devno: Option<(u32, u32)>,
+}
+
+/// Runs a tool, returning its stdout; the error names the command and its stderr.
+pub(crate) fn run(prog: &str, args: &[&str]) -> Result<String> {
+    let out = Command::new(prog).args(args).output().with_context(|| {
+        format!("running {prog} (is it installed? scripts/setup.sh installs it)")
+    })?;
+    if !out.status.success() {
+        bail!(
+            "{prog} {} failed ({}): {}",
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn devices_dir(home: &Path) -> PathBuf {
+    home.join(TIERS_DIR).join(".devices")
+}
+
+/// The sparse file behind an emulated block tier.
+pub fn backing_file(home: &Path, tier: &str) -> PathBuf {
+    devices_dir(home).join(format!("{tier}.img"))
+}
+
+/// Mount points from /proc/self/mountinfo (octal escapes decoded), with the
+/// mount source.
+fn mounts() -> Result<Vec<(PathBuf, String)>> {
+    let raw = std::fs::read_to_string("/proc/self/mountinfo")?;
+    let unescape = |s: &str| -> String {
+        let b = s.as_bytes();
+        let mut out = Vec::with_capacity(b.len());
+        let mut i = 0;
+        while i < b.len() {
+            if b[i] == b'\\' && i + 3 < b.len() {
+                if let Ok(v) = u8::from_str_radix(&s[i + 1..i + 4], 8) {
+                    out.push(v);
+                    i += 4;
+                    continue;
+                }
+            }
+            out.push(b[i]);
+            i += 1;
+        }
+        String::from_utf8_lossy(&out).into_owned()
+    };
+    Ok(raw
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            let sep = f.iter().position(|x| *x == "-")?;
+            Some((
+                PathBuf::from(unescape(f.get(4)?)),
+                unescape(f.get(sep + 2)?),
+            ))
+        })
+        .collect())
+}
+
+/// The source of the mount at `mp`, if something is mounted there.
+pub fn mounted_source(mp: &Path) -> Result<Option<String>> {
+    Ok(mounts()?
+        .into_iter()
+        .rev()
+        .find(|(p, _)| p == mp)
+        .map(|(_, s)| s))
+}
+
+/// Mount points under `dir` (for the leave-nothing-behind check).
+pub fn mounts_under(dir: &Path) -> Result<Vec<PathBuf>> {
+    Ok(mounts()?
+        .into_iter()
+        .map(|(p, _)| p)
+        .filter(|p| p.starts_with(dir))
+        .collect())
+}
+
+/// Loop devices whose backing file is `file`.
+pub fn loops_backed_by(file: &Path) -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    let Ok(rd) = std::fs::read_dir("/sys/block") else {
+        return Ok(out);
+    };
+    let want = file.canonicalize().unwrap_or_else(|_| file.to_path_buf());
+    for e in rd.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if !name.starts_with("loop") {
+            continue;
+        }
+        if let Ok(b) = std::fs::read_to_string(e.path().join("loop/backing_file")) {
+            let b = b.trim_end_matches('\n');
+            // the kernel appends " (deleted)" when the file is gone
+            let b = b.strip_suffix(" (deleted)").unwrap_or(b);
+            if Path::new(b) == want || Path::new(b) == file {
+                out.push(PathBuf::from("/dev").join(&name));
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn devno(dev: &Path) -> Result<(u32, u32)> {
+    let md = std::fs::metadata(dev).with_context(|| format!("stat {}", dev.display()))?;
+    let rdev = md.rdev();
+    Ok((libc::major(rdev), libc::minor(rdev)))
+}
+
+/// Throttle rules for `devno` in the root blkio cgroup, as (file, value).
+pub fn throttle_rules(devno: (u32, u32)) -> Result<Vec<(String, u64)>> {
+    let key = format!("{}:{}", devno.0, devno.1);
+    let mut out = Vec::new();
+    for f in THROTTLE_FILES {
+        let p = Path::new(BLKIO_ROOT).join(f);
+        let raw =
+            std::fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))?;
+        for l in raw.lines() {
+            let mut it = l.split_whitespace();
+            if it.next() == Some(key.as_str()) {
+                if let Some(v) = it.next().and_then(|v| v.parse().ok()) {
+                    out.push((f.to_string(), v));
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn write_throttle(devno: (u32, u32), values: [u64; 4]) -> Result<()> {
+    if !Path::new(BLKIO_ROOT).join(THROTTLE_FILES[0]).exists() {
+        bail!("cgroup v1 blkio throttling is not available at {BLKIO_ROOT} (needed to emulate block devices)");
+    }
+    for (f, v) in THROTTLE_FILES.iter().zip(values) {
+        let p = Path::new(BLKIO_ROOT).join(f);
+        std::fs::write(&p, format!("{}:{} {v}", devno.0, devno.1))
+            .with_context(|| format!("writing {} ({}:{} {v})", p.display(), devno.0, devno.1))?;
+    }
+    Ok(())
+}
+
+fn mkdir_private(p: &Path) -> Result<()> {
+    std::fs::create_dir_all(p).with_context(|| format!("creating {}", p.display()))?;
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o700))?;
+    Ok(())
+}
+
+/// Creates (or finds) the device behind one tier and leaves it ready.
+/// Real (non-emulated) tiers are only checked.
+pub fn setup(home: &Path, t: &TierConfig) -> Result<DeviceState> {
+    match (t.kind, t.emulated) {
+        (Kind::Pmem, true) => setup_pmem(home, t),
+        (Kind::Block, true) => setup_block(home, t),
+        (Kind::Remote, true) => crate::remote::setup(home, t),
+        (Kind::Dram, true) => bail!("tier {}: an emulated dram tier makes no sense", t.name),
+        _ => check_real(home, t),
+    }
+}
+
+/// Removes what `setup` made for one tier; refuses while snapshots are on it
+/// unless `force`.
+pub fn teardown(home: &Path, t: &TierConfig, force: bool) -> Result<()> {
+    if !t.emulated {
+        return Ok(());
+    }
+    if let Some(root) = t.snapshot_root(home) {
+        let n = count_entries(&root);
+        if n > 0 && !force {
+            bail!(
+                "tier {} holds {n} snapshot(s) under {}; move them off or pass --force to destroy them",
+                t.name,
+                root.display()
+            );
+        }
+    }
+    match t.kind {
+        Kind::Pmem => teardown_mount(home, t),
+        Kind::Block => teardown_block(home, t),
+        Kind::Remote => crate::remote::teardown(home, t),
+        Kind::Dram => Ok(()),
+    }
+}
+
+/// Whether a tier's device is there, without changing anything.
+pub fn status(home: &Path, t: &TierConfig) -> Result<DeviceState> {
+    let mut st = DeviceState {
+        tier: t.name.clone(),
+        ready: false,
+        detail: String::new(),
+        devno: None,
+    };
+    match (t.kind, t.emulated) {
+        (Kind::Remote, true) => return crate::remote::status(home, t),
+        (Kind::Pmem | Kind::Block, true) => {
+            let mp = TierConfig::mount_point(home, &t.name);
+            match mounted_source(&mp)? {
+                None => st.detail = "not set up (thaw tier setup)".into(),
+                Some(src) => {
+                    st.ready = true;
+                    st.detail = format!("{src} on {}", mp.display());
+                    if t.kind == Kind::Block {
+                        let d = devno(Path::new(&src))?;
+                        st.devno = Some(d);
+                        st.detail += &describe_throttle(d)?;
+                        let ra = read_ahead_file(Path::new(&src))
+                            .ok()
+                            .and_then(|f| std::fs::read_to_string(f).ok());
+                        if let Some(ra) = ra {
+                            st.detail += &format!(", readahead {} KiB", ra.trim());
+                        }
+                    }
+                }
+            }
+        }
+        _ => return check_real(home, t),
+    }
+    Ok(st)
+}
+
+fn describe_throttle(d: (u32, u32)) -> Result<String> {
+    let rules = throttle_rules(d)?;
+    let get = |f: &str| rules.iter().find(|(n, _)| n == f).map(|(_, v)| *v);
+    Ok(match (get(THROTTLE_FILES[0]), get(THROTTLE_FILES[1])) {
+        (Some(bps), Some(iops)) => format!(
+            ", blkio throttle read {:.0} MB/s {iops} IOPS",
+            bps as f64 / 1e6
+        ),
+        _ => ", NOT THROTTLED".into(),
+    })
+}
+
+fn check_real(_home: &Path, t: &TierConfig) -> Result<DeviceState> {
+    let (ready, detail) = match t.kind {
+        Kind::Remote => (
+            true,
+            format!("{} (not checked)", t.url.as_deref().unwrap_or("")),
+        ),
+        _ => {
+            let root = t
+                .snapshot_root(_home)
+                .context("a local tier needs a path")?;
+            // the tier's directory is created on first use: what exists of
+            // its path must be a directory this process can write
+            let anchor = root
+                .ancestors()
+                .find(|p| p.exists())
+                .unwrap_or(Path::new("/"));
+            let writable = anchor.is_dir() && writable(anchor);
+            let detail = if writable {
+                root.display().to_string()
+            } else {
+                format!("{} is not a writable directory", anchor.display())
+            };
+            (writable, detail)
+        }
+    };
+    Ok(DeviceState {
+        tier: t.name.clone(),
+        ready,
+        detail,
+        devno: None,
+    })
+}
+
+fn writable(p: &Path) -> bool {
+    let Ok(c) = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()) else {
+        return false;
+    };
+    // SAFETY: c is a valid NUL-terminated path.
+    unsafe { libc::access(c.as_ptr(), libc::W_OK) == 0 }
+}
+
+fn count_entries(dir: &Path) -> usize {
+    std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten()
+                .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+fn setup_pmem(home: &Path, t: &TierConfig) -> Result<DeviceState> {
+    let mp = TierConfig::mount_point(home, &t.name);
+    mkdir_private(&mp)?;
+    if mounted_source(&mp)?.is_none() {
+        let opts = format!("size={},mode=0700,nodev,nosuid", t.capacity_bytes);
+        let src = format!("thaw-{}", t.name);
+        run(
+            "mount",
+            &["-t", "tmpfs", "-o", &opts, &src, &path_str(&mp)?],
+        )?;
+    }
+    finish_mount(&mp, "a size-limited tmpfs")?;
+    status(home, t)
+}
+
+/// The snapshot directory and the marker by which the store labels the tier emulated.
+fn finish_mount(mp: &Path, how: &str) -> Result<()> {
+    std::fs::set_permissions(mp, std::fs::Permissions::from_mode(0o700))?;
+    mkdir_private(&mp.join("snapshots"))?;
+    std::fs::write(
+        mp.join(thaw_store::EMULATED_MARKER),
+        format!("emulated by thaw tier setup: {how}\n"),
+    )?;
+    Ok(())
+}
+
+fn path_str(p: &Path) -> Result<String> {
+    p.to_str()
+        .map(String::from)
+        .with_context(|| format!("path {} is not UTF-8", p.display()))
+}
+
+fn setup_block(home: &Path, t: &TierConfig) -> Result<DeviceState> {
+    let mp = TierConfig::mount_point(home, &t.name);
+    let img = backing_file(home, &t.name);
+    mkdir_private(&devices_dir(home))?;
+    mkdir_private(&mp)?;
+    let fresh = !img.exists();
+    if fresh {
+        // sparse: the disk holds only what the tier holds
+        let f =
+            std::fs::File::create(&img).with_context(|| format!("creating {}", img.display()))?;
+        f.set_len(t.capacity_bytes)?;
+        f.sync_all()?;
+    }
+    let img_s = path_str(&img)?;
+    let dev = match loops_backed_by(&img)?.into_iter().next() {
+        Some(d) => d,
+        None => {
+            let out = run("losetup", &["--find", "--show", "--direct-io=on", &img_s])?;
+            PathBuf::from(out.trim())
+        }
+    };
+    let dev_s = path_str(&dev)?;
+    let has_fs = run("blkid", &["-p", "-o", "value", "-s", "TYPE", &dev_s])
+        .map(|s| s.trim() == "ext4")
+        .unwrap_or(false);
+    if !has_fs {
+        // inode tables written now, not by a background thread during measurements
+        run(
+            "mkfs.ext4",
+            &[
+                "-q",
+                "-F",
+                "-m",
+                "0",
+                "-i",
+                "1048576",
+                "-E",
+                "lazy_itable_init=0,lazy_journal_init=0",
+                "-L",
+                &format!("thaw-{}", t.name),
+                &dev_s,
+            ],
+        )?;
+    }
+    match mounted_source(&mp)? {
+        Some(src) if Path::new(&src) == dev => {}
+        Some(src) => bail!(
+            "{} is already mounted from {src}, not from the tier's device {}",
+            mp.display(),
+            dev.display()
+        ),
+        None => {
+            run(
+                "mount",
+                &[
+                    "-t",
+                    "ext4",
+                    "-o",
+                    "noatime,nodev,nosuid",
+                    &dev_s,
+                    &path_str(&mp)?,
+                ],
+            )?;
+        }
+    }
+    finish_mount(&mp, "loop device over a sparse file, ext4, blkio throttle")?;
+    let d = devno(&dev)?;
+    if let Some(kb) = t.read_ahead_kb {
+        let name = dev.file_name().context("device name")?;
+        let f = Path::new("/sys/block")
+            .join(name)
+            .join("queue/read_ahead_kb");
+        std::fs::write(&f, kb.to_string()).with_context(|| format!("writing {}", f.display()))?;
+    }
+    let p = &t.profile;
+    write_throttle(
+        d,
+        [
+            (p.read_mbps * 1e6) as u64,
+            p.read_iops(),
+            (p.write_mbps * 1e6) as u64,
+            0,
+        ],
+    )?;
+    status(home, t)
+}
+
+fn teardown_mount(home: &Path, t: &TierConfig) -> Result<()> {
+    let mp = TierConfig::mount_point(home, &t.name);
+    while mounted_source(&mp)?.is_some() {
+        run("umount", &[&path_str(&mp)?])
+            .with_context(|| format!("tier {}: is a process still using it?", t.name))?;
+    }
+    remove_dir_if_present(&mp)
+}
+
+fn remove_dir_if_present(p: &Path) -> Result<()> {
+    match std::fs::remove_dir_all(p) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e).with_context(|| format!("removing {}", p.display())),
+    }
+}
+
+fn teardown_block(home: &Path, t: &TierConfig) -> Result<()> {
+    teardown_mount(home, t)?;
+    let img = backing_file(home, &t.name);
+    let saved = saved_read_ahead(home, &t.name);
+    for dev in loops_backed_by(&img)? {
+        // rules stay with the device number, which the next loop user would inherit
+        write_throttle(devno(&dev)?, [0; 4])?;
+        if let Ok(kb) = std::fs::read_to_string(&saved) {
+            std::fs::write(read_ahead_file(&dev)?, kb.trim())?;
+        }
+        run("losetup", &["--detach", &path_str(&dev)?])?;
+    }
+    let _ = std::fs::remove_file(&saved);
+    match std::fs::remove_file(&img) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("removing {}", img.display())),
+    }
+    Ok(())
+}
+
+fn read_ahead_file(dev: &Path) -> Result<PathBuf> {
+    let name = dev.file_name().context("device name")?;
+    Ok(Path::new("/sys/block")
+        .join(name)
+        .join("queue/read_ahead_kb"))
+}
+
+fn saved_read_ahead(home: &Path, tier: &str) -> PathBuf {
+    devices_dir(home).join(format!("{tier}.read_ahead_kb"))
+}
+
+/// Removes the tiers' shared directories once nothing is left in them.
+pub fn tidy(home: &Path) {
+    let _ = std::fs::remove_dir(devices_dir(home));
+    // lock files only; a holder keeps its descriptor
+    let _ = std::fs::remove_dir_all(home.join(TIERS_DIR).join(".slots"));
+    let _ = std::fs::remove_dir(home.join(TIERS_DIR));
+}
+
+/// Space the tier's snapshots take: the filesystem's use for a tier on its
+/// own device, otherwise the allocated blocks under its snapshot directory.
+pub fn used_bytes(home: &Path, t: &TierConfig) -> Result<u64> {
+    let Some(root) = t.snapshot_root(home) else {
+        return Ok(0);
+    };
+    fn walk(p: &Path) -> u64 {
+        let Ok(md) = std::fs::symlink_metadata(p) else {
+            return 0;
+        };
+        let own = md.blocks() * 512;
+        if md.is_dir() {
+            own + std::fs::read_dir(p)
+                .map(|rd| rd.flatten().map(|e| walk(&e.path())).sum())
+                .unwrap_or(0)
+        } else {
+            own
+        }
+    }
+    Ok(walk(&root))
+}

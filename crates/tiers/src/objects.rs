@@ -1,0 +1,247 @@
+//! The remote tier's client: any S3-compatible store through `object_store`
+//! (the emulated MinIO, or a real bucket by changing the tier's url and
+//! setting AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY). Every object is
+//! sealed on the way out and opened (authenticated) on the way back.
+//! Requests carry a deadline: a store that is down or slow gives a clear
+//! error, never a hang.
+use crate::config::TierConfig;
+use crate::seal::{self, Header, Key, HEADER_LEN};
+use anyhow::{bail, Context, Result};
+use futures::StreamExt;
+use object_store::aws::{AmazonS3, AmazonS3Builder};
+use object_store::path::Path as ObjPath;
+use object_store::{ClientOptions, ObjectStore, ObjectStoreExt, PutPayload, RetryConfig};
+use std::ops::Range;
+use std::path::Path;
+use std::time::Duration;
+
+/// Connecting to the store.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// One request, unless the tier configures its own.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+pub struct RemoteStore {
+    rt: tokio::runtime::Runtime,
+    store: AmazonS3,
+    key: Key,
+    pub url: String,
+    timeout: Duration,
+}
+
+/// "http://host:port/bucket" into ("http://host:port", "bucket").
+fn split_url(url: &str) -> Result<(String, String)> {
+    let scheme_end = url.find("://").context("url has no scheme")? + 3;
+    let rest = &url[scheme_end..];
+    let (host, bucket) = rest
+        .split_once('/')
+        .with_context(|| format!("url {url} names no bucket (want http(s)://host:port/bucket)"))?;
+    let bucket = bucket.trim_end_matches('/');
+    if host.is_empty() || bucket.is_empty() || bucket.contains('/') {
+        bail!("url {url}: want http(s)://host:port/bucket");
+    }
+    Ok((
+        url[..scheme_end + host.len()].to_string(),
+        bucket.to_string(),
+    ))
+}
+
+impl RemoteStore {
+    pub fn open(home: &Path, t: &TierConfig) -> Result<RemoteStore> {
+        let url = t.url.clone().context("a remote tier needs a url")?;
+        let (endpoint, bucket) = split_url(&url)?;
+        let timeout = t
+            .request_timeout_s
+            .map(Duration::from_secs)
+            .unwrap_or(REQUEST_TIMEOUT);
+        let mut b = if t.emulated {
+            let (user, secret) = crate::remote::credentials(home, t)?;
+            AmazonS3Builder::new()
+                .with_access_key_id(user)
+                .with_secret_access_key(secret)
+        } else {
+            AmazonS3Builder::from_env()
+        };
+        b = b
+            .with_endpoint(&endpoint)
+            .with_bucket_name(&bucket)
+            .with_region("us-east-1")
+            .with_client_options(
+                ClientOptions::new()
+                    .with_allow_http(endpoint.starts_with("http://"))
+                    .with_connect_timeout(CONNECT_TIMEOUT)
+                    .with_timeout(timeout),
+            )
+            .with_retry(RetryConfig {
+                max_retries: 1,
+                retry_timeout: timeout,
+                ..Default::default()
+            });
+        let store = b.build().context("configuring the object store client")?;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        Ok(RemoteStore {
+            rt,
+            store,
+            key: Key::load_or_create(home)?,
+            url,
+            timeout,
+        })
+    }
+
+    /// Creates the bucket (the emulated store starts empty); an existing
+    /// bucket is fine. Sent as a pre-signed PUT over plain HTTP, the only
+    /// scheme the emulated store speaks.
+    pub fn ensure_bucket(&self) -> Result<()> {
+        use object_store::signer::{Method, Signer};
+        let url = self.rt.block_on(self.store.signed_url(
+            Method::PUT,
+            &ObjPath::from(""),
+            Duration::from_secs(60),
+        ))?;
+        let host = url.host_str().context("signed url has no host")?;
+        let port = url.port_or_known_default().unwrap_or(80);
+        let target = match url.query() {
+            Some(q) => format!("{}?{q}", url.path()),
+            None => url.path().to_string(),
+        };
+        let reply = http_put_empty(host, port, &target, self.timeout)?;
+        let status = reply.split_whitespace().nth(1).unwrap_or("");
+        // 409: BucketAlreadyOwnedByYou
+        if status != "200" && status != "409" {
+            bail!(
+                "creating the bucket at {}: {}",
+                self.url,
+                reply.lines().next().unwrap_or("")
+            );
+        }
+        Ok(())
+    }
+
+    /// Seals and stores `data` as `name`.
+    pub fn put(&self, name: &str, data: &[u8]) -> Result<()> {
+        let sealed = seal::seal(&self.key, name, data)?;
+        self.rt
+            .block_on(
+                self.store
+                    .put(&ObjPath::from(name), PutPayload::from(sealed)),
+            )
+            .with_context(|| format!("uploading {name} to {}", self.url))?;
+        Ok(())
+    }
+
+    /// Fetches and opens `name`; a corrupt or tampered object is an error,
+    /// and so is one announcing more than `max_len` bytes (it is never
+    /// downloaded: the header is read first).
+    pub fn get(&self, name: &str, max_len: u64) -> Result<Vec<u8>> {
+        let h = self.header(name)?;
+        if h.plain_len > max_len {
+            bail!(
+                "{name} on {} announces {} bytes, more than the {max_len} expected",
+                self.url,
+                h.plain_len
+            );
+        }
+        let raw = self
+            .rt
+            .block_on(
+                self.store
+                    .get_range(&ObjPath::from(name), 0..h.sealed_len()),
+            )
+            .with_context(|| format!("downloading {name} from {}", self.url))?;
+        seal::open(&self.key, name, &raw)
+    }
+
+    /// The header of `name` (one small ranged read).
+    pub fn header(&self, name: &str) -> Result<Header> {
+        let raw = self
+            .rt
+            .block_on(
+                self.store
+                    .get_range(&ObjPath::from(name), 0..HEADER_LEN as u64),
+            )
+            .with_context(|| format!("reading the header of {name} from {}", self.url))?;
+        Header::parse(&raw)
+    }
+
+    /// Plaintext bytes `r` of `name`: fetches only the chunks covering them.
+    pub fn get_range(&self, name: &str, h: &Header, r: Range<u64>) -> Result<Vec<u8>> {
+        let (span, first) = h.sealed_span(&r)?;
+        let raw = self
+            .rt
+            .block_on(self.store.get_range(&ObjPath::from(name), span))
+            .with_context(|| format!("reading {name} from {}", self.url))?;
+        let pt = seal::open_chunks(&self.key, name, h, first, &raw)?;
+        let off = (r.start - first * h.chunk as u64) as usize;
+        Ok(pt[off..off + (r.end - r.start) as usize].to_vec())
+    }
+
+    /// Whether `name` exists (a HEAD request).
+    pub fn exists(&self, name: &str) -> Result<bool> {
+        match self.rt.block_on(self.store.head(&ObjPath::from(name))) {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::NotFound { .. }) => Ok(false),
+            Err(e) => Err(e).with_context(|| format!("looking up {name} on {}", self.url)),
+        }
+    }
+
+    pub fn delete(&self, name: &str) -> Result<()> {
+        self.rt
+            .block_on(self.store.delete(&ObjPath::from(name)))
+            .with_context(|| format!("deleting {name} from {}", self.url))?;
+        Ok(())
+    }
+
+    /// Object names under `prefix`, with their stored (sealed) sizes.
+    pub fn list(&self, prefix: &str) -> Result<Vec<(String, u64)>> {
+        self.rt.block_on(async {
+            let p = ObjPath::from(prefix);
+            let mut s = self.store.list(Some(&p));
+            let mut out = Vec::new();
+            while let Some(m) = s.next().await {
+                let m = m.with_context(|| format!("listing {prefix} on {}", self.url))?;
+                out.push((m.location.to_string(), m.size));
+            }
+            Ok(out)
+        })
+    }
+}
+
+/// One HTTP/1.1 PUT with an empty body; returns the status line and headers.
+fn http_put_empty(host: &str, port: u16, target: &str, timeout: Duration) -> Result<String> {
+    use std::io::{Read, Write};
+    let addr = format!("{host}:{port}");
+    let sa = std::net::ToSocketAddrs::to_socket_addrs(&addr)?
+        .next()
+        .with_context(|| format!("resolving {addr}"))?;
+    let mut s = std::net::TcpStream::connect_timeout(&sa, CONNECT_TIMEOUT)
+        .with_context(|| format!("connecting to {addr}"))?;
+    s.set_read_timeout(Some(timeout))?;
+    write!(
+        s,
+        "PUT {target} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut buf = Vec::new();
+    s.take(64 << 10).read_to_end(&mut buf)?;
+    Ok(String::from_utf8_lossy(&buf).into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_url;
+
+    #[test]
+    fn urls_split_into_endpoint_and_bucket() {
+        assert_eq!(
+            split_url("http://10.0.0.2:9000/thaw").unwrap(),
+            ("http://10.0.0.2:9000".into(), "thaw".into())
+        );
+        assert_eq!(
+            split_url("https://s3.eu-west-1.amazonaws.com/b/").unwrap(),
+            ("https://s3.eu-west-1.amazonaws.com".into(), "b".into())
+        );
+        for bad in ["http://host:9000", "http:///b", "http://h/a/b", "nourl"] {
+            assert!(split_url(bad).is_err(), "{bad}");
+        }
+    }
+}

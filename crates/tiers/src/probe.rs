@@ -1,0 +1,307 @@
+//! `thaw tier probe`: a tier's sequential read bandwidth and 4 KiB random
+//! read latency, measured with O_DIRECT (so the page cache is out of the
+//! way) from two kinds of reader: the worker process itself, and a separate
+//! process placed in fresh memory and pids cgroups the way a sandbox is.
+//! Both readers must see the tier's throttle.
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use std::io::{BufRead, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+const ALIGN: usize = 4096;
+const SEQ_CHUNK: usize = 1 << 20;
+/// Pause before each timed phase: blkio throttling accounts in slices of up
+/// to 100 ms, and a phase must not pay for (or profit from) the last one.
+const SETTLE: std::time::Duration = std::time::Duration::from_millis(250);
+/// Each timed phase runs at least this long (passes over the file repeat),
+/// so the throttle's up-front slice budget is a small part of it.
+const PHASE: std::time::Duration = std::time::Duration::from_secs(1);
+/// Bound on random reads per phase.
+const MAX_RAND_READS: usize = 50_000;
+
+/// What one reader measured on one file.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ReaderResult {
+    /// "worker" or "sandbox-cgroup"
+    pub reader: String,
+    /// the reader's blkio cgroup ("/" is the root, where the throttle is)
+    pub blkio_cgroup: String,
+    /// false where the filesystem refused O_DIRECT (tmpfs): cached reads
+    pub direct: bool,
+    pub seq_read_mbps: f64,
+    pub rand_reads: usize,
+    pub rand_read_4k_us_mean: f64,
+    pub rand_read_4k_us_median: f64,
+    pub rand_read_4k_us_p99: f64,
+}
+
+/// A buffer aligned for O_DIRECT.
+struct Aligned {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl Aligned {
+    fn new(len: usize) -> Aligned {
+        let layout = std::alloc::Layout::from_size_align(len, ALIGN).expect("valid layout");
+        // SAFETY: the layout has a non-zero size; a null return is handled.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        if ptr.is_null() {
+            std::alloc::handle_alloc_error(layout);
+        }
+        Aligned { ptr, len }
+    }
+
+    fn as_mut(&mut self) -> &mut [u8] {
+        // SAFETY: ptr points to len initialised bytes owned by self.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
+impl Drop for Aligned {
+    fn drop(&mut self) {
+        let layout = std::alloc::Layout::from_size_align(self.len, ALIGN).expect("valid layout");
+        // SAFETY: allocated in new() with this layout.
+        unsafe { std::alloc::dealloc(self.ptr, layout) };
+    }
+}
+
+/// Writes the probe file (`mib` MiB of non-zero data) and syncs it.
+pub fn write_probe_file(path: &Path, mib: usize) -> Result<()> {
+    if mib == 0 {
+        bail!("the probe file must be at least 1 MiB");
+    }
+    let mut f =
+        std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    let mut chunk = vec![0u8; SEQ_CHUNK];
+    for (i, b) in chunk.iter_mut().enumerate() {
+        *b = (i * 131 + 7) as u8;
+    }
+    for _ in 0..mib {
+        f.write_all(&chunk)?;
+    }
+    f.sync_all()?;
+    thaw_store::drop_file_cache(path)?;
+    Ok(())
+}
+
+fn open_direct(path: &Path) -> Result<(std::fs::File, bool)> {
+    match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(path)
+    {
+        Ok(f) => Ok((f, true)),
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+            let f = std::fs::File::open(path)?;
+            Ok((f, false))
+        }
+        Err(e) => Err(e).with_context(|| format!("opening {}", path.display())),
+    }
+}
+
+/// Measures one file from this process.
+pub fn measure(path: &Path, rand_reads: usize, reader: &str) -> Result<ReaderResult> {
+    use std::os::unix::fs::FileExt;
+    let (f, direct) = open_direct(path)?;
+    let len = f.metadata()?.len() as usize;
+    if len < SEQ_CHUNK {
+        bail!("probe file {} is shorter than 1 MiB", path.display());
+    }
+    thaw_store::drop_file_cache(path)?;
+    let mut buf = Aligned::new(SEQ_CHUNK);
+    std::thread::sleep(SETTLE);
+    let t0 = Instant::now();
+    let mut total = 0usize;
+    while total == 0 || t0.elapsed() < PHASE {
+        let mut off = 0usize;
+        while off + SEQ_CHUNK <= len {
+            let n = f.read_at(buf.as_mut(), off as u64)?;
+            if n == 0 {
+                break;
+            }
+            off += n;
+        }
+        total += off;
+        if !direct {
+            thaw_store::drop_file_cache(path)?;
+        }
+    }
+    let seq_read_mbps = total as f64 / t0.elapsed().as_secs_f64() / 1e6;
+    thaw_store::drop_file_cache(path)?;
+    // a fixed-seed LCG: the same offsets for every reader
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let pages = (len / ALIGN) as u64;
+    let mut lat = Vec::with_capacity(rand_reads);
+    let mut one = Aligned::new(ALIGN);
+    std::thread::sleep(SETTLE);
+    let t1 = Instant::now();
+    while lat.len() < rand_reads || (t1.elapsed() < PHASE && lat.len() < MAX_RAND_READS) {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let page = (x >> 33) % pages;
+        let t = Instant::now();
+        let n = f.read_at(one.as_mut(), page * ALIGN as u64)?;
+        lat.push(t.elapsed().as_secs_f64() * 1e6);
+        if n != ALIGN {
+            bail!("short read of {n} bytes from {}", path.display());
+        }
+    }
+    Ok(summarize_reads(reader, direct, seq_read_mbps, lat))
+}
+
+fn summarize_reads(
+    reader: &str,
+    direct: bool,
+    seq_read_mbps: f64,
+    mut lat: Vec<f64>,
+) -> ReaderResult {
+    let mean = lat.iter().sum::<f64>() / lat.len().max(1) as f64;
+    lat.sort_by(f64::total_cmp);
+    let pct = |p: f64| -> f64 {
+        if lat.is_empty() {
+            return 0.0;
+        }
+        lat[((lat.len() - 1) as f64 * p).round() as usize]
+    };
+    ReaderResult {
+        reader: reader.into(),
+        blkio_cgroup: cgroup_of("self", "blkio"),
+        direct,
+        seq_read_mbps,
+        rand_reads: lat.len(),
+        rand_read_4k_us_mean: mean,
+        rand_read_4k_us_median: pct(0.5),
+        rand_read_4k_us_p99: pct(0.99),
+    }
+}
+
+/// A process's ("self" or a pid) cgroup in one v1 hierarchy.
+pub fn cgroup_of(pid: &str, ctrl: &str) -> String {
+    let tag = format!(":{ctrl}:");
+    std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.split_once(tag.as_str()).map(|(_, p)| p.to_string()))
+        })
+        .unwrap_or_else(|| "?".into())
+}
+
+/// Child blkio cgroups that hold tasks: readers there escape a throttle set
+/// in the root group (cgroup v1 throttling is flat).
+pub fn blkio_escapees() -> Vec<PathBuf> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        let Ok(rd) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in rd.flatten() {
+            let p = e.path();
+            if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                let busy = std::fs::read_to_string(p.join("tasks"))
+                    .map(|s| !s.trim().is_empty())
+                    .unwrap_or(false);
+                if busy {
+                    out.push(p.clone());
+                }
+                walk(&p, out);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(Path::new("/sys/fs/cgroup/blkio"), &mut out);
+    out
+}
+
+/// Runs `reader` (a command that waits for one line on stdin, then measures
+/// and prints one JSON `ReaderResult`) inside fresh memory and pids cgroups,
+/// like a sandbox.
+pub fn measure_in_sandbox_cgroups(mut reader: std::process::Command) -> Result<ReaderResult> {
+    use std::process::Stdio;
+    let cg = thaw_sandbox::SandboxCgroups::create(
+        &format!("probe-{}", std::process::id()),
+        1 << 30,
+        32,
+    )?;
+    let mut child = reader
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .context("starting the probe reader")?;
+    let pid = child.id().to_string();
+    let placed = cg.procs_files().iter().try_for_each(|f| {
+        std::fs::write(f, &pid).with_context(|| format!("writing {}", f.display()))
+    });
+    if let Err(e) = placed {
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err(e);
+    }
+    let mut stdin = child.stdin.take().context("reader stdin")?;
+    writeln!(stdin)?;
+    drop(stdin);
+    let out = child.wait_with_output()?;
+    if !out.status.success() {
+        bail!("the probe reader failed ({})", out.status);
+    }
+    serde_json::from_slice(&out.stdout).context("parsing the probe reader's result")
+}
+
+/// The reader side of `measure_in_sandbox_cgroups`: waits for the go line.
+pub fn reader_main(path: &Path, rand_reads: usize) -> Result<()> {
+    let mut line = String::new();
+    std::io::stdin().lock().read_line(&mut line)?;
+    let mut r = measure(path, rand_reads, "sandbox-cgroup")?;
+    r.reader = format!("sandbox-cgroup (memory {})", cgroup_of("self", "memory"));
+    thaw_output::outln!("{}", serde_json::to_string(&r)?);
+    Ok(())
+}
+
+/// The remote tier's profile from the worker: sequential bandwidth is one
+/// GET of a `mib` MiB sealed object (opening included, as a restore pays
+/// it); access latency is one round trip (HEAD), `reads` times.
+pub fn measure_remote(
+    store: &crate::objects::RemoteStore,
+    mib: usize,
+    reads: usize,
+) -> Result<ReaderResult> {
+    if mib == 0 {
+        bail!("the probe object must be at least 1 MiB");
+    }
+    let name = format!(".probe-{}", std::process::id());
+    let data: Vec<u8> = (0..mib << 20).map(|i| (i * 131 + 7) as u8).collect();
+    store.put(&name, &data)?;
+    let measured = (|| -> Result<ReaderResult> {
+        let mut total = 0usize;
+        let t0 = Instant::now();
+        while total == 0 || t0.elapsed() < PHASE {
+            let back = store.get(&name, data.len() as u64)?;
+            if back != data {
+                bail!("the probe object came back different");
+            }
+            total += back.len();
+        }
+        let seq_read_mbps = total as f64 / t0.elapsed().as_secs_f64() / 1e6;
+        let mut lat = Vec::with_capacity(reads);
+        let t1 = Instant::now();
+        while lat.len() < reads || (t1.elapsed() < PHASE && lat.len() < MAX_RAND_READS) {
+            let t = Instant::now();
+            if !store.exists(&name)? {
+                bail!("the probe object vanished");
+            }
+            lat.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+        Ok(summarize_reads(
+            "worker (S3 GET; HEAD round trips)",
+            false,
+            seq_read_mbps,
+            lat,
+        ))
+    })();
+    let _ = store.delete(&name);
+    measured
+}

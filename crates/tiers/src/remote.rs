@@ -1,0 +1,395 @@
+//! The emulated remote tier: a real S3-compatible server (MinIO) in a
+//! network namespace of its own, reached over a veth pair. Seed 004's link:
+//! 0.5 ms RTT and 10 Gbit/s. The rate is a `tbf` qdisc on both veth ends;
+//! the delay is a relay in the namespace (`relay.rs`), because this kernel
+//! has no `netem`. Every name and address is derived from the state home,
+//! so two homes (a test's and the operator's) never collide.
+use crate::config::{TierConfig, TIERS_DIR};
+use crate::device::{run, DeviceState};
+use anyhow::{bail, Context, Result};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+pub const PORT: u16 = 9000;
+/// The server's own port, on the namespace's loopback behind the relay.
+const SERVER_PORT: u16 = 9001;
+/// How long a freshly started server gets to answer.
+const START_DEADLINE: Duration = Duration::from_secs(60);
+/// One-way delay in each direction: half the RTT.
+const ONE_WAY_DELAY_US: u64 = 250;
+const RATE: &str = "10gbit";
+
+/// Names and addresses of one home's emulated remote.
+#[derive(Debug, Clone)]
+pub struct RemoteNet {
+    pub netns: String,
+    pub veth_host: String,
+    pub veth_ns: String,
+    pub host_addr: String,
+    pub server_addr: String,
+}
+
+/// FNV-1a: stable across builds, so teardown finds what setup named.
+fn fnv(s: &[u8]) -> u32 {
+    let mut h: u32 = 0x811c_9dc5;
+    for &b in s {
+        h ^= b as u32;
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    h
+}
+
+impl RemoteNet {
+    pub fn for_home(home: &Path) -> RemoteNet {
+        let h = fnv(home.as_os_str().as_encoded_bytes());
+        let tag = format!("{:06x}", h & 0xff_ffff);
+        // a /24 per home inside 10.213.0.0/16, avoiding .0 and .255
+        let net = 1 + (h >> 24) % 254;
+        RemoteNet {
+            netns: format!("thaw-remote-{tag}"),
+            veth_host: format!("thr{tag}h"),
+            veth_ns: format!("thr{tag}n"),
+            host_addr: format!("10.213.{net}.1"),
+            server_addr: format!("10.213.{net}.2"),
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}:{PORT}/thaw", self.server_addr)
+    }
+}
+
+fn state_dir(home: &Path, t: &TierConfig) -> PathBuf {
+    home.join(TIERS_DIR).join(format!(".{}", t.name))
+}
+
+/// Access key and secret of the emulated server, made on first use (0600).
+pub fn credentials(home: &Path, t: &TierConfig) -> Result<(String, String)> {
+    let p = state_dir(home, t).join("credentials");
+    if let Ok(raw) = std::fs::read_to_string(&p) {
+        if let Some((a, s)) = raw.trim().split_once(':') {
+            return Ok((a.into(), s.into()));
+        }
+        bail!("{} is malformed (want ACCESS:SECRET)", p.display());
+    }
+    let mut rnd = [0u8; 24];
+    crate::seal::random(&mut rnd)?;
+    let hex: String = rnd.iter().map(|b| format!("{b:02x}")).collect();
+    let (a, s) = (format!("thaw{}", &hex[..12]), hex[12..].to_string());
+    std::fs::create_dir_all(state_dir(home, t))?;
+    crate::seal::create_private(&p, format!("{a}:{s}\n").as_bytes())?;
+    Ok((a, s))
+}
+
+/// The MinIO server binary: on PATH, or where `go install` puts it.
+pub fn server_binary() -> Result<PathBuf> {
+    let mut cands: Vec<PathBuf> = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).map(|d| d.join("minio")).collect())
+        .unwrap_or_default();
+    if let Some(gobin) = std::env::var_os("GOBIN") {
+        cands.push(PathBuf::from(gobin).join("minio"));
+    }
+    if let Some(gopath) = std::env::var_os("GOPATH") {
+        cands.push(PathBuf::from(gopath).join("bin/minio"));
+    }
+    // go's default GOPATH, where scripts/setup.sh installs it
+    if let Some(home) = std::env::var_os("HOME") {
+        cands.push(PathBuf::from(home).join("go/bin/minio"));
+    }
+    cands.push(PathBuf::from("/root/go/bin/minio"));
+    cands
+        .into_iter()
+        .find(|p| p.is_file())
+        .context("the MinIO server is not installed: scripts/setup.sh installs it with `go install github.com/minio/minio@latest`")
+}
+
+fn netns_exists(name: &str) -> bool {
+    Path::new("/run/netns").join(name).exists()
+}
+
+fn link_exists(name: &str) -> bool {
+    Path::new("/sys/class/net").join(name).exists()
+}
+
+/// The processes setup starts in the namespace, by pid-file name.
+const PROCS: [&str; 2] = ["relay", "server"];
+
+/// A live process of ours: the pid file's pid, if its command line still
+/// names `needle` (a pid reused by something else is never signalled).
+fn our_pid(home: &Path, t: &TierConfig, which: &str, needle: &str) -> Option<i32> {
+    let pid: i32 = std::fs::read_to_string(state_dir(home, t).join(format!("{which}.pid")))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    String::from_utf8_lossy(&cmd)
+        .contains(needle)
+        .then_some(pid)
+}
+
+/// What identifies each process's command line: the state directory.
+fn needle(home: &Path, t: &TierConfig) -> String {
+    state_dir(home, t).to_string_lossy().into_owned()
+}
+
+fn server_pid(home: &Path, t: &TierConfig) -> Option<i32> {
+    our_pid(home, t, "server", &needle(home, t))
+}
+
+/// Starts `cmd` inside the namespace, in its own session, detached, with its
+/// output in `which.log` and its pid in `which.pid`.
+fn spawn_in_netns(
+    home: &Path,
+    t: &TierConfig,
+    netns: &str,
+    which: &str,
+    prog: &Path,
+    args: &[String],
+    env: &[(&str, String)],
+) -> Result<()> {
+    let dir = state_dir(home, t);
+    let log = std::fs::File::create(dir.join(format!("{which}.log")))?;
+    let mut cmd = std::process::Command::new("ip");
+    cmd.args(["netns", "exec", netns])
+        .arg(prog)
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log);
+    // SAFETY: setsid is async-signal-safe and touches no memory.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+            if libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let child = cmd
+        .spawn()
+        .with_context(|| format!("starting the {which}"))?;
+    std::fs::write(dir.join(format!("{which}.pid")), child.id().to_string())?;
+    // `ip netns exec` execs the program, so this pid is the server's; it
+    // outlives this command and is reaped by init
+    std::mem::forget(child);
+    Ok(())
+}
+
+/// The server answers its liveness check through the relay (the relay
+/// alone accepting a connection is not enough).
+fn answers(addr: &str) -> bool {
+    use std::io::{Read, Write};
+    let Ok(sa) = format!("{addr}:{PORT}").parse::<std::net::SocketAddr>() else {
+        return false;
+    };
+    let Ok(mut s) = std::net::TcpStream::connect_timeout(&sa, Duration::from_millis(500)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    let req =
+        format!("GET /minio/health/live HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    if s.write_all(req.as_bytes()).is_err() {
+        return false;
+    }
+    let mut head = [0u8; 12];
+    s.read_exact(&mut head).is_ok() && head.starts_with(b"HTTP/1.1 200")
+}
+
+pub fn setup(home: &Path, t: &TierConfig) -> Result<crate::device::DeviceState> {
+    let net = RemoteNet::for_home(home);
+    let want = net.url();
+    if t.url.as_deref() != Some(want.as_str()) {
+        bail!(
+            "tier {}: an emulated remote is served at {want}; set its url to that (or emulated: false for a real store)",
+            t.name
+        );
+    }
+    let minio = server_binary()?;
+    let dir = state_dir(home, t);
+    std::fs::create_dir_all(dir.join("data"))?;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
+    if !netns_exists(&net.netns) {
+        run("ip", &["netns", "add", &net.netns])?;
+    }
+    if !link_exists(&net.veth_host) {
+        run(
+            "ip",
+            &[
+                "link",
+                "add",
+                &net.veth_host,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                &net.veth_ns,
+            ],
+        )?;
+        run("ip", &["link", "set", &net.veth_ns, "netns", &net.netns])?;
+        run(
+            "ip",
+            &[
+                "addr",
+                "add",
+                &format!("{}/24", net.host_addr),
+                "dev",
+                &net.veth_host,
+            ],
+        )?;
+        run("ip", &["link", "set", &net.veth_host, "up"])?;
+        let nsip = |args: &[&str]| -> Result<String> {
+            let mut a = vec!["-n", net.netns.as_str()];
+            a.extend_from_slice(args);
+            run("ip", &a)
+        };
+        nsip(&[
+            "addr",
+            "add",
+            &format!("{}/24", net.server_addr),
+            "dev",
+            &net.veth_ns,
+        ])?;
+        nsip(&["link", "set", &net.veth_ns, "up"])?;
+        nsip(&["link", "set", "lo", "up"])?;
+        let tbf = [
+            "root", "tbf", "rate", RATE, "burst", "4mb", "latency", "10ms",
+        ];
+        let mut a = vec!["qdisc", "replace", "dev", net.veth_host.as_str()];
+        a.extend_from_slice(&tbf);
+        run("tc", &a)?;
+        let mut a = vec![
+            "netns",
+            "exec",
+            net.netns.as_str(),
+            "tc",
+            "qdisc",
+            "replace",
+            "dev",
+        ];
+        a.push(net.veth_ns.as_str());
+        a.extend_from_slice(&tbf);
+        run("ip", &a)?;
+    }
+    if server_pid(home, t).is_none() {
+        let (user, secret) = credentials(home, t)?;
+        let args = [
+            "server".to_string(),
+            "--quiet".into(),
+            "--address".into(),
+            format!("127.0.0.1:{SERVER_PORT}"),
+            dir.join("data").to_string_lossy().into_owned(),
+        ];
+        let env = [
+            ("MINIO_ROOT_USER", user),
+            ("MINIO_ROOT_PASSWORD", secret),
+            ("MINIO_BROWSER", "off".to_string()),
+            ("MINIO_UPDATE", "off".to_string()),
+        ];
+        spawn_in_netns(home, t, &net.netns, "server", &minio, &args, &env)?;
+    }
+    if our_pid(home, t, "relay", &needle(home, t)).is_none() {
+        // the relay is this very binary (`thaw tier relay`)
+        let exe = std::env::current_exe().context("locating the thaw binary")?;
+        let args = [
+            "tier".to_string(),
+            "relay".into(),
+            "--listen".into(),
+            format!("{}:{PORT}", net.server_addr),
+            "--upstream".into(),
+            format!("127.0.0.1:{SERVER_PORT}"),
+            "--delay-us".into(),
+            ONE_WAY_DELAY_US.to_string(),
+            "--tag".into(),
+            needle(home, t),
+        ];
+        spawn_in_netns(home, t, &net.netns, "relay", &exe, &args, &[])?;
+    }
+    let deadline = Instant::now() + START_DEADLINE;
+    while !answers(&net.server_addr) {
+        if Instant::now() > deadline {
+            bail!(
+                "the object store did not answer at {}:{PORT} within {}s (log: {})",
+                net.server_addr,
+                START_DEADLINE.as_secs(),
+                dir.join("server.log").display()
+            );
+        }
+        for which in PROCS {
+            if our_pid(home, t, which, &needle(home, t)).is_none() {
+                bail!(
+                    "the object store's {which} exited at start (log: {})",
+                    dir.join(format!("{which}.log")).display()
+                );
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    crate::objects::RemoteStore::open(home, t)?.ensure_bucket()?;
+    status(home, t)
+}
+
+pub fn status(home: &Path, t: &TierConfig) -> Result<DeviceState> {
+    let net = RemoteNet::for_home(home);
+    let pid = server_pid(home, t);
+    let ready = pid.is_some() && netns_exists(&net.netns) && answers(&net.server_addr);
+    Ok(DeviceState {
+        tier: t.name.clone(),
+        ready,
+        detail: if ready {
+            format!(
+                "MinIO pid {} in netns {} at {} (veth {}, relay delay {}us each way, tbf {RATE})",
+                pid.unwrap_or(0),
+                net.netns,
+                net.url(),
+                net.veth_host,
+                ONE_WAY_DELAY_US
+            )
+        } else {
+            "not set up (thaw tier setup)".into()
+        },
+        devno: None,
+    })
+}
+
+pub fn teardown(home: &Path, t: &TierConfig) -> Result<()> {
+    let net = RemoteNet::for_home(home);
+    for which in PROCS {
+        if let Some(pid) = our_pid(home, t, which, &needle(home, t)) {
+            stop(pid);
+        }
+    }
+    if netns_exists(&net.netns) {
+        // deleting the namespace deletes its veth end, the peer and both qdiscs
+        run("ip", &["netns", "del", &net.netns])?;
+    }
+    // the host end goes with the namespace's end, perhaps a moment later
+    if link_exists(&net.veth_host) {
+        if let Err(e) = run("ip", &["link", "del", &net.veth_host]) {
+            if link_exists(&net.veth_host) {
+                return Err(e);
+            }
+        }
+    }
+    match std::fs::remove_dir_all(state_dir(home, t)) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e).context("removing the object store's data"),
+    }
+}
+
+/// SIGTERM, then SIGKILL after ten seconds.
+fn stop(pid: i32) {
+    // SAFETY: plain signal to a process this module started (checked by cmdline).
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Path::new(&format!("/proc/{pid}")).exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    if Path::new(&format!("/proc/{pid}")).exists() {
+        // SAFETY: as above.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+}

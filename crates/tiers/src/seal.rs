@@ -1,0 +1,345 @@
+//! Encryption of everything that leaves the machine. A snapshot holds every
+//! secret its function saw, so objects on the remote tier are sealed with
+//! XChaCha20-Poly1305 under a key only the worker holds
+//! (`$THAW_HOME/remote.key`, 0600).
+//!
+//! The object is cut into chunks sealed one by one, so a restore can fetch
+//! and open only the chunks it needs (the REAP working set first). Every
+//! chunk authenticates the header (format, chunk size, plaintext length)
+//! and the object's name, so truncation, reordering, swapping objects or
+//! flipping any bit fails to open.
+use anyhow::{bail, Context, Result};
+use chacha20poly1305::aead::{Aead, KeyInit, Payload};
+use chacha20poly1305::{XChaCha20Poly1305, XNonce};
+use std::io::Read;
+use std::ops::Range;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::Path;
+
+const MAGIC: &[u8; 8] = b"THAWSEAL";
+const VERSION: u32 = 1;
+pub const HEADER_LEN: usize = 40;
+const TAG_LEN: usize = 16;
+/// Plaintext bytes per chunk.
+pub const CHUNK: usize = 1 << 20;
+pub const KEY_FILE: &str = "remote.key";
+
+pub struct Key(XChaCha20Poly1305);
+
+impl Key {
+    /// The worker's key, made on first use; refused if anyone else could read it.
+    pub fn load_or_create(home: &Path) -> Result<Key> {
+        let p = home.join(KEY_FILE);
+        match std::fs::File::open(&p) {
+            Ok(mut f) => {
+                let mode = f.metadata()?.permissions().mode() & 0o777;
+                if mode != 0o600 {
+                    bail!("{} has mode {mode:o}; it must be 0600", p.display());
+                }
+                let mut k = Vec::new();
+                f.read_to_end(&mut k)?;
+                if k.len() != 32 {
+                    bail!("{} must hold 32 bytes, not {}", p.display(), k.len());
+                }
+                Ok(Key::from_bytes(&k))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let mut k = [0u8; 32];
+                random(&mut k)?;
+                let tmp = home.join(format!(".{KEY_FILE}.tmp-{}", std::process::id()));
+                create_private(&tmp, &k)?;
+                // no-replace: a key another process made first wins
+                match std::fs::hard_link(&tmp, &p) {
+                    Ok(()) => {
+                        let _ = std::fs::remove_file(&tmp);
+                        Ok(Key::from_bytes(&k))
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                        let _ = std::fs::remove_file(&tmp);
+                        Key::load_or_create(home)
+                    }
+                    Err(e) => Err(e).with_context(|| format!("creating {}", p.display())),
+                }
+            }
+            Err(e) => Err(e).with_context(|| format!("opening {}", p.display())),
+        }
+    }
+
+    pub fn from_bytes(k: &[u8]) -> Key {
+        Key(XChaCha20Poly1305::new_from_slice(k).expect("32-byte key"))
+    }
+}
+
+/// Creates `path` (which must not exist) readable by its owner only, with
+/// `data`, synced.
+pub(crate) fn create_private(path: &Path, data: &[u8]) -> Result<()> {
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("creating {}", path.display()))?;
+    std::io::Write::write_all(&mut f, data)?;
+    f.sync_all()?;
+    Ok(())
+}
+
+pub(crate) fn random(buf: &mut [u8]) -> Result<()> {
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(buf))
+        .context("reading /dev/urandom")
+}
+
+/// The parsed header of a sealed object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Header {
+    pub plain_len: u64,
+    pub chunk: u32,
+    nonce_prefix: [u8; 16],
+    raw: [u8; HEADER_LEN],
+}
+
+impl Header {
+    pub fn parse(b: &[u8]) -> Result<Header> {
+        if b.len() < HEADER_LEN || &b[..8] != MAGIC {
+            bail!("not a sealed thaw object (bad magic)");
+        }
+        let version = u32::from_le_bytes(b[8..12].try_into().unwrap());
+        if version != VERSION {
+            bail!("sealed object format {version} is not {VERSION}");
+        }
+        let chunk = u32::from_le_bytes(b[12..16].try_into().unwrap());
+        if chunk == 0 || chunk as usize > 64 * CHUNK {
+            bail!("sealed object has a bad chunk size {chunk}");
+        }
+        let mut raw = [0u8; HEADER_LEN];
+        raw.copy_from_slice(&b[..HEADER_LEN]);
+        Ok(Header {
+            plain_len: u64::from_le_bytes(b[16..24].try_into().unwrap()),
+            chunk,
+            nonce_prefix: b[24..40].try_into().unwrap(),
+            raw,
+        })
+    }
+
+    /// Chunks in the object (at least one, so the header is always authenticated).
+    pub fn chunks(&self) -> u64 {
+        self.plain_len.div_ceil(self.chunk as u64).max(1)
+    }
+
+    /// Length of the whole sealed object.
+    pub fn sealed_len(&self) -> u64 {
+        HEADER_LEN as u64 + self.plain_len + self.chunks() * TAG_LEN as u64
+    }
+
+    /// The sealed bytes holding plaintext `r`, and the first chunk's index.
+    pub fn sealed_span(&self, r: &Range<u64>) -> Result<(Range<u64>, u64)> {
+        if r.start > r.end || r.end > self.plain_len {
+            bail!(
+                "range {}..{} is outside the object's {} bytes",
+                r.start,
+                r.end,
+                self.plain_len
+            );
+        }
+        let c = self.chunk as u64;
+        let first = r.start / c;
+        let last = if r.end == r.start {
+            first
+        } else {
+            (r.end - 1) / c
+        };
+        let start = HEADER_LEN as u64 + first * (c + TAG_LEN as u64);
+        let end = (HEADER_LEN as u64 + (last + 1) * (c + TAG_LEN as u64)).min(self.sealed_len());
+        Ok((start..end, first))
+    }
+
+    fn nonce(&self, i: u64) -> XNonce {
+        let mut n = [0u8; 24];
+        n[..16].copy_from_slice(&self.nonce_prefix);
+        n[16..].copy_from_slice(&i.to_le_bytes());
+        *XNonce::from_slice(&n)
+    }
+
+    fn aad(&self, name: &str) -> Vec<u8> {
+        let mut a = self.raw.to_vec();
+        a.extend_from_slice(name.as_bytes());
+        a
+    }
+}
+
+/// Seals `plain` as the object called `name`.
+pub fn seal(key: &Key, name: &str, plain: &[u8]) -> Result<Vec<u8>> {
+    let mut raw = [0u8; HEADER_LEN];
+    raw[..8].copy_from_slice(MAGIC);
+    raw[8..12].copy_from_slice(&VERSION.to_le_bytes());
+    raw[12..16].copy_from_slice(&(CHUNK as u32).to_le_bytes());
+    raw[16..24].copy_from_slice(&(plain.len() as u64).to_le_bytes());
+    random(&mut raw[24..40])?;
+    let h = Header::parse(&raw)?;
+    let aad = h.aad(name);
+    let mut out = Vec::with_capacity(h.sealed_len() as usize);
+    out.extend_from_slice(&raw);
+    for i in 0..h.chunks() {
+        let s = (i as usize * CHUNK).min(plain.len());
+        let e = (s + CHUNK).min(plain.len());
+        let ct = key
+            .0
+            .encrypt(
+                &h.nonce(i),
+                Payload {
+                    msg: &plain[s..e],
+                    aad: &aad,
+                },
+            )
+            .map_err(|_| anyhow::anyhow!("sealing {name} failed"))?;
+        out.extend_from_slice(&ct);
+    }
+    Ok(out)
+}
+
+/// Opens sealed chunks starting at chunk `first` (as fetched for
+/// `Header::sealed_span`); returns their plaintext.
+pub fn open_chunks(
+    key: &Key,
+    name: &str,
+    h: &Header,
+    first: u64,
+    sealed: &[u8],
+) -> Result<Vec<u8>> {
+    let aad = h.aad(name);
+    let step = h.chunk as usize + TAG_LEN;
+    let mut out = Vec::with_capacity(sealed.len());
+    for (k, ct) in sealed.chunks(step).enumerate() {
+        let i = first + k as u64;
+        if i >= h.chunks() {
+            bail!("{name}: more data than the header announces");
+        }
+        // every chunk but the last is full
+        let want = if i + 1 == h.chunks() {
+            (h.plain_len - i * h.chunk as u64) as usize + TAG_LEN
+        } else {
+            step
+        };
+        if ct.len() != want {
+            bail!(
+                "{name}: chunk {i} is truncated ({} of {want} bytes)",
+                ct.len()
+            );
+        }
+        let pt = key
+            .0
+            .decrypt(&h.nonce(i), Payload { msg: ct, aad: &aad })
+            .map_err(|_| {
+                anyhow::anyhow!("{name}: chunk {i} failed authentication (corrupt or tampered)")
+            })?;
+        out.extend_from_slice(&pt);
+    }
+    Ok(out)
+}
+
+/// Opens a whole sealed object.
+pub fn open(key: &Key, name: &str, sealed: &[u8]) -> Result<Vec<u8>> {
+    let h = Header::parse(sealed)?;
+    if sealed.len() as u64 != h.sealed_len() {
+        bail!(
+            "{name}: sealed object is {} bytes, its header announces {}",
+            sealed.len(),
+            h.sealed_len()
+        );
+    }
+    open_chunks(key, name, &h, 0, &sealed[HEADER_LEN..])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key() -> Key {
+        Key::from_bytes(&[7u8; 32])
+    }
+
+    #[test]
+    fn round_trips_and_ranges() {
+        let k = key();
+        for len in [0usize, 1, CHUNK - 1, CHUNK, CHUNK + 1, 3 * CHUNK + 17] {
+            let plain: Vec<u8> = (0..len).map(|i| (i * 31 % 251) as u8).collect();
+            let s = seal(&k, "f/x", &plain).unwrap();
+            assert_eq!(open(&k, "f/x", &s).unwrap(), plain);
+            let h = Header::parse(&s).unwrap();
+            for r in [
+                0..len as u64,
+                (len as u64 / 3)..(len as u64 / 2),
+                len as u64..len as u64,
+            ] {
+                let (span, first) = h.sealed_span(&r).unwrap();
+                let pt = open_chunks(
+                    &k,
+                    "f/x",
+                    &h,
+                    first,
+                    &s[span.start as usize..span.end as usize],
+                )
+                .unwrap();
+                let off = (r.start - first * CHUNK as u64) as usize;
+                assert_eq!(
+                    &pt[off..off + (r.end - r.start) as usize],
+                    &plain[r.start as usize..r.end as usize]
+                );
+            }
+            assert!(h.sealed_span(&(0..len as u64 + 1)).is_err());
+        }
+    }
+
+    #[test]
+    fn tampering_is_detected() {
+        let k = key();
+        let plain = vec![5u8; CHUNK + 100];
+        let s = seal(&k, "f/x", &plain).unwrap();
+        // every byte of header and body matters
+        for pos in [
+            0,
+            9,
+            13,
+            17,
+            30,
+            HEADER_LEN,
+            HEADER_LEN + CHUNK + 20,
+            s.len() - 1,
+        ] {
+            let mut t = s.clone();
+            t[pos] ^= 1;
+            assert!(open(&k, "f/x", &t).is_err(), "flip at {pos} accepted");
+        }
+        assert!(
+            open(&k, "f/y", &s).is_err(),
+            "another object's name accepted"
+        );
+        assert!(
+            open(&k, "f/x", &s[..s.len() - 1]).is_err(),
+            "truncation accepted"
+        );
+        assert!(
+            open(&Key::from_bytes(&[8u8; 32]), "f/x", &s).is_err(),
+            "wrong key accepted"
+        );
+    }
+
+    #[test]
+    fn key_file_is_private_and_stable() {
+        let d = std::env::temp_dir().join(format!("thaw-seal-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        let a = Key::load_or_create(&d).unwrap();
+        let s = seal(&a, "n", b"secret").unwrap();
+        let b = Key::load_or_create(&d).unwrap();
+        assert_eq!(open(&b, "n", &s).unwrap(), b"secret");
+        let p = d.join(KEY_FILE);
+        assert_eq!(
+            std::fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert!(Key::load_or_create(&d).is_err());
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+}
