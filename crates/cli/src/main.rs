@@ -5,6 +5,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 mod demo;
+mod serve;
 
 #[derive(Parser)]
 #[command(
@@ -93,6 +94,16 @@ enum Cmd {
         #[command(subcommand)]
         cmd: BenchCmd,
     },
+    /// Run the worker daemon: HTTP API for deploying and invoking functions (docs/API.md)
+    Serve(serve::ServeArgs),
+    /// Client of a running `thaw serve`: deploy, invoke, list, rm, logs
+    Fn {
+        /// The daemon's socket (default HOME/serve/thaw.sock)
+        #[arg(long)]
+        socket: Option<PathBuf>,
+        #[command(subcommand)]
+        cmd: serve::FnCmd,
+    },
     /// Trace-driven fleet simulator (`thaw sim --help`)
     #[command(disable_help_flag = true)]
     Sim {
@@ -171,6 +182,8 @@ fn run(cli: Cli) -> Result<()> {
     let home = cli.home.clone().unwrap_or_else(thaw_runtime::default_home);
     match cli.cmd {
         Cmd::Sim { args } => thaw_sim::cli_main(&args),
+        Cmd::Serve(args) => serve::serve(cli.home.clone(), args),
+        Cmd::Fn { socket, cmd } => serve::client(&home, socket, cmd),
         Cmd::Runtime { args } => thaw_runtime::cli_main(&args),
         Cmd::Demo {
             functions,
