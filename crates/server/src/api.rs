@@ -32,6 +32,9 @@ pub const ROUTES: &[(&str, &str)] = &[
 ];
 
 pub fn router(app: Arc<App>) -> Router {
+    // the largest body any route takes (a deploy); routes check their own
+    let l = &app.cfg.limits;
+    let max_body = (l.code_bytes * 4 / 3 + (2 << 20) + l.event_bytes) as usize;
     Router::new()
         .route("/v1/functions", post(deploy_fn).get(list_fns))
         .route("/v1/functions/{name}", get(get_fn).delete(delete_fn))
@@ -49,7 +52,7 @@ pub fn router(app: Arc<App>) -> Router {
                 "method not allowed on this route",
             )
         })
-        .layer(axum::extract::DefaultBodyLimit::disable())
+        .layer(axum::extract::DefaultBodyLimit::max(max_body))
         .with_state(app)
 }
 

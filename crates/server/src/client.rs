@@ -142,7 +142,9 @@ impl Client {
         }
         let get = |n: &str| headers.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone());
         let mut body = Vec::new();
-        if let Some(n) = get("content-length") {
+        if status == 204 || status == 304 || status < 200 || method == "HEAD" {
+            // no body, whatever the headers say
+        } else if let Some(n) = get("content-length") {
             let n: usize = n.parse().context("bad content-length")?;
             body.resize(n, 0);
             conn.read_exact(&mut body)?;

@@ -52,7 +52,9 @@ pub struct Code {
     pub filename: Option<String>,
 }
 
-const STRATEGIES: [&str; 4] = ["mmap", "eager", "uffd", "reap"];
+/// Restore strategies a deploy may name; `boot` takes no snapshot (every
+/// new instance boots: for code that cannot be checkpointed).
+const STRATEGIES: [&str; 5] = ["mmap", "eager", "uffd", "reap", "boot"];
 const TIERS: [&str; 2] = ["tmpfs", "disk"];
 
 fn bad(msg: impl Into<String>) -> ApiError {
@@ -173,6 +175,18 @@ pub async fn run(app: &Arc<App>, req: DeployRequest) -> Result<(Record, StatusCo
     let data = base64::engine::general_purpose::STANDARD
         .decode(req.code.data_base64.as_bytes())
         .map_err(|e| bad(format!("code.data_base64 is not base64: {e}")))?;
+    if data.len() as u64 > lim.code_bytes {
+        app.metrics.reject("payload_too_large");
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            format!(
+                "code of {} bytes exceeds the limit of {} bytes",
+                data.len(),
+                lim.code_bytes
+            ),
+        ));
+    }
     let filename = match (&req.code.filename, format) {
         (Some(f), Format::File) => f.clone(),
         (None, Format::File) => {
@@ -277,8 +291,14 @@ fn build(
                 .map_or(0, |d| d.as_secs()),
         };
         let func = user_function(&vdir, &rec, &req.secret_env);
-        let snap = snapshot(app, &rec, &func, req.sample_event.as_ref())?;
-        rec.snapshot = Some(snap.1);
+        let snap = if strategy == "boot" {
+            check_boots(app, &rec, &func, req.sample_event.as_ref())?;
+            None
+        } else {
+            let (snap, info) = snapshot(app, &rec, &func, req.sample_event.as_ref())?;
+            rec.snapshot = Some(info);
+            Some(snap)
+        };
         app.registry
             .write_record(&rec, &req.secret_env)
             .map_err(internal)?;
@@ -292,7 +312,7 @@ fn build(
             ring: ring_for(app, &rec.name),
             rec,
             func,
-            snapshot: Some(snap.0),
+            snapshot: snap,
         })
     })();
     if result.is_err() {
@@ -334,16 +354,72 @@ pub fn user_function(
     }
 }
 
+/// This daemon's directory on a tier: `serve-KEY`, KEY derived from the
+/// state home, so two daemons (or test daemons) never share snapshots.
+pub fn tier_dir(app: &App, tier: &str) -> anyhow::Result<PathBuf> {
+    use sha2::Digest;
+    let tier = app.worker.tier(tier)?;
+    let home = app.cfg.state_dir();
+    let home = home.canonicalize().unwrap_or(home);
+    let key = sha2::Sha256::digest(home.as_os_str().as_encoded_bytes());
+    Ok(tier.path.join(format!("serve-{}", &hex::encode(key)[..12])))
+}
+
 /// Where a version's snapshot lives on its tier.
 pub fn snapshot_dir(app: &App, rec: &Record) -> anyhow::Result<PathBuf> {
-    let tier = app.worker.tier(&rec.tier)?;
-    mkdir_private(&tier.path)?;
-    Ok(tier.path.join(format!(
-        "serve-{}-v{}-{}",
+    let dir = tier_dir(app, &rec.tier)?;
+    mkdir_private(&dir)?;
+    Ok(dir.join(format!(
+        "{}-v{}-{}",
         rec.name,
         rec.version,
         &app.worker.root.hash[..16]
     )))
+}
+
+/// `boot` deploys: the code must import and init, then the instance goes.
+fn check_boots(
+    app: &App,
+    rec: &Record,
+    func: &UserFunction,
+    sample: Option<&Value>,
+) -> Result<(), ApiError> {
+    let (mut sb, _) = start_loaded(app, func)?;
+    warm_up(&mut sb, rec, sample)
+}
+
+fn start_loaded(
+    app: &App,
+    func: &UserFunction,
+) -> Result<(thaw_sandbox::Sandbox, thaw_worker::FreshReport), ApiError> {
+    let init_timeout = Duration::from_millis(app.cfg.limits.init_timeout_ms);
+    app.worker.start_user(func, init_timeout).map_err(|e| {
+        let detail = format!("{e:#}");
+        if detail.contains("did not answer within") {
+            bad(format!(
+                "import/init did not finish within {init_timeout:?}: {detail}"
+            ))
+        } else {
+            bad(format!("import/init failed: {detail}"))
+        }
+    })
+}
+
+fn warm_up(
+    sb: &mut thaw_sandbox::Sandbox,
+    rec: &Record,
+    sample: Option<&Value>,
+) -> Result<(), ApiError> {
+    let Some(ev) = sample else { return Ok(()) };
+    let r = thaw_worker::invoke_event(sb, ev, Duration::from_millis(rec.timeout_ms))
+        .map_err(|e| bad(format!("the sample event killed the instance: {e:#}")))?;
+    if r.get("ok") != Some(&Value::Bool(true)) {
+        return Err(bad(format!(
+            "the sample event failed: {}",
+            r.get("message").and_then(Value::as_str).unwrap_or("")
+        )));
+    }
+    Ok(())
 }
 
 /// Fresh start (import + init), optional warm-up, checkpoint.
@@ -353,26 +429,8 @@ pub fn snapshot(
     func: &UserFunction,
     sample: Option<&Value>,
 ) -> Result<(Snapshot, SnapshotInfo), ApiError> {
-    let init_timeout = Duration::from_millis(app.cfg.limits.init_timeout_ms);
-    let (mut sb, fresh) = app.worker.start_user(func, init_timeout).map_err(|e| {
-        let detail = format!("{e:#}");
-        let status = if detail.contains("did not answer within") {
-            format!("import/init did not finish within {init_timeout:?}: {detail}")
-        } else {
-            format!("import/init failed: {detail}")
-        };
-        bad(status)
-    })?;
-    if let Some(ev) = sample {
-        let r = thaw_worker::invoke_event(&mut sb, ev, Duration::from_millis(rec.timeout_ms))
-            .map_err(|e| bad(format!("the sample event killed the instance: {e:#}")))?;
-        if r.get("ok") != Some(&Value::Bool(true)) {
-            return Err(bad(format!(
-                "the sample event failed: {}",
-                r.get("message").and_then(Value::as_str).unwrap_or("")
-            )));
-        }
-    }
+    let (mut sb, fresh) = start_loaded(app, func)?;
+    warm_up(&mut sb, rec, sample)?;
     let dir = snapshot_dir(app, rec).map_err(internal)?;
     let _ = std::fs::remove_dir_all(&dir);
     let t = std::time::Instant::now();
@@ -449,14 +507,13 @@ fn remove_files(app: &App, name: &str) -> anyhow::Result<()> {
     // un-publish first: a crash from here on leaves no function behind
     let _ = std::fs::remove_file(fdir.join("current"));
     for t in TIERS {
-        let tier = app.worker.tier(t)?;
-        let Ok(rd) = std::fs::read_dir(&tier.path) else {
+        let Ok(rd) = std::fs::read_dir(tier_dir(app, t)?) else {
             continue;
         };
-        let prefix = format!("serve-{name}-v");
+        let prefix = format!("{name}-v");
         for e in rd.flatten() {
             let n = e.file_name().to_string_lossy().to_string();
-            // serve-NAME-vN-HASH: the version must follow the prefix (so
+            // NAME-vN-HASH: the version must follow the prefix (so
             // deleting "a" keeps "a-b")
             let rest = n.strip_prefix(&prefix).unwrap_or("");
             if rest

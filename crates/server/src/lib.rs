@@ -113,13 +113,14 @@ fn recover(app: &App) -> Result<()> {
             }
         });
         let snap = match trusted {
-            Some(s) => s,
+            _ if rec.strategy == "boot" => None,
+            Some(s) => Some(s),
             None => {
                 let (snap, info) = deploy::snapshot(app, &rec, &func, None)
                     .map_err(|e| anyhow::anyhow!("{}: re-snapshot failed: {}", name, e.body))?;
                 rec.snapshot = Some(info);
                 app.registry.write_record(&rec, &secrets)?;
-                snap
+                Some(snap)
             }
         };
         tracing::info!(function = %name, version, "recovered");
@@ -129,7 +130,7 @@ fn recover(app: &App) -> Result<()> {
                 ring: deploy::ring_for(app, &name),
                 rec,
                 func,
-                snapshot: Some(snap),
+                snapshot: snap,
             }),
         );
     }
@@ -235,10 +236,13 @@ pub async fn start(app: Arc<App>, signals: bool) -> Result<Running> {
             .with_context(|| format!("binding {a}"))?;
         tcp_bound = Some(l.local_addr()?);
         let r = match token {
-            Some(t) => router.layer(axum::middleware::from_fn(move |req, next| {
-                let t = t.clone();
-                async move { auth(t, req, next).await }
-            })),
+            Some(t) => {
+                let metrics = app.metrics.clone();
+                router.layer(axum::middleware::from_fn(move |req, next| {
+                    let (t, m) = (t.clone(), metrics.clone());
+                    async move { auth(t, m, req, next).await }
+                }))
+            }
             None => router,
         };
         let mut rx = drain_tx.subscribe();
@@ -316,6 +320,7 @@ async fn wait_for_stop(stop: tokio::sync::oneshot::Receiver<()>, signals: bool) 
 /// Bearer-token check for the TCP listener (constant-time compare).
 async fn auth(
     token: String,
+    metrics: Arc<metrics::Metrics>,
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
@@ -331,6 +336,7 @@ async fn auth(
     let a = sha2::Sha256::digest(given.as_bytes());
     let b = sha2::Sha256::digest(token.as_bytes());
     if a != b {
+        metrics.reject("unauthorized");
         return api::ApiError::new(
             axum::http::StatusCode::UNAUTHORIZED,
             "unauthorized",

@@ -50,6 +50,20 @@ fn seconds_histogram() -> Histogram {
     Histogram::new(exponential_buckets(1e-4, 2.0, 21))
 }
 
+/// Every reason a request is refused with (`thaw_rejected_requests_total`).
+pub const REJECT_REASONS: [&str; 10] = [
+    "queue_full",
+    "memory",
+    "queue_timeout",
+    "shutting_down",
+    "payload_too_large",
+    "bad_request",
+    "replaced",
+    "at_cap",
+    "start_failed",
+    "unauthorized",
+];
+
 pub struct Metrics {
     registry: Registry,
     pub invocations: Family<InvocationLabels, Counter>,
@@ -113,6 +127,18 @@ impl Metrics {
             "Requests refused, by reason",
             rejected.clone(),
         );
+        // every series exists from the start (a scrape sees 0, not nothing)
+        for (from, to) in [("tmpfs", "disk"), ("disk", "tmpfs")] {
+            moves.get_or_create(&MoveLabels {
+                from: from.into(),
+                to: to.into(),
+            });
+        }
+        for reason in REJECT_REASONS {
+            rejected.get_or_create(&ReasonLabel {
+                reason: reason.to_string(),
+            });
+        }
         Metrics {
             registry,
             invocations,
