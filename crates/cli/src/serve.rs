@@ -64,49 +64,52 @@ pub fn serve(home: Option<PathBuf>, a: ServeArgs) -> Result<()> {
     thaw_server::serve_forever(cfg)
 }
 
+#[derive(Args)]
+pub struct DeployArgs {
+    /// Code directory or .py file
+    pub path: PathBuf,
+    /// module.function
+    #[arg(long)]
+    pub handler: String,
+    /// Function name (default: the directory's or file's name)
+    #[arg(long)]
+    pub name: Option<String>,
+    /// module.function run once at deploy, before the snapshot
+    #[arg(long)]
+    pub init: Option<String>,
+    /// module.function run after every restore with the instance id
+    #[arg(long)]
+    pub after_restore: Option<String>,
+    #[arg(long)]
+    pub memory_mb: Option<u64>,
+    #[arg(long)]
+    pub timeout_ms: Option<u64>,
+    #[arg(long)]
+    pub max_instances: Option<u32>,
+    /// KEY=VALUE (repeatable)
+    #[arg(long)]
+    pub env: Vec<String>,
+    /// KEY=VALUE, never shown by the daemon (repeatable)
+    #[arg(long)]
+    pub secret_env: Vec<String>,
+    /// mmap, eager, uffd, reap
+    #[arg(long)]
+    pub strategy: Option<String>,
+    /// tmpfs or disk
+    #[arg(long)]
+    pub tier: Option<String>,
+    /// JSON event invoked once before the snapshot
+    #[arg(long)]
+    pub sample_event: Option<String>,
+    /// Debian package (not supported yet: the daemon answers 501)
+    #[arg(long)]
+    pub package: Vec<String>,
+}
+
 #[derive(Subcommand)]
 pub enum FnCmd {
     /// Deploy a directory (packed as tar.gz) or a single .py file
-    Deploy {
-        /// Code directory or .py file
-        path: PathBuf,
-        /// module.function
-        #[arg(long)]
-        handler: String,
-        /// Function name (default: the directory's or file's name)
-        #[arg(long)]
-        name: Option<String>,
-        /// module.function run once at deploy, before the snapshot
-        #[arg(long)]
-        init: Option<String>,
-        /// module.function run after every restore with the instance id
-        #[arg(long)]
-        after_restore: Option<String>,
-        #[arg(long)]
-        memory_mb: Option<u64>,
-        #[arg(long)]
-        timeout_ms: Option<u64>,
-        #[arg(long)]
-        max_instances: Option<u32>,
-        /// KEY=VALUE (repeatable)
-        #[arg(long)]
-        env: Vec<String>,
-        /// KEY=VALUE, never shown by the daemon (repeatable)
-        #[arg(long)]
-        secret_env: Vec<String>,
-        /// mmap, eager, uffd, reap
-        #[arg(long)]
-        strategy: Option<String>,
-        /// tmpfs or disk
-        #[arg(long)]
-        tier: Option<String>,
-        /// JSON event invoked once before the snapshot
-        #[arg(long)]
-        sample_event: Option<String>,
-        /// Debian package (not supported yet: the daemon answers 501)
-        #[arg(long)]
-        package: Vec<String>,
-    },
+    Deploy(Box<DeployArgs>),
     /// Invoke NAME with an event (JSON, or @FILE); prints the result
     Invoke {
         name: String,
@@ -192,22 +195,23 @@ pub fn client(home: &Path, socket: Option<PathBuf>, cmd: FnCmd) -> Result<()> {
     let mut c = Client::new(Target::Unix(socket));
     let b64 = |d: &[u8]| base64::engine::general_purpose::STANDARD.encode(d);
     match cmd {
-        FnCmd::Deploy {
-            path,
-            handler,
-            name,
-            init,
-            after_restore,
-            memory_mb,
-            timeout_ms,
-            max_instances,
-            env,
-            secret_env,
-            strategy,
-            tier,
-            sample_event,
-            package,
-        } => {
+        FnCmd::Deploy(args) => {
+            let DeployArgs {
+                path,
+                handler,
+                name,
+                init,
+                after_restore,
+                memory_mb,
+                timeout_ms,
+                max_instances,
+                env,
+                secret_env,
+                strategy,
+                tier,
+                sample_event,
+                package,
+            } = *args;
             let code = if path.is_dir() {
                 json!({"format": "tar.gz", "data_base64": b64(&thaw_server::archive::pack_dir(&path)?)})
             } else {

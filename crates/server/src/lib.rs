@@ -81,7 +81,12 @@ pub fn open(cfg: Config) -> Result<Arc<App>> {
 /// never published are removed; a snapshot that is missing, for another
 /// runtime root, or fails its checksums is taken again from the code.
 fn recover(app: &App) -> Result<()> {
-    for (name, current, stale) in app.registry.scan()? {
+    for registry::Scanned {
+        name,
+        current,
+        stale,
+    } in app.registry.scan()?
+    {
         for dir in stale {
             let ver = dir
                 .file_name()

@@ -129,13 +129,13 @@ impl Metrics {
         );
         // every series exists from the start (a scrape sees 0, not nothing)
         for (from, to) in [("tmpfs", "disk"), ("disk", "tmpfs")] {
-            moves.get_or_create(&MoveLabels {
+            let _ = moves.get_or_create(&MoveLabels {
                 from: from.into(),
                 to: to.into(),
             });
         }
         for reason in REJECT_REASONS {
-            rejected.get_or_create(&ReasonLabel {
+            let _ = rejected.get_or_create(&ReasonLabel {
                 reason: reason.to_string(),
             });
         }

@@ -96,6 +96,13 @@ pub fn write_private(path: &Path, data: &[u8]) -> Result<()> {
     Ok(())
 }
 
+/// One function directory as found on disk.
+pub struct Scanned {
+    pub name: String,
+    pub current: Option<u64>,
+    pub stale: Vec<PathBuf>,
+}
+
 pub struct Registry {
     pub dir: PathBuf,
 }
@@ -168,9 +175,10 @@ impl Registry {
         Ok((rec, secrets))
     }
 
-    /// Every function with a published version, and the leftovers (versions
-    /// that are not current: half-written deploys or replaced ones).
-    pub fn scan(&self) -> Result<Vec<(String, Option<u64>, Vec<PathBuf>)>> {
+    /// Every function directory with its published version, and the
+    /// leftovers (versions that are not current: half-written deploys or
+    /// replaced ones).
+    pub fn scan(&self) -> Result<Vec<Scanned>> {
         let mut out = Vec::new();
         for e in std::fs::read_dir(&self.dir)?.flatten() {
             let name = e.file_name().to_string_lossy().to_string();
@@ -186,9 +194,13 @@ impl Registry {
                     stale.push(v.path());
                 }
             }
-            out.push((name, cur, stale));
+            out.push(Scanned {
+                name,
+                current: cur,
+                stale,
+            });
         }
-        out.sort();
+        out.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(out)
     }
 }

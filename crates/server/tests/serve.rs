@@ -508,7 +508,7 @@ fn cap_queue_429_and_concurrent_restores() {
     let ok = results.iter().filter(|r| r.0 == 200).count();
     let busy: Vec<_> = results.iter().filter(|r| r.0 == 429).collect();
     assert_eq!(ok + busy.len(), 200, "only 200 and 429: {results:?}");
-    assert!(ok >= 2 && ok <= 2 + 8 + 2, "served {ok}");
+    assert!((2..=2 + 8 + 2).contains(&ok), "served {ok}");
     assert!(
         busy.iter().all(|r| r.1.is_some()),
         "429 without Retry-After"
