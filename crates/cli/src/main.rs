@@ -125,6 +125,8 @@ enum SnapCmd {
 
 #[derive(Subcommand)]
 enum BenchCmd {
+    /// The daemon: warm latency and throughput over HTTP vs. in-process, restore via the API vs. direct
+    Serve(serve::BenchServeArgs),
     /// Cold starts from snapshots per strategy vs. a fresh start
     Restore {
         #[arg(long, default_value = "helloworld,lr_serving")]
@@ -314,6 +316,9 @@ fn run(cli: Cli) -> Result<()> {
             }
             Ok(())
         }
+        Cmd::Bench {
+            cmd: BenchCmd::Serve(args),
+        } => serve::bench(&home, args),
         Cmd::Bench {
             cmd:
                 BenchCmd::Restore {

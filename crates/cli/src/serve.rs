@@ -321,3 +321,49 @@ pub fn client(home: &Path, socket: Option<PathBuf>, cmd: FnCmd) -> Result<()> {
         }
     }
 }
+
+#[derive(Args)]
+pub struct BenchServeArgs {
+    /// Function of the suite, deployed through the API as a user function
+    #[arg(long, default_value = "helloworld")]
+    function: String,
+    /// Sequential warm invocations per path
+    #[arg(long, default_value_t = 2000)]
+    warm_runs: usize,
+    /// Restore starts per path
+    #[arg(long, default_value_t = 30)]
+    restore_runs: usize,
+    /// Concurrent clients for the throughput run
+    #[arg(long, default_value_t = 2)]
+    clients: usize,
+    /// Length of the throughput run
+    #[arg(long, default_value_t = 5.0)]
+    seconds: f64,
+    /// Write the report as JSON here
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Write the markdown table here (it is printed either way)
+    #[arg(long)]
+    markdown: Option<PathBuf>,
+}
+
+pub fn bench(home: &Path, a: BenchServeArgs) -> Result<()> {
+    let o = thaw_server::bench::Options {
+        function: a.function,
+        warm_runs: a.warm_runs.max(1),
+        restore_runs: a.restore_runs.max(1),
+        clients: a.clients.max(1),
+        seconds: a.seconds.max(0.1),
+    };
+    let r = thaw_server::bench::run(home, &o)?;
+    let md = thaw_server::bench::markdown(&r);
+    println!("{md}");
+    if let Some(p) = a.json {
+        std::fs::write(&p, serde_json::to_vec_pretty(&r)?)
+            .with_context(|| format!("writing {}", p.display()))?;
+    }
+    if let Some(p) = a.markdown {
+        std::fs::write(&p, &md).with_context(|| format!("writing {}", p.display()))?;
+    }
+    Ok(())
+}

@@ -6,6 +6,7 @@
 
 pub mod api;
 pub mod archive;
+pub mod bench;
 pub mod client;
 pub mod config;
 pub mod deploy;
@@ -140,6 +141,16 @@ fn recover(app: &App) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// The live version of a function (for the benchmark).
+pub fn api_lookup(app: &App, name: &str) -> Result<Arc<FnVersion>> {
+    app.functions
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(name)
+        .cloned()
+        .with_context(|| format!("no function {name:?}"))
 }
 
 /// Opens a snapshot and checks every checksum (state and memory image) and
