@@ -70,6 +70,9 @@ pub fn run(runtime_home: &std::path::Path, o: &Options) -> Result<Report> {
         let running = rt.block_on(crate::start(app.clone(), false))?;
         let res = measure(&app, &running.socket, o);
         rt.block_on(running.stop());
+        for d in crate::deploy::tier_dirs(&app) {
+            let _ = std::fs::remove_dir_all(d);
+        }
         res
     })();
     drop(rt);

@@ -365,6 +365,12 @@ pub fn tier_dir(app: &App, tier: &str) -> anyhow::Result<PathBuf> {
     Ok(tier.path.join(format!("serve-{}", &hex::encode(key)[..12])))
 }
 
+/// This daemon's directories on every tier (for removing a whole state
+/// home, e.g. a test's or a benchmark's).
+pub fn tier_dirs(app: &App) -> Vec<PathBuf> {
+    TIERS.iter().filter_map(|t| tier_dir(app, t).ok()).collect()
+}
+
 /// Where a version's snapshot lives on its tier.
 pub fn snapshot_dir(app: &App, rec: &Record) -> anyhow::Result<PathBuf> {
     let dir = tier_dir(app, &rec.tier)?;

@@ -18,6 +18,8 @@ struct Daemon {
     home: PathBuf,
     cfg: Config,
     keep_home: bool,
+    /// this daemon's snapshot directories on the tiers (outside its home)
+    tier_dirs: Vec<PathBuf>,
 }
 
 fn test_config(name: &str) -> Config {
@@ -63,6 +65,7 @@ impl Daemon {
             home,
             cfg,
             keep_home: false,
+            tier_dirs,
         }
     }
 
@@ -109,6 +112,9 @@ impl Drop for Daemon {
         self.stop();
         if !self.keep_home {
             let _ = std::fs::remove_dir_all(&self.home);
+            for d in &self.tier_dirs {
+                let _ = std::fs::remove_dir_all(d);
+            }
         }
     }
 }
