@@ -59,6 +59,7 @@ impl Daemon {
                 .await
                 .expect("starting the daemon")
         });
+        let tier_dirs = thaw_server::deploy::tier_dirs(&running.app);
         Daemon {
             rt,
             running: Some(running),
