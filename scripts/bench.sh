@@ -28,4 +28,6 @@ for i in 1 2 3; do
 done
 $T sim sweep --synthetic --functions 600 --hours 24 --seed 7 --policy lru-mem,tiered-lru --ram-gb 32,36,40,48 \
     --csv "$OUT/sim-sweep.csv"
+# issue 12: the daemon against the worker it wraps
+$T bench serve --json "$OUT/serve.json" --markdown "$OUT/serve.md"
 echo "bench: results in $OUT/"
