@@ -27,7 +27,10 @@ fn start(home: &Path) -> Child {
     let sock = home.join("serve/thaw.sock");
     let t = Instant::now();
     while std::os::unix::net::UnixStream::connect(&sock).is_err() {
-        assert!(t.elapsed() < Duration::from_secs(120), "thaw serve did not come up");
+        assert!(
+            t.elapsed() < Duration::from_secs(120),
+            "thaw serve did not come up"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     child
@@ -72,7 +75,10 @@ fn remove_cgroups_of(pid: u32) {
     for ctrl in ["memory", "pids"] {
         let dir = Path::new("/sys/fs/cgroup").join(ctrl).join("thaw");
         for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-            if e.file_name().to_string_lossy().starts_with(&format!("{pid}-")) {
+            if e.file_name()
+                .to_string_lossy()
+                .starts_with(&format!("{pid}-"))
+            {
                 let _ = std::fs::remove_dir(e.path());
             }
         }
@@ -81,7 +87,10 @@ fn remove_cgroups_of(pid: u32) {
 
 #[test]
 fn serve_deploy_invoke_sigterm_and_kill9_recovery() {
-    let home = Home(PathBuf::from(format!("/tmp/thaw-serve-cli-{}", std::process::id())));
+    let home = Home(PathBuf::from(format!(
+        "/tmp/thaw-serve-cli-{}",
+        std::process::id()
+    )));
     let _ = std::fs::remove_dir_all(&home.0);
     let code = home.0.join("code");
     std::fs::create_dir_all(code.join("lib")).unwrap();
@@ -91,17 +100,43 @@ fn serve_deploy_invoke_sigterm_and_kill9_recovery() {
     )
     .unwrap();
     std::fs::write(code.join("lib/__init__.py"), "").unwrap();
-    std::fs::write(code.join("lib/words.py"), "def count(s):\n    return len(str(s).split())\n").unwrap();
+    std::fs::write(
+        code.join("lib/words.py"),
+        "def count(s):\n    return len(str(s).split())\n",
+    )
+    .unwrap();
     let mut daemon = start(&home.0);
 
-    let out = ok(&thaw_fn(&home.0, &["deploy", code.to_str().unwrap(), "--handler", "main.handler", "--name", "words"]));
+    let out = ok(&thaw_fn(
+        &home.0,
+        &[
+            "deploy",
+            code.to_str().unwrap(),
+            "--handler",
+            "main.handler",
+            "--name",
+            "words",
+        ],
+    ));
     assert!(out.contains("\"snapshot_id\""), "{out}");
-    let inv = thaw_fn(&home.0, &["invoke", "words", "--data", "\"one two three\"", "-v"]);
+    let inv = thaw_fn(
+        &home.0,
+        &["invoke", "words", "--data", "\"one two three\"", "-v"],
+    );
     assert_eq!(ok(&inv).trim(), "{\n  \"words\": 3\n}");
     assert!(String::from_utf8_lossy(&inv.stderr).contains("thaw-start-type: restore"));
     let event = home.0.join("event.json");
     std::fs::write(&event, "\"a b\"").unwrap();
-    let inv = thaw_fn(&home.0, &["invoke", "words", "--data", &format!("@{}", event.display()), "-v"]);
+    let inv = thaw_fn(
+        &home.0,
+        &[
+            "invoke",
+            "words",
+            "--data",
+            &format!("@{}", event.display()),
+            "-v",
+        ],
+    );
     assert!(ok(&inv).contains("\"words\": 2"));
     assert!(String::from_utf8_lossy(&inv.stderr).contains("thaw-start-type: warm"));
     assert!(ok(&thaw_fn(&home.0, &["logs", "words"])).contains("counting a b"));
@@ -127,14 +162,20 @@ fn serve_deploy_invoke_sigterm_and_kill9_recovery() {
 
     // kill -9: a restart serves every deployed function
     let mut daemon = start(&home.0);
-    assert!(ok(&thaw_fn(&home.0, &["invoke", "words", "--data", "\"x y\""])).contains("\"words\": 2"));
+    assert!(
+        ok(&thaw_fn(&home.0, &["invoke", "words", "--data", "\"x y\""])).contains("\"words\": 2")
+    );
     let killed = daemon.id();
     daemon.kill().unwrap();
     daemon.wait().unwrap();
     std::thread::sleep(Duration::from_millis(200));
     remove_cgroups_of(killed);
     let mut daemon = start(&home.0);
-    assert!(ok(&thaw_fn(&home.0, &["invoke", "words", "--data", "\"x y z\""])).contains("\"words\": 3"));
+    assert!(ok(&thaw_fn(
+        &home.0,
+        &["invoke", "words", "--data", "\"x y z\""]
+    ))
+    .contains("\"words\": 3"));
     let dirs = tier_dirs(&home.0);
     ok(&thaw_fn(&home.0, &["rm", "words"]));
     assert!(ok(&thaw_fn(&home.0, &["list"])).contains("\"functions\": []"));

@@ -450,6 +450,18 @@ pub fn snapshot(
         })?;
     let checkpoint_ms = t.elapsed().as_secs_f64() * 1e3;
     drop(sb);
+    if rec.strategy == "reap" {
+        if let Some(ev) = sample {
+            // REAP records its working set at a restore's first invocation:
+            // let the sample event be that one, so users' first restores
+            // already prefetch
+            let (mut sb, _) = app
+                .worker
+                .restore_user(&snap, "reap", func)
+                .map_err(|e| bad(format!("recording the working set: {e:#}")))?;
+            warm_up(&mut sb, rec, Some(ev))?;
+        }
+    }
     let size_bytes = snap.manifest.state.len + snap.manifest.memory.len;
     let info = SnapshotInfo {
         // the manifest's id names the staging directory it was written in
