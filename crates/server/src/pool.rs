@@ -127,13 +127,24 @@ pub struct Pool {
     log_cap: u64,
 }
 
-/// An instance leased to one request.
+/// An instance leased to one request. Dropped without being released (the
+/// request's future was cancelled), it gives its instance up.
 pub struct Lease {
+    pool: Arc<Pool>,
     inst: Option<Instance>,
     pub start: StartType,
     pub created: Option<Created>,
     pub queue_ms: f64,
     function: String,
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if self.inst.is_some() {
+            let pool = self.pool.clone();
+            pool.release(self, false);
+        }
+    }
 }
 
 impl Lease {
@@ -285,7 +296,11 @@ impl Pool {
     }
 
     /// Finds or makes an instance for one request of `v`.
-    pub async fn acquire(&self, v: &Arc<FnVersion>, mode: Mode) -> Result<Lease, Refusal> {
+    pub async fn acquire(
+        self: &Arc<Self>,
+        v: &Arc<FnVersion>,
+        mode: Mode,
+    ) -> Result<Lease, Refusal> {
         let t0 = Instant::now();
         let name = v.rec.name.clone();
         loop {
@@ -344,6 +359,7 @@ impl Pool {
                             }
                             self.metrics.queue_wait.observe(queue_ms / 1e3);
                             return Ok(Lease {
+                                pool: self.clone(),
                                 inst: Some(inst),
                                 start: StartType::Warm,
                                 created: None,
@@ -391,7 +407,7 @@ impl Pool {
 
     /// Starts a new instance on its own thread: restore, else boot.
     async fn create(
-        &self,
+        self: &Arc<Self>,
         v: &Arc<FnVersion>,
         policy_id: InstanceId,
         queue_ms: f64,
@@ -399,29 +415,37 @@ impl Pool {
         let (tx, rx) = mpsc::channel::<Job>();
         let (ready_tx, ready_rx) = oneshot::channel();
         let name = format!("{}-{}", v.rec.name, hex::encode(rand::random::<[u8; 6]>()));
-        let worker = self.worker.clone();
-        let vv = v.clone();
-        let inst_name = name.clone();
-        let log_cap = self.log_cap;
-        let spawned = std::thread::Builder::new()
-            .name(format!("thaw-inst-{}", v.rec.name))
-            .spawn(move || instance_thread(worker, vv, inst_name, rx, ready_tx, log_cap));
         let start = if v.snapshot.is_some() {
             StartType::Restore
         } else {
             StartType::Boot
         };
+        // the lease exists before the wait: if this future is dropped, the
+        // slot goes back to the pool (and the thread's channel closes)
+        let mut lease = Lease {
+            pool: self.clone(),
+            inst: Some(Instance {
+                policy_id,
+                name: name.clone(),
+                version: v.rec.version,
+                tx,
+            }),
+            start,
+            created: None,
+            queue_ms,
+            function: v.rec.name.clone(),
+        };
+        let worker = self.worker.clone();
+        let vv = v.clone();
+        let log_cap = self.log_cap;
+        let spawned = std::thread::Builder::new()
+            .name(format!("thaw-inst-{}", v.rec.name))
+            .spawn(move || instance_thread(worker, vv, name, rx, ready_tx, log_cap));
         let created = match spawned {
             Err(e) => Err(format!("starting an instance thread: {e}")),
             Ok(_) => ready_rx
                 .await
                 .unwrap_or_else(|_| Err("the instance thread ended".into())),
-        };
-        let inst = Instance {
-            policy_id,
-            name,
-            version: v.rec.version,
-            tx,
         };
         match created {
             Ok(c) => {
@@ -434,22 +458,10 @@ impl Pool {
                         })
                         .observe(c.create_ms / 1e3);
                 }
-                Ok(Lease {
-                    inst: Some(inst),
-                    start,
-                    created: Some(c),
-                    queue_ms,
-                    function: v.rec.name.clone(),
-                })
+                lease.created = Some(c);
+                Ok(lease)
             }
             Err(e) => {
-                let mut lease = Lease {
-                    inst: Some(inst),
-                    start,
-                    created: None,
-                    queue_ms,
-                    function: v.rec.name.clone(),
-                };
                 self.release(&mut lease, false);
                 Err(Refusal::Failed(e))
             }
