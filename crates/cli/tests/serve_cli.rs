@@ -69,19 +69,28 @@ fn tier_dirs(home: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
+/// The sandbox cgroups a daemon process made (named `PID-N`).
+fn cgroups_of(pid: u32) -> Vec<PathBuf> {
+    ["memory", "pids"]
+        .iter()
+        .flat_map(|ctrl| {
+            let dir = Path::new("/sys/fs/cgroup").join(ctrl).join("thaw");
+            std::fs::read_dir(dir).into_iter().flatten().flatten()
+        })
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with(&format!("{pid}-"))
+        })
+        .map(|e| e.path())
+        .collect()
+}
+
 /// A daemon killed with -9 cannot remove its sandboxes' cgroups (their
 /// processes died with it); remove those this test's daemon made.
 fn remove_cgroups_of(pid: u32) {
-    for ctrl in ["memory", "pids"] {
-        let dir = Path::new("/sys/fs/cgroup").join(ctrl).join("thaw");
-        for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-            if e.file_name()
-                .to_string_lossy()
-                .starts_with(&format!("{pid}-"))
-            {
-                let _ = std::fs::remove_dir(e.path());
-            }
-        }
+    for d in cgroups_of(pid) {
+        let _ = std::fs::remove_dir(d);
     }
 }
 
@@ -156,9 +165,15 @@ fn serve_deploy_invoke_sigterm_and_kill9_recovery() {
     unsafe { libc::kill(daemon.id() as i32, libc::SIGTERM) };
     let out = slow.join().unwrap();
     assert!(ok(&out).contains("\"words\": 1"));
+    let pid = daemon.id();
     let status = daemon.wait().unwrap();
     assert!(status.success(), "{status:?}");
     assert!(!home.0.join("serve/thaw.sock").exists());
+    assert_eq!(
+        cgroups_of(pid),
+        Vec::<PathBuf>::new(),
+        "sandboxes left behind"
+    );
 
     // kill -9: a restart serves every deployed function
     let mut daemon = start(&home.0);
@@ -181,7 +196,13 @@ fn serve_deploy_invoke_sigterm_and_kill9_recovery() {
     assert!(ok(&thaw_fn(&home.0, &["list"])).contains("\"functions\": []"));
     // SAFETY: signalling the daemon this test started.
     unsafe { libc::kill(daemon.id() as i32, libc::SIGTERM) };
+    let pid = daemon.id();
     assert!(daemon.wait().unwrap().success());
+    assert_eq!(
+        cgroups_of(pid),
+        Vec::<PathBuf>::new(),
+        "sandboxes left behind"
+    );
     for d in dirs {
         let _ = std::fs::remove_dir_all(d);
     }

@@ -294,6 +294,8 @@ pub async fn start(app: Arc<App>, signals: bool) -> Result<Running> {
         }
         ticker.abort();
         app2.pool.drain();
+        // busy instances end when their invocation does (bounded above)
+        app2.pool.wait_for_instances(Duration::from_secs(10)).await;
         let _ = std::fs::remove_file(&sock2);
         tracing::info!("stopped");
     });

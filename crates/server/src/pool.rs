@@ -125,6 +125,8 @@ pub struct Pool {
     epoch: Instant,
     queue_cap: u32,
     log_cap: u64,
+    /// instance threads alive (each owns a sandbox until it ends)
+    threads: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 /// An instance leased to one request. Dropped without being released (the
@@ -179,6 +181,7 @@ impl Pool {
             epoch: Instant::now(),
             queue_cap,
             log_cap,
+            threads: Arc::default(),
         })
     }
 
@@ -233,6 +236,16 @@ impl Pool {
         }
         for fp in st.fns.values_mut() {
             wake_all(Some(fp));
+        }
+    }
+
+    /// Waits (bounded) until every instance thread has ended, i.e. every
+    /// sandbox is killed and its cgroups removed.
+    pub async fn wait_for_instances(&self, limit: Duration) {
+        use std::sync::atomic::Ordering;
+        let t = Instant::now();
+        while self.threads.load(Ordering::SeqCst) > 0 && t.elapsed() < limit {
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 
@@ -438,9 +451,13 @@ impl Pool {
         let worker = self.worker.clone();
         let vv = v.clone();
         let log_cap = self.log_cap;
+        let alive = ThreadCount::new(&self.threads);
         let spawned = std::thread::Builder::new()
             .name(format!("thaw-inst-{}", v.rec.name))
-            .spawn(move || instance_thread(worker, vv, name, rx, ready_tx, log_cap));
+            .spawn(move || {
+                let _alive = alive;
+                instance_thread(worker, vv, name, rx, ready_tx, log_cap)
+            });
         let created = match spawned {
             Err(e) => Err(format!("starting an instance thread: {e}")),
             Ok(_) => ready_rx
@@ -536,6 +553,22 @@ impl Instance {
     /// The function this instance serves (its name is `FUNCTION-HEX`).
     fn name_fn(&self) -> &str {
         self.name.rsplit_once('-').map_or("", |(f, _)| f)
+    }
+}
+
+/// Counts an instance thread from its spawn to its end.
+struct ThreadCount(Arc<std::sync::atomic::AtomicUsize>);
+
+impl ThreadCount {
+    fn new(n: &Arc<std::sync::atomic::AtomicUsize>) -> ThreadCount {
+        n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        ThreadCount(n.clone())
+    }
+}
+
+impl Drop for ThreadCount {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
     }
 }
 
