@@ -240,13 +240,7 @@ class Agent:
                 "exec_ms": (time.perf_counter() - t0) * 1e3,
             }
         except Exception as e:
-            return {
-                "ok": False,
-                "error": "function_error",
-                "message": "%s: %s" % (type(e).__name__, e),
-                "traceback": traceback.format_exc(limit=20),
-                "exec_ms": (time.perf_counter() - t0) * 1e3,
-            }
+            return dict(function_error(e), exec_ms=(time.perf_counter() - t0) * 1e3)
         exec_ms = (time.perf_counter() - t0) * 1e3
         try:
             encoded = json.dumps(output, separators=(",", ":"), allow_nan=False)
@@ -312,18 +306,23 @@ class Agent:
         try:
             self.after_restore_hook(instance_id)
         except Exception as e:
-            return {
-                "ok": False,
-                "error": "function_error",
-                "message": "after_restore hook: %s: %s" % (type(e).__name__, e),
-                "traceback": traceback.format_exc(limit=20),
-            }
+            return function_error(e, "after_restore hook: ")
         return {
             "ok": True,
             "op": "after_restore",
             "hook": True,
             "hook_ms": (time.perf_counter() - t0) * 1e3,
         }
+
+
+def function_error(e, prefix=""):
+    """The reply for an exception the function's code raised (call inside `except`)."""
+    return {
+        "ok": False,
+        "error": "function_error",
+        "message": "%s%s: %s" % (prefix, type(e).__name__, e),
+        "traceback": traceback.format_exc(limit=20),
+    }
 
 
 def resolve_entry(name, what):
@@ -468,12 +467,7 @@ def serve(agent):
             reply = {"ok": False, "error": "timeout", "message": "late timeout"}
         except Exception as e:
             # e.g. an import error in load: report it, keep serving.
-            reply = {
-                "ok": False,
-                "error": "function_error",
-                "message": "%s: %s" % (type(e).__name__, e),
-                "traceback": traceback.format_exc(limit=20),
-            }
+            reply = function_error(e)
         try:
             send(reply)
         except BrokenPipeError:

@@ -102,6 +102,16 @@ fn body_error(app: &App, e: BytesRejection) -> ApiError {
     ApiError::new(status, reason, e.body_text())
 }
 
+/// 413 for `what` of `len` bytes over `max`.
+pub fn too_large(app: &App, what: &str, len: usize, max: u64) -> ApiError {
+    app.metrics.reject("payload_too_large");
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "payload_too_large",
+        format!("{what} of {len} bytes exceeds the limit of {max} bytes"),
+    )
+}
+
 /// Reads a body of at most `max` bytes.
 async fn limited(
     app: &App,
@@ -111,15 +121,7 @@ async fn limited(
 ) -> Result<Bytes, ApiError> {
     let b = body.map_err(|e| body_error(app, e))?;
     if b.len() as u64 > max {
-        app.metrics.reject("payload_too_large");
-        return Err(ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "payload_too_large",
-            format!(
-                "{what} of {} bytes exceeds the limit of {max} bytes",
-                b.len()
-            ),
-        ));
+        return Err(too_large(app, what, b.len(), max));
     }
     Ok(b)
 }

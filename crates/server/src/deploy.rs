@@ -176,15 +176,11 @@ pub async fn run(app: &Arc<App>, req: DeployRequest) -> Result<(Record, StatusCo
         .decode(req.code.data_base64.as_bytes())
         .map_err(|e| bad(format!("code.data_base64 is not base64: {e}")))?;
     if data.len() as u64 > lim.code_bytes {
-        app.metrics.reject("payload_too_large");
-        return Err(ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "payload_too_large",
-            format!(
-                "code of {} bytes exceeds the limit of {} bytes",
-                data.len(),
-                lim.code_bytes
-            ),
+        return Err(crate::api::too_large(
+            app,
+            "code",
+            data.len(),
+            lim.code_bytes,
         ));
     }
     let filename = match (&req.code.filename, format) {

@@ -96,21 +96,8 @@ impl Worker {
         self.check_function(function)?;
         let t0 = Instant::now();
         let (argv, env) = self.root.agent_command(function);
-        let mut sb = Sandbox::start(&self.cfg, &self.root.path, &argv, &env)?;
-        let spawn_ms = ms(t0);
-        let t1 = Instant::now();
-        let r = sb
-            .call(&json!({"op": "load"}), INVOKE_TIMEOUT)
-            .with_context(|| format!("loading {function}"))?;
-        let f = |k: &str| r.get(k).and_then(Value::as_f64).unwrap_or(0.0);
-        let rep = FreshReport {
-            spawn_ms,
-            load_ms: ms(t1),
-            import_ms: f("import_ms"),
-            init_ms: f("init_ms"),
-            total_ms: ms(t0),
-        };
-        Ok((sb, rep))
+        let sb = Sandbox::start(&self.cfg, &self.root.path, &argv, &env)?;
+        load_timed(sb, t0, INVOKE_TIMEOUT).with_context(|| format!("loading {function}"))
     }
 
     /// Where `function`'s snapshot lives on `tier` for this runtime root.
@@ -150,14 +137,17 @@ impl Worker {
     }
 
     pub fn restore(&self, snap: &Snapshot, strategy: &str) -> Result<(Sandbox, RestoreReport)> {
+        self.restore_with(snap, strategy, &self.cfg)
+    }
+
+    fn restore_with(
+        &self,
+        snap: &Snapshot,
+        strategy: &str,
+        cfg: &SandboxConfig,
+    ) -> Result<(Sandbox, RestoreReport)> {
         let s = thaw_memory::strategy_by_name(strategy)?;
-        restore(
-            snap,
-            &self.root.path,
-            &self.root.hash,
-            s.as_ref(),
-            &self.cfg,
-        )
+        restore(snap, &self.root.path, &self.root.hash, s.as_ref(), cfg)
     }
 
     /// Checks an output with the function's checker.
@@ -312,24 +302,13 @@ impl Worker {
             }
         }
         env.extend(func.env.iter().cloned());
-        let mut sb = Sandbox::start(
+        let sb = Sandbox::start(
             &func.sandbox_config(&self.cfg),
             &self.root.path,
             &argv,
             &env,
         )?;
-        let spawn_ms = ms(t0);
-        let t1 = Instant::now();
-        let r = sb.call(&json!({"op": "load"}), timeout)?;
-        let f = |k: &str| r.get(k).and_then(Value::as_f64).unwrap_or(0.0);
-        let rep = FreshReport {
-            spawn_ms,
-            load_ms: ms(t1),
-            import_ms: f("import_ms"),
-            init_ms: f("init_ms"),
-            total_ms: ms(t0),
-        };
-        Ok((sb, rep))
+        load_timed(sb, t0, timeout)
     }
 
     /// Snapshots a loaded instance into `dir` (written beside it under a
@@ -360,15 +339,25 @@ impl Worker {
         strategy: &str,
         func: &UserFunction,
     ) -> Result<(Sandbox, RestoreReport)> {
-        let s = thaw_memory::strategy_by_name(strategy)?;
-        restore(
-            snap,
-            &self.root.path,
-            &self.root.hash,
-            s.as_ref(),
-            &func.sandbox_config(&self.cfg),
-        )
+        self.restore_with(snap, strategy, &func.sandbox_config(&self.cfg))
     }
+}
+
+/// Loads (import + init) a just-started runtime, timing it from `t0`, the
+/// moment its start began.
+fn load_timed(mut sb: Sandbox, t0: Instant, timeout: Duration) -> Result<(Sandbox, FreshReport)> {
+    let spawn_ms = ms(t0);
+    let t1 = Instant::now();
+    let r = sb.call(&json!({"op": "load"}), timeout)?;
+    let f = |k: &str| r.get(k).and_then(Value::as_f64).unwrap_or(0.0);
+    let rep = FreshReport {
+        spawn_ms,
+        load_ms: ms(t1),
+        import_ms: f("import_ms"),
+        init_ms: f("init_ms"),
+        total_ms: ms(t0),
+    };
+    Ok((sb, rep))
 }
 
 /// Runs the function's after-restore hook (if it has one) with the new
