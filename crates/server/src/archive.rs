@@ -253,3 +253,17 @@ pub fn pack_dir(dir: &Path) -> Result<Vec<u8>> {
     }
     Ok(ar.into_inner()?.finish()?)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_plain_relative_paths_pass() {
+        assert_eq!(safe_relative("a/./b.py").unwrap(), PathBuf::from("a/b.py"));
+        for bad in ["", "/abs", "../up", "a/../../up", "a/..", ".", "a\0b"] {
+            assert!(safe_relative(bad).is_err(), "{bad:?}");
+        }
+        assert!(safe_relative(&"a/".repeat(600)).is_err());
+    }
+}

@@ -182,3 +182,55 @@ impl Config {
         Ok(c)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn toml_overrides_defaults_and_unknown_keys_are_errors() {
+        let c: Config = toml::from_str(
+            "policy = \"ttl\"\nkeep_alive_s = 5\n[limits]\nqueue_per_function = 3\n",
+        )
+        .unwrap();
+        assert_eq!((c.policy.as_str(), c.keep_alive_s), ("ttl", 5));
+        assert_eq!(c.limits.queue_per_function, 3);
+        assert_eq!(c.limits.event_bytes, Limits::default().event_bytes);
+        c.validate().unwrap();
+        let e = toml::from_str::<Config>("polcy = \"ttl\"\n").unwrap_err();
+        assert!(e.to_string().contains("unknown field"), "{e}");
+        let bad = Config {
+            policy: "fifo".into(),
+            ..Config::default()
+        };
+        assert!(format!("{:#}", bad.validate().unwrap_err()).contains("unknown policy"));
+        let bad = Config {
+            log_format: "xml".into(),
+            ..Config::default()
+        };
+        assert!(bad.validate().is_err());
+    }
+
+    #[test]
+    fn listen_address_from_flag_or_port() {
+        let c = Config {
+            listen: Some("127.0.0.1:9000".into()),
+            ..Config::default()
+        };
+        assert_eq!(c.tcp_listen().unwrap().unwrap().port(), 9000);
+        let c = Config {
+            listen: Some("localhost".into()),
+            ..Config::default()
+        };
+        assert!(c.tcp_listen().is_err());
+        // PORT is read only without --listen (the only test touching it)
+        std::env::set_var("PORT", "8089");
+        let got = Config::default().tcp_listen();
+        std::env::set_var("PORT", "eighty");
+        let bad = Config::default().tcp_listen();
+        std::env::remove_var("PORT");
+        let a = got.unwrap().unwrap();
+        assert_eq!((a.ip().is_loopback(), a.port()), (true, 8089));
+        assert!(bad.is_err());
+    }
+}

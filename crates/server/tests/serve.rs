@@ -1026,6 +1026,15 @@ fn keep_alive_follows_the_policy() {
         d.invoke("b", &json!(1)).header("thaw-start-type"),
         Some("restore")
     );
+    // a function bigger than the whole budget: 503 memory, nothing started
+    let mut r = file_deploy("big", "m.handler", "def handler(e):\n    return e\n");
+    r["memory_mb"] = json!(512);
+    deploy(&d, &r);
+    let resp = d.invoke("big", &json!(1));
+    let (s, e, _) = error_of(&resp);
+    assert_eq!((s, e.as_str()), (503, "memory"));
+    assert!(resp.header("retry-after").is_some());
+    d.healthy();
 }
 
 #[test]
