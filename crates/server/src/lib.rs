@@ -46,7 +46,11 @@ pub struct App {
 pub fn open(cfg: Config) -> Result<Arc<App>> {
     cfg.validate()?;
     let state = cfg.state_dir();
-    registry::mkdir_private(&cfg.home)?;
+    // a new home is the daemon's alone; an existing one (shared with the
+    // runtime root, other commands) keeps its mode: HOME/serve is 0700
+    if !cfg.home.exists() {
+        registry::mkdir_private(&cfg.home)?;
+    }
     registry::mkdir_private(&state)?;
     let mut worker = Worker::with_runtime_home(&cfg.home, &cfg.runtime_home(), &mut |m| {
         tracing::info!("runtime: {m}")
