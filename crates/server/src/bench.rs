@@ -95,7 +95,11 @@ fn measure(app: &crate::App, socket: &std::path::Path, o: &Options) -> Result<Re
         "handler": format!("{}.handler", o.function),
         "code": {"format": "file", "filename": format!("{}.py", o.function),
                  "data_base64": base64::engine::general_purpose::STANDARD.encode(&src)},
-        "max_instances": o.clients.max(1) as u32,
+        // room for every restore start: an eviction's teardown (kill, reap,
+        // cgroup removal) would otherwise overlap the next timed restore,
+        // while the direct path tears down outside its timing
+        "max_instances": (o.clients.max(1) + o.restore_runs + 1).min(64) as u32,
+        "memory_mb": 64,
     });
     let r = c.request("POST", "/v1/functions", Some(&serde_json::to_vec(&req)?))?;
     if r.status != 201 {
