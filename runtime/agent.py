@@ -7,6 +7,11 @@ no file descriptors open between requests other than 0, 1, 2 and 3.
 
 Usage (argv comes from thaw_runtime::RootInfo::agent_command):
     python3 /opt/thaw/agent.py FUNCTION
+    python3 /opt/thaw/agent.py --user      (a deployed function, see below)
+
+A deployed (user) function's code is mounted read-only at /opt/thaw/user; the
+environment names its handler (THAW_HANDLER=module.function) and its optional
+hooks (THAW_INIT, THAW_AFTER_RESTORE, same form).
 """
 
 import gc
@@ -25,6 +30,8 @@ CTRL_FD = 3
 THAW_DIR = os.path.dirname(os.path.abspath(__file__))
 FUNCTIONS_DIR = os.path.join(THAW_DIR, "functions")
 INPUTS_DIR = os.path.join(THAW_DIR, "inputs")
+USER_DIR = os.path.join(THAW_DIR, "user")
+USER_FLAG = "--user"
 SIZES = ("I", "II", "III", "IV")
 
 MAX_REQUEST = int(os.environ.get("THAW_MAX_REQUEST", str(16 << 20)))
@@ -136,6 +143,8 @@ class Agent:
     def __init__(self, function):
         self.function = function
         self.module = None
+        self.handler = None
+        self.after_restore_hook = None
         self.invocations = 0
         self.load_info = None
 
@@ -143,6 +152,8 @@ class Agent:
     def load(self):
         if self.module is not None:
             return dict(self.load_info, already_loaded=True)
+        if self.function == USER_FLAG:
+            return self.load_user()
         if not self.function or self.function.startswith(".") or "/" in self.function:
             raise BadRequest("bad function name %r" % self.function)
         path = os.path.join(FUNCTIONS_DIR, self.function + ".py")
@@ -156,6 +167,30 @@ class Agent:
             init()
         t2 = time.perf_counter()
         self.module = module
+        self.handler = getattr(module, "handler")
+        return self.finish_load(t0, t1, t2)
+
+    def load_user(self):
+        # The handler and hooks are named in the environment; the code is on
+        # sys.path from the read-only mount, so it may be a package.
+        handler_name = os.environ.get("THAW_HANDLER", "")
+        if USER_DIR not in sys.path:
+            sys.path.insert(0, USER_DIR)
+        t0 = time.perf_counter()
+        handler = resolve_entry(handler_name, "handler")
+        t1 = time.perf_counter()
+        init_name = os.environ.get("THAW_INIT")
+        if init_name:
+            resolve_entry(init_name, "init")()
+        t2 = time.perf_counter()
+        hook_name = os.environ.get("THAW_AFTER_RESTORE")
+        if hook_name:
+            self.after_restore_hook = resolve_entry(hook_name, "after_restore")
+        self.module = sys.modules.get(handler_name.rpartition(".")[0])
+        self.handler = handler
+        return self.finish_load(t0, t1, t2)
+
+    def finish_load(self, t0, t1, t2):
         gc.collect()
         self.load_info = {
             "ok": True,
@@ -187,7 +222,7 @@ class Agent:
             raise BadRequest("timeout_ms must be a positive number")
         if self.module is None:
             self.load()
-        handler = getattr(self.module, "handler")
+        handler = self.handler
         self.invocations += 1
         t0 = time.perf_counter()
         try:
@@ -205,13 +240,7 @@ class Agent:
                 "exec_ms": (time.perf_counter() - t0) * 1e3,
             }
         except Exception as e:
-            return {
-                "ok": False,
-                "error": "function_error",
-                "message": "%s: %s" % (type(e).__name__, e),
-                "traceback": traceback.format_exc(limit=20),
-                "exec_ms": (time.perf_counter() - t0) * 1e3,
-            }
+            return dict(function_error(e), exec_ms=(time.perf_counter() - t0) * 1e3)
         exec_ms = (time.perf_counter() - t0) * 1e3
         try:
             encoded = json.dumps(output, separators=(",", ":"), allow_nan=False)
@@ -266,6 +295,48 @@ class Agent:
         install_signal_handlers()
         reseeded = reseed_all(seed_bytes, self.module)
         return {"ok": True, "state": "restored", "reseeded": reseeded}
+
+    def after_restore(self, req):
+        instance_id = req.get("instance_id")
+        if not isinstance(instance_id, str):
+            raise BadRequest("after_restore needs 'instance_id': a string")
+        if self.after_restore_hook is None:
+            return {"ok": True, "op": "after_restore", "hook": False, "hook_ms": 0.0}
+        t0 = time.perf_counter()
+        try:
+            self.after_restore_hook(instance_id)
+        except Exception as e:
+            return function_error(e, "after_restore hook: ")
+        return {
+            "ok": True,
+            "op": "after_restore",
+            "hook": True,
+            "hook_ms": (time.perf_counter() - t0) * 1e3,
+        }
+
+
+def function_error(e, prefix=""):
+    """The reply for an exception the function's code raised (call inside `except`)."""
+    return {
+        "ok": False,
+        "error": "function_error",
+        "message": "%s%s: %s" % (prefix, type(e).__name__, e),
+        "traceback": traceback.format_exc(limit=20),
+    }
+
+
+def resolve_entry(name, what):
+    """`module.function` (module may be dotted) from the user code directory."""
+    import importlib
+
+    module_name, _, attr = name.rpartition(".")
+    if not module_name or not attr:
+        raise BadRequest("%s %r is not of the form module.function" % (what, name))
+    module = importlib.import_module(module_name)
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        raise BadRequest("%s %r: module %r has no function %r" % (what, name, module_name, attr))
+    return fn
 
 
 def import_function(name, path):
@@ -370,6 +441,8 @@ def handle(agent, req):
         return agent.prepare_checkpoint()
     if op == "restored":
         return agent.restored(req)
+    if op == "after_restore":
+        return agent.after_restore(req)
     if op == "exit":
         send({"ok": True, "op": "exit"})
         sys.exit(0)
@@ -394,12 +467,7 @@ def serve(agent):
             reply = {"ok": False, "error": "timeout", "message": "late timeout"}
         except Exception as e:
             # e.g. an import error in load: report it, keep serving.
-            reply = {
-                "ok": False,
-                "error": "function_error",
-                "message": "%s: %s" % (type(e).__name__, e),
-                "traceback": traceback.format_exc(limit=20),
-            }
+            reply = function_error(e)
         try:
             send(reply)
         except BrokenPipeError:

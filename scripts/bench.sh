@@ -42,4 +42,6 @@ $T bench hierarchy --functions helloworld,lr_serving,matmul,pyaes,json_serdes --
     --strategies mmap,reap --runs "$RUNS" --redeploy --json "$OUT/hierarchy.jsonl" --markdown "$OUT/hierarchy.md"
 $T place --all --explain --profile-tier nvme > "$OUT/place.txt"
 $T tier teardown --force
+# issue 12: the daemon against the worker it wraps
+$T bench serve --json "$OUT/serve.json" --markdown "$OUT/serve.md"
 echo "bench: results in $OUT/"

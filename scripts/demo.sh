@@ -5,4 +5,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 cargo build --release --locked -q -p thaw-cli
-exec target/release/thaw demo "$@"
+target/release/thaw demo "$@"
+# the suite again, deployed through `thaw serve` like any user function
+scripts/serve-demo.sh

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 mod concurrency;
 mod demo;
 mod place;
+mod serve;
 mod store_cmds;
 mod tiers;
 
@@ -130,6 +131,16 @@ enum Cmd {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Run the worker daemon: HTTP API for deploying and invoking functions (docs/API.md)
+    Serve(serve::ServeArgs),
+    /// Client of a running `thaw serve`: deploy, invoke, list, rm, logs
+    Fn {
+        /// The daemon's socket (default HOME/serve/thaw.sock)
+        #[arg(long)]
+        socket: Option<PathBuf>,
+        #[command(subcommand)]
+        cmd: serve::FnCmd,
+    },
     /// Trace-driven fleet simulator (`thaw sim --help`)
     #[command(disable_help_flag = true)]
     Sim {
@@ -226,6 +237,8 @@ enum BenchCmd {
         #[command(flatten)]
         run: RunOpts,
     },
+    /// The daemon: warm latency and throughput over HTTP vs. in-process, restore via the API vs. direct
+    Serve(serve::BenchServeArgs),
     /// Cold starts from snapshots per strategy vs. a fresh start
     Restore {
         #[arg(long, default_value = "helloworld,lr_serving")]
@@ -289,7 +302,7 @@ fn run(cli: Cli) -> Result<()> {
     let home = cli.home.clone().unwrap_or_else(thaw_runtime::default_home);
     if !matches!(
         cli.cmd,
-        Cmd::Sim { .. } | Cmd::Load { .. } | Cmd::Runtime { .. }
+        Cmd::Sim { .. } | Cmd::Load { .. } | Cmd::Runtime { .. } | Cmd::Serve(_) | Cmd::Fn { .. }
     ) {
         thaw_runtime::check_home(&home, false)?;
     }
@@ -303,6 +316,8 @@ fn run(cli: Cli) -> Result<()> {
             thaw_runtime::cli_main(&args)
         }
         Cmd::Load { args } => thaw_load::cli_main(&args),
+        Cmd::Serve(args) => serve::serve(cli.home.clone(), args),
+        Cmd::Fn { socket, cmd } => serve::client(&home, socket, cmd),
         Cmd::Demo {
             functions,
             tier,
@@ -474,6 +489,9 @@ fn run(cli: Cli) -> Result<()> {
             let recs = thaw_bench::hierarchy::run(&w, &o, &mut sink)?;
             run.emit(&thaw_bench::hierarchy::report(&recs, &o.tiers))
         }
+        Cmd::Bench {
+            cmd: BenchCmd::Serve(args),
+        } => serve::bench(&home, args),
         Cmd::Bench {
             cmd:
                 BenchCmd::Restore {

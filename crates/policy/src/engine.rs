@@ -134,6 +134,101 @@ impl Engine {
         &self.cfg
     }
 
+    /// Forgets a running or idle instance that is gone without the policy
+    /// asking (it crashed, timed out, or its function was removed), returning
+    /// its RAM. Stale or unknown ids are an error.
+    pub fn discard(&mut self, now: Time, instance: InstanceId) -> Result<(), PolicyError> {
+        self.tick(now);
+        let slot = instance.0 as u32;
+        let gen = (instance.0 >> 32) as u32;
+        match self.insts.get(slot as usize) {
+            Some(i) if i.gen == gen && i.state == State::Idle => self.unidle(slot),
+            Some(i) if i.gen == gen && i.state == State::Running => {}
+            _ => return Err(PolicyError::NotRunning(instance)),
+        }
+        self.release(slot);
+        Ok(())
+    }
+
+    /// Like [`Policy::arrive`], but never reuses an idle instance: a new
+    /// instance starts (experiments that must measure a cold path).
+    pub fn arrive_skipping_warm(
+        &mut self,
+        now: Time,
+        f: FnId,
+        mem_mb: u32,
+        out: &mut Vec<Action>,
+    ) -> Outcome {
+        self.arrive_inner(now, f, mem_mb, false, out)
+    }
+
+    fn arrive_inner(
+        &mut self,
+        now: Time,
+        f: FnId,
+        mem_mb: u32,
+        reuse_idle: bool,
+        out: &mut Vec<Action>,
+    ) -> Outcome {
+        let now = self.tick(now);
+        self.expire(now, out);
+        let fi = self.ensure_fn(f);
+        self.funcs[fi].freq = self.funcs[fi].freq.saturating_add(1);
+        if let Some(slot) = self.funcs[fi].idle.front().filter(|_| reuse_idle) {
+            self.unidle(slot);
+            let mem = self.insts[slot as usize].mem as u64;
+            self.usage.idle_mb -= mem;
+            self.usage.running_mb += mem;
+            self.insts[slot as usize].state = State::Running;
+            return Outcome::Started {
+                start: Start::Warm,
+                instance: self.id_of(slot),
+                ready_at: now + self.costs[self.funcs[fi].cost as usize].warm_us,
+            };
+        }
+        if !self.make_room(mem_mb as u64, out) {
+            return Outcome::Rejected;
+        }
+        let func = self.funcs[fi];
+        let c = self.cost(&func);
+        let mut best = (Start::Cold, c.cold_us, None);
+        // Strictly faster than the current best, as the thesis: ties go to cold,
+        // then to the disk.
+        let tiers = [
+            (ON_DISK, DISK_READ, Start::Lukewarm, c.restore_disk_us),
+            (ON_NET, NET_DOWN, Start::Remote, c.restore_net_us),
+        ];
+        for (flag, q, start, restore) in tiers {
+            if func.flags & flag != 0 {
+                let wait = self.busy[q].saturating_sub(now);
+                let lat = wait + self.xfer_us(func.snap_mb, q) + restore;
+                if lat < best.1 {
+                    best = (start, lat, Some(q));
+                }
+            }
+        }
+        match best.2 {
+            Some(DISK_READ) => {
+                self.enqueue(DISK_READ, self.xfer_us(func.snap_mb, DISK_READ));
+                self.disk_links.touch(&mut self.disk_lru, fi as u32);
+            }
+            Some(q) => {
+                self.enqueue(q, self.xfer_us(func.snap_mb, q));
+                self.net_links.touch(&mut self.net_lru, fi as u32);
+            }
+            None => {}
+        }
+        let slot = self.alloc(fi as u32, mem_mb);
+        self.usage.running_mb += mem_mb as u64;
+        self.usage.ram_mb += mem_mb as u64;
+        self.funcs[fi].live += 1;
+        Outcome::Started {
+            start: best.0,
+            instance: self.id_of(slot),
+            ready_at: now + best.1,
+        }
+    }
+
     /// Number of transfers issued and not yet done or cancelled.
     pub fn pending_transfers(&self) -> usize {
         self.pending.len()
@@ -463,63 +558,7 @@ impl Engine {
 
 impl Policy for Engine {
     fn arrive(&mut self, now: Time, f: FnId, mem_mb: u32, out: &mut Vec<Action>) -> Outcome {
-        let now = self.tick(now);
-        self.expire(now, out);
-        let fi = self.ensure_fn(f);
-        self.funcs[fi].freq = self.funcs[fi].freq.saturating_add(1);
-        if let Some(slot) = self.funcs[fi].idle.front() {
-            self.unidle(slot);
-            let mem = self.insts[slot as usize].mem as u64;
-            self.usage.idle_mb -= mem;
-            self.usage.running_mb += mem;
-            self.insts[slot as usize].state = State::Running;
-            return Outcome::Started {
-                start: Start::Warm,
-                instance: self.id_of(slot),
-                ready_at: now + self.costs[self.funcs[fi].cost as usize].warm_us,
-            };
-        }
-        if !self.make_room(mem_mb as u64, out) {
-            return Outcome::Rejected;
-        }
-        let func = self.funcs[fi];
-        let c = self.cost(&func);
-        let mut best = (Start::Cold, c.cold_us, None);
-        // Strictly faster than the current best, as the thesis: ties go to cold,
-        // then to the disk.
-        let tiers = [
-            (ON_DISK, DISK_READ, Start::Lukewarm, c.restore_disk_us),
-            (ON_NET, NET_DOWN, Start::Remote, c.restore_net_us),
-        ];
-        for (flag, q, start, restore) in tiers {
-            if func.flags & flag != 0 {
-                let wait = self.busy[q].saturating_sub(now);
-                let lat = wait + self.xfer_us(func.snap_mb, q) + restore;
-                if lat < best.1 {
-                    best = (start, lat, Some(q));
-                }
-            }
-        }
-        match best.2 {
-            Some(DISK_READ) => {
-                self.enqueue(DISK_READ, self.xfer_us(func.snap_mb, DISK_READ));
-                self.disk_links.touch(&mut self.disk_lru, fi as u32);
-            }
-            Some(q) => {
-                self.enqueue(q, self.xfer_us(func.snap_mb, q));
-                self.net_links.touch(&mut self.net_lru, fi as u32);
-            }
-            None => {}
-        }
-        let slot = self.alloc(fi as u32, mem_mb);
-        self.usage.running_mb += mem_mb as u64;
-        self.usage.ram_mb += mem_mb as u64;
-        self.funcs[fi].live += 1;
-        Outcome::Started {
-            start: best.0,
-            instance: self.id_of(slot),
-            ready_at: now + best.1,
-        }
+        self.arrive_inner(now, f, mem_mb, true, out)
     }
 
     fn finish(

@@ -108,6 +108,21 @@ fn lru_mem_evicts_least_recently_idle() {
 }
 
 #[test]
+fn discard_returns_ram_of_running_and_idle_instances() {
+    let mut h = H::new(cfg(PolicyKind::LruMem, 300));
+    let (_, a, _) = h.go(0, A, 100);
+    let (_, b, _) = h.go(0, B, 100);
+    h.fin(S, b);
+    h.p.discard(2 * S, a).unwrap();
+    h.p.discard(2 * S, b).unwrap();
+    assert_eq!(h.p.usage().ram_mb, 0);
+    assert!(h.p.discard(3 * S, a).is_err(), "a discarded id is stale");
+    // the discarded idle instance is not offered as a warm start
+    let (s, _, _) = h.go(4 * S, B, 100);
+    assert_eq!(s, Start::Cold);
+}
+
+#[test]
 fn lru_mem_rejects_when_everything_runs() {
     let mut h = H::new(cfg(PolicyKind::LruMem, 250));
     h.go(0, A, 100);

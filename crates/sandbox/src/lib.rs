@@ -52,7 +52,13 @@ pub struct SandboxConfig {
     /// REAP: share of the working set that may fault after a prefetch before
     /// the next cold start re-records it.
     pub drift_share: f64,
+    /// A deployed function's code directory, bind-mounted read-only at
+    /// [`USER_CODE_DIR`] inside the sandbox (fresh starts and restores alike).
+    pub code_dir: Option<PathBuf>,
 }
+
+/// Where a deployed function's code appears inside the sandbox.
+pub const USER_CODE_DIR: &str = "/opt/thaw/user";
 
 impl Default for SandboxConfig {
     fn default() -> Self {
@@ -64,6 +70,7 @@ impl Default for SandboxConfig {
             file_size: 16 << 20,
             log_dir: PathBuf::from("/run/thaw/logs"),
             drift_share: 0.25,
+            code_dir: None,
         }
     }
 }
@@ -234,6 +241,7 @@ impl Sandbox {
             rlimits: cfg.rlimits(),
             procs_files: slot.cgroups.procs_files(),
             tmp_bytes: cfg.tmp_bytes,
+            code_dir: cfg.code_dir.as_deref(),
         };
         let pid = spawn::spawn(&spec)?;
         Ok(slot.into_sandbox(pid, root, None))
@@ -256,25 +264,36 @@ impl Sandbox {
         self.alive
     }
 
-    /// One request to the agent. A timeout kills the sandbox (the runtime may
-    /// be stuck in native code no signal reaches); a closed socket marks it dead.
+    /// One request to the agent; an `"ok": false` reply becomes an
+    /// [`agent::AgentError`]. See [`Sandbox::call_raw`] for the rest.
     pub fn call(&mut self, req: &Value, timeout: Duration) -> Result<Value> {
+        agent::check_ok(self.call_raw(req, timeout)?)
+    }
+
+    /// One request to the agent, returning its reply whatever its `ok` says.
+    /// A timeout kills the sandbox (the runtime may be stuck in native code no
+    /// signal reaches); a closed socket or a malformed reply marks it dead.
+    pub fn call_raw(&mut self, req: &Value, timeout: Duration) -> Result<Value> {
         if !self.alive {
             return Err(anyhow!("sandbox {} is no longer running", self.id));
         }
-        let res = self.chan.call(req, timeout);
-        if res.is_ok() && req.get("op").and_then(Value::as_str) == Some("invoke") {
-            self.after_first_response();
-        }
-        if let Err(e) = &res {
-            if e.downcast_ref::<Timeout>().is_some() {
+        let res = self.chan.send(req).and_then(|_| self.chan.recv(timeout));
+        match res {
+            Ok(reply) => {
+                let ok = reply.get("ok").and_then(Value::as_bool) == Some(true);
+                if ok && req.get("op").and_then(Value::as_str) == Some("invoke") {
+                    self.after_first_response();
+                }
+                Ok(reply)
+            }
+            Err(e) if e.downcast_ref::<Timeout>().is_some() => {
                 self.kill();
-                return Err(anyhow!(
+                Err(anyhow!(
                     "sandbox {} did not answer within {timeout:?}: killed",
                     self.id
-                ));
+                ))
             }
-            if e.downcast_ref::<agent::AgentError>().is_none() {
+            Err(e) => {
                 self.kill();
                 let oom = self.cgroups.oom_kills();
                 if oom > 0 {
@@ -285,13 +304,17 @@ impl Sandbox {
                     ));
                 }
                 let tail = self.log_tail(400);
-                return Err(anyhow!(
+                Err(anyhow!(
                     "sandbox {}: {e:#}; runtime log ends: {tail}",
                     self.id
-                ));
+                ))
             }
         }
-        res
+    }
+
+    /// The host path of the runtime's stdout/stderr log.
+    pub fn log_path(&self) -> &Path {
+        &self.log_path
     }
 
     /// dax: records which snapshot pages the runtime has written by now

@@ -38,6 +38,8 @@ pub struct ChildSpec<'a> {
     pub procs_files: Vec<PathBuf>,
     /// Size of the private /tmp.
     pub tmp_bytes: u64,
+    /// Host directory bind-mounted read-only at `USER_CODE_DIR` in the root.
+    pub code_dir: Option<&'a Path>,
 }
 
 const ERR_FD: RawFd = 900;
@@ -60,7 +62,9 @@ const STEPS: &[&str] = &[
     "installing the seccomp filter",
     "exec",
     "leaving the worker's session (setsid)",
+    "mounting the function code",
 ];
+const STEP_CODE: usize = 15;
 
 /// Index of the setsid step in [`STEPS`].
 const STEP_SETSID: usize = 14;
@@ -81,6 +85,8 @@ struct Prepared {
     creds: Option<(u32, u32)>,
     filter: Vec<[u8; 8]>,
     memfd: Option<RawFd>,
+    /// (host directory, mount point inside the root, before pivoting)
+    code: Option<(CString, CString)>,
 }
 
 fn cstr(s: &[u8]) -> Result<CString> {
@@ -118,6 +124,27 @@ fn prepare(spec: &ChildSpec) -> Result<Prepared> {
         .iter()
         .map(|(k, v)| cstr(format!("{k}={v}").as_bytes()))
         .collect::<Result<Vec<_>>>()?;
+    let code = match spec.code_dir {
+        Some(dir) => {
+            let target = root.join(crate::USER_CODE_DIR.trim_start_matches('/'));
+            if !target.is_dir() {
+                bail!(
+                    "runtime root {} has no {} directory to mount function code on \
+                     (rebuild it with `thaw runtime build`)",
+                    root.display(),
+                    crate::USER_CODE_DIR
+                );
+            }
+            let src = dir
+                .canonicalize()
+                .with_context(|| format!("function code {}", dir.display()))?;
+            Some((
+                cstr(src.as_os_str().as_bytes())?,
+                cstr(target.as_os_str().as_bytes())?,
+            ))
+        }
+        None => None,
+    };
     let mut argv: Vec<_> = argv_c.iter().map(|c| c.as_ptr()).collect();
     argv.push(std::ptr::null());
     let mut envp: Vec<_> = env_c.iter().map(|c| c.as_ptr()).collect();
@@ -155,6 +182,7 @@ fn prepare(spec: &ChildSpec) -> Result<Prepared> {
         creds,
         filter,
         memfd,
+        code,
     })
 }
 
@@ -349,6 +377,20 @@ fn child(p: &Prepared, go_r: RawFd, err_w: RawFd) -> ! {
             libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV;
         if libc::mount(null, p.root.as_ptr(), null, ro, std::ptr::null()) != 0 {
             fail(err_fd, 4);
+        }
+        if let Some((src, target)) = &p.code {
+            // not recursive: nothing mounted below the code directory comes along
+            if libc::mount(
+                src.as_ptr(),
+                target.as_ptr(),
+                null,
+                libc::MS_BIND,
+                std::ptr::null(),
+            ) != 0
+                || libc::mount(null, target.as_ptr(), null, ro, std::ptr::null()) != 0
+            {
+                fail(err_fd, STEP_CODE);
+            }
         }
         let tmpfs = c"tmpfs".as_ptr();
         if libc::mount(

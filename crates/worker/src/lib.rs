@@ -51,7 +51,18 @@ impl Worker {
     /// cleans up what dead workers left (see [`Worker::gc`]; failures there
     /// are reported through `progress`, not fatal).
     pub fn new(home: &Path, progress: &mut dyn FnMut(&str)) -> Result<Worker> {
-        let root = thaw_runtime::ensure_root(home, progress)?;
+        Worker::with_runtime_home(home, home, progress)
+    }
+
+    /// Opens the worker on `home` with the runtime root kept under
+    /// `runtime_home` (which may be another home, so that a temporary state
+    /// home reuses an already built root).
+    pub fn with_runtime_home(
+        home: &Path,
+        runtime_home: &Path,
+        progress: &mut dyn FnMut(&str),
+    ) -> Result<Worker> {
+        let root = thaw_runtime::ensure_root(runtime_home, progress)?;
         let functions = root.functions()?;
         let mut w = Worker {
             home: home.to_owned(),
@@ -129,21 +140,8 @@ impl Worker {
         self.check_function(function)?;
         let t0 = Instant::now();
         let (argv, env) = self.root.agent_command(function);
-        let mut sb = Sandbox::start(&self.cfg, &self.root.path, &argv, &env)?;
-        let spawn_ms = ms(t0);
-        let t1 = Instant::now();
-        let r = sb
-            .call(&json!({"op": "load"}), INVOKE_TIMEOUT)
-            .with_context(|| format!("loading {function}"))?;
-        let f = |k: &str| r.get(k).and_then(Value::as_f64).unwrap_or(0.0);
-        let rep = FreshReport {
-            spawn_ms,
-            load_ms: ms(t1),
-            import_ms: f("import_ms"),
-            init_ms: f("init_ms"),
-            total_ms: ms(t0),
-        };
-        Ok((sb, rep))
+        let sb = Sandbox::start(&self.cfg, &self.root.path, &argv, &env)?;
+        load_timed(sb, t0, INVOKE_TIMEOUT).with_context(|| format!("loading {function}"))
     }
 
     /// The name `function`'s snapshots go by on a tier (one per runtime root).
@@ -172,8 +170,19 @@ impl Worker {
         lock: thaw_store::DeployLock,
     ) -> Result<(Snapshot, CheckpointReport)> {
         let (mut sb, _) = self.start_fresh(function)?;
+        self.checkpoint_locked(&mut sb, lock, function)
+    }
+
+    /// Snapshots a loaded instance as a new version under `lock` and
+    /// publishes it atomically.
+    fn checkpoint_locked(
+        &self,
+        sb: &mut Sandbox,
+        lock: thaw_store::DeployLock,
+        label: &str,
+    ) -> Result<(Snapshot, CheckpointReport)> {
         let dir = lock.new_version_dir()?;
-        let (snap, rep) = checkpoint(&mut sb, &dir, function, &self.root.hash)?;
+        let (snap, rep) = checkpoint(sb, &dir, label, &self.root.hash)?;
         Ok((lock.publish(&snap)?, rep))
     }
 
@@ -194,14 +203,17 @@ impl Worker {
     }
 
     pub fn restore(&self, snap: &Snapshot, strategy: &str) -> Result<(Sandbox, RestoreReport)> {
+        self.restore_with(snap, strategy, &self.cfg)
+    }
+
+    fn restore_with(
+        &self,
+        snap: &Snapshot,
+        strategy: &str,
+        cfg: &SandboxConfig,
+    ) -> Result<(Sandbox, RestoreReport)> {
         let s = thaw_memory::strategy_by_name(strategy)?;
-        restore(
-            snap,
-            &self.root.path,
-            &self.root.hash,
-            s.as_ref(),
-            &self.cfg,
-        )
+        restore(snap, &self.root.path, &self.root.hash, s.as_ref(), cfg)
     }
 
     /// Checks an output with the function's checker.
@@ -332,6 +344,139 @@ impl Worker {
             slow_path: tl.slow.path,
         })
     }
+}
+
+/// A deployed (user) function: its code directory on the host, mounted
+/// read-only in every sandbox, and the entry points the agent resolves.
+#[derive(Debug, Clone)]
+pub struct UserFunction {
+    pub code_dir: PathBuf,
+    /// `module.function`
+    pub handler: String,
+    pub init: Option<String>,
+    pub after_restore: Option<String>,
+    /// extra environment for the function (on top of the agent's)
+    pub env: Vec<(String, String)>,
+    pub memory_bytes: u64,
+}
+
+impl UserFunction {
+    fn sandbox_config(&self, base: &SandboxConfig) -> SandboxConfig {
+        SandboxConfig {
+            code_dir: Some(self.code_dir.clone()),
+            memory_bytes: self.memory_bytes,
+            ..base.clone()
+        }
+    }
+}
+
+/// What a user function's after-restore step did.
+#[derive(Debug, Clone, Serialize)]
+pub struct AfterRestore {
+    pub hook: bool,
+    pub hook_ms: f64,
+}
+
+impl Worker {
+    /// Starts a fresh instance of a user function and loads it (import + init).
+    pub fn start_user(
+        &self,
+        func: &UserFunction,
+        timeout: Duration,
+    ) -> Result<(Sandbox, FreshReport)> {
+        let t0 = Instant::now();
+        let (mut argv, _) = self.root.agent_command("--user");
+        argv.truncate(4);
+        let mut env = thaw_runtime::agent_env();
+        env.push(("THAW_HANDLER".into(), func.handler.clone()));
+        for (k, v) in [
+            ("THAW_INIT", &func.init),
+            ("THAW_AFTER_RESTORE", &func.after_restore),
+        ] {
+            if let Some(v) = v {
+                env.push((k.into(), v.clone()));
+            }
+        }
+        env.extend(func.env.iter().cloned());
+        let sb = Sandbox::start(
+            &func.sandbox_config(&self.cfg),
+            &self.root.path,
+            &argv,
+            &env,
+        )?;
+        load_timed(sb, t0, timeout)
+    }
+
+    /// Snapshots a loaded instance as the published version of snapshot
+    /// `name` on `tier` (the store's deploy lock and atomic publish).
+    pub fn checkpoint_as(
+        &self,
+        sb: &mut Sandbox,
+        tier: &Tier,
+        name: &str,
+        label: &str,
+    ) -> Result<(Snapshot, CheckpointReport)> {
+        self.checkpoint_locked(sb, tier.lock_deploy(name)?, label)
+    }
+
+    /// Restores a user function's instance: same code mount and limits as
+    /// its fresh start.
+    pub fn restore_user(
+        &self,
+        snap: &Snapshot,
+        strategy: &str,
+        func: &UserFunction,
+    ) -> Result<(Sandbox, RestoreReport)> {
+        self.restore_with(snap, strategy, &func.sandbox_config(&self.cfg))
+    }
+}
+
+/// Loads (import + init) a just-started runtime, timing it from `t0`, the
+/// moment its start began.
+fn load_timed(mut sb: Sandbox, t0: Instant, timeout: Duration) -> Result<(Sandbox, FreshReport)> {
+    let spawn_ms = ms(t0);
+    let t1 = Instant::now();
+    let r = sb.call(&json!({"op": "load"}), timeout)?;
+    let f = |k: &str| r.get(k).and_then(Value::as_f64).unwrap_or(0.0);
+    let rep = FreshReport {
+        spawn_ms,
+        load_ms: ms(t1),
+        import_ms: f("import_ms"),
+        init_ms: f("init_ms"),
+        total_ms: ms(t0),
+    };
+    Ok((sb, rep))
+}
+
+/// Runs the function's after-restore hook (if it has one) with the new
+/// instance's id, before the instance's first invocation.
+pub fn after_restore(
+    sb: &mut Sandbox,
+    instance_id: &str,
+    timeout: Duration,
+) -> Result<AfterRestore> {
+    let r = sb.call(
+        &json!({"op": "after_restore", "instance_id": instance_id}),
+        timeout,
+    )?;
+    Ok(AfterRestore {
+        hook: r.get("hook").and_then(Value::as_bool).unwrap_or(false),
+        hook_ms: r.get("hook_ms").and_then(Value::as_f64).unwrap_or(0.0),
+    })
+}
+
+/// One invocation with a caller's event. `Ok` holds the agent's reply
+/// whatever it says (`"ok": false` replies carry the function's error);
+/// `Err` means the instance is gone (timeout, crash, protocol violation).
+pub fn invoke_event(sb: &mut Sandbox, event: &Value, timeout: Duration) -> Result<Value> {
+    let ms_limit = timeout.as_secs_f64() * 1e3;
+    // the agent's own (soft) limit fires first; the sandbox's hard limit
+    // a little later kills a runtime stuck in native code
+    let hard = timeout + Duration::from_millis(500);
+    sb.call_raw(
+        &json!({"op": "invoke", "input": event, "timeout_ms": ms_limit}),
+        hard,
+    )
 }
 
 /// Invokes an instance on input `size`.

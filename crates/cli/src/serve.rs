@@ -1,0 +1,369 @@
+//! `thaw serve` and `thaw fn ...` (the daemon's client).
+use anyhow::{bail, Context, Result};
+use base64::Engine as _;
+use clap::{Args, Subcommand};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use thaw_server::client::{Client, Target};
+
+#[derive(Args)]
+pub struct ServeArgs {
+    /// TOML configuration file (flags override it)
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Also listen on TCP, ADDR:PORT (default: $PORT on 127.0.0.1 if set)
+    #[arg(long)]
+    listen: Option<String>,
+    /// Bearer token file for the TCP listener (required off loopback)
+    #[arg(long)]
+    token_file: Option<PathBuf>,
+    /// Unix socket path (default HOME/serve/thaw.sock)
+    #[arg(long)]
+    socket: Option<PathBuf>,
+    /// Where the runtime root is built/cached (default: HOME)
+    #[arg(long)]
+    runtime_home: Option<PathBuf>,
+    /// text or json
+    #[arg(long)]
+    log_format: Option<String>,
+    /// RAM for instances, MiB
+    #[arg(long)]
+    memory_budget_mb: Option<u64>,
+    /// Keep-alive policy: ttl, lru-mem, tiered-lru, greedy-dual, tiered-greedy-dual
+    #[arg(long)]
+    policy: Option<String>,
+    /// ttl: seconds an idle instance stays warm
+    #[arg(long)]
+    keep_alive_s: Option<u64>,
+}
+
+pub fn serve(home: Option<PathBuf>, a: ServeArgs) -> Result<()> {
+    let mut cfg = match &a.config {
+        Some(p) => thaw_server::Config::from_file(p)?,
+        None => thaw_server::Config::default(),
+    };
+    if let Some(h) = home {
+        cfg.home = h;
+    }
+    macro_rules! set {
+        ($($f:ident),*) => { $( if let Some(v) = a.$f { cfg.$f = v.into(); } )* };
+    }
+    set!(listen, token_file, socket, runtime_home);
+    if let Some(v) = a.log_format {
+        cfg.log_format = v;
+    }
+    if let Some(v) = a.memory_budget_mb {
+        cfg.memory_budget_mb = v;
+    }
+    if let Some(v) = a.policy {
+        cfg.policy = v;
+    }
+    if let Some(v) = a.keep_alive_s {
+        cfg.keep_alive_s = v;
+    }
+    thaw_server::serve_forever(cfg)
+}
+
+#[derive(Args)]
+pub struct DeployArgs {
+    /// Code directory or .py file
+    pub path: PathBuf,
+    /// module.function
+    #[arg(long)]
+    pub handler: String,
+    /// Function name (default: the directory's or file's name)
+    #[arg(long)]
+    pub name: Option<String>,
+    /// module.function run once at deploy, before the snapshot
+    #[arg(long)]
+    pub init: Option<String>,
+    /// module.function run after every restore with the instance id
+    #[arg(long)]
+    pub after_restore: Option<String>,
+    #[arg(long)]
+    pub memory_mb: Option<u64>,
+    #[arg(long)]
+    pub timeout_ms: Option<u64>,
+    #[arg(long)]
+    pub max_instances: Option<u32>,
+    /// KEY=VALUE (repeatable)
+    #[arg(long)]
+    pub env: Vec<String>,
+    /// KEY=VALUE, never shown by the daemon (repeatable)
+    #[arg(long)]
+    pub secret_env: Vec<String>,
+    /// mmap, eager, uffd, reap
+    #[arg(long)]
+    pub strategy: Option<String>,
+    /// tmpfs or disk
+    #[arg(long)]
+    pub tier: Option<String>,
+    /// JSON event invoked once before the snapshot
+    #[arg(long)]
+    pub sample_event: Option<String>,
+    /// Debian package (not supported yet: the daemon answers 501)
+    #[arg(long)]
+    pub package: Vec<String>,
+}
+
+#[derive(Subcommand)]
+pub enum FnCmd {
+    /// Deploy a directory (packed as tar.gz) or a single .py file
+    Deploy(Box<DeployArgs>),
+    /// Invoke NAME with an event (JSON, or @FILE); prints the result
+    Invoke {
+        name: String,
+        #[arg(long)]
+        data: Option<String>,
+        /// Skip warm instances
+        #[arg(long)]
+        cold: bool,
+        /// Print the response headers (start type, timing) to stderr
+        #[arg(long, short)]
+        verbose: bool,
+    },
+    /// List deployed functions
+    List,
+    /// Show one function
+    Get { name: String },
+    /// Remove a function, its instances and snapshots
+    Rm { name: String },
+    /// Restore COUNT instances ahead of traffic
+    Prewarm { name: String, count: u32 },
+    /// What the function printed, per invocation
+    Logs {
+        name: String,
+        #[arg(long, default_value_t = 50)]
+        tail: usize,
+        /// Keep printing new output
+        #[arg(long, short)]
+        follow: bool,
+    },
+}
+
+fn kv(list: &[String]) -> Result<serde_json::Map<String, Value>> {
+    list.iter()
+        .map(|s| {
+            let (k, v) = s
+                .split_once('=')
+                .with_context(|| format!("{s:?} is not KEY=VALUE"))?;
+            Ok((k.to_string(), Value::String(v.to_string())))
+        })
+        .collect()
+}
+
+fn read_data(d: &str) -> Result<Vec<u8>> {
+    match d.strip_prefix('@') {
+        Some(p) => std::fs::read(p).with_context(|| format!("reading {p}")),
+        None => Ok(d.as_bytes().to_vec()),
+    }
+}
+
+/// Prints a response body; a non-2xx status is an error naming it.
+fn finish(r: thaw_server::client::Response) -> Result<()> {
+    let text = match r.json() {
+        Ok(v) => serde_json::to_string_pretty(&v)?,
+        Err(_) => String::from_utf8_lossy(&r.body).into_owned(),
+    };
+    if !(200..300).contains(&r.status) {
+        bail!("the daemon answered {}: {text}", r.status);
+    }
+    if !text.is_empty() {
+        println!("{text}");
+    }
+    Ok(())
+}
+
+fn default_name(path: &Path) -> String {
+    let stem = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().to_lowercase())
+        .unwrap_or_default();
+    stem.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+pub fn client(home: &Path, socket: Option<PathBuf>, cmd: FnCmd) -> Result<()> {
+    let socket = socket.unwrap_or_else(|| home.join("serve").join("thaw.sock"));
+    let mut c = Client::new(Target::Unix(socket));
+    let b64 = |d: &[u8]| base64::engine::general_purpose::STANDARD.encode(d);
+    match cmd {
+        FnCmd::Deploy(args) => {
+            let DeployArgs {
+                path,
+                handler,
+                name,
+                init,
+                after_restore,
+                memory_mb,
+                timeout_ms,
+                max_instances,
+                env,
+                secret_env,
+                strategy,
+                tier,
+                sample_event,
+                package,
+            } = *args;
+            let code = if path.is_dir() {
+                json!({"format": "tar.gz", "data_base64": b64(&thaw_server::archive::pack_dir(&path)?)})
+            } else {
+                let data =
+                    std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+                let filename = path.file_name().map(|f| f.to_string_lossy().into_owned());
+                json!({"format": "file", "data_base64": b64(&data), "filename": filename})
+            };
+            let sample: Option<Value> = match sample_event {
+                Some(s) => Some(
+                    serde_json::from_slice(&read_data(&s)?)
+                        .context("--sample-event is not JSON")?,
+                ),
+                None => None,
+            };
+            let mut req = json!({
+                "name": name.unwrap_or_else(|| default_name(&path)),
+                "handler": handler,
+                "code": code,
+                "env": kv(&env)?,
+                "secret_env": kv(&secret_env)?,
+                "packages": package,
+            });
+            for (k, v) in [
+                ("init", json!(init)),
+                ("after_restore", json!(after_restore)),
+                ("memory_mb", json!(memory_mb)),
+                ("timeout_ms", json!(timeout_ms)),
+                ("max_instances", json!(max_instances)),
+                ("strategy", json!(strategy)),
+                ("tier", json!(tier)),
+                ("sample_event", json!(sample)),
+            ] {
+                if !v.is_null() {
+                    req[k] = v;
+                }
+            }
+            finish(c.request("POST", "/v1/functions", Some(&serde_json::to_vec(&req)?))?)
+        }
+        FnCmd::Invoke {
+            name,
+            data,
+            cold,
+            verbose,
+        } => {
+            let body = match data {
+                Some(d) => read_data(&d)?,
+                None => b"null".to_vec(),
+            };
+            let q = if cold { "?force=cold" } else { "" };
+            let r = c.request(
+                "POST",
+                &format!("/v1/functions/{name}/invoke{q}"),
+                Some(&body),
+            )?;
+            if verbose {
+                for (k, v) in &r.headers {
+                    if k.starts_with("thaw-") || k == "server-timing" {
+                        eprintln!("{k}: {v}");
+                    }
+                }
+            }
+            finish(r)
+        }
+        FnCmd::List => finish(c.request("GET", "/v1/functions", None)?),
+        FnCmd::Get { name } => finish(c.request("GET", &format!("/v1/functions/{name}"), None)?),
+        FnCmd::Rm { name } => {
+            finish(c.request("DELETE", &format!("/v1/functions/{name}"), None)?)
+        }
+        FnCmd::Prewarm { name, count } => finish(c.request(
+            "PUT",
+            &format!("/v1/functions/{name}/prewarm"),
+            Some(&serde_json::to_vec(&json!({ "count": count }))?),
+        )?),
+        FnCmd::Logs { name, tail, follow } => {
+            let mut after = 0u64;
+            let mut first = true;
+            loop {
+                let path = if first {
+                    format!("/v1/functions/{name}/logs?tail={tail}")
+                } else {
+                    format!("/v1/functions/{name}/logs?after={after}&tail=10000")
+                };
+                first = false;
+                let r = c.request("GET", &path, None)?;
+                if r.status != 200 {
+                    return finish(r);
+                }
+                let v = r.json()?;
+                for e in v["entries"].as_array().into_iter().flatten() {
+                    after = after.max(e["seq"].as_u64().unwrap_or(0));
+                    println!(
+                        "--- {} {}",
+                        e["invocation_id"].as_str().unwrap_or(""),
+                        e["instance"].as_str().unwrap_or("")
+                    );
+                    print!("{}", e["output"].as_str().unwrap_or(""));
+                    if e["truncated"].as_bool() == Some(true) {
+                        println!("[output cut at the per-invocation limit]");
+                    }
+                }
+                if !follow {
+                    return Ok(());
+                }
+                std::thread::sleep(std::time::Duration::from_millis(500));
+            }
+        }
+    }
+}
+
+#[derive(Args)]
+pub struct BenchServeArgs {
+    /// Function of the suite, deployed through the API as a user function
+    #[arg(long, default_value = "helloworld")]
+    function: String,
+    /// Sequential warm invocations per path
+    #[arg(long, default_value_t = 2000)]
+    warm_runs: usize,
+    /// Restore starts per path
+    #[arg(long, default_value_t = 30)]
+    restore_runs: usize,
+    /// Concurrent clients for the throughput run
+    #[arg(long, default_value_t = 2)]
+    clients: usize,
+    /// Length of the throughput run
+    #[arg(long, default_value_t = 5.0)]
+    seconds: f64,
+    /// Write the report as JSON here
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Write the markdown table here (it is printed either way)
+    #[arg(long)]
+    markdown: Option<PathBuf>,
+}
+
+pub fn bench(home: &Path, a: BenchServeArgs) -> Result<()> {
+    let o = thaw_server::bench::Options {
+        function: a.function,
+        warm_runs: a.warm_runs.max(1),
+        restore_runs: a.restore_runs.max(1),
+        clients: a.clients.max(1),
+        seconds: a.seconds.max(0.1),
+    };
+    let r = thaw_server::bench::run(home, &o)?;
+    let md = thaw_server::bench::markdown(&r);
+    println!("{md}");
+    if let Some(p) = a.json {
+        std::fs::write(&p, serde_json::to_vec_pretty(&r)?)
+            .with_context(|| format!("writing {}", p.display()))?;
+    }
+    if let Some(p) = a.markdown {
+        std::fs::write(&p, &md).with_context(|| format!("writing {}", p.display()))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,208 @@
+//! `thaw serve` as a process and `thaw fn` as its client: the CLI round
+//! trip, SIGTERM draining, and recovery after `kill -9`.
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const THAW: &str = env!("CARGO_BIN_EXE_thaw");
+
+struct Home(PathBuf);
+
+impl Drop for Home {
+    fn drop(&mut self) {
+        let _ = thaw_server::remove_home(&self.0);
+    }
+}
+
+fn start(home: &Path) -> Child {
+    let child = Command::new(THAW)
+        .arg("--home")
+        .arg(home)
+        .args(["serve", "--runtime-home"])
+        .arg(thaw_runtime::default_home())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("starting thaw serve");
+    let sock = home.join("serve/thaw.sock");
+    let t = Instant::now();
+    while std::os::unix::net::UnixStream::connect(&sock).is_err() {
+        assert!(
+            t.elapsed() < Duration::from_secs(120),
+            "thaw serve did not come up"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child
+}
+
+fn thaw_fn(home: &Path, args: &[&str]) -> Output {
+    Command::new(THAW)
+        .arg("--home")
+        .arg(home)
+        .arg("fn")
+        .args(args)
+        .output()
+        .expect("running thaw fn")
+}
+
+fn ok(o: &Output) -> String {
+    assert!(
+        o.status.success(),
+        "thaw fn failed: {}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Snapshots of `function` on the daemon's tiers (both live under its home).
+fn snapshots_of(home: &Path, function: &str) -> Vec<PathBuf> {
+    [home.join("snapshots"), home.join("dram/snapshots")]
+        .iter()
+        .flat_map(|t| std::fs::read_dir(t).into_iter().flatten().flatten())
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with(&format!("{function}-v"))
+        })
+        .map(|e| e.path())
+        .collect()
+}
+
+/// The sandbox cgroups a daemon process made (named `PID.STARTTIME-N`).
+fn cgroups_of(pid: u32) -> Vec<PathBuf> {
+    ["memory", "pids"]
+        .iter()
+        .flat_map(|ctrl| {
+            let dir = Path::new("/sys/fs/cgroup").join(ctrl).join("thaw");
+            std::fs::read_dir(dir).into_iter().flatten().flatten()
+        })
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with(&format!("{pid}."))
+        })
+        .map(|e| e.path())
+        .collect()
+}
+
+/// A daemon killed with -9 cannot remove its sandboxes' cgroups (their
+/// processes died with it); remove those this test's daemon made.
+fn remove_cgroups_of(pid: u32) {
+    for d in cgroups_of(pid) {
+        let _ = std::fs::remove_dir(d);
+    }
+}
+
+#[test]
+fn serve_deploy_invoke_sigterm_and_kill9_recovery() {
+    let home = Home(PathBuf::from(format!(
+        "/tmp/thaw-serve-cli-{}",
+        std::process::id()
+    )));
+    let _ = thaw_server::remove_home(&home.0);
+    let code = home.0.join("code");
+    std::fs::create_dir_all(code.join("lib")).unwrap();
+    std::fs::write(
+        code.join("main.py"),
+        "from lib import words\nimport time\ndef handler(event):\n    if event == 'slow':\n        time.sleep(1)\n    print('counting', event)\n    return {'words': words.count(event)}\n",
+    )
+    .unwrap();
+    std::fs::write(code.join("lib/__init__.py"), "").unwrap();
+    std::fs::write(
+        code.join("lib/words.py"),
+        "def count(s):\n    return len(str(s).split())\n",
+    )
+    .unwrap();
+    let mut daemon = start(&home.0);
+
+    let out = ok(&thaw_fn(
+        &home.0,
+        &[
+            "deploy",
+            code.to_str().unwrap(),
+            "--handler",
+            "main.handler",
+            "--name",
+            "words",
+        ],
+    ));
+    assert!(out.contains("\"snapshot_id\""), "{out}");
+    let inv = thaw_fn(
+        &home.0,
+        &["invoke", "words", "--data", "\"one two three\"", "-v"],
+    );
+    assert_eq!(ok(&inv).trim(), "{\n  \"words\": 3\n}");
+    assert!(String::from_utf8_lossy(&inv.stderr).contains("thaw-start-type: restore"));
+    let event = home.0.join("event.json");
+    std::fs::write(&event, "\"a b\"").unwrap();
+    let inv = thaw_fn(
+        &home.0,
+        &[
+            "invoke",
+            "words",
+            "--data",
+            &format!("@{}", event.display()),
+            "-v",
+        ],
+    );
+    assert!(ok(&inv).contains("\"words\": 2"));
+    assert!(String::from_utf8_lossy(&inv.stderr).contains("thaw-start-type: warm"));
+    assert!(ok(&thaw_fn(&home.0, &["logs", "words"])).contains("counting a b"));
+    assert!(ok(&thaw_fn(&home.0, &["list"])).contains("\"words\""));
+    // an error from the daemon is a non-zero exit naming it
+    let bad = thaw_fn(&home.0, &["invoke", "nope"]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("404"));
+
+    // SIGTERM while an invocation runs: it finishes, then the daemon exits
+    let slow = {
+        let h = home.0.clone();
+        std::thread::spawn(move || thaw_fn(&h, &["invoke", "words", "--data", "\"slow\""]))
+    };
+    std::thread::sleep(Duration::from_millis(400));
+    // SAFETY: signalling the daemon this test started.
+    unsafe { libc::kill(daemon.id() as i32, libc::SIGTERM) };
+    let out = slow.join().unwrap();
+    assert!(ok(&out).contains("\"words\": 1"));
+    let pid = daemon.id();
+    let status = daemon.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    assert!(!home.0.join("serve/thaw.sock").exists());
+    assert_eq!(
+        cgroups_of(pid),
+        Vec::<PathBuf>::new(),
+        "sandboxes left behind"
+    );
+
+    // kill -9: a restart serves every deployed function
+    let mut daemon = start(&home.0);
+    assert!(
+        ok(&thaw_fn(&home.0, &["invoke", "words", "--data", "\"x y\""])).contains("\"words\": 2")
+    );
+    let killed = daemon.id();
+    daemon.kill().unwrap();
+    daemon.wait().unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    remove_cgroups_of(killed);
+    let mut daemon = start(&home.0);
+    assert!(ok(&thaw_fn(
+        &home.0,
+        &["invoke", "words", "--data", "\"x y z\""]
+    ))
+    .contains("\"words\": 3"));
+    assert!(!snapshots_of(&home.0, "words").is_empty());
+    ok(&thaw_fn(&home.0, &["rm", "words"]));
+    assert_eq!(snapshots_of(&home.0, "words"), Vec::<PathBuf>::new());
+    assert!(ok(&thaw_fn(&home.0, &["list"])).contains("\"functions\": []"));
+    // SAFETY: signalling the daemon this test started.
+    unsafe { libc::kill(daemon.id() as i32, libc::SIGTERM) };
+    let pid = daemon.id();
+    assert!(daemon.wait().unwrap().success());
+    assert_eq!(
+        cgroups_of(pid),
+        Vec::<PathBuf>::new(),
+        "sandboxes left behind"
+    );
+}

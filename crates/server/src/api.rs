@@ -1,0 +1,548 @@
+//! The HTTP API (docs/API.md, docs/openapi.yaml).
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, put};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::deploy::{self, DeployRequest};
+use crate::pool::{FnVersion, Mode, Refusal, StartType};
+use crate::App;
+
+/// Every route, as (method, path): the OpenAPI test checks the file against it.
+pub const ROUTES: &[(&str, &str)] = &[
+    ("post", "/v1/functions"),
+    ("get", "/v1/functions"),
+    ("get", "/v1/functions/{name}"),
+    ("delete", "/v1/functions/{name}"),
+    ("post", "/v1/functions/{name}/invoke"),
+    ("put", "/v1/functions/{name}/prewarm"),
+    ("get", "/v1/functions/{name}/logs"),
+    ("get", "/healthz"),
+    ("get", "/readyz"),
+    ("get", "/metrics"),
+];
+
+pub fn router(app: Arc<App>) -> Router {
+    // the largest body any route takes (a deploy); routes check their own
+    let l = &app.cfg.limits;
+    let max_body = (l.code_bytes * 4 / 3 + (2 << 20) + l.event_bytes) as usize;
+    Router::new()
+        .route("/v1/functions", post(deploy_fn).get(list_fns))
+        .route("/v1/functions/{name}", get(get_fn).delete(delete_fn))
+        .route("/v1/functions/{name}/invoke", post(invoke))
+        .route("/v1/functions/{name}/prewarm", put(prewarm))
+        .route("/v1/functions/{name}/logs", get(logs))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route") })
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                "method not allowed on this route",
+            )
+        })
+        .layer(axum::extract::DefaultBodyLimit::max(max_body))
+        .with_state(app)
+}
+
+/// An error answer: a status and `{"error": CODE, "message": TEXT, ...}`.
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub body: Value,
+    pub retry_after: Option<u64>,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: &str, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            body: json!({"error": code, "message": message.into()}),
+            retry_after: None,
+        }
+    }
+    fn bad(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, "bad_request", message)
+    }
+    fn retry(mut self, secs: u64) -> ApiError {
+        self.retry_after = Some(secs);
+        self
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut r = (self.status, Json(self.body)).into_response();
+        if let Some(s) = self.retry_after {
+            r.headers_mut().insert("retry-after", HeaderValue::from(s));
+        }
+        r
+    }
+}
+
+fn body_error(app: &App, e: BytesRejection) -> ApiError {
+    let status = e.status();
+    let reason = if status == StatusCode::PAYLOAD_TOO_LARGE {
+        "payload_too_large"
+    } else {
+        "bad_request"
+    };
+    app.metrics.reject(reason);
+    ApiError::new(status, reason, e.body_text())
+}
+
+/// 413 for `what` of `len` bytes over `max`.
+pub fn too_large(app: &App, what: &str, len: usize, max: u64) -> ApiError {
+    app.metrics.reject("payload_too_large");
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "payload_too_large",
+        format!("{what} of {len} bytes exceeds the limit of {max} bytes"),
+    )
+}
+
+/// Reads a body of at most `max` bytes.
+async fn limited(
+    app: &App,
+    body: Result<Bytes, BytesRejection>,
+    max: u64,
+    what: &str,
+) -> Result<Bytes, ApiError> {
+    let b = body.map_err(|e| body_error(app, e))?;
+    if b.len() as u64 > max {
+        return Err(too_large(app, what, b.len(), max));
+    }
+    Ok(b)
+}
+
+fn lookup(app: &App, name: &str) -> Result<Arc<FnVersion>, ApiError> {
+    crate::registry::check_name(name).map_err(|e| ApiError::bad(format!("{e:#}")))?;
+    app.functions
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(name)
+        .cloned()
+        .ok_or_else(|| {
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                "not_found",
+                format!("no function named {name:?}"),
+            )
+        })
+}
+
+/// A function as the API shows it (secret values never appear).
+pub fn describe(v: &FnVersion, live: u32, idle: u32) -> Value {
+    let r = &v.rec;
+    json!({
+        "name": r.name,
+        "version": r.version,
+        "handler": r.handler,
+        "init": r.init,
+        "after_restore": r.after_restore,
+        "env": r.env,
+        "secret_env": r.secret_env,
+        "memory_mb": r.memory_mb,
+        "timeout_ms": r.timeout_ms,
+        "max_instances": r.max_instances,
+        "strategy": r.strategy,
+        "tier": r.tier,
+        "snapshot": r.snapshot,
+        "code_bytes": r.code_bytes,
+        "code_files": r.code_files,
+        "created_unix": r.created_unix,
+        "instances": {"live": live, "idle": idle},
+    })
+}
+
+async fn deploy_fn(
+    State(app): State<Arc<App>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    if app.draining.load(Ordering::SeqCst) {
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "shutting_down",
+            "the daemon is shutting down",
+        ));
+    }
+    // base64 grows the code by 4/3; the rest of the request is small
+    let max = app.cfg.limits.code_bytes * 4 / 3 + (1 << 20) + app.cfg.limits.event_bytes;
+    let b = limited(&app, body, max, "deploy request").await?;
+    let req: DeployRequest = serde_json::from_slice(&b).map_err(|e| {
+        app.metrics.reject("bad_request");
+        ApiError::bad(format!("deploy request: {e}"))
+    })?;
+    let (rec, code) = deploy::run(&app, req).await?;
+    let v = lookup(&app, &rec.name)?;
+    let mut out = describe(&v, 0, 0);
+    out["snapshot_id"] = json!(rec.snapshot.as_ref().map(|s| s.id.clone()));
+    out["init_ms"] = json!(rec.snapshot.as_ref().map(|s| s.init_ms));
+    out["size_bytes"] = json!(rec.snapshot.as_ref().map(|s| s.size_bytes));
+    Ok((code, Json(out)).into_response())
+}
+
+async fn list_fns(State(app): State<Arc<App>>) -> Json<Value> {
+    let fns: Vec<Arc<FnVersion>> = app
+        .functions
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .values()
+        .cloned()
+        .collect();
+    let mut list: Vec<Value> = fns
+        .iter()
+        .map(|v| {
+            let (live, idle) = app.pool.counts(&v.rec.name);
+            describe(v, live, idle)
+        })
+        .collect();
+    list.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
+    Json(json!({ "functions": list }))
+}
+
+async fn get_fn(
+    State(app): State<Arc<App>>,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let v = lookup(&app, &name)?;
+    let (live, idle) = app.pool.counts(&name);
+    Ok(Json(describe(&v, live, idle)))
+}
+
+async fn delete_fn(
+    State(app): State<Arc<App>>,
+    Path(name): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    lookup(&app, &name)?;
+    deploy::delete(&app, &name).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct InvokeQuery {
+    force: Option<String>,
+}
+
+async fn invoke(
+    State(app): State<Arc<App>>,
+    Path(name): Path<String>,
+    query: Result<Query<InvokeQuery>, axum::extract::rejection::QueryRejection>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let t0 = Instant::now();
+    let Query(q) = query.map_err(|e| ApiError::bad(e.body_text()))?;
+    let mode = match q.force.as_deref() {
+        None => Mode::Normal,
+        Some("cold") => Mode::Cold,
+        Some(o) => {
+            return Err(ApiError::bad(format!(
+                "force={o:?}: only force=cold is known"
+            )))
+        }
+    };
+    let b = limited(&app, body, app.cfg.limits.event_bytes, "event").await?;
+    let event: Value = if b.iter().all(u8::is_ascii_whitespace) {
+        Value::Null
+    } else {
+        serde_json::from_slice(&b).map_err(|e| {
+            app.metrics.reject("bad_request");
+            ApiError::bad(format!("the event is not JSON: {e}"))
+        })?
+    };
+    // a redeploy while this request waits: follow the new version
+    let mut tries = 0;
+    let (v, lease) = loop {
+        let v = lookup(&app, &name)?;
+        match app.pool.acquire(&v, mode).await {
+            Ok(l) => break (v, l),
+            Err(Refusal::Replaced) if tries < 3 => tries += 1,
+            Err(r) => return Err(refusal(&app, &name, r)),
+        }
+    };
+    let invocation_id = hex::encode(rand::random::<[u8; 12]>());
+    let start = lease.start;
+    let created = lease.created.clone().unwrap_or_default();
+    let queue_ms = lease.queue_ms;
+    let timeout = Duration::from_millis(v.rec.timeout_ms);
+    // the invocation runs on its own task: a client that goes away does not
+    // cancel it half-way, and the instance always goes back to the pool
+    let pool = app.pool.clone();
+    let id2 = invocation_id.clone();
+    let (_lease, done) = tokio::spawn(async move { pool.run(lease, event, timeout, id2).await })
+        .await
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?;
+    let exec_ms = done
+        .reply
+        .as_ref()
+        .ok()
+        .and_then(|r| r.get("exec_ms"))
+        .and_then(Value::as_f64)
+        .unwrap_or(0.0);
+    let (status, body, code) = match done.reply {
+        Ok(mut r) if r.get("ok") == Some(&Value::Bool(true)) => (
+            StatusCode::OK,
+            r.get_mut("output").map(Value::take).unwrap_or(Value::Null),
+            "ok",
+        ),
+        Ok(r) => function_failure(&r, v.rec.timeout_ms),
+        Err(e) => (
+            StatusCode::BAD_GATEWAY,
+            json!({"error": "instance_failed", "message": e}),
+            "instance_failed",
+        ),
+    };
+    let total = t0.elapsed().as_secs_f64();
+    app.metrics
+        .invocations
+        .get_or_create(&crate::metrics::InvocationLabels {
+            function: name.clone(),
+            start_type: start.name().into(),
+            status: code.into(),
+        })
+        .inc();
+    app.metrics
+        .duration
+        .get_or_create(&crate::metrics::FunctionLabel {
+            function: name.clone(),
+        })
+        .observe(total);
+    let mut h = HeaderMap::new();
+    let hv = |s: &str| HeaderValue::from_str(s).unwrap_or(HeaderValue::from_static("-"));
+    h.insert("thaw-invocation-id", hv(&invocation_id));
+    h.insert("thaw-start-type", hv(start.name()));
+    h.insert(
+        "thaw-strategy",
+        hv(if start == StartType::Boot {
+            "boot"
+        } else {
+            &v.rec.strategy
+        }),
+    );
+    h.insert("thaw-tier", hv(&v.rec.tier));
+    h.insert("thaw-version", hv(&v.rec.version.to_string()));
+    let mut timing = format!("queue;dur={queue_ms:.3}");
+    if start != StartType::Warm {
+        let phase = if start == StartType::Boot {
+            "boot"
+        } else {
+            "restore"
+        };
+        timing += &format!(", {phase};dur={:.3}", created.create_ms);
+        if start == StartType::Restore {
+            timing += &format!(", after_restore;dur={:.3}", created.hook_ms);
+        }
+    }
+    timing += &format!(", exec;dur={exec_ms:.3}, total;dur={:.3}", total * 1e3);
+    h.insert("server-timing", hv(&timing));
+    Ok((status, h, Json(body)).into_response())
+}
+
+/// The status and body for an `"ok": false` agent reply.
+fn function_failure(r: &Value, timeout_ms: u64) -> (StatusCode, Value, &'static str) {
+    let s = |k: &str| r.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+    match s("error").as_str() {
+        "function_error" => {
+            let msg = s("message");
+            let (ty, text) = msg.split_once(": ").unwrap_or((msg.as_str(), ""));
+            (
+                StatusCode::BAD_GATEWAY,
+                json!({"error": "function_error", "type": ty, "message": text, "traceback": s("traceback")}),
+                "function_error",
+            )
+        }
+        "timeout" => (
+            StatusCode::GATEWAY_TIMEOUT,
+            json!({"error": "timeout", "message": format!("the function ran past its timeout of {timeout_ms} ms; the instance was replaced")}),
+            "timeout",
+        ),
+        "bad_output" => (
+            StatusCode::BAD_GATEWAY,
+            json!({"error": "bad_output", "message": s("message")}),
+            "bad_output",
+        ),
+        other => (
+            StatusCode::BAD_GATEWAY,
+            json!({"error": if other.is_empty() { "agent_error" } else { other }, "message": s("message")}),
+            "agent_error",
+        ),
+    }
+}
+
+fn refusal(app: &App, name: &str, r: Refusal) -> ApiError {
+    let (status, code, msg, retry) = match r {
+        Refusal::QueueFull => (
+            StatusCode::TOO_MANY_REQUESTS,
+            "queue_full",
+            format!("every instance of {name:?} is busy and its queue is full"),
+            Some(1),
+        ),
+        Refusal::Memory => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "memory",
+            "the instance memory budget is exhausted".to_string(),
+            Some(1),
+        ),
+        Refusal::Draining => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "shutting_down",
+            "the daemon is shutting down".to_string(),
+            None,
+        ),
+        Refusal::Replaced => (
+            StatusCode::CONFLICT,
+            "replaced",
+            format!("{name:?} was redeployed or deleted while the request waited"),
+            Some(1),
+        ),
+        Refusal::AtCap => (
+            StatusCode::CONFLICT,
+            "at_cap",
+            format!("{name:?} is at its instance cap"),
+            None,
+        ),
+        Refusal::Waited => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "queue_timeout",
+            format!("no instance of {name:?} became free in time"),
+            Some(1),
+        ),
+        Refusal::Failed(e) => (
+            StatusCode::BAD_GATEWAY,
+            "start_failed",
+            format!("starting an instance of {name:?} failed: {e}"),
+            None,
+        ),
+    };
+    app.metrics.reject(code);
+    let e = ApiError::new(status, code, msg);
+    match retry {
+        Some(s) => e.retry(s),
+        None => e,
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PrewarmRequest {
+    count: u32,
+}
+
+async fn prewarm(
+    State(app): State<Arc<App>>,
+    Path(name): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let v = lookup(&app, &name)?;
+    let b = limited(&app, body, 4096, "prewarm request").await?;
+    let req: PrewarmRequest =
+        serde_json::from_slice(&b).map_err(|e| ApiError::bad(format!("prewarm request: {e}")))?;
+    if req.count > app.cfg.limits.prewarm_max {
+        return Err(ApiError::bad(format!(
+            "count {} exceeds the limit of {}",
+            req.count, app.cfg.limits.prewarm_max
+        )));
+    }
+    let (live, _) = app.pool.counts(&name);
+    let want = req.count.min(v.rec.max_instances).saturating_sub(live);
+    // concurrent restores, then every instance goes back idle
+    let mut tasks = Vec::new();
+    for _ in 0..want {
+        let (pool, v) = (app.pool.clone(), v.clone());
+        tasks.push(tokio::spawn(async move {
+            match pool.acquire(&v, Mode::Prewarm).await {
+                Ok(mut l) => {
+                    pool.release(&mut l, true);
+                    Ok(())
+                }
+                Err(e) => Err(format!("{e:?}")),
+            }
+        }));
+    }
+    let mut started = 0;
+    let mut errors = Vec::new();
+    for t in tasks {
+        match t.await {
+            Ok(Ok(())) => started += 1,
+            Ok(Err(e)) => errors.push(e),
+            Err(e) => errors.push(e.to_string()),
+        }
+    }
+    let (live, idle) = app.pool.counts(&name);
+    Ok(Json(
+        json!({"started": started, "errors": errors, "instances": {"live": live, "idle": idle}}),
+    ))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LogQuery {
+    tail: Option<usize>,
+    after: Option<u64>,
+}
+
+async fn logs(
+    State(app): State<Arc<App>>,
+    Path(name): Path<String>,
+    query: Result<Query<LogQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Query(q) = query.map_err(|e| ApiError::bad(e.body_text()))?;
+    let v = lookup(&app, &name)?;
+    let tail = q.tail.unwrap_or(100).min(10_000);
+    let entries = v.ring.read(q.after.unwrap_or(0), tail);
+    Ok(Json(json!({ "function": name, "entries": entries })))
+}
+
+async fn healthz() -> Json<Value> {
+    Json(json!({"status": "ok"}))
+}
+
+async fn readyz(State(app): State<Arc<App>>) -> Response {
+    if app.draining.load(Ordering::SeqCst) {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({"status": "draining"})),
+        )
+            .into_response();
+    }
+    Json(json!({"status": "ready"})).into_response()
+}
+
+async fn metrics(State(app): State<Arc<App>>) -> Response {
+    app.pool.tick();
+    let mut tiers: HashMap<String, u64> = HashMap::new();
+    for v in app
+        .functions
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .values()
+    {
+        if let Some(s) = &v.rec.snapshot {
+            *tiers.entry(v.rec.tier.clone()).or_default() += s.size_bytes;
+        }
+    }
+    for (tier, bytes) in tiers {
+        app.metrics
+            .memory
+            .get_or_create(&crate::metrics::TierLabel { tier })
+            .set(bytes as i64);
+    }
+    let mut h = HeaderMap::new();
+    h.insert(
+        "content-type",
+        HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+    );
+    (h, app.metrics.encode()).into_response()
+}

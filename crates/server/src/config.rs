@@ -1,0 +1,236 @@
+//! Daemon configuration: defaults that serve a newcomer, an optional TOML
+//! file (`--config`), and flags on top (the CLI fills [`Config`] fields).
+use anyhow::{bail, Context, Result};
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// State home: function registry, code, logs, disk-tier snapshots.
+    pub home: PathBuf,
+    /// Where the runtime root is built/cached (default: `home`).
+    pub runtime_home: Option<PathBuf>,
+    /// Unix socket (default `HOME/serve/thaw.sock`).
+    pub socket: Option<PathBuf>,
+    /// Optional TCP listener, `ADDR:PORT` (see [`Config::tcp_listen`]).
+    pub listen: Option<String>,
+    /// Bearer token for the TCP listener; required off loopback.
+    pub token_file: Option<PathBuf>,
+    /// `text` or `json`.
+    pub log_format: String,
+    /// RAM the policy may keep instances in (running + idle).
+    pub memory_budget_mb: u64,
+    /// Disk capacity the tiered policies plan with.
+    pub disk_budget_mb: u64,
+    /// `ttl`, `lru-mem`, `tiered-lru`, `greedy-dual`, `tiered-greedy-dual`.
+    pub policy: String,
+    /// `ttl`: how long an idle instance stays warm.
+    pub keep_alive_s: u64,
+    /// Tiered policies: share of the budget idle instances may fill.
+    pub threshold: f64,
+    pub limits: Limits,
+    /// Seconds in-flight invocations get to finish after SIGTERM.
+    pub drain_grace_s: u64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    /// Largest deploy code payload (archive or file, before base64).
+    pub code_bytes: u64,
+    /// Largest unpacked code tree.
+    pub unpacked_bytes: u64,
+    pub archive_entries: u64,
+    /// Largest invocation event.
+    pub event_bytes: u64,
+    /// Default and largest per-function instance cap.
+    pub instances_per_function: u32,
+    pub max_instances_per_function: u32,
+    /// Requests that may wait for an instance, per function; past it: 429.
+    pub queue_per_function: u32,
+    pub default_timeout_ms: u64,
+    pub max_timeout_ms: u64,
+    pub default_memory_mb: u64,
+    pub max_memory_mb: u64,
+    /// Deploy: how long import + init (+ the sample event) may take.
+    pub init_timeout_ms: u64,
+    /// Per-function log ring on disk.
+    pub log_bytes: u64,
+    /// One invocation's captured output (the rest is cut, with a note).
+    pub invocation_log_bytes: u64,
+    pub prewarm_max: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            code_bytes: 32 << 20,
+            unpacked_bytes: 128 << 20,
+            archive_entries: 10_000,
+            event_bytes: 6 << 20,
+            instances_per_function: 4,
+            max_instances_per_function: 64,
+            queue_per_function: 256,
+            default_timeout_ms: 30_000,
+            max_timeout_ms: 900_000,
+            default_memory_mb: 512,
+            max_memory_mb: 8192,
+            init_timeout_ms: 120_000,
+            log_bytes: 1 << 20,
+            invocation_log_bytes: 64 << 10,
+            prewarm_max: 64,
+        }
+    }
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            home: thaw_runtime::default_home(),
+            runtime_home: None,
+            socket: None,
+            listen: None,
+            token_file: None,
+            log_format: "text".into(),
+            memory_budget_mb: 4096,
+            disk_budget_mb: 50 * 1024,
+            policy: "lru-mem".into(),
+            keep_alive_s: 600,
+            threshold: 0.9,
+            limits: Limits::default(),
+            drain_grace_s: 30,
+        }
+    }
+}
+
+impl Config {
+    /// Reads a TOML file (unknown keys are errors).
+    pub fn from_file(path: &Path) -> Result<Config> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading config {}", path.display()))?;
+        toml::from_str(&text).with_context(|| format!("config {}", path.display()))
+    }
+
+    /// `HOME/serve`: everything the daemon owns.
+    pub fn state_dir(&self) -> PathBuf {
+        self.home.join("serve")
+    }
+
+    pub fn socket_path(&self) -> PathBuf {
+        self.socket
+            .clone()
+            .unwrap_or_else(|| self.state_dir().join("thaw.sock"))
+    }
+
+    pub fn runtime_home(&self) -> PathBuf {
+        self.runtime_home
+            .clone()
+            .unwrap_or_else(|| self.home.clone())
+    }
+
+    /// The TCP address: `--listen`, else `127.0.0.1:$PORT` when `PORT` is set.
+    pub fn tcp_listen(&self) -> Result<Option<std::net::SocketAddr>> {
+        let text = match (&self.listen, std::env::var("PORT")) {
+            (Some(l), _) => l.clone(),
+            (None, Ok(p)) if !p.is_empty() => {
+                let port: u16 = p
+                    .parse()
+                    .with_context(|| format!("PORT={p:?} is not a port number"))?;
+                format!("127.0.0.1:{port}")
+            }
+            _ => return Ok(None),
+        };
+        let addr = text
+            .parse()
+            .with_context(|| format!("listen address {text:?} is not ADDR:PORT"))?;
+        Ok(Some(addr))
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        if !matches!(self.log_format.as_str(), "text" | "json") {
+            bail!("log format {:?}: use text or json", self.log_format);
+        }
+        let l = &self.limits;
+        if l.instances_per_function == 0 || l.instances_per_function > l.max_instances_per_function
+        {
+            bail!("instances_per_function must be in 1..=max_instances_per_function");
+        }
+        if l.default_timeout_ms == 0 || l.default_timeout_ms > l.max_timeout_ms {
+            bail!("default_timeout_ms must be in 1..=max_timeout_ms");
+        }
+        if l.default_memory_mb < 16 || l.default_memory_mb > l.max_memory_mb {
+            bail!("default_memory_mb must be in 16..=max_memory_mb");
+        }
+        self.policy_config()?;
+        self.tcp_listen()?;
+        Ok(())
+    }
+
+    pub fn policy_config(&self) -> Result<thaw_policy::Config> {
+        let kind: thaw_policy::PolicyKind = self.policy.parse().map_err(anyhow::Error::msg)?;
+        let c = thaw_policy::Config {
+            ram_mb: self.memory_budget_mb,
+            disk_mb: self.disk_budget_mb,
+            // no network tier on one worker
+            net_mb: 0,
+            threshold: self.threshold,
+            keep_alive_us: self.keep_alive_s * 1_000_000,
+            ..thaw_policy::Config::thesis(kind)
+        };
+        c.validate().map_err(anyhow::Error::msg)?;
+        Ok(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn toml_overrides_defaults_and_unknown_keys_are_errors() {
+        let c: Config = toml::from_str(
+            "policy = \"ttl\"\nkeep_alive_s = 5\n[limits]\nqueue_per_function = 3\n",
+        )
+        .unwrap();
+        assert_eq!((c.policy.as_str(), c.keep_alive_s), ("ttl", 5));
+        assert_eq!(c.limits.queue_per_function, 3);
+        assert_eq!(c.limits.event_bytes, Limits::default().event_bytes);
+        c.validate().unwrap();
+        let e = toml::from_str::<Config>("polcy = \"ttl\"\n").unwrap_err();
+        assert!(e.to_string().contains("unknown field"), "{e}");
+        let bad = Config {
+            policy: "fifo".into(),
+            ..Config::default()
+        };
+        assert!(format!("{:#}", bad.validate().unwrap_err()).contains("unknown policy"));
+        let bad = Config {
+            log_format: "xml".into(),
+            ..Config::default()
+        };
+        assert!(bad.validate().is_err());
+    }
+
+    #[test]
+    fn listen_address_from_flag_or_port() {
+        let c = Config {
+            listen: Some("127.0.0.1:9000".into()),
+            ..Config::default()
+        };
+        assert_eq!(c.tcp_listen().unwrap().unwrap().port(), 9000);
+        let c = Config {
+            listen: Some("localhost".into()),
+            ..Config::default()
+        };
+        assert!(c.tcp_listen().is_err());
+        // PORT is read only without --listen (the only test touching it)
+        std::env::set_var("PORT", "8089");
+        let got = Config::default().tcp_listen();
+        std::env::set_var("PORT", "eighty");
+        let bad = Config::default().tcp_listen();
+        std::env::remove_var("PORT");
+        let a = got.unwrap().unwrap();
+        assert_eq!((a.ip().is_loopback(), a.port()), (true, 8089));
+        assert!(bad.is_err());
+    }
+}

@@ -1,0 +1,519 @@
+//! Deploy, redeploy and delete.
+use axum::http::StatusCode;
+use base64::Engine as _;
+use serde::Deserialize;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+use thaw_store::Snapshot;
+use thaw_worker::UserFunction;
+
+use crate::api::ApiError;
+use crate::archive::{self, Format};
+use crate::logs::Ring;
+use crate::pool::FnVersion;
+use crate::registry::{check_name, mkdir_private, Record, SnapshotInfo};
+use crate::App;
+
+/// `POST /v1/functions`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeployRequest {
+    pub name: String,
+    pub handler: String,
+    pub code: Code,
+    pub init: Option<String>,
+    pub after_restore: Option<String>,
+    #[serde(default)]
+    pub packages: Vec<String>,
+    pub memory_mb: Option<u64>,
+    pub timeout_ms: Option<u64>,
+    pub max_instances: Option<u32>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Given to the function like `env`, never shown or logged.
+    #[serde(default)]
+    pub secret_env: BTreeMap<String, String>,
+    pub strategy: Option<String>,
+    pub tier: Option<String>,
+    /// Invoked once before the snapshot (warms the instance up).
+    pub sample_event: Option<Value>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Code {
+    /// `tar.gz`, `zip` or `file`
+    pub format: String,
+    pub data_base64: String,
+    /// `file` only: the file's name (default: the handler's module + `.py`)
+    pub filename: Option<String>,
+}
+
+/// Restore strategies a deploy may name; `boot` takes no snapshot (every
+/// new instance boots: for code that cannot be checkpointed).
+const STRATEGIES: [&str; 5] = ["mmap", "eager", "uffd", "reap", "boot"];
+const TIERS: [&str; 2] = ["tmpfs", "disk"];
+
+fn bad(msg: impl Into<String>) -> ApiError {
+    ApiError::new(StatusCode::BAD_REQUEST, "bad_request", msg)
+}
+
+fn check_entry(what: &str, s: &str) -> Result<(), ApiError> {
+    let ok = s.len() <= 200
+        && s.split('.').count() >= 2
+        && s.split('.').all(|p| {
+            !p.is_empty()
+                && !p.as_bytes()[0].is_ascii_digit()
+                && p.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+        });
+    if !ok {
+        return Err(bad(format!(
+            "{what} {s:?} is not of the form module.function"
+        )));
+    }
+    Ok(())
+}
+
+fn check_env(env: &BTreeMap<String, String>) -> Result<(), ApiError> {
+    if env.len() > 256 {
+        return Err(bad("more than 256 environment variables"));
+    }
+    for (k, v) in env {
+        let key_ok = !k.is_empty()
+            && k.len() <= 128
+            && !k.as_bytes()[0].is_ascii_digit()
+            && k.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+        if !key_ok {
+            return Err(bad(format!("environment variable name {k:?} is invalid")));
+        }
+        if k.starts_with("THAW_") || thaw_runtime::agent_env().iter().any(|(a, _)| a == k) {
+            return Err(bad(format!(
+                "environment variable {k} is reserved by the runtime"
+            )));
+        }
+        if v.len() > 32 << 10 || v.contains('\0') {
+            return Err(bad(format!(
+                "environment variable {k}: value too long or contains NUL"
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn internal(e: anyhow::Error) -> ApiError {
+    ApiError::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "internal",
+        format!("{e:#}"),
+    )
+}
+
+/// Validates, unpacks, starts, initialises and snapshots a function, then
+/// publishes it. Returns the record and 201 (new) or 200 (replaced).
+pub async fn run(app: &Arc<App>, req: DeployRequest) -> Result<(Record, StatusCode), ApiError> {
+    check_name(&req.name).map_err(|e| bad(format!("{e:#}")))?;
+    check_entry("handler", &req.handler)?;
+    for (what, h) in [("init", &req.init), ("after_restore", &req.after_restore)] {
+        if let Some(h) = h {
+            check_entry(what, h)?;
+        }
+    }
+    if !req.packages.is_empty() {
+        return Err(ApiError::new(
+            StatusCode::NOT_IMPLEMENTED,
+            "not_implemented",
+            "per-function Debian packages are not supported yet; deploy pure-Python code or use the runtime root's packages",
+        ));
+    }
+    check_env(&req.env)?;
+    check_env(&req.secret_env)?;
+    if let Some(k) = req.env.keys().find(|k| req.secret_env.contains_key(*k)) {
+        return Err(bad(format!("{k} is both in env and secret_env")));
+    }
+    let lim = &app.cfg.limits;
+    let memory_mb = req.memory_mb.unwrap_or(lim.default_memory_mb);
+    if !(64..=lim.max_memory_mb).contains(&memory_mb) {
+        return Err(bad(format!(
+            "memory_mb must be in 64..={}",
+            lim.max_memory_mb
+        )));
+    }
+    let timeout_ms = req.timeout_ms.unwrap_or(lim.default_timeout_ms);
+    if !(1..=lim.max_timeout_ms).contains(&timeout_ms) {
+        return Err(bad(format!(
+            "timeout_ms must be in 1..={}",
+            lim.max_timeout_ms
+        )));
+    }
+    let max_instances = req.max_instances.unwrap_or(lim.instances_per_function);
+    if !(1..=lim.max_instances_per_function).contains(&max_instances) {
+        return Err(bad(format!(
+            "max_instances must be in 1..={}",
+            lim.max_instances_per_function
+        )));
+    }
+    // thaw's choice: mmap from DRAM (tmpfs) is the cheapest restore here
+    // (docs/BENCHMARKS.md); reap only pays off with a recorded working set
+    let strategy = req.strategy.clone().unwrap_or_else(|| "mmap".into());
+    if !STRATEGIES.contains(&strategy.as_str()) {
+        return Err(bad(format!(
+            "strategy {strategy:?}: use one of {}",
+            STRATEGIES.join(", ")
+        )));
+    }
+    let tier = req.tier.clone().unwrap_or_else(|| "tmpfs".into());
+    if !TIERS.contains(&tier.as_str()) {
+        return Err(bad(format!(
+            "tier {tier:?}: use one of {}",
+            TIERS.join(", ")
+        )));
+    }
+    let format = Format::parse(&req.code.format).map_err(|e| bad(format!("{e:#}")))?;
+    let data = base64::engine::general_purpose::STANDARD
+        .decode(req.code.data_base64.as_bytes())
+        .map_err(|e| bad(format!("code.data_base64 is not base64: {e}")))?;
+    if data.len() as u64 > lim.code_bytes {
+        return Err(crate::api::too_large(
+            app,
+            "code",
+            data.len(),
+            lim.code_bytes,
+        ));
+    }
+    let filename = match (&req.code.filename, format) {
+        (Some(f), Format::File) => f.clone(),
+        (None, Format::File) => {
+            let module = req.handler.rsplit_once('.').map_or("", |(m, _)| m);
+            format!("{}.py", module.replace('.', "/"))
+        }
+        (Some(_), _) => return Err(bad("code.filename is for format \"file\" only")),
+        (None, _) => String::new(),
+    };
+
+    // one deploy per function at a time; invocations keep running meanwhile
+    let lock = {
+        let mut locks = app.deploy_locks.lock().unwrap_or_else(|p| p.into_inner());
+        locks.entry(req.name.clone()).or_default().clone()
+    };
+    let _guard = lock.lock().await;
+    let app2 = app.clone();
+    let replaced = app
+        .functions
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .contains_key(&req.name);
+    let v = tokio::task::spawn_blocking(move || {
+        build(
+            &app2,
+            &req,
+            format,
+            &data,
+            &filename,
+            memory_mb,
+            timeout_ms,
+            max_instances,
+            &strategy,
+            &tier,
+        )
+    })
+    .await
+    .map_err(|e| internal(e.into()))??;
+    let rec = v.rec.clone();
+    install(app, Arc::new(v));
+    tracing::info!(function = %rec.name, version = rec.version, "deployed");
+    Ok((
+        rec,
+        if replaced {
+            StatusCode::OK
+        } else {
+            StatusCode::CREATED
+        },
+    ))
+}
+
+/// Publishes a built version: the registry's `current`, then the pool and
+/// the in-memory map.
+pub fn install(app: &App, v: Arc<FnVersion>) {
+    let name = v.rec.name.clone();
+    app.pool.set_version(&name, v.rec.version);
+    app.functions
+        .write()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(name, v);
+}
+
+#[allow(clippy::too_many_arguments)]
+fn build(
+    app: &App,
+    req: &DeployRequest,
+    format: Format,
+    data: &[u8],
+    filename: &str,
+    memory_mb: u64,
+    timeout_ms: u64,
+    max_instances: u32,
+    strategy: &str,
+    tier: &str,
+) -> Result<FnVersion, ApiError> {
+    let version = app.registry.next_version(&req.name).map_err(internal)?;
+    let vdir = app.registry.version_dir(&req.name, version);
+    mkdir_private(&vdir).map_err(internal)?;
+    let result = (|| {
+        let code_dir = vdir.join("code");
+        std::fs::create_dir(&code_dir).map_err(|e| internal(e.into()))?;
+        let stats = archive::unpack(format, data, filename, &code_dir, &app.cfg.limits)
+            .map_err(|e| bad(format!("{e:#}")))?;
+        let mut rec = Record {
+            name: req.name.clone(),
+            version,
+            handler: req.handler.clone(),
+            init: req.init.clone(),
+            after_restore: req.after_restore.clone(),
+            env: req.env.clone(),
+            secret_env: req.secret_env.keys().cloned().collect(),
+            memory_mb,
+            timeout_ms,
+            max_instances,
+            strategy: strategy.to_string(),
+            tier: tier.to_string(),
+            snapshot: None,
+            code_bytes: stats.bytes,
+            code_files: stats.files,
+            created_unix: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+        };
+        let func = user_function(&vdir, &rec, &req.secret_env);
+        let snap = if strategy == "boot" {
+            check_boots(app, &rec, &func, req.sample_event.as_ref())?;
+            None
+        } else {
+            let (snap, info) = snapshot(app, &rec, &func, req.sample_event.as_ref())?;
+            rec.snapshot = Some(info);
+            Some(snap)
+        };
+        app.registry
+            .write_record(&rec, &req.secret_env)
+            .map_err(internal)?;
+        app.registry.publish(&rec.name, version).map_err(internal)?;
+        // the previous version may still be serving in-flight invocations;
+        // anything older goes
+        for old in 1..version.saturating_sub(1) {
+            remove_version(app, &rec.name, old);
+        }
+        Ok(FnVersion {
+            ring: ring_for(app, &rec.name),
+            rec,
+            func,
+            snapshot: snap,
+        })
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_dir_all(&vdir);
+    }
+    result
+}
+
+pub fn ring_for(app: &App, name: &str) -> Arc<Ring> {
+    let mut rings = app.rings.lock().unwrap_or_else(|p| p.into_inner());
+    rings
+        .entry(name.to_string())
+        .or_insert_with(|| {
+            Arc::new(Ring::open(
+                app.registry.function_dir(name).join("logs.jsonl"),
+                app.cfg.limits.log_bytes,
+            ))
+        })
+        .clone()
+}
+
+pub fn user_function(
+    vdir: &Path,
+    rec: &Record,
+    secrets: &BTreeMap<String, String>,
+) -> UserFunction {
+    UserFunction {
+        code_dir: vdir.join("code"),
+        handler: rec.handler.clone(),
+        init: rec.init.clone(),
+        after_restore: rec.after_restore.clone(),
+        env: rec
+            .env
+            .iter()
+            .chain(secrets.iter())
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        memory_bytes: rec.memory_mb << 20,
+    }
+}
+
+/// The store's name for a version's snapshot: `NAME-vN-ROOTHASH`. Tiers
+/// live under the daemon's own state home, so no other worker shares them.
+pub fn snapshot_name(app: &App, name: &str, version: u64) -> String {
+    format!("{name}-v{version}-{}", &app.worker.root.hash[..16])
+}
+
+/// `boot` deploys: the code must import and init, then the instance goes.
+fn check_boots(
+    app: &App,
+    rec: &Record,
+    func: &UserFunction,
+    sample: Option<&Value>,
+) -> Result<(), ApiError> {
+    let (mut sb, _) = start_loaded(app, func)?;
+    warm_up(&mut sb, rec, sample)
+}
+
+fn start_loaded(
+    app: &App,
+    func: &UserFunction,
+) -> Result<(thaw_sandbox::Sandbox, thaw_worker::FreshReport), ApiError> {
+    let init_timeout = Duration::from_millis(app.cfg.limits.init_timeout_ms);
+    app.worker.start_user(func, init_timeout).map_err(|e| {
+        let detail = format!("{e:#}");
+        if detail.contains("did not answer within") {
+            bad(format!(
+                "import/init did not finish within {init_timeout:?}: {detail}"
+            ))
+        } else {
+            bad(format!("import/init failed: {detail}"))
+        }
+    })
+}
+
+fn warm_up(
+    sb: &mut thaw_sandbox::Sandbox,
+    rec: &Record,
+    sample: Option<&Value>,
+) -> Result<(), ApiError> {
+    let Some(ev) = sample else { return Ok(()) };
+    let r = thaw_worker::invoke_event(sb, ev, Duration::from_millis(rec.timeout_ms))
+        .map_err(|e| bad(format!("the sample event killed the instance: {e:#}")))?;
+    if r.get("ok") != Some(&Value::Bool(true)) {
+        return Err(bad(format!(
+            "the sample event failed: {}",
+            r.get("message").and_then(Value::as_str).unwrap_or("")
+        )));
+    }
+    Ok(())
+}
+
+/// Fresh start (import + init), optional warm-up, checkpoint.
+pub fn snapshot(
+    app: &App,
+    rec: &Record,
+    func: &UserFunction,
+    sample: Option<&Value>,
+) -> Result<(Snapshot, SnapshotInfo), ApiError> {
+    let (mut sb, fresh) = start_loaded(app, func)?;
+    warm_up(&mut sb, rec, sample)?;
+    let tier = app.worker.tier(&rec.tier).map_err(internal)?;
+    let sname = snapshot_name(app, &rec.name, rec.version);
+    let t = std::time::Instant::now();
+    let (snap, _) = app
+        .worker
+        .checkpoint_as(&mut sb, &tier, &sname, &rec.name)
+        .map_err(|e| {
+            bad(format!(
+                "snapshotting the initialised function failed: {e:#}"
+            ))
+        })?;
+    let checkpoint_ms = t.elapsed().as_secs_f64() * 1e3;
+    drop(sb);
+    if rec.strategy == "reap" {
+        if let Some(ev) = sample {
+            // REAP records its working set at a restore's first invocation:
+            // let the sample event be that one, so users' first restores
+            // already prefetch
+            let (mut sb, _) = app
+                .worker
+                .restore_user(&snap, "reap", func)
+                .map_err(|e| bad(format!("recording the working set: {e:#}")))?;
+            warm_up(&mut sb, rec, Some(ev))?;
+        }
+    }
+    let size_bytes = snap.manifest.state.len + snap.manifest.memory.len;
+    let info = SnapshotInfo {
+        id: snap.manifest.id.clone(),
+        dir: snap.dir.clone(),
+        size_bytes,
+        init_ms: fresh.init_ms,
+        import_ms: fresh.import_ms,
+        checkpoint_ms,
+    };
+    Ok((snap, info))
+}
+
+/// Removes a function: instances, every version's code and snapshot.
+pub async fn delete(app: &Arc<App>, name: &str) -> Result<(), ApiError> {
+    let lock = {
+        let mut locks = app.deploy_locks.lock().unwrap_or_else(|p| p.into_inner());
+        locks.entry(name.to_string()).or_default().clone()
+    };
+    let _guard = lock.lock().await;
+    let removed = app
+        .functions
+        .write()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(name);
+    if removed.is_none() {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("no function named {name:?}"),
+        ));
+    }
+    app.pool.remove(name);
+    app.rings
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(name);
+    let app2 = app.clone();
+    let name2 = name.to_string();
+    tokio::task::spawn_blocking(move || remove_files(&app2, &name2))
+        .await
+        .map_err(|e| internal(e.into()))?
+        .map_err(internal)
+}
+
+/// Removes one version's code and snapshot (if they are still there).
+pub fn remove_version(app: &App, name: &str, version: u64) {
+    let vdir = app.registry.version_dir(name, version);
+    if let Ok((rec, _)) = app.registry.load(name, version) {
+        if let Ok(tier) = app.worker.tier(&rec.tier) {
+            let sname = snapshot_name(app, name, version);
+            let _ = thaw_store::secure::remove_tree(&tier.function_dir(&sname));
+        }
+    }
+    let _ = std::fs::remove_dir_all(vdir);
+}
+
+fn remove_files(app: &App, name: &str) -> anyhow::Result<()> {
+    let fdir = app.registry.function_dir(name);
+    // un-publish first: a crash from here on leaves no function behind
+    let _ = std::fs::remove_file(fdir.join("current"));
+    for t in TIERS {
+        let Ok(rd) = std::fs::read_dir(app.worker.tier(t)?.path) else {
+            continue;
+        };
+        let prefix = format!("{name}-v");
+        for e in rd.flatten() {
+            let n = e.file_name().to_string_lossy().to_string();
+            // NAME-vN-HASH: the version must follow the prefix (so
+            // deleting "a" keeps "a-b")
+            let rest = n.strip_prefix(&prefix).unwrap_or("");
+            if rest
+                .split('-')
+                .next()
+                .is_some_and(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
+            {
+                thaw_store::secure::remove_tree(&e.path())?;
+            }
+        }
+    }
+    std::fs::remove_dir_all(&fdir)?;
+    Ok(())
+}

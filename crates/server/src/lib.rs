@@ -1,0 +1,407 @@
+//! thaw-server: the `thaw serve` daemon. An HTTP API (axum, over a Unix
+//! socket under the state home and optionally TCP) for deploying user
+//! functions and invoking them; an instance pool that keeps instances warm
+//! or drops them as `thaw_policy::Engine` decides on the real clock; state
+//! under `HOME/serve` that survives restarts. See docs/API.md.
+
+pub mod api;
+pub mod archive;
+pub mod bench;
+pub mod client;
+pub mod config;
+pub mod deploy;
+pub mod logs;
+pub mod metrics;
+pub mod pool;
+pub mod registry;
+
+use anyhow::{bail, Context, Result};
+use std::collections::HashMap;
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+use thaw_worker::Worker;
+
+pub use config::Config;
+use pool::{FnVersion, Pool};
+use registry::Registry;
+
+/// Everything the handlers share.
+pub struct App {
+    pub cfg: Config,
+    pub worker: Arc<Worker>,
+    pub pool: Arc<Pool>,
+    pub registry: Registry,
+    pub metrics: Arc<metrics::Metrics>,
+    pub functions: RwLock<HashMap<String, Arc<FnVersion>>>,
+    pub deploy_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    pub rings: Mutex<HashMap<String, Arc<logs::Ring>>>,
+    pub draining: AtomicBool,
+}
+
+/// Opens the state home, the worker and the pool, and brings back every
+/// deployed function (re-snapshotting those whose snapshot cannot be trusted).
+pub fn open(cfg: Config) -> Result<Arc<App>> {
+    cfg.validate()?;
+    let state = cfg.state_dir();
+    // a new home is the daemon's alone; an existing one (shared with the
+    // runtime root, other commands) keeps its mode: HOME/serve is 0700
+    if !cfg.home.exists() {
+        registry::mkdir_private(&cfg.home)?;
+    }
+    registry::mkdir_private(&state)?;
+    let mut worker = Worker::with_runtime_home(&cfg.home, &cfg.runtime_home(), &mut |m| {
+        tracing::info!("runtime: {m}")
+    })?;
+    let log_dir = state.join("run");
+    registry::mkdir_private(&log_dir)?;
+    worker.cfg.log_dir = log_dir;
+    let worker = Arc::new(worker);
+    let metrics = Arc::new(metrics::Metrics::new());
+    let pool = Arc::new(Pool::new(
+        worker.clone(),
+        metrics.clone(),
+        cfg.policy_config()?,
+        cfg.limits.queue_per_function,
+        cfg.limits.invocation_log_bytes,
+    )?);
+    let app = Arc::new(App {
+        registry: Registry::open(&state)?,
+        cfg,
+        worker,
+        pool,
+        metrics,
+        functions: RwLock::new(HashMap::new()),
+        deploy_locks: Mutex::new(HashMap::new()),
+        rings: Mutex::new(HashMap::new()),
+        draining: AtomicBool::new(false),
+    });
+    recover(&app)?;
+    Ok(app)
+}
+
+/// Restart: every published function comes back; leftovers of deploys that
+/// never published are removed; a snapshot that is missing, for another
+/// runtime root, or fails its checksums is taken again from the code.
+fn recover(app: &App) -> Result<()> {
+    for registry::Scanned {
+        name,
+        current,
+        stale,
+    } in app.registry.scan()?
+    {
+        for dir in stale {
+            let ver = dir
+                .file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.strip_prefix('v'))
+                .and_then(|v| v.parse().ok());
+            if let Some(v) = ver {
+                deploy::remove_version(app, &name, v);
+            }
+        }
+        let Some(version) = current else {
+            let _ = std::fs::remove_dir_all(app.registry.function_dir(&name));
+            continue;
+        };
+        let (mut rec, secrets) = match app.registry.load(&name, version) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::error!(function = %name, "cannot load the deployed record, skipping: {e:#}");
+                continue;
+            }
+        };
+        let vdir = app.registry.version_dir(&name, version);
+        let func = deploy::user_function(&vdir, &rec, &secrets);
+        let trusted = rec.snapshot.as_ref().and_then(|s| match trust(app, &s.dir) {
+            Ok(snap) => Some(snap),
+            Err(e) => {
+                tracing::warn!(function = %name, "snapshot not trusted ({e:#}); taking it again");
+                None
+            }
+        });
+        let snap = match trusted {
+            _ if rec.strategy == "boot" => None,
+            Some(s) => Some(s),
+            None => {
+                let (snap, info) = deploy::snapshot(app, &rec, &func, None)
+                    .map_err(|e| anyhow::anyhow!("{}: re-snapshot failed: {}", name, e.body))?;
+                rec.snapshot = Some(info);
+                app.registry.write_record(&rec, &secrets)?;
+                Some(snap)
+            }
+        };
+        tracing::info!(function = %name, version, "recovered");
+        deploy::install(
+            app,
+            Arc::new(FnVersion {
+                ring: deploy::ring_for(app, &name),
+                rec,
+                func,
+                snapshot: snap,
+            }),
+        );
+    }
+    Ok(())
+}
+
+/// The live version of a function (for the benchmark).
+pub fn api_lookup(app: &App, name: &str) -> Result<Arc<FnVersion>> {
+    app.functions
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(name)
+        .cloned()
+        .with_context(|| format!("no function {name:?}"))
+}
+
+/// Opens a snapshot and checks every checksum (state and memory image) and
+/// that it was taken from this runtime root.
+fn trust(app: &App, dir: &std::path::Path) -> Result<thaw_store::Snapshot> {
+    let snap = thaw_store::Snapshot::open(dir)?;
+    if snap.manifest.runtime_root != app.worker.root.hash {
+        bail!("taken from another runtime root");
+    }
+    snap.load_state()?;
+    // verified once and then unchangeable (sealed on DRAM, immutable on disk)
+    snap.open_image()?;
+    Ok(snap)
+}
+
+/// Removes a throw-away state home (a test's or a benchmark's) with every
+/// snapshot on its tiers: the DRAM tier's tmpfs is unmounted first, and
+/// block-tier snapshot files are immutable until the store's removal clears
+/// the flag.
+pub fn remove_home(home: &std::path::Path) -> Result<()> {
+    thaw_store::Tier::unmount_dram(home)?;
+    thaw_store::secure::remove_tree(home)
+}
+
+/// A running daemon (for tests and `thaw serve`).
+pub struct Running {
+    pub app: Arc<App>,
+    pub socket: PathBuf,
+    pub tcp: Option<std::net::SocketAddr>,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    done: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Running {
+    /// Drains (bounded by the grace period) and stops.
+    pub async fn stop(mut self) {
+        if let Some(s) = self.shutdown.take() {
+            let _ = s.send(());
+        }
+        if let Some(d) = self.done.take() {
+            let _ = d.await;
+        }
+    }
+
+    /// Waits until the daemon stops by itself (a signal).
+    pub async fn wait(mut self) {
+        if let Some(d) = self.done.take() {
+            let _ = d.await;
+        }
+    }
+}
+
+/// Binds the listeners and serves until `stop` (or SIGTERM/SIGINT when
+/// `signals` is set): then stops accepting, lets in-flight requests finish
+/// within the grace period, and drops every instance.
+pub async fn start(app: Arc<App>, signals: bool) -> Result<Running> {
+    let socket = app.cfg.socket_path();
+    if let Some(dir) = socket.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    if socket.exists() {
+        // a live daemon still answers on it: do not steal its socket
+        if std::os::unix::net::UnixStream::connect(&socket).is_ok() {
+            bail!("another daemon is serving on {}", socket.display());
+        }
+        std::fs::remove_file(&socket)?;
+    }
+    let unix = tokio::net::UnixListener::bind(&socket)
+        .with_context(|| format!("binding {}", socket.display()))?;
+    std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600))?;
+    let tcp_addr = app.cfg.tcp_listen()?;
+    let token = match &app.cfg.token_file {
+        Some(p) => {
+            let t = std::fs::read_to_string(p)
+                .with_context(|| format!("reading token file {}", p.display()))?;
+            let t = t.trim().to_string();
+            if t.len() < 16 {
+                bail!("the token in {} is shorter than 16 characters", p.display());
+            }
+            Some(t)
+        }
+        None => None,
+    };
+    if let Some(a) = tcp_addr {
+        if !a.ip().is_loopback() && token.is_none() {
+            bail!("listening on {a} (not loopback) needs --token-file");
+        }
+    }
+    let router = api::router(app.clone());
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let (drain_tx, _) = tokio::sync::broadcast::channel::<()>(1);
+    let mut servers = Vec::new();
+    {
+        let mut rx = drain_tx.subscribe();
+        let r = router.clone();
+        servers.push(tokio::spawn(async move {
+            let _ = axum::serve(unix, r)
+                .with_graceful_shutdown(async move {
+                    let _ = rx.recv().await;
+                })
+                .await;
+        }));
+    }
+    let mut tcp_bound = None;
+    if let Some(a) = tcp_addr {
+        let l = tokio::net::TcpListener::bind(a)
+            .await
+            .with_context(|| format!("binding {a}"))?;
+        tcp_bound = Some(l.local_addr()?);
+        let r = match token {
+            Some(t) => {
+                let metrics = app.metrics.clone();
+                router.layer(axum::middleware::from_fn(move |req, next| {
+                    let (t, m) = (t.clone(), metrics.clone());
+                    async move { auth(t, m, req, next).await }
+                }))
+            }
+            None => router,
+        };
+        let mut rx = drain_tx.subscribe();
+        servers.push(tokio::spawn(async move {
+            let _ = axum::serve(l, r)
+                .with_graceful_shutdown(async move {
+                    let _ = rx.recv().await;
+                })
+                .await;
+        }));
+    }
+    let ticker = {
+        let pool = app.pool.clone();
+        tokio::spawn(async move {
+            let mut iv = tokio::time::interval(Duration::from_millis(500));
+            loop {
+                iv.tick().await;
+                pool.tick();
+            }
+        })
+    };
+    let app2 = app.clone();
+    let sock2 = socket.clone();
+    let done = tokio::spawn(async move {
+        wait_for_stop(stop_rx, signals).await;
+        tracing::info!("stopping: no new requests, draining in-flight ones");
+        app2.draining.store(true, Ordering::SeqCst);
+        let _ = drain_tx.send(());
+        let grace = Duration::from_secs(app2.cfg.drain_grace_s);
+        let all = futures_join(servers);
+        if tokio::time::timeout(grace, all).await.is_err() {
+            tracing::warn!("grace period of {grace:?} over; stopping with requests in flight");
+        }
+        ticker.abort();
+        app2.pool.drain();
+        // busy instances end when their invocation does (bounded above)
+        app2.pool.wait_for_instances(Duration::from_secs(10)).await;
+        let _ = std::fs::remove_file(&sock2);
+        tracing::info!("stopped");
+    });
+    tracing::info!(socket = %socket.display(), tcp = ?tcp_bound, "thaw serve ready");
+    Ok(Running {
+        app,
+        socket,
+        tcp: tcp_bound,
+        shutdown: Some(stop_tx),
+        done: Some(done),
+    })
+}
+
+async fn futures_join(handles: Vec<tokio::task::JoinHandle<()>>) {
+    for h in handles {
+        let _ = h.await;
+    }
+}
+
+async fn wait_for_stop(stop: tokio::sync::oneshot::Receiver<()>, signals: bool) {
+    if !signals {
+        let _ = stop.await;
+        return;
+    }
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        let _ = stop.await;
+        return;
+    };
+    tokio::select! {
+        _ = stop => {}
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}
+
+/// Bearer-token check for the TCP listener (constant-time compare).
+async fn auth(
+    token: String,
+    metrics: Arc<metrics::Metrics>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let given = req
+        .headers()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    use sha2::Digest;
+    // comparing digests: the time taken does not tell how much matched
+    let a = sha2::Sha256::digest(given.as_bytes());
+    let b = sha2::Sha256::digest(token.as_bytes());
+    if a != b {
+        metrics.reject("unauthorized");
+        return api::ApiError::new(
+            axum::http::StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "missing or wrong bearer token",
+        )
+        .into_response();
+    }
+    next.run(req).await
+}
+
+/// Runs `thaw serve` until a signal: sets up logging, opens, serves.
+pub fn serve_forever(cfg: Config) -> Result<()> {
+    init_logging(&cfg.log_format);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        let app = tokio::task::spawn_blocking(move || open(cfg)).await??;
+        let running = start(app, true).await?;
+        running.wait().await;
+        Ok(())
+    })
+}
+
+pub fn init_logging(format: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("THAW_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let b = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr);
+    let _ = if format == "json" {
+        b.json().try_init()
+    } else {
+        b.try_init()
+    };
+}

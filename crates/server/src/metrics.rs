@@ -1,0 +1,174 @@
+//! Prometheus metrics (the `prometheus-client` crate, text format).
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct InvocationLabels {
+    pub function: String,
+    pub start_type: String,
+    pub status: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FunctionLabel {
+    pub function: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RestoreLabels {
+    pub strategy: String,
+    pub tier: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StateLabel {
+    pub state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TierLabel {
+    pub tier: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MoveLabels {
+    pub from: String,
+    pub to: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    pub reason: String,
+}
+
+fn seconds_histogram() -> Histogram {
+    // 100 us .. ~100 s
+    Histogram::new(exponential_buckets(1e-4, 2.0, 21))
+}
+
+/// Every reason a request is refused with (`thaw_rejected_requests_total`).
+pub const REJECT_REASONS: [&str; 10] = [
+    "queue_full",
+    "memory",
+    "queue_timeout",
+    "shutting_down",
+    "payload_too_large",
+    "bad_request",
+    "replaced",
+    "at_cap",
+    "start_failed",
+    "unauthorized",
+];
+
+pub struct Metrics {
+    registry: Registry,
+    pub invocations: Family<InvocationLabels, Counter>,
+    pub duration: Family<FunctionLabel, Histogram>,
+    pub restore: Family<RestoreLabels, Histogram>,
+    pub queue_wait: Histogram,
+    pub instances: Family<StateLabel, Gauge>,
+    pub memory: Family<TierLabel, Gauge>,
+    pub moves: Family<MoveLabels, Counter>,
+    pub rejected: Family<ReasonLabel, Counter>,
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("thaw");
+        let invocations = Family::<InvocationLabels, Counter>::default();
+        let duration = Family::<FunctionLabel, Histogram>::new_with_constructor(
+            seconds_histogram as fn() -> Histogram,
+        );
+        let restore = Family::<RestoreLabels, Histogram>::new_with_constructor(
+            seconds_histogram as fn() -> Histogram,
+        );
+        let queue_wait = seconds_histogram();
+        let instances = Family::<StateLabel, Gauge>::default();
+        let memory = Family::<TierLabel, Gauge>::default();
+        let moves = Family::<MoveLabels, Counter>::default();
+        let rejected = Family::<ReasonLabel, Counter>::default();
+        registry.register(
+            "invocations",
+            "Invocations by function, start type and status",
+            invocations.clone(),
+        );
+        registry.register(
+            "invocation_duration_seconds",
+            "Request to response, per function",
+            duration.clone(),
+        );
+        registry.register(
+            "restore_duration_seconds",
+            "Instance restore time by strategy and tier",
+            restore.clone(),
+        );
+        registry.register(
+            "queue_wait_seconds",
+            "Time a request waited for an instance",
+            queue_wait.clone(),
+        );
+        registry.register("instances", "Live instances by state", instances.clone());
+        registry.register(
+            "memory_bytes",
+            "Memory by tier (instances: charged to sandboxes; tmpfs/disk: snapshot files)",
+            memory.clone(),
+        );
+        registry.register(
+            "snapshot_moves",
+            "Snapshot moves between tiers",
+            moves.clone(),
+        );
+        registry.register(
+            "rejected_requests",
+            "Requests refused, by reason",
+            rejected.clone(),
+        );
+        // every series exists from the start (a scrape sees 0, not nothing)
+        for (from, to) in [("tmpfs", "disk"), ("disk", "tmpfs")] {
+            let _ = moves.get_or_create(&MoveLabels {
+                from: from.into(),
+                to: to.into(),
+            });
+        }
+        for reason in REJECT_REASONS {
+            let _ = rejected.get_or_create(&ReasonLabel {
+                reason: reason.to_string(),
+            });
+        }
+        Metrics {
+            registry,
+            invocations,
+            duration,
+            restore,
+            queue_wait,
+            instances,
+            memory,
+            moves,
+            rejected,
+        }
+    }
+
+    pub fn reject(&self, reason: &str) {
+        self.rejected
+            .get_or_create(&ReasonLabel {
+                reason: reason.into(),
+            })
+            .inc();
+    }
+
+    pub fn encode(&self) -> String {
+        let mut s = String::new();
+        let _ = prometheus_client::encoding::text::encode(&mut s, &self.registry);
+        s
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}

@@ -1,0 +1,206 @@
+//! Deployed functions on disk, under `HOME/serve/functions/NAME/`:
+//!
+//! * `vN/` one directory per deployed version: `code/` (the unpacked code),
+//!   `record.json` (what [`Record`] says), `secrets.json` (secret env values);
+//! * `current` names the live version. It is written to a temporary file,
+//!   fsynced and renamed, so after a crash it names a whole version or none.
+//!
+//! Directories are 0700 and files 0600 (the code tree inside is 0755/0444 so
+//! the sandbox uid can read it through its read-only mount; the 0700 parents
+//! keep it from everyone else on the host).
+use anyhow::{anyhow, bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+/// What a deployed version is.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Record {
+    pub name: String,
+    pub version: u64,
+    pub handler: String,
+    pub init: Option<String>,
+    pub after_restore: Option<String>,
+    /// Non-secret environment.
+    pub env: BTreeMap<String, String>,
+    /// Names of secret variables (values only in `secrets.json`).
+    pub secret_env: Vec<String>,
+    pub memory_mb: u64,
+    pub timeout_ms: u64,
+    pub max_instances: u32,
+    pub strategy: String,
+    pub tier: String,
+    pub snapshot: Option<SnapshotInfo>,
+    pub code_bytes: u64,
+    pub code_files: u64,
+    pub created_unix: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SnapshotInfo {
+    pub id: String,
+    pub dir: PathBuf,
+    pub size_bytes: u64,
+    pub init_ms: f64,
+    pub import_ms: f64,
+    pub checkpoint_ms: f64,
+}
+
+/// Function names: `[a-z0-9][a-z0-9_-]{0,62}`.
+pub fn check_name(name: &str) -> Result<()> {
+    let b = name.as_bytes();
+    let ok = !b.is_empty()
+        && b.len() <= 63
+        && (b[0].is_ascii_lowercase() || b[0].is_ascii_digit())
+        && b.iter()
+            .all(|&c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'_' || c == b'-');
+    if !ok {
+        let shown: String = name.chars().take(80).collect();
+        bail!("function name {shown:?} is invalid: use [a-z0-9][a-z0-9_-]{{0,62}}");
+    }
+    Ok(())
+}
+
+pub fn mkdir_private(p: &Path) -> Result<()> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(p)
+        .with_context(|| format!("creating {}", p.display()))?;
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o700))?;
+    Ok(())
+}
+
+/// Writes `data` to `path` atomically (temp file, fsync, rename, fsync dir), 0600.
+pub fn write_private(path: &Path, data: &[u8]) -> Result<()> {
+    let dir = path.parent().ok_or_else(|| anyhow!("no parent"))?;
+    let tmp = dir.join(format!(
+        ".{}.tmp-{}",
+        path.file_name().unwrap_or_default().to_string_lossy(),
+        std::process::id()
+    ));
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)
+        .with_context(|| format!("writing {}", tmp.display()))?;
+    f.write_all(data)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)?;
+    std::fs::File::open(dir)?.sync_all()?;
+    Ok(())
+}
+
+/// One function directory as found on disk.
+pub struct Scanned {
+    pub name: String,
+    pub current: Option<u64>,
+    pub stale: Vec<PathBuf>,
+}
+
+pub struct Registry {
+    pub dir: PathBuf,
+}
+
+impl Registry {
+    pub fn open(state_dir: &Path) -> Result<Registry> {
+        let dir = state_dir.join("functions");
+        mkdir_private(&dir)?;
+        Ok(Registry { dir })
+    }
+
+    pub fn function_dir(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
+    pub fn version_dir(&self, name: &str, version: u64) -> PathBuf {
+        self.function_dir(name).join(format!("v{version}"))
+    }
+
+    /// A fresh version number for `name` (above every version on disk).
+    pub fn next_version(&self, name: &str) -> Result<u64> {
+        let fdir = self.function_dir(name);
+        mkdir_private(&fdir)?;
+        let mut max = 0;
+        for e in std::fs::read_dir(&fdir)?.flatten() {
+            let n = e.file_name().to_string_lossy().to_string();
+            if let Some(v) = n.strip_prefix('v').and_then(|v| v.parse::<u64>().ok()) {
+                max = max.max(v);
+            }
+        }
+        Ok(max + 1)
+    }
+
+    pub fn write_record(&self, rec: &Record, secrets: &BTreeMap<String, String>) -> Result<()> {
+        let vdir = self.version_dir(&rec.name, rec.version);
+        write_private(&vdir.join("secrets.json"), &serde_json::to_vec(secrets)?)?;
+        write_private(&vdir.join("record.json"), &serde_json::to_vec_pretty(rec)?)
+    }
+
+    /// Makes `version` the live one.
+    pub fn publish(&self, name: &str, version: u64) -> Result<()> {
+        write_private(
+            &self.function_dir(name).join("current"),
+            version.to_string().as_bytes(),
+        )
+    }
+
+    pub fn current_version(&self, name: &str) -> Option<u64> {
+        std::fs::read_to_string(self.function_dir(name).join("current"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    }
+
+    pub fn load(&self, name: &str, version: u64) -> Result<(Record, BTreeMap<String, String>)> {
+        let vdir = self.version_dir(name, version);
+        let rec: Record = serde_json::from_slice(&std::fs::read(vdir.join("record.json"))?)
+            .with_context(|| format!("{}/record.json", vdir.display()))?;
+        let secrets = serde_json::from_slice(&std::fs::read(vdir.join("secrets.json"))?)
+            .with_context(|| format!("{}/secrets.json", vdir.display()))?;
+        if rec.name != name || rec.version != version {
+            bail!(
+                "{}: record names {}/v{}",
+                vdir.display(),
+                rec.name,
+                rec.version
+            );
+        }
+        Ok((rec, secrets))
+    }
+
+    /// Every function directory with its published version, and the
+    /// leftovers (versions that are not current: half-written deploys or
+    /// replaced ones).
+    pub fn scan(&self) -> Result<Vec<Scanned>> {
+        let mut out = Vec::new();
+        for e in std::fs::read_dir(&self.dir)?.flatten() {
+            let name = e.file_name().to_string_lossy().to_string();
+            if check_name(&name).is_err() || !e.path().is_dir() {
+                continue;
+            }
+            let cur = self.current_version(&name);
+            let mut stale = Vec::new();
+            for v in std::fs::read_dir(e.path())?.flatten() {
+                let n = v.file_name().to_string_lossy().to_string();
+                let ver = n.strip_prefix('v').and_then(|v| v.parse::<u64>().ok());
+                if ver.is_some() && ver != cur {
+                    stale.push(v.path());
+                }
+            }
+            out.push(Scanned {
+                name,
+                current: cur,
+                stale,
+            });
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+}
