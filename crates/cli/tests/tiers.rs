@@ -462,8 +462,10 @@ fn snapshots_travel_to_the_remote_tier_sealed_and_come_back_verified() {
     let w = worker();
     let sata = thaw_store::Tier::by_name("sata", &h.0).unwrap();
     let (snap, _) = w.deploy("helloworld", &sata).unwrap();
-    let name = snap.dir.file_name().unwrap().to_string_lossy().into_owned();
+    let name = w.snapshot_name("helloworld");
     let state = std::fs::read(snap.dir.join("state.json")).unwrap();
+    // a held snapshot keeps its version directory open (and the tier busy)
+    drop(snap);
     h.mv("sata", "remote");
     assert_eq!(holders(&h), vec!["remote".to_string()]);
     // nothing the function saw is readable where the objects are stored
