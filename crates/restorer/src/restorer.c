@@ -23,6 +23,7 @@
 #define SYS_madvise 28
 #define MADV_POPULATE_READ 22
 #define MADV_RANDOM 1
+#define MADV_DONTNEED 4
 #define MADV_POPULATE_WRITE 23
 #define SYS_sendmsg 46
 #define SYS_exit_group 231
@@ -405,6 +406,19 @@ void restorer_main(u64 *initial_sp)
             struct uffdio_register reg = {vmas[i].start, vmas[i].end - vmas[i].start,
                                           UFFDIO_REGISTER_MODE_MISSING, 0};
             r = sys3(SYS_ioctl, uffd, UFFDIO_REGISTER, &reg);
+            if (r < 0)
+                fail(STEP_UFFD, r, 2 + i);
+            /* A lazy region must be empty when the worker takes over: the
+             * prefetch and the page server take an existing page (EEXIST) as
+             * already installed. We never touch these regions, but anyone
+             * else may have in the window between the mmap above and this
+             * registration: reading /proc/PID/cmdline (ps does) faults in
+             * our argv, which still points into the exec stack's top page,
+             * now the runtime's stack mapping, and the read maps the zero
+             * page there, so the runtime would resume with a zeroed stack
+             * top. Drop whatever such readers mapped; from now on a fault
+             * here goes to the userfaultfd and waits for the real page. */
+            r = sys3(SYS_madvise, vmas[i].start, vmas[i].end - vmas[i].start, MADV_DONTNEED);
             if (r < 0)
                 fail(STEP_UFFD, r, 2 + i);
         }

@@ -80,15 +80,37 @@ pub fn restore(
     restore_with(snap, root, root_hash, strategy, cfg, Hooks::default())
 }
 
-/// Extra control for the profiler: where lazy pages come from, and whether
-/// the page server logs fault addresses.
+/// [`restore`], calling `on_spawn` with the restorer's pid once the restorer
+/// runs and before it is sent its plan (it waits for the plan). A seam for
+/// tests that must act on the restorer at a chosen point of its work, e.g.
+/// stop it under ptrace; `on_spawn` must leave it untraced before the
+/// restorer reports ready, because the restore then seizes it itself.
+pub fn restore_observed(
+    snap: &Snapshot,
+    root: &Path,
+    root_hash: &str,
+    strategy: &dyn RestoreStrategy,
+    cfg: &SandboxConfig,
+    on_spawn: &mut dyn FnMut(i32),
+) -> Result<(Sandbox, RestoreReport)> {
+    let hooks = Hooks {
+        on_spawn: Some(on_spawn),
+        ..Hooks::default()
+    };
+    restore_with(snap, root, root_hash, strategy, cfg, hooks)
+}
+
+/// Extra control for the profiler (where lazy pages come from, and whether
+/// the page server logs fault addresses) and for tests (`on_spawn`).
 #[derive(Default)]
-pub(crate) struct Hooks {
+pub(crate) struct Hooks<'a> {
     pub pager_source: Option<Arc<dyn PageSource>>,
     pub record: bool,
     /// restore this state instead of the snapshot's (the profiler turns file
     /// mappings into lazily served anonymous ones)
     pub state: Option<ProcessState>,
+    /// called with the restorer's pid before it is sent its plan
+    pub on_spawn: Option<&'a mut dyn FnMut(i32)>,
 }
 
 pub(crate) fn restore_with(
@@ -97,12 +119,13 @@ pub(crate) fn restore_with(
     root_hash: &str,
     strategy: &dyn RestoreStrategy,
     cfg: &SandboxConfig,
-    hooks: Hooks,
+    hooks: Hooks<'_>,
 ) -> Result<(Sandbox, RestoreReport)> {
     let Hooks {
         pager_source,
         record: record_faults,
         state: state_override,
+        on_spawn,
     } = hooks;
     let t0 = Instant::now();
     let mut rep = RestoreReport {
@@ -225,6 +248,9 @@ pub(crate) fn restore_with(
         });
     }
 
+    if let Some(f) = on_spawn {
+        f(pid);
+    }
     let sock = sb.channel().socket().try_clone()?;
     sock.set_read_timeout(Some(Duration::from_secs(10)))?;
     (&sock)

@@ -261,3 +261,102 @@ fn dax_maps_without_copying_and_shares_pages_between_clones() {
         "re-recorded"
     );
 }
+
+/// ptrace for the test below: raw requests, checked.
+fn pt(req: libc::c_uint, pid: i32, addr: usize, data: usize) {
+    // SAFETY: every caller passes data that is a plain value or points at a
+    // live buffer of the size the request reads or writes.
+    let r = unsafe { libc::ptrace(req, pid, addr, data) };
+    assert!(
+        r >= 0,
+        "ptrace({req:#x}, {pid}): {}",
+        std::io::Error::last_os_error()
+    );
+}
+
+fn wait_ptrace_stop(pid: i32) {
+    let mut status = 0;
+    // SAFETY: status is a valid out pointer.
+    let r = unsafe { libc::waitpid(pid, &mut status, libc::__WALL) };
+    assert_eq!(r, pid, "waitpid: {}", std::io::Error::last_os_error());
+    assert!(libc::WIFSTOPPED(status), "restorer died: {status:#x}");
+}
+
+/// Stops `pid` at the entry of its `userfaultfd` call (its mappings are built
+/// then, the lazy ones not yet registered), reads its /proc/PID/cmdline there
+/// as ps does, and lets it go. `traced` is told once every system call stops.
+fn read_cmdline_before_uffd(pid: i32, traced: std::sync::mpsc::Sender<()>) -> Vec<u8> {
+    const PTRACE_SEIZE: libc::c_uint = 0x4206;
+    const PTRACE_INTERRUPT: libc::c_uint = 0x4207;
+    const PTRACE_GETREGSET: libc::c_uint = 0x4204;
+    const NT_PRSTATUS: usize = 1;
+    const ORIG_RAX: usize = 15;
+    pt(PTRACE_SEIZE, pid, 0, libc::PTRACE_O_TRACESYSGOOD as usize);
+    pt(PTRACE_INTERRUPT, pid, 0, 0);
+    wait_ptrace_stop(pid);
+    let mut told = Some(traced);
+    loop {
+        pt(libc::PTRACE_SYSCALL, pid, 0, 0);
+        if let Some(t) = told.take() {
+            t.send(()).unwrap();
+        }
+        wait_ptrace_stop(pid);
+        let mut regs = [0u64; 27];
+        let mut iov = libc::iovec {
+            iov_base: regs.as_mut_ptr().cast(),
+            iov_len: std::mem::size_of_val(&regs),
+        };
+        pt(
+            PTRACE_GETREGSET,
+            pid,
+            NT_PRSTATUS,
+            &mut iov as *mut _ as usize,
+        );
+        if regs[ORIG_RAX] == libc::SYS_userfaultfd as u64 {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
+            pt(libc::PTRACE_DETACH, pid, 0, 0);
+            return cmdline;
+        }
+    }
+}
+
+/// Regression: `ps` reading a restorer's cmdline while it rebuilt the runtime
+/// mapped the zero page into the runtime's stack (the restorer's argv sits in
+/// the exec stack's top page, which the runtime's stack mapping replaces), and
+/// the page server and the REAP prefetch took that page as already served: the
+/// runtime resumed with a zeroed stack top and returned to address 0.
+#[test]
+fn a_cmdline_read_during_the_restore_does_not_zero_lazy_pages() {
+    let w = worker();
+    let t = tier("cmdline");
+    let snap = w.snapshot("helloworld", &t).unwrap();
+    let (expected, _) = out_of(w, &snap, "reap", "I"); // records the working set
+    for (strategy, ws_mode) in [("uffd", ""), ("reap", "prefetch")] {
+        let s = thaw_memory::strategy_by_name(strategy).unwrap();
+        let mut tracer = None;
+        let restored = thaw_sandbox::restore::restore_observed(
+            &snap,
+            &w.root.path,
+            &w.root.hash,
+            s.as_ref(),
+            &w.cfg,
+            &mut |pid| {
+                let (tx, rx) = std::sync::mpsc::channel();
+                tracer = Some(std::thread::spawn(move || {
+                    read_cmdline_before_uffd(pid, tx)
+                }));
+                rx.recv().expect("tracer started");
+            },
+        );
+        let cmdline = tracer.expect("restorer spawned").join().expect("tracer");
+        // argv ("thaw-restorer") points into what is now the runtime's stack
+        // mapping, still empty: the read maps the zero page there
+        assert_eq!(cmdline, [0u8; 14], "the read reached the stack mapping");
+        let (mut sb, rep) = restored.unwrap_or_else(|e| panic!("{strategy}: {e:#}"));
+        assert_eq!(rep.ws_mode, ws_mode);
+        let out = invoke(&mut sb, "I", T)
+            .unwrap_or_else(|e| panic!("{strategy}: {e:#}"))
+            .output;
+        assert_eq!(out, expected, "{strategy}");
+    }
+}
