@@ -239,7 +239,9 @@ fn deploy_archive_invoke_warm_restore_logs_metrics_delete() {
     assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
     let v = r.json().unwrap();
     // the snapshot's identity is its store version (the manifest id)
-    assert!(thaw_store::is_version_id(v["snapshot_id"].as_str().unwrap()));
+    assert!(thaw_store::is_version_id(
+        v["snapshot_id"].as_str().unwrap()
+    ));
     assert!(v["size_bytes"].as_u64().unwrap() > 0);
     assert!(v["init_ms"].as_f64().is_some());
     assert_eq!(v["strategy"], "mmap");
