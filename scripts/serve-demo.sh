@@ -11,10 +11,10 @@ root=$($T runtime build | awk '/^path /{print $2}')
 home=$(mktemp -d /tmp/thaw-serve-demo.XXXXXX)
 $T --home "$home" serve --runtime-home "$runtime_home" 2>"$home.log" &
 pid=$!
-tier_dir=""
 cleanup() {
     kill -TERM "$pid" 2>/dev/null && wait "$pid" || true
-    [ -n "$tier_dir" ] && rm -rf "$tier_dir"
+    # the home's DRAM tier is a tmpfs the daemon mounted
+    if mountpoint -q "$home/dram"; then umount "$home/dram"; fi
     rm -rf "$home" "$home.log"
 }
 trap cleanup EXIT
@@ -28,9 +28,7 @@ printf '%-16s %-8s %-10s %s\n' function start check server-timing
 # a user module: those stay with `thaw demo`)
 for f in helloworld json_serdes matmul float_operation; do
     name=${f//_/-}
-    dir=$($T --home "$home" fn deploy "runtime/functions/$f.py" --handler "$f.handler" --name "$name" |
-        awk -F'"' '/"dir":/ {print $4; exit}')
-    tier_dir=$(dirname "$dir")
+    $T --home "$home" fn deploy "runtime/functions/$f.py" --handler "$f.handler" --name "$name" >/dev/null
     for round in 1 2; do
         out=$($T --home "$home" fn invoke "$name" --data "@$root/opt/thaw/inputs/$f/I.json" -v 2>"$home/hdr")
         check=$(echo "$out" | $T runtime check "$f" I >/dev/null 2>&1 && echo ok || echo FAILED)
