@@ -206,3 +206,62 @@ fn serve_deploy_invoke_sigterm_and_kill9_recovery() {
         "sandboxes left behind"
     );
 }
+
+/// `thaw load` against a live daemon: every scheduled request is sent and
+/// answered once, and the start types the daemon reports account for all.
+#[test]
+fn load_against_a_live_daemon_accounts_every_request() {
+    let home = Home(PathBuf::from(format!(
+        "/tmp/thaw-load-live-{}",
+        std::process::id()
+    )));
+    let _ = thaw_server::remove_home(&home.0);
+    std::fs::create_dir_all(&home.0).unwrap();
+    let code = home.0.join("echo.py");
+    std::fs::write(&code, "def handler(event):\n    return {'echo': event}\n").unwrap();
+    let mut daemon = start(&home.0);
+    ok(&thaw_fn(
+        &home.0,
+        &[
+            "deploy",
+            code.to_str().unwrap(),
+            "--handler",
+            "echo.handler",
+            "--name",
+            "echo",
+            "--max-instances",
+            "2",
+        ],
+    ));
+    let summary = home.0.join("summary.json");
+    let records = home.0.join("records.jsonl");
+    let out = Command::new(THAW)
+        .arg("load")
+        .arg("--target")
+        .arg(format!("unix:{}", home.0.join("serve/thaw.sock").display()))
+        .args(["--functions", "echo", "--rps", "40", "--requests", "60"])
+        .args(["--seed", "3", "--quiet", "--json"])
+        .arg(&summary)
+        .arg("--records")
+        .arg(&records)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "thaw load failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s: serde_json::Value = serde_json::from_slice(&std::fs::read(&summary).unwrap()).unwrap();
+    for k in ["scheduled", "sent", "answered", "ok"] {
+        assert_eq!(s[k], 60, "{k} in {s}");
+    }
+    let types = s["start_types"].as_object().expect("start types");
+    let counted: u64 = types.values().filter_map(|v| v.as_u64()).sum();
+    assert_eq!(counted, 60, "start types {types:?}");
+    assert!(types.get("warm").and_then(|v| v.as_u64()).unwrap_or(0) > 0);
+    let recs = std::fs::read_to_string(&records).unwrap();
+    assert_eq!(recs.lines().count(), 60, "one record per request");
+    // SAFETY: signalling the daemon this test started.
+    unsafe { libc::kill(daemon.id() as i32, libc::SIGTERM) };
+    assert!(daemon.wait().unwrap().success());
+}
