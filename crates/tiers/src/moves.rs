@@ -137,13 +137,18 @@ fn set_journal(home: &Path, j: &Journal) -> Result<()> {
     write_atomic(&journal_path(home, &j.name), &serde_json::to_vec(j)?)
 }
 
-/// The published version directory of `name` on a local tier, if any.
-fn current_dir(store: &thaw_store::Tier, name: &str) -> Result<Option<PathBuf>> {
-    Ok(store.open_current(name)?.map(|s| s.dir))
+/// The published version of `name` on a local tier, held for reading (a
+/// redeploy cannot remove it while the value lives).
+fn published(store: &thaw_store::Tier, name: &str) -> Result<thaw_store::Snapshot> {
+    store
+        .open_current(name)?
+        .with_context(|| format!("{name} is not on tier {}", store.name))
 }
 
-fn published_dir(store: &thaw_store::Tier, name: &str) -> Result<PathBuf> {
-    current_dir(store, name)?.with_context(|| format!("{name} is not on tier {}", store.name))
+/// What a transfer reads from.
+enum Source<'a> {
+    Local(Box<thaw_store::Snapshot>),
+    Remote(&'a RemoteStore),
 }
 
 fn tmp_dir(root: &Path, name: &str) -> PathBuf {
@@ -187,7 +192,7 @@ fn verify_local(dir: &Path) -> Result<()> {
 /// Whether `name` is a committed snapshot at `p`.
 pub fn holds(p: &Place, name: &str) -> Result<bool> {
     Ok(match p {
-        Place::Local { store, .. } => current_dir(store, name)?.is_some(),
+        Place::Local { store, .. } => store.open_current(name)?.is_some(),
         Place::Remote { store, .. } => store.exists(&format!("{name}/{COMMIT}"))?,
     })
 }
@@ -195,7 +200,7 @@ pub fn holds(p: &Place, name: &str) -> Result<bool> {
 /// Bytes the snapshot `name` takes at `p` (remote: as stored, sealed).
 pub fn size_of(p: &Place, name: &str) -> Result<u64> {
     Ok(match p {
-        Place::Local { store, .. } => local_files(&published_dir(store, name)?)?
+        Place::Local { store, .. } => local_files(&published(store, name)?.dir)?
             .iter()
             .map(|f| f.1)
             .sum(),
@@ -314,14 +319,13 @@ const FIRST_NEEDED: &[&str] = &["manifest.json", "state.json", "ws.json", "ws.im
 
 fn copy(from: &Place, to: &Place, name: &str) -> Result<(FileSums, u64, std::time::Duration)> {
     let t0 = std::time::Instant::now();
-    let src_dir = match from {
-        Place::Local { store, .. } => Some(published_dir(store, name)?),
-        Place::Remote { .. } => None,
+    let src = match from {
+        Place::Local { store, .. } => Source::Local(Box::new(published(store, name)?)),
+        Place::Remote { store, .. } => Source::Remote(store),
     };
-    let mut files = match (from, &src_dir) {
-        (Place::Local { .. }, Some(dir)) => local_files(dir)?,
-        (Place::Local { .. }, None) => unreachable!("a local source has a directory"),
-        (Place::Remote { store, .. }, _) => {
+    let mut files = match &src {
+        Source::Local(snap) => local_files(&snap.dir)?,
+        Source::Remote(store) => {
             let rec: CommitRecord =
                 serde_json::from_slice(&store.get(&format!("{name}/{COMMIT}"), MAX_COMMIT_RECORD)?)
                     .context("parsing the remote commit record")?;
@@ -344,13 +348,9 @@ fn copy(from: &Place, to: &Place, name: &str) -> Result<(FileSums, u64, std::tim
         if f.contains('/') || f.starts_with('.') || f == COMMIT {
             bail!("snapshot {name} holds a file named {f:?}");
         }
-        let data = match (from, &src_dir) {
-            (Place::Remote { store, .. }, _) => store.get(&format!("{name}/{f}"), *len)?,
-            (Place::Local { .. }, dir) => std::fs::read(
-                dir.as_ref()
-                    .expect("a local source has a directory")
-                    .join(f),
-            )?,
+        let data = match &src {
+            Source::Local(snap) => std::fs::read(snap.dir.join(f))?,
+            Source::Remote(store) => store.get(&format!("{name}/{f}"), *len)?,
         };
         match to {
             Place::Local { store, .. } => {
