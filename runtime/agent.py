@@ -20,10 +20,13 @@ import os
 import random
 import resource
 import signal
+import socket
 import struct
 import sys
 import time
 import traceback
+
+import thaw as thaw_sdk
 
 AGENT_VERSION = 1
 CTRL_FD = 3
@@ -132,6 +135,69 @@ def recv():
     return req, None
 
 
+def _ctrl_socket():
+    # a socket object over fd 3 without a new descriptor; detach() before it goes
+    return socket.socket(fileno=CTRL_FD)
+
+
+def recv_with_fd():
+    """One frame from the worker and the descriptor passed with it (or None)."""
+    sock = _ctrl_socket()
+    fds = []
+
+    def read(n):
+        parts = []
+        while n > 0:
+            data, anc, _, _ = sock.recvmsg(
+                min(n, DISCARD_CHUNK), socket.CMSG_SPACE(4 * 4), socket.MSG_CMSG_CLOEXEC
+            )
+            for level, kind, payload in anc:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                    usable = len(payload) - len(payload) % 4
+                    fds.extend(struct.unpack("<%di" % (usable // 4), payload[:usable]))
+            if not data:
+                raise EOFError("the worker closed the control socket")
+            parts.append(data)
+            n -= len(data)
+        return b"".join(parts)
+
+    try:
+        (n,) = struct.unpack("<I", read(4))
+        if n > MAX_REQUEST:
+            raise EOFError("worker reply of %d bytes exceeds the limit" % n)
+        body = read(n)
+    finally:
+        sock.detach()
+        for extra in fds[1:]:
+            os.close(extra)
+    return json.loads(body.decode("utf-8")), (fds[0] if fds else None)
+
+
+def sdk_call(msg, fd=None):
+    """One request of the in-sandbox SDK (thaw.py) to the worker, during an
+    invocation: (reply, descriptor or None). SIGALRM waits until the exchange is
+    over, so a timeout never leaves half a frame on the channel."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+    try:
+        data = json.dumps(msg, separators=(",", ":"), allow_nan=False).encode("utf-8")
+        frame = struct.pack("<I", len(data)) + data
+        sent = 0
+        if fd is not None:
+            sock = _ctrl_socket()
+            try:
+                sent = sock.sendmsg(
+                    [frame], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("i", fd))]
+                )
+            finally:
+                sock.detach()
+        view = memoryview(frame)[sent:]
+        while view:
+            view = view[os.write(CTRL_FD, view) :]
+        return recv_with_fd()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
 def bad(message):
     return {"ok": False, "error": "bad_request", "message": message}
 
@@ -228,9 +294,11 @@ class Agent:
         try:
             if timeout_ms is not None:
                 signal.setitimer(signal.ITIMER_REAL, timeout_ms / 1e3)
+            thaw_sdk._call = sdk_call
             try:
                 output = handler(event)
             finally:
+                thaw_sdk._call = None
                 signal.setitimer(signal.ITIMER_REAL, 0)
         except InvocationTimeout:
             return {
@@ -313,6 +381,180 @@ class Agent:
             "hook": True,
             "hook_ms": (time.perf_counter() - t0) * 1e3,
         }
+
+
+_LIBC = []
+
+
+def libc():
+    if not _LIBC:
+        import ctypes
+
+        c = ctypes.CDLL(None, use_errno=True)
+        _LIBC.append(c)
+    return _LIBC[0]
+
+
+# ---------------------------------------------------------------- zygote
+
+# A zygote template (`thaw bench restore --start-types zygote`) is the agent
+# loaded once, as root and without the seccomp filter (it creates namespaces),
+# which forks one child per cold start into fresh pid, mount, net, ipc and uts
+# namespaces; the child sets itself up as a sandbox (its own cgroups, /tmp,
+# loopback, limits, uid, seccomp filter) and serves the new socket it was handed.
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUTS = 0x04000000
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000
+MS_NOSUID = 2
+MS_NODEV = 4
+PR_SET_PDEATHSIG = 1
+PR_SET_NO_NEW_PRIVS = 38
+PR_SET_SECCOMP = 22
+SECCOMP_MODE_FILTER = 2
+SIOCGIFFLAGS = 0x8913
+SIOCSIFFLAGS = 0x8914
+IFF_UP = 1
+ZYGOTE_FDS = 6  # socket, log, /dev/null, memory and pids cgroup.procs, the template's pid namespace
+
+
+def check(ret, what):
+    if ret != 0:
+        import ctypes
+
+        raise OSError(ctypes.get_errno(), what)
+
+
+def zygote_fork(agent, req, fds):
+    """Forks a child into new namespaces; replies with its pid (in our namespace)."""
+    import ctypes
+
+    try:
+        if len(fds) != ZYGOTE_FDS:
+            raise BadRequest("zygote_fork needs %d descriptors, got %d" % (ZYGOTE_FDS, len(fds)))
+        uid, tmp_bytes, rlimits, filt = req.get("uid"), req.get("tmp_bytes"), req.get("rlimits"), req.get("filter")
+        if not (isinstance(uid, int) and uid > 0 and isinstance(tmp_bytes, int) and tmp_bytes > 0):
+            raise BadRequest("zygote_fork needs 'uid' and 'tmp_bytes'")
+        if not isinstance(rlimits, list) or not isinstance(filt, str):
+            raise BadRequest("zygote_fork needs 'rlimits' and 'filter'")
+        try:
+            filt = bytes.fromhex(filt)
+        except ValueError:
+            raise BadRequest("zygote_fork: 'filter' is not hex")
+    except BadRequest:
+        for fd in fds:
+            os.close(fd)
+        raise
+    while True:  # reap the children the worker has killed since
+        try:
+            if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                break
+        except ChildProcessError:
+            break
+    c = libc()
+    own_pidns = fds[5]
+    # the next child is pid 1 of a new pid namespace; ours stays put
+    check(c.unshare(CLONE_NEWPID), "unshare(CLONE_NEWPID)")
+    pid = os.fork()
+    if pid == 0:
+        try:
+            zygote_child(agent, c, fds, uid, tmp_bytes, rlimits, filt)
+        except BaseException as e:
+            log("zygote child: %r" % (e,))
+        os._exit(127)
+    try:
+        check(c.setns(own_pidns, CLONE_NEWPID), "setns back to our pid namespace")
+    finally:
+        for fd in fds:
+            os.close(fd)
+    return {"ok": True, "op": "zygote_fork", "pid": pid}
+
+
+def zygote_child(agent, c, fds, uid, tmp_bytes, rlimits, filt):
+    import ctypes
+    import fcntl
+    import socket
+
+    sock, logfd, devnull, mem_procs, pids_procs, _ = fds
+    for procs in (mem_procs, pids_procs):
+        os.write(procs, b"0")  # join this sandbox's cgroups
+    check(c.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "PR_SET_PDEATHSIG")
+    os.setsid()
+    check(c.unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS), "unshare")
+    for src, dst in ((devnull, 0), (logfd, 1), (logfd, 2), (sock, CTRL_FD)):
+        os.dup2(src, dst)
+    os.closerange(CTRL_FD + 1, 1 << 16)
+    opts = b"size=%d,mode=1777" % tmp_bytes
+    check(c.mount(b"tmpfs", b"/tmp", b"tmpfs", MS_NOSUID | MS_NODEV, opts), "mounting /tmp")
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    ifr = fcntl.ioctl(s, SIOCGIFFLAGS, struct.pack("16sH22x", b"lo", 0))
+    flags = struct.unpack("16sH22x", ifr)[1] | IFF_UP
+    fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack("16sH22x", b"lo", flags))
+    s.close()
+    socket.sethostname("thaw")
+    for res, val in rlimits:
+        resource.setrlimit(res, (val, val))
+    os.setgroups([])
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)
+    check(c.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "PR_SET_NO_NEW_PRIVS")
+    buf = ctypes.create_string_buffer(filt, len(filt))
+
+    class Prog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    prog = Prog(len(filt) // 8, ctypes.addressof(buf))
+    check(c.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0), "seccomp")
+    # one byte first: the worker learns our pid from its credentials
+    os.write(CTRL_FD, b"Z")
+    install_signal_handlers()
+    serve(agent)
+    os._exit(0)
+
+
+def serve_zygote(agent):
+    """The template's loop: like serve, but requests may carry descriptors."""
+    import array
+    import socket
+
+    sock = socket.socket(fileno=os.dup(CTRL_FD))
+    while True:
+        fds = array.array("i")
+        try:
+            head, anc, _, _ = sock.recvmsg(4, socket.CMSG_SPACE(ZYGOTE_FDS * fds.itemsize))
+        except OSError:
+            return
+        if not head:
+            return
+        for level, kind, data in anc:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds.frombytes(data[: len(data) - (len(data) % fds.itemsize)])
+        if len(head) < 4:
+            head += read_exact(4 - len(head)) or b""
+        (n,) = struct.unpack("<I", head)
+        body = read_exact(n) if n else b""
+        try:
+            req = json.loads(body.decode("utf-8"))
+            if not isinstance(req, dict):
+                raise ValueError("not an object")
+        except (UnicodeDecodeError, ValueError) as e:
+            for fd in fds:
+                os.close(fd)
+            send(bad("request is not a JSON object: %s" % e))
+            continue
+        try:
+            if req.get("op") == "zygote_fork":
+                reply = zygote_fork(agent, req, list(fds))
+            else:
+                for fd in fds:
+                    os.close(fd)
+                reply = handle(agent, req)
+        except BadRequest as e:
+            reply = bad(str(e))
+        except Exception as e:
+            reply = function_error(e)
+        send(reply)
 
 
 def function_error(e, prefix=""):
@@ -484,7 +726,11 @@ def main(argv):
         sys.stderr.write("agent: fd %d (control socket) is not open\n" % CTRL_FD)
         return 2
     install_signal_handlers()
-    serve(Agent(argv[1]))
+    if os.environ.get("THAW_ZYGOTE") == "1":
+        libc()  # the children use it: loaded once, here
+        serve_zygote(Agent(argv[1]))
+    else:
+        serve(Agent(argv[1]))
     return 0
 
 

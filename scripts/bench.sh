@@ -35,6 +35,8 @@ for i in 1 2 3; do
 done
 $T sim sweep --synthetic --functions 600 --hours 24 --seed 7 --policy lru-mem,tiered-lru --ram-gb 32,36,40,48 \
     --csv "$OUT/sim-sweep.csv"
+# issue 14 part 3: simulated vs live (a 20-minute synthetic day through thaw sim and a live thaw serve)
+$T bench simlive --out "$OUT/simlive"
 # issue 13: the storage hierarchy (seed 000's study); emulated tiers are set up, probed, measured, torn down
 $T tier setup
 $T tier probe --json "$OUT/tier-probe.json"

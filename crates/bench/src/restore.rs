@@ -1,6 +1,8 @@
 //! `thaw bench restore`: functions x strategies x runs on one tier, page cache
 //! of the snapshot dropped before every cold run, and fresh starts of the same
-//! functions as the baseline, all in one process.
+//! functions as the baseline, all in one process. `zygote` (a fork of a live,
+//! initialised template into new namespaces: the floor of a local start) is a
+//! start type like `fresh`, measured interleaved with the strategies.
 use crate::stats::{summarize, Summary};
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
@@ -9,9 +11,18 @@ use std::time::Instant;
 use thaw_sandbox::Sandbox;
 use thaw_worker::{invoke, ms, Worker, INVOKE_TIMEOUT};
 
+/// Start types that are not restore strategies: measured like them, as baselines.
+pub const START_TYPES: [&str; 2] = ["fresh", "zygote"];
+
+fn is_start_type(s: &str) -> bool {
+    START_TYPES.contains(&s)
+}
+
 #[derive(Debug, Clone)]
 pub struct Options {
     pub functions: Vec<String>,
+    /// restore strategies, and start types (`fresh` is always measured;
+    /// `zygote` when listed)
     pub strategies: Vec<String>,
     pub tier: String,
     /// input sizes; each function is measured at every one
@@ -72,8 +83,24 @@ pub fn run(
     if o.runs == 0 {
         bail!("--runs must be at least 1");
     }
-    for s in o.strategies.iter().filter(|s| *s != "fresh") {
+    for s in o.strategies.iter().filter(|s| !is_start_type(s)) {
         thaw_memory::strategy_by_name(s)?;
+    }
+    // fresh first, then the other start types, then the strategies, each once per run
+    let mut order: Vec<&str> = vec!["fresh"];
+    let listed_start_types = START_TYPES
+        .iter()
+        .copied()
+        .filter(|t| o.strategies.iter().any(|s| s == t));
+    let strategies = o
+        .strategies
+        .iter()
+        .map(String::as_str)
+        .filter(|s| !is_start_type(s));
+    for s in listed_start_types.chain(strategies) {
+        if !order.contains(&s) {
+            order.push(s);
+        }
     }
     for f in &o.functions {
         w.check_function(f)?;
@@ -111,29 +138,33 @@ pub fn run(
             image_bytes >> 20,
             tier.description
         );
+        // the template lives for the whole function (untimed), like a snapshot
+        let mut zygote = if order.contains(&"zygote") {
+            Some(w.start_zygote(f)?)
+        } else {
+            None
+        };
         for size in o.sizes.iter().map(String::as_str) {
             // one untimed warm-up per strategy so first-use costs (image verify, memfd) stay out
-            for s in &o.strategies {
-                if s != "fresh" {
-                    let (mut sb, _) = w.restore(&snap, s)?;
-                    let inv = invoke(&mut sb, size, INVOKE_TIMEOUT)?;
-                    w.check(f, size, &inv.output)
-                        .with_context(|| format!("{f} restored with {s} gave a wrong output"))?;
-                }
+            for s in order.iter().filter(|s| **s != "fresh") {
+                let mut sb = match zygote.as_mut().filter(|_| *s == "zygote") {
+                    Some(z) => w.fork_zygote(z)?,
+                    None => w.restore(&snap, s)?.0,
+                };
+                let inv = invoke(&mut sb, size, INVOKE_TIMEOUT)?;
+                w.check(f, size, &inv.output)
+                    .with_context(|| format!("{f} started with {s} gave a wrong output"))?;
             }
             for run in 0..o.runs {
                 thaw_output::err!("\rbench: {f} {size}: run {}/{}   ", run + 1, o.runs);
                 let _ = std::io::stderr().flush();
-                for s in std::iter::once("fresh").chain(
-                    o.strategies
-                        .iter()
-                        .map(String::as_str)
-                        .filter(|s| *s != "fresh"),
-                ) {
+                for &s in &order {
                     snap.drop_page_cache()?;
                     drop_tier_cache(&snap)?;
                     let rec = if s == "fresh" {
                         measure_fresh(w, f, size, o, run)?
+                    } else if let Some(z) = zygote.as_mut().filter(|_| s == "zygote") {
+                        measure_zygote(w, z, f, size, o, run)?
                     } else {
                         // dax stands in tmpfs for byte-addressable persistent memory
                         measure_restore(
@@ -187,7 +218,42 @@ fn faults(sb: &Sandbox) -> (u64, u64) {
 
 fn measure_fresh(w: &Worker, f: &str, size: &str, o: &Options, run: usize) -> Result<Record> {
     let t0 = Instant::now();
-    let (mut sb, fresh) = w.start_fresh(f)?;
+    let (sb, fresh) = w.start_fresh(f)?;
+    let phases = [0.0, fresh.spawn_ms, fresh.load_ms, 0.0];
+    measure_started(w, sb, t0, phases, "fresh", f, size, o, run)
+}
+
+/// A child of the function's zygote template; its sandbox phase is the fork,
+/// from the request to the child's hello.
+fn measure_zygote(
+    w: &Worker,
+    zygote: &mut thaw_sandbox::Zygote,
+    f: &str,
+    size: &str,
+    o: &Options,
+    run: usize,
+) -> Result<Record> {
+    let t0 = Instant::now();
+    let sb = w.fork_zygote(zygote)?;
+    let phases = [0.0, ms(t0), 0.0, 0.0];
+    measure_started(w, sb, t0, phases, "zygote", f, size, o, run)
+}
+
+/// The first and a warm invocation of an instance started at `t0` by a start
+/// type; `phases`: state load, sandbox, memory setup (fresh: import and
+/// init), resume.
+#[allow(clippy::too_many_arguments)]
+fn measure_started(
+    w: &Worker,
+    mut sb: Sandbox,
+    t0: Instant,
+    phases: [f64; 4],
+    start_type: &str,
+    f: &str,
+    size: &str,
+    o: &Options,
+    run: usize,
+) -> Result<Record> {
     let inv = invoke(&mut sb, size, INVOKE_TIMEOUT)?;
     let cold_ms = ms(t0);
     if run == 0 || o.check_all {
@@ -196,18 +262,19 @@ fn measure_fresh(w: &Worker, f: &str, size: &str, o: &Options, run: usize) -> Re
     let rss_added = sb.memory_usage().unwrap_or(0) / 1024;
     let warm = invoke(&mut sb, size, INVOKE_TIMEOUT)?;
     let (minflt, majflt) = faults(&sb);
+    let [state_load_ms, sandbox_ms, memory_setup_ms, resume_ms] = phases;
     Ok(Record {
         function: f.into(),
         input: size.to_string(),
-        strategy: "fresh".into(),
+        strategy: start_type.into(),
         tier: String::new(),
         emulated: false,
         run,
         cold_ms,
-        state_load_ms: 0.0,
-        sandbox_ms: fresh.spawn_ms,
-        memory_setup_ms: fresh.load_ms,
-        resume_ms: 0.0,
+        state_load_ms,
+        sandbox_ms,
+        memory_setup_ms,
+        resume_ms,
         first_response_ms: inv.latency_ms,
         exec_ms: inv.exec_ms,
         warm_ms: warm.latency_ms,
@@ -325,6 +392,10 @@ pub struct Row {
     pub slow_share_median: f64,
     pub speedup_vs_fresh: f64,
     pub ratio_to_mmap: Option<f64>,
+    /// cold start median / the zygote's (the floor), when zygote was measured
+    pub ratio_to_zygote: Option<f64>,
+    /// medians of the phases (ms): state load, sandbox, memory setup, resume
+    pub phases_median: [f64; 4],
 }
 
 pub fn summarize_rows(recs: &[Record]) -> Vec<Row> {
@@ -362,6 +433,13 @@ pub fn summarize_rows(recs: &[Record]) -> Vec<Row> {
                     .map(|m| m / cold.median)
                     .unwrap_or(f64::NAN),
                 ratio_to_mmap: med(f, i, "mmap").map(|m| cold.median / m),
+                ratio_to_zygote: med(f, i, "zygote").map(|m| cold.median / m),
+                phases_median: [
+                    col(&|r| r.state_load_ms)?.median,
+                    col(&|r| r.sandbox_ms)?.median,
+                    col(&|r| r.memory_setup_ms)?.median,
+                    col(&|r| r.resume_ms)?.median,
+                ],
             })
         })
         .collect()
@@ -373,12 +451,12 @@ pub fn markdown(rows: &[Row], tier: &str, emulated: bool, runs: usize) -> String
         "Tier: {tier}{} · {runs} runs per cell · times in ms (min / median / p99)\n\n",
         if emulated { " (emulated)" } else { "" }
     );
-    s.push_str("| function | input | strategy | cold start | first response | warm | faults served | MiB read | MiB added | slow tier | speed-up vs fresh | ratio to mmap |\n");
-    s.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    s.push_str("| function | input | strategy | cold start | first response | warm | faults served | MiB read | MiB added | slow tier | speed-up vs fresh | ratio to mmap | ratio to zygote |\n");
+    s.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     let t = |x: &Summary| format!("{:.2} / {:.2} / {:.2}", x.min, x.median, x.p99);
     for r in rows {
         s.push_str(&format!(
-            "| {} | {} | {}{} | {} | {} | {} | {:.0} | {:.1} | {:.1} | {} | {:.1}x | {} |\n",
+            "| {} | {} | {}{} | {} | {} | {} | {:.0} | {:.1} | {:.1} | {} | {:.1}x | {} | {} |\n",
             r.function,
             r.input,
             r.strategy,
@@ -399,10 +477,27 @@ pub fn markdown(rows: &[Row], tier: &str, emulated: bool, runs: usize) -> String
                 "-".into()
             },
             r.speedup_vs_fresh,
-            r.ratio_to_mmap
-                .map(|x| format!("{x:.2}"))
-                .unwrap_or_else(|| "-".into()),
+            ratio(r.ratio_to_mmap),
+            ratio(r.ratio_to_zygote),
+        ));
+    }
+    s.push_str("\nPhases (median ms; fresh: sandbox = spawn, memory = import + init; zygote: sandbox = fork to the child's hello):\n\n");
+    s.push_str("| function | input | strategy | state load | sandbox | memory setup | resume | state + sandbox + resume | first response |\n");
+    s.push_str("|---|---|---|---|---|---|---|---|---|\n");
+    for r in rows {
+        let [state, sandbox, memory, resume] = r.phases_median;
+        s.push_str(&format!(
+            "| {} | {} | {} | {state:.2} | {sandbox:.2} | {memory:.2} | {resume:.2} | {:.2} | {:.2} |\n",
+            r.function,
+            r.input,
+            r.strategy,
+            state + sandbox + resume,
+            r.first_response.median,
         ));
     }
     s
+}
+
+fn ratio(x: Option<f64>) -> String {
+    x.map(|x| format!("{x:.2}")).unwrap_or_else(|| "-".into())
 }

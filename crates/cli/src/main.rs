@@ -10,6 +10,7 @@ mod place;
 mod serve;
 mod store_cmds;
 mod tiers;
+mod xdt;
 
 #[derive(Parser)]
 #[command(
@@ -176,6 +177,10 @@ enum SnapCmd {
         from: String,
         #[arg(long)]
         to: String,
+        /// Tiers to copy from instead, in order, when --from fails (down, slow, dropped
+        /// mid-transfer, or a copy that fails verification)
+        #[arg(long)]
+        fallback: Option<String>,
     },
     /// The tiers holding a function's snapshot (finishing interrupted moves first)
     Where { function: String },
@@ -239,12 +244,20 @@ enum BenchCmd {
     },
     /// The daemon: warm latency and throughput over HTTP vs. in-process, restore via the API vs. direct
     Serve(serve::BenchServeArgs),
+    /// Simulated vs live: one synthetic day through `thaw sim` and through `thaw load` against a `thaw serve` it starts
+    Simlive(thaw_simlive::Args),
+    /// XDT: 1-1 transfers between functions by reference vs. inline in the event
+    Xdt(xdt::BenchXdtArgs),
     /// Cold starts from snapshots per strategy vs. a fresh start
     Restore {
         #[arg(long, default_value = "helloworld,lr_serving")]
         functions: String,
         #[arg(long, default_value = "eager,mmap,uffd")]
         strategies: String,
+        /// Baselines measured beside the strategies: fresh (always) and zygote
+        /// (a fork of a live initialised template into new namespaces: the floor)
+        #[arg(long, default_value = "fresh")]
+        start_types: String,
         /// A tier name (thaw tier list)
         #[arg(long, default_value = "tmpfs")]
         tier: String,
@@ -445,10 +458,23 @@ fn run(cli: Cli) -> Result<()> {
         } => store_cmds::verify(&dir),
         Cmd::Snapshot {
             cmd: SnapCmd::Move { function, from, to },
-        } => tiers::snapshot_transfer(&home, &function, &from, &to, false),
+        } => tiers::snapshot_transfer(&home, &function, &from, &to, false, &[]),
         Cmd::Snapshot {
-            cmd: SnapCmd::Get { function, from, to },
-        } => tiers::snapshot_transfer(&home, &function, &from, &to, true),
+            cmd:
+                SnapCmd::Get {
+                    function,
+                    from,
+                    to,
+                    fallback,
+                },
+        } => tiers::snapshot_transfer(
+            &home,
+            &function,
+            &from,
+            &to,
+            true,
+            &fallback.as_deref().map(split).unwrap_or_default(),
+        ),
         Cmd::Snapshot {
             cmd: SnapCmd::Where { function },
         } => tiers::snapshot_where(&home, &function),
@@ -493,19 +519,33 @@ fn run(cli: Cli) -> Result<()> {
             cmd: BenchCmd::Serve(args),
         } => serve::bench(&home, args),
         Cmd::Bench {
+            cmd: BenchCmd::Simlive(a),
+        } => thaw_simlive::main(&home, &a),
+        Cmd::Bench {
+            cmd: BenchCmd::Xdt(args),
+        } => xdt::bench(&home, args),
+        Cmd::Bench {
             cmd:
                 BenchCmd::Restore {
                     functions,
                     strategies,
+                    start_types,
                     tier,
                     run,
                     check_all,
                 },
         } => {
             let w = worker(&home)?;
+            let start_types = split(&start_types);
+            if let Some(t) = start_types
+                .iter()
+                .find(|t| !thaw_bench::restore::START_TYPES.contains(&t.as_str()))
+            {
+                anyhow::bail!("unknown start type {t:?} (start types: fresh, zygote)");
+            }
             let o = thaw_bench::restore::Options {
                 functions: split(&functions),
-                strategies: split(&strategies),
+                strategies: [start_types, split(&strategies)].concat(),
                 tier: tier.clone(),
                 sizes: split(&run.sizes),
                 runs: run.runs,

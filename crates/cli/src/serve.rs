@@ -356,14 +356,24 @@ pub fn bench(home: &Path, a: BenchServeArgs) -> Result<()> {
         seconds: a.seconds.max(0.1),
     };
     let r = thaw_server::bench::run(home, &o)?;
-    let md = thaw_server::bench::markdown(&r);
+    emit_report(&thaw_server::bench::markdown(&r), &r, a.json, a.markdown)
+}
+
+/// Prints a benchmark's markdown table and writes it and the JSON report
+/// where asked.
+pub fn emit_report(
+    md: &str,
+    report: &impl serde::Serialize,
+    json: Option<PathBuf>,
+    markdown: Option<PathBuf>,
+) -> Result<()> {
     println!("{md}");
-    if let Some(p) = a.json {
-        std::fs::write(&p, serde_json::to_vec_pretty(&r)?)
+    if let Some(p) = json {
+        std::fs::write(&p, serde_json::to_vec_pretty(report)?)
             .with_context(|| format!("writing {}", p.display()))?;
     }
-    if let Some(p) = a.markdown {
-        std::fs::write(&p, &md).with_context(|| format!("writing {}", p.display()))?;
+    if let Some(p) = markdown {
+        std::fs::write(&p, md).with_context(|| format!("writing {}", p.display()))?;
     }
     Ok(())
 }

@@ -64,6 +64,29 @@ pub enum TierCmd {
         #[arg(long)]
         tag: String,
     },
+    /// Stall an emulated block device (every request held, failing with EIO after the
+    /// tier's I/O timeout), or end the stall with --off
+    Stall {
+        tier: String,
+        #[arg(long)]
+        off: bool,
+    },
+    /// (internal) an emulated block device's per-I/O latency layer (FUSE)
+    #[command(hide = true)]
+    LatencyDevice {
+        #[arg(long)]
+        backing: PathBuf,
+        #[arg(long)]
+        mount: PathBuf,
+        #[arg(long)]
+        name: String,
+        #[arg(long)]
+        latency_ns: u64,
+        #[arg(long)]
+        queue_depth: usize,
+        #[arg(long)]
+        io_timeout_ms: u64,
+    },
     /// (internal) the probe's second reader
     #[command(hide = true)]
     ProbeReader {
@@ -90,6 +113,23 @@ pub fn run(home: &Path, cmd: TierCmd) -> Result<()> {
             &listen,
             &upstream,
             std::time::Duration::from_micros(delay_us),
+        ),
+        TierCmd::LatencyDevice {
+            backing,
+            mount,
+            name,
+            latency_ns,
+            queue_depth,
+            io_timeout_ms,
+        } => thaw_tiers::latency::serve(
+            &backing,
+            &mount,
+            &name,
+            thaw_tiers::latency::Timing {
+                access_latency: std::time::Duration::from_nanos(latency_ns),
+                queue_depth,
+                io_timeout: std::time::Duration::from_millis(io_timeout_ms),
+            },
         ),
         cmd => run_configured(home, &TiersConfig::load(home)?, cmd),
     }
@@ -148,7 +188,14 @@ fn run_configured(home: &Path, cfg: &TiersConfig, cmd: TierCmd) -> Result<()> {
             json,
         } => probe_tiers(home, cfg, names(&tiers), mib, reads, json),
         TierCmd::ProbeReader { file, reads } => probe::reader_main(&file, reads),
-        TierCmd::Relay { .. } => bail!("the relay takes no configuration"),
+        TierCmd::Stall { tier, off } => {
+            device::stall(home, cfg.get(&tier)?, !off)?;
+            thaw_output::outln!("{tier}\t{}", if off { "resumed" } else { "stalled" });
+            Ok(())
+        }
+        TierCmd::Relay { .. } | TierCmd::LatencyDevice { .. } => {
+            bail!("internal command takes no configuration")
+        }
     }
 }
 
@@ -406,16 +453,47 @@ fn snapshot_name(p: &Place, function: &str) -> Result<Option<String>> {
     Ok(first)
 }
 
-/// `thaw snapshot move` (`keep_source` false) and `thaw snapshot get`.
+/// `thaw snapshot move` (`keep_source` false) and `thaw snapshot get`; a
+/// get tries the `fallback` tiers in order when `from` fails.
 pub fn snapshot_transfer(
     home: &Path,
     function: &str,
     from: &str,
     to: &str,
     keep_source: bool,
+    fallback: &[String],
 ) -> Result<()> {
     let places = Places::new(home)?;
     places.recover()?;
+    let mut failures = Vec::new();
+    for source in std::iter::once(from).chain(fallback.iter().map(String::as_str)) {
+        if !failures.is_empty() {
+            crate::progress(&format!("falling back to tier {source}"));
+        }
+        match transfer_one(home, &places, function, source, to, keep_source) {
+            Ok(rep) => {
+                thaw_output::outln!("{}", serde_json::to_string_pretty(&rep)?);
+                return Ok(());
+            }
+            // nothing else to try: the error as it is
+            Err(e) if fallback.is_empty() => return Err(e),
+            Err(e) => {
+                crate::progress(&format!("tier {source} failed: {e:#}"));
+                failures.push(format!("{source}: {e:#}"));
+            }
+        }
+    }
+    bail!("no tier could provide {function}: {}", failures.join("; "))
+}
+
+fn transfer_one(
+    home: &Path,
+    places: &Places,
+    function: &str,
+    from: &str,
+    to: &str,
+    keep_source: bool,
+) -> Result<moves::MoveReport> {
     let (src, dst) = (places.get(from)?, places.get(to)?);
     let name = snapshot_name(&src, function)?
         .with_context(|| format!("no snapshot of {function} on tier {from}"))?;
@@ -433,13 +511,11 @@ pub fn snapshot_transfer(
             need >> 20
         );
     }
-    let rep = if keep_source {
-        moves::copy_snapshot(home, &name, &src, &dst)?
+    if keep_source {
+        moves::copy_snapshot(home, &name, &src, &dst)
     } else {
-        moves::move_snapshot(home, &name, &src, &dst)?
-    };
-    thaw_output::outln!("{}", serde_json::to_string_pretty(&rep)?);
-    Ok(())
+        moves::move_snapshot(home, &name, &src, &dst)
+    }
 }
 
 pub fn snapshot_where(home: &Path, function: &str) -> Result<()> {

@@ -73,6 +73,10 @@ pub struct Args {
     /// Skip and count malformed trace lines instead of failing on the first.
     #[arg(long)]
     pub skip_malformed: bool,
+    /// Send trace function APP,FUNC to the deployed function named FUNC (no
+    /// class mapping; a trace function without one is an error).
+    #[arg(long, conflicts_with = "classes")]
+    pub map_by_name: bool,
 
     /// Stop after this many requests.
     #[arg(long)]
@@ -229,6 +233,7 @@ pub fn schedule_of(a: &Args) -> Result<Schedule> {
             max_functions: a.trace_functions,
             skip_s: a.skip_s,
             skip_malformed: a.skip_malformed,
+            by_name: a.map_by_name,
         };
         let s = schedule::from_trace(src.as_mut(), &deployed, &replay, bounds, a.seed)?;
         if s.items.is_empty() {

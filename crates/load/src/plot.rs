@@ -36,6 +36,20 @@ fn frame<'a, 'b>(root: &'a Canvas<'b>, title: &str) -> ChartBuilder<'a, 'b, SVGB
     b
 }
 
+/// The series legend every plot here draws (also `thaw bench simlive`'s).
+pub fn legend<'a, DB: DrawingBackend + 'a, CT: plotters::coord::CoordTranslate>(
+    chart: &mut ChartContext<'a, DB, CT>,
+    at: SeriesLabelPosition,
+) -> Result<()> {
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .position(at)
+        .draw()
+        .map_err(err)
+}
+
 /// Latency CDF, one line per start type, log-scaled latency axis.
 pub fn cdf(path: &Path, tally: &Tally, title: &str) -> Result<()> {
     let series: Vec<(String, Vec<(f64, f64)>)> = tally
@@ -74,13 +88,7 @@ pub fn cdf(path: &Path, tally: &Tally, title: &str) -> Result<()> {
             .label(format!("{name} ({})", tally.latency[name].latency().count))
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(3)));
     }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .position(SeriesLabelPosition::LowerRight)
-        .draw()
-        .map_err(err)?;
+    legend(&mut chart, SeriesLabelPosition::LowerRight)?;
     root.present().map_err(err)?;
     Ok(())
 }
@@ -119,12 +127,7 @@ pub fn over_time(path: &Path, tally: &Tally, title: &str) -> Result<()> {
             .label(kind.as_str())
             .legend(move |(x, y)| Circle::new((x + 10, y), 4, c.filled()));
     }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()
-        .map_err(err)?;
+    legend(&mut chart, SeriesLabelPosition::MiddleRight)?;
     root.present().map_err(err)?;
     Ok(())
 }

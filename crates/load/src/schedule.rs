@@ -12,7 +12,7 @@
 //! with each trace function mapped onto a deployed function by memory and duration
 //! class. Every draw comes from one seeded generator (`thaw_sim::rng`).
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use thaw_sim::rng::{hash_str, Rng};
@@ -239,6 +239,11 @@ pub struct TraceReplay {
     pub skip_s: f64,
     /// Malformed lines are skipped and counted instead of failing.
     pub skip_malformed: bool,
+    /// Send trace function `APP,FUNC` (2021) or `OWNER,APP,FUNC` (2019) to the
+    /// deployed function named FUNC instead of mapping by class; a trace
+    /// function without its namesake is an error (the simulated-vs-live run
+    /// replays one trace through both tools with the same functions).
+    pub by_name: bool,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
@@ -279,6 +284,18 @@ pub fn map_function(
         .filter(|&i| dist(&deployed[i as usize]) == best)
         .collect();
     tied[(hash_str(seed, trace_name) % tied.len() as u64) as usize]
+}
+
+/// The deployed function named like the last field of a trace function's name.
+fn namesake(deployed: &[Deployed], trace_name: &str) -> Result<u32> {
+    let func = trace_name.rsplit(',').next().unwrap_or(trace_name);
+    deployed
+        .iter()
+        .position(|d| d.name == func)
+        .map(|i| i as u32)
+        .with_context(|| {
+            format!("trace function {trace_name:?}: no deployed function named {func:?} (--map-by-name)")
+        })
 }
 
 /// A trace replay schedule. A malformed line is an error naming file:line
@@ -333,22 +350,30 @@ pub fn from_trace(
         if map.len() <= f {
             map.resize(f + 1, None);
         }
-        let target = *map[f].get_or_insert_with(|| {
+        if map[f].is_none() {
             let name = src.fn_name(inv.f).unwrap_or("").to_string();
-            if replay
-                .max_functions
-                .is_some_and(|n| stats.trace_functions >= n)
-            {
-                stats.functions_dropped += 1;
-                return None;
-            }
-            stats.trace_functions += 1;
-            let d = map_function(deployed, &name, inv.mem_mb, inv.dur, seed);
-            stats
-                .mapping
-                .push((name, deployed[d as usize].name.clone()));
-            Some(d)
-        });
+            map[f] = Some(
+                if replay
+                    .max_functions
+                    .is_some_and(|n| stats.trace_functions >= n)
+                {
+                    stats.functions_dropped += 1;
+                    None
+                } else {
+                    stats.trace_functions += 1;
+                    let d = if replay.by_name {
+                        namesake(deployed, &name)?
+                    } else {
+                        map_function(deployed, &name, inv.mem_mb, inv.dur, seed)
+                    };
+                    stats
+                        .mapping
+                        .push((name, deployed[d as usize].name.clone()));
+                    Some(d)
+                },
+            );
+        }
+        let target = map[f].flatten();
         let Some(function) = target else { continue };
         if replay.sample < 1.0 && rng.f64() >= replay.sample {
             stats.invocations_sampled_out += 1;

@@ -528,6 +528,28 @@ fn traces_replay_through_the_simulator_parsers() {
     );
     // Time scale 2: 2 s of trace in 1 s.
     assert!(sch.items.last().unwrap().at_us <= 1_000_000);
+    // By name: app1,fast -> fast and app2,slow -> slow, whatever the order of
+    // --functions; a trace function without its namesake is refused.
+    let a = args(&format!("--target {url} --trace {} --format azure2021 --functions slow,fast --map-by-name --duration-s 100", trace.display()));
+    let sch = thaw_load::cli::schedule_of(&a).unwrap();
+    let st = sch.trace.unwrap();
+    let mut mapping = st.mapping.clone();
+    mapping.sort();
+    assert_eq!(
+        mapping,
+        vec![
+            ("app1,fast".to_string(), "fast".to_string()),
+            ("app2,slow".to_string(), "slow".to_string())
+        ]
+    );
+    let fast = sch.items.iter().filter(|p| p.function == 1).count();
+    assert_eq!((fast, sch.items.len()), (40, 50));
+    let a = args(&format!("--target {url} --trace {} --format azure2021 --functions fast --map-by-name --duration-s 100", trace.display()));
+    let e = thaw_load::cli::schedule_of(&a).unwrap_err();
+    assert!(
+        format!("{e:#}").contains("no deployed function named \"slow\""),
+        "{e:#}"
+    );
 }
 
 #[test]

@@ -24,7 +24,11 @@ pub(crate) fn write_atomic(path: &std::path::Path, data: &[u8]) -> anyhow::Resul
     use anyhow::Context;
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
-    let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
+    // pid alone is not unique: two threads of one worker may write the same
+    // derived file at once, and each needs its own temporary.
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let seq = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = path.with_extension(format!("tmp-{}-{seq}", std::process::id()));
     // private like the snapshot it derives from
     let mut f = std::fs::OpenOptions::new()
         .write(true)

@@ -54,6 +54,13 @@ struct Func {
     cost: u32,
 }
 
+/// The tier below RAM a snapshot is on (see [`Engine::set_snapshot`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SnapshotLevel {
+    Disk,
+    Net,
+}
+
 #[derive(Clone, Copy, Debug)]
 enum Pending {
     Checkpoint { slot: u32 },
@@ -191,7 +198,11 @@ impl Engine {
         }
         let func = self.funcs[fi];
         let c = self.cost(&func);
-        let mut best = (Start::Cold, c.cold_us, None);
+        let mut best = if self.cfg.deployed_snapshots {
+            (Start::Lukewarm, c.restore_disk_us, None)
+        } else {
+            (Start::Cold, c.cold_us, None)
+        };
         // Strictly faster than the current best, as the thesis: ties go to cold,
         // then to the disk.
         let tiers = [
@@ -226,6 +237,41 @@ impl Engine {
             start: best.0,
             instance: self.id_of(slot),
             ready_at: now + best.1,
+        }
+    }
+
+    /// Tells the policy where the caller holds a snapshot of `f` that the
+    /// policy did not ask for (a deploy wrote it), replacing what it knew:
+    /// `Some(level)` puts it at the front of that level's LRU (spilling
+    /// others if the level is full: the actions go to `out`), `None` forgets
+    /// every copy (the function is gone). Transfers already issued for `f`
+    /// still complete as usual.
+    pub fn set_snapshot(
+        &mut self,
+        now: Time,
+        f: FnId,
+        snap_mb: u32,
+        level: Option<SnapshotLevel>,
+        out: &mut Vec<Action>,
+    ) {
+        self.tick(now);
+        let fi = self.ensure_fn(f);
+        let old = self.funcs[fi];
+        if old.flags & ON_DISK != 0 {
+            self.disk_links.remove(&mut self.disk_lru, fi as u32);
+            self.usage.disk_mb -= old.snap_mb as u64;
+        }
+        if old.flags & ON_NET != 0 {
+            self.net_links.remove(&mut self.net_lru, fi as u32);
+            self.usage.net_mb -= old.snap_mb as u64;
+        }
+        let func = &mut self.funcs[fi];
+        func.flags &= !(ON_DISK | ON_NET);
+        func.snap_mb = snap_mb;
+        match level {
+            Some(SnapshotLevel::Disk) => self.disk_insert(fi, out),
+            Some(SnapshotLevel::Net) => self.net_insert(fi, out),
+            None => {}
         }
     }
 
@@ -364,7 +410,9 @@ impl Engine {
 
     fn miss_cost_us(&self, func: &Func) -> Time {
         let c = self.cost(func);
-        if func.flags & ON_DISK != 0 {
+        if self.cfg.deployed_snapshots {
+            c.restore_disk_us
+        } else if func.flags & ON_DISK != 0 {
             c.cold_us
                 .min(c.restore_disk_us + self.xfer_us(func.snap_mb, DISK_READ))
         } else if func.flags & ON_NET != 0 {
@@ -441,7 +489,7 @@ impl Engine {
             let fi = inst.f as usize;
             let flags = self.funcs[fi].flags;
             let fits_disk = self.cfg.disk_mb > 0 && inst.mem as u64 <= self.cfg.disk_mb;
-            if flags & (ON_DISK | DISK_PENDING) != 0 || !fits_disk {
+            if flags & (ON_DISK | DISK_PENDING) != 0 || !fits_disk || self.cfg.deployed_snapshots {
                 if flags & ON_DISK != 0 {
                     self.disk_links.touch(&mut self.disk_lru, fi as u32);
                 }

@@ -19,7 +19,7 @@ mod engine;
 mod list;
 pub mod placement;
 
-pub use engine::Engine;
+pub use engine::{Engine, SnapshotLevel};
 
 use std::fmt;
 use std::str::FromStr;
@@ -208,6 +208,11 @@ pub struct Config {
     pub net_mb_s: f64,
     /// Costs of functions without their own calibration.
     pub cost: FnCost,
+    /// Every function was deployed with a snapshot that stays on the disk tier
+    /// while it is deployed (as `thaw serve` deploys): a start without an idle
+    /// instance restores it (lukewarm, `restore_disk_us`, the read included)
+    /// instead of booting, and demoting an idle instance only kills it.
+    pub deployed_snapshots: bool,
 }
 
 impl Config {
@@ -225,6 +230,7 @@ impl Config {
             disk_write_mb_s: 2.0 * 1024.0,
             net_mb_s: 10.0 / 8.0 * 1024.0,
             cost: FnCost::default(),
+            deployed_snapshots: false,
         }
     }
 

@@ -7,7 +7,8 @@
 
 use proptest::prelude::*;
 use thaw_policy::{
-    Action, Config, Engine, FnId, InstanceId, Outcome, Policy, PolicyKind, Start, Time, XferId,
+    Action, Config, Engine, FnId, InstanceId, Outcome, Policy, PolicyKind, SnapshotLevel, Start,
+    Time, XferId,
 };
 
 const S: Time = 1_000_000;
@@ -247,6 +248,38 @@ fn tiered_walk(kind: PolicyKind) {
 }
 
 #[test]
+fn snapshots_the_caller_placed_drive_starts_and_spill_when_full() {
+    let mut h = H::new(Config {
+        disk_mb: 150,
+        ..cfg(PolicyKind::TieredLru, 300)
+    });
+    h.p.set_snapshot(0, A, 100, Some(SnapshotLevel::Disk), &mut h.out);
+    assert!(h.out.is_empty());
+    assert_eq!(h.p.usage().disk_mb, 100);
+    // a second one does not fit the 150 MiB disk: the LRU one (A) goes up
+    h.p.set_snapshot(0, B, 100, Some(SnapshotLevel::Disk), &mut h.out);
+    let (up, _) = h.xfer();
+    assert!(
+        matches!(h.out[0], Action::Upload { f: A, .. }),
+        "{:?}",
+        h.out
+    );
+    assert_eq!(h.p.usage().disk_mb, 100);
+    h.done(S, up);
+    assert_eq!(h.p.usage().net_mb, 100);
+    let (s, _, _) = h.go(2 * S, A, 100);
+    assert_eq!(s, Start::Remote);
+    let (s, _, _) = h.go(2 * S, B, 100);
+    assert_eq!(s, Start::Lukewarm);
+    // forgetting every copy: the next start is cold, the tiers are empty
+    h.p.set_snapshot(3 * S, A, 100, None, &mut h.out);
+    h.p.set_snapshot(3 * S, B, 100, None, &mut h.out);
+    assert_eq!((h.p.usage().disk_mb, h.p.usage().net_mb), (0, 0));
+    let (s, _, _) = h.go(4 * S, A, 100);
+    assert_eq!(s, Start::Cold);
+}
+
+#[test]
 fn tiered_lru_walk() {
     tiered_walk(PolicyKind::TieredLru);
 }
@@ -450,5 +483,32 @@ proptest! {
             let run: u64 = running.len() as u64;
             prop_assert!(u.running_mb >= run, "every running instance holds RAM");
         }
+    }
+}
+
+#[test]
+fn deployed_snapshots_restore_instead_of_booting_and_demotion_only_kills() {
+    for kind in [PolicyKind::LruMem, PolicyKind::TieredLru] {
+        let mut h = H::new(Config {
+            deployed_snapshots: true,
+            ..cfg(kind, 200)
+        });
+        let (s, a, lat) = h.go(0, A, 100);
+        assert_eq!((s, lat), (Start::Lukewarm, 100_000), "{kind}");
+        h.fin(S, a);
+        let (s, b, _) = h.go(2 * S, B, 100);
+        assert_eq!(s, Start::Lukewarm);
+        h.fin(3 * S, b);
+        // tiered: idle above the threshold (0.5 x 200) is demoted; the
+        // deployed snapshot is already there, so the instance just goes
+        assert!(
+            h.out.iter().all(|a| matches!(a, Action::Kill { .. })),
+            "{kind}: {:?}",
+            h.out
+        );
+        let (s, _, _) = h.go(4 * S, C, 100);
+        assert_eq!(s, Start::Lukewarm);
+        assert_eq!(h.p.pending_transfers(), 0);
+        assert_eq!(h.p.usage().disk_mb, 0);
     }
 }

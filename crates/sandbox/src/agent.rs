@@ -5,11 +5,14 @@
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::Value;
 use std::io::{ErrorKind, Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
 /// Largest reply the worker accepts.
 pub const MAX_REPLY_BYTES: usize = 16 << 20;
+/// Most descriptors the agent may pass with one frame.
+pub const MAX_FDS_PER_FRAME: usize = 4;
 
 /// A reply the agent marked `"ok": false`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -101,6 +104,107 @@ impl AgentChannel {
         let mut body = vec![0u8; n];
         self.read_exact_by(&mut body, deadline)?;
         parse_body(&body)
+    }
+
+    /// Receives one frame before `deadline`, with the descriptors the agent
+    /// passed along it (SCM_RIGHTS; at most [`MAX_FDS_PER_FRAME`], the
+    /// kernel closes any beyond). They are owned: dropped means closed.
+    pub fn recv_with_fds(&mut self, deadline: Instant) -> Result<(Value, Vec<OwnedFd>)> {
+        let mut fds = Vec::new();
+        let mut prefix = [0u8; 4];
+        self.recvmsg_exact_by(&mut prefix, deadline, &mut fds)?;
+        let n = frame_len(prefix, MAX_REPLY_BYTES)?;
+        let mut body = vec![0u8; n];
+        self.recvmsg_exact_by(&mut body, deadline, &mut fds)?;
+        Ok((parse_body(&body)?, fds))
+    }
+
+    /// Sends one frame, passing `fd` with it (SCM_RIGHTS) if given.
+    pub fn send_with_fd(&mut self, msg: &Value, fd: Option<&OwnedFd>) -> Result<()> {
+        let Some(fd) = fd else {
+            return self.send(msg);
+        };
+        self.sock.set_write_timeout(Some(Duration::from_secs(10)))?;
+        crate::cmsg::send_with_fds(&self.sock, &encode_frame(msg), &[fd.as_raw_fd()])
+            .context("sending to the agent")
+    }
+
+    /// Like `read_exact_by`, through recvmsg, collecting passed descriptors.
+    fn recvmsg_exact_by(
+        &mut self,
+        mut buf: &mut [u8],
+        deadline: Instant,
+        fds: &mut Vec<OwnedFd>,
+    ) -> Result<()> {
+        while !buf.is_empty() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(anyhow!(Timeout));
+            }
+            self.sock.set_read_timeout(Some(left))?;
+            let mut cmsg = [0u64; 8];
+            let mut iov = libc::iovec {
+                iov_base: buf.as_mut_ptr() as *mut libc::c_void,
+                iov_len: buf.len(),
+            };
+            // SAFETY: an all-zero msghdr is valid; the pointers set below
+            // outlive the call.
+            let mut mh: libc::msghdr = unsafe { std::mem::zeroed() };
+            mh.msg_iov = &mut iov;
+            mh.msg_iovlen = 1;
+            mh.msg_control = cmsg.as_mut_ptr() as *mut libc::c_void;
+            // SAFETY: a pure size computation; it fits the 64-byte buffer.
+            mh.msg_controllen = unsafe { libc::CMSG_SPACE(4 * MAX_FDS_PER_FRAME as u32) } as usize;
+            // SAFETY: mh describes live buffers of the stated sizes.
+            let n =
+                unsafe { libc::recvmsg(self.sock.as_raw_fd(), &mut mh, libc::MSG_CMSG_CLOEXEC) };
+            if n >= 0 {
+                // SAFETY: the kernel filled mh's control buffer; the CMSG
+                // macros walk only within msg_controllen.
+                unsafe {
+                    let mut c = libc::CMSG_FIRSTHDR(&mh);
+                    while !c.is_null() {
+                        if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS
+                        {
+                            let data = libc::CMSG_DATA(c);
+                            let len = (*c).cmsg_len as usize - libc::CMSG_LEN(0) as usize;
+                            for i in 0..len / 4 {
+                                let mut fd = 0i32;
+                                std::ptr::copy_nonoverlapping(
+                                    data.add(i * 4),
+                                    &mut fd as *mut i32 as *mut u8,
+                                    4,
+                                );
+                                // installed for us by the kernel: ours to own
+                                fds.push(OwnedFd::from_raw_fd(fd));
+                            }
+                        }
+                        c = libc::CMSG_NXTHDR(&mh, c);
+                    }
+                }
+            }
+            match n {
+                0 => bail!("the agent closed its socket (sandbox died?)"),
+                n if n > 0 => {
+                    let rest = std::mem::take(&mut buf);
+                    buf = &mut rest[n as usize..];
+                }
+                _ => {
+                    let e = std::io::Error::last_os_error();
+                    match e.kind() {
+                        ErrorKind::WouldBlock | ErrorKind::TimedOut => {
+                            return Err(anyhow!(Timeout))
+                        }
+                        ErrorKind::Interrupted => {}
+                        _ => return Err(e).context("reading from the agent"),
+                    }
+                }
+            }
+            if fds.len() > MAX_FDS_PER_FRAME {
+                bail!("the agent passed more than {MAX_FDS_PER_FRAME} descriptors with one frame");
+            }
+        }
+        Ok(())
     }
 
     /// One request, one reply; `"ok": false` becomes an error.

@@ -12,6 +12,7 @@ pub mod agent;
 mod cgroup;
 pub mod checkpoint;
 pub mod cleanup;
+mod cmsg;
 mod pagemap;
 pub mod profile;
 mod ptrace;
@@ -20,6 +21,7 @@ pub mod seccomp;
 mod spawn;
 pub mod state;
 pub mod uid;
+pub mod zygote;
 
 use agent::{AgentChannel, Timeout};
 use anyhow::{anyhow, Context, Result};
@@ -38,6 +40,7 @@ use thaw_memory::PageServer;
 pub use cgroup::Cgroups as SandboxCgroups;
 pub use checkpoint::{checkpoint, CheckpointReport};
 pub use restore::{restore, RestoreReport};
+pub use zygote::Zygote;
 
 /// Limits and places for sandboxes.
 #[derive(Debug, Clone)]
@@ -85,6 +88,11 @@ impl SandboxConfig {
         ]
     }
 }
+
+/// Answers the agent's own requests during a call: (request, descriptors
+/// passed with it) -> (reply, descriptor to pass back).
+pub type SdkServer<'a> =
+    dyn FnMut(&Value, Vec<std::os::fd::OwnedFd>) -> (Value, Option<std::os::fd::OwnedFd>) + 'a;
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -278,6 +286,39 @@ impl Sandbox {
             return Err(anyhow!("sandbox {} is no longer running", self.id));
         }
         let res = self.chan.send(req).and_then(|_| self.chan.recv(timeout));
+        self.finish_call(req, res, timeout)
+    }
+
+    /// One request to the agent during which the agent may make requests of
+    /// its own (frames with an `"sdk"` field, see `thaw_xdt::sdk`): each goes
+    /// to `serve` with the descriptors passed along it, and `serve`'s answer
+    /// (with the descriptor it gives, if any) goes back, until the agent's
+    /// reply to `req` arrives. `timeout` bounds the whole exchange.
+    pub fn call_serving(
+        &mut self,
+        req: &Value,
+        timeout: Duration,
+        serve: &mut SdkServer<'_>,
+    ) -> Result<Value> {
+        if !self.alive {
+            return Err(anyhow!("sandbox {} is no longer running", self.id));
+        }
+        let deadline = std::time::Instant::now() + timeout;
+        let res = self.chan.send(req).and_then(|_| loop {
+            let (msg, fds) = self.chan.recv_with_fds(deadline)?;
+            if msg.get("sdk").is_none() {
+                // descriptors passed with the final reply are dropped (closed)
+                break Ok(msg);
+            }
+            let (reply, fd) = serve(&msg, fds);
+            self.chan.send_with_fd(&reply, fd.as_ref())?;
+        });
+        self.finish_call(req, res, timeout)
+    }
+
+    /// What a request's outcome means for the sandbox: a timeout kills it; a
+    /// closed socket or a malformed reply marks it dead.
+    fn finish_call(&mut self, req: &Value, res: Result<Value>, timeout: Duration) -> Result<Value> {
         match res {
             Ok(reply) => {
                 let ok = reply.get("ok").and_then(Value::as_bool) == Some(true);

@@ -547,6 +547,7 @@ fn build_plan(
             path_off,
             first_run,
             n_runs: plan.runs.len() as u32 - first_run,
+            reserved: 0,
         });
     }
     plan.header = r::PlanHeader {
@@ -566,36 +567,19 @@ fn build_plan(
 /// Receives the restorer's userfaultfd. If the restorer failed before sending
 /// it, the byte read is the first of its status record and is handed back.
 fn recv_uffd(sock: &std::os::unix::net::UnixStream) -> Result<(Option<OwnedFd>, Option<u8>)> {
-    let mut byte = 0u8;
-    let mut iov = libc::iovec {
-        iov_base: (&mut byte as *mut u8).cast(),
-        iov_len: 1,
-    };
-    // SAFETY: CMSG_SPACE is a pure size computation.
-    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) } as usize;
-    let mut cbuf = vec![0u64; space.div_ceil(8)];
-    // SAFETY: zeroed msghdr is a valid empty header.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = cbuf.as_mut_ptr().cast();
-    msg.msg_controllen = space;
-    // SAFETY: msg points at live buffers sized above.
-    let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
-    if n != 1 {
+    let got = crate::cmsg::recv_one_byte(sock, std::mem::size_of::<RawFd>())?;
+    if got.read != 1 {
         bail!("restorer closed its socket before handing over userfaultfd");
     }
-    let mut fd = None;
-    // SAFETY: walking the control buffer the kernel just filled.
-    unsafe {
-        let c = libc::CMSG_FIRSTHDR(&msg);
-        if !c.is_null() && (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS
-        {
-            let raw = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const RawFd);
-            fd = Some(OwnedFd::from_raw_fd(raw));
+    let fd = match got.control {
+        Some((libc::SOL_SOCKET, libc::SCM_RIGHTS, data)) if data.len() >= 4 => {
+            let raw = RawFd::from_ne_bytes(data[..4].try_into().expect("4 bytes"));
+            // SAFETY: the kernel just installed this descriptor for us.
+            Some(unsafe { OwnedFd::from_raw_fd(raw) })
         }
-    }
-    match (byte, fd) {
+        _ => None,
+    };
+    match (got.byte, fd) {
         (b'U', Some(fd)) => Ok((Some(fd), None)),
         (b, None) => Ok((None, Some(b))),
         (_, Some(_)) => bail!("restorer sent a descriptor with an unexpected tag"),

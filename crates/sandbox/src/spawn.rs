@@ -25,6 +25,10 @@ pub enum Exec {
     },
     /// An ELF in a memfd, executed as root (the restorer).
     Memfd { fd: RawFd },
+    /// A program inside the runtime root, executed as root without the seccomp
+    /// filter: a zygote template, which must create namespaces for its children
+    /// (each child drops to its own uid and installs the filter itself).
+    Privileged { path: String },
 }
 
 pub struct ChildSpec<'a> {
@@ -165,6 +169,7 @@ fn prepare(spec: &ChildSpec) -> Result<Prepared> {
             None,
         ),
         Exec::Memfd { fd } => (cstr(b"")?, None, Vec::new(), Some(*fd)),
+        Exec::Privileged { path } => (cstr(path.as_bytes())?, None, Vec::new(), None),
     };
     Ok(Prepared {
         tmp: join("/tmp")?,
@@ -281,13 +286,30 @@ fn read_full(fd: RawFd, buf: &mut [u8]) -> usize {
 }
 
 pub fn kill_and_reap(pid: i32) {
-    // SAFETY: signalling and reaping our own child.
+    // SAFETY: pidfd_open, kill and waitpid on a pid we started (directly, or
+    // through a zygote template); the pidfd is closed below.
     unsafe {
+        // taken first: a child of a zygote template is not ours to reap, but
+        // it stays a zombie (its pid held) until the template reaps it
+        let pidfd = libc::syscall(libc::SYS_pidfd_open, pid, 0) as RawFd;
         libc::kill(pid, libc::SIGKILL);
         let mut st = 0;
-        while libc::waitpid(pid, &mut st, libc::__WALL) < 0
-            && *libc::__errno_location() == libc::EINTR
-        {}
+        let mut r = libc::waitpid(pid, &mut st, libc::__WALL);
+        while r < 0 && *libc::__errno_location() == libc::EINTR {
+            r = libc::waitpid(pid, &mut st, libc::__WALL);
+        }
+        if r < 0 && *libc::__errno_location() == libc::ECHILD && pidfd >= 0 {
+            // not our child: readable once it has exited (and left its cgroups)
+            let mut pfd = libc::pollfd {
+                fd: pidfd,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            while libc::poll(&mut pfd, 1, 5000) < 0 && *libc::__errno_location() == libc::EINTR {}
+        }
+        if pidfd >= 0 {
+            libc::close(pidfd);
+        }
     }
 }
 
@@ -494,8 +516,8 @@ fn child(p: &Prepared, go_r: RawFd, err_w: RawFd) -> ! {
             {
                 fail(err_fd, 12);
             }
-            libc::execve(p.path.as_ptr(), p.argv.as_ptr(), p.envp.as_ptr());
-        } else {
+        }
+        if p.memfd.is_some() {
             libc::syscall(
                 libc::SYS_execveat,
                 EXEC_FD,
@@ -504,6 +526,8 @@ fn child(p: &Prepared, go_r: RawFd, err_w: RawFd) -> ! {
                 p.envp.as_ptr(),
                 libc::AT_EMPTY_PATH,
             );
+        } else {
+            libc::execve(p.path.as_ptr(), p.argv.as_ptr(), p.envp.as_ptr());
         }
         fail(err_fd, 13);
     }

@@ -75,7 +75,7 @@ impl ApiError {
     fn bad(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::BAD_REQUEST, "bad_request", message)
     }
-    fn retry(mut self, secs: u64) -> ApiError {
+    pub fn retry(mut self, secs: u64) -> ApiError {
         self.retry_after = Some(secs);
         self
     }
@@ -148,6 +148,7 @@ pub fn describe(v: &FnVersion, live: u32, idle: u32) -> Value {
     json!({
         "name": r.name,
         "version": r.version,
+        "owner": r.owner,
         "handler": r.handler,
         "init": r.init,
         "after_restore": r.after_restore,
@@ -158,6 +159,7 @@ pub fn describe(v: &FnVersion, live: u32, idle: u32) -> Value {
         "max_instances": r.max_instances,
         "strategy": r.strategy,
         "tier": r.tier,
+        "snapshot_tier": v.placed().map(|p| p.tier),
         "snapshot": r.snapshot,
         "code_bytes": r.code_bytes,
         "code_files": r.code_files,
@@ -274,6 +276,7 @@ async fn invoke(
     };
     let invocation_id = hex::encode(rand::random::<[u8; 12]>());
     let start = lease.start;
+    let predicted = lease.predicted;
     let created = lease.created.clone().unwrap_or_default();
     let queue_ms = lease.queue_ms;
     let timeout = Duration::from_millis(v.rec.timeout_ms);
@@ -331,7 +334,30 @@ async fn invoke(
             &v.rec.strategy
         }),
     );
-    h.insert("thaw-tier", hv(&v.rec.tier));
+    // where this instance's snapshot was read from; for a warm start,
+    // where the function's snapshot is now
+    let tier = match start {
+        StartType::Restore => created.tier.clone(),
+        StartType::Warm => v.placed().map_or("-".into(), |p| p.tier),
+        StartType::Boot => "-".into(),
+    };
+    h.insert("thaw-tier", hv(&tier));
+    h.insert("thaw-predicted-start", hv(predicted.0));
+    h.insert("thaw-predicted-tier", hv(predicted.1));
+    let actual_tier = if start == StartType::Restore {
+        tier.as_str()
+    } else {
+        "-"
+    };
+    if predicted != (start.name(), actual_tier) {
+        app.metrics
+            .mispredictions
+            .get_or_create(&crate::metrics::PredictionLabels {
+                predicted: format!("{}:{}", predicted.0, predicted.1),
+                actual: format!("{}:{actual_tier}", start.name()),
+            })
+            .inc();
+    }
     h.insert("thaw-version", hv(&v.rec.version.to_string()));
     let mut timing = format!("queue;dur={queue_ms:.3}");
     if start != StartType::Warm {
@@ -351,7 +377,7 @@ async fn invoke(
 }
 
 /// The status and body for an `"ok": false` agent reply.
-fn function_failure(r: &Value, timeout_ms: u64) -> (StatusCode, Value, &'static str) {
+pub(crate) fn function_failure(r: &Value, timeout_ms: u64) -> (StatusCode, Value, &'static str) {
     let s = |k: &str| r.get(k).and_then(Value::as_str).unwrap_or("").to_string();
     match s("error").as_str() {
         "function_error" => {
@@ -381,7 +407,7 @@ fn function_failure(r: &Value, timeout_ms: u64) -> (StatusCode, Value, &'static 
     }
 }
 
-fn refusal(app: &App, name: &str, r: Refusal) -> ApiError {
+pub(crate) fn refusal(app: &App, name: &str, r: Refusal) -> ApiError {
     let (status, code, msg, retry) = match r {
         Refusal::QueueFull => (
             StatusCode::TOO_MANY_REQUESTS,
@@ -491,6 +517,8 @@ async fn prewarm(
 struct LogQuery {
     tail: Option<usize>,
     after: Option<u64>,
+    instance: Option<String>,
+    invocation_id: Option<String>,
 }
 
 async fn logs(
@@ -501,8 +529,15 @@ async fn logs(
     let Query(q) = query.map_err(|e| ApiError::bad(e.body_text()))?;
     let v = lookup(&app, &name)?;
     let tail = q.tail.unwrap_or(100).min(10_000);
-    let entries = v.ring.read(q.after.unwrap_or(0), tail);
-    Ok(Json(json!({ "function": name, "entries": entries })))
+    let entries = v.ring.read(
+        q.after.unwrap_or(0),
+        tail,
+        q.instance.as_deref(),
+        q.invocation_id.as_deref(),
+    );
+    Ok(Json(
+        json!({ "function": name, "instances": v.ring.instances(), "entries": entries }),
+    ))
 }
 
 async fn healthz() -> Json<Value> {
@@ -529,9 +564,12 @@ async fn metrics(State(app): State<Arc<App>>) -> Response {
         .unwrap_or_else(|p| p.into_inner())
         .values()
     {
-        if let Some(s) = &v.rec.snapshot {
-            *tiers.entry(v.rec.tier.clone()).or_default() += s.size_bytes;
+        if let (Some(s), Some(p)) = (&v.rec.snapshot, v.placed()) {
+            *tiers.entry(p.tier).or_default() += s.size_bytes;
         }
+    }
+    for t in crate::tiering::TIERS {
+        tiers.entry(t.to_string()).or_default();
     }
     for (tier, bytes) in tiers {
         app.metrics

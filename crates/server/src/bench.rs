@@ -40,6 +40,9 @@ pub struct Report {
     pub restore_api_ms: Summary,
     /// median API restore / median direct restore
     pub restore_ratio: f64,
+    /// API / direct within each interleaved pair: load that drifts over
+    /// the run moves both halves of a pair alike
+    pub restore_pair_ratio: Summary,
     pub strategy: String,
     pub tier: String,
 }
@@ -55,20 +58,45 @@ fn stats(xs: &[f64]) -> Result<Summary> {
 /// Runs the benchmark on a temporary state home; the runtime root comes
 /// from `runtime_home`.
 pub fn run(runtime_home: &std::path::Path, o: &Options) -> Result<Report> {
-    let home = std::env::temp_dir().join(format!("thaw-bench-serve-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&home);
-    let cfg = Config {
+    on_temp_daemon(runtime_home, "serve", |app, socket| measure(app, socket, o))
+}
+
+/// Runs `measure` against a daemon serving a throw-away state home (removed
+/// afterwards) that reuses the runtime root of `runtime_home`.
+pub fn on_temp_daemon<T>(
+    runtime_home: &std::path::Path,
+    tag: &str,
+    measure: impl FnOnce(&crate::App, &std::path::Path) -> Result<T>,
+) -> Result<T> {
+    on_temp_daemon_with(runtime_home, tag, |_| {}, measure)
+}
+
+/// [`on_temp_daemon`] with the daemon's configuration adjusted by `configure`.
+pub fn on_temp_daemon_with<T>(
+    runtime_home: &std::path::Path,
+    tag: &str,
+    configure: impl FnOnce(&mut Config),
+    measure: impl FnOnce(&crate::App, &std::path::Path) -> Result<T>,
+) -> Result<T> {
+    let home = std::env::temp_dir().join(format!("thaw-bench-{tag}-{}", std::process::id()));
+    let _ = crate::remove_home(&home);
+    let mut cfg = Config {
         home: home.clone(),
         runtime_home: Some(runtime_home.to_path_buf()),
         ..Config::default()
     };
+    configure(&mut cfg);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
     let res = (|| {
-        let app = crate::open(cfg)?;
+        let app = {
+            // the daemon's nested (XDT) invocations run on this runtime
+            let _in_runtime = rt.enter();
+            crate::open(cfg)?
+        };
         let running = rt.block_on(crate::start(app.clone(), false))?;
-        let res = measure(&app, &running.socket, o);
+        let res = measure(&app, &running.socket);
         rt.block_on(running.stop());
         res
     })();
@@ -107,7 +135,7 @@ fn measure(app: &crate::App, socket: &std::path::Path, o: &Options) -> Result<Re
         );
     }
     let v = crate::api_lookup(app, "bench")?;
-    let snap = v.snapshot.clone().context("deployed without a snapshot")?;
+    let snap = v.placed().context("deployed without a snapshot")?.snap;
     let event = json!({"name": "bench"});
     let body = serde_json::to_vec(&event)?;
     let invoke = |c: &mut Client, q: &str| -> Result<f64> {
@@ -168,8 +196,13 @@ fn measure(app: &crate::App, socket: &std::path::Path, o: &Options) -> Result<Re
     let rps = all.len() as f64 / o.seconds;
 
     // restore starts: direct (worker) and through the API, interleaved
+    // (the order alternates, so neither path always runs right after the
+    // other's sandbox teardown)
     let (mut direct, mut via_api) = (Vec::new(), Vec::new());
     for i in 0..o.restore_runs {
+        if i % 2 == 1 {
+            via_api.push(invoke(&mut c, "?force=cold")?);
+        }
         let t = Instant::now();
         let (mut sb, _) = app.worker.restore_user(&snap, &v.rec.strategy, &v.func)?;
         thaw_worker::after_restore(&mut sb, &format!("direct-{i}"), timeout)?;
@@ -179,8 +212,11 @@ fn measure(app: &crate::App, socket: &std::path::Path, o: &Options) -> Result<Re
             bail!("direct restore invoke failed: {r}");
         }
         drop(sb);
-        via_api.push(invoke(&mut c, "?force=cold")?);
+        if i % 2 == 0 {
+            via_api.push(invoke(&mut c, "?force=cold")?);
+        }
     }
+    let pairs: Vec<f64> = via_api.iter().zip(&direct).map(|(a, d)| a / d).collect();
     let warm_inprocess_ms = stats(&inproc)?;
     let warm_api_ms = stats(&api)?;
     let restore_direct_ms = stats(&direct)?;
@@ -194,6 +230,7 @@ fn measure(app: &crate::App, socket: &std::path::Path, o: &Options) -> Result<Re
         throughput_clients: o.clients,
         throughput_latency_ms: stats(&all)?,
         restore_ratio: restore_api_ms.median / restore_direct_ms.median,
+        restore_pair_ratio: stats(&pairs)?,
         restore_direct_ms,
         restore_api_ms,
         strategy: v.rec.strategy.clone(),
@@ -223,8 +260,15 @@ pub fn markdown(r: &Report) -> String {
     m += &row("restore start, HTTP (?force=cold)", &r.restore_api_ms);
     m += &format!(
         "\nAPI overhead (median, warm): {:.3} ms; throughput: {:.0} requests/s with {} clients; \
-         restore through the API / direct: {:.2}x\n",
-        r.api_overhead_ms, r.throughput_rps, r.throughput_clients, r.restore_ratio
+         restore through the API / direct: {:.2}x (medians); per interleaved pair: \
+         min {:.2}x, median {:.2}x, p99 {:.2}x\n",
+        r.api_overhead_ms,
+        r.throughput_rps,
+        r.throughput_clients,
+        r.restore_ratio,
+        r.restore_pair_ratio.min,
+        r.restore_pair_ratio.median,
+        r.restore_pair_ratio.p99
     );
     m
 }

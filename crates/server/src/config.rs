@@ -21,7 +21,10 @@ pub struct Config {
     pub log_format: String,
     /// RAM the policy may keep instances in (running + idle).
     pub memory_budget_mb: u64,
-    /// Disk capacity the tiered policies plan with.
+    /// Snapshots the daemon keeps on the DRAM tier (tmpfs); past it the
+    /// policy demotes the least recently used ones to disk.
+    pub dram_snapshot_mb: u64,
+    /// Snapshots on the disk tier.
     pub disk_budget_mb: u64,
     /// `ttl`, `lru-mem`, `tiered-lru`, `greedy-dual`, `tiered-greedy-dual`.
     pub policy: String,
@@ -32,6 +35,8 @@ pub struct Config {
     pub limits: Limits,
     /// Seconds in-flight invocations get to finish after SIGTERM.
     pub drain_grace_s: u64,
+    /// XDT: object table and call-chain limits (`[xdt.objects]`, `[xdt.chains]`).
+    pub xdt: crate::xdt::XdtConfig,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -55,7 +60,7 @@ pub struct Limits {
     pub max_memory_mb: u64,
     /// Deploy: how long import + init (+ the sample event) may take.
     pub init_timeout_ms: u64,
-    /// Per-function log ring on disk.
+    /// Each instance's log ring on disk (a function keeps its newest 16).
     pub log_bytes: u64,
     /// One invocation's captured output (the rest is cut, with a note).
     pub invocation_log_bytes: u64,
@@ -94,12 +99,14 @@ impl Default for Config {
             token_file: None,
             log_format: "text".into(),
             memory_budget_mb: 4096,
+            dram_snapshot_mb: 2048,
             disk_budget_mb: 50 * 1024,
             policy: "lru-mem".into(),
             keep_alive_s: 600,
             threshold: 0.9,
             limits: Limits::default(),
             drain_grace_s: 30,
+            xdt: Default::default(),
         }
     }
 }
@@ -167,15 +174,24 @@ impl Config {
         Ok(())
     }
 
+    /// The policy's levels below RAM are the daemon's snapshot tiers: its
+    /// "disk" is tmpfs, its "network" the disk tier (`pool::level_of`),
+    /// with those tiers' device profiles (`thaw tier list`).
     pub fn policy_config(&self) -> Result<thaw_policy::Config> {
         let kind: thaw_policy::PolicyKind = self.policy.parse().map_err(anyhow::Error::msg)?;
+        let tiers = thaw_tiers::TiersConfig::load(&self.home)?;
+        let (dram, disk) = (&tiers.get("tmpfs")?.profile, &tiers.get("disk")?.profile);
+        // MB/s to MiB/s
+        let mib = |mbps: f64| mbps * 1e6 / (1u64 << 20) as f64;
         let c = thaw_policy::Config {
             ram_mb: self.memory_budget_mb,
-            disk_mb: self.disk_budget_mb,
-            // no network tier on one worker
-            net_mb: 0,
+            disk_mb: self.dram_snapshot_mb,
+            net_mb: self.disk_budget_mb,
             threshold: self.threshold,
             keep_alive_us: self.keep_alive_s * 1_000_000,
+            disk_read_mb_s: mib(dram.read_mbps),
+            disk_write_mb_s: mib(dram.write_mbps),
+            net_mb_s: mib(disk.read_mbps.min(disk.write_mbps)),
             ..thaw_policy::Config::thesis(kind)
         };
         c.validate().map_err(anyhow::Error::msg)?;

@@ -5,7 +5,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 use thaw_store::Snapshot;
 use thaw_worker::UserFunction;
@@ -13,8 +13,9 @@ use thaw_worker::UserFunction;
 use crate::api::ApiError;
 use crate::archive::{self, Format};
 use crate::logs::Ring;
-use crate::pool::FnVersion;
+use crate::pool::{FnVersion, Placed};
 use crate::registry::{check_name, mkdir_private, Record, SnapshotInfo};
+use crate::tiering::TIERS;
 use crate::App;
 
 /// `POST /v1/functions`.
@@ -40,6 +41,9 @@ pub struct DeployRequest {
     pub tier: Option<String>,
     /// Invoked once before the snapshot (warms the instance up).
     pub sample_event: Option<Value>,
+    /// Who the function belongs to (default `default`): only functions of
+    /// one owner may invoke each other or read each other's objects.
+    pub owner: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -55,7 +59,6 @@ pub struct Code {
 /// Restore strategies a deploy may name; `boot` takes no snapshot (every
 /// new instance boots: for code that cannot be checkpointed).
 const STRATEGIES: [&str; 5] = ["mmap", "eager", "uffd", "reap", "boot"];
-const TIERS: [&str; 2] = ["tmpfs", "disk"];
 
 fn bad(msg: impl Into<String>) -> ApiError {
     ApiError::new(StatusCode::BAD_REQUEST, "bad_request", msg)
@@ -171,6 +174,9 @@ pub async fn run(app: &Arc<App>, req: DeployRequest) -> Result<(Record, StatusCo
             TIERS.join(", ")
         )));
     }
+    if let Some(owner) = &req.owner {
+        check_name(owner).map_err(|e| bad(format!("owner: {e:#}")))?;
+    }
     let format = Format::parse(&req.code.format).map_err(|e| bad(format!("{e:#}")))?;
     let data = base64::engine::general_purpose::STANDARD
         .decode(req.code.data_base64.as_bytes())
@@ -194,10 +200,7 @@ pub async fn run(app: &Arc<App>, req: DeployRequest) -> Result<(Record, StatusCo
     };
 
     // one deploy per function at a time; invocations keep running meanwhile
-    let lock = {
-        let mut locks = app.deploy_locks.lock().unwrap_or_else(|p| p.into_inner());
-        locks.entry(req.name.clone()).or_default().clone()
-    };
+    let lock = deploy_lock(app, &req.name);
     let _guard = lock.lock().await;
     let app2 = app.clone();
     let replaced = app
@@ -234,11 +237,17 @@ pub async fn run(app: &Arc<App>, req: DeployRequest) -> Result<(Record, StatusCo
     ))
 }
 
+/// One deploy, delete or snapshot move of a function at a time.
+pub fn deploy_lock(app: &App, name: &str) -> Arc<tokio::sync::Mutex<()>> {
+    let mut locks = app.deploy_locks.lock().unwrap_or_else(|p| p.into_inner());
+    locks.entry(name.to_string()).or_default().clone()
+}
+
 /// Publishes a built version: the registry's `current`, then the pool and
 /// the in-memory map.
 pub fn install(app: &App, v: Arc<FnVersion>) {
     let name = v.rec.name.clone();
-    app.pool.set_version(&name, v.rec.version);
+    app.pool.set_version(&v);
     app.functions
         .write()
         .unwrap_or_else(|p| p.into_inner())
@@ -269,6 +278,10 @@ fn build(
         let mut rec = Record {
             name: req.name.clone(),
             version,
+            owner: req
+                .owner
+                .clone()
+                .unwrap_or_else(crate::registry::default_owner),
             handler: req.handler.clone(),
             init: req.init.clone(),
             after_restore: req.after_restore.clone(),
@@ -287,13 +300,16 @@ fn build(
                 .map_or(0, |d| d.as_secs()),
         };
         let func = user_function(&vdir, &rec, &req.secret_env);
-        let snap = if strategy == "boot" {
+        let placed = if strategy == "boot" {
             check_boots(app, &rec, &func, req.sample_event.as_ref())?;
             None
         } else {
             let (snap, info) = snapshot(app, &rec, &func, req.sample_event.as_ref())?;
             rec.snapshot = Some(info);
-            Some(snap)
+            Some(Placed {
+                tier: rec.tier.clone(),
+                snap,
+            })
         };
         app.registry
             .write_record(&rec, &req.secret_env)
@@ -308,7 +324,7 @@ fn build(
             ring: ring_for(app, &rec.name),
             rec,
             func,
-            snapshot: snap,
+            placed: RwLock::new(placed),
         })
     })();
     if result.is_err() {
@@ -323,7 +339,7 @@ pub fn ring_for(app: &App, name: &str) -> Arc<Ring> {
         .entry(name.to_string())
         .or_insert_with(|| {
             Arc::new(Ring::open(
-                app.registry.function_dir(name).join("logs.jsonl"),
+                app.registry.function_dir(name).join("logs"),
                 app.cfg.limits.log_bytes,
             ))
         })
@@ -363,8 +379,25 @@ fn check_boots(
     func: &UserFunction,
     sample: Option<&Value>,
 ) -> Result<(), ApiError> {
+    let _held = reserve(app, rec)?;
     let (mut sb, _) = start_loaded(app, func)?;
     warm_up(&mut sb, rec, sample)
+}
+
+/// The deploy's sandboxes count in the instance memory budget.
+fn reserve(app: &App, rec: &Record) -> Result<crate::pool::Reservation, ApiError> {
+    app.pool.reserve(rec.memory_mb).ok_or_else(|| {
+        app.metrics.reject("memory");
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "memory",
+            format!(
+                "the instance memory budget cannot hold a {} MiB deploy sandbox now",
+                rec.memory_mb
+            ),
+        )
+        .retry(1)
+    })
 }
 
 fn start_loaded(
@@ -408,6 +441,7 @@ pub fn snapshot(
     func: &UserFunction,
     sample: Option<&Value>,
 ) -> Result<(Snapshot, SnapshotInfo), ApiError> {
+    let _held = reserve(app, rec)?;
     let (mut sb, fresh) = start_loaded(app, func)?;
     warm_up(&mut sb, rec, sample)?;
     let tier = app.worker.tier(&rec.tier).map_err(internal)?;
@@ -449,10 +483,7 @@ pub fn snapshot(
 
 /// Removes a function: instances, every version's code and snapshot.
 pub async fn delete(app: &Arc<App>, name: &str) -> Result<(), ApiError> {
-    let lock = {
-        let mut locks = app.deploy_locks.lock().unwrap_or_else(|p| p.into_inner());
-        locks.entry(name.to_string()).or_default().clone()
-    };
+    let lock = deploy_lock(app, name);
     let _guard = lock.lock().await;
     let removed = app
         .functions
@@ -479,12 +510,13 @@ pub async fn delete(app: &Arc<App>, name: &str) -> Result<(), ApiError> {
         .map_err(internal)
 }
 
-/// Removes one version's code and snapshot (if they are still there).
+/// Removes one version's code and snapshot (on whichever tier the policy
+/// left it).
 pub fn remove_version(app: &App, name: &str, version: u64) {
     let vdir = app.registry.version_dir(name, version);
-    if let Ok((rec, _)) = app.registry.load(name, version) {
-        if let Ok(tier) = app.worker.tier(&rec.tier) {
-            let sname = snapshot_name(app, name, version);
+    let sname = snapshot_name(app, name, version);
+    for t in TIERS {
+        if let Ok(tier) = app.worker.tier(t) {
             let _ = thaw_store::secure::remove_tree(&tier.function_dir(&sname));
         }
     }

@@ -14,6 +14,9 @@ pub mod logs;
 pub mod metrics;
 pub mod pool;
 pub mod registry;
+pub mod tiering;
+pub mod xdt;
+pub mod xdt_bench;
 
 use anyhow::{bail, Context, Result};
 use std::collections::HashMap;
@@ -39,6 +42,8 @@ pub struct App {
     pub deploy_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     pub rings: Mutex<HashMap<String, Arc<logs::Ring>>>,
     pub draining: AtomicBool,
+    /// Held by the mover for each snapshot move (a stop waits for it).
+    pub mover_busy: Mutex<()>,
 }
 
 /// Opens the state home, the worker and the pool, and brings back every
@@ -59,13 +64,16 @@ pub fn open(cfg: Config) -> Result<Arc<App>> {
     registry::mkdir_private(&log_dir)?;
     worker.cfg.log_dir = log_dir;
     let worker = Arc::new(worker);
+    tiering::recover_moves(&cfg.home)?;
     let metrics = Arc::new(metrics::Metrics::new());
+    let (mover_tx, mover_rx) = std::sync::mpsc::channel();
     let pool = Arc::new(Pool::new(
         worker.clone(),
         metrics.clone(),
         cfg.policy_config()?,
         cfg.limits.queue_per_function,
         cfg.limits.invocation_log_bytes,
+        mover_tx,
     )?);
     let app = Arc::new(App {
         registry: Registry::open(&state)?,
@@ -77,8 +85,16 @@ pub fn open(cfg: Config) -> Result<Arc<App>> {
         deploy_locks: Mutex::new(HashMap::new()),
         rings: Mutex::new(HashMap::new()),
         draining: AtomicBool::new(false),
+        mover_busy: Mutex::new(()),
     });
+    let rt = tokio::runtime::Handle::try_current().context(
+        "the daemon opens inside a tokio runtime (the SDK's nested invocations run on it)",
+    )?;
+    let host = Arc::new(xdt::XdtHost::new(&app.cfg.xdt, rt));
+    host.attach(&app);
+    let _ = app.pool.xdt.set(host);
     recover(&app)?;
+    tiering::spawn_mover(Arc::downgrade(&app), mover_rx)?;
     Ok(app)
 }
 
@@ -115,22 +131,38 @@ fn recover(app: &App) -> Result<()> {
         };
         let vdir = app.registry.version_dir(&name, version);
         let func = deploy::user_function(&vdir, &rec, &secrets);
-        let trusted = rec.snapshot.as_ref().and_then(|s| match trust(app, &s.dir) {
-            Ok(snap) => Some(snap),
+        // the policy may have moved the snapshot off its deploy tier
+        let found = match tiering::locate(app, &name, version) {
+            Ok(f) => f,
+            Err(e) => {
+                tracing::warn!(function = %name, "looking for the snapshot: {e:#}");
+                None
+            }
+        };
+        let trusted = found.and_then(|p| match trust(app, &p.snap.dir) {
+            Ok(snap) => Some(pool::Placed { tier: p.tier, snap }),
             Err(e) => {
                 tracing::warn!(function = %name, "snapshot not trusted ({e:#}); taking it again");
                 None
             }
         });
-        let snap = match trusted {
+        let placed = match trusted {
             _ if rec.strategy == "boot" => None,
-            Some(s) => Some(s),
+            Some(p) => Some(p),
             None => {
+                // one copy only: what is left on another tier goes first
+                let sname = deploy::snapshot_name(app, &name, version);
+                for t in tiering::TIERS.iter().filter(|t| **t != rec.tier) {
+                    thaw_store::secure::remove_tree(&app.worker.tier(t)?.function_dir(&sname))?;
+                }
                 let (snap, info) = deploy::snapshot(app, &rec, &func, None)
                     .map_err(|e| anyhow::anyhow!("{}: re-snapshot failed: {}", name, e.body))?;
                 rec.snapshot = Some(info);
                 app.registry.write_record(&rec, &secrets)?;
-                Some(snap)
+                Some(pool::Placed {
+                    tier: rec.tier.clone(),
+                    snap,
+                })
             }
         };
         tracing::info!(function = %name, version, "recovered");
@@ -140,7 +172,7 @@ fn recover(app: &App) -> Result<()> {
                 ring: deploy::ring_for(app, &name),
                 rec,
                 func,
-                snapshot: snap,
+                placed: RwLock::new(placed),
             }),
         );
     }
@@ -307,6 +339,12 @@ pub async fn start(app: Arc<App>, signals: bool) -> Result<Running> {
         }
         ticker.abort();
         app2.pool.drain();
+        // a snapshot move under way finishes; queued ones are dropped
+        let app3 = app2.clone();
+        let _ = tokio::task::spawn_blocking(move || {
+            drop(app3.mover_busy.lock());
+        })
+        .await;
         // busy instances end when their invocation does (bounded above)
         app2.pool.wait_for_instances(Duration::from_secs(10)).await;
         let _ = std::fs::remove_file(&sock2);

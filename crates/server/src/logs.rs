@@ -4,9 +4,11 @@
 //! capped by RLIMIT_FSIZE). After every invocation the instance thread takes
 //! what was written and truncates the file, so a sandbox log never holds more
 //! than one invocation's output. The taken text (cut to a per-invocation cap)
-//! is appended as one JSON line to the function's `logs.jsonl`; when that
-//! passes its cap the older half is dropped. A function printing 1 GiB costs
-//! at most the caps.
+//! is appended as one JSON line to the instance's ring
+//! (`functions/NAME/logs/INSTANCE.jsonl`); when that passes its cap the older
+//! half is dropped, and a function keeps the rings of its newest
+//! [`KEEP_INSTANCES`] instances. A function printing 1 GiB costs at most the
+//! caps.
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Seek, Write};
@@ -42,18 +44,28 @@ pub fn take_sandbox_output(path: &Path, cap: u64) -> (String, bool) {
     (String::from_utf8_lossy(&buf).into_owned(), len > cap)
 }
 
-/// One function's ring.
+/// Instances whose rings a function keeps (the oldest go first).
+pub const KEEP_INSTANCES: usize = 16;
+
+/// One function's output: one ring file per instance
+/// (`logs/INSTANCE.jsonl`, each at most `cap` bytes plus one entry), the
+/// newest [`KEEP_INSTANCES`] of them; entries are numbered across them.
 pub struct Ring {
-    path: PathBuf,
+    dir: PathBuf,
     cap: u64,
     state: Mutex<u64>,
 }
 
 impl Ring {
-    pub fn open(path: PathBuf, cap: u64) -> Ring {
-        let last = read_entries(&path).last().map_or(0, |e| e.seq);
+    pub fn open(dir: PathBuf, cap: u64) -> Ring {
+        let last = instance_files(&dir)
+            .iter()
+            .flat_map(|p| read_entries(p))
+            .map(|e| e.seq)
+            .max()
+            .unwrap_or(0);
         Ring {
-            path,
+            dir,
             cap,
             state: Mutex::new(last),
         }
@@ -65,39 +77,92 @@ impl Ring {
         e.seq = *seq;
         let mut line = serde_json::to_vec(&e)?;
         line.push(b'\n');
+        crate::registry::mkdir_private(&self.dir)?;
+        let path = self.instance_path(&e.instance)?;
         let mut f = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .mode(0o600)
-            .open(&self.path)?;
+            .open(&path)?;
         f.write_all(&line)?;
         if f.metadata()?.len() > self.cap {
             drop(f);
-            self.keep_newest_half()?;
+            keep_newest_half(&path, self.cap)?;
+        }
+        let mut files = instance_files(&self.dir);
+        if files.len() > KEEP_INSTANCES {
+            files.sort_by_key(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok());
+            for old in &files[..files.len() - KEEP_INSTANCES] {
+                std::fs::remove_file(old)?;
+            }
         }
         Ok(())
     }
 
-    fn keep_newest_half(&self) -> Result<()> {
-        let data = std::fs::read(&self.path)?;
-        let mut cut = data.len() - (self.cap as usize / 2).min(data.len());
-        while cut < data.len() && data[cut.saturating_sub(1)] != b'\n' {
-            cut += 1;
+    fn instance_path(&self, instance: &str) -> Result<PathBuf> {
+        // instance names are the daemon's own (`FUNCTION-HEX`)
+        if instance.is_empty()
+            || !instance
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        {
+            anyhow::bail!("bad instance name {instance:?}");
         }
-        crate::registry::write_private(&self.path, &data[cut..])
+        Ok(self.dir.join(format!("{instance}.jsonl")))
     }
 
-    /// Entries after `after` (a seq), the newest `tail` of them.
-    pub fn read(&self, after: u64, tail: usize) -> Vec<LogEntry> {
+    /// Entries after `after` (a seq), of one instance and/or invocation if
+    /// given, the newest `tail` of them, oldest first.
+    pub fn read(
+        &self,
+        after: u64,
+        tail: usize,
+        instance: Option<&str>,
+        invocation: Option<&str>,
+    ) -> Vec<LogEntry> {
         let _guard = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        let mut v: Vec<_> = read_entries(&self.path)
-            .into_iter()
+        let mut v: Vec<_> = instance_files(&self.dir)
+            .iter()
+            .flat_map(|p| read_entries(p))
             .filter(|e| e.seq > after)
+            .filter(|e| instance.is_none_or(|i| e.instance == i))
+            .filter(|e| invocation.is_none_or(|i| e.invocation_id == i))
             .collect();
+        v.sort_by_key(|e| e.seq);
         let skip = v.len().saturating_sub(tail);
         v.drain(..skip);
         v
     }
+
+    /// Instances that have a ring.
+    pub fn instances(&self) -> Vec<String> {
+        let mut v: Vec<String> = instance_files(&self.dir)
+            .iter()
+            .filter_map(|p| p.file_stem()?.to_str().map(String::from))
+            .collect();
+        v.sort();
+        v
+    }
+}
+
+fn instance_files(dir: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn keep_newest_half(path: &Path, cap: u64) -> Result<()> {
+    let data = std::fs::read(path)?;
+    let mut cut = data.len() - (cap as usize / 2).min(data.len());
+    while cut < data.len() && data[cut.saturating_sub(1)] != b'\n' {
+        cut += 1;
+    }
+    crate::registry::write_private(path, &data[cut..])
 }
 
 fn read_entries(path: &Path) -> Vec<LogEntry> {

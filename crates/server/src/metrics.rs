@@ -40,6 +40,13 @@ pub struct MoveLabels {
     pub to: String,
 }
 
+/// `START:TIER` pairs (`restore:tmpfs`, `warm:-`, `boot:-`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PredictionLabels {
+    pub predicted: String,
+    pub actual: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabel {
     pub reason: String,
@@ -73,6 +80,7 @@ pub struct Metrics {
     pub instances: Family<StateLabel, Gauge>,
     pub memory: Family<TierLabel, Gauge>,
     pub moves: Family<MoveLabels, Counter>,
+    pub mispredictions: Family<PredictionLabels, Counter>,
     pub rejected: Family<ReasonLabel, Counter>,
 }
 
@@ -91,6 +99,7 @@ impl Metrics {
         let memory = Family::<TierLabel, Gauge>::default();
         let moves = Family::<MoveLabels, Counter>::default();
         let rejected = Family::<ReasonLabel, Counter>::default();
+        let mispredictions = Family::<PredictionLabels, Counter>::default();
         registry.register(
             "invocations",
             "Invocations by function, start type and status",
@@ -123,6 +132,11 @@ impl Metrics {
             moves.clone(),
         );
         registry.register(
+            "start_mispredictions",
+            "Starts that differ from the policy's prediction (start type and tier)",
+            mispredictions.clone(),
+        );
+        registry.register(
             "rejected_requests",
             "Requests refused, by reason",
             rejected.clone(),
@@ -148,6 +162,7 @@ impl Metrics {
             instances,
             memory,
             moves,
+            mispredictions,
             rejected,
         }
     }

@@ -7,9 +7,11 @@
 //! as the simulator drives it on virtual time.
 use serde_json::Value;
 use std::collections::{HashMap, VecDeque};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{mpsc, Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
-use thaw_policy::{Action, Engine, FnId, InstanceId, Outcome, Policy, Start};
+use thaw_policy::{
+    Action, Engine, FnId, InstanceId, Outcome, Policy, SnapshotLevel, Start, XferId,
+};
 use thaw_store::Snapshot;
 use thaw_worker::{UserFunction, Worker};
 use tokio::sync::oneshot;
@@ -22,9 +24,55 @@ use crate::registry::Record;
 pub struct FnVersion {
     pub rec: Record,
     pub func: UserFunction,
-    /// Trusted (verified) snapshot, if the version has one.
-    pub snapshot: Option<Snapshot>,
+    /// The trusted (verified) snapshot and the tier it is on now, if the
+    /// version has one. The policy's moves replace it; a restore holds the
+    /// read lock while it opens the snapshot, so a move removes the old
+    /// copy only once no restore is reading it.
+    pub placed: RwLock<Option<Placed>>,
     pub ring: Arc<Ring>,
+}
+
+#[derive(Clone)]
+pub struct Placed {
+    pub tier: String,
+    pub snap: Snapshot,
+}
+
+impl FnVersion {
+    pub fn placed(&self) -> Option<Placed> {
+        self.placed
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    pub fn has_snapshot(&self) -> bool {
+        self.placed
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some()
+    }
+}
+
+/// The daemon's snapshot tiers as the policy's levels below RAM: a snapshot
+/// on tmpfs (DRAM) is the policy's "disk" level (a lukewarm start), one on
+/// the disk tier its "network" level (one step slower).
+pub fn level_of(tier: &str) -> SnapshotLevel {
+    if tier == "tmpfs" {
+        SnapshotLevel::Disk
+    } else {
+        SnapshotLevel::Net
+    }
+}
+
+/// The start the policy predicts, in the daemon's terms: (start type, tier).
+pub fn predicted(start: Start) -> (&'static str, &'static str) {
+    match start {
+        Start::Warm => ("warm", "-"),
+        Start::Lukewarm => ("restore", "tmpfs"),
+        Start::Remote => ("restore", "disk"),
+        Start::Cold => ("boot", "-"),
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,7 +103,7 @@ pub enum Mode {
 }
 
 enum Next {
-    Create(InstanceId, f64),
+    Create(InstanceId, f64, (&'static str, &'static str)),
     Wait(oneshot::Receiver<()>),
 }
 
@@ -76,6 +124,8 @@ struct Job {
     event: Value,
     timeout: Duration,
     invocation_id: String,
+    /// the caller's chain, for an invocation a function made (XDT)
+    chain: Option<thaw_xdt::CallCtx>,
     reply: oneshot::Sender<JobDone>,
 }
 
@@ -92,6 +142,8 @@ pub struct Created {
     pub create_ms: f64,
     pub hook_ms: f64,
     pub strategy: String,
+    /// the tier the snapshot was restored from ("-" for a boot)
+    pub tier: String,
 }
 
 struct Instance {
@@ -115,6 +167,14 @@ struct State {
     fns: HashMap<String, FnPool>,
     idle: HashMap<InstanceId, Instance>,
     fn_ids: HashMap<String, FnId>,
+    /// `fn_ids` backwards (ids are dense, in order of first deploy)
+    fn_names: Vec<String>,
+    /// Where the policy wants each function's snapshot: on tmpfs (true) or
+    /// on disk; the mover makes it so off the request path.
+    want_tmpfs: HashMap<String, bool>,
+    /// Transfers the policy issued and the mover has not finished:
+    /// (function, whether it brings the snapshot up to tmpfs).
+    transfers: HashMap<XferId, (String, bool)>,
     draining: bool,
 }
 
@@ -127,7 +187,32 @@ pub struct Pool {
     log_cap: u64,
     /// instance threads alive (each owns a sandbox until it ends)
     threads: Arc<std::sync::atomic::AtomicUsize>,
+    /// Function names whose snapshot placement changed (see `crate::tiering`).
+    mover: Mutex<mpsc::Sender<String>>,
+    /// Memory charged to each live instance's cgroup, by instance name,
+    /// as its thread last read it.
+    measured: Measured,
+    /// serves the in-sandbox SDK (set once when the daemon opens)
+    pub xdt: std::sync::OnceLock<Arc<crate::xdt::XdtHost>>,
 }
+
+type Measured = Arc<Mutex<HashMap<String, u64>>>;
+
+/// RAM a deploy's sandbox holds in the policy's budget until it is gone.
+pub struct Reservation {
+    pool: Arc<Pool>,
+    id: InstanceId,
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        let mut st = lock(&self.pool.state);
+        let _ = st.engine.discard(self.pool.now(), self.id);
+    }
+}
+
+/// The policy's function id for deploy sandboxes (no function has this name).
+const DEPLOYS: &str = "\0deploy";
 
 /// An instance leased to one request. Dropped without being released (the
 /// request's future was cancelled), it gives its instance up.
@@ -135,6 +220,8 @@ pub struct Lease {
     pool: Arc<Pool>,
     inst: Option<Instance>,
     pub start: StartType,
+    /// What the policy predicted: (start type, tier).
+    pub predicted: (&'static str, &'static str),
     pub created: Option<Created>,
     pub queue_ms: f64,
     function: String,
@@ -166,6 +253,7 @@ impl Pool {
         policy: thaw_policy::Config,
         queue_cap: u32,
         log_cap: u64,
+        mover: mpsc::Sender<String>,
     ) -> anyhow::Result<Pool> {
         let engine = Engine::new(policy).map_err(anyhow::Error::msg)?;
         Ok(Pool {
@@ -174,14 +262,20 @@ impl Pool {
                 fns: HashMap::new(),
                 idle: HashMap::new(),
                 fn_ids: HashMap::new(),
+                fn_names: Vec::new(),
+                want_tmpfs: HashMap::new(),
+                transfers: HashMap::new(),
                 draining: false,
             }),
+            mover: Mutex::new(mover),
+            measured: Arc::default(),
             worker,
             metrics,
             epoch: Instant::now(),
             queue_cap,
             log_cap,
             threads: Arc::default(),
+            xdt: std::sync::OnceLock::new(),
         })
     }
 
@@ -189,25 +283,99 @@ impl Pool {
         self.epoch.elapsed().as_micros() as u64
     }
 
-    /// Makes `version` the one new instances run; idle instances of older
-    /// versions go now, busy ones when their invocation ends.
-    pub fn set_version(&self, name: &str, version: u64) {
+    /// Makes `v` the version new instances run; idle instances of older
+    /// versions go now, busy ones when their invocation ends. The policy
+    /// learns where the version's snapshot is (which may make it move
+    /// other functions' snapshots down to make room).
+    pub fn set_version(&self, v: &FnVersion) {
+        let name = v.rec.name.as_str();
         let mut st = lock(&self.state);
-        let next = st.fn_ids.len() as u32;
-        st.fn_ids.entry(name.to_string()).or_insert(FnId(next));
-        st.fns.entry(name.to_string()).or_default().version = version;
-        self.drop_idle_of(&mut st, name, |v| v != version);
+        let fid = fn_id(&mut st, name);
+        st.fns.entry(name.to_string()).or_default().version = v.rec.version;
+        self.drop_idle_of(&mut st, name, |old| old != v.rec.version);
+        let placed = v.placed();
+        let mb = v
+            .rec
+            .snapshot
+            .as_ref()
+            .map_or(0, |s| s.size_bytes.div_ceil(1 << 20) as u32);
+        let level = placed.as_ref().map(|p| level_of(&p.tier));
+        match &placed {
+            Some(p) => st.want_tmpfs.insert(name.to_string(), p.tier == "tmpfs"),
+            None => st.want_tmpfs.remove(name),
+        };
+        let mut out = Vec::new();
+        st.engine.set_snapshot(self.now(), fid, mb, level, &mut out);
+        self.apply(&mut st, out);
         wake_all(st.fns.get_mut(name));
     }
 
-    /// Forgets a function: idle instances go, waiters are told.
+    /// Forgets a function: idle instances go, waiters are told, the policy
+    /// forgets its snapshot.
     pub fn remove(&self, name: &str) {
         let mut st = lock(&self.state);
         if let Some(fp) = st.fns.get_mut(name) {
             fp.version = 0;
         }
         self.drop_idle_of(&mut st, name, |_| true);
+        if let Some(&fid) = st.fn_ids.get(name) {
+            let mut out = Vec::new();
+            st.engine.set_snapshot(self.now(), fid, 0, None, &mut out);
+            self.apply(&mut st, out);
+        }
+        st.want_tmpfs.remove(name);
         wake_all(st.fns.get_mut(name));
+    }
+
+    /// Counts a deploy's sandbox of `memory_mb` in the instance budget
+    /// (idle instances make room as for any start); `None` when the budget
+    /// cannot hold it.
+    pub fn reserve(self: &Arc<Self>, memory_mb: u64) -> Option<Reservation> {
+        let mut st = lock(&self.state);
+        let fid = fn_id(&mut st, DEPLOYS);
+        let mut out = Vec::new();
+        let mem = memory_mb.min(u32::MAX as u64) as u32;
+        let outcome = st
+            .engine
+            .arrive_skipping_warm(self.now(), fid, mem, &mut out);
+        self.apply(&mut st, out);
+        match outcome {
+            Outcome::Started { instance, .. } => Some(Reservation {
+                pool: self.clone(),
+                id: instance,
+            }),
+            Outcome::Rejected => None,
+        }
+    }
+
+    /// Where the policy wants `name`'s snapshot now: tmpfs (true) or disk;
+    /// `None` for a function without a snapshot.
+    pub fn wants_tmpfs(&self, name: &str) -> Option<bool> {
+        lock(&self.state).want_tmpfs.get(name).copied()
+    }
+
+    /// The mover has carried out what the policy wanted for `name`: every
+    /// transfer issued for it so far is done.
+    pub fn transfers_done(&self, name: &str) {
+        let mut st = lock(&self.state);
+        let ids: Vec<XferId> = st
+            .transfers
+            .iter()
+            .filter(|(_, (f, _))| f == name)
+            .map(|(id, _)| *id)
+            .collect();
+        let now = self.now();
+        for id in ids {
+            st.transfers.remove(&id);
+            let mut out = Vec::new();
+            st.engine.transfer_done(now, id, &mut out);
+            self.apply(&mut st, out);
+        }
+    }
+
+    /// Transfers the policy issued that the mover has not finished.
+    pub fn transfers_pending(&self) -> usize {
+        lock(&self.state).transfers.len()
     }
 
     fn drop_idle_of(&self, st: &mut State, name: &str, pred: impl Fn(u64) -> bool) {
@@ -254,6 +422,9 @@ impl Pool {
         let mut st = lock(&self.state);
         let mut out = Vec::new();
         let now = self.now();
+        if let Some(x) = self.xdt.get() {
+            thaw_xdt::sdk::Host::table(x.as_ref()).sweep(thaw_xdt::table::now_ms());
+        }
         st.engine.advance(now, &mut out);
         self.apply(&mut st, out);
         let (mut live, mut idle) = (0, 0);
@@ -269,12 +440,21 @@ impl Pool {
         };
         g("idle").set(idle);
         g("busy").set(live - idle);
-        self.metrics
-            .memory
-            .get_or_create(&crate::metrics::TierLabel {
-                tier: "instances".into(),
-            })
-            .set((st.engine.usage().ram_mb << 20) as i64);
+        let memory = |tier: &str, bytes: u64| {
+            self.metrics
+                .memory
+                .get_or_create(&crate::metrics::TierLabel { tier: tier.into() })
+                .set(bytes as i64)
+        };
+        memory(
+            "instances",
+            self.measured
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .values()
+                .sum(),
+        );
+        memory("instances_budgeted", st.engine.usage().ram_mb << 20);
     }
 
     /// (live, idle) instances of a function.
@@ -283,28 +463,56 @@ impl Pool {
         st.fns.get(name).map_or((0, 0), |f| (f.live, f.idle))
     }
 
-    /// Carries out the policy's actions.
-    fn apply(&self, st: &mut State, mut out: Vec<Action>) {
-        while let Some(a) = out.pop() {
-            match a {
-                Action::Kill { instance } => forget_idle(st, instance),
-                Action::Checkpoint { id, instance, .. } => {
-                    // the deployed snapshot already holds this function:
-                    // demoting the instance is dropping it
+    /// Carries out the policy's actions. Instances go at once; snapshot
+    /// transfers are handed to the mover (`crate::tiering`), which moves
+    /// the snapshot between tmpfs and disk and then reports them done.
+    /// A function keeps exactly one copy of its snapshot: where the policy
+    /// wants none at all, it stays (or goes) on disk.
+    fn apply(&self, st: &mut State, out: Vec<Action>) {
+        let name_of = |st: &State, f: FnId| st.fn_names.get(f.0 as usize).cloned();
+        let mut changed = Vec::new();
+        for a in out {
+            let (f, up) = match a {
+                Action::Kill { instance } => {
                     forget_idle(st, instance);
-                    let mut more = Vec::new();
-                    st.engine.transfer_done(self.now(), id, &mut more);
-                    out.extend(more);
+                    continue;
                 }
-                Action::Download { id, .. } | Action::Upload { id, .. } => {
-                    let mut more = Vec::new();
-                    st.engine.transfer_done(self.now(), id, &mut more);
-                    out.extend(more);
+                // the deployed snapshot already holds the instance's state:
+                // demoting it is dropping it and bringing the snapshot up
+                Action::Checkpoint {
+                    id, instance, f, ..
+                } => {
+                    forget_idle(st, instance);
+                    (f, Some((id, true)))
                 }
-                // the deployed snapshot stays on its tier for as long as
-                // the function is deployed
-                Action::Cancel { .. } | Action::DeleteDisk { .. } | Action::DeleteNet { .. } => {}
+                Action::Download { id, f, .. } => (f, Some((id, true))),
+                Action::Upload { id, f, .. } => (f, Some((id, false))),
+                Action::DeleteDisk { f } => (f, None),
+                Action::Cancel { id } => {
+                    if let Some((name, true)) = st.transfers.remove(&id) {
+                        st.want_tmpfs.insert(name.clone(), false);
+                        changed.push(name);
+                    }
+                    continue;
+                }
+                // the one copy is on disk (the policy forgets it: its next
+                // prediction is a boot, counted when it is wrong)
+                Action::DeleteNet { .. } => continue,
+            };
+            let Some(name) = name_of(st, f) else { continue };
+            let want = up.is_some_and(|(_, up)| up);
+            if let Some(w) = st.want_tmpfs.get_mut(&name) {
+                *w = want;
             }
+            if let Some((id, up)) = up {
+                st.transfers.insert(id, (name.clone(), up));
+            }
+            changed.push(name);
+        }
+        let tx = self.mover.lock().unwrap_or_else(|p| p.into_inner());
+        for name in changed {
+            // the mover has ended only when the daemon is going away
+            let _ = tx.send(name);
         }
     }
 
@@ -375,15 +583,18 @@ impl Pool {
                                 pool: self.clone(),
                                 inst: Some(inst),
                                 start: StartType::Warm,
+                                predicted: predicted(Start::Warm),
                                 created: None,
                                 queue_ms,
                                 function: name,
                             });
                         }
-                        Outcome::Started { instance, .. } => {
+                        Outcome::Started {
+                            instance, start, ..
+                        } => {
                             st.fns.get_mut(&name).expect("entry made above").live += 1;
                             self.metrics.queue_wait.observe(queue_ms / 1e3);
-                            Next::Create(instance, queue_ms)
+                            Next::Create(instance, queue_ms, predicted(start))
                         }
                     };
                     next
@@ -401,8 +612,8 @@ impl Pool {
                 }
             };
             let wait = match next {
-                Next::Create(instance, queue_ms) => {
-                    return self.create(v, instance, queue_ms).await
+                Next::Create(instance, queue_ms, predicted) => {
+                    return self.create(v, instance, queue_ms, predicted).await
                 }
                 Next::Wait(rx) => rx,
             };
@@ -424,11 +635,12 @@ impl Pool {
         v: &Arc<FnVersion>,
         policy_id: InstanceId,
         queue_ms: f64,
+        predicted: (&'static str, &'static str),
     ) -> Result<Lease, Refusal> {
         let (tx, rx) = mpsc::channel::<Job>();
         let (ready_tx, ready_rx) = oneshot::channel();
         let name = format!("{}-{}", v.rec.name, hex::encode(rand::random::<[u8; 6]>()));
-        let start = if v.snapshot.is_some() {
+        let start = if v.has_snapshot() {
             StartType::Restore
         } else {
             StartType::Boot
@@ -444,6 +656,7 @@ impl Pool {
                 tx,
             }),
             start,
+            predicted,
             created: None,
             queue_ms,
             function: v.rec.name.clone(),
@@ -451,12 +664,22 @@ impl Pool {
         let worker = self.worker.clone();
         let vv = v.clone();
         let log_cap = self.log_cap;
+        let measured = self.measured.clone();
+        let xdt = self.xdt.get().cloned();
         let alive = ThreadCount::new(&self.threads);
         let spawned = std::thread::Builder::new()
             .name(format!("thaw-inst-{}", v.rec.name))
             .spawn(move || {
                 let _alive = alive;
-                instance_thread(worker, vv, name, rx, ready_tx, log_cap)
+                let services = InstanceServices {
+                    log_cap,
+                    gauge: MemoryGauge {
+                        measured,
+                        instance: name.clone(),
+                    },
+                    xdt,
+                };
+                instance_thread(worker, vv, name, rx, ready_tx, services)
             });
         let created = match spawned {
             Err(e) => Err(format!("starting an instance thread: {e}")),
@@ -471,7 +694,7 @@ impl Pool {
                         .restore
                         .get_or_create(&crate::metrics::RestoreLabels {
                             strategy: c.strategy.clone(),
-                            tier: v.rec.tier.clone(),
+                            tier: c.tier.clone(),
                         })
                         .observe(c.create_ms / 1e3);
                 }
@@ -489,16 +712,31 @@ impl Pool {
     /// pool whatever happens (also when the client has gone away).
     pub async fn run(
         self: &Arc<Self>,
+        lease: Lease,
+        event: Value,
+        timeout: Duration,
+        invocation_id: String,
+    ) -> (Lease, JobDone) {
+        self.run_in_chain(lease, event, timeout, invocation_id, None)
+            .await
+    }
+
+    /// [`Pool::run`] for an invocation a function made: it joins the
+    /// caller's chain (`None`: a top-level invocation starts one).
+    pub async fn run_in_chain(
+        self: &Arc<Self>,
         mut lease: Lease,
         event: Value,
         timeout: Duration,
         invocation_id: String,
+        chain: Option<thaw_xdt::CallCtx>,
     ) -> (Lease, JobDone) {
         let (tx, rx) = oneshot::channel();
         let job = Job {
             event,
             timeout,
             invocation_id,
+            chain,
             reply: tx,
         };
         let sent = lease
@@ -556,6 +794,38 @@ impl Instance {
     }
 }
 
+/// How often an idle instance's memory is read again.
+const MEASURE_EVERY: Duration = Duration::from_secs(1);
+
+/// One instance's entry in the measured memory; gone with the instance.
+/// What an instance thread gets from its daemon besides its jobs.
+struct InstanceServices {
+    /// bytes of output kept per invocation
+    log_cap: u64,
+    gauge: MemoryGauge,
+    /// serves the in-sandbox SDK
+    xdt: Option<Arc<crate::xdt::XdtHost>>,
+}
+
+struct MemoryGauge {
+    measured: Measured,
+    instance: String,
+}
+
+impl MemoryGauge {
+    fn set(&self, bytes: Option<u64>) {
+        let mut m = self.measured.lock().unwrap_or_else(|p| p.into_inner());
+        m.insert(self.instance.clone(), bytes.unwrap_or(0));
+    }
+}
+
+impl Drop for MemoryGauge {
+    fn drop(&mut self) {
+        let mut m = self.measured.lock().unwrap_or_else(|p| p.into_inner());
+        m.remove(&self.instance);
+    }
+}
+
 /// Counts an instance thread from its spawn to its end.
 struct ThreadCount(Arc<std::sync::atomic::AtomicUsize>);
 
@@ -570,6 +840,17 @@ impl Drop for ThreadCount {
     fn drop(&mut self) {
         self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
     }
+}
+
+/// The policy's id for function `name` (made on first use).
+fn fn_id(st: &mut State, name: &str) -> FnId {
+    if let Some(&f) = st.fn_ids.get(name) {
+        return f;
+    }
+    let f = FnId(st.fn_names.len() as u32);
+    st.fn_ids.insert(name.to_string(), f);
+    st.fn_names.push(name.to_string());
+    f
 }
 
 /// Drops an idle instance (its thread ends and kills the sandbox).
@@ -612,25 +893,38 @@ fn instance_thread(
     name: String,
     jobs: mpsc::Receiver<Job>,
     ready: oneshot::Sender<Result<Created, String>>,
-    log_cap: u64,
+    services: InstanceServices,
 ) {
+    let InstanceServices {
+        log_cap,
+        gauge,
+        xdt,
+    } = services;
     let t0 = Instant::now();
     let init_timeout = Duration::from_millis(v.rec.timeout_ms.max(60_000));
-    let made = match &v.snapshot {
-        Some(snap) => worker
-            .restore_user(snap, &v.rec.strategy, &v.func)
-            .and_then(|(mut sb, _)| {
-                let create_ms = ms(t0);
-                let hook = thaw_worker::after_restore(&mut sb, &name, init_timeout)?;
-                Ok((
-                    sb,
-                    Created {
-                        create_ms,
-                        hook_ms: hook.hook_ms,
-                        strategy: v.rec.strategy.clone(),
-                    },
-                ))
-            }),
+    // the read lock is held while the restore opens the snapshot: a move
+    // does not remove this copy under it
+    let restored = {
+        let placed = v.placed.read().unwrap_or_else(|p| p.into_inner());
+        placed.as_ref().map(|p| {
+            let r = worker.restore_user(&p.snap, &v.rec.strategy, &v.func);
+            (r, p.tier.clone())
+        })
+    };
+    let made = match restored {
+        Some((r, tier)) => r.and_then(|(mut sb, _)| {
+            let create_ms = ms(t0);
+            let hook = thaw_worker::after_restore(&mut sb, &name, init_timeout)?;
+            Ok((
+                sb,
+                Created {
+                    create_ms,
+                    hook_ms: hook.hook_ms,
+                    strategy: v.rec.strategy.clone(),
+                    tier,
+                },
+            ))
+        }),
         None => worker.start_user(&v.func, init_timeout).map(|(sb, _)| {
             (
                 sb,
@@ -638,6 +932,7 @@ fn instance_thread(
                     create_ms: ms(t0),
                     hook_ms: 0.0,
                     strategy: "boot".into(),
+                    tier: "-".into(),
                 },
             )
         }),
@@ -654,9 +949,36 @@ fn instance_thread(
     };
     // what the runtime printed while starting is not any invocation's
     let _ = take_sandbox_output(sb.log_path(), 0);
-    while let Ok(job) = jobs.recv() {
-        let reply = thaw_worker::invoke_event(&mut sb, &job.event, job.timeout)
-            .map_err(|e| format!("{e:#}"));
+    loop {
+        // a mmap restore's pages are the tier's page cache, charged to
+        // whoever first read them, not to this sandbox: its RSS shows them
+        let rss = sb.rss_kb().ok().map(|kb| kb << 10);
+        gauge.set(sb.memory_usage().max(rss));
+        let job = match jobs.recv_timeout(MEASURE_EVERY) {
+            Ok(job) => job,
+            Err(mpsc::RecvTimeoutError::Timeout) => continue,
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        };
+        let reply = match &xdt {
+            Some(host) => {
+                let ctx = job.chain.clone().unwrap_or_else(|| {
+                    thaw_xdt::CallCtx::root(&v.rec.owner, &v.rec.name, Instant::now() + job.timeout)
+                });
+                let mut session =
+                    thaw_xdt::sdk::Session::new(host.as_ref(), ctx, v.rec.memory_mb << 20);
+                thaw_worker::invoke_event_serving(
+                    &mut sb,
+                    &job.event,
+                    job.timeout,
+                    &mut |r, fds| {
+                        let out = session.serve(r, fds);
+                        (out.body, out.fd)
+                    },
+                )
+            }
+            None => thaw_worker::invoke_event(&mut sb, &job.event, job.timeout),
+        }
+        .map_err(|e| format!("{e:#}"));
         let (output, truncated) = take_sandbox_output(sb.log_path(), log_cap);
         if !output.is_empty() {
             let entry = LogEntry {

@@ -20,6 +20,10 @@ use std::path::{Path, PathBuf};
 pub struct Record {
     pub name: String,
     pub version: u64,
+    /// Functions of one owner may invoke each other and share references
+    /// (XDT); records from before owners existed are `default`'s.
+    #[serde(default = "default_owner")]
+    pub owner: String,
     pub handler: String,
     pub init: Option<String>,
     pub after_restore: Option<String>,
@@ -36,6 +40,10 @@ pub struct Record {
     pub code_bytes: u64,
     pub code_files: u64,
     pub created_unix: u64,
+}
+
+pub fn default_owner() -> String {
+    "default".to_string()
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

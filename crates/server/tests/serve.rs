@@ -419,6 +419,15 @@ def handler(event):
         return {1, 2}
     if event == "huge":
         return "x" * (2 << 20)
+    if event == "gigabyte":
+        import os
+        written = 0
+        for _ in range(1024):
+            try:
+                written += os.write(1, b"z" * (1 << 20))
+            except OSError:
+                pass
+        return written
     if event == "flood":
         for i in range(60000):
             print("flood", i, "y" * 200)
@@ -469,13 +478,71 @@ fn function_errors_timeouts_and_output_limits() {
     let e = &logs["entries"][0];
     assert_eq!(e["truncated"], true);
     assert!(e["output"].as_str().unwrap().len() as u64 <= d.cfg.limits.invocation_log_bytes);
-    let ring = std::fs::metadata(d.home.join("serve/functions/errs/logs.jsonl"))
+    let rings = d.home.join("serve/functions/errs/logs");
+    let instance = e["instance"].as_str().unwrap();
+    let ring = std::fs::metadata(rings.join(format!("{instance}.jsonl")))
         .unwrap()
         .len();
     assert!(
         ring <= d.cfg.limits.log_bytes + d.cfg.limits.invocation_log_bytes * 2,
         "{ring}"
     );
+    // listed per instance and per invocation id
+    let id = r.header("thaw-invocation-id").unwrap().to_string();
+    let by_id = d
+        .req(
+            "GET",
+            &format!("/v1/functions/errs/logs?invocation_id={id}"),
+            None,
+        )
+        .json()
+        .unwrap();
+    assert_eq!(by_id["entries"].as_array().unwrap().len(), 1, "{by_id}");
+    assert!(by_id["instances"]
+        .as_array()
+        .unwrap()
+        .contains(&json!(instance)));
+    let other = d
+        .req(
+            "GET",
+            "/v1/functions/errs/logs?instance=errs-000000000000",
+            None,
+        )
+        .json()
+        .unwrap();
+    assert_eq!(other["entries"], json!([]));
+
+    // a function writing 1 GiB: the instance's log file is capped (its
+    // writes fail past the cap), the ring keeps its bounds, the disk does
+    // not fill
+    let used = || {
+        let out = std::process::Command::new("du")
+            .args(["-sb"])
+            .arg(d.home.join("serve"))
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+    };
+    let before = used();
+    let mut req = file_deploy("gig", "errs.handler", ERRORS);
+    req["timeout_ms"] = json!(20_000);
+    deploy(&d, &req);
+    let r = d.invoke("gig", &json!("gigabyte"));
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    let written = r.json().unwrap().as_u64().unwrap();
+    assert!(written < 1 << 30, "all of 1 GiB was written: {written}");
+    let grown = used().saturating_sub(before);
+    assert!(grown < 64 << 20, "the state home grew by {grown} bytes");
+    let logs = d
+        .req("GET", "/v1/functions/gig/logs?tail=1", None)
+        .json()
+        .unwrap();
+    assert_eq!(logs["entries"][0]["truncated"], true, "{logs}");
     d.healthy();
 }
 
@@ -1022,14 +1089,15 @@ fn keep_alive_follows_the_policy() {
         d.invoke("b", &json!(1)).header("thaw-start-type"),
         Some("restore")
     );
-    // a function bigger than the whole budget: 503 memory, nothing started
+    // a function bigger than the whole budget: its deploy sandbox counts in
+    // the budget, so even the deploy gets 503 memory, nothing started
     let mut r = file_deploy("big", "m.handler", "def handler(e):\n    return e\n");
     r["memory_mb"] = json!(512);
-    deploy(&d, &r);
-    let resp = d.invoke("big", &json!(1));
+    let resp = d.post_json("/v1/functions", &r);
     let (s, e, _) = error_of(&resp);
     assert_eq!((s, e.as_str()), (503, "memory"));
     assert!(resp.header("retry-after").is_some());
+    assert_eq!(d.req("GET", "/v1/functions/big", None).status, 404);
     d.healthy();
 }
 
@@ -1187,5 +1255,144 @@ fn openapi_matches_the_live_routes() {
             "{m} {path}: {s} {e}"
         );
         assert!(s < 500, "{m} {path}: {s}");
+    }
+}
+
+/// `thaw_snapshot_moves_total{from,to}` as the daemon reports it.
+fn moves(d: &Daemon, from: &str, to: &str) -> u64 {
+    let text = String::from_utf8(d.req("GET", "/metrics", None).body).unwrap();
+    let key = format!("thaw_snapshot_moves_total{{from=\"{from}\",to=\"{to}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&key))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {key} in the metrics"))
+}
+
+/// Waits (bounded) until the mover has made `n` moves from `from` to `to`.
+fn wait_moves(d: &Daemon, from: &str, to: &str, n: u64) {
+    let t = Instant::now();
+    while moves(d, from, to) < n {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "no {n} moves {from} -> {to}: {}",
+            moves(d, from, to)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        moves(d, from, to),
+        n,
+        "more moves {from} -> {to} than expected"
+    );
+}
+
+#[test]
+fn tiered_policy_moves_snapshots_between_tmpfs_and_disk() {
+    // a snapshot big enough that the policy's "fits the tier" check (it
+    // sizes a demoted instance at its memory limit) passes for one of them
+    let src = "BALLAST = b'x' * (100 << 20)\ndef handler(e):\n    return e\n";
+    let req = |n: &str| {
+        let mut r = file_deploy(n, "m.handler", src);
+        r["memory_mb"] = json!(192);
+        r["tier"] = json!("tmpfs");
+        r["strategy"] = json!("mmap");
+        r
+    };
+    let mut cfg = test_config("tiers");
+    cfg.policy = "tiered-lru".into();
+    // RAM for two instances; the policy demotes past one idle instance
+    cfg.memory_budget_mb = 384;
+    cfg.threshold = 0.5;
+    let d = Daemon::start(cfg);
+    let size = deploy(&d, &req("a"))["size_bytes"].as_u64().unwrap();
+    // room on tmpfs for one snapshot (restart keeps the deployment)
+    let mut d = d;
+    let mb = size.div_ceil(1 << 20);
+    d.cfg.dram_snapshot_mb = (mb * 3 / 2).max(192);
+    assert!(d.cfg.dram_snapshot_mb < 2 * mb, "{mb} MiB snapshots");
+    let d = d.restart(|| {});
+    assert_eq!(moves(&d, "tmpfs", "disk"), 0);
+    deploy(&d, &req("b"));
+    // b took tmpfs: the least recently used snapshot (a) goes to disk
+    wait_moves(&d, "tmpfs", "disk", 1);
+    let v = d.req("GET", "/v1/functions/a", None).json().unwrap();
+    assert_eq!(
+        (v["tier"].as_str(), v["snapshot_tier"].as_str()),
+        (Some("tmpfs"), Some("disk"))
+    );
+    let r = d.invoke("a", &json!(1));
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("thaw-start-type"), Some("restore"));
+    assert_eq!(r.header("thaw-tier"), Some("disk"));
+    assert_eq!(r.header("thaw-predicted-start"), Some("restore"));
+    assert_eq!(r.header("thaw-predicted-tier"), Some("disk"));
+    // b idle too: over the threshold, the policy demotes a's instance and
+    // brings its snapshot up to tmpfs, which pushes b's down
+    let r = d.invoke("b", &json!(2));
+    assert_eq!(r.header("thaw-tier"), Some("tmpfs"));
+    wait_moves(&d, "disk", "tmpfs", 1);
+    wait_moves(&d, "tmpfs", "disk", 2);
+    let r = d.req("POST", "/v1/functions/a/invoke?force=cold", Some(b"3"));
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("thaw-tier"), Some("tmpfs"));
+    let r = d.req("POST", "/v1/functions/b/invoke?force=cold", Some(b"4"));
+    assert_eq!(r.header("thaw-tier"), Some("disk"));
+    // instance memory is measured (cgroup charge or RSS), not the policy's
+    // accounting of the declared limits
+    let text = String::from_utf8(d.req("GET", "/metrics", None).body).unwrap();
+    let gauge = |t: &str| -> u64 {
+        let key = format!("thaw_memory_bytes{{tier=\"{t}\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&key))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {key}"))
+    };
+    let (measured, budgeted) = (gauge("instances"), gauge("instances_budgeted"));
+    assert!(measured > 4 << 20, "{measured} bytes measured");
+    assert!(budgeted > 0 && budgeted % (192 << 20) == 0, "{budgeted}");
+    assert_ne!(measured, budgeted);
+    // after a restart: one copy each, restored from the tier the daemon says
+    let d = d.restart(|| {});
+    for n in ["a", "b"] {
+        let v = d
+            .req("GET", &format!("/v1/functions/{n}"), None)
+            .json()
+            .unwrap();
+        let t = v["snapshot_tier"].as_str().unwrap().to_string();
+        let t = t.as_str();
+        let copies: usize = ["snapshots", "dram/snapshots"]
+            .iter()
+            .map(|dir| {
+                std::fs::read_dir(d.home.join(dir))
+                    .unwrap()
+                    .flatten()
+                    .filter(|e| {
+                        e.file_name()
+                            .to_string_lossy()
+                            .starts_with(&format!("{n}-v"))
+                    })
+                    .count()
+            })
+            .sum();
+        assert_eq!(copies, 1, "{n}: one copy of its snapshot");
+        let r = d.req(
+            "POST",
+            &format!("/v1/functions/{n}/invoke?force=cold"),
+            Some(b"5"),
+        );
+        assert_eq!((r.status, r.header("thaw-tier")), (200, Some(t)));
+    }
+    // delete leaves no snapshot on either tier
+    for n in ["a", "b"] {
+        assert_eq!(
+            d.req("DELETE", &format!("/v1/functions/{n}"), None).status,
+            204
+        );
+    }
+    for t in ["snapshots", "dram/snapshots"] {
+        let left: Vec<_> = std::fs::read_dir(d.home.join(t))
+            .map(|rd| rd.flatten().map(|e| e.file_name()).collect())
+            .unwrap_or_default();
+        assert!(left.is_empty(), "{t} still holds {left:?}");
     }
 }

@@ -119,6 +119,10 @@ pub struct Args {
     pub checkpoint_ms: f64,
     #[arg(long, default_value_t = 0.0)]
     pub warm_ms: f64,
+    /// Every function starts deployed with a snapshot on the disk tier (as under
+    /// `thaw serve`): a start without an idle instance is a restore, never a boot.
+    #[arg(long)]
+    pub deployed_snapshots: bool,
     /// Calibration file (JSON, see docs/SIMULATOR.md); explicit flags win over it.
     #[arg(long)]
     pub calibration: Option<PathBuf>,
@@ -284,6 +288,7 @@ fn plan(a: &Args, m: &ArgMatches, sweep: bool) -> Result<Plan> {
                             disk_write_mb_s: disk_write * 1024.0,
                             net_mb_s: gbit / 8.0 * 1024.0,
                             cost: base,
+                            deployed_snapshots: a.deployed_snapshots,
                         };
                         // Every point is checked before the first one runs.
                         cfg.validate().with_context(|| {
@@ -305,6 +310,7 @@ fn plan(a: &Args, m: &ArgMatches, sweep: bool) -> Result<Plan> {
                             restore_ms: base.restore_disk_us as f64 / 1000.0,
                             checkpoint_ms: base.checkpoint_us as f64 / 1000.0,
                             max_concurrency: a.max_concurrency.unwrap_or(0),
+                            deployed_snapshots: a.deployed_snapshots,
                             calibration: a.calibration.as_ref().map(|p| p.display().to_string()),
                         };
                         points.push(Point { cfg, echo });

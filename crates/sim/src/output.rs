@@ -24,6 +24,7 @@ pub struct RunConfig {
     pub restore_ms: f64,
     pub checkpoint_ms: f64,
     pub max_concurrency: u32,
+    pub deployed_snapshots: bool,
     pub calibration: Option<String>,
 }
 

@@ -52,6 +52,11 @@ pub struct DeviceProfile {
     pub write_mbps: f64,
     /// latency of one 4 KiB random read at queue depth 1, microseconds
     pub rand_read_4k_us: f64,
+    /// requests the device serves at once (a disk: 1, one actuator; flash:
+    /// several channels); the emulated device's latency layer runs this
+    /// many; absent means 1
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_depth: Option<u32>,
     /// where the figures come from
     pub source: String,
 }
@@ -62,7 +67,15 @@ impl DeviceProfile {
             read_mbps,
             write_mbps,
             rand_read_4k_us,
+            queue_depth: None,
             source: source.into(),
+        }
+    }
+
+    fn with_queue_depth(self, n: u32) -> Self {
+        DeviceProfile {
+            queue_depth: Some(n),
+            ..self
         }
     }
 
@@ -91,11 +104,14 @@ pub struct TierConfig {
     /// saturates at about 4)
     pub max_concurrent_restores: u32,
     /// remote: one request's deadline, seconds (a store that hangs fails
-    /// clearly after it; retries stop after the same time again)
+    /// clearly after it; retries stop after the same time again); emulated
+    /// block: the device's I/O timeout (a request held longer by a stalled
+    /// device fails with EIO; default 30, the block layer's own)
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_timeout_s: Option<u64>,
     /// emulated block tiers: the device's readahead in KiB (0 turns it off,
-    /// seed 000's advice for snapshots); absent keeps the kernel's default
+    /// seed 000's advice for snapshots); absent sets the kernel's default
+    /// for a disk, 128 KiB
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub read_ahead_kb: Option<u32>,
 }
@@ -214,7 +230,7 @@ impl TiersConfig {
                     None,
                     8,
                     0.125,
-                    DeviceProfile::declared(2200.0, 2000.0, 10.0, seed000),
+                    DeviceProfile::declared(2200.0, 2000.0, 10.0, seed000).with_queue_depth(32),
                     true,
                     16,
                 ),
@@ -224,7 +240,7 @@ impl TiersConfig {
                     None,
                     8,
                     0.08,
-                    DeviceProfile::declared(500.0, 500.0, 180.0, seed000),
+                    DeviceProfile::declared(500.0, 500.0, 180.0, seed000).with_queue_depth(8),
                     true,
                     4,
                 ),
@@ -239,7 +255,8 @@ impl TiersConfig {
                         150.0,
                         6667.0,
                         "7,200 rpm disk: 150 MB/s, 150 IOPS",
-                    ),
+                    )
+                    .with_queue_depth(1),
                     true,
                     2,
                 ),
@@ -332,6 +349,17 @@ impl TiersConfig {
                     bail!("tier {n}: profile.{what} must be a positive number");
                 }
             }
+            if p.queue_depth.is_some_and(|q| q == 0 || q > 256) {
+                bail!("tier {n}: profile.queue_depth must be 1..256");
+            }
+            if t.request_timeout_s.is_some_and(|s| s == 0 || s > 3600) {
+                bail!("tier {n}: request_timeout_s must be 1..3600");
+            }
+            if t.request_timeout_s.is_some()
+                && !(t.kind == Kind::Remote || (t.kind == Kind::Block && t.emulated))
+            {
+                bail!("tier {n}: request_timeout_s is for remote and emulated block tiers");
+            }
             if t.max_concurrent_restores == 0 {
                 bail!("tier {n}: max_concurrent_restores must be at least 1");
             }
@@ -346,9 +374,6 @@ impl TiersConfig {
                     }
                     if t.read_ahead_kb.is_some() {
                         bail!("tier {n}: read_ahead_kb is for block tiers");
-                    }
-                    if t.request_timeout_s.is_some_and(|s| s == 0 || s > 3600) {
-                        bail!("tier {n}: request_timeout_s must be 1..3600");
                     }
                 }
                 Kind::Pmem | Kind::Block | Kind::Dram => {
@@ -408,6 +433,8 @@ mod tests {
             ("price", Box::new(|t| t.price_per_gb_month = f64::NAN)),
             ("profile", Box::new(|t| t.profile.rand_read_4k_us = 0.0)),
             ("concurrent", Box::new(|t| t.max_concurrent_restores = 0)),
+            ("queue depth", Box::new(|t| t.profile.queue_depth = Some(0))),
+            ("io timeout", Box::new(|t| t.request_timeout_s = Some(0))),
             ("url", Box::new(|t| t.url = Some("ftp://x".into()))),
             ("path", Box::new(|t| t.path = Some("/mnt/x".into()))),
         ];
@@ -417,6 +444,10 @@ mod tests {
             f(&mut c.tiers[i]);
             assert!(c.validate(home).is_err(), "{what} accepted");
         }
+        // an I/O timeout means something only where a request can stall
+        let mut tmpfs_timeout = TiersConfig::defaults(home);
+        tmpfs_timeout.tiers[0].request_timeout_s = Some(5);
+        assert!(tmpfs_timeout.validate(home).is_err());
         let mut dup = TiersConfig::defaults(home);
         dup.tiers.push(dup.tiers[0].clone());
         assert!(dup.validate(home).is_err());

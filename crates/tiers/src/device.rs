@@ -3,10 +3,12 @@
 //!
 //! - `pmem` (emulated): a size-limited tmpfs, which like DAX-mapped
 //!   persistent memory is mapped without a page-cache copy.
-//! - `block` (emulated): a sparse file on the real disk, attached to a loop
-//!   device with direct I/O (so the backing file adds no second page cache),
-//!   an ext4 filesystem on it, and cgroup v1 blkio throttles on the loop
-//!   device set from the tier's device profile.
+//! - `block` (emulated): a sparse file on the real disk, served through the
+//!   latency layer (`latency.rs`: a FUSE file that answers each request
+//!   after the profile's access latency), attached to a loop device with
+//!   direct I/O (so no layer below the tier's filesystem keeps a page
+//!   cache), an ext4 filesystem on it, and cgroup v1 blkio bandwidth
+//!   throttles on the loop device set from the tier's device profile.
 //!
 //! The throttles go into the root blkio cgroup. Under cgroup v1 blkio
 //! throttling is flat: a rule limits the tasks of the cgroup it is written
@@ -23,6 +25,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const BLKIO_ROOT: &str = "/sys/fs/cgroup/blkio";
+/// The kernel's readahead for a block device (128 KiB).
+const DEFAULT_READ_AHEAD_KB: u32 = 128;
 const THROTTLE_FILES: [&str; 4] = [
     "blkio.throttle.read_bps_device",
     "blkio.throttle.read_iops_device",
@@ -64,6 +68,166 @@ fn devices_dir(home: &Path) -> PathBuf {
 /// The sparse file behind an emulated block tier.
 pub fn backing_file(home: &Path, tier: &str) -> PathBuf {
     devices_dir(home).join(format!("{tier}.img"))
+}
+
+/// Where a block tier's latency layer is mounted.
+fn latency_mount(home: &Path, tier: &str) -> PathBuf {
+    devices_dir(home).join(format!("{tier}.latency"))
+}
+
+fn latency_pid_file(home: &Path, tier: &str) -> PathBuf {
+    devices_dir(home).join(format!("{tier}.latency.pid"))
+}
+
+/// The file a block tier's loop device is attached to.
+pub fn loop_file(home: &Path, tier: &str) -> PathBuf {
+    crate::latency::device_path(&latency_mount(home, tier))
+}
+
+/// The device timing a block tier's latency layer emulates.
+pub fn timing(t: &TierConfig) -> crate::latency::Timing {
+    crate::latency::Timing {
+        access_latency: std::time::Duration::from_secs_f64(t.profile.rand_read_4k_us / 1e6),
+        queue_depth: t.profile.queue_depth.unwrap_or(1) as usize,
+        io_timeout: std::time::Duration::from_secs(t.request_timeout_s.unwrap_or(30)),
+    }
+}
+
+/// The latency layer's process, if it is alive and ours (its command line
+/// names its mount point, so a reused pid is never signalled).
+pub fn latency_pid(home: &Path, tier: &str) -> Option<i32> {
+    let pid: i32 = std::fs::read_to_string(latency_pid_file(home, tier))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let mp = latency_mount(home, tier);
+    String::from_utf8_lossy(&cmd)
+        .contains(mp.to_string_lossy().as_ref())
+        .then_some(pid)
+}
+
+/// Stalls (every request held, failing with EIO after the I/O timeout) or
+/// resumes a block tier's emulated device.
+pub fn stall(home: &Path, t: &TierConfig, on: bool) -> Result<()> {
+    if !(t.kind == Kind::Block && t.emulated) {
+        bail!(
+            "tier {}: only an emulated block device can be stalled",
+            t.name
+        );
+    }
+    let pid = latency_pid(home, &t.name)
+        .with_context(|| format!("tier {}: its device is not set up", t.name))?;
+    let sig = if on { libc::SIGUSR1 } else { libc::SIGUSR2 };
+    // SAFETY: a plain signal to the latency process, checked by its command line.
+    if unsafe { libc::kill(pid, sig) } != 0 {
+        return Err(std::io::Error::last_os_error()).context("signalling the latency layer");
+    }
+    Ok(())
+}
+
+/// Starts the latency layer over the backing file (the `thaw` binary,
+/// `thaw tier latency-device`, in its own session) and waits for its mount.
+fn start_latency_layer(home: &Path, t: &TierConfig, img: &Path) -> Result<PathBuf> {
+    let mp = latency_mount(home, &t.name);
+    if mounted_source(&mp)?.is_some() {
+        if latency_pid(home, &t.name).is_some() {
+            return Ok(mp);
+        }
+        // its server died: the mount is dead, clear it and start again
+        let _ = run("umount", &["-l", &path_str(&mp)?]);
+    }
+    // (the mounted root is the latency layer's, which takes no chmod)
+    mkdir_private(&mp)?;
+    let tm = timing(t);
+    let exe = std::env::current_exe().context("locating the thaw binary")?;
+    let log = std::fs::File::create(devices_dir(home).join(format!("{}.latency.log", t.name)))?;
+    let mut cmd = Command::new(exe);
+    cmd.args(["tier", "latency-device", "--backing"])
+        .arg(img)
+        .arg("--mount")
+        .arg(&mp)
+        .args([
+            "--name",
+            &format!("thaw-{}", t.name),
+            "--latency-ns",
+            &tm.access_latency.as_nanos().to_string(),
+            "--queue-depth",
+            &tm.queue_depth.to_string(),
+            "--io-timeout-ms",
+            &tm.io_timeout.as_millis().to_string(),
+        ])
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log);
+    in_own_session(&mut cmd);
+    let mut child = cmd.spawn().context("starting the latency layer")?;
+    std::fs::write(latency_pid_file(home, &t.name), child.id().to_string())?;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while mounted_source(&mp)?.is_none() {
+        if let Some(st) = child.try_wait()? {
+            bail!(
+                "the latency layer exited at start ({st}; log: {})",
+                devices_dir(home)
+                    .join(format!("{}.latency.log", t.name))
+                    .display()
+            );
+        }
+        if std::time::Instant::now() > deadline {
+            bail!(
+                "the latency layer did not mount {} within 10 s",
+                mp.display()
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // it outlives this command and is reaped by init
+    std::mem::forget(child);
+    Ok(mp)
+}
+
+/// Makes `cmd` start in a session of its own, so that it outlives the
+/// command that starts it and no terminal signal reaches it.
+pub(crate) fn in_own_session(cmd: &mut Command) {
+    // SAFETY: setsid is async-signal-safe and touches no memory.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(cmd, || {
+            if libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Unmounts the latency layer (its server then exits) and waits for its process.
+fn stop_latency_layer(home: &Path, tier: &str) -> Result<()> {
+    let mp = latency_mount(home, tier);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while mounted_source(&mp)?.is_some() {
+        // a just-detached loop device may hold the file a moment longer
+        match run("umount", &[&path_str(&mp)?]) {
+            Ok(_) => {}
+            Err(e) if std::time::Instant::now() > deadline => {
+                return Err(e).context("unmounting the latency layer")
+            }
+            Err(_) => std::thread::sleep(std::time::Duration::from_millis(50)),
+        }
+    }
+    if let Some(pid) = latency_pid(home, tier) {
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while Path::new(&format!("/proc/{pid}")).exists() && std::time::Instant::now() < until {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        if latency_pid(home, tier).is_some() {
+            // SAFETY: a plain signal to our latency process (checked by command line).
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
+    let _ = std::fs::remove_file(latency_pid_file(home, tier));
+    let _ = std::fs::remove_file(devices_dir(home).join(format!("{tier}.latency.log")));
+    remove_dir_if_present(&mp)
 }
 
 /// Mount points from /proc/self/mountinfo (octal escapes decoded), with the
@@ -243,6 +407,21 @@ pub fn status(home: &Path, t: &TierConfig) -> Result<DeviceState> {
                         let d = devno(Path::new(&src))?;
                         st.devno = Some(d);
                         st.detail += &describe_throttle(d)?;
+                        let tm = timing(t);
+                        match latency_pid(home, &t.name) {
+                            Some(pid) => {
+                                st.detail += &format!(
+                                    ", latency layer pid {pid}: {:.0} us per access, queue depth {}, I/O timeout {} s",
+                                    tm.access_latency.as_secs_f64() * 1e6,
+                                    tm.queue_depth,
+                                    tm.io_timeout.as_secs()
+                                )
+                            }
+                            None => {
+                                st.ready = false;
+                                st.detail += ", LATENCY LAYER NOT RUNNING (thaw tier setup)";
+                            }
+                        }
                         let ra = read_ahead_file(Path::new(&src))
                             .ok()
                             .and_then(|f| std::fs::read_to_string(f).ok());
@@ -261,12 +440,9 @@ pub fn status(home: &Path, t: &TierConfig) -> Result<DeviceState> {
 fn describe_throttle(d: (u32, u32)) -> Result<String> {
     let rules = throttle_rules(d)?;
     let get = |f: &str| rules.iter().find(|(n, _)| n == f).map(|(_, v)| *v);
-    Ok(match (get(THROTTLE_FILES[0]), get(THROTTLE_FILES[1])) {
-        (Some(bps), Some(iops)) => format!(
-            ", blkio throttle read {:.0} MB/s {iops} IOPS",
-            bps as f64 / 1e6
-        ),
-        _ => ", NOT THROTTLED".into(),
+    Ok(match get(THROTTLE_FILES[0]) {
+        Some(bps) => format!(", blkio throttle read {:.0} MB/s", bps as f64 / 1e6),
+        None => ", NOT THROTTLED".into(),
     })
 }
 
@@ -366,11 +542,15 @@ fn setup_block(home: &Path, t: &TierConfig) -> Result<DeviceState> {
         f.set_len(t.capacity_bytes)?;
         f.sync_all()?;
     }
-    let img_s = path_str(&img)?;
-    let dev = match loops_backed_by(&img)?.into_iter().next() {
+    let lat = start_latency_layer(home, t, &img)?;
+    let file = crate::latency::device_path(&lat);
+    let dev = match loops_backed_by(&file)?.into_iter().next() {
         Some(d) => d,
         None => {
-            let out = run("losetup", &["--find", "--show", "--direct-io=on", &img_s])?;
+            let out = run(
+                "losetup",
+                &["--find", "--show", "--direct-io=on", &path_str(&file)?],
+            )?;
             PathBuf::from(out.trim())
         }
     };
@@ -418,21 +598,31 @@ fn setup_block(home: &Path, t: &TierConfig) -> Result<DeviceState> {
             )?;
         }
     }
-    finish_mount(&mp, "loop device over a sparse file, ext4, blkio throttle")?;
+    finish_mount(
+        &mp,
+        "loop device over a per-I/O latency layer (FUSE) over a sparse file, ext4, blkio throttle",
+    )?;
     let d = devno(&dev)?;
-    if let Some(kb) = t.read_ahead_kb {
+    // absent: what the kernel gives a disk (VM_READAHEAD_PAGES); a loop
+    // device over the latency layer would otherwise inherit 2-2.5 MiB from
+    // its optimal I/O size, which no real SSD or HDD of the profiles has
+    {
+        let kb = t.read_ahead_kb.unwrap_or(DEFAULT_READ_AHEAD_KB);
         let name = dev.file_name().context("device name")?;
         let f = Path::new("/sys/block")
             .join(name)
             .join("queue/read_ahead_kb");
         std::fs::write(&f, kb.to_string()).with_context(|| format!("writing {}", f.display()))?;
     }
+    // bandwidth only: the latency layer limits random reads per second
+    // (queue depth / access latency), which an IOPS cap would count
+    // against large sequential reads as well
     let p = &t.profile;
     write_throttle(
         d,
         [
             (p.read_mbps * 1e6) as u64,
-            p.read_iops(),
+            0,
             (p.write_mbps * 1e6) as u64,
             0,
         ],
@@ -461,7 +651,10 @@ fn teardown_block(home: &Path, t: &TierConfig) -> Result<()> {
     teardown_mount(home, t)?;
     let img = backing_file(home, &t.name);
     let saved = saved_read_ahead(home, &t.name);
-    for dev in loops_backed_by(&img)? {
+    let mut devs = loops_backed_by(&loop_file(home, &t.name))?;
+    // a device made before the latency layer existed sits on the file itself
+    devs.extend(loops_backed_by(&img)?);
+    for dev in devs {
         // rules stay with the device number, which the next loop user would inherit
         write_throttle(devno(&dev)?, [0; 4])?;
         if let Ok(kb) = std::fs::read_to_string(&saved) {
@@ -470,6 +663,7 @@ fn teardown_block(home: &Path, t: &TierConfig) -> Result<()> {
         run("losetup", &["--detach", &path_str(&dev)?])?;
     }
     let _ = std::fs::remove_file(&saved);
+    stop_latency_layer(home, &t.name)?;
     match std::fs::remove_file(&img) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}

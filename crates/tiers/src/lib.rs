@@ -9,6 +9,7 @@
 
 pub mod config;
 pub mod device;
+pub mod latency;
 pub mod moves;
 pub mod objects;
 pub mod probe;

@@ -277,7 +277,18 @@ fn transfer(
     crash_point("journaled");
     // leftovers of an earlier failed attempt
     discard_target(to, name)?;
-    let (files, bytes, first_needed) = copy(from, to, name)?;
+    let (files, bytes, first_needed) = match copy(from, to, name) {
+        Ok(c) => c,
+        Err(e) => {
+            // nothing is committed on the target and the source is untouched:
+            // clear the partial copy now, so another source can be tried at
+            // once; if even that fails, the journal stays for `recover`
+            if discard_target(to, name).is_ok() {
+                std::fs::remove_file(journal_path(home, name))?;
+            }
+            return Err(e.context(format!("copying {name} from {}", from.tier())));
+        }
+    };
     let copy_ms = t0.elapsed().as_secs_f64() * 1e3;
     crash_point("copied");
     let t1 = std::time::Instant::now();

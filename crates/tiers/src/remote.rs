@@ -159,15 +159,7 @@ fn spawn_in_netns(
         .stdin(std::process::Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log);
-    // SAFETY: setsid is async-signal-safe and touches no memory.
-    unsafe {
-        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
-            if libc::setsid() < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    crate::device::in_own_session(&mut cmd);
     let child = cmd
         .spawn()
         .with_context(|| format!("starting the {which}"))?;

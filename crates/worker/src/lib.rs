@@ -144,6 +144,20 @@ impl Worker {
         load_timed(sb, t0, INVOKE_TIMEOUT).with_context(|| format!("loading {function}"))
     }
 
+    /// A zygote template of `function` (imported and initialised), the
+    /// benchmarks' floor of a local cold start: see [`thaw_sandbox::zygote`].
+    pub fn start_zygote(&self, function: &str) -> Result<thaw_sandbox::Zygote> {
+        self.check_function(function)?;
+        let (argv, env) = self.root.agent_command(function);
+        thaw_sandbox::Zygote::start(&self.cfg, &self.root.path, &argv, &env, INVOKE_TIMEOUT)
+            .with_context(|| format!("starting a zygote template of {function}"))
+    }
+
+    /// One instance forked from a zygote template into a new sandbox.
+    pub fn fork_zygote(&self, zygote: &mut thaw_sandbox::Zygote) -> Result<Sandbox> {
+        zygote.fork(&self.cfg, INVOKE_TIMEOUT)
+    }
+
     /// The name `function`'s snapshots go by on a tier (one per runtime root).
     pub fn snapshot_name(&self, function: &str) -> String {
         format!("{function}-{}", &self.root.hash[..16])
@@ -469,12 +483,29 @@ pub fn after_restore(
 /// whatever it says (`"ok": false` replies carry the function's error);
 /// `Err` means the instance is gone (timeout, crash, protocol violation).
 pub fn invoke_event(sb: &mut Sandbox, event: &Value, timeout: Duration) -> Result<Value> {
+    let (req, hard) = invoke_request(event, timeout);
+    sb.call_raw(&req, hard)
+}
+
+/// [`invoke_event`] for a function that may use the in-sandbox SDK
+/// (`import thaw`): its requests during the invocation go to `serve`.
+pub fn invoke_event_serving(
+    sb: &mut Sandbox,
+    event: &Value,
+    timeout: Duration,
+    serve: &mut thaw_sandbox::SdkServer<'_>,
+) -> Result<Value> {
+    let (req, hard) = invoke_request(event, timeout);
+    sb.call_serving(&req, hard, serve)
+}
+
+fn invoke_request(event: &Value, timeout: Duration) -> (Value, Duration) {
     let ms_limit = timeout.as_secs_f64() * 1e3;
     // the agent's own (soft) limit fires first; the sandbox's hard limit
     // a little later kills a runtime stuck in native code
     let hard = timeout + Duration::from_millis(500);
-    sb.call_raw(
-        &json!({"op": "invoke", "input": event, "timeout_ms": ms_limit}),
+    (
+        json!({"op": "invoke", "input": event, "timeout_ms": ms_limit}),
         hard,
     )
 }

@@ -253,15 +253,10 @@ fn restore_failing_half_way_leaves_nothing_behind() {
     // consistent checksum: the restorer fails after the sandbox is built
     let d = t.path.join("bad-path");
     let s = copy_snapshot(&snap, &d);
-    let mut state: Value = serde_json::from_slice(&s.load_state().unwrap()).unwrap();
-    let vma = state["vmas"]
-        .as_array_mut()
-        .unwrap()
-        .iter_mut()
-        .find(|v| v["path"].is_string())
-        .unwrap();
-    vma["path"] = json!("/usr/lib/thaw-no-such-file.so");
-    let bytes = serde_json::to_vec(&state).unwrap();
+    let mut state = thaw_sandbox::state::ProcessState::decode(&s.load_state().unwrap()).unwrap();
+    let vma = state.vmas.iter_mut().find(|v| v.path.is_some()).unwrap();
+    vma.path = Some("/usr/lib/thaw-no-such-file.so".into());
+    let bytes = state.encode();
     std::fs::write(d.join("state.json"), &bytes).unwrap();
     let sha = thaw_store::sha256_hex(&bytes);
     rewrite_manifest(&d, |m| {

@@ -1,0 +1,74 @@
+/*
+ * Build-time ABI dump (run by build.rs, never shipped): prints the sizes and
+ * field offsets of plan.h's structs, and its step table, as Rust constants.
+ * lib.rs asserts its #[repr(C)] mirrors against them at compile time.
+ */
+#include <stddef.h>
+#include <stdio.h>
+#include "plan.h"
+
+#define SIZE(s) printf("pub const C_SIZE_%s: usize = %zu;\n", #s, sizeof(struct s))
+#define OFF(s, f) printf("pub const C_OFF_%s_%s: usize = %zu;\n", #s, #f, offsetof(struct s, f))
+#define STEP_NAME(name, n, text) printf("    (%d, \"%s\"),\n", n, text);
+
+int main(void)
+{
+    SIZE(plan_header);
+    OFF(plan_header, magic);
+    OFF(plan_header, version);
+    OFF(plan_header, n_vmas);
+    OFF(plan_header, n_runs);
+    OFF(plan_header, auxv_words);
+    OFF(plan_header, n_filter);
+    OFF(plan_header, strings_len);
+    OFF(plan_header, vdso_block_start);
+    OFF(plan_header, vdso_offset);
+    OFF(plan_header, vdso_pieces);
+    OFF(plan_header, n_vdso_pieces);
+    OFF(plan_header, reserved0);
+    OFF(plan_header, start_code);
+    OFF(plan_header, env_end);
+    OFF(plan_header, uid);
+    OFF(plan_header, gid);
+    OFF(plan_header, flags);
+    OFF(plan_header, reserved);
+    SIZE(plan_vma);
+    OFF(plan_vma, start);
+    OFF(plan_vma, end);
+    OFF(plan_vma, file_off);
+    OFF(plan_vma, prot);
+    OFF(plan_vma, flags);
+    OFF(plan_vma, path_off);
+    OFF(plan_vma, first_run);
+    OFF(plan_vma, n_runs);
+    OFF(plan_vma, reserved);
+    SIZE(plan_run);
+    OFF(plan_run, addr);
+    OFF(plan_run, len);
+    OFF(plan_run, img_off);
+    OFF(plan_run, img_fd);
+    OFF(plan_run, fill);
+    SIZE(restorer_status);
+    OFF(restorer_status, magic);
+    OFF(restorer_status, ok);
+    OFF(restorer_status, err);
+    OFF(restorer_status, step);
+    OFF(restorer_status, detail);
+    OFF(restorer_status, syscall_insn);
+    OFF(restorer_status, setup_ns);
+    printf("pub const C_PLAN_MAGIC: u64 = %#lx;\n", THAW_PLAN_MAGIC);
+    printf("pub const C_PLAN_VERSION: u32 = %d;\n", THAW_PLAN_VERSION);
+    printf("pub const C_MAX_VDSO_PIECES: usize = %d;\n", MAX_VDSO_PIECES);
+    printf("pub const C_RESTORER_BASE: u64 = %#lx;\n", RESTORER_BASE);
+    printf("pub const C_RESTORER_SPAN: u64 = %#lx;\n", RESTORER_SPAN);
+    printf("pub const C_FILL: [u32; 5] = [%d, %d, %d, %d, %d];\n", FILL_COPY, FILL_MAP,
+           FILL_MAP_POPULATE, FILL_MAP_RANDOM, FILL_POPULATE_WRITE);
+    printf("pub const C_VMA_FLAGS: [u32; 4] = [%d, %d, %d, %d];\n", VMA_ANON, VMA_GROWSDOWN,
+           VMA_LAZY, VMA_POPULATE);
+    printf("pub const C_PLAN_LAZY: u32 = %d;\n", PLAN_LAZY);
+    printf("/// (step number, what the restorer was doing), from plan.h's THAW_STEPS\n");
+    printf("pub const STEPS: &[(u32, &str)] = &[\n");
+    THAW_STEPS(STEP_NAME)
+    printf("];\n");
+    return 0;
+}

@@ -1,0 +1,163 @@
+//! The zygote start type: the floor of a local cold start, for benchmarks.
+//!
+//! A template is the function's agent, imported and initialised once in a
+//! sandbox of its own (same root, agent and environment), running as root
+//! without the seccomp filter because it creates namespaces. Each
+//! [`Zygote::fork`] hands it a new sandbox's pieces (socket, log, cgroups);
+//! it forks a child into fresh pid, mount, net, ipc and uts namespaces, and the
+//! child joins the cgroups, mounts its own `/tmp`, brings up loopback, sets the
+//! limits, drops to the sandbox's uid, installs the filter and serves the
+//! socket: the SOCK / Catalyzer way of starting an instance.
+use crate::{agent, seccomp, spawn, Sandbox, SandboxConfig, Slot};
+use anyhow::{anyhow, bail, Context, Result};
+use serde_json::{json, Value};
+use std::fs::{File, OpenOptions};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::time::Duration;
+
+/// A live, initialised template of one function.
+pub struct Zygote {
+    template: Sandbox,
+    /// the template's pid namespace: it returns there after each fork
+    pidns: File,
+}
+
+impl Zygote {
+    /// Starts the template (`argv`/`env` as for [`Sandbox::start`]) and loads
+    /// the function in it.
+    pub fn start(
+        cfg: &SandboxConfig,
+        root: &Path,
+        argv: &[String],
+        env: &[(String, String)],
+        timeout: Duration,
+    ) -> Result<Zygote> {
+        let slot = Slot::new(cfg)?;
+        let path = argv
+            .first()
+            .ok_or_else(|| anyhow!("empty runtime command"))?
+            .clone();
+        let mut env = env.to_vec();
+        env.push(("THAW_ZYGOTE".into(), "1".into()));
+        let spec = spawn::ChildSpec {
+            root,
+            fds: slot.stdio_fds(),
+            argv: argv.to_vec(),
+            env,
+            exec: spawn::Exec::Privileged { path },
+            rlimits: cfg.rlimits(),
+            procs_files: slot.cgroups.procs_files(),
+            tmp_bytes: cfg.tmp_bytes,
+            code_dir: cfg.code_dir.as_deref(),
+        };
+        let pid = spawn::spawn(&spec)?;
+        let mut template = slot.into_sandbox(pid, root, None);
+        let pidns = File::open(format!("/proc/{pid}/ns/pid"))
+            .context("opening the zygote template's pid namespace")?;
+        template
+            .call(&json!({"op": "load"}), timeout)
+            .context("loading the function in the zygote template")?;
+        Ok(Zygote { template, pidns })
+    }
+
+    /// Forks one instance from the template into a new sandbox.
+    pub fn fork(&mut self, cfg: &SandboxConfig, timeout: Duration) -> Result<Sandbox> {
+        let slot = Slot::new(cfg)?;
+        let procs = slot
+            .cgroups
+            .procs_files()
+            .iter()
+            .map(|p| {
+                OpenOptions::new()
+                    .write(true)
+                    .open(p)
+                    .with_context(|| format!("opening {}", p.display()))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        set_passcred(&slot.worker_end, true)?;
+        let req = json!({
+            "op": "zygote_fork",
+            "uid": slot.uid.uid,
+            "tmp_bytes": cfg.tmp_bytes,
+            "rlimits": cfg.rlimits(),
+            "filter": hex::encode(seccomp::filter().concat()),
+        });
+        let mut fds = vec![
+            slot.sandbox_end.as_raw_fd(),
+            slot.log.as_raw_fd(),
+            slot.devnull.as_raw_fd(),
+        ];
+        fds.extend(procs.iter().map(|f| f.as_raw_fd()));
+        fds.push(self.pidns.as_raw_fd());
+        crate::cmsg::send_with_fds(
+            self.template.channel().socket(),
+            &agent::encode_frame(&req),
+            &fds,
+        )
+        .context("handing the zygote template a new sandbox")?;
+        let reply: Value = self
+            .template
+            .channel()
+            .recv(timeout)
+            .and_then(agent::check_ok)
+            .context("the zygote template did not fork")?;
+        if reply.get("pid").and_then(Value::as_i64).unwrap_or(0) <= 0 {
+            bail!("the zygote template replied without a pid: {reply}");
+        }
+        // the child's first byte carries its pid, translated by the kernel
+        // into our pid namespace
+        let pid = recv_hello_pid(&slot.worker_end, timeout)
+            .with_context(|| format!("zygote child: {}", self.template.log_tail(300)))?;
+        set_passcred(&slot.worker_end, false)?;
+        Ok(slot.into_sandbox(pid, self.template.root(), None))
+    }
+
+    /// The template's own sandbox (its pid, log).
+    pub fn template(&self) -> &Sandbox {
+        &self.template
+    }
+}
+
+fn set_passcred(sock: &UnixStream, on: bool) -> Result<()> {
+    let v: libc::c_int = on.into();
+    // SAFETY: setsockopt with a live int on our own socket.
+    let r = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PASSCRED,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as u32,
+        )
+    };
+    if r != 0 {
+        bail!("SO_PASSCRED: {}", std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Reads the child's one-byte hello and returns the sender's pid from the
+/// credentials the kernel attached (SO_PASSCRED).
+fn recv_hello_pid(sock: &UnixStream, timeout: Duration) -> Result<i32> {
+    sock.set_read_timeout(Some(timeout))?;
+    let got = crate::cmsg::recv_one_byte(sock, std::mem::size_of::<libc::ucred>())
+        .context("the zygote child did not say hello")?;
+    if got.read != 1 || got.byte != b'Z' {
+        bail!("the zygote child did not say hello ({} bytes)", got.read);
+    }
+    match got.control {
+        Some((libc::SOL_SOCKET, libc::SCM_CREDENTIALS, data))
+            if data.len() >= std::mem::size_of::<libc::ucred>() =>
+        {
+            // struct ucred starts with the pid
+            let pid = i32::from_ne_bytes(data[..4].try_into().expect("4 bytes"));
+            if pid <= 0 {
+                bail!("the zygote child's credentials name pid {pid}");
+            }
+            Ok(pid)
+        }
+        _ => bail!("the zygote child's hello carried no credentials"),
+    }
+}

@@ -1,0 +1,149 @@
+//! XDT in the daemon (issue 15): the in-sandbox SDK's requests. Functions
+//! invoke other functions of the same owner through the pool (as nested
+//! invocations in the caller's chain, bounded by its deadline and the chain
+//! limits) and pass objects by reference through the worker's object table
+//! (sealed memfds; see `thaw_xdt`).
+use crate::pool::{FnVersion, Mode, Refusal};
+use crate::App;
+use serde_json::Value;
+use std::sync::mpsc;
+use std::sync::{Arc, OnceLock, Weak};
+use std::time::{Duration, Instant};
+use thaw_xdt::sdk::{CallFailure, CallOutcome, Host};
+use thaw_xdt::{CallCtx, ChainLimits, ObjectTable, TableLimits};
+
+/// `[xdt]` in the daemon's configuration.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct XdtConfig {
+    pub objects: TableLimits,
+    pub chains: ChainLimits,
+}
+
+pub struct XdtHost {
+    app: OnceLock<Weak<App>>,
+    table: ObjectTable,
+    chains: ChainLimits,
+    rt: tokio::runtime::Handle,
+}
+
+impl XdtHost {
+    pub fn new(cfg: &XdtConfig, rt: tokio::runtime::Handle) -> XdtHost {
+        XdtHost {
+            app: OnceLock::new(),
+            table: ObjectTable::new(cfg.objects.clone()),
+            chains: cfg.chains.clone(),
+            rt,
+        }
+    }
+
+    /// Connects the host to its daemon (once, right after it is made).
+    pub fn attach(&self, app: &Arc<App>) {
+        let _ = self.app.set(Arc::downgrade(app));
+    }
+
+    fn app(&self) -> Option<Arc<App>> {
+        self.app.get().and_then(Weak::upgrade)
+    }
+}
+
+impl Host for XdtHost {
+    fn table(&self) -> &ObjectTable {
+        &self.table
+    }
+
+    fn chain_limits(&self) -> &ChainLimits {
+        &self.chains
+    }
+
+    fn owner_of(&self, function: &str) -> Option<String> {
+        let app = self.app()?;
+        let fns = app.functions.read().unwrap_or_else(|p| p.into_inner());
+        fns.get(function).map(|v| v.rec.owner.clone())
+    }
+
+    fn start_invoke(&self, ctx: CallCtx, event: Value) -> mpsc::Receiver<CallOutcome> {
+        let (tx, rx) = mpsc::channel();
+        let app = self.app();
+        self.rt.spawn(async move {
+            let out = match app {
+                Some(app) => nested_invoke(app, ctx, event).await,
+                None => Err(failure("shutting_down", "the daemon is stopping")),
+            };
+            let _ = tx.send(out);
+        });
+        rx
+    }
+}
+
+fn failure(kind: &str, message: impl Into<String>) -> CallFailure {
+    CallFailure {
+        kind: kind.to_string(),
+        message: message.into(),
+    }
+}
+
+/// One invocation made by a function: like `POST .../invoke`, in the
+/// caller's chain, and never past the caller's deadline.
+async fn nested_invoke(app: Arc<App>, ctx: CallCtx, event: Value) -> CallOutcome {
+    let name = ctx.function.clone();
+    let event_bytes = serde_json::to_vec(&event).map_or(0, |b| b.len() as u64);
+    if event_bytes > app.cfg.limits.event_bytes {
+        return Err(failure(
+            "payload_too_large",
+            format!(
+                "an event of {event_bytes} bytes is over the {}-byte limit (pass a reference: thaw.put)",
+                app.cfg.limits.event_bytes
+            ),
+        ));
+    }
+    let left = || ctx.deadline.saturating_duration_since(Instant::now());
+    let lookup = |app: &App| -> Option<Arc<FnVersion>> {
+        let fns = app.functions.read().unwrap_or_else(|p| p.into_inner());
+        fns.get(&name).cloned()
+    };
+    let mut tries = 0;
+    let (v, lease) = loop {
+        let Some(v) = lookup(&app) else {
+            return Err(failure("not_found", format!("no function {name:?}")));
+        };
+        match tokio::time::timeout(left(), app.pool.acquire(&v, Mode::Normal)).await {
+            Err(_) => {
+                return Err(failure(
+                    "timeout",
+                    format!("no instance of {name:?} before the caller's deadline"),
+                ))
+            }
+            Ok(Ok(l)) => break (v, l),
+            Ok(Err(Refusal::Replaced)) if tries < 3 => tries += 1,
+            Ok(Err(r)) => {
+                let e = crate::api::refusal(&app, &name, r);
+                return Err(from_body(&e.body));
+            }
+        }
+    };
+    let timeout = Duration::from_millis(v.rec.timeout_ms).min(left());
+    let id = hex::encode(rand::random::<[u8; 12]>());
+    let pool = app.pool.clone();
+    let (_lease, done) = pool
+        .run_in_chain(lease, event, timeout, id, Some(ctx))
+        .await;
+    match done.reply {
+        Ok(mut r) if r.get("ok") == Some(&Value::Bool(true)) => {
+            Ok(r.get_mut("output").map(Value::take).unwrap_or(Value::Null))
+        }
+        Ok(r) => Err(from_body(
+            &crate::api::function_failure(&r, v.rec.timeout_ms).1,
+        )),
+        Err(e) => Err(failure("instance_failed", e)),
+    }
+}
+
+fn from_body(body: &Value) -> CallFailure {
+    let s = |k: &str| body.get(k).and_then(Value::as_str).unwrap_or("");
+    let message = match s("type") {
+        "" => s("message").to_string(),
+        ty => format!("{ty}: {}", s("message")),
+    };
+    failure(s("error"), message)
+}

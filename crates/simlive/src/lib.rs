@@ -1,0 +1,314 @@
+//! thaw-simlive: does the simulator predict the worker? (`thaw bench simlive`,
+//! issue 14 part 3.)
+//!
+//! One run: generate a scaled-down synthetic day ([`trace`]) as an Azure 2021
+//! trace file; start `thaw serve` on a throw-away home, deploy the trace's
+//! functions (each sleeps its fixed duration), measure their restore, warm and
+//! boot costs through the API ([`live`]); replay the file through `thaw sim`
+//! (same policy, RAM budget, tiers, calibrated with those costs, every function
+//! deployed with a snapshot as on the daemon) and through `thaw load` against
+//! the daemon restarted empty; compare start-type counts and mean start latency
+//! ([`compare`]): a table (markdown), JSON and one SVG plot.
+pub mod compare;
+pub mod live;
+pub mod trace;
+
+use anyhow::{bail, Context, Result};
+use std::path::{Path, PathBuf};
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
+    /// Functions in the synthetic day (each is deployed to the daemon).
+    #[arg(long, default_value_t = 20)]
+    pub functions: u32,
+    /// Length of the compressed day, minutes (the test uses 2).
+    #[arg(long, default_value_t = 20.0)]
+    pub minutes: f64,
+    /// Mean total invocations per second.
+    #[arg(long, default_value_t = 1.5)]
+    pub rps: f64,
+    /// Diurnal amplitude in [0, 1).
+    #[arg(long, default_value_t = 0.5)]
+    pub diurnal: f64,
+    #[arg(long, default_value_t = 10)]
+    pub min_duration_ms: u64,
+    #[arg(long, default_value_t = 2000)]
+    pub max_duration_ms: u64,
+    /// Cap on one function's rate x duration.
+    #[arg(long, default_value_t = 1.0)]
+    pub max_fn_load: f64,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// ttl, lru-mem or tiered-lru (the greedy-dual policies rank by costs the
+    /// daemon does not measure yet, so the two sides would not run the same policy).
+    #[arg(long, default_value = "lru-mem")]
+    pub policy: String,
+    /// Declared memory of every function, MiB (what both policies account).
+    #[arg(long, default_value_t = 128)]
+    pub memory_mb: u64,
+    /// RAM budget for instances, MiB (default: half the functions' instances fit).
+    #[arg(long)]
+    pub memory_budget_mb: Option<u64>,
+    /// ttl: keep-alive window, seconds.
+    #[arg(long, default_value_t = 600)]
+    pub keep_alive_s: u64,
+    /// Per-function instance cap on the daemon (the simulator has none: keep it
+    /// above the trace's concurrency).
+    #[arg(long, default_value_t = 64)]
+    pub max_instances: u32,
+    /// Restore strategy of the deployed functions.
+    #[arg(long, default_value = "mmap")]
+    pub strategy: String,
+    /// Calibration: forced restores and warm invocations per function.
+    #[arg(long, default_value_t = 3)]
+    pub calibration_runs: usize,
+    /// Output directory: trace.csv, calibration.json, sim.json, live.json,
+    /// live.jsonl, simlive.json, simlive.md, simlive.svg, serve.log.
+    #[arg(long, default_value = "simlive-out")]
+    pub out: PathBuf,
+    /// The daemon's state home (default: a temporary one, removed afterwards).
+    #[arg(long)]
+    pub serve_home: Option<PathBuf>,
+}
+
+/// Removes a temporary daemon home on every exit path.
+struct TempHome(PathBuf);
+
+impl Drop for TempHome {
+    fn drop(&mut self) {
+        if let Err(e) = thaw_server::remove_home(&self.0) {
+            thaw_output::errln!("thaw bench simlive: removing {}: {e:#}", self.0.display());
+        }
+    }
+}
+
+fn note(msg: &str) {
+    thaw_output::errln!("thaw bench simlive: {msg}");
+}
+
+fn load_average() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// Runs the whole comparison; `runtime_home` holds the runtime root.
+pub fn run(runtime_home: &Path, a: &Args) -> Result<compare::Comparison> {
+    if !matches!(a.policy.as_str(), "ttl" | "lru-mem" | "tiered-lru") {
+        bail!(
+            "--policy {}: use ttl, lru-mem or tiered-lru (greedy-dual ranks by start costs the daemon does not measure)",
+            a.policy
+        );
+    }
+    if a.calibration_runs == 0 || a.calibration_runs > 100 {
+        bail!("--calibration-runs must be in 1..=100");
+    }
+    if !(16..=8192).contains(&a.memory_mb) {
+        bail!("--memory-mb must be in 16..=8192");
+    }
+    let params = trace::Params {
+        functions: a.functions,
+        minutes: a.minutes,
+        rps: a.rps,
+        diurnal: a.diurnal,
+        min_duration_ms: a.min_duration_ms,
+        max_duration_ms: a.max_duration_ms,
+        max_fn_load: a.max_fn_load,
+        seed: a.seed,
+    };
+    let serve = live::ServeOptions {
+        policy: a.policy.clone(),
+        memory_budget_mb: a
+            .memory_budget_mb
+            .unwrap_or((a.functions as u64 * a.memory_mb / 2).max(a.memory_mb)),
+        keep_alive_s: a.keep_alive_s,
+    };
+    if serve.memory_budget_mb < a.memory_mb {
+        bail!(
+            "--memory-budget-mb must hold at least one instance ({} MiB)",
+            a.memory_mb
+        );
+    }
+    let tr = trace::generate(&params)?;
+    std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
+    let out = |f: &str| a.out.join(f);
+    let trace_path = out("trace.csv");
+    trace::write_csv(&tr, &trace_path)?;
+    note(&format!(
+        "{} invocations of {} functions over {} min in {}",
+        tr.rows.len(),
+        tr.functions.len(),
+        a.minutes,
+        trace_path.display()
+    ));
+    let load_before = load_average();
+
+    let (home, _temp) = match &a.serve_home {
+        Some(h) => {
+            std::fs::create_dir_all(h).with_context(|| format!("creating {}", h.display()))?;
+            (h.clone(), None)
+        }
+        None => {
+            let h = std::env::temp_dir().join(format!(
+                "thaw-simlive-{}-{}",
+                std::process::id(),
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos())
+            ));
+            std::fs::create_dir(&h).with_context(|| format!("creating {}", h.display()))?;
+            (h.clone(), Some(TempHome(h)))
+        }
+    };
+    let thaw = std::env::current_exe().context("finding the thaw binary")?;
+    let log = out("serve.log");
+
+    // Deploy and calibrate on one daemon ...
+    let mut d = live::Daemon::start(&thaw, &home, runtime_home, &serve, &log)?;
+    let mut c = d.client();
+    let mut costs = Vec::new();
+    for f in &tr.functions {
+        let dep = live::deploy(
+            &mut c,
+            &f.name,
+            f.duration_ms,
+            a.memory_mb,
+            a.max_instances,
+            &a.strategy,
+        )?;
+        let (warm_ms, restore_ms) = live::measure(&mut c, &f.name, a.calibration_runs)?;
+        costs.push(live::Measured {
+            warm_ms,
+            restore_ms,
+            checkpoint_ms: dep.checkpoint_ms,
+        });
+    }
+    let boot_ms = live::measure_boot(&mut c, a.memory_mb, a.calibration_runs)?;
+    d.stop()?;
+    note(&format!(
+        "deployed and calibrated {} functions",
+        costs.len()
+    ));
+    let calibration = compare::calibration(&tr, &costs, boot_ms, &serve);
+    let calib_path = out("calibration.json");
+    std::fs::write(
+        &calib_path,
+        serde_json::to_string_pretty(&calibration)? + "\n",
+    )
+    .with_context(|| format!("writing {}", calib_path.display()))?;
+
+    // ... the simulator on the same file ...
+    let sim_args: Vec<String> = [
+        "--trace",
+        &trace_path.to_string_lossy(),
+        "--format",
+        "azure2021",
+        "--mem-mb",
+        &a.memory_mb.to_string(),
+        "--policy",
+        &a.policy,
+        "--ram-gb",
+        &(serve.memory_budget_mb as f64 / 1024.0).to_string(),
+        "--disk-gb",
+        &(thaw_server::Config::default().disk_budget_mb as f64 / 1024.0).to_string(),
+        "--net-gb",
+        "0",
+        "--threshold",
+        &thaw_server::Config::default().threshold.to_string(),
+        "--keep-alive-s",
+        &a.keep_alive_s.to_string(),
+        "--calibration",
+        &calib_path.to_string_lossy(),
+        "--deployed-snapshots",
+        "--seed",
+        &a.seed.to_string(),
+        "--quiet",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let (sa, sm, _) = thaw_sim::cli::parse(&sim_args)?.context("thaw sim arguments")?;
+    let (sim_cfg, sim) = thaw_sim::cli::execute(&sa, &sm, false)?
+        .pop()
+        .context("thaw sim ran nothing")?;
+    let sim_summary = thaw_sim::output::summary(&sim_cfg, &sim);
+    std::fs::write(
+        out("sim.json"),
+        serde_json::to_string_pretty(&sim_summary)? + "\n",
+    )
+    .context("writing sim.json")?;
+
+    // ... and the same file against the daemon, restarted with no instance.
+    let d2 = live::Daemon::start(&thaw, &home, runtime_home, &serve, &log)?;
+    let names: Vec<&str> = tr.functions.iter().map(|f| f.name.as_str()).collect();
+    let load_args: Vec<String> = [
+        "--target",
+        &format!("unix:{}", d2.socket.display()),
+        "--trace",
+        &trace_path.to_string_lossy(),
+        "--format",
+        "azure2021",
+        "--map-by-name",
+        "--functions",
+        &names.join(","),
+        "--duration-s",
+        &(a.minutes * 60.0 + 1.0).to_string(),
+        "--timeout-s",
+        &(a.max_duration_ms as f64 / 1000.0 + 60.0).to_string(),
+        "--seed",
+        &a.seed.to_string(),
+        "--records",
+        &out("live.jsonl").to_string_lossy(),
+        "--json",
+        &out("live.json").to_string_lossy(),
+        "--plots",
+        &out("live-plots").to_string_lossy(),
+        "--quiet",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let argv = std::iter::once("thaw load".to_string()).chain(load_args);
+    let la = <thaw_load::cli::Args as clap::Parser>::try_parse_from(argv)
+        .map_err(|e| anyhow::anyhow!("thaw load arguments: {e}"))?;
+    note(&format!(
+        "replaying {} requests against the daemon ({} min)",
+        tr.rows.len(),
+        a.minutes
+    ));
+    let live_summary = thaw_load::cli::execute(&la)?;
+    drop(d2);
+    let live = compare::live_side(&out("live.jsonl"), &live_summary)?;
+
+    let cmp = compare::Comparison::new(
+        &params,
+        &serve,
+        a,
+        compare::sim_side(&sim),
+        live,
+        calibration,
+        [load_before, load_average()],
+    );
+    std::fs::write(
+        out("simlive.json"),
+        serde_json::to_string_pretty(&cmp)? + "\n",
+    )
+    .context("writing simlive.json")?;
+    std::fs::write(out("simlive.md"), cmp.markdown()).context("writing simlive.md")?;
+    compare::plot(&out("simlive.svg"), &cmp, &sim, &out("live.jsonl"))?;
+    Ok(cmp)
+}
+
+/// `thaw bench simlive`: runs, prints the table, says where the files are.
+pub fn main(runtime_home: &Path, a: &Args) -> Result<()> {
+    let cmp = run(runtime_home, a)?;
+    thaw_output::out!("{}", cmp.markdown());
+    note(&format!(
+        "results in {} (simlive.md, simlive.json, simlive.svg)",
+        a.out.display()
+    ));
+    Ok(())
+}

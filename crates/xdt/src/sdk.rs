@@ -1,0 +1,267 @@
+//! The worker's side of the in-sandbox `thaw` module. While an invocation
+//! runs, the agent may send requests (frames with an `"sdk"` field) over
+//! its control socket; each gets exactly one reply, which may carry a
+//! descriptor (SCM_RIGHTS):
+//!
+//! | request | fds in | reply | fd out |
+//! |---|---|---|---|
+//! | `{"sdk":"alloc","size":S}` | | `{"ok":true,"size":S}` | a fresh memfd of S bytes to map and fill |
+//! | `{"sdk":"put","retrievals":N,"ttl_s":T?}` | the object's memfd | `{"ok":true,"ref":R,"size":S}` | |
+//! | `{"sdk":"get","ref":R}` | | `{"ok":true,"size":S,"remaining":K}` | the object, read-only |
+//! | `{"sdk":"invoke","function":F,"event":E,"wait":true}` | | `{"ok":true,"output":..}` | |
+//! | `{"sdk":"invoke",...,"wait":false}` | | `{"ok":true,"handle":H}` | |
+//! | `{"sdk":"wait","handle":H}` | | `{"ok":true,"output":..}` | |
+//!
+//! Errors: `{"ok":false,"error":KIND,"message":..}` with the kinds of
+//! [`XdtError::kind`], plus `invoke_failed` (the callee failed: its error
+//! kind in `callee_error`), `not_found` and `timeout` (the caller's deadline
+//! passed while waiting). Everything in a request comes from the sandbox and
+//! is checked; a bad request never ends the invocation.
+use crate::chain::{CallCtx, ChainLimits};
+use crate::table::{now_ms, ObjectTable, XdtError};
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::os::fd::OwnedFd;
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::time::Instant;
+
+/// How a callee's invocation ended, when it failed.
+#[derive(Debug, Clone)]
+pub struct CallFailure {
+    /// `not_found`, `function_error`, `timeout`, `queue_full`, ...
+    pub kind: String,
+    pub message: String,
+}
+
+pub type CallOutcome = Result<Value, CallFailure>;
+
+/// What the SDK needs from the worker it runs in.
+pub trait Host: Send + Sync {
+    fn table(&self) -> &ObjectTable;
+    fn chain_limits(&self) -> &ChainLimits;
+    /// The owner of a deployed function, or `None` if there is no such function.
+    fn owner_of(&self, function: &str) -> Option<String>;
+    /// Starts an invocation of `ctx.function` (already admitted by the chain
+    /// limits) on its own; the outcome arrives on the receiver.
+    fn start_invoke(&self, ctx: CallCtx, event: Value) -> Receiver<CallOutcome>;
+}
+
+/// One invocation's SDK requests.
+pub struct Session<'h> {
+    host: &'h dyn Host,
+    pub ctx: CallCtx,
+    /// the largest object this function may take (its memory limit)
+    max_get_bytes: u64,
+    started: u32,
+    pending: HashMap<u64, Receiver<CallOutcome>>,
+    next_handle: u64,
+}
+
+/// A reply to the sandbox and the descriptor to pass with it.
+pub struct Reply {
+    pub body: Value,
+    pub fd: Option<OwnedFd>,
+}
+
+fn fail(kind: &str, message: impl Into<String>) -> Reply {
+    Reply {
+        body: json!({"ok": false, "error": kind, "message": message.into()}),
+        fd: None,
+    }
+}
+
+fn from_err(e: XdtError) -> Reply {
+    fail(e.kind(), e.to_string())
+}
+
+fn from_outcome(o: CallOutcome) -> Reply {
+    match o {
+        Ok(output) => Reply {
+            body: json!({"ok": true, "output": output}),
+            fd: None,
+        },
+        Err(f) => Reply {
+            body: json!({"ok": false, "error": "invoke_failed", "callee_error": f.kind,
+                         "message": f.message}),
+            fd: None,
+        },
+    }
+}
+
+impl<'h> Session<'h> {
+    pub fn new(host: &'h dyn Host, ctx: CallCtx, max_get_bytes: u64) -> Session<'h> {
+        Session {
+            host,
+            ctx,
+            max_get_bytes,
+            started: 0,
+            pending: HashMap::new(),
+            next_handle: 1,
+        }
+    }
+
+    /// Handles one request; `fds` are the descriptors that came with it
+    /// (closed here unless an object takes one).
+    pub fn serve(&mut self, req: &Value, mut fds: Vec<OwnedFd>) -> Reply {
+        let op = req.get("sdk").and_then(Value::as_str).unwrap_or("");
+        let want_fds = usize::from(op == "put");
+        if fds.len() != want_fds {
+            return fail(
+                "bad_request",
+                format!(
+                    "sdk {op:?} takes {want_fds} descriptor(s), {} came",
+                    fds.len()
+                ),
+            );
+        }
+        match op {
+            "alloc" => self.alloc(req),
+            "put" => self.put(req, fds.pop().expect("one fd checked above")),
+            "get" => self.get(req),
+            "invoke" => self.invoke(req),
+            "wait" => self.wait(req),
+            _ => fail("bad_request", format!("unknown sdk request {op:?}")),
+        }
+    }
+
+    /// A memfd for the producer to fill. Its pages are charged to whoever
+    /// touches them (the producer's memory limit bounds an alloc that is
+    /// never put); the worker keeps nothing until `put`.
+    fn alloc(&mut self, req: &Value) -> Reply {
+        let Some(size) = req.get("size").and_then(Value::as_u64) else {
+            return fail("bad_request", "alloc needs 'size': a byte count");
+        };
+        let l = &self.host.table().limits;
+        if size > l.max_object_bytes {
+            return from_err(XdtError::TooLarge(format!(
+                "an object of {size} bytes is larger than the {}-byte limit per object",
+                l.max_object_bytes
+            )));
+        }
+        match crate::memfd::create_sized(size) {
+            Ok(fd) => Reply {
+                body: json!({"ok": true, "size": size}),
+                fd: Some(fd),
+            },
+            Err(e) => from_err(e),
+        }
+    }
+
+    fn put(&mut self, req: &Value, fd: OwnedFd) -> Reply {
+        let retrievals = match req.get("retrievals") {
+            None => 1,
+            Some(v) => match v.as_u64().and_then(|n| u32::try_from(n).ok()) {
+                Some(n) => n,
+                None => return fail("bad_request", "retrievals must be a positive integer"),
+            },
+        };
+        let ttl_s = match req.get("ttl_s") {
+            None | Some(Value::Null) => None,
+            Some(v) => match v.as_u64() {
+                Some(t) => Some(t),
+                None => return fail("bad_request", "ttl_s must be a positive integer"),
+            },
+        };
+        let t = self.host.table();
+        match t.put(
+            &self.ctx.owner,
+            &self.ctx.function,
+            fd,
+            retrievals,
+            ttl_s,
+            now_ms(),
+        ) {
+            Ok((r, size)) => Reply {
+                body: json!({"ok": true, "ref": r, "size": size}),
+                fd: None,
+            },
+            Err(e) => from_err(e),
+        }
+    }
+
+    fn get(&mut self, req: &Value) -> Reply {
+        let Some(r) = req.get("ref").and_then(Value::as_str) else {
+            return fail("bad_request", "get needs 'ref': a reference string");
+        };
+        match self
+            .host
+            .table()
+            .get(&self.ctx.owner, r, self.max_get_bytes, now_ms())
+        {
+            Ok(got) => Reply {
+                body: json!({"ok": true, "size": got.size, "remaining": got.remaining}),
+                fd: Some(got.fd),
+            },
+            Err(e) => from_err(e),
+        }
+    }
+
+    fn invoke(&mut self, req: &Value) -> Reply {
+        let Some(callee) = req.get("function").and_then(Value::as_str) else {
+            return fail("bad_request", "invoke needs 'function': a function name");
+        };
+        let event = req.get("event").cloned().unwrap_or(Value::Null);
+        let wait = req.get("wait").and_then(Value::as_bool).unwrap_or(true);
+        let limits = self.host.chain_limits();
+        if self.started >= limits.max_fanout {
+            return fail(
+                "limit",
+                format!(
+                    "fan-out limit: one invocation may start at most {} others",
+                    limits.max_fanout
+                ),
+            );
+        }
+        let Some(owner) = self.host.owner_of(callee) else {
+            return fail("not_found", format!("no function {callee:?}"));
+        };
+        let ctx = match self.ctx.child(callee, &owner, limits) {
+            Ok(c) => c,
+            Err(XdtError::Forbidden) => {
+                return fail(
+                    "forbidden",
+                    format!("function {callee:?} belongs to another owner"),
+                )
+            }
+            Err(e) => return from_err(e),
+        };
+        self.started += 1;
+        let rx = self.host.start_invoke(ctx, event);
+        if wait {
+            return self.wait_for(rx, callee);
+        }
+        let h = self.next_handle;
+        self.next_handle += 1;
+        self.pending.insert(h, rx);
+        Reply {
+            body: json!({"ok": true, "handle": h}),
+            fd: None,
+        }
+    }
+
+    fn wait(&mut self, req: &Value) -> Reply {
+        let Some(rx) = req
+            .get("handle")
+            .and_then(Value::as_u64)
+            .and_then(|h| self.pending.remove(&h))
+        else {
+            return fail("bad_request", "wait needs 'handle': one not waited for yet");
+        };
+        self.wait_for(rx, "the callee")
+    }
+
+    fn wait_for(&self, rx: Receiver<CallOutcome>, what: &str) -> Reply {
+        let left = self.ctx.deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(o) => from_outcome(o),
+            Err(RecvTimeoutError::Timeout) => fail(
+                "timeout",
+                format!("the invocation's deadline passed while waiting for {what}"),
+            ),
+            Err(RecvTimeoutError::Disconnected) => fail(
+                "invoke_failed",
+                format!("{what} ended without an answer (the worker is stopping?)"),
+            ),
+        }
+    }
+}
