@@ -92,30 +92,37 @@ impl RemoteStore {
     /// Creates the bucket (the emulated store starts empty); an existing
     /// bucket is fine. Sent as a pre-signed PUT over plain HTTP, the only
     /// scheme the emulated store speaks.
-    pub fn ensure_bucket(&self) -> Result<()> {
+    /// Creates the bucket unless it exists. A server that is still starting
+    /// answers 503 (MinIO's "server not initialized") for a while after its
+    /// liveness check passes: that is retried until `deadline`.
+    pub fn ensure_bucket(&self, deadline: std::time::Instant) -> Result<()> {
         use object_store::signer::{Method, Signer};
-        let url = self.rt.block_on(self.store.signed_url(
-            Method::PUT,
-            &ObjPath::from(""),
-            Duration::from_secs(60),
-        ))?;
-        let host = url.host_str().context("signed url has no host")?;
-        let port = url.port_or_known_default().unwrap_or(80);
-        let target = match url.query() {
-            Some(q) => format!("{}?{q}", url.path()),
-            None => url.path().to_string(),
-        };
-        let reply = http_put_empty(host, port, &target, self.timeout)?;
-        let status = reply.split_whitespace().nth(1).unwrap_or("");
-        // 409: BucketAlreadyOwnedByYou
-        if status != "200" && status != "409" {
-            bail!(
-                "creating the bucket at {}: {}",
-                self.url,
-                reply.lines().next().unwrap_or("")
-            );
+        loop {
+            let url = self.rt.block_on(self.store.signed_url(
+                Method::PUT,
+                &ObjPath::from(""),
+                Duration::from_secs(60),
+            ))?;
+            let host = url.host_str().context("signed url has no host")?;
+            let port = url.port_or_known_default().unwrap_or(80);
+            let target = match url.query() {
+                Some(q) => format!("{}?{q}", url.path()),
+                None => url.path().to_string(),
+            };
+            let reply = http_put_empty(host, port, &target, self.timeout)?;
+            match reply.split_whitespace().nth(1).unwrap_or("") {
+                // 409: BucketAlreadyOwnedByYou
+                "200" | "409" => return Ok(()),
+                "503" if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(200))
+                }
+                _ => bail!(
+                    "creating the bucket at {}: {}",
+                    self.url,
+                    reply.lines().next().unwrap_or("")
+                ),
+            }
         }
-        Ok(())
     }
 
     /// Seals and stores `data` as `name`.

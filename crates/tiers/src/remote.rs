@@ -12,6 +12,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 pub const PORT: u16 = 9000;
+/// Prefix length of a home's veth subnet.
+const PREFIX: u8 = 30;
 /// The server's own port, on the namespace's loopback behind the relay.
 const SERVER_PORT: u16 = 9001;
 /// How long a freshly started server gets to answer.
@@ -44,15 +46,22 @@ impl RemoteNet {
     pub fn for_home(home: &Path) -> RemoteNet {
         let h = fnv(home.as_os_str().as_encoded_bytes());
         let tag = format!("{:06x}", h & 0xff_ffff);
-        // a /24 per home inside 10.213.0.0/16, avoiding .0 and .255
-        let net = 1 + (h >> 24) % 254;
+        // a /30 per home inside 10.213.0.0/16 (16,384 of them, so two homes
+        // rarely meet; setup refuses one whose subnet is already in use)
+        let slot = (h >> 8) % 16_384;
+        let (third, fourth) = (slot / 64, (slot % 64) * 4);
         RemoteNet {
             netns: format!("thaw-remote-{tag}"),
             veth_host: format!("thr{tag}h"),
             veth_ns: format!("thr{tag}n"),
-            host_addr: format!("10.213.{net}.1"),
-            server_addr: format!("10.213.{net}.2"),
+            host_addr: format!("10.213.{third}.{}", fourth + 1),
+            server_addr: format!("10.213.{third}.{}", fourth + 2),
         }
+    }
+
+    /// The subnet shared by the two ends of the veth pair.
+    pub fn subnet(&self) -> String {
+        format!("{}/{PREFIX}", self.host_addr)
     }
 
     pub fn url(&self) -> String {
@@ -112,6 +121,37 @@ fn link_exists(name: &str) -> bool {
     Path::new("/sys/class/net").join(name).exists()
 }
 
+/// The host interface (if any) that already has an address in `net`'s
+/// subnet: two veths on one subnet would send this home's requests to
+/// another home's server.
+fn interface_with_address_in(net: &RemoteNet) -> Result<Option<String>> {
+    let ours = ipv4(&net.host_addr).context("the remote's host address")?;
+    let out = run("ip", &["-4", "-o", "addr", "show"])?;
+    for line in out.lines() {
+        // "3: eth0    inet 192.0.2.2/24 brd ..."
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let Some(at) = words.iter().position(|w| *w == "inet") else {
+            continue;
+        };
+        let Some((ip, len)) = words.get(at + 1).and_then(|a| a.split_once('/')) else {
+            continue;
+        };
+        let (Some(addr), Ok(len)) = (ipv4(ip), len.parse::<u32>()) else {
+            continue;
+        };
+        // two subnets overlap when they agree on the shorter prefix
+        let shorter = len.clamp(1, PREFIX as u32);
+        if addr >> (32 - shorter) == ours >> (32 - shorter) {
+            return Ok(Some(words.get(1).unwrap_or(&"?").to_string()));
+        }
+    }
+    Ok(None)
+}
+
+fn ipv4(s: &str) -> Option<u32> {
+    s.parse::<std::net::Ipv4Addr>().ok().map(u32::from)
+}
+
 /// The processes setup starts in the namespace, by pid-file name.
 const PROCS: [&str; 2] = ["relay", "server"];
 
@@ -138,8 +178,9 @@ fn server_pid(home: &Path, t: &TierConfig) -> Option<i32> {
     our_pid(home, t, "server", &needle(home, t))
 }
 
-/// Starts `cmd` inside the namespace, in its own session, detached, with its
-/// output in `which.log` and its pid in `which.pid`.
+/// Starts `cmd` inside the namespace, in its own session, with its output
+/// in `which.log` and its pid in `which.pid`. The caller watches the child
+/// while it starts, then lets it go.
 fn spawn_in_netns(
     home: &Path,
     t: &TierConfig,
@@ -148,7 +189,7 @@ fn spawn_in_netns(
     prog: &Path,
     args: &[String],
     env: &[(&str, String)],
-) -> Result<()> {
+) -> Result<std::process::Child> {
     let dir = state_dir(home, t);
     let log = std::fs::File::create(dir.join(format!("{which}.log")))?;
     let mut cmd = std::process::Command::new("ip");
@@ -163,11 +204,21 @@ fn spawn_in_netns(
     let child = cmd
         .spawn()
         .with_context(|| format!("starting the {which}"))?;
+    // `ip netns exec` execs the program, so this pid is the server's
     std::fs::write(dir.join(format!("{which}.pid")), child.id().to_string())?;
-    // `ip netns exec` execs the program, so this pid is the server's; it
-    // outlives this command and is reaped by init
-    std::mem::forget(child);
-    Ok(())
+    Ok(child)
+}
+
+/// The last lines of a start-up log, for an error message.
+fn log_tail(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    let tail = lines[lines.len().saturating_sub(8)..].join("\n  ");
+    if tail.is_empty() {
+        "(empty log)".into()
+    } else {
+        tail
+    }
 }
 
 /// The server answers its liveness check through the relay (the relay
@@ -207,6 +258,12 @@ pub fn setup(home: &Path, t: &TierConfig) -> Result<crate::device::DeviceState> 
         run("ip", &["netns", "add", &net.netns])?;
     }
     if !link_exists(&net.veth_host) {
+        if let Some(dev) = interface_with_address_in(&net)? {
+            bail!(
+                "the emulated remote's subnet {} is already in use on interface {dev} (another state home's remote tier?); tear that one down or use another --home",
+                net.subnet()
+            );
+        }
         run(
             "ip",
             &[
@@ -221,16 +278,7 @@ pub fn setup(home: &Path, t: &TierConfig) -> Result<crate::device::DeviceState> 
             ],
         )?;
         run("ip", &["link", "set", &net.veth_ns, "netns", &net.netns])?;
-        run(
-            "ip",
-            &[
-                "addr",
-                "add",
-                &format!("{}/24", net.host_addr),
-                "dev",
-                &net.veth_host,
-            ],
-        )?;
+        run("ip", &["addr", "add", &net.subnet(), "dev", &net.veth_host])?;
         run("ip", &["link", "set", &net.veth_host, "up"])?;
         let nsip = |args: &[&str]| -> Result<String> {
             let mut a = vec!["-n", net.netns.as_str()];
@@ -240,7 +288,7 @@ pub fn setup(home: &Path, t: &TierConfig) -> Result<crate::device::DeviceState> 
         nsip(&[
             "addr",
             "add",
-            &format!("{}/24", net.server_addr),
+            &format!("{}/{PREFIX}", net.server_addr),
             "dev",
             &net.veth_ns,
         ])?;
@@ -265,6 +313,10 @@ pub fn setup(home: &Path, t: &TierConfig) -> Result<crate::device::DeviceState> 
         a.extend_from_slice(&tbf);
         run("ip", &a)?;
     }
+    // children started by this call, watched by exit status while they
+    // start (a pid file's command line is unreadable for a moment while
+    // `ip netns exec` execs the program, so it cannot tell "exited")
+    let mut started: Vec<(&str, std::process::Child)> = Vec::new();
     if server_pid(home, t).is_none() {
         let (user, secret) = credentials(home, t)?;
         let args = [
@@ -280,7 +332,10 @@ pub fn setup(home: &Path, t: &TierConfig) -> Result<crate::device::DeviceState> 
             ("MINIO_BROWSER", "off".to_string()),
             ("MINIO_UPDATE", "off".to_string()),
         ];
-        spawn_in_netns(home, t, &net.netns, "server", &minio, &args, &env)?;
+        started.push((
+            "server",
+            spawn_in_netns(home, t, &net.netns, "server", &minio, &args, &env)?,
+        ));
     }
     if our_pid(home, t, "relay", &needle(home, t)).is_none() {
         // the relay is this very binary (`thaw tier relay`)
@@ -297,7 +352,10 @@ pub fn setup(home: &Path, t: &TierConfig) -> Result<crate::device::DeviceState> 
             "--tag".into(),
             needle(home, t),
         ];
-        spawn_in_netns(home, t, &net.netns, "relay", &exe, &args, &[])?;
+        started.push((
+            "relay",
+            spawn_in_netns(home, t, &net.netns, "relay", &exe, &args, &[])?,
+        ));
     }
     let deadline = Instant::now() + START_DEADLINE;
     while !answers(&net.server_addr) {
@@ -309,17 +367,23 @@ pub fn setup(home: &Path, t: &TierConfig) -> Result<crate::device::DeviceState> 
                 dir.join("server.log").display()
             );
         }
-        for which in PROCS {
-            if our_pid(home, t, which, &needle(home, t)).is_none() {
+        for (which, child) in &mut started {
+            if let Some(st) = child.try_wait()? {
+                let log = dir.join(format!("{which}.log"));
                 bail!(
-                    "the object store's {which} exited at start (log: {})",
-                    dir.join(format!("{which}.log")).display()
+                    "the object store's {which} exited at start ({st}; log: {}):\n  {}",
+                    log.display(),
+                    log_tail(&log)
                 );
             }
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    crate::objects::RemoteStore::open(home, t)?.ensure_bucket()?;
+    // they outlive this command and are reaped by init
+    for (_, child) in started {
+        std::mem::forget(child);
+    }
+    crate::objects::RemoteStore::open(home, t)?.ensure_bucket(deadline)?;
     status(home, t)
 }
 
