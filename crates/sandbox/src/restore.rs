@@ -69,6 +69,12 @@ pub struct RestoreReport {
     pub tier_warning: String,
 }
 
+/// How long the restorer may take to rebuild memory and report. Generous:
+/// an eager restore reads the whole image before reporting, and 64 of them
+/// at once from one disk took over 10 s on a loaded 2-core machine (the
+/// concurrency benchmark); a restorer that is truly stuck is still caught.
+const RESTORER_REPORT_DEADLINE: Duration = Duration::from_secs(60);
+
 /// Restores `snap` with `strategy` into a new sandbox on `root`.
 pub fn restore(
     snap: &Snapshot,
@@ -252,7 +258,7 @@ pub(crate) fn restore_with(
         f(pid);
     }
     let sock = sb.channel().socket().try_clone()?;
-    sock.set_read_timeout(Some(Duration::from_secs(10)))?;
+    sock.set_read_timeout(Some(RESTORER_REPORT_DEADLINE))?;
     (&sock)
         .write_all(&encoded)
         .context("sending the plan to the restorer")?;
@@ -269,9 +275,20 @@ pub(crate) fn restore_with(
         }
         None => 0,
     };
-    (&sock)
-        .read_exact(&mut raw[start..])
-        .map_err(|e| anyhow!("restorer died before reporting ({e}): {}", sb.log_tail(300)))?;
+    (&sock).read_exact(&mut raw[start..]).map_err(|e| {
+        if matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        ) {
+            anyhow!(
+                "restorer did not report within {} s: {}",
+                RESTORER_REPORT_DEADLINE.as_secs(),
+                sb.log_tail(300)
+            )
+        } else {
+            anyhow!("restorer died before reporting ({e}): {}", sb.log_tail(300))
+        }
+    })?;
     let status = r::RestorerStatus::decode(&raw).map_err(|e| anyhow!(e))?;
     if !status.ok {
         bail!(
