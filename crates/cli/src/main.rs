@@ -113,6 +113,10 @@ enum Cmd {
         /// Tier the profile is measured on
         #[arg(long, default_value = "disk")]
         profile_tier: String,
+        /// Write the measured profiles and the tiers to this file, for
+        /// `thaw sim --placement FILE`
+        #[arg(long)]
+        json: Option<std::path::PathBuf>,
     },
     /// Inspect snapshots
     Snapshot {
@@ -384,6 +388,7 @@ fn run(cli: Cli) -> Result<()> {
             rate,
             max_slowdown,
             profile_tier,
+            json,
         } => {
             let functions = match (functions, all) {
                 (Some(f), false) => split(&f),
@@ -402,6 +407,7 @@ fn run(cli: Cli) -> Result<()> {
                     cold_starts_per_hour: rate,
                     max_slowdown,
                     profile_tier,
+                    json,
                 },
             )
         }

@@ -14,6 +14,8 @@ pub struct Options {
     pub max_slowdown: f64,
     /// tier the profile is measured on
     pub profile_tier: String,
+    /// where to write the profiles for `thaw sim --placement`
+    pub json: Option<std::path::PathBuf>,
 }
 
 /// Tiers that are ready, with their measured profile where there is one.
@@ -105,6 +107,19 @@ pub fn run(home: &Path, o: &Options) -> Result<()> {
     }
     if placed.len() > 1 {
         compare_fixed(&placed, &tiers, o.max_slowdown);
+    }
+    if let Some(path) = &o.json {
+        use thaw_sim::placement::{ProfilesFile, FILE_VERSION};
+        let file = ProfilesFile {
+            version: FILE_VERSION,
+            source: Some(format!(
+                "thaw place, profiles measured with reap on {}; emulated tiers are marked",
+                o.profile_tier
+            )),
+            tiers: tiers.iter().map(Into::into).collect(),
+            functions: placed.iter().map(|(p, _)| p.into()).collect(),
+        };
+        thaw_sim::output::write_file(path, &(serde_json::to_string_pretty(&file)? + "\n"))?;
     }
     Ok(())
 }

@@ -177,6 +177,103 @@ pub fn place(f: &FunctionProfile, tiers: &[TierOption], max_slowdown: f64) -> Pl
     }
 }
 
+/// Places a fleet: starts from each function's own choice (`place`), then
+/// moves single functions between the tiers that qualify for them (room,
+/// restore slots, within `max_slowdown` of their fastest) while that lowers
+/// the fleet's figure of merit: total storage cost x mean cold start, where
+/// each function's cold start counts as often as it cold-starts
+/// (`cold_starts_per_hour`). So a rarely started function goes to a cheap
+/// tier and a often started one to a fast tier, which no per-function rule
+/// sees. Capacity is checked per function, not summed over the fleet.
+pub fn place_fleet(
+    fs: &[FunctionProfile],
+    tiers: &[TierOption],
+    max_slowdown: f64,
+) -> Vec<Placement> {
+    let mut out: Vec<Placement> = fs.iter().map(|f| place(f, tiers, max_slowdown)).collect();
+    // per function: indices of its candidate estimates, and its current pick
+    let mut picks: Vec<Option<usize>> = Vec::with_capacity(fs.len());
+    let mut cands: Vec<Vec<usize>> = Vec::with_capacity(fs.len());
+    for p in &out {
+        let fastest = p
+            .estimates
+            .iter()
+            .filter(|e| e.rejected.is_none())
+            .map(|e| e.cold_ms)
+            .fold(f64::INFINITY, f64::min);
+        let within: Vec<usize> = (0..p.estimates.len())
+            .filter(|&i| {
+                let e = &p.estimates[i];
+                e.rejected.is_none() && e.cold_ms <= fastest * max_slowdown
+            })
+            .collect();
+        picks.push(
+            within
+                .iter()
+                .copied()
+                .find(|&i| Some(&p.estimates[i].tier) == p.tier.as_ref()),
+        );
+        cands.push(within);
+    }
+    // with no cold starts expected anywhere, every function weighs the same
+    let total_rate: f64 = fs.iter().map(|f| f.cold_starts_per_hour).sum();
+    let weight = |f: &FunctionProfile| {
+        if total_rate > 0.0 {
+            f.cold_starts_per_hour
+        } else {
+            1.0
+        }
+    };
+    let (mut cost, mut lat) = (0.0, 0.0);
+    for ((f, p), pick) in fs.iter().zip(&out).zip(&picks) {
+        if let Some(i) = pick {
+            cost += p.estimates[*i].cost_per_month;
+            lat += weight(f) * p.estimates[*i].cold_ms;
+        }
+    }
+    // coordinate descent: every accepted move strictly lowers cost x lat,
+    // so it ends; the round cap only bounds the work
+    for _round in 0..100 {
+        let mut moved = false;
+        for (k, f) in fs.iter().enumerate() {
+            let Some(cur) = picks[k] else { continue };
+            let est = &out[k].estimates;
+            let w = weight(f);
+            let base_cost = cost - est[cur].cost_per_month;
+            let base_lat = lat - w * est[cur].cold_ms;
+            let mut best = (cost * lat, cur);
+            for &i in &cands[k] {
+                let v = (base_cost + est[i].cost_per_month) * (base_lat + w * est[i].cold_ms);
+                if v < best.0 * (1.0 - 1e-12) {
+                    best = (v, i);
+                }
+            }
+            if best.1 != cur {
+                cost = base_cost + est[best.1].cost_per_month;
+                lat = base_lat + w * est[best.1].cold_ms;
+                picks[k] = Some(best.1);
+                moved = true;
+            }
+        }
+        if !moved {
+            break;
+        }
+    }
+    for ((p, pick), f) in out.iter_mut().zip(&picks).zip(fs) {
+        let Some(i) = *pick else { continue };
+        let e = p.estimates[i].clone();
+        if p.tier.as_ref() != Some(&e.tier) {
+            p.explanation.push(format!(
+                "fleet: moved to {} with {} ({:.1} ms, ${:.4}/month): at {:.2} cold starts per hour this lowers the fleet's storage cost x mean cold start",
+                e.tier, e.strategy, e.cold_ms, e.cost_per_month, f.cold_starts_per_hour
+            ));
+            p.tier = Some(e.tier);
+            p.strategy = Some(e.strategy);
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -236,6 +333,91 @@ mod tests {
         let f = func(1.0, 10.0);
         assert_eq!(memory_estimate(&f, &tiers()[2]).0, "reap");
         assert_eq!(memory_estimate(&f, &tiers()[0]).0, "dax");
+    }
+
+    /// storage cost x cold-start-weighted mean cold start of an assignment
+    fn merit(fs: &[FunctionProfile], picks: &[&Estimate]) -> f64 {
+        let cost: f64 = picks.iter().map(|e| e.cost_per_month).sum();
+        let w: f64 = fs.iter().map(|f| f.cold_starts_per_hour).sum();
+        let lat: f64 = fs
+            .iter()
+            .zip(picks)
+            .map(|(f, e)| f.cold_starts_per_hour * e.cold_ms)
+            .sum();
+        cost * lat / w
+    }
+
+    #[test]
+    fn fleet_placement_sends_rare_functions_to_cheap_tiers_and_beats_every_fixed_tier() {
+        // one hot function and nine that rarely cold-start, all heavy enough
+        // that the remote is within the bound
+        let mut fs: Vec<FunctionProfile> = (0..10)
+            .map(|i| FunctionProfile {
+                name: format!("f{i}"),
+                cold_starts_per_hour: if i == 0 { 1000.0 } else { 0.1 },
+                ..func(2000.0, 10.0)
+            })
+            .collect();
+        fs[0].exec_ms = 1.0;
+        let ts = tiers();
+        let fleet = place_fleet(&fs, &ts, 10.0);
+        fn pick(p: &Placement) -> &Estimate {
+            p.estimates
+                .iter()
+                .find(|e| Some(&e.tier) == p.tier.as_ref())
+                .unwrap()
+        }
+        let placed: Vec<&Estimate> = fleet.iter().map(pick).collect();
+        // the hot one stays on a fast tier, the rare ones go cheap
+        assert_ne!(fleet[0].tier.as_deref(), Some("remote"));
+        assert!(fleet[1..]
+            .iter()
+            .all(|p| p.tier.as_deref() == Some("remote")));
+        let ours = merit(&fs, &placed);
+        for t in &ts {
+            let fixed: Vec<&Estimate> = fleet
+                .iter()
+                .map(|p| p.estimates.iter().find(|e| e.tier == t.name).unwrap())
+                .collect();
+            assert!(
+                ours < merit(&fs, &fixed),
+                "fleet {ours} vs all on {}: {}",
+                t.name,
+                merit(&fs, &fixed)
+            );
+        }
+        // and no worse than each function's own choice
+        let own: Vec<Placement> = fs.iter().map(|f| place(f, &ts, 10.0)).collect();
+        assert!(ours <= merit(&fs, &own.iter().map(pick).collect::<Vec<_>>()));
+    }
+
+    #[test]
+    fn fleet_placement_keeps_the_bound_and_the_rejections() {
+        let mut ts = tiers();
+        ts[4].free_mib = 1.0; // the remote has no room
+        let fs: Vec<FunctionProfile> = (0..4)
+            .map(|i| FunctionProfile {
+                name: format!("f{i}"),
+                cold_starts_per_hour: 0.01,
+                ..func(1.0, 4.0)
+            })
+            .collect();
+        for p in place_fleet(&fs, &ts, 1.3) {
+            let e = p
+                .estimates
+                .iter()
+                .find(|e| Some(&e.tier) == p.tier.as_ref())
+                .unwrap();
+            let fastest = p
+                .estimates
+                .iter()
+                .filter(|e| e.rejected.is_none())
+                .map(|e| e.cold_ms)
+                .fold(f64::INFINITY, f64::min);
+            assert!(e.rejected.is_none());
+            assert!(e.cold_ms <= fastest * 1.3);
+        }
+        assert!(place_fleet(&[], &ts, 1.3).is_empty());
     }
 
     #[test]

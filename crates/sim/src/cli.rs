@@ -134,6 +134,16 @@ pub struct Args {
     #[arg(long)]
     pub price_net: Option<f64>,
 
+    /// Placement study: replay snapshot placement with the measured profiles in
+    /// this file (`thaw place --json`): each function's own choice, the fleet
+    /// placement and every fixed tier, on the same input (see docs/SIMULATOR.md).
+    #[arg(long, conflicts_with = "deployed_snapshots")]
+    pub placement: Option<PathBuf>,
+    /// Placement study: a tier qualifies for a function if its estimated cold
+    /// start is within this factor of the function's fastest tier.
+    #[arg(long, default_value_t = 1.3, requires = "placement")]
+    pub max_slowdown: f64,
+
     /// Write the JSON summary (sweep: an array of summaries).
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -454,6 +464,9 @@ pub fn main(args: &[String]) -> Result<()> {
     let Some((a, m, sweep)) = parse(args)? else {
         return Ok(());
     };
+    if let Some(path) = &a.placement {
+        return placement_study(&a, &m, sweep, path);
+    }
     let results = execute(&a, &m, sweep)?;
     if let Some(path) = &a.json {
         let sums: Vec<_> = results.iter().map(|(c, r)| output::summary(c, r)).collect();
@@ -508,6 +521,24 @@ pub fn main(args: &[String]) -> Result<()> {
                 }))?
             );
         }
+    }
+    Ok(())
+}
+
+/// `thaw sim --placement FILE`: the arms of the placement study as a table.
+fn placement_study(a: &Args, m: &ArgMatches, sweep: bool, path: &std::path::Path) -> Result<()> {
+    if sweep {
+        bail!("--placement runs its own arms: use it without `sweep`");
+    }
+    let file = crate::placement::ProfilesFile::load(path)?;
+    let plan = plan(a, m, false)?;
+    let cfg = plan.points[0].cfg.clone();
+    let arms = crate::placement::study(&file, a.max_slowdown, cfg, &plan.opts, &|| open_source(a))?;
+    if let Some(p) = &a.json {
+        output::write_file(p, &(serde_json::to_string_pretty(&arms)? + "\n"))?;
+    }
+    if !a.quiet {
+        thaw_output::out!("{}", crate::placement::table(&arms));
     }
     Ok(())
 }

@@ -11,6 +11,7 @@ pub mod calib;
 pub mod cli;
 pub mod hist;
 pub mod output;
+pub mod placement;
 pub mod rng;
 pub mod run;
 pub mod source;
