@@ -87,6 +87,14 @@ fn rows_pool_batches_and_compare_with_mmap() {
     assert_eq!(reap.vs_mmap, Some(3.0));
     let md = concurrency::markdown(&rows, "f", 2);
     assert!(md.contains("| disk | same | reap | 2 | 3/4 |"), "{md}");
+    // PASS's comparison: dax from the byte-addressable tier against mmap from disk
+    let mut dax = batch("dax", 2, &[4.0, 4.0], 20.0);
+    dax.tier = "pmem".into();
+    let rows = concurrency::summarize_rows(&[batch("mmap", 2, &[10.0, 30.0], 100.0), dax]);
+    let dax = rows.iter().find(|r| r.strategy == "dax").unwrap();
+    assert_eq!(dax.vs_mmap, None, "no mmap measured on pmem");
+    assert_eq!(dax.vs_mmap_disk, Some(5.0));
+    assert_eq!(rows[0].vs_mmap_disk, Some(1.0));
 }
 
 #[test]
