@@ -228,10 +228,14 @@ fn invoke(c: &mut Client, function: &str, ev: &Value) -> Result<Value> {
     r.json()
 }
 
-/// Whether `size` bytes fit inline in one event (base64 grows them by 4/3,
-/// plus the JSON around them).
-fn fits_inline(size: u64, event_limit: u64) -> bool {
-    size.div_ceil(3) * 4 + 256 <= event_limit
+/// The agent's cap on a function's output (`MAX_OUTPUT` in runtime/agent.py):
+/// what a gather's producers may return inline.
+const OUTPUT_CAP: u64 = 1 << 20;
+
+/// Whether `size` bytes fit inline in a message of at most `limit` bytes
+/// (base64 grows them by 4/3, plus the JSON around them).
+fn fits_inline(size: u64, limit: u64) -> bool {
+    size.div_ceil(3) * 4 + 256 <= limit
 }
 
 fn one_to_one(c: &mut Client, event_limit: u64, sizes: &[u64], runs: usize) -> Result<Vec<Cell>> {
@@ -286,8 +290,13 @@ fn patterns(c: &mut Client, event_limit: u64, o: &Options) -> Result<Vec<Pattern
                     mb_per_s: None,
                     note: String::new(),
                 };
-                if method == "inline" && !fits_inline(o.pattern_size, event_limit) {
-                    cell.note = format!("over the {event_limit}-byte inline event limit");
+                // a gather's objects come back in its producers' outputs
+                let (limit, what) = match pattern {
+                    "gather" => (OUTPUT_CAP, "output cap"),
+                    _ => (event_limit, "event limit"),
+                };
+                if method == "inline" && !fits_inline(o.pattern_size, limit) {
+                    cell.note = format!("over the {limit}-byte inline {what}");
                     cells.push(cell);
                     continue;
                 }
