@@ -7,13 +7,13 @@
 //! --tiers remote`), made by the worker for the function.
 use crate::pool::{FnVersion, Mode, Refusal};
 use crate::App;
-use serde_json::Value;
-use std::sync::mpsc;
 use anyhow::Context as _;
+use serde_json::Value;
 use std::path::{Path, PathBuf};
+use std::sync::mpsc;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
-use thaw_tiers::objects::RemoteStore;
 use std::time::{Duration, Instant};
+use thaw_tiers::objects::RemoteStore;
 use thaw_xdt::sdk::{CallFailure, CallOutcome, Host};
 use thaw_xdt::{CallCtx, ChainLimits, ObjectTable, TableLimits};
 
@@ -66,9 +66,23 @@ impl XdtHost {
                 .context("no remote tier is configured")?;
             RemoteStore::open(&self.home, t)
         };
-        let st = Arc::new(open().map_err(|e| failure("unavailable", format!("the object store: {e:#}")))?);
+        let st = Arc::new(
+            open().map_err(|e| failure("unavailable", format!("the object store: {e:#}")))?,
+        );
         *s = Some(st.clone());
         Ok(st)
+    }
+
+    /// A store error for the function: the chain of causes, and what to do
+    /// when the store is not there at all. The client is dropped: one that
+    /// failed (the store was down) was seen to hang its next requests, so
+    /// the next request starts with a fresh one.
+    fn store_failure(&self, e: anyhow::Error) -> CallFailure {
+        *self.store.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        failure(
+            "store_failed",
+            format!("{e:#} (an emulated store is set up with `thaw tier setup --tiers remote`)"),
+        )
     }
 
     /// Connects the host to its daemon (once, right after it is made).
@@ -110,9 +124,10 @@ impl Host for XdtHost {
     }
 
     fn store_put(&self, key: &str, data: Vec<u8>) -> Result<(), CallFailure> {
-        self.store()?
-            .put_plain(&format!("{STORE_PREFIX}/{key}"), data)
-            .map_err(store_failure)
+        let r = self
+            .store()?
+            .put_plain(&format!("{STORE_PREFIX}/{key}"), data);
+        r.map_err(|e| self.store_failure(e))
     }
 
     fn store_get(
@@ -121,19 +136,11 @@ impl Host for XdtHost {
         max_bytes: u64,
         sink: &mut std::fs::File,
     ) -> Result<Option<u64>, CallFailure> {
-        self.store()?
-            .get_plain(&format!("{STORE_PREFIX}/{key}"), max_bytes, sink)
-            .map_err(store_failure)
+        let r = self
+            .store()?
+            .get_plain(&format!("{STORE_PREFIX}/{key}"), max_bytes, sink);
+        r.map_err(|e| self.store_failure(e))
     }
-}
-
-/// A store error for the function: the chain of causes, and what to do
-/// when the store is not there at all.
-fn store_failure(e: anyhow::Error) -> CallFailure {
-    failure(
-        "store_failed",
-        format!("{e:#} (an emulated store is set up with `thaw tier setup --tiers remote`)"),
-    )
 }
 
 fn failure(kind: &str, message: impl Into<String>) -> CallFailure {

@@ -145,14 +145,18 @@ impl EmulatedStore {
         let tiers = thaw_tiers::TiersConfig::load(home)?;
         let tier = tiers.get("remote")?.clone();
         if !tier.emulated {
-            bail!("the remote tier of {} is not the emulated one", home.display());
+            bail!(
+                "the remote tier of {} is not the emulated one",
+                home.display()
+            );
         }
         // torn down by Drop also when setup fails half-way
         let s = EmulatedStore {
             home: home.to_path_buf(),
             tier,
         };
-        thaw_tiers::device::setup(&s.home, &s.tier).context("setting up the emulated object store")?;
+        thaw_tiers::device::setup(&s.home, &s.tier)
+            .context("setting up the emulated object store")?;
         Ok(s)
     }
 }
@@ -310,7 +314,8 @@ fn patterns(c: &mut Client, event_limit: u64, o: &Options) -> Result<Vec<Pattern
                     }
                 }
                 let s = summarize(&ms).context("no samples")?;
-                cell.mb_per_s = Some((o.pattern_size * degree as u64) as f64 / 1e6 / (s.median / 1e3));
+                cell.mb_per_s =
+                    Some((o.pattern_size * degree as u64) as f64 / 1e6 / (s.median / 1e3));
                 cell.ms = Some(s);
                 cells.push(cell);
             }
@@ -378,7 +383,12 @@ pub fn cost(driver: &str, method: &str, run: &Value) -> Cost {
     let mut requests = 1;
     if let Some(fns) = run["fn_ms"].as_object() {
         for (f, ms) in fns {
-            for m in ms.as_array().into_iter().flatten().filter_map(Value::as_f64) {
+            for m in ms
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_f64)
+            {
                 gb_s += m / 1e3 * memory_mb(f) / 1024.0;
                 requests += 1;
             }

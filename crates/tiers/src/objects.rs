@@ -181,7 +181,10 @@ impl RemoteStore {
             };
             let size = r.meta.size;
             if size > max_len {
-                bail!("{name} on {} is {size} bytes, more than the {max_len} allowed", self.url);
+                bail!(
+                    "{name} on {} is {size} bytes, more than the {max_len} allowed",
+                    self.url
+                );
             }
             let mut body = r.into_stream();
             let mut got = 0u64;

@@ -81,7 +81,9 @@ pub fn check_store_key(key: &str) -> Result<(), String> {
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
         {
-            return Err(format!("key {key:?}: only A-Z a-z 0-9 . _ - and / are allowed"));
+            return Err(format!(
+                "key {key:?}: only A-Z a-z 0-9 . _ - and / are allowed"
+            ));
         }
     }
     Ok(())
@@ -379,6 +381,35 @@ impl<'h> Session<'h> {
                 "invoke_failed",
                 format!("{what} ended without an answer (the worker is stopping?)"),
             ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_store_key;
+
+    #[test]
+    fn store_keys_are_plain_relative_paths() {
+        for good in ["a", "runs/7/part-0", "A.b_c-d/e", &"k".repeat(512)] {
+            assert!(check_store_key(good).is_ok(), "{good:?}");
+        }
+        for bad in [
+            "",
+            "/abs",
+            "a/",
+            "a//b",
+            ".",
+            "a/../b",
+            "./a",
+            "sp ace",
+            "tab\t",
+            "nul\0",
+            "ünï",
+            "a\\b",
+            &"k".repeat(513),
+        ] {
+            assert!(check_store_key(bad).is_err(), "{bad:?}");
         }
     }
 }
