@@ -98,75 +98,83 @@ impl D {
     }
 }
 
-#[test]
-fn functions_put_and_get_through_the_emulated_object_store() {
-    let _turn = ONE_OBJECT_STORE.lock().unwrap_or_else(|p| p.into_inner());
+/// Runs `body` against a daemon on a throw-away home, which is removed
+/// afterwards also when `body` fails.
+fn with_daemon(body: impl FnOnce(&Path, &D)) {
     thaw_server::bench::on_temp_daemon(
         &thaw_runtime::default_home(),
         "xdt-store-test",
         |app, socket| {
-            let home = app.cfg.home.clone();
             let d = D(socket.to_path_buf());
-            d.deploy("rt", "roundtrip", "default");
-            d.deploy("try", "attempt", "default");
-            d.deploy("other", "attempt", "someone-else");
-
-            // no store set up yet: a clear error, and the daemon serves on
-            let (kind, msg) = d.error("try", json!({"op": "put", "key": "a"}));
-            assert_eq!(kind, "store_failed", "{msg}");
-            assert!(msg.contains("thaw tier setup --tiers remote"), "{msg}");
-
-            let (ok, out) = thaw(&home, &["tier", "setup", "--tiers", "remote"]);
-            assert!(
-                ok,
-                "the emulated object store (MinIO, root, netns) did not start:\n{out}"
-            );
-            let _store = Store(&home);
-
-            for size in [256, 3 << 20, 0] {
-                let out = d.invoke("rt", json!({"key": format!("t/obj-{size}"), "size": size}));
-                assert_eq!(out["put"], size, "{out}");
-                assert_eq!(out["n"], size, "{out}");
-                assert_eq!(out["same"], true, "{out}");
-                assert_eq!(out["readonly"], true, "{out}");
-            }
-            // a missing key: not_found naming the key, the function carries on
-            let (kind, msg) = d.error("try", json!({"op": "get", "key": "no/such/key"}));
-            assert_eq!(kind, "not_found");
-            assert!(msg.contains("no/such/key"), "{msg}");
-            // another owner's key is another object
-            assert_eq!(
-                d.invoke("try", json!({"op": "get", "key": "t/obj-256"}))["n"],
-                256
-            );
-            let (kind, _) = d.error("other", json!({"op": "get", "key": "t/obj-256"}));
-            assert_eq!(kind, "not_found");
-            // bad keys and data are refused before any request
-            for key in [
-                "",
-                "../x",
-                "a//b",
-                "/abs",
-                "sp ace",
-                "./a",
-                &"k".repeat(513),
-            ] {
-                for op in ["get", "put"] {
-                    let (kind, msg) = d.error("try", json!({"op": op, "key": key}));
-                    assert_eq!(kind, "bad_request", "{op} {key:?}: {msg}");
-                }
-            }
-            assert_eq!(
-                d.error("try", json!({"op": "put_str", "key": "s"})).0,
-                "TypeError"
-            );
-            // and the worker still serves
-            let out = d.invoke("rt", json!({"key": "t/after", "size": 4096}));
-            assert_eq!(out["same"], true, "{out}");
-            Ok(())
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(&app.cfg.home, &d)))
+                .map_err(|_| anyhow::anyhow!("the test failed (its panic is above)"))
         },
     )
     .unwrap();
+}
+
+#[test]
+fn functions_put_and_get_through_the_emulated_object_store() {
+    let _turn = ONE_OBJECT_STORE.lock().unwrap_or_else(|p| p.into_inner());
+    with_daemon(|home, d| {
+        d.deploy("rt", "roundtrip", "default");
+        d.deploy("try", "attempt", "default");
+        d.deploy("other", "attempt", "someone-else");
+
+        // no store set up yet: a clear error, and the daemon serves on
+        let (kind, msg) = d.error("try", json!({"op": "put", "key": "a"}));
+        assert_eq!(kind, "store_failed", "{msg}");
+        assert!(msg.contains("thaw tier setup --tiers remote"), "{msg}");
+
+        // torn down at the end, also if setup fails half-way
+        let _store = Store(home);
+        let (ok, out) = thaw(home, &["tier", "setup", "--tiers", "remote"]);
+        assert!(
+            ok,
+            "the emulated object store (MinIO, root, netns) did not start:\n{out}"
+        );
+
+        for size in [256, 3 << 20, 0] {
+            let out = d.invoke("rt", json!({"key": format!("t/obj-{size}"), "size": size}));
+            assert_eq!(out["put"], size, "{out}");
+            assert_eq!(out["n"], size, "{out}");
+            assert_eq!(out["same"], true, "{out}");
+            assert_eq!(out["readonly"], true, "{out}");
+        }
+        // a missing key: not_found naming the key, the function carries on
+        let (kind, msg) = d.error("try", json!({"op": "get", "key": "no/such/key"}));
+        assert_eq!(kind, "not_found");
+        assert!(msg.contains("no/such/key"), "{msg}");
+        // another owner's key is another object
+        assert_eq!(
+            d.invoke("try", json!({"op": "get", "key": "t/obj-256"}))["n"],
+            256
+        );
+        let (kind, _) = d.error("other", json!({"op": "get", "key": "t/obj-256"}));
+        assert_eq!(kind, "not_found");
+        // bad keys and data are refused before any request
+        for key in [
+            "",
+            "../x",
+            "a//b",
+            "/abs",
+            "sp ace",
+            "./a",
+            &"k".repeat(513),
+        ] {
+            for op in ["get", "put"] {
+                let (kind, msg) = d.error("try", json!({"op": op, "key": key}));
+                assert_eq!(kind, "bad_request", "{op} {key:?}: {msg}");
+            }
+        }
+        assert_eq!(
+            d.error("try", json!({"op": "put_str", "key": "s"})).0,
+            "TypeError"
+        );
+        // and the worker still serves
+        let out = d.invoke("rt", json!({"key": "t/after", "size": 4096}));
+        assert_eq!(out["same"], true, "{out}");
+    });
 }
 
 #[test]
