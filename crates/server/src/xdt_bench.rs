@@ -36,13 +36,14 @@ pub struct Options {
     pub ens_rows: u64,
 }
 
+/// One object size and method.
 #[derive(Debug, Clone, Serialize)]
 pub struct Cell {
     pub size: u64,
     pub method: String,
-    /// None: not possible (inline past the event limit)
+    /// None: not possible (inline past the event or output limit)
     pub ms: Option<Summary>,
-    /// size / median
+    /// bytes moved (size x degree for a pattern) / median
     pub mb_per_s: Option<f64>,
     pub note: String,
 }
@@ -51,12 +52,8 @@ pub struct Cell {
 pub struct PatternCell {
     pub pattern: String,
     pub degree: u32,
-    pub size: u64,
-    pub method: String,
-    pub ms: Option<Summary>,
-    /// bytes moved (size x degree) / median
-    pub mb_per_s: Option<f64>,
-    pub note: String,
+    #[serde(flatten)]
+    pub cell: Cell,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -285,9 +282,7 @@ fn patterns(c: &mut Client, event_limit: u64, o: &Options) -> Result<Vec<Pattern
     for pattern in ["scatter", "gather", "broadcast"] {
         for &degree in &o.degrees {
             for method in METHODS {
-                let mut cell = PatternCell {
-                    pattern: pattern.into(),
-                    degree,
+                let mut cell = Cell {
                     size: o.pattern_size,
                     method: method.into(),
                     ms: None,
@@ -301,7 +296,11 @@ fn patterns(c: &mut Client, event_limit: u64, o: &Options) -> Result<Vec<Pattern
                 };
                 if method == "inline" && !fits_inline(o.pattern_size, limit) {
                     cell.note = format!("over the {limit}-byte inline {what}");
-                    cells.push(cell);
+                    cells.push(PatternCell {
+                        pattern: pattern.into(),
+                        degree,
+                        cell,
+                    });
                     continue;
                 }
                 let ev = json!({"size": o.pattern_size, "method": method, "degree": degree});
@@ -317,7 +316,11 @@ fn patterns(c: &mut Client, event_limit: u64, o: &Options) -> Result<Vec<Pattern
                 cell.mb_per_s =
                     Some((o.pattern_size * degree as u64) as f64 / 1e6 / (s.median / 1e3));
                 cell.ms = Some(s);
-                cells.push(cell);
+                cells.push(PatternCell {
+                    pattern: pattern.into(),
+                    degree,
+                    cell,
+                });
             }
         }
     }
@@ -466,18 +469,20 @@ pub fn markdown(r: &Report) -> String {
             let store = r
                 .patterns
                 .iter()
-                .find(|o| o.pattern == c.pattern && o.degree == c.degree && o.method == "store")
-                .and_then(|o| o.ms.as_ref());
+                .find(|o| {
+                    o.pattern == c.pattern && o.degree == c.degree && o.cell.method == "store"
+                })
+                .and_then(|o| o.cell.ms.as_ref());
             s += &format!(
                 "| {} | {} | {} | {} | {} | {} | {} | {} |\n",
                 c.pattern,
                 c.degree,
-                human(c.size),
-                c.method,
-                ms_cols(&c.ms),
-                c.mb_per_s.map_or("-".into(), |v| format!("{v:.0}")),
-                ratio(store, c.ms.as_ref()),
-                c.note
+                human(c.cell.size),
+                c.cell.method,
+                ms_cols(&c.cell.ms),
+                c.cell.mb_per_s.map_or("-".into(), |v| format!("{v:.0}")),
+                ratio(store, c.cell.ms.as_ref()),
+                c.cell.note
             );
         }
     }
@@ -496,7 +501,7 @@ pub fn markdown(r: &Report) -> String {
                 "| {} | {} | {} | {} | {:.3} | {} | {} / {} | {:.3e} | {:.3e} | {:.3e} |\n",
                 c.app,
                 c.method,
-                ms_cols(&Some(c.e2e_ms.clone())),
+                ms_cols(&Some(c.e2e_ms)),
                 ratio(store, Some(&c.e2e_ms)),
                 k.function_gb_s,
                 k.requests,
