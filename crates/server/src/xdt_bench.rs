@@ -431,6 +431,14 @@ fn ms_cols(m: &Option<Summary>) -> String {
     }
 }
 
+/// A method as the tables print it: the store is always labelled emulated.
+fn label(method: &str) -> &str {
+    match method {
+        "store" => "store (emulated)",
+        m => m,
+    }
+}
+
 fn ratio(num: Option<&Summary>, den: Option<&Summary>) -> String {
     match (num, den) {
         (Some(n), Some(d)) => format!("{:.2}", n.median / d.median),
@@ -453,7 +461,7 @@ pub fn markdown(r: &Report) -> String {
         s += &format!(
             "| {} | {} | {} | {} | {} | {} | {} |\n",
             human(c.size),
-            c.method,
+            label(&c.method),
             ms_cols(&c.ms),
             c.mb_per_s.map_or("-".into(), |v| format!("{v:.0}")),
             ratio(find(c.size, "store"), c.ms.as_ref()),
@@ -478,7 +486,7 @@ pub fn markdown(r: &Report) -> String {
                 c.pattern,
                 c.degree,
                 human(c.cell.size),
-                c.cell.method,
+                label(&c.cell.method),
                 ms_cols(&c.cell.ms),
                 c.cell.mb_per_s.map_or("-".into(), |v| format!("{v:.0}")),
                 ratio(store, c.cell.ms.as_ref()),
@@ -500,7 +508,7 @@ pub fn markdown(r: &Report) -> String {
             s += &format!(
                 "| {} | {} | {} | {} | {:.3} | {} | {} / {} | {:.3e} | {:.3e} | {:.3e} |\n",
                 c.app,
-                c.method,
+                label(&c.method),
                 ms_cols(&Some(c.e2e_ms)),
                 ratio(store, Some(&c.e2e_ms)),
                 k.function_gb_s,
