@@ -9,6 +9,9 @@
     ref = thaw.put(data, retrievals=2)              # bytes-like -> an opaque reference (str)
     view = thaw.get(ref)                            # read-only memoryview of the object
 
+    thaw.store_put("runs/7/part-0", data)           # the object-store baseline: an S3 PUT
+    view = thaw.store_get("runs/7/part-0")          # ... and GET (read-only memoryview)
+
 Every call goes over the sandbox's control channel to the worker (the sandbox has no
 network). `put` writes the bytes once into a memfd (made by the worker, mapped here) that the worker seals and keeps until
 the object has been retrieved `retrievals` times or `ttl_s` passes; `get` maps the
@@ -17,7 +20,12 @@ References can be passed in any event or return value; they can be neither read 
 forged. Failures raise ThawError with a `kind`: bad_reference, expired, exhausted,
 gone, forbidden, too_large, over_budget, bad_object, limit, not_found, timeout,
 invoke_failed (the callee failed: its error kind in `callee_error`), bad_request,
-unavailable (outside an invocation).
+unavailable (outside an invocation, or no object store configured), store_failed (the
+object store refused or did not answer).
+
+store_put / store_get are the baseline XDT is measured against: the worker makes a plain
+S3 PUT / GET on the function's behalf (the sandbox has no network), to the home's remote
+tier (emulated: MinIO in a network namespace). Keys are the owner's.
 """
 
 import mmap
@@ -53,28 +61,38 @@ def _request(msg, fd=None):
 
 def put(data, retrievals=1, ttl_s=None):
     """Stores a bytes-like object with the worker; returns its reference."""
-    if isinstance(data, str):
-        raise TypeError("thaw.put takes bytes-like data, not str (encode it first)")
-    view = memoryview(data).cast("B")
     # the worker makes the memfd: the sandbox's file-size limit (for its
     # logs) does not bound writes through a mapping
-    _, fd = _request({"sdk": "alloc", "size": len(view)})
+    fd = _fill(_bytes_view(data, "thaw.put"))
     try:
-        if len(view):
-            m = mmap.mmap(fd, len(view), flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
-            m[:] = view
-            m.close()
         reply, _ = _request({"sdk": "put", "retrievals": retrievals, "ttl_s": ttl_s}, fd)
     finally:
         os.close(fd)
     return reply["ref"]
 
 
-def get(ref):
-    """The object behind a reference, as a read-only memoryview (mapped, not copied)."""
-    if not isinstance(ref, str):
-        raise TypeError("thaw.get takes a reference string")
-    reply, fd = _request({"sdk": "get", "ref": ref})
+def _fill(view):
+    """A worker-made memfd holding the bytes of view; the caller closes it."""
+    _, fd = _request({"sdk": "alloc", "size": len(view)})
+    try:
+        if len(view):
+            m = mmap.mmap(fd, len(view), flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+            m[:] = view
+            m.close()
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _bytes_view(data, what):
+    if isinstance(data, str):
+        raise TypeError("%s takes bytes-like data, not str (encode it first)" % what)
+    return memoryview(data).cast("B")
+
+
+def _mapped(reply, fd):
+    """The read-only object a reply's descriptor carries, as a memoryview."""
     if fd is None:
         raise ThawError("internal", "the worker sent no descriptor with the object")
     try:
@@ -87,6 +105,32 @@ def get(ref):
     finally:
         os.close(fd)
     return memoryview(m)
+
+
+def store_put(key, data):
+    """Stores bytes-like data as `key` in the object store (an S3 PUT by the worker)."""
+    if not isinstance(key, str):
+        raise TypeError("thaw.store_put takes a key string")
+    fd = _fill(_bytes_view(data, "thaw.store_put"))
+    try:
+        reply, _ = _request({"sdk": "store_put", "key": key}, fd)
+    finally:
+        os.close(fd)
+    return reply["size"]
+
+
+def store_get(key):
+    """The object stored as `key` (an S3 GET by the worker), as a read-only memoryview."""
+    if not isinstance(key, str):
+        raise TypeError("thaw.store_get takes a key string")
+    return _mapped(*_request({"sdk": "store_get", "key": key}))
+
+
+def get(ref):
+    """The object behind a reference, as a read-only memoryview (mapped, not copied)."""
+    if not isinstance(ref, str):
+        raise TypeError("thaw.get takes a reference string")
+    return _mapped(*_request({"sdk": "get", "ref": ref}))
 
 
 def invoke(function, event=None):

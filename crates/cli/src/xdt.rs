@@ -1,5 +1,5 @@
 //! `thaw bench xdt`.
-use anyhow::Result;
+use anyhow::{bail, Result};
 use clap::Args;
 use std::path::{Path, PathBuf};
 
@@ -12,9 +12,27 @@ pub struct BenchXdtArgs {
         default_value = "10000,1000000,10000000,100000000"
     )]
     sizes: Vec<u64>,
-    /// Timed transfers per size and method (after one warm-up)
+    /// Timed 1-1 transfers per size and method (after one warm-up)
     #[arg(long, default_value_t = 20)]
     runs: usize,
+    /// Scatter / gather / broadcast degrees (at most 16)
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16")]
+    degrees: Vec<u32>,
+    /// Object size of the patterns, bytes
+    #[arg(long, default_value_t = 1_000_000)]
+    pattern_size: u64,
+    /// Timed rounds per pattern, degree and method (after one warm-up)
+    #[arg(long, default_value_t = 10)]
+    pattern_runs: usize,
+    /// Runs per application and method (after one warm-up); 0 skips them
+    #[arg(long, default_value_t = 3)]
+    app_runs: usize,
+    /// Word-count corpus, MB
+    #[arg(long, default_value_t = 32)]
+    wc_mb: u64,
+    /// Stacking-ensemble data set rows (40 features)
+    #[arg(long, default_value_t = 50_000)]
+    ens_rows: u64,
     /// Write the cells as JSON here
     #[arg(long)]
     json: Option<PathBuf>,
@@ -24,11 +42,26 @@ pub struct BenchXdtArgs {
 }
 
 pub fn bench(home: &Path, a: BenchXdtArgs) -> Result<()> {
+    if let Some(d) = a.degrees.iter().find(|d| !(1..=16).contains(*d)) {
+        bail!("--degrees: {d} is not in 1..=16");
+    }
+    if a.sizes.contains(&0) || a.pattern_size == 0 {
+        bail!("object sizes must be at least 1 byte");
+    }
+    if a.wc_mb == 0 || a.wc_mb > 1024 || a.ens_rows < 100 || a.ens_rows > 1_000_000 {
+        bail!("--wc-mb must be in 1..=1024 and --ens-rows in 100..=1000000");
+    }
     let o = thaw_server::xdt_bench::Options {
         sizes: a.sizes,
         runs: a.runs.max(1),
+        degrees: a.degrees,
+        pattern_size: a.pattern_size,
+        pattern_runs: a.pattern_runs.max(1),
+        app_runs: a.app_runs,
+        wc_mb: a.wc_mb,
+        ens_rows: a.ens_rows,
     };
-    let cells = thaw_server::xdt_bench::run(home, &o)?;
-    let md = thaw_server::xdt_bench::markdown(&cells);
-    crate::serve::emit_report(&md, &cells, a.json, a.markdown)
+    let report = thaw_server::xdt_bench::run(home, &o)?;
+    let md = thaw_server::xdt_bench::markdown(&report);
+    crate::serve::emit_report(&md, &report, a.json, a.markdown)
 }

@@ -90,7 +90,7 @@ pub fn open(cfg: Config) -> Result<Arc<App>> {
     let rt = tokio::runtime::Handle::try_current().context(
         "the daemon opens inside a tokio runtime (the SDK's nested invocations run on it)",
     )?;
-    let host = Arc::new(xdt::XdtHost::new(&app.cfg.xdt, rt));
+    let host = Arc::new(xdt::XdtHost::new(&app.cfg.xdt, &app.cfg.home, rt));
     host.attach(&app);
     let _ = app.pool.xdt.set(host);
     recover(&app)?;

@@ -2,13 +2,18 @@
 //! invoke other functions of the same owner through the pool (as nested
 //! invocations in the caller's chain, bounded by its deadline and the chain
 //! limits) and pass objects by reference through the worker's object table
-//! (sealed memfds; see `thaw_xdt`).
+//! (sealed memfds; see `thaw_xdt`). The object-store baseline's PUT / GET
+//! go to the home's remote tier (the emulated MinIO of `thaw tier setup
+//! --tiers remote`), made by the worker for the function.
 use crate::pool::{FnVersion, Mode, Refusal};
 use crate::App;
+use anyhow::Context as _;
 use serde_json::Value;
+use std::path::{Path, PathBuf};
 use std::sync::mpsc;
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
+use thaw_tiers::objects::RemoteStore;
 use thaw_xdt::sdk::{CallFailure, CallOutcome, Host};
 use thaw_xdt::{CallCtx, ChainLimits, ObjectTable, TableLimits};
 
@@ -25,16 +30,59 @@ pub struct XdtHost {
     table: ObjectTable,
     chains: ChainLimits,
     rt: tokio::runtime::Handle,
+    home: PathBuf,
+    /// the remote tier's client, opened at the first store request
+    store: Mutex<Option<Arc<RemoteStore>>>,
 }
 
+/// Where functions' objects live in the remote tier's bucket (snapshots
+/// are elsewhere in it).
+const STORE_PREFIX: &str = "fn-objects";
+
 impl XdtHost {
-    pub fn new(cfg: &XdtConfig, rt: tokio::runtime::Handle) -> XdtHost {
+    pub fn new(cfg: &XdtConfig, home: &Path, rt: tokio::runtime::Handle) -> XdtHost {
         XdtHost {
             app: OnceLock::new(),
             table: ObjectTable::new(cfg.objects.clone()),
             chains: cfg.chains.clone(),
             rt,
+            home: home.to_path_buf(),
+            store: Mutex::new(None),
         }
+    }
+
+    /// The home's remote tier (the first tier of kind remote).
+    fn store(&self) -> Result<Arc<RemoteStore>, CallFailure> {
+        let mut s = self.store.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(st) = s.as_ref() {
+            return Ok(st.clone());
+        }
+        let open = || -> anyhow::Result<RemoteStore> {
+            let tiers = thaw_tiers::TiersConfig::load(&self.home)?;
+            let t = tiers
+                .tiers
+                .iter()
+                .find(|t| t.kind == thaw_tiers::Kind::Remote)
+                .context("no remote tier is configured")?;
+            RemoteStore::open(&self.home, t)
+        };
+        let st = Arc::new(
+            open().map_err(|e| failure("unavailable", format!("the object store: {e:#}")))?,
+        );
+        *s = Some(st.clone());
+        Ok(st)
+    }
+
+    /// A store error for the function: the chain of causes, and what to do
+    /// when the store is not there at all. The client is dropped: one that
+    /// failed (the store was down) was seen to hang its next requests, so
+    /// the next request starts with a fresh one.
+    fn store_failure(&self, e: anyhow::Error) -> CallFailure {
+        *self.store.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        failure(
+            "store_failed",
+            format!("{e:#} (an emulated store is set up with `thaw tier setup --tiers remote`)"),
+        )
     }
 
     /// Connects the host to its daemon (once, right after it is made).
@@ -73,6 +121,25 @@ impl Host for XdtHost {
             let _ = tx.send(out);
         });
         rx
+    }
+
+    fn store_put(&self, key: &str, data: Vec<u8>) -> Result<(), CallFailure> {
+        let r = self
+            .store()?
+            .put_plain(&format!("{STORE_PREFIX}/{key}"), data);
+        r.map_err(|e| self.store_failure(e))
+    }
+
+    fn store_get(
+        &self,
+        key: &str,
+        max_bytes: u64,
+        sink: &mut std::fs::File,
+    ) -> Result<Option<u64>, CallFailure> {
+        let r = self
+            .store()?
+            .get_plain(&format!("{STORE_PREFIX}/{key}"), max_bytes, sink);
+        r.map_err(|e| self.store_failure(e))
     }
 }
 

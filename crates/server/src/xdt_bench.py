@@ -1,8 +1,16 @@
-"""`thaw bench xdt`: a producer hands objects to a consumer, each transfer
-timed in the producer from before it hands the bytes over until the consumer
-has answered having touched every page of what it got."""
+"""`thaw bench xdt`: objects handed between functions three ways, side by side.
+
+method "xdt": by reference (thaw.put / thaw.get: a sealed memfd mapped into the consumer);
+"inline": base64 in the invocation event (up to the event limit); "store": through the
+object store (thaw.store_put / thaw.store_get: an S3 PUT / GET the worker makes, to the
+emulated MinIO). Transfers are timed in the function that starts them, from before the
+bytes are handed over until every consumer has touched every page of what it got.
+"""
 import base64
+import pickle
+import random
 import time
+import zlib
 
 import thaw
 
@@ -13,27 +21,262 @@ def pattern(size):
     return block * whole + block[:rest]
 
 
+def send(method, data, key, consumers=1):
+    """The event field that carries data to `consumers` consumers."""
+    if method == "xdt":
+        return {"ref": thaw.put(data, retrievals=consumers)}
+    if method == "store":
+        thaw.store_put(key, data)
+        return {"key": key}
+    if method == "inline":
+        return {"data": base64.b64encode(data).decode()}
+    raise ValueError("unknown method %r" % method)
+
+
+def receive(event):
+    """The bytes an event carries (see send), as a buffer."""
+    if "ref" in event:
+        return thaw.get(event["ref"])
+    if "key" in event:
+        return thaw.store_get(event["key"])
+    return memoryview(base64.b64decode(event["data"]))
+
+
+def touch(view):
+    return sum(view[::4096]) if len(view) else 0
+
+
+def ms_since(t0):
+    return (time.perf_counter() - t0) * 1e3
+
+
+# ---- 1-1 transfers
+
+
 def source(event):
     size, method, runs = event["size"], event["method"], event["runs"]
     data = pattern(size)
     times = []
     for _ in range(runs + 1):  # the first run warms the consumer up
         t0 = time.perf_counter()
-        if method == "xdt":
-            out = thaw.invoke("xdt-sink", {"ref": thaw.put(data)})
-        elif method == "inline":
-            out = thaw.invoke("xdt-sink", {"data": base64.b64encode(data).decode()})
-        else:
-            raise ValueError("unknown method %r" % method)
-        times.append((time.perf_counter() - t0) * 1e3)
+        out = thaw.invoke("xdt-sink", send(method, data, "bench/one/%d" % size))
+        times.append(ms_since(t0))
         if out["n"] != size:
             raise RuntimeError("the consumer got %d bytes, not %d" % (out["n"], size))
     return {"ms": times[1:]}
 
 
 def sink(event):
-    if "ref" in event:
-        view = thaw.get(event["ref"])
-    else:
-        view = memoryview(base64.b64decode(event["data"]))
-    return {"n": len(view), "touched": sum(view[::4096]) if len(view) else 0}
+    view = receive(event)
+    return {"n": len(view), "touched": touch(view)}
+
+
+# ---- patterns: one timed round per invocation
+
+
+def wait_all(handles, size):
+    for h in handles:
+        n = h.result()["n"]
+        if n != size:
+            raise RuntimeError("a consumer got %d bytes, not %d" % (n, size))
+
+
+def scatter(event):
+    """One producer, `degree` consumers, a distinct object each."""
+    size, method, degree = event["size"], event["method"], event["degree"]
+    data = pattern(size)
+    t0 = time.perf_counter()
+    hs = [
+        thaw.invoke_async("xdt-psink", send(method, data, "bench/scatter/%d" % i))
+        for i in range(degree)
+    ]
+    wait_all(hs, size)
+    return {"ms": ms_since(t0)}
+
+
+def broadcast(event):
+    """One producer, `degree` consumers, the same object for all."""
+    size, method, degree = event["size"], event["method"], event["degree"]
+    data = pattern(size)
+    t0 = time.perf_counter()
+    ev = send(method, data, "bench/broadcast", consumers=degree)
+    hs = [thaw.invoke_async("xdt-psink", ev) for _ in range(degree)]
+    wait_all(hs, size)
+    return {"ms": ms_since(t0)}
+
+
+def gather(event):
+    """`degree` producers, one consumer that takes every object."""
+    size, method, degree = event["size"], event["method"], event["degree"]
+    t0 = time.perf_counter()
+    hs = [
+        thaw.invoke_async("xdt-part", {"size": size, "method": method, "i": i})
+        for i in range(degree)
+    ]
+    for h in hs:
+        view = receive(h.result())
+        if len(view) != size:
+            raise RuntimeError("a part had %d bytes, not %d" % (len(view), size))
+        touch(view)
+    return {"ms": ms_since(t0)}
+
+
+def part(event):
+    return send(event["method"], pattern(event["size"]), "bench/gather/%d" % event["i"])
+
+
+# ---- application 1: MapReduce word count
+
+
+def corpus(mb, seed):
+    rnd = random.Random(seed)
+    vocab = ["w%x" % rnd.getrandbits(24) for _ in range(20000)]
+    # Zipf-like: a few words are very common
+    weights = [1.0 / (r + 1) for r in range(len(vocab))]
+    words, size = [], 0
+    while size < mb * 1_000_000:
+        chunk = rnd.choices(vocab, weights, k=100_000)
+        words.extend(chunk)
+        size += sum(len(w) + 1 for w in chunk)
+    return " ".join(words).encode(), len(words)
+
+
+def split_at_spaces(data, n):
+    cuts, start = [], 0
+    for i in range(1, n):
+        c = data.find(b" ", max(start, len(data) * i // n))
+        cuts.append((start, c))
+        start = c + 1
+    cuts.append((start, len(data)))
+    return [data[a:b] for a, b in cuts]
+
+
+def wc_driver(event):
+    method, mappers, reducers = event["method"], event["mappers"], event["reducers"]
+    data, nwords = corpus(event["mb"], event.get("seed", 1))
+    t0 = time.perf_counter()
+    hs = [
+        thaw.invoke_async(
+            "wc-map",
+            dict(send(method, chunk, "wc/in/%d" % i), i=i, reducers=reducers, method=method),
+        )
+        for i, chunk in enumerate(split_at_spaces(data, mappers))
+    ]
+    maps = [h.result() for h in hs]
+    hs = [
+        thaw.invoke_async("wc-reduce", {"parts": [m["parts"][r] for m in maps]})
+        for r in range(reducers)
+    ]
+    reds = [h.result() for h in hs]
+    e2e = ms_since(t0)
+    total = sum(r["total"] for r in reds)
+    if total != nwords:
+        raise RuntimeError("counted %d words, the corpus has %d" % (total, nwords))
+    return {
+        "e2e_ms": e2e,
+        "fn_ms": {"wc-map": [m["ms"] for m in maps], "wc-reduce": [r["ms"] for r in reds]},
+        "bytes": len(data) + sum(m["out_bytes"] for m in maps),
+        # objects handed over (each read once): PUT and GET requests through a store
+        "puts": mappers + mappers * reducers,
+        "gets": mappers + mappers * reducers,
+        "words": total,
+        "distinct": sum(r["distinct"] for r in reds),
+    }
+
+
+def wc_map(event):
+    t0 = time.perf_counter()
+    counts = {}
+    for w in bytes(receive(event)).split():
+        counts[w] = counts.get(w, 0) + 1
+    parts = [{} for _ in range(event["reducers"])]
+    for w, c in counts.items():
+        parts[zlib.crc32(w) % len(parts)][w] = c
+    out, nbytes = [], 0
+    for r, p in enumerate(parts):
+        blob = pickle.dumps(p, protocol=5)
+        nbytes += len(blob)
+        out.append(send(event["method"], blob, "wc/mid/%d/%d" % (event["i"], r)))
+    return {"parts": out, "out_bytes": nbytes, "ms": ms_since(t0)}
+
+
+def wc_reduce(event):
+    t0 = time.perf_counter()
+    total = {}
+    for p in event["parts"]:
+        for w, c in pickle.loads(receive(p)).items():
+            total[w] = total.get(w, 0) + c
+    return {"total": sum(total.values()), "distinct": len(total), "ms": ms_since(t0)}
+
+
+# ---- application 2: stacking-ensemble training
+
+BASE_MODELS = ["logistic", "tree", "forest", "bayes"]
+
+
+def make_model(name):
+    from sklearn.ensemble import RandomForestClassifier
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.naive_bayes import GaussianNB
+    from sklearn.tree import DecisionTreeClassifier
+
+    return {
+        "logistic": lambda: LogisticRegression(max_iter=300),
+        "tree": lambda: DecisionTreeClassifier(max_depth=10, random_state=0),
+        "forest": lambda: RandomForestClassifier(n_estimators=20, max_depth=10, random_state=0, n_jobs=1),
+        "bayes": lambda: GaussianNB(),
+    }[name]()
+
+
+def ens_driver(event):
+    import numpy as np
+    from sklearn.datasets import make_classification
+    from sklearn.linear_model import LogisticRegression
+
+    method, rows = event["method"], event["rows"]
+    X, y = make_classification(
+        n_samples=rows, n_features=event["features"], n_informative=12, random_state=0
+    )
+    a, b = rows * 6 // 10, rows * 8 // 10  # base train | meta train | test
+    blob = pickle.dumps((X, y, a, b), protocol=5)
+    t0 = time.perf_counter()
+    ev = send(method, blob, "ens/data", consumers=len(BASE_MODELS))
+    hs = [
+        thaw.invoke_async("ens-base", dict(ev, model=m, method=method)) for m in BASE_MODELS
+    ]
+    bases = [h.result() for h in hs]
+    preds = [pickle.loads(receive(r["preds"])) for r in bases]
+    models_bytes = sum(len(receive(r["model"])) for r in bases)
+    meta_x = np.hstack(preds)
+    meta = LogisticRegression(max_iter=300).fit(meta_x[: b - a], y[a:b])
+    accuracy = float(meta.score(meta_x[b - a :], y[b:]))
+    e2e = ms_since(t0)
+    return {
+        "e2e_ms": e2e,
+        "fn_ms": {"ens-base": [r["ms"] for r in bases]},
+        "bytes": len(blob) + sum(r["out_bytes"] for r in bases),
+        # the data set is read by every base model
+        "puts": 1 + 2 * len(bases),
+        "gets": 3 * len(bases),
+        "accuracy": accuracy,
+        "base_accuracy": {r["model_name"]: r["accuracy"] for r in bases},
+        "models_bytes": models_bytes,
+    }
+
+
+def ens_base(event):
+    t0 = time.perf_counter()
+    X, y, a, b = pickle.loads(receive(event))
+    m = make_model(event["model"]).fit(X[:a], y[:a])
+    preds = pickle.dumps(m.predict_proba(X[a:]), protocol=5)
+    model = pickle.dumps(m, protocol=5)
+    name = event["model"]
+    return {
+        "model_name": name,
+        "accuracy": float(m.score(X[b:], y[b:])),
+        "preds": send(event["method"], preds, "ens/preds/%s" % name),
+        # the trained model travels back too (a real pipeline keeps it)
+        "model": send(event["method"], model, "ens/model/%s" % name),
+        "out_bytes": len(preds) + len(model),
+        "ms": ms_since(t0),
+    }

@@ -1,61 +1,196 @@
-//! `thaw bench xdt`: 1-1 transfers between two deployed functions on one
-//! daemon, by reference (XDT: a sealed memfd mapped into the consumer) and
-//! inline (base64 in the invocation event, up to the event limit), side by
-//! side in one run. Each transfer is timed inside the producer from before it
-//! hands the bytes over until the consumer has touched every page of them
-//! and answered; the first transfer of each cell warms the consumer up and
-//! is not counted. The object-store baseline is not built yet (see
-//! docs/BENCHMARKS.md).
+//! `thaw bench xdt`: objects handed between functions on one daemon three
+//! ways, side by side in one run: by reference (XDT: a sealed memfd mapped
+//! into the consumer), inline (base64 in the invocation event, up to the
+//! event limit) and through an object store (S3 PUT / GET to the emulated
+//! MinIO of the remote tier, which the bench sets up on its temporary home
+//! and tears down; the worker makes the requests for the sandbox, which has
+//! no network, as a Lambda's S3 client would over the network). Measured:
+//! 1-1 transfers per object size; scatter, gather and broadcast per degree;
+//! two applications (MapReduce word count, stacking-ensemble training) with
+//! their end-to-end time and a cost estimate at published prices. Every
+//! timed cell is preceded by one untimed warm-up.
 use anyhow::{bail, Context, Result};
 use base64::Engine as _;
 use serde::Serialize;
-use serde_json::json;
+use serde_json::{json, Value};
 use thaw_bench::stats::{summarize, Summary};
 
 use crate::client::{Client, Target};
 
 const FUNCTIONS: &str = include_str!("xdt_bench.py");
 
+/// What every report says about the store.
+pub const STORE_LABEL: &str =
+    "object store = MinIO (S3 API) in its own network namespace, emulated link: 0.25 ms each way, 10 Gbit/s";
+
 pub struct Options {
     pub sizes: Vec<u64>,
     pub runs: usize,
+    /// scatter / gather / broadcast degrees (empty: no patterns)
+    pub degrees: Vec<u32>,
+    pub pattern_size: u64,
+    pub pattern_runs: usize,
+    /// runs of each application and method (0: no applications)
+    pub app_runs: usize,
+    pub wc_mb: u64,
+    pub ens_rows: u64,
 }
 
+/// One object size and method.
 #[derive(Debug, Clone, Serialize)]
 pub struct Cell {
     pub size: u64,
     pub method: String,
-    /// None: not possible (inline past the event limit)
+    /// None: not possible (inline past the event or output limit)
     pub ms: Option<Summary>,
-    /// size / median
+    /// bytes moved (size x degree for a pattern) / median
     pub mb_per_s: Option<f64>,
     pub note: String,
 }
 
-/// Runs the benchmark on a temporary state home.
-pub fn run(runtime_home: &std::path::Path, o: &Options) -> Result<Vec<Cell>> {
-    crate::bench::on_temp_daemon(runtime_home, "xdt", |app, socket| {
-        measure(socket, app.cfg.limits.event_bytes, &o.sizes, o.runs)
-    })
+#[derive(Debug, Clone, Serialize)]
+pub struct PatternCell {
+    pub pattern: String,
+    pub degree: u32,
+    #[serde(flatten)]
+    pub cell: Cell,
 }
 
-fn measure(
-    socket: &std::path::Path,
-    event_limit: u64,
-    sizes: &[u64],
-    runs: usize,
-) -> Result<Vec<Cell>> {
-    let mut c = Client::new(Target::Unix(socket.to_path_buf()));
-    let biggest = sizes.iter().copied().max().unwrap_or(0);
+#[derive(Debug, Clone, Serialize)]
+pub struct AppCell {
+    pub app: String,
+    pub method: String,
+    pub e2e_ms: Summary,
+    /// per run, median over runs (USD)
+    pub cost: Cost,
+    /// what the application computed (checked by it), from the last run
+    pub result: Value,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Cost {
+    pub function_gb_s: f64,
+    pub requests: u64,
+    pub store_puts: u64,
+    pub store_gets: u64,
+    pub store_gb_month: f64,
+    pub usd_functions: f64,
+    pub usd_store: f64,
+    pub usd_total: f64,
+}
+
+/// Published prices, us-east-1, x86 (https://aws.amazon.com/lambda/pricing/,
+/// https://aws.amazon.com/s3/pricing/, S3 Standard, first 50 TB).
+pub mod price {
+    pub const LAMBDA_GB_S: f64 = 0.000_016_666_7;
+    pub const LAMBDA_REQUEST: f64 = 0.20 / 1e6;
+    pub const S3_GB_MONTH: f64 = 0.023;
+    pub const S3_PUT: f64 = 0.005 / 1e3;
+    pub const S3_GET: f64 = 0.0004 / 1e3;
+    /// hours in the average month S3 storage is billed by
+    pub const HOURS_PER_MONTH: f64 = 730.0;
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub store: String,
+    pub transfers: Vec<Cell>,
+    pub patterns: Vec<PatternCell>,
+    pub apps: Vec<AppCell>,
+}
+
+pub const METHODS: [&str; 3] = ["xdt", "inline", "store"];
+
+/// Runs the benchmark on a temporary state home, its object store set up
+/// on that home for the run.
+pub fn run(runtime_home: &std::path::Path, o: &Options) -> Result<Report> {
+    let biggest = o.sizes.iter().copied().max().unwrap_or(0);
+    crate::bench::on_temp_daemon_with(
+        runtime_home,
+        "xdt",
+        |cfg| {
+            // room for 16 consumers at once (a cap on reservations, not use)
+            cfg.memory_budget_mb = cfg.memory_budget_mb.max(16384);
+            cfg.limits.max_instances_per_function = cfg.limits.max_instances_per_function.max(16);
+            cfg.xdt.objects.max_object_bytes = cfg.xdt.objects.max_object_bytes.max(biggest);
+            cfg.xdt.objects.budget_per_function_bytes =
+                cfg.xdt.objects.budget_per_function_bytes.max(biggest * 2);
+        },
+        |app, socket| {
+            let _store = EmulatedStore::up(&app.cfg.home)?;
+            let mut c = Client::new(Target::Unix(socket.to_path_buf()));
+            deploy_all(&mut c, biggest)?;
+            let event_limit = app.cfg.limits.event_bytes;
+            Ok(Report {
+                store: STORE_LABEL.into(),
+                transfers: one_to_one(&mut c, event_limit, &o.sizes, o.runs)?,
+                patterns: patterns(&mut c, event_limit, o)?,
+                apps: apps(&mut c, o)?,
+            })
+        },
+    )
+}
+
+/// The home's emulated remote tier, up for as long as this lives.
+pub struct EmulatedStore {
+    home: std::path::PathBuf,
+    tier: thaw_tiers::TierConfig,
+}
+
+impl EmulatedStore {
+    pub fn up(home: &std::path::Path) -> Result<EmulatedStore> {
+        let tiers = thaw_tiers::TiersConfig::load(home)?;
+        let tier = tiers.get("remote")?.clone();
+        if !tier.emulated {
+            bail!(
+                "the remote tier of {} is not the emulated one",
+                home.display()
+            );
+        }
+        // torn down by Drop also when setup fails half-way
+        let s = EmulatedStore {
+            home: home.to_path_buf(),
+            tier,
+        };
+        thaw_tiers::device::setup(&s.home, &s.tier)
+            .context("setting up the emulated object store")?;
+        Ok(s)
+    }
+}
+
+impl Drop for EmulatedStore {
+    fn drop(&mut self) {
+        if let Err(e) = thaw_tiers::device::teardown(&self.home, &self.tier, true) {
+            eprintln!("thaw bench xdt: tearing down the emulated object store: {e:#}");
+        }
+    }
+}
+
+fn deploy_all(c: &mut Client, biggest: u64) -> Result<()> {
     // room for the data, its encoding and the mapped object
-    let memory_mb = ((biggest * 4) >> 20).max(256) + 128;
-    for (name, handler) in [("xdt-source", "source"), ("xdt-sink", "sink")] {
+    let big = ((biggest * 4) >> 20).max(256) + 128;
+    let fns: [(&str, &str, u64, u32); 12] = [
+        ("xdt-source", "source", big, 1),
+        ("xdt-sink", "sink", big, 1),
+        ("xdt-scatter", "scatter", 256, 1),
+        ("xdt-broadcast", "broadcast", 256, 1),
+        ("xdt-gather", "gather", 256, 1),
+        ("xdt-psink", "sink", 256, 16),
+        ("xdt-part", "part", 256, 16),
+        ("wc-driver", "wc_driver", 1024, 1),
+        ("wc-map", "wc_map", 512, 4),
+        ("wc-reduce", "wc_reduce", 512, 4),
+        ("ens-driver", "ens_driver", 1024, 1),
+        ("ens-base", "ens_base", 1024, 4),
+    ];
+    for (name, handler, memory_mb, max_instances) in fns {
         let req = json!({
             "name": name,
             "handler": format!("xdt_bench.{handler}"),
             "code": {"format": "file", "filename": "xdt_bench.py",
                      "data_base64": base64::engine::general_purpose::STANDARD.encode(FUNCTIONS)},
             "memory_mb": memory_mb,
+            "max_instances": max_instances,
             "timeout_ms": 600_000,
         });
         let r = c.request("POST", "/v1/functions", Some(&serde_json::to_vec(&req)?))?;
@@ -67,11 +202,48 @@ fn measure(
             );
         }
     }
+    Ok(())
+}
+
+/// Memory of each function the applications run (as deployed above), MB.
+fn memory_mb(function: &str) -> f64 {
+    match function {
+        "wc-map" | "wc-reduce" => 512.0,
+        _ => 1024.0,
+    }
+}
+
+fn invoke(c: &mut Client, function: &str, ev: &Value) -> Result<Value> {
+    let r = c.request(
+        "POST",
+        &format!("/v1/functions/{function}/invoke"),
+        Some(&serde_json::to_vec(ev)?),
+    )?;
+    if r.status != 200 {
+        bail!(
+            "{function} {ev}: {} {}",
+            r.status,
+            String::from_utf8_lossy(&r.body)
+        );
+    }
+    r.json()
+}
+
+/// The agent's cap on a function's output (`MAX_OUTPUT` in runtime/agent.py):
+/// what a gather's producers may return inline.
+const OUTPUT_CAP: u64 = 1 << 20;
+
+/// Whether `size` bytes fit inline in a message of at most `limit` bytes
+/// (base64 grows them by 4/3, plus the JSON around them).
+fn fits_inline(size: u64, limit: u64) -> bool {
+    size.div_ceil(3) * 4 + 256 <= limit
+}
+
+fn one_to_one(c: &mut Client, event_limit: u64, sizes: &[u64], runs: usize) -> Result<Vec<Cell>> {
     let mut cells = Vec::new();
     for &size in sizes {
-        for method in ["xdt", "inline"] {
-            // base64 grows the bytes by 4/3, plus the JSON around them
-            if method == "inline" && size.div_ceil(3) * 4 + 64 > event_limit {
+        for method in METHODS {
+            if method == "inline" && !fits_inline(size, event_limit) {
                 cells.push(Cell {
                     size,
                     method: method.into(),
@@ -81,25 +253,16 @@ fn measure(
                 });
                 continue;
             }
-            let ev = json!({"size": size, "method": method, "runs": runs});
-            let r = c.request(
-                "POST",
-                "/v1/functions/xdt-source/invoke",
-                Some(&serde_json::to_vec(&ev)?),
+            let out = invoke(
+                c,
+                "xdt-source",
+                &json!({"size": size, "method": method, "runs": runs}),
             )?;
-            if r.status != 200 {
-                bail!(
-                    "{method} {size}: {} {}",
-                    r.status,
-                    String::from_utf8_lossy(&r.body)
-                );
-            }
-            let out = r.json()?;
             let ms: Vec<f64> = out["ms"]
                 .as_array()
                 .context("no timings")?
                 .iter()
-                .filter_map(|v| v.as_f64())
+                .filter_map(Value::as_f64)
                 .collect();
             let s = summarize(&ms).context("no samples")?;
             cells.push(Cell {
@@ -114,6 +277,145 @@ fn measure(
     Ok(cells)
 }
 
+fn patterns(c: &mut Client, event_limit: u64, o: &Options) -> Result<Vec<PatternCell>> {
+    let mut cells = Vec::new();
+    for pattern in ["scatter", "gather", "broadcast"] {
+        for &degree in &o.degrees {
+            for method in METHODS {
+                let mut cell = Cell {
+                    size: o.pattern_size,
+                    method: method.into(),
+                    ms: None,
+                    mb_per_s: None,
+                    note: String::new(),
+                };
+                // a gather's objects come back in its producers' outputs
+                let (limit, what) = match pattern {
+                    "gather" => (OUTPUT_CAP, "output cap"),
+                    _ => (event_limit, "event limit"),
+                };
+                if method == "inline" && !fits_inline(o.pattern_size, limit) {
+                    cell.note = format!("over the {limit}-byte inline {what}");
+                    cells.push(PatternCell {
+                        pattern: pattern.into(),
+                        degree,
+                        cell,
+                    });
+                    continue;
+                }
+                let ev = json!({"size": o.pattern_size, "method": method, "degree": degree});
+                let mut ms = Vec::new();
+                for run in 0..=o.pattern_runs {
+                    let out = invoke(c, &format!("xdt-{pattern}"), &ev)?;
+                    // the first round starts the consumers' instances
+                    if run > 0 {
+                        ms.push(out["ms"].as_f64().context("no timing")?);
+                    }
+                }
+                let s = summarize(&ms).context("no samples")?;
+                cell.mb_per_s =
+                    Some((o.pattern_size * degree as u64) as f64 / 1e6 / (s.median / 1e3));
+                cell.ms = Some(s);
+                cells.push(PatternCell {
+                    pattern: pattern.into(),
+                    degree,
+                    cell,
+                });
+            }
+        }
+    }
+    Ok(cells)
+}
+
+fn apps(c: &mut Client, o: &Options) -> Result<Vec<AppCell>> {
+    if o.app_runs == 0 {
+        return Ok(Vec::new());
+    }
+    let mut cells = Vec::new();
+    let apps = [
+        (
+            "mapreduce-wordcount",
+            "wc-driver",
+            json!({"mb": o.wc_mb, "mappers": 4, "reducers": 2}),
+        ),
+        (
+            "stacking-ensemble",
+            "ens-driver",
+            json!({"rows": o.ens_rows, "features": 40}),
+        ),
+    ];
+    for (app, driver, base) in apps {
+        for method in ["xdt", "store"] {
+            let mut ev = base.clone();
+            ev["method"] = json!(method);
+            let mut runs = Vec::new();
+            for run in 0..=o.app_runs {
+                let out = invoke(c, driver, &ev)?;
+                if run > 0 {
+                    runs.push(out);
+                }
+            }
+            let e2e: Vec<f64> = runs.iter().filter_map(|r| r["e2e_ms"].as_f64()).collect();
+            let mut costs: Vec<Cost> = runs.iter().map(|r| cost(driver, method, r)).collect();
+            costs.sort_by(|a, b| a.usd_total.total_cmp(&b.usd_total));
+            let last = runs.pop().context("no runs")?;
+            let mut result = last.clone();
+            if let Some(m) = result.as_object_mut() {
+                m.retain(|k, _| !["fn_ms", "e2e_ms"].contains(&k.as_str()));
+            }
+            cells.push(AppCell {
+                app: app.into(),
+                method: method.into(),
+                e2e_ms: summarize(&e2e).context("no timings")?,
+                cost: costs[costs.len() / 2].clone(),
+                result,
+            });
+        }
+    }
+    Ok(cells)
+}
+
+/// One application run's cost at published prices: every function billed
+/// for its duration at its memory size (the driver for the whole run, as a
+/// Lambda waiting on others is), one request fee per invocation, and for
+/// the store method its PUT / GET fees and storage for the run's length.
+/// XDT's objects are held by the worker outside any function: not billed.
+pub fn cost(driver: &str, method: &str, run: &Value) -> Cost {
+    let e2e_s = run["e2e_ms"].as_f64().unwrap_or(0.0) / 1e3;
+    let mut gb_s = e2e_s * memory_mb(driver) / 1024.0;
+    let mut requests = 1;
+    if let Some(fns) = run["fn_ms"].as_object() {
+        for (f, ms) in fns {
+            for m in ms
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_f64)
+            {
+                gb_s += m / 1e3 * memory_mb(f) / 1024.0;
+                requests += 1;
+            }
+        }
+    }
+    let mut c = Cost {
+        function_gb_s: gb_s,
+        requests,
+        ..Cost::default()
+    };
+    if method == "store" {
+        c.store_puts = run["puts"].as_u64().unwrap_or(0);
+        c.store_gets = run["gets"].as_u64().unwrap_or(0);
+        let gb = run["bytes"].as_f64().unwrap_or(0.0) / 1e9;
+        c.store_gb_month = gb * e2e_s / 3600.0 / price::HOURS_PER_MONTH;
+    }
+    c.usd_functions = gb_s * price::LAMBDA_GB_S + requests as f64 * price::LAMBDA_REQUEST;
+    c.usd_store = c.store_puts as f64 * price::S3_PUT
+        + c.store_gets as f64 * price::S3_GET
+        + c.store_gb_month * price::S3_GB_MONTH;
+    c.usd_total = c.usd_functions + c.usd_store;
+    c
+}
+
 fn human(size: u64) -> String {
     match size {
         s if s >= 1_000_000 => format!("{} MB", s / 1_000_000),
@@ -122,41 +424,101 @@ fn human(size: u64) -> String {
     }
 }
 
-pub fn markdown(cells: &[Cell]) -> String {
-    let mut s = String::from(
-        "| size | method | n | min ms | median ms | p99 ms | MB/s (median) | inline / xdt (median) |\n\
-         |---|---|---|---|---|---|---|---|\n",
-    );
-    for c in cells {
-        let inline = cells
+fn ms_cols(m: &Option<Summary>) -> String {
+    match m {
+        Some(m) => format!("{} | {:.3} | {:.3} | {:.3}", m.n, m.min, m.median, m.p99),
+        None => "- | - | - | -".into(),
+    }
+}
+
+/// A method as the tables print it: the store is always labelled emulated.
+fn label(method: &str) -> &str {
+    match method {
+        "store" => "store (emulated)",
+        m => m,
+    }
+}
+
+fn ratio(num: Option<&Summary>, den: Option<&Summary>) -> String {
+    match (num, den) {
+        (Some(n), Some(d)) => format!("{:.2}", n.median / d.median),
+        _ => "-".into(),
+    }
+}
+
+pub fn markdown(r: &Report) -> String {
+    let mut s = format!("Store: {} (emulated).\n\n", r.store);
+    s += "1-1 transfers\n\n\
+          | size | method | n | min ms | median ms | p99 ms | MB/s (median) | store / this | this / inline | note |\n\
+          |---|---|---|---|---|---|---|---|---|---|\n";
+    let find = |size: u64, m: &str| {
+        r.transfers
             .iter()
-            .find(|o| o.size == c.size && o.method == "inline")
-            .and_then(|o| o.ms.as_ref());
-        let ratio = match (c.method.as_str(), &c.ms, inline) {
-            ("xdt", Some(x), Some(i)) => format!("{:.2}", i.median / x.median),
-            _ => "-".into(),
-        };
-        match &c.ms {
-            Some(m) => {
-                s += &format!(
-                    "| {} | {} | {} | {:.3} | {:.3} | {:.3} | {:.0} | {ratio} |\n",
-                    human(c.size),
-                    c.method,
-                    m.n,
-                    m.min,
-                    m.median,
-                    m.p99,
-                    c.mb_per_s.unwrap_or(0.0)
-                )
-            }
-            None => {
-                s += &format!(
-                    "| {} | {} | - | - | - | - | - | {} |\n",
-                    human(c.size),
-                    c.method,
-                    c.note
-                )
-            }
+            .find(|o| o.size == size && o.method == m)
+            .and_then(|o| o.ms.as_ref())
+    };
+    for c in &r.transfers {
+        s += &format!(
+            "| {} | {} | {} | {} | {} | {} | {} |\n",
+            human(c.size),
+            label(&c.method),
+            ms_cols(&c.ms),
+            c.mb_per_s.map_or("-".into(), |v| format!("{v:.0}")),
+            ratio(find(c.size, "store"), c.ms.as_ref()),
+            ratio(c.ms.as_ref(), find(c.size, "inline")),
+            c.note
+        );
+    }
+    if !r.patterns.is_empty() {
+        s += "\nPatterns (one object per consumer or producer; time until every consumer has touched every page)\n\n\
+              | pattern | degree | size | method | n | min ms | median ms | p99 ms | MB/s (median, all objects) | store / this | note |\n\
+              |---|---|---|---|---|---|---|---|---|---|---|\n";
+        for c in &r.patterns {
+            let store = r
+                .patterns
+                .iter()
+                .find(|o| {
+                    o.pattern == c.pattern && o.degree == c.degree && o.cell.method == "store"
+                })
+                .and_then(|o| o.cell.ms.as_ref());
+            s += &format!(
+                "| {} | {} | {} | {} | {} | {} | {} | {} |\n",
+                c.pattern,
+                c.degree,
+                human(c.cell.size),
+                label(&c.cell.method),
+                ms_cols(&c.cell.ms),
+                c.cell.mb_per_s.map_or("-".into(), |v| format!("{v:.0}")),
+                ratio(store, c.cell.ms.as_ref()),
+                c.cell.note
+            );
+        }
+    }
+    if !r.apps.is_empty() {
+        s += "\nApplications (end to end; cost per run at published us-east-1 prices, median run)\n\n\
+              | application | method | n | min ms | median ms | p99 ms | store / this | function GB-s | requests | store PUT / GET | USD functions | USD store | USD total |\n\
+              |---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+        for c in &r.apps {
+            let store = r
+                .apps
+                .iter()
+                .find(|o| o.app == c.app && o.method == "store")
+                .map(|o| &o.e2e_ms);
+            let k = &c.cost;
+            s += &format!(
+                "| {} | {} | {} | {} | {:.3} | {} | {} / {} | {:.3e} | {:.3e} | {:.3e} |\n",
+                c.app,
+                label(&c.method),
+                ms_cols(&Some(c.e2e_ms)),
+                ratio(store, Some(&c.e2e_ms)),
+                k.function_gb_s,
+                k.requests,
+                k.store_puts,
+                k.store_gets,
+                k.usd_functions,
+                k.usd_store,
+                k.usd_total
+            );
         }
     }
     s

@@ -159,6 +159,57 @@ impl RemoteStore {
         seal::open(&self.key, name, &raw)
     }
 
+    /// Stores `data` as `name` unsealed: a plain S3 PUT, as any client
+    /// would make (the XDT benchmark's object-store baseline; snapshots go
+    /// through [`RemoteStore::put`]).
+    pub fn put_plain(&self, name: &str, data: Vec<u8>) -> Result<()> {
+        self.rt
+            .block_on(self.store.put(&ObjPath::from(name), PutPayload::from(data)))
+            .with_context(|| format!("uploading {name} to {}", self.url))?;
+        Ok(())
+    }
+
+    /// A plain S3 GET of `name`, its body written to `sink` chunk by chunk
+    /// as it arrives; returns its size, or `None` if there is no such
+    /// object. One larger than `max_len` is an error before any byte is
+    /// read.
+    pub fn get_plain(
+        &self,
+        name: &str,
+        max_len: u64,
+        sink: &mut impl std::io::Write,
+    ) -> Result<Option<u64>> {
+        let ctx = || format!("downloading {name} from {}", self.url);
+        self.rt.block_on(async {
+            let r = match self.store.get(&ObjPath::from(name)).await {
+                Ok(r) => r,
+                Err(object_store::Error::NotFound { .. }) => return Ok(None),
+                Err(e) => return Err(e).with_context(ctx),
+            };
+            let size = r.meta.size;
+            if size > max_len {
+                bail!(
+                    "{name} on {} is {size} bytes, more than the {max_len} allowed",
+                    self.url
+                );
+            }
+            let mut body = r.into_stream();
+            let mut got = 0u64;
+            while let Some(chunk) = body.next().await {
+                let chunk = chunk.with_context(ctx)?;
+                got += chunk.len() as u64;
+                if got > size {
+                    bail!("{name} on {} sent more than its {size} bytes", self.url);
+                }
+                sink.write_all(&chunk).with_context(ctx)?;
+            }
+            if got != size {
+                bail!("{name} on {} ended after {got} of {size} bytes", self.url);
+            }
+            Ok(Some(size))
+        })
+    }
+
     /// The header of `name` (one small ranged read).
     pub fn header(&self, name: &str) -> Result<Header> {
         let raw = self

@@ -11,6 +11,13 @@
 //! | `{"sdk":"invoke","function":F,"event":E,"wait":true}` | | `{"ok":true,"output":..}` | |
 //! | `{"sdk":"invoke",...,"wait":false}` | | `{"ok":true,"handle":H}` | |
 //! | `{"sdk":"wait","handle":H}` | | `{"ok":true,"output":..}` | |
+//! | `{"sdk":"store_put","key":K}` | a memfd (from `alloc`) holding the bytes | `{"ok":true,"size":S}` | |
+//! | `{"sdk":"store_get","key":K}` | | `{"ok":true,"size":S}` | the object's bytes, read-only |
+//!
+//! `store_put` / `store_get` are the object-store baseline (issue 15): the
+//! sandbox has no network, so the worker makes the S3 PUT or GET for the
+//! function, as a Lambda's own S3 client would over the network. Keys are
+//! the owner's: two owners' `a/b` are different objects.
 //!
 //! Errors: `{"ok":false,"error":KIND,"message":..}` with the kinds of
 //! [`XdtError::kind`], plus `invoke_failed` (the callee failed: its error
@@ -22,6 +29,7 @@ use crate::table::{now_ms, ObjectTable, XdtError};
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
+use std::os::unix::fs::FileExt;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::Instant;
 
@@ -44,6 +52,41 @@ pub trait Host: Send + Sync {
     /// Starts an invocation of `ctx.function` (already admitted by the chain
     /// limits) on its own; the outcome arrives on the receiver.
     fn start_invoke(&self, ctx: CallCtx, event: Value) -> Receiver<CallOutcome>;
+    /// Stores `data` as `key` (the owner's, already checked) in the object store.
+    fn store_put(&self, key: &str, data: Vec<u8>) -> Result<(), CallFailure>;
+    /// Writes the object `key` to `sink` as it arrives; its size, or `None`
+    /// if there is no such object. Larger than `max_bytes` is an error.
+    fn store_get(
+        &self,
+        key: &str,
+        max_bytes: u64,
+        sink: &mut std::fs::File,
+    ) -> Result<Option<u64>, CallFailure>;
+}
+
+/// Longest object-store key a function may name.
+pub const MAX_STORE_KEY: usize = 512;
+
+/// A key of the object-store baseline: path-like, `[A-Za-z0-9._-]`
+/// segments split by `/`, none empty, `.` or `..`.
+pub fn check_store_key(key: &str) -> Result<(), String> {
+    if key.is_empty() || key.len() > MAX_STORE_KEY {
+        return Err(format!("a key has 1..={MAX_STORE_KEY} bytes"));
+    }
+    for seg in key.split('/') {
+        if seg.is_empty() || seg == "." || seg == ".." {
+            return Err(format!("key {key:?}: empty, '.' or '..' segment"));
+        }
+        if !seg
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+        {
+            return Err(format!(
+                "key {key:?}: only A-Z a-z 0-9 . _ - and / are allowed"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// One invocation's SDK requests.
@@ -104,7 +147,7 @@ impl<'h> Session<'h> {
     /// (closed here unless an object takes one).
     pub fn serve(&mut self, req: &Value, mut fds: Vec<OwnedFd>) -> Reply {
         let op = req.get("sdk").and_then(Value::as_str).unwrap_or("");
-        let want_fds = usize::from(op == "put");
+        let want_fds = usize::from(op == "put" || op == "store_put");
         if fds.len() != want_fds {
             return fail(
                 "bad_request",
@@ -120,6 +163,8 @@ impl<'h> Session<'h> {
             "get" => self.get(req),
             "invoke" => self.invoke(req),
             "wait" => self.wait(req),
+            "store_put" => self.store_put(req, fds.pop().expect("one fd checked above")),
+            "store_get" => self.store_get(req),
             _ => fail("bad_request", format!("unknown sdk request {op:?}")),
         }
     }
@@ -196,6 +241,80 @@ impl<'h> Session<'h> {
         }
     }
 
+    /// The owner's object-store name for the request's key.
+    fn store_key(&self, req: &Value) -> Result<String, Reply> {
+        let Some(key) = req.get("key").and_then(Value::as_str) else {
+            return Err(fail("bad_request", "needs 'key': a string"));
+        };
+        check_store_key(key).map_err(|m| fail("bad_request", m))?;
+        Ok(format!("{}/{key}", self.ctx.owner))
+    }
+
+    fn store_put(&mut self, req: &Value, fd: OwnedFd) -> Reply {
+        let key = match self.store_key(req) {
+            Ok(k) => k,
+            Err(r) => return r,
+        };
+        // sealed first: the sandbox can no longer change or shrink what
+        // the worker reads
+        let size = match crate::memfd::seal_object(&fd) {
+            Ok(s) => s,
+            Err(e) => return from_err(e),
+        };
+        let max = self.host.table().limits.max_object_bytes;
+        if size > max {
+            return from_err(XdtError::TooLarge(format!(
+                "an object of {size} bytes is larger than the {max}-byte limit per object"
+            )));
+        }
+        let mut data = vec![0u8; size as usize];
+        if let Err(e) = std::fs::File::from(fd).read_exact_at(&mut data, 0) {
+            return fail("internal", format!("reading the object: {e}"));
+        }
+        match self.host.store_put(&key, data) {
+            Ok(()) => Reply {
+                body: json!({"ok": true, "size": size}),
+                fd: None,
+            },
+            Err(f) => fail(&f.kind, f.message),
+        }
+    }
+
+    fn store_get(&mut self, req: &Value) -> Reply {
+        let key = match self.store_key(req) {
+            Ok(k) => k,
+            Err(r) => return r,
+        };
+        let max = self
+            .max_get_bytes
+            .min(self.host.table().limits.max_object_bytes);
+        let fd = match crate::memfd::create_sized(0) {
+            Ok(fd) => fd,
+            Err(e) => return from_err(e),
+        };
+        let mut f = std::fs::File::from(fd);
+        let size = match self.host.store_get(&key, max, &mut f) {
+            Ok(Some(s)) => s,
+            Ok(None) => {
+                let shown = key.split_once('/').map_or(key.as_str(), |(_, k)| k);
+                return fail(
+                    "not_found",
+                    format!("no object {shown:?} in the object store"),
+                );
+            }
+            Err(f) => return fail(&f.kind, f.message),
+        };
+        let fd = OwnedFd::from(f);
+        let ro = crate::memfd::seal_object(&fd).and_then(|_| crate::memfd::reopen_read_only(&fd));
+        match ro {
+            Ok(ro) => Reply {
+                body: json!({"ok": true, "size": size}),
+                fd: Some(ro),
+            },
+            Err(e) => from_err(e),
+        }
+    }
+
     fn invoke(&mut self, req: &Value) -> Reply {
         let Some(callee) = req.get("function").and_then(Value::as_str) else {
             return fail("bad_request", "invoke needs 'function': a function name");
@@ -262,6 +381,35 @@ impl<'h> Session<'h> {
                 "invoke_failed",
                 format!("{what} ended without an answer (the worker is stopping?)"),
             ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_store_key;
+
+    #[test]
+    fn store_keys_are_plain_relative_paths() {
+        for good in ["a", "runs/7/part-0", "A.b_c-d/e", &"k".repeat(512)] {
+            assert!(check_store_key(good).is_ok(), "{good:?}");
+        }
+        for bad in [
+            "",
+            "/abs",
+            "a/",
+            "a//b",
+            ".",
+            "a/../b",
+            "./a",
+            "sp ace",
+            "tab\t",
+            "nul\0",
+            "ünï",
+            "a\\b",
+            &"k".repeat(513),
+        ] {
+            assert!(check_store_key(bad).is_err(), "{bad:?}");
         }
     }
 }

@@ -1,0 +1,242 @@
+//! The object-store baseline of XDT (issue 15) end to end: functions on a
+//! live daemon PUT and GET objects through the worker to the emulated
+//! remote tier (MinIO in its network namespace, set up with `thaw tier
+//! setup`); a missing key, a bad key, another owner's key and a store that
+//! is not there give clear errors in the function while the daemon keeps
+//! serving; `thaw bench xdt` runs all three methods and leaves no store
+//! behind. Needs root (network namespaces) and MinIO (scripts/setup.sh).
+use base64::Engine as _;
+use serde_json::{json, Value};
+use std::path::Path;
+use std::process::Command;
+use thaw_server::client::{Client, Target};
+
+const THAW: &str = env!("CARGO_BIN_EXE_thaw");
+const FNS: &str = include_str!("xdt_store_fns/storefns.py");
+
+/// One MinIO at a time on this 2-core machine (see tests/tiers.rs).
+static ONE_OBJECT_STORE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn thaw(home: &Path, args: &[&str]) -> (bool, String) {
+    let out = Command::new(THAW)
+        .arg("--home")
+        .arg(home)
+        .args(args)
+        .output()
+        .expect("running thaw");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !text.contains("panicked"),
+        "thaw {args:?} panicked:\n{text}"
+    );
+    (out.status.success(), text)
+}
+
+/// The home's remote tier, torn down when this goes (also on a failure).
+struct Store<'a>(&'a Path);
+
+impl Drop for Store<'_> {
+    fn drop(&mut self) {
+        let (ok, out) = thaw(
+            self.0,
+            &["tier", "teardown", "--tiers", "remote", "--force"],
+        );
+        assert!(ok || std::thread::panicking(), "teardown: {out}");
+    }
+}
+
+fn netns_of(home: &Path) -> std::path::PathBuf {
+    Path::new("/run/netns").join(thaw_tiers::remote::RemoteNet::for_home(home).netns)
+}
+
+struct D(std::path::PathBuf);
+
+impl D {
+    fn post(&self, path: &str, v: &Value) -> (u16, Value) {
+        let r = Client::new(Target::Unix(self.0.clone()))
+            .request("POST", path, Some(&serde_json::to_vec(v).unwrap()))
+            .expect("request");
+        let body = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
+        (r.status, body)
+    }
+
+    fn deploy(&self, name: &str, handler: &str, owner: &str) {
+        let (status, body) = self.post(
+            "/v1/functions",
+            &json!({
+                "name": name,
+                "handler": format!("storefns.{handler}"),
+                "owner": owner,
+                "code": {"format": "file", "filename": "storefns.py",
+                         "data_base64": base64::engine::general_purpose::STANDARD.encode(FNS)},
+                "memory_mb": 256,
+            }),
+        );
+        assert_eq!(status, 201, "deploy {name}: {body}");
+    }
+
+    fn invoke(&self, name: &str, ev: Value) -> Value {
+        let (status, body) = self.post(&format!("/v1/functions/{name}/invoke"), &ev);
+        assert_eq!(status, 200, "{name} {ev}: {body}");
+        body
+    }
+
+    /// The error kind a store call raised in `attempt`, and its message.
+    fn error(&self, name: &str, ev: Value) -> (String, String) {
+        let out = self.invoke(name, ev.clone());
+        let kind = out["kind"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{ev}: no error: {out}"));
+        (
+            kind.to_string(),
+            out["message"].as_str().unwrap_or("").to_string(),
+        )
+    }
+}
+
+/// Runs `body` against a daemon on a throw-away home, which is removed
+/// afterwards also when `body` fails.
+fn with_daemon(body: impl FnOnce(&Path, &D)) {
+    thaw_server::bench::on_temp_daemon(
+        &thaw_runtime::default_home(),
+        "xdt-store-test",
+        |app, socket| {
+            let d = D(socket.to_path_buf());
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(&app.cfg.home, &d)))
+                .map_err(|_| anyhow::anyhow!("the test failed (its panic is above)"))
+        },
+    )
+    .unwrap();
+}
+
+#[test]
+fn functions_put_and_get_through_the_emulated_object_store() {
+    let _turn = ONE_OBJECT_STORE.lock().unwrap_or_else(|p| p.into_inner());
+    with_daemon(|home, d| {
+        d.deploy("rt", "roundtrip", "default");
+        d.deploy("try", "attempt", "default");
+        d.deploy("other", "attempt", "someone-else");
+
+        // no store set up yet: a clear error, and the daemon serves on
+        let (kind, msg) = d.error("try", json!({"op": "put", "key": "a"}));
+        assert_eq!(kind, "store_failed", "{msg}");
+        assert!(msg.contains("thaw tier setup --tiers remote"), "{msg}");
+
+        // torn down at the end, also if setup fails half-way
+        let _store = Store(home);
+        let (ok, out) = thaw(home, &["tier", "setup", "--tiers", "remote"]);
+        assert!(
+            ok,
+            "the emulated object store (MinIO, root, netns) did not start:\n{out}"
+        );
+
+        for size in [256, 3 << 20, 0] {
+            let out = d.invoke("rt", json!({"key": format!("t/obj-{size}"), "size": size}));
+            assert_eq!(out["put"], size, "{out}");
+            assert_eq!(out["n"], size, "{out}");
+            assert_eq!(out["same"], true, "{out}");
+            assert_eq!(out["readonly"], true, "{out}");
+        }
+        // a missing key: not_found naming the key, the function carries on
+        let (kind, msg) = d.error("try", json!({"op": "get", "key": "no/such/key"}));
+        assert_eq!(kind, "not_found");
+        assert!(msg.contains("no/such/key"), "{msg}");
+        // another owner's key is another object
+        assert_eq!(
+            d.invoke("try", json!({"op": "get", "key": "t/obj-256"}))["n"],
+            256
+        );
+        let (kind, _) = d.error("other", json!({"op": "get", "key": "t/obj-256"}));
+        assert_eq!(kind, "not_found");
+        // bad keys and data are refused before any request
+        for key in [
+            "",
+            "../x",
+            "a//b",
+            "/abs",
+            "sp ace",
+            "./a",
+            &"k".repeat(513),
+        ] {
+            for op in ["get", "put"] {
+                let (kind, msg) = d.error("try", json!({"op": op, "key": key}));
+                assert_eq!(kind, "bad_request", "{op} {key:?}: {msg}");
+            }
+        }
+        assert_eq!(
+            d.error("try", json!({"op": "put_str", "key": "s"})).0,
+            "TypeError"
+        );
+        // and the worker still serves
+        let out = d.invoke("rt", json!({"key": "t/after", "size": 4096}));
+        assert_eq!(out["same"], true, "{out}");
+    });
+}
+
+#[test]
+fn bench_xdt_runs_every_method_and_leaves_no_store_behind() {
+    let _turn = ONE_OBJECT_STORE.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = std::env::temp_dir().join(format!("thaw-xdt-bench-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json_path = dir.join("xdt.json");
+    let child = Command::new(THAW)
+        .args([
+            "bench",
+            "xdt",
+            "--sizes",
+            "10000",
+            "--runs",
+            "2",
+            "--degrees",
+            "2",
+        ])
+        .args(["--pattern-runs", "1", "--app-runs", "0", "--json"])
+        .arg(&json_path)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "thaw bench xdt:\n{text}");
+    let r: Value = serde_json::from_slice(&std::fs::read(&json_path).unwrap()).unwrap();
+    assert!(r["store"].as_str().unwrap().contains("emulated"));
+    let methods: Vec<&str> = r["transfers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["ms"]["median"].as_f64().is_some_and(|m| m > 0.0))
+        .map(|c| c["method"].as_str().unwrap())
+        .collect();
+    assert_eq!(methods, ["xdt", "inline", "store"]);
+    // scatter, gather and broadcast by each method (a 1 MB inline gather is
+    // over the output cap: a cell without timings, saying so)
+    let pats = r["patterns"].as_array().unwrap();
+    assert_eq!(pats.len(), 9);
+    for c in pats {
+        let timed = c["ms"]["median"].as_f64().is_some();
+        let capped = c["pattern"] == "gather" && c["method"] == "inline";
+        assert_eq!(timed, !capped, "{c}");
+    }
+    // the bench's temporary home was named after its pid: its store is gone
+    let home = std::env::temp_dir().join(format!("thaw-bench-xdt-{pid}"));
+    assert!(
+        !netns_of(&home).exists(),
+        "the bench left {}",
+        netns_of(&home).display()
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+
+    // bad options are refused clearly
+    let bad = Command::new(THAW)
+        .args(["bench", "xdt", "--degrees", "17"])
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--degrees: 17"));
+}
