@@ -342,9 +342,8 @@ pub fn summarize_rows(batches: &[Batch]) -> Vec<Row> {
             .find(|(t, m, n, _)| t == tier && *m == r.mode && *n == r.n)
             .and_then(|b| Some(r.throughput?.median / b.3))
     };
-    for i in 0..rows.len() {
-        rows[i].vs_mmap = over(&rows[i], &rows[i].tier);
-        rows[i].vs_mmap_disk = over(&rows[i], "disk");
+    for r in &mut rows {
+        (r.vs_mmap, r.vs_mmap_disk) = (over(r, &r.tier), over(r, "disk"));
     }
     rows
 }
