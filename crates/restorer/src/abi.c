@@ -66,6 +66,7 @@ int main(void)
     printf("pub const C_VMA_FLAGS: [u32; 4] = [%d, %d, %d, %d];\n", VMA_ANON, VMA_GROWSDOWN,
            VMA_LAZY, VMA_POPULATE);
     printf("pub const C_PLAN_LAZY: u32 = %d;\n", PLAN_LAZY);
+    printf("pub const C_PLAN_FDS: (usize, i32) = (%d, %d);\n", MAX_PLAN_FDS, PLAN_FD_BASE);
     printf("/// (step number, what the restorer was doing), from plan.h's THAW_STEPS\n");
     printf("pub const STEPS: &[(u32, &str)] = &[\n");
     THAW_STEPS(STEP_NAME)

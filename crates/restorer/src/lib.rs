@@ -1,7 +1,8 @@
 //! The restorer: a freestanding static program (src/restorer.c) that rebuilds
 //! a runtime's address space inside a fresh sandbox, and the Rust side of its
 //! plan format (src/plan.h). The worker builds a [`Plan`], writes it to the
-//! restorer's fd 3 and reads back a [`RestorerStatus`].
+//! restorer's fd 3 (the image descriptors attached) and reads back a
+//! [`RestorerStatus`].
 //!
 //! The plan's records are `#[repr(C)]` structs written as their bytes; every
 //! size and field offset, the constants and the step table are checked at
@@ -43,6 +44,11 @@ pub const VMA_LAZY: u32 = 4;
 pub const VMA_POPULATE: u32 = 8;
 
 pub const PLAN_LAZY: u32 = 1;
+
+/// Descriptors sent along the plan (SCM_RIGHTS) appear in the restorer at
+/// `PLAN_FD_BASE + i`, at most `MAX_PLAN_FDS` of them.
+pub const MAX_PLAN_FDS: usize = 3;
+pub const PLAN_FD_BASE: i32 = 4;
 
 /// The fields of `struct prctl_mm_map` the restorer sets (auxv and exe aside);
 /// snapshots store them as they are.
@@ -253,6 +259,7 @@ const _: () = assert!(
         && VMA_POPULATE == abi::C_VMA_FLAGS[3]
 );
 const _: () = assert!(PLAN_LAZY == abi::C_PLAN_LAZY);
+const _: () = assert!(MAX_PLAN_FDS == abi::C_PLAN_FDS.0 && PLAN_FD_BASE == abi::C_PLAN_FDS.1);
 
 #[derive(Debug, Clone, Default)]
 pub struct Plan {

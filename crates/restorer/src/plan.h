@@ -31,6 +31,10 @@ typedef int i32;
 
 #define MAX_VDSO_PIECES 4
 
+/* Descriptors sent with the plan (SCM_RIGHTS) land at PLAN_FD_BASE + i. */
+#define MAX_PLAN_FDS 3
+#define PLAN_FD_BASE 4
+
 /* How a run of image pages gets into memory. */
 #define FILL_COPY 0 /* pread from the image fd into the mapping */
 #define FILL_MAP 1  /* MAP_PRIVATE|MAP_FIXED mapping of the image fd */

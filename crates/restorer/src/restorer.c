@@ -26,6 +26,9 @@
 #define MADV_DONTNEED 4
 #define MADV_POPULATE_WRITE 23
 #define SYS_sendmsg 46
+#define SYS_recvmsg 47
+#define SYS_dup2 33
+#define MSG_CTRUNC 8
 #define SYS_exit_group 231
 #define SYS_setresuid 117
 #define SYS_setresgid 119
@@ -240,6 +243,51 @@ static void place_vdso(const struct plan_header *h, u64 my_block)
     }
 }
 
+/* The plan's length arrives with the image descriptors attached (SCM_RIGHTS):
+ * the restorer may have been started before the restore was asked for (a
+ * pooled sandbox), so they cannot be inherited. They go to PLAN_FD_BASE + i.
+ * The kernel hands them out lowest-first above fd 3, so fd[i] >= base + i and
+ * no dup2 overwrites a descriptor still to be moved. */
+struct cmsg_fds {
+    u64 len;
+    int level;
+    int type;
+    int fd[MAX_PLAN_FDS];
+    int pad;
+};
+
+static void recv_plan_len(u64 *len)
+{
+    struct iovec iov = {len, sizeof(*len)};
+    struct cmsg_fds c;
+    memset(&c, 0, sizeof(c));
+    struct msghdr m = {NULL, 0, &iov, 1, &c, sizeof(c), 0};
+    long n;
+    do
+        n = sys3(SYS_recvmsg, 3, &m, 0);
+    while (n == -EINTR);
+    if (n <= 0)
+        fail(STEP_READ_PLAN, n < 0 ? n : EIO, 0);
+    if (m.flags & MSG_CTRUNC)
+        fail(STEP_READ_PLAN, EINVAL, 3);
+    if (m.controllen >= 16 && c.level == SOL_SOCKET && c.type == SCM_RIGHTS) {
+        u64 nfd = (c.len - 16) / sizeof(int);
+        for (u64 i = 0; i < nfd && i < MAX_PLAN_FDS; i++) {
+            if (c.fd[i] == PLAN_FD_BASE + (int)i)
+                continue;
+            long r = sys3(SYS_dup2, c.fd[i], PLAN_FD_BASE + (int)i, 0);
+            if (r < 0)
+                fail(STEP_READ_PLAN, r, 4);
+            sys3(SYS_close, c.fd[i], 0, 0);
+        }
+    }
+    if (n < (long)sizeof(*len)) {
+        long r = read_full(3, (char *)len + n, sizeof(*len) - (u64)n, 0, 0);
+        if (r < 0)
+            fail(STEP_READ_PLAN, r, 0);
+    }
+}
+
 static int send_fd(int sock, int fd)
 {
     char byte = 'U';
@@ -270,9 +318,8 @@ void restorer_main(u64 *initial_sp)
 
     /* plan: u64 length, then the blob, into scratch memory inside our span */
     u64 len = 0;
-    long r = read_full(3, &len, sizeof(len), 0, 0);
-    if (r < 0)
-        fail(STEP_READ_PLAN, r, 0);
+    long r;
+    recv_plan_len(&len);
     if (len < sizeof(struct plan_header) || len > RESTORER_SCRATCH_MAX)
         fail(STEP_BAD_PLAN, EINVAL, 0);
     u64 maplen = (len + PAGE - 1) & ~(PAGE - 1);

@@ -14,6 +14,7 @@ pub mod checkpoint;
 pub mod cleanup;
 mod cmsg;
 mod pagemap;
+pub mod pool;
 pub mod profile;
 mod ptrace;
 pub mod restore;
@@ -39,11 +40,12 @@ use thaw_memory::PageServer;
 /// For readers that must sit in cgroups like a sandbox's (the tier probe).
 pub use cgroup::Cgroups as SandboxCgroups;
 pub use checkpoint::{checkpoint, CheckpointReport};
+pub use pool::{PoolStats, Prebuilt, SandboxPool};
 pub use restore::{restore, RestoreReport};
 pub use zygote::Zygote;
 
 /// Limits and places for sandboxes.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct SandboxConfig {
     pub memory_bytes: u64,
     pub pids_max: u64,

@@ -2,10 +2,11 @@
 //! (crates/restorer) recreates the mappings and fills them as the memory
 //! strategy says; the worker then loads the CPU state with ptrace, unmaps the
 //! restorer, and greets the agent, which re-seeds its random generators.
+use crate::pool::Prebuilt;
 use crate::ptrace::{self, REG_ORIG_RAX, REG_RAX, REG_RDI, REG_RIP, REG_RSI};
 use crate::state::ProcessState;
 use crate::ReapState;
-use crate::{seccomp, spawn, Sandbox, SandboxConfig, Slot};
+use crate::{seccomp, Sandbox, SandboxConfig};
 use anyhow::{anyhow, bail, Context, Result};
 use serde::Serialize;
 use serde_json::json;
@@ -23,10 +24,11 @@ use thaw_memory::{working_set, Fill, ImageSource, PageServer, PageSource, Restor
 use thaw_restorer as r;
 use thaw_store::Snapshot;
 
-/// Descriptors the memory image and the TOSS tier files sit at inside the restorer.
-const IMAGE_FD: RawFd = 4;
-const FAST_FD: RawFd = 5;
-const SLOW_FD: RawFd = 6;
+/// Descriptors the memory image and the TOSS tier files sit at inside the
+/// restorer (sent with the plan in this order).
+const IMAGE_FD: RawFd = r::PLAN_FD_BASE;
+const FAST_FD: RawFd = r::PLAN_FD_BASE + 1;
+const SLOW_FD: RawFd = r::PLAN_FD_BASE + 2;
 
 /// Timings and byte counts of one restore (the caller adds the first invocation).
 #[derive(Debug, Clone, Default, Serialize)]
@@ -34,8 +36,11 @@ pub struct RestoreReport {
     pub strategy: String,
     /// read and check the snapshot's state file
     pub state_load_ms: f64,
-    /// namespaces, mounts, cgroups, exec of the restorer
+    /// namespaces, mounts, cgroups, exec of the restorer (with a pool:
+    /// taking a sandbox built ahead)
     pub sandbox_ms: f64,
+    /// the sandbox came from a [`crate::SandboxPool`]
+    pub pooled: bool,
     /// the restorer rebuilding the address space (as it measured itself)
     pub memory_setup_ms: f64,
     /// registers, restorer unmap, agent handshake
@@ -80,6 +85,23 @@ pub fn restore(
     restore_with(snap, root, root_hash, strategy, cfg, Hooks::default())
 }
 
+/// [`restore`] into `prebuilt`, a sandbox taken from a [`crate::SandboxPool`]
+/// (built now if `None`, or if it was built on another root).
+pub fn restore_prebuilt(
+    snap: &Snapshot,
+    root: &Path,
+    root_hash: &str,
+    strategy: &dyn RestoreStrategy,
+    cfg: &SandboxConfig,
+    prebuilt: Option<Prebuilt>,
+) -> Result<(Sandbox, RestoreReport)> {
+    let hooks = Hooks {
+        prebuilt,
+        ..Hooks::default()
+    };
+    restore_with(snap, root, root_hash, strategy, cfg, hooks)
+}
+
 /// [`restore`], calling `on_spawn` with the restorer's pid once the restorer
 /// runs and before it is sent its plan (it waits for the plan). A seam for
 /// tests that must act on the restorer at a chosen point of its work, e.g.
@@ -111,6 +133,8 @@ pub(crate) struct Hooks<'a> {
     pub state: Option<ProcessState>,
     /// called with the restorer's pid before it is sent its plan
     pub on_spawn: Option<&'a mut dyn FnMut(i32)>,
+    /// a sandbox built ahead (see [`crate::pool`]); built here when absent
+    pub prebuilt: Option<Prebuilt>,
 }
 
 pub(crate) fn restore_with(
@@ -126,6 +150,7 @@ pub(crate) fn restore_with(
         record: record_faults,
         state: state_override,
         on_spawn,
+        prebuilt,
     } = hooks;
     let t0 = Instant::now();
     let mut rep = RestoreReport {
@@ -198,11 +223,20 @@ pub(crate) fn restore_with(
         rep.write_set_pages = write_set.as_ref().map(|w| w.pages()).unwrap_or(0);
     }
 
-    let slot = Slot::new(cfg)?;
+    let t1 = Instant::now();
+    let mut sb = match prebuilt.filter(|p| p.sb.root == root) {
+        Some(p) => {
+            rep.pooled = true;
+            p.sb
+        }
+        None => Prebuilt::build(root, cfg)?.sb,
+    };
+    let pid = sb.pid;
+    rep.sandbox_ms = ms(t1);
     let plan = build_plan(
         &state,
         strategy,
-        slot.uid.uid,
+        sb.uid(),
         tiers.as_ref().map(|t| &t.0),
         write_set.as_ref(),
         &mut rep,
@@ -210,31 +244,6 @@ pub(crate) fn restore_with(
     let lazy = plan.header.flags & r::PLAN_LAZY != 0;
     let encoded = plan.encode().map_err(|e| anyhow!(e))?;
 
-    let t1 = Instant::now();
-    let mut fds = slot.stdio_fds();
-    fds.push((image.as_raw_fd(), IMAGE_FD));
-    if let Some((_, fast, slow)) = &tiers {
-        fds.push((fast.as_raw_fd(), FAST_FD));
-        fds.push((slow.as_raw_fd(), SLOW_FD));
-    }
-    let spec = spawn::ChildSpec {
-        root,
-        fds,
-        argv: vec!["thaw-restorer".into()],
-        env: vec![],
-        exec: spawn::Exec::Memfd {
-            fd: restorer_memfd()?,
-        },
-        rlimits: cfg.rlimits(),
-        procs_files: slot.cgroups.procs_files(),
-        tmp_bytes: cfg.tmp_bytes,
-        code_dir: cfg.code_dir.as_deref(),
-    };
-    let pid = spawn::spawn(&spec)?;
-    drop(spec);
-    // From here on the sandbox owns the process: any error kills it.
-    let mut sb = slot.into_sandbox(pid, root, None);
-    rep.sandbox_ms = ms(t1);
     if strategy.uses_write_set() && write_set.is_none() {
         sb.dax_record = Some(crate::DaxRecord {
             dir: snap.dir.clone(),
@@ -253,8 +262,11 @@ pub(crate) fn restore_with(
     }
     let sock = sb.channel().socket().try_clone()?;
     sock.set_read_timeout(Some(Duration::from_secs(10)))?;
-    (&sock)
-        .write_all(&encoded)
+    let mut plan_fds = vec![image.as_raw_fd()];
+    if let Some((_, fast, slow)) = &tiers {
+        plan_fds.extend([fast.as_raw_fd(), slow.as_raw_fd()]);
+    }
+    crate::cmsg::send_with_fds(&sock, &encoded, &plan_fds)
         .context("sending the plan to the restorer")?;
     let (uffd, first) = if lazy {
         recv_uffd(&sock)?
@@ -412,7 +424,7 @@ fn image_key(image: &File) -> Result<ImageKey> {
 }
 
 /// The restorer ELF in a sealed memfd, made once per process.
-fn restorer_memfd() -> Result<RawFd> {
+pub(crate) fn restorer_memfd() -> Result<RawFd> {
     static FD: OnceLock<OwnedFd> = OnceLock::new();
     if let Some(fd) = FD.get() {
         return Ok(fd.as_raw_fd());

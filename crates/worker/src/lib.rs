@@ -8,7 +8,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use thaw_memory::tiering::{self, CostParams};
 use thaw_runtime::RootInfo;
-use thaw_sandbox::{checkpoint, restore, CheckpointReport, RestoreReport, Sandbox, SandboxConfig};
+use thaw_sandbox::{
+    checkpoint, CheckpointReport, RestoreReport, Sandbox, SandboxConfig, SandboxPool,
+};
 use thaw_store::{Snapshot, Tier};
 
 pub use thaw_runtime::FunctionInfo;
@@ -23,6 +25,8 @@ pub struct Worker {
     functions: Vec<FunctionInfo>,
     /// What the crash cleanup at start removed (see [`Worker::gc`]).
     pub cleaned_at_start: Vec<PathBuf>,
+    /// Sandboxes built ahead for restores with `cfg` (see [`Worker::set_pool`]).
+    pool: Option<SandboxPool>,
 }
 
 /// A fresh start: exec, import and init, timed.
@@ -70,6 +74,7 @@ impl Worker {
             cfg: SandboxConfig::default(),
             functions,
             cleaned_at_start: Vec::new(),
+            pool: None,
         };
         match w.gc() {
             Ok(removed) => w.cleaned_at_start = removed,
@@ -227,7 +232,39 @@ impl Worker {
         cfg: &SandboxConfig,
     ) -> Result<(Sandbox, RestoreReport)> {
         let s = thaw_memory::strategy_by_name(strategy)?;
-        restore(snap, &self.root.path, &self.root.hash, s.as_ref(), cfg)
+        // a pooled sandbox was built with the worker's limits and no code
+        // mount: user functions with their own configuration build theirs
+        let prebuilt = self
+            .pool
+            .as_ref()
+            .filter(|p| p.config() == cfg)
+            .and_then(SandboxPool::take);
+        thaw_sandbox::restore::restore_prebuilt(
+            snap,
+            &self.root.path,
+            &self.root.hash,
+            s.as_ref(),
+            cfg,
+            prebuilt,
+        )
+    }
+
+    /// Keeps `size` sandboxes built ahead for restores (0: none, each restore
+    /// builds its own), refilled by a background thread as restores take
+    /// them. Set the pool before sharing the worker; set it again to resize
+    /// (the old pool's waiting sandboxes are dropped). Sandboxes restored
+    /// from the pool must be dropped before the pool is (see [`SandboxPool`]).
+    pub fn set_pool(&mut self, size: usize) -> Result<()> {
+        self.pool = None;
+        if size > 0 {
+            self.pool = Some(SandboxPool::start(&self.root.path, &self.cfg, size)?);
+        }
+        Ok(())
+    }
+
+    /// The pool of sandboxes built ahead, if one is set.
+    pub fn pool(&self) -> Option<&SandboxPool> {
+        self.pool.as_ref()
     }
 
     /// Checks an output with the function's checker.
