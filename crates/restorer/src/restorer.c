@@ -303,7 +303,6 @@ static int send_fd(int sock, int fd)
 
 void restorer_main(u64 *initial_sp)
 {
-    u64 t0 = now_ns();
     /* argc, argv..., NULL, envp..., NULL, auxv pairs */
     u64 *p = initial_sp;
     u64 argc = *p++;
@@ -320,6 +319,8 @@ void restorer_main(u64 *initial_sp)
     u64 len = 0;
     long r;
     recv_plan_len(&len);
+    /* timed from the plan's arrival: a pooled restorer waited before it */
+    u64 t0 = now_ns();
     if (len < sizeof(struct plan_header) || len > RESTORER_SCRATCH_MAX)
         fail(STEP_BAD_PLAN, EINVAL, 0);
     u64 maplen = (len + PAGE - 1) & ~(PAGE - 1);
