@@ -19,6 +19,7 @@ pub mod profile;
 mod ptrace;
 pub mod restore;
 pub mod seccomp;
+mod sigframe;
 mod spawn;
 pub mod state;
 pub mod uid;

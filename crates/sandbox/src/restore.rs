@@ -1,9 +1,12 @@
 //! Restore: rebuild a snapshot's runtime in a fresh sandbox. The restorer
 //! (crates/restorer) recreates the mappings and fills them as the memory
-//! strategy says; the worker then loads the CPU state with ptrace, unmaps the
-//! restorer, and greets the agent, which re-seeds its random generators.
+//! strategy says, and on the worker's go-ahead resumes the runtime itself:
+//! its trampoline unmaps the restorer and rt_sigreturns with a frame the
+//! worker built from the saved CPU state ([`crate::sigframe`]). The worker
+//! then greets the agent, which unmaps the trampoline and re-seeds its
+//! random generators.
 use crate::pool::Prebuilt;
-use crate::ptrace::{self, REG_ORIG_RAX, REG_RAX, REG_RDI, REG_RIP, REG_RSI};
+use crate::sigframe;
 use crate::state::ProcessState;
 use crate::ReapState;
 use crate::{seccomp, Sandbox, SandboxConfig};
@@ -43,7 +46,8 @@ pub struct RestoreReport {
     pub pooled: bool,
     /// the restorer rebuilding the address space (as it measured itself)
     pub memory_setup_ms: f64,
-    /// registers, restorer unmap, agent handshake
+    /// go-ahead to the restorer (it unmaps itself and rt_sigreturns into the
+    /// runtime), agent handshake
     pub resume_ms: f64,
     /// restore request to the agent's "restored" reply
     pub total_ms: f64,
@@ -361,11 +365,17 @@ pub(crate) fn restore_with(
     }
 
     let t2 = Instant::now();
-    resume(pid, &state, status.syscall_insn).context("loading the runtime's CPU state")?;
+    (&sock)
+        .write_all(&[r::RESUME_BYTE])
+        .context("resuming the runtime")?;
     let mut seed = [0u8; 32];
     rand::Rng::fill(&mut rand::thread_rng(), &mut seed[..]);
     sb.call(
-        &json!({"op": "restored", "seed": hex::encode(seed)}),
+        &json!({
+            "op": "restored",
+            "seed": hex::encode(seed),
+            "unmap": [r::TRAMP_ADDR, r::TRAMP_SIZE],
+        }),
         Duration::from_secs(30),
     )
     .context("the restored runtime did not answer")?;
@@ -570,9 +580,12 @@ fn build_plan(
         uid,
         gid: uid,
         flags: if lazy { r::PLAN_LAZY } else { 0 },
+        fs_base: state.regs[sigframe::FS_BASE],
+        gs_base: state.regs[sigframe::GS_BASE],
     };
     plan.auxv = state.auxv.clone();
     plan.filter = seccomp::filter();
+    plan.frame = sigframe::build(state, r::TRAMP_FRAME)?;
     Ok(plan)
 }
 
@@ -596,27 +609,4 @@ fn recv_uffd(sock: &std::os::unix::net::UnixStream) -> Result<(Option<OwnedFd>, 
         (b, None) => Ok((None, Some(b))),
         (_, Some(_)) => bail!("restorer sent a descriptor with an unexpected tag"),
     }
-}
-
-/// Loads registers, XSAVE state and signal mask into the stopped restorer,
-/// after making it unmap itself with one injected munmap.
-fn resume(pid: i32, state: &ProcessState, syscall_insn: u64) -> Result<()> {
-    ptrace::seize_and_stop(pid)?;
-    let mut regs = ptrace::get_regs(pid)?;
-    regs[REG_RIP] = syscall_insn;
-    regs[REG_RAX] = libc::SYS_munmap as u64;
-    regs[REG_RDI] = r::RESTORER_BASE;
-    regs[REG_RSI] = r::RESTORER_SPAN;
-    regs[REG_ORIG_RAX] = u64::MAX;
-    ptrace::set_regs(pid, &regs)?;
-    ptrace::syscall_step(pid)?; // entry
-    ptrace::syscall_step(pid)?; // exit
-    let after = ptrace::get_regs(pid)?;
-    if after[REG_RAX] != 0 {
-        bail!("unmapping the restorer failed: {}", after[REG_RAX] as i64);
-    }
-    ptrace::set_regs(pid, &state.regs_array())?;
-    ptrace::set_xstate(pid, &state.xstate_bytes())?;
-    ptrace::set_sigmask(pid, state.sigmask)?;
-    ptrace::detach(pid)
 }
