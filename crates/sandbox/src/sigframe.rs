@@ -24,6 +24,8 @@ const SIGMASK: usize = SIGCONTEXT + 256;
 /// The XSAVE area: 64-byte aligned, past the ucontext and the siginfo the
 /// kernel expects behind it.
 const FPSTATE: usize = 448;
+// XRSTOR needs 64-byte alignment; the 128-byte siginfo follows the ucontext
+const _: () = assert!(FPSTATE.is_multiple_of(64) && FPSTATE >= SIGMASK + 8 + 128);
 /// In the XSAVE area's legacy part: the software-reserved bytes the kernel
 /// checks before an XRSTOR from a signal frame.
 const SW_BYTES: usize = 464;
@@ -145,8 +147,6 @@ mod tests {
         assert_eq!(at(SIGCONTEXT + 8 * 17), 0x100 + EFLAGS as u64);
         assert_eq!(at(SIGCONTEXT + 8 * 23), 0x1000 + FPSTATE as u64);
         assert_eq!(at(SIGMASK), 0xdead);
-        assert_eq!(FPSTATE % 64, 0);
-        assert!(FPSTATE >= SIGMASK + 8 + 128, "room for the siginfo");
         let magic2 = &f[FPSTATE + 832..FPSTATE + 836];
         assert_eq!(magic2, FP_XSTATE_MAGIC2.to_le_bytes());
         assert_eq!(f.len() % 8, 0);
