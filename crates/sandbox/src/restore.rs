@@ -109,8 +109,8 @@ pub fn restore_prebuilt(
 /// [`restore`], calling `on_spawn` with the restorer's pid once the restorer
 /// runs and before it is sent its plan (it waits for the plan). A seam for
 /// tests that must act on the restorer at a chosen point of its work, e.g.
-/// stop it under ptrace; `on_spawn` must leave it untraced before the
-/// restorer reports ready, because the restore then seizes it itself.
+/// stop it under ptrace; `on_spawn` must let it run on before the restorer
+/// reports ready, because the restore then waits for it to resume itself.
 pub fn restore_observed(
     snap: &Snapshot,
     root: &Path,
