@@ -233,7 +233,7 @@ impl Worker {
     ) -> Result<(Sandbox, RestoreReport)> {
         let s = thaw_memory::strategy_by_name(strategy)?;
         // a pooled sandbox was built with the worker's limits and no code
-        // mount: user functions with their own configuration build theirs
+        // mount: user functions have pools of their own (`user_pool`)
         let prebuilt = self
             .pool
             .as_ref()
@@ -471,14 +471,34 @@ impl Worker {
     }
 
     /// Restores a user function's instance: same code mount and limits as
-    /// its fresh start.
+    /// its fresh start; into a sandbox from `pool` when it has one (a pool
+    /// built with [`Worker::user_pool`]).
     pub fn restore_user(
         &self,
         snap: &Snapshot,
         strategy: &str,
         func: &UserFunction,
+        pool: Option<&SandboxPool>,
     ) -> Result<(Sandbox, RestoreReport)> {
-        self.restore_with(snap, strategy, &func.sandbox_config(&self.cfg))
+        let cfg = func.sandbox_config(&self.cfg);
+        let s = thaw_memory::strategy_by_name(strategy)?;
+        let prebuilt = pool
+            .filter(|p| p.config() == &cfg)
+            .and_then(SandboxPool::take);
+        thaw_sandbox::restore::restore_prebuilt(
+            snap,
+            &self.root.path,
+            &self.root.hash,
+            s.as_ref(),
+            &cfg,
+            prebuilt,
+        )
+    }
+
+    /// A pool of `size` sandboxes built ahead for restores of `func` (its
+    /// code mount and limits); dropping it kills the waiting ones.
+    pub fn user_pool(&self, func: &UserFunction, size: usize) -> Result<SandboxPool> {
+        SandboxPool::start(&self.root.path, &func.sandbox_config(&self.cfg), size)
     }
 }
 
