@@ -222,21 +222,20 @@ impl Worker {
     }
 
     pub fn restore(&self, snap: &Snapshot, strategy: &str) -> Result<(Sandbox, RestoreReport)> {
-        self.restore_with(snap, strategy, &self.cfg)
+        self.restore_with(snap, strategy, &self.cfg, self.pool.as_ref())
     }
 
+    /// Restores into a sandbox from `pool` when one was built for `cfg`,
+    /// else into one built now.
     fn restore_with(
         &self,
         snap: &Snapshot,
         strategy: &str,
         cfg: &SandboxConfig,
+        pool: Option<&SandboxPool>,
     ) -> Result<(Sandbox, RestoreReport)> {
         let s = thaw_memory::strategy_by_name(strategy)?;
-        // a pooled sandbox was built with the worker's limits and no code
-        // mount: user functions have pools of their own (`user_pool`)
-        let prebuilt = self
-            .pool
-            .as_ref()
+        let prebuilt = pool
             .filter(|p| p.config() == cfg)
             .and_then(SandboxPool::take);
         thaw_sandbox::restore::restore_prebuilt(
@@ -480,19 +479,7 @@ impl Worker {
         func: &UserFunction,
         pool: Option<&SandboxPool>,
     ) -> Result<(Sandbox, RestoreReport)> {
-        let cfg = func.sandbox_config(&self.cfg);
-        let s = thaw_memory::strategy_by_name(strategy)?;
-        let prebuilt = pool
-            .filter(|p| p.config() == &cfg)
-            .and_then(SandboxPool::take);
-        thaw_sandbox::restore::restore_prebuilt(
-            snap,
-            &self.root.path,
-            &self.root.hash,
-            s.as_ref(),
-            &cfg,
-            prebuilt,
-        )
+        self.restore_with(snap, strategy, &func.sandbox_config(&self.cfg), pool)
     }
 
     /// A pool of `size` sandboxes built ahead for restores of `func` (its
