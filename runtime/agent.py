@@ -335,6 +335,8 @@ class Agent:
 
     # -- checkpoint cooperation
     def prepare_checkpoint(self):
+        # loaded before the snapshot: a restore calls munmap first thing
+        munmap_fn()
         gc.collect()
         try:
             sys.stdout.flush()
@@ -360,6 +362,16 @@ class Agent:
             seed_bytes = bytes.fromhex(seed)
         except ValueError:
             raise BadRequest("seed is not hex")
+        unmap = req.get("unmap")
+        if unmap is not None:
+            # the restorer's trampoline: the last of it left in our memory
+            if not (
+                isinstance(unmap, list)
+                and len(unmap) == 2
+                and all(isinstance(x, int) and 0 < x < 1 << 47 for x in unmap)
+            ):
+                raise BadRequest("unmap needs [address, length]")
+            check(munmap_fn()(unmap[0], unmap[1]), "munmap")
         install_signal_handlers()
         reseeded = reseed_all(seed_bytes, self.module)
         return {"ok": True, "state": "restored", "reseeded": reseeded}
@@ -417,6 +429,20 @@ SIOCGIFFLAGS = 0x8913
 SIOCSIFFLAGS = 0x8914
 IFF_UP = 1
 ZYGOTE_FDS = 6  # socket, log, /dev/null, memory and pids cgroup.procs, the template's pid namespace
+
+
+_MUNMAP = []
+
+
+def munmap_fn():
+    if not _MUNMAP:
+        import ctypes
+
+        f = libc().munmap
+        f.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        f.restype = ctypes.c_int
+        _MUNMAP.append(f)
+    return _MUNMAP[0]
 
 
 def check(ret, what):

@@ -47,6 +47,8 @@ pub struct Record {
     pub cold_ms: f64,
     pub state_load_ms: f64,
     pub sandbox_ms: f64,
+    /// the restore took a sandbox built ahead (`--pool`)
+    pub pooled: bool,
     pub memory_setup_ms: f64,
     pub resume_ms: f64,
     /// the first invocation, resume to response
@@ -273,6 +275,7 @@ fn measure_started(
         cold_ms,
         state_load_ms,
         sandbox_ms,
+        pooled: false,
         memory_setup_ms,
         resume_ms,
         first_response_ms: inv.latency_ms,
@@ -305,6 +308,11 @@ fn measure_restore(
     image_bytes: u64,
     emulated: bool,
 ) -> Result<Record> {
+    // a pool refills in the background: let it finish the previous run's
+    // refill, so the restore measured does not share the CPU with it
+    if let Some(p) = w.pool() {
+        p.wait_full(std::time::Duration::from_secs(10));
+    }
     let t0 = Instant::now();
     let (mut sb, rep) = w.restore(snap, s)?;
     let inv = invoke(&mut sb, size, INVOKE_TIMEOUT)?;
@@ -329,6 +337,7 @@ fn measure_restore(
         cold_ms,
         state_load_ms: rep.state_load_ms,
         sandbox_ms: rep.sandbox_ms,
+        pooled: rep.pooled,
         memory_setup_ms: rep.memory_setup_ms,
         resume_ms: rep.resume_ms,
         first_response_ms: inv.latency_ms,

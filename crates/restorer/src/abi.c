@@ -31,7 +31,9 @@ int main(void)
     OFF(plan_header, uid);
     OFF(plan_header, gid);
     OFF(plan_header, flags);
-    OFF(plan_header, reserved);
+    OFF(plan_header, frame_len);
+    OFF(plan_header, fs_base);
+    OFF(plan_header, gs_base);
     SIZE(plan_vma);
     OFF(plan_vma, start);
     OFF(plan_vma, end);
@@ -54,18 +56,23 @@ int main(void)
     OFF(restorer_status, err);
     OFF(restorer_status, step);
     OFF(restorer_status, detail);
-    OFF(restorer_status, syscall_insn);
+    OFF(restorer_status, reserved);
     OFF(restorer_status, setup_ns);
     printf("pub const C_PLAN_MAGIC: u64 = %#lx;\n", THAW_PLAN_MAGIC);
     printf("pub const C_PLAN_VERSION: u32 = %d;\n", THAW_PLAN_VERSION);
     printf("pub const C_MAX_VDSO_PIECES: usize = %d;\n", MAX_VDSO_PIECES);
     printf("pub const C_RESTORER_BASE: u64 = %#lx;\n", RESTORER_BASE);
     printf("pub const C_RESTORER_SPAN: u64 = %#lx;\n", RESTORER_SPAN);
+    printf("pub const C_TRAMP: (u64, u64, u64) = (%#lx, %#lx, %#lx);\n", TRAMP_ADDR, TRAMP_SIZE,
+           TRAMP_FRAME);
+    printf("pub const C_RESUME_BYTE: u8 = %d;\n", RESUME_BYTE);
+    printf("pub const C_SCRATCH_MAX: u64 = %#lx;\n", RESTORER_SCRATCH_MAX);
     printf("pub const C_FILL: [u32; 5] = [%d, %d, %d, %d, %d];\n", FILL_COPY, FILL_MAP,
            FILL_MAP_POPULATE, FILL_MAP_RANDOM, FILL_POPULATE_WRITE);
     printf("pub const C_VMA_FLAGS: [u32; 4] = [%d, %d, %d, %d];\n", VMA_ANON, VMA_GROWSDOWN,
            VMA_LAZY, VMA_POPULATE);
     printf("pub const C_PLAN_LAZY: u32 = %d;\n", PLAN_LAZY);
+    printf("pub const C_PLAN_FDS: (usize, i32) = (%d, %d);\n", MAX_PLAN_FDS, PLAN_FD_BASE);
     printf("/// (step number, what the restorer was doing), from plan.h's THAW_STEPS\n");
     printf("pub const STEPS: &[(u32, &str)] = &[\n");
     THAW_STEPS(STEP_NAME)

@@ -1,7 +1,8 @@
 //! The restorer: a freestanding static program (src/restorer.c) that rebuilds
 //! a runtime's address space inside a fresh sandbox, and the Rust side of its
 //! plan format (src/plan.h). The worker builds a [`Plan`], writes it to the
-//! restorer's fd 3 and reads back a [`RestorerStatus`].
+//! restorer's fd 3 (the image descriptors attached) and reads back a
+//! [`RestorerStatus`].
 //!
 //! The plan's records are `#[repr(C)]` structs written as their bytes; every
 //! size and field offset, the constants and the step table are checked at
@@ -22,13 +23,21 @@ pub const RESTORER_ELF: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/restor
 /// that map anything there cannot be snapshotted.
 pub const RESTORER_BASE: u64 = 0x2_0000_0000;
 pub const RESTORER_SPAN: u64 = 0x100_0000;
+/// The resume trampoline: the span's last `TRAMP_SIZE` bytes, left mapped
+/// after the restorer unmaps the rest; the agent unmaps it once resumed.
+pub const TRAMP_ADDR: u64 = RESTORER_BASE + RESTORER_SPAN - TRAMP_SIZE;
+pub const TRAMP_SIZE: u64 = 0x1_0000;
+/// Where the rt_sigreturn frame ([`Plan::frame`]) is copied.
+pub const TRAMP_FRAME: u64 = TRAMP_ADDR + 0x1000;
 /// The restorer reads at most this much plan (its scratch area).
-pub const MAX_PLAN_BYTES: u64 = RESTORER_SPAN - 0x40_0000;
+pub const MAX_PLAN_BYTES: u64 = RESTORER_SPAN - 0x40_0000 - TRAMP_SIZE;
+/// The byte the worker sends a ready restorer to resume the runtime.
+pub const RESUME_BYTE: u8 = b'G';
 /// The restorer moves its mremap scratch just above its span.
 pub const RESTORER_VDSO_SCRATCH: u64 = RESTORER_BASE + RESTORER_SPAN;
 
 pub const PLAN_MAGIC: u64 = 0x4e41_4c50_5741_4854;
-pub const PLAN_VERSION: u32 = 1;
+pub const PLAN_VERSION: u32 = 2;
 pub const MAX_VDSO_PIECES: usize = 4;
 
 pub const FILL_COPY: u32 = 0;
@@ -43,6 +52,11 @@ pub const VMA_LAZY: u32 = 4;
 pub const VMA_POPULATE: u32 = 8;
 
 pub const PLAN_LAZY: u32 = 1;
+
+/// Descriptors sent along the plan (SCM_RIGHTS) appear in the restorer at
+/// `PLAN_FD_BASE + i`, at most `MAX_PLAN_FDS` of them.
+pub const MAX_PLAN_FDS: usize = 3;
+pub const PLAN_FD_BASE: i32 = 4;
 
 /// The fields of `struct prctl_mm_map` the restorer sets (auxv and exe aside);
 /// snapshots store them as they are.
@@ -71,6 +85,8 @@ pub struct PlanHeader {
     pub uid: u32,
     pub gid: u32,
     pub flags: u32,
+    pub fs_base: u64,
+    pub gs_base: u64,
 }
 
 /// `struct plan_header`: built by [`Plan::encode`] from [`PlanHeader`] and the counts.
@@ -103,7 +119,9 @@ struct PlanHeaderC {
     uid: u32,
     gid: u32,
     flags: u32,
-    reserved: u32,
+    frame_len: u32,
+    fs_base: u64,
+    gs_base: u64,
 }
 
 /// `struct plan_vma`.
@@ -142,7 +160,7 @@ struct RestorerStatusC {
     err: i32,
     step: u32,
     detail: u32,
-    syscall_insn: u64,
+    reserved: u64,
     setup_ns: u64,
 }
 
@@ -205,7 +223,9 @@ same_layout!(PlanHeaderC, C_SIZE_plan_header,
     uid => C_OFF_plan_header_uid,
     gid => C_OFF_plan_header_gid,
     flags => C_OFF_plan_header_flags,
-    reserved => C_OFF_plan_header_reserved,
+    frame_len => C_OFF_plan_header_frame_len,
+    fs_base => C_OFF_plan_header_fs_base,
+    gs_base => C_OFF_plan_header_gs_base,
 );
 same_layout!(PlanVma, C_SIZE_plan_vma,
     start => C_OFF_plan_vma_start,
@@ -231,7 +251,7 @@ same_layout!(RestorerStatusC, C_SIZE_restorer_status,
     err => C_OFF_restorer_status_err,
     step => C_OFF_restorer_status_step,
     detail => C_OFF_restorer_status_detail,
-    syscall_insn => C_OFF_restorer_status_syscall_insn,
+    reserved => C_OFF_restorer_status_reserved,
     setup_ns => C_OFF_restorer_status_setup_ns,
 );
 // the constants the worker uses, against plan.h's
@@ -253,6 +273,11 @@ const _: () = assert!(
         && VMA_POPULATE == abi::C_VMA_FLAGS[3]
 );
 const _: () = assert!(PLAN_LAZY == abi::C_PLAN_LAZY);
+const _: () = assert!(
+    TRAMP_ADDR == abi::C_TRAMP.0 && TRAMP_SIZE == abi::C_TRAMP.1 && TRAMP_FRAME == abi::C_TRAMP.2
+);
+const _: () = assert!(MAX_PLAN_BYTES == abi::C_SCRATCH_MAX && RESUME_BYTE == abi::C_RESUME_BYTE);
+const _: () = assert!(MAX_PLAN_FDS == abi::C_PLAN_FDS.0 && PLAN_FD_BASE == abi::C_PLAN_FDS.1);
 
 #[derive(Debug, Clone, Default)]
 pub struct Plan {
@@ -262,6 +287,9 @@ pub struct Plan {
     pub auxv: Vec<u64>,
     /// seccomp BPF instructions, each `struct sock_filter` as its 8 raw bytes.
     pub filter: Vec<[u8; 8]>,
+    /// The rt_sigreturn frame the trampoline resumes the runtime with, as
+    /// laid out at [`TRAMP_FRAME`] (a multiple of 8 bytes).
+    pub frame: Vec<u8>,
     pub strings: Vec<u8>,
 }
 
@@ -281,6 +309,16 @@ impl Plan {
             return Err(format!(
                 "{} vDSO mappings (1..=4 supported)",
                 h.vdso_pieces.len()
+            ));
+        }
+        let max_frame = TRAMP_SIZE - (TRAMP_FRAME - TRAMP_ADDR);
+        if self.frame.is_empty()
+            || !self.frame.len().is_multiple_of(8)
+            || self.frame.len() as u64 > max_frame
+        {
+            return Err(format!(
+                "resume frame of {} bytes (a multiple of 8, at most {max_frame})",
+                self.frame.len()
             ));
         }
         let mut strings = self.strings.clone();
@@ -318,6 +356,9 @@ impl Plan {
             uid: h.uid,
             gid: h.gid,
             flags: h.flags,
+            frame_len: self.frame.len() as u32,
+            fs_base: h.fs_base,
+            gs_base: h.gs_base,
             ..PlanHeaderC::default()
         };
         let mut w = Vec::with_capacity(
@@ -338,6 +379,7 @@ impl Plan {
         for f in &self.filter {
             w.extend_from_slice(f);
         }
+        w.extend_from_slice(&self.frame);
         w.extend_from_slice(&strings);
         if w.len() as u64 > MAX_PLAN_BYTES {
             return Err(format!(
@@ -358,7 +400,6 @@ pub struct RestorerStatus {
     pub err: i32,
     pub step: u32,
     pub detail: u32,
-    pub syscall_insn: u64,
     pub setup_ns: u64,
 }
 
@@ -383,15 +424,8 @@ impl RestorerStatus {
             err: c.err,
             step: c.step,
             detail: c.detail,
-            syscall_insn: c.syscall_insn,
             setup_ns: c.setup_ns,
         };
-        if s.ok && !(RESTORER_BASE..RESTORER_BASE + RESTORER_SPAN).contains(&s.syscall_insn) {
-            return Err(format!(
-                "restorer reported a syscall address {:#x} outside its span",
-                s.syscall_insn
-            ));
-        }
         Ok(s)
     }
 
@@ -425,23 +459,25 @@ mod tests {
         p.runs.push(PlanRun::default());
         p.auxv = vec![0, 0];
         p.filter.push([0; 8]);
+        p.frame = vec![0; 16];
         let off = p.add_string("/usr/bin/python3");
         assert_eq!(off, 0);
         let enc = p.encode().unwrap();
         let len = u64::from_le_bytes(enc[..8].try_into().unwrap()) as usize;
         assert_eq!(len, enc.len() - 8);
-        assert_eq!(len, 224 + 48 + 32 + 16 + 8 + 17);
+        assert_eq!(len, 240 + 48 + 32 + 16 + 8 + 16 + 17);
+        p.frame = vec![0; 12];
+        assert!(p.encode().is_err(), "a frame not a multiple of 8");
     }
 
     #[test]
     fn step_table_comes_from_plan_h() {
-        assert_eq!(STEPS.len(), 13);
+        assert_eq!(STEPS.len(), 14);
         let s = |step| RestorerStatus {
             ok: false,
             err: 0,
             step,
             detail: 0,
-            syscall_insn: 0,
             setup_ns: 0,
         };
         assert_eq!(s(1).step_name(), "reading the plan");
@@ -456,12 +492,6 @@ mod tests {
         let mut b = [0u8; 40];
         b[..8].copy_from_slice(&PLAN_MAGIC.to_le_bytes());
         b[8] = 1;
-        b[24..32].copy_from_slice(&0x1000u64.to_le_bytes());
-        assert!(
-            RestorerStatus::decode(&b).is_err(),
-            "syscall address outside the span"
-        );
-        b[24..32].copy_from_slice(&(RESTORER_BASE + 0x1000).to_le_bytes());
         assert!(RestorerStatus::decode(&b).unwrap().ok);
     }
 }

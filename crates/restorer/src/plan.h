@@ -10,6 +10,7 @@
  *   struct plan_run   runs[n_runs]
  *   u64               auxv[auxv_words]
  *   struct sock_filter_raw seccomp[n_filter]   (8 bytes each)
+ *   char              frame[frame_len]         (the rt_sigreturn frame, see below)
  *   char              strings[strings_len]     (NUL-terminated paths)
  */
 #ifndef THAW_PLAN_H
@@ -20,16 +21,29 @@ typedef unsigned int u32;
 typedef int i32;
 
 #define THAW_PLAN_MAGIC 0x4e414c5057414854UL /* "THAWPLAN" */
-#define THAW_PLAN_VERSION 1
+#define THAW_PLAN_VERSION 2
 
 /* The restorer owns [RESTORER_BASE, RESTORER_BASE + RESTORER_SPAN): its image,
  * stack and scratch. Checkpoint refuses runtimes that map anything there. */
 #define RESTORER_BASE 0x200000000UL
 #define RESTORER_SPAN 0x1000000UL
 #define RESTORER_SCRATCH (RESTORER_BASE + 0x400000UL)
-#define RESTORER_SCRATCH_MAX (RESTORER_SPAN - 0x400000UL)
+#define RESTORER_SCRATCH_MAX (RESTORER_SPAN - 0x400000UL - TRAMP_SIZE)
+
+/* The resume trampoline: the span's last TRAMP_SIZE bytes. Its first page
+ * holds a copy of the code that unmaps the rest of the span and calls
+ * rt_sigreturn; the frame the worker built (registers, signal mask, XSAVE
+ * area) sits at TRAMP_FRAME. The agent unmaps it when told it was restored. */
+#define TRAMP_SIZE 0x10000UL
+#define TRAMP_ADDR (RESTORER_BASE + RESTORER_SPAN - TRAMP_SIZE)
+#define TRAMP_FRAME (TRAMP_ADDR + 0x1000UL)
+#define TRAMP_FRAME_MAX (TRAMP_SIZE - 0x1000UL)
 
 #define MAX_VDSO_PIECES 4
+
+/* Descriptors sent with the plan (SCM_RIGHTS) land at PLAN_FD_BASE + i. */
+#define MAX_PLAN_FDS 3
+#define PLAN_FD_BASE 4
 
 /* How a run of image pages gets into memory. */
 #define FILL_COPY 0 /* pread from the image fd into the mapping */
@@ -64,10 +78,14 @@ struct plan_header {
     u64 arg_start, arg_end, env_start, env_end;
     u32 uid, gid;
     u32 flags; /* PLAN_LAZY: create a userfaultfd and send it to the worker */
-    u32 reserved;
+    u32 frame_len; /* bytes of frame, copied to TRAMP_FRAME (multiple of 8) */
+    u64 fs_base, gs_base; /* not part of a sigreturn frame: set directly */
 };
 
 #define PLAN_LAZY 1
+
+/* The worker's go-ahead after a ready status: resume the runtime. */
+#define RESUME_BYTE 'G'
 
 struct plan_vma {
     u64 start, end;
@@ -95,7 +113,7 @@ struct restorer_status {
     i32 err;          /* errno of the failing call */
     u32 step;         /* which step failed (see STEP_*) */
     u32 detail;       /* e.g. the vma index */
-    u64 syscall_insn; /* address of a `syscall` instruction the worker may use */
+    u64 reserved;
     u64 setup_ns;     /* CLOCK_MONOTONIC time spent on memory setup */
 };
 
@@ -115,13 +133,14 @@ struct restorer_status {
     X(SEND_UFFD, 10, "sending the userfaultfd")                   \
     X(MM, 11, "setting the mm layout (PR_SET_MM_MAP)")            \
     X(CREDS, 12, "dropping privileges")                           \
-    X(SECCOMP, 13, "installing the seccomp filter")
+    X(SECCOMP, 13, "installing the seccomp filter")               \
+    X(TRAMPOLINE, 14, "preparing the resume trampoline")
 
 #define THAW_STEP_ENUM(name, n, text) STEP_##name = n,
 enum { THAW_STEPS(THAW_STEP_ENUM) };
 
 /* The Rust side checks every offset too (build.rs, src/abi.c). */
-_Static_assert(sizeof(struct plan_header) == 224, "plan_header layout");
+_Static_assert(sizeof(struct plan_header) == 240, "plan_header layout");
 _Static_assert(sizeof(struct plan_vma) == 48, "plan_vma layout");
 _Static_assert(sizeof(struct plan_run) == 32, "plan_run layout");
 _Static_assert(sizeof(struct restorer_status) == 40, "restorer_status layout");

@@ -3,9 +3,10 @@
  * pid 1 of a fresh sandbox, reads a restore plan from fd 3, tears down its own
  * address space except itself, rebuilds the runtime's mappings and memory, sets
  * the mm layout, drops privileges, installs the seccomp filter, reports ready
- * and blocks. The worker then ptrace-loads the registers and lets the runtime
- * resume. No libc: every call is a raw syscall, so nothing of ours lingers in
- * memory the runtime uses.
+ * and waits for the worker's go-ahead. Then a trampoline outside the rest of
+ * its span unmaps the restorer and rt_sigreturns into the runtime with the
+ * frame the worker built (registers, signal mask, XSAVE area). No libc: every
+ * call is a raw syscall, so nothing of ours lingers in memory the runtime uses.
  */
 #include "plan.h"
 
@@ -26,6 +27,9 @@
 #define MADV_DONTNEED 4
 #define MADV_POPULATE_WRITE 23
 #define SYS_sendmsg 46
+#define SYS_recvmsg 47
+#define SYS_dup2 33
+#define MSG_CTRUNC 8
 #define SYS_exit_group 231
 #define SYS_setresuid 117
 #define SYS_setresgid 119
@@ -35,6 +39,11 @@
 #define SYS_userfaultfd 323
 #define SYS_seccomp 317
 #define SYS_ioctl 16
+#define SYS_arch_prctl 158
+#define SYS_rt_sigreturn 15
+#define ARCH_SET_GS 0x1001
+#define ARCH_SET_FS 0x1002
+#define PROT_EXEC 4
 
 #define PROT_READ 1
 #define PROT_WRITE 2
@@ -127,13 +136,27 @@ static long sys6(long n, long a, long b, long c, long d, long e, long f)
 }
 #define sys3(n, a, b, c) sys6(n, (long)(a), (long)(b), (long)(c), 0, 0, 0)
 
-/* A bare `syscall; int3` the worker uses to inject the final munmap of this
- * program while it holds the process stopped under ptrace. */
-__asm__(".globl thaw_syscall_insn\n"
-        "thaw_syscall_insn:\n"
+/* The resume trampoline, copied to TRAMP_ADDR (position independent).
+ * In: rdi, rsi = the range to unmap (the span but the trampoline), rdx = the
+ * frame's ucontext. The kernel reads the frame at rt_sigreturn, after the
+ * restorer is gone; nothing returns here. Should the unmap fail, exit 98. */
+__asm__(".globl thaw_tramp_start\n"
+        "thaw_tramp_start:\n"
+        "  mov $11, %eax\n" /* munmap */
         "  syscall\n"
-        "  int3\n");
-extern char thaw_syscall_insn[];
+        "  test %rax, %rax\n"
+        "  jnz 1f\n"
+        "  mov %rdx, %rsp\n"
+        "  mov $15, %eax\n" /* rt_sigreturn */
+        "  syscall\n"
+        "1:\n"
+        "  mov $98, %edi\n"
+        "  mov $231, %eax\n" /* exit_group */
+        "  syscall\n"
+        "  hlt\n"
+        ".globl thaw_tramp_end\n"
+        "thaw_tramp_end:\n");
+extern char thaw_tramp_start[], thaw_tramp_end[];
 
 /* The compiler may emit calls to these for struct copies. */
 void *memset(void *d, int c, unsigned long n)
@@ -240,6 +263,51 @@ static void place_vdso(const struct plan_header *h, u64 my_block)
     }
 }
 
+/* The plan's length arrives with the image descriptors attached (SCM_RIGHTS):
+ * the restorer may have been started before the restore was asked for (a
+ * pooled sandbox), so they cannot be inherited. They go to PLAN_FD_BASE + i.
+ * The kernel hands them out lowest-first above fd 3, so fd[i] >= base + i and
+ * no dup2 overwrites a descriptor still to be moved. */
+struct cmsg_fds {
+    u64 len;
+    int level;
+    int type;
+    int fd[MAX_PLAN_FDS];
+    int pad;
+};
+
+static void recv_plan_len(u64 *len)
+{
+    struct iovec iov = {len, sizeof(*len)};
+    struct cmsg_fds c;
+    memset(&c, 0, sizeof(c));
+    struct msghdr m = {NULL, 0, &iov, 1, &c, sizeof(c), 0};
+    long n;
+    do
+        n = sys3(SYS_recvmsg, 3, &m, 0);
+    while (n == -EINTR);
+    if (n <= 0)
+        fail(STEP_READ_PLAN, n < 0 ? n : EIO, 0);
+    if (m.flags & MSG_CTRUNC)
+        fail(STEP_READ_PLAN, EINVAL, 3);
+    if (m.controllen >= 16 && c.level == SOL_SOCKET && c.type == SCM_RIGHTS) {
+        u64 nfd = (c.len - 16) / sizeof(int);
+        for (u64 i = 0; i < nfd && i < MAX_PLAN_FDS; i++) {
+            if (c.fd[i] == PLAN_FD_BASE + (int)i)
+                continue;
+            long r = sys3(SYS_dup2, c.fd[i], PLAN_FD_BASE + (int)i, 0);
+            if (r < 0)
+                fail(STEP_READ_PLAN, r, 4);
+            sys3(SYS_close, c.fd[i], 0, 0);
+        }
+    }
+    if (n < (long)sizeof(*len)) {
+        long r = read_full(3, (char *)len + n, sizeof(*len) - (u64)n, 0, 0);
+        if (r < 0)
+            fail(STEP_READ_PLAN, r, 0);
+    }
+}
+
 static int send_fd(int sock, int fd)
 {
     char byte = 'U';
@@ -255,7 +323,6 @@ static int send_fd(int sock, int fd)
 
 void restorer_main(u64 *initial_sp)
 {
-    u64 t0 = now_ns();
     /* argc, argv..., NULL, envp..., NULL, auxv pairs */
     u64 *p = initial_sp;
     u64 argc = *p++;
@@ -270,9 +337,10 @@ void restorer_main(u64 *initial_sp)
 
     /* plan: u64 length, then the blob, into scratch memory inside our span */
     u64 len = 0;
-    long r = read_full(3, &len, sizeof(len), 0, 0);
-    if (r < 0)
-        fail(STEP_READ_PLAN, r, 0);
+    long r;
+    recv_plan_len(&len);
+    /* timed from the plan's arrival: a pooled restorer waited before it */
+    u64 t0 = now_ns();
     if (len < sizeof(struct plan_header) || len > RESTORER_SCRATCH_MAX)
         fail(STEP_BAD_PLAN, EINVAL, 0);
     u64 maplen = (len + PAGE - 1) & ~(PAGE - 1);
@@ -292,14 +360,17 @@ void restorer_main(u64 *initial_sp)
         fail(STEP_BAD_PLAN, EINVAL, 1);
     u64 need = sizeof(*h) + (u64)h->n_vmas * sizeof(struct plan_vma) +
                (u64)h->n_runs * sizeof(struct plan_run) + (u64)h->auxv_words * 8 +
-               (u64)h->n_filter * 8 + h->strings_len;
+               (u64)h->n_filter * 8 + h->frame_len + h->strings_len;
     if (need != len)
         fail(STEP_BAD_PLAN, EINVAL, 2);
     struct plan_vma *vmas = (struct plan_vma *)(h + 1);
     struct plan_run *runs = (struct plan_run *)(vmas + h->n_vmas);
     u64 *auxv = (u64 *)(runs + h->n_runs);
     void *filter = auxv + h->auxv_words;
-    char *strings = (char *)filter + (u64)h->n_filter * 8;
+    char *frame = (char *)filter + (u64)h->n_filter * 8;
+    char *strings = frame + h->frame_len;
+    if (h->frame_len == 0 || h->frame_len > TRAMP_FRAME_MAX || h->frame_len % 8)
+        fail(STEP_BAD_PLAN, EINVAL, 5);
     if (h->strings_len == 0 || strings[h->strings_len - 1] != 0)
         fail(STEP_BAD_PLAN, EINVAL, 3);
 
@@ -442,6 +513,23 @@ void restorer_main(u64 *initial_sp)
         if (runs[k].img_fd > 3)
             sys3(SYS_close, runs[k].img_fd, 0, 0);
 
+    /* The trampoline: its code, read-only and executable, then the frame. */
+    r = sys6(SYS_mmap, TRAMP_ADDR, TRAMP_SIZE, PROT_READ | PROT_WRITE,
+             MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+    if (r < 0)
+        fail(STEP_TRAMPOLINE, r, 0);
+    memcpy((void *)TRAMP_ADDR, thaw_tramp_start, (u64)(thaw_tramp_end - thaw_tramp_start));
+    memcpy((void *)TRAMP_FRAME, frame, h->frame_len);
+    r = sys3(SYS_mprotect, TRAMP_ADDR, PAGE, PROT_READ | PROT_EXEC);
+    if (r < 0)
+        fail(STEP_TRAMPOLINE, r, 1);
+    /* thread pointers are not in a sigreturn frame; nothing here uses them */
+    r = sys3(SYS_arch_prctl, ARCH_SET_FS, h->fs_base, 0);
+    if (r >= 0 && h->gs_base)
+        r = sys3(SYS_arch_prctl, ARCH_SET_GS, h->gs_base, 0);
+    if (r < 0)
+        fail(STEP_TRAMPOLINE, r, 2);
+
     /* Drop root for good, then the filter (it forbids what we just used). */
     r = sys3(SYS_setgroups, 0, NULL, 0);
     if (r >= 0)
@@ -460,17 +548,22 @@ void restorer_main(u64 *initial_sp)
 
     status.magic = THAW_PLAN_MAGIC;
     status.ok = 1;
-    status.syscall_insn = (u64)thaw_syscall_insn;
     status.setup_ns = now_ns() - t0;
     report();
-    /* Wait for the worker to take over with ptrace; if it closes us, leave. */
-    char c;
-    for (;;) {
+    /* Wait for the worker's go-ahead (its page server is up); anything else,
+     * or a closed socket, and we leave. The agent's first request follows
+     * the byte and stays for the runtime to read. */
+    char c = 0;
+    do
         r = sys3(SYS_read, 3, &c, 1);
-        if (r != -EINTR)
-            break;
-    }
-    sys3(SYS_exit_group, 99, 0, 0);
+    while (r == -EINTR);
+    if (r != 1 || c != RESUME_BYTE)
+        sys3(SYS_exit_group, 99, 0, 0);
+    register u64 lo __asm__("rdi") = span_lo;
+    register u64 n __asm__("rsi") = TRAMP_ADDR - span_lo;
+    register u64 uc __asm__("rdx") = TRAMP_FRAME + 8;
+    __asm__ volatile("jmp *%3" : : "r"(lo), "r"(n), "r"(uc), "r"(TRAMP_ADDR) : "memory");
+    __builtin_unreachable();
 }
 
 /* Own stack inside our span: the kernel's stack sits where the runtime's was. */

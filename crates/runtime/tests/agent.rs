@@ -162,6 +162,9 @@ fn malformed_and_oversized_requests_get_errors_and_the_agent_keeps_serving() {
         br#"{"op":"invoke","size":"I","timeout_ms":"soon"}"#,
         br#"{"op":"restored"}"#,
         br#"{"op":"restored","seed":"xyz"}"#,
+        br#"{"op":"restored","seed":"0000000000000000000000000000000000000000000000000000000000000000","unmap":[4096]}"#,
+        br#"{"op":"restored","seed":"0000000000000000000000000000000000000000000000000000000000000000","unmap":[0,4096]}"#,
+        br#"{"op":"restored","seed":"0000000000000000000000000000000000000000000000000000000000000000","unmap":["a",4096]}"#,
     ] {
         let r = raw(&mut a, body);
         assert_eq!(

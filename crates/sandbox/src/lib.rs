@@ -14,10 +14,12 @@ pub mod checkpoint;
 pub mod cleanup;
 mod cmsg;
 mod pagemap;
+pub mod pool;
 pub mod profile;
 mod ptrace;
 pub mod restore;
 pub mod seccomp;
+mod sigframe;
 mod spawn;
 pub mod state;
 pub mod uid;
@@ -39,11 +41,12 @@ use thaw_memory::PageServer;
 /// For readers that must sit in cgroups like a sandbox's (the tier probe).
 pub use cgroup::Cgroups as SandboxCgroups;
 pub use checkpoint::{checkpoint, CheckpointReport};
+pub use pool::{PoolStats, Prebuilt, SandboxPool};
 pub use restore::{restore, RestoreReport};
 pub use zygote::Zygote;
 
 /// Limits and places for sandboxes.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct SandboxConfig {
     pub memory_bytes: u64,
     pub pids_max: u64,

@@ -60,7 +60,7 @@ pub fn profile(
         pager_source: Some(overlay.clone()),
         record: true,
         state: Some(state),
-        on_spawn: None,
+        ..Hooks::default()
     };
     let (mut sb, _) = restore_with(snap, root, root_hash, uffd.as_ref(), cfg, hooks)?;
     // pages the restore handshake touches are touched by every cold start

@@ -1,4 +1,5 @@
-//! Thin ptrace wrappers: seize, interrupt, register sets, signal mask.
+//! Thin ptrace wrappers for checkpoints: seize, interrupt, register sets,
+//! signal mask. (Restores do not trace: see `sigframe`.)
 use anyhow::{bail, Result};
 use std::io::Error;
 
@@ -18,7 +19,6 @@ const PTRACE_SETREGSET: libc::c_uint = 0x4205;
 const PTRACE_SEIZE: libc::c_uint = 0x4206;
 const PTRACE_INTERRUPT: libc::c_uint = 0x4207;
 const PTRACE_GETSIGMASK: libc::c_uint = 0x420a;
-const PTRACE_SETSIGMASK: libc::c_uint = 0x420b;
 const PTRACE_O_TRACESYSGOOD: libc::c_ulong = 1;
 const PTRACE_O_EXITKILL: libc::c_ulong = 0x10_0000;
 
@@ -114,29 +114,10 @@ pub fn get_xstate(pid: i32) -> Result<Vec<u8>> {
     Ok(buf)
 }
 
-pub fn set_xstate(pid: i32, xstate: &[u8]) -> Result<()> {
-    let mut iov = libc::iovec {
-        iov_base: xstate.as_ptr() as *mut _,
-        iov_len: xstate.len(),
-    };
-    pt(
-        PTRACE_SETREGSET,
-        pid,
-        NT_X86_XSTATE,
-        &mut iov as *mut _ as usize,
-    )?;
-    Ok(())
-}
-
 pub fn get_sigmask(pid: i32) -> Result<u64> {
     let mut mask = 0u64;
     pt(PTRACE_GETSIGMASK, pid, 8, &mut mask as *mut u64 as usize)?;
     Ok(mask)
-}
-
-pub fn set_sigmask(pid: i32, mask: u64) -> Result<()> {
-    pt(PTRACE_SETSIGMASK, pid, 8, &mask as *const u64 as usize)?;
-    Ok(())
 }
 
 /// Resumes to the next syscall entry or exit stop.

@@ -1,11 +1,15 @@
 //! Restore: rebuild a snapshot's runtime in a fresh sandbox. The restorer
 //! (crates/restorer) recreates the mappings and fills them as the memory
-//! strategy says; the worker then loads the CPU state with ptrace, unmaps the
-//! restorer, and greets the agent, which re-seeds its random generators.
-use crate::ptrace::{self, REG_ORIG_RAX, REG_RAX, REG_RDI, REG_RIP, REG_RSI};
+//! strategy says, and on the worker's go-ahead resumes the runtime itself:
+//! its trampoline unmaps the restorer and rt_sigreturns with a frame the
+//! worker built from the saved CPU state ([`crate::sigframe`]). The worker
+//! then greets the agent, which unmaps the trampoline and re-seeds its
+//! random generators.
+use crate::pool::Prebuilt;
+use crate::sigframe;
 use crate::state::ProcessState;
 use crate::ReapState;
-use crate::{seccomp, spawn, Sandbox, SandboxConfig, Slot};
+use crate::{seccomp, Sandbox, SandboxConfig};
 use anyhow::{anyhow, bail, Context, Result};
 use serde::Serialize;
 use serde_json::json;
@@ -23,10 +27,11 @@ use thaw_memory::{working_set, Fill, ImageSource, PageServer, PageSource, Restor
 use thaw_restorer as r;
 use thaw_store::Snapshot;
 
-/// Descriptors the memory image and the TOSS tier files sit at inside the restorer.
-const IMAGE_FD: RawFd = 4;
-const FAST_FD: RawFd = 5;
-const SLOW_FD: RawFd = 6;
+/// Descriptors the memory image and the TOSS tier files sit at inside the
+/// restorer (sent with the plan in this order).
+const IMAGE_FD: RawFd = r::PLAN_FD_BASE;
+const FAST_FD: RawFd = r::PLAN_FD_BASE + 1;
+const SLOW_FD: RawFd = r::PLAN_FD_BASE + 2;
 
 /// Timings and byte counts of one restore (the caller adds the first invocation).
 #[derive(Debug, Clone, Default, Serialize)]
@@ -34,11 +39,15 @@ pub struct RestoreReport {
     pub strategy: String,
     /// read and check the snapshot's state file
     pub state_load_ms: f64,
-    /// namespaces, mounts, cgroups, exec of the restorer
+    /// namespaces, mounts, cgroups, exec of the restorer (with a pool:
+    /// taking a sandbox built ahead)
     pub sandbox_ms: f64,
+    /// the sandbox came from a [`crate::SandboxPool`]
+    pub pooled: bool,
     /// the restorer rebuilding the address space (as it measured itself)
     pub memory_setup_ms: f64,
-    /// registers, restorer unmap, agent handshake
+    /// go-ahead to the restorer (it unmaps itself and rt_sigreturns into the
+    /// runtime), agent handshake
     pub resume_ms: f64,
     /// restore request to the agent's "restored" reply
     pub total_ms: f64,
@@ -86,11 +95,28 @@ pub fn restore(
     restore_with(snap, root, root_hash, strategy, cfg, Hooks::default())
 }
 
+/// [`restore`] into `prebuilt`, a sandbox taken from a [`crate::SandboxPool`]
+/// (built now if `None`, or if it was built on another root).
+pub fn restore_prebuilt(
+    snap: &Snapshot,
+    root: &Path,
+    root_hash: &str,
+    strategy: &dyn RestoreStrategy,
+    cfg: &SandboxConfig,
+    prebuilt: Option<Prebuilt>,
+) -> Result<(Sandbox, RestoreReport)> {
+    let hooks = Hooks {
+        prebuilt,
+        ..Hooks::default()
+    };
+    restore_with(snap, root, root_hash, strategy, cfg, hooks)
+}
+
 /// [`restore`], calling `on_spawn` with the restorer's pid once the restorer
 /// runs and before it is sent its plan (it waits for the plan). A seam for
 /// tests that must act on the restorer at a chosen point of its work, e.g.
-/// stop it under ptrace; `on_spawn` must leave it untraced before the
-/// restorer reports ready, because the restore then seizes it itself.
+/// stop it under ptrace; `on_spawn` must let it run on before the restorer
+/// reports ready, because the restore then waits for it to resume itself.
 pub fn restore_observed(
     snap: &Snapshot,
     root: &Path,
@@ -117,6 +143,8 @@ pub(crate) struct Hooks<'a> {
     pub state: Option<ProcessState>,
     /// called with the restorer's pid before it is sent its plan
     pub on_spawn: Option<&'a mut dyn FnMut(i32)>,
+    /// a sandbox built ahead (see [`crate::pool`]); built here when absent
+    pub prebuilt: Option<Prebuilt>,
 }
 
 pub(crate) fn restore_with(
@@ -132,6 +160,7 @@ pub(crate) fn restore_with(
         record: record_faults,
         state: state_override,
         on_spawn,
+        prebuilt,
     } = hooks;
     let t0 = Instant::now();
     let mut rep = RestoreReport {
@@ -204,11 +233,20 @@ pub(crate) fn restore_with(
         rep.write_set_pages = write_set.as_ref().map(|w| w.pages()).unwrap_or(0);
     }
 
-    let slot = Slot::new(cfg)?;
+    let t1 = Instant::now();
+    let mut sb = match prebuilt.filter(|p| p.sb.root == root) {
+        Some(p) => {
+            rep.pooled = true;
+            p.sb
+        }
+        None => Prebuilt::build(root, cfg)?.sb,
+    };
+    let pid = sb.pid;
+    rep.sandbox_ms = ms(t1);
     let plan = build_plan(
         &state,
         strategy,
-        slot.uid.uid,
+        sb.uid(),
         tiers.as_ref().map(|t| &t.0),
         write_set.as_ref(),
         &mut rep,
@@ -216,31 +254,6 @@ pub(crate) fn restore_with(
     let lazy = plan.header.flags & r::PLAN_LAZY != 0;
     let encoded = plan.encode().map_err(|e| anyhow!(e))?;
 
-    let t1 = Instant::now();
-    let mut fds = slot.stdio_fds();
-    fds.push((image.as_raw_fd(), IMAGE_FD));
-    if let Some((_, fast, slow)) = &tiers {
-        fds.push((fast.as_raw_fd(), FAST_FD));
-        fds.push((slow.as_raw_fd(), SLOW_FD));
-    }
-    let spec = spawn::ChildSpec {
-        root,
-        fds,
-        argv: vec!["thaw-restorer".into()],
-        env: vec![],
-        exec: spawn::Exec::Memfd {
-            fd: restorer_memfd()?,
-        },
-        rlimits: cfg.rlimits(),
-        procs_files: slot.cgroups.procs_files(),
-        tmp_bytes: cfg.tmp_bytes,
-        code_dir: cfg.code_dir.as_deref(),
-    };
-    let pid = spawn::spawn(&spec)?;
-    drop(spec);
-    // From here on the sandbox owns the process: any error kills it.
-    let mut sb = slot.into_sandbox(pid, root, None);
-    rep.sandbox_ms = ms(t1);
     if strategy.uses_write_set() && write_set.is_none() {
         sb.dax_record = Some(crate::DaxRecord {
             dir: snap.dir.clone(),
@@ -259,8 +272,11 @@ pub(crate) fn restore_with(
     }
     let sock = sb.channel().socket().try_clone()?;
     sock.set_read_timeout(Some(RESTORER_REPORT_DEADLINE))?;
-    (&sock)
-        .write_all(&encoded)
+    let mut plan_fds = vec![image.as_raw_fd()];
+    if let Some((_, fast, slow)) = &tiers {
+        plan_fds.extend([fast.as_raw_fd(), slow.as_raw_fd()]);
+    }
+    crate::cmsg::send_with_fds(&sock, &encoded, &plan_fds)
         .context("sending the plan to the restorer")?;
     let (uffd, first) = if lazy {
         recv_uffd(&sock)?
@@ -366,11 +382,17 @@ pub(crate) fn restore_with(
     }
 
     let t2 = Instant::now();
-    resume(pid, &state, status.syscall_insn).context("loading the runtime's CPU state")?;
+    (&sock)
+        .write_all(&[r::RESUME_BYTE])
+        .context("resuming the runtime")?;
     let mut seed = [0u8; 32];
     rand::Rng::fill(&mut rand::thread_rng(), &mut seed[..]);
     sb.call(
-        &json!({"op": "restored", "seed": hex::encode(seed)}),
+        &json!({
+            "op": "restored",
+            "seed": hex::encode(seed),
+            "unmap": [r::TRAMP_ADDR, r::TRAMP_SIZE],
+        }),
         Duration::from_secs(30),
     )
     .context("the restored runtime did not answer")?;
@@ -429,7 +451,7 @@ fn image_key(image: &File) -> Result<ImageKey> {
 }
 
 /// The restorer ELF in a sealed memfd, made once per process.
-fn restorer_memfd() -> Result<RawFd> {
+pub(crate) fn restorer_memfd() -> Result<RawFd> {
     static FD: OnceLock<OwnedFd> = OnceLock::new();
     if let Some(fd) = FD.get() {
         return Ok(fd.as_raw_fd());
@@ -575,9 +597,12 @@ fn build_plan(
         uid,
         gid: uid,
         flags: if lazy { r::PLAN_LAZY } else { 0 },
+        fs_base: state.regs[sigframe::FS_BASE],
+        gs_base: state.regs[sigframe::GS_BASE],
     };
     plan.auxv = state.auxv.clone();
     plan.filter = seccomp::filter();
+    plan.frame = sigframe::build(state, r::TRAMP_FRAME)?;
     Ok(plan)
 }
 
@@ -601,27 +626,4 @@ fn recv_uffd(sock: &std::os::unix::net::UnixStream) -> Result<(Option<OwnedFd>, 
         (b, None) => Ok((None, Some(b))),
         (_, Some(_)) => bail!("restorer sent a descriptor with an unexpected tag"),
     }
-}
-
-/// Loads registers, XSAVE state and signal mask into the stopped restorer,
-/// after making it unmap itself with one injected munmap.
-fn resume(pid: i32, state: &ProcessState, syscall_insn: u64) -> Result<()> {
-    ptrace::seize_and_stop(pid)?;
-    let mut regs = ptrace::get_regs(pid)?;
-    regs[REG_RIP] = syscall_insn;
-    regs[REG_RAX] = libc::SYS_munmap as u64;
-    regs[REG_RDI] = r::RESTORER_BASE;
-    regs[REG_RSI] = r::RESTORER_SPAN;
-    regs[REG_ORIG_RAX] = u64::MAX;
-    ptrace::set_regs(pid, &regs)?;
-    ptrace::syscall_step(pid)?; // entry
-    ptrace::syscall_step(pid)?; // exit
-    let after = ptrace::get_regs(pid)?;
-    if after[REG_RAX] != 0 {
-        bail!("unmapping the restorer failed: {}", after[REG_RAX] as i64);
-    }
-    ptrace::set_regs(pid, &state.regs_array())?;
-    ptrace::set_xstate(pid, &state.xstate_bytes())?;
-    ptrace::set_sigmask(pid, state.sigmask)?;
-    ptrace::detach(pid)
 }

@@ -396,10 +396,15 @@ impl<'a> Reader<'a> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use proptest::prelude::*;
     use thaw_memory::{Region, Run};
+
+    /// A small valid state (also for the sigframe tests).
+    pub(crate) fn sample() -> ProcessState {
+        valid()
+    }
 
     fn valid() -> ProcessState {
         ProcessState {

@@ -39,6 +39,9 @@ pub struct Config {
     pub xdt: crate::xdt::XdtConfig,
 }
 
+/// Each pooled sandbox holds a uid, cgroups and five namespaces.
+const MAX_SANDBOX_POOL: usize = 16;
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Limits {
@@ -65,6 +68,9 @@ pub struct Limits {
     /// One invocation's captured output (the rest is cut, with a note).
     pub invocation_log_bytes: u64,
     pub prewarm_max: u32,
+    /// Sandboxes built ahead per deployed version with a snapshot (each a
+    /// restorer waiting for its plan, refilled in the background); 0: none.
+    pub sandbox_pool: usize,
 }
 
 impl Default for Limits {
@@ -85,6 +91,7 @@ impl Default for Limits {
             log_bytes: 1 << 20,
             invocation_log_bytes: 64 << 10,
             prewarm_max: 64,
+            sandbox_pool: 0,
         }
     }
 }
@@ -169,6 +176,11 @@ impl Config {
         if l.default_memory_mb < 16 || l.default_memory_mb > l.max_memory_mb {
             bail!("default_memory_mb must be in 16..=max_memory_mb");
         }
+        if l.sandbox_pool > MAX_SANDBOX_POOL {
+            bail!(
+                "sandbox_pool must be at most {MAX_SANDBOX_POOL} (sandboxes per deployed version)"
+            );
+        }
         self.policy_config()?;
         self.tcp_listen()?;
         Ok(())
@@ -225,6 +237,9 @@ mod tests {
             ..Config::default()
         };
         assert!(bad.validate().is_err());
+        let mut bad = Config::default();
+        bad.limits.sandbox_pool = MAX_SANDBOX_POOL + 1;
+        assert!(format!("{:#}", bad.validate().unwrap_err()).contains("sandbox_pool"));
     }
 
     #[test]

@@ -322,6 +322,7 @@ fn build(
         }
         Ok(FnVersion {
             ring: ring_for(app, &rec.name),
+            sandboxes: sandbox_pool(app, &func, placed.is_some()),
             rec,
             func,
             placed: RwLock::new(placed),
@@ -464,7 +465,7 @@ pub fn snapshot(
             // already prefetch
             let (mut sb, _) = app
                 .worker
-                .restore_user(&snap, "reap", func)
+                .restore_user(&snap, "reap", func, None)
                 .map_err(|e| bad(format!("recording the working set: {e:#}")))?;
             warm_up(&mut sb, rec, Some(ev))?;
         }
@@ -482,6 +483,23 @@ pub fn snapshot(
 }
 
 /// Removes a function: instances, every version's code and snapshot.
+/// The version's pool of sandboxes built ahead, if configured and it has a
+/// snapshot to restore; a pool that cannot start only costs the speed-up.
+pub fn sandbox_pool(
+    app: &App,
+    func: &thaw_worker::UserFunction,
+    restores: bool,
+) -> Option<thaw_sandbox::SandboxPool> {
+    let size = app.cfg.limits.sandbox_pool;
+    if size == 0 || !restores {
+        return None;
+    }
+    app.worker
+        .user_pool(func, size)
+        .inspect_err(|e| tracing::warn!("sandbox pool not started: {e:#}"))
+        .ok()
+}
+
 pub async fn delete(app: &Arc<App>, name: &str) -> Result<(), ApiError> {
     let lock = deploy_lock(app, name);
     let _guard = lock.lock().await;

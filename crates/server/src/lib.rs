@@ -170,6 +170,7 @@ fn recover(app: &App) -> Result<()> {
             app,
             Arc::new(FnVersion {
                 ring: deploy::ring_for(app, &name),
+                sandboxes: deploy::sandbox_pool(app, &func, placed.is_some()),
                 rec,
                 func,
                 placed: RwLock::new(placed),

@@ -30,6 +30,9 @@ pub struct FnVersion {
     /// copy only once no restore is reading it.
     pub placed: RwLock<Option<Placed>>,
     pub ring: Arc<Ring>,
+    /// Sandboxes built ahead for this version's restores (`limits.sandbox_pool`;
+    /// none for boot-only versions). Dropped with the version.
+    pub sandboxes: Option<thaw_sandbox::SandboxPool>,
 }
 
 #[derive(Clone)]
@@ -907,7 +910,7 @@ fn instance_thread(
     let restored = {
         let placed = v.placed.read().unwrap_or_else(|p| p.into_inner());
         placed.as_ref().map(|p| {
-            let r = worker.restore_user(&p.snap, &v.rec.strategy, &v.func);
+            let r = worker.restore_user(&p.snap, &v.rec.strategy, &v.func, v.sandboxes.as_ref());
             (r, p.tier.clone())
         })
     };

@@ -1124,6 +1124,72 @@ fn prewarm_restores_ahead() {
     assert_eq!(s, 400);
 }
 
+/// Processes of this test process's sandboxes whose memory limit is
+/// `limit_mb` (tests share the process; the limit tells this test's apart).
+fn sandboxes_with_limit(limit_mb: u64) -> Vec<String> {
+    let tag = thaw_store::secure::owner_tag();
+    let dir = std::path::Path::new("/sys/fs/cgroup/memory/thaw");
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let name = e.file_name().to_string_lossy().to_string();
+        let limit = std::fs::read_to_string(e.path().join("memory.limit_in_bytes"));
+        if name.starts_with(tag) && limit.is_ok_and(|l| l.trim() == (limit_mb << 20).to_string()) {
+            out.push(name);
+        }
+    }
+    out
+}
+
+fn wait_sandboxes(limit_mb: u64, n: usize) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while sandboxes_with_limit(limit_mb).len() != n {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "want {n} sandboxes, have {:?}",
+            sandboxes_with_limit(limit_mb)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn sandbox_pool_serves_restores_and_goes_with_the_function() {
+    let mut cfg = test_config("sandboxpool");
+    cfg.limits.sandbox_pool = 2;
+    let d = Daemon::start(cfg);
+    let mut r = file_deploy("sp", "m.handler", "def handler(e):\n    return e\n");
+    r["memory_mb"] = json!(144);
+    deploy(&d, &r);
+    // two restorers wait for a plan, nothing else runs
+    wait_sandboxes(144, 2);
+    let pooled = sandboxes_with_limit(144);
+    let r = d.invoke("sp", &json!({"x": 1}));
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("thaw-start-type"), Some("restore"));
+    assert_eq!(r.json().unwrap(), json!({"x": 1}));
+    // the restore took one; the pool refills beside the warm instance
+    wait_sandboxes(144, 3);
+    // the instance (dropped to its own uid; waiting restorers are root) is
+    // in one of the sandboxes that were waiting
+    let running: Vec<_> = sandboxes_with_limit(144)
+        .into_iter()
+        .filter(|name| {
+            let procs = format!("/sys/fs/cgroup/memory/thaw/{name}/cgroup.procs");
+            let pid = std::fs::read_to_string(procs).unwrap_or_default();
+            let status = std::fs::read_to_string(format!("/proc/{}/status", pid.trim()));
+            let uid = status.unwrap_or_default().lines().find_map(|l| {
+                l.strip_prefix("Uid:")
+                    .map(|u| u.split_whitespace().next().unwrap_or("").to_string())
+            });
+            uid.is_some_and(|u| u != "0")
+        })
+        .collect();
+    assert_eq!(running.len(), 1, "{running:?}");
+    assert!(pooled.contains(&running[0]), "restored outside the pool");
+    assert_eq!(d.req("DELETE", "/v1/functions/sp", None).status, 204);
+    wait_sandboxes(144, 0);
+}
+
 const PROBE: &str = r#"
 import socket
 def handler(event):

@@ -8,7 +8,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use thaw_memory::tiering::{self, CostParams};
 use thaw_runtime::RootInfo;
-use thaw_sandbox::{checkpoint, restore, CheckpointReport, RestoreReport, Sandbox, SandboxConfig};
+use thaw_sandbox::{
+    checkpoint, CheckpointReport, RestoreReport, Sandbox, SandboxConfig, SandboxPool,
+};
 use thaw_store::{Snapshot, Tier};
 
 pub use thaw_runtime::FunctionInfo;
@@ -23,6 +25,8 @@ pub struct Worker {
     functions: Vec<FunctionInfo>,
     /// What the crash cleanup at start removed (see [`Worker::gc`]).
     pub cleaned_at_start: Vec<PathBuf>,
+    /// Sandboxes built ahead for restores with `cfg` (see [`Worker::set_pool`]).
+    pool: Option<SandboxPool>,
 }
 
 /// A fresh start: exec, import and init, timed.
@@ -70,6 +74,7 @@ impl Worker {
             cfg: SandboxConfig::default(),
             functions,
             cleaned_at_start: Vec::new(),
+            pool: None,
         };
         match w.gc() {
             Ok(removed) => w.cleaned_at_start = removed,
@@ -217,17 +222,48 @@ impl Worker {
     }
 
     pub fn restore(&self, snap: &Snapshot, strategy: &str) -> Result<(Sandbox, RestoreReport)> {
-        self.restore_with(snap, strategy, &self.cfg)
+        self.restore_with(snap, strategy, &self.cfg, self.pool.as_ref())
     }
 
+    /// Restores into a sandbox from `pool` when one was built for `cfg`,
+    /// else into one built now.
     fn restore_with(
         &self,
         snap: &Snapshot,
         strategy: &str,
         cfg: &SandboxConfig,
+        pool: Option<&SandboxPool>,
     ) -> Result<(Sandbox, RestoreReport)> {
         let s = thaw_memory::strategy_by_name(strategy)?;
-        restore(snap, &self.root.path, &self.root.hash, s.as_ref(), cfg)
+        let prebuilt = pool
+            .filter(|p| p.config() == cfg)
+            .and_then(SandboxPool::take);
+        thaw_sandbox::restore::restore_prebuilt(
+            snap,
+            &self.root.path,
+            &self.root.hash,
+            s.as_ref(),
+            cfg,
+            prebuilt,
+        )
+    }
+
+    /// Keeps `size` sandboxes built ahead for restores (0: none, each restore
+    /// builds its own), refilled by a background thread as restores take
+    /// them. Set the pool before sharing the worker; set it again to resize
+    /// (the old pool's waiting sandboxes are dropped). Sandboxes restored
+    /// from the pool must be dropped before the pool is (see [`SandboxPool`]).
+    pub fn set_pool(&mut self, size: usize) -> Result<()> {
+        self.pool = None;
+        if size > 0 {
+            self.pool = Some(SandboxPool::start(&self.root.path, &self.cfg, size)?);
+        }
+        Ok(())
+    }
+
+    /// The pool of sandboxes built ahead, if one is set.
+    pub fn pool(&self) -> Option<&SandboxPool> {
+        self.pool.as_ref()
     }
 
     /// Checks an output with the function's checker.
@@ -434,14 +470,22 @@ impl Worker {
     }
 
     /// Restores a user function's instance: same code mount and limits as
-    /// its fresh start.
+    /// its fresh start; into a sandbox from `pool` when it has one (a pool
+    /// built with [`Worker::user_pool`]).
     pub fn restore_user(
         &self,
         snap: &Snapshot,
         strategy: &str,
         func: &UserFunction,
+        pool: Option<&SandboxPool>,
     ) -> Result<(Sandbox, RestoreReport)> {
-        self.restore_with(snap, strategy, &func.sandbox_config(&self.cfg))
+        self.restore_with(snap, strategy, &func.sandbox_config(&self.cfg), pool)
+    }
+
+    /// A pool of `size` sandboxes built ahead for restores of `func` (its
+    /// code mount and limits); dropping it kills the waiting ones.
+    pub fn user_pool(&self, func: &UserFunction, size: usize) -> Result<SandboxPool> {
+        SandboxPool::start(&self.root.path, &func.sandbox_config(&self.cfg), size)
     }
 }
 

@@ -63,6 +63,25 @@ fn assert_nothing_leaked() {
     }
 }
 
+/// A restored runtime resumed on its own (no tracer) and holds nothing of
+/// the restorer: no mapping in its span, trampoline included.
+fn assert_no_restorer_left(pid: i32) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    assert!(status.contains("TracerPid:\t0\n"), "{status}");
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    let (lo, hi) = (
+        thaw_restorer::RESTORER_BASE,
+        thaw_restorer::RESTORER_BASE + thaw_restorer::RESTORER_SPAN,
+    );
+    for line in maps.lines() {
+        let range = line.split_whitespace().next().unwrap();
+        let (a, b) = range.split_once('-').unwrap();
+        let a = u64::from_str_radix(a, 16).unwrap();
+        let b = u64::from_str_radix(b, 16).unwrap();
+        assert!(b <= lo || a >= hi, "restorer memory left: {line}");
+    }
+}
+
 #[test]
 fn restore_with_each_strategy_continues_where_it_stopped() {
     let w = worker();
@@ -77,6 +96,7 @@ fn restore_with_each_strategy_continues_where_it_stopped() {
         w.check(f, "I", &out.output).unwrap();
         for s in ["eager", "mmap", "uffd"] {
             let (mut sb, rep) = w.restore(&snap, s).unwrap();
+            assert_no_restorer_left(sb.pid());
             for size in ["I", "II"] {
                 let inv = invoke(&mut sb, size, T).unwrap();
                 w.check(f, size, &inv.output)
@@ -265,6 +285,7 @@ fn restore_failing_half_way_leaves_nothing_behind() {
     });
     let e = restore_err(&d, &w.root.path, &w.root.hash);
     assert!(e.contains("opening a runtime file"), "{e}");
+    assert!(e.contains("No such file or directory"), "the errno: {e}");
     assert_nothing_leaked();
 }
 

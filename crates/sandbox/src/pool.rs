@@ -1,0 +1,253 @@
+//! Sandboxes built ahead of restores. Building one (namespaces, mounts,
+//! cgroups, a uid, the restorer exec'd) is most of a restore's fixed cost and
+//! needs nothing from the snapshot, so a [`SandboxPool`] keeps a few ready,
+//! each a restorer blocked reading its plan, and a background thread builds
+//! the next one while a restore uses the last. A pooled sandbox serves one
+//! restore only; one that died while waiting is discarded when taken.
+use crate::{restore, spawn, Sandbox, SandboxConfig, Slot};
+use anyhow::Result;
+use std::collections::VecDeque;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// A sandbox whose restorer is running and waiting for its plan. Dropping it
+/// kills the restorer and removes its cgroups (it is a [`Sandbox`]).
+pub struct Prebuilt {
+    pub(crate) sb: Sandbox,
+}
+
+impl Prebuilt {
+    /// Builds the sandbox and starts the restorer in it.
+    pub fn build(root: &Path, cfg: &SandboxConfig) -> Result<Prebuilt> {
+        let slot = Slot::new(cfg)?;
+        let spec = spawn::ChildSpec {
+            root,
+            fds: slot.stdio_fds(),
+            argv: vec!["thaw-restorer".into()],
+            env: vec![],
+            exec: spawn::Exec::Memfd {
+                fd: restore::restorer_memfd()?,
+            },
+            rlimits: cfg.rlimits(),
+            procs_files: slot.cgroups.procs_files(),
+            tmp_bytes: cfg.tmp_bytes,
+            code_dir: cfg.code_dir.as_deref(),
+        };
+        let pid = spawn::spawn(&spec)?;
+        drop(spec);
+        Ok(Prebuilt {
+            sb: slot.into_sandbox(pid, root, None),
+        })
+    }
+
+    /// The restorer's pid.
+    pub fn pid(&self) -> i32 {
+        self.sb.pid
+    }
+
+    /// Whether the restorer still waits for its plan: it never writes before
+    /// reading one, so anything readable on its socket (its end closed by
+    /// death, or stray bytes) means it is unusable.
+    fn waiting(&self) -> bool {
+        let mut p = libc::pollfd {
+            fd: self.sb.chan.socket().as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: poll on one pollfd that lives across the call; no waiting.
+        let n = unsafe { libc::poll(&mut p, 1, 0) };
+        n == 0
+    }
+}
+
+/// Counters of a [`SandboxPool`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct PoolStats {
+    /// sandboxes built by the refill thread
+    pub built: u64,
+    /// takes served from the pool
+    pub hits: u64,
+    /// takes that found the pool empty
+    pub misses: u64,
+    /// pooled sandboxes found dead when taken, and dropped
+    pub discarded: u64,
+    /// builds that failed (the refill thread retries after a pause)
+    pub build_failures: u64,
+    pub last_error: String,
+}
+
+struct State {
+    ready: VecDeque<Prebuilt>,
+    stop: bool,
+    stats: PoolStats,
+}
+
+struct Shared {
+    root: PathBuf,
+    cfg: SandboxConfig,
+    size: usize,
+    state: Mutex<State>,
+    /// the refill thread waits here for room in the pool or for stop
+    cv: Condvar,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Keeps up to `size` [`Prebuilt`] sandboxes for one root and one sandbox
+/// configuration, refilled by a background thread as they are taken.
+///
+/// The restorers' parent-death signal follows the refill thread, which lives
+/// as long as the pool: drop the pool only after the sandboxes taken from it
+/// (a restored runtime drops root, which clears that signal, so it only
+/// matters while a restorer waits).
+pub struct SandboxPool {
+    shared: Arc<Shared>,
+    refill: Option<JoinHandle<()>>,
+}
+
+/// Pause after a failed build before the refill thread tries again.
+const RETRY_PAUSE: Duration = Duration::from_millis(200);
+
+impl SandboxPool {
+    /// Starts the refill thread, which builds `size` sandboxes right away.
+    pub fn start(root: &Path, cfg: &SandboxConfig, size: usize) -> Result<SandboxPool> {
+        anyhow::ensure!(size > 0, "a sandbox pool needs a size of at least 1");
+        let shared = Arc::new(Shared {
+            root: root.to_owned(),
+            cfg: cfg.clone(),
+            size,
+            state: Mutex::new(State {
+                ready: VecDeque::with_capacity(size),
+                stop: false,
+                stats: PoolStats::default(),
+            }),
+            cv: Condvar::new(),
+        });
+        let s = shared.clone();
+        let refill = std::thread::Builder::new()
+            .name("thaw-sandbox-pool".into())
+            .spawn(move || refill_loop(&s))?;
+        Ok(SandboxPool {
+            shared,
+            refill: Some(refill),
+        })
+    }
+
+    /// The configuration the pool's sandboxes are built with.
+    pub fn config(&self) -> &SandboxConfig {
+        &self.shared.cfg
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.shared.root
+    }
+
+    /// A waiting sandbox, or `None` when the pool is empty (the caller builds
+    /// one itself). Dead ones met on the way are dropped and counted.
+    pub fn take(&self) -> Option<Prebuilt> {
+        let mut dead = Vec::new();
+        let got = {
+            let mut st = self.shared.lock();
+            let got = loop {
+                match st.ready.pop_front() {
+                    Some(p) if p.waiting() => break Some(p),
+                    Some(p) => dead.push(p),
+                    None => break None,
+                }
+            };
+            st.stats.discarded += dead.len() as u64;
+            if got.is_some() {
+                st.stats.hits += 1;
+            } else {
+                st.stats.misses += 1;
+            }
+            got
+        };
+        self.shared.cv.notify_all();
+        drop(dead); // kills, reaps and removes cgroups, outside the lock
+        got
+    }
+
+    /// Waits up to `timeout` until the pool is full (tests, and warm-up
+    /// before a measurement). Returns whether it is.
+    pub fn wait_full(&self, timeout: Duration) -> bool {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            if self.shared.lock().ready.len() >= self.shared.size {
+                return true;
+            }
+            if std::time::Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// Pids of the restorers waiting in the pool.
+    pub fn waiting_pids(&self) -> Vec<i32> {
+        self.shared.lock().ready.iter().map(Prebuilt::pid).collect()
+    }
+
+    pub fn stats(&self) -> PoolStats {
+        self.shared.lock().stats.clone()
+    }
+}
+
+fn refill_loop(sh: &Shared) {
+    loop {
+        {
+            let mut st = sh.lock();
+            while !st.stop && st.ready.len() >= sh.size {
+                st = sh.cv.wait(st).unwrap_or_else(|p| p.into_inner());
+            }
+            if st.stop {
+                return;
+            }
+        }
+        let built = Prebuilt::build(&sh.root, &sh.cfg);
+        let mut st = sh.lock();
+        match built {
+            // a stopping pool drops what was just built, here, on this thread
+            Ok(p) if !st.stop => {
+                st.ready.push_back(p);
+                st.stats.built += 1;
+            }
+            Ok(_) => return,
+            Err(e) => {
+                st.stats.build_failures += 1;
+                st.stats.last_error = format!("{e:#}");
+                thaw_output::errln!(
+                    "thaw: warning: building a pooled sandbox failed: {}",
+                    st.stats.last_error
+                );
+                let (st, _) = sh
+                    .cv
+                    .wait_timeout(st, RETRY_PAUSE)
+                    .unwrap_or_else(|p| p.into_inner());
+                if st.stop {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+impl Drop for SandboxPool {
+    fn drop(&mut self) {
+        self.shared.lock().stop = true;
+        self.shared.cv.notify_all();
+        if let Some(t) = self.refill.take() {
+            let _ = t.join();
+        }
+        // kill the waiting restorers while their parent thread is gone but
+        // we still hold them (Sandbox::drop reaps and removes cgroups)
+        self.shared.lock().ready.clear();
+    }
+}
