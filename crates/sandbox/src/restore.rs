@@ -228,7 +228,7 @@ pub(crate) fn restore_with(
         rlimits: cfg.rlimits(),
         procs_files: slot.cgroups.procs_files(),
         tmp_bytes: cfg.tmp_bytes,
-        code_dir: cfg.code_dir.as_deref(),
+        binds: cfg.binds(),
     };
     let pid = spawn::spawn(&spec)?;
     drop(spec);

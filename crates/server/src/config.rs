@@ -65,6 +65,8 @@ pub struct Limits {
     /// One invocation's captured output (the rest is cut, with a note).
     pub invocation_log_bytes: u64,
     pub prewarm_max: u32,
+    /// Largest unpacked set of one function's own Debian packages.
+    pub packages_bytes: u64,
 }
 
 impl Default for Limits {
@@ -85,6 +87,7 @@ impl Default for Limits {
             log_bytes: 1 << 20,
             invocation_log_bytes: 64 << 10,
             prewarm_max: 64,
+            packages_bytes: 512 << 20,
         }
     }
 }
@@ -122,6 +125,11 @@ impl Config {
     /// `HOME/serve`: everything the daemon owns.
     pub fn state_dir(&self) -> PathBuf {
         self.home.join("serve")
+    }
+
+    /// Functions' unpacked Debian packages, one tree per content hash.
+    pub fn packages_dir(&self) -> PathBuf {
+        self.state_dir().join("packages")
     }
 
     pub fn socket_path(&self) -> PathBuf {
