@@ -335,7 +335,13 @@ fn root_status(cache: &Path, root: &RootInfo) -> Result<String> {
         s.push_str("Status: install ok installed\n");
         match stanzas.iter().find(|st| field(st, "Package") == Some(name)) {
             Some(st) => {
-                for k in ["Package", "Version", "Architecture", "Multi-Arch", "Provides"] {
+                for k in [
+                    "Package",
+                    "Version",
+                    "Architecture",
+                    "Multi-Arch",
+                    "Provides",
+                ] {
                     if let Some(v) = field(st, k) {
                         s.push_str(&format!("{k}: {v}\n"));
                     }
@@ -463,7 +469,13 @@ mod tests {
 
     #[test]
     fn package_names() {
-        for ok in ["python3-six", "g++", "libstdc++6", "python3-zope.interface", "r8"] {
+        for ok in [
+            "python3-six",
+            "g++",
+            "libstdc++6",
+            "python3-zope.interface",
+            "r8",
+        ] {
             assert_eq!(check_name(ok), Ok(()), "{ok}");
         }
         for bad in [
@@ -485,10 +497,7 @@ mod tests {
             assert!(check_name(bad).is_err(), "{bad:?}");
         }
         let many: Vec<String> = (0..=MAX_REQUESTED).map(|i| format!("p{i}")).collect();
-        assert!(matches!(
-            check_names(&many),
-            Err(Refused::TooMany { .. })
-        ));
+        assert!(matches!(check_names(&many), Err(Refused::TooMany { .. })));
         assert_eq!(
             check_names(&["b2".into(), "a1".into(), "b2".into()]).unwrap(),
             vec!["a1".to_string(), "b2".to_string()]

@@ -134,7 +134,11 @@ pub(crate) fn stub_status(r: &Recipe) -> String {
 
 /// Resolves the package closure with apt against an empty dpkg status (plus stubs).
 fn resolve_uncached(home: &Path, r: &Recipe) -> Result<Vec<Pkg>> {
-    simulate_install(&home.join("runtime").join("apt"), &stub_status(r), &r.packages)
+    simulate_install(
+        &home.join("runtime").join("apt"),
+        &stub_status(r),
+        &r.packages,
+    )
 }
 
 /// What `apt-get install packages` would unpack on a system whose dpkg
@@ -354,7 +358,10 @@ pub fn ensure_root(home: &Path, force: bool, progress: &mut dyn FnMut(&str)) -> 
     let mut re_resolve = |progress: &mut dyn FnMut(&str)| {
         apt_update(progress)?;
         let pkgs = resolve_uncached(home, &r)?;
-        write_atomic(&resolution_cache(home, &r)?, &serde_json::to_vec_pretty(&pkgs)?)?;
+        write_atomic(
+            &resolution_cache(home, &r)?,
+            &serde_json::to_vec_pretty(&pkgs)?,
+        )?;
         Ok(pkgs)
     };
     let pkgs = download(home, pkgs, &mut re_resolve, progress)?;
