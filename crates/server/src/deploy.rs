@@ -13,6 +13,7 @@ use thaw_worker::UserFunction;
 use crate::api::ApiError;
 use crate::archive::{self, Format};
 use crate::logs::Ring;
+use crate::placement::{self, PlacementInfo};
 use crate::pool::{FnVersion, Placed};
 use crate::registry::{check_name, mkdir_private, PackagesInfo, Record, SnapshotInfo};
 use crate::tiering::TIERS;
@@ -160,8 +161,8 @@ pub async fn run(app: &Arc<App>, req: DeployRequest) -> Result<(Record, StatusCo
             lim.max_instances_per_function
         )));
     }
-    // thaw's choice: mmap from DRAM (tmpfs) is the cheapest restore here
-    // (docs/BENCHMARKS.md); reap only pays off with a recorded working set
+    // what the request leaves open is placed after the snapshot (see
+    // `placement`); until then it is taken with mmap on tmpfs
     let strategy = req.strategy.clone().unwrap_or_else(|| "mmap".into());
     if !STRATEGIES.contains(&strategy.as_str()) {
         return Err(bad(format!(
@@ -299,6 +300,7 @@ fn build(
             strategy: strategy.to_string(),
             tier: tier.to_string(),
             snapshot: None,
+            placement: None,
             packages,
             code_bytes: stats.bytes,
             code_files: stats.files,
@@ -309,10 +311,12 @@ fn build(
         let func = user_function(app, &vdir, &rec, &req.secret_env);
         let placed = if strategy == "boot" {
             check_boots(app, &rec, &func, req.sample_event.as_ref())?;
+            rec.placement = Some(PlacementInfo::requested(strategy, tier));
             None
         } else {
             let (snap, info) = snapshot(app, &rec, &func, req.sample_event.as_ref())?;
             rec.snapshot = Some(info);
+            let snap = place(app, &mut rec, snap, &func, req)?;
             Some(Placed {
                 tier: rec.tier.clone(),
                 snap,
@@ -338,6 +342,50 @@ fn build(
         let _ = std::fs::remove_dir_all(&vdir);
     }
     result
+}
+
+/// Records how strategy and tier were chosen: the request's, or the
+/// placement model's on the measured profile (the snapshot moves to the
+/// chosen tier before the version is published).
+fn place(
+    app: &App,
+    rec: &mut Record,
+    snap: Snapshot,
+    func: &UserFunction,
+    req: &DeployRequest,
+) -> Result<Snapshot, ApiError> {
+    let (strategy, tier) = (req.strategy.as_deref(), req.tier.as_deref());
+    let pl = match (strategy, tier) {
+        (Some(s), Some(t)) => PlacementInfo::requested(s, t),
+        _ => {
+            let pl = placement::decide(
+                app,
+                rec,
+                &snap,
+                func,
+                req.sample_event.as_ref(),
+                strategy,
+                tier,
+            )
+            .map_err(|e| bad(format!("{e:#}")))?;
+            tracing::info!(function = %rec.name, strategy = %pl.strategy, tier = %pl.tier, "placed: {}", pl.reason.join("; "));
+            pl
+        }
+    };
+    let mut snap = snap;
+    if pl.tier != rec.tier {
+        let sname = snapshot_name(app, &rec.name, rec.version);
+        snap = crate::tiering::copy_to(app, &sname, &rec.tier, &pl.tier).map_err(internal)?;
+        let from = app.worker.tier(&rec.tier).map_err(internal)?;
+        thaw_store::secure::remove_tree(&from.function_dir(&sname)).map_err(internal)?;
+        if let Some(info) = rec.snapshot.as_mut() {
+            info.dir = snap.dir.clone();
+        }
+    }
+    rec.strategy = pl.strategy.clone();
+    rec.tier = pl.tier.clone();
+    rec.placement = Some(pl);
+    Ok(snap)
 }
 
 pub fn ring_for(app: &App, name: &str) -> Arc<Ring> {

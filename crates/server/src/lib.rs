@@ -12,6 +12,7 @@ pub mod config;
 pub mod deploy;
 pub mod logs;
 pub mod metrics;
+pub mod placement;
 pub mod pool;
 pub mod registry;
 pub mod tiering;

@@ -40,6 +40,9 @@ pub struct Record {
     /// The function's own Debian packages (none for older records).
     #[serde(default)]
     pub packages: Option<PackagesInfo>,
+    /// How strategy and tier were chosen (none for older records).
+    #[serde(default)]
+    pub placement: Option<crate::placement::PlacementInfo>,
     pub code_bytes: u64,
     pub code_files: u64,
     pub created_unix: u64,

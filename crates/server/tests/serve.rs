@@ -1576,3 +1576,121 @@ fn own_debian_packages_deploy_invoke_restore_and_bad_sets() {
     assert_eq!(r.header("thaw-start-type"), Some("warm"));
     assert_eq!(r.json().unwrap()["date"], json!("2024-02-29"));
 }
+
+#[test]
+fn deploy_time_placement_explains_its_choice_and_honours_the_request() {
+    let d = Daemon::start(test_config("placement"));
+    let src = "def handler(e):\n    return sum(range(e['n']))\n";
+    let ev = json!({"n": 1000});
+
+    // nothing named: thaw measures and chooses
+    let mut req = file_deploy("auto", "m.handler", src);
+    req["sample_event"] = ev.clone();
+    let v = deploy(&d, &req);
+    let pl = &v["placement"];
+    assert_eq!(pl["chosen_by"], json!("thaw"), "{pl}");
+    let (strategy, tier) = (
+        pl["strategy"].as_str().unwrap(),
+        pl["tier"].as_str().unwrap(),
+    );
+    assert_eq!(
+        (v["strategy"].as_str(), v["tier"].as_str()),
+        (Some(strategy), Some(tier))
+    );
+    assert_eq!(v["snapshot_tier"].as_str(), Some(tier));
+    let prof = &pl["profile"];
+    assert_eq!(prof["ws_measured"], json!(true), "{prof}");
+    let (ws, image) = (
+        prof["ws_mib"].as_f64().unwrap(),
+        prof["image_mib"].as_f64().unwrap(),
+    );
+    assert!(ws > 0.0 && ws <= image, "{prof}");
+    let reason = pl["reason"].as_array().unwrap();
+    assert!(reason[0].as_str().unwrap().contains("measured"), "{pl}");
+    assert!(
+        reason
+            .iter()
+            .any(|r| r.as_str().unwrap().starts_with("chosen: ")),
+        "{pl}"
+    );
+    // the choice is the model's rule applied to the recorded estimates
+    let est = pl["estimates"].as_array().unwrap();
+    assert_eq!(est.len(), 2, "{pl}");
+    let ok: Vec<&Value> = est.iter().filter(|e| e["rejected"].is_null()).collect();
+    let cold = |e: &Value| e["cold_ms"].as_f64().unwrap();
+    let fastest = ok.iter().map(|e| cold(e)).fold(f64::INFINITY, f64::min);
+    let best = ok
+        .iter()
+        .filter(|e| cold(e) <= fastest * prof["max_slowdown"].as_f64().unwrap())
+        .min_by(|a, b| {
+            (a["cost_per_month"].as_f64().unwrap() * cold(a))
+                .total_cmp(&(b["cost_per_month"].as_f64().unwrap() * cold(b)))
+        })
+        .unwrap();
+    assert_eq!(
+        (best["tier"].as_str(), best["strategy"].as_str()),
+        (Some(tier), Some(strategy))
+    );
+    let r = d.invoke("auto", &json!({"n": 10}));
+    assert_eq!(r.json().unwrap(), json!(45));
+    assert_eq!(r.header("thaw-start-type"), Some("restore"));
+    assert_eq!(r.header("thaw-strategy"), Some(strategy));
+    assert_eq!(r.header("thaw-tier"), Some(tier));
+    let g = d.req("GET", "/v1/functions/auto", None).json().unwrap();
+    assert_eq!(g["placement"], *pl);
+
+    // without a sample event the whole image counts as the working set
+    let v = deploy(&d, &file_deploy("nosample", "m.handler", src));
+    let pl = &v["placement"];
+    assert_eq!(pl["profile"]["ws_measured"], json!(false), "{pl}");
+    assert_eq!(pl["profile"]["ws_mib"], pl["profile"]["image_mib"]);
+    assert!(
+        pl["reason"][0]
+            .as_str()
+            .unwrap()
+            .contains("no REAP working set"),
+        "{pl}"
+    );
+
+    // both named: honoured as given
+    let mut req = file_deploy("given", "m.handler", src);
+    req["strategy"] = json!("eager");
+    req["tier"] = json!("disk");
+    let v = deploy(&d, &req);
+    assert_eq!(v["placement"]["chosen_by"], json!("request"));
+    assert_eq!(
+        (v["strategy"].as_str(), v["tier"].as_str()),
+        (Some("eager"), Some("disk"))
+    );
+    let r = d.invoke("given", &json!({"n": 4}));
+    assert_eq!(r.json().unwrap(), json!(6));
+    assert_eq!(r.header("thaw-strategy"), Some("eager"));
+    assert_eq!(r.header("thaw-tier"), Some("disk"));
+
+    // one named: kept, the other chosen for it
+    let mut req = file_deploy("half", "m.handler", src);
+    req["tier"] = json!("tmpfs");
+    req["sample_event"] = ev;
+    let v = deploy(&d, &req);
+    let pl = &v["placement"];
+    assert_eq!(
+        (pl["chosen_by"].as_str(), v["tier"].as_str()),
+        (Some("thaw"), Some("tmpfs"))
+    );
+    let want = pl["estimates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["tier"] == "tmpfs")
+        .unwrap()["strategy"]
+        .clone();
+    assert_eq!(v["strategy"], want, "{pl}");
+    assert!(
+        pl["reason"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r == "tier tmpfs named by the request"),
+        "{pl}"
+    );
+}
