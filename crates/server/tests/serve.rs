@@ -235,6 +235,8 @@ fn deploy_archive_invoke_warm_restore_logs_metrics_delete() {
     req["after_restore"] = json!("app.main.after_restore");
     req["env"] = json!({"GREETING": "hi"});
     req["secret_env"] = json!({"TOKEN": "s3cret-value"});
+    req["strategy"] = json!("mmap");
+    req["tier"] = json!("tmpfs");
     let r = d.post_json("/v1/functions", &req);
     assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
     let v = r.json().unwrap();
@@ -929,14 +931,14 @@ fn restart_keeps_deployments_and_retakes_untrusted_snapshots() {
             "def handler(e):\n    return {'kept': e}\n",
         ),
     );
-    let v = deploy(
-        &d,
-        &file_deploy(
-            "fix",
-            "m.handler",
-            "def handler(e):\n    return {'fixed': e}\n",
-        ),
+    // on tmpfs: the test corrupts it (disk-tier files are immutable)
+    let mut fix = file_deploy(
+        "fix",
+        "m.handler",
+        "def handler(e):\n    return {'fixed': e}\n",
     );
+    fix["tier"] = json!("tmpfs");
+    let v = deploy(&d, &fix);
     let fix_snap = PathBuf::from(v["snapshot"]["dir"].as_str().unwrap());
     assert_eq!(d.invoke("keep", &json!(1)).status, 200);
     // a deploy that crashed before publishing leaves a version without `current`
