@@ -415,28 +415,10 @@ fn build(
     let tree = dir.join("tree");
     fs::create_dir_all(&tree)?;
     fs::set_permissions(&tree, fs::Permissions::from_mode(0o755))?;
-    // merged /usr like the root, so `/lib/...` paths land under usr/
-    for d in ["usr/bin", "usr/sbin", "usr/lib", "usr/lib64"] {
-        fs::create_dir_all(tree.join(d))?;
-    }
-    for (l, t) in [
-        ("bin", "usr/bin"),
-        ("sbin", "usr/sbin"),
-        ("lib", "usr/lib"),
-        ("lib64", "usr/lib64"),
-    ] {
-        std::os::unix::fs::symlink(t, tree.join(l))?;
-    }
+    recipe::merged_usr(&tree)?;
     let debs = runtime_home.join("runtime").join("debs");
-    for (i, p) in pkgs.iter().enumerate() {
-        progress(&format!(
-            "[{}/{}] unpacking {} {}",
-            i + 1,
-            pkgs.len(),
-            p.name,
-            p.version
-        ));
-        recipe::extract(&debs.join(p.deb_name()), &tree)?;
+    for i in 0..pkgs.len() {
+        recipe::unpack(&debs, pkgs, i, &tree, progress)?;
     }
     for p in recipe::recipe()?.prune {
         let _ = fs::remove_dir_all(tree.join(p));

@@ -310,7 +310,7 @@ pub(crate) fn lock(p: &Path) -> Result<Lock> {
         .create(true)
         .truncate(false)
         .write(true)
-        .open(&p)
+        .open(p)
         .with_context(|| format!("open {}", p.display()))?;
     use std::os::fd::AsRawFd;
     // SAFETY: flock on an fd we own.
@@ -480,7 +480,7 @@ fn run_ok(cmd: &mut Command, what: &str) -> Result<Output> {
     Ok(out)
 }
 
-pub(crate) fn extract(deb: &Path, root: &Path) -> Result<()> {
+fn extract(deb: &Path, root: &Path) -> Result<()> {
     let mut d = Command::new("dpkg-deb")
         .arg("--fsys-tarfile")
         .arg(deb)
@@ -632,6 +632,45 @@ pub fn run_in_root(
     run_in_root_as(root, argv, env, stdin, true)
 }
 
+/// Unpacks `pkgs[i]` from the download cache `debs` into `root`, saying
+/// so; returns its .deb.
+pub(crate) fn unpack(
+    debs: &Path,
+    pkgs: &[Pkg],
+    i: usize,
+    root: &Path,
+    progress: &mut dyn FnMut(&str),
+) -> Result<PathBuf> {
+    let p = &pkgs[i];
+    progress(&format!(
+        "[{}/{}] unpacking {} {}",
+        i + 1,
+        pkgs.len(),
+        p.name,
+        p.version
+    ));
+    let deb = debs.join(p.deb_name());
+    extract(&deb, root)?;
+    Ok(deb)
+}
+
+/// Merged /usr, as a bookworm debootstrap would make it: `/lib/...` paths
+/// of the packages land under `usr/`.
+pub(crate) fn merged_usr(root: &Path) -> Result<()> {
+    for d in ["usr/bin", "usr/sbin", "usr/lib", "usr/lib64"] {
+        fs::create_dir_all(root.join(d))?;
+    }
+    for (l, t) in [
+        ("bin", "usr/bin"),
+        ("sbin", "usr/sbin"),
+        ("lib", "usr/lib"),
+        ("lib64", "usr/lib64"),
+    ] {
+        std::os::unix::fs::symlink(t, root.join(l))?;
+    }
+    Ok(())
+}
+
 fn build_into(
     dir: &Path,
     hash: &str,
@@ -644,30 +683,11 @@ fn build_into(
     fs::create_dir_all(&root)?;
     fs::set_permissions(dir, fs::Permissions::from_mode(0o755))?;
     fs::set_permissions(&root, fs::Permissions::from_mode(0o755))?;
-    // Merged /usr, as a bookworm debootstrap would make it.
-    for d in ["usr/bin", "usr/sbin", "usr/lib", "usr/lib64"] {
-        fs::create_dir_all(root.join(d))?;
-    }
-    for (l, t) in [
-        ("bin", "usr/bin"),
-        ("sbin", "usr/sbin"),
-        ("lib", "usr/lib"),
-        ("lib64", "usr/lib64"),
-    ] {
-        std::os::unix::fs::symlink(t, root.join(l))?;
-    }
+    merged_usr(&root)?;
     let debs = dir.parent().unwrap().parent().unwrap().join("debs");
     let mut alternatives: BTreeMap<String, (i64, Vec<(String, String)>)> = BTreeMap::new();
-    for (i, p) in pkgs.iter().enumerate() {
-        progress(&format!(
-            "[{}/{}] unpacking {} {}",
-            i + 1,
-            pkgs.len(),
-            p.name,
-            p.version
-        ));
-        let deb = debs.join(p.deb_name());
-        extract(&deb, &root)?;
+    for i in 0..pkgs.len() {
+        let deb = unpack(&debs, pkgs, i, &root, progress)?;
         let post = Command::new("dpkg-deb")
             .arg("-I")
             .arg(&deb)
