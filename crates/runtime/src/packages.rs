@@ -174,12 +174,11 @@ pub fn ensure(
         recipe::apt_update(progress)?;
     }
     fs::create_dir_all(cache)?;
+    // one preparation at a time (threads of one daemon too: each takes its
+    // own open file description): the caches' temporary files are per process
+    let _lock = recipe::lock(&cache.join(".lock"))?;
     let pkgs = resolve(cache, root, &names, progress)?;
     let hash = tree_hash_key(root, &pkgs)?;
-    if let Ok(t) = open(cache, &hash) {
-        return Ok(t);
-    }
-    let _lock = recipe::lock(&cache.join(".lock"))?;
     if let Ok(t) = open(cache, &hash) {
         return Ok(t);
     }
