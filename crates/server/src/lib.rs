@@ -96,6 +96,7 @@ pub fn open(cfg: Config) -> Result<Arc<App>> {
     host.attach(&app);
     let _ = app.pool.xdt.set(host);
     recover(&app)?;
+    drop_unused_packages(&app);
     tiering::spawn_mover(Arc::downgrade(&app), mover_rx)?;
     Ok(app)
 }
@@ -191,6 +192,29 @@ fn recover(app: &App) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// Removes package trees no deployed function uses (a deploy or delete
+/// leaves them: another function may share one until the next start).
+fn drop_unused_packages(app: &App) {
+    let used: std::collections::HashSet<String> = app
+        .functions
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .values()
+        .filter_map(|v| v.rec.packages.as_ref().map(|p| p.hash.clone()))
+        .collect();
+    let Ok(rd) = std::fs::read_dir(app.cfg.packages_dir()) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let n = e.file_name().to_string_lossy().to_string();
+        let tree = n.len() == 64 && n.bytes().all(|b| b.is_ascii_hexdigit());
+        if tree && !used.contains(&n) {
+            tracing::info!("removing unused package tree {}", &n[..16]);
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
 }
 
 /// A function's package tree must be in the cache; if it went, it is built

@@ -1565,7 +1565,12 @@ fn own_debian_packages_deploy_invoke_restore_and_bad_sets() {
     // after a restart the snapshot restores with its packages mounted; a
     // tree that went missing meanwhile is built again
     let tree = d.home.join("serve/packages").join(&hash);
-    let d = d.restart(|| std::fs::remove_dir_all(&tree).unwrap());
+    let unused = d.home.join("serve/packages").join("ab".repeat(32));
+    let d = d.restart(|| {
+        std::fs::remove_dir_all(&tree).unwrap();
+        std::fs::create_dir_all(unused.join("tree")).unwrap();
+    });
+    assert!(!unused.exists(), "a tree no function uses was kept");
     for f in ["when", "when2"] {
         let r = d.invoke(f, &ev);
         assert_eq!(r.status, 200, "{f}: {}", String::from_utf8_lossy(&r.body));
