@@ -11,7 +11,8 @@ Usage (argv comes from thaw_runtime::RootInfo::agent_command):
 
 A deployed (user) function's code is mounted read-only at /opt/thaw/user; the
 environment names its handler (THAW_HANDLER=module.function) and its optional
-hooks (THAW_INIT, THAW_AFTER_RESTORE, same form).
+hooks (THAW_INIT, THAW_AFTER_RESTORE, same form). Its own Debian packages, if
+it has any, are mounted read-only at /opt/thaw/packages.
 """
 
 import gc
@@ -34,6 +35,8 @@ THAW_DIR = os.path.dirname(os.path.abspath(__file__))
 FUNCTIONS_DIR = os.path.join(THAW_DIR, "functions")
 INPUTS_DIR = os.path.join(THAW_DIR, "inputs")
 USER_DIR = os.path.join(THAW_DIR, "user")
+# a deployed function's own Debian packages (mounted only when it has some)
+PACKAGES_SITE = os.path.join(THAW_DIR, "packages/usr/lib/python3/dist-packages")
 USER_FLAG = "--user"
 SIZES = ("I", "II", "III", "IV")
 
@@ -242,6 +245,12 @@ class Agent:
         handler_name = os.environ.get("THAW_HANDLER", "")
         if USER_DIR not in sys.path:
             sys.path.insert(0, USER_DIR)
+        if os.path.isdir(PACKAGES_SITE) and PACKAGES_SITE not in sys.path:
+            # after the root's own: the packages never replace what it has;
+            # addsitedir also reads their .pth files (namespace packages)
+            import site
+
+            site.addsitedir(PACKAGES_SITE)
         t0 = time.perf_counter()
         handler = resolve_entry(handler_name, "handler")
         t1 = time.perf_counter()

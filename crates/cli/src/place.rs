@@ -5,7 +5,7 @@
 use anyhow::{bail, Context, Result};
 use std::path::Path;
 use thaw_policy::placement::{self, FunctionProfile, Placement, TierOption};
-use thaw_tiers::{device, Kind, TiersConfig};
+use thaw_tiers::{device, TiersConfig};
 
 pub struct Options {
     pub functions: Vec<String>,
@@ -20,29 +20,15 @@ pub struct Options {
 
 /// Tiers that are ready, with their measured profile where there is one.
 pub fn tier_options(home: &Path, cfg: &TiersConfig) -> Result<Vec<TierOption>> {
-    let probes: std::collections::BTreeMap<String, Vec<thaw_tiers::probe::ReaderResult>> =
-        std::fs::read(home.join(crate::tiers::PROBE_FILE))
-            .ok()
-            .and_then(|raw| serde_json::from_slice(&raw).ok())
-            .unwrap_or_default();
+    let probes = thaw_server::placement::probes(home);
     let mut out = Vec::new();
     for t in &cfg.tiers {
         if !device::status(home, t)?.ready {
             continue;
         }
-        let measured = probes.get(&t.name).and_then(|v| v.first());
         let used = device::used_bytes(home, t)?;
-        out.push(TierOption {
-            name: t.name.clone(),
-            byte_addressable: matches!(t.kind, Kind::Dram | Kind::Pmem),
-            remote: t.kind == Kind::Remote,
-            emulated: t.emulated,
-            price_per_gb_month: t.price_per_gb_month,
-            read_mbps: measured.map_or(t.profile.read_mbps, |m| m.seq_read_mbps),
-            access_us: measured.map_or(t.profile.rand_read_4k_us, |m| m.rand_read_4k_us_mean),
-            free_mib: t.capacity_bytes.saturating_sub(used) as f64 / (1 << 20) as f64,
-            max_concurrent_restores: t.max_concurrent_restores,
-        });
+        let free_mib = t.capacity_bytes.saturating_sub(used) as f64 / (1 << 20) as f64;
+        out.push(thaw_server::placement::tier_option(t, &probes, free_mib));
     }
     Ok(out)
 }

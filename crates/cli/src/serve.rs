@@ -101,7 +101,7 @@ pub struct DeployArgs {
     /// JSON event invoked once before the snapshot
     #[arg(long)]
     pub sample_event: Option<String>,
-    /// Debian package (not supported yet: the daemon answers 501)
+    /// Debian package for this function only (repeatable; resolved against the runtime root)
     #[arg(long)]
     pub package: Vec<String>,
 }

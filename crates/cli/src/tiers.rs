@@ -4,13 +4,11 @@ use anyhow::{bail, Context, Result};
 use clap::Subcommand;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use thaw_server::placement::PROBE_FILE;
 use thaw_tiers::moves::{self, Place};
 use thaw_tiers::objects::RemoteStore;
 use thaw_tiers::probe::{self, ReaderResult};
 use thaw_tiers::{device, Kind, TierConfig, TiersConfig};
-
-/// Where `thaw tier probe` keeps its latest measurements, under the home.
-pub(crate) const PROBE_FILE: &str = "tier-probes.json";
 
 #[derive(Subcommand)]
 pub enum TierCmd {

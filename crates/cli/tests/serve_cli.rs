@@ -156,6 +156,38 @@ fn serve_deploy_invoke_sigterm_and_kill9_recovery() {
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("404"));
 
+    // --package (repeatable): a Debian package the runtime root lacks
+    let six = home.0.join("six_user.py");
+    std::fs::write(
+        &six,
+        "import six\ndef handler(e):\n    return [six.__file__, six.ensure_str(b'ok')]\n",
+    )
+    .unwrap();
+    let deploy_six = |pkgs: &[&str]| {
+        let mut args = vec![
+            "deploy",
+            six.to_str().unwrap(),
+            "--handler",
+            "six_user.handler",
+        ];
+        for p in pkgs {
+            args.extend(["--package", p]);
+        }
+        thaw_fn(&home.0, &args)
+    };
+    let out = ok(&deploy_six(&["python3-six", "python3-six"]));
+    assert!(out.contains("\"python3-six="), "{out}");
+    let inv = ok(&thaw_fn(&home.0, &["invoke", "six_user"]));
+    assert!(
+        inv.contains("/opt/thaw/packages/usr/lib/python3/dist-packages/six.py")
+            && inv.contains("\"ok\""),
+        "{inv}"
+    );
+    let bad = deploy_six(&["six;reboot"]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("not a Debian package name"));
+    ok(&thaw_fn(&home.0, &["rm", "six_user"]));
+
     // SIGTERM while an invocation runs: it finishes, then the daemon exits
     let slow = {
         let h = home.0.clone();

@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 
 pub mod cli;
 pub mod harness;
+pub mod packages;
 pub mod recipe;
 pub mod treehash;
 

@@ -5,6 +5,7 @@
 //! byte-compilation), install `/opt/thaw`, generate the function inputs inside the
 //! root, hash the tree, write the manifest and rename the finished directory into place.
 
+use crate::packages::Refused;
 use crate::{roots_dir, runtime_files, treehash, Manifest, RootInfo, MANIFEST_FORMAT, PYTHON};
 use anyhow::{anyhow, bail, Context, Result};
 use serde::{Deserialize, Serialize};
@@ -60,7 +61,7 @@ pub fn recipe() -> Result<Recipe> {
 
 const APT_LISTS: &str = "/var/lib/apt/lists";
 
-fn lists_present() -> bool {
+pub(crate) fn lists_present() -> bool {
     fs::read_dir(APT_LISTS)
         .map(|rd| {
             rd.flatten()
@@ -69,17 +70,17 @@ fn lists_present() -> bool {
         .unwrap_or(false)
 }
 
-fn need_tool(tool: &str, package: &str) -> Result<()> {
+pub(crate) fn need_tool(tool: &str, package: &str) -> Result<()> {
     let found = std::env::var_os("PATH")
         .map(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
         .unwrap_or(false);
     if !found {
-        bail!("building the runtime root needs `{tool}` on the host (Debian package {package})");
+        bail!("Debian packages need `{tool}` on the host (Debian package {package})");
     }
     Ok(())
 }
 
-fn apt_update(progress: &mut dyn FnMut(&str)) -> Result<()> {
+pub(crate) fn apt_update(progress: &mut dyn FnMut(&str)) -> Result<()> {
     progress("apt-get update (package lists are missing or stale)");
     let out = Command::new("apt-get")
         .args(["update", "-q"])
@@ -96,10 +97,11 @@ fn apt_update(progress: &mut dyn FnMut(&str)) -> Result<()> {
     Ok(())
 }
 
-/// Key of the resolution cache: the recipe's requests and the apt lists' identity.
-fn resolution_key(r: &Recipe) -> Result<String> {
+/// Key of a resolution cache: what was asked (`request`) and the apt lists'
+/// identity.
+pub(crate) fn lists_key(request: &impl Serialize) -> Result<String> {
     let mut h = Sha256::new();
-    h.update(serde_json::to_vec(&(&r.suite, &r.packages, &r.stubs))?);
+    h.update(serde_json::to_vec(request)?);
     let mut lists: Vec<_> = fs::read_dir(APT_LISTS)
         .with_context(|| format!("read {APT_LISTS}"))?
         .flatten()
@@ -119,7 +121,7 @@ fn resolution_key(r: &Recipe) -> Result<String> {
     Ok(hex::encode(h.finalize()))
 }
 
-fn stub_status(r: &Recipe) -> String {
+pub(crate) fn stub_status(r: &Recipe) -> String {
     let mut s = String::new();
     for p in &r.stubs {
         s.push_str(&format!(
@@ -132,15 +134,26 @@ fn stub_status(r: &Recipe) -> String {
 
 /// Resolves the package closure with apt against an empty dpkg status (plus stubs).
 fn resolve_uncached(home: &Path, r: &Recipe) -> Result<Vec<Pkg>> {
-    let dir = home.join("runtime").join("apt");
-    fs::create_dir_all(&dir)?;
-    let status = dir.join(format!("status.{}", std::process::id()));
-    fs::write(&status, stub_status(r))?;
+    simulate_install(
+        &home.join("runtime").join("apt"),
+        &stub_status(r),
+        &r.packages,
+    )
+}
+
+/// What `apt-get install packages` would unpack on a system whose dpkg
+/// status is `status` (a private file under `work`): the closure in install
+/// order. apt refusing (unknown package, unmet dependencies, a removal) is a
+/// [`Refused::Unresolvable`].
+pub(crate) fn simulate_install(work: &Path, status: &str, packages: &[String]) -> Result<Vec<Pkg>> {
+    fs::create_dir_all(work)?;
+    let status_file = work.join(format!("status.{}", std::process::id()));
+    fs::write(&status_file, status)?;
     let mut cmd = Command::new("apt-get");
     cmd.arg("-s")
         .arg("-q")
         .arg("-o")
-        .arg(format!("Dir::State::status={}", status.display()))
+        .arg(format!("Dir::State::status={}", status_file.display()))
         .args([
             "-o",
             "APT::Install-Recommends=false",
@@ -150,23 +163,32 @@ fn resolve_uncached(home: &Path, r: &Recipe) -> Result<Vec<Pkg>> {
             "Debug::NoLocking=1",
             "install",
         ])
-        .args(&r.packages)
+        .args(packages)
         .env("LC_ALL", "C");
-    let out = cmd.output().context("run apt-get -s install")?;
-    let _ = fs::remove_file(&status);
+    let out = cmd.output().context("run apt-get -s install");
+    let _ = fs::remove_file(&status_file);
+    let out = out?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
     if !out.status.success() {
-        bail!(
-            "apt could not resolve the runtime packages: {}{}",
-            String::from_utf8_lossy(&out.stdout)
-                .lines()
-                .filter(|l| l.contains("Depends") || l.starts_with("E:"))
-                .collect::<Vec<_>>()
-                .join("; "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
+        let why = stdout
+            .lines()
+            .filter(|l| l.contains("Depends") || l.contains("Conflicts") || l.starts_with("E:"))
+            .map(str::trim)
+            .chain(
+                String::from_utf8_lossy(&out.stderr)
+                    .lines()
+                    .filter(|l| l.starts_with("E:")),
+            )
+            .collect::<Vec<_>>()
+            .join("; ");
+        return Err(Refused::Unresolvable(why).into());
     }
     let mut pkgs = Vec::new();
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
+    for line in stdout.lines() {
+        if let Some(rest) = line.strip_prefix("Remv ") {
+            let name = rest.split_whitespace().next().unwrap_or("");
+            return Err(Refused::Unresolvable(format!("it would remove {name}")).into());
+        }
         // Inst libc6 (2.36-9+deb12u14 Debian:12.15/oldstable [amd64])
         let Some(rest) = line.strip_prefix("Inst ") else {
             continue;
@@ -195,9 +217,12 @@ fn resolve_uncached(home: &Path, r: &Recipe) -> Result<Vec<Pkg>> {
             arch,
         });
     }
-    for want in &r.packages {
+    for want in packages {
         if !pkgs.iter().any(|p| &p.name == want) {
-            bail!("apt's resolution does not contain requested package {want}");
+            return Err(Refused::Unresolvable(format!(
+                "apt's resolution does not contain requested package {want}"
+            ))
+            .into());
         }
     }
     Ok(pkgs)
@@ -205,7 +230,7 @@ fn resolve_uncached(home: &Path, r: &Recipe) -> Result<Vec<Pkg>> {
 
 /// Where the resolution for `r` under the current apt lists is cached.
 fn resolution_cache(home: &Path, r: &Recipe) -> Result<PathBuf> {
-    let key = resolution_key(r)?;
+    let key = lists_key(&(&r.suite, &r.packages, &r.stubs))?;
     Ok(home
         .join("runtime")
         .join("resolve")
@@ -276,16 +301,16 @@ pub(crate) fn write_atomic(path: &Path, data: &[u8]) -> Result<()> {
     Ok(())
 }
 
-struct Lock(#[allow(dead_code)] fs::File);
+pub(crate) struct Lock(#[allow(dead_code)] fs::File);
 
-fn lock(home: &Path) -> Result<Lock> {
-    let p = home.join("runtime").join(".build.lock");
+/// An exclusive lock on file `p` (created if missing), held until dropped.
+pub(crate) fn lock(p: &Path) -> Result<Lock> {
     fs::create_dir_all(p.parent().unwrap())?;
     let f = fs::OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
-        .open(&p)
+        .open(p)
         .with_context(|| format!("open {}", p.display()))?;
     use std::os::fd::AsRawFd;
     // SAFETY: flock on an fd we own.
@@ -312,7 +337,7 @@ pub fn ensure_root(home: &Path, force: bool, progress: &mut dyn FnMut(&str)) -> 
     }
     need_tool("dpkg-deb", "dpkg")?;
     need_tool("tar", "tar")?;
-    let _lock = lock(home)?;
+    let _lock = lock(&home.join("runtime").join(".build.lock"))?;
     if !force {
         if let Ok(info) = RootInfo::open(home, &hash) {
             return Ok(info);
@@ -330,7 +355,16 @@ pub fn ensure_root(home: &Path, force: bool, progress: &mut dyn FnMut(&str)) -> 
         }
     }
     let t0 = Instant::now();
-    let pkgs = download(home, &r, pkgs, progress)?;
+    let mut re_resolve = |progress: &mut dyn FnMut(&str)| {
+        apt_update(progress)?;
+        let pkgs = resolve_uncached(home, &r)?;
+        write_atomic(
+            &resolution_cache(home, &r)?,
+            &serde_json::to_vec_pretty(&pkgs)?,
+        )?;
+        Ok(pkgs)
+    };
+    let pkgs = download(home, pkgs, &mut re_resolve, progress)?;
     // A refresh of the lists during download may have changed versions.
     let hash = input_hash(&r, &pkgs)?;
     let tmp = roots.join(format!(".tmp-{}-{}", &hash[..16], std::process::id()));
@@ -360,17 +394,22 @@ pub fn ensure_root(home: &Path, force: bool, progress: &mut dyn FnMut(&str)) -> 
     Ok(info)
 }
 
-fn sync_dir(p: &Path) {
+pub(crate) fn sync_dir(p: &Path) {
     if let Ok(f) = fs::File::open(p) {
         let _ = f.sync_all();
     }
 }
 
-/// Makes sure every package's .deb is in `HOME/runtime/debs`.
-fn download(
+/// Refreshes the apt lists and resolves again (a download failed: the
+/// lists named versions the mirror no longer has).
+pub(crate) type ReResolve<'a> = dyn FnMut(&mut dyn FnMut(&str)) -> Result<Vec<Pkg>> + 'a;
+
+/// Makes sure every package's .deb is in `HOME/runtime/debs` (one cache for
+/// the root and every function's packages).
+pub(crate) fn download(
     home: &Path,
-    r: &Recipe,
     mut pkgs: Vec<Pkg>,
+    re_resolve: &mut ReResolve,
     progress: &mut dyn FnMut(&str),
 ) -> Result<Vec<Pkg>> {
     let debs = home.join("runtime").join("debs");
@@ -412,10 +451,7 @@ fn download(
             progress(&format!(
                 "download failed ({err}); refreshing package lists"
             ));
-            apt_update(progress)?;
-            pkgs = resolve_uncached(home, r)?;
-            let cache = resolution_cache(home, r)?;
-            write_atomic(&cache, &serde_json::to_vec_pretty(&pkgs)?)?;
+            pkgs = re_resolve(progress)?;
         } else {
             bail!("apt-get download failed: {err}");
         }
@@ -596,6 +632,45 @@ pub fn run_in_root(
     run_in_root_as(root, argv, env, stdin, true)
 }
 
+/// Unpacks `pkgs[i]` from the download cache `debs` into `root`, saying
+/// so; returns its .deb.
+pub(crate) fn unpack(
+    debs: &Path,
+    pkgs: &[Pkg],
+    i: usize,
+    root: &Path,
+    progress: &mut dyn FnMut(&str),
+) -> Result<PathBuf> {
+    let p = &pkgs[i];
+    progress(&format!(
+        "[{}/{}] unpacking {} {}",
+        i + 1,
+        pkgs.len(),
+        p.name,
+        p.version
+    ));
+    let deb = debs.join(p.deb_name());
+    extract(&deb, root)?;
+    Ok(deb)
+}
+
+/// Merged /usr, as a bookworm debootstrap would make it: `/lib/...` paths
+/// of the packages land under `usr/`.
+pub(crate) fn merged_usr(root: &Path) -> Result<()> {
+    for d in ["usr/bin", "usr/sbin", "usr/lib", "usr/lib64"] {
+        fs::create_dir_all(root.join(d))?;
+    }
+    for (l, t) in [
+        ("bin", "usr/bin"),
+        ("sbin", "usr/sbin"),
+        ("lib", "usr/lib"),
+        ("lib64", "usr/lib64"),
+    ] {
+        std::os::unix::fs::symlink(t, root.join(l))?;
+    }
+    Ok(())
+}
+
 fn build_into(
     dir: &Path,
     hash: &str,
@@ -608,30 +683,11 @@ fn build_into(
     fs::create_dir_all(&root)?;
     fs::set_permissions(dir, fs::Permissions::from_mode(0o755))?;
     fs::set_permissions(&root, fs::Permissions::from_mode(0o755))?;
-    // Merged /usr, as a bookworm debootstrap would make it.
-    for d in ["usr/bin", "usr/sbin", "usr/lib", "usr/lib64"] {
-        fs::create_dir_all(root.join(d))?;
-    }
-    for (l, t) in [
-        ("bin", "usr/bin"),
-        ("sbin", "usr/sbin"),
-        ("lib", "usr/lib"),
-        ("lib64", "usr/lib64"),
-    ] {
-        std::os::unix::fs::symlink(t, root.join(l))?;
-    }
+    merged_usr(&root)?;
     let debs = dir.parent().unwrap().parent().unwrap().join("debs");
     let mut alternatives: BTreeMap<String, (i64, Vec<(String, String)>)> = BTreeMap::new();
-    for (i, p) in pkgs.iter().enumerate() {
-        progress(&format!(
-            "[{}/{}] unpacking {} {}",
-            i + 1,
-            pkgs.len(),
-            p.name,
-            p.version
-        ));
-        let deb = debs.join(p.deb_name());
-        extract(&deb, &root)?;
+    for i in 0..pkgs.len() {
+        let deb = unpack(&debs, pkgs, i, &root, progress)?;
         let post = Command::new("dpkg-deb")
             .arg("-I")
             .arg(&deb)
@@ -807,7 +863,7 @@ fn build_env() -> Vec<(String, String)> {
     env
 }
 
-fn make_world_readable(root: &Path) -> Result<()> {
+pub(crate) fn make_world_readable(root: &Path) -> Result<()> {
     let mut stack = vec![root.to_path_buf()];
     while let Some(d) = stack.pop() {
         for e in fs::read_dir(&d)? {

@@ -61,10 +61,15 @@ pub struct SandboxConfig {
     /// A deployed function's code directory, bind-mounted read-only at
     /// [`USER_CODE_DIR`] inside the sandbox (fresh starts and restores alike).
     pub code_dir: Option<PathBuf>,
+    /// A deployed function's extracted Debian packages, bind-mounted
+    /// read-only at [`PACKAGES_DIR`] (fresh starts and restores alike).
+    pub packages_dir: Option<PathBuf>,
 }
 
 /// Where a deployed function's code appears inside the sandbox.
 pub const USER_CODE_DIR: &str = "/opt/thaw/user";
+/// Where a deployed function's own Debian packages appear inside the sandbox.
+pub const PACKAGES_DIR: &str = "/opt/thaw/packages";
 
 impl Default for SandboxConfig {
     fn default() -> Self {
@@ -77,6 +82,7 @@ impl Default for SandboxConfig {
             log_dir: PathBuf::from("/run/thaw/logs"),
             drift_share: 0.25,
             code_dir: None,
+            packages_dir: None,
         }
     }
 }
@@ -89,6 +95,13 @@ impl SandboxConfig {
             (libc::RLIMIT_CORE, 0),
             (libc::RLIMIT_STACK, 8 << 20),
         ]
+    }
+
+    /// The read-only bind mounts of a deployed function's sandbox.
+    fn binds(&self) -> Vec<(&Path, &'static str)> {
+        let code = self.code_dir.as_deref().map(|d| (d, USER_CODE_DIR));
+        let pkgs = self.packages_dir.as_deref().map(|d| (d, PACKAGES_DIR));
+        code.into_iter().chain(pkgs).collect()
     }
 }
 
@@ -252,7 +265,7 @@ impl Sandbox {
             rlimits: cfg.rlimits(),
             procs_files: slot.cgroups.procs_files(),
             tmp_bytes: cfg.tmp_bytes,
-            code_dir: cfg.code_dir.as_deref(),
+            binds: cfg.binds(),
         };
         let pid = spawn::spawn(&spec)?;
         Ok(slot.into_sandbox(pid, root, None))

@@ -34,7 +34,7 @@ impl Prebuilt {
             rlimits: cfg.rlimits(),
             procs_files: slot.cgroups.procs_files(),
             tmp_bytes: cfg.tmp_bytes,
-            code_dir: cfg.code_dir.as_deref(),
+            binds: cfg.binds(),
         };
         let pid = spawn::spawn(&spec)?;
         drop(spec);

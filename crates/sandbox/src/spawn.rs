@@ -42,8 +42,9 @@ pub struct ChildSpec<'a> {
     pub procs_files: Vec<PathBuf>,
     /// Size of the private /tmp.
     pub tmp_bytes: u64,
-    /// Host directory bind-mounted read-only at `USER_CODE_DIR` in the root.
-    pub code_dir: Option<&'a Path>,
+    /// Host directories bind-mounted read-only at mount points (absolute
+    /// paths inside the root): a deployed function's code and packages.
+    pub binds: Vec<(&'a Path, &'static str)>,
 }
 
 const ERR_FD: RawFd = 900;
@@ -66,7 +67,7 @@ const STEPS: &[&str] = &[
     "installing the seccomp filter",
     "exec",
     "leaving the worker's session (setsid)",
-    "mounting the function code",
+    "mounting the function code or packages",
 ];
 const STEP_CODE: usize = 15;
 
@@ -90,7 +91,7 @@ struct Prepared {
     filter: Vec<[u8; 8]>,
     memfd: Option<RawFd>,
     /// (host directory, mount point inside the root, before pivoting)
-    code: Option<(CString, CString)>,
+    binds: Vec<(CString, CString)>,
 }
 
 fn cstr(s: &[u8]) -> Result<CString> {
@@ -128,27 +129,24 @@ fn prepare(spec: &ChildSpec) -> Result<Prepared> {
         .iter()
         .map(|(k, v)| cstr(format!("{k}={v}").as_bytes()))
         .collect::<Result<Vec<_>>>()?;
-    let code = match spec.code_dir {
-        Some(dir) => {
-            let target = root.join(crate::USER_CODE_DIR.trim_start_matches('/'));
-            if !target.is_dir() {
-                bail!(
-                    "runtime root {} has no {} directory to mount function code on \
-                     (rebuild it with `thaw runtime build`)",
-                    root.display(),
-                    crate::USER_CODE_DIR
-                );
-            }
-            let src = dir
-                .canonicalize()
-                .with_context(|| format!("function code {}", dir.display()))?;
-            Some((
-                cstr(src.as_os_str().as_bytes())?,
-                cstr(target.as_os_str().as_bytes())?,
-            ))
+    let mut binds = Vec::new();
+    for (dir, at) in &spec.binds {
+        let target = root.join(at.trim_start_matches('/'));
+        if !target.is_dir() {
+            bail!(
+                "runtime root {} has no {at} directory to mount on \
+                 (rebuild it with `thaw runtime build`)",
+                root.display(),
+            );
         }
-        None => None,
-    };
+        let src = dir
+            .canonicalize()
+            .with_context(|| format!("{at} source {}", dir.display()))?;
+        binds.push((
+            cstr(src.as_os_str().as_bytes())?,
+            cstr(target.as_os_str().as_bytes())?,
+        ));
+    }
     let mut argv: Vec<_> = argv_c.iter().map(|c| c.as_ptr()).collect();
     argv.push(std::ptr::null());
     let mut envp: Vec<_> = env_c.iter().map(|c| c.as_ptr()).collect();
@@ -187,7 +185,7 @@ fn prepare(spec: &ChildSpec) -> Result<Prepared> {
         creds,
         filter,
         memfd,
-        code,
+        binds,
     })
 }
 
@@ -400,8 +398,8 @@ fn child(p: &Prepared, go_r: RawFd, err_w: RawFd) -> ! {
         if libc::mount(null, p.root.as_ptr(), null, ro, std::ptr::null()) != 0 {
             fail(err_fd, 4);
         }
-        if let Some((src, target)) = &p.code {
-            // not recursive: nothing mounted below the code directory comes along
+        for (src, target) in &p.binds {
+            // not recursive: nothing mounted below the directory comes along
             if libc::mount(
                 src.as_ptr(),
                 target.as_ptr(),

@@ -50,7 +50,7 @@ impl Zygote {
             rlimits: cfg.rlimits(),
             procs_files: slot.cgroups.procs_files(),
             tmp_bytes: cfg.tmp_bytes,
-            code_dir: cfg.code_dir.as_deref(),
+            binds: cfg.binds(),
         };
         let pid = spawn::spawn(&spec)?;
         let mut template = slot.into_sandbox(pid, root, None);

@@ -161,6 +161,8 @@ pub fn describe(v: &FnVersion, live: u32, idle: u32) -> Value {
         "tier": r.tier,
         "snapshot_tier": v.placed().map(|p| p.tier),
         "snapshot": r.snapshot,
+        "packages": r.packages,
+        "placement": r.placement,
         "code_bytes": r.code_bytes,
         "code_files": r.code_files,
         "created_unix": r.created_unix,

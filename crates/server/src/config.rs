@@ -71,6 +71,8 @@ pub struct Limits {
     /// Sandboxes built ahead per deployed version with a snapshot (each a
     /// restorer waiting for its plan, refilled in the background); 0: none.
     pub sandbox_pool: usize,
+    /// Largest unpacked set of one function's own Debian packages.
+    pub packages_bytes: u64,
 }
 
 impl Default for Limits {
@@ -92,6 +94,7 @@ impl Default for Limits {
             invocation_log_bytes: 64 << 10,
             prewarm_max: 64,
             sandbox_pool: 0,
+            packages_bytes: 512 << 20,
         }
     }
 }
@@ -129,6 +132,11 @@ impl Config {
     /// `HOME/serve`: everything the daemon owns.
     pub fn state_dir(&self) -> PathBuf {
         self.home.join("serve")
+    }
+
+    /// Functions' unpacked Debian packages, one tree per content hash.
+    pub fn packages_dir(&self) -> PathBuf {
+        self.state_dir().join("packages")
     }
 
     pub fn socket_path(&self) -> PathBuf {

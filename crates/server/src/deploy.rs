@@ -13,8 +13,9 @@ use thaw_worker::UserFunction;
 use crate::api::ApiError;
 use crate::archive::{self, Format};
 use crate::logs::Ring;
+use crate::placement::{self, PlacementInfo};
 use crate::pool::{FnVersion, Placed};
-use crate::registry::{check_name, mkdir_private, Record, SnapshotInfo};
+use crate::registry::{check_name, mkdir_private, PackagesInfo, Record, SnapshotInfo};
 use crate::tiering::TIERS;
 use crate::App;
 
@@ -124,14 +125,16 @@ pub async fn run(app: &Arc<App>, req: DeployRequest) -> Result<(Record, StatusCo
             check_entry(what, h)?;
         }
     }
-    if !req.packages.is_empty() {
-        return Err(ApiError::new(
-            StatusCode::NOT_IMPLEMENTED,
-            "not_implemented",
-            "per-function Debian packages are not supported yet; deploy pure-Python code or use the runtime root's packages",
-        ));
-    }
+    thaw_runtime::packages::check_names(&req.packages).map_err(|e| bad(e.to_string()))?;
     check_env(&req.env)?;
+    let lib_path = "LD_LIBRARY_PATH";
+    if !req.packages.is_empty()
+        && (req.env.contains_key(lib_path) || req.secret_env.contains_key(lib_path))
+    {
+        return Err(bad(format!(
+            "{lib_path} is set by the runtime for functions with packages"
+        )));
+    }
     check_env(&req.secret_env)?;
     if let Some(k) = req.env.keys().find(|k| req.secret_env.contains_key(*k)) {
         return Err(bad(format!("{k} is both in env and secret_env")));
@@ -158,8 +161,8 @@ pub async fn run(app: &Arc<App>, req: DeployRequest) -> Result<(Record, StatusCo
             lim.max_instances_per_function
         )));
     }
-    // thaw's choice: mmap from DRAM (tmpfs) is the cheapest restore here
-    // (docs/BENCHMARKS.md); reap only pays off with a recorded working set
+    // what the request leaves open is placed after the snapshot (see
+    // `placement`); until then it is taken with mmap on tmpfs
     let strategy = req.strategy.clone().unwrap_or_else(|| "mmap".into());
     if !STRATEGIES.contains(&strategy.as_str()) {
         return Err(bad(format!(
@@ -275,6 +278,10 @@ fn build(
         std::fs::create_dir(&code_dir).map_err(|e| internal(e.into()))?;
         let stats = archive::unpack(format, data, filename, &code_dir, &app.cfg.limits)
             .map_err(|e| bad(format!("{e:#}")))?;
+        let packages = match req.packages.is_empty() {
+            true => None,
+            false => Some(prepare_packages(app, &req.name, &req.packages)?),
+        };
         let mut rec = Record {
             name: req.name.clone(),
             version,
@@ -293,19 +300,23 @@ fn build(
             strategy: strategy.to_string(),
             tier: tier.to_string(),
             snapshot: None,
+            placement: None,
+            packages,
             code_bytes: stats.bytes,
             code_files: stats.files,
             created_unix: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),
         };
-        let func = user_function(&vdir, &rec, &req.secret_env);
+        let func = user_function(app, &vdir, &rec, &req.secret_env);
         let placed = if strategy == "boot" {
             check_boots(app, &rec, &func, req.sample_event.as_ref())?;
+            rec.placement = Some(PlacementInfo::requested(strategy, tier));
             None
         } else {
             let (snap, info) = snapshot(app, &rec, &func, req.sample_event.as_ref())?;
             rec.snapshot = Some(info);
+            let snap = place(app, &mut rec, snap, &func, req)?;
             Some(Placed {
                 tier: rec.tier.clone(),
                 snap,
@@ -334,6 +345,50 @@ fn build(
     result
 }
 
+/// Records how strategy and tier were chosen: the request's, or the
+/// placement model's on the measured profile (the snapshot moves to the
+/// chosen tier before the version is published).
+fn place(
+    app: &App,
+    rec: &mut Record,
+    snap: Snapshot,
+    func: &UserFunction,
+    req: &DeployRequest,
+) -> Result<Snapshot, ApiError> {
+    let (strategy, tier) = (req.strategy.as_deref(), req.tier.as_deref());
+    let pl = match (strategy, tier) {
+        (Some(s), Some(t)) => PlacementInfo::requested(s, t),
+        _ => {
+            let pl = placement::decide(
+                app,
+                rec,
+                &snap,
+                func,
+                req.sample_event.as_ref(),
+                strategy,
+                tier,
+            )
+            .map_err(|e| bad(format!("{e:#}")))?;
+            tracing::info!(function = %rec.name, strategy = %pl.strategy, tier = %pl.tier, "placed: {}", pl.reason.join("; "));
+            pl
+        }
+    };
+    let mut snap = snap;
+    if pl.tier != rec.tier {
+        let sname = snapshot_name(app, &rec.name, rec.version);
+        snap = crate::tiering::copy_to(app, &sname, &rec.tier, &pl.tier).map_err(internal)?;
+        let from = app.worker.tier(&rec.tier).map_err(internal)?;
+        thaw_store::secure::remove_tree(&from.function_dir(&sname)).map_err(internal)?;
+        if let Some(info) = rec.snapshot.as_mut() {
+            info.dir = snap.dir.clone();
+        }
+    }
+    rec.strategy = pl.strategy.clone();
+    rec.tier = pl.tier.clone();
+    rec.placement = Some(pl);
+    Ok(snap)
+}
+
 pub fn ring_for(app: &App, name: &str) -> Arc<Ring> {
     let mut rings = app.rings.lock().unwrap_or_else(|p| p.into_inner());
     rings
@@ -347,12 +402,62 @@ pub fn ring_for(app: &App, name: &str) -> Arc<Ring> {
         .clone()
 }
 
+/// Resolves, fetches and unpacks a function's own Debian packages (or finds
+/// them in the cache), logging progress.
+pub fn prepare_packages(
+    app: &App,
+    function: &str,
+    names: &[String],
+) -> Result<PackagesInfo, ApiError> {
+    use thaw_runtime::packages::Refused;
+    let t = std::time::Instant::now();
+    let mut progress = |m: &str| tracing::info!(function, "packages: {m}");
+    let tree = thaw_runtime::packages::ensure(
+        &app.cfg.runtime_home(),
+        &app.cfg.packages_dir(),
+        &app.worker.root,
+        names,
+        app.cfg.limits.packages_bytes,
+        &mut progress,
+    )
+    .map_err(|e| {
+        let (status, code) = match e.downcast_ref::<Refused>() {
+            None => return internal(e.context("preparing the function's packages")),
+            Some(Refused::BadName(_) | Refused::TooMany { .. }) => {
+                (StatusCode::BAD_REQUEST, "bad_request")
+            }
+            Some(Refused::Unknown(_)) => (StatusCode::UNPROCESSABLE_ENTITY, "unknown_package"),
+            Some(Refused::Unresolvable(_)) => {
+                (StatusCode::UNPROCESSABLE_ENTITY, "unresolvable_packages")
+            }
+            Some(Refused::TooLarge { .. }) => (StatusCode::PAYLOAD_TOO_LARGE, "packages_too_large"),
+        };
+        ApiError::new(status, code, format!("{e:#}"))
+    })?;
+    let info = PackagesInfo::new(&tree, t.elapsed().as_secs_f64() * 1e3);
+    tracing::info!(
+        function,
+        packages = %info.resolved.join(" "),
+        reused = info.reused,
+        "packages: tree {}",
+        &info.hash[..16]
+    );
+    Ok(info)
+}
+
+/// Where a function's package tree is (what its sandboxes mount).
+pub fn packages_tree(app: &App, p: &PackagesInfo) -> std::path::PathBuf {
+    app.cfg.packages_dir().join(&p.hash).join("tree")
+}
+
 pub fn user_function(
+    app: &App,
     vdir: &Path,
     rec: &Record,
     secrets: &BTreeMap<String, String>,
 ) -> UserFunction {
     UserFunction {
+        packages_dir: rec.packages.as_ref().map(|p| packages_tree(app, p)),
         code_dir: vdir.join("code"),
         handler: rec.handler.clone(),
         init: rec.init.clone(),
@@ -482,7 +587,6 @@ pub fn snapshot(
     Ok((snap, info))
 }
 
-/// Removes a function: instances, every version's code and snapshot.
 /// The version's pool of sandboxes built ahead, if configured and it has a
 /// snapshot to restore; a pool that cannot start only costs the speed-up.
 pub fn sandbox_pool(
@@ -500,6 +604,7 @@ pub fn sandbox_pool(
         .ok()
 }
 
+/// Removes a function: instances, every version's code and snapshot.
 pub async fn delete(app: &Arc<App>, name: &str) -> Result<(), ApiError> {
     let lock = deploy_lock(app, name);
     let _guard = lock.lock().await;

@@ -12,6 +12,7 @@ pub mod config;
 pub mod deploy;
 pub mod logs;
 pub mod metrics;
+pub mod placement;
 pub mod pool;
 pub mod registry;
 pub mod tiering;
@@ -57,6 +58,7 @@ pub fn open(cfg: Config) -> Result<Arc<App>> {
         registry::mkdir_private(&cfg.home)?;
     }
     registry::mkdir_private(&state)?;
+    registry::mkdir_private(&cfg.packages_dir())?;
     let mut worker = Worker::with_runtime_home(&cfg.home, &cfg.runtime_home(), &mut |m| {
         tracing::info!("runtime: {m}")
     })?;
@@ -94,6 +96,7 @@ pub fn open(cfg: Config) -> Result<Arc<App>> {
     host.attach(&app);
     let _ = app.pool.xdt.set(host);
     recover(&app)?;
+    drop_unused_packages(&app);
     tiering::spawn_mover(Arc::downgrade(&app), mover_rx)?;
     Ok(app)
 }
@@ -130,7 +133,17 @@ fn recover(app: &App) -> Result<()> {
             }
         };
         let vdir = app.registry.version_dir(&name, version);
-        let func = deploy::user_function(&vdir, &rec, &secrets);
+        let repacked = match recover_packages(app, &mut rec) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::error!(function = %name, "cannot bring back its packages, skipping: {e:#}");
+                continue;
+            }
+        };
+        if repacked {
+            app.registry.write_record(&rec, &secrets)?;
+        }
+        let func = deploy::user_function(app, &vdir, &rec, &secrets);
         // the policy may have moved the snapshot off its deploy tier
         let found = match tiering::locate(app, &name, version) {
             Ok(f) => f,
@@ -139,6 +152,8 @@ fn recover(app: &App) -> Result<()> {
                 None
             }
         };
+        // a snapshot taken over other packages cannot be trusted
+        let found = found.filter(|_| !repacked);
         let trusted = found.and_then(|p| match trust(app, &p.snap.dir) {
             Ok(snap) => Some(pool::Placed { tier: p.tier, snap }),
             Err(e) => {
@@ -178,6 +193,47 @@ fn recover(app: &App) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// Removes package trees no deployed function uses (a deploy or delete
+/// leaves them: another function may share one until the next start).
+fn drop_unused_packages(app: &App) {
+    let used: std::collections::HashSet<String> = app
+        .functions
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .values()
+        .filter_map(|v| v.rec.packages.as_ref().map(|p| p.hash.clone()))
+        .collect();
+    let Ok(rd) = std::fs::read_dir(app.cfg.packages_dir()) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let n = e.file_name().to_string_lossy().to_string();
+        let tree = n.len() == 64 && n.bytes().all(|b| b.is_ascii_hexdigit());
+        if tree && !used.contains(&n) {
+            tracing::info!("removing unused package tree {}", &n[..16]);
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
+}
+
+/// A function's package tree must be in the cache; if it went, it is built
+/// again from the requested names. Returns whether it changed (the resolved
+/// versions moved on), which makes the record's snapshot stale.
+fn recover_packages(app: &App, rec: &mut registry::Record) -> Result<bool> {
+    let Some(p) = &rec.packages else {
+        return Ok(false);
+    };
+    if thaw_runtime::packages::open(&app.cfg.packages_dir(), &p.hash).is_ok() {
+        return Ok(false);
+    }
+    tracing::warn!(function = %rec.name, "package tree {} is gone; building it again", &p.hash[..16]);
+    let info = deploy::prepare_packages(app, &rec.name, &p.requested.clone())
+        .map_err(|e| anyhow::anyhow!("{}", e.body))?;
+    let changed = info.hash != p.hash;
+    rec.packages = Some(info);
+    Ok(changed)
 }
 
 /// The live version of a function (for the benchmark).

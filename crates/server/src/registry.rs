@@ -37,6 +37,12 @@ pub struct Record {
     pub strategy: String,
     pub tier: String,
     pub snapshot: Option<SnapshotInfo>,
+    /// The function's own Debian packages (none for older records).
+    #[serde(default)]
+    pub packages: Option<PackagesInfo>,
+    /// How strategy and tier were chosen (none for older records).
+    #[serde(default)]
+    pub placement: Option<crate::placement::PlacementInfo>,
     pub code_bytes: u64,
     pub code_files: u64,
     pub created_unix: u64,
@@ -44,6 +50,42 @@ pub struct Record {
 
 pub fn default_owner() -> String {
     "default".to_string()
+}
+
+/// A function's own Debian packages: a tree in the daemon's package cache.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PackagesInfo {
+    /// What the deploy asked for (sorted, deduplicated).
+    pub requested: Vec<String>,
+    /// The closure beyond the runtime root, `NAME=VERSION`, install order.
+    pub resolved: Vec<String>,
+    /// The tree's content hash (root + resolved packages): its cache name.
+    pub hash: String,
+    pub size_bytes: u64,
+    pub files: u64,
+    /// This deploy found the tree in the cache.
+    pub reused: bool,
+    /// Resolving (and, unless reused, downloading and unpacking) took this long.
+    pub prepare_ms: f64,
+}
+
+impl PackagesInfo {
+    pub fn new(t: &thaw_runtime::packages::Tree, prepare_ms: f64) -> PackagesInfo {
+        let m = &t.manifest;
+        PackagesInfo {
+            requested: m.requested.clone(),
+            resolved: m
+                .packages
+                .iter()
+                .map(|p| format!("{}={}", p.name, p.version))
+                .collect(),
+            hash: m.hash.clone(),
+            size_bytes: m.size_bytes,
+            files: m.files,
+            reused: t.reused,
+            prepare_ms,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

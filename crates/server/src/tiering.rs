@@ -70,16 +70,8 @@ pub fn move_to(app: &App, v: &FnVersion, target: &str) -> Result<Option<(String,
     if cur.tier == target {
         return Ok(None);
     }
-    let home = &app.cfg.home;
     let sname = snapshot_name(app, &v.rec.name, v.rec.version);
-    let (from, to) = (place(home, &cur.tier)?, place(home, target)?);
-    moves::copy_snapshot(home, &sname, &from, &to)?;
-    let to_store = app.worker.tier(target)?;
-    let snap = to_store
-        .open_current(&sname)?
-        .with_context(|| format!("{sname} is not on {target} after its copy"))?;
-    snap.open_image()
-        .with_context(|| format!("the copy of {sname} on {target}"))?;
+    let snap = copy_to(app, &sname, &cur.tier, target)?;
     let old = {
         // taking the write lock waits for restores still opening the old copy
         let mut placed = v.placed.write().unwrap_or_else(|p| p.into_inner());
@@ -93,6 +85,21 @@ pub fn move_to(app: &App, v: &FnVersion, target: &str) -> Result<Option<(String,
     let from_store = app.worker.tier(&cur.tier)?;
     thaw_store::secure::remove_tree(&from_store.function_dir(&sname))?;
     Ok(Some((cur.tier, target.to_string())))
+}
+
+/// Copies snapshot `sname` from tier `from` to `target` (journaled) and
+/// opens the verified copy; the source stays.
+pub fn copy_to(app: &App, sname: &str, from: &str, target: &str) -> Result<thaw_store::Snapshot> {
+    let home = &app.cfg.home;
+    moves::copy_snapshot(home, sname, &place(home, from)?, &place(home, target)?)?;
+    let snap = app
+        .worker
+        .tier(target)?
+        .open_current(sname)?
+        .with_context(|| format!("{sname} is not on {target} after its copy"))?;
+    snap.open_image()
+        .with_context(|| format!("the copy of {sname} on {target}"))?;
+    Ok(snap)
 }
 
 /// Makes `name`'s snapshot be where the policy wants it, then tells the

@@ -235,6 +235,8 @@ fn deploy_archive_invoke_warm_restore_logs_metrics_delete() {
     req["after_restore"] = json!("app.main.after_restore");
     req["env"] = json!({"GREETING": "hi"});
     req["secret_env"] = json!({"TOKEN": "s3cret-value"});
+    req["strategy"] = json!("mmap");
+    req["tier"] = json!("tmpfs");
     let r = d.post_json("/v1/functions", &req);
     assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
     let v = r.json().unwrap();
@@ -837,13 +839,13 @@ fn bad_requests_get_clear_errors_and_the_daemon_keeps_serving() {
             "SyntaxError",
         ),
         (
-            "packages",
+            "package name with options",
             {
                 let mut r = file_deploy("h", "m.handler", ok_src);
-                r["packages"] = json!(["cowsay"]);
+                r["packages"] = json!(["-oAPT::Get::Download=x"]);
                 r
             },
-            "not supported",
+            "not a Debian package name",
         ),
         (
             "reserved env",
@@ -929,14 +931,14 @@ fn restart_keeps_deployments_and_retakes_untrusted_snapshots() {
             "def handler(e):\n    return {'kept': e}\n",
         ),
     );
-    let v = deploy(
-        &d,
-        &file_deploy(
-            "fix",
-            "m.handler",
-            "def handler(e):\n    return {'fixed': e}\n",
-        ),
+    // on tmpfs: the test corrupts it (disk-tier files are immutable)
+    let mut fix = file_deploy(
+        "fix",
+        "m.handler",
+        "def handler(e):\n    return {'fixed': e}\n",
     );
+    fix["tier"] = json!("tmpfs");
+    let v = deploy(&d, &fix);
     let fix_snap = PathBuf::from(v["snapshot"]["dir"].as_str().unwrap());
     assert_eq!(d.invoke("keep", &json!(1)).status, 200);
     // a deploy that crashed before publishing leaves a version without `current`
@@ -1461,4 +1463,307 @@ fn tiered_policy_moves_snapshots_between_tmpfs_and_disk() {
             .unwrap_or_default();
         assert!(left.is_empty(), "{t} still holds {left:?}");
     }
+}
+
+/// Uses a Debian package the runtime root does not have: python3-dateutil
+/// (pure Python; pulls python3-six and tzdata, which the root lacks too).
+const DATEUTIL_SRC: &str = "\
+import datetime, os
+from dateutil.relativedelta import relativedelta
+import dateutil
+
+def handler(e):
+    d = datetime.date.fromisoformat(e['date']) + relativedelta(months=e['months'])
+    try:
+        open(dateutil.__file__, 'a').close()
+        writable = True
+    except OSError:
+        writable = False
+    return {'date': d.isoformat(), 'from': dateutil.__file__, 'writable': writable}
+";
+
+#[test]
+fn own_debian_packages_deploy_invoke_restore_and_bad_sets() {
+    let d = Daemon::start(test_config("packages"));
+    let root = d.running.as_ref().unwrap().app.worker.root.clone();
+    for p in ["python3-dateutil", "python3-six", "tzdata"] {
+        assert!(
+            !root.manifest.packages.iter().any(|(n, _, _)| n == p),
+            "the runtime root has {p}: pick another test package"
+        );
+    }
+    // without the package the import fails
+    let (s, _, m) = error_of(&d.post_json(
+        "/v1/functions",
+        &file_deploy("nodeps", "m.handler", DATEUTIL_SRC),
+    ));
+    assert!(
+        s == 400 && m.contains("No module named 'dateutil'"),
+        "{s} {m}"
+    );
+
+    let mut req = file_deploy("when", "m.handler", DATEUTIL_SRC);
+    req["packages"] = json!(["python3-dateutil"]);
+    let r = d.post_json("/v1/functions", &req);
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+    let v = r.json().unwrap();
+    let pk = &v["packages"];
+    let resolved: Vec<&str> = pk["resolved"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_str().unwrap())
+        .collect();
+    for want in ["python3-dateutil=", "python3-six=", "tzdata="] {
+        assert!(resolved.iter().any(|p| p.starts_with(want)), "{resolved:?}");
+    }
+    // the root's own packages (python3 ...) are not fetched again
+    for (n, _, _) in &root.manifest.packages {
+        assert!(
+            !resolved.iter().any(|p| p.split('=').next() == Some(n)),
+            "{n} is in the root but was resolved again: {resolved:?}"
+        );
+    }
+    assert_eq!(pk["reused"], json!(false), "{pk}");
+    let hash = pk["hash"].as_str().unwrap().to_string();
+    assert!(d
+        .home
+        .join("serve/packages")
+        .join(&hash)
+        .join("tree/usr/lib/python3/dist-packages/dateutil")
+        .is_dir());
+
+    let ev = json!({"date": "2024-01-31", "months": 1});
+    let want = json!({
+        "date": "2024-02-29",
+        "from": "/opt/thaw/packages/usr/lib/python3/dist-packages/dateutil/__init__.py",
+        "writable": false,
+    });
+    let r = d.invoke("when", &ev);
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(r.json().unwrap(), want);
+
+    // another function with the same set reuses the tree; one without
+    // packages does not see it
+    let mut req2 = file_deploy("when2", "m.handler", DATEUTIL_SRC);
+    req2["packages"] = json!(["python3-dateutil", "python3-dateutil"]);
+    let v2 = deploy(&d, &req2);
+    assert_eq!(v2["packages"]["reused"], json!(true), "{v2}");
+    assert_eq!(v2["packages"]["hash"], json!(hash));
+    deploy(
+        &d,
+        &file_deploy(
+            "plain",
+            "m.handler",
+            "import os\ndef handler(e):\n    return sorted(os.listdir('/opt/thaw/packages'))\n",
+        ),
+    );
+    let r = d.invoke("plain", &json!(null));
+    assert_eq!(r.json().unwrap(), json!(["README.md"]));
+    let g = d.req("GET", "/v1/functions/when", None).json().unwrap();
+    assert_eq!(g["packages"]["hash"], json!(hash), "{g}");
+
+    // bad package sets: clear 4xx, nothing published, the daemon serves on
+    let many: Vec<String> = (0..33).map(|i| format!("python3-p{i}")).collect();
+    let bad: Vec<(Value, u16, &str, &str)> = vec![
+        (
+            json!(["python3-thaw-no-such-package"]),
+            422,
+            "unknown_package",
+            "python3-thaw-no-such-package",
+        ),
+        // apt would read an unknown name as a regular expression
+        (
+            json!(["python3-dateutil.+"]),
+            422,
+            "unknown_package",
+            "python3-dateutil.+",
+        ),
+        (
+            json!(["chrony", "ntpsec"]),
+            422,
+            "unresolvable_packages",
+            "Conflicts",
+        ),
+        (json!(["dpkg"]), 422, "unresolvable_packages", "stub"),
+        (
+            json!(["Python3-Six"]),
+            400,
+            "bad_request",
+            "not a Debian package name",
+        ),
+        (
+            json!(["python3-six=1.16.0-4"]),
+            400,
+            "bad_request",
+            "not a Debian package name",
+        ),
+        (
+            json!(["python3-six-"]),
+            400,
+            "bad_request",
+            "not a Debian package name",
+        ),
+        (
+            json!(["a b", "--yes"]),
+            400,
+            "bad_request",
+            "not a Debian package name",
+        ),
+        (json!(many), 400, "bad_request", "at most 32"),
+        (json!("python3-six"), 400, "bad_request", "invalid type"),
+    ];
+    for (pkgs, status, code, needle) in bad {
+        let mut r = file_deploy("badpkg", "m.handler", DATEUTIL_SRC);
+        r["packages"] = pkgs.clone();
+        let (s, e, m) = error_of(&d.post_json("/v1/functions", &r));
+        assert_eq!((s, e.as_str()), (status, code), "{pkgs}: {m}");
+        assert!(m.contains(needle), "{pkgs}: {m}");
+    }
+    let mut r = file_deploy("badpkg", "m.handler", DATEUTIL_SRC);
+    r["packages"] = json!(["python3-dateutil"]);
+    r["env"] = json!({"LD_LIBRARY_PATH": "/tmp"});
+    let (s, _, m) = error_of(&d.post_json("/v1/functions", &r));
+    assert!(s == 400 && m.contains("LD_LIBRARY_PATH"), "{s} {m}");
+    assert_eq!(d.req("GET", "/v1/functions/badpkg", None).status, 404);
+    d.healthy();
+
+    // after a restart the snapshot restores with its packages mounted; a
+    // tree that went missing meanwhile is built again
+    let tree = d.home.join("serve/packages").join(&hash);
+    let unused = d.home.join("serve/packages").join("ab".repeat(32));
+    let d = d.restart(|| {
+        std::fs::remove_dir_all(&tree).unwrap();
+        std::fs::create_dir_all(unused.join("tree")).unwrap();
+    });
+    assert!(!unused.exists(), "a tree no function uses was kept");
+    for f in ["when", "when2"] {
+        let r = d.invoke(f, &ev);
+        assert_eq!(r.status, 200, "{f}: {}", String::from_utf8_lossy(&r.body));
+        assert_eq!(r.header("thaw-start-type"), Some("restore"), "{f}");
+        assert_eq!(r.json().unwrap(), want, "{f}");
+    }
+    assert!(tree.join("tree").is_dir());
+    // a warm one too, with a computed value
+    let r = d.invoke("when", &json!({"date": "2023-12-31", "months": 2}));
+    assert_eq!(r.header("thaw-start-type"), Some("warm"));
+    assert_eq!(r.json().unwrap()["date"], json!("2024-02-29"));
+}
+
+#[test]
+fn deploy_time_placement_explains_its_choice_and_honours_the_request() {
+    let d = Daemon::start(test_config("placement"));
+    let src = "def handler(e):\n    return sum(range(e['n']))\n";
+    let ev = json!({"n": 1000});
+
+    // nothing named: thaw measures and chooses
+    let mut req = file_deploy("auto", "m.handler", src);
+    req["sample_event"] = ev.clone();
+    let v = deploy(&d, &req);
+    let pl = &v["placement"];
+    assert_eq!(pl["chosen_by"], json!("thaw"), "{pl}");
+    let (strategy, tier) = (
+        pl["strategy"].as_str().unwrap(),
+        pl["tier"].as_str().unwrap(),
+    );
+    assert_eq!(
+        (v["strategy"].as_str(), v["tier"].as_str()),
+        (Some(strategy), Some(tier))
+    );
+    assert_eq!(v["snapshot_tier"].as_str(), Some(tier));
+    let prof = &pl["profile"];
+    assert_eq!(prof["ws_measured"], json!(true), "{prof}");
+    let (ws, image) = (
+        prof["ws_mib"].as_f64().unwrap(),
+        prof["image_mib"].as_f64().unwrap(),
+    );
+    assert!(ws > 0.0 && ws <= image, "{prof}");
+    let reason = pl["reason"].as_array().unwrap();
+    assert!(reason[0].as_str().unwrap().contains("measured"), "{pl}");
+    assert!(
+        reason
+            .iter()
+            .any(|r| r.as_str().unwrap().starts_with("chosen: ")),
+        "{pl}"
+    );
+    // the choice is the model's rule applied to the recorded estimates
+    let est = pl["estimates"].as_array().unwrap();
+    assert_eq!(est.len(), 2, "{pl}");
+    let ok: Vec<&Value> = est.iter().filter(|e| e["rejected"].is_null()).collect();
+    let cold = |e: &Value| e["cold_ms"].as_f64().unwrap();
+    let fastest = ok.iter().map(|e| cold(e)).fold(f64::INFINITY, f64::min);
+    let best = ok
+        .iter()
+        .filter(|e| cold(e) <= fastest * prof["max_slowdown"].as_f64().unwrap())
+        .min_by(|a, b| {
+            (a["cost_per_month"].as_f64().unwrap() * cold(a))
+                .total_cmp(&(b["cost_per_month"].as_f64().unwrap() * cold(b)))
+        })
+        .unwrap();
+    assert_eq!(
+        (best["tier"].as_str(), best["strategy"].as_str()),
+        (Some(tier), Some(strategy))
+    );
+    let r = d.invoke("auto", &json!({"n": 10}));
+    assert_eq!(r.json().unwrap(), json!(45));
+    assert_eq!(r.header("thaw-start-type"), Some("restore"));
+    assert_eq!(r.header("thaw-strategy"), Some(strategy));
+    assert_eq!(r.header("thaw-tier"), Some(tier));
+    let g = d.req("GET", "/v1/functions/auto", None).json().unwrap();
+    assert_eq!(g["placement"], *pl);
+
+    // without a sample event the whole image counts as the working set
+    let v = deploy(&d, &file_deploy("nosample", "m.handler", src));
+    let pl = &v["placement"];
+    assert_eq!(pl["profile"]["ws_measured"], json!(false), "{pl}");
+    assert_eq!(pl["profile"]["ws_mib"], pl["profile"]["image_mib"]);
+    assert!(
+        pl["reason"][0]
+            .as_str()
+            .unwrap()
+            .contains("no REAP working set"),
+        "{pl}"
+    );
+
+    // both named: honoured as given
+    let mut req = file_deploy("given", "m.handler", src);
+    req["strategy"] = json!("eager");
+    req["tier"] = json!("disk");
+    let v = deploy(&d, &req);
+    assert_eq!(v["placement"]["chosen_by"], json!("request"));
+    assert_eq!(
+        (v["strategy"].as_str(), v["tier"].as_str()),
+        (Some("eager"), Some("disk"))
+    );
+    let r = d.invoke("given", &json!({"n": 4}));
+    assert_eq!(r.json().unwrap(), json!(6));
+    assert_eq!(r.header("thaw-strategy"), Some("eager"));
+    assert_eq!(r.header("thaw-tier"), Some("disk"));
+
+    // one named: kept, the other chosen for it
+    let mut req = file_deploy("half", "m.handler", src);
+    req["tier"] = json!("tmpfs");
+    req["sample_event"] = ev;
+    let v = deploy(&d, &req);
+    let pl = &v["placement"];
+    assert_eq!(
+        (pl["chosen_by"].as_str(), v["tier"].as_str()),
+        (Some("thaw"), Some("tmpfs"))
+    );
+    let want = pl["estimates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["tier"] == "tmpfs")
+        .unwrap()["strategy"]
+        .clone();
+    assert_eq!(v["strategy"], want, "{pl}");
+    assert!(
+        pl["reason"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r == "tier tmpfs named by the request"),
+        "{pl}"
+    );
 }

@@ -408,12 +408,24 @@ pub struct UserFunction {
     /// extra environment for the function (on top of the agent's)
     pub env: Vec<(String, String)>,
     pub memory_bytes: u64,
+    /// The function's own extracted Debian packages (a tree with `usr/`),
+    /// mounted read-only at [`thaw_sandbox::PACKAGES_DIR`].
+    pub packages_dir: Option<PathBuf>,
+}
+
+/// The dynamic loader's search path into a function's packages (Python's
+/// path is the agent's: it adds the packages' site directory itself).
+pub fn packages_library_path() -> String {
+    let d = thaw_sandbox::PACKAGES_DIR;
+    let arch = std::env::consts::ARCH;
+    format!("{d}/usr/lib/{arch}-linux-gnu:{d}/usr/lib")
 }
 
 impl UserFunction {
     fn sandbox_config(&self, base: &SandboxConfig) -> SandboxConfig {
         SandboxConfig {
             code_dir: Some(self.code_dir.clone()),
+            packages_dir: self.packages_dir.clone(),
             memory_bytes: self.memory_bytes,
             ..base.clone()
         }
@@ -446,6 +458,9 @@ impl Worker {
             if let Some(v) = v {
                 env.push((k.into(), v.clone()));
             }
+        }
+        if func.packages_dir.is_some() {
+            env.push(("LD_LIBRARY_PATH".into(), packages_library_path()));
         }
         env.extend(func.env.iter().cloned());
         let sb = Sandbox::start(

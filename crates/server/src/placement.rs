@@ -1,0 +1,269 @@
+//! Deploy-time placement: when a deploy names no strategy or tier, the
+//! daemon measures the function's profile on the snapshot it just took and
+//! lets `thaw_policy::placement` (the code `thaw place` runs) choose among
+//! the daemon's tiers, then records the choice and the reasoning.
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+use thaw_policy::placement::{self as model, FunctionProfile, TierOption};
+use thaw_store::Snapshot;
+use thaw_tiers::{probe::ReaderResult, Kind, TierConfig, TiersConfig};
+use thaw_worker::UserFunction;
+
+use crate::registry::Record;
+use crate::tiering::TIERS;
+use crate::App;
+
+/// Where `thaw tier probe` leaves its measurements (in the home).
+pub const PROBE_FILE: &str = "tier-probes.json";
+/// A tier qualifies if its estimated cold start is within this factor of
+/// the fastest one's (`thaw place --max-slowdown`'s default).
+pub const MAX_SLOWDOWN: f64 = 1.3;
+/// Cold starts per hour a new function is assumed to see (`thaw place
+/// --rate`'s default): only the restore-slot check uses it.
+pub const COLD_STARTS_PER_HOUR: f64 = 60.0;
+
+/// The tiers' measured profiles, by tier name (empty if never probed).
+pub fn probes(home: &Path) -> BTreeMap<String, Vec<ReaderResult>> {
+    std::fs::read(home.join(PROBE_FILE))
+        .ok()
+        .and_then(|raw| serde_json::from_slice(&raw).ok())
+        .unwrap_or_default()
+}
+
+/// One tier as the placement model sees it: probed figures where there are
+/// some, declared ones otherwise.
+pub fn tier_option(
+    t: &TierConfig,
+    probes: &BTreeMap<String, Vec<ReaderResult>>,
+    free_mib: f64,
+) -> TierOption {
+    let measured = probes.get(&t.name).and_then(|v| v.first());
+    TierOption {
+        name: t.name.clone(),
+        byte_addressable: matches!(t.kind, Kind::Dram | Kind::Pmem),
+        remote: t.kind == Kind::Remote,
+        emulated: t.emulated,
+        price_per_gb_month: t.price_per_gb_month,
+        read_mbps: measured.map_or(t.profile.read_mbps, |m| m.seq_read_mbps),
+        access_us: measured.map_or(t.profile.rand_read_4k_us, |m| m.rand_read_4k_us_mean),
+        free_mib,
+        max_concurrent_restores: t.max_concurrent_restores,
+    }
+}
+
+/// What a deploy records about its strategy and tier.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PlacementInfo {
+    /// `request` (both named by the deploy) or `thaw` (at least one chosen)
+    pub chosen_by: String,
+    pub strategy: String,
+    pub tier: String,
+    /// one sentence per step of the decision
+    pub reason: Vec<String>,
+    /// the measured profile (absent when the request named both)
+    pub profile: Option<Value>,
+    /// every tier's estimate
+    pub estimates: Vec<Value>,
+}
+
+impl PlacementInfo {
+    pub fn requested(strategy: &str, tier: &str) -> PlacementInfo {
+        PlacementInfo {
+            chosen_by: "request".into(),
+            strategy: strategy.into(),
+            tier: tier.into(),
+            reason: vec![format!(
+                "the deploy request named strategy {strategy} and tier {tier}"
+            )],
+            profile: None,
+            estimates: Vec::new(),
+        }
+    }
+}
+
+/// Measures `snap`'s profile: image size; with a sample event, the REAP
+/// working set (a recording restore, then a prefetching one), the restore
+/// cost outside the working set and the warm execution time; without one,
+/// the whole image counts as the working set and one mmap restore gives the
+/// fixed cost.
+fn measure(
+    app: &App,
+    rec: &Record,
+    snap: &Snapshot,
+    func: &UserFunction,
+    sample: Option<&Value>,
+) -> Result<(FunctionProfile, bool)> {
+    let mib = |b: u64| b as f64 / (1 << 20) as f64;
+    let image_mib = mib(snap.manifest.memory.len);
+    let timeout = Duration::from_millis(rec.timeout_ms);
+    let run = |sb: &mut thaw_sandbox::Sandbox, ev: &Value| -> Result<f64> {
+        let t = Instant::now();
+        thaw_worker::invoke_event(sb, ev, timeout)?;
+        Ok(t.elapsed().as_secs_f64() * 1e3)
+    };
+    let Some(ev) = sample else {
+        let (_, rep) = app.worker.restore_user(snap, "mmap", func, None)?;
+        let p = FunctionProfile {
+            name: rec.name.clone(),
+            image_mib,
+            ws_mib: image_mib,
+            exec_ms: 0.0,
+            fixed_ms: rep.total_ms,
+            cold_starts_per_hour: COLD_STARTS_PER_HOUR,
+        };
+        return Ok((p, false));
+    };
+    // the first restore records the working set at its first invocation
+    let (mut sb, _) = app.worker.restore_user(snap, "reap", func, None)?;
+    run(&mut sb, ev)?;
+    drop(sb);
+    let (mut sb, rep) = app.worker.restore_user(snap, "reap", func, None)?;
+    run(&mut sb, ev)?;
+    let exec_ms = run(&mut sb, ev)?;
+    let measured = rep.ws_mode == "prefetch";
+    let p = FunctionProfile {
+        name: rec.name.clone(),
+        image_mib,
+        ws_mib: if measured {
+            mib(rep.ws_bytes)
+        } else {
+            image_mib
+        },
+        exec_ms,
+        fixed_ms: (rep.total_ms - rep.prefetch_ms).max(0.0),
+        cold_starts_per_hour: COLD_STARTS_PER_HOUR,
+    };
+    Ok((p, measured))
+}
+
+/// The daemon's tiers for the model, with the room its budgets leave.
+fn options(app: &App) -> Result<Vec<TierOption>> {
+    let cfg = TiersConfig::load(&app.cfg.home)?;
+    let probes = probes(&app.cfg.home);
+    let mut used: BTreeMap<String, u64> = BTreeMap::new();
+    for v in app
+        .functions
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .values()
+    {
+        if let (Some(p), Some(s)) = (v.placed(), &v.rec.snapshot) {
+            *used.entry(p.tier).or_default() += s.size_bytes;
+        }
+    }
+    TIERS
+        .iter()
+        .map(|name| {
+            let t = cfg
+                .tiers
+                .iter()
+                .find(|t| t.name == *name)
+                .with_context(|| format!("tier {name} is not in the tier configuration"))?;
+            let budget_mb = match *name {
+                "tmpfs" => app.cfg.dram_snapshot_mb,
+                _ => app.cfg.disk_budget_mb,
+            };
+            let used_mib = *used.get(*name).unwrap_or(&0) >> 20;
+            Ok(tier_option(
+                t,
+                &probes,
+                budget_mb.saturating_sub(used_mib) as f64,
+            ))
+        })
+        .collect()
+}
+
+/// The model's strategy as the daemon runs it: a mapped image from a
+/// byte-addressable tier (`dax` in the model) is the daemon's `mmap`.
+fn daemon_strategy(s: &str) -> &str {
+    if s == "dax" {
+        "mmap"
+    } else {
+        s
+    }
+}
+
+/// Chooses what the request left open. `strategy` / `tier` are the
+/// request's (None: thaw chooses).
+pub fn decide(
+    app: &App,
+    rec: &Record,
+    snap: &Snapshot,
+    func: &UserFunction,
+    sample: Option<&Value>,
+    strategy: Option<&str>,
+    tier: Option<&str>,
+) -> Result<PlacementInfo> {
+    let (profile, ws_measured) = measure(app, rec, snap, func, sample)
+        .context("measuring the function's profile for placement")?;
+    let tiers = options(app)?;
+    let pl = model::place(&profile, &tiers, MAX_SLOWDOWN);
+    let mut reason = Vec::new();
+    if !ws_measured {
+        reason.push(
+            "no REAP working set was measured (no sample_event): the whole image counts as the working set"
+                .to_string(),
+        );
+    }
+    reason.extend(pl.explanation.iter().cloned());
+    // a tier the request named: the model's strategy for that tier
+    let (tier, model_strategy) = match tier {
+        Some(t) => {
+            let e = pl.estimates.iter().find(|e| e.tier == t);
+            reason.push(format!("tier {t} named by the request"));
+            (t.to_string(), e.map_or("mmap", |e| e.strategy))
+        }
+        None => match (&pl.tier, pl.strategy) {
+            (Some(t), Some(s)) => (t.clone(), s),
+            _ => {
+                reason.push("falling back to tmpfs with mmap".into());
+                ("tmpfs".to_string(), "mmap")
+            }
+        },
+    };
+    let strategy = match strategy {
+        Some(s) => {
+            reason.push(format!("strategy {s} named by the request"));
+            s.to_string()
+        }
+        None => {
+            let s = daemon_strategy(model_strategy);
+            if s != model_strategy {
+                reason.push(format!(
+                    "the model's {model_strategy} (a mapped image on a byte-addressable tier) runs as the daemon's {s}"
+                ));
+            }
+            s.to_string()
+        }
+    };
+    let estimates = pl
+        .estimates
+        .iter()
+        .map(|e| {
+            serde_json::json!({
+                "tier": e.tier, "strategy": daemon_strategy(e.strategy), "memory_ms": e.memory_ms,
+                "cold_ms": e.cold_ms, "cost_per_month": e.cost_per_month, "rejected": e.rejected,
+            })
+        })
+        .collect();
+    Ok(PlacementInfo {
+        chosen_by: "thaw".into(),
+        strategy,
+        tier,
+        reason,
+        profile: Some(serde_json::json!({
+            "image_mib": profile.image_mib,
+            "ws_mib": profile.ws_mib,
+            "ws_measured": ws_measured,
+            "exec_ms": profile.exec_ms,
+            "fixed_ms": profile.fixed_ms,
+            "cold_starts_per_hour": profile.cold_starts_per_hour,
+            "max_slowdown": MAX_SLOWDOWN,
+        })),
+        estimates,
+    })
+}
