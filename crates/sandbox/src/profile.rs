@@ -61,6 +61,7 @@ pub fn profile(
         record: true,
         state: Some(state),
         on_spawn: None,
+        image: None,
     };
     let (mut sb, _) = restore_with(snap, root, root_hash, uffd.as_ref(), cfg, hooks)?;
     // pages the restore handshake touches are touched by every cold start

@@ -100,6 +100,42 @@ pub fn restore_observed(
     restore_with(snap, root, root_hash, strategy, cfg, hooks)
 }
 
+/// [`restore`] from an image that is still arriving (the remote tier's
+/// streamed restore): `image` is the local file being filled, `source`
+/// serves the lazily restored pages from it and waits for those that have
+/// not arrived. Only a lazy strategy qualifies, and the caller must have
+/// made sure the pages the restorer copies before resume (file-backed
+/// regions' private pages) are in `image`. REAP needs a usable working set:
+/// recording one would read pages that may not be there yet.
+pub fn restore_streamed(
+    snap: &Snapshot,
+    root: &Path,
+    root_hash: &str,
+    strategy: &dyn RestoreStrategy,
+    cfg: &SandboxConfig,
+    image: File,
+    source: Arc<dyn PageSource>,
+) -> Result<(Sandbox, RestoreReport)> {
+    let anon = thaw_memory::Region {
+        start: 0,
+        end: thaw_memory::PAGE_SIZE,
+        anonymous: true,
+        runs: vec![],
+    };
+    if strategy.fill(&anon) != Fill::Lazy || strategy.uses_tiers() {
+        bail!(
+            "a streamed restore needs a lazy strategy (uffd or reap), not {}",
+            strategy.name()
+        );
+    }
+    let hooks = Hooks {
+        pager_source: Some(source),
+        image: Some(image),
+        ..Hooks::default()
+    };
+    restore_with(snap, root, root_hash, strategy, cfg, hooks)
+}
+
 /// Extra control for the profiler (where lazy pages come from, and whether
 /// the page server logs fault addresses) and for tests (`on_spawn`).
 #[derive(Default)]
@@ -111,6 +147,9 @@ pub(crate) struct Hooks<'a> {
     pub state: Option<ProcessState>,
     /// called with the restorer's pid before it is sent its plan
     pub on_spawn: Option<&'a mut dyn FnMut(i32)>,
+    /// the image to restore from instead of the snapshot's verified one
+    /// (a streamed restore's partly arrived file: never record from it)
+    pub image: Option<File>,
 }
 
 pub(crate) fn restore_with(
@@ -126,7 +165,9 @@ pub(crate) fn restore_with(
         record: record_faults,
         state: state_override,
         on_spawn,
+        image: streamed_image,
     } = hooks;
+    let streamed = streamed_image.is_some();
     let t0 = Instant::now();
     let mut rep = RestoreReport {
         strategy: strategy.name().into(),
@@ -153,8 +194,12 @@ pub(crate) fn restore_with(
             snap.dir.display()
         );
     }
-    // verified, and unchangeable while in use (sealed memfd or immutable file)
-    let image = snap.open_image()?;
+    // verified, and unchangeable while in use (sealed memfd or immutable
+    // file); a streamed image is verified chunk by chunk as it arrives
+    let image = match streamed_image {
+        Some(f) => f,
+        None => snap.open_image()?,
+    };
     rep.state_load_ms = ms(t0);
 
     // TOSS: pages come from the fast and slow tier files; if the layout is
@@ -313,6 +358,12 @@ pub(crate) fn restore_with(
                         image: image.try_clone()?,
                         layout: layout.clone(),
                     });
+                }
+                Ok(None) | Err(_) if streamed => {
+                    let why = ws
+                        .err()
+                        .map_or("none was recorded".into(), |e| format!("{e:#}"));
+                    bail!("a streamed REAP restore needs a usable working set: {why}");
                 }
                 Ok(None) | Err(_) => {
                     if let Err(e) = ws {

@@ -26,7 +26,7 @@ const JOURNAL_DIR: &str = "moves";
 /// The remote object that makes a snapshot's objects a snapshot.
 pub const COMMIT: &str = "COMMIT";
 /// Bound on a commit record's size (it lists a handful of files).
-const MAX_COMMIT_RECORD: u64 = 1 << 20;
+pub(crate) const MAX_COMMIT_RECORD: u64 = 1 << 20;
 /// Test hook: the process kills itself (SIGKILL) at this step of a move.
 pub const CRASH_ENV: &str = "THAW_MOVE_CRASH_AT";
 pub const CRASH_POINTS: &[&str] = &["journaled", "copied", "verified", "switched", "hidden"];

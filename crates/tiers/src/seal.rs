@@ -19,7 +19,7 @@ use std::path::Path;
 const MAGIC: &[u8; 8] = b"THAWSEAL";
 const VERSION: u32 = 1;
 pub const HEADER_LEN: usize = 40;
-const TAG_LEN: usize = 16;
+pub const TAG_LEN: usize = 16;
 /// Plaintext bytes per chunk.
 pub const CHUNK: usize = 1 << 20;
 pub const KEY_FILE: &str = "remote.key";

@@ -220,6 +220,27 @@ impl Worker {
         self.restore_with(snap, strategy, &self.cfg)
     }
 
+    /// A restore from an image that is still arriving (see
+    /// [`thaw_sandbox::restore_streamed`]).
+    pub fn restore_streamed(
+        &self,
+        snap: &Snapshot,
+        strategy: &str,
+        image: std::fs::File,
+        source: std::sync::Arc<dyn thaw_memory::PageSource>,
+    ) -> Result<(Sandbox, RestoreReport)> {
+        let s = thaw_memory::strategy_by_name(strategy)?;
+        thaw_sandbox::restore_streamed(
+            snap,
+            &self.root.path,
+            &self.root.hash,
+            s.as_ref(),
+            &self.cfg,
+            image,
+            source,
+        )
+    }
+
     fn restore_with(
         &self,
         snap: &Snapshot,
