@@ -595,6 +595,7 @@ pub fn invoke_streamed(
         strategy,
         stream.image()?,
         stream.source()?,
+        stream.arriving(),
     );
     let (mut sb, rep) = started.map_err(|e| stream.explain(e))?;
     let restore_ms = ms(t1);

@@ -100,13 +100,22 @@ pub fn restore_observed(
     restore_with(snap, root, root_hash, strategy, cfg, hooks)
 }
 
+/// What a streamed restore waits for, each as late as it can.
+pub trait Arriving: Send + Sync {
+    /// The image pages the restorer copies before resume (file-backed
+    /// regions' private pages): waited for before the plan is sent.
+    fn copied_pages(&self) -> Result<()>;
+    /// The REAP working set's files beside the snapshot: waited for by the
+    /// working-set reader, while the sandbox is being built.
+    fn working_set(&self) -> Result<()>;
+}
+
 /// [`restore`] from an image that is still arriving (the remote tier's
 /// streamed restore): `image` is the local file being filled, `source`
 /// serves the lazily restored pages from it and waits for those that have
-/// not arrived. Only a lazy strategy qualifies, and the caller must have
-/// made sure the pages the restorer copies before resume (file-backed
-/// regions' private pages) are in `image`. REAP needs a usable working set:
-/// recording one would read pages that may not be there yet.
+/// not arrived, and `arriving` says when the rest is there. Only a lazy
+/// strategy qualifies. REAP needs a usable working set: recording one
+/// would read pages that may not be there yet.
 pub fn restore_streamed(
     snap: &Snapshot,
     root: &Path,
@@ -115,6 +124,7 @@ pub fn restore_streamed(
     cfg: &SandboxConfig,
     image: File,
     source: Arc<dyn PageSource>,
+    arriving: Arc<dyn Arriving>,
 ) -> Result<(Sandbox, RestoreReport)> {
     let anon = thaw_memory::Region {
         start: 0,
@@ -130,7 +140,7 @@ pub fn restore_streamed(
     }
     let hooks = Hooks {
         pager_source: Some(source),
-        image: Some(image),
+        image: Some((image, arriving)),
         ..Hooks::default()
     };
     restore_with(snap, root, root_hash, strategy, cfg, hooks)
@@ -149,7 +159,7 @@ pub(crate) struct Hooks<'a> {
     pub on_spawn: Option<&'a mut dyn FnMut(i32)>,
     /// the image to restore from instead of the snapshot's verified one
     /// (a streamed restore's partly arrived file: never record from it)
-    pub image: Option<File>,
+    pub image: Option<(File, Arc<dyn Arriving>)>,
 }
 
 pub(crate) fn restore_with(
@@ -167,7 +177,8 @@ pub(crate) fn restore_with(
         on_spawn,
         image: streamed_image,
     } = hooks;
-    let streamed = streamed_image.is_some();
+    let arriving = streamed_image.as_ref().map(|(_, a)| a.clone());
+    let streamed = arriving.is_some();
     let t0 = Instant::now();
     let mut rep = RestoreReport {
         strategy: strategy.name().into(),
@@ -197,7 +208,7 @@ pub(crate) fn restore_with(
     // verified, and unchangeable while in use (sealed memfd or immutable
     // file); a streamed image is verified chunk by chunk as it arrives
     let image = match streamed_image {
-        Some(f) => f,
+        Some((f, _)) => f,
         None => snap.open_image()?,
     };
     rep.state_load_ms = ms(t0);
@@ -230,7 +241,13 @@ pub(crate) fn restore_with(
     // is being built; it is installed once the userfaultfd arrives
     let ws_loader = strategy.uses_working_set().then(|| {
         let (dir, key, layout) = (snap.dir.clone(), snapshot_key(snap), state.memory.clone());
-        std::thread::spawn(move || working_set::load(&dir, &key, &layout))
+        let arriving = arriving.clone();
+        std::thread::spawn(move || {
+            if let Some(a) = arriving {
+                a.working_set()?;
+            }
+            working_set::load(&dir, &key, &layout)
+        })
     });
 
     // dax: the pages earlier clones wrote are copied before resume
@@ -295,6 +312,9 @@ pub(crate) fn restore_with(
 
     if let Some(f) = on_spawn {
         f(pid);
+    }
+    if let Some(a) = &arriving {
+        a.copied_pages()?;
     }
     let sock = sb.channel().socket().try_clone()?;
     sock.set_read_timeout(Some(Duration::from_secs(10)))?;

@@ -130,7 +130,12 @@ impl RemoteStore {
 
     /// Seals and stores `data` as `name`.
     pub fn put(&self, name: &str, data: &[u8]) -> Result<()> {
-        let sealed = seal::seal(&self.key, name, data)?;
+        self.put_chunked(name, data, seal::CHUNK)
+    }
+
+    /// [`RemoteStore::put`] sealed in chunks of `chunk` bytes.
+    pub fn put_chunked(&self, name: &str, data: &[u8], chunk: usize) -> Result<()> {
+        let sealed = seal::seal_chunked(&self.key, name, data, chunk)?;
         self.rt
             .block_on(
                 self.store
@@ -164,8 +169,8 @@ impl RemoteStore {
 
     /// Fetches and opens several objects at once, each of the plaintext
     /// length the caller knows (from a commit record): one ranged GET per
-    /// object, no header read first. An object of any other length fails
-    /// to open.
+    /// object, no header read first (objects sealed in the default chunk
+    /// size). An object of any other length or chunk size fails to open.
     pub fn get_many(&self, objects: &[(String, u64)]) -> Result<Vec<Vec<u8>>> {
         let gets = objects.iter().map(|(name, len)| async move {
             let chunks = len.div_ceil(seal::CHUNK as u64).max(1);

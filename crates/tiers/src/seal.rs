@@ -170,10 +170,16 @@ impl Header {
 
 /// Seals `plain` as the object called `name`.
 pub fn seal(key: &Key, name: &str, plain: &[u8]) -> Result<Vec<u8>> {
+    seal_chunked(key, name, plain, CHUNK)
+}
+
+/// [`seal`] in chunks of `chunk` plaintext bytes (smaller chunks: finer
+/// ranged reads, 16 bytes of tag each).
+pub fn seal_chunked(key: &Key, name: &str, plain: &[u8], chunk: usize) -> Result<Vec<u8>> {
     let mut raw = [0u8; HEADER_LEN];
     raw[..8].copy_from_slice(MAGIC);
     raw[8..12].copy_from_slice(&VERSION.to_le_bytes());
-    raw[12..16].copy_from_slice(&(CHUNK as u32).to_le_bytes());
+    raw[12..16].copy_from_slice(&(chunk as u32).to_le_bytes());
     raw[16..24].copy_from_slice(&(plain.len() as u64).to_le_bytes());
     random(&mut raw[24..40])?;
     let h = Header::parse(&raw)?;
@@ -181,8 +187,8 @@ pub fn seal(key: &Key, name: &str, plain: &[u8]) -> Result<Vec<u8>> {
     let mut out = Vec::with_capacity(h.sealed_len() as usize);
     out.extend_from_slice(&raw);
     for i in 0..h.chunks() {
-        let s = (i as usize * CHUNK).min(plain.len());
-        let e = (s + CHUNK).min(plain.len());
+        let s = (i as usize * chunk).min(plain.len());
+        let e = (s + chunk).min(plain.len());
         let ct = key
             .0
             .encrypt(

@@ -1,18 +1,20 @@
 //! Restoring from the remote tier without waiting for the whole snapshot.
 //!
-//! [`Stream::open`] fetches what a lazy restore needs before resume — the
-//! commit record, manifest, state, the REAP working set, and the image
-//! chunks holding file-backed regions' private pages (the restorer copies
-//! those) — each checked against the commit record or opened as sealed
-//! chunks. The memory image itself becomes a local sparse file that a
-//! fetcher thread fills in chunk order with ranged GETs, each chunk
-//! authenticated before a byte of it is written. The page server reads
+//! [`Stream::open`] fetches, all at once, the commit record, manifest, state
+//! and the image's sealed header (each checked against the commit record),
+//! and returns; a lazy restore can start building its sandbox at once.
+//! Meanwhile a reader fetches the REAP working set (checked likewise) and
+//! fetcher threads bring the image into a local sparse file: first the
+//! chunks the restorer copies before resume (file-backed regions' private
+//! pages), then the rest in order, with ranged GETs, each chunk
+//! authenticated before a byte of it is written. The restore waits for what
+//! it needs only when it needs it ([`Arriving`]). The page server reads
 //! lazily restored pages through [`Stream::source`]: a page whose chunk has
-//! not arrived puts that chunk at the head of the fetcher's queue and waits
-//! for it, up to a deadline. Unauthenticated bytes are never written, so
-//! never served; a store that fails or stalls fails every waiter (the page
-//! server then kills the sandbox) and [`Stream::finish`]. Once every chunk
-//! is in, `finish` re-hashes the whole image against the manifest.
+//! not arrived puts that chunk at the head of the queue and waits for it, up
+//! to a deadline. Unauthenticated bytes are never written, so never served;
+//! a store that fails or stalls fails every waiter (the page server then
+//! kills the sandbox) and [`Stream::finish`], which also re-hashes the whole
+//! image against the manifest once every chunk is in.
 use crate::moves::{CommitRecord, COMMIT, MAX_COMMIT_RECORD};
 use crate::objects::RemoteStore;
 use crate::seal::Header;
@@ -26,6 +28,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use thaw_memory::{PageSource, Region};
+use thaw_sandbox::Arriving;
 use thaw_store::Snapshot;
 
 /// Where streamed snapshots are staged, under the state home.
@@ -41,8 +44,8 @@ const IMAGE: &str = "memory.img";
 /// Bounds on what a manifest and a state file may announce (the store's own).
 const MAX_MANIFEST: u64 = 1 << 20;
 const MAX_STATE: u64 = 64 << 20;
-/// Chunks one background request fetches (a fault's chunk goes alone).
-const BATCH: u64 = 4;
+/// Bytes one background request fetches (a fault's chunk goes alone).
+const BATCH_BYTES: u64 = 1 << 20;
 /// Requests in flight at once (one fetcher thread each): a fault's chunk
 /// need not wait behind a whole background batch.
 const FETCHERS: usize = 2;
@@ -76,6 +79,10 @@ struct Progress {
     /// the next chunk of the background order
     cursor: u64,
     on_demand: u64,
+    /// the working set's files: fetched, checked and written (or why not)
+    ws: Option<Result<(), String>>,
+    /// when the last of what the restore waits for arrived
+    first_done: Duration,
     failed: Option<String>,
     stop: bool,
 }
@@ -84,6 +91,9 @@ struct Shared {
     p: Mutex<Progress>,
     cv: Condvar,
     chunk: u64,
+    /// the chunks the restorer copies before resume
+    before: Vec<u64>,
+    t0: Instant,
     /// how long a reader waits for one chunk
     deadline: Duration,
     what: String,
@@ -131,11 +141,68 @@ impl Shared {
     }
 }
 
+impl Arriving for Shared {
+    fn copied_pages(&self) -> Result<()> {
+        for &c in &self.before {
+            self.wait_for(c)?;
+        }
+        let mut p = self.lock();
+        p.first_done = p.first_done.max(self.t0.elapsed());
+        Ok(())
+    }
+
+    fn working_set(&self) -> Result<()> {
+        let until = Instant::now() + self.deadline;
+        let mut p = self.lock();
+        loop {
+            match &p.ws {
+                Some(Ok(())) => return Ok(()),
+                Some(Err(e)) => bail!("{e}"),
+                None => {}
+            }
+            let now = Instant::now();
+            if now >= until {
+                bail!(
+                    "the working set of {} did not arrive within {:?}",
+                    self.what,
+                    self.deadline
+                );
+            }
+            p = self
+                .cv
+                .wait_timeout(p, until - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+}
+
+/// Fetches whole files of snapshot `name`, checks each against its commit
+/// record entry (length, SHA-256) and writes it into `dir`.
+fn fetch_files(
+    store: &RemoteStore,
+    name: &str,
+    dir: &Path,
+    files: &[(String, u64, String)],
+) -> Result<()> {
+    let objects: Vec<(String, u64)> = files
+        .iter()
+        .map(|(f, len, _)| (format!("{name}/{f}"), *len))
+        .collect();
+    for ((f, _, sum), data) in files.iter().zip(store.get_many(&objects)?) {
+        if thaw_store::sha256_hex(&data) != *sum {
+            bail!("{name}/{f} on the remote differs from its commit record");
+        }
+        write_private(&dir.join(f), &data)?;
+    }
+    Ok(())
+}
+
 /// A snapshot being fetched from the remote tier into a staging directory.
 pub struct Stream {
     shared: Arc<Shared>,
-    fetch: Arc<Fetch>,
-    fetchers: Vec<JoinHandle<()>>,
+    /// the fetchers and the working set's reader
+    threads: Vec<JoinHandle<()>>,
     /// the staged snapshot (its image fills in as chunks arrive)
     pub snapshot: Snapshot,
     pub report: StreamReport,
@@ -162,8 +229,9 @@ impl PageSource for StreamSource {
 }
 
 impl Stream {
-    /// Fetches what a restore of `name` needs first from `store` into a new
-    /// staging directory under `home`, and starts the background fill.
+    /// Fetches what a restore of `name` must know first (manifest, state)
+    /// from `store` into a new staging directory under `home`, and starts
+    /// fetching the working set and the image.
     pub fn open(home: &Path, store: Arc<RemoteStore>, name: &str) -> Result<Stream> {
         let t0 = Instant::now();
         let root = home.join(STREAM_DIR);
@@ -233,9 +301,10 @@ impl Stream {
         before.sort_unstable();
         before.dedup();
         // the REAP working set travels while the fetchers bring those chunks
-        let ws: Vec<_> = WORKING_SET.iter().filter_map(|f| entry(f)).collect();
-        let ws_objects: Vec<(String, u64)> =
-            ws.iter().map(|(f, len, _)| (object(f), *len)).collect();
+        let ws: Vec<(String, u64, String)> = WORKING_SET
+            .iter()
+            .filter_map(|f| entry(f).cloned())
+            .collect();
         let chunks = if image_len == 0 { 0 } else { header.chunks() };
         let shared = Arc::new(Shared {
             p: Mutex::new(Progress {
@@ -247,18 +316,20 @@ impl Stream {
             }),
             cv: Condvar::new(),
             chunk,
+            before: before.clone(),
+            t0,
             // a request may be retried once after timing out
             deadline: store.timeout() * 2 + Duration::from_secs(2),
             what: format!("{obj} on {}", store.url),
         });
         let fetch = Arc::new(Fetch {
-            store,
+            store: store.clone(),
             obj,
             header,
             image: sparse,
             shared: shared.clone(),
         });
-        let fetchers = (0..FETCHERS)
+        let mut threads = (0..FETCHERS)
             .map(|_| {
                 let f = fetch.clone();
                 std::thread::Builder::new()
@@ -266,13 +337,28 @@ impl Stream {
                     .spawn(move || f.run())
             })
             .collect::<std::io::Result<Vec<_>>>()?;
-        let mut s = Stream {
+        // the REAP working set travels while the fetchers bring those chunks
+        // and the caller builds the sandbox
+        let ws_bytes: u64 = ws.iter().map(|w| w.1).sum();
+        let (sh, ws_dir, ws_name) = (shared.clone(), dir.clone(), name.to_string());
+        threads.push(
+            std::thread::Builder::new()
+                .name("thaw-stream-ws".into())
+                .spawn(move || {
+                    let res = fetch_files(&store, &ws_name, &ws_dir, &ws);
+                    let mut p = sh.lock();
+                    p.ws = Some(res.map_err(|e| format!("{e:#}")));
+                    p.first_done = p.first_done.max(sh.t0.elapsed());
+                    sh.cv.notify_all();
+                })?,
+        );
+        cleanup.0 = None;
+        Ok(Stream {
             shared,
-            fetch,
-            fetchers,
+            threads,
             snapshot,
             report: StreamReport {
-                first_bytes: first_bytes + before.len() as u64 * chunk,
+                first_bytes: first_bytes + ws_bytes + before.len() as u64 * chunk,
                 image_bytes: image_len,
                 chunks,
                 chunks_before_restore: before.len() as u64,
@@ -280,24 +366,12 @@ impl Stream {
             },
             t0,
             keep: false,
-        };
-        let ws_data = std::thread::scope(|sc| {
-            let ws_data = sc.spawn(|| s.fetch.store.get_many(&ws_objects));
-            for &c in &before {
-                s.shared.wait_for(c)?;
-            }
-            joined(ws_data)
-        })?;
-        for ((f, _, sum), data) in ws.iter().zip(ws_data) {
-            if thaw_store::sha256_hex(&data) != *sum {
-                bail!("{name}/{f} on the remote differs from its commit record");
-            }
-            write_private(&dir.join(f), &data)?;
-            s.report.first_bytes += data.len() as u64;
-        }
-        s.report.first_ms = t0.elapsed().as_secs_f64() * 1e3;
-        cleanup.0 = None;
-        Ok(s)
+        })
+    }
+
+    /// What the restore waits for before resume.
+    pub fn arriving(&self) -> Arc<dyn Arriving> {
+        self.shared.clone()
     }
 
     /// The image file for the restorer (read-only).
@@ -326,12 +400,16 @@ impl Stream {
     /// Waits for the background fill, then checks the whole image against
     /// the manifest's SHA-256.
     pub fn finish(&mut self) -> Result<&StreamReport> {
-        for t in std::mem::take(&mut self.fetchers) {
+        for t in std::mem::take(&mut self.threads) {
             t.join()
                 .map_err(|_| anyhow::anyhow!("the stream's fetcher panicked"))?;
         }
         let p = self.shared.lock();
         self.report.chunks_on_demand = p.on_demand;
+        self.report.first_ms = p.first_done.as_secs_f64() * 1e3;
+        if let Some(Err(e)) = &p.ws {
+            bail!("{e}");
+        }
         if let Some(e) = &p.failed {
             bail!("{e}");
         }
@@ -353,7 +431,7 @@ impl Drop for Stream {
     fn drop(&mut self) {
         self.shared.lock().stop = true;
         self.shared.cv.notify_all();
-        for t in std::mem::take(&mut self.fetchers) {
+        for t in std::mem::take(&mut self.threads) {
             let _ = t.join();
         }
         if !self.keep {
@@ -450,7 +528,8 @@ impl Fetch {
                 break None;
             }
             let mut b = a + 1;
-            while b < n && b - a < BATCH && free(&p, b) {
+            let batch = (BATCH_BYTES / self.shared.chunk).max(1);
+            while b < n && b - a < batch && free(&p, b) {
                 b += 1;
             }
             break Some((a, b));

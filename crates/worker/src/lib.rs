@@ -228,6 +228,7 @@ impl Worker {
         strategy: &str,
         image: std::fs::File,
         source: std::sync::Arc<dyn thaw_memory::PageSource>,
+        arriving: std::sync::Arc<dyn thaw_sandbox::Arriving>,
     ) -> Result<(Sandbox, RestoreReport)> {
         let s = thaw_memory::strategy_by_name(strategy)?;
         thaw_sandbox::restore_streamed(
@@ -238,6 +239,7 @@ impl Worker {
             &self.cfg,
             image,
             source,
+            arriving,
         )
     }
 
