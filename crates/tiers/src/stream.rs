@@ -79,6 +79,8 @@ struct Progress {
     /// the next chunk of the background order
     cursor: u64,
     on_demand: u64,
+    /// whether to fetch chunks nobody asked for yet
+    background: bool,
     /// the working set's files: fetched, checked and written (or why not)
     ws: Option<Result<(), String>>,
     /// when the last of what the restore waits for arrived
@@ -233,6 +235,18 @@ impl Stream {
     /// from `store` into a new staging directory under `home`, and starts
     /// fetching the working set and the image.
     pub fn open(home: &Path, store: Arc<RemoteStore>, name: &str) -> Result<Stream> {
+        Stream::open_with(home, store, name, true)
+    }
+
+    /// [`Stream::open`]; without `background`, only what the restore and
+    /// its faults ask for is fetched (tests use it to stop the store while
+    /// a restore still needs it; `finish` then fails).
+    pub fn open_with(
+        home: &Path,
+        store: Arc<RemoteStore>,
+        name: &str,
+        background: bool,
+    ) -> Result<Stream> {
         let t0 = Instant::now();
         let root = home.join(STREAM_DIR);
         thaw_store::secure::ensure_private_dir(&root)?;
@@ -312,6 +326,7 @@ impl Stream {
                 taken: vec![false; chunks as usize],
                 left: chunks,
                 urgent: before.iter().copied().collect(),
+                background,
                 ..Default::default()
             }),
             cv: Condvar::new(),
@@ -400,6 +415,9 @@ impl Stream {
     /// Waits for the background fill, then checks the whole image against
     /// the manifest's SHA-256.
     pub fn finish(&mut self) -> Result<&StreamReport> {
+        if !self.shared.lock().background {
+            bail!("this stream fetches only what is asked for: it never finishes");
+        }
         for t in std::mem::take(&mut self.threads) {
             t.join()
                 .map_err(|_| anyhow::anyhow!("the stream's fetcher panicked"))?;
@@ -517,6 +535,14 @@ impl Fetch {
                 Some(c) if free(&p, c) => break Some((c, c + 1)),
                 Some(_) => continue,
                 None => {}
+            }
+            if !p.background {
+                // wait for the next request
+                p = self.shared.cv.wait(p).unwrap_or_else(|e| e.into_inner());
+                if p.stop || p.failed.is_some() {
+                    return None;
+                }
+                continue;
             }
             let n = p.arrived.len() as u64;
             while p.cursor < n && !free(&p, p.cursor) {
