@@ -58,13 +58,7 @@ pub fn run(
                 // untimed warm-up (first-use costs of the client and the restorer)
                 for s in &strategies {
                     let mut stream = Stream::open(&w.home, store.clone(), &name)?;
-                    let (mut sb, _) = w.restore_streamed(
-                        &stream.snapshot,
-                        s,
-                        stream.image()?,
-                        stream.source()?,
-                        stream.arriving(),
-                    )?;
+                    let (mut sb, _) = w.restore_streamed(&stream.snapshot, s, stream.inputs()?)?;
                     let inv = invoke(&mut sb, size, INVOKE_TIMEOUT)?;
                     w.check(f, size, &inv.output)
                         .with_context(|| format!("{f} streamed with {s} gave a wrong output"))?;
@@ -75,7 +69,7 @@ pub fn run(
                 let mut stream = None;
                 let mut start = || {
                     let st = stream.insert(Stream::open(&w.home, store.clone(), &name)?);
-                    w.restore_streamed(&st.snapshot, s, st.image()?, st.source()?, st.arriving())
+                    w.restore_streamed(&st.snapshot, s, st.inputs()?)
                 };
                 let rec =
                     measure_start(w, &mut start, f, size, s, o.run == 0, o.run, 0, t.emulated);

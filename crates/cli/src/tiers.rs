@@ -590,13 +590,7 @@ pub fn invoke_streamed(
     let mut stream = thaw_tiers::stream::Stream::open(home, store, &w.snapshot_name(function))
         .with_context(|| format!("streaming {function} from tier {tier}"))?;
     let t1 = std::time::Instant::now();
-    let started = w.restore_streamed(
-        &stream.snapshot,
-        strategy,
-        stream.image()?,
-        stream.source()?,
-        stream.arriving(),
-    );
+    let started = w.restore_streamed(&stream.snapshot, strategy, stream.inputs()?);
     let (mut sb, rep) = started.map_err(|e| stream.explain(e))?;
     let restore_ms = ms(t1);
     let inv = thaw_worker::invoke(&mut sb, size, thaw_worker::INVOKE_TIMEOUT)

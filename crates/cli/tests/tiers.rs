@@ -757,8 +757,7 @@ fn restores_stream_from_the_remote_tier_working_set_first_and_fail_clearly() {
     let res = (|| -> anyhow::Result<()> {
         let mut s = Stream::open(&h.0, store.clone(), &name)?;
         // every page on demand: a fault on the bad chunk kills the sandbox
-        let started =
-            w.restore_streamed(&s.snapshot, "uffd", s.image()?, s.source()?, s.arriving());
+        let started = w.restore_streamed(&s.snapshot, "uffd", s.inputs()?);
         let (mut sb, _) = started.map_err(|e| s.explain(e))?;
         let r = thaw_worker::invoke(&mut sb, "I", thaw_worker::INVOKE_TIMEOUT);
         r.map_err(|e| s.explain(e))?;
@@ -782,13 +781,7 @@ fn restores_stream_from_the_remote_tier_working_set_first_and_fail_clearly() {
     unsafe { libc::kill(pid, libc::SIGSTOP) };
     let t0 = std::time::Instant::now();
     let res = w
-        .restore_streamed(
-            &s.snapshot,
-            "uffd",
-            s.image().unwrap(),
-            s.source().unwrap(),
-            s.arriving(),
-        )
+        .restore_streamed(&s.snapshot, "uffd", s.inputs().unwrap())
         .and_then(|(mut sb, _)| thaw_worker::invoke(&mut sb, "I", thaw_worker::INVOKE_TIMEOUT));
     let took = t0.elapsed();
     // SAFETY: as above.

@@ -39,7 +39,7 @@ use thaw_memory::PageServer;
 /// For readers that must sit in cgroups like a sandbox's (the tier probe).
 pub use cgroup::Cgroups as SandboxCgroups;
 pub use checkpoint::{checkpoint, CheckpointReport};
-pub use restore::{restore, restore_streamed, Arriving, RestoreReport};
+pub use restore::{restore, restore_streamed, Arriving, RestoreReport, Streamed};
 pub use zygote::Zygote;
 
 /// Limits and places for sandboxes.

@@ -110,10 +110,17 @@ pub trait Arriving: Send + Sync {
     fn working_set(&self) -> Result<()>;
 }
 
+/// A streamed restore's inputs.
+pub struct Streamed {
+    /// the local file the image is arriving in
+    pub image: File,
+    /// serves lazily restored pages, waiting for those not there yet
+    pub source: Arc<dyn PageSource>,
+    pub arriving: Arc<dyn Arriving>,
+}
+
 /// [`restore`] from an image that is still arriving (the remote tier's
-/// streamed restore): `image` is the local file being filled, `source`
-/// serves the lazily restored pages from it and waits for those that have
-/// not arrived, and `arriving` says when the rest is there. Only a lazy
+/// streamed restore): see [`Streamed`]. Only a lazy
 /// strategy qualifies. REAP needs a usable working set: recording one
 /// would read pages that may not be there yet.
 pub fn restore_streamed(
@@ -122,9 +129,7 @@ pub fn restore_streamed(
     root_hash: &str,
     strategy: &dyn RestoreStrategy,
     cfg: &SandboxConfig,
-    image: File,
-    source: Arc<dyn PageSource>,
-    arriving: Arc<dyn Arriving>,
+    streamed: Streamed,
 ) -> Result<(Sandbox, RestoreReport)> {
     let anon = thaw_memory::Region {
         start: 0,
@@ -139,8 +144,8 @@ pub fn restore_streamed(
         );
     }
     let hooks = Hooks {
-        pager_source: Some(source),
-        image: Some((image, arriving)),
+        pager_source: Some(streamed.source),
+        image: Some((streamed.image, streamed.arriving)),
         ..Hooks::default()
     };
     restore_with(snap, root, root_hash, strategy, cfg, hooks)

@@ -28,7 +28,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use thaw_memory::{PageSource, Region};
-use thaw_sandbox::Arriving;
+use thaw_sandbox::{Arriving, Streamed};
 use thaw_store::Snapshot;
 
 /// Where streamed snapshots are staged, under the state home.
@@ -384,22 +384,18 @@ impl Stream {
         })
     }
 
-    /// What the restore waits for before resume.
-    pub fn arriving(&self) -> Arc<dyn Arriving> {
-        self.shared.clone()
-    }
-
-    /// The image file for the restorer (read-only).
-    pub fn image(&self) -> Result<File> {
-        Ok(File::open(self.snapshot.memory_path())?)
-    }
-
-    /// Lazily restored pages, from the image as it arrives.
-    pub fn source(&self) -> Result<Arc<dyn PageSource>> {
-        Ok(Arc::new(StreamSource {
-            shared: self.shared.clone(),
-            image: self.image()?,
-        }))
+    /// What a restore from this stream takes: the arriving image, the page
+    /// source over it, and what to wait for.
+    pub fn inputs(&self) -> Result<Streamed> {
+        let image = File::open(self.snapshot.memory_path())?;
+        Ok(Streamed {
+            source: Arc::new(StreamSource {
+                shared: self.shared.clone(),
+                image: image.try_clone()?,
+            }),
+            image,
+            arriving: self.shared.clone(),
+        })
     }
 
     /// `e` with the stream's failure, if it failed (a page server that
@@ -530,9 +526,23 @@ impl Fetch {
             return None;
         }
         let free = |p: &Progress, c: u64| !p.arrived[c as usize] && !p.taken[c as usize];
+        let n = p.arrived.len() as u64;
+        let batch = (BATCH_BYTES / self.shared.chunk).max(1);
         let range = loop {
             match p.urgent.pop_front() {
-                Some(c) if free(&p, c) => break Some((c, c + 1)),
+                Some(a) if free(&p, a) => {
+                    // one request up to the last other urgent chunk within a
+                    // batch (the restorer's pages lie in runs)
+                    let last = (a + 1..(a + batch).min(n))
+                        .rev()
+                        .find(|c| p.urgent.contains(c))
+                        .unwrap_or(a);
+                    let mut b = a + 1;
+                    while b <= last && free(&p, b) {
+                        b += 1;
+                    }
+                    break Some((a, b));
+                }
                 Some(_) => continue,
                 None => {}
             }
@@ -544,7 +554,6 @@ impl Fetch {
                 }
                 continue;
             }
-            let n = p.arrived.len() as u64;
             while p.cursor < n && !free(&p, p.cursor) {
                 p.cursor += 1;
             }
@@ -554,7 +563,6 @@ impl Fetch {
                 break None;
             }
             let mut b = a + 1;
-            let batch = (BATCH_BYTES / self.shared.chunk).max(1);
             while b < n && b - a < batch && free(&p, b) {
                 b += 1;
             }

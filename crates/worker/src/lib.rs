@@ -226,9 +226,7 @@ impl Worker {
         &self,
         snap: &Snapshot,
         strategy: &str,
-        image: std::fs::File,
-        source: std::sync::Arc<dyn thaw_memory::PageSource>,
-        arriving: std::sync::Arc<dyn thaw_sandbox::Arriving>,
+        streamed: thaw_sandbox::Streamed,
     ) -> Result<(Sandbox, RestoreReport)> {
         let s = thaw_memory::strategy_by_name(strategy)?;
         thaw_sandbox::restore_streamed(
@@ -237,9 +235,7 @@ impl Worker {
             &self.root.hash,
             s.as_ref(),
             &self.cfg,
-            image,
-            source,
-            arriving,
+            streamed,
         )
     }
 
