@@ -86,6 +86,8 @@ impl Drop for Home {
             .arg(&self.0)
             .args(["tier", "teardown", "--force"])
             .output();
+        // streamed restores stage on the home's DRAM tmpfs
+        let _ = thaw_store::Tier::unmount_dram(&self.0);
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
@@ -676,7 +678,7 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
 
 /// The newest staging directories of streamed restores under the home.
 fn streams_left(h: &Home) -> Vec<PathBuf> {
-    std::fs::read_dir(h.0.join(thaw_tiers::stream::STREAM_DIR))
+    std::fs::read_dir(thaw_tiers::stream::staging_root(&h.0).unwrap())
         .map(|d| d.flatten().map(|e| e.path()).collect())
         .unwrap_or_default()
 }

@@ -31,8 +31,20 @@ use thaw_memory::{PageSource, Region};
 use thaw_sandbox::{Arriving, Streamed};
 use thaw_store::Snapshot;
 
-/// Where streamed snapshots are staged, under the state home.
+/// Where streamed snapshots are staged, beside the DRAM tier's snapshots.
 pub const STREAM_DIR: &str = "streams";
+
+/// The staging directory's root: on the home's DRAM tmpfs, so the arriving
+/// image and the working set never wait on a disk (the working-set reader's
+/// O_DIRECT read of a freshly written file on a disk would first write it
+/// back).
+pub fn staging_root(home: &Path) -> Result<PathBuf> {
+    let dram = thaw_store::Tier::by_name("tmpfs", home)?.path;
+    Ok(dram
+        .parent()
+        .context("the DRAM tier has a parent")?
+        .join(STREAM_DIR))
+}
 /// Files fetched whole before the restore starts.
 const MANIFEST: &str = "manifest.json";
 const STATE: &str = "state.json";
@@ -109,7 +121,6 @@ impl Shared {
     /// Waits until chunk `i` has arrived (asking for it first), the stream
     /// failed, or the deadline passed.
     fn wait_for(&self, i: u64) -> Result<()> {
-        let until = Instant::now() + self.deadline;
         let mut p = self.lock();
         if p.arrived.get(i as usize).copied().unwrap_or(true) {
             return Ok(());
@@ -119,20 +130,29 @@ impl Shared {
             p.on_demand += 1;
             self.cv.notify_all();
         }
-        loop {
-            if let Some(e) = &p.failed {
-                bail!("{e}");
+        self.wait(p, &format!("chunk {i} of {}", self.what), |p| {
+            match &p.failed {
+                Some(e) => bail!("{e}"),
+                None => Ok(p.arrived[i as usize]),
             }
-            if p.arrived[i as usize] {
+        })
+    }
+
+    /// Waits until `ready` says so (or fails), up to the deadline.
+    fn wait(
+        &self,
+        mut p: std::sync::MutexGuard<'_, Progress>,
+        what: &str,
+        ready: impl Fn(&Progress) -> Result<bool>,
+    ) -> Result<()> {
+        let until = Instant::now() + self.deadline;
+        loop {
+            if ready(&p)? {
                 return Ok(());
             }
             let now = Instant::now();
             if now >= until {
-                bail!(
-                    "chunk {i} of {} did not arrive within {:?}",
-                    self.what,
-                    self.deadline
-                );
+                bail!("{what} did not arrive within {:?}", self.deadline);
             }
             p = self
                 .cv
@@ -154,28 +174,12 @@ impl Arriving for Shared {
     }
 
     fn working_set(&self) -> Result<()> {
-        let until = Instant::now() + self.deadline;
-        let mut p = self.lock();
-        loop {
-            match &p.ws {
-                Some(Ok(())) => return Ok(()),
-                Some(Err(e)) => bail!("{e}"),
-                None => {}
-            }
-            let now = Instant::now();
-            if now >= until {
-                bail!(
-                    "the working set of {} did not arrive within {:?}",
-                    self.what,
-                    self.deadline
-                );
-            }
-            p = self
-                .cv
-                .wait_timeout(p, until - now)
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
-        }
+        let what = format!("the working set beside {}", self.what);
+        self.wait(self.lock(), &what, |p| match &p.ws {
+            Some(Ok(())) => Ok(true),
+            Some(Err(e)) => bail!("{e}"),
+            None => Ok(false),
+        })
     }
 }
 
@@ -248,7 +252,7 @@ impl Stream {
         background: bool,
     ) -> Result<Stream> {
         let t0 = Instant::now();
-        let root = home.join(STREAM_DIR);
+        let root = staging_root(home)?;
         thaw_store::secure::ensure_private_dir(&root)?;
         clean_dead(&root);
         let dir = root.join(format!("{}-{name}", thaw_store::secure::owner_tag()));
