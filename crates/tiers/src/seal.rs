@@ -298,6 +298,37 @@ mod tests {
     }
 
     #[test]
+    fn small_chunks_open_by_range() {
+        let k = key();
+        let plain: Vec<u8> = (0..200_000usize).map(|i| (i % 253) as u8).collect();
+        let s = seal_chunked(&k, "f/img", &plain, 64 << 10).unwrap();
+        let h = Header::parse(&s).unwrap();
+        assert_eq!((h.chunk, h.chunks()), (64 << 10, 4));
+        assert_eq!(open(&k, "f/img", &s).unwrap(), plain);
+        // the last chunk alone, as a streamed restore fetches it
+        let (span, first) = h.sealed_span(&(196_608..200_000)).unwrap();
+        assert_eq!(first, 3);
+        let pt = open_chunks(
+            &k,
+            "f/img",
+            &h,
+            3,
+            &s[span.start as usize..span.end as usize],
+        );
+        assert_eq!(pt.unwrap(), &plain[196_608..]);
+        let mut bad = s.clone();
+        bad[span.start as usize + 5] ^= 1;
+        let pt = open_chunks(
+            &k,
+            "f/img",
+            &h,
+            3,
+            &bad[span.start as usize..span.end as usize],
+        );
+        assert!(pt.is_err(), "a flipped bit in a small chunk accepted");
+    }
+
+    #[test]
     fn tampering_is_detected() {
         let k = key();
         let plain = vec![5u8; CHUNK + 100];
