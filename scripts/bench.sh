@@ -42,6 +42,9 @@ $T tier setup
 $T tier probe --json "$OUT/tier-probe.json"
 $T bench hierarchy --functions helloworld,lr_serving,matmul,pyaes,json_serdes --tiers tmpfs,pmem,nvme,sata,hdd \
     --strategies mmap,reap --runs "$RUNS" --redeploy --json "$OUT/hierarchy.jsonl" --markdown "$OUT/hierarchy.md"
+# the streamed restore from the remote tier against the same restore from NVMe
+$T bench hierarchy --functions helloworld,json_serdes,lr_serving --tiers nvme,remote \
+    --strategies reap --runs "$RUNS" --json "$OUT/hierarchy-remote.jsonl" --markdown "$OUT/hierarchy-remote.md"
 $T place --all --explain --profile-tier nvme > "$OUT/place.txt"
 $T tier teardown --force
 # issue 12: the daemon against the worker it wraps

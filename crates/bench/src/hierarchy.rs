@@ -6,6 +6,7 @@
 //! latency with the phase breakdown, the ratios between devices with the
 //! paper's beside them, and REAP against `mmap` per tier. Emulated tiers are
 //! marked in every row.
+use crate::remote;
 use crate::restore::{self, Record};
 use crate::stats::summarize;
 use anyhow::{bail, Result};
@@ -32,9 +33,19 @@ pub fn run(
         bail!("name at least one tier");
     }
     // every tier must be there before hours of measuring start
-    for t in &o.tiers {
+    let cfg = thaw_tiers::TiersConfig::load(&w.home)?;
+    let is_remote = |t: &str| cfg.get(t).is_ok_and(|c| c.kind == thaw_tiers::Kind::Remote);
+    for t in o.tiers.iter().filter(|t| !is_remote(t)) {
         w.tier(t)?;
     }
+    // the remote tier's copy comes from NVMe when it is measured, else
+    // from the first local tier listed
+    let local: Vec<&String> = o.tiers.iter().filter(|t| !is_remote(t)).collect();
+    let source = local
+        .iter()
+        .find(|t| t.as_str() == "nvme")
+        .or(local.first())
+        .map_or("disk", |t| t.as_str());
     if o.runs == 0 {
         bail!("--runs must be at least 1");
     }
@@ -43,6 +54,24 @@ pub fn run(
     let mut all = Vec::new();
     for round in 0..o.runs {
         for t in &o.tiers {
+            let mut numbered = |r: &Record| {
+                sink(&Record {
+                    run: round,
+                    ..r.clone()
+                })
+            };
+            if is_remote(t) {
+                let ro = remote::Options {
+                    functions: &o.functions,
+                    strategies: &o.strategies,
+                    sizes: &o.sizes,
+                    tier: t,
+                    source,
+                    run: round,
+                };
+                all.extend(remote::run(w, &ro, &mut numbered)?);
+                continue;
+            }
             let ro = restore::Options {
                 functions: o.functions.clone(),
                 strategies: o.strategies.clone(),
@@ -51,12 +80,6 @@ pub fn run(
                 runs: 1,
                 redeploy: o.redeploy && round == 0,
                 check_all: false,
-            };
-            let mut numbered = |r: &Record| {
-                sink(&Record {
-                    run: round,
-                    ..r.clone()
-                })
             };
             all.extend(
                 restore::run(w, &ro, &mut numbered)?
@@ -181,6 +204,7 @@ pub fn report(records: &[Record], tier_order: &[String]) -> String {
             );
         }
     }
+    remote_table(&mut md, &g, tier_order, &label);
     // REAP against mmap from the same tier
     let _ = writeln!(
         md,
@@ -209,4 +233,67 @@ pub fn report(records: &[Record], tier_order: &[String]) -> String {
         }
     }
     md
+}
+
+/// Streamed restores from each remote tier against the same strategy from
+/// NVMe (target: within 2x for the light functions).
+fn remote_table(
+    md: &mut String,
+    g: &Grouped,
+    tier_order: &[String],
+    label: &dyn Fn(&str) -> String,
+) {
+    let remotes: Vec<&String> = tier_order
+        .iter()
+        .filter(|t| {
+            g.values()
+                .flat_map(|by_t| by_t.get(*t))
+                .flat_map(|by_s| by_s.values().flatten())
+                .any(|r| r.background_ms > 0.0)
+        })
+        .collect();
+    for rt in remotes {
+        let _ = writeln!(
+            md,
+            "\n### {} (streamed: working set first) against NVMe, same strategy (medians)\n",
+            label(rt)
+        );
+        let _ = writeln!(
+            md,
+            "| function | input | strategy | remote cold ms (min / median / p99) | fetch first | first response | background fill done | NVMe cold ms | remote / NVMe |"
+        );
+        let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|");
+        let mut ratios = Vec::new();
+        for ((f, input), by_t) in g {
+            let Some(by_s) = by_t.get(rt) else { continue };
+            for (s, rs) in by_s {
+                let cold = summarize(&rs.iter().map(|r| r.cold_ms).collect::<Vec<_>>())
+                    .expect("non-empty");
+                let nvme = by_t
+                    .get("nvme")
+                    .and_then(|n| n.get(s))
+                    .map(|n| median(n, |r| r.cold_ms));
+                let ratio = nvme.map(|n| cold.median / n);
+                ratios.extend(ratio);
+                let _ = writeln!(
+                    md,
+                    "| {f} | {input} | {s} | {:.1} / {:.1} / {:.1} | {:.1} | {:.1} | {:.1} | {} | {} |",
+                    cold.min,
+                    cold.median,
+                    cold.p99,
+                    median(rs, |r| r.state_load_ms),
+                    median(rs, |r| r.first_response_ms),
+                    median(rs, |r| r.background_ms),
+                    nvme.map_or("-".into(), |n| format!("{n:.1}")),
+                    ratio.map_or("-".into(), |r| format!("{r:.2}x")),
+                );
+            }
+        }
+        if let Some(gm) = geomean(&ratios) {
+            let _ = writeln!(
+                md,
+                "\nGeometric mean remote / NVMe: {gm:.2}x (target: <= 2x for the light functions)"
+            );
+        }
+    }
 }

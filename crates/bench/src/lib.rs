@@ -6,6 +6,7 @@
 
 pub mod concurrency;
 pub mod hierarchy;
+pub mod remote;
 pub mod restore;
 pub mod stats;
 pub mod store;

@@ -74,6 +74,9 @@ pub struct Record {
     pub prefetch_ms: f64,
     /// reap: faults after the prefetch exceeded the drift share
     pub drift: bool,
+    /// remote (streamed): from the start until the whole image had arrived
+    /// and verified, in the background (0 for local tiers)
+    pub background_ms: f64,
 }
 
 /// Runs the benchmark; every record goes to `sink` as it is measured.
@@ -293,6 +296,7 @@ fn measure_started(
         ws_pages: 0,
         prefetch_ms: 0.0,
         drift: false,
+        background_ms: 0.0,
     })
 }
 
@@ -313,11 +317,38 @@ fn measure_restore(
     if let Some(p) = w.pool() {
         p.wait_full(std::time::Duration::from_secs(10));
     }
+    measure_start(
+        w,
+        &mut || w.restore(snap, s),
+        f,
+        size,
+        s,
+        o.check_all,
+        run,
+        image_bytes,
+        emulated,
+    )
+}
+
+/// A restore's cold start (`start` is timed with the first invocation),
+/// its phases and a warm invocation on the same instance.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn measure_start(
+    w: &Worker,
+    start: &mut dyn FnMut() -> Result<(Sandbox, thaw_sandbox::RestoreReport)>,
+    f: &str,
+    size: &str,
+    s: &str,
+    check: bool,
+    run: usize,
+    image_bytes: u64,
+    emulated: bool,
+) -> Result<Record> {
     let t0 = Instant::now();
-    let (mut sb, rep) = w.restore(snap, s)?;
+    let (mut sb, rep) = start()?;
     let inv = invoke(&mut sb, size, INVOKE_TIMEOUT)?;
     let cold_ms = ms(t0);
-    if o.check_all {
+    if check {
         w.check(f, size, &inv.output)?;
     }
     let (minflt, majflt) = faults(&sb);
@@ -355,6 +386,7 @@ fn measure_restore(
         ws_pages: rep.ws_pages,
         prefetch_ms: rep.prefetch_ms,
         drift,
+        background_ms: 0.0,
     })
 }
 

@@ -55,9 +55,11 @@ enum Cmd {
         function: String,
         #[arg(long, default_value = "I")]
         size: String,
-        /// eager, mmap, uffd, or fresh (no snapshot)
+        /// eager, mmap, uffd, reap, dax, tiered, or fresh (no snapshot)
         #[arg(long, default_value = "mmap")]
         strategy: String,
+        /// A local tier, or the remote one: then the restore streams
+        /// (working set first; uffd or reap)
         #[arg(long, default_value = "tmpfs")]
         tier: String,
         /// Verify the output with the function's checker
@@ -366,6 +368,11 @@ fn run(cli: Cli) -> Result<()> {
             check,
         } => {
             let w = worker(&home)?;
+            if strategy != "fresh" && tiers::is_remote(&home, &tier)? {
+                return tiers::invoke_streamed(
+                    &home, &w, &function, &size, &strategy, &tier, check,
+                );
+            }
             let t0 = std::time::Instant::now();
             let mut sb = if strategy == "fresh" {
                 w.start_fresh(&function)?.0

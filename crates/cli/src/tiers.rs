@@ -552,3 +552,61 @@ pub fn restore_slot(home: &Path, tier: &str) -> Result<thaw_tiers::slots::Restor
         std::time::Duration::from_secs(60),
     )
 }
+
+/// Whether `tier` is a configured remote tier (restores from it stream).
+pub fn is_remote(home: &Path, tier: &str) -> Result<bool> {
+    let cfg = TiersConfig::load(home)?;
+    Ok(cfg.get(tier).is_ok_and(|t| t.kind == Kind::Remote))
+}
+
+/// The remote tier's client, shareable with a stream's fetcher.
+pub fn remote_store(home: &Path, tier: &str) -> Result<std::sync::Arc<RemoteStore>> {
+    let cfg = TiersConfig::load(home)?;
+    Ok(std::sync::Arc::new(RemoteStore::open(
+        home,
+        cfg.get(tier)?,
+    )?))
+}
+
+/// `thaw invoke FN --tier REMOTE`: a streamed restore (manifest, state and
+/// working set first, the image on demand and in the background), one
+/// invocation, then the background fill to its end; the phases reported.
+pub fn invoke_streamed(
+    home: &Path,
+    w: &thaw_worker::Worker,
+    function: &str,
+    size: &str,
+    strategy: &str,
+    tier: &str,
+    check: bool,
+) -> Result<()> {
+    use thaw_worker::ms;
+    w.check_function(function)?;
+    let store = remote_store(home, tier)?;
+    let _slot = restore_slot(home, tier)?;
+    let t0 = std::time::Instant::now();
+    let mut stream = thaw_tiers::stream::Stream::open(home, store, &w.snapshot_name(function))
+        .with_context(|| format!("streaming {function} from tier {tier}"))?;
+    let t1 = std::time::Instant::now();
+    let started = w.restore_streamed(&stream.snapshot, strategy, stream.inputs()?);
+    let (mut sb, rep) = started.map_err(|e| stream.explain(e))?;
+    let restore_ms = ms(t1);
+    let inv = thaw_worker::invoke(&mut sb, size, thaw_worker::INVOKE_TIMEOUT)
+        .map_err(|e| stream.explain(e))?;
+    let cold = ms(t0);
+    if check {
+        w.check(function, size, &inv.output)?;
+    }
+    let bg = stream
+        .finish()
+        .with_context(|| format!("the background fill of {function} from tier {tier} failed"))?;
+    thaw_output::outln!(
+        "{}",
+        serde_json::json!({"function": function, "size": size, "strategy": strategy,
+            "tier": tier, "cold_ms": cold, "fetch_first_ms": bg.first_ms,
+            "restore_ms": restore_ms, "first_response_ms": inv.latency_ms,
+            "background_complete_ms": bg.complete_ms, "exec_ms": inv.exec_ms,
+            "ws_pages": rep.ws_pages, "stream": bg, "output": inv.output, "checked": check})
+    );
+    Ok(())
+}

@@ -86,6 +86,8 @@ impl Drop for Home {
             .arg(&self.0)
             .args(["tier", "teardown", "--force"])
             .output();
+        // streamed restores stage on the home's DRAM tmpfs
+        let _ = thaw_store::Tier::unmount_dram(&self.0);
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
@@ -672,4 +674,137 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
         }
     }
     out
+}
+
+/// The newest staging directories of streamed restores under the home.
+fn streams_left(h: &Home) -> Vec<PathBuf> {
+    std::fs::read_dir(thaw_tiers::stream::staging_root(&h.0).unwrap())
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default()
+}
+
+#[test]
+fn restores_stream_from_the_remote_tier_working_set_first_and_fail_clearly() {
+    use std::sync::Arc;
+    use thaw_tiers::objects::RemoteStore;
+    use thaw_tiers::stream::Stream;
+    let _turn = object_store_turn();
+    let h = Home::new("stream");
+    h.config(&["nvme", "remote"], |t| {
+        t.capacity_bytes = 512 << 20;
+        if t.name == "remote" {
+            t.request_timeout_s = Some(2);
+        }
+    });
+    h.ok(&["tier", "setup"]);
+    let w = worker();
+    let nvme = thaw_store::Tier::by_name("nvme", &h.0).unwrap();
+    let (snap, _) = w.deploy("helloworld", &nvme).unwrap();
+    {
+        // the first REAP restore records the working set that travels first
+        let (mut sb, _) = w.restore(&snap, "reap").unwrap();
+        thaw_worker::invoke(&mut sb, "I", thaw_worker::INVOKE_TIMEOUT).unwrap();
+    }
+    assert!(snap.dir.join("ws.json").exists(), "no working set recorded");
+    drop(snap);
+    h.ok(&[
+        "snapshot",
+        "get",
+        "helloworld",
+        "--from",
+        "nvme",
+        "--to",
+        "remote",
+    ]);
+    let invoke = [
+        "invoke",
+        "helloworld",
+        "--tier",
+        "remote",
+        "--strategy",
+        "reap",
+        "--check",
+    ];
+
+    // streamed: the right answer, the working set installed, the whole
+    // image arrived and verified, the staging directory gone
+    let out: Value = serde_json::from_str(h.ok(&invoke).trim()).unwrap();
+    assert_eq!(out["checked"], true, "{out}");
+    assert!(out["ws_pages"].as_u64().unwrap() > 0, "{out}");
+    let st = &out["stream"];
+    assert!(st["chunks"].as_u64().unwrap() > 1, "{out}");
+    assert!(
+        st["complete_ms"].as_f64().unwrap() >= st["first_ms"].as_f64().unwrap()
+            && st["first_ms"].as_f64().unwrap() > 0.0,
+        "{out}"
+    );
+    assert!(
+        st["first_bytes"].as_u64().unwrap() < st["image_bytes"].as_u64().unwrap(),
+        "the restore waited for the whole image: {out}"
+    );
+    assert!(streams_left(&h).is_empty(), "{:?}", streams_left(&h));
+
+    let cfg = TiersConfig::load(&h.0).unwrap();
+    let store = Arc::new(RemoteStore::open(&h.0, cfg.get("remote").unwrap()).unwrap());
+    let name = w.snapshot_name("helloworld");
+    let image = format!("{name}/memory.img");
+    let good = store.get_raw(&image).unwrap();
+
+    // a flipped bit in an image chunk on the store: detected, never served
+    let mut bad = good.clone();
+    let at = bad.len() - 100;
+    bad[at] ^= 1;
+    store.put_raw(&image, bad).unwrap();
+    h.fails(&invoke, "failed authentication");
+    let res = (|| -> anyhow::Result<()> {
+        let mut s = Stream::open(&h.0, store.clone(), &name)?;
+        // every page on demand: a fault on the bad chunk kills the sandbox
+        let started = w.restore_streamed(&s.snapshot, "uffd", s.inputs()?);
+        let (mut sb, _) = started.map_err(|e| s.explain(e))?;
+        let r = thaw_worker::invoke(&mut sb, "I", thaw_worker::INVOKE_TIMEOUT);
+        r.map_err(|e| s.explain(e))?;
+        s.finish()?;
+        Ok(())
+    })();
+    let err = format!("{:#}", res.expect_err("a corrupted chunk went unnoticed"));
+    assert!(err.contains("failed authentication"), "{err}");
+    assert!(streams_left(&h).is_empty(), "{:?}", streams_left(&h));
+    store.put_raw(&image, good).unwrap();
+
+    // the store stopped once the restore has begun: the restore fails
+    // within the deadline (2 s requests, one retry, plus 2 s), no hang
+    let pid: i32 = std::fs::read_to_string(h.0.join("tiers/.remote/server.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let s = Stream::open_with(&h.0, store.clone(), &name, false).unwrap();
+    // SAFETY: stopping and resuming the server this test's setup started.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    let t0 = std::time::Instant::now();
+    let res = w
+        .restore_streamed(&s.snapshot, "uffd", s.inputs().unwrap())
+        .and_then(|(mut sb, _)| thaw_worker::invoke(&mut sb, "I", thaw_worker::INVOKE_TIMEOUT));
+    let took = t0.elapsed();
+    // SAFETY: as above.
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    let err = format!(
+        "{:#}",
+        s.explain(res.expect_err("restored without the store"))
+    );
+    assert!(
+        err.contains("streaming from the remote tier failed")
+            || err.contains("did not arrive within"),
+        "{err}"
+    );
+    assert!(
+        took < std::time::Duration::from_secs(20),
+        "the failure took {took:?}"
+    );
+    drop(s);
+    assert!(streams_left(&h).is_empty(), "{:?}", streams_left(&h));
+    // and the store, back, serves the next streamed restore
+    let out: Value = serde_json::from_str(h.ok(&invoke).trim()).unwrap();
+    assert_eq!(out["checked"], true, "{out}");
+    h.ok(&["tier", "teardown", "--force"]);
 }

@@ -42,7 +42,7 @@ use thaw_memory::PageServer;
 pub use cgroup::Cgroups as SandboxCgroups;
 pub use checkpoint::{checkpoint, CheckpointReport};
 pub use pool::{PoolStats, Prebuilt, SandboxPool};
-pub use restore::{restore, RestoreReport};
+pub use restore::{restore, restore_streamed, Arriving, RestoreReport, Streamed};
 pub use zygote::Zygote;
 
 /// Limits and places for sandboxes.

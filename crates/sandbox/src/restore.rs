@@ -132,6 +132,57 @@ pub fn restore_observed(
     restore_with(snap, root, root_hash, strategy, cfg, hooks)
 }
 
+/// What a streamed restore waits for, each as late as it can.
+pub trait Arriving: Send + Sync {
+    /// The image pages the restorer copies before resume (file-backed
+    /// regions' private pages): waited for before the plan is sent.
+    fn copied_pages(&self) -> Result<()>;
+    /// The REAP working set's files beside the snapshot: waited for by the
+    /// working-set reader, while the sandbox is being built.
+    fn working_set(&self) -> Result<()>;
+}
+
+/// A streamed restore's inputs.
+pub struct Streamed {
+    /// the local file the image is arriving in
+    pub image: File,
+    /// serves lazily restored pages, waiting for those not there yet
+    pub source: Arc<dyn PageSource>,
+    pub arriving: Arc<dyn Arriving>,
+}
+
+/// [`restore`] from an image that is still arriving (the remote tier's
+/// streamed restore): see [`Streamed`]. Only a lazy
+/// strategy qualifies. REAP needs a usable working set: recording one
+/// would read pages that may not be there yet.
+pub fn restore_streamed(
+    snap: &Snapshot,
+    root: &Path,
+    root_hash: &str,
+    strategy: &dyn RestoreStrategy,
+    cfg: &SandboxConfig,
+    streamed: Streamed,
+) -> Result<(Sandbox, RestoreReport)> {
+    let anon = thaw_memory::Region {
+        start: 0,
+        end: thaw_memory::PAGE_SIZE,
+        anonymous: true,
+        runs: vec![],
+    };
+    if strategy.fill(&anon) != Fill::Lazy || strategy.uses_tiers() {
+        bail!(
+            "a streamed restore needs a lazy strategy (uffd or reap), not {}",
+            strategy.name()
+        );
+    }
+    let hooks = Hooks {
+        pager_source: Some(streamed.source),
+        image: Some((streamed.image, streamed.arriving)),
+        ..Hooks::default()
+    };
+    restore_with(snap, root, root_hash, strategy, cfg, hooks)
+}
+
 /// Extra control for the profiler (where lazy pages come from, and whether
 /// the page server logs fault addresses) and for tests (`on_spawn`).
 #[derive(Default)]
@@ -145,6 +196,9 @@ pub(crate) struct Hooks<'a> {
     pub on_spawn: Option<&'a mut dyn FnMut(i32)>,
     /// a sandbox built ahead (see [`crate::pool`]); built here when absent
     pub prebuilt: Option<Prebuilt>,
+    /// the image to restore from instead of the snapshot's verified one
+    /// (a streamed restore's partly arrived file: never record from it)
+    pub image: Option<(File, Arc<dyn Arriving>)>,
 }
 
 pub(crate) fn restore_with(
@@ -161,7 +215,10 @@ pub(crate) fn restore_with(
         state: state_override,
         on_spawn,
         prebuilt,
+        image: streamed_image,
     } = hooks;
+    let arriving = streamed_image.as_ref().map(|(_, a)| a.clone());
+    let streamed = arriving.is_some();
     let t0 = Instant::now();
     let mut rep = RestoreReport {
         strategy: strategy.name().into(),
@@ -188,8 +245,12 @@ pub(crate) fn restore_with(
             snap.dir.display()
         );
     }
-    // verified, and unchangeable while in use (sealed memfd or immutable file)
-    let image = snap.open_image()?;
+    // verified, and unchangeable while in use (sealed memfd or immutable
+    // file); a streamed image is verified chunk by chunk as it arrives
+    let image = match streamed_image {
+        Some((f, _)) => f,
+        None => snap.open_image()?,
+    };
     rep.state_load_ms = ms(t0);
 
     // TOSS: pages come from the fast and slow tier files; if the layout is
@@ -220,7 +281,13 @@ pub(crate) fn restore_with(
     // is being built; it is installed once the userfaultfd arrives
     let ws_loader = strategy.uses_working_set().then(|| {
         let (dir, key, layout) = (snap.dir.clone(), snapshot_key(snap), state.memory.clone());
-        std::thread::spawn(move || working_set::load(&dir, &key, &layout))
+        let arriving = arriving.clone();
+        std::thread::spawn(move || {
+            if let Some(a) = arriving {
+                a.working_set()?;
+            }
+            working_set::load(&dir, &key, &layout)
+        })
     });
 
     // dax: the pages earlier clones wrote are copied before resume
@@ -269,6 +336,9 @@ pub(crate) fn restore_with(
 
     if let Some(f) = on_spawn {
         f(pid);
+    }
+    if let Some(a) = &arriving {
+        a.copied_pages()?;
     }
     let sock = sb.channel().socket().try_clone()?;
     sock.set_read_timeout(Some(RESTORER_REPORT_DEADLINE))?;
@@ -346,6 +416,12 @@ pub(crate) fn restore_with(
                         image: image.try_clone()?,
                         layout: layout.clone(),
                     });
+                }
+                Ok(None) | Err(_) if streamed => {
+                    let why = ws
+                        .err()
+                        .map_or("none was recorded".into(), |e| format!("{e:#}"));
+                    bail!("a streamed REAP restore needs a usable working set: {why}");
                 }
                 Ok(None) | Err(_) => {
                     if let Err(e) = ws {

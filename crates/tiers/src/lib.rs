@@ -17,5 +17,6 @@ pub mod relay;
 pub mod remote;
 pub mod seal;
 pub mod slots;
+pub mod stream;
 
 pub use config::{DeviceProfile, Kind, TierConfig, TiersConfig, CONFIG_FILE};

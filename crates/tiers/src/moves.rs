@@ -26,7 +26,7 @@ const JOURNAL_DIR: &str = "moves";
 /// The remote object that makes a snapshot's objects a snapshot.
 pub const COMMIT: &str = "COMMIT";
 /// Bound on a commit record's size (it lists a handful of files).
-const MAX_COMMIT_RECORD: u64 = 1 << 20;
+pub(crate) const MAX_COMMIT_RECORD: u64 = 1 << 20;
 /// Test hook: the process kills itself (SIGKILL) at this step of a move.
 pub const CRASH_ENV: &str = "THAW_MOVE_CRASH_AT";
 pub const CRASH_POINTS: &[&str] = &["journaled", "copied", "verified", "switched", "hidden"];
@@ -325,6 +325,9 @@ fn transfer(
     })
 }
 
+/// Plaintext bytes per sealed chunk of a memory image on the remote tier.
+const IMAGE_CHUNK: usize = 64 << 10;
+
 /// Files a cold start reads first: they travel first.
 const FIRST_NEEDED: &[&str] = &["manifest.json", "state.json", "ws.json", "ws.img"];
 
@@ -371,6 +374,11 @@ fn copy(from: &Place, to: &Place, name: &str) -> Result<(FileSums, u64, std::tim
                 let mut out = thaw_store::secure::create_private_file(&dir.join(f))?;
                 std::io::Write::write_all(&mut out, &data)?;
                 out.sync_all()?;
+            }
+            // the image in small chunks: a streamed restore fetches (and
+            // authenticates) little more than the pages it faults on
+            Place::Remote { store, .. } if f == "memory.img" => {
+                store.put_chunked(&format!("{name}/{f}"), &data, IMAGE_CHUNK)?
             }
             Place::Remote { store, .. } => store.put(&format!("{name}/{f}"), &data)?,
         }
@@ -426,6 +434,12 @@ fn switch_in(to: &Place, name: &str, files: &[(String, u64, String)]) -> Result<
             store.put(&format!("{name}/{COMMIT}"), &serde_json::to_vec(&rec)?)
         }
     }
+}
+
+/// Deletes the snapshot `name` at `p` (first made invisible, then removed).
+pub fn delete_snapshot(p: &Place, name: &str) -> Result<()> {
+    check_name(name)?;
+    delete_source(p, name)
 }
 
 fn delete_source(from: &Place, name: &str) -> Result<()> {

@@ -77,7 +77,10 @@ impl RemoteStore {
                 ..Default::default()
             });
         let store = b.build().context("configuring the object store client")?;
-        let rt = tokio::runtime::Builder::new_current_thread()
+        // one I/O thread: callers on several threads (a stream's fetchers)
+        // each block on their own request while it drives them all
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
             .enable_all()
             .build()?;
         Ok(RemoteStore {
@@ -127,7 +130,12 @@ impl RemoteStore {
 
     /// Seals and stores `data` as `name`.
     pub fn put(&self, name: &str, data: &[u8]) -> Result<()> {
-        let sealed = seal::seal(&self.key, name, data)?;
+        self.put_chunked(name, data, seal::CHUNK)
+    }
+
+    /// [`RemoteStore::put`] sealed in chunks of `chunk` bytes.
+    pub fn put_chunked(&self, name: &str, data: &[u8], chunk: usize) -> Result<()> {
+        let sealed = seal::seal_chunked(&self.key, name, data, chunk)?;
         self.rt
             .block_on(
                 self.store
@@ -210,6 +218,32 @@ impl RemoteStore {
         })
     }
 
+    /// Fetches and opens several objects at once, each of the plaintext
+    /// length the caller knows (from a commit record): one ranged GET per
+    /// object, no header read first (objects sealed in the default chunk
+    /// size). An object of any other length or chunk size fails to open.
+    pub fn get_many(&self, objects: &[(String, u64)]) -> Result<Vec<Vec<u8>>> {
+        let gets = objects.iter().map(|(name, len)| async move {
+            let chunks = len.div_ceil(seal::CHUNK as u64).max(1);
+            let sealed = HEADER_LEN as u64 + len + chunks * seal::TAG_LEN as u64;
+            let raw = self
+                .store
+                .get_range(&ObjPath::from(name.as_str()), 0..sealed)
+                .await
+                .with_context(|| format!("downloading {name} from {}", self.url))?;
+            let plain = seal::open(&self.key, name, &raw)?;
+            if plain.len() as u64 != *len {
+                bail!(
+                    "{name} on {} holds {} bytes, not {len}",
+                    self.url,
+                    plain.len()
+                );
+            }
+            Ok(plain)
+        });
+        self.rt.block_on(futures::future::try_join_all(gets))
+    }
+
     /// The header of `name` (one small ranged read).
     pub fn header(&self, name: &str) -> Result<Header> {
         let raw = self
@@ -232,6 +266,30 @@ impl RemoteStore {
         let pt = seal::open_chunks(&self.key, name, h, first, &raw)?;
         let off = (r.start - first * h.chunk as u64) as usize;
         Ok(pt[off..off + (r.end - r.start) as usize].to_vec())
+    }
+
+    /// How long one request may take before it fails.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// The stored (sealed) bytes of `name`, unopened: for tools and tests
+    /// that must see or damage what the store holds.
+    pub fn get_raw(&self, name: &str) -> Result<Vec<u8>> {
+        let r = self
+            .rt
+            .block_on(async { self.store.get(&ObjPath::from(name)).await?.bytes().await })
+            .with_context(|| format!("downloading {name} from {}", self.url))?;
+        Ok(r.to_vec())
+    }
+
+    /// Stores `raw` as `name` as it is (no sealing): the counterpart of
+    /// [`RemoteStore::get_raw`].
+    pub fn put_raw(&self, name: &str, raw: Vec<u8>) -> Result<()> {
+        self.rt
+            .block_on(self.store.put(&ObjPath::from(name), PutPayload::from(raw)))
+            .with_context(|| format!("uploading {name} to {}", self.url))?;
+        Ok(())
     }
 
     /// Whether `name` exists (a HEAD request).

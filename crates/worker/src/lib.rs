@@ -225,6 +225,25 @@ impl Worker {
         self.restore_with(snap, strategy, &self.cfg, self.pool.as_ref())
     }
 
+    /// A restore from an image that is still arriving (see
+    /// [`thaw_sandbox::restore_streamed`]).
+    pub fn restore_streamed(
+        &self,
+        snap: &Snapshot,
+        strategy: &str,
+        streamed: thaw_sandbox::Streamed,
+    ) -> Result<(Sandbox, RestoreReport)> {
+        let s = thaw_memory::strategy_by_name(strategy)?;
+        thaw_sandbox::restore_streamed(
+            snap,
+            &self.root.path,
+            &self.root.hash,
+            s.as_ref(),
+            &self.cfg,
+            streamed,
+        )
+    }
+
     /// Restores into a sandbox from `pool` when one was built for `cfg`,
     /// else into one built now.
     fn restore_with(

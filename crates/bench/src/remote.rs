@@ -1,0 +1,132 @@
+//! The remote tier in `thaw bench hierarchy`: streamed restores (manifest,
+//! state and the REAP working set first, the image on demand and in the
+//! background; see `thaw_tiers::stream`), measured like local restores.
+//! A cold start runs from the first request to the remote until the first
+//! response; "state load" is the fetch of what the restore needs first; the
+//! background fill is timed to its end (whole image arrived and verified)
+//! and every run waits for it, so no run overlaps the previous one's fill.
+use crate::restore::{measure_start, Record};
+use anyhow::{Context, Result};
+use std::sync::Arc;
+use thaw_tiers::moves::{self, Place};
+use thaw_tiers::objects::RemoteStore;
+use thaw_tiers::stream::Stream;
+use thaw_worker::{invoke, Worker, INVOKE_TIMEOUT};
+
+/// Strategies a streamed restore supports (lazy ones).
+const STREAMED: &[&str] = &["uffd", "reap"];
+
+pub struct Options<'a> {
+    pub functions: &'a [String],
+    pub strategies: &'a [String],
+    pub sizes: &'a [String],
+    pub tier: &'a str,
+    /// the local tier the snapshot is copied from (and its working set
+    /// recorded on) when the remote lacks it or holds another version
+    pub source: &'a str,
+    pub run: usize,
+}
+
+/// One round (one run per function, size and streamable strategy).
+pub fn run(
+    w: &Worker,
+    o: &Options,
+    sink: &mut dyn FnMut(&Record) -> Result<()>,
+) -> Result<Vec<Record>> {
+    let cfg = thaw_tiers::TiersConfig::load(&w.home)?;
+    let t = cfg.get(o.tier)?;
+    let store = Arc::new(RemoteStore::open(&w.home, t)?);
+    let strategies: Vec<&str> = o
+        .strategies
+        .iter()
+        .map(String::as_str)
+        .filter(|s| STREAMED.contains(s))
+        .collect();
+    if strategies.is_empty() {
+        thaw_output::errln!(
+            "bench: tier {}: a streamed restore needs uffd or reap; nothing to measure",
+            o.tier
+        );
+        return Ok(Vec::new());
+    }
+    let mut out = Vec::new();
+    for f in o.functions {
+        let name = w.snapshot_name(f);
+        upload(w, &store, o, f, &name)?;
+        for size in o.sizes {
+            if o.run == 0 {
+                // untimed warm-up (first-use costs of the client and the restorer)
+                for s in &strategies {
+                    let mut stream = Stream::open(&w.home, store.clone(), &name)?;
+                    let (mut sb, _) = w.restore_streamed(&stream.snapshot, s, stream.inputs()?)?;
+                    let inv = invoke(&mut sb, size, INVOKE_TIMEOUT)?;
+                    w.check(f, size, &inv.output)
+                        .with_context(|| format!("{f} streamed with {s} gave a wrong output"))?;
+                    stream.finish()?;
+                }
+            }
+            for s in &strategies {
+                let mut stream = None;
+                let mut start = || {
+                    let st = stream.insert(Stream::open(&w.home, store.clone(), &name)?);
+                    w.restore_streamed(&st.snapshot, s, st.inputs()?)
+                };
+                let rec =
+                    measure_start(w, &mut start, f, size, s, o.run == 0, o.run, 0, t.emulated);
+                let mut stream = stream.context("the stream was not opened")?;
+                let rec = rec.map_err(|e| stream.explain(e))?;
+                let bg = stream.finish()?;
+                let rec = Record {
+                    tier: o.tier.to_string(),
+                    state_load_ms: bg.first_ms,
+                    background_ms: bg.complete_ms,
+                    image_bytes: bg.image_bytes,
+                    ..rec
+                };
+                sink(&rec)?;
+                out.push(rec);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Makes sure the remote holds the source tier's current version of `f`
+/// with a working set (recorded on the source tier first if missing).
+fn upload(w: &Worker, store: &RemoteStore, o: &Options, f: &str, name: &str) -> Result<()> {
+    let local = w.tier(o.source)?;
+    let snap = w.snapshot(f, &local)?;
+    if !snap.dir.join(thaw_memory::working_set::WS_INDEX).exists() {
+        thaw_output::errln!("bench: {f}: recording its REAP working set on {}", o.source);
+        let (mut sb, _) = w.restore(&snap, "reap")?;
+        invoke(&mut sb, &o.sizes[0], INVOKE_TIMEOUT)?;
+    }
+    let remote = Place::Remote {
+        tier: o.tier.to_string(),
+        store,
+    };
+    if moves::holds(&remote, name)? {
+        let id = serde_json::from_slice::<serde_json::Value>(
+            &store.get(&format!("{name}/manifest.json"), 1 << 20)?,
+        )?
+        .get("id")
+        .and_then(|v| v.as_str().map(String::from));
+        let ws = store.exists(&format!("{name}/{}", thaw_memory::working_set::WS_INDEX))?;
+        if id.as_deref() == Some(snap.manifest.id.as_str()) && ws {
+            return Ok(());
+        }
+        moves::delete_snapshot(&remote, name)?;
+    }
+    drop(snap);
+    thaw_output::errln!(
+        "bench: {f}: copying its snapshot from {} to {}",
+        o.source,
+        o.tier
+    );
+    let from = Place::Local {
+        tier: o.source.to_string(),
+        store: local,
+    };
+    moves::copy_snapshot(&w.home, name, &from, &remote)?;
+    Ok(())
+}

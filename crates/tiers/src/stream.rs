@@ -1,0 +1,593 @@
+//! Restoring from the remote tier without waiting for the whole snapshot.
+//!
+//! [`Stream::open`] fetches, all at once, the commit record, manifest, state
+//! and the image's sealed header (each checked against the commit record),
+//! and returns; a lazy restore can start building its sandbox at once.
+//! Meanwhile a reader fetches the REAP working set (checked likewise) and
+//! fetcher threads bring the image into a local sparse file: first the
+//! chunks the restorer copies before resume (file-backed regions' private
+//! pages), then the rest in order, with ranged GETs, each chunk
+//! authenticated before a byte of it is written. The restore waits for what
+//! it needs only when it needs it ([`Arriving`]). The page server reads
+//! lazily restored pages through [`Stream::source`]: a page whose chunk has
+//! not arrived puts that chunk at the head of the queue and waits for it, up
+//! to a deadline. Unauthenticated bytes are never written, so never served;
+//! a store that fails or stalls fails every waiter (the page server then
+//! kills the sandbox) and [`Stream::finish`], which also re-hashes the whole
+//! image against the manifest once every chunk is in.
+use crate::moves::{CommitRecord, COMMIT, MAX_COMMIT_RECORD};
+use crate::objects::RemoteStore;
+use crate::seal::Header;
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+use std::collections::VecDeque;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use thaw_memory::{PageSource, Region};
+use thaw_sandbox::{Arriving, Streamed};
+use thaw_store::Snapshot;
+
+/// Where streamed snapshots are staged, beside the DRAM tier's snapshots.
+pub const STREAM_DIR: &str = "streams";
+
+/// The staging directory's root: on the home's DRAM tmpfs, so the arriving
+/// image and the working set never wait on a disk (the working-set reader's
+/// O_DIRECT read of a freshly written file on a disk would first write it
+/// back).
+pub fn staging_root(home: &Path) -> Result<PathBuf> {
+    let dram = thaw_store::Tier::by_name("tmpfs", home)?.path;
+    Ok(dram
+        .parent()
+        .context("the DRAM tier has a parent")?
+        .join(STREAM_DIR))
+}
+/// Files fetched whole before the restore starts.
+const MANIFEST: &str = "manifest.json";
+const STATE: &str = "state.json";
+const WORKING_SET: &[&str] = &[
+    thaw_memory::working_set::WS_INDEX,
+    thaw_memory::working_set::WS_IMAGE,
+];
+const IMAGE: &str = "memory.img";
+/// Bounds on what a manifest and a state file may announce (the store's own).
+const MAX_MANIFEST: u64 = 1 << 20;
+const MAX_STATE: u64 = 64 << 20;
+/// Bytes one background request fetches (a fault's chunk goes alone).
+const BATCH_BYTES: u64 = 1 << 20;
+/// Requests in flight at once (one fetcher thread each): a fault's chunk
+/// need not wait behind a whole background batch.
+const FETCHERS: usize = 2;
+
+/// What the stream did, in the order a cold start sees it.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct StreamReport {
+    /// commit record, manifest, state, working set and the chunks the
+    /// restorer copies, fetched and verified
+    pub first_ms: f64,
+    pub first_bytes: u64,
+    pub image_bytes: u64,
+    pub chunks: u64,
+    /// chunks fetched before the restore (file-backed regions' pages)
+    pub chunks_before_restore: u64,
+    /// chunks a page fault asked for ahead of the background order
+    pub chunks_on_demand: u64,
+    /// from the start of the stream until the whole image had arrived and
+    /// its SHA-256 matched the manifest (0 until then)
+    pub complete_ms: f64,
+}
+
+#[derive(Default)]
+struct Progress {
+    arrived: Vec<bool>,
+    /// being fetched by some fetcher
+    taken: Vec<bool>,
+    left: u64,
+    /// chunks a fault (or the restorer) waits for, served first
+    urgent: VecDeque<u64>,
+    /// the next chunk of the background order
+    cursor: u64,
+    on_demand: u64,
+    /// whether to fetch chunks nobody asked for yet
+    background: bool,
+    /// the working set's files: fetched, checked and written (or why not)
+    ws: Option<Result<(), String>>,
+    /// when the last of what the restore waits for arrived
+    first_done: Duration,
+    failed: Option<String>,
+    stop: bool,
+}
+
+struct Shared {
+    p: Mutex<Progress>,
+    cv: Condvar,
+    chunk: u64,
+    /// the chunks the restorer copies before resume
+    before: Vec<u64>,
+    t0: Instant,
+    /// how long a reader waits for one chunk
+    deadline: Duration,
+    what: String,
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Progress> {
+        self.p.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Waits until chunk `i` has arrived (asking for it first), the stream
+    /// failed, or the deadline passed.
+    fn wait_for(&self, i: u64) -> Result<()> {
+        let mut p = self.lock();
+        if p.arrived.get(i as usize).copied().unwrap_or(true) {
+            return Ok(());
+        }
+        if !p.urgent.contains(&i) {
+            p.urgent.push_back(i);
+            p.on_demand += 1;
+            self.cv.notify_all();
+        }
+        self.wait(p, &format!("chunk {i} of {}", self.what), |p| {
+            match &p.failed {
+                Some(e) => bail!("{e}"),
+                None => Ok(p.arrived[i as usize]),
+            }
+        })
+    }
+
+    /// Waits until `ready` says so (or fails), up to the deadline.
+    fn wait(
+        &self,
+        mut p: std::sync::MutexGuard<'_, Progress>,
+        what: &str,
+        ready: impl Fn(&Progress) -> Result<bool>,
+    ) -> Result<()> {
+        let until = Instant::now() + self.deadline;
+        loop {
+            if ready(&p)? {
+                return Ok(());
+            }
+            let now = Instant::now();
+            if now >= until {
+                bail!("{what} did not arrive within {:?}", self.deadline);
+            }
+            p = self
+                .cv
+                .wait_timeout(p, until - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+}
+
+impl Arriving for Shared {
+    fn copied_pages(&self) -> Result<()> {
+        for &c in &self.before {
+            self.wait_for(c)?;
+        }
+        let mut p = self.lock();
+        p.first_done = p.first_done.max(self.t0.elapsed());
+        Ok(())
+    }
+
+    fn working_set(&self) -> Result<()> {
+        let what = format!("the working set beside {}", self.what);
+        self.wait(self.lock(), &what, |p| match &p.ws {
+            Some(Ok(())) => Ok(true),
+            Some(Err(e)) => bail!("{e}"),
+            None => Ok(false),
+        })
+    }
+}
+
+/// Fetches whole files of snapshot `name`, checks each against its commit
+/// record entry (length, SHA-256) and writes it into `dir`.
+fn fetch_files(
+    store: &RemoteStore,
+    name: &str,
+    dir: &Path,
+    files: &[(String, u64, String)],
+) -> Result<()> {
+    let objects: Vec<(String, u64)> = files
+        .iter()
+        .map(|(f, len, _)| (format!("{name}/{f}"), *len))
+        .collect();
+    for ((f, _, sum), data) in files.iter().zip(store.get_many(&objects)?) {
+        if thaw_store::sha256_hex(&data) != *sum {
+            bail!("{name}/{f} on the remote differs from its commit record");
+        }
+        write_private(&dir.join(f), &data)?;
+    }
+    Ok(())
+}
+
+/// A snapshot being fetched from the remote tier into a staging directory.
+pub struct Stream {
+    shared: Arc<Shared>,
+    /// the fetchers and the working set's reader
+    threads: Vec<JoinHandle<()>>,
+    /// the staged snapshot (its image fills in as chunks arrive)
+    pub snapshot: Snapshot,
+    pub report: StreamReport,
+    t0: Instant,
+    keep: bool,
+}
+
+/// Serves lazily restored pages from the arriving image.
+struct StreamSource {
+    shared: Arc<Shared>,
+    image: File,
+}
+
+impl PageSource for StreamSource {
+    fn read_page(&self, region: &Region, addr: u64, buf: &mut [u8]) -> Result<bool> {
+        let Some(off) = region.image_offset(addr) else {
+            return Ok(false);
+        };
+        // pages are aligned and chunks are whole pages: one chunk holds it
+        self.shared.wait_for(off / self.shared.chunk)?;
+        self.image.read_exact_at(buf, off)?;
+        Ok(true)
+    }
+}
+
+impl Stream {
+    /// Fetches what a restore of `name` must know first (manifest, state)
+    /// from `store` into a new staging directory under `home`, and starts
+    /// fetching the working set and the image.
+    pub fn open(home: &Path, store: Arc<RemoteStore>, name: &str) -> Result<Stream> {
+        Stream::open_with(home, store, name, true)
+    }
+
+    /// [`Stream::open`]; without `background`, only what the restore and
+    /// its faults ask for is fetched (tests use it to stop the store while
+    /// a restore still needs it; `finish` then fails).
+    pub fn open_with(
+        home: &Path,
+        store: Arc<RemoteStore>,
+        name: &str,
+        background: bool,
+    ) -> Result<Stream> {
+        let t0 = Instant::now();
+        let root = staging_root(home)?;
+        thaw_store::secure::ensure_private_dir(&root)?;
+        clean_dead(&root);
+        let dir = root.join(format!("{}-{name}", thaw_store::secure::owner_tag()));
+        if dir.exists() {
+            thaw_store::secure::remove_tree(&dir)?;
+        }
+        thaw_store::secure::ensure_private_dir(&dir)?;
+        // from here on a failure removes the staging directory
+        let mut cleanup = RemoveOnError(Some(dir.clone()));
+        let obj = format!("{name}/{IMAGE}");
+        let object = |f: &str| format!("{name}/{f}");
+        // round 1, at once: the commit record, the image's header, manifest
+        // and state (each checked against the record once it is in)
+        let (rec, header, manifest, state) = std::thread::scope(|s| {
+            let st = s.spawn(|| store.get(&object(STATE), MAX_STATE));
+            let man = s.spawn(|| store.get(&object(MANIFEST), MAX_MANIFEST));
+            let hdr = s.spawn(|| store.header(&obj));
+            let rec = store
+                .get(&object(COMMIT), MAX_COMMIT_RECORD)
+                .with_context(|| format!("{name} is not on the remote tier"));
+            (rec, joined(hdr), joined(man), joined(st))
+        });
+        let rec: CommitRecord =
+            serde_json::from_slice(&rec?).context("parsing the remote commit record")?;
+        let (header, manifest, state) = (header?, manifest?, state?);
+        let entry = |f: &str| rec.files.iter().find(|e| e.0 == f);
+        let mut first_bytes = 0;
+        for (f, data) in [(MANIFEST, &manifest), (STATE, &state)] {
+            let (_, len, sum) =
+                entry(f).with_context(|| format!("{name} on the remote has no {f}"))?;
+            if data.len() as u64 != *len || thaw_store::sha256_hex(data) != *sum {
+                bail!("{name}/{f} on the remote differs from its commit record");
+            }
+            write_private(&dir.join(f), data)?;
+            first_bytes += *len;
+        }
+        let (_, image_len, image_sum) = entry(IMAGE)
+            .cloned()
+            .with_context(|| format!("{name} on the remote has no {IMAGE}"))?;
+        if header.plain_len != image_len {
+            bail!(
+                "{obj} announces {} bytes, its commit record {image_len}",
+                header.plain_len
+            );
+        }
+        let sparse = thaw_store::secure::create_private_file(&dir.join(IMAGE))?;
+        sparse.set_len(image_len)?;
+        let snapshot = Snapshot::open(&dir)?;
+        if snapshot.manifest.memory.sha256 != image_sum {
+            bail!("{name}: the manifest's image checksum differs from the commit record's");
+        }
+        let state = thaw_sandbox::state::ProcessState::decode(&state)?;
+        // the restorer copies file-backed regions' saved pages before resume
+        let chunk = header.chunk as u64;
+        let mut before: Vec<u64> = state
+            .memory
+            .regions
+            .iter()
+            .filter(|r| !r.anonymous)
+            .flat_map(|r| &r.runs)
+            .flat_map(|run| run.file_off / chunk..(run.file_off + run.len).div_ceil(chunk))
+            .filter(|&c| c < header.chunks())
+            .collect();
+        before.sort_unstable();
+        before.dedup();
+        // the REAP working set travels while the fetchers bring those chunks
+        let ws: Vec<(String, u64, String)> = WORKING_SET
+            .iter()
+            .filter_map(|f| entry(f).cloned())
+            .collect();
+        let chunks = if image_len == 0 { 0 } else { header.chunks() };
+        let shared = Arc::new(Shared {
+            p: Mutex::new(Progress {
+                arrived: vec![false; chunks as usize],
+                taken: vec![false; chunks as usize],
+                left: chunks,
+                urgent: before.iter().copied().collect(),
+                background,
+                ..Default::default()
+            }),
+            cv: Condvar::new(),
+            chunk,
+            before: before.clone(),
+            t0,
+            // a request may be retried once after timing out
+            deadline: store.timeout() * 2 + Duration::from_secs(2),
+            what: format!("{obj} on {}", store.url),
+        });
+        let fetch = Arc::new(Fetch {
+            store: store.clone(),
+            obj,
+            header,
+            image: sparse,
+            shared: shared.clone(),
+        });
+        let mut threads = (0..FETCHERS)
+            .map(|_| {
+                let f = fetch.clone();
+                std::thread::Builder::new()
+                    .name("thaw-stream".into())
+                    .spawn(move || f.run())
+            })
+            .collect::<std::io::Result<Vec<_>>>()?;
+        // the REAP working set travels while the fetchers bring those chunks
+        // and the caller builds the sandbox
+        let ws_bytes: u64 = ws.iter().map(|w| w.1).sum();
+        let (sh, ws_dir, ws_name) = (shared.clone(), dir.clone(), name.to_string());
+        threads.push(
+            std::thread::Builder::new()
+                .name("thaw-stream-ws".into())
+                .spawn(move || {
+                    let res = fetch_files(&store, &ws_name, &ws_dir, &ws);
+                    let mut p = sh.lock();
+                    p.ws = Some(res.map_err(|e| format!("{e:#}")));
+                    p.first_done = p.first_done.max(sh.t0.elapsed());
+                    sh.cv.notify_all();
+                })?,
+        );
+        cleanup.0 = None;
+        Ok(Stream {
+            shared,
+            threads,
+            snapshot,
+            report: StreamReport {
+                first_bytes: first_bytes + ws_bytes + before.len() as u64 * chunk,
+                image_bytes: image_len,
+                chunks,
+                chunks_before_restore: before.len() as u64,
+                ..Default::default()
+            },
+            t0,
+            keep: false,
+        })
+    }
+
+    /// What a restore from this stream takes: the arriving image, the page
+    /// source over it, and what to wait for.
+    pub fn inputs(&self) -> Result<Streamed> {
+        let image = File::open(self.snapshot.memory_path())?;
+        Ok(Streamed {
+            source: Arc::new(StreamSource {
+                shared: self.shared.clone(),
+                image: image.try_clone()?,
+            }),
+            image,
+            arriving: self.shared.clone(),
+        })
+    }
+
+    /// `e` with the stream's failure, if it failed (a page server that
+    /// could not get a chunk kills its sandbox: the restore or invocation
+    /// error alone would not say why).
+    pub fn explain(&self, e: anyhow::Error) -> anyhow::Error {
+        match self.shared.lock().failed.clone() {
+            Some(f) => e.context(format!("streaming from the remote tier failed: {f}")),
+            None => e,
+        }
+    }
+
+    /// Waits for the background fill, then checks the whole image against
+    /// the manifest's SHA-256.
+    pub fn finish(&mut self) -> Result<&StreamReport> {
+        if !self.shared.lock().background {
+            bail!("this stream fetches only what is asked for: it never finishes");
+        }
+        for t in std::mem::take(&mut self.threads) {
+            t.join()
+                .map_err(|_| anyhow::anyhow!("the stream's fetcher panicked"))?;
+        }
+        let p = self.shared.lock();
+        self.report.chunks_on_demand = p.on_demand;
+        self.report.first_ms = p.first_done.as_secs_f64() * 1e3;
+        if let Some(Err(e)) = &p.ws {
+            bail!("{e}");
+        }
+        if let Some(e) = &p.failed {
+            bail!("{e}");
+        }
+        drop(p);
+        self.snapshot.verify_memory()?;
+        self.report.complete_ms = self.t0.elapsed().as_secs_f64() * 1e3;
+        Ok(&self.report)
+    }
+
+    /// The staging directory, kept after this value is dropped: the caller
+    /// takes it over (publishing it onto a local tier).
+    pub fn keep(mut self) -> PathBuf {
+        self.keep = true;
+        self.snapshot.dir.clone()
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        self.shared.lock().stop = true;
+        self.shared.cv.notify_all();
+        for t in std::mem::take(&mut self.threads) {
+            let _ = t.join();
+        }
+        if !self.keep {
+            let _ = thaw_store::secure::remove_tree(&self.snapshot.dir);
+        }
+    }
+}
+
+/// A scoped thread's result, its panic turned into an error.
+fn joined<T>(h: std::thread::ScopedJoinHandle<'_, Result<T>>) -> Result<T> {
+    h.join()
+        .map_err(|_| anyhow::anyhow!("a remote reader panicked"))?
+}
+
+fn write_private(path: &Path, data: &[u8]) -> Result<()> {
+    let mut out = thaw_store::secure::create_private_file(path)?;
+    std::io::Write::write_all(&mut out, data)?;
+    Ok(())
+}
+
+struct RemoveOnError(Option<PathBuf>);
+
+impl Drop for RemoveOnError {
+    fn drop(&mut self) {
+        if let Some(d) = self.0.take() {
+            let _ = thaw_store::secure::remove_tree(&d);
+        }
+    }
+}
+
+/// Staging directories of workers that died mid-stream.
+fn clean_dead(root: &Path) {
+    for e in std::fs::read_dir(root).into_iter().flatten().flatten() {
+        if thaw_store::secure::owned_by_dead(&e.file_name().to_string_lossy()) {
+            let _ = thaw_store::secure::remove_tree(&e.path());
+        }
+    }
+}
+
+/// The fetcher thread: urgent chunks first, then the rest in order.
+struct Fetch {
+    store: Arc<RemoteStore>,
+    obj: String,
+    header: Header,
+    image: File,
+    shared: Arc<Shared>,
+}
+
+impl Fetch {
+    fn run(&self) {
+        while let Some((a, b)) = self.next() {
+            let res = self.fetch(a, b);
+            let mut p = self.shared.lock();
+            match res {
+                Ok(()) => {
+                    for c in a..b {
+                        p.arrived[c as usize] = true;
+                    }
+                    p.left -= b - a;
+                }
+                // the first failure is the one to report
+                Err(e) => {
+                    p.failed.get_or_insert(format!("{e:#}"));
+                }
+            }
+            self.shared.cv.notify_all();
+            if p.failed.is_some() {
+                return;
+            }
+        }
+    }
+
+    /// The next chunks to fetch, [a, b), marked taken; None when done,
+    /// failed or stopped.
+    fn next(&self) -> Option<(u64, u64)> {
+        let mut p = self.shared.lock();
+        if p.stop || p.failed.is_some() {
+            return None;
+        }
+        let free = |p: &Progress, c: u64| !p.arrived[c as usize] && !p.taken[c as usize];
+        let n = p.arrived.len() as u64;
+        let batch = (BATCH_BYTES / self.shared.chunk).max(1);
+        let range = loop {
+            match p.urgent.pop_front() {
+                Some(a) if free(&p, a) => {
+                    // one request up to the last other urgent chunk within a
+                    // batch (the restorer's pages lie in runs)
+                    let last = (a + 1..(a + batch).min(n))
+                        .rev()
+                        .find(|c| p.urgent.contains(c))
+                        .unwrap_or(a);
+                    let mut b = a + 1;
+                    while b <= last && free(&p, b) {
+                        b += 1;
+                    }
+                    break Some((a, b));
+                }
+                Some(_) => continue,
+                None => {}
+            }
+            if !p.background {
+                // wait for the next request
+                p = self.shared.cv.wait(p).unwrap_or_else(|e| e.into_inner());
+                if p.stop || p.failed.is_some() {
+                    return None;
+                }
+                continue;
+            }
+            while p.cursor < n && !free(&p, p.cursor) {
+                p.cursor += 1;
+            }
+            let a = p.cursor;
+            if a == n {
+                // the rest is arriving through the other fetchers
+                break None;
+            }
+            let mut b = a + 1;
+            while b < n && b - a < batch && free(&p, b) {
+                b += 1;
+            }
+            break Some((a, b));
+        };
+        let (a, b) = range?;
+        for c in a..b {
+            p.taken[c as usize] = true;
+        }
+        Some((a, b))
+    }
+
+    /// Fetches chunks [a, b), authenticated, into the sparse image.
+    fn fetch(&self, a: u64, b: u64) -> Result<()> {
+        let c = self.shared.chunk;
+        let end = (b * c).min(self.header.plain_len);
+        let data = self
+            .store
+            .get_range(&self.obj, &self.header, a * c..end)
+            .with_context(|| format!("streaming chunks {a}..{b} of {}", self.shared.what))?;
+        self.image.write_all_at(&data, a * c)?;
+        Ok(())
+    }
+}
