@@ -76,6 +76,27 @@ fn a_short_day_runs_through_both_sides_and_the_counts_agree() {
         "failed: sim {sf} vs live {lf}"
     );
     assert!(v["rows"].as_array().unwrap().len() >= 6);
+    // the calibration went through thaw load: every function got a warm and
+    // a restore cost from answered requests of both kinds
+    let cal: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("calibration.json")).unwrap()).unwrap();
+    let fns = cal["functions"].as_object().unwrap();
+    assert_eq!(fns.len(), 6);
+    for (name, c) in fns {
+        assert!(c["warm_ms"].as_f64().unwrap() > 0.0, "{name}: {c}");
+        assert!(
+            c["restore_ms"]["disk"].as_f64().unwrap() > 0.0,
+            "{name}: {c}"
+        );
+    }
+    for round in 1..=2 {
+        let recs = std::fs::read_to_string(out.join(format!("calibration-{round}.jsonl"))).unwrap();
+        assert_eq!(
+            recs.lines().count(),
+            6 * 4,
+            "round {round}: one record per call"
+        );
+    }
     for f in [
         "simlive.md",
         "simlive.svg",

@@ -38,7 +38,7 @@ pub fn calibration(t: &Trace, costs: &[Measured], boot_ms: f64, serve: &ServeOpt
     }
     json!({
         "version": 1,
-        "source": "thaw bench simlive: measured through thaw serve's API in the same run (start latency = round trip - exec)",
+        "source": "thaw bench simlive, same run: warm and restore replayed by thaw load against a daemon started empty (latency from the intended send time - exec, as in the replay); boot by a blocking client (round trip - exec)",
         "defaults": {"cold_ms": boot_ms},
         "tiers": {"ram": {"capacity_gb": serve.memory_budget_mb as f64 / 1024.0}},
         "functions": functions,
@@ -87,8 +87,17 @@ pub fn sim_side(r: &thaw_sim::run::Report) -> Side {
     }
 }
 
-/// Start latency of every 2xx record, by start type (ms).
-pub fn live_starts(records: &Path) -> Result<Vec<(String, f64)>> {
+/// One answered request of a `thaw load` run.
+pub struct LiveStart {
+    pub function: String,
+    pub start_type: String,
+    /// Latency from the intended send time minus the function's own `exec`, ms.
+    pub ms: f64,
+}
+
+/// Start latency of every 2xx record of a `thaw load` records file: the one
+/// definition both the replay and the calibration use.
+pub fn live_starts(records: &Path) -> Result<Vec<LiveStart>> {
     let f =
         std::fs::File::open(records).with_context(|| format!("opening {}", records.display()))?;
     let mut out = Vec::new();
@@ -104,8 +113,11 @@ pub fn live_starts(records: &Path) -> Result<Vec<(String, f64)>> {
             .as_f64()
             .ok_or_else(|| anyhow!("{}:{}: no latency", records.display(), i + 1))?;
         let exec = v["server_timing"]["exec"].as_f64().unwrap_or(0.0);
-        let st = v["start_type"].as_str().unwrap_or("unknown").to_string();
-        out.push((st, (lat - exec).max(0.0)));
+        out.push(LiveStart {
+            function: v["function"].as_str().unwrap_or_default().to_string(),
+            start_type: v["start_type"].as_str().unwrap_or("unknown").to_string(),
+            ms: (lat - exec).max(0.0),
+        });
     }
     Ok(out)
 }
@@ -113,13 +125,13 @@ pub fn live_starts(records: &Path) -> Result<Vec<(String, f64)>> {
 pub fn live_side(records: &Path, s: &thaw_load::record::Summary) -> Result<Side> {
     let starts = live_starts(records)?;
     let mut sums: BTreeMap<String, (f64, u64)> = BTreeMap::new();
-    for (st, ms) in &starts {
-        let e = sums.entry(st.clone()).or_default();
-        e.0 += ms;
+    for st in &starts {
+        let e = sums.entry(st.start_type.clone()).or_default();
+        e.0 += st.ms;
         e.1 += 1;
     }
     let count = |k: &str| sums.get(k).map_or(0, |e| e.1);
-    let total: f64 = starts.iter().map(|x| x.1).sum();
+    let total: f64 = starts.iter().map(|x| x.ms).sum();
     Ok(Side {
         invocations: s.scheduled,
         warm: count("warm"),
@@ -361,7 +373,7 @@ pub fn plot(
         .collect();
     let mut live: Vec<f64> = live_starts(records)?
         .into_iter()
-        .map(|x| x.1.max(0.01))
+        .map(|x| x.ms.max(0.01))
         .collect();
     live.sort_by(f64::total_cmp);
     let n = live.len().max(1);

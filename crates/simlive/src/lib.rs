@@ -3,8 +3,9 @@
 //!
 //! One run: generate a scaled-down synthetic day ([`trace`]) as an Azure 2021
 //! trace file; start `thaw serve` on a throw-away home, deploy the trace's
-//! functions (each sleeps its fixed duration), measure their restore, warm and
-//! boot costs through the API ([`live`]); replay the file through `thaw sim`
+//! functions (each sleeps its fixed duration), measure their restore and warm
+//! costs by a short calibration replay through `thaw load` itself (the replay's
+//! own client and latency definition) and one boot cost ([`live`]); replay the file through `thaw sim`
 //! (same policy, RAM budget, tiers, calibrated with those costs, every function
 //! deployed with a snapshot as on the daemon) and through `thaw load` against
 //! the daemon restarted empty; compare start-type counts and mean start latency
@@ -59,10 +60,13 @@ pub struct Args {
     /// Restore strategy of the deployed functions.
     #[arg(long, default_value = "mmap")]
     pub strategy: String,
-    /// Calibration: forced restores and warm invocations per function.
+    /// Calibration rounds: one restore and three warm starts per function
+    /// replayed through `thaw load` on a daemon started empty; forced boots
+    /// of a probe.
     #[arg(long, default_value_t = 3)]
     pub calibration_runs: usize,
-    /// Output directory: trace.csv, calibration.json, sim.json, live.json,
+    /// Output directory: trace.csv, calibration-trace.csv, calibration-N.jsonl,
+    /// calibration.json, sim.json, live.json,
     /// live.jsonl, simlive.json, simlive.md, simlive.svg, serve.log.
     #[arg(long, default_value = "simlive-out")]
     pub out: PathBuf,
@@ -166,10 +170,17 @@ pub fn run(runtime_home: &Path, a: &Args) -> Result<compare::Comparison> {
     let thaw = std::env::current_exe().context("finding the thaw binary")?;
     let log = out("serve.log");
 
-    // Deploy and calibrate on one daemon ...
-    let mut d = live::Daemon::start(&thaw, &home, runtime_home, &serve, &log)?;
+    // Deploy and calibrate on a daemon that holds every function's instance
+    // (see `live::calibration_trace`) ...
+    let names: Vec<&str> = tr.functions.iter().map(|f| f.name.as_str()).collect();
+    let roomy = live::ServeOptions {
+        policy: "lru-mem".into(),
+        memory_budget_mb: a.memory_mb * (tr.functions.len() as u64 + 1),
+        keep_alive_s: a.keep_alive_s,
+    };
+    let mut d = live::Daemon::start(&thaw, &home, runtime_home, &roomy, &log)?;
     let mut c = d.client();
-    let mut costs = Vec::new();
+    let mut checkpoints = Vec::new();
     for f in &tr.functions {
         let dep = live::deploy(
             &mut c,
@@ -179,15 +190,40 @@ pub fn run(runtime_home: &Path, a: &Args) -> Result<compare::Comparison> {
             a.max_instances,
             &a.strategy,
         )?;
-        let (warm_ms, restore_ms) = live::measure(&mut c, &f.name, a.calibration_runs)?;
-        costs.push(live::Measured {
-            warm_ms,
-            restore_ms,
-            checkpoint_ms: dep.checkpoint_ms,
-        });
+        checkpoints.push(dep.checkpoint_ms);
     }
     let boot_ms = live::measure_boot(&mut c, a.memory_mb, a.calibration_runs)?;
     d.stop()?;
+    // ... through `thaw load` itself, so that warm and restore costs are the
+    // same quantity as in the replay (latency from the intended send time,
+    // minus exec, the same client), one round per daemon started empty ...
+    let ctr = live::calibration_trace(&tr);
+    let ctr_path = out("calibration-trace.csv");
+    trace::write_csv(&ctr, &ctr_path)?;
+    let end_s = ctr.rows.last().map_or(0, |r| r.0) as f64 / 1e6;
+    note(&format!(
+        "calibrating: {} rounds of {} requests through thaw load ({:.0} s each)",
+        a.calibration_runs,
+        ctr.rows.len(),
+        end_s
+    ));
+    let mut starts = Vec::new();
+    for round in 1..=a.calibration_runs {
+        let d = live::Daemon::start(&thaw, &home, runtime_home, &roomy, &log)?;
+        let records = out(&format!("calibration-{round}.jsonl"));
+        replay(&d.socket, &ctr_path, &names, end_s + 5.0, a, &records, &[])?;
+        drop(d);
+        starts.extend(compare::live_starts(&records)?);
+    }
+    let costs: Vec<live::Measured> = live::calibrated(&starts, &names)?
+        .into_iter()
+        .zip(checkpoints)
+        .map(|((warm_ms, restore_ms), checkpoint_ms)| live::Measured {
+            warm_ms,
+            restore_ms,
+            checkpoint_ms,
+        })
+        .collect();
     note(&format!(
         "deployed and calibrated {} functions",
         costs.len()
@@ -243,43 +279,26 @@ pub fn run(runtime_home: &Path, a: &Args) -> Result<compare::Comparison> {
 
     // ... and the same file against the daemon, restarted with no instance.
     let d2 = live::Daemon::start(&thaw, &home, runtime_home, &serve, &log)?;
-    let names: Vec<&str> = tr.functions.iter().map(|f| f.name.as_str()).collect();
-    let load_args: Vec<String> = [
-        "--target",
-        &format!("unix:{}", d2.socket.display()),
-        "--trace",
-        &trace_path.to_string_lossy(),
-        "--format",
-        "azure2021",
-        "--map-by-name",
-        "--functions",
-        &names.join(","),
-        "--duration-s",
-        &(a.minutes * 60.0 + 1.0).to_string(),
-        "--timeout-s",
-        &(a.max_duration_ms as f64 / 1000.0 + 60.0).to_string(),
-        "--seed",
-        &a.seed.to_string(),
-        "--records",
-        &out("live.jsonl").to_string_lossy(),
-        "--json",
-        &out("live.json").to_string_lossy(),
-        "--plots",
-        &out("live-plots").to_string_lossy(),
-        "--quiet",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    let argv = std::iter::once("thaw load".to_string()).chain(load_args);
-    let la = <thaw_load::cli::Args as clap::Parser>::try_parse_from(argv)
-        .map_err(|e| anyhow::anyhow!("thaw load arguments: {e}"))?;
     note(&format!(
         "replaying {} requests against the daemon ({} min)",
         tr.rows.len(),
         a.minutes
     ));
-    let live_summary = thaw_load::cli::execute(&la)?;
+    let plots = out("live-plots");
+    let live_summary = replay(
+        &d2.socket,
+        &trace_path,
+        &names,
+        a.minutes * 60.0 + 1.0,
+        a,
+        &out("live.jsonl"),
+        &[
+            "--json".into(),
+            out("live.json").to_string_lossy().into_owned(),
+            "--plots".into(),
+            plots.to_string_lossy().into_owned(),
+        ],
+    )?;
     drop(d2);
     let live = compare::live_side(&out("live.jsonl"), &live_summary)?;
 
@@ -300,6 +319,47 @@ pub fn run(runtime_home: &Path, a: &Args) -> Result<compare::Comparison> {
     std::fs::write(out("simlive.md"), cmp.markdown()).context("writing simlive.md")?;
     compare::plot(&out("simlive.svg"), &cmp, &sim, &out("live.jsonl"))?;
     Ok(cmp)
+}
+
+/// Replays `trace` (Azure 2021 format, functions mapped by name) with
+/// `thaw load` against the daemon on `socket`, records to `records`.
+fn replay(
+    socket: &Path,
+    trace: &Path,
+    names: &[&str],
+    seconds: f64,
+    a: &Args,
+    records: &Path,
+    extra: &[String],
+) -> Result<thaw_load::record::Summary> {
+    let args: Vec<String> = [
+        "--target",
+        &format!("unix:{}", socket.display()),
+        "--trace",
+        &trace.to_string_lossy(),
+        "--format",
+        "azure2021",
+        "--map-by-name",
+        "--functions",
+        &names.join(","),
+        "--duration-s",
+        &seconds.to_string(),
+        "--timeout-s",
+        &(a.max_duration_ms as f64 / 1000.0 + 60.0).to_string(),
+        "--seed",
+        &a.seed.to_string(),
+        "--records",
+        &records.to_string_lossy(),
+        "--quiet",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .chain(extra.iter().cloned())
+    .collect();
+    let argv = std::iter::once("thaw load".to_string()).chain(args);
+    let la = <thaw_load::cli::Args as clap::Parser>::try_parse_from(argv)
+        .map_err(|e| anyhow::anyhow!("thaw load arguments: {e}"))?;
+    thaw_load::cli::execute(&la)
 }
 
 /// `thaw bench simlive`: runs, prints the table, says where the files are.

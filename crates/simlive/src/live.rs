@@ -1,6 +1,8 @@
 //! The live side: a `thaw serve` started and stopped here (a child process on a
 //! throw-away home), the trace's functions deployed to it, and their start costs
 //! measured through its API for the simulator's calibration.
+use crate::compare::LiveStart;
+use crate::trace::Trace;
 use anyhow::{bail, Context, Result};
 use base64::Engine as _;
 use serde_json::{json, Value};
@@ -207,25 +209,55 @@ fn median(v: &mut [f64]) -> f64 {
     }
 }
 
-/// `runs` forced restores, then `runs` warm invocations of `name`.
-pub fn measure(c: &mut Client, name: &str, runs: usize) -> Result<(f64, f64)> {
-    let mut restores = Vec::new();
-    let mut warms = Vec::new();
-    for _ in 0..runs {
-        let (st, ms) = timed_invoke(c, name, true)?;
-        if st != "restore" {
-            bail!("{name}: a forced cold start was {st:?}, not a restore");
+/// Time left after a calibration call's own duration before the next call, so
+/// that the call before has ended and its instance is idle.
+const CALIBRATION_GAP_US: u64 = 500_000;
+
+/// Calls per function in one calibration round: the first restores, the rest
+/// are warm samples (cheap, and the noisier of the two on a shared machine).
+const CALIBRATION_CALLS: usize = 4;
+
+/// One calibration round: `CALIBRATION_CALLS` invocations of each function in
+/// turn, every call after the previous one has ended. Replayed by `thaw load`
+/// against a daemon started empty with room for every function's instance,
+/// the first call restores (no instance, nothing to evict) and the others
+/// find the instance idle and are warm. The records' start types are what
+/// counts, not this expectation.
+pub fn calibration_trace(tr: &Trace) -> Trace {
+    let mut rows = Vec::new();
+    let mut t = 0;
+    for (i, f) in tr.functions.iter().enumerate() {
+        for _ in 0..CALIBRATION_CALLS {
+            rows.push((t, i as u32));
+            t += f.duration_ms * 1000 + CALIBRATION_GAP_US;
         }
-        restores.push(ms);
     }
-    for _ in 0..runs {
-        let (st, ms) = timed_invoke(c, name, false)?;
-        if st != "warm" {
-            bail!("{name}: an invocation right after another was {st:?}, not warm");
-        }
-        warms.push(ms);
+    Trace {
+        functions: tr.functions.clone(),
+        rows,
     }
-    Ok((median(&mut warms), median(&mut restores)))
+}
+
+/// Per function (in `names` order): median warm and restore start latency of
+/// the calibration replay's answered requests.
+pub fn calibrated(starts: &[LiveStart], names: &[&str]) -> Result<Vec<(f64, f64)>> {
+    names
+        .iter()
+        .map(|name| {
+            let of = |kind: &str| {
+                let mut v: Vec<f64> = starts
+                    .iter()
+                    .filter(|s| s.function == *name && s.start_type == kind)
+                    .map(|s| s.ms)
+                    .collect();
+                if v.is_empty() {
+                    bail!("calibration: {name} had no {kind} start (see calibration-N.jsonl)");
+                }
+                Ok(median(&mut v))
+            };
+            Ok((of("warm")?, of("restore")?))
+        })
+        .collect()
 }
 
 /// Boot cost: a throw-away function deployed without a snapshot (`boot`),
