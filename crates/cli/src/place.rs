@@ -102,8 +102,8 @@ pub fn run(home: &Path, o: &Options) -> Result<()> {
                 "thaw place, profiles measured with reap on {}; emulated tiers are marked",
                 o.profile_tier
             )),
-            tiers: tiers.iter().map(Into::into).collect(),
-            functions: placed.iter().map(|(p, _)| p.into()).collect(),
+            tiers: tiers.clone(),
+            functions: placed.iter().map(|(p, _)| p.clone()).collect(),
         };
         thaw_sim::output::write_file(path, &(serde_json::to_string_pretty(&file)? + "\n"))?;
     }
@@ -143,16 +143,7 @@ fn print_one(pl: &Placement, tiers: &[TierOption], explain: bool) {
 fn compare_fixed(placed: &[(FunctionProfile, Placement)], tiers: &[TierOption], max_slowdown: f64) {
     thaw_output::outln!("\n| placement | $/month | mean cold start (est.) | $ x ms | functions over {max_slowdown}x their fastest tier |");
     thaw_output::outln!("|---|---|---|---|---|");
-    let fastest: Vec<f64> = placed
-        .iter()
-        .map(|(_, p)| {
-            p.estimates
-                .iter()
-                .filter(|e| e.rejected.is_none())
-                .map(|e| e.cold_ms)
-                .fold(f64::INFINITY, f64::min)
-        })
-        .collect();
+    let fastest: Vec<f64> = placed.iter().map(|(_, p)| p.fastest_ms()).collect();
     let row = |name: &str, picks: Vec<Option<&placement::Estimate>>| {
         if picks.iter().any(|p| p.is_none()) {
             thaw_output::outln!("| {name} | - | - | - | does not fit every function |");

@@ -21,7 +21,8 @@
 //!   x estimated cold start (the figure of merit the issue names).
 
 /// What was measured about one function.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct FunctionProfile {
     pub name: String,
     /// memory image (saved pages)
@@ -33,11 +34,13 @@ pub struct FunctionProfile {
     /// restore cost that does not depend on the tier (sandbox build, resume)
     pub fixed_ms: f64,
     /// cold starts per hour the function is expected to see
+    #[serde(default)]
     pub cold_starts_per_hour: f64,
 }
 
 /// One tier as placement sees it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct TierOption {
     pub name: String,
     /// dram or pmem: mapped, no block I/O
@@ -73,6 +76,25 @@ pub struct Placement {
     pub estimates: Vec<Estimate>,
     /// one sentence per step of the decision
     pub explanation: Vec<String>,
+}
+
+impl Placement {
+    /// The estimate of the chosen tier, if any.
+    pub fn chosen(&self) -> Option<&Estimate> {
+        self.estimates
+            .iter()
+            .find(|e| Some(&e.tier) == self.tier.as_ref())
+    }
+
+    /// The fastest estimated cold start among the qualifying tiers
+    /// (infinite when none qualifies).
+    pub fn fastest_ms(&self) -> f64 {
+        self.estimates
+            .iter()
+            .filter(|e| e.rejected.is_none())
+            .map(|e| e.cold_ms)
+            .fold(f64::INFINITY, f64::min)
+    }
 }
 
 const PAGE_MIB: f64 = 4096.0 / (1024.0 * 1024.0);
@@ -195,12 +217,7 @@ pub fn place_fleet(
     let mut picks: Vec<Option<usize>> = Vec::with_capacity(fs.len());
     let mut cands: Vec<Vec<usize>> = Vec::with_capacity(fs.len());
     for p in &out {
-        let fastest = p
-            .estimates
-            .iter()
-            .filter(|e| e.rejected.is_none())
-            .map(|e| e.cold_ms)
-            .fold(f64::INFINITY, f64::min);
+        let fastest = p.fastest_ms();
         let within: Vec<usize> = (0..p.estimates.len())
             .filter(|&i| {
                 let e = &p.estimates[i];
@@ -361,13 +378,7 @@ mod tests {
         fs[0].exec_ms = 1.0;
         let ts = tiers();
         let fleet = place_fleet(&fs, &ts, 10.0);
-        fn pick(p: &Placement) -> &Estimate {
-            p.estimates
-                .iter()
-                .find(|e| Some(&e.tier) == p.tier.as_ref())
-                .unwrap()
-        }
-        let placed: Vec<&Estimate> = fleet.iter().map(pick).collect();
+        let placed: Vec<&Estimate> = fleet.iter().map(|p| p.chosen().unwrap()).collect();
         // the hot one stays on a fast tier, the rare ones go cheap
         assert_ne!(fleet[0].tier.as_deref(), Some("remote"));
         assert!(fleet[1..]
@@ -388,7 +399,8 @@ mod tests {
         }
         // and no worse than each function's own choice
         let own: Vec<Placement> = fs.iter().map(|f| place(f, &ts, 10.0)).collect();
-        assert!(ours <= merit(&fs, &own.iter().map(pick).collect::<Vec<_>>()));
+        let own: Vec<&Estimate> = own.iter().map(|p| p.chosen().unwrap()).collect();
+        assert!(ours <= merit(&fs, &own));
     }
 
     #[test]
@@ -403,19 +415,9 @@ mod tests {
             })
             .collect();
         for p in place_fleet(&fs, &ts, 1.3) {
-            let e = p
-                .estimates
-                .iter()
-                .find(|e| Some(&e.tier) == p.tier.as_ref())
-                .unwrap();
-            let fastest = p
-                .estimates
-                .iter()
-                .filter(|e| e.rejected.is_none())
-                .map(|e| e.cold_ms)
-                .fold(f64::INFINITY, f64::min);
+            let e = p.chosen().unwrap();
             assert!(e.rejected.is_none());
-            assert!(e.cold_ms <= fastest * 1.3);
+            assert!(e.cold_ms <= p.fastest_ms() * 1.3);
         }
         assert!(place_fleet(&[], &ts, 1.3).is_empty());
     }

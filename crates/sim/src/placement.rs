@@ -33,91 +33,23 @@ pub struct ProfilesFile {
     pub version: u32,
     #[serde(default)]
     pub source: Option<String>,
-    pub tiers: Vec<TierSpec>,
-    pub functions: Vec<ProfileSpec>,
+    pub tiers: Vec<TierOption>,
+    pub functions: Vec<FunctionProfile>,
 }
 
-#[derive(Serialize, Deserialize, Debug, Clone)]
-#[serde(deny_unknown_fields)]
-pub struct TierSpec {
-    pub name: String,
-    pub byte_addressable: bool,
-    pub remote: bool,
-    pub emulated: bool,
-    pub price_per_gb_month: f64,
-    pub read_mbps: f64,
-    pub access_us: f64,
-    pub free_mib: f64,
-    pub max_concurrent_restores: u32,
-}
-
-#[derive(Serialize, Deserialize, Debug, Clone)]
-#[serde(deny_unknown_fields)]
-pub struct ProfileSpec {
-    pub name: String,
-    pub image_mib: f64,
-    pub ws_mib: f64,
-    pub exec_ms: f64,
-    pub fixed_ms: f64,
-}
-
-impl From<&TierOption> for TierSpec {
-    fn from(t: &TierOption) -> Self {
-        TierSpec {
-            name: t.name.clone(),
-            byte_addressable: t.byte_addressable,
-            remote: t.remote,
-            emulated: t.emulated,
-            price_per_gb_month: t.price_per_gb_month,
-            read_mbps: t.read_mbps,
-            access_us: t.access_us,
-            free_mib: t.free_mib,
-            max_concurrent_restores: t.max_concurrent_restores,
-        }
-    }
-}
-
-impl From<&TierSpec> for TierOption {
-    fn from(t: &TierSpec) -> Self {
-        TierOption {
-            name: t.name.clone(),
-            byte_addressable: t.byte_addressable,
-            remote: t.remote,
-            emulated: t.emulated,
-            price_per_gb_month: t.price_per_gb_month,
-            read_mbps: t.read_mbps,
-            access_us: t.access_us,
-            free_mib: t.free_mib,
-            max_concurrent_restores: t.max_concurrent_restores,
-        }
-    }
-}
-
-impl From<&FunctionProfile> for ProfileSpec {
-    fn from(f: &FunctionProfile) -> Self {
-        ProfileSpec {
-            name: f.name.clone(),
-            image_mib: f.image_mib,
-            ws_mib: f.ws_mib,
-            exec_ms: f.exec_ms,
-            fixed_ms: f.fixed_ms,
-        }
-    }
-}
-
-impl ProfileSpec {
-    /// The placement code's view of a function with this profile. Its
-    /// execution time is left out: the input supplies every invocation's
-    /// duration, so what placement weighs here is the restore alone.
-    fn profile(&self, name: &str, cold_starts_per_hour: f64) -> FunctionProfile {
-        FunctionProfile {
-            name: name.to_string(),
-            image_mib: self.image_mib,
-            ws_mib: self.ws_mib,
-            exec_ms: 0.0,
-            fixed_ms: self.fixed_ms,
-            cold_starts_per_hour,
-        }
+/// A function of the workload with measured profile `p`. The execution
+/// time is left out: the input supplies every invocation's duration, so
+/// what placement weighs here is the restore alone.
+fn workload_function(
+    p: &FunctionProfile,
+    name: &str,
+    cold_starts_per_hour: f64,
+) -> FunctionProfile {
+    FunctionProfile {
+        name: name.to_string(),
+        exec_ms: 0.0,
+        cold_starts_per_hour,
+        ..p.clone()
     }
 }
 
@@ -158,6 +90,7 @@ impl ProfilesFile {
                 (f.ws_mib, "ws_mib"),
                 (f.exec_ms, "exec_ms"),
                 (f.fixed_ms, "fixed_ms"),
+                (f.cold_starts_per_hour, "cold_starts_per_hour"),
             ] {
                 finite(v, what, &f.name)?;
             }
@@ -297,7 +230,7 @@ pub fn study(
         ..cfg
     };
     let cfg = &cfg;
-    let tiers: Vec<TierOption> = file.tiers.iter().map(TierOption::from).collect();
+    let tiers = &file.tiers;
     let names = function_names(open()?.as_mut())?;
     if names.is_empty() {
         bail!("the input yielded no invocations");
@@ -311,20 +244,11 @@ pub fn study(
     let own: Vec<Placement> = file
         .functions
         .iter()
-        .map(|p| placement::place(&p.profile(&p.name, 0.0), &tiers, max_slowdown))
+        .map(|p| placement::place(&workload_function(p, &p.name, 0.0), tiers, max_slowdown))
         .collect();
     let mut arms = Vec::new();
     // each measured profile's fastest qualifying restore, for the bound
-    let fastest_of: Vec<f64> = own
-        .iter()
-        .map(|p| {
-            p.estimates
-                .iter()
-                .filter(|e| e.rejected.is_none())
-                .map(|e| e.cold_ms)
-                .fold(f64::INFINITY, f64::min)
-        })
-        .collect();
+    let fastest_of: Vec<f64> = own.iter().map(Placement::fastest_ms).collect();
     let fastest = |i: usize| fastest_of[prof[i]];
     let first = run_arm(
         "per function (own choice)",
@@ -332,7 +256,7 @@ pub fn study(
         &names,
         |i| pick(&own[prof[i]], own[prof[i]].tier.as_deref()),
         fastest,
-        &tiers,
+        tiers,
         cfg,
         opts,
         open,
@@ -341,10 +265,11 @@ pub fn study(
     let fleet_profiles: Vec<FunctionProfile> = (0..names.len())
         .map(|i| {
             let r = first.0.restores_by_fn.get(i).copied().unwrap_or(0) as f64;
-            file.functions[prof[i]].profile(&names[i], if hours > 0.0 { r / hours } else { 0.0 })
+            let rate = if hours > 0.0 { r / hours } else { 0.0 };
+            workload_function(&file.functions[prof[i]], &names[i], rate)
         })
         .collect();
-    let fleet = placement::place_fleet(&fleet_profiles, &tiers, max_slowdown);
+    let fleet = placement::place_fleet(&fleet_profiles, tiers, max_slowdown);
     arms.push(first.0);
     arms.push(
         run_arm(
@@ -353,14 +278,14 @@ pub fn study(
             &names,
             |i| pick(&fleet[i], fleet[i].tier.as_deref()),
             fastest,
-            &tiers,
+            tiers,
             cfg,
             opts,
             open,
         )?
         .0,
     );
-    for t in &tiers {
+    for t in tiers {
         // a fixed tier must hold every measured profile
         if own.iter().any(|p| {
             pick(p, Some(&t.name))
@@ -385,7 +310,7 @@ pub fn study(
                 &names,
                 |i| pick(&own[prof[i]], Some(&t.name)),
                 fastest,
-                &tiers,
+                tiers,
                 cfg,
                 opts,
                 open,
