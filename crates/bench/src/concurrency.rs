@@ -199,8 +199,20 @@ pub fn run(
     for tier_name in &o.tiers {
         let tier = w.tier(tier_name)?;
         let snap = w.snapshot(&o.function, &tier)?;
-        // Untimed: first-use costs (image verify, REAP's recording) stay out.
+        // dax maps the image in place: only a byte-addressable tier has one
+        let on_dram = secure::on_dram(&snap.dir)?;
+        let mut strategies = Vec::new();
         for s in &o.strategies {
+            if thaw_memory::strategy_by_name(s)?.uses_write_set() && !on_dram {
+                thaw_output::errln!(
+                    "bench: {s} skipped on {tier_name}: not a byte-addressable tier"
+                );
+            } else {
+                strategies.push(s.clone());
+            }
+        }
+        // Untimed: first-use costs (image verify, REAP's recording) stay out.
+        for s in &strategies {
             let (mut sb, _) = w.restore(&snap, s)?;
             let inv = invoke(&mut sb, &o.size, INVOKE_TIMEOUT)?;
             w.check(&o.function, &o.size, &inv.output)
@@ -225,7 +237,7 @@ pub fn run(
             for &n in &o.levels {
                 for rep in 0..o.reps {
                     // Strategies interleaved within a repetition: noise falls on all alike.
-                    for s in &o.strategies {
+                    for s in &strategies {
                         thaw_output::err!(
                             "\rbench: concurrency {tier_name} {mode} n={n} rep {}/{} {s}        ",
                             rep + 1,
