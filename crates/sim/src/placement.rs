@@ -250,17 +250,18 @@ pub fn study(
     // each measured profile's fastest qualifying restore, for the bound
     let fastest_of: Vec<f64> = own.iter().map(Placement::fastest_ms).collect();
     let fastest = |i: usize| fastest_of[prof[i]];
-    let first = run_arm(
-        "per function (own choice)",
+    let study = Study {
         max_slowdown,
-        &names,
-        |i| pick(&own[prof[i]], own[prof[i]].tier.as_deref()),
-        fastest,
+        names: &names,
+        fastest: &fastest,
         tiers,
         cfg,
         opts,
         open,
-    )?;
+    };
+    let first = study.arm("per function (own choice)", |i| {
+        pick(&own[prof[i]], own[prof[i]].tier.as_deref())
+    })?;
     let hours = first.1.sim_seconds / 3600.0;
     let fleet_profiles: Vec<FunctionProfile> = (0..names.len())
         .map(|i| {
@@ -272,18 +273,11 @@ pub fn study(
     let fleet = placement::place_fleet(&fleet_profiles, tiers, max_slowdown);
     arms.push(first.0);
     arms.push(
-        run_arm(
-            "fleet placement",
-            max_slowdown,
-            &names,
-            |i| pick(&fleet[i], fleet[i].tier.as_deref()),
-            fastest,
-            tiers,
-            cfg,
-            opts,
-            open,
-        )?
-        .0,
+        study
+            .arm("fleet placement", |i| {
+                pick(&fleet[i], fleet[i].tier.as_deref())
+            })?
+            .0,
     );
     for t in tiers {
         // a fixed tier must hold every measured profile
@@ -303,20 +297,7 @@ pub fn study(
             t.name,
             if t.emulated { " (emulated)" } else { "" }
         );
-        arms.push(
-            run_arm(
-                &label,
-                max_slowdown,
-                &names,
-                |i| pick(&own[prof[i]], Some(&t.name)),
-                fastest,
-                tiers,
-                cfg,
-                opts,
-                open,
-            )?
-            .0,
-        );
+        arms.push(study.arm(&label, |i| pick(&own[prof[i]], Some(&t.name)))?.0);
     }
     Ok(arms)
 }
@@ -325,73 +306,90 @@ fn pick<'a>(p: &'a Placement, tier: Option<&str>) -> Option<&'a placement::Estim
     tier.and_then(|t| p.estimates.iter().find(|e| e.tier == t))
 }
 
-#[allow(clippy::too_many_arguments)]
-fn run_arm<'p>(
-    label: &str,
+/// What every arm of one study shares.
+struct Study<'a> {
     max_slowdown: f64,
-    names: &[String],
-    choice: impl Fn(usize) -> Option<&'p placement::Estimate>,
-    fastest: impl Fn(usize) -> f64,
-    tiers: &[TierOption],
-    cfg: &Config,
-    opts: &RunOptions,
-    open: &dyn Fn() -> Result<Box<dyn Source>>,
-) -> Result<(Arm, Report)> {
-    let mut costs = Vec::with_capacity(names.len());
-    let mut per_tier: HashMap<&str, u64> = HashMap::new();
-    let mut storage_per_month = 0.0;
-    let mut over_bound = 0;
-    for (i, n) in names.iter().enumerate() {
-        let e = choice(i).with_context(|| format!("{label}: no tier for {n}"))?;
-        if e.cold_ms > fastest(i) * max_slowdown {
-            over_bound += 1;
+    names: &'a [String],
+    /// a function's fastest qualifying restore, for the bound
+    fastest: &'a dyn Fn(usize) -> f64,
+    tiers: &'a [TierOption],
+    cfg: &'a Config,
+    opts: &'a RunOptions,
+    open: &'a dyn Fn() -> Result<Box<dyn Source>>,
+}
+
+impl Study<'_> {
+    /// Runs the input with each function `i` on the tier `choice(i)`.
+    fn arm<'p>(
+        &self,
+        label: &str,
+        choice: impl Fn(usize) -> Option<&'p placement::Estimate>,
+    ) -> Result<(Arm, Report)> {
+        let Study {
+            max_slowdown,
+            names,
+            fastest,
+            tiers,
+            cfg,
+            opts,
+            open,
+        } = *self;
+        let mut costs = Vec::with_capacity(names.len());
+        let mut per_tier: HashMap<&str, u64> = HashMap::new();
+        let mut storage_per_month = 0.0;
+        let mut over_bound = 0;
+        for (i, n) in names.iter().enumerate() {
+            let e = choice(i).with_context(|| format!("{label}: no tier for {n}"))?;
+            if e.cold_ms > fastest(i) * max_slowdown {
+                over_bound += 1;
+            }
+            // without the execution time (see `workload_function`)
+            let restore_ms = e.cold_ms;
+            costs.push(FnCost {
+                restore_disk_us: (restore_ms * 1000.0).round() as u64,
+                ..cfg.cost
+            });
+            *per_tier.entry(e.tier.as_str()).or_default() += 1;
+            storage_per_month += e.cost_per_month;
         }
-        // without the execution time (see `ProfileSpec::profile`)
-        let restore_ms = e.cold_ms;
-        costs.push(FnCost {
-            restore_disk_us: (restore_ms * 1000.0).round() as u64,
-            ..cfg.cost
-        });
-        *per_tier.entry(e.tier.as_str()).or_default() += 1;
-        storage_per_month += e.cost_per_month;
+        // costs go by id here, not by name
+        let o = RunOptions {
+            fn_costs: HashMap::new(),
+            ..opts.clone()
+        };
+        let mut engine = Engine::new(cfg.clone()).map_err(anyhow::Error::from)?;
+        let mut placed = PlacedEngine {
+            inner: &mut engine,
+            costs,
+            restores: Vec::new(),
+        };
+        let report = run(open()?.as_mut(), &mut placed, &o)?;
+        let restores = report.started - report.starts.warm;
+        let months = report.sim_seconds / (730.0 * 3600.0);
+        let storage_usd = storage_per_month * months;
+        let mut tiers_used: Vec<(String, u64)> = per_tier
+            .into_iter()
+            .map(|(t, n)| (t.to_string(), n))
+            .collect();
+        tiers_used.sort();
+        let emulated_tiers = tiers_used
+            .iter()
+            .any(|(t, _)| tiers.iter().any(|o| &o.name == t && o.emulated));
+        let arm = Arm {
+            arm: label.to_string(),
+            tiers: tiers_used,
+            emulated_tiers,
+            restores,
+            mean_start_ms: report.mean_start_ms,
+            mean_restore_ms: report.mean_start_by_type_ms.lukewarm,
+            p99_start_ms: report.p99_start_ms,
+            storage_usd,
+            merit: storage_usd * report.mean_start_ms,
+            over_bound,
+            restores_by_fn: placed.restores,
+        };
+        Ok((arm, report))
     }
-    // costs go by id here, not by name
-    let o = RunOptions {
-        fn_costs: HashMap::new(),
-        ..opts.clone()
-    };
-    let mut engine = Engine::new(cfg.clone()).map_err(anyhow::Error::from)?;
-    let mut placed = PlacedEngine {
-        inner: &mut engine,
-        costs,
-        restores: Vec::new(),
-    };
-    let report = run(open()?.as_mut(), &mut placed, &o)?;
-    let restores = report.started - report.starts.warm;
-    let months = report.sim_seconds / (730.0 * 3600.0);
-    let storage_usd = storage_per_month * months;
-    let mut tiers_used: Vec<(String, u64)> = per_tier
-        .into_iter()
-        .map(|(t, n)| (t.to_string(), n))
-        .collect();
-    tiers_used.sort();
-    let emulated_tiers = tiers_used
-        .iter()
-        .any(|(t, _)| tiers.iter().any(|o| &o.name == t && o.emulated));
-    let arm = Arm {
-        arm: label.to_string(),
-        tiers: tiers_used,
-        emulated_tiers,
-        restores,
-        mean_start_ms: report.mean_start_ms,
-        mean_restore_ms: report.mean_start_by_type_ms.lukewarm,
-        p99_start_ms: report.p99_start_ms,
-        storage_usd,
-        merit: storage_usd * report.mean_start_ms,
-        over_bound,
-        restores_by_fn: placed.restores,
-    };
-    Ok((arm, report))
 }
 
 /// The study as a markdown table.
