@@ -109,12 +109,49 @@ pub fn build(state: &ProcessState, at: u64) -> Result<Vec<u8>> {
     } else {
         le64(&xs, 512) | 3
     };
+    check_host_xsave(xs.len(), xfeatures, host_xsave())?;
     fp[SW_BYTES..SW_BYTES + 4].copy_from_slice(&FP_XSTATE_MAGIC1.to_le_bytes());
     fp[SW_BYTES + 4..SW_BYTES + 8].copy_from_slice(&(xs.len() as u32 + 4).to_le_bytes());
     fp[SW_BYTES + 8..SW_BYTES + 16].copy_from_slice(&xfeatures.to_le_bytes());
     fp[SW_BYTES + 16..SW_BYTES + 20].copy_from_slice(&(xs.len() as u32).to_le_bytes());
     fp[xs.len()..xs.len() + 4].copy_from_slice(&FP_XSTATE_MAGIC2.to_le_bytes());
     Ok(f)
+}
+
+/// This CPU's XSAVE: (state components it supports, bytes of the area for
+/// the components the kernel enabled), from CPUID leaf 0xD.
+fn host_xsave() -> (u64, usize) {
+    // SAFETY: CPUID is unprivileged and always present on x86_64; leaf 0xD
+    // exists on every CPU with XSAVE, which the kernel's signal frames need.
+    let leaf = unsafe { std::arch::x86_64::__cpuid_count(0xd, 0) };
+    (
+        u64::from(leaf.eax) | u64::from(leaf.edx) << 32,
+        leaf.ebx as usize,
+    )
+}
+
+/// A snapshot taken on a CPU with more XSAVE state than this one cannot be
+/// resumed faithfully: the kernel would quietly fall back to restoring only
+/// x87/SSE (losing AVX registers mid-computation), so refuse it instead.
+fn check_host_xsave(
+    len: usize,
+    features: u64,
+    (host_features, host_len): (u64, usize),
+) -> Result<()> {
+    let missing = features & !host_features;
+    if missing != 0 {
+        bail!(
+            "the snapshot's CPU state uses XSAVE components {missing:#x} that this CPU lacks \
+             (snapshot {features:#x}, this CPU {host_features:#x}): restore it on the kind of machine that took it"
+        );
+    }
+    if len > host_len {
+        bail!(
+            "the snapshot's XSAVE area is {len} bytes, larger than this CPU's {host_len}: \
+             restore it on the kind of machine that took it"
+        );
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -150,6 +187,23 @@ mod tests {
         let magic2 = &f[FPSTATE + 832..FPSTATE + 836];
         assert_eq!(magic2, FP_XSTATE_MAGIC2.to_le_bytes());
         assert_eq!(f.len() % 8, 0);
+    }
+
+    #[test]
+    fn refuses_cpu_state_this_cpu_cannot_hold() {
+        let host = (0x7, 832);
+        assert!(check_host_xsave(832, 0x7, host).is_ok());
+        assert!(
+            check_host_xsave(576, 0x3, host).is_ok(),
+            "a smaller area restores"
+        );
+        let e = check_host_xsave(832, 0xe7, host).unwrap_err().to_string();
+        assert!(e.contains("0xe0"), "names the missing components: {e}");
+        assert!(check_host_xsave(2696, 0x7, host).is_err(), "a larger area");
+        // this machine's own state always passes
+        let (f, len) = host_xsave();
+        assert!(len >= MIN_XSTATE && f & 3 == 3, "cpuid 0xd: {f:#x} {len}");
+        assert!(check_host_xsave(len, f, (f, len)).is_ok());
     }
 
     #[test]
