@@ -121,9 +121,9 @@ pub fn build(state: &ProcessState, at: u64) -> Result<Vec<u8>> {
 /// This CPU's XSAVE: (state components it supports, bytes of the area for
 /// the components the kernel enabled), from CPUID leaf 0xD.
 fn host_xsave() -> (u64, usize) {
-    // SAFETY: CPUID is unprivileged and always present on x86_64; leaf 0xD
-    // exists on every CPU with XSAVE, which the kernel's signal frames need.
-    let leaf = unsafe { std::arch::x86_64::__cpuid_count(0xd, 0) };
+    // leaf 0xD exists on every CPU with XSAVE, which the kernel's signal
+    // frames (and so this resume) need
+    let leaf = std::arch::x86_64::__cpuid_count(0xd, 0);
     (
         u64::from(leaf.eax) | u64::from(leaf.edx) << 32,
         leaf.ebx as usize,
