@@ -267,27 +267,66 @@ pub fn parse_body(body: &[u8]) -> Result<Value> {
     Ok(v)
 }
 
-/// Turns an `"ok": false` reply into an [`AgentError`], and checks `ok` is there.
-pub fn check_ok(v: Value) -> Result<Value> {
+/// Longest `message` or `traceback` kept from an error reply, in characters.
+pub const MAX_ERROR_TEXT: usize = 64 << 10;
+
+/// Splits a reply by its `ok`: the reply itself, or the agent's
+/// [`AgentError`]; an error if `ok` is missing.
+pub fn split_ok(v: Value) -> Result<std::result::Result<Value, AgentError>> {
     match v.get("ok").and_then(Value::as_bool) {
-        Some(true) => Ok(v),
+        Some(true) => Ok(Ok(v)),
         Some(false) => {
             let s = |k: &str| {
                 v.get(k)
                     .and_then(Value::as_str)
                     .unwrap_or("")
                     .chars()
-                    .take(4096)
+                    .take(MAX_ERROR_TEXT)
                     .collect::<String>()
             };
-            Err(AgentError {
+            Ok(Err(AgentError {
                 kind: s("error"),
                 message: s("message"),
                 traceback: v.get("traceback").map(|_| s("traceback")),
-            }
-            .into())
+            }))
         }
         None => bail!("agent reply has no boolean \"ok\" field"),
+    }
+}
+
+/// Turns an `"ok": false` reply into an [`AgentError`], and checks `ok` is there.
+pub fn check_ok(v: Value) -> Result<Value> {
+    Ok(split_ok(v)??)
+}
+
+/// The agent's answer to an invocation: the handler's output, or the
+/// function's failure (raised, timed out, bad output).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Invoked {
+    /// time inside the handler; 0 when the agent did not say
+    pub exec_ms: f64,
+    pub output: std::result::Result<Value, AgentError>,
+}
+
+impl Invoked {
+    /// Decodes the reply to an invoke request; an error only for a reply
+    /// that is not one.
+    pub fn decode(v: Value) -> Result<Invoked> {
+        let exec_ms = v.get("exec_ms").and_then(Value::as_f64).unwrap_or(0.0);
+        Ok(match split_ok(v)? {
+            Ok(v) => {
+                let (output, exec_ms) =
+                    Reply::decode(&Request::invoke_input(Value::Null), v)?.into_invoke()?;
+                Invoked {
+                    exec_ms,
+                    output: Ok(output),
+                }
+            }
+            Err(e) => Invoked {
+                exec_ms,
+                output: Err(e),
+            },
+        })
     }
 }
 
@@ -596,6 +635,17 @@ mod tests {
         let e = e.downcast_ref::<AgentError>().unwrap();
         assert_eq!(e.kind(), ErrorKind::FunctionError);
         assert_eq!(e.traceback.as_deref(), Some("T"));
+        // an invocation's failure is an answer, not an error
+        let i = Invoked::decode(
+            json!({"ok": false, "error": "timeout", "message": "m", "exec_ms": 7.0}),
+        )
+        .unwrap();
+        assert_eq!(i.exec_ms, 7.0);
+        assert_eq!(i.output.unwrap_err().kind(), ErrorKind::Timeout);
+        let i = Invoked::decode(json!({"ok": true, "output": [1], "exec_ms": 2.0})).unwrap();
+        assert_eq!((i.output.unwrap(), i.exec_ms), (json!([1]), 2.0));
+        assert!(Invoked::decode(json!({"ok": true, "exec_ms": 2.0})).is_err());
+        assert!(Invoked::decode(json!({"error": "timeout"})).is_err());
     }
 
     proptest::proptest! {

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use thaw_memory::tiering::{self, CostParams};
 use thaw_runtime::RootInfo;
+pub use thaw_sandbox::agent::Invoked;
 use thaw_sandbox::agent::{Event, Reply, Request};
 use thaw_sandbox::{
     checkpoint, CheckpointReport, RestoreReport, Sandbox, SandboxConfig, SandboxPool,
@@ -556,12 +557,12 @@ pub fn after_restore(
     }
 }
 
-/// One invocation with a caller's event. `Ok` holds the agent's reply
-/// whatever it says (`"ok": false` replies carry the function's error);
-/// `Err` means the instance is gone (timeout, crash, protocol violation).
-pub fn invoke_event(sb: &mut Sandbox, event: &Value, timeout: Duration) -> Result<Value> {
+/// One invocation with a caller's event. `Ok` holds the agent's answer:
+/// the output or the function's failure; `Err` means the instance is gone
+/// (timeout, crash, protocol violation).
+pub fn invoke_event(sb: &mut Sandbox, event: &Value, timeout: Duration) -> Result<Invoked> {
     let (req, hard) = invoke_request(event, timeout);
-    sb.call_raw(&req, hard)
+    Invoked::decode(sb.call_raw(&req, hard)?)
 }
 
 /// [`invoke_event`] for a function that may use the in-sandbox SDK
@@ -571,9 +572,9 @@ pub fn invoke_event_serving(
     event: &Value,
     timeout: Duration,
     serve: &mut thaw_sandbox::SdkServer<'_>,
-) -> Result<Value> {
+) -> Result<Invoked> {
     let (req, hard) = invoke_request(event, timeout);
-    sb.call_serving(&req, hard, serve)
+    Invoked::decode(sb.call_serving(&req, hard, serve)?)
 }
 
 fn invoke_request(event: &Value, timeout: Duration) -> (Request, Duration) {
