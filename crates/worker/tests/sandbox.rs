@@ -390,21 +390,6 @@ fn hung_function_is_killed_and_reported() {
 }
 
 #[test]
-fn every_function_and_size_passes_its_checker_in_a_sandbox() {
-    let w = worker();
-    assert!(w.functions().len() >= 10, "function suite too small");
-    for f in w.functions() {
-        let (mut sb, _) = w.start_fresh(&f.name).unwrap();
-        for size in &f.sizes {
-            let inv =
-                invoke(&mut sb, size, T).unwrap_or_else(|e| panic!("{} {size}: {e:#}", f.name));
-            w.check(&f.name, size, &inv.output)
-                .unwrap_or_else(|e| panic!("{} {size}: {e:#}", f.name));
-        }
-    }
-}
-
-#[test]
 fn unknown_function_and_size_get_clear_errors() {
     let w = worker();
     let e = w.start_fresh("no_such_fn").map(|_| ()).unwrap_err();
