@@ -67,9 +67,22 @@ impl Agent {
         v
     }
 
-    /// Asks the agent to exit; it answers first.
+    /// Asks the agent to exit: it answers, then exits (a zombie until the
+    /// sandbox reaps it) within 5 s.
     fn shutdown(mut self) {
         assert_eq!(self.ok(Request::Exit), Reply::Exit);
+        let stat = format!("/proc/{}/stat", self.sb.pid());
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(5) {
+            let s = std::fs::read_to_string(&stat).unwrap_or_default();
+            if s.rsplit_once(") ")
+                .is_none_or(|(_, rest)| rest.starts_with('Z'))
+            {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!("the agent for {} did not exit", self.function);
     }
 }
 
@@ -78,6 +91,25 @@ fn assert_single_threaded_and_clean(a: &Agent, when: &str) {
     assert_eq!(threads, 1, "{} {when}: {threads} threads", a.function);
     let fds = a.proc_entries("fd");
     assert_eq!(fds, [0, 1, 2, 3], "{} {when}: open fds", a.function);
+}
+
+/// The agent runs under the production seccomp filter, with no way to
+/// regain privileges, in a pid namespace of its own.
+fn assert_sandboxed(a: &Agent) {
+    let pid = a.sb.pid();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let field = |k: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(k))
+            .map(str::trim)
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert_eq!(field("Seccomp:"), "2", "{}: no seccomp filter", a.function);
+    assert_eq!(field("NoNewPrivs:"), "1", "{}", a.function);
+    // NSpid: the host's pid, then 1 inside the sandbox's namespace
+    assert_eq!(field("NSpid:"), format!("{pid}\t1"), "{}", a.function);
 }
 
 fn err_kind(r: &Value) -> &str {
@@ -116,6 +148,7 @@ fn every_function_and_size_passes_its_checker() {
         assert!(!f.mirrors.is_empty());
         let t = Instant::now();
         let mut a = spawn(&f.name);
+        assert_sandboxed(&a);
         assert_eq!(a.health().0, "idle");
         let load = a.ok(Request::Load).into_loaded().unwrap();
         assert_eq!(load.function, f.name);
