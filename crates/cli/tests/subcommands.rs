@@ -14,15 +14,32 @@ fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).to_string()
 }
 
-fn tmp(tag: &str) -> PathBuf {
+/// A scratch directory, removed when dropped, also when a test fails
+/// (`remove_dir_all` removes a `runtime` symlink, never what it points to).
+struct Tmp(PathBuf);
+
+impl Drop for Tmp {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+impl std::ops::Deref for Tmp {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+fn tmp(tag: &str) -> Tmp {
     let d = PathBuf::from(format!("/dev/shm/thaw-subcmd-{}-{tag}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
-    d
+    Tmp(d)
 }
 
 /// A home whose runtime store is the shared, already built one.
-fn home_with_root(tag: &str) -> PathBuf {
+fn home_with_root(tag: &str) -> Tmp {
     // SAFETY: geteuid has no preconditions.
     assert_eq!(unsafe { libc::geteuid() }, 0, "these tests need root");
     let h = tmp(tag);
@@ -43,14 +60,14 @@ fn home_before_runtime_is_honoured() {
     let empty = tmp("empty");
     // $THAW_HOME names a home with a root and --home one without, or the
     // other way round: --home wins both times
-    for (home, env) in [(&with, &empty), (&empty, &with)] {
+    for (home, env) in [(&*with, &*empty), (&*empty, &*with)] {
         let out = Command::new(THAW)
             .env("THAW_HOME", env)
             .args(["--home", s(home), "runtime", "info"])
             .output()
             .unwrap();
         let (o, e) = (text(&out.stdout), text(&out.stderr));
-        if home == &with {
+        if home == &*with {
             assert!(out.status.success(), "{e}");
             assert!(o.starts_with("hash "), "{o}");
         } else {
@@ -60,7 +77,7 @@ fn home_before_runtime_is_honoured() {
     }
     // after the subcommand too
     let out = Command::new(THAW)
-        .env("THAW_HOME", &with)
+        .env("THAW_HOME", &*with)
         .args(["runtime", "info", "--home", s(&empty)])
         .output()
         .unwrap();
@@ -70,8 +87,6 @@ fn home_before_runtime_is_honoured() {
         text(&out.stderr)
     );
     assert!(!out.status.success());
-    std::fs::remove_dir_all(&with).unwrap();
-    std::fs::remove_dir_all(&empty).unwrap();
 }
 
 #[test]
@@ -121,7 +136,6 @@ fn runtime_subcommands_parse_and_list() {
         "{}",
         text(&out.stderr)
     );
-    std::fs::remove_dir_all(&h).unwrap();
 }
 
 #[test]
@@ -170,5 +184,4 @@ fn sim_runs_sweeps_and_keeps_flags_over_calibration() {
     let out = thaw(&["sim", "--quiet", "sweep"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(thaw(&["sim", "sweep", "--help"]).status.success());
-    std::fs::remove_dir_all(&d).unwrap();
 }
