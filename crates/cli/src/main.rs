@@ -1,12 +1,13 @@
 //! The one `thaw` binary.
 use anyhow::{Context, Result};
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::io::Write;
 use std::path::PathBuf;
 
 mod concurrency;
 mod demo;
 mod place;
+mod runtime;
 mod serve;
 mod store_cmds;
 mod tiers;
@@ -38,11 +39,10 @@ enum Cmd {
         #[arg(long, default_value = "I")]
         size: String,
     },
-    /// Runtime root and function suite: build, verify, functions, check
-    #[command(disable_help_flag = true)]
+    /// Runtime root and function suite: build, verify, functions, check, info, figures
     Runtime {
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-        args: Vec<String>,
+        #[command(subcommand)]
+        cmd: runtime::RuntimeCmd,
     },
     /// Start FUNCTION, run its init and snapshot it onto a tier
     Deploy {
@@ -148,12 +148,8 @@ enum Cmd {
         #[command(subcommand)]
         cmd: serve::FnCmd,
     },
-    /// Trace-driven fleet simulator (`thaw sim --help`)
-    #[command(disable_help_flag = true)]
-    Sim {
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-        args: Vec<String>,
-    },
+    /// Trace-driven fleet simulator: one run, or `thaw sim sweep` over several (docs/SIMULATOR.md)
+    Sim(Box<thaw_sim::cli::SimCmd>),
 }
 
 #[derive(Subcommand)]
@@ -282,8 +278,10 @@ enum BenchCmd {
 }
 
 fn main() {
-    let cli = Cli::parse();
-    if let Err(e) = run(cli) {
+    // the matches go along: `thaw sim` tells flags given from defaults
+    let matches = Cli::command().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    if let Err(e) = run(cli, &matches) {
         thaw_output::errln!("thaw: error: {e:#}");
         std::process::exit(1);
     }
@@ -323,23 +321,22 @@ fn record_sink(
     })
 }
 
-fn run(cli: Cli) -> Result<()> {
+fn run(cli: Cli, matches: &clap::ArgMatches) -> Result<()> {
     let home = cli.home.clone().unwrap_or_else(thaw_runtime::default_home);
     if !matches!(
         cli.cmd,
-        Cmd::Sim { .. } | Cmd::Load { .. } | Cmd::Runtime { .. } | Cmd::Serve(_) | Cmd::Fn { .. }
+        Cmd::Sim(_) | Cmd::Load { .. } | Cmd::Runtime { .. } | Cmd::Serve(_) | Cmd::Fn { .. }
     ) {
         thaw_runtime::check_home(&home, false)?;
     }
     match cli.cmd {
-        Cmd::Sim { args } => thaw_sim::cli_main(&args),
-        Cmd::Runtime { mut args } => {
-            // a --home given before `runtime` applies to it too
-            if let Some(h) = &cli.home {
-                args.extend(["--home".into(), h.to_string_lossy().into_owned()]);
-            }
-            thaw_runtime::cli_main(&args)
+        Cmd::Sim(cmd) => {
+            let m = matches
+                .subcommand_matches("sim")
+                .expect("the sim subcommand matched");
+            thaw_sim::cli::run_cmd(*cmd, m)
         }
+        Cmd::Runtime { cmd } => runtime::run(&home, cmd),
         Cmd::Load { args } => thaw_load::cli_main(&args),
         Cmd::Serve(args) => serve::serve(cli.home.clone(), args),
         Cmd::Fn { socket, cmd } => serve::client(&home, socket, cmd),

@@ -5,8 +5,10 @@
 //!   `HOME/runtime/roots/HASH/root`; [`RootInfo::open`] reopens one by hash.
 //! * [`RootInfo::agent_command`] is the argv/env the sandbox starts the agent with.
 //! * [`RootInfo::check_output`] runs the trusted checker of a function's output.
-//! * [`harness`] drives the agent in a plain chroot (no snapshotting), for tests and
-//!   figures.
+//! * [`current_root`] finds the root of the current recipe without building it.
+//!
+//! Functions run in `thaw-sandbox`'s sandbox; `thaw runtime` lives in the `thaw`
+//! binary (crates/cli).
 //!
 //! See docs/RUNTIME.md and docs/AGENT_PROTOCOL.md.
 
@@ -14,13 +16,9 @@ use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
-pub mod cli;
-pub mod harness;
 pub mod packages;
 pub mod recipe;
 pub mod treehash;
-
-pub use cli::cli_main;
 
 mod embedded {
     include!(concat!(env!("OUT_DIR"), "/runtime_files.rs"));
@@ -67,6 +65,16 @@ pub fn check_home(home: &Path, may_create: bool) -> Result<()> {
         }
         Err(e) => Err(e).with_context(|| format!("home {}", home.display())),
     }
+}
+
+/// The built root of the current recipe under `home`; an error (not a build)
+/// if there is none.
+pub fn current_root(home: &Path) -> Result<RootInfo> {
+    let mut quiet = |_: &str| {};
+    let r = recipe::recipe()?;
+    let pkgs = recipe::resolve(home, &r, &mut quiet)?;
+    let hash = recipe::input_hash(&r, &pkgs)?;
+    RootInfo::open(home, &hash)
 }
 
 /// `HOME/runtime/roots`.

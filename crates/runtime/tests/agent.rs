@@ -1,30 +1,124 @@
-//! The agent and the function suite, driven over fd 3 in a chroot (harness).
+//! The agent and the function suite, driven over fd 3 of a real sandbox
+//! (namespaces, the production seccomp filter, limits), as the worker runs them.
 
 mod common;
 
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
-use thaw_runtime::harness::AgentProcess;
 use thaw_runtime::SIZES;
+use thaw_sandbox::agent::{Reply, Request};
+use thaw_sandbox::{Sandbox, SandboxConfig};
 
-fn spawn(f: &str) -> AgentProcess {
-    AgentProcess::spawn(common::root(), f).unwrap_or_else(|e| panic!("spawn agent {f}: {e:#}"))
+const T: Duration = Duration::from_secs(120);
+
+/// One function's agent in its own sandbox.
+struct Agent {
+    sb: Sandbox,
+    function: String,
 }
 
-fn assert_single_threaded_and_clean(a: &AgentProcess, when: &str) {
-    let threads = a.threads().unwrap();
+fn spawn(f: &str) -> Agent {
+    let root = common::root();
+    let (argv, env) = root.agent_command(f);
+    let sb = Sandbox::start(&SandboxConfig::default(), &root.path, &argv, &env)
+        .unwrap_or_else(|e| panic!("start a sandbox for {f}: {e:#}"));
+    Agent {
+        sb,
+        function: f.to_string(),
+    }
+}
+
+impl Agent {
+    /// The agent's reply as sent, whatever its `ok` says.
+    fn request(&mut self, req: Request) -> Value {
+        self.sb
+            .call_raw(&req, T)
+            .unwrap_or_else(|e| panic!("{} {req}: {e:#}", self.function))
+    }
+
+    /// A request that must succeed, and its typed reply.
+    fn ok(&mut self, req: Request) -> Reply {
+        self.sb
+            .call(&req, T)
+            .unwrap_or_else(|e| panic!("{} {req}: {e:#}", self.function))
+    }
+
+    fn invoke_ok(&mut self, req: Request) -> Value {
+        self.ok(req).into_invoke().unwrap().0
+    }
+
+    fn health(&mut self) -> (String, u64) {
+        match self.ok(Request::Health) {
+            Reply::Health {
+                state, invocations, ..
+            } => (state, invocations),
+            other => panic!("health answered {other:?}"),
+        }
+    }
+
+    /// Entries of a /proc directory of the runtime, seen from outside.
+    fn proc_entries(&self, dir: &str) -> Vec<i32> {
+        let mut v: Vec<i32> = std::fs::read_dir(format!("/proc/{}/{dir}", self.sb.pid()))
+            .unwrap()
+            .flatten()
+            .filter_map(|e| e.file_name().to_string_lossy().parse().ok())
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// Asks the agent to exit: it answers, then exits (a zombie until the
+    /// sandbox reaps it) within 5 s.
+    fn shutdown(mut self) {
+        assert_eq!(self.ok(Request::Exit), Reply::Exit);
+        let stat = format!("/proc/{}/stat", self.sb.pid());
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(5) {
+            let s = std::fs::read_to_string(&stat).unwrap_or_default();
+            if s.rsplit_once(") ")
+                .is_none_or(|(_, rest)| rest.starts_with('Z'))
+            {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!("the agent for {} did not exit", self.function);
+    }
+}
+
+fn assert_single_threaded_and_clean(a: &Agent, when: &str) {
+    let threads = a.proc_entries("task").len();
     assert_eq!(threads, 1, "{} {when}: {threads} threads", a.function);
-    let fds = a.open_fds().unwrap();
-    assert!(
-        fds.iter().all(|f| [0, 1, 2, 3].contains(f)) && fds.contains(&3),
-        "{} {when}: open fds {fds:?}",
-        a.function
-    );
+    let fds = a.proc_entries("fd");
+    assert_eq!(fds, [0, 1, 2, 3], "{} {when}: open fds", a.function);
+}
+
+/// The agent runs under the production seccomp filter, with no way to
+/// regain privileges, in a pid namespace of its own.
+fn assert_sandboxed(a: &Agent) {
+    let pid = a.sb.pid();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let field = |k: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(k))
+            .map(str::trim)
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert_eq!(field("Seccomp:"), "2", "{}: no seccomp filter", a.function);
+    assert_eq!(field("NoNewPrivs:"), "1", "{}", a.function);
+    // NSpid: the host's pid, then 1 inside the sandbox's namespace
+    assert_eq!(field("NSpid:"), format!("{pid}\t1"), "{}", a.function);
 }
 
 fn err_kind(r: &Value) -> &str {
     assert_eq!(r["ok"], json!(false), "expected an error reply, got {r}");
     r["error"].as_str().unwrap_or("")
+}
+
+fn invoke_input(input: Value) -> Request {
+    Request::invoke_input(input)
 }
 
 #[test]
@@ -54,33 +148,27 @@ fn every_function_and_size_passes_its_checker() {
         assert!(!f.mirrors.is_empty());
         let t = Instant::now();
         let mut a = spawn(&f.name);
-        let h = a.request_ok(&json!({"op": "health"})).unwrap();
-        assert_eq!(h["state"], "idle");
-        let load = a.request_ok(&json!({"op": "load"})).unwrap();
-        assert_eq!(load["function"], f.name.as_str());
-        assert!(load["init_ms"].as_f64().unwrap() >= 0.0);
-        assert!(load["import_ms"].as_f64().unwrap() > 0.0);
-        assert!(load["rss_kb"].as_u64().unwrap() > 1000);
+        assert_sandboxed(&a);
+        assert_eq!(a.health().0, "idle");
+        let load = a.ok(Request::Load).into_loaded().unwrap();
+        assert_eq!(load.function, f.name);
+        assert!(load.init_ms >= 0.0);
+        assert!(load.import_ms > 0.0);
+        assert!(load.rss_kb > 1000);
         assert_single_threaded_and_clean(&a, "after load");
         let mut times = Vec::new();
         for size in SIZES {
-            let r = a
-                .request_ok(&json!({"op": "invoke", "size": size}))
-                .unwrap_or_else(|e| panic!("{e:#}"));
-            let exec = r["exec_ms"].as_f64().unwrap();
+            let (output, exec) = a.ok(Request::invoke_size(size)).into_invoke().unwrap();
             // How long a size takes is a benchmark's business, not a test's.
             assert!(exec >= 0.0);
-            root.check_output(&f.name, size, &r["output"])
+            root.check_output(&f.name, size, &output)
                 .unwrap_or_else(|e| panic!("{} {size}: {e:#}", f.name));
             times.push(format!("{size}={exec:.1}ms"));
         }
         assert_single_threaded_and_clean(&a, "after invocations");
-        let p = a.request_ok(&json!({"op": "prepare_checkpoint"})).unwrap();
-        assert_eq!(p["op"], "prepare_checkpoint");
-        let h = a.request_ok(&json!({"op": "health"})).unwrap();
-        assert_eq!(h["state"], "ready");
-        assert_eq!(h["invocations"], 4);
-        a.shutdown().unwrap();
+        assert_eq!(a.ok(Request::PrepareCheckpoint), Reply::PrepareCheckpoint);
+        assert_eq!(a.health(), ("ready".to_string(), 4));
+        a.shutdown();
         eprintln!(
             "{:<16} ok in {:.1}s: {}",
             f.name,
@@ -94,8 +182,7 @@ fn every_function_and_size_passes_its_checker() {
 fn checker_rejects_wrong_outputs() {
     let root = common::root();
     let mut a = spawn("matmul");
-    let r = a.request_ok(&json!({"op": "invoke", "size": "I"})).unwrap();
-    let good = r["output"].clone();
+    let good = a.invoke_ok(Request::invoke_size("I"));
     root.check_output("matmul", "I", &good).unwrap();
     let mut bad = good.clone();
     bad["sum"] = json!(good["sum"].as_f64().unwrap() * 1.001);
@@ -133,18 +220,16 @@ fn checker_rejects_wrong_outputs() {
     assert!(e.contains("not a JSON object"), "{e}");
     assert!(root.check_output("nope", "I", &json!({})).is_err());
     assert!(root.check_output("helloworld", "V", &json!({})).is_err());
-    a.shutdown().unwrap();
+    a.shutdown();
 }
 
 #[test]
 fn malformed_and_oversized_requests_get_errors_and_the_agent_keeps_serving() {
     let mut a = spawn("helloworld");
-    let health = json!({"op": "health"});
-    let raw = |a: &mut AgentProcess, body: &[u8]| -> Value {
+    let raw = |a: &mut Agent, body: &[u8]| -> Value {
         let mut m = (body.len() as u32).to_le_bytes().to_vec();
         m.extend_from_slice(body);
-        a.send_raw(&m).unwrap();
-        a.recv().unwrap()
+        a.sb.call_bytes(&m, T).unwrap()
     };
     for body in [
         &b"{not json"[..],
@@ -174,50 +259,44 @@ fn malformed_and_oversized_requests_get_errors_and_the_agent_keeps_serving() {
             String::from_utf8_lossy(body)
         );
         assert!(r["message"].as_str().is_some_and(|m| !m.is_empty()), "{r}");
-        a.request_ok(&health).unwrap();
+        a.health();
     }
     // Oversized: 16 MiB + 1 byte of body; the agent discards it and stays in sync.
     let n = (16 << 20) + 1;
     let mut m = (n as u32).to_le_bytes().to_vec();
     m.resize(4 + n, b' ');
-    a.send_raw(&m).unwrap();
-    let r = a.recv().unwrap();
+    let r = a.sb.call_bytes(&m, T).unwrap();
     assert_eq!(err_kind(&r), "bad_request");
     assert!(r["message"].as_str().unwrap().contains("exceeds"), "{r}");
-    a.request_ok(&health).unwrap();
-    // A huge declared length with a short body followed by EOF: the agent exits.
-    let r = a.request_ok(&json!({"op": "invoke", "size": "I"})).unwrap();
-    assert_eq!(r["output"]["message"], "Hello, World!");
-    let r = a
-        .request_ok(&json!({"op": "invoke", "input": {"name": "thaw"}}))
-        .unwrap();
-    assert_eq!(r["output"]["message"], "Hello, thaw!");
-    a.shutdown().unwrap();
+    a.health();
+    let out = a.invoke_ok(Request::invoke_size("I"));
+    assert_eq!(out["message"], "Hello, World!");
+    let out = a.invoke_ok(invoke_input(json!({"name": "thaw"})));
+    assert_eq!(out["message"], "Hello, thaw!");
+    a.shutdown();
 }
 
 #[test]
 fn unknown_function_is_a_clear_error() {
     let mut a = spawn("no_such_function");
-    let r = a.request(&json!({"op": "load"})).unwrap();
+    let r = a.request(Request::Load);
     assert_eq!(err_kind(&r), "bad_request");
     assert!(
         r["message"].as_str().unwrap().contains("unknown function"),
         "{r}"
     );
-    a.request_ok(&json!({"op": "health"})).unwrap();
+    a.health();
     let mut a = spawn("../agent");
-    let r = a.request(&json!({"op": "load"})).unwrap();
+    let r = a.request(Request::Load);
     assert_eq!(err_kind(&r), "bad_request");
 }
 
 #[test]
 fn raising_function_reports_function_error_and_keeps_serving() {
     let mut a = spawn("_test_raise");
-    a.request_ok(&json!({"op": "load"})).unwrap();
+    a.ok(Request::Load);
     for _ in 0..2 {
-        let r = a
-            .request(&json!({"op": "invoke", "input": {"x": 1}}))
-            .unwrap();
+        let r = a.request(invoke_input(json!({"x": 1})));
         assert_eq!(err_kind(&r), "function_error");
         assert!(
             r["message"].as_str().unwrap().contains("ValueError: boom"),
@@ -228,27 +307,27 @@ fn raising_function_reports_function_error_and_keeps_serving() {
             "{r}"
         );
     }
-    let r = a.request(&json!({"op": "invoke", "size": "I"})).unwrap();
+    let r = a.request(Request::invoke_size("I"));
     assert_eq!(
         err_kind(&r),
         "bad_request",
         "test functions have no sized inputs: {r}"
     );
-    let h = a.request_ok(&json!({"op": "health"})).unwrap();
-    assert_eq!(h["invocations"], 2);
-    a.request_ok(&json!({"op": "prepare_checkpoint"})).unwrap();
-    a.shutdown().unwrap();
+    assert_eq!(a.health().1, 2);
+    a.ok(Request::PrepareCheckpoint);
+    a.shutdown();
 }
 
 #[test]
 fn hanging_function_times_out_and_the_agent_keeps_serving() {
     let mut a = spawn("_test_hang");
-    a.request_ok(&json!({"op": "load"})).unwrap();
+    a.ok(Request::Load);
     for timeout in [200, 50] {
         let t = Instant::now();
-        let r = a
-            .request(&json!({"op": "invoke", "input": {}, "timeout_ms": timeout}))
-            .unwrap();
+        let r = a.request(Request::Invoke {
+            event: thaw_sandbox::agent::Event::Input(json!({})),
+            timeout_ms: Some(timeout as f64),
+        });
         let el = t.elapsed();
         assert_eq!(err_kind(&r), "timeout", "{r}");
         assert!(
@@ -256,36 +335,43 @@ fn hanging_function_times_out_and_the_agent_keeps_serving() {
             "timeout of {timeout} ms took {el:?}"
         );
     }
-    a.request_ok(&json!({"op": "health"})).unwrap();
+    a.health();
     // No timer left armed: a following request is not interrupted.
     std::thread::sleep(Duration::from_millis(300));
-    a.request_ok(&json!({"op": "prepare_checkpoint"})).unwrap();
-    a.request_ok(&json!({"op": "health"})).unwrap();
+    a.ok(Request::PrepareCheckpoint);
+    a.health();
     assert_single_threaded_and_clean(&a, "after timeouts");
-    a.shutdown().unwrap();
+    a.shutdown();
 }
 
 #[test]
 fn prepare_checkpoint_refuses_extra_fds_and_threads() {
     let mut a = spawn("_test_leak_fd");
-    a.request_ok(&json!({"op": "invoke", "input": {}})).unwrap();
-    let r = a.request(&json!({"op": "prepare_checkpoint"})).unwrap();
+    a.invoke_ok(invoke_input(json!({})));
+    let r = a.request(Request::PrepareCheckpoint);
     assert_eq!(err_kind(&r), "not_checkpointable");
     assert!(
         r["message"].as_str().unwrap().contains("descriptors: 4"),
         "{r}"
     );
-    a.request_ok(&json!({"op": "health"})).unwrap();
+    a.health();
 
     let mut a = spawn("_test_thread");
-    a.request_ok(&json!({"op": "invoke", "input": {}})).unwrap();
-    let r = a.request(&json!({"op": "prepare_checkpoint"})).unwrap();
+    a.invoke_ok(invoke_input(json!({})));
+    let r = a.request(Request::PrepareCheckpoint);
     assert_eq!(err_kind(&r), "not_checkpointable");
     assert!(r["message"].as_str().unwrap().contains("sleeper"), "{r}");
 }
 
-fn draws(a: &mut AgentProcess) -> Value {
-    a.request_ok(&json!({"op": "invoke", "input": {}})).unwrap()["output"].clone()
+fn draws(a: &mut Agent) -> Value {
+    a.invoke_ok(invoke_input(json!({})))
+}
+
+fn restored(seed: &str) -> Request {
+    Request::Restored {
+        seed: seed.to_string(),
+        unmap: None,
+    }
 }
 
 #[test]
@@ -294,27 +380,22 @@ fn restored_reseeds_every_generator_and_reinstalls_signal_handlers() {
     let s2 = "22".repeat(32);
     let mut a = spawn("_test_rng");
     let mut b = spawn("_test_rng");
-    a.request_ok(&json!({"op": "load"})).unwrap();
-    b.request_ok(&json!({"op": "load"})).unwrap();
-    let ra = a
-        .request_ok(&json!({"op": "restored", "seed": s1}))
-        .unwrap();
-    assert_eq!(ra["state"], "restored");
-    let done: Vec<&str> = ra["reseeded"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_str().unwrap())
-        .collect();
+    a.ok(Request::Load);
+    b.ok(Request::Load);
+    let Reply::Restored { state, reseeded } = a.ok(restored(&s1)) else {
+        panic!("restored answered with another reply");
+    };
+    assert_eq!(state, "restored");
     for g in ["random", "numpy.random", "function"] {
-        assert!(done.contains(&g), "{g} not reseeded: {ra}");
+        assert!(
+            reseeded.iter().any(|d| d == g),
+            "{g} not reseeded: {reseeded:?}"
+        );
     }
-    b.request_ok(&json!({"op": "restored", "seed": s1}))
-        .unwrap();
+    b.ok(restored(&s1));
     let (da, db) = (draws(&mut a), draws(&mut b));
     assert_eq!(da, db, "same seed must give the same draws");
-    b.request_ok(&json!({"op": "restored", "seed": s2}))
-        .unwrap();
+    b.ok(restored(&s2));
     let (da, db) = (draws(&mut a), draws(&mut b));
     for k in ["random", "numpy", "module"] {
         assert_ne!(
@@ -324,11 +405,11 @@ fn restored_reseeds_every_generator_and_reinstalls_signal_handlers() {
     }
     // Signal handlers work after "restored": timeouts still fire.
     let mut h = spawn("_test_hang");
-    h.request_ok(&json!({"op": "restored", "seed": s2}))
-        .unwrap();
-    let r = h
-        .request(&json!({"op": "invoke", "input": {}, "timeout_ms": 100}))
-        .unwrap();
+    h.ok(restored(&s2));
+    let r = h.request(Request::Invoke {
+        event: thaw_sandbox::agent::Event::Input(json!({})),
+        timeout_ms: Some(100.0),
+    });
     assert_eq!(err_kind(&r), "timeout");
 }
 
@@ -336,20 +417,16 @@ fn restored_reseeds_every_generator_and_reinstalls_signal_handlers() {
 fn output_cap_and_explicit_inputs() {
     let mut a = spawn("helloworld");
     let big = "x".repeat(1 << 20);
-    let r = a
-        .request(&json!({"op": "invoke", "input": {"name": big}}))
-        .unwrap();
+    let r = a.request(invoke_input(json!({"name": big})));
     assert_eq!(
         err_kind(&r),
         "bad_output",
         "{}",
         &r.to_string()[..200.min(r.to_string().len())]
     );
-    let r = a
-        .request_ok(&json!({"op": "invoke", "input": {"name": "y"}}))
-        .unwrap();
-    assert_eq!(r["output"]["message"], "Hello, y!");
-    let r = a.request(&json!({"op": "invoke", "input": 7})).unwrap();
+    let out = a.invoke_ok(invoke_input(json!({"name": "y"})));
+    assert_eq!(out["message"], "Hello, y!");
+    let r = a.request(invoke_input(json!(7)));
     assert_eq!(err_kind(&r), "function_error", "{r}");
-    a.request_ok(&json!({"op": "health"})).unwrap();
+    a.health();
 }

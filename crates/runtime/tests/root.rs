@@ -199,14 +199,3 @@ fn verify_full_accepts_the_built_root() {
     r.verify_full().unwrap();
     eprintln!("verify_full took {:.1}s", t.elapsed().as_secs_f64());
 }
-
-#[test]
-fn cli_parses_and_lists() {
-    let _ = common::root();
-    let args = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-    thaw_runtime::cli_main(&args(&["functions"])).unwrap();
-    thaw_runtime::cli_main(&args(&["verify"])).unwrap();
-    thaw_runtime::cli_main(&args(&["--help"])).unwrap();
-    assert!(thaw_runtime::cli_main(&args(&["bogus"])).is_err());
-    assert!(thaw_runtime::cli_main(&args(&["check", "helloworld"])).is_err());
-}

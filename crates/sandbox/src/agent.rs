@@ -1,10 +1,13 @@
 //! The worker's side of the agent protocol (docs/AGENT_PROTOCOL.md): frames of
 //! a 4-byte little-endian length and a JSON object, over the sandbox's one
-//! socket. Replies come from untrusted code: lengths are bounded, the body
-//! must be a JSON object, and every read has a deadline.
+//! socket. Requests and replies are the typed [`Request`] and [`Reply`]; every
+//! client (sandbox, zygote, tests) speaks through this module. Replies come
+//! from untrusted code: lengths are bounded, the body must be a JSON object,
+//! and every read has a deadline.
 use anyhow::{anyhow, bail, Context, Result};
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use std::io::{ErrorKind, Read, Write};
+use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
@@ -14,11 +17,220 @@ pub const MAX_REPLY_BYTES: usize = 16 << 20;
 /// Most descriptors the agent may pass with one frame.
 pub const MAX_FDS_PER_FRAME: usize = 4;
 
+/// A request to the agent; on the wire `{"op": "<variant>", ...fields}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Request {
+    Health,
+    /// Import the function and run its init.
+    Load,
+    /// One invocation on a sized input of the suite or on an explicit event.
+    Invoke {
+        #[serde(flatten)]
+        event: Event,
+        /// the agent's own (soft) limit; absent means its default
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        timeout_ms: Option<f64>,
+    },
+    PrepareCheckpoint,
+    /// First request after a restore: re-seed (64 hex chars) and unmap the
+    /// restorer's trampoline (address, length).
+    Restored {
+        seed: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        unmap: Option<(u64, u64)>,
+    },
+    AfterRestore {
+        instance_id: String,
+    },
+    /// Zygote templates only; travels with descriptors (see `zygote`).
+    ZygoteFork {
+        uid: u32,
+        tmp_bytes: u64,
+        rlimits: Vec<(u32, u64)>,
+        /// the seccomp BPF program, hex
+        filter: String,
+    },
+    Exit,
+}
+
+/// What an invocation runs on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Event {
+    /// One of the suite's input sizes (`I` to `IV`).
+    Size(String),
+    /// Any JSON value, passed to the handler as is.
+    Input(Value),
+}
+
+impl Request {
+    /// An invocation of the suite's input `size`.
+    pub fn invoke_size(size: &str) -> Request {
+        Request::Invoke {
+            event: Event::Size(size.to_string()),
+            timeout_ms: None,
+        }
+    }
+
+    /// An invocation with an explicit event.
+    pub fn invoke_input(input: Value) -> Request {
+        Request::Invoke {
+            event: Event::Input(input),
+            timeout_ms: None,
+        }
+    }
+
+    /// The wire name of this request's op.
+    pub fn op(&self) -> &'static str {
+        match self {
+            Request::Health => "health",
+            Request::Load => "load",
+            Request::Invoke { .. } => "invoke",
+            Request::PrepareCheckpoint => "prepare_checkpoint",
+            Request::Restored { .. } => "restored",
+            Request::AfterRestore { .. } => "after_restore",
+            Request::ZygoteFork { .. } => "zygote_fork",
+            Request::Exit => "exit",
+        }
+    }
+
+    pub fn to_value(&self) -> Value {
+        serde_json::to_value(self).expect("a request always serialises")
+    }
+}
+
+impl std::fmt::Display for Request {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.to_value())
+    }
+}
+
+/// A successful (`"ok": true`) reply, by the op it answers. The agent tags
+/// some replies with their op and not others; [`Reply::decode`] takes the op
+/// from the request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Reply {
+    Health {
+        /// `idle` (not loaded) or `ready`
+        state: String,
+        function: String,
+        invocations: u64,
+        pid: i64,
+        agent_version: u64,
+    },
+    Load(Loaded),
+    Invoke {
+        output: Value,
+        /// time inside the handler, as the agent measured it
+        exec_ms: f64,
+    },
+    PrepareCheckpoint,
+    Restored {
+        state: String,
+        /// the generators re-seeded (`random`, `numpy.random`, `function`...)
+        reseeded: Vec<String>,
+    },
+    AfterRestore {
+        hook: bool,
+        hook_ms: f64,
+    },
+    ZygoteFork {
+        /// the child, in the template's pid namespace
+        pid: i64,
+    },
+    Exit,
+}
+
+/// The reply to `load`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Loaded {
+    pub function: String,
+    pub import_ms: f64,
+    pub init_ms: f64,
+    /// peak resident set (`ru_maxrss`)
+    pub rss_kb: u64,
+    #[serde(default)]
+    pub already_loaded: bool,
+}
+
+impl Reply {
+    /// Decodes the agent's reply `v` to `req`: `"ok": false` becomes an
+    /// [`AgentError`]; a success must have the fields of `req`'s reply.
+    pub fn decode(req: &Request, v: Value) -> Result<Reply> {
+        let Value::Object(mut m) = check_ok(v)? else {
+            bail!("agent reply is not a JSON object");
+        };
+        m.remove("ok");
+        let op = req.op();
+        match m.get("op") {
+            None => {
+                m.insert("op".into(), op.into());
+            }
+            Some(got) if got == op => {}
+            Some(got) => bail!("agent answered {op} with a {got} reply"),
+        }
+        serde_json::from_value(Value::Object(m))
+            .with_context(|| format!("agent reply to {op} is malformed"))
+    }
+
+    /// The output and exec time of an `invoke` reply.
+    pub fn into_invoke(self) -> Result<(Value, f64)> {
+        match self {
+            Reply::Invoke { output, exec_ms } => Ok((output, exec_ms)),
+            other => bail!("expected an invoke reply, got {other:?}"),
+        }
+    }
+
+    /// The figures of a `load` reply.
+    pub fn into_loaded(self) -> Result<Loaded> {
+        match self {
+            Reply::Load(l) => Ok(l),
+            other => bail!("expected a load reply, got {other:?}"),
+        }
+    }
+}
+
+/// What kind of failure the agent reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    BadRequest,
+    FunctionError,
+    Timeout,
+    BadOutput,
+    NotCheckpointable,
+    /// a kind this worker does not know
+    Other,
+}
+
+impl ErrorKind {
+    fn parse(s: &str) -> ErrorKind {
+        match s {
+            "bad_request" => ErrorKind::BadRequest,
+            "function_error" => ErrorKind::FunctionError,
+            "timeout" => ErrorKind::Timeout,
+            "bad_output" => ErrorKind::BadOutput,
+            "not_checkpointable" => ErrorKind::NotCheckpointable,
+            _ => ErrorKind::Other,
+        }
+    }
+}
+
 /// A reply the agent marked `"ok": false`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AgentError {
+    /// the agent's `error` field as sent (bounded)
     pub kind: String,
     pub message: String,
+    /// the function's traceback, for `function_error`
+    pub traceback: Option<String>,
+}
+
+impl AgentError {
+    pub fn kind(&self) -> ErrorKind {
+        ErrorKind::parse(&self.kind)
+    }
 }
 
 impl std::fmt::Display for AgentError {
@@ -30,8 +242,8 @@ impl std::fmt::Display for AgentError {
 impl std::error::Error for AgentError {}
 
 /// Encodes one frame.
-pub fn encode_frame(msg: &Value) -> Vec<u8> {
-    let body = serde_json::to_vec(msg).expect("a Value always serialises");
+pub fn encode_frame(msg: &impl Serialize) -> Vec<u8> {
+    let body = serde_json::to_vec(msg).expect("protocol messages always serialise");
     let mut out = (body.len() as u32).to_le_bytes().to_vec();
     out.extend_from_slice(&body);
     out
@@ -55,26 +267,66 @@ pub fn parse_body(body: &[u8]) -> Result<Value> {
     Ok(v)
 }
 
-/// Turns an `"ok": false` reply into an [`AgentError`], and checks `ok` is there.
-pub fn check_ok(v: Value) -> Result<Value> {
+/// Longest `message` or `traceback` kept from an error reply, in characters.
+pub const MAX_ERROR_TEXT: usize = 64 << 10;
+
+/// Splits a reply by its `ok`: the reply itself, or the agent's
+/// [`AgentError`]; an error if `ok` is missing.
+pub fn split_ok(v: Value) -> Result<std::result::Result<Value, AgentError>> {
     match v.get("ok").and_then(Value::as_bool) {
-        Some(true) => Ok(v),
+        Some(true) => Ok(Ok(v)),
         Some(false) => {
             let s = |k: &str| {
                 v.get(k)
                     .and_then(Value::as_str)
                     .unwrap_or("")
                     .chars()
-                    .take(4096)
+                    .take(MAX_ERROR_TEXT)
                     .collect::<String>()
             };
-            Err(AgentError {
+            Ok(Err(AgentError {
                 kind: s("error"),
                 message: s("message"),
-            }
-            .into())
+                traceback: v.get("traceback").map(|_| s("traceback")),
+            }))
         }
         None => bail!("agent reply has no boolean \"ok\" field"),
+    }
+}
+
+/// Turns an `"ok": false` reply into an [`AgentError`], and checks `ok` is there.
+pub fn check_ok(v: Value) -> Result<Value> {
+    Ok(split_ok(v)??)
+}
+
+/// The agent's answer to an invocation: the handler's output, or the
+/// function's failure (raised, timed out, bad output).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Invoked {
+    /// time inside the handler; 0 when the agent did not say
+    pub exec_ms: f64,
+    pub output: std::result::Result<Value, AgentError>,
+}
+
+impl Invoked {
+    /// Decodes the reply to an invoke request; an error only for a reply
+    /// that is not one.
+    pub fn decode(v: Value) -> Result<Invoked> {
+        let exec_ms = v.get("exec_ms").and_then(Value::as_f64).unwrap_or(0.0);
+        Ok(match split_ok(v)? {
+            Ok(v) => {
+                let (output, exec_ms) =
+                    Reply::decode(&Request::invoke_input(Value::Null), v)?.into_invoke()?;
+                Invoked {
+                    exec_ms,
+                    output: Ok(output),
+                }
+            }
+            Err(e) => Invoked {
+                exec_ms,
+                output: Err(e),
+            },
+        })
     }
 }
 
@@ -88,11 +340,14 @@ impl AgentChannel {
         AgentChannel { sock }
     }
 
-    pub fn send(&mut self, msg: &Value) -> Result<()> {
+    pub fn send(&mut self, msg: &impl Serialize) -> Result<()> {
+        self.send_bytes(&encode_frame(msg))
+    }
+
+    /// Sends bytes as they are: a whole frame, or a deliberately broken one.
+    pub fn send_bytes(&mut self, bytes: &[u8]) -> Result<()> {
         self.sock.set_write_timeout(Some(Duration::from_secs(10)))?;
-        self.sock
-            .write_all(&encode_frame(msg))
-            .context("sending to the agent")
+        self.sock.write_all(bytes).context("sending to the agent")
     }
 
     /// Receives one frame before `deadline`.
@@ -192,10 +447,10 @@ impl AgentChannel {
                 _ => {
                     let e = std::io::Error::last_os_error();
                     match e.kind() {
-                        ErrorKind::WouldBlock | ErrorKind::TimedOut => {
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
                             return Err(anyhow!(Timeout))
                         }
-                        ErrorKind::Interrupted => {}
+                        io::ErrorKind::Interrupted => {}
                         _ => return Err(e).context("reading from the agent"),
                     }
                 }
@@ -207,10 +462,10 @@ impl AgentChannel {
         Ok(())
     }
 
-    /// One request, one reply; `"ok": false` becomes an error.
-    pub fn call(&mut self, msg: &Value, timeout: Duration) -> Result<Value> {
-        self.send(msg)?;
-        check_ok(self.recv(timeout)?)
+    /// One request, one reply; `"ok": false` becomes an [`AgentError`].
+    pub fn call(&mut self, req: &Request, timeout: Duration) -> Result<Reply> {
+        self.send(req)?;
+        Reply::decode(req, self.recv(timeout)?)
     }
 
     fn read_exact_by(&mut self, mut buf: &mut [u8], deadline: Instant) -> Result<()> {
@@ -223,10 +478,15 @@ impl AgentChannel {
             match self.sock.read(buf) {
                 Ok(0) => bail!("the agent closed its socket (sandbox died?)"),
                 Ok(n) => buf = &mut buf[n..],
-                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
+                {
                     return Err(anyhow!(Timeout))
                 }
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e).context("reading from the agent"),
             }
         }
@@ -265,7 +525,9 @@ mod tests {
         ca.send(&json!({"ok": false, "error": "timeout", "message": "slow"}))
             .unwrap();
         let e = check_ok(cb.recv(Duration::from_secs(1)).unwrap()).unwrap_err();
-        assert_eq!(e.downcast_ref::<AgentError>().unwrap().kind, "timeout");
+        let e = e.downcast_ref::<AgentError>().unwrap();
+        assert_eq!(e.kind(), ErrorKind::Timeout);
+        assert_eq!(e.traceback, None);
         // nothing arrives: a deadline, not a hang
         let e = cb.recv(Duration::from_millis(50)).unwrap_err();
         assert!(e.downcast_ref::<Timeout>().is_some());
@@ -289,6 +551,101 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("closed"));
+    }
+
+    #[test]
+    fn requests_keep_the_wire_format() {
+        let cases = [
+            (Request::Health, json!({"op": "health"})),
+            (Request::Load, json!({"op": "load"})),
+            (
+                Request::invoke_size("II"),
+                json!({"op": "invoke", "size": "II"}),
+            ),
+            (
+                Request::Invoke {
+                    event: Event::Input(json!({"x": 1})),
+                    timeout_ms: Some(5.0),
+                },
+                json!({"op": "invoke", "input": {"x": 1}, "timeout_ms": 5.0}),
+            ),
+            (
+                Request::PrepareCheckpoint,
+                json!({"op": "prepare_checkpoint"}),
+            ),
+            (
+                Request::Restored {
+                    seed: "00".into(),
+                    unmap: Some((4096, 8192)),
+                },
+                json!({"op": "restored", "seed": "00", "unmap": [4096, 8192]}),
+            ),
+            (
+                Request::AfterRestore {
+                    instance_id: "i".into(),
+                },
+                json!({"op": "after_restore", "instance_id": "i"}),
+            ),
+            (
+                Request::ZygoteFork {
+                    uid: 7,
+                    tmp_bytes: 9,
+                    rlimits: vec![(1, 2)],
+                    filter: "ab".into(),
+                },
+                json!({"op": "zygote_fork", "uid": 7, "tmp_bytes": 9, "rlimits": [[1, 2]], "filter": "ab"}),
+            ),
+            (Request::Exit, json!({"op": "exit"})),
+        ];
+        for (req, wire) in cases {
+            assert_eq!(req.to_value(), wire);
+            assert_eq!(wire["op"], req.op());
+            let back: Request = serde_json::from_value(wire).unwrap();
+            assert_eq!(back, req);
+        }
+    }
+
+    #[test]
+    fn replies_decode_by_the_request_op() {
+        let r = Reply::decode(
+            &Request::invoke_size("I"),
+            json!({"ok": true, "output": {"a": 1}, "exec_ms": 1.5}),
+        )
+        .unwrap();
+        assert_eq!(r.into_invoke().unwrap(), (json!({"a": 1}), 1.5));
+        let l = Reply::decode(
+            &Request::Load,
+            json!({"ok": true, "op": "load", "function": "f", "import_ms": 1.0, "init_ms": 0.0, "rss_kb": 9}),
+        )
+        .unwrap()
+        .into_loaded()
+        .unwrap();
+        assert_eq!(
+            (l.function.as_str(), l.rss_kb, l.already_loaded),
+            ("f", 9, false)
+        );
+        // a reply for another op, or one missing fields, is refused
+        assert!(Reply::decode(&Request::Load, json!({"ok": true, "op": "exit"})).is_err());
+        assert!(Reply::decode(&Request::invoke_size("I"), json!({"ok": true})).is_err());
+        let e = Reply::decode(
+            &Request::Load,
+            json!({"ok": false, "error": "function_error", "message": "m", "traceback": "T"}),
+        )
+        .unwrap_err();
+        let e = e.downcast_ref::<AgentError>().unwrap();
+        assert_eq!(e.kind(), ErrorKind::FunctionError);
+        assert_eq!(e.traceback.as_deref(), Some("T"));
+        // an invocation's failure is an answer, not an error
+        let i = Invoked::decode(
+            json!({"ok": false, "error": "timeout", "message": "m", "exec_ms": 7.0}),
+        )
+        .unwrap();
+        assert_eq!(i.exec_ms, 7.0);
+        assert_eq!(i.output.unwrap_err().kind(), ErrorKind::Timeout);
+        let i = Invoked::decode(json!({"ok": true, "output": [1], "exec_ms": 2.0})).unwrap();
+        assert_eq!((i.output.unwrap(), i.exec_ms), (json!([1]), 2.0));
+        assert!(Invoked::decode(json!({"ok": true, "exec_ms": 2.0})).is_err());
+        assert!(Invoked::decode(json!({"error": "timeout"})).is_err());
     }
 
     proptest::proptest! {

@@ -6,7 +6,6 @@ use crate::state::{MmLayout, ProcessState, VdsoBlock, Vma, STATE_VERSION};
 use crate::{stat_fields, Sandbox};
 use anyhow::{anyhow, bail, Context, Result};
 use serde::Serialize;
-use serde_json::json;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
@@ -164,7 +163,7 @@ pub fn checkpoint(
 ) -> Result<(Snapshot, CheckpointReport)> {
     let t0 = Instant::now();
     sb.call(
-        &json!({"op": "prepare_checkpoint"}),
+        &crate::agent::Request::PrepareCheckpoint,
         Duration::from_secs(30),
     )
     .context("agent refused to prepare for checkpoint")?;

@@ -25,7 +25,7 @@ pub mod state;
 pub mod uid;
 pub mod zygote;
 
-use agent::{AgentChannel, Timeout};
+use agent::{AgentChannel, Reply, Request, Timeout};
 use anyhow::{anyhow, Context, Result};
 use cgroup::Cgroups;
 use serde_json::Value;
@@ -288,21 +288,35 @@ impl Sandbox {
         self.alive
     }
 
-    /// One request to the agent; an `"ok": false` reply becomes an
-    /// [`agent::AgentError`]. See [`Sandbox::call_raw`] for the rest.
-    pub fn call(&mut self, req: &Value, timeout: Duration) -> Result<Value> {
-        agent::check_ok(self.call_raw(req, timeout)?)
+    /// One request to the agent and its typed reply; an `"ok": false` reply
+    /// becomes an [`agent::AgentError`]. See [`Sandbox::call_raw`] for the rest.
+    pub fn call(&mut self, req: &Request, timeout: Duration) -> Result<Reply> {
+        Reply::decode(req, self.call_raw(req, timeout)?)
     }
 
     /// One request to the agent, returning its reply whatever its `ok` says.
     /// A timeout kills the sandbox (the runtime may be stuck in native code no
     /// signal reaches); a closed socket or a malformed reply marks it dead.
-    pub fn call_raw(&mut self, req: &Value, timeout: Duration) -> Result<Value> {
+    pub fn call_raw(&mut self, req: &Request, timeout: Duration) -> Result<Value> {
+        let invoke = matches!(req, Request::Invoke { .. });
+        self.exchange(&agent::encode_frame(req), invoke, timeout)
+    }
+
+    /// Sends `frame` as it is (a test's deliberately malformed request) and
+    /// returns the agent's reply, as [`Sandbox::call_raw`] does.
+    pub fn call_bytes(&mut self, frame: &[u8], timeout: Duration) -> Result<Value> {
+        self.exchange(frame, false, timeout)
+    }
+
+    fn exchange(&mut self, frame: &[u8], invoke: bool, timeout: Duration) -> Result<Value> {
         if !self.alive {
             return Err(anyhow!("sandbox {} is no longer running", self.id));
         }
-        let res = self.chan.send(req).and_then(|_| self.chan.recv(timeout));
-        self.finish_call(req, res, timeout)
+        let res = self
+            .chan
+            .send_bytes(frame)
+            .and_then(|_| self.chan.recv(timeout));
+        self.finish_call(invoke, res, timeout)
     }
 
     /// One request to the agent during which the agent may make requests of
@@ -312,7 +326,7 @@ impl Sandbox {
     /// reply to `req` arrives. `timeout` bounds the whole exchange.
     pub fn call_serving(
         &mut self,
-        req: &Value,
+        req: &Request,
         timeout: Duration,
         serve: &mut SdkServer<'_>,
     ) -> Result<Value> {
@@ -329,16 +343,21 @@ impl Sandbox {
             let (reply, fd) = serve(&msg, fds);
             self.chan.send_with_fd(&reply, fd.as_ref())?;
         });
-        self.finish_call(req, res, timeout)
+        self.finish_call(matches!(req, Request::Invoke { .. }), res, timeout)
     }
 
     /// What a request's outcome means for the sandbox: a timeout kills it; a
     /// closed socket or a malformed reply marks it dead.
-    fn finish_call(&mut self, req: &Value, res: Result<Value>, timeout: Duration) -> Result<Value> {
+    fn finish_call(
+        &mut self,
+        invoke: bool,
+        res: Result<Value>,
+        timeout: Duration,
+    ) -> Result<Value> {
         match res {
             Ok(reply) => {
                 let ok = reply.get("ok").and_then(Value::as_bool) == Some(true);
-                if ok && req.get("op").and_then(Value::as_str) == Some("invoke") {
+                if ok && invoke {
                     self.after_first_response();
                 }
                 Ok(reply)

@@ -14,7 +14,6 @@ use crate::restore::{restore_with, Hooks};
 use crate::state::ProcessState;
 use crate::{Sandbox, SandboxConfig};
 use anyhow::{bail, Context, Result};
-use serde_json::Value;
 use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -34,7 +33,7 @@ pub fn profile(
     root: &Path,
     root_hash: &str,
     cfg: &SandboxConfig,
-    requests: &[(String, Value)],
+    requests: &[(String, crate::agent::Request)],
     timeout: Duration,
 ) -> Result<AccessProfile> {
     // Every mapping, file-backed ones included, is restored as lazily served

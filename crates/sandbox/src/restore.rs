@@ -12,7 +12,6 @@ use crate::ReapState;
 use crate::{seccomp, Sandbox, SandboxConfig};
 use anyhow::{anyhow, bail, Context, Result};
 use serde::Serialize;
-use serde_json::json;
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::{Read, Write};
@@ -464,11 +463,10 @@ pub(crate) fn restore_with(
     let mut seed = [0u8; 32];
     rand::Rng::fill(&mut rand::thread_rng(), &mut seed[..]);
     sb.call(
-        &json!({
-            "op": "restored",
-            "seed": hex::encode(seed),
-            "unmap": [r::TRAMP_ADDR, r::TRAMP_SIZE],
-        }),
+        &crate::agent::Request::Restored {
+            seed: hex::encode(seed),
+            unmap: Some((r::TRAMP_ADDR, r::TRAMP_SIZE)),
+        },
         Duration::from_secs(30),
     )
     .context("the restored runtime did not answer")?;

@@ -8,9 +8,9 @@
 //! child joins the cgroups, mounts its own `/tmp`, brings up loopback, sets the
 //! limits, drops to the sandbox's uid, installs the filter and serves the
 //! socket: the SOCK / Catalyzer way of starting an instance.
-use crate::{agent, seccomp, spawn, Sandbox, SandboxConfig, Slot};
+use crate::agent::{self, Reply, Request};
+use crate::{seccomp, spawn, Sandbox, SandboxConfig, Slot};
 use anyhow::{anyhow, bail, Context, Result};
-use serde_json::{json, Value};
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
@@ -57,7 +57,7 @@ impl Zygote {
         let pidns = File::open(format!("/proc/{pid}/ns/pid"))
             .context("opening the zygote template's pid namespace")?;
         template
-            .call(&json!({"op": "load"}), timeout)
+            .call(&Request::Load, timeout)
             .context("loading the function in the zygote template")?;
         Ok(Zygote { template, pidns })
     }
@@ -77,13 +77,12 @@ impl Zygote {
             })
             .collect::<Result<Vec<_>>>()?;
         set_passcred(&slot.worker_end, true)?;
-        let req = json!({
-            "op": "zygote_fork",
-            "uid": slot.uid.uid,
-            "tmp_bytes": cfg.tmp_bytes,
-            "rlimits": cfg.rlimits(),
-            "filter": hex::encode(seccomp::filter().concat()),
-        });
+        let req = Request::ZygoteFork {
+            uid: slot.uid.uid,
+            tmp_bytes: cfg.tmp_bytes,
+            rlimits: cfg.rlimits(),
+            filter: hex::encode(seccomp::filter().concat()),
+        };
         let mut fds = vec![
             slot.sandbox_end.as_raw_fd(),
             slot.log.as_raw_fd(),
@@ -97,14 +96,14 @@ impl Zygote {
             &fds,
         )
         .context("handing the zygote template a new sandbox")?;
-        let reply: Value = self
+        let reply = self
             .template
             .channel()
             .recv(timeout)
-            .and_then(agent::check_ok)
+            .and_then(|v| Reply::decode(&req, v))
             .context("the zygote template did not fork")?;
-        if reply.get("pid").and_then(Value::as_i64).unwrap_or(0) <= 0 {
-            bail!("the zygote template replied without a pid: {reply}");
+        if !matches!(reply, Reply::ZygoteFork { pid } if pid > 0) {
+            bail!("the zygote template replied without a pid: {reply:?}");
         }
         // the child's first byte carries its pid, translated by the kernel
         // into our pid namespace

@@ -289,20 +289,10 @@ async fn invoke(
     let (_lease, done) = tokio::spawn(async move { pool.run(lease, event, timeout, id2).await })
         .await
         .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?;
-    let exec_ms = done
-        .reply
-        .as_ref()
-        .ok()
-        .and_then(|r| r.get("exec_ms"))
-        .and_then(Value::as_f64)
-        .unwrap_or(0.0);
-    let (status, body, code) = match done.reply {
-        Ok(mut r) if r.get("ok") == Some(&Value::Bool(true)) => (
-            StatusCode::OK,
-            r.get_mut("output").map(Value::take).unwrap_or(Value::Null),
-            "ok",
-        ),
-        Ok(r) => function_failure(&r, v.rec.timeout_ms),
+    let exec_ms = done.reply.as_ref().map_or(0.0, |i| i.exec_ms);
+    let (status, body, code) = match done.reply.map(|i| i.output) {
+        Ok(Ok(output)) => (StatusCode::OK, output, "ok"),
+        Ok(Err(e)) => function_failure(&e, v.rec.timeout_ms),
         Err(e) => (
             StatusCode::BAD_GATEWAY,
             json!({"error": "instance_failed", "message": e}),
@@ -378,32 +368,35 @@ async fn invoke(
     Ok((status, h, Json(body)).into_response())
 }
 
-/// The status and body for an `"ok": false` agent reply.
-pub(crate) fn function_failure(r: &Value, timeout_ms: u64) -> (StatusCode, Value, &'static str) {
-    let s = |k: &str| r.get(k).and_then(Value::as_str).unwrap_or("").to_string();
-    match s("error").as_str() {
-        "function_error" => {
-            let msg = s("message");
-            let (ty, text) = msg.split_once(": ").unwrap_or((msg.as_str(), ""));
+/// The status and body for the function's failure the agent reported.
+pub(crate) fn function_failure(
+    e: &thaw_sandbox::agent::AgentError,
+    timeout_ms: u64,
+) -> (StatusCode, Value, &'static str) {
+    use thaw_sandbox::agent::ErrorKind;
+    match e.kind() {
+        ErrorKind::FunctionError => {
+            let (ty, text) = e.message.split_once(": ").unwrap_or((&e.message, ""));
+            let traceback = e.traceback.as_deref().unwrap_or("");
             (
                 StatusCode::BAD_GATEWAY,
-                json!({"error": "function_error", "type": ty, "message": text, "traceback": s("traceback")}),
+                json!({"error": "function_error", "type": ty, "message": text, "traceback": traceback}),
                 "function_error",
             )
         }
-        "timeout" => (
+        ErrorKind::Timeout => (
             StatusCode::GATEWAY_TIMEOUT,
             json!({"error": "timeout", "message": format!("the function ran past its timeout of {timeout_ms} ms; the instance was replaced")}),
             "timeout",
         ),
-        "bad_output" => (
+        ErrorKind::BadOutput => (
             StatusCode::BAD_GATEWAY,
-            json!({"error": "bad_output", "message": s("message")}),
+            json!({"error": "bad_output", "message": e.message}),
             "bad_output",
         ),
-        other => (
+        _ => (
             StatusCode::BAD_GATEWAY,
-            json!({"error": if other.is_empty() { "agent_error" } else { other }, "message": s("message")}),
+            json!({"error": if e.kind.is_empty() { "agent_error" } else { &e.kind }, "message": e.message}),
             "agent_error",
         ),
     }

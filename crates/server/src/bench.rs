@@ -10,7 +10,7 @@
 use anyhow::{bail, Context, Result};
 use base64::Engine as _;
 use serde::Serialize;
-use serde_json::{json, Value};
+use serde_json::json;
 use std::time::{Duration, Instant};
 use thaw_bench::stats::{summarize, Summary};
 
@@ -163,8 +163,8 @@ fn measure(app: &crate::App, socket: &std::path::Path, o: &Options) -> Result<Re
         let t = Instant::now();
         let r = thaw_worker::invoke_event(&mut sb, &event, timeout)?;
         inproc.push(ms(t));
-        if r.get("ok") != Some(&Value::Bool(true)) {
-            bail!("in-process invoke failed: {r}");
+        if let Err(e) = r.output {
+            bail!("in-process invoke failed: {e}");
         }
         api.push(invoke(&mut c, "")?);
     }
@@ -212,8 +212,8 @@ fn measure(app: &crate::App, socket: &std::path::Path, o: &Options) -> Result<Re
         thaw_worker::after_restore(&mut sb, &format!("direct-{i}"), timeout)?;
         let r = thaw_worker::invoke_event(&mut sb, &event, timeout)?;
         direct.push(ms(t));
-        if r.get("ok") != Some(&Value::Bool(true)) {
-            bail!("direct restore invoke failed: {r}");
+        if let Err(e) = r.output {
+            bail!("direct restore invoke failed: {e}");
         }
         drop(sb);
         if i % 2 == 0 {

@@ -531,13 +531,10 @@ fn warm_up(
     let Some(ev) = sample else { return Ok(()) };
     let r = thaw_worker::invoke_event(sb, ev, Duration::from_millis(rec.timeout_ms))
         .map_err(|e| bad(format!("the sample event killed the instance: {e:#}")))?;
-    if r.get("ok") != Some(&Value::Bool(true)) {
-        return Err(bad(format!(
-            "the sample event failed: {}",
-            r.get("message").and_then(Value::as_str).unwrap_or("")
-        )));
+    match r.output {
+        Ok(_) => Ok(()),
+        Err(e) => Err(bad(format!("the sample event failed: {}", e.message))),
     }
-    Ok(())
 }
 
 /// Fresh start (import + init), optional warm-up, checkpoint.

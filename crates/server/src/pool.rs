@@ -134,8 +134,8 @@ struct Job {
 
 /// What an instance thread answers for one job.
 pub struct JobDone {
-    /// The agent's reply, or why the instance is gone.
-    pub reply: Result<Value, String>,
+    /// The agent's answer, or why the instance is gone.
+    pub reply: Result<thaw_worker::Invoked, String>,
     pub alive: bool,
 }
 
@@ -1000,8 +1000,8 @@ fn instance_thread(
         }
         // an agent-side timeout leaves the runtime usable, but the contract
         // is that a timed-out instance is replaced
-        let timed_out =
-            matches!(&reply, Ok(r) if r.get("error").and_then(Value::as_str) == Some("timeout"));
+        let timed_out = matches!(&reply, Ok(thaw_worker::Invoked { output: Err(e), .. })
+            if e.kind() == thaw_sandbox::agent::ErrorKind::Timeout);
         let alive = sb.is_alive() && !timed_out;
         let _ = job.reply.send(JobDone { reply, alive });
         if !alive {

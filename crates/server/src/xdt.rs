@@ -195,12 +195,10 @@ async fn nested_invoke(app: Arc<App>, ctx: CallCtx, event: Value) -> CallOutcome
     let (_lease, done) = pool
         .run_in_chain(lease, event, timeout, id, Some(ctx))
         .await;
-    match done.reply {
-        Ok(mut r) if r.get("ok") == Some(&Value::Bool(true)) => {
-            Ok(r.get_mut("output").map(Value::take).unwrap_or(Value::Null))
-        }
-        Ok(r) => Err(from_body(
-            &crate::api::function_failure(&r, v.rec.timeout_ms).1,
+    match done.reply.map(|i| i.output) {
+        Ok(Ok(output)) => Ok(output),
+        Ok(Err(e)) => Err(from_body(
+            &crate::api::function_failure(&e, v.rec.timeout_ms).1,
         )),
         Err(e) => Err(failure("instance_failed", e)),
     }

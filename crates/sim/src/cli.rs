@@ -9,7 +9,7 @@ use crate::source::Source;
 use crate::synthetic::{Params, Synthetic};
 use anyhow::{bail, Context, Result};
 use clap::parser::ValueSource;
-use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, ValueEnum};
+use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 use thaw_policy::{Config, Engine, FnCost, PolicyKind};
 
@@ -34,8 +34,33 @@ pub enum SpreadArg {
 /// combination of the comma-separated values given to --policy, --ram-gb,
 /// --disk-gb, --net-gbit and --disk-read-gbps, and writes one table.
 /// See docs/SIMULATOR.md.
+#[derive(clap::Args, Debug)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct SimCmd {
+    #[command(subcommand)]
+    pub sweep: Option<Sweep>,
+    #[command(flatten)]
+    pub args: Args,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Sweep {
+    /// Run every combination of the comma-separated values given to --policy,
+    /// --ram-gb, --disk-gb, --net-gbit and --disk-read-gbps; one table
+    Sweep(Args),
+}
+
+/// `thaw sim` on its own (tests, the `sim` example, simlive): the same
+/// arguments as the `thaw` binary's subcommand.
 #[derive(Parser, Debug)]
 #[command(name = "thaw sim", version)]
+struct Standalone {
+    #[command(flatten)]
+    cmd: SimCmd,
+}
+
+/// The simulator's options (one run, or each point of a sweep).
+#[derive(clap::Args, Debug)]
 pub struct Args {
     /// Generate a synthetic Azure-like workload (the default input).
     #[arg(long, conflicts_with = "trace")]
@@ -393,15 +418,21 @@ pub fn open_source(a: &Args) -> Result<Box<dyn Source>> {
 
 /// Parses `args` (after `sim`): `Ok(None)` when help or version was printed.
 pub fn parse(args: &[String]) -> Result<Option<(Args, ArgMatches, bool)>> {
-    let sweep = args.first().is_some_and(|a| a == "sweep");
-    let rest = if sweep { &args[1..] } else { args };
-    let name = if sweep { "thaw sim sweep" } else { "thaw sim" };
-    let argv = std::iter::once(name.to_string()).chain(rest.iter().cloned());
-    let Some(m) = help_or(Args::command().name(name).try_get_matches_from(argv))? else {
+    let argv = std::iter::once("thaw sim".to_string()).chain(args.iter().cloned());
+    let Some(m) = help_or(Standalone::command().try_get_matches_from(argv))? else {
         return Ok(None);
     };
-    let a = Args::from_arg_matches(&m).map_err(|e| anyhow::anyhow!("{e}"))?;
-    Ok(Some((a, m, sweep)))
+    let cmd = Standalone::from_arg_matches(&m).map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(Some(resolve(cmd.cmd, m)))
+}
+
+/// The options that apply, the matches they came from (to tell flags given
+/// from defaults) and whether this is a sweep.
+fn resolve(cmd: SimCmd, m: ArgMatches) -> (Args, ArgMatches, bool) {
+    match (cmd.sweep, m.subcommand_matches("sweep")) {
+        (Some(Sweep::Sweep(a)), Some(sm)) => (a, sm.clone(), true),
+        _ => (cmd.args, m, false),
+    }
 }
 
 /// A clap parse result for a subcommand run in-process: help and version are
@@ -460,14 +491,25 @@ pub fn execute(a: &Args, m: &ArgMatches, sweep: bool) -> Result<Vec<(RunConfig, 
     Ok(results)
 }
 
+/// Runs `thaw sim ARGS...` given as strings (ARGS exclude "sim").
 pub fn main(args: &[String]) -> Result<()> {
-    let Some((a, m, sweep)) = parse(args)? else {
-        return Ok(());
-    };
-    if let Some(path) = &a.placement {
-        return placement_study(&a, &m, sweep, path);
+    match parse(args)? {
+        Some((a, m, sweep)) => run_parsed(&a, &m, sweep),
+        None => Ok(()),
     }
-    let results = execute(&a, &m, sweep)?;
+}
+
+/// Runs the `thaw` binary's `sim` subcommand; `m` holds its matches.
+pub fn run_cmd(cmd: SimCmd, m: &ArgMatches) -> Result<()> {
+    let (a, m, sweep) = resolve(cmd, m.clone());
+    run_parsed(&a, &m, sweep)
+}
+
+fn run_parsed(a: &Args, m: &ArgMatches, sweep: bool) -> Result<()> {
+    if let Some(path) = &a.placement {
+        return placement_study(a, m, sweep, path);
+    }
+    let results = execute(a, m, sweep)?;
     if let Some(path) = &a.json {
         let sums: Vec<_> = results.iter().map(|(c, r)| output::summary(c, r)).collect();
         let text = if sweep {

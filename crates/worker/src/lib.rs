@@ -3,17 +3,21 @@
 //! named strategy and invokes them.
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use thaw_memory::tiering::{self, CostParams};
 use thaw_runtime::RootInfo;
+pub use thaw_sandbox::agent::Invoked;
+use thaw_sandbox::agent::{Event, Reply, Request};
 use thaw_sandbox::{
     checkpoint, CheckpointReport, RestoreReport, Sandbox, SandboxConfig, SandboxPool,
 };
 use thaw_store::{Snapshot, Tier};
 
 pub use thaw_runtime::FunctionInfo;
+
+pub mod suite;
 
 /// Default time one invocation may take before its sandbox is killed.
 pub const INVOKE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -350,11 +354,9 @@ impl Worker {
         params: &CostParams,
     ) -> Result<TierReport> {
         let snap = self.snapshot(function, fast)?;
-        let requests: Vec<(String, Value)> = sizes
+        let requests: Vec<(String, Request)> = sizes
             .iter()
-            .flat_map(|s| {
-                std::iter::repeat_n((s.clone(), json!({"op": "invoke", "size": s})), reps.max(1))
-            })
+            .flat_map(|s| std::iter::repeat_n((s.clone(), Request::invoke_size(s)), reps.max(1)))
             .collect();
         let mut profile = thaw_sandbox::profile::profile(
             &snap,
@@ -528,13 +530,12 @@ impl Worker {
 fn load_timed(mut sb: Sandbox, t0: Instant, timeout: Duration) -> Result<(Sandbox, FreshReport)> {
     let spawn_ms = ms(t0);
     let t1 = Instant::now();
-    let r = sb.call(&json!({"op": "load"}), timeout)?;
-    let f = |k: &str| r.get(k).and_then(Value::as_f64).unwrap_or(0.0);
+    let r = sb.call(&Request::Load, timeout)?.into_loaded()?;
     let rep = FreshReport {
         spawn_ms,
         load_ms: ms(t1),
-        import_ms: f("import_ms"),
-        init_ms: f("init_ms"),
+        import_ms: r.import_ms,
+        init_ms: r.init_ms,
         total_ms: ms(t0),
     };
     Ok((sb, rep))
@@ -547,22 +548,21 @@ pub fn after_restore(
     instance_id: &str,
     timeout: Duration,
 ) -> Result<AfterRestore> {
-    let r = sb.call(
-        &json!({"op": "after_restore", "instance_id": instance_id}),
-        timeout,
-    )?;
-    Ok(AfterRestore {
-        hook: r.get("hook").and_then(Value::as_bool).unwrap_or(false),
-        hook_ms: r.get("hook_ms").and_then(Value::as_f64).unwrap_or(0.0),
-    })
+    let req = Request::AfterRestore {
+        instance_id: instance_id.to_string(),
+    };
+    match sb.call(&req, timeout)? {
+        Reply::AfterRestore { hook, hook_ms } => Ok(AfterRestore { hook, hook_ms }),
+        other => bail!("expected an after_restore reply, got {other:?}"),
+    }
 }
 
-/// One invocation with a caller's event. `Ok` holds the agent's reply
-/// whatever it says (`"ok": false` replies carry the function's error);
-/// `Err` means the instance is gone (timeout, crash, protocol violation).
-pub fn invoke_event(sb: &mut Sandbox, event: &Value, timeout: Duration) -> Result<Value> {
+/// One invocation with a caller's event. `Ok` holds the agent's answer:
+/// the output or the function's failure; `Err` means the instance is gone
+/// (timeout, crash, protocol violation).
+pub fn invoke_event(sb: &mut Sandbox, event: &Value, timeout: Duration) -> Result<Invoked> {
     let (req, hard) = invoke_request(event, timeout);
-    sb.call_raw(&req, hard)
+    Invoked::decode(sb.call_raw(&req, hard)?)
 }
 
 /// [`invoke_event`] for a function that may use the in-sandbox SDK
@@ -572,18 +572,21 @@ pub fn invoke_event_serving(
     event: &Value,
     timeout: Duration,
     serve: &mut thaw_sandbox::SdkServer<'_>,
-) -> Result<Value> {
+) -> Result<Invoked> {
     let (req, hard) = invoke_request(event, timeout);
-    sb.call_serving(&req, hard, serve)
+    Invoked::decode(sb.call_serving(&req, hard, serve)?)
 }
 
-fn invoke_request(event: &Value, timeout: Duration) -> (Value, Duration) {
+fn invoke_request(event: &Value, timeout: Duration) -> (Request, Duration) {
     let ms_limit = timeout.as_secs_f64() * 1e3;
     // the agent's own (soft) limit fires first; the sandbox's hard limit
     // a little later kills a runtime stuck in native code
     let hard = timeout + Duration::from_millis(500);
     (
-        json!({"op": "invoke", "input": event, "timeout_ms": ms_limit}),
+        Request::Invoke {
+            event: Event::Input(event.clone()),
+            timeout_ms: Some(ms_limit),
+        },
         hard,
     )
 }
@@ -591,12 +594,13 @@ fn invoke_request(event: &Value, timeout: Duration) -> (Value, Duration) {
 /// Invokes an instance on input `size`.
 pub fn invoke(sb: &mut Sandbox, size: &str, timeout: Duration) -> Result<Invocation> {
     let t = Instant::now();
-    let r = sb.call(&json!({"op": "invoke", "size": size}), timeout)?;
-    let latency_ms = ms(t);
+    let (output, exec_ms) = sb
+        .call(&Request::invoke_size(size), timeout)?
+        .into_invoke()?;
     Ok(Invocation {
-        exec_ms: r.get("exec_ms").and_then(Value::as_f64).unwrap_or(0.0),
-        output: r.get("output").cloned().unwrap_or(Value::Null),
-        latency_ms,
+        output,
+        exec_ms,
+        latency_ms: ms(t),
     })
 }
 

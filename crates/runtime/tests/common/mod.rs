@@ -11,7 +11,7 @@ pub fn require_root_user() {
     assert_eq!(
         uid, 0,
         "these tests need root: building the runtime root (chroot, ownership) and running \
-         the agent (mount namespace, chroot, setuid 65534)"
+         the agent in a sandbox (namespaces, cgroups, uid changes)"
     );
 }
 

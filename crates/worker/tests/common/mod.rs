@@ -1,9 +1,10 @@
 //! Helpers shared by the worker's integration tests.
 #![allow(dead_code)]
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::Duration;
+use thaw_sandbox::agent::{Reply, Request};
 use thaw_sandbox::Sandbox;
 use thaw_store::Tier;
 use thaw_worker::Worker;
@@ -48,10 +49,13 @@ pub fn disk_tier(tag: &str) -> Tier {
     }
 }
 
-pub fn call(sb: &mut Sandbox, v: Value) -> Value {
-    sb.call(&v, T).unwrap_or_else(|e| panic!("{v}: {e:#}"))
+pub fn call(sb: &mut Sandbox, req: Request) -> Reply {
+    sb.call(&req, T).unwrap_or_else(|e| panic!("{req}: {e:#}"))
 }
 
 pub fn explicit(sb: &mut Sandbox, input: Value) -> Value {
-    call(sb, json!({"op": "invoke", "input": input}))["output"].clone()
+    call(sb, Request::invoke_input(input))
+        .into_invoke()
+        .unwrap()
+        .0
 }

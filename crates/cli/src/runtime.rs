@@ -1,88 +1,55 @@
-//! `thaw runtime ...`: build, verify, list and check.
-
-use crate::{default_home, harness, recipe, RootInfo};
-use anyhow::{bail, Context, Result};
-use clap::{Parser, Subcommand};
+//! `thaw runtime ...`: build, verify, list and check the runtime root and its
+//! function suite. Functions run in real sandboxes (`thaw_worker::suite`).
+use anyhow::{Context, Result};
+use clap::Subcommand;
 use std::io::Read;
-use std::path::PathBuf;
+use std::path::Path;
 use std::time::Instant;
-
-#[derive(Parser, Debug)]
-#[command(
-    name = "thaw runtime",
-    about = "runtime root filesystem, agent and function suite"
-)]
-struct Cli {
-    /// thaw home (default: $THAW_HOME or /var/lib/thaw)
-    #[arg(long, global = true)]
-    home: Option<PathBuf>,
-    #[command(subcommand)]
-    cmd: Cmd,
-}
+use thaw_runtime::{current_root, recipe};
+use thaw_sandbox::SandboxConfig;
+use thaw_worker::suite;
 
 #[derive(Subcommand, Debug)]
-enum Cmd {
-    /// Build the runtime root from Debian packages (no-op if already built).
+pub enum RuntimeCmd {
+    /// Build the runtime root from Debian packages (no-op if already built)
     Build {
-        /// Rebuild even if a root with the same content hash exists.
+        /// Rebuild even if a root with the same content hash exists
         #[arg(long)]
         force: bool,
     },
-    /// Check the built root: manifest (default) or a full re-hash of the tree plus
-    /// every function x size run under the agent and checked (--full).
+    /// Check the built root: its manifest, or with --full a re-hash of the
+    /// tree and every function x size run in a sandbox and checked
     Verify {
         #[arg(long)]
         full: bool,
     },
-    /// List the function suite.
+    /// List the function suite
     Functions {
         /// JSON output
         #[arg(long)]
         json: bool,
     },
-    /// Check a function's output (JSON on stdin) for an input size.
+    /// Check a function's output (JSON on stdin) for an input size
     Check { function: String, size: String },
-    /// Print the current root's hash, path and manifest.
+    /// Print the current root's hash, path and manifest
     Info,
-    /// Measure fresh start, RSS after init and warm latency of every function (JSON).
+    /// Measure fresh start, RSS after init and warm latency of every function in a sandbox (JSON)
     Figures {
-        /// Warm invocations per size.
+        /// Warm invocations per size
         #[arg(long, default_value_t = 10)]
         reps: usize,
-        /// Only these functions (default: all).
+        /// Only these functions (default: all)
         functions: Vec<String>,
     },
 }
 
-fn current_root(home: &std::path::Path) -> Result<RootInfo> {
-    let mut quiet = |_: &str| {};
-    let r = recipe::recipe()?;
-    let pkgs = recipe::resolve(home, &r, &mut quiet)?;
-    let hash = recipe::input_hash(&r, &pkgs)?;
-    RootInfo::open(home, &hash)
-}
-
-/// Entry point of `thaw runtime ARGS...` (args exclude "runtime").
-pub fn cli_main(args: &[String]) -> Result<()> {
-    let argv = std::iter::once("thaw runtime".to_string()).chain(args.iter().cloned());
-    let cli = match Cli::try_parse_from(argv) {
-        Ok(c) => c,
-        Err(e) => {
-            use clap::error::ErrorKind;
-            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
-                thaw_output::out!("{e}");
-                return Ok(());
-            }
-            bail!("{e}");
-        }
-    };
-    let home = cli.home.unwrap_or_else(default_home);
-    crate::check_home(&home, matches!(cli.cmd, Cmd::Build { .. }))?;
-    match cli.cmd {
-        Cmd::Build { force } => {
+pub fn run(home: &Path, cmd: RuntimeCmd) -> Result<()> {
+    thaw_runtime::check_home(home, matches!(cmd, RuntimeCmd::Build { .. }))?;
+    match cmd {
+        RuntimeCmd::Build { force } => {
             let t = Instant::now();
             let mut progress = |m: &str| thaw_output::errln!("thaw runtime: {m}");
-            let info = recipe::ensure_root(&home, force, &mut progress)?;
+            let info = recipe::ensure_root(home, force, &mut progress)?;
             thaw_output::outln!("hash {}", info.hash);
             thaw_output::outln!("path {}", info.path.display());
             thaw_output::outln!(
@@ -93,27 +60,27 @@ pub fn cli_main(args: &[String]) -> Result<()> {
             );
             thaw_output::outln!("elapsed {:.2}s", t.elapsed().as_secs_f64());
         }
-        Cmd::Verify { full } => {
-            let info = current_root(&home)?;
+        RuntimeCmd::Verify { full } => {
+            let info = current_root(home)?;
             thaw_output::outln!("manifest ok: {} at {}", info.hash, info.path.display());
             if full {
                 let t = Instant::now();
                 info.verify_full()?;
                 thaw_output::outln!("tree hash ok ({:.1}s)", t.elapsed().as_secs_f64());
+                let cfg = SandboxConfig::default();
                 for f in info.functions()? {
-                    let fig = harness::measure(&info, &f.name, 0)
+                    let fig = suite::measure(&cfg, &info, &f.name, 0)
                         .with_context(|| format!("function {}", f.name))?;
                     thaw_output::outln!(
-                        "{:<14} all sizes pass their checker (fresh start {:.0} ms)",
+                        "{:<14} all sizes pass their checker in a sandbox (fresh start {:.0} ms)",
                         f.name,
                         fig.fresh_start_ms
                     );
                 }
             }
         }
-        Cmd::Functions { json } => {
-            let info = current_root(&home)?;
-            let fs = info.functions()?;
+        RuntimeCmd::Functions { json } => {
+            let fs = current_root(home)?.functions()?;
             if json {
                 thaw_output::outln!("{}", serde_json::to_string_pretty(&fs)?);
             } else {
@@ -122,8 +89,8 @@ pub fn cli_main(args: &[String]) -> Result<()> {
                 }
             }
         }
-        Cmd::Check { function, size } => {
-            let info = current_root(&home)?;
+        RuntimeCmd::Check { function, size } => {
+            let info = current_root(home)?;
             let mut s = String::new();
             std::io::stdin().read_to_string(&mut s)?;
             let v: serde_json::Value =
@@ -137,22 +104,24 @@ pub fn cli_main(args: &[String]) -> Result<()> {
             info.check_output(&function, &size, &out)?;
             thaw_output::outln!("ok");
         }
-        Cmd::Info => {
-            let info = current_root(&home)?;
+        RuntimeCmd::Info => {
+            let info = current_root(home)?;
             thaw_output::outln!("hash {}", info.hash);
             thaw_output::outln!("path {}", info.path.display());
             thaw_output::outln!("{}", serde_json::to_string_pretty(&info.manifest)?);
         }
-        Cmd::Figures { reps, functions } => {
-            let info = current_root(&home)?;
+        RuntimeCmd::Figures { reps, functions } => {
+            let info = current_root(home)?;
             let names: Vec<String> = if functions.is_empty() {
                 info.functions()?.into_iter().map(|f| f.name).collect()
             } else {
                 functions
             };
+            let cfg = SandboxConfig::default();
             let mut all = Vec::new();
             for n in names {
-                let f = harness::measure(&info, &n, reps)?;
+                let f = suite::measure(&cfg, &info, &n, reps)
+                    .with_context(|| format!("function {n}"))?;
                 thaw_output::errln!(
                     "{:<14} fresh {:>7.1} ms (import {:>6.1}, init {:>6.1}) rss {:>6} KiB warm {}",
                     f.function,
