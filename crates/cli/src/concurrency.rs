@@ -7,8 +7,13 @@ use std::path::PathBuf;
 pub struct Args {
     #[arg(long, default_value = "helloworld")]
     pub function: String,
-    #[arg(long, default_value = "mmap,reap,dax")]
-    pub strategies: String,
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "mmap,reap,dax"
+    )]
+    pub strategies: Vec<thaw_worker::StrategyKind>,
     /// tmpfs, disk (comma-separated)
     #[arg(long, default_value = "tmpfs,disk")]
     pub tiers: String,
@@ -40,7 +45,7 @@ pub fn run(w: &thaw_worker::Worker, a: Args) -> Result<()> {
         .collect::<Result<Vec<_>>>()?;
     let o = thaw_bench::concurrency::Options {
         function: a.function.clone(),
-        strategies: crate::split(&a.strategies),
+        strategies: a.strategies.clone(),
         tiers: crate::split(&a.tiers),
         modes: crate::split(&a.modes),
         levels,

@@ -13,7 +13,6 @@ mod cgroup;
 pub mod checkpoint;
 pub mod cleanup;
 mod cmsg;
-mod pagemap;
 pub mod pool;
 pub mod profile;
 mod ptrace;
@@ -37,12 +36,14 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use thaw_memory::PageServer;
+pub use thaw_restore::{FirstResponse, StrategyKind, WsMode};
 
 /// For readers that must sit in cgroups like a sandbox's (the tier probe).
 pub use cgroup::Cgroups as SandboxCgroups;
 pub use checkpoint::{checkpoint, CheckpointReport};
 pub use pool::{PoolStats, Prebuilt, SandboxPool};
-pub use restore::{restore, restore_streamed, Arriving, RestoreReport, Streamed};
+pub use restore::{restore, restore_streamed, RestoreReport, Streamed};
+pub use thaw_restore::Arriving;
 pub use zygote::Zygote;
 
 /// Limits and places for sandboxes.
@@ -124,42 +125,9 @@ pub struct Sandbox {
     uid: uid::UidLease,
     memory_limit: u64,
     alive: bool,
-    reap: Option<ReapState>,
-    reap_outcome: Option<ReapOutcome>,
-    /// dax: set when this restore records the snapshot's write set
-    dax_record: Option<DaxRecord>,
-}
-
-/// Where a dax restore's write set goes and which mappings it covers.
-pub(crate) struct DaxRecord {
-    pub dir: PathBuf,
-    pub key: String,
-    /// (start, end) of every mapping, sorted
-    pub regions: Vec<(u64, u64)>,
-}
-
-/// A REAP restore waiting for its first response: record the working set,
-/// or check how far the prefetched one drifted.
-pub(crate) struct ReapState {
-    pub dir: PathBuf,
-    pub key: String,
-    pub ws_pages: u64,
-    pub drift_share: f64,
-    pub record: bool,
-    pub image: File,
-    pub layout: std::sync::Arc<thaw_memory::MemoryLayout>,
-}
-
-/// What happened at a REAP restore's first response.
-#[derive(Debug, Clone, Default, serde::Serialize)]
-pub struct ReapOutcome {
-    /// pages recorded into a new working set (record mode)
-    pub recorded_pages: u64,
-    /// faults served after the prefetch (prefetch mode)
-    pub faults_after_prefetch: u64,
-    /// those faults exceeded the drift share: the next restore re-records
-    pub drift: bool,
-    pub warning: String,
+    /// the strategy a restore ran, until its first response is reported
+    strategy: Option<Box<dyn thaw_restore::Strategy>>,
+    first_response: Option<FirstResponse>,
 }
 
 /// The host-side pieces every new sandbox (fresh or restored) needs.
@@ -231,9 +199,8 @@ impl Slot {
             uid: self.uid,
             memory_limit: self.memory_limit,
             alive: true,
-            reap: None,
-            reap_outcome: None,
-            dax_record: None,
+            strategy: None,
+            first_response: None,
         }
     }
 }
@@ -302,7 +269,7 @@ impl Sandbox {
             return Err(anyhow!("sandbox {} is no longer running", self.id));
         }
         let res = self.chan.send(req).and_then(|_| self.chan.recv(timeout));
-        self.finish_call(req, res, timeout)
+        self.finish_call(res, timeout)
     }
 
     /// One request to the agent during which the agent may make requests of
@@ -329,20 +296,14 @@ impl Sandbox {
             let (reply, fd) = serve(&msg, fds);
             self.chan.send_with_fd(&reply, fd.as_ref())?;
         });
-        self.finish_call(req, res, timeout)
+        self.finish_call(res, timeout)
     }
 
     /// What a request's outcome means for the sandbox: a timeout kills it; a
     /// closed socket or a malformed reply marks it dead.
-    fn finish_call(&mut self, req: &Value, res: Result<Value>, timeout: Duration) -> Result<Value> {
+    fn finish_call(&mut self, res: Result<Value>, timeout: Duration) -> Result<Value> {
         match res {
-            Ok(reply) => {
-                let ok = reply.get("ok").and_then(Value::as_bool) == Some(true);
-                if ok && req.get("op").and_then(Value::as_str) == Some("invoke") {
-                    self.after_first_response();
-                }
-                Ok(reply)
-            }
+            Ok(reply) => Ok(reply),
             Err(e) if e.downcast_ref::<Timeout>().is_some() => {
                 self.kill();
                 Err(anyhow!(
@@ -374,62 +335,24 @@ impl Sandbox {
         &self.log_path
     }
 
-    /// dax: records which snapshot pages the runtime has written by now
-    /// (present and no longer the file's page: copied on write).
-    fn record_dax_writes(&mut self) {
-        let Some(DaxRecord { dir, key, regions }) = self.dax_record.take() else {
-            return;
-        };
-        let res = (|| -> Result<usize> {
-            let pm = pagemap::open(self.pid)?;
-            let mut pages = Vec::new();
-            let mut entries = Vec::new();
-            for &(start, end) in &regions {
-                pagemap::read(&pm, start, end, &mut entries)?;
-                for (i, e) in entries.iter().enumerate() {
-                    if e & pagemap::PRESENT != 0 && e & pagemap::FILE == 0 {
-                        pages.push(start + i as u64 * thaw_memory::PAGE_SIZE);
-                    }
-                }
-            }
-            Ok(thaw_memory::write_set::record(&dir, &key, &regions, pages)?
-                .ranges
-                .len())
-        })();
-        if let Err(e) = res {
-            thaw_output::errln!("thaw: warning: recording the dax write set failed: {e:#}");
+    /// The restore strategy's last phase: call once the first invocation
+    /// has answered (REAP records or checks its working set, dax its write
+    /// set). Only the first call does anything; a fresh instance has none.
+    pub fn after_first_response(&mut self) -> Option<&FirstResponse> {
+        if let Some(mut s) = self.strategy.take() {
+            let rt = thaw_restore::Runtime {
+                pid: self.pid,
+                pager: self.pager.as_ref(),
+            };
+            self.first_response = Some(s.after_first_response(&rt));
         }
+        self.first_response.as_ref()
     }
 
-    /// REAP and dax bookkeeping once the first invocation has answered.
-    fn after_first_response(&mut self) {
-        self.record_dax_writes();
-        let Some(st) = self.reap.take() else { return };
-        let Some(pager) = &self.pager else { return };
-        let mut out = ReapOutcome::default();
-        if st.record {
-            let faults = pager.recorded();
-            match thaw_memory::working_set::record(&st.dir, &st.key, &st.layout, &st.image, &faults)
-            {
-                Ok(idx) => out.recorded_pages = idx.pages(),
-                Err(e) => {
-                    out.warning = format!("recording the working set failed: {e:#}");
-                    thaw_output::errln!("thaw: warning: {}", out.warning);
-                }
-            }
-        } else {
-            out.faults_after_prefetch = pager.stats.faults();
-            if out.faults_after_prefetch as f64 > st.drift_share * st.ws_pages as f64 {
-                out.drift = true;
-                let _ = std::fs::write(st.dir.join(thaw_memory::working_set::WS_STALE), b"");
-            }
-        }
-        self.reap_outcome = Some(out);
-    }
-
-    /// The REAP outcome of this instance's first invocation, if it was restored with reap.
-    pub fn reap_outcome(&self) -> Option<&ReapOutcome> {
-        self.reap_outcome.as_ref()
+    /// What the restore strategy did at the first response, once reported
+    /// (see [`Sandbox::after_first_response`]).
+    pub fn first_response(&self) -> Option<&FirstResponse> {
+        self.first_response.as_ref()
     }
 
     pub(crate) fn channel(&mut self) -> &mut AgentChannel {
