@@ -13,6 +13,7 @@ mod cgroup;
 pub mod checkpoint;
 pub mod cleanup;
 mod cmsg;
+mod error;
 pub mod pool;
 pub mod profile;
 mod ptrace;
@@ -41,6 +42,7 @@ pub use thaw_restore::{FirstResponse, StrategyKind, WsMode};
 /// For readers that must sit in cgroups like a sandbox's (the tier probe).
 pub use cgroup::Cgroups as SandboxCgroups;
 pub use checkpoint::{checkpoint, CheckpointReport};
+pub use error::SandboxError;
 pub use pool::{PoolStats, Prebuilt, SandboxPool};
 pub use restore::{restore, restore_streamed, RestoreReport, Streamed};
 pub use thaw_restore::Arriving;
@@ -257,16 +259,19 @@ impl Sandbox {
 
     /// One request to the agent; an `"ok": false` reply becomes an
     /// [`agent::AgentError`]. See [`Sandbox::call_raw`] for the rest.
-    pub fn call(&mut self, req: &Value, timeout: Duration) -> Result<Value> {
-        agent::check_ok(self.call_raw(req, timeout)?)
+    pub fn call(&mut self, req: &Value, timeout: Duration) -> Result<Value, SandboxError> {
+        agent::check_ok(self.call_raw(req, timeout)?).map_err(|e| match e.downcast() {
+            Ok(a) => SandboxError::Agent(a),
+            Err(e) => SandboxError::Reply(format!("{e:#}")),
+        })
     }
 
     /// One request to the agent, returning its reply whatever its `ok` says.
     /// A timeout kills the sandbox (the runtime may be stuck in native code no
     /// signal reaches); a closed socket or a malformed reply marks it dead.
-    pub fn call_raw(&mut self, req: &Value, timeout: Duration) -> Result<Value> {
+    pub fn call_raw(&mut self, req: &Value, timeout: Duration) -> Result<Value, SandboxError> {
         if !self.alive {
-            return Err(anyhow!("sandbox {} is no longer running", self.id));
+            return Err(self.gone());
         }
         let res = self.chan.send(req).and_then(|_| self.chan.recv(timeout));
         self.finish_call(res, timeout)
@@ -282,9 +287,9 @@ impl Sandbox {
         req: &Value,
         timeout: Duration,
         serve: &mut SdkServer<'_>,
-    ) -> Result<Value> {
+    ) -> Result<Value, SandboxError> {
         if !self.alive {
-            return Err(anyhow!("sandbox {} is no longer running", self.id));
+            return Err(self.gone());
         }
         let deadline = std::time::Instant::now() + timeout;
         let res = self.chan.send(req).and_then(|_| loop {
@@ -299,35 +304,43 @@ impl Sandbox {
         self.finish_call(res, timeout)
     }
 
+    fn gone(&self) -> SandboxError {
+        SandboxError::Gone {
+            id: self.id.clone(),
+        }
+    }
+
     /// What a request's outcome means for the sandbox: a timeout kills it; a
     /// closed socket or a malformed reply marks it dead.
-    fn finish_call(&mut self, res: Result<Value>, timeout: Duration) -> Result<Value> {
-        match res {
-            Ok(reply) => Ok(reply),
-            Err(e) if e.downcast_ref::<Timeout>().is_some() => {
-                self.kill();
-                Err(anyhow!(
-                    "sandbox {} did not answer within {timeout:?}: killed",
-                    self.id
-                ))
-            }
-            Err(e) => {
-                self.kill();
-                let oom = self.cgroups.oom_kills();
-                if oom > 0 {
-                    return Err(anyhow!(
-                        "sandbox {}: killed by the kernel's OOM killer: it reached its memory limit of {} MiB (memory.oom_control: oom_kill {oom}); raise the limit or use less memory ({e:#})",
-                        self.id,
-                        self.memory_limit >> 20
-                    ));
-                }
-                let tail = self.log_tail(400);
-                Err(anyhow!(
-                    "sandbox {}: {e:#}; runtime log ends: {tail}",
-                    self.id
-                ))
-            }
+    fn finish_call(
+        &mut self,
+        res: Result<Value>,
+        timeout: Duration,
+    ) -> Result<Value, SandboxError> {
+        let e = match res {
+            Ok(reply) => return Ok(reply),
+            Err(e) => e,
+        };
+        self.kill();
+        let id = self.id.clone();
+        // the channel's own error type (crate::agent) marks a timeout
+        if e.downcast_ref::<Timeout>().is_some() {
+            return Err(SandboxError::Timeout { id, after: timeout });
         }
+        let kills = self.cgroups.oom_kills();
+        if kills > 0 {
+            return Err(SandboxError::OomKilled {
+                id,
+                limit_mib: self.memory_limit >> 20,
+                kills,
+                cause: format!("{e:#}"),
+            });
+        }
+        Err(SandboxError::Died {
+            id,
+            cause: format!("{e:#}"),
+            log_tail: self.log_tail(400),
+        })
     }
 
     /// The host path of the runtime's stdout/stderr log.
