@@ -25,8 +25,8 @@ pub struct Args {
     /// Batches per cell
     #[arg(long, default_value_t = 3)]
     pub reps: usize,
-    #[arg(long, default_value = "I")]
-    pub size: String,
+    #[arg(long, value_enum, default_value = "I")]
+    pub size: thaw_runtime::InputSize,
     /// Write one JSON object per batch here
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -50,7 +50,7 @@ pub fn run(w: &thaw_worker::Worker, a: Args) -> Result<()> {
         modes: crate::split(&a.modes),
         levels,
         reps: a.reps,
-        size: a.size,
+        size: a.size.to_string(),
     };
     thaw_bench::concurrency::check(&o)?;
     let mut out = match &a.json {

@@ -4,6 +4,7 @@ use clap::{Parser, Subcommand};
 use std::io::Write;
 use std::path::PathBuf;
 use thaw_bench::start::{Start, StartType};
+use thaw_runtime::InputSize;
 use thaw_worker::StrategyKind;
 
 mod concurrency;
@@ -37,8 +38,8 @@ enum Cmd {
         functions: Option<String>,
         #[arg(long, default_value = "tmpfs")]
         tier: String,
-        #[arg(long, default_value = "I")]
-        size: String,
+        #[arg(long, value_enum, default_value = "I")]
+        size: InputSize,
     },
     /// Runtime root and function suite: build, verify, functions, check
     #[command(disable_help_flag = true)]
@@ -55,8 +56,8 @@ enum Cmd {
     /// Restore FUNCTION from its snapshot (deploying it if needed) and invoke it once
     Invoke {
         function: String,
-        #[arg(long, default_value = "I")]
-        size: String,
+        #[arg(long, value_enum, default_value = "I")]
+        size: InputSize,
         /// A restore strategy, or a start type without a snapshot
         #[arg(long, value_enum, default_value = "mmap")]
         strategy: Start,
@@ -197,9 +198,9 @@ enum SnapCmd {
 /// What every benchmark takes: inputs, repetitions, outputs.
 #[derive(clap::Args)]
 struct RunOpts {
-    /// Input sizes, comma-separated (I..IV)
-    #[arg(long, default_value = "I")]
-    sizes: String,
+    /// Input sizes, comma-separated
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "I")]
+    sizes: Vec<InputSize>,
     #[arg(long, default_value_t = 10)]
     runs: usize,
     /// Write one JSON object per run here
@@ -374,7 +375,7 @@ fn run(cli: Cli) -> Result<()> {
             &worker(&home)?,
             functions.as_deref().map(split),
             &tier,
-            &size,
+            size.name(),
         ),
         Cmd::Deploy { function, tier } => {
             let w = worker(&home)?;
@@ -393,7 +394,15 @@ fn run(cli: Cli) -> Result<()> {
             let w = worker(&home)?;
             if let Some(s) = strategy.strategy() {
                 if tiers::is_remote(&home, &tier)? {
-                    return tiers::invoke_streamed(&home, &w, &function, &size, s, &tier, check);
+                    return tiers::invoke_streamed(
+                        &home,
+                        &w,
+                        &function,
+                        size.name(),
+                        s,
+                        &tier,
+                        check,
+                    );
                 }
             }
             let t0 = std::time::Instant::now();
@@ -409,10 +418,10 @@ fn run(cli: Cli) -> Result<()> {
                     w.restore(&snap, s)?.0
                 }
             };
-            let inv = thaw_worker::invoke(&mut sb, &size, thaw_worker::INVOKE_TIMEOUT)?;
+            let inv = thaw_worker::invoke(&mut sb, size.name(), thaw_worker::INVOKE_TIMEOUT)?;
             let cold = thaw_worker::ms(t0);
             if check {
-                w.check(&function, &size, &inv.output)?;
+                w.check(&function, size.name(), &inv.output)?;
             }
             thaw_output::outln!(
                 "{}",
@@ -554,7 +563,7 @@ fn run(cli: Cli) -> Result<()> {
                 functions: split(&functions),
                 tiers: split(&tiers),
                 strategies,
-                sizes: split(&run.sizes),
+                sizes: run.sizes.iter().map(|s| s.to_string()).collect(),
                 runs: run.runs,
                 redeploy: run.redeploy,
             };
@@ -592,7 +601,7 @@ fn run(cli: Cli) -> Result<()> {
                 strategies,
                 start_types,
                 tier: tier.clone(),
-                sizes: split(&run.sizes),
+                sizes: run.sizes.iter().map(|s| s.to_string()).collect(),
                 runs: run.runs,
                 redeploy: run.redeploy,
                 check_all,
