@@ -85,14 +85,16 @@ impl Fixture {
             ],
             image_len: pages * PAGE_SIZE,
         };
-        layout.validate().unwrap();
-        Fixture {
+        let f = Fixture {
             dir,
             image,
             layout: Arc::new(layout),
             prots: vec![libc::PROT_READ as u32, RW],
             mem,
-        }
+        };
+        // after the fixture exists, so its Drop cleans up a failure
+        f.layout.validate().unwrap();
+        f
     }
 
     fn target(&self) -> Target<'_> {
