@@ -17,12 +17,12 @@ use serde::Serialize;
 use std::sync::Barrier;
 use std::time::Instant;
 use thaw_store::{secure, Snapshot, Tier};
-use thaw_worker::{invoke, ms, Worker, INVOKE_TIMEOUT};
+use thaw_worker::{invoke, ms, StrategyKind, Worker, INVOKE_TIMEOUT};
 
 #[derive(Debug, Clone)]
 pub struct Options {
     pub function: String,
-    pub strategies: Vec<String>,
+    pub strategies: Vec<StrategyKind>,
     pub tiers: Vec<String>,
     /// `same` and/or `different`.
     pub modes: Vec<String>,
@@ -49,7 +49,7 @@ pub struct Batch {
     pub function: String,
     pub tier: String,
     pub emulated: bool,
-    pub strategy: String,
+    pub strategy: StrategyKind,
     pub mode: String,
     pub n: usize,
     pub rep: usize,
@@ -76,12 +76,6 @@ pub fn check(o: &Options) -> Result<()> {
         if !MODES.contains(&m.as_str()) {
             bail!("--modes: unknown mode {m:?} (same, different)");
         }
-    }
-    for s in &o.strategies {
-        if s == "fresh" {
-            bail!("--strategies: fresh is not a restore strategy");
-        }
-        thaw_memory::strategy_by_name(s)?;
     }
     Ok(())
 }
@@ -134,7 +128,7 @@ impl Drop for Copies {
 fn batch(
     w: &Worker,
     snaps: &[Snapshot],
-    strategy: &str,
+    strategy: StrategyKind,
     size: &str,
     n: usize,
 ) -> Result<(Vec<Result<Start>>, f64)> {
@@ -202,17 +196,17 @@ pub fn run(
         // dax maps the image in place: only a byte-addressable tier has one
         let on_dram = secure::on_dram(&snap.dir)?;
         let mut strategies = Vec::new();
-        for s in &o.strategies {
-            if thaw_memory::strategy_by_name(s)?.uses_write_set() && !on_dram {
+        for &s in &o.strategies {
+            if s == StrategyKind::Dax && !on_dram {
                 thaw_output::errln!(
                     "bench: {s} skipped on {tier_name}: not a byte-addressable tier"
                 );
             } else {
-                strategies.push(s.clone());
+                strategies.push(s);
             }
         }
         // Untimed: first-use costs (image verify, REAP's recording) stay out.
-        for s in &strategies {
+        for &s in &strategies {
             let (mut sb, _) = w.restore(&snap, s)?;
             let inv = invoke(&mut sb, &o.size, INVOKE_TIMEOUT)?;
             w.check(&o.function, &o.size, &inv.output)
@@ -237,7 +231,7 @@ pub fn run(
             for &n in &o.levels {
                 for rep in 0..o.reps {
                     // Strategies interleaved within a repetition: noise falls on all alike.
-                    for s in &strategies {
+                    for &s in &strategies {
                         thaw_output::err!(
                             "\rbench: concurrency {tier_name} {mode} n={n} rep {}/{} {s}        ",
                             rep + 1,
@@ -261,8 +255,8 @@ pub fn run(
                         let b = Batch {
                             function: o.function.clone(),
                             tier: tier_name.clone(),
-                            emulated: tier.emulated || s == "dax",
-                            strategy: s.clone(),
+                            emulated: tier.emulated || s == StrategyKind::Dax,
+                            strategy: s,
                             mode: mode.clone(),
                             n,
                             rep,
@@ -290,7 +284,7 @@ pub struct Row {
     pub tier: String,
     pub emulated: bool,
     pub mode: String,
-    pub strategy: String,
+    pub strategy: StrategyKind,
     pub n: usize,
     pub attempted: usize,
     pub ok: usize,
@@ -305,9 +299,9 @@ pub struct Row {
 }
 
 pub fn summarize_rows(batches: &[Batch]) -> Vec<Row> {
-    let mut keys: Vec<(String, String, String, usize)> = Vec::new();
+    let mut keys: Vec<(String, String, StrategyKind, usize)> = Vec::new();
     for b in batches {
-        let k = (b.tier.clone(), b.mode.clone(), b.strategy.clone(), b.n);
+        let k = (b.tier.clone(), b.mode.clone(), b.strategy, b.n);
         if !keys.contains(&k) {
             keys.push(k);
         }
@@ -346,7 +340,7 @@ pub fn summarize_rows(batches: &[Batch]) -> Vec<Row> {
         .collect();
     let base: Vec<(String, String, usize, f64)> = rows
         .iter()
-        .filter(|r| r.strategy == "mmap")
+        .filter(|r| r.strategy == StrategyKind::Mmap)
         .filter_map(|r| Some((r.tier.clone(), r.mode.clone(), r.n, r.throughput?.median)))
         .collect();
     let over = |r: &Row, tier: &str| {
@@ -366,7 +360,7 @@ pub fn markdown(rows: &[Row], function: &str, reps: usize) -> String {
          | tier | mode | strategy | N | ok | cold p50 | cold p99 | throughput /s | vs mmap | vs mmap on disk | MiB added per instance |\n|---|---|---|---|---|---|---|---|---|---|---|\n"
     );
     for r in rows {
-        let tier = if r.emulated && r.strategy == "dax" {
+        let tier = if r.emulated && r.strategy == StrategyKind::Dax {
             format!("{} (dax: pmem emulated)", r.tier)
         } else if r.emulated {
             format!("{} (emulated)", r.tier)

@@ -12,13 +12,13 @@ use crate::stats::summarize;
 use anyhow::{bail, Result};
 use std::collections::BTreeMap;
 use std::fmt::Write;
-use thaw_worker::Worker;
+use thaw_worker::{StrategyKind, Worker};
 
 #[derive(Debug, Clone)]
 pub struct Options {
     pub functions: Vec<String>,
     pub tiers: Vec<String>,
-    pub strategies: Vec<String>,
+    pub strategies: Vec<StrategyKind>,
     pub sizes: Vec<String>,
     pub runs: usize,
     pub redeploy: bool,
@@ -75,6 +75,7 @@ pub fn run(
             let ro = restore::Options {
                 functions: o.functions.clone(),
                 strategies: o.strategies.clone(),
+                start_types: Vec::new(),
                 tier: t.clone(),
                 sizes: o.sizes.clone(),
                 runs: 1,
@@ -92,7 +93,8 @@ pub fn run(
 }
 
 /// (function, input) -> tier -> strategy -> records
-type Grouped<'a> = BTreeMap<(String, String), BTreeMap<String, BTreeMap<String, Vec<&'a Record>>>>;
+type Grouped<'a> =
+    BTreeMap<(String, String), BTreeMap<String, BTreeMap<StrategyKind, Vec<&'a Record>>>>;
 
 fn median(rs: &[&Record], f: impl Fn(&Record) -> f64) -> f64 {
     summarize(&rs.iter().map(|r| f(r)).collect::<Vec<_>>()).map_or(f64::NAN, |s| s.median)
@@ -111,13 +113,16 @@ fn geomean(xs: &[f64]) -> Option<f64> {
 pub fn report(records: &[Record], tier_order: &[String]) -> String {
     let mut g: Grouped = BTreeMap::new();
     let mut emulated: BTreeMap<&str, bool> = BTreeMap::new();
-    for r in records.iter().filter(|r| r.strategy != "fresh") {
+    for (r, s) in records
+        .iter()
+        .filter_map(|r| Some((r, r.strategy.strategy()?)))
+    {
         emulated.insert(&r.tier, r.emulated);
         g.entry((r.function.clone(), r.input.clone()))
             .or_default()
             .entry(r.tier.clone())
             .or_default()
-            .entry(r.strategy.clone())
+            .entry(s)
             .or_default()
             .push(r);
     }
@@ -129,9 +134,9 @@ pub fn report(records: &[Record], tier_order: &[String]) -> String {
         }
     };
     // best strategy per (function, tier) by median cold start
-    let best = |by_s: &BTreeMap<String, Vec<&Record>>| -> Option<(String, f64)> {
+    let best = |by_s: &BTreeMap<StrategyKind, Vec<&Record>>| -> Option<(StrategyKind, f64)> {
         by_s.iter()
-            .map(|(s, rs)| (s.clone(), median(rs, |r| r.cold_ms)))
+            .map(|(s, rs)| (*s, median(rs, |r| r.cold_ms)))
             .min_by(|a, b| a.1.total_cmp(&b.1))
     };
     let mut md = String::new();
@@ -218,8 +223,8 @@ pub fn report(records: &[Record], tier_order: &[String]) -> String {
             .filter_map(|by_t| {
                 let by_s = by_t.get(t)?;
                 Some(
-                    median(by_s.get("mmap")?, |r| r.cold_ms)
-                        / median(by_s.get("reap")?, |r| r.cold_ms),
+                    median(by_s.get(&StrategyKind::Mmap)?, |r| r.cold_ms)
+                        / median(by_s.get(&StrategyKind::Reap)?, |r| r.cold_ms),
                 )
             })
             .collect();

@@ -8,5 +8,6 @@ pub mod concurrency;
 pub mod hierarchy;
 pub mod remote;
 pub mod restore;
+pub mod start;
 pub mod stats;
 pub mod store;

@@ -11,14 +11,11 @@ use std::sync::Arc;
 use thaw_tiers::moves::{self, Place};
 use thaw_tiers::objects::RemoteStore;
 use thaw_tiers::stream::Stream;
-use thaw_worker::{invoke, Worker, INVOKE_TIMEOUT};
-
-/// Strategies a streamed restore supports (lazy ones).
-const STREAMED: &[&str] = &["uffd", "reap"];
+use thaw_worker::{invoke, StrategyKind, Worker, INVOKE_TIMEOUT};
 
 pub struct Options<'a> {
     pub functions: &'a [String],
-    pub strategies: &'a [String],
+    pub strategies: &'a [StrategyKind],
     pub sizes: &'a [String],
     pub tier: &'a str,
     /// the local tier the snapshot is copied from (and its working set
@@ -36,11 +33,12 @@ pub fn run(
     let cfg = thaw_tiers::TiersConfig::load(&w.home)?;
     let t = cfg.get(o.tier)?;
     let store = Arc::new(RemoteStore::open(&w.home, t)?);
-    let strategies: Vec<&str> = o
+    // a streamed restore needs a lazy strategy
+    let strategies: Vec<StrategyKind> = o
         .strategies
         .iter()
-        .map(String::as_str)
-        .filter(|s| STREAMED.contains(s))
+        .copied()
+        .filter(|s| s.start().streams())
         .collect();
     if strategies.is_empty() {
         thaw_output::errln!(
@@ -56,7 +54,7 @@ pub fn run(
         for size in o.sizes {
             if o.run == 0 {
                 // untimed warm-up (first-use costs of the client and the restorer)
-                for s in &strategies {
+                for &s in &strategies {
                     let mut stream = Stream::open(&w.home, store.clone(), &name)?;
                     let (mut sb, _) = w.restore_streamed(&stream.snapshot, s, stream.inputs()?)?;
                     let inv = invoke(&mut sb, size, INVOKE_TIMEOUT)?;
@@ -65,7 +63,7 @@ pub fn run(
                     stream.finish()?;
                 }
             }
-            for s in &strategies {
+            for &s in &strategies {
                 let mut stream = None;
                 let mut start = || {
                     let st = stream.insert(Stream::open(&w.home, store.clone(), &name)?);
@@ -98,7 +96,7 @@ fn upload(w: &Worker, store: &RemoteStore, o: &Options, f: &str, name: &str) -> 
     let snap = w.snapshot(f, &local)?;
     if !snap.dir.join(thaw_memory::working_set::WS_INDEX).exists() {
         thaw_output::errln!("bench: {f}: recording its REAP working set on {}", o.source);
-        let (mut sb, _) = w.restore(&snap, "reap")?;
+        let (mut sb, _) = w.restore(&snap, StrategyKind::Reap)?;
         invoke(&mut sb, &o.sizes[0], INVOKE_TIMEOUT)?;
     }
     let remote = Place::Remote {

@@ -3,27 +3,21 @@
 //! functions as the baseline, all in one process. `zygote` (a fork of a live,
 //! initialised template into new namespaces: the floor of a local start) is a
 //! start type like `fresh`, measured interleaved with the strategies.
+use crate::start::{Start, StartType};
 use crate::stats::{summarize, Summary};
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use std::io::Write;
 use std::time::Instant;
 use thaw_sandbox::Sandbox;
-use thaw_worker::{invoke, ms, Worker, INVOKE_TIMEOUT};
-
-/// Start types that are not restore strategies: measured like them, as baselines.
-pub const START_TYPES: [&str; 2] = ["fresh", "zygote"];
-
-fn is_start_type(s: &str) -> bool {
-    START_TYPES.contains(&s)
-}
+use thaw_worker::{invoke, ms, StrategyKind, Worker, INVOKE_TIMEOUT};
 
 #[derive(Debug, Clone)]
 pub struct Options {
     pub functions: Vec<String>,
-    /// restore strategies, and start types (`fresh` is always measured;
-    /// `zygote` when listed)
-    pub strategies: Vec<String>,
+    pub strategies: Vec<StrategyKind>,
+    /// baselines beside the strategies (`fresh` is always measured)
+    pub start_types: Vec<StartType>,
     pub tier: String,
     /// input sizes; each function is measured at every one
     pub sizes: Vec<String>,
@@ -39,7 +33,7 @@ pub struct Options {
 pub struct Record {
     pub function: String,
     pub input: String,
-    pub strategy: String,
+    pub strategy: Start,
     pub tier: String,
     pub emulated: bool,
     pub run: usize,
@@ -68,8 +62,8 @@ pub struct Record {
     pub rss_added_kb: u64,
     /// tiered: share of saved memory on the slow tier
     pub slow_tier_share: f64,
-    /// reap: "record" or "prefetch"
-    pub ws_mode: String,
+    /// reap: "record" or "prefetch" ("" for other starts)
+    pub ws_mode: thaw_sandbox::WsMode,
     pub ws_pages: u64,
     pub prefetch_ms: f64,
     /// reap: faults after the prefetch exceeded the drift share
@@ -88,21 +82,10 @@ pub fn run(
     if o.runs == 0 {
         bail!("--runs must be at least 1");
     }
-    for s in o.strategies.iter().filter(|s| !is_start_type(s)) {
-        thaw_memory::strategy_by_name(s)?;
-    }
     // fresh first, then the other start types, then the strategies, each once per run
-    let mut order: Vec<&str> = vec!["fresh"];
-    let listed_start_types = START_TYPES
-        .iter()
-        .copied()
-        .filter(|t| o.strategies.iter().any(|s| s == t));
-    let strategies = o
-        .strategies
-        .iter()
-        .map(String::as_str)
-        .filter(|s| !is_start_type(s));
-    for s in listed_start_types.chain(strategies) {
+    let mut order = vec![Start::FRESH];
+    let starts = o.start_types.iter().map(|t| Start::Baseline(*t));
+    for s in starts.chain(o.strategies.iter().map(|s| Start::Restore(*s))) {
         if !order.contains(&s) {
             order.push(s);
         }
@@ -119,7 +102,7 @@ pub fn run(
             w.snapshot(f, &tier)?
         };
         let image_bytes = snap.manifest.memory.len;
-        if o.strategies.iter().any(|s| s == "tiered")
+        if o.strategies.contains(&StrategyKind::Tiered)
             && (o.redeploy || !snap.dir.join(thaw_memory::tiering::TIERS_FILE).exists())
         {
             thaw_output::errln!("bench: {f}: profiling for the tiered strategy (slow tier: disk)");
@@ -144,17 +127,21 @@ pub fn run(
             tier.description
         );
         // the template lives for the whole function (untimed), like a snapshot
-        let mut zygote = if order.contains(&"zygote") {
+        let mut zygote = if order.contains(&Start::ZYGOTE) {
             Some(w.start_zygote(f)?)
         } else {
             None
         };
         for size in o.sizes.iter().map(String::as_str) {
             // one untimed warm-up per strategy so first-use costs (image verify, memfd) stay out
-            for s in order.iter().filter(|s| **s != "fresh") {
-                let mut sb = match zygote.as_mut().filter(|_| *s == "zygote") {
-                    Some(z) => w.fork_zygote(z)?,
-                    None => w.restore(&snap, s)?.0,
+            for &s in &order {
+                let mut sb = match s {
+                    Start::Baseline(StartType::Fresh) => continue,
+                    Start::Baseline(StartType::Zygote) => match zygote.as_mut() {
+                        Some(z) => w.fork_zygote(z)?,
+                        None => continue,
+                    },
+                    Start::Restore(k) => w.restore(&snap, k)?.0,
                 };
                 let inv = invoke(&mut sb, size, INVOKE_TIMEOUT)?;
                 w.check(f, size, &inv.output)
@@ -166,23 +153,26 @@ pub fn run(
                 for &s in &order {
                     snap.drop_page_cache()?;
                     drop_tier_cache(&snap)?;
-                    let rec = if s == "fresh" {
-                        measure_fresh(w, f, size, o, run)?
-                    } else if let Some(z) = zygote.as_mut().filter(|_| s == "zygote") {
-                        measure_zygote(w, z, f, size, o, run)?
-                    } else {
+                    let rec = match (s, zygote.as_mut()) {
+                        (Start::Baseline(StartType::Fresh), _) => {
+                            measure_fresh(w, f, size, o, run)?
+                        }
+                        (Start::Baseline(StartType::Zygote), Some(z)) => {
+                            measure_zygote(w, z, f, size, o, run)?
+                        }
+                        (Start::Baseline(StartType::Zygote), None) => continue,
                         // dax stands in tmpfs for byte-addressable persistent memory
-                        measure_restore(
+                        (Start::Restore(k), _) => measure_restore(
                             w,
                             &snap,
                             f,
                             size,
-                            s,
+                            k,
                             o,
                             run,
                             image_bytes,
-                            tier.emulated || s == "dax",
-                        )?
+                            tier.emulated || k == StrategyKind::Dax,
+                        )?,
                     };
                     let rec = Record {
                         tier: tier.name.to_string(),
@@ -225,7 +215,7 @@ fn measure_fresh(w: &Worker, f: &str, size: &str, o: &Options, run: usize) -> Re
     let t0 = Instant::now();
     let (sb, fresh) = w.start_fresh(f)?;
     let phases = [0.0, fresh.spawn_ms, fresh.load_ms, 0.0];
-    measure_started(w, sb, t0, phases, "fresh", f, size, o, run)
+    measure_started(w, sb, t0, phases, Start::FRESH, f, size, o, run)
 }
 
 /// A child of the function's zygote template; its sandbox phase is the fork,
@@ -241,7 +231,7 @@ fn measure_zygote(
     let t0 = Instant::now();
     let sb = w.fork_zygote(zygote)?;
     let phases = [0.0, ms(t0), 0.0, 0.0];
-    measure_started(w, sb, t0, phases, "zygote", f, size, o, run)
+    measure_started(w, sb, t0, phases, Start::ZYGOTE, f, size, o, run)
 }
 
 /// The first and a warm invocation of an instance started at `t0` by a start
@@ -253,7 +243,7 @@ fn measure_started(
     mut sb: Sandbox,
     t0: Instant,
     phases: [f64; 4],
-    start_type: &str,
+    start_type: Start,
     f: &str,
     size: &str,
     o: &Options,
@@ -271,7 +261,7 @@ fn measure_started(
     Ok(Record {
         function: f.into(),
         input: size.to_string(),
-        strategy: start_type.into(),
+        strategy: start_type,
         tier: String::new(),
         emulated: false,
         run,
@@ -292,7 +282,7 @@ fn measure_started(
         rss_kb: sb.rss_kb().unwrap_or(0),
         rss_added_kb: rss_added,
         slow_tier_share: 0.0,
-        ws_mode: String::new(),
+        ws_mode: Default::default(),
         ws_pages: 0,
         prefetch_ms: 0.0,
         drift: false,
@@ -306,7 +296,7 @@ fn measure_restore(
     snap: &thaw_store::Snapshot,
     f: &str,
     size: &str,
-    s: &str,
+    s: StrategyKind,
     o: &Options,
     run: usize,
     image_bytes: u64,
@@ -338,7 +328,7 @@ pub(crate) fn measure_start(
     start: &mut dyn FnMut() -> Result<(Sandbox, thaw_sandbox::RestoreReport)>,
     f: &str,
     size: &str,
-    s: &str,
+    s: StrategyKind,
     check: bool,
     run: usize,
     image_bytes: u64,
@@ -356,12 +346,12 @@ pub(crate) fn measure_start(
     let served_bytes = sb.pager().map(|p| p.stats.bytes_read()).unwrap_or(0);
     let mapped_in = image_rss_bytes(sb.pid()).unwrap_or(0);
     let rss_added = sb.memory_usage().unwrap_or(0) / 1024;
-    let drift = sb.reap_outcome().map(|o| o.drift).unwrap_or(false);
+    let drift = sb.first_response().is_some_and(|o| o.drift);
     let warm = invoke(&mut sb, size, INVOKE_TIMEOUT)?;
     Ok(Record {
         function: f.into(),
         input: size.to_string(),
-        strategy: s.into(),
+        strategy: Start::Restore(s),
         tier: String::new(),
         emulated,
         run,
@@ -377,14 +367,14 @@ pub(crate) fn measure_start(
         faults: served,
         minflt,
         majflt,
-        bytes_read: rep.copied_bytes + served_bytes + mapped_in + rep.ws_bytes,
+        bytes_read: rep.copied_bytes + served_bytes + mapped_in + rep.figures.ws_bytes,
         image_bytes,
         rss_kb: sb.rss_kb().unwrap_or(0),
         rss_added_kb: rss_added,
-        slow_tier_share: rep.slow_tier_share,
-        ws_mode: rep.ws_mode,
-        ws_pages: rep.ws_pages,
-        prefetch_ms: rep.prefetch_ms,
+        slow_tier_share: rep.figures.slow_tier_share,
+        ws_mode: rep.figures.ws_mode,
+        ws_pages: rep.figures.ws_pages,
+        prefetch_ms: rep.figures.prefetch_ms,
         drift,
         background_ms: 0.0,
     })
@@ -423,7 +413,7 @@ fn image_rss_bytes(pid: i32) -> Result<u64> {
 pub struct Row {
     pub function: String,
     pub input: String,
-    pub strategy: String,
+    pub strategy: Start,
     pub cold: Summary,
     pub first_response: Summary,
     pub warm: Summary,
@@ -440,29 +430,30 @@ pub struct Row {
 }
 
 pub fn summarize_rows(recs: &[Record]) -> Vec<Row> {
-    let mut keys: Vec<(String, String, String)> = Vec::new();
+    let mut keys: Vec<(String, String, Start)> = Vec::new();
     for r in recs {
-        let k = (r.function.clone(), r.input.clone(), r.strategy.clone());
+        let k = (r.function.clone(), r.input.clone(), r.strategy);
         if !keys.contains(&k) {
             keys.push(k);
         }
     }
-    let pick = |f: &str, i: &str, s: &str, g: &dyn Fn(&Record) -> f64| -> Vec<f64> {
+    let pick = |f: &str, i: &str, s: Start, g: &dyn Fn(&Record) -> f64| -> Vec<f64> {
         recs.iter()
             .filter(|r| r.function == f && r.input == i && r.strategy == s)
             .map(g)
             .collect()
     };
     let med =
-        |f: &str, i: &str, s: &str| summarize(&pick(f, i, s, &|r| r.cold_ms)).map(|x| x.median);
+        |f: &str, i: &str, s: Start| summarize(&pick(f, i, s, &|r| r.cold_ms)).map(|x| x.median);
     keys.iter()
         .filter_map(|(f, i, s)| {
+            let s = *s;
             let col = |g: &dyn Fn(&Record) -> f64| summarize(&pick(f, i, s, g));
             let cold = col(&|r| r.cold_ms)?;
             Some(Row {
                 function: f.clone(),
                 input: i.clone(),
-                strategy: s.clone(),
+                strategy: s,
                 cold,
                 first_response: col(&|r| r.first_response_ms)?,
                 warm: col(&|r| r.warm_ms)?,
@@ -470,11 +461,12 @@ pub fn summarize_rows(recs: &[Record]) -> Vec<Row> {
                 bytes_read_median: col(&|r| r.bytes_read as f64)?.median,
                 rss_added_kb_median: col(&|r| r.rss_added_kb as f64)?.median,
                 slow_share_median: col(&|r| r.slow_tier_share)?.median,
-                speedup_vs_fresh: med(f, i, "fresh")
+                speedup_vs_fresh: med(f, i, Start::FRESH)
                     .map(|m| m / cold.median)
                     .unwrap_or(f64::NAN),
-                ratio_to_mmap: med(f, i, "mmap").map(|m| cold.median / m),
-                ratio_to_zygote: med(f, i, "zygote").map(|m| cold.median / m),
+                ratio_to_mmap: med(f, i, Start::Restore(StrategyKind::Mmap))
+                    .map(|m| cold.median / m),
+                ratio_to_zygote: med(f, i, Start::ZYGOTE).map(|m| cold.median / m),
                 phases_median: [
                     col(&|r| r.state_load_ms)?.median,
                     col(&|r| r.sandbox_ms)?.median,
@@ -501,7 +493,7 @@ pub fn markdown(rows: &[Row], tier: &str, emulated: bool, runs: usize) -> String
             r.function,
             r.input,
             r.strategy,
-            if r.strategy == "dax" {
+            if r.strategy == Start::Restore(StrategyKind::Dax) {
                 " (pmem emulated by tmpfs)"
             } else {
                 ""
@@ -512,7 +504,7 @@ pub fn markdown(rows: &[Row], tier: &str, emulated: bool, runs: usize) -> String
             r.faults_median,
             r.bytes_read_median / (1 << 20) as f64,
             r.rss_added_kb_median / 1024.0,
-            if r.strategy == "tiered" {
+            if r.strategy == Start::Restore(StrategyKind::Tiered) {
                 format!("{:.0}%", r.slow_share_median * 100.0)
             } else {
                 "-".into()

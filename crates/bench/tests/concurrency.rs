@@ -3,11 +3,12 @@
 //! the `different` mode are removed afterwards, and the summary pools batches.
 
 use thaw_bench::concurrency::{self, Batch, Options, Start};
+use thaw_worker::StrategyKind;
 
 fn options() -> Options {
     Options {
         function: "helloworld".into(),
-        strategies: vec!["mmap".into()],
+        strategies: vec![StrategyKind::Mmap],
         tiers: vec!["tmpfs".into()],
         modes: vec!["same".into(), "different".into()],
         levels: vec![1, 3],
@@ -49,7 +50,7 @@ fn batch(strategy: &str, n: usize, colds: &[f64], wall_ms: f64) -> Batch {
         function: "f".into(),
         tier: "disk".into(),
         emulated: false,
-        strategy: strategy.into(),
+        strategy: strategy.parse().unwrap(),
         mode: "same".into(),
         n,
         rep: 0,
@@ -91,7 +92,10 @@ fn rows_pool_batches_and_compare_with_mmap() {
     let mut dax = batch("dax", 2, &[4.0, 4.0], 20.0);
     dax.tier = "pmem".into();
     let rows = concurrency::summarize_rows(&[batch("mmap", 2, &[10.0, 30.0], 100.0), dax]);
-    let dax = rows.iter().find(|r| r.strategy == "dax").unwrap();
+    let dax = rows
+        .iter()
+        .find(|r| r.strategy == StrategyKind::Dax)
+        .unwrap();
     assert_eq!(dax.vs_mmap, None, "no mmap measured on pmem");
     assert_eq!(dax.vs_mmap_disk, Some(5.0));
     assert_eq!(rows[0].vs_mmap_disk, Some(1.0));
@@ -105,12 +109,14 @@ fn bad_options_are_refused() {
         |o| o.levels = vec![0],
         |o| o.levels = vec![concurrency::MAX_LEVEL + 1],
         |o| o.modes = vec!["some".into()],
-        |o| o.strategies = vec!["fresh".into()],
-        |o| o.strategies = vec!["nope".into()],
     ] {
         let mut o = options();
         tweak(&mut o);
         assert!(concurrency::check(&o).is_err(), "{o:?}");
     }
     assert!(concurrency::check(&options()).is_ok());
+    // not restore strategies: the type cannot hold them
+    for s in ["fresh", "zygote", "nope", ""] {
+        assert!(s.parse::<StrategyKind>().is_err(), "{s}");
+    }
 }

@@ -7,8 +7,13 @@ use std::path::PathBuf;
 pub struct Args {
     #[arg(long, default_value = "helloworld")]
     pub function: String,
-    #[arg(long, default_value = "mmap,reap,dax")]
-    pub strategies: String,
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "mmap,reap,dax"
+    )]
+    pub strategies: Vec<thaw_worker::StrategyKind>,
     /// tmpfs, disk (comma-separated)
     #[arg(long, default_value = "tmpfs,disk")]
     pub tiers: String,
@@ -20,8 +25,8 @@ pub struct Args {
     /// Batches per cell
     #[arg(long, default_value_t = 3)]
     pub reps: usize,
-    #[arg(long, default_value = "I")]
-    pub size: String,
+    #[arg(long, value_enum, default_value = "I")]
+    pub size: thaw_runtime::InputSize,
     /// Write one JSON object per batch here
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -40,12 +45,12 @@ pub fn run(w: &thaw_worker::Worker, a: Args) -> Result<()> {
         .collect::<Result<Vec<_>>>()?;
     let o = thaw_bench::concurrency::Options {
         function: a.function.clone(),
-        strategies: crate::split(&a.strategies),
+        strategies: a.strategies.clone(),
         tiers: crate::split(&a.tiers),
         modes: crate::split(&a.modes),
         levels,
         reps: a.reps,
-        size: a.size,
+        size: a.size.to_string(),
     };
     thaw_bench::concurrency::check(&o)?;
     let mut out = match &a.json {

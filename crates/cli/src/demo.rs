@@ -2,7 +2,7 @@
 //! function, restores it with every strategy, checks the outputs and prints a
 //! results table next to a fresh start.
 use anyhow::{Context, Result};
-use thaw_worker::{invoke, ms, Worker, INVOKE_TIMEOUT};
+use thaw_worker::{invoke, ms, StrategyKind, Worker, INVOKE_TIMEOUT};
 
 pub fn run(w: &Worker, functions: Option<Vec<String>>, tier: &str, size: &str) -> Result<()> {
     let tier = w.tier(tier)?;
@@ -10,7 +10,7 @@ pub fn run(w: &Worker, functions: Option<Vec<String>>, tier: &str, size: &str) -
         Some(f) => f,
         None => w.functions().iter().map(|f| f.name.clone()).collect(),
     };
-    let strategies = thaw_memory::STRATEGY_NAMES;
+    let strategies = StrategyKind::ALL;
     thaw_output::outln!(
         "thaw demo: runtime root {} ({}), snapshots on {}, input size {size}",
         &w.root.hash[..16],
@@ -49,7 +49,7 @@ pub fn run(w: &Worker, functions: Option<Vec<String>>, tier: &str, size: &str) -
             2,
             &Default::default(),
         )?;
-        for s in ["reap", "dax", "tiered"] {
+        for s in [StrategyKind::Reap, StrategyKind::Dax, StrategyKind::Tiered] {
             let (mut sb, _) = w.restore(&snap, s)?;
             invoke(&mut sb, size, INVOKE_TIMEOUT)?;
         }

@@ -3,6 +3,9 @@ use anyhow::{Context, Result};
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::io::Write;
 use std::path::PathBuf;
+use thaw_bench::start::{Start, StartType};
+use thaw_runtime::InputSize;
+use thaw_worker::StrategyKind;
 
 mod concurrency;
 mod demo;
@@ -36,8 +39,8 @@ enum Cmd {
         functions: Option<String>,
         #[arg(long, default_value = "tmpfs")]
         tier: String,
-        #[arg(long, default_value = "I")]
-        size: String,
+        #[arg(long, value_enum, default_value = "I")]
+        size: InputSize,
     },
     /// Runtime root and function suite: build, verify, functions, check, info, figures
     Runtime {
@@ -53,11 +56,11 @@ enum Cmd {
     /// Restore FUNCTION from its snapshot (deploying it if needed) and invoke it once
     Invoke {
         function: String,
-        #[arg(long, default_value = "I")]
-        size: String,
-        /// eager, mmap, uffd, reap, dax, tiered, or fresh (no snapshot)
-        #[arg(long, default_value = "mmap")]
-        strategy: String,
+        #[arg(long, value_enum, default_value = "I")]
+        size: InputSize,
+        /// A restore strategy, or a start type without a snapshot
+        #[arg(long, value_enum, default_value = "mmap")]
+        strategy: Start,
         /// A local tier, or the remote one: then the restore streams
         /// (working set first; uffd or reap)
         #[arg(long, default_value = "tmpfs")]
@@ -191,9 +194,9 @@ enum SnapCmd {
 /// What every benchmark takes: inputs, repetitions, outputs.
 #[derive(clap::Args)]
 struct RunOpts {
-    /// Input sizes, comma-separated (I..IV)
-    #[arg(long, default_value = "I")]
-    sizes: String,
+    /// Input sizes, comma-separated
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "I")]
+    sizes: Vec<InputSize>,
     #[arg(long, default_value_t = 10)]
     runs: usize,
     /// Write one JSON object per run here
@@ -239,8 +242,8 @@ enum BenchCmd {
         /// Tiers in order, fastest first (set up with `thaw tier setup`)
         #[arg(long, default_value = "tmpfs,pmem,nvme,sata,hdd")]
         tiers: String,
-        #[arg(long, default_value = "mmap,reap")]
-        strategies: String,
+        #[arg(long, value_enum, value_delimiter = ',', default_value = "mmap,reap")]
+        strategies: Vec<StrategyKind>,
         #[command(flatten)]
         run: RunOpts,
     },
@@ -254,12 +257,16 @@ enum BenchCmd {
     Restore {
         #[arg(long, default_value = "helloworld,lr_serving")]
         functions: String,
-        #[arg(long, default_value = "eager,mmap,uffd")]
-        strategies: String,
-        /// Baselines measured beside the strategies: fresh (always) and zygote
-        /// (a fork of a live initialised template into new namespaces: the floor)
-        #[arg(long, default_value = "fresh")]
-        start_types: String,
+        #[arg(
+            long,
+            value_enum,
+            value_delimiter = ',',
+            default_value = "eager,mmap,uffd"
+        )]
+        strategies: Vec<StrategyKind>,
+        /// Baselines measured beside the strategies (fresh is always measured)
+        #[arg(long, value_enum, value_delimiter = ',', default_value = "fresh")]
+        start_types: Vec<StartType>,
         /// A tier name (thaw tier list)
         #[arg(long, default_value = "tmpfs")]
         tier: String,
@@ -281,10 +288,27 @@ fn main() {
     // the matches go along: `thaw sim` tells flags given from defaults
     let matches = Cli::command().get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    if !matches!(cli.cmd, Cmd::Serve(_)) {
+        init_warnings();
+    }
     if let Err(e) = run(cli, &matches) {
         thaw_output::errln!("thaw: error: {e:#}");
         std::process::exit(1);
     }
+}
+
+/// Libraries report warnings through `tracing`; outside the daemon (which
+/// sets up its own logging) they go to stderr, `THAW_LOG` overriding the level.
+fn init_warnings() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("THAW_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .without_time()
+        .with_target(false)
+        .with_ansi(false)
+        .with_writer(std::io::stderr)
+        .try_init();
 }
 
 fn split(s: &str) -> Vec<String> {
@@ -348,7 +372,7 @@ fn run(cli: Cli, matches: &clap::ArgMatches) -> Result<()> {
             &worker(&home)?,
             functions.as_deref().map(split),
             &tier,
-            &size,
+            size.name(),
         ),
         Cmd::Deploy { function, tier } => {
             let w = worker(&home)?;
@@ -365,23 +389,36 @@ fn run(cli: Cli, matches: &clap::ArgMatches) -> Result<()> {
             check,
         } => {
             let w = worker(&home)?;
-            if strategy != "fresh" && tiers::is_remote(&home, &tier)? {
-                return tiers::invoke_streamed(
-                    &home, &w, &function, &size, &strategy, &tier, check,
-                );
+            if let Some(s) = strategy.strategy() {
+                if tiers::is_remote(&home, &tier)? {
+                    return tiers::invoke_streamed(
+                        &home,
+                        &w,
+                        &function,
+                        size.name(),
+                        s,
+                        &tier,
+                        check,
+                    );
+                }
             }
             let t0 = std::time::Instant::now();
-            let mut sb = if strategy == "fresh" {
-                w.start_fresh(&function)?.0
-            } else {
-                let snap = w.snapshot(&function, &w.tier(&tier)?)?;
-                let _slot = tiers::restore_slot(&home, &tier)?;
-                w.restore(&snap, &strategy)?.0
+            let mut sb = match strategy {
+                Start::Baseline(StartType::Fresh) => w.start_fresh(&function)?.0,
+                Start::Baseline(StartType::Zygote) => {
+                    let mut z = w.start_zygote(&function)?;
+                    w.fork_zygote(&mut z)?
+                }
+                Start::Restore(s) => {
+                    let snap = w.snapshot(&function, &w.tier(&tier)?)?;
+                    let _slot = tiers::restore_slot(&home, &tier)?;
+                    w.restore(&snap, s)?.0
+                }
             };
-            let inv = thaw_worker::invoke(&mut sb, &size, thaw_worker::INVOKE_TIMEOUT)?;
+            let inv = thaw_worker::invoke(&mut sb, size.name(), thaw_worker::INVOKE_TIMEOUT)?;
             let cold = thaw_worker::ms(t0);
             if check {
-                w.check(&function, &size, &inv.output)?;
+                w.check(&function, size.name(), &inv.output)?;
             }
             thaw_output::outln!(
                 "{}",
@@ -522,8 +559,8 @@ fn run(cli: Cli, matches: &clap::ArgMatches) -> Result<()> {
             let o = thaw_bench::hierarchy::Options {
                 functions: split(&functions),
                 tiers: split(&tiers),
-                strategies: split(&strategies),
-                sizes: split(&run.sizes),
+                strategies,
+                sizes: run.sizes.iter().map(|s| s.to_string()).collect(),
                 runs: run.runs,
                 redeploy: run.redeploy,
             };
@@ -554,18 +591,14 @@ fn run(cli: Cli, matches: &clap::ArgMatches) -> Result<()> {
         } => {
             let mut w = worker(&home)?;
             w.set_pool(pool)?;
-            let start_types = split(&start_types);
-            if let Some(t) = start_types
-                .iter()
-                .find(|t| !thaw_bench::restore::START_TYPES.contains(&t.as_str()))
-            {
-                anyhow::bail!("unknown start type {t:?} (start types: fresh, zygote)");
-            }
+            // the title names the tier's emulation; dax rows name their own
+            let emulated = w.tier(&tier)?.emulated;
             let o = thaw_bench::restore::Options {
                 functions: split(&functions),
-                strategies: [start_types, split(&strategies)].concat(),
+                strategies,
+                start_types,
                 tier: tier.clone(),
-                sizes: split(&run.sizes),
+                sizes: run.sizes.iter().map(|s| s.to_string()).collect(),
                 runs: run.runs,
                 redeploy: run.redeploy,
                 check_all,
@@ -573,7 +606,6 @@ fn run(cli: Cli, matches: &clap::ArgMatches) -> Result<()> {
             let mut sink = record_sink(run.json.as_deref())?;
             let recs = thaw_bench::restore::run(&w, &o, &mut sink)?;
             let rows = thaw_bench::restore::summarize_rows(&recs);
-            let emulated = recs.iter().any(|r| r.emulated);
             let sandboxes = match pool {
                 0 => "Sandboxes: built on the critical path (--pool 0)".to_string(),
                 n => format!("Sandboxes: built ahead (--pool {n}, full before each restore)"),

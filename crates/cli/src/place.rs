@@ -47,24 +47,24 @@ fn profile(
     // the first restore may only record the working set
     for _ in 0..2 {
         snap.drop_page_cache()?;
-        let (mut sb, rep) = w.restore(&snap, "reap")?;
+        let (mut sb, rep) = w.restore(&snap, thaw_worker::StrategyKind::Reap)?;
         thaw_worker::invoke(&mut sb, "I", thaw_worker::INVOKE_TIMEOUT)?;
         let warm = thaw_worker::invoke(&mut sb, "I", thaw_worker::INVOKE_TIMEOUT)?;
         last = Some((rep, warm));
     }
     let (rep, warm) = last.expect("two restores ran");
-    if rep.ws_mode != "prefetch" {
+    if rep.figures.ws_mode != thaw_worker::WsMode::Prefetch {
         bail!(
-            "{function}: no REAP working set after a recording restore ({})",
-            rep.ws_mode
+            "{function}: no REAP working set after a recording restore ({:?})",
+            rep.figures.ws_mode
         );
     }
     Ok(FunctionProfile {
         name: function.into(),
         image_mib: snap.manifest.memory.len as f64 / (1 << 20) as f64,
-        ws_mib: rep.ws_bytes as f64 / (1 << 20) as f64,
+        ws_mib: rep.figures.ws_bytes as f64 / (1 << 20) as f64,
         exec_ms: warm.latency_ms,
-        fixed_ms: (rep.total_ms - rep.prefetch_ms).max(0.0),
+        fixed_ms: (rep.total_ms - rep.figures.prefetch_ms).max(0.0),
         cold_starts_per_hour: rate,
     })
 }

@@ -576,7 +576,7 @@ pub fn invoke_streamed(
     w: &thaw_worker::Worker,
     function: &str,
     size: &str,
-    strategy: &str,
+    strategy: thaw_worker::StrategyKind,
     tier: &str,
     check: bool,
 ) -> Result<()> {
@@ -606,7 +606,7 @@ pub fn invoke_streamed(
             "tier": tier, "cold_ms": cold, "fetch_first_ms": bg.first_ms,
             "restore_ms": restore_ms, "first_response_ms": inv.latency_ms,
             "background_complete_ms": bg.complete_ms, "exec_ms": inv.exec_ms,
-            "ws_pages": rep.ws_pages, "stream": bg, "output": inv.output, "checked": check})
+            "ws_pages": rep.figures.ws_pages, "stream": bg, "output": inv.output, "checked": check})
     );
     Ok(())
 }

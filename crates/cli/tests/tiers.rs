@@ -7,6 +7,7 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use thaw_tiers::{device, remote::RemoteNet, TiersConfig};
+use thaw_worker::StrategyKind;
 
 const THAW: &str = env!("CARGO_BIN_EXE_thaw");
 
@@ -314,7 +315,7 @@ fn restores_from_the_emulated_sata_tier_through_the_restore_path() {
         thaw_worker::Worker::new(&thaw_runtime::default_home(), &mut |m| eprintln!("{m}")).unwrap();
     let (snap, _) = w.deploy("helloworld", &tier).unwrap();
     assert!(snap.dir.starts_with(h.0.join("tiers/sata/snapshots")));
-    for strategy in ["mmap", "reap", "reap"] {
+    for strategy in [StrategyKind::Mmap, StrategyKind::Reap, StrategyKind::Reap] {
         snap.drop_page_cache().unwrap();
         let before = device_read_bytes(devno);
         let (mut sb, rep) = w.restore(&snap, strategy).unwrap();
@@ -325,11 +326,11 @@ fn restores_from_the_emulated_sata_tier_through_the_restore_path() {
         assert!(
             read > 0,
             "{strategy} ({}) read nothing from the device",
-            rep.ws_mode
+            rep.figures.ws_mode
         );
         eprintln!(
             "{strategy} {}: {} KiB from the device, {:.1} ms",
-            rep.ws_mode,
+            rep.figures.ws_mode,
             read >> 10,
             rep.total_ms
         );
@@ -355,7 +356,7 @@ fn a_stalled_device_fails_the_restore_within_its_io_timeout() {
     // the deadline the worker must keep: the I/O timeout plus slack for
     // the requests queued behind the first (one channel-full at a time)
     let deadline = std::time::Duration::from_secs(30);
-    for strategy in ["reap", "mmap"] {
+    for strategy in [StrategyKind::Reap, StrategyKind::Mmap] {
         snap.drop_page_cache().unwrap();
         h.ok(&["tier", "stall", "sata"]);
         let t0 = std::time::Instant::now();
@@ -377,7 +378,7 @@ fn a_stalled_device_fails_the_restore_within_its_io_timeout() {
     }
     // the stall is over: the same snapshot restores
     snap.drop_page_cache().unwrap();
-    let (mut sb, _) = w.restore(&snap, "reap").unwrap();
+    let (mut sb, _) = w.restore(&snap, StrategyKind::Reap).unwrap();
     let inv = thaw_worker::invoke(&mut sb, "I", thaw_worker::INVOKE_TIMEOUT).unwrap();
     w.check("helloworld", "I", &inv.output).unwrap();
     drop(sb);
@@ -406,7 +407,7 @@ fn restores_from(h: &Home, w: &thaw_worker::Worker, tier: &str) {
         .unwrap()
         .expect("a published snapshot");
     snap.drop_page_cache().unwrap();
-    let (mut sb, _) = w.restore(&snap, "mmap").unwrap();
+    let (mut sb, _) = w.restore(&snap, StrategyKind::Mmap).unwrap();
     let inv = thaw_worker::invoke(&mut sb, "I", thaw_worker::INVOKE_TIMEOUT).unwrap();
     w.check("helloworld", "I", &inv.output).unwrap();
 }
@@ -702,7 +703,7 @@ fn restores_stream_from_the_remote_tier_working_set_first_and_fail_clearly() {
     let (snap, _) = w.deploy("helloworld", &nvme).unwrap();
     {
         // the first REAP restore records the working set that travels first
-        let (mut sb, _) = w.restore(&snap, "reap").unwrap();
+        let (mut sb, _) = w.restore(&snap, StrategyKind::Reap).unwrap();
         thaw_worker::invoke(&mut sb, "I", thaw_worker::INVOKE_TIMEOUT).unwrap();
     }
     assert!(snap.dir.join("ws.json").exists(), "no working set recorded");
@@ -759,7 +760,7 @@ fn restores_stream_from_the_remote_tier_working_set_first_and_fail_clearly() {
     let res = (|| -> anyhow::Result<()> {
         let mut s = Stream::open(&h.0, store.clone(), &name)?;
         // every page on demand: a fault on the bad chunk kills the sandbox
-        let started = w.restore_streamed(&s.snapshot, "uffd", s.inputs()?);
+        let started = w.restore_streamed(&s.snapshot, StrategyKind::Uffd, s.inputs()?);
         let (mut sb, _) = started.map_err(|e| s.explain(e))?;
         let r = thaw_worker::invoke(&mut sb, "I", thaw_worker::INVOKE_TIMEOUT);
         r.map_err(|e| s.explain(e))?;
@@ -783,7 +784,7 @@ fn restores_stream_from_the_remote_tier_working_set_first_and_fail_clearly() {
     unsafe { libc::kill(pid, libc::SIGSTOP) };
     let t0 = std::time::Instant::now();
     let res = w
-        .restore_streamed(&s.snapshot, "uffd", s.inputs().unwrap())
+        .restore_streamed(&s.snapshot, StrategyKind::Uffd, s.inputs().unwrap())
         .and_then(|(mut sb, _)| thaw_worker::invoke(&mut sb, "I", thaw_worker::INVOKE_TIMEOUT));
     let took = t0.elapsed();
     // SAFETY: as above.

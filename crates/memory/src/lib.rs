@@ -1,13 +1,13 @@
-//! Memory images and the strategies that bring them back.
+//! Memory images and the mechanisms that bring them back.
 //!
 //! This crate sees regions of memory and where their contents live in an
-//! image file; it knows nothing of processes or tiers. A sandbox (or, later, a
-//! microVM backend) turns a strategy's per-region [`Fill`] decisions into
-//! mappings, and hands lazily served regions' userfaultfd to a [`PageServer`].
+//! image file; it knows nothing of sandboxes or tiers. The restore
+//! strategies (`thaw-restore`) build on it: working sets, write sets, TOSS
+//! tier files, the userfaultfd [`PageServer`], pagemap reads.
 
 mod layout;
 mod page_server;
-mod strategy;
+pub mod pagemap;
 pub mod tiering;
 pub mod uffd;
 pub mod working_set;
@@ -15,7 +15,6 @@ pub mod write_set;
 
 pub use layout::{MemoryLayout, Region, Run, PAGE_SIZE};
 pub use page_server::{FaultStats, ImageSource, PageServer, PageSource};
-pub use strategy::{strategy_by_name, Fill, RestoreStrategy, STRATEGY_NAMES};
 
 /// Writes a file that derives from a snapshot (working set, tier files):
 /// temp name (0600), fsync, rename, fsync the directory. Readers see the old

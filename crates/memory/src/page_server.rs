@@ -251,9 +251,9 @@ impl Serve {
             .serve_ns
             .fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
         if let Err(e) = res {
-            return match e.downcast_ref::<uffd::UffdError>() {
-                Some(u) if u.target_gone() => Ok(false),
-                _ => Err(format!("installing page {addr:#x}: {e}")),
+            return match e {
+                u if u.target_gone() => Ok(false),
+                u => Err(format!("installing page {addr:#x}: {u}")),
             };
         }
         Ok(true)

@@ -1,5 +1,4 @@
 //! The userfaultfd ioctls the page server and working-set install use.
-use anyhow::{bail, Result};
 use std::os::fd::RawFd;
 
 pub const PAGEFAULT_FLAG_MINOR: u64 = 4;
@@ -26,27 +25,15 @@ struct RangeOp {
     result: i64,
 }
 
-/// Why an ioctl failed, kept apart so callers can tell "the process is gone".
-#[derive(Debug)]
+/// Why a userfaultfd ioctl failed: callers match it (a target that is gone
+/// is not a page-server failure).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{op} at {addr:#x}: {}", std::io::Error::from_raw_os_error(*errno))]
 pub struct UffdError {
     pub op: &'static str,
     pub addr: u64,
     pub errno: i32,
 }
-
-impl std::fmt::Display for UffdError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{} at {:#x}: {}",
-            self.op,
-            self.addr,
-            std::io::Error::from_raw_os_error(self.errno)
-        )
-    }
-}
-
-impl std::error::Error for UffdError {}
 
 impl UffdError {
     /// The target's memory is gone (it exited).
@@ -61,7 +48,13 @@ fn errno() -> i32 {
 
 /// UFFDIO_COPY of `len` bytes from our `src` to `dst`, finishing partial copies.
 /// A page already present (EEXIST, a racing fault) counts as done.
-pub fn copy(uffd: RawFd, mut dst: u64, mut src: u64, mut len: u64, dontwake: bool) -> Result<()> {
+pub fn copy(
+    uffd: RawFd,
+    mut dst: u64,
+    mut src: u64,
+    mut len: u64,
+    dontwake: bool,
+) -> Result<(), UffdError> {
     while len > 0 {
         let mut c = Copy {
             dst,
@@ -94,10 +87,10 @@ pub fn copy(uffd: RawFd, mut dst: u64, mut src: u64, mut len: u64, dontwake: boo
             len -= done;
             continue;
         }
-        bail!(UffdError {
+        return Err(UffdError {
             op: "UFFDIO_COPY",
             addr: dst,
-            errno: e
+            errno: e,
         });
     }
     Ok(())
@@ -110,7 +103,7 @@ fn range_op(
     start: u64,
     len: u64,
     mode: u64,
-) -> Result<()> {
+) -> Result<(), UffdError> {
     let mut z = RangeOp {
         start,
         len,
@@ -120,16 +113,16 @@ fn range_op(
     // SAFETY: the kernel reads the range and writes the result field.
     let r = unsafe { libc::ioctl(uffd, req, &mut z) };
     if r != 0 && errno() != libc::EEXIST {
-        bail!(UffdError {
+        return Err(UffdError {
             op,
             addr: start,
-            errno: errno()
+            errno: errno(),
         });
     }
     Ok(())
 }
 
-pub fn zeropage(uffd: RawFd, start: u64, len: u64, dontwake: bool) -> Result<()> {
+pub fn zeropage(uffd: RawFd, start: u64, len: u64, dontwake: bool) -> Result<(), UffdError> {
     range_op(
         uffd,
         UFFDIO_ZEROPAGE,
@@ -141,19 +134,19 @@ pub fn zeropage(uffd: RawFd, start: u64, len: u64, dontwake: bool) -> Result<()>
 }
 
 /// Maps the page-cache page already behind a minor fault.
-pub fn cont(uffd: RawFd, start: u64, len: u64) -> Result<()> {
+pub fn cont(uffd: RawFd, start: u64, len: u64) -> Result<(), UffdError> {
     range_op(uffd, UFFDIO_CONTINUE, "UFFDIO_CONTINUE", start, len, 0)
 }
 
-pub fn wake(uffd: RawFd, start: u64, len: u64) -> Result<()> {
+pub fn wake(uffd: RawFd, start: u64, len: u64) -> Result<(), UffdError> {
     let range = [start, len];
     // SAFETY: UFFDIO_WAKE reads a struct uffdio_range.
     let r = unsafe { libc::ioctl(uffd, UFFDIO_WAKE, range.as_ptr()) };
     if r != 0 {
-        bail!(UffdError {
+        return Err(UffdError {
             op: "UFFDIO_WAKE",
             addr: start,
-            errno: errno()
+            errno: errno(),
         });
     }
     Ok(())

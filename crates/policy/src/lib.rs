@@ -18,6 +18,7 @@
 mod engine;
 mod list;
 pub mod placement;
+pub mod toss;
 
 pub use engine::{Engine, SnapshotLevel};
 

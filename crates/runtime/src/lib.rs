@@ -36,7 +36,54 @@ pub const PYTHON: &str = "/usr/bin/python3.11";
 /// Where the agent, functions, inputs and checkers live inside the root.
 pub const THAW_DIR: &str = "/opt/thaw";
 /// Input sizes of every function, small to large.
-pub const SIZES: [&str; 4] = ["I", "II", "III", "IV"];
+pub const SIZES: [&str; 4] = [
+    InputSize::I.name(),
+    InputSize::II.name(),
+    InputSize::III.name(),
+    InputSize::IV.name(),
+];
+
+/// An input size of the function suite (every function has all four).
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    serde::Serialize,
+    serde::Deserialize,
+    clap::ValueEnum,
+)]
+pub enum InputSize {
+    #[value(name = "I")]
+    I,
+    #[value(name = "II")]
+    II,
+    #[value(name = "III")]
+    III,
+    #[value(name = "IV")]
+    IV,
+}
+
+impl InputSize {
+    pub const fn name(self) -> &'static str {
+        match self {
+            InputSize::I => "I",
+            InputSize::II => "II",
+            InputSize::III => "III",
+            InputSize::IV => "IV",
+        }
+    }
+}
+
+impl std::fmt::Display for InputSize {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
 
 /// `$THAW_HOME`, or `/var/lib/thaw`.
 pub fn default_home() -> PathBuf {

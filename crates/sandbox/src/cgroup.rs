@@ -101,10 +101,7 @@ impl Cgroups {
                     Ok(()) => break,
                     Err(_) if !d.exists() => break,
                     Err(e) if std::time::Instant::now() > deadline => {
-                        thaw_output::errln!(
-                            "thaw: warning: could not remove cgroup {}: {e}",
-                            d.display()
-                        );
+                        tracing::warn!("could not remove cgroup {}: {e}", d.display());
                         break;
                     }
                     Err(_) => std::thread::sleep(std::time::Duration::from_millis(2)),

@@ -1,6 +1,5 @@
 //! Checkpoint: freeze a runtime with ptrace and write a snapshot of its
 //! mappings, saved pages and CPU state.
-use crate::pagemap;
 use crate::ptrace;
 use crate::state::{MmLayout, ProcessState, VdsoBlock, Vma, STATE_VERSION};
 use crate::{stat_fields, Sandbox};
@@ -10,6 +9,7 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
+use thaw_memory::pagemap;
 use thaw_memory::{MemoryLayout, Region, Run, PAGE_SIZE};
 use thaw_store::{Snapshot, SnapshotWriter};
 

@@ -13,7 +13,7 @@ mod cgroup;
 pub mod checkpoint;
 pub mod cleanup;
 mod cmsg;
-mod pagemap;
+mod error;
 pub mod pool;
 pub mod profile;
 mod ptrace;
@@ -37,12 +37,15 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use thaw_memory::PageServer;
+pub use thaw_restore::{FirstResponse, StrategyKind, WsMode};
 
 /// For readers that must sit in cgroups like a sandbox's (the tier probe).
 pub use cgroup::Cgroups as SandboxCgroups;
 pub use checkpoint::{checkpoint, CheckpointReport};
+pub use error::SandboxError;
 pub use pool::{PoolStats, Prebuilt, SandboxPool};
-pub use restore::{restore, restore_streamed, Arriving, RestoreReport, Streamed};
+pub use restore::{restore, restore_streamed, RestoreReport, Streamed};
+pub use thaw_restore::Arriving;
 pub use zygote::Zygote;
 
 /// Limits and places for sandboxes.
@@ -124,42 +127,9 @@ pub struct Sandbox {
     uid: uid::UidLease,
     memory_limit: u64,
     alive: bool,
-    reap: Option<ReapState>,
-    reap_outcome: Option<ReapOutcome>,
-    /// dax: set when this restore records the snapshot's write set
-    dax_record: Option<DaxRecord>,
-}
-
-/// Where a dax restore's write set goes and which mappings it covers.
-pub(crate) struct DaxRecord {
-    pub dir: PathBuf,
-    pub key: String,
-    /// (start, end) of every mapping, sorted
-    pub regions: Vec<(u64, u64)>,
-}
-
-/// A REAP restore waiting for its first response: record the working set,
-/// or check how far the prefetched one drifted.
-pub(crate) struct ReapState {
-    pub dir: PathBuf,
-    pub key: String,
-    pub ws_pages: u64,
-    pub drift_share: f64,
-    pub record: bool,
-    pub image: File,
-    pub layout: std::sync::Arc<thaw_memory::MemoryLayout>,
-}
-
-/// What happened at a REAP restore's first response.
-#[derive(Debug, Clone, Default, serde::Serialize)]
-pub struct ReapOutcome {
-    /// pages recorded into a new working set (record mode)
-    pub recorded_pages: u64,
-    /// faults served after the prefetch (prefetch mode)
-    pub faults_after_prefetch: u64,
-    /// those faults exceeded the drift share: the next restore re-records
-    pub drift: bool,
-    pub warning: String,
+    /// the strategy a restore ran, until its first response is reported
+    strategy: Option<Box<dyn thaw_restore::Strategy>>,
+    first_response: Option<FirstResponse>,
 }
 
 /// The host-side pieces every new sandbox (fresh or restored) needs.
@@ -231,9 +201,8 @@ impl Slot {
             uid: self.uid,
             memory_limit: self.memory_limit,
             alive: true,
-            reap: None,
-            reap_outcome: None,
-            dax_record: None,
+            strategy: None,
+            first_response: None,
         }
     }
 }
@@ -290,33 +259,35 @@ impl Sandbox {
 
     /// One request to the agent and its typed reply; an `"ok": false` reply
     /// becomes an [`agent::AgentError`]. See [`Sandbox::call_raw`] for the rest.
-    pub fn call(&mut self, req: &Request, timeout: Duration) -> Result<Reply> {
-        Reply::decode(req, self.call_raw(req, timeout)?)
+    pub fn call(&mut self, req: &Request, timeout: Duration) -> Result<Reply, SandboxError> {
+        Reply::decode(req, self.call_raw(req, timeout)?).map_err(|e| match e.downcast() {
+            Ok(a) => SandboxError::Agent(a),
+            Err(e) => SandboxError::Reply(format!("{e:#}")),
+        })
     }
 
     /// One request to the agent, returning its reply whatever its `ok` says.
     /// A timeout kills the sandbox (the runtime may be stuck in native code no
     /// signal reaches); a closed socket or a malformed reply marks it dead.
-    pub fn call_raw(&mut self, req: &Request, timeout: Duration) -> Result<Value> {
-        let invoke = matches!(req, Request::Invoke { .. });
-        self.exchange(&agent::encode_frame(req), invoke, timeout)
+    pub fn call_raw(&mut self, req: &Request, timeout: Duration) -> Result<Value, SandboxError> {
+        self.exchange(&agent::encode_frame(req), timeout)
     }
 
     /// Sends `frame` as it is (a test's deliberately malformed request) and
     /// returns the agent's reply, as [`Sandbox::call_raw`] does.
-    pub fn call_bytes(&mut self, frame: &[u8], timeout: Duration) -> Result<Value> {
-        self.exchange(frame, false, timeout)
+    pub fn call_bytes(&mut self, frame: &[u8], timeout: Duration) -> Result<Value, SandboxError> {
+        self.exchange(frame, timeout)
     }
 
-    fn exchange(&mut self, frame: &[u8], invoke: bool, timeout: Duration) -> Result<Value> {
+    fn exchange(&mut self, frame: &[u8], timeout: Duration) -> Result<Value, SandboxError> {
         if !self.alive {
-            return Err(anyhow!("sandbox {} is no longer running", self.id));
+            return Err(self.gone());
         }
         let res = self
             .chan
             .send_bytes(frame)
             .and_then(|_| self.chan.recv(timeout));
-        self.finish_call(invoke, res, timeout)
+        self.finish_call(res, timeout)
     }
 
     /// One request to the agent during which the agent may make requests of
@@ -329,9 +300,9 @@ impl Sandbox {
         req: &Request,
         timeout: Duration,
         serve: &mut SdkServer<'_>,
-    ) -> Result<Value> {
+    ) -> Result<Value, SandboxError> {
         if !self.alive {
-            return Err(anyhow!("sandbox {} is no longer running", self.id));
+            return Err(self.gone());
         }
         let deadline = std::time::Instant::now() + timeout;
         let res = self.chan.send(req).and_then(|_| loop {
@@ -343,49 +314,46 @@ impl Sandbox {
             let (reply, fd) = serve(&msg, fds);
             self.chan.send_with_fd(&reply, fd.as_ref())?;
         });
-        self.finish_call(matches!(req, Request::Invoke { .. }), res, timeout)
+        self.finish_call(res, timeout)
+    }
+
+    fn gone(&self) -> SandboxError {
+        SandboxError::Gone {
+            id: self.id.clone(),
+        }
     }
 
     /// What a request's outcome means for the sandbox: a timeout kills it; a
     /// closed socket or a malformed reply marks it dead.
     fn finish_call(
         &mut self,
-        invoke: bool,
         res: Result<Value>,
         timeout: Duration,
-    ) -> Result<Value> {
-        match res {
-            Ok(reply) => {
-                let ok = reply.get("ok").and_then(Value::as_bool) == Some(true);
-                if ok && invoke {
-                    self.after_first_response();
-                }
-                Ok(reply)
-            }
-            Err(e) if e.downcast_ref::<Timeout>().is_some() => {
-                self.kill();
-                Err(anyhow!(
-                    "sandbox {} did not answer within {timeout:?}: killed",
-                    self.id
-                ))
-            }
-            Err(e) => {
-                self.kill();
-                let oom = self.cgroups.oom_kills();
-                if oom > 0 {
-                    return Err(anyhow!(
-                        "sandbox {}: killed by the kernel's OOM killer: it reached its memory limit of {} MiB (memory.oom_control: oom_kill {oom}); raise the limit or use less memory ({e:#})",
-                        self.id,
-                        self.memory_limit >> 20
-                    ));
-                }
-                let tail = self.log_tail(400);
-                Err(anyhow!(
-                    "sandbox {}: {e:#}; runtime log ends: {tail}",
-                    self.id
-                ))
-            }
+    ) -> Result<Value, SandboxError> {
+        let e = match res {
+            Ok(reply) => return Ok(reply),
+            Err(e) => e,
+        };
+        self.kill();
+        let id = self.id.clone();
+        // the channel's own error type (crate::agent) marks a timeout
+        if e.downcast_ref::<Timeout>().is_some() {
+            return Err(SandboxError::Timeout { id, after: timeout });
         }
+        let kills = self.cgroups.oom_kills();
+        if kills > 0 {
+            return Err(SandboxError::OomKilled {
+                id,
+                limit_mib: self.memory_limit >> 20,
+                kills,
+                cause: format!("{e:#}"),
+            });
+        }
+        Err(SandboxError::Died {
+            id,
+            cause: format!("{e:#}"),
+            log_tail: self.log_tail(400),
+        })
     }
 
     /// The host path of the runtime's stdout/stderr log.
@@ -393,62 +361,24 @@ impl Sandbox {
         &self.log_path
     }
 
-    /// dax: records which snapshot pages the runtime has written by now
-    /// (present and no longer the file's page: copied on write).
-    fn record_dax_writes(&mut self) {
-        let Some(DaxRecord { dir, key, regions }) = self.dax_record.take() else {
-            return;
-        };
-        let res = (|| -> Result<usize> {
-            let pm = pagemap::open(self.pid)?;
-            let mut pages = Vec::new();
-            let mut entries = Vec::new();
-            for &(start, end) in &regions {
-                pagemap::read(&pm, start, end, &mut entries)?;
-                for (i, e) in entries.iter().enumerate() {
-                    if e & pagemap::PRESENT != 0 && e & pagemap::FILE == 0 {
-                        pages.push(start + i as u64 * thaw_memory::PAGE_SIZE);
-                    }
-                }
-            }
-            Ok(thaw_memory::write_set::record(&dir, &key, &regions, pages)?
-                .ranges
-                .len())
-        })();
-        if let Err(e) = res {
-            thaw_output::errln!("thaw: warning: recording the dax write set failed: {e:#}");
+    /// The restore strategy's last phase: call once the first invocation
+    /// has answered (REAP records or checks its working set, dax its write
+    /// set). Only the first call does anything; a fresh instance has none.
+    pub fn after_first_response(&mut self) -> Option<&FirstResponse> {
+        if let Some(mut s) = self.strategy.take() {
+            let rt = thaw_restore::Runtime {
+                pid: self.pid,
+                pager: self.pager.as_ref(),
+            };
+            self.first_response = Some(s.after_first_response(&rt));
         }
+        self.first_response.as_ref()
     }
 
-    /// REAP and dax bookkeeping once the first invocation has answered.
-    fn after_first_response(&mut self) {
-        self.record_dax_writes();
-        let Some(st) = self.reap.take() else { return };
-        let Some(pager) = &self.pager else { return };
-        let mut out = ReapOutcome::default();
-        if st.record {
-            let faults = pager.recorded();
-            match thaw_memory::working_set::record(&st.dir, &st.key, &st.layout, &st.image, &faults)
-            {
-                Ok(idx) => out.recorded_pages = idx.pages(),
-                Err(e) => {
-                    out.warning = format!("recording the working set failed: {e:#}");
-                    thaw_output::errln!("thaw: warning: {}", out.warning);
-                }
-            }
-        } else {
-            out.faults_after_prefetch = pager.stats.faults();
-            if out.faults_after_prefetch as f64 > st.drift_share * st.ws_pages as f64 {
-                out.drift = true;
-                let _ = std::fs::write(st.dir.join(thaw_memory::working_set::WS_STALE), b"");
-            }
-        }
-        self.reap_outcome = Some(out);
-    }
-
-    /// The REAP outcome of this instance's first invocation, if it was restored with reap.
-    pub fn reap_outcome(&self) -> Option<&ReapOutcome> {
-        self.reap_outcome.as_ref()
+    /// What the restore strategy did at the first response, once reported
+    /// (see [`Sandbox::after_first_response`]).
+    pub fn first_response(&self) -> Option<&FirstResponse> {
+        self.first_response.as_ref()
     }
 
     pub(crate) fn channel(&mut self) -> &mut AgentChannel {

@@ -223,10 +223,7 @@ fn refill_loop(sh: &Shared) {
             Err(e) => {
                 st.stats.build_failures += 1;
                 st.stats.last_error = format!("{e:#}");
-                thaw_output::errln!(
-                    "thaw: warning: building a pooled sandbox failed: {}",
-                    st.stats.last_error
-                );
+                tracing::warn!("building a pooled sandbox failed: {}", st.stats.last_error);
                 let (st, _) = sh
                     .cv
                     .wait_timeout(st, RETRY_PAUSE)

@@ -8,7 +8,6 @@
 //! next invocation faults each page it touches back in through the page
 //! server, which logs it. A page's count is the number of invocations
 //! (epochs) that touched it: access frequency over time, not first touches.
-use crate::pagemap;
 use crate::ptrace::{self, REG_ORIG_RAX, REG_RAX, REG_RDI, REG_RDX, REG_RIP, REG_RSI};
 use crate::restore::{restore_with, Hooks};
 use crate::state::ProcessState;
@@ -21,8 +20,10 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::Duration;
+use thaw_memory::pagemap;
 use thaw_memory::tiering::{AccessProfile, ProfileClass};
-use thaw_memory::{strategy_by_name, ImageSource, PageSource, Region, PAGE_SIZE};
+use thaw_memory::{ImageSource, PageSource, Region, PAGE_SIZE};
+use thaw_restore::StrategyKind;
 use thaw_store::Snapshot;
 
 /// Runs `requests` (one epoch each, with the name of its class, e.g. the
@@ -54,14 +55,13 @@ pub fn profile(
         files,
         pages: Default::default(),
     });
-    let uffd = strategy_by_name("uffd")?;
     let hooks = Hooks {
         pager_source: Some(overlay.clone()),
         record: true,
         state: Some(state),
         ..Hooks::default()
     };
-    let (mut sb, _) = restore_with(snap, root, root_hash, uffd.as_ref(), cfg, hooks)?;
+    let (mut sb, _) = restore_with(snap, root, root_hash, StrategyKind::Uffd, cfg, hooks)?;
     // pages the restore handshake touches are touched by every cold start
     let handshake = take_pages(&sb);
     let mut prof = AccessProfile {

@@ -8,34 +8,26 @@
 use crate::pool::Prebuilt;
 use crate::sigframe;
 use crate::state::ProcessState;
-use crate::ReapState;
 use crate::{seccomp, Sandbox, SandboxConfig};
 use anyhow::{anyhow, bail, Context, Result};
 use serde::Serialize;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::os::unix::fs::MetadataExt;
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::Path;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
-use thaw_memory::tiering::{self, TierKind, TierLayout};
-use thaw_memory::write_set::{self, WriteSet};
-use thaw_memory::{working_set, Fill, ImageSource, PageServer, PageSource, RestoreStrategy};
+use thaw_memory::{ImageSource, PageServer, PageSource};
+use thaw_restore::{Arriving, MemoryPlan, StrategyKind, StrategyReport, Target};
 use thaw_restorer as r;
 use thaw_store::Snapshot;
 
-/// Descriptors the memory image and the TOSS tier files sit at inside the
-/// restorer (sent with the plan in this order).
-const IMAGE_FD: RawFd = r::PLAN_FD_BASE;
-const FAST_FD: RawFd = r::PLAN_FD_BASE + 1;
-const SLOW_FD: RawFd = r::PLAN_FD_BASE + 2;
-
 /// Timings and byte counts of one restore (the caller adds the first invocation).
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct RestoreReport {
-    pub strategy: String,
+    /// the strategy the restore ran as (a tiered restore that fell back: uffd)
+    pub strategy: StrategyKind,
     /// read and check the snapshot's state file
     pub state_load_ms: f64,
     /// namespaces, mounts, cgroups, exec of the restorer (with a pool:
@@ -56,25 +48,9 @@ pub struct RestoreReport {
     pub mapped_bytes: u64,
     /// bytes left to the page server
     pub lazy_bytes: u64,
-    /// REAP: "record", "prefetch", or "" for other strategies
-    pub ws_mode: String,
-    /// REAP: pages in the working set installed before resume
-    pub ws_pages: u64,
-    /// REAP: bytes of working set read (one read)
-    pub ws_bytes: u64,
-    /// REAP: installing the working set before resume (on the critical path)
-    pub prefetch_ms: f64,
-    /// REAP: reading the working set (overlapped with building the sandbox)
-    pub ws_read_ms: f64,
-    /// REAP: why a recorded working set could not be used (restore fell back to uffd)
-    pub ws_warning: String,
-    /// dax: pages copied before resume because the first invocation of an
-    /// earlier clone wrote them (0: none recorded yet; this restore records)
-    pub write_set_pages: u64,
-    /// TOSS: share of saved memory on the slow tier
-    pub slow_tier_share: f64,
-    /// TOSS: why the tier layout could not be used (restore fell back to uffd)
-    pub tier_warning: String,
+    /// the strategy's own figures and warnings
+    #[serde(flatten)]
+    pub figures: StrategyReport,
 }
 
 /// How long the restorer may take to rebuild memory and report. Generous:
@@ -88,7 +64,7 @@ pub fn restore(
     snap: &Snapshot,
     root: &Path,
     root_hash: &str,
-    strategy: &dyn RestoreStrategy,
+    strategy: StrategyKind,
     cfg: &SandboxConfig,
 ) -> Result<(Sandbox, RestoreReport)> {
     restore_with(snap, root, root_hash, strategy, cfg, Hooks::default())
@@ -100,7 +76,7 @@ pub fn restore_prebuilt(
     snap: &Snapshot,
     root: &Path,
     root_hash: &str,
-    strategy: &dyn RestoreStrategy,
+    strategy: StrategyKind,
     cfg: &SandboxConfig,
     prebuilt: Option<Prebuilt>,
 ) -> Result<(Sandbox, RestoreReport)> {
@@ -120,7 +96,7 @@ pub fn restore_observed(
     snap: &Snapshot,
     root: &Path,
     root_hash: &str,
-    strategy: &dyn RestoreStrategy,
+    strategy: StrategyKind,
     cfg: &SandboxConfig,
     on_spawn: &mut dyn FnMut(i32),
 ) -> Result<(Sandbox, RestoreReport)> {
@@ -129,16 +105,6 @@ pub fn restore_observed(
         ..Hooks::default()
     };
     restore_with(snap, root, root_hash, strategy, cfg, hooks)
-}
-
-/// What a streamed restore waits for, each as late as it can.
-pub trait Arriving: Send + Sync {
-    /// The image pages the restorer copies before resume (file-backed
-    /// regions' private pages): waited for before the plan is sent.
-    fn copied_pages(&self) -> Result<()>;
-    /// The REAP working set's files beside the snapshot: waited for by the
-    /// working-set reader, while the sandbox is being built.
-    fn working_set(&self) -> Result<()>;
 }
 
 /// A streamed restore's inputs.
@@ -158,21 +124,12 @@ pub fn restore_streamed(
     snap: &Snapshot,
     root: &Path,
     root_hash: &str,
-    strategy: &dyn RestoreStrategy,
+    strategy: StrategyKind,
     cfg: &SandboxConfig,
     streamed: Streamed,
 ) -> Result<(Sandbox, RestoreReport)> {
-    let anon = thaw_memory::Region {
-        start: 0,
-        end: thaw_memory::PAGE_SIZE,
-        anonymous: true,
-        runs: vec![],
-    };
-    if strategy.fill(&anon) != Fill::Lazy || strategy.uses_tiers() {
-        bail!(
-            "a streamed restore needs a lazy strategy (uffd or reap), not {}",
-            strategy.name()
-        );
+    if !strategy.start().streams() {
+        bail!("a streamed restore needs a lazy strategy (uffd or reap), not {strategy}");
     }
     let hooks = Hooks {
         pager_source: Some(streamed.source),
@@ -204,7 +161,7 @@ pub(crate) fn restore_with(
     snap: &Snapshot,
     root: &Path,
     root_hash: &str,
-    strategy: &dyn RestoreStrategy,
+    kind: StrategyKind,
     cfg: &SandboxConfig,
     hooks: Hooks<'_>,
 ) -> Result<(Sandbox, RestoreReport)> {
@@ -217,12 +174,7 @@ pub(crate) fn restore_with(
         image: streamed_image,
     } = hooks;
     let arriving = streamed_image.as_ref().map(|(_, a)| a.clone());
-    let streamed = arriving.is_some();
     let t0 = Instant::now();
-    let mut rep = RestoreReport {
-        strategy: strategy.name().into(),
-        ..Default::default()
-    };
     if snap.manifest.runtime_root != root_hash {
         bail!(
             "snapshot {} was taken on runtime root {}, but the root given is {root_hash}; rebuild the snapshot",
@@ -238,100 +190,43 @@ pub(crate) fn restore_with(
         None => ProcessState::decode(&snap.load_state()?)
             .with_context(|| format!("snapshot {}", snap.dir.display()))?,
     };
-    if strategy.uses_write_set() && !thaw_store::secure::on_dram(&snap.dir)? {
-        bail!(
-            "the dax strategy maps the image in place and needs a byte-addressable tier (DRAM/pmem); snapshot {} is on a block device",
-            snap.dir.display()
-        );
-    }
     // verified, and unchangeable while in use (sealed memfd or immutable
     // file); a streamed image is verified chunk by chunk as it arrives
     let image = match streamed_image {
         Some((f, _)) => f,
         None => snap.open_image()?,
     };
-    rep.state_load_ms = ms(t0);
+    let state_load_ms = ms(t0);
+    let key = snapshot_key(snap);
+    let layout = Arc::new(state.memory.clone());
+    let prots: Vec<u32> = state.vmas.iter().map(|v| v.prot).collect();
+    let target = Target {
+        dir: &snap.dir,
+        key: &key,
+        layout: &layout,
+        prots: &prots,
+        image: &image,
+        drift_share: cfg.drift_share,
+        arriving: arriving.clone(),
+    };
 
-    // TOSS: pages come from the fast and slow tier files; if the layout is
-    // missing or bad, fall back to plain uffd rather than risk a wrong runtime
-    let uffd_fallback;
-    let mut strategy = strategy;
-    let mut tiers = None;
-    if strategy.uses_tiers() {
-        match load_tiers(snap, &state) {
-            Ok(t) => {
-                rep.slow_tier_share = t.0.slow_share;
-                tiers = Some(t);
-            }
-            Err(e) => {
-                rep.tier_warning = format!("{e:#}");
-                thaw_output::errln!(
-                    "thaw: warning: tier layout of {} unusable ({e:#}); restoring with plain uffd",
-                    snap.dir.display()
-                );
-                uffd_fallback = thaw_memory::strategy_by_name("uffd")?;
-                strategy = uffd_fallback.as_ref();
-                rep.strategy = "uffd".into();
-            }
-        }
-    }
-
-    // REAP: read the working set (one large O_DIRECT read) while the sandbox
-    // is being built; it is installed once the userfaultfd arrives
-    let ws_loader = strategy.uses_working_set().then(|| {
-        let (dir, key, layout) = (snap.dir.clone(), snapshot_key(snap), state.memory.clone());
-        let arriving = arriving.clone();
-        std::thread::spawn(move || {
-            if let Some(a) = arriving {
-                a.working_set()?;
-            }
-            working_set::load(&dir, &key, &layout)
-        })
-    });
-
-    // dax: the pages earlier clones wrote are copied before resume
-    let mut write_set = None;
-    if strategy.uses_write_set() {
-        match write_set::load(&snap.dir, &snapshot_key(snap), &state.memory) {
-            Ok(ws) => write_set = ws,
-            Err(e) => thaw_output::errln!("thaw: warning: {e:#}; recording a new dax write set"),
-        }
-        rep.write_set_pages = write_set.as_ref().map(|w| w.pages()).unwrap_or(0);
-    }
+    // phase 1, prepare: overlaps building the sandbox (REAP's read)
+    let mut strategy = kind.start();
+    strategy.prepare(&target)?;
 
     let t1 = Instant::now();
-    let mut sb = match prebuilt.filter(|p| p.sb.root == root) {
-        Some(p) => {
-            rep.pooled = true;
-            p.sb
-        }
-        None => Prebuilt::build(root, cfg)?.sb,
+    let (mut sb, pooled) = match prebuilt.filter(|p| p.sb.root == root) {
+        Some(p) => (p.sb, true),
+        None => (Prebuilt::build(root, cfg)?.sb, false),
     };
     let pid = sb.pid;
-    rep.sandbox_ms = ms(t1);
-    let plan = build_plan(
-        &state,
-        strategy,
-        sb.uid(),
-        tiers.as_ref().map(|t| &t.0),
-        write_set.as_ref(),
-        &mut rep,
-    )?;
-    let lazy = plan.header.flags & r::PLAN_LAZY != 0;
-    let encoded = plan.encode().map_err(|e| anyhow!(e))?;
+    let sandbox_ms = ms(t1);
 
-    if strategy.uses_write_set() && write_set.is_none() {
-        sb.dax_record = Some(crate::DaxRecord {
-            dir: snap.dir.clone(),
-            key: snapshot_key(snap),
-            regions: state
-                .memory
-                .regions
-                .iter()
-                .map(|r| (r.start, r.end))
-                .collect(),
-        });
-    }
+    // phase 2, plan: what the restorer maps, copies and leaves lazy
+    let mut memory = strategy.plan(&target)?;
+    let lazy = memory.lazy();
+    let plan = build_plan(&state, &mut memory, sb.uid())?;
+    let encoded = plan.encode().map_err(|e| anyhow!(e))?;
 
     if let Some(f) = on_spawn {
         f(pid);
@@ -342,9 +237,7 @@ pub(crate) fn restore_with(
     let sock = sb.channel().socket().try_clone()?;
     sock.set_read_timeout(Some(RESTORER_REPORT_DEADLINE))?;
     let mut plan_fds = vec![image.as_raw_fd()];
-    if let Some((_, fast, slow)) = &tiers {
-        plan_fds.extend([fast.as_raw_fd(), slow.as_raw_fd()]);
-    }
+    plan_fds.extend(&memory.extra_fds);
     crate::cmsg::send_with_fds(&sock, &encoded, &plan_fds)
         .context("sending the plan to the restorer")?;
     let (uffd, first) = if lazy {
@@ -383,77 +276,26 @@ pub(crate) fn restore_with(
             std::io::Error::from_raw_os_error(status.err)
         );
     }
-    rep.memory_setup_ms = status.setup_ns as f64 / 1e6;
     if lazy {
         let uffd = uffd.ok_or_else(|| anyhow!("restorer did not send its userfaultfd"))?;
-        let layout = Arc::new(state.memory.clone());
-        let mut record = record_faults;
-        if let Some(loader) = ws_loader {
-            let key = snapshot_key(snap);
-            let ws = loader
-                .join()
-                .map_err(|_| anyhow!("working-set reader panicked"))?;
-            let t = Instant::now();
-            let ws = ws.and_then(|ws| match ws {
-                Some(ws) => ws.install(uffd.as_raw_fd()).map(|_| Some(ws)),
-                None => Ok(None),
-            });
-            match ws {
-                Ok(Some(ws)) => {
-                    rep.ws_mode = "prefetch".into();
-                    rep.ws_pages = ws.index.pages();
-                    rep.ws_bytes = ws.index.ws_len;
-                    // reading overlapped the sandbox set-up: report both
-                    rep.prefetch_ms = ms(t);
-                    rep.ws_read_ms = ws.load_ns as f64 / 1e6;
-                    sb.reap = Some(ReapState {
-                        dir: snap.dir.clone(),
-                        key,
-                        ws_pages: rep.ws_pages,
-                        drift_share: cfg.drift_share,
-                        record: false,
-                        image: image.try_clone()?,
-                        layout: layout.clone(),
-                    });
-                }
-                Ok(None) | Err(_) if streamed => {
-                    let why = ws
-                        .err()
-                        .map_or("none was recorded".into(), |e| format!("{e:#}"));
-                    bail!("a streamed REAP restore needs a usable working set: {why}");
-                }
-                Ok(None) | Err(_) => {
-                    if let Err(e) = ws {
-                        rep.ws_warning = format!("{e:#}");
-                        thaw_output::errln!("thaw: warning: working set of {} unusable ({e:#}); restoring with plain uffd and recording a new one", snap.dir.display());
-                    }
-                    rep.ws_mode = "record".into();
-                    record = true;
-                    sb.reap = Some(ReapState {
-                        dir: snap.dir.clone(),
-                        key,
-                        ws_pages: 0,
-                        drift_share: cfg.drift_share,
-                        record: true,
-                        image: image.try_clone()?,
-                        layout: layout.clone(),
-                    });
-                }
-            }
-        }
-        let pid_for_kill = pid;
+        // phase 3, serve: the strategy's prefetch, then the page server
+        let serve = strategy.serve(&target, uffd.as_fd())?;
         let on_fatal = Box::new(move |why: String| {
-            thaw_output::errln!(
-                "thaw: page server for pid {pid_for_kill} failed: {why}; killing the sandbox"
-            );
+            tracing::error!("page server for pid {pid} failed: {why}; killing the sandbox");
             // SAFETY: signalling our own child; reaped by Sandbox::kill.
-            unsafe { libc::kill(pid_for_kill, libc::SIGKILL) };
+            unsafe { libc::kill(pid, libc::SIGKILL) };
         });
         let source: Arc<dyn PageSource> = match pager_source {
             Some(s) => s,
             None => Arc::new(ImageSource(image.try_clone()?)),
         };
-        sb.pager = Some(PageServer::spawn(uffd, layout, source, record, on_fatal)?);
+        sb.pager = Some(PageServer::spawn(
+            uffd,
+            layout.clone(),
+            source,
+            record_faults || serve.record,
+            on_fatal,
+        )?);
     }
 
     let t2 = Instant::now();
@@ -470,8 +312,21 @@ pub(crate) fn restore_with(
         Duration::from_secs(30),
     )
     .context("the restored runtime did not answer")?;
-    rep.resume_ms = ms(t2);
-    rep.total_ms = ms(t0);
+    let rep = RestoreReport {
+        strategy: strategy.kind(),
+        state_load_ms,
+        sandbox_ms,
+        pooled,
+        memory_setup_ms: status.setup_ns as f64 / 1e6,
+        resume_ms: ms(t2),
+        total_ms: ms(t0),
+        copied_bytes: memory.copied_bytes,
+        mapped_bytes: memory.mapped_bytes,
+        lazy_bytes: memory.lazy_bytes,
+        figures: strategy.report(),
+    };
+    // phase 4 runs when the caller reports the first response
+    sb.strategy = Some(strategy);
     Ok((sb, rep))
 }
 
@@ -482,46 +337,6 @@ pub fn snapshot_key(snap: &Snapshot) -> String {
 
 fn ms(t: Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1e3
-}
-
-/// Runs `verify` (a checksum over the TOSS tier files) the first time this
-/// process uses those files, and again whenever one changed: keyed by
-/// device, inode, size and ctime (unlike mtime, ctime cannot be set back).
-/// A full hash on every restore would read every page and defeat lazy restore.
-fn verify_once(files: &[&File], verify: impl FnOnce() -> Result<()>) -> Result<()> {
-    let keys = files
-        .iter()
-        .map(|f| image_key(f))
-        .collect::<Result<Vec<_>>>()?;
-    let seen = {
-        let v = verified().lock().unwrap_or_else(|p| p.into_inner());
-        keys.iter().all(|k| v.contains(k))
-    };
-    if !seen {
-        verify()?;
-        verified()
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .extend(keys);
-    }
-    Ok(())
-}
-
-type ImageKey = (u64, u64, u64, i64);
-
-fn verified() -> &'static Mutex<HashSet<ImageKey>> {
-    static SEEN: OnceLock<Mutex<HashSet<ImageKey>>> = OnceLock::new();
-    SEEN.get_or_init(Default::default)
-}
-
-fn image_key(image: &File) -> Result<ImageKey> {
-    let m = image.metadata()?;
-    Ok((
-        m.dev(),
-        m.ino(),
-        m.size(),
-        m.ctime_nsec() + m.ctime() * 1_000_000_000,
-    ))
 }
 
 /// The restorer ELF in a sealed memfd, made once per process.
@@ -551,35 +366,28 @@ pub(crate) fn restorer_memfd() -> Result<RawFd> {
     Ok(FD.get().expect("just set").as_raw_fd())
 }
 
-/// The tier layout, checked (CRCs once per process), and both files opened.
-fn load_tiers(snap: &Snapshot, state: &ProcessState) -> Result<(TierLayout, File, File)> {
-    let tl = tiering::load(&snap.dir, &snapshot_key(snap), &state.memory)?
-        .ok_or_else(|| anyhow!("no tier layout (run `thaw tier` first)"))?;
-    let fast = File::open(&tl.fast.path)?;
-    let slow = File::open(&tl.slow.path)?;
-    verify_once(&[&fast, &slow], || tiering::verify_files(&tl))?;
-    Ok((tl, fast, slow))
-}
-
-fn build_plan(
-    state: &ProcessState,
-    strategy: &dyn RestoreStrategy,
-    uid: u32,
-    tiers: Option<&TierLayout>,
-    write_set: Option<&WriteSet>,
-    rep: &mut RestoreReport,
-) -> Result<r::Plan> {
-    let mut tier_runs = tiers.map(|t| t.runs.iter().peekable());
-    let mut write_ranges = write_set.map(|w| w.ranges.iter().peekable());
-    let mut plan = r::Plan::default();
+/// The restorer's plan: the strategy's memory plan inside the mappings,
+/// plus the process state every restore carries.
+fn build_plan(state: &ProcessState, memory: &mut MemoryPlan, uid: u32) -> Result<r::Plan> {
+    if memory.regions.len() != state.vmas.len() {
+        bail!(
+            "the memory plan has {} regions for {} mappings",
+            memory.regions.len(),
+            state.vmas.len()
+        );
+    }
+    let mut plan = r::Plan {
+        runs: std::mem::take(&mut memory.runs),
+        ..r::Plan::default()
+    };
     let mut paths: HashMap<&str, i32> = HashMap::new();
-    let mut lazy = false;
-    for (v, region) in state.vmas.iter().zip(&state.memory.regions) {
-        let mut fill = strategy.fill(region);
-        if fill == Fill::Lazy && !region.anonymous {
-            fill = Fill::Copy;
-        }
-        let mut flags = 0;
+    for ((v, region), mp) in state
+        .vmas
+        .iter()
+        .zip(&state.memory.regions)
+        .zip(&memory.regions)
+    {
+        let mut flags = mp.flags;
         if region.anonymous {
             flags |= r::VMA_ANON;
         }
@@ -592,65 +400,6 @@ fn build_plan(
                 .or_insert_with(|| plan.add_string(p)),
             None => -1,
         };
-        if fill == Fill::MapPopulate && !region.anonymous {
-            flags |= r::VMA_POPULATE;
-        }
-        let first_run = plan.runs.len() as u32;
-        if fill == Fill::Lazy {
-            flags |= r::VMA_LAZY;
-            lazy = true;
-            rep.lazy_bytes += region.saved_bytes();
-        } else if let Some(tr) = tier_runs.as_mut() {
-            while let Some(t) = tr.next_if(|t| t.addr < region.end) {
-                let slow = t.tier == TierKind::Slow;
-                plan.runs.push(r::PlanRun {
-                    addr: t.addr,
-                    len: t.len,
-                    img_off: t.off,
-                    img_fd: if slow { SLOW_FD } else { FAST_FD },
-                    // readahead off on the slow tier: its pages are the sparse,
-                    // rarely touched ones (the SYSTOR'22 advice)
-                    fill: if slow {
-                        r::FILL_MAP_RANDOM
-                    } else {
-                        r::FILL_MAP
-                    },
-                });
-                rep.mapped_bytes += t.len;
-            }
-        } else {
-            for run in &region.runs {
-                plan.runs.push(r::PlanRun {
-                    addr: run.addr,
-                    len: run.len,
-                    img_off: run.file_off,
-                    img_fd: IMAGE_FD,
-                    fill: match fill {
-                        Fill::Map => r::FILL_MAP,
-                        Fill::MapPopulate => r::FILL_MAP_POPULATE,
-                        _ => r::FILL_COPY,
-                    },
-                });
-                if matches!(fill, Fill::Map | Fill::MapPopulate) {
-                    rep.mapped_bytes += run.len;
-                } else {
-                    rep.copied_bytes += run.len;
-                }
-            }
-        }
-        if let Some(wr) = write_ranges.as_mut() {
-            while let Some(&(a, len)) = wr.next_if(|w| w.0 < region.end) {
-                if v.prot & libc::PROT_WRITE as u32 != 0 && a >= region.start {
-                    plan.runs.push(r::PlanRun {
-                        addr: a,
-                        len,
-                        img_off: 0,
-                        img_fd: -1,
-                        fill: r::FILL_POPULATE_WRITE,
-                    });
-                }
-            }
-        }
         plan.vmas.push(r::PlanVma {
             start: v.start,
             end: v.end,
@@ -658,8 +407,8 @@ fn build_plan(
             prot: v.prot,
             flags,
             path_off,
-            first_run,
-            n_runs: plan.runs.len() as u32 - first_run,
+            first_run: mp.first_run,
+            n_runs: mp.n_runs,
             reserved: 0,
         });
     }
@@ -670,7 +419,7 @@ fn build_plan(
         mm: state.mm.clone(),
         uid,
         gid: uid,
-        flags: if lazy { r::PLAN_LAZY } else { 0 },
+        flags: if memory.lazy() { r::PLAN_LAZY } else { 0 },
         fs_base: state.regs[sigframe::FS_BASE],
         gs_base: state.regs[sigframe::GS_BASE],
     };

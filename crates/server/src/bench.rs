@@ -156,7 +156,7 @@ fn measure(app: &crate::App, socket: &std::path::Path, o: &Options) -> Result<Re
     // warm, interleaved: in-process on our own instance, then via the API
     let (mut sb, _) = app
         .worker
-        .restore_user(&snap, &v.rec.strategy, &v.func, None)?;
+        .restore_user(&snap, v.rec.strategy.parse()?, &v.func, None)?;
     invoke(&mut c, "")?;
     let (mut inproc, mut api) = (Vec::new(), Vec::new());
     for _ in 0..o.warm_runs {
@@ -208,7 +208,7 @@ fn measure(app: &crate::App, socket: &std::path::Path, o: &Options) -> Result<Re
         let t = Instant::now();
         let (mut sb, _) = app
             .worker
-            .restore_user(&snap, &v.rec.strategy, &v.func, None)?;
+            .restore_user(&snap, v.rec.strategy.parse()?, &v.func, None)?;
         thaw_worker::after_restore(&mut sb, &format!("direct-{i}"), timeout)?;
         let r = thaw_worker::invoke_event(&mut sb, &event, timeout)?;
         direct.push(ms(t));

@@ -567,7 +567,7 @@ pub fn snapshot(
             // already prefetch
             let (mut sb, _) = app
                 .worker
-                .restore_user(&snap, "reap", func, None)
+                .restore_user(&snap, thaw_sandbox::StrategyKind::Reap, func, None)
                 .map_err(|e| bad(format!("recording the working set: {e:#}")))?;
             warm_up(&mut sb, rec, Some(ev))?;
         }

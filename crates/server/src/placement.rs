@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 use thaw_policy::placement::{self as model, FunctionProfile, TierOption};
+use thaw_sandbox::{StrategyKind, WsMode};
 use thaw_store::Snapshot;
 use thaw_tiers::{probe::ReaderResult, Kind, TierConfig, TiersConfig};
 use thaw_worker::UserFunction;
@@ -106,7 +107,9 @@ fn measure(
         Ok(t.elapsed().as_secs_f64() * 1e3)
     };
     let Some(ev) = sample else {
-        let (_, rep) = app.worker.restore_user(snap, "mmap", func, None)?;
+        let (_, rep) = app
+            .worker
+            .restore_user(snap, StrategyKind::Mmap, func, None)?;
         let p = FunctionProfile {
             name: rec.name.clone(),
             image_mib,
@@ -118,23 +121,27 @@ fn measure(
         return Ok((p, false));
     };
     // the first restore records the working set at its first invocation
-    let (mut sb, _) = app.worker.restore_user(snap, "reap", func, None)?;
+    let (mut sb, _) = app
+        .worker
+        .restore_user(snap, StrategyKind::Reap, func, None)?;
     run(&mut sb, ev)?;
     drop(sb);
-    let (mut sb, rep) = app.worker.restore_user(snap, "reap", func, None)?;
+    let (mut sb, rep) = app
+        .worker
+        .restore_user(snap, StrategyKind::Reap, func, None)?;
     run(&mut sb, ev)?;
     let exec_ms = run(&mut sb, ev)?;
-    let measured = rep.ws_mode == "prefetch";
+    let measured = rep.figures.ws_mode == WsMode::Prefetch;
     let p = FunctionProfile {
         name: rec.name.clone(),
         image_mib,
         ws_mib: if measured {
-            mib(rep.ws_bytes)
+            mib(rep.figures.ws_bytes)
         } else {
             image_mib
         },
         exec_ms,
-        fixed_ms: (rep.total_ms - rep.prefetch_ms).max(0.0),
+        fixed_ms: (rep.total_ms - rep.figures.prefetch_ms).max(0.0),
         cold_starts_per_hour: COLD_STARTS_PER_HOUR,
     };
     Ok((p, measured))

@@ -910,7 +910,12 @@ fn instance_thread(
     let restored = {
         let placed = v.placed.read().unwrap_or_else(|p| p.into_inner());
         placed.as_ref().map(|p| {
-            let r = worker.restore_user(&p.snap, &v.rec.strategy, &v.func, v.sandboxes.as_ref());
+            let r = v
+                .rec
+                .strategy
+                .parse()
+                .map_err(anyhow::Error::from)
+                .and_then(|s| worker.restore_user(&p.snap, s, &v.func, v.sandboxes.as_ref()));
             (r, p.tier.clone())
         })
     };

@@ -13,6 +13,7 @@ use thaw_sandbox::agent::{Event, Reply, Request};
 use thaw_sandbox::{
     checkpoint, CheckpointReport, RestoreReport, Sandbox, SandboxConfig, SandboxPool,
 };
+pub use thaw_sandbox::{StrategyKind, WsMode};
 use thaw_store::{Snapshot, Tier};
 
 pub use thaw_runtime::FunctionInfo;
@@ -225,7 +226,11 @@ impl Worker {
         Ok(self.deploy_locked(function, lock)?.0)
     }
 
-    pub fn restore(&self, snap: &Snapshot, strategy: &str) -> Result<(Sandbox, RestoreReport)> {
+    pub fn restore(
+        &self,
+        snap: &Snapshot,
+        strategy: StrategyKind,
+    ) -> Result<(Sandbox, RestoreReport)> {
         self.restore_with(snap, strategy, &self.cfg, self.pool.as_ref())
     }
 
@@ -234,15 +239,14 @@ impl Worker {
     pub fn restore_streamed(
         &self,
         snap: &Snapshot,
-        strategy: &str,
+        strategy: StrategyKind,
         streamed: thaw_sandbox::Streamed,
     ) -> Result<(Sandbox, RestoreReport)> {
-        let s = thaw_memory::strategy_by_name(strategy)?;
         thaw_sandbox::restore_streamed(
             snap,
             &self.root.path,
             &self.root.hash,
-            s.as_ref(),
+            strategy,
             &self.cfg,
             streamed,
         )
@@ -253,11 +257,10 @@ impl Worker {
     fn restore_with(
         &self,
         snap: &Snapshot,
-        strategy: &str,
+        strategy: StrategyKind,
         cfg: &SandboxConfig,
         pool: Option<&SandboxPool>,
     ) -> Result<(Sandbox, RestoreReport)> {
-        let s = thaw_memory::strategy_by_name(strategy)?;
         let prebuilt = pool
             .filter(|p| p.config() == cfg)
             .and_then(SandboxPool::take);
@@ -265,7 +268,7 @@ impl Worker {
             snap,
             &self.root.path,
             &self.root.hash,
-            s.as_ref(),
+            strategy,
             cfg,
             prebuilt,
         )
@@ -371,7 +374,7 @@ impl Worker {
         for c in &mut profile.classes {
             let mut t = Vec::new();
             for _ in 0..3 {
-                let (mut sb, _) = self.restore(&snap, "mmap")?;
+                let (mut sb, _) = self.restore(&snap, StrategyKind::Mmap)?;
                 t.push(invoke(&mut sb, &c.name, INVOKE_TIMEOUT)?.latency_ms);
             }
             t.sort_by(f64::total_cmp);
@@ -511,7 +514,7 @@ impl Worker {
     pub fn restore_user(
         &self,
         snap: &Snapshot,
-        strategy: &str,
+        strategy: StrategyKind,
         func: &UserFunction,
         pool: Option<&SandboxPool>,
     ) -> Result<(Sandbox, RestoreReport)> {
@@ -562,7 +565,9 @@ pub fn after_restore(
 /// (timeout, crash, protocol violation).
 pub fn invoke_event(sb: &mut Sandbox, event: &Value, timeout: Duration) -> Result<Invoked> {
     let (req, hard) = invoke_request(event, timeout);
-    Invoked::decode(sb.call_raw(&req, hard)?)
+    let invoked = Invoked::decode(sb.call_raw(&req, hard)?)?;
+    first_response(sb, &invoked);
+    Ok(invoked)
 }
 
 /// [`invoke_event`] for a function that may use the in-sandbox SDK
@@ -574,7 +579,17 @@ pub fn invoke_event_serving(
     serve: &mut thaw_sandbox::SdkServer<'_>,
 ) -> Result<Invoked> {
     let (req, hard) = invoke_request(event, timeout);
-    Invoked::decode(sb.call_serving(&req, hard, serve)?)
+    let invoked = Invoked::decode(sb.call_serving(&req, hard, serve)?)?;
+    first_response(sb, &invoked);
+    Ok(invoked)
+}
+
+/// The restore strategy's last phase, after an invocation answered (a
+/// function error counts as no response: the strategy waits for a real one).
+fn first_response(sb: &mut Sandbox, invoked: &Invoked) {
+    if invoked.output.is_ok() {
+        sb.after_first_response();
+    }
 }
 
 fn invoke_request(event: &Value, timeout: Duration) -> (Request, Duration) {
@@ -597,10 +612,12 @@ pub fn invoke(sb: &mut Sandbox, size: &str, timeout: Duration) -> Result<Invocat
     let (output, exec_ms) = sb
         .call(&Request::invoke_size(size), timeout)?
         .into_invoke()?;
+    let latency_ms = ms(t);
+    sb.after_first_response();
     Ok(Invocation {
         output,
         exec_ms,
-        latency_ms: ms(t),
+        latency_ms,
     })
 }
 

@@ -6,6 +6,7 @@ use common::*;
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::Duration;
+use thaw_worker::StrategyKind;
 use thaw_worker::{invoke, Worker};
 
 /// Our children (pids whose parent is this test process).
@@ -75,7 +76,7 @@ fn pool_64_restores_leave_nothing_behind() {
     for i in 0..64 {
         assert!(pool.wait_full(Duration::from_secs(30)), "pool not refilled");
         let waiting = pool.waiting_pids();
-        let (mut sb, rep) = w.restore(&snap, "mmap").expect("restore");
+        let (mut sb, rep) = w.restore(&snap, StrategyKind::Mmap).expect("restore");
         assert!(rep.pooled, "restore {i} did not use the pool");
         assert!(
             waiting.contains(&sb.pid()),
@@ -126,7 +127,9 @@ fn a_pooled_sandbox_killed_while_waiting_is_discarded() {
     {
         std::thread::sleep(Duration::from_millis(1));
     }
-    let (mut sb, rep) = w.restore(&snap, "mmap").expect("restore past the dead one");
+    let (mut sb, rep) = w
+        .restore(&snap, StrategyKind::Mmap)
+        .expect("restore past the dead one");
     assert!(rep.pooled);
     assert_ne!(sb.pid(), victim);
     let inv = invoke(&mut sb, "I", T).expect("invoke");

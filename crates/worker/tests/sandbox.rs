@@ -10,6 +10,7 @@ use thaw_sandbox::agent::{Reply, Request};
 use thaw_sandbox::{checkpoint, Sandbox, SandboxConfig};
 use thaw_store::Snapshot;
 use thaw_worker::invoke;
+use thaw_worker::StrategyKind;
 
 /// No cgroup of ours is left without processes, and no child is a zombie.
 /// Other tests run in parallel and may be between killing a sandbox and
@@ -95,7 +96,7 @@ fn restore_with_each_strategy_continues_where_it_stopped() {
         // the original keeps serving after its snapshot
         let out = invoke(&mut fresh, "I", T).unwrap();
         w.check(f, "I", &out.output).unwrap();
-        for s in ["eager", "mmap", "uffd"] {
+        for s in [StrategyKind::Eager, StrategyKind::Mmap, StrategyKind::Uffd] {
             let (mut sb, rep) = w.restore(&snap, s).unwrap();
             assert_no_restorer_left(sb.pid());
             for size in ["I", "II"] {
@@ -109,7 +110,7 @@ fn restore_with_each_strategy_continues_where_it_stopped() {
                 matches!(h, Reply::Health { invocations: 2, .. }),
                 "{f} {s}: {h:?}"
             );
-            if s == "uffd" {
+            if s == StrategyKind::Uffd {
                 let faults = sb.pager().unwrap().stats.faults();
                 assert!(faults > 0, "uffd restore served no faults");
                 assert!(rep.lazy_bytes > 0);
@@ -141,7 +142,13 @@ fn sixteen_concurrent_clones_are_isolated() {
         .map(|i| {
             let (b, snap) = (barrier.clone(), snap.clone());
             std::thread::spawn(move || {
-                let s = ["eager", "mmap", "uffd", "reap", "dax"][i % 5];
+                let s = [
+                    StrategyKind::Eager,
+                    StrategyKind::Mmap,
+                    StrategyKind::Uffd,
+                    StrategyKind::Reap,
+                    StrategyKind::Dax,
+                ][i % 5];
                 let (mut sb, _) = worker()
                     .restore(&snap, s)
                     .unwrap_or_else(|e| panic!("clone {i} ({s}): {e:#}"));
@@ -179,7 +186,7 @@ fn sixteen_concurrent_clones_are_isolated() {
     assert_eq!(uniq.len(), n, "clones share random state: {randoms:?}");
     // the snapshot is untouched by all those writes
     snap.verify_memory().unwrap();
-    let (mut sb, _) = w.restore(&snap, "mmap").unwrap();
+    let (mut sb, _) = w.restore(&snap, StrategyKind::Mmap).unwrap();
     assert_eq!(explicit(&mut sb, json!({}))["value"], Value::Null);
     drop(sb);
     assert_nothing_leaked();
@@ -202,8 +209,13 @@ fn rewrite_manifest(dir: &std::path::Path, edit: impl FnOnce(&mut Value)) {
 
 fn restore_err(snap_dir: &std::path::Path, root: &std::path::Path, hash: &str) -> String {
     let res = Snapshot::open(snap_dir).and_then(|s| {
-        let strat = thaw_memory::strategy_by_name("eager")?;
-        thaw_sandbox::restore(&s, root, hash, strat.as_ref(), &SandboxConfig::default())
+        thaw_sandbox::restore(
+            &s,
+            root,
+            hash,
+            StrategyKind::Eager,
+            &SandboxConfig::default(),
+        )
     });
     match res {
         Ok(_) => panic!("restore of {} should have failed", snap_dir.display()),
@@ -341,9 +353,8 @@ fn hostile_code_is_contained_fresh_and_restored() {
         &w.root.hash,
     )
     .unwrap();
-    let strat = thaw_memory::strategy_by_name("mmap").unwrap();
     let (mut restored, _) =
-        thaw_sandbox::restore(&snap, &w.root.path, &w.root.hash, strat.as_ref(), &cfg).unwrap();
+        thaw_sandbox::restore(&snap, &w.root.path, &w.root.hash, StrategyKind::Mmap, &cfg).unwrap();
     for attack in [
         "read_host",
         "ptrace",

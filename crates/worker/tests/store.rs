@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use thaw_sandbox::checkpoint;
 use thaw_store::secure;
 use thaw_worker::invoke;
+use thaw_worker::StrategyKind;
 
 #[test]
 fn restores_racing_redeploys_see_old_or_new_whole() {
@@ -22,7 +23,7 @@ fn restores_racing_redeploys_see_old_or_new_whole() {
             s.spawn(|| {
                 while !done.load(Ordering::Relaxed) {
                     let snap = w.snapshot("helloworld", &t).unwrap();
-                    for strategy in ["mmap", "eager"] {
+                    for strategy in [StrategyKind::Mmap, StrategyKind::Eager] {
                         let (mut sb, _) = w
                             .restore(&snap, strategy)
                             .unwrap_or_else(|e| panic!("restore of {}: {e:#}", snap.dir.display()));
@@ -60,7 +61,7 @@ fn a_changed_image_is_sealed_away_or_an_integrity_error() {
     let w = worker();
     for t in [tier("integrity"), disk_tier("integrity")] {
         let snap = w.snapshot("helloworld", &t).unwrap();
-        let (mut sb, _) = w.restore(&snap, "mmap").unwrap();
+        let (mut sb, _) = w.restore(&snap, StrategyKind::Mmap).unwrap();
         w.check("helloworld", "I", &invoke(&mut sb, "I", T).unwrap().output)
             .unwrap();
         drop(sb);
@@ -91,7 +92,7 @@ fn a_changed_image_is_sealed_away_or_an_integrity_error() {
             .unwrap();
         if on_disk {
             secure::set_immutable(&path, true).unwrap();
-            let e = format!("{:#}", w.restore(&snap, "mmap").err().unwrap());
+            let e = format!("{:#}", w.restore(&snap, StrategyKind::Mmap).err().unwrap());
             assert!(
                 e.contains("integrity") && e.contains(&*path.to_string_lossy()),
                 "{e}"
@@ -100,7 +101,7 @@ fn a_changed_image_is_sealed_away_or_an_integrity_error() {
             secure::remove_tree(t.path.parent().unwrap()).unwrap();
         } else {
             // served from the sealed memfd verified before the change
-            for strategy in ["mmap", "eager", "uffd"] {
+            for strategy in [StrategyKind::Mmap, StrategyKind::Eager, StrategyKind::Uffd] {
                 let (mut sb, _) = w.restore(&snap, strategy).unwrap();
                 let out = invoke(&mut sb, "I", T).unwrap();
                 w.check("helloworld", "I", &out.output).unwrap();

@@ -8,12 +8,12 @@ use thaw_memory::tiering::{CostParams, TIERS_FILE};
 use thaw_memory::working_set::{WS_IMAGE, WS_INDEX, WS_STALE};
 use thaw_sandbox::SandboxConfig;
 use thaw_store::Snapshot;
-use thaw_worker::invoke;
+use thaw_worker::{invoke, StrategyKind, WsMode};
 
 fn out_of(
     w: &thaw_worker::Worker,
     snap: &Snapshot,
-    strategy: &str,
+    strategy: StrategyKind,
     size: &str,
 ) -> (Value, thaw_sandbox::RestoreReport) {
     let (mut sb, rep) = w
@@ -35,22 +35,22 @@ fn every_strategy_restores_every_function_correctly() {
         let sizes = vec!["I".to_string(), "II".to_string()];
         w.make_tiered(&f.name, &fast, &slow, &sizes, 1, &CostParams::default())
             .unwrap();
-        for s in thaw_memory::STRATEGY_NAMES {
+        for s in StrategyKind::ALL {
             let (out, rep) = out_of(w, &snap, s, "I");
             w.check(&f.name, "I", &out)
                 .unwrap_or_else(|e| panic!("{} restored with {s}: {e:#}", f.name));
             assert!(
-                rep.ws_warning.is_empty() && rep.tier_warning.is_empty(),
+                rep.figures.ws_warning.is_empty() && rep.figures.tier_warning.is_empty(),
                 "{} {s}: {rep:?}",
                 f.name
             );
-            if *s == "tiered" {
-                assert_eq!(rep.strategy, "tiered");
+            if s == StrategyKind::Tiered {
+                assert_eq!(rep.strategy, StrategyKind::Tiered);
                 assert!(
-                    rep.slow_tier_share > 0.3,
+                    rep.figures.slow_tier_share > 0.3,
                     "{}: slow share {}",
                     f.name,
-                    rep.slow_tier_share
+                    rep.figures.slow_tier_share
                 );
             }
         }
@@ -62,13 +62,13 @@ fn reap_records_then_prefetches_with_the_same_outputs() {
     let w = worker();
     let t = tier("reap");
     let snap = w.snapshot("json_serdes", &t).unwrap();
-    let (plain, _) = out_of(w, &snap, "uffd", "II");
-    let (recorded, rep) = out_of(w, &snap, "reap", "II");
-    assert_eq!(rep.ws_mode, "record");
+    let (plain, _) = out_of(w, &snap, StrategyKind::Uffd, "II");
+    let (recorded, rep) = out_of(w, &snap, StrategyKind::Reap, "II");
+    assert_eq!(rep.figures.ws_mode, WsMode::Record);
     assert!(snap.dir.join(WS_INDEX).exists() && snap.dir.join(WS_IMAGE).exists());
-    let (mut sb, rep) = w.restore(&snap, "reap").unwrap();
-    assert_eq!(rep.ws_mode, "prefetch");
-    assert!(rep.ws_pages > 50, "{rep:?}");
+    let (mut sb, rep) = w.restore(&snap, StrategyKind::Reap).unwrap();
+    assert_eq!(rep.figures.ws_mode, WsMode::Prefetch);
+    assert!(rep.figures.ws_pages > 50, "{rep:?}");
     let prefetched = invoke(&mut sb, "II", T).unwrap().output;
     let after = sb.pager().unwrap().stats.faults();
     assert_eq!(plain, recorded);
@@ -76,11 +76,11 @@ fn reap_records_then_prefetches_with_the_same_outputs() {
     w.check("json_serdes", "II", &prefetched).unwrap();
     // the same input touches the same pages: (almost) nothing is left to fault
     assert!(
-        after * 20 < rep.ws_pages,
+        after * 20 < rep.figures.ws_pages,
         "{after} faults after prefetching {} pages",
-        rep.ws_pages
+        rep.figures.ws_pages
     );
-    assert!(!sb.reap_outcome().unwrap().drift);
+    assert!(!sb.first_response().unwrap().drift);
 }
 
 #[test]
@@ -88,36 +88,36 @@ fn drift_marks_the_working_set_for_re_recording() {
     let w = worker();
     let t = tier("drift");
     let snap = w.snapshot("matmul", &t).unwrap();
-    let (_, rep) = out_of(w, &snap, "reap", "I");
-    assert_eq!(rep.ws_mode, "record");
+    let (_, rep) = out_of(w, &snap, StrategyKind::Reap, "I");
+    assert_eq!(rep.figures.ws_mode, WsMode::Record);
     // a larger input touches memory the small one never did; with a strict
     // drift share those faults mark the working set stale
     let cfg = SandboxConfig {
         drift_share: 0.001,
         ..SandboxConfig::default()
     };
-    let reap = thaw_memory::strategy_by_name("reap").unwrap();
     let (mut sb, rep) =
-        thaw_sandbox::restore(&snap, &w.root.path, &w.root.hash, reap.as_ref(), &cfg).unwrap();
-    assert_eq!(rep.ws_mode, "prefetch");
+        thaw_sandbox::restore(&snap, &w.root.path, &w.root.hash, StrategyKind::Reap, &cfg).unwrap();
+    assert_eq!(rep.figures.ws_mode, WsMode::Prefetch);
     w.check("matmul", "III", &invoke(&mut sb, "III", T).unwrap().output)
         .unwrap();
-    let o = sb.reap_outcome().unwrap().clone();
+    let o = sb.first_response().unwrap().clone();
     assert!(
         o.drift,
         "no drift after {} faults on a {}-page working set",
-        o.faults_after_prefetch, rep.ws_pages
+        o.faults_after_prefetch, rep.figures.ws_pages
     );
     assert!(snap.dir.join(WS_STALE).exists());
     drop(sb);
-    let (_, rep) = out_of(w, &snap, "reap", "III");
+    let (_, rep) = out_of(w, &snap, StrategyKind::Reap, "III");
     assert_eq!(
-        rep.ws_mode, "record",
+        rep.figures.ws_mode,
+        WsMode::Record,
         "a drifted working set is recorded again"
     );
     assert!(!snap.dir.join(WS_STALE).exists());
-    let (_, rep) = out_of(w, &snap, "reap", "III");
-    assert_eq!(rep.ws_mode, "prefetch");
+    let (_, rep) = out_of(w, &snap, StrategyKind::Reap, "III");
+    assert_eq!(rep.figures.ws_mode, WsMode::Prefetch);
 }
 
 fn flip_byte(path: &std::path::Path, at: usize) {
@@ -133,31 +133,35 @@ fn corrupt_or_stale_working_sets_and_tier_layouts_fall_back_to_uffd() {
     let t = tier("fallback");
     let slow = tier("fallback-slow");
     let snap = w.snapshot("helloworld", &t).unwrap();
-    let (plain, _) = out_of(w, &snap, "uffd", "I");
+    let (plain, _) = out_of(w, &snap, StrategyKind::Uffd, "I");
 
-    out_of(w, &snap, "reap", "I"); // records
+    out_of(w, &snap, StrategyKind::Reap, "I"); // records
     flip_byte(&snap.dir.join(WS_IMAGE), 5000);
-    let (out, rep) = out_of(w, &snap, "reap", "I");
-    assert!(rep.ws_warning.contains("checksum"), "{rep:?}");
+    let (out, rep) = out_of(w, &snap, StrategyKind::Reap, "I");
+    assert!(rep.figures.ws_warning.contains("checksum"), "{rep:?}");
     assert_eq!(out, plain);
     // that restore recorded a fresh, valid working set
-    assert_eq!(out_of(w, &snap, "reap", "I").1.ws_mode, "prefetch");
+    assert_eq!(
+        out_of(w, &snap, StrategyKind::Reap, "I").1.figures.ws_mode,
+        WsMode::Prefetch
+    );
 
     // a working set from another snapshot of the same function is stale
     let other = w.snapshot("helloworld", &tier("fallback-other")).unwrap();
     for f in [WS_IMAGE, WS_INDEX] {
         std::fs::copy(snap.dir.join(f), other.dir.join(f)).unwrap();
     }
-    let (out, rep) = out_of(w, &other, "reap", "I");
+    let (out, rep) = out_of(w, &other, StrategyKind::Reap, "I");
     assert!(
-        rep.ws_warning.contains("stale") || rep.ws_warning.contains("another snapshot"),
+        rep.figures.ws_warning.contains("stale")
+            || rep.figures.ws_warning.contains("another snapshot"),
         "{rep:?}"
     );
     assert_eq!(out, plain);
 
     // tier layout: missing, corrupt, and a damaged slow file
-    let (_, rep) = out_of(w, &snap, "tiered", "I");
-    assert_eq!(rep.strategy, "uffd", "no layout yet: {rep:?}");
+    let (_, rep) = out_of(w, &snap, StrategyKind::Tiered, "I");
+    assert_eq!(rep.strategy, StrategyKind::Uffd, "no layout yet: {rep:?}");
     w.make_tiered(
         "helloworld",
         &t,
@@ -167,10 +171,10 @@ fn corrupt_or_stale_working_sets_and_tier_layouts_fall_back_to_uffd() {
         &CostParams::default(),
     )
     .unwrap();
-    let (out, rep) = out_of(w, &snap, "tiered", "I");
+    let (out, rep) = out_of(w, &snap, StrategyKind::Tiered, "I");
     assert_eq!(
-        (rep.strategy.as_str(), out.clone()),
-        ("tiered", plain.clone())
+        (rep.strategy, out.clone()),
+        (StrategyKind::Tiered, plain.clone())
     );
     let layout_raw = std::fs::read(snap.dir.join(TIERS_FILE)).unwrap();
     std::fs::write(
@@ -178,9 +182,9 @@ fn corrupt_or_stale_working_sets_and_tier_layouts_fall_back_to_uffd() {
         &layout_raw[..layout_raw.len() / 2],
     )
     .unwrap();
-    let (out, rep) = out_of(w, &snap, "tiered", "I");
-    assert!(rep.tier_warning.contains("corrupt"), "{rep:?}");
-    assert_eq!((rep.strategy.as_str(), out), ("uffd", plain.clone()));
+    let (out, rep) = out_of(w, &snap, StrategyKind::Tiered, "I");
+    assert!(rep.figures.tier_warning.contains("corrupt"), "{rep:?}");
+    assert_eq!((rep.strategy, out), (StrategyKind::Uffd, plain.clone()));
     std::fs::write(snap.dir.join(TIERS_FILE), &layout_raw).unwrap();
     let tl: thaw_memory::tiering::TierLayout = serde_json::from_slice(&layout_raw).unwrap();
     let len = std::fs::metadata(&tl.slow.path).unwrap().len();
@@ -190,8 +194,8 @@ fn corrupt_or_stale_working_sets_and_tier_layouts_fall_back_to_uffd() {
         .unwrap()
         .set_len(len - 4096)
         .unwrap();
-    let (out, rep) = out_of(w, &snap, "tiered", "I");
-    assert!(rep.tier_warning.contains("truncated"), "{rep:?}");
+    let (out, rep) = out_of(w, &snap, StrategyKind::Tiered, "I");
+    assert!(rep.figures.tier_warning.contains("truncated"), "{rep:?}");
     assert_eq!(out, plain);
 }
 
@@ -200,13 +204,17 @@ fn sixteen_concurrent_reap_and_dax_restores() {
     let w = worker();
     let t = tier("concurrent");
     let snap = Arc::new(w.snapshot("lr_serving", &t).unwrap());
-    let (expected, _) = out_of(w, &snap, "reap", "I"); // records the working set
+    let (expected, _) = out_of(w, &snap, StrategyKind::Reap, "I"); // records the working set
     w.check("lr_serving", "I", &expected).unwrap();
     let handles: Vec<_> = (0..16)
         .map(|i| {
             let snap = snap.clone();
             std::thread::spawn(move || {
-                let s = if i % 2 == 0 { "reap" } else { "dax" };
+                let s = if i % 2 == 0 {
+                    StrategyKind::Reap
+                } else {
+                    StrategyKind::Dax
+                };
                 let (out, rep) = out_of(worker(), &snap, s, "I");
                 (s, out, rep)
             })
@@ -215,8 +223,8 @@ fn sixteen_concurrent_reap_and_dax_restores() {
     for h in handles {
         let (s, out, rep) = h.join().expect("restore thread");
         assert_eq!(out, expected, "{s} clone differs");
-        if s == "reap" {
-            assert_eq!(rep.ws_mode, "prefetch");
+        if s == StrategyKind::Reap {
+            assert_eq!(rep.figures.ws_mode, WsMode::Prefetch);
         }
     }
 }
@@ -226,10 +234,10 @@ fn dax_maps_without_copying_and_shares_pages_between_clones() {
     let w = worker();
     let t = tier("dax");
     let snap = w.snapshot("matmul", &t).unwrap();
-    let (mut a, rep) = w.restore(&snap, "dax").unwrap();
+    let (mut a, rep) = w.restore(&snap, StrategyKind::Dax).unwrap();
     assert_eq!(rep.copied_bytes, 0, "dax copies nothing before resume");
     assert!(rep.mapped_bytes > 0);
-    let (mut b, _) = w.restore(&snap, "eager").unwrap();
+    let (mut b, _) = w.restore(&snap, StrategyKind::Eager).unwrap();
     // a restored dax clone's own memory is far below an eager clone's full
     // copy; measured before either runs its invocation, whose own
     // allocations (several MiB for matmul) are the same for both and would
@@ -245,16 +253,16 @@ fn dax_maps_without_copying_and_shares_pages_between_clones() {
         .unwrap();
     // the first dax restore recorded what its invocation wrote; the next one
     // copies those pages before resume and still answers correctly
-    assert_eq!(rep.write_set_pages, 0);
-    let (mut c, rep) = w.restore(&snap, "dax").unwrap();
-    assert!(rep.write_set_pages > 10, "{rep:?}");
+    assert_eq!(rep.figures.write_set_pages, 0);
+    let (mut c, rep) = w.restore(&snap, StrategyKind::Dax).unwrap();
+    assert!(rep.figures.write_set_pages > 10, "{rep:?}");
     w.check("matmul", "I", &invoke(&mut c, "I", T).unwrap().output)
         .unwrap();
     // a corrupt write set is refused (and re-recorded), never trusted
     let ws_file = snap.dir.join(thaw_memory::write_set::WRITE_SET_FILE);
     std::fs::write(&ws_file, b"{").unwrap();
-    let (mut d, rep) = w.restore(&snap, "dax").unwrap();
-    assert_eq!(rep.write_set_pages, 0);
+    let (mut d, rep) = w.restore(&snap, StrategyKind::Dax).unwrap();
+    assert_eq!(rep.figures.write_set_pages, 0);
     w.check("matmul", "I", &invoke(&mut d, "I", T).unwrap().output)
         .unwrap();
     let again: serde_json::Value =
@@ -333,15 +341,17 @@ fn a_cmdline_read_during_the_restore_does_not_zero_lazy_pages() {
     let w = worker();
     let t = tier("cmdline");
     let snap = w.snapshot("helloworld", &t).unwrap();
-    let (expected, _) = out_of(w, &snap, "reap", "I"); // records the working set
-    for (strategy, ws_mode) in [("uffd", ""), ("reap", "prefetch")] {
-        let s = thaw_memory::strategy_by_name(strategy).unwrap();
+    let (expected, _) = out_of(w, &snap, StrategyKind::Reap, "I"); // records the working set
+    for (strategy, ws_mode) in [
+        (StrategyKind::Uffd, WsMode::None),
+        (StrategyKind::Reap, WsMode::Prefetch),
+    ] {
         let mut tracer = None;
         let restored = thaw_sandbox::restore::restore_observed(
             &snap,
             &w.root.path,
             &w.root.hash,
-            s.as_ref(),
+            strategy,
             &w.cfg,
             &mut |pid| {
                 let (tx, rx) = std::sync::mpsc::channel();
@@ -356,7 +366,7 @@ fn a_cmdline_read_during_the_restore_does_not_zero_lazy_pages() {
         // mapping, still empty: the read maps the zero page there
         assert_eq!(cmdline, [0u8; 14], "the read reached the stack mapping");
         let (mut sb, rep) = restored.unwrap_or_else(|e| panic!("{strategy}: {e:#}"));
-        assert_eq!(rep.ws_mode, ws_mode);
+        assert_eq!(rep.figures.ws_mode, ws_mode);
         let out = invoke(&mut sb, "I", T)
             .unwrap_or_else(|e| panic!("{strategy}: {e:#}"))
             .output;

@@ -1,8 +1,8 @@
 //! Reading `/proc/PID/pagemap`: one 64-bit entry per virtual page.
+use crate::PAGE_SIZE;
 use anyhow::{Context, Result};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
-use thaw_memory::PAGE_SIZE;
 
 /// The page is in RAM.
 pub const PRESENT: u64 = 1 << 63;

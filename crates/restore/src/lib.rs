@@ -1,0 +1,406 @@
+//! Restore strategies: how a snapshot's saved memory comes back.
+//!
+//! A strategy is one object per restore ([`StrategyKind::start`]) whose
+//! phases the sandbox's restore path calls in order:
+//!
+//! 1. [`Strategy::prepare`]: before the sandbox exists (it is built
+//!    meanwhile): checks, and reads that overlap the build (REAP's one
+//!    O_DIRECT read of its working set, dax's write set, TOSS's tier files);
+//! 2. [`Strategy::plan`]: the memory part of the restorer's plan, i.e. what
+//!    it maps, copies, populates or leaves to the page server;
+//! 3. [`Strategy::serve`]: when the plan left regions lazy, the restorer's
+//!    userfaultfd before resume: install a prefetch, choose whether the page
+//!    server records the faults it serves;
+//! 4. [`Strategy::after_first_response`]: once the first invocation has
+//!    answered: record a working set or a write set, check drift.
+//!
+//! [`Strategy::report`] gives the strategy's figures and warnings. Adding a
+//! strategy is a new file here plus its line in [`StrategyKind`] (the enum,
+//! [`StrategyKind::ALL`] and [`StrategyKind::start`]).
+
+mod dax;
+mod eager;
+mod mmap;
+mod reap;
+mod tiered;
+mod uffd;
+
+use anyhow::Result;
+use serde::{Deserialize, Serialize};
+use std::fs::File;
+use std::os::fd::{BorrowedFd, RawFd};
+use std::path::Path;
+use std::sync::Arc;
+use thaw_memory::{MemoryLayout, PageServer, Region};
+use thaw_restorer as r;
+
+/// The restore strategies this build provides. The lowercase names are the
+/// CLI's, the API's and the reports' (unchanged wire format).
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    clap::ValueEnum,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum StrategyKind {
+    /// copy every saved page before resume
+    Eager,
+    /// map the image file privately; the kernel faults pages in
+    Mmap,
+    /// anonymous memory served on fault by a userfaultfd page server
+    Uffd,
+    /// uffd, plus a recorded working set prefetched in one read (REAP)
+    Reap,
+    /// map the image in place with page tables built, copy the pages earlier
+    /// clones wrote (byte-addressable tiers only)
+    Dax,
+    /// pages mapped from a fast and a slow tier file by access count (TOSS)
+    Tiered,
+}
+
+impl StrategyKind {
+    pub const ALL: [StrategyKind; 6] = [
+        StrategyKind::Eager,
+        StrategyKind::Mmap,
+        StrategyKind::Uffd,
+        StrategyKind::Reap,
+        StrategyKind::Dax,
+        StrategyKind::Tiered,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            StrategyKind::Eager => "eager",
+            StrategyKind::Mmap => "mmap",
+            StrategyKind::Uffd => "uffd",
+            StrategyKind::Reap => "reap",
+            StrategyKind::Dax => "dax",
+            StrategyKind::Tiered => "tiered",
+        }
+    }
+
+    /// A new strategy object for one restore (the registration).
+    pub fn start(self) -> Box<dyn Strategy> {
+        match self {
+            StrategyKind::Eager => Box::new(eager::Eager),
+            StrategyKind::Mmap => Box::new(mmap::Mmap),
+            StrategyKind::Uffd => Box::new(uffd::Uffd),
+            StrategyKind::Reap => Box::<reap::Reap>::default(),
+            StrategyKind::Dax => Box::<dax::Dax>::default(),
+            StrategyKind::Tiered => Box::<tiered::Tiered>::default(),
+        }
+    }
+
+    /// The names, comma-separated, for messages.
+    pub fn names() -> String {
+        let v: Vec<_> = Self::ALL.iter().map(|s| s.name()).collect();
+        v.join(", ")
+    }
+}
+
+impl std::fmt::Display for StrategyKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A strategy name that is not one of [`StrategyKind::ALL`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown restore strategy {name:?} (known: {known})")]
+pub struct UnknownStrategy {
+    pub name: String,
+    pub known: String,
+}
+
+impl std::str::FromStr for StrategyKind {
+    type Err = UnknownStrategy;
+    fn from_str(s: &str) -> Result<Self, UnknownStrategy> {
+        Self::ALL
+            .into_iter()
+            .find(|k| k.name() == s)
+            .ok_or_else(|| UnknownStrategy {
+                name: s.into(),
+                known: Self::names(),
+            })
+    }
+}
+
+/// How one region is filled at restore time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fill {
+    /// Read the saved pages into fresh memory before the runtime resumes.
+    Copy,
+    /// Map the image file privately; the kernel faults pages in from the page cache.
+    Map,
+    /// Leave the region empty and serve its faults from a userfaultfd page server.
+    Lazy,
+    /// Map the image file and build the page tables before resume (zero copy,
+    /// no run-time faults for pages only read; writes copy-on-write).
+    MapPopulate,
+}
+
+/// The descriptor the memory image sits at inside the restorer; a plan's
+/// [`MemoryPlan::extra_fds`] follow it in order.
+pub const IMAGE_FD: RawFd = r::PLAN_FD_BASE;
+
+/// Waits for parts of an image that is still arriving (the remote tier's
+/// streamed restore), each as late as it can.
+pub trait Arriving: Send + Sync {
+    /// The image pages the restorer copies before resume (file-backed
+    /// regions' private pages): waited for before the plan is sent.
+    fn copied_pages(&self) -> Result<()>;
+    /// The REAP working set's files beside the snapshot: waited for by the
+    /// working-set reader, while the sandbox is being built.
+    fn working_set(&self) -> Result<()>;
+}
+
+/// The snapshot being restored, as the strategies see it.
+pub struct Target<'a> {
+    /// the snapshot's directory (derived files live beside it)
+    pub dir: &'a Path,
+    /// identifies the snapshot's exact contents, for derived files
+    pub key: &'a str,
+    pub layout: &'a Arc<MemoryLayout>,
+    /// protection of each region's mapping (parallel to `layout.regions`)
+    pub prots: &'a [u32],
+    /// the verified image
+    pub image: &'a File,
+    /// REAP: share of the working set that may fault after a prefetch
+    /// before the next cold start re-records it
+    pub drift_share: f64,
+    /// set when the image is still arriving (never record from it)
+    pub arriving: Option<Arc<dyn Arriving>>,
+}
+
+/// The memory part of the restorer's plan.
+#[derive(Debug, Default)]
+pub struct MemoryPlan {
+    /// one per region of the layout, in order
+    pub regions: Vec<RegionPlan>,
+    pub runs: Vec<r::PlanRun>,
+    /// files the runs read besides the image, at `IMAGE_FD + 1`, `+ 2`, ...
+    pub extra_fds: Vec<RawFd>,
+    /// bytes the restorer copies before resume
+    pub copied_bytes: u64,
+    /// bytes mapped from image files (faulted in by the kernel on use)
+    pub mapped_bytes: u64,
+    /// bytes left to the page server
+    pub lazy_bytes: u64,
+}
+
+/// One region's part of a [`MemoryPlan`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RegionPlan {
+    /// `r::VMA_LAZY` and `r::VMA_POPULATE`
+    pub flags: u32,
+    pub first_run: u32,
+    pub n_runs: u32,
+}
+
+impl MemoryPlan {
+    /// Some region is left to the page server.
+    pub fn lazy(&self) -> bool {
+        self.regions.iter().any(|r| r.flags & r::VMA_LAZY != 0)
+    }
+
+    /// Plans every region of `layout` by `fill` from the image; `extra` may
+    /// append runs to a region after its own (dax's write set).
+    pub fn by_fill(
+        layout: &MemoryLayout,
+        fill: impl Fn(&Region) -> Fill,
+        mut extra: impl FnMut(usize, &Region, &mut Vec<r::PlanRun>),
+    ) -> MemoryPlan {
+        let mut p = MemoryPlan::default();
+        for (i, region) in layout.regions.iter().enumerate() {
+            let mut fill = fill(region);
+            // userfaultfd's missing mode covers anonymous memory only
+            if fill == Fill::Lazy && !region.anonymous {
+                fill = Fill::Copy;
+            }
+            let mut flags = 0;
+            if fill == Fill::MapPopulate && !region.anonymous {
+                flags |= r::VMA_POPULATE;
+            }
+            let first_run = p.runs.len() as u32;
+            if fill == Fill::Lazy {
+                flags |= r::VMA_LAZY;
+                p.lazy_bytes += region.saved_bytes();
+            } else {
+                for run in &region.runs {
+                    p.runs.push(r::PlanRun {
+                        addr: run.addr,
+                        len: run.len,
+                        img_off: run.file_off,
+                        img_fd: IMAGE_FD,
+                        fill: match fill {
+                            Fill::Map => r::FILL_MAP,
+                            Fill::MapPopulate => r::FILL_MAP_POPULATE,
+                            _ => r::FILL_COPY,
+                        },
+                    });
+                    if matches!(fill, Fill::Map | Fill::MapPopulate) {
+                        p.mapped_bytes += run.len;
+                    } else {
+                        p.copied_bytes += run.len;
+                    }
+                }
+            }
+            extra(i, region, &mut p.runs);
+            p.regions.push(RegionPlan {
+                flags,
+                first_run,
+                n_runs: p.runs.len() as u32 - first_run,
+            });
+        }
+        p
+    }
+}
+
+/// What [`Strategy::serve`] asks of the page server.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Serve {
+    /// log the address of every fault served (REAP's recording restore)
+    pub record: bool,
+}
+
+/// The restored runtime, for [`Strategy::after_first_response`].
+pub struct Runtime<'a> {
+    /// the runtime's pid as the worker sees it
+    pub pid: i32,
+    /// the page server, when the restore left regions lazy
+    pub pager: Option<&'a PageServer>,
+}
+
+/// REAP's mode for one restore.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WsMode {
+    /// not a REAP restore (`""` on the wire)
+    #[default]
+    #[serde(rename = "")]
+    None,
+    /// no usable working set: this restore records one
+    Record,
+    /// the recorded working set was installed before resume
+    Prefetch,
+}
+
+impl std::fmt::Display for WsMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            WsMode::None => "",
+            WsMode::Record => "record",
+            WsMode::Prefetch => "prefetch",
+        })
+    }
+}
+
+/// A strategy's figures for one restore (zero where they do not apply) and
+/// its warnings. Flattened into the sandbox's restore report: the field
+/// names are the JSON's.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct StrategyReport {
+    /// REAP: record or prefetch
+    pub ws_mode: WsMode,
+    /// REAP: pages in the working set installed before resume
+    pub ws_pages: u64,
+    /// REAP: bytes of working set read (one read)
+    pub ws_bytes: u64,
+    /// REAP: installing the working set before resume (on the critical path)
+    pub prefetch_ms: f64,
+    /// REAP: reading the working set (overlapped with building the sandbox)
+    pub ws_read_ms: f64,
+    /// REAP: why a recorded working set could not be used (restore fell back to recording)
+    pub ws_warning: String,
+    /// dax: pages copied before resume because the first invocation of an
+    /// earlier clone wrote them (0: none recorded yet; this restore records)
+    pub write_set_pages: u64,
+    /// TOSS: share of saved memory on the slow tier
+    pub slow_tier_share: f64,
+    /// TOSS: why the tier layout could not be used (restore fell back to uffd)
+    pub tier_warning: String,
+    /// every warning of this restore, in order (also logged with `tracing`)
+    #[serde(default)]
+    pub warnings: Vec<String>,
+}
+
+impl StrategyReport {
+    /// Logs `w` and keeps it in the report.
+    pub fn warn(&mut self, w: String) {
+        tracing::warn!("{w}");
+        self.warnings.push(w);
+    }
+}
+
+/// What a strategy did once the first invocation answered.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct FirstResponse {
+    /// REAP: pages recorded into a new working set (record mode)
+    pub recorded_pages: u64,
+    /// REAP: faults served after the prefetch (prefetch mode)
+    pub faults_after_prefetch: u64,
+    /// REAP: those faults exceeded the drift share: the next restore re-records
+    pub drift: bool,
+    /// dax: pages recorded into a new write set
+    pub write_set_pages: u64,
+    /// what went wrong (also logged with `tracing`); the restore itself stands
+    pub warnings: Vec<String>,
+}
+
+impl FirstResponse {
+    fn warn(&mut self, w: String) {
+        tracing::warn!("{w}");
+        self.warnings.push(w);
+    }
+}
+
+/// One restore strategy, one object per restore. See the crate docs for
+/// the order of the phases; only [`Strategy::kind`] and [`Strategy::plan`]
+/// have no default.
+pub trait Strategy: Send {
+    /// The strategy this restore runs as (a tiered restore whose layout is
+    /// unusable runs, and reports, as uffd).
+    fn kind(&self) -> StrategyKind;
+
+    /// The image may still be arriving while this strategy restores it.
+    fn streams(&self) -> bool {
+        false
+    }
+
+    /// Phase 1, before the sandbox is built: checks and early reads.
+    fn prepare(&mut self, _t: &Target<'_>) -> Result<()> {
+        Ok(())
+    }
+
+    /// Phase 2: the memory part of the restorer's plan.
+    fn plan(&mut self, t: &Target<'_>) -> Result<MemoryPlan>;
+
+    /// Phase 3, only when the plan left regions lazy: the restorer's
+    /// userfaultfd, before resume and before the page server starts.
+    fn serve(&mut self, _t: &Target<'_>, _uffd: BorrowedFd<'_>) -> Result<Serve> {
+        Ok(Serve::default())
+    }
+
+    /// Phase 4, once, after the first invocation answered. Failures are
+    /// warnings: the restored instance is fine either way.
+    fn after_first_response(&mut self, _rt: &Runtime<'_>) -> FirstResponse {
+        FirstResponse::default()
+    }
+
+    /// This restore's figures and warnings so far.
+    fn report(&self) -> StrategyReport {
+        StrategyReport::default()
+    }
+}
+
+fn ms_since(t: std::time::Instant) -> f64 {
+    t.elapsed().as_secs_f64() * 1e3
+}

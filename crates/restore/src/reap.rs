@@ -1,0 +1,134 @@
+//! REAP: uffd, plus the working set recorded at the first invocation of an
+//! earlier restore, read in one O_DIRECT read while the sandbox is built and
+//! installed before resume.
+use crate::{
+    ms_since, uffd, FirstResponse, MemoryPlan, Runtime, Serve, Strategy, StrategyKind,
+    StrategyReport, Target, WsMode,
+};
+use anyhow::{anyhow, bail, Result};
+use std::fs::File;
+use std::os::fd::{AsRawFd, BorrowedFd};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Instant;
+use thaw_memory::working_set::{self, WorkingSet};
+use thaw_memory::MemoryLayout;
+
+#[derive(Default)]
+pub(crate) struct Reap {
+    loader: Option<JoinHandle<Result<Option<WorkingSet>>>>,
+    /// set by `serve`: what the first response records or checks
+    after: Option<After>,
+    rep: StrategyReport,
+}
+
+struct After {
+    dir: PathBuf,
+    key: String,
+    layout: Arc<MemoryLayout>,
+    image: File,
+    drift_share: f64,
+}
+
+impl Strategy for Reap {
+    fn kind(&self) -> StrategyKind {
+        StrategyKind::Reap
+    }
+
+    fn streams(&self) -> bool {
+        true
+    }
+
+    fn prepare(&mut self, t: &Target<'_>) -> Result<()> {
+        let (dir, key, layout) = (t.dir.to_owned(), t.key.to_owned(), t.layout.clone());
+        let arriving = t.arriving.clone();
+        self.loader = Some(std::thread::spawn(move || {
+            if let Some(a) = arriving {
+                a.working_set()?;
+            }
+            working_set::load(&dir, &key, &layout)
+        }));
+        Ok(())
+    }
+
+    fn plan(&mut self, t: &Target<'_>) -> Result<MemoryPlan> {
+        Ok(uffd::plan(t))
+    }
+
+    fn serve(&mut self, t: &Target<'_>, uffd: BorrowedFd<'_>) -> Result<Serve> {
+        let loader = self
+            .loader
+            .take()
+            .ok_or_else(|| anyhow!("REAP served before it was prepared"))?;
+        let ws = loader
+            .join()
+            .map_err(|_| anyhow!("working-set reader panicked"))?;
+        let started = Instant::now();
+        let ws = ws.and_then(|ws| match ws {
+            Some(ws) => ws.install(uffd.as_raw_fd()).map(|_| Some(ws)),
+            None => Ok(None),
+        });
+        let record = match ws {
+            Ok(Some(ws)) => {
+                self.rep.ws_mode = WsMode::Prefetch;
+                self.rep.ws_pages = ws.index.pages();
+                self.rep.ws_bytes = ws.index.ws_len;
+                // reading overlapped the sandbox set-up: report both
+                self.rep.prefetch_ms = ms_since(started);
+                self.rep.ws_read_ms = ws.load_ns as f64 / 1e6;
+                false
+            }
+            Ok(None) | Err(_) if t.arriving.is_some() => {
+                let why = ws
+                    .err()
+                    .map_or("none was recorded".into(), |e| format!("{e:#}"));
+                bail!("a streamed REAP restore needs a usable working set: {why}");
+            }
+            Ok(None) | Err(_) => {
+                if let Err(e) = ws {
+                    self.rep.ws_warning = format!("{e:#}");
+                    self.rep.warn(format!(
+                        "working set of {} unusable ({e:#}); restoring with plain uffd and recording a new one",
+                        t.dir.display()
+                    ));
+                }
+                self.rep.ws_mode = WsMode::Record;
+                true
+            }
+        };
+        self.after = Some(After {
+            dir: t.dir.to_owned(),
+            key: t.key.to_owned(),
+            layout: t.layout.clone(),
+            image: t.image.try_clone()?,
+            drift_share: t.drift_share,
+        });
+        Ok(Serve { record })
+    }
+
+    fn after_first_response(&mut self, rt: &Runtime<'_>) -> FirstResponse {
+        let mut out = FirstResponse::default();
+        let (Some(st), Some(pager)) = (self.after.take(), rt.pager) else {
+            return out;
+        };
+        if self.rep.ws_mode == WsMode::Record {
+            let faults = pager.recorded();
+            match working_set::record(&st.dir, &st.key, &st.layout, &st.image, &faults) {
+                Ok(idx) => out.recorded_pages = idx.pages(),
+                Err(e) => out.warn(format!("recording the working set failed: {e:#}")),
+            }
+        } else {
+            out.faults_after_prefetch = pager.stats.faults();
+            if out.faults_after_prefetch as f64 > st.drift_share * self.rep.ws_pages as f64 {
+                out.drift = true;
+                let _ = std::fs::write(st.dir.join(working_set::WS_STALE), b"");
+            }
+        }
+        out
+    }
+
+    fn report(&self) -> StrategyReport {
+        self.rep.clone()
+    }
+}

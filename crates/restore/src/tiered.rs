@@ -1,0 +1,143 @@
+//! tiered (TOSS): each page mapped from the fast or the slow tier file its
+//! profile placed it in (`thaw split`); a missing or bad layout falls back
+//! to plain uffd rather than risk a wrong runtime.
+use crate::{
+    uffd, MemoryPlan, RegionPlan, Strategy, StrategyKind, StrategyReport, Target, IMAGE_FD,
+};
+use anyhow::{anyhow, Result};
+use std::collections::HashSet;
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::MetadataExt;
+use std::sync::{Mutex, OnceLock};
+use thaw_memory::tiering::{self, TierKind, TierLayout};
+use thaw_restorer as r;
+
+#[derive(Default)]
+pub(crate) struct Tiered {
+    /// the checked layout and both files
+    tiers: Option<(TierLayout, File, File)>,
+    /// the layout was unusable: restore as uffd
+    fell_back: bool,
+    rep: StrategyReport,
+}
+
+impl Strategy for Tiered {
+    fn kind(&self) -> StrategyKind {
+        if self.fell_back {
+            StrategyKind::Uffd
+        } else {
+            StrategyKind::Tiered
+        }
+    }
+
+    fn prepare(&mut self, t: &Target<'_>) -> Result<()> {
+        match load_tiers(t) {
+            Ok(tiers) => {
+                self.rep.slow_tier_share = tiers.0.slow_share;
+                self.tiers = Some(tiers);
+            }
+            Err(e) => {
+                self.fell_back = true;
+                self.rep.tier_warning = format!("{e:#}");
+                self.rep.warn(format!(
+                    "tier layout of {} unusable ({e:#}); restoring with plain uffd",
+                    t.dir.display()
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn plan(&mut self, t: &Target<'_>) -> Result<MemoryPlan> {
+        let Some((tl, fast, slow)) = &self.tiers else {
+            return Ok(uffd::plan(t));
+        };
+        let (fast_fd, slow_fd) = (IMAGE_FD + 1, IMAGE_FD + 2);
+        let mut p = MemoryPlan {
+            extra_fds: vec![fast.as_raw_fd(), slow.as_raw_fd()],
+            ..MemoryPlan::default()
+        };
+        let mut runs = tl.runs.iter().peekable();
+        for region in &t.layout.regions {
+            let first_run = p.runs.len() as u32;
+            while let Some(run) = runs.next_if(|run| run.addr < region.end) {
+                let on_slow = run.tier == TierKind::Slow;
+                p.runs.push(r::PlanRun {
+                    addr: run.addr,
+                    len: run.len,
+                    img_off: run.off,
+                    img_fd: if on_slow { slow_fd } else { fast_fd },
+                    // readahead off on the slow tier: its pages are the sparse,
+                    // rarely touched ones (the SYSTOR'22 advice)
+                    fill: if on_slow {
+                        r::FILL_MAP_RANDOM
+                    } else {
+                        r::FILL_MAP
+                    },
+                });
+                p.mapped_bytes += run.len;
+            }
+            p.regions.push(RegionPlan {
+                flags: 0,
+                first_run,
+                n_runs: p.runs.len() as u32 - first_run,
+            });
+        }
+        Ok(p)
+    }
+
+    fn report(&self) -> StrategyReport {
+        self.rep.clone()
+    }
+}
+
+/// The tier layout, checked (CRCs once per process), and both files opened.
+fn load_tiers(t: &Target<'_>) -> Result<(TierLayout, File, File)> {
+    let tl = tiering::load(t.dir, t.key, t.layout)?
+        .ok_or_else(|| anyhow!("no tier layout (run `thaw split` first)"))?;
+    let fast = File::open(&tl.fast.path)?;
+    let slow = File::open(&tl.slow.path)?;
+    verify_once(&[&fast, &slow], || tiering::verify_files(&tl))?;
+    Ok((tl, fast, slow))
+}
+
+/// Runs `verify` (a checksum over the tier files) the first time this
+/// process uses those files, and again whenever one changed: keyed by
+/// device, inode, size and ctime (unlike mtime, ctime cannot be set back).
+/// A full hash on every restore would read every page and defeat lazy restore.
+fn verify_once(files: &[&File], verify: impl FnOnce() -> Result<()>) -> Result<()> {
+    let keys = files
+        .iter()
+        .map(|f| file_key(f))
+        .collect::<Result<Vec<_>>>()?;
+    let seen = {
+        let v = verified().lock().unwrap_or_else(|p| p.into_inner());
+        keys.iter().all(|k| v.contains(k))
+    };
+    if !seen {
+        verify()?;
+        verified()
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(keys);
+    }
+    Ok(())
+}
+
+type FileKey = (u64, u64, u64, i64);
+
+fn verified() -> &'static Mutex<HashSet<FileKey>> {
+    static SEEN: OnceLock<Mutex<HashSet<FileKey>>> = OnceLock::new();
+    SEEN.get_or_init(Default::default)
+}
+
+fn file_key(f: &File) -> Result<FileKey> {
+    let m = f.metadata()?;
+    Ok((
+        m.dev(),
+        m.ino(),
+        m.size(),
+        m.ctime_nsec() + m.ctime() * 1_000_000_000,
+    ))
+}
