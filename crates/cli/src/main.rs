@@ -369,9 +369,14 @@ fn run(cli: Cli) -> Result<()> {
         } => {
             let w = worker(&home)?;
             if strategy != "fresh" && tiers::is_remote(&home, &tier)? {
-                return tiers::invoke_streamed(
-                    &home, &w, &function, &size, &strategy, &tier, check,
-                );
+                let inv = tiers::Invocation {
+                    function: &function,
+                    size: &size,
+                    strategy: &strategy,
+                    tier: &tier,
+                    check,
+                };
+                return tiers::invoke_streamed(&home, &w, &inv);
             }
             let t0 = std::time::Instant::now();
             let mut sb = if strategy == "fresh" {

@@ -556,6 +556,15 @@ pub fn remote_store(home: &Path, tier: &str) -> Result<std::sync::Arc<RemoteStor
     )?))
 }
 
+/// One `thaw invoke`.
+pub struct Invocation<'a> {
+    pub function: &'a str,
+    pub size: &'a str,
+    pub strategy: &'a str,
+    pub tier: &'a str,
+    pub check: bool,
+}
+
 /// `thaw invoke FN --tier REMOTE`: a streamed restore (manifest, state and
 /// working set first, the image on demand and in the background), one
 /// invocation, then the background fill to its end; the phases reported.
@@ -564,16 +573,15 @@ pub fn remote_store(home: &Path, tier: &str) -> Result<std::sync::Arc<RemoteStor
 /// local tier if there is one, else fails naming why. A fully arrived and
 /// verified image is published onto the home's local tier (see
 /// [`publish_tier`]), so the next restore is local.
-pub fn invoke_streamed(
-    home: &Path,
-    w: &thaw_worker::Worker,
-    function: &str,
-    size: &str,
-    strategy: &str,
-    tier: &str,
-    check: bool,
-) -> Result<()> {
+pub fn invoke_streamed(home: &Path, w: &thaw_worker::Worker, inv: &Invocation) -> Result<()> {
     use thaw_worker::ms;
+    let &Invocation {
+        function,
+        size,
+        strategy,
+        tier,
+        check,
+    } = inv;
     w.check_function(function)?;
     let name = w.snapshot_name(function);
     let t0 = std::time::Instant::now();
@@ -593,7 +601,7 @@ pub fn invoke_streamed(
         Ok(s) => s,
         Err(e) => {
             let e = e.context(format!("streaming {function} from tier {tier} failed"));
-            return invoke_fallback(home, w, function, size, strategy, tier, check, e, t0);
+            return invoke_fallback(home, w, inv, e, t0);
         }
     };
     if check {
@@ -673,18 +681,14 @@ fn check_room(home: &Path, t: &thaw_tiers::TierConfig, need: u64) -> Result<()> 
 /// After a failed stream: the same restore from the first local tier (in
 /// configuration order, fastest first) holding a copy, or the stream's
 /// error saying that none does.
-#[allow(clippy::too_many_arguments)]
 fn invoke_fallback(
     home: &Path,
     w: &thaw_worker::Worker,
-    function: &str,
-    size: &str,
-    strategy: &str,
-    tier: &str,
-    check: bool,
+    req: &Invocation,
     failure: anyhow::Error,
     t0: std::time::Instant,
 ) -> Result<()> {
+    let (function, size) = (req.function, req.size);
     let cfg = TiersConfig::load(home)?;
     let name = w.snapshot_name(function);
     let copy = cfg
@@ -701,17 +705,17 @@ fn invoke_fallback(
         "{failure:#}; falling back to the copy on tier {local}"
     ));
     let _slot = restore_slot(home, &local)?;
-    let (mut sb, _) = w.restore(&snap, strategy)?;
+    let (mut sb, _) = w.restore(&snap, req.strategy)?;
     let inv = thaw_worker::invoke(&mut sb, size, thaw_worker::INVOKE_TIMEOUT)?;
     let cold = thaw_worker::ms(t0);
-    if check {
+    if req.check {
         w.check(function, size, &inv.output)?;
     }
     thaw_output::outln!(
         "{}",
-        serde_json::json!({"function": function, "size": size, "strategy": strategy,
-            "tier": local, "fallback_from": tier, "fallback_reason": format!("{failure:#}"),
-            "cold_ms": cold, "exec_ms": inv.exec_ms, "output": inv.output, "checked": check})
+        serde_json::json!({"function": function, "size": size, "strategy": req.strategy,
+            "tier": local, "fallback_from": req.tier, "fallback_reason": format!("{failure:#}"),
+            "cold_ms": cold, "exec_ms": inv.exec_ms, "output": inv.output, "checked": req.check})
     );
     Ok(())
 }
