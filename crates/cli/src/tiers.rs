@@ -611,8 +611,14 @@ pub fn invoke_streamed(home: &Path, w: &thaw_worker::Worker, inv: &Invocation) -
         .finish()
         .with_context(|| format!("the background fill of {function} from tier {tier} failed"))?
         .clone();
-    let published = publish_streamed(home, &name, &stream)
-        .with_context(|| format!("{function} arrived whole from tier {tier}"))?;
+    // the invocation has answered: a publish that fails (another process
+    // publishing the same snapshot at once, a full disk) is only reported
+    let published = publish_streamed(home, &name, &stream).unwrap_or_else(|e| {
+        crate::progress(&format!(
+            "{function} arrived whole from tier {tier} but was not published: {e:#}"
+        ));
+        None
+    });
     thaw_output::outln!(
         "{}",
         serde_json::json!({"function": function, "size": size, "strategy": strategy,
