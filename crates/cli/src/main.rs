@@ -391,15 +391,14 @@ fn run(cli: Cli, matches: &clap::ArgMatches) -> Result<()> {
             let w = worker(&home)?;
             if let Some(s) = strategy.strategy() {
                 if tiers::is_remote(&home, &tier)? {
-                    return tiers::invoke_streamed(
-                        &home,
-                        &w,
-                        &function,
-                        size.name(),
-                        s,
-                        &tier,
+                    let inv = tiers::Invocation {
+                        function: &function,
+                        size: size.name(),
+                        strategy: s,
+                        tier: &tier,
                         check,
-                    );
+                    };
+                    return tiers::invoke_streamed(&home, &w, &inv);
                 }
             }
             let t0 = std::time::Instant::now();

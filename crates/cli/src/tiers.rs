@@ -496,19 +496,7 @@ fn transfer_one(
     let name = snapshot_name(&src, function)?
         .with_context(|| format!("no snapshot of {function} on tier {from}"))?;
     // the store accounts each tier's capacity: a move never overfills one
-    let target = places.cfg.get(to)?;
-    let (need, used) = (
-        moves::size_of(&src, &name)?,
-        device::used_bytes(home, target)?,
-    );
-    if used + need > target.capacity_bytes {
-        bail!(
-            "tier {to} is full: {} MiB used of {} MiB, the snapshot needs {} MiB",
-            used >> 20,
-            target.capacity_bytes >> 20,
-            need >> 20
-        );
-    }
+    check_room(home, places.cfg.get(to)?, moves::size_of(&src, &name)?)?;
     if keep_source {
         moves::copy_snapshot(home, &name, &src, &dst)
     } else {
@@ -568,45 +556,172 @@ pub fn remote_store(home: &Path, tier: &str) -> Result<std::sync::Arc<RemoteStor
     )?))
 }
 
+/// One `thaw invoke`.
+pub struct Invocation<'a> {
+    pub function: &'a str,
+    pub size: &'a str,
+    pub strategy: thaw_worker::StrategyKind,
+    pub tier: &'a str,
+    pub check: bool,
+}
+
 /// `thaw invoke FN --tier REMOTE`: a streamed restore (manifest, state and
 /// working set first, the image on demand and in the background), one
 /// invocation, then the background fill to its end; the phases reported.
-pub fn invoke_streamed(
-    home: &Path,
-    w: &thaw_worker::Worker,
-    function: &str,
-    size: &str,
-    strategy: thaw_worker::StrategyKind,
-    tier: &str,
-    check: bool,
-) -> Result<()> {
+/// A stream that fails before the function answered (store down, slow or
+/// dropping the connection; a corrupted object) falls back to a copy on a
+/// local tier if there is one, else fails naming why. A fully arrived and
+/// verified image is published onto the home's local tier (see
+/// [`publish_tier`]), so the next restore is local.
+pub fn invoke_streamed(home: &Path, w: &thaw_worker::Worker, inv: &Invocation) -> Result<()> {
     use thaw_worker::ms;
+    let &Invocation {
+        function,
+        size,
+        strategy,
+        tier,
+        check,
+    } = inv;
     w.check_function(function)?;
-    let store = remote_store(home, tier)?;
-    let _slot = restore_slot(home, tier)?;
+    let name = w.snapshot_name(function);
     let t0 = std::time::Instant::now();
-    let mut stream = thaw_tiers::stream::Stream::open(home, store, &w.snapshot_name(function))
-        .with_context(|| format!("streaming {function} from tier {tier}"))?;
-    let t1 = std::time::Instant::now();
-    let started = w.restore_streamed(&stream.snapshot, strategy, stream.inputs()?);
-    let (mut sb, rep) = started.map_err(|e| stream.explain(e))?;
-    let restore_ms = ms(t1);
-    let inv = thaw_worker::invoke(&mut sb, size, thaw_worker::INVOKE_TIMEOUT)
-        .map_err(|e| stream.explain(e))?;
-    let cold = ms(t0);
+    let streamed = (|| {
+        let store = remote_store(home, tier)?;
+        let _slot = restore_slot(home, tier)?;
+        let stream = thaw_tiers::stream::Stream::open(home, store, &name)?;
+        let t1 = std::time::Instant::now();
+        let started = w.restore_streamed(&stream.snapshot, strategy, stream.inputs()?);
+        let (mut sb, rep) = started.map_err(|e| stream.explain(e))?;
+        let restore_ms = ms(t1);
+        let inv = thaw_worker::invoke(&mut sb, size, thaw_worker::INVOKE_TIMEOUT)
+            .map_err(|e| stream.explain(e))?;
+        anyhow::Ok((stream, rep, restore_ms, inv, ms(t0)))
+    })();
+    let (mut stream, rep, restore_ms, inv, cold) = match streamed {
+        Ok(s) => s,
+        Err(e) => {
+            let e = e.context(format!("streaming {function} from tier {tier} failed"));
+            return invoke_fallback(home, w, inv, e, t0);
+        }
+    };
     if check {
         w.check(function, size, &inv.output)?;
     }
     let bg = stream
         .finish()
-        .with_context(|| format!("the background fill of {function} from tier {tier} failed"))?;
+        .with_context(|| format!("the background fill of {function} from tier {tier} failed"))?
+        .clone();
+    // the invocation has answered: a publish that fails (another process
+    // publishing the same snapshot at once, a full disk) is only reported
+    let published = publish_streamed(home, &name, &stream).unwrap_or_else(|e| {
+        crate::progress(&format!(
+            "{function} arrived whole from tier {tier} but was not published: {e:#}"
+        ));
+        None
+    });
     thaw_output::outln!(
         "{}",
         serde_json::json!({"function": function, "size": size, "strategy": strategy,
             "tier": tier, "cold_ms": cold, "fetch_first_ms": bg.first_ms,
             "restore_ms": restore_ms, "first_response_ms": inv.latency_ms,
             "background_complete_ms": bg.complete_ms, "exec_ms": inv.exec_ms,
-            "ws_pages": rep.figures.ws_pages, "stream": bg, "output": inv.output, "checked": check})
+            "ws_pages": rep.figures.ws_pages, "stream": bg, "published_to": published,
+            "output": inv.output, "checked": check})
+    );
+    Ok(())
+}
+
+/// The local tier a streamed snapshot is published onto: `disk` (the
+/// home's default tier, that of `thaw deploy` and `thaw invoke`) if it is
+/// configured, else the first configured local tier.
+pub fn publish_tier(cfg: &TiersConfig) -> Option<&thaw_tiers::TierConfig> {
+    let local = || cfg.tiers.iter().filter(|t| t.kind != Kind::Remote);
+    local()
+        .find(|t| t.name == "disk")
+        .or_else(|| local().next())
+}
+
+/// Publishes the arrived snapshot onto [`publish_tier`] unless it holds it
+/// already or lacks room (said on stderr); returns the tier published to.
+fn publish_streamed(
+    home: &Path,
+    name: &str,
+    stream: &thaw_tiers::stream::Stream,
+) -> Result<Option<String>> {
+    let places = Places::new(home)?;
+    let Some(t) = publish_tier(&places.cfg) else {
+        return Ok(None);
+    };
+    let to = places.get(&t.name)?;
+    let staged = thaw_store::Snapshot::open(&stream.snapshot.dir)?;
+    let need: u64 = std::fs::read_dir(&staged.dir)?
+        .flatten()
+        .filter_map(|e| e.metadata().ok())
+        .map(|m| m.len())
+        .sum();
+    if let Err(e) = check_room(home, t, need) {
+        crate::progress(&format!(
+            "not publishing {name} onto tier {}: {e:#}",
+            t.name
+        ));
+        return Ok(None);
+    }
+    Ok(moves::publish_staged(name, staged, &to)?.then(|| t.name.clone()))
+}
+
+/// Errs if tier `t` lacks room for `need` more bytes.
+fn check_room(home: &Path, t: &thaw_tiers::TierConfig, need: u64) -> Result<()> {
+    let used = device::used_bytes(home, t)?;
+    if used + need > t.capacity_bytes {
+        bail!(
+            "tier {} is full: {} MiB used of {} MiB, the snapshot needs {} MiB",
+            t.name,
+            used >> 20,
+            t.capacity_bytes >> 20,
+            need >> 20
+        );
+    }
+    Ok(())
+}
+
+/// After a failed stream: the same restore from the first local tier (in
+/// configuration order, fastest first) holding a copy, or the stream's
+/// error saying that none does.
+fn invoke_fallback(
+    home: &Path,
+    w: &thaw_worker::Worker,
+    req: &Invocation,
+    failure: anyhow::Error,
+    t0: std::time::Instant,
+) -> Result<()> {
+    let (function, size) = (req.function, req.size);
+    let cfg = TiersConfig::load(home)?;
+    let name = w.snapshot_name(function);
+    let copy = cfg
+        .tiers
+        .iter()
+        .filter(|t| t.kind != Kind::Remote)
+        // a device tier that is not set up holds nothing
+        .filter_map(|t| Some((t, thaw_store::Tier::by_name(&t.name, home).ok()?)))
+        .find_map(|(t, st)| Some((t.name.clone(), st.open_current(&name).ok()??)));
+    let Some((local, snap)) = copy else {
+        return Err(failure.context("no local tier holds a copy to fall back to"));
+    };
+    crate::progress(&format!(
+        "{failure:#}; falling back to the copy on tier {local}"
+    ));
+    let _slot = restore_slot(home, &local)?;
+    let (mut sb, _) = w.restore(&snap, req.strategy)?;
+    let inv = thaw_worker::invoke(&mut sb, size, thaw_worker::INVOKE_TIMEOUT)?;
+    let cold = thaw_worker::ms(t0);
+    if req.check {
+        w.check(function, size, &inv.output)?;
+    }
+    thaw_output::outln!(
+        "{}",
+        serde_json::json!({"function": function, "size": size, "strategy": req.strategy,
+            "tier": local, "fallback_from": req.tier, "fallback_reason": format!("{failure:#}"),
+            "cold_ms": cold, "exec_ms": inv.exec_ms, "output": inv.output, "checked": req.check})
     );
     Ok(())
 }

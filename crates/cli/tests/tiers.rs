@@ -708,15 +708,13 @@ fn restores_stream_from_the_remote_tier_working_set_first_and_fail_clearly() {
     }
     assert!(snap.dir.join("ws.json").exists(), "no working set recorded");
     drop(snap);
-    h.ok(&[
-        "snapshot",
-        "get",
-        "helloworld",
-        "--from",
-        "nvme",
-        "--to",
-        "remote",
-    ]);
+    // the only copy on the remote
+    h.mv("nvme", "remote");
+    let name = w.snapshot_name("helloworld");
+    let drop_local = || {
+        thaw_store::secure::remove_tree(&nvme.function_dir(&name)).unwrap();
+        assert_eq!(holders(&h), vec!["remote".to_string()]);
+    };
     let invoke = [
         "invoke",
         "helloworld",
@@ -728,7 +726,8 @@ fn restores_stream_from_the_remote_tier_working_set_first_and_fail_clearly() {
     ];
 
     // streamed: the right answer, the working set installed, the whole
-    // image arrived and verified, the staging directory gone
+    // image arrived and verified, published onto the local tier, the
+    // staging directory gone
     let out: Value = serde_json::from_str(h.ok(&invoke).trim()).unwrap();
     assert_eq!(out["checked"], true, "{out}");
     assert!(out["ws_pages"].as_u64().unwrap() > 0, "{out}");
@@ -743,11 +742,19 @@ fn restores_stream_from_the_remote_tier_working_set_first_and_fail_clearly() {
         st["first_bytes"].as_u64().unwrap() < st["image_bytes"].as_u64().unwrap(),
         "the restore waited for the whole image: {out}"
     );
+    assert_eq!(out["published_to"], "nvme", "{out}");
+    assert_eq!(holders(&h), vec!["nvme".to_string(), "remote".to_string()]);
     assert!(streams_left(&h).is_empty(), "{:?}", streams_left(&h));
+    // the published copy is a whole, verified snapshot of the store's
+    h.ok(&[
+        "snapshot",
+        "verify",
+        &nvme.function_dir(&name).to_string_lossy(),
+    ]);
+    drop_local();
 
     let cfg = TiersConfig::load(&h.0).unwrap();
     let store = Arc::new(RemoteStore::open(&h.0, cfg.get("remote").unwrap()).unwrap());
-    let name = w.snapshot_name("helloworld");
     let image = format!("{name}/memory.img");
     let good = store.get_raw(&image).unwrap();
 
@@ -757,6 +764,11 @@ fn restores_stream_from_the_remote_tier_working_set_first_and_fail_clearly() {
     bad[at] ^= 1;
     store.put_raw(&image, bad).unwrap();
     h.fails(&invoke, "failed authentication");
+    assert_eq!(
+        holders(&h),
+        vec!["remote".to_string()],
+        "a corrupt image was published"
+    );
     let res = (|| -> anyhow::Result<()> {
         let mut s = Stream::open(&h.0, store.clone(), &name)?;
         // every page on demand: a fault on the bad chunk kills the sandbox
@@ -774,11 +786,7 @@ fn restores_stream_from_the_remote_tier_working_set_first_and_fail_clearly() {
 
     // the store stopped once the restore has begun: the restore fails
     // within the deadline (2 s requests, one retry, plus 2 s), no hang
-    let pid: i32 = std::fs::read_to_string(h.0.join("tiers/.remote/server.pid"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let pid = server_pid(&h);
     let s = Stream::open_with(&h.0, store.clone(), &name, false).unwrap();
     // SAFETY: stopping and resuming the server this test's setup started.
     unsafe { libc::kill(pid, libc::SIGSTOP) };
@@ -804,8 +812,82 @@ fn restores_stream_from_the_remote_tier_working_set_first_and_fail_clearly() {
     );
     drop(s);
     assert!(streams_left(&h).is_empty(), "{:?}", streams_left(&h));
-    // and the store, back, serves the next streamed restore
+    // and the store, back, serves the next streamed restore (published again)
+    let out: Value = serde_json::from_str(h.ok(&invoke).trim()).unwrap();
+    assert_eq!(
+        (&out["checked"], &out["published_to"]),
+        (&Value::Bool(true), &Value::from("nvme")),
+        "{out}"
+    );
+
+    // MinIO killed (SIGKILL) with the restore's requests in flight: the
+    // invocation falls back to the local copy ...
+    let kill_mid_transfer = || {
+        let pid = server_pid(&h);
+        // SAFETY: stopping, then killing, the server this test's setup started.
+        unsafe { libc::kill(pid, libc::SIGSTOP) };
+        let child = Command::new(THAW)
+            .arg("--home")
+            .arg(&h.0)
+            .args(invoke)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(1500));
+        // SAFETY: as above.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        let t0 = std::time::Instant::now();
+        let out = child.wait_with_output().unwrap();
+        (out, t0.elapsed())
+    };
+    let (res, _) = kill_mid_transfer();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&res.stdout),
+        String::from_utf8_lossy(&res.stderr),
+    );
+    assert!(res.status.success(), "no fallback:\n{stdout}\n{stderr}");
+    let out: Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(
+        (&out["tier"], &out["fallback_from"]),
+        (&Value::from("nvme"), &Value::from("remote")),
+        "{out}"
+    );
+    assert_eq!(out["checked"], true, "{out}");
+    assert!(
+        stderr.contains("falling back to the copy on tier nvme"),
+        "{stderr}"
+    );
+    assert!(streams_left(&h).is_empty(), "{:?}", streams_left(&h));
+
+    // ... and without one fails clearly, within the deadline
+    h.ok(&["tier", "setup", "--tiers", "remote"]);
+    drop_local();
+    let (res, took) = kill_mid_transfer();
+    let stderr = String::from_utf8_lossy(&res.stderr);
+    assert!(!res.status.success(), "restored with the store killed");
+    assert!(
+        stderr.contains("streaming helloworld from tier remote failed")
+            && stderr.contains("no local tier holds a copy to fall back to")
+            && !stderr.contains("panicked"),
+        "{stderr}"
+    );
+    assert!(
+        took < std::time::Duration::from_secs(20),
+        "the failure took {took:?}"
+    );
+    assert!(streams_left(&h).is_empty(), "{:?}", streams_left(&h));
+    // set up again, the store serves the snapshot it kept
+    h.ok(&["tier", "setup", "--tiers", "remote"]);
     let out: Value = serde_json::from_str(h.ok(&invoke).trim()).unwrap();
     assert_eq!(out["checked"], true, "{out}");
     h.ok(&["tier", "teardown", "--force"]);
+}
+
+fn server_pid(h: &Home) -> i32 {
+    std::fs::read_to_string(h.0.join("tiers/.remote/server.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
 }

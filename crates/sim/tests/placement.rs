@@ -20,7 +20,7 @@ fn tier(name: &str, kind: &str, price: f64, mbps: f64, us: f64, emulated: bool) 
 }
 
 /// Three tiers (fast and dear, a disk, a cheap remote) and two measured
-/// profiles (a light function, a heavy one).
+/// profiles (a light function with a large working set, a heavy one).
 fn profiles() -> Value {
     json!({
         "version": 1,
@@ -31,7 +31,7 @@ fn profiles() -> Value {
             tier("remote", "remote", 0.023, 1250.0, 500.0, true),
         ],
         "functions": [
-            {"name": "light", "image_mib": 6.0, "ws_mib": 1.0, "exec_ms": 1.0, "fixed_ms": 5.0},
+            {"name": "light", "image_mib": 60.0, "ws_mib": 40.0, "exec_ms": 1.0, "fixed_ms": 5.0},
             {"name": "heavy", "image_mib": 60.0, "ws_mib": 20.0, "exec_ms": 900.0, "fixed_ms": 12.0},
         ]
     })
@@ -109,7 +109,7 @@ fn fleet_placement_beats_every_fixed_tier_that_keeps_the_bound() {
     assert_eq!(arms[3]["emulated_tiers"], false);
     // the fleet placement mixes tiers, keeps the bound, and beats every
     // fixed tier that keeps it too; all on the remote breaks it for the
-    // heavy profile (its whole image crosses the network)
+    // light profile (its working set crosses the network before it runs)
     assert!(
         arms[1]["tiers"].as_array().unwrap().len() > 1,
         "{}",
@@ -126,12 +126,20 @@ fn fleet_placement_beats_every_fixed_tier_that_keeps_the_bound() {
 }
 
 #[test]
-fn without_a_bound_fleet_placement_beats_every_fixed_tier() {
+fn without_a_bound_fleet_placement_is_no_worse_than_any_fixed_tier() {
     let arms = arms("free", "1000");
     let merit = |i: usize| arms[i]["merit"].as_f64().unwrap();
+    // with restores from the remote streamed (working set first), all on
+    // the remote can be the optimum when nothing bounds the slowdown: the
+    // fleet placement then finds it
     for (i, a) in arms.iter().enumerate().skip(2) {
-        assert!(merit(1) < merit(i), "fleet {} vs {a}", merit(1));
+        assert!(
+            merit(1) <= merit(i) * (1.0 + 1e-9),
+            "fleet {} vs {a}",
+            merit(1)
+        );
     }
+    assert!(merit(1) < merit(2) && merit(1) < merit(3), "{arms:?}");
 }
 
 #[test]

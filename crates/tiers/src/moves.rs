@@ -332,11 +332,15 @@ const IMAGE_CHUNK: usize = 64 << 10;
 const FIRST_NEEDED: &[&str] = &["manifest.json", "state.json", "ws.json", "ws.img"];
 
 fn copy(from: &Place, to: &Place, name: &str) -> Result<(FileSums, u64, std::time::Duration)> {
-    let t0 = std::time::Instant::now();
     let src = match from {
         Place::Local { store, .. } => Source::Local(Box::new(published(store, name)?)),
         Place::Remote { store, .. } => Source::Remote(store),
     };
+    copy_from(&src, to, name)
+}
+
+fn copy_from(src: &Source, to: &Place, name: &str) -> Result<(FileSums, u64, std::time::Duration)> {
+    let t0 = std::time::Instant::now();
     let mut files = match &src {
         Source::Local(snap) => local_files(&snap.dir)?,
         Source::Remote(store) => {
@@ -355,6 +359,8 @@ fn copy(from: &Place, to: &Place, name: &str) -> Result<(FileSums, u64, std::tim
             .unwrap_or(FIRST_NEEDED.len())
     });
     let mut first_needed = None;
+    // what the restorer's chunks object is made from (both travel first)
+    let (mut state, mut id): (_, Option<String>) = (None, None);
     for (f, len, _) in order {
         if first_needed.is_none() && !FIRST_NEEDED.contains(&f.as_str()) {
             first_needed = Some(t0.elapsed());
@@ -378,9 +384,25 @@ fn copy(from: &Place, to: &Place, name: &str) -> Result<(FileSums, u64, std::tim
             // the image in small chunks: a streamed restore fetches (and
             // authenticates) little more than the pages it faults on
             Place::Remote { store, .. } if f == "memory.img" => {
-                store.put_chunked(&format!("{name}/{f}"), &data, IMAGE_CHUNK)?
+                store.put_chunked(&format!("{name}/{f}"), &data, IMAGE_CHUNK)?;
+                let (Some(state), Some(id)) = (&state, &id) else {
+                    bail!("snapshot {name} has no state.json or manifest id");
+                };
+                let chunk = IMAGE_CHUNK as u64;
+                let chunks = (data.len() as u64).div_ceil(chunk).max(1);
+                let pre = crate::stream::restorer_chunks(state, chunk, chunks);
+                let obj = crate::stream::pre_image(id, &pre, chunk, &data);
+                store.put(&format!("{name}/{}", crate::stream::PRE_IMAGE), &obj)?;
             }
             Place::Remote { store, .. } => store.put(&format!("{name}/{f}"), &data)?,
+        }
+        match f.as_str() {
+            _ if !matches!(to, Place::Remote { .. }) => {}
+            "state.json" => state = Some(thaw_sandbox::state::ProcessState::decode(&data)?),
+            "manifest.json" => {
+                id = Some(serde_json::from_slice::<thaw_store::Manifest>(&data)?.id);
+            }
+            _ => {}
         }
     }
     if let Place::Local { store, .. } = to {
@@ -434,6 +456,36 @@ fn switch_in(to: &Place, name: &str, files: &[(String, u64, String)]) -> Result<
             store.put(&format!("{name}/{COMMIT}"), &serde_json::to_vec(&rec)?)
         }
     }
+}
+
+/// Publishes `staged` (a streamed snapshot that has fully arrived and been
+/// verified) as `name` on the local tier `to`: copied beside the tier's
+/// snapshots, verified again there, then switched in atomically (the
+/// store's deploy lock and `current` rename). A crash before the switch
+/// leaves only a `.move-tmp` directory, removed by the next transfer of
+/// `name`; the remote copy is never touched. Returns false (and does
+/// nothing) if `to` already holds `name`.
+pub fn publish_staged(name: &str, staged: thaw_store::Snapshot, to: &Place) -> Result<bool> {
+    check_name(name)?;
+    if !matches!(to, Place::Local { .. }) {
+        bail!(
+            "a streamed snapshot is published onto a local tier, not {}",
+            to.tier()
+        );
+    }
+    if holds(to, name)? {
+        return Ok(false);
+    }
+    discard_target(to, name)?;
+    let res = copy_from(&Source::Local(Box::new(staged)), to, name).and_then(|(files, _, _)| {
+        verify_copy(to, name, &files)?;
+        switch_in(to, name, &files)
+    });
+    if let Err(e) = res {
+        let _ = discard_target(to, name);
+        return Err(e.context(format!("publishing {name} onto tier {}", to.tier())));
+    }
+    Ok(true)
 }
 
 /// Deletes the snapshot `name` at `p` (first made invisible, then removed).

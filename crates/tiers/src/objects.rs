@@ -128,14 +128,18 @@ impl RemoteStore {
         }
     }
 
-    /// Seals and stores `data` as `name`.
+    /// Seals and stores `data` as `name`, compressed: for objects read whole.
     pub fn put(&self, name: &str, data: &[u8]) -> Result<()> {
-        self.put_chunked(name, data, seal::CHUNK)
+        self.upload(name, seal::seal_compressed(&self.key, name, data)?)
     }
 
-    /// [`RemoteStore::put`] sealed in chunks of `chunk` bytes.
+    /// Seals and stores `data` as `name` uncompressed, in chunks of `chunk`
+    /// bytes: for objects read by range.
     pub fn put_chunked(&self, name: &str, data: &[u8], chunk: usize) -> Result<()> {
-        let sealed = seal::seal_chunked(&self.key, name, data, chunk)?;
+        self.upload(name, seal::seal_chunked(&self.key, name, data, chunk)?)
+    }
+
+    fn upload(&self, name: &str, sealed: Vec<u8>) -> Result<()> {
         self.rt
             .block_on(
                 self.store
@@ -145,36 +149,47 @@ impl RemoteStore {
         Ok(())
     }
 
-    /// Fetches and opens `name`; a corrupt or tampered object is an error,
-    /// and so is one announcing more than `max_len` bytes (it is never
-    /// downloaded: the header is read first).
+    /// Fetches and opens `name` (one GET); a corrupt or tampered object is
+    /// an error, and so is one that could hold more than `max_len` bytes
+    /// (refused on its stored size, before its body is read).
     pub fn get(&self, name: &str, max_len: u64) -> Result<Vec<u8>> {
-        let h = self.header(name)?;
-        if h.plain_len > max_len {
+        self.rt.block_on(self.fetch_open(name, max_len))
+    }
+
+    /// [`RemoteStore::get`], or `None` if there is no such object.
+    pub fn get_opt(&self, name: &str, max_len: u64) -> Result<Option<Vec<u8>>> {
+        match self.rt.block_on(self.fetch_open(name, max_len)) {
+            Ok(v) => Ok(Some(v)),
+            Err(e) => match e.downcast_ref::<object_store::Error>() {
+                Some(object_store::Error::NotFound { .. }) => Ok(None),
+                _ => Err(e),
+            },
+        }
+    }
+
+    async fn fetch_open(&self, name: &str, max_len: u64) -> Result<Vec<u8>> {
+        let ctx = || format!("downloading {name} from {}", self.url);
+        let r = self
+            .store
+            .get(&ObjPath::from(name))
+            .await
+            .with_context(ctx)?;
+        if r.meta.size > seal::max_sealed_len(max_len) {
             bail!(
-                "{name} on {} announces {} bytes, more than the {max_len} expected",
+                "{name} on {} is {} bytes stored, more than {max_len} bytes can take",
                 self.url,
-                h.plain_len
+                r.meta.size
             );
         }
-        let raw = self
-            .rt
-            .block_on(
-                self.store
-                    .get_range(&ObjPath::from(name), 0..h.sealed_len()),
-            )
-            .with_context(|| format!("downloading {name} from {}", self.url))?;
-        seal::open(&self.key, name, &raw)
+        let raw = r.bytes().await.with_context(ctx)?;
+        seal::open(&self.key, name, &raw, max_len)
     }
 
     /// Stores `data` as `name` unsealed: a plain S3 PUT, as any client
     /// would make (the XDT benchmark's object-store baseline; snapshots go
     /// through [`RemoteStore::put`]).
     pub fn put_plain(&self, name: &str, data: Vec<u8>) -> Result<()> {
-        self.rt
-            .block_on(self.store.put(&ObjPath::from(name), PutPayload::from(data)))
-            .with_context(|| format!("uploading {name} to {}", self.url))?;
-        Ok(())
+        self.upload(name, data)
     }
 
     /// A plain S3 GET of `name`, its body written to `sink` chunk by chunk
@@ -218,20 +233,11 @@ impl RemoteStore {
         })
     }
 
-    /// Fetches and opens several objects at once, each of the plaintext
-    /// length the caller knows (from a commit record): one ranged GET per
-    /// object, no header read first (objects sealed in the default chunk
-    /// size). An object of any other length or chunk size fails to open.
+    /// Fetches and opens several objects at once, each of the length the
+    /// caller knows (from a commit record); any other length is an error.
     pub fn get_many(&self, objects: &[(String, u64)]) -> Result<Vec<Vec<u8>>> {
         let gets = objects.iter().map(|(name, len)| async move {
-            let chunks = len.div_ceil(seal::CHUNK as u64).max(1);
-            let sealed = HEADER_LEN as u64 + len + chunks * seal::TAG_LEN as u64;
-            let raw = self
-                .store
-                .get_range(&ObjPath::from(name.as_str()), 0..sealed)
-                .await
-                .with_context(|| format!("downloading {name} from {}", self.url))?;
-            let plain = seal::open(&self.key, name, &raw)?;
+            let plain = self.fetch_open(name, *len).await?;
             if plain.len() as u64 != *len {
                 bail!(
                     "{name} on {} holds {} bytes, not {len}",
@@ -286,10 +292,7 @@ impl RemoteStore {
     /// Stores `raw` as `name` as it is (no sealing): the counterpart of
     /// [`RemoteStore::get_raw`].
     pub fn put_raw(&self, name: &str, raw: Vec<u8>) -> Result<()> {
-        self.rt
-            .block_on(self.store.put(&ObjPath::from(name), PutPayload::from(raw)))
-            .with_context(|| format!("uploading {name} to {}", self.url))?;
-        Ok(())
+        self.upload(name, raw)
     }
 
     /// Whether `name` exists (a HEAD request).

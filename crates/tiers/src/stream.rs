@@ -3,11 +3,13 @@
 //! [`Stream::open`] fetches, all at once, the commit record, manifest, state
 //! and the image's sealed header (each checked against the commit record),
 //! and returns; a lazy restore can start building its sandbox at once.
-//! Meanwhile a reader fetches the REAP working set (checked likewise) and
-//! fetcher threads bring the image into a local sparse file: first the
-//! chunks the restorer copies before resume (file-backed regions' private
-//! pages), then the rest in order, with ranged GETs, each chunk
-//! authenticated before a byte of it is written. The restore waits for what
+//! Meanwhile a reader fetches, side by side, the REAP working set (checked
+//! likewise) and the chunks the restorer copies before resume (file-backed
+//! regions' private pages), which the upload stored as one compressed
+//! object ([`PRE_IMAGE`]); only then do fetcher threads bring the rest of
+//! the image into a local sparse file, in order, with ranged GETs, each
+//! chunk authenticated before a byte of it is written (a page fault's chunk
+//! goes first at any time). The restore waits for what
 //! it needs only when it needs it ([`Arriving`]). The page server reads
 //! lazily restored pages through [`Stream::source`]: a page whose chunk has
 //! not arrived puts that chunk at the head of the queue and waits for it, up
@@ -53,6 +55,10 @@ const WORKING_SET: &[&str] = &[
     thaw_memory::working_set::WS_IMAGE,
 ];
 const IMAGE: &str = "memory.img";
+/// The image's chunks the restorer copies before resume, in one object
+/// (compressed, sealed): see [`pre_image`]. Derived, so not in the commit
+/// record; a snapshot uploaded without it streams those chunks one by one.
+pub const PRE_IMAGE: &str = "pre.img";
 /// Bounds on what a manifest and a state file may announce (the store's own).
 const MAX_MANIFEST: u64 = 1 << 20;
 const MAX_STATE: u64 = 64 << 20;
@@ -93,7 +99,10 @@ struct Progress {
     on_demand: u64,
     /// whether to fetch chunks nobody asked for yet
     background: bool,
-    /// the working set's files: fetched, checked and written (or why not)
+    /// the restorer's chunks are on their way in one object
+    pre_pending: bool,
+    /// the working set's files and the restorer's chunks: fetched,
+    /// checked and written (or why not); background fetches wait for it
     ws: Option<Result<(), String>>,
     /// when the last of what the restore waits for arrived
     first_done: Duration,
@@ -125,7 +134,8 @@ impl Shared {
         if p.arrived.get(i as usize).copied().unwrap_or(true) {
             return Ok(());
         }
-        if !p.urgent.contains(&i) {
+        let pre_brings = p.pre_pending && self.before.binary_search(&i).is_ok();
+        if !pre_brings && !p.urgent.contains(&i) {
             p.urgent.push_back(i);
             p.on_demand += 1;
             self.cv.notify_all();
@@ -305,19 +315,8 @@ impl Stream {
             bail!("{name}: the manifest's image checksum differs from the commit record's");
         }
         let state = thaw_sandbox::state::ProcessState::decode(&state)?;
-        // the restorer copies file-backed regions' saved pages before resume
         let chunk = header.chunk as u64;
-        let mut before: Vec<u64> = state
-            .memory
-            .regions
-            .iter()
-            .filter(|r| !r.anonymous)
-            .flat_map(|r| &r.runs)
-            .flat_map(|run| run.file_off / chunk..(run.file_off + run.len).div_ceil(chunk))
-            .filter(|&c| c < header.chunks())
-            .collect();
-        before.sort_unstable();
-        before.dedup();
+        let before = restorer_chunks(&state, chunk, header.chunks());
         // the REAP working set travels while the fetchers bring those chunks
         let ws: Vec<(String, u64, String)> = WORKING_SET
             .iter()
@@ -329,7 +328,7 @@ impl Stream {
                 arrived: vec![false; chunks as usize],
                 taken: vec![false; chunks as usize],
                 left: chunks,
-                urgent: before.iter().copied().collect(),
+                pre_pending: true,
                 background,
                 ..Default::default()
             }),
@@ -356,16 +355,30 @@ impl Stream {
                     .spawn(move || f.run())
             })
             .collect::<std::io::Result<Vec<_>>>()?;
-        // the REAP working set travels while the fetchers bring those chunks
-        // and the caller builds the sandbox
+        // the REAP working set and the restorer's chunks travel while the
+        // caller builds the sandbox
         let ws_bytes: u64 = ws.iter().map(|w| w.1).sum();
         let (sh, ws_dir, ws_name) = (shared.clone(), dir.clone(), name.to_string());
+        let (id, pre) = (snapshot.manifest.id.clone(), fetch.clone());
         threads.push(
             std::thread::Builder::new()
                 .name("thaw-stream-ws".into())
                 .spawn(move || {
-                    let res = fetch_files(&store, &ws_name, &ws_dir, &ws);
+                    let (res, pre) = std::thread::scope(|s| {
+                        let pre = s.spawn(|| pre.pre_image(&ws_name, &id));
+                        let res = fetch_files(&store, &ws_name, &ws_dir, &ws);
+                        (res, joined(pre))
+                    });
                     let mut p = sh.lock();
+                    p.pre_pending = false;
+                    match pre {
+                        // an upload without it: the chunks one by one
+                        Ok(false) => p.urgent.extend(sh.before.iter().copied()),
+                        Ok(true) => {}
+                        Err(e) => {
+                            p.failed.get_or_insert(format!("{e:#}"));
+                        }
+                    }
                     p.ws = Some(res.map_err(|e| format!("{e:#}")));
                     p.first_done = p.first_done.max(sh.t0.elapsed());
                     sh.cv.notify_all();
@@ -550,8 +563,9 @@ impl Fetch {
                 Some(_) => continue,
                 None => {}
             }
-            if !p.background {
-                // wait for the next request
+            if !p.background || p.ws.is_none() {
+                // wait for the next request (or for the critical path's
+                // bytes to be in: the background must not compete with them)
                 p = self.shared.cv.wait(p).unwrap_or_else(|e| e.into_inner());
                 if p.stop || p.failed.is_some() {
                     return None;
@@ -579,6 +593,35 @@ impl Fetch {
         Some((a, b))
     }
 
+    /// Fetches [`PRE_IMAGE`] and writes its chunks into the sparse image,
+    /// marking them arrived; false if the upload made none.
+    fn pre_image(&self, name: &str, id: &str) -> Result<bool> {
+        let c = self.shared.chunk;
+        let before = &self.shared.before;
+        let max = before.len() as u64 * c + 4096 + id.len() as u64 + before.len() as u64 * 8;
+        let what = format!("{name}/{PRE_IMAGE}");
+        let Some(raw) = self.store.get_opt(&what, max)? else {
+            return Ok(false);
+        };
+        let data = parse_pre_image(&raw, id, before, c, self.header.plain_len)
+            .with_context(|| format!("{what} on {}", self.store.url))?;
+        let mut off = 0;
+        for &i in before {
+            let len = chunk_len(i, c, self.header.plain_len);
+            self.image.write_all_at(&data[off..off + len], i * c)?;
+            off += len;
+        }
+        let mut p = self.shared.lock();
+        for &i in before {
+            if !p.arrived[i as usize] {
+                p.arrived[i as usize] = true;
+                p.left -= 1;
+            }
+        }
+        self.shared.cv.notify_all();
+        Ok(true)
+    }
+
     /// Fetches chunks [a, b), authenticated, into the sparse image.
     fn fetch(&self, a: u64, b: u64) -> Result<()> {
         let c = self.shared.chunk;
@@ -590,4 +633,87 @@ impl Fetch {
         self.image.write_all_at(&data, a * c)?;
         Ok(())
     }
+}
+
+/// The image's chunks the restorer copies before resume: those holding a
+/// file-backed region's saved (private) pages; sorted.
+pub fn restorer_chunks(
+    state: &thaw_sandbox::state::ProcessState,
+    chunk: u64,
+    chunks: u64,
+) -> Vec<u64> {
+    let mut before: Vec<u64> = state
+        .memory
+        .regions
+        .iter()
+        .filter(|r| !r.anonymous)
+        .flat_map(|r| &r.runs)
+        .flat_map(|run| run.file_off / chunk..(run.file_off + run.len).div_ceil(chunk))
+        .filter(|&c| c < chunks)
+        .collect();
+    before.sort_unstable();
+    before.dedup();
+    before
+}
+
+/// Bytes of chunk `i` of an image of `len` bytes.
+fn chunk_len(i: u64, chunk: u64, len: u64) -> usize {
+    (len.min((i + 1) * chunk) - (i * chunk).min(len)) as usize
+}
+
+/// [`PRE_IMAGE`]'s plaintext: the manifest id it belongs to and the chunk
+/// list (each length-prefixed, little-endian), then those chunks' bytes.
+pub fn pre_image(id: &str, chunks: &[u64], chunk: u64, image: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    out.extend_from_slice(&(id.len() as u32).to_le_bytes());
+    out.extend_from_slice(id.as_bytes());
+    out.extend_from_slice(&(chunks.len() as u32).to_le_bytes());
+    for c in chunks {
+        out.extend_from_slice(&c.to_le_bytes());
+    }
+    for &c in chunks {
+        let s = (c * chunk) as usize;
+        out.extend_from_slice(&image[s..s + chunk_len(c, chunk, image.len() as u64)]);
+    }
+    out
+}
+
+/// The chunks' bytes of a [`pre_image`], checked to be for manifest `id`
+/// and exactly the chunk list `want` of an image of `len` bytes (so an
+/// older upload's object is refused, not restored).
+fn parse_pre_image<'a>(
+    raw: &'a [u8],
+    id: &str,
+    want: &[u64],
+    chunk: u64,
+    len: u64,
+) -> Result<&'a [u8]> {
+    let mut at = 0usize;
+    let mut take = |n: usize| -> Result<&'a [u8]> {
+        let b = raw.get(at..at + n).context("truncated")?;
+        at += n;
+        Ok(b)
+    };
+    let n = u32::from_le_bytes(take(4)?.try_into()?) as usize;
+    if take(n)? != id.as_bytes() {
+        bail!("made for another version of the snapshot");
+    }
+    let n = u32::from_le_bytes(take(4)?.try_into()?) as usize;
+    if n != want.len() {
+        bail!(
+            "holds {n} chunks, not the {} the restorer copies",
+            want.len()
+        );
+    }
+    for &w in want {
+        if u64::from_le_bytes(take(8)?.try_into()?) != w {
+            bail!("holds other chunks than the restorer copies");
+        }
+    }
+    let data = &raw[at..];
+    let total: usize = want.iter().map(|&i| chunk_len(i, chunk, len)).sum();
+    if data.len() != total {
+        bail!("holds {} bytes of chunks, not {total}", data.len());
+    }
+    Ok(data)
 }
