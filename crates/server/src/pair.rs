@@ -185,6 +185,11 @@ impl Pair {
         Ok(p)
     }
 
+    /// The key both workers share.
+    pub fn key_file(&self) -> PathBuf {
+        self.dir.join("peer.key")
+    }
+
     fn spawn(&self, exe: &Path, i: usize, key_file: &Path, o: &PairOptions) -> Result<Daemon> {
         let name = ["a", "b"][i];
         let home = self.dir.join(name);

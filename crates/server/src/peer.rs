@@ -292,7 +292,8 @@ impl Peers {
             .map_err(|e| XdtError::Peer(format!("peer {peer}: {e}")))
     }
 
-    async fn small_request(
+    /// One request to `peer` with a small answer (status, body).
+    pub async fn small_request(
         &self,
         peer: SocketAddr,
         method: &str,
