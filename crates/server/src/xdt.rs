@@ -159,8 +159,25 @@ impl Host for XdtHost {
         };
         let (tx, rx) = mpsc::channel();
         let (owner, token) = (owner.to_string(), token.to_string());
+        let metrics = self.app().map(|a| a.metrics.clone());
         self.rt.spawn(async move {
+            let t0 = Instant::now();
             let r = crate::peer::pull_until(&peers, &owner, &token, max_bytes, deadline).await;
+            if let Some(m) = metrics {
+                let outcome = match &r {
+                    Ok(got) => {
+                        m.pulled_bytes.inc_by(got.size);
+                        m.pull_duration.observe(t0.elapsed().as_secs_f64());
+                        "ok"
+                    }
+                    Err(e) => e.kind(),
+                };
+                m.pulls
+                    .get_or_create(&crate::metrics::OutcomeLabel {
+                        outcome: outcome.into(),
+                    })
+                    .inc();
+            }
             // a consumer that stopped waiting drops the object here
             let _ = tx.send(r);
         });
