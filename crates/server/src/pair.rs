@@ -15,6 +15,9 @@ use thaw_tiers::netns;
 /// Each worker's peer listener port (inside its own namespace).
 pub const PEER_PORT: u16 = 7070;
 const PREFIX: u8 = 30;
+/// The link's MTU: jumbo frames, as datacenter networks between workers
+/// use (a 1500-byte MTU costs a softirq per 1.5 kB on these 2 cores).
+pub const MTU: u32 = 9000;
 /// How long a daemon gets to open its home and answer.
 const START_DEADLINE: Duration = Duration::from_secs(180);
 
@@ -57,7 +60,11 @@ impl PairNet {
             netns: Some(&self.netns[i]),
             addr: &self.addrs[i],
         };
-        netns::link_pair(&end(0), &end(1), PREFIX)
+        netns::link_pair(&end(0), &end(1), PREFIX)?;
+        for i in 0..2 {
+            netns::set_mtu(&self.netns[i], &self.links[i], MTU)?;
+        }
+        Ok(())
     }
 
     pub fn down(&self) -> Result<()> {

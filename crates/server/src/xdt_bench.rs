@@ -109,7 +109,7 @@ pub const METHODS: [&str; 3] = ["xdt", "inline", "store"];
 pub const CROSS: &str = "xdt-peer";
 
 /// What every report says about the two workers.
-pub const WORKERS_LABEL: &str = "two `thaw serve` daemons on this machine, each in its own network namespace, joined by a veth pair (no rate or delay emulation); HTTP/2 h2c between them";
+pub const WORKERS_LABEL: &str = "two `thaw serve` daemons on this machine, each in its own network namespace, joined by a veth pair (MTU 9000, no rate or delay emulation); HTTP/2 h2c between them";
 
 /// Runs the benchmark on a temporary state home, its object store set up
 /// on that home for the run.

@@ -90,6 +90,15 @@ pub fn link_pair(a: &End, b: &End, prefix: u8) -> Result<()> {
     Ok(())
 }
 
+/// Sets the MTU of `link` in `netns`.
+pub fn set_mtu(netns: &str, link: &str, mtu: u32) -> Result<()> {
+    ip_in(
+        Some(netns),
+        &["link", "set", "dev", link, "mtu", &mtu.to_string()],
+    )?;
+    Ok(())
+}
+
 /// Refuses names or a subnet already in use on this machine.
 pub fn check_free(netns: &[&str], links: &[&str], addr: &str, prefix: u8) -> Result<()> {
     if let Some(ns) = netns.iter().find(|n| netns_exists(n)) {
