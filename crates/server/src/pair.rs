@@ -181,7 +181,7 @@ impl Pair {
         p.net_up = true;
         let key: [u8; 32] = rand::random();
         let key_file = p.dir.join("peer.key");
-        write_private(&key_file, hex::encode(key).as_bytes())?;
+        thaw_tiers::seal::create_private(&key_file, hex::encode(key).as_bytes())?;
         for i in 0..2 {
             let d = p.spawn(exe, i, &key_file, o)?;
             p.workers.push(d);
@@ -218,7 +218,7 @@ impl Pair {
             stall = o.stall_ms,
         );
         let cfg_path = self.dir.join(format!("{name}.toml"));
-        write_private(&cfg_path, cfg.as_bytes())?;
+        thaw_tiers::seal::create_private(&cfg_path, cfg.as_bytes())?;
         let log = self.dir.join(format!("{name}.log"));
         let out = std::fs::File::create(&log)?;
         // only the network namespace changes: `ip netns exec` would also
@@ -260,19 +260,6 @@ impl Pair {
             killed: false,
         })
     }
-}
-
-fn write_private(p: &Path, data: &[u8]) -> Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(p)
-        .with_context(|| format!("creating {}", p.display()))?;
-    f.write_all(data)?;
-    Ok(())
 }
 
 fn log_tail(p: &Path) -> String {

@@ -995,7 +995,7 @@ fn instance_thread(
         if !output.is_empty() {
             let entry = LogEntry {
                 seq: 0,
-                invocation_id: invocation_id,
+                invocation_id,
                 instance: name.clone(),
                 unix_ms: std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)

@@ -250,10 +250,8 @@ fn foreign_refs<'v>(v: &'v Value, own: thaw_xdt::WorkerId, depth: u32, out: &mut
         return;
     }
     match v {
-        Value::String(s) => {
-            if thaw_xdt::reference::worker_of(s).is_ok_and(|w| w != own) {
-                out.push(s);
-            }
+        Value::String(s) if thaw_xdt::reference::worker_of(s).is_ok_and(|w| w != own) => {
+            out.push(s)
         }
         Value::Array(a) => a.iter().for_each(|x| foreign_refs(x, own, depth + 1, out)),
         Value::Object(m) => m

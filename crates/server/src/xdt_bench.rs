@@ -719,7 +719,7 @@ pub fn plots(r: &Report) -> Vec<(String, String)> {
             continue;
         }
         out.push((
-            format!("{pattern}"),
+            pattern.to_string(),
             Lines {
                 title: format!("{pattern}: latency per degree (median)"),
                 x_label: "degree".into(),
