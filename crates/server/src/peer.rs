@@ -619,3 +619,112 @@ pub async fn pull_until(
         )),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn peers(key: &[u8], peer: &str) -> Peers {
+        let dir = std::env::temp_dir().join(format!(
+            "thaw-peer-unit-{}-{}",
+            std::process::id(),
+            hex::encode(rand::random::<[u8; 4]>())
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("key");
+        thaw_tiers::seal::create_private(&f, hex::encode(key).as_bytes()).unwrap();
+        let p = Peers::from_config(&PeerConfig {
+            key_file: Some(f),
+            peers: vec![peer.into()],
+            ..PeerConfig::default()
+        })
+        .unwrap()
+        .unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        p
+    }
+
+    #[test]
+    fn requests_are_signed_bound_to_their_content_time_and_sender() {
+        let p = peers(&[1; 32], "10.0.0.2:7070");
+        let ip: IpAddr = "10.0.0.2".parse().unwrap();
+        let h = p.sign("POST", "/peer/v1/pull", b"{}");
+        assert!(p
+            .verify(ip, "POST", "/peer/v1/pull", Some(&h), b"{}")
+            .is_ok());
+        // another body, path or method: the signature does not hold
+        for (m, path, body) in [
+            ("POST", "/peer/v1/pull", &b"{ }"[..]),
+            ("POST", "/peer/v1/hello", b"{}"),
+            ("GET", "/peer/v1/pull", b"{}"),
+        ] {
+            let e = p.verify(ip, m, path, Some(&h), body).unwrap_err();
+            assert_eq!(e.0, StatusCode::UNAUTHORIZED, "{m} {path}");
+        }
+        // another key, no header, garbage, an old time
+        let other = peers(&[2; 32], "10.0.0.2:7070");
+        let h2 = other.sign("POST", "/peer/v1/pull", b"{}");
+        for bad in [Some(h2.as_str()), None, Some("x"), Some("12.zz")] {
+            let e = p
+                .verify(ip, "POST", "/peer/v1/pull", bad, b"{}")
+                .unwrap_err();
+            assert_eq!(e.0, StatusCode::UNAUTHORIZED, "{bad:?}");
+        }
+        use hmac::Mac;
+        let old = now_ms() - SKEW_MS - 1_000;
+        let tag = p.mac("GET", "/x", old, b"").finalize().into_bytes();
+        let h3 = format!("{old}.{}", hex::encode(tag));
+        let e = p.verify(ip, "GET", "/x", Some(&h3), b"").unwrap_err();
+        assert!(e.2.contains("time"), "{}", e.2);
+        // right key, but not from a configured peer
+        let e = p
+            .verify(
+                "10.0.0.9".parse().unwrap(),
+                "POST",
+                "/peer/v1/pull",
+                Some(&h),
+                b"{}",
+            )
+            .unwrap_err();
+        assert_eq!(e.0, StatusCode::FORBIDDEN);
+    }
+
+    #[test]
+    fn bad_configurations_are_refused() {
+        assert!(Peers::from_config(&PeerConfig::default())
+            .unwrap()
+            .is_none());
+        let no_key = PeerConfig {
+            peers: vec!["10.0.0.2:7070".into()],
+            ..PeerConfig::default()
+        };
+        let e = Peers::from_config(&no_key).err().unwrap();
+        assert!(e.to_string().contains("key_file"), "{e}");
+        let dir = std::env::temp_dir().join(format!("thaw-peer-cfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let short = dir.join("short");
+        thaw_tiers::seal::create_private(&short, b"abcd").unwrap();
+        let open = dir.join("open");
+        std::fs::write(&open, hex::encode([1u8; 32])).unwrap();
+        std::fs::set_permissions(&open, std::os::unix::fs::PermissionsExt::from_mode(0o644))
+            .unwrap();
+        for (f, want) in [(&short, "at least 32"), (&open, "readable by others")] {
+            let c = PeerConfig {
+                key_file: Some(f.clone()),
+                ..no_key.clone()
+            };
+            let e = Peers::from_config(&c).err().unwrap();
+            assert!(format!("{e:#}").contains(want), "{e:#}");
+        }
+        let good = dir.join("good");
+        thaw_tiers::seal::create_private(&good, hex::encode([1u8; 32]).as_bytes()).unwrap();
+        let c = PeerConfig {
+            key_file: Some(good),
+            peers: vec!["not an address".into()],
+            ..PeerConfig::default()
+        };
+        let e = Peers::from_config(&c).err().unwrap();
+        assert!(e.to_string().contains("not ADDR:PORT"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
