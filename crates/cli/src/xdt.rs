@@ -1,5 +1,5 @@
 //! `thaw bench xdt`.
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use clap::Args;
 use std::path::{Path, PathBuf};
 
@@ -36,9 +36,13 @@ pub struct BenchXdtArgs {
     /// Write the cells as JSON here
     #[arg(long)]
     json: Option<PathBuf>,
-    /// Write the markdown table here (it is printed either way)
+    /// Write the markdown table here (it is printed either way), and its
+    /// SVG plots beside it (STEM-latency.svg, STEM-bandwidth.svg, ...)
     #[arg(long)]
     markdown: Option<PathBuf>,
+    /// Skip the cross-worker method (two daemons in network namespaces)
+    #[arg(long)]
+    no_cross_worker: bool,
 }
 
 pub fn bench(home: &Path, a: BenchXdtArgs) -> Result<()> {
@@ -60,8 +64,22 @@ pub fn bench(home: &Path, a: BenchXdtArgs) -> Result<()> {
         app_runs: a.app_runs,
         wc_mb: a.wc_mb,
         ens_rows: a.ens_rows,
+        cross_worker_exe: if a.no_cross_worker {
+            None
+        } else {
+            Some(std::env::current_exe().context("locating the thaw binary")?)
+        },
     };
     let report = thaw_server::xdt_bench::run(home, &o)?;
     let md = thaw_server::xdt_bench::markdown(&report);
+    if let Some(m) = &a.markdown {
+        let stem = m
+            .file_stem()
+            .map_or("xdt".into(), |s| s.to_string_lossy().into_owned());
+        for (suffix, svg) in thaw_server::xdt_bench::plots(&report) {
+            let p = m.with_file_name(format!("{stem}-{suffix}.svg"));
+            thaw_plot::write(&p, &svg).with_context(|| format!("writing {}", p.display()))?;
+        }
+    }
     crate::serve::emit_report(&md, &report, a.json, a.markdown)
 }

@@ -65,6 +65,10 @@ impl D {
     }
 
     fn deploy(&self, name: &str, handler: &str, owner: &str) {
+        self.deploy_mb(name, handler, owner, 256)
+    }
+
+    fn deploy_mb(&self, name: &str, handler: &str, owner: &str, memory_mb: u64) {
         let (status, body) = self.post(
             "/v1/functions",
             &json!({
@@ -73,7 +77,7 @@ impl D {
                 "owner": owner,
                 "code": {"format": "file", "filename": "storefns.py",
                          "data_base64": base64::engine::general_purpose::STANDARD.encode(FNS)},
-                "memory_mb": 256,
+                "memory_mb": memory_mb,
             }),
         );
         assert_eq!(status, 201, "deploy {name}: {body}");
@@ -171,6 +175,12 @@ fn functions_put_and_get_through_the_emulated_object_store() {
             d.error("try", json!({"op": "put_str", "key": "s"})).0,
             "TypeError"
         );
+        // larger than the function's memory: too_large, not a store failure
+        d.deploy_mb("tiny", "attempt", "default", 64);
+        let out = d.invoke("rt", json!({"key": "t/big", "size": 65 << 20}));
+        assert_eq!(out["same"], true, "{out}");
+        let (kind, msg) = d.error("tiny", json!({"op": "get", "key": "t/big"}));
+        assert_eq!(kind, "too_large", "{msg}");
         // and the worker still serves
         let out = d.invoke("rt", json!({"key": "t/after", "size": 4096}));
         assert_eq!(out["same"], true, "{out}");
@@ -183,6 +193,7 @@ fn bench_xdt_runs_every_method_and_leaves_no_store_behind() {
     let dir = std::env::temp_dir().join(format!("thaw-xdt-bench-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let json_path = dir.join("xdt.json");
+    let md_path = dir.join("xdt.md");
     let child = Command::new(THAW)
         .args([
             "bench",
@@ -196,6 +207,8 @@ fn bench_xdt_runs_every_method_and_leaves_no_store_behind() {
         ])
         .args(["--pattern-runs", "1", "--app-runs", "0", "--json"])
         .arg(&json_path)
+        .arg("--markdown")
+        .arg(&md_path)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -213,7 +226,21 @@ fn bench_xdt_runs_every_method_and_leaves_no_store_behind() {
         .filter(|c| c["ms"]["median"].as_f64().is_some_and(|m| m > 0.0))
         .map(|c| c["method"].as_str().unwrap())
         .collect();
-    assert_eq!(methods, ["xdt", "inline", "store"]);
+    assert_eq!(methods, ["xdt", "inline", "store", "xdt-peer"]);
+    assert!(r["workers"].as_str().unwrap().contains("network namespace"));
+    // the plots beside the markdown
+    for p in [
+        "latency",
+        "latency-p99",
+        "bandwidth",
+        "scatter",
+        "gather",
+        "broadcast",
+    ] {
+        let svg = std::fs::read_to_string(dir.join(format!("xdt-{p}.svg")))
+            .unwrap_or_else(|e| panic!("xdt-{p}.svg: {e}"));
+        assert!(svg.starts_with("<svg") && svg.contains("<polyline"), "{p}");
+    }
     // scatter, gather and broadcast by each method (a 1 MB inline gather is
     // over the output cap: a cell without timings, saying so)
     let pats = r["patterns"].as_array().unwrap();
@@ -223,7 +250,15 @@ fn bench_xdt_runs_every_method_and_leaves_no_store_behind() {
         let capped = c["pattern"] == "gather" && c["method"] == "inline";
         assert_eq!(timed, !capped, "{c}");
     }
-    // the bench's temporary home was named after its pid: its store is gone
+    // the bench's temporary home was named after its pid: its store and the
+    // two workers' namespaces are gone
+    let pairnet = thaw_server::pair::PairNet::for_tag(pid);
+    for ns in &pairnet.netns {
+        assert!(
+            !Path::new("/run/netns").join(ns).exists(),
+            "{ns} left behind"
+        );
+    }
     let home = std::env::temp_dir().join(format!("thaw-bench-xdt-{pid}"));
     assert!(
         !netns_of(&home).exists(),

@@ -266,6 +266,16 @@ async fn invoke(
             ApiError::bad(format!("the event is not JSON: {e}"))
         })?
     };
+    // other workers' objects in the event start coming now, while an
+    // instance is found or restored
+    let prefetched = match app.pool.xdt.get() {
+        Some(host) => {
+            let v = lookup(&app, &name)?;
+            let deadline = Instant::now() + Duration::from_millis(v.rec.timeout_ms);
+            host.prefetch(&v.rec.owner, &event, v.rec.memory_mb << 20, deadline)
+        }
+        None => Default::default(),
+    };
     // a redeploy while this request waits: follow the new version
     let mut tries = 0;
     let (v, lease) = loop {
@@ -286,9 +296,12 @@ async fn invoke(
     // cancel it half-way, and the instance always goes back to the pool
     let pool = app.pool.clone();
     let id2 = invocation_id.clone();
-    let (_lease, done) = tokio::spawn(async move { pool.run(lease, event, timeout, id2).await })
-        .await
-        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?;
+    let (_lease, done) =
+        tokio::spawn(async move { pool.run(lease, event, timeout, id2, prefetched).await })
+            .await
+            .map_err(|e| {
+                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
+            })?;
     let exec_ms = done.reply.as_ref().map_or(0.0, |i| i.exec_ms);
     let (status, body, code) = match done.reply.map(|i| i.output) {
         Ok(Ok(output)) => (StatusCode::OK, output, "ok"),

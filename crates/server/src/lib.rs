@@ -12,6 +12,8 @@ pub mod config;
 pub mod deploy;
 pub mod logs;
 pub mod metrics;
+pub mod pair;
+pub mod peer;
 pub mod placement;
 pub mod pool;
 pub mod registry;
@@ -92,7 +94,7 @@ pub fn open(cfg: Config) -> Result<Arc<App>> {
     let rt = tokio::runtime::Handle::try_current().context(
         "the daemon opens inside a tokio runtime (the SDK's nested invocations run on it)",
     )?;
-    let host = Arc::new(xdt::XdtHost::new(&app.cfg.xdt, &app.cfg.home, rt));
+    let host = Arc::new(xdt::XdtHost::new(&app.cfg.xdt, &app.cfg.home, rt)?);
     host.attach(&app);
     let _ = app.pool.xdt.set(host);
     recover(&app)?;
@@ -371,6 +373,19 @@ pub async fn start(app: Arc<App>, signals: bool) -> Result<Running> {
                 })
                 .await;
         }));
+    }
+    // the XDT peer plane: other workers pull this one's objects over h2c
+    if let Some(host) = app.pool.xdt.get() {
+        if let Some(a) = host.peers().and_then(|p| p.listen) {
+            let l = tokio::net::TcpListener::bind(a)
+                .await
+                .with_context(|| format!("binding the peer listener {a}"))?;
+            servers.push(tokio::spawn(peer::serve(
+                host.clone(),
+                l,
+                drain_tx.subscribe(),
+            )));
+        }
     }
     let ticker = {
         let pool = app.pool.clone();

@@ -82,6 +82,15 @@ pub struct Metrics {
     pub moves: Family<MoveLabels, Counter>,
     pub mispredictions: Family<PredictionLabels, Counter>,
     pub rejected: Family<ReasonLabel, Counter>,
+    /// XDT pulls from other workers, by outcome (`ok`, or the error kind)
+    pub pulls: Family<OutcomeLabel, Counter>,
+    pub pulled_bytes: Counter,
+    pub pull_duration: Histogram,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabel {
+    pub outcome: String,
 }
 
 impl Metrics {
@@ -100,6 +109,24 @@ impl Metrics {
         let moves = Family::<MoveLabels, Counter>::default();
         let rejected = Family::<ReasonLabel, Counter>::default();
         let mispredictions = Family::<PredictionLabels, Counter>::default();
+        let pulls = Family::<OutcomeLabel, Counter>::default();
+        let pulled_bytes = Counter::default();
+        let pull_duration = seconds_histogram();
+        registry.register(
+            "xdt_pulls",
+            "XDT objects pulled from other workers, by outcome (ok or error kind)",
+            pulls.clone(),
+        );
+        registry.register(
+            "xdt_pulled_bytes",
+            "Bytes of XDT objects pulled from other workers",
+            pulled_bytes.clone(),
+        );
+        registry.register(
+            "xdt_pull_duration_seconds",
+            "One successful pull: request to the last byte in the consumer's memfd",
+            pull_duration.clone(),
+        );
         registry.register(
             "invocations",
             "Invocations by function, start type and status",
@@ -164,6 +191,9 @@ impl Metrics {
             moves,
             mispredictions,
             rejected,
+            pulls,
+            pulled_bytes,
+            pull_duration,
         }
     }
 

@@ -129,6 +129,8 @@ struct Job {
     invocation_id: String,
     /// the caller's chain, for an invocation a function made (XDT)
     chain: Option<thaw_xdt::CallCtx>,
+    /// pulls of other workers' objects started when the invocation arrived
+    prefetched: crate::xdt::Prefetched,
     reply: oneshot::Sender<JobDone>,
 }
 
@@ -719,8 +721,9 @@ impl Pool {
         event: Value,
         timeout: Duration,
         invocation_id: String,
+        prefetched: crate::xdt::Prefetched,
     ) -> (Lease, JobDone) {
-        self.run_in_chain(lease, event, timeout, invocation_id, None)
+        self.run_in_chain(lease, event, timeout, invocation_id, None, prefetched)
             .await
     }
 
@@ -733,6 +736,7 @@ impl Pool {
         timeout: Duration,
         invocation_id: String,
         chain: Option<thaw_xdt::CallCtx>,
+        prefetched: crate::xdt::Prefetched,
     ) -> (Lease, JobDone) {
         let (tx, rx) = oneshot::channel();
         let job = Job {
@@ -740,6 +744,7 @@ impl Pool {
             timeout,
             invocation_id,
             chain,
+            prefetched,
             reply: tx,
         };
         let sent = lease
@@ -967,31 +972,35 @@ fn instance_thread(
             Err(mpsc::RecvTimeoutError::Timeout) => continue,
             Err(mpsc::RecvTimeoutError::Disconnected) => break,
         };
+        let Job {
+            event,
+            timeout,
+            invocation_id,
+            chain,
+            prefetched,
+            reply: job_reply,
+        } = job;
         let reply = match &xdt {
             Some(host) => {
-                let ctx = job.chain.clone().unwrap_or_else(|| {
-                    thaw_xdt::CallCtx::root(&v.rec.owner, &v.rec.name, Instant::now() + job.timeout)
+                let ctx = chain.unwrap_or_else(|| {
+                    thaw_xdt::CallCtx::root(&v.rec.owner, &v.rec.name, Instant::now() + timeout)
                 });
                 let mut session =
-                    thaw_xdt::sdk::Session::new(host.as_ref(), ctx, v.rec.memory_mb << 20);
-                thaw_worker::invoke_event_serving(
-                    &mut sb,
-                    &job.event,
-                    job.timeout,
-                    &mut |r, fds| {
-                        let out = session.serve(r, fds);
-                        (out.body, out.fd)
-                    },
-                )
+                    thaw_xdt::sdk::Session::new(host.as_ref(), ctx, v.rec.memory_mb << 20)
+                        .with_prefetched(prefetched);
+                thaw_worker::invoke_event_serving(&mut sb, &event, timeout, &mut |r, fds| {
+                    let out = session.serve(r, fds);
+                    (out.body, out.fd)
+                })
             }
-            None => thaw_worker::invoke_event(&mut sb, &job.event, job.timeout),
+            None => thaw_worker::invoke_event(&mut sb, &event, timeout),
         }
         .map_err(|e| format!("{e:#}"));
         let (output, truncated) = take_sandbox_output(sb.log_path(), log_cap);
         if !output.is_empty() {
             let entry = LogEntry {
                 seq: 0,
-                invocation_id: job.invocation_id.clone(),
+                invocation_id,
                 instance: name.clone(),
                 unix_ms: std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
@@ -1008,7 +1017,7 @@ fn instance_thread(
         let timed_out = matches!(&reply, Ok(thaw_worker::Invoked { output: Err(e), .. })
             if e.kind() == thaw_sandbox::agent::ErrorKind::Timeout);
         let alive = sb.is_alive() && !timed_out;
-        let _ = job.reply.send(JobDone { reply, alive });
+        let _ = job_reply.send(JobDone { reply, alive });
         if !alive {
             break;
         }

@@ -9,6 +9,7 @@ use crate::pool::{FnVersion, Mode, Refusal};
 use crate::App;
 use anyhow::Context as _;
 use serde_json::Value;
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
@@ -23,6 +24,8 @@ use thaw_xdt::{CallCtx, ChainLimits, ObjectTable, TableLimits};
 pub struct XdtConfig {
     pub objects: TableLimits,
     pub chains: ChainLimits,
+    /// other workers whose references this one may pull (`[xdt.peering]`)
+    pub peering: crate::peer::PeerConfig,
 }
 
 pub struct XdtHost {
@@ -33,22 +36,70 @@ pub struct XdtHost {
     home: PathBuf,
     /// the remote tier's client, opened at the first store request
     store: Mutex<Option<Arc<RemoteStore>>>,
+    peers: Option<Arc<crate::peer::Peers>>,
 }
+
+/// Pulls started for one invocation, by reference.
+pub type Prefetched = HashMap<String, thaw_xdt::sdk::Pulling>;
+
+/// Most references in one event whose pulls start before the instance is
+/// ready (the rest are pulled when the function asks).
+const MAX_PREFETCH: usize = 16;
 
 /// Where functions' objects live in the remote tier's bucket (snapshots
 /// are elsewhere in it).
 const STORE_PREFIX: &str = "fn-objects";
 
 impl XdtHost {
-    pub fn new(cfg: &XdtConfig, home: &Path, rt: tokio::runtime::Handle) -> XdtHost {
-        XdtHost {
+    pub fn new(
+        cfg: &XdtConfig,
+        home: &Path,
+        rt: tokio::runtime::Handle,
+    ) -> anyhow::Result<XdtHost> {
+        Ok(XdtHost {
             app: OnceLock::new(),
             table: ObjectTable::new(cfg.objects.clone()),
             chains: cfg.chains.clone(),
             rt,
             home: home.to_path_buf(),
             store: Mutex::new(None),
+            peers: crate::peer::Peers::from_config(&cfg.peering)?.map(Arc::new),
+        })
+    }
+
+    pub fn peers(&self) -> Option<&Arc<crate::peer::Peers>> {
+        self.peers.as_ref()
+    }
+
+    /// Starts pulling every other worker's reference in `event` (up to
+    /// [`MAX_PREFETCH`]) for a consumer of `owner` that may take
+    /// `max_bytes`: called when the invocation arrives, so the pulls run
+    /// while the consumer's instance is found or restored (seed 001's
+    /// queue-proxy overlap). Each pull is one retrieval, whether or not the
+    /// function then asks for the object; one it does not ask for is
+    /// dropped with the invocation.
+    pub fn prefetch(
+        &self,
+        owner: &str,
+        event: &Value,
+        max_bytes: u64,
+        deadline: Instant,
+    ) -> Prefetched {
+        let mut out = HashMap::new();
+        if self.peers.is_none() {
+            return out;
         }
+        let mut refs = Vec::new();
+        foreign_refs(event, self.table.worker(), 0, &mut refs);
+        for r in refs {
+            if out.len() >= MAX_PREFETCH {
+                break;
+            }
+            if !out.contains_key(r) {
+                out.insert(r.to_string(), self.pull(owner, r, max_bytes, deadline));
+            }
+        }
+        out
     }
 
     /// The home's remote tier (the first tier of kind remote).
@@ -96,6 +147,43 @@ impl XdtHost {
 }
 
 impl Host for XdtHost {
+    fn pull(
+        &self,
+        owner: &str,
+        token: &str,
+        max_bytes: u64,
+        deadline: Instant,
+    ) -> thaw_xdt::sdk::Pulling {
+        let Some(peers) = self.peers.clone() else {
+            return thaw_xdt::sdk::no_peers(token);
+        };
+        let (tx, rx) = mpsc::channel();
+        let (owner, token) = (owner.to_string(), token.to_string());
+        let metrics = self.app().map(|a| a.metrics.clone());
+        self.rt.spawn(async move {
+            let t0 = Instant::now();
+            let r = crate::peer::pull_until(&peers, &owner, &token, max_bytes, deadline).await;
+            if let Some(m) = metrics {
+                let outcome = match &r {
+                    Ok(got) => {
+                        m.pulled_bytes.inc_by(got.size);
+                        m.pull_duration.observe(t0.elapsed().as_secs_f64());
+                        "ok"
+                    }
+                    Err(e) => e.kind(),
+                };
+                m.pulls
+                    .get_or_create(&crate::metrics::OutcomeLabel {
+                        outcome: outcome.into(),
+                    })
+                    .inc();
+            }
+            // a consumer that stopped waiting drops the object here
+            let _ = tx.send(r);
+        });
+        rx
+    }
+
     fn table(&self) -> &ObjectTable {
         &self.table
     }
@@ -139,7 +227,37 @@ impl Host for XdtHost {
         let r = self
             .store()?
             .get_plain(&format!("{STORE_PREFIX}/{key}"), max_bytes, sink);
-        r.map_err(|e| self.store_failure(e))
+        r.map_err(
+            |e| match e.downcast_ref::<thaw_tiers::objects::TooLarge>() {
+                // the store is fine: this function cannot take the object
+                Some(t) => failure(
+                    "too_large",
+                    format!(
+                        "the object has {} bytes; this function may take at most {}",
+                        t.size, t.max
+                    ),
+                ),
+                None => self.store_failure(e),
+            },
+        )
+    }
+}
+
+/// Strings in `v` that are references of workers other than `own`
+/// (bounded in depth: an event is at most a few MiB of JSON).
+fn foreign_refs<'v>(v: &'v Value, own: thaw_xdt::WorkerId, depth: u32, out: &mut Vec<&'v str>) {
+    if depth > 32 || out.len() > MAX_PREFETCH {
+        return;
+    }
+    match v {
+        Value::String(s) if thaw_xdt::reference::worker_of(s).is_ok_and(|w| w != own) => {
+            out.push(s)
+        }
+        Value::Array(a) => a.iter().for_each(|x| foreign_refs(x, own, depth + 1, out)),
+        Value::Object(m) => m
+            .values()
+            .for_each(|x| foreign_refs(x, own, depth + 1, out)),
+        _ => {}
     }
 }
 
@@ -169,6 +287,12 @@ async fn nested_invoke(app: Arc<App>, ctx: CallCtx, event: Value) -> CallOutcome
         let fns = app.functions.read().unwrap_or_else(|p| p.into_inner());
         fns.get(&name).cloned()
     };
+    let prefetched = match (lookup(&app), app.pool.xdt.get()) {
+        (Some(v), Some(host)) => {
+            host.prefetch(&ctx.owner, &event, v.rec.memory_mb << 20, ctx.deadline)
+        }
+        _ => Prefetched::new(),
+    };
     let mut tries = 0;
     let (v, lease) = loop {
         let Some(v) = lookup(&app) else {
@@ -193,7 +317,7 @@ async fn nested_invoke(app: Arc<App>, ctx: CallCtx, event: Value) -> CallOutcome
     let id = hex::encode(rand::random::<[u8; 12]>());
     let pool = app.pool.clone();
     let (_lease, done) = pool
-        .run_in_chain(lease, event, timeout, id, Some(ctx))
+        .run_in_chain(lease, event, timeout, id, Some(ctx), prefetched)
         .await;
     match done.reply.map(|i| i.output) {
         Ok(Ok(output)) => Ok(output),

@@ -71,6 +71,22 @@ def sink(event):
     return {"n": len(view), "touched": touch(view)}
 
 
+# ---- across workers: the bench invokes producer (worker A), then consumer (worker B)
+
+_DATA = {}
+
+
+def put_only(event):
+    """Puts one object and returns its reference and the put's own time."""
+    size = event["size"]
+    if size not in _DATA:
+        _DATA.clear()
+        _DATA[size] = pattern(size)
+    t0 = time.perf_counter()
+    ref = thaw.put(_DATA[size], retrievals=event.get("retrievals", 1))
+    return {"ref": ref, "put_ms": ms_since(t0)}
+
+
 # ---- patterns: one timed round per invocation
 
 

@@ -34,6 +34,9 @@ pub struct Options {
     pub app_runs: usize,
     pub wc_mb: u64,
     pub ens_rows: u64,
+    /// the thaw binary, to run two daemons for the cross-worker method
+    /// (`None`: that method is not measured)
+    pub cross_worker_exe: Option<std::path::PathBuf>,
 }
 
 /// One object size and method.
@@ -94,12 +97,19 @@ pub mod price {
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
     pub store: String,
+    /// how the two workers of the cross-worker method are linked
+    pub workers: String,
     pub transfers: Vec<Cell>,
     pub patterns: Vec<PatternCell>,
     pub apps: Vec<AppCell>,
 }
 
 pub const METHODS: [&str; 3] = ["xdt", "inline", "store"];
+/// By reference across two workers (pulled over HTTP/2).
+pub const CROSS: &str = "xdt-peer";
+
+/// What every report says about the two workers.
+pub const WORKERS_LABEL: &str = "two `thaw serve` daemons on this machine, each in its own network namespace, joined by a veth pair (MTU 9000, no rate or delay emulation); HTTP/2 h2c between them";
 
 /// Runs the benchmark on a temporary state home, its object store set up
 /// on that home for the run.
@@ -121,9 +131,15 @@ pub fn run(runtime_home: &std::path::Path, o: &Options) -> Result<Report> {
             let mut c = Client::new(Target::Unix(socket.to_path_buf()));
             deploy_all(&mut c, biggest)?;
             let event_limit = app.cfg.limits.event_bytes;
+            let mut transfers = one_to_one(&mut c, event_limit, &o.sizes, o.runs)?;
+            if let Some(exe) = &o.cross_worker_exe {
+                transfers.extend(cross_worker(exe, runtime_home, &o.sizes, o.runs)?);
+                transfers.sort_by_key(|c| c.size);
+            }
             Ok(Report {
                 store: STORE_LABEL.into(),
-                transfers: one_to_one(&mut c, event_limit, &o.sizes, o.runs)?,
+                workers: WORKERS_LABEL.into(),
+                transfers,
                 patterns: patterns(&mut c, event_limit, o)?,
                 apps: apps(&mut c, o)?,
             })
@@ -166,9 +182,14 @@ impl Drop for EmulatedStore {
     }
 }
 
+/// Memory of a function that holds (and maps) objects of up to `biggest`
+/// bytes: room for the data, its encoding and the mapped object.
+fn big_mb(biggest: u64) -> u64 {
+    ((biggest * 4) >> 20).max(256) + 128
+}
+
 fn deploy_all(c: &mut Client, biggest: u64) -> Result<()> {
-    // room for the data, its encoding and the mapped object
-    let big = ((biggest * 4) >> 20).max(256) + 128;
+    let big = big_mb(biggest);
     let fns: [(&str, &str, u64, u32); 12] = [
         ("xdt-source", "source", big, 1),
         ("xdt-sink", "sink", big, 1),
@@ -184,25 +205,117 @@ fn deploy_all(c: &mut Client, biggest: u64) -> Result<()> {
         ("ens-base", "ens_base", 1024, 4),
     ];
     for (name, handler, memory_mb, max_instances) in fns {
-        let req = json!({
-            "name": name,
-            "handler": format!("xdt_bench.{handler}"),
-            "code": {"format": "file", "filename": "xdt_bench.py",
-                     "data_base64": base64::engine::general_purpose::STANDARD.encode(FUNCTIONS)},
-            "memory_mb": memory_mb,
-            "max_instances": max_instances,
-            "timeout_ms": 600_000,
-        });
-        let r = c.request("POST", "/v1/functions", Some(&serde_json::to_vec(&req)?))?;
-        if r.status != 201 {
-            bail!(
-                "deploy {name}: {} {}",
-                r.status,
-                String::from_utf8_lossy(&r.body)
-            );
-        }
+        deploy(c, name, handler, memory_mb, max_instances)?;
     }
     Ok(())
+}
+
+/// Deploys one function of `xdt_bench.py`.
+pub fn deploy(
+    c: &mut Client,
+    name: &str,
+    handler: &str,
+    memory_mb: u64,
+    max_instances: u32,
+) -> Result<()> {
+    let req = json!({
+        "name": name,
+        "handler": format!("xdt_bench.{handler}"),
+        "code": {"format": "file", "filename": "xdt_bench.py",
+                 "data_base64": base64::engine::general_purpose::STANDARD.encode(FUNCTIONS)},
+        "memory_mb": memory_mb,
+        "max_instances": max_instances,
+        "timeout_ms": 600_000,
+    });
+    let r = c.request("POST", "/v1/functions", Some(&serde_json::to_vec(&req)?))?;
+    if r.status != 201 {
+        bail!(
+            "deploy {name}: {} {}",
+            r.status,
+            String::from_utf8_lossy(&r.body)
+        );
+    }
+    Ok(())
+}
+
+/// (bytes pulled, seconds spent pulling) so far, from a worker's metrics.
+fn pull_totals(c: &mut Client) -> Result<(f64, f64)> {
+    let r = c.request("GET", "/metrics", None)?;
+    let text = String::from_utf8_lossy(&r.body);
+    let value = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    Ok((
+        value("thaw_xdt_pulled_bytes_total "),
+        value("thaw_xdt_pull_duration_seconds_sum "),
+    ))
+}
+
+/// 1-1 transfers between two workers: the producer (`xdt-put` on worker A)
+/// puts the object and returns its reference; the consumer (`xdt-sink` on
+/// worker B) gets it (worker B pulls it from A, starting when the
+/// invocation arrives) and touches every page. Latency = the put (timed in
+/// the producer) + the consumer's invocation (timed by the bench). The
+/// pair is made and removed here.
+fn cross_worker(
+    exe: &std::path::Path,
+    runtime_home: &std::path::Path,
+    sizes: &[u64],
+    runs: usize,
+) -> Result<Vec<Cell>> {
+    let biggest = sizes.iter().copied().max().unwrap_or(0);
+    let d = crate::pair::PairOptions::default();
+    let pair = crate::pair::Pair::start(
+        exe,
+        runtime_home,
+        &crate::pair::PairOptions {
+            max_object_bytes: d.max_object_bytes.max(biggest),
+            budget_per_function_bytes: d.budget_per_function_bytes.max(biggest * 2),
+            ..d
+        },
+    )?;
+    let (mut a, mut b) = (pair.workers[0].client(), pair.workers[1].client());
+    deploy(&mut a, "xdt-put", "put_only", big_mb(biggest), 1)?;
+    deploy(&mut b, "xdt-sink", "sink", big_mb(biggest), 1)?;
+    let mut cells = Vec::new();
+    for &size in sizes {
+        let before = pull_totals(&mut b)?;
+        let mut ms = Vec::new();
+        // the first run warms both instances up
+        for run in 0..=runs {
+            let p = invoke(&mut a, "xdt-put", &json!({"size": size}))?;
+            let put_ms = p["put_ms"].as_f64().context("no put time")?;
+            let t0 = std::time::Instant::now();
+            let out = invoke(&mut b, "xdt-sink", &json!({"ref": p["ref"]}))?;
+            let get_ms = t0.elapsed().as_secs_f64() * 1e3;
+            if out["n"].as_u64() != Some(size) {
+                bail!(
+                    "the consumer on the other worker got {}, not {size} bytes",
+                    out["n"]
+                );
+            }
+            if run > 0 {
+                ms.push(put_ms + get_ms);
+            }
+        }
+        let s = summarize(&ms).context("no samples")?;
+        let after = pull_totals(&mut b)?;
+        let (bytes, secs) = (after.0 - before.0, after.1 - before.1);
+        cells.push(Cell {
+            size,
+            method: CROSS.into(),
+            mb_per_s: Some(size as f64 / 1e6 / (s.median / 1e3)),
+            ms: Some(s),
+            note: format!(
+                "put + consumer invocation on the other worker; the pulls alone: {:.0} MB/s \
+                 (worker B's metrics)",
+                bytes / 1e6 / secs.max(1e-9)
+            ),
+        });
+    }
+    Ok(cells)
 }
 
 /// Memory of each function the applications run (as deployed above), MB.
@@ -435,6 +548,7 @@ fn ms_cols(m: &Option<Summary>) -> String {
 fn label(method: &str) -> &str {
     match method {
         "store" => "store (emulated)",
+        CROSS => "xdt across workers",
         m => m,
     }
 }
@@ -447,7 +561,10 @@ fn ratio(num: Option<&Summary>, den: Option<&Summary>) -> String {
 }
 
 pub fn markdown(r: &Report) -> String {
-    let mut s = format!("Store: {} (emulated).\n\n", r.store);
+    let mut s = format!(
+        "Store: {} (emulated).\n\nWorkers (xdt across workers): {}.\n\n",
+        r.store, r.workers
+    );
     s += "1-1 transfers\n\n\
           | size | method | n | min ms | median ms | p99 ms | MB/s (median) | store / this | this / inline | note |\n\
           |---|---|---|---|---|---|---|---|---|---|\n";
@@ -522,4 +639,127 @@ pub fn markdown(r: &Report) -> String {
         }
     }
     s
+}
+
+/// The report's plots, each an SVG (file-name suffix, document): 1-1
+/// latency and bandwidth per size and method, each pattern's latency per
+/// degree and method, and the applications' end-to-end time.
+pub fn plots(r: &Report) -> Vec<(String, String)> {
+    use thaw_plot::{Bars, Lines, Scale};
+    let mut methods: Vec<&str> = METHODS.to_vec();
+    if r.transfers.iter().any(|c| c.method == CROSS) {
+        methods.push(CROSS);
+    }
+    let per_size = |f: &dyn Fn(&Cell) -> Option<f64>| -> Vec<(String, Vec<(f64, f64)>)> {
+        methods
+            .iter()
+            .map(|m| {
+                let pts = r
+                    .transfers
+                    .iter()
+                    .filter(|c| c.method == *m)
+                    .filter_map(|c| Some((c.size as f64, f(c)?)))
+                    .collect();
+                (label(m).to_string(), pts)
+            })
+            .collect()
+    };
+    let mut out = vec![
+        (
+            "latency".to_string(),
+            Lines {
+                title: "1-1 transfer latency (median)".into(),
+                x_label: "object size, bytes".into(),
+                y_label: "ms".into(),
+                x_scale: Scale::Log,
+                y_scale: Scale::Log,
+                series: per_size(&|c| c.ms.map(|m| m.median)),
+            }
+            .svg(),
+        ),
+        (
+            "latency-p99".to_string(),
+            Lines {
+                title: "1-1 transfer latency (p99)".into(),
+                x_label: "object size, bytes".into(),
+                y_label: "ms".into(),
+                x_scale: Scale::Log,
+                y_scale: Scale::Log,
+                series: per_size(&|c| c.ms.map(|m| m.p99)),
+            }
+            .svg(),
+        ),
+        (
+            "bandwidth".to_string(),
+            Lines {
+                title: "1-1 effective bandwidth (size / median latency)".into(),
+                x_label: "object size, bytes".into(),
+                y_label: "MB/s".into(),
+                x_scale: Scale::Log,
+                y_scale: Scale::Log,
+                series: per_size(&|c| c.mb_per_s),
+            }
+            .svg(),
+        ),
+    ];
+    for pattern in ["scatter", "gather", "broadcast"] {
+        let series: Vec<(String, Vec<(f64, f64)>)> = METHODS
+            .iter()
+            .map(|m| {
+                let pts = r
+                    .patterns
+                    .iter()
+                    .filter(|c| c.pattern == pattern && c.cell.method == *m)
+                    .filter_map(|c| Some((c.degree as f64, c.cell.ms?.median)))
+                    .collect();
+                (label(m).to_string(), pts)
+            })
+            .collect();
+        if series.iter().all(|(_, p)| p.is_empty()) {
+            continue;
+        }
+        out.push((
+            pattern.to_string(),
+            Lines {
+                title: format!("{pattern}: latency per degree (median)"),
+                x_label: "degree".into(),
+                y_label: "ms".into(),
+                x_scale: Scale::Log,
+                y_scale: Scale::Log,
+                series,
+            }
+            .svg(),
+        ));
+    }
+    if !r.apps.is_empty() {
+        let mut apps: Vec<String> = r.apps.iter().map(|a| a.app.clone()).collect();
+        apps.dedup();
+        let series = ["xdt", "store"]
+            .iter()
+            .map(|m| {
+                let v = apps
+                    .iter()
+                    .map(|app| {
+                        r.apps
+                            .iter()
+                            .find(|a| &a.app == app && a.method == *m)
+                            .map(|a| a.e2e_ms.median)
+                    })
+                    .collect();
+                (label(m).to_string(), v)
+            })
+            .collect();
+        out.push((
+            "apps".to_string(),
+            Bars {
+                title: "Applications: end-to-end time (median)".into(),
+                y_label: "ms".into(),
+                scale: Scale::Linear,
+                categories: apps,
+                series,
+            }
+            .svg(),
+        ));
+    }
+    out
 }

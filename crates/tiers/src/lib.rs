@@ -11,6 +11,7 @@ pub mod config;
 pub mod device;
 pub mod latency;
 pub mod moves;
+pub mod netns;
 pub mod objects;
 pub mod probe;
 pub mod relay;

@@ -194,8 +194,8 @@ impl RemoteStore {
 
     /// A plain S3 GET of `name`, its body written to `sink` chunk by chunk
     /// as it arrives; returns its size, or `None` if there is no such
-    /// object. One larger than `max_len` is an error before any byte is
-    /// read.
+    /// object. One larger than `max_len` is a [`TooLarge`] error before any
+    /// byte is read.
     pub fn get_plain(
         &self,
         name: &str,
@@ -211,10 +211,12 @@ impl RemoteStore {
             };
             let size = r.meta.size;
             if size > max_len {
-                bail!(
-                    "{name} on {} is {size} bytes, more than the {max_len} allowed",
-                    self.url
-                );
+                return Err(TooLarge {
+                    what: format!("{name} on {}", self.url),
+                    size,
+                    max: max_len,
+                }
+                .into());
             }
             let mut body = r.into_stream();
             let mut got = 0u64;
@@ -364,3 +366,24 @@ mod tests {
         }
     }
 }
+
+/// An object larger than the reader may take (callers tell it apart from
+/// a failing store with `downcast_ref`).
+#[derive(Debug)]
+pub struct TooLarge {
+    pub what: String,
+    pub size: u64,
+    pub max: u64,
+}
+
+impl std::fmt::Display for TooLarge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} is {} bytes, more than the {} allowed",
+            self.what, self.size, self.max
+        )
+    }
+}
+
+impl std::error::Error for TooLarge {}

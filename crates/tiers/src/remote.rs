@@ -6,6 +6,7 @@
 //! so two homes (a test's and the operator's) never collide.
 use crate::config::{TierConfig, TIERS_DIR};
 use crate::device::{run, DeviceState};
+use crate::netns::{self, interface_with_address_in, link_exists, netns_exists};
 use anyhow::{bail, Context, Result};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -113,45 +114,6 @@ pub fn server_binary() -> Result<PathBuf> {
         .context("the MinIO server is not installed: scripts/setup.sh installs it with `go install github.com/minio/minio@latest`")
 }
 
-fn netns_exists(name: &str) -> bool {
-    Path::new("/run/netns").join(name).exists()
-}
-
-fn link_exists(name: &str) -> bool {
-    Path::new("/sys/class/net").join(name).exists()
-}
-
-/// The host interface (if any) that already has an address in `net`'s
-/// subnet: two veths on one subnet would send this home's requests to
-/// another home's server.
-fn interface_with_address_in(net: &RemoteNet) -> Result<Option<String>> {
-    let ours = ipv4(&net.host_addr).context("the remote's host address")?;
-    let out = run("ip", &["-4", "-o", "addr", "show"])?;
-    for line in out.lines() {
-        // "3: eth0    inet 192.0.2.2/24 brd ..."
-        let words: Vec<&str> = line.split_whitespace().collect();
-        let Some(at) = words.iter().position(|w| *w == "inet") else {
-            continue;
-        };
-        let Some((ip, len)) = words.get(at + 1).and_then(|a| a.split_once('/')) else {
-            continue;
-        };
-        let (Some(addr), Ok(len)) = (ipv4(ip), len.parse::<u32>()) else {
-            continue;
-        };
-        // two subnets overlap when they agree on the shorter prefix
-        let shorter = len.clamp(1, PREFIX as u32);
-        if addr >> (32 - shorter) == ours >> (32 - shorter) {
-            return Ok(Some(words.get(1).unwrap_or(&"?").to_string()));
-        }
-    }
-    Ok(None)
-}
-
-fn ipv4(s: &str) -> Option<u32> {
-    s.parse::<std::net::Ipv4Addr>().ok().map(u32::from)
-}
-
 /// The processes setup starts in the namespace, by pid-file name.
 const PROCS: [&str; 2] = ["relay", "server"];
 
@@ -254,46 +216,26 @@ pub fn setup(home: &Path, t: &TierConfig) -> Result<crate::device::DeviceState> 
     let dir = state_dir(home, t);
     std::fs::create_dir_all(dir.join("data"))?;
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
-    if !netns_exists(&net.netns) {
-        run("ip", &["netns", "add", &net.netns])?;
-    }
     if !link_exists(&net.veth_host) {
-        if let Some(dev) = interface_with_address_in(&net)? {
+        if let Some(dev) = interface_with_address_in(&net.host_addr, PREFIX)? {
             bail!(
                 "the emulated remote's subnet {} is already in use on interface {dev} (another state home's remote tier?); tear that one down or use another --home",
                 net.subnet()
             );
         }
-        run(
-            "ip",
-            &[
-                "link",
-                "add",
-                &net.veth_host,
-                "type",
-                "veth",
-                "peer",
-                "name",
-                &net.veth_ns,
-            ],
+        netns::link_pair(
+            &netns::End {
+                link: &net.veth_host,
+                netns: None,
+                addr: &net.host_addr,
+            },
+            &netns::End {
+                link: &net.veth_ns,
+                netns: Some(&net.netns),
+                addr: &net.server_addr,
+            },
+            PREFIX,
         )?;
-        run("ip", &["link", "set", &net.veth_ns, "netns", &net.netns])?;
-        run("ip", &["addr", "add", &net.subnet(), "dev", &net.veth_host])?;
-        run("ip", &["link", "set", &net.veth_host, "up"])?;
-        let nsip = |args: &[&str]| -> Result<String> {
-            let mut a = vec!["-n", net.netns.as_str()];
-            a.extend_from_slice(args);
-            run("ip", &a)
-        };
-        nsip(&[
-            "addr",
-            "add",
-            &format!("{}/{PREFIX}", net.server_addr),
-            "dev",
-            &net.veth_ns,
-        ])?;
-        nsip(&["link", "set", &net.veth_ns, "up"])?;
-        nsip(&["link", "set", "lo", "up"])?;
         let tbf = [
             "root", "tbf", "rate", RATE, "burst", "4mb", "latency", "10ms",
         ];
@@ -417,18 +359,7 @@ pub fn teardown(home: &Path, t: &TierConfig) -> Result<()> {
             stop(pid);
         }
     }
-    if netns_exists(&net.netns) {
-        // deleting the namespace deletes its veth end, the peer and both qdiscs
-        run("ip", &["netns", "del", &net.netns])?;
-    }
-    // the host end goes with the namespace's end, perhaps a moment later
-    if link_exists(&net.veth_host) {
-        if let Err(e) = run("ip", &["link", "del", &net.veth_host]) {
-            if link_exists(&net.veth_host) {
-                return Err(e);
-            }
-        }
-    }
+    netns::remove(&[&net.netns], &[&net.veth_host])?;
     match std::fs::remove_dir_all(state_dir(home, t)) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),

@@ -81,7 +81,7 @@ impl Key {
 
 /// Creates `path` (which must not exist) readable by its owner only, with
 /// `data`, synced.
-pub(crate) fn create_private(path: &Path, data: &[u8]) -> Result<()> {
+pub fn create_private(path: &Path, data: &[u8]) -> Result<()> {
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)

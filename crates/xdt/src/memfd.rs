@@ -92,7 +92,12 @@ pub fn reopen_read_only(fd: &OwnedFd) -> Result<OwnedFd, XdtError> {
 /// and fill: writes through a mapping are not bounded by the sandbox's
 /// RLIMIT_FSIZE, which keeps its log files small.
 pub fn create_sized(size: u64) -> Result<OwnedFd, XdtError> {
-    let fd = new_memfd("thaw-object")?;
+    create_named("thaw-object", size)
+}
+
+/// [`create_sized`] with the memfd's name (shown in `/proc/PID/fd`).
+pub fn create_named(name: &str, size: u64) -> Result<OwnedFd, XdtError> {
+    let fd = new_memfd(name)?;
     // SAFETY: ftruncate on a descriptor we own.
     if unsafe { libc::ftruncate(fd.as_raw_fd(), size as libc::off_t) } != 0 {
         return Err(XdtError::Internal(format!(

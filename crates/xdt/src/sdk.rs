@@ -19,13 +19,17 @@
 //! function, as a Lambda's own S3 client would over the network. Keys are
 //! the owner's: two owners' `a/b` are different objects.
 //!
+//! A `get` of another worker's reference pulls the object from that worker
+//! (see the daemon's `peer` module) into a sealed memfd here, handed over
+//! like a local one; the pull may have started when the invocation arrived.
+//!
 //! Errors: `{"ok":false,"error":KIND,"message":..}` with the kinds of
 //! [`XdtError::kind`], plus `invoke_failed` (the callee failed: its error
 //! kind in `callee_error`), `not_found` and `timeout` (the caller's deadline
 //! passed while waiting). Everything in a request comes from the sandbox and
 //! is checked; a bad request never ends the invocation.
 use crate::chain::{CallCtx, ChainLimits};
-use crate::table::{now_ms, ObjectTable, XdtError};
+use crate::table::{now_ms, ObjectTable, Retrieved, XdtError};
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
@@ -62,7 +66,29 @@ pub trait Host: Send + Sync {
         max_bytes: u64,
         sink: &mut std::fs::File,
     ) -> Result<Option<u64>, CallFailure>;
+    /// Starts pulling the object of another worker's reference (one
+    /// retrieval, checked there for `owner`) into a sealed memfd here. A
+    /// worker without peers cannot: the reference's worker is unreachable.
+    fn pull(&self, owner: &str, token: &str, max_bytes: u64, deadline: Instant) -> Pulling {
+        let _ = (owner, max_bytes, deadline);
+        no_peers(token)
+    }
 }
+
+/// What a pull is on a worker without peers: the reference's worker
+/// cannot be reached.
+pub fn no_peers(token: &str) -> Pulling {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let e = match crate::reference::worker_of(token) {
+        Ok(w) => XdtError::OtherWorker(w),
+        Err(e) => e,
+    };
+    let _ = tx.send(Err(e));
+    rx
+}
+
+/// A pull under way; its one message is the object or why it failed.
+pub type Pulling = Receiver<Result<Retrieved, XdtError>>;
 
 /// Longest object-store key a function may name.
 pub const MAX_STORE_KEY: usize = 512;
@@ -98,6 +124,8 @@ pub struct Session<'h> {
     started: u32,
     pending: HashMap<u64, Receiver<CallOutcome>>,
     next_handle: u64,
+    /// pulls started when the invocation arrived, by reference
+    prefetched: HashMap<String, Pulling>,
 }
 
 /// A reply to the sandbox and the descriptor to pass with it.
@@ -140,6 +168,28 @@ impl<'h> Session<'h> {
             started: 0,
             pending: HashMap::new(),
             next_handle: 1,
+            prefetched: HashMap::new(),
+        }
+    }
+
+    /// Pulls of other workers' references in the event, started before
+    /// the instance was ready; a `get` of one of them takes its result.
+    pub fn with_prefetched(mut self, p: HashMap<String, Pulling>) -> Self {
+        self.prefetched = p;
+        self
+    }
+
+    /// Waits for a pull, at most until the invocation's deadline.
+    fn finish_pull(&self, rx: Pulling) -> Result<Retrieved, XdtError> {
+        let left = self.ctx.deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(r) => r,
+            Err(RecvTimeoutError::Timeout) => Err(XdtError::Peer(
+                "the invocation's deadline passed while pulling the object".into(),
+            )),
+            Err(RecvTimeoutError::Disconnected) => Err(XdtError::Peer(
+                "the pull ended without an answer (the worker is stopping?)".into(),
+            )),
         }
     }
 
@@ -228,11 +278,24 @@ impl<'h> Session<'h> {
         let Some(r) = req.get("ref").and_then(Value::as_str) else {
             return fail("bad_request", "get needs 'ref': a reference string");
         };
-        match self
-            .host
-            .table()
-            .get(&self.ctx.owner, r, self.max_get_bytes, now_ms())
-        {
+        let got = match self.prefetched.remove(r) {
+            Some(rx) => self.finish_pull(rx),
+            None => match self
+                .host
+                .table()
+                .get(&self.ctx.owner, r, self.max_get_bytes, now_ms())
+            {
+                // another worker's object: pulled from it now
+                Err(XdtError::OtherWorker(_)) => self.finish_pull(self.host.pull(
+                    &self.ctx.owner,
+                    r,
+                    self.max_get_bytes,
+                    self.ctx.deadline,
+                )),
+                other => other,
+            },
+        };
+        match got {
             Ok(got) => Reply {
                 body: json!({"ok": true, "size": got.size, "remaining": got.remaining}),
                 fd: Some(got.fd),

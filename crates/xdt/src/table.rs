@@ -41,9 +41,34 @@ pub enum XdtError {
     Limit(String),
     #[error("bad request: {0}")]
     BadRequest(String),
+    /// Pulling from the producer's worker failed on the way (it is down,
+    /// died mid-transfer, stalled, or is not a configured peer).
+    #[error("pull from the producer's worker failed: {0}")]
+    Peer(String),
+    /// An error the producer's worker answered a pull with (its kind kept).
+    #[error("{message}")]
+    Remote { kind: &'static str, message: String },
     #[error("{0}")]
     Internal(String),
 }
+
+/// Every kind a worker can answer, for [`XdtError::from_wire`].
+const KINDS: [&str; 14] = [
+    "bad_reference",
+    "other_worker",
+    "forbidden",
+    "expired",
+    "exhausted",
+    "gone",
+    "too_large",
+    "over_budget",
+    "bad_object",
+    "limit",
+    "bad_request",
+    "peer_failed",
+    "unauthorized",
+    "internal",
+];
 
 impl XdtError {
     pub fn kind(&self) -> &'static str {
@@ -59,7 +84,21 @@ impl XdtError {
             XdtError::BadObject(_) => "bad_object",
             XdtError::Limit(_) => "limit",
             XdtError::BadRequest(_) => "bad_request",
+            XdtError::Peer(_) => "peer_failed",
+            XdtError::Remote { kind, .. } => kind,
             XdtError::Internal(_) => "internal",
+        }
+    }
+
+    /// The error a peer answered with `kind` and `message` (an unknown kind
+    /// is a failed pull: the peer is not speaking this protocol).
+    pub fn from_wire(kind: &str, message: &str) -> XdtError {
+        match KINDS.iter().find(|k| **k == kind) {
+            Some(k) => XdtError::Remote {
+                kind: k,
+                message: format!("{message} (answered by the producer's worker)"),
+            },
+            None => XdtError::Peer(format!("the peer answered {kind:?}: {message}")),
         }
     }
 }
