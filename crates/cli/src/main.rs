@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 mod concurrency;
 mod demo;
+mod hierarchy;
 mod place;
 mod serve;
 mod store_cmds;
@@ -194,26 +195,26 @@ enum SnapCmd {
 
 /// What every benchmark takes: inputs, repetitions, outputs.
 #[derive(clap::Args)]
-struct RunOpts {
+pub(crate) struct RunOpts {
     /// Input sizes, comma-separated (I..IV)
     #[arg(long, default_value = "I")]
-    sizes: String,
+    pub(crate) sizes: String,
     #[arg(long, default_value_t = 10)]
-    runs: usize,
+    pub(crate) runs: usize,
     /// Write one JSON object per run here
     #[arg(long)]
-    json: Option<PathBuf>,
+    pub(crate) json: Option<PathBuf>,
     /// Write the markdown report here (it is printed either way)
     #[arg(long)]
-    markdown: Option<PathBuf>,
+    pub(crate) markdown: Option<PathBuf>,
     /// Take fresh snapshots first
     #[arg(long)]
-    redeploy: bool,
+    pub(crate) redeploy: bool,
 }
 
 impl RunOpts {
     /// Prints the report and writes it where asked.
-    fn emit(&self, md: &str) -> Result<()> {
+    pub(crate) fn emit(&self, md: &str) -> Result<()> {
         thaw_output::outln!("{md}");
         if let Some(p) = &self.markdown {
             std::fs::write(p, md).with_context(|| format!("writing {}", p.display()))?;
@@ -237,17 +238,7 @@ enum BenchCmd {
     /// N simultaneous cold starts (N = 1, 2, 4, ...) per strategy, tier and mode
     Concurrency(concurrency::Args),
     /// Seed 000's study over the storage hierarchy: cold/warm starts per tier, device ratios, REAP vs mmap
-    Hierarchy {
-        #[arg(long, default_value = "helloworld,lr_serving")]
-        functions: String,
-        /// Tiers in order, fastest first (set up with `thaw tier setup`)
-        #[arg(long, default_value = "tmpfs,pmem,nvme,sata,hdd")]
-        tiers: String,
-        #[arg(long, default_value = "mmap,reap")]
-        strategies: String,
-        #[command(flatten)]
-        run: RunOpts,
-    },
+    Hierarchy(hierarchy::Args),
     /// The daemon: warm latency and throughput over HTTP vs. in-process, restore via the API vs. direct
     Serve(serve::BenchServeArgs),
     /// Simulated vs live: one synthetic day through `thaw sim` and through `thaw load` against a `thaw serve` it starts
@@ -513,27 +504,8 @@ fn run(cli: Cli) -> Result<()> {
             cmd: BenchCmd::Concurrency(a),
         } => concurrency::run(&worker(&home)?, a),
         Cmd::Bench {
-            cmd:
-                BenchCmd::Hierarchy {
-                    functions,
-                    tiers,
-                    strategies,
-                    run,
-                },
-        } => {
-            let w = worker(&home)?;
-            let o = thaw_bench::hierarchy::Options {
-                functions: split(&functions),
-                tiers: split(&tiers),
-                strategies: split(&strategies),
-                sizes: split(&run.sizes),
-                runs: run.runs,
-                redeploy: run.redeploy,
-            };
-            let mut sink = record_sink(run.json.as_deref())?;
-            let recs = thaw_bench::hierarchy::run(&w, &o, &mut sink)?;
-            run.emit(&thaw_bench::hierarchy::report(&recs, &o.tiers))
-        }
+            cmd: BenchCmd::Hierarchy(a),
+        } => hierarchy::run(&worker(&home)?, a),
         Cmd::Bench {
             cmd: BenchCmd::Serve(args),
         } => serve::bench(&home, args),
@@ -572,6 +544,7 @@ fn run(cli: Cli) -> Result<()> {
                 runs: run.runs,
                 redeploy: run.redeploy,
                 check_all,
+                warm_calls: 1,
             };
             let mut sink = record_sink(run.json.as_deref())?;
             let recs = thaw_bench::restore::run(&w, &o, &mut sink)?;
