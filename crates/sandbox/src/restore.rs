@@ -252,6 +252,9 @@ pub(crate) fn restore_with(
         None => snap.open_image()?,
     };
     rep.state_load_ms = ms(t0);
+    if !streamed && !strategy.uses_tiers() && !thaw_store::secure::on_dram(&snap.dir)? {
+        request_copies(&image, &state, strategy);
+    }
 
     // TOSS: pages come from the fast and slow tier files; if the layout is
     // missing or bad, fall back to plain uffd rather than risk a wrong runtime
@@ -563,6 +566,59 @@ fn load_tiers(snap: &Snapshot, state: &ProcessState) -> Result<(TierLayout, File
     Ok((tl, fast, slow))
 }
 
+/// The fill a region gets: a lazy strategy copies the private pages of
+/// file mappings (the page server serves anonymous memory only).
+fn region_fill(strategy: &dyn RestoreStrategy, region: &thaw_memory::Region) -> Fill {
+    match strategy.fill(region) {
+        Fill::Lazy if !region.anonymous => Fill::Copy,
+        f => f,
+    }
+}
+
+/// Largest readahead one hint asks for: the kernel caps a hint at the
+/// device's I/O size (or its readahead, which may be 0).
+const HINT_BYTES: u64 = 128 << 10;
+/// Runs closer than this are asked for as one (what readahead would read).
+const HINT_GAP: u64 = 32 << 10;
+
+/// The restorer `pread`s the runs it copies one after another, each a
+/// synchronous trip to the device on a block tier. Asked for here, all at
+/// once, they are read while the sandbox is being built and with the
+/// device's whole queue depth; the restorer's reads then find them cached.
+/// A hint only: if the kernel drops it, the restorer reads as before.
+fn request_copies(image: &File, state: &ProcessState, strategy: &dyn RestoreStrategy) {
+    let mut spans: Vec<(u64, u64)> = Vec::new();
+    for region in &state.memory.regions {
+        if region_fill(strategy, region) != Fill::Copy {
+            continue;
+        }
+        for run in &region.runs {
+            match spans.last_mut() {
+                Some((_, end)) if run.file_off >= *end && run.file_off - *end <= HINT_GAP => {
+                    *end = run.file_off + run.len;
+                }
+                _ => spans.push((run.file_off, run.file_off + run.len)),
+            }
+        }
+    }
+    for (start, end) in spans {
+        let mut off = start;
+        while off < end {
+            let len = HINT_BYTES.min(end - off);
+            // SAFETY: a plain advisory syscall on a descriptor we own.
+            unsafe {
+                libc::posix_fadvise(
+                    image.as_raw_fd(),
+                    off as libc::off_t,
+                    len as libc::off_t,
+                    libc::POSIX_FADV_WILLNEED,
+                )
+            };
+            off += len;
+        }
+    }
+}
+
 fn build_plan(
     state: &ProcessState,
     strategy: &dyn RestoreStrategy,
@@ -577,10 +633,7 @@ fn build_plan(
     let mut paths: HashMap<&str, i32> = HashMap::new();
     let mut lazy = false;
     for (v, region) in state.vmas.iter().zip(&state.memory.regions) {
-        let mut fill = strategy.fill(region);
-        if fill == Fill::Lazy && !region.anonymous {
-            fill = Fill::Copy;
-        }
+        let fill = region_fill(strategy, region);
         let mut flags = 0;
         if region.anonymous {
             flags |= r::VMA_ANON;
