@@ -54,13 +54,7 @@ pub fn run(w: &thaw_worker::Worker, mut a: Args) -> Result<()> {
         a.levels = "1,2".into();
         a.scaling_reps = 1;
     }
-    let levels = crate::split(&a.levels)
-        .iter()
-        .map(|s| {
-            s.parse::<usize>()
-                .with_context(|| format!("--levels: {s:?} is not a count"))
-        })
-        .collect::<Result<Vec<_>>>()?;
+    let levels = crate::concurrency::parse_levels(&a.levels)?;
     let read_ahead = crate::split(&a.readahead)
         .iter()
         .map(|s| ReadAhead::parse(s))
