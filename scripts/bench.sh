@@ -40,8 +40,9 @@ $T bench simlive --out "$OUT/simlive"
 # issue 13: the storage hierarchy (seed 000's study); emulated tiers are set up, probed, measured, torn down
 $T tier setup
 $T tier probe --json "$OUT/tier-probe.json"
-$T bench hierarchy --functions helloworld,lr_serving,matmul,pyaes,json_serdes --tiers tmpfs,pmem,nvme,sata,hdd \
-    --strategies mmap,reap --runs "$RUNS" --redeploy --json "$OUT/hierarchy.jsonl" --markdown "$OUT/hierarchy.md"
+# seed 000's method: 1st and 51st warm, readahead on/off, 1..64 concurrent cold starts, SVG plots in $OUT/hierarchy/
+$T bench hierarchy --functions helloworld,json_serdes,lr_serving,pyaes,matmul --tiers tmpfs,pmem,nvme,sata,hdd \
+    --strategies mmap,reap --runs "$RUNS" --redeploy --out "$OUT/hierarchy"
 # the streamed restore from the remote tier against the same restore from NVMe
 $T bench hierarchy --functions helloworld,json_serdes,lr_serving --tiers nvme,remote \
     --strategies reap --runs "$RUNS" --json "$OUT/hierarchy-remote.jsonl" --markdown "$OUT/hierarchy-remote.md"

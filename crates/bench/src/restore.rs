@@ -26,6 +26,9 @@ pub struct Options {
     pub redeploy: bool,
     /// check every output with the function's checker (first run always is)
     pub check_all: bool,
+    /// warm invocations on each started instance (1: the first warm only;
+    /// seed 000 also reports the 51st)
+    pub warm_calls: usize,
 }
 
 /// One measured run: a JSON line of the report.
@@ -50,6 +53,11 @@ pub struct Record {
     pub exec_ms: f64,
     /// the second invocation on the same instance
     pub warm_ms: f64,
+    /// the last of `warm_calls` warm invocations (`warm_ms` when 1)
+    pub warm_calls: usize,
+    pub warm_last_ms: f64,
+    /// the tier device's readahead during the run (emulated block tiers)
+    pub read_ahead_kb: Option<u32>,
     /// faults served by the page server
     pub faults: u64,
     pub minflt: u64,
@@ -81,6 +89,9 @@ pub fn run(
 ) -> Result<Vec<Record>> {
     if o.runs == 0 {
         bail!("--runs must be at least 1");
+    }
+    if o.warm_calls == 0 {
+        bail!("at least one warm invocation per instance");
     }
     // fresh first, then the other start types, then the strategies, each once per run
     let mut order = vec![Start::FRESH];
@@ -256,6 +267,7 @@ fn measure_started(
     }
     let rss_added = sb.memory_usage().unwrap_or(0) / 1024;
     let warm = invoke(&mut sb, size, INVOKE_TIMEOUT)?;
+    let warm_last_ms = more_warm(&mut sb, size, o.warm_calls, warm.latency_ms)?;
     let (minflt, majflt) = faults(&sb);
     let [state_load_ms, sandbox_ms, memory_setup_ms, resume_ms] = phases;
     Ok(Record {
@@ -274,6 +286,9 @@ fn measure_started(
         first_response_ms: inv.latency_ms,
         exec_ms: inv.exec_ms,
         warm_ms: warm.latency_ms,
+        warm_calls: o.warm_calls,
+        warm_last_ms,
+        read_ahead_kb: None,
         faults: 0,
         minflt,
         majflt,
@@ -307,7 +322,7 @@ fn measure_restore(
     if let Some(p) = w.pool() {
         p.wait_full(std::time::Duration::from_secs(10));
     }
-    measure_start(
+    measure_start_warm(
         w,
         &mut || w.restore(snap, s),
         f,
@@ -317,7 +332,18 @@ fn measure_restore(
         run,
         image_bytes,
         emulated,
+        o.warm_calls,
     )
+}
+
+/// Warm invocations 2..=`calls` on the instance; the last one's latency
+/// (`first`, the first warm's, when there is no other).
+fn more_warm(sb: &mut Sandbox, size: &str, calls: usize, first: f64) -> Result<f64> {
+    let mut last = first;
+    for _ in 1..calls {
+        last = invoke(sb, size, INVOKE_TIMEOUT)?.latency_ms;
+    }
+    Ok(last)
 }
 
 /// A restore's cold start (`start` is timed with the first invocation),
@@ -334,6 +360,23 @@ pub(crate) fn measure_start(
     image_bytes: u64,
     emulated: bool,
 ) -> Result<Record> {
+    measure_start_warm(w, start, f, size, s, check, run, image_bytes, emulated, 1)
+}
+
+/// `measure_start` with `warm_calls` warm invocations.
+#[allow(clippy::too_many_arguments)]
+fn measure_start_warm(
+    w: &Worker,
+    start: &mut dyn FnMut() -> Result<(Sandbox, thaw_sandbox::RestoreReport)>,
+    f: &str,
+    size: &str,
+    s: StrategyKind,
+    check: bool,
+    run: usize,
+    image_bytes: u64,
+    emulated: bool,
+    warm_calls: usize,
+) -> Result<Record> {
     let t0 = Instant::now();
     let (mut sb, rep) = start()?;
     let inv = invoke(&mut sb, size, INVOKE_TIMEOUT)?;
@@ -348,6 +391,7 @@ pub(crate) fn measure_start(
     let rss_added = sb.memory_usage().unwrap_or(0) / 1024;
     let drift = sb.first_response().is_some_and(|o| o.drift);
     let warm = invoke(&mut sb, size, INVOKE_TIMEOUT)?;
+    let warm_last_ms = more_warm(&mut sb, size, warm_calls, warm.latency_ms)?;
     Ok(Record {
         function: f.into(),
         input: size.to_string(),
@@ -364,6 +408,9 @@ pub(crate) fn measure_start(
         first_response_ms: inv.latency_ms,
         exec_ms: inv.exec_ms,
         warm_ms: warm.latency_ms,
+        warm_calls,
+        warm_last_ms,
+        read_ahead_kb: None,
         faults: served,
         minflt,
         majflt,

@@ -35,14 +35,19 @@ pub struct Args {
     pub markdown: Option<PathBuf>,
 }
 
-pub fn run(w: &thaw_worker::Worker, a: Args) -> Result<()> {
-    let levels = crate::split(&a.levels)
+/// `--levels 1,2,4`: the numbers of simultaneous cold starts.
+pub(crate) fn parse_levels(levels: &str) -> Result<Vec<usize>> {
+    crate::split(levels)
         .iter()
         .map(|s| {
             s.parse::<usize>()
                 .with_context(|| format!("--levels: {s:?} is not a count"))
         })
-        .collect::<Result<Vec<_>>>()?;
+        .collect()
+}
+
+pub fn run(w: &thaw_worker::Worker, a: Args) -> Result<()> {
+    let levels = parse_levels(&a.levels)?;
     let o = thaw_bench::concurrency::Options {
         function: a.function.clone(),
         strategies: a.strategies.clone(),

@@ -9,6 +9,7 @@ use thaw_worker::StrategyKind;
 
 mod concurrency;
 mod demo;
+mod hierarchy;
 mod place;
 mod runtime;
 mod serve;
@@ -193,26 +194,26 @@ enum SnapCmd {
 
 /// What every benchmark takes: inputs, repetitions, outputs.
 #[derive(clap::Args)]
-struct RunOpts {
+pub(crate) struct RunOpts {
     /// Input sizes, comma-separated
     #[arg(long, value_enum, value_delimiter = ',', default_value = "I")]
-    sizes: Vec<InputSize>,
+    pub(crate) sizes: Vec<InputSize>,
     #[arg(long, default_value_t = 10)]
-    runs: usize,
+    pub(crate) runs: usize,
     /// Write one JSON object per run here
     #[arg(long)]
-    json: Option<PathBuf>,
+    pub(crate) json: Option<PathBuf>,
     /// Write the markdown report here (it is printed either way)
     #[arg(long)]
-    markdown: Option<PathBuf>,
+    pub(crate) markdown: Option<PathBuf>,
     /// Take fresh snapshots first
     #[arg(long)]
-    redeploy: bool,
+    pub(crate) redeploy: bool,
 }
 
 impl RunOpts {
     /// Prints the report and writes it where asked.
-    fn emit(&self, md: &str) -> Result<()> {
+    pub(crate) fn emit(&self, md: &str) -> Result<()> {
         thaw_output::outln!("{md}");
         if let Some(p) = &self.markdown {
             std::fs::write(p, md).with_context(|| format!("writing {}", p.display()))?;
@@ -236,17 +237,7 @@ enum BenchCmd {
     /// N simultaneous cold starts (N = 1, 2, 4, ...) per strategy, tier and mode
     Concurrency(concurrency::Args),
     /// Seed 000's study over the storage hierarchy: cold/warm starts per tier, device ratios, REAP vs mmap
-    Hierarchy {
-        #[arg(long, default_value = "helloworld,lr_serving")]
-        functions: String,
-        /// Tiers in order, fastest first (set up with `thaw tier setup`)
-        #[arg(long, default_value = "tmpfs,pmem,nvme,sata,hdd")]
-        tiers: String,
-        #[arg(long, value_enum, value_delimiter = ',', default_value = "mmap,reap")]
-        strategies: Vec<StrategyKind>,
-        #[command(flatten)]
-        run: RunOpts,
-    },
+    Hierarchy(hierarchy::Args),
     /// The daemon: warm latency and throughput over HTTP vs. in-process, restore via the API vs. direct
     Serve(serve::BenchServeArgs),
     /// Simulated vs live: one synthetic day through `thaw sim` and through `thaw load` against a `thaw serve` it starts
@@ -546,27 +537,8 @@ fn run(cli: Cli, matches: &clap::ArgMatches) -> Result<()> {
             cmd: BenchCmd::Concurrency(a),
         } => concurrency::run(&worker(&home)?, a),
         Cmd::Bench {
-            cmd:
-                BenchCmd::Hierarchy {
-                    functions,
-                    tiers,
-                    strategies,
-                    run,
-                },
-        } => {
-            let w = worker(&home)?;
-            let o = thaw_bench::hierarchy::Options {
-                functions: split(&functions),
-                tiers: split(&tiers),
-                strategies,
-                sizes: run.sizes.iter().map(|s| s.to_string()).collect(),
-                runs: run.runs,
-                redeploy: run.redeploy,
-            };
-            let mut sink = record_sink(run.json.as_deref())?;
-            let recs = thaw_bench::hierarchy::run(&w, &o, &mut sink)?;
-            run.emit(&thaw_bench::hierarchy::report(&recs, &o.tiers))
-        }
+            cmd: BenchCmd::Hierarchy(a),
+        } => hierarchy::run(&worker(&home)?, a),
         Cmd::Bench {
             cmd: BenchCmd::Serve(args),
         } => serve::bench(&home, args),
@@ -601,6 +573,7 @@ fn run(cli: Cli, matches: &clap::ArgMatches) -> Result<()> {
                 runs: run.runs,
                 redeploy: run.redeploy,
                 check_all,
+                warm_calls: 1,
             };
             let mut sink = record_sink(run.json.as_deref())?;
             let recs = thaw_bench::restore::run(&w, &o, &mut sink)?;

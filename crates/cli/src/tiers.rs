@@ -92,6 +92,8 @@ pub enum TierCmd {
         file: PathBuf,
         #[arg(long)]
         reads: usize,
+        #[arg(long, default_value = "direct")]
+        kind: String,
     },
 }
 
@@ -185,7 +187,7 @@ fn run_configured(home: &Path, cfg: &TiersConfig, cmd: TierCmd) -> Result<()> {
             reads,
             json,
         } => probe_tiers(home, cfg, names(&tiers), mib, reads, json),
-        TierCmd::ProbeReader { file, reads } => probe::reader_main(&file, reads),
+        TierCmd::ProbeReader { file, reads, kind } => probe::reader_main(&file, reads, &kind),
         TierCmd::Stall { tier, off } => {
             device::stall(home, cfg.get(&tier)?, !off)?;
             thaw_output::outln!("{tier}\t{}", if off { "resumed" } else { "stalled" });
@@ -313,18 +315,24 @@ fn probe_tiers(
                 t.label()
             ));
             let res = probe::write_probe_file(&file, mib).and_then(|()| {
-                let worker = probe::measure(&file, reads, "worker")?;
-                let mut cmd = std::process::Command::new(&exe);
-                cmd.args([
-                    "tier",
-                    "probe-reader",
-                    "--reads",
-                    &reads.to_string(),
-                    "--file",
-                ])
-                .arg(&file);
-                let sandbox = probe::measure_in_sandbox_cgroups(cmd)?;
-                Ok(vec![worker, sandbox])
+                // the worker's own O_DIRECT read (REAP's), then every kind
+                // of reader from sandbox-like cgroups
+                let mut res = vec![probe::measure(&file, reads, "worker direct")?];
+                for kind in probe::READER_KINDS {
+                    let mut cmd = std::process::Command::new(&exe);
+                    cmd.args([
+                        "tier",
+                        "probe-reader",
+                        "--reads",
+                        &reads.to_string(),
+                        "--kind",
+                        kind,
+                        "--file",
+                    ])
+                    .arg(&file);
+                    res.push(probe::measure_in_sandbox_cgroups(cmd)?);
+                }
+                Ok(res)
             });
             let _ = std::fs::remove_file(&file);
             res
@@ -332,7 +340,7 @@ fn probe_tiers(
         let res = res.with_context(|| format!("probing tier {}", t.name))?;
         for r in &res {
             thaw_output::outln!(
-                "{}\t{}\t{}\tseq {:.0} MB/s ({:.2}x declared)\t4K random mean {:.0} us, median {:.0} us, p99 {:.0} us ({:.2}x declared)\t{}",
+                "{}\t{}\t{}\tseq {:.0} MB/s ({:.2}x declared)\t4K random mean {:.0} us, median {:.0} us, p99 {:.0} us ({:.2}x declared){}\t{}",
                 t.name,
                 if t.emulated { "emulated" } else { "real" },
                 r.reader,
@@ -342,10 +350,15 @@ fn probe_tiers(
                 r.rand_read_4k_us_median,
                 r.rand_read_4k_us_p99,
                 r.rand_read_4k_us_mean / t.profile.rand_read_4k_us,
+                r.device_kib_per_read
+                    .map_or(String::new(), |k| format!(", device read {k:.1} KiB per read")),
                 match (t.kind, r.direct) {
                     (Kind::Remote, _) => "over the network, sealed",
                     (_, true) => "O_DIRECT",
-                    (_, false) => "cached (no O_DIRECT on this filesystem)",
+                    (_, false) if r.reader.contains("direct") => {
+                        "cached (no O_DIRECT on this filesystem)"
+                    }
+                    (_, false) => "through the page cache",
                 }
             );
         }

@@ -231,10 +231,12 @@ fn probe_sees_the_throttle_from_the_worker_and_a_sandbox_cgroup() {
     ]);
     let v: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
     let readers = v["hdd"].as_array().unwrap();
-    assert_eq!(readers.len(), 2);
+    // the worker's O_DIRECT read, then from sandbox cgroups: O_DIRECT, page
+    // faults (readahead as set, and MADV_RANDOM) and buffered preads
+    assert_eq!(readers.len(), 5);
     let reader = readers[1]["reader"].as_str().unwrap();
     let cg = reader
-        .strip_prefix("sandbox-cgroup (memory /")
+        .strip_prefix("sandbox-cgroup direct (memory /")
         .and_then(|r| r.strip_suffix(')'))
         .unwrap_or_else(|| panic!("reader {reader:?}"));
     assert!(cg.starts_with("thaw/probe-"), "{cg}");
@@ -244,7 +246,12 @@ fn probe_sees_the_throttle_from_the_worker_and_a_sandbox_cgroup() {
         assert!(!dir.exists(), "{} left behind", dir.display());
     }
     for r in readers {
-        assert_eq!(r["direct"], true, "{r}");
+        let name = r["reader"].as_str().unwrap();
+        assert_eq!(r["direct"], name.contains("direct"), "{r}");
+        // readahead 0: every random read is at most one page from the device
+        // (the random offsets repeat a few pages, which are cached then)
+        let kib = r["device_kib_per_read"].as_f64().unwrap();
+        assert!((3.0..=4.1).contains(&kib), "{name}: {kib} KiB per read");
         let seq = r["seq_read_mbps"].as_f64().unwrap();
         let lat = r["rand_read_4k_us_mean"].as_f64().unwrap();
         // the throttle grants a slice (100 ms) of budget up front: hence the slack
@@ -890,4 +897,134 @@ fn server_pid(h: &Home) -> i32 {
         .trim()
         .parse()
         .unwrap()
+}
+
+/// `thaw bench hierarchy --quick` covers every axis of the study (cold,
+/// first and last warm start, readahead on and off, the concurrency axis)
+/// on DRAM and an emulated SATA tier, writes its tables and plots, and puts
+/// back the readahead it found.
+#[test]
+fn bench_hierarchy_covers_readahead_and_concurrency_and_plots() {
+    let h = Home::new("study");
+    h.config(&["tmpfs", "nvme", "sata"], |_| {});
+    // the shared, already built runtime root (as the store tests do)
+    std::os::unix::fs::symlink(
+        thaw_runtime::default_home().join("runtime"),
+        h.0.join("runtime"),
+    )
+    .unwrap();
+    h.ok(&["tier", "setup"]);
+    let sata = device::loops_backed_by(&device::loop_file(&h.0, "sata")).unwrap();
+    let dev = sata[0].file_name().unwrap().to_string_lossy().into_owned();
+    let ra = PathBuf::from(format!("/sys/block/{dev}/queue/read_ahead_kb"));
+    // a value other than the configured one, to see that the bench restores it
+    std::fs::write(&ra, "96").unwrap();
+    let out = h.0.join("study");
+    let md = h.ok(&[
+        "bench",
+        "hierarchy",
+        "--quick",
+        "--functions",
+        "helloworld",
+        "--tiers",
+        "tmpfs,nvme,sata",
+        "--scaling-tiers",
+        "tmpfs,sata",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(std::fs::read_to_string(&ra).unwrap().trim(), "96");
+    let lines: Vec<Value> = std::fs::read_to_string(out.join("hierarchy.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let starts: Vec<&Value> = lines
+        .iter()
+        .filter(|l| l["kind"] == "start" && l["strategy"] != "fresh")
+        .collect();
+    // tmpfs once (no readahead); nvme and sata with the configured readahead and off;
+    // 2 runs x 2 strategies each
+    for (tier, kb) in [
+        ("tmpfs", Value::Null),
+        ("nvme", 128.into()),
+        ("nvme", 0.into()),
+        ("sata", 128.into()),
+        ("sata", 0.into()),
+    ] {
+        let n = starts
+            .iter()
+            .filter(|r| r["tier"] == tier && r["read_ahead_kb"] == kb)
+            .count();
+        assert_eq!(n, 4, "{tier} readahead {kb}: {n} starts");
+    }
+    for r in &starts {
+        assert_eq!(r["warm_calls"], 3, "{r}");
+        assert!(r["warm_last_ms"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(r["cold_ms"].as_f64().unwrap() > r["first_response_ms"].as_f64().unwrap());
+    }
+    let scaling: Vec<&Value> = lines.iter().filter(|l| l["kind"] == "scaling").collect();
+    // levels 1 and 2 x 2 strategies: tmpfs once, sata at both readahead settings
+    assert_eq!(scaling.len(), 3 * 2 * 2, "{scaling:?}");
+    for b in &scaling {
+        assert_eq!(b["mode"], "different", "{b}");
+        assert_eq!(b["ok"], b["n"], "{b}");
+        let kb = &b["read_ahead_kb"];
+        assert!(
+            if b["tier"] == "sata" {
+                kb == 128 || kb == 0
+            } else {
+                kb.is_null()
+            },
+            "{b}"
+        );
+    }
+    for needle in [
+        "warm #3 ms",
+        "sata (emulated), readahead off",
+        "Device ratios",
+        "Cold-start scaling",
+        "PMEM saves vs SATA",
+    ] {
+        assert!(md.contains(needle), "{needle:?} not in the report:\n{md}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(out.join("hierarchy.md"))
+            .unwrap()
+            .trim(),
+        md.trim()
+    );
+    for plot in [
+        "hierarchy-cold.svg",
+        "hierarchy-warm.svg",
+        "hierarchy-ratios.svg",
+        "hierarchy-scaling-helloworld.svg",
+    ] {
+        let svg = std::fs::read_to_string(out.join(plot)).unwrap();
+        let marked = if plot.contains("ratios") {
+            "seed 000"
+        } else {
+            "sata*"
+        };
+        assert!(
+            svg.starts_with("<svg") && svg.contains(marked),
+            "{plot}:\n{svg}"
+        );
+    }
+    h.fails(
+        &["bench", "hierarchy", "--quick", "--readahead", "sideways"],
+        "neither on nor off",
+    );
+    h.fails(
+        &[
+            "bench",
+            "hierarchy",
+            "--warm-calls",
+            "0",
+            "--tiers",
+            "tmpfs",
+        ],
+        "--warm-calls must be at least 1",
+    );
+    h.ok(&["tier", "teardown", "--force"]);
 }

@@ -209,7 +209,9 @@ pub fn place(f: &FunctionProfile, tiers: &[TierOption], max_slowdown: f64) -> Pl
 /// each function's cold start counts as often as it cold-starts
 /// (`cold_starts_per_hour`). So a rarely started function goes to a cheap
 /// tier and a often started one to a fast tier, which no per-function rule
-/// sees. Capacity is checked per function, not summed over the fleet.
+/// sees. Capacity is summed over the fleet: the functions that cold-start
+/// most take their room first, a move needs room for the image on the
+/// target, and a function no tier has room left for is placed nowhere.
 pub fn place_fleet(
     fs: &[FunctionProfile],
     tiers: &[TierOption],
@@ -217,7 +219,7 @@ pub fn place_fleet(
 ) -> Vec<Placement> {
     let mut out: Vec<Placement> = fs.iter().map(|f| place(f, tiers, max_slowdown)).collect();
     // per function: indices of its candidate estimates, and its current pick
-    let mut picks: Vec<Option<usize>> = Vec::with_capacity(fs.len());
+    let mut picks: Vec<Option<usize>> = vec![None; fs.len()];
     let mut cands: Vec<Vec<usize>> = Vec::with_capacity(fs.len());
     for p in &out {
         let fastest = p.fastest_ms();
@@ -227,13 +229,38 @@ pub fn place_fleet(
                 e.rejected.is_none() && e.cold_ms <= fastest * max_slowdown
             })
             .collect();
-        picks.push(
-            within
-                .iter()
-                .copied()
-                .find(|&i| Some(&p.estimates[i].tier) == p.tier.as_ref()),
-        );
         cands.push(within);
+    }
+    // room left per tier; the most often started functions are seated first,
+    // each on its own choice if it still fits, else its fastest that does
+    let mut free: std::collections::HashMap<&str, f64> = tiers
+        .iter()
+        .map(|t| (t.name.as_str(), t.free_mib))
+        .collect();
+    let mut order: Vec<usize> = (0..fs.len()).collect();
+    order.sort_by(|&a, &b| {
+        fs[b]
+            .cold_starts_per_hour
+            .total_cmp(&fs[a].cold_starts_per_hour)
+    });
+    for &k in &order {
+        let est = &out[k].estimates;
+        let mut options = cands[k].clone();
+        options.sort_by(|&a, &b| {
+            let own = |i: usize| Some(&est[i].tier) != out[k].tier.as_ref();
+            own(a)
+                .cmp(&own(b))
+                .then(est[a].cold_ms.total_cmp(&est[b].cold_ms))
+        });
+        let fits = |i: &usize, free: &std::collections::HashMap<&str, f64>| {
+            free.get(est[*i].tier.as_str()).copied().unwrap_or(0.0) >= fs[k].image_mib
+        };
+        if let Some(i) = options.into_iter().find(|i| fits(i, &free)) {
+            *free
+                .get_mut(est[i].tier.as_str())
+                .expect("a configured tier") -= fs[k].image_mib;
+            picks[k] = Some(i);
+        }
     }
     // with no cold starts expected anywhere, every function weighs the same
     let total_rate: f64 = fs.iter().map(|f| f.cold_starts_per_hour).sum();
@@ -262,13 +289,23 @@ pub fn place_fleet(
             let base_cost = cost - est[cur].cost_per_month;
             let base_lat = lat - w * est[cur].cold_ms;
             let mut best = (cost * lat, cur);
-            for &i in &cands[k] {
+            let room = |i: usize| {
+                est[i].tier == est[cur].tier
+                    || free.get(est[i].tier.as_str()).copied().unwrap_or(0.0) >= f.image_mib
+            };
+            for &i in cands[k].iter().filter(|&&i| room(i)) {
                 let v = (base_cost + est[i].cost_per_month) * (base_lat + w * est[i].cold_ms);
                 if v < best.0 * (1.0 - 1e-12) {
                     best = (v, i);
                 }
             }
             if best.1 != cur {
+                *free
+                    .get_mut(est[cur].tier.as_str())
+                    .expect("a configured tier") += f.image_mib;
+                *free
+                    .get_mut(est[best.1].tier.as_str())
+                    .expect("a configured tier") -= f.image_mib;
                 cost = base_cost + est[best.1].cost_per_month;
                 lat = base_lat + w * est[best.1].cold_ms;
                 picks[k] = Some(best.1);
@@ -280,7 +317,16 @@ pub fn place_fleet(
         }
     }
     for ((p, pick), f) in out.iter_mut().zip(&picks).zip(fs) {
-        let Some(i) = *pick else { continue };
+        let Some(i) = *pick else {
+            if p.tier.is_some() {
+                p.explanation.push(
+                    "fleet: no tier within the bound has room left for it once the functions started more often are placed".into(),
+                );
+                p.tier = None;
+                p.strategy = None;
+            }
+            continue;
+        };
         let e = p.estimates[i].clone();
         if p.tier.as_ref() != Some(&e.tier) {
             p.explanation.push(format!(
@@ -452,6 +498,56 @@ mod tests {
             assert!(e.cold_ms <= p.fastest_ms() * 1.3);
         }
         assert!(place_fleet(&[], &ts, 1.3).is_empty());
+    }
+
+    #[test]
+    fn fleet_capacity_is_summed_over_the_functions() {
+        let mut ts = tiers();
+        // room for two 40 MiB images on each tier
+        for t in &mut ts {
+            t.free_mib = 80.0;
+        }
+        let fs: Vec<FunctionProfile> = (0..9)
+            .map(|i| FunctionProfile {
+                name: format!("f{i}"),
+                cold_starts_per_hour: 1.0 + i as f64,
+                ..func(1.0, 4.0)
+            })
+            .collect();
+        let placed = place_fleet(&fs, &ts, 1e9);
+        for t in &ts {
+            let n = placed
+                .iter()
+                .filter(|p| p.tier.as_deref() == Some(&t.name))
+                .count();
+            assert!(
+                n <= 2,
+                "{n} images of 40 MiB on {} with 80 MiB free",
+                t.name
+            );
+        }
+        // five tiers x two: nine fit, and each one placed has a tier within the bound
+        assert_eq!(placed.iter().filter(|p| p.tier.is_some()).count(), 9);
+        // one more than there is room for: the least often started is left out
+        let mut more = fs.clone();
+        more.push(FunctionProfile {
+            name: "rare".into(),
+            cold_starts_per_hour: 0.001,
+            ..func(1.0, 4.0)
+        });
+        more.push(FunctionProfile {
+            name: "rarer".into(),
+            cold_starts_per_hour: 0.0001,
+            ..func(1.0, 4.0)
+        });
+        let placed = place_fleet(&more, &ts, 1e9);
+        let left: Vec<&str> = placed
+            .iter()
+            .filter(|p| p.tier.is_none())
+            .map(|p| p.function.as_str())
+            .collect();
+        assert_eq!(left, ["rarer"]);
+        assert!(placed[10].explanation.last().unwrap().contains("no tier"));
     }
 
     #[test]

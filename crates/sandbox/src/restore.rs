@@ -213,6 +213,12 @@ pub(crate) fn restore_with(
     // phase 1, prepare: overlaps building the sandbox (REAP's read)
     let mut strategy = kind.start();
     strategy.prepare(&target)?;
+    // phase 2, plan: what the restorer maps, copies and leaves lazy (it
+    // needs no sandbox, so on a block tier the copies can be asked for now)
+    let mut memory = strategy.plan(&target)?;
+    if arriving.is_none() && !thaw_store::secure::on_dram(&snap.dir)? {
+        request_copies(&image, &memory.runs);
+    }
 
     let t1 = Instant::now();
     let (mut sb, pooled) = match prebuilt.filter(|p| p.sb.root == root) {
@@ -222,8 +228,6 @@ pub(crate) fn restore_with(
     let pid = sb.pid;
     let sandbox_ms = ms(t1);
 
-    // phase 2, plan: what the restorer maps, copies and leaves lazy
-    let mut memory = strategy.plan(&target)?;
     let lazy = memory.lazy();
     let plan = build_plan(&state, &mut memory, sb.uid())?;
     let encoded = plan.encode().map_err(|e| anyhow!(e))?;
@@ -364,6 +368,48 @@ pub(crate) fn restorer_memfd() -> Result<RawFd> {
     unsafe { libc::fcntl(f.as_raw_fd(), libc::F_ADD_SEALS, seals) };
     let _ = FD.set(OwnedFd::from(f));
     Ok(FD.get().expect("just set").as_raw_fd())
+}
+
+/// Largest readahead one hint asks for: the kernel caps a hint at the
+/// device's I/O size (or its readahead, which may be 0).
+const HINT_BYTES: u64 = 128 << 10;
+/// Runs closer than this are asked for as one (what readahead would read).
+const HINT_GAP: u64 = 32 << 10;
+
+/// The restorer `pread`s the runs it copies one after another, each a
+/// synchronous trip to the device on a block tier. Asked for here, all at
+/// once, they are read while the sandbox is being built and with the
+/// device's whole queue depth; the restorer's reads then find them cached.
+/// A hint only: if the kernel drops it, the restorer reads as before.
+fn request_copies(image: &File, runs: &[r::PlanRun]) {
+    let mut spans: Vec<(u64, u64)> = Vec::new();
+    let copies = runs
+        .iter()
+        .filter(|run| run.fill == r::FILL_COPY && run.img_fd == thaw_restore::IMAGE_FD);
+    for run in copies {
+        match spans.last_mut() {
+            Some((_, end)) if run.img_off >= *end && run.img_off - *end <= HINT_GAP => {
+                *end = run.img_off + run.len;
+            }
+            _ => spans.push((run.img_off, run.img_off + run.len)),
+        }
+    }
+    for (start, end) in spans {
+        let mut off = start;
+        while off < end {
+            let len = HINT_BYTES.min(end - off);
+            // SAFETY: a plain advisory syscall on a descriptor we own.
+            unsafe {
+                libc::posix_fadvise(
+                    image.as_raw_fd(),
+                    off as libc::off_t,
+                    len as libc::off_t,
+                    libc::POSIX_FADV_WILLNEED,
+                )
+            };
+            off += len;
+        }
+    }
 }
 
 /// The restorer's plan: the strategy's memory plan inside the mappings,

@@ -607,7 +607,7 @@ fn setup_block(home: &Path, t: &TierConfig) -> Result<DeviceState> {
     // device over the latency layer would otherwise inherit 2-2.5 MiB from
     // its optimal I/O size, which no real SSD or HDD of the profiles has
     {
-        let kb = t.read_ahead_kb.unwrap_or(DEFAULT_READ_AHEAD_KB);
+        let kb = configured_read_ahead_kb(t);
         let name = dev.file_name().context("device name")?;
         let f = Path::new("/sys/block")
             .join(name)
@@ -670,6 +670,43 @@ fn teardown_block(home: &Path, t: &TierConfig) -> Result<()> {
         Err(e) => return Err(e).with_context(|| format!("removing {}", img.display())),
     }
     Ok(())
+}
+
+/// The readahead file (`/sys/block/loopN/queue/read_ahead_kb`) of an
+/// emulated block tier that is set up.
+fn tier_read_ahead_file(home: &Path, t: &TierConfig) -> Result<PathBuf> {
+    if !(t.kind == Kind::Block && t.emulated) {
+        bail!(
+            "tier {}: readahead is set on emulated block tiers only",
+            t.name
+        );
+    }
+    let mp = TierConfig::mount_point(home, &t.name);
+    let src = mounted_source(&mp)?
+        .with_context(|| format!("tier {} is not set up (thaw tier setup)", t.name))?;
+    read_ahead_file(Path::new(&src))
+}
+
+/// The readahead `thaw tier setup` gives a tier's device (KiB).
+pub fn configured_read_ahead_kb(t: &TierConfig) -> u32 {
+    t.read_ahead_kb.unwrap_or(DEFAULT_READ_AHEAD_KB)
+}
+
+/// The tier device's block-layer readahead in KiB (0: off).
+pub fn read_ahead_kb(home: &Path, t: &TierConfig) -> Result<u32> {
+    let f = tier_read_ahead_file(home, t)?;
+    let raw = std::fs::read_to_string(&f).with_context(|| format!("reading {}", f.display()))?;
+    raw.trim()
+        .parse()
+        .with_context(|| format!("{}: {raw:?}", f.display()))
+}
+
+/// Sets the tier device's readahead. 0 turns it off: a buffered read or a
+/// page fault on a file of the tier brings in only the pages it asks for.
+/// `thaw tier setup` sets the configured value again.
+pub fn set_read_ahead_kb(home: &Path, t: &TierConfig, kb: u32) -> Result<()> {
+    let f = tier_read_ahead_file(home, t)?;
+    std::fs::write(&f, kb.to_string()).with_context(|| format!("writing {}", f.display()))
 }
 
 fn read_ahead_file(dev: &Path) -> Result<PathBuf> {

@@ -11,11 +11,15 @@
 //!
 //! The model, per device:
 //! - `queue_depth` channels serve requests at once (a disk has one
-//!   actuator; flash has several);
+//!   actuator; flash has several). The kernel submits the loop device's
+//!   direct I/O to this file asynchronously (`FUSE_ASYNC_DIO`), so that
+//!   many requests reach the channels at once; without it each request
+//!   waited for the one before and every device had a queue depth of 1;
 //! - a request holds a channel for at least the profile's 4 KiB random-read
-//!   latency, unless it starts where that channel's previous request ended
-//!   (a sequential stream: no seek on a disk, the controller's own
-//!   read-ahead on flash); the backing file is read in that time;
+//!   latency, unless it starts where one of the device's recent requests
+//!   ended (a sequential stream: no seek on a disk, the controller's own
+//!   read-ahead on flash), whichever channel served that one; the backing
+//!   file is read in that time;
 //! - bandwidth stays with the blkio throttle on the loop device.
 //!
 //! A stall (SIGUSR1, ended by SIGUSR2; `thaw tier stall`) holds every
@@ -27,6 +31,7 @@ use fuser::{
     FileAttr, FileType, Filesystem, MountOption, ReplyAttr, ReplyData, ReplyDirectory, ReplyEmpty,
     ReplyEntry, ReplyOpen, ReplyWrite, Request,
 };
+use std::collections::VecDeque;
 use std::ffi::OsStr;
 use std::fs::File;
 use std::os::unix::fs::{FileExt, MetadataExt};
@@ -41,6 +46,12 @@ const ROOT_INO: u64 = 1;
 const FILE_INO: u64 = 2;
 /// Attributes never change behind the kernel's back: cache them.
 const ATTR_TTL: Duration = Duration::from_secs(3600);
+/// Requests the kernel keeps in flight to the device (asynchronous direct
+/// I/O counts as background requests): above the deepest queue a profile has.
+const MAX_BACKGROUND: u16 = 256;
+/// End offsets of the device's most recent requests: where a sequential
+/// stream continues.
+const RECENT_ENDS: usize = 64;
 /// How often a held request looks whether the stall ended.
 const STALL_POLL: Duration = Duration::from_millis(5);
 
@@ -111,6 +122,20 @@ impl LatencyFs {
 }
 
 impl Filesystem for LatencyFs {
+    fn init(
+        &mut self,
+        _req: &Request<'_>,
+        config: &mut fuser::KernelConfig,
+    ) -> Result<(), libc::c_int> {
+        // the loop device's requests in flight together, as the queue depth
+        // needs; a kernel without asynchronous direct I/O serves them one
+        // at a time (still correct, only without parallel channels)
+        let _ = config.add_capabilities(fuser::consts::FUSE_ASYNC_DIO);
+        let _ = config.set_max_background(MAX_BACKGROUND);
+        let _ = config.set_congestion_threshold(MAX_BACKGROUND * 3 / 4);
+        Ok(())
+    }
+
     fn lookup(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEntry) {
         if parent == ROOT_INO && name == DEVICE_FILE {
             reply.entry(&ATTR_TTL, &self.attr(FILE_INO), 0);
@@ -257,9 +282,35 @@ impl Filesystem for LatencyFs {
     }
 }
 
+/// Where the device's recent requests ended; a request starting at one of
+/// them continues a stream.
+#[derive(Default)]
+struct Streams(Mutex<VecDeque<u64>>);
+
+impl Streams {
+    /// Records the request [offset, offset + len); true when it continues
+    /// a recent one.
+    fn continues(&self, offset: u64, len: u64) -> bool {
+        let mut ends = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let hit = ends.iter().position(|&e| e == offset);
+        if let Some(i) = hit {
+            ends.remove(i);
+        }
+        if ends.len() == RECENT_ENDS {
+            ends.pop_front();
+        }
+        ends.push_back(offset + len);
+        hit.is_some()
+    }
+}
+
 /// One channel of the device: serves requests one at a time.
-fn channel(backing: Arc<File>, queue: Arc<Mutex<mpsc::Receiver<ReadRequest>>>, timing: Timing) {
-    let mut position: Option<u64> = None;
+fn channel(
+    backing: Arc<File>,
+    queue: Arc<Mutex<mpsc::Receiver<ReadRequest>>>,
+    streams: Arc<Streams>,
+    timing: Timing,
+) {
     loop {
         let next = queue.lock().map(|q| q.recv());
         let Ok(Ok(req)) = next else { return };
@@ -271,6 +322,9 @@ fn channel(backing: Arc<File>, queue: Arc<Mutex<mpsc::Receiver<ReadRequest>>>, t
             continue;
         }
         let start = Instant::now();
+        // known at pickup, so a stream's next request finds it while this
+        // one is still being served
+        let sequential = streams.continues(req.offset, req.size as u64);
         let mut buf = vec![0u8; req.size as usize];
         let n = match read_full_at(&backing, &mut buf, req.offset) {
             Ok(n) => n,
@@ -279,14 +333,13 @@ fn channel(backing: Arc<File>, queue: Arc<Mutex<mpsc::Receiver<ReadRequest>>>, t
                 continue;
             }
         };
-        if position != Some(req.offset) {
+        if !sequential {
             let due = start + timing.access_latency;
             let now = Instant::now();
             if due > now {
                 std::thread::sleep(due - now);
             }
         }
-        position = Some(req.offset + n as u64);
         req.reply.data(&buf[..n]);
     }
 }
@@ -337,9 +390,10 @@ pub fn serve(backing: &Path, mountpoint: &Path, name: &str, timing: Timing) -> R
     let backing = Arc::new(file);
     let (tx, rx) = mpsc::channel();
     let rx = Arc::new(Mutex::new(rx));
+    let streams = Arc::new(Streams::default());
     for _ in 0..timing.queue_depth.max(1) {
-        let (b, q) = (backing.clone(), rx.clone());
-        std::thread::spawn(move || channel(b, q, timing));
+        let (b, q, st) = (backing.clone(), rx.clone(), streams.clone());
+        std::thread::spawn(move || channel(b, q, st, timing));
     }
     // SAFETY: getuid/getgid cannot fail.
     let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };

@@ -1,8 +1,17 @@
 //! `thaw tier probe`: a tier's sequential read bandwidth and 4 KiB random
-//! read latency, measured with O_DIRECT (so the page cache is out of the
-//! way) from two kinds of reader: the worker process itself, and a separate
-//! process placed in fresh memory and pids cgroups the way a sandbox is.
-//! Both readers must see the tier's throttle.
+//! read latency, measured from every kind of reader a restore has:
+//! - `direct`: O_DIRECT reads (the page cache out of the way), as the
+//!   worker's REAP read, from the worker and from a process in fresh memory
+//!   and pids cgroups the way a sandbox is;
+//! - `faults`: page faults on a mapping of the file (the `mmap` strategy's
+//!   reads), with the device's readahead as it is set;
+//! - `faults-random`: the same with `MADV_RANDOM` (one page per fault);
+//! - `buffered`: 4 KiB `pread`s through the page cache (the restorer's
+//!   copies of private file pages).
+//!
+//! Every reader must see the tier's throttle and latency. Besides the time
+//! per read, each reports the bytes the device served per read (from the
+//! device's own counters), which shows readahead at work.
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, Write};
@@ -18,6 +27,8 @@ const SETTLE: std::time::Duration = std::time::Duration::from_millis(250);
 /// Each timed phase runs at least this long (passes over the file repeat),
 /// so the throttle's up-front slice budget is a small part of it.
 const PHASE: std::time::Duration = std::time::Duration::from_secs(1);
+/// Bytes a page-at-a-time sequential phase reads.
+const SEQ_CACHED: usize = 16 << 20;
 /// Bound on random reads per phase.
 const MAX_RAND_READS: usize = 50_000;
 
@@ -35,7 +46,14 @@ pub struct ReaderResult {
     pub rand_read_4k_us_mean: f64,
     pub rand_read_4k_us_median: f64,
     pub rand_read_4k_us_p99: f64,
+    /// KiB the device read per random read (its sysfs counters; absent
+    /// where the file is on no block device)
+    #[serde(default)]
+    pub device_kib_per_read: Option<f64>,
 }
+
+/// The kinds of reader `measure_kind` runs.
+pub const READER_KINDS: [&str; 4] = ["direct", "faults", "faults-random", "buffered"];
 
 /// A buffer aligned for O_DIRECT.
 struct Aligned {
@@ -137,6 +155,7 @@ pub fn measure(path: &Path, rand_reads: usize, reader: &str) -> Result<ReaderRes
     let mut lat = Vec::with_capacity(rand_reads);
     let mut one = Aligned::new(ALIGN);
     std::thread::sleep(SETTLE);
+    let sectors = device_sectors_read(path);
     let t1 = Instant::now();
     while lat.len() < rand_reads || (t1.elapsed() < PHASE && lat.len() < MAX_RAND_READS) {
         x = x
@@ -150,7 +169,135 @@ pub fn measure(path: &Path, rand_reads: usize, reader: &str) -> Result<ReaderRes
             bail!("short read of {n} bytes from {}", path.display());
         }
     }
-    Ok(summarize_reads(reader, direct, seq_read_mbps, lat))
+    let after = device_sectors_read(path);
+    let mut r = summarize_reads(reader, direct, seq_read_mbps, lat);
+    r.device_kib_per_read = sectors
+        .zip(after)
+        .map(|(a, b)| (b - a) as f64 * 512.0 / 1024.0 / r.rand_reads as f64);
+    Ok(r)
+}
+
+/// Sectors the block device holding `path` has read so far (its sysfs
+/// `stat`), if the file is on one.
+fn device_sectors_read(path: &Path) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    let dev = std::fs::metadata(path).ok()?.dev();
+    let stat = std::fs::read_to_string(format!(
+        "/sys/dev/block/{}:{}/stat",
+        libc::major(dev),
+        libc::minor(dev)
+    ))
+    .ok()?;
+    stat.split_whitespace().nth(2)?.parse().ok()
+}
+
+/// The same random pages as `measure`, read by page faults on a shared
+/// read-only mapping (`random`: with `MADV_RANDOM`) or by buffered 4 KiB
+/// `pread`s; sequential bandwidth by touching every page in order.
+fn measure_cached(path: &Path, rand_reads: usize, kind: &str) -> Result<ReaderResult> {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let len = f.metadata()?.len() as usize;
+    if len < SEQ_CHUNK {
+        bail!("probe file {} is shorter than 1 MiB", path.display());
+    }
+    let map = |advice: libc::c_int| -> Result<*const u8> {
+        // SAFETY: a fresh read-only shared mapping of a file this function
+        // holds open; only read through, and unmapped before returning.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                std::os::fd::AsRawFd::as_raw_fd(&f),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error()).context("mapping the probe file");
+        }
+        // SAFETY: advice on the mapping just made.
+        unsafe { libc::madvise(p, len, advice) };
+        Ok(p as *const u8)
+    };
+    let unmap = |p: *const u8| {
+        // SAFETY: p and len are the mapping made by `map`, used no more.
+        unsafe { libc::munmap(p as *mut libc::c_void, len) };
+    };
+    let advice = if kind == "faults-random" {
+        libc::MADV_RANDOM
+    } else {
+        libc::MADV_NORMAL
+    };
+    // sequential: every page of the first SEQ_CACHED bytes once, in order
+    // (a page at a time is slow without readahead)
+    let seq_len = len.min(SEQ_CACHED);
+    thaw_store::drop_file_cache(path)?;
+    std::thread::sleep(SETTLE);
+    let t0 = Instant::now();
+    let mut sum = 0u64;
+    if kind == "buffered" {
+        let mut buf = vec![0u8; ALIGN];
+        for off in (0..seq_len).step_by(ALIGN) {
+            f.read_exact_at(&mut buf, off as u64)?;
+            sum += buf[0] as u64;
+        }
+    } else {
+        let p = map(advice)?;
+        for off in (0..seq_len).step_by(ALIGN) {
+            // SAFETY: off < len, inside the mapping.
+            sum += unsafe { std::ptr::read_volatile(p.add(off)) } as u64;
+        }
+        unmap(p);
+    }
+    let seq_read_mbps = seq_len as f64 / t0.elapsed().as_secs_f64() / 1e6;
+    thaw_store::drop_file_cache(path)?;
+    let p = if kind == "buffered" {
+        std::ptr::null()
+    } else {
+        map(advice)?
+    };
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let pages = (len / ALIGN) as u64;
+    let mut lat = Vec::with_capacity(rand_reads);
+    let mut buf = vec![0u8; ALIGN];
+    std::thread::sleep(SETTLE);
+    let sectors = device_sectors_read(path);
+    for _ in 0..rand_reads {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let off = ((x >> 33) % pages) as usize * ALIGN;
+        let t = Instant::now();
+        if p.is_null() {
+            f.read_exact_at(&mut buf, off as u64)?;
+            sum += buf[0] as u64;
+        } else {
+            // SAFETY: off < len, inside the mapping.
+            sum += unsafe { std::ptr::read_volatile(p.add(off)) } as u64;
+        }
+        lat.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    let after = device_sectors_read(path);
+    if !p.is_null() {
+        unmap(p);
+    }
+    std::hint::black_box(sum);
+    let mut r = summarize_reads(kind, false, seq_read_mbps, lat);
+    r.device_kib_per_read = sectors
+        .zip(after)
+        .map(|(a, b)| (b - a) as f64 * 512.0 / 1024.0 / rand_reads as f64);
+    Ok(r)
+}
+
+/// One kind of reader (`READER_KINDS`) on one file from this process.
+pub fn measure_kind(path: &Path, rand_reads: usize, kind: &str) -> Result<ReaderResult> {
+    match kind {
+        "direct" => measure(path, rand_reads, kind),
+        "faults" | "faults-random" | "buffered" => measure_cached(path, rand_reads, kind),
+        _ => bail!("unknown reader kind {kind:?} ({})", READER_KINDS.join(", ")),
+    }
 }
 
 fn summarize_reads(
@@ -176,6 +323,7 @@ fn summarize_reads(
         rand_read_4k_us_mean: mean,
         rand_read_4k_us_median: pct(0.5),
         rand_read_4k_us_p99: pct(0.99),
+        device_kib_per_read: None,
     }
 }
 
@@ -252,11 +400,14 @@ pub fn measure_in_sandbox_cgroups(mut reader: std::process::Command) -> Result<R
 }
 
 /// The reader side of `measure_in_sandbox_cgroups`: waits for the go line.
-pub fn reader_main(path: &Path, rand_reads: usize) -> Result<()> {
+pub fn reader_main(path: &Path, rand_reads: usize, kind: &str) -> Result<()> {
     let mut line = String::new();
     std::io::stdin().lock().read_line(&mut line)?;
-    let mut r = measure(path, rand_reads, "sandbox-cgroup")?;
-    r.reader = format!("sandbox-cgroup (memory {})", cgroup_of("self", "memory"));
+    let mut r = measure_kind(path, rand_reads, kind)?;
+    r.reader = format!(
+        "sandbox-cgroup {kind} (memory {})",
+        cgroup_of("self", "memory")
+    );
     thaw_output::outln!("{}", serde_json::to_string(&r)?);
     Ok(())
 }
