@@ -374,25 +374,13 @@ mod tests {
             3,
             "the x=0 point is dropped on a log axis"
         );
+        // the number in `name="..."` of one element's text
+        let attr = |c: &str, name: &str| -> f64 {
+            let after = c.split(&format!("{name}=\"")).nth(1).unwrap();
+            after.split('"').next().unwrap().parse().unwrap()
+        };
         for c in svg.split("<circle").skip(1) {
-            let cx: f64 = c
-                .split("cx=\"")
-                .nth(1)
-                .unwrap()
-                .split('"')
-                .next()
-                .unwrap()
-                .parse()
-                .unwrap();
-            let cy: f64 = c
-                .split("cy=\"")
-                .nth(1)
-                .unwrap()
-                .split('"')
-                .next()
-                .unwrap()
-                .parse()
-                .unwrap();
+            let (cx, cy) = (attr(c, "cx"), attr(c, "cy"));
             assert!((LEFT..=WIDTH - RIGHT).contains(&cx) && (TOP..=HEIGHT - BOTTOM).contains(&cy));
         }
     }
