@@ -69,8 +69,18 @@ pub fn run(
                     let st = stream.insert(Stream::open(&w.home, store.clone(), &name)?);
                     w.restore_streamed(&st.snapshot, s, st.inputs()?)
                 };
-                let rec =
-                    measure_start(w, &mut start, f, size, s, o.run == 0, o.run, 0, t.emulated);
+                let rec = measure_start(
+                    w,
+                    &mut start,
+                    f,
+                    size,
+                    s,
+                    o.run == 0,
+                    o.run,
+                    0,
+                    t.emulated,
+                    1,
+                );
                 let mut stream = stream.context("the stream was not opened")?;
                 let rec = rec.map_err(|e| stream.explain(e))?;
                 let bg = stream.finish()?;

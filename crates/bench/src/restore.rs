@@ -322,7 +322,7 @@ fn measure_restore(
     if let Some(p) = w.pool() {
         p.wait_full(std::time::Duration::from_secs(10));
     }
-    measure_start_warm(
+    measure_start(
         w,
         &mut || w.restore(snap, s),
         f,
@@ -347,25 +347,9 @@ fn more_warm(sb: &mut Sandbox, size: &str, calls: usize, first: f64) -> Result<f
 }
 
 /// A restore's cold start (`start` is timed with the first invocation),
-/// its phases and a warm invocation on the same instance.
+/// its phases and `warm_calls` warm invocations on the same instance.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn measure_start(
-    w: &Worker,
-    start: &mut dyn FnMut() -> Result<(Sandbox, thaw_sandbox::RestoreReport)>,
-    f: &str,
-    size: &str,
-    s: StrategyKind,
-    check: bool,
-    run: usize,
-    image_bytes: u64,
-    emulated: bool,
-) -> Result<Record> {
-    measure_start_warm(w, start, f, size, s, check, run, image_bytes, emulated, 1)
-}
-
-/// `measure_start` with `warm_calls` warm invocations.
-#[allow(clippy::too_many_arguments)]
-fn measure_start_warm(
     w: &Worker,
     start: &mut dyn FnMut() -> Result<(Sandbox, thaw_sandbox::RestoreReport)>,
     f: &str,
