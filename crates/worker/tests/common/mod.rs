@@ -25,28 +25,46 @@ pub fn worker() -> &'static Worker {
     })
 }
 
-/// A private tmpfs-backed tier per test, so parallel tests never share snapshots.
-pub fn tier(tag: &str) -> Tier {
-    let path = PathBuf::from(format!("/dev/shm/thaw-test-{}/{tag}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&path);
-    Tier {
-        name: "tmpfs",
-        path,
-        emulated: false,
-        description: "test tmpfs",
+/// A test's private tier; its directory is removed when the test drops it, so repeated
+/// runs do not fill /dev/shm (RAM) or /var/tmp.
+pub struct TestTier(Tier);
+
+impl std::ops::Deref for TestTier {
+    type Target = Tier;
+    fn deref(&self) -> &Tier {
+        &self.0
     }
 }
 
+impl Drop for TestTier {
+    fn drop(&mut self) {
+        let _ = thaw_store::secure::remove_tree(&self.0.path);
+        // The per-process parent goes too once the last tier of this process is gone.
+        if let Some(parent) = self.0.path.parent() {
+            let _ = std::fs::remove_dir(parent);
+        }
+    }
+}
+
+/// A private tmpfs-backed tier per test, so parallel tests never share snapshots.
+pub fn tier(tag: &str) -> TestTier {
+    test_tier("/dev/shm", "tmpfs", "test tmpfs", tag)
+}
+
 /// A private tier on the machine's disk (/var/tmp), a block tier.
-pub fn disk_tier(tag: &str) -> Tier {
-    let path = PathBuf::from(format!("/var/tmp/thaw-test-{}/{tag}", std::process::id()));
+pub fn disk_tier(tag: &str) -> TestTier {
+    test_tier("/var/tmp", "disk", "test disk", tag)
+}
+
+fn test_tier(root: &str, name: &'static str, description: &'static str, tag: &str) -> TestTier {
+    let path = PathBuf::from(format!("{root}/thaw-test-{}/{tag}", std::process::id()));
     thaw_store::secure::remove_tree(&path).expect("removing an old test tier");
-    Tier {
-        name: "disk",
+    TestTier(Tier {
+        name,
         path,
         emulated: false,
-        description: "test disk",
-    }
+        description,
+    })
 }
 
 pub fn call(sb: &mut Sandbox, req: Request) -> Reply {
