@@ -133,6 +133,8 @@ pub struct PairOptions {
     pub max_object_bytes: u64,
     pub budget_per_function_bytes: u64,
     pub stall_ms: u64,
+    /// `[xdt.peering] prefetch` of both workers
+    pub prefetch: bool,
 }
 
 impl Default for PairOptions {
@@ -143,6 +145,7 @@ impl Default for PairOptions {
             max_object_bytes: 512 << 20,
             budget_per_function_bytes: 1 << 30,
             stall_ms: 5_000,
+            prefetch: true,
         }
     }
 }
@@ -205,13 +208,15 @@ impl Pair {
             "home = {home:?}\nruntime_home = {rt:?}\nmemory_budget_mb = {mem}\n\
              [limits]\nmax_instances_per_function = {inst}\n\
              [xdt.objects]\nmax_object_bytes = {obj}\nbudget_per_function_bytes = {budget}\n\
-             [xdt.peering]\nlisten = {listen:?}\nkey_file = {key:?}\npeers = [{peer:?}]\nstall_ms = {stall}\n",
+             [xdt.peering]\nlisten = {listen:?}\nkey_file = {key:?}\npeers = [{peer:?}]\nstall_ms = {stall}\n\
+             prefetch = {prefetch}\n",
             home = home.to_string_lossy(),
             rt = self.runtime_home.to_string_lossy(),
             mem = o.memory_budget_mb,
             inst = o.max_instances_per_function,
             obj = o.max_object_bytes,
             budget = o.budget_per_function_bytes,
+            prefetch = o.prefetch,
             listen = self.net.peer_addr(i),
             key = key_file.to_string_lossy(),
             peer = self.net.peer_addr(1 - i),

@@ -56,6 +56,9 @@ pub struct PeerConfig {
     pub peers: Vec<String>,
     /// A pull that receives nothing for this long fails.
     pub stall_ms: u64,
+    /// Start pulling an event's references when the invocation arrives
+    /// (false: when the function calls `thaw.get`; for measuring the overlap).
+    pub prefetch: bool,
 }
 
 impl Default for PeerConfig {
@@ -65,6 +68,7 @@ impl Default for PeerConfig {
             key_file: None,
             peers: Vec::new(),
             stall_ms: 5_000,
+            prefetch: true,
         }
     }
 }
@@ -90,6 +94,7 @@ pub struct Peers {
     pub listen: Option<SocketAddr>,
     peers: Vec<SocketAddr>,
     stall: Duration,
+    pub prefetch: bool,
     ids: Mutex<HashMap<WorkerId, SocketAddr>>,
     conns: tokio::sync::Mutex<HashMap<SocketAddr, Sender>>,
     /// pulls under way (in either direction), for tests and shutdown
@@ -147,6 +152,7 @@ impl Peers {
                 .map(|p| addr(p, "peer"))
                 .collect::<Result<_>>()?,
             stall: Duration::from_millis(c.stall_ms),
+            prefetch: c.prefetch,
             ids: Mutex::new(HashMap::new()),
             conns: tokio::sync::Mutex::new(HashMap::new()),
             in_flight: Arc::new(AtomicUsize::new(0)),

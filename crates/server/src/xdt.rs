@@ -86,7 +86,7 @@ impl XdtHost {
         deadline: Instant,
     ) -> Prefetched {
         let mut out = HashMap::new();
-        if self.peers.is_none() {
+        if !self.peers.as_ref().is_some_and(|p| p.prefetch) {
             return out;
         }
         let mut refs = Vec::new();

@@ -7,6 +7,7 @@ emulated MinIO). Transfers are timed in the function that starts them, from befo
 bytes are handed over until every consumer has touched every page of what it got.
 """
 import base64
+import os
 import pickle
 import random
 import time
@@ -67,8 +68,49 @@ def source(event):
 
 
 def sink(event):
-    view = receive(event)
-    return {"n": len(view), "touched": touch(view)}
+    t0 = time.perf_counter()
+    # an event without data: the invocation's own round trip (see phases)
+    view = receive(event) if event else memoryview(b"")
+    t1 = time.perf_counter()
+    touched = touch(view)
+    return {"n": len(view), "touched": touched, "get_ms": (t1 - t0) * 1e3, "touch_ms": ms_since(t1)}
+
+
+def phases(event):
+    """Where a 1-1 by-reference transfer's time goes, one row per run: the
+    producer's alloc round trip, its copy into the mapped memfd, the put round
+    trip (seal + reference), the consumer invocation (of which the consumer's
+    get and touch, timed there), and an invocation of the same consumer with no
+    data (its fixed cost)."""
+    size, runs = event["size"], event["runs"]
+    view = memoryview(pattern(size))
+    rows = []
+    for _ in range(runs + 1):  # the first run warms the consumer up
+        t0 = time.perf_counter()
+        _, fd = thaw._request({"sdk": "alloc", "size": size})
+        t1 = time.perf_counter()
+        thaw._write(fd, view)
+        t2 = time.perf_counter()
+        reply, _ = thaw._request({"sdk": "put", "retrievals": 1, "ttl_s": None}, fd)
+        os.close(fd)
+        t3 = time.perf_counter()
+        out = thaw.invoke("xdt-sink", {"ref": reply["ref"]})
+        t4 = time.perf_counter()
+        thaw.invoke("xdt-sink", {})
+        t5 = time.perf_counter()
+        if out["n"] != size:
+            raise RuntimeError("the consumer got %d bytes, not %d" % (out["n"], size))
+        rows.append({
+            "alloc": (t1 - t0) * 1e3,
+            "copy": (t2 - t1) * 1e3,
+            "put": (t3 - t2) * 1e3,
+            "invoke": (t4 - t3) * 1e3,
+            "get": out["get_ms"],
+            "touch": out["touch_ms"],
+            "invoke_empty": (t5 - t4) * 1e3,
+            "total": (t4 - t0) * 1e3,
+        })
+    return {"rows": rows[1:]}
 
 
 # ---- across workers: the bench invokes producer (worker A), then consumer (worker B)
@@ -77,14 +119,28 @@ _DATA = {}
 
 
 def put_only(event):
-    """Puts one object and returns its reference and the put's own time."""
+    """Puts `count` objects (1 unless given) and returns their references
+    (`ref`: the first) and the puts' own time."""
     size = event["size"]
     if size not in _DATA:
         _DATA.clear()
         _DATA[size] = pattern(size)
     t0 = time.perf_counter()
-    ref = thaw.put(_DATA[size], retrievals=event.get("retrievals", 1))
-    return {"ref": ref, "put_ms": ms_since(t0)}
+    refs = [
+        thaw.put(_DATA[size], retrievals=event.get("retrievals", 1))
+        for _ in range(event.get("count", 1))
+    ]
+    return {"ref": refs[0], "refs": refs, "put_ms": ms_since(t0)}
+
+
+def sink_all(event):
+    """Gets and touches every object of `refs`; `n` is their total size."""
+    n = 0
+    for r in event["refs"]:
+        view = thaw.get(r)
+        touch(view)
+        n += len(view)
+    return {"n": n}
 
 
 # ---- patterns: one timed round per invocation

@@ -100,8 +100,49 @@ pub struct Report {
     /// how the two workers of the cross-worker method are linked
     pub workers: String,
     pub transfers: Vec<Cell>,
+    /// where a 1-1 by-reference transfer's time goes, per size and method
+    pub phases: Vec<Phases>,
     pub patterns: Vec<PatternCell>,
+    /// the cross-worker pull started at arrival vs at `get`
+    pub overlap: Vec<Overlap>,
     pub apps: Vec<AppCell>,
+}
+
+/// One size's by-reference transfer split into its steps (medians over
+/// the runs of [`PHASES`], ms), as timed in the producer and the consumer.
+#[derive(Debug, Clone, Serialize)]
+pub struct Phases {
+    pub size: u64,
+    pub method: String,
+    pub median_ms: std::collections::BTreeMap<String, f64>,
+}
+
+/// The steps `phases` in xdt_bench.py times: the producer's alloc round
+/// trip, its copy into the memfd, the put round trip, the consumer's whole
+/// invocation (which includes the consumer's get and touch), the end to
+/// end, and an invocation of the consumer with no data (its fixed cost).
+pub const PHASES: [&str; 8] = [
+    "alloc",
+    "copy",
+    "put",
+    "invoke",
+    "get",
+    "touch",
+    "total",
+    "invoke_empty",
+];
+
+/// The steps of a transfer across workers: the put on worker A (timed in
+/// the producer), the consumer's invocation on worker B (timed by the
+/// bench; it includes the consumer's get, which waits for the pull, and
+/// its touch), the pull (worker B's metrics) and the end to end.
+pub const CROSS_PHASES: [&str; 6] = ["put", "invoke", "get", "touch", "pull", "total"];
+
+fn pattern_order(p: &str) -> usize {
+    ["scatter", "gather", "broadcast"]
+        .iter()
+        .position(|x| *x == p)
+        .unwrap_or(3)
 }
 
 pub const METHODS: [&str; 3] = ["xdt", "inline", "store"];
@@ -132,15 +173,25 @@ pub fn run(runtime_home: &std::path::Path, o: &Options) -> Result<Report> {
             deploy_all(&mut c, biggest)?;
             let event_limit = app.cfg.limits.event_bytes;
             let mut transfers = one_to_one(&mut c, event_limit, &o.sizes, o.runs)?;
+            let mut phases = phases(&mut c, &o.sizes, o.runs)?;
+            let mut patterns = patterns(&mut c, event_limit, o)?;
+            let mut overlap = Vec::new();
             if let Some(exe) = &o.cross_worker_exe {
-                transfers.extend(cross_worker(exe, runtime_home, &o.sizes, o.runs)?);
+                let x = cross_worker(exe, runtime_home, o)?;
+                transfers.extend(x.transfers);
                 transfers.sort_by_key(|c| c.size);
+                phases.extend(x.phases);
+                patterns.extend(x.patterns);
+                patterns.sort_by_key(|c| (pattern_order(&c.pattern), c.degree));
+                overlap = x.overlap;
             }
             Ok(Report {
                 store: STORE_LABEL.into(),
                 workers: WORKERS_LABEL.into(),
                 transfers,
-                patterns: patterns(&mut c, event_limit, o)?,
+                phases,
+                patterns,
+                overlap,
                 apps: apps(&mut c, o)?,
             })
         },
@@ -190,8 +241,9 @@ fn big_mb(biggest: u64) -> u64 {
 
 fn deploy_all(c: &mut Client, biggest: u64) -> Result<()> {
     let big = big_mb(biggest);
-    let fns: [(&str, &str, u64, u32); 12] = [
+    let fns: [(&str, &str, u64, u32); 13] = [
         ("xdt-source", "source", big, 1),
+        ("xdt-phases", "phases", big, 1),
         ("xdt-sink", "sink", big, 1),
         ("xdt-scatter", "scatter", 256, 1),
         ("xdt-broadcast", "broadcast", 256, 1),
@@ -253,19 +305,35 @@ fn pull_totals(c: &mut Client) -> Result<(f64, f64)> {
     ))
 }
 
-/// 1-1 transfers between two workers: the producer (`xdt-put` on worker A)
-/// puts the object and returns its reference; the consumer (`xdt-sink` on
-/// worker B) gets it (worker B pulls it from A, starting when the
-/// invocation arrives) and touches every page. Latency = the put (timed in
-/// the producer) + the consumer's invocation (timed by the bench). The
-/// pair is made and removed here.
-fn cross_worker(
+/// What the cross-worker method measured.
+struct Cross {
+    transfers: Vec<Cell>,
+    phases: Vec<Phases>,
+    patterns: Vec<PatternCell>,
+    overlap: Vec<Overlap>,
+}
+
+/// The saving from starting a pull when the invocation arrives (while the
+/// consumer's instance is restored), measured on its own: a cold consumer
+/// (`?force=cold`) on worker B, with the pull started at arrival and, on a
+/// second pair with `[xdt.peering] prefetch = false`, at `thaw.get`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Overlap {
+    pub size: u64,
+    /// the cold consumer's invocation, ms
+    pub at_arrival: Summary,
+    pub at_get: Summary,
+}
+
+/// Cold starts per overlap measurement (and prefetch setting).
+const OVERLAP_RUNS: usize = 5;
+
+fn start_pair(
     exe: &std::path::Path,
     runtime_home: &std::path::Path,
-    sizes: &[u64],
-    runs: usize,
-) -> Result<Vec<Cell>> {
-    let biggest = sizes.iter().copied().max().unwrap_or(0);
+    biggest: u64,
+    prefetch: bool,
+) -> Result<crate::pair::Pair> {
     let d = crate::pair::PairOptions::default();
     let pair = crate::pair::Pair::start(
         exe,
@@ -273,47 +341,225 @@ fn cross_worker(
         &crate::pair::PairOptions {
             max_object_bytes: d.max_object_bytes.max(biggest),
             budget_per_function_bytes: d.budget_per_function_bytes.max(biggest * 2),
+            prefetch,
             ..d
         },
     )?;
     let (mut a, mut b) = (pair.workers[0].client(), pair.workers[1].client());
     deploy(&mut a, "xdt-put", "put_only", big_mb(biggest), 1)?;
     deploy(&mut b, "xdt-sink", "sink", big_mb(biggest), 1)?;
-    let mut cells = Vec::new();
-    for &size in sizes {
-        let before = pull_totals(&mut b)?;
-        let mut ms = Vec::new();
+    // the patterns' producers and consumers
+    deploy(&mut a, "xdt-pput", "put_only", 256, 16)?;
+    deploy(&mut b, "xdt-psink", "sink", 256, 16)?;
+    deploy(&mut b, "xdt-gsink", "sink_all", 256, 1)?;
+    Ok(pair)
+}
+
+/// Objects handed between two workers: the producers run on worker A and
+/// return references; the bench passes them to consumers on worker B
+/// (which pulls each object from A, starting when the invocation arrives)
+/// that touch every page. Latency = the put (timed in the producer) + the
+/// consumers' invocations (timed by the bench). The pairs are made and
+/// removed here.
+fn cross_worker(
+    exe: &std::path::Path,
+    runtime_home: &std::path::Path,
+    o: &Options,
+) -> Result<Cross> {
+    let biggest = o.sizes.iter().copied().max().unwrap_or(0);
+    let pair = start_pair(exe, runtime_home, biggest, true)?;
+    let (mut a, mut b) = (pair.workers[0].client(), pair.workers[1].client());
+    let (mut transfers, mut phases) = (Vec::new(), Vec::new());
+    for &size in &o.sizes {
+        let mut rows: Vec<[f64; 6]> = Vec::new();
         // the first run warms both instances up
-        for run in 0..=runs {
+        for run in 0..=o.runs {
             let p = invoke(&mut a, "xdt-put", &json!({"size": size}))?;
             let put_ms = p["put_ms"].as_f64().context("no put time")?;
+            let before = pull_totals(&mut b)?;
             let t0 = std::time::Instant::now();
             let out = invoke(&mut b, "xdt-sink", &json!({"ref": p["ref"]}))?;
-            let get_ms = t0.elapsed().as_secs_f64() * 1e3;
+            let invoke_ms = t0.elapsed().as_secs_f64() * 1e3;
+            let pull_ms = (pull_totals(&mut b)?.1 - before.1) * 1e3;
             if out["n"].as_u64() != Some(size) {
                 bail!(
                     "the consumer on the other worker got {}, not {size} bytes",
                     out["n"]
                 );
             }
+            let f = |k: &str| out[k].as_f64().unwrap_or(f64::NAN);
             if run > 0 {
-                ms.push(put_ms + get_ms);
+                rows.push([
+                    put_ms,
+                    invoke_ms,
+                    f("get_ms"),
+                    f("touch_ms"),
+                    pull_ms,
+                    put_ms + invoke_ms,
+                ]);
             }
         }
-        let s = summarize(&ms).context("no samples")?;
-        let after = pull_totals(&mut b)?;
-        let (bytes, secs) = (after.0 - before.0, after.1 - before.1);
-        cells.push(Cell {
+        let col = |i: usize| summarize(&rows.iter().map(|r| r[i]).collect::<Vec<_>>());
+        let total = col(5).context("no samples")?;
+        let (after_put, pull) = (col(1).context("no samples")?, col(4).context("no samples")?);
+        let mbps = |ms: f64| size as f64 / 1e6 / (ms / 1e3);
+        transfers.push(Cell {
             size,
             method: CROSS.into(),
-            mb_per_s: Some(size as f64 / 1e6 / (s.median / 1e3)),
-            ms: Some(s),
+            mb_per_s: Some(mbps(total.median)),
+            ms: Some(total),
             note: format!(
-                "put + consumer invocation on the other worker; the pulls alone: {:.0} MB/s \
-                 (worker B's metrics)",
-                bytes / 1e6 / secs.max(1e-9)
+                "put + consumer invocation on the other worker; from the producer's return: \
+                 {:.0} MB/s; the pull alone: {:.0} MB/s",
+                mbps(after_put.median),
+                mbps(pull.median)
             ),
         });
+        let mut median_ms = std::collections::BTreeMap::new();
+        for (i, k) in CROSS_PHASES.iter().enumerate() {
+            median_ms.insert(k.to_string(), col(i).context("no samples")?.median);
+        }
+        phases.push(Phases {
+            size,
+            method: CROSS.into(),
+            median_ms,
+        });
+    }
+    let patterns = cross_patterns(&pair, o)?;
+    let cold = *o.sizes.last().context("no sizes")?;
+    let at_arrival = cold_consumer(&pair, cold)?;
+    drop(pair);
+    let at_get = cold_consumer(&start_pair(exe, runtime_home, biggest, false)?, cold)?;
+    Ok(Cross {
+        transfers,
+        phases,
+        patterns,
+        overlap: vec![Overlap {
+            size: cold,
+            at_arrival,
+            at_get,
+        }],
+    })
+}
+
+/// 1-1 transfers of `size` bytes into a consumer restored for each one.
+fn cold_consumer(pair: &crate::pair::Pair, size: u64) -> Result<Summary> {
+    let (mut a, mut b) = (pair.workers[0].client(), pair.workers[1].client());
+    let mut ms = Vec::new();
+    for _ in 0..OVERLAP_RUNS {
+        let p = invoke(&mut a, "xdt-put", &json!({"size": size}))?;
+        let t0 = std::time::Instant::now();
+        let out = invoke_path(
+            &mut b,
+            "/v1/functions/xdt-sink/invoke?force=cold",
+            &json!({"ref": p["ref"]}),
+        )?;
+        ms.push(t0.elapsed().as_secs_f64() * 1e3);
+        if out["n"].as_u64() != Some(size) {
+            bail!("the cold consumer got {}, not {size} bytes", out["n"]);
+        }
+    }
+    summarize(&ms).context("no samples")
+}
+
+/// Invokes `function` once per event, all at once, over its own
+/// connection each; the outputs in the events' order.
+fn invoke_all(socket: &std::path::Path, function: &str, events: &[Value]) -> Result<Vec<Value>> {
+    std::thread::scope(|s| {
+        let hs: Vec<_> = events
+            .iter()
+            .map(|ev| {
+                s.spawn(move || {
+                    invoke(
+                        &mut Client::new(Target::Unix(socket.to_path_buf())),
+                        function,
+                        ev,
+                    )
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| {
+                h.join()
+                    .map_err(|_| anyhow::anyhow!("an invoking thread panicked"))?
+            })
+            .collect()
+    })
+}
+
+/// Scatter, gather and broadcast between the workers: producers on A,
+/// consumers on B. One round's time is the producers' put (the slowest,
+/// for a gather's parallel producers) + the consumers' invocations until
+/// the last has touched its objects.
+fn cross_patterns(pair: &crate::pair::Pair, o: &Options) -> Result<Vec<PatternCell>> {
+    let (sa, sb) = (&pair.workers[0].socket, &pair.workers[1].socket);
+    let size = o.pattern_size;
+    let refs = |out: &Value| -> Result<Vec<Value>> {
+        Ok(out["refs"].as_array().context("no refs")?.clone())
+    };
+    let check = |outs: &[Value], want: u64| -> Result<()> {
+        match outs.iter().find(|v| v["n"].as_u64() != Some(want)) {
+            Some(v) => bail!(
+                "a consumer on the other worker got {}, not {want} bytes",
+                v["n"]
+            ),
+            None => Ok(()),
+        }
+    };
+    let mut cells = Vec::new();
+    for pattern in ["scatter", "gather", "broadcast"] {
+        for &degree in &o.degrees {
+            let d = degree as usize;
+            let mut ms = Vec::new();
+            for run in 0..=o.pattern_runs {
+                let round = match pattern {
+                    "gather" => {
+                        let outs = invoke_all(sa, "xdt-pput", &vec![json!({"size": size}); d])?;
+                        let put_ms = outs
+                            .iter()
+                            .filter_map(|p| p["put_ms"].as_f64())
+                            .fold(0.0, f64::max);
+                        let all: Vec<Value> = outs.iter().map(|p| p["ref"].clone()).collect();
+                        let t0 = std::time::Instant::now();
+                        let out = invoke_all(sb, "xdt-gsink", &[json!({"refs": all})])?;
+                        check(&out, size * degree as u64)?;
+                        put_ms + t0.elapsed().as_secs_f64() * 1e3
+                    }
+                    _ => {
+                        let ev = match pattern {
+                            "scatter" => json!({"size": size, "count": degree}),
+                            _ => json!({"size": size, "retrievals": degree}),
+                        };
+                        let p = invoke_all(sa, "xdt-pput", &[ev])?.remove(0);
+                        let put_ms = p["put_ms"].as_f64().context("no put time")?;
+                        let evs: Vec<Value> = match pattern {
+                            "scatter" => refs(&p)?.into_iter().map(|r| json!({"ref": r})).collect(),
+                            _ => vec![json!({"ref": p["ref"]}); d],
+                        };
+                        let t0 = std::time::Instant::now();
+                        let outs = invoke_all(sb, "xdt-psink", &evs)?;
+                        check(&outs, size)?;
+                        put_ms + t0.elapsed().as_secs_f64() * 1e3
+                    }
+                };
+                // the first round starts the instances
+                if run > 0 {
+                    ms.push(round);
+                }
+            }
+            let s = summarize(&ms).context("no samples")?;
+            cells.push(PatternCell {
+                pattern: pattern.into(),
+                degree,
+                cell: Cell {
+                    size,
+                    method: CROSS.into(),
+                    mb_per_s: Some((size * degree as u64) as f64 / 1e6 / (s.median / 1e3)),
+                    ms: Some(s),
+                    note: String::new(),
+                },
+            });
+        }
     }
     Ok(cells)
 }
@@ -327,14 +573,14 @@ fn memory_mb(function: &str) -> f64 {
 }
 
 fn invoke(c: &mut Client, function: &str, ev: &Value) -> Result<Value> {
-    let r = c.request(
-        "POST",
-        &format!("/v1/functions/{function}/invoke"),
-        Some(&serde_json::to_vec(ev)?),
-    )?;
+    invoke_path(c, &format!("/v1/functions/{function}/invoke"), ev)
+}
+
+fn invoke_path(c: &mut Client, path: &str, ev: &Value) -> Result<Value> {
+    let r = c.request("POST", path, Some(&serde_json::to_vec(ev)?))?;
     if r.status != 200 {
         bail!(
-            "{function} {ev}: {} {}",
+            "{path} {ev}: {} {}",
             r.status,
             String::from_utf8_lossy(&r.body)
         );
@@ -388,6 +634,25 @@ fn one_to_one(c: &mut Client, event_limit: u64, sizes: &[u64], runs: usize) -> R
         }
     }
     Ok(cells)
+}
+
+fn phases(c: &mut Client, sizes: &[u64], runs: usize) -> Result<Vec<Phases>> {
+    let mut out = Vec::new();
+    for &size in sizes {
+        let r = invoke(c, "xdt-phases", &json!({"size": size, "runs": runs}))?;
+        let rows = r["rows"].as_array().context("no phase rows")?;
+        let mut median_ms = std::collections::BTreeMap::new();
+        for p in PHASES {
+            let v: Vec<f64> = rows.iter().filter_map(|r| r[p].as_f64()).collect();
+            median_ms.insert(p.to_string(), summarize(&v).context("no samples")?.median);
+        }
+        out.push(Phases {
+            size,
+            method: "xdt".into(),
+            median_ms,
+        });
+    }
+    Ok(out)
 }
 
 fn patterns(c: &mut Client, event_limit: u64, o: &Options) -> Result<Vec<PatternCell>> {
@@ -586,6 +851,51 @@ pub fn markdown(r: &Report) -> String {
             c.note
         );
     }
+    let steps = [
+        (
+            "xdt",
+            &PHASES[..],
+            "By reference on one worker, step by step (median ms; `get` and `touch` are inside `invoke`; `invoke_empty` is the consumer's invocation with no data, its fixed cost)",
+        ),
+        (
+            CROSS,
+            &CROSS_PHASES[..],
+            "Across workers, step by step (median ms; `get` (waiting for the pull) and `touch` are inside `invoke`; `pull` is worker B's own time for it; `total` = put + invoke)",
+        ),
+    ];
+    for (method, keys, title) in steps {
+        let rows: Vec<&Phases> = r.phases.iter().filter(|p| p.method == method).collect();
+        if rows.is_empty() {
+            continue;
+        }
+        s += &format!("\n{title}\n\n| size | {} |\n|---|", keys.join(" | "));
+        s += &"---|".repeat(keys.len());
+        s += "\n";
+        for p in rows {
+            s += &format!("| {} |", human(p.size));
+            for k in keys {
+                s += &format!(" {:.3} |", p.median_ms.get(*k).copied().unwrap_or(f64::NAN));
+            }
+            s += "\n";
+        }
+    }
+    if !r.overlap.is_empty() {
+        s += "\nOverlap across workers: a cold consumer (`?force=cold`), the pull started when the invocation arrives vs at `thaw.get` (ms, consumer invocation)\n\n\
+              | size | n | at arrival: median | p99 | at get: median | p99 | saved (median) |\n\
+              |---|---|---|---|---|---|---|\n";
+        for o in &r.overlap {
+            s += &format!(
+                "| {} | {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} |\n",
+                human(o.size),
+                o.at_arrival.n,
+                o.at_arrival.median,
+                o.at_arrival.p99,
+                o.at_get.median,
+                o.at_get.p99,
+                o.at_get.median - o.at_arrival.median
+            );
+        }
+    }
     if !r.patterns.is_empty() {
         s += "\nPatterns (one object per consumer or producer; time until every consumer has touched every page)\n\n\
               | pattern | degree | size | method | n | min ms | median ms | p99 ms | MB/s (median, all objects) | store / this | note |\n\
@@ -703,7 +1013,7 @@ pub fn plots(r: &Report) -> Vec<(String, String)> {
         ),
     ];
     for pattern in ["scatter", "gather", "broadcast"] {
-        let series: Vec<(String, Vec<(f64, f64)>)> = METHODS
+        let series: Vec<(String, Vec<(f64, f64)>)> = methods
             .iter()
             .map(|m| {
                 let pts = r

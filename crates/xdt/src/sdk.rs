@@ -126,6 +126,13 @@ pub struct Session<'h> {
     next_handle: u64,
     /// pulls started when the invocation arrived, by reference
     prefetched: HashMap<String, Pulling>,
+    /// the objects handed to the function: held until the session ends so
+    /// that the consumer's unmap does not free their pages on the
+    /// invocation's path (the worker frees them after the reply); at most
+    /// `max_get_bytes` of them, so a long invocation getting object after
+    /// object does not pile them up
+    handed: Vec<OwnedFd>,
+    handed_bytes: u64,
 }
 
 /// A reply to the sandbox and the descriptor to pass with it.
@@ -169,6 +176,8 @@ impl<'h> Session<'h> {
             pending: HashMap::new(),
             next_handle: 1,
             prefetched: HashMap::new(),
+            handed: Vec::new(),
+            handed_bytes: 0,
         }
     }
 
@@ -296,12 +305,26 @@ impl<'h> Session<'h> {
             },
         };
         match got {
-            Ok(got) => Reply {
-                body: json!({"ok": true, "size": got.size, "remaining": got.remaining}),
-                fd: Some(got.fd),
-            },
+            Ok(got) => self.hand_over(
+                json!({"ok": true, "size": got.size, "remaining": got.remaining}),
+                got.fd,
+                got.size,
+            ),
             Err(e) => from_err(e),
         }
+    }
+
+    /// A reply passing an object to the function, which the session
+    /// holds too (see `handed`).
+    fn hand_over(&mut self, body: Value, fd: OwnedFd, size: u64) -> Reply {
+        if self.handed_bytes + size <= self.max_get_bytes {
+            // without the extra descriptor the object is still handed over
+            if let Ok(held) = fd.try_clone() {
+                self.handed.push(held);
+                self.handed_bytes += size;
+            }
+        }
+        Reply { body, fd: Some(fd) }
     }
 
     /// The owner's object-store name for the request's key.
@@ -370,10 +393,7 @@ impl<'h> Session<'h> {
         let fd = OwnedFd::from(f);
         let ro = crate::memfd::seal_object(&fd).and_then(|_| crate::memfd::reopen_read_only(&fd));
         match ro {
-            Ok(ro) => Reply {
-                body: json!({"ok": true, "size": size}),
-                fd: Some(ro),
-            },
+            Ok(ro) => self.hand_over(json!({"ok": true, "size": size}), ro, size),
             Err(e) => from_err(e),
         }
     }
