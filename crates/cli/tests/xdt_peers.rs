@@ -95,6 +95,19 @@ fn memfds(pid: u32, name: &str) -> usize {
         .unwrap_or(0)
 }
 
+/// `memfds` once it has settled at `want` (or after 5 s): the worker lets
+/// go of the objects a function got just after the function's reply.
+fn memfds_settled(pid: u32, name: &str, want: usize) -> usize {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let n = memfds(pid, name);
+        if n == want || Instant::now() > deadline {
+            return n;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// A raw peer request from inside `ns`, signed with the key in `key_file`.
 fn peer_request(ns: &str, key_file: &Path, to: &str, path: &'static str) -> (u16, String) {
     let cfg = thaw_server::peer::PeerConfig {
@@ -137,6 +150,16 @@ fn a_consumer_on_another_worker_pulls_objects_and_bad_input_fails_clearly() {
     deploy(&mut b, "mallory", "consume", "mallory", 256);
     deploy(&mut b, "small", "consume", "default", 64);
     deploy(&mut b, "produce", "produce", "default", 256);
+    deploy(&mut a, "call", "call", "default", 128);
+
+    // thaw.invoke reaches only the caller's worker: a function deployed
+    // on the other one is not found, and the error says why
+    let out = invoke(&mut a, "call", &json!({"function": "consume"}));
+    assert_eq!(out["kind"], "not_found", "{out}");
+    assert!(
+        out["message"].as_str().unwrap().contains("on this worker"),
+        "{out}"
+    );
 
     // byte-exact across workers, read-only, and one retrieval each
     for size in [0, 1, (3 << 20) + 5] {
@@ -218,7 +241,8 @@ fn a_consumer_on_another_worker_pulls_objects_and_bad_input_fails_clearly() {
     // the producer's worker killed mid-transfer: A's link slowed down so
     // that the kill lands while B's memfd is being filled
     let b_pid = pair.workers[1].pid().unwrap();
-    let before = memfds(b_pid, "thaw-");
+    // (objects B's functions got are let go of just after their replies)
+    let before = memfds_settled(b_pid, "thaw-", 0);
     let r = produce(&mut a, 96 << 20, 1, None);
     let out = std::process::Command::new("ip")
         .args(["netns", "exec", &net.netns[0], "tc", "qdisc", "add", "dev"])
@@ -264,8 +288,16 @@ fn a_consumer_on_another_worker_pulls_objects_and_bad_input_fails_clearly() {
         .unwrap()
         .to_string();
     assert_whole(&invoke(&mut b, "consume", &json!({"ref": r})), 1000);
-    assert_eq!(memfds(b_pid, "thaw-pulled"), 0, "a pulled memfd leaked");
-    assert_eq!(memfds(b_pid, "thaw-"), before, "memfds leaked");
+    assert_eq!(
+        memfds_settled(b_pid, "thaw-pulled", 0),
+        0,
+        "a pulled memfd leaked"
+    );
+    assert_eq!(
+        memfds_settled(b_pid, "thaw-", before),
+        before,
+        "memfds leaked"
+    );
     // and a reference of the dead worker now fails at once, clearly
     let t0 = Instant::now();
     let (kind, msg) = error(&mut b, "consume", &produce_dead_ref(&r));

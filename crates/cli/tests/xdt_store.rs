@@ -241,14 +241,41 @@ fn bench_xdt_runs_every_method_and_leaves_no_store_behind() {
             .unwrap_or_else(|e| panic!("xdt-{p}.svg: {e}"));
         assert!(svg.starts_with("<svg") && svg.contains("<polyline"), "{p}");
     }
-    // scatter, gather and broadcast by each method (a 1 MB inline gather is
-    // over the output cap: a cell without timings, saying so)
+    // scatter, gather and broadcast by each method, across workers too (a
+    // 1 MB inline gather is over the output cap: a cell without timings,
+    // saying so)
     let pats = r["patterns"].as_array().unwrap();
-    assert_eq!(pats.len(), 9);
+    assert_eq!(pats.len(), 12);
     for c in pats {
         let timed = c["ms"]["median"].as_f64().is_some();
         let capped = c["pattern"] == "gather" && c["method"] == "inline";
         assert_eq!(timed, !capped, "{c}");
+    }
+    for p in ["scatter", "gather", "broadcast"] {
+        assert!(
+            pats.iter()
+                .any(|c| c["pattern"] == p && c["method"] == "xdt-peer"),
+            "no {p} across workers"
+        );
+    }
+    // the step-by-step breakdown of both by-reference methods: every step
+    // timed, the steps inside the consumer's invocation shorter than it
+    let phases = r["phases"].as_array().unwrap();
+    assert_eq!(phases.len(), 2, "{phases:?}");
+    for p in phases {
+        let m = &p["median_ms"];
+        for (k, v) in m.as_object().unwrap() {
+            assert!(v.as_f64().is_some_and(|v| v >= 0.0), "{k} in {p}");
+        }
+        let step = |k: &str| m[k].as_f64().unwrap();
+        assert!(step("get") + step("touch") <= step("invoke"), "{p}");
+        assert!(step("invoke") <= step("total"), "{p}");
+    }
+    // the overlap: a cold consumer with the pull at arrival and at get
+    let ov = &r["overlap"][0];
+    assert_eq!(ov["size"], 10000, "{ov}");
+    for k in ["at_arrival", "at_get"] {
+        assert!(ov[k]["median"].as_f64().is_some_and(|m| m > 0.0), "{ov}");
     }
     // the bench's temporary home was named after its pid: its store and the
     // two workers' namespaces are gone

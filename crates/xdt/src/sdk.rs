@@ -415,7 +415,15 @@ impl<'h> Session<'h> {
             );
         }
         let Some(owner) = self.host.owner_of(callee) else {
-            return fail("not_found", format!("no function {callee:?}"));
+            // functions deployed on other workers are not reachable by
+            // name: objects cross workers, invocations do not (yet)
+            return fail(
+                "not_found",
+                format!(
+                    "no function {callee:?} on this worker (thaw.invoke reaches only \
+                     functions deployed on the caller's worker)"
+                ),
+            );
         };
         let ctx = match self.ctx.child(callee, &owner, limits) {
             Ok(c) => c,

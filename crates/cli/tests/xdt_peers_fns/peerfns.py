@@ -27,3 +27,10 @@ def consume(event):
     except TypeError:
         readonly = True
     return {"n": len(view), "same": view == pattern(len(view)), "readonly": readonly}
+
+
+def call(event):
+    try:
+        return {"output": thaw.invoke(event["function"], event.get("event"))}
+    except thaw.ThawError as e:
+        return {"kind": e.kind, "message": e.message}
