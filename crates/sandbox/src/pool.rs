@@ -3,8 +3,9 @@
 //! needs nothing from the snapshot, so a [`SandboxPool`] keeps a few ready,
 //! each a restorer blocked reading its plan, and a background thread builds
 //! the next one once the restore that took the last has answered its first
-//! request (a build running beside a restore slowed it by about a fifth on
-//! two cores: CPU, and the kernel locks both take). A pooled sandbox serves
+//! request: a build beside a restore competes with it for the CPU and the
+//! kernel locks both take (a fifth of helloworld's cold start on a loaded
+//! two-core machine). A pooled sandbox serves
 //! one restore only; one that died while waiting is discarded when taken.
 use crate::{restore, spawn, Sandbox, SandboxConfig, Slot};
 use anyhow::Result;
