@@ -47,6 +47,10 @@ pub struct Record {
     /// the restore took a sandbox built ahead (`--pool`)
     pub pooled: bool,
     pub memory_setup_ms: f64,
+    /// of `memory_setup_ms`: page tables built and write sets copied ahead
+    pub populate_ms: f64,
+    /// bytes of mapped image copied on write before resume (a write set)
+    pub populated_bytes: u64,
     pub resume_ms: f64,
     /// the first invocation, resume to response
     pub first_response_ms: f64,
@@ -282,6 +286,8 @@ fn measure_started(
         sandbox_ms,
         pooled: false,
         memory_setup_ms,
+        populate_ms: 0.0,
+        populated_bytes: 0,
         resume_ms,
         first_response_ms: inv.latency_ms,
         exec_ms: inv.exec_ms,
@@ -388,6 +394,8 @@ pub(crate) fn measure_start(
         sandbox_ms: rep.sandbox_ms,
         pooled: rep.pooled,
         memory_setup_ms: rep.memory_setup_ms,
+        populate_ms: rep.populate_ms,
+        populated_bytes: rep.populated_bytes,
         resume_ms: rep.resume_ms,
         first_response_ms: inv.latency_ms,
         exec_ms: inv.exec_ms,

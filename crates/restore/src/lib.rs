@@ -5,7 +5,8 @@
 //!
 //! 1. [`Strategy::prepare`]: before the sandbox exists (it is built
 //!    meanwhile): checks, and reads that overlap the build (REAP's one
-//!    O_DIRECT read of its working set, dax's write set, TOSS's tier files);
+//!    O_DIRECT read of its working set, the write set of mmap and dax,
+//!    TOSS's tier files);
 //! 2. [`Strategy::plan`]: the memory part of the restorer's plan, i.e. what
 //!    it maps, copies, populates or leaves to the page server;
 //! 3. [`Strategy::serve`]: when the plan left regions lazy, the restorer's
@@ -24,6 +25,7 @@ mod mmap;
 mod reap;
 mod tiered;
 mod uffd;
+mod writes;
 
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
@@ -53,7 +55,8 @@ use thaw_restorer as r;
 pub enum StrategyKind {
     /// copy every saved page before resume
     Eager,
-    /// map the image file privately; the kernel faults pages in
+    /// map the image file privately; the kernel faults pages in (but for
+    /// the pages an earlier clone's first response wrote, copied before resume)
     Mmap,
     /// anonymous memory served on fault by a userfaultfd page server
     Uffd,
@@ -91,7 +94,7 @@ impl StrategyKind {
     pub fn start(self) -> Box<dyn Strategy> {
         match self {
             StrategyKind::Eager => Box::new(eager::Eager),
-            StrategyKind::Mmap => Box::new(mmap::Mmap),
+            StrategyKind::Mmap => Box::<mmap::Mmap>::default(),
             StrategyKind::Uffd => Box::new(uffd::Uffd),
             StrategyKind::Reap => Box::<reap::Reap>::default(),
             StrategyKind::Dax => Box::<dax::Dax>::default(),
@@ -194,6 +197,9 @@ pub struct MemoryPlan {
     pub mapped_bytes: u64,
     /// bytes left to the page server
     pub lazy_bytes: u64,
+    /// bytes of mapped image copied on write before resume
+    /// (`FILL_POPULATE_WRITE`: a recorded write set)
+    pub populated_bytes: u64,
 }
 
 /// One region's part of a [`MemoryPlan`].
@@ -212,7 +218,7 @@ impl MemoryPlan {
     }
 
     /// Plans every region of `layout` by `fill` from the image; `extra` may
-    /// append runs to a region after its own (dax's write set).
+    /// append runs to a region after its own (a write set).
     pub fn by_fill(
         layout: &MemoryLayout,
         fill: impl Fn(&Region) -> Fill,
@@ -253,7 +259,13 @@ impl MemoryPlan {
                     }
                 }
             }
+            let own = p.runs.len();
             extra(i, region, &mut p.runs);
+            p.populated_bytes += p.runs[own..]
+                .iter()
+                .filter(|r| r.fill == r::FILL_POPULATE_WRITE)
+                .map(|r| r.len)
+                .sum::<u64>();
             p.regions.push(RegionPlan {
                 flags,
                 first_run,
@@ -320,8 +332,9 @@ pub struct StrategyReport {
     pub ws_read_ms: f64,
     /// REAP: why a recorded working set could not be used (restore fell back to recording)
     pub ws_warning: String,
-    /// dax: pages copied before resume because the first invocation of an
-    /// earlier clone wrote them (0: none recorded yet; this restore records)
+    /// mmap and dax: pages copied before resume because the first
+    /// invocation of an earlier clone wrote them (0: none recorded yet;
+    /// this restore records)
     pub write_set_pages: u64,
     /// TOSS: share of saved memory on the slow tier
     pub slow_tier_share: f64,
@@ -349,7 +362,7 @@ pub struct FirstResponse {
     pub faults_after_prefetch: u64,
     /// REAP: those faults exceeded the drift share: the next restore re-records
     pub drift: bool,
-    /// dax: pages recorded into a new write set
+    /// mmap and dax: pages recorded into a new write set
     pub write_set_pages: u64,
     /// what went wrong (also logged with `tracing`); the restore itself stands
     pub warnings: Vec<String>,

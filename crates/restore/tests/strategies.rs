@@ -225,7 +225,7 @@ fn eager_copies_every_saved_page() {
 }
 
 #[test]
-fn mmap_maps_every_saved_page() {
+fn mmap_maps_every_saved_page_and_copies_its_write_set() {
     let f = Fixture::new("mmap");
     let mut s = StrategyKind::Mmap.start();
     let p = prepare_and_plan(s.as_mut(), &f.target());
@@ -233,6 +233,34 @@ fn mmap_maps_every_saved_page() {
     assert_eq!(fills(&p), [r::FILL_MAP, r::FILL_MAP]);
     assert_eq!(p.mapped_bytes, (ANON_PAGES + FILE_PAGES) * PAGE_SIZE);
     assert!(p.regions.iter().all(|r| r.flags == 0));
+    assert_eq!((p.populated_bytes, s.report().write_set_pages), (0, 0));
+    // the first response wrote one page: the next restore copies it on
+    // write before resume, and says so; the rest stays lazily mapped
+    f.write_page(1);
+    let rt = Runtime {
+        pid: std::process::id() as i32,
+        pager: None,
+    };
+    assert_eq!(s.after_first_response(&rt).write_set_pages, 1);
+    let mut s = StrategyKind::Mmap.start();
+    let p = prepare_and_plan(s.as_mut(), &f.target());
+    assert_eq!(
+        fills(&p),
+        [r::FILL_MAP, r::FILL_MAP, r::FILL_POPULATE_WRITE]
+    );
+    assert_eq!(p.runs[2].addr, f.mem + PAGE_SIZE);
+    assert_eq!(p.populated_bytes, PAGE_SIZE);
+    assert_eq!(p.mapped_bytes, (ANON_PAGES + FILE_PAGES) * PAGE_SIZE);
+    assert_eq!(s.report().write_set_pages, 1);
+    // a write set recorded for another snapshot is refused, and re-recorded
+    let other = Target {
+        key: "another",
+        ..f.target()
+    };
+    let mut s = StrategyKind::Mmap.start();
+    let p = prepare_and_plan(s.as_mut(), &other);
+    assert_eq!(p.populated_bytes, 0);
+    assert!(s.report().warnings[0].contains("stale"), "{:?}", s.report());
 }
 
 #[test]

@@ -56,7 +56,7 @@ int main(void)
     OFF(restorer_status, err);
     OFF(restorer_status, step);
     OFF(restorer_status, detail);
-    OFF(restorer_status, reserved);
+    OFF(restorer_status, populate_ns);
     OFF(restorer_status, setup_ns);
     printf("pub const C_PLAN_MAGIC: u64 = %#lx;\n", THAW_PLAN_MAGIC);
     printf("pub const C_PLAN_VERSION: u32 = %d;\n", THAW_PLAN_VERSION);

@@ -37,7 +37,7 @@ pub const RESUME_BYTE: u8 = b'G';
 pub const RESTORER_VDSO_SCRATCH: u64 = RESTORER_BASE + RESTORER_SPAN;
 
 pub const PLAN_MAGIC: u64 = 0x4e41_4c50_5741_4854;
-pub const PLAN_VERSION: u32 = 2;
+pub const PLAN_VERSION: u32 = 3;
 pub const MAX_VDSO_PIECES: usize = 4;
 
 pub const FILL_COPY: u32 = 0;
@@ -160,7 +160,7 @@ struct RestorerStatusC {
     err: i32,
     step: u32,
     detail: u32,
-    reserved: u64,
+    populate_ns: u64,
     setup_ns: u64,
 }
 
@@ -251,7 +251,7 @@ same_layout!(RestorerStatusC, C_SIZE_restorer_status,
     err => C_OFF_restorer_status_err,
     step => C_OFF_restorer_status_step,
     detail => C_OFF_restorer_status_detail,
-    reserved => C_OFF_restorer_status_reserved,
+    populate_ns => C_OFF_restorer_status_populate_ns,
     setup_ns => C_OFF_restorer_status_setup_ns,
 );
 // the constants the worker uses, against plan.h's
@@ -400,6 +400,8 @@ pub struct RestorerStatus {
     pub err: i32,
     pub step: u32,
     pub detail: u32,
+    /// of `setup_ns`: building page tables and copying on write ahead
+    pub populate_ns: u64,
     pub setup_ns: u64,
 }
 
@@ -424,6 +426,7 @@ impl RestorerStatus {
             err: c.err,
             step: c.step,
             detail: c.detail,
+            populate_ns: c.populate_ns,
             setup_ns: c.setup_ns,
         };
         Ok(s)
@@ -478,6 +481,7 @@ mod tests {
             err: 0,
             step,
             detail: 0,
+            populate_ns: 0,
             setup_ns: 0,
         };
         assert_eq!(s(1).step_name(), "reading the plan");

@@ -21,7 +21,7 @@ typedef unsigned int u32;
 typedef int i32;
 
 #define THAW_PLAN_MAGIC 0x4e414c5057414854UL /* "THAWPLAN" */
-#define THAW_PLAN_VERSION 2
+#define THAW_PLAN_VERSION 3
 
 /* The restorer owns [RESTORER_BASE, RESTORER_BASE + RESTORER_SPAN): its image,
  * stack and scratch. Checkpoint refuses runtimes that map anything there. */
@@ -113,7 +113,7 @@ struct restorer_status {
     i32 err;          /* errno of the failing call */
     u32 step;         /* which step failed (see STEP_*) */
     u32 detail;       /* e.g. the vma index */
-    u64 reserved;
+    u64 populate_ns;  /* of setup_ns: building page tables and copying on write ahead (POPULATE) */
     u64 setup_ns;     /* CLOCK_MONOTONIC time spent on memory setup */
 };
 

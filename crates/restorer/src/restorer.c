@@ -231,6 +231,15 @@ static long read_full(int fd, void *buf, u64 len, u64 off, int positional)
     return 0;
 }
 
+/* madvise(MADV_POPULATE_*), timed into status.populate_ns */
+static long populate(u64 addr, u64 len, int advice)
+{
+    u64 t = now_ns();
+    long r = sys3(SYS_madvise, addr, len, advice);
+    status.populate_ns += now_ns() - t;
+    return r;
+}
+
 static int inside(u64 a, u64 b, u64 lo, u64 hi) { return a >= lo && b <= hi && a <= b; }
 
 static void unmap_range(u64 lo, u64 hi)
@@ -435,12 +444,12 @@ void restorer_main(u64 *initial_sp)
                 r = sys6(SYS_mmap, run->addr, run->len, v->prot, MAP_PRIVATE | MAP_FIXED,
                          run->img_fd, (long)run->img_off);
                 if (r >= 0 && run->fill == FILL_MAP_POPULATE && (v->prot & PROT_READ))
-                    r = sys3(SYS_madvise, run->addr, run->len, MADV_POPULATE_READ);
+                    r = populate(run->addr, run->len, MADV_POPULATE_READ);
                 if (r >= 0 && run->fill == FILL_MAP_RANDOM)
                     r = sys3(SYS_madvise, run->addr, run->len, MADV_RANDOM);
             } else if (run->fill == FILL_POPULATE_WRITE) {
                 /* an optimisation only: a range the kernel refuses stays lazy */
-                sys3(SYS_madvise, run->addr, run->len, MADV_POPULATE_WRITE);
+                populate(run->addr, run->len, MADV_POPULATE_WRITE);
                 r = 0;
             } else
                 r = read_full(run->img_fd, (void *)run->addr, run->len, run->img_off, 1);
@@ -453,7 +462,7 @@ void restorer_main(u64 *initial_sp)
                 fail(STEP_MPROTECT, r, i);
         }
         if ((v->flags & VMA_POPULATE) && (v->prot & PROT_READ)) {
-            r = sys3(SYS_madvise, v->start, vlen2, MADV_POPULATE_READ);
+            r = populate(v->start, vlen2, MADV_POPULATE_READ);
             /* a file shorter than its mapping cannot populate the tail: not fatal */
             if (r < 0 && r != -EFAULT_ && r != -ENOMEM_)
                 fail(STEP_FILL, r, i);

@@ -130,6 +130,9 @@ pub struct Sandbox {
     /// the strategy a restore ran, until its first response is reported
     strategy: Option<Box<dyn thaw_restore::Strategy>>,
     first_response: Option<FirstResponse>,
+    /// restored into a pooled sandbox: holds the pool's refill back until
+    /// the first response
+    pool_ticket: Option<pool::Ticket>,
 }
 
 /// The host-side pieces every new sandbox (fresh or restored) needs.
@@ -203,6 +206,7 @@ impl Slot {
             alive: true,
             strategy: None,
             first_response: None,
+            pool_ticket: None,
         }
     }
 }
@@ -362,9 +366,11 @@ impl Sandbox {
     }
 
     /// The restore strategy's last phase: call once the first invocation
-    /// has answered (REAP records or checks its working set, dax its write
-    /// set). Only the first call does anything; a fresh instance has none.
+    /// has answered (REAP records or checks its working set, mmap and dax
+    /// their write set; a pool may now refill). Only the first call does
+    /// anything; a fresh instance has none.
     pub fn after_first_response(&mut self) -> Option<&FirstResponse> {
+        self.pool_ticket = None;
         if let Some(mut s) = self.strategy.take() {
             let rt = thaw_restore::Runtime {
                 pid: self.pid,

@@ -2,8 +2,11 @@
 //! cgroups, a uid, the restorer exec'd) is most of a restore's fixed cost and
 //! needs nothing from the snapshot, so a [`SandboxPool`] keeps a few ready,
 //! each a restorer blocked reading its plan, and a background thread builds
-//! the next one while a restore uses the last. A pooled sandbox serves one
-//! restore only; one that died while waiting is discarded when taken.
+//! the next one once the restore that took the last has answered its first
+//! request: a build beside a restore competes with it for the CPU and the
+//! kernel locks both take (a fifth of helloworld's cold start on a loaded
+//! two-core machine). A pooled sandbox serves
+//! one restore only; one that died while waiting is discarded when taken.
 use crate::{restore, spawn, Sandbox, SandboxConfig, Slot};
 use anyhow::Result;
 use std::collections::VecDeque;
@@ -17,6 +20,19 @@ use std::time::Duration;
 /// kills the restorer and removes its cgroups (it is a [`Sandbox`]).
 pub struct Prebuilt {
     pub(crate) sb: Sandbox,
+    /// set when taken from a pool: held until the restore's first response
+    pub(crate) ticket: Option<Ticket>,
+}
+
+/// A restore in flight from a pool's sandbox; the pool's refill waits
+/// (at most [`REFILL_DEFER_MAX`]) until none is. Released when dropped.
+pub(crate) struct Ticket(Arc<Shared>);
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        self.0.lock().in_flight -= 1;
+        self.0.cv.notify_all();
+    }
 }
 
 impl Prebuilt {
@@ -40,6 +56,7 @@ impl Prebuilt {
         drop(spec);
         Ok(Prebuilt {
             sb: slot.into_sandbox(pid, root, None),
+            ticket: None,
         })
     }
 
@@ -81,6 +98,8 @@ pub struct PoolStats {
 
 struct State {
     ready: VecDeque<Prebuilt>,
+    /// sandboxes taken whose restore has not reached its first response
+    in_flight: usize,
     stop: bool,
     stats: PoolStats,
 }
@@ -114,6 +133,10 @@ pub struct SandboxPool {
 
 /// Pause after a failed build before the refill thread tries again.
 const RETRY_PAUSE: Duration = Duration::from_millis(200);
+/// Longest the refill waits for restores in flight (a caller that never
+/// invokes its restored instance, or a steady stream of restores, must not
+/// starve the pool).
+const REFILL_DEFER_MAX: Duration = Duration::from_millis(20);
 
 impl SandboxPool {
     /// Starts the refill thread, which builds `size` sandboxes right away.
@@ -125,6 +148,7 @@ impl SandboxPool {
             size,
             state: Mutex::new(State {
                 ready: VecDeque::with_capacity(size),
+                in_flight: 0,
                 stop: false,
                 stats: PoolStats::default(),
             }),
@@ -157,7 +181,11 @@ impl SandboxPool {
             let mut st = self.shared.lock();
             let got = loop {
                 match st.ready.pop_front() {
-                    Some(p) if p.waiting() => break Some(p),
+                    Some(mut p) if p.waiting() => {
+                        st.in_flight += 1;
+                        p.ticket = Some(Ticket(self.shared.clone()));
+                        break Some(p);
+                    }
                     Some(p) => dead.push(p),
                     None => break None,
                 }
@@ -204,11 +232,30 @@ fn refill_loop(sh: &Shared) {
     loop {
         {
             let mut st = sh.lock();
-            while !st.stop && st.ready.len() >= sh.size {
-                st = sh.cv.wait(st).unwrap_or_else(|p| p.into_inner());
-            }
-            if st.stop {
-                return;
+            let mut defer_until = None;
+            loop {
+                if st.stop {
+                    return;
+                }
+                if st.ready.len() >= sh.size {
+                    defer_until = None;
+                    st = sh.cv.wait(st).unwrap_or_else(|p| p.into_inner());
+                    continue;
+                }
+                if st.in_flight == 0 {
+                    break;
+                }
+                let until = *defer_until
+                    .get_or_insert_with(|| std::time::Instant::now() + REFILL_DEFER_MAX);
+                let left = until.saturating_duration_since(std::time::Instant::now());
+                if left.is_zero() {
+                    break;
+                }
+                st = sh
+                    .cv
+                    .wait_timeout(st, left)
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0;
             }
         }
         let built = Prebuilt::build(&sh.root, &sh.cfg);

@@ -37,6 +37,9 @@ pub struct RestoreReport {
     pub pooled: bool,
     /// the restorer rebuilding the address space (as it measured itself)
     pub memory_setup_ms: f64,
+    /// of `memory_setup_ms`: building page tables and copying a write set
+    /// ahead (the plan's populated runs)
+    pub populate_ms: f64,
     /// go-ahead to the restorer (it unmaps itself and rt_sigreturns into the
     /// runtime), agent handshake
     pub resume_ms: f64,
@@ -48,6 +51,8 @@ pub struct RestoreReport {
     pub mapped_bytes: u64,
     /// bytes left to the page server
     pub lazy_bytes: u64,
+    /// bytes of mapped image copied on write before resume (a write set)
+    pub populated_bytes: u64,
     /// the strategy's own figures and warnings
     #[serde(flatten)]
     pub figures: StrategyReport,
@@ -222,7 +227,11 @@ pub(crate) fn restore_with(
 
     let t1 = Instant::now();
     let (mut sb, pooled) = match prebuilt.filter(|p| p.sb.root == root) {
-        Some(p) => (p.sb, true),
+        Some(p) => {
+            let mut sb = p.sb;
+            sb.pool_ticket = p.ticket;
+            (sb, true)
+        }
         None => (Prebuilt::build(root, cfg)?.sb, false),
     };
     let pid = sb.pid;
@@ -322,11 +331,13 @@ pub(crate) fn restore_with(
         sandbox_ms,
         pooled,
         memory_setup_ms: status.setup_ns as f64 / 1e6,
+        populate_ms: status.populate_ns as f64 / 1e6,
         resume_ms: ms(t2),
         total_ms: ms(t0),
         copied_bytes: memory.copied_bytes,
         mapped_bytes: memory.mapped_bytes,
         lazy_bytes: memory.lazy_bytes,
+        populated_bytes: memory.populated_bytes,
         figures: strategy.report(),
     };
     // phase 4 runs when the caller reports the first response

@@ -157,3 +157,38 @@ fn a_pooled_sandbox_killed_while_waiting_is_discarded() {
     );
     let _ = std::fs::remove_dir_all(&tier.path);
 }
+
+#[test]
+fn a_restore_in_flight_holds_the_refill_back_but_never_starves_it() {
+    let _one = serial();
+    let tier = tier("poolhold");
+    let w = pooled_worker();
+    let snap = w.snapshot("helloworld", &tier).expect("snapshot");
+    let pool = w.pool().unwrap();
+    assert!(pool.wait_full(Duration::from_secs(30)), "pool not filled");
+    // restored and never invoked: its first response never comes, and the
+    // refill must go ahead anyway
+    let (mut held, rep) = w.restore(&snap, StrategyKind::Mmap).expect("restore");
+    assert!(rep.pooled);
+    assert!(
+        pool.wait_full(Duration::from_secs(30)),
+        "a restore never invoked starved the pool: {:?}",
+        pool.stats()
+    );
+    // invoked later, it still answers; a second restore, invoked at once
+    w.check(
+        "helloworld",
+        "I",
+        &invoke(&mut held, "I", T).unwrap().output,
+    )
+    .unwrap();
+    let (mut sb, rep) = w.restore(&snap, StrategyKind::Mmap).expect("restore");
+    assert!(rep.pooled);
+    w.check("helloworld", "I", &invoke(&mut sb, "I", T).unwrap().output)
+        .unwrap();
+    assert!(pool.wait_full(Duration::from_secs(30)), "pool not refilled");
+    let stats = pool.stats();
+    assert_eq!((stats.hits, stats.misses), (2, 0), "{stats:?}");
+    drop((held, sb));
+    let _ = std::fs::remove_dir_all(&tier.path);
+}
