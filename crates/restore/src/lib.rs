@@ -194,6 +194,9 @@ pub struct MemoryPlan {
     pub mapped_bytes: u64,
     /// bytes left to the page server
     pub lazy_bytes: u64,
+    /// on a block tier, ask the kernel for the mapped image pages too (not
+    /// only the copied ones) before the sandbox is built
+    pub hint_mapped: bool,
 }
 
 /// One region's part of a [`MemoryPlan`].
@@ -318,6 +321,10 @@ pub struct StrategyReport {
     pub prefetch_ms: f64,
     /// REAP: reading the working set (overlapped with building the sandbox)
     pub ws_read_ms: f64,
+    /// REAP: waiting for that read after the restorer reported (the part
+    /// the sandbox build did not hide; on the critical path)
+    #[serde(default)]
+    pub ws_wait_ms: f64,
     /// REAP: why a recorded working set could not be used (restore fell back to recording)
     pub ws_warning: String,
     /// dax: pages copied before resume because the first invocation of an

@@ -2,7 +2,7 @@
 //! earlier restore, read in one O_DIRECT read while the sandbox is built and
 //! installed before resume.
 use crate::{
-    ms_since, uffd, FirstResponse, MemoryPlan, Runtime, Serve, Strategy, StrategyKind,
+    ms_since, uffd, FirstResponse, Fill, MemoryPlan, Runtime, Serve, Strategy, StrategyKind,
     StrategyReport, Target, WsMode,
 };
 use anyhow::{anyhow, bail, Result};
@@ -14,6 +14,14 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 use thaw_memory::working_set::{self, WorkingSet};
 use thaw_memory::MemoryLayout;
+
+fn reap_fill(r: &thaw_memory::Region) -> Fill {
+    if r.anonymous {
+        Fill::Lazy
+    } else {
+        Fill::Map
+    }
+}
 
 #[derive(Default)]
 pub(crate) struct Reap {
@@ -53,7 +61,19 @@ impl Strategy for Reap {
     }
 
     fn plan(&mut self, t: &Target<'_>) -> Result<MemoryPlan> {
-        Ok(uffd::plan(t))
+        // Anonymous memory is the working set's (prefetched, the rest
+        // served on fault). The private pages of file mappings are outside
+        // userfaultfd's reach: mapped from the image rather than copied
+        // before resume, so the runtime faults in only those it touches,
+        // from a page cache the restore asks to be filled early
+        // (`hint_mapped`). An image still arriving has holes a mapping
+        // would read as zeros: that one is copied once its pages are there.
+        if t.arriving.is_some() {
+            return Ok(uffd::plan(t));
+        }
+        let mut p = MemoryPlan::by_fill(t.layout, reap_fill, |_, _, _| {});
+        p.hint_mapped = true;
+        Ok(p)
     }
 
     fn serve(&mut self, t: &Target<'_>, uffd: BorrowedFd<'_>) -> Result<Serve> {
@@ -61,9 +81,11 @@ impl Strategy for Reap {
             .loader
             .take()
             .ok_or_else(|| anyhow!("REAP served before it was prepared"))?;
+        let waited = Instant::now();
         let ws = loader
             .join()
             .map_err(|_| anyhow!("working-set reader panicked"))?;
+        self.rep.ws_wait_ms = ms_since(waited);
         let started = Instant::now();
         let ws = ws.and_then(|ws| match ws {
             Some(ws) => ws.install(uffd.as_raw_fd()).map(|_| Some(ws)),
