@@ -194,9 +194,6 @@ pub struct MemoryPlan {
     pub mapped_bytes: u64,
     /// bytes left to the page server
     pub lazy_bytes: u64,
-    /// on a block tier, ask the kernel for the mapped image pages too (not
-    /// only the copied ones) before the sandbox is built
-    pub hint_mapped: bool,
 }
 
 /// One region's part of a [`MemoryPlan`].

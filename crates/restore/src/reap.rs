@@ -14,6 +14,7 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 use thaw_memory::working_set::{self, WorkingSet};
 use thaw_memory::MemoryLayout;
+use thaw_store::will_need_spans;
 
 fn reap_fill(r: &thaw_memory::Region) -> Fill {
     if r.anonymous {
@@ -21,6 +22,29 @@ fn reap_fill(r: &thaw_memory::Region) -> Fill {
     } else {
         Fill::Map
     }
+}
+
+/// Asks the page cache for the image pages of file mappings the runtime
+/// will fault in: those the recording restore touched, or all of them when
+/// none were recorded. On a block tier the device reads them while the
+/// sandbox is built; a page never asked for is still read on its fault.
+fn hint_file_pages(image: &File, layout: &MemoryLayout, touched: Option<&[(u64, u64)]>) {
+    let mut spans: Vec<(u64, u64)> = match touched {
+        Some(runs) => runs
+            .iter()
+            .filter_map(|&(a, len)| {
+                let off = layout.region_of(a).and_then(|r| r.image_offset(a))?;
+                Some((off, len))
+            })
+            .collect(),
+        None => {
+            let file_runs = layout.regions.iter().filter(|r| !r.anonymous);
+            let runs = file_runs.flat_map(|r| &r.runs);
+            runs.map(|run| (run.file_off, run.len)).collect()
+        }
+    };
+    spans.sort_unstable();
+    will_need_spans(image, spans);
 }
 
 #[derive(Default)]
@@ -51,11 +75,21 @@ impl Strategy for Reap {
     fn prepare(&mut self, t: &Target<'_>) -> Result<()> {
         let (dir, key, layout) = (t.dir.to_owned(), t.key.to_owned(), t.layout.clone());
         let arriving = t.arriving.clone();
+        let image = t.image.try_clone()?;
         self.loader = Some(std::thread::spawn(move || {
             if let Some(a) = arriving {
                 a.working_set()?;
+                return working_set::load(&dir, &key, &layout, |_| {});
             }
-            working_set::load(&dir, &key, &layout)
+            let mut hinted = false;
+            let ws = working_set::load(&dir, &key, &layout, |i| {
+                hint_file_pages(&image, &layout, i.file_runs.as_deref());
+                hinted = true;
+            });
+            if !hinted {
+                hint_file_pages(&image, &layout, None);
+            }
+            ws
         }));
         Ok(())
     }
@@ -65,15 +99,13 @@ impl Strategy for Reap {
         // served on fault). The private pages of file mappings are outside
         // userfaultfd's reach: mapped from the image rather than copied
         // before resume, so the runtime faults in only those it touches,
-        // from a page cache the restore asks to be filled early
-        // (`hint_mapped`). An image still arriving has holes a mapping
+        // from a page cache the working-set reader asks to be filled early
+        // (`hint_file_pages`). An image still arriving has holes a mapping
         // would read as zeros: that one is copied once its pages are there.
         if t.arriving.is_some() {
             return Ok(uffd::plan(t));
         }
-        let mut p = MemoryPlan::by_fill(t.layout, reap_fill, |_, _, _| {});
-        p.hint_mapped = true;
-        Ok(p)
+        Ok(MemoryPlan::by_fill(t.layout, reap_fill, |_, _, _| {}))
     }
 
     fn serve(&mut self, t: &Target<'_>, uffd: BorrowedFd<'_>) -> Result<Serve> {
@@ -136,7 +168,13 @@ impl Strategy for Reap {
         };
         if self.rep.ws_mode == WsMode::Record {
             let faults = pager.recorded();
-            match working_set::record(&st.dir, &st.key, &st.layout, &st.image, &faults) {
+            // the file pages it touched: what later restores ask for early
+            let touched = working_set::touched_file_runs(rt.pid, &st.layout);
+            if let Err(e) = &touched {
+                out.warn(format!("reading the touched file pages failed: {e:#}"));
+            }
+            let touched = touched.ok();
+            match working_set::record(&st.dir, &st.key, &st.layout, &st.image, &faults, touched) {
                 Ok(idx) => out.recorded_pages = idx.pages(),
                 Err(e) => out.warn(format!("recording the working set failed: {e:#}")),
             }

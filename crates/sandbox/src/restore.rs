@@ -221,7 +221,7 @@ pub(crate) fn restore_with(
     let mut memory = strategy.plan(&target)?;
     let hinted = Instant::now();
     if arriving.is_none() && !thaw_store::secure::on_dram(&snap.dir)? {
-        request_copies(&image, &memory.runs, memory.hint_mapped);
+        request_copies(&image, &memory.runs);
     }
     let hint_ms = ms(hinted);
 
@@ -376,33 +376,17 @@ pub(crate) fn restorer_memfd() -> Result<RawFd> {
     Ok(FD.get().expect("just set").as_raw_fd())
 }
 
-/// Runs closer than this are asked for as one (what readahead would read).
-const HINT_GAP: u64 = 32 << 10;
 
 /// The restorer `pread`s the runs it copies one after another, each a
 /// synchronous trip to the device on a block tier. Asked for here, all at
 /// once, they are read while the sandbox is being built and with the
 /// device's whole queue depth; the restorer's reads then find them cached.
 /// A hint only: if the kernel drops it, the restorer reads as before.
-/// With `mapped`, the image runs mapped are asked for too (REAP maps the
-/// private pages of file mappings instead of copying them).
-fn request_copies(image: &File, runs: &[r::PlanRun], mapped: bool) {
-    let mut spans: Vec<(u64, u64)> = Vec::new();
-    let copies = runs.iter().filter(|run| {
-        run.img_fd == thaw_restore::IMAGE_FD
-            && (run.fill == r::FILL_COPY || (mapped && run.fill == r::FILL_MAP))
-    });
-    for run in copies {
-        match spans.last_mut() {
-            Some((_, end)) if run.img_off >= *end && run.img_off - *end <= HINT_GAP => {
-                *end = run.img_off + run.len;
-            }
-            _ => spans.push((run.img_off, run.img_off + run.len)),
-        }
-    }
-    for (start, end) in spans {
-        thaw_store::will_need(image, start, end - start);
-    }
+fn request_copies(image: &File, runs: &[r::PlanRun]) {
+    let copies = runs
+        .iter()
+        .filter(|run| run.fill == r::FILL_COPY && run.img_fd == thaw_restore::IMAGE_FD);
+    thaw_store::will_need_spans(image, copies.map(|run| (run.img_off, run.len)));
 }
 
 /// The restorer's plan: the strategy's memory plan inside the mappings,

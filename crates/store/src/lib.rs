@@ -19,7 +19,7 @@ mod tier;
 mod versions;
 
 pub use snapshot::{
-    drop_file_cache, make_immutable, sha256_hex, will_need, FileEntry, Manifest, Snapshot, SnapshotWriter,
+    drop_file_cache, make_immutable, sha256_hex, will_need, will_need_spans, FileEntry, Manifest, Snapshot, SnapshotWriter,
     FORMAT_NAME, FORMAT_VERSION,
 };
 pub use tier::{Tier, EMULATED_MARKER, TIER_NAMES};

@@ -498,6 +498,29 @@ pub fn will_need(f: &File, off: u64, len: u64) {
     }
 }
 
+/// Spans closer than this are asked for as one (what readahead would read).
+const HINT_GAP: u64 = 32 << 10;
+
+/// [`will_need`] over `spans` (offset, length) in ascending order, spans
+/// less than 32 KiB apart asked for as one: fewer, larger device requests.
+pub fn will_need_spans(f: &File, spans: impl IntoIterator<Item = (u64, u64)>) {
+    let mut cur: Option<(u64, u64)> = None;
+    for (off, len) in spans {
+        let end = off.saturating_add(len);
+        cur = match cur {
+            Some((s, e)) if off >= e && off - e <= HINT_GAP => Some((s, end)),
+            Some((s, e)) => {
+                will_need(f, s, e - s);
+                Some((off, end))
+            }
+            None => Some((off, end)),
+        };
+    }
+    if let Some((s, e)) = cur {
+        will_need(f, s, e - s);
+    }
+}
+
 fn read_limited(path: &Path, max: u64) -> Result<Vec<u8>> {
     let f = secure::open_nofollow(path)?;
     // a state file spans several readahead windows, each one device trip
