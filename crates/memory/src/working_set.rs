@@ -438,7 +438,9 @@ mod tests {
         let mut d = fs::read(dir.join(WS_IMAGE)).unwrap();
         d[100] ^= 1;
         fs::write(dir.join(WS_IMAGE), &d).unwrap();
-        assert!(format!("{:#}", load(&dir, "k", &layout, |_| {}).err().unwrap()).contains("checksum"));
+        assert!(
+            format!("{:#}", load(&dir, "k", &layout, |_| {}).err().unwrap()).contains("checksum")
+        );
         fs::write(dir.join(WS_IMAGE), &d[..4096]).unwrap();
         assert!(load(&dir, "k", &layout, |_| {}).is_err(), "truncated");
         fs::write(dir.join(WS_INDEX), b"{").unwrap();

@@ -2,7 +2,7 @@
 //! earlier restore, read in one O_DIRECT read while the sandbox is built and
 //! installed before resume.
 use crate::{
-    ms_since, uffd, FirstResponse, Fill, MemoryPlan, Runtime, Serve, Strategy, StrategyKind,
+    ms_since, uffd, Fill, FirstResponse, MemoryPlan, Runtime, Serve, Strategy, StrategyKind,
     StrategyReport, Target, WsMode,
 };
 use anyhow::{anyhow, bail, Result};

@@ -376,7 +376,6 @@ pub(crate) fn restorer_memfd() -> Result<RawFd> {
     Ok(FD.get().expect("just set").as_raw_fd())
 }
 
-
 /// The restorer `pread`s the runs it copies one after another, each a
 /// synchronous trip to the device on a block tier. Asked for here, all at
 /// once, they are read while the sandbox is being built and with the
