@@ -80,6 +80,7 @@ pub fn run(
                     0,
                     t.emulated,
                     1,
+                    None,
                 );
                 let mut stream = stream.context("the stream was not opened")?;
                 let rec = rec.map_err(|e| stream.explain(e))?;

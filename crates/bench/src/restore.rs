@@ -8,6 +8,7 @@ use crate::stats::{summarize, Summary};
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 use thaw_sandbox::Sandbox;
 use thaw_worker::{invoke, ms, StrategyKind, Worker, INVOKE_TIMEOUT};
@@ -78,6 +79,15 @@ pub struct Record {
     pub ws_mode: thaw_sandbox::WsMode,
     pub ws_pages: u64,
     pub prefetch_ms: f64,
+    /// reap: waiting for the working-set read after the restorer reported
+    pub ws_wait_ms: f64,
+    /// block tiers: the page-cache hints before the sandbox build
+    pub hint_ms: f64,
+    /// read requests the tier's block device completed during the cold
+    /// start (its own counters; `None` off a block device)
+    pub dev_reads: Option<u64>,
+    /// KiB the tier's block device read during the cold start
+    pub dev_read_kib: Option<u64>,
     /// reap: faults after the prefetch exceeded the drift share
     pub drift: bool,
     /// remote (streamed): from the start until the whole image had arrived
@@ -306,6 +316,10 @@ fn measure_started(
         ws_mode: Default::default(),
         ws_pages: 0,
         prefetch_ms: 0.0,
+        ws_wait_ms: 0.0,
+        hint_ms: 0.0,
+        dev_reads: None,
+        dev_read_kib: None,
         drift: false,
         background_ms: 0.0,
     })
@@ -339,7 +353,31 @@ fn measure_restore(
         image_bytes,
         emulated,
         o.warm_calls,
+        block_stat(&snap.dir).as_deref(),
     )
+}
+
+/// The `stat` file of the block device `dir` is on (none for tmpfs and
+/// other filesystems without one).
+fn block_stat(dir: &Path) -> Option<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let dev = std::fs::metadata(dir).ok()?.dev();
+    let p = PathBuf::from(format!(
+        "/sys/dev/block/{}:{}/stat",
+        libc::major(dev),
+        libc::minor(dev)
+    ));
+    p.exists().then_some(p)
+}
+
+/// (read requests completed, sectors read) from a block device's `stat`.
+fn read_counters(stat: &Path) -> Option<(u64, u64)> {
+    let raw = std::fs::read_to_string(stat).ok()?;
+    let v: Vec<u64> = raw
+        .split_whitespace()
+        .map(|x| x.parse().unwrap_or(0))
+        .collect();
+    Some((*v.first()?, *v.get(2)?))
 }
 
 /// Warm invocations 2..=`calls` on the instance; the last one's latency
@@ -366,11 +404,16 @@ pub(crate) fn measure_start(
     image_bytes: u64,
     emulated: bool,
     warm_calls: usize,
+    dev_stat: Option<&Path>,
 ) -> Result<Record> {
+    let before = dev_stat.and_then(read_counters);
     let t0 = Instant::now();
     let (mut sb, rep) = start()?;
     let inv = invoke(&mut sb, size, INVOKE_TIMEOUT)?;
     let cold_ms = ms(t0);
+    let dev = before
+        .zip(dev_stat.and_then(read_counters))
+        .map(|(a, b)| (b.0.saturating_sub(a.0), b.1.saturating_sub(a.1) / 2));
     if check {
         w.check(f, size, &inv.output)?;
     }
@@ -414,6 +457,10 @@ pub(crate) fn measure_start(
         ws_mode: rep.figures.ws_mode,
         ws_pages: rep.figures.ws_pages,
         prefetch_ms: rep.figures.prefetch_ms,
+        ws_wait_ms: rep.figures.ws_wait_ms,
+        hint_ms: rep.hint_ms,
+        dev_reads: dev.map(|d| d.0),
+        dev_read_kib: dev.map(|d| d.1),
         drift,
         background_ms: 0.0,
     })

@@ -43,6 +43,12 @@ pub struct WsIndex {
     pub runs: Vec<WsRun>,
     /// Touched pages the snapshot holds no contents for (zero pages), as (addr, len).
     pub zero_runs: Vec<(u64, u64)>,
+    /// Saved private pages of file mappings the first invocation touched,
+    /// as (addr, len): mapped from the image, outside userfaultfd's reach,
+    /// so a restore asks the page cache for them early. `None`: not
+    /// recorded (an older index); all of them are asked for.
+    #[serde(default)]
+    pub file_runs: Option<Vec<(u64, u64)>>,
 }
 
 impl WsIndex {
@@ -54,13 +60,15 @@ impl WsIndex {
 }
 
 /// Writes the working set of `faults` (page addresses in fault order) for the
-/// snapshot in `dir`, reading contents from its `image`.
+/// snapshot in `dir`, reading contents from its `image`; `file_runs` are the
+/// file mappings' saved pages touched (see [`touched_file_runs`]).
 pub fn record(
     dir: &Path,
     key: &str,
     layout: &MemoryLayout,
     image: &File,
     faults: &[u64],
+    file_runs: Option<Vec<(u64, u64)>>,
 ) -> Result<WsIndex> {
     let mut pages: Vec<u64> = faults.iter().map(|a| a & !(PAGE_SIZE - 1)).collect();
     pages.sort_unstable();
@@ -102,6 +110,7 @@ pub fn record(
         ws_crc32: crc32fast::hash(&data),
         runs,
         zero_runs,
+        file_runs,
     };
     crate::write_atomic(&dir.join(WS_IMAGE), &data)?;
     crate::write_atomic(&dir.join(WS_INDEX), &serde_json::to_vec(&index)?)?;
@@ -109,9 +118,44 @@ pub fn record(
     Ok(index)
 }
 
+/// The saved pages of `layout`'s file mappings that process `pid` has in
+/// its page tables (it touched them), coalesced, as (addr, len).
+pub fn touched_file_runs(pid: i32, layout: &MemoryLayout) -> Result<Vec<(u64, u64)>> {
+    let pm = crate::pagemap::open(pid)?;
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    let mut entries = Vec::new();
+    for run in layout
+        .regions
+        .iter()
+        .filter(|r| !r.anonymous)
+        .flat_map(|r| &r.runs)
+    {
+        crate::pagemap::read(&pm, run.addr, run.addr + run.len, &mut entries)?;
+        // coalesced within a run only: each stays contiguous in the image
+        let first = out.len();
+        for (i, e) in entries.iter().enumerate() {
+            if e & crate::pagemap::PRESENT == 0 {
+                continue;
+            }
+            let a = run.addr + i as u64 * PAGE_SIZE;
+            match out[first..].last_mut() {
+                Some(r) if r.0 + r.1 == a => r.1 += PAGE_SIZE,
+                _ => out.push((a, PAGE_SIZE)),
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// Whether a usable working set exists: Ok(None) when none was recorded or a
 /// drift marked it stale (record again), Err when it is there but bad.
-pub fn load(dir: &Path, key: &str, layout: &MemoryLayout) -> Result<Option<WorkingSet>> {
+/// `on_index` sees the checked index before the pages are read.
+pub fn load(
+    dir: &Path,
+    key: &str,
+    layout: &MemoryLayout,
+    on_index: impl FnOnce(&WsIndex),
+) -> Result<Option<WorkingSet>> {
     let ipath = dir.join(WS_INDEX);
     if !ipath.exists() || dir.join(WS_STALE).exists() {
         return Ok(None);
@@ -132,6 +176,7 @@ pub fn load(dir: &Path, key: &str, layout: &MemoryLayout) -> Result<Option<Worki
         bail!("working set was recorded from another snapshot (stale)");
     }
     validate(&index, layout)?;
+    on_index(&index);
     let data = read_direct(&dir.join(WS_IMAGE), index.ws_len)?;
     if crc32fast::hash(data.as_slice()) != index.ws_crc32 {
         bail!("working-set image checksum mismatch (corrupted)");
@@ -186,6 +231,19 @@ fn validate(index: &WsIndex, layout: &MemoryLayout) -> Result<()> {
                     && a % PAGE_SIZE == 0
                     && len % PAGE_SIZE == 0 => {}
             _ => bail!("working-set zero run at {a:#x} is malformed"),
+        }
+    }
+    for &(a, len) in index.file_runs.iter().flatten() {
+        let end = a
+            .checked_add(len)
+            .context("working-set file run overflows")?;
+        match layout.region_of(a) {
+            Some(reg)
+                if !reg.anonymous
+                    && end <= reg.end
+                    && a % PAGE_SIZE == 0
+                    && len % PAGE_SIZE == 0 => {}
+            _ => bail!("working-set file run at {a:#x} is malformed"),
         }
     }
     Ok(())
@@ -343,6 +401,7 @@ mod tests {
             &layout,
             &img,
             &[0x12000, 0x10000, 0x11000, 0x10010, 0x15000],
+            None,
         )
         .unwrap();
         assert_eq!(
@@ -355,15 +414,15 @@ mod tests {
         );
         assert_eq!(idx.zero_runs, vec![(0x15000, 0x1000)]);
         assert_eq!(idx.pages(), 4);
-        let ws = load(&dir, "k1", &layout).unwrap().unwrap();
+        let ws = load(&dir, "k1", &layout, |_| {}).unwrap().unwrap();
         assert_eq!(ws.data.as_slice()[4096], 2, "second page's contents");
         assert!(
-            load(&dir, "other", &layout).is_err(),
+            load(&dir, "other", &layout, |_| {}).is_err(),
             "stale: another snapshot"
         );
         fs::write(dir.join(WS_STALE), b"").unwrap();
         assert!(
-            load(&dir, "k1", &layout).unwrap().is_none(),
+            load(&dir, "k1", &layout, |_| {}).unwrap().is_none(),
             "drifted: re-record"
         );
     }
@@ -372,26 +431,56 @@ mod tests {
     fn corruption_is_detected() {
         let (dir, layout, img) = setup("bad");
         assert!(
-            load(&dir, "k", &layout).unwrap().is_none(),
+            load(&dir, "k", &layout, |_| {}).unwrap().is_none(),
             "missing is not an error"
         );
-        record(&dir, "k", &layout, &img, &[0x10000, 0x11000]).unwrap();
+        record(&dir, "k", &layout, &img, &[0x10000, 0x11000], None).unwrap();
         let mut d = fs::read(dir.join(WS_IMAGE)).unwrap();
         d[100] ^= 1;
         fs::write(dir.join(WS_IMAGE), &d).unwrap();
-        assert!(format!("{:#}", load(&dir, "k", &layout).err().unwrap()).contains("checksum"));
+        assert!(
+            format!("{:#}", load(&dir, "k", &layout, |_| {}).err().unwrap()).contains("checksum")
+        );
         fs::write(dir.join(WS_IMAGE), &d[..4096]).unwrap();
-        assert!(load(&dir, "k", &layout).is_err(), "truncated");
+        assert!(load(&dir, "k", &layout, |_| {}).is_err(), "truncated");
         fs::write(dir.join(WS_INDEX), b"{").unwrap();
-        assert!(load(&dir, "k", &layout).is_err(), "garbage index");
+        assert!(load(&dir, "k", &layout, |_| {}).is_err(), "garbage index");
         // a run outside the regions is refused
-        let mut idx = record(&dir, "k", &layout, &img, &[0x10000]).unwrap();
+        let mut idx = record(&dir, "k", &layout, &img, &[0x10000], None).unwrap();
         idx.runs[0].addr = 0x90000;
         fs::write(dir.join(WS_INDEX), serde_json::to_vec(&idx).unwrap()).unwrap();
-        assert!(load(&dir, "k", &layout).is_err());
+        assert!(load(&dir, "k", &layout, |_| {}).is_err());
         assert!(
-            record(&dir, "k", &layout, &img, &[0x90000]).is_err(),
+            record(&dir, "k", &layout, &img, &[0x90000], None).is_err(),
             "fault outside regions"
         );
+    }
+
+    #[test]
+    fn file_runs_round_trip_and_are_checked() {
+        let (dir, mut layout, img) = setup("file");
+        layout.regions.push(Region {
+            start: 0x30000,
+            end: 0x34000,
+            anonymous: false,
+            runs: vec![],
+        });
+        let runs = vec![(0x31000, 0x2000)];
+        record(&dir, "k", &layout, &img, &[0x10000], Some(runs.clone())).unwrap();
+        let mut seen = None;
+        load(&dir, "k", &layout, |i| seen = i.file_runs.clone())
+            .unwrap()
+            .unwrap();
+        assert_eq!(seen, Some(runs));
+        // an older index without them loads, and says so
+        record(&dir, "k", &layout, &img, &[0x10000], None).unwrap();
+        let mut seen = Some(vec![]);
+        load(&dir, "k", &layout, |i| seen = i.file_runs.clone()).unwrap();
+        assert_eq!(seen, None);
+        // a file run over anonymous memory, or past its mapping, is refused
+        for bad in [(0x10000, 0x1000), (0x33000, 0x2000), (0x30800, 0x1000)] {
+            record(&dir, "k", &layout, &img, &[0x10000], Some(vec![bad])).unwrap();
+            assert!(load(&dir, "k", &layout, |_| {}).is_err(), "{bad:x?}");
+        }
     }
 }

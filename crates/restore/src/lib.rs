@@ -330,6 +330,10 @@ pub struct StrategyReport {
     pub prefetch_ms: f64,
     /// REAP: reading the working set (overlapped with building the sandbox)
     pub ws_read_ms: f64,
+    /// REAP: waiting for that read after the restorer reported (the part
+    /// the sandbox build did not hide; on the critical path)
+    #[serde(default)]
+    pub ws_wait_ms: f64,
     /// REAP: why a recorded working set could not be used (restore fell back to recording)
     pub ws_warning: String,
     /// mmap and dax: pages copied before resume because the first

@@ -2,7 +2,7 @@
 //! earlier restore, read in one O_DIRECT read while the sandbox is built and
 //! installed before resume.
 use crate::{
-    ms_since, uffd, FirstResponse, MemoryPlan, Runtime, Serve, Strategy, StrategyKind,
+    ms_since, uffd, Fill, FirstResponse, MemoryPlan, Runtime, Serve, Strategy, StrategyKind,
     StrategyReport, Target, WsMode,
 };
 use anyhow::{anyhow, bail, Result};
@@ -14,6 +14,38 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 use thaw_memory::working_set::{self, WorkingSet};
 use thaw_memory::MemoryLayout;
+use thaw_store::will_need_spans;
+
+fn reap_fill(r: &thaw_memory::Region) -> Fill {
+    if r.anonymous {
+        Fill::Lazy
+    } else {
+        Fill::Map
+    }
+}
+
+/// Asks the page cache for the image pages of file mappings the runtime
+/// will fault in: those the recording restore touched, or all of them when
+/// none were recorded. On a block tier the device reads them while the
+/// sandbox is built; a page never asked for is still read on its fault.
+fn hint_file_pages(image: &File, layout: &MemoryLayout, touched: Option<&[(u64, u64)]>) {
+    let mut spans: Vec<(u64, u64)> = match touched {
+        Some(runs) => runs
+            .iter()
+            .filter_map(|&(a, len)| {
+                let off = layout.region_of(a).and_then(|r| r.image_offset(a))?;
+                Some((off, len))
+            })
+            .collect(),
+        None => {
+            let file_runs = layout.regions.iter().filter(|r| !r.anonymous);
+            let runs = file_runs.flat_map(|r| &r.runs);
+            runs.map(|run| (run.file_off, run.len)).collect()
+        }
+    };
+    spans.sort_unstable();
+    will_need_spans(image, spans);
+}
 
 #[derive(Default)]
 pub(crate) struct Reap {
@@ -43,17 +75,37 @@ impl Strategy for Reap {
     fn prepare(&mut self, t: &Target<'_>) -> Result<()> {
         let (dir, key, layout) = (t.dir.to_owned(), t.key.to_owned(), t.layout.clone());
         let arriving = t.arriving.clone();
+        let image = t.image.try_clone()?;
         self.loader = Some(std::thread::spawn(move || {
             if let Some(a) = arriving {
                 a.working_set()?;
+                return working_set::load(&dir, &key, &layout, |_| {});
             }
-            working_set::load(&dir, &key, &layout)
+            let mut hinted = false;
+            let ws = working_set::load(&dir, &key, &layout, |i| {
+                hint_file_pages(&image, &layout, i.file_runs.as_deref());
+                hinted = true;
+            });
+            if !hinted {
+                hint_file_pages(&image, &layout, None);
+            }
+            ws
         }));
         Ok(())
     }
 
     fn plan(&mut self, t: &Target<'_>) -> Result<MemoryPlan> {
-        Ok(uffd::plan(t))
+        // Anonymous memory is the working set's (prefetched, the rest
+        // served on fault). The private pages of file mappings are outside
+        // userfaultfd's reach: mapped from the image rather than copied
+        // before resume, so the runtime faults in only those it touches,
+        // from a page cache the working-set reader asks to be filled early
+        // (`hint_file_pages`). An image still arriving has holes a mapping
+        // would read as zeros: that one is copied once its pages are there.
+        if t.arriving.is_some() {
+            return Ok(uffd::plan(t));
+        }
+        Ok(MemoryPlan::by_fill(t.layout, reap_fill, |_, _, _| {}))
     }
 
     fn serve(&mut self, t: &Target<'_>, uffd: BorrowedFd<'_>) -> Result<Serve> {
@@ -61,9 +113,11 @@ impl Strategy for Reap {
             .loader
             .take()
             .ok_or_else(|| anyhow!("REAP served before it was prepared"))?;
+        let waited = Instant::now();
         let ws = loader
             .join()
             .map_err(|_| anyhow!("working-set reader panicked"))?;
+        self.rep.ws_wait_ms = ms_since(waited);
         let started = Instant::now();
         let ws = ws.and_then(|ws| match ws {
             Some(ws) => ws.install(uffd.as_raw_fd()).map(|_| Some(ws)),
@@ -114,7 +168,13 @@ impl Strategy for Reap {
         };
         if self.rep.ws_mode == WsMode::Record {
             let faults = pager.recorded();
-            match working_set::record(&st.dir, &st.key, &st.layout, &st.image, &faults) {
+            // the file pages it touched: what later restores ask for early
+            let touched = working_set::touched_file_runs(rt.pid, &st.layout);
+            if let Err(e) = &touched {
+                out.warn(format!("reading the touched file pages failed: {e:#}"));
+            }
+            let touched = touched.ok();
+            match working_set::record(&st.dir, &st.key, &st.layout, &st.image, &faults, touched) {
                 Ok(idx) => out.recorded_pages = idx.pages(),
                 Err(e) => out.warn(format!("recording the working set failed: {e:#}")),
             }

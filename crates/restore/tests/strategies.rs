@@ -132,6 +132,18 @@ impl Drop for Fixture {
     }
 }
 
+/// An image that has wholly arrived (a streamed restore's stand-in).
+struct Arrived;
+
+impl thaw_restore::Arriving for Arrived {
+    fn copied_pages(&self) -> anyhow::Result<()> {
+        Ok(())
+    }
+    fn working_set(&self) -> anyhow::Result<()> {
+        Ok(())
+    }
+}
+
 fn page_of(p: u64) -> Vec<u8> {
     (0..PAGE_SIZE).map(|i| (p * 7 + i % 251) as u8).collect()
 }
@@ -289,6 +301,16 @@ fn reap_records_then_prefetches_and_detects_drift() {
     let mut s = StrategyKind::Reap.start();
     let p = prepare_and_plan(s.as_mut(), &t);
     assert!(p.lazy());
+    // file pages are mapped from the image, not copied before resume...
+    assert_eq!(fills(&p), [r::FILL_MAP]);
+    assert_eq!(p.copied_bytes, 0);
+    // ...unless the image is still arriving (a mapping would read its holes)
+    let streamed = Target {
+        arriving: Some(Arc::new(Arrived)),
+        ..f.target()
+    };
+    let mut st = StrategyKind::Reap.start();
+    assert_eq!(fills(&st.plan(&streamed).unwrap()), [r::FILL_COPY]);
     let uffd = register_uffd(&f);
     assert!(s.serve(&t, uffd.as_fd()).unwrap().record);
     assert_eq!(s.report().ws_mode, WsMode::Record);
@@ -310,6 +332,12 @@ fn reap_records_then_prefetches_and_detects_drift() {
     };
     let out = s.after_first_response(&rt);
     assert_eq!(out.recorded_pages, 2, "{out:?}");
+    // the file pages in this process's page tables: none (never mapped)
+    let index: thaw_memory::working_set::WsIndex = serde_json::from_slice(
+        &std::fs::read(f.dir.join(thaw_memory::working_set::WS_INDEX)).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(index.file_runs, Some(vec![]));
     drop(pager);
     // SAFETY: the fixture's own mapping: drop the served pages so the next
     // restore finds them missing again

@@ -35,6 +35,9 @@ pub struct RestoreReport {
     pub sandbox_ms: f64,
     /// the sandbox came from a [`crate::SandboxPool`]
     pub pooled: bool,
+    /// block tiers: asking the kernel for the image pages the restorer
+    /// will copy or map (`POSIX_FADV_WILLNEED`), before the sandbox build
+    pub hint_ms: f64,
     /// the restorer rebuilding the address space (as it measured itself)
     pub memory_setup_ms: f64,
     /// of `memory_setup_ms`: building page tables and copying a write set
@@ -221,9 +224,11 @@ pub(crate) fn restore_with(
     // phase 2, plan: what the restorer maps, copies and leaves lazy (it
     // needs no sandbox, so on a block tier the copies can be asked for now)
     let mut memory = strategy.plan(&target)?;
+    let hinted = Instant::now();
     if arriving.is_none() && !thaw_store::secure::on_dram(&snap.dir)? {
         request_copies(&image, &memory.runs);
     }
+    let hint_ms = ms(hinted);
 
     let t1 = Instant::now();
     let (mut sb, pooled) = match prebuilt.filter(|p| p.sb.root == root) {
@@ -330,6 +335,7 @@ pub(crate) fn restore_with(
         state_load_ms,
         sandbox_ms,
         pooled,
+        hint_ms,
         memory_setup_ms: status.setup_ns as f64 / 1e6,
         populate_ms: status.populate_ns as f64 / 1e6,
         resume_ms: ms(t2),
@@ -381,46 +387,16 @@ pub(crate) fn restorer_memfd() -> Result<RawFd> {
     Ok(FD.get().expect("just set").as_raw_fd())
 }
 
-/// Largest readahead one hint asks for: the kernel caps a hint at the
-/// device's I/O size (or its readahead, which may be 0).
-const HINT_BYTES: u64 = 128 << 10;
-/// Runs closer than this are asked for as one (what readahead would read).
-const HINT_GAP: u64 = 32 << 10;
-
 /// The restorer `pread`s the runs it copies one after another, each a
 /// synchronous trip to the device on a block tier. Asked for here, all at
 /// once, they are read while the sandbox is being built and with the
 /// device's whole queue depth; the restorer's reads then find them cached.
 /// A hint only: if the kernel drops it, the restorer reads as before.
 fn request_copies(image: &File, runs: &[r::PlanRun]) {
-    let mut spans: Vec<(u64, u64)> = Vec::new();
     let copies = runs
         .iter()
         .filter(|run| run.fill == r::FILL_COPY && run.img_fd == thaw_restore::IMAGE_FD);
-    for run in copies {
-        match spans.last_mut() {
-            Some((_, end)) if run.img_off >= *end && run.img_off - *end <= HINT_GAP => {
-                *end = run.img_off + run.len;
-            }
-            _ => spans.push((run.img_off, run.img_off + run.len)),
-        }
-    }
-    for (start, end) in spans {
-        let mut off = start;
-        while off < end {
-            let len = HINT_BYTES.min(end - off);
-            // SAFETY: a plain advisory syscall on a descriptor we own.
-            unsafe {
-                libc::posix_fadvise(
-                    image.as_raw_fd(),
-                    off as libc::off_t,
-                    len as libc::off_t,
-                    libc::POSIX_FADV_WILLNEED,
-                )
-            };
-            off += len;
-        }
-    }
+    thaw_store::will_need_spans(image, copies.map(|run| (run.img_off, run.len)));
 }
 
 /// The restorer's plan: the strategy's memory plan inside the mappings,

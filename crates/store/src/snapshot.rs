@@ -472,9 +472,64 @@ pub fn drop_file_cache(path: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Largest span one `POSIX_FADV_WILLNEED` asks for: the kernel reads at
+/// most the device's I/O size (or its readahead, which may be 0) per hint.
+const HINT_BYTES: u64 = 128 << 10;
+
+/// Asks the kernel to read `[off, off + len)` of `f` into the page cache
+/// now, all of it at once (with the device's queue depth), in hints the
+/// kernel does not cut short. A hint only: errors are ignored.
+pub fn will_need(f: &File, off: u64, len: u64) {
+    use std::os::fd::AsRawFd;
+    let end = off.saturating_add(len);
+    let mut at = off;
+    while at < end {
+        let n = HINT_BYTES.min(end - at);
+        // SAFETY: a plain advisory syscall on a descriptor the caller owns.
+        unsafe {
+            libc::posix_fadvise(
+                f.as_raw_fd(),
+                at as libc::off_t,
+                n as libc::off_t,
+                libc::POSIX_FADV_WILLNEED,
+            )
+        };
+        at += n;
+    }
+}
+
+/// Spans closer than this are asked for as one (what readahead would read).
+const HINT_GAP: u64 = 32 << 10;
+
+/// [`will_need`] over `spans` (offset, length) in ascending order, spans
+/// less than 32 KiB apart asked for as one: fewer, larger device requests.
+pub fn will_need_spans(f: &File, spans: impl IntoIterator<Item = (u64, u64)>) {
+    let mut cur: Option<(u64, u64)> = None;
+    for (off, len) in spans {
+        let end = off.saturating_add(len);
+        cur = match cur {
+            Some((s, e)) if off >= e && off - e <= HINT_GAP => Some((s, end)),
+            Some((s, e)) => {
+                will_need(f, s, e - s);
+                Some((off, end))
+            }
+            None => Some((off, end)),
+        };
+    }
+    if let Some((s, e)) = cur {
+        will_need(f, s, e - s);
+    }
+}
+
 fn read_limited(path: &Path, max: u64) -> Result<Vec<u8>> {
     let f = secure::open_nofollow(path)?;
-    let mut data = Vec::new();
+    // a state file spans several readahead windows, each one device trip
+    // after the other when read in order: ask for all of it at once
+    let len = f.metadata()?.len();
+    if len <= max {
+        will_need(&f, 0, len);
+    }
+    let mut data = Vec::with_capacity(len.min(max) as usize + 1);
     f.take(max + 1).read_to_end(&mut data)?;
     if data.len() as u64 > max {
         bail!("{} is larger than {max} bytes", path.display());
