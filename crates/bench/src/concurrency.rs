@@ -145,12 +145,15 @@ fn batch(
                 scope.spawn(move || {
                     go.wait();
                     let t = Instant::now();
-                    let r = w.restore(snap, strategy).and_then(|(mut sb, _)| {
-                        invoke(&mut sb, size, INVOKE_TIMEOUT)?;
-                        let cold_ms = ms(t);
-                        let added_kb = sb.memory_usage().unwrap_or(0) / 1024;
-                        Ok((sb, Start { cold_ms, added_kb }))
-                    });
+                    let r =
+                        w.restore(snap, strategy)
+                            .map_err(Into::into)
+                            .and_then(|(mut sb, _)| {
+                                invoke(&mut sb, size, INVOKE_TIMEOUT)?;
+                                let cold_ms = ms(t);
+                                let added_kb = sb.memory_usage().unwrap_or(0) / 1024;
+                                Ok((sb, Start { cold_ms, added_kb }))
+                            });
                     // Hold the instance until every start of the batch has answered.
                     done.wait();
                     r.map(|(_sb, s)| s)

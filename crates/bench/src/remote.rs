@@ -67,7 +67,7 @@ pub fn run(
                 let mut stream = None;
                 let mut start = || {
                     let st = stream.insert(Stream::open(&w.home, store.clone(), &name)?);
-                    w.restore_streamed(&st.snapshot, s, st.inputs()?)
+                    Ok(w.restore_streamed(&st.snapshot, s, st.inputs()?)?)
                 };
                 let rec = measure_start(
                     w,

@@ -324,7 +324,7 @@ fn measure_restore(
     }
     measure_start(
         w,
-        &mut || w.restore(snap, s),
+        &mut || Ok(w.restore(snap, s)?),
         f,
         size,
         s,

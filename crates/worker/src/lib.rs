@@ -11,7 +11,8 @@ use thaw_runtime::RootInfo;
 pub use thaw_sandbox::agent::Invoked;
 use thaw_sandbox::agent::{Event, Reply, Request};
 use thaw_sandbox::{
-    checkpoint, CheckpointReport, RestoreReport, Sandbox, SandboxConfig, SandboxPool,
+    checkpoint, CheckpointReport, RestoreError, RestoreReport, Sandbox, SandboxConfig,
+    SandboxError, SandboxPool,
 };
 pub use thaw_sandbox::{StrategyKind, WsMode};
 use thaw_store::{Snapshot, Tier};
@@ -230,7 +231,7 @@ impl Worker {
         &self,
         snap: &Snapshot,
         strategy: StrategyKind,
-    ) -> Result<(Sandbox, RestoreReport)> {
+    ) -> Result<(Sandbox, RestoreReport), RestoreError> {
         self.restore_with(snap, strategy, &self.cfg, self.pool.as_ref())
     }
 
@@ -241,7 +242,7 @@ impl Worker {
         snap: &Snapshot,
         strategy: StrategyKind,
         streamed: thaw_sandbox::Streamed,
-    ) -> Result<(Sandbox, RestoreReport)> {
+    ) -> Result<(Sandbox, RestoreReport), RestoreError> {
         thaw_sandbox::restore_streamed(
             snap,
             &self.root.path,
@@ -260,7 +261,7 @@ impl Worker {
         strategy: StrategyKind,
         cfg: &SandboxConfig,
         pool: Option<&SandboxPool>,
-    ) -> Result<(Sandbox, RestoreReport)> {
+    ) -> Result<(Sandbox, RestoreReport), RestoreError> {
         let prebuilt = pool
             .filter(|p| p.config() == cfg)
             .and_then(SandboxPool::take);
@@ -469,7 +470,7 @@ impl Worker {
         &self,
         func: &UserFunction,
         timeout: Duration,
-    ) -> Result<(Sandbox, FreshReport)> {
+    ) -> Result<(Sandbox, FreshReport), StartError> {
         let t0 = Instant::now();
         let (mut argv, _) = self.root.agent_command("--user");
         argv.truncate(4);
@@ -492,8 +493,9 @@ impl Worker {
             &self.root.path,
             &argv,
             &env,
-        )?;
-        load_timed(sb, t0, timeout)
+        )
+        .map_err(StartError::Sandbox)?;
+        Ok(load_timed(sb, t0, timeout)?)
     }
 
     /// Snapshots a loaded instance as the published version of snapshot
@@ -517,7 +519,7 @@ impl Worker {
         strategy: StrategyKind,
         func: &UserFunction,
         pool: Option<&SandboxPool>,
-    ) -> Result<(Sandbox, RestoreReport)> {
+    ) -> Result<(Sandbox, RestoreReport), RestoreError> {
         self.restore_with(snap, strategy, &func.sandbox_config(&self.cfg), pool)
     }
 
@@ -530,10 +532,17 @@ impl Worker {
 
 /// Loads (import + init) a just-started runtime, timing it from `t0`, the
 /// moment its start began.
-fn load_timed(mut sb: Sandbox, t0: Instant, timeout: Duration) -> Result<(Sandbox, FreshReport)> {
+fn load_timed(
+    mut sb: Sandbox,
+    t0: Instant,
+    timeout: Duration,
+) -> Result<(Sandbox, FreshReport), SandboxError> {
     let spawn_ms = ms(t0);
     let t1 = Instant::now();
-    let r = sb.call(&Request::Load, timeout)?.into_loaded()?;
+    let r = sb
+        .call(&Request::Load, timeout)?
+        .into_loaded()
+        .map_err(|e| SandboxError::Reply(format!("{e:#}")))?;
     let rep = FreshReport {
         spawn_ms,
         load_ms: ms(t1),
@@ -542,6 +551,17 @@ fn load_timed(mut sb: Sandbox, t0: Instant, timeout: Duration) -> Result<(Sandbo
         total_ms: ms(t0),
     };
     Ok((sb, rep))
+}
+
+/// Why a user function's fresh instance did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// the sandbox could not be built (the host's side)
+    #[error("starting the sandbox: {0:#}")]
+    Sandbox(anyhow::Error),
+    /// import or init failed, timed out or killed the runtime (the code's side)
+    #[error(transparent)]
+    Load(#[from] SandboxError),
 }
 
 /// Runs the function's after-restore hook (if it has one) with the new

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 use thaw_sandbox::agent::{Reply, Request};
-use thaw_sandbox::{checkpoint, Sandbox, SandboxConfig};
+use thaw_sandbox::{checkpoint, RestoreError, Sandbox, SandboxConfig};
 use thaw_store::Snapshot;
 use thaw_worker::invoke;
 use thaw_worker::StrategyKind;
@@ -209,13 +209,14 @@ fn rewrite_manifest(dir: &std::path::Path, edit: impl FnOnce(&mut Value)) {
 
 fn restore_err(snap_dir: &std::path::Path, root: &std::path::Path, hash: &str) -> String {
     let res = Snapshot::open(snap_dir).and_then(|s| {
-        thaw_sandbox::restore(
+        let cfg = SandboxConfig::default();
+        Ok(thaw_sandbox::restore(
             &s,
             root,
             hash,
             StrategyKind::Eager,
-            &SandboxConfig::default(),
-        )
+            &cfg,
+        )?)
     });
     match res {
         Ok(_) => panic!("restore of {} should have failed", snap_dir.display()),
@@ -280,26 +281,57 @@ fn bad_snapshots_are_refused_with_clear_errors() {
     assert_nothing_leaked();
 }
 
+/// A copy of `snap` whose first file mapping points at `path` (with a
+/// consistent checksum, so only the restorer can notice).
+fn with_mapping_path(snap: &Snapshot, d: &std::path::Path, path: &str) -> Snapshot {
+    let s = copy_snapshot(snap, d);
+    let mut state = thaw_sandbox::state::ProcessState::decode(&s.load_state().unwrap()).unwrap();
+    let vma = state.vmas.iter_mut().find(|v| v.path.is_some()).unwrap();
+    vma.path = Some(path.into());
+    let bytes = state.encode();
+    std::fs::write(d.join("state.json"), &bytes).unwrap();
+    let sha = thaw_store::sha256_hex(&bytes);
+    rewrite_manifest(d, |m| {
+        m["state"]["sha256"] = json!(sha);
+        m["state"]["len"] = json!(bytes.len());
+    });
+    Snapshot::open(d).unwrap()
+}
+
 #[test]
 fn restore_failing_half_way_leaves_nothing_behind() {
     let w = worker();
     let t = tier("halfway");
     let (snap, _) = w.deploy("helloworld", &t).unwrap();
-    // point one file mapping at a file the root does not have, with a
-    // consistent checksum: the restorer fails after the sandbox is built
-    let d = t.path.join("bad-path");
-    let s = copy_snapshot(&snap, &d);
-    let mut state = thaw_sandbox::state::ProcessState::decode(&s.load_state().unwrap()).unwrap();
-    let vma = state.vmas.iter_mut().find(|v| v.path.is_some()).unwrap();
-    vma.path = Some("/usr/lib/thaw-no-such-file.so".into());
-    let bytes = state.encode();
-    std::fs::write(d.join("state.json"), &bytes).unwrap();
-    let sha = thaw_store::sha256_hex(&bytes);
-    rewrite_manifest(&d, |m| {
-        m["state"]["sha256"] = json!(sha);
-        m["state"]["len"] = json!(bytes.len());
-    });
-    let e = restore_err(&d, &w.root.path, &w.root.hash);
+    // the restorer fails after the sandbox is built, and says at which step
+    // and with which errno, through the typed error
+    let cases = [
+        // a file the root does not have: open fails
+        ("bad-path", "/usr/lib/thaw-no-such-file.so", 5, libc::ENOENT),
+        // a directory opens but cannot be mapped
+        ("dir-path", "/usr/lib", 6, libc::ENODEV),
+    ];
+    for (name, path, want_step, want_errno) in cases {
+        let s = with_mapping_path(&snap, &t.path.join(name), path);
+        let cfg = SandboxConfig::default();
+        let e = thaw_sandbox::restore(&s, &w.root.path, &w.root.hash, StrategyKind::Eager, &cfg)
+            .map(|_| ())
+            .unwrap_err();
+        let text = format!("{e:#}");
+        match e {
+            RestoreError::Restorer {
+                step,
+                step_name,
+                errno,
+                ..
+            } => {
+                assert_eq!((step, errno), (want_step, want_errno), "{name}: {text}");
+                assert!(text.contains(step_name), "{text}");
+            }
+            other => panic!("{name}: not a restorer failure: {other:#}"),
+        }
+    }
+    let e = restore_err(&t.path.join("bad-path"), &w.root.path, &w.root.hash);
     assert!(e.contains("opening a runtime file"), "{e}");
     assert!(e.contains("No such file or directory"), "the errno: {e}");
     assert_nothing_leaked();
