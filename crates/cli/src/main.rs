@@ -136,12 +136,12 @@ enum Cmd {
         #[command(subcommand)]
         cmd: BenchCmd,
     },
-    /// Open-loop load generator against an invoke API (`thaw load --help`)
-    #[command(disable_help_flag = true)]
-    Load {
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-        args: Vec<String>,
-    },
+    /// Open-loop load generator against an invoke API (docs/LOAD.md)
+    ///
+    /// Requests leave at their scheduled times whether or not earlier ones
+    /// have answered, and latency is measured from the scheduled time, so a
+    /// stalled target shows its stall.
+    Load(Box<thaw_load::cli::Args>),
     /// Run the worker daemon: HTTP API for deploying and invoking functions (docs/API.md)
     Serve(serve::ServeArgs),
     /// Client of a running `thaw serve`: deploy, invoke, list, rm, logs
@@ -340,7 +340,7 @@ fn run(cli: Cli, matches: &clap::ArgMatches) -> Result<()> {
     let home = cli.home.clone().unwrap_or_else(thaw_runtime::default_home);
     if !matches!(
         cli.cmd,
-        Cmd::Sim(_) | Cmd::Load { .. } | Cmd::Runtime { .. } | Cmd::Serve(_) | Cmd::Fn { .. }
+        Cmd::Sim(_) | Cmd::Load(_) | Cmd::Runtime { .. } | Cmd::Serve(_) | Cmd::Fn { .. }
     ) {
         thaw_runtime::check_home(&home, false)?;
     }
@@ -352,7 +352,7 @@ fn run(cli: Cli, matches: &clap::ArgMatches) -> Result<()> {
             thaw_sim::cli::run_cmd(*cmd, m)
         }
         Cmd::Runtime { cmd } => runtime::run(&home, cmd),
-        Cmd::Load { args } => thaw_load::cli_main(&args),
+        Cmd::Load(args) => thaw_load::cli::execute(&args).map(|_| ()),
         Cmd::Serve(args) => serve::serve(cli.home.clone(), args),
         Cmd::Fn { socket, cmd } => serve::client(&home, socket, cmd),
         Cmd::Demo {
