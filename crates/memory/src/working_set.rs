@@ -6,7 +6,7 @@
 //! belongs to, runs of pages, a CRC of `ws.img`). Both are written under
 //! temporary names and renamed; the index goes last, so a crash leaves either
 //! the old pair, or a new image the old index's CRC rejects.
-use crate::layout::{MemoryLayout, PAGE_SIZE};
+use crate::layout::{MemoryLayout, PageSpan, PAGE_SIZE};
 use crate::uffd;
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
@@ -41,14 +41,14 @@ pub struct WsIndex {
     pub ws_crc32: u32,
     /// Pages with saved contents, sorted and coalesced.
     pub runs: Vec<WsRun>,
-    /// Touched pages the snapshot holds no contents for (zero pages), as (addr, len).
-    pub zero_runs: Vec<(u64, u64)>,
+    /// Touched pages the snapshot holds no contents for (zero pages).
+    pub zero_runs: Vec<PageSpan>,
 }
 
 impl WsIndex {
     pub fn pages(&self) -> u64 {
         (self.runs.iter().map(|r| r.len).sum::<u64>()
-            + self.zero_runs.iter().map(|z| z.1).sum::<u64>())
+            + self.zero_runs.iter().map(|z| z.len).sum::<u64>())
             / PAGE_SIZE
     }
 }
@@ -67,7 +67,7 @@ pub fn record(
     pages.dedup();
     let mut data = Vec::with_capacity(pages.len() * PAGE_SIZE as usize);
     let mut runs: Vec<WsRun> = Vec::new();
-    let mut zero_runs: Vec<(u64, u64)> = Vec::new();
+    let mut zero_runs = Vec::new();
     let mut page = vec![0u8; PAGE_SIZE as usize];
     for &a in &pages {
         let Some(region) = layout.region_of(a).filter(|r| r.anonymous) else {
@@ -89,10 +89,7 @@ pub fn record(
                     }),
                 }
             }
-            None => match zero_runs.last_mut() {
-                Some(z) if z.0 + z.1 == a => z.1 += PAGE_SIZE,
-                _ => zero_runs.push((a, PAGE_SIZE)),
-            },
+            None => PageSpan::push_page(&mut zero_runs, a, |_| true),
         }
     }
     let index = WsIndex {
@@ -175,17 +172,14 @@ fn validate(index: &WsIndex, layout: &MemoryLayout) -> Result<()> {
             index.ws_len
         );
     }
-    for &(a, len) in &index.zero_runs {
-        let end = a
-            .checked_add(len)
-            .context("working-set zero run overflows")?;
-        match layout.region_of(a) {
-            Some(reg)
-                if reg.anonymous
-                    && end <= reg.end
-                    && a % PAGE_SIZE == 0
-                    && len % PAGE_SIZE == 0 => {}
-            _ => bail!("working-set zero run at {a:#x} is malformed"),
+    for z in &index.zero_runs {
+        let inside = |end: &u64| {
+            layout
+                .region_of(z.addr)
+                .is_some_and(|reg| reg.anonymous && *end <= reg.end)
+        };
+        if z.checked_end().filter(inside).is_none() {
+            bail!("working-set zero run at {:#x} is malformed", z.addr);
         }
     }
     Ok(())
@@ -239,10 +233,10 @@ impl WorkingSet {
             lo = lo.min(r.addr);
             hi = hi.max(r.addr + r.len);
         }
-        for &(a, len) in &self.index.zero_runs {
-            uffd::zeropage(uffd, a, len, true)?;
-            lo = lo.min(a);
-            hi = hi.max(a + len);
+        for z in &self.index.zero_runs {
+            uffd::zeropage(uffd, z.addr, z.len, true)?;
+            lo = lo.min(z.addr);
+            hi = hi.max(z.addr + z.len);
         }
         if hi > lo {
             uffd::wake(uffd, lo, hi - lo)?;
@@ -353,7 +347,7 @@ mod tests {
                 ws_off: 0
             }]
         );
-        assert_eq!(idx.zero_runs, vec![(0x15000, 0x1000)]);
+        assert_eq!(idx.zero_runs, vec![(0x15000, 0x1000).into()]);
         assert_eq!(idx.pages(), 4);
         let ws = load(&dir, "k1", &layout).unwrap().unwrap();
         assert_eq!(ws.data.as_slice()[4096], 2, "second page's contents");

@@ -7,8 +7,8 @@ use crate::{
 };
 use anyhow::{bail, Result};
 use std::path::PathBuf;
-use thaw_memory::pagemap;
 use thaw_memory::write_set::{self, WriteSet};
+use thaw_memory::{pagemap, PageSpan};
 use thaw_restorer as r;
 
 #[derive(Default)]
@@ -23,7 +23,7 @@ struct Record {
     dir: PathBuf,
     key: String,
     /// (start, end) of every mapping, sorted
-    regions: Vec<(u64, u64)>,
+    regions: Vec<std::ops::Range<u64>>,
 }
 
 impl Strategy for Dax {
@@ -49,7 +49,7 @@ impl Strategy for Dax {
             self.record = Some(Record {
                 dir: t.dir.to_owned(),
                 key: t.key.to_owned(),
-                regions: t.layout.regions.iter().map(|r| (r.start, r.end)).collect(),
+                regions: t.layout.regions.iter().map(|r| r.start..r.end).collect(),
             });
         }
         Ok(())
@@ -66,7 +66,7 @@ impl Strategy for Dax {
                     .prots
                     .get(i)
                     .is_some_and(|p| p & libc::PROT_WRITE as u32 != 0);
-                while let Some(&(a, len)) = wr.next_if(|w| w.0 < region.end) {
+                while let Some(&PageSpan { addr: a, len }) = wr.next_if(|w| w.addr < region.end) {
                     if writable && a >= region.start {
                         runs.push(r::PlanRun {
                             addr: a,
@@ -92,11 +92,11 @@ impl Strategy for Dax {
             let pm = pagemap::open(rt.pid)?;
             let mut pages = Vec::new();
             let mut entries = Vec::new();
-            for &(start, end) in &regions {
-                pagemap::read(&pm, start, end, &mut entries)?;
+            for r in &regions {
+                pagemap::read(&pm, r.start, r.end, &mut entries)?;
                 for (i, e) in entries.iter().enumerate() {
                     if e & pagemap::PRESENT != 0 && e & pagemap::FILE == 0 {
-                        pages.push(start + i as u64 * thaw_memory::PAGE_SIZE);
+                        pages.push(r.start + i as u64 * thaw_memory::PAGE_SIZE);
                     }
                 }
             }

@@ -48,7 +48,11 @@ pub enum RestoreError {
     /// the resumed runtime did not answer its first request
     #[error("the restored runtime did not answer")]
     Resume(#[source] SandboxError),
-    /// anything else: the snapshot, the root, building the sandbox
+    /// the snapshot's files are missing, corrupt, of another version or
+    /// fail their checksums
+    #[error(transparent)]
+    Snapshot(#[from] thaw_store::StoreError),
+    /// anything else: the process state, the root, building the sandbox
     #[error(transparent)]
     Other(#[from] anyhow::Error),
 }

@@ -8,7 +8,7 @@ use std::sync::{Arc, Barrier};
 use std::time::Duration;
 use thaw_sandbox::agent::{Reply, Request};
 use thaw_sandbox::{checkpoint, RestoreError, Sandbox, SandboxConfig};
-use thaw_store::Snapshot;
+use thaw_store::{Snapshot, StoreError};
 use thaw_worker::invoke;
 use thaw_worker::StrategyKind;
 
@@ -207,20 +207,29 @@ fn rewrite_manifest(dir: &std::path::Path, edit: impl FnOnce(&mut Value)) {
     std::fs::write(&p, serde_json::to_vec(&m).unwrap()).unwrap();
 }
 
-fn restore_err(snap_dir: &std::path::Path, root: &std::path::Path, hash: &str) -> String {
-    let res = Snapshot::open(snap_dir).and_then(|s| {
-        let cfg = SandboxConfig::default();
-        Ok(thaw_sandbox::restore(
-            &s,
-            root,
-            hash,
-            StrategyKind::Eager,
-            &cfg,
-        )?)
-    });
+/// The error of a restore (or of opening the snapshot) that must fail.
+fn restore_error(snap_dir: &std::path::Path, root: &std::path::Path, hash: &str) -> RestoreError {
+    let res = Snapshot::open(snap_dir)
+        .map_err(RestoreError::from)
+        .and_then(|s| {
+            let cfg = SandboxConfig::default();
+            thaw_sandbox::restore(&s, root, hash, StrategyKind::Eager, &cfg)
+        });
     match res {
         Ok(_) => panic!("restore of {} should have failed", snap_dir.display()),
-        Err(e) => format!("{e:#}"),
+        Err(e) => e,
+    }
+}
+
+fn restore_err(snap_dir: &std::path::Path, root: &std::path::Path, hash: &str) -> String {
+    format!("{:#}", restore_error(snap_dir, root, hash))
+}
+
+/// The store's verdict on a snapshot a restore refused.
+fn store_error(snap_dir: &std::path::Path, root: &std::path::Path, hash: &str) -> StoreError {
+    match restore_error(snap_dir, root, hash) {
+        RestoreError::Snapshot(e) => e,
+        other => panic!("not the store's error: {other:#}"),
     }
 }
 
@@ -241,7 +250,9 @@ fn bad_snapshots_are_refused_with_clear_errors() {
         .unwrap()
         .set_len(len / 2)
         .unwrap();
-    assert!(restore_err(&d, root, hash).contains("truncated"));
+    let e = store_error(&d, root, hash);
+    assert!(matches!(e, StoreError::Corrupt { .. }), "{e}");
+    assert!(e.to_string().contains("truncated"));
 
     let d = t.path.join("state-corrupt");
     let s = copy_snapshot(&snap, &d);
@@ -250,24 +261,32 @@ fn bad_snapshots_are_refused_with_clear_errors() {
     let mid = data.len() / 2;
     data[mid] ^= 0x01;
     std::fs::write(&st, &data).unwrap();
-    assert!(restore_err(&d, root, hash).contains("checksum"));
+    let e = store_error(&d, root, hash);
+    assert!(matches!(e, StoreError::Integrity { .. }), "{e}");
+    assert!(e.to_string().contains("checksum"));
 
     let d = t.path.join("memory-corrupt");
     let s = copy_snapshot(&snap, &d);
     let mut data = std::fs::read(s.memory_path()).unwrap();
     data[4096 * 3 + 17] ^= 0xff;
     std::fs::write(s.memory_path(), &data).unwrap();
-    assert!(restore_err(&d, root, hash).contains("checksum"));
+    let e = store_error(&d, root, hash);
+    assert!(matches!(e, StoreError::Integrity { .. }), "{e}");
+    assert!(e.to_string().contains("checksum"));
 
     let d = t.path.join("version");
     copy_snapshot(&snap, &d);
     rewrite_manifest(&d, |m| m["version"] = json!(999));
-    assert!(restore_err(&d, root, hash).contains("version 999"));
+    let e = store_error(&d, root, hash);
+    assert!(matches!(e, StoreError::Version { found: 999, .. }), "{e}");
+    assert!(e.to_string().contains("version 999"));
 
     let d = t.path.join("not-json");
     copy_snapshot(&snap, &d);
     std::fs::write(d.join("manifest.json"), b"\x00garbage").unwrap();
-    assert!(restore_err(&d, root, hash).contains("corrupt"));
+    let e = store_error(&d, root, hash);
+    assert!(matches!(e, StoreError::Corrupt { .. }), "{e}");
+    assert!(e.to_string().contains("corrupt"));
 
     // a root that changed (different hash) or vanished
     let e = restore_err(&snap.dir, root, &"0".repeat(64));
