@@ -369,6 +369,7 @@ fn a_stalled_device_fails_the_restore_within_its_io_timeout() {
         let t0 = std::time::Instant::now();
         let res = w
             .restore(&snap, strategy)
+            .map_err(anyhow::Error::from)
             .and_then(|(mut sb, _)| thaw_worker::invoke(&mut sb, "I", thaw_worker::INVOKE_TIMEOUT));
         let took = t0.elapsed();
         h.ok(&["tier", "stall", "sata", "--off"]);
@@ -780,7 +781,7 @@ fn restores_stream_from_the_remote_tier_working_set_first_and_fail_clearly() {
         let mut s = Stream::open(&h.0, store.clone(), &name)?;
         // every page on demand: a fault on the bad chunk kills the sandbox
         let started = w.restore_streamed(&s.snapshot, StrategyKind::Uffd, s.inputs()?);
-        let (mut sb, _) = started.map_err(|e| s.explain(e))?;
+        let (mut sb, _) = started.map_err(|e| s.explain(e.into()))?;
         let r = thaw_worker::invoke(&mut sb, "I", thaw_worker::INVOKE_TIMEOUT);
         r.map_err(|e| s.explain(e))?;
         s.finish()?;
@@ -800,6 +801,7 @@ fn restores_stream_from_the_remote_tier_working_set_first_and_fail_clearly() {
     let t0 = std::time::Instant::now();
     let res = w
         .restore_streamed(&s.snapshot, StrategyKind::Uffd, s.inputs().unwrap())
+        .map_err(anyhow::Error::from)
         .and_then(|(mut sb, _)| thaw_worker::invoke(&mut sb, "I", thaw_worker::INVOKE_TIMEOUT));
     let took = t0.elapsed();
     // SAFETY: as above.

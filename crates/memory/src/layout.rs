@@ -31,7 +31,7 @@ impl PageSpan {
     /// overflow (a span read from a file is checked with this).
     pub fn checked_end(&self) -> Option<u64> {
         let end = self.addr.checked_add(self.len)?;
-        let aligned = self.addr % PAGE_SIZE == 0 && self.len % PAGE_SIZE == 0;
+        let aligned = self.addr.is_multiple_of(PAGE_SIZE) && self.len.is_multiple_of(PAGE_SIZE);
         (aligned && self.len > 0).then_some(end)
     }
 
