@@ -147,7 +147,9 @@ fn corrupt_or_stale_working_sets_and_tier_layouts_fall_back_to_uffd() {
     );
 
     // a working set from another snapshot of the same function is stale
-    let other = w.snapshot("helloworld", &tier("fallback-other")).unwrap();
+    // bound: a test tier removes its directory when dropped
+    let other_tier = tier("fallback-other");
+    let other = w.snapshot("helloworld", &other_tier).unwrap();
     for f in [WS_IMAGE, WS_INDEX] {
         std::fs::copy(snap.dir.join(f), other.dir.join(f)).unwrap();
     }
