@@ -10,6 +10,7 @@ use serde::Serialize;
 use std::io::Write;
 use std::time::Instant;
 use thaw_sandbox::Sandbox;
+use thaw_worker::InputSize;
 use thaw_worker::{invoke, ms, StrategyKind, Worker, INVOKE_TIMEOUT};
 
 #[derive(Debug, Clone)]
@@ -20,7 +21,7 @@ pub struct Options {
     pub start_types: Vec<StartType>,
     pub tier: String,
     /// input sizes; each function is measured at every one
-    pub sizes: Vec<String>,
+    pub sizes: Vec<InputSize>,
     pub runs: usize,
     /// also re-deploy the snapshot before measuring
     pub redeploy: bool,
@@ -143,7 +144,7 @@ pub fn run(
         } else {
             None
         };
-        for size in o.sizes.iter().map(String::as_str) {
+        for &size in &o.sizes {
             // one untimed warm-up per strategy so first-use costs (image verify, memfd) stay out
             for &s in &order {
                 let mut sb = match s {
@@ -210,19 +211,19 @@ fn drop_tier_cache(snap: &thaw_store::Snapshot) -> Result<()> {
     Ok(())
 }
 
-fn all_sizes(w: &Worker, f: &str) -> Vec<String> {
+fn all_sizes(w: &Worker, f: &str) -> Vec<InputSize> {
     w.functions()
         .iter()
         .find(|x| x.name == f)
         .map(|x| x.sizes.clone())
-        .unwrap_or_else(|| vec!["I".into()])
+        .unwrap_or_else(|| vec![InputSize::I])
 }
 
 fn faults(sb: &Sandbox) -> (u64, u64) {
     sb.fault_counters().unwrap_or((0, 0))
 }
 
-fn measure_fresh(w: &Worker, f: &str, size: &str, o: &Options, run: usize) -> Result<Record> {
+fn measure_fresh(w: &Worker, f: &str, size: InputSize, o: &Options, run: usize) -> Result<Record> {
     let t0 = Instant::now();
     let (sb, fresh) = w.start_fresh(f)?;
     let phases = [0.0, fresh.spawn_ms, fresh.load_ms, 0.0];
@@ -235,7 +236,7 @@ fn measure_zygote(
     w: &Worker,
     zygote: &mut thaw_sandbox::Zygote,
     f: &str,
-    size: &str,
+    size: InputSize,
     o: &Options,
     run: usize,
 ) -> Result<Record> {
@@ -256,7 +257,7 @@ fn measure_started(
     phases: [f64; 4],
     start_type: Start,
     f: &str,
-    size: &str,
+    size: InputSize,
     o: &Options,
     run: usize,
 ) -> Result<Record> {
@@ -310,7 +311,7 @@ fn measure_restore(
     w: &Worker,
     snap: &thaw_store::Snapshot,
     f: &str,
-    size: &str,
+    size: InputSize,
     s: StrategyKind,
     o: &Options,
     run: usize,
@@ -338,7 +339,7 @@ fn measure_restore(
 
 /// Warm invocations 2..=`calls` on the instance; the last one's latency
 /// (`first`, the first warm's, when there is no other).
-fn more_warm(sb: &mut Sandbox, size: &str, calls: usize, first: f64) -> Result<f64> {
+fn more_warm(sb: &mut Sandbox, size: InputSize, calls: usize, first: f64) -> Result<f64> {
     let mut last = first;
     for _ in 1..calls {
         last = invoke(sb, size, INVOKE_TIMEOUT)?.latency_ms;
@@ -353,7 +354,7 @@ pub(crate) fn measure_start(
     w: &Worker,
     start: &mut dyn FnMut() -> Result<(Sandbox, thaw_sandbox::RestoreReport)>,
     f: &str,
-    size: &str,
+    size: InputSize,
     s: StrategyKind,
     check: bool,
     run: usize,

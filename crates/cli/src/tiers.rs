@@ -572,7 +572,7 @@ pub fn remote_store(home: &Path, tier: &str) -> Result<std::sync::Arc<RemoteStor
 /// One `thaw invoke`.
 pub struct Invocation<'a> {
     pub function: &'a str,
-    pub size: &'a str,
+    pub size: thaw_worker::InputSize,
     pub strategy: thaw_worker::StrategyKind,
     pub tier: &'a str,
     pub check: bool,

@@ -17,7 +17,7 @@ use thaw_sandbox::{
 pub use thaw_sandbox::{StrategyKind, WsMode};
 use thaw_store::{Snapshot, Tier};
 
-pub use thaw_runtime::FunctionInfo;
+pub use thaw_runtime::{FunctionInfo, InputSize};
 
 pub mod suite;
 
@@ -294,7 +294,7 @@ impl Worker {
     }
 
     /// Checks an output with the function's checker.
-    pub fn check(&self, function: &str, size: &str, output: &Value) -> Result<()> {
+    pub fn check(&self, function: &str, size: InputSize, output: &Value) -> Result<()> {
         self.root.check_output(function, size, output)
     }
 }
@@ -353,14 +353,16 @@ impl Worker {
         function: &str,
         fast: &Tier,
         slow: &Tier,
-        sizes: &[String],
+        sizes: &[InputSize],
         reps: usize,
         params: &CostParams,
     ) -> Result<TierReport> {
         let snap = self.snapshot(function, fast)?;
         let requests: Vec<(String, Request)> = sizes
             .iter()
-            .flat_map(|s| std::iter::repeat_n((s.clone(), Request::invoke_size(s)), reps.max(1)))
+            .flat_map(|s| {
+                std::iter::repeat_n((s.to_string(), Request::invoke_size(s.name())), reps.max(1))
+            })
             .collect();
         let mut profile = thaw_sandbox::profile::profile(
             &snap,
@@ -376,7 +378,7 @@ impl Worker {
             let mut t = Vec::new();
             for _ in 0..3 {
                 let (mut sb, _) = self.restore(&snap, StrategyKind::Mmap)?;
-                t.push(invoke(&mut sb, &c.name, INVOKE_TIMEOUT)?.latency_ms);
+                t.push(invoke(&mut sb, c.name.parse()?, INVOKE_TIMEOUT)?.latency_ms);
             }
             t.sort_by(f64::total_cmp);
             c.base_ms = t[1];
@@ -627,10 +629,10 @@ fn invoke_request(event: &Value, timeout: Duration) -> (Request, Duration) {
 }
 
 /// Invokes an instance on input `size`.
-pub fn invoke(sb: &mut Sandbox, size: &str, timeout: Duration) -> Result<Invocation> {
+pub fn invoke(sb: &mut Sandbox, size: InputSize, timeout: Duration) -> Result<Invocation> {
     let t = Instant::now();
     let (output, exec_ms) = sb
-        .call(&Request::invoke_size(size), timeout)?
+        .call(&Request::invoke_size(size.name()), timeout)?
         .into_invoke()?;
     let latency_ms = ms(t);
     sb.after_first_response();
