@@ -386,22 +386,22 @@ const HINT_GAP: u64 = 32 << 10;
 /// device's whole queue depth; the restorer's reads then find them cached.
 /// A hint only: if the kernel drops it, the restorer reads as before.
 fn request_copies(image: &File, runs: &[r::PlanRun]) {
-    let mut spans: Vec<(u64, u64)> = Vec::new();
+    let mut spans: Vec<std::ops::Range<u64>> = Vec::new();
     let copies = runs
         .iter()
         .filter(|run| run.fill == r::FILL_COPY && run.img_fd == thaw_restore::IMAGE_FD);
     for run in copies {
         match spans.last_mut() {
-            Some((_, end)) if run.img_off >= *end && run.img_off - *end <= HINT_GAP => {
-                *end = run.img_off + run.len;
+            Some(s) if run.img_off >= s.end && run.img_off - s.end <= HINT_GAP => {
+                s.end = run.img_off + run.len;
             }
-            _ => spans.push((run.img_off, run.img_off + run.len)),
+            _ => spans.push(run.img_off..run.img_off + run.len),
         }
     }
-    for (start, end) in spans {
-        let mut off = start;
-        while off < end {
-            let len = HINT_BYTES.min(end - off);
+    for s in spans {
+        let mut off = s.start;
+        while off < s.end {
+            let len = HINT_BYTES.min(s.end - off);
             // SAFETY: a plain advisory syscall on a descriptor we own.
             unsafe {
                 libc::posix_fadvise(
