@@ -17,6 +17,7 @@ use serde::Serialize;
 use std::sync::Barrier;
 use std::time::Instant;
 use thaw_store::{secure, Snapshot, Tier};
+use thaw_worker::InputSize;
 use thaw_worker::{invoke, ms, StrategyKind, Worker, INVOKE_TIMEOUT};
 
 #[derive(Debug, Clone)]
@@ -28,7 +29,7 @@ pub struct Options {
     pub modes: Vec<String>,
     pub levels: Vec<usize>,
     pub reps: usize,
-    pub size: String,
+    pub size: InputSize,
 }
 
 pub const MODES: [&str; 2] = ["same", "different"];
@@ -129,7 +130,7 @@ fn batch(
     w: &Worker,
     snaps: &[Snapshot],
     strategy: StrategyKind,
-    size: &str,
+    size: InputSize,
     n: usize,
 ) -> Result<(Vec<Result<Start>>, f64)> {
     for s in snaps {
@@ -145,12 +146,15 @@ fn batch(
                 scope.spawn(move || {
                     go.wait();
                     let t = Instant::now();
-                    let r = w.restore(snap, strategy).and_then(|(mut sb, _)| {
-                        invoke(&mut sb, size, INVOKE_TIMEOUT)?;
-                        let cold_ms = ms(t);
-                        let added_kb = sb.memory_usage().unwrap_or(0) / 1024;
-                        Ok((sb, Start { cold_ms, added_kb }))
-                    });
+                    let r =
+                        w.restore(snap, strategy)
+                            .map_err(Into::into)
+                            .and_then(|(mut sb, _)| {
+                                invoke(&mut sb, size, INVOKE_TIMEOUT)?;
+                                let cold_ms = ms(t);
+                                let added_kb = sb.memory_usage().unwrap_or(0) / 1024;
+                                Ok((sb, Start { cold_ms, added_kb }))
+                            });
                     // Hold the instance until every start of the batch has answered.
                     done.wait();
                     r.map(|(_sb, s)| s)
@@ -208,8 +212,8 @@ pub fn run(
         // Untimed: first-use costs (image verify, REAP's recording) stay out.
         for &s in &strategies {
             let (mut sb, _) = w.restore(&snap, s)?;
-            let inv = invoke(&mut sb, &o.size, INVOKE_TIMEOUT)?;
-            w.check(&o.function, &o.size, &inv.output)
+            let inv = invoke(&mut sb, o.size, INVOKE_TIMEOUT)?;
+            w.check(&o.function, o.size, &inv.output)
                 .with_context(|| format!("{} restored with {s} gave a wrong output", o.function))?;
         }
         let copies = if o.modes.iter().any(|m| m == "different") {
@@ -243,7 +247,7 @@ pub fn run(
                             &distinct[..n]
                         };
                         let loadavg_1m = loadavg();
-                        let (res, wall_ms) = batch(w, snaps, s, &o.size, n)?;
+                        let (res, wall_ms) = batch(w, snaps, s, o.size, n)?;
                         let mut starts = Vec::new();
                         let mut errors = Vec::new();
                         for r in res {

@@ -31,6 +31,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
 use thaw_tiers::{Kind, TierConfig, TiersConfig};
+use thaw_worker::InputSize;
 use thaw_worker::{StrategyKind, Worker};
 
 /// A readahead setting of the emulated block tiers.
@@ -66,7 +67,7 @@ pub struct Options {
     pub functions: Vec<String>,
     pub tiers: Vec<String>,
     pub strategies: Vec<StrategyKind>,
-    pub sizes: Vec<String>,
+    pub sizes: Vec<InputSize>,
     pub runs: usize,
     pub redeploy: bool,
     /// warm invocations per instance (51: seed 000's 51st warm)
@@ -161,12 +162,12 @@ pub fn check(o: &Options) -> Result<()> {
         bail!("--readahead: name on, off or both");
     }
     if let Some(sc) = &o.scaling {
-        concurrency::check(&scaling_options(sc, &sc.functions[0], &o.sizes[0]))?;
+        concurrency::check(&scaling_options(sc, &sc.functions[0], o.sizes[0]))?;
     }
     Ok(())
 }
 
-fn scaling_options(sc: &Scaling, function: &str, size: &str) -> concurrency::Options {
+fn scaling_options(sc: &Scaling, function: &str, size: InputSize) -> concurrency::Options {
     concurrency::Options {
         function: function.into(),
         strategies: sc.strategies.clone(),
@@ -174,7 +175,7 @@ fn scaling_options(sc: &Scaling, function: &str, size: &str) -> concurrency::Opt
         modes: vec!["different".into()],
         levels: sc.levels.clone(),
         reps: sc.reps,
-        size: size.into(),
+        size,
     }
 }
 
@@ -252,7 +253,7 @@ pub fn run(w: &Worker, o: &Options, sink: &mut dyn FnMut(Line) -> Result<()>) ->
         }
         let Some(sc) = &o.scaling else { continue };
         for f in &sc.functions {
-            let mut co = scaling_options(sc, f, &o.sizes[0]);
+            let mut co = scaling_options(sc, f, o.sizes[0]);
             co.tiers.retain(|t| measured(t));
             if co.tiers.is_empty() {
                 continue;

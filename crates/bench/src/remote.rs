@@ -11,12 +11,13 @@ use std::sync::Arc;
 use thaw_tiers::moves::{self, Place};
 use thaw_tiers::objects::RemoteStore;
 use thaw_tiers::stream::Stream;
+use thaw_worker::InputSize;
 use thaw_worker::{invoke, StrategyKind, Worker, INVOKE_TIMEOUT};
 
 pub struct Options<'a> {
     pub functions: &'a [String],
     pub strategies: &'a [StrategyKind],
-    pub sizes: &'a [String],
+    pub sizes: &'a [InputSize],
     pub tier: &'a str,
     /// the local tier the snapshot is copied from (and its working set
     /// recorded on) when the remote lacks it or holds another version
@@ -51,7 +52,7 @@ pub fn run(
     for f in o.functions {
         let name = w.snapshot_name(f);
         upload(w, &store, o, f, &name)?;
-        for size in o.sizes {
+        for &size in o.sizes {
             if o.run == 0 {
                 // untimed warm-up (first-use costs of the client and the restorer)
                 for &s in &strategies {
@@ -67,7 +68,7 @@ pub fn run(
                 let mut stream = None;
                 let mut start = || {
                     let st = stream.insert(Stream::open(&w.home, store.clone(), &name)?);
-                    w.restore_streamed(&st.snapshot, s, st.inputs()?)
+                    Ok(w.restore_streamed(&st.snapshot, s, st.inputs()?)?)
                 };
                 let rec = measure_start(
                     w,
@@ -108,7 +109,7 @@ fn upload(w: &Worker, store: &RemoteStore, o: &Options, f: &str, name: &str) -> 
     if !snap.dir.join(thaw_memory::working_set::WS_INDEX).exists() {
         thaw_output::errln!("bench: {f}: recording its REAP working set on {}", o.source);
         let (mut sb, _) = w.restore(&snap, StrategyKind::Reap)?;
-        invoke(&mut sb, &o.sizes[0], INVOKE_TIMEOUT)?;
+        invoke(&mut sb, o.sizes[0], INVOKE_TIMEOUT)?;
     }
     let remote = Place::Remote {
         tier: o.tier.to_string(),

@@ -11,6 +11,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 use thaw_sandbox::Sandbox;
+use thaw_worker::InputSize;
 use thaw_worker::{invoke, ms, StrategyKind, Worker, INVOKE_TIMEOUT};
 
 #[derive(Debug, Clone)]
@@ -21,7 +22,7 @@ pub struct Options {
     pub start_types: Vec<StartType>,
     pub tier: String,
     /// input sizes; each function is measured at every one
-    pub sizes: Vec<String>,
+    pub sizes: Vec<InputSize>,
     pub runs: usize,
     /// also re-deploy the snapshot before measuring
     pub redeploy: bool,
@@ -157,7 +158,7 @@ pub fn run(
         } else {
             None
         };
-        for size in o.sizes.iter().map(String::as_str) {
+        for &size in &o.sizes {
             // one untimed warm-up per strategy so first-use costs (image verify, memfd) stay out
             for &s in &order {
                 let mut sb = match s {
@@ -224,19 +225,19 @@ fn drop_tier_cache(snap: &thaw_store::Snapshot) -> Result<()> {
     Ok(())
 }
 
-fn all_sizes(w: &Worker, f: &str) -> Vec<String> {
+fn all_sizes(w: &Worker, f: &str) -> Vec<InputSize> {
     w.functions()
         .iter()
         .find(|x| x.name == f)
         .map(|x| x.sizes.clone())
-        .unwrap_or_else(|| vec!["I".into()])
+        .unwrap_or_else(|| vec![InputSize::I])
 }
 
 fn faults(sb: &Sandbox) -> (u64, u64) {
     sb.fault_counters().unwrap_or((0, 0))
 }
 
-fn measure_fresh(w: &Worker, f: &str, size: &str, o: &Options, run: usize) -> Result<Record> {
+fn measure_fresh(w: &Worker, f: &str, size: InputSize, o: &Options, run: usize) -> Result<Record> {
     let t0 = Instant::now();
     let (sb, fresh) = w.start_fresh(f)?;
     let phases = [0.0, fresh.spawn_ms, fresh.load_ms, 0.0];
@@ -249,7 +250,7 @@ fn measure_zygote(
     w: &Worker,
     zygote: &mut thaw_sandbox::Zygote,
     f: &str,
-    size: &str,
+    size: InputSize,
     o: &Options,
     run: usize,
 ) -> Result<Record> {
@@ -270,7 +271,7 @@ fn measure_started(
     phases: [f64; 4],
     start_type: Start,
     f: &str,
-    size: &str,
+    size: InputSize,
     o: &Options,
     run: usize,
 ) -> Result<Record> {
@@ -330,7 +331,7 @@ fn measure_restore(
     w: &Worker,
     snap: &thaw_store::Snapshot,
     f: &str,
-    size: &str,
+    size: InputSize,
     s: StrategyKind,
     o: &Options,
     run: usize,
@@ -344,7 +345,7 @@ fn measure_restore(
     }
     measure_start(
         w,
-        &mut || w.restore(snap, s),
+        &mut || Ok(w.restore(snap, s)?),
         f,
         size,
         s,
@@ -382,7 +383,7 @@ fn read_counters(stat: &Path) -> Option<(u64, u64)> {
 
 /// Warm invocations 2..=`calls` on the instance; the last one's latency
 /// (`first`, the first warm's, when there is no other).
-fn more_warm(sb: &mut Sandbox, size: &str, calls: usize, first: f64) -> Result<f64> {
+fn more_warm(sb: &mut Sandbox, size: InputSize, calls: usize, first: f64) -> Result<f64> {
     let mut last = first;
     for _ in 1..calls {
         last = invoke(sb, size, INVOKE_TIMEOUT)?.latency_ms;
@@ -397,7 +398,7 @@ pub(crate) fn measure_start(
     w: &Worker,
     start: &mut dyn FnMut() -> Result<(Sandbox, thaw_sandbox::RestoreReport)>,
     f: &str,
-    size: &str,
+    size: InputSize,
     s: StrategyKind,
     check: bool,
     run: usize,

@@ -13,7 +13,7 @@ fn options() -> Options {
         modes: vec!["same".into(), "different".into()],
         levels: vec![1, 3],
         reps: 1,
-        size: "I".into(),
+        size: thaw_worker::InputSize::I,
     }
 }
 

@@ -55,7 +55,7 @@ pub fn run(w: &thaw_worker::Worker, a: Args) -> Result<()> {
         modes: crate::split(&a.modes),
         levels,
         reps: a.reps,
-        size: a.size.to_string(),
+        size: a.size,
     };
     thaw_bench::concurrency::check(&o)?;
     let mut out = match &a.json {

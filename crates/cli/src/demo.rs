@@ -2,9 +2,9 @@
 //! function, restores it with every strategy, checks the outputs and prints a
 //! results table next to a fresh start.
 use anyhow::{Context, Result};
-use thaw_worker::{invoke, ms, StrategyKind, Worker, INVOKE_TIMEOUT};
+use thaw_worker::{invoke, ms, InputSize, StrategyKind, Worker, INVOKE_TIMEOUT};
 
-pub fn run(w: &Worker, functions: Option<Vec<String>>, tier: &str, size: &str) -> Result<()> {
+pub fn run(w: &Worker, functions: Option<Vec<String>>, tier: &str, size: InputSize) -> Result<()> {
     let tier = w.tier(tier)?;
     let names: Vec<String> = match functions {
         Some(f) => f,
@@ -41,14 +41,7 @@ pub fn run(w: &Worker, functions: Option<Vec<String>>, tier: &str, size: &str) -
         );
         // untimed preparation: REAP records its working set, dax its write
         // set, tiered profiles and splits the snapshot (slow tier: the disk)
-        w.make_tiered(
-            f,
-            &tier,
-            &w.tier("disk")?,
-            &[size.to_string()],
-            2,
-            &Default::default(),
-        )?;
+        w.make_tiered(f, &tier, &w.tier("disk")?, &[size], 2, &Default::default())?;
         for s in [StrategyKind::Reap, StrategyKind::Dax, StrategyKind::Tiered] {
             let (mut sb, _) = w.restore(&snap, s)?;
             invoke(&mut sb, size, INVOKE_TIMEOUT)?;

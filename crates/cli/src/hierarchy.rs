@@ -72,7 +72,7 @@ pub fn run(w: &thaw_worker::Worker, mut a: Args) -> Result<()> {
         functions: crate::split(&a.functions),
         tiers: crate::split(&a.tiers),
         strategies: a.strategies.clone(),
-        sizes: a.run.sizes.iter().map(|s| s.to_string()).collect(),
+        sizes: a.run.sizes.clone(),
         runs: a.run.runs,
         redeploy: a.run.redeploy,
         warm_calls: a.warm_calls,

@@ -136,12 +136,12 @@ enum Cmd {
         #[command(subcommand)]
         cmd: BenchCmd,
     },
-    /// Open-loop load generator against an invoke API (`thaw load --help`)
-    #[command(disable_help_flag = true)]
-    Load {
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-        args: Vec<String>,
-    },
+    /// Open-loop load generator against an invoke API (docs/LOAD.md)
+    ///
+    /// Requests leave at their scheduled times whether or not earlier ones
+    /// have answered, and latency is measured from the scheduled time, so a
+    /// stalled target shows its stall.
+    Load(Box<thaw_load::cli::Args>),
     /// Run the worker daemon: HTTP API for deploying and invoking functions (docs/API.md)
     Serve(serve::ServeArgs),
     /// Client of a running `thaw serve`: deploy, invoke, list, rm, logs
@@ -340,7 +340,7 @@ fn run(cli: Cli, matches: &clap::ArgMatches) -> Result<()> {
     let home = cli.home.clone().unwrap_or_else(thaw_runtime::default_home);
     if !matches!(
         cli.cmd,
-        Cmd::Sim(_) | Cmd::Load { .. } | Cmd::Runtime { .. } | Cmd::Serve(_) | Cmd::Fn { .. }
+        Cmd::Sim(_) | Cmd::Load(_) | Cmd::Runtime { .. } | Cmd::Serve(_) | Cmd::Fn { .. }
     ) {
         thaw_runtime::check_home(&home, false)?;
     }
@@ -352,7 +352,7 @@ fn run(cli: Cli, matches: &clap::ArgMatches) -> Result<()> {
             thaw_sim::cli::run_cmd(*cmd, m)
         }
         Cmd::Runtime { cmd } => runtime::run(&home, cmd),
-        Cmd::Load { args } => thaw_load::cli_main(&args),
+        Cmd::Load(args) => thaw_load::cli::execute(&args).map(|_| ()),
         Cmd::Serve(args) => serve::serve(cli.home.clone(), args),
         Cmd::Fn { socket, cmd } => serve::client(&home, socket, cmd),
         Cmd::Demo {
@@ -363,7 +363,7 @@ fn run(cli: Cli, matches: &clap::ArgMatches) -> Result<()> {
             &worker(&home)?,
             functions.as_deref().map(split),
             &tier,
-            size.name(),
+            size,
         ),
         Cmd::Deploy { function, tier } => {
             let w = worker(&home)?;
@@ -384,7 +384,7 @@ fn run(cli: Cli, matches: &clap::ArgMatches) -> Result<()> {
                 if tiers::is_remote(&home, &tier)? {
                     let inv = tiers::Invocation {
                         function: &function,
-                        size: size.name(),
+                        size,
                         strategy: s,
                         tier: &tier,
                         check,
@@ -405,10 +405,10 @@ fn run(cli: Cli, matches: &clap::ArgMatches) -> Result<()> {
                     w.restore(&snap, s)?.0
                 }
             };
-            let inv = thaw_worker::invoke(&mut sb, size.name(), thaw_worker::INVOKE_TIMEOUT)?;
+            let inv = thaw_worker::invoke(&mut sb, size, thaw_worker::INVOKE_TIMEOUT)?;
             let cold = thaw_worker::ms(t0);
             if check {
-                w.check(&function, size.name(), &inv.output)?;
+                w.check(&function, size, &inv.output)?;
             }
             thaw_output::outln!(
                 "{}",
@@ -471,13 +471,16 @@ fn run(cli: Cli, matches: &clap::ArgMatches) -> Result<()> {
                 );
             }
             let sizes = match sizes {
-                Some(s) => split(&s),
+                Some(s) => split(&s)
+                    .iter()
+                    .map(|z| z.parse())
+                    .collect::<Result<Vec<InputSize>>>()?,
                 None => w
                     .functions()
                     .iter()
                     .find(|f| f.name == function)
                     .map(|f| f.sizes.clone())
-                    .unwrap_or_else(|| vec!["I".into()]),
+                    .unwrap_or_else(|| vec![InputSize::I]),
             };
             let params = thaw_memory::tiering::CostParams {
                 price_ratio,
@@ -569,7 +572,7 @@ fn run(cli: Cli, matches: &clap::ArgMatches) -> Result<()> {
                 strategies,
                 start_types,
                 tier: tier.clone(),
-                sizes: run.sizes.iter().map(|s| s.to_string()).collect(),
+                sizes: run.sizes.clone(),
                 runs: run.runs,
                 redeploy: run.redeploy,
                 check_all,

@@ -48,8 +48,16 @@ fn profile(
     for _ in 0..2 {
         snap.drop_page_cache()?;
         let (mut sb, rep) = w.restore(&snap, thaw_worker::StrategyKind::Reap)?;
-        thaw_worker::invoke(&mut sb, "I", thaw_worker::INVOKE_TIMEOUT)?;
-        let warm = thaw_worker::invoke(&mut sb, "I", thaw_worker::INVOKE_TIMEOUT)?;
+        thaw_worker::invoke(
+            &mut sb,
+            thaw_worker::InputSize::I,
+            thaw_worker::INVOKE_TIMEOUT,
+        )?;
+        let warm = thaw_worker::invoke(
+            &mut sb,
+            thaw_worker::InputSize::I,
+            thaw_worker::INVOKE_TIMEOUT,
+        )?;
         last = Some((rep, warm));
     }
     let (rep, warm) = last.expect("two restores ran");

@@ -30,7 +30,11 @@ pub enum RuntimeCmd {
         json: bool,
     },
     /// Check a function's output (JSON on stdin) for an input size
-    Check { function: String, size: String },
+    Check {
+        function: String,
+        #[arg(value_enum)]
+        size: thaw_runtime::InputSize,
+    },
     /// Print the current root's hash, path and manifest
     Info,
     /// Measure fresh start, RSS after init and warm latency of every function in a sandbox (JSON)
@@ -85,7 +89,16 @@ pub fn run(home: &Path, cmd: RuntimeCmd) -> Result<()> {
                 thaw_output::outln!("{}", serde_json::to_string_pretty(&fs)?);
             } else {
                 for f in fs {
-                    thaw_output::outln!("{:<14} {:<16} {}", f.name, f.sizes.join(","), f.mirrors);
+                    thaw_output::outln!(
+                        "{:<14} {:<16} {}",
+                        f.name,
+                        f.sizes
+                            .iter()
+                            .map(|z| z.name())
+                            .collect::<Vec<_>>()
+                            .join(","),
+                        f.mirrors
+                    );
                 }
             }
         }
@@ -101,7 +114,7 @@ pub fn run(home: &Path, cmd: RuntimeCmd) -> Result<()> {
             } else {
                 v
             };
-            info.check_output(&function, &size, &out)?;
+            info.check_output(&function, size, &out)?;
             thaw_output::outln!("ok");
         }
         RuntimeCmd::Info => {

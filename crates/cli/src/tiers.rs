@@ -572,7 +572,7 @@ pub fn remote_store(home: &Path, tier: &str) -> Result<std::sync::Arc<RemoteStor
 /// One `thaw invoke`.
 pub struct Invocation<'a> {
     pub function: &'a str,
-    pub size: &'a str,
+    pub size: thaw_worker::InputSize,
     pub strategy: thaw_worker::StrategyKind,
     pub tier: &'a str,
     pub check: bool,
@@ -604,7 +604,7 @@ pub fn invoke_streamed(home: &Path, w: &thaw_worker::Worker, inv: &Invocation) -
         let stream = thaw_tiers::stream::Stream::open(home, store, &name)?;
         let t1 = std::time::Instant::now();
         let started = w.restore_streamed(&stream.snapshot, strategy, stream.inputs()?);
-        let (mut sb, rep) = started.map_err(|e| stream.explain(e))?;
+        let (mut sb, rep) = started.map_err(|e| stream.explain(e.into()))?;
         let restore_ms = ms(t1);
         let inv = thaw_worker::invoke(&mut sb, size, thaw_worker::INVOKE_TIMEOUT)
             .map_err(|e| stream.explain(e))?;

@@ -1,4 +1,4 @@
-//! `thaw runtime` and `thaw sim` as subcommands of the one binary: the global
+//! `thaw runtime`, `thaw sim` and `thaw load` as subcommands of the one binary: the global
 //! `--home` reaches `runtime`, help and bad arguments go through one parser,
 //! and `sim` still tells flags given from defaults (calibration precedence).
 use std::path::{Path, PathBuf};
@@ -184,4 +184,51 @@ fn sim_runs_sweeps_and_keeps_flags_over_calibration() {
     let out = thaw(&["sim", "--quiet", "sweep"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(thaw(&["sim", "sweep", "--help"]).status.success());
+}
+
+#[test]
+fn load_is_a_subcommand_of_the_one_parser() {
+    let out = thaw(&["load", "--help"]);
+    assert!(out.status.success());
+    let help = text(&out.stdout);
+    for flag in ["--target", "--rps", "--trace", "--records", "--home"] {
+        assert!(help.contains(flag), "help lacks {flag}: {help}");
+    }
+    // clap's usage error (2) for a bad flag; a bad value is the command's own (1)
+    let out = thaw(&["load", "--target", "unix:/x", "--bogus"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("Usage"), "{}", text(&out.stderr));
+    let out = thaw(&[
+        "load",
+        "--target",
+        "https://example.org",
+        "--functions",
+        "f",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("--target"),
+        "{}",
+        text(&out.stderr)
+    );
+    // the global --home is accepted on either side (load keeps no state)
+    let d = tmp("load");
+    for args in [
+        &["--home", s(&d), "load", "--target", "http://127.0.0.1:1"][..],
+        &["load", "--target", "http://127.0.0.1:1", "--home", s(&d)],
+    ] {
+        let tail = [
+            "--functions",
+            "f",
+            "--rps",
+            "1",
+            "--requests",
+            "1",
+            "--quiet",
+        ];
+        let out = thaw(&[args, &tail[..]].concat());
+        let e = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {e}");
+        assert!(e.contains("cannot reach"), "{args:?}: {e}");
+    }
 }

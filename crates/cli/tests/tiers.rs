@@ -7,6 +7,7 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use thaw_tiers::{device, remote::RemoteNet, TiersConfig};
+use thaw_worker::InputSize;
 use thaw_worker::StrategyKind;
 
 const THAW: &str = env!("CARGO_BIN_EXE_thaw");
@@ -326,8 +327,8 @@ fn restores_from_the_emulated_sata_tier_through_the_restore_path() {
         snap.drop_page_cache().unwrap();
         let before = device_read_bytes(devno);
         let (mut sb, rep) = w.restore(&snap, strategy).unwrap();
-        let inv = thaw_worker::invoke(&mut sb, "I", thaw_worker::INVOKE_TIMEOUT).unwrap();
-        w.check("helloworld", "I", &inv.output).unwrap();
+        let inv = thaw_worker::invoke(&mut sb, InputSize::I, thaw_worker::INVOKE_TIMEOUT).unwrap();
+        w.check("helloworld", InputSize::I, &inv.output).unwrap();
         let read = device_read_bytes(devno) - before;
         // the page cache was dropped: the restore read the image from the device
         assert!(
@@ -369,7 +370,10 @@ fn a_stalled_device_fails_the_restore_within_its_io_timeout() {
         let t0 = std::time::Instant::now();
         let res = w
             .restore(&snap, strategy)
-            .and_then(|(mut sb, _)| thaw_worker::invoke(&mut sb, "I", thaw_worker::INVOKE_TIMEOUT));
+            .map_err(anyhow::Error::from)
+            .and_then(|(mut sb, _)| {
+                thaw_worker::invoke(&mut sb, InputSize::I, thaw_worker::INVOKE_TIMEOUT)
+            });
         let took = t0.elapsed();
         h.ok(&["tier", "stall", "sata", "--off"]);
         let err = format!(
@@ -386,8 +390,8 @@ fn a_stalled_device_fails_the_restore_within_its_io_timeout() {
     // the stall is over: the same snapshot restores
     snap.drop_page_cache().unwrap();
     let (mut sb, _) = w.restore(&snap, StrategyKind::Reap).unwrap();
-    let inv = thaw_worker::invoke(&mut sb, "I", thaw_worker::INVOKE_TIMEOUT).unwrap();
-    w.check("helloworld", "I", &inv.output).unwrap();
+    let inv = thaw_worker::invoke(&mut sb, InputSize::I, thaw_worker::INVOKE_TIMEOUT).unwrap();
+    w.check("helloworld", InputSize::I, &inv.output).unwrap();
     drop(sb);
     drop(snap);
     h.ok(&["tier", "teardown", "--force"]);
@@ -415,8 +419,8 @@ fn restores_from(h: &Home, w: &thaw_worker::Worker, tier: &str) {
         .expect("a published snapshot");
     snap.drop_page_cache().unwrap();
     let (mut sb, _) = w.restore(&snap, StrategyKind::Mmap).unwrap();
-    let inv = thaw_worker::invoke(&mut sb, "I", thaw_worker::INVOKE_TIMEOUT).unwrap();
-    w.check("helloworld", "I", &inv.output).unwrap();
+    let inv = thaw_worker::invoke(&mut sb, InputSize::I, thaw_worker::INVOKE_TIMEOUT).unwrap();
+    w.check("helloworld", InputSize::I, &inv.output).unwrap();
 }
 
 #[test]
@@ -711,7 +715,7 @@ fn restores_stream_from_the_remote_tier_working_set_first_and_fail_clearly() {
     {
         // the first REAP restore records the working set that travels first
         let (mut sb, _) = w.restore(&snap, StrategyKind::Reap).unwrap();
-        thaw_worker::invoke(&mut sb, "I", thaw_worker::INVOKE_TIMEOUT).unwrap();
+        thaw_worker::invoke(&mut sb, InputSize::I, thaw_worker::INVOKE_TIMEOUT).unwrap();
     }
     assert!(snap.dir.join("ws.json").exists(), "no working set recorded");
     drop(snap);
@@ -780,8 +784,8 @@ fn restores_stream_from_the_remote_tier_working_set_first_and_fail_clearly() {
         let mut s = Stream::open(&h.0, store.clone(), &name)?;
         // every page on demand: a fault on the bad chunk kills the sandbox
         let started = w.restore_streamed(&s.snapshot, StrategyKind::Uffd, s.inputs()?);
-        let (mut sb, _) = started.map_err(|e| s.explain(e))?;
-        let r = thaw_worker::invoke(&mut sb, "I", thaw_worker::INVOKE_TIMEOUT);
+        let (mut sb, _) = started.map_err(|e| s.explain(e.into()))?;
+        let r = thaw_worker::invoke(&mut sb, InputSize::I, thaw_worker::INVOKE_TIMEOUT);
         r.map_err(|e| s.explain(e))?;
         s.finish()?;
         Ok(())
@@ -800,7 +804,10 @@ fn restores_stream_from_the_remote_tier_working_set_first_and_fail_clearly() {
     let t0 = std::time::Instant::now();
     let res = w
         .restore_streamed(&s.snapshot, StrategyKind::Uffd, s.inputs().unwrap())
-        .and_then(|(mut sb, _)| thaw_worker::invoke(&mut sb, "I", thaw_worker::INVOKE_TIMEOUT));
+        .map_err(anyhow::Error::from)
+        .and_then(|(mut sb, _)| {
+            thaw_worker::invoke(&mut sb, InputSize::I, thaw_worker::INVOKE_TIMEOUT)
+        });
     let took = t0.elapsed();
     // SAFETY: as above.
     unsafe { libc::kill(pid, libc::SIGCONT) };

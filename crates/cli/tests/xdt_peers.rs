@@ -7,7 +7,9 @@
 //! non-peer address or with the wrong key, and a producer's worker killed
 //! mid-transfer (the consumer's `get` fails within the stall deadline, and
 //! B holds no pulled memfd afterwards). Needs root (network namespaces).
+mod common;
 use base64::Engine as _;
+use common::{deploy, error, invoke, post, Module};
 use serde_json::{json, Value};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -15,42 +17,12 @@ use thaw_server::client::Client;
 use thaw_server::pair::{Pair, PairOptions};
 
 const THAW: &str = env!("CARGO_BIN_EXE_thaw");
-const FNS: &str = include_str!("xdt_peers_fns/peerfns.py");
+const FNS: Module = Module {
+    file: "peerfns.py",
+    source: include_str!("xdt_peers_fns/peerfns.py"),
+};
 /// The test's stall deadline for pulls (the daemons' `stall_ms`).
 const STALL_MS: u64 = 2_000;
-
-fn post(c: &mut Client, path: &str, v: &Value) -> (u16, Value) {
-    let r = c
-        .request("POST", path, Some(&serde_json::to_vec(v).unwrap()))
-        .expect("request");
-    (
-        r.status,
-        serde_json::from_slice(&r.body).unwrap_or(Value::Null),
-    )
-}
-
-fn deploy(c: &mut Client, name: &str, handler: &str, owner: &str, memory_mb: u64) {
-    let (status, body) = post(
-        c,
-        "/v1/functions",
-        &json!({
-            "name": name,
-            "handler": format!("peerfns.{handler}"),
-            "owner": owner,
-            "code": {"format": "file", "filename": "peerfns.py",
-                     "data_base64": base64::engine::general_purpose::STANDARD.encode(FNS)},
-            "memory_mb": memory_mb,
-            "timeout_ms": 60_000,
-        }),
-    );
-    assert_eq!(status, 201, "deploy {name}: {body}");
-}
-
-fn invoke(c: &mut Client, name: &str, ev: &Value) -> Value {
-    let (status, body) = post(c, &format!("/v1/functions/{name}/invoke"), ev);
-    assert_eq!(status, 200, "{name} {ev}: {body}");
-    body
-}
 
 /// A reference to a fresh object of `size` bytes on worker A.
 fn produce(a: &mut Client, size: u64, retrievals: u32, ttl_s: Option<u64>) -> String {
@@ -62,16 +34,9 @@ fn produce(a: &mut Client, size: u64, retrievals: u32, ttl_s: Option<u64>) -> St
     out["ref"].as_str().expect("a reference").to_string()
 }
 
-/// The error kind (and message) a consumer's `get` raised.
-fn error(b: &mut Client, name: &str, r: &str) -> (String, String) {
-    let out = invoke(b, name, &json!({"ref": r}));
-    let kind = out["kind"]
-        .as_str()
-        .unwrap_or_else(|| panic!("{name}: no error: {out}"));
-    (
-        kind.to_string(),
-        out["message"].as_str().unwrap_or("").into(),
-    )
+/// The error kind (and message) a consumer's `get` of `r` raised.
+fn get_error(b: &mut Client, name: &str, r: &str) -> (String, String) {
+    error(b, name, &json!({"ref": r}))
 }
 
 fn assert_whole(out: &Value, size: u64) {
@@ -145,12 +110,12 @@ fn a_consumer_on_another_worker_pulls_objects_and_bad_input_fails_clearly() {
     .expect("two workers in network namespaces (root, ip, veth)");
     let net = pair.net.clone();
     let (mut a, mut b) = (pair.workers[0].client(), pair.workers[1].client());
-    deploy(&mut a, "produce", "produce", "default", 512);
-    deploy(&mut b, "consume", "consume", "default", 512);
-    deploy(&mut b, "mallory", "consume", "mallory", 256);
-    deploy(&mut b, "small", "consume", "default", 64);
-    deploy(&mut b, "produce", "produce", "default", 256);
-    deploy(&mut a, "call", "call", "default", 128);
+    deploy(&mut a, &FNS, "produce", "produce", "default", 512);
+    deploy(&mut b, &FNS, "consume", "consume", "default", 512);
+    deploy(&mut b, &FNS, "mallory", "consume", "mallory", 256);
+    deploy(&mut b, &FNS, "small", "consume", "default", 64);
+    deploy(&mut b, &FNS, "produce", "produce", "default", 256);
+    deploy(&mut a, &FNS, "call", "call", "default", 128);
 
     // thaw.invoke reaches only the caller's worker: a function deployed
     // on the other one is not found, and the error says why
@@ -174,7 +139,7 @@ fn a_consumer_on_another_worker_pulls_objects_and_bad_input_fails_clearly() {
         assert_eq!(st, 200, "{out}");
         assert_whole(&out, size);
         // past N: the producer's worker says so
-        let (kind, msg) = error(&mut b, "consume", &r);
+        let (kind, msg) = get_error(&mut b, "consume", &r);
         assert_eq!(kind, "exhausted", "{msg}");
     }
 
@@ -184,17 +149,17 @@ fn a_consumer_on_another_worker_pulls_objects_and_bad_input_fails_clearly() {
     let i = forged.len() - 3;
     forged[i] = if forged[i] == b'A' { b'B' } else { b'A' };
     let forged = String::from_utf8(forged).unwrap();
-    let (kind, msg) = error(&mut b, "consume", &forged);
+    let (kind, msg) = get_error(&mut b, "consume", &forged);
     assert_eq!(kind, "bad_reference", "{msg}");
     for cut in [5, r.len() / 2] {
-        let (kind, msg) = error(&mut b, "consume", &r[..r.len() - cut]);
+        let (kind, msg) = get_error(&mut b, "consume", &r[..r.len() - cut]);
         assert_eq!(kind, "bad_reference", "cut {cut}: {msg}");
     }
     // another owner's consumer, and one that cannot take the object
-    let (kind, msg) = error(&mut b, "mallory", &r);
+    let (kind, msg) = get_error(&mut b, "mallory", &r);
     assert_eq!(kind, "forbidden", "{msg}");
     let big = produce(&mut a, 65 << 20, 1, None);
-    let (kind, msg) = error(&mut b, "small", &big);
+    let (kind, msg) = get_error(&mut b, "small", &big);
     assert_eq!(kind, "too_large", "{msg}");
     // none of those used up a retrieval
     assert_whole(&invoke(&mut b, "consume", &json!({"ref": r})), 4096);
@@ -202,7 +167,7 @@ fn a_consumer_on_another_worker_pulls_objects_and_bad_input_fails_clearly() {
     // expired
     let r = produce(&mut a, 100, 1, Some(1));
     std::thread::sleep(Duration::from_millis(1_200));
-    let (kind, msg) = error(&mut b, "consume", &r);
+    let (kind, msg) = get_error(&mut b, "consume", &r);
     assert_eq!(kind, "expired", "{msg}");
 
     // a reference of a worker that is not among B's peers
@@ -217,7 +182,7 @@ fn a_consumer_on_another_worker_pulls_objects_and_bad_input_fails_clearly() {
             thaw_xdt::table::now_ms(),
         )
         .unwrap();
-    let (kind, msg) = error(&mut b, "consume", &r);
+    let (kind, msg) = get_error(&mut b, "consume", &r);
     assert_eq!(kind, "other_worker", "{msg}");
 
     // A answers only configured peers with the shared key: from A's own
@@ -261,7 +226,7 @@ fn a_consumer_on_another_worker_pulls_objects_and_bad_input_fails_clearly() {
     let consumer = std::thread::spawn(move || {
         let mut b = Client::new(thaw_server::client::Target::Unix(sock));
         let t0 = Instant::now();
-        let e = error(&mut b, "consume", &r);
+        let e = get_error(&mut b, "consume", &r);
         (e, t0.elapsed())
     });
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -300,7 +265,7 @@ fn a_consumer_on_another_worker_pulls_objects_and_bad_input_fails_clearly() {
     );
     // and a reference of the dead worker now fails at once, clearly
     let t0 = Instant::now();
-    let (kind, msg) = error(&mut b, "consume", &produce_dead_ref(&r));
+    let (kind, msg) = get_error(&mut b, "consume", &produce_dead_ref(&r));
     assert!(
         ["other_worker", "bad_reference"].contains(&kind.as_str()),
         "{kind}: {msg}"

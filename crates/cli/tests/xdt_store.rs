@@ -5,14 +5,17 @@
 //! is not there give clear errors in the function while the daemon keeps
 //! serving; `thaw bench xdt` runs all three methods and leaves no store
 //! behind. Needs root (network namespaces) and MinIO (scripts/setup.sh).
-use base64::Engine as _;
+mod common;
 use serde_json::{json, Value};
 use std::path::Path;
 use std::process::Command;
 use thaw_server::client::{Client, Target};
 
 const THAW: &str = env!("CARGO_BIN_EXE_thaw");
-const FNS: &str = include_str!("xdt_store_fns/storefns.py");
+const FNS: common::Module = common::Module {
+    file: "storefns.py",
+    source: include_str!("xdt_store_fns/storefns.py"),
+};
 
 /// One MinIO at a time on this 2-core machine (see tests/tiers.rs).
 static ONE_OBJECT_STORE: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -56,12 +59,8 @@ fn netns_of(home: &Path) -> std::path::PathBuf {
 struct D(std::path::PathBuf);
 
 impl D {
-    fn post(&self, path: &str, v: &Value) -> (u16, Value) {
-        let r = Client::new(Target::Unix(self.0.clone()))
-            .request("POST", path, Some(&serde_json::to_vec(v).unwrap()))
-            .expect("request");
-        let body = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
-        (r.status, body)
+    fn client(&self) -> Client {
+        Client::new(Target::Unix(self.0.clone()))
     }
 
     fn deploy(&self, name: &str, handler: &str, owner: &str) {
@@ -69,36 +68,16 @@ impl D {
     }
 
     fn deploy_mb(&self, name: &str, handler: &str, owner: &str, memory_mb: u64) {
-        let (status, body) = self.post(
-            "/v1/functions",
-            &json!({
-                "name": name,
-                "handler": format!("storefns.{handler}"),
-                "owner": owner,
-                "code": {"format": "file", "filename": "storefns.py",
-                         "data_base64": base64::engine::general_purpose::STANDARD.encode(FNS)},
-                "memory_mb": memory_mb,
-            }),
-        );
-        assert_eq!(status, 201, "deploy {name}: {body}");
+        common::deploy(&mut self.client(), &FNS, name, handler, owner, memory_mb)
     }
 
     fn invoke(&self, name: &str, ev: Value) -> Value {
-        let (status, body) = self.post(&format!("/v1/functions/{name}/invoke"), &ev);
-        assert_eq!(status, 200, "{name} {ev}: {body}");
-        body
+        common::invoke(&mut self.client(), name, &ev)
     }
 
     /// The error kind a store call raised in `attempt`, and its message.
     fn error(&self, name: &str, ev: Value) -> (String, String) {
-        let out = self.invoke(name, ev.clone());
-        let kind = out["kind"]
-            .as_str()
-            .unwrap_or_else(|| panic!("{ev}: no error: {out}"));
-        (
-            kind.to_string(),
-            out["message"].as_str().unwrap_or("").to_string(),
-        )
+        common::error(&mut self.client(), name, &ev)
     }
 }
 

@@ -352,12 +352,3 @@ pub fn execute(a: &Args) -> Result<Summary> {
     }
     Ok(summary)
 }
-
-/// Parses `args` (after `load`) and runs; help and version print and succeed.
-pub fn main(args: &[String]) -> Result<()> {
-    let argv = std::iter::once("thaw load".to_string()).chain(args.iter().cloned());
-    match thaw_sim::cli::help_or(Args::try_parse_from(argv))? {
-        Some(a) => execute(&a).map(|_| ()),
-        None => Ok(()),
-    }
-}

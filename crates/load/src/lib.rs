@@ -13,8 +13,3 @@ pub mod plot;
 pub mod record;
 pub mod run;
 pub mod schedule;
-
-/// Entry point for `thaw load ARGS...` (ARGS exclude "load").
-pub fn cli_main(args: &[String]) -> anyhow::Result<()> {
-    cli::main(args)
-}

@@ -4,6 +4,50 @@ use serde::{Deserialize, Serialize};
 
 pub const PAGE_SIZE: u64 = 4096;
 
+/// `len` bytes of pages from `addr` (where the code also handles mappings as
+/// `start..end` ranges, this keeps the two apart). Stored as the pair
+/// `[addr, len]`, as the working-set and write-set files always had it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "(u64, u64)", into = "(u64, u64)")]
+pub struct PageSpan {
+    pub addr: u64,
+    pub len: u64,
+}
+
+impl From<(u64, u64)> for PageSpan {
+    fn from((addr, len): (u64, u64)) -> Self {
+        PageSpan { addr, len }
+    }
+}
+
+impl From<PageSpan> for (u64, u64) {
+    fn from(s: PageSpan) -> Self {
+        (s.addr, s.len)
+    }
+}
+
+impl PageSpan {
+    /// The end address, if the span is page aligned, not empty and does not
+    /// overflow (a span read from a file is checked with this).
+    pub fn checked_end(&self) -> Option<u64> {
+        let end = self.addr.checked_add(self.len)?;
+        let aligned = self.addr.is_multiple_of(PAGE_SIZE) && self.len.is_multiple_of(PAGE_SIZE);
+        (aligned && self.len > 0).then_some(end)
+    }
+
+    /// Adds the page at `addr` to sorted `spans`: extends the last span when
+    /// it ends there and `join` allows it, else starts a new one.
+    pub fn push_page(spans: &mut Vec<PageSpan>, addr: u64, join: impl Fn(&PageSpan) -> bool) {
+        match spans.last_mut() {
+            Some(s) if s.addr + s.len == addr && join(s) => s.len += PAGE_SIZE,
+            _ => spans.push(PageSpan {
+                addr,
+                len: PAGE_SIZE,
+            }),
+        }
+    }
+}
+
 /// Contiguous saved pages of one region, stored contiguously in the image.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Run {

@@ -13,7 +13,7 @@ pub mod uffd;
 pub mod working_set;
 pub mod write_set;
 
-pub use layout::{MemoryLayout, Region, Run, PAGE_SIZE};
+pub use layout::{MemoryLayout, PageSpan, Region, Run, PAGE_SIZE};
 pub use page_server::{FaultStats, ImageSource, PageServer, PageSource};
 
 /// Writes a file that derives from a snapshot (working set, tier files):

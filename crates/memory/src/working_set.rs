@@ -6,7 +6,7 @@
 //! belongs to, runs of pages, a CRC of `ws.img`). Both are written under
 //! temporary names and renamed; the index goes last, so a crash leaves either
 //! the old pair, or a new image the old index's CRC rejects.
-use crate::layout::{MemoryLayout, PAGE_SIZE};
+use crate::layout::{MemoryLayout, PageSpan, PAGE_SIZE};
 use crate::uffd;
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
@@ -41,20 +41,20 @@ pub struct WsIndex {
     pub ws_crc32: u32,
     /// Pages with saved contents, sorted and coalesced.
     pub runs: Vec<WsRun>,
-    /// Touched pages the snapshot holds no contents for (zero pages), as (addr, len).
-    pub zero_runs: Vec<(u64, u64)>,
-    /// Saved private pages of file mappings the first invocation touched,
-    /// as (addr, len): mapped from the image, outside userfaultfd's reach,
-    /// so a restore asks the page cache for them early. `None`: not
-    /// recorded (an older index); all of them are asked for.
+    /// Touched pages the snapshot holds no contents for (zero pages).
+    pub zero_runs: Vec<PageSpan>,
+    /// Saved private pages of file mappings the first invocation touched:
+    /// mapped from the image, outside userfaultfd's reach, so a restore asks
+    /// the page cache for them early. `None`: not recorded (an older
+    /// index); all of them are asked for.
     #[serde(default)]
-    pub file_runs: Option<Vec<(u64, u64)>>,
+    pub file_runs: Option<Vec<PageSpan>>,
 }
 
 impl WsIndex {
     pub fn pages(&self) -> u64 {
         (self.runs.iter().map(|r| r.len).sum::<u64>()
-            + self.zero_runs.iter().map(|z| z.1).sum::<u64>())
+            + self.zero_runs.iter().map(|z| z.len).sum::<u64>())
             / PAGE_SIZE
     }
 }
@@ -68,14 +68,14 @@ pub fn record(
     layout: &MemoryLayout,
     image: &File,
     faults: &[u64],
-    file_runs: Option<Vec<(u64, u64)>>,
+    file_runs: Option<Vec<PageSpan>>,
 ) -> Result<WsIndex> {
     let mut pages: Vec<u64> = faults.iter().map(|a| a & !(PAGE_SIZE - 1)).collect();
     pages.sort_unstable();
     pages.dedup();
     let mut data = Vec::with_capacity(pages.len() * PAGE_SIZE as usize);
     let mut runs: Vec<WsRun> = Vec::new();
-    let mut zero_runs: Vec<(u64, u64)> = Vec::new();
+    let mut zero_runs = Vec::new();
     let mut page = vec![0u8; PAGE_SIZE as usize];
     for &a in &pages {
         let Some(region) = layout.region_of(a).filter(|r| r.anonymous) else {
@@ -97,10 +97,7 @@ pub fn record(
                     }),
                 }
             }
-            None => match zero_runs.last_mut() {
-                Some(z) if z.0 + z.1 == a => z.1 += PAGE_SIZE,
-                _ => zero_runs.push((a, PAGE_SIZE)),
-            },
+            None => PageSpan::push_page(&mut zero_runs, a, |_| true),
         }
     }
     let index = WsIndex {
@@ -119,10 +116,10 @@ pub fn record(
 }
 
 /// The saved pages of `layout`'s file mappings that process `pid` has in
-/// its page tables (it touched them), coalesced, as (addr, len).
-pub fn touched_file_runs(pid: i32, layout: &MemoryLayout) -> Result<Vec<(u64, u64)>> {
+/// its page tables (it touched them), coalesced.
+pub fn touched_file_runs(pid: i32, layout: &MemoryLayout) -> Result<Vec<PageSpan>> {
     let pm = crate::pagemap::open(pid)?;
-    let mut out: Vec<(u64, u64)> = Vec::new();
+    let mut out: Vec<PageSpan> = Vec::new();
     let mut entries = Vec::new();
     for run in layout
         .regions
@@ -131,17 +128,13 @@ pub fn touched_file_runs(pid: i32, layout: &MemoryLayout) -> Result<Vec<(u64, u6
         .flat_map(|r| &r.runs)
     {
         crate::pagemap::read(&pm, run.addr, run.addr + run.len, &mut entries)?;
-        // coalesced within a run only: each stays contiguous in the image
-        let first = out.len();
         for (i, e) in entries.iter().enumerate() {
             if e & crate::pagemap::PRESENT == 0 {
                 continue;
             }
             let a = run.addr + i as u64 * PAGE_SIZE;
-            match out[first..].last_mut() {
-                Some(r) if r.0 + r.1 == a => r.1 += PAGE_SIZE,
-                _ => out.push((a, PAGE_SIZE)),
-            }
+            // coalesced within a run only: each stays contiguous in the image
+            PageSpan::push_page(&mut out, a, |s| s.addr >= run.addr);
         }
     }
     Ok(out)
@@ -220,30 +213,24 @@ fn validate(index: &WsIndex, layout: &MemoryLayout) -> Result<()> {
             index.ws_len
         );
     }
-    for &(a, len) in &index.zero_runs {
-        let end = a
-            .checked_add(len)
-            .context("working-set zero run overflows")?;
-        match layout.region_of(a) {
-            Some(reg)
-                if reg.anonymous
-                    && end <= reg.end
-                    && a % PAGE_SIZE == 0
-                    && len % PAGE_SIZE == 0 => {}
-            _ => bail!("working-set zero run at {a:#x} is malformed"),
+    for z in &index.zero_runs {
+        let inside = |end: &u64| {
+            layout
+                .region_of(z.addr)
+                .is_some_and(|reg| reg.anonymous && *end <= reg.end)
+        };
+        if z.checked_end().filter(inside).is_none() {
+            bail!("working-set zero run at {:#x} is malformed", z.addr);
         }
     }
-    for &(a, len) in index.file_runs.iter().flatten() {
-        let end = a
-            .checked_add(len)
-            .context("working-set file run overflows")?;
-        match layout.region_of(a) {
-            Some(reg)
-                if !reg.anonymous
-                    && end <= reg.end
-                    && a % PAGE_SIZE == 0
-                    && len % PAGE_SIZE == 0 => {}
-            _ => bail!("working-set file run at {a:#x} is malformed"),
+    for f in index.file_runs.iter().flatten() {
+        let inside = |end: &u64| {
+            layout
+                .region_of(f.addr)
+                .is_some_and(|reg| !reg.anonymous && *end <= reg.end)
+        };
+        if f.checked_end().filter(inside).is_none() {
+            bail!("working-set file run at {:#x} is malformed", f.addr);
         }
     }
     Ok(())
@@ -297,10 +284,10 @@ impl WorkingSet {
             lo = lo.min(r.addr);
             hi = hi.max(r.addr + r.len);
         }
-        for &(a, len) in &self.index.zero_runs {
-            uffd::zeropage(uffd, a, len, true)?;
-            lo = lo.min(a);
-            hi = hi.max(a + len);
+        for z in &self.index.zero_runs {
+            uffd::zeropage(uffd, z.addr, z.len, true)?;
+            lo = lo.min(z.addr);
+            hi = hi.max(z.addr + z.len);
         }
         if hi > lo {
             uffd::wake(uffd, lo, hi - lo)?;
@@ -412,7 +399,7 @@ mod tests {
                 ws_off: 0
             }]
         );
-        assert_eq!(idx.zero_runs, vec![(0x15000, 0x1000)]);
+        assert_eq!(idx.zero_runs, vec![(0x15000, 0x1000).into()]);
         assert_eq!(idx.pages(), 4);
         let ws = load(&dir, "k1", &layout, |_| {}).unwrap().unwrap();
         assert_eq!(ws.data.as_slice()[4096], 2, "second page's contents");
@@ -465,7 +452,7 @@ mod tests {
             anonymous: false,
             runs: vec![],
         });
-        let runs = vec![(0x31000, 0x2000)];
+        let runs: Vec<PageSpan> = vec![(0x31000, 0x2000).into()];
         record(&dir, "k", &layout, &img, &[0x10000], Some(runs.clone())).unwrap();
         let mut seen = None;
         load(&dir, "k", &layout, |i| seen = i.file_runs.clone())
@@ -479,7 +466,7 @@ mod tests {
         assert_eq!(seen, None);
         // a file run over anonymous memory, or past its mapping, is refused
         for bad in [(0x10000, 0x1000), (0x33000, 0x2000), (0x30800, 0x1000)] {
-            record(&dir, "k", &layout, &img, &[0x10000], Some(vec![bad])).unwrap();
+            record(&dir, "k", &layout, &img, &[0x10000], Some(vec![bad.into()])).unwrap();
             assert!(load(&dir, "k", &layout, |_| {}).is_err(), "{bad:x?}");
         }
     }

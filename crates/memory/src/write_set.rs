@@ -2,9 +2,11 @@
 //! response. Later dax restores copy them before resume
 //! (MADV_POPULATE_WRITE), so the first invocation takes no copy-on-write
 //! faults for them; everything else stays shared with the image.
+use crate::PageSpan;
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::io::Read;
+use std::ops::Range;
 use std::path::Path;
 
 pub const WRITE_SET_FILE: &str = "dax-writes.json";
@@ -14,33 +16,30 @@ const FORMAT: u32 = 1;
 pub struct WriteSet {
     pub format: u32,
     pub snapshot_key: String,
-    /// (address, length) page ranges, sorted, not overlapping
-    pub ranges: Vec<(u64, u64)>,
+    /// page spans, sorted, not overlapping
+    pub ranges: Vec<PageSpan>,
 }
 
 impl WriteSet {
     pub fn pages(&self) -> u64 {
-        self.ranges.iter().map(|r| r.1).sum::<u64>() / crate::PAGE_SIZE
+        self.ranges.iter().map(|r| r.len).sum::<u64>() / crate::PAGE_SIZE
     }
 }
 
 /// Coalesces page addresses into ranges (never across the boundary of two
-/// mappings in `regions`, sorted (start, end) pairs) and writes the set atomically.
+/// mappings in `regions`, sorted) and writes the set atomically.
 pub fn record(
     dir: &Path,
     key: &str,
-    regions: &[(u64, u64)],
+    regions: &[Range<u64>],
     mut pages: Vec<u64>,
 ) -> Result<WriteSet> {
     pages.sort_unstable();
     pages.dedup();
-    let region_of = |a: u64| regions.partition_point(|r| r.1 <= a);
-    let mut ranges: Vec<(u64, u64)> = Vec::new();
+    let region_of = |a: u64| regions.partition_point(|r| r.end <= a);
+    let mut ranges = Vec::new();
     for a in pages {
-        match ranges.last_mut() {
-            Some(r) if r.0 + r.1 == a && region_of(r.0) == region_of(a) => r.1 += crate::PAGE_SIZE,
-            _ => ranges.push((a, crate::PAGE_SIZE)),
-        }
+        PageSpan::push_page(&mut ranges, a, |s| region_of(s.addr) == region_of(a));
     }
     let ws = WriteSet {
         format: FORMAT,
@@ -67,18 +66,12 @@ pub fn load(dir: &Path, key: &str, layout: &crate::MemoryLayout) -> Result<Optio
         bail!("dax write set belongs to another snapshot or format (stale)");
     }
     let mut prev = 0;
-    for &(a, len) in &ws.ranges {
-        let end = a
-            .checked_add(len)
-            .context("dax write set range overflows")?;
-        let ok = a % crate::PAGE_SIZE == 0
-            && len % crate::PAGE_SIZE == 0
-            && len > 0
-            && a >= prev
-            && layout.region_of(a).is_some_and(|r| end <= r.end);
-        if !ok {
-            bail!("dax write set range at {a:#x} is malformed");
-        }
+    for s in &ws.ranges {
+        let inside =
+            |end: &u64| s.addr >= prev && layout.region_of(s.addr).is_some_and(|r| *end <= r.end);
+        let Some(end) = s.checked_end().filter(inside) else {
+            bail!("dax write set range at {:#x} is malformed", s.addr);
+        };
         prev = end;
     }
     Ok(Some(ws))
@@ -104,7 +97,7 @@ mod tests {
             image_len: 0,
         };
         assert!(load(&dir, "k", &layout).unwrap().is_none());
-        let regions = [(0x10000, 0x12000), (0x12000, 0x20000)];
+        let regions = [0x10000..0x12000, 0x12000..0x20000];
         let ws = record(
             &dir,
             "k",
@@ -114,7 +107,7 @@ mod tests {
         .unwrap();
         assert_eq!(
             ws.ranges,
-            vec![(0x10000, 0x2000), (0x12000, 0x1000)],
+            vec![(0x10000, 0x2000).into(), (0x12000, 0x1000).into()],
             "split at the mapping boundary"
         );
         let layout = MemoryLayout {

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
 use thaw_memory::working_set::{self, WorkingSet};
-use thaw_memory::MemoryLayout;
+use thaw_memory::{MemoryLayout, PageSpan};
 use thaw_store::will_need_spans;
 
 fn reap_fill(r: &thaw_memory::Region) -> Fill {
@@ -28,13 +28,15 @@ fn reap_fill(r: &thaw_memory::Region) -> Fill {
 /// will fault in: those the recording restore touched, or all of them when
 /// none were recorded. On a block tier the device reads them while the
 /// sandbox is built; a page never asked for is still read on its fault.
-fn hint_file_pages(image: &File, layout: &MemoryLayout, touched: Option<&[(u64, u64)]>) {
+fn hint_file_pages(image: &File, layout: &MemoryLayout, touched: Option<&[PageSpan]>) {
     let mut spans: Vec<(u64, u64)> = match touched {
         Some(runs) => runs
             .iter()
-            .filter_map(|&(a, len)| {
-                let off = layout.region_of(a).and_then(|r| r.image_offset(a))?;
-                Some((off, len))
+            .filter_map(|s| {
+                let off = layout
+                    .region_of(s.addr)
+                    .and_then(|r| r.image_offset(s.addr))?;
+                Some((off, s.len))
             })
             .collect(),
         None => {

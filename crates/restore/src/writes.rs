@@ -7,7 +7,7 @@
 use crate::{FirstResponse, Runtime, StrategyReport, Target};
 use std::path::PathBuf;
 use thaw_memory::write_set::{self, WriteSet};
-use thaw_memory::{pagemap, Region};
+use thaw_memory::{pagemap, PageSpan, Region};
 use thaw_restorer as r;
 
 #[derive(Default)]
@@ -20,8 +20,8 @@ pub(crate) struct Writes {
 struct Record {
     dir: PathBuf,
     key: String,
-    /// (start, end) of every mapping, sorted
-    regions: Vec<(u64, u64)>,
+    /// every mapping, sorted
+    regions: Vec<std::ops::Range<u64>>,
 }
 
 impl Writes {
@@ -40,7 +40,7 @@ impl Writes {
         let record = (set.is_none() && t.arriving.is_none()).then(|| Record {
             dir: t.dir.to_owned(),
             key: t.key.to_owned(),
-            regions: t.layout.regions.iter().map(|r| (r.start, r.end)).collect(),
+            regions: t.layout.regions.iter().map(|r| r.start..r.end).collect(),
         });
         Writes { set, record }
     }
@@ -58,7 +58,7 @@ impl Writes {
                 .prots
                 .get(i)
                 .is_some_and(|p| p & libc::PROT_WRITE as u32 != 0);
-            while let Some(&(a, len)) = wr.next_if(|w| w.0 < region.end) {
+            while let Some(&PageSpan { addr: a, len }) = wr.next_if(|w| w.addr < region.end) {
                 if writable && a >= region.start {
                     runs.push(r::PlanRun {
                         addr: a,
@@ -84,11 +84,11 @@ impl Writes {
             let pm = pagemap::open(rt.pid)?;
             let mut pages = Vec::new();
             let mut entries = Vec::new();
-            for &(start, end) in &regions {
-                pagemap::read(&pm, start, end, &mut entries)?;
+            for m in &regions {
+                pagemap::read(&pm, m.start, m.end, &mut entries)?;
                 for (i, e) in entries.iter().enumerate() {
                     if e & pagemap::PRESENT != 0 && e & pagemap::FILE == 0 {
-                        pages.push(start + i as u64 * thaw_memory::PAGE_SIZE);
+                        pages.push(m.start + i as u64 * thaw_memory::PAGE_SIZE);
                     }
                 }
             }

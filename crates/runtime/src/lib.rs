@@ -35,13 +35,6 @@ pub const MANIFEST_FORMAT: u32 = 1;
 pub const PYTHON: &str = "/usr/bin/python3.11";
 /// Where the agent, functions, inputs and checkers live inside the root.
 pub const THAW_DIR: &str = "/opt/thaw";
-/// Input sizes of every function, small to large.
-pub const SIZES: [&str; 4] = [
-    InputSize::I.name(),
-    InputSize::II.name(),
-    InputSize::III.name(),
-    InputSize::IV.name(),
-];
 
 /// An input size of the function suite (every function has all four).
 #[derive(
@@ -69,6 +62,8 @@ pub enum InputSize {
 }
 
 impl InputSize {
+    pub const ALL: [InputSize; 4] = [InputSize::I, InputSize::II, InputSize::III, InputSize::IV];
+
     pub const fn name(self) -> &'static str {
         match self {
             InputSize::I => "I",
@@ -76,6 +71,16 @@ impl InputSize {
             InputSize::III => "III",
             InputSize::IV => "IV",
         }
+    }
+}
+
+impl std::str::FromStr for InputSize {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> Result<Self> {
+        InputSize::ALL
+            .into_iter()
+            .find(|z| z.name() == s)
+            .ok_or_else(|| anyhow::anyhow!("unknown input size {s:?} (sizes: I, II, III, IV)"))
     }
 }
 
@@ -166,7 +171,7 @@ pub struct RootInfo {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct FunctionInfo {
     pub name: String,
-    pub sizes: Vec<String>,
+    pub sizes: Vec<InputSize>,
     /// The paper workload it mirrors, e.g. "FunctionBench pyaes (vHive/REAP, SYSTOR'22)".
     pub mirrors: String,
     pub description: String,
@@ -290,12 +295,9 @@ impl RootInfo {
     pub fn check_output(
         &self,
         function: &str,
-        size: &str,
+        size: InputSize,
         output: &serde_json::Value,
     ) -> Result<()> {
-        if !SIZES.contains(&size) {
-            bail!("unknown input size {size:?} (sizes: I, II, III, IV)");
-        }
         let known = self.functions()?;
         if !known.iter().any(|f| f.name == function) {
             bail!("unknown function {function:?}");
@@ -303,7 +305,14 @@ impl RootInfo {
         let data = serde_json::to_vec(output)?;
         let out = recipe::run_in_root(
             &self.path,
-            &[PYTHON, "-B", "-s", "/opt/thaw/check.py", function, size],
+            &[
+                PYTHON,
+                "-B",
+                "-s",
+                "/opt/thaw/check.py",
+                function,
+                size.name(),
+            ],
             &agent_env(),
             Some(&data),
         )?;

@@ -67,6 +67,27 @@ impl fmt::Display for Refused {
 
 impl std::error::Error for Refused {}
 
+/// Why [`ensure`] failed: the request's fault (4xx) or the host's.
+#[derive(Debug, thiserror::Error)]
+pub enum PackagesError {
+    #[error(transparent)]
+    Refused(#[from] Refused),
+    #[error(transparent)]
+    Host(#[from] anyhow::Error),
+}
+
+impl From<std::io::Error> for PackagesError {
+    fn from(e: std::io::Error) -> Self {
+        PackagesError::Host(e.into())
+    }
+}
+
+impl From<serde_json::Error> for PackagesError {
+    fn from(e: serde_json::Error) -> Self {
+        PackagesError::Host(e.into())
+    }
+}
+
 /// Debian policy 5.6.1: lowercase letters, digits, `+`, `-`, `.`; at least
 /// two characters, starting alphanumeric. Stricter: at most 100 characters
 /// and no trailing `-` (apt-get reads `NAME-` as "remove NAME").
@@ -155,7 +176,6 @@ pub fn open(cache: &Path, hash: &str) -> Result<Tree> {
 
 /// Resolves, downloads and unpacks `names` for functions running on `root`
 /// (cached under `cache`; .debs under `runtime_home`'s download cache).
-/// A [`Refused`] error is the request's fault; anything else is the host's.
 pub fn ensure(
     runtime_home: &Path,
     cache: &Path,
@@ -163,10 +183,10 @@ pub fn ensure(
     names: &[String],
     max_bytes: u64,
     progress: &mut dyn FnMut(&str),
-) -> Result<Tree> {
+) -> Result<Tree, PackagesError> {
     let names = check_names(names)?;
     if names.is_empty() {
-        bail!("no packages requested");
+        return Err(anyhow!("no packages requested").into());
     }
     recipe::need_tool("apt-get", "apt")?;
     recipe::need_tool("apt-cache", "apt")?;
@@ -196,7 +216,7 @@ pub fn ensure(
         }
     }
     let t0 = Instant::now();
-    let mut re_resolve = |progress: &mut dyn FnMut(&str)| {
+    let mut re_resolve = |progress: &mut dyn FnMut(&str)| -> Result<Vec<Pkg>, PackagesError> {
         recipe::apt_update(progress)?;
         resolve_uncached(cache, root, &names)
     };
@@ -208,7 +228,10 @@ pub fn ensure(
         m.hash = hash.clone();
         m.root = root.hash.clone();
         m.build_seconds = t0.elapsed().as_secs_f64();
-        recipe::write_atomic(&tmp.join("manifest.json"), &serde_json::to_vec_pretty(&m)?)
+        Ok(recipe::write_atomic(
+            &tmp.join("manifest.json"),
+            &serde_json::to_vec_pretty(&m)?,
+        )?)
     });
     if let Err(e) = built {
         let _ = fs::remove_dir_all(&tmp);
@@ -241,7 +264,7 @@ fn resolve(
     root: &RootInfo,
     names: &[String],
     progress: &mut dyn FnMut(&str),
-) -> Result<Vec<Pkg>> {
+) -> Result<Vec<Pkg>, PackagesError> {
     let file = cache.join("resolve").join(format!(
         "{}.json",
         recipe::lists_key(&("function-packages", names, &root.hash))?
@@ -278,7 +301,11 @@ fn known(name: &str) -> Result<bool> {
         .any(|l| l == name))
 }
 
-fn resolve_uncached(cache: &Path, root: &RootInfo, names: &[String]) -> Result<Vec<Pkg>> {
+fn resolve_uncached(
+    cache: &Path,
+    root: &RootInfo,
+    names: &[String],
+) -> Result<Vec<Pkg>, PackagesError> {
     let has = |n: &str| {
         root.manifest.packages.iter().any(|(p, _, _)| p == n)
             || root.manifest.stubs.iter().any(|p| p == n)
@@ -410,7 +437,7 @@ fn build(
     pkgs: &[Pkg],
     max_bytes: u64,
     progress: &mut dyn FnMut(&str),
-) -> Result<TreeManifest> {
+) -> Result<TreeManifest, PackagesError> {
     let tree = dir.join("tree");
     fs::create_dir_all(&tree)?;
     fs::set_permissions(&tree, fs::Permissions::from_mode(0o755))?;

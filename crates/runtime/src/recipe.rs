@@ -5,7 +5,7 @@
 //! byte-compilation), install `/opt/thaw`, generate the function inputs inside the
 //! root, hash the tree, write the manifest and rename the finished directory into place.
 
-use crate::packages::Refused;
+use crate::packages::{PackagesError, Refused};
 use crate::{roots_dir, runtime_files, treehash, Manifest, RootInfo, MANIFEST_FORMAT, PYTHON};
 use anyhow::{anyhow, bail, Context, Result};
 use serde::{Deserialize, Serialize};
@@ -134,18 +134,22 @@ pub(crate) fn stub_status(r: &Recipe) -> String {
 
 /// Resolves the package closure with apt against an empty dpkg status (plus stubs).
 fn resolve_uncached(home: &Path, r: &Recipe) -> Result<Vec<Pkg>> {
-    simulate_install(
+    Ok(simulate_install(
         &home.join("runtime").join("apt"),
         &stub_status(r),
         &r.packages,
-    )
+    )?)
 }
 
 /// What `apt-get install packages` would unpack on a system whose dpkg
 /// status is `status` (a private file under `work`): the closure in install
 /// order. apt refusing (unknown package, unmet dependencies, a removal) is a
 /// [`Refused::Unresolvable`].
-pub(crate) fn simulate_install(work: &Path, status: &str, packages: &[String]) -> Result<Vec<Pkg>> {
+pub(crate) fn simulate_install(
+    work: &Path,
+    status: &str,
+    packages: &[String],
+) -> Result<Vec<Pkg>, PackagesError> {
     fs::create_dir_all(work)?;
     let status_file = work.join(format!("status.{}", std::process::id()));
     fs::write(&status_file, status)?;
@@ -209,7 +213,7 @@ pub(crate) fn simulate_install(work: &Path, status: &str, packages: &[String]) -
             })
             .ok_or_else(|| anyhow!("unexpected apt output: {line}"))?;
         if name.is_empty() || version.is_empty() {
-            bail!("unexpected apt output: {line}");
+            return Err(anyhow!("unexpected apt output: {line}").into());
         }
         pkgs.push(Pkg {
             name,
@@ -355,7 +359,7 @@ pub fn ensure_root(home: &Path, force: bool, progress: &mut dyn FnMut(&str)) -> 
         }
     }
     let t0 = Instant::now();
-    let mut re_resolve = |progress: &mut dyn FnMut(&str)| {
+    let mut re_resolve = |progress: &mut dyn FnMut(&str)| -> Result<Vec<Pkg>> {
         apt_update(progress)?;
         let pkgs = resolve_uncached(home, &r)?;
         write_atomic(
@@ -402,58 +406,26 @@ pub(crate) fn sync_dir(p: &Path) {
 
 /// Refreshes the apt lists and resolves again (a download failed: the
 /// lists named versions the mirror no longer has).
-pub(crate) type ReResolve<'a> = dyn FnMut(&mut dyn FnMut(&str)) -> Result<Vec<Pkg>> + 'a;
+pub(crate) type ReResolve<'a, E> = dyn FnMut(&mut dyn FnMut(&str)) -> Result<Vec<Pkg>, E> + 'a;
 
 /// Makes sure every package's .deb is in `HOME/runtime/debs` (one cache for
-/// the root and every function's packages).
-pub(crate) fn download(
+/// the root and every function's packages). `E` is the caller's error, so
+/// a refusal from `re_resolve` reaches it typed.
+pub(crate) fn download<E: From<anyhow::Error>>(
     home: &Path,
-    mut pkgs: Vec<Pkg>,
-    re_resolve: &mut ReResolve,
+    pkgs: Vec<Pkg>,
+    re_resolve: &mut ReResolve<E>,
     progress: &mut dyn FnMut(&str),
-) -> Result<Vec<Pkg>> {
+) -> Result<Vec<Pkg>, E> {
     let debs = home.join("runtime").join("debs");
-    fs::create_dir_all(&debs)?;
-    for attempt in 0..2 {
-        let missing: Vec<&Pkg> = pkgs
-            .iter()
-            .filter(|p| !debs.join(p.deb_name()).is_file())
-            .collect();
-        if missing.is_empty() {
-            return Ok(pkgs);
-        }
+    let mut pkgs = pkgs;
+    if let Err(err) = fetch_debs(&debs, &pkgs, progress)? {
         progress(&format!(
-            "downloading {} of {} packages with apt-get download",
-            missing.len(),
-            pkgs.len()
+            "download failed ({err}); refreshing package lists"
         ));
-        let part = debs.join(format!(".partial-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&part);
-        fs::create_dir_all(&part)?;
-        let out = Command::new("apt-get")
-            .args(["download", "-q", "-o", "APT::Sandbox::User=root"])
-            .args(missing.iter().map(|p| format!("{}={}", p.name, p.version)))
-            .current_dir(&part)
-            .env("LC_ALL", "C")
-            .output()
-            .context("run apt-get download")?;
-        for e in fs::read_dir(&part)?.flatten() {
-            if e.file_name().to_string_lossy().ends_with(".deb") {
-                fs::rename(e.path(), debs.join(e.file_name()))?;
-            }
-        }
-        let _ = fs::remove_dir_all(&part);
-        if out.status.success() {
-            continue;
-        }
-        let err = String::from_utf8_lossy(&out.stderr).trim().to_string();
-        if attempt == 0 {
-            progress(&format!(
-                "download failed ({err}); refreshing package lists"
-            ));
-            pkgs = re_resolve(progress)?;
-        } else {
-            bail!("apt-get download failed: {err}");
+        pkgs = re_resolve(progress)?;
+        if let Err(err) = fetch_debs(&debs, &pkgs, progress)? {
+            return Err(anyhow!("apt-get download failed: {err}").into());
         }
     }
     let still: Vec<String> = pkgs
@@ -462,9 +434,51 @@ pub(crate) fn download(
         .map(|p| p.deb_name())
         .collect();
     if !still.is_empty() {
-        bail!("packages missing after download: {}", still.join(", "));
+        return Err(anyhow!("packages missing after download: {}", still.join(", ")).into());
     }
     Ok(pkgs)
+}
+
+/// One `apt-get download` of the .debs missing from `debs`; the inner error
+/// is apt's own complaint (the lists may be stale).
+fn fetch_debs(
+    debs: &Path,
+    pkgs: &[Pkg],
+    progress: &mut dyn FnMut(&str),
+) -> Result<std::result::Result<(), String>> {
+    fs::create_dir_all(debs)?;
+    let missing: Vec<&Pkg> = pkgs
+        .iter()
+        .filter(|p| !debs.join(p.deb_name()).is_file())
+        .collect();
+    if missing.is_empty() {
+        return Ok(Ok(()));
+    }
+    progress(&format!(
+        "downloading {} of {} packages with apt-get download",
+        missing.len(),
+        pkgs.len()
+    ));
+    let part = debs.join(format!(".partial-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&part);
+    fs::create_dir_all(&part)?;
+    let out = Command::new("apt-get")
+        .args(["download", "-q", "-o", "APT::Sandbox::User=root"])
+        .args(missing.iter().map(|p| format!("{}={}", p.name, p.version)))
+        .current_dir(&part)
+        .env("LC_ALL", "C")
+        .output()
+        .context("run apt-get download")?;
+    for e in fs::read_dir(&part)?.flatten() {
+        if e.file_name().to_string_lossy().ends_with(".deb") {
+            fs::rename(e.path(), debs.join(e.file_name()))?;
+        }
+    }
+    let _ = fs::remove_dir_all(&part);
+    if out.status.success() {
+        return Ok(Ok(()));
+    }
+    Ok(Err(String::from_utf8_lossy(&out.stderr).trim().to_string()))
 }
 
 fn run_ok(cmd: &mut Command, what: &str) -> Result<Output> {

@@ -5,7 +5,7 @@ mod common;
 
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
-use thaw_runtime::SIZES;
+use thaw_runtime::InputSize;
 use thaw_sandbox::agent::{Reply, Request};
 use thaw_sandbox::{Sandbox, SandboxConfig};
 
@@ -144,7 +144,7 @@ fn every_function_and_size_passes_its_checker() {
         );
     }
     for f in &fns {
-        assert_eq!(f.sizes, SIZES.to_vec(), "{}", f.name);
+        assert_eq!(f.sizes, InputSize::ALL.to_vec(), "{}", f.name);
         assert!(!f.mirrors.is_empty());
         let t = Instant::now();
         let mut a = spawn(&f.name);
@@ -157,8 +157,11 @@ fn every_function_and_size_passes_its_checker() {
         assert!(load.rss_kb > 1000);
         assert_single_threaded_and_clean(&a, "after load");
         let mut times = Vec::new();
-        for size in SIZES {
-            let (output, exec) = a.ok(Request::invoke_size(size)).into_invoke().unwrap();
+        for size in InputSize::ALL {
+            let (output, exec) = a
+                .ok(Request::invoke_size(size.name()))
+                .into_invoke()
+                .unwrap();
             // How long a size takes is a benchmark's business, not a test's.
             assert!(exec >= 0.0);
             root.check_output(&f.name, size, &output)
@@ -183,43 +186,43 @@ fn checker_rejects_wrong_outputs() {
     let root = common::root();
     let mut a = spawn("matmul");
     let good = a.invoke_ok(Request::invoke_size("I"));
-    root.check_output("matmul", "I", &good).unwrap();
+    root.check_output("matmul", InputSize::I, &good).unwrap();
     let mut bad = good.clone();
     bad["sum"] = json!(good["sum"].as_f64().unwrap() * 1.001);
     let e = root
-        .check_output("matmul", "I", &bad)
+        .check_output("matmul", InputSize::I, &bad)
         .unwrap_err()
         .to_string();
     assert!(e.contains("sum"), "{e}");
     let mut bad = good.clone();
     bad["samples"][1][2] = json!(0.5);
     let e = root
-        .check_output("matmul", "I", &bad)
+        .check_output("matmul", InputSize::I, &bad)
         .unwrap_err()
         .to_string();
     assert!(e.contains("C["), "{e}");
     // Right output for another size is wrong for this one.
     let e = root
-        .check_output("matmul", "II", &good)
+        .check_output("matmul", InputSize::II, &good)
         .unwrap_err()
         .to_string();
     assert!(e.contains("n"), "{e}");
     let e = root
         .check_output(
             "helloworld",
-            "I",
+            InputSize::I,
             &json!({"message": "Hello, Wrld!", "length": 5}),
         )
         .unwrap_err()
         .to_string();
     assert!(e.contains("message"), "{e}");
     let e = root
-        .check_output("helloworld", "I", &json!([]))
+        .check_output("helloworld", InputSize::I, &json!([]))
         .unwrap_err()
         .to_string();
     assert!(e.contains("not a JSON object"), "{e}");
-    assert!(root.check_output("nope", "I", &json!({})).is_err());
-    assert!(root.check_output("helloworld", "V", &json!({})).is_err());
+    assert!(root.check_output("nope", InputSize::I, &json!({})).is_err());
+    assert!("V".parse::<InputSize>().is_err(), "an unknown size");
     a.shutdown();
 }
 

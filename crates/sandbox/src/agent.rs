@@ -340,31 +340,34 @@ impl AgentChannel {
         AgentChannel { sock }
     }
 
-    pub fn send(&mut self, msg: &impl Serialize) -> Result<()> {
+    pub fn send(&mut self, msg: &impl Serialize) -> Result<(), ChannelError> {
         self.send_bytes(&encode_frame(msg))
     }
 
     /// Sends bytes as they are: a whole frame, or a deliberately broken one.
-    pub fn send_bytes(&mut self, bytes: &[u8]) -> Result<()> {
+    pub fn send_bytes(&mut self, bytes: &[u8]) -> Result<(), ChannelError> {
         self.sock.set_write_timeout(Some(Duration::from_secs(10)))?;
-        self.sock.write_all(bytes).context("sending to the agent")
+        Ok(self.sock.write_all(bytes).context("sending to the agent")?)
     }
 
     /// Receives one frame before `deadline`.
-    pub fn recv(&mut self, timeout: Duration) -> Result<Value> {
+    pub fn recv(&mut self, timeout: Duration) -> Result<Value, ChannelError> {
         let deadline = Instant::now() + timeout;
         let mut prefix = [0u8; 4];
         self.read_exact_by(&mut prefix, deadline)?;
         let n = frame_len(prefix, MAX_REPLY_BYTES)?;
         let mut body = vec![0u8; n];
         self.read_exact_by(&mut body, deadline)?;
-        parse_body(&body)
+        Ok(parse_body(&body)?)
     }
 
     /// Receives one frame before `deadline`, with the descriptors the agent
     /// passed along it (SCM_RIGHTS; at most [`MAX_FDS_PER_FRAME`], the
     /// kernel closes any beyond). They are owned: dropped means closed.
-    pub fn recv_with_fds(&mut self, deadline: Instant) -> Result<(Value, Vec<OwnedFd>)> {
+    pub fn recv_with_fds(
+        &mut self,
+        deadline: Instant,
+    ) -> Result<(Value, Vec<OwnedFd>), ChannelError> {
         let mut fds = Vec::new();
         let mut prefix = [0u8; 4];
         self.recvmsg_exact_by(&mut prefix, deadline, &mut fds)?;
@@ -375,13 +378,15 @@ impl AgentChannel {
     }
 
     /// Sends one frame, passing `fd` with it (SCM_RIGHTS) if given.
-    pub fn send_with_fd(&mut self, msg: &Value, fd: Option<&OwnedFd>) -> Result<()> {
+    pub fn send_with_fd(&mut self, msg: &Value, fd: Option<&OwnedFd>) -> Result<(), ChannelError> {
         let Some(fd) = fd else {
             return self.send(msg);
         };
         self.sock.set_write_timeout(Some(Duration::from_secs(10)))?;
-        crate::cmsg::send_with_fds(&self.sock, &encode_frame(msg), &[fd.as_raw_fd()])
-            .context("sending to the agent")
+        Ok(
+            crate::cmsg::send_with_fds(&self.sock, &encode_frame(msg), &[fd.as_raw_fd()])
+                .context("sending to the agent")?,
+        )
     }
 
     /// Like `read_exact_by`, through recvmsg, collecting passed descriptors.
@@ -390,11 +395,11 @@ impl AgentChannel {
         mut buf: &mut [u8],
         deadline: Instant,
         fds: &mut Vec<OwnedFd>,
-    ) -> Result<()> {
+    ) -> Result<(), ChannelError> {
         while !buf.is_empty() {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return Err(anyhow!(Timeout));
+                return Err(ChannelError::Timeout);
             }
             self.sock.set_read_timeout(Some(left))?;
             let mut cmsg = [0u64; 8];
@@ -439,7 +444,7 @@ impl AgentChannel {
                 }
             }
             match n {
-                0 => bail!("the agent closed its socket (sandbox died?)"),
+                0 => return Err(closed()),
                 n if n > 0 => {
                     let rest = std::mem::take(&mut buf);
                     buf = &mut rest[n as usize..];
@@ -448,15 +453,18 @@ impl AgentChannel {
                     let e = std::io::Error::last_os_error();
                     match e.kind() {
                         io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
-                            return Err(anyhow!(Timeout))
+                            return Err(ChannelError::Timeout)
                         }
                         io::ErrorKind::Interrupted => {}
-                        _ => return Err(e).context("reading from the agent"),
+                        _ => return Err(anyhow!(e).context("reading from the agent").into()),
                     }
                 }
             }
             if fds.len() > MAX_FDS_PER_FRAME {
-                bail!("the agent passed more than {MAX_FDS_PER_FRAME} descriptors with one frame");
+                return Err(anyhow!(
+                    "the agent passed more than {MAX_FDS_PER_FRAME} descriptors with one frame"
+                )
+                .into());
             }
         }
         Ok(())
@@ -468,15 +476,15 @@ impl AgentChannel {
         Reply::decode(req, self.recv(timeout)?)
     }
 
-    fn read_exact_by(&mut self, mut buf: &mut [u8], deadline: Instant) -> Result<()> {
+    fn read_exact_by(&mut self, mut buf: &mut [u8], deadline: Instant) -> Result<(), ChannelError> {
         while !buf.is_empty() {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return Err(anyhow!(Timeout));
+                return Err(ChannelError::Timeout);
             }
             self.sock.set_read_timeout(Some(left))?;
             match self.sock.read(buf) {
-                Ok(0) => bail!("the agent closed its socket (sandbox died?)"),
+                Ok(0) => return Err(closed()),
                 Ok(n) => buf = &mut buf[n..],
                 Err(e)
                     if matches!(
@@ -484,10 +492,10 @@ impl AgentChannel {
                         io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
                     ) =>
                 {
-                    return Err(anyhow!(Timeout))
+                    return Err(ChannelError::Timeout)
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e).context("reading from the agent"),
+                Err(e) => return Err(anyhow!(e).context("reading from the agent").into()),
             }
         }
         Ok(())
@@ -498,17 +506,26 @@ impl AgentChannel {
     }
 }
 
-/// The agent did not answer in time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Timeout;
+/// Why a frame could not be exchanged with the agent.
+#[derive(Debug, thiserror::Error)]
+pub enum ChannelError {
+    /// no whole frame before the deadline
+    #[error("the agent did not answer in time")]
+    Timeout,
+    /// the socket closed, failed, or the frame broke the protocol
+    #[error(transparent)]
+    Broken(#[from] anyhow::Error),
+}
 
-impl std::fmt::Display for Timeout {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("the agent did not answer in time")
+impl From<io::Error> for ChannelError {
+    fn from(e: io::Error) -> Self {
+        ChannelError::Broken(e.into())
     }
 }
 
-impl std::error::Error for Timeout {}
+fn closed() -> ChannelError {
+    anyhow!("the agent closed its socket (sandbox died?)").into()
+}
 
 #[cfg(test)]
 mod tests {
@@ -530,7 +547,7 @@ mod tests {
         assert_eq!(e.traceback, None);
         // nothing arrives: a deadline, not a hang
         let e = cb.recv(Duration::from_millis(50)).unwrap_err();
-        assert!(e.downcast_ref::<Timeout>().is_some());
+        assert!(matches!(e, ChannelError::Timeout));
     }
 
     #[test]

@@ -32,3 +32,33 @@ pub enum SandboxError {
     #[error("{0}")]
     Reply(String),
 }
+
+/// Why a restore failed, for callers to match.
+#[derive(Debug, thiserror::Error)]
+pub enum RestoreError {
+    /// the restorer failed before resume, at `step` of plan.h's step table
+    /// (`detail`: which item of that step, e.g. the VMA or run index)
+    #[error("restorer failed while {step_name} (item {detail}): {}", std::io::Error::from_raw_os_error(*errno))]
+    Restorer {
+        step: u32,
+        step_name: &'static str,
+        detail: u32,
+        errno: i32,
+    },
+    /// the resumed runtime did not answer its first request
+    #[error("the restored runtime did not answer")]
+    Resume(#[source] SandboxError),
+    /// the snapshot's files are missing, corrupt, of another version or
+    /// fail their checksums
+    #[error(transparent)]
+    Snapshot(#[from] thaw_store::StoreError),
+    /// anything else: the process state, the root, building the sandbox
+    #[error(transparent)]
+    Other(#[from] anyhow::Error),
+}
+
+impl From<std::io::Error> for RestoreError {
+    fn from(e: std::io::Error) -> Self {
+        RestoreError::Other(e.into())
+    }
+}

@@ -25,7 +25,7 @@ pub mod state;
 pub mod uid;
 pub mod zygote;
 
-use agent::{AgentChannel, Reply, Request, Timeout};
+use agent::{AgentChannel, ChannelError, Reply, Request};
 use anyhow::{anyhow, Context, Result};
 use cgroup::Cgroups;
 use serde_json::Value;
@@ -42,7 +42,7 @@ pub use thaw_restore::{FirstResponse, StrategyKind, WsMode};
 /// For readers that must sit in cgroups like a sandbox's (the tier probe).
 pub use cgroup::Cgroups as SandboxCgroups;
 pub use checkpoint::{checkpoint, CheckpointReport};
-pub use error::SandboxError;
+pub use error::{RestoreError, SandboxError};
 pub use pool::{PoolStats, Prebuilt, SandboxPool};
 pub use restore::{restore, restore_streamed, RestoreReport, Streamed};
 pub use thaw_restore::Arriving;
@@ -264,10 +264,9 @@ impl Sandbox {
     /// One request to the agent and its typed reply; an `"ok": false` reply
     /// becomes an [`agent::AgentError`]. See [`Sandbox::call_raw`] for the rest.
     pub fn call(&mut self, req: &Request, timeout: Duration) -> Result<Reply, SandboxError> {
-        Reply::decode(req, self.call_raw(req, timeout)?).map_err(|e| match e.downcast() {
-            Ok(a) => SandboxError::Agent(a),
-            Err(e) => SandboxError::Reply(format!("{e:#}")),
-        })
+        let bad = |e: anyhow::Error| SandboxError::Reply(format!("{e:#}"));
+        let v = agent::split_ok(self.call_raw(req, timeout)?).map_err(bad)??;
+        Reply::decode(req, v).map_err(bad)
     }
 
     /// One request to the agent, returning its reply whatever its `ok` says.
@@ -331,19 +330,20 @@ impl Sandbox {
     /// closed socket or a malformed reply marks it dead.
     fn finish_call(
         &mut self,
-        res: Result<Value>,
+        res: Result<Value, ChannelError>,
         timeout: Duration,
     ) -> Result<Value, SandboxError> {
         let e = match res {
             Ok(reply) => return Ok(reply),
-            Err(e) => e,
+            Err(ChannelError::Timeout) => {
+                self.kill();
+                let id = self.id.clone();
+                return Err(SandboxError::Timeout { id, after: timeout });
+            }
+            Err(ChannelError::Broken(e)) => e,
         };
         self.kill();
         let id = self.id.clone();
-        // the channel's own error type (crate::agent) marks a timeout
-        if e.downcast_ref::<Timeout>().is_some() {
-            return Err(SandboxError::Timeout { id, after: timeout });
-        }
         let kills = self.cgroups.oom_kills();
         if kills > 0 {
             return Err(SandboxError::OomKilled {

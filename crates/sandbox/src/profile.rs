@@ -150,7 +150,7 @@ fn take_pages(sb: &Sandbox) -> Vec<u64> {
 /// userfaultfd ("um" in smaps). The runtime may have unmapped or replaced
 /// parts of its snapshot regions since the restore; only these are safe to
 /// drop, because only these fault back through the page server.
-fn lazily_served(pid: i32) -> Result<Vec<(u64, u64)>> {
+fn lazily_served(pid: i32) -> Result<Vec<std::ops::Range<u64>>> {
     let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps"))?;
     let mut out = Vec::new();
     let mut cur = None;
@@ -164,7 +164,7 @@ fn lazily_served(pid: i32) -> Result<Vec<(u64, u64)>> {
         } else if let Some((range, _)) = line.split_once(' ') {
             if let Some((a, b)) = range.split_once('-') {
                 if let (Ok(a), Ok(b)) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16)) {
-                    cur = Some((a, b));
+                    cur = Some(a..b);
                 }
             }
         }
@@ -192,11 +192,11 @@ fn drop_resident(sb: &Sandbox, overlay: &ProfileSource) -> Result<()> {
         let pm = pagemap::open(pid)?;
         let mut pages: HashMap<u64, Box<[u8]>> = HashMap::new();
         let mut entries = Vec::new();
-        for &(start, end) in &anon {
-            pagemap::read(&pm, start, end, &mut entries)?;
+        for m in &anon {
+            pagemap::read(&pm, m.start, m.end, &mut entries)?;
             for (i, e) in entries.iter().enumerate() {
                 if e & pagemap::PRESENT != 0 {
-                    let a = start + i as u64 * PAGE_SIZE;
+                    let a = m.start + i as u64 * PAGE_SIZE;
                     let mut buf = vec![0u8; PAGE_SIZE as usize].into_boxed_slice();
                     mem.read_exact_at(&mut buf, a)?;
                     pages.insert(a, buf);
@@ -208,12 +208,12 @@ fn drop_resident(sb: &Sandbox, overlay: &ProfileSource) -> Result<()> {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .extend(pages);
-        for &(start, end) in &anon {
+        for m in &anon {
             let mut r = saved;
             r[REG_RIP] = insn;
             r[REG_RAX] = libc::SYS_madvise as u64;
-            r[REG_RDI] = start;
-            r[REG_RSI] = end - start;
+            r[REG_RDI] = m.start;
+            r[REG_RSI] = m.end - m.start;
             r[REG_RDX] = libc::MADV_DONTNEED as u64;
             r[REG_ORIG_RAX] = u64::MAX;
             ptrace::set_regs(pid, &r)?;
@@ -221,7 +221,7 @@ fn drop_resident(sb: &Sandbox, overlay: &ProfileSource) -> Result<()> {
             ptrace::syscall_step(pid)?;
             let ret = ptrace::get_regs(pid)?[REG_RAX] as i64;
             if ret != 0 {
-                bail!("injected madvise on {start:#x} failed: {ret}");
+                bail!("injected madvise on {:#x} failed: {ret}", m.start);
             }
         }
         let mut back = saved;

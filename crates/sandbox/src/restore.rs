@@ -8,7 +8,7 @@
 use crate::pool::Prebuilt;
 use crate::sigframe;
 use crate::state::ProcessState;
-use crate::{seccomp, Sandbox, SandboxConfig};
+use crate::{seccomp, RestoreError, Sandbox, SandboxConfig};
 use anyhow::{anyhow, bail, Context, Result};
 use serde::Serialize;
 use std::collections::HashMap;
@@ -74,7 +74,7 @@ pub fn restore(
     root_hash: &str,
     strategy: StrategyKind,
     cfg: &SandboxConfig,
-) -> Result<(Sandbox, RestoreReport)> {
+) -> Result<(Sandbox, RestoreReport), RestoreError> {
     restore_with(snap, root, root_hash, strategy, cfg, Hooks::default())
 }
 
@@ -87,7 +87,7 @@ pub fn restore_prebuilt(
     strategy: StrategyKind,
     cfg: &SandboxConfig,
     prebuilt: Option<Prebuilt>,
-) -> Result<(Sandbox, RestoreReport)> {
+) -> Result<(Sandbox, RestoreReport), RestoreError> {
     let hooks = Hooks {
         prebuilt,
         ..Hooks::default()
@@ -107,7 +107,7 @@ pub fn restore_observed(
     strategy: StrategyKind,
     cfg: &SandboxConfig,
     on_spawn: &mut dyn FnMut(i32),
-) -> Result<(Sandbox, RestoreReport)> {
+) -> Result<(Sandbox, RestoreReport), RestoreError> {
     let hooks = Hooks {
         on_spawn: Some(on_spawn),
         ..Hooks::default()
@@ -135,9 +135,12 @@ pub fn restore_streamed(
     strategy: StrategyKind,
     cfg: &SandboxConfig,
     streamed: Streamed,
-) -> Result<(Sandbox, RestoreReport)> {
+) -> Result<(Sandbox, RestoreReport), RestoreError> {
     if !strategy.start().streams() {
-        bail!("a streamed restore needs a lazy strategy (uffd or reap), not {strategy}");
+        return Err(anyhow!(
+            "a streamed restore needs a lazy strategy (uffd or reap), not {strategy}"
+        )
+        .into());
     }
     let hooks = Hooks {
         pager_source: Some(streamed.source),
@@ -172,7 +175,7 @@ pub(crate) fn restore_with(
     kind: StrategyKind,
     cfg: &SandboxConfig,
     hooks: Hooks<'_>,
-) -> Result<(Sandbox, RestoreReport)> {
+) -> Result<(Sandbox, RestoreReport), RestoreError> {
     let Hooks {
         pager_source,
         record: record_faults,
@@ -184,14 +187,15 @@ pub(crate) fn restore_with(
     let arriving = streamed_image.as_ref().map(|(_, a)| a.clone());
     let t0 = Instant::now();
     if snap.manifest.runtime_root != root_hash {
-        bail!(
+        return Err(anyhow!(
             "snapshot {} was taken on runtime root {}, but the root given is {root_hash}; rebuild the snapshot",
             snap.manifest.id,
             snap.manifest.runtime_root
-        );
+        )
+        .into());
     }
     if !root.is_dir() {
-        bail!("runtime root {} is missing", root.display());
+        return Err(anyhow!("runtime root {} is missing", root.display()).into());
     }
     let state = match state_override {
         Some(s) => s,
@@ -287,12 +291,12 @@ pub(crate) fn restore_with(
     })?;
     let status = r::RestorerStatus::decode(&raw).map_err(|e| anyhow!(e))?;
     if !status.ok {
-        bail!(
-            "restorer failed while {} (item {}): {}",
-            status.step_name(),
-            status.detail,
-            std::io::Error::from_raw_os_error(status.err)
-        );
+        return Err(RestoreError::Restorer {
+            step: status.step,
+            step_name: status.step_name(),
+            detail: status.detail,
+            errno: status.err,
+        });
     }
     if lazy {
         let uffd = uffd.ok_or_else(|| anyhow!("restorer did not send its userfaultfd"))?;
@@ -329,7 +333,7 @@ pub(crate) fn restore_with(
         },
         Duration::from_secs(30),
     )
-    .context("the restored runtime did not answer")?;
+    .map_err(RestoreError::Resume)?;
     let rep = RestoreReport {
         strategy: strategy.kind(),
         state_load_ms,

@@ -100,6 +100,7 @@ impl Zygote {
             .template
             .channel()
             .recv(timeout)
+            .map_err(anyhow::Error::from)
             .and_then(|v| Reply::decode(&req, v))
             .context("the zygote template did not fork")?;
         if !matches!(reply, Reply::ZygoteFork { pid } if pid > 0) {

@@ -409,7 +409,7 @@ pub fn prepare_packages(
     function: &str,
     names: &[String],
 ) -> Result<PackagesInfo, ApiError> {
-    use thaw_runtime::packages::Refused;
+    use thaw_runtime::packages::{PackagesError, Refused};
     let t = std::time::Instant::now();
     let mut progress = |m: &str| tracing::info!(function, "packages: {m}");
     let tree = thaw_runtime::packages::ensure(
@@ -421,18 +421,21 @@ pub fn prepare_packages(
         &mut progress,
     )
     .map_err(|e| {
-        let (status, code) = match e.downcast_ref::<Refused>() {
-            None => return internal(e.context("preparing the function's packages")),
-            Some(Refused::BadName(_) | Refused::TooMany { .. }) => {
+        let r = match e {
+            PackagesError::Host(e) => {
+                return internal(e.context("preparing the function's packages"))
+            }
+            PackagesError::Refused(r) => r,
+        };
+        let (status, code) = match r {
+            Refused::BadName(_) | Refused::TooMany { .. } => {
                 (StatusCode::BAD_REQUEST, "bad_request")
             }
-            Some(Refused::Unknown(_)) => (StatusCode::UNPROCESSABLE_ENTITY, "unknown_package"),
-            Some(Refused::Unresolvable(_)) => {
-                (StatusCode::UNPROCESSABLE_ENTITY, "unresolvable_packages")
-            }
-            Some(Refused::TooLarge { .. }) => (StatusCode::PAYLOAD_TOO_LARGE, "packages_too_large"),
+            Refused::Unknown(_) => (StatusCode::UNPROCESSABLE_ENTITY, "unknown_package"),
+            Refused::Unresolvable(_) => (StatusCode::UNPROCESSABLE_ENTITY, "unresolvable_packages"),
+            Refused::TooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "packages_too_large"),
         };
-        ApiError::new(status, code, format!("{e:#}"))
+        ApiError::new(status, code, r.to_string())
     })?;
     let info = PackagesInfo::new(&tree, t.elapsed().as_secs_f64() * 1e3);
     tracing::info!(
@@ -506,21 +509,22 @@ fn reserve(app: &App, rec: &Record) -> Result<crate::pool::Reservation, ApiError
     })
 }
 
+use thaw_sandbox::SandboxError;
+use thaw_worker::StartError;
+
 fn start_loaded(
     app: &App,
     func: &UserFunction,
 ) -> Result<(thaw_sandbox::Sandbox, thaw_worker::FreshReport), ApiError> {
     let init_timeout = Duration::from_millis(app.cfg.limits.init_timeout_ms);
-    app.worker.start_user(func, init_timeout).map_err(|e| {
-        let detail = format!("{e:#}");
-        if detail.contains("did not answer within") {
-            bad(format!(
-                "import/init did not finish within {init_timeout:?}: {detail}"
-            ))
-        } else {
-            bad(format!("import/init failed: {detail}"))
-        }
-    })
+    app.worker
+        .start_user(func, init_timeout)
+        .map_err(|e| match e {
+            StartError::Load(SandboxError::Timeout { .. }) => bad(format!(
+                "import/init did not finish within {init_timeout:?}: {e:#}"
+            )),
+            e => bad(format!("import/init failed: {e:#}")),
+        })
 }
 
 fn warm_up(

@@ -920,7 +920,9 @@ fn instance_thread(
                 .strategy
                 .parse()
                 .map_err(anyhow::Error::from)
-                .and_then(|s| worker.restore_user(&p.snap, s, &v.func, v.sandboxes.as_ref()));
+                .and_then(|s| {
+                    Ok(worker.restore_user(&p.snap, s, &v.func, v.sandboxes.as_ref())?)
+                });
             (r, p.tier.clone())
         })
     };
@@ -938,17 +940,20 @@ fn instance_thread(
                 },
             ))
         }),
-        None => worker.start_user(&v.func, init_timeout).map(|(sb, _)| {
-            (
-                sb,
-                Created {
-                    create_ms: ms(t0),
-                    hook_ms: 0.0,
-                    strategy: "boot".into(),
-                    tier: "-".into(),
-                },
-            )
-        }),
+        None => worker
+            .start_user(&v.func, init_timeout)
+            .map_err(Into::into)
+            .map(|(sb, _)| {
+                (
+                    sb,
+                    Created {
+                        create_ms: ms(t0),
+                        hook_ms: 0.0,
+                        strategy: "boot".into(),
+                        tier: "-".into(),
+                    },
+                )
+            }),
     };
     let mut sb = match made {
         Ok((sb, c)) => {

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
+use thaw_tiers::objects::GetError;
 use thaw_tiers::objects::RemoteStore;
 use thaw_xdt::sdk::{CallFailure, CallOutcome, Host};
 use thaw_xdt::{CallCtx, ChainLimits, ObjectTable, TableLimits};
@@ -227,19 +228,14 @@ impl Host for XdtHost {
         let r = self
             .store()?
             .get_plain(&format!("{STORE_PREFIX}/{key}"), max_bytes, sink);
-        r.map_err(
-            |e| match e.downcast_ref::<thaw_tiers::objects::TooLarge>() {
-                // the store is fine: this function cannot take the object
-                Some(t) => failure(
-                    "too_large",
-                    format!(
-                        "the object has {} bytes; this function may take at most {}",
-                        t.size, t.max
-                    ),
-                ),
-                None => self.store_failure(e),
-            },
-        )
+        r.map_err(|e| match e {
+            // the store is fine: this function cannot take the object
+            GetError::TooLarge { size, max, .. } => failure(
+                "too_large",
+                format!("the object has {size} bytes; this function may take at most {max}"),
+            ),
+            GetError::Failed(e) => self.store_failure(e),
+        })
     }
 }
 

@@ -20,7 +20,7 @@ mod versions;
 
 pub use snapshot::{
     drop_file_cache, make_immutable, sha256_hex, will_need, will_need_spans, FileEntry, Manifest,
-    Snapshot, SnapshotWriter, FORMAT_NAME, FORMAT_VERSION,
+    Snapshot, SnapshotWriter, StoreError, FORMAT_NAME, FORMAT_VERSION,
 };
 pub use tier::{Tier, EMULATED_MARKER, TIER_NAMES};
 pub use versions::{gc_tier, is_version_id, DeployLock};

@@ -1,5 +1,5 @@
 use crate::secure::{self, FileLock};
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::collections::HashSet;
@@ -207,6 +207,33 @@ pub fn sha256_hex(data: &[u8]) -> String {
     hex::encode(Sha256::digest(data))
 }
 
+/// What is wrong with a snapshot, for callers to match.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// no snapshot there (no manifest)
+    #[error("snapshot {}: no such snapshot (no manifest)", dir.display())]
+    NotFound { dir: PathBuf },
+    /// the manifest does not parse, is not a thaw snapshot's, or does not
+    /// match the files beside it (names, lengths)
+    #[error("snapshot {}: {what}", dir.display())]
+    Corrupt { dir: PathBuf, what: String },
+    /// written in a format version this thaw does not read
+    #[error("snapshot {}: format version {found} is not supported (this thaw reads version {FORMAT_VERSION})", dir.display())]
+    Version { dir: PathBuf, found: u32 },
+    /// a file does not match its checksum, or could have changed unseen
+    #[error("integrity: {}: {what}", path.display())]
+    Integrity { path: PathBuf, what: String },
+    /// the host's side: I/O, memfds, sizes
+    #[error(transparent)]
+    Other(#[from] anyhow::Error),
+}
+
+impl From<std::io::Error> for StoreError {
+    fn from(e: std::io::Error) -> Self {
+        StoreError::Other(e.into())
+    }
+}
+
 /// An opened, structurally checked snapshot.
 #[derive(Debug, Clone)]
 pub struct Snapshot {
@@ -220,45 +247,48 @@ pub struct Snapshot {
 impl Snapshot {
     /// Opens a snapshot directory: the manifest must parse, carry our format
     /// and version, and every file must exist with the recorded length.
-    pub fn open(dir: &Path) -> Result<Snapshot> {
+    pub fn open(dir: &Path) -> Result<Snapshot, StoreError> {
+        let corrupt = |what: String| StoreError::Corrupt {
+            dir: dir.to_owned(),
+            what,
+        };
         let mpath = dir.join(MANIFEST);
+        if let Err(e) = fs::symlink_metadata(&mpath) {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                return Err(StoreError::NotFound {
+                    dir: dir.to_owned(),
+                });
+            }
+        }
         let raw = read_limited(&mpath, MAX_MANIFEST_BYTES)
             .with_context(|| format!("snapshot {}: cannot read its manifest", dir.display()))?;
         let manifest: Manifest = serde_json::from_slice(&raw)
-            .with_context(|| format!("snapshot {}: manifest is corrupt", dir.display()))?;
+            .map_err(|e| corrupt(format!("manifest is corrupt: {e}")))?;
         if manifest.format != FORMAT_NAME {
-            bail!(
-                "snapshot {}: not a thaw snapshot (format {:?})",
-                dir.display(),
+            return Err(corrupt(format!(
+                "not a thaw snapshot (format {:?})",
                 manifest.format
-            );
+            )));
         }
         if manifest.version != FORMAT_VERSION {
-            bail!(
-                "snapshot {}: format version {} is not supported (this thaw reads version {FORMAT_VERSION})",
-                dir.display(),
-                manifest.version
-            );
+            return Err(StoreError::Version {
+                dir: dir.to_owned(),
+                found: manifest.version,
+            });
         }
         for e in [&manifest.state, &manifest.memory] {
             if e.name.contains('/') || e.name.starts_with('.') {
-                bail!(
-                    "snapshot {}: bad file name {:?} in manifest",
-                    dir.display(),
-                    e.name
-                );
+                return Err(corrupt(format!("bad file name {:?} in manifest", e.name)));
             }
-            let p = dir.join(&e.name);
-            let len = fs::symlink_metadata(&p)
-                .with_context(|| format!("snapshot {}: {} is missing", dir.display(), e.name))?
-                .len();
+            let len = match fs::symlink_metadata(dir.join(&e.name)) {
+                Ok(m) => m.len(),
+                Err(err) => return Err(corrupt(format!("{} is missing ({err})", e.name))),
+            };
             if len != e.len {
-                bail!(
-                    "snapshot {}: {} is {len} bytes, manifest says {} (truncated or replaced)",
-                    dir.display(),
-                    e.name,
-                    e.len
-                );
+                return Err(corrupt(format!(
+                    "{} is {len} bytes, manifest says {} (truncated or replaced)",
+                    e.name, e.len
+                )));
             }
         }
         Ok(Snapshot {
@@ -269,14 +299,14 @@ impl Snapshot {
     }
 
     /// Reads the state file and checks its SHA-256 against the manifest.
-    pub fn load_state(&self) -> Result<Vec<u8>> {
+    pub fn load_state(&self) -> Result<Vec<u8>, StoreError> {
         let e = &self.manifest.state;
         let data = read_limited(&self.dir.join(&e.name), MAX_STATE_BYTES)?;
         if sha256_hex(&data) != e.sha256 {
-            bail!(
-                "integrity: {}: state checksum mismatch (corrupted or changed)",
-                self.dir.join(&e.name).display()
-            );
+            return Err(StoreError::Integrity {
+                path: self.dir.join(&e.name),
+                what: "state checksum mismatch (corrupted or changed)".into(),
+            });
         }
         Ok(data)
     }
@@ -287,14 +317,14 @@ impl Snapshot {
 
     /// Re-hashes the whole memory image (`thaw snapshot verify`; restores
     /// use [`Snapshot::open_image`]).
-    pub fn verify_memory(&self) -> Result<()> {
+    pub fn verify_memory(&self) -> Result<(), StoreError> {
         let mut f = secure::open_nofollow(&self.memory_path())?;
         self.hash_image(&mut f, &mut std::io::sink())
     }
 
     /// Reads the whole image from `src`, copying it to `dst`, and checks its
     /// length and SHA-256 against the manifest.
-    fn hash_image(&self, src: &mut File, dst: &mut dyn Write) -> Result<()> {
+    fn hash_image(&self, src: &mut File, dst: &mut dyn Write) -> Result<(), StoreError> {
         let mut h = Sha256::new();
         let mut buf = vec![0u8; 1 << 20];
         let mut len = 0u64;
@@ -310,17 +340,17 @@ impl Snapshot {
         if len != self.manifest.memory.len
             || hex::encode(h.finalize()) != self.manifest.memory.sha256
         {
-            bail!(
-                "integrity: {}: memory image checksum mismatch (corrupted or changed)",
-                self.memory_path().display()
-            );
+            return Err(StoreError::Integrity {
+                path: self.memory_path(),
+                what: "memory image checksum mismatch (corrupted or changed)".into(),
+            });
         }
         Ok(())
     }
 
     /// Streams this snapshot's memory image into `w`, checking it against the
     /// manifest on the way (an integrity error if it changed).
-    pub fn copy_image_into(&self, w: &mut SnapshotWriter) -> Result<()> {
+    pub fn copy_image_into(&self, w: &mut SnapshotWriter) -> Result<(), StoreError> {
         self.hash_image(&mut secure::open_nofollow(&self.memory_path())?, w)
     }
 
@@ -334,12 +364,15 @@ impl Snapshot {
     ///   snapshot was written); its checksum is checked on the first use in
     ///   this process and again whenever its ctime changes (clearing the
     ///   flag to write it changes the ctime, and ctime cannot be set back).
-    pub fn open_image(&self) -> Result<File> {
+    pub fn open_image(&self) -> Result<File, StoreError> {
         let path = self.memory_path();
         let mut f = secure::open_nofollow(&path)?;
         let m = f.metadata()?;
         if !m.is_file() {
-            bail!("integrity: {} is not a regular file", path.display());
+            return Err(StoreError::Integrity {
+                path,
+                what: "not a regular file".into(),
+            });
         }
         let key = ImageKey {
             dev: m.dev(),
@@ -369,10 +402,10 @@ impl Snapshot {
         let flags = secure::inode_flags(&f)
             .with_context(|| format!("reading the inode flags of {}", path.display()))?;
         if flags & secure::FS_IMMUTABLE_FL == 0 {
-            bail!(
-                "integrity: {} is not immutable (FS_IMMUTABLE_FL is not set); it may have been changed since it was written",
-                path.display()
-            );
+            return Err(StoreError::Integrity {
+                path,
+                what: "not immutable (FS_IMMUTABLE_FL is not set); it may have been changed since it was written".into(),
+            });
         }
         let seen = verified_images()
             .lock()
@@ -391,12 +424,12 @@ impl Snapshot {
     /// A new sealed memfd holding the verified image, bypassing the
     /// per-process cache of [`Snapshot::open_image`] (`thaw bench store`
     /// measures what that first load costs).
-    pub fn seal_image(&self) -> Result<File> {
+    pub fn seal_image(&self) -> Result<File, StoreError> {
         self.load_sealed(&mut secure::open_nofollow(&self.memory_path())?)
     }
 
     /// Copies the image into a new memfd, checking its checksum, and seals it.
-    fn load_sealed(&self, src: &mut File) -> Result<File> {
+    fn load_sealed(&self, src: &mut File) -> Result<File, StoreError> {
         let name = CString::new(format!("thaw-image:{}", self.manifest.id))
             .unwrap_or_else(|_| c"thaw-image".to_owned());
         // SAFETY: memfd_create with a NUL-terminated name.
@@ -404,7 +437,7 @@ impl Snapshot {
             libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING)
         };
         if fd < 0 {
-            bail!("memfd_create: {}", std::io::Error::last_os_error());
+            return Err(anyhow!("memfd_create: {}", std::io::Error::last_os_error()).into());
         }
         // SAFETY: fd was just created and is owned by nobody else.
         let mut memfd = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
@@ -414,11 +447,12 @@ impl Snapshot {
             libc::F_SEAL_WRITE | libc::F_SEAL_GROW | libc::F_SEAL_SHRINK | libc::F_SEAL_SEAL;
         // SAFETY: fcntl on a descriptor we own.
         if unsafe { libc::fcntl(memfd.as_raw_fd(), libc::F_ADD_SEALS, seals) } != 0 {
-            bail!(
+            return Err(anyhow!(
                 "sealing the memfd of {}: {}",
                 self.memory_path().display(),
                 std::io::Error::last_os_error()
-            );
+            )
+            .into());
         }
         Ok(memfd)
     }
@@ -583,23 +617,34 @@ mod tests {
         data[10] ^= 0xff;
         fs::write(&img, &data).unwrap();
         let err = Snapshot::open(&s.dir).unwrap().verify_memory().unwrap_err();
+        assert!(matches!(&err, StoreError::Integrity { path, .. } if *path == img));
         assert!(err.to_string().contains("checksum"), "{err}");
         fs::write(&img, &data[..4096]).unwrap();
         let err = Snapshot::open(&s.dir).unwrap_err();
+        assert!(matches!(err, StoreError::Corrupt { .. }), "{err}");
         assert!(format!("{err:#}").contains("truncated"), "{err:#}");
 
         let s = make(&base.join("snap2"));
         fs::write(s.dir.join(STATE), b"{\"x\":2}").unwrap();
         let err = Snapshot::open(&s.dir).unwrap().load_state().unwrap_err();
+        assert!(matches!(err, StoreError::Integrity { .. }), "{err}");
         assert!(err.to_string().contains("checksum"), "{err}");
 
         let mut m = s.manifest.clone();
         m.version = 99;
         fs::write(s.dir.join(MANIFEST), serde_json::to_vec(&m).unwrap()).unwrap();
         let err = Snapshot::open(&s.dir).unwrap_err();
+        assert!(
+            matches!(err, StoreError::Version { found: 99, .. }),
+            "{err}"
+        );
         assert!(err.to_string().contains("version 99"), "{err}");
         fs::write(s.dir.join(MANIFEST), b"{not json").unwrap();
-        assert!(Snapshot::open(&s.dir).is_err());
+        let err = Snapshot::open(&s.dir).unwrap_err();
+        assert!(matches!(err, StoreError::Corrupt { .. }), "{err}");
+        fs::remove_file(s.dir.join(MANIFEST)).unwrap();
+        let err = Snapshot::open(&s.dir).unwrap_err();
+        assert!(matches!(err, StoreError::NotFound { .. }), "{err}");
     }
 
     #[test]

@@ -186,7 +186,7 @@ fn local_files(dir: &Path) -> Result<FileSums> {
 fn verify_local(dir: &Path) -> Result<()> {
     let s = thaw_store::Snapshot::open(dir)?;
     s.load_state()?;
-    s.verify_memory()
+    Ok(s.verify_memory()?)
 }
 
 /// Whether `name` is a committed snapshot at `p`.

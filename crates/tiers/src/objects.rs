@@ -6,7 +6,7 @@
 //! error, never a hang.
 use crate::config::TierConfig;
 use crate::seal::{self, Header, Key, HEADER_LEN};
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use futures::StreamExt;
 use object_store::aws::{AmazonS3, AmazonS3Builder};
 use object_store::path::Path as ObjPath;
@@ -194,29 +194,28 @@ impl RemoteStore {
 
     /// A plain S3 GET of `name`, its body written to `sink` chunk by chunk
     /// as it arrives; returns its size, or `None` if there is no such
-    /// object. One larger than `max_len` is a [`TooLarge`] error before any
-    /// byte is read.
+    /// object. One larger than `max_len` is [`GetError::TooLarge`] before
+    /// any byte is read.
     pub fn get_plain(
         &self,
         name: &str,
         max_len: u64,
         sink: &mut impl std::io::Write,
-    ) -> Result<Option<u64>> {
+    ) -> Result<Option<u64>, GetError> {
         let ctx = || format!("downloading {name} from {}", self.url);
         self.rt.block_on(async {
             let r = match self.store.get(&ObjPath::from(name)).await {
                 Ok(r) => r,
                 Err(object_store::Error::NotFound { .. }) => return Ok(None),
-                Err(e) => return Err(e).with_context(ctx),
+                Err(e) => return Err(anyhow::Error::new(e).context(ctx()).into()),
             };
             let size = r.meta.size;
             if size > max_len {
-                return Err(TooLarge {
+                return Err(GetError::TooLarge {
                     what: format!("{name} on {}", self.url),
                     size,
                     max: max_len,
-                }
-                .into());
+                });
             }
             let mut body = r.into_stream();
             let mut got = 0u64;
@@ -224,12 +223,14 @@ impl RemoteStore {
                 let chunk = chunk.with_context(ctx)?;
                 got += chunk.len() as u64;
                 if got > size {
-                    bail!("{name} on {} sent more than its {size} bytes", self.url);
+                    let e = anyhow!("{name} on {} sent more than its {size} bytes", self.url);
+                    return Err(e.into());
                 }
                 sink.write_all(&chunk).with_context(ctx)?;
             }
             if got != size {
-                bail!("{name} on {} ended after {got} of {size} bytes", self.url);
+                let e = anyhow!("{name} on {} ended after {got} of {size} bytes", self.url);
+                return Err(e.into());
             }
             Ok(Some(size))
         })
@@ -367,23 +368,13 @@ mod tests {
     }
 }
 
-/// An object larger than the reader may take (callers tell it apart from
-/// a failing store with `downcast_ref`).
-#[derive(Debug)]
-pub struct TooLarge {
-    pub what: String,
-    pub size: u64,
-    pub max: u64,
+/// Why [`RemoteStore::get_plain`] failed, for callers to match.
+#[derive(Debug, thiserror::Error)]
+pub enum GetError {
+    /// the object is larger than the reader may take (the store is fine)
+    #[error("{what} is {size} bytes, more than the {max} allowed")]
+    TooLarge { what: String, size: u64, max: u64 },
+    /// the store failed, or sent a body of the wrong length
+    #[error(transparent)]
+    Failed(#[from] anyhow::Error),
 }
-
-impl std::fmt::Display for TooLarge {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{} is {} bytes, more than the {} allowed",
-            self.what, self.size, self.max
-        )
-    }
-}
-
-impl std::error::Error for TooLarge {}

@@ -11,12 +11,13 @@ use thaw_runtime::RootInfo;
 pub use thaw_sandbox::agent::Invoked;
 use thaw_sandbox::agent::{Event, Reply, Request};
 use thaw_sandbox::{
-    checkpoint, CheckpointReport, RestoreReport, Sandbox, SandboxConfig, SandboxPool,
+    checkpoint, CheckpointReport, RestoreError, RestoreReport, Sandbox, SandboxConfig,
+    SandboxError, SandboxPool,
 };
 pub use thaw_sandbox::{StrategyKind, WsMode};
 use thaw_store::{Snapshot, Tier};
 
-pub use thaw_runtime::FunctionInfo;
+pub use thaw_runtime::{FunctionInfo, InputSize};
 
 pub mod suite;
 
@@ -230,7 +231,7 @@ impl Worker {
         &self,
         snap: &Snapshot,
         strategy: StrategyKind,
-    ) -> Result<(Sandbox, RestoreReport)> {
+    ) -> Result<(Sandbox, RestoreReport), RestoreError> {
         self.restore_with(snap, strategy, &self.cfg, self.pool.as_ref())
     }
 
@@ -241,7 +242,7 @@ impl Worker {
         snap: &Snapshot,
         strategy: StrategyKind,
         streamed: thaw_sandbox::Streamed,
-    ) -> Result<(Sandbox, RestoreReport)> {
+    ) -> Result<(Sandbox, RestoreReport), RestoreError> {
         thaw_sandbox::restore_streamed(
             snap,
             &self.root.path,
@@ -260,7 +261,7 @@ impl Worker {
         strategy: StrategyKind,
         cfg: &SandboxConfig,
         pool: Option<&SandboxPool>,
-    ) -> Result<(Sandbox, RestoreReport)> {
+    ) -> Result<(Sandbox, RestoreReport), RestoreError> {
         let prebuilt = pool
             .filter(|p| p.config() == cfg)
             .and_then(SandboxPool::take);
@@ -293,7 +294,7 @@ impl Worker {
     }
 
     /// Checks an output with the function's checker.
-    pub fn check(&self, function: &str, size: &str, output: &Value) -> Result<()> {
+    pub fn check(&self, function: &str, size: InputSize, output: &Value) -> Result<()> {
         self.root.check_output(function, size, output)
     }
 }
@@ -352,14 +353,16 @@ impl Worker {
         function: &str,
         fast: &Tier,
         slow: &Tier,
-        sizes: &[String],
+        sizes: &[InputSize],
         reps: usize,
         params: &CostParams,
     ) -> Result<TierReport> {
         let snap = self.snapshot(function, fast)?;
         let requests: Vec<(String, Request)> = sizes
             .iter()
-            .flat_map(|s| std::iter::repeat_n((s.clone(), Request::invoke_size(s)), reps.max(1)))
+            .flat_map(|s| {
+                std::iter::repeat_n((s.to_string(), Request::invoke_size(s.name())), reps.max(1))
+            })
             .collect();
         let mut profile = thaw_sandbox::profile::profile(
             &snap,
@@ -375,7 +378,7 @@ impl Worker {
             let mut t = Vec::new();
             for _ in 0..3 {
                 let (mut sb, _) = self.restore(&snap, StrategyKind::Mmap)?;
-                t.push(invoke(&mut sb, &c.name, INVOKE_TIMEOUT)?.latency_ms);
+                t.push(invoke(&mut sb, c.name.parse()?, INVOKE_TIMEOUT)?.latency_ms);
             }
             t.sort_by(f64::total_cmp);
             c.base_ms = t[1];
@@ -469,7 +472,7 @@ impl Worker {
         &self,
         func: &UserFunction,
         timeout: Duration,
-    ) -> Result<(Sandbox, FreshReport)> {
+    ) -> Result<(Sandbox, FreshReport), StartError> {
         let t0 = Instant::now();
         let (mut argv, _) = self.root.agent_command("--user");
         argv.truncate(4);
@@ -492,8 +495,9 @@ impl Worker {
             &self.root.path,
             &argv,
             &env,
-        )?;
-        load_timed(sb, t0, timeout)
+        )
+        .map_err(StartError::Sandbox)?;
+        Ok(load_timed(sb, t0, timeout)?)
     }
 
     /// Snapshots a loaded instance as the published version of snapshot
@@ -517,7 +521,7 @@ impl Worker {
         strategy: StrategyKind,
         func: &UserFunction,
         pool: Option<&SandboxPool>,
-    ) -> Result<(Sandbox, RestoreReport)> {
+    ) -> Result<(Sandbox, RestoreReport), RestoreError> {
         self.restore_with(snap, strategy, &func.sandbox_config(&self.cfg), pool)
     }
 
@@ -530,10 +534,17 @@ impl Worker {
 
 /// Loads (import + init) a just-started runtime, timing it from `t0`, the
 /// moment its start began.
-fn load_timed(mut sb: Sandbox, t0: Instant, timeout: Duration) -> Result<(Sandbox, FreshReport)> {
+fn load_timed(
+    mut sb: Sandbox,
+    t0: Instant,
+    timeout: Duration,
+) -> Result<(Sandbox, FreshReport), SandboxError> {
     let spawn_ms = ms(t0);
     let t1 = Instant::now();
-    let r = sb.call(&Request::Load, timeout)?.into_loaded()?;
+    let r = sb
+        .call(&Request::Load, timeout)?
+        .into_loaded()
+        .map_err(|e| SandboxError::Reply(format!("{e:#}")))?;
     let rep = FreshReport {
         spawn_ms,
         load_ms: ms(t1),
@@ -542,6 +553,17 @@ fn load_timed(mut sb: Sandbox, t0: Instant, timeout: Duration) -> Result<(Sandbo
         total_ms: ms(t0),
     };
     Ok((sb, rep))
+}
+
+/// Why a user function's fresh instance did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// the sandbox could not be built (the host's side)
+    #[error("starting the sandbox: {0:#}")]
+    Sandbox(anyhow::Error),
+    /// import or init failed, timed out or killed the runtime (the code's side)
+    #[error(transparent)]
+    Load(#[from] SandboxError),
 }
 
 /// Runs the function's after-restore hook (if it has one) with the new
@@ -607,10 +629,10 @@ fn invoke_request(event: &Value, timeout: Duration) -> (Request, Duration) {
 }
 
 /// Invokes an instance on input `size`.
-pub fn invoke(sb: &mut Sandbox, size: &str, timeout: Duration) -> Result<Invocation> {
+pub fn invoke(sb: &mut Sandbox, size: InputSize, timeout: Duration) -> Result<Invocation> {
     let t = Instant::now();
     let (output, exec_ms) = sb
-        .call(&Request::invoke_size(size), timeout)?
+        .call(&Request::invoke_size(size.name()), timeout)?
         .into_invoke()?;
     let latency_ms = ms(t);
     sb.after_first_response();

@@ -4,7 +4,7 @@ use crate::{invoke, load_timed, ms, INVOKE_TIMEOUT};
 use anyhow::{Context, Result};
 use serde::Serialize;
 use std::time::Instant;
-use thaw_runtime::{RootInfo, SIZES};
+use thaw_runtime::{InputSize, RootInfo};
 use thaw_sandbox::{Sandbox, SandboxConfig};
 
 /// Figures of one function: fresh start, RSS after init, warm latency per size.
@@ -38,7 +38,7 @@ pub fn measure(
     let (mut sb, fresh) = load_timed(sb, t0, INVOKE_TIMEOUT)?;
     let rss_after_init_kb = sb.rss_kb()?;
     let mut sizes = Vec::new();
-    for size in SIZES {
+    for size in InputSize::ALL {
         let first =
             invoke(&mut sb, size, INVOKE_TIMEOUT).with_context(|| format!("size {size}"))?;
         root.check_output(function, size, &first.output)?;

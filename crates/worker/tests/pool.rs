@@ -6,6 +6,7 @@ use common::*;
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::Duration;
+use thaw_worker::InputSize;
 use thaw_worker::StrategyKind;
 use thaw_worker::{invoke, Worker};
 
@@ -82,9 +83,10 @@ fn pool_64_restores_leave_nothing_behind() {
             waiting.contains(&sb.pid()),
             "restored into a pooled sandbox"
         );
-        let inv = invoke(&mut sb, "I", T).expect("invoke");
+        let inv = invoke(&mut sb, InputSize::I, T).expect("invoke");
         if i == 0 {
-            w.check("helloworld", "I", &inv.output).expect("output");
+            w.check("helloworld", InputSize::I, &inv.output)
+                .expect("output");
         }
     }
     let stats = pool.stats();
@@ -132,8 +134,9 @@ fn a_pooled_sandbox_killed_while_waiting_is_discarded() {
         .expect("restore past the dead one");
     assert!(rep.pooled);
     assert_ne!(sb.pid(), victim);
-    let inv = invoke(&mut sb, "I", T).expect("invoke");
-    w.check("helloworld", "I", &inv.output).expect("output");
+    let inv = invoke(&mut sb, InputSize::I, T).expect("invoke");
+    w.check("helloworld", InputSize::I, &inv.output)
+        .expect("output");
     let stats = w.pool().unwrap().stats();
     assert_eq!((stats.hits, stats.discarded), (1, 1), "{stats:?}");
     assert!(
@@ -178,14 +181,18 @@ fn a_restore_in_flight_holds_the_refill_back_but_never_starves_it() {
     // invoked later, it still answers; a second restore, invoked at once
     w.check(
         "helloworld",
-        "I",
-        &invoke(&mut held, "I", T).unwrap().output,
+        InputSize::I,
+        &invoke(&mut held, InputSize::I, T).unwrap().output,
     )
     .unwrap();
     let (mut sb, rep) = w.restore(&snap, StrategyKind::Mmap).expect("restore");
     assert!(rep.pooled);
-    w.check("helloworld", "I", &invoke(&mut sb, "I", T).unwrap().output)
-        .unwrap();
+    w.check(
+        "helloworld",
+        InputSize::I,
+        &invoke(&mut sb, InputSize::I, T).unwrap().output,
+    )
+    .unwrap();
     assert!(pool.wait_full(Duration::from_secs(30)), "pool not refilled");
     let stats = pool.stats();
     assert_eq!((stats.hits, stats.misses), (2, 0), "{stats:?}");

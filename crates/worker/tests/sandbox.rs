@@ -7,9 +7,10 @@ use std::path::PathBuf;
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 use thaw_sandbox::agent::{Reply, Request};
-use thaw_sandbox::{checkpoint, Sandbox, SandboxConfig};
-use thaw_store::Snapshot;
+use thaw_sandbox::{checkpoint, RestoreError, Sandbox, SandboxConfig};
+use thaw_store::{Snapshot, StoreError};
 use thaw_worker::invoke;
+use thaw_worker::InputSize;
 use thaw_worker::StrategyKind;
 
 /// No cgroup of ours is left without processes, and no child is a zombie.
@@ -94,12 +95,12 @@ fn restore_with_each_strategy_continues_where_it_stopped() {
         let (snap, rep) = checkpoint(&mut fresh, &dir, f, &w.root.hash).unwrap();
         assert!(rep.saved_pages > 100, "{rep:?}");
         // the original keeps serving after its snapshot
-        let out = invoke(&mut fresh, "I", T).unwrap();
-        w.check(f, "I", &out.output).unwrap();
+        let out = invoke(&mut fresh, InputSize::I, T).unwrap();
+        w.check(f, InputSize::I, &out.output).unwrap();
         for s in [StrategyKind::Eager, StrategyKind::Mmap, StrategyKind::Uffd] {
             let (mut sb, rep) = w.restore(&snap, s).unwrap();
             assert_no_restorer_left(sb.pid());
-            for size in ["I", "II"] {
+            for size in [InputSize::I, InputSize::II] {
                 let inv = invoke(&mut sb, size, T).unwrap();
                 w.check(f, size, &inv.output)
                     .unwrap_or_else(|e| panic!("{f} {s} {size}: {e:#}"));
@@ -207,19 +208,29 @@ fn rewrite_manifest(dir: &std::path::Path, edit: impl FnOnce(&mut Value)) {
     std::fs::write(&p, serde_json::to_vec(&m).unwrap()).unwrap();
 }
 
-fn restore_err(snap_dir: &std::path::Path, root: &std::path::Path, hash: &str) -> String {
-    let res = Snapshot::open(snap_dir).and_then(|s| {
-        thaw_sandbox::restore(
-            &s,
-            root,
-            hash,
-            StrategyKind::Eager,
-            &SandboxConfig::default(),
-        )
-    });
+/// The error of a restore (or of opening the snapshot) that must fail.
+fn restore_error(snap_dir: &std::path::Path, root: &std::path::Path, hash: &str) -> RestoreError {
+    let res = Snapshot::open(snap_dir)
+        .map_err(RestoreError::from)
+        .and_then(|s| {
+            let cfg = SandboxConfig::default();
+            thaw_sandbox::restore(&s, root, hash, StrategyKind::Eager, &cfg)
+        });
     match res {
         Ok(_) => panic!("restore of {} should have failed", snap_dir.display()),
-        Err(e) => format!("{e:#}"),
+        Err(e) => e,
+    }
+}
+
+fn restore_err(snap_dir: &std::path::Path, root: &std::path::Path, hash: &str) -> String {
+    format!("{:#}", restore_error(snap_dir, root, hash))
+}
+
+/// The store's verdict on a snapshot a restore refused.
+fn store_error(snap_dir: &std::path::Path, root: &std::path::Path, hash: &str) -> StoreError {
+    match restore_error(snap_dir, root, hash) {
+        RestoreError::Snapshot(e) => e,
+        other => panic!("not the store's error: {other:#}"),
     }
 }
 
@@ -240,7 +251,9 @@ fn bad_snapshots_are_refused_with_clear_errors() {
         .unwrap()
         .set_len(len / 2)
         .unwrap();
-    assert!(restore_err(&d, root, hash).contains("truncated"));
+    let e = store_error(&d, root, hash);
+    assert!(matches!(e, StoreError::Corrupt { .. }), "{e}");
+    assert!(e.to_string().contains("truncated"));
 
     let d = t.path.join("state-corrupt");
     let s = copy_snapshot(&snap, &d);
@@ -249,24 +262,32 @@ fn bad_snapshots_are_refused_with_clear_errors() {
     let mid = data.len() / 2;
     data[mid] ^= 0x01;
     std::fs::write(&st, &data).unwrap();
-    assert!(restore_err(&d, root, hash).contains("checksum"));
+    let e = store_error(&d, root, hash);
+    assert!(matches!(e, StoreError::Integrity { .. }), "{e}");
+    assert!(e.to_string().contains("checksum"));
 
     let d = t.path.join("memory-corrupt");
     let s = copy_snapshot(&snap, &d);
     let mut data = std::fs::read(s.memory_path()).unwrap();
     data[4096 * 3 + 17] ^= 0xff;
     std::fs::write(s.memory_path(), &data).unwrap();
-    assert!(restore_err(&d, root, hash).contains("checksum"));
+    let e = store_error(&d, root, hash);
+    assert!(matches!(e, StoreError::Integrity { .. }), "{e}");
+    assert!(e.to_string().contains("checksum"));
 
     let d = t.path.join("version");
     copy_snapshot(&snap, &d);
     rewrite_manifest(&d, |m| m["version"] = json!(999));
-    assert!(restore_err(&d, root, hash).contains("version 999"));
+    let e = store_error(&d, root, hash);
+    assert!(matches!(e, StoreError::Version { found: 999, .. }), "{e}");
+    assert!(e.to_string().contains("version 999"));
 
     let d = t.path.join("not-json");
     copy_snapshot(&snap, &d);
     std::fs::write(d.join("manifest.json"), b"\x00garbage").unwrap();
-    assert!(restore_err(&d, root, hash).contains("corrupt"));
+    let e = store_error(&d, root, hash);
+    assert!(matches!(e, StoreError::Corrupt { .. }), "{e}");
+    assert!(e.to_string().contains("corrupt"));
 
     // a root that changed (different hash) or vanished
     let e = restore_err(&snap.dir, root, &"0".repeat(64));
@@ -280,26 +301,57 @@ fn bad_snapshots_are_refused_with_clear_errors() {
     assert_nothing_leaked();
 }
 
+/// A copy of `snap` whose first file mapping points at `path` (with a
+/// consistent checksum, so only the restorer can notice).
+fn with_mapping_path(snap: &Snapshot, d: &std::path::Path, path: &str) -> Snapshot {
+    let s = copy_snapshot(snap, d);
+    let mut state = thaw_sandbox::state::ProcessState::decode(&s.load_state().unwrap()).unwrap();
+    let vma = state.vmas.iter_mut().find(|v| v.path.is_some()).unwrap();
+    vma.path = Some(path.into());
+    let bytes = state.encode();
+    std::fs::write(d.join("state.json"), &bytes).unwrap();
+    let sha = thaw_store::sha256_hex(&bytes);
+    rewrite_manifest(d, |m| {
+        m["state"]["sha256"] = json!(sha);
+        m["state"]["len"] = json!(bytes.len());
+    });
+    Snapshot::open(d).unwrap()
+}
+
 #[test]
 fn restore_failing_half_way_leaves_nothing_behind() {
     let w = worker();
     let t = tier("halfway");
     let (snap, _) = w.deploy("helloworld", &t).unwrap();
-    // point one file mapping at a file the root does not have, with a
-    // consistent checksum: the restorer fails after the sandbox is built
-    let d = t.path.join("bad-path");
-    let s = copy_snapshot(&snap, &d);
-    let mut state = thaw_sandbox::state::ProcessState::decode(&s.load_state().unwrap()).unwrap();
-    let vma = state.vmas.iter_mut().find(|v| v.path.is_some()).unwrap();
-    vma.path = Some("/usr/lib/thaw-no-such-file.so".into());
-    let bytes = state.encode();
-    std::fs::write(d.join("state.json"), &bytes).unwrap();
-    let sha = thaw_store::sha256_hex(&bytes);
-    rewrite_manifest(&d, |m| {
-        m["state"]["sha256"] = json!(sha);
-        m["state"]["len"] = json!(bytes.len());
-    });
-    let e = restore_err(&d, &w.root.path, &w.root.hash);
+    // the restorer fails after the sandbox is built, and says at which step
+    // and with which errno, through the typed error
+    let cases = [
+        // a file the root does not have: open fails
+        ("bad-path", "/usr/lib/thaw-no-such-file.so", 5, libc::ENOENT),
+        // a directory opens but cannot be mapped
+        ("dir-path", "/usr/lib", 6, libc::ENODEV),
+    ];
+    for (name, path, want_step, want_errno) in cases {
+        let s = with_mapping_path(&snap, &t.path.join(name), path);
+        let cfg = SandboxConfig::default();
+        let e = thaw_sandbox::restore(&s, &w.root.path, &w.root.hash, StrategyKind::Eager, &cfg)
+            .map(|_| ())
+            .unwrap_err();
+        let text = format!("{e:#}");
+        match e {
+            RestoreError::Restorer {
+                step,
+                step_name,
+                errno,
+                ..
+            } => {
+                assert_eq!((step, errno), (want_step, want_errno), "{name}: {text}");
+                assert!(text.contains(step_name), "{text}");
+            }
+            other => panic!("{name}: not a restorer failure: {other:#}"),
+        }
+    }
+    let e = restore_err(&t.path.join("bad-path"), &w.root.path, &w.root.hash);
     assert!(e.contains("opening a runtime file"), "{e}");
     assert!(e.contains("No such file or directory"), "the errno: {e}");
     assert_nothing_leaked();
@@ -382,8 +434,8 @@ fn hostile_code_is_contained_fresh_and_restored() {
     let (mut next, _) = w.start_fresh("helloworld").unwrap();
     w.check(
         "helloworld",
-        "I",
-        &invoke(&mut next, "I", T).unwrap().output,
+        InputSize::I,
+        &invoke(&mut next, InputSize::I, T).unwrap().output,
     )
     .unwrap();
 }
@@ -406,9 +458,17 @@ fn unknown_function_and_size_get_clear_errors() {
     let e = w.start_fresh("no_such_fn").map(|_| ()).unwrap_err();
     assert!(format!("{e:#}").contains("unknown function"));
     let (mut sb, _) = w.start_fresh("helloworld").unwrap();
-    let e = invoke(&mut sb, "XL", T).unwrap_err();
+    // a size the suite does not have, sent as it is (the library's sizes are typed)
+    let e = sb
+        .call(&Request::invoke_size("XL"), T)
+        .map(|_| ())
+        .unwrap_err();
     assert!(format!("{e:#}").contains("bad_request"), "{e:#}");
     // a bad request does not hurt the instance
-    w.check("helloworld", "I", &invoke(&mut sb, "I", T).unwrap().output)
-        .unwrap();
+    w.check(
+        "helloworld",
+        InputSize::I,
+        &invoke(&mut sb, InputSize::I, T).unwrap().output,
+    )
+    .unwrap();
 }

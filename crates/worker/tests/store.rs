@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use thaw_sandbox::checkpoint;
 use thaw_store::secure;
 use thaw_worker::invoke;
+use thaw_worker::InputSize;
 use thaw_worker::StrategyKind;
 
 #[test]
@@ -27,8 +28,8 @@ fn restores_racing_redeploys_see_old_or_new_whole() {
                         let (mut sb, _) = w
                             .restore(&snap, strategy)
                             .unwrap_or_else(|e| panic!("restore of {}: {e:#}", snap.dir.display()));
-                        let out = invoke(&mut sb, "I", T).unwrap();
-                        w.check("helloworld", "I", &out.output).unwrap();
+                        let out = invoke(&mut sb, InputSize::I, T).unwrap();
+                        w.check("helloworld", InputSize::I, &out.output).unwrap();
                         restores.fetch_add(1, Ordering::Relaxed);
                     }
                 }
@@ -62,8 +63,12 @@ fn a_changed_image_is_sealed_away_or_an_integrity_error() {
     for t in [tier("integrity"), disk_tier("integrity")] {
         let snap = w.snapshot("helloworld", &t).unwrap();
         let (mut sb, _) = w.restore(&snap, StrategyKind::Mmap).unwrap();
-        w.check("helloworld", "I", &invoke(&mut sb, "I", T).unwrap().output)
-            .unwrap();
+        w.check(
+            "helloworld",
+            InputSize::I,
+            &invoke(&mut sb, InputSize::I, T).unwrap().output,
+        )
+        .unwrap();
         drop(sb);
         // change every byte of one page in the middle, put the mtime back
         let path = snap.memory_path();
@@ -103,8 +108,8 @@ fn a_changed_image_is_sealed_away_or_an_integrity_error() {
             // served from the sealed memfd verified before the change
             for strategy in [StrategyKind::Mmap, StrategyKind::Eager, StrategyKind::Uffd] {
                 let (mut sb, _) = w.restore(&snap, strategy).unwrap();
-                let out = invoke(&mut sb, "I", T).unwrap();
-                w.check("helloworld", "I", &out.output).unwrap();
+                let out = invoke(&mut sb, InputSize::I, T).unwrap();
+                w.check("helloworld", InputSize::I, &out.output).unwrap();
             }
         }
     }

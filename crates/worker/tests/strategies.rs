@@ -8,13 +8,14 @@ use thaw_memory::tiering::{CostParams, TIERS_FILE};
 use thaw_memory::working_set::{WS_IMAGE, WS_INDEX, WS_STALE};
 use thaw_sandbox::SandboxConfig;
 use thaw_store::Snapshot;
+use thaw_worker::InputSize;
 use thaw_worker::{invoke, StrategyKind, WsMode};
 
 fn out_of(
     w: &thaw_worker::Worker,
     snap: &Snapshot,
     strategy: StrategyKind,
-    size: &str,
+    size: InputSize,
 ) -> (Value, thaw_sandbox::RestoreReport) {
     let (mut sb, rep) = w
         .restore(snap, strategy)
@@ -32,12 +33,12 @@ fn every_strategy_restores_every_function_correctly() {
     let slow = tier("all-strategies-slow");
     for f in w.functions() {
         let snap = w.snapshot(&f.name, &fast).unwrap();
-        let sizes = vec!["I".to_string(), "II".to_string()];
+        let sizes = vec![InputSize::I, InputSize::II];
         w.make_tiered(&f.name, &fast, &slow, &sizes, 1, &CostParams::default())
             .unwrap();
         for s in StrategyKind::ALL {
-            let (out, rep) = out_of(w, &snap, s, "I");
-            w.check(&f.name, "I", &out)
+            let (out, rep) = out_of(w, &snap, s, InputSize::I);
+            w.check(&f.name, InputSize::I, &out)
                 .unwrap_or_else(|e| panic!("{} restored with {s}: {e:#}", f.name));
             assert!(
                 rep.figures.ws_warning.is_empty() && rep.figures.tier_warning.is_empty(),
@@ -62,18 +63,18 @@ fn reap_records_then_prefetches_with_the_same_outputs() {
     let w = worker();
     let t = tier("reap");
     let snap = w.snapshot("json_serdes", &t).unwrap();
-    let (plain, _) = out_of(w, &snap, StrategyKind::Uffd, "II");
-    let (recorded, rep) = out_of(w, &snap, StrategyKind::Reap, "II");
+    let (plain, _) = out_of(w, &snap, StrategyKind::Uffd, InputSize::II);
+    let (recorded, rep) = out_of(w, &snap, StrategyKind::Reap, InputSize::II);
     assert_eq!(rep.figures.ws_mode, WsMode::Record);
     assert!(snap.dir.join(WS_INDEX).exists() && snap.dir.join(WS_IMAGE).exists());
     let (mut sb, rep) = w.restore(&snap, StrategyKind::Reap).unwrap();
     assert_eq!(rep.figures.ws_mode, WsMode::Prefetch);
     assert!(rep.figures.ws_pages > 50, "{rep:?}");
-    let prefetched = invoke(&mut sb, "II", T).unwrap().output;
+    let prefetched = invoke(&mut sb, InputSize::II, T).unwrap().output;
     let after = sb.pager().unwrap().stats.faults();
     assert_eq!(plain, recorded);
     assert_eq!(plain, prefetched);
-    w.check("json_serdes", "II", &prefetched).unwrap();
+    w.check("json_serdes", InputSize::II, &prefetched).unwrap();
     // the same input touches the same pages: (almost) nothing is left to fault
     assert!(
         after * 20 < rep.figures.ws_pages,
@@ -88,7 +89,7 @@ fn drift_marks_the_working_set_for_re_recording() {
     let w = worker();
     let t = tier("drift");
     let snap = w.snapshot("matmul", &t).unwrap();
-    let (_, rep) = out_of(w, &snap, StrategyKind::Reap, "I");
+    let (_, rep) = out_of(w, &snap, StrategyKind::Reap, InputSize::I);
     assert_eq!(rep.figures.ws_mode, WsMode::Record);
     // a larger input touches memory the small one never did; with a strict
     // drift share those faults mark the working set stale
@@ -99,8 +100,12 @@ fn drift_marks_the_working_set_for_re_recording() {
     let (mut sb, rep) =
         thaw_sandbox::restore(&snap, &w.root.path, &w.root.hash, StrategyKind::Reap, &cfg).unwrap();
     assert_eq!(rep.figures.ws_mode, WsMode::Prefetch);
-    w.check("matmul", "III", &invoke(&mut sb, "III", T).unwrap().output)
-        .unwrap();
+    w.check(
+        "matmul",
+        InputSize::III,
+        &invoke(&mut sb, InputSize::III, T).unwrap().output,
+    )
+    .unwrap();
     let o = sb.first_response().unwrap().clone();
     assert!(
         o.drift,
@@ -109,14 +114,14 @@ fn drift_marks_the_working_set_for_re_recording() {
     );
     assert!(snap.dir.join(WS_STALE).exists());
     drop(sb);
-    let (_, rep) = out_of(w, &snap, StrategyKind::Reap, "III");
+    let (_, rep) = out_of(w, &snap, StrategyKind::Reap, InputSize::III);
     assert_eq!(
         rep.figures.ws_mode,
         WsMode::Record,
         "a drifted working set is recorded again"
     );
     assert!(!snap.dir.join(WS_STALE).exists());
-    let (_, rep) = out_of(w, &snap, StrategyKind::Reap, "III");
+    let (_, rep) = out_of(w, &snap, StrategyKind::Reap, InputSize::III);
     assert_eq!(rep.figures.ws_mode, WsMode::Prefetch);
 }
 
@@ -133,27 +138,30 @@ fn corrupt_or_stale_working_sets_and_tier_layouts_fall_back_to_uffd() {
     let t = tier("fallback");
     let slow = tier("fallback-slow");
     let snap = w.snapshot("helloworld", &t).unwrap();
-    let (plain, _) = out_of(w, &snap, StrategyKind::Uffd, "I");
+    let (plain, _) = out_of(w, &snap, StrategyKind::Uffd, InputSize::I);
 
-    out_of(w, &snap, StrategyKind::Reap, "I"); // records
+    out_of(w, &snap, StrategyKind::Reap, InputSize::I); // records
     flip_byte(&snap.dir.join(WS_IMAGE), 5000);
-    let (out, rep) = out_of(w, &snap, StrategyKind::Reap, "I");
+    let (out, rep) = out_of(w, &snap, StrategyKind::Reap, InputSize::I);
     assert!(rep.figures.ws_warning.contains("checksum"), "{rep:?}");
     assert_eq!(out, plain);
     // that restore recorded a fresh, valid working set
     assert_eq!(
-        out_of(w, &snap, StrategyKind::Reap, "I").1.figures.ws_mode,
+        out_of(w, &snap, StrategyKind::Reap, InputSize::I)
+            .1
+            .figures
+            .ws_mode,
         WsMode::Prefetch
     );
 
     // a working set from another snapshot of the same function is stale
-    // the tier is held: dropping it removes its directory
+    // bound: a test tier removes its directory when dropped
     let other_tier = tier("fallback-other");
     let other = w.snapshot("helloworld", &other_tier).unwrap();
     for f in [WS_IMAGE, WS_INDEX] {
         std::fs::copy(snap.dir.join(f), other.dir.join(f)).unwrap();
     }
-    let (out, rep) = out_of(w, &other, StrategyKind::Reap, "I");
+    let (out, rep) = out_of(w, &other, StrategyKind::Reap, InputSize::I);
     assert!(
         rep.figures.ws_warning.contains("stale")
             || rep.figures.ws_warning.contains("another snapshot"),
@@ -162,18 +170,18 @@ fn corrupt_or_stale_working_sets_and_tier_layouts_fall_back_to_uffd() {
     assert_eq!(out, plain);
 
     // tier layout: missing, corrupt, and a damaged slow file
-    let (_, rep) = out_of(w, &snap, StrategyKind::Tiered, "I");
+    let (_, rep) = out_of(w, &snap, StrategyKind::Tiered, InputSize::I);
     assert_eq!(rep.strategy, StrategyKind::Uffd, "no layout yet: {rep:?}");
     w.make_tiered(
         "helloworld",
         &t,
         &slow,
-        &["I".to_string()],
+        &[InputSize::I],
         1,
         &CostParams::default(),
     )
     .unwrap();
-    let (out, rep) = out_of(w, &snap, StrategyKind::Tiered, "I");
+    let (out, rep) = out_of(w, &snap, StrategyKind::Tiered, InputSize::I);
     assert_eq!(
         (rep.strategy, out.clone()),
         (StrategyKind::Tiered, plain.clone())
@@ -184,7 +192,7 @@ fn corrupt_or_stale_working_sets_and_tier_layouts_fall_back_to_uffd() {
         &layout_raw[..layout_raw.len() / 2],
     )
     .unwrap();
-    let (out, rep) = out_of(w, &snap, StrategyKind::Tiered, "I");
+    let (out, rep) = out_of(w, &snap, StrategyKind::Tiered, InputSize::I);
     assert!(rep.figures.tier_warning.contains("corrupt"), "{rep:?}");
     assert_eq!((rep.strategy, out), (StrategyKind::Uffd, plain.clone()));
     std::fs::write(snap.dir.join(TIERS_FILE), &layout_raw).unwrap();
@@ -196,7 +204,7 @@ fn corrupt_or_stale_working_sets_and_tier_layouts_fall_back_to_uffd() {
         .unwrap()
         .set_len(len - 4096)
         .unwrap();
-    let (out, rep) = out_of(w, &snap, StrategyKind::Tiered, "I");
+    let (out, rep) = out_of(w, &snap, StrategyKind::Tiered, InputSize::I);
     assert!(rep.figures.tier_warning.contains("truncated"), "{rep:?}");
     assert_eq!(out, plain);
 }
@@ -206,8 +214,8 @@ fn sixteen_concurrent_reap_and_dax_restores() {
     let w = worker();
     let t = tier("concurrent");
     let snap = Arc::new(w.snapshot("lr_serving", &t).unwrap());
-    let (expected, _) = out_of(w, &snap, StrategyKind::Reap, "I"); // records the working set
-    w.check("lr_serving", "I", &expected).unwrap();
+    let (expected, _) = out_of(w, &snap, StrategyKind::Reap, InputSize::I); // records the working set
+    w.check("lr_serving", InputSize::I, &expected).unwrap();
     let handles: Vec<_> = (0..16)
         .map(|i| {
             let snap = snap.clone();
@@ -217,7 +225,7 @@ fn sixteen_concurrent_reap_and_dax_restores() {
                 } else {
                     StrategyKind::Dax
                 };
-                let (out, rep) = out_of(worker(), &snap, s, "I");
+                let (out, rep) = out_of(worker(), &snap, s, InputSize::I);
                 (s, out, rep)
             })
         })
@@ -249,24 +257,40 @@ fn dax_maps_without_copying_and_shares_pages_between_clones() {
         dax_bytes * 2 < eager_bytes,
         "dax clone holds {dax_bytes} bytes after its restore, eager {eager_bytes}"
     );
-    w.check("matmul", "I", &invoke(&mut a, "I", T).unwrap().output)
-        .unwrap();
-    w.check("matmul", "I", &invoke(&mut b, "I", T).unwrap().output)
-        .unwrap();
+    w.check(
+        "matmul",
+        InputSize::I,
+        &invoke(&mut a, InputSize::I, T).unwrap().output,
+    )
+    .unwrap();
+    w.check(
+        "matmul",
+        InputSize::I,
+        &invoke(&mut b, InputSize::I, T).unwrap().output,
+    )
+    .unwrap();
     // the first dax restore recorded what its invocation wrote; the next one
     // copies those pages before resume and still answers correctly
     assert_eq!(rep.figures.write_set_pages, 0);
     let (mut c, rep) = w.restore(&snap, StrategyKind::Dax).unwrap();
     assert!(rep.figures.write_set_pages > 10, "{rep:?}");
-    w.check("matmul", "I", &invoke(&mut c, "I", T).unwrap().output)
-        .unwrap();
+    w.check(
+        "matmul",
+        InputSize::I,
+        &invoke(&mut c, InputSize::I, T).unwrap().output,
+    )
+    .unwrap();
     // a corrupt write set is refused (and re-recorded), never trusted
     let ws_file = snap.dir.join(thaw_memory::write_set::WRITE_SET_FILE);
     std::fs::write(&ws_file, b"{").unwrap();
     let (mut d, rep) = w.restore(&snap, StrategyKind::Dax).unwrap();
     assert_eq!(rep.figures.write_set_pages, 0);
-    w.check("matmul", "I", &invoke(&mut d, "I", T).unwrap().output)
-        .unwrap();
+    w.check(
+        "matmul",
+        InputSize::I,
+        &invoke(&mut d, InputSize::I, T).unwrap().output,
+    )
+    .unwrap();
     let again: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&ws_file).unwrap()).unwrap();
     assert!(
@@ -343,7 +367,7 @@ fn a_cmdline_read_during_the_restore_does_not_zero_lazy_pages() {
     let w = worker();
     let t = tier("cmdline");
     let snap = w.snapshot("helloworld", &t).unwrap();
-    let (expected, _) = out_of(w, &snap, StrategyKind::Reap, "I"); // records the working set
+    let (expected, _) = out_of(w, &snap, StrategyKind::Reap, InputSize::I); // records the working set
     for (strategy, ws_mode) in [
         (StrategyKind::Uffd, WsMode::None),
         (StrategyKind::Reap, WsMode::Prefetch),
@@ -369,7 +393,7 @@ fn a_cmdline_read_during_the_restore_does_not_zero_lazy_pages() {
         assert_eq!(cmdline, [0u8; 14], "the read reached the stack mapping");
         let (mut sb, rep) = restored.unwrap_or_else(|e| panic!("{strategy}: {e:#}"));
         assert_eq!(rep.figures.ws_mode, ws_mode);
-        let out = invoke(&mut sb, "I", T)
+        let out = invoke(&mut sb, InputSize::I, T)
             .unwrap_or_else(|e| panic!("{strategy}: {e:#}"))
             .output;
         assert_eq!(out, expected, "{strategy}");

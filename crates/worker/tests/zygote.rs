@@ -4,6 +4,7 @@ mod common;
 use common::*;
 use std::path::PathBuf;
 use thaw_worker::invoke;
+use thaw_worker::InputSize;
 
 fn status_field(pid: i32, field: &str) -> String {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
@@ -62,8 +63,9 @@ fn zygote_children_are_sandboxed_answer_correctly_and_leave_nothing() {
             "/sys/fs/cgroup/memory/thaw/{}",
             sb.id
         )));
-        let inv = invoke(&mut sb, "I", T).expect("invoke");
-        w.check("helloworld", "I", &inv.output).expect("output");
+        let inv = invoke(&mut sb, InputSize::I, T).expect("invoke");
+        w.check("helloworld", InputSize::I, &inv.output)
+            .expect("output");
         pids.push(pid);
         live.push(sb);
     }
