@@ -70,6 +70,20 @@ impl Cgroups {
         self.memory_stat("memory.usage_in_bytes")
     }
 
+    /// Anonymous memory charged to the sandbox (the `rss` line of
+    /// memory.stat): its private copies, without the page-cache pages it
+    /// happened to read first.
+    pub fn memory_anon(&self) -> Option<u64> {
+        let d = self
+            .dirs
+            .iter()
+            .find(|d| d.starts_with(format!("{ROOT}/memory")))?;
+        let stat = fs::read_to_string(d.join("memory.stat")).ok()?;
+        stat.lines()
+            .find_map(|l| l.strip_prefix("rss "))
+            .and_then(|v| v.trim().parse().ok())
+    }
+
     /// Tasks the kernel's OOM killer killed in this cgroup (the `oom_kill`
     /// line of memory.oom_control).
     pub fn oom_kills(&self) -> u64 {

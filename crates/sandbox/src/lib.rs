@@ -418,6 +418,11 @@ impl Sandbox {
         self.cgroups.memory_usage()
     }
 
+    /// Anonymous (private) memory charged to the sandbox's cgroup now.
+    pub fn memory_anon(&self) -> Option<u64> {
+        self.cgroups.memory_anon()
+    }
+
     pub fn memory_limit_hits(&self) -> u64 {
         self.cgroups.memory_failcnt()
     }
