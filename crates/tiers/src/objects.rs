@@ -236,9 +236,14 @@ impl RemoteStore {
                 r.meta.size
             );
         }
-        let raw = r.bytes().await.with_context(ctx)?;
+        // opened as it arrives: little is left to do after the last byte
+        let mut opener = seal::Opener::new(&self.key, name, max_len);
+        let mut body = r.into_stream();
+        while let Some(b) = body.next().await {
+            opener.push(&b.with_context(ctx)?)?;
+        }
         t.body_ms = since(t0);
-        let plain = seal::open(&self.key, name, &raw, max_len)?;
+        let plain = opener.finish()?;
         t.opened_ms = since(t0);
         Ok((plain, t))
     }
@@ -330,14 +335,34 @@ impl RemoteStore {
 
     /// The header of `name` (one small ranged read).
     pub fn header(&self, name: &str) -> Result<Header> {
+        self.rt.block_on(self.fetch_header(name))
+    }
+
+    async fn fetch_header(&self, name: &str) -> Result<Header> {
         let raw = self
-            .rt
-            .block_on(
-                self.store
-                    .get_range(&ObjPath::from(name), 0..HEADER_LEN as u64),
-            )
+            .store
+            .get_range(&ObjPath::from(name), 0..HEADER_LEN as u64)
+            .await
             .with_context(|| format!("reading the header of {name} from {}", self.url))?;
         Header::parse(&raw)
+    }
+
+    /// Sends at once, from this thread, a GET of each of `objects` (name,
+    /// most bytes it may open to) and a read of the header of `header_of`;
+    /// their results in that order, each GET timed from `t0`.
+    pub fn get_round(
+        &self,
+        objects: &[(String, u64)],
+        header_of: &str,
+        t0: Instant,
+    ) -> (Vec<Result<(Vec<u8>, GetTiming)>>, Result<Header>) {
+        let gets = objects
+            .iter()
+            .map(|(name, max)| self.fetch_open_timed(name, t0, || Ok(*max)));
+        self.rt.block_on(futures::future::join(
+            futures::future::join_all(gets),
+            self.fetch_header(header_of),
+        ))
     }
 
     /// Plaintext bytes `r` of `name`: fetches only the chunks covering them.

@@ -294,20 +294,21 @@ impl Stream {
                 .name("thaw-stream-ws".into())
                 .spawn(move || fetch_first(&store, &name, t0, pack_rx))?
         };
-        let get = |f: &str, max: u64| {
-            store
-                .get_timed(&object(f), t0, || Ok(max))?
-                .with_context(|| format!("{} is not on {}", object(f), store.url))
+        // one task each on the client's runtime: no thread to start first
+        let round = [
+            (COMMIT, MAX_COMMIT_RECORD),
+            (MANIFEST, MAX_MANIFEST),
+            (STATE, MAX_STATE),
+        ];
+        let objects: Vec<(String, u64)> = round.iter().map(|(f, m)| (object(f), *m)).collect();
+        let (got, header) = store.get_round(&objects, &obj, t0);
+        let mut got = got.into_iter();
+        let mut next = || {
+            got.next()
+                .unwrap_or_else(|| Err(anyhow::anyhow!("a request of the first round is missing")))
         };
-        let (rec, header, manifest, state) = std::thread::scope(|s| {
-            let st = s.spawn(|| get(STATE, MAX_STATE));
-            let man = s.spawn(|| get(MANIFEST, MAX_MANIFEST));
-            let hdr = s.spawn(|| store.header(&obj));
-            let rec = get(COMMIT, MAX_COMMIT_RECORD)
-                .with_context(|| format!("{name} is not on the remote tier"));
-            (rec, joined(hdr), joined(man), joined(st))
-        });
-        let ((rec, tr), header, (manifest, tm), (state, ts)) = (rec?, header?, manifest?, state?);
+        let (rec, tr) = next().with_context(|| format!("{name} is not on the remote tier"))?;
+        let ((manifest, tm), (state, ts), header) = (next()?, next()?, header?);
         let rec: CommitRecord =
             serde_json::from_slice(&rec).context("parsing the remote commit record")?;
         let gets = vec![tr, tm, ts];
@@ -476,12 +477,6 @@ impl Drop for Stream {
             let _ = thaw_store::secure::remove_tree(&self.snapshot.dir);
         }
     }
-}
-
-/// A scoped thread's result, its panic turned into an error.
-fn joined<T>(h: std::thread::ScopedJoinHandle<'_, Result<T>>) -> Result<T> {
-    h.join()
-        .map_err(|_| anyhow::anyhow!("a remote reader panicked"))?
 }
 
 fn write_private(path: &Path, data: &[u8]) -> Result<()> {
