@@ -596,6 +596,40 @@ mod tests {
     }
 
     #[test]
+    fn objects_open_as_they_arrive_in_any_pieces() {
+        let k = key();
+        let plain: Vec<u8> = (0..3 * SEGMENT + 777).map(|i| (i / 5 % 11) as u8).collect();
+        let s = seal_compressed(&k, "f/p", &plain).unwrap();
+        for piece in [1usize, 4096, 70_000, s.len()] {
+            let mut o = Opener::new(&k, "f/p", plain.len() as u64);
+            for b in s.chunks(piece) {
+                o.push(b).unwrap();
+            }
+            assert_eq!(o.finish().unwrap(), plain, "pieces of {piece}");
+        }
+        // cut short anywhere: an error, never a shorter object
+        for cut in [10, HEADER_LEN, s.len() / 2, s.len() - 1] {
+            let mut o = Opener::new(&k, "f/p", plain.len() as u64);
+            o.push(&s[..cut]).unwrap();
+            assert!(o.finish().is_err(), "cut at {cut}");
+        }
+        // a segment past the bound is refused while arriving
+        let mut o = Opener::new(&k, "f/p", SEGMENT as u64);
+        assert!(o.push(&s).is_err());
+        // format 2 (one LZ4 block), as uploaded before format 3, still opens
+        let old = seal_as(
+            &k,
+            "f/p",
+            &lz4_flex::block::compress_prepend_size(&plain),
+            CHUNK,
+            2,
+        )
+        .unwrap();
+        assert_eq!(open(&k, "f/p", &old, plain.len() as u64).unwrap(), plain);
+        assert!(open(&k, "f/p", &old, plain.len() as u64 - 1).is_err());
+    }
+
+    #[test]
     fn key_file_is_private_and_stable() {
         let d = std::env::temp_dir().join(format!("thaw-seal-{}", std::process::id()));
         std::fs::create_dir_all(&d).unwrap();
