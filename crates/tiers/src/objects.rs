@@ -38,6 +38,9 @@ pub struct GetTiming {
     pub stored_bytes: u64,
 }
 
+/// An object's plaintext and how its GET went.
+pub type Timed = (Vec<u8>, GetTiming);
+
 fn since(t0: Instant) -> f64 {
     t0.elapsed().as_secs_f64() * 1e3
 }
@@ -194,7 +197,7 @@ impl RemoteStore {
         name: &str,
         t0: Instant,
         bound: impl FnOnce() -> Result<u64>,
-    ) -> Result<Option<(Vec<u8>, GetTiming)>> {
+    ) -> Result<Option<Timed>> {
         match self.rt.block_on(self.fetch_open_timed(name, t0, bound)) {
             Ok(v) => Ok(Some(v)),
             Err(e) => match e.downcast_ref::<object_store::Error>() {
@@ -214,7 +217,7 @@ impl RemoteStore {
         name: &str,
         t0: Instant,
         bound: impl FnOnce() -> Result<u64>,
-    ) -> Result<(Vec<u8>, GetTiming)> {
+    ) -> Result<Timed> {
         let ctx = || format!("downloading {name} from {}", self.url);
         let mut t = GetTiming {
             object: name.to_string(),
@@ -355,7 +358,7 @@ impl RemoteStore {
         objects: &[(String, u64)],
         header_of: &str,
         t0: Instant,
-    ) -> (Vec<Result<(Vec<u8>, GetTiming)>>, Result<Header>) {
+    ) -> (Vec<Result<Timed>>, Result<Header>) {
         let gets = objects
             .iter()
             .map(|(name, max)| self.fetch_open_timed(name, t0, || Ok(*max)));
