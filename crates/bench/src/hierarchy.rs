@@ -205,6 +205,7 @@ pub fn run(w: &Worker, o: &Options, sink: &mut dyn FnMut(Line) -> Result<()>) ->
     let mut names: Vec<&String> = local.clone();
     names.extend(scaling_tiers);
     let guard = ReadAheadGuard::new(&w.home, &cfg, &names)?;
+    let mut stores = std::collections::BTreeMap::new();
     let mut study = Study::default();
     for (pass, ra) in o.read_ahead.iter().enumerate() {
         let kbs = guard.set(*ra)?;
@@ -226,7 +227,12 @@ pub fn run(w: &Worker, o: &Options, sink: &mut dyn FnMut(Line) -> Result<()>) ->
                     Ok(())
                 };
                 if is_remote(t) {
+                    if !stores.contains_key(t) {
+                        stores.insert(t.clone(), remote::open_store(w, t)?);
+                    }
                     let ro = remote::Options {
+                        store: &stores[t],
+                        warm_calls: o.warm_calls,
                         functions: &o.functions,
                         strategies: &o.strategies,
                         sizes: &o.sizes,

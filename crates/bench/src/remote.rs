@@ -23,6 +23,16 @@ pub struct Options<'a> {
     /// recorded on) when the remote lacks it or holds another version
     pub source: &'a str,
     pub run: usize,
+    pub warm_calls: usize,
+    /// the worker's client, kept from round to round (a real worker keeps
+    /// its connections to the store)
+    pub store: &'a Arc<RemoteStore>,
+}
+
+/// The client a study's rounds share.
+pub fn open_store(w: &Worker, tier: &str) -> Result<Arc<RemoteStore>> {
+    let cfg = thaw_tiers::TiersConfig::load(&w.home)?;
+    Ok(Arc::new(RemoteStore::open(&w.home, cfg.get(tier)?)?))
 }
 
 /// One round (one run per function, size and streamable strategy).
@@ -33,7 +43,10 @@ pub fn run(
 ) -> Result<Vec<Record>> {
     let cfg = thaw_tiers::TiersConfig::load(&w.home)?;
     let t = cfg.get(o.tier)?;
-    let store = Arc::new(RemoteStore::open(&w.home, t)?);
+    let store = o.store;
+    // as a worker does before its pool's idle timeout: the connections a
+    // stream's first round needs are open
+    store.warm(thaw_tiers::stream::FIRST_ROUND)?;
     // a streamed restore needs a lazy strategy
     let strategies: Vec<StrategyKind> = o
         .strategies
@@ -51,7 +64,7 @@ pub fn run(
     let mut out = Vec::new();
     for f in o.functions {
         let name = w.snapshot_name(f);
-        upload(w, &store, o, f, &name)?;
+        upload(w, store, o, f, &name)?;
         for &size in o.sizes {
             if o.run == 0 {
                 // untimed warm-up (first-use costs of the client and the restorer)
@@ -80,7 +93,7 @@ pub fn run(
                     o.run,
                     0,
                     t.emulated,
-                    1,
+                    o.warm_calls,
                     None,
                 );
                 let mut stream = stream.context("the stream was not opened")?;
@@ -122,7 +135,8 @@ fn upload(w: &Worker, store: &RemoteStore, o: &Options, f: &str, name: &str) -> 
         .get("id")
         .and_then(|v| v.as_str().map(String::from));
         let ws = store.exists(&format!("{name}/{}", thaw_memory::working_set::WS_INDEX))?;
-        if id.as_deref() == Some(snap.manifest.id.as_str()) && ws {
+        let pack = store.exists(&format!("{name}/{}", thaw_tiers::stream::FIRST_PACK))?;
+        if id.as_deref() == Some(snap.manifest.id.as_str()) && ws && pack {
             return Ok(());
         }
         moves::delete_snapshot(&remote, name)?;

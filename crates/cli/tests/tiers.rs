@@ -753,6 +753,31 @@ fn restores_stream_from_the_remote_tier_working_set_first_and_fail_clearly() {
         st["first_bytes"].as_u64().unwrap() < st["image_bytes"].as_u64().unwrap(),
         "the restore waited for the whole image: {out}"
     );
+    // one round: the commit record, manifest, state and the first pack
+    // (working set and restorer chunks) all sent before any answer came
+    let gets = st["gets"].as_array().unwrap();
+    let objects: Vec<&str> = gets
+        .iter()
+        .map(|g| g["object"].as_str().unwrap().rsplit('/').next().unwrap())
+        .collect();
+    for o in ["COMMIT", "manifest.json", "state.json", "first.pack"] {
+        assert!(
+            objects.contains(&o),
+            "{o} not fetched in the first round: {out}"
+        );
+    }
+    let last_sent = gets
+        .iter()
+        .map(|g| g["sent_ms"].as_f64().unwrap())
+        .fold(0.0, f64::max);
+    let first_answer = gets
+        .iter()
+        .map(|g| g["headers_ms"].as_f64().unwrap())
+        .fold(f64::MAX, f64::min);
+    assert!(
+        last_sent <= first_answer,
+        "a request waited for another's answer: {out}"
+    );
     assert_eq!(out["published_to"], "nvme", "{out}");
     assert_eq!(holders(&h), vec!["nvme".to_string(), "remote".to_string()]);
     assert!(streams_left(&h).is_empty(), "{:?}", streams_left(&h));
@@ -794,6 +819,31 @@ fn restores_stream_from_the_remote_tier_working_set_first_and_fail_clearly() {
     assert!(err.contains("failed authentication"), "{err}");
     assert!(streams_left(&h).is_empty(), "{:?}", streams_left(&h));
     store.put_raw(&image, good).unwrap();
+
+    // a flipped bit in the first pack: refused, nothing published
+    let pack = format!("{name}/{}", thaw_tiers::stream::FIRST_PACK);
+    let good_pack = store.get_raw(&pack).unwrap();
+    let mut bad = good_pack.clone();
+    let at = bad.len() / 2;
+    bad[at] ^= 1;
+    store.put_raw(&pack, bad).unwrap();
+    h.fails(&invoke, "failed authentication");
+    assert_eq!(
+        holders(&h),
+        vec!["remote".to_string()],
+        "a corrupt pack was published"
+    );
+    // an upload without a pack (older thaw): the working set's files one by
+    // one and the restorer's chunks by range, still the right answer
+    store.delete(&pack).unwrap();
+    let out: Value = serde_json::from_str(h.ok(&invoke).trim()).unwrap();
+    assert_eq!(out["checked"], true, "{out}");
+    assert!(
+        out["stream"]["chunks_on_demand"].as_u64().unwrap() > 0,
+        "{out}"
+    );
+    drop_local();
+    store.put_raw(&pack, good_pack).unwrap();
 
     // the store stopped once the restore has begun: the restore fails
     // within the deadline (2 s requests, one retry, plus 2 s), no hang

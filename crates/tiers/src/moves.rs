@@ -359,8 +359,9 @@ fn copy_from(src: &Source, to: &Place, name: &str) -> Result<(FileSums, u64, std
             .unwrap_or(FIRST_NEEDED.len())
     });
     let mut first_needed = None;
-    // what the restorer's chunks object is made from (both travel first)
+    // what the first pack is made from (all travel before the image)
     let (mut state, mut id): (_, Option<String>) = (None, None);
+    let mut ws = Vec::new();
     for (f, len, _) in order {
         if first_needed.is_none() && !FIRST_NEEDED.contains(&f.as_str()) {
             first_needed = Some(t0.elapsed());
@@ -391,8 +392,8 @@ fn copy_from(src: &Source, to: &Place, name: &str) -> Result<(FileSums, u64, std
                 let chunk = IMAGE_CHUNK as u64;
                 let chunks = (data.len() as u64).div_ceil(chunk).max(1);
                 let pre = crate::stream::restorer_chunks(state, chunk, chunks);
-                let obj = crate::stream::pre_image(id, &pre, chunk, &data);
-                store.put(&format!("{name}/{}", crate::stream::PRE_IMAGE), &obj)?;
+                let obj = crate::stream::first_pack(id, &ws, &pre, chunk, &data);
+                store.put(&format!("{name}/{}", crate::stream::FIRST_PACK), &obj)?;
             }
             Place::Remote { store, .. } => store.put(&format!("{name}/{f}"), &data)?,
         }
@@ -402,6 +403,7 @@ fn copy_from(src: &Source, to: &Place, name: &str) -> Result<(FileSums, u64, std
             "manifest.json" => {
                 id = Some(serde_json::from_slice::<thaw_store::Manifest>(&data)?.id);
             }
+            f if crate::stream::WORKING_SET.contains(&f) => ws.push((f.to_string(), data)),
             _ => {}
         }
     }

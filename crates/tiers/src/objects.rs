@@ -13,12 +13,37 @@ use object_store::path::Path as ObjPath;
 use object_store::{ClientOptions, ObjectStore, ObjectStoreExt, PutPayload, RetryConfig};
 use std::ops::Range;
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Connecting to the store.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// One request, unless the tier configures its own.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The object [`RemoteStore::warm`] asks for (it need not exist).
+const WARM_PROBE: &str = ".thaw-warm";
+/// How long the client keeps an idle connection (reqwest's default).
+pub const POOL_IDLE: Duration = Duration::from_secs(90);
+
+/// When one GET's steps ended, in ms from a caller's start: the request
+/// sent, the response's headers in (time to first byte), its body in, and
+/// the body opened (authenticated and, if compressed, decompressed).
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct GetTiming {
+    pub object: String,
+    pub sent_ms: f64,
+    pub headers_ms: f64,
+    pub body_ms: f64,
+    pub opened_ms: f64,
+    pub stored_bytes: u64,
+}
+
+/// An object's plaintext and how its GET went.
+pub type Timed = (Vec<u8>, GetTiming);
+
+fn since(t0: Instant) -> f64 {
+    t0.elapsed().as_secs_f64() * 1e3
+}
 
 pub struct RemoteStore {
     rt: tokio::runtime::Runtime,
@@ -69,6 +94,7 @@ impl RemoteStore {
                 ClientOptions::new()
                     .with_allow_http(endpoint.starts_with("http://"))
                     .with_connect_timeout(CONNECT_TIMEOUT)
+                    .with_pool_idle_timeout(POOL_IDLE)
                     .with_timeout(timeout),
             )
             .with_retry(RetryConfig {
@@ -158,7 +184,21 @@ impl RemoteStore {
 
     /// [`RemoteStore::get`], or `None` if there is no such object.
     pub fn get_opt(&self, name: &str, max_len: u64) -> Result<Option<Vec<u8>>> {
-        match self.rt.block_on(self.fetch_open(name, max_len)) {
+        let got = self.get_timed(name, Instant::now(), || Ok(max_len))?;
+        Ok(got.map(|g| g.0))
+    }
+
+    /// [`RemoteStore::get_opt`] with its steps timed from `t0`. The request
+    /// is sent at once; `bound` (the most bytes the object may open to) is
+    /// asked for only once the response's headers are in, so it may wait
+    /// for what another request brings (a commit record).
+    pub fn get_timed(
+        &self,
+        name: &str,
+        t0: Instant,
+        bound: impl FnOnce() -> Result<u64>,
+    ) -> Result<Option<Timed>> {
+        match self.rt.block_on(self.fetch_open_timed(name, t0, bound)) {
             Ok(v) => Ok(Some(v)),
             Err(e) => match e.downcast_ref::<object_store::Error>() {
                 Some(object_store::Error::NotFound { .. }) => Ok(None),
@@ -168,12 +208,30 @@ impl RemoteStore {
     }
 
     async fn fetch_open(&self, name: &str, max_len: u64) -> Result<Vec<u8>> {
+        let got = self.fetch_open_timed(name, Instant::now(), || Ok(max_len));
+        Ok(got.await?.0)
+    }
+
+    async fn fetch_open_timed(
+        &self,
+        name: &str,
+        t0: Instant,
+        bound: impl FnOnce() -> Result<u64>,
+    ) -> Result<Timed> {
         let ctx = || format!("downloading {name} from {}", self.url);
+        let mut t = GetTiming {
+            object: name.to_string(),
+            sent_ms: since(t0),
+            ..Default::default()
+        };
         let r = self
             .store
             .get(&ObjPath::from(name))
             .await
             .with_context(ctx)?;
+        t.headers_ms = since(t0);
+        t.stored_bytes = r.meta.size;
+        let max_len = bound()?;
         if r.meta.size > seal::max_sealed_len(max_len) {
             bail!(
                 "{name} on {} is {} bytes stored, more than {max_len} bytes can take",
@@ -181,8 +239,34 @@ impl RemoteStore {
                 r.meta.size
             );
         }
-        let raw = r.bytes().await.with_context(ctx)?;
-        seal::open(&self.key, name, &raw, max_len)
+        // opened as it arrives: little is left to do after the last byte
+        let mut opener = seal::Opener::new(&self.key, name, max_len);
+        let mut body = r.into_stream();
+        while let Some(b) = body.next().await {
+            opener.push(&b.with_context(ctx)?)?;
+        }
+        t.body_ms = since(t0);
+        let plain = opener.finish()?;
+        t.opened_ms = since(t0);
+        Ok((plain, t))
+    }
+
+    /// Opens `n` connections to the store at once (one HEAD request each)
+    /// and leaves them in the client's pool, so that a restore's first
+    /// round of requests, `n` at once, opens none. A long-lived worker
+    /// calls it when it starts and again before its pool's idle timeout.
+    pub fn warm(&self, n: usize) -> Result<()> {
+        let probe = ObjPath::from(WARM_PROBE);
+        let heads = (0..n).map(|_| async {
+            match self.store.head(&probe).await {
+                Ok(_) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+                Err(e) => Err(e),
+            }
+        });
+        self.rt
+            .block_on(futures::future::try_join_all(heads))
+            .with_context(|| format!("connecting to {}", self.url))?;
+        Ok(())
     }
 
     /// Stores `data` as `name` unsealed: a plain S3 PUT, as any client
@@ -255,14 +339,34 @@ impl RemoteStore {
 
     /// The header of `name` (one small ranged read).
     pub fn header(&self, name: &str) -> Result<Header> {
+        self.rt.block_on(self.fetch_header(name))
+    }
+
+    async fn fetch_header(&self, name: &str) -> Result<Header> {
         let raw = self
-            .rt
-            .block_on(
-                self.store
-                    .get_range(&ObjPath::from(name), 0..HEADER_LEN as u64),
-            )
+            .store
+            .get_range(&ObjPath::from(name), 0..HEADER_LEN as u64)
+            .await
             .with_context(|| format!("reading the header of {name} from {}", self.url))?;
         Header::parse(&raw)
+    }
+
+    /// Sends at once, from this thread, a GET of each of `objects` (name,
+    /// most bytes it may open to) and a read of the header of `header_of`;
+    /// their results in that order, each GET timed from `t0`.
+    pub fn get_round(
+        &self,
+        objects: &[(String, u64)],
+        header_of: &str,
+        t0: Instant,
+    ) -> (Vec<Result<Timed>>, Result<Header>) {
+        let gets = objects
+            .iter()
+            .map(|(name, max)| self.fetch_open_timed(name, t0, || Ok(*max)));
+        self.rt.block_on(futures::future::join(
+            futures::future::join_all(gets),
+            self.fetch_header(header_of),
+        ))
     }
 
     /// Plaintext bytes `r` of `name`: fetches only the chunks covering them.

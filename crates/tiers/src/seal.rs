@@ -13,7 +13,10 @@
 //! before sealing: format 2. That cuts the bytes a streamed restore waits
 //! for by about 3x (seed 004's remote tier is bandwidth-bound). The store
 //! sees their compressed lengths; the memory image, read by range, stays
-//! uncompressed (format 1).
+//! uncompressed (format 1). Format 3, what [`seal_compressed`] writes now,
+//! compresses in segments of [`SEGMENT`] bytes sealed in 64 KiB chunks, so
+//! a reader opens and decompresses each part as it arrives
+//! ([`Opener`]) instead of after the whole body.
 use anyhow::{bail, Context, Result};
 use chacha20poly1305::aead::{Aead, KeyInit, Payload};
 use chacha20poly1305::{XChaCha20Poly1305, XNonce};
@@ -26,7 +29,15 @@ const MAGIC: &[u8; 8] = b"THAWSEAL";
 /// Format 1: chunks of plaintext. Format 2: the same over an LZ4 block of
 /// the plaintext with its length in front (4 bytes, little-endian).
 const VERSION: u32 = 1;
-const VERSION_LZ4: u32 = 2;
+// format 2 (whole-body LZ4) is still read: objects uploaded before format 3
+/// Format 3: chunks over LZ4 segments, each an LZ4 block of at most
+/// [`SEGMENT`] bytes with its length in front, behind its own length
+/// (4 bytes each, little-endian).
+const VERSION_SEGMENTS: u32 = 3;
+/// Plaintext bytes per segment (format 3).
+pub const SEGMENT: usize = 256 << 10;
+/// Sealed chunk of a format 3 object: a reader opens each as it arrives.
+const SEGMENT_CHUNK: usize = 64 << 10;
 pub const HEADER_LEN: usize = 40;
 pub const TAG_LEN: usize = 16;
 /// Plaintext bytes per chunk.
@@ -104,8 +115,10 @@ pub(crate) fn random(buf: &mut [u8]) -> Result<()> {
 pub struct Header {
     /// bytes of the sealed body (compressed, for format 2)
     pub plain_len: u64,
-    /// the body is an LZ4 block of the object (format 2)
+    /// the body is compressed (format 2 or 3)
     pub compressed: bool,
+    /// the body is LZ4 segments (format 3)
+    segmented: bool,
     pub chunk: u32,
     nonce_prefix: [u8; 16],
     raw: [u8; HEADER_LEN],
@@ -117,8 +130,8 @@ impl Header {
             bail!("not a sealed thaw object (bad magic)");
         }
         let version = u32::from_le_bytes(b[8..12].try_into().unwrap());
-        if version != VERSION && version != VERSION_LZ4 {
-            bail!("sealed object format {version} is not {VERSION} or {VERSION_LZ4}");
+        if !(VERSION..=VERSION_SEGMENTS).contains(&version) {
+            bail!("sealed object format {version} is not {VERSION} to {VERSION_SEGMENTS}");
         }
         let chunk = u32::from_le_bytes(b[12..16].try_into().unwrap());
         if chunk == 0 || chunk as usize > 64 * CHUNK {
@@ -128,7 +141,8 @@ impl Header {
         raw.copy_from_slice(&b[..HEADER_LEN]);
         Ok(Header {
             plain_len: u64::from_le_bytes(b[16..24].try_into().unwrap()),
-            compressed: version == VERSION_LZ4,
+            compressed: version != VERSION,
+            segmented: version == VERSION_SEGMENTS,
             chunk,
             nonce_prefix: b[24..40].try_into().unwrap(),
             raw,
@@ -138,6 +152,12 @@ impl Header {
     /// Chunks in the object (at least one, so the header is always authenticated).
     pub fn chunks(&self) -> u64 {
         self.plain_len.div_ceil(self.chunk as u64).max(1)
+    }
+
+    /// Sealed bytes of chunk `i` (every chunk but the last is full).
+    fn sealed_chunk(&self, i: u64) -> usize {
+        let c = self.chunk as u64;
+        (self.plain_len.saturating_sub(i * c)).min(c) as usize + TAG_LEN
     }
 
     /// Length of the whole sealed object.
@@ -192,13 +212,16 @@ pub fn seal_chunked(key: &Key, name: &str, plain: &[u8], chunk: usize) -> Result
     seal_as(key, name, plain, chunk, VERSION)
 }
 
-/// [`seal`] of the LZ4-compressed object (format 2): for objects read whole.
+/// [`seal`] of the object LZ4-compressed in segments (format 3): for
+/// objects read whole.
 pub fn seal_compressed(key: &Key, name: &str, plain: &[u8]) -> Result<Vec<u8>> {
-    if plain.len() > u32::MAX as usize {
-        bail!("{name}: {} bytes is too large to compress", plain.len());
+    let mut body = Vec::with_capacity(plain.len() / 2 + 64);
+    for seg in plain.chunks(SEGMENT) {
+        let packed = lz4_flex::block::compress_prepend_size(seg);
+        body.extend_from_slice(&(packed.len() as u32).to_le_bytes());
+        body.extend_from_slice(&packed);
     }
-    let packed = lz4_flex::block::compress_prepend_size(plain);
-    seal_as(key, name, &packed, CHUNK, VERSION_LZ4)
+    seal_as(key, name, &body, SEGMENT_CHUNK, VERSION_SEGMENTS)
 }
 
 fn seal_as(key: &Key, name: &str, plain: &[u8], chunk: usize, version: u32) -> Result<Vec<u8>> {
@@ -243,72 +266,196 @@ pub fn open_chunks(
     let step = h.chunk as usize + TAG_LEN;
     let mut out = Vec::with_capacity(sealed.len());
     for (k, ct) in sealed.chunks(step).enumerate() {
-        let i = first + k as u64;
-        if i >= h.chunks() {
-            bail!("{name}: more data than the header announces");
-        }
-        // every chunk but the last is full
-        let want = if i + 1 == h.chunks() {
-            (h.plain_len - i * h.chunk as u64) as usize + TAG_LEN
-        } else {
-            step
-        };
-        if ct.len() != want {
-            bail!(
-                "{name}: chunk {i} is truncated ({} of {want} bytes)",
-                ct.len()
-            );
-        }
-        let pt = key
-            .0
-            .decrypt(&h.nonce(i), Payload { msg: ct, aad: &aad })
-            .map_err(|_| {
-                anyhow::anyhow!("{name}: chunk {i} failed authentication (corrupt or tampered)")
-            })?;
-        out.extend_from_slice(&pt);
+        out.extend_from_slice(&open_chunk(key, name, h, &aad, first + k as u64, ct)?);
     }
     Ok(out)
 }
 
+fn open_chunk(key: &Key, name: &str, h: &Header, aad: &[u8], i: u64, ct: &[u8]) -> Result<Vec<u8>> {
+    if i >= h.chunks() {
+        bail!("{name}: more data than the header announces");
+    }
+    let want = h.sealed_chunk(i);
+    if ct.len() != want {
+        bail!(
+            "{name}: chunk {i} is truncated ({} of {want} bytes)",
+            ct.len()
+        );
+    }
+    key.0
+        .decrypt(&h.nonce(i), Payload { msg: ct, aad })
+        .map_err(|_| {
+            anyhow::anyhow!("{name}: chunk {i} failed authentication (corrupt or tampered)")
+        })
+}
+
 /// Opens a whole sealed object of at most `max_len` bytes (decompressed,
-/// for format 2: the announced length is checked before anything is
-/// allocated for it).
+/// for formats 2 and 3: every announced length is checked before anything
+/// is allocated for it).
 pub fn open(key: &Key, name: &str, sealed: &[u8], max_len: u64) -> Result<Vec<u8>> {
-    let h = Header::parse(sealed)?;
-    if sealed.len() as u64 != h.sealed_len() {
-        bail!(
-            "{name}: sealed object is {} bytes, its header announces {}",
-            sealed.len(),
-            h.sealed_len()
-        );
+    let mut o = Opener::new(key, name, max_len);
+    o.push(sealed)?;
+    o.finish()
+}
+
+/// Opens a sealed object as its bytes arrive: each chunk is authenticated
+/// as soon as it is whole and, in format 3, each segment decompressed as
+/// soon as its chunks are, so little is left to do when the last byte
+/// arrives.
+pub struct Opener<'a> {
+    key: &'a Key,
+    name: &'a str,
+    max_len: u64,
+    head: Vec<u8>,
+    h: Option<(Header, Vec<u8>)>,
+    /// sealed bytes of the chunk being received
+    pending: Vec<u8>,
+    next: u64,
+    /// opened plaintext; in format 3, from `used` on, segments not yet whole
+    body: Vec<u8>,
+    used: usize,
+    out: Vec<u8>,
+}
+
+impl<'a> Opener<'a> {
+    pub fn new(key: &'a Key, name: &'a str, max_len: u64) -> Opener<'a> {
+        Opener {
+            key,
+            name,
+            max_len,
+            head: Vec::new(),
+            h: None,
+            pending: Vec::new(),
+            next: 0,
+            body: Vec::new(),
+            used: 0,
+            out: Vec::new(),
+        }
     }
-    if !h.compressed && h.plain_len > max_len {
-        bail!(
-            "{name} announces {} bytes, more than the {max_len} expected",
-            h.plain_len
-        );
+
+    /// The next bytes of the sealed object.
+    pub fn push(&mut self, mut b: &[u8]) -> Result<()> {
+        let name = self.name;
+        if self.h.is_none() {
+            let n = (HEADER_LEN - self.head.len()).min(b.len());
+            self.head.extend_from_slice(&b[..n]);
+            b = &b[n..];
+            if self.head.len() < HEADER_LEN {
+                return Ok(());
+            }
+            let h = Header::parse(&self.head)?;
+            if !h.compressed && h.plain_len > self.max_len {
+                bail!(
+                    "{name} announces {} bytes, more than the {} expected",
+                    h.plain_len,
+                    self.max_len
+                );
+            }
+            self.h = Some((h, h.aad(name)));
+        }
+        let (h, aad) = self.h.clone().expect("parsed above");
+        while !b.is_empty() {
+            if self.next >= h.chunks() {
+                bail!("{name}: more data than the header announces");
+            }
+            let want = h.sealed_chunk(self.next);
+            let n = (want - self.pending.len()).min(b.len());
+            self.pending.extend_from_slice(&b[..n]);
+            b = &b[n..];
+            if self.pending.len() == want {
+                let pt = open_chunk(self.key, name, &h, &aad, self.next, &self.pending)?;
+                self.body.extend_from_slice(&pt);
+                self.pending.clear();
+                self.next += 1;
+                if h.segmented {
+                    self.segments()?;
+                }
+            }
+        }
+        Ok(())
     }
-    let body = open_chunks(key, name, &h, 0, &sealed[HEADER_LEN..])?;
-    if !h.compressed {
-        return Ok(body);
+
+    /// Decompresses the whole segments opened so far.
+    fn segments(&mut self) -> Result<()> {
+        let name = self.name;
+        loop {
+            let rest = &self.body[self.used..];
+            let Some(len) = rest.get(..4) else { break };
+            let len = u32::from_le_bytes(len.try_into().expect("4 bytes")) as usize;
+            let Some(seg) = rest.get(4..4 + len) else {
+                break;
+            };
+            // authenticated, so ours: still bounded, as any length we read
+            let Some(plain) = seg.get(..4) else {
+                bail!("{name}: a segment has no length");
+            };
+            let plain = u32::from_le_bytes(plain.try_into().expect("4 bytes")) as u64;
+            if plain > SEGMENT as u64 || self.out.len() as u64 + plain > self.max_len {
+                bail!(
+                    "{name} announces more than the {} bytes expected",
+                    self.max_len
+                );
+            }
+            let d = lz4_flex::block::decompress_size_prepended(seg)
+                .map_err(|e| anyhow::anyhow!("{name}: decompressing: {e}"))?;
+            self.out.extend_from_slice(&d);
+            self.used += 4 + len;
+        }
+        // keep only the segment being received
+        if self.used > SEGMENT {
+            self.body.drain(..self.used);
+            self.used = 0;
+        }
+        Ok(())
     }
-    // authenticated, so ours: still bounded, as any length we read
-    let Some(len) = body.get(..4) else {
-        bail!("{name}: compressed body has no length");
-    };
-    let len = u32::from_le_bytes(len.try_into().unwrap()) as u64;
-    if len > max_len {
-        bail!("{name} announces {len} bytes, more than the {max_len} expected");
+
+    /// The object's plaintext, once every byte has been pushed.
+    pub fn finish(self) -> Result<Vec<u8>> {
+        let name = self.name;
+        let Some((h, _)) = self.h else {
+            bail!("{name}: sealed object is truncated (no header)");
+        };
+        if self.next != h.chunks() || !self.pending.is_empty() {
+            bail!(
+                "{name}: sealed object is truncated (chunk {} of {})",
+                self.next,
+                h.chunks()
+            );
+        }
+        if h.segmented {
+            if self.used != self.body.len() {
+                bail!("{name}: its last segment is truncated");
+            }
+            return Ok(self.out);
+        }
+        let body = self.body;
+        if !h.compressed {
+            return Ok(body);
+        }
+        let Some(len) = body.get(..4) else {
+            bail!("{name}: compressed body has no length");
+        };
+        let len = u32::from_le_bytes(len.try_into().expect("4 bytes")) as u64;
+        if len > self.max_len {
+            bail!(
+                "{name} announces {len} bytes, more than the {} expected",
+                self.max_len
+            );
+        }
+        lz4_flex::block::decompress_size_prepended(&body)
+            .map_err(|e| anyhow::anyhow!("{name}: decompressing: {e}"))
     }
-    lz4_flex::block::decompress_size_prepended(&body)
-        .map_err(|e| anyhow::anyhow!("{name}: decompressing: {e}"))
 }
 
 /// The largest sealed object holding at most `max_len` bytes, compressed
-/// (LZ4's worst case) or not.
+/// (LZ4's worst case, either format) or not.
 pub fn max_sealed_len(max_len: u64) -> u64 {
-    let body = 4 + max_len + max_len / 255 + 16;
-    HEADER_LEN as u64 + body + body.div_ceil(CHUNK as u64).max(1) * TAG_LEN as u64
+    let sealed = |body: u64, chunk: u64| {
+        HEADER_LEN as u64 + body + body.div_ceil(chunk).max(1) * TAG_LEN as u64
+    };
+    let worst = max_len + max_len / 255 + 16;
+    let segs = max_len.div_ceil(SEGMENT as u64).max(1);
+    sealed(4 + worst, CHUNK as u64).max(sealed(worst + segs * 24, SEGMENT_CHUNK as u64))
 }
 
 #[cfg(test)]
@@ -446,6 +593,40 @@ mod tests {
         random(&mut noise).unwrap();
         let s = seal_compressed(&k, "f/n", &noise).unwrap();
         assert!(s.len() as u64 <= max_sealed_len(noise.len() as u64));
+    }
+
+    #[test]
+    fn objects_open_as_they_arrive_in_any_pieces() {
+        let k = key();
+        let plain: Vec<u8> = (0..3 * SEGMENT + 777).map(|i| (i / 5 % 11) as u8).collect();
+        let s = seal_compressed(&k, "f/p", &plain).unwrap();
+        for piece in [1usize, 4096, 70_000, s.len()] {
+            let mut o = Opener::new(&k, "f/p", plain.len() as u64);
+            for b in s.chunks(piece) {
+                o.push(b).unwrap();
+            }
+            assert_eq!(o.finish().unwrap(), plain, "pieces of {piece}");
+        }
+        // cut short anywhere: an error, never a shorter object
+        for cut in [10, HEADER_LEN, s.len() / 2, s.len() - 1] {
+            let mut o = Opener::new(&k, "f/p", plain.len() as u64);
+            o.push(&s[..cut]).unwrap();
+            assert!(o.finish().is_err(), "cut at {cut}");
+        }
+        // a segment past the bound is refused while arriving
+        let mut o = Opener::new(&k, "f/p", SEGMENT as u64);
+        assert!(o.push(&s).is_err());
+        // format 2 (one LZ4 block), as uploaded before format 3, still opens
+        let old = seal_as(
+            &k,
+            "f/p",
+            &lz4_flex::block::compress_prepend_size(&plain),
+            CHUNK,
+            2,
+        )
+        .unwrap();
+        assert_eq!(open(&k, "f/p", &old, plain.len() as u64).unwrap(), plain);
+        assert!(open(&k, "f/p", &old, plain.len() as u64 - 1).is_err());
     }
 
     #[test]

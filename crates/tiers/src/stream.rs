@@ -1,12 +1,13 @@
 //! Restoring from the remote tier without waiting for the whole snapshot.
 //!
-//! [`Stream::open`] fetches, all at once, the commit record, manifest, state
-//! and the image's sealed header (each checked against the commit record),
-//! and returns; a lazy restore can start building its sandbox at once.
-//! Meanwhile a reader fetches, side by side, the REAP working set (checked
-//! likewise) and the chunks the restorer copies before resume (file-backed
-//! regions' private pages), which the upload stored as one compressed
-//! object ([`PRE_IMAGE`]); only then do fetcher threads bring the rest of
+//! [`Stream::open`] sends, all at once, one round of requests: the commit
+//! record, manifest, state, the image's sealed header, and the first pack
+//! ([`FIRST_PACK`]: the REAP working set and the chunks the restorer copies
+//! before resume, in one compressed object). It returns once the first four
+//! are in (each checked against the commit record); a lazy restore can
+//! start building its sandbox while the pack is still arriving (it is
+//! checked against the record and the manifest when it is in). Only then do
+//! fetcher threads bring the rest of
 //! the image into a local sparse file, in order, with ranged GETs, each
 //! chunk authenticated before a byte of it is written (a page fault's chunk
 //! goes first at any time). The restore waits for what
@@ -18,7 +19,7 @@
 //! kills the sandbox) and [`Stream::finish`], which also re-hashes the whole
 //! image against the manifest once every chunk is in.
 use crate::moves::{CommitRecord, COMMIT, MAX_COMMIT_RECORD};
-use crate::objects::RemoteStore;
+use crate::objects::{GetTiming, RemoteStore};
 use crate::seal::Header;
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
@@ -50,15 +51,20 @@ pub fn staging_root(home: &Path) -> Result<PathBuf> {
 /// Files fetched whole before the restore starts.
 const MANIFEST: &str = "manifest.json";
 const STATE: &str = "state.json";
-const WORKING_SET: &[&str] = &[
+pub(crate) const WORKING_SET: &[&str] = &[
     thaw_memory::working_set::WS_INDEX,
     thaw_memory::working_set::WS_IMAGE,
 ];
 const IMAGE: &str = "memory.img";
-/// The image's chunks the restorer copies before resume, in one object
-/// (compressed, sealed): see [`pre_image`]. Derived, so not in the commit
-/// record; a snapshot uploaded without it streams those chunks one by one.
-pub const PRE_IMAGE: &str = "pre.img";
+/// What a restore waits for after the manifest and state, in one object
+/// (compressed, sealed): the working set's files and the image's chunks the
+/// restorer copies before resume; see [`first_pack`]. Derived, so not in
+/// the commit record; for a snapshot uploaded without it the working set's
+/// files are fetched one by one and those chunks by range.
+pub const FIRST_PACK: &str = "first.pack";
+/// Requests a stream's first round sends at once (commit record, manifest,
+/// state, the image's header, the first pack).
+pub const FIRST_ROUND: usize = 5;
 /// Bounds on what a manifest and a state file may announce (the store's own).
 const MAX_MANIFEST: u64 = 1 << 20;
 const MAX_STATE: u64 = 64 << 20;
@@ -71,6 +77,8 @@ const FETCHERS: usize = 2;
 /// What the stream did, in the order a cold start sees it.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct StreamReport {
+    /// the first round's requests, each step timed from the stream's start
+    pub gets: Vec<GetTiming>,
     /// commit record, manifest, state, working set and the chunks the
     /// restorer copies, fetched and verified
     pub first_ms: f64,
@@ -106,6 +114,7 @@ struct Progress {
     ws: Option<Result<(), String>>,
     /// when the last of what the restore waits for arrived
     first_done: Duration,
+    gets: Vec<GetTiming>,
     failed: Option<String>,
     stop: bool,
 }
@@ -276,18 +285,33 @@ impl Stream {
         let object = |f: &str| format!("{name}/{f}");
         // round 1, at once: the commit record, the image's header, manifest
         // and state (each checked against the record once it is in)
-        let (rec, header, manifest, state) = std::thread::scope(|s| {
-            let st = s.spawn(|| store.get(&object(STATE), MAX_STATE));
-            let man = s.spawn(|| store.get(&object(MANIFEST), MAX_MANIFEST));
-            let hdr = s.spawn(|| store.header(&obj));
-            let rec = store
-                .get(&object(COMMIT), MAX_COMMIT_RECORD)
-                .with_context(|| format!("{name} is not on the remote tier"));
-            (rec, joined(hdr), joined(man), joined(st))
-        });
+        // the pack is asked for now too; what bounds and checks it is sent
+        // to its reader once this round is in (dropping the sender ends it)
+        let (to_pack, pack_rx) = std::sync::mpsc::channel::<First>();
+        let pack = {
+            let (store, name) = (store.clone(), name.to_string());
+            std::thread::Builder::new()
+                .name("thaw-stream-ws".into())
+                .spawn(move || fetch_first(&store, &name, t0, pack_rx))?
+        };
+        // one task each on the client's runtime: no thread to start first
+        let round = [
+            (COMMIT, MAX_COMMIT_RECORD),
+            (MANIFEST, MAX_MANIFEST),
+            (STATE, MAX_STATE),
+        ];
+        let objects: Vec<(String, u64)> = round.iter().map(|(f, m)| (object(f), *m)).collect();
+        let (got, header) = store.get_round(&objects, &obj, t0);
+        let mut got = got.into_iter();
+        let mut next = || {
+            got.next()
+                .unwrap_or_else(|| Err(anyhow::anyhow!("a request of the first round is missing")))
+        };
+        let (rec, tr) = next().with_context(|| format!("{name} is not on the remote tier"))?;
+        let ((manifest, tm), (state, ts), header) = (next()?, next()?, header?);
         let rec: CommitRecord =
-            serde_json::from_slice(&rec?).context("parsing the remote commit record")?;
-        let (header, manifest, state) = (header?, manifest?, state?);
+            serde_json::from_slice(&rec).context("parsing the remote commit record")?;
+        let gets = vec![tr, tm, ts];
         let entry = |f: &str| rec.files.iter().find(|e| e.0 == f);
         let mut first_bytes = 0;
         for (f, data) in [(MANIFEST, &manifest), (STATE, &state)] {
@@ -317,7 +341,7 @@ impl Stream {
         let state = thaw_sandbox::state::ProcessState::decode(&state)?;
         let chunk = header.chunk as u64;
         let before = restorer_chunks(&state, chunk, header.chunks());
-        // the REAP working set travels while the fetchers bring those chunks
+        // the REAP working set's files, which travel in the pack
         let ws: Vec<(String, u64, String)> = WORKING_SET
             .iter()
             .filter_map(|f| entry(f).cloned())
@@ -330,6 +354,7 @@ impl Stream {
                 left: chunks,
                 pre_pending: true,
                 background,
+                gets,
                 ..Default::default()
             }),
             cv: Condvar::new(),
@@ -355,35 +380,17 @@ impl Stream {
                     .spawn(move || f.run())
             })
             .collect::<std::io::Result<Vec<_>>>()?;
-        // the REAP working set and the restorer's chunks travel while the
-        // caller builds the sandbox
+        // the pack's reader checks it against the record and writes it
         let ws_bytes: u64 = ws.iter().map(|w| w.1).sum();
-        let (sh, ws_dir, ws_name) = (shared.clone(), dir.clone(), name.to_string());
-        let (id, pre) = (snapshot.manifest.id.clone(), fetch.clone());
-        threads.push(
-            std::thread::Builder::new()
-                .name("thaw-stream-ws".into())
-                .spawn(move || {
-                    let (res, pre) = std::thread::scope(|s| {
-                        let pre = s.spawn(|| pre.pre_image(&ws_name, &id));
-                        let res = fetch_files(&store, &ws_name, &ws_dir, &ws);
-                        (res, joined(pre))
-                    });
-                    let mut p = sh.lock();
-                    p.pre_pending = false;
-                    match pre {
-                        // an upload without it: the chunks one by one
-                        Ok(false) => p.urgent.extend(sh.before.iter().copied()),
-                        Ok(true) => {}
-                        Err(e) => {
-                            p.failed.get_or_insert(format!("{e:#}"));
-                        }
-                    }
-                    p.ws = Some(res.map_err(|e| format!("{e:#}")));
-                    p.first_done = p.first_done.max(sh.t0.elapsed());
-                    sh.cv.notify_all();
-                })?,
-        );
+        to_pack
+            .send(First {
+                fetch,
+                dir: dir.clone(),
+                ws,
+                id: snapshot.manifest.id.clone(),
+            })
+            .map_err(|_| anyhow::anyhow!("the working set's reader ended early"))?;
+        threads.push(pack);
         cleanup.0 = None;
         Ok(Stream {
             shared,
@@ -437,6 +444,7 @@ impl Stream {
         }
         let p = self.shared.lock();
         self.report.chunks_on_demand = p.on_demand;
+        self.report.gets = p.gets.clone();
         self.report.first_ms = p.first_done.as_secs_f64() * 1e3;
         if let Some(Err(e)) = &p.ws {
             bail!("{e}");
@@ -469,12 +477,6 @@ impl Drop for Stream {
             let _ = thaw_store::secure::remove_tree(&self.snapshot.dir);
         }
     }
-}
-
-/// A scoped thread's result, its panic turned into an error.
-fn joined<T>(h: std::thread::ScopedJoinHandle<'_, Result<T>>) -> Result<T> {
-    h.join()
-        .map_err(|_| anyhow::anyhow!("a remote reader panicked"))?
 }
 
 fn write_private(path: &Path, data: &[u8]) -> Result<()> {
@@ -593,33 +595,25 @@ impl Fetch {
         Some((a, b))
     }
 
-    /// Fetches [`PRE_IMAGE`] and writes its chunks into the sparse image,
-    /// marking them arrived; false if the upload made none.
-    fn pre_image(&self, name: &str, id: &str) -> Result<bool> {
+    /// Writes the restorer's chunks (from the pack) into the sparse image,
+    /// marking them arrived.
+    fn install_chunks(&self, data: &[u8]) -> Result<()> {
         let c = self.shared.chunk;
-        let before = &self.shared.before;
-        let max = before.len() as u64 * c + 4096 + id.len() as u64 + before.len() as u64 * 8;
-        let what = format!("{name}/{PRE_IMAGE}");
-        let Some(raw) = self.store.get_opt(&what, max)? else {
-            return Ok(false);
-        };
-        let data = parse_pre_image(&raw, id, before, c, self.header.plain_len)
-            .with_context(|| format!("{what} on {}", self.store.url))?;
         let mut off = 0;
-        for &i in before {
+        for &i in &self.shared.before {
             let len = chunk_len(i, c, self.header.plain_len);
             self.image.write_all_at(&data[off..off + len], i * c)?;
             off += len;
         }
         let mut p = self.shared.lock();
-        for &i in before {
+        for &i in &self.shared.before {
             if !p.arrived[i as usize] {
                 p.arrived[i as usize] = true;
                 p.left -= 1;
             }
         }
         self.shared.cv.notify_all();
-        Ok(true)
+        Ok(())
     }
 
     /// Fetches chunks [a, b), authenticated, into the sparse image.
@@ -661,59 +655,175 @@ fn chunk_len(i: u64, chunk: u64, len: u64) -> usize {
     (len.min((i + 1) * chunk) - (i * chunk).min(len)) as usize
 }
 
-/// [`PRE_IMAGE`]'s plaintext: the manifest id it belongs to and the chunk
-/// list (each length-prefixed, little-endian), then those chunks' bytes.
-pub fn pre_image(id: &str, chunks: &[u64], chunk: u64, image: &[u8]) -> Vec<u8> {
+/// [`FIRST_PACK`]'s plaintext, each length little-endian in front of what
+/// it counts: the manifest id it belongs to; the working set's files (name,
+/// bytes); the restorer's chunk list; those chunks' bytes.
+pub fn first_pack(
+    id: &str,
+    files: &[(String, Vec<u8>)],
+    chunks: &[u64],
+    chunk: u64,
+    image: &[u8],
+) -> Vec<u8> {
     let mut out = Vec::new();
-    out.extend_from_slice(&(id.len() as u32).to_le_bytes());
-    out.extend_from_slice(id.as_bytes());
-    out.extend_from_slice(&(chunks.len() as u32).to_le_bytes());
-    for c in chunks {
-        out.extend_from_slice(&c.to_le_bytes());
+    let mut put = |b: &[u8]| {
+        out.extend_from_slice(&(b.len() as u64).to_le_bytes());
+        out.extend_from_slice(b);
+    };
+    put(id.as_bytes());
+    put(&(files.len() as u64).to_le_bytes());
+    for (f, data) in files {
+        put(f.as_bytes());
+        put(data);
     }
+    let list: Vec<u8> = chunks.iter().flat_map(|c| c.to_le_bytes()).collect();
+    put(&list);
+    let mut data = Vec::new();
     for &c in chunks {
         let s = (c * chunk) as usize;
-        out.extend_from_slice(&image[s..s + chunk_len(c, chunk, image.len() as u64)]);
+        data.extend_from_slice(&image[s..s + chunk_len(c, chunk, image.len() as u64)]);
     }
+    put(&data);
     out
 }
 
-/// The chunks' bytes of a [`pre_image`], checked to be for manifest `id`
-/// and exactly the chunk list `want` of an image of `len` bytes (so an
-/// older upload's object is refused, not restored).
-fn parse_pre_image<'a>(
+/// A parsed [`first_pack`]: the working set's files and the chunks' bytes.
+struct Pack<'a> {
+    files: Vec<(&'a [u8], &'a [u8])>,
+    chunks: &'a [u8],
+}
+
+/// Parses a [`first_pack`], checked to be for manifest `id` and exactly the
+/// chunk list `want` of an image of `len` bytes (so an older upload's pack
+/// is refused, not restored). The files are checked by the caller.
+fn parse_first_pack<'a>(
     raw: &'a [u8],
     id: &str,
     want: &[u64],
     chunk: u64,
     len: u64,
-) -> Result<&'a [u8]> {
+) -> Result<Pack<'a>> {
     let mut at = 0usize;
-    let mut take = |n: usize| -> Result<&'a [u8]> {
-        let b = raw.get(at..at + n).context("truncated")?;
-        at += n;
+    let mut take = || -> Result<&'a [u8]> {
+        let n = raw.get(at..at + 8).context("truncated")?;
+        let n = usize::try_from(u64::from_le_bytes(n.try_into()?))?;
+        let b = raw
+            .get(at + 8..(at + 8).checked_add(n).context("truncated")?)
+            .context("truncated")?;
+        at += 8 + n;
         Ok(b)
     };
-    let n = u32::from_le_bytes(take(4)?.try_into()?) as usize;
-    if take(n)? != id.as_bytes() {
+    if take()? != id.as_bytes() {
         bail!("made for another version of the snapshot");
     }
-    let n = u32::from_le_bytes(take(4)?.try_into()?) as usize;
-    if n != want.len() {
-        bail!(
-            "holds {n} chunks, not the {} the restorer copies",
-            want.len()
-        );
+    let n = u64::from_le_bytes(take()?.try_into().context("bad file count")?);
+    if n > WORKING_SET.len() as u64 {
+        bail!("holds {n} files");
     }
-    for &w in want {
-        if u64::from_le_bytes(take(8)?.try_into()?) != w {
-            bail!("holds other chunks than the restorer copies");
-        }
+    let files = (0..n)
+        .map(|_| Ok((take()?, take()?)))
+        .collect::<Result<Vec<_>>>()?;
+    let list: Vec<u8> = want.iter().flat_map(|c| c.to_le_bytes()).collect();
+    if take()? != list.as_slice() {
+        bail!("holds other chunks than the restorer copies");
     }
-    let data = &raw[at..];
+    let chunks = take()?;
     let total: usize = want.iter().map(|&i| chunk_len(i, chunk, len)).sum();
-    if data.len() != total {
-        bail!("holds {} bytes of chunks, not {total}", data.len());
+    if chunks.len() != total || at != raw.len() {
+        bail!("holds {} bytes of chunks, not {total}", chunks.len());
     }
-    Ok(data)
+    Ok(Pack { files, chunks })
+}
+
+/// What the pack's reader learns once the first round is in.
+struct First {
+    fetch: Arc<Fetch>,
+    dir: PathBuf,
+    /// the working set's files in the commit record
+    ws: Vec<(String, u64, String)>,
+    id: String,
+}
+
+impl First {
+    /// The most bytes the pack may open to.
+    fn max_len(&self) -> u64 {
+        let before = self.fetch.shared.before.len() as u64;
+        let ws: u64 = self.ws.iter().map(|w| w.1 + 64).sum();
+        ws + before * (self.fetch.shared.chunk + 8) + self.id.len() as u64 + 64
+    }
+
+    /// Checks the pack's files against the commit record and writes them
+    /// and its chunks.
+    fn install(&self, raw: &[u8]) -> Result<()> {
+        let sh = &self.fetch.shared;
+        let pack = parse_first_pack(
+            raw,
+            &self.id,
+            &sh.before,
+            sh.chunk,
+            self.fetch.header.plain_len,
+        )?;
+        if pack.files.len() != self.ws.len() {
+            bail!(
+                "holds {} working-set files, the record {}",
+                pack.files.len(),
+                self.ws.len()
+            );
+        }
+        for (f, len, sum) in &self.ws {
+            let Some((_, data)) = pack.files.iter().find(|(n, _)| *n == f.as_bytes()) else {
+                bail!("lacks {f}");
+            };
+            if data.len() as u64 != *len || thaw_store::sha256_hex(data) != *sum {
+                bail!("its {f} differs from the commit record");
+            }
+            write_private(&self.dir.join(f), data)?;
+        }
+        self.fetch.install_chunks(pack.chunks)
+    }
+}
+
+/// The pack's reader: sends its GET at once, waits for the first round
+/// (which bounds and checks it), then installs it. A snapshot uploaded
+/// without one gets its working set's files fetched one by one and the
+/// restorer's chunks by range.
+fn fetch_first(store: &RemoteStore, name: &str, t0: Instant, rx: std::sync::mpsc::Receiver<First>) {
+    let mut first = None;
+    let got = store.get_timed(&format!("{name}/{FIRST_PACK}"), t0, || {
+        let f = rx.recv().context("the stream did not open")?;
+        let max = f.max_len();
+        first = Some(f);
+        Ok(max)
+    });
+    // the first round failed: nothing to do
+    let Some(first) = first.or_else(|| rx.recv().ok()) else {
+        return;
+    };
+    let sh = first.fetch.shared.clone();
+    let what = format!("{name}/{FIRST_PACK} on {}", store.url);
+    let res = match got {
+        Ok(Some((raw, t))) => {
+            sh.lock().gets.push(t);
+            first.install(&raw).with_context(|| what.clone())
+        }
+        Ok(None) => {
+            {
+                let mut p = sh.lock();
+                p.pre_pending = false;
+                p.urgent.extend(sh.before.iter().copied());
+                sh.cv.notify_all();
+            }
+            fetch_files(store, name, &first.dir, &first.ws)
+        }
+        Err(e) => Err(e.context(what)),
+    };
+    let mut p = sh.lock();
+    p.pre_pending = false;
+    if let Err(e) = &res {
+        // the restorer's chunks are lost with it
+        p.failed.get_or_insert(format!("{e:#}"));
+    }
+    p.ws = Some(res.map_err(|e| format!("{e:#}")));
+    p.first_done = p.first_done.max(sh.t0.elapsed());
+    sh.cv.notify_all();
 }
