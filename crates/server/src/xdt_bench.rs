@@ -775,7 +775,10 @@ fn apps(c: &mut Client, o: &Options) -> Result<Vec<AppCell>> {
 /// function and stage over the runs, in the order of the first run.
 fn stage_summaries(runs: &[Value]) -> Vec<Stage> {
     let mut all: Vec<(String, String, Vec<f64>)> = Vec::new();
-    for row in runs.iter().flat_map(|r| r["stages"].as_array().into_iter().flatten()) {
+    for row in runs
+        .iter()
+        .flat_map(|r| r["stages"].as_array().into_iter().flatten())
+    {
         let (Some(f), Some(stage), Some(ms)) = (row[0].as_str(), row[1].as_str(), row[2].as_f64())
         else {
             continue;
@@ -1010,9 +1013,7 @@ fn app_stages(apps: &[AppCell]) -> String {
         })
     };
     for x in apps.iter().filter(|a| a.method == "xdt") {
-        let store = apps
-            .iter()
-            .find(|o| o.app == x.app && o.method == "store");
+        let store = apps.iter().find(|o| o.app == x.app && o.method == "store");
         for st in &x.stages {
             let other = store.and_then(|o| {
                 o.stages
