@@ -184,7 +184,8 @@ fn bench_xdt_runs_every_method_and_leaves_no_store_behind() {
             "--degrees",
             "2",
         ])
-        .args(["--pattern-runs", "1", "--app-runs", "0", "--json"])
+        .args(["--pattern-runs", "1", "--app-runs", "1", "--wc-mb", "1"])
+        .args(["--ens-rows", "2000", "--json"])
         .arg(&json_path)
         .arg("--markdown")
         .arg(&md_path)
@@ -250,6 +251,67 @@ fn bench_xdt_runs_every_method_and_leaves_no_store_behind() {
         assert!(step("get") + step("touch") <= step("invoke"), "{p}");
         assert!(step("invoke") <= step("total"), "{p}");
     }
+    // both applications by both methods, the same answers, each run's
+    // driver laps adding up to its end to end (one run: medians are it)
+    let apps = r["apps"].as_array().unwrap();
+    assert_eq!(apps.len(), 4, "{apps:?}");
+    for pair in apps.chunks(2) {
+        assert_eq!(pair[0]["method"], "xdt");
+        assert_eq!(pair[1]["method"], "store");
+        let (a, b) = (&pair[0]["result"], &pair[1]["result"]);
+        assert_eq!(a["words"], b["words"]);
+        assert_eq!(a["accuracy"], b["accuracy"]);
+    }
+    assert!(apps[2]["result"]["accuracy"].as_f64().unwrap() > 0.6);
+    for a in apps {
+        let stages = a["stages"].as_array().unwrap();
+        let driver: f64 = stages
+            .iter()
+            .filter(|s| s["function"] == "driver")
+            .map(|s| s["ms"]["median"].as_f64().unwrap())
+            .sum();
+        let e2e = a["e2e_ms"]["median"].as_f64().unwrap();
+        assert!(driver <= e2e && driver >= 0.99 * e2e, "{a}");
+        let called: Vec<String> = stages
+            .iter()
+            .filter(|s| s["function"] != "driver")
+            .map(|s| {
+                format!(
+                    "{}/{}",
+                    s["function"].as_str().unwrap(),
+                    s["stage"].as_str().unwrap()
+                )
+            })
+            .collect();
+        let want: &[&str] = if a["app"] == "stacking-ensemble" {
+            &[
+                "ens-base/dispatch",
+                "ens-base/get",
+                "ens-base/unpickle",
+                "ens-base/fit",
+            ]
+        } else {
+            &[
+                "wc-map/dispatch",
+                "wc-map/get",
+                "wc-map/count",
+                "wc-map/send",
+            ]
+        };
+        assert!(
+            called.starts_with(&want.iter().map(|s| s.to_string()).collect::<Vec<_>>()),
+            "{a}"
+        );
+    }
+    // one bar (with its tooltip) per application and method
+    let svg = std::fs::read_to_string(dir.join("xdt-apps.svg")).unwrap();
+    assert_eq!(svg.matches("<title>").count(), 4, "{svg}");
+    let md = std::fs::read_to_string(&md_path).unwrap();
+    assert!(
+        md.contains("| stacking-ensemble | ens-base | fit |"),
+        "{md}"
+    );
+
     // the overlap: a cold consumer with the pull at arrival and at get
     let ov = &r["overlap"][0];
     assert_eq!(ov["size"], 10000, "{ov}");

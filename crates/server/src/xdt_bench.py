@@ -10,6 +10,7 @@ import base64
 import os
 import pickle
 import random
+import struct
 import time
 import zlib
 
@@ -49,6 +50,13 @@ def touch(view):
 
 def ms_since(t0):
     return (time.perf_counter() - t0) * 1e3
+
+
+def lap(stages, name, t0):
+    """Adds the ms since t0 to stages[name]; returns now (the next lap's start)."""
+    t = time.perf_counter()
+    stages[name] = stages.get(name, 0.0) + (t - t0) * 1e3
+    return t
 
 
 # ---- 1-1 transfers
@@ -226,20 +234,22 @@ def split_at_spaces(data, n):
 def wc_driver(event):
     method, mappers, reducers = event["method"], event["mappers"], event["reducers"]
     data, nwords = corpus(event["mb"], event.get("seed", 1))
-    t0 = time.perf_counter()
-    hs = [
-        thaw.invoke_async(
-            "wc-map",
-            dict(send(method, chunk, "wc/in/%d" % i), i=i, reducers=reducers, method=method),
-        )
-        for i, chunk in enumerate(split_at_spaces(data, mappers))
-    ]
+    st = {}
+    t0 = t = time.perf_counter()
+    hs = []
+    for i, chunk in enumerate(split_at_spaces(data, mappers)):
+        ev = send(method, chunk, "wc/in/%d" % i)
+        t = lap(st, "send inputs", t)
+        hs.append(thaw.invoke_async("wc-map", dict(ev, i=i, reducers=reducers, method=method, sent=time.time())))
+        t = lap(st, "start maps", t)
     maps = [h.result() for h in hs]
+    t = lap(st, "wait maps", t)
     hs = [
-        thaw.invoke_async("wc-reduce", {"parts": [m["parts"][r] for m in maps]})
+        thaw.invoke_async("wc-reduce", {"parts": [m["parts"][r] for m in maps], "sent": time.time()})
         for r in range(reducers)
     ]
     reds = [h.result() for h in hs]
+    lap(st, "reduce", t)
     e2e = ms_since(t0)
     total = sum(r["total"] for r in reds)
     if total != nwords:
@@ -247,6 +257,7 @@ def wc_driver(event):
     return {
         "e2e_ms": e2e,
         "fn_ms": {"wc-map": [m["ms"] for m in maps], "wc-reduce": [r["ms"] for r in reds]},
+        "stages": stages(st, {"wc-map": maps, "wc-reduce": reds}),
         "bytes": len(data) + sum(m["out_bytes"] for m in maps),
         # objects handed over (each read once): PUT and GET requests through a store
         "puts": mappers + mappers * reducers,
@@ -257,31 +268,76 @@ def wc_driver(event):
 
 
 def wc_map(event):
+    st = dispatched(event)
     t0 = time.perf_counter()
+    view = receive(event)
+    t = lap(st, "get", t0)
     counts = {}
-    for w in bytes(receive(event)).split():
+    for w in bytes(view).split():
         counts[w] = counts.get(w, 0) + 1
     parts = [{} for _ in range(event["reducers"])]
     for w, c in counts.items():
         parts[zlib.crc32(w) % len(parts)][w] = c
-    out, nbytes = [], 0
-    for r, p in enumerate(parts):
-        blob = pickle.dumps(p, protocol=5)
-        nbytes += len(blob)
-        out.append(send(event["method"], blob, "wc/mid/%d/%d" % (event["i"], r)))
-    return {"parts": out, "out_bytes": nbytes, "ms": ms_since(t0)}
+    blobs = [pickle.dumps(p, protocol=5) for p in parts]
+    t = lap(st, "count", t)
+    out = [send(event["method"], b, "wc/mid/%d/%d" % (event["i"], r)) for r, b in enumerate(blobs)]
+    lap(st, "send", t)
+    return {
+        "parts": out,
+        "out_bytes": sum(map(len, blobs)),
+        "ms": ms_since(t0),
+        "stages": list(st.items()),  # a JSON object would lose the order
+    }
 
 
 def wc_reduce(event):
+    st = dispatched(event)
     t0 = time.perf_counter()
     total = {}
     for p in event["parts"]:
-        for w, c in pickle.loads(receive(p)).items():
+        t = time.perf_counter()
+        view = receive(p)
+        t = lap(st, "get", t)
+        for w, c in pickle.loads(view).items():
             total[w] = total.get(w, 0) + c
-    return {"total": sum(total.values()), "distinct": len(total), "ms": ms_since(t0)}
+        lap(st, "merge", t)
+    return {
+        "total": sum(total.values()),
+        "distinct": len(total),
+        "ms": ms_since(t0),
+        "stages": list(st.items()),  # a JSON object would lose the order
+    }
 
 
 # ---- application 2: stacking-ensemble training
+
+
+def pack(obj):
+    """obj pickled with its arrays out of band, laid out so that unpack can
+    use them where they lie: a u32 count, the u64 sizes of the pickle and of
+    each buffer, then each of those at a 64-byte-aligned offset."""
+    bufs = []
+    head = pickle.dumps(obj, protocol=5, buffer_callback=bufs.append)
+    parts = [memoryview(head)] + [b.raw() for b in bufs]
+    out = [struct.pack("<I%dQ" % len(parts), len(parts), *(p.nbytes for p in parts))]
+    at = len(out[0])
+    for p in parts:
+        out += [bytes(-at % 64), p]
+        at += -at % 64 + p.nbytes
+    return b"".join(out)
+
+
+def unpack(view):
+    """The object pack made, its arrays read-only views of `view` (a mapped
+    object: no copy; they keep it mapped)."""
+    (n,) = struct.unpack_from("<I", view)
+    at, parts = 4 + 8 * n, []
+    for size in struct.unpack_from("<%dQ" % n, view, 4):
+        at += -at % 64
+        parts.append(view[at : at + size])
+        at += size
+    return pickle.loads(parts[0], buffers=parts[1:])
+
 
 BASE_MODELS = ["logistic", "tree", "forest", "bayes"]
 
@@ -310,22 +366,30 @@ def ens_driver(event):
         n_samples=rows, n_features=event["features"], n_informative=12, random_state=0
     )
     a, b = rows * 6 // 10, rows * 8 // 10  # base train | meta train | test
-    blob = pickle.dumps((X, y, a, b), protocol=5)
+    blob = pack((X, y, a, b))
+    st = {}
     t0 = time.perf_counter()
     ev = send(method, blob, "ens/data", consumers=len(BASE_MODELS))
+    t = lap(st, "send data", t0)
     hs = [
-        thaw.invoke_async("ens-base", dict(ev, model=m, method=method)) for m in BASE_MODELS
+        thaw.invoke_async("ens-base", dict(ev, model=m, method=method, sent=time.time()))
+        for m in BASE_MODELS
     ]
+    t = lap(st, "start bases", t)
     bases = [h.result() for h in hs]
-    preds = [pickle.loads(receive(r["preds"])) for r in bases]
+    t = lap(st, "wait bases", t)
+    preds = [unpack(receive(r["preds"])) for r in bases]
     models_bytes = sum(len(receive(r["model"])) for r in bases)
+    t = lap(st, "get results", t)
     meta_x = np.hstack(preds)
     meta = LogisticRegression(max_iter=300).fit(meta_x[: b - a], y[a:b])
     accuracy = float(meta.score(meta_x[b - a :], y[b:]))
+    lap(st, "meta-model", t)
     e2e = ms_since(t0)
     return {
         "e2e_ms": e2e,
         "fn_ms": {"ens-base": [r["ms"] for r in bases]},
+        "stages": stages(st, {"ens-base": bases}),
         "bytes": len(blob) + sum(r["out_bytes"] for r in bases),
         # the data set is read by every base model
         "puts": 1 + 2 * len(bases),
@@ -337,18 +401,47 @@ def ens_driver(event):
 
 
 def ens_base(event):
+    st = dispatched(event)
     t0 = time.perf_counter()
-    X, y, a, b = pickle.loads(receive(event))
+    view = receive(event)
+    t = lap(st, "get", t0)
+    X, y, a, b = unpack(view)
+    t = lap(st, "unpickle", t)
     m = make_model(event["model"]).fit(X[:a], y[:a])
-    preds = pickle.dumps(m.predict_proba(X[a:]), protocol=5)
+    t = lap(st, "fit", t)
+    preds = pack(m.predict_proba(X[a:]))
     model = pickle.dumps(m, protocol=5)
+    accuracy = float(m.score(X[b:], y[b:]))
+    t = lap(st, "predict", t)
     name = event["model"]
-    return {
+    out = {
         "model_name": name,
-        "accuracy": float(m.score(X[b:], y[b:])),
+        "accuracy": accuracy,
         "preds": send(event["method"], preds, "ens/preds/%s" % name),
         # the trained model travels back too (a real pipeline keeps it)
         "model": send(event["method"], model, "ens/model/%s" % name),
         "out_bytes": len(preds) + len(model),
-        "ms": ms_since(t0),
     }
+    lap(st, "send", t)
+    return dict(out, ms=ms_since(t0), stages=list(st.items()))
+
+
+def dispatched(event):
+    """A called function's first lap, "dispatch": from the caller's invoke
+    (its wall clock in the event's "sent": sandboxes share that clock, not
+    their monotonic ones) until the function runs."""
+    return {"dispatch": max(0.0, (time.time() - event["sent"]) * 1e3)}
+
+
+def stages(driver, called):
+    """One run's stage times as [function, stage, ms] in the order they ran:
+    the driver's own laps, then each called function's, of each lap the
+    slowest invocation's (the one the driver waits for)."""
+    out = [["driver", k, v] for k, v in driver.items()]
+    for fn, results in called.items():
+        per = {}
+        for r in results:
+            for k, v in r["stages"]:
+                per[k] = max(per.get(k, 0.0), v)
+        out.extend([fn, k, v] for k, v in per.items())
+    return out

@@ -68,6 +68,17 @@ pub struct AppCell {
     pub cost: Cost,
     /// what the application computed (checked by it), from the last run
     pub result: Value,
+    /// where the time went, over the runs, in the order the stages ran
+    pub stages: Vec<Stage>,
+}
+
+/// One stage of an application: a lap of its driver, or of a function it
+/// calls (per run the slowest invocation's, the one the driver waits for).
+#[derive(Debug, Clone, Serialize)]
+pub struct Stage {
+    pub function: String,
+    pub stage: String,
+    pub ms: Summary,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -722,24 +733,30 @@ fn apps(c: &mut Client, o: &Options) -> Result<Vec<AppCell>> {
             json!({"rows": o.ens_rows, "features": 40}),
         ),
     ];
+    const APP_METHODS: [&str; 2] = ["xdt", "store"];
     for (app, driver, base) in apps {
-        for method in ["xdt", "store"] {
-            let mut ev = base.clone();
-            ev["method"] = json!(method);
-            let mut runs = Vec::new();
-            for run in 0..=o.app_runs {
+        // the methods take turns run by run (after a warm-up of each), so a
+        // change in the machine's load falls on both alike
+        let mut runs: [Vec<Value>; 2] = Default::default();
+        for run in 0..=o.app_runs {
+            for (method, kept) in APP_METHODS.iter().zip(&mut runs) {
+                let mut ev = base.clone();
+                ev["method"] = json!(method);
                 let out = invoke(c, driver, &ev)?;
                 if run > 0 {
-                    runs.push(out);
+                    kept.push(out);
                 }
             }
+        }
+        for (method, mut runs) in APP_METHODS.into_iter().zip(runs) {
             let e2e: Vec<f64> = runs.iter().filter_map(|r| r["e2e_ms"].as_f64()).collect();
             let mut costs: Vec<Cost> = runs.iter().map(|r| cost(driver, method, r)).collect();
             costs.sort_by(|a, b| a.usd_total.total_cmp(&b.usd_total));
+            let stages = stage_summaries(&runs);
             let last = runs.pop().context("no runs")?;
             let mut result = last.clone();
             if let Some(m) = result.as_object_mut() {
-                m.retain(|k, _| !["fn_ms", "e2e_ms"].contains(&k.as_str()));
+                m.retain(|k, _| !["fn_ms", "e2e_ms", "stages"].contains(&k.as_str()));
             }
             cells.push(AppCell {
                 app: app.into(),
@@ -747,10 +764,39 @@ fn apps(c: &mut Client, o: &Options) -> Result<Vec<AppCell>> {
                 e2e_ms: summarize(&e2e).context("no timings")?,
                 cost: costs[costs.len() / 2].clone(),
                 result,
+                stages,
             });
         }
     }
     Ok(cells)
+}
+
+/// The runs' `stages` ([function, stage, ms] rows) summarised per
+/// function and stage over the runs, in the order of the first run.
+fn stage_summaries(runs: &[Value]) -> Vec<Stage> {
+    let mut all: Vec<(String, String, Vec<f64>)> = Vec::new();
+    for row in runs
+        .iter()
+        .flat_map(|r| r["stages"].as_array().into_iter().flatten())
+    {
+        let (Some(f), Some(stage), Some(ms)) = (row[0].as_str(), row[1].as_str(), row[2].as_f64())
+        else {
+            continue;
+        };
+        match all.iter_mut().find(|(g, s, _)| g == f && s == stage) {
+            Some((_, _, v)) => v.push(ms),
+            None => all.push((f.into(), stage.into(), vec![ms])),
+        }
+    }
+    all.into_iter()
+        .filter_map(|(function, stage, ms)| {
+            Some(Stage {
+                function,
+                stage,
+                ms: summarize(&ms)?,
+            })
+        })
+        .collect()
 }
 
 /// One application run's cost at published prices: every function billed
@@ -945,6 +991,44 @@ pub fn markdown(r: &Report) -> String {
                 k.usd_functions,
                 k.usd_store,
                 k.usd_total
+            );
+        }
+        s += &app_stages(&r.apps);
+    }
+    s
+}
+
+/// The applications' stages side by side per method (xdt against store).
+fn app_stages(apps: &[AppCell]) -> String {
+    let mut s = String::from(
+        "\nApplications step by step (ms over the runs: median (min / p99); a called \
+         function's stage: its slowest invocation per run; \"dispatch\": from the \
+         driver's invoke until the function runs)\n\n\
+         | application | function | stage | xdt | store (emulated) | store - xdt (medians) |\n\
+         |---|---|---|---|---|---|\n",
+    );
+    let cell = |m: Option<&Summary>| {
+        m.map_or("-".into(), |m| {
+            format!("{:.1} ({:.1} / {:.1})", m.median, m.min, m.p99)
+        })
+    };
+    for x in apps.iter().filter(|a| a.method == "xdt") {
+        let store = apps.iter().find(|o| o.app == x.app && o.method == "store");
+        for st in &x.stages {
+            let other = store.and_then(|o| {
+                o.stages
+                    .iter()
+                    .find(|t| t.function == st.function && t.stage == st.stage)
+                    .map(|t| &t.ms)
+            });
+            s += &format!(
+                "| {} | {} | {} | {} | {} | {} |\n",
+                x.app,
+                st.function,
+                st.stage,
+                cell(Some(&st.ms)),
+                cell(other),
+                other.map_or("-".into(), |o| format!("{:+.1}", o.median - st.ms.median))
             );
         }
     }
