@@ -49,6 +49,18 @@ fn hint_file_pages(image: &File, layout: &MemoryLayout, touched: Option<&[PageSp
     will_need_spans(image, spans);
 }
 
+/// Whether `f` lives on a block device that reports itself rotational
+/// (sysfs `queue/rotational`); false for tmpfs and anything unknown.
+fn on_rotational_device(f: &File) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(dev) = f.metadata().map(|m| m.dev()) else {
+        return false;
+    };
+    let (major, minor) = (libc::major(dev), libc::minor(dev));
+    std::fs::read_to_string(format!("/sys/dev/block/{major}:{minor}/queue/rotational"))
+        .is_ok_and(|v| v.trim() == "1")
+}
+
 #[derive(Default)]
 pub(crate) struct Reap {
     loader: Option<JoinHandle<Result<Option<WorkingSet>>>>,
@@ -83,9 +95,13 @@ impl Strategy for Reap {
                 a.working_set()?;
                 return working_set::load(&dir, &key, &layout, |_| {});
             }
+            // On a seeking device, scattered reads of just the touched pages
+            // cost more than reading whole runs in a few large requests.
+            let seeks = on_rotational_device(&image);
             let mut hinted = false;
             let ws = working_set::load(&dir, &key, &layout, |i| {
-                hint_file_pages(&image, &layout, i.file_runs.as_deref());
+                let touched = i.file_runs.as_deref().filter(|_| !seeks);
+                hint_file_pages(&image, &layout, touched);
                 hinted = true;
             });
             if !hinted {
