@@ -362,12 +362,12 @@ pub fn setup(home: &Path, t: &TierConfig) -> Result<DeviceState> {
     }
 }
 
-/// Removes what `setup` made for one tier; refuses while snapshots are on it
-/// unless `force`.
 /// A random read at least this slow (us) is a mechanical seek: the device
 /// is marked rotational.
 const SEEK_US: f64 = 1000.0;
 
+/// Removes what `setup` made for one tier; refuses while snapshots are on it
+/// unless `force`.
 pub fn teardown(home: &Path, t: &TierConfig, force: bool) -> Result<()> {
     if !t.emulated {
         return Ok(());
@@ -613,12 +613,9 @@ fn setup_block(home: &Path, t: &TierConfig) -> Result<DeviceState> {
     {
         let kb = configured_read_ahead_kb(t);
         let name = dev.file_name().context("device name")?;
-        let f = Path::new("/sys/block")
-            .join(name)
-            .join("queue/read_ahead_kb");
-        std::fs::write(&f, kb.to_string()).with_context(|| format!("writing {}", f.display()))?;
         // a profile whose random read costs a seek says so, as a real disk
-        // does, so readers can prefer fewer, larger requests (REAP's hints)
+        // does, so readers can prefer fewer, larger requests (REAP's hints).
+        // Before the readahead: changing it resets the queue's readahead.
         let rotational = if t.profile.rand_read_4k_us >= SEEK_US {
             "1"
         } else {
@@ -626,6 +623,10 @@ fn setup_block(home: &Path, t: &TierConfig) -> Result<DeviceState> {
         };
         let f = Path::new("/sys/block").join(name).join("queue/rotational");
         std::fs::write(&f, rotational).with_context(|| format!("writing {}", f.display()))?;
+        let f = Path::new("/sys/block")
+            .join(name)
+            .join("queue/read_ahead_kb");
+        std::fs::write(&f, kb.to_string()).with_context(|| format!("writing {}", f.display()))?;
     }
     // bandwidth only: the latency layer limits random reads per second
     // (queue depth / access latency), which an IOPS cap would count
