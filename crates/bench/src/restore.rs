@@ -362,13 +362,8 @@ fn measure_restore(
 /// other filesystems without one).
 fn block_stat(dir: &Path) -> Option<PathBuf> {
     use std::os::unix::fs::MetadataExt;
-    let dev = std::fs::metadata(dir).ok()?.dev();
-    let p = PathBuf::from(format!(
-        "/sys/dev/block/{}:{}/stat",
-        libc::major(dev),
-        libc::minor(dev)
-    ));
-    p.exists().then_some(p)
+    let dev = thaw_store::block_device_dir(std::fs::metadata(dir).ok()?.dev())?;
+    Some(dev.join("stat"))
 }
 
 /// (read requests completed, sectors read) from a block device's `stat`.

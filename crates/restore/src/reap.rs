@@ -53,12 +53,11 @@ fn hint_file_pages(image: &File, layout: &MemoryLayout, touched: Option<&[PageSp
 /// (sysfs `queue/rotational`); false for tmpfs and anything unknown.
 fn on_rotational_device(f: &File) -> bool {
     use std::os::unix::fs::MetadataExt;
-    let Ok(dev) = f.metadata().map(|m| m.dev()) else {
-        return false;
-    };
-    let (major, minor) = (libc::major(dev), libc::minor(dev));
-    std::fs::read_to_string(format!("/sys/dev/block/{major}:{minor}/queue/rotational"))
-        .is_ok_and(|v| v.trim() == "1")
+    f.metadata()
+        .ok()
+        .and_then(|m| thaw_store::block_device_dir(m.dev()))
+        .and_then(|d| std::fs::read_to_string(d.join("queue/rotational")).ok())
+        .is_some_and(|v| v.trim() == "1")
 }
 
 #[derive(Default)]

@@ -50,13 +50,27 @@ impl Cgroups {
         self.dirs.iter().map(|d| d.join("cgroup.procs")).collect()
     }
 
-    /// A number from one of the memory controller's files.
-    fn memory_stat(&self, file: &str) -> Option<u64> {
+    /// One of the memory controller's files, read whole.
+    fn memory_file(&self, file: &str) -> Option<String> {
         let d = self
             .dirs
             .iter()
             .find(|d| d.starts_with(format!("{ROOT}/memory")))?;
-        fs::read_to_string(d.join(file)).ok()?.trim().parse().ok()
+        fs::read_to_string(d.join(file)).ok()
+    }
+
+    /// A number from one of the memory controller's files.
+    fn memory_stat(&self, file: &str) -> Option<u64> {
+        self.memory_file(file)?.trim().parse().ok()
+    }
+
+    /// The number on the line `key` of a memory controller file of
+    /// `key value` lines.
+    fn memory_keyed(&self, file: &str, key: &str) -> Option<u64> {
+        let text = self.memory_file(file)?;
+        text.lines()
+            .find_map(|l| l.strip_prefix(key)?.strip_prefix(' '))
+            .and_then(|v| v.trim().parse().ok())
     }
 
     /// Peak memory use of the sandbox so far.
@@ -74,29 +88,13 @@ impl Cgroups {
     /// memory.stat): its private copies, without the page-cache pages it
     /// happened to read first.
     pub fn memory_anon(&self) -> Option<u64> {
-        let d = self
-            .dirs
-            .iter()
-            .find(|d| d.starts_with(format!("{ROOT}/memory")))?;
-        let stat = fs::read_to_string(d.join("memory.stat")).ok()?;
-        stat.lines()
-            .find_map(|l| l.strip_prefix("rss "))
-            .and_then(|v| v.trim().parse().ok())
+        self.memory_keyed("memory.stat", "rss")
     }
 
     /// Tasks the kernel's OOM killer killed in this cgroup (the `oom_kill`
     /// line of memory.oom_control).
     pub fn oom_kills(&self) -> u64 {
-        let d = self
-            .dirs
-            .iter()
-            .find(|d| d.starts_with(format!("{ROOT}/memory")));
-        d.and_then(|d| fs::read_to_string(d.join("memory.oom_control")).ok())
-            .and_then(|t| {
-                t.lines()
-                    .find_map(|l| l.strip_prefix("oom_kill "))
-                    .and_then(|v| v.trim().parse().ok())
-            })
+        self.memory_keyed("memory.oom_control", "oom_kill")
             .unwrap_or(0)
     }
 

@@ -19,8 +19,8 @@ mod tier;
 mod versions;
 
 pub use snapshot::{
-    drop_file_cache, make_immutable, sha256_hex, will_need, will_need_spans, FileEntry, Manifest,
-    Snapshot, SnapshotWriter, StoreError, FORMAT_NAME, FORMAT_VERSION,
+    block_device_dir, drop_file_cache, make_immutable, sha256_hex, will_need, will_need_spans,
+    FileEntry, Manifest, Snapshot, SnapshotWriter, StoreError, FORMAT_NAME, FORMAT_VERSION,
 };
 pub use tier::{Tier, EMULATED_MARKER, TIER_NAMES};
 pub use versions::{gc_tier, is_version_id, DeployLock};

@@ -510,6 +510,18 @@ pub fn drop_file_cache(path: &Path) -> Result<()> {
 /// most the device's I/O size (or its readahead, which may be 0) per hint.
 const HINT_BYTES: u64 = 128 << 10;
 
+/// The sysfs directory (`/sys/dev/block/MAJ:MIN`) of the block device that
+/// holds files of device number `dev` (a `stat`'s `st_dev`); none for tmpfs
+/// and other filesystems without one.
+pub fn block_device_dir(dev: u64) -> Option<PathBuf> {
+    let p = PathBuf::from(format!(
+        "/sys/dev/block/{}:{}",
+        libc::major(dev),
+        libc::minor(dev)
+    ));
+    p.exists().then_some(p)
+}
+
 /// Asks the kernel to read `[off, off + len)` of `f` into the page cache
 /// now, all of it at once (with the device's queue depth), in hints the
 /// kernel does not cut short. A hint only: errors are ignored.

@@ -181,13 +181,8 @@ pub fn measure(path: &Path, rand_reads: usize, reader: &str) -> Result<ReaderRes
 /// `stat`), if the file is on one.
 fn device_sectors_read(path: &Path) -> Option<u64> {
     use std::os::unix::fs::MetadataExt;
-    let dev = std::fs::metadata(path).ok()?.dev();
-    let stat = std::fs::read_to_string(format!(
-        "/sys/dev/block/{}:{}/stat",
-        libc::major(dev),
-        libc::minor(dev)
-    ))
-    .ok()?;
+    let dev = thaw_store::block_device_dir(std::fs::metadata(path).ok()?.dev())?;
+    let stat = std::fs::read_to_string(dev.join("stat")).ok()?;
     stat.split_whitespace().nth(2)?.parse().ok()
 }
 
