@@ -523,6 +523,8 @@ fn start_loaded(
             StartError::Load(SandboxError::Timeout { .. }) => bad(format!(
                 "import/init did not finish within {init_timeout:?}: {e:#}"
             )),
+            // the host could not build a sandbox: not the code's fault
+            StartError::Sandbox(e) => internal(e.context("starting the sandbox")),
             e => bad(format!("import/init failed: {e:#}")),
         })
 }
