@@ -5,9 +5,10 @@ length N followed by N bytes of UTF-8 JSON (an object). The agent never sends
 anything unprompted, handles one request at a time, stays single threaded, and keeps
 no file descriptors open between requests other than 0, 1, 2 and 3.
 
-Usage (argv comes from thaw_runtime::RootInfo::agent_command):
-    python3 /opt/thaw/agent.py FUNCTION
-    python3 /opt/thaw/agent.py --user      (a deployed function, see below)
+Usage (argv comes from thaw_runtime::RootInfo::agent_command; PYTHONPATH=/opt/thaw,
+so that the byte-compiled module runs rather than this source compiled anew):
+    python3 -P -m agent FUNCTION
+    python3 -P -m agent --user      (a deployed function, see below)
 
 A deployed (user) function's code is mounted read-only at /opt/thaw/user; the
 environment names its handler (THAW_HANDLER=module.function) and its optional
@@ -21,7 +22,6 @@ import os
 import random
 import resource
 import signal
-import socket
 import struct
 import sys
 import time
@@ -139,12 +139,18 @@ def recv():
 
 
 def _ctrl_socket():
-    # a socket object over fd 3 without a new descriptor; detach() before it goes
+    # a socket object over fd 3 without a new descriptor; detach() before it goes.
+    # `socket` is imported on first use, by the SDK only: every instance would
+    # carry the module's memory otherwise
+    import socket
+
     return socket.socket(fileno=CTRL_FD)
 
 
 def recv_with_fd():
     """One frame from the worker and the descriptor passed with it (or None)."""
+    import socket
+
     sock = _ctrl_socket()
     fds = []
 
@@ -180,6 +186,8 @@ def sdk_call(msg, fd=None):
     """One request of the in-sandbox SDK (thaw.py) to the worker, during an
     invocation: (reply, descriptor or None). SIGALRM waits until the exchange is
     over, so a timeout never leaves half a frame on the channel."""
+    import socket
+
     old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
     try:
         data = json.dumps(msg, separators=(",", ":"), allow_nan=False).encode("utf-8")
@@ -753,7 +761,7 @@ def serve(agent):
 
 def main(argv):
     if len(argv) != 2:
-        sys.stderr.write("usage: agent.py FUNCTION\n")
+        sys.stderr.write("usage: python3 -m agent FUNCTION\n")
         return 2
     try:
         os.fstat(CTRL_FD)

@@ -474,8 +474,7 @@ impl Worker {
         timeout: Duration,
     ) -> Result<(Sandbox, FreshReport), StartError> {
         let t0 = Instant::now();
-        let (mut argv, _) = self.root.agent_command("--user");
-        argv.truncate(4);
+        let (argv, _) = self.root.agent_command("--user");
         let mut env = thaw_runtime::agent_env();
         env.push(("THAW_HANDLER".into(), func.handler.clone()));
         for (k, v) in [
