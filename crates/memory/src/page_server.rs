@@ -26,16 +26,47 @@ pub trait PageSource: Send + Sync {
 /// Pages straight from a snapshot's memory image.
 pub struct ImageSource(pub File);
 
+/// What a fault that misses the page cache asks the device for: the aligned
+/// block around its page. A fault on a mapped file gets such a read-around
+/// from the kernel; a page server's `pread` of one page does not, so
+/// without it every lazily served page was a device trip of its own.
+const READ_AROUND: u64 = 64 << 10;
+
 impl PageSource for ImageSource {
     fn read_page(&self, region: &Region, addr: u64, buf: &mut [u8]) -> anyhow::Result<bool> {
         match region.image_offset(addr) {
             Some(off) => {
-                self.0.read_exact_at(buf, off)?;
+                if !read_cached(&self.0, buf, off) {
+                    let start = off & !(READ_AROUND - 1);
+                    // SAFETY: an advisory call on a descriptor we own.
+                    unsafe {
+                        libc::posix_fadvise(
+                            self.0.as_raw_fd(),
+                            start as libc::off_t,
+                            READ_AROUND as libc::off_t,
+                            libc::POSIX_FADV_WILLNEED,
+                        )
+                    };
+                    self.0.read_exact_at(buf, off)?;
+                }
                 Ok(true)
             }
             None => Ok(false),
         }
     }
+}
+
+/// Fills `buf` from `f` at `off` only if all of it is in the page cache
+/// (`RWF_NOWAIT`); false on a miss, a short read or any error (the caller
+/// then reads it the ordinary way, and reports any error).
+fn read_cached(f: &File, buf: &mut [u8], off: u64) -> bool {
+    let iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // SAFETY: one iovec over `buf`, which outlives the call.
+    let n = unsafe { libc::preadv2(f.as_raw_fd(), &iov, 1, off as libc::off_t, libc::RWF_NOWAIT) };
+    n == buf.len() as isize
 }
 
 /// Counters a restore reports; shared with the server thread.
@@ -304,6 +335,44 @@ mod tests {
         let p = std::env::temp_dir().join(format!("thaw-ps-{dir_tag}-{}", std::process::id()));
         std::fs::write(&p, vec![byte; PAGE_SIZE as usize]).unwrap();
         File::open(&p).unwrap()
+    }
+
+    #[test]
+    fn image_pages_read_the_same_cached_or_not() {
+        // 64 pages, each filled with its own number
+        let p = std::env::temp_dir().join(format!("thaw-ps-around-{}", std::process::id()));
+        let data: Vec<u8> = (0..64u8)
+            .flat_map(|i| vec![i; PAGE_SIZE as usize])
+            .collect();
+        std::fs::write(&p, &data).unwrap();
+        let f = File::open(&p).unwrap();
+        // out of the page cache (as far as it can be), so the first reads miss
+        // SAFETY: advisory calls on our own descriptor.
+        unsafe {
+            libc::fdatasync(f.as_raw_fd());
+            libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED);
+        }
+        let region = Region {
+            start: 0x100000,
+            end: 0x100000 + 64 * PAGE_SIZE,
+            anonymous: true,
+            runs: vec![Run {
+                addr: 0x100000,
+                len: 64 * PAGE_SIZE,
+                file_off: 0,
+            }],
+        };
+        let src = ImageSource(f);
+        let mut buf = vec![0u8; PAGE_SIZE as usize];
+        for page in [37u64, 36, 1, 63, 37] {
+            assert!(src
+                .read_page(&region, 0x100000 + page * PAGE_SIZE, &mut buf)
+                .unwrap());
+            assert!(buf.iter().all(|&b| b == page as u8), "page {page}");
+        }
+        // a short read (past the end) is a miss, not a page
+        assert!(!read_cached(&src.0, &mut buf, 64 * PAGE_SIZE - 100));
+        let _ = std::fs::remove_file(&p);
     }
 
     #[test]
