@@ -587,16 +587,36 @@ fn read_limited(path: &Path, max: u64) -> Result<Vec<u8>> {
 mod tests {
     use super::*;
 
-    fn tmpdir(tag: &str) -> PathBuf {
-        tmpdir_on("/dev/shm", tag)
+    /// A private directory in /dev/shm, removed when dropped.
+    struct TmpDir(PathBuf);
+
+    impl std::ops::Deref for TmpDir {
+        type Target = Path;
+        fn deref(&self) -> &Path {
+            &self.0
+        }
     }
 
-    fn tmpdir_on(fs_root: &str, tag: &str) -> PathBuf {
-        let d =
-            PathBuf::from(fs_root).join(format!("thaw-store-test-{tag}-{}", std::process::id()));
+    impl AsRef<Path> for TmpDir {
+        fn as_ref(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    impl Drop for TmpDir {
+        fn drop(&mut self) {
+            let _ = secure::remove_tree(&self.0);
+        }
+    }
+
+    fn tmpdir(tag: &str) -> TmpDir {
+        let d = PathBuf::from(format!(
+            "/dev/shm/thaw-store-test-{tag}-{}",
+            std::process::id()
+        ));
         secure::remove_tree(&d).unwrap();
         secure::ensure_private_dir(&d).unwrap();
-        d
+        TmpDir(d)
     }
 
     fn make(dir: &Path) -> Snapshot {

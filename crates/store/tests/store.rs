@@ -14,17 +14,38 @@ fn root() {
     );
 }
 
-fn tier_on(fs_root: &str, tag: &str) -> Tier {
+/// A test tier that removes its directory when dropped (and the run's
+/// directory once the last one is gone), so runs leave nothing behind in
+/// /dev/shm. Immutable images are made mutable first by `remove_tree`.
+struct TestTier(Tier);
+
+impl std::ops::Deref for TestTier {
+    type Target = Tier;
+    fn deref(&self) -> &Tier {
+        &self.0
+    }
+}
+
+impl Drop for TestTier {
+    fn drop(&mut self) {
+        let _ = secure::remove_tree(&self.0.path);
+        if let Some(base) = self.0.path.parent() {
+            let _ = fs::remove_dir(base);
+        }
+    }
+}
+
+fn tier_on(fs_root: &str, tag: &str) -> TestTier {
     root();
     let base = PathBuf::from(fs_root).join(format!("thaw-store-it-{}", std::process::id()));
     let path = base.join(tag);
     secure::remove_tree(&path).unwrap();
-    Tier {
+    TestTier(Tier {
         name: "test",
         path,
         emulated: false,
         description: "test tier",
-    }
+    })
 }
 
 fn write_version(lock: &thaw_store::DeployLock, fill: u8) -> Snapshot {
