@@ -8,7 +8,7 @@ use thaw_worker::StrategyKind;
 #[derive(clap::Args)]
 pub struct Args {
     /// The functions (seed 000's light ones by default)
-    #[arg(long, default_value = "helloworld,json_serdes,lr_serving")]
+    #[arg(long, default_value = "helloworld,lr_serving,pyaes")]
     functions: String,
     /// Tiers in order, fastest first (set up with `thaw tier setup`)
     #[arg(long, default_value = "tmpfs,pmem,nvme,sata,hdd")]

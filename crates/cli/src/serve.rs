@@ -35,6 +35,10 @@ pub struct ServeArgs {
     /// ttl: seconds an idle instance stays warm
     #[arg(long)]
     keep_alive_s: Option<u64>,
+    /// The two snapshot tiers, FAST,SLOW (default tmpfs,disk; SLOW may be
+    /// remote: restores from it stream)
+    #[arg(long)]
+    snapshot_tiers: Option<String>,
 }
 
 pub fn serve(home: Option<PathBuf>, a: ServeArgs) -> Result<()> {
@@ -60,6 +64,9 @@ pub fn serve(home: Option<PathBuf>, a: ServeArgs) -> Result<()> {
     }
     if let Some(v) = a.keep_alive_s {
         cfg.keep_alive_s = v;
+    }
+    if let Some(v) = a.snapshot_tiers {
+        cfg.snapshot_tiers = thaw_server::config::SnapshotTiers::parse(&v)?;
     }
     thaw_server::serve_forever(cfg)
 }

@@ -400,23 +400,9 @@ impl<'h> Places<'h> {
     fn get(&self, tier: &str) -> Result<Place<'_>> {
         let t = self.cfg.get(tier)?;
         if t.kind != Kind::Remote {
-            // the store's resolution: it checks that a device tier is mounted
-            let store = match thaw_store::Tier::by_name(tier, self.home) {
-                Ok(st) => st,
-                // a real tier of the operator's at its configured path
-                Err(_) if !t.emulated => thaw_store::Tier {
-                    name: "configured",
-                    path: t
-                        .snapshot_root(self.home)
-                        .context("a local tier has a path")?,
-                    emulated: false,
-                    description: "configured local tier",
-                },
-                Err(e) => return Err(e),
-            };
             return Ok(Place::Local {
                 tier: tier.into(),
-                store,
+                store: moves::local_store(self.home, t)?,
             });
         }
         if let Some((name, _)) = self.remote.get() {

@@ -1085,3 +1085,154 @@ fn bench_hierarchy_covers_readahead_and_concurrency_and_plots() {
     );
     h.ok(&["tier", "teardown", "--force"]);
 }
+
+/// `thaw serve` whose slow snapshot tier is the remote one: a deploy onto
+/// it leaves no local copy, the first invocation streams the snapshot back
+/// (a restore from `remote`), the next is warm, and deleting the function
+/// deletes its objects; a fast tier that is remote is refused at start.
+#[test]
+fn the_daemon_keeps_snapshots_on_the_remote_tier_and_streams_them_back() {
+    let _turn = object_store_turn();
+    let h = Home::new("serve-remote");
+    h.config(&["tmpfs", "remote"], |t| {
+        if t.name == "remote" {
+            t.request_timeout_s = Some(5);
+        }
+    });
+    h.ok(&["tier", "setup", "--tiers", "remote"]);
+
+    let serve = |tiers: &str| {
+        Command::new(THAW)
+            .arg("--home")
+            .arg(&h.0)
+            .args(["serve", "--snapshot-tiers", tiers, "--runtime-home"])
+            .arg(thaw_runtime::default_home())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("starting thaw serve")
+    };
+    // the fast tier must be local: refused before anything starts
+    let out = serve("remote,tmpfs").wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("must be local") && !err.contains("panicked"),
+        "{err}"
+    );
+
+    struct Daemon(std::process::Child);
+    impl Drop for Daemon {
+        fn drop(&mut self) {
+            // SAFETY: signalling the daemon this test started.
+            unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
+            let _ = self.0.wait();
+        }
+    }
+    let sock = h.0.join("serve/thaw.sock");
+    let up = || {
+        let d = Daemon(serve("tmpfs,remote"));
+        let t = std::time::Instant::now();
+        while std::os::unix::net::UnixStream::connect(&sock).is_err() {
+            assert!(t.elapsed().as_secs() < 120, "thaw serve did not come up");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        d
+    };
+    let daemon = up();
+    let code = h.0.join("greet.py");
+    std::fs::write(
+        &code,
+        "NAMES = []\ndef init():\n    NAMES.extend(['a' * 4096] * 64)\ndef handler(event):\n    return {'hello': event['name'], 'n': len(NAMES)}\n",
+    )
+    .unwrap();
+    let deployed = h.ok(&[
+        "fn",
+        "deploy",
+        code.to_str().unwrap(),
+        "--handler",
+        "greet.handler",
+        "--init",
+        "greet.init",
+        "--strategy",
+        "reap",
+        "--tier",
+        "remote",
+        "--sample-event",
+        r#"{"name": "sample"}"#,
+    ]);
+    assert!(deployed.contains("snapshot_id"), "{deployed}");
+    let info: Value = serde_json::from_str(&h.ok(&["fn", "get", "greet"])).unwrap();
+    assert_eq!(info["snapshot_tier"], "remote", "{info}");
+    // no local copy: the DRAM tier holds none of it
+    let local: Vec<_> = std::fs::read_dir(h.0.join("dram/snapshots"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("greet-v"))
+        .collect();
+    assert!(local.is_empty(), "a local copy stayed: {local:?}");
+    let cfg = TiersConfig::load(&h.0).unwrap();
+    let store = thaw_tiers::objects::RemoteStore::open(&h.0, cfg.get("remote").unwrap()).unwrap();
+    let on_remote = || {
+        let p = thaw_tiers::moves::Place::Remote {
+            tier: "remote".into(),
+            store: &store,
+        };
+        thaw_tiers::moves::list(&p).unwrap()
+    };
+    let listed = on_remote();
+    assert!(
+        listed.len() == 1 && listed[0].starts_with("greet-v1-"),
+        "{listed:?}"
+    );
+
+    let invoke = |expect_start: &str| {
+        let out = Command::new(THAW)
+            .arg("--home")
+            .arg(&h.0)
+            .args([
+                "fn",
+                "invoke",
+                "greet",
+                "--data",
+                r#"{"name": "thaw"}"#,
+                "-v",
+            ])
+            .output()
+            .unwrap();
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert!(out.status.success(), "{stdout}\n{stderr}");
+        let v: Value = serde_json::from_str(stdout.trim()).unwrap();
+        assert_eq!(v, serde_json::json!({"hello": "thaw", "n": 64}));
+        assert!(
+            stderr.contains(&format!("thaw-start-type: {expect_start}")),
+            "{stderr}"
+        );
+        stderr.to_string()
+    };
+    let first = invoke("restore");
+    assert!(first.contains("thaw-tier: remote"), "{first}");
+    invoke("warm");
+    // a restarted daemon finds the snapshot on the remote tier
+    drop(daemon);
+    let _daemon = up();
+    let again = invoke("restore");
+    assert!(again.contains("thaw-tier: remote"), "{again}");
+    assert_eq!(on_remote().len(), 1, "{:?}", on_remote());
+
+    h.ok(&["fn", "rm", "greet"]);
+    assert!(
+        on_remote().is_empty(),
+        "left on the remote: {:?}",
+        on_remote()
+    );
+    // the instance's staged stream goes with it (its thread ends on its own)
+    let t = std::time::Instant::now();
+    while !streams_left(&h).is_empty() && t.elapsed().as_secs() < 10 {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(streams_left(&h).is_empty(), "{:?}", streams_left(&h));
+}

@@ -288,7 +288,7 @@ async fn invoke(
     };
     let invocation_id = hex::encode(rand::random::<[u8; 12]>());
     let start = lease.start;
-    let predicted = lease.predicted;
+    let predicted = lease.predicted.clone();
     let created = lease.created.clone().unwrap_or_default();
     let queue_ms = lease.queue_ms;
     let timeout = Duration::from_millis(v.rec.timeout_ms);
@@ -348,13 +348,13 @@ async fn invoke(
     };
     h.insert("thaw-tier", hv(&tier));
     h.insert("thaw-predicted-start", hv(predicted.0));
-    h.insert("thaw-predicted-tier", hv(predicted.1));
+    h.insert("thaw-predicted-tier", hv(&predicted.1));
     let actual_tier = if start == StartType::Restore {
         tier.as_str()
     } else {
         "-"
     };
-    if predicted != (start.name(), actual_tier) {
+    if (predicted.0, predicted.1.as_str()) != (start.name(), actual_tier) {
         app.metrics
             .mispredictions
             .get_or_create(&crate::metrics::PredictionLabels {
@@ -576,7 +576,7 @@ async fn metrics(State(app): State<Arc<App>>) -> Response {
             *tiers.entry(p.tier).or_default() += s.size_bytes;
         }
     }
-    for t in crate::tiering::TIERS {
+    for t in app.cfg.snapshot_tiers.names() {
         tiers.entry(t.to_string()).or_default();
     }
     for (tier, bytes) in tiers {

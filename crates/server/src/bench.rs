@@ -135,7 +135,10 @@ fn measure(app: &crate::App, socket: &std::path::Path, o: &Options) -> Result<Re
         );
     }
     let v = crate::api_lookup(app, "bench")?;
-    let snap = v.placed().context("deployed without a snapshot")?.snap;
+    let snap = v
+        .placed()
+        .and_then(|p| p.stored.local().cloned())
+        .context("deployed without a local snapshot")?;
     let event = json!({"name": "bench"});
     let body = serde_json::to_vec(&event)?;
     let invoke = |c: &mut Client, q: &str| -> Result<f64> {

@@ -21,10 +21,12 @@ pub struct Config {
     pub log_format: String,
     /// RAM the policy may keep instances in (running + idle).
     pub memory_budget_mb: u64,
-    /// Snapshots the daemon keeps on the DRAM tier (tmpfs); past it the
-    /// policy demotes the least recently used ones to disk.
+    /// The two tiers snapshots live on (`[snapshot_tiers]`).
+    pub snapshot_tiers: SnapshotTiers,
+    /// Snapshots the daemon keeps on the fast snapshot tier (tmpfs by
+    /// default); past it the policy demotes the least recently used ones.
     pub dram_snapshot_mb: u64,
-    /// Snapshots on the disk tier.
+    /// Snapshots on the slow snapshot tier (the disk by default).
     pub disk_budget_mb: u64,
     /// `ttl`, `lru-mem`, `tiered-lru`, `greedy-dual`, `tiered-greedy-dual`.
     pub policy: String,
@@ -37,6 +39,68 @@ pub struct Config {
     pub drain_grace_s: u64,
     /// XDT: object table and call-chain limits (`[xdt.objects]`, `[xdt.chains]`).
     pub xdt: crate::xdt::XdtConfig,
+}
+
+/// The daemon's snapshot tiers, by their names in the tier configuration
+/// (`thaw tier list`): the policy's two levels below RAM.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct SnapshotTiers {
+    /// Lukewarm starts: a local tier (DRAM, PMEM or a block device).
+    pub fast: String,
+    /// One step slower: any other configured tier, local or remote (a
+    /// restore from a remote tier streams the snapshot).
+    pub slow: String,
+}
+
+impl Default for SnapshotTiers {
+    fn default() -> Self {
+        SnapshotTiers {
+            fast: "tmpfs".into(),
+            slow: "disk".into(),
+        }
+    }
+}
+
+impl SnapshotTiers {
+    /// `FAST,SLOW` (the `--snapshot-tiers` flag).
+    pub fn parse(text: &str) -> Result<SnapshotTiers> {
+        match text.split(',').map(str::trim).collect::<Vec<_>>()[..] {
+            [fast, slow] if !fast.is_empty() && !slow.is_empty() => Ok(SnapshotTiers {
+                fast: fast.into(),
+                slow: slow.into(),
+            }),
+            _ => bail!("snapshot tiers {text:?}: want FAST,SLOW (e.g. tmpfs,disk or tmpfs,remote)"),
+        }
+    }
+
+    /// Both, fastest first.
+    pub fn names(&self) -> [&str; 2] {
+        [&self.fast, &self.slow]
+    }
+
+    /// Checks both against the tier configuration: configured, distinct,
+    /// and the fast one local (a deploy checkpoints onto it).
+    pub fn check(&self, tiers: &thaw_tiers::TiersConfig) -> Result<()> {
+        if self.fast == self.slow {
+            bail!(
+                "snapshot_tiers: fast and slow are both {:?}; name two tiers",
+                self.fast
+            );
+        }
+        for name in self.names() {
+            tiers
+                .get(name)
+                .with_context(|| format!("snapshot_tiers: tier {name:?}"))?;
+        }
+        if tiers.get(&self.fast)?.kind == thaw_tiers::Kind::Remote {
+            bail!(
+                "snapshot_tiers: the fast tier {:?} is remote; it must be local (a deploy checkpoints onto it)",
+                self.fast
+            );
+        }
+        Ok(())
+    }
 }
 
 /// Each pooled sandbox holds a uid, cgroups and five namespaces.
@@ -109,6 +173,7 @@ impl Default for Config {
             token_file: None,
             log_format: "text".into(),
             memory_budget_mb: 4096,
+            snapshot_tiers: SnapshotTiers::default(),
             dram_snapshot_mb: 2048,
             disk_budget_mb: 50 * 1024,
             policy: "lru-mem".into(),
@@ -195,12 +260,14 @@ impl Config {
     }
 
     /// The policy's levels below RAM are the daemon's snapshot tiers: its
-    /// "disk" is tmpfs, its "network" the disk tier (`pool::level_of`),
-    /// with those tiers' device profiles (`thaw tier list`).
+    /// "disk" is the fast tier, its "network" the slow one
+    /// (`pool::level_of`), with those tiers' device profiles (`thaw tier list`).
     pub fn policy_config(&self) -> Result<thaw_policy::Config> {
         let kind: thaw_policy::PolicyKind = self.policy.parse().map_err(anyhow::Error::msg)?;
         let tiers = thaw_tiers::TiersConfig::load(&self.home)?;
-        let (dram, disk) = (&tiers.get("tmpfs")?.profile, &tiers.get("disk")?.profile);
+        self.snapshot_tiers.check(&tiers)?;
+        let st = &self.snapshot_tiers;
+        let (dram, disk) = (&tiers.get(&st.fast)?.profile, &tiers.get(&st.slow)?.profile);
         // MB/s to MiB/s
         let mib = |mbps: f64| mbps * 1e6 / (1u64 << 20) as f64;
         let c = thaw_policy::Config {

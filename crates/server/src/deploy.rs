@@ -16,7 +16,7 @@ use crate::logs::Ring;
 use crate::placement::{self, PlacementInfo};
 use crate::pool::{FnVersion, Placed};
 use crate::registry::{check_name, mkdir_private, PackagesInfo, Record, SnapshotInfo};
-use crate::tiering::TIERS;
+use crate::tiering::Stored;
 use crate::App;
 
 /// `POST /v1/functions`.
@@ -170,11 +170,12 @@ pub async fn run(app: &Arc<App>, req: DeployRequest) -> Result<(Record, StatusCo
             STRATEGIES.join(", ")
         )));
     }
-    let tier = req.tier.clone().unwrap_or_else(|| "tmpfs".into());
-    if !TIERS.contains(&tier.as_str()) {
+    let tiers = app.cfg.snapshot_tiers.names();
+    let tier = req.tier.clone().unwrap_or_else(|| tiers[0].into());
+    if !tiers.contains(&tier.as_str()) {
         return Err(bad(format!(
-            "tier {tier:?}: use one of {}",
-            TIERS.join(", ")
+            "tier {tier:?}: use one of {} (the daemon's snapshot tiers)",
+            tiers.join(", ")
         )));
     }
     if let Some(owner) = &req.owner {
@@ -298,7 +299,11 @@ fn build(
             timeout_ms,
             max_instances,
             strategy: strategy.to_string(),
-            tier: tier.to_string(),
+            // a snapshot is taken onto a local tier (`place` moves it on)
+            tier: match crate::tiering::is_remote(app, tier) {
+                true => app.cfg.snapshot_tiers.fast.clone(),
+                false => tier.to_string(),
+            },
             snapshot: None,
             placement: None,
             packages,
@@ -316,10 +321,10 @@ fn build(
         } else {
             let (snap, info) = snapshot(app, &rec, &func, req.sample_event.as_ref())?;
             rec.snapshot = Some(info);
-            let snap = place(app, &mut rec, snap, &func, req)?;
+            let stored = place(app, &mut rec, snap, &func, req)?;
             Some(Placed {
                 tier: rec.tier.clone(),
-                snap,
+                stored,
             })
         };
         app.registry
@@ -354,7 +359,7 @@ fn place(
     snap: Snapshot,
     func: &UserFunction,
     req: &DeployRequest,
-) -> Result<Snapshot, ApiError> {
+) -> Result<Stored, ApiError> {
     let (strategy, tier) = (req.strategy.as_deref(), req.tier.as_deref());
     let pl = match (strategy, tier) {
         (Some(s), Some(t)) => PlacementInfo::requested(s, t),
@@ -373,20 +378,19 @@ fn place(
             pl
         }
     };
-    let mut snap = snap;
+    let mut stored = Stored::Local(snap);
     if pl.tier != rec.tier {
         let sname = snapshot_name(app, &rec.name, rec.version);
-        snap = crate::tiering::copy_to(app, &sname, &rec.tier, &pl.tier).map_err(internal)?;
-        let from = app.worker.tier(&rec.tier).map_err(internal)?;
-        thaw_store::secure::remove_tree(&from.function_dir(&sname)).map_err(internal)?;
-        if let Some(info) = rec.snapshot.as_mut() {
+        stored = crate::tiering::copy_to(app, &sname, &rec.tier, &pl.tier).map_err(internal)?;
+        crate::tiering::remove_copy(app, &rec.tier, &sname).map_err(internal)?;
+        if let (Some(info), Some(snap)) = (rec.snapshot.as_mut(), stored.local()) {
             info.dir = snap.dir.clone();
         }
     }
     rec.strategy = pl.strategy.clone();
     rec.tier = pl.tier.clone();
     rec.placement = Some(pl);
-    Ok(snap)
+    Ok(stored)
 }
 
 pub fn ring_for(app: &App, name: &str) -> Arc<Ring> {
@@ -553,7 +557,7 @@ pub fn snapshot(
     let _held = reserve(app, rec)?;
     let (mut sb, fresh) = start_loaded(app, func)?;
     warm_up(&mut sb, rec, sample)?;
-    let tier = app.worker.tier(&rec.tier).map_err(internal)?;
+    let tier = crate::tiering::local_tier(app, &rec.tier).map_err(internal)?;
     let sname = snapshot_name(app, &rec.name, rec.version);
     let t = std::time::Instant::now();
     let (snap, _) = app
@@ -641,9 +645,9 @@ pub async fn delete(app: &Arc<App>, name: &str) -> Result<(), ApiError> {
 pub fn remove_version(app: &App, name: &str, version: u64) {
     let vdir = app.registry.version_dir(name, version);
     let sname = snapshot_name(app, name, version);
-    for t in TIERS {
-        if let Ok(tier) = app.worker.tier(t) {
-            let _ = thaw_store::secure::remove_tree(&tier.function_dir(&sname));
+    for t in app.cfg.snapshot_tiers.names() {
+        if let Err(e) = crate::tiering::remove_copy(app, t, &sname) {
+            tracing::warn!(function = %name, version, tier = t, "removing the snapshot: {e:#}");
         }
     }
     let _ = std::fs::remove_dir_all(vdir);
@@ -653,23 +657,19 @@ fn remove_files(app: &App, name: &str) -> anyhow::Result<()> {
     let fdir = app.registry.function_dir(name);
     // un-publish first: a crash from here on leaves no function behind
     let _ = std::fs::remove_file(fdir.join("current"));
-    for t in TIERS {
-        let Ok(rd) = std::fs::read_dir(app.worker.tier(t)?.path) else {
-            continue;
-        };
-        let prefix = format!("{name}-v");
-        for e in rd.flatten() {
-            let n = e.file_name().to_string_lossy().to_string();
-            // NAME-vN-HASH: the version must follow the prefix (so
-            // deleting "a" keeps "a-b")
-            let rest = n.strip_prefix(&prefix).unwrap_or("");
-            if rest
-                .split('-')
-                .next()
-                .is_some_and(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
-            {
-                thaw_store::secure::remove_tree(&e.path())?;
-            }
+    let prefix = format!("{name}-v");
+    // NAME-vN-HASH: the version must follow the prefix (so deleting "a"
+    // keeps "a-b")
+    let ours = |n: &str| {
+        n.strip_prefix(&prefix)
+            .unwrap_or("")
+            .split('-')
+            .next()
+            .is_some_and(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
+    };
+    for t in app.cfg.snapshot_tiers.names() {
+        for sname in crate::tiering::snapshots_on(app, t, &ours)? {
+            crate::tiering::remove_copy(app, t, &sname)?;
         }
     }
     std::fs::remove_dir_all(&fdir)?;

@@ -47,6 +47,8 @@ pub struct App {
     pub draining: AtomicBool,
     /// Held by the mover for each snapshot move (a stop waits for it).
     pub mover_busy: Mutex<()>,
+    /// The slow snapshot tier's client, when that tier is remote.
+    pub remote: tiering::RemoteClient,
 }
 
 /// Opens the state home, the worker and the pool, and brings back every
@@ -68,12 +70,14 @@ pub fn open(cfg: Config) -> Result<Arc<App>> {
     registry::mkdir_private(&log_dir)?;
     worker.cfg.log_dir = log_dir;
     let worker = Arc::new(worker);
-    tiering::recover_moves(&cfg.home)?;
+    let remote = tiering::open_remote(&cfg.home, &cfg.snapshot_tiers)?;
+    tiering::recover_moves(&cfg.home, &remote)?;
     let metrics = Arc::new(metrics::Metrics::new());
     let (mover_tx, mover_rx) = std::sync::mpsc::channel();
     let pool = Arc::new(Pool::new(
         worker.clone(),
         metrics.clone(),
+        cfg.snapshot_tiers.clone(),
         cfg.policy_config()?,
         cfg.limits.queue_per_function,
         cfg.limits.invocation_log_bytes,
@@ -90,6 +94,7 @@ pub fn open(cfg: Config) -> Result<Arc<App>> {
         rings: Mutex::new(HashMap::new()),
         draining: AtomicBool::new(false),
         mover_busy: Mutex::new(()),
+        remote,
     });
     let rt = tokio::runtime::Handle::try_current().context(
         "the daemon opens inside a tokio runtime (the SDK's nested invocations run on it)",
@@ -156,9 +161,14 @@ fn recover(app: &App) -> Result<()> {
         };
         // a snapshot taken over other packages cannot be trusted
         let found = found.filter(|_| !repacked);
-        let trusted = found.and_then(|p| match trust(app, &p.snap.dir) {
-            Ok(snap) => Some(pool::Placed { tier: p.tier, snap }),
-            Err(e) => {
+        // a remote copy is opened (authenticated) and checked as it streams
+        let trusted = found.and_then(|p| match p.stored.local().map(|s| trust(app, &s.dir)) {
+            None => Some(p),
+            Some(Ok(snap)) => Some(pool::Placed {
+                tier: p.tier,
+                stored: tiering::Stored::Local(snap),
+            }),
+            Some(Err(e)) => {
                 tracing::warn!(function = %name, "snapshot not trusted ({e:#}); taking it again");
                 None
             }
@@ -167,10 +177,13 @@ fn recover(app: &App) -> Result<()> {
             _ if rec.strategy == "boot" => None,
             Some(p) => Some(p),
             None => {
+                // taken again onto the fast tier (the slow one may be
+                // remote, or the daemon's tiers may have changed since)
+                rec.tier = app.cfg.snapshot_tiers.fast.clone();
                 // one copy only: what is left on another tier goes first
                 let sname = deploy::snapshot_name(app, &name, version);
-                for t in tiering::TIERS.iter().filter(|t| **t != rec.tier) {
-                    thaw_store::secure::remove_tree(&app.worker.tier(t)?.function_dir(&sname))?;
+                for t in app.cfg.snapshot_tiers.names() {
+                    tiering::remove_copy(app, t, &sname)?;
                 }
                 let (snap, info) = deploy::snapshot(app, &rec, &func, None)
                     .map_err(|e| anyhow::anyhow!("{}: re-snapshot failed: {}", name, e.body))?;
@@ -178,7 +191,7 @@ fn recover(app: &App) -> Result<()> {
                 app.registry.write_record(&rec, &secrets)?;
                 Some(pool::Placed {
                     tier: rec.tier.clone(),
-                    snap,
+                    stored: tiering::Stored::Local(snap),
                 })
             }
         };

@@ -15,7 +15,6 @@ use thaw_tiers::{probe::ReaderResult, Kind, TierConfig, TiersConfig};
 use thaw_worker::UserFunction;
 
 use crate::registry::Record;
-use crate::tiering::TIERS;
 use crate::App;
 
 /// Where `thaw tier probe` leaves its measurements (in the home).
@@ -162,7 +161,9 @@ fn options(app: &App) -> Result<Vec<TierOption>> {
             *used.entry(p.tier).or_default() += s.size_bytes;
         }
     }
-    TIERS
+    let tiers = &app.cfg.snapshot_tiers;
+    tiers
+        .names()
         .iter()
         .map(|name| {
             let t = cfg
@@ -170,9 +171,9 @@ fn options(app: &App) -> Result<Vec<TierOption>> {
                 .iter()
                 .find(|t| t.name == *name)
                 .with_context(|| format!("tier {name} is not in the tier configuration"))?;
-            let budget_mb = match *name {
-                "tmpfs" => app.cfg.dram_snapshot_mb,
-                _ => app.cfg.disk_budget_mb,
+            let budget_mb = match *name == tiers.fast {
+                true => app.cfg.dram_snapshot_mb,
+                false => app.cfg.disk_budget_mb,
             };
             let used_mib = *used.get(*name).unwrap_or(&0) >> 20;
             Ok(tier_option(

@@ -12,13 +12,16 @@ use std::time::{Duration, Instant};
 use thaw_policy::{
     Action, Engine, FnId, InstanceId, Outcome, Policy, SnapshotLevel, Start, XferId,
 };
-use thaw_store::Snapshot;
 use thaw_worker::{UserFunction, Worker};
 use tokio::sync::oneshot;
 
+use crate::config::SnapshotTiers;
 use crate::logs::{take_sandbox_output, LogEntry, Ring};
 use crate::metrics::Metrics;
 use crate::registry::Record;
+use crate::tiering::{RemoteCopy, Stored};
+use thaw_sandbox::StrategyKind;
+use thaw_tiers::stream::Stream;
 
 /// One deployed version, as the pool runs it.
 pub struct FnVersion {
@@ -38,7 +41,7 @@ pub struct FnVersion {
 #[derive(Clone)]
 pub struct Placed {
     pub tier: String,
-    pub snap: Snapshot,
+    pub stored: Stored,
 }
 
 impl FnVersion {
@@ -58,10 +61,11 @@ impl FnVersion {
 }
 
 /// The daemon's snapshot tiers as the policy's levels below RAM: a snapshot
-/// on tmpfs (DRAM) is the policy's "disk" level (a lukewarm start), one on
-/// the disk tier its "network" level (one step slower).
-pub fn level_of(tier: &str) -> SnapshotLevel {
-    if tier == "tmpfs" {
+/// on the fast tier (tmpfs by default) is the policy's "disk" level (a
+/// lukewarm start), one on the slow tier its "network" level (one step
+/// slower).
+pub fn level_of(tiers: &SnapshotTiers, tier: &str) -> SnapshotLevel {
+    if tier == tiers.fast {
         SnapshotLevel::Disk
     } else {
         SnapshotLevel::Net
@@ -69,12 +73,12 @@ pub fn level_of(tier: &str) -> SnapshotLevel {
 }
 
 /// The start the policy predicts, in the daemon's terms: (start type, tier).
-pub fn predicted(start: Start) -> (&'static str, &'static str) {
+pub fn predicted(tiers: &SnapshotTiers, start: Start) -> (&'static str, String) {
     match start {
-        Start::Warm => ("warm", "-"),
-        Start::Lukewarm => ("restore", "tmpfs"),
-        Start::Remote => ("restore", "disk"),
-        Start::Cold => ("boot", "-"),
+        Start::Warm => ("warm", "-".into()),
+        Start::Lukewarm => ("restore", tiers.fast.clone()),
+        Start::Remote => ("restore", tiers.slow.clone()),
+        Start::Cold => ("boot", "-".into()),
     }
 }
 
@@ -106,7 +110,7 @@ pub enum Mode {
 }
 
 enum Next {
-    Create(InstanceId, f64, (&'static str, &'static str)),
+    Create(InstanceId, f64, (&'static str, String)),
     Wait(oneshot::Receiver<()>),
 }
 
@@ -174,11 +178,11 @@ struct State {
     fn_ids: HashMap<String, FnId>,
     /// `fn_ids` backwards (ids are dense, in order of first deploy)
     fn_names: Vec<String>,
-    /// Where the policy wants each function's snapshot: on tmpfs (true) or
-    /// on disk; the mover makes it so off the request path.
-    want_tmpfs: HashMap<String, bool>,
+    /// Where the policy wants each function's snapshot: on the fast tier
+    /// (true) or on the slow one; the mover makes it so off the request path.
+    want_fast: HashMap<String, bool>,
     /// Transfers the policy issued and the mover has not finished:
-    /// (function, whether it brings the snapshot up to tmpfs).
+    /// (function, whether it brings the snapshot up to the fast tier).
     transfers: HashMap<XferId, (String, bool)>,
     draining: bool,
 }
@@ -187,6 +191,8 @@ pub struct Pool {
     state: Mutex<State>,
     worker: Arc<Worker>,
     metrics: Arc<Metrics>,
+    /// the daemon's two snapshot tiers
+    tiers: SnapshotTiers,
     epoch: Instant,
     queue_cap: u32,
     log_cap: u64,
@@ -226,7 +232,7 @@ pub struct Lease {
     inst: Option<Instance>,
     pub start: StartType,
     /// What the policy predicted: (start type, tier).
-    pub predicted: (&'static str, &'static str),
+    pub predicted: (&'static str, String),
     pub created: Option<Created>,
     pub queue_ms: f64,
     function: String,
@@ -255,6 +261,7 @@ impl Pool {
     pub fn new(
         worker: Arc<Worker>,
         metrics: Arc<Metrics>,
+        tiers: SnapshotTiers,
         policy: thaw_policy::Config,
         queue_cap: u32,
         log_cap: u64,
@@ -268,7 +275,7 @@ impl Pool {
                 idle: HashMap::new(),
                 fn_ids: HashMap::new(),
                 fn_names: Vec::new(),
-                want_tmpfs: HashMap::new(),
+                want_fast: HashMap::new(),
                 transfers: HashMap::new(),
                 draining: false,
             }),
@@ -276,6 +283,7 @@ impl Pool {
             measured: Arc::default(),
             worker,
             metrics,
+            tiers,
             epoch: Instant::now(),
             queue_cap,
             log_cap,
@@ -304,10 +312,12 @@ impl Pool {
             .snapshot
             .as_ref()
             .map_or(0, |s| s.size_bytes.div_ceil(1 << 20) as u32);
-        let level = placed.as_ref().map(|p| level_of(&p.tier));
+        let level = placed.as_ref().map(|p| level_of(&self.tiers, &p.tier));
         match &placed {
-            Some(p) => st.want_tmpfs.insert(name.to_string(), p.tier == "tmpfs"),
-            None => st.want_tmpfs.remove(name),
+            Some(p) => st
+                .want_fast
+                .insert(name.to_string(), p.tier == self.tiers.fast),
+            None => st.want_fast.remove(name),
         };
         let mut out = Vec::new();
         st.engine.set_snapshot(self.now(), fid, mb, level, &mut out);
@@ -328,7 +338,7 @@ impl Pool {
             st.engine.set_snapshot(self.now(), fid, 0, None, &mut out);
             self.apply(&mut st, out);
         }
-        st.want_tmpfs.remove(name);
+        st.want_fast.remove(name);
         wake_all(st.fns.get_mut(name));
     }
 
@@ -353,10 +363,10 @@ impl Pool {
         }
     }
 
-    /// Where the policy wants `name`'s snapshot now: tmpfs (true) or disk;
-    /// `None` for a function without a snapshot.
-    pub fn wants_tmpfs(&self, name: &str) -> Option<bool> {
-        lock(&self.state).want_tmpfs.get(name).copied()
+    /// Where the policy wants `name`'s snapshot now: the fast tier (true)
+    /// or the slow one; `None` for a function without a snapshot.
+    pub fn wants_fast(&self, name: &str) -> Option<bool> {
+        lock(&self.state).want_fast.get(name).copied()
     }
 
     /// The mover has carried out what the policy wanted for `name`: every
@@ -495,7 +505,7 @@ impl Pool {
                 Action::DeleteDisk { f } => (f, None),
                 Action::Cancel { id } => {
                     if let Some((name, true)) = st.transfers.remove(&id) {
-                        st.want_tmpfs.insert(name.clone(), false);
+                        st.want_fast.insert(name.clone(), false);
                         changed.push(name);
                     }
                     continue;
@@ -506,7 +516,7 @@ impl Pool {
             };
             let Some(name) = name_of(st, f) else { continue };
             let want = up.is_some_and(|(_, up)| up);
-            if let Some(w) = st.want_tmpfs.get_mut(&name) {
+            if let Some(w) = st.want_fast.get_mut(&name) {
                 *w = want;
             }
             if let Some((id, up)) = up {
@@ -588,7 +598,7 @@ impl Pool {
                                 pool: self.clone(),
                                 inst: Some(inst),
                                 start: StartType::Warm,
-                                predicted: predicted(Start::Warm),
+                                predicted: predicted(&self.tiers, Start::Warm),
                                 created: None,
                                 queue_ms,
                                 function: name,
@@ -599,7 +609,7 @@ impl Pool {
                         } => {
                             st.fns.get_mut(&name).expect("entry made above").live += 1;
                             self.metrics.queue_wait.observe(queue_ms / 1e3);
-                            Next::Create(instance, queue_ms, predicted(start))
+                            Next::Create(instance, queue_ms, predicted(&self.tiers, start))
                         }
                     };
                     next
@@ -640,7 +650,7 @@ impl Pool {
         v: &Arc<FnVersion>,
         policy_id: InstanceId,
         queue_ms: f64,
-        predicted: (&'static str, &'static str),
+        predicted: (&'static str, String),
     ) -> Result<Lease, Refusal> {
         let (tx, rx) = mpsc::channel::<Job>();
         let (ready_tx, ready_rx) = oneshot::channel();
@@ -912,6 +922,7 @@ fn instance_thread(
     let init_timeout = Duration::from_millis(v.rec.timeout_ms.max(60_000));
     // the read lock is held while the restore opens the snapshot: a move
     // does not remove this copy under it
+    let mut stream = None;
     let restored = {
         let placed = v.placed.read().unwrap_or_else(|p| p.into_inner());
         placed.as_ref().map(|p| {
@@ -920,8 +931,15 @@ fn instance_thread(
                 .strategy
                 .parse()
                 .map_err(anyhow::Error::from)
-                .and_then(|s| {
-                    Ok(worker.restore_user(&p.snap, s, &v.func, v.sandboxes.as_ref())?)
+                .and_then(|s| match &p.stored {
+                    Stored::Local(snap) => {
+                        Ok(worker.restore_user(snap, s, &v.func, v.sandboxes.as_ref())?)
+                    }
+                    Stored::Remote(copy) => {
+                        let (started, s) = restore_streamed(&worker, copy, s, &v.func)?;
+                        stream = Some(s);
+                        Ok(started)
+                    }
                 });
             (r, p.tier.clone())
         })
@@ -965,6 +983,7 @@ fn instance_thread(
             return;
         }
     };
+    let mut streamed_whole = false;
     // what the runtime printed while starting is not any invocation's
     let _ = take_sandbox_output(sb.log_path(), 0);
     loop {
@@ -1030,5 +1049,36 @@ fn instance_thread(
         if !alive {
             break;
         }
+        // a streamed restore's image arrives in the background: after the
+        // first reply, wait for the rest and check it whole (a chunk that
+        // fails kills the instance through its page server)
+        if let Some(s) = stream.as_mut().filter(|_| !streamed_whole) {
+            streamed_whole = true;
+            if let Err(e) = s.finish() {
+                tracing::warn!(function = %v.rec.name, instance = %name, "the streamed snapshot did not arrive whole: {e:#}");
+                break;
+            }
+        }
     }
+}
+
+/// A restore that streams `copy` from the remote tier (lazily: the
+/// function's strategy if it is `uffd`, else `reap`, whose working set
+/// travels first). The stream must outlive the instance: it serves the
+/// pages that have not arrived yet.
+fn restore_streamed(
+    worker: &Worker,
+    copy: &RemoteCopy,
+    strategy: StrategyKind,
+    func: &UserFunction,
+) -> anyhow::Result<((thaw_sandbox::Sandbox, thaw_sandbox::RestoreReport), Stream)> {
+    let strategy = match strategy {
+        StrategyKind::Uffd => StrategyKind::Uffd,
+        _ => StrategyKind::Reap,
+    };
+    let stream = Stream::open(&copy.home, copy.store.clone(), &copy.name)?;
+    let started = worker
+        .restore_user_streamed(&stream.snapshot, strategy, func, stream.inputs()?)
+        .map_err(|e| stream.explain(e.into()))?;
+    Ok((started, stream))
 }

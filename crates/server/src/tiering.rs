@@ -1,39 +1,157 @@
 //! Snapshots between tiers, as the keep-alive policy says.
 //!
-//! The pool's policy (`thaw_policy::Engine`) sees a function's snapshot on
-//! tmpfs as its "disk" level and one on the disk tier as its "network"
-//! level (see `pool::level_of`). When it demotes or promotes one, the pool
-//! records where the snapshot should be and names the function to the
-//! mover: one thread per daemon that carries the move out off the request
-//! path, with issue 13's journaled copy (`thaw_tiers::moves`, the store's
-//! deploy lock and atomic publish), then switches the function's restores
-//! to the new copy and removes the old one. Deploys and deletes of the same
-//! function wait for it (the daemon's per-function deploy lock).
+//! The daemon keeps snapshots on two tiers named in its configuration
+//! (`[snapshot_tiers]`: `fast`, tmpfs by default, and `slow`, the disk by
+//! default; `slow` may be any other configured tier, the remote one
+//! included). The pool's policy (`thaw_policy::Engine`) sees a snapshot on
+//! the fast tier as its "disk" level and one on the slow tier as its
+//! "network" level (see `pool::level_of`). When it demotes or promotes one,
+//! the pool records where the snapshot should be and names the function to
+//! the mover: one thread per daemon that carries the move out off the
+//! request path, with issue 13's journaled copy (`thaw_tiers::moves`, the
+//! store's deploy lock and atomic publish), then switches the function's
+//! restores to the new copy and removes the old one. Deploys and deletes of
+//! the same function wait for it (the daemon's per-function deploy lock).
+//! A snapshot on a remote tier is restored by streaming it
+//! (`thaw_tiers::stream`), as `thaw invoke --tier remote` does.
 use anyhow::{Context, Result};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{mpsc, Arc, Weak};
+use thaw_store::Snapshot;
 use thaw_tiers::moves::{self, Place};
+use thaw_tiers::objects::RemoteStore;
+use thaw_tiers::{Kind, TiersConfig};
 
 use crate::deploy::snapshot_name;
 use crate::pool::{FnVersion, Placed};
 use crate::App;
 
-/// The snapshot tiers the daemon uses, fastest first.
-pub const TIERS: [&str; 2] = ["tmpfs", "disk"];
+/// Where a version's snapshot is held.
+// one per deployed version: its size does not matter
+#[allow(clippy::large_enum_variant)]
+#[derive(Clone)]
+pub enum Stored {
+    /// a verified snapshot on a local tier
+    Local(Snapshot),
+    /// committed on the remote tier; a restore streams it
+    Remote(Arc<RemoteCopy>),
+}
 
-fn place<'a>(home: &Path, tier: &str) -> Result<Place<'a>> {
+/// A snapshot on the remote tier and what a stream of it needs.
+pub struct RemoteCopy {
+    pub store: Arc<RemoteStore>,
+    pub home: PathBuf,
+    pub name: String,
+}
+
+impl Stored {
+    /// The local snapshot, if the copy is local.
+    pub fn local(&self) -> Option<&Snapshot> {
+        match self {
+            Stored::Local(s) => Some(s),
+            Stored::Remote(_) => None,
+        }
+    }
+}
+
+/// The remote tier's client, when one of the daemon's snapshot tiers is
+/// remote: (tier name, client).
+pub type RemoteClient = Option<(String, Arc<RemoteStore>)>;
+
+/// Opens the client of the slow tier if it is remote. Opening does not
+/// contact the store (a store that is down fails its requests, clearly).
+pub fn open_remote(home: &Path, tiers: &crate::config::SnapshotTiers) -> Result<RemoteClient> {
+    let cfg = TiersConfig::load(home)?;
+    let t = cfg.get(&tiers.slow)?;
+    if t.kind != Kind::Remote {
+        return Ok(None);
+    }
+    let store = RemoteStore::open(home, t)
+        .with_context(|| format!("opening the client of the remote tier {}", t.name))?;
+    Ok(Some((t.name.clone(), Arc::new(store))))
+}
+
+/// Whether `tier` is the daemon's remote snapshot tier.
+pub fn is_remote(app: &App, tier: &str) -> bool {
+    app.remote.as_ref().is_some_and(|(name, _)| name == tier)
+}
+
+/// The local tier `tier` (a deploy's checkpoint goes onto one).
+pub fn local_tier(app: &App, tier: &str) -> Result<thaw_store::Tier> {
+    let cfg = TiersConfig::load(&app.cfg.home)?;
+    moves::local_store(&app.cfg.home, cfg.get(tier)?)
+}
+
+/// Where snapshots of tier `tier` are, for a move.
+fn place<'a>(home: &Path, remote: &'a RemoteClient, tier: &str) -> Result<Place<'a>> {
+    let cfg = TiersConfig::load(home)?;
+    let t = cfg.get(tier)?;
+    if t.kind == Kind::Remote {
+        let store = remote
+            .as_ref()
+            .filter(|(name, _)| name == tier)
+            .map(|(_, s)| s.as_ref())
+            .with_context(|| {
+                format!("tier {tier} is remote but not this daemon's slow snapshot tier")
+            })?;
+        return Ok(Place::Remote {
+            tier: tier.to_string(),
+            store,
+        });
+    }
     Ok(Place::Local {
         tier: tier.to_string(),
-        store: thaw_store::Tier::by_name(tier, home)?,
+        store: moves::local_store(home, t)?,
     })
 }
 
 /// Finishes or rolls back moves a killed daemon left half done.
-pub fn recover_moves(home: &Path) -> Result<()> {
-    for line in moves::recover(home, &|t| place(home, t))? {
+pub fn recover_moves(home: &Path, remote: &RemoteClient) -> Result<()> {
+    for line in moves::recover(home, &|t| place(home, remote, t))? {
         tracing::warn!("interrupted snapshot move: {line}");
     }
     Ok(())
+}
+
+/// The snapshot `sname` on `tier`, if it holds a committed one.
+fn find(app: &App, tier: &str, sname: &str) -> Result<Option<Stored>> {
+    Ok(match place(&app.cfg.home, &app.remote, tier)? {
+        Place::Local { store, .. } => store.open_current(sname)?.map(Stored::Local),
+        p @ Place::Remote { .. } => moves::holds(&p, sname)?.then(|| {
+            Stored::Remote(Arc::new(RemoteCopy {
+                store: app.remote.as_ref().expect("place checked it").1.clone(),
+                home: app.cfg.home.clone(),
+                name: sname.to_string(),
+            }))
+        }),
+    })
+}
+
+/// Removes snapshot `sname` from `tier` (nothing there is fine).
+pub fn remove_copy(app: &App, tier: &str, sname: &str) -> Result<()> {
+    match place(&app.cfg.home, &app.remote, tier)? {
+        Place::Local { store, .. } => thaw_store::secure::remove_tree(&store.function_dir(sname)),
+        p @ Place::Remote { .. } => match moves::holds(&p, sname)? {
+            true => moves::delete_snapshot(&p, sname),
+            false => Ok(()),
+        },
+    }
+}
+
+/// Names of the snapshots on `tier` that `keep` selects (local: every
+/// snapshot directory, published or not; remote: committed snapshots).
+pub fn snapshots_on(app: &App, tier: &str, keep: &dyn Fn(&str) -> bool) -> Result<Vec<String>> {
+    let names = match place(&app.cfg.home, &app.remote, tier)? {
+        Place::Local { store, .. } => match std::fs::read_dir(&store.path) {
+            Ok(rd) => rd
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().to_string())
+                .collect(),
+            Err(_) => Vec::new(),
+        },
+        p @ Place::Remote { .. } => moves::list(&p)?,
+    };
+    Ok(names.into_iter().filter(|n| keep(n)).collect())
 }
 
 /// Where version `version` of `name` has its snapshot: the fastest tier
@@ -42,19 +160,18 @@ pub fn recover_moves(home: &Path) -> Result<()> {
 pub fn locate(app: &App, name: &str, version: u64) -> Result<Option<Placed>> {
     let sname = snapshot_name(app, name, version);
     let mut found: Option<Placed> = None;
-    for t in TIERS {
-        let store = app.worker.tier(t)?;
-        let Some(snap) = store.open_current(&sname)? else {
+    for t in app.cfg.snapshot_tiers.names() {
+        let Some(stored) = find(app, t, &sname)? else {
             continue;
         };
         if found.is_some() {
             tracing::warn!(function = %name, tier = t, "removing a second copy of the snapshot");
-            drop(snap);
-            thaw_store::secure::remove_tree(&store.function_dir(&sname))?;
+            drop(stored);
+            remove_copy(app, t, &sname)?;
         } else {
             found = Some(Placed {
                 tier: t.to_string(),
-                snap,
+                stored,
             });
         }
     }
@@ -71,35 +188,37 @@ pub fn move_to(app: &App, v: &FnVersion, target: &str) -> Result<Option<(String,
         return Ok(None);
     }
     let sname = snapshot_name(app, &v.rec.name, v.rec.version);
-    let snap = copy_to(app, &sname, &cur.tier, target)?;
+    let stored = copy_to(app, &sname, &cur.tier, target)?;
     let old = {
         // taking the write lock waits for restores still opening the old copy
         let mut placed = v.placed.write().unwrap_or_else(|p| p.into_inner());
         placed.replace(Placed {
             tier: target.to_string(),
-            snap,
+            stored,
         })
     };
     drop(old);
     // instances restored from the old copy keep their mappings of it
-    let from_store = app.worker.tier(&cur.tier)?;
-    thaw_store::secure::remove_tree(&from_store.function_dir(&sname))?;
+    remove_copy(app, &cur.tier, &sname)?;
     Ok(Some((cur.tier, target.to_string())))
 }
 
-/// Copies snapshot `sname` from tier `from` to `target` (journaled) and
-/// opens the verified copy; the source stays.
-pub fn copy_to(app: &App, sname: &str, from: &str, target: &str) -> Result<thaw_store::Snapshot> {
+/// Copies snapshot `sname` from tier `from` to `target` (journaled and
+/// verified) and opens the copy; the source stays.
+pub fn copy_to(app: &App, sname: &str, from: &str, target: &str) -> Result<Stored> {
     let home = &app.cfg.home;
-    moves::copy_snapshot(home, sname, &place(home, from)?, &place(home, target)?)?;
-    let snap = app
-        .worker
-        .tier(target)?
-        .open_current(sname)?
+    let (src, dst) = (
+        place(home, &app.remote, from)?,
+        place(home, &app.remote, target)?,
+    );
+    moves::copy_snapshot(home, sname, &src, &dst)?;
+    let stored = find(app, target, sname)?
         .with_context(|| format!("{sname} is not on {target} after its copy"))?;
-    snap.open_image()
-        .with_context(|| format!("the copy of {sname} on {target}"))?;
-    Ok(snap)
+    if let Stored::Local(snap) = &stored {
+        snap.open_image()
+            .with_context(|| format!("the copy of {sname} on {target}"))?;
+    }
+    Ok(stored)
 }
 
 /// Makes `name`'s snapshot be where the policy wants it, then tells the
@@ -117,8 +236,9 @@ fn reconcile(app: &Arc<App>, name: &str) {
         .unwrap_or_else(|p| p.into_inner())
         .get(name)
         .cloned();
-    if let (Some(v), Some(up)) = (v, app.pool.wants_tmpfs(name)) {
-        let target = if up { "tmpfs" } else { "disk" };
+    if let (Some(v), Some(up)) = (v, app.pool.wants_fast(name)) {
+        let tiers = &app.cfg.snapshot_tiers;
+        let target = if up { &tiers.fast } else { &tiers.slow };
         match move_to(app, &v, target) {
             Ok(Some((from, to))) => {
                 tracing::info!(function = %name, %from, %to, "moved the snapshot");

@@ -52,6 +52,25 @@ impl Place<'_> {
     }
 }
 
+/// Where a configured local tier keeps its snapshots: the store's own
+/// resolution (it checks that an emulated device is set up), or a real tier
+/// of the operator's at its configured path.
+pub fn local_store(home: &Path, t: &crate::TierConfig) -> Result<thaw_store::Tier> {
+    if t.kind == crate::Kind::Remote {
+        bail!("tier {} is remote, not local", t.name);
+    }
+    match thaw_store::Tier::by_name(&t.name, home) {
+        Ok(st) => Ok(st),
+        Err(_) if !t.emulated => Ok(thaw_store::Tier {
+            name: "configured",
+            path: t.snapshot_root(home).context("a local tier has a path")?,
+            emulated: false,
+            description: "configured local tier",
+        }),
+        Err(e) => Err(e),
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 struct Journal {
     name: String,

@@ -243,12 +243,34 @@ impl Worker {
         strategy: StrategyKind,
         streamed: thaw_sandbox::Streamed,
     ) -> Result<(Sandbox, RestoreReport), RestoreError> {
+        self.restore_streamed_with(snap, strategy, &self.cfg, streamed)
+    }
+
+    /// A user function's streamed restore: same code mount and limits as
+    /// its fresh start.
+    pub fn restore_user_streamed(
+        &self,
+        snap: &Snapshot,
+        strategy: StrategyKind,
+        func: &UserFunction,
+        streamed: thaw_sandbox::Streamed,
+    ) -> Result<(Sandbox, RestoreReport), RestoreError> {
+        self.restore_streamed_with(snap, strategy, &func.sandbox_config(&self.cfg), streamed)
+    }
+
+    fn restore_streamed_with(
+        &self,
+        snap: &Snapshot,
+        strategy: StrategyKind,
+        cfg: &SandboxConfig,
+        streamed: thaw_sandbox::Streamed,
+    ) -> Result<(Sandbox, RestoreReport), RestoreError> {
         thaw_sandbox::restore_streamed(
             snap,
             &self.root.path,
             &self.root.hash,
             strategy,
-            &self.cfg,
+            cfg,
             streamed,
         )
     }
