@@ -1097,6 +1097,7 @@ fn the_daemon_keeps_snapshots_on_the_remote_tier_and_streams_them_back() {
     h.config(&["tmpfs", "remote"], |t| {
         if t.name == "remote" {
             t.request_timeout_s = Some(5);
+            t.max_concurrent_restores = 1;
         }
     });
     h.ok(&["tier", "setup", "--tiers", "remote"]);
@@ -1222,6 +1223,40 @@ fn the_daemon_keeps_snapshots_on_the_remote_tier_and_streams_them_back() {
     let again = invoke("restore");
     assert!(again.contains("thaw-tier: remote"), "{again}");
     assert_eq!(on_remote().len(), 1, "{:?}", on_remote());
+
+    // the tier's one restore slot held elsewhere: a cold start waits for it
+    let slot = thaw_tiers::slots::RestoreSlot::acquire(
+        &h.0,
+        cfg.get("remote").unwrap(),
+        std::time::Duration::from_secs(5),
+    )
+    .unwrap();
+    let mut cold = Command::new(THAW)
+        .arg("--home")
+        .arg(&h.0)
+        .args([
+            "fn",
+            "invoke",
+            "greet",
+            "--data",
+            r#"{"name": "x"}"#,
+            "--cold",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    assert!(
+        cold.try_wait().unwrap().is_none(),
+        "a restore went ahead without a slot"
+    );
+    drop(slot);
+    let out = cold.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("\"hello\": \"x\""),
+        "{out:?}"
+    );
 
     h.ok(&["fn", "rm", "greet"]);
     assert!(

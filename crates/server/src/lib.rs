@@ -105,6 +105,7 @@ pub fn open(cfg: Config) -> Result<Arc<App>> {
     recover(&app)?;
     drop_unused_packages(&app);
     tiering::spawn_mover(Arc::downgrade(&app), mover_rx)?;
+    tiering::spawn_warmer(Arc::downgrade(&app))?;
     Ok(app)
 }
 

@@ -21,7 +21,11 @@ use crate::metrics::Metrics;
 use crate::registry::Record;
 use crate::tiering::{RemoteCopy, Stored};
 use thaw_sandbox::StrategyKind;
+use thaw_tiers::slots::RestoreSlot;
 use thaw_tiers::stream::Stream;
+
+/// How long a restore waits for one of its tier's restore slots.
+const SLOT_WAIT: Duration = Duration::from_secs(60);
 
 /// One deployed version, as the pool runs it.
 pub struct FnVersion {
@@ -193,6 +197,8 @@ pub struct Pool {
     metrics: Arc<Metrics>,
     /// the daemon's two snapshot tiers
     tiers: SnapshotTiers,
+    /// their configurations, for their restore slots
+    slot_tiers: Arc<HashMap<String, thaw_tiers::TierConfig>>,
     epoch: Instant,
     queue_cap: u32,
     log_cap: u64,
@@ -268,6 +274,12 @@ impl Pool {
         mover: mpsc::Sender<String>,
     ) -> anyhow::Result<Pool> {
         let engine = Engine::new(policy).map_err(anyhow::Error::msg)?;
+        let cfg = thaw_tiers::TiersConfig::load(&worker.home)?;
+        let slot_tiers = tiers
+            .names()
+            .iter()
+            .map(|t| Ok((t.to_string(), cfg.get(t)?.clone())))
+            .collect::<anyhow::Result<HashMap<_, _>>>()?;
         Ok(Pool {
             state: Mutex::new(State {
                 engine,
@@ -284,6 +296,7 @@ impl Pool {
             worker,
             metrics,
             tiers,
+            slot_tiers: Arc::new(slot_tiers),
             epoch: Instant::now(),
             queue_cap,
             log_cap,
@@ -681,6 +694,7 @@ impl Pool {
         let log_cap = self.log_cap;
         let measured = self.measured.clone();
         let xdt = self.xdt.get().cloned();
+        let slot_tiers = self.slot_tiers.clone();
         let alive = ThreadCount::new(&self.threads);
         let spawned = std::thread::Builder::new()
             .name(format!("thaw-inst-{}", v.rec.name))
@@ -693,6 +707,7 @@ impl Pool {
                         instance: name.clone(),
                     },
                     xdt,
+                    slot_tiers,
                 };
                 instance_thread(worker, vv, name, rx, ready_tx, services)
             });
@@ -823,6 +838,8 @@ struct InstanceServices {
     gauge: MemoryGauge,
     /// serves the in-sandbox SDK
     xdt: Option<Arc<crate::xdt::XdtHost>>,
+    /// the snapshot tiers' configurations (restore slots)
+    slot_tiers: Arc<HashMap<String, thaw_tiers::TierConfig>>,
 }
 
 struct MemoryGauge {
@@ -917,12 +934,16 @@ fn instance_thread(
         log_cap,
         gauge,
         xdt,
+        slot_tiers,
     } = services;
     let t0 = Instant::now();
     let init_timeout = Duration::from_millis(v.rec.timeout_ms.max(60_000));
     // the read lock is held while the restore opens the snapshot: a move
     // does not remove this copy under it
     let mut stream = None;
+    // a restore reads from its tier until its first reply: it holds one of
+    // the tier's restore slots until then (shared by every thaw process)
+    let mut slot = None;
     let restored = {
         let placed = v.placed.read().unwrap_or_else(|p| p.into_inner());
         placed.as_ref().map(|p| {
@@ -931,6 +952,12 @@ fn instance_thread(
                 .strategy
                 .parse()
                 .map_err(anyhow::Error::from)
+                .and_then(|s| {
+                    if let Some(t) = slot_tiers.get(&p.tier) {
+                        slot = Some(RestoreSlot::acquire(&worker.home, t, SLOT_WAIT)?);
+                    }
+                    Ok(s)
+                })
                 .and_then(|s| match &p.stored {
                     Stored::Local(snap) => {
                         Ok(worker.restore_user(snap, s, &v.func, v.sandboxes.as_ref())?)
@@ -1052,6 +1079,7 @@ fn instance_thread(
         // a streamed restore's image arrives in the background: after the
         // first reply, wait for the rest and check it whole (a chunk that
         // fails kills the instance through its page server)
+        drop(slot.take());
         if let Some(s) = stream.as_mut().filter(|_| !streamed_whole) {
             streamed_whole = true;
             if let Err(e) = s.finish() {

@@ -257,6 +257,28 @@ fn reconcile(app: &Arc<App>, name: &str) {
     app.pool.transfers_done(name);
 }
 
+/// Keeps the remote tier's connections open (when the slow tier is
+/// remote): a stream's first round then opens none. Renewed inside the
+/// client's idle timeout; ends when the daemon is dropped.
+pub fn spawn_warmer(app: Weak<App>) -> Result<()> {
+    let every = thaw_tiers::objects::POOL_IDLE / 2;
+    std::thread::Builder::new()
+        .name("thaw-remote-warm".into())
+        .spawn(move || loop {
+            {
+                let Some(app) = app.upgrade() else { return };
+                let Some((tier, store)) = &app.remote else {
+                    return;
+                };
+                if let Err(e) = store.warm(thaw_tiers::stream::FIRST_ROUND) {
+                    tracing::debug!(tier = %tier, "opening connections to the remote tier: {e:#}");
+                }
+            }
+            std::thread::sleep(every);
+        })?;
+    Ok(())
+}
+
 /// Starts the mover: it ends when the daemon is dropped (the pool's sender
 /// goes with it).
 pub fn spawn_mover(app: Weak<App>, names: mpsc::Receiver<String>) -> Result<()> {
