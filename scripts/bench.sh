@@ -43,8 +43,13 @@ $T tier probe --json "$OUT/tier-probe.json"
 # seed 000's method: 1st and 51st warm, readahead on/off, 1..64 concurrent cold starts, SVG plots in $OUT/hierarchy/
 $T bench hierarchy --functions helloworld,json_serdes,lr_serving,pyaes,matmul --tiers tmpfs,pmem,nvme,sata,hdd \
     --strategies mmap,reap --runs "$RUNS" --redeploy --out "$OUT/hierarchy"
+# REAP against mmap over the whole suite at size I (the REAP targets), page cache dropped before every run
+$T bench hierarchy --functions helloworld,pyaes,chameleon,json_serdes,image_rotate,lr_serving,lr_training,matmul,compress,pagerank,float_operation,linpack \
+    --tiers tmpfs,nvme,sata,hdd --strategies mmap,reap --runs "$RUNS" --warm-calls 1 --readahead on,off \
+    --no-scaling --redeploy --out "$OUT/hierarchy-suite"
 # the streamed restore from the remote tier against the same restore from NVMe
-$T bench hierarchy --functions helloworld,json_serdes,lr_serving --tiers nvme,remote \
+# (seed 000's light functions, its Table 3)
+$T bench hierarchy --functions helloworld,lr_serving,pyaes --tiers nvme,remote \
     --strategies reap --runs "$RUNS" --json "$OUT/hierarchy-remote.jsonl" --markdown "$OUT/hierarchy-remote.md"
 $T place --all --explain --profile-tier nvme > "$OUT/place.txt"
 $T tier teardown --force

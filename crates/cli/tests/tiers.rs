@@ -1187,20 +1187,15 @@ fn the_daemon_keeps_snapshots_on_the_remote_tier_and_streams_them_back() {
         "{listed:?}"
     );
 
+    // `thaw fn invoke greet --data DATA FLAG`
+    let fn_invoke = |data: &str, flag: &str| {
+        let mut c = Command::new(THAW);
+        c.arg("--home").arg(&h.0);
+        c.args(["fn", "invoke", "greet", "--data", data, flag]);
+        c
+    };
     let invoke = |expect_start: &str| {
-        let out = Command::new(THAW)
-            .arg("--home")
-            .arg(&h.0)
-            .args([
-                "fn",
-                "invoke",
-                "greet",
-                "--data",
-                r#"{"name": "thaw"}"#,
-                "-v",
-            ])
-            .output()
-            .unwrap();
+        let out = fn_invoke(r#"{"name": "thaw"}"#, "-v").output().unwrap();
         let (stdout, stderr) = (
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr),
@@ -1231,17 +1226,7 @@ fn the_daemon_keeps_snapshots_on_the_remote_tier_and_streams_them_back() {
         std::time::Duration::from_secs(5),
     )
     .unwrap();
-    let mut cold = Command::new(THAW)
-        .arg("--home")
-        .arg(&h.0)
-        .args([
-            "fn",
-            "invoke",
-            "greet",
-            "--data",
-            r#"{"name": "x"}"#,
-            "--cold",
-        ])
+    let mut cold = fn_invoke(r#"{"name": "x"}"#, "--cold")
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
