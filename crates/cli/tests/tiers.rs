@@ -1122,11 +1122,22 @@ fn the_daemon_keeps_snapshots_on_the_remote_tier_and_streams_them_back() {
     );
 
     struct Daemon(std::process::Child);
-    impl Drop for Daemon {
-        fn drop(&mut self) {
+    impl Daemon {
+        /// SIGTERM; the daemon's exit status and what it wrote on stderr.
+        fn stop(&mut self) -> (Option<std::process::ExitStatus>, String) {
             // SAFETY: signalling the daemon this test started.
             unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
-            let _ = self.0.wait();
+            let status = self.0.wait().ok();
+            let mut err = String::new();
+            if let Some(mut e) = self.0.stderr.take() {
+                let _ = std::io::Read::read_to_string(&mut e, &mut err);
+            }
+            (status, err)
+        }
+    }
+    impl Drop for Daemon {
+        fn drop(&mut self) {
+            self.stop();
         }
     }
     let sock = h.0.join("serve/thaw.sock");
@@ -1213,7 +1224,12 @@ fn the_daemon_keeps_snapshots_on_the_remote_tier_and_streams_them_back() {
     assert!(first.contains("thaw-tier: remote"), "{first}");
     invoke("warm");
     // a restarted daemon finds the snapshot on the remote tier
-    drop(daemon);
+    let mut daemon = daemon;
+    let (status, err) = daemon.stop();
+    assert!(
+        status.is_some_and(|s| s.success()) && !err.contains("panicked"),
+        "the daemon did not stop cleanly: {status:?}\n{err}"
+    );
     let _daemon = up();
     let again = invoke("restore");
     assert!(again.contains("thaw-tier: remote"), "{again}");

@@ -45,8 +45,28 @@ fn since(t0: Instant) -> f64 {
     t0.elapsed().as_secs_f64() * 1e3
 }
 
+/// The client's own runtime. Dropped without waiting for its I/O thread:
+/// a daemon drops its client on an async task, where a blocking shutdown
+/// would panic.
+struct ClientRuntime(Option<tokio::runtime::Runtime>);
+
+impl std::ops::Deref for ClientRuntime {
+    type Target = tokio::runtime::Runtime;
+    fn deref(&self) -> &Self::Target {
+        self.0.as_ref().expect("present until dropped")
+    }
+}
+
+impl Drop for ClientRuntime {
+    fn drop(&mut self) {
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
 pub struct RemoteStore {
-    rt: tokio::runtime::Runtime,
+    rt: ClientRuntime,
     store: AmazonS3,
     key: Key,
     pub url: String,
@@ -105,10 +125,12 @@ impl RemoteStore {
         let store = b.build().context("configuring the object store client")?;
         // one I/O thread: callers on several threads (a stream's fetchers)
         // each block on their own request while it drives them all
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()?;
+        let rt = ClientRuntime(Some(
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()?,
+        ));
         Ok(RemoteStore {
             rt,
             store,
