@@ -1259,6 +1259,18 @@ fn the_daemon_keeps_snapshots_on_the_remote_tier_and_streams_them_back() {
         "{out:?}"
     );
 
+    // two streams of one snapshot at once (two instances of a function)
+    // stage apart: ending one leaves the other whole
+    let shared = std::sync::Arc::new(
+        thaw_tiers::objects::RemoteStore::open(&h.0, cfg.get("remote").unwrap()).unwrap(),
+    );
+    let open = || thaw_tiers::stream::Stream::open(&h.0, shared.clone(), &listed[0]).unwrap();
+    let (a, mut b) = (open(), open());
+    assert_ne!(a.snapshot.dir, b.snapshot.dir);
+    drop(a);
+    b.finish().unwrap();
+    drop(b);
+
     h.ok(&["fn", "rm", "greet"]);
     assert!(
         on_remote().is_empty(),

@@ -274,7 +274,11 @@ impl Stream {
         let root = staging_root(home)?;
         thaw_store::secure::ensure_private_dir(&root)?;
         clean_dead(&root);
-        let dir = root.join(format!("{}-{name}", thaw_store::secure::owner_tag()));
+        // one directory per stream: a daemon streams one snapshot into
+        // several instances at once, each stream removing its own at the end
+        static STREAMS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = STREAMS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = root.join(format!("{}-{n}-{name}", thaw_store::secure::owner_tag()));
         if dir.exists() {
             thaw_store::secure::remove_tree(&dir)?;
         }
