@@ -52,6 +52,8 @@ $T bench hierarchy --functions helloworld,pyaes,chameleon,json_serdes,image_rota
 $T bench hierarchy --functions helloworld,lr_serving,pyaes --tiers nvme,remote \
     --strategies reap --runs "$RUNS" --json "$OUT/hierarchy-remote.jsonl" --markdown "$OUT/hierarchy-remote.md"
 $T place --all --explain --profile-tier nvme > "$OUT/place.txt"
+# the daemon with the remote as its slow snapshot tier, against NVMe as its fast one
+T=$T scripts/bench-serve-tiers.sh > "$OUT/serve-tiers.txt"
 $T tier teardown --force
 # issue 12: the daemon against the worker it wraps
 $T bench serve --json "$OUT/serve.json" --markdown "$OUT/serve.md"
