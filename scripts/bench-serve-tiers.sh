@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The daemon restoring one function from the emulated NVMe tier (its fast
 # snapshot tier) and the same function from the emulated remote tier (its
-# slow one), cold invocations taking turns; the snapshot's page cache on
-# NVMe dropped before each. Prints each invocation's Server-Timing.
+# slow one), cold invocations taking turns, 2 s apart (the previous
+# instance gone); the snapshot's page cache on NVMe dropped before each. Prints each invocation's Server-Timing.
 # Needs `thaw tier setup --tiers nvme,remote` under THAW_HOME first, and no
 # other daemon on that home.
 set -euo pipefail
@@ -11,7 +11,9 @@ H=${THAW_HOME:-/var/lib/thaw}
 N=${N:-15}
 SOCK=$H/serve/thaw.sock
 work=$(mktemp -d)
-$T --home "$H" serve --snapshot-tiers nvme,remote > "$work/serve.log" 2>&1 &
+# idle instances live 1 s: each cold start finds none to give up first
+$T --home "$H" serve --snapshot-tiers nvme,remote --policy ttl --keep-alive-s 1 \
+    > "${SERVE_LOG:-$work/serve.log}" 2>&1 &
 PID=$!
 trap 'kill $PID; wait $PID || true; rm -rf "$work"' EXIT
 for _ in $(seq 300); do [ -S "$SOCK" ] && break; sleep 0.1; done
@@ -40,6 +42,7 @@ PY
 }
 for _ in $(seq "$N"); do
     for t in nvme remote; do
+        sleep 2
         drop_nvme_cache
         if err=$($T --home "$H" fn invoke "h-$t" --cold -v 2>&1 >/dev/null); then
             echo "$err" | tr -d '\r' | awk -v t="$t" 'tolower($0) ~ /server-timing|thaw-tier/ {print t, $0}'

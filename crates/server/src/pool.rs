@@ -974,12 +974,15 @@ fn instance_thread(
     let made = match restored {
         Some((r, tier)) => r.and_then(|(mut sb, _)| {
             let create_ms = ms(t0);
-            let hook = thaw_worker::after_restore(&mut sb, &name, init_timeout)?;
+            // the whole step as the request waits for it (the runtime's
+            // page faults included), not only the hook's own time
+            let t1 = Instant::now();
+            thaw_worker::after_restore(&mut sb, &name, init_timeout)?;
             Ok((
                 sb,
                 Created {
                     create_ms,
-                    hook_ms: hook.hook_ms,
+                    hook_ms: ms(t1),
                     strategy: v.rec.strategy.clone(),
                     tier,
                 },
