@@ -18,7 +18,7 @@
 //! a reader opens and decompresses each part as it arrives
 //! ([`Opener`]) instead of after the whole body.
 use anyhow::{bail, Context, Result};
-use chacha20poly1305::aead::{Aead, KeyInit, Payload};
+use chacha20poly1305::aead::{Aead, AeadInPlace, KeyInit, Payload};
 use chacha20poly1305::{XChaCha20Poly1305, XNonce};
 use std::io::Read;
 use std::ops::Range;
@@ -272,21 +272,34 @@ pub fn open_chunks(
 }
 
 fn open_chunk(key: &Key, name: &str, h: &Header, aad: &[u8], i: u64, ct: &[u8]) -> Result<Vec<u8>> {
+    let mut buf = ct.to_vec();
+    open_chunk_in_place(key, name, h, aad, i, &mut buf)?;
+    Ok(buf)
+}
+
+/// Authenticates sealed chunk `i` in `buf` and leaves its plaintext there
+/// (no copy: the opener's receive path runs on the restore's critical path).
+fn open_chunk_in_place(
+    key: &Key,
+    name: &str,
+    h: &Header,
+    aad: &[u8],
+    i: u64,
+    buf: &mut Vec<u8>,
+) -> Result<()> {
     if i >= h.chunks() {
         bail!("{name}: more data than the header announces");
     }
     let want = h.sealed_chunk(i);
-    if ct.len() != want {
+    if buf.len() != want {
         bail!(
             "{name}: chunk {i} is truncated ({} of {want} bytes)",
-            ct.len()
+            buf.len()
         );
     }
-    key.0
-        .decrypt(&h.nonce(i), Payload { msg: ct, aad })
-        .map_err(|_| {
-            anyhow::anyhow!("{name}: chunk {i} failed authentication (corrupt or tampered)")
-        })
+    key.0.decrypt_in_place(&h.nonce(i), aad, buf).map_err(|_| {
+        anyhow::anyhow!("{name}: chunk {i} failed authentication (corrupt or tampered)")
+    })
 }
 
 /// Opens a whole sealed object of at most `max_len` bytes (decompressed,
@@ -363,8 +376,8 @@ impl<'a> Opener<'a> {
             self.pending.extend_from_slice(&b[..n]);
             b = &b[n..];
             if self.pending.len() == want {
-                let pt = open_chunk(self.key, name, &h, &aad, self.next, &self.pending)?;
-                self.body.extend_from_slice(&pt);
+                open_chunk_in_place(self.key, name, &h, &aad, self.next, &mut self.pending)?;
+                self.body.extend_from_slice(&self.pending);
                 self.pending.clear();
                 self.next += 1;
                 if h.segmented {
@@ -396,9 +409,15 @@ impl<'a> Opener<'a> {
                     self.max_len
                 );
             }
-            let d = lz4_flex::block::decompress_size_prepended(seg)
+            // straight into the plaintext: no segment-sized buffer to
+            // allocate, fault in and copy out of
+            let start = self.out.len();
+            self.out.resize(start + plain as usize, 0);
+            let n = lz4_flex::block::decompress_into(&seg[4..], &mut self.out[start..])
                 .map_err(|e| anyhow::anyhow!("{name}: decompressing: {e}"))?;
-            self.out.extend_from_slice(&d);
+            if n as u64 != plain {
+                bail!("{name}: a segment decompressed to {n} bytes, not the {plain} it announces");
+            }
             self.used += 4 + len;
         }
         // keep only the segment being received
