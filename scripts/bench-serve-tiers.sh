@@ -12,7 +12,9 @@ N=${N:-15}
 SOCK=$H/serve/thaw.sock
 work=$(mktemp -d)
 # idle instances live 1 s: each cold start finds none to give up first
-$T --home "$H" serve --snapshot-tiers nvme,remote --policy ttl --keep-alive-s 1 \
+# SERVE_ARGS: more flags for the daemon (e.g. --config with [limits] sandbox_pool = 1)
+# shellcheck disable=SC2086
+$T --home "$H" serve --snapshot-tiers nvme,remote --policy ttl --keep-alive-s 1 ${SERVE_ARGS:-} \
     > "${SERVE_LOG:-$work/serve.log}" 2>&1 &
 PID=$!
 trap 'kill $PID; wait $PID || true; rm -rf "$work"' EXIT

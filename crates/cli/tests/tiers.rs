@@ -1102,11 +1102,16 @@ fn the_daemon_keeps_snapshots_on_the_remote_tier_and_streams_them_back() {
     });
     h.ok(&["tier", "setup", "--tiers", "remote"]);
 
+    // restores take sandboxes built ahead (the streamed ones too)
+    let config = h.0.join("serve.toml");
+    std::fs::write(&config, "[limits]\nsandbox_pool = 1\n").unwrap();
     let serve = |tiers: &str| {
         Command::new(THAW)
             .arg("--home")
             .arg(&h.0)
-            .args(["serve", "--snapshot-tiers", tiers, "--runtime-home"])
+            .args(["serve", "--snapshot-tiers", tiers, "--config"])
+            .arg(&config)
+            .arg("--runtime-home")
             .arg(thaw_runtime::default_home())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())

@@ -127,7 +127,8 @@ pub struct Streamed {
 /// [`restore`] from an image that is still arriving (the remote tier's
 /// streamed restore): see [`Streamed`]. Only a lazy
 /// strategy qualifies. REAP needs a usable working set: recording one
-/// would read pages that may not be there yet.
+/// would read pages that may not be there yet. `prebuilt`: a sandbox built
+/// ahead (a pool's), else one is built here.
 pub fn restore_streamed(
     snap: &Snapshot,
     root: &Path,
@@ -135,6 +136,7 @@ pub fn restore_streamed(
     strategy: StrategyKind,
     cfg: &SandboxConfig,
     streamed: Streamed,
+    prebuilt: Option<Prebuilt>,
 ) -> Result<(Sandbox, RestoreReport), RestoreError> {
     if !strategy.start().streams() {
         return Err(anyhow!(
@@ -145,6 +147,7 @@ pub fn restore_streamed(
     let hooks = Hooks {
         pager_source: Some(streamed.source),
         image: Some((streamed.image, streamed.arriving)),
+        prebuilt,
         ..Hooks::default()
     };
     restore_with(snap, root, root_hash, strategy, cfg, hooks)

@@ -963,7 +963,7 @@ fn instance_thread(
                         Ok(worker.restore_user(snap, s, &v.func, v.sandboxes.as_ref())?)
                     }
                     Stored::Remote(copy) => {
-                        let (started, s) = restore_streamed(&worker, copy, s, &v.func)?;
+                        let (started, s) = restore_streamed(&worker, copy, s, &v)?;
                         stream = Some(s);
                         Ok(started)
                     }
@@ -1101,7 +1101,7 @@ fn restore_streamed(
     worker: &Worker,
     copy: &RemoteCopy,
     strategy: StrategyKind,
-    func: &UserFunction,
+    v: &FnVersion,
 ) -> anyhow::Result<((thaw_sandbox::Sandbox, thaw_sandbox::RestoreReport), Stream)> {
     let strategy = match strategy {
         StrategyKind::Uffd => StrategyKind::Uffd,
@@ -1109,7 +1109,13 @@ fn restore_streamed(
     };
     let stream = Stream::open(&copy.home, copy.store.clone(), &copy.name)?;
     let started = worker
-        .restore_user_streamed(&stream.snapshot, strategy, func, stream.inputs()?)
+        .restore_user_streamed(
+            &stream.snapshot,
+            strategy,
+            &v.func,
+            stream.inputs()?,
+            v.sandboxes.as_ref(),
+        )
         .map_err(|e| stream.explain(e.into()))?;
     Ok((started, stream))
 }

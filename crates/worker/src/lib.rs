@@ -243,19 +243,21 @@ impl Worker {
         strategy: StrategyKind,
         streamed: thaw_sandbox::Streamed,
     ) -> Result<(Sandbox, RestoreReport), RestoreError> {
-        self.restore_streamed_with(snap, strategy, &self.cfg, streamed)
+        self.restore_streamed_with(snap, strategy, &self.cfg, streamed, None)
     }
 
     /// A user function's streamed restore: same code mount and limits as
-    /// its fresh start.
+    /// its fresh start; into a sandbox from `pool` when it has one.
     pub fn restore_user_streamed(
         &self,
         snap: &Snapshot,
         strategy: StrategyKind,
         func: &UserFunction,
         streamed: thaw_sandbox::Streamed,
+        pool: Option<&SandboxPool>,
     ) -> Result<(Sandbox, RestoreReport), RestoreError> {
-        self.restore_streamed_with(snap, strategy, &func.sandbox_config(&self.cfg), streamed)
+        let cfg = func.sandbox_config(&self.cfg);
+        self.restore_streamed_with(snap, strategy, &cfg, streamed, pool)
     }
 
     fn restore_streamed_with(
@@ -264,6 +266,7 @@ impl Worker {
         strategy: StrategyKind,
         cfg: &SandboxConfig,
         streamed: thaw_sandbox::Streamed,
+        pool: Option<&SandboxPool>,
     ) -> Result<(Sandbox, RestoreReport), RestoreError> {
         thaw_sandbox::restore_streamed(
             snap,
@@ -272,6 +275,7 @@ impl Worker {
             strategy,
             cfg,
             streamed,
+            take_prebuilt(pool, cfg),
         )
     }
 
@@ -284,9 +288,7 @@ impl Worker {
         cfg: &SandboxConfig,
         pool: Option<&SandboxPool>,
     ) -> Result<(Sandbox, RestoreReport), RestoreError> {
-        let prebuilt = pool
-            .filter(|p| p.config() == cfg)
-            .and_then(SandboxPool::take);
+        let prebuilt = take_prebuilt(pool, cfg);
         thaw_sandbox::restore::restore_prebuilt(
             snap,
             &self.root.path,
@@ -551,6 +553,15 @@ impl Worker {
     pub fn user_pool(&self, func: &UserFunction, size: usize) -> Result<SandboxPool> {
         SandboxPool::start(&self.root.path, &func.sandbox_config(&self.cfg), size)
     }
+}
+
+/// A sandbox from `pool` if it was built for `cfg` and has one waiting.
+fn take_prebuilt(
+    pool: Option<&SandboxPool>,
+    cfg: &SandboxConfig,
+) -> Option<thaw_sandbox::Prebuilt> {
+    pool.filter(|p| p.config() == cfg)
+        .and_then(SandboxPool::take)
 }
 
 /// Loads (import + init) a just-started runtime, timing it from `t0`, the
