@@ -1126,15 +1126,19 @@ fn the_daemon_keeps_snapshots_on_the_remote_tier_and_streams_them_back() {
         "{err}"
     );
 
-    struct Daemon(std::process::Child);
+    struct Daemon(Option<std::process::Child>);
     impl Daemon {
-        /// SIGTERM; the daemon's exit status and what it wrote on stderr.
+        /// SIGTERM (once: a reaped pid may be another process's by now);
+        /// the daemon's exit status and what it wrote on stderr.
         fn stop(&mut self) -> (Option<std::process::ExitStatus>, String) {
-            // SAFETY: signalling the daemon this test started.
-            unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
-            let status = self.0.wait().ok();
+            let Some(mut child) = self.0.take() else {
+                return (None, String::new());
+            };
+            // SAFETY: signalling the daemon this test started, not yet reaped.
+            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+            let status = child.wait().ok();
             let mut err = String::new();
-            if let Some(mut e) = self.0.stderr.take() {
+            if let Some(mut e) = child.stderr.take() {
                 let _ = std::io::Read::read_to_string(&mut e, &mut err);
             }
             (status, err)
@@ -1147,7 +1151,7 @@ fn the_daemon_keeps_snapshots_on_the_remote_tier_and_streams_them_back() {
     }
     let sock = h.0.join("serve/thaw.sock");
     let up = || {
-        let d = Daemon(serve("tmpfs,remote"));
+        let d = Daemon(Some(serve("tmpfs,remote")));
         let t = std::time::Instant::now();
         while std::os::unix::net::UnixStream::connect(&sock).is_err() {
             assert!(t.elapsed().as_secs() < 120, "thaw serve did not come up");
@@ -1235,7 +1239,7 @@ fn the_daemon_keeps_snapshots_on_the_remote_tier_and_streams_them_back() {
         status.is_some_and(|s| s.success()) && !err.contains("panicked"),
         "the daemon did not stop cleanly: {status:?}\n{err}"
     );
-    let _daemon = up();
+    let mut daemon = up();
     let again = invoke("restore");
     assert!(again.contains("thaw-tier: remote"), "{again}");
     assert_eq!(on_remote().len(), 1, "{:?}", on_remote());
@@ -1275,6 +1279,29 @@ fn the_daemon_keeps_snapshots_on_the_remote_tier_and_streams_them_back() {
     drop(a);
     b.finish().unwrap();
     drop(b);
+
+    // the store down at a start: the daemon comes up all the same and
+    // takes the snapshot again onto the fast tier
+    daemon.stop();
+    // SAFETY: killing the object store this test's setup started.
+    unsafe { libc::kill(server_pid(&h), libc::SIGKILL) };
+    let mut daemon = up();
+    let info: Value = serde_json::from_str(&h.ok(&["fn", "get", "greet"])).unwrap();
+    assert_eq!(info["snapshot_tier"], "tmpfs", "{info}");
+    let local = invoke("restore");
+    assert!(local.contains("thaw-tier: tmpfs"), "{local}");
+    // the store back: the next start removes its stale copy, and the
+    // snapshot goes back to the slow tier only if the policy moves it
+    daemon.stop();
+    h.ok(&["tier", "setup", "--tiers", "remote"]);
+    let _daemon = up();
+    assert!(
+        on_remote().is_empty(),
+        "a second copy stayed: {:?}",
+        on_remote()
+    );
+    let info: Value = serde_json::from_str(&h.ok(&["fn", "get", "greet"])).unwrap();
+    assert_eq!(info["snapshot_tier"], "tmpfs", "{info}");
 
     h.ok(&["fn", "rm", "greet"]);
     assert!(

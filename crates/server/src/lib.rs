@@ -184,7 +184,11 @@ fn recover(app: &App) -> Result<()> {
                 // one copy only: what is left on another tier goes first
                 let sname = deploy::snapshot_name(app, &name, version);
                 for t in app.cfg.snapshot_tiers.names() {
-                    tiering::remove_copy(app, t, &sname)?;
+                    // a store that does not answer keeps its copy: the next
+                    // start removes it as a second one
+                    if let Err(e) = tiering::remove_copy(app, t, &sname) {
+                        tracing::warn!(function = %name, tier = t, "removing the old snapshot: {e:#}");
+                    }
                 }
                 let (snap, info) = deploy::snapshot(app, &rec, &func, None)
                     .map_err(|e| anyhow::anyhow!("{}: re-snapshot failed: {}", name, e.body))?;
