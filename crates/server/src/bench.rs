@@ -209,10 +209,13 @@ fn measure(app: &crate::App, socket: &std::path::Path, o: &Options) -> Result<Re
             via_api.push(invoke(&mut c, "?force=cold")?);
         }
         let t = Instant::now();
-        let (mut sb, _) = app
-            .worker
-            .restore_user(&snap, v.rec.strategy.parse()?, &v.func, None)?;
-        thaw_worker::after_restore(&mut sb, &format!("direct-{i}"), timeout)?;
+        let (mut sb, _) = app.worker.restore_user_ready(
+            &snap,
+            v.rec.strategy.parse()?,
+            &v.func,
+            &format!("direct-{i}"),
+            timeout,
+        )?;
         let r = thaw_worker::invoke_event(&mut sb, &event, timeout)?;
         direct.push(ms(t));
         if let Err(e) = r.output {

@@ -575,17 +575,20 @@ pub fn snapshot(
             // REAP records its working set at a restore's first invocation:
             // let the sample event be that one, so users' first restores
             // already prefetch
+            // made ready as the pool makes every restore (left out, the
+            // after-restore step's pages were served one fault at a time,
+            // from the remote tier one chunk request each)
+            let timeout = Duration::from_millis(rec.timeout_ms.max(60_000));
             let (mut sb, _) = app
                 .worker
-                .restore_user(&snap, thaw_sandbox::StrategyKind::Reap, func, None)
+                .restore_user_ready(
+                    &snap,
+                    thaw_sandbox::StrategyKind::Reap,
+                    func,
+                    &rec.name,
+                    timeout,
+                )
                 .map_err(|e| bad(format!("recording the working set: {e:#}")))?;
-            // as every restore of the pool does: the hook's request is part
-            // of what a restore touches before its first reply (left out,
-            // its pages were served one fault at a time, from the remote
-            // tier one chunk request each)
-            let timeout = Duration::from_millis(rec.timeout_ms.max(60_000));
-            thaw_worker::after_restore(&mut sb, &rec.name, timeout)
-                .map_err(|e| bad(format!("the after_restore hook failed: {e:#}")))?;
             warm_up(&mut sb, rec, Some(ev))?;
         }
     }

@@ -119,15 +119,17 @@ fn measure(
         };
         return Ok((p, false));
     };
-    // the first restore records the working set at its first invocation
-    let (mut sb, _) = app
-        .worker
-        .restore_user(snap, StrategyKind::Reap, func, None)?;
+    // the first restore records the working set at its first invocation;
+    // both are made ready as the pool makes every restore (the working set
+    // kept with the snapshot covers the after-restore step)
+    let (mut sb, _) =
+        app.worker
+            .restore_user_ready(snap, StrategyKind::Reap, func, &rec.name, timeout)?;
     run(&mut sb, ev)?;
     drop(sb);
-    let (mut sb, rep) = app
-        .worker
-        .restore_user(snap, StrategyKind::Reap, func, None)?;
+    let (mut sb, rep) =
+        app.worker
+            .restore_user_ready(snap, StrategyKind::Reap, func, &rec.name, timeout)?;
     run(&mut sb, ev)?;
     let exec_ms = run(&mut sb, ev)?;
     let measured = rep.figures.ws_mode == WsMode::Prefetch;

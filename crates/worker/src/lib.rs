@@ -548,6 +548,23 @@ impl Worker {
         self.restore_with(snap, strategy, &func.sandbox_config(&self.cfg), pool)
     }
 
+    /// [`Worker::restore_user`] (no pool), then the agent's after-restore
+    /// step under `instance_id` (the function's hook, if it has one): what
+    /// the daemon makes of every restore before its first invocation, so a
+    /// REAP working set recorded at that invocation covers the step too.
+    pub fn restore_user_ready(
+        &self,
+        snap: &Snapshot,
+        strategy: StrategyKind,
+        func: &UserFunction,
+        instance_id: &str,
+        timeout: Duration,
+    ) -> Result<(Sandbox, RestoreReport)> {
+        let (mut sb, rep) = self.restore_user(snap, strategy, func, None)?;
+        after_restore(&mut sb, instance_id, timeout).context("the after-restore step")?;
+        Ok((sb, rep))
+    }
+
     /// A pool of `size` sandboxes built ahead for restores of `func` (its
     /// code mount and limits); dropping it kills the waiting ones.
     pub fn user_pool(&self, func: &UserFunction, size: usize) -> Result<SandboxPool> {
