@@ -131,10 +131,8 @@ fn find(app: &App, tier: &str, sname: &str) -> Result<Option<Stored>> {
 pub fn remove_copy(app: &App, tier: &str, sname: &str) -> Result<()> {
     match place(&app.cfg.home, &app.remote, tier)? {
         Place::Local { store, .. } => thaw_store::secure::remove_tree(&store.function_dir(sname)),
-        p @ Place::Remote { .. } => match moves::holds(&p, sname)? {
-            true => moves::delete_snapshot(&p, sname),
-            false => Ok(()),
-        },
+        // the store's delete checks for the commit record itself
+        p @ Place::Remote { .. } => moves::delete_snapshot(&p, sname),
     }
 }
 
