@@ -4,7 +4,7 @@
 # repetitions (default 10). Takes about 30-60 minutes on a 2-core machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
+scripts/setup.sh --remote
 cargo build --release --locked -q -p thaw-cli
 T=target/release/thaw
 OUT=${OUT:-bench-results}

@@ -99,7 +99,9 @@ pub fn default_home() -> PathBuf {
 }
 
 /// Checks the state home given by `--home` (or the default): it must be a
-/// directory; a missing one is an error unless `may_create` (a build), so a
+/// directory. A missing one is created (0700, owned by the caller) when
+/// `may_create` (a command whose job is to build what it needs: a runtime
+/// build, the demo, a deploy); for any other command it is an error, so a
 /// typo never silently starts a full runtime build somewhere new.
 pub fn check_home(home: &Path, may_create: bool) -> Result<()> {
     match std::fs::metadata(home) {
@@ -107,7 +109,7 @@ pub fn check_home(home: &Path, may_create: bool) -> Result<()> {
         Ok(_) => bail!("home {}: not a directory", home.display()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             if may_create {
-                return Ok(());
+                return create_home(home);
             }
             bail!(
                 "home {} does not exist; create it and build a runtime root there with `thaw runtime build --home {}`",
@@ -117,6 +119,19 @@ pub fn check_home(home: &Path, may_create: bool) -> Result<()> {
         }
         Err(e) => Err(e).with_context(|| format!("home {}", home.display())),
     }
+}
+
+/// Creates `home` (and missing parents) private to its owner: snapshots and
+/// the daemon's state live there.
+pub fn create_home(home: &Path) -> Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(home)
+        .with_context(|| format!("creating home {}", home.display()))?;
+    std::fs::set_permissions(home, std::fs::Permissions::from_mode(0o700))
+        .with_context(|| format!("setting the mode of home {}", home.display()))
 }
 
 /// The built root of the current recipe under `home`; an error (not a build)

@@ -216,11 +216,12 @@ impl Config {
             .unwrap_or_else(|| self.home.clone())
     }
 
-    /// The TCP address: `--listen`, else `127.0.0.1:$PORT` when `PORT` is set.
-    pub fn tcp_listen(&self) -> Result<Option<std::net::SocketAddr>> {
-        let text = match (&self.listen, std::env::var("PORT")) {
+    /// The TCP address: `--listen`, else `127.0.0.1:PORT` when `port` (the
+    /// `PORT` environment variable, read by the caller) is set.
+    pub fn tcp_listen(&self, port: Option<&str>) -> Result<Option<std::net::SocketAddr>> {
+        let text = match (&self.listen, port) {
             (Some(l), _) => l.clone(),
-            (None, Ok(p)) if !p.is_empty() => {
+            (None, Some(p)) if !p.is_empty() => {
                 let port: u16 = p
                     .parse()
                     .with_context(|| format!("PORT={p:?} is not a port number"))?;
@@ -323,20 +324,17 @@ mod tests {
             listen: Some("127.0.0.1:9000".into()),
             ..Config::default()
         };
-        assert_eq!(c.tcp_listen().unwrap().unwrap().port(), 9000);
+        assert_eq!(c.tcp_listen(Some("1")).unwrap().unwrap().port(), 9000);
         let c = Config {
             listen: Some("localhost".into()),
             ..Config::default()
         };
-        assert!(c.tcp_listen().is_err());
-        // PORT is read only without --listen (the only test touching it)
-        std::env::set_var("PORT", "8089");
-        let got = Config::default().tcp_listen();
-        std::env::set_var("PORT", "eighty");
-        let bad = Config::default().tcp_listen();
-        std::env::remove_var("PORT");
-        let a = got.unwrap().unwrap();
+        assert!(c.tcp_listen(None).is_err());
+        // PORT counts only without --listen
+        let a = Config::default().tcp_listen(Some("8089")).unwrap().unwrap();
         assert_eq!((a.ip().is_loopback(), a.port()), (true, 8089));
-        assert!(bad.is_err());
+        assert!(Config::default().tcp_listen(Some("eighty")).is_err());
+        assert!(Config::default().tcp_listen(Some("")).unwrap().is_none());
+        assert!(Config::default().tcp_listen(None).unwrap().is_none());
     }
 }
