@@ -1,4 +1,4 @@
-//! The HTTP API (docs/API.md, docs/openapi.yaml).
+//! The HTTP API (docs/API.md, docs/openapi.json).
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, Query, State};
@@ -53,7 +53,44 @@ pub fn router(app: Arc<App>) -> Router {
             )
         })
         .layer(axum::extract::DefaultBodyLimit::max(max_body))
+        .layer(axum::middleware::from_fn_with_state(
+            (app.clone(), max_body as u64),
+            refuse_declared_oversize,
+        ))
         .with_state(app)
+}
+
+/// The most of an over-limit body read and dropped so that the client, still
+/// sending, reads the 413 instead of a reset; past it the connection closes.
+const DRAIN_MAX_BYTES: u64 = 1 << 30;
+const DRAIN_MAX_TIME: Duration = Duration::from_secs(10);
+
+/// A request whose declared length is over every route's limit gets the 413
+/// answer after its body is read and dropped: answering while the client is
+/// still writing and then closing would make the kernel reset the connection,
+/// and the reset discards the answer before the client reads it.
+async fn refuse_declared_oversize(
+    State((app, max)): State<(Arc<App>, u64)>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let declared = req
+        .headers()
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let Some(len) = declared.filter(|&l| l > max) else {
+        return next.run(req).await;
+    };
+    if len <= DRAIN_MAX_BYTES {
+        use http_body_util::BodyExt;
+        let mut body = req.into_body();
+        let _ = tokio::time::timeout(DRAIN_MAX_TIME, async {
+            while let Some(Ok(_)) = body.frame().await {}
+        })
+        .await;
+    }
+    too_large(&app, "a request body", len as usize, max).into_response()
 }
 
 /// An error answer: a status and `{"error": CODE, "message": TEXT, ...}`.

@@ -256,7 +256,7 @@ impl Config {
             );
         }
         self.policy_config()?;
-        self.tcp_listen()?;
+        self.tcp_listen(None)?;
         Ok(())
     }
 

@@ -885,6 +885,11 @@ fn bad_requests_get_clear_errors_and_the_daemon_keeps_serving() {
     let big = vec![b'1'; (d.cfg.limits.event_bytes + 1) as usize];
     let (s, e, _) = error_of(&d.req("POST", "/v1/functions/echo/invoke", Some(&big)));
     assert_eq!((s, e.as_str()), (413, "payload_too_large"));
+    // far over every limit (a 200 MB deploy): the 413 answer, not a reset
+    let huge = vec![b' '; 200 << 20];
+    let (s, e, m) = error_of(&d.req("POST", "/v1/functions", Some(&huge)));
+    assert_eq!((s, e.as_str()), (413, "payload_too_large"), "{m}");
+    drop(huge);
     let (s, _, m) = error_of(&d.req("POST", "/v1/functions/echo/invoke", Some(b"{nope")));
     assert!(s == 400 && m.contains("not JSON"), "{m}");
     let (s, _, _) = error_of(&d.req("POST", "/v1/functions/echo/invoke?force=warm", Some(b"1")));
