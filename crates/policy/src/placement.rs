@@ -22,7 +22,7 @@
 //!   cover the function's expected concurrent cold starts (Little's law);
 //! - among the qualifying tiers whose estimated cold start is within
 //!   `max_slowdown` of the fastest one's, the choice minimises storage cost
-//!   x estimated cold start (the figure of merit the issue names).
+//!   x estimated cold start (placement's figure of merit).
 
 /// What was measured about one function.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
