@@ -190,14 +190,23 @@ fn recover(app: &App) -> Result<()> {
                         tracing::warn!(function = %name, tier = t, "removing the old snapshot: {e:#}");
                     }
                 }
-                let (snap, info) = deploy::snapshot(app, &rec, &func, None)
+                let taken = deploy::snapshot(app, &rec, &func, None)
                     .map_err(|e| anyhow::anyhow!("{}: re-snapshot failed: {}", name, e.body))?;
-                rec.snapshot = Some(info);
+                let placed = match taken {
+                    Ok((snap, info)) => {
+                        rec.snapshot = Some(info);
+                        Some(pool::Placed {
+                            tier: rec.tier.clone(),
+                            stored: tiering::Stored::Local(snap),
+                        })
+                    }
+                    Err(reasons) => {
+                        deploy::boot_instead(&mut rec, reasons);
+                        None
+                    }
+                };
                 app.registry.write_record(&rec, &secrets)?;
-                Some(pool::Placed {
-                    tier: rec.tier.clone(),
-                    stored: tiering::Stored::Local(snap),
-                })
+                placed
             }
         };
         tracing::info!(function = %name, version, "recovered");
@@ -334,9 +343,7 @@ pub async fn start(app: Arc<App>, signals: bool) -> Result<Running> {
     let unix = tokio::net::UnixListener::bind(&socket)
         .with_context(|| format!("binding {}", socket.display()))?;
     std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600))?;
-    let tcp_addr = app
-        .cfg
-        .tcp_listen(std::env::var("PORT").ok().as_deref())?;
+    let tcp_addr = app.cfg.tcp_listen(std::env::var("PORT").ok().as_deref())?;
     let token = match &app.cfg.token_file {
         Some(p) => {
             let t = std::fs::read_to_string(p)
