@@ -742,6 +742,8 @@ def read_input(function, size):
         with open(path, "rb") as f:
             return json.loads(f.read())
     except FileNotFoundError:
+        if function.startswith("_test_"):
+            return {}  # test-only functions have no inputs: every size is {}
         raise BadRequest("function %r has no input of size %s" % (function, size))
 
 

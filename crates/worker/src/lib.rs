@@ -317,8 +317,12 @@ impl Worker {
         self.pool.as_ref()
     }
 
-    /// Checks an output with the function's checker.
+    /// Checks an output with the function's checker (test-only `_test_*`
+    /// functions have none: their outputs are not checked).
     pub fn check(&self, function: &str, size: InputSize, output: &Value) -> Result<()> {
+        if function.starts_with("_test_") {
+            return Ok(());
+        }
         self.root.check_output(function, size, output)
     }
 }
