@@ -25,6 +25,8 @@ pub const SAVED_MOUNTS: [&str; 2] = ["/tmp", crate::spawn::SHM_DIR];
 pub const MAX_SAVED_ENTRIES: usize = 65_536;
 /// Deepest directory nesting walked.
 const MAX_DEPTH: usize = 64;
+/// Longest saved path.
+const MAX_PATH: usize = 4096;
 
 /// What a walk of the mounts found: the entries (contents not read) and
 /// what a snapshot cannot keep.
@@ -222,6 +224,13 @@ fn walk(dir: &OwnedFd, prefix: &str, depth: usize, scan: &mut Scan) -> Result<()
             ));
             continue;
         }
+        if path.len() > MAX_PATH {
+            scan.refusals.push(Refusal::new(
+                "files",
+                format!("a path under {prefix} is longer than {MAX_PATH} bytes"),
+            ));
+            continue;
+        }
         if scan.entries.len() > MAX_SAVED_ENTRIES {
             return Ok(());
         }
@@ -292,7 +301,7 @@ pub fn check_path(path: &str) -> Result<()> {
     if rel
         .split('/')
         .any(|c| c.is_empty() || c == "." || c == ".." || c.contains('\0'))
-        || path.len() > 4096
+        || path.len() > MAX_PATH
     {
         bail!("{path:?} is not a plain path");
     }
