@@ -1044,13 +1044,17 @@ fn instance_thread(
                 .with_prefetched(prefetched)
         });
         let reply = match &mut sdk_session {
-            Some(sdk_session) => {
-                thaw_worker::invoke_event_serving(&mut sb, &event, timeout, &mut |r, fds| {
+            Some(sdk_session) => thaw_worker::invoke_event_serving(
+                &mut sb,
+                &event,
+                timeout,
+                Some(&invocation_id),
+                &mut |r, fds| {
                     let out = sdk_session.serve(r, fds);
                     (out.body, out.fd)
-                })
-            }
-            None => thaw_worker::invoke_event(&mut sb, &event, timeout),
+                },
+            ),
+            None => thaw_worker::invoke_event_as(&mut sb, &event, timeout, Some(&invocation_id)),
         }
         .map_err(|e| format!("{e:#}"));
         let (output, truncated) = take_sandbox_output(sb.log_path(), log_cap);
