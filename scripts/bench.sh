@@ -40,6 +40,11 @@ $T bench simlive --out "$OUT/simlive"
 # issue 13: the storage hierarchy (seed 000's study); emulated tiers are set up, probed, measured, torn down
 $T tier setup
 $T tier probe --json "$OUT/tier-probe.json"
+# TOSS as the paper ran it: the slow file on (emulated) pmem, mapped in place; then on the disk
+for slow in pmem disk; do
+    $T bench restore --functions lr_serving,chameleon,pyaes,matmul --strategies mmap,dax,tiered \
+        --tier tmpfs --slow $slow --runs "$RUNS" --redeploy --json "$OUT/toss-$slow.jsonl" --markdown "$OUT/toss-$slow.md"
+done
 # seed 000's method: 1st and 51st warm, readahead on/off, 1..64 concurrent cold starts, SVG plots in $OUT/hierarchy/
 $T bench hierarchy --functions helloworld,json_serdes,lr_serving,pyaes,matmul --tiers tmpfs,pmem,nvme,sata,hdd \
     --strategies mmap,reap --runs "$RUNS" --redeploy --out "$OUT/hierarchy"

@@ -482,8 +482,7 @@ fn run(cli: Cli, matches: &clap::ArgMatches) -> Result<()> {
                 );
             }
             // the tiers first: a bad pair fails before any runtime work
-            let tiers_cfg = thaw_tiers::TiersConfig::load(&home)?;
-            let mut costs = thaw_tiers::split::costs(&home, &tiers_cfg, &fast, &slow)?;
+            let mut costs = tiers::split_costs(&home, &fast, &slow)?;
             if let Some(p) = price_ratio {
                 costs.price_ratio = p;
             }
@@ -583,6 +582,11 @@ fn run(cli: Cli, matches: &clap::ArgMatches) -> Result<()> {
                     pool,
                 },
         } => {
+            if strategies.contains(&StrategyKind::Tiered) {
+                // a pair of tiers that makes no split fails before any
+                // runtime work; both are probed here if they never were
+                tiers::split_costs(&home, &tier, &slow)?;
+            }
             let mut w = worker(&home)?;
             w.set_pool(pool)?;
             // the title names the tier's emulation; dax rows name their own

@@ -185,7 +185,7 @@ fn run_configured(home: &Path, cfg: &TiersConfig, cmd: TierCmd) -> Result<()> {
             mib,
             reads,
             json,
-        } => probe_tiers(home, cfg, names(&tiers), mib, reads, json),
+        } => probe_tiers(home, cfg, names(&tiers), mib, reads, json, false),
         TierCmd::ProbeReader { file, reads, kind } => probe::reader_main(&file, reads, &kind),
         TierCmd::Stall { tier, off } => {
             device::stall(home, cfg.get(&tier)?, !off)?;
@@ -274,6 +274,30 @@ fn list(home: &Path, cfg: &TiersConfig, json: bool) -> Result<()> {
     Ok(())
 }
 
+/// The TOSS model's inputs for splitting onto `fast` and `slow`
+/// (`thaw_tiers::split::costs`); either tier's page-fault cost is measured
+/// first if it was never probed, so the two come from the same reader.
+pub fn split_costs(home: &Path, fast: &str, slow: &str) -> Result<thaw_tiers::split::SplitCosts> {
+    let cfg = TiersConfig::load(home)?;
+    // refuse a pair that makes no split before measuring anything
+    thaw_tiers::split::costs(home, &cfg, fast, slow)?;
+    let probed = probe::load(home);
+    let missing: Vec<String> = [fast, slow]
+        .into_iter()
+        .filter(|t| !probed.contains_key(*t))
+        .map(String::from)
+        .collect();
+    if !missing.is_empty() {
+        crate::progress(&format!(
+            "probing {} for the split's page-fault costs (once; `thaw tier probe`)",
+            missing.join(", ")
+        ));
+        probe_tiers(home, &cfg, Some(missing), 32, 256, None, true)?;
+    }
+    thaw_tiers::split::costs(home, &cfg, fast, slow)
+}
+
+/// `quiet`: the per-reader lines go to stderr (stdout is another command's).
 fn probe_tiers(
     home: &Path,
     cfg: &TiersConfig,
@@ -281,6 +305,7 @@ fn probe_tiers(
     mib: usize,
     reads: usize,
     json: Option<PathBuf>,
+    quiet: bool,
 ) -> Result<()> {
     if reads == 0 {
         bail!("--reads must be at least 1");
@@ -337,7 +362,7 @@ fn probe_tiers(
         };
         let res = res.with_context(|| format!("probing tier {}", t.name))?;
         for r in &res {
-            thaw_output::outln!(
+            let line = format!(
                 "{}\t{}\t{}\tseq {:.0} MB/s ({:.2}x declared)\t4K random mean {:.0} us, median {:.0} us, p99 {:.0} us ({:.2}x declared){}\t{}",
                 t.name,
                 if t.emulated { "emulated" } else { "real" },
@@ -359,6 +384,11 @@ fn probe_tiers(
                     (_, false) => "through the page cache",
                 }
             );
+            if quiet {
+                thaw_output::errln!("{line}");
+            } else {
+                thaw_output::outln!("{line}");
+            }
         }
         out.insert(t.name.clone(), res.clone());
         all.insert(t.name.clone(), res);
