@@ -29,7 +29,7 @@ pub struct Options {
     /// check every output with the function's checker (first run always is)
     pub check_all: bool,
     /// warm invocations on each started instance (1: the first warm only;
-    /// seed 000 also reports the 51st)
+    /// "FaaS in the Age of (sub-)µs I/O" also reports the 51st)
     pub warm_calls: usize,
 }
 

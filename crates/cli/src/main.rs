@@ -236,7 +236,7 @@ enum BenchCmd {
     },
     /// N simultaneous cold starts (N = 1, 2, 4, ...) per strategy, tier and mode
     Concurrency(concurrency::Args),
-    /// Seed 000's study over the storage hierarchy: cold/warm starts per tier, device ratios, REAP vs mmap
+    /// The study of "FaaS in the Age of (sub-)µs I/O" over the storage hierarchy: cold/warm starts per tier, device ratios, REAP vs mmap
     Hierarchy(hierarchy::Args),
     /// The daemon: warm latency and throughput over HTTP vs. in-process, restore via the API vs. direct
     Serve(serve::BenchServeArgs),

@@ -106,10 +106,12 @@ pub struct DeployArgs {
     /// KEY=VALUE, never shown by the daemon (repeatable)
     #[arg(long)]
     pub secret_env: Vec<String>,
-    /// mmap, eager, uffd, reap
+    /// mmap, eager, uffd, reap, or boot (no snapshot); left out: chosen by
+    /// the daemon's placement
     #[arg(long)]
     pub strategy: Option<String>,
-    /// tmpfs or disk
+    /// One of the daemon's two snapshot tiers (`--snapshot-tiers`, default
+    /// tmpfs,disk); left out: chosen by the daemon's placement
     #[arg(long)]
     pub tier: Option<String>,
     /// JSON event invoked once before the snapshot

@@ -1059,7 +1059,7 @@ fn bench_hierarchy_covers_readahead_and_concurrency_and_plots() {
     ] {
         let svg = std::fs::read_to_string(out.join(plot)).unwrap();
         let marked = if plot.contains("ratios") {
-            "seed 000"
+            "FaaS in the Age of (sub-)µs I/O"
         } else {
             "sata*"
         };

@@ -287,7 +287,7 @@ impl Stream {
         let mut cleanup = RemoveOnError(Some(dir.clone()));
         let obj = format!("{name}/{IMAGE}");
         let object = |f: &str| format!("{name}/{f}");
-        // round 1, at once: the commit record, the image's header, manifest
+        // first round, all at once: the commit record, the image's header, manifest
         // and state (each checked against the record once it is in)
         // the pack is asked for now too; what bounds and checks it is sent
         // to its reader once this round is in (dropping the sender ends it)
