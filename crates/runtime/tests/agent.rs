@@ -310,13 +310,13 @@ fn raising_function_reports_function_error_and_keeps_serving() {
             "{r}"
         );
     }
+    // test functions have no sized inputs: every size is {}
     let r = a.request(Request::invoke_size("I"));
-    assert_eq!(
-        err_kind(&r),
-        "bad_request",
-        "test functions have no sized inputs: {r}"
-    );
-    assert_eq!(a.health().1, 2);
+    assert_eq!(err_kind(&r), "function_error", "{r}");
+    assert!(r["message"].as_str().unwrap().contains("boom: {}"), "{r}");
+    let r = a.request(Request::invoke_size("V"));
+    assert_eq!(err_kind(&r), "bad_request", "an unknown size: {r}");
+    assert_eq!(a.health().1, 3);
     a.ok(Request::PrepareCheckpoint);
     a.shutdown();
 }
