@@ -11,7 +11,7 @@ T=target/release/thaw
 OUT=${OUT:-bench-results}
 RUNS=${RUNS:-10}
 SUITE=helloworld,pyaes,chameleon,json_serdes,image_rotate,lr_serving,lr_training,matmul,compress,pagerank
-mkdir -p "$OUT"/{floor,restore-suite,restore-tmp,strategies-disk,strategies-tmpfs,tiered-pmem,store-seal,concurrency-pass,concurrency-sweep,sim,tier-probe,placement,serve-tiers,serve,xdt}
+mkdir -p "$OUT"/{floor,restore-suite,tmp-files,strategies-disk,strategies-tmpfs,tiered-pmem,store-seal,concurrency-pass,concurrency-sweep,sim,tier-probe,placement,serve-tiers,serve,xdt}
 
 # Restore against a fresh start, and the zygote floor (a fork of a live template)
 $T bench restore --functions helloworld,lr_serving,matmul --strategies mmap,dax --start-types fresh,zygote \
@@ -26,7 +26,7 @@ $T bench restore --functions $SUITE --strategies mmap,reap,dax,tiered --tier tmp
     --json "$OUT/strategies-tmpfs/strategies.jsonl" --markdown "$OUT/strategies-tmpfs/strategies.md"
 # a snapshot's /tmp: 50 MiB of files written at init, recreated before resume
 $T bench restore --functions _test_tmp_cache,helloworld --strategies mmap,reap,eager --tier tmpfs --runs "$RUNS" \
-    --json "$OUT/restore-tmp/restore.json" --markdown "$OUT/restore-tmp/restore.md"
+    --json "$OUT/tmp-files/tmp50.json" --markdown "$OUT/tmp-files/tmp50.md"
 # what a sealed (unchangeable after verification) DRAM image costs on first use
 $T bench store --functions helloworld,lr_serving,matmul --runs "$RUNS" --markdown "$OUT/store-seal/store-seal.md"
 
