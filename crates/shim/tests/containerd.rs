@@ -96,6 +96,12 @@ struct Containerd {
     child: Child,
 }
 
+fn repo_file(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join(rel)
+}
+
 fn shim_dir() -> PathBuf {
     Path::new(env!("CARGO_BIN_EXE_containerd-shim-thaw-v1"))
         .parent()
@@ -121,13 +127,28 @@ state = "{d}/state"
   path = "{d}/opt"
 [plugins."io.containerd.grpc.v1.cri".cni]
   conf_dir = "{d}/cni"
-[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.thaw]
-  runtime_type = "{RUNTIME}"
 "#,
             d = dir.display(),
             s = socket.display()
         );
+        // the runtime is registered by the guide's own fragment
+        let config = format!(
+            "imports = [\"{}\"]\n{config}",
+            repo_file("deploy/kubernetes/containerd-thaw.toml").display()
+        );
         std::fs::write(dir.join("config.toml"), config).unwrap();
+        let dump = Command::new("/usr/bin/containerd")
+            .arg("--config")
+            .arg(dir.join("config.toml"))
+            .args(["config", "dump"])
+            .output()
+            .expect("containerd config dump");
+        let dump = String::from_utf8_lossy(&dump.stdout);
+        assert!(
+            dump.contains("[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.thaw]")
+                && dump.contains(&format!("runtime_type = \"{RUNTIME}\"")),
+            "the fragment does not register the runtime: {dump}"
+        );
         let log = std::fs::File::create(dir.join("containerd.log")).unwrap();
         let path = format!(
             "{}:{}",
@@ -337,6 +358,18 @@ impl Drop for TestNetns {
     }
 }
 
+fn wait_stopped(c: &Containerd, id: &str) {
+    let t = Instant::now();
+    while !c
+        .ok(&["task", "ls"])
+        .lines()
+        .any(|l| l.starts_with(id) && l.contains("STOPPED"))
+    {
+        assert!(t.elapsed() < Duration::from_secs(10), "{id} did not stop");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 #[test]
 fn a_function_image_runs_once_serves_http_is_killed_and_deleted() {
     let base = std::env::temp_dir().join(unique("run"));
@@ -387,21 +420,38 @@ fn a_function_image_runs_once_serves_http_is_killed_and_deleted() {
         "{o:?}"
     );
 
-    // serve: HTTP on $PORT in the namespace it is given, until killed
-    let netns = TestNetns::new();
-    let with_ns = format!("network:{}", netns.path());
+    // a pod's pause container: runs until killed, deploys nothing
+    let before = daemon.functions();
     c.ok(&[
         "run",
         "-d",
         "--runtime",
         RUNTIME,
-        "--with-ns",
-        &with_ns,
-        "--env",
-        "PORT=8080",
+        "--annotation",
+        "io.kubernetes.cri.container-type=sandbox",
         &image,
-        "web",
+        "pause",
     ]);
+    assert_eq!(c.ok(&["task", "ps", "pause"]).lines().count(), 2);
+    c.ok(&["task", "kill", "--signal", "SIGKILL", "pause"]);
+    wait_stopped(&c, "pause");
+    c.ok(&["task", "delete", "pause"]);
+    c.ok(&["containers", "rm", "pause"]);
+    assert_eq!(daemon.functions(), before);
+
+    // serve: HTTP on $PORT in the namespace it is given, until killed
+    let netns = TestNetns::new();
+    let with_ns = format!("network:{}", netns.path());
+    // in the foreground: `ctr run` waits for the task and exits with its status
+    let mut web = Command::new("/usr/bin/ctr")
+        .arg("--address")
+        .arg(&c.socket)
+        .args(["--namespace", NS, "run", "--rm", "--runtime", RUNTIME])
+        .args(["--with-ns", &with_ns, "--env", "PORT=8080", &image, "web"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("ctr run");
     let answer = netns.post(8080, r#"{"name": "http"}"#);
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     assert!(answer.contains("hi http"), "{answer}");
@@ -412,18 +462,20 @@ fn a_function_image_runs_once_serves_http_is_killed_and_deleted() {
     let ps = c.ok(&["task", "ps", "web"]);
     assert!(ps.lines().count() == 2, "one process: {ps}");
     c.ok(&["task", "kill", "web"]);
-    let t = Instant::now();
-    while !c.ok(&["task", "ls"]).contains("STOPPED") {
-        assert!(
-            t.elapsed() < Duration::from_secs(10),
-            "the task did not stop"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    c.ok(&["task", "delete", "web"]);
-    c.ok(&["containers", "rm", "web"]);
+    let mut printed = String::new();
+    web.stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut printed)
+        .unwrap();
+    let status = web.wait().unwrap();
+    assert_eq!(status.code(), Some(143), "SIGTERM's exit status");
+    assert!(
+        printed.contains("greeting http"),
+        "the function's print: {printed}"
+    );
     assert!(!c.ok(&["containers", "ls", "-q"]).contains("web"));
-    c.assert_nothing_left(&["once", "again", "fails", "web"], &daemon.home);
+    c.assert_nothing_left(&["once", "again", "fails", "pause", "web"], &daemon.home);
 }
 
 #[test]
@@ -470,4 +522,54 @@ fn bad_images_and_a_daemon_down_fail_clearly_and_leave_nothing() {
         &["nohandler", "broken", "badmem", "badcmd", "down"],
         &daemon.home,
     );
+}
+
+/// The Kubernetes manifests parse (PyYAML) and every pod runs on thaw.
+#[test]
+fn the_kubernetes_manifests_name_the_thaw_runtime() {
+    let dir = repo_file("deploy/kubernetes");
+    let mut pods = 0;
+    let mut runtime_classes = 0;
+    for e in std::fs::read_dir(&dir).unwrap().flatten() {
+        let path = e.path();
+        if path.extension().is_none_or(|x| x != "yaml") {
+            continue;
+        }
+        let o = Command::new("/usr/bin/python3")
+            .args([
+                "-c",
+                "import json, sys, yaml; print(json.dumps(list(yaml.safe_load_all(open(sys.argv[1])))))",
+            ])
+            .arg(&path)
+            .output()
+            .expect("python3 with PyYAML (scripts/setup.sh installs python3-yaml)");
+        assert!(
+            o.status.success(),
+            "{}: {}",
+            path.display(),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let docs: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        for d in docs.as_array().unwrap() {
+            assert!(
+                d["apiVersion"].is_string() && d["metadata"]["name"].is_string(),
+                "{d}"
+            );
+            match d["kind"].as_str().unwrap() {
+                "RuntimeClass" => {
+                    assert_eq!(d["handler"], "thaw");
+                    runtime_classes += 1;
+                }
+                "Deployment" | "Service" if d["spec"]["template"].is_object() => {
+                    let spec = &d["spec"]["template"]["spec"];
+                    assert_eq!(spec["runtimeClassName"], "thaw", "{}", path.display());
+                    assert!(spec["containers"][0]["image"].is_string());
+                    pods += 1;
+                }
+                "Service" => assert!(d["spec"]["ports"].is_array()),
+                other => panic!("{}: unexpected kind {other}", path.display()),
+            }
+        }
+    }
+    assert_eq!((runtime_classes, pods), (1, 2));
 }
