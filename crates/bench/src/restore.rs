@@ -29,7 +29,7 @@ pub struct Options {
     /// check every output with the function's checker (first run always is)
     pub check_all: bool,
     /// warm invocations on each started instance (1: the first warm only;
-    /// seed 000 also reports the 51st)
+    /// "FaaS in the Age of (sub-)µs I/O" also reports the 51st)
     pub warm_calls: usize,
 }
 
@@ -53,6 +53,11 @@ pub struct Record {
     pub populate_ms: f64,
     /// bytes of mapped image copied on write before resume (a write set)
     pub populated_bytes: u64,
+    /// recreating the snapshot's /tmp and /dev/shm files (beside the
+    /// restorer's memory setup, before resume)
+    pub files_ms: f64,
+    /// content bytes of those files
+    pub file_bytes: u64,
     pub resume_ms: f64,
     /// the first invocation, resume to response
     pub first_response_ms: f64,
@@ -299,6 +304,8 @@ fn measure_started(
         memory_setup_ms,
         populate_ms: 0.0,
         populated_bytes: 0,
+        files_ms: 0.0,
+        file_bytes: 0,
         resume_ms,
         first_response_ms: inv.latency_ms,
         exec_ms: inv.exec_ms,
@@ -435,6 +442,8 @@ pub(crate) fn measure_start(
         memory_setup_ms: rep.memory_setup_ms,
         populate_ms: rep.populate_ms,
         populated_bytes: rep.populated_bytes,
+        files_ms: rep.files_ms,
+        file_bytes: rep.file_bytes,
         resume_ms: rep.resume_ms,
         first_response_ms: inv.latency_ms,
         exec_ms: inv.exec_ms,
@@ -509,6 +518,9 @@ pub struct Row {
     pub ratio_to_zygote: Option<f64>,
     /// medians of the phases (ms): state load, sandbox, memory setup, resume
     pub phases_median: [f64; 4],
+    /// medians: saved /tmp and /dev/shm recreated (ms) and their bytes
+    pub files_ms_median: f64,
+    pub file_bytes_median: f64,
 }
 
 pub fn summarize_rows(recs: &[Record]) -> Vec<Row> {
@@ -555,6 +567,8 @@ pub fn summarize_rows(recs: &[Record]) -> Vec<Row> {
                     col(&|r| r.memory_setup_ms)?.median,
                     col(&|r| r.resume_ms)?.median,
                 ],
+                files_ms_median: col(&|r| r.files_ms)?.median,
+                file_bytes_median: col(&|r| r.file_bytes as f64)?.median,
             })
         })
         .collect()
@@ -609,6 +623,23 @@ pub fn markdown(rows: &[Row], tier: &str, emulated: bool, runs: usize) -> String
             state + sandbox + resume,
             r.first_response.median,
         ));
+    }
+    let with_files: Vec<&Row> = rows.iter().filter(|r| r.file_bytes_median > 0.0).collect();
+    if !with_files.is_empty() {
+        s.push_str("\nSaved /tmp and /dev/shm, recreated before resume beside the restorer's memory setup (medians):\n\n");
+        s.push_str("| function | input | strategy | MiB of files | recreate ms | ms per MiB |\n");
+        s.push_str("|---|---|---|---|---|---|\n");
+        for r in with_files {
+            let mib = r.file_bytes_median / (1 << 20) as f64;
+            s.push_str(&format!(
+                "| {} | {} | {} | {mib:.1} | {:.2} | {:.3} |\n",
+                r.function,
+                r.input,
+                r.strategy,
+                r.files_ms_median,
+                r.files_ms_median / mib,
+            ));
+        }
     }
     s
 }

@@ -263,7 +263,7 @@ enum BenchCmd {
     },
     /// N simultaneous cold starts (N = 1, 2, 4, ...) per strategy, tier and mode
     Concurrency(concurrency::Args),
-    /// Seed 000's study over the storage hierarchy: cold/warm starts per tier, device ratios, REAP vs mmap
+    /// The study of "FaaS in the Age of (sub-)µs I/O" over the storage hierarchy: cold/warm starts per tier, device ratios, REAP vs mmap
     Hierarchy(hierarchy::Args),
     /// The daemon: warm latency and throughput over HTTP vs. in-process, restore via the API vs. direct
     Serve(serve::BenchServeArgs),
@@ -365,13 +365,10 @@ fn record_sink(
 
 fn run(cli: Cli, matches: &clap::ArgMatches) -> Result<()> {
     let home = cli.home.clone().unwrap_or_else(thaw_runtime::default_home);
-    // Commands that build what they need may create a missing home; the
-    // others (inspection, moves, cleanup) refuse one, so a mistyped --home
-    // is an error, not a new runtime build somewhere else.
-    let builds = matches!(
-        cli.cmd,
-        Cmd::Demo { .. } | Cmd::Deploy { .. } | Cmd::Invoke { .. } | Cmd::Bench { .. }
-    );
+    // The demo and the benchmarks build everything they need and may create
+    // a missing home; the other commands refuse one, so a mistyped --home is
+    // an error, not a new runtime build somewhere else.
+    let builds = matches!(cli.cmd, Cmd::Demo { .. } | Cmd::Bench { .. });
     if !matches!(
         cli.cmd,
         Cmd::Sim(_)

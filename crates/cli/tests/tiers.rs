@@ -1059,7 +1059,7 @@ fn bench_hierarchy_covers_readahead_and_concurrency_and_plots() {
     ] {
         let svg = std::fs::read_to_string(out.join(plot)).unwrap();
         let marked = if plot.contains("ratios") {
-            "seed 000"
+            "FaaS in the Age of (sub-)µs I/O"
         } else {
             "sata*"
         };
@@ -1163,7 +1163,8 @@ fn the_daemon_keeps_snapshots_on_the_remote_tier_and_streams_them_back() {
     let code = h.0.join("greet.py");
     std::fs::write(
         &code,
-        "NAMES = []\ndef init():\n    NAMES.extend(['a' * 4096] * 64)\ndef handler(event):\n    return {'hello': event['name'], 'n': len(NAMES)}\n",
+        // init also writes a 1,000-byte /tmp/model.bin: it streams back too
+        "NAMES = []\ndef init():\n    NAMES.extend(['a' * 4096] * 64)\n    with open('/tmp/model.bin', 'wb') as f:\n        f.write(bytes(range(250)) * 4)\ndef handler(event):\n    model = open('/tmp/model.bin', 'rb').read()\n    return {'hello': event['name'], 'n': len(NAMES), 'model': [len(model), sum(model)]}\n",
     )
     .unwrap();
     let deployed = h.ok(&[
@@ -1222,7 +1223,10 @@ fn the_daemon_keeps_snapshots_on_the_remote_tier_and_streams_them_back() {
         );
         assert!(out.status.success(), "{stdout}\n{stderr}");
         let v: Value = serde_json::from_str(stdout.trim()).unwrap();
-        assert_eq!(v, serde_json::json!({"hello": "thaw", "n": 64}));
+        assert_eq!(
+            v,
+            serde_json::json!({"hello": "thaw", "n": 64, "model": [1000, 124500]})
+        );
         assert!(
             stderr.contains(&format!("thaw-start-type: {expect_start}")),
             "{stderr}"
