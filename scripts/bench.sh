@@ -11,7 +11,7 @@ T=target/release/thaw
 OUT=${OUT:-bench-results}
 RUNS=${RUNS:-10}
 SUITE=helloworld,pyaes,chameleon,json_serdes,image_rotate,lr_serving,lr_training,matmul,compress,pagerank
-mkdir -p "$OUT"/{floor,restore-suite,strategies-disk,strategies-tmpfs,store-seal,concurrency-pass,concurrency-sweep,sim,tier-probe,placement,serve-tiers,serve,xdt}
+mkdir -p "$OUT"/{floor,restore-suite,restore-tmp,strategies-disk,strategies-tmpfs,tiered-pmem,store-seal,concurrency-pass,concurrency-sweep,sim,tier-probe,placement,serve-tiers,serve,xdt}
 
 # Restore against a fresh start, and the zygote floor (a fork of a live template)
 $T bench restore --functions helloworld,lr_serving,matmul --strategies mmap,dax --start-types fresh,zygote \
@@ -24,6 +24,9 @@ $T bench restore --functions $SUITE --strategies mmap,uffd,reap --sizes I,III --
 # dax (PASS) and tiered (TOSS) on tmpfs: faults, first response, DRAM per clone, slow-tier share
 $T bench restore --functions $SUITE --strategies mmap,reap,dax,tiered --tier tmpfs --runs "$RUNS" --redeploy \
     --json "$OUT/strategies-tmpfs/strategies.jsonl" --markdown "$OUT/strategies-tmpfs/strategies.md"
+# a snapshot's /tmp: 50 MiB of files written at init, recreated before resume
+$T bench restore --functions _test_tmp_cache,helloworld --strategies mmap,reap,eager --tier tmpfs --runs "$RUNS" \
+    --json "$OUT/restore-tmp/restore.json" --markdown "$OUT/restore-tmp/restore.md"
 # what a sealed (unchangeable after verification) DRAM image costs on first use
 $T bench store --functions helloworld,lr_serving,matmul --runs "$RUNS" --markdown "$OUT/store-seal/store-seal.md"
 
@@ -49,6 +52,11 @@ $T tier probe --tiers nvme,sata,hdd --mib 64 --reads 128 --json "$OUT/tier-probe
 # PASS's comparison: dax from the byte-addressable tier against mmap and reap from the disk
 $T bench concurrency --function lr_serving --strategies mmap,reap,dax --tiers pmem,disk --modes different \
     --levels 16,64 --reps 3 --json "$OUT/concurrency-pass/concurrency.jsonl" --markdown "$OUT/concurrency-pass/concurrency.md"
+# TOSS as the paper ran it: the slow file on (emulated) pmem, mapped in place; then on the disk
+for slow in pmem disk; do
+    $T bench restore --functions lr_serving,chameleon,pyaes,matmul --strategies mmap,dax,tiered \
+        --tier tmpfs --slow $slow --runs "$RUNS" --redeploy --json "$OUT/tiered-pmem/$slow.jsonl" --markdown "$OUT/tiered-pmem/$slow.md"
+done
 # the study's whole method: 1st and 51st warm, readahead on/off, 1..64 concurrent cold starts, SVG plots
 $T bench hierarchy --functions helloworld,json_serdes --tiers tmpfs,pmem,nvme,sata --out "$OUT/hierarchy-study"
 # REAP against mmap over the whole suite at size I (the REAP targets), page cache dropped before every run

@@ -252,6 +252,7 @@ pub fn run(w: &Worker, o: &Options, sink: &mut dyn FnMut(Line) -> Result<()>) ->
                     strategies: o.strategies.clone(),
                     start_types: Vec::new(),
                     tier: t.clone(),
+                    slow: "disk".into(),
                     sizes: o.sizes.clone(),
                     runs: 1,
                     redeploy: o.redeploy && round == 0 && pass == 0,

@@ -369,7 +369,10 @@ pub struct TierReport {
     pub cost_all_fast: f64,
     pub fast_bytes: u64,
     pub slow_bytes: u64,
+    pub slow_tier: String,
     pub slow_path: PathBuf,
+    /// the model's inputs: prices and fault costs as used
+    pub params: CostParams,
 }
 
 impl Worker {
@@ -427,15 +430,24 @@ impl Worker {
             .join("tiered")
             .join(snap.dir.file_name().unwrap_or_default());
         let key = thaw_sandbox::restore::snapshot_key(&snap);
+        let earlier = tiering::load(&snap.dir, &key, &state.memory).ok().flatten();
         let tl = tiering::write(
             &snap.dir,
             &slow_dir,
+            slow.name,
             &key,
             &state.memory,
             &image,
             &profile,
             &params,
         )?;
+        // a split onto another tier leaves the earlier slow file behind: remove it
+        if let Some(old_dir) = earlier
+            .and_then(|e| e.slow.path.parent().map(Path::to_owned))
+            .filter(|d| *d != slow_dir && d.file_name() == slow_dir.file_name())
+        {
+            thaw_store::secure::remove_tree(&old_dir)?;
+        }
         Ok(TierReport {
             epochs: profile.epochs,
             profiled_pages: profile.counts.len(),
@@ -446,7 +458,9 @@ impl Worker {
             cost_all_fast: tl.cost_all_fast,
             fast_bytes: tl.fast.len,
             slow_bytes: tl.slow.len,
+            slow_tier: tl.slow_tier,
             slow_path: tl.slow.path,
+            params: tl.params,
         })
     }
 }
