@@ -11,10 +11,14 @@ die() { echo "setup: $*" >&2; exit 1; }
 # Debian packages the build and the runtime-root recipe use.
 need_pkgs=()
 # losetup/mount/blkid (util-linux), mkfs.ext4 and tc back the emulated storage tiers.
+# containerd and ctr run the shim's tests (a private containerd per test).
 for p in gcc:gcc apt-get:apt dpkg-deb:dpkg ip:iproute2 tc:iproute2 python3:python3 \
-    losetup:util-linux blkid:util-linux mkfs.ext4:e2fsprogs; do
+    losetup:util-linux blkid:util-linux mkfs.ext4:e2fsprogs \
+    containerd:containerd ctr:containerd runc:runc; do
     command -v "${p%%:*}" >/dev/null 2>&1 || need_pkgs+=("${p##*:}")
 done
+# the shim's tests parse the Kubernetes manifests with PyYAML
+/usr/bin/python3 -c 'import yaml' 2>/dev/null || need_pkgs+=(python3-yaml)
 if [ ${#need_pkgs[@]} -gt 0 ]; then
     echo "setup: installing ${need_pkgs[*]}" >&2
     apt-get update -qq

@@ -156,8 +156,35 @@ enum Cmd {
         #[command(subcommand)]
         cmd: serve::FnCmd,
     },
+    /// Functions as OCI images (for the containerd shim, docs/KUBERNETES.md)
+    Image {
+        #[command(subcommand)]
+        cmd: ImageCmd,
+    },
     /// Trace-driven fleet simulator: one run, or `thaw sim sweep` over several (docs/SIMULATOR.md)
     Sim(Box<thaw_sim::cli::SimCmd>),
+}
+
+#[derive(Subcommand)]
+enum ImageCmd {
+    /// Pack a function's code directory into an OCI image archive
+    /// (`ctr images import` accepts it)
+    Build {
+        /// The function's code (the handler's module at its top)
+        dir: PathBuf,
+        /// module.function
+        #[arg(long)]
+        handler: String,
+        /// module.function run once before the snapshot
+        #[arg(long)]
+        init: Option<String>,
+        /// The image's reference (default thaw.local/DIRNAME:latest)
+        #[arg(long)]
+        tag: Option<String>,
+        /// The archive to write (default DIRNAME.oci.tar)
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -352,7 +379,12 @@ fn run(cli: Cli, matches: &clap::ArgMatches) -> Result<()> {
     let builds = matches!(cli.cmd, Cmd::Demo { .. } | Cmd::Bench { .. });
     if !matches!(
         cli.cmd,
-        Cmd::Sim(_) | Cmd::Load(_) | Cmd::Runtime { .. } | Cmd::Serve(_) | Cmd::Fn { .. }
+        Cmd::Sim(_)
+            | Cmd::Load(_)
+            | Cmd::Runtime { .. }
+            | Cmd::Serve(_)
+            | Cmd::Fn { .. }
+            | Cmd::Image { .. }
     ) {
         thaw_runtime::check_home(&home, builds)?;
     }
@@ -367,6 +399,16 @@ fn run(cli: Cli, matches: &clap::ArgMatches) -> Result<()> {
         Cmd::Load(args) => thaw_load::cli::execute(&args).map(|_| ()),
         Cmd::Serve(args) => serve::serve(cli.home.clone(), args),
         Cmd::Fn { socket, cmd } => serve::client(&home, socket, cmd),
+        Cmd::Image {
+            cmd:
+                ImageCmd::Build {
+                    dir,
+                    handler,
+                    init,
+                    tag,
+                    output,
+                },
+        } => image_build(&dir, &handler, init.as_deref(), tag, output),
         Cmd::Demo {
             functions,
             tier,
@@ -611,4 +653,33 @@ fn run(cli: Cli, matches: &clap::ArgMatches) -> Result<()> {
             run.emit(&format!("{sandboxes}\n\n{md}"))
         }
     }
+}
+
+fn image_build(
+    dir: &std::path::Path,
+    handler: &str,
+    init: Option<&str>,
+    tag: Option<String>,
+    output: Option<PathBuf>,
+) -> Result<()> {
+    let base = dir
+        .canonicalize()
+        .with_context(|| format!("{}", dir.display()))?
+        .file_name()
+        .map(|n| n.to_string_lossy().to_lowercase())
+        .unwrap_or_else(|| "function".into());
+    let reference = tag.unwrap_or_else(|| format!("thaw.local/{base}:latest"));
+    let built = thaw_server::image::build(&thaw_server::image::ImageSpec {
+        code: dir,
+        handler,
+        init,
+        reference: &reference,
+    })?;
+    let out = output.unwrap_or_else(|| PathBuf::from(format!("{base}.oci.tar")));
+    std::fs::write(&out, &built.archive).with_context(|| format!("writing {}", out.display()))?;
+    println!(
+        "{}",
+        serde_json::json!({"image": reference, "manifest_digest": built.manifest_digest, "archive": out})
+    );
+    Ok(())
 }

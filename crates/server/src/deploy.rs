@@ -71,15 +71,20 @@ fn bad(msg: impl Into<String>) -> ApiError {
     ApiError::new(StatusCode::BAD_REQUEST, "bad_request", msg)
 }
 
-fn check_entry(what: &str, s: &str) -> Result<(), ApiError> {
-    let ok = s.len() <= 200
+/// `module.function`, the module possibly dotted: what a handler, init or
+/// after-restore hook must look like.
+pub fn is_entry_point(s: &str) -> bool {
+    s.len() <= 200
         && s.split('.').count() >= 2
         && s.split('.').all(|p| {
             !p.is_empty()
                 && !p.as_bytes()[0].is_ascii_digit()
                 && p.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
-        });
-    if !ok {
+        })
+}
+
+fn check_entry(what: &str, s: &str) -> Result<(), ApiError> {
+    if !is_entry_point(s) {
         return Err(bad(format!(
             "{what} {s:?} is not of the form module.function"
         )));

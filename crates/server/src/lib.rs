@@ -10,6 +10,7 @@ pub mod bench;
 pub mod client;
 pub mod config;
 pub mod deploy;
+pub mod image;
 pub mod logs;
 pub mod metrics;
 pub mod pair;

@@ -945,6 +945,17 @@ fn restart_keeps_deployments_and_retakes_untrusted_snapshots() {
     fix["tier"] = json!("tmpfs");
     let v = deploy(&d, &fix);
     let fix_snap = PathBuf::from(v["snapshot"]["dir"].as_str().unwrap());
+    // one whose record says it was taken on another kind of machine
+    let mut moved = file_deploy(
+        "moved",
+        "m.handler",
+        "def handler(e):\n    return 'moved'\n",
+    );
+    moved["tier"] = json!("tmpfs");
+    let v = deploy(&d, &moved);
+    let moved_id = v["snapshot"]["id"].clone();
+    let moved_manifest =
+        PathBuf::from(v["snapshot"]["dir"].as_str().unwrap()).join("manifest.json");
     assert_eq!(d.invoke("keep", &json!(1)).status, 200);
     // a deploy that crashed before publishing leaves a version without `current`
     let half = d.home.join("serve/functions/keep/v7");
@@ -956,8 +967,17 @@ fn restart_keeps_deployments_and_retakes_untrusted_snapshots() {
         let mid = data.len() / 2;
         data[mid] ^= 0xff;
         std::fs::write(&img, data).unwrap();
+        let mut m: Value =
+            serde_json::from_slice(&std::fs::read(&moved_manifest).unwrap()).unwrap();
+        assert!(m["machine"]["xsave_bytes"].as_u64().unwrap() >= 576, "{m}");
+        m["machine"]["cpu_features"]["7.0.ebx"] = json!(u32::MAX);
+        std::fs::write(&moved_manifest, serde_json::to_vec(&m).unwrap()).unwrap();
     });
     assert!(!half.exists(), "an unpublished version was left");
+    // the forged snapshot was refused at start and taken again here
+    let v = d.req("GET", "/v1/functions/moved", None).json().unwrap();
+    assert_ne!(v["snapshot"]["id"], moved_id, "{v}");
+    assert_eq!(d.invoke("moved", &json!(0)).json().unwrap(), json!("moved"));
     let list = d.req("GET", "/v1/functions", None).json().unwrap();
     let names: Vec<_> = list["functions"]
         .as_array()
@@ -965,7 +985,7 @@ fn restart_keeps_deployments_and_retakes_untrusted_snapshots() {
         .iter()
         .map(|f| f["name"].clone())
         .collect();
-    assert_eq!(names, vec![json!("fix"), json!("keep")]);
+    assert_eq!(names, vec![json!("fix"), json!("keep"), json!("moved")]);
     let r = d.invoke("keep", &json!(2));
     assert_eq!(
         (r.status, r.header("thaw-start-type")),

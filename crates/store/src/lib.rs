@@ -13,6 +13,7 @@
 //! worker (`secure.rs`), and a verified image cannot change under a restore
 //! ([`Snapshot::open_image`]).
 
+pub mod machine;
 pub mod secure;
 mod snapshot;
 mod tier;

@@ -1,3 +1,4 @@
+use crate::machine::MachineRecord;
 use crate::secure::{self, FileLock};
 use anyhow::{anyhow, bail, Context, Result};
 use serde::{Deserialize, Serialize};
@@ -37,6 +38,10 @@ pub struct Manifest {
     pub created_unix: u64,
     pub state: FileEntry,
     pub memory: FileEntry,
+    /// The machine it was taken on (absent in snapshots from before the
+    /// record existed: those are trusted as this machine's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine: Option<MachineRecord>,
 }
 
 /// Writes a snapshot into `<dir>.tmp-<pid>` and renames it into place on finish.
@@ -47,6 +52,7 @@ pub struct SnapshotWriter {
     memory_hash: Sha256,
     memory_len: u64,
     done: bool,
+    machine: Option<MachineRecord>,
 }
 
 impl SnapshotWriter {
@@ -78,6 +84,7 @@ impl SnapshotWriter {
             memory_hash: Sha256::new(),
             memory_len: 0,
             done: false,
+            machine: Some(MachineRecord::this().clone()),
         })
     }
 
@@ -90,6 +97,11 @@ impl SnapshotWriter {
         self.memory_hash.update(data);
         self.memory_len += data.len() as u64;
         Ok(off)
+    }
+
+    /// A copy of another snapshot keeps the record of the machine that took it.
+    pub fn keep_machine(&mut self, machine: Option<MachineRecord>) {
+        self.machine = machine;
     }
 
     pub fn memory_len(&self) -> u64 {
@@ -128,6 +140,7 @@ impl SnapshotWriter {
                 .unwrap_or(0),
             state: state_entry,
             memory,
+            machine: self.machine.take(),
         };
         write_synced(
             &self.tmp.join(MANIFEST),
@@ -223,6 +236,9 @@ pub enum StoreError {
     /// a file does not match its checksum, or could have changed unseen
     #[error("integrity: {}: {what}", path.display())]
     Integrity { path: PathBuf, what: String },
+    /// taken on a machine whose CPU or kernel this one cannot stand in for
+    #[error("snapshot {}: {what}", dir.display())]
+    Machine { dir: PathBuf, what: String },
     /// the host's side: I/O, memfds, sizes
     #[error(transparent)]
     Other(#[from] anyhow::Error),
@@ -274,6 +290,16 @@ impl Snapshot {
             return Err(StoreError::Version {
                 dir: dir.to_owned(),
                 found: manifest.version,
+            });
+        }
+        if let Some(why) = manifest
+            .machine
+            .as_ref()
+            .and_then(|m| m.mismatch(MachineRecord::this()))
+        {
+            return Err(StoreError::Machine {
+                dir: dir.to_owned(),
+                what: why,
             });
         }
         for e in [&manifest.state, &manifest.memory] {
@@ -677,6 +703,31 @@ mod tests {
         fs::remove_file(s.dir.join(MANIFEST)).unwrap();
         let err = Snapshot::open(&s.dir).unwrap_err();
         assert!(matches!(err, StoreError::NotFound { .. }), "{err}");
+    }
+
+    #[test]
+    fn a_snapshot_of_another_kind_of_machine_is_refused() {
+        let base = tmpdir("machine");
+        let s = make(&base.join("snap"));
+        assert_eq!(s.manifest.machine.as_ref(), Some(MachineRecord::this()));
+        let mut forged = s.manifest.clone();
+        let m = forged.machine.as_mut().unwrap();
+        m.xsave_bytes += 4096;
+        m.kernel_release = "9.9.9-forged".into();
+        fs::write(s.dir.join(MANIFEST), serde_json::to_vec(&forged).unwrap()).unwrap();
+        let err = Snapshot::open(&s.dir).unwrap_err();
+        assert!(matches!(err, StoreError::Machine { .. }), "{err}");
+        let msg = err.to_string();
+        assert!(
+            msg.contains("another kind of machine")
+                && msg.contains("XSAVE area")
+                && msg.contains("9.9.9-forged"),
+            "{msg}"
+        );
+        // snapshots from before the record existed still open
+        forged.machine = None;
+        fs::write(s.dir.join(MANIFEST), serde_json::to_vec(&forged).unwrap()).unwrap();
+        Snapshot::open(&s.dir).unwrap();
     }
 
     #[test]

@@ -213,6 +213,7 @@ impl DeployLock {
             .context("version directory without a name")?
             .to_string();
         let mut w = crate::SnapshotWriter::create(&dir)?;
+        w.keep_machine(src.manifest.machine.clone());
         src.copy_image_into(&mut w)?;
         let state = src.load_state()?;
         let copy = w.finish(

@@ -1,0 +1,143 @@
+//! The node's `thaw serve`, as the shim and the front talk to it: its Unix
+//! socket, deploying an image's function once, invoking it, and the
+//! function's output of one invocation.
+use anyhow::{bail, Context, Result};
+use base64::Engine as _;
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use thaw_server::client::{Client, Response, Target};
+use thaw_server::image;
+
+/// The daemon's socket: `$THAW_SOCKET`, else `$THAW_HOME/serve/thaw.sock`,
+/// else the default home's (containerd passes its environment to shims).
+pub fn socket() -> PathBuf {
+    if let Some(s) = std::env::var_os("THAW_SOCKET").filter(|s| !s.is_empty()) {
+        return PathBuf::from(s);
+    }
+    let home = std::env::var_os("THAW_HOME")
+        .filter(|s| !s.is_empty())
+        .map_or_else(|| PathBuf::from("/var/lib/thaw"), PathBuf::from);
+    home.join("serve").join("thaw.sock")
+}
+
+fn request(socket: &Path, method: &str, path: &str, body: Option<&[u8]>) -> Result<Response> {
+    Client::new(Target::Unix(socket.to_path_buf()))
+        .request(method, path, body)
+        .with_context(|| {
+            format!(
+                "the node's thaw daemon does not answer on {} (is `thaw serve` running there?)",
+                socket.display()
+            )
+        })
+}
+
+/// The daemon's error message of a failed answer.
+pub fn error_message(r: &Response) -> String {
+    r.json()
+        .ok()
+        .and_then(|v| {
+            let msg = v["message"].as_str()?.to_string();
+            Some(match v["error"].as_str() {
+                Some(code) => format!("{code}: {msg}"),
+                None => msg,
+            })
+        })
+        .unwrap_or_else(|| String::from_utf8_lossy(&r.body).into_owned())
+}
+
+/// The function a container runs.
+pub struct Function {
+    pub handler: String,
+    pub init: Option<String>,
+    /// memory_mb, timeout_ms, max_instances as the container gives them.
+    pub settings: Value,
+}
+
+/// Deploys the function in `root/function` unless the daemon has it, and
+/// returns its name there: `img-` and a digest of its code and settings, so
+/// every container of the same image and settings shares one snapshot.
+pub fn ensure_deployed(socket: &Path, root: &Path, f: &Function) -> Result<String> {
+    let code_dir = root.join(image::CODE_DIR);
+    if !code_dir.is_dir() {
+        bail!(
+            "the image has no /{} directory with the function's code (build it with `thaw image build`)",
+            image::CODE_DIR
+        );
+    }
+    let code = thaw_server::archive::pack_dir(&code_dir)?;
+    let mut settings = f.settings.clone();
+    settings["handler"] = json!(f.handler);
+    settings["init"] = json!(f.init);
+    let name = format!("img-{}", &image::function_key(&code, &settings)[..24]);
+    let existing = request(socket, "GET", &format!("/v1/functions/{name}"), None)?;
+    match existing.status {
+        200 => return Ok(name),
+        404 => {}
+        s => bail!(
+            "the node's thaw daemon answered {s} for {name}: {}",
+            error_message(&existing)
+        ),
+    }
+    let mut req = json!({
+        "name": name,
+        "handler": f.handler,
+        "code": {
+            "format": "tar.gz",
+            "data_base64": base64::engine::general_purpose::STANDARD.encode(&code),
+        },
+    });
+    if let Some(i) = &f.init {
+        req["init"] = json!(i);
+    }
+    if let Some(s) = f.settings.as_object() {
+        for (k, v) in s {
+            req[k] = v.clone();
+        }
+    }
+    let r = request(
+        socket,
+        "POST",
+        "/v1/functions",
+        Some(&serde_json::to_vec(&req)?),
+    )?;
+    if r.status != 200 && r.status != 201 {
+        bail!(
+            "the node's thaw daemon refused the function ({}): {}",
+            r.status,
+            error_message(&r)
+        );
+    }
+    Ok(name)
+}
+
+/// One invocation; the daemon restores an instance if none is warm.
+pub fn invoke(socket: &Path, function: &str, event: &[u8]) -> Result<Response> {
+    request(
+        socket,
+        "POST",
+        &format!("/v1/functions/{function}/invoke"),
+        Some(event),
+    )
+}
+
+/// What the function wrote to stdout/stderr during one invocation.
+pub fn invocation_output(socket: &Path, function: &str, invocation_id: &str) -> Result<String> {
+    let id: String = invocation_id
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_')
+        .collect();
+    let r = request(
+        socket,
+        "GET",
+        &format!("/v1/functions/{function}/logs?invocation_id={id}"),
+        None,
+    )?;
+    if r.status != 200 {
+        bail!("logs of {function}: {}", error_message(&r));
+    }
+    let v = r.json()?;
+    Ok(v["entries"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|e| e["output"].as_str()).collect())
+        .unwrap_or_default())
+}

@@ -1,0 +1,214 @@
+//! The container's process as containerd sees it (its pid, its exit, the
+//! target of its signals): a small client of the node's daemon, started by
+//! the shim as `containerd-shim-thaw-v1 front PLAN`. The function itself
+//! runs in the daemon's sandbox, restored from its snapshot; the front
+//! gives it a container's shape. With `invoke` it invokes once, writes the
+//! function's output and its answer to stdout and exits 0 (1 if the
+//! invocation failed); with `serve` it listens on `$PORT` in the
+//! container's network namespace (the pod's, so pod IPs, Services and
+//! probes reach it) and turns every HTTP request into one invocation until
+//! it is signalled.
+use crate::daemon;
+use crate::spec::{Mode, Netns};
+use serde::{Deserialize, Serialize};
+use std::io::Write;
+use std::path::PathBuf;
+
+pub const SUBCOMMAND: &str = "front";
+
+/// Everything the front needs, passed as one JSON argument.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Plan {
+    pub socket: PathBuf,
+    pub function: String,
+    pub mode: Mode,
+    pub netns: Netns,
+}
+
+pub fn main(args: &[String]) -> i32 {
+    let plan: Plan = match args.first().map(|a| serde_json::from_str(a)) {
+        Some(Ok(p)) => p,
+        _ => {
+            eprintln!("thaw front: expected one JSON plan argument (the shim starts this)");
+            return 2;
+        }
+    };
+    match &plan.mode {
+        Mode::Invoke { event } => invoke_once(&plan, event.as_bytes()),
+        Mode::Pause => loop {
+            // SAFETY: pause() only waits for a signal; the default
+            // dispositions end the process on SIGTERM and SIGKILL.
+            unsafe { libc::pause() };
+        },
+        Mode::Serve { port } => match serve(&plan, *port) {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("thaw: {e:#}");
+                1
+            }
+        },
+    }
+}
+
+/// Copies the function's output of one invocation to our stdout.
+fn copy_output(plan: &Plan, r: &thaw_server::client::Response) {
+    let Some(id) = r.header("thaw-invocation-id") else {
+        return;
+    };
+    match daemon::invocation_output(&plan.socket, &plan.function, id) {
+        Ok(out) => {
+            let mut stdout = std::io::stdout().lock();
+            let _ = stdout.write_all(out.as_bytes());
+            let _ = stdout.flush();
+        }
+        Err(e) => eprintln!("thaw: the function's output is lost: {e:#}"),
+    }
+}
+
+fn invoke_once(plan: &Plan, event: &[u8]) -> i32 {
+    let r = match daemon::invoke(&plan.socket, &plan.function, event) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("thaw: {e:#}");
+            return 1;
+        }
+    };
+    copy_output(plan, &r);
+    if r.status != 200 {
+        eprintln!(
+            "thaw: the invocation failed ({}): {}",
+            r.status,
+            daemon::error_message(&r)
+        );
+        return 1;
+    }
+    let mut stdout = std::io::stdout().lock();
+    let _ = stdout.write_all(&r.body);
+    let _ = stdout.write_all(b"\n");
+    let _ = stdout.flush();
+    0
+}
+
+fn enter_netns(netns: &Netns) -> anyhow::Result<()> {
+    use anyhow::Context;
+    use std::os::fd::AsRawFd;
+    match netns {
+        Netns::Host => Ok(()),
+        Netns::Path(p) => {
+            let f = std::fs::File::open(p).with_context(|| format!("opening netns {p}"))?;
+            // SAFETY: a plain syscall on a descriptor we own; the process is
+            // still single-threaded, so every later socket is in the namespace.
+            if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+                return Err(std::io::Error::last_os_error())
+                    .with_context(|| format!("joining netns {p}"));
+            }
+            Ok(())
+        }
+        Netns::New => {
+            // SAFETY: a plain syscall; single-threaded here.
+            if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
+                return Err(std::io::Error::last_os_error()).context("a new netns");
+            }
+            set_loopback_up()
+        }
+    }
+}
+
+/// A new network namespace starts with its loopback down.
+fn set_loopback_up() -> anyhow::Result<()> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    // SAFETY: socket() returns a new descriptor or -1; OwnedFd closes it.
+    let raw = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if raw < 0 {
+        return Err(std::io::Error::last_os_error().into());
+    }
+    // SAFETY: raw is a fresh descriptor nothing else owns.
+    let sock = unsafe { OwnedFd::from_raw_fd(raw) };
+    // SAFETY: ifreq is plain old data; all-zero is a valid value.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (dst, src) in req.ifr_name.iter_mut().zip(b"lo") {
+        *dst = *src as libc::c_char;
+    }
+    // SAFETY: SIOCGIFFLAGS/SIOCSIFFLAGS read and write the ifreq we pass.
+    unsafe {
+        if libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) != 0 {
+            return Err(std::io::Error::last_os_error().into());
+        }
+        req.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
+        if libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req) != 0 {
+            return Err(std::io::Error::last_os_error().into());
+        }
+    }
+    Ok(())
+}
+
+fn serve(plan: &Plan, port: u16) -> anyhow::Result<()> {
+    use anyhow::Context;
+    enter_netns(&plan.netns)?;
+    let listener = std::net::TcpListener::bind(("0.0.0.0", port))
+        .with_context(|| format!("listening on port {port}"))?;
+    listener.set_nonblocking(true)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()?;
+    let plan = std::sync::Arc::new(plan.clone());
+    rt.block_on(async move {
+        let listener = tokio::net::TcpListener::from_std(listener)?;
+        let app = axum::Router::new().fallback(move |body: axum::body::Bytes| {
+            let plan = plan.clone();
+            async move { forward(plan, body).await }
+        });
+        axum::serve(listener, app).await?;
+        Ok(())
+    })
+}
+
+/// One HTTP request: its body is the event (empty: null), the answer is the
+/// function's, with the daemon's status and `Thaw-*` headers.
+async fn forward(plan: std::sync::Arc<Plan>, body: axum::body::Bytes) -> axum::response::Response {
+    use axum::http::{header, HeaderName, HeaderValue, StatusCode};
+    use axum::response::IntoResponse;
+    let answer = tokio::task::spawn_blocking(move || {
+        let event: &[u8] = if body.is_empty() { b"null" } else { &body };
+        let r = daemon::invoke(&plan.socket, &plan.function, event);
+        if let Ok(r) = &r {
+            let (plan, r) = (plan.clone(), r.clone());
+            std::thread::spawn(move || copy_output(&plan, &r));
+        }
+        r
+    })
+    .await;
+    match answer {
+        Ok(Ok(r)) => {
+            let mut resp = (
+                StatusCode::from_u16(r.status).unwrap_or(StatusCode::BAD_GATEWAY),
+                r.body,
+            )
+                .into_response();
+            let headers = resp.headers_mut();
+            headers.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            for (k, v) in &r.headers {
+                if k.starts_with("thaw-") || k == "server-timing" || k == "retry-after" {
+                    if let (Ok(k), Ok(v)) = (
+                        HeaderName::from_bytes(k.as_bytes()),
+                        HeaderValue::from_str(v),
+                    ) {
+                        headers.insert(k, v);
+                    }
+                }
+            }
+            resp
+        }
+        Ok(Err(e)) => (
+            StatusCode::BAD_GATEWAY,
+            axum::Json(
+                serde_json::json!({"error": "daemon_unreachable", "message": format!("{e:#}")}),
+            ),
+        )
+            .into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    }
+}

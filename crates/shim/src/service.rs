@@ -1,0 +1,485 @@
+//! The shim's task service: what containerd calls for each container.
+use crate::daemon::{self, Function};
+use crate::front::{self, Plan};
+use crate::spec::{self, ContainerSpec};
+use containerd_shim::monitor::{monitor_subscribe, wait_pid, Topic};
+use containerd_shim::protos::events::task::{TaskCreate, TaskDelete, TaskExit, TaskStart};
+use containerd_shim::protos::protobuf::well_known_types::timestamp::Timestamp;
+use containerd_shim::protos::protobuf::{MessageDyn, MessageField};
+use containerd_shim::protos::shim::shim::{
+    ConnectRequest, ConnectResponse, CreateTaskRequest, CreateTaskResponse, DeleteRequest,
+    DeleteResponse, KillRequest, PidsRequest, PidsResponse, ShutdownRequest, StartRequest,
+    StartResponse, StateRequest, StateResponse, WaitRequest, WaitResponse,
+};
+use containerd_shim::protos::ttrpc::{self, context::Context, Code};
+use containerd_shim::protos::types::task::{ProcessInfo, Status};
+use containerd_shim::publisher::RemotePublisher;
+use containerd_shim::{api, ExitSignal, Flags, StartOpts, TtrpcContext, TtrpcResult};
+use std::collections::HashMap;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Condvar, Mutex};
+
+/// The front's pid, in the bundle: `delete` (after a shim crash) finds it there.
+const PID_FILE: &str = "thaw-front.pid";
+
+pub struct Shim {
+    exit: Arc<ExitSignal>,
+    namespace: String,
+}
+
+impl containerd_shim::Shim for Shim {
+    type T = Service;
+
+    fn new(_runtime_id: &str, args: &Flags, _config: &mut containerd_shim::Config) -> Self {
+        Shim {
+            exit: Arc::new(ExitSignal::default()),
+            namespace: args.namespace.clone(),
+        }
+    }
+
+    fn start_shim(&mut self, opts: StartOpts) -> containerd_shim::Result<String> {
+        // one shim per pod: containerd runs `start` in the container's bundle
+        let grouping = spec::grouping(Path::new("."), &opts.id);
+        let (_pid, address) = containerd_shim::spawn(opts, &grouping, Vec::new())?;
+        containerd_shim::util::write_address(&address)?;
+        Ok(address)
+    }
+
+    /// containerd's cleanup after the shim died: the front (if left) and
+    /// the rootfs mount of the bundle it runs in.
+    fn delete_shim(&mut self) -> containerd_shim::Result<api::DeleteResponse> {
+        let bundle =
+            std::env::current_dir().map_err(|e| containerd_shim::Error::Other(e.to_string()))?;
+        if let Some(pid) = std::fs::read_to_string(bundle.join(PID_FILE))
+            .ok()
+            .and_then(|s| s.trim().parse::<i32>().ok())
+            .filter(|&p| p > 1)
+        {
+            // SAFETY: a plain syscall; the pid is the front we started.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        unmount(&bundle.join("rootfs"));
+        Ok(api::DeleteResponse {
+            exit_status: 128 + libc::SIGKILL as u32,
+            exited_at: MessageField::some(now()),
+            ..Default::default()
+        })
+    }
+
+    fn wait(&mut self) {
+        self.exit.wait();
+    }
+
+    fn create_task_service(&self, publisher: RemotePublisher) -> Service {
+        Service {
+            shared: Arc::new(Shared {
+                containers: Mutex::new(HashMap::new()),
+                changed: Condvar::new(),
+                exit: self.exit.clone(),
+                publisher: Mutex::new(publisher),
+                namespace: self.namespace.clone(),
+            }),
+        }
+    }
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Phase {
+    Created,
+    Running,
+    Stopped,
+}
+
+struct Container {
+    bundle: PathBuf,
+    stdout: String,
+    stderr: String,
+    /// Where the shim mounted the image's rootfs (unmounted at delete).
+    mounted: Option<PathBuf>,
+    plan: Plan,
+    phase: Phase,
+    pid: u32,
+    exit_status: u32,
+    exited_at: Option<Timestamp>,
+}
+
+struct Shared {
+    containers: Mutex<HashMap<String, Container>>,
+    /// Signalled whenever a container stops.
+    changed: Condvar,
+    exit: Arc<ExitSignal>,
+    publisher: Mutex<RemotePublisher>,
+    namespace: String,
+}
+
+#[derive(Clone)]
+pub struct Service {
+    shared: Arc<Shared>,
+}
+
+fn now() -> Timestamp {
+    containerd_shim::util::timestamp().unwrap_or_default()
+}
+
+fn err(code: Code, msg: impl ToString) -> ttrpc::Error {
+    ttrpc::Error::RpcStatus(ttrpc::get_status(code, msg))
+}
+
+fn not_found(id: &str) -> ttrpc::Error {
+    err(Code::NOT_FOUND, format!("container {id} not found"))
+}
+
+/// Detaches the mount stack at `target` (nothing there: nothing to do).
+fn unmount(target: &Path) {
+    let Ok(c) = std::ffi::CString::new(target.as_os_str().as_encoded_bytes()) else {
+        return;
+    };
+    // SAFETY: umount2 with a valid C string; it fails with EINVAL once
+    // nothing is mounted there, which ends the loop.
+    while unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } == 0 {}
+}
+
+/// A stdio path containerd gives (a FIFO it reads, or a file); empty: none.
+fn open_stdio(path: &str) -> std::io::Result<Stdio> {
+    if path.is_empty() {
+        return Ok(Stdio::null());
+    }
+    let path = path.strip_prefix("file://").unwrap_or(path);
+    // A FIFO without a reader yet would block a write-only open: open it
+    // read-write then (it never blocks), as containerd's own shims do.
+    let f = match std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+    {
+        Err(e) if e.raw_os_error() == Some(libc::ENXIO) => std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)?,
+        other => other?,
+    };
+    use std::os::fd::AsRawFd;
+    // SAFETY: fcntl on a descriptor we own: clear O_NONBLOCK for the child.
+    unsafe {
+        let fl = libc::fcntl(f.as_raw_fd(), libc::F_GETFL);
+        libc::fcntl(f.as_raw_fd(), libc::F_SETFL, fl & !libc::O_NONBLOCK);
+    }
+    Ok(Stdio::from(f))
+}
+
+impl Service {
+    fn publish(&self, topic: &str, event: Box<dyn MessageDyn>) {
+        let p = self.shared.publisher.lock().unwrap();
+        if let Err(e) = p.publish(Context::default(), topic, &self.shared.namespace, event) {
+            log::warn!("publishing {topic}: {e}");
+        }
+    }
+
+    /// Reads the spec, mounts the rootfs and deploys the function: every
+    /// failure undoes the mount and names the problem.
+    fn prepare(&self, req: &CreateTaskRequest) -> anyhow::Result<(Plan, Option<PathBuf>)> {
+        if req.terminal {
+            anyhow::bail!("thaw containers have no terminal (run without -t)");
+        }
+        let bundle = PathBuf::from(&req.bundle);
+        let spec = ContainerSpec::read(&bundle)?;
+        let mut mounted = None;
+        if !req.rootfs.is_empty() {
+            std::fs::create_dir_all(&spec.root)?;
+            for m in &req.rootfs {
+                if let Err(e) = containerd_shim::mount::mount_rootfs(
+                    Some(m.type_.as_str()),
+                    Some(m.source.as_str()),
+                    &m.options,
+                    &spec.root,
+                ) {
+                    unmount(&spec.root);
+                    anyhow::bail!("mounting the image's rootfs: {e}");
+                }
+            }
+            mounted = Some(spec.root.clone());
+        }
+        let planned = (|| {
+            if spec.is_pod_sandbox() {
+                return Ok(Plan {
+                    socket: daemon::socket(),
+                    function: String::new(),
+                    mode: spec.mode()?,
+                    netns: spec.netns.clone(),
+                });
+            }
+            let (handler, init) = thaw_server::image::entry_points_from_env(&spec.env)?;
+            let mode = spec.mode()?;
+            let function = Function {
+                handler,
+                init,
+                settings: spec.settings()?,
+            };
+            let socket = daemon::socket();
+            let name = daemon::ensure_deployed(&socket, &spec.root, &function)?;
+            Ok(Plan {
+                socket,
+                function: name,
+                mode,
+                netns: spec.netns.clone(),
+            })
+        })();
+        match planned {
+            Ok(plan) => Ok((plan, mounted)),
+            Err(e) => {
+                if let Some(m) = &mounted {
+                    unmount(m);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Follows the front until it exits, then records and announces the exit.
+    fn watch(&self, id: String, pid: u32, sub: containerd_shim::monitor::Subscription) {
+        let me = self.clone();
+        std::thread::spawn(move || {
+            let code = wait_pid(pid as i32, sub);
+            let exited_at = now();
+            {
+                let mut cs = me.shared.containers.lock().unwrap();
+                if let Some(c) = cs.get_mut(&id) {
+                    c.phase = Phase::Stopped;
+                    c.exit_status = code as u32;
+                    c.exited_at = Some(exited_at.clone());
+                    let _ = std::fs::remove_file(c.bundle.join(PID_FILE));
+                }
+                me.shared.changed.notify_all();
+            }
+            me.publish(
+                "/tasks/exit",
+                Box::new(TaskExit {
+                    container_id: id.clone(),
+                    id,
+                    pid,
+                    exit_status: code as u32,
+                    exited_at: MessageField::some(exited_at),
+                    ..Default::default()
+                }),
+            );
+        });
+    }
+}
+
+impl containerd_shim::Task for Service {
+    fn create(
+        &self,
+        _ctx: &TtrpcContext,
+        req: CreateTaskRequest,
+    ) -> TtrpcResult<CreateTaskResponse> {
+        if self.shared.containers.lock().unwrap().contains_key(&req.id) {
+            return Err(err(
+                Code::ALREADY_EXISTS,
+                format!("container {} exists", req.id),
+            ));
+        }
+        let (plan, mounted) = self
+            .prepare(&req)
+            .map_err(|e| err(Code::FAILED_PRECONDITION, format!("thaw: {e:#}")))?;
+        self.shared.containers.lock().unwrap().insert(
+            req.id.clone(),
+            Container {
+                bundle: PathBuf::from(&req.bundle),
+                stdout: req.stdout.clone(),
+                stderr: req.stderr.clone(),
+                mounted,
+                plan,
+                phase: Phase::Created,
+                pid: 0,
+                exit_status: 0,
+                exited_at: None,
+            },
+        );
+        self.publish(
+            "/tasks/create",
+            Box::new(TaskCreate {
+                container_id: req.id.clone(),
+                bundle: req.bundle.clone(),
+                ..Default::default()
+            }),
+        );
+        Ok(CreateTaskResponse::default())
+    }
+
+    fn start(&self, _ctx: &TtrpcContext, req: StartRequest) -> TtrpcResult<StartResponse> {
+        if !req.exec_id.is_empty() {
+            return Err(err(Code::UNIMPLEMENTED, "thaw containers have no exec"));
+        }
+        let mut cs = self.shared.containers.lock().unwrap();
+        let c = cs.get_mut(&req.id).ok_or_else(|| not_found(&req.id))?;
+        if c.phase != Phase::Created {
+            return Err(err(Code::FAILED_PRECONDITION, "already started"));
+        }
+        let spawned = || -> anyhow::Result<std::process::Child> {
+            let exe = std::env::current_exe()?;
+            Ok(Command::new(exe)
+                .arg(front::SUBCOMMAND)
+                .arg(serde_json::to_string(&c.plan)?)
+                .current_dir("/")
+                .stdin(Stdio::null())
+                .stdout(open_stdio(&c.stdout)?)
+                .stderr(open_stdio(&c.stderr)?)
+                .spawn()?)
+        };
+        // subscribe before the child exists, so its exit cannot be missed
+        let sub = monitor_subscribe(Topic::Pid)
+            .map_err(|e| err(Code::INTERNAL, format!("subscribing to exits: {e}")))?;
+        let child =
+            spawned().map_err(|e| err(Code::INTERNAL, format!("starting the front: {e:#}")))?;
+        let pid = child.id();
+        c.pid = pid;
+        c.phase = Phase::Running;
+        let _ = std::fs::write(c.bundle.join(PID_FILE), pid.to_string());
+        drop(cs);
+        self.watch(req.id.clone(), pid, sub);
+        self.publish(
+            "/tasks/start",
+            Box::new(TaskStart {
+                container_id: req.id,
+                pid,
+                ..Default::default()
+            }),
+        );
+        Ok(StartResponse {
+            pid,
+            ..Default::default()
+        })
+    }
+
+    fn state(&self, _ctx: &TtrpcContext, req: StateRequest) -> TtrpcResult<StateResponse> {
+        let cs = self.shared.containers.lock().unwrap();
+        let c = cs.get(&req.id).ok_or_else(|| not_found(&req.id))?;
+        let status = match c.phase {
+            Phase::Created => Status::CREATED,
+            Phase::Running => Status::RUNNING,
+            Phase::Stopped => Status::STOPPED,
+        };
+        Ok(StateResponse {
+            id: req.id,
+            bundle: c.bundle.to_string_lossy().into_owned(),
+            pid: c.pid,
+            status: status.into(),
+            stdout: c.stdout.clone(),
+            stderr: c.stderr.clone(),
+            exit_status: c.exit_status,
+            exited_at: MessageField::from_option(c.exited_at.clone()),
+            ..Default::default()
+        })
+    }
+
+    fn kill(&self, _ctx: &TtrpcContext, req: KillRequest) -> TtrpcResult<api::Empty> {
+        let mut cs = self.shared.containers.lock().unwrap();
+        let c = cs.get_mut(&req.id).ok_or_else(|| not_found(&req.id))?;
+        match c.phase {
+            Phase::Running => {
+                // SAFETY: a plain syscall on the front we started (not yet
+                // reaped while Running: the watcher sets Stopped first).
+                if unsafe { libc::kill(c.pid as i32, req.signal as i32) } != 0 {
+                    let e = std::io::Error::last_os_error();
+                    if e.raw_os_error() != Some(libc::ESRCH) {
+                        return Err(err(Code::INTERNAL, format!("kill: {e}")));
+                    }
+                }
+            }
+            Phase::Created => {
+                // never started: it stops as if killed
+                c.phase = Phase::Stopped;
+                c.exit_status = 128 + req.signal;
+                c.exited_at = Some(now());
+                self.shared.changed.notify_all();
+            }
+            Phase::Stopped => return Err(err(Code::NOT_FOUND, "process already finished")),
+        }
+        Ok(api::Empty::default())
+    }
+
+    fn wait(&self, _ctx: &TtrpcContext, req: WaitRequest) -> TtrpcResult<WaitResponse> {
+        let mut cs = self.shared.containers.lock().unwrap();
+        loop {
+            let c = cs.get(&req.id).ok_or_else(|| not_found(&req.id))?;
+            if c.phase == Phase::Stopped {
+                return Ok(WaitResponse {
+                    exit_status: c.exit_status,
+                    exited_at: MessageField::from_option(c.exited_at.clone()),
+                    ..Default::default()
+                });
+            }
+            cs = self.shared.changed.wait(cs).unwrap();
+        }
+    }
+
+    fn delete(&self, _ctx: &TtrpcContext, req: DeleteRequest) -> TtrpcResult<DeleteResponse> {
+        let mut cs = self.shared.containers.lock().unwrap();
+        let c = cs.get(&req.id).ok_or_else(|| not_found(&req.id))?;
+        if c.phase == Phase::Running {
+            return Err(err(
+                Code::FAILED_PRECONDITION,
+                format!("container {} is running: kill it first", req.id),
+            ));
+        }
+        let c = cs.remove(&req.id).expect("looked up above");
+        drop(cs);
+        if let Some(m) = &c.mounted {
+            unmount(m);
+        }
+        let exited_at = c.exited_at.unwrap_or_else(now);
+        self.publish(
+            "/tasks/delete",
+            Box::new(TaskDelete {
+                container_id: req.id.clone(),
+                id: req.id,
+                pid: c.pid,
+                exit_status: c.exit_status,
+                exited_at: MessageField::some(exited_at.clone()),
+                ..Default::default()
+            }),
+        );
+        Ok(DeleteResponse {
+            pid: c.pid,
+            exit_status: c.exit_status,
+            exited_at: MessageField::some(exited_at),
+            ..Default::default()
+        })
+    }
+
+    fn pids(&self, _ctx: &TtrpcContext, req: PidsRequest) -> TtrpcResult<PidsResponse> {
+        let cs = self.shared.containers.lock().unwrap();
+        let c = cs.get(&req.id).ok_or_else(|| not_found(&req.id))?;
+        let processes = (c.phase == Phase::Running)
+            .then(|| ProcessInfo {
+                pid: c.pid,
+                ..Default::default()
+            })
+            .into_iter()
+            .collect();
+        Ok(PidsResponse {
+            processes,
+            ..Default::default()
+        })
+    }
+
+    fn connect(&self, _ctx: &TtrpcContext, req: ConnectRequest) -> TtrpcResult<ConnectResponse> {
+        let cs = self.shared.containers.lock().unwrap();
+        Ok(ConnectResponse {
+            shim_pid: std::process::id(),
+            task_pid: cs.get(&req.id).map_or(0, |c| c.pid),
+            version: env!("CARGO_PKG_VERSION").into(),
+            ..Default::default()
+        })
+    }
+
+    fn shutdown(&self, _ctx: &TtrpcContext, _req: ShutdownRequest) -> TtrpcResult<api::Empty> {
+        // the pod's last container gone: the shim goes too
+        if self.shared.containers.lock().unwrap().is_empty() {
+            self.shared.exit.signal();
+        }
+        Ok(api::Empty::default())
+    }
+}

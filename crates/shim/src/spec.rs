@@ -1,0 +1,244 @@
+//! What the shim reads from a container's bundle (`config.json`, the OCI
+//! runtime spec containerd writes): the process's args and environment,
+//! the root filesystem, the annotations and the network namespace.
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// The pod a container belongs to (the CRI plugin sets it on every
+/// container of a pod): one shim serves the whole pod.
+pub const SANDBOX_ID_ANNOTATION: &str = "io.kubernetes.cri.sandbox-id";
+/// `sandbox` on a pod's first container (the pause container), which
+/// only holds the pod's namespaces.
+const CONTAINER_TYPE_ANNOTATION: &str = "io.kubernetes.cri.container-type";
+
+/// Function settings a container may give, as an annotation (pods) or an
+/// environment variable (`ctr run --env`); the annotation wins.
+const SETTINGS: [(&str, &str, &str); 3] = [
+    ("dev.thaw.memory-mb", "THAW_MEMORY_MB", "memory_mb"),
+    ("dev.thaw.timeout-ms", "THAW_TIMEOUT_MS", "timeout_ms"),
+    (
+        "dev.thaw.max-instances",
+        "THAW_MAX_INSTANCES",
+        "max_instances",
+    ),
+];
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Netns {
+    /// No network namespace in the spec: the host's.
+    Host,
+    /// A namespace without a path: a new one of the container's own.
+    New,
+    /// The pod's (made by the CRI plugin) or any named one.
+    Path(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// HTTP on the port, every request one invocation (the image's default command).
+    Serve { port: u16 },
+    /// One invocation with this event (JSON text), then exit.
+    Invoke { event: String },
+    /// The pod's sandbox: no function; waits until it is signalled.
+    Pause,
+}
+
+#[derive(Debug)]
+pub struct ContainerSpec {
+    pub args: Vec<String>,
+    pub env: Vec<String>,
+    /// Absolute path of the root filesystem.
+    pub root: PathBuf,
+    pub annotations: BTreeMap<String, String>,
+    pub netns: Netns,
+}
+
+fn read_json(bundle: &Path) -> Result<Value> {
+    let p = bundle.join("config.json");
+    let text = std::fs::read(&p).with_context(|| format!("reading {}", p.display()))?;
+    serde_json::from_slice(&text).with_context(|| format!("{} is not JSON", p.display()))
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| s.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+impl ContainerSpec {
+    pub fn read(bundle: &Path) -> Result<ContainerSpec> {
+        let v = read_json(bundle)?;
+        let root = v["root"]["path"].as_str().unwrap_or("rootfs");
+        let annotations = v["annotations"]
+            .as_object()
+            .map(|m| {
+                m.iter()
+                    .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let netns = v["linux"]["namespaces"]
+            .as_array()
+            .and_then(|ns| ns.iter().find(|n| n["type"] == "network"))
+            .map_or(Netns::Host, |n| match n["path"].as_str() {
+                Some(p) if !p.is_empty() => Netns::Path(p.to_string()),
+                _ => Netns::New,
+            });
+        Ok(ContainerSpec {
+            args: strings(&v["process"]["args"]),
+            env: strings(&v["process"]["env"]),
+            root: bundle.join(root),
+            annotations,
+            netns,
+        })
+    }
+
+    fn env_value(&self, key: &str) -> Option<&str> {
+        self.env
+            .iter()
+            .rev()
+            .find_map(|e| e.strip_prefix(key).and_then(|v| v.strip_prefix('=')))
+    }
+
+    /// The pod's pause container: the shim runs no function for it.
+    pub fn is_pod_sandbox(&self) -> bool {
+        self.annotations
+            .get(CONTAINER_TYPE_ANNOTATION)
+            .is_some_and(|t| t == "sandbox")
+    }
+
+    /// The container's command: `serve` (or none) or `invoke [EVENT]`.
+    pub fn mode(&self) -> Result<Mode> {
+        if self.is_pod_sandbox() {
+            return Ok(Mode::Pause);
+        }
+        match self.args.first().map(String::as_str) {
+            None | Some("serve") => {
+                let port = match self.env_value("PORT") {
+                    None => 8080,
+                    Some(p) => p
+                        .parse::<u16>()
+                        .ok()
+                        .filter(|&p| p != 0)
+                        .with_context(|| format!("PORT={p:?} is not a port number"))?,
+                };
+                Ok(Mode::Serve { port })
+            }
+            Some("invoke") => {
+                let event = self.args.get(1).cloned().unwrap_or_else(|| "null".into());
+                serde_json::from_str::<Value>(&event)
+                    .with_context(|| format!("the event {event:?} is not JSON"))?;
+                if self.args.len() > 2 {
+                    bail!("`invoke` takes one event (JSON), got {}", self.args.len() - 1);
+                }
+                Ok(Mode::Invoke { event })
+            }
+            Some(other) => bail!(
+                "unknown command {other:?}: a thaw container runs `serve` (the default) or `invoke [EVENT]`"
+            ),
+        }
+    }
+
+    /// The function's settings for the daemon's deploy request.
+    pub fn settings(&self) -> Result<Value> {
+        let mut out = json!({});
+        for (annotation, env, key) in SETTINGS {
+            let (source, raw) = match self.annotations.get(annotation) {
+                Some(v) => (annotation, v.as_str()),
+                None => match self.env_value(env) {
+                    Some(v) => (env, v),
+                    None => continue,
+                },
+            };
+            let n: u64 = raw
+                .parse()
+                .with_context(|| format!("{source}: {raw:?} is not a whole number"))?;
+            out[key] = json!(n);
+        }
+        Ok(out)
+    }
+}
+
+/// The shim grouping of a bundle: its pod, else the container alone.
+pub fn grouping(bundle: &Path, id: &str) -> String {
+    read_json(bundle)
+        .ok()
+        .and_then(|v| {
+            v["annotations"][SANDBOX_ID_ANNOTATION]
+                .as_str()
+                .map(str::to_string)
+        })
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| id.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(args: &[&str], env: &[&str], ann: &[(&str, &str)]) -> ContainerSpec {
+        ContainerSpec {
+            args: args.iter().map(|s| s.to_string()).collect(),
+            env: env.iter().map(|s| s.to_string()).collect(),
+            root: PathBuf::from("/r"),
+            annotations: ann
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            netns: Netns::Host,
+        }
+    }
+
+    #[test]
+    fn commands_and_their_errors() {
+        assert_eq!(
+            spec(&[], &[], &[]).mode().unwrap(),
+            Mode::Serve { port: 8080 }
+        );
+        assert_eq!(
+            spec(&["serve"], &["PORT=9000"], &[]).mode().unwrap(),
+            Mode::Serve { port: 9000 }
+        );
+        assert_eq!(
+            spec(&["invoke", "{\"a\":1}"], &[], &[]).mode().unwrap(),
+            Mode::Invoke {
+                event: "{\"a\":1}".into()
+            }
+        );
+        for (args, env) in [
+            (&["serve"][..], &["PORT=0"][..]),
+            (&["serve"], &["PORT=http"]),
+            (&["invoke", "{nope"], &[]),
+            (&["invoke", "1", "2"], &[]),
+            (&["sh"], &[]),
+        ] {
+            assert!(spec(args, env, &[]).mode().is_err(), "{args:?} {env:?}");
+        }
+    }
+
+    #[test]
+    fn settings_from_annotations_over_env_and_bad_values_refused() {
+        let s = spec(
+            &[],
+            &["THAW_MEMORY_MB=256", "THAW_TIMEOUT_MS=1000"],
+            &[("dev.thaw.memory-mb", "128")],
+        );
+        assert_eq!(
+            s.settings().unwrap(),
+            json!({"memory_mb": 128, "timeout_ms": 1000})
+        );
+        let e = spec(&[], &[], &[("dev.thaw.max-instances", "lots")])
+            .settings()
+            .unwrap_err();
+        assert!(e.to_string().contains("dev.thaw.max-instances"), "{e}");
+    }
+}
