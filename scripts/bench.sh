@@ -5,7 +5,7 @@
 # not fix them (default 10). Takes one to two hours on a 2-core machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh --remote
+scripts/setup.sh --tests
 cargo build --release --locked -q -p thaw-cli
 T=target/release/thaw
 OUT=${OUT:-bench-results}

@@ -1,8 +1,15 @@
 #!/usr/bin/env bash
 # Host set-up for thaw on a fresh Debian 12 machine: checks the kernel
 # facilities thaw needs and installs what is missing. Idempotent.
-# `--remote` also builds MinIO for the emulated remote tier.
+# `--tests` also installs what only the tests and the benchmarks use: MinIO
+# for the emulated remote tier, containerd and runc for the shim's tests.
 set -euo pipefail
+for_tests=false
+case "${1:-}" in
+    --tests) for_tests=true ;;
+    "") ;;
+    *) echo "usage: scripts/setup.sh [--tests]" >&2; exit 2 ;;
+esac
 
 die() { echo "setup: $*" >&2; exit 1; }
 
@@ -11,14 +18,18 @@ die() { echo "setup: $*" >&2; exit 1; }
 # Debian packages the build and the runtime-root recipe use.
 need_pkgs=()
 # losetup/mount/blkid (util-linux), mkfs.ext4 and tc back the emulated storage tiers.
-# containerd and ctr run the shim's tests (a private containerd per test).
 for p in gcc:gcc apt-get:apt dpkg-deb:dpkg ip:iproute2 tc:iproute2 python3:python3 \
-    losetup:util-linux blkid:util-linux mkfs.ext4:e2fsprogs \
-    containerd:containerd ctr:containerd runc:runc; do
+    losetup:util-linux blkid:util-linux mkfs.ext4:e2fsprogs; do
     command -v "${p%%:*}" >/dev/null 2>&1 || need_pkgs+=("${p##*:}")
 done
-# the shim's tests parse the Kubernetes manifests with PyYAML
-/usr/bin/python3 -c 'import yaml' 2>/dev/null || need_pkgs+=(python3-yaml)
+if $for_tests; then
+    # containerd and ctr run the shim's tests (a private containerd per test)
+    for p in containerd:containerd ctr:containerd runc:runc; do
+        command -v "${p%%:*}" >/dev/null 2>&1 || need_pkgs+=("${p##*:}")
+    done
+    # the shim's tests parse the Kubernetes manifests with PyYAML
+    /usr/bin/python3 -c 'import yaml' 2>/dev/null || need_pkgs+=(python3-yaml)
+fi
 if [ ${#need_pkgs[@]} -gt 0 ]; then
     echo "setup: installing ${need_pkgs[*]}" >&2
     apt-get update -qq
@@ -49,13 +60,13 @@ if grep -q " /sys/fs/cgroup/unified cgroup2 " /proc/mounts && ! grep -q " /sys/f
         || echo "setup: warning: could not set favordynmods; sandbox starts pay an RCU grace period" >&2
 fi
 # The emulated remote tier runs MinIO, built from the Go module proxy only
-# where the remote tier is used (`--remote`: the tests and the benchmarks; the
+# where the remote tier is used (`--tests`: the tests and the benchmarks; the
 # demo never touches it). The version is pinned so a new release cannot break
 # a fresh machine. MinIO needs a recent Go: GOTOOLCHAIN=auto lets Go >= 1.21
 # fetch the toolchain it asks for through the same proxy; Debian 12's own Go
 # (1.19) is too old.
 MINIO_VERSION=v0.0.0-20260212201848-7aac2a2c5b7c
-if [ "${1:-}" = --remote ]; then
+if $for_tests; then
     if ! command -v go >/dev/null 2>&1; then
         echo "setup: installing golang-go (to build MinIO)" >&2
         apt-get update -qq

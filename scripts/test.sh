@@ -3,7 +3,7 @@
 # runtime root (cached), run every test of the workspace as root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh --remote
+scripts/setup.sh --tests
 cargo fmt --all -- --check
 cargo clippy --release --locked --workspace --all-targets -q -- -D warnings
 cargo build --release --locked -q -p thaw-cli

@@ -104,7 +104,7 @@ pub fn server_binary() -> Result<PathBuf> {
     if let Some(gopath) = std::env::var_os("GOPATH") {
         cands.push(PathBuf::from(gopath).join("bin/minio"));
     }
-    // go's default GOPATH, where `scripts/setup.sh --remote` installs it
+    // go's default GOPATH, where `scripts/setup.sh --tests` installs it
     if let Some(home) = std::env::var_os("HOME") {
         cands.push(PathBuf::from(home).join("go/bin/minio"));
     }
@@ -112,7 +112,7 @@ pub fn server_binary() -> Result<PathBuf> {
     cands
         .into_iter()
         .find(|p| p.is_file())
-        .context("the MinIO server is not installed: `scripts/setup.sh --remote` builds it (a pinned `go install github.com/minio/minio@VERSION`)")
+        .context("the MinIO server is not installed: `scripts/setup.sh --tests` builds it (a pinned `go install github.com/minio/minio@VERSION`)")
 }
 
 /// The processes setup starts in the namespace, by pid-file name.
