@@ -11,8 +11,11 @@ die() { echo "setup: $*" >&2; exit 1; }
 # Debian packages the build and the runtime-root recipe use.
 need_pkgs=()
 # losetup/mount/blkid (util-linux), mkfs.ext4 and tc back the emulated storage tiers.
+# nft (nftables) holds the egress rules of functions given network access;
+# dnsmasq (dnsmasq-base, no service) answers the egress tests' test zone.
 for p in gcc:gcc apt-get:apt dpkg-deb:dpkg ip:iproute2 tc:iproute2 python3:python3 \
-    losetup:util-linux blkid:util-linux mkfs.ext4:e2fsprogs; do
+    losetup:util-linux blkid:util-linux mkfs.ext4:e2fsprogs nft:nftables dnsmasq:dnsmasq-base \
+    nsenter:util-linux; do
     command -v "${p%%:*}" >/dev/null 2>&1 || need_pkgs+=("${p##*:}")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then

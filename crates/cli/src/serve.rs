@@ -111,6 +111,19 @@ pub struct DeployArgs {
     /// Debian package for this function only (repeatable; resolved against the runtime root)
     #[arg(long)]
     pub package: Vec<String>,
+    /// Network destination the function may reach: CIDR[:PORT[-PORT]] (IPv4;
+    /// repeatable). Without --egress or --dns: loopback only
+    #[arg(long, value_name = "CIDR[:PORTS]")]
+    pub egress: Vec<String>,
+    /// The function's DNS resolver (an IPv4 address; port 53 elsewhere is refused)
+    #[arg(long, value_name = "IP")]
+    pub dns: Option<String>,
+    /// Connections one instance may hold open at once (with --egress)
+    #[arg(long)]
+    pub max_connections: Option<u32>,
+    /// Bandwidth cap per instance and direction, Mbit/s (with --egress)
+    #[arg(long)]
+    pub bandwidth_mbit: Option<u32>,
 }
 
 #[derive(Subcommand)]
@@ -218,6 +231,10 @@ pub fn client(home: &Path, socket: Option<PathBuf>, cmd: FnCmd) -> Result<()> {
                 tier,
                 sample_event,
                 package,
+                egress,
+                dns,
+                max_connections,
+                bandwidth_mbit,
             } = *args;
             let code = if path.is_dir() {
                 json!({"format": "tar.gz", "data_base64": b64(&thaw_server::archive::pack_dir(&path)?)})
@@ -255,6 +272,16 @@ pub fn client(home: &Path, socket: Option<PathBuf>, cmd: FnCmd) -> Result<()> {
                 if !v.is_null() {
                     req[k] = v;
                 }
+            }
+            if !egress.is_empty() || dns.is_some() {
+                req["network"] = json!({
+                    "egress": egress,
+                    "dns": dns,
+                    "max_connections": max_connections,
+                    "bandwidth_mbit": bandwidth_mbit,
+                });
+            } else if max_connections.is_some() || bandwidth_mbit.is_some() {
+                anyhow::bail!("--max-connections and --bandwidth-mbit need --egress or --dns");
             }
             finish(c.request("POST", "/v1/functions", Some(&serde_json::to_vec(&req)?))?)
         }

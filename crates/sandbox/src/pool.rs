@@ -51,6 +51,7 @@ impl Prebuilt {
             procs_files: slot.cgroups.procs_files(),
             tmp_bytes: cfg.tmp_bytes,
             binds: cfg.binds(),
+            net: slot.net.as_ref(),
         };
         let pid = spawn::spawn(&spec)?;
         drop(spec);

@@ -51,6 +51,7 @@ impl Zygote {
             procs_files: slot.cgroups.procs_files(),
             tmp_bytes: cfg.tmp_bytes,
             binds: cfg.binds(),
+            net: None,
         };
         let pid = spawn::spawn(&spec)?;
         let mut template = slot.into_sandbox(pid, root, None);

@@ -49,6 +49,9 @@ pub struct App {
     pub mover_busy: Mutex<()>,
     /// The slow snapshot tier's client, when that tier is remote.
     pub remote: tiering::RemoteClient,
+    /// The bridge and rule table of functions given egress, made at the
+    /// first such deploy (a daemon without them sets up nothing).
+    pub network: Mutex<Option<Arc<thaw_sandbox::egress::Network>>>,
 }
 
 /// Opens the state home, the worker and the pool, and brings back every
@@ -95,6 +98,7 @@ pub fn open(cfg: Config) -> Result<Arc<App>> {
         draining: AtomicBool::new(false),
         mover_busy: Mutex::new(()),
         remote,
+        network: Mutex::new(None),
     });
     let rt = tokio::runtime::Handle::try_current().context(
         "the daemon opens inside a tokio runtime (the SDK's nested invocations run on it)",
@@ -151,7 +155,13 @@ fn recover(app: &App) -> Result<()> {
         if repacked {
             app.registry.write_record(&rec, &secrets)?;
         }
-        let func = deploy::user_function(app, &vdir, &rec, &secrets);
+        let func = match deploy::user_function(app, &vdir, &rec, &secrets) {
+            Ok(f) => f,
+            Err(e) => {
+                tracing::error!(function = %name, "cannot set up its network, skipping: {}", e.body);
+                continue;
+            }
+        };
         // the policy may have moved the snapshot off its deploy tier
         let found = match tiering::locate(app, &name, version) {
             Ok(f) => f,
@@ -334,9 +344,7 @@ pub async fn start(app: Arc<App>, signals: bool) -> Result<Running> {
     let unix = tokio::net::UnixListener::bind(&socket)
         .with_context(|| format!("binding {}", socket.display()))?;
     std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600))?;
-    let tcp_addr = app
-        .cfg
-        .tcp_listen(std::env::var("PORT").ok().as_deref())?;
+    let tcp_addr = app.cfg.tcp_listen(std::env::var("PORT").ok().as_deref())?;
     let token = match &app.cfg.token_file {
         Some(p) => {
             let t = std::fs::read_to_string(p)
