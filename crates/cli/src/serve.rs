@@ -393,6 +393,43 @@ pub fn bench(home: &Path, a: BenchServeArgs) -> Result<()> {
     emit_report(&thaw_server::bench::markdown(&r), &r, a.json, a.markdown)
 }
 
+#[derive(Args)]
+pub struct BenchEgressArgs {
+    /// Cold starts per variant (with egress, without)
+    #[arg(long, default_value_t = 40)]
+    cold_runs: usize,
+    /// Size of each streamed HTTP body
+    #[arg(long, default_value_t = 1024)]
+    stream_mib: u64,
+    #[arg(long, default_value_t = 5)]
+    stream_runs: usize,
+    /// Connections per path for connect + first byte
+    #[arg(long, default_value_t = 300)]
+    connect_runs: usize,
+    /// Write the report as JSON here
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Write the markdown table here (it is printed either way)
+    #[arg(long)]
+    markdown: Option<PathBuf>,
+}
+
+pub fn bench_egress(home: &Path, a: BenchEgressArgs) -> Result<()> {
+    let o = thaw_server::egress_bench::Options {
+        cold_runs: a.cold_runs.max(1),
+        stream_mib: a.stream_mib.max(1),
+        stream_runs: a.stream_runs.max(1),
+        connect_runs: a.connect_runs.max(1),
+    };
+    let r = thaw_server::egress_bench::run(home, &o)?;
+    emit_report(
+        &thaw_server::egress_bench::markdown(&r),
+        &r,
+        a.json,
+        a.markdown,
+    )
+}
+
 /// Prints a benchmark's markdown table and writes it and the JSON report
 /// where asked.
 pub fn emit_report(

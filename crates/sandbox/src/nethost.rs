@@ -70,7 +70,11 @@ impl NetHost {
             run(&["ip", "-n", ns, "addr", "add", &a, "dev", "eth0"])?;
         }
         run(&["ip", "-n", ns, "link", "set", "eth0", "up"])?;
-        run(&["ip", "-n", ns, "link", "set", "lo", "up"])
+        run(&["ip", "-n", ns, "link", "set", "lo", "up"])?;
+        // other test hosts (and nothing else) are reached through this machine
+        let via = self.host_addr().to_string();
+        let hosts = format!("{}/16", Ipv4Addr::from(BASE));
+        run(&["ip", "-n", ns, "route", "add", &hosts, "via", &via])
     }
 
     /// This machine's address on the link (a host address: sandboxes are
@@ -221,7 +225,8 @@ class H(http.server.BaseHTTPRequestHandler):
         self.wfile.write(body)
     def log_message(self, *a):
         pass
-class S(socketserver.ThreadingMixIn, http.server.HTTPServer):
+# a TCP server, not http.server's: that one looks its own name up in DNS
+class S(socketserver.ThreadingTCPServer):
     daemon_threads = True
     allow_reuse_address = True
 S((sys.argv[1], int(sys.argv[2])), H).serve_forever()

@@ -10,6 +10,7 @@ pub mod bench;
 pub mod client;
 pub mod config;
 pub mod deploy;
+pub mod egress_bench;
 pub mod logs;
 pub mod metrics;
 pub mod pair;
