@@ -310,13 +310,13 @@ fn raising_function_reports_function_error_and_keeps_serving() {
             "{r}"
         );
     }
+    // test functions have no sized inputs: every size is {}
     let r = a.request(Request::invoke_size("I"));
-    assert_eq!(
-        err_kind(&r),
-        "bad_request",
-        "test functions have no sized inputs: {r}"
-    );
-    assert_eq!(a.health().1, 2);
+    assert_eq!(err_kind(&r), "function_error", "{r}");
+    assert!(r["message"].as_str().unwrap().contains("boom: {}"), "{r}");
+    let r = a.request(Request::invoke_size("V"));
+    assert_eq!(err_kind(&r), "bad_request", "an unknown size: {r}");
+    assert_eq!(a.health().1, 3);
     a.ok(Request::PrepareCheckpoint);
     a.shutdown();
 }
@@ -330,6 +330,7 @@ fn hanging_function_times_out_and_the_agent_keeps_serving() {
         let r = a.request(Request::Invoke {
             event: thaw_sandbox::agent::Event::Input(json!({})),
             timeout_ms: Some(timeout as f64),
+            request_id: None,
         });
         let el = t.elapsed();
         assert_eq!(err_kind(&r), "timeout", "{r}");
@@ -412,6 +413,7 @@ fn restored_reseeds_every_generator_and_reinstalls_signal_handlers() {
     let r = h.request(Request::Invoke {
         event: thaw_sandbox::agent::Event::Input(json!({})),
         timeout_ms: Some(100.0),
+        request_id: None,
     });
     assert_eq!(err_kind(&r), "timeout");
 }
