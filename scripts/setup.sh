@@ -18,13 +18,15 @@ die() { echo "setup: $*" >&2; exit 1; }
 # Debian packages the build and the runtime-root recipe use.
 need_pkgs=()
 # losetup/mount/blkid (util-linux), mkfs.ext4 and tc back the emulated storage tiers.
+# nft (nftables) holds the egress rules of functions given network access.
 for p in gcc:gcc apt-get:apt dpkg-deb:dpkg ip:iproute2 tc:iproute2 python3:python3 \
-    losetup:util-linux blkid:util-linux mkfs.ext4:e2fsprogs; do
+    losetup:util-linux blkid:util-linux mkfs.ext4:e2fsprogs nft:nftables nsenter:util-linux; do
     command -v "${p%%:*}" >/dev/null 2>&1 || need_pkgs+=("${p##*:}")
 done
 if $for_tests; then
-    # containerd and ctr run the shim's tests (a private containerd per test)
-    for p in containerd:containerd ctr:containerd runc:runc; do
+    # containerd and ctr run the shim's tests (a private containerd per test);
+    # dnsmasq (dnsmasq-base, no service) answers the egress tests' test zone
+    for p in containerd:containerd ctr:containerd runc:runc dnsmasq:dnsmasq-base; do
         command -v "${p%%:*}" >/dev/null 2>&1 || need_pkgs+=("${p##*:}")
     done
     # the shim's tests parse the Kubernetes manifests with PyYAML

@@ -271,6 +271,8 @@ enum BenchCmd {
     Hierarchy(hierarchy::Args),
     /// The daemon: warm latency and throughput over HTTP vs. in-process, restore via the API vs. direct
     Serve(serve::BenchServeArgs),
+    /// Network egress: cold start with and without, streaming from a test host, connect + first byte vs a plain process
+    Egress(serve::BenchEgressArgs),
     /// Simulated vs live: one synthetic day through `thaw sim` and through `thaw load` against a `thaw serve` it starts
     Simlive(thaw_simlive::Args),
     /// XDT: 1-1 transfers between functions by reference vs. inline in the event
@@ -602,6 +604,9 @@ fn run(cli: Cli, matches: &clap::ArgMatches) -> Result<()> {
         Cmd::Bench {
             cmd: BenchCmd::Serve(args),
         } => serve::bench(&home, args),
+        Cmd::Bench {
+            cmd: BenchCmd::Egress(args),
+        } => serve::bench_egress(&home, args),
         Cmd::Bench {
             cmd: BenchCmd::Simlive(a),
         } => thaw_simlive::main(&home, &a),

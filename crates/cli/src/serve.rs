@@ -120,6 +120,19 @@ pub struct DeployArgs {
     /// Debian package for this function only (repeatable; resolved against the runtime root)
     #[arg(long)]
     pub package: Vec<String>,
+    /// Network destination the function may reach: CIDR[:PORT[-PORT]] (IPv4;
+    /// repeatable). Without --egress or --dns: loopback only
+    #[arg(long, value_name = "CIDR[:PORTS]")]
+    pub egress: Vec<String>,
+    /// The function's DNS resolver (an IPv4 address; port 53 elsewhere is refused)
+    #[arg(long, value_name = "IP")]
+    pub dns: Option<String>,
+    /// Connections one instance may hold open at once (with --egress)
+    #[arg(long)]
+    pub max_connections: Option<u32>,
+    /// Bandwidth cap per instance and direction, Mbit/s (with --egress)
+    #[arg(long)]
+    pub bandwidth_mbit: Option<u32>,
 }
 
 #[derive(Subcommand)]
@@ -229,6 +242,10 @@ pub fn client(home: &Path, socket: Option<PathBuf>, cmd: FnCmd) -> Result<()> {
                 tier,
                 sample_event,
                 package,
+                egress,
+                dns,
+                max_connections,
+                bandwidth_mbit,
             } = *args;
             let code = if path.is_dir() {
                 json!({"format": "tar.gz", "data_base64": b64(&thaw_server::archive::pack_dir(&path)?)})
@@ -268,6 +285,16 @@ pub fn client(home: &Path, socket: Option<PathBuf>, cmd: FnCmd) -> Result<()> {
                 if !v.is_null() {
                     req[k] = v;
                 }
+            }
+            if !egress.is_empty() || dns.is_some() {
+                req["network"] = json!({
+                    "egress": egress,
+                    "dns": dns,
+                    "max_connections": max_connections,
+                    "bandwidth_mbit": bandwidth_mbit,
+                });
+            } else if max_connections.is_some() || bandwidth_mbit.is_some() {
+                anyhow::bail!("--max-connections and --bandwidth-mbit need --egress or --dns");
             }
             finish(c.request("POST", "/v1/functions", Some(&serde_json::to_vec(&req)?))?)
         }
@@ -377,6 +404,43 @@ pub fn bench(home: &Path, a: BenchServeArgs) -> Result<()> {
     };
     let r = thaw_server::bench::run(home, &o)?;
     emit_report(&thaw_server::bench::markdown(&r), &r, a.json, a.markdown)
+}
+
+#[derive(Args)]
+pub struct BenchEgressArgs {
+    /// Cold starts per variant (with egress, without)
+    #[arg(long, default_value_t = 40)]
+    cold_runs: usize,
+    /// Size of each streamed HTTP body
+    #[arg(long, default_value_t = 1024)]
+    stream_mib: u64,
+    #[arg(long, default_value_t = 5)]
+    stream_runs: usize,
+    /// Connections per path for connect + first byte
+    #[arg(long, default_value_t = 300)]
+    connect_runs: usize,
+    /// Write the report as JSON here
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Write the markdown table here (it is printed either way)
+    #[arg(long)]
+    markdown: Option<PathBuf>,
+}
+
+pub fn bench_egress(home: &Path, a: BenchEgressArgs) -> Result<()> {
+    let o = thaw_server::egress_bench::Options {
+        cold_runs: a.cold_runs.max(1),
+        stream_mib: a.stream_mib.max(1),
+        stream_runs: a.stream_runs.max(1),
+        connect_runs: a.connect_runs.max(1),
+    };
+    let r = thaw_server::egress_bench::run(home, &o)?;
+    emit_report(
+        &thaw_server::egress_bench::markdown(&r),
+        &r,
+        a.json,
+        a.markdown,
+    )
 }
 
 /// Prints a benchmark's markdown table and writes it and the JSON report

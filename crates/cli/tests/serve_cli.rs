@@ -297,3 +297,92 @@ fn load_against_a_live_daemon_accounts_every_request() {
     unsafe { libc::kill(daemon.id() as i32, libc::SIGTERM) };
     assert!(daemon.wait().unwrap().success());
 }
+
+/// The egress bridge a daemon process made (its alias names the daemon).
+fn egress_bridge_of(pid: u32) -> Option<String> {
+    let out = Command::new("ip")
+        .args(["-o", "link", "show", "type", "bridge"])
+        .output()
+        .expect("ip link");
+    let tag = format!("alias thaw-egress:{pid}.");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find(|l| l.contains(&tag))
+        .and_then(|l| l.split(": ").nth(1).map(str::to_string))
+}
+
+#[test]
+fn egress_leftovers_of_a_killed_daemon_go_at_the_next_cleanup() {
+    let home = Home(PathBuf::from(format!(
+        "/tmp/thaw-egress-cli-{}",
+        std::process::id()
+    )));
+    let _ = thaw_server::remove_home(&home.0);
+    std::fs::create_dir_all(&home.0).unwrap();
+    let code = home.0.join("netfn.py");
+    std::fs::write(&code, "def handler(event):\n    return 'ok'\n").unwrap();
+    let mut daemon = start(&home.0);
+    let pid = daemon.id();
+    // a documentation network: the function never sends anything
+    let code_arg = code.to_string_lossy().into_owned();
+    let bad = thaw_fn(
+        &home.0,
+        &[
+            "deploy",
+            &code_arg,
+            "--handler",
+            "netfn.handler",
+            "--egress",
+            "192.0.2.0/33",
+        ],
+    );
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("prefix length"));
+    ok(&thaw_fn(
+        &home.0,
+        &[
+            "deploy",
+            &code_arg,
+            "--handler",
+            "netfn.handler",
+            "--egress",
+            "192.0.2.0/24:443",
+            "--dns",
+            "192.0.2.53",
+        ],
+    ));
+    assert!(ok(&thaw_fn(&home.0, &["invoke", "netfn"])).contains("ok"));
+    let bridge = egress_bridge_of(pid).expect("the daemon's egress bridge");
+    daemon.kill().unwrap();
+    daemon.wait().unwrap();
+    remove_cgroups_of(pid);
+    assert_eq!(egress_bridge_of(pid).as_ref(), Some(&bridge));
+    // the next start cleans up (its own bridge, made as the function comes
+    // back, may take the same subnet under its own alias; a clean stop
+    // removes it)
+    let mut again = Stopping(start(&home.0));
+    assert_eq!(egress_bridge_of(pid), None, "{bridge} survived the cleanup");
+    let again_pid = again.0.id();
+    assert!(egress_bridge_of(again_pid).is_some());
+    again.stop();
+    assert_eq!(egress_bridge_of(again_pid), None);
+}
+
+/// A daemon stopped with SIGTERM when the test ends, even by a panic.
+struct Stopping(Child);
+
+impl Stopping {
+    fn stop(&mut self) {
+        let pid = self.0.id().to_string();
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for Stopping {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            self.stop();
+        }
+    }
+}

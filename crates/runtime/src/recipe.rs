@@ -753,6 +753,8 @@ fn build_into(
     )?;
     fs::write(root.join("etc/group"), "root:x:0:\nnogroup:x:65534:\n")?;
     fs::write(root.join("etc/hostname"), "thaw\n")?;
+    // empty: a function given a resolver gets it bind-mounted over this
+    fs::write(root.join("etc/resolv.conf"), "")?;
     fs::write(
         root.join("etc/ld.so.conf"),
         "include /etc/ld.so.conf.d/*.conf\n",

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use thaw_store::secure;
 
 /// Removes dead workers' cgroups (killing any sandbox still in them, e.g.
-/// one reparented to init) and their log files in `log_dir`. Returns what
-/// was removed.
+/// one reparented to init), their egress bridges and rules, and their log
+/// files in `log_dir`. Returns what was removed.
 pub fn gc(log_dir: &Path) -> Result<Vec<PathBuf>> {
     let mut removed = Vec::new();
     for hier in cgroup::hierarchies() {
@@ -26,6 +26,7 @@ pub fn gc(log_dir: &Path) -> Result<Vec<PathBuf>> {
             }
         }
     }
+    removed.extend(crate::egress::gc().into_iter().map(PathBuf::from));
     if let Ok(rd) = fs::read_dir(log_dir) {
         for e in rd.flatten() {
             let name = e.file_name().to_string_lossy().to_string();

@@ -13,8 +13,10 @@ mod cgroup;
 pub mod checkpoint;
 pub mod cleanup;
 mod cmsg;
+pub mod egress;
 mod error;
 pub mod files;
+pub mod nethost;
 pub mod pool;
 pub mod profile;
 mod ptrace;
@@ -70,6 +72,10 @@ pub struct SandboxConfig {
     /// A deployed function's extracted Debian packages, bind-mounted
     /// read-only at [`PACKAGES_DIR`] (fresh starts and restores alike).
     pub packages_dir: Option<PathBuf>,
+    /// A function given network egress: each sandbox gets an address and a
+    /// veth on the daemon's bridge, and a seccomp filter that allows IP
+    /// sockets. None: loopback only, and no IP sockets at all.
+    pub egress: Option<egress::Egress>,
 }
 
 /// Where a deployed function's code appears inside the sandbox.
@@ -90,6 +96,7 @@ impl Default for SandboxConfig {
             drift_share: 0.25,
             code_dir: None,
             packages_dir: None,
+            egress: None,
         }
     }
 }
@@ -108,7 +115,12 @@ impl SandboxConfig {
     fn binds(&self) -> Vec<(&Path, &'static str)> {
         let code = self.code_dir.as_deref().map(|d| (d, USER_CODE_DIR));
         let pkgs = self.packages_dir.as_deref().map(|d| (d, PACKAGES_DIR));
-        code.into_iter().chain(pkgs).collect()
+        let resolv = self
+            .egress
+            .as_ref()
+            .and_then(|e| e.resolv_conf())
+            .map(|f| (f, "/etc/resolv.conf"));
+        code.into_iter().chain(pkgs).chain(resolv).collect()
     }
 }
 
@@ -137,6 +149,8 @@ pub struct Sandbox {
     /// restored into a pooled sandbox: holds the pool's refill back until
     /// the first response
     pool_ticket: Option<pool::Ticket>,
+    /// its address and veth, for a function given egress
+    net: Option<egress::SandboxNet>,
 }
 
 /// The host-side pieces every new sandbox (fresh or restored) needs.
@@ -150,6 +164,7 @@ struct Slot {
     devnull: File,
     worker_end: UnixStream,
     sandbox_end: UnixStream,
+    net: Option<egress::SandboxNet>,
 }
 
 impl Slot {
@@ -174,6 +189,7 @@ impl Slot {
             .with_context(|| format!("creating {}", log_path.display()))?;
         let devnull = File::open("/dev/null")?;
         let (worker_end, sandbox_end) = UnixStream::pair()?;
+        let net = cfg.egress.as_ref().map(|e| e.lease()).transpose()?;
         Ok(Slot {
             id,
             uid,
@@ -184,6 +200,7 @@ impl Slot {
             devnull,
             worker_end,
             sandbox_end,
+            net,
         })
     }
 
@@ -211,6 +228,7 @@ impl Slot {
             strategy: None,
             first_response: None,
             pool_ticket: None,
+            net: self.net,
         }
     }
 }
@@ -237,13 +255,14 @@ impl Sandbox {
                 path,
                 uid: slot.uid.uid,
                 gid: slot.uid.uid,
-                filter: seccomp::filter(),
+                filter: seccomp::filter_for(slot.net.is_some()),
             },
             rlimits: cfg.rlimits(),
             procs_files: slot.cgroups.procs_files(),
             tmp_bytes: cfg.tmp_bytes,
             shm_bytes: cfg.shm_bytes,
             binds: cfg.binds(),
+            net: slot.net.as_ref(),
         };
         let pid = spawn::spawn(&spec)?;
         Ok(slot.into_sandbox(pid, root, None))
@@ -264,6 +283,11 @@ impl Sandbox {
 
     pub fn is_alive(&self) -> bool {
         self.alive
+    }
+
+    /// Its address and veth, for a function given egress.
+    pub fn network(&self) -> Option<&egress::SandboxNet> {
+        self.net.as_ref()
     }
 
     /// One request to the agent and its typed reply; an `"ok": false` reply

@@ -52,6 +52,7 @@ impl Prebuilt {
             tmp_bytes: cfg.tmp_bytes,
             shm_bytes: cfg.shm_bytes,
             binds: cfg.binds(),
+            net: slot.net.as_ref(),
         };
         let pid = spawn::spawn(&spec)?;
         drop(spec);

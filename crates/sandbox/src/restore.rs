@@ -254,7 +254,7 @@ pub(crate) fn restore_with(
     let sandbox_ms = ms(t1);
 
     let lazy = memory.lazy();
-    let plan = build_plan(&state, &mut memory, sb.uid())?;
+    let plan = build_plan(&state, &mut memory, sb.uid(), sb.net.is_some())?;
     let encoded = plan.encode().map_err(|e| anyhow!(e))?;
 
     if let Some(f) = on_spawn {
@@ -420,7 +420,12 @@ fn request_copies(image: &File, runs: &[r::PlanRun]) {
 
 /// The restorer's plan: the strategy's memory plan inside the mappings,
 /// plus the process state every restore carries.
-fn build_plan(state: &ProcessState, memory: &mut MemoryPlan, uid: u32) -> Result<r::Plan> {
+fn build_plan(
+    state: &ProcessState,
+    memory: &mut MemoryPlan,
+    uid: u32,
+    network: bool,
+) -> Result<r::Plan> {
     if memory.regions.len() != state.vmas.len() {
         bail!(
             "the memory plan has {} regions for {} mappings",
@@ -476,7 +481,7 @@ fn build_plan(state: &ProcessState, memory: &mut MemoryPlan, uid: u32) -> Result
         gs_base: state.regs[sigframe::GS_BASE],
     };
     plan.auxv = state.auxv.clone();
-    plan.filter = seccomp::filter();
+    plan.filter = seccomp::filter_for(network);
     plan.frame = sigframe::build(state, r::TRAMP_FRAME)?;
     Ok(plan)
 }

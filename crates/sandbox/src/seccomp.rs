@@ -18,6 +18,7 @@ const X32_SYSCALL_BIT: u32 = 0x4000_0000;
 const OFF_NR: u32 = 0;
 const OFF_ARCH: u32 = 4;
 const OFF_ARG0: u32 = 16;
+const OFF_ARG2: u32 = 32;
 
 /// Syscalls refused with EPERM, by x86_64 number.
 const DENIED: &[(u32, &str)] = &[
@@ -79,6 +80,10 @@ const SYS_SOCKET: u32 = 41;
 const SYS_CLONE: u32 = 56;
 const SYS_CLONE3: u32 = 435;
 const AF_UNIX: u32 = 1;
+const AF_INET: u32 = 2;
+const AF_NETLINK: u32 = 16;
+const AF_INET6: u32 = 10;
+const NETLINK_ROUTE: u32 = 0;
 /// CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET | NEWTIME
 const CLONE_NS_FLAGS: u32 = 0x0002_0000
     | 0x0200_0000
@@ -100,6 +105,12 @@ fn insn(code: u16, jt: u8, jf: u8, k: u32) -> [u8; 8] {
 
 /// The filter program, each instruction as the 8 bytes of a `struct sock_filter`.
 pub fn filter() -> Vec<[u8; 8]> {
+    filter_for(false)
+}
+
+/// [`filter`], and with `network` (a function given egress) also `AF_INET`,
+/// `AF_INET6` and read-only routing netlink (what `getaddrinfo` asks).
+pub fn filter_for(network: bool) -> Vec<[u8; 8]> {
     let errno = |e: i32| insn(RET_K, 0, 0, RET_ERRNO | (e as u32 & 0xffff));
     let mut p = vec![
         insn(LD_W_ABS, 0, 0, OFF_ARCH),
@@ -116,12 +127,28 @@ pub fn filter() -> Vec<[u8; 8]> {
     // clone3 passes flags in memory BPF cannot see: ENOSYS makes libc fall back to clone.
     p.push(insn(JEQ_K, 0, 1, SYS_CLONE3));
     p.push(errno(libc::ENOSYS));
-    // socket(domain != AF_UNIX) -> EAFNOSUPPORT
-    p.push(insn(JEQ_K, 0, 4, SYS_SOCKET));
-    p.push(insn(LD_W_ABS, 0, 0, OFF_ARG0));
-    p.push(insn(JEQ_K, 1, 0, AF_UNIX));
-    p.push(errno(libc::EAFNOSUPPORT));
-    p.push(insn(RET_K, 0, 0, RET_ALLOW));
+    // socket(domain not allowed) -> EAFNOSUPPORT
+    let socket_rule = match network {
+        false => vec![
+            insn(LD_W_ABS, 0, 0, OFF_ARG0),
+            insn(JEQ_K, 1, 0, AF_UNIX),
+            errno(libc::EAFNOSUPPORT),
+            insn(RET_K, 0, 0, RET_ALLOW),
+        ],
+        true => vec![
+            insn(LD_W_ABS, 0, 0, OFF_ARG0),
+            insn(JEQ_K, 6, 0, AF_UNIX),
+            insn(JEQ_K, 5, 0, AF_INET),
+            insn(JEQ_K, 4, 0, AF_INET6),
+            insn(JEQ_K, 0, 2, AF_NETLINK),
+            insn(LD_W_ABS, 0, 0, OFF_ARG2),
+            insn(JEQ_K, 1, 0, NETLINK_ROUTE),
+            errno(libc::EAFNOSUPPORT),
+            insn(RET_K, 0, 0, RET_ALLOW),
+        ],
+    };
+    p.push(insn(JEQ_K, 0, socket_rule.len() as u8, SYS_SOCKET));
+    p.extend(socket_rule);
     // clone with namespace flags -> EPERM
     p.push(insn(JEQ_K, 0, 3, SYS_CLONE));
     p.push(insn(LD_W_ABS, 0, 0, OFF_ARG0));
@@ -143,6 +170,10 @@ mod tests {
     /// A tiny classic-BPF interpreter over the subset we emit, to check the
     /// program's verdicts without loading it.
     fn run(prog: &[[u8; 8]], nr: u32, arch: u32, arg0: u32) -> u32 {
+        run_args(prog, nr, arch, arg0, 0)
+    }
+
+    fn run_args(prog: &[[u8; 8]], nr: u32, arch: u32, arg0: u32, arg2: u32) -> u32 {
         let mut acc = 0u32;
         let mut pc = 0usize;
         loop {
@@ -157,6 +188,7 @@ mod tests {
                         OFF_NR => nr,
                         OFF_ARCH => arch,
                         OFF_ARG0 => arg0,
+                        OFF_ARG2 => arg2,
                         _ => panic!("load {k}"),
                     }
                 }
@@ -197,5 +229,25 @@ mod tests {
         assert_eq!(run(&p, X32_SYSCALL_BIT | 1, a, 0), RET_KILL_PROCESS, "x32");
         assert!(p.len() < 4096);
         assert!(denied_names().contains(&"bpf"));
+    }
+
+    #[test]
+    fn network_functions_may_open_inet_sockets_only() {
+        let (n, a) = (filter_for(true), AUDIT_ARCH_X86_64);
+        let refused = RET_ERRNO | libc::EAFNOSUPPORT as u32;
+        for (domain, proto, want) in [
+            (AF_UNIX, 0, RET_ALLOW),
+            (AF_INET, 6, RET_ALLOW),
+            (AF_INET6, 0, RET_ALLOW),
+            (AF_NETLINK, NETLINK_ROUTE, RET_ALLOW),
+            (AF_NETLINK, 9, refused), // audit
+            (17, 0, refused),         // AF_PACKET
+        ] {
+            assert_eq!(run_args(&n, 41, a, domain, proto), want, "{domain}/{proto}");
+        }
+        // the rest of the program is the same
+        assert_eq!(run(&n, 101, a, 0), RET_ERRNO | libc::EPERM as u32, "ptrace");
+        assert_eq!(run(&n, 56, a, 0x1000_0000), RET_ERRNO | libc::EPERM as u32);
+        assert_eq!(run(&filter(), 41, a, AF_INET), refused);
     }
 }

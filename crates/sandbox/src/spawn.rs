@@ -45,8 +45,12 @@ pub struct ChildSpec<'a> {
     /// Size of the private /dev/shm (POSIX shared memory and semaphores).
     pub shm_bytes: u64,
     /// Host directories bind-mounted read-only at mount points (absolute
-    /// paths inside the root): a deployed function's code and packages.
+    /// paths inside the root): a deployed function's code and packages, or
+    /// a file onto a file (its resolver configuration).
     pub binds: Vec<(&'a Path, &'static str)>,
+    /// A function given egress: its veth is plugged into the child's
+    /// namespace before the child goes on, and the child configures its end.
+    pub net: Option<&'a crate::egress::SandboxNet>,
 }
 
 /// The private shared-memory mount inside the sandbox.
@@ -74,9 +78,11 @@ const STEPS: &[&str] = &[
     "leaving the worker's session (setsid)",
     "mounting the function code or packages",
     "mounting /dev/shm",
+    "configuring the egress interface",
 ];
 const STEP_CODE: usize = 15;
 const STEP_SHM: usize = 16;
+const STEP_EGRESS: usize = 17;
 
 /// Index of the setsid step in [`STEPS`].
 const STEP_SETSID: usize = 14;
@@ -101,6 +107,19 @@ struct Prepared {
     memfd: Option<RawFd>,
     /// (host directory, mount point inside the root, before pivoting)
     binds: Vec<(CString, CString)>,
+    /// the sandbox's end of its egress veth: (address, gateway)
+    net: Option<(libc::sockaddr_in, libc::sockaddr_in)>,
+}
+
+fn sockaddr(a: std::net::Ipv4Addr) -> libc::sockaddr_in {
+    libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: 0,
+        sin_addr: libc::in_addr {
+            s_addr: u32::from_ne_bytes(a.octets()),
+        },
+        sin_zero: [0; 8],
+    }
 }
 
 fn cstr(s: &[u8]) -> Result<CString> {
@@ -141,9 +160,13 @@ fn prepare(spec: &ChildSpec) -> Result<Prepared> {
     let mut binds = Vec::new();
     for (dir, at) in &spec.binds {
         let target = root.join(at.trim_start_matches('/'));
-        if !target.is_dir() {
+        let kind_matches = match dir.is_dir() {
+            true => target.is_dir(),
+            false => target.is_file(),
+        };
+        if !kind_matches {
             bail!(
-                "runtime root {} has no {at} directory to mount on \
+                "runtime root {} has no {at} to mount on \
                  (rebuild it with `thaw runtime build`)",
                 root.display(),
             );
@@ -197,6 +220,10 @@ fn prepare(spec: &ChildSpec) -> Result<Prepared> {
         filter,
         memfd,
         binds,
+        net: spec.net.map(|n| {
+            let (addr, gateway) = n.child_config();
+            (sockaddr(addr), sockaddr(gateway))
+        }),
     })
 }
 
@@ -237,6 +264,7 @@ pub fn spawn(spec: &ChildSpec) -> Result<i32> {
         std::fs::write(f, pid.to_string())
             .with_context(|| format!("adding pid {pid} to {}", f.display()))
     });
+    let joined = joined.and_then(|()| spec.net.map_or(Ok(()), |n| n.plug(pid)));
     if let Err(e) = joined {
         kill_and_reap(pid);
         close(&[go_w, err_r]);
@@ -328,14 +356,7 @@ fn child(p: &Prepared, go_r: RawFd, err_w: RawFd) -> ! {
     // no allocation, no locks, as required between clone and exec.
     unsafe {
         let mut err_fd = err_w;
-        let fail = |fd: RawFd, step: usize| -> ! {
-            let errno = *libc::__errno_location();
-            let mut rep = [0u8; 8];
-            rep[0..4].copy_from_slice(&(step as u32).to_le_bytes());
-            rep[4..8].copy_from_slice(&errno.to_le_bytes());
-            libc::write(fd, rep.as_ptr().cast(), 8);
-            libc::_exit(127);
-        };
+        let fail = |fd: RawFd, step: usize| -> ! { fail_step(fd, step) };
         let mut b = 0u8;
         if libc::read(go_r, (&mut b as *mut u8).cast(), 1) != 1 {
             fail(err_fd, 0);
@@ -497,6 +518,9 @@ fn child(p: &Prepared, go_r: RawFd, err_w: RawFd) -> ! {
         if libc::ioctl(s, libc::SIOCSIFFLAGS, &ifr) != 0 {
             fail(err_fd, 9);
         }
+        if let Some((addr, gateway)) = &p.net {
+            configure_egress(s, addr, gateway, err_fd);
+        }
         libc::close(s);
         libc::sethostname(c"thaw".as_ptr(), 4);
 
@@ -554,4 +578,76 @@ fn child(p: &Prepared, go_r: RawFd, err_w: RawFd) -> ! {
         }
         fail(err_fd, 13);
     }
+}
+
+/// The child's end of its egress veth: its address as a /32, a host route to
+/// the gateway (the bridge) and the default route through it, so everything
+/// it sends is routed (and filtered) by the host. Raw ioctls only: it runs
+/// between clone and exec.
+///
+/// # Safety
+/// Called in the child with a datagram socket `s`; fails through `err_fd`.
+unsafe fn configure_egress(
+    s: RawFd,
+    addr: &libc::sockaddr_in,
+    gateway: &libc::sockaddr_in,
+    err_fd: RawFd,
+) {
+    let fail = || -> ! { fail_step(err_fd, STEP_EGRESS) };
+    let as_sockaddr = |a: &libc::sockaddr_in| -> libc::sockaddr { std::mem::transmute_copy(a) };
+    let host_mask = sockaddr(std::net::Ipv4Addr::BROADCAST);
+    let mut ifr: libc::ifreq = std::mem::zeroed();
+    for (i, b) in crate::egress::SANDBOX_IF.bytes().enumerate() {
+        ifr.ifr_name[i] = b as libc::c_char;
+    }
+    ifr.ifr_ifru.ifru_addr = as_sockaddr(addr);
+    if libc::ioctl(s, libc::SIOCSIFADDR, &ifr) != 0 {
+        fail();
+    }
+    ifr.ifr_ifru.ifru_netmask = as_sockaddr(&host_mask);
+    if libc::ioctl(s, libc::SIOCSIFNETMASK, &ifr) != 0 {
+        fail();
+    }
+    if libc::ioctl(s, libc::SIOCGIFFLAGS, &mut ifr) != 0 {
+        fail();
+    }
+    ifr.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
+    if libc::ioctl(s, libc::SIOCSIFFLAGS, &ifr) != 0 {
+        fail();
+    }
+    let mut dev = [0 as libc::c_char; 16];
+    for (i, b) in crate::egress::SANDBOX_IF.bytes().enumerate() {
+        dev[i] = b as libc::c_char;
+    }
+    let any = sockaddr(std::net::Ipv4Addr::UNSPECIFIED);
+    let mut to_gateway: libc::rtentry = std::mem::zeroed();
+    to_gateway.rt_dst = as_sockaddr(gateway);
+    to_gateway.rt_genmask = as_sockaddr(&host_mask);
+    to_gateway.rt_flags = libc::RTF_UP | libc::RTF_HOST;
+    to_gateway.rt_dev = dev.as_mut_ptr();
+    if libc::ioctl(s, libc::SIOCADDRT, &to_gateway) != 0 {
+        fail();
+    }
+    let mut default: libc::rtentry = std::mem::zeroed();
+    default.rt_dst = as_sockaddr(&any);
+    default.rt_genmask = as_sockaddr(&any);
+    default.rt_gateway = as_sockaddr(gateway);
+    default.rt_flags = libc::RTF_UP | libc::RTF_GATEWAY;
+    default.rt_dev = dev.as_mut_ptr();
+    if libc::ioctl(s, libc::SIOCADDRT, &default) != 0 {
+        fail();
+    }
+}
+
+/// Reports (step, errno) to the parent and exits: the child's failure path.
+///
+/// # Safety
+/// Only in the child, between clone and exec.
+unsafe fn fail_step(fd: RawFd, step: usize) -> ! {
+    let errno = *libc::__errno_location();
+    let mut rep = [0u8; 8];
+    rep[0..4].copy_from_slice(&(step as u32).to_le_bytes());
+    rep[4..8].copy_from_slice(&errno.to_le_bytes());
+    libc::write(fd, rep.as_ptr().cast(), 8);
+    libc::_exit(127);
 }

@@ -52,6 +52,7 @@ impl Zygote {
             tmp_bytes: cfg.tmp_bytes,
             shm_bytes: cfg.shm_bytes,
             binds: cfg.binds(),
+            net: None,
         };
         let pid = spawn::spawn(&spec)?;
         let mut template = slot.into_sandbox(pid, root, None);

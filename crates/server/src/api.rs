@@ -636,6 +636,28 @@ async fn readyz(State(app): State<Arc<App>>) -> Response {
 
 async fn metrics(State(app): State<Arc<App>>) -> Response {
     app.pool.tick();
+    let egress: Vec<_> = app
+        .functions
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .values()
+        .filter_map(|v| Some((v.rec.name.clone(), v.func.egress.clone()?)))
+        .collect();
+    if !egress.is_empty() {
+        let app2 = app.clone();
+        // the rule table's counters: one nft run per function
+        let _ = tokio::task::spawn_blocking(move || {
+            for (name, e) in egress {
+                match e.refused() {
+                    Ok(n) => app2.metrics.egress_refused(&name, n),
+                    Err(e) => {
+                        tracing::warn!(function = %name, "reading the egress counters: {e:#}")
+                    }
+                }
+            }
+        })
+        .await;
+    }
     let mut tiers: HashMap<String, u64> = HashMap::new();
     for v in app
         .functions

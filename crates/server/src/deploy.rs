@@ -51,6 +51,31 @@ pub struct DeployRequest {
     /// Who the function belongs to (default `default`): only functions of
     /// one owner may invoke each other or read each other's objects.
     pub owner: Option<String>,
+    /// Network egress (default none: loopback only, no IP sockets).
+    pub network: Option<NetworkRequest>,
+}
+
+/// What a function may reach on the network: `egress` rules `CIDR[:PORTS]`
+/// (IPv4), a resolver, and per-instance caps.
+#[derive(Debug, Clone, PartialEq, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct NetworkRequest {
+    #[serde(default)]
+    pub egress: Vec<String>,
+    pub dns: Option<String>,
+    pub max_connections: Option<u32>,
+    pub bandwidth_mbit: Option<u32>,
+}
+
+impl NetworkRequest {
+    pub fn policy(&self) -> Result<thaw_sandbox::egress::Policy, String> {
+        thaw_sandbox::egress::Policy::parse(
+            &self.egress,
+            self.dns.as_deref(),
+            self.max_connections,
+            self.bandwidth_mbit,
+        )
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -204,6 +229,9 @@ pub async fn run(app: &Arc<App>, req: DeployRequest) -> Result<(Record, StatusCo
     if let Some(owner) = &req.owner {
         check_name(owner).map_err(|e| bad(format!("owner: {e:#}")))?;
     }
+    if let Some(n) = &req.network {
+        n.policy().map_err(|e| bad(format!("network: {e}")))?;
+    }
     let format = Format::parse(&req.code.format).map_err(|e| bad(format!("{e:#}")))?;
     let data = base64::engine::general_purpose::STANDARD
         .decode(req.code.data_base64.as_bytes())
@@ -334,13 +362,14 @@ fn build(
             snapshot: None,
             placement: None,
             packages,
+            network: req.network.clone(),
             code_bytes: stats.bytes,
             code_files: stats.files,
             created_unix: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),
         };
-        let func = user_function(app, &vdir, &rec, &req.secret_env);
+        let func = user_function(app, &vdir, &rec, &req.secret_env)?;
         let taken = match strategy {
             "boot" => {
                 check_boots(app, &rec, &func, req.sample_event.as_ref())?;
@@ -524,13 +553,23 @@ pub fn packages_tree(app: &App, p: &PackagesInfo) -> std::path::PathBuf {
     app.cfg.packages_dir().join(&p.hash).join("tree")
 }
 
+/// A version's function as the worker runs it; a function given egress gets
+/// its rules (and the daemon its network, at the first such function): the
+/// host's error when they cannot be set up.
 pub fn user_function(
     app: &App,
     vdir: &Path,
     rec: &Record,
     secrets: &BTreeMap<String, String>,
-) -> UserFunction {
-    UserFunction {
+) -> Result<UserFunction, ApiError> {
+    let egress = match &rec.network {
+        Some(n) => Some(
+            attach_network(app, vdir, n)
+                .map_err(|e| internal(e.context("setting up the function's network")))?,
+        ),
+        None => None,
+    };
+    Ok(UserFunction {
         packages_dir: rec.packages.as_ref().map(|p| packages_tree(app, p)),
         code_dir: vdir.join("code"),
         handler: rec.handler.clone(),
@@ -547,7 +586,35 @@ pub fn user_function(
             )
             .collect(),
         memory_bytes: rec.memory_mb << 20,
-    }
+        egress,
+    })
+}
+
+fn attach_network(
+    app: &App,
+    vdir: &Path,
+    n: &NetworkRequest,
+) -> anyhow::Result<thaw_sandbox::egress::Egress> {
+    let policy = n.policy().map_err(|e| anyhow::anyhow!(e))?;
+    let resolv = match policy.dns {
+        Some(d) => {
+            let f = vdir.join("resolv.conf");
+            std::fs::write(&f, format!("nameserver {d}\n"))?;
+            // read through its bind mount by the sandbox's own uid
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644))?;
+            Some(f)
+        }
+        None => None,
+    };
+    let network = {
+        let mut held = app.network.lock().unwrap_or_else(|p| p.into_inner());
+        match &*held {
+            Some(n) => n.clone(),
+            None => held.insert(thaw_sandbox::egress::Network::open()?).clone(),
+        }
+    };
+    network.attach(&policy, resolv)
 }
 
 /// Who the function is, for a Lambda-style handler's context (reserved

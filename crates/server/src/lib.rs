@@ -10,6 +10,7 @@ pub mod bench;
 pub mod client;
 pub mod config;
 pub mod deploy;
+pub mod egress_bench;
 pub mod image;
 pub mod logs;
 pub mod metrics;
@@ -50,6 +51,9 @@ pub struct App {
     pub mover_busy: Mutex<()>,
     /// The slow snapshot tier's client, when that tier is remote.
     pub remote: tiering::RemoteClient,
+    /// The bridge and rule table of functions given egress, made at the
+    /// first such deploy (a daemon without them sets up nothing).
+    pub network: Mutex<Option<Arc<thaw_sandbox::egress::Network>>>,
 }
 
 /// Opens the state home, the worker and the pool, and brings back every
@@ -96,6 +100,7 @@ pub fn open(cfg: Config) -> Result<Arc<App>> {
         draining: AtomicBool::new(false),
         mover_busy: Mutex::new(()),
         remote,
+        network: Mutex::new(None),
     });
     let rt = tokio::runtime::Handle::try_current().context(
         "the daemon opens inside a tokio runtime (the SDK's nested invocations run on it)",
@@ -152,7 +157,13 @@ fn recover(app: &App) -> Result<()> {
         if repacked {
             app.registry.write_record(&rec, &secrets)?;
         }
-        let func = deploy::user_function(app, &vdir, &rec, &secrets);
+        let func = match deploy::user_function(app, &vdir, &rec, &secrets) {
+            Ok(f) => f,
+            Err(e) => {
+                tracing::error!(function = %name, "cannot set up its network, skipping: {}", e.body);
+                continue;
+            }
+        };
         // the policy may have moved the snapshot off its deploy tier
         let found = match tiering::locate(app, &name, version) {
             Ok(f) => f,

@@ -25,6 +25,12 @@ pub struct LogEntry {
     pub output: String,
     #[serde(default)]
     pub truncated: bool,
+    /// Bytes the instance received and sent during the invocation (functions
+    /// given network egress only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub net_in_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub net_out_bytes: Option<u64>,
 }
 
 /// Takes (and clears) what a sandbox wrote since the last call, at most `cap` bytes.

@@ -86,6 +86,17 @@ pub struct Metrics {
     pub pulls: Family<OutcomeLabel, Counter>,
     pub pulled_bytes: Counter,
     pub pull_duration: Histogram,
+    /// bytes to and from functions given egress, by direction (`in`, `out`)
+    pub egress_bytes: Family<DirectionLabels, Counter>,
+    /// packets the egress rules refused, per function (read from the rule
+    /// table's counters at each scrape)
+    pub egress_refused: Family<FunctionLabel, Counter>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DirectionLabels {
+    pub function: String,
+    pub direction: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -112,6 +123,18 @@ impl Metrics {
         let pulls = Family::<OutcomeLabel, Counter>::default();
         let pulled_bytes = Counter::default();
         let pull_duration = seconds_histogram();
+        let egress_bytes = Family::<DirectionLabels, Counter>::default();
+        let egress_refused = Family::<FunctionLabel, Counter>::default();
+        registry.register(
+            "egress_bytes",
+            "Bytes received (in) and sent (out) by instances of functions given network egress",
+            egress_bytes.clone(),
+        );
+        registry.register(
+            "egress_refused_packets",
+            "Packets from instances of a function that its egress rules refused",
+            egress_refused.clone(),
+        );
         registry.register(
             "xdt_pulls",
             "XDT objects pulled from other workers, by outcome (ok or error kind)",
@@ -194,7 +217,29 @@ impl Metrics {
             pulls,
             pulled_bytes,
             pull_duration,
+            egress_bytes,
+            egress_refused,
         }
+    }
+
+    /// Adds one invocation's network bytes (received, sent) to `function`'s.
+    pub fn egress_bytes(&self, function: &str, (received, sent): (u64, u64)) {
+        for (direction, n) in [("in", received), ("out", sent)] {
+            self.egress_bytes
+                .get_or_create(&DirectionLabels {
+                    function: function.into(),
+                    direction: direction.into(),
+                })
+                .inc_by(n);
+        }
+    }
+
+    /// Brings `function`'s refused-packet counter up to the rule table's.
+    pub fn egress_refused(&self, function: &str, total: u64) {
+        let c = self.egress_refused.get_or_create(&FunctionLabel {
+            function: function.into(),
+        });
+        c.inc_by(total.saturating_sub(c.get()));
     }
 
     pub fn reject(&self, reason: &str) {

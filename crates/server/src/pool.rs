@@ -696,6 +696,7 @@ impl Pool {
         let xdt = self.xdt.get().cloned();
         let slot_tiers = self.slot_tiers.clone();
         let alive = ThreadCount::new(&self.threads);
+        let metrics = self.metrics.clone();
         let spawned = std::thread::Builder::new()
             .name(format!("thaw-inst-{}", v.rec.name))
             .spawn(move || {
@@ -708,6 +709,7 @@ impl Pool {
                     },
                     xdt,
                     slot_tiers,
+                    metrics,
                 };
                 instance_thread(worker, vv, name, rx, ready_tx, services)
             });
@@ -840,6 +842,8 @@ struct InstanceServices {
     xdt: Option<Arc<crate::xdt::XdtHost>>,
     /// the snapshot tiers' configurations (restore slots)
     slot_tiers: Arc<HashMap<String, thaw_tiers::TierConfig>>,
+    /// counts the network bytes of functions given egress
+    metrics: Arc<Metrics>,
 }
 
 struct MemoryGauge {
@@ -935,6 +939,7 @@ fn instance_thread(
         gauge,
         xdt,
         slot_tiers,
+        metrics,
     } = services;
     let t0 = Instant::now();
     let init_timeout = Duration::from_millis(v.rec.timeout_ms.max(60_000));
@@ -1043,6 +1048,7 @@ fn instance_thread(
             thaw_xdt::sdk::Session::new(host.as_ref(), ctx, v.rec.memory_mb << 20)
                 .with_prefetched(prefetched)
         });
+        let net_before = sb.network().map(|n| n.bytes());
         let reply = match &mut sdk_session {
             Some(sdk_session) => thaw_worker::invoke_event_serving(
                 &mut sb,
@@ -1058,7 +1064,15 @@ fn instance_thread(
         }
         .map_err(|e| format!("{e:#}"));
         let (output, truncated) = take_sandbox_output(sb.log_path(), log_cap);
-        if !output.is_empty() {
+        // what the instance received and sent during this invocation
+        let net = net_before
+            .zip(sb.network().map(|n| n.bytes()))
+            .map(|(b, a)| {
+                let d = (a.0.saturating_sub(b.0), a.1.saturating_sub(b.1));
+                metrics.egress_bytes(&v.rec.name, d);
+                d
+            });
+        if !output.is_empty() || net.is_some_and(|d| d != (0, 0)) {
             let entry = LogEntry {
                 seq: 0,
                 invocation_id,
@@ -1068,6 +1082,8 @@ fn instance_thread(
                     .map_or(0, |d| d.as_millis() as u64),
                 output,
                 truncated,
+                net_in_bytes: net.map(|d| d.0),
+                net_out_bytes: net.map(|d| d.1),
             };
             if let Err(e) = v.ring.append(entry) {
                 tracing::warn!(function = %v.rec.name, "writing the function log: {e:#}");

@@ -49,6 +49,9 @@ pub struct Record {
     /// How strategy and tier were chosen (none for older records).
     #[serde(default)]
     pub placement: Option<crate::placement::PlacementInfo>,
+    /// Network egress (none for older records: loopback only).
+    #[serde(default)]
+    pub network: Option<crate::deploy::NetworkRequest>,
     pub code_bytes: u64,
     pub code_files: u64,
     pub created_unix: u64,

@@ -1793,6 +1793,278 @@ fn deploy_time_placement_explains_its_choice_and_honours_the_request() {
     );
 }
 
+/// A function given egress: HTTP, raw connects, DNS, its own address.
+const NET_FN: &str = r#"
+import socket, struct, time, urllib.request
+def handler(event):
+    op = event["op"]
+    if op == "http":
+        with urllib.request.urlopen(event["url"], timeout=10) as r:
+            return {"body": r.read().decode()}
+    if op == "connect":
+        t = time.monotonic()
+        try:
+            socket.create_connection((event["host"], event["port"]), timeout=3).close()
+            res = "connected"
+        except OSError as e:
+            res = type(e).__name__ + ": " + str(e)
+        return {"result": res, "elapsed": time.monotonic() - t}
+    if op == "connections":
+        held, res = [], "all connected"
+        for i in range(event["n"]):
+            try:
+                held.append(socket.create_connection((event["host"], event["port"]), timeout=3))
+            except OSError as e:
+                res = "refused at %d: %s" % (i, e)
+                break
+        for s in held:
+            s.close()
+        return {"result": res}
+    if op == "resolve":
+        try:
+            return {"result": socket.gethostbyname(event["name"])}
+        except OSError as e:
+            return {"result": type(e).__name__ + ": " + str(e)}
+    if op == "dns_direct":
+        # one A query for the name straight to another server's port 53
+        q = struct.pack(">HHHHHH", 0x1234, 0x0100, 1, 0, 0, 0)
+        q += b"".join(bytes([len(p)]) + p.encode() for p in event["name"].split(".")) + b"\0"
+        q += struct.pack(">HH", 1, 1)
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.settimeout(1)
+        try:
+            s.sendto(q, (event["server"], 53))
+            s.recv(512)
+            return {"result": "answered"}
+        except OSError as e:
+            return {"result": type(e).__name__}
+    if op == "addr":
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.connect((event["host"], 9))
+        return {"result": s.getsockname()[0]}
+"#;
+
+const NO_NET_FN: &str = r#"
+import socket
+def handler(event):
+    try:
+        socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        return "created"
+    except OSError as e:
+        return e.errno
+"#;
+
+fn egress_deploy(name: &str, net: Value) -> Value {
+    let mut req = file_deploy(name, "netfn.handler", NET_FN);
+    req["network"] = net;
+    req
+}
+
+fn call(d: &Daemon, name: &str, ev: Value) -> Value {
+    let r = d.invoke(name, &ev);
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    r.json().unwrap()
+}
+
+fn call_cold(d: &Daemon, name: &str, ev: Value) -> (Value, String) {
+    let r = d.post_json(&format!("/v1/functions/{name}/invoke?force=cold"), &ev);
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    let start = r.header("thaw-start-type").unwrap_or("").to_string();
+    (r.json().unwrap(), start)
+}
+
+/// Egress: the listed destinations answer (fresh and after restores with
+/// every strategy, pooled or not), everything else is refused fast and
+/// counted, DNS goes only to the named resolver, and a function without
+/// `network` still has no IP sockets.
+#[test]
+fn egress_reaches_what_is_listed_and_nothing_else() {
+    let mut host = thaw_sandbox::nethost::NetHost::create().expect("a test host namespace");
+    host.http_server(0, 8080).unwrap();
+    host.echo_server(0, 7007).unwrap();
+    host.dns_server(0, "svc.thaw-test", host.addr(0)).unwrap();
+    host.dns_server(1, "svc.thaw-test", host.addr(1)).unwrap();
+    let (allowed, other_resolver, unlisted) = (host.addr(0), host.addr(1), host.addr(2));
+    host.echo_server(2, 7007).unwrap();
+
+    let mut cfg = test_config("egress");
+    cfg.listen = Some("0.0.0.0:0".into());
+    let token_file = cfg.home.with_extension("token");
+    std::fs::write(&token_file, "0123456789abcdef0123456789abcdef\n").unwrap();
+    cfg.token_file = Some(token_file.clone());
+    cfg.limits.sandbox_pool = 1;
+    let d = Daemon::start(cfg);
+    let api_port = d
+        .running
+        .as_ref()
+        .unwrap()
+        .tcp
+        .expect("tcp listener")
+        .port();
+    let net = json!({
+        "egress": [format!("{allowed}/32"), format!("{other_resolver}/32")],
+        "dns": allowed.to_string(),
+        "max_connections": 4,
+    });
+    let url = format!("http://{allowed}:8080/");
+    let hello = json!({"body": "hello from the test host"});
+    for strategy in ["boot", "mmap", "eager", "uffd", "reap"] {
+        let name = format!("net-{strategy}");
+        let mut req = egress_deploy(&name, net.clone());
+        req["strategy"] = json!(strategy);
+        req["tier"] = json!("tmpfs");
+        deploy(&d, &req);
+        for _ in 0..2 {
+            let (out, start) = call_cold(&d, &name, json!({"op": "http", "url": url}));
+            assert_eq!(out, hello, "{strategy} ({start} start)");
+            let want = if strategy == "boot" {
+                "boot"
+            } else {
+                "restore"
+            };
+            assert_eq!(start, want, "{strategy}");
+        }
+    }
+    let f = "net-mmap";
+    // the test zone resolves through the named resolver
+    let out = call(&d, f, json!({"op": "resolve", "name": "svc.thaw-test"}));
+    assert_eq!(out["result"], json!(allowed.to_string()), "{out}");
+    // a listed address that also answers DNS cannot be used as a resolver
+    let out = call(
+        &d,
+        f,
+        json!({"op": "dns_direct", "server": other_resolver.to_string(), "name": "svc.thaw-test"}),
+    );
+    assert_ne!(out["result"], "answered", "{out}");
+    // the connection cap
+    let out = call(
+        &d,
+        f,
+        json!({"op": "connections", "host": allowed.to_string(), "port": 7007, "n": 6}),
+    );
+    assert!(
+        out["result"].as_str().unwrap().starts_with("refused at 4"),
+        "{out}"
+    );
+
+    // refused: not listed, this machine (its address on the test link, the
+    // bridge's, the daemon's port), another sandbox, link-local
+    let me = call(&d, f, json!({"op": "addr", "host": allowed.to_string()}))["result"]
+        .as_str()
+        .unwrap()
+        .parse::<std::net::Ipv4Addr>()
+        .unwrap();
+    let other = call(
+        &d,
+        "net-eager",
+        json!({"op": "addr", "host": allowed.to_string()}),
+    )["result"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_ne!(me.to_string(), other);
+    let gateway = std::net::Ipv4Addr::from((u32::from(me) & 0xffff_f000) + 1);
+    let refused = [
+        (unlisted.to_string(), 7007),
+        (host.host_addr().to_string(), 7007),
+        (gateway.to_string(), api_port),
+        (other, 7007),
+        ("169.254.169.254".to_string(), 80),
+    ];
+    let m = String::from_utf8(d.req("GET", "/metrics", None).body).unwrap();
+    let counted = |m: &str| -> u64 {
+        m.lines()
+            .find(|l| l.starts_with("thaw_egress_refused_packets_total{function=\"net-mmap\"}"))
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+            .unwrap_or(0)
+    };
+    let before = counted(&m);
+    for (h, port) in &refused {
+        let out = call(&d, f, json!({"op": "connect", "host": h, "port": port}));
+        assert_ne!(out["result"], "connected", "{h}:{port}: {out}");
+        assert!(out["elapsed"].as_f64().unwrap() < 1.0, "{h}:{port}: {out}");
+    }
+    let m = String::from_utf8(d.req("GET", "/metrics", None).body).unwrap();
+    assert!(
+        counted(&m) >= before + refused.len() as u64,
+        "refusals not counted: {before} -> {}\n{m}",
+        counted(&m)
+    );
+    assert!(
+        m.contains("thaw_egress_bytes_total{function=\"net-mmap\",direction=\"in\"}"),
+        "{m}"
+    );
+    // bytes per invocation in the function's log
+    let logs = d.req("GET", "/v1/functions/net-mmap/logs?tail=50", None);
+    let logs = logs.json().unwrap();
+    assert!(
+        logs["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["net_in_bytes"].as_u64().unwrap_or(0) > 0),
+        "{logs}"
+    );
+
+    // without network: no IP socket at all
+    deploy(&d, &file_deploy("nonet", "nonet.handler", NO_NET_FN));
+    assert_eq!(call(&d, "nonet", json!(null)), json!(97));
+
+    // a stopped daemon leaves no bridge, veth or rule table behind
+    let index = (u32::from(gateway) - u32::from(std::net::Ipv4Addr::new(10, 208, 0, 0))) >> 12;
+    let bridge = format!("/sys/class/net/thaw-br{index}");
+    assert!(Path::new(&bridge).exists());
+    drop(d);
+    assert!(!Path::new(&bridge).exists(), "{bridge} left behind");
+    let links = std::process::Command::new("ip")
+        .args(["-o", "link"])
+        .output()
+        .unwrap();
+    let links = String::from_utf8_lossy(&links.stdout);
+    assert!(!links.contains(&format!(" thaw{index}v")), "{links}");
+    let tables = std::process::Command::new("nft")
+        .args(["list", "tables"])
+        .output()
+        .unwrap();
+    let tables = String::from_utf8_lossy(&tables.stdout);
+    assert!(
+        !tables.contains(&format!("thaw_egress_{index}\n")),
+        "{tables}"
+    );
+    let _ = std::fs::remove_file(token_file);
+}
+
+/// Malformed network requests: 400 with the reason, nothing deployed.
+#[test]
+fn bad_network_requests_get_400_with_the_reason() {
+    let d = Daemon::start(test_config("egress-bad"));
+    let many: Vec<String> = (0..65).map(|i| format!("10.1.{i}.0/24")).collect();
+    for (net, why) in [
+        (json!({"egress": ["10.0.0.0/33"]}), "prefix length"),
+        (json!({"egress": ["10.0.0.1/8"]}), "host bits"),
+        (json!({"egress": ["10.0.0.0/8:70000"]}), "not in 1..=65535"),
+        (json!({"egress": ["10.0.0.0/8:0"]}), "not in 1..=65535"),
+        (json!({"egress": ["10.0.0.0/8:90-80"]}), "empty"),
+        (json!({"egress": ["not-a-cidr"]}), "not an IPv4 address"),
+        (json!({"egress": many}), "at most 64"),
+        (json!({"egress": [], "dns": "resolver.example"}), "dns"),
+        (
+            json!({"egress": ["10.0.0.0/8"], "max_connections": 0}),
+            "max_connections",
+        ),
+        (
+            json!({"egress": ["10.0.0.0/8"], "proxy": "x"}),
+            "unknown field",
+        ),
+    ] {
+        let r = d.post_json("/v1/functions", &egress_deploy("badnet", net.clone()));
+        let (status, _, msg) = error_of(&r);
+        assert_eq!(status, 400, "{net}: {msg}");
+        assert!(msg.contains(why), "{net}: {msg}");
+    }
+    assert_eq!(d.req("GET", "/v1/functions/badnet", None).status, 404);
+}
+
 /// Init writes a model file and more into /tmp and /dev/shm; the handler
 /// reads them back (and writes /tmp/scratch when asked).
 const TMP_MODEL: &str = r#"

@@ -482,6 +482,8 @@ pub struct UserFunction {
     /// The function's own extracted Debian packages (a tree with `usr/`),
     /// mounted read-only at [`thaw_sandbox::PACKAGES_DIR`].
     pub packages_dir: Option<PathBuf>,
+    /// Network egress (none: loopback only).
+    pub egress: Option<thaw_sandbox::egress::Egress>,
 }
 
 /// The dynamic loader's search path into a function's packages (Python's
@@ -498,6 +500,7 @@ impl UserFunction {
             code_dir: Some(self.code_dir.clone()),
             packages_dir: self.packages_dir.clone(),
             memory_bytes: self.memory_bytes,
+            egress: self.egress.clone(),
             ..base.clone()
         }
     }
