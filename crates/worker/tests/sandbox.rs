@@ -358,10 +358,13 @@ fn restore_failing_half_way_leaves_nothing_behind() {
 }
 
 #[test]
-fn checkpoint_refuses_threads_and_extra_descriptors() {
+fn checkpoint_refuses_child_processes_and_extra_descriptors() {
     let w = worker();
     let t = tier("uncooperative");
-    for (f, word) in [("_test_thread", "thread"), ("_test_leak_fd", "descriptor")] {
+    for (f, word) in [
+        ("_test_child", "child process"),
+        ("_test_leak_fd", "descriptor"),
+    ] {
         let (mut sb, _) = w.start_fresh(f).unwrap();
         explicit(&mut sb, json!({}));
         let e = checkpoint(&mut sb, &t.path.join(f), f, &w.root.hash)
