@@ -246,7 +246,7 @@ fn capture_thread(pid: i32, tid: i32, gadget: u64, mem: &File) -> Result<ThreadS
     Ok(ThreadState {
         name,
         regs: resume.to_vec(),
-        xstate: hex::encode(&xstate),
+        xstate,
         sigmask,
         kernel: ThreadKernel {
             altstack,

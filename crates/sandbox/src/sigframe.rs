@@ -74,7 +74,7 @@ pub fn build(state: &ThreadState, at: u64) -> Result<Vec<u8>> {
             r[i]
         );
     }
-    let xs = state.xstate_bytes();
+    let xs = &state.xstate;
     if xs.len() < MIN_XSTATE || !xs.len().is_multiple_of(64) {
         bail!("process state: XSAVE area of {} bytes", xs.len());
     }
@@ -104,15 +104,15 @@ pub fn build(state: &ThreadState, at: u64) -> Result<Vec<u8>> {
     put(&mut f, SIGMASK, state.sigmask);
 
     let fp = &mut f[FPSTATE..];
-    fp[..xs.len()].copy_from_slice(&xs);
+    fp[..xs.len()].copy_from_slice(xs);
     let le32 = |b: &[u8], o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"));
     let le64 = |b: &[u8], o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"));
     // the features to restore: as the kernel described them when it saved
     // the area, else what the XSAVE header says is present (plus x87/SSE)
-    let xfeatures = if le32(&xs, SW_BYTES) == FP_XSTATE_MAGIC1 {
-        le64(&xs, SW_BYTES + 8)
+    let xfeatures = if le32(xs, SW_BYTES) == FP_XSTATE_MAGIC1 {
+        le64(xs, SW_BYTES + 8)
     } else {
-        le64(&xs, 512) | 3
+        le64(xs, 512) | 3
     };
     check_host_xsave(xs.len(), xfeatures, host_xsave())?;
     fp[SW_BYTES..SW_BYTES + 4].copy_from_slice(&FP_XSTATE_MAGIC1.to_le_bytes());
@@ -124,15 +124,19 @@ pub fn build(state: &ThreadState, at: u64) -> Result<Vec<u8>> {
 }
 
 /// This CPU's XSAVE: (state components it supports, bytes of the area for
-/// the components the kernel enabled), from CPUID leaf 0xD.
+/// the components the kernel enabled), from CPUID leaf 0xD. Asked once: in
+/// a VM every CPUID traps to the hypervisor, and each thread's frame needs it.
 fn host_xsave() -> (u64, usize) {
-    // leaf 0xD exists on every CPU with XSAVE, which the kernel's signal
-    // frames (and so this resume) need
-    let leaf = std::arch::x86_64::__cpuid_count(0xd, 0);
-    (
-        u64::from(leaf.eax) | u64::from(leaf.edx) << 32,
-        leaf.ebx as usize,
-    )
+    static HOST: std::sync::OnceLock<(u64, usize)> = std::sync::OnceLock::new();
+    *HOST.get_or_init(|| {
+        // leaf 0xD exists on every CPU with XSAVE, which the kernel's signal
+        // frames (and so this resume) need
+        let leaf = std::arch::x86_64::__cpuid_count(0xd, 0);
+        (
+            u64::from(leaf.eax) | u64::from(leaf.edx) << 32,
+            leaf.ebx as usize,
+        )
+    })
 }
 
 /// A snapshot taken on a CPU with more XSAVE state than this one cannot be
@@ -166,7 +170,7 @@ mod tests {
     fn state(regs: Vec<u64>, xstate: usize) -> ThreadState {
         let mut s = crate::state::tests::thread("main");
         s.regs = regs;
-        s.xstate = hex::encode(vec![0u8; xstate]);
+        s.xstate = vec![0u8; xstate];
         s
     }
 

@@ -74,17 +74,13 @@ pub struct ThreadState {
     pub name: String,
     /// `struct user_regs_struct`, prepared to re-issue an interrupted syscall
     pub regs: Vec<u64>,
-    /// XSAVE area, hex
-    pub xstate: String,
+    /// XSAVE area
+    pub xstate: Vec<u8>,
     pub sigmask: u64,
     pub kernel: ThreadKernel,
 }
 
 impl ThreadState {
-    pub fn xstate_bytes(&self) -> Vec<u8> {
-        hex::decode(&self.xstate).unwrap_or_default()
-    }
-
     pub fn regs_array(&self) -> [u64; NREGS] {
         let mut r = [0u64; NREGS];
         r.copy_from_slice(&self.regs[..NREGS]);
@@ -96,7 +92,7 @@ impl ThreadState {
         if self.regs.len() != NREGS {
             bail!("{} registers, want {NREGS}", self.regs.len());
         }
-        let x = hex::decode(&self.xstate).context("xstate is not hex")?;
+        let x = &self.xstate;
         if x.len() < 576 || x.len() > 16384 || !x.len().is_multiple_of(64) {
             bail!("XSAVE area of {} bytes is implausible", x.len());
         }
@@ -150,7 +146,7 @@ impl ProcessState {
             for r in &t.regs {
                 put64(w, *r);
             }
-            put_bytes(w, &t.xstate_bytes());
+            put_bytes(w, &t.xstate);
             put64(w, t.sigmask);
             let k = &t.kernel;
             put64(w, k.altstack.0);
@@ -398,7 +394,7 @@ impl<'a> Reader<'a> {
         for _ in 0..n {
             let name = self.string()?;
             let regs = (0..NREGS).map(|_| self.u64()).collect::<Result<_>>()?;
-            let xstate = hex::encode(self.bytes()?);
+            let xstate = self.bytes()?.to_vec();
             let sigmask = self.u64()?;
             // fields are read in the order written
             let kernel = ThreadKernel {
@@ -511,7 +507,7 @@ pub(crate) mod tests {
         ThreadState {
             name: name.into(),
             regs: vec![0; NREGS],
-            xstate: hex::encode(vec![0u8; 832]),
+            xstate: vec![0u8; 832],
             sigmask: 0,
             kernel: ThreadKernel {
                 altstack: (0, SS_DISABLE, 0),
@@ -609,7 +605,7 @@ pub(crate) mod tests {
         assert!(bad(&|k| k.altstack = (0x1000, 0x10, 8192)).contains("signal stack"));
         assert!(bad(&|k| k.clear_tid = u64::MAX).contains("thread id"));
         let mut b = s.clone();
-        b.threads[1].xstate = hex::encode([0u8; 100]);
+        b.threads[1].xstate = vec![0u8; 100];
         assert!(
             ProcessState::decode(&b.encode()).is_err(),
             "short XSAVE area"
