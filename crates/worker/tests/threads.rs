@@ -156,3 +156,19 @@ fn child_processes_are_refused_by_name() {
     );
     assert!(!dir.exists(), "a refused checkpoint left a snapshot");
 }
+
+#[test]
+fn a_corrupt_thread_record_is_refused_when_the_snapshot_is_read() {
+    let w = worker();
+    let (fresh, snap, t) = snapshot_threads("threads-corrupt");
+    drop(fresh);
+    // consistent checksums: only the state's own checks can notice
+    let bad = with_state(&snap, &t.path.join("corrupt"), |s| {
+        s.threads[5].kernel.robust_list.1 = 4096;
+    });
+    let e = match w.restore(&bad, StrategyKind::Eager) {
+        Ok(_) => panic!("a snapshot with a corrupt thread record restored"),
+        Err(e) => format!("{e:#}"),
+    };
+    assert!(e.contains("thread 5") && e.contains("robust"), "{e}");
+}
