@@ -338,13 +338,10 @@ fn record_sink(
 
 fn run(cli: Cli, matches: &clap::ArgMatches) -> Result<()> {
     let home = cli.home.clone().unwrap_or_else(thaw_runtime::default_home);
-    // Commands that build what they need may create a missing home; the
-    // others (inspection, moves, cleanup) refuse one, so a mistyped --home
-    // is an error, not a new runtime build somewhere else.
-    let builds = matches!(
-        cli.cmd,
-        Cmd::Demo { .. } | Cmd::Deploy { .. } | Cmd::Invoke { .. } | Cmd::Bench { .. }
-    );
+    // The demo and the benchmarks build everything they need and may create
+    // a missing home; the other commands refuse one, so a mistyped --home is
+    // an error, not a new runtime build somewhere else.
+    let builds = matches!(cli.cmd, Cmd::Demo { .. } | Cmd::Bench { .. });
     if !matches!(
         cli.cmd,
         Cmd::Sim(_) | Cmd::Load(_) | Cmd::Runtime { .. } | Cmd::Serve(_) | Cmd::Fn { .. }
