@@ -341,6 +341,7 @@ fn hanging_function_times_out_and_the_agent_keeps_serving() {
         let r = a.request(Request::Invoke {
             event: thaw_sandbox::agent::Event::Input(json!({})),
             timeout_ms: Some(timeout as f64),
+            request_id: None,
         });
         let el = t.elapsed();
         assert_eq!(err_kind(&r), "timeout", "{r}");
@@ -424,6 +425,7 @@ fn restored_reseeds_every_generator_and_reinstalls_signal_handlers() {
     let r = h.request(Request::Invoke {
         event: thaw_sandbox::agent::Event::Input(json!({})),
         timeout_ms: Some(100.0),
+        request_id: None,
     });
     assert_eq!(err_kind(&r), "timeout");
 }
