@@ -2,8 +2,9 @@
 
 Protocol: docs/AGENT_PROTOCOL.md. Every message both ways is a 4-byte little-endian
 length N followed by N bytes of UTF-8 JSON (an object). The agent never sends
-anything unprompted, handles one request at a time, stays single threaded, and keeps
-no file descriptors open between requests other than 0, 1, 2 and 3.
+anything unprompted, handles one request at a time on its main thread (a function may
+start threads of its own: a snapshot captures them), and keeps no file descriptors open
+between requests other than 0, 1, 2 and 3.
 
 Usage (argv comes from thaw_runtime::RootInfo::agent_command; PYTHONPATH=/opt/thaw,
 so that the byte-compiled module runs rather than this source compiled anew):
@@ -286,6 +287,9 @@ class Agent:
         self.instance_id = None
         self.invocations = 0
         self.load_info = None
+        # the restorer's trampoline, left mapped by a restore with several
+        # threads until no thread can still be on its way out of it
+        self.trampoline = None
 
     # -- load
     def load(self):
@@ -436,6 +440,9 @@ class Agent:
                 return function_error(e, "before_snapshot hook: ")
         # loaded before the snapshot: a restore calls munmap first thing
         munmap_fn()
+        if self.trampoline is not None:
+            check(munmap_fn()(*self.trampoline), "munmap")
+            self.trampoline = None
         gc.collect()
         try:
             sys.stdout.flush()
@@ -446,9 +453,6 @@ class Agent:
         extra_fds = open_fds_other_than_stdio_and_ctrl()
         if extra_fds:
             problems.append("extra open file descriptors: %s" % ", ".join(map(str, extra_fds)))
-        threads = thread_problems()
-        if threads:
-            problems.append(threads)
         # the worker names each thread it refuses by these
         threads = python_threads()
         if problems:
@@ -463,16 +467,11 @@ class Agent:
             seed_bytes = bytes.fromhex(seed)
         except ValueError:
             raise BadRequest("seed is not hex")
-        unmap = req.get("unmap")
+        unmap = address_range(req, "unmap")
         if unmap is not None:
             # the restorer's trampoline: the last of it left in our memory
-            if not (
-                isinstance(unmap, list)
-                and len(unmap) == 2
-                and all(isinstance(x, int) and 0 < x < 1 << 47 for x in unmap)
-            ):
-                raise BadRequest("unmap needs [address, length]")
-            check(munmap_fn()(unmap[0], unmap[1]), "munmap")
+            check(munmap_fn()(*unmap), "munmap")
+        self.trampoline = address_range(req, "unmap_at_checkpoint")
         install_signal_handlers()
         self.instance_id = None
         reseeded = reseed_all(seed_bytes, self.module)
@@ -777,21 +776,18 @@ def python_threads():
     return [{"name": t.name, "native_id": t.native_id or 0} for t in threading.enumerate() if t is not me]
 
 
-def thread_problems():
-    import threading
-
-    if threading.active_count() > 1:
-        names = [t.name for t in threading.enumerate() if t is not threading.current_thread()]
-        return "extra Python threads: %s" % ", ".join(names)
-    # Native threads (e.g. a BLAS pool) are only visible through /proc; the sandbox
-    # has none, and the worker checks /proc/PID/task from outside before freezing.
-    try:
-        tasks = os.listdir("/proc/self/task")
-    except OSError:
+def address_range(req, key):
+    """req[key] as (address, length), None when absent."""
+    value = req.get(key)
+    if value is None:
         return None
-    if len(tasks) > 1:
-        return "process has %d threads (tasks %s)" % (len(tasks), ", ".join(sorted(tasks)))
-    return None
+    if not (
+        isinstance(value, list)
+        and len(value) == 2
+        and all(isinstance(x, int) and 0 < x < 1 << 47 for x in value)
+    ):
+        raise BadRequest("%s needs [address, length]" % key)
+    return value[0], value[1]
 
 
 def reseed_all(seed, module):

@@ -56,6 +56,14 @@ def check_helloworld(event, exp, out):
     expect(field(out, "length", int) == len(event["name"]), "wrong length")
 
 
+def check_idle_threads(event, exp, out):
+    check_helloworld(event, exp, out)
+    expect(field(out, "threads", int) == exp["threads"], "%s threads, expected %s", out["threads"], exp["threads"])
+
+
+check_idle_threads_1 = check_idle_threads_8 = check_idle_threads
+
+
 def _pyaes_kat():
     import pyaes
 

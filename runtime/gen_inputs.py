@@ -46,11 +46,17 @@ class Gen:
         write_json(os.path.join(self.expected, fn, size + ".json"), expected)
 
     # ------------------------------------------------------------------
-    def helloworld(self, size):
-        n = param("helloworld", size)
-        r = thawgen.rng("helloworld", size)
+    def helloworld(self, size, fn="helloworld", expected=None):
+        n = param(fn, size)
+        r = thawgen.rng(fn, size)
         name = "World" if n == 5 else "".join(r.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(n))
-        self.emit("helloworld", size, {"name": name}, {"message": "Hello, %s!" % name})
+        self.emit(fn, size, {"name": name}, dict(expected or {}, message="Hello, %s!" % name))
+
+    def idle_threads_1(self, size):
+        self.helloworld(size, "idle_threads_1", {"threads": 1})
+
+    def idle_threads_8(self, size):
+        self.helloworld(size, "idle_threads_8", {"threads": 8})
 
     def pyaes(self, size):
         n = param("pyaes", size)

@@ -21,6 +21,8 @@ PARAMS = {
     "pagerank": [1000, 5000, 15000, 30000],
     "float_operation": [1000, 10000, 100000, 1000000],
     "linpack": [100, 500, 1000, 2000],
+    "idle_threads_1": [5, 64, 1024, 16384],
+    "idle_threads_8": [5, 64, 1024, 16384],
 }
 
 PAGERANK_M = 4

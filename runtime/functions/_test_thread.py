@@ -1,4 +1,5 @@
-"""TEST ONLY: starts a background thread, so prepare_checkpoint must refuse."""
+"""TEST ONLY: starts a background thread (the agent no longer refuses one: a
+checkpoint captures it)."""
 import threading
 import time
 

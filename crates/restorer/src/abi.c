@@ -25,15 +25,13 @@ int main(void)
     OFF(plan_header, vdso_offset);
     OFF(plan_header, vdso_pieces);
     OFF(plan_header, n_vdso_pieces);
-    OFF(plan_header, reserved0);
+    OFF(plan_header, n_threads);
     OFF(plan_header, start_code);
     OFF(plan_header, env_end);
     OFF(plan_header, uid);
     OFF(plan_header, gid);
     OFF(plan_header, flags);
     OFF(plan_header, frame_len);
-    OFF(plan_header, fs_base);
-    OFF(plan_header, gs_base);
     SIZE(plan_vma);
     OFF(plan_vma, start);
     OFF(plan_vma, end);
@@ -50,6 +48,16 @@ int main(void)
     OFF(plan_run, img_off);
     OFF(plan_run, img_fd);
     OFF(plan_run, fill);
+    SIZE(plan_thread);
+    OFF(plan_thread, frame_off);
+    OFF(plan_thread, fs_base);
+    OFF(plan_thread, gs_base);
+    OFF(plan_thread, clear_tid);
+    OFF(plan_thread, robust_head);
+    OFF(plan_thread, robust_len);
+    OFF(plan_thread, rseq_addr);
+    OFF(plan_thread, rseq_len);
+    OFF(plan_thread, rseq_sig);
     SIZE(restorer_status);
     OFF(restorer_status, magic);
     OFF(restorer_status, ok);
@@ -61,6 +69,7 @@ int main(void)
     printf("pub const C_PLAN_MAGIC: u64 = %#lx;\n", THAW_PLAN_MAGIC);
     printf("pub const C_PLAN_VERSION: u32 = %d;\n", THAW_PLAN_VERSION);
     printf("pub const C_MAX_VDSO_PIECES: usize = %d;\n", MAX_VDSO_PIECES);
+    printf("pub const C_MAX_THREADS: usize = %d;\n", MAX_THREADS);
     printf("pub const C_RESTORER_BASE: u64 = %#lx;\n", RESTORER_BASE);
     printf("pub const C_RESTORER_SPAN: u64 = %#lx;\n", RESTORER_SPAN);
     printf("pub const C_TRAMP: (u64, u64, u64) = (%#lx, %#lx, %#lx);\n", TRAMP_ADDR, TRAMP_SIZE,

@@ -26,9 +26,15 @@ pub const RESTORER_SPAN: u64 = 0x100_0000;
 /// The resume trampoline: the span's last `TRAMP_SIZE` bytes, left mapped
 /// after the restorer unmaps the rest; the agent unmaps it once resumed.
 pub const TRAMP_ADDR: u64 = RESTORER_BASE + RESTORER_SPAN - TRAMP_SIZE;
-pub const TRAMP_SIZE: u64 = 0x1_0000;
-/// Where the rt_sigreturn frame ([`Plan::frame`]) is copied.
+pub const TRAMP_SIZE: u64 = 0x4_0000;
+/// Where the rt_sigreturn frames ([`Plan::frame`]) are copied.
 pub const TRAMP_FRAME: u64 = TRAMP_ADDR + 0x1000;
+/// Bytes for the frames: the rest of the trampoline less the started-threads count.
+pub const MAX_FRAME_BYTES: u64 = TRAMP_SIZE - (TRAMP_FRAME - TRAMP_ADDR) - 8;
+/// Threads a plan may recreate, the main thread included.
+pub const MAX_THREADS: usize = 64;
+/// The restorer's exit status when a thread cannot be recreated after the go-ahead.
+pub const EXIT_THREADS: i32 = 97;
 /// The restorer reads at most this much plan (its scratch area).
 pub const MAX_PLAN_BYTES: u64 = RESTORER_SPAN - 0x40_0000 - TRAMP_SIZE;
 /// The byte the worker sends a ready restorer to resume the runtime.
@@ -37,7 +43,7 @@ pub const RESUME_BYTE: u8 = b'G';
 pub const RESTORER_VDSO_SCRATCH: u64 = RESTORER_BASE + RESTORER_SPAN;
 
 pub const PLAN_MAGIC: u64 = 0x4e41_4c50_5741_4854;
-pub const PLAN_VERSION: u32 = 3;
+pub const PLAN_VERSION: u32 = 4;
 pub const MAX_VDSO_PIECES: usize = 4;
 
 pub const FILL_COPY: u32 = 0;
@@ -85,8 +91,6 @@ pub struct PlanHeader {
     pub uid: u32,
     pub gid: u32,
     pub flags: u32,
-    pub fs_base: u64,
-    pub gs_base: u64,
 }
 
 /// `struct plan_header`: built by [`Plan::encode`] from [`PlanHeader`] and the counts.
@@ -104,7 +108,7 @@ struct PlanHeaderC {
     vdso_offset: u64,
     vdso_pieces: [[u64; 2]; MAX_VDSO_PIECES],
     n_vdso_pieces: u32,
-    reserved0: u32,
+    n_threads: u32,
     start_code: u64,
     end_code: u64,
     start_data: u64,
@@ -120,8 +124,6 @@ struct PlanHeaderC {
     gid: u32,
     flags: u32,
     frame_len: u32,
-    fs_base: u64,
-    gs_base: u64,
 }
 
 /// `struct plan_vma`.
@@ -149,6 +151,23 @@ pub struct PlanRun {
     pub img_off: u64,
     pub img_fd: i32,
     pub fill: u32,
+}
+
+/// `struct plan_thread`: one thread's frame and the kernel-side state a
+/// sigreturn frame does not carry (0 where the thread had none).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PlanThread {
+    /// its frame's offset in [`Plan::frame`] (0 for the main thread)
+    pub frame_off: u64,
+    pub fs_base: u64,
+    pub gs_base: u64,
+    pub clear_tid: u64,
+    pub robust_head: u64,
+    pub robust_len: u64,
+    pub rseq_addr: u64,
+    pub rseq_len: u32,
+    pub rseq_sig: u32,
 }
 
 /// `struct restorer_status`.
@@ -196,6 +215,8 @@ unsafe impl PlainC for PlanVma {}
 // SAFETY: as above.
 unsafe impl PlainC for PlanRun {}
 // SAFETY: as above.
+unsafe impl PlainC for PlanThread {}
+// SAFETY: as above.
 unsafe impl PlainC for RestorerStatusC {}
 
 /// Fails the build when a Rust mirror and plan.h disagree on a size or offset.
@@ -217,15 +238,24 @@ same_layout!(PlanHeaderC, C_SIZE_plan_header,
     vdso_offset => C_OFF_plan_header_vdso_offset,
     vdso_pieces => C_OFF_plan_header_vdso_pieces,
     n_vdso_pieces => C_OFF_plan_header_n_vdso_pieces,
-    reserved0 => C_OFF_plan_header_reserved0,
+    n_threads => C_OFF_plan_header_n_threads,
     start_code => C_OFF_plan_header_start_code,
     env_end => C_OFF_plan_header_env_end,
     uid => C_OFF_plan_header_uid,
     gid => C_OFF_plan_header_gid,
     flags => C_OFF_plan_header_flags,
     frame_len => C_OFF_plan_header_frame_len,
-    fs_base => C_OFF_plan_header_fs_base,
-    gs_base => C_OFF_plan_header_gs_base,
+);
+same_layout!(PlanThread, C_SIZE_plan_thread,
+    frame_off => C_OFF_plan_thread_frame_off,
+    fs_base => C_OFF_plan_thread_fs_base,
+    gs_base => C_OFF_plan_thread_gs_base,
+    clear_tid => C_OFF_plan_thread_clear_tid,
+    robust_head => C_OFF_plan_thread_robust_head,
+    robust_len => C_OFF_plan_thread_robust_len,
+    rseq_addr => C_OFF_plan_thread_rseq_addr,
+    rseq_len => C_OFF_plan_thread_rseq_len,
+    rseq_sig => C_OFF_plan_thread_rseq_sig,
 );
 same_layout!(PlanVma, C_SIZE_plan_vma,
     start => C_OFF_plan_vma_start,
@@ -257,6 +287,7 @@ same_layout!(RestorerStatusC, C_SIZE_restorer_status,
 // the constants the worker uses, against plan.h's
 const _: () = assert!(PLAN_MAGIC == abi::C_PLAN_MAGIC && PLAN_VERSION == abi::C_PLAN_VERSION);
 const _: () = assert!(MAX_VDSO_PIECES == abi::C_MAX_VDSO_PIECES);
+const _: () = assert!(MAX_THREADS == abi::C_MAX_THREADS);
 const _: () =
     assert!(RESTORER_BASE == abi::C_RESTORER_BASE && RESTORER_SPAN == abi::C_RESTORER_SPAN);
 const _: () = assert!(
@@ -284,11 +315,14 @@ pub struct Plan {
     pub header: PlanHeader,
     pub vmas: Vec<PlanVma>,
     pub runs: Vec<PlanRun>,
+    /// every thread, the main thread first
+    pub threads: Vec<PlanThread>,
     pub auxv: Vec<u64>,
     /// seccomp BPF instructions, each `struct sock_filter` as its 8 raw bytes.
     pub filter: Vec<[u8; 8]>,
-    /// The rt_sigreturn frame the trampoline resumes the runtime with, as
-    /// laid out at [`TRAMP_FRAME`] (a multiple of 8 bytes).
+    /// The rt_sigreturn frames the threads resume with, one after another
+    /// as laid out at [`TRAMP_FRAME`] (a multiple of 8 bytes; the main
+    /// thread's first).
     pub frame: Vec<u8>,
     pub strings: Vec<u8>,
 }
@@ -311,15 +345,32 @@ impl Plan {
                 h.vdso_pieces.len()
             ));
         }
-        let max_frame = TRAMP_SIZE - (TRAMP_FRAME - TRAMP_ADDR);
+        let max_frame = MAX_FRAME_BYTES;
         if self.frame.is_empty()
             || !self.frame.len().is_multiple_of(8)
             || self.frame.len() as u64 > max_frame
         {
             return Err(format!(
-                "resume frame of {} bytes (a multiple of 8, at most {max_frame})",
+                "resume frames of {} bytes (a multiple of 8, at most {max_frame})",
                 self.frame.len()
             ));
+        }
+        if self.threads.is_empty() || self.threads.len() > MAX_THREADS {
+            return Err(format!(
+                "{} threads (1..={MAX_THREADS} supported)",
+                self.threads.len()
+            ));
+        }
+        for (i, t) in self.threads.iter().enumerate() {
+            if !t.frame_off.is_multiple_of(8)
+                || t.frame_off >= self.frame.len() as u64
+                || (i == 0 && t.frame_off != 0)
+            {
+                return Err(format!(
+                    "thread {i}: frame offset {} outside the frames",
+                    t.frame_off
+                ));
+            }
         }
         let mut strings = self.strings.clone();
         if strings.last() != Some(&0) {
@@ -342,6 +393,7 @@ impl Plan {
             vdso_offset: h.vdso_offset,
             vdso_pieces: pieces,
             n_vdso_pieces: h.vdso_pieces.len() as u32,
+            n_threads: self.threads.len() as u32,
             start_code: m.start_code,
             end_code: m.end_code,
             start_data: m.start_data,
@@ -357,9 +409,6 @@ impl Plan {
             gid: h.gid,
             flags: h.flags,
             frame_len: self.frame.len() as u32,
-            fs_base: h.fs_base,
-            gs_base: h.gs_base,
-            ..PlanHeaderC::default()
         };
         let mut w = Vec::with_capacity(
             std::mem::size_of::<PlanHeaderC>()
@@ -372,6 +421,9 @@ impl Plan {
         }
         for r in &self.runs {
             w.extend_from_slice(r.as_bytes());
+        }
+        for t in &self.threads {
+            w.extend_from_slice(t.as_bytes());
         }
         for a in &self.auxv {
             w.extend_from_slice(&a.to_le_bytes());
@@ -460,6 +512,7 @@ mod tests {
         p.header.vdso_pieces = vec![(0, 4096)];
         p.vmas.push(PlanVma::default());
         p.runs.push(PlanRun::default());
+        p.threads.push(PlanThread::default());
         p.auxv = vec![0, 0];
         p.filter.push([0; 8]);
         p.frame = vec![0; 16];
@@ -468,14 +521,22 @@ mod tests {
         let enc = p.encode().unwrap();
         let len = u64::from_le_bytes(enc[..8].try_into().unwrap()) as usize;
         assert_eq!(len, enc.len() - 8);
-        assert_eq!(len, 240 + 48 + 32 + 16 + 8 + 16 + 17);
+        assert_eq!(len, 224 + 48 + 32 + 64 + 16 + 8 + 16 + 17);
         p.frame = vec![0; 12];
         assert!(p.encode().is_err(), "a frame not a multiple of 8");
+        p.frame = vec![0; 16];
+        p.threads.push(PlanThread {
+            frame_off: 16,
+            ..PlanThread::default()
+        });
+        assert!(p.encode().is_err(), "a thread's frame past the frames");
+        p.threads.clear();
+        assert!(p.encode().is_err(), "no main thread");
     }
 
     #[test]
     fn step_table_comes_from_plan_h() {
-        assert_eq!(STEPS.len(), 14);
+        assert_eq!(STEPS.len(), 15);
         let s = |step| RestorerStatus {
             ok: false,
             err: 0,

@@ -8,9 +8,10 @@
  *   struct plan_header
  *   struct plan_vma   vmas[n_vmas]
  *   struct plan_run   runs[n_runs]
+ *   struct plan_thread threads[n_threads]      (threads[0] is the main thread)
  *   u64               auxv[auxv_words]
  *   struct sock_filter_raw seccomp[n_filter]   (8 bytes each)
- *   char              frame[frame_len]         (the rt_sigreturn frame, see below)
+ *   char              frame[frame_len]         (every thread's rt_sigreturn frame, see below)
  *   char              strings[strings_len]     (NUL-terminated paths)
  */
 #ifndef THAW_PLAN_H
@@ -21,7 +22,7 @@ typedef unsigned int u32;
 typedef int i32;
 
 #define THAW_PLAN_MAGIC 0x4e414c5057414854UL /* "THAWPLAN" */
-#define THAW_PLAN_VERSION 3
+#define THAW_PLAN_VERSION 4
 
 /* The restorer owns [RESTORER_BASE, RESTORER_BASE + RESTORER_SPAN): its image,
  * stack and scratch. Checkpoint refuses runtimes that map anything there. */
@@ -31,15 +32,23 @@ typedef int i32;
 #define RESTORER_SCRATCH_MAX (RESTORER_SPAN - 0x400000UL - TRAMP_SIZE)
 
 /* The resume trampoline: the span's last TRAMP_SIZE bytes. Its first page
- * holds a copy of the code that unmaps the rest of the span and calls
- * rt_sigreturn; the frame the worker built (registers, signal mask, XSAVE
- * area) sits at TRAMP_FRAME. The agent unmaps it when told it was restored. */
-#define TRAMP_SIZE 0x10000UL
+ * holds a copy of the code that starts the other threads, unmaps the rest of
+ * the span and calls rt_sigreturn; the frames the worker built (registers,
+ * signal mask, XSAVE area, one per thread) sit at TRAMP_FRAME, followed by
+ * the count of threads that are on their way out (a u32). The agent unmaps
+ * it when told it was restored (or, with several threads, when it next
+ * prepares a checkpoint: a thread may still be on its last instructions
+ * here when the main thread resumes). */
+#define TRAMP_SIZE 0x40000UL
 #define TRAMP_ADDR (RESTORER_BASE + RESTORER_SPAN - TRAMP_SIZE)
 #define TRAMP_FRAME (TRAMP_ADDR + 0x1000UL)
 #define TRAMP_FRAME_MAX (TRAMP_SIZE - 0x1000UL)
 
 #define MAX_VDSO_PIECES 4
+
+/* Threads a plan may recreate (the main thread included); the sandbox's
+ * pids limit is lower. */
+#define MAX_THREADS 64
 
 /* Descriptors sent with the plan (SCM_RIGHTS) land at PLAN_FD_BASE + i. */
 #define MAX_PLAN_FDS 3
@@ -72,14 +81,13 @@ struct plan_header {
     u64 vdso_offset;
     u64 vdso_pieces[MAX_VDSO_PIECES][2];
     u32 n_vdso_pieces;
-    u32 reserved0;
+    u32 n_threads; /* >= 1 */
     /* prctl_mm_map fields */
     u64 start_code, end_code, start_data, end_data, start_brk, brk, start_stack;
     u64 arg_start, arg_end, env_start, env_end;
     u32 uid, gid;
     u32 flags; /* PLAN_LAZY: create a userfaultfd and send it to the worker */
-    u32 frame_len; /* bytes of frame, copied to TRAMP_FRAME (multiple of 8) */
-    u64 fs_base, gs_base; /* not part of a sigreturn frame: set directly */
+    u32 frame_len; /* bytes of frames, copied to TRAMP_FRAME (multiple of 8) */
 };
 
 #define PLAN_LAZY 1
@@ -104,6 +112,19 @@ struct plan_run {
     u64 img_off; /* offset in the image file */
     i32 img_fd;  /* descriptor the worker placed the image file at */
     u32 fill;    /* FILL_* */
+};
+
+/* One thread: where its frame is and the kernel-side state no frame
+ * carries. The field offsets are used by the clone stub's assembly. */
+struct plan_thread {
+    u64 frame_off;   /* its rt_sigreturn frame: at TRAMP_FRAME + frame_off */
+    u64 fs_base, gs_base; /* thread pointers (not in a sigreturn frame) */
+    u64 clear_tid;   /* set_tid_address / CLONE_CHILD_CLEARTID|PARENT_SETTID; 0: none */
+    u64 robust_head; /* set_robust_list; 0: none */
+    u64 robust_len;
+    u64 rseq_addr;   /* rseq registration; 0: none */
+    u32 rseq_len;
+    u32 rseq_sig;
 };
 
 /* Status the restorer writes to fd 3 when it is done (or fails). */
@@ -134,13 +155,15 @@ struct restorer_status {
     X(MM, 11, "setting the mm layout (PR_SET_MM_MAP)")            \
     X(CREDS, 12, "dropping privileges")                           \
     X(SECCOMP, 13, "installing the seccomp filter")               \
-    X(TRAMPOLINE, 14, "preparing the resume trampoline")
+    X(TRAMPOLINE, 14, "preparing the resume trampoline")         \
+    X(THREADS, 15, "recreating the threads")
 
 #define THAW_STEP_ENUM(name, n, text) STEP_##name = n,
 enum { THAW_STEPS(THAW_STEP_ENUM) };
 
 /* The Rust side checks every offset too (build.rs, src/abi.c). */
-_Static_assert(sizeof(struct plan_header) == 240, "plan_header layout");
+_Static_assert(sizeof(struct plan_header) == 224, "plan_header layout");
+_Static_assert(sizeof(struct plan_thread) == 64, "plan_thread layout");
 _Static_assert(sizeof(struct plan_vma) == 48, "plan_vma layout");
 _Static_assert(sizeof(struct plan_run) == 32, "plan_run layout");
 _Static_assert(sizeof(struct restorer_status) == 40, "restorer_status layout");

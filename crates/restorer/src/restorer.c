@@ -3,10 +3,13 @@
  * pid 1 of a fresh sandbox, reads a restore plan from fd 3, tears down its own
  * address space except itself, rebuilds the runtime's mappings and memory, sets
  * the mm layout, drops privileges, installs the seccomp filter, reports ready
- * and waits for the worker's go-ahead. Then a trampoline outside the rest of
- * its span unmaps the restorer and rt_sigreturns into the runtime with the
- * frame the worker built (registers, signal mask, XSAVE area). No libc: every
- * call is a raw syscall, so nothing of ours lingers in memory the runtime uses.
+ * and waits for the worker's go-ahead. Then it recreates the runtime's other
+ * threads (each rt_sigreturns into its own saved state from a stub outside
+ * the rest of the span), re-registers the main thread's kernel-side state,
+ * and a trampoline unmaps the restorer and rt_sigreturns into the runtime
+ * with the frame the worker built (registers, signal mask, XSAVE area). No
+ * libc: every call is a raw syscall, so nothing of ours lingers in memory the
+ * runtime uses.
  */
 #include "plan.h"
 
@@ -41,6 +44,18 @@
 #define SYS_ioctl 16
 #define SYS_arch_prctl 158
 #define SYS_rt_sigreturn 15
+#define SYS_set_tid_address 218
+#define SYS_set_robust_list 273
+#define SYS_rseq 334
+#define SYS_futex 202
+#define SYS_rt_sigprocmask 14
+#define FUTEX_WAIT_PRIVATE 128
+/* as glibc's pthread_create: shared everything, the thread pointer set, the
+ * thread id written to (and cleared at exit from) glibc's copy of it */
+#define CLONE_THREAD_FLAGS 0xd0f00UL /* VM FS FILES SIGHAND THREAD SYSVSEM SETTLS */
+#define CLONE_TID_FLAGS 0x300000UL    /* PARENT_SETTID CHILD_CLEARTID */
+/* exit status when a thread cannot be recreated after the go-ahead */
+#define EXIT_THREADS 97
 #define ARCH_SET_GS 0x1001
 #define ARCH_SET_FS 0x1002
 #define PROT_EXEC 4
@@ -137,9 +152,16 @@ static long sys6(long n, long a, long b, long c, long d, long e, long f)
 #define sys3(n, a, b, c) sys6(n, (long)(a), (long)(b), (long)(c), 0, 0, 0)
 
 /* The resume trampoline, copied to TRAMP_ADDR (position independent).
- * In: rdi, rsi = the range to unmap (the span but the trampoline), rdx = the
- * frame's ucontext. The kernel reads the frame at rt_sigreturn, after the
- * restorer is gone; nothing returns here. Should the unmap fail, exit 98. */
+ * thaw_tramp_start: in: rdi, rsi = the range to unmap (the span but the
+ * trampoline), rdx = the frame's ucontext. The kernel reads the frame at
+ * rt_sigreturn, after the restorer is gone; nothing returns here. Should the
+ * unmap fail, exit 98.
+ * thaw_tramp_clone(flags, stack, ptid, ctid, tls, const struct plan_thread *,
+ * u32 *started): clone; the parent returns the new tid (or -errno). The
+ * child, on the frame at `stack`, registers its robust list and rseq area,
+ * sets its gs base, counts itself in *started (waking the parent) and
+ * rt_sigreturns: it never runs restorer code outside this page. Offsets into
+ * struct plan_thread are checked below. */
 __asm__(".globl thaw_tramp_start\n"
         "thaw_tramp_start:\n"
         "  mov $11, %eax\n" /* munmap */
@@ -154,9 +176,77 @@ __asm__(".globl thaw_tramp_start\n"
         "  mov $231, %eax\n" /* exit_group */
         "  syscall\n"
         "  hlt\n"
+        ".globl thaw_tramp_clone\n"
+        "thaw_tramp_clone:\n"
+        "  push %rbx\n"
+        "  push %rbp\n"
+        "  push %r12\n"
+        "  push %r13\n"
+        "  push %r14\n"
+        "  push %r15\n"
+        "  mov 56(%rsp), %rbp\n"  /* started */
+        "  mov 32(%r9), %r12\n"   /* robust_head */
+        "  mov 40(%r9), %r13\n"   /* robust_len */
+        "  mov 48(%r9), %r14\n"   /* rseq_addr */
+        "  mov 56(%r9), %r15\n"   /* rseq_len | rseq_sig << 32 */
+        "  mov 16(%r9), %rbx\n"   /* gs_base */
+        "  mov %rcx, %r10\n"
+        "  mov $56, %eax\n" /* clone */
+        "  syscall\n"
+        "  test %rax, %rax\n"
+        "  jz 2f\n"
+        "  pop %r15\n"
+        "  pop %r14\n"
+        "  pop %r13\n"
+        "  pop %r12\n"
+        "  pop %rbp\n"
+        "  pop %rbx\n"
+        "  ret\n"
+        "2:\n"
+        "  test %r12, %r12\n"
+        "  jz 3f\n"
+        "  mov %r12, %rdi\n"
+        "  mov %r13, %rsi\n"
+        "  mov $273, %eax\n" /* set_robust_list */
+        "  syscall\n"
+        "3:\n"
+        "  test %r14, %r14\n"
+        "  jz 4f\n"
+        "  mov %r14, %rdi\n"
+        "  mov %r15d, %esi\n"
+        "  xor %edx, %edx\n"
+        "  mov %r15, %r10\n"
+        "  shr $32, %r10\n"
+        "  mov $334, %eax\n" /* rseq */
+        "  syscall\n"
+        "4:\n"
+        "  test %rbx, %rbx\n"
+        "  jz 5f\n"
+        "  mov $0x1001, %edi\n" /* ARCH_SET_GS */
+        "  mov %rbx, %rsi\n"
+        "  mov $158, %eax\n" /* arch_prctl */
+        "  syscall\n"
+        "5:\n"
+        "  lock incl (%rbp)\n"
+        "  mov %rbp, %rdi\n"
+        "  mov $129, %esi\n" /* FUTEX_WAKE_PRIVATE */
+        "  mov $1, %edx\n"
+        "  mov $202, %eax\n" /* futex */
+        "  syscall\n"
+        "  mov $15, %eax\n" /* rt_sigreturn */
+        "  syscall\n"
+        "  hlt\n"
         ".globl thaw_tramp_end\n"
         "thaw_tramp_end:\n");
-extern char thaw_tramp_start[], thaw_tramp_end[];
+_Static_assert(__builtin_offsetof(struct plan_thread, gs_base) == 16, "clone stub offsets");
+_Static_assert(__builtin_offsetof(struct plan_thread, robust_head) == 32, "clone stub offsets");
+_Static_assert(__builtin_offsetof(struct plan_thread, robust_len) == 40, "clone stub offsets");
+_Static_assert(__builtin_offsetof(struct plan_thread, rseq_addr) == 48, "clone stub offsets");
+_Static_assert(__builtin_offsetof(struct plan_thread, rseq_len) == 56, "clone stub offsets");
+_Static_assert(__builtin_offsetof(struct plan_thread, rseq_sig) == 60, "clone stub offsets");
+extern char thaw_tramp_start[], thaw_tramp_clone[], thaw_tramp_end[];
+typedef long (*tramp_clone_fn)(u64 flags, u64 stack, u64 ptid, u64 ctid, u64 tls,
+                               const struct plan_thread *t, volatile u32 *started);
 
 /* The compiler may emit calls to these for struct copies. */
 void *memset(void *d, int c, unsigned long n)
@@ -330,6 +420,41 @@ static int send_fd(int sock, int fd)
     return (int)r;
 }
 
+/* Recreates threads[1..] as glibc's pthread_create would (the new tids
+ * written to glibc's copies), waits until each is on its last instructions
+ * (in the trampoline page, which stays), and gives the main thread back its
+ * own kernel-side state. After the go-ahead: a failure exits with
+ * EXIT_THREADS, and the worker's greeting to the agent goes unanswered. */
+static void start_threads(const struct plan_header *h, const struct plan_thread *threads)
+{
+    volatile u32 *started = (volatile u32 *)(TRAMP_FRAME + h->frame_len);
+    tramp_clone_fn clone_fn = (tramp_clone_fn)(TRAMP_ADDR + (u64)(thaw_tramp_clone - thaw_tramp_start));
+    /* every signal blocked until each thread's frame sets its own mask */
+    u64 all = ~0UL;
+    sys6(SYS_rt_sigprocmask, 2 /* SIG_SETMASK */, (long)&all, 0, 8, 0, 0);
+    for (u32 i = 1; i < h->n_threads; i++) {
+        const struct plan_thread *t = &threads[i];
+        u64 flags = CLONE_THREAD_FLAGS | (t->clear_tid ? CLONE_TID_FLAGS : 0);
+        long r = clone_fn(flags, TRAMP_FRAME + t->frame_off + 8, t->clear_tid, t->clear_tid,
+                          t->fs_base, t, started);
+        if (r < 0)
+            sys3(SYS_exit_group, EXIT_THREADS, 0, 0);
+    }
+    u32 seen;
+    while ((seen = *started) < h->n_threads - 1)
+        sys6(SYS_futex, (long)started, FUTEX_WAIT_PRIVATE, seen, 0, 0, 0);
+    const struct plan_thread *m = &threads[0];
+    long r = 0;
+    if (m->clear_tid)
+        sys3(SYS_set_tid_address, m->clear_tid, 0, 0);
+    if (m->robust_head)
+        r = sys3(SYS_set_robust_list, m->robust_head, m->robust_len, 0);
+    if (r >= 0 && m->rseq_addr)
+        r = sys6(SYS_rseq, (long)m->rseq_addr, m->rseq_len, 0, m->rseq_sig, 0, 0);
+    if (r < 0)
+        sys3(SYS_exit_group, EXIT_THREADS, 0, 0);
+}
+
 void restorer_main(u64 *initial_sp)
 {
     /* argc, argv..., NULL, envp..., NULL, auxv pairs */
@@ -367,19 +492,28 @@ void restorer_main(u64 *initial_sp)
     struct plan_header *h = (struct plan_header *)blob;
     if (h->magic != THAW_PLAN_MAGIC || h->version != THAW_PLAN_VERSION)
         fail(STEP_BAD_PLAN, EINVAL, 1);
+    if (h->n_threads == 0 || h->n_threads > MAX_THREADS)
+        fail(STEP_BAD_PLAN, EINVAL, 6);
     u64 need = sizeof(*h) + (u64)h->n_vmas * sizeof(struct plan_vma) +
-               (u64)h->n_runs * sizeof(struct plan_run) + (u64)h->auxv_words * 8 +
+               (u64)h->n_runs * sizeof(struct plan_run) +
+               (u64)h->n_threads * sizeof(struct plan_thread) + (u64)h->auxv_words * 8 +
                (u64)h->n_filter * 8 + h->frame_len + h->strings_len;
     if (need != len)
         fail(STEP_BAD_PLAN, EINVAL, 2);
     struct plan_vma *vmas = (struct plan_vma *)(h + 1);
     struct plan_run *runs = (struct plan_run *)(vmas + h->n_vmas);
-    u64 *auxv = (u64 *)(runs + h->n_runs);
+    struct plan_thread *threads = (struct plan_thread *)(runs + h->n_runs);
+    u64 *auxv = (u64 *)(threads + h->n_threads);
     void *filter = auxv + h->auxv_words;
     char *frame = (char *)filter + (u64)h->n_filter * 8;
     char *strings = frame + h->frame_len;
-    if (h->frame_len == 0 || h->frame_len > TRAMP_FRAME_MAX || h->frame_len % 8)
+    /* the frames, then the u32 count of started threads (8 bytes kept) */
+    if (h->frame_len == 0 || h->frame_len + 8 > TRAMP_FRAME_MAX || h->frame_len % 8)
         fail(STEP_BAD_PLAN, EINVAL, 5);
+    for (u32 i = 0; i < h->n_threads; i++)
+        if (threads[i].frame_off % 8 || threads[i].frame_off >= h->frame_len ||
+            (i == 0 && threads[i].frame_off != 0))
+            fail(STEP_BAD_PLAN, EINVAL, 7);
     if (h->strings_len == 0 || strings[h->strings_len - 1] != 0)
         fail(STEP_BAD_PLAN, EINVAL, 3);
 
@@ -533,9 +667,9 @@ void restorer_main(u64 *initial_sp)
     if (r < 0)
         fail(STEP_TRAMPOLINE, r, 1);
     /* thread pointers are not in a sigreturn frame; nothing here uses them */
-    r = sys3(SYS_arch_prctl, ARCH_SET_FS, h->fs_base, 0);
-    if (r >= 0 && h->gs_base)
-        r = sys3(SYS_arch_prctl, ARCH_SET_GS, h->gs_base, 0);
+    r = sys3(SYS_arch_prctl, ARCH_SET_FS, threads[0].fs_base, 0);
+    if (r >= 0 && threads[0].gs_base)
+        r = sys3(SYS_arch_prctl, ARCH_SET_GS, threads[0].gs_base, 0);
     if (r < 0)
         fail(STEP_TRAMPOLINE, r, 2);
 
@@ -568,6 +702,7 @@ void restorer_main(u64 *initial_sp)
     while (r == -EINTR);
     if (r != 1 || c != RESUME_BYTE)
         sys3(SYS_exit_group, 99, 0, 0);
+    start_threads(h, threads);
     register u64 lo __asm__("rdi") = span_lo;
     register u64 n __asm__("rsi") = TRAMP_ADDR - span_lo;
     register u64 uc __asm__("rdx") = TRAMP_FRAME + 8;

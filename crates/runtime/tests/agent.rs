@@ -86,9 +86,20 @@ impl Agent {
     }
 }
 
-fn assert_single_threaded_and_clean(a: &Agent, when: &str) {
+/// Threads a suite function keeps: idle_threads_8 starts 7 at init, the
+/// rest none.
+fn threads_of(function: &str) -> usize {
+    if function == "idle_threads_8" {
+        8
+    } else {
+        1
+    }
+}
+
+fn assert_threads_and_clean(a: &Agent, when: &str) {
     let threads = a.proc_entries("task").len();
-    assert_eq!(threads, 1, "{} {when}: {threads} threads", a.function);
+    let want = threads_of(&a.function);
+    assert_eq!(threads, want, "{} {when}: {threads} threads", a.function);
     let fds = a.proc_entries("fd");
     assert_eq!(fds, [0, 1, 2, 3], "{} {when}: open fds", a.function);
 }
@@ -155,7 +166,7 @@ fn every_function_and_size_passes_its_checker() {
         assert!(load.init_ms >= 0.0);
         assert!(load.import_ms > 0.0);
         assert!(load.rss_kb > 1000);
-        assert_single_threaded_and_clean(&a, "after load");
+        assert_threads_and_clean(&a, "after load");
         let mut times = Vec::new();
         for size in InputSize::ALL {
             let (output, exec) = a
@@ -168,7 +179,7 @@ fn every_function_and_size_passes_its_checker() {
                 .unwrap_or_else(|e| panic!("{} {size}: {e:#}", f.name));
             times.push(format!("{size}={exec:.1}ms"));
         }
-        assert_single_threaded_and_clean(&a, "after invocations");
+        assert_threads_and_clean(&a, "after invocations");
         assert_eq!(a.ok(Request::PrepareCheckpoint), Reply::PrepareCheckpoint);
         assert_eq!(a.health(), ("ready".to_string(), 4));
         a.shutdown();
@@ -344,12 +355,12 @@ fn hanging_function_times_out_and_the_agent_keeps_serving() {
     std::thread::sleep(Duration::from_millis(300));
     a.ok(Request::PrepareCheckpoint);
     a.health();
-    assert_single_threaded_and_clean(&a, "after timeouts");
+    assert_threads_and_clean(&a, "after timeouts");
     a.shutdown();
 }
 
 #[test]
-fn prepare_checkpoint_refuses_extra_fds_and_threads() {
+fn prepare_checkpoint_refuses_extra_fds_but_not_threads() {
     let mut a = spawn("_test_leak_fd");
     a.invoke_ok(invoke_input(json!({})));
     let r = a.request(Request::PrepareCheckpoint);
@@ -360,11 +371,11 @@ fn prepare_checkpoint_refuses_extra_fds_and_threads() {
     );
     a.health();
 
+    // threads are the checkpoint's business (it captures them)
     let mut a = spawn("_test_thread");
     a.invoke_ok(invoke_input(json!({})));
     let r = a.request(Request::PrepareCheckpoint);
-    assert_eq!(err_kind(&r), "not_checkpointable");
-    assert!(r["message"].as_str().unwrap().contains("sleeper"), "{r}");
+    assert_eq!(r["ok"], true, "{r}");
 }
 
 fn draws(a: &mut Agent) -> Value {
@@ -375,6 +386,7 @@ fn restored(seed: &str) -> Request {
     Request::Restored {
         seed: seed.to_string(),
         unmap: None,
+        unmap_at_checkpoint: None,
     }
 }
 

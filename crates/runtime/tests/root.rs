@@ -50,6 +50,10 @@ fn root_layout_matches_the_contract() {
         "usr/lib/x86_64-linux-gnu/libblas.so.3",
         "usr/lib/x86_64-linux-gnu/liblapack.so.3",
         "etc/ld.so.cache",
+        // the basic tools a function may run (coreutils)
+        "bin/cat",
+        "usr/bin/sleep",
+        "usr/bin/ls",
     ] {
         assert!(r.path.join(f).exists(), "/{f} missing");
     }
@@ -61,6 +65,7 @@ fn root_layout_matches_the_contract() {
         "python3-chameleon",
         "python3-pyaes",
         "python3.11",
+        "coreutils",
     ] {
         assert!(
             r.manifest.packages.iter().any(|(n, _, _)| n == pkg),

@@ -1,9 +1,13 @@
-//! Checkpoint: freeze a runtime with ptrace and write a snapshot of its
-//! mappings, saved pages, CPU state and the files of its /tmp and /dev/shm.
-//! What a snapshot cannot keep is named, all of it, by [`inspect`].
+//! Checkpoint: freeze a runtime with ptrace, every thread of it, and write a
+//! snapshot of its mappings, saved pages, each thread's CPU and kernel-side
+//! state, and the files of its /tmp and /dev/shm. What a snapshot cannot
+//! keep is named, all of it, by [`inspect`].
 use crate::files::{self, Scan};
-use crate::ptrace;
-use crate::state::{MmLayout, ProcessState, VdsoBlock, Vma, STATE_VERSION};
+use crate::ptrace::{self, REG_ORIG_RAX, REG_RIP};
+use crate::sigframe;
+use crate::state::{
+    MmLayout, ProcessState, ThreadKernel, ThreadState, VdsoBlock, Vma, STATE_VERSION,
+};
 use crate::{stat_fields, Sandbox};
 use anyhow::{anyhow, bail, Context, Result};
 use serde::{Deserialize, Serialize};
@@ -99,6 +103,190 @@ pub(crate) fn wait_blocked_on_socket(pid: i32) -> Result<()> {
     }
 }
 
+/// The process's thread ids, the main thread first.
+fn task_ids(pid: i32) -> Result<Vec<i32>> {
+    let mut tids: Vec<i32> = std::fs::read_dir(format!("/proc/{pid}/task"))?
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    tids.sort_by_key(|&t| (t != pid, t));
+    Ok(tids)
+}
+
+/// A thread's name (`comm`), for refusals.
+fn thread_name(pid: i32, tid: i32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "?".into())
+}
+
+/// How long a thread may take to stop before the checkpoint is refused.
+const STOP_DEADLINE: Duration = Duration::from_secs(2);
+
+/// Seizes and stops every thread of `pid` into `frozen` (main first),
+/// listing /proc/PID/task again until no thread is left running (one may
+/// be cloning another while we list).
+fn freeze_all(pid: i32, frozen: &mut Vec<i32>) -> Result<()> {
+    loop {
+        let mut new = Vec::new();
+        for tid in task_ids(pid)? {
+            if frozen.contains(&tid) {
+                continue;
+            }
+            match ptrace::seize(tid) {
+                Ok(()) => {}
+                // gone between the listing and the seize
+                Err(_) if !Path::new(&format!("/proc/{pid}/task/{tid}")).exists() => continue,
+                Err(e) => return Err(e),
+            }
+            frozen.push(tid);
+            ptrace::interrupt(tid)?;
+            new.push(tid);
+        }
+        if new.is_empty() {
+            return Ok(());
+        }
+        let deadline = Instant::now() + STOP_DEADLINE;
+        for tid in new {
+            let stop = ptrace::wait_stop_until(tid, deadline)?;
+            if stop == ptrace::Stop::Exited {
+                frozen.retain(|&t| t != tid);
+            }
+            if stop == ptrace::Stop::Running {
+                let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat"))
+                    .unwrap_or_default();
+                let state = stat
+                    .rsplit(')')
+                    .next()
+                    .unwrap_or("")
+                    .split_whitespace()
+                    .next();
+                bail!(
+                    "thread {} (tid {tid}) did not stop within {} s (state {}): it is inside a call that cannot be interrupted",
+                    thread_name(pid, tid),
+                    STOP_DEADLINE.as_secs(),
+                    state.unwrap_or("?")
+                );
+            }
+        }
+    }
+}
+
+/// System calls a restored thread cannot re-issue: they act on child
+/// processes or on the process's own life. (One that completed is fine: its
+/// result is in the registers.)
+const NOT_RESTARTABLE: &[(u64, &str)] = &[
+    (56, "clone"),
+    (57, "fork"),
+    (58, "vfork"),
+    (59, "execve"),
+    (60, "exit"),
+    (61, "wait4"),
+    (231, "exit_group"),
+    (247, "waitid"),
+    (322, "execveat"),
+    (435, "clone3"),
+];
+
+/// One stopped thread's state. Runs two calls inside it (its
+/// `clear_child_tid`, its alternate signal stack) and leaves it with the
+/// registers a restore resumes it with, so the original goes on exactly as
+/// a restored copy does.
+fn capture_thread(pid: i32, tid: i32, gadget: u64, mem: &File) -> Result<ThreadState> {
+    let name = thread_name(pid, tid);
+    let regs = ptrace::get_regs(tid)?;
+    let (lo, hi) = (
+        thaw_restorer::RESTORER_BASE,
+        thaw_restorer::RESTORER_BASE + thaw_restorer::RESTORER_SPAN,
+    );
+    if (lo..hi).contains(&regs[REG_RIP]) {
+        bail!("thread {name} (tid {tid}) is still in the restorer's trampoline");
+    }
+    let nr = regs[REG_ORIG_RAX];
+    let call = NOT_RESTARTABLE.iter().find(|(n, _)| *n == nr);
+    if let (Some((_, call)), true) = (call, ptrace::reissues(&regs)) {
+        bail!("thread {name} (tid {tid}) is inside {call}, which a restore cannot re-issue");
+    }
+    let mut resume = regs;
+    ptrace::prepare_for_resume(&mut resume);
+    let xstate = ptrace::get_xstate(tid)?;
+    let sigmask = ptrace::get_sigmask(tid)?;
+    let rseq = ptrace::get_rseq(tid)?;
+    let robust_list = ptrace::get_robust_list(tid)?;
+    let injector = ptrace::Injector {
+        tid,
+        gadget,
+        mem,
+        regs,
+    };
+    let injected = injector.tid_address_and_altstack();
+    ptrace::set_regs(tid, &resume)?;
+    let (clear_tid, altstack) = injected.with_context(|| format!("thread {name} (tid {tid})"))?;
+    Ok(ThreadState {
+        name,
+        regs: resume.to_vec(),
+        xstate,
+        sigmask,
+        kernel: ThreadKernel {
+            altstack,
+            robust_list,
+            clear_tid,
+            rseq,
+        },
+    })
+}
+
+/// The address of a `syscall` instruction (0f 05) in the runtime's vDSO,
+/// for calls run inside its threads.
+fn syscall_gadget(maps: &[MapsLine], mem: &File) -> Result<u64> {
+    let vdso = maps
+        .iter()
+        .find(|m| m.name == "[vdso]")
+        .ok_or_else(|| anyhow!("runtime has no [vdso]"))?;
+    let mut code = vec![0u8; (vdso.end - vdso.start) as usize];
+    mem.read_exact_at(&mut code, vdso.start)
+        .context("reading the runtime's vDSO")?;
+    let at = code
+        .windows(2)
+        .position(|w| w == [0x0f, 0x05])
+        .ok_or_else(|| anyhow!("the vDSO holds no syscall instruction"))?;
+    Ok(vdso.start + at as u64)
+}
+
+/// Every thread's state, main first; refuses what a restore cannot resume.
+fn capture_threads(pid: i32, tids: &[i32], maps: &[MapsLine]) -> Result<Vec<ThreadState>> {
+    if tids.len() > thaw_restorer::MAX_THREADS {
+        bail!(
+            "runtime has {} threads; a snapshot holds at most {}",
+            tids.len(),
+            thaw_restorer::MAX_THREADS
+        );
+    }
+    let mem = File::options()
+        .read(true)
+        .write(true)
+        .open(format!("/proc/{pid}/mem"))?;
+    let gadget = syscall_gadget(maps, &mem)?;
+    let threads = tids
+        .iter()
+        .map(|&tid| capture_thread(pid, tid, gadget, &mem))
+        .collect::<Result<Vec<_>>>()?;
+    // what a restore will build: each frame valid, all of them in the trampoline
+    let mut frames = 0u64;
+    for t in &threads {
+        frames += sigframe::build(t, thaw_restorer::TRAMP_FRAME)
+            .with_context(|| format!("thread {}", t.name))?
+            .len() as u64;
+    }
+    if frames > thaw_restorer::MAX_FRAME_BYTES {
+        bail!(
+            "{} threads need {frames} bytes of resume frames; a restore has room for {}",
+            threads.len(),
+            thaw_restorer::MAX_FRAME_BYTES
+        );
+    }
+    Ok(threads)
+}
+
 /// One thing of an instance that a snapshot cannot keep: `kind` is
 /// `thread`, `descriptor`, `mapping` or `files`; `detail` names it (the
 /// thread's name, the descriptor's number and kind, the mapping, the file).
@@ -146,14 +334,15 @@ pub struct AgentThread {
 /// Everything of runtime `pid` (with runtime root `root`) that stops a
 /// snapshot, in one list: the one place refusals are made. Also returns
 /// the scan of its /tmp and /dev/shm (content bytes over `files_cap` are
-/// a refusal). `threads`: what the agent told of its threads, for names.
+/// a refusal). Threads are captured, not refused; `_threads` (what the
+/// agent told of its threads) stays for callers that name them.
 pub fn inspect(
     pid: i32,
     root: &Path,
-    threads: &[AgentThread],
+    _threads: &[AgentThread],
     files_cap: u64,
 ) -> Result<(Vec<Refusal>, Scan)> {
-    let mut reasons = thread_refusals(pid, threads)?;
+    let mut reasons = child_refusals(pid)?;
     reasons.extend(descriptor_refusals(pid)?);
     let maps = parse_maps(&std::fs::read_to_string(format!("/proc/{pid}/maps"))?)?;
     let root = root.canonicalize()?;
@@ -167,34 +356,19 @@ pub fn inspect(
     Ok((reasons, scan))
 }
 
-/// Every task but the runtime's main one.
-fn thread_refusals(pid: i32, known: &[AgentThread]) -> Result<Vec<Refusal>> {
+/// Child processes: a snapshot holds one process (its threads, all of them).
+fn child_refusals(pid: i32) -> Result<Vec<Refusal>> {
     let mut out = Vec::new();
-    let mut tids: Vec<i32> = std::fs::read_dir(format!("/proc/{pid}/task"))?
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-        .filter(|&t| t != pid)
-        .collect();
-    tids.sort_unstable();
-    for tid in tids {
-        let task = format!("/proc/{pid}/task/{tid}");
-        let comm = std::fs::read_to_string(format!("{task}/comm")).unwrap_or_default();
-        // the thread's id inside the sandbox: the last NSpid entry
-        let ns_tid: Option<i64> = std::fs::read_to_string(format!("{task}/status"))
-            .ok()
-            .and_then(|s| {
-                s.lines()
-                    .find_map(|l| l.strip_prefix("NSpid:"))
-                    .and_then(|v| v.split_whitespace().last()?.parse().ok())
-            });
-        let detail = match known.iter().find(|t| Some(t.native_id) == ns_tid) {
-            Some(t) => format!("Python thread {:?} (tid {})", t.name, t.native_id),
-            None => format!(
-                "native thread {:?} (tid {})",
-                comm.trim(),
-                ns_tid.unwrap_or(tid as i64)
-            ),
-        };
-        out.push(Refusal::new("thread", detail));
+    for tid in task_ids(pid)? {
+        let kids =
+            std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/children")).unwrap_or_default();
+        for child in kids.split_whitespace() {
+            let comm = std::fs::read_to_string(format!("/proc/{child}/comm")).unwrap_or_default();
+            out.push(Refusal::new(
+                "process",
+                format!("child process {child} ({})", comm.trim()),
+            ));
+        }
     }
     Ok(out)
 }
@@ -326,37 +500,41 @@ pub fn checkpoint(
     if !reasons.is_empty() {
         return Err(NotCheckpointable { reasons }.into());
     }
-    ptrace::seize_and_stop(pid).context("freezing the runtime")?;
-    let freeze_ms = t0.elapsed().as_secs_f64() * 1e3;
-    let res = dump(pid, sb.root(), dir, function, root_hash, &threads, cap);
-    let detached = ptrace::detach(pid);
+    let mut frozen = Vec::new();
+    let res = freeze_all(pid, &mut frozen)
+        .context("freezing the runtime")
+        .and_then(|()| {
+            let freeze_ms = t0.elapsed().as_secs_f64() * 1e3;
+            dump(pid, &frozen, sb.root(), dir, function, root_hash, cap).map(|(s, mut r)| {
+                r.freeze_ms = freeze_ms;
+                (s, r)
+            })
+        });
+    let detached: Result<Vec<()>> = frozen.iter().map(|&tid| ptrace::detach(tid)).collect();
     let (snap, mut report) = res?;
     detached?;
-    report.freeze_ms = freeze_ms;
     report.total_ms = t0.elapsed().as_secs_f64() * 1e3;
     Ok((snap, report))
 }
 
 fn dump(
     pid: i32,
+    tids: &[i32],
     root: &Path,
     dir: &Path,
     function: &str,
     root_hash: &str,
-    threads: &[AgentThread],
     files_cap: u64,
 ) -> Result<(Snapshot, CheckpointReport)> {
     let t = Instant::now();
     // the frozen runtime must still hold nothing a snapshot cannot keep
-    let (reasons, scan) = inspect(pid, root, threads, files_cap)?;
+    let (reasons, scan) = inspect(pid, root, &[], files_cap)?;
     if !reasons.is_empty() {
         return Err(NotCheckpointable { reasons }.into());
     }
-    let mut regs = ptrace::get_regs(pid)?;
-    ptrace::prepare_for_resume(&mut regs);
-    let xstate = ptrace::get_xstate(pid)?;
-    let sigmask = ptrace::get_sigmask(pid)?;
-
+    let maps = parse_maps(&std::fs::read_to_string(format!("/proc/{pid}/maps"))?)?;
+    let threads = capture_threads(pid, tids, &maps)?;
+    // the calls run in the threads may have grown a stack: read the maps again
     let maps = parse_maps(&std::fs::read_to_string(format!("/proc/{pid}/maps"))?)?;
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
     let sf = stat_fields(&stat)?;
@@ -458,9 +636,7 @@ fn dump(
     files::save(pid, &mut saved, &mut |data| w.append_memory(data))?;
     let state = ProcessState {
         version: STATE_VERSION,
-        regs: regs.to_vec(),
-        xstate: hex::encode(&xstate),
-        sigmask,
+        threads,
         mm,
         auxv,
         vdso,

@@ -8,7 +8,7 @@
 //! next invocation faults each page it touches back in through the page
 //! server, which logs it. A page's count is the number of invocations
 //! (epochs) that touched it: access frequency over time, not first touches.
-use crate::ptrace::{self, REG_ORIG_RAX, REG_RAX, REG_RDI, REG_RDX, REG_RIP, REG_RSI};
+use crate::ptrace::{self, REG_ORIG_RAX, REG_RIP};
 use crate::restore::{restore_with, Hooks};
 use crate::state::ProcessState;
 use crate::{Sandbox, SandboxConfig};
@@ -208,18 +208,15 @@ fn drop_resident(sb: &Sandbox, overlay: &ProfileSource) -> Result<()> {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .extend(pages);
+        let injector = ptrace::Injector {
+            tid: pid,
+            gadget: insn,
+            mem: &mem,
+            regs: saved,
+        };
         for m in &anon {
-            let mut r = saved;
-            r[REG_RIP] = insn;
-            r[REG_RAX] = libc::SYS_madvise as u64;
-            r[REG_RDI] = m.start;
-            r[REG_RSI] = m.end - m.start;
-            r[REG_RDX] = libc::MADV_DONTNEED as u64;
-            r[REG_ORIG_RAX] = u64::MAX;
-            ptrace::set_regs(pid, &r)?;
-            ptrace::syscall_step(pid)?;
-            ptrace::syscall_step(pid)?;
-            let ret = ptrace::get_regs(pid)?[REG_RAX] as i64;
+            let args = [m.start, m.end - m.start, libc::MADV_DONTNEED as u64];
+            let ret = injector.call(libc::SYS_madvise, args)?;
             if ret != 0 {
                 bail!("injected madvise on {:#x} failed: {ret}", m.start);
             }

@@ -1,7 +1,12 @@
 //! Thin ptrace wrappers for checkpoints: seize, interrupt, register sets,
-//! signal mask. (Restores do not trace: see `sigframe`.)
-use anyhow::{bail, Result};
+//! signal mask, rseq and robust-list queries, and system calls run inside a
+//! stopped thread for state only the thread itself can ask the kernel for.
+//! (Restores do not trace: see `sigframe`.)
+use anyhow::{bail, Context, Result};
+use std::fs::File;
 use std::io::Error;
+use std::os::unix::fs::FileExt;
+use std::time::{Duration, Instant};
 
 pub const NT_PRSTATUS: usize = 1;
 pub const NT_X86_XSTATE: usize = 0x202;
@@ -13,12 +18,14 @@ pub const REG_RSI: usize = 13;
 pub const REG_RDI: usize = 14;
 pub const REG_ORIG_RAX: usize = 15;
 pub const REG_RIP: usize = 16;
+pub const REG_RSP: usize = 19;
 
 const PTRACE_GETREGSET: libc::c_uint = 0x4204;
 const PTRACE_SETREGSET: libc::c_uint = 0x4205;
 const PTRACE_SEIZE: libc::c_uint = 0x4206;
 const PTRACE_INTERRUPT: libc::c_uint = 0x4207;
 const PTRACE_GETSIGMASK: libc::c_uint = 0x420a;
+const PTRACE_GET_RSEQ_CONFIGURATION: libc::c_uint = 0x420f;
 const PTRACE_O_TRACESYSGOOD: libc::c_ulong = 1;
 const PTRACE_O_EXITKILL: libc::c_ulong = 0x10_0000;
 
@@ -33,18 +40,29 @@ fn pt(req: libc::c_uint, pid: i32, addr: usize, data: usize) -> Result<libc::c_l
 
 /// Seizes `pid` (killing it if we die while it is stopped) and stops it.
 pub fn seize_and_stop(pid: i32) -> Result<()> {
-    pt(
-        PTRACE_SEIZE,
-        pid,
-        0,
-        (PTRACE_O_TRACESYSGOOD | PTRACE_O_EXITKILL) as usize,
-    )?;
-    pt(PTRACE_INTERRUPT, pid, 0, 0)?;
-    wait_stop(pid)
+    seize(pid)?;
+    interrupt(pid)?;
+    wait_stop(pid).map(|_| ())
 }
 
-/// Waits until the tracee is in a ptrace stop.
-pub fn wait_stop(pid: i32) -> Result<()> {
+/// Seizes one thread (it keeps running); the tracee dies with us.
+pub fn seize(tid: i32) -> Result<()> {
+    pt(
+        PTRACE_SEIZE,
+        tid,
+        0,
+        (PTRACE_O_TRACESYSGOOD | PTRACE_O_EXITKILL) as usize,
+    )
+    .map(|_| ())
+}
+
+/// Asks a seized thread to stop (see [`wait_stop_until`]).
+pub fn interrupt(tid: i32) -> Result<()> {
+    pt(PTRACE_INTERRUPT, tid, 0, 0).map(|_| ())
+}
+
+/// Waits until the tracee is in a ptrace stop; returns the wait status.
+pub fn wait_stop(pid: i32) -> Result<i32> {
     loop {
         let mut status = 0;
         // SAFETY: status is a valid out pointer.
@@ -57,11 +75,49 @@ pub fn wait_stop(pid: i32) -> Result<()> {
             bail!("waitpid({pid}): {e}");
         }
         if libc::WIFSTOPPED(status) {
-            return Ok(());
+            return Ok(status);
         }
         if libc::WIFEXITED(status) || libc::WIFSIGNALED(status) {
             bail!("process {pid} died while being frozen (status {status:#x})");
         }
+    }
+}
+
+/// How a thread answered [`interrupt`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    Stopped,
+    /// it exited instead (a thread on its way out when seized)
+    Exited,
+    /// not stopped by the deadline: inside a call that does not let it
+    /// (state D)
+    Running,
+}
+
+/// [`wait_stop`] with a deadline.
+pub fn wait_stop_until(tid: i32, deadline: Instant) -> Result<Stop> {
+    loop {
+        let mut status = 0;
+        // SAFETY: status is a valid out pointer.
+        let r = unsafe { libc::waitpid(tid, &mut status, libc::__WALL | libc::WNOHANG) };
+        if r < 0 {
+            let e = Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            bail!("waitpid({tid}): {e}");
+        }
+        if r == tid {
+            return Ok(if libc::WIFSTOPPED(status) {
+                Stop::Stopped
+            } else {
+                Stop::Exited
+            });
+        }
+        if Instant::now() > deadline {
+            return Ok(Stop::Running);
+        }
+        std::thread::sleep(Duration::from_micros(100));
     }
 }
 
@@ -120,10 +176,135 @@ pub fn get_sigmask(pid: i32) -> Result<u64> {
     Ok(mask)
 }
 
+/// The thread's rseq registration: (area, length, signature), or zeros.
+pub fn get_rseq(tid: i32) -> Result<(u64, u32, u32)> {
+    #[repr(C)]
+    #[derive(Default)]
+    struct RseqConfiguration {
+        rseq_abi_pointer: u64,
+        rseq_abi_size: u32,
+        signature: u32,
+        flags: u32,
+        pad: u32,
+    }
+    let mut c = RseqConfiguration::default();
+    pt(
+        PTRACE_GET_RSEQ_CONFIGURATION,
+        tid,
+        std::mem::size_of::<RseqConfiguration>(),
+        &mut c as *mut RseqConfiguration as usize,
+    )?;
+    Ok((c.rseq_abi_pointer, c.rseq_abi_size, c.signature))
+}
+
+/// The thread's robust futex list: (head, length), or zeros.
+pub fn get_robust_list(tid: i32) -> Result<(u64, u64)> {
+    let (mut head, mut len) = (0u64, 0usize);
+    // SAFETY: both out pointers are valid for the kernel to write.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_get_robust_list,
+            tid,
+            &mut head as *mut u64,
+            &mut len as *mut usize,
+        )
+    };
+    if r < 0 {
+        bail!("get_robust_list({tid}): {}", Error::last_os_error());
+    }
+    Ok((head, len as u64))
+}
+
 /// Resumes to the next syscall entry or exit stop.
 pub fn syscall_step(pid: i32) -> Result<()> {
     pt(libc::PTRACE_SYSCALL, pid, 0, 0)?;
-    wait_stop(pid)
+    let status = wait_stop(pid)?;
+    if libc::WSTOPSIG(status) != libc::SIGTRAP | 0x80 {
+        bail!(
+            "thread {pid} stopped for signal {} while the checkpoint ran a call in it",
+            libc::WSTOPSIG(status)
+        );
+    }
+    Ok(())
+}
+
+/// Runs system calls inside a ptrace-stopped thread, for state the kernel
+/// only tells the thread itself (its `clear_child_tid`, its alternate
+/// signal stack). Calls execute the `syscall` instruction at `gadget`;
+/// their results land in scratch memory below the thread's red zone, whose
+/// bytes are put back afterwards.
+pub struct Injector<'a> {
+    pub tid: i32,
+    pub gadget: u64,
+    /// the process's /proc/PID/mem (for the calls' results)
+    pub mem: &'a File,
+    /// the thread's registers as stopped
+    pub regs: [u64; NREGS],
+}
+
+/// Bytes of stack the injected calls may write to.
+const SCRATCH: u64 = 64;
+/// x86_64's red zone: the thread may keep data this far below its stack pointer.
+const RED_ZONE: u64 = 128;
+
+impl Injector<'_> {
+    fn scratch(&self) -> u64 {
+        (self.regs[REG_RSP] - RED_ZONE - SCRATCH) & !15
+    }
+
+    /// One call with up to three arguments; returns the kernel's result.
+    /// The thread is left at the call's exit: set its registers before
+    /// letting it go.
+    pub fn call(&self, nr: i64, args: [u64; 3]) -> Result<i64> {
+        let mut r = self.regs;
+        r[REG_RIP] = self.gadget;
+        r[REG_RAX] = nr as u64;
+        r[REG_RDI] = args[0];
+        r[REG_RSI] = args[1];
+        r[REG_RDX] = args[2];
+        r[REG_ORIG_RAX] = u64::MAX; // nothing to restart on the way out
+        set_regs(self.tid, &r)?;
+        syscall_step(self.tid)?; // entry
+        syscall_step(self.tid)?; // exit
+        Ok(get_regs(self.tid)?[REG_RAX] as i64)
+    }
+
+    /// (clear_child_tid, (ss_sp, ss_flags, ss_size)) of the thread.
+    pub fn tid_address_and_altstack(&self) -> Result<(u64, (u64, u32, u64))> {
+        let at = self.scratch();
+        let mut saved = [0u8; SCRATCH as usize];
+        // below the stack pointer may be unmapped (a stack that has yet
+        // to grow): the kernel grows it for the call, and zeros go back
+        let had = self.mem.read_exact_at(&mut saved, at).is_ok();
+        let out = (|| {
+            let r = self.call(libc::SYS_prctl, [libc::PR_GET_TID_ADDRESS as u64, at, 0])?;
+            if r < 0 {
+                bail!(
+                    "prctl(PR_GET_TID_ADDRESS) in thread {}: errno {}",
+                    self.tid,
+                    -r
+                );
+            }
+            let r = self.call(libc::SYS_sigaltstack, [0, at + 16, 0])?;
+            if r < 0 {
+                bail!("sigaltstack in thread {}: errno {}", self.tid, -r);
+            }
+            let mut b = [0u8; 40];
+            self.mem
+                .read_exact_at(&mut b, at)
+                .context("reading the injected calls' results")?;
+            let word = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"));
+            let flags = u32::from_le_bytes(b[24..28].try_into().expect("4 bytes"));
+            Ok((word(0), (word(16), flags, word(32))))
+        })();
+        if !had {
+            saved = [0; SCRATCH as usize];
+        }
+        let put_back = self.mem.write_all_at(&saved, at);
+        let out = out?;
+        put_back.context("restoring the thread's stack after the injected calls")?;
+        Ok(out)
+    }
 }
 
 pub fn detach(pid: i32) -> Result<()> {
@@ -150,6 +331,14 @@ pub fn prepare_for_resume(regs: &mut [u64; NREGS]) {
         }
     }
     regs[REG_ORIG_RAX] = u64::MAX;
+}
+
+/// Whether a thread stopped with `regs` would re-issue the call it is in
+/// (see [`prepare_for_resume`]).
+pub fn reissues(regs: &[u64; NREGS]) -> bool {
+    let mut r = *regs;
+    prepare_for_resume(&mut r);
+    r[REG_RIP] != regs[REG_RIP]
 }
 
 #[cfg(test)]

@@ -339,10 +339,16 @@ pub(crate) fn restore_with(
         .context("resuming the runtime")?;
     let mut seed = [0u8; 32];
     rand::Rng::fill(&mut rand::thread_rng(), &mut seed[..]);
+    // The main thread resumes once every other thread is on its last
+    // instructions in the trampoline; with threads, the agent unmaps it at
+    // its next checkpoint, when none can still be there.
+    let trampoline = (r::TRAMP_ADDR, r::TRAMP_SIZE);
+    let single = state.threads.len() == 1;
     sb.call(
         &crate::agent::Request::Restored {
             seed: hex::encode(seed),
-            unmap: Some((r::TRAMP_ADDR, r::TRAMP_SIZE)),
+            unmap: single.then_some(trampoline),
+            unmap_at_checkpoint: (!single).then_some(trampoline),
         },
         Duration::from_secs(30),
     )
@@ -477,12 +483,27 @@ fn build_plan(
         uid,
         gid: uid,
         flags: if memory.lazy() { r::PLAN_LAZY } else { 0 },
-        fs_base: state.regs[sigframe::FS_BASE],
-        gs_base: state.regs[sigframe::GS_BASE],
     };
     plan.auxv = state.auxv.clone();
     plan.filter = seccomp::filter_for(network);
-    plan.frame = sigframe::build(state, r::TRAMP_FRAME)?;
+    for t in &state.threads {
+        let frame_off = plan.frame.len() as u64;
+        let frame = sigframe::build(t, r::TRAMP_FRAME + frame_off)
+            .with_context(|| format!("thread {}", t.name))?;
+        plan.frame.extend_from_slice(&frame);
+        let k = &t.kernel;
+        plan.threads.push(r::PlanThread {
+            frame_off,
+            fs_base: t.regs[sigframe::FS_BASE],
+            gs_base: t.regs[sigframe::GS_BASE],
+            clear_tid: k.clear_tid,
+            robust_head: k.robust_list.0,
+            robust_len: k.robust_list.1,
+            rseq_addr: k.rseq.0,
+            rseq_len: k.rseq.1,
+            rseq_sig: k.rseq.2,
+        });
+    }
     Ok(plan)
 }
 

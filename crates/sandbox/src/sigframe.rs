@@ -1,18 +1,17 @@
-//! The x86_64 `rt_sigreturn` frame a restore resumes the runtime with: the
-//! saved registers, signal mask and XSAVE area laid out as the kernel reads a
-//! signal frame back (struct rt_sigframe: return address, ucontext, siginfo;
-//! the ucontext's sigcontext points at the XSAVE area). The restorer copies
-//! it to `thaw_restorer::TRAMP_FRAME` and its trampoline calls rt_sigreturn
-//! on it, so no tracer has to load the CPU state.
+//! The x86_64 `rt_sigreturn` frame a restore resumes a thread with: the
+//! saved registers, signal mask, alternate signal stack and XSAVE area laid
+//! out as the kernel reads a signal frame back (struct rt_sigframe: return
+//! address, ucontext, siginfo; the ucontext's sigcontext points at the XSAVE
+//! area). The restorer copies every thread's frame behind
+//! `thaw_restorer::TRAMP_FRAME` and each thread calls rt_sigreturn on its
+//! own, so no tracer has to load the CPU state.
 use crate::ptrace::NREGS;
-use crate::state::ProcessState;
+use crate::state::ThreadState;
 use anyhow::{bail, Result};
 
 /// ucontext.uc_flags: the frame carries an XSAVE area and a valid ss.
 const UC_FP_XSTATE: u64 = 1;
 const UC_SIGCONTEXT_SS: u64 = 2;
-/// uc_stack.ss_flags: no alternate signal stack (as a fresh restore has none).
-const SS_DISABLE: u32 = 2;
 const FP_XSTATE_MAGIC1: u32 = 0x4650_5853;
 const FP_XSTATE_MAGIC2: u32 = 0x4650_5845;
 
@@ -61,7 +60,7 @@ const SELECTORS: [usize; 4] = [23, 24, 25, 26];
 
 /// The frame for `state`, to be placed at `at` (the XSAVE pointer in it is
 /// absolute).
-pub fn build(state: &ProcessState, at: u64) -> Result<Vec<u8>> {
+pub fn build(state: &ThreadState, at: u64) -> Result<Vec<u8>> {
     if state.regs.len() != NREGS {
         bail!(
             "process state has {} registers, want {NREGS}",
@@ -75,15 +74,21 @@ pub fn build(state: &ProcessState, at: u64) -> Result<Vec<u8>> {
             r[i]
         );
     }
-    let xs = state.xstate_bytes();
+    let xs = &state.xstate;
     if xs.len() < MIN_XSTATE || !xs.len().is_multiple_of(64) {
         bail!("process state: XSAVE area of {} bytes", xs.len());
     }
-    let len = (FPSTATE + xs.len() + 4).next_multiple_of(8);
+    // whole multiples of 64 bytes: frames are laid one after another, and
+    // each one's XSAVE area must stay 64-byte aligned
+    let len = (FPSTATE + xs.len() + 4).next_multiple_of(64);
     let mut f = vec![0u8; len];
     let put = |f: &mut [u8], off: usize, v: u64| f[off..off + 8].copy_from_slice(&v.to_le_bytes());
     put(&mut f, UC, UC_FP_XSTATE | UC_SIGCONTEXT_SS);
-    f[UC + 24..UC + 28].copy_from_slice(&SS_DISABLE.to_le_bytes());
+    // uc_stack: rt_sigreturn sets the thread's alternate signal stack from it
+    let (ss_sp, ss_flags, ss_size) = state.kernel.altstack;
+    put(&mut f, UC + 16, ss_sp);
+    f[UC + 24..UC + 28].copy_from_slice(&ss_flags.to_le_bytes());
+    put(&mut f, UC + 32, ss_size);
     let gprs = [
         R8, R9, R10, R11, R12, R13, R14, R15, RDI, RSI, RBP, RBX, RDX, RAX, RCX, RSP, RIP, EFLAGS,
     ];
@@ -99,15 +104,15 @@ pub fn build(state: &ProcessState, at: u64) -> Result<Vec<u8>> {
     put(&mut f, SIGMASK, state.sigmask);
 
     let fp = &mut f[FPSTATE..];
-    fp[..xs.len()].copy_from_slice(&xs);
+    fp[..xs.len()].copy_from_slice(xs);
     let le32 = |b: &[u8], o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"));
     let le64 = |b: &[u8], o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"));
     // the features to restore: as the kernel described them when it saved
     // the area, else what the XSAVE header says is present (plus x87/SSE)
-    let xfeatures = if le32(&xs, SW_BYTES) == FP_XSTATE_MAGIC1 {
-        le64(&xs, SW_BYTES + 8)
+    let xfeatures = if le32(xs, SW_BYTES) == FP_XSTATE_MAGIC1 {
+        le64(xs, SW_BYTES + 8)
     } else {
-        le64(&xs, 512) | 3
+        le64(xs, 512) | 3
     };
     check_host_xsave(xs.len(), xfeatures, host_xsave())?;
     fp[SW_BYTES..SW_BYTES + 4].copy_from_slice(&FP_XSTATE_MAGIC1.to_le_bytes());
@@ -119,15 +124,19 @@ pub fn build(state: &ProcessState, at: u64) -> Result<Vec<u8>> {
 }
 
 /// This CPU's XSAVE: (state components it supports, bytes of the area for
-/// the components the kernel enabled), from CPUID leaf 0xD.
+/// the components the kernel enabled), from CPUID leaf 0xD. Asked once: in
+/// a VM every CPUID traps to the hypervisor, and each thread's frame needs it.
 fn host_xsave() -> (u64, usize) {
-    // leaf 0xD exists on every CPU with XSAVE, which the kernel's signal
-    // frames (and so this resume) need
-    let leaf = std::arch::x86_64::__cpuid_count(0xd, 0);
-    (
-        u64::from(leaf.eax) | u64::from(leaf.edx) << 32,
-        leaf.ebx as usize,
-    )
+    static HOST: std::sync::OnceLock<(u64, usize)> = std::sync::OnceLock::new();
+    *HOST.get_or_init(|| {
+        // leaf 0xD exists on every CPU with XSAVE, which the kernel's signal
+        // frames (and so this resume) need
+        let leaf = std::arch::x86_64::__cpuid_count(0xd, 0);
+        (
+            u64::from(leaf.eax) | u64::from(leaf.edx) << 32,
+            leaf.ebx as usize,
+        )
+    })
 }
 
 /// A snapshot taken on a CPU with more XSAVE state than this one cannot be
@@ -158,10 +167,10 @@ fn check_host_xsave(
 mod tests {
     use super::*;
 
-    fn state(regs: Vec<u64>, xstate: usize) -> ProcessState {
-        let mut s = crate::state::tests::sample();
+    fn state(regs: Vec<u64>, xstate: usize) -> ThreadState {
+        let mut s = crate::state::tests::thread("main");
         s.regs = regs;
-        s.xstate = hex::encode(vec![0u8; xstate]);
+        s.xstate = vec![0u8; xstate];
         s
     }
 
@@ -171,10 +180,11 @@ mod tests {
         for i in SELECTORS {
             regs[i] = 0;
         }
-        let s = ProcessState {
+        let mut s = ThreadState {
             sigmask: 0xdead,
             ..state(regs, 832)
         };
+        s.kernel.altstack = (0x7000_0000, 0, 0x4000);
         let f = build(&s, 0x1000).unwrap();
         let at = |o: usize| u64::from_le_bytes(f[o..o + 8].try_into().unwrap());
         // sigcontext: r8 first, rip 17th, rsp 16th
@@ -184,9 +194,13 @@ mod tests {
         assert_eq!(at(SIGCONTEXT + 8 * 17), 0x100 + EFLAGS as u64);
         assert_eq!(at(SIGCONTEXT + 8 * 23), 0x1000 + FPSTATE as u64);
         assert_eq!(at(SIGMASK), 0xdead);
+        assert_eq!(
+            (at(UC + 16), at(UC + 24), at(UC + 32)),
+            (0x7000_0000, 0, 0x4000)
+        );
         let magic2 = &f[FPSTATE + 832..FPSTATE + 836];
         assert_eq!(magic2, FP_XSTATE_MAGIC2.to_le_bytes());
-        assert_eq!(f.len() % 8, 0);
+        assert_eq!(f.len() % 64, 0, "frames stack up aligned");
     }
 
     #[test]

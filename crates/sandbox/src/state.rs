@@ -15,10 +15,10 @@ use serde::{Deserialize, Serialize};
 use thaw_memory::MemoryLayout;
 
 /// Version 1 was JSON; 2 is the binary form; 3 adds the saved files of
-/// /tmp and /dev/shm (a version 2 state reads as having none).
-pub const STATE_VERSION: u32 = 3;
+/// /tmp and /dev/shm; 4 carries every thread (older states: redeploy).
+pub const STATE_VERSION: u32 = 4;
 /// The oldest version still read.
-const OLDEST_READ: u32 = 2;
+const OLDEST_READ: u32 = 4;
 const MAGIC: &[u8; 8] = b"THAWSTAT";
 const HEADER: usize = 8 + 4 + 4 + 8;
 
@@ -46,6 +46,82 @@ pub struct VdsoBlock {
     pub vdso_offset: u64,
     /// (offset, length) of each mapping in the block
     pub pieces: Vec<(u64, u64)>,
+}
+
+/// `sigaltstack`'s `ss_flags` when a thread has no alternate signal stack.
+pub const SS_DISABLE: u32 = 2;
+/// `sigaltstack`'s `SS_AUTODISARM` (a flag on top of an enabled stack).
+pub const SS_AUTODISARM: u32 = 1 << 31;
+/// `struct robust_list_head`: the only length the kernel accepts.
+pub const ROBUST_LIST_LEN: u64 = 24;
+const TASK_SIZE: u64 = 0x7fff_ffff_f000;
+
+/// A thread's kernel-side state that no register set carries (each 0 where
+/// the thread had none).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ThreadKernel {
+    /// alternate signal stack: sp, flags, size
+    pub altstack: (u64, u32, u64),
+    /// robust futex list: head, length
+    pub robust_list: (u64, u64),
+    /// where the kernel clears the thread id at exit (glibc's copy of it)
+    pub clear_tid: u64,
+    /// rseq registration: area, length, signature
+    pub rseq: (u64, u32, u32),
+}
+
+/// One thread: its CPU state and kernel-side state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ThreadState {
+    /// its name (`comm`), for reports
+    pub name: String,
+    /// `struct user_regs_struct`, prepared to re-issue an interrupted syscall
+    pub regs: Vec<u64>,
+    /// XSAVE area
+    pub xstate: Vec<u8>,
+    pub sigmask: u64,
+    pub kernel: ThreadKernel,
+}
+
+impl ThreadState {
+    pub fn regs_array(&self) -> [u64; NREGS] {
+        let mut r = [0u64; NREGS];
+        r.copy_from_slice(&self.regs[..NREGS]);
+        r
+    }
+
+    /// What a restore would trust: lengths, flags and addresses in range.
+    fn validate(&self) -> Result<()> {
+        if self.regs.len() != NREGS {
+            bail!("{} registers, want {NREGS}", self.regs.len());
+        }
+        let x = &self.xstate;
+        if x.len() < 576 || x.len() > 16384 || !x.len().is_multiple_of(64) {
+            bail!("XSAVE area of {} bytes is implausible", x.len());
+        }
+        let k = &self.kernel;
+        let (sp, flags, size) = k.altstack;
+        if flags != SS_DISABLE && flags & !SS_AUTODISARM != 0 {
+            bail!("alternate signal stack flags {flags:#x}");
+        }
+        if flags != SS_DISABLE && (sp.saturating_add(size) > TASK_SIZE || size == 0) {
+            bail!("alternate signal stack {sp:#x}+{size:#x} outside user space");
+        }
+        let (head, len) = k.robust_list;
+        if (head != 0 && len != ROBUST_LIST_LEN) || head >= TASK_SIZE {
+            bail!("robust futex list {head:#x} of {len} bytes");
+        }
+        if k.clear_tid >= TASK_SIZE || !k.clear_tid.is_multiple_of(4) {
+            bail!("thread id address {:#x}", k.clear_tid);
+        }
+        let (addr, rlen, _) = k.rseq;
+        if addr != 0
+            && (!addr.is_multiple_of(32) || !(32..=4096).contains(&rlen) || addr >= TASK_SIZE)
+        {
+            bail!("rseq area {addr:#x} of {rlen} bytes");
+        }
+        Ok(())
+    }
 }
 
 /// What a [`SavedFile`] is.
@@ -77,11 +153,8 @@ pub struct SavedFile {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProcessState {
     pub version: u32,
-    /// `struct user_regs_struct`, prepared to re-issue an interrupted syscall
-    pub regs: Vec<u64>,
-    /// XSAVE area, hex
-    pub xstate: String,
-    pub sigmask: u64,
+    /// every thread, the main thread (the one the agent serves on) first
+    pub threads: Vec<ThreadState>,
     pub mm: MmLayout,
     pub auxv: Vec<u64>,
     pub vdso: VdsoBlock,
@@ -98,11 +171,25 @@ impl ProcessState {
     pub fn encode(&self) -> Vec<u8> {
         let mut b = Vec::with_capacity(4096 + self.vmas.len() * 64);
         let w = &mut b;
-        for r in &self.regs {
-            put64(w, *r);
+        put_count(w, self.threads.len());
+        for t in &self.threads {
+            put_bytes(w, t.name.as_bytes());
+            for r in &t.regs {
+                put64(w, *r);
+            }
+            put_bytes(w, &t.xstate);
+            put64(w, t.sigmask);
+            let k = &t.kernel;
+            put64(w, k.altstack.0);
+            put32(w, k.altstack.1);
+            put64(w, k.altstack.2);
+            put64(w, k.robust_list.0);
+            put64(w, k.robust_list.1);
+            put64(w, k.clear_tid);
+            put64(w, k.rseq.0);
+            put32(w, k.rseq.1);
+            put32(w, k.rseq.2);
         }
-        put_bytes(w, &self.xstate_bytes());
-        put64(w, self.sigmask);
         let m = &self.mm;
         for v in [
             m.start_code,
@@ -205,15 +292,16 @@ impl ProcessState {
         let s = Reader(body)
             .state(version)
             .context("process state is corrupt")?;
-        if s.regs.len() != NREGS {
-            bail!("process state has {} registers, want {NREGS}", s.regs.len());
-        }
-        let x = hex::decode(&s.xstate).context("process state: xstate is not hex")?;
-        if x.len() < 576 || x.len() > 16384 {
+        if s.threads.is_empty() || s.threads.len() > thaw_restorer::MAX_THREADS {
             bail!(
-                "process state: XSAVE area of {} bytes is implausible",
-                x.len()
+                "process state has {} threads (1..={} supported)",
+                s.threads.len(),
+                thaw_restorer::MAX_THREADS
             );
+        }
+        for (i, t) in s.threads.iter().enumerate() {
+            t.validate()
+                .with_context(|| format!("process state: thread {i} ({})", t.name))?;
         }
         if s.vmas.len() != s.memory.regions.len() {
             bail!(
@@ -274,14 +362,9 @@ impl ProcessState {
         Ok(s)
     }
 
-    pub fn xstate_bytes(&self) -> Vec<u8> {
-        hex::decode(&self.xstate).unwrap_or_default()
-    }
-
-    pub fn regs_array(&self) -> [u64; NREGS] {
-        let mut r = [0u64; NREGS];
-        r.copy_from_slice(&self.regs[..NREGS]);
-        r
+    /// The main thread (the one the agent serves on).
+    pub fn main(&self) -> &ThreadState {
+        &self.threads[0]
     }
 }
 
@@ -351,9 +434,29 @@ impl<'a> Reader<'a> {
     }
 
     fn state(mut self, version: u32) -> Result<ProcessState> {
-        let regs = (0..NREGS).map(|_| self.u64()).collect::<Result<_>>()?;
-        let xstate = hex::encode(self.bytes()?);
-        let sigmask = self.u64()?;
+        // name, registers, xstate, mask, kernel fields: at least this much each
+        let n = self.count(4 + NREGS * 8 + 4 + 8 + 20 + 16 + 8 + 16)?;
+        let mut threads = Vec::with_capacity(n);
+        for _ in 0..n {
+            let name = self.string()?;
+            let regs = (0..NREGS).map(|_| self.u64()).collect::<Result<_>>()?;
+            let xstate = self.bytes()?.to_vec();
+            let sigmask = self.u64()?;
+            // fields are read in the order written
+            let kernel = ThreadKernel {
+                altstack: (self.u64()?, self.u32()?, self.u64()?),
+                robust_list: (self.u64()?, self.u64()?),
+                clear_tid: self.u64()?,
+                rseq: (self.u64()?, self.u32()?, self.u32()?),
+            };
+            threads.push(ThreadState {
+                name,
+                regs,
+                xstate,
+                sigmask,
+                kernel,
+            });
+        }
         let mut f = [0u64; 11];
         for v in &mut f {
             *v = self.u64()?;
@@ -429,9 +532,7 @@ impl<'a> Reader<'a> {
         }
         Ok(ProcessState {
             version,
-            regs,
-            xstate,
-            sigmask,
+            threads,
             mm,
             auxv,
             vdso: VdsoBlock {
@@ -508,17 +609,25 @@ pub(crate) mod tests {
     use proptest::prelude::*;
     use thaw_memory::{Region, Run};
 
-    /// A small valid state (also for the sigframe tests).
-    pub(crate) fn sample() -> ProcessState {
-        valid()
+    /// A valid thread (also for the sigframe tests).
+    pub(crate) fn thread(name: &str) -> ThreadState {
+        ThreadState {
+            name: name.into(),
+            regs: vec![0; NREGS],
+            xstate: vec![0u8; 832],
+            sigmask: 0,
+            kernel: ThreadKernel {
+                altstack: (0, SS_DISABLE, 0),
+                ..ThreadKernel::default()
+            },
+        }
     }
 
+    /// A small valid state.
     fn valid() -> ProcessState {
         ProcessState {
             version: STATE_VERSION,
-            regs: vec![0; NREGS],
-            xstate: hex::encode(vec![0u8; 832]),
-            sigmask: 0,
+            threads: vec![thread("main")],
             mm: MmLayout::default(),
             auxv: vec![6, 4096, 0, 0],
             vdso: VdsoBlock {
@@ -599,8 +708,11 @@ pub(crate) mod tests {
         bad.memory.regions[0].anonymous = false;
         assert!(ProcessState::decode(&bad.encode()).is_err());
         let mut bad = valid();
-        bad.regs.pop();
+        bad.threads[0].regs.pop();
         assert!(ProcessState::decode(&bad.encode()).is_err());
+        let mut bad = valid();
+        bad.threads.clear();
+        assert!(ProcessState::decode(&bad.encode()).is_err(), "no thread");
         let mut bad = valid();
         bad.files.swap(0, 1);
         assert!(
@@ -621,6 +733,40 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn corrupt_thread_records_are_refused_by_name() {
+        let mut s = valid();
+        s.threads.push(thread("worker"));
+        assert_eq!(ProcessState::decode(&s.encode()).unwrap(), s);
+        let bad = |f: &dyn Fn(&mut ThreadKernel)| {
+            let mut b = s.clone();
+            f(&mut b.threads[1].kernel);
+            format!("{:#}", ProcessState::decode(&b.encode()).unwrap_err())
+        };
+        let e = bad(&|k| k.robust_list = (0x1000_0000, 4096));
+        assert!(
+            e.contains("thread 1 (worker)") && e.contains("robust"),
+            "{e}"
+        );
+        assert!(bad(&|k| k.rseq = (0x1000_0010, 32, 0)).contains("rseq"));
+        assert!(bad(&|k| k.rseq = (0x1000_0000, 1 << 20, 0)).contains("rseq"));
+        assert!(bad(&|k| k.altstack = (1 << 47, 0, 8192)).contains("signal stack"));
+        assert!(bad(&|k| k.altstack = (0x1000, 0x10, 8192)).contains("signal stack"));
+        assert!(bad(&|k| k.clear_tid = u64::MAX).contains("thread id"));
+        let mut b = s.clone();
+        b.threads[1].xstate = vec![0u8; 100];
+        assert!(
+            ProcessState::decode(&b.encode()).is_err(),
+            "short XSAVE area"
+        );
+        let mut b = s.clone();
+        b.threads = vec![thread("t"); thaw_restorer::MAX_THREADS + 1];
+        assert!(
+            ProcessState::decode(&b.encode()).is_err(),
+            "too many threads"
+        );
+    }
+
+    #[test]
     fn truncated_corrupted_and_json_states_are_refused() {
         let good = valid().encode();
         let err = |d: &[u8]| format!("{:#}", ProcessState::decode(d).unwrap_err());
@@ -635,7 +781,8 @@ pub(crate) mod tests {
         }
         // a consistent CRC over a body with a count that runs past the end
         let mut d = good.clone();
-        let xlen_at = HEADER + NREGS * 8;
+        // thread count, name length, "main", registers: then the xstate length
+        let xlen_at = HEADER + 4 + 4 + 4 + NREGS * 8;
         d[xlen_at..xlen_at + 4].copy_from_slice(&u32::MAX.to_le_bytes());
         let crc = crc32fast::hash(&d[HEADER..]);
         d[12..16].copy_from_slice(&crc.to_le_bytes());

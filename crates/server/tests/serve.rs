@@ -2171,6 +2171,19 @@ fn dev_shm_serves_a_thread_pool_at_init() {
 }
 
 const THREAD_FN: &str = "import threading, time\ndef init():\n    threading.Thread(target=time.sleep, args=(3600,), name='refresher', daemon=True).start()\ndef handler(event):\n    return {'threads': threading.active_count()}\n";
+const CHILD_FN: &str = "import subprocess, sys\nP = []\ndef init():\n    P.append(subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(3600)']))\ndef handler(event):\n    return {'running': P[0].poll() is None}\n";
+
+#[test]
+fn a_function_whose_init_starts_a_thread_deploys_with_a_snapshot() {
+    let d = Daemon::start(test_config("thread"));
+    let mut req = file_deploy("threads", "m.handler", THREAD_FN);
+    req["init"] = json!("m.init");
+    req["snapshot"] = json!("required");
+    let v = deploy(&d, &req);
+    assert_eq!(v["start_type"], "restore", "{v}");
+    let r = cold(&d, "threads", &json!(null));
+    assert_eq!(r.json().unwrap(), json!({"threads": 2}));
+}
 const SQLITE_FN: &str = "import sqlite3\nDB = None\ndef init():\n    global DB\n    DB = sqlite3.connect('/tmp/app.db')\n    DB.execute('create table t (x)')\n    DB.execute('insert into t values (41)')\n    DB.commit()\ndef handler(event):\n    return {'x': DB.execute('select x + 1 from t').fetchone()[0]}\n";
 
 #[test]
@@ -2178,11 +2191,11 @@ fn instances_that_cannot_be_snapshotted_deploy_with_fresh_starts_and_say_why() {
     let d = Daemon::start(test_config("boots"));
     let cases = [
         (
-            "threads",
-            THREAD_FN,
-            json!({"threads": 2}),
-            "thread",
-            "\"refresher\"",
+            "child",
+            CHILD_FN,
+            json!({"running": true}),
+            "process",
+            "child process",
         ),
         (
             "sqlite",

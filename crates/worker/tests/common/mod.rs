@@ -6,7 +6,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 use thaw_sandbox::agent::{Reply, Request};
 use thaw_sandbox::Sandbox;
-use thaw_store::Tier;
+use thaw_store::{Snapshot, Tier};
 use thaw_worker::Worker;
 
 pub const T: Duration = Duration::from_secs(60);
@@ -76,4 +76,41 @@ pub fn explicit(sb: &mut Sandbox, input: Value) -> Value {
         .into_invoke()
         .unwrap()
         .0
+}
+
+/// A copy of a snapshot's files in `dst`, opened.
+pub fn copy_snapshot(src: &Snapshot, dst: &std::path::Path) -> Snapshot {
+    std::fs::create_dir_all(dst).unwrap();
+    for e in std::fs::read_dir(&src.dir).unwrap().flatten() {
+        std::fs::copy(e.path(), dst.join(e.file_name())).unwrap();
+    }
+    Snapshot::open(dst).unwrap()
+}
+
+/// Edits a snapshot's manifest in place (to make a tampered file's checksum consistent).
+pub fn rewrite_manifest(dir: &std::path::Path, edit: impl FnOnce(&mut Value)) {
+    let p = dir.join("manifest.json");
+    let mut m: Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
+    edit(&mut m);
+    std::fs::write(&p, serde_json::to_vec(&m).unwrap()).unwrap();
+}
+
+/// A copy of `snap` in `d` whose process state `edit` changed, with
+/// consistent checksums (so only the state's own checks can notice).
+pub fn with_state(
+    snap: &Snapshot,
+    d: &std::path::Path,
+    edit: impl FnOnce(&mut thaw_sandbox::state::ProcessState),
+) -> Snapshot {
+    let s = copy_snapshot(snap, d);
+    let mut state = thaw_sandbox::state::ProcessState::decode(&s.load_state().unwrap()).unwrap();
+    edit(&mut state);
+    let bytes = state.encode();
+    std::fs::write(d.join("state.json"), &bytes).unwrap();
+    let sha = thaw_store::sha256_hex(&bytes);
+    rewrite_manifest(d, |m| {
+        m["state"]["sha256"] = serde_json::json!(sha);
+        m["state"]["len"] = serde_json::json!(bytes.len());
+    });
+    Snapshot::open(d).unwrap()
 }

@@ -1,0 +1,1 @@
+idle_threads_1.py
