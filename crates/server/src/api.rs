@@ -428,9 +428,16 @@ pub(crate) fn function_failure(
         ErrorKind::FunctionError => {
             let (ty, text) = e.message.split_once(": ").unwrap_or((&e.message, ""));
             let traceback = e.traceback.as_deref().unwrap_or("");
+            // Lambda's names beside ours: what its clients parse
+            let stack: Vec<&str> = traceback
+                .lines()
+                .map(str::trim_end)
+                .filter(|l| !l.trim().is_empty())
+                .collect();
             (
                 StatusCode::BAD_GATEWAY,
-                json!({"error": "function_error", "type": ty, "message": text, "traceback": traceback}),
+                json!({"error": "function_error", "type": ty, "message": text, "traceback": traceback,
+                       "errorType": ty, "errorMessage": text, "stackTrace": stack}),
                 "function_error",
             )
         }

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
+use thaw_runtime::Runtime;
 use thaw_store::Snapshot;
 use thaw_worker::UserFunction;
 
@@ -24,6 +25,8 @@ use crate::App;
 #[serde(deny_unknown_fields)]
 pub struct DeployRequest {
     pub name: String,
+    /// `python` (the default) or `nodejs`
+    pub runtime: Option<String>,
     pub handler: String,
     pub code: Code,
     pub init: Option<String>,
@@ -61,6 +64,19 @@ pub struct Code {
 /// new instance boots: for code that cannot be checkpointed).
 const STRATEGIES: [&str; 5] = ["mmap", "eager", "uffd", "reap", "boot"];
 
+/// The strategy of a deploy that names none. Python functions are
+/// snapshotted (mmap on the fast tier, then placed by the model: see
+/// `placement`). A Node.js process holds threads and descriptors (V8's
+/// workers, libuv's epoll, eventfds, pipes) that the checkpoint refuses
+/// today, so its instances boot; naming a snapshot strategy still tries
+/// the checkpoint, and says why it refused.
+fn default_strategy(runtime: Runtime) -> &'static str {
+    match runtime {
+        Runtime::Python => "mmap",
+        Runtime::Nodejs => "boot",
+    }
+}
+
 fn bad(msg: impl Into<String>) -> ApiError {
     ApiError::new(StatusCode::BAD_REQUEST, "bad_request", msg)
 }
@@ -93,7 +109,7 @@ fn check_env(env: &BTreeMap<String, String>) -> Result<(), ApiError> {
         if !key_ok {
             return Err(bad(format!("environment variable name {k:?} is invalid")));
         }
-        if k.starts_with("THAW_") || thaw_runtime::agent_env().iter().any(|(a, _)| a == k) {
+        if k.starts_with("THAW_") || thaw_runtime::reserved_env(k) {
             return Err(bad(format!(
                 "environment variable {k} is reserved by the runtime"
             )));
@@ -161,9 +177,14 @@ pub async fn run(app: &Arc<App>, req: DeployRequest) -> Result<(Record, StatusCo
             lim.max_instances_per_function
         )));
     }
-    // what the request leaves open is placed after the snapshot (see
-    // `placement`); until then it is taken with mmap on tmpfs
-    let strategy = req.strategy.clone().unwrap_or_else(|| "mmap".into());
+    let runtime: Runtime = match &req.runtime {
+        None => Runtime::default(),
+        Some(r) => r.parse().map_err(|e| bad(format!("{e:#}")))?,
+    };
+    let strategy = req
+        .strategy
+        .clone()
+        .unwrap_or_else(|| default_strategy(runtime).into());
     if !STRATEGIES.contains(&strategy.as_str()) {
         return Err(bad(format!(
             "strategy {strategy:?}: use one of {}",
@@ -197,7 +218,7 @@ pub async fn run(app: &Arc<App>, req: DeployRequest) -> Result<(Record, StatusCo
         (Some(f), Format::File) => f.clone(),
         (None, Format::File) => {
             let module = req.handler.rsplit_once('.').map_or("", |(m, _)| m);
-            format!("{}.py", module.replace('.', "/"))
+            format!("{}.{}", module.replace('.', "/"), runtime.extension())
         }
         (Some(_), _) => return Err(bad("code.filename is for format \"file\" only")),
         (None, _) => String::new(),
@@ -219,6 +240,7 @@ pub async fn run(app: &Arc<App>, req: DeployRequest) -> Result<(Record, StatusCo
             format,
             &data,
             &filename,
+            runtime,
             memory_mb,
             timeout_ms,
             max_instances,
@@ -265,6 +287,7 @@ fn build(
     format: Format,
     data: &[u8],
     filename: &str,
+    runtime: Runtime,
     memory_mb: u64,
     timeout_ms: u64,
     max_instances: u32,
@@ -286,6 +309,7 @@ fn build(
         let mut rec = Record {
             name: req.name.clone(),
             version,
+            runtime,
             owner: req
                 .owner
                 .clone()
@@ -464,6 +488,8 @@ pub fn user_function(
     secrets: &BTreeMap<String, String>,
 ) -> UserFunction {
     UserFunction {
+        name: rec.name.clone(),
+        runtime: rec.runtime,
         packages_dir: rec.packages.as_ref().map(|p| packages_tree(app, p)),
         code_dir: vdir.join("code"),
         handler: rec.handler.clone(),

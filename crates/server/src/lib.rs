@@ -334,9 +334,7 @@ pub async fn start(app: Arc<App>, signals: bool) -> Result<Running> {
     let unix = tokio::net::UnixListener::bind(&socket)
         .with_context(|| format!("binding {}", socket.display()))?;
     std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600))?;
-    let tcp_addr = app
-        .cfg
-        .tcp_listen(std::env::var("PORT").ok().as_deref())?;
+    let tcp_addr = app.cfg.tcp_listen(std::env::var("PORT").ok().as_deref())?;
     let token = match &app.cfg.token_file {
         Some(p) => {
             let t = std::fs::read_to_string(p)
