@@ -17,7 +17,7 @@ use thaw_sandbox::{
 pub use thaw_sandbox::{StrategyKind, WsMode};
 use thaw_store::{Snapshot, Tier};
 
-pub use thaw_runtime::{FunctionInfo, InputSize};
+pub use thaw_runtime::{FunctionInfo, InputSize, Runtime};
 
 pub mod suite;
 
