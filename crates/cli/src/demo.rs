@@ -18,7 +18,7 @@ pub fn run(w: &Worker, functions: Option<Vec<String>>, tier: &str, size: InputSi
         w.root.path.display(),
         tier.description
     );
-    let mut header = format!("{:<14} {:>10} {:>10}", "function", "image MiB", "fresh ms");
+    let mut header = format!("{:<16} {:>10} {:>10}", "function", "image MiB", "fresh ms");
     for s in strategies {
         header.push_str(&format!(" {:>10}", format!("{s} ms")));
     }
@@ -39,7 +39,7 @@ pub fn run(w: &Worker, functions: Option<Vec<String>>, tier: &str, size: InputSi
             // may refuse: then it runs with fresh starts only, and says why
             Err(e) if w.root.runtime_of(f) == Runtime::Nodejs => {
                 thaw_output::errln!("thaw: demo: {f}: no snapshot ({e:#}); fresh starts only");
-                let mut line = format!("{:<14} {:>10} {:>10.1}", f, "-", fresh);
+                let mut line = format!("{:<16} {:>10} {:>10.1}", f, "-", fresh);
                 for _ in strategies {
                     line.push_str(&format!(" {:>10}", "-"));
                 }
@@ -50,7 +50,7 @@ pub fn run(w: &Worker, functions: Option<Vec<String>>, tier: &str, size: InputSi
             Err(e) => return Err(e),
         };
         let mut line = format!(
-            "{:<14} {:>10.1} {:>10.1}",
+            "{:<16} {:>10.1} {:>10.1}",
             f,
             snap.manifest.memory.len as f64 / (1 << 20) as f64,
             fresh
