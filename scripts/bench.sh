@@ -22,6 +22,9 @@ $T bench restore --functions $SUITE --strategies mmap,uffd,reap --sizes I,III \
     --tier disk --runs "$RUNS" --redeploy --json "$OUT/strategies-disk.jsonl" --markdown "$OUT/strategies-disk.md"
 $T bench restore --functions $SUITE --strategies mmap,reap,dax,tiered \
     --tier tmpfs --runs "$RUNS" --redeploy --json "$OUT/strategies-tmpfs.jsonl" --markdown "$OUT/strategies-tmpfs.md"
+# Node.js functions beside their Python twins (fresh starts; restores where the checkpoint accepts Node)
+$T bench restore --functions helloworld,node_helloworld,compress,node_compress --strategies mmap \
+    --sizes I --runs "$((RUNS * 2))" --json "$OUT/node.jsonl" --markdown "$OUT/node.md"
 # issue 11: what a sealed (unchangeable after verification) DRAM image costs on first use
 $T bench store --functions helloworld,lr_serving,matmul --runs "$RUNS" --markdown "$OUT/store-seal.md"
 # issue 14: N = 1..64 simultaneous cold starts per strategy, tier and mode
