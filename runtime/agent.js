@@ -343,6 +343,7 @@ class Agent {
     // the invocation in flight: rejects it when the function's own
     // promises fail outside the handler's chain (unhandled rejections)
     this.failCurrent = null;
+    this.trampolineLeft = false;
   }
 
   async load() {
@@ -495,6 +496,9 @@ class Agent {
   }
 
   prepareCheckpoint() {
+    if (this.trampolineLeft) {
+      return { ok: false, error: 'not_checkpointable', message: "a restored Node.js instance still maps the restorer's trampoline" };
+    }
     // Node always holds threads (V8's platform workers, libuv) and
     // descriptors (epoll, eventfd, signal pipe) of its own: whether they can
     // be captured is the checkpoint's decision, which counts them from
@@ -509,8 +513,15 @@ class Agent {
       throw new BadRequest("restored needs 'seed': 64 hex characters");
     }
     const seedBytes = Buffer.from(seed, 'hex');
-    if (req.unmap !== undefined && req.unmap !== null) {
-      throw new BadRequest('unmap is not supported by the Node.js agent');
+    for (const key of ['unmap', 'unmap_at_checkpoint']) {
+      // the restorer's trampoline: checked, but left mapped (unmapping it
+      // needs native code), so a restored Node instance cannot be
+      // checkpointed again
+      const range = req[key];
+      if (range === undefined || range === null) continue;
+      const ok = Array.isArray(range) && range.length === 2 && range.every((x) => Number.isInteger(x) && x > 0 && x < 2 ** 47);
+      if (!ok) throw new BadRequest(`${key} needs [address, length]`);
+      this.trampolineLeft = true;
     }
     const reseeded = reseedAll(seedBytes, this.module);
     return { ok: true, state: 'restored', reseeded };
