@@ -133,8 +133,8 @@ function bad(message) {
 
 // ---------------------------------------------------------------- errors
 
-// Lambda's error shape (errorType, errorMessage, stackTrace) beside the
-// protocol's (message "Type: text", traceback).
+// The protocol's error (message "Type: text", traceback) with the fields
+// of Lambda's shape (error_type, error_message, stack_trace).
 function functionError(err, prefix = '') {
   let errorType;
   let errorMessage;
@@ -153,18 +153,21 @@ function functionError(err, prefix = '') {
     if (errorMessage === undefined) errorMessage = String(err);
     stack = `${errorType}: ${errorMessage}`;
   }
+  // the function's own frames, innermost first as V8 prints them; the
+  // agent's left out
   const stackTrace = stack
     .split('\n')
+    .slice(1)
     .map((l) => l.trim())
-    .filter((l) => l.length > 0);
+    .filter((l) => l.length > 0 && !l.includes(__filename));
   return {
     ok: false,
     error: 'function_error',
     message: `${prefix}${errorType}: ${errorMessage}`,
     traceback: stack,
-    errorType,
-    errorMessage,
-    stackTrace,
+    error_type: errorType,
+    error_message: errorMessage,
+    stack_trace: stackTrace,
   };
 }
 

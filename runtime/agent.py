@@ -12,8 +12,11 @@ so that the byte-compiled module runs rather than this source compiled anew):
 
 A deployed (user) function's code is mounted read-only at /opt/thaw/user; the
 environment names its handler (THAW_HANDLER=module.function) and its optional
-hooks (THAW_INIT, THAW_AFTER_RESTORE, same form). Its own Debian packages, if
-it has any, are mounted read-only at /opt/thaw/packages.
+hooks (THAW_INIT, THAW_BEFORE_SNAPSHOT, THAW_AFTER_RESTORE, same form). Its own
+Debian packages, if it has any, are mounted read-only at /opt/thaw/packages.
+
+A handler takes the event, or (Lambda's form) the event and a context
+(LambdaContext below); which one is decided once, when it is loaded.
 """
 
 import gc
@@ -56,6 +59,58 @@ def log(msg):
 
 class BadRequest(Exception):
     pass
+
+
+class LambdaContext:
+    """What Lambda's Python runtime hands a handler as its second argument.
+    The fixed fields come from the environment the worker sets for a deployed
+    function; the request id and the deadline are the invocation's."""
+
+    def __init__(self, request_id, deadline, instance_id):
+        env = os.environ
+        name = env.get("THAW_FUNCTION_NAME", "")
+        version = env.get("THAW_FUNCTION_VERSION", "$LATEST")
+        owner = env.get("THAW_FUNCTION_OWNER", "default")
+        self.aws_request_id = request_id
+        self.function_name = name
+        self.function_version = version
+        # a string, as in Lambda's runtime
+        self.memory_limit_in_mb = env.get("THAW_FUNCTION_MEMORY_MB", "")
+        self.invoked_function_arn = "arn:thaw:lambda:local:%s:function:%s" % (owner, name)
+        self.log_group_name = "/thaw/functions/%s" % name
+        self.log_stream_name = "%s/[%s]%s" % (time.strftime("%Y/%m/%d", time.gmtime()), version, instance_id)
+        self.identity = None
+        self.client_context = None
+        self._deadline = deadline
+
+    def get_remaining_time_in_millis(self):
+        return max(0, int((self._deadline - time.monotonic()) * 1000))
+
+
+def takes_context(fn):
+    """Whether `fn` takes a second positional argument (Lambda's context): read
+    from its code object once, at load (no `inspect`: its imports would sit in
+    every snapshot)."""
+    code = getattr(fn, "__code__", None)
+    skip = 0
+    if code is None and getattr(fn, "__func__", None) is not None:
+        code, skip = fn.__func__.__code__, 1  # a bound method: self is given
+    if code is None:
+        call = getattr(type(fn), "__call__", None)
+        code, skip = getattr(call, "__code__", None), 1
+    if code is None:
+        return False
+    CO_VARARGS = 0x04
+    return bool(code.co_flags & CO_VARARGS) or code.co_argcount - skip >= 2
+
+
+def new_request_id():
+    """A UUID4 in Lambda's text form, for invocations the worker did not name."""
+    b = bytearray(os.urandom(16))
+    b[6] = (b[6] & 0x0F) | 0x40
+    b[8] = (b[8] & 0x3F) | 0x80
+    h = b.hex()
+    return "%s-%s-%s-%s-%s" % (h[:8], h[8:12], h[12:16], h[16:20], h[20:])
 
 
 class InvocationTimeout(BaseException):
@@ -221,7 +276,14 @@ class Agent:
         self.function = function
         self.module = None
         self.handler = None
+        self.handler_takes_context = False
         self.after_restore_hook = None
+        self.before_snapshot_hook = None
+        self.before_snapshot_ran = False
+        # names this instance in Lambda's log_stream_name: the worker's id
+        # after a restore, else one made on first use (never before a
+        # snapshot, so clones never share it)
+        self.instance_id = None
         self.invocations = 0
         self.load_info = None
 
@@ -269,11 +331,15 @@ class Agent:
         hook_name = os.environ.get("THAW_AFTER_RESTORE")
         if hook_name:
             self.after_restore_hook = resolve_entry(hook_name, "after_restore")
+        hook_name = os.environ.get("THAW_BEFORE_SNAPSHOT")
+        if hook_name:
+            self.before_snapshot_hook = resolve_entry(hook_name, "before_snapshot")
         self.module = sys.modules.get(handler_name.rpartition(".")[0])
         self.handler = handler
         return self.finish_load(t0, t1, t2)
 
     def finish_load(self, t0, t1, t2):
+        self.handler_takes_context = takes_context(self.handler)
         gc.collect()
         self.load_info = {
             "ok": True,
@@ -303,17 +369,26 @@ class Agent:
             isinstance(timeout_ms, bool) or not isinstance(timeout_ms, (int, float)) or timeout_ms <= 0
         ):
             raise BadRequest("timeout_ms must be a positive number")
+        request_id = req.get("request_id")
+        if request_id is not None and not isinstance(request_id, str):
+            raise BadRequest("request_id must be a string")
         if self.module is None:
             self.load()
         handler = self.handler
         self.invocations += 1
         t0 = time.perf_counter()
+        args = (event,)
+        if self.handler_takes_context:
+            limit_s = (timeout_ms if timeout_ms is not None else DEFAULT_TIMEOUT_MS) / 1e3
+            if self.instance_id is None:
+                self.instance_id = os.urandom(16).hex()
+            args = (event, LambdaContext(request_id or new_request_id(), time.monotonic() + limit_s, self.instance_id))
         try:
             if timeout_ms is not None:
                 signal.setitimer(signal.ITIMER_REAL, timeout_ms / 1e3)
             thaw_sdk._call = sdk_call
             try:
-                output = handler(event)
+                output = handler(*args)
             finally:
                 thaw_sdk._call = None
                 signal.setitimer(signal.ITIMER_REAL, 0)
@@ -352,6 +427,13 @@ class Agent:
 
     # -- checkpoint cooperation
     def prepare_checkpoint(self):
+        if self.before_snapshot_hook is not None and not self.before_snapshot_ran:
+            # once per instance, however often a snapshot is asked for
+            self.before_snapshot_ran = True
+            try:
+                self.before_snapshot_hook()
+            except Exception as e:
+                return function_error(e, "before_snapshot hook: ")
         # loaded before the snapshot: a restore calls munmap first thing
         munmap_fn()
         gc.collect()
@@ -367,9 +449,11 @@ class Agent:
         threads = thread_problems()
         if threads:
             problems.append(threads)
+        # the worker names each thread it refuses by these
+        threads = python_threads()
         if problems:
-            return {"ok": False, "error": "not_checkpointable", "message": "; ".join(problems)}
-        return {"ok": True, "op": "prepare_checkpoint"}
+            return {"ok": False, "error": "not_checkpointable", "message": "; ".join(problems), "threads": threads}
+        return {"ok": True, "op": "prepare_checkpoint", "threads": threads}
 
     def restored(self, req):
         seed = req.get("seed")
@@ -390,6 +474,7 @@ class Agent:
                 raise BadRequest("unmap needs [address, length]")
             check(munmap_fn()(unmap[0], unmap[1]), "munmap")
         install_signal_handlers()
+        self.instance_id = None
         reseeded = reseed_all(seed_bytes, self.module)
         return {"ok": True, "state": "restored", "reseeded": reseeded}
 
@@ -397,6 +482,7 @@ class Agent:
         instance_id = req.get("instance_id")
         if not isinstance(instance_id, str):
             raise BadRequest("after_restore needs 'instance_id': a string")
+        self.instance_id = instance_id
         if self.after_restore_hook is None:
             return {"ok": True, "op": "after_restore", "hook": False, "hook_ms": 0.0}
         t0 = time.perf_counter()
@@ -477,8 +563,11 @@ def zygote_fork(agent, req, fds):
         if len(fds) != ZYGOTE_FDS:
             raise BadRequest("zygote_fork needs %d descriptors, got %d" % (ZYGOTE_FDS, len(fds)))
         uid, tmp_bytes, rlimits, filt = req.get("uid"), req.get("tmp_bytes"), req.get("rlimits"), req.get("filter")
+        shm_bytes = req.get("shm_bytes")
         if not (isinstance(uid, int) and uid > 0 and isinstance(tmp_bytes, int) and tmp_bytes > 0):
             raise BadRequest("zygote_fork needs 'uid' and 'tmp_bytes'")
+        if not (isinstance(shm_bytes, int) and shm_bytes > 0):
+            raise BadRequest("zygote_fork needs 'shm_bytes'")
         if not isinstance(rlimits, list) or not isinstance(filt, str):
             raise BadRequest("zygote_fork needs 'rlimits' and 'filter'")
         try:
@@ -502,7 +591,7 @@ def zygote_fork(agent, req, fds):
     pid = os.fork()
     if pid == 0:
         try:
-            zygote_child(agent, c, fds, uid, tmp_bytes, rlimits, filt)
+            zygote_child(agent, c, fds, uid, (tmp_bytes, shm_bytes), rlimits, filt)
         except BaseException as e:
             log("zygote child: %r" % (e,))
         os._exit(127)
@@ -514,7 +603,7 @@ def zygote_fork(agent, req, fds):
     return {"ok": True, "op": "zygote_fork", "pid": pid}
 
 
-def zygote_child(agent, c, fds, uid, tmp_bytes, rlimits, filt):
+def zygote_child(agent, c, fds, uid, sizes, rlimits, filt):
     import ctypes
     import fcntl
     import socket
@@ -528,8 +617,10 @@ def zygote_child(agent, c, fds, uid, tmp_bytes, rlimits, filt):
     for src, dst in ((devnull, 0), (logfd, 1), (logfd, 2), (sock, CTRL_FD)):
         os.dup2(src, dst)
     os.closerange(CTRL_FD + 1, 1 << 16)
-    opts = b"size=%d,mode=1777" % tmp_bytes
-    check(c.mount(b"tmpfs", b"/tmp", b"tmpfs", MS_NOSUID | MS_NODEV, opts), "mounting /tmp")
+    # private /tmp and /dev/shm: the template's would be shared by every child
+    for where, size in zip((b"/tmp", b"/dev/shm"), sizes):
+        opts = b"size=%d,mode=1777" % size
+        check(c.mount(b"tmpfs", where, b"tmpfs", MS_NOSUID | MS_NODEV, opts), "mounting %r" % where)
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     ifr = fcntl.ioctl(s, SIOCGIFFLAGS, struct.pack("16sH22x", b"lo", 0))
     flags = struct.unpack("16sH22x", ifr)[1] | IFF_UP
@@ -601,12 +692,17 @@ def serve_zygote(agent):
 
 
 def function_error(e, prefix=""):
-    """The reply for an exception the function's code raised (call inside `except`)."""
+    """The reply for an exception the function's code raised (call inside `except`).
+    `stack_trace`: the function's own frames (Lambda's stackTrace)."""
+    frames = [f for f in traceback.extract_tb(e.__traceback__, limit=50) if f.filename != __file__]
     return {
         "ok": False,
         "error": "function_error",
         "message": "%s%s: %s" % (prefix, type(e).__name__, e),
+        "error_type": type(e).__name__,
+        "error_message": str(e),
         "traceback": traceback.format_exc(limit=20),
+        "stack_trace": traceback.format_list(frames[-20:]),
     }
 
 
@@ -646,6 +742,8 @@ def read_input(function, size):
         with open(path, "rb") as f:
             return json.loads(f.read())
     except FileNotFoundError:
+        if function.startswith("_test_"):
+            return {}  # test-only functions have no inputs: every size is {}
         raise BadRequest("function %r has no input of size %s" % (function, size))
 
 
@@ -668,6 +766,15 @@ def open_fds_other_than_stdio_and_ctrl():
             continue
         extra.append(fd)
     return extra
+
+
+def python_threads():
+    """The agent's Python threads other than its own: name and id."""
+    threading = sys.modules.get("threading")
+    if threading is None:
+        return []
+    me = threading.current_thread()
+    return [{"name": t.name, "native_id": t.native_id or 0} for t in threading.enumerate() if t is not me]
 
 
 def thread_problems():

@@ -1,19 +1,20 @@
-//! `thaw bench hierarchy`: seed 000's method over the storage hierarchy.
+//! `thaw bench hierarchy`: the method of "FaaS in the Age of (sub-)µs I/O"
+//! ([`STORAGE_STUDY`]) over the storage hierarchy.
 //!
 //! - Cold and warm starts: the restore benchmark runs on every tier in one
 //!   process, in rounds of one run per tier (page cache of the snapshot
 //!   dropped before every cold run, one untimed warm-up restore per
 //!   strategy, a fresh start as the baseline). Each instance answers a cold
-//!   invocation, a first warm one and, by default, 50 more: seed 000
+//!   invocation, a first warm one and, by default, 50 more: the study
 //!   reports the 1st and the 51st warm invocation.
 //! - Readahead: every setting listed (`on`: the tier's configured block
 //!   readahead, the kernel's 128 KiB unless set; `off`: 0 KiB, so a page
-//!   fault or buffered read brings in only the pages it asks for, as seed
-//!   000 ran) is applied to the emulated block tiers' loop devices through
+//!   fault or buffered read brings in only the pages it asks for, as the
+//!   study ran) is applied to the emulated block tiers' loop devices through
 //!   sysfs and the tiers are measured again; the values found are restored
 //!   at the end, also on error. DRAM and PMEM tiers have no readahead.
 //! - Concurrency: `thaw bench concurrency` (`different` mode: N distinct
-//!   snapshots, as seed 000 gives every microVM its own) at N = 1, 2, 4 ...
+//!   snapshots, as the study gives every microVM its own) at N = 1, 2, 4 ...
 //!   per tier and readahead setting.
 //!
 //! The report sets the tiers side by side: cold and warm latency with the
@@ -33,6 +34,9 @@ use std::path::{Path, PathBuf};
 use thaw_tiers::{Kind, TierConfig, TiersConfig};
 use thaw_worker::InputSize;
 use thaw_worker::{StrategyKind, Worker};
+
+/// The storage study this benchmark reproduces, as its reports name it.
+pub const STORAGE_STUDY: &str = "FaaS in the Age of (sub-)µs I/O";
 
 /// A readahead setting of the emulated block tiers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -70,7 +74,7 @@ pub struct Options {
     pub sizes: Vec<InputSize>,
     pub runs: usize,
     pub redeploy: bool,
-    /// warm invocations per instance (51: seed 000's 51st warm)
+    /// warm invocations per instance (51: the storage study's 51st warm)
     pub warm_calls: usize,
     /// settings measured, in order; the first is also the one of the
     /// tiers without readahead
@@ -248,6 +252,7 @@ pub fn run(w: &Worker, o: &Options, sink: &mut dyn FnMut(Line) -> Result<()>) ->
                     strategies: o.strategies.clone(),
                     start_types: Vec::new(),
                     tier: t.clone(),
+                    slow: "disk".into(),
                     sizes: o.sizes.clone(),
                     runs: 1,
                     redeploy: o.redeploy && round == 0 && pass == 0,
@@ -392,7 +397,7 @@ impl<'a> View<'a> {
     }
 }
 
-/// The device ratios thaw measures with seed 000's beside them: (slow,
+/// The device ratios thaw measures with the storage study's beside them: (slow,
 /// fast, label, the paper's figure as text, its midpoint for the plot).
 const PAPER_RATIOS: [(&str, &str, &str, &str, Option<f64>); 4] = [
     (
@@ -462,7 +467,7 @@ pub fn report(study: &Study, tier_order: &[String]) -> String {
     }
     let _ = writeln!(
         md,
-        "\nState load: the snapshot's state read and checked; memory: the memory set-up (REAP: with its prefetch); first response: resume to the first answer, which includes the page faults of lazy strategies; exec: the handler's own time. Seed 000's phases are VMM loading, function execution and client overhead.\n"
+        "\nState load: the snapshot's state read and checked; memory: the memory set-up (REAP: with its prefetch); first response: resume to the first answer, which includes the page faults of lazy strategies; exec: the handler's own time. The phases of {STORAGE_STUDY} are VMM loading, function execution and client overhead.\n"
     );
     let _ = writeln!(
         md,
@@ -470,7 +475,7 @@ pub fn report(study: &Study, tier_order: &[String]) -> String {
     );
     let _ = writeln!(
         md,
-        "| ratio | thaw, readahead on | thaw, readahead off | seed 000 |"
+        "| ratio | thaw, readahead on | thaw, readahead off | {STORAGE_STUDY} |"
     );
     let _ = writeln!(md, "|---|---|---|---|");
     for (slow, fast, name, paper, _) in PAPER_RATIOS {
@@ -532,7 +537,7 @@ fn reap_over_mmap(g: &Grouped, t: &str) -> Option<(f64, usize)> {
 
 /// Memory charged per instance after the first response (the page cache a
 /// buffered tier's faults bring in is charged to the instance; a
-/// byte-addressable tier's image is not), with seed 000's DRAM saving.
+/// byte-addressable tier's image is not), with the storage study's DRAM saving.
 fn memory_table(md: &mut String, view: &View) {
     let _ = writeln!(
         md,
@@ -577,7 +582,7 @@ fn memory_table(md: &mut String, view: &View) {
             );
         }
     }
-    let _ = writeln!(md, "\nSeed 000: PMEM (DCPM) as the snapshot store saves up to about 70% of the DRAM an instance uses from a SATA SSD (read-mostly working sets).");
+    let _ = writeln!(md, "\n{STORAGE_STUDY}: PMEM (DCPM) as the snapshot store saves up to about 70% of the DRAM an instance uses from a SATA SSD (read-mostly working sets).");
 }
 
 /// A short name for plots and the scaling table: "sata* mmap, RA off"
@@ -675,7 +680,7 @@ fn scaling_table(md: &mut String, batches: &[ScalingBatch]) {
 }
 
 /// The study's SVG plots in `dir`: cold and warm latency per tier, the
-/// device ratios beside seed 000's, and cold-start scaling per function.
+/// device ratios beside the storage study's, and cold-start scaling per function.
 pub fn plots(study: &Study, tier_order: &[String], dir: &Path) -> Result<Vec<PathBuf>> {
     use thaw_plot::{Bars, Lines, Scale};
     std::fs::create_dir_all(dir)?;
@@ -769,14 +774,14 @@ pub fn plots(study: &Study, tier_order: &[String], dir: &Path) -> Result<Vec<Pat
             put(
                 "hierarchy-ratios.svg",
                 Bars {
-                    title: "Device ratios: thaw (emulated tiers) beside seed 000".into(),
+                    title: format!("Device ratios: thaw (emulated tiers) beside {STORAGE_STUDY}"),
                     y_label: "slowdown (x)".into(),
                     scale: Scale::Log,
                     categories: cats,
                     series: vec![
                         ("thaw, readahead on".into(), on),
                         ("thaw, readahead off".into(), off),
-                        ("seed 000".into(), paper),
+                        ("published".into(), paper),
                     ],
                 }
                 .svg(),

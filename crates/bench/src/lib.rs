@@ -2,7 +2,8 @@
 //! snapshots per strategy and tier against a fresh start, in one process;
 //! `store` what sealing a verified DRAM image costs;
 //! `concurrency` measures N simultaneous cold starts; `hierarchy` cold and
-//! warm starts per storage tier (seed 000's study).
+//! warm starts per storage tier (the study of "FaaS in the Age of (sub-)µs
+//! I/O").
 
 pub mod concurrency;
 pub mod hierarchy;

@@ -21,6 +21,8 @@ pub struct Options {
     /// baselines beside the strategies (`fresh` is always measured)
     pub start_types: Vec<StartType>,
     pub tier: String,
+    /// `tiered`: the tier its slow file goes on (`tier` holds the fast one)
+    pub slow: String,
     /// input sizes; each function is measured at every one
     pub sizes: Vec<InputSize>,
     pub runs: usize,
@@ -29,7 +31,7 @@ pub struct Options {
     /// check every output with the function's checker (first run always is)
     pub check_all: bool,
     /// warm invocations on each started instance (1: the first warm only;
-    /// seed 000 also reports the 51st)
+    /// "FaaS in the Age of (sub-)µs I/O" also reports the 51st)
     pub warm_calls: usize,
 }
 
@@ -53,6 +55,11 @@ pub struct Record {
     pub populate_ms: f64,
     /// bytes of mapped image copied on write before resume (a write set)
     pub populated_bytes: u64,
+    /// recreating the snapshot's /tmp and /dev/shm files (beside the
+    /// restorer's memory setup, before resume)
+    pub files_ms: f64,
+    /// content bytes of those files
+    pub file_bytes: u64,
     pub resume_ms: f64,
     /// the first invocation, resume to response
     pub first_response_ms: f64,
@@ -76,6 +83,11 @@ pub struct Record {
     pub rss_added_kb: u64,
     /// tiered: share of saved memory on the slow tier
     pub slow_tier_share: f64,
+    /// tiered: the slow tier, labelled ("pmem (pmem, emulated)", "disk (block)")
+    pub slow_tier: String,
+    /// tiered: memory price of the split over all of it on the fast tier,
+    /// at the tiers' configured prices (TOSS's cost before the slowdown)
+    pub price_share: f64,
     /// reap: "record" or "prefetch" ("" for other starts)
     pub ws_mode: thaw_sandbox::WsMode,
     pub ws_pages: u64,
@@ -120,6 +132,13 @@ pub fn run(
         w.check_function(f)?;
     }
     let tier = w.tier(&o.tier)?;
+    let split = if o.strategies.contains(&StrategyKind::Tiered) {
+        let cfg = thaw_tiers::TiersConfig::load(&w.home)?;
+        let costs = thaw_tiers::split::costs(&w.home, &cfg, &o.tier, &o.slow)?;
+        Some((w.tier(&o.slow)?, costs))
+    } else {
+        None
+    };
     let mut out = Vec::new();
     for f in &o.functions {
         let snap = if o.redeploy {
@@ -139,18 +158,16 @@ pub fn run(
             Err(e) => return Err(e),
         };
         let image_bytes = snap.manifest.memory.len;
-        if o.strategies.contains(&StrategyKind::Tiered)
-            && (o.redeploy || !snap.dir.join(thaw_memory::tiering::TIERS_FILE).exists())
+        if let Some((slow, c)) = split
+            .as_ref()
+            .filter(|(slow, _)| o.redeploy || split_onto(&snap).as_deref() != Some(slow.name))
         {
-            thaw_output::errln!("bench: {f}: profiling for the tiered strategy (slow tier: disk)");
-            let rep = w.make_tiered(
-                f,
-                &tier,
-                &w.tier("disk")?,
-                &all_sizes(w, f),
-                2,
-                &Default::default(),
-            )?;
+            thaw_output::errln!(
+                "bench: {f}: profiling for the tiered strategy (slow tier: {}; page fault costs: {})",
+                c.slow_label,
+                c.fault_source.join(", ")
+            );
+            let rep = w.make_tiered(f, &tier, slow, &all_sizes(w, f), 2, &cost_params(c))?;
             thaw_output::errln!(
                 "bench: {f}: {:.1}% of memory on the slow tier, estimated slowdown {:.3}",
                 rep.slow_share * 100.0,
@@ -215,7 +232,7 @@ pub fn run(
                     };
                     let rec = Record {
                         tier: tier.name.to_string(),
-                        ..rec
+                        ..with_split(rec, split.as_ref().map(|(_, c)| c))
                     };
                     sink(&rec)?;
                     out.push(rec);
@@ -249,6 +266,36 @@ fn measure_fresh_only(
     }
     thaw_output::errln!();
     Ok(out)
+}
+
+/// The model's inputs for a split onto the tiers `c` describes.
+pub fn cost_params(c: &thaw_tiers::split::SplitCosts) -> thaw_memory::tiering::CostParams {
+    thaw_memory::tiering::CostParams {
+        price_ratio: c.price_ratio,
+        slow_fault_us: c.slow_fault_us,
+        fast_fault_us: c.fast_fault_us,
+        ..Default::default()
+    }
+}
+
+/// The tier `snap`'s split put its slow file on ("" for older layouts), if
+/// it was split.
+fn split_onto(snap: &thaw_store::Snapshot) -> Option<String> {
+    let raw = std::fs::read(snap.dir.join(thaw_memory::tiering::TIERS_FILE)).ok()?;
+    let tl: thaw_memory::tiering::TierLayout = serde_json::from_slice(&raw).ok()?;
+    Some(tl.slow_tier)
+}
+
+/// A tiered restore's record, labelled with its slow tier and priced.
+fn with_split(rec: Record, split: Option<&thaw_tiers::split::SplitCosts>) -> Record {
+    match split {
+        Some(c) if rec.strategy == Start::Restore(StrategyKind::Tiered) => Record {
+            slow_tier: c.slow_label.clone(),
+            price_share: 1.0 - rec.slow_tier_share + rec.slow_tier_share / c.price_ratio,
+            ..rec
+        },
+        _ => rec,
+    }
 }
 
 /// The slow tier file lives apart from the snapshot: drop it too.
@@ -336,6 +383,8 @@ fn measure_started(
         memory_setup_ms,
         populate_ms: 0.0,
         populated_bytes: 0,
+        files_ms: 0.0,
+        file_bytes: 0,
         resume_ms,
         first_response_ms: inv.latency_ms,
         exec_ms: inv.exec_ms,
@@ -351,6 +400,8 @@ fn measure_started(
         rss_kb: sb.rss_kb().unwrap_or(0),
         rss_added_kb: rss_added,
         slow_tier_share: 0.0,
+        slow_tier: String::new(),
+        price_share: 0.0,
         ws_mode: Default::default(),
         ws_pages: 0,
         prefetch_ms: 0.0,
@@ -472,6 +523,8 @@ pub(crate) fn measure_start(
         memory_setup_ms: rep.memory_setup_ms,
         populate_ms: rep.populate_ms,
         populated_bytes: rep.populated_bytes,
+        files_ms: rep.files_ms,
+        file_bytes: rep.file_bytes,
         resume_ms: rep.resume_ms,
         first_response_ms: inv.latency_ms,
         exec_ms: inv.exec_ms,
@@ -487,6 +540,8 @@ pub(crate) fn measure_start(
         rss_kb: sb.rss_kb().unwrap_or(0),
         rss_added_kb: rss_added,
         slow_tier_share: rep.figures.slow_tier_share,
+        slow_tier: String::new(),
+        price_share: 0.0,
         ws_mode: rep.figures.ws_mode,
         ws_pages: rep.figures.ws_pages,
         prefetch_ms: rep.figures.prefetch_ms,
@@ -540,12 +595,19 @@ pub struct Row {
     pub bytes_read_median: f64,
     pub rss_added_kb_median: f64,
     pub slow_share_median: f64,
+    /// tiered: the slow tier, labelled
+    pub slow_tier: String,
+    /// tiered: the split's memory price over all-fast (median)
+    pub price_share_median: f64,
     pub speedup_vs_fresh: f64,
     pub ratio_to_mmap: Option<f64>,
     /// cold start median / the zygote's (the floor), when zygote was measured
     pub ratio_to_zygote: Option<f64>,
     /// medians of the phases (ms): state load, sandbox, memory setup, resume
     pub phases_median: [f64; 4],
+    /// medians: saved /tmp and /dev/shm recreated (ms) and their bytes
+    pub files_ms_median: f64,
+    pub file_bytes_median: f64,
 }
 
 pub fn summarize_rows(recs: &[Record]) -> Vec<Row> {
@@ -580,6 +642,12 @@ pub fn summarize_rows(recs: &[Record]) -> Vec<Row> {
                 bytes_read_median: col(&|r| r.bytes_read as f64)?.median,
                 rss_added_kb_median: col(&|r| r.rss_added_kb as f64)?.median,
                 slow_share_median: col(&|r| r.slow_tier_share)?.median,
+                slow_tier: recs
+                    .iter()
+                    .find(|r| r.function == *f && r.input == *i && r.strategy == s)
+                    .map(|r| r.slow_tier.clone())
+                    .unwrap_or_default(),
+                price_share_median: col(&|r| r.price_share)?.median,
                 speedup_vs_fresh: med(f, i, Start::FRESH)
                     .map(|m| m / cold.median)
                     .unwrap_or(f64::NAN),
@@ -592,6 +660,8 @@ pub fn summarize_rows(recs: &[Record]) -> Vec<Row> {
                     col(&|r| r.memory_setup_ms)?.median,
                     col(&|r| r.resume_ms)?.median,
                 ],
+                files_ms_median: col(&|r| r.files_ms)?.median,
+                file_bytes_median: col(&|r| r.file_bytes as f64)?.median,
             })
         })
         .collect()
@@ -612,10 +682,11 @@ pub fn markdown(rows: &[Row], tier: &str, emulated: bool, runs: usize) -> String
             r.function,
             r.input,
             r.strategy,
-            if r.strategy == Start::Restore(StrategyKind::Dax) {
-                " (pmem emulated by tmpfs)"
-            } else {
-                ""
+            match r.strategy {
+                Start::Restore(StrategyKind::Dax) => " (pmem emulated by tmpfs)".to_string(),
+                Start::Restore(StrategyKind::Tiered) if !r.slow_tier.is_empty() =>
+                    format!(", slow tier {}", r.slow_tier),
+                _ => String::new(),
             },
             t(&r.cold),
             t(&r.first_response),
@@ -647,6 +718,78 @@ pub fn markdown(rows: &[Row], tier: &str, emulated: bool, runs: usize) -> String
             r.first_response.median,
         ));
     }
+    let with_files: Vec<&Row> = rows.iter().filter(|r| r.file_bytes_median > 0.0).collect();
+    if !with_files.is_empty() {
+        s.push_str("\nSaved /tmp and /dev/shm, recreated before resume beside the restorer's memory setup (medians):\n\n");
+        s.push_str("| function | input | strategy | MiB of files | recreate ms | ms per MiB |\n");
+        s.push_str("|---|---|---|---|---|---|\n");
+        for r in with_files {
+            let mib = r.file_bytes_median / (1 << 20) as f64;
+            s.push_str(&format!(
+                "| {} | {} | {} | {mib:.1} | {:.2} | {:.3} |\n",
+                r.function,
+                r.input,
+                r.strategy,
+                r.files_ms_median,
+                r.files_ms_median / mib,
+            ));
+        }
+    }
+    s.push_str(&toss_table(rows));
+    s
+}
+
+/// TOSS's figures per function (slow-tier share, slowdown, memory cost
+/// relative to all-DRAM at the configured prices), their mean, and the
+/// paper's beside them; empty without tiered rows.
+fn toss_table(rows: &[Row]) -> String {
+    let tiered: Vec<&Row> = rows
+        .iter()
+        .filter(|r| r.strategy == Start::Restore(StrategyKind::Tiered))
+        .collect();
+    if tiered.is_empty() {
+        return String::new();
+    }
+    let mut s = String::from(
+        "\nTOSS (tiered against mmap from DRAM; cost = slowdown x memory price of the split over all-DRAM, at the tiers' configured prices):\n\n",
+    );
+    s.push_str("| function | input | slow tier | slow-tier share | slowdown (tiered / mmap cold, median) | first response / mmap | memory price | cost |\n");
+    s.push_str("|---|---|---|---|---|---|---|---|\n");
+    let mmap_first = |r: &Row| {
+        rows.iter()
+            .find(|m| {
+                m.function == r.function
+                    && m.input == r.input
+                    && m.strategy == Start::Restore(StrategyKind::Mmap)
+            })
+            .map(|m| r.first_response.median / m.first_response.median)
+    };
+    let (mut share, mut slowdown, mut cost) = (Vec::new(), Vec::new(), Vec::new());
+    for r in &tiered {
+        let c = r.ratio_to_mmap.map(|x| x * r.price_share_median);
+        share.push(r.slow_share_median);
+        slowdown.extend(r.ratio_to_mmap);
+        cost.extend(c);
+        s.push_str(&format!(
+            "| {} | {} | {} | {:.1}% | {} | {} | {:.3} | {} |\n",
+            r.function,
+            r.input,
+            r.slow_tier,
+            r.slow_share_median * 100.0,
+            ratio(r.ratio_to_mmap),
+            ratio(mmap_first(r)),
+            r.price_share_median,
+            c.map_or_else(|| "-".into(), |c| format!("{c:.3}")),
+        ));
+    }
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+    s.push_str(&format!(
+        "| mean | | | {:.1}% | {:.3} | | | {:.3} |\n",
+        mean(&share) * 100.0,
+        mean(&slowdown),
+        mean(&cost)
+    ));
+    s.push_str("| TOSS paper (Optane PMem, 10 functions, price ratio 2.5) | IV | pmem (real) | 92% | 1.067 | | | 0.48 |\n");
     s
 }
 

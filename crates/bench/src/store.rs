@@ -1,4 +1,4 @@
-//! What an image that cannot change after verification costs (issue 11).
+//! What an image that cannot change after verification costs.
 //! On the DRAM tier a process's first restore of a snapshot version copies
 //! the image into a sealed memfd while hashing it; before, it only hashed the
 //! file. Both are measured here in the same run, interleaved, per function.

@@ -7,7 +7,8 @@ use thaw_worker::StrategyKind;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// The functions (seed 000's light ones by default)
+    /// The functions (by default the light ones of "FaaS in the Age of
+    /// (sub-)µs I/O")
     #[arg(long, default_value = "helloworld,lr_serving,pyaes")]
     functions: String,
     /// Tiers in order, fastest first (set up with `thaw tier setup`)
@@ -15,7 +16,8 @@ pub struct Args {
     tiers: String,
     #[arg(long, value_enum, value_delimiter = ',', default_value = "mmap,reap")]
     strategies: Vec<StrategyKind>,
-    /// Warm invocations per instance: the 1st and the last are reported (seed 000: 51st)
+    /// Warm invocations per instance: the 1st and the last are reported (the
+    /// storage study of "FaaS in the Age of (sub-)µs I/O" reports the 51st)
     #[arg(long, default_value_t = 51)]
     warm_calls: usize,
     /// Readahead settings of the emulated block tiers' devices: on (the
@@ -27,7 +29,8 @@ pub struct Args {
     levels: String,
     #[arg(long, default_value = "helloworld")]
     scaling_functions: String,
-    /// Tiers of the concurrency axis (seed 000's four by default)
+    /// Tiers of the concurrency axis (by default the four of "FaaS in the Age
+    /// of (sub-)µs I/O")
     #[arg(long, default_value = "tmpfs,pmem,nvme,sata")]
     scaling_tiers: String,
     #[arg(long, value_enum, value_delimiter = ',', default_value = "mmap,reap")]

@@ -78,10 +78,11 @@ enum Cmd {
     /// TOSS: profile FUNCTION's snapshot and split its pages between a fast and a slow tier
     Split {
         function: String,
-        /// Tier holding the snapshot and the fast file
+        /// Tier holding the snapshot and the fast file (byte-addressable: dram or pmem)
         #[arg(long, default_value = "tmpfs")]
         fast: String,
-        /// Tier holding the slow file
+        /// Tier holding the slow file: pmem (mapped in place) or a block tier
+        /// (disk, nvme, sata, hdd: its pages fault in)
         #[arg(long, default_value = "disk")]
         slow: String,
         /// Input sizes to profile with (default: all of the function's)
@@ -90,12 +91,15 @@ enum Cmd {
         /// Invocations per size (each one is a profiling epoch)
         #[arg(long, default_value_t = 2)]
         reps: usize,
-        /// Fast-tier price per MiB relative to the slow tier
-        #[arg(long, default_value_t = 2.5)]
-        price_ratio: f64,
-        /// Extra time a slow-tier page costs on first touch, in microseconds
-        #[arg(long, default_value_t = 61.0)]
-        slow_fault_us: f64,
+        /// Fast-tier price per MiB relative to the slow tier [default: the
+        /// tiers' configured prices]
+        #[arg(long)]
+        price_ratio: Option<f64>,
+        /// Time a slow-tier page costs on first touch, in microseconds
+        /// [default: the slow tier's probed page fault (`thaw tier probe`),
+        /// else its declared 4K latency]
+        #[arg(long)]
+        slow_fault_us: Option<f64>,
         /// Bound on the estimated slowdown ("inf": TOSS's plain minimum-cost placement)
         #[arg(long, default_value_t = 1.10)]
         max_slowdown: f64,
@@ -236,7 +240,7 @@ enum BenchCmd {
     },
     /// N simultaneous cold starts (N = 1, 2, 4, ...) per strategy, tier and mode
     Concurrency(concurrency::Args),
-    /// Seed 000's study over the storage hierarchy: cold/warm starts per tier, device ratios, REAP vs mmap
+    /// The study of "FaaS in the Age of (sub-)µs I/O" over the storage hierarchy: cold/warm starts per tier, device ratios, REAP vs mmap
     Hierarchy(hierarchy::Args),
     /// The daemon: warm latency and throughput over HTTP vs. in-process, restore via the API vs. direct
     Serve(serve::BenchServeArgs),
@@ -261,6 +265,10 @@ enum BenchCmd {
         /// A tier name (thaw tier list)
         #[arg(long, default_value = "tmpfs")]
         tier: String,
+        /// `tiered`: the tier its slow file goes on (pmem: mapped in place;
+        /// disk or another block tier: faulted in); --tier holds the fast one
+        #[arg(long, default_value = "disk")]
+        slow: String,
         #[command(flatten)]
         run: RunOpts,
         /// Run the checker on every output, not just the first
@@ -338,13 +346,10 @@ fn record_sink(
 
 fn run(cli: Cli, matches: &clap::ArgMatches) -> Result<()> {
     let home = cli.home.clone().unwrap_or_else(thaw_runtime::default_home);
-    // Commands that build what they need may create a missing home; the
-    // others (inspection, moves, cleanup) refuse one, so a mistyped --home
-    // is an error, not a new runtime build somewhere else.
-    let builds = matches!(
-        cli.cmd,
-        Cmd::Demo { .. } | Cmd::Deploy { .. } | Cmd::Invoke { .. } | Cmd::Bench { .. }
-    );
+    // The demo and the benchmarks build everything they need and may create
+    // a missing home; the other commands refuse one, so a mistyped --home is
+    // an error, not a new runtime build somewhere else.
+    let builds = matches!(cli.cmd, Cmd::Demo { .. } | Cmd::Bench { .. });
     if !matches!(
         cli.cmd,
         Cmd::Sim(_) | Cmd::Load(_) | Cmd::Runtime { .. } | Cmd::Serve(_) | Cmd::Fn { .. }
@@ -465,18 +470,29 @@ fn run(cli: Cli, matches: &clap::ArgMatches) -> Result<()> {
             slow_fault_us,
             max_slowdown,
         } => {
-            let w = worker(&home)?;
-            w.check_function(&function)?;
-            if !(price_ratio.is_finite()
-                && price_ratio > 0.0
-                && slow_fault_us.is_finite()
-                && slow_fault_us >= 0.0
+            if !(price_ratio.is_none_or(|p| p.is_finite() && p > 0.0)
+                && slow_fault_us.is_none_or(|u| u.is_finite() && u >= 0.0)
                 && max_slowdown >= 1.0)
             {
                 anyhow::bail!(
                     "--price-ratio must be positive, --slow-fault-us non-negative and --max-slowdown at least 1"
                 );
             }
+            // the tiers first: a bad pair fails before any runtime work
+            let mut costs = tiers::split_costs(&home, &fast, &slow)?;
+            if let Some(p) = price_ratio {
+                costs.price_ratio = p;
+            }
+            if let Some(us) = slow_fault_us {
+                costs.slow_fault_us = us;
+                costs.fault_source[1] = format!("{slow}: --slow-fault-us {us}");
+            }
+            let (fast_tier, slow_tier) = (
+                thaw_store::Tier::by_name(&fast, &home)?,
+                thaw_store::Tier::by_name(&slow, &home)?,
+            );
+            let w = worker(&home)?;
+            w.check_function(&function)?;
             let sizes = match sizes {
                 Some(s) => split(&s)
                     .iter()
@@ -490,20 +506,12 @@ fn run(cli: Cli, matches: &clap::ArgMatches) -> Result<()> {
                     .unwrap_or_else(|| vec![InputSize::I]),
             };
             let params = thaw_memory::tiering::CostParams {
-                price_ratio,
-                slow_fault_us,
                 max_slowdown,
-                ..Default::default()
+                ..thaw_bench::restore::cost_params(&costs)
             };
-            let rep = w.make_tiered(
-                &function,
-                &w.tier(&fast)?,
-                &w.tier(&slow)?,
-                &sizes,
-                reps,
-                &params,
-            )?;
-            thaw_output::outln!("{}", serde_json::to_string_pretty(&rep)?);
+            let rep = w.make_tiered(&function, &fast_tier, &slow_tier, &sizes, reps, &params)?;
+            let out = serde_json::json!({"split": rep, "tiers": costs});
+            thaw_output::outln!("{}", serde_json::to_string_pretty(&out)?);
             Ok(())
         }
         Cmd::Snapshot {
@@ -565,11 +573,17 @@ fn run(cli: Cli, matches: &clap::ArgMatches) -> Result<()> {
                     strategies,
                     start_types,
                     tier,
+                    slow,
                     run,
                     check_all,
                     pool,
                 },
         } => {
+            if strategies.contains(&StrategyKind::Tiered) {
+                // a pair of tiers that makes no split fails before any
+                // runtime work; both are probed here if they never were
+                tiers::split_costs(&home, &tier, &slow)?;
+            }
             let mut w = worker(&home)?;
             w.set_pool(pool)?;
             // the title names the tier's emulation; dax rows name their own
@@ -579,6 +593,7 @@ fn run(cli: Cli, matches: &clap::ArgMatches) -> Result<()> {
                 strategies,
                 start_types,
                 tier: tier.clone(),
+                slow,
                 sizes: run.sizes.clone(),
                 runs: run.runs,
                 redeploy: run.redeploy,

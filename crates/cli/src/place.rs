@@ -20,7 +20,7 @@ pub struct Options {
 
 /// Tiers that are ready, with their measured profile where there is one.
 pub fn tier_options(home: &Path, cfg: &TiersConfig) -> Result<Vec<TierOption>> {
-    let probes = thaw_server::placement::probes(home);
+    let probes = thaw_tiers::probe::load(home);
     let mut out = Vec::new();
     for t in &cfg.tiers {
         if !device::status(home, t)?.ready {

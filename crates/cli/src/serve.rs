@@ -87,9 +87,16 @@ pub struct DeployArgs {
     /// module.function run once at deploy, before the snapshot
     #[arg(long)]
     pub init: Option<String>,
+    /// module.function run once after init, before the snapshot is taken
+    #[arg(long)]
+    pub before_snapshot: Option<String>,
     /// module.function run after every restore with the instance id
     #[arg(long)]
     pub after_restore: Option<String>,
+    /// `required`: refuse the deploy (422) if the instance cannot be
+    /// snapshotted, instead of deploying it with fresh starts
+    #[arg(long)]
+    pub snapshot: Option<String>,
     #[arg(long)]
     pub memory_mb: Option<u64>,
     #[arg(long)]
@@ -102,10 +109,12 @@ pub struct DeployArgs {
     /// KEY=VALUE, never shown by the daemon (repeatable)
     #[arg(long)]
     pub secret_env: Vec<String>,
-    /// mmap, eager, uffd, reap
+    /// mmap, eager, uffd, reap, or boot (no snapshot); left out: chosen by
+    /// the daemon's placement
     #[arg(long)]
     pub strategy: Option<String>,
-    /// tmpfs or disk
+    /// One of the daemon's two snapshot tiers (`--snapshot-tiers`, default
+    /// tmpfs,disk); left out: chosen by the daemon's placement
     #[arg(long)]
     pub tier: Option<String>,
     /// JSON event invoked once before the snapshot
@@ -220,7 +229,9 @@ pub fn client(home: &Path, socket: Option<PathBuf>, cmd: FnCmd) -> Result<()> {
                 handler,
                 name,
                 init,
+                before_snapshot,
                 after_restore,
+                snapshot,
                 memory_mb,
                 timeout_ms,
                 max_instances,
@@ -258,7 +269,9 @@ pub fn client(home: &Path, socket: Option<PathBuf>, cmd: FnCmd) -> Result<()> {
             for (k, v) in [
                 ("runtime", json!(runtime)),
                 ("init", json!(init)),
+                ("before_snapshot", json!(before_snapshot)),
                 ("after_restore", json!(after_restore)),
+                ("snapshot", json!(snapshot)),
                 ("memory_mb", json!(memory_mb)),
                 ("timeout_ms", json!(timeout_ms)),
                 ("max_instances", json!(max_instances)),

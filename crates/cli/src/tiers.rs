@@ -4,10 +4,9 @@ use anyhow::{bail, Context, Result};
 use clap::Subcommand;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use thaw_server::placement::PROBE_FILE;
 use thaw_tiers::moves::{self, Place};
 use thaw_tiers::objects::RemoteStore;
-use thaw_tiers::probe::{self, ReaderResult};
+use thaw_tiers::probe;
 use thaw_tiers::{device, Kind, TierConfig, TiersConfig};
 
 #[derive(Subcommand)]
@@ -186,7 +185,7 @@ fn run_configured(home: &Path, cfg: &TiersConfig, cmd: TierCmd) -> Result<()> {
             mib,
             reads,
             json,
-        } => probe_tiers(home, cfg, names(&tiers), mib, reads, json),
+        } => probe_tiers(home, cfg, names(&tiers), mib, reads, json, false),
         TierCmd::ProbeReader { file, reads, kind } => probe::reader_main(&file, reads, &kind),
         TierCmd::Stall { tier, off } => {
             device::stall(home, cfg.get(&tier)?, !off)?;
@@ -221,15 +220,8 @@ fn gib(b: u64) -> String {
     format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64)
 }
 
-fn load_probes(home: &Path) -> BTreeMap<String, Vec<ReaderResult>> {
-    std::fs::read(home.join(PROBE_FILE))
-        .ok()
-        .and_then(|raw| serde_json::from_slice(&raw).ok())
-        .unwrap_or_default()
-}
-
 fn list(home: &Path, cfg: &TiersConfig, json: bool) -> Result<()> {
-    let probes = load_probes(home);
+    let probes = probe::load(home);
     let mut rows = Vec::new();
     for t in &cfg.tiers {
         let st = device::status(home, t)?;
@@ -247,15 +239,20 @@ fn list(home: &Path, cfg: &TiersConfig, json: bool) -> Result<()> {
         thaw_output::outln!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
     }
-    thaw_output::outln!("| tier | kind | emulated | used / capacity | $/GB-month | declared read MB/s, 4K us | measured read MB/s, 4K us (worker) | restores at once | state |");
-    thaw_output::outln!("|---|---|---|---|---|---|---|---|---|");
+    let faults = thaw_tiers::split::probed_faults(cfg, &probes);
+    thaw_output::outln!("| tier | kind | emulated | used / capacity | $/GB-month | declared read MB/s, 4K us | measured read MB/s, 4K us (worker) | measured page fault us (sandbox; TOSS's cost) | restores at once | state |");
+    thaw_output::outln!("|---|---|---|---|---|---|---|---|---|---|");
     for (t, st, used, pr) in rows {
         let measured = pr
             .and_then(|v| v.first())
             .map(|r| format!("{:.0}, {:.0}", r.seq_read_mbps, r.rand_read_4k_us_mean))
             .unwrap_or_else(|| "-".into());
+        let fault = faults.get(&t.name).map_or_else(
+            || "-".into(),
+            |us| format!("{us:.2} ({})", thaw_tiers::split::restore_reader(t.kind)),
+        );
         thaw_output::outln!(
-            "| {} | {} | {} | {} / {} | {} | {:.0}, {} | {} | {} | {} |",
+            "| {} | {} | {} | {} / {} | {} | {:.0}, {} | {} | {} | {} | {} |",
             t.name,
             t.kind.name(),
             if t.emulated { "emulated" } else { "real" },
@@ -265,6 +262,7 @@ fn list(home: &Path, cfg: &TiersConfig, json: bool) -> Result<()> {
             t.profile.read_mbps,
             t.profile.rand_read_4k_us,
             measured,
+            fault,
             t.max_concurrent_restores,
             if st.ready {
                 format!("ready: {}", st.detail)
@@ -276,6 +274,30 @@ fn list(home: &Path, cfg: &TiersConfig, json: bool) -> Result<()> {
     Ok(())
 }
 
+/// The TOSS model's inputs for splitting onto `fast` and `slow`
+/// (`thaw_tiers::split::costs`); either tier's page-fault cost is measured
+/// first if it was never probed, so the two come from the same reader.
+pub fn split_costs(home: &Path, fast: &str, slow: &str) -> Result<thaw_tiers::split::SplitCosts> {
+    let cfg = TiersConfig::load(home)?;
+    // refuse a pair that makes no split before measuring anything
+    thaw_tiers::split::costs(home, &cfg, fast, slow)?;
+    let probed = probe::load(home);
+    let missing: Vec<String> = [fast, slow]
+        .into_iter()
+        .filter(|t| !probed.contains_key(*t))
+        .map(String::from)
+        .collect();
+    if !missing.is_empty() {
+        crate::progress(&format!(
+            "probing {} for the split's page-fault costs (once; `thaw tier probe`)",
+            missing.join(", ")
+        ));
+        probe_tiers(home, &cfg, Some(missing), 32, 256, None, true)?;
+    }
+    thaw_tiers::split::costs(home, &cfg, fast, slow)
+}
+
+/// `quiet`: the per-reader lines go to stderr (stdout is another command's).
 fn probe_tiers(
     home: &Path,
     cfg: &TiersConfig,
@@ -283,13 +305,14 @@ fn probe_tiers(
     mib: usize,
     reads: usize,
     json: Option<PathBuf>,
+    quiet: bool,
 ) -> Result<()> {
     if reads == 0 {
         bail!("--reads must be at least 1");
     }
     let explicit = names.is_some();
     let exe = std::env::current_exe().context("locating the thaw binary")?;
-    let mut all = load_probes(home);
+    let mut all = probe::load(home);
     let mut out = BTreeMap::new();
     for t in cfg.select(names.as_deref())? {
         let st = device::status(home, t)?;
@@ -339,7 +362,7 @@ fn probe_tiers(
         };
         let res = res.with_context(|| format!("probing tier {}", t.name))?;
         for r in &res {
-            thaw_output::outln!(
+            let line = format!(
                 "{}\t{}\t{}\tseq {:.0} MB/s ({:.2}x declared)\t4K random mean {:.0} us, median {:.0} us, p99 {:.0} us ({:.2}x declared){}\t{}",
                 t.name,
                 if t.emulated { "emulated" } else { "real" },
@@ -361,6 +384,11 @@ fn probe_tiers(
                     (_, false) => "through the page cache",
                 }
             );
+            if quiet {
+                thaw_output::errln!("{line}");
+            } else {
+                thaw_output::outln!("{line}");
+            }
         }
         out.insert(t.name.clone(), res.clone());
         all.insert(t.name.clone(), res);
@@ -372,7 +400,10 @@ fn probe_tiers(
             escapees.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
         );
     }
-    std::fs::write(home.join(PROBE_FILE), serde_json::to_vec_pretty(&all)?)?;
+    std::fs::write(
+        home.join(probe::PROBE_FILE),
+        serde_json::to_vec_pretty(&all)?,
+    )?;
     if let Some(p) = json {
         std::fs::write(&p, serde_json::to_vec_pretty(&out)?)
             .with_context(|| format!("writing {}", p.display()))?;

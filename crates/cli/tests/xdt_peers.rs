@@ -1,4 +1,4 @@
-//! XDT across workers (issue 15) end to end: two real `thaw serve` daemons,
+//! XDT across workers end to end: two real `thaw serve` daemons,
 //! each in its own network namespace joined by a veth pair; a consumer on
 //! worker B gets objects produced on worker A, which B pulls over HTTP/2.
 //! Every bad input gives a clear error in the function while B keeps

@@ -1,4 +1,4 @@
-//! The object-store baseline of XDT (issue 15) end to end: functions on a
+//! The object-store baseline of XDT end to end: functions on a
 //! live daemon PUT and GET objects through the worker to the emulated
 //! remote tier (MinIO in its network namespace, set up with `thaw tier
 //! setup`); a missing key, a bad key, another owner's key and a store that

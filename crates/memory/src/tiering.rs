@@ -37,6 +37,9 @@ pub struct TierFile {
 pub struct TierLayout {
     pub format: u32,
     pub snapshot_key: String,
+    /// the tier the slow file is on (its configured name; "" in older layouts)
+    #[serde(default)]
+    pub slow_tier: String,
     pub fast: TierFile,
     pub slow: TierFile,
     pub runs: Vec<TierRun>,
@@ -55,11 +58,14 @@ fn saved_pages(layout: &MemoryLayout) -> Vec<u64> {
         .collect()
 }
 
-/// Writes the fast file into `snap_dir`, the slow file into `slow_dir`, and
-/// `tiers.json` into `snap_dir` (last, atomically).
+/// Writes the fast file into `snap_dir`, the slow file into `slow_dir` (on
+/// the tier named `slow_tier`), and `tiers.json` into `snap_dir` (last,
+/// atomically).
+#[allow(clippy::too_many_arguments)]
 pub fn write(
     snap_dir: &Path,
     slow_dir: &Path,
+    slow_tier: &str,
     key: &str,
     layout: &MemoryLayout,
     image: &File,
@@ -123,6 +129,7 @@ pub fn write(
     let tl = TierLayout {
         format: FORMAT,
         snapshot_key: key.into(),
+        slow_tier: slow_tier.into(),
         fast: TierFile {
             path: fast_path,
             len: fast.len() as u64,
@@ -276,10 +283,11 @@ mod tests {
             base_ms: 0.05,
             ..Default::default()
         };
-        let tl = write(&dir, &dir.join("slow"), "k", &l, &f, &prof, &p).unwrap();
+        let tl = write(&dir, &dir.join("slow"), "pmem", "k", &l, &f, &prof, &p).unwrap();
         assert!(tl.slow_share > 0.5, "{}", tl.slow_share);
         let got = load(&dir, "k", &l).unwrap().unwrap();
         verify_files(&got).unwrap();
+        assert_eq!(got.slow_tier, "pmem");
         // page contents land in the right file at the right offset
         let fast = fs::read(&got.fast.path).unwrap();
         let r = got.runs.iter().find(|r| r.addr == 0x10000).unwrap();

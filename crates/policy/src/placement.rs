@@ -2,8 +2,8 @@
 //! strategy reads it, from the function's measured profile and the tiers'
 //! device profiles, headroom and prices. Pure: the caller measures.
 //!
-//! The model (seed 000's finding is that the device matters as much as the
-//! function: light functions feel every microsecond of the medium, heavy
+//! The model (the finding of "FaaS in the Age of (sub-)µs I/O" is that the
+//! device matters as much as the function: light functions feel every microsecond of the medium, heavy
 //! ones barely notice it):
 //! - the memory part of a cold start per tier and strategy: byte-addressable
 //!   tiers map the image (`dax`; the working set is read through page
@@ -22,7 +22,7 @@
 //!   cover the function's expected concurrent cold starts (Little's law);
 //! - among the qualifying tiers whose estimated cold start is within
 //!   `max_slowdown` of the fastest one's, the choice minimises storage cost
-//!   x estimated cold start (the figure of merit the issue names).
+//!   x estimated cold start (placement's figure of merit).
 
 /// What was measured about one function.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]

@@ -336,12 +336,19 @@ pub struct StrategyReport {
     pub ws_wait_ms: f64,
     /// REAP: why a recorded working set could not be used (restore fell back to recording)
     pub ws_warning: String,
-    /// mmap and dax: pages copied before resume because the first
+    /// mmap, dax and tiered: pages copied before resume because the first
     /// invocation of an earlier clone wrote them (0: none recorded yet;
     /// this restore records)
     pub write_set_pages: u64,
     /// TOSS: share of saved memory on the slow tier
     pub slow_tier_share: f64,
+    /// TOSS: the tier the slow file is on ("" for layouts that do not say)
+    #[serde(default)]
+    pub slow_tier: String,
+    /// TOSS: the slow file is on byte-addressable memory and mapped in
+    /// place; else its pages fault in from a block device
+    #[serde(default)]
+    pub slow_in_place: bool,
     /// TOSS: why the tier layout could not be used (restore fell back to uffd)
     pub tier_warning: String,
     /// every warning of this restore, in order (also logged with `tracing`)

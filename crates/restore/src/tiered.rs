@@ -1,8 +1,14 @@
 //! tiered (TOSS): each page mapped from the fast or the slow tier file its
 //! profile placed it in (`thaw split`); a missing or bad layout falls back
-//! to plain uffd rather than risk a wrong runtime.
+//! to plain uffd rather than risk a wrong runtime. A slow file on
+//! byte-addressable memory (pmem) is mapped in place like the fast one; on
+//! a block device its pages fault in one at a time (readahead off). As for
+//! `mmap`, the pages an earlier clone's first response wrote are copied
+//! before resume ([`crate::writes`]).
+use crate::writes::Writes;
 use crate::{
-    uffd, MemoryPlan, RegionPlan, Strategy, StrategyKind, StrategyReport, Target, IMAGE_FD,
+    uffd, FirstResponse, MemoryPlan, RegionPlan, Runtime, Strategy, StrategyKind, StrategyReport,
+    Target, IMAGE_FD,
 };
 use anyhow::{anyhow, Result};
 use std::collections::HashSet;
@@ -17,6 +23,7 @@ use thaw_restorer as r;
 pub(crate) struct Tiered {
     /// the checked layout and both files
     tiers: Option<(TierLayout, File, File)>,
+    writes: Writes,
     /// the layout was unusable: restore as uffd
     fell_back: bool,
     rep: StrategyReport,
@@ -35,7 +42,10 @@ impl Strategy for Tiered {
         match load_tiers(t) {
             Ok(tiers) => {
                 self.rep.slow_tier_share = tiers.0.slow_share;
+                self.rep.slow_tier = tiers.0.slow_tier.clone();
+                self.rep.slow_in_place = thaw_store::secure::on_dram(&tiers.0.slow.path)?;
                 self.tiers = Some(tiers);
+                self.writes = Writes::load(t, &mut self.rep);
             }
             Err(e) => {
                 self.fell_back = true;
@@ -54,12 +64,20 @@ impl Strategy for Tiered {
             return Ok(uffd::plan(t));
         };
         let (fast_fd, slow_fd) = (IMAGE_FD + 1, IMAGE_FD + 2);
+        // readahead off on a block device: its slow pages are the sparse,
+        // rarely touched ones (the SYSTOR'22 advice); pmem is mapped as DRAM is
+        let slow_fill = if self.rep.slow_in_place {
+            r::FILL_MAP
+        } else {
+            r::FILL_MAP_RANDOM
+        };
         let mut p = MemoryPlan {
             extra_fds: vec![fast.as_raw_fd(), slow.as_raw_fd()],
             ..MemoryPlan::default()
         };
+        let mut write_set = self.writes.runs(t);
         let mut runs = tl.runs.iter().peekable();
-        for region in &t.layout.regions {
+        for (i, region) in t.layout.regions.iter().enumerate() {
             let first_run = p.runs.len() as u32;
             while let Some(run) = runs.next_if(|run| run.addr < region.end) {
                 let on_slow = run.tier == TierKind::Slow;
@@ -68,16 +86,13 @@ impl Strategy for Tiered {
                     len: run.len,
                     img_off: run.off,
                     img_fd: if on_slow { slow_fd } else { fast_fd },
-                    // readahead off on the slow tier: its pages are the sparse,
-                    // rarely touched ones (the SYSTOR'22 advice)
-                    fill: if on_slow {
-                        r::FILL_MAP_RANDOM
-                    } else {
-                        r::FILL_MAP
-                    },
+                    fill: if on_slow { slow_fill } else { r::FILL_MAP },
                 });
                 p.mapped_bytes += run.len;
             }
+            let own = p.runs.len();
+            write_set(i, region, &mut p.runs);
+            p.populated_bytes += p.runs[own..].iter().map(|r| r.len).sum::<u64>();
             p.regions.push(RegionPlan {
                 flags: 0,
                 first_run,
@@ -85,6 +100,10 @@ impl Strategy for Tiered {
             });
         }
         Ok(p)
+    }
+
+    fn after_first_response(&mut self, rt: &Runtime<'_>) -> FirstResponse {
+        self.writes.record(rt)
     }
 
     fn report(&self) -> StrategyReport {

@@ -1,4 +1,4 @@
-//! Write sets, shared by `mmap` and `dax`: the snapshot pages the first
+//! Write sets, shared by `mmap`, `dax` and `tiered`: the snapshot pages the first
 //! response of an earlier restore wrote. Copied before resume with one
 //! `MADV_POPULATE_WRITE` per range (a run of `FILL_POPULATE_WRITE`), they
 //! cost about a third of what the runtime pays writing them after resume,

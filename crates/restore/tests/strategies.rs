@@ -445,33 +445,66 @@ fn tiered_maps_from_both_tier_files_or_falls_back_to_uffd() {
         counts: [(f.mem, 4), (f.mem + PAGE_SIZE, 4)].into_iter().collect(),
         classes: Vec::new(),
     };
-    let slow_dir = f.dir.join("slow");
-    thaw_memory::tiering::write(
-        &f.dir,
-        &slow_dir,
-        t.key,
-        &f.layout,
-        &f.image,
-        &profile,
-        // any slowdown refused: the hot pages stay on the fast tier
-        &thaw_memory::tiering::CostParams {
-            max_slowdown: 1.0,
-            ..Default::default()
-        },
-    )
-    .unwrap();
-    let mut s = StrategyKind::Tiered.start();
-    let p = prepare_and_plan(s.as_mut(), &t);
-    assert_eq!(s.kind(), StrategyKind::Tiered);
-    assert!(!p.lazy());
-    assert_eq!(p.extra_fds.len(), 2);
-    assert_eq!(p.mapped_bytes, (ANON_PAGES + FILE_PAGES) * PAGE_SIZE);
-    let fast = p.runs.iter().filter(|r| r.img_fd == IMAGE_FD + 1);
-    assert_eq!(fast.map(|r| r.len).sum::<u64>(), 2 * PAGE_SIZE);
-    assert!(p
-        .runs
-        .iter()
-        .filter(|r| r.img_fd == IMAGE_FD + 2)
-        .all(|r| r.fill == r::FILL_MAP_RANDOM));
-    assert!(s.report().slow_tier_share > 0.5);
+    // the slow file on tmpfs (byte-addressable: mapped in place like the
+    // fast one), then on the disk (its pages fault in, readahead off)
+    let disk = PathBuf::from(format!(
+        "/var/tmp/thaw-restore-test-tiered-{}",
+        std::process::id()
+    ));
+    for (slow_dir, in_place, fill) in [
+        (f.dir.join("slow"), true, r::FILL_MAP),
+        (disk.clone(), false, r::FILL_MAP_RANDOM),
+    ] {
+        thaw_memory::tiering::write(
+            &f.dir,
+            &slow_dir,
+            if in_place { "pmem" } else { "disk" },
+            t.key,
+            &f.layout,
+            &f.image,
+            &profile,
+            // any slowdown refused: the hot pages stay on the fast tier
+            &thaw_memory::tiering::CostParams {
+                max_slowdown: 1.0,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let mut s = StrategyKind::Tiered.start();
+        let p = prepare_and_plan(s.as_mut(), &t);
+        assert_eq!(s.kind(), StrategyKind::Tiered);
+        assert!(!p.lazy());
+        assert_eq!(p.extra_fds.len(), 2);
+        assert_eq!(p.mapped_bytes, (ANON_PAGES + FILE_PAGES) * PAGE_SIZE);
+        let fast = p.runs.iter().filter(|r| r.img_fd == IMAGE_FD + 1);
+        assert_eq!(fast.map(|r| r.len).sum::<u64>(), 2 * PAGE_SIZE);
+        let slow: Vec<_> = p.runs.iter().filter(|r| r.img_fd == IMAGE_FD + 2).collect();
+        assert!(!slow.is_empty() && slow.iter().all(|r| r.fill == fill));
+        let rep = s.report();
+        assert!(rep.slow_tier_share > 0.5);
+        assert_eq!(rep.slow_in_place, in_place);
+        assert_eq!(rep.slow_tier, if in_place { "pmem" } else { "disk" });
+        // no write set yet: this restore records one at its first response
+        assert_eq!(p.populated_bytes, 0);
+        f.write_page(1);
+        let out = s.after_first_response(&Runtime {
+            pid: std::process::id() as i32,
+            pager: None,
+        });
+        assert!(out.write_set_pages >= 1, "{out:?}");
+        // the next restore copies the written pages before resume, as mmap does
+        let p = prepare_and_plan(StrategyKind::Tiered.start().as_mut(), &t);
+        let writes: Vec<_> = p
+            .runs
+            .iter()
+            .filter(|r| r.fill == r::FILL_POPULATE_WRITE)
+            .collect();
+        assert!(
+            writes.iter().any(|w| w.addr == f.mem + PAGE_SIZE),
+            "{writes:?}"
+        );
+        assert_eq!(p.populated_bytes, writes.iter().map(|w| w.len).sum::<u64>());
+        std::fs::remove_file(f.dir.join(thaw_memory::write_set::WRITE_SET_FILE)).unwrap();
+    }
+    std::fs::remove_dir_all(&disk).unwrap();
 }

@@ -159,7 +159,7 @@ pub fn default_home() -> PathBuf {
 /// Checks the state home given by `--home` (or the default): it must be a
 /// directory. A missing one is created (0700, owned by the caller) when
 /// `may_create` (a command whose job is to build what it needs: a runtime
-/// build, the demo, a deploy); for any other command it is an error, so a
+/// build, the demo, a benchmark); for any other command it is an error, so a
 /// typo never silently starts a full runtime build somewhere new.
 pub fn check_home(home: &Path, may_create: bool) -> Result<()> {
     match std::fs::metadata(home) {
@@ -540,4 +540,29 @@ pub fn agent_env() -> Vec<(String, String)> {
         }
     }
     env
+}
+
+#[cfg(test)]
+mod home_tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn a_missing_home_is_created_private_only_when_allowed() {
+        let base = std::env::temp_dir().join(format!("thaw-home-test-{}", std::process::id()));
+        let home = base.join("a").join("home");
+        let err = check_home(&home, false).unwrap_err().to_string();
+        assert!(err.contains("does not exist"), "{err}");
+        assert!(!home.exists(), "a refused home was created");
+        check_home(&home, true).unwrap();
+        let mode = std::fs::metadata(&home).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode, 0o700);
+        // an existing home is accepted either way; a file is not a home
+        check_home(&home, false).unwrap();
+        let file = base.join("file");
+        std::fs::write(&file, b"").unwrap();
+        let err = check_home(&file, true).unwrap_err().to_string();
+        assert!(err.contains("not a directory"), "{err}");
+        std::fs::remove_dir_all(&base).unwrap();
+    }
 }

@@ -331,6 +331,7 @@ fn hanging_function_times_out_and_the_agent_keeps_serving() {
         let r = a.request(Request::Invoke {
             event: thaw_sandbox::agent::Event::Input(json!({})),
             timeout_ms: Some(timeout as f64),
+            request_id: None,
         });
         let el = t.elapsed();
         assert_eq!(err_kind(&r), "timeout", "{r}");
@@ -413,6 +414,7 @@ fn restored_reseeds_every_generator_and_reinstalls_signal_handlers() {
     let r = h.request(Request::Invoke {
         event: thaw_sandbox::agent::Event::Input(json!({})),
         timeout_ms: Some(100.0),
+        request_id: None,
     });
     assert_eq!(err_kind(&r), "timeout");
 }
@@ -501,13 +503,19 @@ fn node_handler_shapes_context_and_errors() {
     assert!(remaining > 0.0 && remaining <= 60_000.0, "{out}");
     let again = a.invoke_ok(invoke_input(json!({"mode": "context"})));
     assert_ne!(again["awsRequestId"], out["awsRequestId"]);
+    let given = a.invoke_ok(Request::Invoke {
+        event: thaw_sandbox::agent::Event::Input(json!({"mode": "context"})),
+        timeout_ms: None,
+        request_id: Some("req-42".into()),
+    });
+    assert_eq!(given["awsRequestId"], "req-42");
     // a thrown Error: Lambda's shape beside the protocol's
     let r = a.request(invoke_input(json!({"mode": "throw", "what": "x"})));
     assert_eq!(err_kind(&r), "function_error");
-    assert_eq!(r["errorType"], "TypeError", "{r}");
-    assert_eq!(r["errorMessage"], "boom: x", "{r}");
+    assert_eq!(r["error_type"], "TypeError", "{r}");
+    assert_eq!(r["error_message"], "boom: x", "{r}");
     assert_eq!(r["message"], "TypeError: boom: x", "{r}");
-    let trace = r["stackTrace"].as_array().unwrap();
+    let trace = r["stack_trace"].as_array().unwrap();
     assert!(
         trace
             .iter()
@@ -517,15 +525,16 @@ fn node_handler_shapes_context_and_errors() {
     // a rejection with something not an Error
     let r = a.request(invoke_input(json!({"mode": "reject"})));
     assert_eq!(err_kind(&r), "function_error");
-    assert_eq!(r["errorType"], "string", "{r}");
-    assert_eq!(r["errorMessage"], "a plain string", "{r}");
+    assert_eq!(r["error_type"], "string", "{r}");
+    assert_eq!(r["error_message"], "a plain string", "{r}");
     // a promise rejected outside the handler's chain fails the invocation
     let r = a.request(invoke_input(json!({"mode": "unhandled"})));
-    assert_eq!(r["errorType"], "RangeError", "{r}");
+    assert_eq!(r["error_type"], "RangeError", "{r}");
     // never settles: the soft timeout answers
     let r = a.request(Request::Invoke {
         event: thaw_sandbox::agent::Event::Input(json!({"mode": "hang"})),
         timeout_ms: Some(100.0),
+        request_id: Some("req-7".into()),
     });
     assert_eq!(err_kind(&r), "timeout");
     let r = a.request(invoke_input(json!({"mode": "bigint"})));
@@ -533,15 +542,15 @@ fn node_handler_shapes_context_and_errors() {
     // and it keeps serving
     let out = a.invoke_ok(invoke_input(json!({"mode": "fine"})));
     assert_eq!(out, json!({"mode": "fine"}));
-    assert_eq!(a.health(), ("ready".to_string(), 8));
+    assert_eq!(a.health(), ("ready".to_string(), 9));
 
     // callback style: the callback's value, or its error
     let mut c = spawn("_test_node_callback");
     let out = c.invoke_ok(invoke_input(json!({"n": 21})));
     assert_eq!(out, json!({"doubled": 42}));
     let r = c.request(invoke_input(json!({"fail": true})));
-    assert_eq!(r["errorType"], "Error", "{r}");
-    assert_eq!(r["errorMessage"], "callback failure", "{r}");
+    assert_eq!(r["error_type"], "Error", "{r}");
+    assert_eq!(r["error_message"], "callback failure", "{r}");
     a.shutdown();
     c.shutdown();
 }

@@ -31,6 +31,10 @@ pub enum Request {
         /// the agent's own (soft) limit; absent means its default
         #[serde(default, skip_serializing_if = "Option::is_none")]
         timeout_ms: Option<f64>,
+        /// the invocation's id (a Lambda-style handler's
+        /// `context.aws_request_id`); absent: the agent makes one
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        request_id: Option<String>,
     },
     PrepareCheckpoint,
     /// First request after a restore: re-seed (64 hex chars) and unmap the
@@ -47,6 +51,9 @@ pub enum Request {
     ZygoteFork {
         uid: u32,
         tmp_bytes: u64,
+        /// size of the private /dev/shm
+        #[serde(default)]
+        shm_bytes: u64,
         rlimits: Vec<(u32, u64)>,
         /// the seccomp BPF program, hex
         filter: String,
@@ -70,6 +77,7 @@ impl Request {
         Request::Invoke {
             event: Event::Size(size.to_string()),
             timeout_ms: None,
+            request_id: None,
         }
     }
 
@@ -78,6 +86,7 @@ impl Request {
         Request::Invoke {
             event: Event::Input(input),
             timeout_ms: None,
+            request_id: None,
         }
     }
 
@@ -225,6 +234,17 @@ pub struct AgentError {
     pub message: String,
     /// the function's traceback, for `function_error`
     pub traceback: Option<String>,
+    /// `function_error`: the exception apart (Lambda's error shape)
+    pub detail: Option<Box<ErrorDetail>>,
+}
+
+/// A function's exception: its type and text, and the function's own
+/// frames, one string each.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ErrorDetail {
+    pub error_type: String,
+    pub error_message: String,
+    pub stack_trace: Vec<String>,
 }
 
 impl AgentError {
@@ -269,6 +289,8 @@ pub fn parse_body(body: &[u8]) -> Result<Value> {
 
 /// Longest `message` or `traceback` kept from an error reply, in characters.
 pub const MAX_ERROR_TEXT: usize = 64 << 10;
+/// Most frames of a `stack_trace` kept.
+pub const MAX_STACK_FRAMES: usize = 50;
 
 /// Splits a reply by its `ok`: the reply itself, or the agent's
 /// [`AgentError`]; an error if `ok` is missing.
@@ -288,6 +310,23 @@ pub fn split_ok(v: Value) -> Result<std::result::Result<Value, AgentError>> {
                 kind: s("error"),
                 message: s("message"),
                 traceback: v.get("traceback").map(|_| s("traceback")),
+                detail: v.get("error_type").map(|_| {
+                    Box::new(ErrorDetail {
+                        error_type: s("error_type"),
+                        error_message: s("error_message"),
+                        stack_trace: v
+                            .get("stack_trace")
+                            .and_then(Value::as_array)
+                            .map(|a| {
+                                a.iter()
+                                    .take(MAX_STACK_FRAMES)
+                                    .filter_map(Value::as_str)
+                                    .map(|f| f.chars().take(MAX_ERROR_TEXT).collect())
+                                    .collect()
+                            })
+                            .unwrap_or_default(),
+                    })
+                }),
             }))
         }
         None => bail!("agent reply has no boolean \"ok\" field"),
@@ -583,8 +622,9 @@ mod tests {
                 Request::Invoke {
                     event: Event::Input(json!({"x": 1})),
                     timeout_ms: Some(5.0),
+                    request_id: Some("r1".into()),
                 },
-                json!({"op": "invoke", "input": {"x": 1}, "timeout_ms": 5.0}),
+                json!({"op": "invoke", "input": {"x": 1}, "timeout_ms": 5.0, "request_id": "r1"}),
             ),
             (
                 Request::PrepareCheckpoint,
@@ -607,10 +647,11 @@ mod tests {
                 Request::ZygoteFork {
                     uid: 7,
                     tmp_bytes: 9,
+                    shm_bytes: 8,
                     rlimits: vec![(1, 2)],
                     filter: "ab".into(),
                 },
-                json!({"op": "zygote_fork", "uid": 7, "tmp_bytes": 9, "rlimits": [[1, 2]], "filter": "ab"}),
+                json!({"op": "zygote_fork", "uid": 7, "tmp_bytes": 9, "shm_bytes": 8, "rlimits": [[1, 2]], "filter": "ab"}),
             ),
             (Request::Exit, json!({"op": "exit"})),
         ];

@@ -1,10 +1,12 @@
 //! Checkpoint: freeze a runtime with ptrace and write a snapshot of its
-//! mappings, saved pages and CPU state.
+//! mappings, saved pages, CPU state and the files of its /tmp and /dev/shm.
+//! What a snapshot cannot keep is named, all of it, by [`inspect`].
+use crate::files::{self, Scan};
 use crate::ptrace;
 use crate::state::{MmLayout, ProcessState, VdsoBlock, Vma, STATE_VERSION};
 use crate::{stat_fields, Sandbox};
 use anyhow::{anyhow, bail, Context, Result};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
@@ -18,7 +20,11 @@ pub struct CheckpointReport {
     pub snapshot_id: String,
     pub regions: usize,
     pub saved_pages: u64,
+    /// the whole image: saved pages and the saved files' contents
     pub image_bytes: u64,
+    /// entries of /tmp and /dev/shm kept
+    pub saved_files: usize,
+    pub saved_file_bytes: u64,
     pub zero_pages_skipped: u64,
     pub freeze_ms: f64,
     pub dump_ms: f64,
@@ -93,49 +99,183 @@ pub(crate) fn wait_blocked_on_socket(pid: i32) -> Result<()> {
     }
 }
 
-/// Refuses runtimes holding anything but stdio and the control socket, or
-/// running more than one thread.
-fn check_cooperative(pid: i32) -> Result<()> {
-    let threads = std::fs::read_dir(format!("/proc/{pid}/task"))?.count();
-    if threads != 1 {
-        bail!("runtime has {threads} threads; only single-threaded runtimes can be snapshotted");
+/// One thing of an instance that a snapshot cannot keep: `kind` is
+/// `thread`, `descriptor`, `mapping` or `files`; `detail` names it (the
+/// thread's name, the descriptor's number and kind, the mapping, the file).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Refusal {
+    pub kind: String,
+    pub detail: String,
+}
+
+impl Refusal {
+    pub fn new(kind: &str, detail: impl Into<String>) -> Refusal {
+        Refusal {
+            kind: kind.into(),
+            detail: detail.into(),
+        }
     }
-    for e in std::fs::read_dir(format!("/proc/{pid}/fd"))? {
-        let e = e?;
-        let name = e.file_name().to_string_lossy().to_string();
-        let fd: i32 = name.parse().unwrap_or(-1);
-        if !(0..=3).contains(&fd) {
+}
+
+/// A snapshot refused for what the instance holds (not a host failure):
+/// every reason [`inspect`] found.
+#[derive(Debug, Clone, thiserror::Error)]
+pub struct NotCheckpointable {
+    pub reasons: Vec<Refusal>,
+}
+
+impl std::fmt::Display for NotCheckpointable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the instance cannot be snapshotted: ")?;
+        for (i, r) in self.reasons.iter().enumerate() {
+            let sep = if i == 0 { "" } else { "; " };
+            write!(f, "{sep}{}: {}", r.kind, r.detail)?;
+        }
+        Ok(())
+    }
+}
+
+/// A thread the agent knows by its Python name (`native_id`: its id in
+/// the sandbox's pid namespace).
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct AgentThread {
+    pub name: String,
+    pub native_id: i64,
+}
+
+/// Everything of runtime `pid` (with runtime root `root`) that stops a
+/// snapshot, in one list: the one place refusals are made. Also returns
+/// the scan of its /tmp and /dev/shm (content bytes over `files_cap` are
+/// a refusal). `threads`: what the agent told of its threads, for names.
+pub fn inspect(
+    pid: i32,
+    root: &Path,
+    threads: &[AgentThread],
+    files_cap: u64,
+) -> Result<(Vec<Refusal>, Scan)> {
+    let mut reasons = thread_refusals(pid, threads)?;
+    reasons.extend(descriptor_refusals(pid)?);
+    let maps = parse_maps(&std::fs::read_to_string(format!("/proc/{pid}/maps"))?)?;
+    let root = root.canonicalize()?;
+    for m in &maps {
+        if let Err(why) = mapping_path(m, &root) {
+            reasons.push(Refusal::new("mapping", why));
+        }
+    }
+    let scan = files::scan(pid, files_cap)?;
+    reasons.extend(scan.refusals.iter().cloned());
+    Ok((reasons, scan))
+}
+
+/// Every task but the runtime's main one.
+fn thread_refusals(pid: i32, known: &[AgentThread]) -> Result<Vec<Refusal>> {
+    let mut out = Vec::new();
+    let mut tids: Vec<i32> = std::fs::read_dir(format!("/proc/{pid}/task"))?
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .filter(|&t| t != pid)
+        .collect();
+    tids.sort_unstable();
+    for tid in tids {
+        let task = format!("/proc/{pid}/task/{tid}");
+        let comm = std::fs::read_to_string(format!("{task}/comm")).unwrap_or_default();
+        // the thread's id inside the sandbox: the last NSpid entry
+        let ns_tid: Option<i64> = std::fs::read_to_string(format!("{task}/status"))
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("NSpid:"))
+                    .and_then(|v| v.split_whitespace().last()?.parse().ok())
+            });
+        let detail = match known.iter().find(|t| Some(t.native_id) == ns_tid) {
+            Some(t) => format!("Python thread {:?} (tid {})", t.name, t.native_id),
+            None => format!(
+                "native thread {:?} (tid {})",
+                comm.trim(),
+                ns_tid.unwrap_or(tid as i64)
+            ),
+        };
+        out.push(Refusal::new("thread", detail));
+    }
+    Ok(out)
+}
+
+/// Every descriptor but stdio and the control socket, with its kind.
+fn descriptor_refusals(pid: i32) -> Result<Vec<Refusal>> {
+    let mut fds: Vec<(i32, String)> = std::fs::read_dir(format!("/proc/{pid}/fd"))?
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let fd: i32 = e.file_name().to_str()?.parse().ok()?;
             let target = std::fs::read_link(e.path())
                 .map(|p| p.display().to_string())
                 .unwrap_or_default();
-            bail!("runtime holds descriptor {name} ({target}); only 0-2 and the control socket 3 may be open at checkpoint");
-        }
-    }
-    Ok(())
+            Some((fd, target))
+        })
+        .filter(|(fd, _)| !(0..=3).contains(fd))
+        .collect();
+    fds.sort();
+    Ok(fds
+        .into_iter()
+        .map(|(fd, target)| {
+            let kind = if target.starts_with("socket:") {
+                "socket".to_string()
+            } else if target.starts_with("pipe:") {
+                "pipe".to_string()
+            } else if let Some(a) = target.strip_prefix("anon_inode:") {
+                a.trim_matches(|c| c == '[' || c == ']').to_string()
+            } else {
+                format!("file {target}")
+            };
+            Refusal::new("descriptor", format!("fd {fd}: {kind}"))
+        })
+        .collect())
 }
 
-/// A file mapping must be backed by that very file of the read-only runtime
-/// root (same device and inode): a restore reopens it by path there. A file
-/// on the sandbox's private /tmp, or one replaced since, could never restore.
-fn check_in_root(m: &MapsLine, root: &Path, inside: &str) -> Result<()> {
+/// Where a mapping comes back from: `None` for anonymous memory, the path
+/// inside the runtime root for a file; `Err` says why it cannot come back.
+/// A file mapping must be that very file of the read-only runtime root
+/// (same device and inode): a restore reopens it by path there. Read-only
+/// shared file mappings (glibc's gconv cache, say) come back as private
+/// ones: same bytes, and the root is read-only anyway.
+fn mapping_path(m: &MapsLine, root: &Path) -> std::result::Result<Option<String>, String> {
     use std::os::unix::fs::MetadataExt;
-    let host = root.join(inside.trim_start_matches('/'));
-    let same = std::fs::metadata(&host).is_ok_and(|st| {
-        let (maj, min) = (libc::major(st.dev()), libc::minor(st.dev()));
-        st.ino() == m.inode && (maj, min) == m.dev
-    });
-    if !same {
-        bail!(
-            "runtime maps {} at {:#x}-{:#x} (device {:x}:{:x}, inode {}), which is not that file of its read-only runtime root              (a file on the sandbox's private /tmp, or a replaced one); a restore could not reopen it, so the snapshot is refused",
-            m.name,
-            m.start,
-            m.end,
-            m.dev.0,
-            m.dev.1,
-            m.inode
-        );
+    if matches!(
+        m.name.as_str(),
+        "[vvar]" | "[vvar_vclock]" | "[vdso]" | "[vsyscall]"
+    ) {
+        return Ok(None);
     }
-    Ok(())
+    let shared = m.perms.as_bytes().get(3) == Some(&b's');
+    if shared && (m.inode == 0 || m.perms.as_bytes().get(1) == Some(&b'w')) {
+        return Err(format!(
+            "a writable or anonymous shared mapping at {:#x} ({}); only private mappings can be snapshotted",
+            m.start, m.name
+        ));
+    }
+    if m.inode == 0 {
+        return Ok(None);
+    }
+    if m.name.ends_with(" (deleted)") {
+        return Err(format!("maps a deleted file {}", m.name));
+    }
+    let root_s = root.to_string_lossy();
+    let inside = if root_s != "/" {
+        m.name.strip_prefix(root_s.as_ref()).unwrap_or(&m.name)
+    } else {
+        &m.name
+    };
+    let host = root.join(inside.trim_start_matches('/'));
+    let same = inside.starts_with('/')
+        && std::fs::metadata(&host).is_ok_and(|st| {
+            let (maj, min) = (libc::major(st.dev()), libc::minor(st.dev()));
+            st.ino() == m.inode && (maj, min) == m.dev
+        });
+    if !same {
+        return Err(format!(
+            "maps {} at {:#x}-{:#x} (device {:x}:{:x}, inode {}), which is not that file of its read-only runtime root (a file on the sandbox's private /tmp, or a replaced one); a restore could not reopen it",
+            m.name, m.start, m.end, m.dev.0, m.dev.1, m.inode
+        ));
+    }
+    Ok(Some(inside.to_string()))
 }
 
 fn prot_of(perms: &str) -> u32 {
@@ -162,17 +302,33 @@ pub fn checkpoint(
     root_hash: &str,
 ) -> Result<(Snapshot, CheckpointReport)> {
     let t0 = Instant::now();
-    sb.call(
+    let prep = sb.call_raw(
         &crate::agent::Request::PrepareCheckpoint,
         Duration::from_secs(30),
-    )
-    .context("agent refused to prepare for checkpoint")?;
+    )?;
+    let threads: Vec<AgentThread> = prep
+        .get("threads")
+        .and_then(|t| serde_json::from_value(t.clone()).ok())
+        .unwrap_or_default();
+    let agent_refused = match crate::agent::split_ok(prep)? {
+        Ok(_) => None,
+        Err(e) if e.kind() == crate::agent::ErrorKind::NotCheckpointable => Some(e.message),
+        Err(e) => return Err(anyhow!(e).context("agent refused to prepare for checkpoint")),
+    };
     let pid = sb.pid();
     wait_blocked_on_socket(pid)?;
-    check_cooperative(pid)?;
+    let cap = sb.memory_limit;
+    let (mut reasons, _) = inspect(pid, sb.root(), &threads, cap)?;
+    if let (Some(message), true) = (agent_refused, reasons.is_empty()) {
+        // the agent saw something the host does not: its word stands
+        reasons.push(Refusal::new("agent", message));
+    }
+    if !reasons.is_empty() {
+        return Err(NotCheckpointable { reasons }.into());
+    }
     ptrace::seize_and_stop(pid).context("freezing the runtime")?;
     let freeze_ms = t0.elapsed().as_secs_f64() * 1e3;
-    let res = dump(pid, sb.root(), dir, function, root_hash);
+    let res = dump(pid, sb.root(), dir, function, root_hash, &threads, cap);
     let detached = ptrace::detach(pid);
     let (snap, mut report) = res?;
     detached?;
@@ -187,10 +343,15 @@ fn dump(
     dir: &Path,
     function: &str,
     root_hash: &str,
+    threads: &[AgentThread],
+    files_cap: u64,
 ) -> Result<(Snapshot, CheckpointReport)> {
     let t = Instant::now();
-    // the frozen runtime must still be single threaded with only our descriptors
-    check_cooperative(pid)?;
+    // the frozen runtime must still hold nothing a snapshot cannot keep
+    let (reasons, scan) = inspect(pid, root, threads, files_cap)?;
+    if !reasons.is_empty() {
+        return Err(NotCheckpointable { reasons }.into());
+    }
     let mut regs = ptrace::get_regs(pid)?;
     ptrace::prepare_for_resume(&mut regs);
     let xstate = ptrace::get_xstate(pid)?;
@@ -212,7 +373,6 @@ fn dump(
         .collect();
 
     let root = root.canonicalize()?;
-    let root_s = root.to_string_lossy().to_string();
     let mut vmas = Vec::new();
     let mut vdso_lines = Vec::new();
     for m in &maps {
@@ -224,37 +384,7 @@ fn dump(
             "[vsyscall]" => continue,
             _ => {}
         }
-        // Read-only shared file mappings (glibc's gconv cache, say) come back
-        // as private ones: same bytes, and the root is read-only anyway.
-        let shared = m.perms.as_bytes().get(3) == Some(&b's');
-        if shared && (m.inode == 0 || m.perms.as_bytes().get(1) == Some(&b'w')) {
-            bail!(
-                "runtime has a writable or anonymous shared mapping at {:#x} ({}); only private mappings can be snapshotted",
-                m.start,
-                m.name
-            );
-        }
-        let file = m.inode != 0;
-        let path = if file {
-            if m.name.ends_with(" (deleted)") {
-                bail!("runtime maps a deleted file {}", m.name);
-            }
-            let inside = if root_s != "/" {
-                m.name.strip_prefix(&root_s).unwrap_or(&m.name)
-            } else {
-                &m.name
-            };
-            if !inside.starts_with('/') {
-                bail!(
-                    "runtime maps {} which is not a file of its runtime root",
-                    m.name
-                );
-            }
-            check_in_root(m, &root, inside)?;
-            Some(inside.to_string())
-        } else {
-            None
-        };
+        let path = mapping_path(m, &root).map_err(|why| anyhow!("runtime {why}"))?;
         vmas.push(Vma {
             start: m.start,
             end: m.end,
@@ -323,6 +453,9 @@ fn dump(
         regions,
         image_len: w.memory_len(),
     };
+    // the files' contents follow the pages: same checksum, moves, streams
+    let mut saved = scan.entries;
+    files::save(pid, &mut saved, &mut |data| w.append_memory(data))?;
     let state = ProcessState {
         version: STATE_VERSION,
         regs: regs.to_vec(),
@@ -334,6 +467,7 @@ fn dump(
         vmas,
         memory,
         argv,
+        files: saved,
     };
     // what we write must be what a restore accepts
     let encoded = state.encode();
@@ -346,7 +480,9 @@ fn dump(
         snapshot_id: id.clone(),
         regions: state.vmas.len(),
         saved_pages: state.memory.saved_bytes() / PAGE_SIZE,
-        image_bytes: state.memory.image_len,
+        image_bytes: w.memory_len(),
+        saved_files: state.files.len(),
+        saved_file_bytes: w.memory_len() - state.memory.image_len,
         zero_pages_skipped: zero_skipped,
         freeze_ms: 0.0,
         dump_ms: t.elapsed().as_secs_f64() * 1e3,

@@ -2,7 +2,7 @@
 //!
 //! A sandbox is a runtime process (the Python agent and its function) in fresh
 //! pid, mount, net, ipc and uts namespaces, pivoted into the read-only runtime
-//! root with a private /tmp, under a seccomp filter, as an unprivileged uid,
+//! root with a private /tmp and /dev/shm (both kept in its snapshots), under a seccomp filter, as an unprivileged uid,
 //! with cgroup v1 memory and pids limits, talking to the worker over one
 //! socket at fd 3. [`checkpoint`] freezes one and writes a snapshot;
 //! [`restore()`] rebuilds one from a snapshot in a new sandbox with a memory
@@ -14,6 +14,7 @@ pub mod checkpoint;
 pub mod cleanup;
 mod cmsg;
 mod error;
+pub mod files;
 pub mod pool;
 pub mod profile;
 mod ptrace;
@@ -41,7 +42,7 @@ pub use thaw_restore::{FirstResponse, StrategyKind, WsMode};
 
 /// For readers that must sit in cgroups like a sandbox's (the tier probe).
 pub use cgroup::Cgroups as SandboxCgroups;
-pub use checkpoint::{checkpoint, CheckpointReport};
+pub use checkpoint::{checkpoint, CheckpointReport, NotCheckpointable, Refusal};
 pub use error::{RestoreError, SandboxError};
 pub use pool::{PoolStats, Prebuilt, SandboxPool};
 pub use restore::{restore, restore_streamed, RestoreReport, Streamed};
@@ -54,6 +55,8 @@ pub struct SandboxConfig {
     pub memory_bytes: u64,
     pub pids_max: u64,
     pub tmp_bytes: u64,
+    /// Size of the private /dev/shm.
+    pub shm_bytes: u64,
     pub open_files: u64,
     pub file_size: u64,
     /// Where each sandbox's stdout/stderr log goes (host side).
@@ -80,6 +83,7 @@ impl Default for SandboxConfig {
             memory_bytes: 1 << 30,
             pids_max: 32,
             tmp_bytes: 64 << 20,
+            shm_bytes: 64 << 20,
             open_files: 256,
             file_size: 16 << 20,
             log_dir: PathBuf::from("/run/thaw/logs"),
@@ -238,6 +242,7 @@ impl Sandbox {
             rlimits: cfg.rlimits(),
             procs_files: slot.cgroups.procs_files(),
             tmp_bytes: cfg.tmp_bytes,
+            shm_bytes: cfg.shm_bytes,
             binds: cfg.binds(),
         };
         let pid = spawn::spawn(&spec)?;

@@ -50,6 +50,7 @@ impl Prebuilt {
             rlimits: cfg.rlimits(),
             procs_files: slot.cgroups.procs_files(),
             tmp_bytes: cfg.tmp_bytes,
+            shm_bytes: cfg.shm_bytes,
             binds: cfg.binds(),
         };
         let pid = spawn::spawn(&spec)?;

@@ -56,6 +56,10 @@ pub struct RestoreReport {
     pub lazy_bytes: u64,
     /// bytes of mapped image copied on write before resume (a write set)
     pub populated_bytes: u64,
+    /// recreating the saved /tmp and /dev/shm (beside the restorer's work)
+    pub files_ms: f64,
+    /// content bytes of the saved files copied in
+    pub file_bytes: u64,
     /// the strategy's own figures and warnings
     #[serde(flatten)]
     pub figures: StrategyReport,
@@ -265,6 +269,12 @@ pub(crate) fn restore_with(
     plan_fds.extend(&memory.extra_fds);
     crate::cmsg::send_with_fds(&sock, &encoded, &plan_fds)
         .context("sending the plan to the restorer")?;
+    // the saved /tmp and /dev/shm, while the restorer rebuilds memory
+    let files_at = Instant::now();
+    crate::files::restore(pid, &state.files, &image, sb.uid())
+        .context("restoring the sandbox's /tmp and /dev/shm")?;
+    let files_ms = ms(files_at);
+    let file_bytes = state.files.iter().map(|f| f.len).sum();
     let (uffd, first) = if lazy {
         recv_uffd(&sock)?
     } else {
@@ -351,6 +361,8 @@ pub(crate) fn restore_with(
         mapped_bytes: memory.mapped_bytes,
         lazy_bytes: memory.lazy_bytes,
         populated_bytes: memory.populated_bytes,
+        files_ms,
+        file_bytes,
         figures: strategy.report(),
     };
     // phase 4 runs when the caller reports the first response

@@ -1,6 +1,6 @@
 //! Creating a sandboxed process: clone into fresh pid, mount, net, ipc and uts
 //! namespaces, join the cgroups, mount the read-only runtime root with a
-//! private /tmp and a minimal /dev, pivot into it, bring up loopback, set
+//! private /tmp and a minimal /dev (with a private /dev/shm), pivot into it, bring up loopback, set
 //! limits, arrange descriptors and exec. Used both to start a runtime and to
 //! start the restorer (which drops privileges itself).
 //!
@@ -42,10 +42,15 @@ pub struct ChildSpec<'a> {
     pub procs_files: Vec<PathBuf>,
     /// Size of the private /tmp.
     pub tmp_bytes: u64,
+    /// Size of the private /dev/shm (POSIX shared memory and semaphores).
+    pub shm_bytes: u64,
     /// Host directories bind-mounted read-only at mount points (absolute
     /// paths inside the root): a deployed function's code and packages.
     pub binds: Vec<(&'a Path, &'static str)>,
 }
+
+/// The private shared-memory mount inside the sandbox.
+pub const SHM_DIR: &str = "/dev/shm";
 
 const ERR_FD: RawFd = 900;
 const EXEC_FD: RawFd = 901;
@@ -68,8 +73,10 @@ const STEPS: &[&str] = &[
     "exec",
     "leaving the worker's session (setsid)",
     "mounting the function code or packages",
+    "mounting /dev/shm",
 ];
 const STEP_CODE: usize = 15;
+const STEP_SHM: usize = 16;
 
 /// Index of the setsid step in [`STEPS`].
 const STEP_SETSID: usize = 14;
@@ -78,7 +85,9 @@ struct Prepared {
     root: CString,
     tmp: CString,
     dev: CString,
+    shm: CString,
     tmp_opts: CString,
+    shm_opts: CString,
     devs: Vec<(CString, u64)>,
     _argv_c: Vec<CString>,
     _env_c: Vec<CString>,
@@ -172,8 +181,10 @@ fn prepare(spec: &ChildSpec) -> Result<Prepared> {
     Ok(Prepared {
         tmp: join("/tmp")?,
         dev: join("/dev")?,
+        shm: join(SHM_DIR)?,
         root: cstr(rb)?,
         tmp_opts: cstr(format!("size={},mode=1777", spec.tmp_bytes).as_bytes())?,
+        shm_opts: cstr(format!("size={},mode=1777", spec.shm_bytes).as_bytes())?,
         devs,
         _argv_c: argv_c,
         _env_c: env_c,
@@ -439,6 +450,9 @@ fn child(p: &Prepared, go_r: RawFd, err_w: RawFd) -> ! {
                 fail(err_fd, 7);
             }
         }
+        if libc::mkdir(p.shm.as_ptr(), 0o755) != 0 {
+            fail(err_fd, STEP_SHM);
+        }
         if libc::mount(
             null,
             p.dev.as_ptr(),
@@ -448,6 +462,17 @@ fn child(p: &Prepared, go_r: RawFd, err_w: RawFd) -> ! {
         ) != 0
         {
             fail(err_fd, 6);
+        }
+        // mounted on the read-only /dev: the mount itself stays writable
+        if libc::mount(
+            tmpfs,
+            p.shm.as_ptr(),
+            tmpfs,
+            libc::MS_NOSUID | libc::MS_NODEV,
+            p.shm_opts.as_ptr().cast(),
+        ) != 0
+        {
+            fail(err_fd, STEP_SHM);
         }
         if libc::chdir(p.root.as_ptr()) != 0
             || libc::syscall(libc::SYS_pivot_root, c".".as_ptr(), c".".as_ptr()) != 0

@@ -14,8 +14,11 @@ use anyhow::{anyhow, bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use thaw_memory::MemoryLayout;
 
-/// Version 1 was JSON; 2 is the binary form.
-pub const STATE_VERSION: u32 = 2;
+/// Version 1 was JSON; 2 is the binary form; 3 adds the saved files of
+/// /tmp and /dev/shm (a version 2 state reads as having none).
+pub const STATE_VERSION: u32 = 3;
+/// The oldest version still read.
+const OLDEST_READ: u32 = 2;
 const MAGIC: &[u8; 8] = b"THAWSTAT";
 const HEADER: usize = 8 + 4 + 4 + 8;
 
@@ -45,6 +48,32 @@ pub struct VdsoBlock {
     pub pieces: Vec<(u64, u64)>,
 }
 
+/// What a [`SavedFile`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FileKind {
+    Dir,
+    File,
+    Symlink,
+}
+
+/// One entry of the sandbox's /tmp or /dev/shm at checkpoint (see
+/// [`crate::files`]). Parents come before their children.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SavedFile {
+    /// the path inside the sandbox (`/tmp/model.bin`)
+    pub path: String,
+    pub kind: FileKind,
+    /// permission bits (07777)
+    pub mode: u32,
+    pub mtime_ns: i64,
+    /// regular files: where the content is in the memory image
+    pub image_off: u64,
+    /// regular files: content bytes
+    pub len: u64,
+    /// symbolic links: the target
+    pub target: String,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProcessState {
     pub version: u32,
@@ -61,6 +90,8 @@ pub struct ProcessState {
     pub memory: MemoryLayout,
     /// argv the runtime was started with (to restart it fresh if needed)
     pub argv: Vec<String>,
+    /// the sandbox's /tmp and /dev/shm, contents in the image after the pages
+    pub files: Vec<SavedFile>,
 }
 
 impl ProcessState {
@@ -126,6 +157,20 @@ impl ProcessState {
         for a in &self.argv {
             put_bytes(w, a.as_bytes());
         }
+        put_count(w, self.files.len());
+        for f in &self.files {
+            put_bytes(w, f.path.as_bytes());
+            w.push(match f.kind {
+                FileKind::Dir => 0,
+                FileKind::File => 1,
+                FileKind::Symlink => 2,
+            });
+            put32(w, f.mode);
+            put64(w, f.mtime_ns as u64);
+            put64(w, f.image_off);
+            put64(w, f.len);
+            put_bytes(w, f.target.as_bytes());
+        }
         let mut out = Vec::with_capacity(HEADER + b.len());
         out.extend_from_slice(MAGIC);
         put32(&mut out, self.version);
@@ -142,7 +187,7 @@ impl ProcessState {
             bail!("process state is corrupt: no THAWSTAT header (a JSON state of version 1 needs a redeploy)");
         }
         let version = u32::from_le_bytes(data[8..12].try_into().expect("4 bytes"));
-        if version != STATE_VERSION {
+        if !(OLDEST_READ..=STATE_VERSION).contains(&version) {
             bail!("process state version {version} is not supported (want {STATE_VERSION})");
         }
         let crc = u32::from_le_bytes(data[12..16].try_into().expect("4 bytes"));
@@ -225,6 +270,7 @@ impl ProcessState {
         if s.auxv.len() > 128 || !s.auxv.len().is_multiple_of(2) {
             bail!("process state: auxv of {} words", s.auxv.len());
         }
+        check_files(&s.files)?;
         Ok(s)
     }
 
@@ -373,6 +419,11 @@ impl<'a> Reader<'a> {
         }
         let n = self.count(4)?;
         let argv = (0..n).map(|_| self.string()).collect::<Result<_>>()?;
+        let files = if version >= 3 {
+            self.files()?
+        } else {
+            Vec::new()
+        };
         if !self.0.is_empty() {
             bail!("{} bytes after the end", self.0.len());
         }
@@ -391,8 +442,64 @@ impl<'a> Reader<'a> {
             vmas,
             memory: MemoryLayout { regions, image_len },
             argv,
+            files,
         })
     }
+
+    fn files(&mut self) -> Result<Vec<SavedFile>> {
+        let n = self.count(4 + 1 + 4 + 8 + 8 + 8 + 4)?;
+        let mut files = Vec::with_capacity(n);
+        for _ in 0..n {
+            let path = self.string()?;
+            let kind = match self.u8()? {
+                0 => FileKind::Dir,
+                1 => FileKind::File,
+                2 => FileKind::Symlink,
+                k => bail!("saved file {path:?} has an unknown kind {k}"),
+            };
+            files.push(SavedFile {
+                path,
+                kind,
+                mode: self.u32()?,
+                mtime_ns: self.u64()? as i64,
+                image_off: self.u64()?,
+                len: self.u64()?,
+                target: self.string()?,
+            });
+        }
+        Ok(files)
+    }
+}
+
+/// Saved files must be plain paths on the saved mounts, each parent saved
+/// before its children, with sane modes and ranges.
+fn check_files(files: &[SavedFile]) -> Result<()> {
+    if files.len() > crate::files::MAX_SAVED_ENTRIES {
+        bail!("process state: {} saved files", files.len());
+    }
+    let mut dirs = std::collections::HashSet::new();
+    for f in files {
+        crate::files::check_path(&f.path).context("process state: a saved file")?;
+        let parent = f.path.rsplit_once('/').map_or("", |(p, _)| p);
+        if !crate::files::SAVED_MOUNTS.contains(&parent) && !dirs.contains(parent) {
+            bail!(
+                "process state: saved file {:?} comes before its directory",
+                f.path
+            );
+        }
+        if f.mode & !0o7777 != 0 || f.image_off.checked_add(f.len).is_none() {
+            bail!("process state: saved file {:?} is malformed", f.path);
+        }
+        if f.kind != FileKind::Symlink && !f.target.is_empty()
+            || f.kind != FileKind::File && f.len != 0
+        {
+            bail!("process state: saved file {:?} is malformed", f.path);
+        }
+        if f.kind == FileKind::Dir && !dirs.insert(f.path.as_str()) {
+            bail!("process state: directory {:?} saved twice", f.path);
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -442,6 +549,35 @@ pub(crate) mod tests {
                 image_len: 4096,
             },
             argv: vec![],
+            files: vec![
+                SavedFile {
+                    path: "/tmp/d".into(),
+                    kind: FileKind::Dir,
+                    mode: 0o755,
+                    mtime_ns: 1,
+                    image_off: 0,
+                    len: 0,
+                    target: String::new(),
+                },
+                SavedFile {
+                    path: "/tmp/d/model.bin".into(),
+                    kind: FileKind::File,
+                    mode: 0o644,
+                    mtime_ns: 2,
+                    image_off: 4096,
+                    len: 1000,
+                    target: String::new(),
+                },
+                SavedFile {
+                    path: "/dev/shm/link".into(),
+                    kind: FileKind::Symlink,
+                    mode: 0o777,
+                    mtime_ns: -3,
+                    image_off: 0,
+                    len: 0,
+                    target: "/tmp/d/model.bin".into(),
+                },
+            ],
         }
     }
 
@@ -464,6 +600,18 @@ pub(crate) mod tests {
         assert!(ProcessState::decode(&bad.encode()).is_err());
         let mut bad = valid();
         bad.regs.pop();
+        assert!(ProcessState::decode(&bad.encode()).is_err());
+        let mut bad = valid();
+        bad.files.swap(0, 1);
+        assert!(
+            format!("{:#}", ProcessState::decode(&bad.encode()).unwrap_err())
+                .contains("before its directory")
+        );
+        let mut bad = valid();
+        bad.files[1].path = "/tmp/d/../../etc/passwd".into();
+        assert!(ProcessState::decode(&bad.encode()).is_err());
+        let mut bad = valid();
+        bad.files[0].path = "/etc".into();
         assert!(ProcessState::decode(&bad.encode()).is_err());
         let mut bad = valid();
         bad.version = 1;

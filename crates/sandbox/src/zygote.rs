@@ -50,6 +50,7 @@ impl Zygote {
             rlimits: cfg.rlimits(),
             procs_files: slot.cgroups.procs_files(),
             tmp_bytes: cfg.tmp_bytes,
+            shm_bytes: cfg.shm_bytes,
             binds: cfg.binds(),
         };
         let pid = spawn::spawn(&spec)?;
@@ -80,6 +81,7 @@ impl Zygote {
         let req = Request::ZygoteFork {
             uid: slot.uid.uid,
             tmp_bytes: cfg.tmp_bytes,
+            shm_bytes: cfg.shm_bytes,
             rlimits: cfg.rlimits(),
             filter: hex::encode(seccomp::filter().concat()),
         };

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use crate::deploy::{self, DeployRequest};
 use crate::pool::{FnVersion, Mode, Refusal, StartType};
 use crate::App;
+use thaw_sandbox::agent::ErrorKind;
 
 /// Every route, as (method, path): the OpenAPI test checks the file against it.
 pub const ROUTES: &[(&str, &str)] = &[
@@ -189,7 +190,11 @@ pub fn describe(v: &FnVersion, live: u32, idle: u32) -> Value {
         "runtime": r.runtime,
         "handler": r.handler,
         "init": r.init,
+        "before_snapshot": r.before_snapshot,
         "after_restore": r.after_restore,
+        // how a new instance starts: from the snapshot, or fresh
+        "start_type": if r.strategy == "boot" { "boot" } else { "restore" },
+        "snapshot_refused": r.snapshot_refused,
         "env": r.env,
         "secret_env": r.secret_env,
         "memory_mb": r.memory_mb,
@@ -276,6 +281,8 @@ async fn delete_fn(
 #[serde(deny_unknown_fields)]
 struct InvokeQuery {
     force: Option<String>,
+    /// `lambda`: a function's exception answers in Lambda's shape
+    error_shape: Option<String>,
 }
 
 async fn invoke(
@@ -292,6 +299,15 @@ async fn invoke(
         Some(o) => {
             return Err(ApiError::bad(format!(
                 "force={o:?}: only force=cold is known"
+            )))
+        }
+    };
+    let lambda_errors = match q.error_shape.as_deref() {
+        None | Some("thaw") => false,
+        Some("lambda") => true,
+        Some(o) => {
+            return Err(ApiError::bad(format!(
+                "error_shape={o:?}: use thaw or lambda"
             )))
         }
     };
@@ -343,6 +359,9 @@ async fn invoke(
     let exec_ms = done.reply.as_ref().map_or(0.0, |i| i.exec_ms);
     let (status, body, code) = match done.reply.map(|i| i.output) {
         Ok(Ok(output)) => (StatusCode::OK, output, "ok"),
+        Ok(Err(e)) if lambda_errors && e.kind() == ErrorKind::FunctionError => {
+            (StatusCode::BAD_GATEWAY, lambda_error(&e), "function_error")
+        }
         Ok(Err(e)) => function_failure(&e, v.rec.timeout_ms),
         Err(e) => (
             StatusCode::BAD_GATEWAY,
@@ -420,6 +439,21 @@ async fn invoke(
 }
 
 /// The status and body for the function's failure the agent reported.
+/// A function's exception in Lambda's shape.
+fn lambda_error(e: &thaw_sandbox::agent::AgentError) -> Value {
+    match &e.detail {
+        Some(d) => json!({
+            "errorMessage": d.error_message,
+            "errorType": d.error_type,
+            "stackTrace": d.stack_trace,
+        }),
+        None => {
+            let (ty, text) = e.message.split_once(": ").unwrap_or((&e.message, ""));
+            json!({"errorMessage": text, "errorType": ty, "stackTrace": []})
+        }
+    }
+}
+
 pub(crate) fn function_failure(
     e: &thaw_sandbox::agent::AgentError,
     timeout_ms: u64,
@@ -429,16 +463,9 @@ pub(crate) fn function_failure(
         ErrorKind::FunctionError => {
             let (ty, text) = e.message.split_once(": ").unwrap_or((&e.message, ""));
             let traceback = e.traceback.as_deref().unwrap_or("");
-            // Lambda's names beside ours: what its clients parse
-            let stack: Vec<&str> = traceback
-                .lines()
-                .map(str::trim_end)
-                .filter(|l| !l.trim().is_empty())
-                .collect();
             (
                 StatusCode::BAD_GATEWAY,
-                json!({"error": "function_error", "type": ty, "message": text, "traceback": traceback,
-                       "errorType": ty, "errorMessage": text, "stackTrace": stack}),
+                json!({"error": "function_error", "type": ty, "message": text, "traceback": traceback}),
                 "function_error",
             )
         }

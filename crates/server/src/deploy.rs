@@ -30,7 +30,13 @@ pub struct DeployRequest {
     pub handler: String,
     pub code: Code,
     pub init: Option<String>,
+    /// Runs once after init, before the snapshot (close what must not be
+    /// snapshotted).
+    pub before_snapshot: Option<String>,
     pub after_restore: Option<String>,
+    /// `auto` (default): an instance that cannot be snapshotted deploys with
+    /// fresh starts (`boot`) and the reasons; `required`: it is refused (422).
+    pub snapshot: Option<String>,
     #[serde(default)]
     pub packages: Vec<String>,
     pub memory_mb: Option<u64>,
@@ -56,26 +62,14 @@ pub struct Code {
     /// `tar.gz`, `zip` or `file`
     pub format: String,
     pub data_base64: String,
-    /// `file` only: the file's name (default: the handler's module + `.py`)
+    /// `file` only: the file's name (default: the handler's module + `.py`,
+    /// or `.js` for Node.js)
     pub filename: Option<String>,
 }
 
 /// Restore strategies a deploy may name; `boot` takes no snapshot (every
 /// new instance boots: for code that cannot be checkpointed).
 const STRATEGIES: [&str; 5] = ["mmap", "eager", "uffd", "reap", "boot"];
-
-/// The strategy of a deploy that names none. Python functions are
-/// snapshotted (mmap on the fast tier, then placed by the model: see
-/// `placement`). A Node.js process holds threads and descriptors (V8's
-/// workers, libuv's epoll, eventfds, pipes) that the checkpoint refuses
-/// today, so its instances boot; naming a snapshot strategy still tries
-/// the checkpoint, and says why it refused.
-fn default_strategy(runtime: Runtime) -> &'static str {
-    match runtime {
-        Runtime::Python => "mmap",
-        Runtime::Nodejs => "boot",
-    }
-}
 
 fn bad(msg: impl Into<String>) -> ApiError {
     ApiError::new(StatusCode::BAD_REQUEST, "bad_request", msg)
@@ -136,7 +130,11 @@ fn internal(e: anyhow::Error) -> ApiError {
 pub async fn run(app: &Arc<App>, req: DeployRequest) -> Result<(Record, StatusCode), ApiError> {
     check_name(&req.name).map_err(|e| bad(format!("{e:#}")))?;
     check_entry("handler", &req.handler)?;
-    for (what, h) in [("init", &req.init), ("after_restore", &req.after_restore)] {
+    for (what, h) in [
+        ("init", &req.init),
+        ("before_snapshot", &req.before_snapshot),
+        ("after_restore", &req.after_restore),
+    ] {
         if let Some(h) = h {
             check_entry(what, h)?;
         }
@@ -181,15 +179,24 @@ pub async fn run(app: &Arc<App>, req: DeployRequest) -> Result<(Record, StatusCo
         None => Runtime::default(),
         Some(r) => r.parse().map_err(|e| bad(format!("{e:#}")))?,
     };
-    let strategy = req
-        .strategy
-        .clone()
-        .unwrap_or_else(|| default_strategy(runtime).into());
+    // what the request leaves open is placed after the snapshot (see
+    // `placement`); until then it is taken with mmap on tmpfs. A Node.js
+    // process the checkpoint refuses (its threads and descriptors) deploys
+    // with fresh starts and the reasons, as any other.
+    let strategy = req.strategy.clone().unwrap_or_else(|| "mmap".into());
     if !STRATEGIES.contains(&strategy.as_str()) {
         return Err(bad(format!(
             "strategy {strategy:?}: use one of {}",
             STRATEGIES.join(", ")
         )));
+    }
+    let required = match req.snapshot.as_deref() {
+        None | Some("auto") => false,
+        Some("required") => true,
+        Some(o) => return Err(bad(format!("snapshot {o:?}: use auto or required"))),
+    };
+    if required && strategy == "boot" {
+        return Err(bad("snapshot \"required\" contradicts strategy \"boot\""));
     }
     let tiers = app.cfg.snapshot_tiers.names();
     let tier = req.tier.clone().unwrap_or_else(|| tiers[0].into());
@@ -246,6 +253,7 @@ pub async fn run(app: &Arc<App>, req: DeployRequest) -> Result<(Record, StatusCo
             max_instances,
             &strategy,
             &tier,
+            required,
         )
     })
     .await
@@ -293,6 +301,7 @@ fn build(
     max_instances: u32,
     strategy: &str,
     tier: &str,
+    snapshot_required: bool,
 ) -> Result<FnVersion, ApiError> {
     let version = app.registry.next_version(&req.name).map_err(internal)?;
     let vdir = app.registry.version_dir(&req.name, version);
@@ -316,7 +325,9 @@ fn build(
                 .unwrap_or_else(crate::registry::default_owner),
             handler: req.handler.clone(),
             init: req.init.clone(),
+            before_snapshot: req.before_snapshot.clone(),
             after_restore: req.after_restore.clone(),
+            snapshot_refused: None,
             env: req.env.clone(),
             secret_env: req.secret_env.keys().cloned().collect(),
             memory_mb,
@@ -338,18 +349,34 @@ fn build(
                 .map_or(0, |d| d.as_secs()),
         };
         let func = user_function(app, &vdir, &rec, &req.secret_env);
-        let placed = if strategy == "boot" {
-            check_boots(app, &rec, &func, req.sample_event.as_ref())?;
-            rec.placement = Some(PlacementInfo::requested(strategy, tier));
-            None
-        } else {
-            let (snap, info) = snapshot(app, &rec, &func, req.sample_event.as_ref())?;
-            rec.snapshot = Some(info);
-            let stored = place(app, &mut rec, snap, &func, req)?;
-            Some(Placed {
-                tier: rec.tier.clone(),
-                stored,
-            })
+        let taken = match strategy {
+            "boot" => {
+                check_boots(app, &rec, &func, req.sample_event.as_ref())?;
+                None
+            }
+            _ => match snapshot(app, &rec, &func, req.sample_event.as_ref())? {
+                Ok(taken) => Some(taken),
+                Err(reasons) if snapshot_required => return Err(refused(reasons)),
+                Err(reasons) => {
+                    tracing::info!(function = %rec.name, "no snapshot, fresh starts: {}", thaw_sandbox::NotCheckpointable { reasons: reasons.clone() });
+                    boot_instead(&mut rec, reasons);
+                    None
+                }
+            },
+        };
+        let placed = match taken {
+            None => {
+                rec.placement = Some(PlacementInfo::requested(&rec.strategy, tier));
+                None
+            }
+            Some((snap, info)) => {
+                rec.snapshot = Some(info);
+                let stored = place(app, &mut rec, snap, &func, req)?;
+                Some(Placed {
+                    tier: rec.tier.clone(),
+                    stored,
+                })
+            }
         };
         app.registry
             .write_record(&rec, &req.secret_env)
@@ -372,6 +399,30 @@ fn build(
         let _ = std::fs::remove_dir_all(&vdir);
     }
     result
+}
+
+/// A function whose instance cannot be snapshotted starts fresh every
+/// time; `reasons` say what stopped the snapshot.
+pub fn boot_instead(rec: &mut Record, reasons: Vec<thaw_sandbox::Refusal>) {
+    rec.strategy = "boot".into();
+    rec.snapshot = None;
+    rec.snapshot_refused = Some(reasons);
+}
+
+/// A deploy that asked for a snapshot which cannot be taken: 422 with
+/// every reason.
+fn refused(reasons: Vec<thaw_sandbox::Refusal>) -> ApiError {
+    let message = thaw_sandbox::NotCheckpointable {
+        reasons: reasons.clone(),
+    }
+    .to_string();
+    let mut e = ApiError::new(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "not_checkpointable",
+        message,
+    );
+    e.body["reasons"] = serde_json::json!(reasons);
+    e
 }
 
 /// Records how strategy and tier were chosen: the request's, or the
@@ -494,15 +545,33 @@ pub fn user_function(
         code_dir: vdir.join("code"),
         handler: rec.handler.clone(),
         init: rec.init.clone(),
+        before_snapshot: rec.before_snapshot.clone(),
         after_restore: rec.after_restore.clone(),
-        env: rec
-            .env
-            .iter()
-            .chain(secrets.iter())
-            .map(|(k, v)| (k.clone(), v.clone()))
+        env: identity_env(rec)
+            .into_iter()
+            .chain(
+                rec.env
+                    .iter()
+                    .chain(secrets.iter())
+                    .map(|(k, v)| (k.clone(), v.clone())),
+            )
             .collect(),
         memory_bytes: rec.memory_mb << 20,
     }
+}
+
+/// Who the function is, for a Lambda-style handler's context (reserved
+/// names: a deploy's own `env` cannot set them).
+fn identity_env(rec: &Record) -> Vec<(String, String)> {
+    [
+        ("THAW_FUNCTION_NAME", rec.name.clone()),
+        ("THAW_FUNCTION_VERSION", rec.version.to_string()),
+        ("THAW_FUNCTION_MEMORY_MB", rec.memory_mb.to_string()),
+        ("THAW_FUNCTION_OWNER", rec.owner.clone()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect()
 }
 
 /// The store's name for a version's snapshot: `NAME-vN-ROOTHASH`. Tiers
@@ -573,27 +642,31 @@ fn warm_up(
     }
 }
 
-/// Fresh start (import + init), optional warm-up, checkpoint.
+/// Fresh start (import + init), optional warm-up, checkpoint. `Ok(Err)`:
+/// the instance holds what a snapshot cannot keep (every reason).
 pub fn snapshot(
     app: &App,
     rec: &Record,
     func: &UserFunction,
     sample: Option<&Value>,
-) -> Result<(Snapshot, SnapshotInfo), ApiError> {
+) -> Result<Result<(Snapshot, SnapshotInfo), Vec<thaw_sandbox::Refusal>>, ApiError> {
     let _held = reserve(app, rec)?;
     let (mut sb, fresh) = start_loaded(app, func)?;
     warm_up(&mut sb, rec, sample)?;
     let tier = crate::tiering::local_tier(app, &rec.tier).map_err(internal)?;
     let sname = snapshot_name(app, &rec.name, rec.version);
     let t = std::time::Instant::now();
-    let (snap, _) = app
-        .worker
-        .checkpoint_as(&mut sb, &tier, &sname, &rec.name)
-        .map_err(|e| {
-            bad(format!(
+    let (snap, _) = match app.worker.checkpoint_as(&mut sb, &tier, &sname, &rec.name) {
+        Ok(taken) => taken,
+        Err(e) => {
+            if let Some(nc) = e.downcast_ref::<thaw_sandbox::NotCheckpointable>() {
+                return Ok(Err(nc.reasons.clone()));
+            }
+            return Err(bad(format!(
                 "snapshotting the initialised function failed: {e:#}"
-            ))
-        })?;
+            )));
+        }
+    };
     let checkpoint_ms = t.elapsed().as_secs_f64() * 1e3;
     drop(sb);
     if rec.strategy == "reap" {
@@ -627,7 +700,7 @@ pub fn snapshot(
         import_ms: fresh.import_ms,
         checkpoint_ms,
     };
-    Ok((snap, info))
+    Ok(Ok((snap, info)))
 }
 
 /// The version's pool of sandboxes built ahead, if configured and it has a

@@ -190,14 +190,23 @@ fn recover(app: &App) -> Result<()> {
                         tracing::warn!(function = %name, tier = t, "removing the old snapshot: {e:#}");
                     }
                 }
-                let (snap, info) = deploy::snapshot(app, &rec, &func, None)
+                let taken = deploy::snapshot(app, &rec, &func, None)
                     .map_err(|e| anyhow::anyhow!("{}: re-snapshot failed: {}", name, e.body))?;
-                rec.snapshot = Some(info);
+                let placed = match taken {
+                    Ok((snap, info)) => {
+                        rec.snapshot = Some(info);
+                        Some(pool::Placed {
+                            tier: rec.tier.clone(),
+                            stored: tiering::Stored::Local(snap),
+                        })
+                    }
+                    Err(reasons) => {
+                        deploy::boot_instead(&mut rec, reasons);
+                        None
+                    }
+                };
                 app.registry.write_record(&rec, &secrets)?;
-                Some(pool::Placed {
-                    tier: rec.tier.clone(),
-                    stored: tiering::Stored::Local(snap),
-                })
+                placed
             }
         };
         tracing::info!(function = %name, version, "recovered");

@@ -1,4 +1,4 @@
-//! Two workers on one machine (issue 15): two `thaw serve` daemons, each
+//! Two workers on one machine: two `thaw serve` daemons, each
 //! in a network namespace of its own, joined by a veth pair on a private
 //! /30 and listing each other as XDT peers. The benchmark and the tests
 //! make the pair and remove everything again (daemons, namespaces, links,

@@ -1,4 +1,4 @@
-//! XDT across workers (issue 15): a consumer's worker pulls another
+//! XDT across workers: a consumer's worker pulls another
 //! worker's object over HTTP/2 (h2c, prior knowledge: the peer link is a
 //! private one) and hands it to the consumer as a sealed memfd, as for a
 //! local object.

@@ -6,7 +6,6 @@ use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::time::{Duration, Instant};
 use thaw_policy::placement::{self as model, FunctionProfile, TierOption};
 use thaw_sandbox::{StrategyKind, WsMode};
@@ -17,22 +16,13 @@ use thaw_worker::UserFunction;
 use crate::registry::Record;
 use crate::App;
 
-/// Where `thaw tier probe` leaves its measurements (in the home).
-pub const PROBE_FILE: &str = "tier-probes.json";
+pub use thaw_tiers::probe::PROBE_FILE;
 /// A tier qualifies if its estimated cold start is within this factor of
 /// the fastest one's (`thaw place --max-slowdown`'s default).
 pub const MAX_SLOWDOWN: f64 = 1.3;
 /// Cold starts per hour a new function is assumed to see (`thaw place
 /// --rate`'s default): only the restore-slot check uses it.
 pub const COLD_STARTS_PER_HOUR: f64 = 60.0;
-
-/// The tiers' measured profiles, by tier name (empty if never probed).
-pub fn probes(home: &Path) -> BTreeMap<String, Vec<ReaderResult>> {
-    std::fs::read(home.join(PROBE_FILE))
-        .ok()
-        .and_then(|raw| serde_json::from_slice(&raw).ok())
-        .unwrap_or_default()
-}
 
 /// One tier as the placement model sees it: probed figures where there are
 /// some, declared ones otherwise.
@@ -151,7 +141,7 @@ fn measure(
 /// The daemon's tiers for the model, with the room its budgets leave.
 fn options(app: &App) -> Result<Vec<TierOption>> {
     let cfg = TiersConfig::load(&app.cfg.home)?;
-    let probes = probes(&app.cfg.home);
+    let probes = thaw_tiers::probe::load(&app.cfg.home);
     let mut used: BTreeMap<String, u64> = BTreeMap::new();
     for v in app
         .functions

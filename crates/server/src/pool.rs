@@ -1036,21 +1036,25 @@ fn instance_thread(
         } = job;
         // dropped after the reply is sent: the objects the function got
         // are freed off the invocation's path
-        let mut session = xdt.as_ref().map(|host| {
+        let mut sdk_session = xdt.as_ref().map(|host| {
             let ctx = chain.unwrap_or_else(|| {
                 thaw_xdt::CallCtx::root(&v.rec.owner, &v.rec.name, Instant::now() + timeout)
             });
             thaw_xdt::sdk::Session::new(host.as_ref(), ctx, v.rec.memory_mb << 20)
                 .with_prefetched(prefetched)
         });
-        let reply = match &mut session {
-            Some(session) => {
-                thaw_worker::invoke_event_serving(&mut sb, &event, timeout, &mut |r, fds| {
-                    let out = session.serve(r, fds);
+        let reply = match &mut sdk_session {
+            Some(sdk_session) => thaw_worker::invoke_event_serving(
+                &mut sb,
+                &event,
+                timeout,
+                Some(&invocation_id),
+                &mut |r, fds| {
+                    let out = sdk_session.serve(r, fds);
                     (out.body, out.fd)
-                })
-            }
-            None => thaw_worker::invoke_event(&mut sb, &event, timeout),
+                },
+            ),
+            None => thaw_worker::invoke_event_as(&mut sb, &event, timeout, Some(&invocation_id)),
         }
         .map_err(|e| format!("{e:#}"));
         let (output, truncated) = take_sandbox_output(sb.log_path(), log_cap);
@@ -1075,7 +1079,7 @@ fn instance_thread(
             if e.kind() == thaw_sandbox::agent::ErrorKind::Timeout);
         let alive = sb.is_alive() && !timed_out;
         let _ = job_reply.send(JobDone { reply, alive });
-        drop(session);
+        drop(sdk_session);
         if !alive {
             break;
         }

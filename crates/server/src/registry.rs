@@ -29,7 +29,13 @@ pub struct Record {
     pub runtime: thaw_runtime::Runtime,
     pub handler: String,
     pub init: Option<String>,
+    #[serde(default)]
+    pub before_snapshot: Option<String>,
     pub after_restore: Option<String>,
+    /// Why the function has no snapshot and boots every new instance (a
+    /// deploy whose instance could not be snapshotted); none otherwise.
+    #[serde(default)]
+    pub snapshot_refused: Option<Vec<thaw_sandbox::Refusal>>,
     /// Non-secret environment.
     pub env: BTreeMap<String, String>,
     /// Names of secret variables (values only in `secrets.json`).

@@ -8,8 +8,8 @@
 //! "network" level (see `pool::level_of`). When it demotes or promotes one,
 //! the pool records where the snapshot should be and names the function to
 //! the mover: one thread per daemon that carries the move out off the
-//! request path, with issue 13's journaled copy (`thaw_tiers::moves`, the
-//! store's deploy lock and atomic publish), then switches the function's
+//! request path, with the journaled copy of `thaw_tiers::moves` (under the
+//! store's deploy lock, with an atomic publish), then switches the function's
 //! restores to the new copy and removes the old one. Deploys and deletes of
 //! the same function wait for it (the daemon's per-function deploy lock).
 //! A snapshot on a remote tier is restored by streaming it

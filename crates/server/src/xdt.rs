@@ -1,4 +1,4 @@
-//! XDT in the daemon (issue 15): the in-sandbox SDK's requests. Functions
+//! XDT in the daemon: the in-sandbox SDK's requests. Functions
 //! invoke other functions of the same owner through the pool (as nested
 //! invocations in the caller's chain, bounded by its deadline and the chain
 //! limits) and pass objects by reference through the worker's object table
@@ -75,8 +75,8 @@ impl XdtHost {
     /// Starts pulling every other worker's reference in `event` (up to
     /// [`MAX_PREFETCH`]) for a consumer of `owner` that may take
     /// `max_bytes`: called when the invocation arrives, so the pulls run
-    /// while the consumer's instance is found or restored (seed 001's
-    /// queue-proxy overlap). Each pull is one retrieval, whether or not the
+    /// while the consumer's instance is found or restored (the queue-proxy overlap of
+    /// "Data-centric Serverless Cloud Architecture"). Each pull is one retrieval, whether or not the
     /// function then asks for the object; one it does not ask for is
     /// dropped with the invocation.
     pub fn prefetch(

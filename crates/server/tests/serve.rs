@@ -1815,9 +1815,11 @@ fn nodejs_function_deploys_and_answers_with_lambda_shapes() {
     let v = deploy(&d, &req);
     assert_eq!(v["runtime"], "nodejs", "{v}");
     // until the checkpoint captures Node's threads and descriptors, a Node
-    // function boots by default
+    // function deploys with fresh starts, saying why
     assert_eq!(v["strategy"], "boot", "{v}");
     assert!(v["snapshot"].is_null(), "{v}");
+    let why = v["snapshot_refused"].to_string();
+    assert!(why.contains("thread") || why.contains("descriptor"), "{v}");
 
     let r = d.invoke("hellonode", &json!({"name": "node"}));
     assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
@@ -1827,7 +1829,12 @@ fn nodejs_function_deploys_and_answers_with_lambda_shapes() {
     assert_eq!(out["count"], 101, "init ran once, before the first event");
     assert_eq!(out["functionName"], "hellonode");
     assert_eq!(out["memoryLimitInMB"], v["memory_mb"].to_string());
-    assert_eq!(out["requestId"].as_str().unwrap().len(), 36, "{out}");
+    // the invocation's id, as the logs know it
+    assert_eq!(
+        out["requestId"].as_str(),
+        r.header("thaw-invocation-id"),
+        "{out}"
+    );
     let remaining = out["remaining"].as_f64().unwrap();
     assert!(remaining > 0.0 && remaining <= 5000.0, "{out}");
     let r = d.invoke("hellonode", &json!({"name": "again"}));
@@ -1836,12 +1843,17 @@ fn nodejs_function_deploys_and_answers_with_lambda_shapes() {
     assert_eq!(again["count"], 102);
     assert_ne!(again["requestId"], out["requestId"]);
 
-    // a thrown error: ours and Lambda's field names
+    // a thrown error: ours, and Lambda's shape
     let r = d.invoke("hellonode", &json!({"fail": "x"}));
     assert_eq!(r.status, 502);
     let e = r.json().unwrap();
     assert_eq!(e["error"], "function_error", "{e}");
     assert_eq!(e["type"], "TypeError", "{e}");
+    let r = d.post_json(
+        "/v1/functions/hellonode/invoke?error_shape=lambda",
+        &json!({"fail": "x"}),
+    );
+    let e = r.json().unwrap();
     assert_eq!(e["errorType"], "TypeError", "{e}");
     assert_eq!(e["errorMessage"], "no such thing: x", "{e}");
     let trace = e["stackTrace"].as_array().unwrap();
@@ -1877,16 +1889,16 @@ fn nodejs_function_deploys_and_answers_with_lambda_shapes() {
     assert_eq!((s, e.as_str()), (400, "bad_request"), "{m}");
     assert!(m.contains("nodejs"), "{m}");
 
-    // a snapshot strategy named explicitly: the checkpoint is tried; it
-    // either refuses with its reason, or the restore answers as a boot did
+    // a snapshot required: the checkpoint either refuses with its reasons,
+    // or the restore answers as a boot did
     let mut snap = cb.clone();
     snap["name"] = json!("snapnode");
     snap["strategy"] = json!("mmap");
+    snap["snapshot"] = json!("required");
     let r = d.post_json("/v1/functions", &snap);
-    if r.status == 400 {
-        let (_, e, m) = error_of(&r);
-        assert_eq!(e, "bad_request");
-        assert!(m.contains("snapshotting"), "{m}");
+    if r.status == 422 {
+        let (_, _, m) = error_of(&r);
+        assert!(m.contains("thread") || m.contains("descriptor"), "{m}");
     } else {
         assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
         let r = d.invoke("snapnode", &json!({"numbers": [4, 5]}));
@@ -1894,4 +1906,280 @@ fn nodejs_function_deploys_and_answers_with_lambda_shapes() {
         assert_eq!(r.json().unwrap(), json!({"sum": 9}));
     }
     d.healthy();
+}
+
+/// Init writes a model file and more into /tmp and /dev/shm; the handler
+/// reads them back (and writes /tmp/scratch when asked).
+const TMP_MODEL: &str = r#"
+import os
+def init():
+    os.makedirs("/tmp/cache/sub")
+    with open("/tmp/model.bin", "wb") as f:
+        f.write(bytes(range(256)) * 3 + bytes(range(232)))
+    os.chmod("/tmp/model.bin", 0o640)
+    os.symlink("/tmp/model.bin", "/tmp/cache/link")
+    with open("/dev/shm/seg", "wb") as f:
+        f.write(b"shm" * 100)
+def handler(event):
+    if event and event.get("write"):
+        with open("/tmp/scratch", "w") as f:
+            f.write(event["write"])
+    st = os.stat("/tmp/model.bin")
+    scratch = open("/tmp/scratch").read() if os.path.exists("/tmp/scratch") else None
+    return {"model": open("/tmp/model.bin", "rb").read().hex(),
+            "mode": st.st_mode & 0o7777, "mine": st.st_uid == os.getuid(),
+            "link": os.readlink("/tmp/cache/link"), "sub": os.path.isdir("/tmp/cache/sub"),
+            "shm": open("/dev/shm/seg").read(), "scratch": scratch}
+"#;
+
+/// What [`TMP_MODEL`]'s handler answers in an instance whose /tmp holds
+/// what init wrote (and `scratch`).
+fn tmp_model_answer(scratch: Option<&str>) -> Value {
+    let model: Vec<u8> = (0..=255u8).cycle().take(768).chain(0..232u8).collect();
+    json!({"model": hex::encode(model), "mode": 0o640, "mine": true,
+           "link": "/tmp/model.bin", "sub": true, "shm": "shm".repeat(100), "scratch": scratch})
+}
+
+fn tmp_model_deploy(name: &str, strategy: &str, tier: &str) -> Value {
+    let mut req = file_deploy(name, "m.handler", TMP_MODEL);
+    req["init"] = json!("m.init");
+    req["strategy"] = json!(strategy);
+    req["tier"] = json!(tier);
+    req["sample_event"] = json!({});
+    req
+}
+
+fn cold(d: &Daemon, name: &str, event: &Value) -> Response {
+    let r = d.post_json(&format!("/v1/functions/{name}/invoke?force=cold"), event);
+    assert_eq!(
+        (r.status, r.header("thaw-start-type")),
+        (200, Some("restore")),
+        "{name}: {}",
+        String::from_utf8_lossy(&r.body)
+    );
+    r
+}
+
+#[test]
+fn tmp_and_dev_shm_written_at_init_come_back_in_every_restore() {
+    let d = Daemon::start(test_config("tmpfiles"));
+    for tier in ["tmpfs", "disk"] {
+        for strategy in ["mmap", "eager", "uffd", "reap"] {
+            let name = format!("model-{strategy}-{tier}");
+            let v = deploy(&d, &tmp_model_deploy(&name, strategy, tier));
+            assert_eq!(v["start_type"], "restore", "{v}");
+            // twice: REAP's first restore records, the second prefetches
+            for _ in 0..2 {
+                let r = cold(&d, &name, &json!({}));
+                assert_eq!(r.json().unwrap(), tmp_model_answer(None), "{name}");
+            }
+        }
+    }
+    // each instance has its own copy: a write in one is not seen by the next
+    let r = cold(&d, "model-mmap-tmpfs", &json!({"write": "one"}));
+    assert_eq!(r.json().unwrap(), tmp_model_answer(Some("one")));
+    let r = cold(&d, "model-mmap-tmpfs", &json!({}));
+    assert_eq!(r.json().unwrap(), tmp_model_answer(None));
+}
+
+#[test]
+fn a_flipped_byte_in_the_saved_tmp_is_refused() {
+    let d = Daemon::start(test_config("tmpflip"));
+    let v = deploy(&d, &tmp_model_deploy("flip", "mmap", "disk"));
+    let img = PathBuf::from(v["snapshot"]["dir"].as_str().unwrap()).join("memory.img");
+    cold(&d, "flip", &json!({}));
+    // the image ends with model.bin (1,000 bytes), then /dev/shm/seg (300)
+    thaw_store::secure::set_immutable(&img, false).unwrap();
+    let mut data = std::fs::read(&img).unwrap();
+    let at = data.len() - 300 - 500;
+    data[at] ^= 0x01;
+    std::fs::write(&img, &data).unwrap();
+    thaw_store::secure::set_immutable(&img, true).unwrap();
+    let r = d.post_json("/v1/functions/flip/invoke?force=cold", &json!({}));
+    let (status, code, message) = error_of(&r);
+    assert_eq!((status, code.as_str()), (502, "start_failed"), "{message}");
+    assert!(message.contains("checksum mismatch"), "{message}");
+}
+
+#[test]
+fn dev_shm_serves_a_thread_pool_at_init() {
+    let d = Daemon::start(test_config("shm"));
+    let src = "from multiprocessing.pool import ThreadPool\nSQUARES = []\ndef init():\n    p = ThreadPool(2)\n    SQUARES.extend(p.map(lambda x: x * x, range(5)))\n    p.close()\n    p.join()\ndef handler(event):\n    return SQUARES\n";
+    let mut req = file_deploy("pool", "m.handler", src);
+    req["init"] = json!("m.init");
+    let v = deploy(&d, &req);
+    assert_eq!(v["start_type"], "restore", "{v}");
+    let r = cold(&d, "pool", &json!(null));
+    assert_eq!(r.json().unwrap(), json!([0, 1, 4, 9, 16]));
+}
+
+const THREAD_FN: &str = "import threading, time\ndef init():\n    threading.Thread(target=time.sleep, args=(3600,), name='refresher', daemon=True).start()\ndef handler(event):\n    return {'threads': threading.active_count()}\n";
+const SQLITE_FN: &str = "import sqlite3\nDB = None\ndef init():\n    global DB\n    DB = sqlite3.connect('/tmp/app.db')\n    DB.execute('create table t (x)')\n    DB.execute('insert into t values (41)')\n    DB.commit()\ndef handler(event):\n    return {'x': DB.execute('select x + 1 from t').fetchone()[0]}\n";
+
+#[test]
+fn instances_that_cannot_be_snapshotted_deploy_with_fresh_starts_and_say_why() {
+    let d = Daemon::start(test_config("boots"));
+    let cases = [
+        (
+            "threads",
+            THREAD_FN,
+            json!({"threads": 2}),
+            "thread",
+            "\"refresher\"",
+        ),
+        (
+            "sqlite",
+            SQLITE_FN,
+            json!({"x": 42}),
+            "descriptor",
+            "file /tmp/app.db",
+        ),
+    ];
+    for (name, src, answer, kind, detail) in cases {
+        let mut req = file_deploy(name, "m.handler", src);
+        req["init"] = json!("m.init");
+        req["snapshot"] = json!("required");
+        let r = d.post_json("/v1/functions", &req);
+        let (status, code, message) = error_of(&r);
+        assert_eq!(
+            (status, code.as_str()),
+            (422, "not_checkpointable"),
+            "{message}"
+        );
+        let reasons = r.json().unwrap()["reasons"].clone();
+        let named = |reasons: &Value| {
+            reasons
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|x| x["kind"] == kind && x["detail"].as_str().unwrap().contains(detail))
+        };
+        assert!(named(&reasons), "{name}: {reasons}");
+        assert_eq!(
+            d.req("GET", &format!("/v1/functions/{name}"), None).status,
+            404
+        );
+
+        req["snapshot"] = json!("auto");
+        let v = deploy(&d, &req);
+        assert_eq!(
+            (v["start_type"].as_str(), v["strategy"].as_str()),
+            (Some("boot"), Some("boot")),
+            "{v}"
+        );
+        assert!(v["snapshot"].is_null(), "{v}");
+        assert!(named(&v["snapshot_refused"]), "{name}: {v}");
+        let got = d
+            .req("GET", &format!("/v1/functions/{name}"), None)
+            .json()
+            .unwrap();
+        assert_eq!(got["start_type"], "boot");
+        assert!(named(&got["snapshot_refused"]), "{got}");
+        let r = d.invoke(name, &json!(null));
+        assert_eq!(r.header("thaw-start-type"), Some("boot"));
+        assert_eq!(r.json().unwrap(), answer);
+    }
+    let list = d.req("GET", "/v1/functions", None).json().unwrap();
+    assert!(
+        list["functions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|f| f["start_type"] == "boot"),
+        "{list}"
+    );
+}
+
+#[test]
+fn before_snapshot_runs_once_and_a_restored_instance_sees_what_it_did() {
+    let d = Daemon::start(test_config("before"));
+    // closes the database a snapshot could not keep; the file stays in /tmp
+    let src = format!(
+        "import os\n{SQLITE_FN}def before_snapshot():\n    global DB\n    DB.close()\n    DB = None\n    with open('/tmp/marker', 'a') as f:\n        f.write('before\\n')\ndef reopen(instance_id):\n    global DB\n    DB = sqlite3.connect('/tmp/app.db')\ndef answer(event):\n    # the deploy's sample event runs before the snapshot: no marker yet\n    marker = open('/tmp/marker').read() if os.path.exists('/tmp/marker') else None\n    return dict(handler(event), marker=marker)\n"
+    );
+    let mut req = file_deploy("closes", "m.answer", &src);
+    req["init"] = json!("m.init");
+    req["before_snapshot"] = json!("m.before_snapshot");
+    req["after_restore"] = json!("m.reopen");
+    req["strategy"] = json!("reap");
+    req["sample_event"] = json!({});
+    let v = deploy(&d, &req);
+    assert_eq!(v["start_type"], "restore", "{v}");
+    assert_eq!(v["before_snapshot"], "m.before_snapshot");
+    for _ in 0..2 {
+        let r = cold(&d, "closes", &json!({}));
+        assert_eq!(r.json().unwrap(), json!({"x": 42, "marker": "before\n"}));
+    }
+}
+
+const LAMBDA_FN: &str = r#"
+def lambda_handler(event, context):
+    if event.get("fail"):
+        raise ValueError("bad input " + event["fail"])
+    return {"request_id": context.aws_request_id,
+            "remaining": context.get_remaining_time_in_millis(),
+            "name": context.function_name, "version": context.function_version,
+            "memory": context.memory_limit_in_mb, "arn": context.invoked_function_arn,
+            "group": context.log_group_name, "stream": context.log_stream_name}
+"#;
+
+#[test]
+fn lambda_handlers_get_a_context_and_errors_in_lambdas_shape() {
+    let d = Daemon::start(test_config("lambda"));
+    // Lambda's layout as it is: lambda_function.py at the top of a zip
+    let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    zip.start_file(
+        "lambda_function.py",
+        zip::write::SimpleFileOptions::default(),
+    )
+    .unwrap();
+    zip.write_all(LAMBDA_FN.as_bytes()).unwrap();
+    let data = zip.finish().unwrap().into_inner();
+    let mut req = archive_deploy("lam", "lambda_function.lambda_handler", "zip", &data);
+    req["timeout_ms"] = json!(3000);
+    req["memory_mb"] = json!(256);
+    let v = deploy(&d, &req);
+    assert_eq!(v["start_type"], "restore", "{v}");
+    for path in [
+        "/v1/functions/lam/invoke?force=cold",
+        "/v1/functions/lam/invoke",
+    ] {
+        let r = d.post_json(path, &json!({}));
+        assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+        let out = r.json().unwrap();
+        assert_eq!(out["request_id"].as_str(), r.header("thaw-invocation-id"));
+        let left = out["remaining"].as_i64().unwrap();
+        assert!(left > 0 && left < 3000, "{out}");
+        assert_eq!(
+            (&out["name"], &out["version"], &out["memory"]),
+            (&json!("lam"), &json!("1"), &json!("256"))
+        );
+        assert_eq!(out["arn"], "arn:thaw:lambda:local:default:function:lam");
+        assert_eq!(out["group"], "/thaw/functions/lam");
+        assert!(out["stream"].as_str().unwrap().contains("/[1]"), "{out}");
+    }
+    let r = d.post_json(
+        "/v1/functions/lam/invoke?error_shape=lambda",
+        &json!({"fail": "x"}),
+    );
+    assert_eq!(r.status, 502);
+    let e = r.json().unwrap();
+    assert_eq!(
+        (&e["errorMessage"], &e["errorType"]),
+        (&json!("bad input x"), &json!("ValueError")),
+        "{e}"
+    );
+    let frames = e["stackTrace"].as_array().unwrap();
+    assert!(
+        !frames.is_empty()
+            && frames
+                .iter()
+                .all(|f| f.as_str().unwrap().contains("lambda_function.py")),
+        "{e}"
+    );
+    // the default shape stays thaw's
+    let r = d.invoke("lam", &json!({"fail": "y"}));
+    assert_eq!(error_of(&r).1, "function_error");
+    let r = d.post_json("/v1/functions/lam/invoke?error_shape=xml", &json!({}));
+    assert_eq!(error_of(&r).0, 400);
 }

@@ -1,6 +1,6 @@
-//! XDT through a live daemon (issue 15): functions deployed like any user's
+//! XDT through a live daemon: functions deployed like any user's
 //! code call each other and pass objects by reference with `import thaw`;
-//! every hostile case of the issue gets a clear error in the function while
+//! every hostile case gets a clear error in the function while
 //! the daemon keeps serving, and nothing leaks (objects, descriptors).
 use base64::Engine as _;
 use serde_json::{json, Value};

@@ -1,5 +1,4 @@
-//! thaw-simlive: does the simulator predict the worker? (`thaw bench simlive`,
-//! issue 14 part 3.)
+//! thaw-simlive: does the simulator predict the worker? (`thaw bench simlive`.)
 //!
 //! One run: generate a scaled-down synthetic day ([`trace`]) as an Azure 2021
 //! trace file; start `thaw serve` on a throw-away home, deploy the trace's

@@ -341,7 +341,7 @@ pub fn gc_tier(tier: &Tier) -> Result<Vec<PathBuf>> {
     Ok(removed)
 }
 
-/// Names the unversioned layout (before issue 11) left after a crash:
+/// Names the unversioned layout (before versioned snapshots) left after a crash:
 /// `.NAME.new-PID.tmp-PID` (a half-written deploy), `NAME.new-PID` (a
 /// written one never swapped in) and `NAME.old-PID` (a replaced snapshot). They carry only a pid: one that is running may be a
 /// live deployer and is left alone.

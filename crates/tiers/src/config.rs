@@ -1,8 +1,8 @@
 //! Tiers as configuration: `$THAW_HOME/tiers.json`, or the defaults below
 //! when the file is absent.
 //!
-//! Device profiles default to published figures (seed 000, Table 1, for
-//! DRAM, Optane DCPM, Optane NVMe and a SATA flash SSD; a 7,200 rpm disk for
+//! Device profiles default to published figures ("FaaS in the Age of
+//! (sub-)µs I/O", Table 1, for DRAM, Optane DCPM, Optane NVMe and a SATA flash SSD; a 7,200 rpm disk for
 //! HDD) and are what `thaw tier setup` throttles the emulated devices to.
 //! Prices are per GB-month and only their ratios matter to placement; the
 //! defaults are list prices of the matching cloud products and are meant to
@@ -100,8 +100,8 @@ pub struct TierConfig {
     pub profile: DeviceProfile,
     /// stood in for by another kernel mechanism on this machine
     pub emulated: bool,
-    /// restores allowed to read from the tier at once (seed 000: a SATA SSD
-    /// saturates at about 4)
+    /// restores allowed to read from the tier at once ("FaaS in the Age of
+    /// (sub-)µs I/O": a SATA SSD saturates at about 4)
     pub max_concurrent_restores: u32,
     /// remote: one request's deadline, seconds (a store that hangs fails
     /// clearly after it; retries stop after the same time again); emulated
@@ -110,7 +110,7 @@ pub struct TierConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_timeout_s: Option<u64>,
     /// emulated block tiers: the device's readahead in KiB (0 turns it off,
-    /// seed 000's advice for snapshots); absent sets the kernel's default
+    /// the advice of "FaaS in the Age of (sub-)µs I/O" for snapshots); absent sets the kernel's default
     /// for a disk, 128 KiB
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub read_ahead_kb: Option<u32>,
@@ -151,8 +151,9 @@ pub struct TiersConfig {
 }
 
 impl TiersConfig {
-    /// The defaults: every tier seed 000 and seed 004 use, emulated where
-    /// this machine lacks the device.
+    /// The defaults: every tier that "FaaS in the Age of (sub-)µs I/O" and
+    /// "Reducing FaaS Latency with Storage-backed Caching" use, emulated
+    /// where this machine lacks the device.
     pub fn defaults(home: &Path) -> TiersConfig {
         let t = |name: &str,
                  kind: Kind,
@@ -174,14 +175,19 @@ impl TiersConfig {
             request_timeout_s: None,
             read_ahead_kb: None,
         };
-        let seed000 = "seed 000, Table 1";
+        let storage_study = "FaaS in the Age of (sub-)µs I/O, Table 1";
         let mut remote = t(
             "remote",
             Kind::Remote,
             None,
             64,
             0.023,
-            DeviceProfile::declared(1250.0, 1250.0, 500.0, "seed 004: 10 Gbit/s, 0.5 ms RTT"),
+            DeviceProfile::declared(
+                1250.0,
+                1250.0,
+                500.0,
+                "Reducing FaaS Latency with Storage-backed Caching: 10 Gbit/s, 0.5 ms RTT",
+            ),
             true,
             16,
         );
@@ -195,7 +201,7 @@ impl TiersConfig {
                     Some(PathBuf::from("/dev/shm/thaw/snapshots")),
                     4,
                     4.6,
-                    DeviceProfile::declared(23000.0, 23000.0, 0.08, seed000),
+                    DeviceProfile::declared(23000.0, 23000.0, 0.08, storage_study),
                     false,
                     64,
                 ),
@@ -205,7 +211,7 @@ impl TiersConfig {
                     None,
                     4,
                     1.9,
-                    DeviceProfile::declared(6800.0, 1850.0, 0.3, seed000),
+                    DeviceProfile::declared(6800.0, 1850.0, 0.3, storage_study),
                     true,
                     16,
                 ),
@@ -230,7 +236,8 @@ impl TiersConfig {
                     None,
                     8,
                     0.125,
-                    DeviceProfile::declared(2200.0, 2000.0, 10.0, seed000).with_queue_depth(32),
+                    DeviceProfile::declared(2200.0, 2000.0, 10.0, storage_study)
+                        .with_queue_depth(32),
                     true,
                     16,
                 ),
@@ -240,7 +247,7 @@ impl TiersConfig {
                     None,
                     8,
                     0.08,
-                    DeviceProfile::declared(500.0, 500.0, 180.0, seed000).with_queue_depth(8),
+                    DeviceProfile::declared(500.0, 500.0, 180.0, storage_study).with_queue_depth(8),
                     true,
                     4,
                 ),

@@ -18,6 +18,7 @@ pub mod relay;
 pub mod remote;
 pub mod seal;
 pub mod slots;
+pub mod split;
 pub mod stream;
 
 pub use config::{DeviceProfile, Kind, TierConfig, TiersConfig, CONFIG_FILE};

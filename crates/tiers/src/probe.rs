@@ -32,6 +32,17 @@ const SEQ_CACHED: usize = 16 << 20;
 /// Bound on random reads per phase.
 const MAX_RAND_READS: usize = 50_000;
 
+/// Where `thaw tier probe` leaves its measurements (in the home).
+pub const PROBE_FILE: &str = "tier-probes.json";
+
+/// The tiers' measured profiles, by tier name (empty if never probed).
+pub fn load(home: &Path) -> std::collections::BTreeMap<String, Vec<ReaderResult>> {
+    std::fs::read(home.join(PROBE_FILE))
+        .ok()
+        .and_then(|raw| serde_json::from_slice(&raw).ok())
+        .unwrap_or_default()
+}
+
 /// What one reader measured on one file.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ReaderResult {

@@ -1,6 +1,7 @@
 //! The emulated remote tier: a real S3-compatible server (MinIO) in a
-//! network namespace of its own, reached over a veth pair. Seed 004's link:
-//! 0.5 ms RTT and 10 Gbit/s. The rate is a `tbf` qdisc on both veth ends;
+//! network namespace of its own, reached over a veth pair. The link of
+//! "Reducing FaaS Latency with Storage-backed Caching": 0.5 ms RTT and
+//! 10 Gbit/s. The rate is a `tbf` qdisc on both veth ends;
 //! the delay is a relay in the namespace (`relay.rs`), because this kernel
 //! has no `netem`. Every name and address is derived from the state home,
 //! so two homes (a test's and the operator's) never collide.

@@ -11,7 +11,8 @@
 //!
 //! Objects read whole (manifest, state, working set) are compressed (LZ4)
 //! before sealing: format 2. That cuts the bytes a streamed restore waits
-//! for by about 3x (seed 004's remote tier is bandwidth-bound). The store
+//! for by about 3x (the remote tier of "Reducing FaaS Latency
+//! with Storage-backed Caching" is bandwidth-bound). The store
 //! sees their compressed lengths; the memory image, read by range, stays
 //! uncompressed (format 1). Format 3, what [`seal_compressed`] writes now,
 //! compresses in segments of [`SEGMENT`] bytes sealed in 64 KiB chunks, so

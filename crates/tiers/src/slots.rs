@@ -1,6 +1,6 @@
 //! Restore slots: at most `max_concurrent_restores` restores read from a
-//! tier at once, across every thaw process on the machine (seed 000: a
-//! SATA SSD saturates at about four concurrent restores, and more only
+//! tier at once, across every thaw process on the machine ("FaaS in the Age of
+//! (sub-)µs I/O": a SATA SSD saturates at about four concurrent restores, and more only
 //! queue at the device). A slot is an exclusive `flock` on one of the
 //! tier's slot files; the kernel releases it when its holder exits, even
 //! after `kill -9`, so a crashed worker never leaks a slot.

@@ -287,7 +287,7 @@ impl Stream {
         let mut cleanup = RemoveOnError(Some(dir.clone()));
         let obj = format!("{name}/{IMAGE}");
         let object = |f: &str| format!("{name}/{f}");
-        // round 1, at once: the commit record, the image's header, manifest
+        // first round, all at once: the commit record, the image's header, manifest
         // and state (each checked against the record once it is in)
         // the pack is asked for now too; what bounds and checks it is sent
         // to its reader once this round is in (dropping the sender ends it)
@@ -633,20 +633,26 @@ impl Fetch {
     }
 }
 
-/// The image's chunks the restorer copies before resume: those holding a
-/// file-backed region's saved (private) pages; sorted.
+/// The image's chunks a restore copies before resume: those holding a
+/// file-backed region's saved (private) pages, and the saved files of
+/// /tmp and /dev/shm; sorted.
 pub fn restorer_chunks(
     state: &thaw_sandbox::state::ProcessState,
     chunk: u64,
     chunks: u64,
 ) -> Vec<u64> {
-    let mut before: Vec<u64> = state
+    let pages = state
         .memory
         .regions
         .iter()
         .filter(|r| !r.anonymous)
         .flat_map(|r| &r.runs)
-        .flat_map(|run| run.file_off / chunk..(run.file_off + run.len).div_ceil(chunk))
+        .map(|run| (run.file_off, run.len));
+    let files = state.files.iter().map(|f| (f.image_off, f.len));
+    let mut before: Vec<u64> = pages
+        .chain(files)
+        .filter(|&(_, len)| len > 0)
+        .flat_map(|(off, len)| off / chunk..off.saturating_add(len).div_ceil(chunk))
         .filter(|&c| c < chunks)
         .collect();
     before.sort_unstable();

@@ -143,7 +143,7 @@ fn sandboxes_have_their_own_session_and_uid() {
     for sb in [&a, &b] {
         let stat = std::fs::read_to_string(format!("/proc/{}/stat", sb.pid())).unwrap();
         let f: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
-        // fields 5 (pgrp) and 6 (session), counted from 3 after the name
+        // fields 5 (pgrp) and 6 (sid), counted from 3 after the name
         let (pgrp, session): (i32, i32) = (f[2].parse().unwrap(), f[3].parse().unwrap());
         assert_eq!(
             (pgrp, session),

@@ -1,5 +1,6 @@
 //! thaw-xdt: functions that call functions and pass data by reference
-//! (seed 001, chapter 6, "Expedited Data Transfers").
+//! (XDT: "Data-centric Serverless Cloud Architecture", chapter 6,
+//! "Expedited Data Transfers").
 //!
 //! * [`reference`]: opaque tokens sealed with the worker's key that name an
 //!   object the worker holds (producer worker, object id, size, retrieval

@@ -14,7 +14,7 @@
 //! | `{"sdk":"store_put","key":K}` | a memfd (from `alloc`) holding the bytes | `{"ok":true,"size":S}` | |
 //! | `{"sdk":"store_get","key":K}` | | `{"ok":true,"size":S}` | the object's bytes, read-only |
 //!
-//! `store_put` / `store_get` are the object-store baseline (issue 15): the
+//! `store_put` / `store_get` are the object-store baseline of XDT: the
 //! sandbox has no network, so the worker makes the S3 PUT or GET for the
 //! function, as a Lambda's own S3 client would over the network. Keys are
 //! the owner's: two owners' `a/b` are different objects.
