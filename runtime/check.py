@@ -64,6 +64,11 @@ def check_idle_threads(event, exp, out):
 check_idle_threads_1 = check_idle_threads_8 = check_idle_threads
 
 
+def check_node_helloworld(event, exp, out):
+    check_helloworld(event, exp, out)
+    expect(field(out, "function", str) == "node_helloworld", "context.functionName is %r", out.get("function"))
+
+
 def _pyaes_kat():
     import pyaes
 
@@ -246,6 +251,11 @@ def check_compress(event, exp, out):
     expect(close(field(out, "ratio", float), len(data) / len(packed), 1e-9), "ratio wrong")
     expect(len(data) / len(packed) > 1.5, "text did not compress")
     expect(field(out, "roundtrip_ok") is True, "decompression did not give back the input")
+
+
+def check_node_compress(event, exp, out):
+    # the same facts: pako's deflate must give zlib's bytes
+    check_compress(event, exp, out)
 
 
 def check_pagerank(event, exp, out):

@@ -58,6 +58,12 @@ class Gen:
     def idle_threads_8(self, size):
         self.helloworld(size, "idle_threads_8", {"threads": 8})
 
+    def node_helloworld(self, size):
+        # helloworld's events under the Node function's name
+        with open(os.path.join(self.inputs, "helloworld", size + ".json"), encoding="utf-8") as f:
+            event = json.load(f)
+        self.emit("node_helloworld", size, event, {"message": "Hello, %s!" % event["name"]})
+
     def pyaes(self, size):
         n = param("pyaes", size)
         r = thawgen.rng("pyaes", size)
@@ -192,6 +198,20 @@ class Gen:
             size,
             {"path": "/opt/thaw/inputs/compress/%s.txt" % size, "level": 6},
             {"input_bytes": n, "input_crc32": zlib.crc32(data), "input_sha256": hashlib.sha256(data).hexdigest()},
+        )
+
+    def node_compress(self, size):
+        # compress's text files (not copied) under the Node function's name
+        path = self.path("compress", size + ".txt")
+        with open(path, "rb") as f:
+            data = f.read()
+        import zlib
+
+        self.emit(
+            "node_compress",
+            size,
+            {"path": "/opt/thaw/inputs/compress/%s.txt" % size, "level": 6},
+            {"input_bytes": len(data), "input_crc32": zlib.crc32(data), "input_sha256": hashlib.sha256(data).hexdigest()},
         )
 
     def pagerank(self, size):

@@ -29,6 +29,10 @@ $T bench restore --functions _test_tmp_cache,helloworld --strategies mmap,reap,e
     --json "$OUT/tmp-files/tmp50.json" --markdown "$OUT/tmp-files/tmp50.md"
 # what a sealed (unchangeable after verification) DRAM image costs on first use
 $T bench store --functions helloworld,lr_serving,matmul --runs "$RUNS" --markdown "$OUT/store-seal/store-seal.md"
+# Node.js functions beside their Python twins (fresh starts; restores where the checkpoint accepts Node)
+mkdir -p "$OUT/node"
+$T bench restore --functions helloworld,node_helloworld,compress,node_compress --strategies mmap \
+    --sizes I --runs "$((RUNS * 2))" --json "$OUT/node/node.jsonl" --markdown "$OUT/node/node.md"
 
 # Concurrency: N = 1..64 simultaneous cold starts per strategy, tier and mode
 $T bench concurrency --function lr_serving --strategies eager,mmap,uffd,reap,dax --tiers tmpfs,disk \

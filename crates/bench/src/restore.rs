@@ -142,9 +142,20 @@ pub fn run(
     let mut out = Vec::new();
     for f in &o.functions {
         let snap = if o.redeploy {
-            w.deploy(f, &tier)?.0
+            w.deploy(f, &tier).map(|d| d.0)
         } else {
-            w.snapshot(f, &tier)?
+            w.snapshot(f, &tier)
+        };
+        let snap = match snap {
+            Ok(snap) => snap,
+            // a Node.js process keeps threads and descriptors the checkpoint
+            // may refuse: then only its fresh starts are measured
+            Err(e) if w.root.runtime_of(f) == thaw_worker::Runtime::Nodejs => {
+                thaw_output::errln!("bench: {f}: no snapshot ({e:#}); fresh starts only");
+                out.extend(measure_fresh_only(w, f, o, &tier, sink)?);
+                continue;
+            }
+            Err(e) => return Err(e),
         };
         let image_bytes = snap.manifest.memory.len;
         if let Some((slow, c)) = split
@@ -170,7 +181,9 @@ pub fn run(
             tier.description
         );
         // the template lives for the whole function (untimed), like a snapshot
-        let mut zygote = if order.contains(&Start::ZYGOTE) {
+        // (the Node agent has no zygote: its template would be Python's)
+        let python = w.root.runtime_of(f) == thaw_worker::Runtime::Python;
+        let mut zygote = if order.contains(&Start::ZYGOTE) && python {
             Some(w.start_zygote(f)?)
         } else {
             None
@@ -228,6 +241,30 @@ pub fn run(
         }
         thaw_output::errln!();
     }
+    Ok(out)
+}
+
+/// The fresh starts of a function that has no snapshot, `o.runs` per size.
+fn measure_fresh_only(
+    w: &Worker,
+    f: &str,
+    o: &Options,
+    tier: &thaw_store::Tier,
+    sink: &mut dyn FnMut(&Record) -> Result<()>,
+) -> Result<Vec<Record>> {
+    let mut out = Vec::new();
+    for &size in &o.sizes {
+        for run in 0..o.runs {
+            thaw_output::err!("\rbench: {f} {size}: run {}/{}   ", run + 1, o.runs);
+            let rec = Record {
+                tier: tier.name.to_string(),
+                ..measure_fresh(w, f, size, o, run)?
+            };
+            sink(&rec)?;
+            out.push(rec);
+        }
+    }
+    thaw_output::errln!();
     Ok(out)
 }
 

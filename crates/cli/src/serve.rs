@@ -73,8 +73,11 @@ pub fn serve(home: Option<PathBuf>, a: ServeArgs) -> Result<()> {
 
 #[derive(Args)]
 pub struct DeployArgs {
-    /// Code directory or .py file
+    /// Code directory, or a .py or .js file
     pub path: PathBuf,
+    /// python or nodejs (default: nodejs for a .js, .mjs or .cjs file, else python)
+    #[arg(long)]
+    pub runtime: Option<String>,
     /// module.function
     #[arg(long)]
     pub handler: String,
@@ -137,7 +140,7 @@ pub struct DeployArgs {
 
 #[derive(Subcommand)]
 pub enum FnCmd {
-    /// Deploy a directory (packed as tar.gz) or a single .py file
+    /// Deploy a directory (packed as tar.gz) or a single .py or .js file
     Deploy(Box<DeployArgs>),
     /// Invoke NAME with an event (JSON, or @FILE); prints the result
     Invoke {
@@ -203,6 +206,14 @@ fn finish(r: thaw_server::client::Response) -> Result<()> {
     Ok(())
 }
 
+/// A single JavaScript file: a Node.js function.
+fn node_file(path: &Path) -> bool {
+    path.is_file()
+        && path
+            .extension()
+            .is_some_and(|e| e == "js" || e == "mjs" || e == "cjs")
+}
+
 fn default_name(path: &Path) -> String {
     let stem = path
         .file_stem()
@@ -227,6 +238,7 @@ pub fn client(home: &Path, socket: Option<PathBuf>, cmd: FnCmd) -> Result<()> {
         FnCmd::Deploy(args) => {
             let DeployArgs {
                 path,
+                runtime,
                 handler,
                 name,
                 init,
@@ -270,7 +282,9 @@ pub fn client(home: &Path, socket: Option<PathBuf>, cmd: FnCmd) -> Result<()> {
                 "secret_env": kv(&secret_env)?,
                 "packages": package,
             });
+            let runtime = runtime.or_else(|| node_file(&path).then(|| "nodejs".to_string()));
             for (k, v) in [
+                ("runtime", json!(runtime)),
                 ("init", json!(init)),
                 ("before_snapshot", json!(before_snapshot)),
                 ("after_restore", json!(after_restore)),

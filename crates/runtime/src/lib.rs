@@ -33,6 +33,64 @@ pub fn runtime_files() -> &'static [(&'static str, &'static [u8])] {
 pub const MANIFEST_FORMAT: u32 = 1;
 /// The interpreter inside the root.
 pub const PYTHON: &str = "/usr/bin/python3.11";
+/// Node.js inside the root (Debian's nodejs 18).
+pub const NODE: &str = "/usr/bin/node";
+
+/// The language a function is written in, and so which agent serves it.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    serde::Serialize,
+    serde::Deserialize,
+    clap::ValueEnum,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Runtime {
+    /// CPython 3.11, `runtime/agent.py`
+    #[default]
+    Python,
+    /// Node.js 18, `runtime/agent.js`
+    Nodejs,
+}
+
+impl Runtime {
+    pub const fn name(self) -> &'static str {
+        match self {
+            Runtime::Python => "python",
+            Runtime::Nodejs => "nodejs",
+        }
+    }
+
+    /// The file extension of its function modules.
+    pub const fn extension(self) -> &'static str {
+        match self {
+            Runtime::Python => "py",
+            Runtime::Nodejs => "js",
+        }
+    }
+}
+
+impl std::str::FromStr for Runtime {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "python" => Ok(Runtime::Python),
+            "nodejs" => Ok(Runtime::Nodejs),
+            _ => bail!("unknown runtime {s:?} (runtimes: python, nodejs)"),
+        }
+    }
+}
+
+impl std::fmt::Display for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
 /// Where the agent, functions, inputs and checkers live inside the root.
 pub const THAW_DIR: &str = "/opt/thaw";
 
@@ -196,6 +254,8 @@ pub struct FunctionInfo {
     /// What each size means, e.g. "1 KiB plaintext".
     #[serde(default)]
     pub size_notes: Vec<String>,
+    #[serde(default)]
+    pub runtime: Runtime,
 }
 
 #[derive(Deserialize)]
@@ -244,7 +304,9 @@ impl RootInfo {
         let path = dir.join("root");
         for p in [
             "usr/bin/python3.11",
+            "usr/bin/node",
             "opt/thaw/agent.py",
+            "opt/thaw/agent.js",
             "dev",
             "proc",
             "tmp",
@@ -283,9 +345,34 @@ impl RootInfo {
         Ok(())
     }
 
+    /// The runtime of a suite function: Node.js if its module is
+    /// `functions/NAME.js`, else Python.
+    pub fn runtime_of(&self, function: &str) -> Runtime {
+        let js = format!("opt/thaw/functions/{function}.js");
+        match !function.contains('/') && self.path.join(js).is_file() {
+            true => Runtime::Nodejs,
+            false => Runtime::Python,
+        }
+    }
+
     /// argv (argv[0] is an absolute path inside the root) and the complete environment
-    /// to start the agent serving `function`.
+    /// to start the agent serving suite function `function` (in its runtime).
     pub fn agent_command(&self, function: &str) -> (Vec<String>, Vec<(String, String)>) {
+        agent_command_for(self.runtime_of(function), function)
+    }
+
+    /// argv and environment of `runtime`'s agent serving `function` (`--user`:
+    /// a deployed function).
+    pub fn agent_command_for(
+        &self,
+        runtime: Runtime,
+        function: &str,
+    ) -> (Vec<String>, Vec<(String, String)>) {
+        agent_command_for(runtime, function)
+    }
+
+    /// The Python agent's argv and environment.
+    fn python_command(function: &str) -> (Vec<String>, Vec<(String, String)>) {
         // `-m`: run from the root's byte-compiled agent, as an import would;
         // a script is compiled from source at every start (4 ms, and its
         // 2 MB of scratch memory would be in every snapshot). The module is
@@ -350,6 +437,68 @@ impl RootInfo {
         }
         Ok(())
     }
+}
+
+fn agent_command_for(runtime: Runtime, function: &str) -> (Vec<String>, Vec<(String, String)>) {
+    match runtime {
+        Runtime::Python => RootInfo::python_command(function),
+        Runtime::Nodejs => node_command(function),
+    }
+}
+
+/// The Node agent's argv and environment. Node starts threads of its own
+/// (V8's platform workers, a delayed-task scheduler, the inspector's signal
+/// watcher, libuv's pool on first use); the flags keep their number small
+/// and the same at every start: one V8 worker instead of one per CPU (4
+/// threads in all, not 7 on two CPUs), no V8 background jobs (compiles and
+/// GC on the main thread: no job is ever half done when the process is
+/// frozen for a checkpoint), libuv's pool at one thread.
+fn node_command(function: &str) -> (Vec<String>, Vec<(String, String)>) {
+    let argv = [
+        NODE,
+        "--v8-pool-size=1",
+        "--single-threaded",
+        "/opt/thaw/agent.js",
+        function,
+    ]
+    .map(String::from)
+    .to_vec();
+    (argv, node_env())
+}
+
+/// The Node agent's environment.
+pub fn node_env() -> Vec<(String, String)> {
+    [
+        ("PATH", "/usr/bin:/bin"),
+        ("HOME", "/tmp"),
+        ("TMPDIR", "/tmp"),
+        ("LANG", "C.UTF-8"),
+        ("LC_ALL", "C.UTF-8"),
+        ("UV_THREADPOOL_SIZE", "1"),
+        // Debian's node reads /etc/ssl/certs/ca-certificates.crt (not in
+        // the root; the sandbox has no network) unless this is set empty
+        ("NODE_EXTRA_CA_CERTS", ""),
+        ("MALLOC_ARENA_MAX", "1"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect()
+}
+
+/// The environment of `runtime`'s agent.
+pub fn runtime_env(runtime: Runtime) -> Vec<(String, String)> {
+    match runtime {
+        Runtime::Python => agent_env(),
+        Runtime::Nodejs => node_env(),
+    }
+}
+
+/// Variables the runtimes set, which a function's own environment may not.
+pub fn reserved_env(name: &str) -> bool {
+    agent_env()
+        .iter()
+        .chain(node_env().iter())
+        .any(|(k, _)| k == name)
 }
 
 /// The agent's environment: single threaded everything, no bytecode writes, HOME=/tmp.

@@ -5,7 +5,7 @@ mod common;
 
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
-use thaw_runtime::InputSize;
+use thaw_runtime::{InputSize, Runtime};
 use thaw_sandbox::agent::{Reply, Request};
 use thaw_sandbox::{Sandbox, SandboxConfig};
 
@@ -154,7 +154,8 @@ fn every_function_and_size_passes_its_checker() {
             "suite lacks {required}"
         );
     }
-    for f in &fns {
+    // the Node functions have a test of their own
+    for f in fns.iter().filter(|f| f.runtime == Runtime::Python) {
         assert_eq!(f.sizes, InputSize::ALL.to_vec(), "{}", f.name);
         assert!(!f.mirrors.is_empty());
         let t = Instant::now();
@@ -446,4 +447,158 @@ fn output_cap_and_explicit_inputs() {
     let r = a.request(invoke_input(json!(7)));
     assert_eq!(err_kind(&r), "function_error", "{r}");
     a.health();
+}
+
+/// Threads of a Node agent: main, one V8 platform worker, the platform's
+/// delayed-task scheduler, the inspector's signal watcher, and libuv's
+/// one-thread pool once a function used it (`--v8-pool-size=1`,
+/// `UV_THREADPOOL_SIZE=1`).
+const NODE_MAX_THREADS: usize = 5;
+
+#[test]
+fn node_functions_pass_their_checkers_in_the_sandbox() {
+    let root = common::root();
+    let fns: Vec<_> = root
+        .functions()
+        .unwrap()
+        .into_iter()
+        .filter(|f| f.runtime == Runtime::Nodejs)
+        .collect();
+    let names: Vec<&str> = fns.iter().map(|f| f.name.as_str()).collect();
+    assert_eq!(names, ["node_helloworld", "node_compress"]);
+    for f in &fns {
+        let mut a = spawn(&f.name);
+        assert_sandboxed(&a);
+        let h = a.request(Request::Health);
+        assert_eq!(h["runtime"], "nodejs", "{h}");
+        assert_eq!(h["pid"], 1, "{h}");
+        let load = a.ok(Request::Load).into_loaded().unwrap();
+        assert_eq!(load.function, f.name);
+        assert!(load.import_ms > 0.0 && load.rss_kb > 10_000, "{load:?}");
+        let started = a.proc_entries("task").len();
+        assert!(
+            (4..=NODE_MAX_THREADS).contains(&started),
+            "{}: {started} threads after load",
+            f.name
+        );
+        for size in InputSize::ALL {
+            let (output, exec) = a
+                .ok(Request::invoke_size(size.name()))
+                .into_invoke()
+                .unwrap();
+            assert!(exec >= 0.0);
+            root.check_output(&f.name, size, &output)
+                .unwrap_or_else(|e| panic!("{} {size}: {e:#}", f.name));
+        }
+        let threads = a.proc_entries("task").len();
+        assert!(
+            (started..=NODE_MAX_THREADS).contains(&threads),
+            "{}: {threads} threads after invocations (limit: the sandbox's pids cgroup)",
+            f.name
+        );
+        assert_eq!(a.ok(Request::PrepareCheckpoint), Reply::PrepareCheckpoint);
+        assert_eq!(a.health(), ("ready".to_string(), 4));
+        a.shutdown();
+    }
+}
+
+#[test]
+fn node_handler_shapes_context_and_errors() {
+    let mut a = spawn("_test_node");
+    // a plain async handler, given Lambda's context
+    let out = a.invoke_ok(invoke_input(json!({"mode": "context", "x": [1, 2]})));
+    assert_eq!(out["functionName"], "_test_node", "{out}");
+    assert_eq!(out["event"]["x"], json!([1, 2]));
+    let id = out["awsRequestId"].as_str().unwrap();
+    assert_eq!(id.len(), 36, "{id}");
+    let remaining = out["remaining"].as_f64().unwrap();
+    assert!(remaining > 0.0 && remaining <= 60_000.0, "{out}");
+    let again = a.invoke_ok(invoke_input(json!({"mode": "context"})));
+    assert_ne!(again["awsRequestId"], out["awsRequestId"]);
+    let given = a.invoke_ok(Request::Invoke {
+        event: thaw_sandbox::agent::Event::Input(json!({"mode": "context"})),
+        timeout_ms: None,
+        request_id: Some("req-42".into()),
+    });
+    assert_eq!(given["awsRequestId"], "req-42");
+    // a thrown Error: Lambda's shape beside the protocol's
+    let r = a.request(invoke_input(json!({"mode": "throw", "what": "x"})));
+    assert_eq!(err_kind(&r), "function_error");
+    assert_eq!(r["error_type"], "TypeError", "{r}");
+    assert_eq!(r["error_message"], "boom: x", "{r}");
+    assert_eq!(r["message"], "TypeError: boom: x", "{r}");
+    let trace = r["stack_trace"].as_array().unwrap();
+    assert!(
+        trace
+            .iter()
+            .any(|l| l.as_str().unwrap().contains("_test_node.js")),
+        "{r}"
+    );
+    // a rejection with something not an Error
+    let r = a.request(invoke_input(json!({"mode": "reject"})));
+    assert_eq!(err_kind(&r), "function_error");
+    assert_eq!(r["error_type"], "string", "{r}");
+    assert_eq!(r["error_message"], "a plain string", "{r}");
+    // a promise rejected outside the handler's chain fails the invocation
+    let r = a.request(invoke_input(json!({"mode": "unhandled"})));
+    assert_eq!(r["error_type"], "RangeError", "{r}");
+    // never settles: the soft timeout answers
+    let r = a.request(Request::Invoke {
+        event: thaw_sandbox::agent::Event::Input(json!({"mode": "hang"})),
+        timeout_ms: Some(100.0),
+        request_id: Some("req-7".into()),
+    });
+    assert_eq!(err_kind(&r), "timeout");
+    let r = a.request(invoke_input(json!({"mode": "bigint"})));
+    assert_eq!(err_kind(&r), "bad_output", "{r}");
+    // and it keeps serving
+    let out = a.invoke_ok(invoke_input(json!({"mode": "fine"})));
+    assert_eq!(out, json!({"mode": "fine"}));
+    assert_eq!(a.health(), ("ready".to_string(), 9));
+
+    // callback style: the callback's value, or its error
+    let mut c = spawn("_test_node_callback");
+    let out = c.invoke_ok(invoke_input(json!({"n": 21})));
+    assert_eq!(out, json!({"doubled": 42}));
+    let r = c.request(invoke_input(json!({"fail": true})));
+    assert_eq!(r["error_type"], "Error", "{r}");
+    assert_eq!(r["error_message"], "callback failure", "{r}");
+    a.shutdown();
+    c.shutdown();
+}
+
+#[test]
+fn node_restored_reseeds_math_random_and_crypto() {
+    let s1 = "11".repeat(32);
+    let s2 = "22".repeat(32);
+    let mut a = spawn("_test_node");
+    let mut b = spawn("_test_node");
+    let rng = json!({"mode": "rng"});
+    let Reply::Restored { reseeded, .. } = a.ok(restored(&s1)) else {
+        panic!("restored answered with another reply");
+    };
+    for g in ["Math.random", "crypto"] {
+        assert!(reseeded.iter().any(|d| d == g), "{g}: {reseeded:?}");
+    }
+    b.ok(restored(&s1));
+    let (da, db) = (
+        a.invoke_ok(invoke_input(rng.clone())),
+        b.invoke_ok(invoke_input(rng.clone())),
+    );
+    // Math.random follows the seed, as Python's random does
+    assert_eq!(da["math"], db["math"], "same seed, different Math.random");
+    let x = da["math"][0].as_f64().unwrap();
+    assert!((0.0..1.0).contains(&x));
+    // crypto mixes the seed into fresh OS randomness: never equal
+    assert_ne!(da["crypto"], db["crypto"]);
+    b.ok(restored(&s2));
+    let (da, db) = (
+        a.invoke_ok(invoke_input(rng.clone())),
+        b.invoke_ok(invoke_input(rng)),
+    );
+    assert_ne!(da["math"], db["math"], "different seeds, same Math.random");
+    let bad = a.request(restored("zz"));
+    assert_eq!(err_kind(&bad), "bad_request");
+    a.shutdown();
+    b.shutdown();
 }

@@ -66,6 +66,8 @@ fn root_layout_matches_the_contract() {
         "python3-pyaes",
         "python3.11",
         "coreutils",
+        "nodejs",
+        "node-pako",
     ] {
         assert!(
             r.manifest.packages.iter().any(|(n, _, _)| n == pkg),
@@ -128,6 +130,19 @@ fn root_layout_matches_the_contract() {
         );
     }
     assert_eq!(argv.last().unwrap(), "matmul");
+    // Node functions get the Node agent, its thread pools pinned
+    assert_eq!(
+        r.runtime_of("node_helloworld"),
+        thaw_runtime::Runtime::Nodejs
+    );
+    assert_eq!(r.runtime_of("matmul"), thaw_runtime::Runtime::Python);
+    let (argv, env) = r.agent_command("node_helloworld");
+    assert_eq!(argv[0], thaw_runtime::NODE);
+    assert!(r.path.join(argv[0].trim_start_matches('/')).exists());
+    assert!(argv.iter().any(|a| a == "/opt/thaw/agent.js"));
+    assert!(env
+        .iter()
+        .any(|(a, b)| a == "UV_THREADPOOL_SIZE" && b == "1"));
 }
 
 #[test]

@@ -187,6 +187,7 @@ pub fn describe(v: &FnVersion, live: u32, idle: u32) -> Value {
         "name": r.name,
         "version": r.version,
         "owner": r.owner,
+        "runtime": r.runtime,
         "handler": r.handler,
         "init": r.init,
         "before_snapshot": r.before_snapshot,

@@ -49,9 +49,12 @@ pub fn unpack(
     match format {
         Format::File => {
             let rel = safe_relative(filename)?;
-            if rel.components().count() != 1 || !filename.ends_with(".py") {
+            let source = [".py", ".js", ".mjs", ".cjs"]
+                .iter()
+                .any(|e| filename.ends_with(e));
+            if rel.components().count() != 1 || !source {
                 bail!(
-                    "a single-file deploy needs a plain file name ending in .py, got {filename:?}"
+                    "a single-file deploy needs a plain file name ending in .py (Python) or .js, .mjs, .cjs (Node.js), got {filename:?}"
                 );
             }
             out.file(&rel, &mut &data[..])?;

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
+use thaw_runtime::Runtime;
 use thaw_store::Snapshot;
 use thaw_worker::UserFunction;
 
@@ -24,6 +25,8 @@ use crate::App;
 #[serde(deny_unknown_fields)]
 pub struct DeployRequest {
     pub name: String,
+    /// `python` (the default) or `nodejs`
+    pub runtime: Option<String>,
     pub handler: String,
     pub code: Code,
     pub init: Option<String>,
@@ -84,7 +87,8 @@ pub struct Code {
     /// `tar.gz`, `zip` or `file`
     pub format: String,
     pub data_base64: String,
-    /// `file` only: the file's name (default: the handler's module + `.py`)
+    /// `file` only: the file's name (default: the handler's module + `.py`,
+    /// or `.js` for Node.js)
     pub filename: Option<String>,
 }
 
@@ -129,7 +133,7 @@ fn check_env(env: &BTreeMap<String, String>) -> Result<(), ApiError> {
         if !key_ok {
             return Err(bad(format!("environment variable name {k:?} is invalid")));
         }
-        if k.starts_with("THAW_") || thaw_runtime::agent_env().iter().any(|(a, _)| a == k) {
+        if k.starts_with("THAW_") || thaw_runtime::reserved_env(k) {
             return Err(bad(format!(
                 "environment variable {k} is reserved by the runtime"
             )));
@@ -201,8 +205,14 @@ pub async fn run(app: &Arc<App>, req: DeployRequest) -> Result<(Record, StatusCo
             lim.max_instances_per_function
         )));
     }
+    let runtime: Runtime = match &req.runtime {
+        None => Runtime::default(),
+        Some(r) => r.parse().map_err(|e| bad(format!("{e:#}")))?,
+    };
     // what the request leaves open is placed after the snapshot (see
-    // `placement`); until then it is taken with mmap on tmpfs
+    // `placement`); until then it is taken with mmap on tmpfs. A Node.js
+    // process the checkpoint refuses (its threads and descriptors) deploys
+    // with fresh starts and the reasons, as any other.
     let strategy = req.strategy.clone().unwrap_or_else(|| "mmap".into());
     if !STRATEGIES.contains(&strategy.as_str()) {
         return Err(bad(format!(
@@ -248,7 +258,7 @@ pub async fn run(app: &Arc<App>, req: DeployRequest) -> Result<(Record, StatusCo
         (Some(f), Format::File) => f.clone(),
         (None, Format::File) => {
             let module = req.handler.rsplit_once('.').map_or("", |(m, _)| m);
-            format!("{}.py", module.replace('.', "/"))
+            format!("{}.{}", module.replace('.', "/"), runtime.extension())
         }
         (Some(_), _) => return Err(bad("code.filename is for format \"file\" only")),
         (None, _) => String::new(),
@@ -270,6 +280,7 @@ pub async fn run(app: &Arc<App>, req: DeployRequest) -> Result<(Record, StatusCo
             format,
             &data,
             &filename,
+            runtime,
             memory_mb,
             timeout_ms,
             max_instances,
@@ -317,6 +328,7 @@ fn build(
     format: Format,
     data: &[u8],
     filename: &str,
+    runtime: Runtime,
     memory_mb: u64,
     timeout_ms: u64,
     max_instances: u32,
@@ -339,6 +351,7 @@ fn build(
         let mut rec = Record {
             name: req.name.clone(),
             version,
+            runtime,
             owner: req
                 .owner
                 .clone()
@@ -570,6 +583,8 @@ pub fn user_function(
         None => None,
     };
     Ok(UserFunction {
+        name: rec.name.clone(),
+        runtime: rec.runtime,
         packages_dir: rec.packages.as_ref().map(|p| packages_tree(app, p)),
         code_dir: vdir.join("code"),
         handler: rec.handler.clone(),

@@ -24,6 +24,9 @@ pub struct Record {
     /// (XDT); records from before owners existed are `default`'s.
     #[serde(default = "default_owner")]
     pub owner: String,
+    /// python or nodejs (records from before Node.js functions: python)
+    #[serde(default)]
+    pub runtime: thaw_runtime::Runtime,
     pub handler: String,
     pub init: Option<String>,
     #[serde(default)]

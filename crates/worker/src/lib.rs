@@ -17,7 +17,7 @@ use thaw_sandbox::{
 pub use thaw_sandbox::{StrategyKind, WsMode};
 use thaw_store::{Snapshot, Tier};
 
-pub use thaw_runtime::{FunctionInfo, InputSize};
+pub use thaw_runtime::{FunctionInfo, InputSize, Runtime};
 
 pub mod suite;
 
@@ -469,6 +469,11 @@ impl Worker {
 /// read-only in every sandbox, and the entry points the agent resolves.
 #[derive(Debug, Clone)]
 pub struct UserFunction {
+    /// the function's name (its agent tells it to the code: Lambda's
+    /// `context.functionName`)
+    pub name: String,
+    /// the language it is written in: which agent serves it
+    pub runtime: thaw_runtime::Runtime,
     pub code_dir: PathBuf,
     /// `module.function`
     pub handler: String,
@@ -521,9 +526,13 @@ impl Worker {
         timeout: Duration,
     ) -> Result<(Sandbox, FreshReport), StartError> {
         let t0 = Instant::now();
-        let (argv, _) = self.root.agent_command("--user");
-        let mut env = thaw_runtime::agent_env();
+        let (argv, mut env) = self.root.agent_command_for(func.runtime, "--user");
         env.push(("THAW_HANDLER".into(), func.handler.clone()));
+        env.push(("THAW_FUNCTION_NAME".into(), func.name.clone()));
+        env.push((
+            "THAW_MEMORY_MB".into(),
+            (func.memory_bytes >> 20).to_string(),
+        ));
         for (k, v) in [
             ("THAW_INIT", &func.init),
             ("THAW_BEFORE_SNAPSHOT", &func.before_snapshot),

@@ -1,0 +1,734 @@
+'use strict';
+// thaw in-sandbox agent for Node.js: serves one function over the inherited
+// socket at fd 3, speaking the protocol of agent.py (docs/AGENT_PROTOCOL.md).
+//
+// Every message both ways is a 4-byte little-endian length N and N bytes of
+// UTF-8 JSON (an object). Requests are read with blocking reads on fd 3, so
+// between requests the main thread sits in read(2) as the Python agent does;
+// a request is handled on the event loop (an async handler's promises and
+// timers run) and answered before the next read.
+//
+// Usage (argv from thaw_runtime::RootInfo::agent_command):
+//     node [flags] /opt/thaw/agent.js FUNCTION     a suite function, functions/FUNCTION.js
+//     node [flags] /opt/thaw/agent.js --user       a deployed function: code at
+//         /opt/thaw/user, entry points named by THAW_HANDLER (module.function),
+//         THAW_INIT and THAW_AFTER_RESTORE
+//
+// The handler has Lambda's shapes: `async (event, context) => value`,
+// `(event, context, callback) => { callback(err, value) }`, or a plain
+// function returning the value.
+
+const fs = require('fs');
+const path = require('path');
+const crypto = require('crypto');
+const { performance } = require('perf_hooks');
+
+const AGENT_VERSION = 1;
+const CTRL_FD = 3;
+const THAW_DIR = __dirname;
+const FUNCTIONS_DIR = path.join(THAW_DIR, 'functions');
+const INPUTS_DIR = path.join(THAW_DIR, 'inputs');
+const USER_DIR = path.join(THAW_DIR, 'user');
+// a deployed function's own Debian packages (mounted only when it has some)
+const PACKAGES_DIRS = ['usr/share/nodejs', 'usr/lib/nodejs'].map((d) => path.join(THAW_DIR, 'packages', d));
+const USER_FLAG = '--user';
+const SIZES = ['I', 'II', 'III', 'IV'];
+
+const MAX_REQUEST = Number(process.env.THAW_MAX_REQUEST || 16 << 20);
+const MAX_OUTPUT = Number(process.env.THAW_MAX_OUTPUT || 1 << 20);
+const DEFAULT_TIMEOUT_MS = Number(process.env.THAW_DEFAULT_TIMEOUT_MS || 60000);
+const DISCARD_CHUNK = 1 << 20;
+
+function log(msg) {
+  try {
+    fs.writeSync(2, 'agent: ' + msg + '\n');
+  } catch (e) {
+    // stderr gone: nothing to tell
+  }
+}
+
+class BadRequest extends Error {}
+
+// ---------------------------------------------------------------- framing
+
+function readExact(n) {
+  // exactly n bytes from fd 3; null on EOF before the first byte
+  const buf = Buffer.allocUnsafe(n);
+  let got = 0;
+  while (got < n) {
+    let k;
+    try {
+      k = fs.readSync(CTRL_FD, buf, got, Math.min(n - got, DISCARD_CHUNK), null);
+    } catch (e) {
+      if (e.code === 'EINTR' || e.code === 'EAGAIN') continue;
+      throw e;
+    }
+    if (k === 0) {
+      if (got === 0) return null;
+      throw new EOFError('connection closed mid-message');
+    }
+    got += k;
+  }
+  return buf;
+}
+
+class EOFError extends Error {}
+
+function discard(n) {
+  let left = n;
+  while (left > 0) {
+    const chunk = readExact(Math.min(left, DISCARD_CHUNK));
+    if (chunk === null) throw new EOFError('connection closed inside an oversized request');
+    left -= chunk.length;
+  }
+}
+
+function sendRaw(json) {
+  const body = Buffer.from(json, 'utf8');
+  const msg = Buffer.allocUnsafe(4 + body.length);
+  msg.writeUInt32LE(body.length, 0);
+  body.copy(msg, 4);
+  let off = 0;
+  while (off < msg.length) {
+    try {
+      off += fs.writeSync(CTRL_FD, msg, off, msg.length - off);
+    } catch (e) {
+      if (e.code === 'EINTR' || e.code === 'EAGAIN') continue;
+      throw e;
+    }
+  }
+}
+
+function send(obj) {
+  sendRaw(JSON.stringify(obj));
+}
+
+// [request or null, error message or null]; throws EOFError on close
+function recv() {
+  const head = readExact(4);
+  if (head === null) throw new EOFError('closed');
+  const n = head.readUInt32LE(0);
+  if (n > MAX_REQUEST) {
+    // the length is explicit, so the stream stays in sync: drop the body
+    discard(n);
+    return [null, `request of ${n} bytes exceeds the limit of ${MAX_REQUEST} bytes`];
+  }
+  const body = n ? readExact(n) : Buffer.alloc(0);
+  if (body === null) throw new EOFError('closed');
+  let req;
+  try {
+    req = JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(body));
+  } catch (e) {
+    return [null, 'request is not UTF-8 JSON: ' + e.message];
+  }
+  if (req === null || typeof req !== 'object' || Array.isArray(req)) {
+    return [null, 'request must be a JSON object'];
+  }
+  return [req, null];
+}
+
+function bad(message) {
+  return { ok: false, error: 'bad_request', message };
+}
+
+// ---------------------------------------------------------------- errors
+
+// The protocol's error (message "Type: text", traceback) with the fields
+// of Lambda's shape (error_type, error_message, stack_trace).
+function functionError(err, prefix = '') {
+  let errorType;
+  let errorMessage;
+  let stack;
+  if (err instanceof Error) {
+    errorType = err.name || (err.constructor && err.constructor.name) || 'Error';
+    errorMessage = String(err.message);
+    stack = String(err.stack || `${errorType}: ${errorMessage}`);
+  } else {
+    errorType = err === null ? 'null' : typeof err;
+    try {
+      errorMessage = typeof err === 'string' ? err : JSON.stringify(err);
+    } catch (e) {
+      errorMessage = String(err);
+    }
+    if (errorMessage === undefined) errorMessage = String(err);
+    stack = `${errorType}: ${errorMessage}`;
+  }
+  // the function's own frames, innermost first as V8 prints them; the
+  // agent's left out
+  const stackTrace = stack
+    .split('\n')
+    .slice(1)
+    .map((l) => l.trim())
+    .filter((l) => l.length > 0 && !l.includes(__filename));
+  return {
+    ok: false,
+    error: 'function_error',
+    message: `${prefix}${errorType}: ${errorMessage}`,
+    traceback: stack,
+    error_type: errorType,
+    error_message: errorMessage,
+    stack_trace: stackTrace,
+  };
+}
+
+// ---------------------------------------------------------------- randomness
+
+// Math.random is replaced before any function code runs by xoshiro128**
+// (two 32-bit outputs per double, 53 random bits). Restored clones re-seed it
+// from the worker's seed, as Python's `random.seed(seed)`: V8's own generator
+// keeps its state in the heap and has no way to re-seed it.
+const rngState = new Uint32Array(4);
+
+function rotl(x, k) {
+  return (x << k) | (x >>> (32 - k));
+}
+
+function nextUint32() {
+  const s = rngState;
+  const result = Math.imul(rotl(Math.imul(s[1], 5), 7), 9) >>> 0;
+  const t = s[1] << 9;
+  s[2] ^= s[0];
+  s[3] ^= s[1];
+  s[1] ^= s[2];
+  s[0] ^= s[3];
+  s[2] ^= t;
+  s[3] = rotl(s[3], 11);
+  return result;
+}
+
+function seedMathRandom(seed) {
+  // the 32 seed bytes hashed into the 128-bit state (never all zero)
+  const h = crypto.createHash('sha256').update('thaw Math.random').update(seed).digest();
+  for (let i = 0; i < 4; i++) rngState[i] = h.readUInt32LE(4 * i);
+  if ((rngState[0] | rngState[1] | rngState[2] | rngState[3]) === 0) rngState[0] = 1;
+}
+
+function random() {
+  const hi = nextUint32() >>> 5; // 27 bits
+  const lo = nextUint32() >>> 6; // 26 bits
+  return (hi * 67108864 + lo) / 9007199254740992;
+}
+
+function installMathRandom() {
+  seedMathRandom(crypto.randomBytes(32));
+  Object.defineProperty(Math, 'random', { value: random, writable: true, configurable: true });
+}
+
+// ---------------------------------------------------------------- the function
+
+function isFile(p) {
+  try {
+    return fs.statSync(p).isFile();
+  } catch (e) {
+    return false;
+  }
+}
+
+// `module.function`: the module part's dots are directories under the code
+// directory (as Python's packages); the file is MODULE.js, .cjs or .mjs, or
+// MODULE/index.js.
+function splitEntry(name, what) {
+  const i = name.lastIndexOf('.');
+  if (i <= 0 || i === name.length - 1) {
+    throw new BadRequest(`${what} ${JSON.stringify(name)} is not of the form module.function`);
+  }
+  return [name.slice(0, i), name.slice(i + 1)];
+}
+
+async function importModule(file) {
+  if (file.endsWith('.mjs')) {
+    return import(require('url').pathToFileURL(file).href);
+  }
+  try {
+    return require(file);
+  } catch (e) {
+    if (e && e.code === 'ERR_REQUIRE_ESM') {
+      return import(require('url').pathToFileURL(file).href);
+    }
+    throw e;
+  }
+}
+
+async function loadUserModule(moduleName) {
+  const base = path.join(USER_DIR, ...moduleName.split('.'));
+  for (const ext of ['.js', '.cjs', '.mjs']) {
+    if (isFile(base + ext)) return importModule(base + ext);
+  }
+  if (isFile(path.join(base, 'index.js'))) return importModule(path.join(base, 'index.js'));
+  throw new BadRequest(`module ${JSON.stringify(moduleName)} not found (no ${moduleName.split('.').join('/')}.js, .cjs or .mjs)`);
+}
+
+async function resolveEntry(name, what) {
+  const [moduleName, attr] = splitEntry(name, what);
+  const mod = await loadUserModule(moduleName);
+  const fn = mod && mod[attr];
+  if (typeof fn !== 'function') {
+    throw new BadRequest(`${what} ${JSON.stringify(name)}: module ${JSON.stringify(moduleName)} has no function ${JSON.stringify(attr)}`);
+  }
+  return [fn, mod];
+}
+
+function addPackagePaths() {
+  const dirs = PACKAGES_DIRS.filter((d) => fs.existsSync(d));
+  if (dirs.length === 0) return;
+  // after the root's own: the packages never replace what it has
+  const Module = require('module');
+  const old = process.env.NODE_PATH ? process.env.NODE_PATH.split(path.delimiter) : [];
+  process.env.NODE_PATH = old.concat(dirs).join(path.delimiter);
+  Module._initPaths();
+}
+
+function readInput(fn, size) {
+  const p = path.join(INPUTS_DIR, fn, size + '.json');
+  let text;
+  try {
+    text = fs.readFileSync(p, 'utf8');
+  } catch (e) {
+    if (e.code === 'ENOENT') throw new BadRequest(`function ${JSON.stringify(fn)} has no input of size ${size}`);
+    throw e;
+  }
+  return JSON.parse(text);
+}
+
+function rssKb() {
+  // no /proc in the sandbox: the peak resident set from getrusage (KiB)
+  return process.resourceUsage().maxRSS;
+}
+
+function sinceMs(t0) {
+  return performance.now() - t0;
+}
+
+// Lambda's context object, one per invocation.
+function makeContext(agent, requestId, deadline, settle) {
+  const name = process.env.THAW_FUNCTION_NAME || agent.functionName;
+  const context = {
+    awsRequestId: requestId,
+    functionName: name,
+    functionVersion: process.env.THAW_FUNCTION_VERSION || '$LATEST',
+    invokedFunctionArn: `arn:thaw:function:${name}`,
+    memoryLimitInMB: process.env.THAW_MEMORY_MB || '',
+    logGroupName: `/thaw/${name}`,
+    logStreamName: process.env.THAW_INSTANCE_ID || 'fresh',
+    callbackWaitsForEmptyEventLoop: true,
+    getRemainingTimeInMillis() {
+      return deadline === null ? 2147483647 : Math.max(0, Math.round(deadline - performance.now()));
+    },
+    // the legacy ways to finish
+    done(err, value) {
+      settle(err, value);
+    },
+    succeed(value) {
+      settle(null, value);
+    },
+    fail(err) {
+      settle(err === undefined || err === null ? new Error('handled') : err);
+    },
+  };
+  return context;
+}
+
+function requestId(req) {
+  if (typeof req.request_id === 'string' && req.request_id.length <= 128) return req.request_id;
+  return crypto.randomUUID();
+}
+
+class TimeoutSignal {}
+
+class Agent {
+  constructor(fn) {
+    this.functionName = fn;
+    this.handler = null;
+    this.module = null;
+    this.afterRestoreHook = null;
+    this.invocations = 0;
+    this.loadInfo = null;
+    // the invocation in flight: rejects it when the function's own
+    // promises fail outside the handler's chain (unhandled rejections)
+    this.failCurrent = null;
+    this.trampolineLeft = false;
+  }
+
+  async load() {
+    if (this.handler !== null) return Object.assign({}, this.loadInfo, { already_loaded: true });
+    if (this.functionName === USER_FLAG) return this.loadUser();
+    const fn = this.functionName;
+    if (!fn || fn.startsWith('.') || fn.includes('/')) throw new BadRequest(`bad function name ${JSON.stringify(fn)}`);
+    const file = path.join(FUNCTIONS_DIR, fn + '.js');
+    if (!isFile(file)) throw new BadRequest(`unknown function ${JSON.stringify(fn)}`);
+    const t0 = performance.now();
+    const mod = await importModule(file);
+    const t1 = performance.now();
+    if (typeof mod.init === 'function') await mod.init();
+    const t2 = performance.now();
+    if (typeof mod.handler !== 'function') throw new BadRequest(`function ${JSON.stringify(fn)} has no handler`);
+    this.module = mod;
+    this.handler = mod.handler;
+    return this.finishLoad(t0, t1, t2);
+  }
+
+  async loadUser() {
+    addPackagePaths();
+    const t0 = performance.now();
+    const [handler, mod] = await resolveEntry(process.env.THAW_HANDLER || '', 'handler');
+    const t1 = performance.now();
+    if (process.env.THAW_INIT) {
+      const [init] = await resolveEntry(process.env.THAW_INIT, 'init');
+      await init();
+    }
+    const t2 = performance.now();
+    if (process.env.THAW_AFTER_RESTORE) {
+      [this.afterRestoreHook] = await resolveEntry(process.env.THAW_AFTER_RESTORE, 'after_restore');
+    }
+    this.module = mod;
+    this.handler = handler;
+    return this.finishLoad(t0, t1, t2);
+  }
+
+  finishLoad(t0, t1, t2) {
+    this.loadInfo = {
+      ok: true,
+      op: 'load',
+      function: this.functionName,
+      import_ms: t1 - t0,
+      init_ms: t2 - t1,
+      rss_kb: rssKb(),
+    };
+    return this.loadInfo;
+  }
+
+  async invoke(req) {
+    if ('input' in req && 'size' in req) throw new BadRequest("give either 'size' or 'input', not both");
+    let event;
+    if ('input' in req) {
+      event = req.input;
+    } else if ('size' in req) {
+      if (!SIZES.includes(req.size)) {
+        throw new BadRequest(`unknown input size ${JSON.stringify(req.size)} (sizes: ${SIZES.join(', ')})`);
+      }
+      event = readInput(this.functionName, req.size);
+    } else {
+      throw new BadRequest("invoke needs 'size' or 'input'");
+    }
+    const timeoutMs = 'timeout_ms' in req ? req.timeout_ms : DEFAULT_TIMEOUT_MS;
+    if (timeoutMs !== null && !(typeof timeoutMs === 'number' && timeoutMs > 0)) {
+      throw new BadRequest('timeout_ms must be a positive number');
+    }
+    if (this.handler === null) await this.load();
+    this.invocations += 1;
+    const t0 = performance.now();
+    const deadline = timeoutMs === null ? null : t0 + timeoutMs;
+    let timer = null;
+    let output;
+    try {
+      output = await new Promise((resolve, reject) => {
+        let settled = false;
+        const settle = (err, value) => {
+          if (settled) return;
+          settled = true;
+          if (err !== null && err !== undefined) reject(err);
+          else resolve(value);
+        };
+        this.failCurrent = (err) => settle(err === undefined || err === null ? new Error('unhandled rejection') : err);
+        if (timeoutMs !== null) {
+          // a soft limit: it ends waiting for a promise; a handler that never
+          // yields meets the worker's hard limit instead
+          timer = setTimeout(() => settle(new TimeoutSignal()), Math.min(timeoutMs, 2147483647));
+        }
+        const context = makeContext(this, requestId(req), deadline, settle);
+        const callback = (err, value) => settle(err, value);
+        let result;
+        try {
+          result = this.handler(event, context, callback);
+        } catch (e) {
+          settle(e === undefined || e === null ? new Error(String(e)) : e);
+          return;
+        }
+        if (result !== null && typeof result === 'object' && typeof result.then === 'function') {
+          result.then(
+            (v) => settle(null, v),
+            (e) => settle(e === undefined || e === null ? new Error(String(e)) : e),
+          );
+        } else if (this.handler.length < 3) {
+          // a plain function: what it returned is the output
+          settle(null, result);
+        }
+        // otherwise the callback (or context.done/succeed/fail) settles it
+      });
+    } catch (e) {
+      const execMs = sinceMs(t0);
+      if (e instanceof TimeoutSignal) {
+        return { ok: false, error: 'timeout', message: `invocation exceeded timeout_ms=${timeoutMs}`, exec_ms: execMs };
+      }
+      return Object.assign(functionError(e), { exec_ms: execMs });
+    } finally {
+      this.failCurrent = null;
+      if (timer !== null) clearTimeout(timer);
+    }
+    const execMs = sinceMs(t0);
+    let encoded;
+    try {
+      encoded = JSON.stringify(output === undefined ? null : output);
+    } catch (e) {
+      return { ok: false, error: 'bad_output', message: 'output is not JSON: ' + e.message };
+    }
+    if (encoded === undefined) {
+      return { ok: false, error: 'bad_output', message: `output is not JSON: a ${typeof output}` };
+    }
+    if (Buffer.byteLength(encoded, 'utf8') > MAX_OUTPUT) {
+      return {
+        ok: false,
+        error: 'bad_output',
+        message: `output of ${Buffer.byteLength(encoded, 'utf8')} bytes exceeds the cap of ${MAX_OUTPUT} bytes`,
+      };
+    }
+    // the output is already encoded: splice it in rather than encode it twice
+    return { raw: `{"ok":true,"output":${encoded},"exec_ms":${JSON.stringify(execMs)}}` };
+  }
+
+  health() {
+    return {
+      ok: true,
+      state: this.handler !== null ? 'ready' : 'idle',
+      function: this.functionName,
+      invocations: this.invocations,
+      pid: process.pid,
+      agent_version: AGENT_VERSION,
+      runtime: 'nodejs',
+    };
+  }
+
+  prepareCheckpoint() {
+    if (this.trampolineLeft) {
+      return { ok: false, error: 'not_checkpointable', message: "a restored Node.js instance still maps the restorer's trampoline" };
+    }
+    // Node always holds threads (V8's platform workers, libuv) and
+    // descriptors (epoll, eventfd, signal pipe) of its own: whether they can
+    // be captured is the checkpoint's decision, which counts them from
+    // outside; here the heap is made small first.
+    collectGarbage();
+    return { ok: true, op: 'prepare_checkpoint' };
+  }
+
+  restored(req) {
+    const seed = req.seed;
+    if (typeof seed !== 'string' || seed.length !== 64 || !/^[0-9a-fA-F]{64}$/.test(seed)) {
+      throw new BadRequest("restored needs 'seed': 64 hex characters");
+    }
+    const seedBytes = Buffer.from(seed, 'hex');
+    for (const key of ['unmap', 'unmap_at_checkpoint']) {
+      // the restorer's trampoline: checked, but left mapped (unmapping it
+      // needs native code), so a restored Node instance cannot be
+      // checkpointed again
+      const range = req[key];
+      if (range === undefined || range === null) continue;
+      const ok = Array.isArray(range) && range.length === 2 && range.every((x) => Number.isInteger(x) && x > 0 && x < 2 ** 47);
+      if (!ok) throw new BadRequest(`${key} needs [address, length]`);
+      this.trampolineLeft = true;
+    }
+    const reseeded = reseedAll(seedBytes, this.module);
+    return { ok: true, state: 'restored', reseeded };
+  }
+
+  async afterRestore(req) {
+    const instanceId = req.instance_id;
+    if (typeof instanceId !== 'string') throw new BadRequest("after_restore needs 'instance_id': a string");
+    process.env.THAW_INSTANCE_ID = instanceId;
+    if (this.afterRestoreHook === null) return { ok: true, op: 'after_restore', hook: false, hook_ms: 0.0 };
+    const t0 = performance.now();
+    try {
+      await this.afterRestoreHook(instanceId);
+    } catch (e) {
+      return functionError(e, 'after_restore hook: ');
+    }
+    return { ok: true, op: 'after_restore', hook: true, hook_ms: sinceMs(t0) };
+  }
+}
+
+// Re-seeds what clones of one snapshot would otherwise share: Math.random
+// (deterministic in the seed, as the Python agent's `random`), the
+// crypto module's randomness (the seed mixed into what it returns from now
+// on), and the function's own generators through its `reseed(seed)` hook.
+function reseedAll(seed, mod) {
+  const done = [];
+  seedMathRandom(seed);
+  done.push('Math.random');
+  reseedCrypto(seed);
+  done.push('crypto');
+  if (mod && typeof mod.reseed === 'function') {
+    mod.reseed(seed);
+    done.push('function');
+  }
+  return done;
+}
+
+// OpenSSL's generator state is in the snapshot and every clone would draw
+// the same bytes from it; JavaScript cannot re-seed it. So after a restore
+// crypto.randomBytes, randomFillSync and randomUUID XOR OpenSSL's output
+// with a keystream of ChaCha20 under a key derived from this clone's seed:
+// unpredictable to anyone who does not know the seed, different in every
+// clone. Not covered: what reaches OpenSSL's generator without passing
+// through these (key generation, webcrypto, randomInt).
+const cryptoOriginals = {
+  randomBytes: crypto.randomBytes,
+  randomFillSync: crypto.randomFillSync,
+};
+let cryptoStream = null;
+
+function keystream(n) {
+  const out = cryptoStream.update(Buffer.alloc(n));
+  return out;
+}
+
+function mixInto(buf, offset, size) {
+  const view = Buffer.from(buf.buffer, buf.byteOffset + offset, size);
+  const ks = keystream(size);
+  for (let i = 0; i < size; i++) view[i] ^= ks[i];
+}
+
+function reseedCrypto(seed) {
+  const key = crypto.createHash('sha256').update('thaw crypto').update(seed).digest();
+  cryptoStream = crypto.createCipheriv('chacha20', key, Buffer.alloc(16));
+  if (crypto.randomBytes.thawMixed) return;
+  const randomBytes = function randomBytes(size, cb) {
+    if (typeof cb === 'function') {
+      return cryptoOriginals.randomBytes(size, (err, buf) => {
+        if (!err) mixInto(buf, 0, buf.length);
+        cb(err, buf);
+      });
+    }
+    const buf = cryptoOriginals.randomBytes(size);
+    mixInto(buf, 0, buf.length);
+    return buf;
+  };
+  randomBytes.thawMixed = true;
+  const randomFillSync = function randomFillSync(buf, offset, size) {
+    cryptoOriginals.randomFillSync(buf, offset, size);
+    const bytes = ArrayBuffer.isView(buf) ? buf.byteLength : buf.byteLength;
+    const off = offset === undefined ? 0 : offset * (ArrayBuffer.isView(buf) ? buf.BYTES_PER_ELEMENT || 1 : 1);
+    const len = size === undefined ? bytes - off : size * (ArrayBuffer.isView(buf) ? buf.BYTES_PER_ELEMENT || 1 : 1);
+    const u8 = ArrayBuffer.isView(buf) ? new Uint8Array(buf.buffer, buf.byteOffset, buf.byteLength) : new Uint8Array(buf);
+    mixInto(u8, off, len);
+    return buf;
+  };
+  crypto.randomBytes = randomBytes;
+  crypto.randomFillSync = randomFillSync;
+  crypto.randomUUID = function randomUUID() {
+    const b = randomBytes(16);
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    const h = b.toString('hex');
+    return `${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20)}`;
+  };
+}
+
+let gcFn = null;
+
+function collectGarbage() {
+  // V8's gc() without exposing it to the function's globals
+  if (gcFn === null) {
+    require('v8').setFlagsFromString('--expose-gc');
+    gcFn = require('vm').runInNewContext('gc');
+  }
+  gcFn();
+}
+
+// ---------------------------------------------------------------- loop
+
+async function handle(agent, req) {
+  const op = req.op;
+  if (typeof op !== 'string') throw new BadRequest("missing 'op'");
+  switch (op) {
+    case 'load':
+      return agent.load();
+    case 'invoke':
+      return agent.invoke(req);
+    case 'health':
+      return agent.health();
+    case 'prepare_checkpoint':
+      return agent.prepareCheckpoint();
+    case 'restored':
+      return agent.restored(req);
+    case 'after_restore':
+      return agent.afterRestore(req);
+    case 'exit':
+      send({ ok: true, op: 'exit' });
+      process.exit(0);
+      break;
+    default:
+      throw new BadRequest(`unknown op ${JSON.stringify(op)}`);
+  }
+  return null;
+}
+
+function sendReply(reply) {
+  if (reply && typeof reply.raw === 'string') sendRaw(reply.raw);
+  else send(reply);
+}
+
+async function serve(agent) {
+  for (;;) {
+    let req;
+    let err;
+    try {
+      [req, err] = recv();
+    } catch (e) {
+      if (e instanceof EOFError) return;
+      throw e;
+    }
+    if (err !== null) {
+      send(bad(err));
+      continue;
+    }
+    let reply;
+    try {
+      reply = await handle(agent, req);
+    } catch (e) {
+      if (e instanceof BadRequest) reply = bad(e.message);
+      else reply = functionError(e);
+    }
+    try {
+      sendReply(reply);
+    } catch (e) {
+      if (e.code === 'EPIPE') return;
+      throw e;
+    }
+  }
+}
+
+function main(argv) {
+  if (argv.length !== 1) {
+    fs.writeSync(2, 'usage: node agent.js FUNCTION\n');
+    return 2;
+  }
+  try {
+    fs.fstatSync(CTRL_FD);
+  } catch (e) {
+    fs.writeSync(2, `agent: fd ${CTRL_FD} (control socket) is not open\n`);
+    return 2;
+  }
+  installMathRandom();
+  const agent = new Agent(argv[0]);
+  // a rejection or exception outside the handler's own chain fails the
+  // invocation in flight (Lambda reports it as the invocation's error)
+  process.on('unhandledRejection', (reason) => {
+    if (agent.failCurrent) agent.failCurrent(reason);
+    else log('unhandled rejection outside an invocation: ' + String(reason));
+  });
+  process.on('uncaughtException', (e) => {
+    if (agent.failCurrent) agent.failCurrent(e);
+    else log('uncaught exception outside an invocation: ' + (e && e.stack ? e.stack : String(e)));
+  });
+  process.on('SIGPIPE', () => {});
+  serve(agent).then(
+    () => process.exit(0),
+    (e) => {
+      log('serving failed: ' + (e && e.stack ? e.stack : String(e)));
+      process.exit(1);
+    },
+  );
+  return null;
+}
+
+const status = main(process.argv.slice(2));
+if (status !== null) process.exitCode = status;
