@@ -2063,140 +2063,6 @@ fn bad_network_requests_get_400_with_the_reason() {
         assert!(msg.contains(why), "{net}: {msg}");
     }
     assert_eq!(d.req("GET", "/v1/functions/badnet", None).status, 404);
-
-const NODE_INDEX: &str = r#"
-const { greet } = require('./lib/greet');
-let count = 0;
-exports.init = async () => {
-  await new Promise((r) => setTimeout(r, 1));
-  count = 100;
-};
-exports.handler = async (event, context) => {
-  if (event.fail) throw new TypeError('no such thing: ' + event.fail);
-  count += 1;
-  console.log('handling', JSON.stringify(event));
-  return {
-    greeting: greet(event.name),
-    count,
-    requestId: context.awsRequestId,
-    functionName: context.functionName,
-    memoryLimitInMB: context.memoryLimitInMB,
-    remaining: context.getRemainingTimeInMillis(),
-  };
-};
-"#;
-
-const NODE_CALLBACK: &str = r#"
-exports.handler = (event, context, callback) => {
-  setImmediate(() => callback(null, { sum: event.numbers.reduce((a, b) => a + b, 0) }));
-};
-"#;
-
-#[test]
-fn nodejs_function_deploys_and_answers_with_lambda_shapes() {
-    let d = Daemon::start(test_config("node"));
-    let code = RawTar::new()
-        .file("index.js", NODE_INDEX.as_bytes())
-        .file("lib/greet.js", b"exports.greet = (n) => `Hello, ${n}!`;\n")
-        .gz();
-    let mut req = archive_deploy("hellonode", "index.handler", "tar.gz", &code);
-    req["runtime"] = json!("nodejs");
-    req["init"] = json!("index.init");
-    req["timeout_ms"] = json!(5000);
-    let v = deploy(&d, &req);
-    assert_eq!(v["runtime"], "nodejs", "{v}");
-    // until the checkpoint captures Node's threads and descriptors, a Node
-    // function deploys with fresh starts, saying why
-    assert_eq!(v["strategy"], "boot", "{v}");
-    assert!(v["snapshot"].is_null(), "{v}");
-    let why = v["snapshot_refused"].to_string();
-    assert!(why.contains("thread") || why.contains("descriptor"), "{v}");
-
-    let r = d.invoke("hellonode", &json!({"name": "node"}));
-    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
-    assert_eq!(r.header("thaw-start-type"), Some("boot"));
-    let out = r.json().unwrap();
-    assert_eq!(out["greeting"], "Hello, node!");
-    assert_eq!(out["count"], 101, "init ran once, before the first event");
-    assert_eq!(out["functionName"], "hellonode");
-    assert_eq!(out["memoryLimitInMB"], v["memory_mb"].to_string());
-    // the invocation's id, as the logs know it
-    assert_eq!(
-        out["requestId"].as_str(),
-        r.header("thaw-invocation-id"),
-        "{out}"
-    );
-    let remaining = out["remaining"].as_f64().unwrap();
-    assert!(remaining > 0.0 && remaining <= 5000.0, "{out}");
-    let r = d.invoke("hellonode", &json!({"name": "again"}));
-    assert_eq!(r.header("thaw-start-type"), Some("warm"));
-    let again = r.json().unwrap();
-    assert_eq!(again["count"], 102);
-    assert_ne!(again["requestId"], out["requestId"]);
-
-    // a thrown error: ours, and Lambda's shape
-    let r = d.invoke("hellonode", &json!({"fail": "x"}));
-    assert_eq!(r.status, 502);
-    let e = r.json().unwrap();
-    assert_eq!(e["error"], "function_error", "{e}");
-    assert_eq!(e["type"], "TypeError", "{e}");
-    let r = d.post_json(
-        "/v1/functions/hellonode/invoke?error_shape=lambda",
-        &json!({"fail": "x"}),
-    );
-    let e = r.json().unwrap();
-    assert_eq!(e["errorType"], "TypeError", "{e}");
-    assert_eq!(e["errorMessage"], "no such thing: x", "{e}");
-    let trace = e["stackTrace"].as_array().unwrap();
-    assert!(
-        trace
-            .iter()
-            .any(|l| l.as_str().unwrap().contains("index.js")),
-        "{e}"
-    );
-    let logs = d
-        .req("GET", "/v1/functions/hellonode/logs?tail=5", None)
-        .json()
-        .unwrap();
-    assert!(logs.to_string().contains("handling"), "{logs}");
-
-    // a callback-style handler in a single .js file (named after the module)
-    let cb = json!({
-        "name": "sumnode",
-        "runtime": "nodejs",
-        "handler": "sum.handler",
-        "code": {"format": "file", "data_base64": b64(NODE_CALLBACK.as_bytes())},
-    });
-    deploy(&d, &cb);
-    let r = d.invoke("sumnode", &json!({"numbers": [1, 2, 3.5]}));
-    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
-    assert_eq!(r.json().unwrap(), json!({"sum": 6.5}));
-
-    // an unknown runtime is the request's fault
-    let mut bad = cb.clone();
-    bad["name"] = json!("rubyfn");
-    bad["runtime"] = json!("ruby");
-    let (s, e, m) = error_of(&d.post_json("/v1/functions", &bad));
-    assert_eq!((s, e.as_str()), (400, "bad_request"), "{m}");
-    assert!(m.contains("nodejs"), "{m}");
-
-    // a snapshot required: the checkpoint either refuses with its reasons,
-    // or the restore answers as a boot did
-    let mut snap = cb.clone();
-    snap["name"] = json!("snapnode");
-    snap["strategy"] = json!("mmap");
-    snap["snapshot"] = json!("required");
-    let r = d.post_json("/v1/functions", &snap);
-    if r.status == 422 {
-        let (_, _, m) = error_of(&r);
-        assert!(m.contains("thread") || m.contains("descriptor"), "{m}");
-    } else {
-        assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
-        let r = d.invoke("snapnode", &json!({"numbers": [4, 5]}));
-        assert_eq!(r.header("thaw-start-type"), Some("restore"));
-        assert_eq!(r.json().unwrap(), json!({"sum": 9}));
-    }
-    d.healthy();
 }
 
 /// Init writes a model file and more into /tmp and /dev/shm; the handler
@@ -2486,4 +2352,139 @@ fn lambda_handlers_get_a_context_and_errors_in_lambdas_shape() {
     assert_eq!(error_of(&r).1, "function_error");
     let r = d.post_json("/v1/functions/lam/invoke?error_shape=xml", &json!({}));
     assert_eq!(error_of(&r).0, 400);
+}
+
+const NODE_INDEX: &str = r#"
+const { greet } = require('./lib/greet');
+let count = 0;
+exports.init = async () => {
+  await new Promise((r) => setTimeout(r, 1));
+  count = 100;
+};
+exports.handler = async (event, context) => {
+  if (event.fail) throw new TypeError('no such thing: ' + event.fail);
+  count += 1;
+  console.log('handling', JSON.stringify(event));
+  return {
+    greeting: greet(event.name),
+    count,
+    requestId: context.awsRequestId,
+    functionName: context.functionName,
+    memoryLimitInMB: context.memoryLimitInMB,
+    remaining: context.getRemainingTimeInMillis(),
+  };
+};
+"#;
+
+const NODE_CALLBACK: &str = r#"
+exports.handler = (event, context, callback) => {
+  setImmediate(() => callback(null, { sum: event.numbers.reduce((a, b) => a + b, 0) }));
+};
+"#;
+
+#[test]
+fn nodejs_function_deploys_and_answers_with_lambda_shapes() {
+    let d = Daemon::start(test_config("node"));
+    let code = RawTar::new()
+        .file("index.js", NODE_INDEX.as_bytes())
+        .file("lib/greet.js", b"exports.greet = (n) => `Hello, ${n}!`;\n")
+        .gz();
+    let mut req = archive_deploy("hellonode", "index.handler", "tar.gz", &code);
+    req["runtime"] = json!("nodejs");
+    req["init"] = json!("index.init");
+    req["timeout_ms"] = json!(5000);
+    let v = deploy(&d, &req);
+    assert_eq!(v["runtime"], "nodejs", "{v}");
+    // until the checkpoint captures Node's threads and descriptors, a Node
+    // function deploys with fresh starts, saying why
+    assert_eq!(v["strategy"], "boot", "{v}");
+    assert!(v["snapshot"].is_null(), "{v}");
+    let why = v["snapshot_refused"].to_string();
+    assert!(why.contains("thread") || why.contains("descriptor"), "{v}");
+
+    let r = d.invoke("hellonode", &json!({"name": "node"}));
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(r.header("thaw-start-type"), Some("boot"));
+    let out = r.json().unwrap();
+    assert_eq!(out["greeting"], "Hello, node!");
+    assert_eq!(out["count"], 101, "init ran once, before the first event");
+    assert_eq!(out["functionName"], "hellonode");
+    assert_eq!(out["memoryLimitInMB"], v["memory_mb"].to_string());
+    // the invocation's id, as the logs know it
+    assert_eq!(
+        out["requestId"].as_str(),
+        r.header("thaw-invocation-id"),
+        "{out}"
+    );
+    let remaining = out["remaining"].as_f64().unwrap();
+    assert!(remaining > 0.0 && remaining <= 5000.0, "{out}");
+    let r = d.invoke("hellonode", &json!({"name": "again"}));
+    assert_eq!(r.header("thaw-start-type"), Some("warm"));
+    let again = r.json().unwrap();
+    assert_eq!(again["count"], 102);
+    assert_ne!(again["requestId"], out["requestId"]);
+
+    // a thrown error: ours, and Lambda's shape
+    let r = d.invoke("hellonode", &json!({"fail": "x"}));
+    assert_eq!(r.status, 502);
+    let e = r.json().unwrap();
+    assert_eq!(e["error"], "function_error", "{e}");
+    assert_eq!(e["type"], "TypeError", "{e}");
+    let r = d.post_json(
+        "/v1/functions/hellonode/invoke?error_shape=lambda",
+        &json!({"fail": "x"}),
+    );
+    let e = r.json().unwrap();
+    assert_eq!(e["errorType"], "TypeError", "{e}");
+    assert_eq!(e["errorMessage"], "no such thing: x", "{e}");
+    let trace = e["stackTrace"].as_array().unwrap();
+    assert!(
+        trace
+            .iter()
+            .any(|l| l.as_str().unwrap().contains("index.js")),
+        "{e}"
+    );
+    let logs = d
+        .req("GET", "/v1/functions/hellonode/logs?tail=5", None)
+        .json()
+        .unwrap();
+    assert!(logs.to_string().contains("handling"), "{logs}");
+
+    // a callback-style handler in a single .js file (named after the module)
+    let cb = json!({
+        "name": "sumnode",
+        "runtime": "nodejs",
+        "handler": "sum.handler",
+        "code": {"format": "file", "data_base64": b64(NODE_CALLBACK.as_bytes())},
+    });
+    deploy(&d, &cb);
+    let r = d.invoke("sumnode", &json!({"numbers": [1, 2, 3.5]}));
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(r.json().unwrap(), json!({"sum": 6.5}));
+
+    // an unknown runtime is the request's fault
+    let mut bad = cb.clone();
+    bad["name"] = json!("rubyfn");
+    bad["runtime"] = json!("ruby");
+    let (s, e, m) = error_of(&d.post_json("/v1/functions", &bad));
+    assert_eq!((s, e.as_str()), (400, "bad_request"), "{m}");
+    assert!(m.contains("nodejs"), "{m}");
+
+    // a snapshot required: the checkpoint either refuses with its reasons,
+    // or the restore answers as a boot did
+    let mut snap = cb.clone();
+    snap["name"] = json!("snapnode");
+    snap["strategy"] = json!("mmap");
+    snap["snapshot"] = json!("required");
+    let r = d.post_json("/v1/functions", &snap);
+    if r.status == 422 {
+        let (_, _, m) = error_of(&r);
+        assert!(m.contains("thread") || m.contains("descriptor"), "{m}");
+    } else {
+        assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+        let r = d.invoke("snapnode", &json!({"numbers": [4, 5]}));
+        assert_eq!(r.header("thaw-start-type"), Some("restore"));
+        assert_eq!(r.json().unwrap(), json!({"sum": 9}));
+    }
+    d.healthy();
 }
