@@ -167,7 +167,7 @@ pub fn check_home(home: &Path, may_create: bool) -> Result<()> {
         Ok(_) => bail!("home {}: not a directory", home.display()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             if may_create {
-                return create_home(home);
+                return mkdir_private(home);
             }
             bail!(
                 "home {} does not exist; create it and build a runtime root there with `thaw runtime build --home {}`",
@@ -179,17 +179,17 @@ pub fn check_home(home: &Path, may_create: bool) -> Result<()> {
     }
 }
 
-/// Creates `home` (and missing parents) private to its owner: snapshots and
-/// the daemon's state live there.
-pub fn create_home(home: &Path) -> Result<()> {
+/// Creates a directory (and missing parents) private to its owner (0700,
+/// also when it existed): a state home, the daemon's state, a version.
+pub fn mkdir_private(dir: &Path) -> Result<()> {
     use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
-        .create(home)
-        .with_context(|| format!("creating home {}", home.display()))?;
-    std::fs::set_permissions(home, std::fs::Permissions::from_mode(0o700))
-        .with_context(|| format!("setting the mode of home {}", home.display()))
+        .create(dir)
+        .with_context(|| format!("creating {}", dir.display()))?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+        .with_context(|| format!("setting the mode of {}", dir.display()))
 }
 
 /// The built root of the current recipe under `home`; an error (not a build)

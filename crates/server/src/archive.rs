@@ -224,12 +224,21 @@ impl<'a> Sink<'a> {
     }
 }
 
-/// Packs a directory into a tar.gz (regular files and directories only;
-/// symbolic links are refused, like the daemon refuses them).
-pub fn pack_dir(dir: &Path) -> Result<Vec<u8>> {
-    let gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-    let mut ar = tar::Builder::new(gz);
-    ar.follow_symlinks(false);
+/// One entry of a function's code directory, parents before children.
+pub struct CodeEntry {
+    /// Path relative to the directory.
+    pub rel: PathBuf,
+    /// Path on the host.
+    pub path: PathBuf,
+    pub is_dir: bool,
+}
+
+/// The entries of a code directory in a stable order (sorted per directory,
+/// each directory before what it holds), leaving out `__pycache__` and dot
+/// files; anything but regular files and directories (a symbolic link
+/// among them) is refused, as the daemon refuses it in an archive.
+pub fn code_entries(dir: &Path) -> Result<Vec<CodeEntry>> {
+    let mut out = Vec::new();
     let mut stack = vec![PathBuf::new()];
     while let Some(rel) = stack.pop() {
         let mut entries: Vec<_> = std::fs::read_dir(dir.join(&rel))
@@ -244,14 +253,33 @@ pub fn pack_dir(dir: &Path) -> Result<Vec<u8>> {
             }
             let r = rel.join(&name);
             let t = e.file_type()?;
-            if t.is_dir() {
-                ar.append_dir(&r, e.path())?;
-                stack.push(r);
-            } else if t.is_file() {
-                ar.append_path_with_name(e.path(), &r)?;
-            } else {
+            if !t.is_dir() && !t.is_file() {
                 bail!("{} is not a regular file or directory", e.path().display());
             }
+            if t.is_dir() {
+                stack.push(r.clone());
+            }
+            out.push(CodeEntry {
+                rel: r,
+                path: e.path(),
+                is_dir: t.is_dir(),
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// Packs a directory into a tar.gz (regular files and directories only;
+/// symbolic links are refused, like the daemon refuses them).
+pub fn pack_dir(dir: &Path) -> Result<Vec<u8>> {
+    let gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    let mut ar = tar::Builder::new(gz);
+    ar.follow_symlinks(false);
+    for e in code_entries(dir)? {
+        if e.is_dir {
+            ar.append_dir(&e.rel, &e.path)?;
+        } else {
+            ar.append_path_with_name(&e.path, &e.rel)?;
         }
     }
     Ok(ar.into_inner()?.finish()?)

@@ -8,7 +8,7 @@ use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// Where the function's code lives in the image's root filesystem.
 pub const CODE_DIR: &str = "function";
@@ -68,34 +68,16 @@ fn code_layer(code: &Path) -> Result<Vec<u8>> {
     };
     let (mut h, p) = header(Path::new(CODE_DIR), tar::EntryType::Directory, 0o755, 0);
     ar.append_data(&mut h, p, std::io::empty())?;
-    let mut stack = vec![PathBuf::new()];
-    while let Some(rel) = stack.pop() {
-        let mut entries: Vec<_> = std::fs::read_dir(code.join(&rel))
-            .with_context(|| format!("reading {}", code.join(&rel).display()))?
-            .collect::<std::io::Result<_>>()?;
-        entries.sort_by_key(|e| e.file_name());
-        for e in entries {
-            let name = e.file_name();
-            let s = name.to_string_lossy();
-            if s == "__pycache__" || s.starts_with('.') {
-                continue;
-            }
-            let r = rel.join(&name);
-            let in_image = Path::new(CODE_DIR).join(&r);
-            let t = e.file_type()?;
-            if t.is_dir() {
-                let (mut h, p) = header(&in_image, tar::EntryType::Directory, 0o755, 0);
-                ar.append_data(&mut h, p, std::io::empty())?;
-                stack.push(r);
-            } else if t.is_file() {
-                let data = std::fs::read(e.path())
-                    .with_context(|| format!("reading {}", e.path().display()))?;
-                let (mut h, p) =
-                    header(&in_image, tar::EntryType::Regular, 0o644, data.len() as u64);
-                ar.append_data(&mut h, p, data.as_slice())?;
-            } else {
-                bail!("{} is not a regular file or directory", e.path().display());
-            }
+    for e in crate::archive::code_entries(code)? {
+        let in_image = Path::new(CODE_DIR).join(&e.rel);
+        if e.is_dir {
+            let (mut h, p) = header(&in_image, tar::EntryType::Directory, 0o755, 0);
+            ar.append_data(&mut h, p, std::io::empty())?;
+        } else {
+            let data =
+                std::fs::read(&e.path).with_context(|| format!("reading {}", e.path.display()))?;
+            let (mut h, p) = header(&in_image, tar::EntryType::Regular, 0o644, data.len() as u64);
+            ar.append_data(&mut h, p, data.as_slice())?;
         }
     }
     Ok(ar.into_inner()?)
@@ -226,6 +208,7 @@ pub fn function_key(code_archive: &[u8], settings: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::PathBuf;
 
     fn tmp(name: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("thaw-image-{}-{name}", std::process::id()));

@@ -12,7 +12,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 /// What a deployed version is.
@@ -125,16 +125,7 @@ pub fn check_name(name: &str) -> Result<()> {
     Ok(())
 }
 
-pub fn mkdir_private(p: &Path) -> Result<()> {
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(p)
-        .with_context(|| format!("creating {}", p.display()))?;
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o700))?;
-    Ok(())
-}
+pub use thaw_runtime::mkdir_private;
 
 /// Writes `data` to `path` atomically (temp file, fsync, rename, fsync dir), 0600.
 pub fn write_private(path: &Path, data: &[u8]) -> Result<()> {
