@@ -27,6 +27,9 @@ const PID_FILE: &str = "thaw-front.pid";
 pub struct Shim {
     exit: Arc<ExitSignal>,
     namespace: String,
+    /// The socket this shim serves on (`-socket`; empty for `start` and
+    /// `delete`).
+    socket: String,
 }
 
 impl containerd_shim::Shim for Shim {
@@ -36,6 +39,7 @@ impl containerd_shim::Shim for Shim {
         Shim {
             exit: Arc::new(ExitSignal::default()),
             namespace: args.namespace.clone(),
+            socket: args.socket.clone(),
         }
     }
 
@@ -70,6 +74,15 @@ impl containerd_shim::Shim for Shim {
 
     fn wait(&mut self) {
         self.exit.wait();
+        // The library removes the socket through the bundle's address file,
+        // which containerd may already have deleted with the bundle: remove
+        // it here too (open connections stay usable; the path goes).
+        let path = Path::new(self.socket.trim_start_matches("unix://"));
+        if std::fs::symlink_metadata(path)
+            .is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()))
+        {
+            let _ = std::fs::remove_file(path);
+        }
     }
 
     fn create_task_service(&self, publisher: RemotePublisher) -> Service {
