@@ -633,7 +633,7 @@ fn dump(
     };
     // the files' contents follow the pages: same checksum, moves, streams
     let mut saved = scan.entries;
-    files::save(pid, &mut saved, &mut |data| w.append_memory(data))?;
+    files::save(pid, &mut saved, &mut |data| Ok(w.append_memory(data)?))?;
     let state = ProcessState {
         version: STATE_VERSION,
         threads,

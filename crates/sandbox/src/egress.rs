@@ -270,7 +270,11 @@ fn output(program: &str, args: &[&str]) -> Result<String> {
 fn try_lock(index: u32) -> Result<Option<FileLock>> {
     let dir = Path::new(LEASE_DIR);
     secure::ensure_private_dir(dir)?;
-    secure::flock(&dir.join(format!("{index}.lock")), true, true)
+    Ok(secure::flock(
+        &dir.join(format!("{index}.lock")),
+        true,
+        true,
+    )?)
 }
 
 /// Removes what a daemon that held subnet `index` left (bridge, table).

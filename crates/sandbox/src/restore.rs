@@ -236,7 +236,9 @@ pub(crate) fn restore_with(
     // needs no sandbox, so on a block tier the copies can be asked for now)
     let mut memory = strategy.plan(&target)?;
     let hinted = Instant::now();
-    if arriving.is_none() && !thaw_store::secure::on_dram(&snap.dir)? {
+    if arriving.is_none()
+        && !thaw_store::secure::on_dram(&snap.dir).map_err(thaw_store::StoreError::from)?
+    {
         request_copies(&image, &memory.runs);
     }
     let hint_ms = ms(hinted);

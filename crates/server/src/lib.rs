@@ -306,7 +306,7 @@ fn trust(app: &App, dir: &std::path::Path) -> Result<thaw_store::Snapshot> {
 /// the flag.
 pub fn remove_home(home: &std::path::Path) -> Result<()> {
     thaw_store::Tier::unmount_dram(home)?;
-    thaw_store::secure::remove_tree(home)
+    Ok(thaw_store::secure::remove_tree(home)?)
 }
 
 /// A running daemon (for tests and `thaw serve`).

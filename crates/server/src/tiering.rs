@@ -130,7 +130,9 @@ fn find(app: &App, tier: &str, sname: &str) -> Result<Option<Stored>> {
 /// Removes snapshot `sname` from `tier` (nothing there is fine).
 pub fn remove_copy(app: &App, tier: &str, sname: &str) -> Result<()> {
     match place(&app.cfg.home, &app.remote, tier)? {
-        Place::Local { store, .. } => thaw_store::secure::remove_tree(&store.function_dir(sname)),
+        Place::Local { store, .. } => {
+            Ok(thaw_store::secure::remove_tree(&store.function_dir(sname))?)
+        }
         // the store's delete checks for the commit record itself
         p @ Place::Remote { .. } => moves::delete_snapshot(&p, sname),
     }

@@ -2,7 +2,6 @@
 //! reached without symlinks), private files (0600), owner tags that name a
 //! process by pid *and* start time, and removal of trees whose files were made
 //! immutable.
-use anyhow::{bail, Context, Result};
 use std::ffi::CString;
 use std::fs::{self, File, OpenOptions};
 use std::os::fd::AsRawFd;
@@ -10,6 +9,35 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
 use std::sync::OnceLock;
+use thaw_error::{Context, ResultExt};
+
+/// Why a path was refused as (or on the way to) a private directory, or
+/// what failed while checking or making it.
+#[derive(Debug, thiserror::Error)]
+pub enum PathError {
+    #[error("{}: \"..\" is not allowed here", path.display())]
+    ParentDir { path: PathBuf },
+    /// `at` (`path` itself or one of its ancestors) is a symlink
+    #[error("{} is a symlink; thaw's state must be reached without symlinks (refusing {})", at.display(), path.display())]
+    Symlink { at: PathBuf, path: PathBuf },
+    /// `at` (`path` itself or one of its ancestors) is not a directory
+    #[error("{} is not a directory (needed for {})", at.display(), path.display())]
+    NotDirectory { at: PathBuf, path: PathBuf },
+    /// `at` belongs to another user (an ancestor may also be root's)
+    #[error("{} is owned by uid {uid} (this worker runs as uid {euid}); refusing to keep state under it (it is not root's or ours)", at.display())]
+    ForeignOwner { at: PathBuf, uid: u32, euid: u32 },
+    /// others can write `at` (an ancestor may if it is sticky)
+    #[error("{} is writable by others (mode {mode:o}){}; refusing to keep state under it (anyone could have planted files)", at.display(), if *ancestor { " without the sticky bit" } else { "" })]
+    WritableByOthers {
+        at: PathBuf,
+        mode: u32,
+        ancestor: bool,
+    },
+    #[error(transparent)]
+    Io(#[from] Context),
+}
+
+type Result<T, E = PathError> = std::result::Result<T, E>;
 
 /// Permission bits of a private directory / file.
 pub const DIR_MODE: u32 = 0o700;
@@ -28,43 +56,45 @@ fn check_ancestors(path: &Path) -> Result<()> {
     let comps: Vec<Component> = path.components().collect();
     for c in &comps[..comps.len().saturating_sub(1)] {
         match c {
-            Component::ParentDir => bail!("{}: \"..\" is not allowed here", path.display()),
+            Component::ParentDir => {
+                return Err(PathError::ParentDir {
+                    path: path.to_owned(),
+                })
+            }
             Component::CurDir => continue,
             _ => cur.push(c),
         }
         let m = match fs::symlink_metadata(&cur) {
             Ok(m) => m,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(e).with_context(|| format!("checking {}", cur.display())),
+            Err(e) => return Err(Context::new(format!("checking {}", cur.display()), e).into()),
         };
-        if m.file_type().is_symlink() {
-            bail!(
-                "{} is a symlink; thaw's state must be reached without symlinks (refusing {})",
-                cur.display(),
-                path.display()
-            );
-        }
-        if !m.is_dir() {
-            bail!(
-                "{} is not a directory (needed for {})",
-                cur.display(),
-                path.display()
-            );
-        }
-        if m.uid() != 0 && m.uid() != euid() {
-            bail!(
-                "{} is owned by uid {}, not by root or this worker; refusing to keep state under it",
-                cur.display(),
-                m.uid()
-            );
-        }
-        if m.mode() & 0o022 != 0 && m.mode() & 0o1000 == 0 {
-            bail!(
-                "{} is writable by others (mode {:o}) without the sticky bit; refusing to keep state under it",
-                cur.display(),
-                m.mode() & 0o7777
-            );
-        }
+        check_meta(&m, &cur, path, true)?;
+    }
+    Ok(())
+}
+
+/// Refuses `at` (`path` itself, or one of its ancestors when `ancestor`)
+/// unless it is a real directory owned by us (or by root, for an ancestor)
+/// that others cannot write (an ancestor may if it is sticky).
+fn check_meta(m: &fs::Metadata, at: &Path, path: &Path, ancestor: bool) -> Result<()> {
+    let (at, path) = (at.to_owned(), path.to_owned());
+    if m.file_type().is_symlink() {
+        return Err(PathError::Symlink { at, path });
+    }
+    if !m.is_dir() {
+        return Err(PathError::NotDirectory { at, path });
+    }
+    if m.uid() != euid() && !(ancestor && m.uid() == 0) {
+        return Err(PathError::ForeignOwner {
+            at,
+            uid: m.uid(),
+            euid: euid(),
+        });
+    }
+    let mode = m.mode() & 0o7777;
+    if mode & 0o022 != 0 && !(ancestor && mode & 0o1000 != 0) {
+        return Err(PathError::WritableByOthers { at, mode, ancestor });
     }
     Ok(())
 }
@@ -76,28 +106,8 @@ fn check_ancestors(path: &Path) -> Result<()> {
 pub fn check_private_dir(path: &Path) -> Result<()> {
     check_ancestors(path)?;
     let m = fs::symlink_metadata(path).with_context(|| format!("{}", path.display()))?;
-    if m.file_type().is_symlink() {
-        bail!("{} is a symlink; refusing to use it", path.display());
-    }
-    if !m.is_dir() {
-        bail!("{} is not a directory", path.display());
-    }
-    if m.uid() != euid() {
-        bail!(
-            "{} is owned by uid {} (this worker runs as uid {}); refusing to use a tree someone else made",
-            path.display(),
-            m.uid(),
-            euid()
-        );
-    }
-    let mode = m.mode() & 0o7777;
-    if mode & 0o022 != 0 {
-        bail!(
-            "{} is writable by others (mode {mode:o}); refusing to use it (anyone could have planted files)",
-            path.display()
-        );
-    }
-    if mode & 0o077 != 0 {
+    check_meta(&m, path, path, false)?;
+    if m.mode() & 0o077 != 0 {
         fs::set_permissions(path, fs::Permissions::from_mode(DIR_MODE))
             .with_context(|| format!("making {} private", path.display()))?;
     }
@@ -113,34 +123,34 @@ pub fn ensure_private_dir(path: &Path) -> Result<()> {
         .create(path)
     {
         if e.raw_os_error() == Some(libc::ENOTDIR) {
-            bail!(
-                "{}: a component of this path is not a directory",
-                path.display()
-            );
+            return Err(PathError::NotDirectory {
+                at: path.to_owned(),
+                path: path.to_owned(),
+            });
         }
-        return Err(e).with_context(|| format!("creating {}", path.display()));
+        return Err(Context::new(format!("creating {}", path.display()), e).into());
     }
     check_private_dir(path)
 }
 
 /// Creates a new private file (0600), refusing to follow a symlink.
 pub fn create_private_file(path: &Path) -> Result<File> {
-    OpenOptions::new()
+    Ok(OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(FILE_MODE)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(path)
-        .with_context(|| format!("creating {}", path.display()))
+        .with_context(|| format!("creating {}", path.display()))?)
 }
 
 /// Opens an existing file for reading without following a symlink.
 pub fn open_nofollow(path: &Path) -> Result<File> {
-    OpenOptions::new()
+    Ok(OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(path)
-        .with_context(|| format!("opening {}", path.display()))
+        .with_context(|| format!("opening {}", path.display()))?)
 }
 
 /// A process's start time in clock ticks since boot (/proc/PID/stat field 22).
@@ -214,13 +224,11 @@ pub fn set_immutable(path: &Path, on: bool) -> Result<()> {
     // SAFETY: FS_IOC_SETFLAGS reads one long from `flags`, which outlives the call.
     let r = unsafe { libc::ioctl(f.as_raw_fd(), FS_IOC_SETFLAGS, &flags) };
     if r != 0 {
-        return Err(std::io::Error::last_os_error()).with_context(|| {
-            format!(
-                "{} FS_IMMUTABLE_FL on {}",
-                if on { "setting" } else { "clearing" },
-                path.display()
-            )
-        });
+        let what = if on { "setting" } else { "clearing" };
+        let e = std::io::Error::last_os_error();
+        return Err(
+            Context::new(format!("{what} FS_IMMUTABLE_FL on {}", path.display()), e).into(),
+        );
     }
     Ok(())
 }
@@ -231,13 +239,15 @@ pub fn remove_tree(path: &Path) -> Result<()> {
     let m = match fs::symlink_metadata(path) {
         Ok(m) => m,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(e).with_context(|| format!("removing {}", path.display())),
+        Err(e) => return Err(Context::new(format!("removing {}", path.display()), e).into()),
     };
     if m.is_dir() {
         for e in fs::read_dir(path).with_context(|| format!("reading {}", path.display()))? {
-            remove_tree(&e?.path())?;
+            let e = e.with_context(|| format!("reading {}", path.display()))?;
+            remove_tree(&e.path())?;
         }
-        return fs::remove_dir(path).with_context(|| format!("removing {}", path.display()));
+        fs::remove_dir(path).with_context(|| format!("removing {}", path.display()))?;
+        return Ok(());
     }
     if m.is_file() {
         if let Ok(f) = open_nofollow(path) {
@@ -248,7 +258,7 @@ pub fn remove_tree(path: &Path) -> Result<()> {
     }
     match fs::remove_file(path) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            Err(e).with_context(|| format!("removing {}", path.display()))
+            Err(Context::new(format!("removing {}", path.display()), e).into())
         }
         _ => Ok(()),
     }
@@ -262,8 +272,8 @@ pub fn fs_type(path: &Path) -> Result<i64> {
     let mut st: libc::statfs = unsafe { std::mem::zeroed() };
     // SAFETY: as above.
     if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
-        return Err(std::io::Error::last_os_error())
-            .with_context(|| format!("statfs {}", path.display()));
+        let e = std::io::Error::last_os_error();
+        return Err(Context::new(format!("statfs {}", path.display()), e).into());
     }
     Ok(st.f_type)
 }
@@ -337,7 +347,7 @@ fn lock_open_file(
         match e.raw_os_error() {
             Some(libc::EINTR) => continue,
             Some(libc::EWOULDBLOCK) if nonblock => return Ok(None),
-            _ => return Err(e).with_context(|| format!("flock {}", path.display())),
+            _ => return Err(Context::new(format!("flock {}", path.display()), e).into()),
         }
     }
 }
@@ -382,25 +392,32 @@ mod tests {
         let foreign = base.join("foreign");
         fs::create_dir(&foreign).unwrap();
         std::os::unix::fs::chown(&foreign, Some(65534), None).unwrap();
-        let err = format!("{:#}", check_private_dir(&foreign).unwrap_err());
+        let err = check_private_dir(&foreign).unwrap_err();
         assert!(
-            err.contains("owned by uid 65534") && err.contains("foreign"),
-            "{err}"
+            matches!(&err, PathError::ForeignOwner { at, uid: 65534, .. } if *at == foreign),
+            "{err:?}"
         );
-        let err = format!("{:#}", ensure_private_dir(&foreign.join("x")).unwrap_err());
-        assert!(err.contains("65534"), "{err}");
+        let err = ensure_private_dir(&foreign.join("x")).unwrap_err();
+        assert!(
+            matches!(&err, PathError::ForeignOwner { at, uid: 65534, .. } if *at == foreign),
+            "{err:?}"
+        );
         // world-writable, ours
         let open = base.join("open");
         fs::create_dir(&open).unwrap();
         fs::set_permissions(&open, fs::Permissions::from_mode(0o777)).unwrap();
-        assert!(format!("{:#}", check_private_dir(&open).unwrap_err()).contains("writable"));
+        let err = check_private_dir(&open).unwrap_err();
+        assert!(
+            matches!(err, PathError::WritableByOthers { mode: 0o777, .. }),
+            "{err:?}"
+        );
         // a symlink in the path
         std::os::unix::fs::symlink(&d, base.join("link")).unwrap();
-        let err = format!(
-            "{:#}",
-            ensure_private_dir(&base.join("link/c")).unwrap_err()
+        let err = ensure_private_dir(&base.join("link/c")).unwrap_err();
+        assert!(
+            matches!(&err, PathError::Symlink { at, .. } if *at == base.join("link")),
+            "{err:?}"
         );
-        assert!(err.contains("symlink"), "{err}");
         // readable by others but ours: tightened
         let loose = base.join("loose");
         fs::create_dir(&loose).unwrap();

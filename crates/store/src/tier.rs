@@ -6,11 +6,36 @@
 //! `HOME/snapshots`, the DRAM tier in `HOME/dram/snapshots`, where `HOME/dram`
 //! is a tmpfs that thaw mounts (mode 0700, root) on first use unless it
 //! already is on one. Nothing lives on a shared world-writable path.
-use crate::secure;
-use anyhow::{bail, Context, Result};
+use crate::secure::{self, PathError};
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use thaw_error::{Context, ResultExt};
+
+/// Why a tier cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum TierError {
+    #[error("unknown tier {name:?} (known: {})", TIER_NAMES.join(", "))]
+    Unknown { name: String },
+    /// a device tier with nothing mounted at its directory
+    #[error("tier {name} is not set up: nothing is mounted at {} (run `thaw tier setup --tiers {name}`)", mount.display())]
+    NotSetUp { name: String, mount: PathBuf },
+    /// the tier's root is not a private directory of ours
+    #[error("tier {name} at {}", path.display())]
+    Root {
+        name: &'static str,
+        path: PathBuf,
+        #[source]
+        source: PathError,
+    },
+    #[error(transparent)]
+    Path(#[from] PathError),
+    /// mounting the DRAM tier's tmpfs, unmounting it
+    #[error(transparent)]
+    Other(#[from] Context),
+}
+
+type Result<T, E = TierError> = std::result::Result<T, E>;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Tier {
@@ -47,7 +72,7 @@ impl Tier {
             "nvme" => device_tier("nvme", "NVMe SSD", home)?,
             "sata" => device_tier("sata", "SATA SSD", home)?,
             "hdd" => device_tier("hdd", "7,200 rpm disk", home)?,
-            _ => bail!("unknown tier {name:?} (known: {})", TIER_NAMES.join(", ")),
+            _ => return Err(TierError::Unknown { name: name.into() }),
         })
     }
 
@@ -84,20 +109,28 @@ impl Tier {
         if !mounted {
             return Ok(());
         }
-        let target = CString::new(dir.as_os_str().as_bytes()).context("home path holds a NUL")?;
+        let target = c_path(&dir)?;
         // SAFETY: umount2 with a NUL-terminated path that outlives the call.
         if unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) } != 0 {
-            return Err(std::io::Error::last_os_error())
-                .with_context(|| format!("unmounting {}", dir.display()));
+            let e = std::io::Error::last_os_error();
+            return Err(Context::new(format!("unmounting {}", dir.display()), e).into());
         }
         Ok(())
     }
 
     /// Creates the tier's root (0700, ours) if missing and checks it.
     pub fn ensure_root(&self) -> Result<()> {
-        secure::ensure_private_dir(&self.path)
-            .with_context(|| format!("tier {} at {}", self.name, self.path.display()))
+        secure::ensure_private_dir(&self.path).map_err(|source| TierError::Root {
+            name: self.name,
+            path: self.path.clone(),
+            source,
+        })
     }
+}
+
+fn c_path(p: &Path) -> Result<CString> {
+    Ok(CString::new(p.as_os_str().as_bytes())
+        .with_context(|| format!("{}: path holds a NUL byte", p.display()))?)
 }
 
 /// `HOME/dram`, a private tmpfs: mounted here (0700, root) unless the
@@ -113,7 +146,7 @@ fn dram_dir(home: &Path) -> Result<PathBuf> {
     if secure::on_dram(&dir)? {
         return Ok(dir);
     }
-    let target = CString::new(dir.as_os_str().as_bytes()).context("home path holds a NUL")?;
+    let target = c_path(&dir)?;
     // SAFETY: all arguments are NUL-terminated strings that outlive the call.
     let r = unsafe {
         libc::mount(
@@ -125,8 +158,9 @@ fn dram_dir(home: &Path) -> Result<PathBuf> {
         )
     };
     if r != 0 {
-        return Err(std::io::Error::last_os_error())
-            .with_context(|| format!("mounting the DRAM tier's tmpfs on {}", dir.display()));
+        let e = std::io::Error::last_os_error();
+        let what = format!("mounting the DRAM tier's tmpfs on {}", dir.display());
+        return Err(Context::new(what, e).into());
     }
     secure::check_private_dir(&dir)?;
     Ok(dir)
@@ -152,9 +186,9 @@ fn device_mount(name: &str, home: &Path) -> Result<PathBuf> {
     let dev = |p: &Path| std::fs::metadata(p).map(|m| m.dev()).ok();
     match (dev(&mount), dev(&home.join("tiers"))) {
         (Some(a), Some(b)) if a != b => Ok(mount),
-        _ => bail!(
-            "tier {name} is not set up: nothing is mounted at {} (run `thaw tier setup --tiers {name}`)",
-            mount.display()
-        ),
+        _ => Err(TierError::NotSetUp {
+            name: name.into(),
+            mount,
+        }),
     }
 }

@@ -18,13 +18,15 @@
 //! cleanup, but only when no reader holds their lock; a version still held is
 //! left for the next publish or `thaw gc`.
 use crate::secure::{self, FileLock};
-use crate::{Snapshot, Tier};
-use anyhow::{bail, Context, Result};
+use crate::{Snapshot, StoreError, Tier};
 use std::fs;
 use std::io::Read;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use thaw_error::{Context, ResultExt};
+
+type Result<T, E = StoreError> = std::result::Result<T, E>;
 
 const CURRENT: &str = "current";
 const VERSIONS: &str = "versions";
@@ -43,7 +45,7 @@ fn check_name(name: &str) -> Result<()> {
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.')
     {
-        bail!("bad snapshot name {name:?}");
+        return Err(StoreError::BadName { name: name.into() });
     }
     Ok(())
 }
@@ -105,7 +107,7 @@ impl Tier {
         secure::check_private_dir(&self.path)?;
         let mut out = Vec::new();
         for e in rd {
-            let e = e?;
+            let e = e.with_context(|| format!("reading {}", self.path.display()))?;
             let name = e.file_name().to_string_lossy().to_string();
             if name.starts_with('.') || fs::symlink_metadata(e.path().join(CURRENT)).is_err() {
                 continue;
@@ -129,25 +131,24 @@ fn open_published(dir: &Path) -> Result<Option<Snapshot>> {
         let target = match fs::read_link(dir.join(CURRENT)) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(e).with_context(|| format!("reading {}/current", dir.display())),
+            Err(e) => {
+                return Err(Context::new(format!("reading {}/current", dir.display()), e).into())
+            }
         };
         let id = target
             .strip_prefix(VERSIONS)
             .ok()
             .and_then(|p| p.to_str())
             .filter(|id| valid_version_id(id))
-            .with_context(|| {
-                format!(
-                    "{}/current points at {}, not at a version",
-                    dir.display(),
-                    target.display()
-                )
+            .ok_or_else(|| StoreError::Corrupt {
+                dir: dir.to_owned(),
+                what: format!("current points at {}, not at a version", target.display()),
             })?;
         let vdir = dir.join(VERSIONS).join(id);
         let lock = match secure::flock_dir(&vdir, false, false) {
             Ok(l) => l.expect("a blocking flock returns a lock"),
             Err(_) if !vdir.exists() => continue,
-            Err(e) => return Err(e),
+            Err(e) => return Err(e.into()),
         };
         // the directory we locked must still be the one at that path
         let held = lock_inode(&lock)?;
@@ -158,23 +159,21 @@ fn open_published(dir: &Path) -> Result<Option<Snapshot>> {
         secure::check_private_dir(&vdir)?;
         let mut snap = Snapshot::open(&vdir)?;
         if snap.manifest.id != id {
-            bail!(
-                "integrity: snapshot {} has manifest id {:?}, not its version {id:?}",
-                vdir.display(),
-                snap.manifest.id
-            );
+            return Err(StoreError::Integrity {
+                path: vdir,
+                what: format!("manifest id {:?}, not its version {id:?}", snap.manifest.id),
+            });
         }
         snap.hold = Some(Arc::new(lock));
         return Ok(Some(snap));
     }
-    bail!(
-        "{}: the published version kept changing while being opened",
-        dir.display()
-    )
+    Err(StoreError::Busy {
+        dir: dir.to_owned(),
+    })
 }
 
 fn lock_inode(lock: &FileLock) -> Result<(u64, u64)> {
-    let m = lock.file().metadata()?;
+    let m = lock.file().metadata().context("stat of a locked version")?;
     Ok((m.dev(), m.ino()))
 }
 
@@ -210,7 +209,7 @@ impl DeployLock {
         let id = dir
             .file_name()
             .and_then(|n| n.to_str())
-            .context("version directory without a name")?
+            .ok_or_else(|| StoreError::BadPath { path: dir.clone() })?
             .to_string();
         let mut w = crate::SnapshotWriter::create(&dir)?;
         w.keep_machine(src.manifest.machine.clone());
@@ -233,22 +232,20 @@ impl DeployLock {
             .dir
             .file_name()
             .and_then(|n| n.to_str())
-            .filter(|id| valid_version_id(id))
-            .context("snapshot to publish is not a version directory")?
+            .filter(|id| valid_version_id(id) && snap.dir == self.dir.join(VERSIONS).join(id))
+            .ok_or_else(|| StoreError::NotAVersion {
+                path: snap.dir.clone(),
+                of: self.dir.clone(),
+            })?
             .to_string();
-        if snap.dir != self.dir.join(VERSIONS).join(&id) {
-            bail!(
-                "snapshot {} is not a version of {}",
-                snap.dir.display(),
-                self.dir.display()
-            );
-        }
         if snap.manifest.id != id {
-            bail!(
-                "snapshot {} has manifest id {:?}; a version's id must be its name",
-                snap.dir.display(),
-                snap.manifest.id
-            );
+            return Err(StoreError::Integrity {
+                path: snap.dir.clone(),
+                what: format!(
+                    "manifest id {:?}; a version's id must be its name",
+                    snap.manifest.id
+                ),
+            });
         }
         let tmp = self
             .dir
@@ -259,7 +256,9 @@ impl DeployLock {
         fs::rename(&tmp, self.dir.join(CURRENT))
             .with_context(|| format!("publishing {}", snap.dir.display()))?;
         crate::snapshot::sync_dir(&self.dir)?;
-        let published = open_published(&self.dir)?.context("published version vanished")?;
+        let published = open_published(&self.dir)?.ok_or_else(|| StoreError::NotFound {
+            dir: self.dir.join(CURRENT),
+        })?;
         remove_unused_versions(&self.dir)?;
         Ok(published)
     }
@@ -297,7 +296,7 @@ pub(crate) fn remove_unused_versions(dir: &Path) -> Result<Vec<PathBuf>> {
             continue;
         };
         let trash = vdir.join(format!(".trash-{}-{name}", secure::owner_tag()));
-        fs::rename(&path, &trash)?;
+        fs::rename(&path, &trash).with_context(|| format!("moving {} away", path.display()))?;
         drop(lock);
         secure::remove_tree(&trash)?;
         removed.push(path);
@@ -328,12 +327,14 @@ pub fn gc_tier(tier: &Tier) -> Result<Vec<PathBuf>> {
         let Some(_lock) = secure::flock(&dir.join(DEPLOY_LOCK), true, true)? else {
             continue;
         };
-        for l in fs::read_dir(&dir)?.flatten() {
+        let rd = fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))?;
+        for l in rd.flatten() {
             let n = l.file_name().to_string_lossy().to_string();
             if n.strip_prefix(&format!(".{CURRENT}.tmp-"))
                 .is_some_and(secure::owned_by_dead)
             {
-                fs::remove_file(l.path())?;
+                fs::remove_file(l.path())
+                    .with_context(|| format!("removing {}", l.path().display()))?;
                 removed.push(l.path());
             }
         }

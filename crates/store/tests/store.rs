@@ -3,7 +3,7 @@
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use thaw_store::{secure, Snapshot, SnapshotWriter, Tier};
+use thaw_store::{secure, PathError, Snapshot, SnapshotWriter, StoreError, Tier};
 
 fn root() {
     // SAFETY: geteuid has no preconditions.
@@ -113,28 +113,49 @@ fn a_tree_made_by_another_uid_is_refused() {
     // an unprivileged user got there first and planted a snapshot
     fs::create_dir_all(&t.path).unwrap();
     std::os::unix::fs::chown(&t.path, Some(65534), Some(65534)).unwrap();
-    let err = format!("{:#}", t.lock_deploy("f-abc").err().unwrap());
+    let err = t.lock_deploy("f-abc").err().unwrap();
     assert!(
-        err.contains("owned by uid 65534") && err.contains(&*t.path.to_string_lossy()),
-        "{err}"
+        matches!(err.path_error(), Some(PathError::ForeignOwner { at, uid: 65534, .. }) if *at == t.path),
+        "{err:?}"
     );
-    let err = format!("{:#}", t.list().unwrap_err());
-    assert!(err.contains("65534"), "{err}");
+    let err = t.list().unwrap_err();
+    assert!(
+        matches!(
+            err,
+            StoreError::Path(PathError::ForeignOwner { uid: 65534, .. })
+        ),
+        "{err:?}"
+    );
     // ours, but world-writable: anyone could have planted
     std::os::unix::fs::chown(&t.path, Some(0), Some(0)).unwrap();
     fs::set_permissions(&t.path, fs::Permissions::from_mode(0o1777)).unwrap();
-    assert!(format!("{:#}", t.lock_deploy("f-abc").err().unwrap()).contains("writable"));
+    let err = t.lock_deploy("f-abc").err().unwrap();
+    assert!(
+        matches!(
+            err.path_error(),
+            Some(PathError::WritableByOthers { mode: 0o1777, .. })
+        ),
+        "{err:?}"
+    );
     // a planted function directory inside our tier
     fs::set_permissions(&t.path, fs::Permissions::from_mode(0o700)).unwrap();
     let planted = t.function_dir("f-abc");
     fs::create_dir(&planted).unwrap();
     std::os::unix::fs::chown(&planted, Some(65534), None).unwrap();
-    assert!(format!("{:#}", t.open_current("f-abc").unwrap_err()).contains("65534"));
+    let err = t.open_current("f-abc").unwrap_err();
+    assert!(
+        matches!(err.path_error(), Some(PathError::ForeignOwner { at, uid: 65534, .. }) if *at == planted),
+        "{err:?}"
+    );
     // a symlinked tier root
     let link = tier_on("/dev/shm", "link");
     fs::create_dir_all(link.path.parent().unwrap()).unwrap();
     std::os::unix::fs::symlink("/dev/shm", &link.path).unwrap();
-    assert!(format!("{:#}", link.lock_deploy("f-abc").err().unwrap()).contains("symlink"));
+    let err = link.lock_deploy("f-abc").err().unwrap();
+    assert!(
+        matches!(err.path_error(), Some(PathError::Symlink { at, .. }) if *at == link.path),
+        "{err:?}"
+    );
 }
 
 #[test]
@@ -284,10 +305,10 @@ fn a_changed_dram_image_cannot_reach_a_restore() {
     let err = std::os::unix::fs::FileExt::write_at(&img, b"x", 0).unwrap_err();
     assert_eq!(err.raw_os_error(), Some(libc::EPERM), "{err}");
     // a fresh process (no memfd yet) sees the change as an integrity error
-    let err = format!("{:#}", snap.verify_memory().unwrap_err());
+    let err = snap.verify_memory().unwrap_err();
     assert!(
-        err.contains("integrity") && err.contains("memory.img"),
-        "{err}"
+        matches!(&err, StoreError::Integrity { path: p, .. } if *p == path),
+        "{err:?}"
     );
 }
 
@@ -312,17 +333,17 @@ fn a_changed_block_image_is_impossible_or_an_integrity_error() {
     secure::set_immutable(&path, false).unwrap();
     change_byte_keep_mtime(&path, 5);
     secure::set_immutable(&path, true).unwrap();
-    let err = format!("{:#}", snap.open_image().unwrap_err());
+    let err = snap.open_image().unwrap_err();
     assert!(
-        err.contains("integrity") && err.contains(&*path.to_string_lossy()),
-        "{err}"
+        matches!(&err, StoreError::Integrity { path: p, .. } if *p == path),
+        "{err:?}"
     );
     // flag left cleared: refused before any byte is read
     secure::set_immutable(&path, false).unwrap();
-    let err = format!("{:#}", snap.open_image().unwrap_err());
+    let err = snap.open_image().unwrap_err();
     assert!(
-        err.contains("integrity") && err.contains("not immutable"),
-        "{err}"
+        matches!(&err, StoreError::NotImmutable { path: p } if *p == path),
+        "{err:?}"
     );
     drop(snap);
     secure::remove_tree(t.path.parent().unwrap()).unwrap();

@@ -67,7 +67,7 @@ pub fn local_store(home: &Path, t: &crate::TierConfig) -> Result<thaw_store::Tie
             emulated: false,
             description: "configured local tier",
         }),
-        Err(e) => Err(e),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -561,7 +561,7 @@ fn discard_target(to: &Place, name: &str) -> Result<()> {
 /// Removes a local tree (snapshot files on block tiers are immutable: the
 /// store's removal clears the flag first).
 fn remove_tree(p: &Path) -> Result<()> {
-    thaw_store::secure::remove_tree(p)
+    Ok(thaw_store::secure::remove_tree(p)?)
 }
 
 /// Finishes or rolls back every interrupted move. `place` resolves a tier

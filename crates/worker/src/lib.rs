@@ -99,10 +99,12 @@ impl Worker {
         let mut tiers = Vec::new();
         for name in thaw_store::TIER_NAMES {
             // a tier never set up here has nothing to clean (and is not made)
-            let res = Tier::existing(name, &self.home).and_then(|t| match t {
-                Some(t) => Ok(Some((thaw_store::gc_tier(&t)?, t))),
-                None => Ok(None),
-            });
+            let res = Tier::existing(name, &self.home)
+                .map_err(thaw_store::StoreError::from)
+                .and_then(|t| match t {
+                    Some(t) => Ok(Some((thaw_store::gc_tier(&t)?, t))),
+                    None => Ok(None),
+                });
             match res {
                 Ok(Some((r, t))) => {
                     removed.extend(r);
@@ -143,7 +145,7 @@ impl Worker {
     }
 
     pub fn tier(&self, name: &str) -> Result<Tier> {
-        Tier::by_name(name, &self.home)
+        Ok(Tier::by_name(name, &self.home)?)
     }
 
     /// Starts a fresh instance of `function` and runs its init.
