@@ -97,7 +97,7 @@ pub fn run(
                     None,
                 );
                 let mut stream = stream.context("the stream was not opened")?;
-                let rec = rec.map_err(|e| stream.explain(e))?;
+                let rec = rec.map_err(|e| stream.explain(e.into()))?;
                 let bg = stream.finish()?;
                 let rec = Record {
                     tier: o.tier.to_string(),

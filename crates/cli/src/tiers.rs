@@ -108,11 +108,11 @@ pub fn run(home: &Path, cmd: TierCmd) -> Result<()> {
             upstream,
             delay_us,
             tag: _,
-        } => thaw_tiers::relay::serve(
+        } => Ok(thaw_tiers::relay::serve(
             &listen,
             &upstream,
             std::time::Duration::from_micros(delay_us),
-        ),
+        )?),
         TierCmd::LatencyDevice {
             backing,
             mount,
@@ -120,7 +120,7 @@ pub fn run(home: &Path, cmd: TierCmd) -> Result<()> {
             latency_ns,
             queue_depth,
             io_timeout_ms,
-        } => thaw_tiers::latency::serve(
+        } => Ok(thaw_tiers::latency::serve(
             &backing,
             &mount,
             &name,
@@ -129,7 +129,7 @@ pub fn run(home: &Path, cmd: TierCmd) -> Result<()> {
                 queue_depth,
                 io_timeout: std::time::Duration::from_millis(io_timeout_ms),
             },
-        ),
+        )?),
         cmd => run_configured(home, &TiersConfig::load(home)?, cmd),
     }
 }
@@ -186,7 +186,7 @@ fn run_configured(home: &Path, cfg: &TiersConfig, cmd: TierCmd) -> Result<()> {
             reads,
             json,
         } => probe_tiers(home, cfg, names(&tiers), mib, reads, json, false),
-        TierCmd::ProbeReader { file, reads, kind } => probe::reader_main(&file, reads, &kind),
+        TierCmd::ProbeReader { file, reads, kind } => Ok(probe::reader_main(&file, reads, &kind)?),
         TierCmd::Stall { tier, off } => {
             device::stall(home, cfg.get(&tier)?, !off)?;
             thaw_output::outln!("{tier}\t{}", if off { "resumed" } else { "stalled" });
@@ -294,7 +294,7 @@ pub fn split_costs(home: &Path, fast: &str, slow: &str) -> Result<thaw_tiers::sp
         ));
         probe_tiers(home, &cfg, Some(missing), 32, 256, None, true)?;
     }
-    thaw_tiers::split::costs(home, &cfg, fast, slow)
+    Ok(thaw_tiers::split::costs(home, &cfg, fast, slow)?)
 }
 
 /// `quiet`: the per-reader lines go to stderr (stdout is another command's).
@@ -527,11 +527,12 @@ fn transfer_one(
         .with_context(|| format!("no snapshot of {function} on tier {from}"))?;
     // the store accounts each tier's capacity: a move never overfills one
     check_room(home, places.cfg.get(to)?, moves::size_of(&src, &name)?)?;
-    if keep_source {
-        moves::copy_snapshot(home, &name, &src, &dst)
+    let report = if keep_source {
+        moves::copy_snapshot(home, &name, &src, &dst)?
     } else {
-        moves::move_snapshot(home, &name, &src, &dst)
-    }
+        moves::move_snapshot(home, &name, &src, &dst)?
+    };
+    Ok(report)
 }
 
 pub fn snapshot_where(home: &Path, function: &str) -> Result<()> {
@@ -564,11 +565,12 @@ pub fn snapshot_where(home: &Path, function: &str) -> Result<()> {
 /// One of `tier`'s restore slots, waited for up to a minute.
 pub fn restore_slot(home: &Path, tier: &str) -> Result<thaw_tiers::slots::RestoreSlot> {
     let cfg = TiersConfig::load(home)?;
-    thaw_tiers::slots::RestoreSlot::acquire(
+    let slot = thaw_tiers::slots::RestoreSlot::acquire(
         home,
         cfg.get(tier)?,
         std::time::Duration::from_secs(60),
-    )
+    )?;
+    Ok(slot)
 }
 
 /// Whether `tier` is a configured remote tier (restores from it stream).
@@ -624,7 +626,7 @@ pub fn invoke_streamed(home: &Path, w: &thaw_worker::Worker, inv: &Invocation) -
         let (mut sb, rep) = started.map_err(|e| stream.explain(e.into()))?;
         let restore_ms = ms(t1);
         let inv = thaw_worker::invoke(&mut sb, size, thaw_worker::INVOKE_TIMEOUT)
-            .map_err(|e| stream.explain(e))?;
+            .map_err(|e| stream.explain(e.into()))?;
         anyhow::Ok((stream, rep, restore_ms, inv, ms(t0)))
     })();
     let (mut stream, rep, restore_ms, inv, cold) = match streamed {

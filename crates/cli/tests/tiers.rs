@@ -811,7 +811,7 @@ fn restores_stream_from_the_remote_tier_working_set_first_and_fail_clearly() {
         let started = w.restore_streamed(&s.snapshot, StrategyKind::Uffd, s.inputs()?);
         let (mut sb, _) = started.map_err(|e| s.explain(e.into()))?;
         let r = thaw_worker::invoke(&mut sb, InputSize::I, thaw_worker::INVOKE_TIMEOUT);
-        r.map_err(|e| s.explain(e))?;
+        r.map_err(|e| s.explain(e.into()))?;
         s.finish()?;
         Ok(())
     })();
@@ -863,7 +863,7 @@ fn restores_stream_from_the_remote_tier_working_set_first_and_fail_clearly() {
     unsafe { libc::kill(pid, libc::SIGCONT) };
     let err = format!(
         "{:#}",
-        s.explain(res.expect_err("restored without the store"))
+        s.explain(res.expect_err("restored without the store").into())
     );
     assert!(
         err.contains("streaming from the remote tier failed")

@@ -15,6 +15,7 @@ pub mod write_set;
 
 pub use layout::{MemoryLayout, PageSpan, Region, Run, PAGE_SIZE};
 pub use page_server::{FaultStats, ImageSource, PageServer, PageSource};
+pub use thaw_error::BoxError;
 
 /// Writes a file that derives from a snapshot (working set, tier files):
 /// temp name (0600), fsync, rename, fsync the directory. Readers see the old

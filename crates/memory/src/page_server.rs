@@ -14,13 +14,14 @@ use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use thaw_error::BoxError;
 
 const UFFD_EVENT_PAGEFAULT: u8 = 0x12;
 
 /// Where a lazily served page's contents come from.
 pub trait PageSource: Send + Sync {
     /// Fills `buf` with the page at `addr` of `region`; false means a zero page.
-    fn read_page(&self, region: &Region, addr: u64, buf: &mut [u8]) -> anyhow::Result<bool>;
+    fn read_page(&self, region: &Region, addr: u64, buf: &mut [u8]) -> Result<bool, BoxError>;
 }
 
 /// Pages straight from a snapshot's memory image.
@@ -33,7 +34,7 @@ pub struct ImageSource(pub File);
 const READ_AROUND: u64 = 64 << 10;
 
 impl PageSource for ImageSource {
-    fn read_page(&self, region: &Region, addr: u64, buf: &mut [u8]) -> anyhow::Result<bool> {
+    fn read_page(&self, region: &Region, addr: u64, buf: &mut [u8]) -> Result<bool, BoxError> {
         match region.image_offset(addr) {
             Some(off) => {
                 if !read_cached(&self.0, buf, off) {

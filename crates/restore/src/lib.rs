@@ -33,7 +33,7 @@ use std::fs::File;
 use std::os::fd::{BorrowedFd, RawFd};
 use std::path::Path;
 use std::sync::Arc;
-use thaw_memory::{MemoryLayout, PageServer, Region};
+use thaw_memory::{BoxError, MemoryLayout, PageServer, Region};
 use thaw_restorer as r;
 
 /// The restore strategies this build provides. The lowercase names are the
@@ -159,10 +159,10 @@ pub const IMAGE_FD: RawFd = r::PLAN_FD_BASE;
 pub trait Arriving: Send + Sync {
     /// The image pages the restorer copies before resume (file-backed
     /// regions' private pages): waited for before the plan is sent.
-    fn copied_pages(&self) -> Result<()>;
+    fn copied_pages(&self) -> Result<(), BoxError>;
     /// The REAP working set's files beside the snapshot: waited for by the
     /// working-set reader, while the sandbox is being built.
-    fn working_set(&self) -> Result<()>;
+    fn working_set(&self) -> Result<(), BoxError>;
 }
 
 /// The snapshot being restored, as the strategies see it.

@@ -91,7 +91,7 @@ impl Strategy for Reap {
         let image = t.image.try_clone()?;
         self.loader = Some(std::thread::spawn(move || {
             if let Some(a) = arriving {
-                a.working_set()?;
+                a.working_set().map_err(anyhow::Error::from_boxed)?;
                 return working_set::load(&dir, &key, &layout, |_| {});
             }
             // On a seeking device, scattered reads of just the touched pages

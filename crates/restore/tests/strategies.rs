@@ -136,10 +136,10 @@ impl Drop for Fixture {
 struct Arrived;
 
 impl thaw_restore::Arriving for Arrived {
-    fn copied_pages(&self) -> anyhow::Result<()> {
+    fn copied_pages(&self) -> Result<(), thaw_memory::BoxError> {
         Ok(())
     }
-    fn working_set(&self) -> anyhow::Result<()> {
+    fn working_set(&self) -> Result<(), thaw_memory::BoxError> {
         Ok(())
     }
 }

@@ -110,7 +110,12 @@ struct ProfileSource {
 }
 
 impl PageSource for ProfileSource {
-    fn read_page(&self, region: &Region, addr: u64, buf: &mut [u8]) -> Result<bool> {
+    fn read_page(
+        &self,
+        region: &Region,
+        addr: u64,
+        buf: &mut [u8],
+    ) -> Result<bool, thaw_memory::BoxError> {
         if let Some(p) = self
             .pages
             .lock()

@@ -263,7 +263,7 @@ pub(crate) fn restore_with(
         f(pid);
     }
     if let Some(a) = &arriving {
-        a.copied_pages()?;
+        a.copied_pages().map_err(anyhow::Error::from_boxed)?;
     }
     let sock = sb.channel().socket().try_clone()?;
     sock.set_read_timeout(Some(RESTORER_REPORT_DEADLINE))?;

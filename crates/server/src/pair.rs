@@ -69,7 +69,7 @@ impl PairNet {
 
     pub fn down(&self) -> Result<()> {
         let (ns, links) = self.names();
-        netns::remove(&ns, &links)
+        Ok(netns::remove(&ns, &links)?)
     }
 
     pub fn peer_addr(&self, i: usize) -> String {

@@ -79,7 +79,7 @@ pub fn is_remote(app: &App, tier: &str) -> bool {
 /// The local tier `tier` (a deploy's checkpoint goes onto one).
 pub fn local_tier(app: &App, tier: &str) -> Result<thaw_store::Tier> {
     let cfg = TiersConfig::load(&app.cfg.home)?;
-    moves::local_store(&app.cfg.home, cfg.get(tier)?)
+    Ok(moves::local_store(&app.cfg.home, cfg.get(tier)?)?)
 }
 
 /// Where snapshots of tier `tier` are, for a move.
@@ -134,7 +134,7 @@ pub fn remove_copy(app: &App, tier: &str, sname: &str) -> Result<()> {
             Ok(thaw_store::secure::remove_tree(&store.function_dir(sname))?)
         }
         // the store's delete checks for the commit record itself
-        p @ Place::Remote { .. } => moves::delete_snapshot(&p, sname),
+        p @ Place::Remote { .. } => Ok(moves::delete_snapshot(&p, sname)?),
     }
 }
 

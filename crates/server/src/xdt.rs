@@ -116,7 +116,7 @@ impl XdtHost {
                 .iter()
                 .find(|t| t.kind == thaw_tiers::Kind::Remote)
                 .context("no remote tier is configured")?;
-            RemoteStore::open(&self.home, t)
+            Ok(RemoteStore::open(&self.home, t)?)
         };
         let st = Arc::new(
             open().map_err(|e| failure("unavailable", format!("the object store: {e:#}")))?,
@@ -216,7 +216,7 @@ impl Host for XdtHost {
         let r = self
             .store()?
             .put_plain(&format!("{STORE_PREFIX}/{key}"), data);
-        r.map_err(|e| self.store_failure(e))
+        r.map_err(|e| self.store_failure(e.into()))
     }
 
     fn store_get(
@@ -234,7 +234,7 @@ impl Host for XdtHost {
                 "too_large",
                 format!("the object has {size} bytes; this function may take at most {max}"),
             ),
-            GetError::Failed(e) => self.store_failure(e),
+            GetError::Failed(e) => self.store_failure(e.into()),
         })
     }
 }

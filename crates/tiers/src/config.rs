@@ -7,9 +7,10 @@
 //! Prices are per GB-month and only their ratios matter to placement; the
 //! defaults are list prices of the matching cloud products and are meant to
 //! be edited.
-use anyhow::{bail, Context, Result};
+use crate::error::{fail, Result, TiersError};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
+use thaw_error::{Context, ResultExt};
 
 /// The configuration file, relative to the state home.
 pub const CONFIG_FILE: &str = "tiers.json";
@@ -279,10 +280,14 @@ impl TiersConfig {
             Ok(raw) => serde_json::from_slice(&raw)
                 .with_context(|| format!("parsing tier configuration {}", p.display()))?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Self::defaults(home),
-            Err(e) => return Err(e).with_context(|| format!("reading {}", p.display())),
+            Err(e) => return Err(Context::new(format!("reading {}", p.display()), e).into()),
         };
-        cfg.validate(home)
-            .with_context(|| format!("tier configuration {}", p.display()))?;
+        cfg.validate(home).map_err(|e| match e {
+            TiersError::Config(why) => {
+                TiersError::Config(format!("tier configuration {}: {why}", p.display()))
+            }
+            e => e,
+        })?;
         Ok(cfg)
     }
 
@@ -304,15 +309,15 @@ impl TiersConfig {
     }
 
     pub fn get(&self, name: &str) -> Result<&TierConfig> {
-        self.tiers.iter().find(|t| t.name == name).with_context(|| {
-            format!(
+        self.tiers.iter().find(|t| t.name == name).ok_or_else(|| {
+            TiersError::Config(format!(
                 "unknown tier {name:?} (configured: {})",
                 self.tiers
                     .iter()
                     .map(|t| t.name.as_str())
                     .collect::<Vec<_>>()
                     .join(", ")
-            )
+            ))
         })
     }
 
@@ -335,16 +340,19 @@ impl TiersConfig {
                     .bytes()
                     .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
             {
-                bail!("tier name {n:?}: use 1-32 of a-z, 0-9, '_' and '-'");
+                fail!(Config, "tier name {n:?}: use 1-32 of a-z, 0-9, '_' and '-'");
             }
             if !seen.insert(n.as_str()) {
-                bail!("tier {n:?} is configured twice");
+                fail!(Config, "tier {n:?} is configured twice");
             }
             if t.capacity_bytes == 0 {
-                bail!("tier {n}: capacity_bytes must be positive");
+                fail!(Config, "tier {n}: capacity_bytes must be positive");
             }
             if !(t.price_per_gb_month.is_finite() && t.price_per_gb_month >= 0.0) {
-                bail!("tier {n}: price_per_gb_month must be a non-negative number");
+                fail!(
+                    Config,
+                    "tier {n}: price_per_gb_month must be a non-negative number"
+                );
             }
             let p = &t.profile;
             for (what, v) in [
@@ -353,54 +361,67 @@ impl TiersConfig {
                 ("rand_read_4k_us", p.rand_read_4k_us),
             ] {
                 if !(v.is_finite() && v > 0.0) {
-                    bail!("tier {n}: profile.{what} must be a positive number");
+                    fail!(Config, "tier {n}: profile.{what} must be a positive number");
                 }
             }
             if p.queue_depth.is_some_and(|q| q == 0 || q > 256) {
-                bail!("tier {n}: profile.queue_depth must be 1..256");
+                fail!(Config, "tier {n}: profile.queue_depth must be 1..256");
             }
             if t.request_timeout_s.is_some_and(|s| s == 0 || s > 3600) {
-                bail!("tier {n}: request_timeout_s must be 1..3600");
+                fail!(Config, "tier {n}: request_timeout_s must be 1..3600");
             }
             if t.request_timeout_s.is_some()
                 && !(t.kind == Kind::Remote || (t.kind == Kind::Block && t.emulated))
             {
-                bail!("tier {n}: request_timeout_s is for remote and emulated block tiers");
+                fail!(
+                    Config,
+                    "tier {n}: request_timeout_s is for remote and emulated block tiers"
+                );
             }
             if t.max_concurrent_restores == 0 {
-                bail!("tier {n}: max_concurrent_restores must be at least 1");
+                fail!(
+                    Config,
+                    "tier {n}: max_concurrent_restores must be at least 1"
+                );
             }
             match t.kind {
                 Kind::Remote => {
                     let url = t.url.as_deref().unwrap_or("");
                     if !url.starts_with("http://") && !url.starts_with("https://") {
-                        bail!("tier {n}: a remote tier needs url = http(s)://host:port/bucket");
+                        fail!(
+                            Config,
+                            "tier {n}: a remote tier needs url = http(s)://host:port/bucket"
+                        );
                     }
                     if t.path.is_some() {
-                        bail!("tier {n}: a remote tier has a url, not a path");
+                        fail!(Config, "tier {n}: a remote tier has a url, not a path");
                     }
                     if t.read_ahead_kb.is_some() {
-                        bail!("tier {n}: read_ahead_kb is for block tiers");
+                        fail!(Config, "tier {n}: read_ahead_kb is for block tiers");
                     }
                 }
                 Kind::Pmem | Kind::Block | Kind::Dram => {
                     if t.url.is_some() {
-                        bail!("tier {n}: only a remote tier has a url");
+                        fail!(Config, "tier {n}: only a remote tier has a url");
                     }
                     if t.read_ahead_kb.is_some() && !(t.kind == Kind::Block && t.emulated) {
-                        bail!("tier {n}: read_ahead_kb is set on emulated block tiers only");
+                        fail!(
+                            Config,
+                            "tier {n}: read_ahead_kb is set on emulated block tiers only"
+                        );
                     }
                     if t.read_ahead_kb.is_some_and(|k| k > 65536) {
-                        bail!("tier {n}: read_ahead_kb must be at most 65536");
+                        fail!(Config, "tier {n}: read_ahead_kb must be at most 65536");
                     }
                     if let Some(path) = &t.path {
                         if !path.is_absolute() {
-                            bail!("tier {n}: path {} must be absolute", path.display());
+                            fail!(Config, "tier {n}: path {} must be absolute", path.display());
                         }
                     }
                     // an emulated device is mounted where the store looks for it
                     if t.emulated && t.path.is_some() {
-                        bail!(
+                        fail!(
+                            Config,
                             "tier {n}: an emulated tier is mounted at {}; leave its path out",
                             TierConfig::mount_point(home, n).display()
                         );

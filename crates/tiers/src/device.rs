@@ -19,10 +19,11 @@
 //! cgroup would escape it; `probe` reports any such cgroup. This kernel has
 //! no device-mapper, nbd or ublk, which would allow a limit at the device.
 use crate::config::{Kind, TierConfig, TIERS_DIR};
-use anyhow::{bail, Context, Result};
+use crate::error::{fail, Result};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use thaw_error::{Context, ResultExt};
 
 const BLKIO_ROOT: &str = "/sys/fs/cgroup/blkio";
 /// The kernel's readahead for a block device (128 KiB).
@@ -51,7 +52,8 @@ pub(crate) fn run(prog: &str, args: &[&str]) -> Result<String> {
         format!("running {prog} (is it installed? scripts/setup.sh installs it)")
     })?;
     if !out.status.success() {
-        bail!(
+        fail!(
+            Device,
             "{prog} {} failed ({}): {}",
             args.join(" "),
             out.status,
@@ -112,17 +114,20 @@ pub fn latency_pid(home: &Path, tier: &str) -> Option<i32> {
 /// resumes a block tier's emulated device.
 pub fn stall(home: &Path, t: &TierConfig, on: bool) -> Result<()> {
     if !(t.kind == Kind::Block && t.emulated) {
-        bail!(
+        fail!(
+            Config,
             "tier {}: only an emulated block device can be stalled",
             t.name
         );
     }
-    let pid = latency_pid(home, &t.name)
-        .with_context(|| format!("tier {}: its device is not set up", t.name))?;
+    let Some(pid) = latency_pid(home, &t.name) else {
+        fail!(Device, "tier {}: its device is not set up", t.name);
+    };
     let sig = if on { libc::SIGUSR1 } else { libc::SIGUSR2 };
     // SAFETY: a plain signal to the latency process, checked by its command line.
     if unsafe { libc::kill(pid, sig) } != 0 {
-        return Err(std::io::Error::last_os_error()).context("signalling the latency layer");
+        let e = std::io::Error::last_os_error();
+        return Err(Context::new("signalling the latency layer", e).into());
     }
     Ok(())
 }
@@ -167,7 +172,8 @@ fn start_latency_layer(home: &Path, t: &TierConfig, img: &Path) -> Result<PathBu
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while mounted_source(&mp)?.is_none() {
         if let Some(st) = child.try_wait()? {
-            bail!(
+            fail!(
+                Device,
                 "the latency layer exited at start ({st}; log: {})",
                 devices_dir(home)
                     .join(format!("{}.latency.log", t.name))
@@ -175,7 +181,8 @@ fn start_latency_layer(home: &Path, t: &TierConfig, img: &Path) -> Result<PathBu
             );
         }
         if std::time::Instant::now() > deadline {
-            bail!(
+            fail!(
+                Device,
                 "the latency layer did not mount {} within 10 s",
                 mp.display()
             );
@@ -210,7 +217,7 @@ fn stop_latency_layer(home: &Path, tier: &str) -> Result<()> {
         match run("umount", &[&path_str(&mp)?]) {
             Ok(_) => {}
             Err(e) if std::time::Instant::now() > deadline => {
-                return Err(e).context("unmounting the latency layer")
+                return Err(Context::new("unmounting the latency layer", e).into())
             }
             Err(_) => std::thread::sleep(std::time::Duration::from_millis(50)),
         }
@@ -334,7 +341,7 @@ pub fn throttle_rules(devno: (u32, u32)) -> Result<Vec<(String, u64)>> {
 
 fn write_throttle(devno: (u32, u32), values: [u64; 4]) -> Result<()> {
     if !Path::new(BLKIO_ROOT).join(THROTTLE_FILES[0]).exists() {
-        bail!("cgroup v1 blkio throttling is not available at {BLKIO_ROOT} (needed to emulate block devices)");
+        fail!(Device, "cgroup v1 blkio throttling is not available at {BLKIO_ROOT} (needed to emulate block devices)");
     }
     for (f, v) in THROTTLE_FILES.iter().zip(values) {
         let p = Path::new(BLKIO_ROOT).join(f);
@@ -357,7 +364,11 @@ pub fn setup(home: &Path, t: &TierConfig) -> Result<DeviceState> {
         (Kind::Pmem, true) => setup_pmem(home, t),
         (Kind::Block, true) => setup_block(home, t),
         (Kind::Remote, true) => crate::remote::setup(home, t),
-        (Kind::Dram, true) => bail!("tier {}: an emulated dram tier makes no sense", t.name),
+        (Kind::Dram, true) => fail!(
+            Config,
+            "tier {}: an emulated dram tier makes no sense",
+            t.name
+        ),
         _ => check_real(home, t),
     }
 }
@@ -375,7 +386,7 @@ pub fn teardown(home: &Path, t: &TierConfig, force: bool) -> Result<()> {
     if let Some(root) = t.snapshot_root(home) {
         let n = count_entries(&root);
         if n > 0 && !force {
-            bail!(
+            fail!(Busy,
                 "tier {} holds {n} snapshot(s) under {}; move them off or pass --force to destroy them",
                 t.name,
                 root.display()
@@ -457,9 +468,9 @@ fn check_real(_home: &Path, t: &TierConfig) -> Result<DeviceState> {
             format!("{} (not checked)", t.url.as_deref().unwrap_or("")),
         ),
         _ => {
-            let root = t
-                .snapshot_root(_home)
-                .context("a local tier needs a path")?;
+            let Some(root) = t.snapshot_root(_home) else {
+                fail!(Config, "tier {}: a local tier needs a path", t.name);
+            };
             // the tier's directory is created on first use: what exists of
             // its path must be a directory this process can write
             let anchor = root
@@ -528,9 +539,10 @@ fn finish_mount(mp: &Path, how: &str) -> Result<()> {
 }
 
 fn path_str(p: &Path) -> Result<String> {
-    p.to_str()
-        .map(String::from)
-        .with_context(|| format!("path {} is not UTF-8", p.display()))
+    match p.to_str() {
+        Some(s) => Ok(s.into()),
+        None => fail!(Config, "path {} is not UTF-8", p.display()),
+    }
 }
 
 fn setup_block(home: &Path, t: &TierConfig) -> Result<DeviceState> {
@@ -583,7 +595,8 @@ fn setup_block(home: &Path, t: &TierConfig) -> Result<DeviceState> {
     }
     match mounted_source(&mp)? {
         Some(src) if Path::new(&src) == dev => {}
-        Some(src) => bail!(
+        Some(src) => fail!(
+            Device,
             "{} is already mounted from {src}, not from the tier's device {}",
             mp.display(),
             dev.display()
@@ -612,7 +625,7 @@ fn setup_block(home: &Path, t: &TierConfig) -> Result<DeviceState> {
     // its optimal I/O size, which no real SSD or HDD of the profiles has
     {
         let kb = configured_read_ahead_kb(t);
-        let name = dev.file_name().context("device name")?;
+        let name = device_name(&dev)?;
         // a profile whose random read costs a seek says so, as a real disk
         // does, so readers can prefer fewer, larger requests (REAP's hints).
         // Before the readahead: changing it resets the queue's readahead.
@@ -657,7 +670,7 @@ fn remove_dir_if_present(p: &Path) -> Result<()> {
     match std::fs::remove_dir_all(p) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(e).with_context(|| format!("removing {}", p.display())),
+        Err(e) => Err(Context::new(format!("removing {}", p.display()), e).into()),
     }
 }
 
@@ -681,7 +694,7 @@ fn teardown_block(home: &Path, t: &TierConfig) -> Result<()> {
     match std::fs::remove_file(&img) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e).with_context(|| format!("removing {}", img.display())),
+        Err(e) => return Err(Context::new(format!("removing {}", img.display()), e).into()),
     }
     Ok(())
 }
@@ -690,14 +703,16 @@ fn teardown_block(home: &Path, t: &TierConfig) -> Result<()> {
 /// emulated block tier that is set up.
 fn tier_read_ahead_file(home: &Path, t: &TierConfig) -> Result<PathBuf> {
     if !(t.kind == Kind::Block && t.emulated) {
-        bail!(
+        fail!(
+            Config,
             "tier {}: readahead is set on emulated block tiers only",
             t.name
         );
     }
     let mp = TierConfig::mount_point(home, &t.name);
-    let src = mounted_source(&mp)?
-        .with_context(|| format!("tier {} is not set up (thaw tier setup)", t.name))?;
+    let Some(src) = mounted_source(&mp)? else {
+        fail!(Device, "tier {} is not set up (thaw tier setup)", t.name);
+    };
     read_ahead_file(Path::new(&src))
 }
 
@@ -710,9 +725,10 @@ pub fn configured_read_ahead_kb(t: &TierConfig) -> u32 {
 pub fn read_ahead_kb(home: &Path, t: &TierConfig) -> Result<u32> {
     let f = tier_read_ahead_file(home, t)?;
     let raw = std::fs::read_to_string(&f).with_context(|| format!("reading {}", f.display()))?;
-    raw.trim()
+    Ok(raw
+        .trim()
         .parse()
-        .with_context(|| format!("{}: {raw:?}", f.display()))
+        .with_context(|| format!("{}: {raw:?}", f.display()))?)
 }
 
 /// Sets the tier device's readahead. 0 turns it off: a buffered read or a
@@ -720,11 +736,19 @@ pub fn read_ahead_kb(home: &Path, t: &TierConfig) -> Result<u32> {
 /// `thaw tier setup` sets the configured value again.
 pub fn set_read_ahead_kb(home: &Path, t: &TierConfig, kb: u32) -> Result<()> {
     let f = tier_read_ahead_file(home, t)?;
-    std::fs::write(&f, kb.to_string()).with_context(|| format!("writing {}", f.display()))
+    std::fs::write(&f, kb.to_string()).with_context(|| format!("writing {}", f.display()))?;
+    Ok(())
+}
+
+fn device_name(dev: &Path) -> Result<&std::ffi::OsStr> {
+    match dev.file_name() {
+        Some(n) => Ok(n),
+        None => fail!(Device, "{}: not a device path", dev.display()),
+    }
 }
 
 fn read_ahead_file(dev: &Path) -> Result<PathBuf> {
-    let name = dev.file_name().context("device name")?;
+    let name = device_name(dev)?;
     Ok(Path::new("/sys/block")
         .join(name)
         .join("queue/read_ahead_kb"))

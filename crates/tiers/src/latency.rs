@@ -26,7 +26,7 @@
 //! request; one held longer than the device's I/O timeout fails with EIO, as
 //! a block layer fails a command that timed out, so a reader of a stalled
 //! device gets an error within a deadline instead of hanging.
-use anyhow::{Context, Result};
+use crate::error::Result;
 use fuser::{
     FileAttr, FileType, Filesystem, MountOption, ReplyAttr, ReplyData, ReplyDirectory, ReplyEmpty,
     ReplyEntry, ReplyOpen, ReplyWrite, Request,
@@ -39,6 +39,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
+use thaw_error::{Context, ResultExt};
 
 /// The one file the filesystem holds: the device's contents.
 pub const DEVICE_FILE: &str = "device";
@@ -384,7 +385,8 @@ fn install_stall_signals() -> Result<()> {
             libc::sigaction(sig, &sa, std::ptr::null_mut())
         };
         if r != 0 {
-            return Err(std::io::Error::last_os_error()).context("installing the stall signals");
+            let e = std::io::Error::last_os_error();
+            return Err(Context::new("installing the stall signals", e).into());
         }
     }
     Ok(())
@@ -429,7 +431,8 @@ pub fn serve(backing: &Path, mountpoint: &Path, name: &str, timing: Timing) -> R
         MountOption::NoAtime,
     ];
     fuser::mount2(fs, mountpoint, &opts)
-        .with_context(|| format!("serving the latency device at {}", mountpoint.display()))
+        .with_context(|| format!("serving the latency device at {}", mountpoint.display()))?;
+    Ok(())
 }
 
 /// The file a tier's loop device attaches to, under the FUSE mount.

@@ -9,6 +9,7 @@
 
 pub mod config;
 pub mod device;
+pub mod error;
 pub mod latency;
 pub mod moves;
 pub mod netns;
@@ -22,3 +23,4 @@ pub mod split;
 pub mod stream;
 
 pub use config::{DeviceProfile, Kind, TierConfig, TiersConfig, CONFIG_FILE};
+pub use error::TiersError;

@@ -16,10 +16,11 @@
 //!
 //! A move is refused when the target already holds the snapshot, so a
 //! committed target found by `recover` can only come from the move itself.
+use crate::error::{fail, Result, TiersError};
 use crate::objects::RemoteStore;
-use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
+use thaw_error::{BoxError, ResultExt};
 
 /// Journal directory under the state home.
 const JOURNAL_DIR: &str = "moves";
@@ -57,13 +58,15 @@ impl Place<'_> {
 /// of the operator's at its configured path.
 pub fn local_store(home: &Path, t: &crate::TierConfig) -> Result<thaw_store::Tier> {
     if t.kind == crate::Kind::Remote {
-        bail!("tier {} is remote, not local", t.name);
+        fail!(Failed, "tier {} is remote, not local", t.name);
     }
     match thaw_store::Tier::by_name(&t.name, home) {
         Ok(st) => Ok(st),
         Err(_) if !t.emulated => Ok(thaw_store::Tier {
             name: "configured",
-            path: t.snapshot_root(home).context("a local tier has a path")?,
+            path: t.snapshot_root(home).ok_or_else(|| {
+                TiersError::Config(format!("tier {}: a local tier needs a path", t.name))
+            })?,
             emulated: false,
             description: "configured local tier",
         }),
@@ -122,7 +125,7 @@ fn check_name(name: &str) -> Result<()> {
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
     {
-        bail!("bad snapshot name {name:?}");
+        fail!(Failed, "bad snapshot name {name:?}");
     }
     Ok(())
 }
@@ -133,7 +136,7 @@ fn journal_path(home: &Path, name: &str) -> PathBuf {
 
 fn write_atomic(path: &Path, data: &[u8]) -> Result<()> {
     use std::io::Write;
-    let dir = path.parent().context("path has a parent")?;
+    let dir = path.parent().unwrap_or(Path::new("/"));
     std::fs::create_dir_all(dir)?;
     let tmp = dir.join(format!(
         ".{}.tmp-{}",
@@ -161,7 +164,7 @@ fn set_journal(home: &Path, j: &Journal) -> Result<()> {
 fn published(store: &thaw_store::Tier, name: &str) -> Result<thaw_store::Snapshot> {
     store
         .open_current(name)?
-        .with_context(|| format!("{name} is not on tier {}", store.name))
+        .ok_or_else(|| TiersError::NotFound(format!("{name} is not on tier {}", store.name)))
 }
 
 /// What a transfer reads from.
@@ -184,7 +187,8 @@ fn local_files(dir: &Path) -> Result<FileSums> {
     for e in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
         let e = e?;
         if !e.file_type()?.is_file() {
-            bail!(
+            fail!(
+                Failed,
                 "{} holds {:?}, which is not a plain file",
                 dir.display(),
                 e.file_name()
@@ -271,16 +275,17 @@ fn transfer(
     check_name(name)?;
     let t0 = std::time::Instant::now();
     if from.tier() == to.tier() {
-        bail!("{name} is already on {}", from.tier());
+        fail!(Failed, "{name} is already on {}", from.tier());
     }
     if journal_path(home, name).exists() {
-        bail!("a move of {name} is in progress (or was interrupted: `thaw snapshot where` finishes it)");
+        fail!(Failed, "a move of {name} is in progress (or was interrupted: `thaw snapshot where` finishes it)");
     }
     if !holds(from, name)? {
-        bail!("{name} is not on tier {}", from.tier());
+        fail!(Failed, "{name} is not on tier {}", from.tier());
     }
     if holds(to, name)? {
-        bail!(
+        fail!(
+            Failed,
             "{name} is already on tier {}; delete that copy first",
             to.tier()
         );
@@ -305,7 +310,7 @@ fn transfer(
             if discard_target(to, name).is_ok() {
                 std::fs::remove_file(journal_path(home, name))?;
             }
-            return Err(e.context(format!("copying {name} from {}", from.tier())));
+            return Err(e.during(format!("copying {name} from {}", from.tier())));
         }
     };
     let copy_ms = t0.elapsed().as_secs_f64() * 1e3;
@@ -315,7 +320,7 @@ fn transfer(
     if let Err(e) = verified {
         discard_target(to, name)?;
         std::fs::remove_file(journal_path(home, name))?;
-        return Err(e.context(format!(
+        return Err(e.during(format!(
             "the copy of {name} on {} failed verification; the source is kept",
             to.tier()
         )));
@@ -386,7 +391,7 @@ fn copy_from(src: &Source, to: &Place, name: &str) -> Result<(FileSums, u64, std
             first_needed = Some(t0.elapsed());
         }
         if f.contains('/') || f.starts_with('.') || f == COMMIT {
-            bail!("snapshot {name} holds a file named {f:?}");
+            fail!(Failed, "snapshot {name} holds a file named {f:?}");
         }
         let data = match &src {
             Source::Local(snap) => std::fs::read(snap.dir.join(f))?,
@@ -406,7 +411,7 @@ fn copy_from(src: &Source, to: &Place, name: &str) -> Result<(FileSums, u64, std
             Place::Remote { store, .. } if f == "memory.img" => {
                 store.put_chunked(&format!("{name}/{f}"), &data, IMAGE_CHUNK)?;
                 let (Some(state), Some(id)) = (&state, &id) else {
-                    bail!("snapshot {name} has no state.json or manifest id");
+                    fail!(Failed, "snapshot {name} has no state.json or manifest id");
                 };
                 let chunk = IMAGE_CHUNK as u64;
                 let chunks = (data.len() as u64).div_ceil(chunk).max(1);
@@ -418,7 +423,11 @@ fn copy_from(src: &Source, to: &Place, name: &str) -> Result<(FileSums, u64, std
         }
         match f.as_str() {
             _ if !matches!(to, Place::Remote { .. }) => {}
-            "state.json" => state = Some(thaw_sandbox::state::ProcessState::decode(&data)?),
+            "state.json" => {
+                let decoded = thaw_sandbox::state::ProcessState::decode(&data)
+                    .with_context(|| format!("decoding the state of {name}"))?;
+                state = Some(decoded);
+            }
             "manifest.json" => {
                 id = Some(serde_json::from_slice::<thaw_store::Manifest>(&data)?.id);
             }
@@ -438,7 +447,7 @@ fn verify_copy(to: &Place, name: &str, files: &[(String, u64, String)]) -> Resul
         Place::Local { store, .. } => {
             let dir = tmp_dir(&store.path, name);
             if local_files(&dir)? != files {
-                bail!("the copy's files differ from the source's");
+                fail!(Failed, "the copy's files differ from the source's");
             }
             verify_local(&dir)
         }
@@ -446,7 +455,7 @@ fn verify_copy(to: &Place, name: &str, files: &[(String, u64, String)]) -> Resul
             for (f, len, sum) in files {
                 let data = store.get(&format!("{name}/{f}"), *len)?;
                 if data.len() as u64 != *len || thaw_store::sha256_hex(&data) != *sum {
-                    bail!("{name}/{f} read back differs from what was sent");
+                    fail!(Failed, "{name}/{f} read back differs from what was sent");
                 }
             }
             Ok(())
@@ -461,7 +470,10 @@ fn switch_in(to: &Place, name: &str, files: &[(String, u64, String)]) -> Result<
             let tmp = tmp_dir(&store.path, name);
             let id = thaw_store::Snapshot::open(&tmp)?.manifest.id;
             if !thaw_store::is_version_id(&id) {
-                bail!("{name}: manifest id {id:?} is not a snapshot version id");
+                fail!(
+                    Failed,
+                    "{name}: manifest id {id:?} is not a snapshot version id"
+                );
             }
             thaw_store::make_immutable(&tmp)?;
             let dir = store.function_dir(name).join("versions").join(&id);
@@ -489,7 +501,8 @@ fn switch_in(to: &Place, name: &str, files: &[(String, u64, String)]) -> Result<
 pub fn publish_staged(name: &str, staged: thaw_store::Snapshot, to: &Place) -> Result<bool> {
     check_name(name)?;
     if !matches!(to, Place::Local { .. }) {
-        bail!(
+        fail!(
+            Failed,
             "a streamed snapshot is published onto a local tier, not {}",
             to.tier()
         );
@@ -504,7 +517,7 @@ pub fn publish_staged(name: &str, staged: thaw_store::Snapshot, to: &Place) -> R
     });
     if let Err(e) = res {
         let _ = discard_target(to, name);
-        return Err(e.context(format!("publishing {name} onto tier {}", to.tier())));
+        return Err(e.during(format!("publishing {name} onto tier {}", to.tier())));
     }
     Ok(true)
 }
@@ -548,7 +561,11 @@ fn discard_target(to: &Place, name: &str) -> Result<()> {
         Place::Local { store, .. } => remove_tree(&tmp_dir(&store.path, name)),
         Place::Remote { store, .. } => {
             if holds(to, name)? {
-                bail!("{name} is committed on {}: not discarding it", to.tier());
+                fail!(
+                    Failed,
+                    "{name} is committed on {}: not discarding it",
+                    to.tier()
+                );
             }
             for (obj, _) in store.list(name)? {
                 store.delete(&obj)?;
@@ -566,7 +583,11 @@ fn remove_tree(p: &Path) -> Result<()> {
 
 /// Finishes or rolls back every interrupted move. `place` resolves a tier
 /// name to where its snapshots are. Returns one line per move handled.
-pub fn recover<'a>(home: &Path, place: &dyn Fn(&str) -> Result<Place<'a>>) -> Result<Vec<String>> {
+pub fn recover<'a, E: Into<BoxError>>(
+    home: &Path,
+    place: &dyn Fn(&str) -> Result<Place<'a>, E>,
+) -> Result<Vec<String>> {
+    let place = |t: &str| place(t).with_context(|| format!("tier {t}"));
     let mut out = Vec::new();
     let Ok(rd) = std::fs::read_dir(home.join(JOURNAL_DIR)) else {
         return Ok(out);

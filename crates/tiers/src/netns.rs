@@ -2,7 +2,7 @@
 //! link (host <-> the store's namespace) and the two XDT workers' link
 //! (one namespace each). Traffic on such a link never leaves the machine.
 use crate::device::run;
-use anyhow::{bail, Context, Result};
+use crate::error::{fail, Result};
 use std::path::Path;
 
 pub fn netns_exists(name: &str) -> bool {
@@ -20,7 +20,9 @@ fn ipv4(s: &str) -> Option<u32> {
 /// The host interface (if any) with an address in `addr`/`prefix`: two
 /// links on one subnet would route one user's traffic to another's peer.
 pub fn interface_with_address_in(addr: &str, prefix: u8) -> Result<Option<String>> {
-    let ours = ipv4(addr).with_context(|| format!("{addr:?} is not an IPv4 address"))?;
+    let Some(ours) = ipv4(addr) else {
+        fail!(Config, "{addr:?} is not an IPv4 address");
+    };
     let out = run("ip", &["-4", "-o", "addr", "show"])?;
     for line in out.lines() {
         // "3: eth0    inet 192.0.2.2/24 brd ..."
@@ -102,13 +104,19 @@ pub fn set_mtu(netns: &str, link: &str, mtu: u32) -> Result<()> {
 /// Refuses names or a subnet already in use on this machine.
 pub fn check_free(netns: &[&str], links: &[&str], addr: &str, prefix: u8) -> Result<()> {
     if let Some(ns) = netns.iter().find(|n| netns_exists(n)) {
-        bail!("network namespace {ns} already exists (a run still going, or left behind: `ip netns del {ns}`)");
+        fail!(Busy, "network namespace {ns} already exists (a run still going, or left behind: `ip netns del {ns}`)");
     }
     if let Some(l) = links.iter().find(|l| link_exists(l)) {
-        bail!("network interface {l} already exists (`ip link del {l}`)");
+        fail!(
+            Busy,
+            "network interface {l} already exists (`ip link del {l}`)"
+        );
     }
     if let Some(dev) = interface_with_address_in(addr, prefix)? {
-        bail!("the subnet {addr}/{prefix} is already in use on interface {dev}");
+        fail!(
+            Busy,
+            "the subnet {addr}/{prefix} is already in use on interface {dev}"
+        );
     }
     Ok(())
 }

@@ -5,8 +5,8 @@
 //! Requests carry a deadline: a store that is down or slow gives a clear
 //! error, never a hang.
 use crate::config::TierConfig;
+use crate::error::{fail, Result, TiersError};
 use crate::seal::{self, Header, Key, HEADER_LEN};
-use anyhow::{anyhow, bail, Context, Result};
 use futures::StreamExt;
 use object_store::aws::{AmazonS3, AmazonS3Builder};
 use object_store::path::Path as ObjPath;
@@ -14,6 +14,7 @@ use object_store::{ClientOptions, ObjectStore, ObjectStoreExt, PutPayload, Retry
 use std::ops::Range;
 use std::path::Path;
 use std::time::{Duration, Instant};
+use thaw_error::{Context, ResultExt};
 
 /// Connecting to the store.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -75,14 +76,19 @@ pub struct RemoteStore {
 
 /// "http://host:port/bucket" into ("http://host:port", "bucket").
 fn split_url(url: &str) -> Result<(String, String)> {
-    let scheme_end = url.find("://").context("url has no scheme")? + 3;
+    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
+        fail!(Config, "url {url}: want http(s)://host:port/bucket");
+    };
     let rest = &url[scheme_end..];
-    let (host, bucket) = rest
-        .split_once('/')
-        .with_context(|| format!("url {url} names no bucket (want http(s)://host:port/bucket)"))?;
+    let Some((host, bucket)) = rest.split_once('/') else {
+        fail!(
+            Config,
+            "url {url} names no bucket (want http(s)://host:port/bucket)"
+        );
+    };
     let bucket = bucket.trim_end_matches('/');
     if host.is_empty() || bucket.is_empty() || bucket.contains('/') {
-        bail!("url {url}: want http(s)://host:port/bucket");
+        fail!(Config, "url {url}: want http(s)://host:port/bucket");
     }
     Ok((
         url[..scheme_end + host.len()].to_string(),
@@ -92,7 +98,9 @@ fn split_url(url: &str) -> Result<(String, String)> {
 
 impl RemoteStore {
     pub fn open(home: &Path, t: &TierConfig) -> Result<RemoteStore> {
-        let url = t.url.clone().context("a remote tier needs a url")?;
+        let Some(url) = t.url.clone() else {
+            fail!(Config, "tier {}: a remote tier needs a url", t.name);
+        };
         let (endpoint, bucket) = split_url(&url)?;
         let timeout = t
             .request_timeout_s
@@ -153,8 +161,11 @@ impl RemoteStore {
                 Method::PUT,
                 &ObjPath::from(""),
                 Duration::from_secs(60),
-            ))?;
-            let host = url.host_str().context("signed url has no host")?;
+            ));
+            let url = url.with_context(|| format!("signing a request to {}", self.url))?;
+            let Some(host) = url.host_str() else {
+                fail!(Failed, "the signed url {url} has no host");
+            };
             let port = url.port_or_known_default().unwrap_or(80);
             let target = match url.query() {
                 Some(q) => format!("{}?{q}", url.path()),
@@ -167,7 +178,8 @@ impl RemoteStore {
                 "503" if std::time::Instant::now() < deadline => {
                     std::thread::sleep(Duration::from_millis(200))
                 }
-                _ => bail!(
+                _ => fail!(
+                    Failed,
                     "creating the bucket at {}: {}",
                     self.url,
                     reply.lines().next().unwrap_or("")
@@ -222,10 +234,8 @@ impl RemoteStore {
     ) -> Result<Option<Timed>> {
         match self.rt.block_on(self.fetch_open_timed(name, t0, bound)) {
             Ok(v) => Ok(Some(v)),
-            Err(e) => match e.downcast_ref::<object_store::Error>() {
-                Some(object_store::Error::NotFound { .. }) => Ok(None),
-                _ => Err(e),
-            },
+            Err(TiersError::NotFound(_)) => Ok(None),
+            Err(e) => Err(e),
         }
     }
 
@@ -246,16 +256,19 @@ impl RemoteStore {
             sent_ms: since(t0),
             ..Default::default()
         };
-        let r = self
-            .store
-            .get(&ObjPath::from(name))
-            .await
-            .with_context(ctx)?;
+        let r = match self.store.get(&ObjPath::from(name)).await {
+            Ok(r) => r,
+            Err(e @ object_store::Error::NotFound { .. }) => {
+                return Err(TiersError::NotFound(format!("{}: {e}", ctx())))
+            }
+            Err(e) => return Err(Context::new(ctx(), e).into()),
+        };
         t.headers_ms = since(t0);
         t.stored_bytes = r.meta.size;
         let max_len = bound()?;
         if r.meta.size > seal::max_sealed_len(max_len) {
-            bail!(
+            fail!(
+                Failed,
                 "{name} on {} is {} bytes stored, more than {max_len} bytes can take",
                 self.url,
                 r.meta.size
@@ -313,7 +326,7 @@ impl RemoteStore {
             let r = match self.store.get(&ObjPath::from(name)).await {
                 Ok(r) => r,
                 Err(object_store::Error::NotFound { .. }) => return Ok(None),
-                Err(e) => return Err(anyhow::Error::new(e).context(ctx()).into()),
+                Err(e) => return Err(TiersError::from(Context::new(ctx(), e)).into()),
             };
             let size = r.meta.size;
             if size > max_len {
@@ -326,16 +339,24 @@ impl RemoteStore {
             let mut body = r.into_stream();
             let mut got = 0u64;
             while let Some(chunk) = body.next().await {
-                let chunk = chunk.with_context(ctx)?;
+                let chunk = chunk.with_context(ctx).map_err(TiersError::from)?;
                 got += chunk.len() as u64;
                 if got > size {
-                    let e = anyhow!("{name} on {} sent more than its {size} bytes", self.url);
+                    let e = TiersError::Failed(format!(
+                        "{name} on {} sent more than its {size} bytes",
+                        self.url
+                    ));
                     return Err(e.into());
                 }
-                sink.write_all(&chunk).with_context(ctx)?;
+                sink.write_all(&chunk)
+                    .with_context(ctx)
+                    .map_err(TiersError::from)?;
             }
             if got != size {
-                let e = anyhow!("{name} on {} ended after {got} of {size} bytes", self.url);
+                let e = TiersError::Failed(format!(
+                    "{name} on {} ended after {got} of {size} bytes",
+                    self.url
+                ));
                 return Err(e.into());
             }
             Ok(Some(size))
@@ -348,7 +369,8 @@ impl RemoteStore {
         let gets = objects.iter().map(|(name, len)| async move {
             let plain = self.fetch_open(name, *len).await?;
             if plain.len() as u64 != *len {
-                bail!(
+                fail!(
+                    Failed,
                     "{name} on {} holds {} bytes, not {len}",
                     self.url,
                     plain.len()
@@ -429,7 +451,7 @@ impl RemoteStore {
         match self.rt.block_on(self.store.head(&ObjPath::from(name))) {
             Ok(_) => Ok(true),
             Err(object_store::Error::NotFound { .. }) => Ok(false),
-            Err(e) => Err(e).with_context(|| format!("looking up {name} on {}", self.url)),
+            Err(e) => Err(Context::new(format!("looking up {name} on {}", self.url), e).into()),
         }
     }
 
@@ -459,9 +481,12 @@ impl RemoteStore {
 fn http_put_empty(host: &str, port: u16, target: &str, timeout: Duration) -> Result<String> {
     use std::io::{Read, Write};
     let addr = format!("{host}:{port}");
-    let sa = std::net::ToSocketAddrs::to_socket_addrs(&addr)?
+    let Some(sa) = std::net::ToSocketAddrs::to_socket_addrs(&addr)
+        .with_context(|| format!("resolving {addr}"))?
         .next()
-        .with_context(|| format!("resolving {addr}"))?;
+    else {
+        fail!(Failed, "resolving {addr}: no address");
+    };
     let mut s = std::net::TcpStream::connect_timeout(&sa, CONNECT_TIMEOUT)
         .with_context(|| format!("connecting to {addr}"))?;
     s.set_read_timeout(Some(timeout))?;
@@ -502,5 +527,5 @@ pub enum GetError {
     TooLarge { what: String, size: u64, max: u64 },
     /// the store failed, or sent a body of the wrong length
     #[error(transparent)]
-    Failed(#[from] anyhow::Error),
+    Failed(#[from] TiersError),
 }

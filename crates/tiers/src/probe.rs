@@ -12,12 +12,13 @@
 //! Every reader must see the tier's throttle and latency. Besides the time
 //! per read, each reports the bytes the device served per read (from the
 //! device's own counters), which shows readahead at work.
-use anyhow::{bail, Context, Result};
+use crate::error::{fail, Result};
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
+use thaw_error::{Context, ResultExt};
 
 const ALIGN: usize = 4096;
 const SEQ_CHUNK: usize = 1 << 20;
@@ -100,7 +101,7 @@ impl Drop for Aligned {
 /// Writes the probe file (`mib` MiB of non-zero data) and syncs it.
 pub fn write_probe_file(path: &Path, mib: usize) -> Result<()> {
     if mib == 0 {
-        bail!("the probe file must be at least 1 MiB");
+        fail!(Failed, "the probe file must be at least 1 MiB");
     }
     let mut f =
         std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
@@ -127,7 +128,7 @@ fn open_direct(path: &Path) -> Result<(std::fs::File, bool)> {
             let f = std::fs::File::open(path)?;
             Ok((f, false))
         }
-        Err(e) => Err(e).with_context(|| format!("opening {}", path.display())),
+        Err(e) => Err(Context::new(format!("opening {}", path.display()), e).into()),
     }
 }
 
@@ -137,7 +138,11 @@ pub fn measure(path: &Path, rand_reads: usize, reader: &str) -> Result<ReaderRes
     let (f, direct) = open_direct(path)?;
     let len = f.metadata()?.len() as usize;
     if len < SEQ_CHUNK {
-        bail!("probe file {} is shorter than 1 MiB", path.display());
+        fail!(
+            Failed,
+            "probe file {} is shorter than 1 MiB",
+            path.display()
+        );
     }
     thaw_store::drop_file_cache(path)?;
     let mut buf = Aligned::new(SEQ_CHUNK);
@@ -177,7 +182,7 @@ pub fn measure(path: &Path, rand_reads: usize, reader: &str) -> Result<ReaderRes
         let n = f.read_at(one.as_mut(), page * ALIGN as u64)?;
         lat.push(t.elapsed().as_secs_f64() * 1e6);
         if n != ALIGN {
-            bail!("short read of {n} bytes from {}", path.display());
+            fail!(Failed, "short read of {n} bytes from {}", path.display());
         }
     }
     let after = device_sectors_read(path);
@@ -205,7 +210,11 @@ fn measure_cached(path: &Path, rand_reads: usize, kind: &str) -> Result<ReaderRe
     let f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
     let len = f.metadata()?.len() as usize;
     if len < SEQ_CHUNK {
-        bail!("probe file {} is shorter than 1 MiB", path.display());
+        fail!(
+            Failed,
+            "probe file {} is shorter than 1 MiB",
+            path.display()
+        );
     }
     let map = |advice: libc::c_int| -> Result<*const u8> {
         // SAFETY: a fresh read-only shared mapping of a file this function
@@ -221,7 +230,9 @@ fn measure_cached(path: &Path, rand_reads: usize, kind: &str) -> Result<ReaderRe
             )
         };
         if p == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error()).context("mapping the probe file");
+            return Err(
+                Context::new("mapping the probe file", std::io::Error::last_os_error()).into(),
+            );
         }
         // SAFETY: advice on the mapping just made.
         unsafe { libc::madvise(p, len, advice) };
@@ -302,7 +313,11 @@ pub fn measure_kind(path: &Path, rand_reads: usize, kind: &str) -> Result<Reader
     match kind {
         "direct" => measure(path, rand_reads, kind),
         "faults" | "faults-random" | "buffered" => measure_cached(path, rand_reads, kind),
-        _ => bail!("unknown reader kind {kind:?} ({})", READER_KINDS.join(", ")),
+        _ => fail!(
+            Failed,
+            "unknown reader kind {kind:?} ({})",
+            READER_KINDS.join(", ")
+        ),
     }
 }
 
@@ -375,11 +390,9 @@ pub fn blkio_escapees() -> Vec<PathBuf> {
 /// like a sandbox.
 pub fn measure_in_sandbox_cgroups(mut reader: std::process::Command) -> Result<ReaderResult> {
     use std::process::Stdio;
-    let cg = thaw_sandbox::SandboxCgroups::create(
-        &format!("probe-{}", std::process::id()),
-        1 << 30,
-        32,
-    )?;
+    let cg =
+        thaw_sandbox::SandboxCgroups::create(&format!("probe-{}", std::process::id()), 1 << 30, 32)
+            .context("making the probe's cgroups")?;
     let mut child = reader
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -393,16 +406,16 @@ pub fn measure_in_sandbox_cgroups(mut reader: std::process::Command) -> Result<R
     if let Err(e) = placed {
         let _ = child.kill();
         let _ = child.wait();
-        return Err(e);
+        return Err(e.into());
     }
-    let mut stdin = child.stdin.take().context("reader stdin")?;
-    writeln!(stdin)?;
-    drop(stdin);
+    if let Some(mut stdin) = child.stdin.take() {
+        writeln!(stdin)?;
+    }
     let out = child.wait_with_output()?;
     if !out.status.success() {
-        bail!("the probe reader failed ({})", out.status);
+        fail!(Failed, "the probe reader failed ({})", out.status);
     }
-    serde_json::from_slice(&out.stdout).context("parsing the probe reader's result")
+    Ok(serde_json::from_slice(&out.stdout).context("parsing the probe reader's result")?)
 }
 
 /// The reader side of `measure_in_sandbox_cgroups`: waits for the go line.
@@ -427,7 +440,7 @@ pub fn measure_remote(
     reads: usize,
 ) -> Result<ReaderResult> {
     if mib == 0 {
-        bail!("the probe object must be at least 1 MiB");
+        fail!(Failed, "the probe object must be at least 1 MiB");
     }
     let name = format!(".probe-{}", std::process::id());
     // random bytes, sealed as an image is (uncompressed, by range): what
@@ -441,7 +454,7 @@ pub fn measure_remote(
         while total == 0 || t0.elapsed() < PHASE {
             let back = store.get(&name, data.len() as u64)?;
             if back != data {
-                bail!("the probe object came back different");
+                fail!(Failed, "the probe object came back different");
             }
             total += back.len();
         }
@@ -451,7 +464,7 @@ pub fn measure_remote(
         while lat.len() < reads || (t1.elapsed() < PHASE && lat.len() < MAX_RAND_READS) {
             let t = Instant::now();
             if !store.exists(&name)? {
-                bail!("the probe object vanished");
+                fail!(Failed, "the probe object vanished");
             }
             lat.push(t.elapsed().as_secs_f64() * 1e6);
         }

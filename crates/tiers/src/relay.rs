@@ -7,11 +7,12 @@
 //! Each direction of a connection has a reader that stamps every chunk with
 //! its due time and a writer that sends it when due, so the delay is added
 //! once per chunk, not once per byte, and bandwidth is not capped by it.
-use anyhow::{Context, Result};
+use crate::error::Result;
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
+use thaw_error::ResultExt;
 
 const BUF: usize = 256 << 10;
 

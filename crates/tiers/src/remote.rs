@@ -7,11 +7,12 @@
 //! so two homes (a test's and the operator's) never collide.
 use crate::config::{TierConfig, TIERS_DIR};
 use crate::device::{run, DeviceState};
+use crate::error::{fail, Result};
 use crate::netns::{self, interface_with_address_in, link_exists, netns_exists};
-use anyhow::{bail, Context, Result};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+use thaw_error::{Context, ResultExt};
 
 pub const PORT: u16 = 9000;
 /// Prefix length of a home's veth subnet.
@@ -82,7 +83,7 @@ pub fn credentials(home: &Path, t: &TierConfig) -> Result<(String, String)> {
         if let Some((a, s)) = raw.trim().split_once(':') {
             return Ok((a.into(), s.into()));
         }
-        bail!("{} is malformed (want ACCESS:SECRET)", p.display());
+        fail!(Config, "{} is malformed (want ACCESS:SECRET)", p.display());
     }
     let mut rnd = [0u8; 24];
     crate::seal::random(&mut rnd)?;
@@ -109,10 +110,10 @@ pub fn server_binary() -> Result<PathBuf> {
         cands.push(PathBuf::from(home).join("go/bin/minio"));
     }
     cands.push(PathBuf::from("/root/go/bin/minio"));
-    cands
-        .into_iter()
-        .find(|p| p.is_file())
-        .context("the MinIO server is not installed: `scripts/setup.sh --tests` builds it (a pinned `go install github.com/minio/minio@VERSION`)")
+    match cands.into_iter().find(|p| p.is_file()) {
+        Some(p) => Ok(p),
+        None => fail!(Device, "the MinIO server is not installed: `scripts/setup.sh --tests` builds it (a pinned `go install github.com/minio/minio@VERSION`)"),
+    }
 }
 
 /// The processes setup starts in the namespace, by pid-file name.
@@ -208,7 +209,7 @@ pub fn setup(home: &Path, t: &TierConfig) -> Result<crate::device::DeviceState> 
     let net = RemoteNet::for_home(home);
     let want = net.url();
     if t.url.as_deref() != Some(want.as_str()) {
-        bail!(
+        fail!(Config,
             "tier {}: an emulated remote is served at {want}; set its url to that (or emulated: false for a real store)",
             t.name
         );
@@ -219,7 +220,7 @@ pub fn setup(home: &Path, t: &TierConfig) -> Result<crate::device::DeviceState> 
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
     if !link_exists(&net.veth_host) {
         if let Some(dev) = interface_with_address_in(&net.host_addr, PREFIX)? {
-            bail!(
+            fail!(Config,
                 "the emulated remote's subnet {} is already in use on interface {dev} (another state home's remote tier?); tear that one down or use another --home",
                 net.subnet()
             );
@@ -303,7 +304,8 @@ pub fn setup(home: &Path, t: &TierConfig) -> Result<crate::device::DeviceState> 
     let deadline = Instant::now() + START_DEADLINE;
     while !answers(&net.server_addr) {
         if Instant::now() > deadline {
-            bail!(
+            fail!(
+                Config,
                 "the object store did not answer at {}:{PORT} within {}s (log: {})",
                 net.server_addr,
                 START_DEADLINE.as_secs(),
@@ -313,7 +315,8 @@ pub fn setup(home: &Path, t: &TierConfig) -> Result<crate::device::DeviceState> 
         for (which, child) in &mut started {
             if let Some(st) = child.try_wait()? {
                 let log = dir.join(format!("{which}.log"));
-                bail!(
+                fail!(
+                    Config,
                     "the object store's {which} exited at start ({st}; log: {}):\n  {}",
                     log.display(),
                     log_tail(&log)
@@ -364,7 +367,7 @@ pub fn teardown(home: &Path, t: &TierConfig) -> Result<()> {
     match std::fs::remove_dir_all(state_dir(home, t)) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(e).context("removing the object store's data"),
+        Err(e) => Err(Context::new("removing the object store's data", e).into()),
     }
 }
 

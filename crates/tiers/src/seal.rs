@@ -18,13 +18,14 @@
 //! compresses in segments of [`SEGMENT`] bytes sealed in 64 KiB chunks, so
 //! a reader opens and decompresses each part as it arrives
 //! ([`Opener`]) instead of after the whole body.
-use anyhow::{bail, Context, Result};
+use crate::error::{fail, Result, TiersError};
 use chacha20poly1305::aead::{Aead, AeadInPlace, KeyInit, Payload};
 use chacha20poly1305::{XChaCha20Poly1305, XNonce};
 use std::io::Read;
 use std::ops::Range;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
+use thaw_error::{Context, ResultExt};
 
 const MAGIC: &[u8; 8] = b"THAWSEAL";
 /// Format 1: chunks of plaintext. Format 2: the same over an LZ4 block of
@@ -55,12 +56,17 @@ impl Key {
             Ok(mut f) => {
                 let mode = f.metadata()?.permissions().mode() & 0o777;
                 if mode != 0o600 {
-                    bail!("{} has mode {mode:o}; it must be 0600", p.display());
+                    fail!(Config, "{} has mode {mode:o}; it must be 0600", p.display());
                 }
                 let mut k = Vec::new();
                 f.read_to_end(&mut k)?;
                 if k.len() != 32 {
-                    bail!("{} must hold 32 bytes, not {}", p.display(), k.len());
+                    fail!(
+                        Corrupt,
+                        "{} must hold 32 bytes, not {}",
+                        p.display(),
+                        k.len()
+                    );
                 }
                 Ok(Key::from_bytes(&k))
             }
@@ -79,10 +85,10 @@ impl Key {
                         let _ = std::fs::remove_file(&tmp);
                         Key::load_or_create(home)
                     }
-                    Err(e) => Err(e).with_context(|| format!("creating {}", p.display())),
+                    Err(e) => Err(Context::new(format!("creating {}", p.display()), e).into()),
                 }
             }
-            Err(e) => Err(e).with_context(|| format!("opening {}", p.display())),
+            Err(e) => Err(Context::new(format!("opening {}", p.display()), e).into()),
         }
     }
 
@@ -108,7 +114,8 @@ pub fn create_private(path: &Path, data: &[u8]) -> Result<()> {
 pub(crate) fn random(buf: &mut [u8]) -> Result<()> {
     std::fs::File::open("/dev/urandom")
         .and_then(|mut f| f.read_exact(buf))
-        .context("reading /dev/urandom")
+        .context("reading /dev/urandom")?;
+    Ok(())
 }
 
 /// The parsed header of a sealed object.
@@ -128,15 +135,18 @@ pub struct Header {
 impl Header {
     pub fn parse(b: &[u8]) -> Result<Header> {
         if b.len() < HEADER_LEN || &b[..8] != MAGIC {
-            bail!("not a sealed thaw object (bad magic)");
+            fail!(Corrupt, "not a sealed thaw object (bad magic)");
         }
         let version = u32::from_le_bytes(b[8..12].try_into().unwrap());
         if !(VERSION..=VERSION_SEGMENTS).contains(&version) {
-            bail!("sealed object format {version} is not {VERSION} to {VERSION_SEGMENTS}");
+            fail!(
+                Corrupt,
+                "sealed object format {version} is not {VERSION} to {VERSION_SEGMENTS}"
+            );
         }
         let chunk = u32::from_le_bytes(b[12..16].try_into().unwrap());
         if chunk == 0 || chunk as usize > 64 * CHUNK {
-            bail!("sealed object has a bad chunk size {chunk}");
+            fail!(Corrupt, "sealed object has a bad chunk size {chunk}");
         }
         let mut raw = [0u8; HEADER_LEN];
         raw.copy_from_slice(&b[..HEADER_LEN]);
@@ -169,7 +179,8 @@ impl Header {
     /// The sealed bytes holding plaintext `r`, and the first chunk's index.
     pub fn sealed_span(&self, r: &Range<u64>) -> Result<(Range<u64>, u64)> {
         if r.start > r.end || r.end > self.plain_len {
-            bail!(
+            fail!(
+                Corrupt,
                 "range {}..{} is outside the object's {} bytes",
                 r.start,
                 r.end,
@@ -248,7 +259,7 @@ fn seal_as(key: &Key, name: &str, plain: &[u8], chunk: usize, version: u32) -> R
                     aad: &aad,
                 },
             )
-            .map_err(|_| anyhow::anyhow!("sealing {name} failed"))?;
+            .map_err(|_| TiersError::Failed(format!("sealing {name} failed")))?;
         out.extend_from_slice(&ct);
     }
     Ok(out)
@@ -289,17 +300,20 @@ fn open_chunk_in_place(
     buf: &mut Vec<u8>,
 ) -> Result<()> {
     if i >= h.chunks() {
-        bail!("{name}: more data than the header announces");
+        fail!(Corrupt, "{name}: more data than the header announces");
     }
     let want = h.sealed_chunk(i);
     if buf.len() != want {
-        bail!(
+        fail!(
+            Corrupt,
             "{name}: chunk {i} is truncated ({} of {want} bytes)",
             buf.len()
         );
     }
     key.0.decrypt_in_place(&h.nonce(i), aad, buf).map_err(|_| {
-        anyhow::anyhow!("{name}: chunk {i} failed authentication (corrupt or tampered)")
+        TiersError::Corrupt(format!(
+            "{name}: chunk {i} failed authentication (corrupt or tampered)"
+        ))
     })
 }
 
@@ -359,7 +373,8 @@ impl<'a> Opener<'a> {
             }
             let h = Header::parse(&self.head)?;
             if !h.compressed && h.plain_len > self.max_len {
-                bail!(
+                fail!(
+                    TooLarge,
                     "{name} announces {} bytes, more than the {} expected",
                     h.plain_len,
                     self.max_len
@@ -370,7 +385,7 @@ impl<'a> Opener<'a> {
         let (h, aad) = self.h.clone().expect("parsed above");
         while !b.is_empty() {
             if self.next >= h.chunks() {
-                bail!("{name}: more data than the header announces");
+                fail!(Corrupt, "{name}: more data than the header announces");
             }
             let want = h.sealed_chunk(self.next);
             let n = (want - self.pending.len()).min(b.len());
@@ -401,11 +416,12 @@ impl<'a> Opener<'a> {
             };
             // authenticated, so ours: still bounded, as any length we read
             let Some(plain) = seg.get(..4) else {
-                bail!("{name}: a segment has no length");
+                fail!(Corrupt, "{name}: a segment has no length");
             };
             let plain = u32::from_le_bytes(plain.try_into().expect("4 bytes")) as u64;
             if plain > SEGMENT as u64 || self.out.len() as u64 + plain > self.max_len {
-                bail!(
+                fail!(
+                    TooLarge,
                     "{name} announces more than the {} bytes expected",
                     self.max_len
                 );
@@ -415,9 +431,12 @@ impl<'a> Opener<'a> {
             let start = self.out.len();
             self.out.resize(start + plain as usize, 0);
             let n = lz4_flex::block::decompress_into(&seg[4..], &mut self.out[start..])
-                .map_err(|e| anyhow::anyhow!("{name}: decompressing: {e}"))?;
+                .map_err(|e| TiersError::Corrupt(format!("{name}: decompressing: {e}")))?;
             if n as u64 != plain {
-                bail!("{name}: a segment decompressed to {n} bytes, not the {plain} it announces");
+                fail!(
+                    Corrupt,
+                    "{name}: a segment decompressed to {n} bytes, not the {plain} it announces"
+                );
             }
             self.used += 4 + len;
         }
@@ -433,10 +452,11 @@ impl<'a> Opener<'a> {
     pub fn finish(self) -> Result<Vec<u8>> {
         let name = self.name;
         let Some((h, _)) = self.h else {
-            bail!("{name}: sealed object is truncated (no header)");
+            fail!(Corrupt, "{name}: sealed object is truncated (no header)");
         };
         if self.next != h.chunks() || !self.pending.is_empty() {
-            bail!(
+            fail!(
+                Corrupt,
                 "{name}: sealed object is truncated (chunk {} of {})",
                 self.next,
                 h.chunks()
@@ -444,7 +464,7 @@ impl<'a> Opener<'a> {
         }
         if h.segmented {
             if self.used != self.body.len() {
-                bail!("{name}: its last segment is truncated");
+                fail!(Corrupt, "{name}: its last segment is truncated");
             }
             return Ok(self.out);
         }
@@ -453,17 +473,18 @@ impl<'a> Opener<'a> {
             return Ok(body);
         }
         let Some(len) = body.get(..4) else {
-            bail!("{name}: compressed body has no length");
+            fail!(Corrupt, "{name}: compressed body has no length");
         };
         let len = u32::from_le_bytes(len.try_into().expect("4 bytes")) as u64;
         if len > self.max_len {
-            bail!(
+            fail!(
+                TooLarge,
                 "{name} announces {len} bytes, more than the {} expected",
                 self.max_len
             );
         }
         lz4_flex::block::decompress_size_prepended(&body)
-            .map_err(|e| anyhow::anyhow!("{name}: decompressing: {e}"))
+            .map_err(|e| TiersError::Corrupt(format!("{name}: decompressing: {e}")))
     }
 }
 
@@ -568,20 +589,26 @@ mod tests {
             let mut t = s.clone();
             t[pos] ^= 1;
             assert!(
-                open(&k, "f/x", &t, u64::MAX).is_err(),
+                matches!(open(&k, "f/x", &t, u64::MAX), Err(TiersError::Corrupt(_))),
                 "flip at {pos} accepted"
             );
         }
         assert!(
-            open(&k, "f/y", &s, u64::MAX).is_err(),
+            matches!(open(&k, "f/y", &s, u64::MAX), Err(TiersError::Corrupt(_))),
             "another object's name accepted"
         );
         assert!(
-            open(&k, "f/x", &s[..s.len() - 1], u64::MAX).is_err(),
+            matches!(
+                open(&k, "f/x", &s[..s.len() - 1], u64::MAX),
+                Err(TiersError::Corrupt(_))
+            ),
             "truncation accepted"
         );
         assert!(
-            open(&Key::from_bytes(&[8u8; 32]), "f/x", &s, u64::MAX).is_err(),
+            matches!(
+                open(&Key::from_bytes(&[8u8; 32]), "f/x", &s, u64::MAX),
+                Err(TiersError::Corrupt(_))
+            ),
             "wrong key accepted"
         );
     }
@@ -601,12 +628,15 @@ mod tests {
             if len > 0 {
                 // a bound below the announced length refuses before decompressing
                 let e = open(&k, "f/ws", &s, len as u64 - 1).unwrap_err();
-                assert!(format!("{e}").contains("more than"), "{e}");
+                assert!(matches!(e, TiersError::TooLarge(_)), "{e}");
             }
             let mut t = s.clone();
             let at = t.len() - 3;
             t[at] ^= 1;
-            assert!(open(&k, "f/ws", &t, u64::MAX).is_err());
+            assert!(matches!(
+                open(&k, "f/ws", &t, u64::MAX),
+                Err(TiersError::Corrupt(_))
+            ));
         }
         // incompressible bytes fit the worst-case bound too
         let mut noise = vec![0u8; 100_000];
@@ -646,7 +676,10 @@ mod tests {
         )
         .unwrap();
         assert_eq!(open(&k, "f/p", &old, plain.len() as u64).unwrap(), plain);
-        assert!(open(&k, "f/p", &old, plain.len() as u64 - 1).is_err());
+        assert!(matches!(
+            open(&k, "f/p", &old, plain.len() as u64 - 1),
+            Err(TiersError::TooLarge(_))
+        ));
     }
 
     #[test]

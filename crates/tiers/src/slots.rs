@@ -5,10 +5,11 @@
 //! tier's slot files; the kernel releases it when its holder exits, even
 //! after `kill -9`, so a crashed worker never leaks a slot.
 use crate::config::{TierConfig, TIERS_DIR};
-use anyhow::{bail, Context, Result};
+use crate::error::{fail, Result};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+use thaw_error::ResultExt;
 
 /// A held slot; released on drop.
 #[derive(Debug)]
@@ -47,7 +48,8 @@ impl RestoreSlot {
                 }
             }
             if t0.elapsed() >= timeout {
-                bail!(
+                fail!(
+                    Busy,
                     "tier {}: all {} restore slots stayed busy for {:?}",
                     t.name,
                     t.max_concurrent_restores,
@@ -75,7 +77,7 @@ mod tests {
         let b = RestoreSlot::acquire(&home, &t, Duration::ZERO).unwrap();
         assert_ne!(a.index, b.index);
         let busy = RestoreSlot::acquire(&home, &t, Duration::from_millis(20)).unwrap_err();
-        assert!(format!("{busy:#}").contains("restore slots stayed busy"));
+        assert!(matches!(busy, crate::TiersError::Busy(_)), "{busy}");
         drop(a);
         let c = RestoreSlot::acquire(&home, &t, Duration::ZERO).unwrap();
         assert_eq!(c.index, 0);

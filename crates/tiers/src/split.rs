@@ -3,9 +3,9 @@
 //! the two, and what first touching a page costs on each, from the tiers'
 //! probed profiles (`thaw tier probe`), or their declared ones when a tier
 //! was never probed.
+use crate::error::{fail, Result};
 use crate::probe::{self, ReaderResult};
 use crate::{Kind, TierConfig, TiersConfig};
-use anyhow::{bail, Result};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -36,10 +36,13 @@ pub struct SplitCosts {
 pub fn costs(home: &Path, cfg: &TiersConfig, fast: &str, slow: &str) -> Result<SplitCosts> {
     let (f, s) = (cfg.get(fast)?, cfg.get(slow)?);
     if fast == slow {
-        bail!("the fast and the slow tier are both {fast}: name two different tiers");
+        fail!(
+            Config,
+            "the fast and the slow tier are both {fast}: name two different tiers"
+        );
     }
     if !matches!(f.kind, Kind::Dram | Kind::Pmem) {
-        bail!(
+        fail!(Config,
             "fast tier {} is a {} tier: the snapshot and its hot pages are mapped from memory, so the fast tier must be byte-addressable (dram or pmem)",
             f.name,
             f.kind.name()
@@ -47,17 +50,17 @@ pub fn costs(home: &Path, cfg: &TiersConfig, fast: &str, slow: &str) -> Result<S
     }
     match s.kind {
         Kind::Pmem | Kind::Block => {}
-        Kind::Dram => bail!(
+        Kind::Dram => fail!(Config,
             "slow tier {} is DRAM: the slow tier is the cheaper one, pmem (mapped in place) or a block device",
             s.name
         ),
-        Kind::Remote => bail!(
+        Kind::Remote => fail!(Config,
             "slow tier {} is remote: the slow file is mapped into the restored process, so it must be a local tier (pmem or block)",
             s.name
         ),
     }
     if s.price_per_gb_month <= 0.0 || s.price_per_gb_month >= f.price_per_gb_month {
-        bail!(
+        fail!(Config,
             "slow tier {} costs {} per GB-month and fast tier {} {}: the slow tier must be cheaper (and not free) for a cost ratio",
             s.name,
             s.price_per_gb_month,

@@ -18,10 +18,10 @@
 //! a store that fails or stalls fails every waiter (the page server then
 //! kills the sandbox) and [`Stream::finish`], which also re-hashes the whole
 //! image against the manifest once every chunk is in.
+use crate::error::{fail, Result, TiersError};
 use crate::moves::{CommitRecord, COMMIT, MAX_COMMIT_RECORD};
 use crate::objects::{GetTiming, RemoteStore};
 use crate::seal::Header;
-use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use std::collections::VecDeque;
 use std::fs::File;
@@ -30,6 +30,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+use thaw_error::{BoxError, ResultExt};
 use thaw_memory::{PageSource, Region};
 use thaw_sandbox::{Arriving, Streamed};
 use thaw_store::Snapshot;
@@ -43,10 +44,7 @@ pub const STREAM_DIR: &str = "streams";
 /// back).
 pub fn staging_root(home: &Path) -> Result<PathBuf> {
     let dram = thaw_store::Tier::by_name("tmpfs", home)?.path;
-    Ok(dram
-        .parent()
-        .context("the DRAM tier has a parent")?
-        .join(STREAM_DIR))
+    Ok(dram.parent().unwrap_or(&dram).join(STREAM_DIR))
 }
 /// Files fetched whole before the restore starts.
 const MANIFEST: &str = "manifest.json";
@@ -151,7 +149,7 @@ impl Shared {
         }
         self.wait(p, &format!("chunk {i} of {}", self.what), |p| {
             match &p.failed {
-                Some(e) => bail!("{e}"),
+                Some(e) => fail!(Failed, "{e}"),
                 None => Ok(p.arrived[i as usize]),
             }
         })
@@ -171,7 +169,7 @@ impl Shared {
             }
             let now = Instant::now();
             if now >= until {
-                bail!("{what} did not arrive within {:?}", self.deadline);
+                fail!(Corrupt, "{what} did not arrive within {:?}", self.deadline);
             }
             p = self
                 .cv
@@ -183,7 +181,7 @@ impl Shared {
 }
 
 impl Arriving for Shared {
-    fn copied_pages(&self) -> Result<()> {
+    fn copied_pages(&self) -> Result<(), BoxError> {
         for &c in &self.before {
             self.wait_for(c)?;
         }
@@ -192,13 +190,13 @@ impl Arriving for Shared {
         Ok(())
     }
 
-    fn working_set(&self) -> Result<()> {
+    fn working_set(&self) -> Result<(), BoxError> {
         let what = format!("the working set beside {}", self.what);
-        self.wait(self.lock(), &what, |p| match &p.ws {
+        Ok(self.wait(self.lock(), &what, |p| match &p.ws {
             Some(Ok(())) => Ok(true),
-            Some(Err(e)) => bail!("{e}"),
+            Some(Err(e)) => fail!(Failed, "{e}"),
             None => Ok(false),
-        })
+        })?)
     }
 }
 
@@ -216,7 +214,10 @@ fn fetch_files(
         .collect();
     for ((f, _, sum), data) in files.iter().zip(store.get_many(&objects)?) {
         if thaw_store::sha256_hex(&data) != *sum {
-            bail!("{name}/{f} on the remote differs from its commit record");
+            fail!(
+                Corrupt,
+                "{name}/{f} on the remote differs from its commit record"
+            );
         }
         write_private(&dir.join(f), &data)?;
     }
@@ -235,6 +236,32 @@ pub struct Stream {
     keep: bool,
 }
 
+/// An error of a streamed restore ([`Stream::explain`]): the stream's own
+/// failure as its context when it failed, else just the error.
+#[derive(Debug)]
+pub struct Explained {
+    pub failure: Option<String>,
+    pub error: BoxError,
+}
+
+impl std::fmt::Display for Explained {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.failure {
+            Some(why) => write!(f, "streaming from the remote tier failed: {why}"),
+            None => self.error.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for Explained {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match &self.failure {
+            Some(_) => Some(&*self.error),
+            None => self.error.source(),
+        }
+    }
+}
+
 /// Serves lazily restored pages from the arriving image.
 struct StreamSource {
     shared: Arc<Shared>,
@@ -242,7 +269,7 @@ struct StreamSource {
 }
 
 impl PageSource for StreamSource {
-    fn read_page(&self, region: &Region, addr: u64, buf: &mut [u8]) -> Result<bool> {
+    fn read_page(&self, region: &Region, addr: u64, buf: &mut [u8]) -> Result<bool, BoxError> {
         let Some(off) = region.image_offset(addr) else {
             return Ok(false);
         };
@@ -308,8 +335,11 @@ impl Stream {
         let (got, header) = store.get_round(&objects, &obj, t0);
         let mut got = got.into_iter();
         let mut next = || {
-            got.next()
-                .unwrap_or_else(|| Err(anyhow::anyhow!("a request of the first round is missing")))
+            got.next().unwrap_or_else(|| {
+                Err(TiersError::Failed(
+                    "a request of the first round is missing".into(),
+                ))
+            })
         };
         let (rec, tr) = next().with_context(|| format!("{name} is not on the remote tier"))?;
         let ((manifest, tm), (state, ts), header) = (next()?, next()?, header?);
@@ -319,19 +349,24 @@ impl Stream {
         let entry = |f: &str| rec.files.iter().find(|e| e.0 == f);
         let mut first_bytes = 0;
         for (f, data) in [(MANIFEST, &manifest), (STATE, &state)] {
-            let (_, len, sum) =
-                entry(f).with_context(|| format!("{name} on the remote has no {f}"))?;
+            let Some((_, len, sum)) = entry(f) else {
+                fail!(Corrupt, "{name} on the remote has no {f}");
+            };
             if data.len() as u64 != *len || thaw_store::sha256_hex(data) != *sum {
-                bail!("{name}/{f} on the remote differs from its commit record");
+                fail!(
+                    Corrupt,
+                    "{name}/{f} on the remote differs from its commit record"
+                );
             }
             write_private(&dir.join(f), data)?;
             first_bytes += *len;
         }
-        let (_, image_len, image_sum) = entry(IMAGE)
-            .cloned()
-            .with_context(|| format!("{name} on the remote has no {IMAGE}"))?;
+        let Some((_, image_len, image_sum)) = entry(IMAGE).cloned() else {
+            fail!(Corrupt, "{name} on the remote has no {IMAGE}");
+        };
         if header.plain_len != image_len {
-            bail!(
+            fail!(
+                Corrupt,
                 "{obj} announces {} bytes, its commit record {image_len}",
                 header.plain_len
             );
@@ -340,9 +375,13 @@ impl Stream {
         sparse.set_len(image_len)?;
         let snapshot = Snapshot::open(&dir)?;
         if snapshot.manifest.memory.sha256 != image_sum {
-            bail!("{name}: the manifest's image checksum differs from the commit record's");
+            fail!(
+                Corrupt,
+                "{name}: the manifest's image checksum differs from the commit record's"
+            );
         }
-        let state = thaw_sandbox::state::ProcessState::decode(&state)?;
+        let state = thaw_sandbox::state::ProcessState::decode(&state)
+            .with_context(|| format!("decoding the state of {name}"))?;
         let chunk = header.chunk as u64;
         let before = restorer_chunks(&state, chunk, header.chunks());
         // the REAP working set's files, which travel in the pack
@@ -393,7 +432,7 @@ impl Stream {
                 ws,
                 id: snapshot.manifest.id.clone(),
             })
-            .map_err(|_| anyhow::anyhow!("the working set's reader ended early"))?;
+            .map_err(|_| TiersError::Failed("the working set's reader ended early".into()))?;
         threads.push(pack);
         cleanup.0 = None;
         Ok(Stream {
@@ -429,10 +468,10 @@ impl Stream {
     /// `e` with the stream's failure, if it failed (a page server that
     /// could not get a chunk kills its sandbox: the restore or invocation
     /// error alone would not say why).
-    pub fn explain(&self, e: anyhow::Error) -> anyhow::Error {
-        match self.shared.lock().failed.clone() {
-            Some(f) => e.context(format!("streaming from the remote tier failed: {f}")),
-            None => e,
+    pub fn explain(&self, e: BoxError) -> Explained {
+        Explained {
+            failure: self.shared.lock().failed.clone(),
+            error: e,
         }
     }
 
@@ -440,21 +479,24 @@ impl Stream {
     /// the manifest's SHA-256.
     pub fn finish(&mut self) -> Result<&StreamReport> {
         if !self.shared.lock().background {
-            bail!("this stream fetches only what is asked for: it never finishes");
+            fail!(
+                Corrupt,
+                "this stream fetches only what is asked for: it never finishes"
+            );
         }
         for t in std::mem::take(&mut self.threads) {
             t.join()
-                .map_err(|_| anyhow::anyhow!("the stream's fetcher panicked"))?;
+                .map_err(|_| TiersError::Failed("the stream's fetcher panicked".into()))?;
         }
         let p = self.shared.lock();
         self.report.chunks_on_demand = p.on_demand;
         self.report.gets = p.gets.clone();
         self.report.first_ms = p.first_done.as_secs_f64() * 1e3;
         if let Some(Err(e)) = &p.ws {
-            bail!("{e}");
+            fail!(Failed, "{e}");
         }
         if let Some(e) = &p.failed {
-            bail!("{e}");
+            fail!(Failed, "{e}");
         }
         drop(p);
         self.snapshot.verify_memory()?;
@@ -715,32 +757,39 @@ fn parse_first_pack<'a>(
 ) -> Result<Pack<'a>> {
     let mut at = 0usize;
     let mut take = || -> Result<&'a [u8]> {
-        let n = raw.get(at..at + 8).context("truncated")?;
-        let n = usize::try_from(u64::from_le_bytes(n.try_into()?))?;
-        let b = raw
-            .get(at + 8..(at + 8).checked_add(n).context("truncated")?)
-            .context("truncated")?;
-        at += 8 + n;
+        let truncated = || TiersError::Corrupt("truncated".into());
+        let n = raw.get(at..at + 8).ok_or_else(truncated)?;
+        let n = u64::from_le_bytes(n.try_into().expect("8 bytes"));
+        let end = usize::try_from(n)
+            .ok()
+            .and_then(|n| (at + 8).checked_add(n))
+            .ok_or_else(truncated)?;
+        let b = raw.get(at + 8..end).ok_or_else(truncated)?;
+        at = end;
         Ok(b)
     };
     if take()? != id.as_bytes() {
-        bail!("made for another version of the snapshot");
+        fail!(Corrupt, "made for another version of the snapshot");
     }
     let n = u64::from_le_bytes(take()?.try_into().context("bad file count")?);
     if n > WORKING_SET.len() as u64 {
-        bail!("holds {n} files");
+        fail!(Corrupt, "holds {n} files");
     }
     let files = (0..n)
         .map(|_| Ok((take()?, take()?)))
         .collect::<Result<Vec<_>>>()?;
     let list: Vec<u8> = want.iter().flat_map(|c| c.to_le_bytes()).collect();
     if take()? != list.as_slice() {
-        bail!("holds other chunks than the restorer copies");
+        fail!(Corrupt, "holds other chunks than the restorer copies");
     }
     let chunks = take()?;
     let total: usize = want.iter().map(|&i| chunk_len(i, chunk, len)).sum();
     if chunks.len() != total || at != raw.len() {
-        bail!("holds {} bytes of chunks, not {total}", chunks.len());
+        fail!(
+            Corrupt,
+            "holds {} bytes of chunks, not {total}",
+            chunks.len()
+        );
     }
     Ok(Pack { files, chunks })
 }
@@ -774,7 +823,8 @@ impl First {
             self.fetch.header.plain_len,
         )?;
         if pack.files.len() != self.ws.len() {
-            bail!(
+            fail!(
+                Corrupt,
                 "holds {} working-set files, the record {}",
                 pack.files.len(),
                 self.ws.len()
@@ -782,10 +832,10 @@ impl First {
         }
         for (f, len, sum) in &self.ws {
             let Some((_, data)) = pack.files.iter().find(|(n, _)| *n == f.as_bytes()) else {
-                bail!("lacks {f}");
+                fail!(Corrupt, "lacks {f}");
             };
             if data.len() as u64 != *len || thaw_store::sha256_hex(data) != *sum {
-                bail!("its {f} differs from the commit record");
+                fail!(Corrupt, "its {f} differs from the commit record");
             }
             write_private(&self.dir.join(f), data)?;
         }
@@ -814,7 +864,7 @@ fn fetch_first(store: &RemoteStore, name: &str, t0: Instant, rx: std::sync::mpsc
     let res = match got {
         Ok(Some((raw, t))) => {
             sh.lock().gets.push(t);
-            first.install(&raw).with_context(|| what.clone())
+            first.install(&raw).map_err(|e| e.during(what.clone()))
         }
         Ok(None) => {
             {
@@ -825,7 +875,7 @@ fn fetch_first(store: &RemoteStore, name: &str, t0: Instant, rx: std::sync::mpsc
             }
             fetch_files(store, name, &first.dir, &first.ws)
         }
-        Err(e) => Err(e.context(what)),
+        Err(e) => Err(e.during(what)),
     };
     let mut p = sh.lock();
     p.pre_pending = false;
