@@ -11,13 +11,28 @@ use std::error::Error as StdError;
 /// Any error, boxed, as a [`Context`]'s source.
 pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
 
-/// What was being done (`context`) when `source` failed.
-#[derive(Debug, thiserror::Error)]
-#[error("{context}")]
+/// What was being done (`context`) when `source` failed. `{}` shows the
+/// context, `{:#}` the whole chain (as anyhow's `{:#}` does).
+#[derive(Debug)]
 pub struct Context {
     pub context: String,
-    #[source]
     pub source: BoxError,
+}
+
+impl std::fmt::Display for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if f.alternate() {
+            f.write_str(&chain(self))
+        } else {
+            f.write_str(&self.context)
+        }
+    }
+}
+
+impl StdError for Context {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        Some(&*self.source)
+    }
 }
 
 impl Context {
@@ -44,6 +59,15 @@ impl<T, E: Into<BoxError>> ResultExt<T> for Result<T, E> {
     fn with_context<C: Into<String>>(self, f: impl FnOnce() -> C) -> Result<T, Context> {
         self.map_err(|e| Context::new(f(), e))
     }
+}
+
+/// `return Err(KIND(format!(...)).into())`: a failure of a message-carrying
+/// kind, e.g. `fail!(TiersError::Busy, "tier {name}: all slots are busy")`.
+#[macro_export]
+macro_rules! fail {
+    ($kind:path, $($arg:tt)*) => {
+        return Err($kind(format!($($arg)*)).into())
+    };
 }
 
 /// The message chain of an error, joined as anyhow's `{:#}` joins it:
@@ -74,6 +98,8 @@ mod tests {
         assert_eq!(io.kind(), io::ErrorKind::NotFound);
         let outer = Context::new("loading", e);
         assert_eq!(chain(&outer), "loading: reading /x: gone");
+        assert_eq!(format!("{outer:#}"), "loading: reading /x: gone");
+        assert_eq!(format!("{outer}"), "loading");
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Where each region's saved pages sit in the image file.
-use anyhow::{bail, Result};
+use crate::error::{MemoryError, Result};
 use serde::{Deserialize, Serialize};
+use thaw_error::fail;
 
 pub const PAGE_SIZE: u64 = 4096;
 
@@ -103,14 +104,19 @@ impl MemoryLayout {
         let mut prev_end = 0u64;
         for (i, r) in self.regions.iter().enumerate() {
             if r.start % PAGE_SIZE != 0 || r.end % PAGE_SIZE != 0 || r.end <= r.start {
-                bail!(
+                fail!(
+                    MemoryError::Layout,
                     "region {i} [{:#x}, {:#x}) is empty or not page aligned",
                     r.start,
                     r.end
                 );
             }
             if r.start < prev_end {
-                bail!("region {i} at {:#x} overlaps or is out of order", r.start);
+                fail!(
+                    MemoryError::Layout,
+                    "region {i} at {:#x} overlaps or is out of order",
+                    r.start
+                );
             }
             prev_end = r.end;
             let mut run_end = r.start;
@@ -119,14 +125,16 @@ impl MemoryLayout {
                     || run.len % PAGE_SIZE != 0
                     || run.file_off % PAGE_SIZE != 0;
                 if bad_align || run.len == 0 {
-                    bail!(
+                    fail!(
+                        MemoryError::Layout,
                         "region {i}: run at {:#x} is empty or not page aligned",
                         run.addr
                     );
                 }
                 let end = run.addr.checked_add(run.len);
                 if run.addr < run_end || end.is_none_or(|e| e > r.end) {
-                    bail!(
+                    fail!(
+                        MemoryError::Layout,
                         "region {i}: run at {:#x} is outside the region or out of order",
                         run.addr
                     );
@@ -137,7 +145,8 @@ impl MemoryLayout {
                     .checked_add(run.len)
                     .is_none_or(|e| e > self.image_len)
                 {
-                    bail!(
+                    fail!(
+                        MemoryError::Layout,
                         "region {i}: run at {:#x} points past the end of the image",
                         run.addr
                     );
@@ -210,18 +219,33 @@ mod tests {
     fn validate_rejects_bad_layouts() {
         let mut l = layout();
         l.image_len = 0x2000;
-        assert!(l.validate().is_err(), "run past the image");
+        assert!(
+            matches!(l.validate(), Err(MemoryError::Layout(_))),
+            "run past the image"
+        );
         let mut l = layout();
         l.regions[0].runs[1].addr = 0x4000;
-        assert!(l.validate().is_err(), "run past the region");
+        assert!(
+            matches!(l.validate(), Err(MemoryError::Layout(_))),
+            "run past the region"
+        );
         let mut l = layout();
         l.regions.swap(0, 1);
-        assert!(l.validate().is_err(), "unsorted regions");
+        assert!(
+            matches!(l.validate(), Err(MemoryError::Layout(_))),
+            "unsorted regions"
+        );
         let mut l = layout();
         l.regions[0].runs[0].file_off = 7;
-        assert!(l.validate().is_err(), "unaligned");
+        assert!(
+            matches!(l.validate(), Err(MemoryError::Layout(_))),
+            "unaligned"
+        );
         let mut l = layout();
         l.regions[0].runs[1].len = u64::MAX - 0xfff;
-        assert!(l.validate().is_err(), "overflow");
+        assert!(
+            matches!(l.validate(), Err(MemoryError::Layout(_))),
+            "overflow"
+        );
     }
 }

@@ -5,6 +5,7 @@
 //! strategies (`thaw-restore`) build on it: working sets, write sets, TOSS
 //! tier files, the userfaultfd [`PageServer`], pagemap reads.
 
+pub mod error;
 mod layout;
 mod page_server;
 pub mod pagemap;
@@ -13,17 +14,18 @@ pub mod uffd;
 pub mod working_set;
 pub mod write_set;
 
+pub use error::MemoryError;
 pub use layout::{MemoryLayout, PageSpan, Region, Run, PAGE_SIZE};
-pub use page_server::{FaultStats, ImageSource, PageServer, PageSource};
+pub use page_server::{FaultStats, ImageSource, PageServer, PageSource, ServeError};
 pub use thaw_error::BoxError;
 
 /// Writes a file that derives from a snapshot (working set, tier files):
 /// temp name (0600), fsync, rename, fsync the directory. Readers see the old
 /// file or the new one, whole.
-pub(crate) fn write_atomic(path: &std::path::Path, data: &[u8]) -> anyhow::Result<()> {
-    use anyhow::Context;
+pub(crate) fn write_atomic(path: &std::path::Path, data: &[u8]) -> error::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
+    use thaw_error::ResultExt;
     // pid alone is not unique: two threads of one worker may write the same
     // derived file at once, and each needs its own temporary.
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);

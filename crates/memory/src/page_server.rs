@@ -93,8 +93,25 @@ pub struct PageServer {
     stop_w: Option<OwnedFd>,
     thread: Option<JoinHandle<()>>,
     pub stats: Arc<FaultStats>,
-    error: Arc<Mutex<Option<String>>>,
+    error: Arc<Mutex<Option<Arc<ServeError>>>>,
     recorded: Arc<Mutex<Vec<u64>>>,
+}
+
+/// Why a page server stopped serving (its sandbox must then be killed).
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("page server poll: {0}")]
+    Poll(std::io::Error),
+    #[error("reading userfaultfd: {0}")]
+    Read(std::io::Error),
+    /// a fault the layout does not serve lazily: never answered from the image
+    #[error("fault at {addr:#x} outside every lazily served region: refused")]
+    Outside { addr: u64 },
+    /// the page source failed (an image read, a streamed chunk that did not come)
+    #[error("reading page {addr:#x}: {}", thaw_error::chain(&**error))]
+    Source { addr: u64, error: BoxError },
+    #[error("installing page {addr:#x}: {error}")]
+    Install { addr: u64, error: uffd::UffdError },
 }
 
 impl PageServer {
@@ -107,7 +124,7 @@ impl PageServer {
         layout: Arc<MemoryLayout>,
         source: Arc<dyn PageSource>,
         record: bool,
-        on_fatal: Box<dyn FnOnce(String) + Send>,
+        on_fatal: Box<dyn FnOnce(&ServeError) + Send>,
     ) -> std::io::Result<PageServer> {
         let mut pipe = [0; 2];
         // SAFETY: pipe2 writes two descriptors into the array we own.
@@ -135,8 +152,9 @@ impl PageServer {
             .name("thaw-pager".into())
             .spawn(move || {
                 if let Err(e) = ctx.run() {
+                    let e = Arc::new(e);
                     *err.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.clone());
-                    on_fatal(e);
+                    on_fatal(&e);
                 }
             })?;
         Ok(PageServer {
@@ -149,7 +167,7 @@ impl PageServer {
     }
 
     /// The fatal error that stopped the server, if any.
-    pub fn error(&self) -> Option<String> {
+    pub fn error(&self) -> Option<Arc<ServeError>> {
         self.error.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
@@ -191,7 +209,7 @@ struct Serve {
 }
 
 impl Serve {
-    fn run(&self) -> Result<(), String> {
+    fn run(&self) -> Result<(), ServeError> {
         let mut page = vec![0u8; PAGE_SIZE as usize];
         let mut msgs = [0u8; 32 * 16];
         loop {
@@ -214,7 +232,7 @@ impl Serve {
                 if e.kind() == std::io::ErrorKind::Interrupted {
                     continue;
                 }
-                return Err(format!("page server poll: {e}"));
+                return Err(ServeError::Poll(e));
             }
             if fds[1].revents != 0 {
                 return Ok(()); // asked to stop
@@ -232,7 +250,7 @@ impl Serve {
                 {
                     continue;
                 }
-                return Err(format!("reading userfaultfd: {e}"));
+                return Err(ServeError::Read(e));
             }
             if got == 0 {
                 return Ok(());
@@ -250,20 +268,18 @@ impl Serve {
     }
 
     /// Serves one page; Ok(false) when the sandbox has gone away.
-    fn serve(&self, addr: u64, buf: &mut [u8]) -> Result<bool, String> {
+    fn serve(&self, addr: u64, buf: &mut [u8]) -> Result<bool, ServeError> {
         let t = std::time::Instant::now();
         let region = self
             .layout
             .region_of(addr)
             .filter(|r| r.anonymous)
-            .ok_or_else(|| {
-                format!("fault at {addr:#x} outside every lazily served region: refused")
-            })?;
+            .ok_or(ServeError::Outside { addr })?;
         let fd = self.uffd.as_raw_fd();
         let has_data = self
             .source
             .read_page(region, addr, buf)
-            .map_err(|e| format!("reading page {addr:#x}: {e:#}"))?;
+            .map_err(|error| ServeError::Source { addr, error })?;
         // count before installing: the install wakes the faulting thread, and
         // whoever it answers may read these counters right away
         self.stats.faults.fetch_add(1, Ordering::Relaxed);
@@ -285,7 +301,7 @@ impl Serve {
         if let Err(e) = res {
             return match e {
                 u if u.target_gone() => Ok(false),
-                u => Err(format!("installing page {addr:#x}: {u}")),
+                error => Err(ServeError::Install { addr, error }),
             };
         }
         Ok(true)
@@ -426,8 +442,8 @@ mod tests {
         };
         let refused = Arc::new(AtomicBool::new(false));
         let r2 = refused.clone();
-        let on_fatal = Box::new(move |why: String| {
-            assert!(why.contains("refused"), "{why}");
+        let on_fatal = Box::new(move |why: &ServeError| {
+            assert!(matches!(why, ServeError::Outside { .. }), "{why}");
             r2.store(true, Ordering::SeqCst);
             // let the faulting thread go on: a real caller kills the sandbox instead
             let range = [addr, len];
@@ -448,7 +464,10 @@ mod tests {
         let v = unsafe { *(addr as *const u8) };
         assert_eq!(v, 0);
         assert!(refused.load(Ordering::SeqCst));
-        assert!(ps.error().unwrap().contains("refused"));
+        assert!(matches!(
+            *ps.error().unwrap(),
+            ServeError::Outside { addr: a } if a == addr
+        ));
         assert_eq!(ps.stats.faults(), 0, "nothing was served");
         ps.stop();
     }

@@ -1,8 +1,9 @@
 //! Reading `/proc/PID/pagemap`: one 64-bit entry per virtual page.
+use crate::error::Result;
 use crate::PAGE_SIZE;
-use anyhow::{Context, Result};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
+use thaw_error::ResultExt;
 
 /// The page is in RAM.
 pub const PRESENT: u64 = 1 << 63;
@@ -14,8 +15,8 @@ pub const FILE: u64 = 1 << 61;
 
 /// Opens the pagemap of `pid`.
 pub fn open(pid: i32) -> Result<File> {
-    File::open(format!("/proc/{pid}/pagemap"))
-        .with_context(|| format!("opening the pagemap of {pid}"))
+    Ok(File::open(format!("/proc/{pid}/pagemap"))
+        .with_context(|| format!("opening the pagemap of {pid}"))?)
 }
 
 /// The entries for the pages of `[start, end)`, into `out` (reused between calls).

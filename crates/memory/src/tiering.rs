@@ -1,13 +1,14 @@
 //! TOSS-style tiering: split one snapshot's pages between a fast (DRAM) file
 //! and a slow-tier file as the TOSS memory-cost model places them
 //! ([`thaw_policy::toss`], pure), and describe the split in a layout file.
+use crate::error::{MemoryError, Result};
 use crate::layout::{MemoryLayout, PAGE_SIZE};
-use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::fs::{self, File};
 use std::io::Read;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use thaw_error::{fail, ResultExt};
 pub use thaw_policy::toss::{
     place, AccessProfile, BinDecision, CostParams, Placement, ProfileClass, TierKind,
 };
@@ -148,7 +149,10 @@ pub fn write(
         params: params.clone(),
         bins,
     };
-    crate::write_atomic(&snap_dir.join(TIERS_FILE), &serde_json::to_vec_pretty(&tl)?)?;
+    crate::write_atomic(
+        &snap_dir.join(TIERS_FILE),
+        &serde_json::to_vec_pretty(&tl).context("encoding the tier layout")?,
+    )?;
     Ok(tl)
 }
 
@@ -162,19 +166,28 @@ pub fn load(snap_dir: &Path, key: &str, layout: &MemoryLayout) -> Result<Option<
     }
     let mut raw = Vec::new();
     File::open(&p)?.take(64 << 20).read_to_end(&mut raw)?;
-    let tl: TierLayout = serde_json::from_slice(&raw).context("tier layout is corrupt")?;
+    let tl: TierLayout = serde_json::from_slice(&raw)
+        .map_err(|e| MemoryError::Corrupt(format!("tier layout is corrupt: {e}")))?;
     if tl.format != FORMAT {
-        bail!("tier layout format {} is not supported", tl.format);
+        fail!(
+            MemoryError::Stale,
+            "tier layout format {} is not supported",
+            tl.format
+        );
     }
     if tl.snapshot_key != key {
-        bail!("tier layout belongs to another snapshot (stale)");
+        fail!(
+            MemoryError::Stale,
+            "tier layout belongs to another snapshot (stale)"
+        );
     }
     for f in [&tl.fast, &tl.slow] {
         let len = fs::metadata(&f.path)
             .with_context(|| format!("tier file {} is missing", f.path.display()))?
             .len();
         if len != f.len {
-            bail!(
+            fail!(
+                MemoryError::Corrupt,
                 "tier file {} is {len} bytes, layout says {} (truncated?)",
                 f.path.display(),
                 f.len
@@ -198,22 +211,36 @@ pub fn load(snap_dir: &Path, key: &str, layout: &MemoryLayout) -> Result<Option<
             || run.off % PAGE_SIZE != 0
             || run.off.checked_add(run.len).is_none_or(|e| e > file_len)
         {
-            bail!("tier run at {:#x} is malformed", run.addr);
+            fail!(
+                MemoryError::Corrupt,
+                "tier run at {:#x} is malformed",
+                run.addr
+            );
         }
         if layout
             .region_of(run.addr)
             .is_none_or(|r| run.addr + run.len > r.end)
         {
-            bail!("tier run at {:#x} crosses a mapping boundary", run.addr);
+            fail!(
+                MemoryError::Corrupt,
+                "tier run at {:#x} crosses a mapping boundary",
+                run.addr
+            );
         }
         for a in (run.addr..run.addr + run.len).step_by(PAGE_SIZE as usize) {
             if want.next() != Some(a) {
-                bail!("tier layout does not match the snapshot's pages at {a:#x}");
+                fail!(
+                    MemoryError::Corrupt,
+                    "tier layout does not match the snapshot's pages at {a:#x}"
+                );
             }
         }
     }
     if want.next().is_some() {
-        bail!("tier layout leaves some of the snapshot's pages out");
+        fail!(
+            MemoryError::Corrupt,
+            "tier layout leaves some of the snapshot's pages out"
+        );
     }
     Ok(Some(tl))
 }
@@ -223,7 +250,8 @@ pub fn verify_files(tl: &TierLayout) -> Result<()> {
     for f in [&tl.fast, &tl.slow] {
         let data = fs::read(&f.path)?;
         if crc32fast::hash(&data) != f.crc32 {
-            bail!(
+            fail!(
+                MemoryError::Corrupt,
                 "tier file {} checksum mismatch (corrupted)",
                 f.path.display()
             );
@@ -293,14 +321,20 @@ mod tests {
         let r = got.runs.iter().find(|r| r.addr == 0x10000).unwrap();
         assert_eq!(r.tier, TierKind::Fast);
         assert_eq!(fast[r.off as usize], 1);
-        assert!(load(&dir, "other", &l).is_err(), "stale");
+        assert!(
+            matches!(load(&dir, "other", &l), Err(MemoryError::Stale(_))),
+            "stale"
+        );
         let mut slow = fs::read(&got.slow.path).unwrap();
         slow[5] ^= 1;
         fs::write(&got.slow.path, &slow).unwrap();
-        assert!(verify_files(&got).is_err());
+        assert!(matches!(verify_files(&got), Err(MemoryError::Corrupt(_))));
         fs::write(&got.slow.path, &slow[..4096]).unwrap();
-        assert!(load(&dir, "k", &l).is_err(), "truncated");
+        assert!(
+            matches!(load(&dir, "k", &l), Err(MemoryError::Corrupt(_))),
+            "truncated"
+        );
         fs::write(dir.join(TIERS_FILE), b"[").unwrap();
-        assert!(load(&dir, "k", &l).is_err());
+        assert!(matches!(load(&dir, "k", &l), Err(MemoryError::Corrupt(_))));
     }
 }

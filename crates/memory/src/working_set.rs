@@ -6,9 +6,9 @@
 //! belongs to, runs of pages, a CRC of `ws.img`). Both are written under
 //! temporary names and renamed; the index goes last, so a crash leaves either
 //! the old pair, or a new image the old index's CRC rejects.
+use crate::error::{MemoryError, Result};
 use crate::layout::{MemoryLayout, PageSpan, PAGE_SIZE};
 use crate::uffd;
-use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::fs::{self, File, OpenOptions};
 use std::io::Read;
@@ -16,6 +16,7 @@ use std::os::fd::RawFd;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
 use std::time::Instant;
+use thaw_error::{fail, ResultExt};
 
 pub const WS_IMAGE: &str = "ws.img";
 pub const WS_INDEX: &str = "ws.json";
@@ -79,7 +80,10 @@ pub fn record(
     let mut page = vec![0u8; PAGE_SIZE as usize];
     for &a in &pages {
         let Some(region) = layout.region_of(a).filter(|r| r.anonymous) else {
-            bail!("recorded fault at {a:#x} is outside the lazily served regions");
+            fail!(
+                MemoryError::Outside,
+                "recorded fault at {a:#x} is outside the lazily served regions"
+            );
         };
         match region.image_offset(a) {
             Some(off) => {
@@ -110,7 +114,10 @@ pub fn record(
         file_runs,
     };
     crate::write_atomic(&dir.join(WS_IMAGE), &data)?;
-    crate::write_atomic(&dir.join(WS_INDEX), &serde_json::to_vec(&index)?)?;
+    crate::write_atomic(
+        &dir.join(WS_INDEX),
+        &serde_json::to_vec(&index).context("encoding the working-set index")?,
+    )?;
     let _ = fs::remove_file(dir.join(WS_STALE));
     Ok(index)
 }
@@ -159,20 +166,34 @@ pub fn load(
         .take(MAX_INDEX_BYTES + 1)
         .read_to_end(&mut raw)?;
     if raw.len() as u64 > MAX_INDEX_BYTES {
-        bail!("working-set index is implausibly large");
+        fail!(
+            MemoryError::Corrupt,
+            "working-set index is implausibly large"
+        );
     }
-    let index: WsIndex = serde_json::from_slice(&raw).context("working-set index is corrupt")?;
+    let index: WsIndex = serde_json::from_slice(&raw)
+        .map_err(|e| MemoryError::Corrupt(format!("working-set index is corrupt: {e}")))?;
     if index.format != WS_FORMAT {
-        bail!("working-set index format {} is not supported", index.format);
+        fail!(
+            MemoryError::Stale,
+            "working-set index format {} is not supported",
+            index.format
+        );
     }
     if index.snapshot_key != key {
-        bail!("working set was recorded from another snapshot (stale)");
+        fail!(
+            MemoryError::Stale,
+            "working set was recorded from another snapshot (stale)"
+        );
     }
     validate(&index, layout)?;
     on_index(&index);
     let data = read_direct(&dir.join(WS_IMAGE), index.ws_len)?;
     if crc32fast::hash(data.as_slice()) != index.ws_crc32 {
-        bail!("working-set image checksum mismatch (corrupted)");
+        fail!(
+            MemoryError::Corrupt,
+            "working-set image checksum mismatch (corrupted)"
+        );
     }
     Ok(Some(WorkingSet {
         index,
@@ -191,15 +212,23 @@ fn validate(index: &WsIndex, layout: &MemoryLayout) -> Result<()> {
             || r.addr < prev
             || r.ws_off != expect_off
         {
-            bail!("working-set run at {:#x} is malformed", r.addr);
+            fail!(
+                MemoryError::Corrupt,
+                "working-set run at {:#x} is malformed",
+                r.addr
+            );
         }
-        let end = r
-            .addr
-            .checked_add(r.len)
-            .context("working-set run overflows")?;
+        let Some(end) = r.addr.checked_add(r.len) else {
+            fail!(
+                MemoryError::Corrupt,
+                "working-set run at {:#x} overflows",
+                r.addr
+            );
+        };
         match layout.region_of(r.addr) {
             Some(reg) if reg.anonymous && end <= reg.end => {}
-            _ => bail!(
+            _ => fail!(
+                MemoryError::Corrupt,
                 "working-set run at {:#x} is outside the lazily served regions",
                 r.addr
             ),
@@ -208,7 +237,8 @@ fn validate(index: &WsIndex, layout: &MemoryLayout) -> Result<()> {
         expect_off += r.len;
     }
     if expect_off != index.ws_len {
-        bail!(
+        fail!(
+            MemoryError::Corrupt,
             "working-set index covers {expect_off} bytes, image is {}",
             index.ws_len
         );
@@ -220,7 +250,11 @@ fn validate(index: &WsIndex, layout: &MemoryLayout) -> Result<()> {
                 .is_some_and(|reg| reg.anonymous && *end <= reg.end)
         };
         if z.checked_end().filter(inside).is_none() {
-            bail!("working-set zero run at {:#x} is malformed", z.addr);
+            fail!(
+                MemoryError::Corrupt,
+                "working-set zero run at {:#x} is malformed",
+                z.addr
+            );
         }
     }
     for f in index.file_runs.iter().flatten() {
@@ -230,7 +264,11 @@ fn validate(index: &WsIndex, layout: &MemoryLayout) -> Result<()> {
                 .is_some_and(|reg| !reg.anonymous && *end <= reg.end)
         };
         if f.checked_end().filter(inside).is_none() {
-            bail!("working-set file run at {:#x} is malformed", f.addr);
+            fail!(
+                MemoryError::Corrupt,
+                "working-set file run at {:#x} is malformed",
+                f.addr
+            );
         }
     }
     Ok(())
@@ -246,7 +284,8 @@ fn read_direct(path: &Path, len: u64) -> Result<AlignedBuf> {
         .or_else(|_| File::open(path))
         .with_context(|| format!("opening {}", path.display()))?;
     if f.metadata()?.len() != len {
-        bail!(
+        fail!(
+            MemoryError::Corrupt,
             "working-set image is {} bytes, index says {len}",
             f.metadata()?.len()
         );
@@ -256,7 +295,7 @@ fn read_direct(path: &Path, len: u64) -> Result<AlignedBuf> {
     while got < len as usize {
         let n = f.read_at(&mut buf.as_mut_slice()[got..], got as u64)?;
         if n == 0 {
-            bail!("working-set image ended early");
+            fail!(MemoryError::Corrupt, "working-set image ended early");
         }
         got += n;
     }
@@ -321,7 +360,8 @@ impl AlignedBuf {
             )
         };
         if p == libc::MAP_FAILED {
-            bail!(
+            fail!(
+                MemoryError::Corrupt,
                 "allocating {len} bytes: {}",
                 std::io::Error::last_os_error()
             );
@@ -404,7 +444,10 @@ mod tests {
         let ws = load(&dir, "k1", &layout, |_| {}).unwrap().unwrap();
         assert_eq!(ws.data.as_slice()[4096], 2, "second page's contents");
         assert!(
-            load(&dir, "other", &layout, |_| {}).is_err(),
+            matches!(
+                load(&dir, "other", &layout, |_| {}),
+                Err(MemoryError::Stale(_))
+            ),
             "stale: another snapshot"
         );
         fs::write(dir.join(WS_STALE), b"").unwrap();
@@ -425,20 +468,39 @@ mod tests {
         let mut d = fs::read(dir.join(WS_IMAGE)).unwrap();
         d[100] ^= 1;
         fs::write(dir.join(WS_IMAGE), &d).unwrap();
-        assert!(
-            format!("{:#}", load(&dir, "k", &layout, |_| {}).err().unwrap()).contains("checksum")
-        );
+        assert!(matches!(
+            load(&dir, "k", &layout, |_| {}),
+            Err(MemoryError::Corrupt(_))
+        ));
         fs::write(dir.join(WS_IMAGE), &d[..4096]).unwrap();
-        assert!(load(&dir, "k", &layout, |_| {}).is_err(), "truncated");
+        assert!(
+            matches!(
+                load(&dir, "k", &layout, |_| {}),
+                Err(MemoryError::Corrupt(_))
+            ),
+            "truncated"
+        );
         fs::write(dir.join(WS_INDEX), b"{").unwrap();
-        assert!(load(&dir, "k", &layout, |_| {}).is_err(), "garbage index");
+        assert!(
+            matches!(
+                load(&dir, "k", &layout, |_| {}),
+                Err(MemoryError::Corrupt(_))
+            ),
+            "garbage index"
+        );
         // a run outside the regions is refused
         let mut idx = record(&dir, "k", &layout, &img, &[0x10000], None).unwrap();
         idx.runs[0].addr = 0x90000;
         fs::write(dir.join(WS_INDEX), serde_json::to_vec(&idx).unwrap()).unwrap();
-        assert!(load(&dir, "k", &layout, |_| {}).is_err());
+        assert!(matches!(
+            load(&dir, "k", &layout, |_| {}),
+            Err(MemoryError::Corrupt(_))
+        ));
         assert!(
-            record(&dir, "k", &layout, &img, &[0x90000], None).is_err(),
+            matches!(
+                record(&dir, "k", &layout, &img, &[0x90000], None),
+                Err(MemoryError::Outside(_))
+            ),
             "fault outside regions"
         );
     }
@@ -467,7 +529,13 @@ mod tests {
         // a file run over anonymous memory, or past its mapping, is refused
         for bad in [(0x10000, 0x1000), (0x33000, 0x2000), (0x30800, 0x1000)] {
             record(&dir, "k", &layout, &img, &[0x10000], Some(vec![bad.into()])).unwrap();
-            assert!(load(&dir, "k", &layout, |_| {}).is_err(), "{bad:x?}");
+            assert!(
+                matches!(
+                    load(&dir, "k", &layout, |_| {}),
+                    Err(MemoryError::Corrupt(_))
+                ),
+                "{bad:x?}"
+            );
         }
     }
 }

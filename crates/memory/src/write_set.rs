@@ -2,12 +2,13 @@
 //! response. Later dax restores copy them before resume
 //! (MADV_POPULATE_WRITE), so the first invocation takes no copy-on-write
 //! faults for them; everything else stays shared with the image.
+use crate::error::{MemoryError, Result};
 use crate::PageSpan;
-use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::io::Read;
 use std::ops::Range;
 use std::path::Path;
+use thaw_error::{fail, ResultExt};
 
 pub const WRITE_SET_FILE: &str = "dax-writes.json";
 const FORMAT: u32 = 1;
@@ -46,7 +47,10 @@ pub fn record(
         snapshot_key: key.into(),
         ranges,
     };
-    crate::write_atomic(&dir.join(WRITE_SET_FILE), &serde_json::to_vec(&ws)?)?;
+    crate::write_atomic(
+        &dir.join(WRITE_SET_FILE),
+        &serde_json::to_vec(&ws).context("encoding the write set")?,
+    )?;
     Ok(ws)
 }
 
@@ -61,16 +65,24 @@ pub fn load(dir: &Path, key: &str, layout: &crate::MemoryLayout) -> Result<Optio
     std::fs::File::open(&p)?
         .take(16 << 20)
         .read_to_end(&mut raw)?;
-    let ws: WriteSet = serde_json::from_slice(&raw).context("dax write set is corrupt")?;
+    let ws: WriteSet = serde_json::from_slice(&raw)
+        .map_err(|e| MemoryError::Corrupt(format!("dax write set is corrupt: {e}")))?;
     if ws.format != FORMAT || ws.snapshot_key != key {
-        bail!("dax write set belongs to another snapshot or format (stale)");
+        fail!(
+            MemoryError::Stale,
+            "dax write set belongs to another snapshot or format (stale)"
+        );
     }
     let mut prev = 0;
     for s in &ws.ranges {
         let inside =
             |end: &u64| s.addr >= prev && layout.region_of(s.addr).is_some_and(|r| *end <= r.end);
         let Some(end) = s.checked_end().filter(inside) else {
-            bail!("dax write set range at {:#x} is malformed", s.addr);
+            fail!(
+                MemoryError::Corrupt,
+                "dax write set range at {:#x} is malformed",
+                s.addr
+            );
         };
         prev = end;
     }
@@ -128,10 +140,19 @@ mod tests {
             image_len: 0,
         };
         assert_eq!(load(&dir, "k", &layout).unwrap().unwrap(), ws);
-        assert!(load(&dir, "other", &layout).is_err());
+        assert!(matches!(
+            load(&dir, "other", &layout),
+            Err(MemoryError::Stale(_))
+        ));
         record(&dir, "k", &regions, vec![0x90000]).unwrap();
-        assert!(load(&dir, "k", &layout).is_err(), "outside the regions");
+        assert!(
+            matches!(load(&dir, "k", &layout), Err(MemoryError::Corrupt(_))),
+            "outside the regions"
+        );
         std::fs::write(dir.join(WRITE_SET_FILE), b"{").unwrap();
-        assert!(load(&dir, "k", &layout).is_err());
+        assert!(matches!(
+            load(&dir, "k", &layout),
+            Err(MemoryError::Corrupt(_))
+        ));
     }
 }

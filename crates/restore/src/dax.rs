@@ -6,7 +6,8 @@ use crate::writes::Writes;
 use crate::{
     Fill, FirstResponse, MemoryPlan, Runtime, Strategy, StrategyKind, StrategyReport, Target,
 };
-use anyhow::{bail, Result};
+use crate::{Result, StrategyError};
+use thaw_error::fail;
 
 #[derive(Default)]
 pub(crate) struct Dax {
@@ -21,7 +22,7 @@ impl Strategy for Dax {
 
     fn prepare(&mut self, t: &Target<'_>) -> Result<()> {
         if !thaw_store::secure::on_dram(t.dir)? {
-            bail!(
+            fail!(StrategyError::Unsuitable,
                 "the dax strategy maps the image in place and needs a byte-addressable tier (DRAM/pmem); snapshot {} is on a block device",
                 t.dir.display()
             );

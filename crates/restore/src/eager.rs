@@ -1,6 +1,6 @@
 //! eager: every saved page copied before resume.
+use crate::Result;
 use crate::{Fill, MemoryPlan, Strategy, StrategyKind, Target};
-use anyhow::Result;
 
 pub(crate) struct Eager;
 

@@ -27,7 +27,6 @@ mod tiered;
 mod uffd;
 mod writes;
 
-use anyhow::Result;
 use serde::{Deserialize, Serialize};
 use std::fs::File;
 use std::os::fd::{BorrowedFd, RawFd};
@@ -114,6 +113,27 @@ impl std::fmt::Display for StrategyKind {
         f.write_str(self.name())
     }
 }
+
+/// Why a strategy could not prepare, plan or serve a restore.
+#[derive(Debug, thiserror::Error)]
+pub enum StrategyError {
+    /// the snapshot lacks what this strategy needs (a byte-addressable
+    /// tier, a tier layout, a usable working set for a streamed restore)
+    #[error("{0}")]
+    Unsuitable(String),
+    /// its derived files or memory layout
+    #[error(transparent)]
+    Memory(#[from] thaw_memory::MemoryError),
+    #[error(transparent)]
+    Path(#[from] thaw_store::PathError),
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// the step that failed, with its cause
+    #[error(transparent)]
+    Other(#[from] thaw_error::Context),
+}
+
+type Result<T, E = StrategyError> = std::result::Result<T, E>;
 
 /// A strategy name that is not one of [`StrategyKind::ALL`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -4,10 +4,10 @@
 //! `MADV_POPULATE_WRITE` per range instead of a read fault and a
 //! copy-on-write fault each; the plan counts them as `populated_bytes`.
 use crate::writes::Writes;
+use crate::Result;
 use crate::{
     Fill, FirstResponse, MemoryPlan, Runtime, Strategy, StrategyKind, StrategyReport, Target,
 };
-use anyhow::Result;
 
 #[derive(Default)]
 pub(crate) struct Mmap {

@@ -5,13 +5,14 @@ use crate::{
     ms_since, uffd, Fill, FirstResponse, MemoryPlan, Runtime, Serve, Strategy, StrategyKind,
     StrategyReport, Target, WsMode,
 };
-use anyhow::{anyhow, bail, Result};
+use crate::{Result, StrategyError};
 use std::fs::File;
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
+use thaw_error::{fail, ResultExt};
 use thaw_memory::working_set::{self, WorkingSet};
 use thaw_memory::{MemoryLayout, PageSpan};
 use thaw_store::will_need_spans;
@@ -62,7 +63,7 @@ fn on_rotational_device(f: &File) -> bool {
 
 #[derive(Default)]
 pub(crate) struct Reap {
-    loader: Option<JoinHandle<Result<Option<WorkingSet>>>>,
+    loader: Option<JoinHandle<Result<Option<WorkingSet>, thaw_memory::MemoryError>>>,
     /// set by `serve`: what the first response records or checks
     after: Option<After>,
     rep: StrategyReport,
@@ -91,7 +92,8 @@ impl Strategy for Reap {
         let image = t.image.try_clone()?;
         self.loader = Some(std::thread::spawn(move || {
             if let Some(a) = arriving {
-                a.working_set().map_err(anyhow::Error::from_boxed)?;
+                a.working_set()
+                    .context("waiting for the working set to arrive")?;
                 return working_set::load(&dir, &key, &layout, |_| {});
             }
             // On a seeking device, scattered reads of just the touched pages
@@ -126,14 +128,13 @@ impl Strategy for Reap {
     }
 
     fn serve(&mut self, t: &Target<'_>, uffd: BorrowedFd<'_>) -> Result<Serve> {
-        let loader = self
-            .loader
-            .take()
-            .ok_or_else(|| anyhow!("REAP served before it was prepared"))?;
+        let loader = self.loader.take().ok_or_else(|| {
+            StrategyError::Unsuitable("REAP served before it was prepared".into())
+        })?;
         let waited = Instant::now();
         let ws = loader
             .join()
-            .map_err(|_| anyhow!("working-set reader panicked"))?;
+            .map_err(|_| StrategyError::Unsuitable("the working-set reader panicked".into()))?;
         self.rep.ws_wait_ms = ms_since(waited);
         let started = Instant::now();
         let ws = ws.and_then(|ws| match ws {
@@ -153,15 +154,19 @@ impl Strategy for Reap {
             Ok(None) | Err(_) if t.arriving.is_some() => {
                 let why = ws
                     .err()
-                    .map_or("none was recorded".into(), |e| format!("{e:#}"));
-                bail!("a streamed REAP restore needs a usable working set: {why}");
+                    .map_or("none was recorded".into(), |e| thaw_error::chain(&e));
+                fail!(
+                    StrategyError::Unsuitable,
+                    "a streamed REAP restore needs a usable working set: {why}"
+                );
             }
             Ok(None) | Err(_) => {
                 if let Err(e) = ws {
-                    self.rep.ws_warning = format!("{e:#}");
+                    self.rep.ws_warning = thaw_error::chain(&e);
                     self.rep.warn(format!(
-                        "working set of {} unusable ({e:#}); restoring with plain uffd and recording a new one",
-                        t.dir.display()
+                        "working set of {} unusable ({}); restoring with plain uffd and recording a new one",
+                        t.dir.display(),
+                        self.rep.ws_warning
                     ));
                 }
                 self.rep.ws_mode = WsMode::Record;
@@ -188,12 +193,18 @@ impl Strategy for Reap {
             // the file pages it touched: what later restores ask for early
             let touched = working_set::touched_file_runs(rt.pid, &st.layout);
             if let Err(e) = &touched {
-                out.warn(format!("reading the touched file pages failed: {e:#}"));
+                out.warn(format!(
+                    "reading the touched file pages failed: {}",
+                    thaw_error::chain(e)
+                ));
             }
             let touched = touched.ok();
             match working_set::record(&st.dir, &st.key, &st.layout, &st.image, &faults, touched) {
                 Ok(idx) => out.recorded_pages = idx.pages(),
-                Err(e) => out.warn(format!("recording the working set failed: {e:#}")),
+                Err(e) => out.warn(format!(
+                    "recording the working set failed: {}",
+                    thaw_error::chain(&e)
+                )),
             }
         } else {
             out.faults_after_prefetch = pager.stats.faults();

@@ -10,7 +10,7 @@ use crate::{
     uffd, FirstResponse, MemoryPlan, RegionPlan, Runtime, Strategy, StrategyKind, StrategyReport,
     Target, IMAGE_FD,
 };
-use anyhow::{anyhow, Result};
+use crate::{Result, StrategyError};
 use std::collections::HashSet;
 use std::fs::File;
 use std::os::fd::AsRawFd;
@@ -49,10 +49,11 @@ impl Strategy for Tiered {
             }
             Err(e) => {
                 self.fell_back = true;
-                self.rep.tier_warning = format!("{e:#}");
+                self.rep.tier_warning = thaw_error::chain(&e);
                 self.rep.warn(format!(
-                    "tier layout of {} unusable ({e:#}); restoring with plain uffd",
-                    t.dir.display()
+                    "tier layout of {} unusable ({}); restoring with plain uffd",
+                    t.dir.display(),
+                    self.rep.tier_warning
                 ));
             }
         }
@@ -113,11 +114,12 @@ impl Strategy for Tiered {
 
 /// The tier layout, checked (CRCs once per process), and both files opened.
 fn load_tiers(t: &Target<'_>) -> Result<(TierLayout, File, File)> {
-    let tl = tiering::load(t.dir, t.key, t.layout)?
-        .ok_or_else(|| anyhow!("no tier layout (run `thaw split` first)"))?;
+    let tl = tiering::load(t.dir, t.key, t.layout)?.ok_or_else(|| {
+        StrategyError::Unsuitable("no tier layout (run `thaw split` first)".into())
+    })?;
     let fast = File::open(&tl.fast.path)?;
     let slow = File::open(&tl.slow.path)?;
-    verify_once(&[&fast, &slow], || tiering::verify_files(&tl))?;
+    verify_once(&[&fast, &slow], || Ok(tiering::verify_files(&tl)?))?;
     Ok((tl, fast, slow))
 }
 

@@ -1,6 +1,6 @@
 //! uffd: anonymous memory left empty and served on fault by the page server.
+use crate::Result;
 use crate::{Fill, MemoryPlan, Strategy, StrategyKind, Target};
-use anyhow::Result;
 use thaw_memory::Region;
 
 pub(crate) struct Uffd;

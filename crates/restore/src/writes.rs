@@ -31,7 +31,10 @@ impl Writes {
         let set = match write_set::load(t.dir, t.key, t.layout) {
             Ok(ws) => ws,
             Err(e) => {
-                rep.warn(format!("{e:#}; recording a new write set"));
+                rep.warn(format!(
+                    "{}; recording a new write set",
+                    thaw_error::chain(&e)
+                ));
                 None
             }
         };
@@ -80,7 +83,7 @@ impl Writes {
         let Some(Record { dir, key, regions }) = self.record.take() else {
             return out;
         };
-        let res = (|| -> anyhow::Result<u64> {
+        let res = (|| -> Result<u64, thaw_memory::MemoryError> {
             let pm = pagemap::open(rt.pid)?;
             let mut pages = Vec::new();
             let mut entries = Vec::new();
@@ -96,7 +99,10 @@ impl Writes {
         })();
         match res {
             Ok(n) => out.write_set_pages = n,
-            Err(e) => out.warn(format!("recording the write set failed: {e:#}")),
+            Err(e) => out.warn(format!(
+                "recording the write set failed: {}",
+                thaw_error::chain(&e)
+            )),
         }
         out
     }

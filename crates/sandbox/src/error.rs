@@ -52,6 +52,9 @@ pub enum RestoreError {
     /// fail their checksums
     #[error(transparent)]
     Snapshot(#[from] thaw_store::StoreError),
+    /// the strategy could not prepare, plan or serve this snapshot
+    #[error(transparent)]
+    Strategy(#[from] thaw_restore::StrategyError),
     /// anything else: the process state, the root, building the sandbox
     #[error(transparent)]
     Other(#[from] anyhow::Error),

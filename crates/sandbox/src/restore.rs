@@ -317,7 +317,7 @@ pub(crate) fn restore_with(
         let uffd = uffd.ok_or_else(|| anyhow!("restorer did not send its userfaultfd"))?;
         // phase 3, serve: the strategy's prefetch, then the page server
         let serve = strategy.serve(&target, uffd.as_fd())?;
-        let on_fatal = Box::new(move |why: String| {
+        let on_fatal = Box::new(move |why: &thaw_memory::ServeError| {
             tracing::error!("page server for pid {pid} failed: {why}; killing the sandbox");
             // SAFETY: signalling our own child; reaped by Sandbox::kill.
             unsafe { libc::kill(pid, libc::SIGKILL) };

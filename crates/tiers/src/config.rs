@@ -7,9 +7,10 @@
 //! Prices are per GB-month and only their ratios matter to placement; the
 //! defaults are list prices of the matching cloud products and are meant to
 //! be edited.
-use crate::error::{fail, Result, TiersError};
+use crate::error::{Result, TiersError};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
+use thaw_error::fail;
 use thaw_error::{Context, ResultExt};
 
 /// The configuration file, relative to the state home.
@@ -340,17 +341,23 @@ impl TiersConfig {
                     .bytes()
                     .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
             {
-                fail!(Config, "tier name {n:?}: use 1-32 of a-z, 0-9, '_' and '-'");
+                fail!(
+                    TiersError::Config,
+                    "tier name {n:?}: use 1-32 of a-z, 0-9, '_' and '-'"
+                );
             }
             if !seen.insert(n.as_str()) {
-                fail!(Config, "tier {n:?} is configured twice");
+                fail!(TiersError::Config, "tier {n:?} is configured twice");
             }
             if t.capacity_bytes == 0 {
-                fail!(Config, "tier {n}: capacity_bytes must be positive");
+                fail!(
+                    TiersError::Config,
+                    "tier {n}: capacity_bytes must be positive"
+                );
             }
             if !(t.price_per_gb_month.is_finite() && t.price_per_gb_month >= 0.0) {
                 fail!(
-                    Config,
+                    TiersError::Config,
                     "tier {n}: price_per_gb_month must be a non-negative number"
                 );
             }
@@ -361,26 +368,35 @@ impl TiersConfig {
                 ("rand_read_4k_us", p.rand_read_4k_us),
             ] {
                 if !(v.is_finite() && v > 0.0) {
-                    fail!(Config, "tier {n}: profile.{what} must be a positive number");
+                    fail!(
+                        TiersError::Config,
+                        "tier {n}: profile.{what} must be a positive number"
+                    );
                 }
             }
             if p.queue_depth.is_some_and(|q| q == 0 || q > 256) {
-                fail!(Config, "tier {n}: profile.queue_depth must be 1..256");
+                fail!(
+                    TiersError::Config,
+                    "tier {n}: profile.queue_depth must be 1..256"
+                );
             }
             if t.request_timeout_s.is_some_and(|s| s == 0 || s > 3600) {
-                fail!(Config, "tier {n}: request_timeout_s must be 1..3600");
+                fail!(
+                    TiersError::Config,
+                    "tier {n}: request_timeout_s must be 1..3600"
+                );
             }
             if t.request_timeout_s.is_some()
                 && !(t.kind == Kind::Remote || (t.kind == Kind::Block && t.emulated))
             {
                 fail!(
-                    Config,
+                    TiersError::Config,
                     "tier {n}: request_timeout_s is for remote and emulated block tiers"
                 );
             }
             if t.max_concurrent_restores == 0 {
                 fail!(
-                    Config,
+                    TiersError::Config,
                     "tier {n}: max_concurrent_restores must be at least 1"
                 );
             }
@@ -389,39 +405,52 @@ impl TiersConfig {
                     let url = t.url.as_deref().unwrap_or("");
                     if !url.starts_with("http://") && !url.starts_with("https://") {
                         fail!(
-                            Config,
+                            TiersError::Config,
                             "tier {n}: a remote tier needs url = http(s)://host:port/bucket"
                         );
                     }
                     if t.path.is_some() {
-                        fail!(Config, "tier {n}: a remote tier has a url, not a path");
+                        fail!(
+                            TiersError::Config,
+                            "tier {n}: a remote tier has a url, not a path"
+                        );
                     }
                     if t.read_ahead_kb.is_some() {
-                        fail!(Config, "tier {n}: read_ahead_kb is for block tiers");
+                        fail!(
+                            TiersError::Config,
+                            "tier {n}: read_ahead_kb is for block tiers"
+                        );
                     }
                 }
                 Kind::Pmem | Kind::Block | Kind::Dram => {
                     if t.url.is_some() {
-                        fail!(Config, "tier {n}: only a remote tier has a url");
+                        fail!(TiersError::Config, "tier {n}: only a remote tier has a url");
                     }
                     if t.read_ahead_kb.is_some() && !(t.kind == Kind::Block && t.emulated) {
                         fail!(
-                            Config,
+                            TiersError::Config,
                             "tier {n}: read_ahead_kb is set on emulated block tiers only"
                         );
                     }
                     if t.read_ahead_kb.is_some_and(|k| k > 65536) {
-                        fail!(Config, "tier {n}: read_ahead_kb must be at most 65536");
+                        fail!(
+                            TiersError::Config,
+                            "tier {n}: read_ahead_kb must be at most 65536"
+                        );
                     }
                     if let Some(path) = &t.path {
                         if !path.is_absolute() {
-                            fail!(Config, "tier {n}: path {} must be absolute", path.display());
+                            fail!(
+                                TiersError::Config,
+                                "tier {n}: path {} must be absolute",
+                                path.display()
+                            );
                         }
                     }
                     // an emulated device is mounted where the store looks for it
                     if t.emulated && t.path.is_some() {
                         fail!(
-                            Config,
+                            TiersError::Config,
                             "tier {n}: an emulated tier is mounted at {}; leave its path out",
                             TierConfig::mount_point(home, n).display()
                         );

@@ -19,10 +19,11 @@
 //! cgroup would escape it; `probe` reports any such cgroup. This kernel has
 //! no device-mapper, nbd or ublk, which would allow a limit at the device.
 use crate::config::{Kind, TierConfig, TIERS_DIR};
-use crate::error::{fail, Result};
+use crate::error::{Result, TiersError};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use thaw_error::fail;
 use thaw_error::{Context, ResultExt};
 
 const BLKIO_ROOT: &str = "/sys/fs/cgroup/blkio";
@@ -53,7 +54,7 @@ pub(crate) fn run(prog: &str, args: &[&str]) -> Result<String> {
     })?;
     if !out.status.success() {
         fail!(
-            Device,
+            TiersError::Device,
             "{prog} {} failed ({}): {}",
             args.join(" "),
             out.status,
@@ -115,13 +116,17 @@ pub fn latency_pid(home: &Path, tier: &str) -> Option<i32> {
 pub fn stall(home: &Path, t: &TierConfig, on: bool) -> Result<()> {
     if !(t.kind == Kind::Block && t.emulated) {
         fail!(
-            Config,
+            TiersError::Config,
             "tier {}: only an emulated block device can be stalled",
             t.name
         );
     }
     let Some(pid) = latency_pid(home, &t.name) else {
-        fail!(Device, "tier {}: its device is not set up", t.name);
+        fail!(
+            TiersError::Device,
+            "tier {}: its device is not set up",
+            t.name
+        );
     };
     let sig = if on { libc::SIGUSR1 } else { libc::SIGUSR2 };
     // SAFETY: a plain signal to the latency process, checked by its command line.
@@ -173,7 +178,7 @@ fn start_latency_layer(home: &Path, t: &TierConfig, img: &Path) -> Result<PathBu
     while mounted_source(&mp)?.is_none() {
         if let Some(st) = child.try_wait()? {
             fail!(
-                Device,
+                TiersError::Device,
                 "the latency layer exited at start ({st}; log: {})",
                 devices_dir(home)
                     .join(format!("{}.latency.log", t.name))
@@ -182,7 +187,7 @@ fn start_latency_layer(home: &Path, t: &TierConfig, img: &Path) -> Result<PathBu
         }
         if std::time::Instant::now() > deadline {
             fail!(
-                Device,
+                TiersError::Device,
                 "the latency layer did not mount {} within 10 s",
                 mp.display()
             );
@@ -341,7 +346,7 @@ pub fn throttle_rules(devno: (u32, u32)) -> Result<Vec<(String, u64)>> {
 
 fn write_throttle(devno: (u32, u32), values: [u64; 4]) -> Result<()> {
     if !Path::new(BLKIO_ROOT).join(THROTTLE_FILES[0]).exists() {
-        fail!(Device, "cgroup v1 blkio throttling is not available at {BLKIO_ROOT} (needed to emulate block devices)");
+        fail!(TiersError::Device, "cgroup v1 blkio throttling is not available at {BLKIO_ROOT} (needed to emulate block devices)");
     }
     for (f, v) in THROTTLE_FILES.iter().zip(values) {
         let p = Path::new(BLKIO_ROOT).join(f);
@@ -365,7 +370,7 @@ pub fn setup(home: &Path, t: &TierConfig) -> Result<DeviceState> {
         (Kind::Block, true) => setup_block(home, t),
         (Kind::Remote, true) => crate::remote::setup(home, t),
         (Kind::Dram, true) => fail!(
-            Config,
+            TiersError::Config,
             "tier {}: an emulated dram tier makes no sense",
             t.name
         ),
@@ -386,7 +391,7 @@ pub fn teardown(home: &Path, t: &TierConfig, force: bool) -> Result<()> {
     if let Some(root) = t.snapshot_root(home) {
         let n = count_entries(&root);
         if n > 0 && !force {
-            fail!(Busy,
+            fail!(TiersError::Busy,
                 "tier {} holds {n} snapshot(s) under {}; move them off or pass --force to destroy them",
                 t.name,
                 root.display()
@@ -469,7 +474,11 @@ fn check_real(_home: &Path, t: &TierConfig) -> Result<DeviceState> {
         ),
         _ => {
             let Some(root) = t.snapshot_root(_home) else {
-                fail!(Config, "tier {}: a local tier needs a path", t.name);
+                fail!(
+                    TiersError::Config,
+                    "tier {}: a local tier needs a path",
+                    t.name
+                );
             };
             // the tier's directory is created on first use: what exists of
             // its path must be a directory this process can write
@@ -541,7 +550,7 @@ fn finish_mount(mp: &Path, how: &str) -> Result<()> {
 fn path_str(p: &Path) -> Result<String> {
     match p.to_str() {
         Some(s) => Ok(s.into()),
-        None => fail!(Config, "path {} is not UTF-8", p.display()),
+        None => fail!(TiersError::Config, "path {} is not UTF-8", p.display()),
     }
 }
 
@@ -596,7 +605,7 @@ fn setup_block(home: &Path, t: &TierConfig) -> Result<DeviceState> {
     match mounted_source(&mp)? {
         Some(src) if Path::new(&src) == dev => {}
         Some(src) => fail!(
-            Device,
+            TiersError::Device,
             "{} is already mounted from {src}, not from the tier's device {}",
             mp.display(),
             dev.display()
@@ -704,14 +713,18 @@ fn teardown_block(home: &Path, t: &TierConfig) -> Result<()> {
 fn tier_read_ahead_file(home: &Path, t: &TierConfig) -> Result<PathBuf> {
     if !(t.kind == Kind::Block && t.emulated) {
         fail!(
-            Config,
+            TiersError::Config,
             "tier {}: readahead is set on emulated block tiers only",
             t.name
         );
     }
     let mp = TierConfig::mount_point(home, &t.name);
     let Some(src) = mounted_source(&mp)? else {
-        fail!(Device, "tier {} is not set up (thaw tier setup)", t.name);
+        fail!(
+            TiersError::Device,
+            "tier {} is not set up (thaw tier setup)",
+            t.name
+        );
     };
     read_ahead_file(Path::new(&src))
 }
@@ -743,7 +756,7 @@ pub fn set_read_ahead_kb(home: &Path, t: &TierConfig, kb: u32) -> Result<()> {
 fn device_name(dev: &Path) -> Result<&std::ffi::OsStr> {
     match dev.file_name() {
         Some(n) => Ok(n),
-        None => fail!(Device, "{}: not a device path", dev.display()),
+        None => fail!(TiersError::Device, "{}: not a device path", dev.display()),
     }
 }
 

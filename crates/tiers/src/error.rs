@@ -78,11 +78,3 @@ impl TiersError {
 }
 
 pub type Result<T, E = TiersError> = std::result::Result<T, E>;
-
-/// `return Err(TiersError::KIND(format!(...)))`.
-macro_rules! fail {
-    ($kind:ident, $($arg:tt)*) => {
-        return Err($crate::error::TiersError::$kind(format!($($arg)*)))
-    };
-}
-pub(crate) use fail;

@@ -16,10 +16,11 @@
 //!
 //! A move is refused when the target already holds the snapshot, so a
 //! committed target found by `recover` can only come from the move itself.
-use crate::error::{fail, Result, TiersError};
+use crate::error::{Result, TiersError};
 use crate::objects::RemoteStore;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
+use thaw_error::fail;
 use thaw_error::{BoxError, ResultExt};
 
 /// Journal directory under the state home.
@@ -58,7 +59,7 @@ impl Place<'_> {
 /// of the operator's at its configured path.
 pub fn local_store(home: &Path, t: &crate::TierConfig) -> Result<thaw_store::Tier> {
     if t.kind == crate::Kind::Remote {
-        fail!(Failed, "tier {} is remote, not local", t.name);
+        fail!(TiersError::Failed, "tier {} is remote, not local", t.name);
     }
     match thaw_store::Tier::by_name(&t.name, home) {
         Ok(st) => Ok(st),
@@ -125,7 +126,7 @@ fn check_name(name: &str) -> Result<()> {
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
     {
-        fail!(Failed, "bad snapshot name {name:?}");
+        fail!(TiersError::Failed, "bad snapshot name {name:?}");
     }
     Ok(())
 }
@@ -188,7 +189,7 @@ fn local_files(dir: &Path) -> Result<FileSums> {
         let e = e?;
         if !e.file_type()?.is_file() {
             fail!(
-                Failed,
+                TiersError::Failed,
                 "{} holds {:?}, which is not a plain file",
                 dir.display(),
                 e.file_name()
@@ -275,17 +276,17 @@ fn transfer(
     check_name(name)?;
     let t0 = std::time::Instant::now();
     if from.tier() == to.tier() {
-        fail!(Failed, "{name} is already on {}", from.tier());
+        fail!(TiersError::Failed, "{name} is already on {}", from.tier());
     }
     if journal_path(home, name).exists() {
-        fail!(Failed, "a move of {name} is in progress (or was interrupted: `thaw snapshot where` finishes it)");
+        fail!(TiersError::Failed, "a move of {name} is in progress (or was interrupted: `thaw snapshot where` finishes it)");
     }
     if !holds(from, name)? {
-        fail!(Failed, "{name} is not on tier {}", from.tier());
+        fail!(TiersError::Failed, "{name} is not on tier {}", from.tier());
     }
     if holds(to, name)? {
         fail!(
-            Failed,
+            TiersError::Failed,
             "{name} is already on tier {}; delete that copy first",
             to.tier()
         );
@@ -391,7 +392,10 @@ fn copy_from(src: &Source, to: &Place, name: &str) -> Result<(FileSums, u64, std
             first_needed = Some(t0.elapsed());
         }
         if f.contains('/') || f.starts_with('.') || f == COMMIT {
-            fail!(Failed, "snapshot {name} holds a file named {f:?}");
+            fail!(
+                TiersError::Failed,
+                "snapshot {name} holds a file named {f:?}"
+            );
         }
         let data = match &src {
             Source::Local(snap) => std::fs::read(snap.dir.join(f))?,
@@ -411,7 +415,10 @@ fn copy_from(src: &Source, to: &Place, name: &str) -> Result<(FileSums, u64, std
             Place::Remote { store, .. } if f == "memory.img" => {
                 store.put_chunked(&format!("{name}/{f}"), &data, IMAGE_CHUNK)?;
                 let (Some(state), Some(id)) = (&state, &id) else {
-                    fail!(Failed, "snapshot {name} has no state.json or manifest id");
+                    fail!(
+                        TiersError::Failed,
+                        "snapshot {name} has no state.json or manifest id"
+                    );
                 };
                 let chunk = IMAGE_CHUNK as u64;
                 let chunks = (data.len() as u64).div_ceil(chunk).max(1);
@@ -447,7 +454,10 @@ fn verify_copy(to: &Place, name: &str, files: &[(String, u64, String)]) -> Resul
         Place::Local { store, .. } => {
             let dir = tmp_dir(&store.path, name);
             if local_files(&dir)? != files {
-                fail!(Failed, "the copy's files differ from the source's");
+                fail!(
+                    TiersError::Failed,
+                    "the copy's files differ from the source's"
+                );
             }
             verify_local(&dir)
         }
@@ -455,7 +465,10 @@ fn verify_copy(to: &Place, name: &str, files: &[(String, u64, String)]) -> Resul
             for (f, len, sum) in files {
                 let data = store.get(&format!("{name}/{f}"), *len)?;
                 if data.len() as u64 != *len || thaw_store::sha256_hex(&data) != *sum {
-                    fail!(Failed, "{name}/{f} read back differs from what was sent");
+                    fail!(
+                        TiersError::Failed,
+                        "{name}/{f} read back differs from what was sent"
+                    );
                 }
             }
             Ok(())
@@ -471,7 +484,7 @@ fn switch_in(to: &Place, name: &str, files: &[(String, u64, String)]) -> Result<
             let id = thaw_store::Snapshot::open(&tmp)?.manifest.id;
             if !thaw_store::is_version_id(&id) {
                 fail!(
-                    Failed,
+                    TiersError::Failed,
                     "{name}: manifest id {id:?} is not a snapshot version id"
                 );
             }
@@ -502,7 +515,7 @@ pub fn publish_staged(name: &str, staged: thaw_store::Snapshot, to: &Place) -> R
     check_name(name)?;
     if !matches!(to, Place::Local { .. }) {
         fail!(
-            Failed,
+            TiersError::Failed,
             "a streamed snapshot is published onto a local tier, not {}",
             to.tier()
         );
@@ -562,7 +575,7 @@ fn discard_target(to: &Place, name: &str) -> Result<()> {
         Place::Remote { store, .. } => {
             if holds(to, name)? {
                 fail!(
-                    Failed,
+                    TiersError::Failed,
                     "{name} is committed on {}: not discarding it",
                     to.tier()
                 );

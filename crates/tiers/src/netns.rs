@@ -2,8 +2,9 @@
 //! link (host <-> the store's namespace) and the two XDT workers' link
 //! (one namespace each). Traffic on such a link never leaves the machine.
 use crate::device::run;
-use crate::error::{fail, Result};
+use crate::error::{Result, TiersError};
 use std::path::Path;
+use thaw_error::fail;
 
 pub fn netns_exists(name: &str) -> bool {
     Path::new("/run/netns").join(name).exists()
@@ -21,7 +22,7 @@ fn ipv4(s: &str) -> Option<u32> {
 /// links on one subnet would route one user's traffic to another's peer.
 pub fn interface_with_address_in(addr: &str, prefix: u8) -> Result<Option<String>> {
     let Some(ours) = ipv4(addr) else {
-        fail!(Config, "{addr:?} is not an IPv4 address");
+        fail!(TiersError::Config, "{addr:?} is not an IPv4 address");
     };
     let out = run("ip", &["-4", "-o", "addr", "show"])?;
     for line in out.lines() {
@@ -104,17 +105,17 @@ pub fn set_mtu(netns: &str, link: &str, mtu: u32) -> Result<()> {
 /// Refuses names or a subnet already in use on this machine.
 pub fn check_free(netns: &[&str], links: &[&str], addr: &str, prefix: u8) -> Result<()> {
     if let Some(ns) = netns.iter().find(|n| netns_exists(n)) {
-        fail!(Busy, "network namespace {ns} already exists (a run still going, or left behind: `ip netns del {ns}`)");
+        fail!(TiersError::Busy, "network namespace {ns} already exists (a run still going, or left behind: `ip netns del {ns}`)");
     }
     if let Some(l) = links.iter().find(|l| link_exists(l)) {
         fail!(
-            Busy,
+            TiersError::Busy,
             "network interface {l} already exists (`ip link del {l}`)"
         );
     }
     if let Some(dev) = interface_with_address_in(addr, prefix)? {
         fail!(
-            Busy,
+            TiersError::Busy,
             "the subnet {addr}/{prefix} is already in use on interface {dev}"
         );
     }

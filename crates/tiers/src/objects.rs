@@ -5,7 +5,7 @@
 //! Requests carry a deadline: a store that is down or slow gives a clear
 //! error, never a hang.
 use crate::config::TierConfig;
-use crate::error::{fail, Result, TiersError};
+use crate::error::{Result, TiersError};
 use crate::seal::{self, Header, Key, HEADER_LEN};
 use futures::StreamExt;
 use object_store::aws::{AmazonS3, AmazonS3Builder};
@@ -14,6 +14,7 @@ use object_store::{ClientOptions, ObjectStore, ObjectStoreExt, PutPayload, Retry
 use std::ops::Range;
 use std::path::Path;
 use std::time::{Duration, Instant};
+use thaw_error::fail;
 use thaw_error::{Context, ResultExt};
 
 /// Connecting to the store.
@@ -77,18 +78,24 @@ pub struct RemoteStore {
 /// "http://host:port/bucket" into ("http://host:port", "bucket").
 fn split_url(url: &str) -> Result<(String, String)> {
     let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
-        fail!(Config, "url {url}: want http(s)://host:port/bucket");
+        fail!(
+            TiersError::Config,
+            "url {url}: want http(s)://host:port/bucket"
+        );
     };
     let rest = &url[scheme_end..];
     let Some((host, bucket)) = rest.split_once('/') else {
         fail!(
-            Config,
+            TiersError::Config,
             "url {url} names no bucket (want http(s)://host:port/bucket)"
         );
     };
     let bucket = bucket.trim_end_matches('/');
     if host.is_empty() || bucket.is_empty() || bucket.contains('/') {
-        fail!(Config, "url {url}: want http(s)://host:port/bucket");
+        fail!(
+            TiersError::Config,
+            "url {url}: want http(s)://host:port/bucket"
+        );
     }
     Ok((
         url[..scheme_end + host.len()].to_string(),
@@ -99,7 +106,11 @@ fn split_url(url: &str) -> Result<(String, String)> {
 impl RemoteStore {
     pub fn open(home: &Path, t: &TierConfig) -> Result<RemoteStore> {
         let Some(url) = t.url.clone() else {
-            fail!(Config, "tier {}: a remote tier needs a url", t.name);
+            fail!(
+                TiersError::Config,
+                "tier {}: a remote tier needs a url",
+                t.name
+            );
         };
         let (endpoint, bucket) = split_url(&url)?;
         let timeout = t
@@ -164,7 +175,7 @@ impl RemoteStore {
             ));
             let url = url.with_context(|| format!("signing a request to {}", self.url))?;
             let Some(host) = url.host_str() else {
-                fail!(Failed, "the signed url {url} has no host");
+                fail!(TiersError::Failed, "the signed url {url} has no host");
             };
             let port = url.port_or_known_default().unwrap_or(80);
             let target = match url.query() {
@@ -179,7 +190,7 @@ impl RemoteStore {
                     std::thread::sleep(Duration::from_millis(200))
                 }
                 _ => fail!(
-                    Failed,
+                    TiersError::Failed,
                     "creating the bucket at {}: {}",
                     self.url,
                     reply.lines().next().unwrap_or("")
@@ -268,7 +279,7 @@ impl RemoteStore {
         let max_len = bound()?;
         if r.meta.size > seal::max_sealed_len(max_len) {
             fail!(
-                Failed,
+                TiersError::Failed,
                 "{name} on {} is {} bytes stored, more than {max_len} bytes can take",
                 self.url,
                 r.meta.size
@@ -370,7 +381,7 @@ impl RemoteStore {
             let plain = self.fetch_open(name, *len).await?;
             if plain.len() as u64 != *len {
                 fail!(
-                    Failed,
+                    TiersError::Failed,
                     "{name} on {} holds {} bytes, not {len}",
                     self.url,
                     plain.len()
@@ -485,7 +496,7 @@ fn http_put_empty(host: &str, port: u16, target: &str, timeout: Duration) -> Res
         .with_context(|| format!("resolving {addr}"))?
         .next()
     else {
-        fail!(Failed, "resolving {addr}: no address");
+        fail!(TiersError::Failed, "resolving {addr}: no address");
     };
     let mut s = std::net::TcpStream::connect_timeout(&sa, CONNECT_TIMEOUT)
         .with_context(|| format!("connecting to {addr}"))?;

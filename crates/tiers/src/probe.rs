@@ -12,12 +12,13 @@
 //! Every reader must see the tier's throttle and latency. Besides the time
 //! per read, each reports the bytes the device served per read (from the
 //! device's own counters), which shows readahead at work.
-use crate::error::{fail, Result};
+use crate::error::{Result, TiersError};
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
+use thaw_error::fail;
 use thaw_error::{Context, ResultExt};
 
 const ALIGN: usize = 4096;
@@ -101,7 +102,7 @@ impl Drop for Aligned {
 /// Writes the probe file (`mib` MiB of non-zero data) and syncs it.
 pub fn write_probe_file(path: &Path, mib: usize) -> Result<()> {
     if mib == 0 {
-        fail!(Failed, "the probe file must be at least 1 MiB");
+        fail!(TiersError::Failed, "the probe file must be at least 1 MiB");
     }
     let mut f =
         std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
@@ -139,7 +140,7 @@ pub fn measure(path: &Path, rand_reads: usize, reader: &str) -> Result<ReaderRes
     let len = f.metadata()?.len() as usize;
     if len < SEQ_CHUNK {
         fail!(
-            Failed,
+            TiersError::Failed,
             "probe file {} is shorter than 1 MiB",
             path.display()
         );
@@ -182,7 +183,11 @@ pub fn measure(path: &Path, rand_reads: usize, reader: &str) -> Result<ReaderRes
         let n = f.read_at(one.as_mut(), page * ALIGN as u64)?;
         lat.push(t.elapsed().as_secs_f64() * 1e6);
         if n != ALIGN {
-            fail!(Failed, "short read of {n} bytes from {}", path.display());
+            fail!(
+                TiersError::Failed,
+                "short read of {n} bytes from {}",
+                path.display()
+            );
         }
     }
     let after = device_sectors_read(path);
@@ -211,7 +216,7 @@ fn measure_cached(path: &Path, rand_reads: usize, kind: &str) -> Result<ReaderRe
     let len = f.metadata()?.len() as usize;
     if len < SEQ_CHUNK {
         fail!(
-            Failed,
+            TiersError::Failed,
             "probe file {} is shorter than 1 MiB",
             path.display()
         );
@@ -314,7 +319,7 @@ pub fn measure_kind(path: &Path, rand_reads: usize, kind: &str) -> Result<Reader
         "direct" => measure(path, rand_reads, kind),
         "faults" | "faults-random" | "buffered" => measure_cached(path, rand_reads, kind),
         _ => fail!(
-            Failed,
+            TiersError::Failed,
             "unknown reader kind {kind:?} ({})",
             READER_KINDS.join(", ")
         ),
@@ -413,7 +418,11 @@ pub fn measure_in_sandbox_cgroups(mut reader: std::process::Command) -> Result<R
     }
     let out = child.wait_with_output()?;
     if !out.status.success() {
-        fail!(Failed, "the probe reader failed ({})", out.status);
+        fail!(
+            TiersError::Failed,
+            "the probe reader failed ({})",
+            out.status
+        );
     }
     Ok(serde_json::from_slice(&out.stdout).context("parsing the probe reader's result")?)
 }
@@ -440,7 +449,10 @@ pub fn measure_remote(
     reads: usize,
 ) -> Result<ReaderResult> {
     if mib == 0 {
-        fail!(Failed, "the probe object must be at least 1 MiB");
+        fail!(
+            TiersError::Failed,
+            "the probe object must be at least 1 MiB"
+        );
     }
     let name = format!(".probe-{}", std::process::id());
     // random bytes, sealed as an image is (uncompressed, by range): what
@@ -454,7 +466,7 @@ pub fn measure_remote(
         while total == 0 || t0.elapsed() < PHASE {
             let back = store.get(&name, data.len() as u64)?;
             if back != data {
-                fail!(Failed, "the probe object came back different");
+                fail!(TiersError::Failed, "the probe object came back different");
             }
             total += back.len();
         }
@@ -464,7 +476,7 @@ pub fn measure_remote(
         while lat.len() < reads || (t1.elapsed() < PHASE && lat.len() < MAX_RAND_READS) {
             let t = Instant::now();
             if !store.exists(&name)? {
-                fail!(Failed, "the probe object vanished");
+                fail!(TiersError::Failed, "the probe object vanished");
             }
             lat.push(t.elapsed().as_secs_f64() * 1e6);
         }

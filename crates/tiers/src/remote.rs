@@ -7,11 +7,12 @@
 //! so two homes (a test's and the operator's) never collide.
 use crate::config::{TierConfig, TIERS_DIR};
 use crate::device::{run, DeviceState};
-use crate::error::{fail, Result};
+use crate::error::{Result, TiersError};
 use crate::netns::{self, interface_with_address_in, link_exists, netns_exists};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+use thaw_error::fail;
 use thaw_error::{Context, ResultExt};
 
 pub const PORT: u16 = 9000;
@@ -83,7 +84,11 @@ pub fn credentials(home: &Path, t: &TierConfig) -> Result<(String, String)> {
         if let Some((a, s)) = raw.trim().split_once(':') {
             return Ok((a.into(), s.into()));
         }
-        fail!(Config, "{} is malformed (want ACCESS:SECRET)", p.display());
+        fail!(
+            TiersError::Config,
+            "{} is malformed (want ACCESS:SECRET)",
+            p.display()
+        );
     }
     let mut rnd = [0u8; 24];
     crate::seal::random(&mut rnd)?;
@@ -112,7 +117,7 @@ pub fn server_binary() -> Result<PathBuf> {
     cands.push(PathBuf::from("/root/go/bin/minio"));
     match cands.into_iter().find(|p| p.is_file()) {
         Some(p) => Ok(p),
-        None => fail!(Device, "the MinIO server is not installed: `scripts/setup.sh --tests` builds it (a pinned `go install github.com/minio/minio@VERSION`)"),
+        None => fail!(TiersError::Device, "the MinIO server is not installed: `scripts/setup.sh --tests` builds it (a pinned `go install github.com/minio/minio@VERSION`)"),
     }
 }
 
@@ -209,7 +214,7 @@ pub fn setup(home: &Path, t: &TierConfig) -> Result<crate::device::DeviceState> 
     let net = RemoteNet::for_home(home);
     let want = net.url();
     if t.url.as_deref() != Some(want.as_str()) {
-        fail!(Config,
+        fail!(TiersError::Config,
             "tier {}: an emulated remote is served at {want}; set its url to that (or emulated: false for a real store)",
             t.name
         );
@@ -220,7 +225,7 @@ pub fn setup(home: &Path, t: &TierConfig) -> Result<crate::device::DeviceState> 
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
     if !link_exists(&net.veth_host) {
         if let Some(dev) = interface_with_address_in(&net.host_addr, PREFIX)? {
-            fail!(Config,
+            fail!(TiersError::Config,
                 "the emulated remote's subnet {} is already in use on interface {dev} (another state home's remote tier?); tear that one down or use another --home",
                 net.subnet()
             );
@@ -305,7 +310,7 @@ pub fn setup(home: &Path, t: &TierConfig) -> Result<crate::device::DeviceState> 
     while !answers(&net.server_addr) {
         if Instant::now() > deadline {
             fail!(
-                Config,
+                TiersError::Config,
                 "the object store did not answer at {}:{PORT} within {}s (log: {})",
                 net.server_addr,
                 START_DEADLINE.as_secs(),
@@ -316,7 +321,7 @@ pub fn setup(home: &Path, t: &TierConfig) -> Result<crate::device::DeviceState> 
             if let Some(st) = child.try_wait()? {
                 let log = dir.join(format!("{which}.log"));
                 fail!(
-                    Config,
+                    TiersError::Config,
                     "the object store's {which} exited at start ({st}; log: {}):\n  {}",
                     log.display(),
                     log_tail(&log)

@@ -18,13 +18,14 @@
 //! compresses in segments of [`SEGMENT`] bytes sealed in 64 KiB chunks, so
 //! a reader opens and decompresses each part as it arrives
 //! ([`Opener`]) instead of after the whole body.
-use crate::error::{fail, Result, TiersError};
+use crate::error::{Result, TiersError};
 use chacha20poly1305::aead::{Aead, AeadInPlace, KeyInit, Payload};
 use chacha20poly1305::{XChaCha20Poly1305, XNonce};
 use std::io::Read;
 use std::ops::Range;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
+use thaw_error::fail;
 use thaw_error::{Context, ResultExt};
 
 const MAGIC: &[u8; 8] = b"THAWSEAL";
@@ -56,13 +57,17 @@ impl Key {
             Ok(mut f) => {
                 let mode = f.metadata()?.permissions().mode() & 0o777;
                 if mode != 0o600 {
-                    fail!(Config, "{} has mode {mode:o}; it must be 0600", p.display());
+                    fail!(
+                        TiersError::Config,
+                        "{} has mode {mode:o}; it must be 0600",
+                        p.display()
+                    );
                 }
                 let mut k = Vec::new();
                 f.read_to_end(&mut k)?;
                 if k.len() != 32 {
                     fail!(
-                        Corrupt,
+                        TiersError::Corrupt,
                         "{} must hold 32 bytes, not {}",
                         p.display(),
                         k.len()
@@ -135,18 +140,21 @@ pub struct Header {
 impl Header {
     pub fn parse(b: &[u8]) -> Result<Header> {
         if b.len() < HEADER_LEN || &b[..8] != MAGIC {
-            fail!(Corrupt, "not a sealed thaw object (bad magic)");
+            fail!(TiersError::Corrupt, "not a sealed thaw object (bad magic)");
         }
         let version = u32::from_le_bytes(b[8..12].try_into().unwrap());
         if !(VERSION..=VERSION_SEGMENTS).contains(&version) {
             fail!(
-                Corrupt,
+                TiersError::Corrupt,
                 "sealed object format {version} is not {VERSION} to {VERSION_SEGMENTS}"
             );
         }
         let chunk = u32::from_le_bytes(b[12..16].try_into().unwrap());
         if chunk == 0 || chunk as usize > 64 * CHUNK {
-            fail!(Corrupt, "sealed object has a bad chunk size {chunk}");
+            fail!(
+                TiersError::Corrupt,
+                "sealed object has a bad chunk size {chunk}"
+            );
         }
         let mut raw = [0u8; HEADER_LEN];
         raw.copy_from_slice(&b[..HEADER_LEN]);
@@ -180,7 +188,7 @@ impl Header {
     pub fn sealed_span(&self, r: &Range<u64>) -> Result<(Range<u64>, u64)> {
         if r.start > r.end || r.end > self.plain_len {
             fail!(
-                Corrupt,
+                TiersError::Corrupt,
                 "range {}..{} is outside the object's {} bytes",
                 r.start,
                 r.end,
@@ -300,12 +308,15 @@ fn open_chunk_in_place(
     buf: &mut Vec<u8>,
 ) -> Result<()> {
     if i >= h.chunks() {
-        fail!(Corrupt, "{name}: more data than the header announces");
+        fail!(
+            TiersError::Corrupt,
+            "{name}: more data than the header announces"
+        );
     }
     let want = h.sealed_chunk(i);
     if buf.len() != want {
         fail!(
-            Corrupt,
+            TiersError::Corrupt,
             "{name}: chunk {i} is truncated ({} of {want} bytes)",
             buf.len()
         );
@@ -374,7 +385,7 @@ impl<'a> Opener<'a> {
             let h = Header::parse(&self.head)?;
             if !h.compressed && h.plain_len > self.max_len {
                 fail!(
-                    TooLarge,
+                    TiersError::TooLarge,
                     "{name} announces {} bytes, more than the {} expected",
                     h.plain_len,
                     self.max_len
@@ -385,7 +396,10 @@ impl<'a> Opener<'a> {
         let (h, aad) = self.h.clone().expect("parsed above");
         while !b.is_empty() {
             if self.next >= h.chunks() {
-                fail!(Corrupt, "{name}: more data than the header announces");
+                fail!(
+                    TiersError::Corrupt,
+                    "{name}: more data than the header announces"
+                );
             }
             let want = h.sealed_chunk(self.next);
             let n = (want - self.pending.len()).min(b.len());
@@ -416,12 +430,12 @@ impl<'a> Opener<'a> {
             };
             // authenticated, so ours: still bounded, as any length we read
             let Some(plain) = seg.get(..4) else {
-                fail!(Corrupt, "{name}: a segment has no length");
+                fail!(TiersError::Corrupt, "{name}: a segment has no length");
             };
             let plain = u32::from_le_bytes(plain.try_into().expect("4 bytes")) as u64;
             if plain > SEGMENT as u64 || self.out.len() as u64 + plain > self.max_len {
                 fail!(
-                    TooLarge,
+                    TiersError::TooLarge,
                     "{name} announces more than the {} bytes expected",
                     self.max_len
                 );
@@ -434,7 +448,7 @@ impl<'a> Opener<'a> {
                 .map_err(|e| TiersError::Corrupt(format!("{name}: decompressing: {e}")))?;
             if n as u64 != plain {
                 fail!(
-                    Corrupt,
+                    TiersError::Corrupt,
                     "{name}: a segment decompressed to {n} bytes, not the {plain} it announces"
                 );
             }
@@ -452,11 +466,14 @@ impl<'a> Opener<'a> {
     pub fn finish(self) -> Result<Vec<u8>> {
         let name = self.name;
         let Some((h, _)) = self.h else {
-            fail!(Corrupt, "{name}: sealed object is truncated (no header)");
+            fail!(
+                TiersError::Corrupt,
+                "{name}: sealed object is truncated (no header)"
+            );
         };
         if self.next != h.chunks() || !self.pending.is_empty() {
             fail!(
-                Corrupt,
+                TiersError::Corrupt,
                 "{name}: sealed object is truncated (chunk {} of {})",
                 self.next,
                 h.chunks()
@@ -464,7 +481,7 @@ impl<'a> Opener<'a> {
         }
         if h.segmented {
             if self.used != self.body.len() {
-                fail!(Corrupt, "{name}: its last segment is truncated");
+                fail!(TiersError::Corrupt, "{name}: its last segment is truncated");
             }
             return Ok(self.out);
         }
@@ -473,12 +490,12 @@ impl<'a> Opener<'a> {
             return Ok(body);
         }
         let Some(len) = body.get(..4) else {
-            fail!(Corrupt, "{name}: compressed body has no length");
+            fail!(TiersError::Corrupt, "{name}: compressed body has no length");
         };
         let len = u32::from_le_bytes(len.try_into().expect("4 bytes")) as u64;
         if len > self.max_len {
             fail!(
-                TooLarge,
+                TiersError::TooLarge,
                 "{name} announces {len} bytes, more than the {} expected",
                 self.max_len
             );

@@ -5,10 +5,11 @@
 //! tier's slot files; the kernel releases it when its holder exits, even
 //! after `kill -9`, so a crashed worker never leaks a slot.
 use crate::config::{TierConfig, TIERS_DIR};
-use crate::error::{fail, Result};
+use crate::error::{Result, TiersError};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+use thaw_error::fail;
 use thaw_error::ResultExt;
 
 /// A held slot; released on drop.
@@ -49,7 +50,7 @@ impl RestoreSlot {
             }
             if t0.elapsed() >= timeout {
                 fail!(
-                    Busy,
+                    TiersError::Busy,
                     "tier {}: all {} restore slots stayed busy for {:?}",
                     t.name,
                     t.max_concurrent_restores,

@@ -3,12 +3,13 @@
 //! the two, and what first touching a page costs on each, from the tiers'
 //! probed profiles (`thaw tier probe`), or their declared ones when a tier
 //! was never probed.
-use crate::error::{fail, Result};
+use crate::error::{Result, TiersError};
 use crate::probe::{self, ReaderResult};
 use crate::{Kind, TierConfig, TiersConfig};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::Path;
+use thaw_error::fail;
 
 /// The model's inputs for one fast/slow pair of tiers.
 #[derive(Debug, Clone, Serialize)]
@@ -37,12 +38,12 @@ pub fn costs(home: &Path, cfg: &TiersConfig, fast: &str, slow: &str) -> Result<S
     let (f, s) = (cfg.get(fast)?, cfg.get(slow)?);
     if fast == slow {
         fail!(
-            Config,
+            TiersError::Config,
             "the fast and the slow tier are both {fast}: name two different tiers"
         );
     }
     if !matches!(f.kind, Kind::Dram | Kind::Pmem) {
-        fail!(Config,
+        fail!(TiersError::Config,
             "fast tier {} is a {} tier: the snapshot and its hot pages are mapped from memory, so the fast tier must be byte-addressable (dram or pmem)",
             f.name,
             f.kind.name()
@@ -50,17 +51,17 @@ pub fn costs(home: &Path, cfg: &TiersConfig, fast: &str, slow: &str) -> Result<S
     }
     match s.kind {
         Kind::Pmem | Kind::Block => {}
-        Kind::Dram => fail!(Config,
+        Kind::Dram => fail!(TiersError::Config,
             "slow tier {} is DRAM: the slow tier is the cheaper one, pmem (mapped in place) or a block device",
             s.name
         ),
-        Kind::Remote => fail!(Config,
+        Kind::Remote => fail!(TiersError::Config,
             "slow tier {} is remote: the slow file is mapped into the restored process, so it must be a local tier (pmem or block)",
             s.name
         ),
     }
     if s.price_per_gb_month <= 0.0 || s.price_per_gb_month >= f.price_per_gb_month {
-        fail!(Config,
+        fail!(TiersError::Config,
             "slow tier {} costs {} per GB-month and fast tier {} {}: the slow tier must be cheaper (and not free) for a cost ratio",
             s.name,
             s.price_per_gb_month,
@@ -224,16 +225,22 @@ mod tests {
             ("pmem", "tmpfs", "is DRAM"),
             ("tmpfs", "remote", "must be a local tier"),
         ] {
-            let e = format!("{:#}", costs(&h, &cfg, fast, slow).unwrap_err());
-            assert!(e.contains(needle), "{fast}/{slow}: {e}");
+            let e = costs(&h, &cfg, fast, slow).unwrap_err();
+            assert!(
+                matches!(&e, TiersError::Config(why) if why.contains(needle)),
+                "{fast}/{slow}: {e:?}"
+            );
         }
         cfg.tiers
             .iter_mut()
             .find(|t| t.name == "pmem")
             .unwrap()
             .price_per_gb_month = 9.0;
-        let e = format!("{:#}", costs(&h, &cfg, "tmpfs", "pmem").unwrap_err());
-        assert!(e.contains("must be cheaper"), "{e}");
+        let e = costs(&h, &cfg, "tmpfs", "pmem").unwrap_err();
+        assert!(
+            matches!(&e, TiersError::Config(why) if why.contains("must be cheaper")),
+            "{e:?}"
+        );
         let _ = std::fs::remove_dir_all(&h);
     }
 }

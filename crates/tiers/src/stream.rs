@@ -18,7 +18,7 @@
 //! a store that fails or stalls fails every waiter (the page server then
 //! kills the sandbox) and [`Stream::finish`], which also re-hashes the whole
 //! image against the manifest once every chunk is in.
-use crate::error::{fail, Result, TiersError};
+use crate::error::{Result, TiersError};
 use crate::moves::{CommitRecord, COMMIT, MAX_COMMIT_RECORD};
 use crate::objects::{GetTiming, RemoteStore};
 use crate::seal::Header;
@@ -30,6 +30,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+use thaw_error::fail;
 use thaw_error::{BoxError, ResultExt};
 use thaw_memory::{PageSource, Region};
 use thaw_sandbox::{Arriving, Streamed};
@@ -149,7 +150,7 @@ impl Shared {
         }
         self.wait(p, &format!("chunk {i} of {}", self.what), |p| {
             match &p.failed {
-                Some(e) => fail!(Failed, "{e}"),
+                Some(e) => fail!(TiersError::Failed, "{e}"),
                 None => Ok(p.arrived[i as usize]),
             }
         })
@@ -169,7 +170,11 @@ impl Shared {
             }
             let now = Instant::now();
             if now >= until {
-                fail!(Corrupt, "{what} did not arrive within {:?}", self.deadline);
+                fail!(
+                    TiersError::Corrupt,
+                    "{what} did not arrive within {:?}",
+                    self.deadline
+                );
             }
             p = self
                 .cv
@@ -194,7 +199,7 @@ impl Arriving for Shared {
         let what = format!("the working set beside {}", self.what);
         Ok(self.wait(self.lock(), &what, |p| match &p.ws {
             Some(Ok(())) => Ok(true),
-            Some(Err(e)) => fail!(Failed, "{e}"),
+            Some(Err(e)) => fail!(TiersError::Failed, "{e}"),
             None => Ok(false),
         })?)
     }
@@ -215,7 +220,7 @@ fn fetch_files(
     for ((f, _, sum), data) in files.iter().zip(store.get_many(&objects)?) {
         if thaw_store::sha256_hex(&data) != *sum {
             fail!(
-                Corrupt,
+                TiersError::Corrupt,
                 "{name}/{f} on the remote differs from its commit record"
             );
         }
@@ -350,11 +355,11 @@ impl Stream {
         let mut first_bytes = 0;
         for (f, data) in [(MANIFEST, &manifest), (STATE, &state)] {
             let Some((_, len, sum)) = entry(f) else {
-                fail!(Corrupt, "{name} on the remote has no {f}");
+                fail!(TiersError::Corrupt, "{name} on the remote has no {f}");
             };
             if data.len() as u64 != *len || thaw_store::sha256_hex(data) != *sum {
                 fail!(
-                    Corrupt,
+                    TiersError::Corrupt,
                     "{name}/{f} on the remote differs from its commit record"
                 );
             }
@@ -362,11 +367,11 @@ impl Stream {
             first_bytes += *len;
         }
         let Some((_, image_len, image_sum)) = entry(IMAGE).cloned() else {
-            fail!(Corrupt, "{name} on the remote has no {IMAGE}");
+            fail!(TiersError::Corrupt, "{name} on the remote has no {IMAGE}");
         };
         if header.plain_len != image_len {
             fail!(
-                Corrupt,
+                TiersError::Corrupt,
                 "{obj} announces {} bytes, its commit record {image_len}",
                 header.plain_len
             );
@@ -376,7 +381,7 @@ impl Stream {
         let snapshot = Snapshot::open(&dir)?;
         if snapshot.manifest.memory.sha256 != image_sum {
             fail!(
-                Corrupt,
+                TiersError::Corrupt,
                 "{name}: the manifest's image checksum differs from the commit record's"
             );
         }
@@ -480,7 +485,7 @@ impl Stream {
     pub fn finish(&mut self) -> Result<&StreamReport> {
         if !self.shared.lock().background {
             fail!(
-                Corrupt,
+                TiersError::Corrupt,
                 "this stream fetches only what is asked for: it never finishes"
             );
         }
@@ -493,10 +498,10 @@ impl Stream {
         self.report.gets = p.gets.clone();
         self.report.first_ms = p.first_done.as_secs_f64() * 1e3;
         if let Some(Err(e)) = &p.ws {
-            fail!(Failed, "{e}");
+            fail!(TiersError::Failed, "{e}");
         }
         if let Some(e) = &p.failed {
-            fail!(Failed, "{e}");
+            fail!(TiersError::Failed, "{e}");
         }
         drop(p);
         self.snapshot.verify_memory()?;
@@ -573,7 +578,7 @@ impl Fetch {
                 }
                 // the first failure is the one to report
                 Err(e) => {
-                    p.failed.get_or_insert(format!("{e:#}"));
+                    p.failed.get_or_insert(thaw_error::chain(&e));
                 }
             }
             self.shared.cv.notify_all();
@@ -769,24 +774,30 @@ fn parse_first_pack<'a>(
         Ok(b)
     };
     if take()? != id.as_bytes() {
-        fail!(Corrupt, "made for another version of the snapshot");
+        fail!(
+            TiersError::Corrupt,
+            "made for another version of the snapshot"
+        );
     }
     let n = u64::from_le_bytes(take()?.try_into().context("bad file count")?);
     if n > WORKING_SET.len() as u64 {
-        fail!(Corrupt, "holds {n} files");
+        fail!(TiersError::Corrupt, "holds {n} files");
     }
     let files = (0..n)
         .map(|_| Ok((take()?, take()?)))
         .collect::<Result<Vec<_>>>()?;
     let list: Vec<u8> = want.iter().flat_map(|c| c.to_le_bytes()).collect();
     if take()? != list.as_slice() {
-        fail!(Corrupt, "holds other chunks than the restorer copies");
+        fail!(
+            TiersError::Corrupt,
+            "holds other chunks than the restorer copies"
+        );
     }
     let chunks = take()?;
     let total: usize = want.iter().map(|&i| chunk_len(i, chunk, len)).sum();
     if chunks.len() != total || at != raw.len() {
         fail!(
-            Corrupt,
+            TiersError::Corrupt,
             "holds {} bytes of chunks, not {total}",
             chunks.len()
         );
@@ -824,7 +835,7 @@ impl First {
         )?;
         if pack.files.len() != self.ws.len() {
             fail!(
-                Corrupt,
+                TiersError::Corrupt,
                 "holds {} working-set files, the record {}",
                 pack.files.len(),
                 self.ws.len()
@@ -832,10 +843,13 @@ impl First {
         }
         for (f, len, sum) in &self.ws {
             let Some((_, data)) = pack.files.iter().find(|(n, _)| *n == f.as_bytes()) else {
-                fail!(Corrupt, "lacks {f}");
+                fail!(TiersError::Corrupt, "lacks {f}");
             };
             if data.len() as u64 != *len || thaw_store::sha256_hex(data) != *sum {
-                fail!(Corrupt, "its {f} differs from the commit record");
+                fail!(
+                    TiersError::Corrupt,
+                    "its {f} differs from the commit record"
+                );
             }
             write_private(&self.dir.join(f), data)?;
         }
@@ -881,9 +895,9 @@ fn fetch_first(store: &RemoteStore, name: &str, t0: Instant, rx: std::sync::mpsc
     p.pre_pending = false;
     if let Err(e) = &res {
         // the restorer's chunks are lost with it
-        p.failed.get_or_insert(format!("{e:#}"));
+        p.failed.get_or_insert(thaw_error::chain(e));
     }
-    p.ws = Some(res.map_err(|e| format!("{e:#}")));
+    p.ws = Some(res.map_err(|e| thaw_error::chain(&e)));
     p.first_done = p.first_done.max(sh.t0.elapsed());
     sh.cv.notify_all();
 }
