@@ -541,7 +541,7 @@ fn run(cli: Cli, matches: &clap::ArgMatches) -> Result<()> {
                 Some(s) => split(&s)
                     .iter()
                     .map(|z| z.parse())
-                    .collect::<Result<Vec<InputSize>>>()?,
+                    .collect::<Result<Vec<InputSize>, _>>()?,
                 None => w
                     .functions()
                     .iter()

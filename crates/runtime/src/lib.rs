@@ -12,13 +12,17 @@
 //!
 //! See docs/RUNTIME.md and docs/AGENT_PROTOCOL.md.
 
-use anyhow::{bail, Context, Result};
+use crate::error::Result;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
+use thaw_error::{fail, Context, ResultExt};
 
+pub mod error;
 pub mod packages;
 pub mod recipe;
 pub mod treehash;
+
+pub use error::RuntimeError;
 
 mod embedded {
     include!(concat!(env!("OUT_DIR"), "/runtime_files.rs"));
@@ -76,12 +80,15 @@ impl Runtime {
 }
 
 impl std::str::FromStr for Runtime {
-    type Err = anyhow::Error;
+    type Err = RuntimeError;
     fn from_str(s: &str) -> Result<Self> {
         match s {
             "python" => Ok(Runtime::Python),
             "nodejs" => Ok(Runtime::Nodejs),
-            _ => bail!("unknown runtime {s:?} (runtimes: python, nodejs)"),
+            _ => fail!(
+                RuntimeError::Unknown,
+                "unknown runtime {s:?} (runtimes: python, nodejs)"
+            ),
         }
     }
 }
@@ -133,12 +140,14 @@ impl InputSize {
 }
 
 impl std::str::FromStr for InputSize {
-    type Err = anyhow::Error;
+    type Err = RuntimeError;
     fn from_str(s: &str) -> Result<Self> {
         InputSize::ALL
             .into_iter()
             .find(|z| z.name() == s)
-            .ok_or_else(|| anyhow::anyhow!("unknown input size {s:?} (sizes: I, II, III, IV)"))
+            .ok_or_else(|| {
+                RuntimeError::Unknown(format!("unknown input size {s:?} (sizes: I, II, III, IV)"))
+            })
     }
 }
 
@@ -164,18 +173,22 @@ pub fn default_home() -> PathBuf {
 pub fn check_home(home: &Path, may_create: bool) -> Result<()> {
     match std::fs::metadata(home) {
         Ok(m) if m.is_dir() => Ok(()),
-        Ok(_) => bail!("home {}: not a directory", home.display()),
+        Ok(_) => fail!(
+            RuntimeError::Home,
+            "home {}: not a directory",
+            home.display()
+        ),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             if may_create {
                 return mkdir_private(home);
             }
-            bail!(
+            fail!(RuntimeError::Corrupt,
                 "home {} does not exist; create it and build a runtime root there with `thaw runtime build --home {}`",
                 home.display(),
                 home.display()
             )
         }
-        Err(e) => Err(e).with_context(|| format!("home {}", home.display())),
+        Err(e) => Err(Context::new(format!("home {}", home.display()), e).into()),
     }
 }
 
@@ -189,7 +202,8 @@ pub fn mkdir_private(dir: &Path) -> Result<()> {
         .create(dir)
         .with_context(|| format!("creating {}", dir.display()))?;
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
-        .with_context(|| format!("setting the mode of {}", dir.display()))
+        .with_context(|| format!("setting the mode of {}", dir.display()))?;
+    Ok(())
 }
 
 /// The built root of the current recipe under `home`; an error (not a build)
@@ -275,7 +289,10 @@ impl RootInfo {
     /// manifest does not match.
     pub fn open(home: &Path, hash: &str) -> Result<RootInfo> {
         if hash.len() != 64 || !hash.bytes().all(|b| b.is_ascii_hexdigit()) {
-            bail!("runtime root hash {hash:?} is not 64 hex characters");
+            fail!(
+                RuntimeError::Corrupt,
+                "runtime root hash {hash:?} is not 64 hex characters"
+            );
         }
         let dir = roots_dir(home).join(hash);
         let mpath = dir.join("manifest.json");
@@ -289,13 +306,15 @@ impl RootInfo {
         let manifest: Manifest = serde_json::from_str(&text)
             .with_context(|| format!("runtime root manifest {} is corrupt", mpath.display()))?;
         if manifest.format != MANIFEST_FORMAT {
-            bail!(
+            fail!(
+                RuntimeError::Corrupt,
                 "runtime root {hash}: manifest format {} (expected {MANIFEST_FORMAT})",
                 manifest.format
             );
         }
         if manifest.hash != hash {
-            bail!(
+            fail!(
+                RuntimeError::Corrupt,
                 "runtime root manifest {} names hash {}, not {hash}",
                 mpath.display(),
                 manifest.hash
@@ -312,7 +331,10 @@ impl RootInfo {
             "tmp",
         ] {
             if std::fs::symlink_metadata(path.join(p)).is_err() {
-                bail!("runtime root {hash} is incomplete: /{p} is missing");
+                fail!(
+                    RuntimeError::Corrupt,
+                    "runtime root {hash} is incomplete: /{p} is missing"
+                );
             }
         }
         let path = path
@@ -330,7 +352,8 @@ impl RootInfo {
     pub fn verify_full(&self) -> Result<()> {
         let t = treehash::hash_tree(&self.path)?;
         if t.hash != self.manifest.tree_hash {
-            bail!(
+            fail!(
+                RuntimeError::Corrupt,
                 "runtime root {} changed since it was built: tree hash {} != manifest {} \
                  ({} files / {} bytes now, {} / {} at build)",
                 self.hash,
@@ -409,7 +432,7 @@ impl RootInfo {
     ) -> Result<()> {
         let known = self.functions()?;
         if !known.iter().any(|f| f.name == function) {
-            bail!("unknown function {function:?}");
+            fail!(RuntimeError::Unknown, "unknown function {function:?}");
         }
         let data = serde_json::to_vec(output)?;
         let out = recipe::run_in_root(
@@ -433,7 +456,7 @@ impl RootInfo {
                 .rev()
                 .find(|l| l.starts_with("CHECK FAILED"))
                 .unwrap_or(msg);
-            bail!("{function} size {size}: {line}");
+            fail!(RuntimeError::CheckFailed, "{function} size {size}: {line}");
         }
         Ok(())
     }
@@ -551,8 +574,8 @@ mod home_tests {
     fn a_missing_home_is_created_private_only_when_allowed() {
         let base = std::env::temp_dir().join(format!("thaw-home-test-{}", std::process::id()));
         let home = base.join("a").join("home");
-        let err = check_home(&home, false).unwrap_err().to_string();
-        assert!(err.contains("does not exist"), "{err}");
+        let err = check_home(&home, false).unwrap_err();
+        assert!(matches!(err, RuntimeError::Home(_)), "{err}");
         assert!(!home.exists(), "a refused home was created");
         check_home(&home, true).unwrap();
         let mode = std::fs::metadata(&home).unwrap().permissions().mode() & 0o7777;
@@ -561,8 +584,8 @@ mod home_tests {
         check_home(&home, false).unwrap();
         let file = base.join("file");
         std::fs::write(&file, b"").unwrap();
-        let err = check_home(&file, true).unwrap_err().to_string();
-        assert!(err.contains("not a directory"), "{err}");
+        let err = check_home(&file, true).unwrap_err();
+        assert!(matches!(err, RuntimeError::Home(_)), "{err}");
         std::fs::remove_dir_all(&base).unwrap();
     }
 }

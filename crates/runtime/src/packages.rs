@@ -6,9 +6,9 @@
 //! every function asking for the same set shares one tree. The sandbox
 //! mounts the tree read-only at `/opt/thaw/packages`.
 
+use crate::error::{Result, RuntimeError};
 use crate::recipe::{self, Pkg};
 use crate::{treehash, RootInfo};
-use anyhow::{anyhow, bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::fmt;
@@ -17,6 +17,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
+use thaw_error::{fail, Context, ResultExt};
 
 /// Most package names one function may request.
 pub const MAX_REQUESTED: usize = 32;
@@ -73,11 +74,17 @@ pub enum PackagesError {
     #[error(transparent)]
     Refused(#[from] Refused),
     #[error(transparent)]
-    Host(#[from] anyhow::Error),
+    Host(#[from] RuntimeError),
 }
 
 impl From<std::io::Error> for PackagesError {
     fn from(e: std::io::Error) -> Self {
+        PackagesError::Host(e.into())
+    }
+}
+
+impl From<Context> for PackagesError {
+    fn from(e: Context) -> Self {
         PackagesError::Host(e.into())
     }
 }
@@ -153,7 +160,10 @@ pub struct Tree {
 /// Opens the cached tree `hash` under `cache`.
 pub fn open(cache: &Path, hash: &str) -> Result<Tree> {
     if hash.len() != 64 || !hash.bytes().all(|b| b.is_ascii_hexdigit()) {
-        bail!("package tree hash {hash:?} is not 64 hex characters");
+        fail!(
+            RuntimeError::Corrupt,
+            "package tree hash {hash:?} is not 64 hex characters"
+        );
     }
     let dir = cache.join(hash);
     let text = fs::read_to_string(dir.join("manifest.json"))
@@ -161,11 +171,14 @@ pub fn open(cache: &Path, hash: &str) -> Result<Tree> {
     let manifest: TreeManifest = serde_json::from_str(&text)
         .with_context(|| format!("package tree {hash}: corrupt manifest"))?;
     if manifest.format != TREE_FORMAT || manifest.hash != hash {
-        bail!("package tree {hash}: manifest does not match");
+        fail!(
+            RuntimeError::Corrupt,
+            "package tree {hash}: manifest does not match"
+        );
     }
     let path = dir.join("tree");
     if !path.is_dir() {
-        bail!("package tree {hash} is incomplete");
+        fail!(RuntimeError::Corrupt, "package tree {hash} is incomplete");
     }
     Ok(Tree {
         path,
@@ -186,7 +199,7 @@ pub fn ensure(
 ) -> Result<Tree, PackagesError> {
     let names = check_names(names)?;
     if names.is_empty() {
-        return Err(anyhow!("no packages requested").into());
+        return Err(RuntimeError::Host("no packages requested".into()).into());
     }
     recipe::need_tool("apt-get", "apt")?;
     recipe::need_tool("apt-cache", "apt")?;
@@ -450,7 +463,7 @@ fn build(
         let _ = fs::remove_dir_all(tree.join(p));
     }
     recipe::make_world_readable(&tree)?;
-    let th = treehash::hash_tree(&tree).map_err(|e| anyhow!("hashing the package tree: {e:#}"))?;
+    let th = treehash::hash_tree(&tree).context("hashing the package tree")?;
     if th.size_bytes > max_bytes {
         return Err(Refused::TooLarge {
             bytes: th.size_bytes,

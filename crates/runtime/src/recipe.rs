@@ -5,9 +5,9 @@
 //! byte-compilation), install `/opt/thaw`, generate the function inputs inside the
 //! root, hash the tree, write the manifest and rename the finished directory into place.
 
+use crate::error::{Result, RuntimeError};
 use crate::packages::{PackagesError, Refused};
 use crate::{roots_dir, runtime_files, treehash, Manifest, RootInfo, MANIFEST_FORMAT, PYTHON};
-use anyhow::{anyhow, bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
@@ -20,6 +20,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use thaw_error::{fail, ResultExt};
 
 /// `runtime/recipe.json`.
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -55,8 +56,8 @@ pub fn recipe() -> Result<Recipe> {
     let (_, bytes) = runtime_files()
         .iter()
         .find(|(p, _)| *p == "recipe.json")
-        .ok_or_else(|| anyhow!("runtime/recipe.json is not embedded"))?;
-    serde_json::from_slice(bytes).context("parse runtime/recipe.json")
+        .ok_or_else(|| RuntimeError::Host("runtime/recipe.json is not embedded".into()))?;
+    Ok(serde_json::from_slice(bytes).context("parse runtime/recipe.json")?)
 }
 
 const APT_LISTS: &str = "/var/lib/apt/lists";
@@ -75,7 +76,10 @@ pub(crate) fn need_tool(tool: &str, package: &str) -> Result<()> {
         .map(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
         .unwrap_or(false);
     if !found {
-        bail!("Debian packages need `{tool}` on the host (Debian package {package})");
+        fail!(
+            RuntimeError::Host,
+            "Debian packages need `{tool}` on the host (Debian package {package})"
+        );
     }
     Ok(())
 }
@@ -89,7 +93,8 @@ pub(crate) fn apt_update(progress: &mut dyn FnMut(&str)) -> Result<()> {
         .output()
         .context("run apt-get update")?;
     if !out.status.success() {
-        bail!(
+        fail!(
+            RuntimeError::Host,
             "apt-get update failed: {}",
             String::from_utf8_lossy(&out.stderr).trim()
         );
@@ -200,7 +205,7 @@ pub(crate) fn simulate_install(
         let name = rest.split_whitespace().next().unwrap_or("").to_string();
         let paren = rest
             .find('(')
-            .ok_or_else(|| anyhow!("unexpected apt output: {line}"))?;
+            .ok_or_else(|| RuntimeError::Host(format!("unexpected apt output: {line}")))?;
         let inner = &rest[paren + 1..];
         let inner = &inner[..inner.find(')').unwrap_or(inner.len())];
         let version = inner.split_whitespace().next().unwrap_or("").to_string();
@@ -211,9 +216,9 @@ pub(crate) fn simulate_install(
                     .find(']')
                     .map(|j| inner[i + 1..i + 1 + j].to_string())
             })
-            .ok_or_else(|| anyhow!("unexpected apt output: {line}"))?;
+            .ok_or_else(|| RuntimeError::Host(format!("unexpected apt output: {line}")))?;
         if name.is_empty() || version.is_empty() {
-            return Err(anyhow!("unexpected apt output: {line}").into());
+            return Err(RuntimeError::Host(format!("unexpected apt output: {line}")).into());
         }
         pkgs.push(Pkg {
             name,
@@ -258,7 +263,8 @@ pub fn resolve(home: &Path, r: &Recipe, progress: &mut dyn FnMut(&str)) -> Resul
         Ok(p) => p,
         Err(e) => {
             progress(&format!(
-                "resolution failed ({e:#}); refreshing package lists"
+                "resolution failed ({}); refreshing package lists",
+                thaw_error::chain(&e)
             ));
             apt_update(progress)?;
             resolve_uncached(home, r)?
@@ -320,7 +326,12 @@ pub(crate) fn lock(p: &Path) -> Result<Lock> {
     // SAFETY: flock on an fd we own.
     let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) };
     if rc != 0 {
-        bail!("flock {}: {}", p.display(), std::io::Error::last_os_error());
+        fail!(
+            RuntimeError::Host,
+            "flock {}: {}",
+            p.display(),
+            std::io::Error::last_os_error()
+        );
     }
     Ok(Lock(f))
 }
@@ -337,7 +348,10 @@ pub fn ensure_root(home: &Path, force: bool, progress: &mut dyn FnMut(&str)) -> 
     }
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        bail!("building the runtime root needs root (chroot, file ownership)");
+        fail!(
+            RuntimeError::Host,
+            "building the runtime root needs root (chroot, file ownership)"
+        );
     }
     need_tool("dpkg-deb", "dpkg")?;
     need_tool("tar", "tar")?;
@@ -411,7 +425,7 @@ pub(crate) type ReResolve<'a, E> = dyn FnMut(&mut dyn FnMut(&str)) -> Result<Vec
 /// Makes sure every package's .deb is in `HOME/runtime/debs` (one cache for
 /// the root and every function's packages). `E` is the caller's error, so
 /// a refusal from `re_resolve` reaches it typed.
-pub(crate) fn download<E: From<anyhow::Error>>(
+pub(crate) fn download<E: From<RuntimeError>>(
     home: &Path,
     pkgs: Vec<Pkg>,
     re_resolve: &mut ReResolve<E>,
@@ -425,7 +439,7 @@ pub(crate) fn download<E: From<anyhow::Error>>(
         ));
         pkgs = re_resolve(progress)?;
         if let Err(err) = fetch_debs(&debs, &pkgs, progress)? {
-            return Err(anyhow!("apt-get download failed: {err}").into());
+            return Err(RuntimeError::Host(format!("apt-get download failed: {err}")).into());
         }
     }
     let still: Vec<String> = pkgs
@@ -434,7 +448,11 @@ pub(crate) fn download<E: From<anyhow::Error>>(
         .map(|p| p.deb_name())
         .collect();
     if !still.is_empty() {
-        return Err(anyhow!("packages missing after download: {}", still.join(", ")).into());
+        return Err(RuntimeError::Host(format!(
+            "packages missing after download: {}",
+            still.join(", ")
+        ))
+        .into());
     }
     Ok(pkgs)
 }
@@ -484,7 +502,8 @@ fn fetch_debs(
 fn run_ok(cmd: &mut Command, what: &str) -> Result<Output> {
     let out = cmd.output().with_context(|| format!("run {what}"))?;
     if !out.status.success() {
-        bail!(
+        fail!(
+            RuntimeError::Host,
             "{what} failed ({}): {}{}",
             out.status,
             String::from_utf8_lossy(&out.stdout).trim(),
@@ -517,14 +536,16 @@ fn extract(deb: &Path, root: &Path) -> Result<()> {
         .context("run tar")?;
     let dout = d.wait_with_output()?;
     if !dout.status.success() {
-        bail!(
+        fail!(
+            RuntimeError::Host,
             "dpkg-deb --fsys-tarfile {}: {}",
             deb.display(),
             String::from_utf8_lossy(&dout.stderr).trim()
         );
     }
     if !t.status.success() {
-        bail!(
+        fail!(
+            RuntimeError::Host,
             "tar -x of {}: {}",
             deb.display(),
             String::from_utf8_lossy(&t.stderr).trim()
@@ -591,7 +612,8 @@ pub fn run_in_root_as(
     stdin: Option<&[u8]>,
     as_nobody: bool,
 ) -> Result<Output> {
-    let croot = CString::new(root.as_os_str().as_bytes())?;
+    let croot = CString::new(root.as_os_str().as_bytes())
+        .with_context(|| format!("{}: path holds a NUL byte", root.display()))?;
     let mut cmd = Command::new(argv[0]);
     cmd.args(&argv[1..])
         .env_clear()
@@ -763,7 +785,9 @@ fn build_into(
         .into_iter()
         .find(|p| Path::new(p).exists())
         .ok_or_else(|| {
-            anyhow!("building the runtime root needs ldconfig on the host (libc-bin)")
+            RuntimeError::Host(
+                "building the runtime root needs ldconfig on the host (libc-bin)".into(),
+            )
         })?;
     run_ok(Command::new(ldconfig).arg("-r").arg(&root), "ldconfig -r")?;
 
@@ -815,7 +839,8 @@ fn build_into(
         false,
     )?;
     if !out.status.success() {
-        bail!(
+        fail!(
+            RuntimeError::Host,
             "input generation failed: {}{}",
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)

@@ -2,13 +2,14 @@
 //! permission bits, owner, and the sha256 of its contents (files) or its target
 //! (symlinks). Timestamps are not hashed, so identical builds hash identically.
 
-use anyhow::{bail, Context, Result};
+use crate::error::{Result, RuntimeError};
 use sha2::{Digest, Sha256};
 use std::fs;
 use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
+use thaw_error::{fail, ResultExt};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TreeHash {
@@ -71,7 +72,8 @@ fn walk(
         } else if ft.is_file() {
             b"f"
         } else {
-            bail!(
+            fail!(
+                RuntimeError::Corrupt,
                 "unexpected special file {} in the runtime root",
                 p.display()
             );

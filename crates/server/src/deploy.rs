@@ -338,7 +338,7 @@ fn build(
 ) -> Result<FnVersion, ApiError> {
     let version = app.registry.next_version(&req.name).map_err(internal)?;
     let vdir = app.registry.version_dir(&req.name, version);
-    mkdir_private(&vdir).map_err(internal)?;
+    mkdir_private(&vdir).map_err(|e| internal(e.into()))?;
     let result = (|| {
         let code_dir = vdir.join("code");
         std::fs::create_dir(&code_dir).map_err(|e| internal(e.into()))?;
@@ -536,7 +536,7 @@ pub fn prepare_packages(
     .map_err(|e| {
         let r = match e {
             PackagesError::Host(e) => {
-                return internal(e.context("preparing the function's packages"))
+                return internal(anyhow::Error::new(e).context("preparing the function's packages"))
             }
             PackagesError::Refused(r) => r,
         };

@@ -325,7 +325,7 @@ impl Worker {
         if function.starts_with("_test_") {
             return Ok(());
         }
-        self.root.check_output(function, size, output)
+        Ok(self.root.check_output(function, size, output)?)
     }
 }
 
