@@ -182,7 +182,8 @@ pub fn check_home(home: &Path, may_create: bool) -> Result<()> {
             if may_create {
                 return mkdir_private(home);
             }
-            fail!(RuntimeError::Corrupt,
+            fail!(
+                RuntimeError::Home,
                 "home {} does not exist; create it and build a runtime root there with `thaw runtime build --home {}`",
                 home.display(),
                 home.display()
@@ -296,13 +297,16 @@ impl RootInfo {
         }
         let dir = roots_dir(home).join(hash);
         let mpath = dir.join("manifest.json");
-        let text = std::fs::read_to_string(&mpath).with_context(|| {
-            format!(
+        let text = match std::fs::read_to_string(&mpath) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => fail!(
+                RuntimeError::NotBuilt,
                 "runtime root {hash} is not built under {} (no {}); run `thaw runtime build`",
                 home.display(),
                 mpath.display()
-            )
-        })?;
+            ),
+            Err(e) => return Err(Context::new(format!("reading {}", mpath.display()), e).into()),
+        };
         let manifest: Manifest = serde_json::from_str(&text)
             .with_context(|| format!("runtime root manifest {} is corrupt", mpath.display()))?;
         if manifest.format != MANIFEST_FORMAT {
