@@ -155,7 +155,7 @@ pub fn run(
                 out.extend(measure_fresh_only(w, f, o, &tier, sink)?);
                 continue;
             }
-            Err(e) => return Err(e),
+            Err(e) => return Err(e.into()),
         };
         let image_bytes = snap.manifest.memory.len;
         if let Some((slow, c)) = split

@@ -47,7 +47,7 @@ pub fn run(w: &Worker, functions: Option<Vec<String>>, tier: &str, size: InputSi
                 thaw_output::outln!("{line}");
                 continue;
             }
-            Err(e) => return Err(e),
+            Err(e) => return Err(e.into()),
         };
         let mut line = format!(
             "{:<16} {:>10.1} {:>10.1}",

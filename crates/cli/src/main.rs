@@ -352,7 +352,7 @@ fn progress(msg: &str) {
 }
 
 fn worker(home: &std::path::Path) -> Result<thaw_worker::Worker> {
-    thaw_worker::Worker::new(home, &mut progress)
+    Ok(thaw_worker::Worker::new(home, &mut progress)?)
 }
 
 /// Writes each benchmark record as one JSON line to `path`, if given.

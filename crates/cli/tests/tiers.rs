@@ -372,7 +372,11 @@ fn a_stalled_device_fails_the_restore_within_its_io_timeout() {
             .restore(&snap, strategy)
             .map_err(anyhow::Error::from)
             .and_then(|(mut sb, _)| {
-                thaw_worker::invoke(&mut sb, InputSize::I, thaw_worker::INVOKE_TIMEOUT)
+                Ok(thaw_worker::invoke(
+                    &mut sb,
+                    InputSize::I,
+                    thaw_worker::INVOKE_TIMEOUT,
+                )?)
             });
         let took = t0.elapsed();
         h.ok(&["tier", "stall", "sata", "--off"]);
@@ -856,7 +860,11 @@ fn restores_stream_from_the_remote_tier_working_set_first_and_fail_clearly() {
         .restore_streamed(&s.snapshot, StrategyKind::Uffd, s.inputs().unwrap())
         .map_err(anyhow::Error::from)
         .and_then(|(mut sb, _)| {
-            thaw_worker::invoke(&mut sb, InputSize::I, thaw_worker::INVOKE_TIMEOUT)
+            Ok(thaw_worker::invoke(
+                &mut sb,
+                InputSize::I,
+                thaw_worker::INVOKE_TIMEOUT,
+            )?)
         });
     let took = t0.elapsed();
     // SAFETY: as above.

@@ -695,7 +695,9 @@ fn start_loaded(
                 "import/init did not finish within {init_timeout:?}: {e:#}"
             )),
             // the host could not build a sandbox: not the code's fault
-            StartError::Sandbox(e) => internal(e.context("starting the sandbox")),
+            StartError::Sandbox(e) => {
+                internal(anyhow::Error::from_boxed(e).context("starting the sandbox"))
+            }
             e => bad(format!("import/init failed: {e:#}")),
         })
 }
@@ -730,10 +732,8 @@ pub fn snapshot(
     let t = std::time::Instant::now();
     let (snap, _) = match app.worker.checkpoint_as(&mut sb, &tier, &sname, &rec.name) {
         Ok(taken) => taken,
+        Err(thaw_worker::WorkerError::NotCheckpointable(nc)) => return Ok(Err(nc.reasons)),
         Err(e) => {
-            if let Some(nc) = e.downcast_ref::<thaw_sandbox::NotCheckpointable>() {
-                return Ok(Err(nc.reasons.clone()));
-            }
             return Err(bad(format!(
                 "snapshotting the initialised function failed: {e:#}"
             )));

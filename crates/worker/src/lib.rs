@@ -1,11 +1,13 @@
 //! thaw-worker: the invocation path. Starts fresh instances, deploys
 //! functions (start, init, snapshot onto a tier), restores instances with a
 //! named strategy and invokes them.
-use anyhow::{bail, Context, Result};
+pub use error::WorkerError;
+use error::{checkpoint_error, Result};
 use serde::Serialize;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+use thaw_error::ResultExt;
 use thaw_memory::tiering::{self, CostParams};
 use thaw_runtime::RootInfo;
 pub use thaw_sandbox::agent::Invoked;
@@ -19,6 +21,7 @@ use thaw_store::{Snapshot, Tier};
 
 pub use thaw_runtime::{FunctionInfo, InputSize, Runtime};
 
+pub mod error;
 pub mod suite;
 
 /// Default time one invocation may take before its sandbox is killed.
@@ -84,7 +87,10 @@ impl Worker {
         };
         match w.gc() {
             Ok(removed) => w.cleaned_at_start = removed,
-            Err(e) => progress(&format!("warning: crash cleanup incomplete: {e:#}")),
+            Err(e) => progress(&format!(
+                "warning: crash cleanup incomplete: {}",
+                thaw_error::chain(&e)
+            )),
         }
         Ok(w)
     }
@@ -94,7 +100,8 @@ impl Worker {
     /// snapshot versions no reader holds, on every tier of this home. State
     /// of live workers is never touched. Returns what was removed.
     pub fn gc(&self) -> Result<Vec<PathBuf>> {
-        let mut removed = thaw_sandbox::cleanup::gc(&self.cfg.log_dir)?;
+        let mut removed =
+            thaw_sandbox::cleanup::gc(&self.cfg.log_dir).context("cleaning up dead sandboxes")?;
         let mut errors = Vec::new();
         let mut tiers = Vec::new();
         for name in thaw_store::TIER_NAMES {
@@ -111,15 +118,15 @@ impl Worker {
                     tiers.push(t);
                 }
                 Ok(None) => {}
-                Err(e) => errors.push(format!("tier {name}: {e:#}")),
+                Err(e) => errors.push(format!("tier {name}: {}", thaw_error::chain(&e))),
             }
         }
         match remove_orphan_slow_files(&tiers) {
             Ok(r) => removed.extend(r),
-            Err(e) => errors.push(format!("TOSS slow-tier files: {e:#}")),
+            Err(e) => errors.push(format!("TOSS slow-tier files: {}", thaw_error::chain(&e))),
         }
         if !errors.is_empty() {
-            bail!("{}", errors.join("; "));
+            return Err(WorkerError::Cleanup(errors.join("; ")));
         }
         Ok(removed)
     }
@@ -138,10 +145,10 @@ impl Worker {
             return Ok(());
         }
         let names: Vec<_> = self.functions.iter().map(|f| f.name.as_str()).collect();
-        bail!(
-            "unknown function {function:?} (known: {})",
-            names.join(", ")
-        )
+        Err(WorkerError::UnknownFunction {
+            name: function.into(),
+            known: names.join(", "),
+        })
     }
 
     pub fn tier(&self, name: &str) -> Result<Tier> {
@@ -153,8 +160,9 @@ impl Worker {
         self.check_function(function)?;
         let t0 = Instant::now();
         let (argv, env) = self.root.agent_command(function);
-        let sb = Sandbox::start(&self.cfg, &self.root.path, &argv, &env)?;
-        load_timed(sb, t0, INVOKE_TIMEOUT).with_context(|| format!("loading {function}"))
+        let sb = Sandbox::start(&self.cfg, &self.root.path, &argv, &env)
+            .with_context(|| format!("starting a sandbox for {function}"))?;
+        Ok(load_timed(sb, t0, INVOKE_TIMEOUT).with_context(|| format!("loading {function}"))?)
     }
 
     /// A zygote template of `function` (imported and initialised), the
@@ -162,13 +170,17 @@ impl Worker {
     pub fn start_zygote(&self, function: &str) -> Result<thaw_sandbox::Zygote> {
         self.check_function(function)?;
         let (argv, env) = self.root.agent_command(function);
-        thaw_sandbox::Zygote::start(&self.cfg, &self.root.path, &argv, &env, INVOKE_TIMEOUT)
-            .with_context(|| format!("starting a zygote template of {function}"))
+        Ok(
+            thaw_sandbox::Zygote::start(&self.cfg, &self.root.path, &argv, &env, INVOKE_TIMEOUT)
+                .with_context(|| format!("starting a zygote template of {function}"))?,
+        )
     }
 
     /// One instance forked from a zygote template into a new sandbox.
     pub fn fork_zygote(&self, zygote: &mut thaw_sandbox::Zygote) -> Result<Sandbox> {
-        zygote.fork(&self.cfg, INVOKE_TIMEOUT)
+        Ok(zygote
+            .fork(&self.cfg, INVOKE_TIMEOUT)
+            .context("forking the zygote template")?)
     }
 
     /// The name `function`'s snapshots go by on a tier (one per runtime root).
@@ -209,7 +221,8 @@ impl Worker {
         label: &str,
     ) -> Result<(Snapshot, CheckpointReport)> {
         let dir = lock.new_version_dir()?;
-        let (snap, rep) = checkpoint(sb, &dir, label, &self.root.hash)?;
+        let (snap, rep) = checkpoint(sb, &dir, label, &self.root.hash)
+            .map_err(|e| checkpoint_error(&format!("checkpointing {label}"), e.into()))?;
         Ok((lock.publish(&snap)?, rep))
     }
 
@@ -309,7 +322,9 @@ impl Worker {
     pub fn set_pool(&mut self, size: usize) -> Result<()> {
         self.pool = None;
         if size > 0 {
-            self.pool = Some(SandboxPool::start(&self.root.path, &self.cfg, size)?);
+            let pool = SandboxPool::start(&self.root.path, &self.cfg, size)
+                .context("starting the sandbox pool")?;
+            self.pool = Some(pool);
         }
         Ok(())
     }
@@ -404,7 +419,8 @@ impl Worker {
             &self.cfg,
             &requests,
             INVOKE_TIMEOUT,
-        )?;
+        )
+        .with_context(|| format!("profiling {function}"))?;
         // the all-DRAM baseline per size: a cold invocation with everything
         // mapped from the fast tier (median of three)
         for c in &mut profile.classes {
@@ -425,7 +441,8 @@ impl Worker {
             base_ms,
             ..params.clone()
         };
-        let state = thaw_sandbox::state::ProcessState::decode(&snap.load_state()?)?;
+        let state = thaw_sandbox::state::ProcessState::decode(&snap.load_state()?)
+            .context("decoding the snapshot's state")?;
         let image = snap.open_image()?;
         let slow_dir = slow
             .path
@@ -554,7 +571,7 @@ impl Worker {
             &argv,
             &env,
         )
-        .map_err(StartError::Sandbox)?;
+        .map_err(|e| StartError::Sandbox(e.into()))?;
         Ok(load_timed(sb, t0, timeout)?)
     }
 
@@ -603,7 +620,10 @@ impl Worker {
     /// A pool of `size` sandboxes built ahead for restores of `func` (its
     /// code mount and limits); dropping it kills the waiting ones.
     pub fn user_pool(&self, func: &UserFunction, size: usize) -> Result<SandboxPool> {
-        SandboxPool::start(&self.root.path, &func.sandbox_config(&self.cfg), size)
+        Ok(
+            SandboxPool::start(&self.root.path, &func.sandbox_config(&self.cfg), size)
+                .with_context(|| format!("starting a sandbox pool for {}", func.name))?,
+        )
     }
 }
 
@@ -628,7 +648,7 @@ fn load_timed(
     let r = sb
         .call(&Request::Load, timeout)?
         .into_loaded()
-        .map_err(|e| SandboxError::Reply(format!("{e:#}")))?;
+        .map_err(reply_error)?;
     let rep = FreshReport {
         spawn_ms,
         load_ms: ms(t1),
@@ -639,12 +659,18 @@ fn load_timed(
     Ok((sb, rep))
 }
 
+/// A reply the agent sent that does not say what it should (the sandbox's
+/// decoders are untyped): its whole message chain as a reply error.
+fn reply_error(e: impl Into<thaw_error::BoxError>) -> SandboxError {
+    SandboxError::Reply(thaw_error::chain(&*e.into()))
+}
+
 /// Why a user function's fresh instance did not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
     /// the sandbox could not be built (the host's side)
-    #[error("starting the sandbox: {0:#}")]
-    Sandbox(anyhow::Error),
+    #[error("starting the sandbox: {}", thaw_error::chain(&**.0))]
+    Sandbox(thaw_error::BoxError),
     /// import or init failed, timed out or killed the runtime (the code's side)
     #[error(transparent)]
     Load(#[from] SandboxError),
@@ -662,7 +688,10 @@ pub fn after_restore(
     };
     match sb.call(&req, timeout)? {
         Reply::AfterRestore { hook, hook_ms } => Ok(AfterRestore { hook, hook_ms }),
-        other => bail!("expected an after_restore reply, got {other:?}"),
+        other => Err(SandboxError::Reply(format!(
+            "expected an after_restore reply, got {other:?}"
+        ))
+        .into()),
     }
 }
 
@@ -682,7 +711,7 @@ pub fn invoke_event_as(
     request_id: Option<&str>,
 ) -> Result<Invoked> {
     let (req, hard) = invoke_request(event, timeout, request_id);
-    let invoked = Invoked::decode(sb.call_raw(&req, hard)?)?;
+    let invoked = Invoked::decode(sb.call_raw(&req, hard)?).map_err(reply_error)?;
     first_response(sb, &invoked);
     Ok(invoked)
 }
@@ -697,7 +726,7 @@ pub fn invoke_event_serving(
     serve: &mut thaw_sandbox::SdkServer<'_>,
 ) -> Result<Invoked> {
     let (req, hard) = invoke_request(event, timeout, request_id);
-    let invoked = Invoked::decode(sb.call_serving(&req, hard, serve)?)?;
+    let invoked = Invoked::decode(sb.call_serving(&req, hard, serve)?).map_err(reply_error)?;
     first_response(sb, &invoked);
     Ok(invoked)
 }
@@ -734,7 +763,8 @@ pub fn invoke(sb: &mut Sandbox, size: InputSize, timeout: Duration) -> Result<In
     let t = Instant::now();
     let (output, exec_ms) = sb
         .call(&Request::invoke_size(size.name()), timeout)?
-        .into_invoke()?;
+        .into_invoke()
+        .map_err(reply_error)?;
     let latency_ms = ms(t);
     sb.after_first_response();
     Ok(Invocation {

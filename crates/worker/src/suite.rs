@@ -1,9 +1,10 @@
 //! The function suite run in real sandboxes (namespaces, seccomp filter,
 //! limits): `thaw runtime verify --full` and `thaw runtime figures`.
+use crate::error::Result;
 use crate::{invoke, load_timed, ms, INVOKE_TIMEOUT};
-use anyhow::{Context, Result};
 use serde::Serialize;
 use std::time::Instant;
+use thaw_error::ResultExt;
 use thaw_runtime::{InputSize, RootInfo};
 use thaw_sandbox::{Sandbox, SandboxConfig};
 
@@ -34,9 +35,10 @@ pub fn measure(
 ) -> Result<FunctionFigures> {
     let t0 = Instant::now();
     let (argv, env) = root.agent_command(function);
-    let sb = Sandbox::start(cfg, &root.path, &argv, &env)?;
+    let sb = Sandbox::start(cfg, &root.path, &argv, &env)
+        .with_context(|| format!("starting a sandbox for {function}"))?;
     let (mut sb, fresh) = load_timed(sb, t0, INVOKE_TIMEOUT)?;
-    let rss_after_init_kb = sb.rss_kb()?;
+    let rss_after_init_kb = sb.rss_kb().context("reading the sandbox's RSS")?;
     let mut sizes = Vec::new();
     for size in InputSize::ALL {
         let first =

@@ -238,7 +238,6 @@ fn bad_snapshots_are_refused_with_clear_errors() {
         .unwrap();
     let e = store_error(&d, root, hash);
     assert!(matches!(e, StoreError::Corrupt { .. }), "{e}");
-    assert!(e.to_string().contains("truncated"));
 
     let d = t.path.join("state-corrupt");
     let s = copy_snapshot(&snap, &d);
@@ -249,7 +248,6 @@ fn bad_snapshots_are_refused_with_clear_errors() {
     std::fs::write(&st, &data).unwrap();
     let e = store_error(&d, root, hash);
     assert!(matches!(e, StoreError::Integrity { .. }), "{e}");
-    assert!(e.to_string().contains("checksum"));
 
     let d = t.path.join("memory-corrupt");
     let s = copy_snapshot(&snap, &d);
@@ -258,21 +256,18 @@ fn bad_snapshots_are_refused_with_clear_errors() {
     std::fs::write(s.memory_path(), &data).unwrap();
     let e = store_error(&d, root, hash);
     assert!(matches!(e, StoreError::Integrity { .. }), "{e}");
-    assert!(e.to_string().contains("checksum"));
 
     let d = t.path.join("version");
     copy_snapshot(&snap, &d);
     rewrite_manifest(&d, |m| m["version"] = json!(999));
     let e = store_error(&d, root, hash);
     assert!(matches!(e, StoreError::Version { found: 999, .. }), "{e}");
-    assert!(e.to_string().contains("version 999"));
 
     let d = t.path.join("not-json");
     copy_snapshot(&snap, &d);
     std::fs::write(d.join("manifest.json"), b"\x00garbage").unwrap();
     let e = store_error(&d, root, hash);
     assert!(matches!(e, StoreError::Corrupt { .. }), "{e}");
-    assert!(e.to_string().contains("corrupt"));
 
     // a root that changed (different hash) or vanished
     let e = restore_err(&snap.dir, root, &"0".repeat(64));
@@ -427,7 +422,10 @@ fn hung_function_is_killed_and_reported() {
     let e = sb
         .call(&Request::invoke_input(json!({})), Duration::from_secs(2))
         .unwrap_err();
-    assert!(format!("{e:#}").contains("killed"), "{e:#}");
+    assert!(
+        matches!(e, thaw_sandbox::SandboxError::Timeout { .. }),
+        "{e:?}"
+    );
     assert!(!sb.is_alive());
     assert!(sb.call(&Request::Health, T).is_err());
 }
@@ -436,14 +434,20 @@ fn hung_function_is_killed_and_reported() {
 fn unknown_function_and_size_get_clear_errors() {
     let w = worker();
     let e = w.start_fresh("no_such_fn").map(|_| ()).unwrap_err();
-    assert!(format!("{e:#}").contains("unknown function"));
+    assert!(
+        matches!(&e, thaw_worker::WorkerError::UnknownFunction { name, .. } if name == "no_such_fn"),
+        "{e:?}"
+    );
     let (mut sb, _) = w.start_fresh("helloworld").unwrap();
     // a size the suite does not have, sent as it is (the library's sizes are typed)
     let e = sb
         .call(&Request::invoke_size("XL"), T)
         .map(|_| ())
         .unwrap_err();
-    assert!(format!("{e:#}").contains("bad_request"), "{e:#}");
+    assert!(
+        matches!(&e, thaw_sandbox::SandboxError::Agent(a) if a.kind() == thaw_sandbox::agent::ErrorKind::BadRequest),
+        "{e:?}"
+    );
     // a bad request does not hurt the instance
     w.check(
         "helloworld",
