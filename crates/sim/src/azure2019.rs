@@ -18,13 +18,14 @@
 //! Memory: one day's non-zero (function, minute) counts at a time, so it is bounded
 //! by the number of functions x 1440, not by the number of invocations.
 
+use crate::error::{Result, SimError};
 use crate::rng::{hash_str, Rng};
 use crate::source::{mem_for_name, num, BadLine, Inv, Item, Lines, Names, Source};
 use crate::synthetic::draw_mean_duration_ms;
-use anyhow::{bail, Context, Result};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
+use thaw_error::{fail, ResultExt};
 use thaw_policy::Time;
 
 const MINUTE: Time = 60_000_000;
@@ -100,7 +101,8 @@ pub fn discover(dir: &Path) -> Result<Vec<Day>> {
         })
         .collect();
     if days.is_empty() {
-        bail!(
+        fail!(
+            SimError::Input,
             "no invocations*.csv in {} (azure2019 format)",
             dir.display()
         );
@@ -249,7 +251,8 @@ impl Azure2019 {
         let cols = header(&mut lines)?;
         let expect = ["HashOwner", "HashApp", "HashFunction", "Trigger"];
         if cols.len() < 5 || cols[..4] != expect {
-            bail!(
+            fail!(
+                SimError::Input,
                 "{}:1: expected header HashOwner,HashApp,HashFunction,Trigger,1,2,...",
                 lines.path
             );
@@ -411,7 +414,7 @@ fn split_checked<'a>(
 
 fn header(lines: &mut Lines) -> Result<Vec<String>> {
     if !lines.next_line()? {
-        bail!("{}: empty file", lines.path);
+        fail!(SimError::Input, "{}: empty file", lines.path);
     }
     Ok(lines
         .buf
@@ -422,9 +425,10 @@ fn header(lines: &mut Lines) -> Result<Vec<String>> {
 }
 
 fn col(cols: &[String], name: &str, lines: &Lines) -> Result<usize> {
-    cols.iter()
-        .position(|c| c == name)
-        .with_context(|| format!("{}:1: no column {name}", lines.path))
+    match cols.iter().position(|c| c == name) {
+        Some(i) => Ok(i),
+        None => fail!(SimError::Input, "{}:1: no column {name}", lines.path),
+    }
 }
 
 impl Source for Azure2019 {

@@ -9,8 +9,8 @@
 //! The trace has no memory column: each function gets a stable per-name draw from
 //! the app-memory distribution (see `synthetic`), or a fixed size if asked.
 
+use crate::error::Result;
 use crate::source::{mem_for_name, num, Inv, Item, Lines, Names, Source};
-use anyhow::Result;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::path::Path;

@@ -23,10 +23,11 @@
 //! Function names are as the trace spells them: `app,func` for azure2021,
 //! `owner,app,func` for azure2019.
 
-use anyhow::{bail, Context, Result};
+use crate::error::{Result, SimError};
 use serde::Deserialize;
 use std::collections::HashMap;
 use std::path::Path;
+use thaw_error::{fail, ResultExt};
 use thaw_policy::{FnCost, Time};
 
 #[derive(Deserialize, Debug, Default, Clone)]
@@ -85,7 +86,10 @@ fn ms(v: Option<f64>, what: &str, dflt: Time) -> Result<Time> {
     match v {
         None => Ok(dflt),
         Some(x) if x.is_finite() && x >= 0.0 => Ok((x * 1000.0).round() as Time),
-        Some(x) => bail!("{what} = {x}: expected a finite number of ms >= 0"),
+        Some(x) => fail!(
+            SimError::Config,
+            "{what} = {x}: expected a finite number of ms >= 0"
+        ),
     }
 }
 
@@ -121,7 +125,8 @@ impl Calibration {
         let c: Calibration = serde_json::from_str(&text)
             .with_context(|| format!("parsing calibration {}", path.display()))?;
         if c.version != 1 {
-            bail!(
+            fail!(
+                SimError::Config,
                 "{}: calibration version {} (this build reads 1)",
                 path.display(),
                 c.version

@@ -376,9 +376,14 @@ fn input_label(a: &Args) -> String {
 }
 
 /// Opens a fresh stream of the configured input (each sweep point replays it).
-pub fn open_source(a: &Args) -> Result<Box<dyn Source>> {
+pub fn open_source(a: &Args) -> crate::error::Result<Box<dyn Source>> {
+    use crate::SimError;
+    use thaw_error::fail;
     match (&a.trace, a.format) {
-        (Some(_), None) => bail!("--trace needs --format azure2019|azure2021"),
+        (Some(_), None) => fail!(
+            SimError::Config,
+            "--trace needs --format azure2019|azure2021"
+        ),
         (Some(dir), Some(Format::Azure2019)) => Ok(Box::new(Azure2019::open(
             dir,
             azure2019::Options {
@@ -394,7 +399,7 @@ pub fn open_source(a: &Args) -> Result<Box<dyn Source>> {
         )?)),
         (Some(file), Some(Format::Azure2021)) => {
             if !(a.reorder_window_s.is_finite() && a.reorder_window_s >= 0.0) {
-                bail!("--reorder-window-s must be >= 0");
+                fail!(SimError::Config, "--reorder-window-s must be >= 0");
             }
             Ok(Box::new(Azure2021::open(
                 file,

@@ -9,6 +9,7 @@ pub mod azure2019;
 pub mod azure2021;
 pub mod calib;
 pub mod cli;
+pub mod error;
 pub mod hist;
 pub mod output;
 pub mod placement;
@@ -16,6 +17,8 @@ pub mod rng;
 pub mod run;
 pub mod source;
 pub mod synthetic;
+
+pub use error::SimError;
 
 /// Entry point for `thaw sim ARGS...` (ARGS exclude "sim").
 pub fn cli_main(args: &[String]) -> anyhow::Result<()> {

@@ -1,10 +1,11 @@
 //! Writers: JSON summary, CSV rows, and a hand-written SVG of start-latency CDFs.
 
+use crate::error::Result;
 use crate::run::Report;
-use anyhow::{Context, Result};
 use serde::Serialize;
 use std::fmt::Write as _;
 use std::path::Path;
+use thaw_error::ResultExt;
 
 /// The configuration a run used, echoed in every output.
 #[derive(Clone, Debug, Serialize)]
@@ -52,7 +53,8 @@ pub fn summary<'a>(config: &'a RunConfig, report: &'a Report) -> Summary<'a> {
 }
 
 pub fn write_file(path: &Path, text: &str) -> Result<()> {
-    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
 }
 
 pub const CSV_HEADER: &str = "policy,input,ram_gb,disk_gb,net_gb,net_gbit_s,disk_read_gb_s,threshold,\

@@ -12,12 +12,13 @@
 //! arm), and every tier that can hold every profile. Storage cost = each
 //! snapshot's size x its tier's price x the simulated time.
 
+use crate::error::{Result, SimError};
 use crate::run::{run, Report, RunOptions};
 use crate::source::{Item, Source};
-use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::path::Path;
+use thaw_error::{fail, ResultExt};
 use thaw_policy::placement::{self, FunctionProfile, Placement, TierOption};
 use thaw_policy::{
     Action, Config, Engine, FnCost, FnId, InstanceId, Outcome, Policy, PolicyError, Start, Time,
@@ -65,14 +66,24 @@ impl ProfilesFile {
 
     fn check(&self) -> Result<()> {
         if self.version != FILE_VERSION {
-            bail!("version {} (this thaw reads {FILE_VERSION})", self.version);
+            fail!(
+                SimError::Config,
+                "version {} (this thaw reads {FILE_VERSION})",
+                self.version
+            );
         }
         if self.tiers.is_empty() || self.functions.is_empty() {
-            bail!("it needs at least one tier and one function");
+            fail!(
+                SimError::Config,
+                "it needs at least one tier and one function"
+            );
         }
         let finite = |v: f64, what: &str, who: &str| -> Result<()> {
             if !(v.is_finite() && v >= 0.0) {
-                bail!("{who}: {what} must be a finite number >= 0, got {v}");
+                fail!(
+                    SimError::Config,
+                    "{who}: {what} must be a finite number >= 0, got {v}"
+                );
             }
             Ok(())
         };
@@ -81,7 +92,7 @@ impl ProfilesFile {
             finite(t.free_mib, "free_mib", &t.name)?;
             finite(t.access_us, "access_us", &t.name)?;
             if !(t.read_mbps.is_finite() && t.read_mbps > 0.0) {
-                bail!("{}: read_mbps must be > 0", t.name);
+                fail!(SimError::Config, "{}: read_mbps must be > 0", t.name);
             }
         }
         for f in &self.functions {
@@ -220,10 +231,10 @@ pub fn study(
     open: &dyn Fn() -> Result<Box<dyn Source>>,
 ) -> Result<Vec<Arm>> {
     if !(max_slowdown.is_finite() && max_slowdown >= 1.0) {
-        bail!("--max-slowdown must be at least 1");
+        fail!(SimError::Config, "--max-slowdown must be at least 1");
     }
     if cfg.kind.tiered() {
-        bail!("the placement study places the deployed snapshot itself: use ttl, lru-mem or greedy-dual, not a tiered policy");
+        fail!(SimError::Config, "the placement study places the deployed snapshot itself: use ttl, lru-mem or greedy-dual, not a tiered policy");
     }
     let cfg = Config {
         deployed_snapshots: true,
@@ -233,7 +244,7 @@ pub fn study(
     let tiers = &file.tiers;
     let names = function_names(open()?.as_mut())?;
     if names.is_empty() {
-        bail!("the input yielded no invocations");
+        fail!(SimError::Config, "the input yielded no invocations");
     }
     let prof: Vec<usize> = names
         .iter()
@@ -339,7 +350,9 @@ impl Study<'_> {
         let mut storage_per_month = 0.0;
         let mut over_bound = 0;
         for (i, n) in names.iter().enumerate() {
-            let e = choice(i).with_context(|| format!("{label}: no tier for {n}"))?;
+            let Some(e) = choice(i) else {
+                fail!(SimError::Config, "{label}: no tier for {n}");
+            };
             if e.cold_ms > fastest(i) * max_slowdown {
                 over_bound += 1;
             }
@@ -357,7 +370,7 @@ impl Study<'_> {
             fn_costs: HashMap::new(),
             ..opts.clone()
         };
-        let mut engine = Engine::new(cfg.clone()).map_err(anyhow::Error::from)?;
+        let mut engine = Engine::new(cfg.clone())?;
         let mut placed = PlacedEngine {
             inner: &mut engine,
             costs,

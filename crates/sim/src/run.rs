@@ -12,13 +12,14 @@
 //! start latency. The run ends when the input is exhausted and the last invocation
 //! finishes; memory-time is integrated up to then.
 
+use crate::error::{Result, SimError};
 use crate::hist::Histogram;
 use crate::source::{Item, Source};
-use anyhow::{bail, Result};
 use serde::Serialize;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::time::Instant;
+use thaw_error::fail;
 use thaw_policy::{Action, FnCost, FnId, InstanceId, Outcome, Policy, Start, Time, XferId};
 
 /// USD per GB-hour of each tier.
@@ -249,7 +250,7 @@ pub fn run<P: Policy>(src: &mut dyn Source, policy: &mut P, opts: &RunOptions) -
                 Some(Item::Bad(b)) => {
                     malformed += 1;
                     if opts.strict {
-                        bail!("malformed input: {b}");
+                        fail!(SimError::Input, "malformed input: {b}");
                     }
                     if malformed <= 10 {
                         thaw_output::errln!("thaw sim: skipping malformed line: {b}");
@@ -258,7 +259,8 @@ pub fn run<P: Policy>(src: &mut dyn Source, policy: &mut P, opts: &RunOptions) -
                 }
                 Some(Item::Inv(inv)) => {
                     if inv.t < last_t {
-                        bail!(
+                        fail!(
+                            SimError::Stalled,
                             "input source produced unsorted arrivals ({} after {last_t})",
                             inv.t
                         );
@@ -276,7 +278,10 @@ pub fn run<P: Policy>(src: &mut dyn Source, policy: &mut P, opts: &RunOptions) -
             break;
         }
         let Some(t) = [t_ev, t_dl, t_arr].into_iter().flatten().min() else {
-            bail!("simulation stalled with {running} invocations running");
+            fail!(
+                SimError::Stalled,
+                "simulation stalled with {running} invocations running"
+            );
         };
         core.advance_to(t);
         let due = if t_ev == Some(t) {
@@ -290,9 +295,7 @@ pub fn run<P: Policy>(src: &mut dyn Source, policy: &mut P, opts: &RunOptions) -
             match ev {
                 Ev::Finish(id) => {
                     running -= 1;
-                    core.policy
-                        .finish(t, InstanceId(id), &mut core.actions)
-                        .map_err(|e| anyhow::anyhow!("policy error: {e}"))?;
+                    core.policy.finish(t, InstanceId(id), &mut core.actions)?;
                 }
                 Ev::Xfer(id) => core.policy.transfer_done(t, XferId(id), &mut core.actions),
             }

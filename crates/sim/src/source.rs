@@ -1,11 +1,12 @@
 //! What every input produces: invocations in arrival order, and reports of the
 //! lines that could not be read.
 
-use anyhow::{Context, Result};
+use crate::error::{Result, SimError};
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
+use thaw_error::{fail, ResultExt};
 use thaw_policy::Time;
 
 /// One invocation: arrival time, function, RAM it needs, how long it runs.
@@ -119,7 +120,8 @@ impl Lines {
         self.line_no += 1;
         if n > MAX_LINE_BYTES && !self.buf.ends_with('\n') {
             self.buf = String::new();
-            anyhow::bail!(
+            fail!(
+                SimError::Input,
                 "{}:{}: line longer than {MAX_LINE_BYTES} bytes (not a trace file?)",
                 self.path,
                 self.line_no

@@ -25,12 +25,13 @@
 //!
 //! Memory use is O(functions): one heap entry per function.
 
+use crate::error::{Result, SimError};
 use crate::rng::Rng;
 use crate::source::{Inv, Item, Source};
-use anyhow::{bail, Result};
 use std::cmp::Reverse;
 use std::collections::binary_heap::PeekMut;
 use std::collections::BinaryHeap;
+use thaw_error::fail;
 use thaw_policy::Time;
 
 /// Bounds on the synthetic workload's knobs: beyond them a run would not end in
@@ -77,29 +78,38 @@ impl Default for Params {
 impl Params {
     pub fn validate(&self) -> Result<()> {
         if !(1..=MAX_FUNCTIONS).contains(&self.functions) {
-            bail!("--functions must be in [1, {MAX_FUNCTIONS}]");
+            fail!(
+                SimError::Config,
+                "--functions must be in [1, {MAX_FUNCTIONS}]"
+            );
         }
         if !(self.hours.is_finite() && self.hours > 0.0 && self.hours <= MAX_HOURS) {
-            bail!("--hours must be in (0, {MAX_HOURS}] (one year)");
+            fail!(
+                SimError::Config,
+                "--hours must be in (0, {MAX_HOURS}] (one year)"
+            );
         }
         if !(self.rate_scale.is_finite()
             && self.rate_scale > 0.0
             && self.rate_scale <= MAX_RATE_SCALE)
         {
-            bail!("--rate-scale must be in (0, {MAX_RATE_SCALE}]");
+            fail!(
+                SimError::Config,
+                "--rate-scale must be in (0, {MAX_RATE_SCALE}]"
+            );
         }
         if !(0.0..1.0).contains(&self.diurnal) {
-            bail!("--diurnal must be in [0, 1)");
+            fail!(SimError::Config, "--diurnal must be in [0, 1)");
         }
         if !(self.max_fn_load.is_finite() && self.max_fn_load > 0.0) {
-            bail!("--max-fn-load must be > 0");
+            fail!(SimError::Config, "--max-fn-load must be > 0");
         }
         if !(self.max_rate_per_min.is_finite() && self.max_rate_per_min > 0.0) {
-            bail!("max rate must be > 0");
+            fail!(SimError::Config, "max rate must be > 0");
         }
         // The clock ticks in microseconds: one function cannot arrive faster.
         if self.max_rate_per_min * self.rate_scale > MAX_FN_RATE_PER_MIN {
-            bail!(
+            fail!(SimError::Config,
                 "--max-rate-per-min x --rate-scale is {} per minute; at most {MAX_FN_RATE_PER_MIN} (one arrival per 10 us)",
                 self.max_rate_per_min * self.rate_scale
             );
