@@ -285,7 +285,14 @@ pub fn schedule_of(a: &Args) -> Result<Schedule> {
                 duration_us: Some((total * 1e6) as u64),
             }
         };
-    schedule::synthetic(functions, &streams, a.iat, a.burst_size, bounds, a.seed)
+    Ok(schedule::synthetic(
+        functions,
+        &streams,
+        a.iat,
+        a.burst_size,
+        bounds,
+        a.seed,
+    )?)
 }
 
 fn workload_of(a: &Args) -> serde_json::Value {

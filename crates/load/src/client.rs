@@ -2,7 +2,7 @@
 //! keep-alive connections (one request at a time each, opened on demand so an
 //! open-loop burst never waits for a free connection), one invoke request.
 
-use anyhow::{bail, Context, Result};
+use crate::error::{LoadError, Result};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1::{self, SendRequest};
@@ -11,6 +11,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::Duration;
+use thaw_error::fail;
 
 /// Where requests go. Only loopback: a load generator must not be pointed at
 /// someone else's service.
@@ -35,37 +36,41 @@ impl Target {
     pub fn parse(s: &str) -> Result<Target> {
         if let Some(path) = s.strip_prefix("unix:") {
             if path.is_empty() {
-                bail!("--target unix: needs a socket path");
+                fail!(LoadError::Config, "--target unix: needs a socket path");
             }
             return Ok(Target::Unix(PathBuf::from(path)));
         }
         let Some(rest) = s.strip_prefix("http://") else {
-            bail!(
+            fail!(
+                LoadError::Config,
                 "--target {s:?}: expected http://HOST:PORT or unix:/PATH (https is not supported)"
             );
         };
         let hostport = rest.strip_suffix('/').unwrap_or(rest);
         if hostport.contains('/') {
-            bail!("--target {s:?}: give the server's root, without a path");
+            fail!(
+                LoadError::Config,
+                "--target {s:?}: give the server's root, without a path"
+            );
         }
-        let (host, port) = hostport
-            .rsplit_once(':')
-            .with_context(|| format!("--target {s:?}: no port"))?;
-        let port: u16 = port
-            .parse()
-            .ok()
-            .filter(|&p| p != 0)
-            .with_context(|| format!("--target {s:?}: bad port {port:?}"))?;
+        let Some((host, port)) = hostport.rsplit_once(':') else {
+            fail!(LoadError::Config, "--target {s:?}: no port");
+        };
+        let Some(port) = port.parse::<u16>().ok().filter(|&p| p != 0) else {
+            fail!(LoadError::Config, "--target {s:?}: bad port {port:?}");
+        };
         let host = host.trim_start_matches('[').trim_end_matches(']');
         let ip: IpAddr = if host == "localhost" {
             IpAddr::from([127, 0, 0, 1])
         } else {
-            host.parse().with_context(|| {
-                format!("--target {s:?}: host must be localhost or a loopback address")
+            host.parse().map_err(|_| {
+                LoadError::Config(format!(
+                    "--target {s:?}: host must be localhost or a loopback address"
+                ))
             })?
         };
         if !ip.is_loopback() {
-            bail!("--target {s:?}: {ip} is not a loopback address; thaw load only sends to this machine");
+            fail!(LoadError::Config, "--target {s:?}: {ip} is not a loopback address; thaw load only sends to this machine");
         }
         Ok(Target::Tcp(SocketAddr::new(ip, port)))
     }
@@ -160,8 +165,9 @@ impl Client {
                 self.idle.lock().unwrap_or_else(|e| e.into_inner()).push(tx);
                 Ok(())
             }
-            Ok(Err(e)) => bail!("cannot reach {}: {e}", self.target),
-            Err(_) => bail!(
+            Ok(Err(e)) => fail!(LoadError::Unreachable, "cannot reach {}: {e}", self.target),
+            Err(_) => fail!(
+                LoadError::Unreachable,
                 "cannot reach {}: no connection within {:?}",
                 self.target,
                 within
@@ -261,7 +267,10 @@ pub fn check_function_name(name: &str) -> Result<()> {
             .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
         || name.starts_with('.')
     {
-        bail!("function name {name:?}: use 1-128 of [A-Za-z0-9._-], not starting with '.'");
+        fail!(
+            LoadError::Config,
+            "function name {name:?}: use 1-128 of [A-Za-z0-9._-], not starting with '.'"
+        );
     }
     Ok(())
 }

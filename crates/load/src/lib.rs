@@ -9,7 +9,10 @@
 
 pub mod cli;
 pub mod client;
+pub mod error;
 pub mod plot;
 pub mod record;
 pub mod run;
 pub mod schedule;
+
+pub use error::LoadError;

@@ -1,7 +1,7 @@
 //! SVG plots (plotters): latency CDF per start type, latency over time.
 
+use crate::error::{LoadError, Result};
 use crate::record::Tally;
-use anyhow::{anyhow, Result};
 use plotters::prelude::*;
 use std::path::Path;
 
@@ -14,8 +14,8 @@ const PALETTE: [RGBColor; 6] = [
     RGBColor(140, 86, 75),
 ];
 
-fn err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
-    anyhow!("plotting: {e:?}")
+fn err<E: std::fmt::Debug>(e: E) -> LoadError {
+    LoadError::Plot(format!("{e:?}"))
 }
 
 type Canvas<'a> = DrawingArea<SVGBackend<'a>, plotters::coord::Shift>;

@@ -2,12 +2,13 @@
 //! record writers (JSON lines, CSV).
 
 use crate::client::parse_server_timing;
-use anyhow::{Context, Result};
+use crate::error::Result;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::Path;
+use thaw_error::ResultExt;
 
 /// What happened to one request. Times are milliseconds from the run's start;
 /// latency is from the *intended* send time (no coordinated omission).
@@ -103,7 +104,7 @@ impl Sink {
 
     pub fn write(&mut self, r: &Record) -> Result<()> {
         if let Some(w) = self.jsonl.as_mut() {
-            serde_json::to_writer(&mut *w, r)?;
+            serde_json::to_writer(&mut *w, r).context("writing a record")?;
             writeln!(w)?;
         }
         if let Some(w) = self.csv.as_mut() {

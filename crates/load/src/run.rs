@@ -3,13 +3,14 @@
 //! answered; a collector writes records and tallies them as they come.
 
 use crate::client::{Client, Failure};
+use crate::error::{LoadError, Result};
 use crate::record::{Record, Sink, Tally};
 use crate::schedule::Schedule;
-use anyhow::Result;
 use bytes::Bytes;
 use std::io::Write;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use thaw_error::{fail, ResultExt};
 use tokio::sync::mpsc;
 
 pub struct RunOptions {
@@ -119,10 +120,11 @@ pub async fn run(
             wall.elapsed().as_secs_f64()
         );
     }
-    dispatcher.await?;
+    dispatcher.await.context("the request dispatcher")?;
     sink.finish()?;
     if done != total {
-        anyhow::bail!(
+        fail!(
+            LoadError::Lost,
             "{} of {total} requests were never accounted for",
             total - done
         );

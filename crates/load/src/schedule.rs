@@ -12,9 +12,10 @@
 //! with each trace function mapped onto a deployed function by memory and duration
 //! class. Every draw comes from one seeded generator (`thaw_sim::rng`).
 
-use anyhow::{bail, Context, Result};
+use crate::error::{LoadError, Result};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
+use thaw_error::fail;
 use thaw_sim::rng::{hash_str, Rng};
 use thaw_sim::source::{Item, Source};
 
@@ -71,10 +72,13 @@ pub struct Bounds {
 impl Bounds {
     fn check(&self) -> Result<()> {
         if self.requests.is_none() && self.duration_us.is_none() {
-            bail!("give a bound: --requests N and/or --duration-s S");
+            fail!(
+                LoadError::Config,
+                "give a bound: --requests N and/or --duration-s S"
+            );
         }
         if self.requests == Some(0) || self.duration_us == Some(0) {
-            bail!("--requests and --duration-s must be > 0");
+            fail!(LoadError::Config, "--requests and --duration-s must be > 0");
         }
         Ok(())
     }
@@ -130,18 +134,29 @@ impl Arrivals {
 
 pub fn check_steps(steps: &[Step]) -> Result<()> {
     if steps.is_empty() {
-        bail!("no rate given: --rps, --rps-steps or --fn-rates");
+        fail!(
+            LoadError::Config,
+            "no rate given: --rps, --rps-steps or --fn-rates"
+        );
     }
     for s in steps {
         if !(s.rps.is_finite() && s.rps >= 0.0 && s.rps <= 1e6) {
-            bail!("a rate must be in [0, 1000000] requests/s, got {}", s.rps);
+            fail!(
+                LoadError::Config,
+                "a rate must be in [0, 1000000] requests/s, got {}",
+                s.rps
+            );
         }
         if s.secs.is_nan() || s.secs <= 0.0 {
-            bail!("a rate step must last > 0 s, got {}", s.secs);
+            fail!(
+                LoadError::Config,
+                "a rate step must last > 0 s, got {}",
+                s.secs
+            );
         }
     }
     if steps.iter().all(|s| s.rps == 0.0) {
-        bail!("every rate is 0: nothing to send");
+        fail!(LoadError::Config, "every rate is 0: nothing to send");
     }
     Ok(())
 }
@@ -157,15 +172,15 @@ pub fn synthetic(
 ) -> Result<Schedule> {
     bounds.check()?;
     if burst == 0 {
-        bail!("--burst-size must be >= 1");
+        fail!(LoadError::Config, "--burst-size must be >= 1");
     }
     if streams.is_empty() || functions.is_empty() {
-        bail!("no function to send to");
+        fail!(LoadError::Config, "no function to send to");
     }
     for s in streams {
         check_steps(&s.steps)?;
         if s.targets.is_empty() || s.targets.iter().any(|&f| f as usize >= functions.len()) {
-            bail!("a stream targets no deployed function");
+            fail!(LoadError::Config, "a stream targets no deployed function");
         }
     }
     let mut rng = Rng::new(seed);
@@ -202,7 +217,8 @@ pub fn synthetic(
         }
         if items.len() == limit {
             if bounds.requests.is_none() {
-                bail!(
+                fail!(
+                    LoadError::Config,
                     "the schedule exceeds {MAX_REQUESTS} requests: lower the rate or the duration"
                 );
             }
@@ -293,8 +309,8 @@ fn namesake(deployed: &[Deployed], trace_name: &str) -> Result<u32> {
         .iter()
         .position(|d| d.name == func)
         .map(|i| i as u32)
-        .with_context(|| {
-            format!("trace function {trace_name:?}: no deployed function named {func:?} (--map-by-name)")
+        .ok_or_else(|| {
+            LoadError::Config(format!("trace function {trace_name:?}: no deployed function named {func:?} (--map-by-name)"))
         })
 }
 
@@ -309,16 +325,19 @@ pub fn from_trace(
 ) -> Result<Schedule> {
     bounds.check()?;
     if deployed.is_empty() {
-        bail!("no deployed function to map the trace onto: --functions");
+        fail!(
+            LoadError::Config,
+            "no deployed function to map the trace onto: --functions"
+        );
     }
     if !(replay.time_scale.is_finite() && replay.time_scale > 0.0 && replay.time_scale <= 1e6) {
-        bail!("--time-scale must be in (0, 1000000]");
+        fail!(LoadError::Config, "--time-scale must be in (0, 1000000]");
     }
     if !(replay.sample > 0.0 && replay.sample <= 1.0) {
-        bail!("--sample must be in (0, 1]");
+        fail!(LoadError::Config, "--sample must be in (0, 1]");
     }
     if !(replay.skip_s.is_finite() && replay.skip_s >= 0.0) {
-        bail!("--skip-s must be >= 0");
+        fail!(LoadError::Config, "--skip-s must be >= 0");
     }
     let mut rng = Rng::new(seed);
     let skip_us = (replay.skip_s * 1e6) as u64;
@@ -332,7 +351,7 @@ pub fn from_trace(
             Item::Inv(inv) => inv,
             Item::Bad(b) => {
                 if !replay.skip_malformed {
-                    bail!("{b}");
+                    fail!(LoadError::Malformed, "{b}");
                 }
                 stats.malformed_lines += 1;
                 continue;
@@ -382,7 +401,7 @@ pub fn from_trace(
         items.push(Planned { at_us, function });
         if items.len() == limit {
             if bounds.requests.is_none() {
-                bail!("the replay exceeds {MAX_REQUESTS} requests: use --sample, --time-scale or --duration-s");
+                fail!(LoadError::Config, "the replay exceeds {MAX_REQUESTS} requests: use --sample, --time-scale or --duration-s");
             }
             break;
         }

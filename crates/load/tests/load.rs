@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use thaw_load::schedule::{self, Bounds, Iat, Step, Stream};
+use thaw_load::LoadError;
 
 /// What the endpoint saw and how it behaves.
 #[derive(Default)]
@@ -441,7 +442,10 @@ fn unreachable_or_silent_targets_fail_clearly_without_hanging() {
             "--target {target} --functions f --rps 10 --requests 5 --quiet"
         ))
         .unwrap_err();
-        assert!(format!("{e:#}").contains(expect), "{e:#}");
+        assert!(
+            matches!(e.downcast_ref(), Some(LoadError::Unreachable(m)) if m.contains(expect)),
+            "{e:#}"
+        );
     }
     // Accepts connections but never answers: every request times out, and is counted.
     let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -465,7 +469,10 @@ fn unreachable_or_silent_targets_fail_clearly_without_hanging() {
             "--target {bad} --functions f --rps 1 --requests 1 --quiet"
         ))
         .unwrap_err();
-        assert!(format!("{e:#}").contains("--target"), "{bad}: {e:#}");
+        assert!(
+            matches!(e.downcast_ref(), Some(LoadError::Config(m)) if m.contains("--target")),
+            "{bad}: {e:#}"
+        );
     }
 }
 
@@ -547,7 +554,7 @@ fn traces_replay_through_the_simulator_parsers() {
     let a = args(&format!("--target {url} --trace {} --format azure2021 --functions fast --map-by-name --duration-s 100", trace.display()));
     let e = thaw_load::cli::schedule_of(&a).unwrap_err();
     assert!(
-        format!("{e:#}").contains("no deployed function named \"slow\""),
+        matches!(e.downcast_ref(), Some(LoadError::Config(m)) if m.contains("no deployed function named \"slow\"")),
         "{e:#}"
     );
 }
