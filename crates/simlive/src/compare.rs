@@ -8,14 +8,15 @@
 //! the live side is each request's latency from its intended send time minus
 //! the function's own execution time (`Server-Timing: exec`), so both sides
 //! measure the same thing: what starting cost, not what the function did.
+use crate::error::{Result, SimliveError};
 use crate::live::{Measured, ServeOptions};
 use crate::trace::{Params, Trace, APP};
-use anyhow::{anyhow, Context, Result};
 use serde::Serialize;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::io::BufRead;
 use std::path::Path;
+use thaw_error::ResultExt;
 
 /// Counts within this share of the live count.
 pub const COUNT_TARGET: f64 = 0.10;
@@ -109,9 +110,9 @@ pub fn live_starts(records: &Path) -> Result<Vec<LiveStart>> {
         if !ok {
             continue;
         }
-        let lat = v["latency_ms"]
-            .as_f64()
-            .ok_or_else(|| anyhow!("{}:{}: no latency", records.display(), i + 1))?;
+        let lat = v["latency_ms"].as_f64().ok_or_else(|| {
+            SimliveError::Records(format!("{}:{}: no latency", records.display(), i + 1))
+        })?;
         let exec = v["server_timing"]["exec"].as_f64().unwrap_or(0.0);
         out.push(LiveStart {
             function: v["function"].as_str().unwrap_or_default().to_string(),
@@ -311,8 +312,8 @@ fn num(v: f64) -> String {
     }
 }
 
-fn err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
-    anyhow!("plotting: {e:?}")
+fn err<E: std::fmt::Debug>(e: E) -> SimliveError {
+    SimliveError::Plot(format!("{e:?}"))
 }
 
 /// One SVG: start-type counts (left) and start-latency CDFs (right), both sides.

@@ -10,6 +10,7 @@
 //! the daemon restarted empty; compare start-type counts and mean start latency
 //! ([`compare`]): a table (markdown), JSON and one SVG plot.
 pub mod compare;
+pub mod error;
 pub mod live;
 pub mod trace;
 

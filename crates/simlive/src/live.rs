@@ -2,13 +2,14 @@
 //! throw-away home), the trace's functions deployed to it, and their start costs
 //! measured through its API for the simulator's calibration.
 use crate::compare::LiveStart;
+use crate::error::{Result, SimliveError};
 use crate::trace::Trace;
-use anyhow::{bail, Context, Result};
 use base64::Engine as _;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use thaw_error::{fail, ResultExt};
 use thaw_server::client::{Client, Target};
 
 /// What the daemon is started with; the simulator gets the same.
@@ -65,13 +66,15 @@ impl Daemon {
             }
             if let Some(st) = d.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
                 d.child = None;
-                bail!(
+                fail!(
+                    SimliveError::Daemon,
                     "thaw serve exited with {st} before it was ready (see {})",
                     log.display()
                 );
             }
             if t.elapsed() > Duration::from_secs(180) {
-                bail!(
+                fail!(
+                    SimliveError::Daemon,
                     "thaw serve was not ready within 180 s (see {})",
                     log.display()
                 );
@@ -95,7 +98,10 @@ impl Daemon {
         while t.elapsed() < Duration::from_secs(60) {
             if let Some(st) = child.try_wait()? {
                 if !st.success() {
-                    bail!("thaw serve exited with {st} on SIGTERM");
+                    fail!(
+                        SimliveError::Daemon,
+                        "thaw serve exited with {st} on SIGTERM"
+                    );
                 }
                 return Ok(());
             }
@@ -103,7 +109,10 @@ impl Daemon {
         }
         let _ = child.kill();
         let _ = child.wait();
-        bail!("thaw serve did not stop within 60 s of SIGTERM (killed)")
+        fail!(
+            SimliveError::Daemon,
+            "thaw serve did not stop within 60 s of SIGTERM (killed)"
+        )
     }
 }
 
@@ -140,15 +149,20 @@ pub fn deploy(
         "timeout_ms": (duration_ms + 30_000),
         "strategy": strategy,
     });
-    let r = c.request("POST", "/v1/functions", Some(req.to_string().as_bytes()))?;
+    let r = c
+        .request("POST", "/v1/functions", Some(req.to_string().as_bytes()))
+        .with_context(|| format!("deploying {name}"))?;
     if !(200..300).contains(&r.status) {
-        bail!(
+        fail!(
+            SimliveError::Daemon,
             "deploying {name}: the daemon answered {}: {}",
             r.status,
             String::from_utf8_lossy(&r.body)
         );
     }
-    let rec = r.json()?;
+    let rec = r
+        .json()
+        .with_context(|| format!("deploying {name}: the daemon's answer"))?;
     Ok(Deployed {
         checkpoint_ms: rec
             .pointer("/snapshot/checkpoint_ms")
@@ -157,9 +171,15 @@ pub fn deploy(
 }
 
 pub fn remove(c: &mut Client, name: &str) -> Result<()> {
-    let r = c.request("DELETE", &format!("/v1/functions/{name}"), None)?;
+    let r = c
+        .request("DELETE", &format!("/v1/functions/{name}"), None)
+        .with_context(|| format!("removing {name}"))?;
     if !(200..300).contains(&r.status) {
-        bail!("removing {name}: the daemon answered {}", r.status);
+        fail!(
+            SimliveError::Daemon,
+            "removing {name}: the daemon answered {}",
+            r.status
+        );
     }
     Ok(())
 }
@@ -172,10 +192,13 @@ pub fn timed_invoke(c: &mut Client, name: &str, cold: bool) -> Result<(String, f
         if cold { "?force=cold" } else { "" }
     );
     let t = Instant::now();
-    let r = c.request("POST", &path, Some(b"{}"))?;
+    let r = c
+        .request("POST", &path, Some(b"{}"))
+        .with_context(|| format!("invoking {name}"))?;
     let ms = t.elapsed().as_secs_f64() * 1e3;
     if r.status != 200 {
-        bail!(
+        fail!(
+            SimliveError::Daemon,
             "invoking {name}: the daemon answered {}: {}",
             r.status,
             String::from_utf8_lossy(&r.body)
@@ -185,7 +208,9 @@ pub fn timed_invoke(c: &mut Client, name: &str, cold: bool) -> Result<(String, f
         .header("server-timing")
         .map(thaw_load::client::parse_server_timing)
         .and_then(|t| t.into_iter().find(|(k, _)| k == "exec").map(|(_, v)| v))
-        .context("the response has no Server-Timing exec phase")?;
+        .ok_or_else(|| {
+            SimliveError::Daemon("the response has no Server-Timing exec phase".into())
+        })?;
     let start = r.header("thaw-start-type").unwrap_or("unknown").to_string();
     Ok((start, (ms - exec).max(0.0)))
 }
@@ -244,14 +269,17 @@ pub fn calibrated(starts: &[LiveStart], names: &[&str]) -> Result<Vec<(f64, f64)
     names
         .iter()
         .map(|name| {
-            let of = |kind: &str| {
+            let of = |kind: &str| -> Result<f64> {
                 let mut v: Vec<f64> = starts
                     .iter()
                     .filter(|s| s.function == *name && s.start_type == kind)
                     .map(|s| s.ms)
                     .collect();
                 if v.is_empty() {
-                    bail!("calibration: {name} had no {kind} start (see calibration-N.jsonl)");
+                    fail!(
+                        SimliveError::Records,
+                        "calibration: {name} had no {kind} start (see calibration-N.jsonl)"
+                    );
                 }
                 Ok(median(&mut v))
             };
@@ -269,7 +297,10 @@ pub fn measure_boot(c: &mut Client, memory_mb: u64, runs: usize) -> Result<f64> 
     for _ in 0..runs {
         let (st, ms) = timed_invoke(c, name, true)?;
         if st != "boot" {
-            bail!("the boot probe started as {st:?}, not boot");
+            fail!(
+                SimliveError::Daemon,
+                "the boot probe started as {st:?}, not boot"
+            );
         }
         boots.push(ms);
     }

@@ -10,9 +10,10 @@
 //! paper's 3.9, which would give one of 20 functions all the traffic), and every
 //! function has one fixed duration (the live function sleeps exactly that long, so
 //! both tools see the same busy time).
-use anyhow::{bail, Context, Result};
+use crate::error::{Result, SimliveError};
 use std::io::Write;
 use std::path::Path;
+use thaw_error::{fail, ResultExt};
 use thaw_sim::rng::Rng;
 
 /// What to generate.
@@ -34,25 +35,31 @@ pub struct Params {
 impl Params {
     pub fn validate(&self) -> Result<()> {
         if !(1..=200).contains(&self.functions) {
-            bail!("--functions must be in 1..=200 (each one is a live deployed function)");
+            fail!(
+                SimliveError::Config,
+                "--functions must be in 1..=200 (each one is a live deployed function)"
+            );
         }
         if !(self.minutes.is_finite() && self.minutes > 0.0 && self.minutes <= 24.0 * 60.0) {
-            bail!("--minutes must be in (0, 1440]");
+            fail!(SimliveError::Config, "--minutes must be in (0, 1440]");
         }
         if !(self.rps.is_finite() && self.rps > 0.0 && self.rps <= 1000.0) {
-            bail!("--rps must be in (0, 1000]");
+            fail!(SimliveError::Config, "--rps must be in (0, 1000]");
         }
         if !(0.0..1.0).contains(&self.diurnal) {
-            bail!("--diurnal must be in [0, 1)");
+            fail!(SimliveError::Config, "--diurnal must be in [0, 1)");
         }
         if self.min_duration_ms == 0 || self.min_duration_ms > self.max_duration_ms {
-            bail!("durations: need 0 < --min-duration-ms <= --max-duration-ms");
+            fail!(
+                SimliveError::Config,
+                "durations: need 0 < --min-duration-ms <= --max-duration-ms"
+            );
         }
         if self.max_duration_ms > 60_000 {
-            bail!("--max-duration-ms must be <= 60000");
+            fail!(SimliveError::Config, "--max-duration-ms must be <= 60000");
         }
         if !(self.max_fn_load.is_finite() && self.max_fn_load > 0.0) {
-            bail!("--max-fn-load must be > 0");
+            fail!(SimliveError::Config, "--max-fn-load must be > 0");
         }
         Ok(())
     }
@@ -162,7 +169,10 @@ pub fn generate(p: &Params) -> Result<Trace> {
     }
     rows.sort_unstable();
     if rows.is_empty() {
-        bail!("the trace has no invocation: raise --rps or --minutes");
+        fail!(
+            SimliveError::Config,
+            "the trace has no invocation: raise --rps or --minutes"
+        );
     }
     Ok(Trace { functions, rows })
 }

@@ -1,0 +1,28 @@
+//! What can go wrong driving the daemon, generating the study's trace and
+//! comparing its records, for callers to match (the study itself, in
+//! `lib.rs`, is the `thaw bench simlive` command and reports with anyhow).
+use thaw_error::Context;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SimliveError {
+    /// the study's parameters are out of range
+    #[error("{0}")]
+    Config(String),
+    /// the daemon did not start, stop or answer as it should
+    #[error("{0}")]
+    Daemon(String),
+    /// a records file or a calibration without what the comparison needs
+    #[error("{0}")]
+    Records(String),
+    #[error("plotting: {0}")]
+    Plot(String),
+    #[error(transparent)]
+    Load(#[from] thaw_load::LoadError),
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// the step that failed, with its cause
+    #[error(transparent)]
+    Other(#[from] Context),
+}
+
+pub type Result<T, E = SimliveError> = std::result::Result<T, E>;
