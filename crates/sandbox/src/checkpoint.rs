@@ -112,10 +112,11 @@ fn task_ids(pid: i32) -> Result<Vec<i32>> {
     Ok(tids)
 }
 
-/// A thread's name (`comm`), for refusals.
+/// A thread's name (`comm`, as it is: a restore gives it back), for
+/// refusals and the snapshot.
 fn thread_name(pid: i32, tid: i32) -> String {
-    std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
-        .map(|s| s.trim().to_string())
+    std::fs::read(format!("/proc/{pid}/task/{tid}/comm"))
+        .map(|s| String::from_utf8_lossy(s.strip_suffix(b"\n").unwrap_or(&s)).into_owned())
         .unwrap_or_else(|_| "?".into())
 }
 
