@@ -288,6 +288,119 @@ fn threads_hidden_from_the_agent_are_captured_whole() {
     }
 }
 
+/// A user function on numpy with Debian's threaded OpenBLAS (its own
+/// package `libopenblas0-pthread`, whose libblas.so.3 alternative the
+/// loader finds before the root's serial one) and a pool of 2.
+const BLAS_MAIN: &str = r#"
+import ctypes
+import math
+import os
+
+# OpenBLAS sizes its pool when it is loaded, at numpy's import
+os.environ["OPENBLAS_NUM_THREADS"] = "2"
+import numpy as np
+
+_blas = ctypes.CDLL("libblas.so.3")  # numpy's own, already loaded
+_blas.openblas_get_config.restype = ctypes.c_char_p
+
+
+class _DlInfo(ctypes.Structure):
+    _fields_ = [("fname", ctypes.c_char_p), ("fbase", ctypes.c_void_p),
+                ("sname", ctypes.c_char_p), ("saddr", ctypes.c_void_p)]
+
+
+def _library():
+    info = _DlInfo()
+    addr = ctypes.cast(_blas.openblas_get_config, ctypes.c_void_p)
+    ctypes.CDLL(None).dladdr(addr, ctypes.byref(info))
+    return os.path.realpath(info.fname.decode())
+
+
+def init():
+    handler({"n": 300, "seed": 0})
+
+
+def handler(event):
+    n, seed = int(event["n"]), int(event["seed"])
+    rng = np.random.default_rng(seed)
+    a = rng.random((n, n))
+    b = rng.random((n, n))
+    c = a @ b
+    probes = [(0, 0), (n - 1, n - 1), (n // 2, n // 3)]
+    worst = max(abs(c[i, j] - math.fsum(a[i, k] * b[k, j] for k in range(n))) for i, j in probes)
+    return {
+        "sum": float(c.sum()),
+        "worst": worst,
+        "blas_threads": _blas.openblas_get_num_threads(),
+        "config": _blas.openblas_get_config().decode(),
+        "library": _library(),
+    }
+"#;
+
+#[test]
+fn a_threaded_blas_keeps_its_pool_across_restores() {
+    let w = worker();
+    let t = disk_tier("threads-blas");
+    let home = thaw_runtime::default_home();
+    let tree = thaw_runtime::packages::ensure(
+        &home,
+        &t.path.join("packages"),
+        &w.root,
+        &["libopenblas0-pthread".to_string()],
+        1 << 30,
+        &mut |m| eprintln!("packages: {m}"),
+    )
+    .unwrap_or_else(|e| panic!("libopenblas0-pthread: {e:#}"));
+    let code = t.path.join("code");
+    std::fs::create_dir_all(&code).unwrap();
+    std::fs::write(code.join("main.py"), BLAS_MAIN).unwrap();
+    let func = thaw_worker::UserFunction {
+        name: "blas".into(),
+        runtime: thaw_worker::Runtime::Python,
+        code_dir: code,
+        handler: "main.handler".into(),
+        init: Some("main.init".into()),
+        before_snapshot: None,
+        after_restore: None,
+        env: Vec::new(),
+        memory_bytes: 1 << 30,
+        packages_dir: Some(tree.path.clone()),
+        egress: None,
+    };
+    let (mut fresh, _) = w.start_user(&func, T).unwrap();
+    // big enough for OpenBLAS to split it between its threads
+    let event = json!({"n": 1000, "seed": 7});
+    let want = explicit(&mut fresh, event.clone());
+    assert_eq!(want["blas_threads"], 2, "{want}");
+    assert!(want["worst"].as_f64().unwrap() < 1e-9, "{want}");
+    let lib = want["library"].as_str().unwrap();
+    assert!(
+        lib.starts_with("/opt/thaw/packages/") && lib.contains("openblas-pthread"),
+        "numpy is not on the package's threaded OpenBLAS: {want}"
+    );
+    // main and OpenBLAS's second thread
+    let threads = kernel_threads(fresh.pid());
+    assert_eq!(threads, 2, "{want}");
+    let dir = t.path.join("snapshot");
+    let (snap, _) = checkpoint(&mut fresh, &dir, "blas", &w.root.hash)
+        .unwrap_or_else(|e| panic!("checkpoint of a threaded BLAS: {e:#}"));
+    drop(fresh);
+    for s in [StrategyKind::Eager, StrategyKind::Mmap, StrategyKind::Uffd] {
+        for i in 0..3 {
+            let what = format!("{s} restore {i}");
+            let (mut sb, _) = w
+                .restore_user(&snap, s, &func, None)
+                .unwrap_or_else(|e| panic!("{what}: {e:?}"));
+            assert_eq!(kernel_threads(sb.pid()), threads, "{what}");
+            // a lost pool thread would hang the multiply (OpenBLAS waits
+            // for its share): the call's timeout fails the test
+            let got = explicit(&mut sb, event.clone());
+            assert_eq!(got, want, "{what}");
+            assert_eq!(kernel_threads(sb.pid()), threads, "{what}");
+        }
+    }
+}
+
 #[test]
 fn a_corrupt_thread_record_is_refused_when_the_snapshot_is_read() {
     let w = worker();
