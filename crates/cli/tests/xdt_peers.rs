@@ -13,8 +13,8 @@ use common::{deploy, error, invoke, post, Module};
 use serde_json::{json, Value};
 use std::path::Path;
 use std::time::{Duration, Instant};
-use thaw_server::client::Client;
-use thaw_server::pair::{Pair, PairOptions};
+use thaw_bench_serve::pair::{Pair, PairOptions};
+use thaw_client::Client;
 
 const THAW: &str = env!("CARGO_BIN_EXE_thaw");
 const FNS: Module = Module {
@@ -81,7 +81,7 @@ fn peer_request(ns: &str, key_file: &Path, to: &str, path: &'static str) -> (u16
         ..Default::default()
     };
     let to: std::net::SocketAddr = to.parse().unwrap();
-    thaw_server::pair::in_netns(ns, move || {
+    thaw_bench_serve::pair::in_netns(ns, move || {
         let peers = thaw_server::peer::Peers::from_config(&cfg)
             .unwrap()
             .unwrap();
@@ -224,7 +224,7 @@ fn a_consumer_on_another_worker_pulls_objects_and_bad_input_fails_clearly() {
     );
     let sock = pair.workers[1].socket.clone();
     let consumer = std::thread::spawn(move || {
-        let mut b = Client::new(thaw_server::client::Target::Unix(sock));
+        let mut b = Client::new(thaw_client::Target::Unix(sock));
         let t0 = Instant::now();
         let e = get_error(&mut b, "consume", &r);
         (e, t0.elapsed())

@@ -6,22 +6,17 @@
 
 pub mod api;
 pub mod archive;
-pub mod bench;
-pub mod client;
 pub mod config;
 pub mod deploy;
-pub mod egress_bench;
 pub mod image;
 pub mod logs;
 pub mod metrics;
-pub mod pair;
 pub mod peer;
 pub mod placement;
 pub mod pool;
 pub mod registry;
 pub mod tiering;
 pub mod xdt;
-pub mod xdt_bench;
 
 use anyhow::{bail, Context, Result};
 use std::collections::HashMap;
@@ -277,7 +272,7 @@ fn recover_packages(app: &App, rec: &mut registry::Record) -> Result<bool> {
     Ok(changed)
 }
 
-/// The live version of a function (for the benchmark).
+/// The live version of a function.
 pub fn api_lookup(app: &App, name: &str) -> Result<Arc<FnVersion>> {
     app.functions
         .read()
@@ -307,6 +302,51 @@ fn trust(app: &App, dir: &std::path::Path) -> Result<thaw_store::Snapshot> {
 pub fn remove_home(home: &std::path::Path) -> Result<()> {
     thaw_store::Tier::unmount_dram(home)?;
     thaw_store::secure::remove_tree(home)
+}
+
+/// Runs `measure` against a daemon serving a throw-away state home (removed
+/// afterwards) that reuses the runtime root of `runtime_home`: what the
+/// benchmarks (`thaw bench serve`, thaw-bench-serve) and tests run on.
+pub fn on_temp_daemon<T>(
+    runtime_home: &std::path::Path,
+    tag: &str,
+    measure: impl FnOnce(&App, &std::path::Path) -> Result<T>,
+) -> Result<T> {
+    on_temp_daemon_with(runtime_home, tag, |_| {}, measure)
+}
+
+/// [`on_temp_daemon`] with the daemon's configuration adjusted by `configure`.
+pub fn on_temp_daemon_with<T>(
+    runtime_home: &std::path::Path,
+    tag: &str,
+    configure: impl FnOnce(&mut Config),
+    measure: impl FnOnce(&App, &std::path::Path) -> Result<T>,
+) -> Result<T> {
+    let home = std::env::temp_dir().join(format!("thaw-bench-{tag}-{}", std::process::id()));
+    let _ = remove_home(&home);
+    let mut cfg = Config {
+        home: home.clone(),
+        runtime_home: Some(runtime_home.to_path_buf()),
+        ..Config::default()
+    };
+    configure(&mut cfg);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let res = (|| {
+        let app = {
+            // the daemon's nested (XDT) invocations run on this runtime
+            let _in_runtime = rt.enter();
+            open(cfg)?
+        };
+        let running = rt.block_on(start(app.clone(), false))?;
+        let res = measure(&app, &running.socket);
+        rt.block_on(running.stop());
+        res
+    })();
+    drop(rt);
+    let _ = remove_home(&home);
+    res
 }
 
 /// A running daemon (for tests and `thaw serve`).
