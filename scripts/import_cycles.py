@@ -61,32 +61,57 @@ def heads(group):
     return [re.split(r"::|\s", h.strip())[0] for h in out if h.strip()]
 
 
+def resolve(path, mods):
+    """The file of the longest module prefix of `path` (a list of segments);
+    an item of the crate root is lib.rs."""
+    for n in range(len(path), 0, -1):
+        m = "::".join(path[:n])
+        if m in mods:
+            return mods[m]
+    return mods[""]
+
+
+def paths_after(text, prefix):
+    """Every path that follows `prefix` (`crate::`, `super::`), a `{...}`
+    group expanded into its members' first segments."""
+    out = []
+    for m in re.finditer(rf"(?<![\w:]){prefix}((?:\w+::)*)(\{{|\w+)", text):
+        head = [x for x in m.group(1).split("::") if x]
+        if m.group(2) == "{":
+            depth, i = 1, m.end()
+            while depth and i < len(text):
+                depth += {"{": 1, "}": -1}.get(text[i], 0)
+                i += 1
+            out += [head + [h] for h in heads(text[m.end() : i - 1])]
+        else:
+            out.append(head + [m.group(2)])
+    return out
+
+
 def graph(root):
     root = Path(root)
     files = sorted(root.rglob("*.rs"))
     mods = {module_of(f, root): f.relative_to(root).as_posix() for f in files}
-    top = {m.split("::")[0] for m in mods if m}
     edges = {}
     for f in files:
         name = f.relative_to(root).as_posix()
         text = strip_comments(strip_tests(f.read_text()))
-        targets = set()
-        for g in re.finditer(r"crate::\{", text):
-            depth, i = 1, g.end()
-            while depth and i < len(text):
-                depth += {"{": 1, "}": -1}.get(text[i], 0)
-                i += 1
-            targets.update(heads(text[g.end() : i - 1]))
-        targets.update(re.findall(r"crate::(\w+)", text))
-        if name == "lib.rs":
-            # lib.rs names its own modules without `crate::`
-            targets.update(m for m in top if re.search(rf"(?<![\w:]){m}::", text))
         me = module_of(f, root)
-        for t in targets:
-            dest = mods.get(t, "lib.rs") if t in top else "lib.rs"
-            if t == "self" or dest == name or (t not in top and me == ""):
-                continue
-            edges.setdefault(name, set()).add(dest)
+        here = me.split("::") if me else []
+        own = f.name in ("lib.rs", "mod.rs")
+        targets = [resolve(p, mods) for p in paths_after(text, "crate::")]
+        if here:
+            # `super::` of a/b.rs is a (of a/b/mod.rs too, relative to a::b)
+            parent = here[:-1]
+            targets += [resolve(parent + p, mods) for p in paths_after(text, "super::")]
+        # a module's own children, named without `crate::`
+        for child in re.findall(r"(?m)^\s*(?:pub(?:\([^)]*\))?\s+)?mod (\w+);", text):
+            if re.search(rf"(?<![\w:]){child}::", text):
+                targets.append(mods.get("::".join(here + [child]), name))
+        for dest in targets:
+            if dest != name:
+                edges.setdefault(name, set()).add(dest)
+        del own
     return sorted(mods.values()), edges
 
 

@@ -75,14 +75,14 @@ fn memfds_settled(pid: u32, name: &str, want: usize) -> usize {
 
 /// A raw peer request from inside `ns`, signed with the key in `key_file`.
 fn peer_request(ns: &str, key_file: &Path, to: &str, path: &'static str) -> (u16, String) {
-    let cfg = thaw_server::peer::PeerConfig {
+    let cfg = thaw_server::xdt::PeerConfig {
         key_file: Some(key_file.to_path_buf()),
         peers: vec![to.to_string()],
         ..Default::default()
     };
     let to: std::net::SocketAddr = to.parse().unwrap();
     thaw_bench_serve::pair::in_netns(ns, move || {
-        let peers = thaw_server::peer::Peers::from_config(&cfg)
+        let peers = thaw_server::xdt::peer::Peers::from_config(&cfg)
             .unwrap()
             .unwrap();
         let rt = tokio::runtime::Builder::new_current_thread()

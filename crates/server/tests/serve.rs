@@ -1321,7 +1321,7 @@ fn openapi_matches_the_live_routes() {
             }
         }
     }
-    let mut routes: Vec<_> = thaw_server::api::ROUTES
+    let mut routes: Vec<_> = thaw_server::http::ROUTES
         .iter()
         .map(|(m, p)| (m.to_string(), p.to_string()))
         .collect();
