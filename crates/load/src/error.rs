@@ -16,8 +16,8 @@ pub enum LoadError {
     /// requests that were sent but never answered nor failed
     #[error("{0}")]
     Lost(String),
-    #[error("plotting: {0}")]
-    Plot(String),
+    #[error(transparent)]
+    Plot(#[from] thaw_plot::PlotError),
     #[error(transparent)]
     Trace(#[from] thaw_sim::SimError),
     #[error(transparent)]

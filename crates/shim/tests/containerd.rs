@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
-use thaw_server::client::{Client, Target};
+use thaw_client::{Client, Target};
 
 static N: AtomicU32 = AtomicU32::new(0);
 const NS: &str = "thawtest";

@@ -14,8 +14,8 @@ pub enum SimliveError {
     /// a records file or a calibration without what the comparison needs
     #[error("{0}")]
     Records(String),
-    #[error("plotting: {0}")]
-    Plot(String),
+    #[error(transparent)]
+    Plot(#[from] thaw_plot::PlotError),
     #[error(transparent)]
     Load(#[from] thaw_load::LoadError),
     #[error(transparent)]
