@@ -564,7 +564,9 @@ pub fn prepare_packages(
         &mut progress,
     )
     .map_err(|e| match e {
-        PackagesError::Host(e) => internal(anyhow::Error::new(e).context("preparing the function's packages")),
+        PackagesError::Host(e) => {
+            internal(anyhow::Error::new(e).context("preparing the function's packages"))
+        }
         PackagesError::Refused(r) => Error::Packages(r),
     })?;
     let info = PackagesInfo::new(&tree, t.elapsed().as_secs_f64() * 1e3);
