@@ -222,7 +222,7 @@ impl Worker {
     ) -> Result<(Snapshot, CheckpointReport)> {
         let dir = lock.new_version_dir()?;
         let (snap, rep) = checkpoint(sb, &dir, label, &self.root.hash)
-            .map_err(|e| checkpoint_error(&format!("checkpointing {label}"), e.into()))?;
+            .map_err(|e| checkpoint_error(&format!("checkpointing {label}"), e))?;
         Ok((lock.publish(&snap)?, rep))
     }
 
