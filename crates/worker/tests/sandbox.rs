@@ -349,6 +349,15 @@ fn checkpoint_refuses_child_processes_and_extra_descriptors() {
             "a refused checkpoint left a snapshot"
         );
     }
+    // through the worker the refusal is a variant with every reason
+    let (mut sb, _) = w.start_fresh("_test_child").unwrap();
+    explicit(&mut sb, json!({}));
+    match w.checkpoint_as(&mut sb, &t, "child-as", "_test_child") {
+        Err(thaw_worker::WorkerError::NotCheckpointable(nc)) => {
+            assert!(!nc.reasons.is_empty(), "{nc}");
+        }
+        other => panic!("not refused as not checkpointable: {:?}", other.map(|_| ())),
+    }
 }
 
 fn escape_sandbox(cfg: &SandboxConfig) -> Sandbox {
