@@ -153,10 +153,9 @@ impl Cri {
         String::from_utf8_lossy(&o.stderr).into_owned()
     }
 
-    fn json(&self, args: &[&str]) -> Value {
-        let mut a = args.to_vec();
-        a.extend(["-o", "json"]);
-        serde_json::from_str(&self.ok(&a)).unwrap()
+    /// `crictl COMMAND -o json ID`.
+    fn json(&self, command: &str, id: &str) -> Value {
+        serde_json::from_str(&self.ok(&[command, "-o", "json", id])).unwrap()
     }
 
     /// A config file for `crictl runp` / `create`.
@@ -203,7 +202,7 @@ impl Cri {
     }
 
     fn pod_ip(&self, pod: &str) -> String {
-        let v = self.json(&["inspectp", pod]);
+        let v = self.json("inspectp", pod);
         v["status"]["network"]["ip"]
             .as_str()
             .filter(|ip| !ip.is_empty())
@@ -213,7 +212,7 @@ impl Cri {
 
     /// The pid of a running container, as containerd reports it.
     fn pid(&self, container: &str) -> u32 {
-        let v = self.json(&["inspect", container]);
+        let v = self.json("inspect", container);
         v["info"]["pid"]
             .as_u64()
             .unwrap_or_else(|| panic!("no pid in {v}")) as u32
@@ -257,6 +256,14 @@ impl Cri {
             std::thread::sleep(Duration::from_millis(100));
         }
         self.c.assert_nothing_left(&[], &daemon.home);
+    }
+}
+
+impl Drop for Cri {
+    /// A failed test's pods go too (their processes, mounts and the CNI
+    /// plugin's state), before containerd stops.
+    fn drop(&mut self) {
+        let _ = self.crictl(&["rmp", "--all", "--force"]);
     }
 }
 
@@ -336,10 +343,12 @@ fn bad_pods_and_a_daemon_down_fail_clearly_in_crictl_and_leave_nothing() {
             &format!("bad-{name}"),
             serde_json::json!({"metadata": {"name": name}, "image": {"image": image}, "linux": {}}),
         );
-        cri.fails(&["create", "--no-pull", &pod.0, &config, &pod.1])
+        // the CRI plugin makes the task (the shim's Create) at `start`
+        let id = cri.ok(&["create", "--no-pull", &pod.0, &config, &pod.1]);
+        cri.fails(&["start", &id])
     };
-    // a pod annotation that is not a number: the container's Create fails
-    // naming it
+    // a pod annotation that is not a number: the container does not start,
+    // and the reason names it
     let pod = cri.run_pod("badmem", serde_json::json!({"dev.thaw.memory-mb": "lots"}));
     let err = create(&pod, "fn");
     assert!(err.contains("dev.thaw.memory-mb") && err.contains("lots"), "{err}");

@@ -164,6 +164,8 @@ state = "{d}/state"
   sandbox_image = "{PAUSE_IMAGE}"
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
 [plugins."io.containerd.grpc.v1.cri".cni]
   bin_dir = "{CNI_BIN}"
   conf_dir = "{d}/cni"
@@ -171,10 +173,18 @@ state = "{d}/state"
             d = dir.display(),
             s = socket.display()
         );
-        // the runtime is registered by the guide's own fragment
+        // the runtime is registered by the guide's own fragment, merged in
+        // as the guide says (an `imports` of it would replace the whole CRI
+        // section: containerd 1.6 merges imported files plugin by plugin)
+        let fragment =
+            std::fs::read_to_string(repo_file("deploy/kubernetes/containerd-thaw.toml")).unwrap();
         let config = format!(
-            "imports = [\"{}\"]\n{config}",
-            repo_file("deploy/kubernetes/containerd-thaw.toml").display()
+            "{config}{}",
+            fragment
+                .lines()
+                .filter(|l| !l.starts_with("version"))
+                .collect::<Vec<_>>()
+                .join("\n")
         );
         std::fs::write(dir.join("config.toml"), config).unwrap();
         let dump = Command::new("/usr/bin/containerd")
@@ -186,7 +196,8 @@ state = "{d}/state"
         let dump = String::from_utf8_lossy(&dump.stdout);
         assert!(
             dump.contains("[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.thaw]")
-                && dump.contains(&format!("runtime_type = \"{RUNTIME}\"")),
+                && dump.contains(&format!("runtime_type = \"{RUNTIME}\""))
+                && dump.contains(&format!("sandbox_image = \"{PAUSE_IMAGE}\"")),
             "the fragment does not register the runtime: {dump}"
         );
         let log = std::fs::File::create(dir.join("containerd.log")).unwrap();
