@@ -3,6 +3,7 @@ use crate::daemon::{self, Function};
 use crate::front::{self, Plan};
 use crate::native;
 use crate::spec::{self, ContainerSpec, Kind};
+use anyhow::Context as _;
 use containerd_shim::monitor::{monitor_subscribe, wait_pid, Topic};
 use containerd_shim::protos::events::task::{TaskCreate, TaskDelete, TaskExit, TaskStart};
 use containerd_shim::protos::protobuf::well_known_types::timestamp::Timestamp;
@@ -15,7 +16,6 @@ use containerd_shim::protos::shim::shim::{
 use containerd_shim::protos::ttrpc::{self, context::Context, Code};
 use containerd_shim::protos::types::task::{ProcessInfo, Status};
 use containerd_shim::publisher::RemotePublisher;
-use anyhow::Context as _;
 use containerd_shim::{api, ExitSignal, Flags, StartOpts, TtrpcContext, TtrpcResult};
 use std::collections::HashMap;
 use std::os::unix::fs::OpenOptionsExt;
@@ -392,8 +392,8 @@ impl containerd_shim::Task for Service {
         // subscribe before the process can exit, so its exit cannot be missed
         let sub = monitor_subscribe(Topic::Pid)
             .map_err(|e| err(Code::INTERNAL, format!("subscribing to exits: {e}")))?;
-        let pid = spawned()
-            .map_err(|e| err(Code::INTERNAL, format!("starting the container: {e:#}")))?;
+        let pid =
+            spawned().map_err(|e| err(Code::INTERNAL, format!("starting the container: {e:#}")))?;
         c.pid = pid;
         c.phase = Phase::Running;
         let _ = std::fs::write(c.bundle.join(PID_FILE), pid.to_string());

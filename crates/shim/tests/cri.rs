@@ -184,7 +184,13 @@ impl Cri {
     }
 
     /// `crictl create` + `start` of a container of `image` in the pod.
-    fn run_container(&self, pod: &(String, String), name: &str, image: &str, args: &[&str]) -> String {
+    fn run_container(
+        &self,
+        pod: &(String, String),
+        name: &str,
+        image: &str,
+        args: &[&str],
+    ) -> String {
         let config = self.config(
             &format!("ctr-{}-{name}", &pod.0[..12]),
             serde_json::json!({
@@ -248,7 +254,10 @@ impl Cri {
         assert_eq!(self.ok(&["pods", "-q"]), "", "pods left");
         assert_eq!(self.ok(&["ps", "-a", "-q"]), "", "containers left");
         let t = Instant::now();
-        while let Some(p) = pids.iter().find(|p| Path::new(&format!("/proc/{p}")).exists()) {
+        while let Some(p) = pids
+            .iter()
+            .find(|p| Path::new(&format!("/proc/{p}")).exists())
+        {
             assert!(
                 t.elapsed() < Duration::from_secs(10),
                 "the pod's process {p} is still there"
@@ -289,7 +298,10 @@ fn a_pod_serves_its_function_beside_a_runc_sidecar_and_a_second_pod_restores() {
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     assert!(answer.contains("hi pod"), "{answer}");
     let running = cri.ok(&["ps", "-q", "--state", "running"]);
-    assert!(running.contains(&fun) && running.contains(&side), "{running}");
+    assert!(
+        running.contains(&fun) && running.contains(&side),
+        "{running}"
+    );
     // the function's front and the runc sidecar share the pod's network
     // namespace (the one the CRI plugin made), not the host's
     let (fun_pid, side_pid) = (cri.pid(&fun), cri.pid(&side));
@@ -299,7 +311,9 @@ fn a_pod_serves_its_function_beside_a_runc_sidecar_and_a_second_pod_restores() {
     let side_cmd = std::fs::read(format!("/proc/{side_pid}/cmdline")).unwrap();
     assert!(String::from_utf8_lossy(&side_cmd).starts_with("/idle"));
     assert!(cri.logs_showing(&side, "sidecar up").contains("sidecar up"));
-    assert!(cri.logs_showing(&fun, "greeting pod").contains("greeting pod"));
+    assert!(cri
+        .logs_showing(&fun, "greeting pod")
+        .contains("greeting pod"));
     let functions = daemon.functions();
     assert_eq!(functions.len(), 1, "{functions:?}");
     let info = daemon.function(&functions[0]);
@@ -318,13 +332,19 @@ fn a_pod_serves_its_function_beside_a_runc_sidecar_and_a_second_pod_restores() {
     assert!(answer.contains("hi again"), "{answer}");
     let start = answer
         .lines()
-        .find_map(|l| l.to_ascii_lowercase().strip_prefix("thaw-start-type: ").map(str::to_string))
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .strip_prefix("thaw-start-type: ")
+                .map(str::to_string)
+        })
         .unwrap_or_else(|| panic!("no start type: {answer}"));
     assert!(matches!(start.trim(), "restore" | "warm"), "{start}");
     assert_eq!(daemon.functions(), functions, "one deploy for both pods");
     let metrics = daemon.metrics();
     assert!(
-        metrics.lines().any(|l| l.starts_with("thaw_restore_duration_seconds_count") && !l.ends_with(" 0")),
+        metrics
+            .lines()
+            .any(|l| l.starts_with("thaw_restore_duration_seconds_count") && !l.ends_with(" 0")),
         "the daemon restored the function: {metrics}"
     );
     let fun2_pid = cri.pid(&fun2);
@@ -351,7 +371,10 @@ fn bad_pods_and_a_daemon_down_fail_clearly_in_crictl_and_leave_nothing() {
     // and the reason names it
     let pod = cri.run_pod("badmem", serde_json::json!({"dev.thaw.memory-mb": "lots"}));
     let err = create(&pod, "fn");
-    assert!(err.contains("dev.thaw.memory-mb") && err.contains("lots"), "{err}");
+    assert!(
+        err.contains("dev.thaw.memory-mb") && err.contains("lots"),
+        "{err}"
+    );
     // a value the daemon refuses: its reason
     let pod2 = cri.run_pod("hugemem", serde_json::json!({"dev.thaw.memory-mb": "1"}));
     let err = create(&pod2, "fn");

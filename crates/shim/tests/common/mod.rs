@@ -292,8 +292,8 @@ state = "{d}/state"
                         self.namespace,
                         id,
                     )
-                        .trim_start_matches("unix://")
-                        .to_string()
+                    .trim_start_matches("unix://")
+                    .to_string()
                 })
                 .filter(|p| Path::new(p).exists())
                 .collect();
