@@ -11,7 +11,8 @@ use containerd_shim::protos::protobuf::{MessageDyn, MessageField};
 use containerd_shim::protos::shim::shim::{
     ConnectRequest, ConnectResponse, CreateTaskRequest, CreateTaskResponse, DeleteRequest,
     DeleteResponse, KillRequest, PidsRequest, PidsResponse, ShutdownRequest, StartRequest,
-    StartResponse, StateRequest, StateResponse, WaitRequest, WaitResponse,
+    StartResponse, StateRequest, StateResponse, StatsRequest, StatsResponse, WaitRequest,
+    WaitResponse,
 };
 use containerd_shim::protos::ttrpc::{self, context::Context, Code};
 use containerd_shim::protos::types::task::{ProcessInfo, Status};
@@ -524,6 +525,39 @@ impl containerd_shim::Task for Service {
             .collect();
         Ok(PidsResponse {
             processes,
+            ..Default::default()
+        })
+    }
+
+    /// A runc container's cgroup (memory, CPU, pids), as containerd's own
+    /// runc shim reports it. A function's container has none of its own:
+    /// its instances are the daemon's (its `/metrics`).
+    fn stats(&self, _ctx: &TtrpcContext, req: StatsRequest) -> TtrpcResult<StatsResponse> {
+        let pid = {
+            let cs = self.shared.containers.lock().unwrap();
+            let c = cs.get(&req.id).ok_or_else(|| not_found(&req.id))?;
+            match (&c.run, c.phase) {
+                (Run::Native, Phase::Running) => c.pid,
+                (Run::Native, _) => {
+                    return Err(err(
+                        Code::FAILED_PRECONDITION,
+                        "the container is not running",
+                    ))
+                }
+                (Run::Front(_), _) => {
+                    return Err(err(
+                        Code::UNIMPLEMENTED,
+                        "a thaw function's instances are the node daemon's: see its /metrics",
+                    ))
+                }
+            }
+        };
+        let stats = containerd_shim::cgroup::get_cgroup(pid)
+            .and_then(|cg| containerd_shim::cgroup::collect_metrics(&cg))
+            .and_then(|m| containerd_shim::util::convert_to_any(Box::new(m)))
+            .map_err(|e| err(Code::INTERNAL, format!("the container's cgroup: {e}")))?;
+        Ok(StatsResponse {
+            stats: MessageField::some(stats),
             ..Default::default()
         })
     }

@@ -278,6 +278,19 @@ impl Drop for Cri {
 
 const SIDECAR_IMAGE: &str = "thaw.local/sidecar:test";
 
+fn parent_of(pid: u32) -> u32 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // after the command's closing parenthesis: state, then the parent's pid
+    stat.rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
 fn netns_of(pid: u32) -> PathBuf {
     std::fs::read_link(format!("/proc/{pid}/ns/net")).unwrap()
 }
@@ -310,6 +323,28 @@ fn a_pod_serves_its_function_beside_a_runc_sidecar_and_a_second_pod_restores() {
     // the sidecar is runc's container (its own pid namespace), not a front
     let side_cmd = std::fs::read(format!("/proc/{side_pid}/cmdline")).unwrap();
     assert!(String::from_utf8_lossy(&side_cmd).starts_with("/idle"));
+    // one shim serves the pod: it is the parent of both (the subreaper of
+    // runc's container), and it was started for the pod's sandbox
+    let shim = parent_of(fun_pid);
+    assert_eq!(parent_of(side_pid), shim);
+    let shim_cmd =
+        String::from_utf8_lossy(&std::fs::read(format!("/proc/{shim}/cmdline")).unwrap())
+            .replace('\0', " ");
+    assert!(
+        shim_cmd.contains("containerd-shim-thaw-v1")
+            && shim_cmd.contains(&format!("-id {}", pod.0)),
+        "{shim_cmd}"
+    );
+    // the runc container's cgroup stats reach the CRI
+    let stats = cri.json("stats", &side);
+    let memory = &stats["stats"][0]["memory"]["workingSetBytes"]["value"];
+    assert!(
+        memory
+            .as_u64()
+            .or_else(|| memory.as_str().and_then(|m| m.parse().ok()))
+            .is_some_and(|m| m > 0),
+        "the sidecar's memory: {stats}"
+    );
     assert!(cri.logs_showing(&side, "sidecar up").contains("sidecar up"));
     assert!(cri
         .logs_showing(&fun, "greeting pod")
