@@ -7,7 +7,7 @@
 mod common;
 
 use common::*;
-use serde_json::Value;
+use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -393,15 +393,17 @@ fn bad_pods_and_a_daemon_down_fail_clearly_in_crictl_and_leave_nothing() {
     let mut daemon = Daemon::start(base.with_extension("home"));
     let cri = Cri::start(&base, &daemon);
     let image = import_function(&cri.c, "greeter", GREETER);
-    let create = |pod: &(String, String), name: &str| {
+    let broken = import_function(&cri.c, "broken", "raise ImportError('broken on purpose')\n");
+    let start_fails = |pod: &(String, String), name: &str, image: &str, envs: Value| {
         let config = cri.config(
             &format!("bad-{name}"),
-            serde_json::json!({"metadata": {"name": name}, "image": {"image": image}, "linux": {}}),
+            serde_json::json!({"metadata": {"name": name}, "image": {"image": image}, "envs": envs, "linux": {}}),
         );
         // the CRI plugin makes the task (the shim's Create) at `start`
         let id = cri.ok(&["create", "--no-pull", &pod.0, &config, &pod.1]);
         cri.fails(&["start", &id])
     };
+    let create = |pod: &(String, String), name: &str| start_fails(pod, name, &image, json!([]));
     // a pod annotation that is not a number: the container does not start,
     // and the reason names it
     let pod = cri.run_pod("badmem", serde_json::json!({"dev.thaw.memory-mb": "lots"}));
@@ -414,6 +416,14 @@ fn bad_pods_and_a_daemon_down_fail_clearly_in_crictl_and_leave_nothing() {
     let pod2 = cri.run_pod("hugemem", serde_json::json!({"dev.thaw.memory-mb": "1"}));
     let err = create(&pod2, "fn");
     assert!(err.contains("memory_mb"), "{err}");
+    // a handler whose module fails to import: the daemon's deploy refuses it
+    let err = start_fails(&pod2, "broken", &broken, json!([]));
+    assert!(err.contains("broken on purpose"), "{err}");
+    // an image without a handler is no function: runc runs it, and the
+    // function image has no `serve` to run
+    let no_handler = json!([{"key": "THAW_HANDLER", "value": ""}]);
+    let err = start_fails(&pod2, "nohandler", &image, no_handler);
+    assert!(err.contains("names no THAW_HANDLER"), "{err}");
     cri.remove_pod(&pod.0);
     cri.remove_pod(&pod2.0);
     // the node's daemon down: the reason names the socket
