@@ -417,13 +417,15 @@ fn bad_pods_and_a_daemon_down_fail_clearly_in_crictl_and_leave_nothing() {
     let err = create(&pod2, "fn");
     assert!(err.contains("memory_mb"), "{err}");
     // a handler whose module fails to import: the daemon's deploy refuses it
-    let err = start_fails(&pod2, "broken", &broken, json!([]));
+    let plain = cri.run_pod("plain", json!({}));
+    let err = start_fails(&plain, "broken", &broken, json!([]));
     assert!(err.contains("broken on purpose"), "{err}");
     // an image without a handler is no function: runc runs it, and the
     // function image has no `serve` to run
     let no_handler = json!([{"key": "THAW_HANDLER", "value": ""}]);
-    let err = start_fails(&pod2, "nohandler", &image, no_handler);
+    let err = start_fails(&plain, "nohandler", &image, no_handler);
     assert!(err.contains("names no THAW_HANDLER"), "{err}");
+    cri.remove_pod(&plain.0);
     cri.remove_pod(&pod.0);
     cri.remove_pod(&pod2.0);
     // the node's daemon down: the reason names the socket
