@@ -4,7 +4,7 @@ use base64::Engine as _;
 use clap::{Args, Subcommand};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
-use thaw_server::client::{Client, Target};
+use thaw_client::{Client, Target};
 
 #[derive(Args)]
 pub struct ServeArgs {
@@ -192,7 +192,7 @@ fn read_data(d: &str) -> Result<Vec<u8>> {
 }
 
 /// Prints a response body; a non-2xx status is an error naming it.
-fn finish(r: thaw_server::client::Response) -> Result<()> {
+fn finish(r: thaw_client::Response) -> Result<()> {
     let text = match r.json() {
         Ok(v) => serde_json::to_string_pretty(&v)?,
         Err(_) => String::from_utf8_lossy(&r.body).into_owned(),
@@ -409,15 +409,20 @@ pub struct BenchServeArgs {
 }
 
 pub fn bench(home: &Path, a: BenchServeArgs) -> Result<()> {
-    let o = thaw_server::bench::Options {
+    let o = thaw_bench_serve::serve::Options {
         function: a.function,
         warm_runs: a.warm_runs.max(1),
         restore_runs: a.restore_runs.max(1),
         clients: a.clients.max(1),
         seconds: a.seconds.max(0.1),
     };
-    let r = thaw_server::bench::run(home, &o)?;
-    emit_report(&thaw_server::bench::markdown(&r), &r, a.json, a.markdown)
+    let r = thaw_bench_serve::serve::run(home, &o)?;
+    emit_report(
+        &thaw_bench_serve::serve::markdown(&r),
+        &r,
+        a.json,
+        a.markdown,
+    )
 }
 
 #[derive(Args)]
@@ -442,15 +447,15 @@ pub struct BenchEgressArgs {
 }
 
 pub fn bench_egress(home: &Path, a: BenchEgressArgs) -> Result<()> {
-    let o = thaw_server::egress_bench::Options {
+    let o = thaw_bench_serve::egress::Options {
         cold_runs: a.cold_runs.max(1),
         stream_mib: a.stream_mib.max(1),
         stream_runs: a.stream_runs.max(1),
         connect_runs: a.connect_runs.max(1),
     };
-    let r = thaw_server::egress_bench::run(home, &o)?;
+    let r = thaw_bench_serve::egress::run(home, &o)?;
     emit_report(
-        &thaw_server::egress_bench::markdown(&r),
+        &thaw_bench_serve::egress::markdown(&r),
         &r,
         a.json,
         a.markdown,

@@ -55,7 +55,7 @@ pub fn bench(home: &Path, a: BenchXdtArgs) -> Result<()> {
     if a.wc_mb == 0 || a.wc_mb > 1024 || a.ens_rows < 100 || a.ens_rows > 1_000_000 {
         bail!("--wc-mb must be in 1..=1024 and --ens-rows in 100..=1000000");
     }
-    let o = thaw_server::xdt_bench::Options {
+    let o = thaw_bench_serve::xdt::Options {
         sizes: a.sizes,
         runs: a.runs.max(1),
         degrees: a.degrees,
@@ -70,13 +70,13 @@ pub fn bench(home: &Path, a: BenchXdtArgs) -> Result<()> {
             Some(std::env::current_exe().context("locating the thaw binary")?)
         },
     };
-    let report = thaw_server::xdt_bench::run(home, &o)?;
-    let md = thaw_server::xdt_bench::markdown(&report);
+    let report = thaw_bench_serve::xdt::run(home, &o)?;
+    let md = thaw_bench_serve::xdt::markdown(&report);
     if let Some(m) = &a.markdown {
         let stem = m
             .file_stem()
             .map_or("xdt".into(), |s| s.to_string_lossy().into_owned());
-        for (suffix, svg) in thaw_server::xdt_bench::plots(&report) {
+        for (suffix, svg) in thaw_bench_serve::xdt::plots(&report) {
             let p = m.with_file_name(format!("{stem}-{suffix}.svg"));
             thaw_plot::write(&p, &svg).with_context(|| format!("writing {}", p.display()))?;
         }

@@ -13,8 +13,8 @@ use common::{deploy, error, invoke, post, Module};
 use serde_json::{json, Value};
 use std::path::Path;
 use std::time::{Duration, Instant};
-use thaw_server::client::Client;
-use thaw_server::pair::{Pair, PairOptions};
+use thaw_bench_serve::pair::{Pair, PairOptions};
+use thaw_client::Client;
 
 const THAW: &str = env!("CARGO_BIN_EXE_thaw");
 const FNS: Module = Module {
@@ -75,14 +75,14 @@ fn memfds_settled(pid: u32, name: &str, want: usize) -> usize {
 
 /// A raw peer request from inside `ns`, signed with the key in `key_file`.
 fn peer_request(ns: &str, key_file: &Path, to: &str, path: &'static str) -> (u16, String) {
-    let cfg = thaw_server::peer::PeerConfig {
+    let cfg = thaw_server::xdt::PeerConfig {
         key_file: Some(key_file.to_path_buf()),
         peers: vec![to.to_string()],
         ..Default::default()
     };
     let to: std::net::SocketAddr = to.parse().unwrap();
-    thaw_server::pair::in_netns(ns, move || {
-        let peers = thaw_server::peer::Peers::from_config(&cfg)
+    thaw_bench_serve::pair::in_netns(ns, move || {
+        let peers = thaw_server::xdt::peer::Peers::from_config(&cfg)
             .unwrap()
             .unwrap();
         let rt = tokio::runtime::Builder::new_current_thread()
@@ -224,7 +224,7 @@ fn a_consumer_on_another_worker_pulls_objects_and_bad_input_fails_clearly() {
     );
     let sock = pair.workers[1].socket.clone();
     let consumer = std::thread::spawn(move || {
-        let mut b = Client::new(thaw_server::client::Target::Unix(sock));
+        let mut b = Client::new(thaw_client::Target::Unix(sock));
         let t0 = Instant::now();
         let e = get_error(&mut b, "consume", &r);
         (e, t0.elapsed())

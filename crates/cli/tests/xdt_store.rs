@@ -9,7 +9,7 @@ mod common;
 use serde_json::{json, Value};
 use std::path::Path;
 use std::process::Command;
-use thaw_server::client::{Client, Target};
+use thaw_client::{Client, Target};
 
 const THAW: &str = env!("CARGO_BIN_EXE_thaw");
 const FNS: common::Module = common::Module {
@@ -84,7 +84,7 @@ impl D {
 /// Runs `body` against a daemon on a throw-away home, which is removed
 /// afterwards also when `body` fails.
 fn with_daemon(body: impl FnOnce(&Path, &D)) {
-    thaw_server::bench::on_temp_daemon(
+    thaw_server::on_temp_daemon(
         &thaw_runtime::default_home(),
         "xdt-store-test",
         |app, socket| {
@@ -303,9 +303,15 @@ fn bench_xdt_runs_every_method_and_leaves_no_store_behind() {
             "{a}"
         );
     }
-    // one bar (with its tooltip) per application and method
+    // one bar per application and method, and a legend swatch per method
     let svg = std::fs::read_to_string(dir.join("xdt-apps.svg")).unwrap();
-    assert_eq!(svg.matches("<title>").count(), 4, "{svg}");
+    let fills: usize = (0..2)
+        .map(|i| {
+            svg.matches(&format!("fill=\"{}\"", thaw_plot::fill_of(i)))
+                .count()
+        })
+        .sum();
+    assert_eq!(fills, 4 + 2, "{svg}");
     let md = std::fs::read_to_string(&md_path).unwrap();
     assert!(
         md.contains("| stacking-ensemble | ens-base | fit |"),
@@ -320,7 +326,7 @@ fn bench_xdt_runs_every_method_and_leaves_no_store_behind() {
     }
     // the bench's temporary home was named after its pid: its store and the
     // two workers' namespaces are gone
-    let pairnet = thaw_server::pair::PairNet::for_tag(pid);
+    let pairnet = thaw_bench_serve::pair::PairNet::for_tag(pid);
     for ns in &pairnet.netns {
         assert!(
             !Path::new("/run/netns").join(ns).exists(),

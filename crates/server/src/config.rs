@@ -38,7 +38,7 @@ pub struct Config {
     /// Seconds in-flight invocations get to finish after SIGTERM.
     pub drain_grace_s: u64,
     /// XDT: object table and call-chain limits (`[xdt.objects]`, `[xdt.chains]`).
-    pub xdt: crate::xdt::XdtConfig,
+    pub xdt: crate::xdt::config::XdtConfig,
 }
 
 /// The daemon's snapshot tiers, by their names in the tier configuration

@@ -1,5 +1,5 @@
 //! Deploy, redeploy and delete.
-use axum::http::StatusCode;
+use anyhow::Context as _;
 use base64::Engine as _;
 use serde::Deserialize;
 use serde_json::Value;
@@ -11,14 +11,57 @@ use thaw_runtime::Runtime;
 use thaw_store::Snapshot;
 use thaw_worker::UserFunction;
 
-use crate::api::ApiError;
+use crate::app::App;
 use crate::archive::{self, Format};
 use crate::logs::Ring;
 use crate::placement::{self, PlacementInfo};
 use crate::pool::{FnVersion, Placed};
+pub use crate::registry::NetworkRequest;
 use crate::registry::{check_name, mkdir_private, PackagesInfo, Record, SnapshotInfo};
-use crate::tiering::Stored;
-use crate::App;
+use crate::stored::Stored;
+use crate::tiering::{self, snapshot_name};
+
+/// Why a deploy or a delete failed (`http` gives each kind its status).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The request is wrong.
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{what} of {len} bytes exceeds the limit of {max} bytes")]
+    TooLarge {
+        what: &'static str,
+        len: usize,
+        max: u64,
+    },
+    /// The instance holds what a snapshot cannot keep, and the deploy
+    /// required a snapshot.
+    #[error("{}", not_checkpointable(.0))]
+    NotCheckpointable(Vec<thaw_sandbox::Refusal>),
+    /// The function's packages were refused.
+    #[error("{0}")]
+    Packages(thaw_runtime::packages::Refused),
+    /// The instance memory budget cannot hold the deploy's sandbox now.
+    #[error("the instance memory budget cannot hold a {0} MiB deploy sandbox now")]
+    Memory(u64),
+    #[error("no function named {0:?}")]
+    NotFound(String),
+    /// The host failed, not the request.
+    #[error("{0:#}")]
+    Internal(anyhow::Error),
+}
+
+fn not_checkpointable(reasons: &[thaw_sandbox::Refusal]) -> String {
+    thaw_sandbox::NotCheckpointable {
+        reasons: reasons.to_vec(),
+    }
+    .to_string()
+}
+
+impl From<tiering::Error> for Error {
+    fn from(e: tiering::Error) -> Error {
+        internal(e)
+    }
+}
 
 /// `POST /v1/functions`.
 #[derive(Debug, Deserialize)]
@@ -58,29 +101,6 @@ pub struct DeployRequest {
     pub network: Option<NetworkRequest>,
 }
 
-/// What a function may reach on the network: `egress` rules `CIDR[:PORTS]`
-/// (IPv4), a resolver, and per-instance caps.
-#[derive(Debug, Clone, PartialEq, Deserialize, serde::Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct NetworkRequest {
-    #[serde(default)]
-    pub egress: Vec<String>,
-    pub dns: Option<String>,
-    pub max_connections: Option<u32>,
-    pub bandwidth_mbit: Option<u32>,
-}
-
-impl NetworkRequest {
-    pub fn policy(&self) -> Result<thaw_sandbox::egress::Policy, String> {
-        thaw_sandbox::egress::Policy::parse(
-            &self.egress,
-            self.dns.as_deref(),
-            self.max_connections,
-            self.bandwidth_mbit,
-        )
-    }
-}
-
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Code {
@@ -96,8 +116,8 @@ pub struct Code {
 /// new instance boots: for code that cannot be checkpointed).
 const STRATEGIES: [&str; 5] = ["mmap", "eager", "uffd", "reap", "boot"];
 
-fn bad(msg: impl Into<String>) -> ApiError {
-    ApiError::new(StatusCode::BAD_REQUEST, "bad_request", msg)
+fn bad(msg: impl Into<String>) -> Error {
+    Error::Invalid(msg.into())
 }
 
 /// `module.function`, the module possibly dotted: what a handler, init or
@@ -112,7 +132,7 @@ pub fn is_entry_point(s: &str) -> bool {
         })
 }
 
-fn check_entry(what: &str, s: &str) -> Result<(), ApiError> {
+fn check_entry(what: &str, s: &str) -> Result<(), Error> {
     if !is_entry_point(s) {
         return Err(bad(format!(
             "{what} {s:?} is not of the form module.function"
@@ -121,7 +141,7 @@ fn check_entry(what: &str, s: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
-fn check_env(env: &BTreeMap<String, String>) -> Result<(), ApiError> {
+fn check_env(env: &BTreeMap<String, String>) -> Result<(), Error> {
     if env.len() > 256 {
         return Err(bad("more than 256 environment variables"));
     }
@@ -147,17 +167,13 @@ fn check_env(env: &BTreeMap<String, String>) -> Result<(), ApiError> {
     Ok(())
 }
 
-fn internal(e: anyhow::Error) -> ApiError {
-    ApiError::new(
-        StatusCode::INTERNAL_SERVER_ERROR,
-        "internal",
-        format!("{e:#}"),
-    )
+fn internal(e: impl Into<anyhow::Error>) -> Error {
+    Error::Internal(e.into())
 }
 
 /// Validates, unpacks, starts, initialises and snapshots a function, then
-/// publishes it. Returns the record and 201 (new) or 200 (replaced).
-pub async fn run(app: &Arc<App>, req: DeployRequest) -> Result<(Record, StatusCode), ApiError> {
+/// publishes it. Returns the record and whether it replaced a version.
+pub async fn run(app: &Arc<App>, req: DeployRequest) -> Result<(Record, bool), Error> {
     check_name(&req.name).map_err(|e| bad(format!("{e:#}")))?;
     check_entry("handler", &req.handler)?;
     for (what, h) in [
@@ -247,12 +263,12 @@ pub async fn run(app: &Arc<App>, req: DeployRequest) -> Result<(Record, StatusCo
         .decode(req.code.data_base64.as_bytes())
         .map_err(|e| bad(format!("code.data_base64 is not base64: {e}")))?;
     if data.len() as u64 > lim.code_bytes {
-        return Err(crate::api::too_large(
-            app,
-            "code",
-            data.len(),
-            lim.code_bytes,
-        ));
+        app.metrics.reject("payload_too_large");
+        return Err(Error::TooLarge {
+            what: "code",
+            len: data.len(),
+            max: lim.code_bytes,
+        });
     }
     let filename = match (&req.code.filename, format) {
         (Some(f), Format::File) => f.clone(),
@@ -265,7 +281,7 @@ pub async fn run(app: &Arc<App>, req: DeployRequest) -> Result<(Record, StatusCo
     };
 
     // one deploy per function at a time; invocations keep running meanwhile
-    let lock = deploy_lock(app, &req.name);
+    let lock = app.deploy_lock(&req.name);
     let _guard = lock.lock().await;
     let app2 = app.clone();
     let replaced = app
@@ -290,24 +306,11 @@ pub async fn run(app: &Arc<App>, req: DeployRequest) -> Result<(Record, StatusCo
         )
     })
     .await
-    .map_err(|e| internal(e.into()))??;
+    .map_err(internal)??;
     let rec = v.rec.clone();
     install(app, Arc::new(v));
     tracing::info!(function = %rec.name, version = rec.version, "deployed");
-    Ok((
-        rec,
-        if replaced {
-            StatusCode::OK
-        } else {
-            StatusCode::CREATED
-        },
-    ))
-}
-
-/// One deploy, delete or snapshot move of a function at a time.
-pub fn deploy_lock(app: &App, name: &str) -> Arc<tokio::sync::Mutex<()>> {
-    let mut locks = app.deploy_locks.lock().unwrap_or_else(|p| p.into_inner());
-    locks.entry(name.to_string()).or_default().clone()
+    Ok((rec, replaced))
 }
 
 /// Publishes a built version: the registry's `current`, then the pool and
@@ -335,13 +338,13 @@ fn build(
     strategy: &str,
     tier: &str,
     snapshot_required: bool,
-) -> Result<FnVersion, ApiError> {
+) -> Result<FnVersion, Error> {
     let version = app.registry.next_version(&req.name).map_err(internal)?;
     let vdir = app.registry.version_dir(&req.name, version);
     mkdir_private(&vdir).map_err(internal)?;
     let result = (|| {
         let code_dir = vdir.join("code");
-        std::fs::create_dir(&code_dir).map_err(|e| internal(e.into()))?;
+        std::fs::create_dir(&code_dir).map_err(internal)?;
         let stats = archive::unpack(format, data, filename, &code_dir, &app.cfg.limits)
             .map_err(|e| bad(format!("{e:#}")))?;
         let packages = match req.packages.is_empty() {
@@ -368,7 +371,7 @@ fn build(
             max_instances,
             strategy: strategy.to_string(),
             // a snapshot is taken onto a local tier (`place` moves it on)
-            tier: match crate::tiering::is_remote(app, tier) {
+            tier: match tiering::is_remote(app, tier) {
                 true => app.cfg.snapshot_tiers.fast.clone(),
                 false => tier.to_string(),
             },
@@ -390,7 +393,7 @@ fn build(
             }
             _ => match snapshot(app, &rec, &func, req.sample_event.as_ref())? {
                 Ok(taken) => Some(taken),
-                Err(reasons) if snapshot_required => return Err(refused(reasons)),
+                Err(reasons) if snapshot_required => return Err(Error::NotCheckpointable(reasons)),
                 Err(reasons) => {
                     tracing::info!(function = %rec.name, "no snapshot, fresh starts: {}", thaw_sandbox::NotCheckpointable { reasons: reasons.clone() });
                     boot_instead(&mut rec, reasons);
@@ -443,22 +446,6 @@ pub fn boot_instead(rec: &mut Record, reasons: Vec<thaw_sandbox::Refusal>) {
     rec.snapshot_refused = Some(reasons);
 }
 
-/// A deploy that asked for a snapshot which cannot be taken: 422 with
-/// every reason.
-fn refused(reasons: Vec<thaw_sandbox::Refusal>) -> ApiError {
-    let message = thaw_sandbox::NotCheckpointable {
-        reasons: reasons.clone(),
-    }
-    .to_string();
-    let mut e = ApiError::new(
-        StatusCode::UNPROCESSABLE_ENTITY,
-        "not_checkpointable",
-        message,
-    );
-    e.body["reasons"] = serde_json::json!(reasons);
-    e
-}
-
 /// Records how strategy and tier were chosen: the request's, or the
 /// placement model's on the measured profile (the snapshot moves to the
 /// chosen tier before the version is published).
@@ -468,21 +455,25 @@ fn place(
     snap: Snapshot,
     func: &UserFunction,
     req: &DeployRequest,
-) -> Result<Stored, ApiError> {
+) -> Result<Stored, Error> {
     let (strategy, tier) = (req.strategy.as_deref(), req.tier.as_deref());
     let pl = match (strategy, tier) {
         (Some(s), Some(t)) => PlacementInfo::requested(s, t),
         _ => {
-            let pl = placement::decide(
-                app,
-                rec,
-                &snap,
-                func,
-                req.sample_event.as_ref(),
-                strategy,
-                tier,
-            )
-            .map_err(|e| bad(format!("{e:#}")))?;
+            let pl = tier_options(app)
+                .and_then(|tiers| {
+                    placement::decide(
+                        &app.worker,
+                        &tiers,
+                        rec,
+                        &snap,
+                        func,
+                        req.sample_event.as_ref(),
+                        strategy,
+                        tier,
+                    )
+                })
+                .map_err(|e| bad(format!("{e:#}")))?;
             tracing::info!(function = %rec.name, strategy = %pl.strategy, tier = %pl.tier, "placed: {}", pl.reason.join("; "));
             pl
         }
@@ -490,8 +481,8 @@ fn place(
     let mut stored = Stored::Local(snap);
     if pl.tier != rec.tier {
         let sname = snapshot_name(app, &rec.name, rec.version);
-        stored = crate::tiering::copy_to(app, &sname, &rec.tier, &pl.tier).map_err(internal)?;
-        crate::tiering::remove_copy(app, &rec.tier, &sname).map_err(internal)?;
+        stored = tiering::copy_to(app, &sname, &rec.tier, &pl.tier)?;
+        tiering::remove_copy(app, &rec.tier, &sname)?;
         if let (Some(info), Some(snap)) = (rec.snapshot.as_mut(), stored.local()) {
             info.dir = snap.dir.clone();
         }
@@ -500,6 +491,45 @@ fn place(
     rec.tier = pl.tier.clone();
     rec.placement = Some(pl);
     Ok(stored)
+}
+
+/// The daemon's tiers for the model, with the room its budgets leave.
+fn tier_options(app: &App) -> anyhow::Result<Vec<thaw_policy::placement::TierOption>> {
+    let cfg = thaw_tiers::TiersConfig::load(&app.cfg.home)?;
+    let probes = thaw_tiers::probe::load(&app.cfg.home);
+    let mut used: BTreeMap<String, u64> = BTreeMap::new();
+    for v in app
+        .functions
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .values()
+    {
+        if let (Some(p), Some(s)) = (v.placed(), &v.rec.snapshot) {
+            *used.entry(p.tier).or_default() += s.size_bytes;
+        }
+    }
+    let tiers = &app.cfg.snapshot_tiers;
+    tiers
+        .names()
+        .iter()
+        .map(|name| {
+            let t = cfg
+                .tiers
+                .iter()
+                .find(|t| t.name == *name)
+                .with_context(|| format!("tier {name} is not in the tier configuration"))?;
+            let budget_mb = match *name == tiers.fast {
+                true => app.cfg.dram_snapshot_mb,
+                false => app.cfg.disk_budget_mb,
+            };
+            let used_mib = *used.get(*name).unwrap_or(&0) >> 20;
+            Ok(placement::tier_option(
+                t,
+                &probes,
+                budget_mb.saturating_sub(used_mib) as f64,
+            ))
+        })
+        .collect()
 }
 
 pub fn ring_for(app: &App, name: &str) -> Arc<Ring> {
@@ -521,8 +551,8 @@ pub fn prepare_packages(
     app: &App,
     function: &str,
     names: &[String],
-) -> Result<PackagesInfo, ApiError> {
-    use thaw_runtime::packages::{PackagesError, Refused};
+) -> Result<PackagesInfo, Error> {
+    use thaw_runtime::packages::PackagesError;
     let t = std::time::Instant::now();
     let mut progress = |m: &str| tracing::info!(function, "packages: {m}");
     let tree = thaw_runtime::packages::ensure(
@@ -533,22 +563,9 @@ pub fn prepare_packages(
         app.cfg.limits.packages_bytes,
         &mut progress,
     )
-    .map_err(|e| {
-        let r = match e {
-            PackagesError::Host(e) => {
-                return internal(e.context("preparing the function's packages"))
-            }
-            PackagesError::Refused(r) => r,
-        };
-        let (status, code) = match r {
-            Refused::BadName(_) | Refused::TooMany { .. } => {
-                (StatusCode::BAD_REQUEST, "bad_request")
-            }
-            Refused::Unknown(_) => (StatusCode::UNPROCESSABLE_ENTITY, "unknown_package"),
-            Refused::Unresolvable(_) => (StatusCode::UNPROCESSABLE_ENTITY, "unresolvable_packages"),
-            Refused::TooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "packages_too_large"),
-        };
-        ApiError::new(status, code, r.to_string())
+    .map_err(|e| match e {
+        PackagesError::Host(e) => internal(e.context("preparing the function's packages")),
+        PackagesError::Refused(r) => Error::Packages(r),
     })?;
     let info = PackagesInfo::new(&tree, t.elapsed().as_secs_f64() * 1e3);
     tracing::info!(
@@ -574,7 +591,7 @@ pub fn user_function(
     vdir: &Path,
     rec: &Record,
     secrets: &BTreeMap<String, String>,
-) -> Result<UserFunction, ApiError> {
+) -> Result<UserFunction, Error> {
     let egress = match &rec.network {
         Some(n) => Some(
             attach_network(app, vdir, n)
@@ -646,37 +663,23 @@ fn identity_env(rec: &Record) -> Vec<(String, String)> {
     .collect()
 }
 
-/// The store's name for a version's snapshot: `NAME-vN-ROOTHASH`. Tiers
-/// live under the daemon's own state home, so no other worker shares them.
-pub fn snapshot_name(app: &App, name: &str, version: u64) -> String {
-    format!("{name}-v{version}-{}", &app.worker.root.hash[..16])
-}
-
 /// `boot` deploys: the code must import and init, then the instance goes.
 fn check_boots(
     app: &App,
     rec: &Record,
     func: &UserFunction,
     sample: Option<&Value>,
-) -> Result<(), ApiError> {
+) -> Result<(), Error> {
     let _held = reserve(app, rec)?;
     let (mut sb, _) = start_loaded(app, func)?;
     warm_up(&mut sb, rec, sample)
 }
 
 /// The deploy's sandboxes count in the instance memory budget.
-fn reserve(app: &App, rec: &Record) -> Result<crate::pool::Reservation, ApiError> {
+fn reserve(app: &App, rec: &Record) -> Result<crate::pool::Reservation, Error> {
     app.pool.reserve(rec.memory_mb).ok_or_else(|| {
         app.metrics.reject("memory");
-        ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "memory",
-            format!(
-                "the instance memory budget cannot hold a {} MiB deploy sandbox now",
-                rec.memory_mb
-            ),
-        )
-        .retry(1)
+        Error::Memory(rec.memory_mb)
     })
 }
 
@@ -686,7 +689,7 @@ use thaw_worker::StartError;
 fn start_loaded(
     app: &App,
     func: &UserFunction,
-) -> Result<(thaw_sandbox::Sandbox, thaw_worker::FreshReport), ApiError> {
+) -> Result<(thaw_sandbox::Sandbox, thaw_worker::FreshReport), Error> {
     let init_timeout = Duration::from_millis(app.cfg.limits.init_timeout_ms);
     app.worker
         .start_user(func, init_timeout)
@@ -704,7 +707,7 @@ fn warm_up(
     sb: &mut thaw_sandbox::Sandbox,
     rec: &Record,
     sample: Option<&Value>,
-) -> Result<(), ApiError> {
+) -> Result<(), Error> {
     let Some(ev) = sample else { return Ok(()) };
     let r = thaw_worker::invoke_event(sb, ev, Duration::from_millis(rec.timeout_ms))
         .map_err(|e| bad(format!("the sample event killed the instance: {e:#}")))?;
@@ -721,11 +724,11 @@ pub fn snapshot(
     rec: &Record,
     func: &UserFunction,
     sample: Option<&Value>,
-) -> Result<Result<(Snapshot, SnapshotInfo), Vec<thaw_sandbox::Refusal>>, ApiError> {
+) -> Result<Result<(Snapshot, SnapshotInfo), Vec<thaw_sandbox::Refusal>>, Error> {
     let _held = reserve(app, rec)?;
     let (mut sb, fresh) = start_loaded(app, func)?;
     warm_up(&mut sb, rec, sample)?;
-    let tier = crate::tiering::local_tier(app, &rec.tier).map_err(internal)?;
+    let tier = tiering::local_tier(app, &rec.tier)?;
     let sname = snapshot_name(app, &rec.name, rec.version);
     let t = std::time::Instant::now();
     let (snap, _) = match app.worker.checkpoint_as(&mut sb, &tier, &sname, &rec.name) {
@@ -793,8 +796,8 @@ pub fn sandbox_pool(
 }
 
 /// Removes a function: instances, every version's code and snapshot.
-pub async fn delete(app: &Arc<App>, name: &str) -> Result<(), ApiError> {
-    let lock = deploy_lock(app, name);
+pub async fn delete(app: &Arc<App>, name: &str) -> Result<(), Error> {
+    let lock = app.deploy_lock(name);
     let _guard = lock.lock().await;
     let removed = app
         .functions
@@ -802,11 +805,7 @@ pub async fn delete(app: &Arc<App>, name: &str) -> Result<(), ApiError> {
         .unwrap_or_else(|p| p.into_inner())
         .remove(name);
     if removed.is_none() {
-        return Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            "not_found",
-            format!("no function named {name:?}"),
-        ));
+        return Err(Error::NotFound(name.to_string()));
     }
     app.pool.remove(name);
     app.rings
@@ -817,8 +816,7 @@ pub async fn delete(app: &Arc<App>, name: &str) -> Result<(), ApiError> {
     let name2 = name.to_string();
     tokio::task::spawn_blocking(move || remove_files(&app2, &name2))
         .await
-        .map_err(|e| internal(e.into()))?
-        .map_err(internal)
+        .map_err(internal)?
 }
 
 /// Removes one version's code and snapshot (on whichever tier the policy
@@ -827,14 +825,14 @@ pub fn remove_version(app: &App, name: &str, version: u64) {
     let vdir = app.registry.version_dir(name, version);
     let sname = snapshot_name(app, name, version);
     for t in app.cfg.snapshot_tiers.names() {
-        if let Err(e) = crate::tiering::remove_copy(app, t, &sname) {
+        if let Err(e) = tiering::remove_copy(app, t, &sname) {
             tracing::warn!(function = %name, version, tier = t, "removing the snapshot: {e:#}");
         }
     }
     let _ = std::fs::remove_dir_all(vdir);
 }
 
-fn remove_files(app: &App, name: &str) -> anyhow::Result<()> {
+fn remove_files(app: &App, name: &str) -> Result<(), Error> {
     let fdir = app.registry.function_dir(name);
     // un-publish first: a crash from here on leaves no function behind
     let _ = std::fs::remove_file(fdir.join("current"));
@@ -849,10 +847,10 @@ fn remove_files(app: &App, name: &str) -> anyhow::Result<()> {
             .is_some_and(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
     };
     for t in app.cfg.snapshot_tiers.names() {
-        for sname in crate::tiering::snapshots_on(app, t, &ours)? {
-            crate::tiering::remove_copy(app, t, &sname)?;
+        for sname in tiering::snapshots_on(app, t, &ours)? {
+            tiering::remove_copy(app, t, &sname)?;
         }
     }
-    std::fs::remove_dir_all(&fdir)?;
+    std::fs::remove_dir_all(&fdir).map_err(internal)?;
     Ok(())
 }

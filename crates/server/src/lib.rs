@@ -4,24 +4,22 @@
 //! or drops them as `thaw_policy::Engine` decides on the real clock; state
 //! under `HOME/serve` that survives restarts. See docs/API.md.
 
-pub mod api;
+pub mod app;
 pub mod archive;
-pub mod bench;
-pub mod client;
 pub mod config;
 pub mod deploy;
-pub mod egress_bench;
+pub mod http;
 pub mod image;
 pub mod logs;
 pub mod metrics;
-pub mod pair;
-pub mod peer;
+pub mod nested;
+pub mod outcome;
 pub mod placement;
 pub mod pool;
 pub mod registry;
+pub mod stored;
 pub mod tiering;
 pub mod xdt;
-pub mod xdt_bench;
 
 use anyhow::{bail, Context, Result};
 use std::collections::HashMap;
@@ -32,29 +30,10 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 use thaw_worker::Worker;
 
+pub use app::App;
 pub use config::Config;
 use pool::{FnVersion, Pool};
 use registry::Registry;
-
-/// Everything the handlers share.
-pub struct App {
-    pub cfg: Config,
-    pub worker: Arc<Worker>,
-    pub pool: Arc<Pool>,
-    pub registry: Registry,
-    pub metrics: Arc<metrics::Metrics>,
-    pub functions: RwLock<HashMap<String, Arc<FnVersion>>>,
-    pub deploy_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
-    pub rings: Mutex<HashMap<String, Arc<logs::Ring>>>,
-    pub draining: AtomicBool,
-    /// Held by the mover for each snapshot move (a stop waits for it).
-    pub mover_busy: Mutex<()>,
-    /// The slow snapshot tier's client, when that tier is remote.
-    pub remote: tiering::RemoteClient,
-    /// The bridge and rule table of functions given egress, made at the
-    /// first such deploy (a daemon without them sets up nothing).
-    pub network: Mutex<Option<Arc<thaw_sandbox::egress::Network>>>,
-}
 
 /// Opens the state home, the worker and the pool, and brings back every
 /// deployed function (re-snapshotting those whose snapshot cannot be trusted).
@@ -75,7 +54,7 @@ pub fn open(cfg: Config) -> Result<Arc<App>> {
     registry::mkdir_private(&log_dir)?;
     worker.cfg.log_dir = log_dir;
     let worker = Arc::new(worker);
-    let remote = tiering::open_remote(&cfg.home, &cfg.snapshot_tiers)?;
+    let remote = stored::open_remote(&cfg.home, &cfg.snapshot_tiers)?;
     tiering::recover_moves(&cfg.home, &remote)?;
     let metrics = Arc::new(metrics::Metrics::new());
     let (mover_tx, mover_rx) = std::sync::mpsc::channel();
@@ -105,8 +84,14 @@ pub fn open(cfg: Config) -> Result<Arc<App>> {
     let rt = tokio::runtime::Handle::try_current().context(
         "the daemon opens inside a tokio runtime (the SDK's nested invocations run on it)",
     )?;
-    let host = Arc::new(xdt::XdtHost::new(&app.cfg.xdt, &app.cfg.home, rt)?);
-    host.attach(&app);
+    let host = Arc::new(xdt::XdtHost::new(
+        &app.cfg.xdt,
+        &app.cfg.home,
+        app.metrics.clone(),
+        rt,
+    )?);
+    let daemon: std::sync::Weak<dyn xdt::Daemon> = Arc::downgrade(&app) as _;
+    host.attach(daemon);
     let _ = app.pool.xdt.set(host);
     recover(&app)?;
     drop_unused_packages(&app);
@@ -160,7 +145,7 @@ fn recover(app: &App) -> Result<()> {
         let func = match deploy::user_function(app, &vdir, &rec, &secrets) {
             Ok(f) => f,
             Err(e) => {
-                tracing::error!(function = %name, "cannot set up its network, skipping: {}", e.body);
+                tracing::error!(function = %name, "cannot set up its network, skipping: {e}");
                 continue;
             }
         };
@@ -179,7 +164,7 @@ fn recover(app: &App) -> Result<()> {
             None => Some(p),
             Some(Ok(snap)) => Some(pool::Placed {
                 tier: p.tier,
-                stored: tiering::Stored::Local(snap),
+                stored: stored::Stored::Local(snap),
             }),
             Some(Err(e)) => {
                 tracing::warn!(function = %name, "snapshot not trusted ({e:#}); taking it again");
@@ -194,7 +179,7 @@ fn recover(app: &App) -> Result<()> {
                 // remote, or the daemon's tiers may have changed since)
                 rec.tier = app.cfg.snapshot_tiers.fast.clone();
                 // one copy only: what is left on another tier goes first
-                let sname = deploy::snapshot_name(app, &name, version);
+                let sname = tiering::snapshot_name(app, &name, version);
                 for t in app.cfg.snapshot_tiers.names() {
                     // a store that does not answer keeps its copy: the next
                     // start removes it as a second one
@@ -203,13 +188,13 @@ fn recover(app: &App) -> Result<()> {
                     }
                 }
                 let taken = deploy::snapshot(app, &rec, &func, None)
-                    .map_err(|e| anyhow::anyhow!("{}: re-snapshot failed: {}", name, e.body))?;
+                    .with_context(|| format!("{name}: re-snapshot failed"))?;
                 let placed = match taken {
                     Ok((snap, info)) => {
                         rec.snapshot = Some(info);
                         Some(pool::Placed {
                             tier: rec.tier.clone(),
-                            stored: tiering::Stored::Local(snap),
+                            stored: stored::Stored::Local(snap),
                         })
                     }
                     Err(reasons) => {
@@ -270,20 +255,15 @@ fn recover_packages(app: &App, rec: &mut registry::Record) -> Result<bool> {
         return Ok(false);
     }
     tracing::warn!(function = %rec.name, "package tree {} is gone; building it again", &p.hash[..16]);
-    let info = deploy::prepare_packages(app, &rec.name, &p.requested.clone())
-        .map_err(|e| anyhow::anyhow!("{}", e.body))?;
+    let info = deploy::prepare_packages(app, &rec.name, &p.requested.clone())?;
     let changed = info.hash != p.hash;
     rec.packages = Some(info);
     Ok(changed)
 }
 
-/// The live version of a function (for the benchmark).
+/// The live version of a function.
 pub fn api_lookup(app: &App, name: &str) -> Result<Arc<FnVersion>> {
-    app.functions
-        .read()
-        .unwrap_or_else(|p| p.into_inner())
-        .get(name)
-        .cloned()
+    app.function(name)
         .with_context(|| format!("no function {name:?}"))
 }
 
@@ -307,6 +287,51 @@ fn trust(app: &App, dir: &std::path::Path) -> Result<thaw_store::Snapshot> {
 pub fn remove_home(home: &std::path::Path) -> Result<()> {
     thaw_store::Tier::unmount_dram(home)?;
     thaw_store::secure::remove_tree(home)
+}
+
+/// Runs `measure` against a daemon serving a throw-away state home (removed
+/// afterwards) that reuses the runtime root of `runtime_home`: what the
+/// benchmarks (`thaw bench serve`, thaw-bench-serve) and tests run on.
+pub fn on_temp_daemon<T>(
+    runtime_home: &std::path::Path,
+    tag: &str,
+    measure: impl FnOnce(&App, &std::path::Path) -> Result<T>,
+) -> Result<T> {
+    on_temp_daemon_with(runtime_home, tag, |_| {}, measure)
+}
+
+/// [`on_temp_daemon`] with the daemon's configuration adjusted by `configure`.
+pub fn on_temp_daemon_with<T>(
+    runtime_home: &std::path::Path,
+    tag: &str,
+    configure: impl FnOnce(&mut Config),
+    measure: impl FnOnce(&App, &std::path::Path) -> Result<T>,
+) -> Result<T> {
+    let home = std::env::temp_dir().join(format!("thaw-bench-{tag}-{}", std::process::id()));
+    let _ = remove_home(&home);
+    let mut cfg = Config {
+        home: home.clone(),
+        runtime_home: Some(runtime_home.to_path_buf()),
+        ..Config::default()
+    };
+    configure(&mut cfg);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let res = (|| {
+        let app = {
+            // the daemon's nested (XDT) invocations run on this runtime
+            let _in_runtime = rt.enter();
+            open(cfg)?
+        };
+        let running = rt.block_on(start(app.clone(), false))?;
+        let res = measure(&app, &running.socket);
+        rt.block_on(running.stop());
+        res
+    })();
+    drop(rt);
+    let _ = remove_home(&home);
+    res
 }
 
 /// A running daemon (for tests and `thaw serve`).
@@ -373,45 +398,24 @@ pub async fn start(app: Arc<App>, signals: bool) -> Result<Running> {
             bail!("listening on {a} (not loopback) needs --token-file");
         }
     }
-    let router = api::router(app.clone());
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let (drain_tx, _) = tokio::sync::broadcast::channel::<()>(1);
-    let mut servers = Vec::new();
-    {
-        let mut rx = drain_tx.subscribe();
-        let r = router.clone();
-        servers.push(tokio::spawn(async move {
-            let _ = axum::serve(unix, r)
-                .with_graceful_shutdown(async move {
-                    let _ = rx.recv().await;
-                })
-                .await;
-        }));
-    }
+    let mut servers = vec![tokio::spawn(http::serve(
+        unix,
+        http::router(app.clone(), None),
+        drain_tx.subscribe(),
+    ))];
     let mut tcp_bound = None;
     if let Some(a) = tcp_addr {
         let l = tokio::net::TcpListener::bind(a)
             .await
             .with_context(|| format!("binding {a}"))?;
         tcp_bound = Some(l.local_addr()?);
-        let r = match token {
-            Some(t) => {
-                let metrics = app.metrics.clone();
-                router.layer(axum::middleware::from_fn(move |req, next| {
-                    let (t, m) = (t.clone(), metrics.clone());
-                    async move { auth(t, m, req, next).await }
-                }))
-            }
-            None => router,
-        };
-        let mut rx = drain_tx.subscribe();
-        servers.push(tokio::spawn(async move {
-            let _ = axum::serve(l, r)
-                .with_graceful_shutdown(async move {
-                    let _ = rx.recv().await;
-                })
-                .await;
-        }));
+        servers.push(tokio::spawn(http::serve(
+            l,
+            http::router(app.clone(), token),
+            drain_tx.subscribe(),
+        )));
     }
     // the XDT peer plane: other workers pull this one's objects over h2c
     if let Some(host) = app.pool.xdt.get() {
@@ -419,7 +423,7 @@ pub async fn start(app: Arc<App>, signals: bool) -> Result<Running> {
             let l = tokio::net::TcpListener::bind(a)
                 .await
                 .with_context(|| format!("binding the peer listener {a}"))?;
-            servers.push(tokio::spawn(peer::serve(
+            servers.push(tokio::spawn(xdt::peer::serve(
                 host.clone(),
                 l,
                 drain_tx.subscribe(),
@@ -495,36 +499,6 @@ async fn wait_for_stop(stop: tokio::sync::oneshot::Receiver<()>, signals: bool) 
         _ = term.recv() => {}
         _ = int.recv() => {}
     }
-}
-
-/// Bearer-token check for the TCP listener (constant-time compare).
-async fn auth(
-    token: String,
-    metrics: Arc<metrics::Metrics>,
-    req: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> axum::response::Response {
-    use axum::response::IntoResponse;
-    let given = req
-        .headers()
-        .get("authorization")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .unwrap_or("");
-    use sha2::Digest;
-    // comparing digests: the time taken does not tell how much matched
-    let a = sha2::Sha256::digest(given.as_bytes());
-    let b = sha2::Sha256::digest(token.as_bytes());
-    if a != b {
-        metrics.reject("unauthorized");
-        return api::ApiError::new(
-            axum::http::StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            "missing or wrong bearer token",
-        )
-        .into_response();
-    }
-    next.run(req).await
 }
 
 /// Runs `thaw serve` until a signal: sets up logging, opens, serves.

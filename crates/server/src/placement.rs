@@ -10,11 +10,10 @@ use std::time::{Duration, Instant};
 use thaw_policy::placement::{self as model, FunctionProfile, TierOption};
 use thaw_sandbox::{StrategyKind, WsMode};
 use thaw_store::Snapshot;
-use thaw_tiers::{probe::ReaderResult, Kind, TierConfig, TiersConfig};
-use thaw_worker::UserFunction;
+use thaw_tiers::{probe::ReaderResult, Kind, TierConfig};
+use thaw_worker::{UserFunction, Worker};
 
 use crate::registry::Record;
-use crate::App;
 
 pub use thaw_tiers::probe::PROBE_FILE;
 /// A tier qualifies if its estimated cold start is within this factor of
@@ -81,7 +80,7 @@ impl PlacementInfo {
 /// the whole image counts as the working set and one mmap restore gives the
 /// fixed cost.
 fn measure(
-    app: &App,
+    worker: &Worker,
     rec: &Record,
     snap: &Snapshot,
     func: &UserFunction,
@@ -96,9 +95,7 @@ fn measure(
         Ok(t.elapsed().as_secs_f64() * 1e3)
     };
     let Some(ev) = sample else {
-        let (_, rep) = app
-            .worker
-            .restore_user(snap, StrategyKind::Mmap, func, None)?;
+        let (_, rep) = worker.restore_user(snap, StrategyKind::Mmap, func, None)?;
         let p = FunctionProfile {
             name: rec.name.clone(),
             image_mib,
@@ -113,13 +110,11 @@ fn measure(
     // both are made ready as the pool makes every restore (the working set
     // kept with the snapshot covers the after-restore step)
     let (mut sb, _) =
-        app.worker
-            .restore_user_ready(snap, StrategyKind::Reap, func, &rec.name, timeout)?;
+        worker.restore_user_ready(snap, StrategyKind::Reap, func, &rec.name, timeout)?;
     run(&mut sb, ev)?;
     drop(sb);
     let (mut sb, rep) =
-        app.worker
-            .restore_user_ready(snap, StrategyKind::Reap, func, &rec.name, timeout)?;
+        worker.restore_user_ready(snap, StrategyKind::Reap, func, &rec.name, timeout)?;
     run(&mut sb, ev)?;
     let exec_ms = run(&mut sb, ev)?;
     let measured = rep.figures.ws_mode == WsMode::Prefetch;
@@ -138,45 +133,6 @@ fn measure(
     Ok((p, measured))
 }
 
-/// The daemon's tiers for the model, with the room its budgets leave.
-fn options(app: &App) -> Result<Vec<TierOption>> {
-    let cfg = TiersConfig::load(&app.cfg.home)?;
-    let probes = thaw_tiers::probe::load(&app.cfg.home);
-    let mut used: BTreeMap<String, u64> = BTreeMap::new();
-    for v in app
-        .functions
-        .read()
-        .unwrap_or_else(|p| p.into_inner())
-        .values()
-    {
-        if let (Some(p), Some(s)) = (v.placed(), &v.rec.snapshot) {
-            *used.entry(p.tier).or_default() += s.size_bytes;
-        }
-    }
-    let tiers = &app.cfg.snapshot_tiers;
-    tiers
-        .names()
-        .iter()
-        .map(|name| {
-            let t = cfg
-                .tiers
-                .iter()
-                .find(|t| t.name == *name)
-                .with_context(|| format!("tier {name} is not in the tier configuration"))?;
-            let budget_mb = match *name == tiers.fast {
-                true => app.cfg.dram_snapshot_mb,
-                false => app.cfg.disk_budget_mb,
-            };
-            let used_mib = *used.get(*name).unwrap_or(&0) >> 20;
-            Ok(tier_option(
-                t,
-                &probes,
-                budget_mb.saturating_sub(used_mib) as f64,
-            ))
-        })
-        .collect()
-}
-
 /// The model's strategy as the daemon runs it: a mapped image from a
 /// byte-addressable tier (`dax` in the model) is the daemon's `mmap`.
 fn daemon_strategy(s: &str) -> &str {
@@ -187,10 +143,13 @@ fn daemon_strategy(s: &str) -> &str {
     }
 }
 
-/// Chooses what the request left open. `strategy` / `tier` are the
-/// request's (None: thaw chooses).
+/// Chooses what the request left open among `tiers` (the daemon's, with
+/// the room its budgets leave). `strategy` / `tier` are the request's
+/// (None: thaw chooses).
+#[allow(clippy::too_many_arguments)]
 pub fn decide(
-    app: &App,
+    worker: &Worker,
+    tiers: &[TierOption],
     rec: &Record,
     snap: &Snapshot,
     func: &UserFunction,
@@ -198,10 +157,9 @@ pub fn decide(
     strategy: Option<&str>,
     tier: Option<&str>,
 ) -> Result<PlacementInfo> {
-    let (profile, ws_measured) = measure(app, rec, snap, func, sample)
+    let (profile, ws_measured) = measure(worker, rec, snap, func, sample)
         .context("measuring the function's profile for placement")?;
-    let tiers = options(app)?;
-    let pl = model::place(&profile, &tiers, MAX_SLOWDOWN);
+    let pl = model::place(&profile, tiers, MAX_SLOWDOWN);
     let mut reason = Vec::new();
     if !ws_measured {
         reason.push(

@@ -19,7 +19,7 @@ use crate::config::SnapshotTiers;
 use crate::logs::{take_sandbox_output, LogEntry, Ring};
 use crate::metrics::Metrics;
 use crate::registry::Record;
-use crate::tiering::{RemoteCopy, Stored};
+use crate::stored::{RemoteCopy, Stored};
 use thaw_sandbox::StrategyKind;
 use thaw_tiers::slots::RestoreSlot;
 use thaw_tiers::stream::Stream;
@@ -118,16 +118,23 @@ enum Next {
     Wait(oneshot::Receiver<()>),
 }
 
-/// Why no instance was given.
-#[derive(Debug)]
+/// Why no instance was given (`outcome::refused` says it to the caller).
+#[derive(Debug, thiserror::Error)]
 pub enum Refusal {
+    #[error("every instance is busy and the queue is full")]
     QueueFull,
+    #[error("the instance memory budget is exhausted")]
     Memory,
+    #[error("the daemon is shutting down")]
     Draining,
     /// redeployed or deleted while the request waited
+    #[error("redeployed or deleted while the request waited")]
     Replaced,
+    #[error("at the instance cap")]
     AtCap,
+    #[error("starting an instance failed: {0}")]
     Failed(String),
+    #[error("no instance became free in time")]
     Waited,
 }
 

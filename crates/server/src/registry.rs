@@ -54,7 +54,7 @@ pub struct Record {
     pub placement: Option<crate::placement::PlacementInfo>,
     /// Network egress (none for older records: loopback only).
     #[serde(default)]
-    pub network: Option<crate::deploy::NetworkRequest>,
+    pub network: Option<NetworkRequest>,
     pub code_bytes: u64,
     pub code_files: u64,
     pub created_unix: u64,
@@ -123,6 +123,29 @@ pub fn check_name(name: &str) -> Result<()> {
         bail!("function name {shown:?} is invalid: use [a-z0-9][a-z0-9_-]{{0,62}}");
     }
     Ok(())
+}
+
+/// What a function may reach on the network: `egress` rules `CIDR[:PORTS]`
+/// (IPv4), a resolver, and per-instance caps.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct NetworkRequest {
+    #[serde(default)]
+    pub egress: Vec<String>,
+    pub dns: Option<String>,
+    pub max_connections: Option<u32>,
+    pub bandwidth_mbit: Option<u32>,
+}
+
+impl NetworkRequest {
+    pub fn policy(&self) -> Result<thaw_sandbox::egress::Policy, String> {
+        thaw_sandbox::egress::Policy::parse(
+            &self.egress,
+            self.dns.as_deref(),
+            self.max_connections,
+            self.bandwidth_mbit,
+        )
+    }
 }
 
 pub use thaw_runtime::mkdir_private;

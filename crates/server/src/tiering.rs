@@ -14,61 +14,45 @@
 //! the same function wait for it (the daemon's per-function deploy lock).
 //! A snapshot on a remote tier is restored by streaming it
 //! (`thaw_tiers::stream`), as `thaw invoke --tier remote` does.
-use anyhow::{Context, Result};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{mpsc, Arc, Weak};
-use thaw_store::Snapshot;
 use thaw_tiers::moves::{self, Place};
-use thaw_tiers::objects::RemoteStore;
 use thaw_tiers::{Kind, TiersConfig};
 
-use crate::deploy::snapshot_name;
+use crate::app::App;
 use crate::pool::{FnVersion, Placed};
-use crate::App;
+use crate::stored::{RemoteClient, RemoteCopy, Stored};
 
-/// Where a version's snapshot is held.
-// one per deployed version: its size does not matter
-#[allow(clippy::large_enum_variant)]
-#[derive(Clone)]
-pub enum Stored {
-    /// a verified snapshot on a local tier
-    Local(Snapshot),
-    /// committed on the remote tier; a restore streams it
-    Remote(Arc<RemoteCopy>),
+/// Why a snapshot could not be found, copied or removed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("tier {0} is remote but not this daemon's slow snapshot tier")]
+    NotOurRemote(String),
+    #[error("{sname} is not on {tier} after its copy")]
+    CopyMissing { sname: String, tier: String },
+    #[error("the copy of {sname} on {tier}: {cause:#}")]
+    CopyUnreadable {
+        sname: String,
+        tier: String,
+        cause: anyhow::Error,
+    },
+    /// The tier configuration or a store failed.
+    #[error("{0:#}")]
+    Store(anyhow::Error),
 }
 
-/// A snapshot on the remote tier and what a stream of it needs.
-pub struct RemoteCopy {
-    pub store: Arc<RemoteStore>,
-    pub home: PathBuf,
-    pub name: String,
-}
-
-impl Stored {
-    /// The local snapshot, if the copy is local.
-    pub fn local(&self) -> Option<&Snapshot> {
-        match self {
-            Stored::Local(s) => Some(s),
-            Stored::Remote(_) => None,
-        }
+impl From<anyhow::Error> for Error {
+    fn from(e: anyhow::Error) -> Error {
+        Error::Store(e)
     }
 }
 
-/// The remote tier's client, when one of the daemon's snapshot tiers is
-/// remote: (tier name, client).
-pub type RemoteClient = Option<(String, Arc<RemoteStore>)>;
+pub type Result<T> = std::result::Result<T, Error>;
 
-/// Opens the client of the slow tier if it is remote. Opening does not
-/// contact the store (a store that is down fails its requests, clearly).
-pub fn open_remote(home: &Path, tiers: &crate::config::SnapshotTiers) -> Result<RemoteClient> {
-    let cfg = TiersConfig::load(home)?;
-    let t = cfg.get(&tiers.slow)?;
-    if t.kind != Kind::Remote {
-        return Ok(None);
-    }
-    let store = RemoteStore::open(home, t)
-        .with_context(|| format!("opening the client of the remote tier {}", t.name))?;
-    Ok(Some((t.name.clone(), Arc::new(store))))
+/// The store's name for a version's snapshot: `NAME-vN-ROOTHASH`. Tiers
+/// live under the daemon's own state home, so no other worker shares them.
+pub fn snapshot_name(app: &App, name: &str, version: u64) -> String {
+    format!("{name}-v{version}-{}", &app.worker.root.hash[..16])
 }
 
 /// Whether `tier` is the daemon's remote snapshot tier.
@@ -79,7 +63,7 @@ pub fn is_remote(app: &App, tier: &str) -> bool {
 /// The local tier `tier` (a deploy's checkpoint goes onto one).
 pub fn local_tier(app: &App, tier: &str) -> Result<thaw_store::Tier> {
     let cfg = TiersConfig::load(&app.cfg.home)?;
-    moves::local_store(&app.cfg.home, cfg.get(tier)?)
+    Ok(moves::local_store(&app.cfg.home, cfg.get(tier)?)?)
 }
 
 /// Where snapshots of tier `tier` are, for a move.
@@ -91,9 +75,7 @@ fn place<'a>(home: &Path, remote: &'a RemoteClient, tier: &str) -> Result<Place<
             .as_ref()
             .filter(|(name, _)| name == tier)
             .map(|(_, s)| s.as_ref())
-            .with_context(|| {
-                format!("tier {tier} is remote but not this daemon's slow snapshot tier")
-            })?;
+            .ok_or_else(|| Error::NotOurRemote(tier.to_string()))?;
         return Ok(Place::Remote {
             tier: tier.to_string(),
             store,
@@ -107,7 +89,7 @@ fn place<'a>(home: &Path, remote: &'a RemoteClient, tier: &str) -> Result<Place<
 
 /// Finishes or rolls back moves a killed daemon left half done.
 pub fn recover_moves(home: &Path, remote: &RemoteClient) -> Result<()> {
-    for line in moves::recover(home, &|t| place(home, remote, t))? {
+    for line in moves::recover(home, &|t| Ok(place(home, remote, t)?))? {
         tracing::warn!("interrupted snapshot move: {line}");
     }
     Ok(())
@@ -130,10 +112,11 @@ fn find(app: &App, tier: &str, sname: &str) -> Result<Option<Stored>> {
 /// Removes snapshot `sname` from `tier` (nothing there is fine).
 pub fn remove_copy(app: &App, tier: &str, sname: &str) -> Result<()> {
     match place(&app.cfg.home, &app.remote, tier)? {
-        Place::Local { store, .. } => thaw_store::secure::remove_tree(&store.function_dir(sname)),
+        Place::Local { store, .. } => thaw_store::secure::remove_tree(&store.function_dir(sname))?,
         // the store's delete checks for the commit record itself
-        p @ Place::Remote { .. } => moves::delete_snapshot(&p, sname),
+        p @ Place::Remote { .. } => moves::delete_snapshot(&p, sname)?,
     }
+    Ok(())
 }
 
 /// Names of the snapshots on `tier` that `keep` selects (local: every
@@ -210,11 +193,16 @@ pub fn copy_to(app: &App, sname: &str, from: &str, target: &str) -> Result<Store
         place(home, &app.remote, target)?,
     );
     moves::copy_snapshot(home, sname, &src, &dst)?;
-    let stored = find(app, target, sname)?
-        .with_context(|| format!("{sname} is not on {target} after its copy"))?;
+    let stored = find(app, target, sname)?.ok_or_else(|| Error::CopyMissing {
+        sname: sname.to_string(),
+        tier: target.to_string(),
+    })?;
     if let Stored::Local(snap) = &stored {
-        snap.open_image()
-            .with_context(|| format!("the copy of {sname} on {target}"))?;
+        snap.open_image().map_err(|cause| Error::CopyUnreadable {
+            sname: sname.to_string(),
+            tier: target.to_string(),
+            cause: cause.into(),
+        })?;
     }
     Ok(stored)
 }
@@ -226,7 +214,7 @@ fn reconcile(app: &Arc<App>, name: &str) {
     if app.draining.load(std::sync::atomic::Ordering::SeqCst) {
         return;
     }
-    let lock = crate::deploy::deploy_lock(app, name);
+    let lock = app.deploy_lock(name);
     let guard = lock.blocking_lock();
     let v = app
         .functions
@@ -258,7 +246,7 @@ fn reconcile(app: &Arc<App>, name: &str) {
 /// Keeps the remote tier's connections open (when the slow tier is
 /// remote): a stream's first round then opens none. Renewed inside the
 /// client's idle timeout; ends when the daemon is dropped.
-pub fn spawn_warmer(app: Weak<App>) -> Result<()> {
+pub fn spawn_warmer(app: Weak<App>) -> std::io::Result<()> {
     let every = thaw_tiers::objects::POOL_IDLE / 2;
     std::thread::Builder::new()
         .name("thaw-remote-warm".into())
@@ -279,7 +267,7 @@ pub fn spawn_warmer(app: Weak<App>) -> Result<()> {
 
 /// Starts the mover: it ends when the daemon is dropped (the pool's sender
 /// goes with it).
-pub fn spawn_mover(app: Weak<App>, names: mpsc::Receiver<String>) -> Result<()> {
+pub fn spawn_mover(app: Weak<App>, names: mpsc::Receiver<String>) -> std::io::Result<()> {
     std::thread::Builder::new()
         .name("thaw-mover".into())
         .spawn(move || {

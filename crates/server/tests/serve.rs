@@ -7,7 +7,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
-use thaw_server::client::{Client, Response, Target};
+use thaw_client::{Client, Response, Target};
 use thaw_server::Config;
 
 static N: AtomicU32 = AtomicU32::new(0);
@@ -1321,7 +1321,7 @@ fn openapi_matches_the_live_routes() {
             }
         }
     }
-    let mut routes: Vec<_> = thaw_server::api::ROUTES
+    let mut routes: Vec<_> = thaw_server::http::ROUTES
         .iter()
         .map(|(m, p)| (m.to_string(), p.to_string()))
         .collect();

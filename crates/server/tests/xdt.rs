@@ -6,7 +6,7 @@ use base64::Engine as _;
 use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
-use thaw_server::client::{Client, Response, Target};
+use thaw_client::{Client, Response, Target};
 
 const FNS: &str = include_str!("xdt_fns/xdtfns.py");
 const BUDGET: u64 = 128 << 20;
@@ -19,7 +19,7 @@ struct Daemon<'a> {
 /// Runs `body` against a daemon on a throw-away home (removed afterwards,
 /// also when `body` fails).
 fn with_daemon(body: impl FnOnce(&Daemon)) {
-    let res = thaw_server::bench::on_temp_daemon_with(
+    let res = thaw_server::on_temp_daemon_with(
         &thaw_runtime::default_home(),
         "xdt-test",
         |cfg| {

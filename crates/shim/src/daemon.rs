@@ -5,7 +5,7 @@ use anyhow::{bail, Context, Result};
 use base64::Engine as _;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
-use thaw_server::client::{Client, Response, Target};
+use thaw_client::{Client, Response, Target};
 use thaw_server::image;
 
 /// The daemon's socket: `$THAW_SOCKET`, else `$THAW_HOME/serve/thaw.sock`,

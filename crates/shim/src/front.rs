@@ -61,7 +61,7 @@ pub fn main(args: &[String]) -> i32 {
 }
 
 /// Copies the function's output of one invocation to our stdout.
-fn copy_output(plan: &Plan, r: &thaw_server::client::Response) {
+fn copy_output(plan: &Plan, r: &thaw_client::Response) {
     let Some(id) = r.header("thaw-invocation-id") else {
         return;
     };

@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-use thaw_server::client::{Client, Target};
+use thaw_client::{Client, Target};
 
 /// What the daemon is started with; the simulator gets the same.
 #[derive(Clone, Debug, serde::Serialize)]

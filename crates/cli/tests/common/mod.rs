@@ -5,7 +5,7 @@
 
 use base64::Engine as _;
 use serde_json::{json, Value};
-use thaw_server::client::Client;
+use thaw_client::Client;
 
 /// A Python source file deployed as several functions (one per handler).
 pub struct Module {

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
-use thaw_server::client::{Client, Target};
+use thaw_client::{Client, Target};
 
 static N: AtomicU32 = AtomicU32::new(0);
 pub const NS: &str = "thawtest";
@@ -76,7 +76,7 @@ impl Daemon {
             .collect()
     }
 
-    fn get(&self, path: &str) -> thaw_server::client::Response {
+    fn get(&self, path: &str) -> thaw_client::Response {
         let r = Client::new(Target::Unix(self.socket()))
             .request("GET", path, None)
             .unwrap();

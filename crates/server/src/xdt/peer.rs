@@ -21,7 +21,7 @@
 //!   Buffers are bounded by HTTP/2 flow control (the stream window) on both
 //!   sides. A pull that stalls for `stall_ms`, ends short, or outlives the
 //!   invocation's deadline fails with `peer_failed`; nothing of it is kept.
-use crate::xdt::XdtHost;
+use super::{PeerConfig, XdtHost};
 use anyhow::{bail, Context as _, Result};
 use bytes::Bytes;
 use http_body_util::combinators::BoxBody;
@@ -35,43 +35,12 @@ use std::convert::Infallible;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::FileExt;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use thaw_xdt::sdk::Host as _;
 use thaw_xdt::table::{now_ms, Retrieved};
 use thaw_xdt::{WorkerId, XdtError};
-
-/// `[xdt.peering]` in the daemon's configuration.
-#[derive(Debug, Clone, serde::Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct PeerConfig {
-    /// This worker's peer listener, `ADDR:PORT` (how its peers reach it).
-    /// None: no peering (other workers' references are unreachable).
-    pub listen: Option<String>,
-    /// The key every worker shares: hex, at least 32 bytes, mode 0600.
-    pub key_file: Option<PathBuf>,
-    /// The other workers' peer listeners, `ADDR:PORT`.
-    pub peers: Vec<String>,
-    /// A pull that receives nothing for this long fails.
-    pub stall_ms: u64,
-    /// Start pulling an event's references when the invocation arrives
-    /// (false: when the function calls `thaw.get`; for measuring the overlap).
-    pub prefetch: bool,
-}
-
-impl Default for PeerConfig {
-    fn default() -> Self {
-        PeerConfig {
-            listen: None,
-            key_file: None,
-            peers: Vec::new(),
-            stall_ms: 5_000,
-            prefetch: true,
-        }
-    }
-}
 
 /// How far a request's time may be from the receiver's clock.
 pub const SKEW_MS: u64 = 60_000;

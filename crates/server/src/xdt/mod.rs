@@ -5,39 +5,51 @@
 //! (sealed memfds; see `thaw_xdt`). The object-store baseline's PUT / GET
 //! go to the home's remote tier (the emulated MinIO of `thaw tier setup
 //! --tiers remote`), made by the worker for the function.
-use crate::pool::{FnVersion, Mode, Refusal};
-use crate::App;
+use crate::metrics::Metrics;
 use anyhow::Context as _;
+use futures::future::BoxFuture;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use thaw_tiers::objects::GetError;
 use thaw_tiers::objects::RemoteStore;
 use thaw_xdt::sdk::{CallFailure, CallOutcome, Host};
-use thaw_xdt::{CallCtx, ChainLimits, ObjectTable, TableLimits};
+use thaw_xdt::{CallCtx, ChainLimits, ObjectTable};
 
-/// `[xdt]` in the daemon's configuration.
-#[derive(Debug, Clone, Default, serde::Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct XdtConfig {
-    pub objects: TableLimits,
-    pub chains: ChainLimits,
-    /// other workers whose references this one may pull (`[xdt.peering]`)
-    pub peering: crate::peer::PeerConfig,
+pub mod config;
+pub mod peer;
+
+pub use config::{PeerConfig, XdtConfig};
+
+/// What the host asks of the daemon it serves (implemented where the
+/// daemon's functions and pool are known: `crate::nested`).
+pub trait Daemon: Send + Sync {
+    /// The owner of a deployed function, if there is one of that name.
+    fn owner_of(&self, function: &str) -> Option<String>;
+    /// One invocation a function made, in its caller's chain.
+    fn invoke(self: Arc<Self>, ctx: CallCtx, event: Value) -> BoxFuture<'static, CallOutcome>;
+}
+
+/// Why the host could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("XDT peering: {0:#}")]
+    Peers(#[source] anyhow::Error),
 }
 
 pub struct XdtHost {
-    app: OnceLock<Weak<App>>,
+    daemon: OnceLock<Weak<dyn Daemon>>,
+    metrics: Arc<Metrics>,
     table: ObjectTable,
     chains: ChainLimits,
     rt: tokio::runtime::Handle,
     home: PathBuf,
     /// the remote tier's client, opened at the first store request
     store: Mutex<Option<Arc<RemoteStore>>>,
-    peers: Option<Arc<crate::peer::Peers>>,
+    peers: Option<Arc<peer::Peers>>,
 }
 
 /// Pulls started for one invocation, by reference.
@@ -55,20 +67,24 @@ impl XdtHost {
     pub fn new(
         cfg: &XdtConfig,
         home: &Path,
+        metrics: Arc<Metrics>,
         rt: tokio::runtime::Handle,
-    ) -> anyhow::Result<XdtHost> {
+    ) -> Result<XdtHost, Error> {
         Ok(XdtHost {
-            app: OnceLock::new(),
+            daemon: OnceLock::new(),
+            metrics,
             table: ObjectTable::new(cfg.objects.clone()),
             chains: cfg.chains.clone(),
             rt,
             home: home.to_path_buf(),
             store: Mutex::new(None),
-            peers: crate::peer::Peers::from_config(&cfg.peering)?.map(Arc::new),
+            peers: peer::Peers::from_config(&cfg.peering)
+                .map_err(Error::Peers)?
+                .map(Arc::new),
         })
     }
 
-    pub fn peers(&self) -> Option<&Arc<crate::peer::Peers>> {
+    pub fn peers(&self) -> Option<&Arc<peer::Peers>> {
         self.peers.as_ref()
     }
 
@@ -138,12 +154,12 @@ impl XdtHost {
     }
 
     /// Connects the host to its daemon (once, right after it is made).
-    pub fn attach(&self, app: &Arc<App>) {
-        let _ = self.app.set(Arc::downgrade(app));
+    pub fn attach(&self, daemon: Weak<dyn Daemon>) {
+        let _ = self.daemon.set(daemon);
     }
 
-    fn app(&self) -> Option<Arc<App>> {
-        self.app.get().and_then(Weak::upgrade)
+    fn daemon(&self) -> Option<Arc<dyn Daemon>> {
+        self.daemon.get().and_then(Weak::upgrade)
     }
 }
 
@@ -160,11 +176,11 @@ impl Host for XdtHost {
         };
         let (tx, rx) = mpsc::channel();
         let (owner, token) = (owner.to_string(), token.to_string());
-        let metrics = self.app().map(|a| a.metrics.clone());
+        let m = self.metrics.clone();
         self.rt.spawn(async move {
             let t0 = Instant::now();
-            let r = crate::peer::pull_until(&peers, &owner, &token, max_bytes, deadline).await;
-            if let Some(m) = metrics {
+            let r = peer::pull_until(&peers, &owner, &token, max_bytes, deadline).await;
+            {
                 let outcome = match &r {
                     Ok(got) => {
                         m.pulled_bytes.inc_by(got.size);
@@ -194,17 +210,15 @@ impl Host for XdtHost {
     }
 
     fn owner_of(&self, function: &str) -> Option<String> {
-        let app = self.app()?;
-        let fns = app.functions.read().unwrap_or_else(|p| p.into_inner());
-        fns.get(function).map(|v| v.rec.owner.clone())
+        self.daemon()?.owner_of(function)
     }
 
     fn start_invoke(&self, ctx: CallCtx, event: Value) -> mpsc::Receiver<CallOutcome> {
         let (tx, rx) = mpsc::channel();
-        let app = self.app();
+        let daemon = self.daemon();
         self.rt.spawn(async move {
-            let out = match app {
-                Some(app) => nested_invoke(app, ctx, event).await,
+            let out = match daemon {
+                Some(d) => d.invoke(ctx, event).await,
                 None => Err(failure("shutting_down", "the daemon is stopping")),
             };
             let _ = tx.send(out);
@@ -257,78 +271,9 @@ fn foreign_refs<'v>(v: &'v Value, own: thaw_xdt::WorkerId, depth: u32, out: &mut
     }
 }
 
-fn failure(kind: &str, message: impl Into<String>) -> CallFailure {
+pub(crate) fn failure(kind: &str, message: impl Into<String>) -> CallFailure {
     CallFailure {
         kind: kind.to_string(),
         message: message.into(),
     }
-}
-
-/// One invocation made by a function: like `POST .../invoke`, in the
-/// caller's chain, and never past the caller's deadline.
-async fn nested_invoke(app: Arc<App>, ctx: CallCtx, event: Value) -> CallOutcome {
-    let name = ctx.function.clone();
-    let event_bytes = serde_json::to_vec(&event).map_or(0, |b| b.len() as u64);
-    if event_bytes > app.cfg.limits.event_bytes {
-        return Err(failure(
-            "payload_too_large",
-            format!(
-                "an event of {event_bytes} bytes is over the {}-byte limit (pass a reference: thaw.put)",
-                app.cfg.limits.event_bytes
-            ),
-        ));
-    }
-    let left = || ctx.deadline.saturating_duration_since(Instant::now());
-    let lookup = |app: &App| -> Option<Arc<FnVersion>> {
-        let fns = app.functions.read().unwrap_or_else(|p| p.into_inner());
-        fns.get(&name).cloned()
-    };
-    let prefetched = match (lookup(&app), app.pool.xdt.get()) {
-        (Some(v), Some(host)) => {
-            host.prefetch(&ctx.owner, &event, v.rec.memory_mb << 20, ctx.deadline)
-        }
-        _ => Prefetched::new(),
-    };
-    let mut tries = 0;
-    let (v, lease) = loop {
-        let Some(v) = lookup(&app) else {
-            return Err(failure("not_found", format!("no function {name:?}")));
-        };
-        match tokio::time::timeout(left(), app.pool.acquire(&v, Mode::Normal)).await {
-            Err(_) => {
-                return Err(failure(
-                    "timeout",
-                    format!("no instance of {name:?} before the caller's deadline"),
-                ))
-            }
-            Ok(Ok(l)) => break (v, l),
-            Ok(Err(Refusal::Replaced)) if tries < 3 => tries += 1,
-            Ok(Err(r)) => {
-                let e = crate::api::refusal(&app, &name, r);
-                return Err(from_body(&e.body));
-            }
-        }
-    };
-    let timeout = Duration::from_millis(v.rec.timeout_ms).min(left());
-    let id = hex::encode(rand::random::<[u8; 12]>());
-    let pool = app.pool.clone();
-    let (_lease, done) = pool
-        .run_in_chain(lease, event, timeout, id, Some(ctx), prefetched)
-        .await;
-    match done.reply.map(|i| i.output) {
-        Ok(Ok(output)) => Ok(output),
-        Ok(Err(e)) => Err(from_body(
-            &crate::api::function_failure(&e, v.rec.timeout_ms).1,
-        )),
-        Err(e) => Err(failure("instance_failed", e)),
-    }
-}
-
-fn from_body(body: &Value) -> CallFailure {
-    let s = |k: &str| body.get(k).and_then(Value::as_str).unwrap_or("");
-    let message = match s("type") {
-        "" => s("message").to_string(),
-        ty => format!("{ty}: {}", s("message")),
-    };
-    failure(s("error"), message)
 }

@@ -15,7 +15,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use thaw_bench::stats::{summarize, Summary};
 
-use crate::client::{Client, Target};
+use thaw_client::{Client, Target};
 
 const FUNCTIONS: &str = include_str!("xdt_bench.py");
 
@@ -167,7 +167,7 @@ pub const WORKERS_LABEL: &str = "two `thaw serve` daemons on this machine, each 
 /// on that home for the run.
 pub fn run(runtime_home: &std::path::Path, o: &Options) -> Result<Report> {
     let biggest = o.sizes.iter().copied().max().unwrap_or(0);
-    crate::bench::on_temp_daemon_with(
+    thaw_server::on_temp_daemon_with(
         runtime_home,
         "xdt",
         |cfg| {
@@ -596,7 +596,7 @@ fn invoke_path(c: &mut Client, path: &str, ev: &Value) -> Result<Value> {
             String::from_utf8_lossy(&r.body)
         );
     }
-    r.json()
+    Ok(r.json()?)
 }
 
 /// The agent's cap on a function's output (`MAX_OUTPUT` in runtime/agent.py):

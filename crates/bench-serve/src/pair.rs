@@ -4,12 +4,12 @@
 //! make the pair and remove everything again (daemons, namespaces, links,
 //! homes), also when they fail half-way; names or a subnet already in use
 //! are refused, never taken over.
-use crate::client::{Client, Target};
 use anyhow::{bail, Context, Result};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use thaw_client::{Client, Target};
 use thaw_tiers::netns;
 
 /// Each worker's peer listener port (inside its own namespace).
@@ -171,7 +171,7 @@ impl Pair {
                 dir.display()
             );
         }
-        crate::registry::mkdir_private(&dir)?;
+        thaw_runtime::mkdir_private(&dir)?;
         let mut p = Pair {
             net: PairNet::for_tag(tag),
             workers: Vec::new(),
@@ -203,7 +203,7 @@ impl Pair {
     fn spawn(&self, exe: &Path, i: usize, key_file: &Path, o: &PairOptions) -> Result<Daemon> {
         let name = ["a", "b"][i];
         let home = self.dir.join(name);
-        crate::registry::mkdir_private(&home)?;
+        thaw_runtime::mkdir_private(&home)?;
         let cfg = format!(
             "home = {home:?}\nruntime_home = {rt:?}\nmemory_budget_mb = {mem}\n\
              [limits]\nmax_instances_per_function = {inst}\n\
@@ -252,9 +252,9 @@ impl Pair {
             .spawn()
             .context("starting `thaw serve` in its namespace")?;
         drop(ns);
-        let socket = crate::Config {
+        let socket = thaw_server::Config {
             home: home.clone(),
-            ..crate::Config::default()
+            ..thaw_server::Config::default()
         }
         .socket_path();
         Ok(Daemon {
@@ -325,7 +325,7 @@ impl Drop for Pair {
             }
         }
         for d in &self.workers {
-            if let Err(e) = crate::remove_home(&d.home) {
+            if let Err(e) = thaw_server::remove_home(&d.home) {
                 eprintln!("removing {}: {e:#}", d.home.display());
             }
         }

@@ -1,4 +1,6 @@
-//! The HTTP API (docs/API.md, docs/openapi.json).
+//! The HTTP API (docs/API.md, docs/openapi.json): the one module that knows
+//! axum, status codes and [`ApiError`]; the domain's errors (deploy's,
+//! the pool's refusals, a function's failures) get their statuses here.
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, Query, State};
@@ -13,9 +15,10 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::app::App;
 use crate::deploy::{self, DeployRequest};
+use crate::outcome;
 use crate::pool::{FnVersion, Mode, Refusal, StartType};
-use crate::App;
 use thaw_sandbox::agent::ErrorKind;
 
 /// Every route, as (method, path): the OpenAPI test checks the file against it.
@@ -32,7 +35,34 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/metrics"),
 ];
 
-pub fn router(app: Arc<App>) -> Router {
+/// Serves `router` on `listener` until `drain` says to stop (in-flight
+/// requests finish first).
+pub async fn serve<L>(listener: L, router: Router, mut drain: tokio::sync::broadcast::Receiver<()>)
+where
+    L: axum::serve::Listener,
+    L::Addr: std::fmt::Debug,
+{
+    let _ = axum::serve(listener, router)
+        .with_graceful_shutdown(async move {
+            let _ = drain.recv().await;
+        })
+        .await;
+}
+
+/// Every route; with `token`, each request must carry it as a bearer token
+/// (the TCP listener's check).
+pub fn router(app: Arc<App>, token: Option<String>) -> Router {
+    let r = routes(app.clone());
+    match token {
+        Some(t) => r.layer(axum::middleware::from_fn(move |req, next| {
+            let (t, m) = (t.clone(), app.metrics.clone());
+            async move { auth(t, m, req, next).await }
+        })),
+        None => r,
+    }
+}
+
+fn routes(app: Arc<App>) -> Router {
     // the largest body any route takes (a deploy); routes check their own
     let l = &app.cfg.limits;
     let max_body = (l.code_bytes * 4 / 3 + (2 << 20) + l.event_bytes) as usize;
@@ -92,6 +122,35 @@ async fn refuse_declared_oversize(
         .await;
     }
     too_large(&app, "a request body", len as usize, max).into_response()
+}
+
+/// Bearer-token check for the TCP listener (constant-time compare).
+async fn auth(
+    token: String,
+    metrics: Arc<crate::metrics::Metrics>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let given = req
+        .headers()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    use sha2::Digest;
+    // comparing digests: the time taken does not tell how much matched
+    let a = sha2::Sha256::digest(given.as_bytes());
+    let b = sha2::Sha256::digest(token.as_bytes());
+    if a != b {
+        metrics.reject("unauthorized");
+        return ApiError::new(
+            axum::http::StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "missing or wrong bearer token",
+        )
+        .into_response();
+    }
+    next.run(req).await
 }
 
 /// An error answer: a status and `{"error": CODE, "message": TEXT, ...}`.
@@ -231,7 +290,11 @@ async fn deploy_fn(
         app.metrics.reject("bad_request");
         ApiError::bad(format!("deploy request: {e}"))
     })?;
-    let (rec, code) = deploy::run(&app, req).await?;
+    let (rec, replaced) = deploy::run(&app, req).await?;
+    let code = match replaced {
+        true => StatusCode::OK,
+        false => StatusCode::CREATED,
+    };
     let v = lookup(&app, &rec.name)?;
     let mut out = describe(&v, 0, 0);
     out["snapshot_id"] = json!(rec.snapshot.as_ref().map(|s| s.id.clone()));
@@ -454,89 +517,68 @@ fn lambda_error(e: &thaw_sandbox::agent::AgentError) -> Value {
     }
 }
 
-pub(crate) fn function_failure(
+/// The status, body and outcome code for a function's failure the agent
+/// reported.
+fn function_failure(
     e: &thaw_sandbox::agent::AgentError,
     timeout_ms: u64,
 ) -> (StatusCode, Value, &'static str) {
-    use thaw_sandbox::agent::ErrorKind;
-    match e.kind() {
-        ErrorKind::FunctionError => {
-            let (ty, text) = e.message.split_once(": ").unwrap_or((&e.message, ""));
-            let traceback = e.traceback.as_deref().unwrap_or("");
-            (
-                StatusCode::BAD_GATEWAY,
-                json!({"error": "function_error", "type": ty, "message": text, "traceback": traceback}),
-                "function_error",
-            )
-        }
-        ErrorKind::Timeout => (
-            StatusCode::GATEWAY_TIMEOUT,
-            json!({"error": "timeout", "message": format!("the function ran past its timeout of {timeout_ms} ms; the instance was replaced")}),
-            "timeout",
-        ),
-        ErrorKind::BadOutput => (
-            StatusCode::BAD_GATEWAY,
-            json!({"error": "bad_output", "message": e.message}),
-            "bad_output",
-        ),
-        _ => (
-            StatusCode::BAD_GATEWAY,
-            json!({"error": if e.kind.is_empty() { "agent_error" } else { &e.kind }, "message": e.message}),
-            "agent_error",
-        ),
+    let (code, body) = outcome::function_failure(e, timeout_ms);
+    let status = match code {
+        "timeout" => StatusCode::GATEWAY_TIMEOUT,
+        _ => StatusCode::BAD_GATEWAY,
+    };
+    (status, body, code)
+}
+
+fn refusal(app: &App, name: &str, r: Refusal) -> ApiError {
+    let r = outcome::refused(name, r);
+    let status = match r.code {
+        "queue_full" => StatusCode::TOO_MANY_REQUESTS,
+        "replaced" | "at_cap" => StatusCode::CONFLICT,
+        "start_failed" => StatusCode::BAD_GATEWAY,
+        // memory, shutting_down, queue_timeout
+        _ => StatusCode::SERVICE_UNAVAILABLE,
+    };
+    app.metrics.reject(r.code);
+    let e = ApiError::new(status, r.code, r.message);
+    match r.retry_after {
+        Some(s) => e.retry(s),
+        None => e,
     }
 }
 
-pub(crate) fn refusal(app: &App, name: &str, r: Refusal) -> ApiError {
-    let (status, code, msg, retry) = match r {
-        Refusal::QueueFull => (
-            StatusCode::TOO_MANY_REQUESTS,
-            "queue_full",
-            format!("every instance of {name:?} is busy and its queue is full"),
-            Some(1),
-        ),
-        Refusal::Memory => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "memory",
-            "the instance memory budget is exhausted".to_string(),
-            Some(1),
-        ),
-        Refusal::Draining => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "shutting_down",
-            "the daemon is shutting down".to_string(),
-            None,
-        ),
-        Refusal::Replaced => (
-            StatusCode::CONFLICT,
-            "replaced",
-            format!("{name:?} was redeployed or deleted while the request waited"),
-            Some(1),
-        ),
-        Refusal::AtCap => (
-            StatusCode::CONFLICT,
-            "at_cap",
-            format!("{name:?} is at its instance cap"),
-            None,
-        ),
-        Refusal::Waited => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "queue_timeout",
-            format!("no instance of {name:?} became free in time"),
-            Some(1),
-        ),
-        Refusal::Failed(e) => (
-            StatusCode::BAD_GATEWAY,
-            "start_failed",
-            format!("starting an instance of {name:?} failed: {e}"),
-            None,
-        ),
-    };
-    app.metrics.reject(code);
-    let e = ApiError::new(status, code, msg);
-    match retry {
-        Some(s) => e.retry(s),
-        None => e,
+impl From<deploy::Error> for ApiError {
+    fn from(e: deploy::Error) -> ApiError {
+        use deploy::Error as E;
+        use thaw_runtime::packages::Refused;
+        let (status, code) = match &e {
+            E::Invalid(_) => (StatusCode::BAD_REQUEST, "bad_request"),
+            E::TooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
+            E::NotCheckpointable(_) => (StatusCode::UNPROCESSABLE_ENTITY, "not_checkpointable"),
+            E::Packages(Refused::BadName(_) | Refused::TooMany { .. }) => {
+                (StatusCode::BAD_REQUEST, "bad_request")
+            }
+            E::Packages(Refused::Unknown(_)) => {
+                (StatusCode::UNPROCESSABLE_ENTITY, "unknown_package")
+            }
+            E::Packages(Refused::Unresolvable(_)) => {
+                (StatusCode::UNPROCESSABLE_ENTITY, "unresolvable_packages")
+            }
+            E::Packages(Refused::TooLarge { .. }) => {
+                (StatusCode::PAYLOAD_TOO_LARGE, "packages_too_large")
+            }
+            E::Memory(_) => (StatusCode::SERVICE_UNAVAILABLE, "memory"),
+            E::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
+            E::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+        };
+        let mut out = ApiError::new(status, code, e.to_string());
+        match e {
+            E::NotCheckpointable(reasons) => out.body["reasons"] = json!(reasons),
+            E::Memory(_) => out = out.retry(1),
+            _ => {}
+        }
+        out
     }
 }
 

@@ -14,8 +14,7 @@ use serde_json::json;
 use std::time::{Duration, Instant};
 use thaw_bench::stats::{summarize, Summary};
 
-use crate::client::{Client, Target};
-use crate::Config;
+use thaw_client::{Client, Target};
 
 pub struct Options {
     /// Function from the runtime's suite, deployed as a user function.
@@ -58,54 +57,10 @@ fn stats(xs: &[f64]) -> Result<Summary> {
 /// Runs the benchmark on a temporary state home; the runtime root comes
 /// from `runtime_home`.
 pub fn run(runtime_home: &std::path::Path, o: &Options) -> Result<Report> {
-    on_temp_daemon(runtime_home, "serve", |app, socket| measure(app, socket, o))
+    thaw_server::on_temp_daemon(runtime_home, "serve", |app, socket| measure(app, socket, o))
 }
 
-/// Runs `measure` against a daemon serving a throw-away state home (removed
-/// afterwards) that reuses the runtime root of `runtime_home`.
-pub fn on_temp_daemon<T>(
-    runtime_home: &std::path::Path,
-    tag: &str,
-    measure: impl FnOnce(&crate::App, &std::path::Path) -> Result<T>,
-) -> Result<T> {
-    on_temp_daemon_with(runtime_home, tag, |_| {}, measure)
-}
-
-/// [`on_temp_daemon`] with the daemon's configuration adjusted by `configure`.
-pub fn on_temp_daemon_with<T>(
-    runtime_home: &std::path::Path,
-    tag: &str,
-    configure: impl FnOnce(&mut Config),
-    measure: impl FnOnce(&crate::App, &std::path::Path) -> Result<T>,
-) -> Result<T> {
-    let home = std::env::temp_dir().join(format!("thaw-bench-{tag}-{}", std::process::id()));
-    let _ = crate::remove_home(&home);
-    let mut cfg = Config {
-        home: home.clone(),
-        runtime_home: Some(runtime_home.to_path_buf()),
-        ..Config::default()
-    };
-    configure(&mut cfg);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
-    let res = (|| {
-        let app = {
-            // the daemon's nested (XDT) invocations run on this runtime
-            let _in_runtime = rt.enter();
-            crate::open(cfg)?
-        };
-        let running = rt.block_on(crate::start(app.clone(), false))?;
-        let res = measure(&app, &running.socket);
-        rt.block_on(running.stop());
-        res
-    })();
-    drop(rt);
-    let _ = crate::remove_home(&home);
-    res
-}
-
-fn measure(app: &crate::App, socket: &std::path::Path, o: &Options) -> Result<Report> {
+fn measure(app: &thaw_server::App, socket: &std::path::Path, o: &Options) -> Result<Report> {
     let src_path = app
         .worker
         .root
@@ -134,7 +89,7 @@ fn measure(app: &crate::App, socket: &std::path::Path, o: &Options) -> Result<Re
             String::from_utf8_lossy(&r.body)
         );
     }
-    let v = crate::api_lookup(app, "bench")?;
+    let v = thaw_server::api_lookup(app, "bench")?;
     let snap = v
         .placed()
         .and_then(|p| p.stored.local().cloned())

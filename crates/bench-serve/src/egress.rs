@@ -16,7 +16,7 @@ use std::time::Instant;
 use thaw_bench::stats::{summarize, Summary};
 use thaw_sandbox::nethost::NetHost;
 
-use crate::client::{Client, Target};
+use thaw_client::{Client, Target};
 
 pub struct Options {
     pub cold_runs: usize,
@@ -85,7 +85,7 @@ pub fn run(runtime_home: &std::path::Path, o: &Options) -> Result<Report> {
     let mut server = NetHost::create().context("creating the test host namespace")?;
     server.http_server(0, 8080)?;
     let client_ns = NetHost::create().context("creating the baseline's namespace")?;
-    crate::bench::on_temp_daemon_with(
+    thaw_server::on_temp_daemon_with(
         runtime_home,
         "egress",
         |cfg| cfg.limits.sandbox_pool = 1,
@@ -94,7 +94,7 @@ pub fn run(runtime_home: &std::path::Path, o: &Options) -> Result<Report> {
 }
 
 fn measure(
-    app: &crate::App,
+    app: &thaw_server::App,
     socket: &std::path::Path,
     server: &NetHost,
     client_ns: &NetHost,
@@ -140,7 +140,7 @@ fn measure(
         };
         for name in order {
             // the pool refills between restores, as it does between users'
-            let pool = crate::api_lookup(app, name)?;
+            let pool = thaw_server::api_lookup(app, name)?;
             if let Some(p) = pool.sandboxes.as_ref() {
                 p.wait_full(std::time::Duration::from_secs(10));
             }

@@ -1,0 +1,13 @@
+//! thaw-bench-serve: the daemon measured through its API, each against a
+//! baseline in the same run (docs/BENCHMARKS.md):
+//!
+//! * [`serve`]: `thaw bench serve`, the daemon against the worker it wraps;
+//! * [`xdt`]: `thaw bench xdt`, passing data between functions by reference
+//!   against the object-store baseline, on one worker and across a [`pair`];
+//! * [`egress`]: `thaw bench egress`, a function's network egress;
+//! * [`pair`]: two daemons in network namespaces of their own (also what
+//!   the cross-worker tests run on).
+pub mod egress;
+pub mod pair;
+pub mod serve;
+pub mod xdt;

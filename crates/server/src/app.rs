@@ -1,0 +1,48 @@
+//! The daemon's shared state: what the API's handlers, deploys, the mover
+//! and nested invocations all work on.
+use std::collections::HashMap;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex, RwLock};
+use thaw_worker::Worker;
+
+use crate::config::Config;
+use crate::pool::{FnVersion, Pool};
+use crate::registry::Registry;
+use crate::{logs, metrics, stored};
+
+/// Everything the handlers share.
+pub struct App {
+    pub cfg: Config,
+    pub worker: Arc<Worker>,
+    pub pool: Arc<Pool>,
+    pub registry: Registry,
+    pub metrics: Arc<metrics::Metrics>,
+    pub functions: RwLock<HashMap<String, Arc<FnVersion>>>,
+    pub deploy_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    pub rings: Mutex<HashMap<String, Arc<logs::Ring>>>,
+    pub draining: AtomicBool,
+    /// Held by the mover for each snapshot move (a stop waits for it).
+    pub mover_busy: Mutex<()>,
+    /// The slow snapshot tier's client, when that tier is remote.
+    pub remote: stored::RemoteClient,
+    /// The bridge and rule table of functions given egress, made at the
+    /// first such deploy (a daemon without them sets up nothing).
+    pub network: Mutex<Option<Arc<thaw_sandbox::egress::Network>>>,
+}
+
+impl App {
+    /// One deploy, delete or snapshot move of a function at a time.
+    pub fn deploy_lock(&self, name: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut locks = self.deploy_locks.lock().unwrap_or_else(|p| p.into_inner());
+        locks.entry(name.to_string()).or_default().clone()
+    }
+
+    /// The live version of a function.
+    pub fn function(&self, name: &str) -> Option<Arc<FnVersion>> {
+        self.functions
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+            .cloned()
+    }
+}
