@@ -303,9 +303,15 @@ fn bench_xdt_runs_every_method_and_leaves_no_store_behind() {
             "{a}"
         );
     }
-    // one bar (with its tooltip) per application and method
+    // one bar per application and method, and a legend swatch per method
     let svg = std::fs::read_to_string(dir.join("xdt-apps.svg")).unwrap();
-    assert_eq!(svg.matches("<title>").count(), 4, "{svg}");
+    let fills: usize = (0..2)
+        .map(|i| {
+            svg.matches(&format!("fill=\"{}\"", thaw_plot::fill_of(i)))
+                .count()
+        })
+        .sum();
+    assert_eq!(fills, 4 + 2, "{svg}");
     let md = std::fs::read_to_string(&md_path).unwrap();
     assert!(
         md.contains("| stacking-ensemble | ens-base | fit |"),

@@ -1,22 +1,10 @@
 //! SVG plots (plotters): latency CDF per start type, latency over time.
 
 use crate::record::Tally;
-use anyhow::{anyhow, Result};
+use anyhow::Result;
 use plotters::prelude::*;
 use std::path::Path;
-
-const PALETTE: [RGBColor; 6] = [
-    RGBColor(31, 119, 180),
-    RGBColor(214, 39, 40),
-    RGBColor(44, 160, 44),
-    RGBColor(255, 127, 14),
-    RGBColor(148, 103, 189),
-    RGBColor(140, 86, 75),
-];
-
-fn err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
-    anyhow!("plotting: {e:?}")
-}
+use thaw_plot::{colour, err, frame, legend};
 
 type Canvas<'a> = DrawingArea<SVGBackend<'a>, plotters::coord::Shift>;
 
@@ -24,30 +12,6 @@ fn canvas(path: &Path) -> Result<Canvas<'_>> {
     let root = SVGBackend::new(path, (800, 480)).into_drawing_area();
     root.fill(&WHITE).map_err(err)?;
     Ok(root)
-}
-
-/// The title and axis areas every plot here has.
-fn frame<'a, 'b>(root: &'a Canvas<'b>, title: &str) -> ChartBuilder<'a, 'b, SVGBackend<'b>> {
-    let mut b = ChartBuilder::on(root);
-    b.caption(title, ("sans-serif", 18))
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(50);
-    b
-}
-
-/// The series legend every plot here draws (also `thaw bench simlive`'s).
-pub fn legend<'a, DB: DrawingBackend + 'a, CT: plotters::coord::CoordTranslate>(
-    chart: &mut ChartContext<'a, DB, CT>,
-    at: SeriesLabelPosition,
-) -> Result<()> {
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .position(at)
-        .draw()
-        .map_err(err)
 }
 
 /// Latency CDF, one line per start type, log-scaled latency axis.
@@ -81,7 +45,7 @@ pub fn cdf(path: &Path, tally: &Tally, title: &str) -> Result<()> {
         .draw()
         .map_err(err)?;
     for (i, (name, pts)) in series.iter().enumerate() {
-        let c = PALETTE[i % PALETTE.len()];
+        let c = colour(i);
         chart
             .draw_series(LineSeries::new(pts.iter().copied(), c.stroke_width(2)))
             .map_err(err)?
@@ -116,7 +80,7 @@ pub fn over_time(path: &Path, tally: &Tally, title: &str) -> Result<()> {
         .map_err(err)?;
     let kinds: Vec<&String> = tally.latency.keys().collect();
     for (i, kind) in kinds.iter().enumerate() {
-        let c = PALETTE[i % PALETTE.len()];
+        let c = colour(i);
         chart
             .draw_series(
                 pts.iter()

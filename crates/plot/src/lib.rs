@@ -1,22 +1,49 @@
-//! Small SVG charts for the benchmark reports (no dependencies, no fonts to
-//! install): grouped bars for "one figure per category and method" tables and
-//! lines for "figure against a swept parameter" ones. Both write a standalone
-//! SVG document that a browser or a Markdown viewer shows as it is.
+//! The workspace's charts, all drawn with plotters into standalone SVG
+//! documents (no fonts to install: text stays SVG text): grouped bars for
+//! "one figure per category and method" tables, lines for "figure against a
+//! swept parameter" ones, and the palette, frame and legend that the load
+//! generator's and the simulator's own plots share.
 //!
 //! Missing values (`None`, NaN, or <= 0 on a log axis) are left out, so a
 //! refused or skipped cell shows as a gap, never as a zero.
-use std::fmt::Write;
+use plotters::coord::ranged1d::{AsRangedCoord, Ranged, ValueFormatter};
+use plotters::coord::Shift;
+use plotters::prelude::*;
 
-const WIDTH: f64 = 760.0;
-const HEIGHT: f64 = 420.0;
-const LEFT: f64 = 78.0;
-const RIGHT: f64 = 170.0;
-const TOP: f64 = 40.0;
-const BOTTOM: f64 = 64.0;
+const SIZE: (u32, u32) = (800, 460);
+
 /// Colour-blind-safe palette (Okabe-Ito), cycled per series.
-const COLOURS: [&str; 8] = [
-    "#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000",
+pub const PALETTE: [RGBColor; 8] = [
+    RGBColor(0x00, 0x72, 0xB2),
+    RGBColor(0xE6, 0x9F, 0x00),
+    RGBColor(0x00, 0x9E, 0x73),
+    RGBColor(0xD5, 0x5E, 0x00),
+    RGBColor(0xCC, 0x79, 0xA7),
+    RGBColor(0x56, 0xB4, 0xE9),
+    RGBColor(0xF0, 0xE4, 0x42),
+    RGBColor(0x00, 0x00, 0x00),
 ];
+
+/// The colour of series `i`.
+pub fn colour(i: usize) -> RGBColor {
+    PALETTE[i % PALETTE.len()]
+}
+
+/// `#RRGGBB` of series `i`'s colour, as the SVG writes its fills.
+pub fn fill_of(i: usize) -> String {
+    let c = colour(i);
+    format!("#{:02X}{:02X}{:02X}", c.0, c.1, c.2)
+}
+
+/// A plotting failure, with what plotters said.
+#[derive(Debug, thiserror::Error)]
+#[error("plotting: {0}")]
+pub struct PlotError(String);
+
+/// Wraps any plotters error.
+pub fn err<E: std::fmt::Debug>(e: E) -> PlotError {
+    PlotError(format!("{e:?}"))
+}
 
 /// A vertical axis: linear from zero, or logarithmic (decades).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,277 +75,237 @@ pub struct Lines {
     pub series: Vec<(String, Vec<(f64, f64)>)>,
 }
 
-/// Maps data values to one pixel axis.
-struct Axis {
-    scale: Scale,
-    lo: f64,
-    hi: f64,
-}
-
-impl Axis {
-    /// An axis covering `values` (the usable ones), with round limits.
-    fn fit(scale: Scale, values: impl Iterator<Item = f64>) -> Axis {
-        let usable: Vec<f64> = values.filter(|v| usable(scale, *v)).collect();
-        let max = usable.iter().cloned().fold(f64::NAN, f64::max);
-        let min = usable.iter().cloned().fold(f64::NAN, f64::min);
-        match scale {
-            Scale::Linear => {
-                let hi = if max.is_finite() && max > 0.0 {
-                    nice_ceil(max)
-                } else {
-                    1.0
-                };
-                let lo = if min.is_finite() && min < 0.0 {
-                    -nice_ceil(-min)
-                } else {
-                    0.0
-                };
-                Axis { scale, lo, hi }
-            }
-            Scale::Log => {
-                let (lo, hi) = if max.is_finite() {
-                    (
-                        min.log10().floor(),
-                        max.log10().ceil().max(min.log10().floor() + 1.0),
-                    )
-                } else {
-                    (0.0, 1.0)
-                };
-                Axis { scale, lo, hi }
-            }
-        }
-    }
-
-    /// Position of `v` in 0..=1 along the axis.
-    fn frac(&self, v: f64) -> f64 {
-        let x = match self.scale {
-            Scale::Linear => v,
-            Scale::Log => v.log10(),
-        };
-        ((x - self.lo) / (self.hi - self.lo)).clamp(0.0, 1.0)
-    }
-
-    /// Tick values with their labels.
-    fn ticks(&self) -> Vec<(f64, String)> {
-        match self.scale {
-            Scale::Linear => (0..=5)
-                .map(|i| {
-                    let v = self.lo + (self.hi - self.lo) * i as f64 / 5.0;
-                    (v, number(v))
-                })
-                .collect(),
-            Scale::Log => (self.lo as i32..=self.hi as i32)
-                .map(|e| {
-                    let v = 10f64.powi(e);
-                    (v, number(v))
-                })
-                .collect(),
-        }
-    }
-}
-
 fn usable(scale: Scale, v: f64) -> bool {
     v.is_finite() && (scale == Scale::Linear || v > 0.0)
 }
 
-/// The smallest of 1, 2, 2.5, 5 x 10^k that is >= v.
-fn nice_ceil(v: f64) -> f64 {
-    let e = 10f64.powf(v.log10().floor());
-    [1.0, 2.0, 2.5, 5.0, 10.0]
-        .iter()
-        .map(|m| m * e)
-        .find(|c| *c >= v)
-        .unwrap_or(10.0 * e)
+/// Axis limits covering `values` (the usable ones): from zero (linear) or
+/// a little below the least (log) to a little above the greatest.
+fn limits(scale: Scale, values: impl Iterator<Item = f64>) -> (f64, f64) {
+    let (lo, hi) = values
+        .filter(|v| usable(scale, *v))
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), v| {
+            (l.min(v), h.max(v))
+        });
+    match scale {
+        _ if !lo.is_finite() => (if scale == Scale::Log { 0.1 } else { 0.0 }, 1.0),
+        Scale::Linear => (lo.min(0.0), if hi > 0.0 { hi * 1.1 } else { 1.0 }),
+        Scale::Log => (lo / 1.5, (hi * 1.5).max(lo * 10.0)),
+    }
 }
 
-/// A short label: 0.25, 12, 1.5k, 3M.
+/// A compact tick label: 1500, 25k, 3M, 0.5.
 fn number(v: f64) -> String {
     let a = v.abs();
-    let (x, suffix) = if a >= 1e9 {
-        (v / 1e9, "G")
-    } else if a >= 1e6 {
-        (v / 1e6, "M")
-    } else if a >= 1e4 {
-        (v / 1e3, "k")
+    if a >= 1e6 && (v / 1e6).fract() == 0.0 {
+        format!("{}M", v / 1e6)
+    } else if a >= 1e4 && (v / 1e3).fract() == 0.0 {
+        format!("{}k", v / 1e3)
+    } else if a >= 100.0 || v.fract() == 0.0 {
+        format!("{v:.0}")
     } else {
-        (v, "")
-    };
-    let s = format!("{x:.3}");
-    let s = s.trim_end_matches('0').trim_end_matches('.');
-    format!("{s}{suffix}")
+        format!("{}", (v * 1000.0).round() / 1000.0)
+    }
 }
 
-fn escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
+/// A white canvas drawing into `out`.
+pub fn canvas(
+    out: &mut String,
+    size: (u32, u32),
+) -> Result<DrawingArea<SVGBackend<'_>, Shift>, PlotError> {
+    let root = SVGBackend::with_string(out, size).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    Ok(root)
 }
 
-/// The frame every chart shares: title, y axis with grid and ticks, legend.
-fn frame(out: &mut String, title: &str, y_label: &str, y: &Axis, names: &[&str]) {
-    let plot_h = HEIGHT - TOP - BOTTOM;
-    let _ = write!(
-        out,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" font-family="sans-serif" font-size="12">
-<rect width="100%" height="100%" fill="white"/>
-<text x="{}" y="22" text-anchor="middle" font-size="15">{}</text>
-<text transform="translate(16,{}) rotate(-90)" text-anchor="middle">{}</text>
-"#,
-        (LEFT + WIDTH - RIGHT) / 2.0,
-        escape(title),
-        TOP + plot_h / 2.0,
-        escape(y_label)
-    );
-    for (v, label) in y.ticks() {
-        let py = TOP + plot_h * (1.0 - y.frac(v));
-        let _ = writeln!(
-            out,
-            r##"<line x1="{LEFT}" x2="{}" y1="{py:.1}" y2="{py:.1}" stroke="#ddd"/><text x="{}" y="{:.1}" text-anchor="end">{label}</text>"##,
-            WIDTH - RIGHT,
-            LEFT - 6.0,
-            py + 4.0
-        );
-    }
-    let _ = writeln!(
-        out,
-        r#"<rect x="{LEFT}" y="{TOP}" width="{}" height="{plot_h}" fill="none" stroke="black"/>"#,
-        WIDTH - RIGHT - LEFT
-    );
-    for (i, name) in names.iter().enumerate() {
-        let ly = TOP + 10.0 + 20.0 * i as f64;
-        let lx = WIDTH - RIGHT + 12.0;
-        let _ = writeln!(
-            out,
-            r#"<rect x="{lx}" y="{}" width="12" height="12" fill="{}"/><text x="{}" y="{ly}">{}</text>"#,
-            ly - 10.0,
-            COLOURS[i % COLOURS.len()],
-            lx + 18.0,
-            escape(name)
-        );
-    }
+/// The title and axis areas every chart here has.
+pub fn frame<'a, 'b, DB: DrawingBackend>(
+    root: &'a DrawingArea<DB, Shift>,
+    title: &str,
+) -> ChartBuilder<'a, 'b, DB> {
+    let mut b = ChartBuilder::on(root);
+    b.caption(title, ("sans-serif", 18))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(60);
+    b
+}
+
+/// The series legend every chart here draws.
+pub fn legend<'a, DB: DrawingBackend + 'a, CT: plotters::coord::CoordTranslate>(
+    chart: &mut ChartContext<'a, DB, CT>,
+    at: SeriesLabelPosition,
+) -> Result<(), PlotError> {
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .position(at)
+        .draw()
+        .map_err(err)
 }
 
 impl Bars {
     pub fn svg(&self) -> String {
+        let mut out = String::new();
+        if let Err(e) = self.draw(&mut out) {
+            return failed(&self.title, &e);
+        }
+        out
+    }
+
+    fn draw(&self, out: &mut String) -> Result<(), PlotError> {
         let values = self
             .series
             .iter()
-            .flat_map(|(_, v)| v.iter().flatten().cloned());
-        let y = Axis::fit(self.scale, values);
-        let names: Vec<&str> = self.series.iter().map(|(n, _)| n.as_str()).collect();
-        let mut out = String::new();
-        frame(&mut out, &self.title, &self.y_label, &y, &names);
-        let plot_w = WIDTH - RIGHT - LEFT;
-        let plot_h = HEIGHT - TOP - BOTTOM;
-        let group_w = plot_w / self.categories.len().max(1) as f64;
-        let bar_w = group_w * 0.8 / self.series.len().max(1) as f64;
-        let base = TOP
-            + plot_h
-                * (1.0
-                    - y.frac(if self.scale == Scale::Log {
-                        0.0
-                    } else {
-                        0.0f64.max(y.lo)
-                    }));
-        for (c, category) in self.categories.iter().enumerate() {
-            let gx = LEFT + group_w * c as f64;
-            let _ = writeln!(
-                out,
-                r#"<text x="{:.1}" y="{}" text-anchor="middle">{}</text>"#,
-                gx + group_w / 2.0,
-                HEIGHT - BOTTOM + 18.0,
-                escape(category)
-            );
-            for (s, (name, vals)) in self.series.iter().enumerate() {
-                let Some(v) = vals
-                    .get(c)
-                    .copied()
-                    .flatten()
-                    .filter(|v| usable(self.scale, *v))
-                else {
-                    continue;
-                };
-                let top = TOP + plot_h * (1.0 - y.frac(v));
-                let bottom = if self.scale == Scale::Log {
-                    TOP + plot_h
-                } else {
-                    base
-                };
-                let (y0, h) = (top.min(bottom), (bottom - top).abs());
-                let _ = writeln!(
-                    out,
-                    r#"<rect x="{:.1}" y="{y0:.1}" width="{:.1}" height="{h:.1}" fill="{}"><title>{}: {}</title></rect>"#,
-                    gx + group_w * 0.1 + bar_w * s as f64,
-                    bar_w * 0.95,
-                    COLOURS[s % COLOURS.len()],
-                    escape(name),
-                    number(v)
-                );
-            }
+            .flat_map(|(_, v)| v.iter().flatten().copied());
+        let (lo, hi) = limits(self.scale, values);
+        let n = self.categories.len().max(1) as f64;
+        let root = canvas(out, SIZE)?;
+        match self.scale {
+            Scale::Linear => self.bars(&root, 0.0..n, lo..hi, 0.0f64.max(lo))?,
+            Scale::Log => self.bars(&root, 0.0..n, (lo..hi).log_scale(), lo)?,
         }
-        out.push_str("</svg>\n");
-        out
+        root.present().map_err(err)
+    }
+
+    fn bars<Y>(
+        &self,
+        root: &DrawingArea<SVGBackend<'_>, Shift>,
+        x: std::ops::Range<f64>,
+        y: Y,
+        base: f64,
+    ) -> Result<(), PlotError>
+    where
+        Y: AsRangedCoord<Value = f64>,
+        Y::CoordDescType: ValueFormatter<f64>,
+    {
+        let mut chart = frame(root, &self.title)
+            .build_cartesian_2d(x, y)
+            .map_err(err)?;
+        let categories = &self.categories;
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .x_label_formatter(&|_| String::new())
+            .y_label_formatter(&|v| number(*v))
+            .y_desc(self.y_label.as_str())
+            .draw()
+            .map_err(err)?;
+        // each category's name under its group's middle
+        for (i, name) in categories.iter().enumerate() {
+            let (px, py) = chart.backend_coord(&(i as f64 + 0.5, base));
+            let style = ("sans-serif", 14).into_font().into_text_style(root).pos(
+                plotters::style::text_anchor::Pos::new(
+                    plotters::style::text_anchor::HPos::Center,
+                    plotters::style::text_anchor::VPos::Top,
+                ),
+            );
+            root.draw(&Text::new(name.as_str(), (px, py + 8), style))
+                .map_err(err)?;
+        }
+        let width = 0.8 / self.series.len().max(1) as f64;
+        for (s, (name, vals)) in self.series.iter().enumerate() {
+            let c = colour(s);
+            let bars = vals.iter().enumerate().filter_map(|(i, v)| {
+                let v = v.filter(|v| usable(self.scale, *v))?;
+                let x0 = i as f64 + 0.1 + width * s as f64;
+                Some(Rectangle::new(
+                    [(x0, base), (x0 + width * 0.95, v)],
+                    c.filled(),
+                ))
+            });
+            chart
+                .draw_series(bars)
+                .map_err(err)?
+                .label(name.as_str())
+                .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], c.filled()));
+        }
+        legend(&mut chart, SeriesLabelPosition::UpperRight)
     }
 }
 
 impl Lines {
     pub fn svg(&self) -> String {
-        let points = || self.series.iter().flat_map(|(_, p)| p.iter().cloned());
-        let x = Axis::fit(self.x_scale, points().map(|p| p.0));
-        let y = Axis::fit(self.y_scale, points().map(|p| p.1));
-        let names: Vec<&str> = self.series.iter().map(|(n, _)| n.as_str()).collect();
         let mut out = String::new();
-        frame(&mut out, &self.title, &self.y_label, &y, &names);
-        let plot_w = WIDTH - RIGHT - LEFT;
-        let plot_h = HEIGHT - TOP - BOTTOM;
-        for (v, label) in x.ticks() {
-            let px = LEFT + plot_w * x.frac(v);
-            let _ = writeln!(
-                out,
-                r#"<text x="{px:.1}" y="{}" text-anchor="middle">{label}</text>"#,
-                HEIGHT - BOTTOM + 18.0
-            );
+        if let Err(e) = self.draw(&mut out) {
+            return failed(&self.title, &e);
         }
-        let _ = writeln!(
-            out,
-            r#"<text x="{}" y="{}" text-anchor="middle">{}</text>"#,
-            LEFT + plot_w / 2.0,
-            HEIGHT - 16.0,
-            escape(&self.x_label)
-        );
-        for (s, (name, pts)) in self.series.iter().enumerate() {
-            let colour = COLOURS[s % COLOURS.len()];
-            let coords: Vec<(f64, f64)> = pts
-                .iter()
-                .filter(|(px, py)| usable(self.x_scale, *px) && usable(self.y_scale, *py))
-                .map(|(px, py)| {
-                    (
-                        LEFT + plot_w * x.frac(*px),
-                        TOP + plot_h * (1.0 - y.frac(*py)),
-                    )
-                })
-                .collect();
-            let path: Vec<String> = coords
-                .iter()
-                .map(|(a, b)| format!("{a:.1},{b:.1}"))
-                .collect();
-            let _ = writeln!(
-                out,
-                r#"<polyline points="{}" fill="none" stroke="{colour}" stroke-width="2"><title>{}</title></polyline>"#,
-                path.join(" "),
-                escape(name)
-            );
-            for (a, b) in coords {
-                let _ = writeln!(
-                    out,
-                    r#"<circle cx="{a:.1}" cy="{b:.1}" r="3" fill="{colour}"/>"#
-                );
-            }
-        }
-        out.push_str("</svg>\n");
         out
     }
+
+    fn draw(&self, out: &mut String) -> Result<(), PlotError> {
+        let points = || self.series.iter().flat_map(|(_, p)| p.iter().copied());
+        let (x0, x1) = limits(self.x_scale, points().map(|p| p.0));
+        let (y0, y1) = limits(self.y_scale, points().map(|p| p.1));
+        let root = canvas(out, SIZE)?;
+        match (self.x_scale, self.y_scale) {
+            (Scale::Linear, Scale::Linear) => self.lines(&root, x0..x1, y0..y1)?,
+            (Scale::Linear, Scale::Log) => self.lines(&root, x0..x1, (y0..y1).log_scale())?,
+            (Scale::Log, Scale::Linear) => self.lines(&root, (x0..x1).log_scale(), y0..y1)?,
+            (Scale::Log, Scale::Log) => {
+                self.lines(&root, (x0..x1).log_scale(), (y0..y1).log_scale())?
+            }
+        }
+        root.present().map_err(err)
+    }
+
+    fn lines<X, Y>(
+        &self,
+        root: &DrawingArea<SVGBackend<'_>, Shift>,
+        x: X,
+        y: Y,
+    ) -> Result<(), PlotError>
+    where
+        X: AsRangedCoord<Value = f64>,
+        Y: AsRangedCoord<Value = f64>,
+        X::CoordDescType: Ranged<ValueType = f64> + ValueFormatter<f64>,
+        Y::CoordDescType: Ranged<ValueType = f64> + ValueFormatter<f64>,
+    {
+        let mut chart = frame(root, &self.title)
+            .build_cartesian_2d(x, y)
+            .map_err(err)?;
+        chart
+            .configure_mesh()
+            .x_label_formatter(&|v| number(*v))
+            .y_label_formatter(&|v| number(*v))
+            .x_desc(self.x_label.as_str())
+            .y_desc(self.y_label.as_str())
+            .draw()
+            .map_err(err)?;
+        for (s, (name, pts)) in self.series.iter().enumerate() {
+            let c = colour(s);
+            let pts: Vec<(f64, f64)> = pts
+                .iter()
+                .copied()
+                .filter(|(px, py)| usable(self.x_scale, *px) && usable(self.y_scale, *py))
+                .collect();
+            chart
+                .draw_series(LineSeries::new(pts.iter().copied(), c.stroke_width(2)))
+                .map_err(err)?
+                .label(name.as_str())
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(3))
+                });
+            chart
+                .draw_series(pts.iter().map(|p| Circle::new(*p, 3, c.filled())))
+                .map_err(err)?;
+        }
+        legend(&mut chart, SeriesLabelPosition::UpperLeft)
+    }
+}
+
+/// A chart that could not be drawn: an SVG saying why, so a report still
+/// has its file and the reason.
+fn failed(title: &str, e: &PlotError) -> String {
+    let text = format!("{title}: {e}")
+        .replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;");
+    format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\"><text x=\"20\" y=\"40\">{text}</text></svg>\n",
+        SIZE.0, SIZE.1
+    )
 }
 
 /// Writes `svg` to `path` through a temporary file and a rename, so a reader
@@ -333,63 +320,69 @@ pub fn write(path: &std::path::Path, svg: &str) -> std::io::Result<()> {
 mod tests {
     use super::*;
 
+    /// How many shapes of series `i`'s colour the SVG holds.
+    fn shapes_of(svg: &str, i: usize) -> usize {
+        svg.matches(&format!("fill=\"{}\"", fill_of(i))).count()
+    }
+
     #[test]
-    fn bars_draw_one_rect_per_present_value_and_skip_gaps() {
-        let b = Bars {
-            title: "t <&>".into(),
-            y_label: "ms".into(),
-            scale: Scale::Log,
-            categories: vec!["a".into(), "b".into()],
-            series: vec![
-                ("x".into(), vec![Some(1.5), None]),
-                ("y".into(), vec![Some(200.0), Some(0.0)]),
-            ],
-        };
-        let svg = b.svg();
-        assert!(svg.starts_with("<svg") && svg.ends_with("</svg>\n"));
-        assert_eq!(svg.matches("<title>").count(), 2, "{svg}");
-        assert!(svg.contains("t &lt;&amp;&gt;"));
-        // Log axis from 1 to 1000: ticks 1, 10, 100, 1000.
-        for t in [">1<", ">10<", ">100<", ">1000<"] {
-            assert!(svg.contains(t), "missing tick {t}");
+    fn bars_draw_one_bar_per_present_value_and_skip_gaps() {
+        for scale in [Scale::Linear, Scale::Log] {
+            let b = Bars {
+                title: "t <&>".into(),
+                y_label: "ms".into(),
+                scale,
+                categories: vec!["a".into(), "b".into(), "c".into()],
+                series: vec![
+                    ("one".into(), vec![Some(1.0), None, Some(30.0)]),
+                    ("two".into(), vec![Some(f64::NAN), Some(2.0), Some(0.0)]),
+                ],
+            };
+            let svg = b.svg();
+            assert!(svg.starts_with("<svg"), "{svg}");
+            assert!(svg.contains("t &lt;&amp;&gt;"), "{svg}");
+            // each series' bars plus its legend swatch; zero is a gap only on a log axis
+            let two = if scale == Scale::Log { 1 } else { 2 };
+            assert_eq!(shapes_of(&svg, 0), 2 + 1, "{scale:?}: {svg}");
+            assert_eq!(shapes_of(&svg, 1), two + 1, "{scale:?}: {svg}");
+            for label in [">\na\n<", ">\nb\n<", ">\nc\n<"] {
+                assert!(svg.contains(label), "missing category {label}");
+            }
         }
     }
 
     #[test]
-    fn lines_place_points_inside_the_plot() {
-        let l = Lines {
-            title: "scaling".into(),
-            x_label: "concurrency".into(),
-            y_label: "ms".into(),
-            x_scale: Scale::Log,
-            y_scale: Scale::Linear,
-            series: vec![(
-                "nvme".into(),
-                vec![(1.0, 3.0), (2.0, 5.0), (64.0, 40.0), (0.0, 9.0)],
-            )],
-        };
-        let svg = l.svg();
-        assert_eq!(
-            svg.matches("<circle").count(),
-            3,
-            "the x=0 point is dropped on a log axis"
-        );
-        // the number in `name="..."` of one element's text
-        let attr = |c: &str, name: &str| -> f64 {
-            let after = c.split(&format!("{name}=\"")).nth(1).unwrap();
-            after.split('"').next().unwrap().parse().unwrap()
-        };
-        for c in svg.split("<circle").skip(1) {
-            let (cx, cy) = (attr(c, "cx"), attr(c, "cy"));
-            assert!((LEFT..=WIDTH - RIGHT).contains(&cx) && (TOP..=HEIGHT - BOTTOM).contains(&cy));
+    fn lines_on_every_scale_leave_out_unusable_points() {
+        for (xs, ys) in [
+            (Scale::Linear, Scale::Linear),
+            (Scale::Log, Scale::Log),
+            (Scale::Log, Scale::Linear),
+            (Scale::Linear, Scale::Log),
+        ] {
+            let l = Lines {
+                title: "t".into(),
+                x_label: "N".into(),
+                y_label: "ms".into(),
+                x_scale: xs,
+                y_scale: ys,
+                series: vec![(
+                    "s".into(),
+                    vec![(1.0, 2.0), (10.0, 20.0), (100.0, f64::NAN), (1000.0, 5.0)],
+                )],
+            };
+            let svg = l.svg();
+            assert!(svg.contains("<polyline"), "{xs:?}/{ys:?}: {svg}");
+            // three points drawn as dots
+            assert_eq!(svg.matches("<circle").count(), 3, "{xs:?}/{ys:?}");
         }
     }
 
     #[test]
-    fn nice_limits_and_labels() {
-        assert_eq!(nice_ceil(7.3), 10.0);
-        assert_eq!(nice_ceil(180.0), 200.0);
-        assert_eq!(nice_ceil(0.22), 0.25);
+    fn limits_and_labels() {
+        assert_eq!(limits(Scale::Linear, [2.0, 10.0].into_iter()), (0.0, 11.0));
+        assert_eq!(limits(Scale::Log, [0.0, f64::NAN].into_iter()), (0.1, 1.0));
+        let (lo, hi) = limits(Scale::Log, [1.0, 1000.0].into_iter());
+        assert!(lo < 1.0 && hi > 1000.0);
         assert_eq!(number(1500.0), "1500");
         assert_eq!(number(25000.0), "25k");
         assert_eq!(number(0.5), "0.5");

@@ -58,6 +58,7 @@ int main(void)
     OFF(plan_thread, rseq_addr);
     OFF(plan_thread, rseq_len);
     OFF(plan_thread, rseq_sig);
+    OFF(plan_thread, comm);
     SIZE(restorer_status);
     OFF(restorer_status, magic);
     OFF(restorer_status, ok);

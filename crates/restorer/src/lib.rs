@@ -43,7 +43,7 @@ pub const RESUME_BYTE: u8 = b'G';
 pub const RESTORER_VDSO_SCRATCH: u64 = RESTORER_BASE + RESTORER_SPAN;
 
 pub const PLAN_MAGIC: u64 = 0x4e41_4c50_5741_4854;
-pub const PLAN_VERSION: u32 = 4;
+pub const PLAN_VERSION: u32 = 5;
 pub const MAX_VDSO_PIECES: usize = 4;
 
 pub const FILL_COPY: u32 = 0;
@@ -168,6 +168,22 @@ pub struct PlanThread {
     pub rseq_addr: u64,
     pub rseq_len: u32,
     pub rseq_sig: u32,
+    /// its name (`comm`), NUL-terminated: see [`PlanThread::comm_of`]
+    pub comm: [u8; 16],
+}
+
+impl PlanThread {
+    /// A thread name as `comm` holds it: at most 15 bytes (the kernel's
+    /// limit, cut at a character boundary), NUL-padded.
+    pub fn comm_of(name: &str) -> [u8; 16] {
+        let mut end = name.len().min(15);
+        while !name.is_char_boundary(end) {
+            end -= 1;
+        }
+        let mut comm = [0u8; 16];
+        comm[..end].copy_from_slice(&name.as_bytes()[..end]);
+        comm
+    }
 }
 
 /// `struct restorer_status`.
@@ -256,6 +272,7 @@ same_layout!(PlanThread, C_SIZE_plan_thread,
     rseq_addr => C_OFF_plan_thread_rseq_addr,
     rseq_len => C_OFF_plan_thread_rseq_len,
     rseq_sig => C_OFF_plan_thread_rseq_sig,
+    comm => C_OFF_plan_thread_comm,
 );
 same_layout!(PlanVma, C_SIZE_plan_vma,
     start => C_OFF_plan_vma_start,
@@ -521,7 +538,7 @@ mod tests {
         let enc = p.encode().unwrap();
         let len = u64::from_le_bytes(enc[..8].try_into().unwrap()) as usize;
         assert_eq!(len, enc.len() - 8);
-        assert_eq!(len, 224 + 48 + 32 + 64 + 16 + 8 + 16 + 17);
+        assert_eq!(len, 224 + 48 + 32 + 80 + 16 + 8 + 16 + 17);
         p.frame = vec![0; 12];
         assert!(p.encode().is_err(), "a frame not a multiple of 8");
         p.frame = vec![0; 16];
@@ -532,6 +549,24 @@ mod tests {
         assert!(p.encode().is_err(), "a thread's frame past the frames");
         p.threads.clear();
         assert!(p.encode().is_err(), "no main thread");
+    }
+
+    #[test]
+    fn thread_names_fit_comm() {
+        assert_eq!(
+            &PlanThread::comm_of("python3.11"),
+            b"python3.11\0\0\0\0\0\0"
+        );
+        // the kernel keeps 15 bytes; a character is never cut in half
+        assert_eq!(
+            &PlanThread::comm_of("renamed-worker-12345"),
+            b"renamed-worker-\0"
+        );
+        assert_eq!(
+            &PlanThread::comm_of("abcdefghijklmn\u{e9}"),
+            b"abcdefghijklmn\0\0"
+        );
+        assert_eq!(PlanThread::comm_of(""), [0; 16]);
     }
 
     #[test]

@@ -22,7 +22,7 @@ typedef unsigned int u32;
 typedef int i32;
 
 #define THAW_PLAN_MAGIC 0x4e414c5057414854UL /* "THAWPLAN" */
-#define THAW_PLAN_VERSION 4
+#define THAW_PLAN_VERSION 5
 
 /* The restorer owns [RESTORER_BASE, RESTORER_BASE + RESTORER_SPAN): its image,
  * stack and scratch. Checkpoint refuses runtimes that map anything there. */
@@ -125,6 +125,7 @@ struct plan_thread {
     u64 rseq_addr;   /* rseq registration; 0: none */
     u32 rseq_len;
     u32 rseq_sig;
+    char comm[16];   /* its name (PR_SET_NAME), NUL-terminated */
 };
 
 /* Status the restorer writes to fd 3 when it is done (or fails). */
@@ -163,7 +164,7 @@ enum { THAW_STEPS(THAW_STEP_ENUM) };
 
 /* The Rust side checks every offset too (build.rs, src/abi.c). */
 _Static_assert(sizeof(struct plan_header) == 224, "plan_header layout");
-_Static_assert(sizeof(struct plan_thread) == 64, "plan_thread layout");
+_Static_assert(sizeof(struct plan_thread) == 80, "plan_thread layout");
 _Static_assert(sizeof(struct plan_vma) == 48, "plan_vma layout");
 _Static_assert(sizeof(struct plan_run) == 32, "plan_run layout");
 _Static_assert(sizeof(struct restorer_status) == 40, "restorer_status layout");

@@ -78,6 +78,7 @@
 #define EFAULT_ 14
 #define ENOMEM_ 12
 #define PR_SET_MM 35
+#define PR_SET_NAME 15
 #define PR_SET_MM_MAP 14
 #define PR_SET_NO_NEW_PRIVS 38
 #define SECCOMP_SET_MODE_FILTER 1
@@ -435,6 +436,9 @@ static void start_threads(const struct plan_header *h, const struct plan_thread 
     for (u32 i = 1; i < h->n_threads; i++) {
         const struct plan_thread *t = &threads[i];
         u64 flags = CLONE_THREAD_FLAGS | (t->clear_tid ? CLONE_TID_FLAGS : 0);
+        /* a new thread starts with its creator's name: take its name first */
+        if (sys3(SYS_prctl, PR_SET_NAME, (long)t->comm, 0) < 0)
+            sys3(SYS_exit_group, EXIT_THREADS, 0, 0);
         long r = clone_fn(flags, TRAMP_FRAME + t->frame_off + 8, t->clear_tid, t->clear_tid,
                           t->fs_base, t, started);
         if (r < 0)
@@ -444,10 +448,10 @@ static void start_threads(const struct plan_header *h, const struct plan_thread 
     while ((seen = *started) < h->n_threads - 1)
         sys6(SYS_futex, (long)started, FUTEX_WAIT_PRIVATE, seen, 0, 0, 0);
     const struct plan_thread *m = &threads[0];
-    long r = 0;
+    long r = sys3(SYS_prctl, PR_SET_NAME, (long)m->comm, 0);
     if (m->clear_tid)
         sys3(SYS_set_tid_address, m->clear_tid, 0, 0);
-    if (m->robust_head)
+    if (r >= 0 && m->robust_head)
         r = sys3(SYS_set_robust_list, m->robust_head, m->robust_len, 0);
     if (r >= 0 && m->rseq_addr)
         r = sys6(SYS_rseq, (long)m->rseq_addr, m->rseq_len, 0, m->rseq_sig, 0, 0);
@@ -512,7 +516,7 @@ void restorer_main(u64 *initial_sp)
         fail(STEP_BAD_PLAN, EINVAL, 5);
     for (u32 i = 0; i < h->n_threads; i++)
         if (threads[i].frame_off % 8 || threads[i].frame_off >= h->frame_len ||
-            (i == 0 && threads[i].frame_off != 0))
+            (i == 0 && threads[i].frame_off != 0) || threads[i].comm[15] != 0)
             fail(STEP_BAD_PLAN, EINVAL, 7);
     if (h->strings_len == 0 || strings[h->strings_len - 1] != 0)
         fail(STEP_BAD_PLAN, EINVAL, 3);

@@ -23,7 +23,7 @@ pub const MAX_REQUESTED: usize = 32;
 /// Most packages the resolved closure may hold (beyond the root's).
 pub const MAX_CLOSURE: usize = 256;
 /// Bump when the tree's build steps change what they produce.
-const TREE_FORMAT: u32 = 1;
+const TREE_FORMAT: u32 = 2;
 
 /// Why a package set was refused: the caller's input, not the host (4xx).
 #[derive(Debug, Clone, PartialEq)]
@@ -343,9 +343,16 @@ fn resolve_uncached(
 
 /// A dpkg status file in which the root's packages (and the recipe's stubs)
 /// are installed, with the fields apt needs to satisfy dependencies on them
-/// (versions, `Multi-Arch` for `python3:any`, `Provides`). Cached per root.
+/// (versions, `Multi-Arch` for `python3:any`, `Provides`) and those it
+/// hashes to tell one build of a version from another (relations,
+/// `Installed-Size`): without them an installed package is another build of
+/// its version, which apt would "upgrade" to the lists' one as soon as a
+/// requested package touches it (libopenblas0-pthread, the root's
+/// libopenblas0-serial). Cached per root.
 fn root_status(cache: &Path, root: &RootInfo) -> Result<String> {
-    let file = cache.join("status").join(&root.hash);
+    let file = cache
+        .join("status")
+        .join(format!("{}.{TREE_FORMAT}", root.hash));
     if let Ok(s) = fs::read_to_string(&file) {
         return Ok(s);
     }
@@ -367,6 +374,12 @@ fn root_status(cache: &Path, root: &RootInfo) -> Result<String> {
                     "Architecture",
                     "Multi-Arch",
                     "Provides",
+                    "Depends",
+                    "Pre-Depends",
+                    "Conflicts",
+                    "Breaks",
+                    "Replaces",
+                    "Installed-Size",
                 ] {
                     if let Some(v) = field(st, k) {
                         s.push_str(&format!("{k}: {v}\n"));
@@ -443,9 +456,14 @@ fn build(
     fs::set_permissions(&tree, fs::Permissions::from_mode(0o755))?;
     recipe::merged_usr(&tree)?;
     let debs = runtime_home.join("runtime").join("debs");
+    // the alternatives the packages install (libopenblas0-pthread's
+    // libblas.so.3, found before the root's through LD_LIBRARY_PATH)
+    let mut alternatives = recipe::Alternatives::default();
     for i in 0..pkgs.len() {
-        recipe::unpack(&debs, pkgs, i, &tree, progress)?;
+        let deb = recipe::unpack(&debs, pkgs, i, &tree, progress)?;
+        alternatives.add(&deb)?;
     }
+    alternatives.link(&tree)?;
     for p in recipe::recipe()?.prune {
         let _ = fs::remove_dir_all(tree.join(p));
     }

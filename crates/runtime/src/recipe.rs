@@ -536,6 +536,51 @@ fn extract(deb: &Path, root: &Path) -> Result<()> {
 /// (name, priority, [(link, path)]) of one `update-alternatives --install`.
 pub type Alternative = (String, i64, Vec<(String, String)>);
 
+/// What the unpacked packages' `update-alternatives --install` calls would
+/// leave: for each name, the links of its highest priority.
+#[derive(Default)]
+pub(crate) struct Alternatives(BTreeMap<String, (i64, Vec<(String, String)>)>);
+
+impl Alternatives {
+    /// Takes in the alternatives of a .deb's postinst.
+    pub(crate) fn add(&mut self, deb: &Path) -> Result<()> {
+        let post = Command::new("dpkg-deb")
+            .arg("-I")
+            .arg(deb)
+            .arg("postinst")
+            .output()?;
+        if post.status.success() {
+            for (name, prio, links) in parse_alternatives(&String::from_utf8_lossy(&post.stdout)) {
+                let better = self.0.get(&name).map(|(p, _)| prio > *p).unwrap_or(true);
+                if better {
+                    self.0.insert(name, (prio, links));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes each link under `tree` whose target the tree holds (relative,
+    /// so it resolves wherever the tree is mounted); an existing file wins.
+    pub(crate) fn link(&self, tree: &Path) -> Result<()> {
+        for (name, (_, links)) in &self.0 {
+            for (link, target) in links {
+                if !tree.join(target.trim_start_matches('/')).exists() {
+                    continue;
+                }
+                let lp = tree.join(link.trim_start_matches('/'));
+                if fs::symlink_metadata(&lp).is_ok() {
+                    continue;
+                }
+                fs::create_dir_all(lp.parent().unwrap())?;
+                std::os::unix::fs::symlink(relative_link(link, target), &lp)
+                    .with_context(|| format!("alternative {name}: {link} -> {target}"))?;
+            }
+        }
+        Ok(())
+    }
+}
+
 /// `update-alternatives --install LINK NAME PATH PRIO [--slave LINK NAME PATH]...`
 /// lines of a maintainer script: (name, prio, [(link, path)]).
 pub fn parse_alternatives(script: &str) -> Vec<Alternative> {
@@ -699,41 +744,13 @@ fn build_into(
     fs::set_permissions(&root, fs::Permissions::from_mode(0o755))?;
     merged_usr(&root)?;
     let debs = dir.parent().unwrap().parent().unwrap().join("debs");
-    let mut alternatives: BTreeMap<String, (i64, Vec<(String, String)>)> = BTreeMap::new();
+    let mut alternatives = Alternatives::default();
     for i in 0..pkgs.len() {
         let deb = unpack(&debs, pkgs, i, &root, progress)?;
-        let post = Command::new("dpkg-deb")
-            .arg("-I")
-            .arg(&deb)
-            .arg("postinst")
-            .output()?;
-        if post.status.success() {
-            for (name, prio, links) in parse_alternatives(&String::from_utf8_lossy(&post.stdout)) {
-                let better = alternatives
-                    .get(&name)
-                    .map(|(p, _)| prio > *p)
-                    .unwrap_or(true);
-                if better {
-                    alternatives.insert(name, (prio, links));
-                }
-            }
-        }
+        alternatives.add(&deb)?;
     }
     progress("maintainer-script fix-ups: alternatives, passwd, ld.so.cache, mount points");
-    for (name, (_, links)) in &alternatives {
-        for (link, target) in links {
-            if !root.join(target.trim_start_matches('/')).exists() {
-                continue;
-            }
-            let lp = root.join(link.trim_start_matches('/'));
-            if fs::symlink_metadata(&lp).is_ok() {
-                continue;
-            }
-            fs::create_dir_all(lp.parent().unwrap())?;
-            std::os::unix::fs::symlink(relative_link(link, target), &lp)
-                .with_context(|| format!("alternative {name}: {link} -> {target}"))?;
-        }
-    }
+    alternatives.link(&root)?;
     for p in &r.prune {
         let _ = fs::remove_dir_all(root.join(p));
     }

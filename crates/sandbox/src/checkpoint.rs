@@ -112,10 +112,11 @@ fn task_ids(pid: i32) -> Result<Vec<i32>> {
     Ok(tids)
 }
 
-/// A thread's name (`comm`), for refusals.
+/// A thread's name (`comm`, as it is: a restore gives it back), for
+/// refusals and the snapshot.
 fn thread_name(pid: i32, tid: i32) -> String {
-    std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
-        .map(|s| s.trim().to_string())
+    std::fs::read(format!("/proc/{pid}/task/{tid}/comm"))
+        .map(|s| String::from_utf8_lossy(s.strip_suffix(b"\n").unwrap_or(&s)).into_owned())
         .unwrap_or_else(|_| "?".into())
 }
 
@@ -331,23 +332,50 @@ pub struct AgentThread {
     pub native_id: i64,
 }
 
-/// Everything of runtime `pid` (with runtime root `root`) that stops a
+/// Where a runtime's files come from on the host: its read-only root, and
+/// the directories mounted over it (a deployed function's code and
+/// packages: (host directory, mount point)).
+pub struct Origins<'a> {
+    pub root: &'a Path,
+    pub mounts: &'a [(std::path::PathBuf, &'static str)],
+}
+
+impl Origins<'_> {
+    fn of(sb: &Sandbox) -> Origins<'_> {
+        Origins {
+            root: sb.root(),
+            mounts: sb.mounts(),
+        }
+    }
+
+    /// The host file behind `inside`, a path as the runtime sees it.
+    fn host_path(&self, root: &Path, inside: &str) -> std::path::PathBuf {
+        for (dir, at) in self.mounts {
+            if let Some(rest) = inside.strip_prefix(at).and_then(|r| r.strip_prefix('/')) {
+                return dir.join(rest);
+            }
+        }
+        root.join(inside.trim_start_matches('/'))
+    }
+}
+
+/// Everything of runtime `pid` (with its files from `origins`) that stops a
 /// snapshot, in one list: the one place refusals are made. Also returns
 /// the scan of its /tmp and /dev/shm (content bytes over `files_cap` are
 /// a refusal). Threads are captured, not refused; `_threads` (what the
 /// agent told of its threads) stays for callers that name them.
 pub fn inspect(
     pid: i32,
-    root: &Path,
+    origins: &Origins,
     _threads: &[AgentThread],
     files_cap: u64,
 ) -> Result<(Vec<Refusal>, Scan)> {
     let mut reasons = child_refusals(pid)?;
     reasons.extend(descriptor_refusals(pid)?);
     let maps = parse_maps(&std::fs::read_to_string(format!("/proc/{pid}/maps"))?)?;
-    let root = root.canonicalize()?;
+    let root = origins.root.canonicalize()?;
     for m in &maps {
-        if let Err(why) = mapping_path(m, &root) {
+        if let Err(why) = mapping_path(m, &root, origins) {
             reasons.push(Refusal::new("mapping", why));
         }
     }
@@ -405,12 +433,17 @@ fn descriptor_refusals(pid: i32) -> Result<Vec<Refusal>> {
 }
 
 /// Where a mapping comes back from: `None` for anonymous memory, the path
-/// inside the runtime root for a file; `Err` says why it cannot come back.
-/// A file mapping must be that very file of the read-only runtime root
-/// (same device and inode): a restore reopens it by path there. Read-only
+/// inside the sandbox for a file; `Err` says why it cannot come back.
+/// A file mapping must be that very file (same device and inode) of the
+/// read-only runtime root or of a directory mounted over it (`origins`):
+/// a restore reopens it by path there. Read-only
 /// shared file mappings (glibc's gconv cache, say) come back as private
 /// ones: same bytes, and the root is read-only anyway.
-fn mapping_path(m: &MapsLine, root: &Path) -> std::result::Result<Option<String>, String> {
+fn mapping_path(
+    m: &MapsLine,
+    root: &Path,
+    origins: &Origins,
+) -> std::result::Result<Option<String>, String> {
     use std::os::unix::fs::MetadataExt;
     if matches!(
         m.name.as_str(),
@@ -437,7 +470,7 @@ fn mapping_path(m: &MapsLine, root: &Path) -> std::result::Result<Option<String>
     } else {
         &m.name
     };
-    let host = root.join(inside.trim_start_matches('/'));
+    let host = origins.host_path(root, inside);
     let same = inside.starts_with('/')
         && std::fs::metadata(&host).is_ok_and(|st| {
             let (maj, min) = (libc::major(st.dev()), libc::minor(st.dev()));
@@ -445,7 +478,7 @@ fn mapping_path(m: &MapsLine, root: &Path) -> std::result::Result<Option<String>
         });
     if !same {
         return Err(format!(
-            "maps {} at {:#x}-{:#x} (device {:x}:{:x}, inode {}), which is not that file of its read-only runtime root (a file on the sandbox's private /tmp, or a replaced one); a restore could not reopen it",
+            "maps {} at {:#x}-{:#x} (device {:x}:{:x}, inode {}), which is not that file of its read-only runtime root or of the function's code or packages (a file on the sandbox's private /tmp, or a replaced one); a restore could not reopen it",
             m.name, m.start, m.end, m.dev.0, m.dev.1, m.inode
         ));
     }
@@ -492,7 +525,7 @@ pub fn checkpoint(
     let pid = sb.pid();
     wait_blocked_on_socket(pid)?;
     let cap = sb.memory_limit;
-    let (mut reasons, _) = inspect(pid, sb.root(), &threads, cap)?;
+    let (mut reasons, _) = inspect(pid, &Origins::of(sb), &threads, cap)?;
     if let (Some(message), true) = (agent_refused, reasons.is_empty()) {
         // the agent saw something the host does not: its word stands
         reasons.push(Refusal::new("agent", message));
@@ -505,7 +538,16 @@ pub fn checkpoint(
         .context("freezing the runtime")
         .and_then(|()| {
             let freeze_ms = t0.elapsed().as_secs_f64() * 1e3;
-            dump(pid, &frozen, sb.root(), dir, function, root_hash, cap).map(|(s, mut r)| {
+            dump(
+                pid,
+                &frozen,
+                &Origins::of(sb),
+                dir,
+                function,
+                root_hash,
+                cap,
+            )
+            .map(|(s, mut r)| {
                 r.freeze_ms = freeze_ms;
                 (s, r)
             })
@@ -520,7 +562,7 @@ pub fn checkpoint(
 fn dump(
     pid: i32,
     tids: &[i32],
-    root: &Path,
+    origins: &Origins,
     dir: &Path,
     function: &str,
     root_hash: &str,
@@ -528,7 +570,7 @@ fn dump(
 ) -> Result<(Snapshot, CheckpointReport)> {
     let t = Instant::now();
     // the frozen runtime must still hold nothing a snapshot cannot keep
-    let (reasons, scan) = inspect(pid, root, &[], files_cap)?;
+    let (reasons, scan) = inspect(pid, origins, &[], files_cap)?;
     if !reasons.is_empty() {
         return Err(NotCheckpointable { reasons }.into());
     }
@@ -550,7 +592,7 @@ fn dump(
         .map(|s| String::from_utf8_lossy(s).into())
         .collect();
 
-    let root = root.canonicalize()?;
+    let root = origins.root.canonicalize()?;
     let mut vmas = Vec::new();
     let mut vdso_lines = Vec::new();
     for m in &maps {
@@ -562,7 +604,7 @@ fn dump(
             "[vsyscall]" => continue,
             _ => {}
         }
-        let path = mapping_path(m, &root).map_err(|why| anyhow!("runtime {why}"))?;
+        let path = mapping_path(m, &root, origins).map_err(|why| anyhow!("runtime {why}"))?;
         vmas.push(Vma {
             start: m.start,
             end: m.end,

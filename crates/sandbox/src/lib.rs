@@ -122,6 +122,14 @@ impl SandboxConfig {
             .map(|f| (f, "/etc/resolv.conf"));
         code.into_iter().chain(pkgs).chain(resolv).collect()
     }
+
+    /// The directories mounted over the root (code, packages): where a
+    /// runtime's file mappings may come from besides the root itself.
+    fn dir_mounts(&self) -> Vec<(PathBuf, &'static str)> {
+        let code = self.code_dir.clone().map(|d| (d, USER_CODE_DIR));
+        let pkgs = self.packages_dir.clone().map(|d| (d, PACKAGES_DIR));
+        code.into_iter().chain(pkgs).collect()
+    }
 }
 
 /// Answers the agent's own requests during a call: (request, descriptors
@@ -151,6 +159,8 @@ pub struct Sandbox {
     pool_ticket: Option<pool::Ticket>,
     /// its address and veth, for a function given egress
     net: Option<egress::SandboxNet>,
+    /// (host directory, mount point inside) of its code and packages
+    mounts: Vec<(PathBuf, &'static str)>,
 }
 
 /// The host-side pieces every new sandbox (fresh or restored) needs.
@@ -165,6 +175,7 @@ struct Slot {
     worker_end: UnixStream,
     sandbox_end: UnixStream,
     net: Option<egress::SandboxNet>,
+    mounts: Vec<(PathBuf, &'static str)>,
 }
 
 impl Slot {
@@ -201,6 +212,7 @@ impl Slot {
             worker_end,
             sandbox_end,
             net,
+            mounts: cfg.dir_mounts(),
         })
     }
 
@@ -229,6 +241,7 @@ impl Slot {
             first_response: None,
             pool_ticket: None,
             net: self.net,
+            mounts: self.mounts,
         }
     }
 }
@@ -275,6 +288,11 @@ impl Sandbox {
 
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// (host directory, mount point inside) of its code and packages.
+    pub fn mounts(&self) -> &[(PathBuf, &'static str)] {
+        &self.mounts
     }
 
     pub fn uid(&self) -> u32 {

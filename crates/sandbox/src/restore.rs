@@ -502,6 +502,7 @@ fn build_plan(
             rseq_addr: k.rseq.0,
             rseq_len: k.rseq.1,
             rseq_sig: k.rseq.2,
+            comm: r::PlanThread::comm_of(&t.name),
         });
     }
     Ok(plan)

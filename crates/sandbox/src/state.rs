@@ -73,7 +73,7 @@ pub struct ThreadKernel {
 /// One thread: its CPU state and kernel-side state.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ThreadState {
-    /// its name (`comm`), for reports
+    /// its name (`comm`), for reports; a restore gives it back
     pub name: String,
     /// `struct user_regs_struct`, prepared to re-issue an interrupted syscall
     pub regs: Vec<u64>,

@@ -311,10 +311,6 @@ fn num(v: f64) -> String {
     }
 }
 
-fn err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
-    anyhow!("plotting: {e:?}")
-}
-
 /// One SVG: start-type counts (left) and start-latency CDFs (right), both sides.
 pub fn plot(
     path: &Path,
@@ -323,10 +319,9 @@ pub fn plot(
     records: &Path,
 ) -> Result<()> {
     use plotters::prelude::*;
-    let sim_col = RGBColor(31, 119, 180);
-    let live_col = RGBColor(214, 39, 40);
+    let (sim_col, live_col) = (thaw_plot::colour(0), thaw_plot::colour(3));
     let root = SVGBackend::new(path, (1000, 450)).into_drawing_area();
-    root.fill(&WHITE).map_err(err)?;
+    root.fill(&WHITE).map_err(thaw_plot::err)?;
     let (left, right) = root.split_horizontally(400);
 
     let kinds = [
@@ -341,7 +336,7 @@ pub fn plot(
         .x_label_area_size(30)
         .y_label_area_size(50)
         .build_cartesian_2d(0.0..3.0, 0.0..top)
-        .map_err(err)?;
+        .map_err(thaw_plot::err)?;
     ch.configure_mesh()
         .disable_x_mesh()
         .x_labels(3)
@@ -352,18 +347,18 @@ pub fn plot(
         })
         .y_desc("invocations")
         .draw()
-        .map_err(err)?;
+        .map_err(thaw_plot::err)?;
     for (side, col, off) in [("simulated", sim_col, 0.15), ("live", live_col, 0.5)] {
         ch.draw_series(kinds.iter().enumerate().map(|(i, k)| {
             let v = if side == "live" { k.2 } else { k.1 } as f64;
             let x = i as f64 + off;
             Rectangle::new([(x, 0.0), (x + 0.33, v)], col.filled())
         }))
-        .map_err(err)?
+        .map_err(thaw_plot::err)?
         .label(side)
         .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], col.filled()));
     }
-    thaw_load::plot::legend(&mut ch, SeriesLabelPosition::MiddleRight)?;
+    thaw_plot::legend(&mut ch, SeriesLabelPosition::MiddleRight)?;
 
     let sim_cdf: Vec<(f64, f64)> = sim
         .hist
@@ -395,34 +390,28 @@ pub fn plot(
     } else {
         (0.1, 1000.0)
     };
-    let mut ch = ChartBuilder::on(&right)
-        .caption(
-            format!(
-                "start latency CDF (mean: sim {:.1} ms, live {:.1} ms)",
-                c.sim.mean_start_ms, c.live.mean_start_ms
-            ),
-            ("sans-serif", 18),
-        )
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(50)
+    let title = format!(
+        "start latency CDF (mean: sim {:.1} ms, live {:.1} ms)",
+        c.sim.mean_start_ms, c.live.mean_start_ms
+    );
+    let mut ch = thaw_plot::frame(&right, &title)
         .build_cartesian_2d((lo..hi).log_scale(), 0.0..1.0)
-        .map_err(err)?;
+        .map_err(thaw_plot::err)?;
     ch.configure_mesh()
         .x_desc("start latency (ms)")
         .y_desc("fraction of invocations")
         .draw()
-        .map_err(err)?;
+        .map_err(thaw_plot::err)?;
     for (label, pts, col) in [
         ("simulated", &sim_cdf, sim_col),
         ("live", &live_cdf, live_col),
     ] {
         ch.draw_series(LineSeries::new(pts.iter().copied(), col.stroke_width(2)))
-            .map_err(err)?
+            .map_err(thaw_plot::err)?
             .label(label)
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], col.stroke_width(3)));
     }
-    thaw_load::plot::legend(&mut ch, SeriesLabelPosition::LowerRight)?;
-    root.present().map_err(err)?;
+    thaw_plot::legend(&mut ch, SeriesLabelPosition::LowerRight)?;
+    root.present().map_err(thaw_plot::err)?;
     Ok(())
 }

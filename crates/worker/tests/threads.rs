@@ -5,17 +5,10 @@
 mod common;
 use common::*;
 use serde_json::{json, Value};
+use thaw_memory::tiering::CostParams;
 use thaw_sandbox::{checkpoint, Sandbox};
 use thaw_store::Snapshot;
-use thaw_worker::StrategyKind;
-
-const STRATEGIES: [StrategyKind; 5] = [
-    StrategyKind::Eager,
-    StrategyKind::Mmap,
-    StrategyKind::Uffd,
-    StrategyKind::Reap,
-    StrategyKind::Dax,
-];
+use thaw_worker::{InputSize, StrategyKind};
 
 /// Threads of the process, as the kernel counts them.
 fn kernel_threads(pid: i32) -> usize {
@@ -27,6 +20,19 @@ fn kernel_threads(pid: i32) -> usize {
         .trim()
         .parse()
         .unwrap()
+}
+
+/// The kernel's names (`comm`) of the process's threads, sorted.
+fn thread_names(pid: i32) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .map(|e| {
+            let p = e.unwrap().path().join("comm");
+            std::fs::read_to_string(p).unwrap().trim().to_string()
+        })
+        .collect();
+    names.sort();
+    names
 }
 
 /// One round of `_test_threads`: every waiter answered, the pool computed.
@@ -48,35 +54,73 @@ fn snapshot_threads(tag: &str) -> (Sandbox, Snapshot, TestTier) {
 }
 
 #[test]
-fn threads_started_at_init_resume_with_every_strategy() {
-    let w = worker();
-    let (mut fresh, snap, _t) = snapshot_threads("threads");
-    let threads = kernel_threads(fresh.pid());
+fn the_original_goes_on_after_its_snapshot() {
+    let (mut fresh, _snap, _t) = snapshot_threads("threads");
     // main, ticker, 8 waiters, 4 pool threads
-    assert_eq!(threads, 14);
-    // the original goes on after its snapshot
+    assert_eq!(kernel_threads(fresh.pid()), 14);
     let first = round(&mut fresh, "original");
     assert_eq!(first["round"], 1);
-    drop(fresh);
-    let restores = 30;
-    for i in 0..restores {
-        let s = STRATEGIES[i % STRATEGIES.len()];
-        let what = format!("restore {i} ({s})");
-        let (mut sb, _) = w
-            .restore(&snap, s)
-            .unwrap_or_else(|e| panic!("{what}: {e:?}"));
-        assert_eq!(kernel_threads(sb.pid()), threads, "{what}");
-        let a = round(&mut sb, &what);
-        // the snapshot was taken before any round: every restore starts at 1
-        assert_eq!(a["round"], 1, "{what}: {a}");
-        assert_eq!(a["threads"], 14, "{what}: {a}");
-        std::thread::sleep(std::time::Duration::from_millis(30));
-        let b = round(&mut sb, &what);
-        assert_eq!(b["round"], 2, "{what}: {b}");
-        // the ticker keeps ticking after the restore
-        let (ta, tb) = (a["ticks"].as_u64().unwrap(), b["ticks"].as_u64().unwrap());
-        assert!(tb > ta, "{what}: the ticker stopped ({ta} then {tb})");
-        assert_eq!(kernel_threads(sb.pid()), threads, "{what}");
+    assert_eq!(kernel_threads(fresh.pid()), 14);
+}
+
+/// Two rounds of a restored `_test_threads`: every waiter answers, the
+/// pool computes, the ticker ticks between them, no thread is lost.
+fn two_rounds(sb: &mut Sandbox, what: &str, threads: usize) {
+    assert_eq!(kernel_threads(sb.pid()), threads, "{what}");
+    let a = round(sb, what);
+    // the snapshot was taken before any round: every restore starts at 1
+    assert_eq!(a["round"], 1, "{what}: {a}");
+    assert_eq!(a["threads"], threads, "{what}: {a}");
+    // the ticker sleeps 2 ms between ticks; on a loaded machine it may
+    // wait longer for a CPU, so a stopped one is one that never ticks again
+    let ta = a["ticks"].as_u64().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let mut n = 2;
+    loop {
+        std::thread::sleep(std::time::Duration::from_millis(6));
+        let b = round(sb, what);
+        assert_eq!(b["round"], n, "{what}: {b}");
+        let tb = b["ticks"].as_u64().unwrap();
+        if tb > ta {
+            break;
+        }
+        let states = thread_calls(sb.pid());
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}: the ticker stopped at {ta} ({states:?})"
+        );
+        eprintln!("{what}: no tick yet after round {n} ({ta}): {states:?}");
+        n += 1;
+    }
+    assert_eq!(kernel_threads(sb.pid()), threads, "{what}");
+}
+
+#[test]
+fn a_hundred_restores_with_each_strategy() {
+    let w = worker();
+    let t = tier("threads-hundred");
+    let slow = disk_tier("threads-hundred-slow");
+    let snap = w.snapshot("_test_threads", &t).unwrap();
+    // a real TOSS layout, so `tiered` does not fall back to `uffd`
+    w.make_tiered(
+        "_test_threads",
+        &t,
+        &slow,
+        &[InputSize::I],
+        1,
+        &CostParams::default(),
+    )
+    .unwrap_or_else(|e| panic!("tier layout of a threaded runtime: {e:#}"));
+    for s in StrategyKind::ALL {
+        for i in 0..100 {
+            let what = format!("{s} restore {i}");
+            let (mut sb, rep) = w
+                .restore(&snap, s)
+                .unwrap_or_else(|e| panic!("{what}: {e:?}"));
+            assert_eq!(rep.strategy, s, "{what}: fell back");
+            // main, ticker, 8 waiters, 4 pool threads
+            two_rounds(&mut sb, &what, 14);
+        }
     }
 }
 
@@ -138,6 +182,18 @@ fn threads_coming_and_going_during_the_freeze_are_captured_whole() {
     assert!(captured > 0, "every attempt was refused");
 }
 
+/// Checkpoints `sb` (running `function`), which must be refused; returns the
+/// refusal and checks that no snapshot was left behind.
+fn refusal(sb: &mut Sandbox, t: &TestTier, function: &str) -> String {
+    let w = worker();
+    let dir = t.path.join(function);
+    let e = checkpoint(sb, &dir, function, &w.root.hash)
+        .map(|_| ())
+        .unwrap_err();
+    assert!(!dir.exists(), "a refused checkpoint left a snapshot");
+    format!("{e:#}")
+}
+
 #[test]
 fn child_processes_are_refused_by_name() {
     let w = worker();
@@ -145,16 +201,204 @@ fn child_processes_are_refused_by_name() {
     let (mut fresh, _) = w.start_fresh("_test_child").unwrap();
     let out = explicit(&mut fresh, json!({}));
     assert_eq!(out["running"], true, "{out}");
-    let dir = t.path.join("child");
-    let e = checkpoint(&mut fresh, &dir, "_test_child", &w.root.hash)
-        .map(|_| ())
-        .unwrap_err();
-    let msg = format!("{e:#}");
+    let msg = refusal(&mut fresh, &t, "_test_child");
     assert!(
         msg.contains("child process") && msg.contains("python3"),
         "{msg}"
     );
-    assert!(!dir.exists(), "a refused checkpoint left a snapshot");
+    // clone(CLONE_VM) without CLONE_THREAD: a process that shares the
+    // runtime's memory is a child process all the same
+    let (mut fresh, _) = w.start_fresh("_test_hidden_threads").unwrap();
+    let out = explicit(&mut fresh, json!({"start": ["vm_child"]}));
+    assert!(out["started"][0].as_i64().unwrap() > 0, "{out}");
+    let msg = refusal(&mut fresh, &t, "_test_hidden_threads");
+    assert!(
+        msg.contains("child process") && msg.contains("python3"),
+        "{msg}"
+    );
+}
+
+/// The system call each thread is blocked in (`/proc/PID/task/TID/syscall`'s
+/// number), sorted; `running` for one that is not in a call.
+fn thread_calls(pid: i32) -> Vec<String> {
+    let mut calls: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .map(|e| {
+            let text = std::fs::read_to_string(e.unwrap().path().join("syscall")).unwrap();
+            text.split_whitespace().next().unwrap_or("").to_string()
+        })
+        .collect();
+    calls.sort();
+    calls
+}
+
+#[test]
+fn threads_hidden_from_the_agent_are_captured_whole() {
+    let w = worker();
+    let t = tier("threads-hidden");
+    let (mut fresh, _) = w.start_fresh("_test_hidden_threads").unwrap();
+    // a raw clone (the main thread's TLS, no rseq, no robust list), a libc
+    // pthread, and a Python thread that renamed itself
+    let out = explicit(
+        &mut fresh,
+        json!({"start": ["clone", "pthread", "renamed"]}),
+    );
+    assert_eq!(
+        (out["round"].as_u64(), out["answer"].as_u64()),
+        (Some(1), Some(7)),
+        "{out}"
+    );
+    // Python knows two of the four
+    assert_eq!(out["python_threads"], 2, "{out}");
+    let pid = fresh.pid();
+    assert_eq!(kernel_threads(pid), 4);
+    let names = thread_names(pid);
+    assert!(names.iter().any(|n| n == "renamed-worker"), "{names:?}");
+    let dir = t.path.join("hidden");
+    let (snap, _) = checkpoint(&mut fresh, &dir, "_test_hidden_threads", &w.root.hash)
+        .unwrap_or_else(|e| panic!("checkpoint with hidden threads: {e:#}"));
+    drop(fresh);
+    for s in [StrategyKind::Eager, StrategyKind::Mmap, StrategyKind::Uffd] {
+        for i in 0..5 {
+            let what = format!("{s} restore {i}");
+            let (mut sb, _) = w
+                .restore(&snap, s)
+                .unwrap_or_else(|e| panic!("{what}: {e:?}"));
+            assert_eq!(thread_names(sb.pid()), names, "{what}: the threads' names");
+            let out = explicit(&mut sb, json!({}));
+            assert_eq!(
+                (out["round"].as_u64(), out["answer"].as_u64()),
+                (Some(2), Some(14)),
+                "{what}: {out}"
+            );
+            assert_eq!(kernel_threads(sb.pid()), 4, "{what}");
+            // both hidden threads are back in pause(2) (34)
+            let in_pause = |pid| thread_calls(pid).iter().filter(|c| *c == "34").count();
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+            while in_pause(sb.pid()) != 2 && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            assert_eq!(
+                in_pause(sb.pid()),
+                2,
+                "{what}: {:?}",
+                thread_calls(sb.pid())
+            );
+        }
+    }
+}
+
+/// A user function on numpy with Debian's threaded OpenBLAS (its own
+/// package `libopenblas0-pthread`, whose libblas.so.3 alternative the
+/// loader finds before the root's serial one) and a pool of 2.
+const BLAS_MAIN: &str = r#"
+import ctypes
+import math
+import os
+
+# OpenBLAS sizes its pool when it is loaded, at numpy's import
+os.environ["OPENBLAS_NUM_THREADS"] = "2"
+import numpy as np
+
+_blas = ctypes.CDLL("libblas.so.3")  # numpy's own, already loaded
+_blas.openblas_get_config.restype = ctypes.c_char_p
+
+
+class _DlInfo(ctypes.Structure):
+    _fields_ = [("fname", ctypes.c_char_p), ("fbase", ctypes.c_void_p),
+                ("sname", ctypes.c_char_p), ("saddr", ctypes.c_void_p)]
+
+
+def _library():
+    info = _DlInfo()
+    addr = ctypes.cast(_blas.openblas_get_config, ctypes.c_void_p)
+    ctypes.CDLL(None).dladdr(addr, ctypes.byref(info))
+    return os.path.realpath(info.fname.decode())
+
+
+def init():
+    handler({"n": 300, "seed": 0})
+
+
+def handler(event):
+    n, seed = int(event["n"]), int(event["seed"])
+    rng = np.random.default_rng(seed)
+    a = rng.random((n, n))
+    b = rng.random((n, n))
+    c = a @ b
+    probes = [(0, 0), (n - 1, n - 1), (n // 2, n // 3)]
+    worst = max(abs(c[i, j] - math.fsum(a[i, k] * b[k, j] for k in range(n))) for i, j in probes)
+    return {
+        "sum": float(c.sum()),
+        "worst": worst,
+        "blas_threads": _blas.openblas_get_num_threads(),
+        "config": _blas.openblas_get_config().decode(),
+        "library": _library(),
+    }
+"#;
+
+#[test]
+fn a_threaded_blas_keeps_its_pool_across_restores() {
+    let w = worker();
+    let t = disk_tier("threads-blas");
+    let home = thaw_runtime::default_home();
+    let tree = thaw_runtime::packages::ensure(
+        &home,
+        &t.path.join("packages"),
+        &w.root,
+        &["libopenblas0-pthread".to_string()],
+        1 << 30,
+        &mut |m| eprintln!("packages: {m}"),
+    )
+    .unwrap_or_else(|e| panic!("libopenblas0-pthread: {e:#}"));
+    let code = t.path.join("code");
+    std::fs::create_dir_all(&code).unwrap();
+    std::fs::write(code.join("main.py"), BLAS_MAIN).unwrap();
+    let func = thaw_worker::UserFunction {
+        name: "blas".into(),
+        runtime: thaw_worker::Runtime::Python,
+        code_dir: code,
+        handler: "main.handler".into(),
+        init: Some("main.init".into()),
+        before_snapshot: None,
+        after_restore: None,
+        env: Vec::new(),
+        memory_bytes: 1 << 30,
+        packages_dir: Some(tree.path.clone()),
+        egress: None,
+    };
+    let (mut fresh, _) = w.start_user(&func, T).unwrap();
+    // big enough for OpenBLAS to split it between its threads
+    let event = json!({"n": 1000, "seed": 7});
+    let want = explicit(&mut fresh, event.clone());
+    assert_eq!(want["blas_threads"], 2, "{want}");
+    assert!(want["worst"].as_f64().unwrap() < 1e-9, "{want}");
+    let lib = want["library"].as_str().unwrap();
+    assert!(
+        lib.starts_with("/opt/thaw/packages/") && lib.contains("openblas-pthread"),
+        "numpy is not on the package's threaded OpenBLAS: {want}"
+    );
+    // main and OpenBLAS's second thread
+    let threads = kernel_threads(fresh.pid());
+    assert_eq!(threads, 2, "{want}");
+    let dir = t.path.join("snapshot");
+    let (snap, _) = checkpoint(&mut fresh, &dir, "blas", &w.root.hash)
+        .unwrap_or_else(|e| panic!("checkpoint of a threaded BLAS: {e:#}"));
+    drop(fresh);
+    for s in [StrategyKind::Eager, StrategyKind::Mmap, StrategyKind::Uffd] {
+        for i in 0..3 {
+            let what = format!("{s} restore {i}");
+            let (mut sb, _) = w
+                .restore_user(&snap, s, &func, None)
+                .unwrap_or_else(|e| panic!("{what}: {e:?}"));
+            assert_eq!(kernel_threads(sb.pid()), threads, "{what}");
+            // a lost pool thread would hang the multiply (OpenBLAS waits
+            // for its share): the call's timeout fails the test
+            let got = explicit(&mut sb, event.clone());
+            assert_eq!(got, want, "{what}");
+            assert_eq!(kernel_threads(sb.pid()), threads, "{what}");
+        }
+    }
 }
 
 #[test]
