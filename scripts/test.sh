@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test command: set up the host, check formatting, lints and the daemon's
-# import layers, build the
-# runtime root (cached), run every test of the workspace as root.
+# import layers, build the runtime root (cached), run every test of the
+# workspace as root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh --tests
