@@ -2,7 +2,8 @@
 # Host set-up for thaw on a fresh Debian 12 machine: checks the kernel
 # facilities thaw needs and installs what is missing. Idempotent.
 # `--tests` also installs what only the tests and the benchmarks use: MinIO
-# for the emulated remote tier, containerd and runc for the shim's tests.
+# for the emulated remote tier, containerd, runc, crictl and the CNI plugins
+# for the shim's tests.
 set -euo pipefail
 for_tests=false
 case "${1:-}" in
@@ -29,6 +30,10 @@ if $for_tests; then
     for p in containerd:containerd ctr:containerd runc:runc dnsmasq:dnsmasq-base; do
         command -v "${p%%:*}" >/dev/null 2>&1 || need_pkgs+=("${p##*:}")
     done
+    # the CRI tests' pod network (bridge + host-local), and a static libc for
+    # the pause and sidecar binaries they build
+    [ -x /usr/lib/cni/bridge ] || need_pkgs+=(containernetworking-plugins)
+    [ -f /usr/lib/x86_64-linux-gnu/libc.a ] || need_pkgs+=(libc6-dev)
     # the shim's tests parse the Kubernetes manifests with PyYAML
     /usr/bin/python3 -c 'import yaml' 2>/dev/null || need_pkgs+=(python3-yaml)
 fi
@@ -79,6 +84,13 @@ if $for_tests; then
         echo "setup: building MinIO $MINIO_VERSION for the emulated remote tier (go install: about 4 minutes and 300 MB of modules, once)" >&2
         GOTOOLCHAIN=auto GOFLAGS=-mod=mod go install "github.com/minio/minio@$MINIO_VERSION" \
             || die "go install github.com/minio/minio@$MINIO_VERSION failed (it needs Go >= 1.21 to fetch its toolchain; found $(go version))"
+    fi
+    # crictl makes the kubelet's CRI calls in the shim's tests, pinned like MinIO
+    CRICTL_VERSION=v1.37.0
+    if ! command -v crictl >/dev/null 2>&1 && [ ! -x "$gobin/crictl" ]; then
+        echo "setup: building crictl $CRICTL_VERSION (go install, once)" >&2
+        GOTOOLCHAIN=auto GOFLAGS=-mod=mod go install "sigs.k8s.io/cri-tools/cmd/crictl@$CRICTL_VERSION" \
+            || die "go install sigs.k8s.io/cri-tools/cmd/crictl@$CRICTL_VERSION failed"
     fi
 fi
 echo "setup: host ready" >&2

@@ -106,8 +106,6 @@ pub fn build(spec: &ImageSpec) -> Result<BuiltImage> {
         );
     }
     let tar = code_layer(spec.code)?;
-    let diff_id = sha256_digest(&tar);
-    let layer = gzip(&tar)?;
     let mut env = vec![format!("{ENV_HANDLER}={}", spec.handler)];
     let mut labels = serde_json::Map::new();
     labels.insert(LABEL_HANDLER.into(), json!(spec.handler));
@@ -115,15 +113,50 @@ pub fn build(spec: &ImageSpec) -> Result<BuiltImage> {
         env.push(format!("{ENV_INIT}={i}"));
         labels.insert(LABEL_INIT.into(), json!(i));
     }
-    let config = serde_json::to_vec(&json!({
-        "architecture": "amd64",
-        "os": "linux",
-        "config": {
+    oci_archive(
+        json!({
             "Env": env,
             "Cmd": ["serve"],
             "WorkingDir": format!("/{CODE_DIR}"),
             "Labels": labels,
-        },
+        }),
+        &tar,
+        spec.reference,
+    )
+}
+
+/// An image of plain files (no function: runc runs it), e.g. a static
+/// binary as its entry point: `(path in the image, content, mode)`.
+pub fn build_native(
+    files: &[(&str, &[u8], u32)],
+    entrypoint: &[&str],
+    reference: &str,
+) -> Result<BuiltImage> {
+    let mut ar = tar::Builder::new(Vec::new());
+    for (path, data, mode) in files {
+        let mut h = tar::Header::new_ustar();
+        h.set_entry_type(tar::EntryType::Regular);
+        h.set_mode(*mode);
+        h.set_mtime(0);
+        h.set_size(data.len() as u64);
+        ar.append_data(&mut h, path.trim_start_matches('/'), *data)?;
+    }
+    oci_archive(
+        json!({"Entrypoint": entrypoint, "WorkingDir": "/"}),
+        &ar.into_inner()?,
+        reference,
+    )
+}
+
+/// The OCI-layout archive of a one-layer image (`tar`: the layer,
+/// uncompressed) with the image config's `config` part.
+fn oci_archive(image_config: Value, tar: &[u8], reference: &str) -> Result<BuiltImage> {
+    let diff_id = sha256_digest(tar);
+    let layer = gzip(tar)?;
+    let config = serde_json::to_vec(&json!({
+        "architecture": "amd64",
+        "os": "linux",
+        "config": image_config,
         "rootfs": {"type": "layers", "diff_ids": [diff_id]},
         "history": [{"created_by": "thaw image build", "created": "1970-01-01T00:00:00Z"}],
     }))?;
@@ -134,8 +167,7 @@ pub fn build(spec: &ImageSpec) -> Result<BuiltImage> {
         "layers": [{"mediaType": MEDIA_LAYER, "digest": sha256_digest(&layer), "size": layer.len()}],
     }))?;
     let manifest_digest = sha256_digest(&manifest);
-    let tag = spec
-        .reference
+    let tag = reference
         .rsplit_once(':')
         .filter(|(_, t)| !t.contains('/'))
         .map_or("latest", |(_, t)| t);
@@ -147,7 +179,7 @@ pub fn build(spec: &ImageSpec) -> Result<BuiltImage> {
             "size": manifest.len(),
             "platform": {"architecture": "amd64", "os": "linux"},
             "annotations": {
-                "io.containerd.image.name": spec.reference,
+                "io.containerd.image.name": reference,
                 "org.opencontainers.image.ref.name": tag,
             },
         }],

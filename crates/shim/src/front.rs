@@ -35,11 +35,21 @@ pub fn main(args: &[String]) -> i32 {
     };
     match &plan.mode {
         Mode::Invoke { event } => invoke_once(&plan, event.as_bytes()),
-        Mode::Pause => loop {
-            // SAFETY: pause() only waits for a signal; the default
-            // dispositions end the process on SIGTERM and SIGKILL.
-            unsafe { libc::pause() };
-        },
+        Mode::Pause {
+            new_uts,
+            new_ipc,
+            hostname,
+        } => {
+            if let Err(e) = hold_pod_namespaces(&plan.netns, *new_uts, *new_ipc, hostname) {
+                eprintln!("thaw: the pod's namespaces: {e:#}");
+                return 1;
+            }
+            loop {
+                // SAFETY: pause() only waits for a signal; the default
+                // dispositions end the process on SIGTERM and SIGKILL.
+                unsafe { libc::pause() };
+            }
+        }
         Mode::Serve { port } => match serve(&plan, *port) {
             Ok(()) => 0,
             Err(e) => {
@@ -112,6 +122,39 @@ fn enter_netns(netns: &Netns) -> anyhow::Result<()> {
             set_loopback_up()
         }
     }
+}
+
+/// The pause container's part: be in the pod's namespaces, which the
+/// pod's other containers join through `/proc/PID/ns/*` (the CRI plugin
+/// names the pause container's pid in their specs): the network namespace
+/// the CRI plugin made, and new UTS (with the pod's hostname) and IPC ones.
+fn hold_pod_namespaces(
+    netns: &Netns,
+    new_uts: bool,
+    new_ipc: bool,
+    hostname: &Option<String>,
+) -> anyhow::Result<()> {
+    use anyhow::Context;
+    enter_netns(netns)?;
+    let mut flags = 0;
+    if new_uts {
+        flags |= libc::CLONE_NEWUTS;
+    }
+    if new_ipc {
+        flags |= libc::CLONE_NEWIPC;
+    }
+    // SAFETY: a plain syscall; the process is single-threaded.
+    if flags != 0 && unsafe { libc::unshare(flags) } != 0 {
+        return Err(std::io::Error::last_os_error()).context("new UTS/IPC namespaces");
+    }
+    if let (true, Some(h)) = (new_uts, hostname) {
+        // SAFETY: the pointer and length describe `h`'s bytes.
+        if unsafe { libc::sethostname(h.as_ptr().cast(), h.len()) } != 0 {
+            return Err(std::io::Error::last_os_error())
+                .with_context(|| format!("setting the hostname {h:?}"));
+        }
+    }
+    Ok(())
 }
 
 /// A new network namespace starts with its loopback down.

@@ -1,7 +1,9 @@
 //! The shim's task service: what containerd calls for each container.
 use crate::daemon::{self, Function};
 use crate::front::{self, Plan};
-use crate::spec::{self, ContainerSpec};
+use crate::native;
+use crate::spec::{self, ContainerSpec, Kind};
+use anyhow::Context as _;
 use containerd_shim::monitor::{monitor_subscribe, wait_pid, Topic};
 use containerd_shim::protos::events::task::{TaskCreate, TaskDelete, TaskExit, TaskStart};
 use containerd_shim::protos::protobuf::well_known_types::timestamp::Timestamp;
@@ -9,7 +11,8 @@ use containerd_shim::protos::protobuf::{MessageDyn, MessageField};
 use containerd_shim::protos::shim::shim::{
     ConnectRequest, ConnectResponse, CreateTaskRequest, CreateTaskResponse, DeleteRequest,
     DeleteResponse, KillRequest, PidsRequest, PidsResponse, ShutdownRequest, StartRequest,
-    StartResponse, StateRequest, StateResponse, WaitRequest, WaitResponse,
+    StartResponse, StateRequest, StateResponse, StatsRequest, StatsResponse, WaitRequest,
+    WaitResponse,
 };
 use containerd_shim::protos::ttrpc::{self, context::Context, Code};
 use containerd_shim::protos::types::task::{ProcessInfo, Status};
@@ -27,6 +30,8 @@ const PID_FILE: &str = "thaw-front.pid";
 pub struct Shim {
     exit: Arc<ExitSignal>,
     namespace: String,
+    /// The container `start` and `delete` are called for.
+    id: String,
     /// The socket this shim serves on (`-socket`; empty for `start` and
     /// `delete`).
     socket: String,
@@ -39,6 +44,7 @@ impl containerd_shim::Shim for Shim {
         Shim {
             exit: Arc::new(ExitSignal::default()),
             namespace: args.namespace.clone(),
+            id: args.id.clone(),
             socket: args.socket.clone(),
         }
     }
@@ -51,8 +57,9 @@ impl containerd_shim::Shim for Shim {
         Ok(address)
     }
 
-    /// containerd's cleanup after the shim died: the front (if left) and
-    /// the rootfs mount of the bundle it runs in.
+    /// containerd's cleanup after the shim died: the front (if left), a
+    /// runc container (if it was one) and the rootfs mount of the bundle
+    /// it runs in.
     fn delete_shim(&mut self) -> containerd_shim::Result<api::DeleteResponse> {
         let bundle =
             std::env::current_dir().map_err(|e| containerd_shim::Error::Other(e.to_string()))?;
@@ -64,6 +71,7 @@ impl containerd_shim::Shim for Shim {
             // SAFETY: a plain syscall; the pid is the front we started.
             unsafe { libc::kill(pid, libc::SIGKILL) };
         }
+        native::delete(&bundle, &self.id);
         unmount(&bundle.join("rootfs"));
         Ok(api::DeleteResponse {
             exit_status: 128 + libc::SIGKILL as u32,
@@ -105,13 +113,21 @@ enum Phase {
     Stopped,
 }
 
+/// What runs a container.
+enum Run {
+    /// The shim's front (a function's, or a pod's pause container).
+    Front(Plan),
+    /// runc, from the bundle (its init created at Create).
+    Native,
+}
+
 struct Container {
     bundle: PathBuf,
     stdout: String,
     stderr: String,
     /// Where the shim mounted the image's rootfs (unmounted at delete).
     mounted: Option<PathBuf>,
-    plan: Plan,
+    run: Run,
     phase: Phase,
     pid: u32,
     exit_status: u32,
@@ -190,9 +206,10 @@ impl Service {
         }
     }
 
-    /// Reads the spec, mounts the rootfs and deploys the function: every
-    /// failure undoes the mount and names the problem.
-    fn prepare(&self, req: &CreateTaskRequest) -> anyhow::Result<(Plan, Option<PathBuf>)> {
+    /// Reads the spec, mounts the rootfs and deploys the function (or has
+    /// runc create a native container): every failure undoes the mount and
+    /// names the problem. Returns the pid of a runc container's init.
+    fn prepare(&self, req: &CreateTaskRequest) -> anyhow::Result<(Run, Option<PathBuf>, u32)> {
         if req.terminal {
             anyhow::bail!("thaw containers have no terminal (run without -t)");
         }
@@ -215,13 +232,31 @@ impl Service {
             mounted = Some(spec.root.clone());
         }
         let planned = (|| {
-            if spec.is_pod_sandbox() {
-                return Ok(Plan {
-                    socket: daemon::socket(),
-                    function: String::new(),
-                    mode: spec.mode()?,
-                    netns: spec.netns.clone(),
-                });
+            match spec.kind() {
+                Kind::PodSandbox => {
+                    return Ok((
+                        Run::Front(Plan {
+                            socket: daemon::socket(),
+                            function: String::new(),
+                            mode: spec.mode()?,
+                            netns: spec.netns.clone(),
+                        }),
+                        0,
+                    ))
+                }
+                Kind::Native => {
+                    let pid = native::create(
+                        &bundle,
+                        &req.id,
+                        open_stdio(&req.stdout)?,
+                        open_stdio(&req.stderr)?,
+                    )
+                    .context(
+                        "running the container natively with runc (its image names no THAW_HANDLER, so it is not a thaw function)",
+                    )?;
+                    return Ok((Run::Native, pid));
+                }
+                Kind::Function => {}
             }
             let (handler, init) = thaw_server::image::entry_points_from_env(&spec.env)?;
             let mode = spec.mode()?;
@@ -232,15 +267,18 @@ impl Service {
             };
             let socket = daemon::socket();
             let name = daemon::ensure_deployed(&socket, &spec.root, &function)?;
-            Ok(Plan {
-                socket,
-                function: name,
-                mode,
-                netns: spec.netns.clone(),
-            })
+            Ok((
+                Run::Front(Plan {
+                    socket,
+                    function: name,
+                    mode,
+                    netns: spec.netns.clone(),
+                }),
+                0,
+            ))
         })();
         match planned {
-            Ok(plan) => Ok((plan, mounted)),
+            Ok((run, pid)) => Ok((run, mounted, pid)),
             Err(e) => {
                 if let Some(m) = &mounted {
                     unmount(m);
@@ -293,7 +331,7 @@ impl containerd_shim::Task for Service {
                 format!("container {} exists", req.id),
             ));
         }
-        let (plan, mounted) = self
+        let (run, mounted, pid) = self
             .prepare(&req)
             .map_err(|e| err(Code::FAILED_PRECONDITION, format!("thaw: {e:#}")))?;
         self.shared.containers.lock().unwrap().insert(
@@ -303,9 +341,9 @@ impl containerd_shim::Task for Service {
                 stdout: req.stdout.clone(),
                 stderr: req.stderr.clone(),
                 mounted,
-                plan,
+                run,
                 phase: Phase::Created,
-                pid: 0,
+                pid,
                 exit_status: 0,
                 exited_at: None,
             },
@@ -318,7 +356,10 @@ impl containerd_shim::Task for Service {
                 ..Default::default()
             }),
         );
-        Ok(CreateTaskResponse::default())
+        Ok(CreateTaskResponse {
+            pid,
+            ..Default::default()
+        })
     }
 
     fn start(&self, _ctx: &TtrpcContext, req: StartRequest) -> TtrpcResult<StartResponse> {
@@ -330,23 +371,30 @@ impl containerd_shim::Task for Service {
         if c.phase != Phase::Created {
             return Err(err(Code::FAILED_PRECONDITION, "already started"));
         }
-        let spawned = || -> anyhow::Result<std::process::Child> {
+        let spawned = || -> anyhow::Result<u32> {
+            let plan = match &c.run {
+                Run::Native => {
+                    native::start(&c.bundle, &req.id)?;
+                    return Ok(c.pid);
+                }
+                Run::Front(plan) => plan,
+            };
             let exe = std::env::current_exe()?;
             Ok(Command::new(exe)
                 .arg(front::SUBCOMMAND)
-                .arg(serde_json::to_string(&c.plan)?)
+                .arg(serde_json::to_string(plan)?)
                 .current_dir("/")
                 .stdin(Stdio::null())
                 .stdout(open_stdio(&c.stdout)?)
                 .stderr(open_stdio(&c.stderr)?)
-                .spawn()?)
+                .spawn()?
+                .id())
         };
-        // subscribe before the child exists, so its exit cannot be missed
+        // subscribe before the process can exit, so its exit cannot be missed
         let sub = monitor_subscribe(Topic::Pid)
             .map_err(|e| err(Code::INTERNAL, format!("subscribing to exits: {e}")))?;
-        let child =
-            spawned().map_err(|e| err(Code::INTERNAL, format!("starting the front: {e:#}")))?;
-        let pid = child.id();
+        let pid =
+            spawned().map_err(|e| err(Code::INTERNAL, format!("starting the container: {e:#}")))?;
         c.pid = pid;
         c.phase = Phase::Running;
         let _ = std::fs::write(c.bundle.join(PID_FILE), pid.to_string());
@@ -439,6 +487,9 @@ impl containerd_shim::Task for Service {
         }
         let c = cs.remove(&req.id).expect("looked up above");
         drop(cs);
+        if let Run::Native = c.run {
+            native::delete(&c.bundle, &req.id);
+        }
         if let Some(m) = &c.mounted {
             unmount(m);
         }
@@ -474,6 +525,39 @@ impl containerd_shim::Task for Service {
             .collect();
         Ok(PidsResponse {
             processes,
+            ..Default::default()
+        })
+    }
+
+    /// A runc container's cgroup (memory, CPU, pids), as containerd's own
+    /// runc shim reports it. A function's container has none of its own:
+    /// its instances are the daemon's (its `/metrics`).
+    fn stats(&self, _ctx: &TtrpcContext, req: StatsRequest) -> TtrpcResult<StatsResponse> {
+        let pid = {
+            let cs = self.shared.containers.lock().unwrap();
+            let c = cs.get(&req.id).ok_or_else(|| not_found(&req.id))?;
+            match (&c.run, c.phase) {
+                (Run::Native, Phase::Running) => c.pid,
+                (Run::Native, _) => {
+                    return Err(err(
+                        Code::FAILED_PRECONDITION,
+                        "the container is not running",
+                    ))
+                }
+                (Run::Front(_), _) => {
+                    return Err(err(
+                        Code::UNIMPLEMENTED,
+                        "a thaw function's instances are the node daemon's: see its /metrics",
+                    ))
+                }
+            }
+        };
+        let stats = containerd_shim::cgroup::get_cgroup(pid)
+            .and_then(|cg| containerd_shim::cgroup::collect_metrics(&cg))
+            .and_then(|m| containerd_shim::util::convert_to_any(Box::new(m)))
+            .map_err(|e| err(Code::INTERNAL, format!("the container's cgroup: {e}")))?;
+        Ok(StatsResponse {
+            stats: MessageField::some(stats),
             ..Default::default()
         })
     }

@@ -44,8 +44,27 @@ pub enum Mode {
     Serve { port: u16 },
     /// One invocation with this event (JSON text), then exit.
     Invoke { event: String },
-    /// The pod's sandbox: no function; waits until it is signalled.
-    Pause,
+    /// The pod's sandbox: no function; it holds the pod's namespaces
+    /// (the network one it is given, new UTS and IPC ones when the spec
+    /// asks for them) for the pod's other containers to join, and waits
+    /// until it is signalled.
+    Pause {
+        new_uts: bool,
+        new_ipc: bool,
+        hostname: Option<String>,
+    },
+}
+
+/// How a container runs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Kind {
+    /// The pod's pause container: the shim's front holds its namespaces.
+    PodSandbox,
+    /// The image names a handler: the function runs in thaw's sandbox.
+    Function,
+    /// Anything else (a pod's sidecar, Knative's queue-proxy): runc runs
+    /// it natively, from its bundle.
+    Native,
 }
 
 #[derive(Debug)]
@@ -56,6 +75,9 @@ pub struct ContainerSpec {
     pub root: PathBuf,
     pub annotations: BTreeMap<String, String>,
     pub netns: Netns,
+    /// Namespace types the spec asks to be new (no path).
+    pub new_namespaces: Vec<String>,
+    pub hostname: Option<String>,
 }
 
 fn read_json(bundle: &Path) -> Result<Value> {
@@ -86,8 +108,14 @@ impl ContainerSpec {
                     .collect()
             })
             .unwrap_or_default();
-        let netns = v["linux"]["namespaces"]
-            .as_array()
+        let namespaces = v["linux"]["namespaces"].as_array();
+        let new_namespaces = namespaces
+            .into_iter()
+            .flatten()
+            .filter(|n| n["path"].as_str().is_none_or(str::is_empty))
+            .filter_map(|n| n["type"].as_str().map(str::to_string))
+            .collect();
+        let netns = namespaces
             .and_then(|ns| ns.iter().find(|n| n["type"] == "network"))
             .map_or(Netns::Host, |n| match n["path"].as_str() {
                 Some(p) if !p.is_empty() => Netns::Path(p.to_string()),
@@ -99,6 +127,11 @@ impl ContainerSpec {
             root: bundle.join(root),
             annotations,
             netns,
+            new_namespaces,
+            hostname: v["hostname"]
+                .as_str()
+                .filter(|h| !h.is_empty())
+                .map(str::to_string),
         })
     }
 
@@ -116,10 +149,30 @@ impl ContainerSpec {
             .is_some_and(|t| t == "sandbox")
     }
 
+    /// A pod's sandbox, a function (its image names a handler), or a
+    /// container runc runs.
+    pub fn kind(&self) -> Kind {
+        if self.is_pod_sandbox() {
+            Kind::PodSandbox
+        } else if self
+            .env_value(thaw_server::image::ENV_HANDLER)
+            .is_some_and(|h| !h.is_empty())
+        {
+            Kind::Function
+        } else {
+            Kind::Native
+        }
+    }
+
     /// The container's command: `serve` (or none) or `invoke [EVENT]`.
     pub fn mode(&self) -> Result<Mode> {
         if self.is_pod_sandbox() {
-            return Ok(Mode::Pause);
+            let new = |t: &str| self.new_namespaces.iter().any(|n| n == t);
+            return Ok(Mode::Pause {
+                new_uts: new("uts"),
+                new_ipc: new("ipc"),
+                hostname: self.hostname.clone(),
+            });
         }
         match self.args.first().map(String::as_str) {
             None | Some("serve") => {
@@ -195,6 +248,8 @@ mod tests {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
             netns: Netns::Host,
+            new_namespaces: Vec::new(),
+            hostname: None,
         }
     }
 
