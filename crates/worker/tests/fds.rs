@@ -1,0 +1,143 @@
+//! Snapshots of runtimes holding descriptors: every kind a snapshot keeps
+//! comes back with its content, position and flags, with each strategy;
+//! what cannot come back is refused by name; a state with a bad descriptor
+//! record is refused when read. Real sandboxes on the real runtime root.
+mod common;
+use common::*;
+use serde_json::{json, Value};
+use thaw_sandbox::state::{FdKind, SavedFd};
+use thaw_sandbox::{checkpoint, Sandbox};
+use thaw_store::Snapshot;
+use thaw_worker::StrategyKind;
+
+const STRATEGIES: [StrategyKind; 5] = [
+    StrategyKind::Eager,
+    StrategyKind::Mmap,
+    StrategyKind::Uffd,
+    StrategyKind::Reap,
+    StrategyKind::Dax,
+];
+
+fn snapshot_of(f: &str, tag: &str) -> (Sandbox, Snapshot, TestTier) {
+    let w = worker();
+    let t = tier(tag);
+    let (mut fresh, _) = w.start_fresh(f).unwrap();
+    let dir = w.snapshot_dir(&t, f);
+    let (snap, rep) = checkpoint(&mut fresh, &dir, f, &w.root.hash)
+        .unwrap_or_else(|e| panic!("checkpoint of {f}: {e:#}"));
+    assert!(rep.saved_fds > 0, "{f}: no descriptor saved");
+    (fresh, snap, t)
+}
+
+/// What `_test_fds` must see on its first call, fresh or restored.
+fn check_fds(out: &Value, what: &str) {
+    let want = json!({
+        "epoll": [["eventfd", 1], ["pipe", 1], ["socket", 1]],
+        "root_file": [100, true],
+        "dup_shares_offset": [110, true, 115],
+        "tmp_file": [4, "456"],
+        "append": ["init;call;", true],
+        "dir": true,
+        "devices": [1, true, 16],
+        "pipe": ["pipe-data", false, true, false],
+        "pipe_again": "again",
+        "pipe_64k": [65536, true, false],
+        "eventfd": [[1, 1, 1], 42],
+        "timer_far": true,
+        "timer_ticks": true,
+        "signalfd": 12,
+        "memfd": [6, "content", 2],
+        "memfd_sealed": true,
+        "socketpair": ["to-b", "to-a"],
+        "socketpair_again": "ping",
+        "listen": ["hello", "\u{0}thaw-test-fds"],
+        "dgram": [1, 2],
+    });
+    for (k, v) in want.as_object().unwrap() {
+        assert_eq!(&out[k], v, "{what}: {k} in {out}");
+    }
+}
+
+#[test]
+fn every_descriptor_kind_comes_back_with_its_content_and_position() {
+    let w = worker();
+    let (mut fresh, snap, _t) = snapshot_of("_test_fds", "fds");
+    // the original goes on after its snapshot, with everything as it was
+    check_fds(&explicit(&mut fresh, json!({})), "original");
+    drop(fresh);
+    for round in 0..2 {
+        for s in STRATEGIES {
+            let what = format!("{s} (round {round})");
+            let (mut sb, _) = w
+                .restore(&snap, s)
+                .unwrap_or_else(|e| panic!("{what}: {e:#}"));
+            check_fds(&explicit(&mut sb, json!({})), &what);
+        }
+    }
+}
+
+#[test]
+fn a_descriptor_a_snapshot_cannot_keep_is_refused_by_name() {
+    let w = worker();
+    let t = tier("fds-refused");
+    let (mut sb, _) = w.start_fresh("_test_leak_fd").unwrap();
+    explicit(&mut sb, json!({}));
+    let dir = t.path.join("leak");
+    let e = checkpoint(&mut sb, &dir, "_test_leak_fd", &w.root.hash)
+        .map(|_| ())
+        .unwrap_err();
+    let msg = format!("{e:#}");
+    assert!(msg.contains("inotify"), "{msg}");
+    assert!(msg.contains("a deleted file"), "{msg}");
+    assert!(!dir.exists(), "a refused checkpoint left a snapshot");
+    // the instance lives on, unchanged
+    assert_eq!(explicit(&mut sb, json!({}))["open"], 2);
+}
+
+#[test]
+fn a_bad_descriptor_record_is_refused_when_the_snapshot_is_read() {
+    let w = worker();
+    let (fresh, snap, t) = snapshot_of("_test_fds", "fds-corrupt");
+    drop(fresh);
+    let state =
+        thaw_sandbox::state::ProcessState::decode(&snap.load_state().unwrap()).unwrap();
+    let pos = |k: fn(&FdKind) -> bool| state.fds.iter().position(|f| k(&f.kind)).unwrap();
+    let file = pos(|k| matches!(k, FdKind::File { .. }));
+    let pipe = pos(|k| matches!(k, FdKind::Pipe { unread, .. } if unread.len > 0));
+    let cases: Vec<(&str, Box<dyn Fn(&mut Vec<SavedFd>)>, &str)> = vec![
+        ("control-socket", Box::new(|f| f[0].fd = 3), "one of 0-3"),
+        ("twice", Box::new(|f| f[1].fd = f[0].fd), "a duplicate"),
+        (
+            "escape",
+            Box::new(move |f| {
+                f[file].kind = FdKind::File {
+                    path: "/tmp/../etc/shadow".into(),
+                    pos: 0,
+                }
+            }),
+            "not a plain path",
+        ),
+        (
+            "outside-image",
+            Box::new(move |f| {
+                if let FdKind::Pipe { unread, .. } = &mut f[pipe].kind {
+                    unread.image_off = 0;
+                }
+            }),
+            "not after the pages",
+        ),
+        (
+            "flags",
+            Box::new(|f| f[0].flags |= 0o100),
+            "unknown flags",
+        ),
+    ];
+    for (tag, edit, want) in cases {
+        let bad = with_state(&snap, &t.path.join(tag), |s| edit(&mut s.fds));
+        let e = match w.restore(&bad, StrategyKind::Eager) {
+            Ok(_) => panic!("{tag}: a bad descriptor record restored"),
+            Err(e) => format!("{e:#}"),
+        };
+        assert!(e.contains("descriptor") && e.contains(want), "{tag}: {e}");
+    }
+}
