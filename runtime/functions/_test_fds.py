@@ -50,7 +50,7 @@ def _pattern(n):
 def init():
     # files: one of the read-only root, one of /tmp (read-write, positioned), an
     # append-only log, a directory, the devices
-    f = open(ROOT_FILE, "rb")
+    f = open(ROOT_FILE, "rb", buffering=0)
     f.read(100)
     _keep["root"] = f
     with open("/tmp/data.txt", "w") as w:

@@ -104,7 +104,7 @@ int main(void)
            VMA_LAZY, VMA_POPULATE);
     printf("pub const C_PLAN_LAZY: u32 = %d;\n", PLAN_LAZY);
     printf("pub const C_PLAN_FDS: (usize, i32) = (%d, %d);\n", MAX_PLAN_FDS, PLAN_FD_BASE);
-    printf("pub const C_FDS: (usize, u32) = (%d, %d);\n", MAX_FDS, FD_WORK_LIMIT);
+    printf("pub const C_FDS: (usize, u32) = (%d, %d);\n", MAX_FDS, MAX_FD_NUMBER);
     printf("pub const C_FD_KINDS: [u32; 10] = [%d, %d, %d, %d, %d, %d, %d, %d, %d, %d];\n", FD_DUP,
            FD_FILE, FD_PIPE, FD_EVENTFD, FD_EPOLL, FD_TIMERFD, FD_SIGNALFD, FD_MEMFD, FD_SOCKET,
            FD_SOCKETPAIR);

@@ -61,8 +61,8 @@ pub const PLAN_LAZY: u32 = 1;
 
 /// Descriptors a plan may recreate.
 pub const MAX_FDS: usize = 128;
-/// The file-descriptor limit the restorer works under while it recreates them.
-pub const FD_WORK_LIMIT: u32 = 4096;
+/// A recreated descriptor's number is below this.
+pub const MAX_FD_NUMBER: u32 = 65536;
 pub const FD_DUP: u32 = 0;
 pub const FD_FILE: u32 = 1;
 pub const FD_PIPE: u32 = 2;
@@ -400,7 +400,7 @@ const _: () = assert!(
 );
 const _: () = assert!(MAX_PLAN_BYTES == abi::C_SCRATCH_MAX && RESUME_BYTE == abi::C_RESUME_BYTE);
 const _: () = assert!(MAX_PLAN_FDS == abi::C_PLAN_FDS.0 && PLAN_FD_BASE == abi::C_PLAN_FDS.1);
-const _: () = assert!(MAX_FDS == abi::C_FDS.0 && FD_WORK_LIMIT == abi::C_FDS.1);
+const _: () = assert!(MAX_FDS == abi::C_FDS.0 && MAX_FD_NUMBER == abi::C_FDS.1);
 const _: () = assert!(
     FD_DUP == abi::C_FD_KINDS[0]
         && FD_FILE == abi::C_FD_KINDS[1]
@@ -494,7 +494,10 @@ impl Plan {
             }
         }
         if self.fds.len() > MAX_FDS {
-            return Err(format!("{} descriptors (at most {MAX_FDS})", self.fds.len()));
+            return Err(format!(
+                "{} descriptors (at most {MAX_FDS})",
+                self.fds.len()
+            ));
         }
         for (i, f) in self.fds.iter().enumerate() {
             let path_ok = f.path_off < 0

@@ -56,10 +56,9 @@ typedef int i32;
 #define MAX_PLAN_FDS 3
 #define PLAN_FD_BASE 4
 
-/* Descriptors a plan may recreate, and the file-descriptor limit the
- * restorer raises to while it holds them at temporary numbers. */
+/* Descriptors a plan may recreate, and the highest number one may have. */
 #define MAX_FDS 128
-#define FD_WORK_LIMIT 4096
+#define MAX_FD_NUMBER 65536
 
 /* What a plan_fd makes. */
 #define FD_DUP 0       /* dup of fds[ref] */

@@ -67,9 +67,7 @@
 #define SYS_setsockopt 54
 #define SYS_socketpair 53
 #define SYS_shutdown 48
-#define SYS_sendfile 40
 #define SYS_openat2 437
-#define SYS_prlimit64 302
 #define F_GETFD 1
 #define F_SETFL 4
 #define F_SETPIPE_SZ 1031
@@ -90,7 +88,6 @@
 #define IPV6_V6ONLY 26
 #define EPOLL_CTL_ADD 1
 #define TFD_IOC_SET_TICKS 0x40085400UL
-#define RLIMIT_NOFILE 7
 #define FUTEX_WAIT_PRIVATE 128
 /* as glibc's pthread_create: shared everything, the thread pointer set, the
  * thread id written to (and cleared at exit from) glibc's copy of it */
@@ -180,9 +177,6 @@ struct timespec {
 };
 struct itimerspec {
     struct timespec interval, value;
-};
-struct rlimit {
-    u64 cur, max;
 };
 struct open_how {
     u64 flags, mode, resolve;
@@ -514,19 +508,30 @@ static void start_threads(const struct plan_header *h, const struct plan_thread 
  * and the other end of a pipe or socketpair until its second record takes it. */
 static int fd_tmp[MAX_FDS], fd_other[MAX_FDS];
 
-/* Copies a record's content from the image into `out` (non-blocking: a
- * queue that cannot take it all fails instead of hanging). */
+/* Copies a record's content from the image into `out`, through a buffer
+ * (a splice would need a pipe slot per page the content touches, one more
+ * than the pipe has when the content is not page-aligned). Writes never
+ * block: a queue that cannot take it all fails instead of hanging. */
+static char fill_buf[16 * PAGE];
+
 static long fill_fd(int out, const struct plan_fd *f)
 {
-    long off = (long)f->img_off;
-    u64 left = f->img_len;
+    u64 off = f->img_off, left = f->img_len;
     while (left) {
-        long n = sys6(SYS_sendfile, out, PLAN_FD_BASE, (long)&off, (long)left, 0, 0);
-        if (n == -EINTR)
-            continue;
-        if (n <= 0)
-            return n < 0 ? n : -EIO;
-        left -= (u64)n;
+        u64 n = left < sizeof(fill_buf) ? left : sizeof(fill_buf);
+        long r = read_full(PLAN_FD_BASE, fill_buf, n, off, 1);
+        if (r < 0)
+            return r;
+        for (u64 done = 0; done < n;) {
+            long w = sys3(SYS_write, out, fill_buf + done, n - done);
+            if (w == -EINTR)
+                continue;
+            if (w <= 0)
+                return w < 0 ? w : -EIO;
+            done += (u64)w;
+        }
+        off += n;
+        left -= n;
     }
     return 0;
 }
@@ -646,11 +651,28 @@ static long make_fd(u32 i, const struct plan_fd *fds, const char *strings)
     return fd;
 }
 
-/* Recreates the runtime's descriptors, as the sandbox's uid. Every target
- * number is held first (by /dev/null, or an image descriptor), so what is
- * made lands elsewhere; once the image descriptors are closed, each object
- * is moved to its number, dups follow, then flags, shutdowns, and the
- * epoll watches (keyed by file and number, so only now). */
+/* Moves whatever object of ours sits at number `t` (a temporary number or a
+ * held other end) out of the way, to the lowest free number. */
+static void clear_number(u32 n, int t)
+{
+    for (u32 k = 0; k < n; k++) {
+        int *slot = fd_tmp[k] == t ? &fd_tmp[k] : fd_other[k] == t ? &fd_other[k] : NULL;
+        if (!slot)
+            continue;
+        long r = sys3(SYS_fcntl, t, 1030 /* F_DUPFD_CLOEXEC */, 0);
+        if (r < 0)
+            fail(STEP_FD_PLACE, r, (u32)t);
+        sys3(SYS_close, t, 0, 0);
+        *slot = (int)r;
+        return;
+    }
+}
+
+/* Recreates the runtime's descriptors, as the sandbox's uid: each object is
+ * made at whatever number is free, then, once the image descriptors are
+ * closed, moved to its own (an object of ours already there moves aside
+ * first); dups follow, then flags, shutdowns, and the epoll watches (keyed
+ * by file and number, so only now). */
 static void make_fds(const struct plan_header *h, const struct plan_fd *fds,
                      const struct plan_watch *watches, const char *strings,
                      const struct plan_run *runs)
@@ -662,14 +684,6 @@ static void make_fds(const struct plan_header *h, const struct plan_fd *fds,
     while (r == -EINTR);
     if (r != 1 || c != FILES_BYTE)
         fail(STEP_FD_WAIT, r < 0 ? r : EIO, 0);
-    for (u32 i = 0; i < h->n_fds; i++) {
-        int t = fds[i].fd;
-        if (sys3(SYS_fcntl, t, F_GETFD, 0) < 0) {
-            r = sys3(SYS_dup3, 0, t, 0);
-            if (r < 0)
-                fail(STEP_FD_PLACE, r, (u32)t);
-        }
-    }
     for (u32 i = 0; i < h->n_fds; i++) {
         fd_tmp[i] = fd_other[i] = -1;
         if (fds[i].kind == FD_DUP)
@@ -685,10 +699,19 @@ static void make_fds(const struct plan_header *h, const struct plan_fd *fds,
             sys3(SYS_close, runs[k].img_fd, 0, 0);
     for (u32 i = 0; i < h->n_fds; i++) {
         const struct plan_fd *f = &fds[i];
-        int src = f->kind == FD_DUP ? fds[f->ref].fd : fd_tmp[i];
-        r = sys3(SYS_dup3, src, f->fd, f->flags & O_CLOEXEC);
-        if (r >= 0 && f->kind != FD_DUP)
-            sys3(SYS_close, src, 0, 0);
+        if (f->kind != FD_DUP && fd_tmp[i] == f->fd) {
+            /* made right at its number: only the close-on-exec flag to set */
+            fd_tmp[i] = -1;
+            r = sys3(SYS_fcntl, f->fd, 2 /* F_SETFD */, (f->flags & O_CLOEXEC) ? 1 : 0);
+        } else {
+            clear_number(h->n_fds, f->fd);
+            int src = f->kind == FD_DUP ? fds[f->ref].fd : fd_tmp[i];
+            r = sys3(SYS_dup3, src, f->fd, f->flags & O_CLOEXEC);
+            if (r >= 0 && f->kind != FD_DUP) {
+                sys3(SYS_close, src, 0, 0);
+                fd_tmp[i] = -1;
+            }
+        }
         if (r >= 0 && f->kind != FD_FILE && f->kind != FD_DUP)
             r = sys3(SYS_fcntl, f->fd, F_SETFL, f->flags & (O_APPEND | O_NONBLOCK));
         if (r >= 0 && f->kind == FD_SOCKETPAIR && ((f->a >> 16) & 3))
@@ -777,7 +800,7 @@ void restorer_main(u64 *initial_sp)
         fail(STEP_BAD_PLAN, EINVAL, 8);
     for (u32 i = 0; i < h->n_fds; i++) {
         const struct plan_fd *f = &fds[i];
-        if (f->fd <= 3 || f->fd >= (i32)FD_WORK_LIMIT || f->ref >= (i32)i ||
+        if (f->fd <= 3 || f->fd >= (i32)MAX_FD_NUMBER || f->ref >= (i32)i ||
             (f->kind == FD_DUP && f->ref < 0) ||
             (f->path_off >= 0 && (u64)f->path_off + f->path_len >= h->strings_len) ||
             (i > 0 && f->fd <= fds[i - 1].fd))
@@ -939,17 +962,6 @@ void restorer_main(u64 *initial_sp)
     if (r < 0)
         fail(STEP_TRAMPOLINE, r, 2);
 
-    /* Room to hold the descriptors at temporary numbers (as root: the
-     * hard limit may be raised); the sandbox's own limit comes back after. */
-    struct rlimit nofile = {0, 0}, work = {FD_WORK_LIMIT, FD_WORK_LIMIT};
-    if (h->n_fds) {
-        r = sys6(SYS_prlimit64, 0, RLIMIT_NOFILE, 0, (long)&nofile, 0, 0);
-        if (r >= 0 && nofile.max < FD_WORK_LIMIT)
-            r = sys6(SYS_prlimit64, 0, RLIMIT_NOFILE, (long)&work, 0, 0, 0);
-        if (r < 0)
-            fail(STEP_FD_MAKE, r, 0);
-    }
-
     /* Drop root for good, then the filter (it forbids what we just used). */
     r = sys3(SYS_setgroups, 0, NULL, 0);
     if (r >= 0)
@@ -961,11 +973,6 @@ void restorer_main(u64 *initial_sp)
     if (h->n_fds) {
         /* files open with the function's own permissions, inside its root */
         make_fds(h, fds, watches, strings, runs);
-        if (nofile.max < FD_WORK_LIMIT) {
-            r = sys6(SYS_prlimit64, 0, RLIMIT_NOFILE, (long)&nofile, 0, 0, 0);
-            if (r < 0)
-                fail(STEP_FD_PLACE, r, 0);
-        }
     } else {
         /* Image descriptors are the worker's business, not the runtime's. */
         for (u32 k = 0; k < h->n_runs; k++)

@@ -22,7 +22,7 @@ use thaw_restorer as r;
 /// Most descriptors a snapshot keeps (the restorer's table holds them).
 pub const MAX_FDS: usize = r::MAX_FDS;
 /// Highest descriptor number a snapshot names.
-pub const MAX_FD_NUMBER: i32 = 1 << 16;
+pub const MAX_FD_NUMBER: i32 = r::MAX_FD_NUMBER as i32;
 /// Most watches of one epoll instance.
 pub const MAX_WATCHES: usize = 1024;
 /// Largest pipe a snapshot recreates (`/proc/sys/fs/pipe-max-size`'s default).

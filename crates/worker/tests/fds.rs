@@ -99,8 +99,7 @@ fn a_bad_descriptor_record_is_refused_when_the_snapshot_is_read() {
     let w = worker();
     let (fresh, snap, t) = snapshot_of("_test_fds", "fds-corrupt");
     drop(fresh);
-    let state =
-        thaw_sandbox::state::ProcessState::decode(&snap.load_state().unwrap()).unwrap();
+    let state = thaw_sandbox::state::ProcessState::decode(&snap.load_state().unwrap()).unwrap();
     let pos = |k: fn(&FdKind) -> bool| state.fds.iter().position(|f| k(&f.kind)).unwrap();
     let file = pos(|k| matches!(k, FdKind::File { .. }));
     let pipe = pos(|k| matches!(k, FdKind::Pipe { unread, .. } if unread.len > 0));
@@ -126,11 +125,7 @@ fn a_bad_descriptor_record_is_refused_when_the_snapshot_is_read() {
             }),
             "not after the pages",
         ),
-        (
-            "flags",
-            Box::new(|f| f[0].flags |= 0o100),
-            "unknown flags",
-        ),
+        ("flags", Box::new(|f| f[0].flags |= 0o100), "unknown flags"),
     ];
     for (tag, edit, want) in cases {
         let bad = with_state(&snap, &t.path.join(tag), |s| edit(&mut s.fds));
