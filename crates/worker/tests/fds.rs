@@ -136,3 +136,53 @@ fn a_bad_descriptor_record_is_refused_when_the_snapshot_is_read() {
         assert!(e.contains("descriptor") && e.contains(want), "{tag}: {e}");
     }
 }
+
+/// Descriptors of the open file table a Node.js process holds at rest.
+fn fd_kinds(pid: i32) -> Vec<String> {
+    let mut out: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_str().unwrap().parse::<i32>().unwrap() > 3)
+        .map(|e| {
+            let l = std::fs::read_link(e.path()).unwrap();
+            let l = l.to_string_lossy();
+            l.split(':').next().unwrap().to_string()
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn node_functions_snapshot_and_restore_with_every_strategy() {
+    use thaw_worker::{invoke, InputSize};
+    let w = worker();
+    for f in ["node_helloworld", "node_compress"] {
+        let t = tier(&format!("fds-{f}"));
+        let (mut fresh, _) = w.start_fresh(f).unwrap();
+        let size = InputSize::I;
+        let want = invoke(&mut fresh, size, T).unwrap().output;
+        w.check(f, size, &want).unwrap();
+        let kinds = fd_kinds(fresh.pid());
+        let dir = w.snapshot_dir(&t, f);
+        let (snap, rep) = checkpoint(&mut fresh, &dir, f, &w.root.hash)
+            .unwrap_or_else(|e| panic!("checkpoint of {f}: {e:#}"));
+        // libuv's epoll, eventfd and signal pipe at least
+        assert!(rep.saved_fds >= 3, "{f}: {} descriptors", rep.saved_fds);
+        drop(fresh);
+        for s in STRATEGIES {
+            for _ in 0..2 {
+                let (mut sb, _) = w
+                    .restore(&snap, s)
+                    .unwrap_or_else(|e| panic!("{f} {s}: {e:#}"));
+                assert_eq!(fd_kinds(sb.pid()), kinds, "{f} {s}");
+                let out = invoke(&mut sb, size, T).unwrap().output;
+                w.check(f, size, &out)
+                    .unwrap_or_else(|e| panic!("{f} {s}: {e:#}"));
+                // a second call: the event loop keeps working
+                let out = invoke(&mut sb, size, T).unwrap().output;
+                w.check(f, size, &out).unwrap();
+            }
+        }
+    }
+}
