@@ -75,6 +75,13 @@ pub const FD_SOCKET: u32 = 8;
 pub const FD_SOCKETPAIR: u32 = 9;
 /// openat2's resolve flags for reopened files: no symbolic or magic link.
 pub const RESOLVE_FLAGS: u64 = 0x06;
+/// The restorer's steps whose failure `detail` is a descriptor's number
+/// (plan.h's FD_WAIT .. FD_EPOLL).
+pub const FD_STEPS: std::ops::RangeInclusive<u32> = 16..=20;
+const _: () = assert!(
+    STEPS.len() == 20 && STEPS[15].0 == 16 && STEPS[19].0 == 20,
+    "the descriptor steps are plan.h's last five"
+);
 /// The worker's word that the sandbox's /tmp and /dev/shm are restored.
 pub const FILES_BYTE: u8 = b'F';
 

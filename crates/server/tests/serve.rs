@@ -2575,7 +2575,11 @@ fn nodejs_function_deploys_and_answers_with_lambda_shapes() {
         let r = d.post_json("/v1/functions", &snap);
         assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
         for n in 0..3 {
-            let r = cold(&d, &format!("snapnode-{strategy}"), &json!({"numbers": [4, n]}));
+            let r = cold(
+                &d,
+                &format!("snapnode-{strategy}"),
+                &json!({"numbers": [4, n]}),
+            );
             assert_eq!(r.json().unwrap(), json!({"sum": 4 + n}), "{strategy}");
         }
     }

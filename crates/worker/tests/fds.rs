@@ -137,6 +137,41 @@ fn a_bad_descriptor_record_is_refused_when_the_snapshot_is_read() {
     }
 }
 
+#[test]
+fn a_restorer_that_cannot_recreate_a_descriptor_names_it() {
+    let w = worker();
+    let (fresh, snap, t) = snapshot_of("_test_fds", "fds-missing");
+    drop(fresh);
+    let state = thaw_sandbox::state::ProcessState::decode(&snap.load_state().unwrap()).unwrap();
+    let tmp = state
+        .fds
+        .iter()
+        .find(|f| matches!(&f.kind, FdKind::File { path, .. } if path == "/tmp/data.txt"))
+        .unwrap()
+        .fd;
+    // a plain path that the restored /tmp does not hold: the restore fails
+    // before the runtime resumes, naming the descriptor and the step
+    let bad = with_state(&snap, &t.path.join("missing"), |s| {
+        for f in &mut s.fds {
+            if f.fd == tmp {
+                f.kind = FdKind::File {
+                    path: "/tmp/not-there.txt".into(),
+                    pos: 0,
+                };
+            }
+        }
+    });
+    let e = match w.restore(&bad, StrategyKind::Eager) {
+        Ok(_) => panic!("a descriptor of a missing file restored"),
+        Err(e) => format!("{e:#}"),
+    };
+    assert!(
+        e.contains("recreating a descriptor") && e.contains(&format!("(fd {tmp})")),
+        "{e}"
+    );
+    assert!(e.contains("No such file"), "{e}");
+}
+
 /// Descriptors of the open file table a Node.js process holds at rest.
 fn fd_kinds(pid: i32) -> Vec<String> {
     let mut out: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
