@@ -78,6 +78,14 @@ def init():
     assert os.write(w, _pattern(BIG)) == BIG
     os.set_blocking(r, False)
     _fd["big_r"], _fd["big_w"] = r, w
+    # a pipe whose write end has the lower number
+    r, w = os.pipe()
+    os.write(w, b"reversed")
+    os.dup2(w, 200)
+    os.dup2(r, 201)
+    os.close(r)
+    os.close(w)
+    _fd["rev_w"], _fd["rev_r"] = 200, 201
     # eventfds
     _fd["ev_sem"] = os.eventfd(3, os.EFD_SEMAPHORE | os.EFD_NONBLOCK)
     _fd["ev"] = os.eventfd(42, os.EFD_NONBLOCK)
@@ -141,6 +149,7 @@ def handler(event):
     out["pipe"] = [os.read(r, 100).decode(), os.get_blocking(r), os.get_inheritable(r), os.get_inheritable(_fd["pipe_w"])]
     os.write(_fd["pipe_w"], b"again")
     out["pipe_again"] = os.read(r, 100).decode()
+    out["pipe_reversed"] = os.read(_fd["rev_r"], 100).decode()
     got = b""
     while len(got) < BIG:
         got += os.read(_fd["big_r"], BIG)

@@ -65,7 +65,9 @@ typedef int i32;
 #define FD_FILE 1      /* openat2 of path (RESOLVE_FLAGS), then lseek to a */
 #define FD_PIPE 2      /* ref < 0: a new pipe (arg: its size), this record's end (arg2: 1 read);
                         * ref >= 0: the other end of fds[ref]'s pipe. A read end's
-                        * record carries the unread bytes (img_off, img_len) */
+                        * record carries the unread bytes (img_off, img_len).
+                        * With a path: a FIFO, each record an open of it by
+                        * that path; the first (ref < 0) carries size and bytes */
 #define FD_EVENTFD 3   /* a: count, arg: EFD_SEMAPHORE */
 #define FD_EPOLL 4     /* its watches follow in the watch table */
 #define FD_TIMERFD 5   /* arg: clock, a: remaining ns, b: interval ns, c: expirations */

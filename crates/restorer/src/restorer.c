@@ -74,6 +74,7 @@
 #define F_ADD_SEALS 1033
 #define AT_FDCWD -100
 #define O_APPEND 02000
+#define O_RDWR_ 2
 #define O_PATH 010000000
 #define O_DIRECTORY 0200000
 #define O_NOFOLLOW 0400000
@@ -544,6 +545,26 @@ static long make_fd(u32 i, const struct plan_fd *fds, const char *strings)
     const char *path = f->path_off >= 0 ? strings + f->path_off : NULL;
     long fd, r = 0;
     int pair[2];
+    if (f->kind == FD_PIPE && path) {
+        /* a FIFO: each end by its path; the first record also holds a
+         * read-write open (so no open blocks, and the content has a way in)
+         * until every end is made */
+        struct open_how how = {O_RDWR_ | O_NONBLOCK | O_CLOEXEC, 0, RESOLVE_FLAGS};
+        if (f->ref < 0) {
+            long anchor = sys6(SYS_openat2, AT_FDCWD, (long)path, (long)&how, sizeof(how), 0, 0);
+            if (anchor < 0)
+                return anchor;
+            fd_other[i] = (int)anchor;
+            if (f->arg != 16 * PAGE)
+                r = sys3(SYS_fcntl, anchor, F_SETPIPE_SZ, f->arg);
+            if (r >= 0 && f->img_len)
+                r = fill_fd((int)anchor, f);
+            if (r < 0)
+                fail(STEP_FD_FILL, r, (u32)f->fd);
+        }
+        how.flags = (f->flags & 3 /* O_ACCMODE */) | O_NONBLOCK | O_CLOEXEC;
+        return sys6(SYS_openat2, AT_FDCWD, (long)path, (long)&how, sizeof(how), 0, 0);
+    }
     switch (f->kind) {
     case FD_FILE: {
         u64 fl = f->flags | O_CLOEXEC;

@@ -107,13 +107,25 @@ pub fn check(fds: &[SavedFd], pages: u64) -> Result<()> {
                 if !size.is_power_of_two() || !(4096..=MAX_PIPE_SIZE).contains(size) {
                     return Err(bad(format!("a pipe of {size} bytes")));
                 }
-                if unread.len > *size as u64 || (!read && unread.len != 0) {
+                // a pipe's read end carries the unread bytes; a FIFO's first record
+                let carrier = if fifo.is_some() { *first == fd } else { *read };
+                if unread.len > *size as u64 || (!carrier && unread.len != 0) {
                     return Err(bad(format!(
                         "{} unread bytes in a pipe of {size}",
                         unread.len
                     )));
                 }
-                if *first != fd {
+                if let (Some(_), true) = (fifo, *first != fd) {
+                    // any number of opens of a FIFO, each by its path
+                    let ok = by_fd.get(first).is_some_and(|o| {
+                        o.fd < fd
+                            && matches!(&o.kind, FdKind::Pipe { first: f2, fifo: p2, size: s2, .. }
+                                if f2 == first && p2 == fifo && s2 == size)
+                    });
+                    if !ok {
+                        return Err(bad(format!("a FIFO opened first at {first}, which is not")));
+                    }
+                } else if *first != fd {
                     let ok = by_fd.get(first).is_some_and(|o| {
                         o.fd < fd
                             && matches!(&o.kind, FdKind::Pipe { first: f2, read: r2, fifo: p2, size: s2, .. }
@@ -341,6 +353,8 @@ pub fn capture(pid: i32, mut append: Option<Append<'_>>) -> Result<Capture> {
             memfd(o, name, &mut append)
         } else if o.link.ends_with(" (deleted)") {
             Err(format!("{}, a deleted file", o.link))
+        } else if o.link.starts_with('/') && is_fifo(&o.dup) {
+            fifo(o, &root, &mut pipes, &mut append)
         } else if o.link.starts_with('/') {
             file(o, &root)
         } else {
@@ -448,6 +462,55 @@ fn pipe(o: &Open, pipes: &mut HashMap<String, i32>, append: &mut Option<Append<'
 }
 
 type Kind = std::result::Result<FdKind, String>;
+
+fn is_fifo(fd: &OwnedFd) -> bool {
+    fstat(fd).is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFIFO)
+}
+
+/// A FIFO of /tmp or /dev/shm, opened by its path: each descriptor is
+/// reopened by that path; the first carries the size and the unread bytes
+/// (read through an open of our own, whichever ends the runtime holds).
+fn fifo(
+    o: &Open,
+    root: &OwnedFd,
+    pipes: &mut HashMap<String, i32>,
+    append: &mut Option<Append<'_>>,
+) -> Kind {
+    let path = &o.link;
+    crate::files::check_path(path).map_err(|_| format!("{path}, a FIFO outside /tmp and /dev/shm"))?;
+    let st = fstat(&o.dup).map_err(|e| e.to_string())?;
+    let there = open_in_root(root, path, libc::O_RDONLY | libc::O_NONBLOCK)
+        .map_err(|e| format!("{path}, a FIFO that cannot be reopened: {e}"))?;
+    let t = fstat(&there).map_err(|e| e.to_string())?;
+    if (t.st_dev, t.st_ino) != (st.st_dev, st.st_ino) {
+        return Err(format!("{path}, a FIFO no longer at that path"));
+    }
+    // SAFETY: fcntl on a descriptor we own.
+    let size = unsafe { libc::fcntl(o.dup.as_raw_fd(), libc::F_GETPIPE_SZ) };
+    if size < 0 || size as u32 > MAX_PIPE_SIZE {
+        return Err(format!("a FIFO of {size} bytes"));
+    }
+    let key = format!("fifo:{path}");
+    let first = *pipes.entry(key).or_insert(o.fd);
+    let mut unread = Blob::default();
+    if first == o.fd {
+        let n = ioctl_int(&there, libc::FIONREAD).map_err(|e| format!("FIONREAD: {e}"))?;
+        if let (Some(append), true) = (append.as_mut(), n > 0) {
+            let bytes = tee_all(&there, n as usize, size as usize).map_err(|e| e.to_string())?;
+            unread = Blob {
+                image_off: append(&bytes).map_err(|e| e.to_string())?,
+                len: bytes.len() as u64,
+            };
+        }
+    }
+    Ok(FdKind::Pipe {
+        first,
+        read: o.info.flags & libc::O_ACCMODE as u32 != libc::O_WRONLY as u32,
+        size: size as u32,
+        fifo: Some(path.clone()),
+        unread,
+    })
+}
 
 /// `n` unread bytes of the pipe `src`, copied without consuming them.
 fn tee_all(src: &OwnedFd, n: usize, size: usize) -> Result<Vec<u8>> {
@@ -608,10 +671,7 @@ fn file(o: &Open, root: &OwnedFd) -> Kind {
     check_abs_path(path).map_err(|e| e.to_string())?;
     let st = fstat(&o.dup).map_err(|e| e.to_string())?;
     let fmt = st.st_mode & libc::S_IFMT;
-    if fmt == libc::S_IFIFO {
-        return Err(format!("{path}, a FIFO"));
-    }
-    let there = open_in_root(root, path).and_then(|fd| fstat(&fd));
+    let there = open_in_root(root, path, libc::O_PATH).and_then(|fd| fstat(&fd));
     let same = match (fmt, &there) {
         (libc::S_IFCHR, Ok(t)) => DEVICES.contains(&path.as_str()) && t.st_rdev == st.st_rdev,
         (libc::S_IFREG | libc::S_IFDIR, Ok(t)) => t.st_dev == st.st_dev && t.st_ino == st.st_ino,
@@ -1021,7 +1081,7 @@ fn open_root(pid: i32) -> Result<OwnedFd> {
 
 /// `path` inside the sandbox's root, as the restorer will open it: no
 /// symbolic link on the way, never above the root.
-fn open_in_root(root: &OwnedFd, path: &str) -> std::io::Result<OwnedFd> {
+fn open_in_root(root: &OwnedFd, path: &str, flags: libc::c_int) -> std::io::Result<OwnedFd> {
     let c = CString::new(path.trim_start_matches('/')).map_err(std::io::Error::other)?;
     let c = if c.as_bytes().is_empty() {
         CString::new(".").expect("no NUL")
@@ -1029,7 +1089,7 @@ fn open_in_root(root: &OwnedFd, path: &str) -> std::io::Result<OwnedFd> {
         c
     };
     let how = r::OpenHow {
-        flags: (libc::O_PATH | libc::O_CLOEXEC) as u64,
+        flags: (flags | libc::O_CLOEXEC) as u64,
         mode: 0,
         resolve: r::RESOLVE_FLAGS,
     };
@@ -1097,10 +1157,10 @@ pub fn to_plan(fds: &[SavedFd], image_len: u64, plan: &mut r::Plan) -> Result<()
                 fifo,
                 unread,
             } => {
-                if fifo.is_some() {
-                    bail!("descriptor {}: FIFOs are not restored", f.fd);
-                }
                 p.kind = r::FD_PIPE;
+                if let Some(path) = fifo {
+                    (p.path_off, p.path_len) = (plan.add_string(path), path.len() as u32);
+                }
                 p.reference = if *first == f.fd { -1 } else { idx(first)? };
                 p.arg = *size;
                 p.arg2 = u32::from(*read);

@@ -131,6 +131,8 @@ pub enum FileKind {
     Dir,
     File,
     Symlink,
+    /// a named pipe (its unread bytes, if any end is open, are a descriptor's)
+    Fifo,
 }
 
 /// One entry of the sandbox's /tmp or /dev/shm at checkpoint (see
@@ -359,6 +361,7 @@ impl ProcessState {
                 FileKind::Dir => 0,
                 FileKind::File => 1,
                 FileKind::Symlink => 2,
+                FileKind::Fifo => 3,
             });
             put32(w, f.mode);
             put64(w, f.mtime_ns as u64);
@@ -857,6 +860,7 @@ impl<'a> Reader<'a> {
                 0 => FileKind::Dir,
                 1 => FileKind::File,
                 2 => FileKind::Symlink,
+                3 => FileKind::Fifo,
                 k => bail!("saved file {path:?} has an unknown kind {k}"),
             };
             files.push(SavedFile {
