@@ -15,7 +15,16 @@ impl Drop for Home {
 }
 
 fn start(home: &Path) -> Child {
-    let child = Command::new(THAW)
+    start_with_path(home, None)
+}
+
+/// Starts a daemon, with `path` as its `PATH` when given.
+fn start_with_path(home: &Path, path: Option<&str>) -> Child {
+    let mut cmd = Command::new(THAW);
+    if let Some(p) = path {
+        cmd.env("PATH", p);
+    }
+    let child = cmd
         .arg("--home")
         .arg(home)
         .args(["serve", "--runtime-home"])
@@ -243,14 +252,11 @@ fn serve_deploy_invoke_sigterm_and_kill9_recovery() {
 /// answered once, and the start types the daemon reports account for all.
 #[test]
 fn load_against_a_live_daemon_accounts_every_request() {
-    let home = Home(PathBuf::from(format!(
-        "/tmp/thaw-load-live-{}",
-        std::process::id()
-    )));
-    let _ = thaw_server::remove_home(&home.0);
-    std::fs::create_dir_all(&home.0).unwrap();
-    let code = home.0.join("echo.py");
-    std::fs::write(&code, "def handler(event):\n    return {'echo': event}\n").unwrap();
+    let (home, code) = home_with_function(
+        "load-live",
+        "echo.py",
+        "def handler(event):\n    return {'echo': event}\n",
+    );
     let mut daemon = start(&home.0);
     ok(&thaw_fn(
         &home.0,
@@ -298,6 +304,24 @@ fn load_against_a_live_daemon_accounts_every_request() {
     assert!(daemon.wait().unwrap().success());
 }
 
+/// A new temporary home holding one function's source file (both go when
+/// the home is dropped).
+fn home_with_function(tag: &str, file: &str, source: &str) -> (Home, PathBuf) {
+    let home = Home(PathBuf::from(format!(
+        "/tmp/thaw-{tag}-{}",
+        std::process::id()
+    )));
+    let _ = thaw_server::remove_home(&home.0);
+    std::fs::create_dir_all(&home.0).unwrap();
+    let code = home.0.join(file);
+    std::fs::write(&code, source).unwrap();
+    (home, code)
+}
+
+/// A function that never sends anything (the egress tests list a
+/// documentation network).
+const NETFN: &str = "def handler(event):\n    return 'ok'\n";
+
 /// The egress bridge a daemon process made (its alias names the daemon).
 fn egress_bridge_of(pid: u32) -> Option<String> {
     let out = Command::new("ip")
@@ -313,14 +337,7 @@ fn egress_bridge_of(pid: u32) -> Option<String> {
 
 #[test]
 fn egress_leftovers_of_a_killed_daemon_go_at_the_next_cleanup() {
-    let home = Home(PathBuf::from(format!(
-        "/tmp/thaw-egress-cli-{}",
-        std::process::id()
-    )));
-    let _ = thaw_server::remove_home(&home.0);
-    std::fs::create_dir_all(&home.0).unwrap();
-    let code = home.0.join("netfn.py");
-    std::fs::write(&code, "def handler(event):\n    return 'ok'\n").unwrap();
+    let (home, code) = home_with_function("egress-cli", "netfn.py", NETFN);
     let mut daemon = start(&home.0);
     let pid = daemon.id();
     // a documentation network: the function never sends anything
@@ -384,5 +401,90 @@ impl Drop for Stopping {
         if matches!(self.0.try_wait(), Ok(None)) {
             self.stop();
         }
+    }
+}
+
+/// The test's `nft`: refuses a rule set that holds PATTERN, passes
+/// everything else to the real one (REAL).
+const REFUSING_NFT: &str = r#"#!/bin/sh
+if [ "$1" = -f ] && [ "$2" = - ]; then
+  rules=$(cat)
+  case "$rules" in *"PATTERN"*) echo "Error: refused by the test's nft" >&2; exit 1;; esac
+  printf '%s\n' "$rules" | exec REAL -f -
+fi
+exec REAL "$@"
+"#;
+
+/// A host step of the egress set-up that fails (`nft`, replaced on the
+/// daemon's PATH by one that refuses some rule sets) fails the deploy with
+/// the host's error and leaves no bridge, rule or function behind; the
+/// daemon goes on serving.
+#[test]
+fn an_egress_set_up_the_host_refuses_fails_the_deploy_and_leaves_nothing() {
+    let real_nft = ["/usr/sbin/nft", "/sbin/nft", "/usr/bin/nft"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .expect("nft is not installed (scripts/setup.sh installs nftables)");
+    // the whole network's rules, then only a function's chain
+    for (mode, pattern) in [("network", "table inet"), ("function", "add chain")] {
+        let (home, code) = home_with_function(&format!("egress-refused-{mode}"), "netfn.py", NETFN);
+        let bin = home.0.join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        let nft = bin.join("nft");
+        std::fs::write(
+            &nft,
+            REFUSING_NFT
+                .replace("PATTERN", pattern)
+                .replace("REAL", real_nft),
+        )
+        .unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&nft, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let path = format!(
+            "{}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            bin.display()
+        );
+        let mut daemon = Stopping(start_with_path(&home.0, Some(&path)));
+        let pid = daemon.0.id();
+        let code_arg = code.to_string_lossy().into_owned();
+        let deploy = |extra: &[&str]| {
+            let mut args = vec!["deploy", &code_arg, "--handler", "netfn.handler"];
+            args.extend_from_slice(extra);
+            thaw_fn(&home.0, &args)
+        };
+        let refused = deploy(&["--egress", "192.0.2.0/24:443"]);
+        let err = String::from_utf8_lossy(&refused.stderr);
+        assert!(!refused.status.success(), "{mode}: the deploy succeeded");
+        assert!(err.contains("refused by the test's nft"), "{mode}: {err}");
+        assert!(
+            ok(&thaw_fn(&home.0, &["list"])).contains("\"functions\": []"),
+            "{mode}: a function was left"
+        );
+        match mode {
+            "network" => assert_eq!(egress_bridge_of(pid), None, "a bridge was left"),
+            _ => {
+                // the network stays for the daemon's next egress deploy,
+                // without the refused function's chains or addresses
+                let bridge = egress_bridge_of(pid).expect("the daemon's bridge");
+                let index = bridge.trim_start_matches("thaw-br");
+                let out = Command::new(real_nft)
+                    .args(["list", "table", "inet", &format!("thaw_egress_{index}")])
+                    .output()
+                    .unwrap();
+                let table = String::from_utf8_lossy(&out.stdout);
+                assert!(out.status.success(), "{table}");
+                assert!(!table.contains("chain fn_"), "{table}");
+                assert!(!table.contains("jump fn_"), "{table}");
+            }
+        }
+        // the daemon still deploys and serves
+        ok(&deploy(&[]));
+        assert!(ok(&thaw_fn(&home.0, &["invoke", "netfn"])).contains("ok"));
+        daemon.stop();
+        assert_eq!(
+            egress_bridge_of(pid),
+            None,
+            "{mode}: bridge left after stop"
+        );
     }
 }

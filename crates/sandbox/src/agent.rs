@@ -8,7 +8,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::io::{self, Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
@@ -404,8 +404,8 @@ impl AgentChannel {
     }
 
     /// Receives one frame before `deadline`, with the descriptors the agent
-    /// passed along it (SCM_RIGHTS; at most [`MAX_FDS_PER_FRAME`], the
-    /// kernel closes any beyond). They are owned: dropped means closed.
+    /// passed along it (SCM_RIGHTS; more than [`MAX_FDS_PER_FRAME`] is an
+    /// error). They are owned: dropped means closed.
     pub fn recv_with_fds(
         &mut self,
         deadline: Instant,
@@ -444,63 +444,19 @@ impl AgentChannel {
                 return Err(ChannelError::Timeout);
             }
             self.sock.set_read_timeout(Some(left))?;
-            let mut cmsg = [0u64; 8];
-            let mut iov = libc::iovec {
-                iov_base: buf.as_mut_ptr() as *mut libc::c_void,
-                iov_len: buf.len(),
-            };
-            // SAFETY: an all-zero msghdr is valid; the pointers set below
-            // outlive the call.
-            let mut mh: libc::msghdr = unsafe { std::mem::zeroed() };
-            mh.msg_iov = &mut iov;
-            mh.msg_iovlen = 1;
-            mh.msg_control = cmsg.as_mut_ptr() as *mut libc::c_void;
-            // SAFETY: a pure size computation; it fits the 64-byte buffer.
-            mh.msg_controllen = unsafe { libc::CMSG_SPACE(4 * MAX_FDS_PER_FRAME as u32) } as usize;
-            // SAFETY: mh describes live buffers of the stated sizes.
-            let n =
-                unsafe { libc::recvmsg(self.sock.as_raw_fd(), &mut mh, libc::MSG_CMSG_CLOEXEC) };
-            if n >= 0 {
-                // SAFETY: the kernel filled mh's control buffer; the CMSG
-                // macros walk only within msg_controllen.
-                unsafe {
-                    let mut c = libc::CMSG_FIRSTHDR(&mh);
-                    while !c.is_null() {
-                        if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS
-                        {
-                            let data = libc::CMSG_DATA(c);
-                            let len = (*c).cmsg_len as usize - libc::CMSG_LEN(0) as usize;
-                            for i in 0..len / 4 {
-                                let mut fd = 0i32;
-                                std::ptr::copy_nonoverlapping(
-                                    data.add(i * 4),
-                                    &mut fd as *mut i32 as *mut u8,
-                                    4,
-                                );
-                                // installed for us by the kernel: ours to own
-                                fds.push(OwnedFd::from_raw_fd(fd));
-                            }
-                        }
-                        c = libc::CMSG_NXTHDR(&mh, c);
-                    }
-                }
-            }
-            match n {
-                0 => return Err(closed()),
-                n if n > 0 => {
+            match crate::cmsg::recv(&self.sock, buf) {
+                Ok(got) if got.read == 0 => return Err(closed()),
+                Ok(got) => {
+                    fds.extend(got.fds);
                     let rest = std::mem::take(&mut buf);
-                    buf = &mut rest[n as usize..];
+                    buf = &mut rest[got.read..];
                 }
-                _ => {
-                    let e = std::io::Error::last_os_error();
-                    match e.kind() {
-                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
-                            return Err(ChannelError::Timeout)
-                        }
-                        io::ErrorKind::Interrupted => {}
-                        _ => return Err(anyhow!(e).context("reading from the agent").into()),
+                Err(e) => match e.kind() {
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
+                        return Err(ChannelError::Timeout)
                     }
-                }
+                    _ => return Err(anyhow!(e).context("reading from the agent").into()),
+                },
             }
             if fds.len() > MAX_FDS_PER_FRAME {
                 return Err(anyhow!(

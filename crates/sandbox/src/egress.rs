@@ -574,9 +574,12 @@ impl FunctionNet {
         r +=
             &format!("add rule inet {t} fn_{b} meta l4proto {{ tcp, udp }} th dport 53 {reject}\n");
         if let Some(c) = self.policy.max_connections {
+            // counted per function: every instance's address shares its
+            // block's network address as the key
+            let m = Ipv4Addr::from(mask(BLOCK_PREFIX));
             r += &format!(
                 "add set inet {t} conns_{b} {{ type ipv4_addr; flags dynamic; }}\n\
-                 add rule inet {t} fn_{b} ct state new add @conns_{b} {{ ip saddr ct count over {c} }} {reject}\n"
+                 add rule inet {t} fn_{b} ct state new add @conns_{b} {{ ip saddr & {m} ct count over {c} }} {reject}\n"
             );
         }
         for rule in &self.policy.rules {

@@ -517,19 +517,16 @@ fn build_plan(
 /// Receives the restorer's userfaultfd. If the restorer failed before sending
 /// it, the byte read is the first of its status record and is handed back.
 fn recv_uffd(sock: &std::os::unix::net::UnixStream) -> Result<(Option<OwnedFd>, Option<u8>)> {
-    let got = crate::cmsg::recv_one_byte(sock, std::mem::size_of::<RawFd>())?;
+    let (byte, got) = crate::cmsg::recv_one_byte(sock)?;
     if got.read != 1 {
         bail!("restorer closed its socket before handing over userfaultfd");
     }
-    let fd = match got.control {
-        Some((libc::SOL_SOCKET, libc::SCM_RIGHTS, data)) if data.len() >= 4 => {
-            let raw = RawFd::from_ne_bytes(data[..4].try_into().expect("4 bytes"));
-            // SAFETY: the kernel just installed this descriptor for us.
-            Some(unsafe { OwnedFd::from_raw_fd(raw) })
-        }
-        _ => None,
-    };
-    match (got.byte, fd) {
+    let mut fds = got.fds.into_iter();
+    let fd = fds.next();
+    if fds.next().is_some() {
+        bail!("restorer sent more than one descriptor");
+    }
+    match (byte, fd) {
         (b'U', Some(fd)) => Ok((Some(fd), None)),
         (b, None) => Ok((None, Some(b))),
         (_, Some(_)) => bail!("restorer sent a descriptor with an unexpected tag"),

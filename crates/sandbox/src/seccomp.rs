@@ -128,25 +128,27 @@ pub fn filter_for(network: bool) -> Vec<[u8; 8]> {
     p.push(insn(JEQ_K, 0, 1, SYS_CLONE3));
     p.push(errno(libc::ENOSYS));
     // socket(domain not allowed) -> EAFNOSUPPORT
-    let socket_rule = match network {
-        false => vec![
-            insn(LD_W_ABS, 0, 0, OFF_ARG0),
-            insn(JEQ_K, 1, 0, AF_UNIX),
-            errno(libc::EAFNOSUPPORT),
-            insn(RET_K, 0, 0, RET_ALLOW),
-        ],
-        true => vec![
-            insn(LD_W_ABS, 0, 0, OFF_ARG0),
-            insn(JEQ_K, 6, 0, AF_UNIX),
-            insn(JEQ_K, 5, 0, AF_INET),
-            insn(JEQ_K, 4, 0, AF_INET6),
-            insn(JEQ_K, 0, 2, AF_NETLINK),
-            insn(LD_W_ABS, 0, 0, OFF_ARG2),
-            insn(JEQ_K, 1, 0, NETLINK_ROUTE),
-            errno(libc::EAFNOSUPPORT),
-            insn(RET_K, 0, 0, RET_ALLOW),
-        ],
+    let (families, netlink): (&[u32], Vec<[u8; 8]>) = match network {
+        false => (&[AF_UNIX], vec![]),
+        // routing netlink only
+        true => (
+            &[AF_UNIX, AF_INET, AF_INET6],
+            vec![
+                insn(JEQ_K, 0, 2, AF_NETLINK),
+                insn(LD_W_ABS, 0, 0, OFF_ARG2),
+                insn(JEQ_K, 1, 0, NETLINK_ROUTE),
+            ],
+        ),
     };
+    // each allowed family jumps over the rest to the allow at the end
+    let mut socket_rule = vec![insn(LD_W_ABS, 0, 0, OFF_ARG0)];
+    for (i, family) in families.iter().enumerate() {
+        let over = families.len() - 1 - i + netlink.len() + 1;
+        socket_rule.push(insn(JEQ_K, over as u8, 0, *family));
+    }
+    socket_rule.extend(netlink);
+    socket_rule.push(errno(libc::EAFNOSUPPORT));
+    socket_rule.push(insn(RET_K, 0, 0, RET_ALLOW));
     p.push(insn(JEQ_K, 0, socket_rule.len() as u8, SYS_SOCKET));
     p.extend(socket_rule);
     // clone with namespace flags -> EPERM

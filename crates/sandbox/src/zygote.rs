@@ -145,22 +145,13 @@ fn set_passcred(sock: &UnixStream, on: bool) -> Result<()> {
 /// credentials the kernel attached (SO_PASSCRED).
 fn recv_hello_pid(sock: &UnixStream, timeout: Duration) -> Result<i32> {
     sock.set_read_timeout(Some(timeout))?;
-    let got = crate::cmsg::recv_one_byte(sock, std::mem::size_of::<libc::ucred>())
-        .context("the zygote child did not say hello")?;
-    if got.read != 1 || got.byte != b'Z' {
+    let (byte, got) =
+        crate::cmsg::recv_one_byte(sock).context("the zygote child did not say hello")?;
+    if got.read != 1 || byte != b'Z' {
         bail!("the zygote child did not say hello ({} bytes)", got.read);
     }
-    match got.control {
-        Some((libc::SOL_SOCKET, libc::SCM_CREDENTIALS, data))
-            if data.len() >= std::mem::size_of::<libc::ucred>() =>
-        {
-            // struct ucred starts with the pid
-            let pid = i32::from_ne_bytes(data[..4].try_into().expect("4 bytes"));
-            if pid <= 0 {
-                bail!("the zygote child's credentials name pid {pid}");
-            }
-            Ok(pid)
-        }
-        _ => bail!("the zygote child's hello carried no credentials"),
+    match got.sender_pid {
+        Some(pid) => Ok(pid),
+        None => bail!("the zygote child's hello carried no credentials"),
     }
 }

@@ -1796,6 +1796,7 @@ fn deploy_time_placement_explains_its_choice_and_honours_the_request() {
 /// A function given egress: HTTP, raw connects, DNS, its own address.
 const NET_FN: &str = r#"
 import socket, struct, time, urllib.request
+HELD = []
 def handler(event):
     op = event["op"]
     if op == "http":
@@ -1817,8 +1818,11 @@ def handler(event):
             except OSError as e:
                 res = "refused at %d: %s" % (i, e)
                 break
-        for s in held:
-            s.close()
+        if event.get("keep"):
+            HELD.extend(held)
+        else:
+            for s in held:
+                s.close()
         return {"result": res}
     if op == "resolve":
         try:
@@ -1944,6 +1948,20 @@ fn egress_reaches_what_is_listed_and_nothing_else() {
     );
     assert!(
         out["result"].as_str().unwrap().starts_with("refused at 4"),
+        "{out}"
+    );
+    // the cap counts the function's connections, over all its instances:
+    // one instance keeps 3 open, a second one gets the fourth only
+    let mut req = egress_deploy("net-cap", net.clone());
+    req["strategy"] = json!("mmap");
+    req["max_instances"] = json!(2);
+    deploy(&d, &req);
+    let hold = |n: u32| json!({"op": "connections", "host": allowed.to_string(), "port": 7007, "n": n, "keep": true});
+    assert_eq!(call(&d, "net-cap", hold(3))["result"], "all connected");
+    let (out, start) = call_cold(&d, "net-cap", hold(3));
+    assert_eq!(start, "restore");
+    assert!(
+        out["result"].as_str().unwrap().starts_with("refused at 1"),
         "{out}"
     );
 
