@@ -477,7 +477,8 @@ fn fifo(
     append: &mut Option<Append<'_>>,
 ) -> Kind {
     let path = &o.link;
-    crate::files::check_path(path).map_err(|_| format!("{path}, a FIFO outside /tmp and /dev/shm"))?;
+    crate::files::check_path(path)
+        .map_err(|_| format!("{path}, a FIFO outside /tmp and /dev/shm"))?;
     let st = fstat(&o.dup).map_err(|e| e.to_string())?;
     let there = open_in_root(root, path, libc::O_RDONLY | libc::O_NONBLOCK)
         .map_err(|e| format!("{path}, a FIFO that cannot be reopened: {e}"))?;
