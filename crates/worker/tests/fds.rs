@@ -132,7 +132,8 @@ fn a_bad_descriptor_record_is_refused_when_the_snapshot_is_read() {
     let pos = |k: fn(&FdKind) -> bool| state.fds.iter().position(|f| k(&f.kind)).unwrap();
     let file = pos(|k| matches!(k, FdKind::File { .. }));
     let pipe = pos(|k| matches!(k, FdKind::Pipe { unread, .. } if unread.len > 0));
-    let cases: Vec<(&str, Box<dyn Fn(&mut Vec<SavedFd>)>, &str)> = vec![
+    type Edit = Box<dyn Fn(&mut Vec<SavedFd>)>;
+    let cases: Vec<(&str, Edit, &str)> = vec![
         ("control-socket", Box::new(|f| f[0].fd = 3), "one of 0-3"),
         ("twice", Box::new(|f| f[1].fd = f[0].fd), "a duplicate"),
         (
