@@ -10,14 +10,6 @@ use thaw_sandbox::{checkpoint, Sandbox};
 use thaw_store::Snapshot;
 use thaw_worker::StrategyKind;
 
-const STRATEGIES: [StrategyKind; 5] = [
-    StrategyKind::Eager,
-    StrategyKind::Mmap,
-    StrategyKind::Uffd,
-    StrategyKind::Reap,
-    StrategyKind::Dax,
-];
-
 fn snapshot_of(f: &str, tag: &str) -> (Sandbox, Snapshot, TestTier) {
     let w = worker();
     let t = tier(tag);

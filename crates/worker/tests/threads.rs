@@ -9,14 +9,6 @@ use thaw_sandbox::{checkpoint, Sandbox};
 use thaw_store::Snapshot;
 use thaw_worker::StrategyKind;
 
-const STRATEGIES: [StrategyKind; 5] = [
-    StrategyKind::Eager,
-    StrategyKind::Mmap,
-    StrategyKind::Uffd,
-    StrategyKind::Reap,
-    StrategyKind::Dax,
-];
-
 /// Threads of the process, as the kernel counts them.
 fn kernel_threads(pid: i32) -> usize {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
