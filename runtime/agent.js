@@ -12,7 +12,7 @@
 //     node [flags] /opt/thaw/agent.js FUNCTION     a suite function, functions/FUNCTION.js
 //     node [flags] /opt/thaw/agent.js --user       a deployed function: code at
 //         /opt/thaw/user, entry points named by THAW_HANDLER (module.function),
-//         THAW_INIT and THAW_AFTER_RESTORE
+//         THAW_INIT, THAW_BEFORE_SNAPSHOT and THAW_AFTER_RESTORE
 //
 // The handler has Lambda's shapes: `async (event, context) => value`,
 // `(event, context, callback) => { callback(err, value) }`, or a plain
@@ -341,6 +341,8 @@ class Agent {
     this.handler = null;
     this.module = null;
     this.afterRestoreHook = null;
+    this.beforeSnapshotHook = null;
+    this.beforeSnapshotRan = false;
     this.invocations = 0;
     this.loadInfo = null;
     // the invocation in flight: rejects it when the function's own
@@ -379,6 +381,9 @@ class Agent {
     const t2 = performance.now();
     if (process.env.THAW_AFTER_RESTORE) {
       [this.afterRestoreHook] = await resolveEntry(process.env.THAW_AFTER_RESTORE, 'after_restore');
+    }
+    if (process.env.THAW_BEFORE_SNAPSHOT) {
+      [this.beforeSnapshotHook] = await resolveEntry(process.env.THAW_BEFORE_SNAPSHOT, 'before_snapshot');
     }
     this.module = mod;
     this.handler = handler;
@@ -498,14 +503,22 @@ class Agent {
     };
   }
 
-  prepareCheckpoint() {
+  async prepareCheckpoint() {
     if (this.trampolineLeft) {
       return { ok: false, error: 'not_checkpointable', message: "a restored Node.js instance still maps the restorer's trampoline" };
     }
+    if (this.beforeSnapshotHook !== null && !this.beforeSnapshotRan) {
+      // once per instance, however often a snapshot is asked for
+      this.beforeSnapshotRan = true;
+      try {
+        await this.beforeSnapshotHook();
+      } catch (e) {
+        return functionError(e, 'before_snapshot hook: ');
+      }
+    }
     // Node always holds threads (V8's platform workers, libuv) and
-    // descriptors (epoll, eventfd, signal pipe) of its own: whether they can
-    // be captured is the checkpoint's decision, which counts them from
-    // outside; here the heap is made small first.
+    // descriptors (epoll, eventfd, signal pipe) of its own: the checkpoint
+    // captures them from outside; here the heap is made small first.
     collectGarbage();
     return { ok: true, op: 'prepare_checkpoint' };
   }

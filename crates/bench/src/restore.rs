@@ -146,17 +146,7 @@ pub fn run(
         } else {
             w.snapshot(f, &tier)
         };
-        let snap = match snap {
-            Ok(snap) => snap,
-            // a Node.js process keeps threads and descriptors the checkpoint
-            // may refuse: then only its fresh starts are measured
-            Err(e) if w.root.runtime_of(f) == thaw_worker::Runtime::Nodejs => {
-                thaw_output::errln!("bench: {f}: no snapshot ({e:#}); fresh starts only");
-                out.extend(measure_fresh_only(w, f, o, &tier, sink)?);
-                continue;
-            }
-            Err(e) => return Err(e.into()),
-        };
+        let snap = snap?;
         let image_bytes = snap.manifest.memory.len;
         if let Some((slow, c)) = split
             .as_ref()
@@ -241,30 +231,6 @@ pub fn run(
         }
         thaw_output::errln!();
     }
-    Ok(out)
-}
-
-/// The fresh starts of a function that has no snapshot, `o.runs` per size.
-fn measure_fresh_only(
-    w: &Worker,
-    f: &str,
-    o: &Options,
-    tier: &thaw_store::Tier,
-    sink: &mut dyn FnMut(&Record) -> Result<()>,
-) -> Result<Vec<Record>> {
-    let mut out = Vec::new();
-    for &size in &o.sizes {
-        for run in 0..o.runs {
-            thaw_output::err!("\rbench: {f} {size}: run {}/{}   ", run + 1, o.runs);
-            let rec = Record {
-                tier: tier.name.to_string(),
-                ..measure_fresh(w, f, size, o, run)?
-            };
-            sink(&rec)?;
-            out.push(rec);
-        }
-    }
-    thaw_output::errln!();
     Ok(out)
 }
 

@@ -2,7 +2,6 @@
 //! function, restores it with every strategy, checks the outputs and prints a
 //! results table next to a fresh start.
 use anyhow::{Context, Result};
-use thaw_runtime::Runtime;
 use thaw_worker::{invoke, ms, InputSize, StrategyKind, Worker, INVOKE_TIMEOUT};
 
 pub fn run(w: &Worker, functions: Option<Vec<String>>, tier: &str, size: InputSize) -> Result<()> {
@@ -33,22 +32,7 @@ pub fn run(w: &Worker, functions: Option<Vec<String>>, tier: &str, size: InputSi
         w.check(f, size, &inv.output)
             .with_context(|| format!("{f} (fresh) gave a wrong output"))?;
         drop(sb);
-        let snap = match w.deploy(f, &tier) {
-            Ok((snap, _)) => snap,
-            // a Node.js process keeps threads and descriptors the checkpoint
-            // may refuse: then it runs with fresh starts only, and says why
-            Err(e) if w.root.runtime_of(f) == Runtime::Nodejs => {
-                thaw_output::errln!("thaw: demo: {f}: no snapshot ({e:#}); fresh starts only");
-                let mut line = format!("{:<16} {:>10} {:>10.1}", f, "-", fresh);
-                for _ in strategies {
-                    line.push_str(&format!(" {:>10}", "-"));
-                }
-                line.push_str(&format!(" {:>9} {:>8}", "-", "ok"));
-                thaw_output::outln!("{line}");
-                continue;
-            }
-            Err(e) => return Err(e.into()),
-        };
+        let (snap, _) = w.deploy(f, &tier)?;
         let mut line = format!(
             "{:<16} {:>10.1} {:>10.1}",
             f,
@@ -80,7 +64,6 @@ pub fn run(w: &Worker, functions: Option<Vec<String>>, tier: &str, size: InputSi
     thaw_output::outln!(
         "cold = restore request to first response; fresh = exec + import + init + first response.\n\
          dax: tmpfs stands in for persistent memory (emulated). tiered: slow tier on the local disk.\n\
-         -: no snapshot (the checkpoint refused the process: a Node.js function runs with fresh starts).\n\
          One run each, after one untimed restore per strategy: see `thaw bench restore` and docs/BENCHMARKS.md for repeated measurements."
     );
     Ok(())

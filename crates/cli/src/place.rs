@@ -93,15 +93,8 @@ pub fn run(home: &Path, o: &Options) -> Result<()> {
     let mut placed: Vec<(FunctionProfile, Placement)> = Vec::new();
     for f in &o.functions {
         w.check_function(f)?;
-        let p = match profile(&w, f, &o.profile_tier, o.cold_starts_per_hour) {
-            Ok(p) => p,
-            // a Node.js process the checkpoint refuses has nothing to place
-            Err(e) if w.root.runtime_of(f) == thaw_worker::Runtime::Nodejs => {
-                thaw_output::errln!("thaw: place: {f}: no snapshot ({e:#}); it boots");
-                continue;
-            }
-            Err(e) => return Err(e.context(format!("profiling {f}"))),
-        };
+        let p = profile(&w, f, &o.profile_tier, o.cold_starts_per_hour)
+            .map_err(|e| e.context(format!("profiling {f}")))?;
         let pl = placement::place(&p, &tiers, o.max_slowdown);
         print_one(&pl, &tiers, o.explain);
         placed.push((p, pl));

@@ -32,6 +32,28 @@ int main(void)
     OFF(plan_header, gid);
     OFF(plan_header, flags);
     OFF(plan_header, frame_len);
+    OFF(plan_header, n_fds);
+    OFF(plan_header, n_watches);
+    SIZE(plan_fd);
+    OFF(plan_fd, fd);
+    OFF(plan_fd, kind);
+    OFF(plan_fd, flags);
+    OFF(plan_fd, ref);
+    OFF(plan_fd, path_off);
+    OFF(plan_fd, path_len);
+    OFF(plan_fd, arg);
+    OFF(plan_fd, arg2);
+    OFF(plan_fd, a);
+    OFF(plan_fd, b);
+    OFF(plan_fd, c);
+    OFF(plan_fd, img_off);
+    OFF(plan_fd, img_len);
+    SIZE(plan_watch);
+    OFF(plan_watch, epoll);
+    OFF(plan_watch, fd);
+    OFF(plan_watch, events);
+    OFF(plan_watch, reserved);
+    OFF(plan_watch, data);
     SIZE(plan_vma);
     OFF(plan_vma, start);
     OFF(plan_vma, end);
@@ -83,6 +105,14 @@ int main(void)
            VMA_LAZY, VMA_POPULATE);
     printf("pub const C_PLAN_LAZY: u32 = %d;\n", PLAN_LAZY);
     printf("pub const C_PLAN_FDS: (usize, i32) = (%d, %d);\n", MAX_PLAN_FDS, PLAN_FD_BASE);
+    printf("pub const C_FDS: (usize, u32) = (%d, %d);\n", MAX_FDS, MAX_FD_NUMBER);
+    printf("pub const C_FD_KINDS: [u32; 10] = [%d, %d, %d, %d, %d, %d, %d, %d, %d, %d];\n", FD_DUP,
+           FD_FILE, FD_PIPE, FD_EVENTFD, FD_EPOLL, FD_TIMERFD, FD_SIGNALFD, FD_MEMFD, FD_SOCKET,
+           FD_SOCKETPAIR);
+    printf("pub const C_RESOLVE_FLAGS: u64 = %#lx;\n", RESOLVE_FLAGS);
+    printf("pub const C_FILES_BYTE: u8 = %d;\n", FILES_BYTE);
+    printf("pub const C_SOCK_OPTS: [u32; 3] = [%d, %d, %d];\n", SOCK_OPT_REUSEADDR,
+           SOCK_OPT_REUSEPORT, SOCK_OPT_V6ONLY);
     printf("/// (step number, what the restorer was doing), from plan.h's THAW_STEPS\n");
     printf("pub const STEPS: &[(u32, &str)] = &[\n");
     THAW_STEPS(STEP_NAME)

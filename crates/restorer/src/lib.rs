@@ -59,6 +59,41 @@ pub const VMA_POPULATE: u32 = 8;
 
 pub const PLAN_LAZY: u32 = 1;
 
+/// Descriptors a plan may recreate.
+pub const MAX_FDS: usize = 128;
+/// A recreated descriptor's number is below this.
+pub const MAX_FD_NUMBER: u32 = 65536;
+pub const FD_DUP: u32 = 0;
+pub const FD_FILE: u32 = 1;
+pub const FD_PIPE: u32 = 2;
+pub const FD_EVENTFD: u32 = 3;
+pub const FD_EPOLL: u32 = 4;
+pub const FD_TIMERFD: u32 = 5;
+pub const FD_SIGNALFD: u32 = 6;
+pub const FD_MEMFD: u32 = 7;
+pub const FD_SOCKET: u32 = 8;
+pub const FD_SOCKETPAIR: u32 = 9;
+/// openat2's resolve flags for reopened files: no symbolic or magic link.
+pub const RESOLVE_FLAGS: u64 = 0x06;
+/// The restorer's steps whose failure `detail` is a descriptor's number
+/// (plan.h's FD_WAIT .. FD_EPOLL).
+pub const FD_STEPS: std::ops::RangeInclusive<u32> = 16..=20;
+const _: () = assert!(
+    STEPS.len() == 20 && STEPS[15].0 == 16 && STEPS[19].0 == 20,
+    "the descriptor steps are plan.h's last five"
+);
+/// The worker's word that the sandbox's /tmp and /dev/shm are restored.
+pub const FILES_BYTE: u8 = b'F';
+
+/// `struct open_how` (openat2).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OpenHow {
+    pub flags: u64,
+    pub mode: u64,
+    pub resolve: u64,
+}
+
 /// Descriptors sent along the plan (SCM_RIGHTS) appear in the restorer at
 /// `PLAN_FD_BASE + i`, at most `MAX_PLAN_FDS` of them.
 pub const MAX_PLAN_FDS: usize = 3;
@@ -124,6 +159,8 @@ struct PlanHeaderC {
     gid: u32,
     flags: u32,
     frame_len: u32,
+    n_fds: u32,
+    n_watches: u32,
 }
 
 /// `struct plan_vma`.
@@ -186,6 +223,39 @@ impl PlanThread {
     }
 }
 
+/// `struct plan_fd`: one descriptor (see plan.h's FD_* for each kind's fields).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PlanFd {
+    pub fd: i32,
+    pub kind: u32,
+    pub flags: u32,
+    /// another record (a dup's original, a pipe's or socketpair's first end); -1: none
+    pub reference: i32,
+    /// offset in [`Plan::strings`] of a path, memfd name or socket address; -1: none
+    pub path_off: i32,
+    pub path_len: u32,
+    pub arg: u32,
+    pub arg2: u32,
+    pub a: u64,
+    pub b: u64,
+    pub c: u64,
+    pub img_off: u64,
+    pub img_len: u64,
+}
+
+/// `struct plan_watch`: one epoll watch, added once every descriptor is placed.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PlanWatch {
+    /// index of the epoll's record in [`Plan::fds`]
+    pub epoll: i32,
+    pub fd: i32,
+    pub events: u32,
+    pub reserved: u32,
+    pub data: u64,
+}
+
 /// `struct restorer_status`.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
@@ -234,6 +304,10 @@ unsafe impl PlainC for PlanRun {}
 unsafe impl PlainC for PlanThread {}
 // SAFETY: as above.
 unsafe impl PlainC for RestorerStatusC {}
+// SAFETY: as above.
+unsafe impl PlainC for PlanFd {}
+// SAFETY: as above.
+unsafe impl PlainC for PlanWatch {}
 
 /// Fails the build when a Rust mirror and plan.h disagree on a size or offset.
 macro_rules! same_layout {
@@ -261,6 +335,30 @@ same_layout!(PlanHeaderC, C_SIZE_plan_header,
     gid => C_OFF_plan_header_gid,
     flags => C_OFF_plan_header_flags,
     frame_len => C_OFF_plan_header_frame_len,
+    n_fds => C_OFF_plan_header_n_fds,
+    n_watches => C_OFF_plan_header_n_watches,
+);
+same_layout!(PlanFd, C_SIZE_plan_fd,
+    fd => C_OFF_plan_fd_fd,
+    kind => C_OFF_plan_fd_kind,
+    flags => C_OFF_plan_fd_flags,
+    reference => C_OFF_plan_fd_ref,
+    path_off => C_OFF_plan_fd_path_off,
+    path_len => C_OFF_plan_fd_path_len,
+    arg => C_OFF_plan_fd_arg,
+    arg2 => C_OFF_plan_fd_arg2,
+    a => C_OFF_plan_fd_a,
+    b => C_OFF_plan_fd_b,
+    c => C_OFF_plan_fd_c,
+    img_off => C_OFF_plan_fd_img_off,
+    img_len => C_OFF_plan_fd_img_len,
+);
+same_layout!(PlanWatch, C_SIZE_plan_watch,
+    epoll => C_OFF_plan_watch_epoll,
+    fd => C_OFF_plan_watch_fd,
+    events => C_OFF_plan_watch_events,
+    reserved => C_OFF_plan_watch_reserved,
+    data => C_OFF_plan_watch_data,
 );
 same_layout!(PlanThread, C_SIZE_plan_thread,
     frame_off => C_OFF_plan_thread_frame_off,
@@ -326,6 +424,24 @@ const _: () = assert!(
 );
 const _: () = assert!(MAX_PLAN_BYTES == abi::C_SCRATCH_MAX && RESUME_BYTE == abi::C_RESUME_BYTE);
 const _: () = assert!(MAX_PLAN_FDS == abi::C_PLAN_FDS.0 && PLAN_FD_BASE == abi::C_PLAN_FDS.1);
+const _: () = assert!(MAX_FDS == abi::C_FDS.0 && MAX_FD_NUMBER == abi::C_FDS.1);
+const _: () = assert!(
+    FD_DUP == abi::C_FD_KINDS[0]
+        && FD_FILE == abi::C_FD_KINDS[1]
+        && FD_PIPE == abi::C_FD_KINDS[2]
+        && FD_EVENTFD == abi::C_FD_KINDS[3]
+        && FD_EPOLL == abi::C_FD_KINDS[4]
+        && FD_TIMERFD == abi::C_FD_KINDS[5]
+        && FD_SIGNALFD == abi::C_FD_KINDS[6]
+        && FD_MEMFD == abi::C_FD_KINDS[7]
+        && FD_SOCKET == abi::C_FD_KINDS[8]
+        && FD_SOCKETPAIR == abi::C_FD_KINDS[9]
+);
+const _: () = assert!(RESOLVE_FLAGS == abi::C_RESOLVE_FLAGS && FILES_BYTE == abi::C_FILES_BYTE);
+const _: () = assert!(
+    abi::C_SOCK_OPTS[0] == 1 && abi::C_SOCK_OPTS[1] == 2 && abi::C_SOCK_OPTS[2] == 4,
+    "plan.h's SOCK_OPT_* are the state's"
+);
 
 #[derive(Debug, Clone, Default)]
 pub struct Plan {
@@ -334,6 +450,10 @@ pub struct Plan {
     pub runs: Vec<PlanRun>,
     /// every thread, the main thread first
     pub threads: Vec<PlanThread>,
+    /// the runtime's descriptors besides 0-3, ascending
+    pub fds: Vec<PlanFd>,
+    /// the epoll instances' watches
+    pub watches: Vec<PlanWatch>,
     pub auxv: Vec<u64>,
     /// seccomp BPF instructions, each `struct sock_filter` as its 8 raw bytes.
     pub filter: Vec<[u8; 8]>,
@@ -349,6 +469,14 @@ impl Plan {
     pub fn add_string(&mut self, s: &str) -> i32 {
         let off = self.strings.len() as i32;
         self.strings.extend_from_slice(s.as_bytes());
+        self.strings.push(0);
+        off
+    }
+
+    /// Adds raw bytes (a socket address) and returns their offset.
+    pub fn add_bytes(&mut self, b: &[u8]) -> i32 {
+        let off = self.strings.len() as i32;
+        self.strings.extend_from_slice(b);
         self.strings.push(0);
         off
     }
@@ -389,6 +517,26 @@ impl Plan {
                 ));
             }
         }
+        if self.fds.len() > MAX_FDS {
+            return Err(format!(
+                "{} descriptors (at most {MAX_FDS})",
+                self.fds.len()
+            ));
+        }
+        for (i, f) in self.fds.iter().enumerate() {
+            let path_ok = f.path_off < 0
+                || (f.path_off as u64 + f.path_len as u64) < self.strings.len() as u64;
+            if f.fd <= 3 || f.reference >= i as i32 || !path_ok {
+                return Err(format!("descriptor record {i} (fd {}) is malformed", f.fd));
+            }
+        }
+        if self
+            .watches
+            .iter()
+            .any(|w| w.epoll < 0 || w.epoll as usize >= self.fds.len())
+        {
+            return Err("an epoll watch names no descriptor record".into());
+        }
         let mut strings = self.strings.clone();
         if strings.last() != Some(&0) {
             strings.push(0);
@@ -426,6 +574,8 @@ impl Plan {
             gid: h.gid,
             flags: h.flags,
             frame_len: self.frame.len() as u32,
+            n_fds: self.fds.len() as u32,
+            n_watches: self.watches.len() as u32,
         };
         let mut w = Vec::with_capacity(
             std::mem::size_of::<PlanHeaderC>()
@@ -441,6 +591,12 @@ impl Plan {
         }
         for t in &self.threads {
             w.extend_from_slice(t.as_bytes());
+        }
+        for f in &self.fds {
+            w.extend_from_slice(f.as_bytes());
+        }
+        for x in &self.watches {
+            w.extend_from_slice(x.as_bytes());
         }
         for a in &self.auxv {
             w.extend_from_slice(&a.to_le_bytes());
@@ -538,7 +694,7 @@ mod tests {
         let enc = p.encode().unwrap();
         let len = u64::from_le_bytes(enc[..8].try_into().unwrap()) as usize;
         assert_eq!(len, enc.len() - 8);
-        assert_eq!(len, 224 + 48 + 32 + 80 + 16 + 8 + 16 + 17);
+        assert_eq!(len, 232 + 48 + 32 + 80 + 16 + 8 + 16 + 17);
         p.frame = vec![0; 12];
         assert!(p.encode().is_err(), "a frame not a multiple of 8");
         p.frame = vec![0; 16];
@@ -571,7 +727,7 @@ mod tests {
 
     #[test]
     fn step_table_comes_from_plan_h() {
-        assert_eq!(STEPS.len(), 15);
+        assert_eq!(STEPS.len(), 20);
         let s = |step| RestorerStatus {
             ok: false,
             err: 0,

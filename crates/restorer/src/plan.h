@@ -9,6 +9,8 @@
  *   struct plan_vma   vmas[n_vmas]
  *   struct plan_run   runs[n_runs]
  *   struct plan_thread threads[n_threads]      (threads[0] is the main thread)
+ *   struct plan_fd    fds[n_fds]               (ascending descriptor numbers)
+ *   struct plan_watch watches[n_watches]       (epoll interest lists)
  *   u64               auxv[auxv_words]
  *   struct sock_filter_raw seccomp[n_filter]   (8 bytes each)
  *   char              frame[frame_len]         (every thread's rt_sigreturn frame, see below)
@@ -22,7 +24,7 @@ typedef unsigned int u32;
 typedef int i32;
 
 #define THAW_PLAN_MAGIC 0x4e414c5057414854UL /* "THAWPLAN" */
-#define THAW_PLAN_VERSION 5
+#define THAW_PLAN_VERSION 6
 
 /* The restorer owns [RESTORER_BASE, RESTORER_BASE + RESTORER_SPAN): its image,
  * stack and scratch. Checkpoint refuses runtimes that map anything there. */
@@ -53,6 +55,35 @@ typedef int i32;
 /* Descriptors sent with the plan (SCM_RIGHTS) land at PLAN_FD_BASE + i. */
 #define MAX_PLAN_FDS 3
 #define PLAN_FD_BASE 4
+
+/* Descriptors a plan may recreate, and the highest number one may have. */
+#define MAX_FDS 128
+#define MAX_FD_NUMBER 65536
+
+/* What a plan_fd makes. */
+#define FD_DUP 0       /* dup of fds[ref] */
+#define FD_FILE 1      /* openat2 of path (RESOLVE_FLAGS), then lseek to a */
+#define FD_PIPE 2      /* ref < 0: a new pipe (arg: its size), this record's end (arg2: 1 read);
+                        * ref >= 0: the other end of fds[ref]'s pipe. A read end's
+                        * record carries the unread bytes (img_off, img_len).
+                        * With a path: a FIFO, each record an open of it by
+                        * that path; the first (ref < 0) carries size and bytes */
+#define FD_EVENTFD 3   /* a: count, arg: EFD_SEMAPHORE */
+#define FD_EPOLL 4     /* its watches follow in the watch table */
+#define FD_TIMERFD 5   /* arg: clock, a: remaining ns, b: interval ns, c: expirations */
+#define FD_SIGNALFD 6  /* a: mask */
+#define FD_MEMFD 7     /* path: name, a: position, b: size, arg: seals, content */
+#define FD_SOCKET 8    /* arg: family, arg2: type, a: protocol | options << 8 |
+                        * shutdown << 16 | (backlog + 1) << 32 (0: not listening);
+                        * path (path_len bytes): the address to bind, if any */
+#define FD_SOCKETPAIR 9 /* ref < 0: a new AF_UNIX pair (arg2: type), this record
+                         * one end; ref >= 0: the other end of fds[ref]'s pair.
+                         * Content: the bytes this end had queued to read */
+/* openat2 resolve flags for FD_FILE: no symbolic link, no magic link */
+#define RESOLVE_FLAGS 0x06UL /* RESOLVE_NO_MAGICLINKS | RESOLVE_NO_SYMLINKS */
+#define SOCK_OPT_REUSEADDR 1
+#define SOCK_OPT_REUSEPORT 2
+#define SOCK_OPT_V6ONLY 4
 
 /* How a run of image pages gets into memory. */
 #define FILL_COPY 0 /* pread from the image fd into the mapping */
@@ -88,12 +119,17 @@ struct plan_header {
     u32 uid, gid;
     u32 flags; /* PLAN_LAZY: create a userfaultfd and send it to the worker */
     u32 frame_len; /* bytes of frames, copied to TRAMP_FRAME (multiple of 8) */
+    u32 n_fds;
+    u32 n_watches;
 };
 
 #define PLAN_LAZY 1
 
 /* The worker's go-ahead after a ready status: resume the runtime. */
 #define RESUME_BYTE 'G'
+/* The worker's word that the sandbox's /tmp and /dev/shm are restored: a
+ * plan with descriptors waits for it before it reopens any. */
+#define FILES_BYTE 'F'
 
 struct plan_vma {
     u64 start, end;
@@ -128,7 +164,32 @@ struct plan_thread {
     char comm[16];   /* its name (PR_SET_NAME), NUL-terminated */
 };
 
-/* Status the restorer writes to fd 3 when it is done (or fails). */
+/* One descriptor of the runtime (see FD_*). Made at a temporary number
+ * inside the sandbox, as its uid, then moved to `fd`. */
+struct plan_fd {
+    i32 fd;         /* the runtime's number (> 3) */
+    u32 kind;       /* FD_* */
+    u32 flags;      /* file status flags (fdinfo's), O_CLOEXEC for the fd flag */
+    i32 ref;        /* another record, per kind; -1: none */
+    i32 path_off;   /* offset into strings (path, memfd name, address); -1: none */
+    u32 path_len;
+    u32 arg, arg2;
+    u64 a, b, c;
+    u64 img_off, img_len; /* content in the image (fd PLAN_FD_BASE) */
+};
+
+/* One epoll watch: fds[epoll] gets (fd, events, data) once every
+ * descriptor is at its number (epoll keys watches by file and number). */
+struct plan_watch {
+    i32 epoll;      /* index of the FD_EPOLL record */
+    i32 fd;         /* the watched descriptor's number */
+    u32 events;
+    u32 reserved;
+    u64 data;
+};
+
+/* Status the restorer writes to fd 3 when it is done (or fails). For the
+ * FD_* steps, detail is the descriptor's number. */
 struct restorer_status {
     u64 magic;        /* THAW_PLAN_MAGIC */
     i32 ok;           /* 1 ready, 0 failed */
@@ -157,13 +218,20 @@ struct restorer_status {
     X(CREDS, 12, "dropping privileges")                           \
     X(SECCOMP, 13, "installing the seccomp filter")               \
     X(TRAMPOLINE, 14, "preparing the resume trampoline")         \
-    X(THREADS, 15, "recreating the threads")
+    X(THREADS, 15, "recreating the threads")                      \
+    X(FD_WAIT, 16, "waiting for the sandbox's files")             \
+    X(FD_MAKE, 17, "recreating a descriptor")                     \
+    X(FD_FILL, 18, "refilling a descriptor's content")            \
+    X(FD_PLACE, 19, "moving a descriptor to its number")          \
+    X(FD_EPOLL, 20, "adding an epoll watch")
 
 #define THAW_STEP_ENUM(name, n, text) STEP_##name = n,
 enum { THAW_STEPS(THAW_STEP_ENUM) };
 
 /* The Rust side checks every offset too (build.rs, src/abi.c). */
-_Static_assert(sizeof(struct plan_header) == 224, "plan_header layout");
+_Static_assert(sizeof(struct plan_header) == 232, "plan_header layout");
+_Static_assert(sizeof(struct plan_fd) == 72, "plan_fd layout");
+_Static_assert(sizeof(struct plan_watch) == 24, "plan_watch layout");
 _Static_assert(sizeof(struct plan_thread) == 80, "plan_thread layout");
 _Static_assert(sizeof(struct plan_vma) == 48, "plan_vma layout");
 _Static_assert(sizeof(struct plan_run) == 32, "plan_run layout");

@@ -49,6 +49,46 @@
 #define SYS_rseq 334
 #define SYS_futex 202
 #define SYS_rt_sigprocmask 14
+#define SYS_fcntl 72
+#define SYS_dup3 292
+#define SYS_lseek 8
+#define SYS_pipe2 293
+#define SYS_eventfd2 290
+#define SYS_epoll_create1 291
+#define SYS_epoll_ctl 233
+#define SYS_timerfd_create 283
+#define SYS_timerfd_settime 286
+#define SYS_signalfd4 289
+#define SYS_memfd_create 319
+#define SYS_ftruncate 77
+#define SYS_socket 41
+#define SYS_bind 49
+#define SYS_listen 50
+#define SYS_setsockopt 54
+#define SYS_socketpair 53
+#define SYS_shutdown 48
+#define SYS_openat2 437
+#define F_GETFD 1
+#define F_SETFL 4
+#define F_SETPIPE_SZ 1031
+#define F_ADD_SEALS 1033
+#define AT_FDCWD -100
+#define O_APPEND 02000
+#define O_RDWR_ 2
+#define O_PATH 010000000
+#define O_DIRECTORY 0200000
+#define O_NOFOLLOW 0400000
+#define MFD_CLOEXEC 1U
+#define MFD_ALLOW_SEALING 2U
+#define SOCK_NONBLOCK 04000
+#define SOCK_CLOEXEC O_CLOEXEC
+#define SOL_SOCKET_ 1
+#define SO_REUSEADDR 2
+#define SO_REUSEPORT 15
+#define IPPROTO_IPV6 41
+#define IPV6_V6ONLY 26
+#define EPOLL_CTL_ADD 1
+#define TFD_IOC_SET_TICKS 0x40085400UL
 #define FUTEX_WAIT_PRIVATE 128
 /* as glibc's pthread_create: shared everything, the thread pointer set, the
  * thread id written to (and cleared at exit from) glibc's copy of it */
@@ -137,6 +177,16 @@ struct cmsg_fd {
 struct timespec {
     long sec, nsec;
 };
+struct itimerspec {
+    struct timespec interval, value;
+};
+struct open_how {
+    u64 flags, mode, resolve;
+};
+struct epoll_event {
+    u32 events;
+    u64 data;
+} __attribute__((packed));
 
 static long sys6(long n, long a, long b, long c, long d, long e, long f)
 {
@@ -459,6 +509,253 @@ static void start_threads(const struct plan_header *h, const struct plan_thread 
         sys3(SYS_exit_group, EXIT_THREADS, 0, 0);
 }
 
+/* Descriptors at their temporary numbers while they are made (see make_fds),
+ * and the other end of a pipe or socketpair until its second record takes it. */
+static int fd_tmp[MAX_FDS], fd_other[MAX_FDS];
+
+/* Copies a record's content from the image into `out`, through a buffer
+ * (a splice would need a pipe slot per page the content touches, one more
+ * than the pipe has when the content is not page-aligned). Writes never
+ * block: a queue that cannot take it all fails instead of hanging. */
+static char fill_buf[16 * PAGE];
+
+static long fill_fd(int out, const struct plan_fd *f)
+{
+    u64 off = f->img_off, left = f->img_len;
+    while (left) {
+        u64 n = left < sizeof(fill_buf) ? left : sizeof(fill_buf);
+        long r = read_full(PLAN_FD_BASE, fill_buf, n, off, 1);
+        if (r < 0)
+            return r;
+        for (u64 done = 0; done < n;) {
+            long w = sys3(SYS_write, out, fill_buf + done, n - done);
+            if (w == -EINTR)
+                continue;
+            if (w <= 0)
+                return w < 0 ? w : -EIO;
+            done += (u64)w;
+        }
+        off += n;
+        left -= n;
+    }
+    return 0;
+}
+
+/* Makes one record's object at a temporary number (any free one: every
+ * target number is held by then). */
+static long make_fd(u32 i, const struct plan_fd *fds, const char *strings)
+{
+    const struct plan_fd *f = &fds[i];
+    const char *path = f->path_off >= 0 ? strings + f->path_off : NULL;
+    long fd, r = 0;
+    int pair[2];
+    if (f->kind == FD_PIPE && path) {
+        /* a FIFO: each end by its path; the first record also holds a
+         * read-write open (so no open blocks, and the content has a way in)
+         * until every end is made */
+        struct open_how how = {O_RDWR_ | O_NONBLOCK | O_CLOEXEC, 0, RESOLVE_FLAGS};
+        if (f->ref < 0) {
+            long anchor = sys6(SYS_openat2, AT_FDCWD, (long)path, (long)&how, sizeof(how), 0, 0);
+            if (anchor < 0)
+                return anchor;
+            fd_other[i] = (int)anchor;
+            if (f->arg != 16 * PAGE)
+                r = sys3(SYS_fcntl, anchor, F_SETPIPE_SZ, f->arg);
+            if (r >= 0 && f->img_len)
+                r = fill_fd((int)anchor, f);
+            if (r < 0)
+                fail(STEP_FD_FILL, r, (u32)f->fd);
+        }
+        how.flags = (f->flags & 3 /* O_ACCMODE */) | O_NONBLOCK | O_CLOEXEC;
+        return sys6(SYS_openat2, AT_FDCWD, (long)path, (long)&how, sizeof(how), 0, 0);
+    }
+    switch (f->kind) {
+    case FD_FILE: {
+        u64 fl = f->flags | O_CLOEXEC;
+        if (fl & O_PATH)
+            fl &= O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
+        struct open_how how = {fl, 0, RESOLVE_FLAGS};
+        if (!path)
+            return -EINVAL;
+        fd = sys6(SYS_openat2, AT_FDCWD, (long)path, (long)&how, sizeof(how), 0, 0);
+        if (fd >= 0 && f->a && !(fl & O_PATH))
+            r = sys3(SYS_lseek, fd, f->a, 0 /* SEEK_SET */);
+        break;
+    }
+    case FD_PIPE:
+    case FD_SOCKETPAIR:
+        if (f->ref < 0) {
+            if (f->kind == FD_PIPE)
+                fd = sys3(SYS_pipe2, pair, O_CLOEXEC | O_NONBLOCK, 0);
+            else
+                fd = sys6(SYS_socketpair, 1 /* AF_UNIX */, f->arg2 | SOCK_CLOEXEC | SOCK_NONBLOCK,
+                          0, (long)pair, 0, 0);
+            if (fd < 0)
+                return fd;
+            if (f->kind == FD_PIPE && f->arg != 16 * PAGE)
+                r = sys3(SYS_fcntl, pair[1], F_SETPIPE_SZ, f->arg);
+            /* a pipe's read end is pair[0] */
+            int mine = f->kind == FD_PIPE && !f->arg2 ? 1 : 0;
+            fd = pair[mine];
+            fd_other[i] = pair[1 - mine];
+        } else {
+            fd = fd_other[f->ref];
+            fd_other[f->ref] = -1;
+            if (fd < 0 || fds[f->ref].kind != f->kind)
+                return -EINVAL;
+        }
+        if (r >= 0 && f->img_len) {
+            /* a pipe's unread bytes go in at its write end, a socket's queue
+             * at the other end of the pair */
+            int into = f->ref < 0 ? fd_other[i] : fd_tmp[f->ref];
+            fd_tmp[i] = (int)fd;
+            r = fill_fd(into, f);
+            if (r < 0)
+                fail(STEP_FD_FILL, r, (u32)f->fd);
+        }
+        break;
+    case FD_EVENTFD:
+        fd = sys3(SYS_eventfd2, 0, O_CLOEXEC | (f->arg ? 1 /* EFD_SEMAPHORE */ : 0), 0);
+        if (fd >= 0 && f->a)
+            r = sys3(SYS_write, fd, &f->a, 8);
+        break;
+    case FD_EPOLL:
+        fd = sys3(SYS_epoll_create1, O_CLOEXEC, 0, 0);
+        break;
+    case FD_TIMERFD:
+        fd = sys3(SYS_timerfd_create, f->arg, O_CLOEXEC, 0);
+        if (fd >= 0 && f->a) {
+            /* the remaining time, from now: the restore is the new start */
+            struct itimerspec t = {{(long)(f->b / 1000000000UL), (long)(f->b % 1000000000UL)},
+                                   {(long)(f->a / 1000000000UL), (long)(f->a % 1000000000UL)}};
+            r = sys6(SYS_timerfd_settime, fd, 0, (long)&t, 0, 0, 0);
+        }
+        if (fd >= 0 && r >= 0 && f->c)
+            r = sys3(SYS_ioctl, fd, TFD_IOC_SET_TICKS, &f->c);
+        break;
+    case FD_SIGNALFD:
+        fd = sys6(SYS_signalfd4, -1, (long)&f->a, 8, O_CLOEXEC, 0, 0);
+        break;
+    case FD_MEMFD:
+        if (!path)
+            return -EINVAL;
+        fd = sys3(SYS_memfd_create, path, MFD_CLOEXEC | MFD_ALLOW_SEALING, 0);
+        if (fd >= 0)
+            r = sys3(SYS_ftruncate, fd, f->b, 0);
+        if (fd >= 0 && r >= 0 && f->img_len) {
+            r = fill_fd((int)fd, f);
+            if (r < 0)
+                fail(STEP_FD_FILL, r, (u32)f->fd);
+        }
+        if (fd >= 0 && r >= 0)
+            r = sys3(SYS_lseek, fd, f->a, 0);
+        if (fd >= 0 && r >= 0 && f->arg)
+            r = sys3(SYS_fcntl, fd, F_ADD_SEALS, f->arg);
+        break;
+    case FD_SOCKET: {
+        u32 opts = (u32)(f->a >> 8) & 0xff;
+        int one = 1;
+        fd = sys3(SYS_socket, f->arg, f->arg2 | SOCK_CLOEXEC, f->a & 0xff);
+        if (fd >= 0 && (opts & SOCK_OPT_REUSEADDR))
+            r = sys6(SYS_setsockopt, fd, SOL_SOCKET_, SO_REUSEADDR, (long)&one, 4, 0);
+        if (fd >= 0 && r >= 0 && (opts & SOCK_OPT_REUSEPORT))
+            r = sys6(SYS_setsockopt, fd, SOL_SOCKET_, SO_REUSEPORT, (long)&one, 4, 0);
+        if (fd >= 0 && r >= 0 && (opts & SOCK_OPT_V6ONLY))
+            r = sys6(SYS_setsockopt, fd, IPPROTO_IPV6, IPV6_V6ONLY, (long)&one, 4, 0);
+        if (fd >= 0 && r >= 0 && path)
+            r = sys3(SYS_bind, fd, path, f->path_len);
+        if (fd >= 0 && r >= 0 && (f->a >> 32))
+            r = sys3(SYS_listen, fd, (f->a >> 32) - 1, 0);
+        break;
+    }
+    default:
+        return -EINVAL;
+    }
+    if (fd >= 0 && r < 0)
+        fail(STEP_FD_MAKE, r, (u32)f->fd);
+    return fd;
+}
+
+/* Moves whatever object of ours sits at number `t` (a temporary number or a
+ * held other end) out of the way, to the lowest free number. */
+static void clear_number(u32 n, int t)
+{
+    for (u32 k = 0; k < n; k++) {
+        int *slot = fd_tmp[k] == t ? &fd_tmp[k] : fd_other[k] == t ? &fd_other[k] : NULL;
+        if (!slot)
+            continue;
+        long r = sys3(SYS_fcntl, t, 1030 /* F_DUPFD_CLOEXEC */, 0);
+        if (r < 0)
+            fail(STEP_FD_PLACE, r, (u32)t);
+        sys3(SYS_close, t, 0, 0);
+        *slot = (int)r;
+        return;
+    }
+}
+
+/* Recreates the runtime's descriptors, as the sandbox's uid: each object is
+ * made at whatever number is free, then, once the image descriptors are
+ * closed, moved to its own (an object of ours already there moves aside
+ * first); dups follow, then flags, shutdowns, and the epoll watches (keyed
+ * by file and number, so only now). */
+static void make_fds(const struct plan_header *h, const struct plan_fd *fds,
+                     const struct plan_watch *watches, const char *strings,
+                     const struct plan_run *runs)
+{
+    long r;
+    char c = 0;
+    do
+        r = sys3(SYS_read, 3, &c, 1);
+    while (r == -EINTR);
+    if (r != 1 || c != FILES_BYTE)
+        fail(STEP_FD_WAIT, r < 0 ? r : EIO, 0);
+    for (u32 i = 0; i < h->n_fds; i++) {
+        fd_tmp[i] = fd_other[i] = -1;
+        if (fds[i].kind == FD_DUP)
+            continue;
+        long fd = make_fd(i, fds, strings);
+        if (fd < 0)
+            fail(STEP_FD_MAKE, fd, (u32)fds[i].fd);
+        fd_tmp[i] = (int)fd;
+    }
+    /* Image descriptors are the worker's business, not the runtime's. */
+    for (u32 k = 0; k < h->n_runs; k++)
+        if (runs[k].img_fd > 3)
+            sys3(SYS_close, runs[k].img_fd, 0, 0);
+    for (u32 i = 0; i < h->n_fds; i++) {
+        const struct plan_fd *f = &fds[i];
+        if (f->kind != FD_DUP && fd_tmp[i] == f->fd) {
+            /* made right at its number: only the close-on-exec flag to set */
+            fd_tmp[i] = -1;
+            r = sys3(SYS_fcntl, f->fd, 2 /* F_SETFD */, (f->flags & O_CLOEXEC) ? 1 : 0);
+        } else {
+            clear_number(h->n_fds, f->fd);
+            int src = f->kind == FD_DUP ? fds[f->ref].fd : fd_tmp[i];
+            r = sys3(SYS_dup3, src, f->fd, f->flags & O_CLOEXEC);
+            if (r >= 0 && f->kind != FD_DUP) {
+                sys3(SYS_close, src, 0, 0);
+                fd_tmp[i] = -1;
+            }
+        }
+        if (r >= 0 && f->kind != FD_FILE && f->kind != FD_DUP)
+            r = sys3(SYS_fcntl, f->fd, F_SETFL, f->flags & (O_APPEND | O_NONBLOCK));
+        if (r >= 0 && f->kind == FD_SOCKETPAIR && ((f->a >> 16) & 3))
+            r = sys3(SYS_shutdown, f->fd, ((f->a >> 16) & 3) - 1, 0);
+        if (r < 0)
+            fail(STEP_FD_PLACE, r, (u32)f->fd);
+    }
+    for (u32 i = 0; i < h->n_fds; i++)
+        if (fd_other[i] >= 0)
+            sys3(SYS_close, fd_other[i], 0, 0);
+    for (u32 k = 0; k < h->n_watches; k++) {
+        const struct plan_watch *w = &watches[k];
+        struct epoll_event ev = {w->events, w->data};
+        r = sys6(SYS_epoll_ctl, fds[w->epoll].fd, EPOLL_CTL_ADD, w->fd, (long)&ev, 0, 0);
+        if (r < 0)
+            fail(STEP_FD_EPOLL, r, (u32)w->fd);
+    }
+}
+
 void restorer_main(u64 *initial_sp)
 {
     /* argc, argv..., NULL, envp..., NULL, auxv pairs */
@@ -500,14 +797,18 @@ void restorer_main(u64 *initial_sp)
         fail(STEP_BAD_PLAN, EINVAL, 6);
     u64 need = sizeof(*h) + (u64)h->n_vmas * sizeof(struct plan_vma) +
                (u64)h->n_runs * sizeof(struct plan_run) +
-               (u64)h->n_threads * sizeof(struct plan_thread) + (u64)h->auxv_words * 8 +
+               (u64)h->n_threads * sizeof(struct plan_thread) +
+               (u64)h->n_fds * sizeof(struct plan_fd) +
+               (u64)h->n_watches * sizeof(struct plan_watch) + (u64)h->auxv_words * 8 +
                (u64)h->n_filter * 8 + h->frame_len + h->strings_len;
     if (need != len)
         fail(STEP_BAD_PLAN, EINVAL, 2);
     struct plan_vma *vmas = (struct plan_vma *)(h + 1);
     struct plan_run *runs = (struct plan_run *)(vmas + h->n_vmas);
     struct plan_thread *threads = (struct plan_thread *)(runs + h->n_runs);
-    u64 *auxv = (u64 *)(threads + h->n_threads);
+    struct plan_fd *fds = (struct plan_fd *)(threads + h->n_threads);
+    struct plan_watch *watches = (struct plan_watch *)(fds + h->n_fds);
+    u64 *auxv = (u64 *)(watches + h->n_watches);
     void *filter = auxv + h->auxv_words;
     char *frame = (char *)filter + (u64)h->n_filter * 8;
     char *strings = frame + h->frame_len;
@@ -520,6 +821,20 @@ void restorer_main(u64 *initial_sp)
             fail(STEP_BAD_PLAN, EINVAL, 7);
     if (h->strings_len == 0 || strings[h->strings_len - 1] != 0)
         fail(STEP_BAD_PLAN, EINVAL, 3);
+    if (h->n_fds > MAX_FDS)
+        fail(STEP_BAD_PLAN, EINVAL, 8);
+    for (u32 i = 0; i < h->n_fds; i++) {
+        const struct plan_fd *f = &fds[i];
+        if (f->fd <= 3 || f->fd >= (i32)MAX_FD_NUMBER || f->ref >= (i32)i ||
+            (f->kind == FD_DUP && f->ref < 0) ||
+            (f->path_off >= 0 && (u64)f->path_off + f->path_len >= h->strings_len) ||
+            (i > 0 && f->fd <= fds[i - 1].fd))
+            fail(STEP_BAD_PLAN, EINVAL, 9);
+    }
+    for (u32 k = 0; k < h->n_watches; k++)
+        if (watches[k].epoll < 0 || (u32)watches[k].epoll >= h->n_fds ||
+            fds[watches[k].epoll].kind != FD_EPOLL)
+            fail(STEP_BAD_PLAN, EINVAL, 11);
 
     /* Everything but our span and the vDSO block goes. */
     if (h->n_vdso_pieces == 0 || h->n_vdso_pieces > MAX_VDSO_PIECES)
@@ -655,11 +970,6 @@ void restorer_main(u64 *initial_sp)
     if (r < 0)
         fail(STEP_MM, r, 0);
 
-    /* Image descriptors are the worker's business, not the runtime's. */
-    for (u32 k = 0; k < h->n_runs; k++)
-        if (runs[k].img_fd > 3)
-            sys3(SYS_close, runs[k].img_fd, 0, 0);
-
     /* The trampoline: its code, read-only and executable, then the frame. */
     r = sys6(SYS_mmap, TRAMP_ADDR, TRAMP_SIZE, PROT_READ | PROT_WRITE,
              MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
@@ -685,6 +995,15 @@ void restorer_main(u64 *initial_sp)
         r = sys3(SYS_setresuid, h->uid, h->uid, h->uid);
     if (r < 0)
         fail(STEP_CREDS, r, 0);
+    if (h->n_fds) {
+        /* files open with the function's own permissions, inside its root */
+        make_fds(h, fds, watches, strings, runs);
+    } else {
+        /* Image descriptors are the worker's business, not the runtime's. */
+        for (u32 k = 0; k < h->n_runs; k++)
+            if (runs[k].img_fd > 3)
+                sys3(SYS_close, runs[k].img_fd, 0, 0);
+    }
     r = sys6(SYS_prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0, 0);
     if (r >= 0 && h->n_filter) {
         struct sock_fprog prog = {(unsigned short)h->n_filter, filter};

@@ -361,18 +361,14 @@ fn hanging_function_times_out_and_the_agent_keeps_serving() {
 }
 
 #[test]
-fn prepare_checkpoint_refuses_extra_fds_but_not_threads() {
+fn prepare_checkpoint_leaves_descriptors_and_threads_to_the_checkpoint() {
+    // the checkpoint captures them or refuses them by name, from outside
     let mut a = spawn("_test_leak_fd");
     a.invoke_ok(invoke_input(json!({})));
     let r = a.request(Request::PrepareCheckpoint);
-    assert_eq!(err_kind(&r), "not_checkpointable");
-    assert!(
-        r["message"].as_str().unwrap().contains("descriptors: 4"),
-        "{r}"
-    );
+    assert_eq!(r["ok"], true, "{r}");
     a.health();
 
-    // threads are the checkpoint's business (it captures them)
     let mut a = spawn("_test_thread");
     a.invoke_ok(invoke_input(json!({})));
     let r = a.request(Request::PrepareCheckpoint);

@@ -28,6 +28,8 @@ pub struct CheckpointReport {
     pub image_bytes: u64,
     /// entries of /tmp and /dev/shm kept
     pub saved_files: usize,
+    /// open descriptors kept (besides 0-3)
+    pub saved_fds: usize,
     pub saved_file_bytes: u64,
     pub zero_pages_skipped: u64,
     pub freeze_ms: f64,
@@ -371,7 +373,7 @@ pub fn inspect(
     files_cap: u64,
 ) -> Result<(Vec<Refusal>, Scan)> {
     let mut reasons = child_refusals(pid)?;
-    reasons.extend(descriptor_refusals(pid)?);
+    reasons.extend(crate::fds::capture(pid, None)?.refusals);
     let maps = parse_maps(&std::fs::read_to_string(format!("/proc/{pid}/maps"))?)?;
     let root = origins.root.canonicalize()?;
     for m in &maps {
@@ -399,37 +401,6 @@ fn child_refusals(pid: i32) -> Result<Vec<Refusal>> {
         }
     }
     Ok(out)
-}
-
-/// Every descriptor but stdio and the control socket, with its kind.
-fn descriptor_refusals(pid: i32) -> Result<Vec<Refusal>> {
-    let mut fds: Vec<(i32, String)> = std::fs::read_dir(format!("/proc/{pid}/fd"))?
-        .filter_map(|e| {
-            let e = e.ok()?;
-            let fd: i32 = e.file_name().to_str()?.parse().ok()?;
-            let target = std::fs::read_link(e.path())
-                .map(|p| p.display().to_string())
-                .unwrap_or_default();
-            Some((fd, target))
-        })
-        .filter(|(fd, _)| !(0..=3).contains(fd))
-        .collect();
-    fds.sort();
-    Ok(fds
-        .into_iter()
-        .map(|(fd, target)| {
-            let kind = if target.starts_with("socket:") {
-                "socket".to_string()
-            } else if target.starts_with("pipe:") {
-                "pipe".to_string()
-            } else if let Some(a) = target.strip_prefix("anon_inode:") {
-                a.trim_matches(|c| c == '[' || c == ']').to_string()
-            } else {
-                format!("file {target}")
-            };
-            Refusal::new("descriptor", format!("fd {fd}: {kind}"))
-        })
-        .collect())
 }
 
 /// Where a mapping comes back from: `None` for anonymous memory, the path
@@ -676,6 +647,16 @@ fn dump(
     // the files' contents follow the pages: same checksum, moves, streams
     let mut saved = scan.entries;
     files::save(pid, &mut saved, &mut |data| Ok(w.append_memory(data)?))?;
+    let files_end = w.memory_len();
+    // the descriptors, their contents after the files'; connected network
+    // sockets are shut down here, after the before_snapshot hook
+    let fds = crate::fds::capture(pid, Some(&mut |data| Ok(w.append_memory(data)?)))?;
+    if !fds.refusals.is_empty() {
+        return Err(NotCheckpointable {
+            reasons: fds.refusals,
+        }
+        .into());
+    }
     let state = ProcessState {
         version: STATE_VERSION,
         threads,
@@ -686,6 +667,7 @@ fn dump(
         memory,
         argv,
         files: saved,
+        fds: fds.fds,
     };
     // what we write must be what a restore accepts
     let encoded = state.encode();
@@ -700,7 +682,8 @@ fn dump(
         saved_pages: state.memory.saved_bytes() / PAGE_SIZE,
         image_bytes: w.memory_len(),
         saved_files: state.files.len(),
-        saved_file_bytes: w.memory_len() - state.memory.image_len,
+        saved_fds: state.fds.len(),
+        saved_file_bytes: files_end - state.memory.image_len,
         zero_pages_skipped: zero_skipped,
         freeze_ms: 0.0,
         dump_ms: t.elapsed().as_secs_f64() * 1e3,

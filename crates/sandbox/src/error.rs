@@ -37,8 +37,9 @@ pub enum SandboxError {
 #[derive(Debug, thiserror::Error)]
 pub enum RestoreError {
     /// the restorer failed before resume, at `step` of plan.h's step table
-    /// (`detail`: which item of that step, e.g. the VMA or run index)
-    #[error("restorer failed while {step_name} (item {detail}): {}", std::io::Error::from_raw_os_error(*errno))]
+    /// (`detail`: which item of that step, e.g. the VMA or run index, or for
+    /// the descriptor steps the descriptor's number)
+    #[error("restorer failed while {step_name} ({}): {}", item(*step, *detail), std::io::Error::from_raw_os_error(*errno))]
     Restorer {
         step: u32,
         step_name: &'static str,
@@ -58,6 +59,15 @@ pub enum RestoreError {
     /// anything else: the process state, the root, building the sandbox
     #[error(transparent)]
     Other(#[from] anyhow::Error),
+}
+
+/// What a restorer failure's `detail` names.
+fn item(step: u32, detail: u32) -> String {
+    if thaw_restorer::FD_STEPS.contains(&step) {
+        format!("fd {detail}")
+    } else {
+        format!("item {detail}")
+    }
 }
 
 impl From<std::io::Error> for RestoreError {

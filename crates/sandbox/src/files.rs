@@ -7,8 +7,9 @@
 //! file contents go into the snapshot's memory image after the pages, so
 //! they share its checksum, its tier moves and its streaming. A restore
 //! recreates them in the new sandbox's fresh mounts, owned by its uid,
-//! before the runtime resumes. Anything else there (a FIFO, a socket) is a
-//! refusal: a restored instance must not differ from the snapshotted one.
+//! before the runtime resumes; FIFOs are made again empty (the unread
+//! bytes of an open one are its descriptor's). Anything else there (a
+//! socket, a device) is a refusal: a restored instance must not differ from the snapshotted one.
 use crate::checkpoint::Refusal;
 use crate::state::{FileKind, SavedFile};
 use anyhow::{anyhow, bail, Context, Result};
@@ -158,6 +159,23 @@ pub fn restore(pid: i32, entries: &[SavedFile], image: &File, uid: u32) -> Resul
                 check(unsafe { libc::futimens(fd.as_raw_fd(), times.as_ptr()) })
                     .with_context(what)?;
             }
+            FileKind::Fifo => {
+                // SAFETY: mknodat with a directory descriptor we hold and a
+                // NUL-terminated name; a FIFO needs no device number.
+                check(unsafe {
+                    libc::mknodat(parent.as_raw_fd(), cname.as_ptr(), libc::S_IFIFO | 0o600, 0)
+                })
+                .with_context(what)?;
+                let fd = openat(&parent, name, libc::O_PATH).with_context(what)?;
+                // fchown/fchmod refuse an O_PATH descriptor: through its /proc link
+                let p = format!("/proc/self/fd/{}", fd.as_raw_fd());
+                std::os::unix::fs::chown(&p, Some(uid), Some(uid)).with_context(what)?;
+                std::fs::set_permissions(
+                    &p,
+                    std::os::unix::fs::PermissionsExt::from_mode(e.mode & 0o7777),
+                )
+                .with_context(what)?;
+            }
             FileKind::Symlink => {
                 let target = cstring(&e.target)?;
                 // SAFETY: symlinkat with NUL-terminated strings and a
@@ -256,6 +274,10 @@ fn walk(dir: &OwnedFd, prefix: &str, depth: usize, scan: &mut Scan) -> Result<()
                 scan.bytes += entry.len;
                 scan.entries.push(entry);
             }
+            libc::S_IFIFO => {
+                entry.kind = FileKind::Fifo;
+                scan.entries.push(entry);
+            }
             libc::S_IFLNK => {
                 entry.kind = FileKind::Symlink;
                 entry.target = readlinkat(dir, &name)?;
@@ -264,7 +286,7 @@ fn walk(dir: &OwnedFd, prefix: &str, depth: usize, scan: &mut Scan) -> Result<()
             other => scan.refusals.push(Refusal::new(
                 "files",
                 format!(
-                    "{path} is a {}; a snapshot keeps only files, directories and symbolic links there",
+                    "{path} is a {}; a snapshot keeps only files, directories, symbolic links and FIFOs there",
                     kind_name(other)
                 ),
             )),

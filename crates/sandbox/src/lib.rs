@@ -15,6 +15,7 @@ pub mod cleanup;
 mod cmsg;
 pub mod egress;
 mod error;
+pub mod fds;
 pub mod files;
 pub mod nethost;
 pub mod pool;

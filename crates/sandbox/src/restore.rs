@@ -256,7 +256,8 @@ pub(crate) fn restore_with(
     let sandbox_ms = ms(t1);
 
     let lazy = memory.lazy();
-    let plan = build_plan(&state, &mut memory, sb.uid(), sb.net.is_some())?;
+    let mut plan = build_plan(&state, &mut memory, sb.uid(), sb.net.is_some())?;
+    crate::fds::to_plan(&state.fds, image.metadata()?.len(), &mut plan)?;
     let encoded = plan.encode().map_err(|e| anyhow!(e))?;
 
     if let Some(f) = on_spawn {
@@ -275,6 +276,12 @@ pub(crate) fn restore_with(
     let files_at = Instant::now();
     crate::files::restore(pid, &state.files, &image, sb.uid())
         .context("restoring the sandbox's /tmp and /dev/shm")?;
+    if !plan.fds.is_empty() {
+        // the restorer reopens files of /tmp only once they are there
+        (&sock)
+            .write_all(&[r::FILES_BYTE])
+            .context("telling the restorer its files are ready")?;
+    }
     let files_ms = ms(files_at);
     let file_bytes = state.files.iter().map(|f| f.len).sum();
     let (uffd, first) = if lazy {

@@ -15,10 +15,11 @@ use serde::{Deserialize, Serialize};
 use thaw_memory::MemoryLayout;
 
 /// Version 1 was JSON; 2 is the binary form; 3 adds the saved files of
-/// /tmp and /dev/shm; 4 carries every thread (older states: redeploy).
-pub const STATE_VERSION: u32 = 4;
+/// /tmp and /dev/shm; 4 carries every thread; 5 the open descriptors
+/// (older states: redeploy).
+pub const STATE_VERSION: u32 = 5;
 /// The oldest version still read.
-const OLDEST_READ: u32 = 4;
+const OLDEST_READ: u32 = 5;
 const MAGIC: &[u8; 8] = b"THAWSTAT";
 const HEADER: usize = 8 + 4 + 4 + 8;
 
@@ -130,6 +131,8 @@ pub enum FileKind {
     Dir,
     File,
     Symlink,
+    /// a named pipe (its unread bytes, if any end is open, are a descriptor's)
+    Fifo,
 }
 
 /// One entry of the sandbox's /tmp or /dev/shm at checkpoint (see
@@ -150,6 +153,111 @@ pub struct SavedFile {
     pub target: String,
 }
 
+/// Bytes of a descriptor's content (a pipe's unread bytes, a memfd's data, a
+/// socket's queue) in the memory image, after the pages.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Blob {
+    pub image_off: u64,
+    pub len: u64,
+}
+
+/// One watch of an epoll instance: the watched descriptor's number, the
+/// events asked for (with EPOLLET/EPOLLONESHOT...) and the user data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EpollWatch {
+    pub fd: i32,
+    pub events: u32,
+    pub data: u64,
+}
+
+/// A socket a restore recreates: `pair` names the descriptor holding the
+/// other end of a socketpair (both ends are in the process); otherwise it
+/// comes back unconnected, bound to `addr` when that is not empty, and
+/// listening when `backlog` is `Some`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SavedSocket {
+    pub family: u32,
+    pub ty: u32,
+    pub protocol: u32,
+    /// `struct sockaddr` bytes it was bound to (empty: unbound)
+    pub addr: Vec<u8>,
+    pub backlog: Option<u32>,
+    /// SOCK_OPT_* bits
+    pub options: u32,
+    /// socketpair: the other end's descriptor
+    pub pair: Option<i32>,
+    /// shut down directions (1 reading, 2 writing)
+    pub shutdown: u32,
+    /// bytes queued for this end to read (socketpairs)
+    pub queued: Blob,
+}
+
+/// SO_REUSEADDR was set.
+pub const SOCK_OPT_REUSEADDR: u32 = 1;
+/// SO_REUSEPORT was set.
+pub const SOCK_OPT_REUSEPORT: u32 = 2;
+/// IPV6_V6ONLY was set.
+pub const SOCK_OPT_V6ONLY: u32 = 4;
+
+/// What an open descriptor is, with what a restore needs to rebuild it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FdKind {
+    /// the same open file as the lower descriptor `of` (a dup)
+    Dup {
+        of: i32,
+    },
+    /// a regular file, directory or device, reopened by path in the
+    /// sandbox (the read-only root, the restored /tmp and /dev/shm)
+    File {
+        path: String,
+        pos: u64,
+    },
+    /// one end of a pipe (`fifo`: opened by that path); the unread bytes are
+    /// in the record of the pipe's lowest descriptor, `first`
+    Pipe {
+        first: i32,
+        read: bool,
+        size: u32,
+        fifo: Option<String>,
+        unread: Blob,
+    },
+    EventFd {
+        count: u64,
+        semaphore: bool,
+    },
+    Epoll {
+        watches: Vec<EpollWatch>,
+    },
+    /// remaining time and interval in nanoseconds, expirations not read yet
+    TimerFd {
+        clock: u32,
+        value_ns: u64,
+        interval_ns: u64,
+        ticks: u64,
+    },
+    SignalFd {
+        mask: u64,
+    },
+    Memfd {
+        name: String,
+        pos: u64,
+        size: u64,
+        seals: u32,
+        data: Blob,
+    },
+    Socket(SavedSocket),
+}
+
+/// An open descriptor of the runtime (besides stdio and the control socket).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SavedFd {
+    pub fd: i32,
+    /// file status flags as fdinfo shows them (access mode, O_NONBLOCK,
+    /// O_APPEND...), O_CLOEXEC for the descriptor's close-on-exec flag
+    pub flags: u32,
+    pub kind: FdKind,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProcessState {
     pub version: u32,
@@ -165,6 +273,8 @@ pub struct ProcessState {
     pub argv: Vec<String>,
     /// the sandbox's /tmp and /dev/shm, contents in the image after the pages
     pub files: Vec<SavedFile>,
+    /// the open descriptors besides 0-3, in ascending order (see [`crate::fds`])
+    pub fds: Vec<SavedFd>,
 }
 
 impl ProcessState {
@@ -251,12 +361,17 @@ impl ProcessState {
                 FileKind::Dir => 0,
                 FileKind::File => 1,
                 FileKind::Symlink => 2,
+                FileKind::Fifo => 3,
             });
             put32(w, f.mode);
             put64(w, f.mtime_ns as u64);
             put64(w, f.image_off);
             put64(w, f.len);
             put_bytes(w, f.target.as_bytes());
+        }
+        put_count(w, self.fds.len());
+        for f in &self.fds {
+            put_fd(w, f);
         }
         let mut out = Vec::with_capacity(HEADER + b.len());
         out.extend_from_slice(MAGIC);
@@ -359,12 +474,112 @@ impl ProcessState {
             bail!("process state: auxv of {} words", s.auxv.len());
         }
         check_files(&s.files)?;
+        crate::fds::check(&s.fds, s.memory.image_len).context("process state")?;
         Ok(s)
     }
 
     /// The main thread (the one the agent serves on).
     pub fn main(&self) -> &ThreadState {
         &self.threads[0]
+    }
+}
+
+fn put_blob(w: &mut Vec<u8>, b: &Blob) {
+    put64(w, b.image_off);
+    put64(w, b.len);
+}
+
+fn put_opt_str(w: &mut Vec<u8>, s: Option<&str>) {
+    w.push(u8::from(s.is_some()));
+    put_bytes(w, s.unwrap_or("").as_bytes());
+}
+
+/// One descriptor record: number, flags, a kind byte, then the kind's fields.
+fn put_fd(w: &mut Vec<u8>, f: &SavedFd) {
+    put32(w, f.fd as u32);
+    put32(w, f.flags);
+    match &f.kind {
+        FdKind::Dup { of } => {
+            w.push(0);
+            put32(w, *of as u32);
+        }
+        FdKind::File { path, pos } => {
+            w.push(1);
+            put_bytes(w, path.as_bytes());
+            put64(w, *pos);
+        }
+        FdKind::Pipe {
+            first,
+            read,
+            size,
+            fifo,
+            unread,
+        } => {
+            w.push(2);
+            put32(w, *first as u32);
+            w.push(u8::from(*read));
+            put32(w, *size);
+            put_opt_str(w, fifo.as_deref());
+            put_blob(w, unread);
+        }
+        FdKind::EventFd { count, semaphore } => {
+            w.push(3);
+            put64(w, *count);
+            w.push(u8::from(*semaphore));
+        }
+        FdKind::Epoll { watches } => {
+            w.push(4);
+            put_count(w, watches.len());
+            for x in watches {
+                put32(w, x.fd as u32);
+                put32(w, x.events);
+                put64(w, x.data);
+            }
+        }
+        FdKind::TimerFd {
+            clock,
+            value_ns,
+            interval_ns,
+            ticks,
+        } => {
+            w.push(5);
+            put32(w, *clock);
+            put64(w, *value_ns);
+            put64(w, *interval_ns);
+            put64(w, *ticks);
+        }
+        FdKind::SignalFd { mask } => {
+            w.push(6);
+            put64(w, *mask);
+        }
+        FdKind::Memfd {
+            name,
+            pos,
+            size,
+            seals,
+            data,
+        } => {
+            w.push(7);
+            put_bytes(w, name.as_bytes());
+            put64(w, *pos);
+            put64(w, *size);
+            put32(w, *seals);
+            put_blob(w, data);
+        }
+        FdKind::Socket(s) => {
+            w.push(8);
+            put32(w, s.family);
+            put32(w, s.ty);
+            put32(w, s.protocol);
+            put_bytes(w, &s.addr);
+            w.push(u8::from(s.backlog.is_some()));
+            put32(w, s.backlog.unwrap_or(0));
+            put32(w, s.options);
+            w.push(u8::from(s.pair.is_some()));
+            put32(w, s.pair.unwrap_or(0) as u32);
+            put32(w, s.shutdown);
+            put_blob(w, &s.queued);
+        }
     }
 }
 
@@ -522,11 +737,8 @@ impl<'a> Reader<'a> {
         }
         let n = self.count(4)?;
         let argv = (0..n).map(|_| self.string()).collect::<Result<_>>()?;
-        let files = if version >= 3 {
-            self.files()?
-        } else {
-            Vec::new()
-        };
+        let files = self.files()?;
+        let fds = self.fds()?;
         if !self.0.is_empty() {
             bail!("{} bytes after the end", self.0.len());
         }
@@ -544,7 +756,99 @@ impl<'a> Reader<'a> {
             memory: MemoryLayout { regions, image_len },
             argv,
             files,
+            fds,
         })
+    }
+
+    fn blob(&mut self) -> Result<Blob> {
+        Ok(Blob {
+            image_off: self.u64()?,
+            len: self.u64()?,
+        })
+    }
+
+    fn fds(&mut self) -> Result<Vec<SavedFd>> {
+        // number, flags, kind byte and at least a u32
+        let n = self.count(4 + 4 + 1 + 4)?;
+        let mut fds = Vec::with_capacity(n);
+        for _ in 0..n {
+            let fd = self.u32()? as i32;
+            let flags = self.u32()?;
+            let kind = match self.u8()? {
+                0 => FdKind::Dup {
+                    of: self.u32()? as i32,
+                },
+                1 => FdKind::File {
+                    path: self.string()?,
+                    pos: self.u64()?,
+                },
+                2 => FdKind::Pipe {
+                    first: self.u32()? as i32,
+                    read: self.u8()? != 0,
+                    size: self.u32()?,
+                    fifo: {
+                        let some = self.u8()? != 0;
+                        let p = self.string()?;
+                        some.then_some(p)
+                    },
+                    unread: self.blob()?,
+                },
+                3 => FdKind::EventFd {
+                    count: self.u64()?,
+                    semaphore: self.u8()? != 0,
+                },
+                4 => {
+                    let k = self.count(16)?;
+                    let watches = (0..k)
+                        .map(|_| {
+                            Ok(EpollWatch {
+                                fd: self.u32()? as i32,
+                                events: self.u32()?,
+                                data: self.u64()?,
+                            })
+                        })
+                        .collect::<Result<_>>()?;
+                    FdKind::Epoll { watches }
+                }
+                5 => FdKind::TimerFd {
+                    clock: self.u32()?,
+                    value_ns: self.u64()?,
+                    interval_ns: self.u64()?,
+                    ticks: self.u64()?,
+                },
+                6 => FdKind::SignalFd { mask: self.u64()? },
+                7 => FdKind::Memfd {
+                    name: self.string()?,
+                    pos: self.u64()?,
+                    size: self.u64()?,
+                    seals: self.u32()?,
+                    data: self.blob()?,
+                },
+                8 => {
+                    let (family, ty, protocol) = (self.u32()?, self.u32()?, self.u32()?);
+                    let addr = self.bytes()?.to_vec();
+                    let listening = self.u8()? != 0;
+                    let backlog = self.u32()?;
+                    let options = self.u32()?;
+                    let paired = self.u8()? != 0;
+                    let pair = self.u32()? as i32;
+                    FdKind::Socket(SavedSocket {
+                        family,
+                        ty,
+                        protocol,
+                        addr,
+                        backlog: listening.then_some(backlog),
+                        options,
+                        pair: paired.then_some(pair),
+                        shutdown: self.u32()?,
+                        queued: self.blob()?,
+                    })
+                }
+                k => bail!("descriptor {fd} has an unknown kind {k}"),
+            };
+            fds.push(SavedFd { fd, flags, kind });
+        }
+        Ok(fds)
     }
 
     fn files(&mut self) -> Result<Vec<SavedFile>> {
@@ -556,6 +860,7 @@ impl<'a> Reader<'a> {
                 0 => FileKind::Dir,
                 1 => FileKind::File,
                 2 => FileKind::Symlink,
+                3 => FileKind::Fifo,
                 k => bail!("saved file {path:?} has an unknown kind {k}"),
             };
             files.push(SavedFile {
@@ -687,7 +992,207 @@ pub(crate) mod tests {
                     target: "/tmp/d/model.bin".into(),
                 },
             ],
+            fds: valid_fds(),
         }
+    }
+
+    /// One record of each kind, contents after the 4096 bytes of pages.
+    fn valid_fds() -> Vec<SavedFd> {
+        let fd = |fd: i32, kind: FdKind| SavedFd {
+            fd,
+            flags: 0o2000002,
+            kind,
+        };
+        let blob = |len| Blob {
+            image_off: 8192,
+            len,
+        };
+        let sock = |pair: Option<i32>, queued| SavedSocket {
+            family: libc::AF_UNIX as u32,
+            ty: libc::SOCK_STREAM as u32,
+            protocol: 0,
+            addr: Vec::new(),
+            backlog: None,
+            options: 0,
+            pair,
+            shutdown: 0,
+            queued,
+        };
+        vec![
+            fd(
+                4,
+                FdKind::File {
+                    path: "/tmp/d/model.bin".into(),
+                    pos: 10,
+                },
+            ),
+            fd(5, FdKind::Dup { of: 4 }),
+            fd(
+                6,
+                FdKind::Pipe {
+                    first: 6,
+                    read: true,
+                    size: 65536,
+                    fifo: None,
+                    unread: blob(9),
+                },
+            ),
+            fd(
+                7,
+                FdKind::Pipe {
+                    first: 6,
+                    read: false,
+                    size: 65536,
+                    fifo: None,
+                    unread: Blob::default(),
+                },
+            ),
+            fd(
+                8,
+                FdKind::EventFd {
+                    count: 3,
+                    semaphore: true,
+                },
+            ),
+            fd(
+                9,
+                FdKind::TimerFd {
+                    clock: 1,
+                    value_ns: 5,
+                    interval_ns: 0,
+                    ticks: 0,
+                },
+            ),
+            fd(10, FdKind::SignalFd { mask: 1 << 11 }),
+            fd(
+                11,
+                FdKind::Memfd {
+                    name: "m".into(),
+                    pos: 2,
+                    size: 9,
+                    seals: 2,
+                    data: blob(9),
+                },
+            ),
+            fd(12, FdKind::Socket(sock(Some(13), blob(4)))),
+            fd(13, FdKind::Socket(sock(Some(12), Blob::default()))),
+            fd(
+                14,
+                FdKind::Socket(SavedSocket {
+                    family: libc::AF_INET as u32,
+                    addr: vec![2, 0, 0x1f, 0x90, 127, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0],
+                    backlog: Some(128),
+                    options: SOCK_OPT_REUSEADDR,
+                    ..sock(None, Blob::default())
+                }),
+            ),
+            fd(
+                15,
+                FdKind::Epoll {
+                    watches: vec![
+                        EpollWatch {
+                            fd: 6,
+                            events: 1,
+                            data: 6,
+                        },
+                        EpollWatch {
+                            fd: 8,
+                            events: 1 | 1 << 31,
+                            data: 8,
+                        },
+                        EpollWatch {
+                            fd: 12,
+                            events: 1,
+                            data: 12,
+                        },
+                    ],
+                },
+            ),
+        ]
+    }
+
+    #[test]
+    fn descriptor_records_round_trip_and_bad_ones_are_named() {
+        let s = valid();
+        assert_eq!(ProcessState::decode(&s.encode()).unwrap(), s);
+        let bad = |edit: &dyn Fn(&mut Vec<SavedFd>)| {
+            let mut b = valid();
+            edit(&mut b.fds);
+            format!("{:#}", ProcessState::decode(&b.encode()).unwrap_err())
+        };
+        assert!(bad(&|f| f[0].fd = 3).contains("descriptor 3"));
+        assert!(bad(&|f| f.swap(0, 1)).contains("out of order"));
+        assert!(bad(&|f| f[1].kind = FdKind::Dup { of: 9 }).contains("a dup of 9"));
+        assert!(bad(&|f| f[0].kind = FdKind::File {
+            path: "tmp/x".into(),
+            pos: 0
+        })
+        .contains("not absolute"));
+        assert!(bad(&|f| f[0].kind = FdKind::File {
+            path: "/tmp/../etc".into(),
+            pos: 0
+        })
+        .contains("plain path"));
+        // a pipe's unread bytes inside the pages, or more than the pipe holds
+        assert!(
+            bad(&|f| if let FdKind::Pipe { unread, .. } = &mut f[2].kind {
+                unread.image_off = 0
+            })
+            .contains("not after the pages")
+        );
+        assert!(
+            bad(&|f| if let FdKind::Pipe { unread, .. } = &mut f[2].kind {
+                unread.len = 1 << 20
+            })
+            .contains("unread bytes")
+        );
+        assert!(
+            bad(&|f| if let FdKind::Pipe { first, .. } = &mut f[3].kind {
+                *first = 4
+            })
+            .contains("other end")
+        );
+        assert!(bad(&|f| f[4].kind = FdKind::EventFd {
+            count: u64::MAX,
+            semaphore: false
+        })
+        .contains("eventfd"));
+        assert!(bad(&|f| f[5].kind = FdKind::TimerFd {
+            clock: 8,
+            value_ns: 0,
+            interval_ns: 0,
+            ticks: 0
+        })
+        .contains("clock 8"));
+        assert!(bad(&|f| if let FdKind::Socket(s) = &mut f[9].kind {
+            s.pair = Some(14)
+        })
+        .contains("socketpair"));
+        assert!(bad(&|f| if let FdKind::Socket(s) = &mut f[10].kind {
+            s.addr = vec![10, 0, 1]
+        })
+        .contains("address"));
+        assert!(
+            bad(&|f| if let FdKind::Epoll { watches } = &mut f[11].kind {
+                watches[0].fd = 15
+            })
+            .contains("watches descriptor 15")
+        );
+        assert!(
+            bad(&|f| if let FdKind::Epoll { watches } = &mut f[11].kind {
+                watches[0].fd = 3
+            })
+            .contains("watches descriptor 3")
+        );
+        assert!(bad(&|f| f[0].flags |= 0o100).contains("unknown flags"));
+        assert!(bad(&|f| {
+            let extra = f[0].clone();
+            f.extend((0..crate::fds::MAX_FDS).map(|i| SavedFd {
+                fd: 100 + i as i32,
+                ..extra.clone()
+            }));
+        })
+        .contains("descriptors (at most"));
     }
 
     #[test]

@@ -335,7 +335,7 @@ fn checkpoint_refuses_child_processes_and_extra_descriptors() {
     let t = tier("uncooperative");
     for (f, word) in [
         ("_test_child", "child process"),
-        ("_test_leak_fd", "descriptor"),
+        ("_test_leak_fd", "fd 4: inotify"),
     ] {
         let (mut sb, _) = w.start_fresh(f).unwrap();
         explicit(&mut sb, json!({}));

@@ -11,6 +11,15 @@ use thaw_worker::Worker;
 
 pub const T: Duration = Duration::from_secs(60);
 
+/// Every strategy a plain snapshot restores with (tiered needs a split).
+pub const STRATEGIES: [thaw_worker::StrategyKind; 5] = [
+    thaw_worker::StrategyKind::Eager,
+    thaw_worker::StrategyKind::Mmap,
+    thaw_worker::StrategyKind::Uffd,
+    thaw_worker::StrategyKind::Reap,
+    thaw_worker::StrategyKind::Dax,
+];
+
 pub fn worker() -> &'static Worker {
     static W: OnceLock<Worker> = OnceLock::new();
     W.get_or_init(|| {
