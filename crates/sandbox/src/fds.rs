@@ -12,7 +12,7 @@
 //! What cannot come back is a [`Refusal`] naming the descriptor.
 use crate::checkpoint::Refusal;
 use crate::state::{Blob, EpollWatch, FdKind, SavedFd, SavedSocket};
-use crate::state::{SOCK_OPT_REUSEADDR, SOCK_OPT_REUSEPORT, SOCK_OPT_V6ONLY};
+use crate::state::{SOCK_OPT_DROPPED, SOCK_OPT_REUSEADDR, SOCK_OPT_REUSEPORT, SOCK_OPT_V6ONLY};
 use anyhow::{anyhow, bail, Context, Result};
 use std::collections::HashMap;
 use std::ffi::CString;
@@ -212,8 +212,16 @@ fn check_socket(
     {
         return Err("a malformed socket address".into());
     }
-    if s.options & !7 != 0 || s.shutdown > 3 || s.backlog.is_some_and(|b| b > 65535) {
+    if s.options & !15 != 0 || s.shutdown > 3 || s.backlog.is_some_and(|b| b > 65535) {
         return Err("malformed socket options".into());
+    }
+    if s.options & SOCK_OPT_DROPPED != 0
+        && (s.family == libc::AF_UNIX as u32
+            || s.ty != libc::SOCK_STREAM as u32
+            || !s.addr.is_empty()
+            || s.backlog.is_some())
+    {
+        return Err("a dropped connection that is not an unbound TCP socket".into());
     }
     match s.pair {
         Some(p) => {
@@ -779,7 +787,11 @@ fn socket(
             let connected = sockname(fd, true).is_ok();
             if connected {
                 // the connection ends here: the live instance sees it
-                // closed, a restored one an unconnected socket
+                // closed; a restored one gets a TCP connection its peer
+                // closed (end of file, EPIPE), a UDP socket unconnected
+                if ty == libc::SOCK_STREAM as u32 {
+                    s.options |= SOCK_OPT_DROPPED;
+                }
                 if append.is_some() {
                     // SAFETY: shutdown on a descriptor we own (shared with the runtime).
                     unsafe { libc::shutdown(fd.as_raw_fd(), libc::SHUT_RDWR) };

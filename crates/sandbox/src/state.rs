@@ -198,6 +198,9 @@ pub const SOCK_OPT_REUSEADDR: u32 = 1;
 pub const SOCK_OPT_REUSEPORT: u32 = 2;
 /// IPV6_V6ONLY was set.
 pub const SOCK_OPT_V6ONLY: u32 = 4;
+/// A TCP connection, closed at the snapshot: restored as one its peer
+/// closed (reads see end of file, writes `EPIPE`), not as a new socket.
+pub const SOCK_OPT_DROPPED: u32 = 8;
 
 /// What an open descriptor is, with what a restore needs to rebuild it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
