@@ -7,7 +7,9 @@
 //! (`MSG_PEEK`), a unix socket's peer (`sock_diag` in the sandbox's network
 //! namespace). Contents go into the memory image after the pages. An
 //! established TCP or connected UDP socket is shut down (the live instance
-//! sees its connection closed too) and comes back unconnected. The
+//! sees its connection closed too); the TCP one comes back as a connection
+//! its peer closed (`SOCK_OPT_DROPPED`: end of file, `EPIPE`), the UDP one
+//! unconnected. The
 //! restorer recreates everything inside the new sandbox ([`to_plan`]).
 //! What cannot come back is a [`Refusal`] naming the descriptor.
 use crate::checkpoint::Refusal;

@@ -172,8 +172,9 @@ pub struct EpollWatch {
 
 /// A socket a restore recreates: `pair` names the descriptor holding the
 /// other end of a socketpair (both ends are in the process); otherwise it
-/// comes back unconnected, bound to `addr` when that is not empty, and
-/// listening when `backlog` is `Some`.
+/// comes back unconnected (closed by its peer with `SOCK_OPT_DROPPED`),
+/// bound to `addr` when that is not empty, and listening when `backlog` is
+/// `Some`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SavedSocket {
     pub family: u32,
