@@ -261,8 +261,17 @@ impl NetHost {
         // a fast shutdown (SIGINT) ends the sessions and removes the
         // shared memory
         self.spawn_logged(&argv, Some(&log), libc::SIGINT)?;
+        let pg = Postgres { dir, port, log };
+        // it listens before it accepts sessions ("starting up")
+        let t = Instant::now();
+        while let Err(e) = pg.psql("postgres", "select 1") {
+            if t.elapsed() > Duration::from_secs(30) {
+                return Err(e.context("PostgreSQL did not come up"));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
         wait_tcp(SocketAddr::from((self.addr(i), port)))?;
-        Ok(Postgres { dir, port, log })
+        Ok(pg)
     }
 
     /// Runs `argv` in the namespace to its end (a plain process there, the
