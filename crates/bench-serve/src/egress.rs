@@ -271,7 +271,11 @@ pub fn markdown(r: &Report) -> String {
         "ms",
     );
     if let (Some(s), Some(p)) = (&r.connect6_sandbox_ms, &r.connect6_plain_ms) {
-        m += &row("connect + first byte over IPv6, function with egress", s, "ms");
+        m += &row(
+            "connect + first byte over IPv6, function with egress",
+            s,
+            "ms",
+        );
         m += &row(
             "connect + first byte over IPv6, plain process in a namespace",
             p,

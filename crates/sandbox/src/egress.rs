@@ -360,9 +360,7 @@ fn subnet6_base(index: u32) -> u128 {
 fn mirror6(index: u32, a: u32) -> Ipv6Addr {
     let off = a - subnet_base(index);
     let (block, host) = (off / BLOCK_SIZE, off % BLOCK_SIZE);
-    Ipv6Addr::from(
-        subnet6_base(index) | (block as u128) << (128 - BLOCK6_PREFIX) | host as u128,
-    )
+    Ipv6Addr::from(subnet6_base(index) | (block as u128) << (128 - BLOCK6_PREFIX) | host as u128)
 }
 
 /// Runs a host tool with `input` on stdin; its stderr is the error.
@@ -608,7 +606,10 @@ impl Network {
     fn base_rules(&self) -> String {
         let (br, t) = (&self.bridge, &self.table);
         let (refused, refused6) = refused_elements();
-        let sub = format!("{}/{SUBNET_PREFIX}", Ipv4Addr::from(subnet_base(self.index)));
+        let sub = format!(
+            "{}/{SUBNET_PREFIX}",
+            Ipv4Addr::from(subnet_base(self.index))
+        );
         let sub6 = format!(
             "{}/{SUBNET6_PREFIX}",
             Ipv6Addr::from(subnet6_base(self.index))
@@ -852,7 +853,8 @@ impl FunctionNet {
             let family = if d.is_ipv4() { "ip" } else { "ip6" };
             r += &format!("add rule inet {t} fn_{b} {family} daddr {d} meta l4proto {{ tcp, udp }} th dport 53 accept\n");
         }
-        r += &format!("add rule inet {t} fn_{b} meta l4proto {{ tcp, udp }} th dport 53 {refuse}\n");
+        r +=
+            &format!("add rule inet {t} fn_{b} meta l4proto {{ tcp, udp }} th dport 53 {refuse}\n");
         if let Some(c) = self.policy.max_connections {
             // counted per function, over both families: every packet here
             // came in on the bridge, so its name is the one key of the set
@@ -1107,7 +1109,13 @@ mod tests {
         assert!(Policy::parse(&[], Some("dns.example"), None, None)
             .unwrap_err()
             .contains("not an IPv4 or IPv6"));
-        for refused in ["fe80::1", "::1", "fd74:6861:7700:100::1", "ff02::1", "::ffff:10.0.0.1"] {
+        for refused in [
+            "fe80::1",
+            "::1",
+            "fd74:6861:7700:100::1",
+            "ff02::1",
+            "::ffff:10.0.0.1",
+        ] {
             assert!(
                 Policy::parse(&[], Some(refused), None, None).is_err(),
                 "{refused}"
@@ -1127,8 +1135,20 @@ mod tests {
         for (s, addr, prefix, ports, shown) in [
             ("fd00::/8", "fd00::", 8, None, "fd00::/8"),
             ("fd00:1::7", "fd00:1::7", 128, None, "fd00:1::7/128"),
-            ("fd00::/64:443", "fd00::", 64, Some((443, 443)), "[fd00::/64]:443"),
-            ("[fd00::7]:80-90", "fd00::7", 128, Some((80, 90)), "[fd00::7/128]:80-90"),
+            (
+                "fd00::/64:443",
+                "fd00::",
+                64,
+                Some((443, 443)),
+                "[fd00::/64]:443",
+            ),
+            (
+                "[fd00::7]:80-90",
+                "fd00::7",
+                128,
+                Some((80, 90)),
+                "[fd00::7/128]:80-90",
+            ),
             ("[fd00::/16]", "fd00::", 16, None, "fd00::/16"),
             ("::/0", "::", 0, None, "::/0"),
         ] {

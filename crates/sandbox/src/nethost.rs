@@ -216,7 +216,12 @@ impl NetHost {
         self.dirs.push(dir.clone());
         run(&["chown", "postgres:postgres", &dir.to_string_lossy()])?;
         let data = dir.join("data");
-        let as_pg = ["setpriv", "--reuid=postgres", "--regid=postgres", "--init-groups"];
+        let as_pg = [
+            "setpriv",
+            "--reuid=postgres",
+            "--regid=postgres",
+            "--init-groups",
+        ];
         let initdb = bin.join("initdb").to_string_lossy().into_owned();
         let data_s = data.to_string_lossy().into_owned();
         let mut argv = as_pg.to_vec();
@@ -337,7 +342,16 @@ impl Postgres {
         let out = Command::new("setpriv")
             .args(["--reuid=postgres", "--regid=postgres", "--init-groups"])
             .arg(psql)
-            .args(["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-U", "postgres"])
+            .args([
+                "-X",
+                "-q",
+                "-A",
+                "-t",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-U",
+                "postgres",
+            ])
             .arg("-h")
             .arg(&self.dir)
             .args(["-p", &self.port.to_string(), "-d", db, "-c", sql])
@@ -345,7 +359,10 @@ impl Postgres {
             .output()
             .context("running psql")?;
         if !out.status.success() {
-            bail!("psql {sql:?}: {}", String::from_utf8_lossy(&out.stderr).trim());
+            bail!(
+                "psql {sql:?}: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
         }
         Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
     }

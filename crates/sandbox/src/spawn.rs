@@ -257,7 +257,13 @@ fn prepare(spec: &ChildSpec) -> Result<Prepared> {
             .and_then(|n| n.child_config6())
             .map(|(addr, gateway)| -> Result<Net6> {
                 let conf = |key: &str| {
-                    cstr(format!("/proc/sys/net/ipv6/conf/{}/{key}", crate::egress::SANDBOX_IF).as_bytes())
+                    cstr(
+                        format!(
+                            "/proc/sys/net/ipv6/conf/{}/{key}",
+                            crate::egress::SANDBOX_IF
+                        )
+                        .as_bytes(),
+                    )
                 };
                 Ok(Net6 {
                     addr: libc::in6_addr {

@@ -1894,8 +1894,10 @@ fn egress_reaches_what_is_listed_and_nothing_else() {
     let mut host = thaw_sandbox::nethost::NetHost::create().expect("a test host namespace");
     host.http_server(0, 8080).unwrap();
     host.echo_server(0, 7007).unwrap();
-    host.dns_server(0, "svc.thaw-test", &[host.addr(0).into()]).unwrap();
-    host.dns_server(1, "svc.thaw-test", &[host.addr(1).into()]).unwrap();
+    host.dns_server(0, "svc.thaw-test", &[host.addr(0).into()])
+        .unwrap();
+    host.dns_server(1, "svc.thaw-test", &[host.addr(1).into()])
+        .unwrap();
     let (allowed, other_resolver, unlisted) = (host.addr(0), host.addr(1), host.addr(2));
     host.echo_server(2, 7007).unwrap();
 
@@ -2269,7 +2271,11 @@ fn ipv6_egress_reaches_what_is_listed_and_nothing_else() {
             json!({"egress": [format!("{}/32:7007", host.addr(0))]}),
         ),
     );
-    let out = call(&d, "net4only", json!({"op": "addr", "host": allowed.to_string()}));
+    let out = call(
+        &d,
+        "net4only",
+        json!({"op": "addr", "host": allowed.to_string()}),
+    );
     assert!(
         out["result"].as_str().unwrap().starts_with("OSError"),
         "{out}"
@@ -2293,7 +2299,11 @@ fn ipv6_egress_reaches_what_is_listed_and_nothing_else() {
             .unwrap();
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
-    assert!(routes(&subnet).contains("thaw-br"), "{subnet}: {}", routes(&subnet));
+    assert!(
+        routes(&subnet).contains("thaw-br"),
+        "{subnet}: {}",
+        routes(&subnet)
+    );
     drop(d);
     assert_eq!(routes(&subnet), "", "{subnet} left behind");
     let _ = std::fs::remove_file(token_file);
@@ -2420,8 +2430,9 @@ fn a_database_connection_opened_at_init_reconnects_after_every_restore() {
                 // marks it broken (2), the function connects again
                 assert_eq!(out["closed"], 2, "{strategy}: {out}");
                 assert!(
-                    out["dropped"].as_str().is_some_and(|e| e
-                        .starts_with("OperationalError: server closed the connection unexpectedly")),
+                    out["dropped"].as_str().is_some_and(|e| e.starts_with(
+                        "OperationalError: server closed the connection unexpectedly"
+                    )),
                     "{strategy}: {out}"
                 );
                 assert_ne!(out["backend"], out["init_backend"], "{strategy}: {out}");
@@ -2441,7 +2452,11 @@ fn a_database_connection_opened_at_init_reconnects_after_every_restore() {
         let out = call(&d, &name, json!({}));
         let new = pg.connections_of("thaw").unwrap().len() - before;
         assert_eq!(out["now"], rows, "{strategy}: {out}");
-        assert_eq!(new, usize::from(!out["dropped"].is_null()), "{strategy}: {out}");
+        assert_eq!(
+            new,
+            usize::from(!out["dropped"].is_null()),
+            "{strategy}: {out}"
+        );
     }
 }
 
