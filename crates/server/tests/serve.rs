@@ -1885,6 +1885,51 @@ fn call_cold(d: &Daemon, name: &str, ev: Value) -> (Value, String) {
     (r.json().unwrap(), start)
 }
 
+/// A daemon for the egress tests: also on TCP at `listen` (with a token), so
+/// its API port is there to be refused; a pool of one sandbox. Returns it,
+/// its port and the token file.
+fn egress_daemon(name: &str, listen: &str) -> (Daemon, u16, PathBuf) {
+    let mut cfg = test_config(name);
+    cfg.listen = Some(listen.into());
+    let token_file = cfg.home.with_extension("token");
+    std::fs::write(&token_file, "0123456789abcdef0123456789abcdef\n").unwrap();
+    cfg.token_file = Some(token_file.clone());
+    cfg.limits.sandbox_pool = 1;
+    let d = Daemon::start(cfg);
+    let api_port = d
+        .running
+        .as_ref()
+        .unwrap()
+        .tcp
+        .expect("tcp listener")
+        .port();
+    (d, api_port, token_file)
+}
+
+/// Deploys the network function as `PREFIX-STRATEGY` with `net` for every
+/// strategy; each answers two cold calls fetching `url` (fresh for boot,
+/// restored for the others) with the test host's page.
+fn http_with_every_strategy(d: &Daemon, prefix: &str, net: &Value, url: &str) {
+    let hello = json!({"body": "hello from the test host"});
+    for strategy in ["boot", "mmap", "eager", "uffd", "reap"] {
+        let name = format!("{prefix}-{strategy}");
+        let mut req = egress_deploy(&name, net.clone());
+        req["strategy"] = json!(strategy);
+        req["tier"] = json!("tmpfs");
+        deploy(d, &req);
+        for _ in 0..2 {
+            let (out, start) = call_cold(d, &name, json!({"op": "http", "url": url}));
+            assert_eq!(out, hello, "{strategy} ({start} start)");
+            let want = if strategy == "boot" {
+                "boot"
+            } else {
+                "restore"
+            };
+            assert_eq!(start, want, "{strategy}");
+        }
+    }
+}
+
 /// Egress: the listed destinations answer (fresh and after restores with
 /// every strategy, pooled or not), everything else is refused fast and
 /// counted, DNS goes only to the named resolver, and a function without
@@ -1901,44 +1946,13 @@ fn egress_reaches_what_is_listed_and_nothing_else() {
     let (allowed, other_resolver, unlisted) = (host.addr(0), host.addr(1), host.addr(2));
     host.echo_server(2, 7007).unwrap();
 
-    let mut cfg = test_config("egress");
-    cfg.listen = Some("0.0.0.0:0".into());
-    let token_file = cfg.home.with_extension("token");
-    std::fs::write(&token_file, "0123456789abcdef0123456789abcdef\n").unwrap();
-    cfg.token_file = Some(token_file.clone());
-    cfg.limits.sandbox_pool = 1;
-    let d = Daemon::start(cfg);
-    let api_port = d
-        .running
-        .as_ref()
-        .unwrap()
-        .tcp
-        .expect("tcp listener")
-        .port();
+    let (d, api_port, token_file) = egress_daemon("egress", "0.0.0.0:0");
     let net = json!({
         "egress": [format!("{allowed}/32"), format!("{other_resolver}/32")],
         "dns": allowed.to_string(),
         "max_connections": 4,
     });
-    let url = format!("http://{allowed}:8080/");
-    let hello = json!({"body": "hello from the test host"});
-    for strategy in ["boot", "mmap", "eager", "uffd", "reap"] {
-        let name = format!("net-{strategy}");
-        let mut req = egress_deploy(&name, net.clone());
-        req["strategy"] = json!(strategy);
-        req["tier"] = json!("tmpfs");
-        deploy(&d, &req);
-        for _ in 0..2 {
-            let (out, start) = call_cold(&d, &name, json!({"op": "http", "url": url}));
-            assert_eq!(out, hello, "{strategy} ({start} start)");
-            let want = if strategy == "boot" {
-                "boot"
-            } else {
-                "restore"
-            };
-            assert_eq!(start, want, "{strategy}");
-        }
-    }
+    http_with_every_strategy(&d, "net", &net, &format!("http://{allowed}:8080/"));
     let f = "net-mmap";
     // the test zone resolves through the named resolver
     let out = call(&d, f, json!({"op": "resolve", "name": "svc.thaw-test"}));
@@ -2160,44 +2174,14 @@ fn ipv6_egress_reaches_what_is_listed_and_nothing_else() {
     host.dns_server(0, "svc6.thaw-test", &[allowed.into()])
         .unwrap();
 
-    let mut cfg = test_config("egress6");
-    cfg.listen = Some("[::]:0".into());
-    let token_file = cfg.home.with_extension("token");
-    std::fs::write(&token_file, "0123456789abcdef0123456789abcdef\n").unwrap();
-    cfg.token_file = Some(token_file.clone());
-    cfg.limits.sandbox_pool = 1;
-    let d = Daemon::start(cfg);
-    let api_port = d
-        .running
-        .as_ref()
-        .unwrap()
-        .tcp
-        .expect("tcp listener")
-        .port();
+    let (d, api_port, token_file) = egress_daemon("egress6", "[::]:0");
     let net = json!({
         "egress": [format!("{allowed}/128:8080"), format!("[{allowed}]:7007")],
         "dns": host.addr(0).to_string(),
         "max_connections": 4,
     });
-    let url = format!("http://[{allowed}]:8080/");
+    http_with_every_strategy(&d, "net6", &net, &format!("http://[{allowed}]:8080/"));
     let hello = json!({"body": "hello from the test host"});
-    for strategy in ["boot", "mmap", "eager", "uffd", "reap"] {
-        let name = format!("net6-{strategy}");
-        let mut req = egress_deploy(&name, net.clone());
-        req["strategy"] = json!(strategy);
-        req["tier"] = json!("tmpfs");
-        deploy(&d, &req);
-        for _ in 0..2 {
-            let (out, start) = call_cold(&d, &name, json!({"op": "http", "url": url}));
-            assert_eq!(out, hello, "{strategy} ({start} start)");
-            let want = if strategy == "boot" {
-                "boot"
-            } else {
-                "restore"
-            };
-            assert_eq!(start, want, "{strategy}");
-        }
-    }
     let f = "net6-mmap";
     // AAAA through the named resolver, and a call by that name
     let out = call(&d, f, json!({"op": "resolve6", "name": "svc6.thaw-test"}));
