@@ -7,12 +7,13 @@
 //! * restore: a restore start through the API (`?force=cold`) and the same
 //!   restore (+ after-restore step + invocation) done by the worker directly,
 //!   interleaved.
-use anyhow::{bail, Context, Result};
+use crate::error::{BenchServeError, OrFail, Result};
 use base64::Engine as _;
 use serde::Serialize;
 use serde_json::json;
 use std::time::{Duration, Instant};
 use thaw_bench::stats::{summarize, Summary};
+use thaw_error::{fail, ResultExt};
 
 use thaw_client::{Client, Target};
 
@@ -51,13 +52,16 @@ fn ms(t: Instant) -> f64 {
 }
 
 fn stats(xs: &[f64]) -> Result<Summary> {
-    summarize(xs).context("no samples")
+    summarize(xs).or_fail("no samples")
 }
 
 /// Runs the benchmark on a temporary state home; the runtime root comes
 /// from `runtime_home`.
 pub fn run(runtime_home: &std::path::Path, o: &Options) -> Result<Report> {
-    thaw_server::on_temp_daemon(runtime_home, "serve", |app, socket| measure(app, socket, o))
+    thaw_server::on_temp_daemon(runtime_home, "serve", |app, socket| {
+        Ok(measure(app, socket, o)?)
+    })
+    .map_err(BenchServeError::daemon)
 }
 
 fn measure(app: &thaw_server::App, socket: &std::path::Path, o: &Options) -> Result<Report> {
@@ -83,17 +87,18 @@ fn measure(app: &thaw_server::App, socket: &std::path::Path, o: &Options) -> Res
     });
     let r = c.request("POST", "/v1/functions", Some(&serde_json::to_vec(&req)?))?;
     if r.status != 201 {
-        bail!(
+        fail!(
+            BenchServeError::Failed,
             "deploy failed: {} {}",
             r.status,
             String::from_utf8_lossy(&r.body)
         );
     }
-    let v = thaw_server::api_lookup(app, "bench")?;
+    let v = thaw_server::api_lookup(app, "bench").map_err(BenchServeError::daemon)?;
     let snap = v
         .placed()
         .and_then(|p| p.stored.local().cloned())
-        .context("deployed without a local snapshot")?;
+        .or_fail("deployed without a local snapshot")?;
     let event = json!({"name": "bench"});
     let body = serde_json::to_vec(&event)?;
     let invoke = |c: &mut Client, q: &str| -> Result<f64> {
@@ -105,7 +110,12 @@ fn measure(app: &thaw_server::App, socket: &std::path::Path, o: &Options) -> Res
         )?;
         let dt = ms(t);
         if r.status != 200 {
-            bail!("invoke: {} {}", r.status, String::from_utf8_lossy(&r.body));
+            fail!(
+                BenchServeError::Failed,
+                "invoke: {} {}",
+                r.status,
+                String::from_utf8_lossy(&r.body)
+            );
         }
         Ok(dt)
     };
@@ -114,7 +124,7 @@ fn measure(app: &thaw_server::App, socket: &std::path::Path, o: &Options) -> Res
     // warm, interleaved: in-process on our own instance, then via the API
     let (mut sb, _) = app
         .worker
-        .restore_user(&snap, v.rec.strategy.parse()?, &v.func, None)?;
+        .restore_user(&snap, strategy(&v)?, &v.func, None)?;
     invoke(&mut c, "")?;
     let (mut inproc, mut api) = (Vec::new(), Vec::new());
     for _ in 0..o.warm_runs {
@@ -122,7 +132,7 @@ fn measure(app: &thaw_server::App, socket: &std::path::Path, o: &Options) -> Res
         let r = thaw_worker::invoke_event(&mut sb, &event, timeout)?;
         inproc.push(ms(t));
         if let Err(e) = r.output {
-            bail!("in-process invoke failed: {e}");
+            fail!(BenchServeError::Failed, "in-process invoke failed: {e}");
         }
         api.push(invoke(&mut c, "")?);
     }
@@ -146,7 +156,10 @@ fn measure(app: &thaw_server::App, socket: &std::path::Path, o: &Options) -> Res
             })
             .collect();
         hs.into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| bail!("client thread panicked")))
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| fail!(BenchServeError::Failed, "client thread panicked"))
+            })
             .collect()
     });
     let mut all = Vec::new();
@@ -166,7 +179,7 @@ fn measure(app: &thaw_server::App, socket: &std::path::Path, o: &Options) -> Res
         let t = Instant::now();
         let (mut sb, _) = app.worker.restore_user_ready(
             &snap,
-            v.rec.strategy.parse()?,
+            strategy(&v)?,
             &v.func,
             &format!("direct-{i}"),
             timeout,
@@ -174,7 +187,7 @@ fn measure(app: &thaw_server::App, socket: &std::path::Path, o: &Options) -> Res
         let r = thaw_worker::invoke_event(&mut sb, &event, timeout)?;
         direct.push(ms(t));
         if let Err(e) = r.output {
-            bail!("direct restore invoke failed: {e}");
+            fail!(BenchServeError::Failed, "direct restore invoke failed: {e}");
         }
         drop(sb);
         if i % 2 == 0 {
@@ -236,4 +249,12 @@ pub fn markdown(r: &Report) -> String {
         r.restore_pair_ratio.p99
     );
     m
+}
+
+/// The strategy a deployed function restores with.
+fn strategy(v: &thaw_server::pool::FnVersion) -> Result<thaw_worker::StrategyKind> {
+    Ok(v.rec
+        .strategy
+        .parse()
+        .with_context(|| format!("the strategy of {}", v.rec.name))?)
 }

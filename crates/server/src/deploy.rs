@@ -648,7 +648,7 @@ fn attach_network(
             None => held.insert(thaw_sandbox::egress::Network::open()?).clone(),
         }
     };
-    network.attach(&policy, resolv)
+    Ok(network.attach(&policy, resolv)?)
 }
 
 /// Who the function is, for a Lambda-style handler's context (reserved

@@ -11,7 +11,7 @@ fn tmpdir(name: &str) -> PathBuf {
     d
 }
 
-fn cli(args: &[&str]) -> anyhow::Result<()> {
+fn cli(args: &[&str]) -> Result<(), thaw_sim::SimError> {
     thaw_sim::cli_main(&args.iter().map(|s| s.to_string()).collect::<Vec<_>>())
 }
 
