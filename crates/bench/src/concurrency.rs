@@ -263,7 +263,7 @@ pub fn run(
                         for r in res {
                             match r {
                                 Ok(st) => starts.push(st),
-                                Err(e) => errors.push(format!("{e:#}")),
+                                Err(e) => errors.push(thaw_error::chain(&e)),
                             }
                         }
                         let b = Batch {

@@ -277,7 +277,7 @@ fn refill_loop(sh: &Shared) {
             Ok(_) => return,
             Err(e) => {
                 st.stats.build_failures += 1;
-                st.stats.last_error = format!("{e:#}");
+                st.stats.last_error = thaw_error::chain(&e);
                 tracing::warn!("building a pooled sandbox failed: {}", st.stats.last_error);
                 let (st, _) = sh
                     .cv
