@@ -9,12 +9,13 @@
 //!   byte of the answer, from the function and from a plain process in a
 //!   second namespace of the same kind (a veth routed through this machine);
 //!   over IPv4, and over IPv6 when the host has it.
-use anyhow::{bail, Context, Result};
+use crate::error::{BenchServeError, OrFail, Result};
 use base64::Engine as _;
 use serde::Serialize;
 use serde_json::{json, Value};
 use std::time::Instant;
 use thaw_bench::stats::{summarize, Summary};
+use thaw_error::{fail, ResultExt};
 use thaw_sandbox::nethost::NetHost;
 
 use thaw_client::{Client, Target};
@@ -77,7 +78,7 @@ if __name__ == "__main__":
 "#;
 
 fn stats(xs: &[f64]) -> Result<Summary> {
-    summarize(xs).context("no samples")
+    summarize(xs).or_fail("no samples")
 }
 
 fn b64(d: &[u8]) -> String {
@@ -97,8 +98,9 @@ pub fn run(runtime_home: &std::path::Path, o: &Options) -> Result<Report> {
         runtime_home,
         "egress",
         |cfg| cfg.limits.sandbox_pool = 1,
-        |app, socket| measure(app, socket, &server, &client_ns, o),
+        |app, socket| Ok(measure(app, socket, &server, &client_ns, o)?),
     )
+    .map_err(BenchServeError::daemon)
 }
 
 fn measure(
@@ -114,7 +116,12 @@ fn measure(
         let r = c.request("POST", path, Some(&serde_json::to_vec(body)?))?;
         let dt = t.elapsed().as_secs_f64() * 1e3;
         if r.status != 200 && r.status != 201 {
-            bail!("{path}: {} {}", r.status, String::from_utf8_lossy(&r.body));
+            fail!(
+                BenchServeError::Failed,
+                "{path}: {} {}",
+                r.status,
+                String::from_utf8_lossy(&r.body)
+            );
         }
         Ok((r.json()?, dt))
     };
@@ -155,7 +162,7 @@ fn measure(
         };
         for name in order {
             // the pool refills between restores, as it does between users'
-            let pool = thaw_server::api_lookup(app, name)?;
+            let pool = thaw_server::api_lookup(app, name).map_err(BenchServeError::daemon)?;
             if let Some(p) = pool.sandboxes.as_ref() {
                 p.wait_full(std::time::Duration::from_secs(10));
             }
@@ -182,7 +189,10 @@ fn measure(
         // the body and the response's header
         let got = out["bytes"].as_u64().unwrap_or(0);
         if got < bytes {
-            bail!("streamed {got} bytes of {bytes}: {out}");
+            fail!(
+                BenchServeError::Failed,
+                "streamed {got} bytes of {bytes}: {out}"
+            );
         }
         rates.push(got as f64 / out["seconds"].as_f64().unwrap_or(f64::MAX) / 1e9);
     }

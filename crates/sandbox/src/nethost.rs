@@ -4,12 +4,13 @@
 //! PostgreSQL) that the test starts in it. Nothing it does reaches any other
 //! address. Dropping it stops the servers and removes the namespace (and
 //! with it the veth) and the servers' directories.
-use anyhow::{bail, Context, Result};
+use crate::error::{HostError, Result};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
+use thaw_error::{fail, ResultExt};
 use thaw_store::secure::{self, FileLock};
 
 /// Leases of test-host subnets (machine-wide: tests of several engineers
@@ -41,7 +42,8 @@ impl NetHost {
     /// namespace holds [`NetHost::addr`] 0, 1 and 2.
     pub fn create() -> Result<NetHost> {
         let dir = Path::new(LEASE_DIR);
-        secure::ensure_private_dir(dir)?;
+        secure::ensure_private_dir(dir)
+            .with_context(|| format!("the test hosts' lease directory {}", dir.display()))?;
         let (index, lease) = (0..LEASES)
             .find_map(|i| {
                 secure::flock(&dir.join(format!("{i}.lock")), true, true)
@@ -49,7 +51,7 @@ impl NetHost {
                     .flatten()
                     .map(|l| (i, l))
             })
-            .context("no free test-host subnet")?;
+            .ok_or_else(|| HostError::Failed("no free test-host subnet".into()))?;
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
         let pid = std::process::id();
         let h = NetHost {
@@ -271,7 +273,9 @@ impl NetHost {
         let t = Instant::now();
         while let Err(e) = pg.psql("postgres", "select 1") {
             if t.elapsed() > Duration::from_secs(30) {
-                return Err(e.context("PostgreSQL did not come up"));
+                return Err(e)
+                    .context("PostgreSQL did not come up")
+                    .map_err(Into::into);
             }
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -287,7 +291,11 @@ impl NetHost {
             .args(argv)
             .output()?;
         if !out.status.success() {
-            bail!("{argv:?}: {}", String::from_utf8_lossy(&out.stderr).trim());
+            fail!(
+                HostError::Failed,
+                "{argv:?}: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
         }
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
@@ -359,7 +367,8 @@ impl Postgres {
             .output()
             .context("running psql")?;
         if !out.status.success() {
-            bail!(
+            fail!(
+                HostError::Failed,
                 "psql {sql:?}: {}",
                 String::from_utf8_lossy(&out.stderr).trim()
             );
@@ -390,10 +399,9 @@ fn postgres_bin() -> Result<PathBuf> {
         .filter(|(_, b)| b.join("postgres").exists())
         .collect();
     versions.sort();
-    versions
-        .pop()
-        .map(|(_, b)| b)
-        .context("no PostgreSQL server in /usr/lib/postgresql/*/bin")
+    versions.pop().map(|(_, b)| b).ok_or_else(|| {
+        HostError::Failed("no PostgreSQL server in /usr/lib/postgresql/*/bin".into())
+    })
 }
 
 /// Waits until a TCP server answers on `to` (10 s at most).
@@ -401,7 +409,10 @@ fn wait_tcp(to: SocketAddr) -> Result<()> {
     let t = Instant::now();
     while TcpStream::connect_timeout(&to, Duration::from_millis(200)).is_err() {
         if t.elapsed() > Duration::from_secs(10) {
-            bail!("the test host's server on {to} did not come up");
+            fail!(
+                HostError::Failed,
+                "the test host's server on {to} did not come up"
+            );
         }
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -415,7 +426,8 @@ fn run(argv: &[&str]) -> Result<()> {
         .output()
         .with_context(|| format!("running {}", argv[0]))?;
     if !out.status.success() {
-        bail!(
+        fail!(
+            HostError::Failed,
             "{}: {}",
             argv.join(" "),
             String::from_utf8_lossy(&out.stderr).trim()
