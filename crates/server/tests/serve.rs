@@ -1968,6 +1968,20 @@ fn http_with_every_strategy(d: &Daemon, prefix: &str, net: &Value, url: &str) {
     }
 }
 
+/// Function `f` (capped at 4 connections) opens connections to the echo
+/// server on `host`:7007: the fifth is refused.
+fn assert_cap_of_4(d: &Daemon, f: &str, host: &str) {
+    let out = call(
+        d,
+        f,
+        json!({"op": "connections", "host": host, "port": 7007, "n": 6}),
+    );
+    assert!(
+        out["result"].as_str().unwrap().starts_with("refused at 4"),
+        "{out}"
+    );
+}
+
 /// Egress: the listed destinations answer (fresh and after restores with
 /// every strategy, pooled or not), everything else is refused fast and
 /// counted, DNS goes only to the named resolver, and a function without
@@ -2003,15 +2017,7 @@ fn egress_reaches_what_is_listed_and_nothing_else() {
     );
     assert_ne!(out["result"], "answered", "{out}");
     // the connection cap
-    let out = call(
-        &d,
-        f,
-        json!({"op": "connections", "host": allowed.to_string(), "port": 7007, "n": 6}),
-    );
-    assert!(
-        out["result"].as_str().unwrap().starts_with("refused at 4"),
-        "{out}"
-    );
+    assert_cap_of_4(&d, f, &allowed.to_string());
     // the cap counts the function's connections, over all its instances:
     // one instance keeps 3 open, a second one gets the fourth only
     let mut req = egress_deploy("net-cap", net.clone());
@@ -2244,15 +2250,7 @@ fn ipv6_egress_reaches_what_is_listed_and_nothing_else() {
     // the connection cap counts IPv6 connections (once the server has
     // closed the calls' connections: a closing one still counts)
     quiet_connections_from(me, 64);
-    let out = call(
-        &d,
-        f,
-        json!({"op": "connections", "host": allowed.to_string(), "port": 7007, "n": 6}),
-    );
-    assert!(
-        out["result"].as_str().unwrap().starts_with("refused at 4"),
-        "{out}"
-    );
+    assert_cap_of_4(&d, f, &allowed.to_string());
 
     let gateway = std::net::Ipv6Addr::from((u128::from(me) & !((1u128 << 72) - 1)) | 1);
     let refused = [
