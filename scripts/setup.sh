@@ -36,6 +36,9 @@ if $for_tests; then
     [ -f /usr/lib/x86_64-linux-gnu/libc.a ] || need_pkgs+=(libc6-dev)
     # the shim's tests parse the Kubernetes manifests with PyYAML
     /usr/bin/python3 -c 'import yaml' 2>/dev/null || need_pkgs+=(python3-yaml)
+    # the egress tests' database server (run by the test as the postgres
+    # user on a cluster of its own; the Debian service is not used)
+    compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || need_pkgs+=(postgresql)
 fi
 if [ ${#need_pkgs[@]} -gt 0 ]; then
     echo "setup: installing ${need_pkgs[*]}" >&2

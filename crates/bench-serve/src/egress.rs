@@ -7,7 +7,8 @@
 //! * streaming: one function reading a large HTTP body from the test host;
 //! * connect + first byte: a fresh TCP connection, a request and the first
 //!   byte of the answer, from the function and from a plain process in a
-//!   second namespace of the same kind (a veth routed through this machine).
+//!   second namespace of the same kind (a veth routed through this machine);
+//!   over IPv4, and over IPv6 when the host has it.
 use crate::error::{BenchServeError, OrFail, Result};
 use base64::Engine as _;
 use serde::Serialize;
@@ -38,6 +39,10 @@ pub struct Report {
     pub connect_plain_ms: Summary,
     /// median sandbox / median plain process
     pub connect_ratio: f64,
+    /// The same over IPv6 (none when the host has no IPv6).
+    pub connect6_sandbox_ms: Option<Summary>,
+    pub connect6_plain_ms: Option<Summary>,
+    pub connect6_ratio: Option<f64>,
 }
 
 /// The function of the streaming and connect runs; the same code runs as
@@ -85,6 +90,9 @@ fn b64(d: &[u8]) -> String {
 pub fn run(runtime_home: &std::path::Path, o: &Options) -> Result<Report> {
     let mut server = NetHost::create().context("creating the test host namespace")?;
     server.http_server(0, 8080)?;
+    if thaw_sandbox::egress::ipv6_unavailable().is_none() {
+        server.http_server6(0, 8080)?;
+    }
     let client_ns = NetHost::create().context("creating the baseline's namespace")?;
     thaw_server::on_temp_daemon_with(
         runtime_home,
@@ -118,6 +126,13 @@ fn measure(
     };
     let dest = server.addr(0);
     let network = json!({"egress": [format!("{dest}/32:8080")]});
+    let dest6 = thaw_sandbox::egress::ipv6_unavailable()
+        .is_none()
+        .then(|| server.addr6(0));
+    let mut client_net = network.clone();
+    if let Some(d6) = dest6 {
+        client_net["egress"] = json!([format!("{dest}/32:8080"), format!("[{d6}]:8080")]);
+    }
     let hello = std::fs::read(
         app.worker
             .root
@@ -161,7 +176,7 @@ fn measure(
 
     let req = json!({
         "name": "client", "handler": "client.handler", "memory_mb": 256, "timeout_ms": 120000,
-        "strategy": "mmap", "tier": "tmpfs", "network": network,
+        "strategy": "mmap", "tier": "tmpfs", "network": client_net,
         "code": {"format": "file", "filename": "client.py", "data_base64": b64(CLIENT.as_bytes())},
     });
     post("/v1/functions", &req)?;
@@ -181,8 +196,6 @@ fn measure(
         rates.push(got as f64 / out["seconds"].as_f64().unwrap_or(f64::MAX) / 1e9);
     }
 
-    let conn_ev =
-        json!({"op": "connect", "host": dest.to_string(), "port": 8080, "runs": o.connect_runs});
     let ms_of = |v: &Value| -> Vec<f64> {
         v["ms"]
             .as_array()
@@ -191,13 +204,31 @@ fn measure(
             .filter_map(Value::as_f64)
             .collect()
     };
-    let (out, _) = post("/v1/functions/client/invoke", &conn_ev)?;
-    let sandbox = ms_of(&out);
-    let plain_out = client_ns.exec(&["python3", "-c", CLIENT, &conn_ev.to_string()])?;
-    let plain_conn = ms_of(&serde_json::from_str(plain_out.trim())?);
+    // (function, plain process) connect + first byte to `host`
+    let mut connects = |host: String| -> Result<(Summary, Summary)> {
+        let conn_ev = json!({"op": "connect", "host": host, "port": 8080, "runs": o.connect_runs});
+        let (out, _) = post("/v1/functions/client/invoke", &conn_ev)?;
+        let sandbox = ms_of(&out);
+        let plain_out = client_ns.exec(&["python3", "-c", CLIENT, &conn_ev.to_string()])?;
+        let plain_conn = ms_of(&serde_json::from_str(plain_out.trim())?);
+        Ok((stats(&sandbox)?, stats(&plain_conn)?))
+    };
+    let (connect_sandbox_ms, connect_plain_ms) = connects(dest.to_string())?;
+    let (connect6_sandbox_ms, connect6_plain_ms) = match dest6 {
+        Some(d6) => {
+            let (s, p) = connects(d6.to_string())?;
+            (Some(s), Some(p))
+        }
+        None => (None, None),
+    };
     let (cold_plain_ms, cold_egress_ms) = (stats(&plain)?, stats(&egress)?);
-    let (connect_sandbox_ms, connect_plain_ms) = (stats(&sandbox)?, stats(&plain_conn)?);
     Ok(Report {
+        connect6_ratio: connect6_sandbox_ms
+            .as_ref()
+            .zip(connect6_plain_ms.as_ref())
+            .map(|(s, p)| s.median / p.median),
+        connect6_sandbox_ms,
+        connect6_plain_ms,
         cold_added_ms: cold_egress_ms.median - cold_plain_ms.median,
         cold_plain_ms,
         cold_egress_ms,
@@ -248,9 +279,25 @@ pub fn markdown(r: &Report) -> String {
         &r.connect_plain_ms,
         "ms",
     );
+    if let (Some(s), Some(p)) = (&r.connect6_sandbox_ms, &r.connect6_plain_ms) {
+        m += &row(
+            "connect + first byte over IPv6, function with egress",
+            s,
+            "ms",
+        );
+        m += &row(
+            "connect + first byte over IPv6, plain process in a namespace",
+            p,
+            "ms",
+        );
+    }
     m += &format!(
-        "\ncold start added by egress (medians): {:+.3} ms; connect + first byte, function / plain process (medians): {:.2}x\n",
+        "\ncold start added by egress (medians): {:+.3} ms; connect + first byte, function / plain process (medians): {:.2}x",
         r.cold_added_ms, r.connect_ratio
     );
+    match r.connect6_ratio {
+        Some(x) => m += &format!("; over IPv6: {x:.2}x\n"),
+        None => m += "; IPv6: not measured (the host has no IPv6)\n",
+    }
     m
 }

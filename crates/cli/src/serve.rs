@@ -123,11 +123,12 @@ pub struct DeployArgs {
     /// Debian package for this function only (repeatable; resolved against the runtime root)
     #[arg(long)]
     pub package: Vec<String>,
-    /// Network destination the function may reach: CIDR[:PORT[-PORT]] (IPv4;
-    /// repeatable). Without --egress or --dns: loopback only
+    /// Network destination the function may reach: CIDR[:PORT[-PORT]], IPv6
+    /// as V6CIDR or [V6CIDR]:PORTS (repeatable). Without --egress or --dns:
+    /// loopback only
     #[arg(long, value_name = "CIDR[:PORTS]")]
     pub egress: Vec<String>,
-    /// The function's DNS resolver (an IPv4 address; port 53 elsewhere is refused)
+    /// The function's DNS resolver (an IPv4 or IPv6 address; port 53 elsewhere is refused)
     #[arg(long, value_name = "IP")]
     pub dns: Option<String>,
     /// Connections one instance may hold open at once (with --egress)

@@ -355,21 +355,35 @@ fn egress_leftovers_of_a_killed_daemon_go_at_the_next_cleanup() {
     );
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("prefix length"));
-    ok(&thaw_fn(
-        &home.0,
-        &[
-            "deploy",
-            &code_arg,
-            "--handler",
-            "netfn.handler",
-            "--egress",
-            "192.0.2.0/24:443",
-            "--dns",
-            "192.0.2.53",
-        ],
-    ));
+    // (an IPv6 destination too when the host has IPv6: its state must go
+    // as well)
+    let ipv6 = thaw_sandbox::egress::ipv6_unavailable().is_none();
+    let mut args = vec![
+        "deploy",
+        &code_arg,
+        "--handler",
+        "netfn.handler",
+        "--egress",
+        "192.0.2.0/24:443",
+        "--dns",
+        "192.0.2.53",
+    ];
+    if ipv6 {
+        args.extend(["--egress", "[2001:db8::/32]:443"]);
+    }
+    ok(&thaw_fn(&home.0, &args));
     assert!(ok(&thaw_fn(&home.0, &["invoke", "netfn"])).contains("ok"));
     let bridge = egress_bridge_of(pid).expect("the daemon's egress bridge");
+    // its IPv6 subnet (when the host has IPv6) is the bridge's, so it goes
+    // with the bridge
+    let v6 = Command::new("ip")
+        .args(["-6", "-o", "addr", "show", "dev", &bridge])
+        .output()
+        .unwrap();
+    let v6 = String::from_utf8_lossy(&v6.stdout).into_owned();
+    if ipv6 {
+        assert!(v6.contains("inet6 fd74:6861:7700:"), "{v6}");
+    }
     daemon.kill().unwrap();
     daemon.wait().unwrap();
     remove_cgroups_of(pid);

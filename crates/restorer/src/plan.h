@@ -84,6 +84,10 @@ typedef int i32;
 #define SOCK_OPT_REUSEADDR 1
 #define SOCK_OPT_REUSEPORT 2
 #define SOCK_OPT_V6ONLY 4
+/* a TCP connection closed at the snapshot: made again as one its peer
+ * refused (connected to port 0 of loopback), so reads see end of file and
+ * writes EPIPE, as on the deploying instance's shut-down socket */
+#define SOCK_OPT_DROPPED 8
 
 /* How a run of image pages gets into memory. */
 #define FILL_COPY 0 /* pread from the image fd into the mapping */

@@ -67,6 +67,9 @@
 #define SYS_setsockopt 54
 #define SYS_socketpair 53
 #define SYS_shutdown 48
+#define SYS_connect 42
+#define SYS_getsockopt 55
+#define SYS_poll 7
 #define SYS_openat2 437
 #define F_GETFD 1
 #define F_SETFL 4
@@ -85,6 +88,10 @@
 #define SOL_SOCKET_ 1
 #define SO_REUSEADDR 2
 #define SO_REUSEPORT 15
+#define SO_ERROR 4
+#define EINPROGRESS 115
+#define ECONNREFUSED 111
+#define POLLOUT 4
 #define IPPROTO_IPV6 41
 #define IPV6_V6ONLY 26
 #define EPOLL_CTL_ADD 1
@@ -541,6 +548,49 @@ static long fill_fd(int out, const struct plan_fd *f)
     return 0;
 }
 
+/* Makes TCP socket `fd` (of `family`, still unconnected) a dropped
+ * connection: a non-blocking connect to port 0 of its loopback, which no
+ * socket can listen on, ends in a reset; once it has (`SO_ERROR` read, so no
+ * error is left pending) the socket is closed both ways, as after a reset
+ * from a peer. Its flags are set later (as every socket's). */
+static long drop_connection(long fd, u32 family)
+{
+    /* sockaddr_in / sockaddr_in6, port 0, 127.0.0.1 / ::1 */
+    unsigned char sa[28] = {0};
+    long len;
+    sa[0] = (unsigned char)family;
+    if (family == 2 /* AF_INET */) {
+        sa[4] = 127;
+        sa[7] = 1;
+        len = 16;
+    } else if (family == 10 /* AF_INET6 */) {
+        sa[23] = 1;
+        len = 28;
+    } else {
+        return -EINVAL;
+    }
+    long r = sys3(SYS_fcntl, fd, F_SETFL, O_NONBLOCK);
+    if (r >= 0)
+        r = sys3(SYS_connect, fd, (long)sa, len);
+    if (r != -EINPROGRESS && r != -ECONNREFUSED)
+        return r < 0 ? r : -EIO;
+    struct {
+        int fd;
+        short events, revents;
+    } p = {(int)fd, POLLOUT, 0};
+    do
+        r = sys3(SYS_poll, (long)&p, 1, 5000);
+    while (r == -EINTR);
+    if (r <= 0)
+        return r < 0 ? r : -EIO;
+    int err = 0, elen = 4;
+    r = sys6(SYS_getsockopt, fd, SOL_SOCKET_, SO_ERROR, (long)&err, (long)&elen, 0);
+    if (r < 0)
+        return r;
+    /* ECONNREFUSED: the reset; 0 only if the synchronous connect took it */
+    return err == ECONNREFUSED || err == 0 ? 0 : -EIO;
+}
+
 /* Makes one record's object at a temporary number (any free one: every
  * target number is held by then). */
 static long make_fd(u32 i, const struct plan_fd *fds, const char *strings)
@@ -666,6 +716,8 @@ static long make_fd(u32 i, const struct plan_fd *fds, const char *strings)
             r = sys3(SYS_bind, fd, path, f->path_len);
         if (fd >= 0 && r >= 0 && (f->a >> 32))
             r = sys3(SYS_listen, fd, (f->a >> 32) - 1, 0);
+        if (fd >= 0 && r >= 0 && (opts & SOCK_OPT_DROPPED))
+            r = drop_connection(fd, f->arg);
         break;
     }
     default:

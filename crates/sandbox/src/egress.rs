@@ -1,27 +1,30 @@
 //! Opt-in network egress for a function's sandboxes.
 //!
 //! A daemon that runs such functions owns one [`Network`]: a Linux bridge
-//! with a /20 of `10.208.0.0/12` (leased machine-wide through a lock file, so
-//! concurrent daemons never share names or addresses), NAT to the host's
-//! uplink, and one nftables table (inet family) holding every rule. A
-//! function ([`FunctionNet`]) gets a /26 block of that subnet and its own
-//! chain: its allowed destinations, then a refusal. Each sandbox gets an
-//! address of its function's block on a veth whose bridge port is isolated,
-//! with a /32 address and the bridge as its only route, so every packet it
-//! sends is routed through the host's forward hook, where the source block
-//! selects the function's chain. The function runs without capabilities,
-//! so it can neither change its address nor send raw frames.
+//! with a /20 of `10.208.0.0/12` and, when the host has IPv6, the /56 of
+//! `fd74:6861:7700::/48` with the same index (leased machine-wide through a
+//! lock file, so concurrent daemons never share names or addresses), NAT
+//! (and NAT66) to the host's uplink, and one nftables table (inet family)
+//! holding every rule. A function ([`FunctionNet`]) gets a /26 block of that
+//! subnet (and the /64 of the same number) and its own chains: its allowed
+//! destinations, then a refusal. Each sandbox gets an address of its
+//! function's block on a veth whose bridge port is isolated, with a /32
+//! (/128) address and the bridge as its only route, so every packet it sends
+//! is routed through the host's forward hook, where the source block selects
+//! the function's chain. The function runs without capabilities, so it can
+//! neither change its address nor send raw frames.
 //!
 //! Always refused, before any allowed destination: the host's own addresses
 //! (the input hook: the daemon's API port included), every thaw sandbox
-//! subnet, loopback, link-local, multicast, IPv6, and port 53 anywhere but
-//! the function's resolver.
+//! subnet, loopback, link-local, multicast, and port 53 anywhere but the
+//! function's resolver. A function reaches IPv6 only when it lists an IPv6
+//! destination (or resolver); its sandboxes have no IPv6 address otherwise.
 use crate::error::{HostError, Result};
 
 use std::collections::VecDeque;
 use std::fmt;
 use std::io::Write;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -59,45 +62,76 @@ const BLOCKS: u32 = 1 << (BLOCK_PREFIX - SUBNET_PREFIX);
 const BLOCK_SIZE: u32 = 1 << (32 - BLOCK_PREFIX);
 /// The sandbox side of each veth.
 pub const SANDBOX_IF: &str = "eth0";
+/// All IPv6 sandbox subnets: a unique local /48 (RFC 4193; its global ID
+/// spells "thaw"), a /56 per daemon index, a /64 per function block, so a
+/// sandbox's IPv6 address mirrors its IPv4 one.
+const RANGE6_BASE: u128 = 0xfd74_6861_7700_u128 << 80;
+const RANGE6_PREFIX: u8 = 48;
+const SUBNET6_PREFIX: u8 = 56;
+const BLOCK6_PREFIX: u8 = 64;
+/// Where IPv6 is switched on for the whole host.
+const IPV6_ALL: &str = "/proc/sys/net/ipv6/conf/all";
 
-/// One allowed destination: an IPv4 network and an optional port range
-/// (TCP and UDP); without ports, every protocol and port.
+/// Whether this host has IPv6 (`net.ipv6.conf.all.disable_ipv6` is 0),
+/// or why not.
+pub fn ipv6_unavailable() -> Option<String> {
+    match std::fs::read_to_string(format!("{IPV6_ALL}/disable_ipv6")) {
+        Ok(v) if v.trim() == "0" => None,
+        Ok(v) => Some(format!(
+            "this host has IPv6 disabled (net.ipv6.conf.all.disable_ipv6 = {})",
+            v.trim()
+        )),
+        Err(e) => Some(format!(
+            "this host has no IPv6 (reading {IPV6_ALL}/disable_ipv6: {e})"
+        )),
+    }
+}
+
+/// One allowed destination: an IPv4 or IPv6 network and an optional port
+/// range (TCP and UDP); without ports, every protocol and port.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rule {
-    pub addr: Ipv4Addr,
+    pub addr: IpAddr,
     pub prefix: u8,
     pub ports: Option<(u16, u16)>,
 }
 
 impl Rule {
     /// Parses `CIDR[:PORTS]`: `10.0.0.0/8`, `192.0.2.7:443`,
-    /// `198.51.100.0/24:8000-8100`. A bare address is a /32.
+    /// `198.51.100.0/24:8000-8100`; IPv6 as `2001:db8::/32`,
+    /// `2001:db8::/32:443` (ports after a prefix length), or in brackets
+    /// `[2001:db8::7]:443`, `[2001:db8::/32]:80-90`. A bare address is a
+    /// /32 (/128).
     pub fn parse(s: &str) -> Result<Rule, String> {
-        let (net, ports) = match s.split_once(':') {
-            Some((n, p)) => (n, Some(p)),
-            None => (s, None),
-        };
+        let (net, ports) = split_rule(s)?;
         let (addr, prefix) = match net.split_once('/') {
             Some((a, p)) => (a, Some(p)),
             None => (net, None),
         };
-        if addr.contains("::") || s.matches(':').count() > 1 {
-            return Err(format!("{s:?}: IPv6 destinations are not supported"));
-        }
-        let addr: Ipv4Addr = addr
-            .parse()
-            .map_err(|_| format!("{s:?}: {addr:?} is not an IPv4 address"))?;
+        // (brackets hold IPv6 only)
+        let addr: IpAddr = if net.contains(':') || s.starts_with('[') {
+            IpAddr::V6(
+                addr.parse()
+                    .map_err(|_| format!("{s:?}: {addr:?} is not an IPv6 address"))?,
+            )
+        } else {
+            IpAddr::V4(
+                addr.parse()
+                    .map_err(|_| format!("{s:?}: {addr:?} is not an IPv4 address"))?,
+            )
+        };
+        let max = if addr.is_ipv4() { 32 } else { 128 };
         let prefix = match prefix {
-            None => 32,
+            None => max,
             Some(p) => match p.parse::<u8>() {
-                Ok(n) if n <= 32 && p.bytes().all(|b| b.is_ascii_digit()) => n,
-                _ => return Err(format!("{s:?}: prefix length {p:?} is not in 0..=32")),
+                Ok(n) if n <= max && p.bytes().all(|b| b.is_ascii_digit()) => n,
+                _ => return Err(format!("{s:?}: prefix length {p:?} is not in 0..={max}")),
             },
         };
-        if u32::from(addr) & !mask(prefix) != 0 {
+        let network = masked(addr, prefix);
+        if network != addr {
             return Err(format!(
-                "{s:?}: host bits are set (the network is {}/{prefix})",
-                Ipv4Addr::from(u32::from(addr) & mask(prefix))
+                "{s:?}: host bits are set (the network is {network}/{prefix})"
             ));
         }
         let ports = ports.map(|p| parse_ports(s, p)).transpose()?;
@@ -109,7 +143,8 @@ impl Rule {
     }
 
     fn nft(&self) -> String {
-        let dst = format!("ip daddr {}/{}", self.addr, self.prefix);
+        let family = if self.addr.is_ipv4() { "ip" } else { "ip6" };
+        let dst = format!("{family} daddr {}/{}", self.addr, self.prefix);
         match self.ports {
             None => dst,
             Some((lo, hi)) if lo == hi => {
@@ -120,9 +155,43 @@ impl Rule {
     }
 }
 
+/// Splits a rule into its network and its ports: `[NET]:PORTS` or `[NET]`
+/// (IPv6 in brackets), `V6NET/LEN:PORTS`, `V6ADDR` (no ports), `V4NET:PORTS`.
+fn split_rule(s: &str) -> Result<(&str, Option<&str>), String> {
+    if let Some(rest) = s.strip_prefix('[') {
+        let (net, after) = rest
+            .split_once(']')
+            .ok_or_else(|| format!("{s:?}: no closing bracket"))?;
+        return match after {
+            "" => Ok((net, None)),
+            _ => match after.strip_prefix(':') {
+                Some(p) => Ok((net, Some(p))),
+                None => Err(format!("{s:?}: expected \":PORTS\" after the bracket")),
+            },
+        };
+    }
+    if s.matches(':').count() > 1 {
+        // IPv6: ports only after a prefix length (which has no colon)
+        return Ok(match s.split_once('/') {
+            Some((a, rest)) => match rest.split_once(':') {
+                Some((len, p)) => (&s[..a.len() + 1 + len.len()], Some(p)),
+                None => (s, None),
+            },
+            None => (s, None),
+        });
+    }
+    Ok(match s.split_once(':') {
+        Some((n, p)) => (n, Some(p)),
+        None => (s, None),
+    })
+}
+
 impl fmt::Display for Rule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.addr, self.prefix)?;
+        match (self.addr, self.ports) {
+            (IpAddr::V6(a), Some(_)) => write!(f, "[{a}/{}]", self.prefix)?,
+            (a, _) => write!(f, "{a}/{}", self.prefix)?,
+        }
         match self.ports {
             Some((lo, hi)) if lo == hi => write!(f, ":{lo}"),
             Some((lo, hi)) => write!(f, ":{lo}-{hi}"),
@@ -154,13 +223,25 @@ fn mask(prefix: u8) -> u32 {
     u32::MAX.checked_shl(32 - prefix as u32).unwrap_or(0)
 }
 
+fn mask6(prefix: u8) -> u128 {
+    u128::MAX.checked_shl(128 - prefix as u32).unwrap_or(0)
+}
+
+/// `addr` with the bits after `prefix` cleared.
+fn masked(addr: IpAddr, prefix: u8) -> IpAddr {
+    match addr {
+        IpAddr::V4(a) => IpAddr::V4(Ipv4Addr::from(u32::from(a) & mask(prefix))),
+        IpAddr::V6(a) => IpAddr::V6(Ipv6Addr::from(u128::from(a) & mask6(prefix))),
+    }
+}
+
 /// What a function may reach.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Policy {
     pub rules: Vec<Rule>,
     /// The resolver written into the sandbox's `/etc/resolv.conf`; port 53
     /// anywhere else is refused.
-    pub dns: Option<Ipv4Addr>,
+    pub dns: Option<IpAddr>,
     /// Connections one instance may have open at once.
     pub max_connections: Option<u32>,
     /// Each direction of each instance, in Mbit/s (tc token buckets).
@@ -187,15 +268,15 @@ impl Policy {
             .collect::<Result<Vec<_>, _>>()?;
         let dns = dns
             .map(|d| {
-                d.parse::<Ipv4Addr>()
-                    .map_err(|_| format!("dns {d:?} is not an IPv4 address"))
+                d.parse::<IpAddr>()
+                    .map_err(|_| format!("dns {d:?} is not an IPv4 or IPv6 address"))
             })
             .transpose()?;
         if rules.is_empty() && dns.is_none() {
             return Err("network needs at least one egress rule or a dns resolver".into());
         }
         if let Some(d) = dns {
-            if refused_nets().iter().any(|(a, p)| contains(*a, *p, d)) {
+            if is_refused(d) {
                 return Err(format!(
                     "dns {d} is in an address range sandboxes never reach"
                 ));
@@ -214,10 +295,23 @@ impl Policy {
             bandwidth_mbit,
         })
     }
+
+    /// Whether its sandboxes need IPv6: an IPv6 destination or resolver.
+    pub fn wants_ipv6(&self) -> bool {
+        self.rules.iter().any(|r| r.addr.is_ipv6()) || self.dns.is_some_and(|d| d.is_ipv6())
+    }
 }
 
-fn contains(net: u32, prefix: u8, a: Ipv4Addr) -> bool {
-    u32::from(a) & mask(prefix) == net
+/// Whether no rule can open `a` (see [`refused_nets`], [`refused_nets6`]).
+fn is_refused(a: IpAddr) -> bool {
+    match a {
+        IpAddr::V4(a) => refused_nets()
+            .iter()
+            .any(|(n, p)| u32::from(a) & mask(*p) == *n),
+        IpAddr::V6(a) => refused_nets6()
+            .iter()
+            .any(|(n, p)| u128::from(a) & mask6(*p) == *n),
+    }
 }
 
 /// Destinations no rule can open: this range, loopback, "this network",
@@ -232,6 +326,35 @@ fn refused_nets() -> [(u32, u8); 5] {
     ]
 }
 
+/// The same for IPv6: every sandbox subnet, the unspecified address,
+/// loopback, IPv4-mapped addresses, link-local, site-local and multicast.
+fn refused_nets6() -> [(u128, u8); 7] {
+    [
+        (RANGE6_BASE, RANGE6_PREFIX),
+        (0, 128),
+        (1, 128),
+        (0xffff_u128 << 32, 96),
+        (0xfe80_u128 << 112, 10),
+        (0xfec0_u128 << 112, 10),
+        (0xff00_u128 << 112, 8),
+    ]
+}
+
+/// The sets as nftables elements.
+fn refused_elements() -> (String, String) {
+    let v4 = refused_nets()
+        .iter()
+        .map(|(a, p)| format!("{}/{p}", Ipv4Addr::from(*a)))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let v6 = refused_nets6()
+        .iter()
+        .map(|(a, p)| format!("{}/{p}", Ipv6Addr::from(*a)))
+        .collect::<Vec<_>>()
+        .join(", ");
+    (v4, v6)
+}
+
 fn bridge_name(index: u32) -> String {
     format!("thaw-br{index}")
 }
@@ -242,6 +365,18 @@ fn table_name(index: u32) -> String {
 
 fn subnet_base(index: u32) -> u32 {
     RANGE_BASE + (index << (32 - SUBNET_PREFIX))
+}
+
+fn subnet6_base(index: u32) -> u128 {
+    RANGE6_BASE | (index as u128) << (128 - SUBNET6_PREFIX)
+}
+
+/// The IPv6 address mirroring IPv4 address `a` of subnet `index`: the same
+/// block (as the /64) and the same offset in it.
+fn mirror6(index: u32, a: u32) -> Ipv6Addr {
+    let off = a - subnet_base(index);
+    let (block, host) = (off / BLOCK_SIZE, off % BLOCK_SIZE);
+    Ipv6Addr::from(subnet6_base(index) | (block as u128) << (128 - BLOCK6_PREFIX) | host as u128)
 }
 
 /// Runs a host tool with `input` on stdin; its stderr is the error.
@@ -350,12 +485,47 @@ fn overlaps_a_route(base: u32, prefix: u8) -> bool {
     })
 }
 
+/// IPv6 routes on the host (but a default route) that overlap `base/prefix`.
+fn overlaps_a_route6(base: u128, prefix: u8) -> bool {
+    let routes = std::fs::read_to_string("/proc/net/ipv6_route").unwrap_or_default();
+    routes.lines().any(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        let (Some(dst), Some(len)) = (
+            f.first().and_then(|s| u128::from_str_radix(s, 16).ok()),
+            f.get(1).and_then(|s| u8::from_str_radix(s, 16).ok()),
+        ) else {
+            return false;
+        };
+        let m = mask6(len.min(prefix));
+        len != 0 && dst & m == base & m
+    })
+}
+
+/// Switches IPv6 forwarding on. A router ignores router advertisements on
+/// interfaces whose `accept_ra` is 1, so those get 2 first: the host keeps
+/// learning its routes as it did.
+fn enable_ipv6_forwarding() -> Result<()> {
+    let all = format!("{IPV6_ALL}/forwarding");
+    if std::fs::read_to_string(&all).is_ok_and(|v| v.trim() == "1") {
+        return Ok(());
+    }
+    for e in std::fs::read_dir("/proc/sys/net/ipv6/conf")?.flatten() {
+        let ra = e.path().join("accept_ra");
+        if std::fs::read_to_string(&ra).is_ok_and(|v| v.trim() == "1") {
+            let _ = std::fs::write(&ra, "2");
+        }
+    }
+    Ok(std::fs::write(&all, "1").with_context(|| format!("enabling IPv6 forwarding ({all})"))?)
+}
+
 /// A daemon's bridge, subnet and rule table. Dropping it removes them.
 pub struct Network {
     index: u32,
     _lease: FileLock,
     bridge: String,
     table: String,
+    /// the host has IPv6: the bridge has the /56 and the rules cover it
+    ipv6: bool,
     blocks: Mutex<Vec<bool>>,
     next_if: AtomicU64,
 }
@@ -367,15 +537,19 @@ impl fmt::Debug for Network {
 }
 
 impl Network {
-    /// Leases a free subnet and sets up its bridge, NAT and rule table.
-    /// Nothing is left behind when a step fails.
+    /// Leases a free subnet and sets up its bridge, NAT and rule table
+    /// (IPv6 too when the host has it). Nothing is left behind when a step
+    /// fails.
     pub fn open() -> Result<Arc<Network>, EgressError> {
+        let ipv6 = ipv6_unavailable().is_none();
         for index in 0..SUBNETS {
             let Some(lease) = try_lock(index)? else {
                 continue;
             };
             remove_leftovers(index);
-            if overlaps_a_route(subnet_base(index), SUBNET_PREFIX) {
+            if overlaps_a_route(subnet_base(index), SUBNET_PREFIX)
+                || (ipv6 && overlaps_a_route6(subnet6_base(index), SUBNET6_PREFIX))
+            {
                 continue;
             }
             let net = Network {
@@ -383,6 +557,7 @@ impl Network {
                 _lease: lease,
                 bridge: bridge_name(index),
                 table: table_name(index),
+                ipv6,
                 blocks: Mutex::new(vec![false; BLOCKS as usize]),
                 next_if: AtomicU64::new(0),
             };
@@ -400,10 +575,29 @@ impl Network {
         Ipv4Addr::from(subnet_base(self.index) + 1)
     }
 
+    fn gateway6(&self) -> Ipv6Addr {
+        mirror6(self.index, u32::from(self.gateway()))
+    }
+
     fn set_up(&self) -> Result<()> {
         std::fs::write("/proc/sys/net/ipv4/ip_forward", "1")
             .context("enabling IPv4 forwarding (/proc/sys/net/ipv4/ip_forward)")?;
+        if self.ipv6 {
+            enable_ipv6_forwarding()?;
+        }
         let br = &self.bridge;
+        // (no link-local address on the bridge: what a sandbox sends to
+        // fe80::/10 is refused, and neighbour discovery uses the /56's)
+        let v6 = if self.ipv6 {
+            format!(
+                "link set {br} type bridge mcast_snooping 0\n\
+                 link set {br} addrgenmode none\n\
+                 addr add {}/{SUBNET6_PREFIX} dev {br} nodad\n",
+                self.gateway6()
+            )
+        } else {
+            String::new()
+        };
         run(
             "ip",
             &["-batch", "-"],
@@ -411,6 +605,7 @@ impl Network {
                 "link add {br} type bridge\n\
                  link set {br} address 02:74:68:61:77:{:02x}\n\
                  addr add {}/{SUBNET_PREFIX} dev {br}\n\
+                 {v6}\
                  link set {br} alias thaw-egress:{owner}\n\
                  link set {br} up\n",
                 self.index,
@@ -422,39 +617,84 @@ impl Network {
         // (its address is set, not taken from its lowest port's: a port
         // joining must not change the gateway's MAC under the sandboxes'
         // neighbour caches)
-        // no IPv6 on the bridge: sandboxes have none either
-        let _ = std::fs::write(format!("/proc/sys/net/ipv6/conf/{br}/disable_ipv6"), "1");
-        let refused = refused_nets()
-            .iter()
-            .map(|(a, p)| format!("{}/{p}", Ipv4Addr::from(*a)))
-            .collect::<Vec<_>>()
-            .join(", ");
-        let reject = "counter reject with icmpx type admin-prohibited";
-        let rules = format!(
+        if !self.ipv6 {
+            let _ = std::fs::write(format!("/proc/sys/net/ipv6/conf/{br}/disable_ipv6"), "1");
+        }
+        Ok(run("nft", &["-f", "-"], &self.base_rules()).context("loading the egress rules")?)
+    }
+
+    /// The table: refusals, the per-source verdict maps, NAT.
+    fn base_rules(&self) -> String {
+        let (br, t) = (&self.bridge, &self.table);
+        let (refused, refused6) = refused_elements();
+        let sub = format!(
+            "{}/{SUBNET_PREFIX}",
+            Ipv4Addr::from(subnet_base(self.index))
+        );
+        let sub6 = format!(
+            "{}/{SUBNET6_PREFIX}",
+            Ipv6Addr::from(subnet6_base(self.index))
+        );
+        // (IPv6 parts only when the host has IPv6; neighbour discovery is
+        // what the bridge's link needs, the rest of ICMPv6 to the host is
+        // refused as any other packet)
+        let nd = format!(
+            "iifname \"{br}\" icmpv6 type {{ nd-neighbor-solicit, nd-neighbor-advert }} ip6 hoplimit 255 accept"
+        );
+        let (sets6, pre6, input6, forward6, nat6) = if self.ipv6 {
+            (
+                format!(
+                    "  set refused6 {{ type ipv6_addr; flags interval; elements = {{ {refused6} }} }}
+  map forward_by_source6 {{ type ipv6_addr : verdict; flags interval; }}
+  map host_by_source6 {{ type ipv6_addr : verdict; flags interval; }}
+"
+                ),
+                // link-local and loopback destinations are never forwarded:
+                // refused (and counted) before routing drops them silently
+                format!(
+                    "  chain prerouting {{ type filter hook prerouting priority filter; policy accept;
+    {nd}
+    iifname \"{br}\" ip6 daddr {{ ::1, fe80::/10 }} ip6 saddr vmap @host_by_source6
+    iifname \"{br}\" ip6 daddr {{ ::1, fe80::/10 }} goto refuse
+  }}
+"
+                ),
+                format!(
+                    "    {nd}
+    iifname \"{br}\" ip6 daddr ff00::/8 drop
+    iifname \"{br}\" ip6 saddr vmap @host_by_source6
+"
+                ),
+                format!("    iifname \"{br}\" ip6 saddr vmap @forward_by_source6\n"),
+                format!("    ip6 saddr {sub6} oifname != \"{br}\" masquerade\n"),
+            )
+        } else {
+            Default::default()
+        };
+        format!(
             "table inet {t} {{
   set refused {{ type ipv4_addr; flags interval; elements = {{ {refused} }} }}
   map forward_by_source {{ type ipv4_addr : verdict; flags interval; }}
   map host_by_source {{ type ipv4_addr : verdict; flags interval; }}
-  chain input {{ type filter hook input priority filter; policy accept;
-    iifname \"{br}\" ip saddr vmap @host_by_source
-    iifname \"{br}\" {reject}
+{sets6}  chain refuse {{
+{REFUSE}  }}
+{pre6}  chain input {{ type filter hook input priority filter; policy accept;
+{input6}    iifname \"{br}\" ip saddr vmap @host_by_source
+    iifname \"{br}\" goto refuse
   }}
   chain forward {{ type filter hook forward priority filter; policy accept;
     iifname \"{br}\" ct state established,related accept
     iifname \"{br}\" ip saddr vmap @forward_by_source
-    iifname \"{br}\" {reject}
+{forward6}    iifname \"{br}\" goto refuse
     oifname \"{br}\" ct state established,related accept
     oifname \"{br}\" counter drop
   }}
   chain postrouting {{ type nat hook postrouting priority srcnat; policy accept;
-    ip saddr {}/{SUBNET_PREFIX} oifname != \"{br}\" masquerade
-  }}
+    ip saddr {sub} oifname != \"{br}\" masquerade
+{nat6}  }}
 }}
-",
-            Ipv4Addr::from(subnet_base(self.index)),
-            t = self.table,
-        );
-        Ok(run("nft", &["-f", "-"], &rules).context("loading the egress rules")?)
+"
+        )
     }
 
     /// Sets up a function's block of addresses and its chains.
@@ -463,6 +703,20 @@ impl Network {
         policy: &Policy,
         resolv_conf: Option<PathBuf>,
     ) -> Result<Egress, EgressError> {
+        if policy.wants_ipv6() {
+            if let Some(why) = ipv6_unavailable() {
+                fail!(
+                    HostError::Failed,
+                    "the function lists IPv6 destinations, but {why}"
+                );
+            }
+            if !self.ipv6 {
+                fail!(
+                    HostError::Failed,
+                    "the function lists IPv6 destinations, but this daemon's network was set up before the host had IPv6: restart the daemon"
+                );
+            }
+        }
         let block = {
             let mut blocks = self.blocks.lock().unwrap_or_else(|p| p.into_inner());
             // block 0 holds the bridge's address
@@ -480,6 +734,7 @@ impl Network {
             net: self.clone(),
             block,
             first,
+            ipv6: policy.wants_ipv6(),
             policy: policy.clone(),
             resolv_conf,
             free: Mutex::new((0..BLOCK_SIZE).map(|i| first + i).collect()),
@@ -496,8 +751,8 @@ impl Network {
         self.blocks.lock().unwrap_or_else(|p| p.into_inner())[block as usize] = false;
     }
 
-    /// Packets refused per function block: (block, count), from the table's
-    /// counters.
+    /// Packets refused per function block: (block, count), from the
+    /// counters of the functions' refusal chains.
     fn refused_by_block(&self) -> Result<Vec<(u32, u64)>> {
         let json = output("nft", &["-j", "list", "table", "inet", &self.table])?;
         let v: serde_json::Value = serde_json::from_str(&json).context("nft -j output")?;
@@ -508,8 +763,7 @@ impl Network {
             };
             let chain = rule["chain"].as_str().unwrap_or("");
             let Some(block) = chain
-                .strip_prefix("fn_")
-                .or_else(|| chain.strip_prefix("host_"))
+                .strip_prefix("refuse_")
                 .and_then(|b| b.parse::<u32>().ok())
             else {
                 continue;
@@ -538,6 +792,16 @@ impl Network {
         self.gateway()
     }
 }
+
+/// A refusal: the caller fails at once. IPv4 and UDP get an ICMP
+/// administratively-prohibited answer; an IPv6 TCP connect gets a reset,
+/// since Linux drops an ICMPv6 error that arrives while the connecting
+/// socket is still held by its own `connect` (the veth delivers it that
+/// fast), and the connect would only fail at the SYN's retransmission, a
+/// second later.
+const REFUSE: &str = "    meta nfproto ipv6 meta l4proto tcp counter reject with tcp reset
+    counter reject with icmpx type admin-prohibited
+";
 
 impl Drop for Network {
     fn drop(&mut self) {
@@ -572,6 +836,8 @@ pub struct FunctionNet {
     net: Arc<Network>,
     block: u32,
     first: u32,
+    /// its sandboxes get IPv6 addresses (it lists IPv6 destinations)
+    ipv6: bool,
     policy: Policy,
     resolv_conf: Option<PathBuf>,
     /// addresses not in use, least recently freed first (a dying sandbox's
@@ -582,39 +848,62 @@ pub struct FunctionNet {
 }
 
 impl FunctionNet {
+    /// Its source blocks: (IPv4 /26, IPv6 /64 when the network has IPv6).
+    fn sources(&self) -> (String, Option<String>) {
+        let v4 = format!("{}/{BLOCK_PREFIX}", Ipv4Addr::from(self.first));
+        let v6 = self
+            .net
+            .ipv6
+            .then(|| format!("{}/{BLOCK6_PREFIX}", mirror6(self.net.index, self.first)));
+        (v4, v6)
+    }
+
     fn rules(&self) -> String {
         let t = &self.net.table;
         let b = self.block;
-        let src = format!("{}/{BLOCK_PREFIX}", Ipv4Addr::from(self.first));
-        let reject = "counter reject with icmpx type admin-prohibited";
-        let mut r = format!(
+        let (src, src6) = self.sources();
+        let refuse = format!("goto refuse_{b}");
+        let mut r = format!("add chain inet {t} refuse_{b}\n");
+        for l in REFUSE.lines() {
+            r += &format!("add rule inet {t} refuse_{b} {}\n", l.trim());
+        }
+        r += &format!(
             "add chain inet {t} fn_{b}\n\
              add chain inet {t} host_{b}\n\
-             add rule inet {t} host_{b} {reject}\n\
-             add rule inet {t} fn_{b} ip daddr @refused {reject}\n"
+             add rule inet {t} host_{b} {refuse}\n\
+             add rule inet {t} fn_{b} ip daddr @refused {refuse}\n"
         );
+        if src6.is_some() {
+            r += &format!("add rule inet {t} fn_{b} ip6 daddr @refused6 {refuse}\n");
+        }
         if let Some(d) = self.policy.dns {
-            r += &format!("add rule inet {t} fn_{b} ip daddr {d} meta l4proto {{ tcp, udp }} th dport 53 accept\n");
+            let family = if d.is_ipv4() { "ip" } else { "ip6" };
+            r += &format!("add rule inet {t} fn_{b} {family} daddr {d} meta l4proto {{ tcp, udp }} th dport 53 accept\n");
         }
         r +=
-            &format!("add rule inet {t} fn_{b} meta l4proto {{ tcp, udp }} th dport 53 {reject}\n");
+            &format!("add rule inet {t} fn_{b} meta l4proto {{ tcp, udp }} th dport 53 {refuse}\n");
         if let Some(c) = self.policy.max_connections {
-            // counted per function: every instance's address shares its
-            // block's network address as the key
-            let m = Ipv4Addr::from(mask(BLOCK_PREFIX));
+            // counted per function, over both families: every packet here
+            // came in on the bridge, so its name is the one key of the set
             r += &format!(
-                "add set inet {t} conns_{b} {{ type ipv4_addr; flags dynamic; }}\n\
-                 add rule inet {t} fn_{b} ct state new add @conns_{b} {{ ip saddr & {m} ct count over {c} }} {reject}\n"
+                "add set inet {t} conns_{b} {{ type ifname; flags dynamic; }}\n\
+                 add rule inet {t} fn_{b} ct state new add @conns_{b} {{ iifname ct count over {c} }} {refuse}\n"
             );
         }
         for rule in &self.policy.rules {
             r += &format!("add rule inet {t} fn_{b} {} accept\n", rule.nft());
         }
         r += &format!(
-            "add rule inet {t} fn_{b} {reject}\n\
+            "add rule inet {t} fn_{b} {refuse}\n\
              add element inet {t} forward_by_source {{ {src} : jump fn_{b} }}\n\
              add element inet {t} host_by_source {{ {src} : jump host_{b} }}\n"
         );
+        if let Some(src6) = src6 {
+            r += &format!(
+                "add element inet {t} forward_by_source6 {{ {src6} : jump fn_{b} }}\n\
+                 add element inet {t} host_by_source6 {{ {src6} : jump host_{b} }}\n"
+            );
+        }
         r
     }
 }
@@ -627,12 +916,21 @@ impl Drop for FunctionNet {
             self.net.release_block(b);
             return;
         }
-        let src = format!("{}/{BLOCK_PREFIX}", Ipv4Addr::from(self.first));
+        let (src, src6) = self.sources();
         let mut r = format!(
             "delete element inet {t} forward_by_source {{ {src} }}\n\
-             delete element inet {t} host_by_source {{ {src} }}\n\
-             delete chain inet {t} fn_{b}\n\
-             delete chain inet {t} host_{b}\n"
+             delete element inet {t} host_by_source {{ {src} }}\n"
+        );
+        if let Some(src6) = src6 {
+            r += &format!(
+                "delete element inet {t} forward_by_source6 {{ {src6} }}\n\
+                 delete element inet {t} host_by_source6 {{ {src6} }}\n"
+            );
+        }
+        r += &format!(
+            "delete chain inet {t} fn_{b}\n\
+             delete chain inet {t} host_{b}\n\
+             delete chain inet {t} refuse_{b}\n"
         );
         if self.policy.max_connections.is_some() {
             r += &format!("delete set inet {t} conns_{b}\n");
@@ -708,7 +1006,14 @@ impl SandboxNet {
                 "link add {h} type veth peer name {SANDBOX_IF} netns {pid}\n\
                  link set {h} master {br}\n\
                  link set {h} type bridge_slave isolated on\n\
-                 link set {h} up\n"
+                 {v6}\
+                 link set {h} up\n",
+                // a bridge port needs no address of its own
+                v6 = if self.fnet.net.ipv6 {
+                    format!("link set {h} addrgenmode none\n")
+                } else {
+                    String::new()
+                },
             ),
         )
         .context("creating the sandbox's veth")?;
@@ -754,6 +1059,13 @@ impl SandboxNet {
         (Ipv4Addr::from(self.addr), self.fnet.net.gateway())
     }
 
+    /// (address, gateway) in IPv6, for a function that lists IPv6
+    /// destinations.
+    pub(crate) fn child_config6(&self) -> Option<(Ipv6Addr, Ipv6Addr)> {
+        let net = &self.fnet.net;
+        (self.fnet.ipv6 && net.ipv6).then(|| (mirror6(net.index, self.addr), net.gateway6()))
+    }
+
     /// Bytes (received by the sandbox, sent by it) so far.
     pub fn bytes(&self) -> (u64, u64) {
         let read = |what: &str| {
@@ -768,6 +1080,11 @@ impl SandboxNet {
 
     pub fn address(&self) -> Ipv4Addr {
         Ipv4Addr::from(self.addr)
+    }
+
+    /// Its IPv6 address, for a function that lists IPv6 destinations.
+    pub fn address6(&self) -> Option<Ipv6Addr> {
+        self.child_config6().map(|(a, _)| a)
     }
 }
 
@@ -799,8 +1116,17 @@ mod tests {
             ("10.0.0.0/8:90-80", "empty"),
             ("10.0.0.0/+8", "prefix"),
             ("example.com", "not an IPv4"),
-            ("fd00::/8", "IPv6"),
             ("10.0.0.0/8:", "port"),
+            ("fd00::/129", "not in 0..=128"),
+            ("fd00::/200", "not in 0..=128"),
+            ("fd00::1/64", "host bits"),
+            ("fd00:::1", "not an IPv6"),
+            ("fd00::g", "not an IPv6"),
+            ("[fd00::1", "bracket"),
+            ("[fd00::1]443", "after the bracket"),
+            ("[fd00::1]:0", "port"),
+            ("[10.0.0.1]:80", "not an IPv6"),
+            ("fd00::/64:90-80", "empty"),
         ] {
             let e = Rule::parse(bad).unwrap_err();
             assert!(e.contains(why), "{bad}: {e}");
@@ -811,11 +1137,83 @@ mod tests {
             .contains("at most 64"));
         assert!(Policy::parse(&[], Some("dns.example"), None, None)
             .unwrap_err()
-            .contains("not an IPv4"));
+            .contains("not an IPv4 or IPv6"));
+        for refused in [
+            "fe80::1",
+            "::1",
+            "fd74:6861:7700:100::1",
+            "ff02::1",
+            "::ffff:10.0.0.1",
+        ] {
+            assert!(
+                Policy::parse(&[], Some(refused), None, None).is_err(),
+                "{refused}"
+            );
+        }
         assert!(Policy::parse(&[], None, None, None).is_err());
         assert!(Policy::parse(&[], Some("169.254.169.254"), None, None).is_err());
         let p = Policy::parse(&["10.0.0.0/8".into()], Some("10.9.9.9"), Some(4), None).unwrap();
-        assert_eq!(p.dns, Some(Ipv4Addr::new(10, 9, 9, 9)));
+        assert_eq!(p.dns, Some(IpAddr::V4(Ipv4Addr::new(10, 9, 9, 9))));
+        assert!(!p.wants_ipv6());
+        let p = Policy::parse(&[], Some("fd00::53"), None, None).unwrap();
+        assert!(p.wants_ipv6());
+    }
+
+    #[test]
+    fn ipv6_rules_parse_in_every_form() {
+        for (s, addr, prefix, ports, shown) in [
+            ("fd00::/8", "fd00::", 8, None, "fd00::/8"),
+            ("fd00:1::7", "fd00:1::7", 128, None, "fd00:1::7/128"),
+            (
+                "fd00::/64:443",
+                "fd00::",
+                64,
+                Some((443, 443)),
+                "[fd00::/64]:443",
+            ),
+            (
+                "[fd00::7]:80-90",
+                "fd00::7",
+                128,
+                Some((80, 90)),
+                "[fd00::7/128]:80-90",
+            ),
+            ("[fd00::/16]", "fd00::", 16, None, "fd00::/16"),
+            ("::/0", "::", 0, None, "::/0"),
+        ] {
+            let r = Rule::parse(s).unwrap_or_else(|e| panic!("{s}: {e}"));
+            assert_eq!(r.addr, addr.parse::<IpAddr>().unwrap(), "{s}");
+            assert_eq!((r.prefix, r.ports), (prefix, ports), "{s}");
+            assert_eq!(r.to_string(), shown, "{s}");
+            // what is shown parses back to the same rule
+            assert_eq!(Rule::parse(&r.to_string()).unwrap(), r, "{s}");
+        }
+        assert_eq!(
+            Rule::parse("[fd00::/64]:443").unwrap().nft(),
+            "ip6 daddr fd00::/64 meta l4proto { tcp, udp } th dport 443"
+        );
+        assert_eq!(
+            Rule::parse("10.0.0.0/8").unwrap().nft(),
+            "ip daddr 10.0.0.0/8"
+        );
+    }
+
+    #[test]
+    fn ipv6_addresses_mirror_the_ipv4_ones() {
+        // daemon 3, block 5, sandbox 9
+        let a = subnet_base(3) + 5 * BLOCK_SIZE + 9;
+        assert_eq!(
+            mirror6(3, a),
+            "fd74:6861:7700:305::9".parse::<Ipv6Addr>().unwrap()
+        );
+        assert_eq!(
+            mirror6(3, subnet_base(3) + 1),
+            "fd74:6861:7700:300::1".parse::<Ipv6Addr>().unwrap()
+        );
+        assert!(is_refused(IpAddr::V6(mirror6(3, a))));
+        assert!(!is_refused("fd74:6861:7701::2".parse().unwrap()));
+        assert_eq!(mask6(0), 0);
+        assert_eq!(mask6(128), u128::MAX);
     }
 
     #[test]

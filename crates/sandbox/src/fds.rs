@@ -7,13 +7,17 @@
 //! (`MSG_PEEK`), a unix socket's peer (`sock_diag` in the sandbox's network
 //! namespace). Contents go into the memory image after the pages. An
 //! established TCP or connected UDP socket is shut down (the live instance
-//! sees its connection closed too) and comes back unconnected. The
+//! sees its connection closed too); the TCP one comes back as a connection
+//! its peer closed (`SOCK_OPT_DROPPED`: end of file, `EPIPE`), the UDP one
+//! unconnected. The
 //! restorer recreates everything inside the new sandbox ([`to_plan`]).
 //! What cannot come back is a [`Refusal`] naming the descriptor.
 use crate::checkpoint::Refusal;
 use crate::error::{HostError, Result};
 use crate::state::{Blob, EpollWatch, FdKind, SavedFd, SavedSocket};
-use crate::state::{StateError, SOCK_OPT_REUSEADDR, SOCK_OPT_REUSEPORT, SOCK_OPT_V6ONLY};
+use crate::state::{
+    StateError, SOCK_OPT_DROPPED, SOCK_OPT_REUSEADDR, SOCK_OPT_REUSEPORT, SOCK_OPT_V6ONLY,
+};
 use std::collections::HashMap;
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -217,8 +221,16 @@ fn check_socket(
     {
         return Err("a malformed socket address".into());
     }
-    if s.options & !7 != 0 || s.shutdown > 3 || s.backlog.is_some_and(|b| b > 65535) {
+    if s.options & !15 != 0 || s.shutdown > 3 || s.backlog.is_some_and(|b| b > 65535) {
         return Err("malformed socket options".into());
+    }
+    if s.options & SOCK_OPT_DROPPED != 0
+        && (s.family == libc::AF_UNIX as u32
+            || s.ty != libc::SOCK_STREAM as u32
+            || !s.addr.is_empty()
+            || s.backlog.is_some())
+    {
+        return Err("a dropped connection that is not an unbound TCP socket".into());
     }
     match s.pair {
         Some(p) => {
@@ -793,7 +805,11 @@ fn socket(
             let connected = sockname(fd, true).is_ok();
             if connected {
                 // the connection ends here: the live instance sees it
-                // closed, a restored one an unconnected socket
+                // closed; a restored one gets a TCP connection its peer
+                // closed (end of file, EPIPE), a UDP socket unconnected
+                if ty == libc::SOCK_STREAM as u32 {
+                    s.options |= SOCK_OPT_DROPPED;
+                }
                 if append.is_some() {
                     // SAFETY: shutdown on a descriptor we own (shared with the runtime).
                     unsafe { libc::shutdown(fd.as_raw_fd(), libc::SHUT_RDWR) };

@@ -110,6 +110,34 @@ struct Prepared {
     binds: Vec<(CString, CString)>,
     /// the sandbox's end of its egress veth: (address, gateway)
     net: Option<(libc::sockaddr_in, libc::sockaddr_in)>,
+    /// and its IPv6 configuration, for a function with IPv6 destinations
+    net6: Option<Net6>,
+}
+
+/// A sandbox's IPv6 on its veth: a /128 address, no link-local address and
+/// no duplicate address detection (the block is the function's alone, and
+/// an address in detection could not be used for a second).
+struct Net6 {
+    addr: libc::in6_addr,
+    gateway: libc::in6_addr,
+    /// (sysctl file, value) written before the link comes up
+    sysctls: [(CString, &'static [u8]); 2],
+}
+
+/// `struct in6_rtmsg` of `<linux/ipv6_route.h>` (the `libc` crate's keeps
+/// its fields private).
+#[repr(C)]
+struct In6Rtmsg {
+    dst: libc::in6_addr,
+    src: libc::in6_addr,
+    gateway: libc::in6_addr,
+    ty: u32,
+    dst_len: u16,
+    src_len: u16,
+    metric: u32,
+    info: libc::c_ulong,
+    flags: u32,
+    ifindex: libc::c_int,
 }
 
 fn sockaddr(a: std::net::Ipv4Addr) -> libc::sockaddr_in {
@@ -230,6 +258,30 @@ fn prepare(spec: &ChildSpec) -> Result<Prepared> {
             let (addr, gateway) = n.child_config();
             (sockaddr(addr), sockaddr(gateway))
         }),
+        net6: spec
+            .net
+            .and_then(|n| n.child_config6())
+            .map(|(addr, gateway)| -> Result<Net6> {
+                let conf = |key: &str| {
+                    cstr(
+                        format!(
+                            "/proc/sys/net/ipv6/conf/{}/{key}",
+                            crate::egress::SANDBOX_IF
+                        )
+                        .as_bytes(),
+                    )
+                };
+                Ok(Net6 {
+                    addr: libc::in6_addr {
+                        s6_addr: addr.octets(),
+                    },
+                    gateway: libc::in6_addr {
+                        s6_addr: gateway.octets(),
+                    },
+                    sysctls: [(conf("addr_gen_mode")?, b"1"), (conf("accept_dad")?, b"0")],
+                })
+            })
+            .transpose()?,
     })
 }
 
@@ -374,6 +426,17 @@ fn child(p: &Prepared, go_r: RawFd, err_w: RawFd) -> ! {
         // the worker's group never crosses between worker and sandbox
         if libc::setsid() < 0 {
             fail(err_fd, STEP_SETSID);
+        }
+        // the veth is in the namespace now; its IPv6 settings, through the
+        // host's /proc (the root has none), before the link comes up
+        if let Some(n6) = &p.net6 {
+            for (path, value) in &n6.sysctls {
+                let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+                if fd < 0 || libc::write(fd, value.as_ptr().cast(), value.len()) < 0 {
+                    fail(err_fd, STEP_EGRESS);
+                }
+                libc::close(fd);
+            }
         }
 
         // descriptors: lift every source above the targets, then place them
@@ -529,6 +592,9 @@ fn child(p: &Prepared, go_r: RawFd, err_w: RawFd) -> ! {
         if let Some((addr, gateway)) = &p.net {
             configure_egress(s, addr, gateway, err_fd);
         }
+        if let Some(n6) = &p.net6 {
+            configure_egress6(s, n6, err_fd);
+        }
         libc::close(s);
         libc::sethostname(c"thaw".as_ptr(), 4);
 
@@ -645,6 +711,57 @@ unsafe fn configure_egress(
     if libc::ioctl(s, libc::SIOCADDRT, &default) != 0 {
         fail();
     }
+}
+
+/// The child's IPv6 on its egress veth (up already, see [`configure_egress`]):
+/// its /128 address, a host route to the gateway and the default route
+/// through it, as for IPv4.
+///
+/// # Safety
+/// Called in the child with a datagram socket `s`; fails through `err_fd`.
+unsafe fn configure_egress6(s: RawFd, n6: &Net6, err_fd: RawFd) {
+    let fail = || -> ! { fail_step(err_fd, STEP_EGRESS) };
+    let mut ifr: libc::ifreq = std::mem::zeroed();
+    for (i, b) in crate::egress::SANDBOX_IF.bytes().enumerate() {
+        ifr.ifr_name[i] = b as libc::c_char;
+    }
+    if libc::ioctl(s, libc::SIOCGIFINDEX, &mut ifr) != 0 {
+        fail();
+    }
+    let ifindex = ifr.ifr_ifru.ifru_ifindex;
+    let s6 = libc::socket(libc::AF_INET6, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
+    if s6 < 0 {
+        fail();
+    }
+    let addr = libc::in6_ifreq {
+        ifr6_addr: n6.addr,
+        ifr6_prefixlen: 128,
+        ifr6_ifindex: ifindex,
+    };
+    if libc::ioctl(s6, libc::SIOCSIFADDR, &addr) != 0 {
+        fail();
+    }
+    let any = libc::in6_addr { s6_addr: [0; 16] };
+    let route = |dst: libc::in6_addr, dst_len: u16, gateway: libc::in6_addr, flags: u16| In6Rtmsg {
+        dst,
+        src: any,
+        gateway,
+        ty: 0,
+        dst_len,
+        src_len: 0,
+        metric: 0,
+        info: 0,
+        flags: flags as u32,
+        ifindex,
+    };
+    let to_gateway = route(n6.gateway, 128, any, libc::RTF_UP);
+    let default = route(any, 0, n6.gateway, libc::RTF_UP | libc::RTF_GATEWAY);
+    if libc::ioctl(s6, libc::SIOCADDRT, &to_gateway) != 0
+        || libc::ioctl(s6, libc::SIOCADDRT, &default) != 0
+    {
+        fail();
+    }
+    libc::close(s6);
 }
 
 /// Reports (step, errno) to the parent and exits: the child's failure path.

@@ -213,8 +213,9 @@ pub struct EpollWatch {
 
 /// A socket a restore recreates: `pair` names the descriptor holding the
 /// other end of a socketpair (both ends are in the process); otherwise it
-/// comes back unconnected, bound to `addr` when that is not empty, and
-/// listening when `backlog` is `Some`.
+/// comes back unconnected (closed by its peer with `SOCK_OPT_DROPPED`),
+/// bound to `addr` when that is not empty, and listening when `backlog` is
+/// `Some`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SavedSocket {
     pub family: u32,
@@ -239,6 +240,9 @@ pub const SOCK_OPT_REUSEADDR: u32 = 1;
 pub const SOCK_OPT_REUSEPORT: u32 = 2;
 /// IPV6_V6ONLY was set.
 pub const SOCK_OPT_V6ONLY: u32 = 4;
+/// A TCP connection, closed at the snapshot: restored as one its peer
+/// closed (reads see end of file, writes `EPIPE`), not as a new socket.
+pub const SOCK_OPT_DROPPED: u32 = 8;
 
 /// What an open descriptor is, with what a restore needs to rebuild it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

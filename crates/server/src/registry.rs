@@ -156,7 +156,7 @@ pub fn check_name(name: &str) -> Result<()> {
 }
 
 /// What a function may reach on the network: `egress` rules `CIDR[:PORTS]`
-/// (IPv4), a resolver, and per-instance caps.
+/// (IPv4 or IPv6), a resolver, and per-instance caps.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct NetworkRequest {
