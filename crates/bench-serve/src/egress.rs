@@ -98,9 +98,8 @@ pub fn run(runtime_home: &std::path::Path, o: &Options) -> Result<Report> {
         runtime_home,
         "egress",
         |cfg| cfg.limits.sandbox_pool = 1,
-        |app, socket| Ok(measure(app, socket, &server, &client_ns, o)?),
+        |app, socket| measure(app, socket, &server, &client_ns, o),
     )
-    .map_err(BenchServeError::daemon)
 }
 
 fn measure(
@@ -162,7 +161,7 @@ fn measure(
         };
         for name in order {
             // the pool refills between restores, as it does between users'
-            let pool = thaw_server::api_lookup(app, name).map_err(BenchServeError::daemon)?;
+            let pool = thaw_server::api_lookup(app, name)?;
             if let Some(p) = pool.sandboxes.as_ref() {
                 p.wait_full(std::time::Duration::from_secs(10));
             }

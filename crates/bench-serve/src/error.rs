@@ -28,19 +28,12 @@ pub enum BenchServeError {
     Io(#[from] std::io::Error),
     #[error(transparent)]
     Json(#[from] serde_json::Error),
-    /// the daemon's own failure (its library reports its errors untyped)
+    /// the daemon did not open, start or find the function
     #[error(transparent)]
-    Daemon(thaw_error::BoxError),
+    Serve(#[from] thaw_server::ServeError),
     /// the step that failed, with its cause
     #[error(transparent)]
     Other(#[from] Context),
-}
-
-impl BenchServeError {
-    /// An error of the daemon's library.
-    pub(crate) fn daemon(e: impl Into<thaw_error::BoxError>) -> BenchServeError {
-        BenchServeError::Daemon(e.into())
-    }
 }
 
 pub type Result<T, E = BenchServeError> = std::result::Result<T, E>;

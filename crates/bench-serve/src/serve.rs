@@ -59,10 +59,7 @@ fn stats(xs: &[f64]) -> Result<Summary> {
 /// Runs the benchmark on a temporary state home; the runtime root comes
 /// from `runtime_home`.
 pub fn run(runtime_home: &std::path::Path, o: &Options) -> Result<Report> {
-    thaw_server::on_temp_daemon(runtime_home, "serve", |app, socket| {
-        Ok(measure(app, socket, o)?)
-    })
-    .map_err(BenchServeError::daemon)
+    thaw_server::on_temp_daemon(runtime_home, "serve", |app, socket| measure(app, socket, o))
 }
 
 fn measure(app: &thaw_server::App, socket: &std::path::Path, o: &Options) -> Result<Report> {
@@ -95,7 +92,7 @@ fn measure(app: &thaw_server::App, socket: &std::path::Path, o: &Options) -> Res
             String::from_utf8_lossy(&r.body)
         );
     }
-    let v = thaw_server::api_lookup(app, "bench").map_err(BenchServeError::daemon)?;
+    let v = thaw_server::api_lookup(app, "bench")?;
     let snap = v
         .placed()
         .and_then(|p| p.stored.local().cloned())

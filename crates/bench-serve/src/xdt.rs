@@ -208,7 +208,6 @@ pub fn run(runtime_home: &std::path::Path, o: &Options) -> Result<Report> {
             })
         },
     )
-    .map_err(BenchServeError::daemon)
 }
 
 /// The home's emulated remote tier, up for as long as this lives.

@@ -68,7 +68,7 @@ pub fn serve(home: Option<PathBuf>, a: ServeArgs) -> Result<()> {
     if let Some(v) = a.snapshot_tiers {
         cfg.snapshot_tiers = thaw_server::config::SnapshotTiers::parse(&v)?;
     }
-    thaw_server::serve_forever(cfg)
+    Ok(thaw_server::serve_forever(cfg)?)
 }
 
 #[derive(Args)]
