@@ -244,6 +244,38 @@ fn node_functions_snapshot_and_restore_with_every_strategy() {
     }
 }
 
+/// A restored Node.js instance snapshots again (the restorer's trampoline,
+/// left mapped because it has several threads, is left out), and what that
+/// snapshot restores answers as the first generation did.
+#[test]
+fn a_restored_node_instance_snapshots_again() {
+    use thaw_worker::{invoke, InputSize};
+    let w = worker();
+    let f = "node_helloworld";
+    let size = InputSize::I;
+    let t = tier("node-again");
+    let snap = w.snapshot(f, &t).unwrap();
+    // eager: a mapped image could not be snapshotted again
+    let (mut sb, _) = w.restore(&snap, StrategyKind::Eager).unwrap();
+    w.check(f, size, &invoke(&mut sb, size, T).unwrap().output)
+        .unwrap();
+    let (again, rep) = checkpoint(&mut sb, &t.path.join("again"), f, &w.root.hash)
+        .unwrap_or_else(|e| panic!("checkpoint of a restored {f}: {e:#}"));
+    assert!(rep.saved_fds >= 3, "{rep:?}");
+    // the original goes on
+    w.check(f, size, &invoke(&mut sb, size, T).unwrap().output)
+        .unwrap();
+    for s in [StrategyKind::Eager, StrategyKind::Mmap] {
+        let (mut sb2, _) = w
+            .restore(&again, s)
+            .unwrap_or_else(|e| panic!("second generation {s}: {e:#}"));
+        for _ in 0..2 {
+            w.check(f, size, &invoke(&mut sb2, size, T).unwrap().output)
+                .unwrap_or_else(|e| panic!("second generation {s}: {e:#}"));
+        }
+    }
+}
+
 /// V8 keeps the code it generates in executable memory, and the DRAM tier's
 /// tmpfs is mounted `noexec`: a split whose fast file is there restores all
 /// the same (the executable pages copied from it, not mapped), with the
