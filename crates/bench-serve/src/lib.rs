@@ -8,6 +8,9 @@
 //! * [`pair`]: two daemons in network namespaces of their own (also what
 //!   the cross-worker tests run on).
 pub mod egress;
+mod error;
 pub mod pair;
 pub mod serve;
 pub mod xdt;
+
+pub use error::{BenchServeError, Result};

@@ -11,13 +11,15 @@
 //! start = barrier release to first response; throughput = N / time until the
 //! last first response.
 
+use crate::error::{BenchError, Result, SinkResult};
 use crate::stats::{summarize, Summary};
-use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use std::sync::Barrier;
 use std::time::Instant;
+use thaw_error::{fail, ResultExt};
 use thaw_store::{secure, Snapshot, Tier};
 use thaw_worker::InputSize;
+use thaw_worker::RestoreRequest;
 use thaw_worker::{invoke, ms, StrategyKind, Worker, INVOKE_TIMEOUT};
 
 #[derive(Debug, Clone)]
@@ -68,14 +70,20 @@ pub struct Batch {
 
 pub fn check(o: &Options) -> Result<()> {
     if o.reps == 0 {
-        bail!("--reps must be at least 1");
+        fail!(BenchError::Config, "--reps must be at least 1");
     }
     if o.levels.is_empty() || o.levels.iter().any(|&n| n == 0 || n > MAX_LEVEL) {
-        bail!("--levels must be between 1 and {MAX_LEVEL}");
+        fail!(
+            BenchError::Config,
+            "--levels must be between 1 and {MAX_LEVEL}"
+        );
     }
     for m in &o.modes {
         if !MODES.contains(&m.as_str()) {
-            bail!("--modes: unknown mode {m:?} (same, different)");
+            fail!(
+                BenchError::Config,
+                "--modes: unknown mode {m:?} (same, different)"
+            );
         }
     }
     Ok(())
@@ -108,7 +116,10 @@ impl Copies {
         self.names
             .iter()
             .map(|n| {
-                let s = self.tier.open_current(n)?.context("bench copy vanished")?;
+                let s = self
+                    .tier
+                    .open_current(n)?
+                    .ok_or_else(|| BenchError::Failed(format!("bench copy {n} vanished")))?;
                 // untimed: the first use of an image verifies (and on DRAM seals) it
                 s.open_image()?;
                 Ok(s)
@@ -146,15 +157,15 @@ fn batch(
                 scope.spawn(move || {
                     go.wait();
                     let t = Instant::now();
-                    let r =
-                        w.restore(snap, strategy)
-                            .map_err(Into::into)
-                            .and_then(|(mut sb, _)| {
-                                invoke(&mut sb, size, INVOKE_TIMEOUT)?;
-                                let cold_ms = ms(t);
-                                let added_kb = sb.memory_usage().unwrap_or(0) / 1024;
-                                Ok((sb, Start { cold_ms, added_kb }))
-                            });
+                    let r = w
+                        .restore(RestoreRequest::new(snap, strategy))
+                        .map_err(Into::into)
+                        .and_then(|(mut sb, _)| {
+                            invoke(&mut sb, size, INVOKE_TIMEOUT)?;
+                            let cold_ms = ms(t);
+                            let added_kb = sb.memory_usage().unwrap_or(0) / 1024;
+                            Ok((sb, Start { cold_ms, added_kb }))
+                        });
                     // Hold the instance until every start of the batch has answered.
                     done.wait();
                     r.map(|(_sb, s)| s)
@@ -169,7 +180,7 @@ fn batch(
             .into_iter()
             .map(|h| {
                 h.join()
-                    .unwrap_or_else(|_| Err(anyhow::anyhow!("a start thread panicked")))
+                    .unwrap_or_else(|_| Err(BenchError::Failed("a start thread panicked".into())))
             })
             .collect();
         (res, wall)
@@ -188,7 +199,7 @@ fn loadavg() -> f64 {
 pub fn run(
     w: &Worker,
     o: &Options,
-    sink: &mut dyn FnMut(&Batch) -> Result<()>,
+    sink: &mut dyn FnMut(&Batch) -> SinkResult,
 ) -> Result<Vec<Batch>> {
     check(o)?;
     w.check_function(&o.function)?;
@@ -211,7 +222,7 @@ pub fn run(
         }
         // Untimed: first-use costs (image verify, REAP's recording) stay out.
         for &s in &strategies {
-            let (mut sb, _) = w.restore(&snap, s)?;
+            let (mut sb, _) = w.restore(RestoreRequest::new(&snap, s))?;
             let inv = invoke(&mut sb, o.size, INVOKE_TIMEOUT)?;
             w.check(&o.function, o.size, &inv.output)
                 .with_context(|| format!("{} restored with {s} gave a wrong output", o.function))?;
@@ -253,7 +264,7 @@ pub fn run(
                         for r in res {
                             match r {
                                 Ok(st) => starts.push(st),
-                                Err(e) => errors.push(format!("{e:#}")),
+                                Err(e) => errors.push(thaw_error::chain(&e)),
                             }
                         }
                         let b = Batch {
@@ -271,7 +282,7 @@ pub fn run(
                             loadavg_1m,
                             starts,
                         };
-                        sink(&b)?;
+                        sink(&b).map_err(|e| thaw_error::Context::new("writing a record", e))?;
                         out.push(b);
                     }
                 }

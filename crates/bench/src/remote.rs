@@ -5,13 +5,15 @@
 //! response; "state load" is the fetch of what the restore needs first; the
 //! background fill is timed to its end (whole image arrived and verified)
 //! and every run waits for it, so no run overlaps the previous one's fill.
+use crate::error::{BenchError, Result, SinkResult};
 use crate::restore::{measure_start, Record};
-use anyhow::{Context, Result};
 use std::sync::Arc;
+use thaw_error::ResultExt;
 use thaw_tiers::moves::{self, Place};
 use thaw_tiers::objects::RemoteStore;
 use thaw_tiers::stream::Stream;
 use thaw_worker::InputSize;
+use thaw_worker::RestoreRequest;
 use thaw_worker::{invoke, StrategyKind, Worker, INVOKE_TIMEOUT};
 
 pub struct Options<'a> {
@@ -39,7 +41,7 @@ pub fn open_store(w: &Worker, tier: &str) -> Result<Arc<RemoteStore>> {
 pub fn run(
     w: &Worker,
     o: &Options,
-    sink: &mut dyn FnMut(&Record) -> Result<()>,
+    sink: &mut dyn FnMut(&Record) -> SinkResult,
 ) -> Result<Vec<Record>> {
     let cfg = thaw_tiers::TiersConfig::load(&w.home)?;
     let t = cfg.get(o.tier)?;
@@ -47,17 +49,14 @@ pub fn run(
     // as a worker does before its pool's idle timeout: the connections a
     // stream's first round needs are open
     store.warm(thaw_tiers::stream::FIRST_ROUND)?;
-    // a streamed restore needs a lazy strategy
-    let strategies: Vec<StrategyKind> = o
-        .strategies
-        .iter()
-        .copied()
-        .filter(|s| s.start().streams())
-        .collect();
+    // a streamed restore needs a strategy that restores from an arriving image
+    let streams = |s: &StrategyKind| thaw_restore::strategy(*s).streams();
+    let strategies: Vec<StrategyKind> = o.strategies.iter().copied().filter(streams).collect();
     if strategies.is_empty() {
         thaw_output::errln!(
-            "bench: tier {}: a streamed restore needs uffd or reap; nothing to measure",
-            o.tier
+            "bench: tier {}: a streamed restore needs one of {}; nothing to measure",
+            o.tier,
+            thaw_restore::names_of(thaw_restore::kinds_where(|s| s.streams()))
         );
         return Ok(Vec::new());
     }
@@ -70,7 +69,9 @@ pub fn run(
                 // untimed warm-up (first-use costs of the client and the restorer)
                 for &s in &strategies {
                     let mut stream = Stream::open(&w.home, store.clone(), &name)?;
-                    let (mut sb, _) = w.restore_streamed(&stream.snapshot, s, stream.inputs()?)?;
+                    let (mut sb, _) = w.restore(
+                        RestoreRequest::new(&stream.snapshot, s).streamed(stream.inputs()?),
+                    )?;
                     let inv = invoke(&mut sb, size, INVOKE_TIMEOUT)?;
                     w.check(f, size, &inv.output)
                         .with_context(|| format!("{f} streamed with {s} gave a wrong output"))?;
@@ -81,7 +82,7 @@ pub fn run(
                 let mut stream = None;
                 let mut start = || {
                     let st = stream.insert(Stream::open(&w.home, store.clone(), &name)?);
-                    Ok(w.restore_streamed(&st.snapshot, s, st.inputs()?)?)
+                    Ok(w.restore(RestoreRequest::new(&st.snapshot, s).streamed(st.inputs()?))?)
                 };
                 let rec = measure_start(
                     w,
@@ -96,7 +97,8 @@ pub fn run(
                     o.warm_calls,
                     None,
                 );
-                let mut stream = stream.context("the stream was not opened")?;
+                let mut stream =
+                    stream.ok_or_else(|| BenchError::Failed("the stream was not opened".into()))?;
                 let rec = rec.map_err(|e| stream.explain(e.into()))?;
                 let bg = stream.finish()?;
                 let rec = Record {
@@ -106,7 +108,7 @@ pub fn run(
                     image_bytes: bg.image_bytes,
                     ..rec
                 };
-                sink(&rec)?;
+                sink(&rec).map_err(|e| thaw_error::Context::new("writing a record", e))?;
                 out.push(rec);
             }
         }
@@ -121,7 +123,7 @@ fn upload(w: &Worker, store: &RemoteStore, o: &Options, f: &str, name: &str) -> 
     let snap = w.snapshot(f, &local)?;
     if !snap.dir.join(thaw_memory::working_set::WS_INDEX).exists() {
         thaw_output::errln!("bench: {f}: recording its REAP working set on {}", o.source);
-        let (mut sb, _) = w.restore(&snap, StrategyKind::Reap)?;
+        let (mut sb, _) = w.restore(RestoreRequest::new(&snap, StrategyKind::Reap))?;
         invoke(&mut sb, o.sizes[0], INVOKE_TIMEOUT)?;
     }
     let remote = Place::Remote {
@@ -131,7 +133,8 @@ fn upload(w: &Worker, store: &RemoteStore, o: &Options, f: &str, name: &str) -> 
     if moves::holds(&remote, name)? {
         let id = serde_json::from_slice::<serde_json::Value>(
             &store.get(&format!("{name}/manifest.json"), 1 << 20)?,
-        )?
+        )
+        .with_context(|| format!("the remote manifest of {name}"))?
         .get("id")
         .and_then(|v| v.as_str().map(String::from));
         let ws = store.exists(&format!("{name}/{}", thaw_memory::working_set::WS_INDEX))?;

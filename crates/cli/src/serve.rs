@@ -68,7 +68,7 @@ pub fn serve(home: Option<PathBuf>, a: ServeArgs) -> Result<()> {
     if let Some(v) = a.snapshot_tiers {
         cfg.snapshot_tiers = thaw_server::config::SnapshotTiers::parse(&v)?;
     }
-    thaw_server::serve_forever(cfg)
+    Ok(thaw_server::serve_forever(cfg)?)
 }
 
 #[derive(Args)]
@@ -112,7 +112,7 @@ pub struct DeployArgs {
     /// mmap, eager, uffd, reap, or boot (no snapshot); left out: chosen by
     /// the daemon's placement
     #[arg(long)]
-    pub strategy: Option<String>,
+    pub strategy: Option<thaw_worker::StartStrategy>,
     /// One of the daemon's two snapshot tiers (`--snapshot-tiers`, default
     /// tmpfs,disk); left out: chosen by the daemon's placement
     #[arg(long)]

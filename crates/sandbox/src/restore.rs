@@ -5,11 +5,11 @@
 //! worker built from the saved CPU state ([`crate::sigframe`]). The worker
 //! then greets the agent, which unmaps the trampoline and re-seeds its
 //! random generators.
+use crate::error::{HostError, Result};
 use crate::pool::Prebuilt;
 use crate::sigframe;
 use crate::state::ProcessState;
 use crate::{seccomp, RestoreError, Sandbox, SandboxConfig};
-use anyhow::{anyhow, bail, Context, Result};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::fs::File;
@@ -18,6 +18,7 @@ use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
+use thaw_error::{fail, Context, ResultExt};
 use thaw_memory::{ImageSource, PageServer, PageSource};
 use thaw_restore::{Arriving, MemoryPlan, StrategyKind, StrategyReport, Target};
 use thaw_restorer as r;
@@ -71,52 +72,83 @@ pub struct RestoreReport {
 /// concurrency benchmark); a restorer that is truly stuck is still caught.
 const RESTORER_REPORT_DEADLINE: Duration = Duration::from_secs(60);
 
-/// Restores `snap` with `strategy` into a new sandbox on `root`.
-pub fn restore(
-    snap: &Snapshot,
-    root: &Path,
-    root_hash: &str,
-    strategy: StrategyKind,
-    cfg: &SandboxConfig,
-) -> Result<(Sandbox, RestoreReport), RestoreError> {
-    restore_with(snap, root, root_hash, strategy, cfg, Hooks::default())
+/// What [`restore`] restores, and how.
+pub struct RestoreArgs<'a> {
+    pub snapshot: &'a Snapshot,
+    /// the runtime root the snapshot was taken on
+    pub root: &'a Path,
+    /// the root's hash (a snapshot of another root is refused)
+    pub root_hash: &'a str,
+    pub strategy: StrategyKind,
+    pub cfg: &'a SandboxConfig,
+    /// a sandbox taken from a [`crate::SandboxPool`]; built here if `None`,
+    /// or if it was built on another root
+    pub prebuilt: Option<Prebuilt>,
+    /// the image is still arriving (the remote tier's streamed restore):
+    /// only a strategy that [`streams`](thaw_restore::Strategy::streams)
+    /// qualifies. REAP then needs a usable working set: recording one
+    /// would read pages that may not be there yet.
+    pub streamed: Option<Streamed>,
+    /// called with the restorer's pid once the restorer runs and before it
+    /// is sent its plan (it waits for the plan). A seam for tests that must
+    /// act on the restorer at a chosen point of its work, e.g. stop it
+    /// under ptrace; it must let the restorer run on before it reports
+    /// ready, because the restore then waits for it to resume itself.
+    pub on_spawn: Option<&'a mut dyn FnMut(i32)>,
 }
 
-/// [`restore`] into `prebuilt`, a sandbox taken from a [`crate::SandboxPool`]
-/// (built now if `None`, or if it was built on another root).
-pub fn restore_prebuilt(
-    snap: &Snapshot,
-    root: &Path,
-    root_hash: &str,
-    strategy: StrategyKind,
-    cfg: &SandboxConfig,
-    prebuilt: Option<Prebuilt>,
-) -> Result<(Sandbox, RestoreReport), RestoreError> {
-    let hooks = Hooks {
+impl<'a> RestoreArgs<'a> {
+    /// `snapshot` with `strategy` into a sandbox built now, from the
+    /// snapshot's own verified image.
+    pub fn new(
+        snapshot: &'a Snapshot,
+        root: &'a Path,
+        root_hash: &'a str,
+        strategy: StrategyKind,
+        cfg: &'a SandboxConfig,
+    ) -> RestoreArgs<'a> {
+        RestoreArgs {
+            snapshot,
+            root,
+            root_hash,
+            strategy,
+            cfg,
+            prebuilt: None,
+            streamed: None,
+            on_spawn: None,
+        }
+    }
+}
+
+/// Restores a snapshot into a new sandbox as `args` say.
+pub fn restore(args: RestoreArgs<'_>) -> Result<(Sandbox, RestoreReport), RestoreError> {
+    let RestoreArgs {
+        snapshot,
+        root,
+        root_hash,
+        strategy,
+        cfg,
+        prebuilt,
+        streamed,
+        on_spawn,
+    } = args;
+    let mut hooks = Hooks {
+        on_spawn,
         prebuilt,
         ..Hooks::default()
     };
-    restore_with(snap, root, root_hash, strategy, cfg, hooks)
-}
-
-/// [`restore`], calling `on_spawn` with the restorer's pid once the restorer
-/// runs and before it is sent its plan (it waits for the plan). A seam for
-/// tests that must act on the restorer at a chosen point of its work, e.g.
-/// stop it under ptrace; `on_spawn` must let it run on before the restorer
-/// reports ready, because the restore then waits for it to resume itself.
-pub fn restore_observed(
-    snap: &Snapshot,
-    root: &Path,
-    root_hash: &str,
-    strategy: StrategyKind,
-    cfg: &SandboxConfig,
-    on_spawn: &mut dyn FnMut(i32),
-) -> Result<(Sandbox, RestoreReport), RestoreError> {
-    let hooks = Hooks {
-        on_spawn: Some(on_spawn),
-        ..Hooks::default()
-    };
-    restore_with(snap, root, root_hash, strategy, cfg, hooks)
+    if let Some(streamed) = streamed {
+        if !thaw_restore::strategy(strategy).streams() {
+            return Err(thaw_restore::StrategyError::Unsuitable(format!(
+                "a streamed restore needs a strategy that restores from an arriving image ({}), not {strategy}",
+                thaw_restore::names_of(thaw_restore::kinds_where(|s| s.streams()))
+            ))
+            .into());
+        }
+        hooks.pager_source = Some(streamed.source);
+        hooks.image = Some((streamed.image, streamed.arriving));
+    }
+    restore_with(snapshot, root, root_hash, strategy, cfg, hooks)
 }
 
 /// A streamed restore's inputs.
@@ -126,35 +158,6 @@ pub struct Streamed {
     /// serves lazily restored pages, waiting for those not there yet
     pub source: Arc<dyn PageSource>,
     pub arriving: Arc<dyn Arriving>,
-}
-
-/// [`restore`] from an image that is still arriving (the remote tier's
-/// streamed restore): see [`Streamed`]. Only a lazy
-/// strategy qualifies. REAP needs a usable working set: recording one
-/// would read pages that may not be there yet. `prebuilt`: a sandbox built
-/// ahead (a pool's), else one is built here.
-pub fn restore_streamed(
-    snap: &Snapshot,
-    root: &Path,
-    root_hash: &str,
-    strategy: StrategyKind,
-    cfg: &SandboxConfig,
-    streamed: Streamed,
-    prebuilt: Option<Prebuilt>,
-) -> Result<(Sandbox, RestoreReport), RestoreError> {
-    if !strategy.start().streams() {
-        return Err(anyhow!(
-            "a streamed restore needs a lazy strategy (uffd or reap), not {strategy}"
-        )
-        .into());
-    }
-    let hooks = Hooks {
-        pager_source: Some(streamed.source),
-        image: Some((streamed.image, streamed.arriving)),
-        prebuilt,
-        ..Hooks::default()
-    };
-    restore_with(snap, root, root_hash, strategy, cfg, hooks)
 }
 
 /// Extra control for the profiler (where lazy pages come from, and whether
@@ -194,20 +197,25 @@ pub(crate) fn restore_with(
     let arriving = streamed_image.as_ref().map(|(_, a)| a.clone());
     let t0 = Instant::now();
     if snap.manifest.runtime_root != root_hash {
-        return Err(anyhow!(
-            "snapshot {} was taken on runtime root {}, but the root given is {root_hash}; rebuild the snapshot",
-            snap.manifest.id,
-            snap.manifest.runtime_root
-        )
-        .into());
+        return Err(RestoreError::OtherRoot {
+            id: snap.manifest.id.clone(),
+            taken_on: snap.manifest.runtime_root.clone(),
+            given: root_hash.to_string(),
+        });
     }
     if !root.is_dir() {
-        return Err(anyhow!("runtime root {} is missing", root.display()).into());
+        return Err(
+            HostError::Failed(format!("runtime root {} is missing", root.display())).into(),
+        );
     }
     let state = match state_override {
         Some(s) => s,
-        None => ProcessState::decode(&snap.load_state()?)
-            .with_context(|| format!("snapshot {}", snap.dir.display()))?,
+        None => {
+            ProcessState::decode(&snap.load_state()?).map_err(|source| RestoreError::State {
+                dir: snap.dir.clone(),
+                source,
+            })?
+        }
     };
     // verified, and unchangeable while in use (sealed memfd or immutable
     // file); a streamed image is verified chunk by chunk as it arrives
@@ -230,7 +238,7 @@ pub(crate) fn restore_with(
     };
 
     // phase 1, prepare: overlaps building the sandbox (REAP's read)
-    let mut strategy = kind.start();
+    let mut strategy = thaw_restore::strategy(kind);
     strategy.prepare(&target)?;
     // phase 2, plan: what the restorer maps, copies and leaves lazy (it
     // needs no sandbox, so on a block tier the copies can be asked for now)
@@ -257,14 +265,22 @@ pub(crate) fn restore_with(
 
     let lazy = memory.lazy();
     let mut plan = build_plan(&state, &mut memory, sb.uid(), sb.net.is_some())?;
-    crate::fds::to_plan(&state.fds, image.metadata()?.len(), &mut plan)?;
-    let encoded = plan.encode().map_err(|e| anyhow!(e))?;
+    crate::fds::to_plan(&state.fds, image.metadata()?.len(), &mut plan).map_err(|source| {
+        RestoreError::State {
+            dir: snap.dir.clone(),
+            source,
+        }
+    })?;
+    let encoded = plan
+        .encode()
+        .map_err(|e| Context::new("encoding the restorer's plan", e))?;
 
     if let Some(f) = on_spawn {
         f(pid);
     }
     if let Some(a) = &arriving {
-        a.copied_pages().map_err(anyhow::Error::from_boxed)?;
+        a.copied_pages()
+            .map_err(|e| Context::new("waiting for the image's copied pages", e))?;
     }
     let sock = sb.channel().socket().try_clone()?;
     sock.set_read_timeout(Some(RESTORER_REPORT_DEADLINE))?;
@@ -302,16 +318,20 @@ pub(crate) fn restore_with(
             e.kind(),
             std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
         ) {
-            anyhow!(
+            HostError::Failed(format!(
                 "restorer did not report within {} s: {}",
                 RESTORER_REPORT_DEADLINE.as_secs(),
                 sb.log_tail(300)
-            )
+            ))
         } else {
-            anyhow!("restorer died before reporting ({e}): {}", sb.log_tail(300))
+            HostError::Failed(format!(
+                "restorer died before reporting ({e}): {}",
+                sb.log_tail(300)
+            ))
         }
     })?;
-    let status = r::RestorerStatus::decode(&raw).map_err(|e| anyhow!(e))?;
+    let status = r::RestorerStatus::decode(&raw)
+        .map_err(|e| Context::new("decoding the restorer's status", e))?;
     if !status.ok {
         return Err(RestoreError::Restorer {
             step: status.step,
@@ -321,7 +341,8 @@ pub(crate) fn restore_with(
         });
     }
     if lazy {
-        let uffd = uffd.ok_or_else(|| anyhow!("restorer did not send its userfaultfd"))?;
+        let uffd =
+            uffd.ok_or_else(|| HostError::Failed("restorer did not send its userfaultfd".into()))?;
         // phase 3, serve: the strategy's prefetch, then the page server
         let serve = strategy.serve(&target, uffd.as_fd())?;
         let on_fatal = Box::new(move |why: &thaw_memory::ServeError| {
@@ -407,7 +428,11 @@ pub(crate) fn restorer_memfd() -> Result<RawFd> {
         )
     };
     if fd < 0 {
-        bail!("memfd_create: {}", std::io::Error::last_os_error());
+        fail!(
+            HostError::Failed,
+            "memfd_create: {}",
+            std::io::Error::last_os_error()
+        );
     }
     // SAFETY: fd was just created and is owned here.
     let owned = unsafe { OwnedFd::from_raw_fd(fd) };
@@ -441,7 +466,8 @@ fn build_plan(
     network: bool,
 ) -> Result<r::Plan> {
     if memory.regions.len() != state.vmas.len() {
-        bail!(
+        fail!(
+            HostError::Failed,
             "the memory plan has {} regions for {} mappings",
             memory.regions.len(),
             state.vmas.len()
@@ -521,16 +547,22 @@ fn build_plan(
 fn recv_uffd(sock: &std::os::unix::net::UnixStream) -> Result<(Option<OwnedFd>, Option<u8>)> {
     let (byte, got) = crate::cmsg::recv_one_byte(sock)?;
     if got.read != 1 {
-        bail!("restorer closed its socket before handing over userfaultfd");
+        fail!(
+            HostError::Failed,
+            "restorer closed its socket before handing over userfaultfd"
+        );
     }
     let mut fds = got.fds.into_iter();
     let fd = fds.next();
     if fds.next().is_some() {
-        bail!("restorer sent more than one descriptor");
+        fail!(HostError::Failed, "restorer sent more than one descriptor");
     }
     match (byte, fd) {
         (b'U', Some(fd)) => Ok((Some(fd), None)),
         (b, None) => Ok((None, Some(b))),
-        (_, Some(_)) => bail!("restorer sent a descriptor with an unexpected tag"),
+        (_, Some(_)) => fail!(
+            HostError::Failed,
+            "restorer sent a descriptor with an unexpected tag"
+        ),
     }
 }

@@ -1,5 +1,4 @@
 //! Deploy, redeploy and delete.
-use anyhow::Context as _;
 use base64::Engine as _;
 use serde::Deserialize;
 use serde_json::Value;
@@ -7,9 +6,12 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
+use thaw_error::Context;
+use thaw_restore::Need;
 use thaw_runtime::Runtime;
+use thaw_sandbox::{StartStrategy, StrategyKind};
 use thaw_store::Snapshot;
-use thaw_worker::UserFunction;
+use thaw_worker::{RestoreRequest, UserFunction};
 
 use crate::app::App;
 use crate::archive::{self, Format};
@@ -46,8 +48,8 @@ pub enum Error {
     #[error("no function named {0:?}")]
     NotFound(String),
     /// The host failed, not the request.
-    #[error("{0:#}")]
-    Internal(anyhow::Error),
+    #[error("{}", thaw_error::chain(&**.0))]
+    Internal(thaw_error::BoxError),
 }
 
 fn not_checkpointable(reasons: &[thaw_sandbox::Refusal]) -> String {
@@ -90,7 +92,10 @@ pub struct DeployRequest {
     /// Given to the function like `env`, never shown or logged.
     #[serde(default)]
     pub secret_env: BTreeMap<String, String>,
-    pub strategy: Option<String>,
+    /// A strategy the daemon restores with ([`daemon_strategies`]) or
+    /// `boot` (none: chosen by placement).
+    #[serde(default, deserialize_with = "daemon_strategy")]
+    pub strategy: Option<StartStrategy>,
     pub tier: Option<String>,
     /// Invoked once before the snapshot (warms the instance up).
     pub sample_event: Option<Value>,
@@ -112,9 +117,68 @@ pub struct Code {
     pub filename: Option<String>,
 }
 
-/// Restore strategies a deploy may name; `boot` takes no snapshot (every
-/// new instance boots: for code that cannot be checkpointed).
-const STRATEGIES: [&str; 5] = ["mmap", "eager", "uffd", "reap", "boot"];
+/// The strategies the daemon restores with: those that need nothing beyond
+/// a verified snapshot ([`thaw_restore::Strategy::needs`]). A deploy may
+/// also name `boot`: no snapshot, every new instance boots (for code that
+/// cannot be checkpointed).
+pub fn daemon_strategies() -> impl Iterator<Item = StrategyKind> {
+    thaw_restore::kinds_where(|s| s.needs().is_none())
+}
+
+/// Why the daemon cannot give a strategy what it needs.
+fn unmet(need: Need) -> &'static str {
+    match need {
+        Need::ByteAddressableTier => {
+            "the daemon's policy moves snapshots between its tiers, block and remote ones included"
+        }
+        Need::TierLayout => "the daemon makes no tier layouts",
+    }
+}
+
+/// A deploy's `strategy`, checked as it is read: a daemon strategy or
+/// `boot`; anything else is refused naming the daemon's strategies, and
+/// the known ones the daemon does not run, with why.
+fn daemon_strategy<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<StartStrategy>, D::Error> {
+    let Some(name) = Option::<String>::deserialize(d)? else {
+        return Ok(None);
+    };
+    let usable: Vec<_> = daemon_strategies()
+        .map(StrategyKind::name)
+        .chain([StartStrategy::Boot.name()])
+        .collect();
+    let usable = usable.join(", ");
+    let unsupported = |k: StrategyKind| {
+        thaw_restore::strategy(k).needs().map(|r| {
+            format!(
+                "{k} needs {} and {}; {} restores the same way without it",
+                r.needs,
+                unmet(r.needs),
+                r.otherwise
+            )
+        })
+    };
+    let refuse = |why: String| Err(serde::de::Error::custom(why));
+    match name.parse::<StartStrategy>() {
+        Err(_) => {
+            let others: Vec<_> = StrategyKind::ALL
+                .into_iter()
+                .filter_map(unsupported)
+                .collect();
+            refuse(format!(
+                "unknown strategy {name:?}: use one of {usable} (not supported by the daemon: {})",
+                others.join("; ")
+            ))
+        }
+        Ok(s) => match s.restore().and_then(unsupported) {
+            Some(why) => refuse(format!(
+                "strategy {name:?} is not supported by the daemon: {why} (use one of {usable})"
+            )),
+            None => Ok(Some(s)),
+        },
+    }
+}
 
 fn bad(msg: impl Into<String>) -> Error {
     Error::Invalid(msg.into())
@@ -167,7 +231,7 @@ fn check_env(env: &BTreeMap<String, String>) -> Result<(), Error> {
     Ok(())
 }
 
-fn internal(e: impl Into<anyhow::Error>) -> Error {
+fn internal(e: impl Into<thaw_error::BoxError>) -> Error {
     Error::Internal(e.into())
 }
 
@@ -229,19 +293,15 @@ pub async fn run(app: &Arc<App>, req: DeployRequest) -> Result<(Record, bool), E
     // `placement`); until then it is taken with mmap on tmpfs. A Node.js
     // process the checkpoint refuses (its threads and descriptors) deploys
     // with fresh starts and the reasons, as any other.
-    let strategy = req.strategy.clone().unwrap_or_else(|| "mmap".into());
-    if !STRATEGIES.contains(&strategy.as_str()) {
-        return Err(bad(format!(
-            "strategy {strategy:?}: use one of {}",
-            STRATEGIES.join(", ")
-        )));
-    }
+    let strategy = req
+        .strategy
+        .unwrap_or(StartStrategy::Restore(StrategyKind::Mmap));
     let required = match req.snapshot.as_deref() {
         None | Some("auto") => false,
         Some("required") => true,
         Some(o) => return Err(bad(format!("snapshot {o:?}: use auto or required"))),
     };
-    if required && strategy == "boot" {
+    if required && strategy == StartStrategy::Boot {
         return Err(bad("snapshot \"required\" contradicts strategy \"boot\""));
     }
     let tiers = app.cfg.snapshot_tiers.names();
@@ -300,7 +360,7 @@ pub async fn run(app: &Arc<App>, req: DeployRequest) -> Result<(Record, bool), E
             memory_mb,
             timeout_ms,
             max_instances,
-            &strategy,
+            strategy,
             &tier,
             required,
         )
@@ -335,7 +395,7 @@ fn build(
     memory_mb: u64,
     timeout_ms: u64,
     max_instances: u32,
-    strategy: &str,
+    strategy: StartStrategy,
     tier: &str,
     snapshot_required: bool,
 ) -> Result<FnVersion, Error> {
@@ -369,7 +429,7 @@ fn build(
             memory_mb,
             timeout_ms,
             max_instances,
-            strategy: strategy.to_string(),
+            strategy,
             // a snapshot is taken onto a local tier (`place` moves it on)
             tier: match tiering::is_remote(app, tier) {
                 true => app.cfg.snapshot_tiers.fast.clone(),
@@ -387,23 +447,27 @@ fn build(
         };
         let func = user_function(app, &vdir, &rec, &req.secret_env)?;
         let taken = match strategy {
-            "boot" => {
+            StartStrategy::Boot => {
                 check_boots(app, &rec, &func, req.sample_event.as_ref())?;
                 None
             }
-            _ => match snapshot(app, &rec, &func, req.sample_event.as_ref())? {
-                Ok(taken) => Some(taken),
-                Err(reasons) if snapshot_required => return Err(Error::NotCheckpointable(reasons)),
-                Err(reasons) => {
-                    tracing::info!(function = %rec.name, "no snapshot, fresh starts: {}", thaw_sandbox::NotCheckpointable { reasons: reasons.clone() });
-                    boot_instead(&mut rec, reasons);
-                    None
+            StartStrategy::Restore(_) => {
+                match snapshot(app, &rec, &func, req.sample_event.as_ref())? {
+                    Ok(taken) => Some(taken),
+                    Err(reasons) if snapshot_required => {
+                        return Err(Error::NotCheckpointable(reasons))
+                    }
+                    Err(reasons) => {
+                        tracing::info!(function = %rec.name, "no snapshot, fresh starts: {}", thaw_sandbox::NotCheckpointable { reasons: reasons.clone() });
+                        boot_instead(&mut rec, reasons);
+                        None
+                    }
                 }
-            },
+            }
         };
         let placed = match taken {
             None => {
-                rec.placement = Some(PlacementInfo::requested(&rec.strategy, tier));
+                rec.placement = Some(PlacementInfo::requested(rec.strategy, tier));
                 None
             }
             Some((snap, info)) => {
@@ -441,7 +505,7 @@ fn build(
 /// A function whose instance cannot be snapshotted starts fresh every
 /// time; `reasons` say what stopped the snapshot.
 pub fn boot_instead(rec: &mut Record, reasons: Vec<thaw_sandbox::Refusal>) {
-    rec.strategy = "boot".into();
+    rec.strategy = StartStrategy::Boot;
     rec.snapshot = None;
     rec.snapshot_refused = Some(reasons);
 }
@@ -456,7 +520,7 @@ fn place(
     func: &UserFunction,
     req: &DeployRequest,
 ) -> Result<Stored, Error> {
-    let (strategy, tier) = (req.strategy.as_deref(), req.tier.as_deref());
+    let (strategy, tier) = (req.strategy, req.tier.as_deref());
     let pl = match (strategy, tier) {
         (Some(s), Some(t)) => PlacementInfo::requested(s, t),
         _ => {
@@ -473,7 +537,7 @@ fn place(
                         tier,
                     )
                 })
-                .map_err(|e| bad(format!("{e:#}")))?;
+                .map_err(|e| bad(thaw_error::chain(&e)))?;
             tracing::info!(function = %rec.name, strategy = %pl.strategy, tier = %pl.tier, "placed: {}", pl.reason.join("; "));
             pl
         }
@@ -487,14 +551,16 @@ fn place(
             info.dir = snap.dir.clone();
         }
     }
-    rec.strategy = pl.strategy.clone();
+    rec.strategy = pl.strategy;
     rec.tier = pl.tier.clone();
     rec.placement = Some(pl);
     Ok(stored)
 }
 
 /// The daemon's tiers for the model, with the room its budgets leave.
-fn tier_options(app: &App) -> anyhow::Result<Vec<thaw_policy::placement::TierOption>> {
+fn tier_options(
+    app: &App,
+) -> Result<Vec<thaw_policy::placement::TierOption>, placement::PlacementError> {
     let cfg = thaw_tiers::TiersConfig::load(&app.cfg.home)?;
     let probes = thaw_tiers::probe::load(&app.cfg.home);
     let mut used: BTreeMap<String, u64> = BTreeMap::new();
@@ -513,11 +579,11 @@ fn tier_options(app: &App) -> anyhow::Result<Vec<thaw_policy::placement::TierOpt
         .names()
         .iter()
         .map(|name| {
-            let t = cfg
-                .tiers
-                .iter()
-                .find(|t| t.name == *name)
-                .with_context(|| format!("tier {name} is not in the tier configuration"))?;
+            let t = cfg.tiers.iter().find(|t| t.name == *name).ok_or_else(|| {
+                thaw_tiers::TiersError::Config(format!(
+                    "tier {name} is not in the tier configuration"
+                ))
+            })?;
             let budget_mb = match *name == tiers.fast {
                 true => app.cfg.dram_snapshot_mb,
                 false => app.cfg.disk_budget_mb,
@@ -564,9 +630,7 @@ pub fn prepare_packages(
         &mut progress,
     )
     .map_err(|e| match e {
-        PackagesError::Host(e) => {
-            internal(anyhow::Error::new(e).context("preparing the function's packages"))
-        }
+        PackagesError::Host(e) => internal(Context::new("preparing the function's packages", e)),
         PackagesError::Refused(r) => Error::Packages(r),
     })?;
     let info = PackagesInfo::new(&tree, t.elapsed().as_secs_f64() * 1e3);
@@ -597,7 +661,7 @@ pub fn user_function(
     let egress = match &rec.network {
         Some(n) => Some(
             attach_network(app, vdir, n)
-                .map_err(|e| internal(e.context("setting up the function's network")))?,
+                .map_err(|e| internal(Context::new("setting up the function's network", e)))?,
         ),
         None => None,
     };
@@ -628,8 +692,8 @@ fn attach_network(
     app: &App,
     vdir: &Path,
     n: &NetworkRequest,
-) -> anyhow::Result<thaw_sandbox::egress::Egress> {
-    let policy = n.policy().map_err(|e| anyhow::anyhow!(e))?;
+) -> Result<thaw_sandbox::egress::Egress, thaw_error::BoxError> {
+    let policy = n.policy()?;
     let resolv = match policy.dns {
         Some(d) => {
             let f = vdir.join("resolv.conf");
@@ -648,7 +712,7 @@ fn attach_network(
             None => held.insert(thaw_sandbox::egress::Network::open()?).clone(),
         }
     };
-    network.attach(&policy, resolv)
+    Ok(network.attach(&policy, resolv)?)
 }
 
 /// Who the function is, for a Lambda-style handler's context (reserved
@@ -697,13 +761,12 @@ fn start_loaded(
         .start_user(func, init_timeout)
         .map_err(|e| match e {
             StartError::Load(SandboxError::Timeout { .. }) => bad(format!(
-                "import/init did not finish within {init_timeout:?}: {e:#}"
+                "import/init did not finish within {init_timeout:?}: {}",
+                thaw_error::chain(&e)
             )),
             // the host could not build a sandbox: not the code's fault
-            StartError::Sandbox(e) => {
-                internal(anyhow::Error::from_boxed(e).context("starting the sandbox"))
-            }
-            e => bad(format!("import/init failed: {e:#}")),
+            StartError::Sandbox(e) => internal(Context::new("starting the sandbox", e)),
+            e => bad(format!("import/init failed: {}", thaw_error::chain(&e))),
         })
 }
 
@@ -713,8 +776,13 @@ fn warm_up(
     sample: Option<&Value>,
 ) -> Result<(), Error> {
     let Some(ev) = sample else { return Ok(()) };
-    let r = thaw_worker::invoke_event(sb, ev, Duration::from_millis(rec.timeout_ms))
-        .map_err(|e| bad(format!("the sample event killed the instance: {e:#}")))?;
+    let r =
+        thaw_worker::invoke_event(sb, ev, Duration::from_millis(rec.timeout_ms)).map_err(|e| {
+            bad(format!(
+                "the sample event killed the instance: {}",
+                thaw_error::chain(&e)
+            ))
+        })?;
     match r.output {
         Ok(_) => Ok(()),
         Err(e) => Err(bad(format!("the sample event failed: {}", e.message))),
@@ -740,33 +808,39 @@ pub fn snapshot(
         Err(thaw_worker::WorkerError::NotCheckpointable(nc)) => return Ok(Err(nc.reasons)),
         Err(e) => {
             return Err(bad(format!(
-                "snapshotting the initialised function failed: {e:#}"
+                "snapshotting the initialised function failed: {}",
+                thaw_error::chain(&e)
             )));
         }
     };
     let checkpoint_ms = t.elapsed().as_secs_f64() * 1e3;
     drop(sb);
-    if rec.strategy == "reap" {
-        if let Some(ev) = sample {
-            // REAP records its working set at a restore's first invocation:
-            // let the sample event be that one, so users' first restores
-            // already prefetch
-            // made ready as the pool makes every restore (left out, the
-            // after-restore step's pages were served one fault at a time,
-            // from the remote tier one chunk request each)
-            let timeout = Duration::from_millis(rec.timeout_ms.max(60_000));
-            let (mut sb, _) = app
-                .worker
-                .restore_user_ready(
-                    &snap,
-                    thaw_sandbox::StrategyKind::Reap,
-                    func,
-                    &rec.name,
-                    timeout,
-                )
-                .map_err(|e| bad(format!("recording the working set: {e:#}")))?;
-            warm_up(&mut sb, rec, Some(ev))?;
-        }
+    let recording = rec
+        .strategy
+        .restore()
+        .filter(|&k| thaw_restore::strategy(k).records_working_set());
+    if let (Some(k), Some(ev)) = (recording, sample) {
+        // the strategy records its working set at a restore's first
+        // invocation: let the sample event be that one, so users' first
+        // restores already prefetch; made ready as the pool makes every
+        // restore (left out, the after-restore step's pages were served one
+        // fault at a time, from the remote tier one chunk request each)
+        let timeout = Duration::from_millis(rec.timeout_ms.max(60_000));
+        let recorded = app
+            .worker
+            .restore(RestoreRequest::new(&snap, k).function(func).pool(None))
+            .map_err(thaw_worker::WorkerError::from)
+            .and_then(|(mut sb, _)| {
+                thaw_worker::after_restore(&mut sb, &rec.name, timeout)?;
+                Ok(sb)
+            });
+        let mut sb = recorded.map_err(|e| {
+            bad(format!(
+                "recording the working set: {}",
+                thaw_error::chain(&e)
+            ))
+        })?;
+        warm_up(&mut sb, rec, Some(ev))?;
     }
     let size_bytes = snap.manifest.state.len + snap.manifest.memory.len;
     let info = SnapshotInfo {

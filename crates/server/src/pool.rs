@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use thaw_policy::{
     Action, Engine, FnId, InstanceId, Outcome, Policy, SnapshotLevel, Start, XferId,
 };
-use thaw_worker::{UserFunction, Worker};
+use thaw_worker::{RestoreRequest, UserFunction, Worker};
 use tokio::sync::oneshot;
 
 use crate::config::SnapshotTiers;
@@ -20,12 +20,21 @@ use crate::logs::{take_sandbox_output, LogEntry, Ring};
 use crate::metrics::Metrics;
 use crate::registry::Record;
 use crate::stored::{RemoteCopy, Stored};
-use thaw_sandbox::StrategyKind;
+use thaw_sandbox::{StartStrategy, StrategyKind};
 use thaw_tiers::slots::RestoreSlot;
 use thaw_tiers::stream::Stream;
 
 /// How long a restore waits for one of its tier's restore slots.
 const SLOT_WAIT: Duration = Duration::from_secs(60);
+
+/// Why the pool could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum PoolError {
+    #[error(transparent)]
+    Policy(#[from] thaw_policy::PolicyError),
+    #[error(transparent)]
+    Tiers(#[from] thaw_tiers::TiersError),
+}
 
 /// One deployed version, as the pool runs it.
 pub struct FnVersion {
@@ -77,12 +86,12 @@ pub fn level_of(tiers: &SnapshotTiers, tier: &str) -> SnapshotLevel {
 }
 
 /// The start the policy predicts, in the daemon's terms: (start type, tier).
-pub fn predicted(tiers: &SnapshotTiers, start: Start) -> (&'static str, String) {
+pub fn predicted(tiers: &SnapshotTiers, start: Start) -> (StartType, String) {
     match start {
-        Start::Warm => ("warm", "-".into()),
-        Start::Lukewarm => ("restore", tiers.fast.clone()),
-        Start::Remote => ("restore", tiers.slow.clone()),
-        Start::Cold => ("boot", "-".into()),
+        Start::Warm => (StartType::Warm, "-".into()),
+        Start::Lukewarm => (StartType::Restore, tiers.fast.clone()),
+        Start::Remote => (StartType::Restore, tiers.slow.clone()),
+        Start::Cold => (StartType::Boot, "-".into()),
     }
 }
 
@@ -94,11 +103,20 @@ pub enum StartType {
 }
 
 impl StartType {
+    /// How a new instance of a function that starts as `s` starts.
+    pub fn of_new(s: StartStrategy) -> StartType {
+        match s {
+            StartStrategy::Boot => StartType::Boot,
+            StartStrategy::Restore(_) => StartType::Restore,
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             StartType::Warm => "warm",
             StartType::Restore => "restore",
-            StartType::Boot => "boot",
+            // a boot is named as the start strategy is
+            StartType::Boot => StartStrategy::Boot.name(),
         }
     }
 }
@@ -114,7 +132,7 @@ pub enum Mode {
 }
 
 enum Next {
-    Create(InstanceId, f64, (&'static str, String)),
+    Create(InstanceId, f64, (StartType, String)),
     Wait(oneshot::Receiver<()>),
 }
 
@@ -157,11 +175,11 @@ pub struct JobDone {
 }
 
 /// What creating an instance took.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Created {
     pub create_ms: f64,
     pub hook_ms: f64,
-    pub strategy: String,
+    pub strategy: StartStrategy,
     /// the tier the snapshot was restored from ("-" for a boot)
     pub tier: String,
 }
@@ -245,7 +263,7 @@ pub struct Lease {
     inst: Option<Instance>,
     pub start: StartType,
     /// What the policy predicted: (start type, tier).
-    pub predicted: (&'static str, String),
+    pub predicted: (StartType, String),
     pub created: Option<Created>,
     pub queue_ms: f64,
     function: String,
@@ -279,14 +297,14 @@ impl Pool {
         queue_cap: u32,
         log_cap: u64,
         mover: mpsc::Sender<String>,
-    ) -> anyhow::Result<Pool> {
-        let engine = Engine::new(policy).map_err(anyhow::Error::msg)?;
+    ) -> Result<Pool, PoolError> {
+        let engine = Engine::new(policy)?;
         let cfg = thaw_tiers::TiersConfig::load(&worker.home)?;
         let slot_tiers = tiers
             .names()
             .iter()
             .map(|t| Ok((t.to_string(), cfg.get(t)?.clone())))
-            .collect::<anyhow::Result<HashMap<_, _>>>()?;
+            .collect::<Result<HashMap<_, _>, PoolError>>()?;
         Ok(Pool {
             state: Mutex::new(State {
                 engine,
@@ -670,7 +688,7 @@ impl Pool {
         v: &Arc<FnVersion>,
         policy_id: InstanceId,
         queue_ms: f64,
-        predicted: (&'static str, String),
+        predicted: (StartType, String),
     ) -> Result<Lease, Refusal> {
         let (tx, rx) = mpsc::channel::<Job>();
         let (ready_tx, ready_rx) = oneshot::channel();
@@ -732,7 +750,7 @@ impl Pool {
                     self.metrics
                         .restore
                         .get_or_create(&crate::metrics::RestoreLabels {
-                            strategy: c.strategy.clone(),
+                            strategy: c.strategy.to_string(),
                             tier: c.tier.clone(),
                         })
                         .observe(c.create_ms / 1e3);
@@ -962,8 +980,10 @@ fn instance_thread(
             let r = v
                 .rec
                 .strategy
-                .parse()
-                .map_err(anyhow::Error::from)
+                .restore()
+                .ok_or_else(|| -> thaw_error::BoxError {
+                    format!("{} boots its instances, yet has a snapshot", v.rec.name).into()
+                })
                 .and_then(|s| {
                     if let Some(t) = slot_tiers.get(&p.tier) {
                         slot = Some(RestoreSlot::acquire(&worker.home, t, SLOT_WAIT)?);
@@ -971,9 +991,11 @@ fn instance_thread(
                     Ok(s)
                 })
                 .and_then(|s| match &p.stored {
-                    Stored::Local(snap) => {
-                        Ok(worker.restore_user(snap, s, &v.func, v.sandboxes.as_ref())?)
-                    }
+                    Stored::Local(snap) => Ok(worker.restore(
+                        RestoreRequest::new(snap, s)
+                            .function(&v.func)
+                            .pool(v.sandboxes.as_ref()),
+                    )?),
                     Stored::Remote(copy) => {
                         let (started, s) = restore_streamed(&worker, copy, s, &v)?;
                         stream = Some(s);
@@ -995,7 +1017,7 @@ fn instance_thread(
                 Created {
                     create_ms,
                     hook_ms: ms(t1),
-                    strategy: v.rec.strategy.clone(),
+                    strategy: v.rec.strategy,
                     tier,
                 },
             ))
@@ -1009,7 +1031,7 @@ fn instance_thread(
                     Created {
                         create_ms: ms(t0),
                         hook_ms: 0.0,
-                        strategy: "boot".into(),
+                        strategy: StartStrategy::Boot,
                         tier: "-".into(),
                     },
                 )
@@ -1021,7 +1043,7 @@ fn instance_thread(
             sb
         }
         Err(e) => {
-            let _ = ready.send(Err(format!("{e:#}")));
+            let _ = ready.send(Err(thaw_error::chain(&*e)));
             return;
         }
     };
@@ -1069,7 +1091,7 @@ fn instance_thread(
             ),
             None => thaw_worker::invoke_event_as(&mut sb, &event, timeout, Some(&invocation_id)),
         }
-        .map_err(|e| format!("{e:#}"));
+        .map_err(|e| thaw_error::chain(&e));
         let (output, truncated) = take_sandbox_output(sb.log_path(), log_cap);
         // what the instance received and sent during this invocation
         let net = net_before
@@ -1121,27 +1143,26 @@ fn instance_thread(
 }
 
 /// A restore that streams `copy` from the remote tier (lazily: the
-/// function's strategy if it is `uffd`, else `reap`, whose working set
-/// travels first). The stream must outlive the instance: it serves the
-/// pages that have not arrived yet.
+/// function's strategy if it [streams](thaw_restore::Strategy::streams),
+/// else `reap`, whose working set travels first). The stream must outlive
+/// the instance: it serves the pages that have not arrived yet.
 fn restore_streamed(
     worker: &Worker,
     copy: &RemoteCopy,
     strategy: StrategyKind,
     v: &FnVersion,
-) -> anyhow::Result<((thaw_sandbox::Sandbox, thaw_sandbox::RestoreReport), Stream)> {
-    let strategy = match strategy {
-        StrategyKind::Uffd => StrategyKind::Uffd,
-        _ => StrategyKind::Reap,
+) -> Result<((thaw_sandbox::Sandbox, thaw_sandbox::RestoreReport), Stream), thaw_error::BoxError> {
+    let strategy = match thaw_restore::strategy(strategy).streams() {
+        true => strategy,
+        false => StrategyKind::Reap,
     };
     let stream = Stream::open(&copy.home, copy.store.clone(), &copy.name)?;
     let started = worker
-        .restore_user_streamed(
-            &stream.snapshot,
-            strategy,
-            &v.func,
-            stream.inputs()?,
-            v.sandboxes.as_ref(),
+        .restore(
+            RestoreRequest::new(&stream.snapshot, strategy)
+                .function(&v.func)
+                .pool(v.sandboxes.as_ref())
+                .streamed(stream.inputs()?),
         )
         .map_err(|e| stream.explain(e.into()))?;
     Ok((started, stream))

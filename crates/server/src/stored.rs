@@ -1,6 +1,5 @@
 //! Where a version's snapshot is held: on a local tier, or committed on
 //! the remote one (what the pool restores from and the mover moves).
-use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use thaw_store::Snapshot;
@@ -8,6 +7,9 @@ use thaw_tiers::objects::RemoteStore;
 use thaw_tiers::{Kind, TiersConfig};
 
 use crate::config::SnapshotTiers;
+use thaw_error::ResultExt;
+
+type Result<T, E = thaw_tiers::TiersError> = std::result::Result<T, E>;
 
 /// Where a version's snapshot is held.
 // one per deployed version: its size does not matter

@@ -5,9 +5,10 @@
 mod common;
 use common::*;
 use serde_json::{json, Value};
-use thaw_sandbox::state::{FdKind, SavedFd};
-use thaw_sandbox::{checkpoint, Sandbox};
+use thaw_sandbox::state::{FdKind, SavedFd, StateError};
+use thaw_sandbox::{checkpoint, RestoreError, Sandbox};
 use thaw_store::Snapshot;
+use thaw_worker::RestoreRequest;
 use thaw_worker::StrategyKind;
 
 fn snapshot_of(f: &str, tag: &str) -> (Sandbox, Snapshot, TestTier) {
@@ -62,7 +63,7 @@ fn every_descriptor_kind_comes_back_with_its_content_and_position() {
         for s in STRATEGIES {
             let what = format!("{s} (round {round})");
             let (mut sb, _) = w
-                .restore(&snap, s)
+                .restore(RestoreRequest::new(&snap, s))
                 .unwrap_or_else(|e| panic!("{what}: {e:#}"));
             check_fds(&explicit(&mut sb, json!({})), &what);
         }
@@ -92,7 +93,9 @@ fn a_fifo_of_tmp_comes_back_with_its_unread_bytes() {
     assert_eq!(explicit(&mut fresh, json!({})), want, "original");
     drop(fresh);
     for s in [StrategyKind::Eager, StrategyKind::Uffd, StrategyKind::Mmap] {
-        let (mut sb, _) = w.restore(&snap, s).unwrap_or_else(|e| panic!("{s}: {e:#}"));
+        let (mut sb, _) = w
+            .restore(RestoreRequest::new(&snap, s))
+            .unwrap_or_else(|e| panic!("{s}: {e:#}"));
         assert_eq!(explicit(&mut sb, json!({})), want, "{s}");
     }
 }
@@ -151,9 +154,13 @@ fn a_bad_descriptor_record_is_refused_when_the_snapshot_is_read() {
     ];
     for (tag, edit, want) in cases {
         let bad = with_state(&snap, &t.path.join(tag), |s| edit(&mut s.fds));
-        let e = match w.restore(&bad, StrategyKind::Eager) {
+        let e = match w.restore(RestoreRequest::new(&bad, StrategyKind::Eager)) {
             Ok(_) => panic!("{tag}: a bad descriptor record restored"),
-            Err(e) => format!("{e:#}"),
+            Err(RestoreError::State {
+                source: StateError::Corrupt(e),
+                ..
+            }) => e,
+            Err(e) => panic!("{tag}: not refused as a corrupt state: {e:#}"),
         };
         assert!(e.contains("descriptor") && e.contains(want), "{tag}: {e}");
     }
@@ -183,7 +190,7 @@ fn a_restorer_that_cannot_recreate_a_descriptor_names_it() {
             }
         }
     });
-    let e = match w.restore(&bad, StrategyKind::Eager) {
+    let e = match w.restore(RestoreRequest::new(&bad, StrategyKind::Eager)) {
         Ok(_) => panic!("a descriptor of a missing file restored"),
         Err(e) => format!("{e:#}"),
     };
@@ -230,7 +237,7 @@ fn node_functions_snapshot_and_restore_with_every_strategy() {
         for s in STRATEGIES {
             for _ in 0..2 {
                 let (mut sb, _) = w
-                    .restore(&snap, s)
+                    .restore(RestoreRequest::new(&snap, s))
                     .unwrap_or_else(|e| panic!("{f} {s}: {e:#}"));
                 assert_eq!(fd_kinds(sb.pid()), kinds, "{f} {s}");
                 let out = invoke(&mut sb, size, T).unwrap().output;
@@ -256,7 +263,9 @@ fn a_restored_node_instance_snapshots_again() {
     let t = tier("node-again");
     let snap = w.snapshot(f, &t).unwrap();
     // eager: a mapped image could not be snapshotted again
-    let (mut sb, _) = w.restore(&snap, StrategyKind::Eager).unwrap();
+    let (mut sb, _) = w
+        .restore(RestoreRequest::new(&snap, StrategyKind::Eager))
+        .unwrap();
     w.check(f, size, &invoke(&mut sb, size, T).unwrap().output)
         .unwrap();
     let (again, rep) = checkpoint(&mut sb, &t.path.join("again"), f, &w.root.hash)
@@ -267,7 +276,7 @@ fn a_restored_node_instance_snapshots_again() {
         .unwrap();
     for s in [StrategyKind::Eager, StrategyKind::Mmap] {
         let (mut sb2, _) = w
-            .restore(&again, s)
+            .restore(RestoreRequest::new(&again, s))
             .unwrap_or_else(|e| panic!("second generation {s}: {e:#}"));
         for _ in 0..2 {
             w.check(f, size, &invoke(&mut sb2, size, T).unwrap().output)
@@ -304,7 +313,7 @@ fn a_node_function_restores_tiered_from_the_noexec_dram_tier() {
         .unwrap();
     for _ in 0..3 {
         let (mut sb, rep) = w
-            .restore(&snap, StrategyKind::Tiered)
+            .restore(RestoreRequest::new(&snap, StrategyKind::Tiered))
             .unwrap_or_else(|e| panic!("{f} tiered: {e:#}"));
         assert_eq!(rep.strategy, StrategyKind::Tiered, "{rep:?}");
         assert!(rep.figures.tier_warning.is_empty(), "{rep:?}");
