@@ -178,13 +178,18 @@ function functionError(err, prefix = '') {
 // from the worker's seed, as Python's `random.seed(seed)`: V8's own generator
 // keeps its state in the heap and has no way to re-seed it.
 const rngState = new Uint32Array(4);
+// Request ids the worker does not give (Lambda's awsRequestId, a version 4
+// UUID) come from a generator of their own, seeded with Math.random's:
+// clones of one snapshot never repeat each other's, and drawing one costs
+// no cipher (an id must be unique, not secret). Math.random's draws stay
+// the function's alone.
+const idState = new Uint32Array(4);
 
 function rotl(x, k) {
   return (x << k) | (x >>> (32 - k));
 }
 
-function nextUint32() {
-  const s = rngState;
+function nextUint32(s = rngState) {
   const result = Math.imul(rotl(Math.imul(s[1], 5), 7), 9) >>> 0;
   const t = s[1] << 9;
   s[2] ^= s[0];
@@ -196,11 +201,40 @@ function nextUint32() {
   return result;
 }
 
+function seedDigest(seed) {
+  return crypto.createHash('sha256').update('thaw Math.random').update(seed).digest();
+}
+
 function seedMathRandom(seed) {
-  // the 32 seed bytes hashed into the 128-bit state (never all zero)
-  const h = crypto.createHash('sha256').update('thaw Math.random').update(seed).digest();
-  for (let i = 0; i < 4; i++) rngState[i] = h.readUInt32LE(4 * i);
-  if ((rngState[0] | rngState[1] | rngState[2] | rngState[3]) === 0) rngState[0] = 1;
+  // the 32 seed bytes hashed into two 128-bit states (never all zero)
+  const h = seedDigest(seed);
+  for (const [state, at] of [[rngState, 0], [idState, 16]]) {
+    for (let i = 0; i < 4; i++) state[i] = h.readUInt32LE(at + 4 * i);
+    if ((state[0] | state[1] | state[2] | state[3]) === 0) state[0] = 1;
+  }
+}
+
+// The 32 seed bytes of a `restored` request.
+function seedOf(req) {
+  const seed = req.seed;
+  if (typeof seed !== 'string' || seed.length !== 64 || !/^[0-9a-fA-F]{64}$/.test(seed)) {
+    throw new BadRequest("restored needs 'seed': 64 hex characters");
+  }
+  return Buffer.from(seed, 'hex');
+}
+
+// 16 bytes as a version 4 UUID.
+function uuidOf(b) {
+  b[6] = (b[6] & 0x0f) | 0x40;
+  b[8] = (b[8] & 0x3f) | 0x80;
+  const h = b.toString('hex');
+  return `${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20)}`;
+}
+
+function newRequestId() {
+  const b = Buffer.allocUnsafe(16);
+  for (let i = 0; i < 4; i++) b.writeUInt32LE(nextUint32(idState), 4 * i);
+  return uuidOf(b);
 }
 
 function random() {
@@ -330,7 +364,7 @@ function makeContext(agent, requestId, deadline, settle) {
 
 function requestId(req) {
   if (typeof req.request_id === 'string' && req.request_id.length <= 128) return req.request_id;
-  return crypto.randomUUID();
+  return newRequestId();
 }
 
 class TimeoutSignal {}
@@ -421,6 +455,11 @@ class Agent {
     }
     if (this.handler === null) await this.load();
     this.invocations += 1;
+    return this.run(this.handler, event, timeoutMs, requestId(req));
+  }
+
+  // Runs `handler` on `event` as one invocation, and encodes its answer.
+  async run(handler, event, timeoutMs, reqId) {
     const t0 = performance.now();
     const deadline = timeoutMs === null ? null : t0 + timeoutMs;
     let timer = null;
@@ -440,11 +479,11 @@ class Agent {
           // yields meets the worker's hard limit instead
           timer = setTimeout(() => settle(new TimeoutSignal()), Math.min(timeoutMs, 2147483647));
         }
-        const context = makeContext(this, requestId(req), deadline, settle);
+        const context = makeContext(this, reqId, deadline, settle);
         const callback = (err, value) => settle(err, value);
         let result;
         try {
-          result = this.handler(event, context, callback);
+          result = handler(event, context, callback);
         } catch (e) {
           settle(e === undefined || e === null ? new Error(String(e)) : e);
           return;
@@ -454,7 +493,7 @@ class Agent {
             (v) => settle(null, v),
             (e) => settle(e === undefined || e === null ? new Error(String(e)) : e),
           );
-        } else if (this.handler.length < 3) {
+        } else if (handler.length < 3) {
           // a plain function: what it returned is the output
           settle(null, result);
         }
@@ -516,6 +555,7 @@ class Agent {
         return functionError(e, 'before_snapshot hook: ');
       }
     }
+    await this.warmUp();
     // Node always holds threads (V8's platform workers, libuv) and
     // descriptors (epoll, eventfd, signal pipe) of its own: the checkpoint
     // captures them from outside; here the heap is made small first.
@@ -523,20 +563,31 @@ class Agent {
     return { ok: true, op: 'prepare_checkpoint' };
   }
 
+  // What every restored clone runs first, run once before the snapshot
+  // with nothing of the function's: V8 compiles a function (and a regular
+  // expression) on its first use, OpenSSL looks a cipher up on its first
+  // use, Node makes its timer list on the first setTimeout. Done here, it
+  // is all in the snapshot rather than in each clone's resume and first
+  // invocation. The instance's own state is left as it was: a seed
+  // checked, a throwaway hash and keystream, an invocation of a handler of
+  // the agent's own (a timer set and cleared, a request id drawn).
+  async warmUp() {
+    const seed = seedOf({ seed: cryptoOriginals.randomBytes(32).toString('hex') });
+    seedDigest(seed);
+    keystreamOf(seed).update(Buffer.alloc(64));
+    uuidOf(cryptoOriginals.randomBytes(16));
+    await this.run(async (event, context) => ({ echo: event, id: context.awsRequestId }), { warm: true }, DEFAULT_TIMEOUT_MS, newRequestId());
+  }
+
   restored(req) {
-    const seed = req.seed;
-    if (typeof seed !== 'string' || seed.length !== 64 || !/^[0-9a-fA-F]{64}$/.test(seed)) {
-      throw new BadRequest("restored needs 'seed': 64 hex characters");
-    }
-    const seedBytes = Buffer.from(seed, 'hex');
-    for (const key of ['unmap', 'unmap_at_checkpoint']) {
-      // the restorer's trampoline: checked, but left mapped (unmapping it
-      // needs native code), so a restored Node instance cannot be
-      // checkpointed again
-      const range = req[key];
-      if (range === undefined || range === null) continue;
+    const seedBytes = seedOf(req);
+    const range = req.unmap;
+    if (range !== undefined && range !== null) {
+      // the restorer's trampoline (a restore with one thread): checked,
+      // but left mapped (unmapping it needs native code), so this instance
+      // cannot be checkpointed again
       const ok = Array.isArray(range) && range.length === 2 && range.every((x) => Number.isInteger(x) && x > 0 && x < 2 ** 47);
-      if (!ok) throw new BadRequest(`${key} needs [address, length]`);
+      if (!ok) throw new BadRequest('unmap needs [address, length]');
       this.trampolineLeft = true;
     }
     const reseeded = reseedAll(seedBytes, this.module);
@@ -586,11 +637,19 @@ const cryptoOriginals = {
   randomBytes: crypto.randomBytes,
   randomFillSync: crypto.randomFillSync,
 };
+// this clone's seed, until its keystream is first needed (keyed then:
+// most invocations never draw)
+let cryptoSeed = null;
 let cryptoStream = null;
 
+function keystreamOf(seed) {
+  const key = crypto.createHash('sha256').update('thaw crypto').update(seed).digest();
+  return crypto.createCipheriv('chacha20', key, Buffer.alloc(16));
+}
+
 function keystream(n) {
-  const out = cryptoStream.update(Buffer.alloc(n));
-  return out;
+  if (cryptoStream === null) cryptoStream = keystreamOf(cryptoSeed);
+  return cryptoStream.update(Buffer.alloc(n));
 }
 
 function mixInto(buf, offset, size) {
@@ -600,8 +659,8 @@ function mixInto(buf, offset, size) {
 }
 
 function reseedCrypto(seed) {
-  const key = crypto.createHash('sha256').update('thaw crypto').update(seed).digest();
-  cryptoStream = crypto.createCipheriv('chacha20', key, Buffer.alloc(16));
+  cryptoSeed = Buffer.from(seed);
+  cryptoStream = null;
   if (crypto.randomBytes.thawMixed) return;
   const randomBytes = function randomBytes(size, cb) {
     if (typeof cb === 'function') {
@@ -627,11 +686,7 @@ function reseedCrypto(seed) {
   crypto.randomBytes = randomBytes;
   crypto.randomFillSync = randomFillSync;
   crypto.randomUUID = function randomUUID() {
-    const b = randomBytes(16);
-    b[6] = (b[6] & 0x0f) | 0x40;
-    b[8] = (b[8] & 0x3f) | 0x80;
-    const h = b.toString('hex');
-    return `${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20)}`;
+    return uuidOf(randomBytes(16));
   };
 }
 

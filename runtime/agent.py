@@ -287,9 +287,6 @@ class Agent:
         self.instance_id = None
         self.invocations = 0
         self.load_info = None
-        # the restorer's trampoline, left mapped by a restore with several
-        # threads until no thread can still be on its way out of it
-        self.trampoline = None
 
     # -- load
     def load(self):
@@ -440,9 +437,6 @@ class Agent:
                 return function_error(e, "before_snapshot hook: ")
         # loaded before the snapshot: a restore calls munmap first thing
         munmap_fn()
-        if self.trampoline is not None:
-            check(munmap_fn()(*self.trampoline), "munmap")
-            self.trampoline = None
         gc.collect()
         try:
             sys.stdout.flush()
@@ -465,7 +459,6 @@ class Agent:
         if unmap is not None:
             # the restorer's trampoline: the last of it left in our memory
             check(munmap_fn()(*unmap), "munmap")
-        self.trampoline = address_range(req, "unmap_at_checkpoint")
         install_signal_handlers()
         self.instance_id = None
         reseeded = reseed_all(seed_bytes, self.module)

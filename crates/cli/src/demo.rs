@@ -3,7 +3,7 @@
 //! results table next to a fresh start.
 use anyhow::{Context, Result};
 use thaw_worker::RestoreRequest;
-use thaw_worker::{invoke, ms, InputSize, Runtime, StrategyKind, Worker, INVOKE_TIMEOUT};
+use thaw_worker::{invoke, ms, InputSize, StrategyKind, Worker, INVOKE_TIMEOUT};
 
 pub fn run(w: &Worker, functions: Option<Vec<String>>, tier: &str, size: InputSize) -> Result<()> {
     let tier = w.tier(tier)?;
@@ -40,27 +40,15 @@ pub fn run(w: &Worker, functions: Option<Vec<String>>, tier: &str, size: InputSi
             snap.manifest.memory.len as f64 / (1 << 20) as f64,
             fresh
         );
-        // a Node.js runtime's tiered restore fails today (the restorer's
-        // fill of a split region is refused): shown as "-", not measured
-        let measured = |s: StrategyKind| {
-            !(s == StrategyKind::Tiered && w.root.runtime_of(f) == Runtime::Nodejs)
-        };
         // untimed preparation: REAP records its working set, dax its write
         // set, tiered profiles and splits the snapshot (slow tier: the disk)
-        if measured(StrategyKind::Tiered) {
-            w.make_tiered(f, &tier, &w.tier("disk")?, &[size], 2, &Default::default())?;
-        }
-        let prepared = [StrategyKind::Reap, StrategyKind::Dax, StrategyKind::Tiered];
-        for s in prepared.into_iter().filter(|s| measured(*s)) {
+        w.make_tiered(f, &tier, &w.tier("disk")?, &[size], 2, &Default::default())?;
+        for s in [StrategyKind::Reap, StrategyKind::Dax, StrategyKind::Tiered] {
             let (mut sb, _) = w.restore(RestoreRequest::new(&snap, s))?;
             invoke(&mut sb, size, INVOKE_TIMEOUT)?;
         }
         let mut best = f64::MAX;
         for s in strategies {
-            if !measured(s) {
-                line.push_str(&format!(" {:>10}", "-"));
-                continue;
-            }
             snap.drop_page_cache()?;
             let t = std::time::Instant::now();
             let (mut sb, _) = w.restore(RestoreRequest::new(&snap, s))?;
@@ -76,8 +64,7 @@ pub fn run(w: &Worker, functions: Option<Vec<String>>, tier: &str, size: InputSi
     }
     thaw_output::outln!(
         "cold = restore request to first response; fresh = exec + import + init + first response.\n\
-         dax: tmpfs stands in for persistent memory (emulated). tiered: slow tier on the local disk\n\
-         (not measured for Node.js functions: their split restore fails today).\n\
+         dax: tmpfs stands in for persistent memory (emulated). tiered: slow tier on the local disk.\n\
          One run each, after one untimed restore per strategy: see `thaw bench restore` and docs/BENCHMARKS.md for repeated measurements."
     );
     Ok(())

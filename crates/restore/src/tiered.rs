@@ -5,6 +5,12 @@
 //! a block device its pages fault in one at a time (readahead off). As for
 //! `mmap`, the pages an earlier clone's first response wrote are copied
 //! before resume ([`crate::writes`]).
+//!
+//! A file on a `noexec` mount (the DRAM tier's own tmpfs is one) cannot be
+//! mapped executable: the kernel refuses `PROT_EXEC` with `EPERM`. Node.js
+//! keeps V8's generated code in executable anonymous memory, so the pages
+//! of executable regions whose tier file is on such a mount are copied
+//! from it before resume instead of mapped (a few hundred KiB of code).
 use crate::writes::Writes;
 use crate::{
     uffd, FirstResponse, MemoryPlan, Need, RegionPlan, Requirement, Runtime, Strategy,
@@ -23,6 +29,8 @@ use thaw_restorer as r;
 pub(crate) struct Tiered {
     /// the checked layout and both files
     tiers: Option<(TierLayout, File, File)>,
+    /// each file (fast, slow) may be mapped executable (its mount is not `noexec`)
+    exec_ok: [bool; 2],
     writes: Writes,
     /// the layout was unusable: restore as uffd
     fell_back: bool,
@@ -51,6 +59,7 @@ impl Strategy for Tiered {
                 self.rep.slow_tier_share = tiers.0.slow_share;
                 self.rep.slow_tier = tiers.0.slow_tier.clone();
                 self.rep.slow_in_place = thaw_store::secure::on_dram(&tiers.0.slow.path)?;
+                self.exec_ok = [maps_executable(&tiers.1)?, maps_executable(&tiers.2)?];
                 self.tiers = Some(tiers);
                 self.writes = Writes::load(t, &mut self.rep);
             }
@@ -87,16 +96,30 @@ impl Strategy for Tiered {
         let mut runs = tl.runs.iter().peekable();
         for (i, region) in t.layout.regions.iter().enumerate() {
             let first_run = p.runs.len() as u32;
+            let exec = t
+                .prots
+                .get(i)
+                .is_some_and(|p| p & libc::PROT_EXEC as u32 != 0);
             while let Some(run) = runs.next_if(|run| run.addr < region.end) {
                 let on_slow = run.tier == TierKind::Slow;
+                let fill = if exec && !self.exec_ok[usize::from(on_slow)] {
+                    p.copied_bytes += run.len;
+                    r::FILL_COPY
+                } else {
+                    p.mapped_bytes += run.len;
+                    if on_slow {
+                        slow_fill
+                    } else {
+                        r::FILL_MAP
+                    }
+                };
                 p.runs.push(r::PlanRun {
                     addr: run.addr,
                     len: run.len,
                     img_off: run.off,
                     img_fd: if on_slow { slow_fd } else { fast_fd },
-                    fill: if on_slow { slow_fill } else { r::FILL_MAP },
+                    fill,
                 });
-                p.mapped_bytes += run.len;
             }
             let own = p.runs.len();
             write_set(i, region, &mut p.runs);
@@ -151,6 +174,17 @@ fn verify_once(files: &[&File], verify: impl FnOnce() -> Result<()>) -> Result<(
             .extend(keys);
     }
     Ok(())
+}
+
+/// `f` is on a mount that allows executable mappings (not `noexec`).
+fn maps_executable(f: &File) -> Result<bool> {
+    // SAFETY: fstatvfs fills the zeroed struct; f's descriptor is open for the call.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::fstatvfs(f.as_raw_fd(), &mut st) } != 0 {
+        return Err(std::io::Error::last_os_error().into());
+    }
+    Ok(st.f_flag & libc::ST_NOEXEC == 0)
 }
 
 type FileKey = (u64, u64, u64, i64);

@@ -24,13 +24,14 @@ pub const RESTORER_ELF: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/restor
 pub const RESTORER_BASE: u64 = 0x2_0000_0000;
 pub const RESTORER_SPAN: u64 = 0x100_0000;
 /// The resume trampoline: the span's last `TRAMP_SIZE` bytes, left mapped
-/// after the restorer unmaps the rest; the agent unmaps it once resumed.
+/// after the restorer unmaps the rest; the agent unmaps it once resumed
+/// (one thread), or a checkpoint leaves it out (several: see plan.h).
 pub const TRAMP_ADDR: u64 = RESTORER_BASE + RESTORER_SPAN - TRAMP_SIZE;
 pub const TRAMP_SIZE: u64 = 0x4_0000;
 /// Where the rt_sigreturn frames ([`Plan::frame`]) are copied.
 pub const TRAMP_FRAME: u64 = TRAMP_ADDR + 0x1000;
-/// Bytes for the frames: the rest of the trampoline less the started-threads count.
-pub const MAX_FRAME_BYTES: u64 = TRAMP_SIZE - (TRAMP_FRAME - TRAMP_ADDR) - 8;
+/// Bytes for the frames: the rest of the trampoline.
+pub const MAX_FRAME_BYTES: u64 = TRAMP_SIZE - (TRAMP_FRAME - TRAMP_ADDR);
 /// Threads a plan may recreate, the main thread included.
 pub const MAX_THREADS: usize = 64;
 /// The restorer's exit status when a thread cannot be recreated after the go-ahead.

@@ -36,11 +36,11 @@ typedef int i32;
 /* The resume trampoline: the span's last TRAMP_SIZE bytes. Its first page
  * holds a copy of the code that starts the other threads, unmaps the rest of
  * the span and calls rt_sigreturn; the frames the worker built (registers,
- * signal mask, XSAVE area, one per thread) sit at TRAMP_FRAME, followed by
- * the count of threads that are on their way out (a u32). The agent unmaps
- * it when told it was restored (or, with several threads, when it next
- * prepares a checkpoint: a thread may still be on its last instructions
- * here when the main thread resumes). */
+ * signal mask, XSAVE area, one per thread) sit at TRAMP_FRAME. With one
+ * thread the agent unmaps it when told it was restored. With several, a
+ * thread may not have run its first instructions here yet when the main
+ * thread resumes: it stays mapped, and a checkpoint leaves it out of the
+ * snapshot once no thread is in it. */
 #define TRAMP_SIZE 0x40000UL
 #define TRAMP_ADDR (RESTORER_BASE + RESTORER_SPAN - TRAMP_SIZE)
 #define TRAMP_FRAME (TRAMP_ADDR + 0x1000UL)

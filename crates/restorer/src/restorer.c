@@ -47,7 +47,6 @@
 #define SYS_set_tid_address 218
 #define SYS_set_robust_list 273
 #define SYS_rseq 334
-#define SYS_futex 202
 #define SYS_rt_sigprocmask 14
 #define SYS_fcntl 72
 #define SYS_dup3 292
@@ -96,7 +95,6 @@
 #define IPV6_V6ONLY 26
 #define EPOLL_CTL_ADD 1
 #define TFD_IOC_SET_TICKS 0x40085400UL
-#define FUTEX_WAIT_PRIVATE 128
 /* as glibc's pthread_create: shared everything, the thread pointer set, the
  * thread id written to (and cleared at exit from) glibc's copy of it */
 #define CLONE_THREAD_FLAGS 0xd0f00UL /* VM FS FILES SIGHAND THREAD SYSVSEM SETTLS */
@@ -214,11 +212,12 @@ static long sys6(long n, long a, long b, long c, long d, long e, long f)
  * trampoline), rdx = the frame's ucontext. The kernel reads the frame at
  * rt_sigreturn, after the restorer is gone; nothing returns here. Should the
  * unmap fail, exit 98.
- * thaw_tramp_clone(flags, stack, ptid, ctid, tls, const struct plan_thread *,
- * u32 *started): clone; the parent returns the new tid (or -errno). The
- * child, on the frame at `stack`, registers its robust list and rseq area,
- * sets its gs base, counts itself in *started (waking the parent) and
- * rt_sigreturns: it never runs restorer code outside this page. Offsets into
+ * thaw_tramp_clone(flags, stack, ptid, ctid, tls, const struct plan_thread *):
+ * clone; the parent returns the new tid (or -errno). The child, on the
+ * frame at `stack`, registers its robust list and rseq area, sets its gs
+ * base and rt_sigreturns: it never runs restorer code outside this page
+ * and reads nothing but its registers and its frame, so the parent need
+ * not wait for it. Offsets into
  * struct plan_thread are checked below. */
 __asm__(".globl thaw_tramp_start\n"
         "thaw_tramp_start:\n"
@@ -237,12 +236,10 @@ __asm__(".globl thaw_tramp_start\n"
         ".globl thaw_tramp_clone\n"
         "thaw_tramp_clone:\n"
         "  push %rbx\n"
-        "  push %rbp\n"
         "  push %r12\n"
         "  push %r13\n"
         "  push %r14\n"
         "  push %r15\n"
-        "  mov 56(%rsp), %rbp\n"  /* started */
         "  mov 32(%r9), %r12\n"   /* robust_head */
         "  mov 40(%r9), %r13\n"   /* robust_len */
         "  mov 48(%r9), %r14\n"   /* rseq_addr */
@@ -257,7 +254,6 @@ __asm__(".globl thaw_tramp_start\n"
         "  pop %r14\n"
         "  pop %r13\n"
         "  pop %r12\n"
-        "  pop %rbp\n"
         "  pop %rbx\n"
         "  ret\n"
         "2:\n"
@@ -285,12 +281,6 @@ __asm__(".globl thaw_tramp_start\n"
         "  mov $158, %eax\n" /* arch_prctl */
         "  syscall\n"
         "5:\n"
-        "  lock incl (%rbp)\n"
-        "  mov %rbp, %rdi\n"
-        "  mov $129, %esi\n" /* FUTEX_WAKE_PRIVATE */
-        "  mov $1, %edx\n"
-        "  mov $202, %eax\n" /* futex */
-        "  syscall\n"
         "  mov $15, %eax\n" /* rt_sigreturn */
         "  syscall\n"
         "  hlt\n"
@@ -304,7 +294,7 @@ _Static_assert(__builtin_offsetof(struct plan_thread, rseq_len) == 56, "clone st
 _Static_assert(__builtin_offsetof(struct plan_thread, rseq_sig) == 60, "clone stub offsets");
 extern char thaw_tramp_start[], thaw_tramp_clone[], thaw_tramp_end[];
 typedef long (*tramp_clone_fn)(u64 flags, u64 stack, u64 ptid, u64 ctid, u64 tls,
-                               const struct plan_thread *t, volatile u32 *started);
+                               const struct plan_thread *t);
 
 /* The compiler may emit calls to these for struct copies. */
 void *memset(void *d, int c, unsigned long n)
@@ -479,13 +469,17 @@ static int send_fd(int sock, int fd)
 }
 
 /* Recreates threads[1..] as glibc's pthread_create would (the new tids
- * written to glibc's copies), waits until each is on its last instructions
- * (in the trampoline page, which stays), and gives the main thread back its
- * own kernel-side state. After the go-ahead: a failure exits with
- * EXIT_THREADS, and the worker's greeting to the agent goes unanswered. */
+ * written to glibc's copies), and gives the main thread back its own
+ * kernel-side state. The main thread goes on without waiting for the new
+ * ones to run: each is a runnable thread whose first instructions (in the
+ * trampoline page, which stays) put it back where it was, as if the
+ * scheduler had not run it yet; waiting would cost a trip through the
+ * scheduler per thread, milliseconds on a loaded machine. A checkpoint
+ * lets a thread still there go on before it freezes the runtime. After the
+ * go-ahead: a failure exits with EXIT_THREADS, and the worker's greeting
+ * to the agent goes unanswered. */
 static void start_threads(const struct plan_header *h, const struct plan_thread *threads)
 {
-    volatile u32 *started = (volatile u32 *)(TRAMP_FRAME + h->frame_len);
     tramp_clone_fn clone_fn = (tramp_clone_fn)(TRAMP_ADDR + (u64)(thaw_tramp_clone - thaw_tramp_start));
     /* every signal blocked until each thread's frame sets its own mask */
     u64 all = ~0UL;
@@ -497,13 +491,10 @@ static void start_threads(const struct plan_header *h, const struct plan_thread 
         if (sys3(SYS_prctl, PR_SET_NAME, (long)t->comm, 0) < 0)
             sys3(SYS_exit_group, EXIT_THREADS, 0, 0);
         long r = clone_fn(flags, TRAMP_FRAME + t->frame_off + 8, t->clear_tid, t->clear_tid,
-                          t->fs_base, t, started);
+                          t->fs_base, t);
         if (r < 0)
             sys3(SYS_exit_group, EXIT_THREADS, 0, 0);
     }
-    u32 seen;
-    while ((seen = *started) < h->n_threads - 1)
-        sys6(SYS_futex, (long)started, FUTEX_WAIT_PRIVATE, seen, 0, 0, 0);
     const struct plan_thread *m = &threads[0];
     long r = sys3(SYS_prctl, PR_SET_NAME, (long)m->comm, 0);
     if (m->clear_tid)
@@ -864,8 +855,7 @@ void restorer_main(u64 *initial_sp)
     void *filter = auxv + h->auxv_words;
     char *frame = (char *)filter + (u64)h->n_filter * 8;
     char *strings = frame + h->frame_len;
-    /* the frames, then the u32 count of started threads (8 bytes kept) */
-    if (h->frame_len == 0 || h->frame_len + 8 > TRAMP_FRAME_MAX || h->frame_len % 8)
+    if (h->frame_len == 0 || h->frame_len > TRAMP_FRAME_MAX || h->frame_len % 8)
         fail(STEP_BAD_PLAN, EINVAL, 5);
     for (u32 i = 0; i < h->n_threads; i++)
         if (threads[i].frame_off % 8 || threads[i].frame_off >= h->frame_len ||

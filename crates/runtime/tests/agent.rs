@@ -383,7 +383,6 @@ fn restored(seed: &str) -> Request {
     Request::Restored {
         seed: seed.to_string(),
         unmap: None,
-        unmap_at_checkpoint: None,
     }
 }
 

@@ -38,14 +38,12 @@ pub enum Request {
     },
     PrepareCheckpoint,
     /// First request after a restore: re-seed (64 hex chars) and unmap the
-    /// restorer's trampoline (address, length) now, or (a restore with
-    /// several threads) when it next prepares a checkpoint.
+    /// restorer's trampoline (address, length), which a restore with
+    /// several threads leaves mapped instead (a checkpoint leaves it out).
     Restored {
         seed: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         unmap: Option<(u64, u64)>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        unmap_at_checkpoint: Option<(u64, u64)>,
     },
     AfterRestore {
         instance_id: String,
@@ -651,7 +649,6 @@ mod tests {
                 Request::Restored {
                     seed: "00".into(),
                     unmap: Some((4096, 8192)),
-                    unmap_at_checkpoint: None,
                 },
                 json!({"op": "restored", "seed": "00", "unmap": [4096, 8192]}),
             ),
@@ -659,9 +656,8 @@ mod tests {
                 Request::Restored {
                     seed: "00".into(),
                     unmap: None,
-                    unmap_at_checkpoint: Some((4096, 8192)),
                 },
-                json!({"op": "restored", "seed": "00", "unmap_at_checkpoint": [4096, 8192]}),
+                json!({"op": "restored", "seed": "00"}),
             ),
             (
                 Request::AfterRestore {

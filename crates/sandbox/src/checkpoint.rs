@@ -181,6 +181,54 @@ fn freeze_all(pid: i32, frozen: &mut Vec<i32>) -> Result<(), CheckpointError> {
     }
 }
 
+/// How long a restored thread may take to leave the restorer's trampoline
+/// before a checkpoint gives up.
+const TRAMPOLINE_DEADLINE: Duration = Duration::from_secs(2);
+
+/// [`freeze_all`], and again while some thread is still on its first
+/// instructions in the restorer's trampoline (a restore's main thread does
+/// not wait for the others to run them): every thread is let go for a
+/// moment first. Frozen outside it, no thread runs there again.
+fn freeze_outside_trampoline(pid: i32, frozen: &mut Vec<i32>) -> Result<(), CheckpointError> {
+    let deadline = Instant::now() + TRAMPOLINE_DEADLINE;
+    let span =
+        thaw_restorer::RESTORER_BASE..thaw_restorer::RESTORER_BASE + thaw_restorer::RESTORER_SPAN;
+    loop {
+        freeze_all(pid, frozen)?;
+        let mut inside = None;
+        for &tid in frozen.iter() {
+            if span.contains(&ptrace::get_regs(tid)?[REG_RIP]) {
+                inside = Some(tid);
+                break;
+            }
+        }
+        let Some(tid) = inside else {
+            return Ok(());
+        };
+        if Instant::now() > deadline {
+            fail!(
+                CheckpointError::Unresumable,
+                "thread {} (tid {tid}) is still in the restorer's trampoline after {} s",
+                thread_name(pid, tid),
+                TRAMPOLINE_DEADLINE.as_secs()
+            );
+        }
+        for tid in frozen.drain(..) {
+            ptrace::detach(tid)?;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// The restorer's trampoline, left mapped by a restore with several threads
+/// (anonymous memory at its fixed place): not the runtime's, and no thread
+/// is in it once frozen ([`freeze_outside_trampoline`]), so a snapshot
+/// leaves it out.
+fn trampoline_leftover(m: &MapsLine) -> bool {
+    let lo = thaw_restorer::TRAMP_ADDR;
+    m.inode == 0 && m.name.is_empty() && m.start >= lo && m.end <= lo + thaw_restorer::TRAMP_SIZE
+}
+
 /// System calls a restored thread cannot re-issue: they act on child
 /// processes or on the process's own life. (One that completed is fine: its
 /// result is in the registers.)
@@ -532,7 +580,7 @@ pub fn checkpoint(
         return Err(NotCheckpointable { reasons }.into());
     }
     let mut frozen = Vec::new();
-    let res = freeze_all(pid, &mut frozen)
+    let res = freeze_outside_trampoline(pid, &mut frozen)
         .map_err(|e| match e {
             CheckpointError::Other(e) => Context::new("freezing the runtime", e).into(),
             e => e,
@@ -603,6 +651,7 @@ fn dump(
                 continue;
             }
             "[vsyscall]" => continue,
+            _ if trampoline_leftover(m) => continue,
             _ => {}
         }
         let path = mapping_path(m, &root, origins)

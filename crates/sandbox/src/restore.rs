@@ -369,16 +369,15 @@ pub(crate) fn restore_with(
         .context("resuming the runtime")?;
     let mut seed = [0u8; 32];
     rand::Rng::fill(&mut rand::thread_rng(), &mut seed[..]);
-    // The main thread resumes once every other thread is on its last
-    // instructions in the trampoline; with threads, the agent unmaps it at
-    // its next checkpoint, when none can still be there.
+    // The main thread resumes without waiting for the others to leave the
+    // trampoline: with threads it stays mapped, and a checkpoint leaves it
+    // out of the snapshot once none is there.
     let trampoline = (r::TRAMP_ADDR, r::TRAMP_SIZE);
     let single = state.threads.len() == 1;
     sb.call(
         &crate::agent::Request::Restored {
             seed: hex::encode(seed),
             unmap: single.then_some(trampoline),
-            unmap_at_checkpoint: (!single).then_some(trampoline),
         },
         Duration::from_secs(30),
     )

@@ -2734,6 +2734,69 @@ fn instances_that_cannot_be_snapshotted_deploy_with_fresh_starts_and_say_why() {
     );
 }
 
+const TOOLS_FN: &str = "import subprocess\ndef handler(event):\n    cat = subprocess.run(['/bin/cat'], input=event['text'].encode(), capture_output=True, check=True)\n    ls = subprocess.run(['ls', '/usr/bin/sleep'], capture_output=True, check=True)\n    return {'cat': cat.stdout.decode(), 'ls': ls.stdout.decode().strip()}\n";
+const NODE_TOOLS_FN: &str = "const { execFileSync } = require('child_process');\nexports.handler = async (event) => ({\n  cat: execFileSync('/bin/cat', { input: event.text }).toString(),\n  ls: execFileSync('ls', ['/usr/bin/sleep']).toString().trim(),\n});\n";
+const NODE_CHILD_FN: &str = "const { spawn } = require('child_process');\nconst kids = [];\nexports.init = async () => { kids.push(spawn('/usr/bin/sleep', ['3600'])); };\nexports.handler = async () => ({ running: kids[0].exitCode === null });\n";
+
+/// The runtime root's basic tools (coreutils) run as child processes of a
+/// restored instance's invocation, in Python and Node.js; a Node.js init
+/// that leaves a child process running is refused by name, and deploys
+/// with fresh starts saying why.
+#[test]
+fn restored_functions_run_the_roots_coreutils_and_a_node_child_is_refused_by_name() {
+    let d = Daemon::start(test_config("tools"));
+    let node = |name: &str, src: &str| {
+        json!({
+            "name": name,
+            "runtime": "nodejs",
+            "handler": "m.handler",
+            "code": {"format": "file", "data_base64": b64(src.as_bytes()), "filename": "m.js"},
+        })
+    };
+    for mut req in [
+        file_deploy("tools", "m.handler", TOOLS_FN),
+        node("nodetools", NODE_TOOLS_FN),
+    ] {
+        req["snapshot"] = json!("required");
+        let name = req["name"].as_str().unwrap().to_string();
+        let v = deploy(&d, &req);
+        assert_eq!(v["start_type"], "restore", "{v}");
+        for _ in 0..2 {
+            let r = cold(&d, &name, &json!({"text": "meow"}));
+            assert_eq!(
+                r.json().unwrap(),
+                json!({"cat": "meow", "ls": "/usr/bin/sleep"}),
+                "{name}"
+            );
+        }
+    }
+    let mut req = node("nodechild", NODE_CHILD_FN);
+    req["init"] = json!("m.init");
+    req["snapshot"] = json!("required");
+    let r = d.post_json("/v1/functions", &req);
+    let (status, code, message) = error_of(&r);
+    assert_eq!(
+        (status, code.as_str()),
+        (422, "not_checkpointable"),
+        "{message}"
+    );
+    let named = |reasons: &Value| {
+        reasons.as_array().is_some_and(|a| {
+            a.iter().any(|x| {
+                x["kind"] == "process" && x["detail"].as_str().unwrap_or("").contains("sleep")
+            })
+        })
+    };
+    assert!(named(&r.json().unwrap()["reasons"]), "{message}");
+    req["snapshot"] = json!("auto");
+    let v = deploy(&d, &req);
+    assert_eq!(v["start_type"], "boot", "{v}");
+    assert!(named(&v["snapshot_refused"]), "{v}");
+    let r = d.invoke("nodechild", &json!(null));
+    assert_eq!(r.header("thaw-start-type"), Some("boot"));
+    assert_eq!(r.json().unwrap(), json!({"running": true}));
+}
+
 #[test]
 fn before_snapshot_runs_once_and_a_restored_instance_sees_what_it_did() {
     let d = Daemon::start(test_config("before"));

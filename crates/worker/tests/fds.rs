@@ -250,3 +250,78 @@ fn node_functions_snapshot_and_restore_with_every_strategy() {
         }
     }
 }
+
+/// A restored Node.js instance snapshots again (the restorer's trampoline,
+/// left mapped because it has several threads, is left out), and what that
+/// snapshot restores answers as the first generation did.
+#[test]
+fn a_restored_node_instance_snapshots_again() {
+    use thaw_worker::{invoke, InputSize};
+    let w = worker();
+    let f = "node_helloworld";
+    let size = InputSize::I;
+    let t = tier("node-again");
+    let snap = w.snapshot(f, &t).unwrap();
+    // eager: a mapped image could not be snapshotted again
+    let (mut sb, _) = w
+        .restore(RestoreRequest::new(&snap, StrategyKind::Eager))
+        .unwrap();
+    w.check(f, size, &invoke(&mut sb, size, T).unwrap().output)
+        .unwrap();
+    let (again, rep) = checkpoint(&mut sb, &t.path.join("again"), f, &w.root.hash)
+        .unwrap_or_else(|e| panic!("checkpoint of a restored {f}: {e:#}"));
+    assert!(rep.saved_fds >= 3, "{rep:?}");
+    // the original goes on
+    w.check(f, size, &invoke(&mut sb, size, T).unwrap().output)
+        .unwrap();
+    for s in [StrategyKind::Eager, StrategyKind::Mmap] {
+        let (mut sb2, _) = w
+            .restore(RestoreRequest::new(&again, s))
+            .unwrap_or_else(|e| panic!("second generation {s}: {e:#}"));
+        for _ in 0..2 {
+            w.check(f, size, &invoke(&mut sb2, size, T).unwrap().output)
+                .unwrap_or_else(|e| panic!("second generation {s}: {e:#}"));
+        }
+    }
+}
+
+/// V8 keeps the code it generates in executable memory, and the DRAM tier's
+/// tmpfs is mounted `noexec`: a split whose fast file is there restores all
+/// the same (the executable pages copied from it, not mapped), with the
+/// answers of a fresh instance, call after call.
+#[test]
+fn a_node_function_restores_tiered_from_the_noexec_dram_tier() {
+    use thaw_memory::tiering::CostParams;
+    use thaw_worker::{invoke, InputSize};
+    let w = worker();
+    let f = "node_helloworld";
+    let size = InputSize::I;
+    let fast = dram_tier("node-tiered");
+    let slow = disk_tier("node-tiered-slow");
+    let snap = w.snapshot(f, &fast).unwrap();
+    // SAFETY: statvfs fills the zeroed struct; the path is NUL-terminated.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    let dir = std::ffi::CString::new(snap.dir.to_str().unwrap()).unwrap();
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::statvfs(dir.as_ptr(), &mut st) }, 0);
+    assert_ne!(
+        st.f_flag & libc::ST_NOEXEC,
+        0,
+        "the DRAM tier is not noexec"
+    );
+    w.make_tiered(f, &fast, &slow, &[size], 1, &CostParams::default())
+        .unwrap();
+    for _ in 0..3 {
+        let (mut sb, rep) = w
+            .restore(RestoreRequest::new(&snap, StrategyKind::Tiered))
+            .unwrap_or_else(|e| panic!("{f} tiered: {e:#}"));
+        assert_eq!(rep.strategy, StrategyKind::Tiered, "{rep:?}");
+        assert!(rep.figures.tier_warning.is_empty(), "{rep:?}");
+        assert!(rep.copied_bytes > 0, "no executable page copied: {rep:?}");
+        for _ in 0..2 {
+            let out = invoke(&mut sb, size, T).unwrap().output;
+            w.check(f, size, &out)
+                .unwrap_or_else(|e| panic!("{f} tiered: {e:#}"));
+        }
+    }
+}

@@ -1,7 +1,6 @@
 //! Helpers shared by the worker's integration tests.
 #![allow(dead_code)]
 use serde_json::Value;
-use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::Duration;
 use thaw_sandbox::agent::{Reply, Request};
@@ -65,8 +64,24 @@ pub fn disk_tier(tag: &str) -> TestTier {
     test_tier("/var/tmp", "disk", "test disk", tag)
 }
 
-fn test_tier(root: &str, name: &'static str, description: &'static str, tag: &str) -> TestTier {
-    let path = PathBuf::from(format!("{root}/thaw-test-{}/{tag}", std::process::id()));
+/// A private tier inside the home's own DRAM tier, whose tmpfs thaw mounts
+/// `noexec` (unlike /dev/shm): files there cannot be mapped executable.
+pub fn dram_tier(tag: &str) -> TestTier {
+    let dram = worker().tier("tmpfs").expect("the DRAM tier");
+    let root = dram.path.parent().expect("the DRAM tier's mount");
+    test_tier(root, "tmpfs", "test DRAM tier", tag)
+}
+
+fn test_tier(
+    root: impl AsRef<std::path::Path>,
+    name: &'static str,
+    description: &'static str,
+    tag: &str,
+) -> TestTier {
+    let path = root
+        .as_ref()
+        .join(format!("thaw-test-{}", std::process::id()))
+        .join(tag);
     thaw_store::secure::remove_tree(&path).expect("removing an old test tier");
     TestTier(Tier {
         name,
