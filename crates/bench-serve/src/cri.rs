@@ -86,6 +86,9 @@ pub struct FunctionRow {
     /// runc's median over thaw's
     pub speedup_median: f64,
     pub speedup_min: f64,
+    /// each phase's median
+    pub runc_phases: Phases,
+    pub thaw_phases: Phases,
     pub thaw_starts: Vec<PodStart>,
 }
 
@@ -136,6 +139,8 @@ struct Node<'a> {
 struct Images {
     function: String,
     thaw: String,
+    /// the thaw image's archive (another node imports it too)
+    thaw_archive: PathBuf,
     runc: String,
     event: String,
 }
@@ -165,13 +170,6 @@ fn check(o: &Options) -> Result<()> {
         );
     }
     Ok(())
-}
-
-fn loadavg() -> f64 {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|s| s.split_whitespace().next()?.parse().ok())
-        .unwrap_or(f64::NAN)
 }
 
 /// A node's daemon configuration: snapshots shared through the remote
@@ -215,7 +213,7 @@ impl Drop for Store {
 /// Runs the benchmark on temporary homes (removed afterwards).
 pub fn run(o: &Options) -> Result<Report> {
     check(o)?;
-    let load_start = loadavg();
+    let load_start = thaw_bench::concurrency::loadavg();
     let root = thaw_runtime::ensure_root(&o.runtime_home, &mut |m| eprintln!("runtime: {m}"))?;
     for f in o.functions.iter().map(String::as_str).chain(
         DENSITY_FUNCTIONS
@@ -255,7 +253,7 @@ pub fn run(o: &Options) -> Result<Report> {
         |cfg| configure(cfg, o, shared),
         |_, socket_a| {
             let base =
-                std::env::temp_dir().join(format!("thaw-bench-cri-a-{}", std::process::id()));
+                std::env::temp_dir().join(format!("thaw-cri-containerd-a-{}", std::process::id()));
             let a = node(&base, socket_a, &root, &o.shim_dir, "10.88.0.0/24")?;
             let mut images = Vec::new();
             for f in &o.functions {
@@ -281,10 +279,11 @@ pub fn run(o: &Options) -> Result<Report> {
                     |cfg| configure(cfg, o, Some(sh)),
                     |_, socket_b| {
                         let base = std::env::temp_dir()
-                            .join(format!("thaw-bench-cri-b-{}", std::process::id()));
+                            .join(format!("thaw-cri-containerd-b-{}", std::process::id()));
                         let b = node(&base, socket_b, &root, &o.shim_dir, "10.89.0.0/24")?;
                         let mut rows = Vec::new();
                         for img in &images {
+                            b.cri.c.import(&img.thaw_archive)?;
                             eprintln!(
                                 "thaw bench cri: {} (remote vs local restore on a second node)",
                                 img.function
@@ -309,7 +308,7 @@ pub fn run(o: &Options) -> Result<Report> {
             })
         },
     )?;
-    report.loadavg_1m_end = loadavg();
+    report.loadavg_1m_end = thaw_bench::concurrency::loadavg();
     drop(store);
     Ok(report)
 }
@@ -366,11 +365,13 @@ fn build_images(n: &Node, root: &thaw_runtime::RootInfo, function: &str) -> Resu
     let src =
         std::fs::read(&src_path).with_context(|| format!("reading {}", src_path.display()))?;
     let has_init = String::from_utf8_lossy(&src).contains("\ndef init(");
-    let handler = format!("{function}.handler");
-    let init = has_init.then(|| format!("{function}.init"));
+    // the module is `main`: a suite function named like the library it
+    // imports (pyaes) would import itself
+    let handler = "main.handler".to_string();
+    let init = has_init.then(|| "main.init".to_string());
     let dir = n.cri.c.dir.join(format!("code-{function}"));
     std::fs::create_dir_all(&dir)?;
-    std::fs::write(dir.join(format!("{function}.py")), &src)?;
+    std::fs::write(dir.join("main.py"), &src)?;
     let thaw = format!("thaw.local/{}:bench", function.replace('_', "-"));
     let built = image::build(&image::ImageSpec {
         code: &dir,
@@ -378,12 +379,11 @@ fn build_images(n: &Node, root: &thaw_runtime::RootInfo, function: &str) -> Resu
         init: init.as_deref(),
         reference: &thaw,
     })?;
-    import(n, &format!("{function}-thaw"), &built.archive)?;
+    let thaw_archive = import(n, &format!("{function}-thaw"), &built.archive)?;
     let runc = format!("thaw.local/{}-runc:bench", function.replace('_', "-"));
-    let code_path = format!("function/{function}.py");
+    let code_path = "function/main.py".to_string();
     let mut env: Vec<String> = thaw_runtime::agent_env()
         .into_iter()
-        .filter(|(k, _)| k != "PYTHONPATH")
         .map(|(k, v)| format!("{k}={v}"))
         .collect();
     env.push(format!("FN_HANDLER={handler}"));
@@ -440,16 +440,18 @@ fn build_images(n: &Node, root: &thaw_runtime::RootInfo, function: &str) -> Resu
     Ok(Images {
         function: function.to_string(),
         thaw,
+        thaw_archive,
         runc,
         event,
     })
 }
 
-fn import(n: &Node, name: &str, archive: &[u8]) -> Result<()> {
+/// Writes `archive` beside the node's containerd and imports it; its path.
+fn import(n: &Node, name: &str, archive: &[u8]) -> Result<PathBuf> {
     let p = n.cri.c.dir.join(format!("{name}.oci.tar"));
     std::fs::write(&p, archive)?;
     n.cri.c.import(&p)?;
-    Ok(())
+    Ok(p)
 }
 
 /// Top-level symlinks of the runtime root (`bin -> usr/bin`, ...): the
@@ -489,8 +491,35 @@ fn root_dirs(root: &thaw_runtime::RootInfo) -> Result<Vec<String>> {
     Ok(out)
 }
 
-/// One pod from `runp` to its first answer: (ms, answer).
-fn pod_start(n: &Node, runtime: &str, image: &str, event: &str) -> Result<(f64, String)> {
+/// Where a pod start's time went, ms: `crictl runp` (the pod sandbox:
+/// its pause container and network), `create` + `start` of the function's
+/// container, `inspectp` (the pod's IP, as the kubelet reads it), and the
+/// first request until its answer.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct Phases {
+    pub runp_ms: f64,
+    pub create_start_ms: f64,
+    pub status_ms: f64,
+    pub first_response_ms: f64,
+}
+
+impl Phases {
+    /// Each phase's median over `ps`.
+    fn median(ps: &[Phases]) -> Phases {
+        let m = |f: fn(&Phases) -> f64| {
+            summarize(&ps.iter().map(f).collect::<Vec<_>>()).map_or(0.0, |s| s.median)
+        };
+        Phases {
+            runp_ms: m(|p| p.runp_ms),
+            create_start_ms: m(|p| p.create_start_ms),
+            status_ms: m(|p| p.status_ms),
+            first_response_ms: m(|p| p.first_response_ms),
+        }
+    }
+}
+
+/// One pod from `runp` to its first answer: (ms, answer, phases).
+fn pod_start(n: &Node, runtime: &str, image: &str, event: &str) -> Result<(f64, String, Phases)> {
     let i = n.pods.fetch_add(1, Ordering::SeqCst);
     let name = format!("p{i}-{runtime}");
     let dirs = root_dirs(n.root)?;
@@ -512,13 +541,24 @@ fn pod_start(n: &Node, runtime: &str, image: &str, event: &str) -> Result<(f64, 
         "thaw" => json!({"dev.thaw.memory-mb": POD_MEMORY_MB.to_string()}),
         _ => json!({}),
     };
+    let ms = |t: Instant| t.elapsed().as_secs_f64() * 1e3;
     let t0 = Instant::now();
     let pod = n.cri.run_pod(&name, runtime, annotations)?;
-    let res: Result<(f64, String)> = (|| {
+    let mut p = Phases {
+        runp_ms: ms(t0),
+        ..Phases::default()
+    };
+    let res: Result<(f64, String, Phases)> = (|| {
+        let t = Instant::now();
         n.cri.run_container(&pod, "fn", image, &[], &[], &mounts)?;
+        p.create_start_ms = ms(t);
+        let t = Instant::now();
         let ip = n.cri.pod_ip(&pod.id)?;
+        p.status_ms = ms(t);
+        let t = Instant::now();
         let answer = n.cri.netns.post_to(&ip, 8080, event, ANSWER_WAIT)?;
-        Ok((t0.elapsed().as_secs_f64() * 1e3, answer))
+        p.first_response_ms = ms(t);
+        Ok((ms(t0), answer, p))
     })();
     let removed = n.cri.remove_pod(&pod.id);
     let res = res.with_context(|| format!("pod {name} ({image} on {runtime})"))?;
@@ -596,21 +636,24 @@ fn summary(xs: &[f64]) -> Result<Summary> {
 /// runc vs thaw for one function: a warm-up pod each, then `runs`
 /// interleaved pairs; every answer checked against runc's first.
 fn compare(n: &Node, img: &Images, runs: usize) -> Result<FunctionRow> {
-    let (first_runc, want) = pod_start(n, "runc", &img.runc, &img.event)?;
+    let (first_runc, want, _) = pod_start(n, "runc", &img.runc, &img.event)?;
     let want = answer_value("runc", &want)?;
-    let (first_thaw, got) = pod_start(n, "thaw", &img.thaw, &img.event)?;
+    let (first_thaw, got, _) = pod_start(n, "thaw", &img.thaw, &img.event)?;
     if answer_value("thaw", &got)? != want {
         bail!("{}: thaw answered {got}, runc {want}", img.function);
     }
     let (mut runc, mut thaw, mut starts) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut runc_phases, mut thaw_phases) = (Vec::new(), Vec::new());
     for _ in 0..runs {
-        let (ms, a) = pod_start(n, "runc", &img.runc, &img.event)?;
+        let (ms, a, p) = pod_start(n, "runc", &img.runc, &img.event)?;
+        runc_phases.push(p);
         if answer_value("runc", &a)? != want {
             bail!("{}: runc answered {a}, then {want}", img.function);
         }
         runc.push(ms);
         no_idle(n)?;
-        let (ms, a) = pod_start(n, "thaw", &img.thaw, &img.event)?;
+        let (ms, a, p) = pod_start(n, "thaw", &img.thaw, &img.event)?;
+        thaw_phases.push(p);
         if answer_value("thaw", &a)? != want {
             bail!("{}: thaw answered {a}, runc {want}", img.function);
         }
@@ -633,6 +676,8 @@ fn compare(n: &Node, img: &Images, runs: usize) -> Result<FunctionRow> {
         speedup_min: r.min / t.min,
         runc: r,
         thaw: t,
+        runc_phases: Phases::median(&runc_phases),
+        thaw_phases: Phases::median(&thaw_phases),
         thaw_starts: starts,
     })
 }
@@ -658,7 +703,7 @@ fn density(
         no_idle(n)?;
         eprintln!("thaw bench cri: {pods} pods of {functions} functions at once on {runtime}");
         let t0 = Instant::now();
-        let results: Vec<Result<(f64, String)>> = std::thread::scope(|s| {
+        let results: Vec<Result<(f64, String, Phases)>> = std::thread::scope(|s| {
             let handles: Vec<_> = (0..pods)
                 .map(|i| {
                     let img = &images[i % functions];
@@ -684,12 +729,12 @@ fn density(
         let mut failures = Vec::new();
         for r in results {
             match r {
-                Ok((t, a)) if parse(&a).0 == 200 => {
+                Ok((t, a, _)) if parse(&a).0 == 200 => {
                     ms.push(t);
                     restores +=
                         usize::from(thaw_start(t, &a).start_type.as_deref() == Some("restore"));
                 }
-                Ok((_, a)) => failures.push(a.lines().next().unwrap_or("").to_string()),
+                Ok((_, a, _)) => failures.push(a.lines().next().unwrap_or("").to_string()),
                 Err(e) => failures.push(format!("{e:#}")),
             }
         }
@@ -753,7 +798,7 @@ fn remote(n: &Node, img: &Images, runs: usize) -> Result<RemoteRow> {
         for f in deployed(n)? {
             client(n).request("DELETE", &format!("/v1/functions/{f}"), None)?;
         }
-        let (ms, a) = pod_start(n, "thaw", &img.thaw, &img.event)?;
+        let (ms, a, _) = pod_start(n, "thaw", &img.thaw, &img.event)?;
         answer_value("thaw", &a)?;
         let s = thaw_start(ms, &a);
         if (s.start_type.as_deref(), s.tier.as_deref()) != (Some("restore"), Some("remote")) {
@@ -769,7 +814,7 @@ fn remote(n: &Node, img: &Images, runs: usize) -> Result<RemoteRow> {
         };
         kept_locally(n, name)?;
         no_idle(n)?;
-        let (ms, a) = pod_start(n, "thaw", &img.thaw, &img.event)?;
+        let (ms, a, _) = pod_start(n, "thaw", &img.thaw, &img.event)?;
         answer_value("thaw", &a)?;
         let s = thaw_start(ms, &a);
         if (s.start_type.as_deref(), s.tier.as_deref()) != (Some("restore"), Some("tmpfs")) {
@@ -810,6 +855,15 @@ pub fn markdown(r: &Report) -> String {
             f.first_runc_ms,
             f.first_thaw_ms
         );
+    }
+    s += "\n| function | runtime | runp ms | create + start ms | inspectp ms | first request to answer ms |\n|---|---|---|---|---|---|\n";
+    for f in &r.functions {
+        for (rt, p) in [("runc", &f.runc_phases), ("thaw", &f.thaw_phases)] {
+            s += &format!(
+                "| {} | {rt} | {:.0} | {:.0} | {:.0} | {:.0} |\n",
+                f.function, p.runp_ms, p.create_start_ms, p.status_ms, p.first_response_ms
+            );
+        }
     }
     if !r.density.is_empty() {
         s += "\n| runtime | pods at once | functions | answered | first response ms (min / median / p99) | all answered after ms | restores |\n|---|---|---|---|---|---|---|\n";

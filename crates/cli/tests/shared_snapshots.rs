@@ -2,29 +2,14 @@
 //! daemons on homes of their own, both with `shared_snapshots`, and one
 //! MinIO (`thaw tier setup --tiers remote` on a third home) that both use
 //! as their slow snapshot tier.
+mod common;
+
 use base64::Engine as _;
+use common::thaw;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 use thaw_client::{Client, Response, Target};
-
-const THAW: &str = env!("CARGO_BIN_EXE_thaw");
-
-fn thaw(home: &Path, args: &[&str]) -> (bool, String) {
-    let out = Command::new(THAW)
-        .arg("--home")
-        .arg(home)
-        .args(args)
-        .output()
-        .expect("running thaw");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), text)
-}
 
 /// The object store both nodes use, on a home of its own: torn down and
 /// its home removed when this goes (also on a failure).

@@ -438,7 +438,9 @@ fn build(
     result
 }
 
-/// What a deploy does about the snapshot shared across nodes.
+/// What a deploy does about the snapshot shared across nodes (one per
+/// deploy: its size does not matter).
+#[allow(clippy::large_enum_variant)]
 enum Share {
     /// nothing (not shared, or a copy this node cannot restore)
     None,

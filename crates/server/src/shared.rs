@@ -147,7 +147,7 @@ pub enum Found {
     /// nothing published yet
     Absent,
     /// a copy this node can restore
-    Usable(Manifest),
+    Usable(Box<Manifest>),
     /// a copy from another kind of machine (the reason)
     Refused(String),
 }
@@ -180,7 +180,7 @@ pub fn lookup(app: &App, key: &str) -> anyhow::Result<Found> {
         .map_err(|e| anyhow::anyhow!("the published manifest of {name} is corrupt: {e}"))?;
     Ok(match refusal(&m, &app.worker.root.hash) {
         Some(why) => Found::Refused(why),
-        None => Found::Usable(m),
+        None => Found::Usable(Box::new(m)),
     })
 }
 

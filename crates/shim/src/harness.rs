@@ -162,6 +162,9 @@ state = "{d}/state"
   path = "{d}/opt"
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "{PAUSE_IMAGE}"
+  # runc pods: their specs ask for a negative oom_score_adj, which this
+  # host's root may not set (no CAP_SYS_RESOURCE); keep it at containerd's
+  restrict_oom_score_adj = true
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
 [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]

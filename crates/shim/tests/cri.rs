@@ -10,7 +10,7 @@ use common::*;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-use thaw_shim::harness::Cri;
+use thaw_shim::harness::{Cri, Pod};
 
 /// A private containerd serving CRI in its own network namespace (the
 /// shared harness), with the sidecar image imported.

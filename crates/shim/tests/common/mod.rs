@@ -8,9 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 use thaw_client::{Client, Target};
-pub use thaw_shim::harness::{
-    self, processes_naming, Containerd, Netns, Pod, CNI_BIN, PAUSE_IMAGE, RUNTIME,
-};
+pub use thaw_shim::harness::{self, processes_naming, Containerd, Netns, PAUSE_IMAGE, RUNTIME};
 
 pub const NS: &str = "thawtest";
 
