@@ -13,6 +13,7 @@ use serde::Serialize;
 use serde_json::json;
 use std::time::{Duration, Instant};
 use thaw_bench::stats::{summarize, Summary};
+use thaw_worker::{RestoreRequest, StartStrategy};
 
 use thaw_client::{Client, Target};
 
@@ -42,7 +43,7 @@ pub struct Report {
     /// API / direct within each interleaved pair: load that drifts over
     /// the run moves both halves of a pair alike
     pub restore_pair_ratio: Summary,
-    pub strategy: String,
+    pub strategy: StartStrategy,
     pub tier: String,
 }
 
@@ -94,6 +95,11 @@ fn measure(app: &thaw_server::App, socket: &std::path::Path, o: &Options) -> Res
         .placed()
         .and_then(|p| p.stored.local().cloned())
         .context("deployed without a local snapshot")?;
+    let strategy = v
+        .rec
+        .strategy
+        .restore()
+        .context("deployed with fresh starts (no snapshot to restore)")?;
     let event = json!({"name": "bench"});
     let body = serde_json::to_vec(&event)?;
     let invoke = |c: &mut Client, q: &str| -> Result<f64> {
@@ -112,9 +118,11 @@ fn measure(app: &thaw_server::App, socket: &std::path::Path, o: &Options) -> Res
     let timeout = Duration::from_secs(30);
 
     // warm, interleaved: in-process on our own instance, then via the API
-    let (mut sb, _) = app
-        .worker
-        .restore_user(&snap, v.rec.strategy.parse()?, &v.func, None)?;
+    let (mut sb, _) = app.worker.restore(
+        RestoreRequest::new(&snap, strategy)
+            .function(&v.func)
+            .pool(None),
+    )?;
     invoke(&mut c, "")?;
     let (mut inproc, mut api) = (Vec::new(), Vec::new());
     for _ in 0..o.warm_runs {
@@ -164,13 +172,13 @@ fn measure(app: &thaw_server::App, socket: &std::path::Path, o: &Options) -> Res
             via_api.push(invoke(&mut c, "?force=cold")?);
         }
         let t = Instant::now();
-        let (mut sb, _) = app.worker.restore_user_ready(
-            &snap,
-            v.rec.strategy.parse()?,
-            &v.func,
-            &format!("direct-{i}"),
-            timeout,
+        // made ready as the daemon makes every restore
+        let (mut sb, _) = app.worker.restore(
+            RestoreRequest::new(&snap, strategy)
+                .function(&v.func)
+                .pool(None),
         )?;
+        thaw_worker::after_restore(&mut sb, &format!("direct-{i}"), timeout)?;
         let r = thaw_worker::invoke_event(&mut sb, &event, timeout)?;
         direct.push(ms(t));
         if let Err(e) = r.output {
@@ -198,7 +206,7 @@ fn measure(app: &thaw_server::App, socket: &std::path::Path, o: &Options) -> Res
         restore_pair_ratio: stats(&pairs)?,
         restore_direct_ms,
         restore_api_ms,
-        strategy: v.rec.strategy.clone(),
+        strategy: v.rec.strategy,
         tier: v.rec.tier.clone(),
     })
 }

@@ -18,6 +18,7 @@ use std::sync::Barrier;
 use std::time::Instant;
 use thaw_store::{secure, Snapshot, Tier};
 use thaw_worker::InputSize;
+use thaw_worker::RestoreRequest;
 use thaw_worker::{invoke, ms, StrategyKind, Worker, INVOKE_TIMEOUT};
 
 #[derive(Debug, Clone)]
@@ -146,15 +147,15 @@ fn batch(
                 scope.spawn(move || {
                     go.wait();
                     let t = Instant::now();
-                    let r =
-                        w.restore(snap, strategy)
-                            .map_err(Into::into)
-                            .and_then(|(mut sb, _)| {
-                                invoke(&mut sb, size, INVOKE_TIMEOUT)?;
-                                let cold_ms = ms(t);
-                                let added_kb = sb.memory_usage().unwrap_or(0) / 1024;
-                                Ok((sb, Start { cold_ms, added_kb }))
-                            });
+                    let r = w
+                        .restore(RestoreRequest::new(snap, strategy))
+                        .map_err(Into::into)
+                        .and_then(|(mut sb, _)| {
+                            invoke(&mut sb, size, INVOKE_TIMEOUT)?;
+                            let cold_ms = ms(t);
+                            let added_kb = sb.memory_usage().unwrap_or(0) / 1024;
+                            Ok((sb, Start { cold_ms, added_kb }))
+                        });
                     // Hold the instance until every start of the batch has answered.
                     done.wait();
                     r.map(|(_sb, s)| s)
@@ -212,7 +213,7 @@ pub fn run(
         }
         // Untimed: first-use costs (image verify, REAP's recording) stay out.
         for &s in &strategies {
-            let (mut sb, _) = w.restore(&snap, s)?;
+            let (mut sb, _) = w.restore(RestoreRequest::new(&snap, s))?;
             let inv = invoke(&mut sb, o.size, INVOKE_TIMEOUT)?;
             w.check(&o.function, o.size, &inv.output)
                 .with_context(|| format!("{} restored with {s} gave a wrong output", o.function))?;

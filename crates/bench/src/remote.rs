@@ -12,6 +12,7 @@ use thaw_tiers::moves::{self, Place};
 use thaw_tiers::objects::RemoteStore;
 use thaw_tiers::stream::Stream;
 use thaw_worker::InputSize;
+use thaw_worker::RestoreRequest;
 use thaw_worker::{invoke, StrategyKind, Worker, INVOKE_TIMEOUT};
 
 pub struct Options<'a> {
@@ -47,17 +48,14 @@ pub fn run(
     // as a worker does before its pool's idle timeout: the connections a
     // stream's first round needs are open
     store.warm(thaw_tiers::stream::FIRST_ROUND)?;
-    // a streamed restore needs a lazy strategy
-    let strategies: Vec<StrategyKind> = o
-        .strategies
-        .iter()
-        .copied()
-        .filter(|s| s.start().streams())
-        .collect();
+    // a streamed restore needs a strategy that restores from an arriving image
+    let streams = |s: &StrategyKind| thaw_restore::strategy(*s).streams();
+    let strategies: Vec<StrategyKind> = o.strategies.iter().copied().filter(streams).collect();
     if strategies.is_empty() {
         thaw_output::errln!(
-            "bench: tier {}: a streamed restore needs uffd or reap; nothing to measure",
-            o.tier
+            "bench: tier {}: a streamed restore needs one of {}; nothing to measure",
+            o.tier,
+            thaw_restore::names_of(thaw_restore::kinds_where(|s| s.streams()))
         );
         return Ok(Vec::new());
     }
@@ -70,7 +68,9 @@ pub fn run(
                 // untimed warm-up (first-use costs of the client and the restorer)
                 for &s in &strategies {
                     let mut stream = Stream::open(&w.home, store.clone(), &name)?;
-                    let (mut sb, _) = w.restore_streamed(&stream.snapshot, s, stream.inputs()?)?;
+                    let (mut sb, _) = w.restore(
+                        RestoreRequest::new(&stream.snapshot, s).streamed(stream.inputs()?),
+                    )?;
                     let inv = invoke(&mut sb, size, INVOKE_TIMEOUT)?;
                     w.check(f, size, &inv.output)
                         .with_context(|| format!("{f} streamed with {s} gave a wrong output"))?;
@@ -81,7 +81,7 @@ pub fn run(
                 let mut stream = None;
                 let mut start = || {
                     let st = stream.insert(Stream::open(&w.home, store.clone(), &name)?);
-                    Ok(w.restore_streamed(&st.snapshot, s, st.inputs()?)?)
+                    Ok(w.restore(RestoreRequest::new(&st.snapshot, s).streamed(st.inputs()?))?)
                 };
                 let rec = measure_start(
                     w,
@@ -121,7 +121,7 @@ fn upload(w: &Worker, store: &RemoteStore, o: &Options, f: &str, name: &str) -> 
     let snap = w.snapshot(f, &local)?;
     if !snap.dir.join(thaw_memory::working_set::WS_INDEX).exists() {
         thaw_output::errln!("bench: {f}: recording its REAP working set on {}", o.source);
-        let (mut sb, _) = w.restore(&snap, StrategyKind::Reap)?;
+        let (mut sb, _) = w.restore(RestoreRequest::new(&snap, StrategyKind::Reap))?;
         invoke(&mut sb, o.sizes[0], INVOKE_TIMEOUT)?;
     }
     let remote = Place::Remote {

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 use thaw_sandbox::Sandbox;
 use thaw_worker::InputSize;
+use thaw_worker::RestoreRequest;
 use thaw_worker::{invoke, ms, StrategyKind, Worker, INVOKE_TIMEOUT};
 
 #[derive(Debug, Clone)]
@@ -187,7 +188,7 @@ pub fn run(
                         Some(z) => w.fork_zygote(z)?,
                         None => continue,
                     },
-                    Start::Restore(k) => w.restore(&snap, k)?.0,
+                    Start::Restore(k) => w.restore(RestoreRequest::new(&snap, k))?.0,
                 };
                 let inv = invoke(&mut sb, size, INVOKE_TIMEOUT)?;
                 w.check(f, size, &inv.output)
@@ -399,7 +400,7 @@ fn measure_restore(
     }
     measure_start(
         w,
-        &mut || Ok(w.restore(snap, s)?),
+        &mut || Ok(w.restore(RestoreRequest::new(snap, s))?),
         f,
         size,
         s,

@@ -2,6 +2,7 @@
 //! function, restores it with every strategy, checks the outputs and prints a
 //! results table next to a fresh start.
 use anyhow::{Context, Result};
+use thaw_worker::RestoreRequest;
 use thaw_worker::{invoke, ms, InputSize, Runtime, StrategyKind, Worker, INVOKE_TIMEOUT};
 
 pub fn run(w: &Worker, functions: Option<Vec<String>>, tier: &str, size: InputSize) -> Result<()> {
@@ -51,7 +52,7 @@ pub fn run(w: &Worker, functions: Option<Vec<String>>, tier: &str, size: InputSi
         }
         let prepared = [StrategyKind::Reap, StrategyKind::Dax, StrategyKind::Tiered];
         for s in prepared.into_iter().filter(|s| measured(*s)) {
-            let (mut sb, _) = w.restore(&snap, s)?;
+            let (mut sb, _) = w.restore(RestoreRequest::new(&snap, s))?;
             invoke(&mut sb, size, INVOKE_TIMEOUT)?;
         }
         let mut best = f64::MAX;
@@ -62,7 +63,7 @@ pub fn run(w: &Worker, functions: Option<Vec<String>>, tier: &str, size: InputSi
             }
             snap.drop_page_cache()?;
             let t = std::time::Instant::now();
-            let (mut sb, _) = w.restore(&snap, s)?;
+            let (mut sb, _) = w.restore(RestoreRequest::new(&snap, s))?;
             let inv = invoke(&mut sb, size, INVOKE_TIMEOUT)?;
             let cold = ms(t);
             w.check(f, size, &inv.output)

@@ -5,6 +5,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use thaw_bench::start::{Start, StartType};
 use thaw_runtime::InputSize;
+use thaw_worker::RestoreRequest;
 use thaw_worker::StrategyKind;
 
 mod concurrency;
@@ -461,7 +462,7 @@ fn run(cli: Cli, matches: &clap::ArgMatches) -> Result<()> {
                 Start::Restore(s) => {
                     let snap = w.snapshot(&function, &w.tier(&tier)?)?;
                     let _slot = tiers::restore_slot(&home, &tier)?;
-                    w.restore(&snap, s)?.0
+                    w.restore(RestoreRequest::new(&snap, s))?.0
                 }
             };
             let inv = thaw_worker::invoke(&mut sb, size, thaw_worker::INVOKE_TIMEOUT)?;

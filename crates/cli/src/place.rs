@@ -6,6 +6,7 @@ use anyhow::{bail, Result};
 use std::path::Path;
 use thaw_policy::placement::{self, FunctionProfile, Placement, TierOption};
 use thaw_tiers::{device, TiersConfig};
+use thaw_worker::RestoreRequest;
 
 pub struct Options {
     pub functions: Vec<String>,
@@ -47,7 +48,8 @@ fn profile(
     // the first restore may only record the working set
     for _ in 0..2 {
         snap.drop_page_cache()?;
-        let (mut sb, rep) = w.restore(&snap, thaw_worker::StrategyKind::Reap)?;
+        let (mut sb, rep) =
+            w.restore(RestoreRequest::new(&snap, thaw_worker::StrategyKind::Reap))?;
         thaw_worker::invoke(
             &mut sb,
             thaw_worker::InputSize::I,
@@ -123,7 +125,7 @@ fn print_one(pl: &Placement, tiers: &[TierOption], explain: bool) {
         "{}\t{}\t{}",
         pl.function,
         pl.tier.as_deref().unwrap_or("NONE"),
-        pl.strategy.unwrap_or("-")
+        pl.strategy.map_or("-", |s| s.name())
     );
     if !explain {
         return;

@@ -120,7 +120,7 @@ pub struct DeployArgs {
     /// mmap, eager, uffd, reap, or boot (no snapshot); left out: chosen by
     /// the daemon's placement
     #[arg(long)]
-    pub strategy: Option<String>,
+    pub strategy: Option<thaw_worker::StartStrategy>,
     /// One of the daemon's two snapshot tiers (`--snapshot-tiers`, default
     /// tmpfs,disk); left out: chosen by the daemon's placement
     #[arg(long)]

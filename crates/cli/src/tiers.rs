@@ -8,6 +8,7 @@ use thaw_tiers::moves::{self, Place};
 use thaw_tiers::objects::RemoteStore;
 use thaw_tiers::probe;
 use thaw_tiers::{device, Kind, TierConfig, TiersConfig};
+use thaw_worker::RestoreRequest;
 
 #[derive(Subcommand)]
 pub enum TierCmd {
@@ -622,7 +623,8 @@ pub fn invoke_streamed(home: &Path, w: &thaw_worker::Worker, inv: &Invocation) -
         let _slot = restore_slot(home, tier)?;
         let stream = thaw_tiers::stream::Stream::open(home, store, &name)?;
         let t1 = std::time::Instant::now();
-        let started = w.restore_streamed(&stream.snapshot, strategy, stream.inputs()?);
+        let started =
+            w.restore(RestoreRequest::new(&stream.snapshot, strategy).streamed(stream.inputs()?));
         let (mut sb, rep) = started.map_err(|e| stream.explain(e.into()))?;
         let restore_ms = ms(t1);
         let inv = thaw_worker::invoke(&mut sb, size, thaw_worker::INVOKE_TIMEOUT)
@@ -743,7 +745,7 @@ fn invoke_fallback(
         "{failure:#}; falling back to the copy on tier {local}"
     ));
     let _slot = restore_slot(home, &local)?;
-    let (mut sb, _) = w.restore(&snap, req.strategy)?;
+    let (mut sb, _) = w.restore(RestoreRequest::new(&snap, req.strategy))?;
     let inv = thaw_worker::invoke(&mut sb, size, thaw_worker::INVOKE_TIMEOUT)?;
     let cold = thaw_worker::ms(t0);
     if req.check {

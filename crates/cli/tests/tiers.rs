@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use thaw_tiers::{device, remote::RemoteNet, TiersConfig};
 use thaw_worker::InputSize;
+use thaw_worker::RestoreRequest;
 use thaw_worker::StrategyKind;
 
 const THAW: &str = env!("CARGO_BIN_EXE_thaw");
@@ -326,7 +327,7 @@ fn restores_from_the_emulated_sata_tier_through_the_restore_path() {
     for strategy in [StrategyKind::Mmap, StrategyKind::Reap, StrategyKind::Reap] {
         snap.drop_page_cache().unwrap();
         let before = device_read_bytes(devno);
-        let (mut sb, rep) = w.restore(&snap, strategy).unwrap();
+        let (mut sb, rep) = w.restore(RestoreRequest::new(&snap, strategy)).unwrap();
         let inv = thaw_worker::invoke(&mut sb, InputSize::I, thaw_worker::INVOKE_TIMEOUT).unwrap();
         w.check("helloworld", InputSize::I, &inv.output).unwrap();
         let read = device_read_bytes(devno) - before;
@@ -369,7 +370,7 @@ fn a_stalled_device_fails_the_restore_within_its_io_timeout() {
         h.ok(&["tier", "stall", "sata"]);
         let t0 = std::time::Instant::now();
         let res = w
-            .restore(&snap, strategy)
+            .restore(RestoreRequest::new(&snap, strategy))
             .map_err(anyhow::Error::from)
             .and_then(|(mut sb, _)| {
                 Ok(thaw_worker::invoke(
@@ -393,7 +394,9 @@ fn a_stalled_device_fails_the_restore_within_its_io_timeout() {
     }
     // the stall is over: the same snapshot restores
     snap.drop_page_cache().unwrap();
-    let (mut sb, _) = w.restore(&snap, StrategyKind::Reap).unwrap();
+    let (mut sb, _) = w
+        .restore(RestoreRequest::new(&snap, StrategyKind::Reap))
+        .unwrap();
     let inv = thaw_worker::invoke(&mut sb, InputSize::I, thaw_worker::INVOKE_TIMEOUT).unwrap();
     w.check("helloworld", InputSize::I, &inv.output).unwrap();
     drop(sb);
@@ -422,7 +425,9 @@ fn restores_from(h: &Home, w: &thaw_worker::Worker, tier: &str) {
         .unwrap()
         .expect("a published snapshot");
     snap.drop_page_cache().unwrap();
-    let (mut sb, _) = w.restore(&snap, StrategyKind::Mmap).unwrap();
+    let (mut sb, _) = w
+        .restore(RestoreRequest::new(&snap, StrategyKind::Mmap))
+        .unwrap();
     let inv = thaw_worker::invoke(&mut sb, InputSize::I, thaw_worker::INVOKE_TIMEOUT).unwrap();
     w.check("helloworld", InputSize::I, &inv.output).unwrap();
 }
@@ -718,7 +723,9 @@ fn restores_stream_from_the_remote_tier_working_set_first_and_fail_clearly() {
     let (snap, _) = w.deploy("helloworld", &nvme).unwrap();
     {
         // the first REAP restore records the working set that travels first
-        let (mut sb, _) = w.restore(&snap, StrategyKind::Reap).unwrap();
+        let (mut sb, _) = w
+            .restore(RestoreRequest::new(&snap, StrategyKind::Reap))
+            .unwrap();
         thaw_worker::invoke(&mut sb, InputSize::I, thaw_worker::INVOKE_TIMEOUT).unwrap();
     }
     assert!(snap.dir.join("ws.json").exists(), "no working set recorded");
@@ -812,7 +819,8 @@ fn restores_stream_from_the_remote_tier_working_set_first_and_fail_clearly() {
     let res = (|| -> anyhow::Result<()> {
         let mut s = Stream::open(&h.0, store.clone(), &name)?;
         // every page on demand: a fault on the bad chunk kills the sandbox
-        let started = w.restore_streamed(&s.snapshot, StrategyKind::Uffd, s.inputs()?);
+        let started =
+            w.restore(RestoreRequest::new(&s.snapshot, StrategyKind::Uffd).streamed(s.inputs()?));
         let (mut sb, _) = started.map_err(|e| s.explain(e.into()))?;
         let r = thaw_worker::invoke(&mut sb, InputSize::I, thaw_worker::INVOKE_TIMEOUT);
         r.map_err(|e| s.explain(e.into()))?;
@@ -857,7 +865,7 @@ fn restores_stream_from_the_remote_tier_working_set_first_and_fail_clearly() {
     unsafe { libc::kill(pid, libc::SIGSTOP) };
     let t0 = std::time::Instant::now();
     let res = w
-        .restore_streamed(&s.snapshot, StrategyKind::Uffd, s.inputs().unwrap())
+        .restore(RestoreRequest::new(&s.snapshot, StrategyKind::Uffd).streamed(s.inputs().unwrap()))
         .map_err(anyhow::Error::from)
         .and_then(|(mut sb, _)| {
             Ok(thaw_worker::invoke(
@@ -1424,7 +1432,9 @@ fn tiered_maps_its_slow_file_from_pmem_in_place() {
                 .modified()
                 .unwrap();
             // the split's mmap restores (its all-DRAM baseline) recorded the write set
-            let (mut sb, r) = w.restore(&snap, StrategyKind::Tiered).unwrap();
+            let (mut sb, r) = w
+                .restore(RestoreRequest::new(&snap, StrategyKind::Tiered))
+                .unwrap();
             assert_eq!(r.strategy, StrategyKind::Tiered, "{f}: {r:?}");
             assert!(
                 r.figures.slow_in_place && r.figures.slow_tier == "pmem",

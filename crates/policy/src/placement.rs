@@ -24,6 +24,8 @@
 //!   `max_slowdown` of the fastest one's, the choice minimises storage cost
 //!   x estimated cold start (placement's figure of merit).
 
+pub use thaw_strategy_kind::StrategyKind;
+
 /// What was measured about one function.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -63,7 +65,7 @@ pub struct TierOption {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Estimate {
     pub tier: String,
-    pub strategy: &'static str,
+    pub strategy: StrategyKind,
     pub memory_ms: f64,
     pub cold_ms: f64,
     pub cost_per_month: f64,
@@ -76,7 +78,7 @@ pub struct Placement {
     pub function: String,
     /// None when no tier qualifies
     pub tier: Option<String>,
-    pub strategy: Option<&'static str>,
+    pub strategy: Option<StrategyKind>,
     pub estimates: Vec<Estimate>,
     /// one sentence per step of the decision
     pub explanation: Vec<String>,
@@ -105,20 +107,20 @@ const PAGE_MIB: f64 = 4096.0 / (1024.0 * 1024.0);
 const MIB: f64 = 1024.0 * 1024.0;
 
 /// Memory part of a cold start (ms) and the strategy that gives it.
-pub fn memory_estimate(f: &FunctionProfile, t: &TierOption) -> (&'static str, f64) {
+pub fn memory_estimate(f: &FunctionProfile, t: &TierOption) -> (StrategyKind, f64) {
     let stream_ms = f.ws_mib * MIB / (t.read_mbps * 1e6) * 1e3;
     if t.byte_addressable {
-        return ("dax", stream_ms);
+        return (StrategyKind::Dax, stream_ms);
     }
     if t.remote {
-        return ("reap", 2.0 * t.access_us / 1e3 + stream_ms);
+        return (StrategyKind::Reap, 2.0 * t.access_us / 1e3 + stream_ms);
     }
     let reap = t.access_us / 1e3 + stream_ms;
     let mmap = f.ws_mib / PAGE_MIB * t.access_us / 1e3;
     if mmap < reap {
-        ("mmap", mmap)
+        (StrategyKind::Mmap, mmap)
     } else {
-        ("reap", reap)
+        (StrategyKind::Reap, reap)
     }
 }
 
@@ -390,7 +392,7 @@ mod tests {
         assert_eq!(light.tier.as_deref(), Some("nvme"));
         assert_eq!(light_big.tier.as_deref(), Some("dram"));
         assert_eq!(heavy.tier.as_deref(), Some("remote"));
-        assert_eq!(heavy.strategy, Some("reap"));
+        assert_eq!(heavy.strategy, Some(StrategyKind::Reap));
         assert_eq!(light.explanation.len(), 3);
     }
 
@@ -415,8 +417,8 @@ mod tests {
     #[test]
     fn block_tiers_prefer_reap_for_real_working_sets() {
         let f = func(1.0, 10.0);
-        assert_eq!(memory_estimate(&f, &tiers()[2]).0, "reap");
-        assert_eq!(memory_estimate(&f, &tiers()[0]).0, "dax");
+        assert_eq!(memory_estimate(&f, &tiers()[2]).0, StrategyKind::Reap);
+        assert_eq!(memory_estimate(&f, &tiers()[0]).0, StrategyKind::Dax);
     }
 
     /// storage cost x cold-start-weighted mean cold start of an assignment

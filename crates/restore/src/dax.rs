@@ -4,7 +4,8 @@
 //! ([`crate::writes`]). Byte-addressable tiers only.
 use crate::writes::Writes;
 use crate::{
-    Fill, FirstResponse, MemoryPlan, Runtime, Strategy, StrategyKind, StrategyReport, Target,
+    Fill, FirstResponse, MemoryPlan, Need, Requirement, Runtime, Strategy, StrategyKind,
+    StrategyReport, Target,
 };
 use crate::{Result, StrategyError};
 use thaw_error::fail;
@@ -18,6 +19,13 @@ pub(crate) struct Dax {
 impl Strategy for Dax {
     fn kind(&self) -> StrategyKind {
         StrategyKind::Dax
+    }
+
+    fn needs(&self) -> Option<Requirement> {
+        Some(Requirement {
+            needs: Need::ByteAddressableTier,
+            otherwise: StrategyKind::Mmap,
+        })
     }
 
     fn prepare(&mut self, t: &Target<'_>) -> Result<()> {

@@ -1,6 +1,6 @@
 //! Restore strategies: how a snapshot's saved memory comes back.
 //!
-//! A strategy is one object per restore ([`StrategyKind::start`]) whose
+//! A strategy is one object per restore ([`strategy`]) whose
 //! phases the sandbox's restore path calls in order:
 //!
 //! 1. [`Strategy::prepare`]: before the sandbox exists (it is built
@@ -15,9 +15,13 @@
 //! 4. [`Strategy::after_first_response`]: once the first invocation has
 //!    answered: record a working set or a write set, check drift.
 //!
-//! [`Strategy::report`] gives the strategy's figures and warnings. Adding a
-//! strategy is a new file here plus its line in [`StrategyKind`] (the enum,
-//! [`StrategyKind::ALL`] and [`StrategyKind::start`]).
+//! [`Strategy::report`] gives the strategy's figures and warnings; what a
+//! strategy can do ([`Strategy::streams`], [`Strategy::records_working_set`],
+//! [`Strategy::needs`]) is asked of its object too, so the daemon and the
+//! benchmarks decide nothing by a strategy's name. Adding a strategy is a
+//! new file here plus its line in [`strategy`] (the registration), and its
+//! variant in [`StrategyKind`] (crate `thaw-strategy-kind`, where the policy
+//! can name it).
 
 mod dax;
 mod eager;
@@ -35,82 +39,30 @@ use std::sync::Arc;
 use thaw_memory::{BoxError, MemoryLayout, PageServer, Region};
 use thaw_restorer as r;
 
-/// The restore strategies this build provides. The lowercase names are the
-/// CLI's, the API's and the reports' (unchanged wire format).
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Hash,
-    PartialOrd,
-    Ord,
-    Serialize,
-    Deserialize,
-    clap::ValueEnum,
-)]
-#[serde(rename_all = "lowercase")]
-pub enum StrategyKind {
-    /// copy every saved page before resume
-    Eager,
-    /// map the image file privately; the kernel faults pages in (but for
-    /// the pages an earlier clone's first response wrote, copied before resume)
-    Mmap,
-    /// anonymous memory served on fault by a userfaultfd page server
-    Uffd,
-    /// uffd, plus a recorded working set prefetched in one read (REAP)
-    Reap,
-    /// map the image in place with page tables built, copy the pages earlier
-    /// clones wrote (byte-addressable tiers only)
-    Dax,
-    /// pages mapped from a fast and a slow tier file by access count (TOSS)
-    Tiered,
+pub use thaw_strategy_kind::{StartStrategy, StrategyKind, UnknownStrategy};
+
+/// The strategies whose objects answer `can` with true (what a caller may
+/// use for a purpose, asked of the strategies rather than listed by name).
+pub fn kinds_where(can: impl Fn(&dyn Strategy) -> bool) -> impl Iterator<Item = StrategyKind> {
+    StrategyKind::ALL
+        .into_iter()
+        .filter(move |&k| can(strategy(k).as_ref()))
 }
 
-impl StrategyKind {
-    pub const ALL: [StrategyKind; 6] = [
-        StrategyKind::Eager,
-        StrategyKind::Mmap,
-        StrategyKind::Uffd,
-        StrategyKind::Reap,
-        StrategyKind::Dax,
-        StrategyKind::Tiered,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            StrategyKind::Eager => "eager",
-            StrategyKind::Mmap => "mmap",
-            StrategyKind::Uffd => "uffd",
-            StrategyKind::Reap => "reap",
-            StrategyKind::Dax => "dax",
-            StrategyKind::Tiered => "tiered",
-        }
-    }
-
-    /// A new strategy object for one restore (the registration).
-    pub fn start(self) -> Box<dyn Strategy> {
-        match self {
-            StrategyKind::Eager => Box::new(eager::Eager),
-            StrategyKind::Mmap => Box::<mmap::Mmap>::default(),
-            StrategyKind::Uffd => Box::new(uffd::Uffd),
-            StrategyKind::Reap => Box::<reap::Reap>::default(),
-            StrategyKind::Dax => Box::<dax::Dax>::default(),
-            StrategyKind::Tiered => Box::<tiered::Tiered>::default(),
-        }
-    }
-
-    /// The names, comma-separated, for messages.
-    pub fn names() -> String {
-        let v: Vec<_> = Self::ALL.iter().map(|s| s.name()).collect();
-        v.join(", ")
-    }
+/// The names of `kinds`, comma-separated, for messages.
+pub fn names_of(kinds: impl Iterator<Item = StrategyKind>) -> String {
+    kinds.map(StrategyKind::name).collect::<Vec<_>>().join(", ")
 }
 
-impl std::fmt::Display for StrategyKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
+/// A new strategy object for one restore of `kind` (the registration).
+pub fn strategy(kind: StrategyKind) -> Box<dyn Strategy> {
+    match kind {
+        StrategyKind::Eager => Box::new(eager::Eager),
+        StrategyKind::Mmap => Box::<mmap::Mmap>::default(),
+        StrategyKind::Uffd => Box::new(uffd::Uffd),
+        StrategyKind::Reap => Box::<reap::Reap>::default(),
+        StrategyKind::Dax => Box::<dax::Dax>::default(),
+        StrategyKind::Tiered => Box::<tiered::Tiered>::default(),
     }
 }
 
@@ -134,27 +86,6 @@ pub enum StrategyError {
 }
 
 type Result<T, E = StrategyError> = std::result::Result<T, E>;
-
-/// A strategy name that is not one of [`StrategyKind::ALL`].
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown restore strategy {name:?} (known: {known})")]
-pub struct UnknownStrategy {
-    pub name: String,
-    pub known: String,
-}
-
-impl std::str::FromStr for StrategyKind {
-    type Err = UnknownStrategy;
-    fn from_str(s: &str) -> Result<Self, UnknownStrategy> {
-        Self::ALL
-            .into_iter()
-            .find(|k| k.name() == s)
-            .ok_or_else(|| UnknownStrategy {
-                name: s.into(),
-                known: Self::names(),
-            })
-    }
-}
 
 /// How one region is filled at restore time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -296,6 +227,35 @@ impl MemoryPlan {
     }
 }
 
+/// What a strategy needs beyond a verified snapshot ([`Strategy::needs`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Requirement {
+    pub needs: Need,
+    /// the strategy that restores the same way without it
+    pub otherwise: StrategyKind,
+}
+
+/// See [`Requirement`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Need {
+    /// the snapshot on a byte-addressable tier (DRAM, pmem), to map its
+    /// image in place
+    ByteAddressableTier,
+    /// a TOSS tier layout, made by profiling the snapshot (`thaw split`)
+    TierLayout,
+}
+
+impl std::fmt::Display for Need {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Need::ByteAddressableTier => {
+                "the snapshot on a byte-addressable tier (DRAM or pmem), to map its image in place"
+            }
+            Need::TierLayout => "a TOSS tier layout, made by profiling the snapshot (thaw split)",
+        })
+    }
+}
+
 /// What [`Strategy::serve`] asks of the page server.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Serve {
@@ -417,6 +377,21 @@ pub trait Strategy: Send {
     /// The image may still be arriving while this strategy restores it.
     fn streams(&self) -> bool {
         false
+    }
+
+    /// The first invocation of a restore records what later restores
+    /// prefetch (REAP's working set), and restores are markedly slower
+    /// until one has: a caller with a sample invocation at hand (a deploy)
+    /// may make that restore itself, so its users' first restores prefetch.
+    fn records_working_set(&self) -> bool {
+        false
+    }
+
+    /// What this strategy needs beyond a verified snapshot, if anything
+    /// (without it, a restore fails or falls back: see the strategy), and
+    /// the strategy that restores the same way without it.
+    fn needs(&self) -> Option<Requirement> {
+        None
     }
 
     /// Phase 1, before the sandbox is built: checks and early reads.

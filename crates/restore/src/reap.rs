@@ -86,6 +86,10 @@ impl Strategy for Reap {
         true
     }
 
+    fn records_working_set(&self) -> bool {
+        true
+    }
+
     fn prepare(&mut self, t: &Target<'_>) -> Result<()> {
         let (dir, key, layout) = (t.dir.to_owned(), t.key.to_owned(), t.layout.clone());
         let arriving = t.arriving.clone();

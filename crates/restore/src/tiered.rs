@@ -7,8 +7,8 @@
 //! before resume ([`crate::writes`]).
 use crate::writes::Writes;
 use crate::{
-    uffd, FirstResponse, MemoryPlan, RegionPlan, Runtime, Strategy, StrategyKind, StrategyReport,
-    Target, IMAGE_FD,
+    uffd, FirstResponse, MemoryPlan, Need, RegionPlan, Requirement, Runtime, Strategy,
+    StrategyKind, StrategyReport, Target, IMAGE_FD,
 };
 use crate::{Result, StrategyError};
 use std::collections::HashSet;
@@ -36,6 +36,13 @@ impl Strategy for Tiered {
         } else {
             StrategyKind::Tiered
         }
+    }
+
+    fn needs(&self) -> Option<Requirement> {
+        Some(Requirement {
+            needs: Need::TierLayout,
+            otherwise: StrategyKind::Uffd,
+        })
     }
 
     fn prepare(&mut self, t: &Target<'_>) -> Result<()> {

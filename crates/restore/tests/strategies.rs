@@ -8,7 +8,9 @@ use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 use thaw_memory::{ImageSource, MemoryLayout, PageServer, Region, Run, PAGE_SIZE};
-use thaw_restore::{MemoryPlan, Runtime, Strategy, StrategyKind, Target, WsMode, IMAGE_FD};
+use thaw_restore::{
+    strategy, MemoryPlan, Need, Runtime, Strategy, StrategyKind, Target, WsMode, IMAGE_FD,
+};
 use thaw_restorer as r;
 
 const ANON_PAGES: u64 = 4;
@@ -208,14 +210,41 @@ fn register_uffd(f: &Fixture) -> OwnedFd {
     fd
 }
 
+/// What callers ask of the strategy objects instead of their names.
+#[test]
+fn capabilities_are_the_strategies_own() {
+    use StrategyKind::*;
+    let streaming: Vec<_> = thaw_restore::kinds_where(|s| s.streams()).collect();
+    assert_eq!(streaming, [Uffd, Reap]);
+    assert_eq!(thaw_restore::names_of(streaming.into_iter()), "uffd, reap");
+    let recording: Vec<_> = thaw_restore::kinds_where(|s| s.records_working_set()).collect();
+    assert_eq!(recording, [Reap]);
+    for k in StrategyKind::ALL {
+        match strategy(k).needs() {
+            None => assert!(![Dax, Tiered].contains(&k), "{k}"),
+            Some(r) => {
+                let want = match k {
+                    Dax => (Need::ByteAddressableTier, Mmap),
+                    Tiered => (Need::TierLayout, Uffd),
+                    _ => panic!("{k} needs {}", r.needs),
+                };
+                assert_eq!((r.needs, r.otherwise), want);
+                // what runs instead needs nothing more
+                assert!(strategy(r.otherwise).needs().is_none(), "{k}");
+            }
+        }
+    }
+}
+
 #[test]
 fn registration_names_and_wire_format() {
     for k in StrategyKind::ALL {
-        assert_eq!(k.start().kind(), k);
+        assert_eq!(strategy(k).kind(), k);
         assert_eq!(k.name().parse::<StrategyKind>().unwrap(), k);
         assert_eq!(serde_json::to_string(&k).unwrap(), format!("\"{k}\""));
     }
     let e = "fresh".parse::<StrategyKind>().unwrap_err();
+    assert_eq!(e.name, "fresh");
     assert!(
         e.to_string()
             .contains("eager, mmap, uffd, reap, dax, tiered"),
@@ -226,7 +255,7 @@ fn registration_names_and_wire_format() {
 #[test]
 fn eager_copies_every_saved_page() {
     let f = Fixture::new("eager");
-    let mut s = StrategyKind::Eager.start();
+    let mut s = strategy(StrategyKind::Eager);
     let p = prepare_and_plan(s.as_mut(), &f.target());
     assert!(!p.lazy());
     assert_eq!(fills(&p), [r::FILL_COPY, r::FILL_COPY]);
@@ -239,7 +268,7 @@ fn eager_copies_every_saved_page() {
 #[test]
 fn mmap_maps_every_saved_page_and_copies_its_write_set() {
     let f = Fixture::new("mmap");
-    let mut s = StrategyKind::Mmap.start();
+    let mut s = strategy(StrategyKind::Mmap);
     let p = prepare_and_plan(s.as_mut(), &f.target());
     assert!(!p.lazy() && p.extra_fds.is_empty());
     assert_eq!(fills(&p), [r::FILL_MAP, r::FILL_MAP]);
@@ -254,7 +283,7 @@ fn mmap_maps_every_saved_page_and_copies_its_write_set() {
         pager: None,
     };
     assert_eq!(s.after_first_response(&rt).write_set_pages, 1);
-    let mut s = StrategyKind::Mmap.start();
+    let mut s = strategy(StrategyKind::Mmap);
     let p = prepare_and_plan(s.as_mut(), &f.target());
     assert_eq!(
         fills(&p),
@@ -269,7 +298,7 @@ fn mmap_maps_every_saved_page_and_copies_its_write_set() {
         key: "another",
         ..f.target()
     };
-    let mut s = StrategyKind::Mmap.start();
+    let mut s = strategy(StrategyKind::Mmap);
     let p = prepare_and_plan(s.as_mut(), &other);
     assert_eq!(p.populated_bytes, 0);
     assert!(s.report().warnings[0].contains("stale"), "{:?}", s.report());
@@ -279,7 +308,7 @@ fn mmap_maps_every_saved_page_and_copies_its_write_set() {
 fn uffd_leaves_anonymous_memory_to_the_page_server() {
     let f = Fixture::new("uffd");
     let t = f.target();
-    let mut s = StrategyKind::Uffd.start();
+    let mut s = strategy(StrategyKind::Uffd);
     assert!(s.streams());
     let p = prepare_and_plan(s.as_mut(), &t);
     assert!(p.lazy());
@@ -298,7 +327,7 @@ fn reap_records_then_prefetches_and_detects_drift() {
     let f = Fixture::new("reap");
     let t = f.target();
     // no working set yet: this restore records one
-    let mut s = StrategyKind::Reap.start();
+    let mut s = strategy(StrategyKind::Reap);
     let p = prepare_and_plan(s.as_mut(), &t);
     assert!(p.lazy());
     // file pages are mapped from the image, not copied before resume...
@@ -309,7 +338,7 @@ fn reap_records_then_prefetches_and_detects_drift() {
         arriving: Some(Arc::new(Arrived)),
         ..f.target()
     };
-    let mut st = StrategyKind::Reap.start();
+    let mut st = strategy(StrategyKind::Reap);
     assert_eq!(fills(&st.plan(&streamed).unwrap()), [r::FILL_COPY]);
     let uffd = register_uffd(&f);
     assert!(s.serve(&t, uffd.as_fd()).unwrap().record);
@@ -350,7 +379,7 @@ fn reap_records_then_prefetches_and_detects_drift() {
     };
 
     // the next restore installs them before resume, in one read
-    let mut s = StrategyKind::Reap.start();
+    let mut s = strategy(StrategyKind::Reap);
     prepare_and_plan(s.as_mut(), &t);
     let uffd = register_uffd(&f);
     assert!(!s.serve(&t, uffd.as_fd()).unwrap().record);
@@ -383,7 +412,7 @@ fn reap_records_then_prefetches_and_detects_drift() {
 fn dax_populates_in_place_and_records_then_copies_its_write_set() {
     let f = Fixture::new("dax");
     let t = f.target();
-    let mut s = StrategyKind::Dax.start();
+    let mut s = strategy(StrategyKind::Dax);
     let p = prepare_and_plan(s.as_mut(), &t);
     assert!(!p.lazy());
     assert_eq!(fills(&p), [r::FILL_MAP_POPULATE, r::FILL_MAP_POPULATE]);
@@ -401,7 +430,7 @@ fn dax_populates_in_place_and_records_then_copies_its_write_set() {
     });
     assert_eq!(out.write_set_pages, 2, "{out:?}");
     // the next restore copies them before resume (writable mappings only)
-    let mut s = StrategyKind::Dax.start();
+    let mut s = strategy(StrategyKind::Dax);
     let p = prepare_and_plan(s.as_mut(), &t);
     assert_eq!(s.report().write_set_pages, 2);
     let writes: Vec<_> = p
@@ -421,7 +450,7 @@ fn dax_populates_in_place_and_records_then_copies_its_write_set() {
         dir: &disk,
         ..f.target()
     };
-    let e = StrategyKind::Dax.start().prepare(&on_disk).unwrap_err();
+    let e = strategy(StrategyKind::Dax).prepare(&on_disk).unwrap_err();
     std::fs::remove_dir_all(&disk).unwrap();
     assert!(
         matches!(e, thaw_restore::StrategyError::Unsuitable(_)),
@@ -434,7 +463,7 @@ fn tiered_maps_from_both_tier_files_or_falls_back_to_uffd() {
     let f = Fixture::new("tiered");
     let t = f.target();
     // no layout: plain uffd, with a warning in the report
-    let mut s = StrategyKind::Tiered.start();
+    let mut s = strategy(StrategyKind::Tiered);
     let p = prepare_and_plan(s.as_mut(), &t);
     assert_eq!(s.kind(), StrategyKind::Uffd);
     assert!(p.lazy());
@@ -473,7 +502,7 @@ fn tiered_maps_from_both_tier_files_or_falls_back_to_uffd() {
             },
         )
         .unwrap();
-        let mut s = StrategyKind::Tiered.start();
+        let mut s = strategy(StrategyKind::Tiered);
         let p = prepare_and_plan(s.as_mut(), &t);
         assert_eq!(s.kind(), StrategyKind::Tiered);
         assert!(!p.lazy());
@@ -496,7 +525,7 @@ fn tiered_maps_from_both_tier_files_or_falls_back_to_uffd() {
         });
         assert!(out.write_set_pages >= 1, "{out:?}");
         // the next restore copies the written pages before resume, as mmap does
-        let p = prepare_and_plan(StrategyKind::Tiered.start().as_mut(), &t);
+        let p = prepare_and_plan(strategy(StrategyKind::Tiered).as_mut(), &t);
         let writes: Vec<_> = p
             .runs
             .iter()

@@ -41,14 +41,14 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use thaw_memory::PageServer;
-pub use thaw_restore::{FirstResponse, StrategyKind, WsMode};
+pub use thaw_restore::{FirstResponse, StartStrategy, StrategyKind, WsMode};
 
 /// For readers that must sit in cgroups like a sandbox's (the tier probe).
 pub use cgroup::Cgroups as SandboxCgroups;
 pub use checkpoint::{checkpoint, CheckpointReport, NotCheckpointable, Refusal};
 pub use error::{RestoreError, SandboxError};
 pub use pool::{PoolStats, Prebuilt, SandboxPool};
-pub use restore::{restore, restore_streamed, RestoreReport, Streamed};
+pub use restore::{restore, RestoreArgs, RestoreReport, Streamed};
 pub use thaw_restore::Arriving;
 pub use zygote::Zygote;
 

@@ -71,52 +71,83 @@ pub struct RestoreReport {
 /// concurrency benchmark); a restorer that is truly stuck is still caught.
 const RESTORER_REPORT_DEADLINE: Duration = Duration::from_secs(60);
 
-/// Restores `snap` with `strategy` into a new sandbox on `root`.
-pub fn restore(
-    snap: &Snapshot,
-    root: &Path,
-    root_hash: &str,
-    strategy: StrategyKind,
-    cfg: &SandboxConfig,
-) -> Result<(Sandbox, RestoreReport), RestoreError> {
-    restore_with(snap, root, root_hash, strategy, cfg, Hooks::default())
+/// What [`restore`] restores, and how.
+pub struct RestoreArgs<'a> {
+    pub snapshot: &'a Snapshot,
+    /// the runtime root the snapshot was taken on
+    pub root: &'a Path,
+    /// the root's hash (a snapshot of another root is refused)
+    pub root_hash: &'a str,
+    pub strategy: StrategyKind,
+    pub cfg: &'a SandboxConfig,
+    /// a sandbox taken from a [`crate::SandboxPool`]; built here if `None`,
+    /// or if it was built on another root
+    pub prebuilt: Option<Prebuilt>,
+    /// the image is still arriving (the remote tier's streamed restore):
+    /// only a strategy that [`streams`](thaw_restore::Strategy::streams)
+    /// qualifies. REAP then needs a usable working set: recording one
+    /// would read pages that may not be there yet.
+    pub streamed: Option<Streamed>,
+    /// called with the restorer's pid once the restorer runs and before it
+    /// is sent its plan (it waits for the plan). A seam for tests that must
+    /// act on the restorer at a chosen point of its work, e.g. stop it
+    /// under ptrace; it must let the restorer run on before it reports
+    /// ready, because the restore then waits for it to resume itself.
+    pub on_spawn: Option<&'a mut dyn FnMut(i32)>,
 }
 
-/// [`restore`] into `prebuilt`, a sandbox taken from a [`crate::SandboxPool`]
-/// (built now if `None`, or if it was built on another root).
-pub fn restore_prebuilt(
-    snap: &Snapshot,
-    root: &Path,
-    root_hash: &str,
-    strategy: StrategyKind,
-    cfg: &SandboxConfig,
-    prebuilt: Option<Prebuilt>,
-) -> Result<(Sandbox, RestoreReport), RestoreError> {
-    let hooks = Hooks {
+impl<'a> RestoreArgs<'a> {
+    /// `snapshot` with `strategy` into a sandbox built now, from the
+    /// snapshot's own verified image.
+    pub fn new(
+        snapshot: &'a Snapshot,
+        root: &'a Path,
+        root_hash: &'a str,
+        strategy: StrategyKind,
+        cfg: &'a SandboxConfig,
+    ) -> RestoreArgs<'a> {
+        RestoreArgs {
+            snapshot,
+            root,
+            root_hash,
+            strategy,
+            cfg,
+            prebuilt: None,
+            streamed: None,
+            on_spawn: None,
+        }
+    }
+}
+
+/// Restores a snapshot into a new sandbox as `args` say.
+pub fn restore(args: RestoreArgs<'_>) -> Result<(Sandbox, RestoreReport), RestoreError> {
+    let RestoreArgs {
+        snapshot,
+        root,
+        root_hash,
+        strategy,
+        cfg,
+        prebuilt,
+        streamed,
+        on_spawn,
+    } = args;
+    let mut hooks = Hooks {
+        on_spawn,
         prebuilt,
         ..Hooks::default()
     };
-    restore_with(snap, root, root_hash, strategy, cfg, hooks)
-}
-
-/// [`restore`], calling `on_spawn` with the restorer's pid once the restorer
-/// runs and before it is sent its plan (it waits for the plan). A seam for
-/// tests that must act on the restorer at a chosen point of its work, e.g.
-/// stop it under ptrace; `on_spawn` must let it run on before the restorer
-/// reports ready, because the restore then waits for it to resume itself.
-pub fn restore_observed(
-    snap: &Snapshot,
-    root: &Path,
-    root_hash: &str,
-    strategy: StrategyKind,
-    cfg: &SandboxConfig,
-    on_spawn: &mut dyn FnMut(i32),
-) -> Result<(Sandbox, RestoreReport), RestoreError> {
-    let hooks = Hooks {
-        on_spawn: Some(on_spawn),
-        ..Hooks::default()
-    };
-    restore_with(snap, root, root_hash, strategy, cfg, hooks)
+    if let Some(streamed) = streamed {
+        if !thaw_restore::strategy(strategy).streams() {
+            return Err(anyhow!(
+                "a streamed restore needs a strategy that restores from an arriving image ({}), not {strategy}",
+                thaw_restore::names_of(thaw_restore::kinds_where(|s| s.streams()))
+            )
+            .into());
+        }
+        hooks.pager_source = Some(streamed.source);
+        hooks.image = Some((streamed.image, streamed.arriving));
+    }
+    restore_with(snapshot, root, root_hash, strategy, cfg, hooks)
 }
 
 /// A streamed restore's inputs.
@@ -126,35 +157,6 @@ pub struct Streamed {
     /// serves lazily restored pages, waiting for those not there yet
     pub source: Arc<dyn PageSource>,
     pub arriving: Arc<dyn Arriving>,
-}
-
-/// [`restore`] from an image that is still arriving (the remote tier's
-/// streamed restore): see [`Streamed`]. Only a lazy
-/// strategy qualifies. REAP needs a usable working set: recording one
-/// would read pages that may not be there yet. `prebuilt`: a sandbox built
-/// ahead (a pool's), else one is built here.
-pub fn restore_streamed(
-    snap: &Snapshot,
-    root: &Path,
-    root_hash: &str,
-    strategy: StrategyKind,
-    cfg: &SandboxConfig,
-    streamed: Streamed,
-    prebuilt: Option<Prebuilt>,
-) -> Result<(Sandbox, RestoreReport), RestoreError> {
-    if !strategy.start().streams() {
-        return Err(anyhow!(
-            "a streamed restore needs a lazy strategy (uffd or reap), not {strategy}"
-        )
-        .into());
-    }
-    let hooks = Hooks {
-        pager_source: Some(streamed.source),
-        image: Some((streamed.image, streamed.arriving)),
-        prebuilt,
-        ..Hooks::default()
-    };
-    restore_with(snap, root, root_hash, strategy, cfg, hooks)
 }
 
 /// Extra control for the profiler (where lazy pages come from, and whether
@@ -230,7 +232,7 @@ pub(crate) fn restore_with(
     };
 
     // phase 1, prepare: overlaps building the sandbox (REAP's read)
-    let mut strategy = kind.start();
+    let mut strategy = thaw_restore::strategy(kind);
     strategy.prepare(&target)?;
     // phase 2, plan: what the restorer maps, copies and leaves lazy (it
     // needs no sandbox, so on a block tier the copies can be asked for now)

@@ -7,9 +7,11 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
+use thaw_restore::Need;
 use thaw_runtime::Runtime;
+use thaw_sandbox::{StartStrategy, StrategyKind};
 use thaw_store::Snapshot;
-use thaw_worker::UserFunction;
+use thaw_worker::{RestoreRequest, UserFunction};
 
 use crate::app::App;
 use crate::archive::{self, Format};
@@ -90,7 +92,10 @@ pub struct DeployRequest {
     /// Given to the function like `env`, never shown or logged.
     #[serde(default)]
     pub secret_env: BTreeMap<String, String>,
-    pub strategy: Option<String>,
+    /// A strategy the daemon restores with ([`daemon_strategies`]) or
+    /// `boot` (none: chosen by placement).
+    #[serde(default, deserialize_with = "daemon_strategy")]
+    pub strategy: Option<StartStrategy>,
     pub tier: Option<String>,
     /// Invoked once before the snapshot (warms the instance up).
     pub sample_event: Option<Value>,
@@ -112,9 +117,68 @@ pub struct Code {
     pub filename: Option<String>,
 }
 
-/// Restore strategies a deploy may name; `boot` takes no snapshot (every
-/// new instance boots: for code that cannot be checkpointed).
-const STRATEGIES: [&str; 5] = ["mmap", "eager", "uffd", "reap", "boot"];
+/// The strategies the daemon restores with: those that need nothing beyond
+/// a verified snapshot ([`thaw_restore::Strategy::needs`]). A deploy may
+/// also name `boot`: no snapshot, every new instance boots (for code that
+/// cannot be checkpointed).
+pub fn daemon_strategies() -> impl Iterator<Item = StrategyKind> {
+    thaw_restore::kinds_where(|s| s.needs().is_none())
+}
+
+/// Why the daemon cannot give a strategy what it needs.
+fn unmet(need: Need) -> &'static str {
+    match need {
+        Need::ByteAddressableTier => {
+            "the daemon's policy moves snapshots between its tiers, block and remote ones included"
+        }
+        Need::TierLayout => "the daemon makes no tier layouts",
+    }
+}
+
+/// A deploy's `strategy`, checked as it is read: a daemon strategy or
+/// `boot`; anything else is refused naming the daemon's strategies, and
+/// the known ones the daemon does not run, with why.
+fn daemon_strategy<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<StartStrategy>, D::Error> {
+    let Some(name) = Option::<String>::deserialize(d)? else {
+        return Ok(None);
+    };
+    let usable: Vec<_> = daemon_strategies()
+        .map(StrategyKind::name)
+        .chain([StartStrategy::Boot.name()])
+        .collect();
+    let usable = usable.join(", ");
+    let unsupported = |k: StrategyKind| {
+        thaw_restore::strategy(k).needs().map(|r| {
+            format!(
+                "{k} needs {} and {}; {} restores the same way without it",
+                r.needs,
+                unmet(r.needs),
+                r.otherwise
+            )
+        })
+    };
+    let refuse = |why: String| Err(serde::de::Error::custom(why));
+    match name.parse::<StartStrategy>() {
+        Err(_) => {
+            let others: Vec<_> = StrategyKind::ALL
+                .into_iter()
+                .filter_map(unsupported)
+                .collect();
+            refuse(format!(
+                "unknown strategy {name:?}: use one of {usable} (not supported by the daemon: {})",
+                others.join("; ")
+            ))
+        }
+        Ok(s) => match s.restore().and_then(unsupported) {
+            Some(why) => refuse(format!(
+                "strategy {name:?} is not supported by the daemon: {why} (use one of {usable})"
+            )),
+            None => Ok(Some(s)),
+        },
+    }
+}
 
 fn bad(msg: impl Into<String>) -> Error {
     Error::Invalid(msg.into())
@@ -229,19 +293,15 @@ pub async fn run(app: &Arc<App>, req: DeployRequest) -> Result<(Record, bool), E
     // `placement`); until then it is taken with mmap on tmpfs. A Node.js
     // process the checkpoint refuses (its threads and descriptors) deploys
     // with fresh starts and the reasons, as any other.
-    let strategy = req.strategy.clone().unwrap_or_else(|| "mmap".into());
-    if !STRATEGIES.contains(&strategy.as_str()) {
-        return Err(bad(format!(
-            "strategy {strategy:?}: use one of {}",
-            STRATEGIES.join(", ")
-        )));
-    }
+    let strategy = req
+        .strategy
+        .unwrap_or(StartStrategy::Restore(StrategyKind::Mmap));
     let required = match req.snapshot.as_deref() {
         None | Some("auto") => false,
         Some("required") => true,
         Some(o) => return Err(bad(format!("snapshot {o:?}: use auto or required"))),
     };
-    if required && strategy == "boot" {
+    if required && strategy == StartStrategy::Boot {
         return Err(bad("snapshot \"required\" contradicts strategy \"boot\""));
     }
     let tiers = app.cfg.snapshot_tiers.names();
@@ -300,7 +360,7 @@ pub async fn run(app: &Arc<App>, req: DeployRequest) -> Result<(Record, bool), E
             memory_mb,
             timeout_ms,
             max_instances,
-            &strategy,
+            strategy,
             &tier,
             required,
         )
@@ -335,7 +395,7 @@ fn build(
     memory_mb: u64,
     timeout_ms: u64,
     max_instances: u32,
-    strategy: &str,
+    strategy: StartStrategy,
     tier: &str,
     snapshot_required: bool,
 ) -> Result<FnVersion, Error> {
@@ -369,7 +429,7 @@ fn build(
             memory_mb,
             timeout_ms,
             max_instances,
-            strategy: strategy.to_string(),
+            strategy,
             // a snapshot is taken onto a local tier (`place` moves it on)
             tier: match tiering::is_remote(app, tier) {
                 true => app.cfg.snapshot_tiers.fast.clone(),
@@ -463,7 +523,7 @@ fn share(app: &App, rec: &mut Record, code_dir: &Path, req: &DeployRequest) -> S
         app,
         rec,
         code_dir,
-        req.strategy.as_deref(),
+        req.strategy.map(|s| s.name()),
         req.sample_event.as_ref(),
         !req.secret_env.is_empty(),
     ) {
@@ -477,7 +537,7 @@ fn share(app: &App, rec: &mut Record, code_dir: &Path, req: &DeployRequest) -> S
         Ok(Found::Absent) => Share::Publish(key),
         Ok(Found::Usable(m)) => {
             let stored = shared::fetched(app, rec, &key, &m);
-            let mut pl = PlacementInfo::requested(&rec.strategy, &rec.tier);
+            let mut pl = PlacementInfo::requested(rec.strategy, &rec.tier);
             pl.chosen_by = "shared".into();
             pl.reason = vec![format!(
                 "restored from the snapshot another node published as {} (streamed from tier {}, then kept on {})",
@@ -522,12 +582,12 @@ fn take(
     publish: Option<String>,
 ) -> Result<Option<Placed>, Error> {
     use crate::shared::{Role, SharedInfo};
-    let taken = match rec.strategy.as_str() {
-        "boot" => {
+    let taken = match rec.strategy {
+        StartStrategy::Boot => {
             check_boots(app, rec, func, req.sample_event.as_ref())?;
             None
         }
-        _ => match snapshot(app, rec, func, req.sample_event.as_ref())? {
+        StartStrategy::Restore(_) => match snapshot(app, rec, func, req.sample_event.as_ref())? {
             Ok(taken) => Some(taken),
             Err(reasons) if snapshot_required => return Err(Error::NotCheckpointable(reasons)),
             Err(reasons) => {
@@ -538,7 +598,7 @@ fn take(
         },
     };
     let Some((snap, info)) = taken else {
-        rec.placement = Some(PlacementInfo::requested(&rec.strategy, tier));
+        rec.placement = Some(PlacementInfo::requested(rec.strategy, tier));
         if let Some(key) = publish {
             rec.shared = Some(SharedInfo {
                 key,
@@ -577,7 +637,7 @@ fn take(
 /// A function whose instance cannot be snapshotted starts fresh every
 /// time; `reasons` say what stopped the snapshot.
 pub fn boot_instead(rec: &mut Record, reasons: Vec<thaw_sandbox::Refusal>) {
-    rec.strategy = "boot".into();
+    rec.strategy = StartStrategy::Boot;
     rec.snapshot = None;
     rec.snapshot_refused = Some(reasons);
 }
@@ -592,7 +652,7 @@ fn place(
     func: &UserFunction,
     req: &DeployRequest,
 ) -> Result<Stored, Error> {
-    let (strategy, tier) = (req.strategy.as_deref(), req.tier.as_deref());
+    let (strategy, tier) = (req.strategy, req.tier.as_deref());
     let pl = match (strategy, tier) {
         (Some(s), Some(t)) => PlacementInfo::requested(s, t),
         _ => {
@@ -623,7 +683,7 @@ fn place(
             info.dir = snap.dir.clone();
         }
     }
-    rec.strategy = pl.strategy.clone();
+    rec.strategy = pl.strategy;
     rec.tier = pl.tier.clone();
     rec.placement = Some(pl);
     Ok(stored)
@@ -882,27 +942,27 @@ pub fn snapshot(
     };
     let checkpoint_ms = t.elapsed().as_secs_f64() * 1e3;
     drop(sb);
-    if rec.strategy == "reap" {
-        if let Some(ev) = sample {
-            // REAP records its working set at a restore's first invocation:
-            // let the sample event be that one, so users' first restores
-            // already prefetch
-            // made ready as the pool makes every restore (left out, the
-            // after-restore step's pages were served one fault at a time,
-            // from the remote tier one chunk request each)
-            let timeout = Duration::from_millis(rec.timeout_ms.max(60_000));
-            let (mut sb, _) = app
-                .worker
-                .restore_user_ready(
-                    &snap,
-                    thaw_sandbox::StrategyKind::Reap,
-                    func,
-                    &rec.name,
-                    timeout,
-                )
-                .map_err(|e| bad(format!("recording the working set: {e:#}")))?;
-            warm_up(&mut sb, rec, Some(ev))?;
-        }
+    let recording = rec
+        .strategy
+        .restore()
+        .filter(|&k| thaw_restore::strategy(k).records_working_set());
+    if let (Some(k), Some(ev)) = (recording, sample) {
+        // the strategy records its working set at a restore's first
+        // invocation: let the sample event be that one, so users' first
+        // restores already prefetch; made ready as the pool makes every
+        // restore (left out, the after-restore step's pages were served one
+        // fault at a time, from the remote tier one chunk request each)
+        let timeout = Duration::from_millis(rec.timeout_ms.max(60_000));
+        let recorded = app
+            .worker
+            .restore(RestoreRequest::new(&snap, k).function(func).pool(None))
+            .map_err(thaw_worker::WorkerError::from)
+            .and_then(|(mut sb, _)| {
+                thaw_worker::after_restore(&mut sb, &rec.name, timeout)?;
+                Ok(sb)
+            });
+        let mut sb = recorded.map_err(|e| bad(format!("recording the working set: {e:#}")))?;
+        warm_up(&mut sb, rec, Some(ev))?;
     }
     let size_bytes = snap.manifest.state.len + snap.manifest.memory.len;
     let info = SnapshotInfo {

@@ -20,6 +20,7 @@ use crate::deploy::{self, DeployRequest};
 use crate::outcome;
 use crate::pool::{FnVersion, Mode, Refusal, StartType};
 use thaw_sandbox::agent::ErrorKind;
+use thaw_sandbox::StartStrategy;
 
 /// Every route, as (method, path): the OpenAPI test checks the file against it.
 pub const ROUTES: &[(&str, &str)] = &[
@@ -252,7 +253,7 @@ pub fn describe(v: &FnVersion, live: u32, idle: u32) -> Value {
         "before_snapshot": r.before_snapshot,
         "after_restore": r.after_restore,
         // how a new instance starts: from the snapshot, or fresh
-        "start_type": if r.strategy == "boot" { "boot" } else { "restore" },
+        "start_type": StartType::of_new(r.strategy).name(),
         "snapshot_refused": r.snapshot_refused,
         "env": r.env,
         "secret_env": r.secret_env,
@@ -407,7 +408,7 @@ async fn invoke(
     let invocation_id = hex::encode(rand::random::<[u8; 12]>());
     let start = lease.start;
     let predicted = lease.predicted.clone();
-    let created = lease.created.clone().unwrap_or_default();
+    let created = lease.created.clone();
     let queue_ms = lease.queue_ms;
     let timeout = Duration::from_millis(v.rec.timeout_ms);
     // the invocation runs on its own task: a client that goes away does not
@@ -452,34 +453,31 @@ async fn invoke(
     let hv = |s: &str| HeaderValue::from_str(s).unwrap_or(HeaderValue::from_static("-"));
     h.insert("thaw-invocation-id", hv(&invocation_id));
     h.insert("thaw-start-type", hv(start.name()));
-    h.insert(
-        "thaw-strategy",
-        hv(if start == StartType::Boot {
-            "boot"
-        } else {
-            &v.rec.strategy
-        }),
-    );
+    let strategy = match start {
+        StartType::Boot => StartStrategy::Boot,
+        _ => v.rec.strategy,
+    };
+    h.insert("thaw-strategy", hv(strategy.name()));
     // where this instance's snapshot was read from; for a warm start,
     // where the function's snapshot is now
     let tier = match start {
-        StartType::Restore => created.tier.clone(),
+        StartType::Restore => created.as_ref().map_or("-".into(), |c| c.tier.clone()),
         StartType::Warm => v.placed().map_or("-".into(), |p| p.tier),
         StartType::Boot => "-".into(),
     };
     h.insert("thaw-tier", hv(&tier));
-    h.insert("thaw-predicted-start", hv(predicted.0));
+    h.insert("thaw-predicted-start", hv(predicted.0.name()));
     h.insert("thaw-predicted-tier", hv(&predicted.1));
     let actual_tier = if start == StartType::Restore {
         tier.as_str()
     } else {
         "-"
     };
-    if (predicted.0, predicted.1.as_str()) != (start.name(), actual_tier) {
+    if (predicted.0, predicted.1.as_str()) != (start, actual_tier) {
         app.metrics
             .mispredictions
             .get_or_create(&crate::metrics::PredictionLabels {
-                predicted: format!("{}:{}", predicted.0, predicted.1),
+                predicted: format!("{}:{}", predicted.0.name(), predicted.1),
                 actual: format!("{}:{actual_tier}", start.name()),
             })
             .inc();
@@ -487,14 +485,12 @@ async fn invoke(
     h.insert("thaw-version", hv(&v.rec.version.to_string()));
     let mut timing = format!("queue;dur={queue_ms:.3}");
     if start != StartType::Warm {
-        let phase = if start == StartType::Boot {
-            "boot"
-        } else {
-            "restore"
-        };
-        timing += &format!(", {phase};dur={:.3}", created.create_ms);
+        let (create_ms, hook_ms) = created
+            .as_ref()
+            .map_or((0.0, 0.0), |c| (c.create_ms, c.hook_ms));
+        timing += &format!(", {};dur={create_ms:.3}", start.name());
         if start == StartType::Restore {
-            timing += &format!(", after_restore;dur={:.3}", created.hook_ms);
+            timing += &format!(", after_restore;dur={hook_ms:.3}");
         }
     }
     timing += &format!(", exec;dur={exec_ms:.3}, total;dur={:.3}", total * 1e3);

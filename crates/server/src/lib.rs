@@ -29,6 +29,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
+use thaw_sandbox::StartStrategy;
 use thaw_worker::Worker;
 
 pub use app::App;
@@ -196,7 +197,7 @@ fn recover(app: &App) -> Result<()> {
             }
         });
         let placed = match trusted {
-            _ if rec.strategy == "boot" => None,
+            _ if rec.strategy == StartStrategy::Boot => None,
             Some(p) => Some(p),
             None => {
                 // taken again onto the fast tier (the slow one may be

@@ -8,10 +8,10 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 use thaw_policy::placement::{self as model, FunctionProfile, TierOption};
-use thaw_sandbox::{StrategyKind, WsMode};
+use thaw_sandbox::{StartStrategy, StrategyKind, WsMode};
 use thaw_store::Snapshot;
 use thaw_tiers::{probe::ReaderResult, Kind, TierConfig};
-use thaw_worker::{UserFunction, Worker};
+use thaw_worker::{RestoreRequest, UserFunction, Worker};
 
 use crate::registry::Record;
 
@@ -49,7 +49,7 @@ pub fn tier_option(
 pub struct PlacementInfo {
     /// `request` (both named by the deploy) or `thaw` (at least one chosen)
     pub chosen_by: String,
-    pub strategy: String,
+    pub strategy: StartStrategy,
     pub tier: String,
     /// one sentence per step of the decision
     pub reason: Vec<String>,
@@ -60,10 +60,10 @@ pub struct PlacementInfo {
 }
 
 impl PlacementInfo {
-    pub fn requested(strategy: &str, tier: &str) -> PlacementInfo {
+    pub fn requested(strategy: StartStrategy, tier: &str) -> PlacementInfo {
         PlacementInfo {
             chosen_by: "request".into(),
-            strategy: strategy.into(),
+            strategy,
             tier: tier.into(),
             reason: vec![format!(
                 "the deploy request named strategy {strategy} and tier {tier}"
@@ -95,7 +95,11 @@ fn measure(
         Ok(t.elapsed().as_secs_f64() * 1e3)
     };
     let Some(ev) = sample else {
-        let (_, rep) = worker.restore_user(snap, StrategyKind::Mmap, func, None)?;
+        let (_, rep) = worker.restore(
+            RestoreRequest::new(snap, StrategyKind::Mmap)
+                .function(func)
+                .pool(None),
+        )?;
         let p = FunctionProfile {
             name: rec.name.clone(),
             image_mib,
@@ -109,12 +113,19 @@ fn measure(
     // the first restore records the working set at its first invocation;
     // both are made ready as the pool makes every restore (the working set
     // kept with the snapshot covers the after-restore step)
-    let (mut sb, _) =
-        worker.restore_user_ready(snap, StrategyKind::Reap, func, &rec.name, timeout)?;
+    let ready = || -> Result<_> {
+        let req = RestoreRequest::new(snap, StrategyKind::Reap)
+            .function(func)
+            .pool(None);
+        let (mut sb, rep) = worker.restore(req)?;
+        thaw_worker::after_restore(&mut sb, &rec.name, timeout)
+            .context("the after-restore step")?;
+        Ok((sb, rep))
+    };
+    let (mut sb, _) = ready()?;
     run(&mut sb, ev)?;
     drop(sb);
-    let (mut sb, rep) =
-        worker.restore_user_ready(snap, StrategyKind::Reap, func, &rec.name, timeout)?;
+    let (mut sb, rep) = ready()?;
     run(&mut sb, ev)?;
     let exec_ms = run(&mut sb, ev)?;
     let measured = rep.figures.ws_mode == WsMode::Prefetch;
@@ -133,14 +144,12 @@ fn measure(
     Ok((p, measured))
 }
 
-/// The model's strategy as the daemon runs it: a mapped image from a
-/// byte-addressable tier (`dax` in the model) is the daemon's `mmap`.
-fn daemon_strategy(s: &str) -> &str {
-    if s == "dax" {
-        "mmap"
-    } else {
-        s
-    }
+/// The model's strategy as the daemon runs it: one that needs what the
+/// daemon does not keep (see [`crate::deploy::daemon_strategies`]; `dax`,
+/// a mapped image on a byte-addressable tier) runs as the strategy that
+/// restores the same way without it (`mmap`).
+fn daemon_strategy(k: StrategyKind) -> StrategyKind {
+    thaw_restore::strategy(k).needs().map_or(k, |r| r.otherwise)
 }
 
 /// Chooses what the request left open among `tiers` (the daemon's, with
@@ -154,7 +163,7 @@ pub fn decide(
     snap: &Snapshot,
     func: &UserFunction,
     sample: Option<&Value>,
-    strategy: Option<&str>,
+    strategy: Option<StartStrategy>,
     tier: Option<&str>,
 ) -> Result<PlacementInfo> {
     let (profile, ws_measured) = measure(worker, rec, snap, func, sample)
@@ -173,29 +182,30 @@ pub fn decide(
         Some(t) => {
             let e = pl.estimates.iter().find(|e| e.tier == t);
             reason.push(format!("tier {t} named by the request"));
-            (t.to_string(), e.map_or("mmap", |e| e.strategy))
+            (t.to_string(), e.map_or(StrategyKind::Mmap, |e| e.strategy))
         }
         None => match (&pl.tier, pl.strategy) {
             (Some(t), Some(s)) => (t.clone(), s),
             _ => {
                 reason.push("falling back to tmpfs with mmap".into());
-                ("tmpfs".to_string(), "mmap")
+                ("tmpfs".to_string(), StrategyKind::Mmap)
             }
         },
     };
     let strategy = match strategy {
         Some(s) => {
             reason.push(format!("strategy {s} named by the request"));
-            s.to_string()
+            s
         }
         None => {
             let s = daemon_strategy(model_strategy);
-            if s != model_strategy {
+            if let Some(r) = thaw_restore::strategy(model_strategy).needs() {
                 reason.push(format!(
-                    "the model's {model_strategy} (a mapped image on a byte-addressable tier) runs as the daemon's {s}"
+                    "the model's {model_strategy} (it needs {}) runs as the daemon's {s}",
+                    r.needs
                 ));
             }
-            s.to_string()
+            StartStrategy::Restore(s)
         }
     };
     let estimates = pl

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use thaw_policy::{
     Action, Engine, FnId, InstanceId, Outcome, Policy, SnapshotLevel, Start, XferId,
 };
-use thaw_worker::{UserFunction, Worker};
+use thaw_worker::{RestoreRequest, UserFunction, Worker};
 use tokio::sync::oneshot;
 
 use crate::config::SnapshotTiers;
@@ -20,7 +20,7 @@ use crate::logs::{take_sandbox_output, LogEntry, Ring};
 use crate::metrics::Metrics;
 use crate::registry::Record;
 use crate::stored::{RemoteCopy, Stored};
-use thaw_sandbox::StrategyKind;
+use thaw_sandbox::{StartStrategy, StrategyKind};
 use thaw_tiers::slots::RestoreSlot;
 use thaw_tiers::stream::Stream;
 
@@ -77,12 +77,12 @@ pub fn level_of(tiers: &SnapshotTiers, tier: &str) -> SnapshotLevel {
 }
 
 /// The start the policy predicts, in the daemon's terms: (start type, tier).
-pub fn predicted(tiers: &SnapshotTiers, start: Start) -> (&'static str, String) {
+pub fn predicted(tiers: &SnapshotTiers, start: Start) -> (StartType, String) {
     match start {
-        Start::Warm => ("warm", "-".into()),
-        Start::Lukewarm => ("restore", tiers.fast.clone()),
-        Start::Remote => ("restore", tiers.slow.clone()),
-        Start::Cold => ("boot", "-".into()),
+        Start::Warm => (StartType::Warm, "-".into()),
+        Start::Lukewarm => (StartType::Restore, tiers.fast.clone()),
+        Start::Remote => (StartType::Restore, tiers.slow.clone()),
+        Start::Cold => (StartType::Boot, "-".into()),
     }
 }
 
@@ -94,11 +94,20 @@ pub enum StartType {
 }
 
 impl StartType {
+    /// How a new instance of a function that starts as `s` starts.
+    pub fn of_new(s: StartStrategy) -> StartType {
+        match s {
+            StartStrategy::Boot => StartType::Boot,
+            StartStrategy::Restore(_) => StartType::Restore,
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             StartType::Warm => "warm",
             StartType::Restore => "restore",
-            StartType::Boot => "boot",
+            // a boot is named as the start strategy is
+            StartType::Boot => StartStrategy::Boot.name(),
         }
     }
 }
@@ -114,7 +123,7 @@ pub enum Mode {
 }
 
 enum Next {
-    Create(InstanceId, f64, (&'static str, String)),
+    Create(InstanceId, f64, (StartType, String)),
     Wait(oneshot::Receiver<()>),
 }
 
@@ -157,11 +166,11 @@ pub struct JobDone {
 }
 
 /// What creating an instance took.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Created {
     pub create_ms: f64,
     pub hook_ms: f64,
-    pub strategy: String,
+    pub strategy: StartStrategy,
     /// the tier the snapshot was restored from ("-" for a boot)
     pub tier: String,
 }
@@ -245,7 +254,7 @@ pub struct Lease {
     inst: Option<Instance>,
     pub start: StartType,
     /// What the policy predicted: (start type, tier).
-    pub predicted: (&'static str, String),
+    pub predicted: (StartType, String),
     pub created: Option<Created>,
     pub queue_ms: f64,
     function: String,
@@ -679,7 +688,7 @@ impl Pool {
         v: &Arc<FnVersion>,
         policy_id: InstanceId,
         queue_ms: f64,
-        predicted: (&'static str, String),
+        predicted: (StartType, String),
     ) -> Result<Lease, Refusal> {
         let (tx, rx) = mpsc::channel::<Job>();
         let (ready_tx, ready_rx) = oneshot::channel();
@@ -743,7 +752,7 @@ impl Pool {
                     self.metrics
                         .restore
                         .get_or_create(&crate::metrics::RestoreLabels {
-                            strategy: c.strategy.clone(),
+                            strategy: c.strategy.to_string(),
                             tier: c.tier.clone(),
                         })
                         .observe(c.create_ms / 1e3);
@@ -977,8 +986,10 @@ fn instance_thread(
             let r = v
                 .rec
                 .strategy
-                .parse()
-                .map_err(anyhow::Error::from)
+                .restore()
+                .ok_or_else(|| {
+                    anyhow::anyhow!("{} boots its instances, yet has a snapshot", v.rec.name)
+                })
                 .and_then(|s| {
                     if let Some(t) = slot_tiers.get(&p.tier) {
                         slot = Some(RestoreSlot::acquire(&worker.home, t, SLOT_WAIT)?);
@@ -986,9 +997,11 @@ fn instance_thread(
                     Ok(s)
                 })
                 .and_then(|s| match &p.stored {
-                    Stored::Local(snap) => {
-                        Ok(worker.restore_user(snap, s, &v.func, v.sandboxes.as_ref())?)
-                    }
+                    Stored::Local(snap) => Ok(worker.restore(
+                        RestoreRequest::new(snap, s)
+                            .function(&v.func)
+                            .pool(v.sandboxes.as_ref()),
+                    )?),
                     Stored::Remote(copy) => {
                         let (started, s) = restore_streamed(&worker, copy, s, &v)?;
                         stream = Some(s);
@@ -1011,7 +1024,7 @@ fn instance_thread(
                 Created {
                     create_ms,
                     hook_ms: ms(t1),
-                    strategy: v.rec.strategy.clone(),
+                    strategy: v.rec.strategy,
                     tier,
                 },
             ))
@@ -1025,7 +1038,7 @@ fn instance_thread(
                     Created {
                         create_ms: ms(t0),
                         hook_ms: 0.0,
-                        strategy: "boot".into(),
+                        strategy: StartStrategy::Boot,
                         tier: "-".into(),
                     },
                 )
@@ -1169,8 +1182,9 @@ fn keep_shared(
 }
 
 /// A restore that streams `copy` from the remote tier (lazily: the
-/// function's strategy if it is `uffd`, else `reap`, whose working set
-/// travels first, or `uffd` when the snapshot has none). The stream must outlive the instance: it serves the
+/// function's strategy if it [streams](thaw_restore::Strategy::streams),
+/// else `reap`, whose working set travels first, or `uffd` when the
+/// snapshot has none). The stream must outlive the instance: it serves the
 /// pages that have not arrived yet.
 fn restore_streamed(
     worker: &Worker,
@@ -1179,19 +1193,19 @@ fn restore_streamed(
     v: &FnVersion,
 ) -> anyhow::Result<((thaw_sandbox::Sandbox, thaw_sandbox::RestoreReport), Stream)> {
     let stream = Stream::open(&copy.home, copy.store.clone(), &copy.name)?;
-    let strategy = match strategy {
-        StrategyKind::Uffd => StrategyKind::Uffd,
-        _ if stream.has_working_set => StrategyKind::Reap,
-        // a snapshot taken without a sample event has no working set yet
-        _ => StrategyKind::Uffd,
+    let streams = thaw_restore::strategy(strategy).streams();
+    let strategy = match (streams, stream.has_working_set) {
+        (true, _) if strategy != StrategyKind::Reap => strategy,
+        (_, true) => StrategyKind::Reap,
+        // no working set was recorded (no sample event): page by page
+        (_, false) => StrategyKind::Uffd,
     };
     let started = worker
-        .restore_user_streamed(
-            &stream.snapshot,
-            strategy,
-            &v.func,
-            stream.inputs()?,
-            v.sandboxes.as_ref(),
+        .restore(
+            RestoreRequest::new(&stream.snapshot, strategy)
+                .function(&v.func)
+                .pool(v.sandboxes.as_ref())
+                .streamed(stream.inputs()?),
         )
         .map_err(|e| stream.explain(e.into()))?;
     Ok((started, stream))

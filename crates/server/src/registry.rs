@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use thaw_sandbox::StartStrategy;
 
 /// What a deployed version is.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -43,7 +44,9 @@ pub struct Record {
     pub memory_mb: u64,
     pub timeout_ms: u64,
     pub max_instances: u32,
-    pub strategy: String,
+    /// How new instances start: restored with a strategy, or booted (on
+    /// disk and in the API, the strategy's name or `boot`).
+    pub strategy: StartStrategy,
     pub tier: String,
     pub snapshot: Option<SnapshotInfo>,
     /// The function's own Debian packages (none for older records).
@@ -324,5 +327,100 @@ impl Registry {
         }
         out.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use thaw_sandbox::StrategyKind;
+
+    /// A registry in a directory of its own, removed when dropped.
+    struct TempRegistry(Registry);
+
+    impl TempRegistry {
+        fn new(what: &str) -> TempRegistry {
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos();
+            let dir = std::env::temp_dir().join(format!(
+                "thaw-registry-{what}-{}-{nanos}",
+                std::process::id()
+            ));
+            TempRegistry(Registry::open(&dir).unwrap())
+        }
+    }
+
+    impl Drop for TempRegistry {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0.dir);
+        }
+    }
+
+    /// A record as the first daemon wrote it (strategy a plain string, none
+    /// of the fields added since) and one of a boot deploy.
+    fn old_record(name: &str, strategy: &str) -> String {
+        format!(
+            r#"{{
+  "name": "{name}",
+  "version": 1,
+  "handler": "m.handler",
+  "init": null,
+  "after_restore": null,
+  "env": {{}},
+  "secret_env": [],
+  "memory_mb": 128,
+  "timeout_ms": 30000,
+  "max_instances": 4,
+  "strategy": "{strategy}",
+  "tier": "tmpfs",
+  "snapshot": null,
+  "code_bytes": 10,
+  "code_files": 1,
+  "created_unix": 1700000000
+}}"#
+        )
+    }
+
+    #[test]
+    fn records_with_string_strategies_load_and_keep_their_format() {
+        let r = TempRegistry::new("old");
+        for (name, wire, want) in [
+            ("f-reap", "reap", StartStrategy::Restore(StrategyKind::Reap)),
+            ("f-mmap", "mmap", StartStrategy::Restore(StrategyKind::Mmap)),
+            ("f-boot", "boot", StartStrategy::Boot),
+        ] {
+            let vdir = r.0.version_dir(name, 1);
+            mkdir_private(&r.0.function_dir(name)).unwrap();
+            mkdir_private(&vdir).unwrap();
+            write_private(&vdir.join("record.json"), old_record(name, wire).as_bytes()).unwrap();
+            write_private(&vdir.join("secrets.json"), b"{}").unwrap();
+            let (rec, _) = r.0.load(name, 1).unwrap();
+            assert_eq!(rec.strategy, want, "{name}");
+            assert_eq!(rec.owner, "default");
+            // written back, the strategy is the same string
+            r.0.write_record(&rec, &BTreeMap::new()).unwrap();
+            let v: serde_json::Value =
+                serde_json::from_slice(&std::fs::read(vdir.join("record.json")).unwrap()).unwrap();
+            assert_eq!(v["strategy"], wire, "{name}");
+        }
+    }
+
+    #[test]
+    fn a_record_naming_no_known_strategy_is_refused_by_name() {
+        let r = TempRegistry::new("bad");
+        let vdir = r.0.version_dir("f", 1);
+        mkdir_private(&r.0.function_dir("f")).unwrap();
+        mkdir_private(&vdir).unwrap();
+        write_private(
+            &vdir.join("record.json"),
+            old_record("f", "teleport").as_bytes(),
+        )
+        .unwrap();
+        write_private(&vdir.join("secrets.json"), b"{}").unwrap();
+        let e = format!("{:#}", r.0.load("f", 1).unwrap_err());
+        assert!(e.contains("\"teleport\""), "{e}");
+        assert!(e.contains("record.json"), "{e}");
     }
 }

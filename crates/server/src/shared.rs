@@ -113,7 +113,7 @@ pub fn key(
     if has_secrets {
         return Err("a function with secret environment values is not published".into());
     }
-    if rec.strategy == "boot" {
+    if rec.strategy == thaw_sandbox::StartStrategy::Boot {
         return Err("strategy boot takes no snapshot".into());
     }
     let code = tree_digest(code_dir).map_err(|e| format!("reading the code tree: {e}"))?;

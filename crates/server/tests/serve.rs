@@ -872,6 +872,44 @@ fn bad_requests_get_clear_errors_and_the_daemon_keeps_serving() {
         assert!((400..=501).contains(&s) && s != 404, "{what}: {s} {m}");
         assert!(m.contains(needle), "{what}: {m}");
     }
+    // a strategy the daemon does not know, or does not run: 400 naming
+    // those it runs, and why the others are not among them
+    for (name, needles) in [
+        (
+            "teleport",
+            &[
+                "unknown strategy \"teleport\"",
+                "use one of eager, mmap, uffd, reap, boot",
+                "not supported by the daemon: dax needs the snapshot on a byte-addressable tier",
+                "tiered needs a TOSS tier layout",
+            ][..],
+        ),
+        (
+            "dax",
+            &[
+                "strategy \"dax\" is not supported by the daemon",
+                "moves snapshots between its tiers",
+                "mmap restores the same way without it",
+                "use one of eager, mmap, uffd, reap, boot",
+            ][..],
+        ),
+        (
+            "tiered",
+            &[
+                "strategy \"tiered\" is not supported by the daemon",
+                "makes no tier layouts",
+                "uffd restores the same way without it",
+            ][..],
+        ),
+    ] {
+        let mut req = file_deploy("h", "m.handler", ok_src);
+        req["strategy"] = json!(name);
+        let (s, e, m) = error_of(&d.post_json("/v1/functions", &req));
+        assert_eq!((s, e.as_str()), (400, "bad_request"), "{name}: {m}");
+        for n in needles {
+            assert!(m.contains(n), "{name}: {m:?} lacks {n:?}");
+        }
+    }
     // nothing published for any failed deploy
     let list = d.req("GET", "/v1/functions", None).json().unwrap();
     assert_eq!(list["functions"], json!([]), "{list}");

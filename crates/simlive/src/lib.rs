@@ -59,7 +59,7 @@ pub struct Args {
     pub max_instances: u32,
     /// Restore strategy of the deployed functions.
     #[arg(long, default_value = "mmap")]
-    pub strategy: String,
+    pub strategy: thaw_strategy_kind::StartStrategy,
     /// Calibration rounds: one restore and three warm starts per function
     /// replayed through `thaw load` on a daemon started empty; forced boots
     /// of a probe.
@@ -188,7 +188,7 @@ pub fn run(runtime_home: &Path, a: &Args) -> Result<compare::Comparison> {
             f.duration_ms,
             a.memory_mb,
             a.max_instances,
-            &a.strategy,
+            a.strategy,
         )?;
         checkpoints.push(dep.checkpoint_ms);
     }

@@ -136,7 +136,7 @@ pub fn deploy(
     duration_ms: u64,
     memory_mb: u64,
     max_instances: u32,
-    strategy: &str,
+    strategy: thaw_strategy_kind::StartStrategy,
 ) -> Result<Deployed> {
     let b64 = base64::engine::general_purpose::STANDARD.encode(CODE);
     let req = json!({
@@ -292,7 +292,14 @@ pub fn calibrated(starts: &[LiveStart], names: &[&str]) -> Result<Vec<(f64, f64)
 /// forced cold `runs` times, then removed.
 pub fn measure_boot(c: &mut Client, memory_mb: u64, runs: usize) -> Result<f64> {
     let name = "simlive-boot-probe";
-    deploy(c, name, 1, memory_mb, 4, "boot")?;
+    deploy(
+        c,
+        name,
+        1,
+        memory_mb,
+        4,
+        thaw_strategy_kind::StartStrategy::Boot,
+    )?;
     let mut boots = Vec::new();
     for _ in 0..runs {
         let (st, ms) = timed_invoke(c, name, true)?;

@@ -13,10 +13,10 @@ use thaw_runtime::RootInfo;
 pub use thaw_sandbox::agent::Invoked;
 use thaw_sandbox::agent::{Event, Reply, Request};
 use thaw_sandbox::{
-    checkpoint, CheckpointReport, RestoreError, RestoreReport, Sandbox, SandboxConfig,
+    checkpoint, CheckpointReport, RestoreArgs, RestoreError, RestoreReport, Sandbox, SandboxConfig,
     SandboxError, SandboxPool,
 };
-pub use thaw_sandbox::{StrategyKind, WsMode};
+pub use thaw_sandbox::{StartStrategy, StrategyKind, WsMode};
 use thaw_store::{Snapshot, Tier};
 
 pub use thaw_runtime::{FunctionInfo, InputSize, Runtime};
@@ -242,76 +242,30 @@ impl Worker {
         Ok(self.deploy_locked(function, lock)?.0)
     }
 
+    /// Restores an instance as `req` says (see [`RestoreRequest`]).
     pub fn restore(
         &self,
-        snap: &Snapshot,
-        strategy: StrategyKind,
+        req: RestoreRequest<'_>,
     ) -> Result<(Sandbox, RestoreReport), RestoreError> {
-        self.restore_with(snap, strategy, &self.cfg, self.pool.as_ref())
-    }
-
-    /// A restore from an image that is still arriving (see
-    /// [`thaw_sandbox::restore_streamed`]).
-    pub fn restore_streamed(
-        &self,
-        snap: &Snapshot,
-        strategy: StrategyKind,
-        streamed: thaw_sandbox::Streamed,
-    ) -> Result<(Sandbox, RestoreReport), RestoreError> {
-        self.restore_streamed_with(snap, strategy, &self.cfg, streamed, None)
-    }
-
-    /// A user function's streamed restore: same code mount and limits as
-    /// its fresh start; into a sandbox from `pool` when it has one.
-    pub fn restore_user_streamed(
-        &self,
-        snap: &Snapshot,
-        strategy: StrategyKind,
-        func: &UserFunction,
-        streamed: thaw_sandbox::Streamed,
-        pool: Option<&SandboxPool>,
-    ) -> Result<(Sandbox, RestoreReport), RestoreError> {
-        let cfg = func.sandbox_config(&self.cfg);
-        self.restore_streamed_with(snap, strategy, &cfg, streamed, pool)
-    }
-
-    fn restore_streamed_with(
-        &self,
-        snap: &Snapshot,
-        strategy: StrategyKind,
-        cfg: &SandboxConfig,
-        streamed: thaw_sandbox::Streamed,
-        pool: Option<&SandboxPool>,
-    ) -> Result<(Sandbox, RestoreReport), RestoreError> {
-        thaw_sandbox::restore_streamed(
-            snap,
+        let cfg = match req.function {
+            Some(f) => std::borrow::Cow::Owned(f.sandbox_config(&self.cfg)),
+            None => std::borrow::Cow::Borrowed(&self.cfg),
+        };
+        let pool = match req.sandbox {
+            SandboxFrom::WorkerPool => self.pool.as_ref(),
+            SandboxFrom::Pool(p) => Some(p),
+            SandboxFrom::BuiltNow => None,
+        };
+        let mut args = RestoreArgs::new(
+            req.snapshot,
             &self.root.path,
             &self.root.hash,
-            strategy,
-            cfg,
-            streamed,
-            take_prebuilt(pool, cfg),
-        )
-    }
-
-    /// Restores into a sandbox from `pool` when one was built for `cfg`,
-    /// else into one built now.
-    fn restore_with(
-        &self,
-        snap: &Snapshot,
-        strategy: StrategyKind,
-        cfg: &SandboxConfig,
-        pool: Option<&SandboxPool>,
-    ) -> Result<(Sandbox, RestoreReport), RestoreError> {
-        let prebuilt = take_prebuilt(pool, cfg);
-        thaw_sandbox::restore::restore_prebuilt(
-            snap,
-            &self.root.path,
-            &self.root.hash,
-            strategy,
-            cfg,
-            prebuilt,
-        )
+            req.strategy,
+            &cfg,
+        );
+        args.prebuilt = take_prebuilt(pool, &cfg);
+        args.streamed = req.streamed;
+        thaw_sandbox::restore(args)
     }
 
     /// Keeps `size` sandboxes built ahead for restores (0: none, each restore
@@ -374,6 +328,72 @@ fn remove_orphan_slow_files(tiers: &[Tier]) -> Result<Vec<PathBuf>> {
     Ok(removed)
 }
 
+/// One restore, as [`Worker::restore`] takes it: by default a suite
+/// function's instance (the worker's sandbox configuration) into a sandbox
+/// from the worker's pool if it has one waiting, from the snapshot's own
+/// image.
+pub struct RestoreRequest<'a> {
+    pub snapshot: &'a Snapshot,
+    pub strategy: StrategyKind,
+    /// a user function's instance: same code mount and limits as its fresh
+    /// start
+    pub function: Option<&'a UserFunction>,
+    pub sandbox: SandboxFrom<'a>,
+    /// the image is still arriving (the remote tier's streamed restore):
+    /// see [`thaw_sandbox::RestoreArgs::streamed`]
+    pub streamed: Option<thaw_sandbox::Streamed>,
+}
+
+/// Where a restore's sandbox comes from. A sandbox built ahead is taken
+/// only if it was built for the restore's configuration.
+#[derive(Clone, Copy)]
+pub enum SandboxFrom<'a> {
+    /// the worker's pool ([`Worker::set_pool`]) if it has one waiting, else
+    /// built now
+    WorkerPool,
+    /// this pool (e.g. [`Worker::user_pool`]'s) if it has one waiting, else
+    /// built now
+    Pool(&'a SandboxPool),
+    /// built now, on the restore's critical path
+    BuiltNow,
+}
+
+impl<'a> RestoreRequest<'a> {
+    pub fn new(snapshot: &'a Snapshot, strategy: StrategyKind) -> RestoreRequest<'a> {
+        RestoreRequest {
+            snapshot,
+            strategy,
+            function: None,
+            sandbox: SandboxFrom::WorkerPool,
+            streamed: None,
+        }
+    }
+
+    /// An instance of the user function `f`.
+    pub fn function(self, f: &'a UserFunction) -> RestoreRequest<'a> {
+        RestoreRequest {
+            function: Some(f),
+            ..self
+        }
+    }
+
+    /// Into a sandbox from `pool` when it has one, else one built now.
+    pub fn pool(self, pool: Option<&'a SandboxPool>) -> RestoreRequest<'a> {
+        RestoreRequest {
+            sandbox: pool.map_or(SandboxFrom::BuiltNow, SandboxFrom::Pool),
+            ..self
+        }
+    }
+
+    /// From an image that is still arriving.
+    pub fn streamed(self, streamed: thaw_sandbox::Streamed) -> RestoreRequest<'a> {
+        RestoreRequest {
+            streamed: Some(streamed),
+            ..self
+        }
+    }
+}
+
 /// What `Worker::tier` did.
 #[derive(Debug, Clone, Serialize)]
 pub struct TierReport {
@@ -426,7 +446,7 @@ impl Worker {
         for c in &mut profile.classes {
             let mut t = Vec::new();
             for _ in 0..3 {
-                let (mut sb, _) = self.restore(&snap, StrategyKind::Mmap)?;
+                let (mut sb, _) = self.restore(RestoreRequest::new(&snap, StrategyKind::Mmap))?;
                 t.push(invoke(&mut sb, c.name.parse()?, INVOKE_TIMEOUT)?.latency_ms);
             }
             t.sort_by(f64::total_cmp);
@@ -587,36 +607,6 @@ impl Worker {
         self.checkpoint_locked(sb, tier.lock_deploy(name)?, label)
     }
 
-    /// Restores a user function's instance: same code mount and limits as
-    /// its fresh start; into a sandbox from `pool` when it has one (a pool
-    /// built with [`Worker::user_pool`]).
-    pub fn restore_user(
-        &self,
-        snap: &Snapshot,
-        strategy: StrategyKind,
-        func: &UserFunction,
-        pool: Option<&SandboxPool>,
-    ) -> Result<(Sandbox, RestoreReport), RestoreError> {
-        self.restore_with(snap, strategy, &func.sandbox_config(&self.cfg), pool)
-    }
-
-    /// [`Worker::restore_user`] (no pool), then the agent's after-restore
-    /// step under `instance_id` (the function's hook, if it has one): what
-    /// the daemon makes of every restore before its first invocation, so a
-    /// REAP working set recorded at that invocation covers the step too.
-    pub fn restore_user_ready(
-        &self,
-        snap: &Snapshot,
-        strategy: StrategyKind,
-        func: &UserFunction,
-        instance_id: &str,
-        timeout: Duration,
-    ) -> Result<(Sandbox, RestoreReport)> {
-        let (mut sb, rep) = self.restore_user(snap, strategy, func, None)?;
-        after_restore(&mut sb, instance_id, timeout).context("the after-restore step")?;
-        Ok((sb, rep))
-    }
-
     /// A pool of `size` sandboxes built ahead for restores of `func` (its
     /// code mount and limits); dropping it kills the waiting ones.
     pub fn user_pool(&self, func: &UserFunction, size: usize) -> Result<SandboxPool> {
@@ -677,7 +667,9 @@ pub enum StartError {
 }
 
 /// Runs the function's after-restore hook (if it has one) with the new
-/// instance's id, before the instance's first invocation.
+/// instance's id, before the instance's first invocation: what the daemon
+/// makes of every restore, so a REAP working set recorded at that
+/// invocation covers the step too.
 pub fn after_restore(
     sb: &mut Sandbox,
     instance_id: &str,

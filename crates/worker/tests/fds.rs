@@ -8,6 +8,7 @@ use serde_json::{json, Value};
 use thaw_sandbox::state::{FdKind, SavedFd};
 use thaw_sandbox::{checkpoint, Sandbox};
 use thaw_store::Snapshot;
+use thaw_worker::RestoreRequest;
 use thaw_worker::StrategyKind;
 
 fn snapshot_of(f: &str, tag: &str) -> (Sandbox, Snapshot, TestTier) {
@@ -62,7 +63,7 @@ fn every_descriptor_kind_comes_back_with_its_content_and_position() {
         for s in STRATEGIES {
             let what = format!("{s} (round {round})");
             let (mut sb, _) = w
-                .restore(&snap, s)
+                .restore(RestoreRequest::new(&snap, s))
                 .unwrap_or_else(|e| panic!("{what}: {e:#}"));
             check_fds(&explicit(&mut sb, json!({})), &what);
         }
@@ -92,7 +93,9 @@ fn a_fifo_of_tmp_comes_back_with_its_unread_bytes() {
     assert_eq!(explicit(&mut fresh, json!({})), want, "original");
     drop(fresh);
     for s in [StrategyKind::Eager, StrategyKind::Uffd, StrategyKind::Mmap] {
-        let (mut sb, _) = w.restore(&snap, s).unwrap_or_else(|e| panic!("{s}: {e:#}"));
+        let (mut sb, _) = w
+            .restore(RestoreRequest::new(&snap, s))
+            .unwrap_or_else(|e| panic!("{s}: {e:#}"));
         assert_eq!(explicit(&mut sb, json!({})), want, "{s}");
     }
 }
@@ -151,7 +154,7 @@ fn a_bad_descriptor_record_is_refused_when_the_snapshot_is_read() {
     ];
     for (tag, edit, want) in cases {
         let bad = with_state(&snap, &t.path.join(tag), |s| edit(&mut s.fds));
-        let e = match w.restore(&bad, StrategyKind::Eager) {
+        let e = match w.restore(RestoreRequest::new(&bad, StrategyKind::Eager)) {
             Ok(_) => panic!("{tag}: a bad descriptor record restored"),
             Err(e) => format!("{e:#}"),
         };
@@ -183,7 +186,7 @@ fn a_restorer_that_cannot_recreate_a_descriptor_names_it() {
             }
         }
     });
-    let e = match w.restore(&bad, StrategyKind::Eager) {
+    let e = match w.restore(RestoreRequest::new(&bad, StrategyKind::Eager)) {
         Ok(_) => panic!("a descriptor of a missing file restored"),
         Err(e) => format!("{e:#}"),
     };
@@ -230,7 +233,7 @@ fn node_functions_snapshot_and_restore_with_every_strategy() {
         for s in STRATEGIES {
             for _ in 0..2 {
                 let (mut sb, _) = w
-                    .restore(&snap, s)
+                    .restore(RestoreRequest::new(&snap, s))
                     .unwrap_or_else(|e| panic!("{f} {s}: {e:#}"));
                 assert_eq!(fd_kinds(sb.pid()), kinds, "{f} {s}");
                 let out = invoke(&mut sb, size, T).unwrap().output;

@@ -7,6 +7,7 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::Duration;
 use thaw_worker::InputSize;
+use thaw_worker::RestoreRequest;
 use thaw_worker::StrategyKind;
 use thaw_worker::{invoke, Worker};
 
@@ -88,7 +89,9 @@ fn pool_64_restores_leave_nothing_behind() {
     for i in 0..64 {
         assert!(pool.wait_full(Duration::from_secs(30)), "pool not refilled");
         let waiting = pool.waiting_pids();
-        let (mut sb, rep) = w.restore(&snap, StrategyKind::Mmap).expect("restore");
+        let (mut sb, rep) = w
+            .restore(RestoreRequest::new(&snap, StrategyKind::Mmap))
+            .expect("restore");
         assert!(rep.pooled, "restore {i} did not use the pool");
         assert!(
             waiting.contains(&sb.pid()),
@@ -141,7 +144,7 @@ fn a_pooled_sandbox_killed_while_waiting_is_discarded() {
         std::thread::sleep(Duration::from_millis(1));
     }
     let (mut sb, rep) = w
-        .restore(&snap, StrategyKind::Mmap)
+        .restore(RestoreRequest::new(&snap, StrategyKind::Mmap))
         .expect("restore past the dead one");
     assert!(rep.pooled);
     assert_ne!(sb.pid(), victim);
@@ -182,7 +185,9 @@ fn a_restore_in_flight_holds_the_refill_back_but_never_starves_it() {
     assert!(pool.wait_full(Duration::from_secs(30)), "pool not filled");
     // restored and never invoked: its first response never comes, and the
     // refill must go ahead anyway
-    let (mut held, rep) = w.restore(&snap, StrategyKind::Mmap).expect("restore");
+    let (mut held, rep) = w
+        .restore(RestoreRequest::new(&snap, StrategyKind::Mmap))
+        .expect("restore");
     assert!(rep.pooled);
     assert!(
         pool.wait_full(Duration::from_secs(30)),
@@ -196,7 +201,9 @@ fn a_restore_in_flight_holds_the_refill_back_but_never_starves_it() {
         &invoke(&mut held, InputSize::I, T).unwrap().output,
     )
     .unwrap();
-    let (mut sb, rep) = w.restore(&snap, StrategyKind::Mmap).expect("restore");
+    let (mut sb, rep) = w
+        .restore(RestoreRequest::new(&snap, StrategyKind::Mmap))
+        .expect("restore");
     assert!(rep.pooled);
     w.check(
         "helloworld",

@@ -7,10 +7,12 @@ use std::path::PathBuf;
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 use thaw_sandbox::agent::{Reply, Request};
+use thaw_sandbox::RestoreArgs;
 use thaw_sandbox::{checkpoint, RestoreError, Sandbox, SandboxConfig};
 use thaw_store::{Snapshot, StoreError};
 use thaw_worker::invoke;
 use thaw_worker::InputSize;
+use thaw_worker::RestoreRequest;
 use thaw_worker::StrategyKind;
 
 /// No cgroup of ours is left without processes, and no child is a zombie.
@@ -98,7 +100,7 @@ fn restore_with_each_strategy_continues_where_it_stopped() {
         let out = invoke(&mut fresh, InputSize::I, T).unwrap();
         w.check(f, InputSize::I, &out.output).unwrap();
         for s in [StrategyKind::Eager, StrategyKind::Mmap, StrategyKind::Uffd] {
-            let (mut sb, rep) = w.restore(&snap, s).unwrap();
+            let (mut sb, rep) = w.restore(RestoreRequest::new(&snap, s)).unwrap();
             assert_no_restorer_left(sb.pid());
             for size in [InputSize::I, InputSize::II] {
                 let inv = invoke(&mut sb, size, T).unwrap();
@@ -151,7 +153,7 @@ fn sixteen_concurrent_clones_are_isolated() {
                     StrategyKind::Dax,
                 ][i % 5];
                 let (mut sb, _) = worker()
-                    .restore(&snap, s)
+                    .restore(RestoreRequest::new(&snap, s))
                     .unwrap_or_else(|e| panic!("clone {i} ({s}): {e:#}"));
                 let before = explicit(&mut sb, json!({}));
                 assert_eq!(
@@ -187,7 +189,9 @@ fn sixteen_concurrent_clones_are_isolated() {
     assert_eq!(uniq.len(), n, "clones share random state: {randoms:?}");
     // the snapshot is untouched by all those writes
     snap.verify_memory().unwrap();
-    let (mut sb, _) = w.restore(&snap, StrategyKind::Mmap).unwrap();
+    let (mut sb, _) = w
+        .restore(RestoreRequest::new(&snap, StrategyKind::Mmap))
+        .unwrap();
     assert_eq!(explicit(&mut sb, json!({}))["value"], Value::Null);
     drop(sb);
     assert_nothing_leaked();
@@ -199,7 +203,7 @@ fn restore_error(snap_dir: &std::path::Path, root: &std::path::Path, hash: &str)
         .map_err(RestoreError::from)
         .and_then(|s| {
             let cfg = SandboxConfig::default();
-            thaw_sandbox::restore(&s, root, hash, StrategyKind::Eager, &cfg)
+            thaw_sandbox::restore(RestoreArgs::new(&s, root, hash, StrategyKind::Eager, &cfg))
         });
     match res {
         Ok(_) => panic!("restore of {} should have failed", snap_dir.display()),
@@ -306,9 +310,15 @@ fn restore_failing_half_way_leaves_nothing_behind() {
     for (name, path, want_step, want_errno) in cases {
         let s = with_mapping_path(&snap, &t.path.join(name), path);
         let cfg = SandboxConfig::default();
-        let e = thaw_sandbox::restore(&s, &w.root.path, &w.root.hash, StrategyKind::Eager, &cfg)
-            .map(|_| ())
-            .unwrap_err();
+        let e = thaw_sandbox::restore(RestoreArgs::new(
+            &s,
+            &w.root.path,
+            &w.root.hash,
+            StrategyKind::Eager,
+            &cfg,
+        ))
+        .map(|_| ())
+        .unwrap_err();
         let text = format!("{e:#}");
         match e {
             RestoreError::Restorer {
@@ -389,8 +399,14 @@ fn hostile_code_is_contained_fresh_and_restored() {
         &w.root.hash,
     )
     .unwrap();
-    let (mut restored, _) =
-        thaw_sandbox::restore(&snap, &w.root.path, &w.root.hash, StrategyKind::Mmap, &cfg).unwrap();
+    let (mut restored, _) = thaw_sandbox::restore(RestoreArgs::new(
+        &snap,
+        &w.root.path,
+        &w.root.hash,
+        StrategyKind::Mmap,
+        &cfg,
+    ))
+    .unwrap();
     for attack in [
         "read_host",
         "ptrace",

@@ -9,6 +9,7 @@ use thaw_sandbox::checkpoint;
 use thaw_store::secure;
 use thaw_worker::invoke;
 use thaw_worker::InputSize;
+use thaw_worker::RestoreRequest;
 use thaw_worker::StrategyKind;
 
 #[test]
@@ -26,7 +27,7 @@ fn restores_racing_redeploys_see_old_or_new_whole() {
                     let snap = w.snapshot("helloworld", &t).unwrap();
                     for strategy in [StrategyKind::Mmap, StrategyKind::Eager] {
                         let (mut sb, _) = w
-                            .restore(&snap, strategy)
+                            .restore(RestoreRequest::new(&snap, strategy))
                             .unwrap_or_else(|e| panic!("restore of {}: {e:#}", snap.dir.display()));
                         let out = invoke(&mut sb, InputSize::I, T).unwrap();
                         w.check("helloworld", InputSize::I, &out.output).unwrap();
@@ -62,7 +63,9 @@ fn a_changed_image_is_sealed_away_or_an_integrity_error() {
     let w = worker();
     for t in [tier("integrity"), disk_tier("integrity")] {
         let snap = w.snapshot("helloworld", &t).unwrap();
-        let (mut sb, _) = w.restore(&snap, StrategyKind::Mmap).unwrap();
+        let (mut sb, _) = w
+            .restore(RestoreRequest::new(&snap, StrategyKind::Mmap))
+            .unwrap();
         w.check(
             "helloworld",
             InputSize::I,
@@ -97,7 +100,12 @@ fn a_changed_image_is_sealed_away_or_an_integrity_error() {
             .unwrap();
         if on_disk {
             secure::set_immutable(&path, true).unwrap();
-            let e = format!("{:#}", w.restore(&snap, StrategyKind::Mmap).err().unwrap());
+            let e = format!(
+                "{:#}",
+                w.restore(RestoreRequest::new(&snap, StrategyKind::Mmap))
+                    .err()
+                    .unwrap()
+            );
             assert!(
                 e.contains("integrity") && e.contains(&*path.to_string_lossy()),
                 "{e}"
@@ -107,7 +115,7 @@ fn a_changed_image_is_sealed_away_or_an_integrity_error() {
         } else {
             // served from the sealed memfd verified before the change
             for strategy in [StrategyKind::Mmap, StrategyKind::Eager, StrategyKind::Uffd] {
-                let (mut sb, _) = w.restore(&snap, strategy).unwrap();
+                let (mut sb, _) = w.restore(RestoreRequest::new(&snap, strategy)).unwrap();
                 let out = invoke(&mut sb, InputSize::I, T).unwrap();
                 w.check("helloworld", InputSize::I, &out.output).unwrap();
             }

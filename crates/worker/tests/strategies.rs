@@ -6,9 +6,11 @@ use serde_json::Value;
 use std::sync::Arc;
 use thaw_memory::tiering::{CostParams, TIERS_FILE};
 use thaw_memory::working_set::{WS_IMAGE, WS_INDEX, WS_STALE};
+use thaw_sandbox::RestoreArgs;
 use thaw_sandbox::SandboxConfig;
 use thaw_store::Snapshot;
 use thaw_worker::InputSize;
+use thaw_worker::RestoreRequest;
 use thaw_worker::{invoke, StrategyKind, WsMode};
 
 fn out_of(
@@ -18,7 +20,7 @@ fn out_of(
     size: InputSize,
 ) -> (Value, thaw_sandbox::RestoreReport) {
     let (mut sb, rep) = w
-        .restore(snap, strategy)
+        .restore(RestoreRequest::new(snap, strategy))
         .unwrap_or_else(|e| panic!("{strategy}: {e:#}"));
     let out = invoke(&mut sb, size, T)
         .unwrap_or_else(|e| panic!("{strategy} {size}: {e:#}"))
@@ -78,7 +80,9 @@ fn reap_records_then_prefetches_with_the_same_outputs() {
     let (recorded, rep) = out_of(w, &snap, StrategyKind::Reap, InputSize::II);
     assert_eq!(rep.figures.ws_mode, WsMode::Record);
     assert!(snap.dir.join(WS_INDEX).exists() && snap.dir.join(WS_IMAGE).exists());
-    let (mut sb, rep) = w.restore(&snap, StrategyKind::Reap).unwrap();
+    let (mut sb, rep) = w
+        .restore(RestoreRequest::new(&snap, StrategyKind::Reap))
+        .unwrap();
     assert_eq!(rep.figures.ws_mode, WsMode::Prefetch);
     assert!(rep.figures.ws_pages > 50, "{rep:?}");
     let prefetched = invoke(&mut sb, InputSize::II, T).unwrap().output;
@@ -108,8 +112,14 @@ fn drift_marks_the_working_set_for_re_recording() {
         drift_share: 0.001,
         ..SandboxConfig::default()
     };
-    let (mut sb, rep) =
-        thaw_sandbox::restore(&snap, &w.root.path, &w.root.hash, StrategyKind::Reap, &cfg).unwrap();
+    let (mut sb, rep) = thaw_sandbox::restore(RestoreArgs::new(
+        &snap,
+        &w.root.path,
+        &w.root.hash,
+        StrategyKind::Reap,
+        &cfg,
+    ))
+    .unwrap();
     assert_eq!(rep.figures.ws_mode, WsMode::Prefetch);
     w.check(
         "matmul",
@@ -255,10 +265,14 @@ fn dax_maps_without_copying_and_shares_pages_between_clones() {
     let w = worker();
     let t = tier("dax");
     let snap = w.snapshot("matmul", &t).unwrap();
-    let (mut a, rep) = w.restore(&snap, StrategyKind::Dax).unwrap();
+    let (mut a, rep) = w
+        .restore(RestoreRequest::new(&snap, StrategyKind::Dax))
+        .unwrap();
     assert_eq!(rep.copied_bytes, 0, "dax copies nothing before resume");
     assert!(rep.mapped_bytes > 0);
-    let (mut b, _) = w.restore(&snap, StrategyKind::Eager).unwrap();
+    let (mut b, _) = w
+        .restore(RestoreRequest::new(&snap, StrategyKind::Eager))
+        .unwrap();
     // a restored dax clone's private memory is far below an eager clone's
     // full copy; measured before either runs its invocation, whose own
     // allocations (several MiB for matmul) are the same for both and would
@@ -285,7 +299,9 @@ fn dax_maps_without_copying_and_shares_pages_between_clones() {
     // the first dax restore recorded what its invocation wrote; the next one
     // copies those pages before resume and still answers correctly
     assert_eq!(rep.figures.write_set_pages, 0);
-    let (mut c, rep) = w.restore(&snap, StrategyKind::Dax).unwrap();
+    let (mut c, rep) = w
+        .restore(RestoreRequest::new(&snap, StrategyKind::Dax))
+        .unwrap();
     assert!(rep.figures.write_set_pages > 10, "{rep:?}");
     w.check(
         "matmul",
@@ -296,7 +312,9 @@ fn dax_maps_without_copying_and_shares_pages_between_clones() {
     // a corrupt write set is refused (and re-recorded), never trusted
     let ws_file = snap.dir.join(thaw_memory::write_set::WRITE_SET_FILE);
     std::fs::write(&ws_file, b"{").unwrap();
-    let (mut d, rep) = w.restore(&snap, StrategyKind::Dax).unwrap();
+    let (mut d, rep) = w
+        .restore(RestoreRequest::new(&snap, StrategyKind::Dax))
+        .unwrap();
     assert_eq!(rep.figures.write_set_pages, 0);
     w.check(
         "matmul",
@@ -386,20 +404,17 @@ fn a_cmdline_read_during_the_restore_does_not_zero_lazy_pages() {
         (StrategyKind::Reap, WsMode::Prefetch),
     ] {
         let mut tracer = None;
-        let restored = thaw_sandbox::restore::restore_observed(
-            &snap,
-            &w.root.path,
-            &w.root.hash,
-            strategy,
-            &w.cfg,
-            &mut |pid| {
-                let (tx, rx) = std::sync::mpsc::channel();
-                tracer = Some(std::thread::spawn(move || {
-                    read_cmdline_before_uffd(pid, tx)
-                }));
-                rx.recv().expect("tracer started");
-            },
-        );
+        let mut on_spawn = |pid| {
+            let (tx, rx) = std::sync::mpsc::channel();
+            tracer = Some(std::thread::spawn(move || {
+                read_cmdline_before_uffd(pid, tx)
+            }));
+            rx.recv().expect("tracer started");
+        };
+        let restored = thaw_sandbox::restore(RestoreArgs {
+            on_spawn: Some(&mut on_spawn),
+            ..RestoreArgs::new(&snap, &w.root.path, &w.root.hash, strategy, &w.cfg)
+        });
         let cmdline = tracer.expect("restorer spawned").join().expect("tracer");
         // argv ("thaw-restorer") points into what is now the runtime's stack
         // mapping, still empty: the read maps the zero page there

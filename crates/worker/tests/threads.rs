@@ -8,6 +8,7 @@ use serde_json::{json, Value};
 use thaw_memory::tiering::CostParams;
 use thaw_sandbox::{checkpoint, Sandbox};
 use thaw_store::Snapshot;
+use thaw_worker::RestoreRequest;
 use thaw_worker::{InputSize, StrategyKind};
 
 /// Threads of the process, as the kernel counts them.
@@ -115,7 +116,7 @@ fn a_hundred_restores_with_each_strategy() {
         for i in 0..100 {
             let what = format!("{s} restore {i}");
             let (mut sb, rep) = w
-                .restore(&snap, s)
+                .restore(RestoreRequest::new(&snap, s))
                 .unwrap_or_else(|e| panic!("{what}: {e:?}"));
             assert_eq!(rep.strategy, s, "{what}: fell back");
             // main, ticker, 8 waiters, 4 pool threads
@@ -130,7 +131,9 @@ fn a_restored_threaded_runtime_snapshots_again() {
     let (fresh, snap, t) = snapshot_threads("threads-again");
     drop(fresh);
     // eager: a mapped image could not be snapshotted again
-    let (mut sb, _) = w.restore(&snap, StrategyKind::Eager).unwrap();
+    let (mut sb, _) = w
+        .restore(RestoreRequest::new(&snap, StrategyKind::Eager))
+        .unwrap();
     round(&mut sb, "restored");
     // its trampoline stays until now: no thread can still be in it
     let dir = t.path.join("again");
@@ -144,7 +147,9 @@ fn a_restored_threaded_runtime_snapshots_again() {
     );
     let after = round(&mut sb, "checkpointed twice");
     assert_eq!(after["round"], 2);
-    let (mut sb2, _) = w.restore(&again, StrategyKind::Eager).unwrap();
+    let (mut sb2, _) = w
+        .restore(RestoreRequest::new(&again, StrategyKind::Eager))
+        .unwrap();
     assert_eq!(round(&mut sb2, "second generation")["round"], 2);
     assert_eq!(kernel_threads(sb2.pid()), 14);
 }
@@ -171,7 +176,7 @@ fn threads_coming_and_going_during_the_freeze_are_captured_whole() {
         };
         captured += 1;
         for s in [StrategyKind::Eager, StrategyKind::Uffd] {
-            let (mut sb, _) = w.restore(&snap, s).unwrap();
+            let (mut sb, _) = w.restore(RestoreRequest::new(&snap, s)).unwrap();
             let out = round(&mut sb, &format!("churn {attempt} {s}"));
             assert_eq!(out["round"], 2);
             // the churner goes on starting threads in the restored copy
@@ -262,7 +267,7 @@ fn threads_hidden_from_the_agent_are_captured_whole() {
         for i in 0..5 {
             let what = format!("{s} restore {i}");
             let (mut sb, _) = w
-                .restore(&snap, s)
+                .restore(RestoreRequest::new(&snap, s))
                 .unwrap_or_else(|e| panic!("{what}: {e:?}"));
             assert_eq!(thread_names(sb.pid()), names, "{what}: the threads' names");
             let out = explicit(&mut sb, json!({}));
@@ -389,7 +394,7 @@ fn a_threaded_blas_keeps_its_pool_across_restores() {
         for i in 0..3 {
             let what = format!("{s} restore {i}");
             let (mut sb, _) = w
-                .restore_user(&snap, s, &func, None)
+                .restore(RestoreRequest::new(&snap, s).function(&func).pool(None))
                 .unwrap_or_else(|e| panic!("{what}: {e:?}"));
             assert_eq!(kernel_threads(sb.pid()), threads, "{what}");
             // a lost pool thread would hang the multiply (OpenBLAS waits
@@ -410,7 +415,7 @@ fn a_corrupt_thread_record_is_refused_when_the_snapshot_is_read() {
     let bad = with_state(&snap, &t.path.join("corrupt"), |s| {
         s.threads[5].kernel.robust_list.1 = 4096;
     });
-    let e = match w.restore(&bad, StrategyKind::Eager) {
+    let e = match w.restore(RestoreRequest::new(&bad, StrategyKind::Eager)) {
         Ok(_) => panic!("a snapshot with a corrupt thread record restored"),
         Err(e) => format!("{e:#}"),
     };
