@@ -20,7 +20,7 @@
 //! through the emulated remote tier (MinIO), a pod on a node that never
 //! saw the function (its daemon streams the snapshot node A published)
 //! against a pod restoring the copy that node then keeps locally.
-use anyhow::{bail, Context, Result};
+use crate::error::{BenchServeError, OrFail, Result};
 use serde::Serialize;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -28,6 +28,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 use thaw_bench::stats::{summarize, Summary};
 use thaw_client::{Client, Target};
+use thaw_error::{fail, ResultExt};
 use thaw_server::image::{self, Entry};
 use thaw_shim::harness::{Cri, Mount};
 
@@ -147,24 +148,26 @@ struct Images {
 
 fn check(o: &Options) -> Result<()> {
     if o.runs == 0 {
-        bail!("--runs must be at least 1");
+        fail!(BenchServeError::Config, "--runs must be at least 1");
     }
     if o.functions.is_empty() {
-        bail!("--functions names no function");
+        fail!(BenchServeError::Config, "--functions names no function");
     }
     if o.pods > 0 && !(1..=DENSITY_FUNCTIONS.len()).contains(&o.pod_functions) {
-        bail!(
+        fail!(
+            BenchServeError::Config,
             "--pod-functions must be in 1..={} (the density part's functions: {})",
             DENSITY_FUNCTIONS.len(),
             DENSITY_FUNCTIONS.join(", ")
         );
     }
     if o.pods > 256 {
-        bail!("--pods must be at most 256");
+        fail!(BenchServeError::Config, "--pods must be at most 256");
     }
     let shim = o.shim_dir.join("containerd-shim-thaw-v1");
     if !shim.is_file() {
-        bail!(
+        fail!(
+            BenchServeError::Config,
             "{} is missing: build it beside thaw (cargo build --release -p thaw-shim)",
             shim.display()
         );
@@ -226,7 +229,10 @@ pub fn run(o: &Options) -> Result<Report> {
             .join(format!("opt/thaw/functions/{f}.py"))
             .is_file()
         {
-            bail!("{f} is not a Python function of the suite (thaw runtime functions)");
+            fail!(
+                BenchServeError::Failed,
+                "{f} is not a Python function of the suite (thaw runtime functions)"
+            );
         }
     }
     let store = match o.remote_runs {
@@ -589,9 +595,12 @@ fn parse(answer: &str) -> (u16, impl Fn(&str) -> Option<String> + '_, &str) {
 fn answer_value(what: &str, answer: &str) -> Result<Value> {
     let (status, _, body) = parse(answer);
     if status != 200 {
-        bail!("{what} answered {status}: {answer}");
+        fail!(
+            BenchServeError::Failed,
+            "{what} answered {status}: {answer}"
+        );
     }
-    serde_json::from_str(body).with_context(|| format!("{what} answered no JSON: {body}"))
+    Ok(serde_json::from_str(body).with_context(|| format!("{what} answered no JSON: {body}"))?)
 }
 
 fn thaw_start(ms: f64, answer: &str) -> PodStart {
@@ -623,14 +632,17 @@ fn no_idle(n: &Node) -> Result<()> {
             return Ok(());
         }
         if t.elapsed() > Duration::from_secs(30) {
-            bail!("the daemon still keeps {idle} idle instances after 30 s");
+            fail!(
+                BenchServeError::Failed,
+                "the daemon still keeps {idle} idle instances after 30 s"
+            );
         }
         std::thread::sleep(Duration::from_millis(100));
     }
 }
 
 fn summary(xs: &[f64]) -> Result<Summary> {
-    summarize(xs).context("no runs")
+    summarize(xs).or_fail("no runs")
 }
 
 /// runc vs thaw for one function: a warm-up pod each, then `runs`
@@ -640,7 +652,11 @@ fn compare(n: &Node, img: &Images, runs: usize) -> Result<FunctionRow> {
     let want = answer_value("runc", &want)?;
     let (first_thaw, got, _) = pod_start(n, "thaw", &img.thaw, &img.event)?;
     if answer_value("thaw", &got)? != want {
-        bail!("{}: thaw answered {got}, runc {want}", img.function);
+        fail!(
+            BenchServeError::Failed,
+            "{}: thaw answered {got}, runc {want}",
+            img.function
+        );
     }
     let (mut runc, mut thaw, mut starts) = (Vec::new(), Vec::new(), Vec::new());
     let (mut runc_phases, mut thaw_phases) = (Vec::new(), Vec::new());
@@ -648,18 +664,27 @@ fn compare(n: &Node, img: &Images, runs: usize) -> Result<FunctionRow> {
         let (ms, a, p) = pod_start(n, "runc", &img.runc, &img.event)?;
         runc_phases.push(p);
         if answer_value("runc", &a)? != want {
-            bail!("{}: runc answered {a}, then {want}", img.function);
+            fail!(
+                BenchServeError::Failed,
+                "{}: runc answered {a}, then {want}",
+                img.function
+            );
         }
         runc.push(ms);
         no_idle(n)?;
         let (ms, a, p) = pod_start(n, "thaw", &img.thaw, &img.event)?;
         thaw_phases.push(p);
         if answer_value("thaw", &a)? != want {
-            bail!("{}: thaw answered {a}, runc {want}", img.function);
+            fail!(
+                BenchServeError::Failed,
+                "{}: thaw answered {a}, runc {want}",
+                img.function
+            );
         }
         let s = thaw_start(ms, &a);
         if s.start_type.as_deref() != Some("restore") {
-            bail!(
+            fail!(
+                BenchServeError::Failed,
                 "{}: a thaw pod's first request was not a restore: {a}",
                 img.function
             );
@@ -718,8 +743,9 @@ fn density(
             handles
                 .into_iter()
                 .map(|h| {
-                    h.join()
-                        .unwrap_or_else(|_| Err(anyhow::anyhow!("a pod's thread panicked")))
+                    h.join().unwrap_or_else(|_| {
+                        Err(BenchServeError::Failed("a pod's thread panicked".into()))
+                    })
                 })
                 .collect()
         });
@@ -739,7 +765,8 @@ fn density(
             }
         }
         if let Some(f) = failures.first() {
-            bail!(
+            fail!(
+                BenchServeError::Failed,
                 "{} of {pods} {runtime} pods did not answer; the first: {f}",
                 failures.len()
             );
@@ -782,7 +809,10 @@ fn kept_locally(n: &Node, name: &str) -> Result<()> {
             return Ok(());
         }
         if t.elapsed() > Duration::from_secs(60) {
-            bail!("{name}: the streamed snapshot was not kept on this node: {v}");
+            fail!(
+                BenchServeError::Failed,
+                "{name}: the streamed snapshot was not kept on this node: {v}"
+            );
         }
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -802,7 +832,8 @@ fn remote(n: &Node, img: &Images, runs: usize) -> Result<RemoteRow> {
         answer_value("thaw", &a)?;
         let s = thaw_start(ms, &a);
         if (s.start_type.as_deref(), s.tier.as_deref()) != (Some("restore"), Some("remote")) {
-            bail!(
+            fail!(
+                BenchServeError::Failed,
                 "{}: the new node's first pod was not a restore from the remote tier: {a}",
                 img.function
             );
@@ -810,7 +841,10 @@ fn remote(n: &Node, img: &Images, runs: usize) -> Result<RemoteRow> {
         remote.push(ms);
         let names = deployed(n)?;
         let [name] = names.as_slice() else {
-            bail!("the node holds {names:?}, not one function");
+            fail!(
+                BenchServeError::Failed,
+                "the node holds {names:?}, not one function"
+            );
         };
         kept_locally(n, name)?;
         no_idle(n)?;
@@ -818,7 +852,8 @@ fn remote(n: &Node, img: &Images, runs: usize) -> Result<RemoteRow> {
         answer_value("thaw", &a)?;
         let s = thaw_start(ms, &a);
         if (s.start_type.as_deref(), s.tier.as_deref()) != (Some("restore"), Some("tmpfs")) {
-            bail!(
+            fail!(
+                BenchServeError::Failed,
                 "{}: the node's second pod was not a local restore: {a}",
                 img.function
             );

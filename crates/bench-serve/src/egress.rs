@@ -8,12 +8,13 @@
 //! * connect + first byte: a fresh TCP connection, a request and the first
 //!   byte of the answer, from the function and from a plain process in a
 //!   second namespace of the same kind (a veth routed through this machine).
-use anyhow::{bail, Context, Result};
+use crate::error::{BenchServeError, OrFail, Result};
 use base64::Engine as _;
 use serde::Serialize;
 use serde_json::{json, Value};
 use std::time::Instant;
 use thaw_bench::stats::{summarize, Summary};
+use thaw_error::{fail, ResultExt};
 use thaw_sandbox::nethost::NetHost;
 
 use thaw_client::{Client, Target};
@@ -72,7 +73,7 @@ if __name__ == "__main__":
 "#;
 
 fn stats(xs: &[f64]) -> Result<Summary> {
-    summarize(xs).context("no samples")
+    summarize(xs).or_fail("no samples")
 }
 
 fn b64(d: &[u8]) -> String {
@@ -109,7 +110,12 @@ fn measure(
         let r = c.request("POST", path, Some(&serde_json::to_vec(body)?))?;
         let dt = t.elapsed().as_secs_f64() * 1e3;
         if r.status != 200 && r.status != 201 {
-            bail!("{path}: {} {}", r.status, String::from_utf8_lossy(&r.body));
+            fail!(
+                BenchServeError::Failed,
+                "{path}: {} {}",
+                r.status,
+                String::from_utf8_lossy(&r.body)
+            );
         }
         Ok((r.json()?, dt))
     };
@@ -170,7 +176,10 @@ fn measure(
         // the body and the response's header
         let got = out["bytes"].as_u64().unwrap_or(0);
         if got < bytes {
-            bail!("streamed {got} bytes of {bytes}: {out}");
+            fail!(
+                BenchServeError::Failed,
+                "streamed {got} bytes of {bytes}: {out}"
+            );
         }
         rates.push(got as f64 / out["seconds"].as_f64().unwrap_or(f64::MAX) / 1e9);
     }

@@ -11,6 +11,9 @@
 //!   the cross-worker tests run on).
 pub mod cri;
 pub mod egress;
+mod error;
 pub mod pair;
 pub mod serve;
 pub mod xdt;
+
+pub use error::{BenchServeError, Result};

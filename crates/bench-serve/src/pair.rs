@@ -4,12 +4,13 @@
 //! make the pair and remove everything again (daemons, namespaces, links,
 //! homes), also when they fail half-way; names or a subnet already in use
 //! are refused, never taken over.
-use anyhow::{bail, Context, Result};
+use crate::error::{BenchServeError, Result};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use thaw_client::{Client, Target};
+use thaw_error::{fail, ResultExt};
 use thaw_tiers::netns;
 
 /// Each worker's peer listener port (inside its own namespace).
@@ -166,12 +167,13 @@ impl Pair {
         let tag = std::process::id();
         let dir = std::env::temp_dir().join(format!("thaw-xdt-pair-{tag}"));
         if dir.exists() {
-            bail!(
+            fail!(
+                BenchServeError::Failed,
                 "{} exists (a pair of this process still running?)",
                 dir.display()
             );
         }
-        thaw_runtime::mkdir_private(&dir)?;
+        thaw_runtime::mkdir_private(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let mut p = Pair {
             net: PairNet::for_tag(tag),
             workers: Vec::new(),
@@ -203,7 +205,8 @@ impl Pair {
     fn spawn(&self, exe: &Path, i: usize, key_file: &Path, o: &PairOptions) -> Result<Daemon> {
         let name = ["a", "b"][i];
         let home = self.dir.join(name);
-        thaw_runtime::mkdir_private(&home)?;
+        thaw_runtime::mkdir_private(&home)
+            .with_context(|| format!("creating {}", home.display()))?;
         let cfg = format!(
             "home = {home:?}\nruntime_home = {rt:?}\nmemory_budget_mb = {mem}\n\
              [limits]\nmax_instances_per_function = {inst}\n\
@@ -284,7 +287,8 @@ fn wait_ready(d: &Daemon) -> Result<()> {
             }
         }
         if Instant::now() > deadline {
-            bail!(
+            fail!(
+                BenchServeError::Failed,
                 "the daemon of {} did not answer within {}s:\n  {}",
                 d.home.display(),
                 START_DEADLINE.as_secs(),
@@ -293,7 +297,8 @@ fn wait_ready(d: &Daemon) -> Result<()> {
         }
         if let Some(pid) = d.pid() {
             if !Path::new(&format!("/proc/{pid}")).exists() {
-                bail!(
+                fail!(
+                    BenchServeError::Failed,
                     "the daemon of {} exited at start:\n  {}",
                     d.home.display(),
                     log_tail(&d.log)
@@ -342,10 +347,14 @@ pub fn in_netns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'sta
         // SAFETY: setns on a namespace descriptor we hold; it moves only
         // this thread, which ends with `f`.
         if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-            bail!("setns: {}", std::io::Error::last_os_error());
+            fail!(
+                BenchServeError::Failed,
+                "setns: {}",
+                std::io::Error::last_os_error()
+            );
         }
         Ok(f())
     })
     .join()
-    .map_err(|_| anyhow::anyhow!("the thread in {} panicked", path.display()))?
+    .map_err(|_| BenchServeError::Failed(format!("the thread in {} panicked", path.display())))?
 }

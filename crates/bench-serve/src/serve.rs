@@ -7,12 +7,13 @@
 //! * restore: a restore start through the API (`?force=cold`) and the same
 //!   restore (+ after-restore step + invocation) done by the worker directly,
 //!   interleaved.
-use anyhow::{bail, Context, Result};
+use crate::error::{BenchServeError, OrFail, Result};
 use base64::Engine as _;
 use serde::Serialize;
 use serde_json::json;
 use std::time::{Duration, Instant};
 use thaw_bench::stats::{summarize, Summary};
+use thaw_error::{fail, ResultExt};
 use thaw_worker::{RestoreRequest, StartStrategy};
 
 use thaw_client::{Client, Target};
@@ -52,7 +53,7 @@ fn ms(t: Instant) -> f64 {
 }
 
 fn stats(xs: &[f64]) -> Result<Summary> {
-    summarize(xs).context("no samples")
+    summarize(xs).or_fail("no samples")
 }
 
 /// Runs the benchmark on a temporary state home; the runtime root comes
@@ -84,7 +85,8 @@ fn measure(app: &thaw_server::App, socket: &std::path::Path, o: &Options) -> Res
     });
     let r = c.request("POST", "/v1/functions", Some(&serde_json::to_vec(&req)?))?;
     if r.status != 201 {
-        bail!(
+        fail!(
+            BenchServeError::Failed,
             "deploy failed: {} {}",
             r.status,
             String::from_utf8_lossy(&r.body)
@@ -94,12 +96,12 @@ fn measure(app: &thaw_server::App, socket: &std::path::Path, o: &Options) -> Res
     let snap = v
         .placed()
         .and_then(|p| p.stored.local().cloned())
-        .context("deployed without a local snapshot")?;
+        .or_fail("deployed without a local snapshot")?;
     let strategy = v
         .rec
         .strategy
         .restore()
-        .context("deployed with fresh starts (no snapshot to restore)")?;
+        .or_fail("deployed with fresh starts (no snapshot to restore)")?;
     let event = json!({"name": "bench"});
     let body = serde_json::to_vec(&event)?;
     let invoke = |c: &mut Client, q: &str| -> Result<f64> {
@@ -111,7 +113,12 @@ fn measure(app: &thaw_server::App, socket: &std::path::Path, o: &Options) -> Res
         )?;
         let dt = ms(t);
         if r.status != 200 {
-            bail!("invoke: {} {}", r.status, String::from_utf8_lossy(&r.body));
+            fail!(
+                BenchServeError::Failed,
+                "invoke: {} {}",
+                r.status,
+                String::from_utf8_lossy(&r.body)
+            );
         }
         Ok(dt)
     };
@@ -130,7 +137,7 @@ fn measure(app: &thaw_server::App, socket: &std::path::Path, o: &Options) -> Res
         let r = thaw_worker::invoke_event(&mut sb, &event, timeout)?;
         inproc.push(ms(t));
         if let Err(e) = r.output {
-            bail!("in-process invoke failed: {e}");
+            fail!(BenchServeError::Failed, "in-process invoke failed: {e}");
         }
         api.push(invoke(&mut c, "")?);
     }
@@ -154,7 +161,10 @@ fn measure(app: &thaw_server::App, socket: &std::path::Path, o: &Options) -> Res
             })
             .collect();
         hs.into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| bail!("client thread panicked")))
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| fail!(BenchServeError::Failed, "client thread panicked"))
+            })
             .collect()
     });
     let mut all = Vec::new();
@@ -182,7 +192,7 @@ fn measure(app: &thaw_server::App, socket: &std::path::Path, o: &Options) -> Res
         let r = thaw_worker::invoke_event(&mut sb, &event, timeout)?;
         direct.push(ms(t));
         if let Err(e) = r.output {
-            bail!("direct restore invoke failed: {e}");
+            fail!(BenchServeError::Failed, "direct restore invoke failed: {e}");
         }
         drop(sb);
         if i % 2 == 0 {

@@ -9,11 +9,12 @@
 //! two applications (MapReduce word count, stacking-ensemble training) with
 //! their end-to-end time and a cost estimate at published prices. Every
 //! timed cell is preceded by one untimed warm-up.
-use anyhow::{bail, Context, Result};
+use crate::error::{BenchServeError, OrFail, Result};
 use base64::Engine as _;
 use serde::Serialize;
 use serde_json::{json, Value};
 use thaw_bench::stats::{summarize, Summary};
+use thaw_error::fail;
 
 use thaw_client::{Client, Target};
 
@@ -258,7 +259,8 @@ pub fn deploy(
     });
     let r = c.request("POST", "/v1/functions", Some(&serde_json::to_vec(&req)?))?;
     if r.status != 201 {
-        bail!(
+        fail!(
+            BenchServeError::Failed,
             "deploy {name}: {} {}",
             r.status,
             String::from_utf8_lossy(&r.body)
@@ -352,14 +354,15 @@ fn cross_worker(
         // the first run warms both instances up
         for run in 0..=o.runs {
             let p = invoke(&mut a, "xdt-put", &json!({"size": size}))?;
-            let put_ms = p["put_ms"].as_f64().context("no put time")?;
+            let put_ms = p["put_ms"].as_f64().or_fail("no put time")?;
             let before = pull_totals(&mut b)?;
             let t0 = std::time::Instant::now();
             let out = invoke(&mut b, "xdt-sink", &json!({"ref": p["ref"]}))?;
             let invoke_ms = t0.elapsed().as_secs_f64() * 1e3;
             let pull_ms = (pull_totals(&mut b)?.1 - before.1) * 1e3;
             if out["n"].as_u64() != Some(size) {
-                bail!(
+                fail!(
+                    BenchServeError::Failed,
                     "the consumer on the other worker got {}, not {size} bytes",
                     out["n"]
                 );
@@ -377,8 +380,8 @@ fn cross_worker(
             }
         }
         let col = |i: usize| summarize(&rows.iter().map(|r| r[i]).collect::<Vec<_>>());
-        let total = col(5).context("no samples")?;
-        let (after_put, pull) = (col(1).context("no samples")?, col(4).context("no samples")?);
+        let total = col(5).or_fail("no samples")?;
+        let (after_put, pull) = (col(1).or_fail("no samples")?, col(4).or_fail("no samples")?);
         let mbps = |ms: f64| size as f64 / 1e6 / (ms / 1e3);
         transfers.push(Cell {
             size,
@@ -394,7 +397,7 @@ fn cross_worker(
         });
         let mut median_ms = std::collections::BTreeMap::new();
         for (i, k) in CROSS_PHASES.iter().enumerate() {
-            median_ms.insert(k.to_string(), col(i).context("no samples")?.median);
+            median_ms.insert(k.to_string(), col(i).or_fail("no samples")?.median);
         }
         phases.push(Phases {
             size,
@@ -403,7 +406,7 @@ fn cross_worker(
         });
     }
     let patterns = cross_patterns(&pair, o)?;
-    let cold = *o.sizes.last().context("no sizes")?;
+    let cold = *o.sizes.last().or_fail("no sizes")?;
     let at_arrival = cold_consumer(&pair, cold)?;
     drop(pair);
     let at_get = cold_consumer(&start_pair(exe, runtime_home, biggest, false)?, cold)?;
@@ -433,10 +436,14 @@ fn cold_consumer(pair: &crate::pair::Pair, size: u64) -> Result<Summary> {
         )?;
         ms.push(t0.elapsed().as_secs_f64() * 1e3);
         if out["n"].as_u64() != Some(size) {
-            bail!("the cold consumer got {}, not {size} bytes", out["n"]);
+            fail!(
+                BenchServeError::Failed,
+                "the cold consumer got {}, not {size} bytes",
+                out["n"]
+            );
         }
     }
-    summarize(&ms).context("no samples")
+    summarize(&ms).or_fail("no samples")
 }
 
 /// Invokes `function` once per event, all at once, over its own
@@ -458,7 +465,7 @@ fn invoke_all(socket: &std::path::Path, function: &str, events: &[Value]) -> Res
         hs.into_iter()
             .map(|h| {
                 h.join()
-                    .map_err(|_| anyhow::anyhow!("an invoking thread panicked"))?
+                    .map_err(|_| BenchServeError::Failed("an invoking thread panicked".into()))?
             })
             .collect()
     })
@@ -472,11 +479,12 @@ fn cross_patterns(pair: &crate::pair::Pair, o: &Options) -> Result<Vec<PatternCe
     let (sa, sb) = (&pair.workers[0].socket, &pair.workers[1].socket);
     let size = o.pattern_size;
     let refs = |out: &Value| -> Result<Vec<Value>> {
-        Ok(out["refs"].as_array().context("no refs")?.clone())
+        Ok(out["refs"].as_array().or_fail("no refs")?.clone())
     };
     let check = |outs: &[Value], want: u64| -> Result<()> {
         match outs.iter().find(|v| v["n"].as_u64() != Some(want)) {
-            Some(v) => bail!(
+            Some(v) => fail!(
+                BenchServeError::Failed,
                 "a consumer on the other worker got {}, not {want} bytes",
                 v["n"]
             ),
@@ -508,7 +516,7 @@ fn cross_patterns(pair: &crate::pair::Pair, o: &Options) -> Result<Vec<PatternCe
                             _ => json!({"size": size, "retrievals": degree}),
                         };
                         let p = invoke_all(sa, "xdt-pput", &[ev])?.remove(0);
-                        let put_ms = p["put_ms"].as_f64().context("no put time")?;
+                        let put_ms = p["put_ms"].as_f64().or_fail("no put time")?;
                         let evs: Vec<Value> = match pattern {
                             "scatter" => refs(&p)?.into_iter().map(|r| json!({"ref": r})).collect(),
                             _ => vec![json!({"ref": p["ref"]}); d],
@@ -524,7 +532,7 @@ fn cross_patterns(pair: &crate::pair::Pair, o: &Options) -> Result<Vec<PatternCe
                     ms.push(round);
                 }
             }
-            let s = summarize(&ms).context("no samples")?;
+            let s = summarize(&ms).or_fail("no samples")?;
             cells.push(PatternCell {
                 pattern: pattern.into(),
                 degree,
@@ -556,7 +564,8 @@ fn invoke(c: &mut Client, function: &str, ev: &Value) -> Result<Value> {
 fn invoke_path(c: &mut Client, path: &str, ev: &Value) -> Result<Value> {
     let r = c.request("POST", path, Some(&serde_json::to_vec(ev)?))?;
     if r.status != 200 {
-        bail!(
+        fail!(
+            BenchServeError::Failed,
             "{path} {ev}: {} {}",
             r.status,
             String::from_utf8_lossy(&r.body)
@@ -596,11 +605,11 @@ fn one_to_one(c: &mut Client, event_limit: u64, sizes: &[u64], runs: usize) -> R
             )?;
             let ms: Vec<f64> = out["ms"]
                 .as_array()
-                .context("no timings")?
+                .or_fail("no timings")?
                 .iter()
                 .filter_map(Value::as_f64)
                 .collect();
-            let s = summarize(&ms).context("no samples")?;
+            let s = summarize(&ms).or_fail("no samples")?;
             cells.push(Cell {
                 size,
                 method: method.into(),
@@ -617,11 +626,11 @@ fn phases(c: &mut Client, sizes: &[u64], runs: usize) -> Result<Vec<Phases>> {
     let mut out = Vec::new();
     for &size in sizes {
         let r = invoke(c, "xdt-phases", &json!({"size": size, "runs": runs}))?;
-        let rows = r["rows"].as_array().context("no phase rows")?;
+        let rows = r["rows"].as_array().or_fail("no phase rows")?;
         let mut median_ms = std::collections::BTreeMap::new();
         for p in PHASES {
             let v: Vec<f64> = rows.iter().filter_map(|r| r[p].as_f64()).collect();
-            median_ms.insert(p.to_string(), summarize(&v).context("no samples")?.median);
+            median_ms.insert(p.to_string(), summarize(&v).or_fail("no samples")?.median);
         }
         out.push(Phases {
             size,
@@ -664,10 +673,10 @@ fn patterns(c: &mut Client, event_limit: u64, o: &Options) -> Result<Vec<Pattern
                     let out = invoke(c, &format!("xdt-{pattern}"), &ev)?;
                     // the first round starts the consumers' instances
                     if run > 0 {
-                        ms.push(out["ms"].as_f64().context("no timing")?);
+                        ms.push(out["ms"].as_f64().or_fail("no timing")?);
                     }
                 }
-                let s = summarize(&ms).context("no samples")?;
+                let s = summarize(&ms).or_fail("no samples")?;
                 cell.mb_per_s =
                     Some((o.pattern_size * degree as u64) as f64 / 1e6 / (s.median / 1e3));
                 cell.ms = Some(s);
@@ -719,7 +728,7 @@ fn apps(c: &mut Client, o: &Options) -> Result<Vec<AppCell>> {
             let mut costs: Vec<Cost> = runs.iter().map(|r| cost(driver, method, r)).collect();
             costs.sort_by(|a, b| a.usd_total.total_cmp(&b.usd_total));
             let stages = stage_summaries(&runs);
-            let last = runs.pop().context("no runs")?;
+            let last = runs.pop().or_fail("no runs")?;
             let mut result = last.clone();
             if let Some(m) = result.as_object_mut() {
                 m.retain(|k, _| !["fn_ms", "e2e_ms", "stages"].contains(&k.as_str()));
@@ -727,7 +736,7 @@ fn apps(c: &mut Client, o: &Options) -> Result<Vec<AppCell>> {
             cells.push(AppCell {
                 app: app.into(),
                 method: method.into(),
-                e2e_ms: summarize(&e2e).context("no timings")?,
+                e2e_ms: summarize(&e2e).or_fail("no timings")?,
                 cost: costs[costs.len() / 2].clone(),
                 result,
                 stages,

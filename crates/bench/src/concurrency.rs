@@ -11,11 +11,12 @@
 //! start = barrier release to first response; throughput = N / time until the
 //! last first response.
 
+use crate::error::{BenchError, Result, SinkResult};
 use crate::stats::{summarize, Summary};
-use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use std::sync::Barrier;
 use std::time::Instant;
+use thaw_error::{fail, ResultExt};
 use thaw_store::{secure, Snapshot, Tier};
 use thaw_worker::InputSize;
 use thaw_worker::RestoreRequest;
@@ -69,14 +70,20 @@ pub struct Batch {
 
 pub fn check(o: &Options) -> Result<()> {
     if o.reps == 0 {
-        bail!("--reps must be at least 1");
+        fail!(BenchError::Config, "--reps must be at least 1");
     }
     if o.levels.is_empty() || o.levels.iter().any(|&n| n == 0 || n > MAX_LEVEL) {
-        bail!("--levels must be between 1 and {MAX_LEVEL}");
+        fail!(
+            BenchError::Config,
+            "--levels must be between 1 and {MAX_LEVEL}"
+        );
     }
     for m in &o.modes {
         if !MODES.contains(&m.as_str()) {
-            bail!("--modes: unknown mode {m:?} (same, different)");
+            fail!(
+                BenchError::Config,
+                "--modes: unknown mode {m:?} (same, different)"
+            );
         }
     }
     Ok(())
@@ -109,7 +116,10 @@ impl Copies {
         self.names
             .iter()
             .map(|n| {
-                let s = self.tier.open_current(n)?.context("bench copy vanished")?;
+                let s = self
+                    .tier
+                    .open_current(n)?
+                    .ok_or_else(|| BenchError::Failed(format!("bench copy {n} vanished")))?;
                 // untimed: the first use of an image verifies (and on DRAM seals) it
                 s.open_image()?;
                 Ok(s)
@@ -170,7 +180,7 @@ fn batch(
             .into_iter()
             .map(|h| {
                 h.join()
-                    .unwrap_or_else(|_| Err(anyhow::anyhow!("a start thread panicked")))
+                    .unwrap_or_else(|_| Err(BenchError::Failed("a start thread panicked".into())))
             })
             .collect();
         (res, wall)
@@ -190,7 +200,7 @@ pub fn loadavg() -> f64 {
 pub fn run(
     w: &Worker,
     o: &Options,
-    sink: &mut dyn FnMut(&Batch) -> Result<()>,
+    sink: &mut dyn FnMut(&Batch) -> SinkResult,
 ) -> Result<Vec<Batch>> {
     check(o)?;
     w.check_function(&o.function)?;
@@ -255,7 +265,7 @@ pub fn run(
                         for r in res {
                             match r {
                                 Ok(st) => starts.push(st),
-                                Err(e) => errors.push(format!("{e:#}")),
+                                Err(e) => errors.push(thaw_error::chain(&e)),
                             }
                         }
                         let b = Batch {
@@ -273,7 +283,7 @@ pub fn run(
                             loadavg_1m,
                             starts,
                         };
-                        sink(&b)?;
+                        sink(&b).map_err(|e| thaw_error::Context::new("writing a record", e))?;
                         out.push(b);
                     }
                 }

@@ -23,14 +23,15 @@
 //! of cold starts; `plots` draws them. Emulated tiers are marked in every
 //! row and series.
 use crate::concurrency::{self, Batch};
+use crate::error::{BenchError, Result, SinkResult};
 use crate::remote;
 use crate::restore::{self, Record};
 use crate::stats::summarize;
-use anyhow::{bail, Result};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
+use thaw_error::fail;
 use thaw_tiers::{Kind, TierConfig, TiersConfig};
 use thaw_worker::InputSize;
 use thaw_worker::{StrategyKind, Worker};
@@ -51,7 +52,7 @@ impl ReadAhead {
         match s {
             "on" => Ok(ReadAhead::On),
             "off" => Ok(ReadAhead::Off),
-            _ => bail!("readahead: {s:?} is neither on nor off"),
+            _ => fail!(BenchError::Config, "readahead: {s:?} is neither on nor off"),
         }
     }
 }
@@ -154,16 +155,16 @@ impl Drop for ReadAheadGuard<'_> {
 
 pub fn check(o: &Options) -> Result<()> {
     if o.tiers.is_empty() {
-        bail!("name at least one tier");
+        fail!(BenchError::Config, "name at least one tier");
     }
     if o.runs == 0 {
-        bail!("--runs must be at least 1");
+        fail!(BenchError::Config, "--runs must be at least 1");
     }
     if o.warm_calls == 0 {
-        bail!("--warm-calls must be at least 1");
+        fail!(BenchError::Config, "--warm-calls must be at least 1");
     }
     if o.read_ahead.is_empty() {
-        bail!("--readahead: name on, off or both");
+        fail!(BenchError::Config, "--readahead: name on, off or both");
     }
     if let Some(sc) = &o.scaling {
         concurrency::check(&scaling_options(sc, &sc.functions[0], o.sizes[0]))?;
@@ -183,7 +184,7 @@ fn scaling_options(sc: &Scaling, function: &str, size: InputSize) -> concurrency
     }
 }
 
-pub fn run(w: &Worker, o: &Options, sink: &mut dyn FnMut(Line) -> Result<()>) -> Result<Study> {
+pub fn run(w: &Worker, o: &Options, sink: &mut dyn FnMut(Line) -> SinkResult) -> Result<Study> {
     check(o)?;
     // every tier must be there before hours of measuring start
     let cfg = TiersConfig::load(&w.home)?;
@@ -192,7 +193,10 @@ pub fn run(w: &Worker, o: &Options, sink: &mut dyn FnMut(Line) -> Result<()>) ->
     for t in o.tiers.iter().chain(scaling_tiers.clone()) {
         if is_remote(t) {
             if o.scaling.as_ref().is_some_and(|s| s.tiers.contains(t)) {
-                bail!("tier {t}: the concurrency axis runs on local tiers");
+                fail!(
+                    BenchError::Config,
+                    "tier {t}: the concurrency axis runs on local tiers"
+                );
             }
         } else {
             w.tier(t)?;
@@ -226,7 +230,8 @@ pub fn run(w: &Worker, o: &Options, sink: &mut dyn FnMut(Line) -> Result<()>) ->
                         read_ahead_kb,
                         ..r.clone()
                     };
-                    sink(Line::Start(&r))?;
+                    sink(Line::Start(&r))
+                        .map_err(|e| thaw_error::Context::new("writing a record", e))?;
                     study.records.push(r);
                     Ok(())
                 };
@@ -274,7 +279,8 @@ pub fn run(w: &Worker, o: &Options, sink: &mut dyn FnMut(Line) -> Result<()>) ->
                     read_ahead_kb: kbs.get(&b.tier).copied(),
                     batch: b.clone(),
                 };
-                sink(Line::Scaling(&sb))?;
+                sink(Line::Scaling(&sb))
+                    .map_err(|e| thaw_error::Context::new("writing a record", e))?;
                 study.batches.push(sb);
                 Ok(())
             })?;

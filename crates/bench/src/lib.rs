@@ -6,9 +6,12 @@
 //! I/O").
 
 pub mod concurrency;
+mod error;
 pub mod hierarchy;
 pub mod remote;
 pub mod restore;
 pub mod start;
 pub mod stats;
 pub mod store;
+
+pub use error::{BenchError, Result, SinkResult};

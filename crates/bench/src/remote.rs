@@ -5,9 +5,10 @@
 //! response; "state load" is the fetch of what the restore needs first; the
 //! background fill is timed to its end (whole image arrived and verified)
 //! and every run waits for it, so no run overlaps the previous one's fill.
+use crate::error::{BenchError, Result, SinkResult};
 use crate::restore::{measure_start, Record};
-use anyhow::{Context, Result};
 use std::sync::Arc;
+use thaw_error::ResultExt;
 use thaw_tiers::moves::{self, Place};
 use thaw_tiers::objects::RemoteStore;
 use thaw_tiers::stream::Stream;
@@ -40,7 +41,7 @@ pub fn open_store(w: &Worker, tier: &str) -> Result<Arc<RemoteStore>> {
 pub fn run(
     w: &Worker,
     o: &Options,
-    sink: &mut dyn FnMut(&Record) -> Result<()>,
+    sink: &mut dyn FnMut(&Record) -> SinkResult,
 ) -> Result<Vec<Record>> {
     let cfg = thaw_tiers::TiersConfig::load(&w.home)?;
     let t = cfg.get(o.tier)?;
@@ -96,7 +97,8 @@ pub fn run(
                     o.warm_calls,
                     None,
                 );
-                let mut stream = stream.context("the stream was not opened")?;
+                let mut stream =
+                    stream.ok_or_else(|| BenchError::Failed("the stream was not opened".into()))?;
                 let rec = rec.map_err(|e| stream.explain(e.into()))?;
                 let bg = stream.finish()?;
                 let rec = Record {
@@ -106,7 +108,7 @@ pub fn run(
                     image_bytes: bg.image_bytes,
                     ..rec
                 };
-                sink(&rec)?;
+                sink(&rec).map_err(|e| thaw_error::Context::new("writing a record", e))?;
                 out.push(rec);
             }
         }
@@ -131,7 +133,8 @@ fn upload(w: &Worker, store: &RemoteStore, o: &Options, f: &str, name: &str) -> 
     if moves::holds(&remote, name)? {
         let id = serde_json::from_slice::<serde_json::Value>(
             &store.get(&format!("{name}/manifest.json"), 1 << 20)?,
-        )?
+        )
+        .with_context(|| format!("the remote manifest of {name}"))?
         .get("id")
         .and_then(|v| v.as_str().map(String::from));
         let ws = store.exists(&format!("{name}/{}", thaw_memory::working_set::WS_INDEX))?;

@@ -3,13 +3,14 @@
 //! functions as the baseline, all in one process. `zygote` (a fork of a live,
 //! initialised template into new namespaces: the floor of a local start) is a
 //! start type like `fresh`, measured interleaved with the strategies.
+use crate::error::{BenchError, Result, SinkResult};
 use crate::start::{Start, StartType};
 use crate::stats::{summarize, Summary};
-use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
+use thaw_error::{fail, ResultExt};
 use thaw_sandbox::Sandbox;
 use thaw_worker::InputSize;
 use thaw_worker::RestoreRequest;
@@ -113,13 +114,16 @@ pub struct Record {
 pub fn run(
     w: &Worker,
     o: &Options,
-    sink: &mut dyn FnMut(&Record) -> Result<()>,
+    sink: &mut dyn FnMut(&Record) -> SinkResult,
 ) -> Result<Vec<Record>> {
     if o.runs == 0 {
-        bail!("--runs must be at least 1");
+        fail!(BenchError::Config, "--runs must be at least 1");
     }
     if o.warm_calls == 0 {
-        bail!("at least one warm invocation per instance");
+        fail!(
+            BenchError::Config,
+            "at least one warm invocation per instance"
+        );
     }
     // fresh first, then the other start types, then the strategies, each once per run
     let mut order = vec![Start::FRESH];
@@ -225,7 +229,7 @@ pub fn run(
                         tier: tier.name.to_string(),
                         ..with_split(rec, split.as_ref().map(|(_, c)| c))
                     };
-                    sink(&rec)?;
+                    sink(&rec).map_err(|e| thaw_error::Context::new("writing a record", e))?;
                     out.push(rec);
                 }
             }

@@ -2,8 +2,8 @@
 //! On the DRAM tier a process's first restore of a snapshot version copies
 //! the image into a sealed memfd while hashing it; before, it only hashed the
 //! file. Both are measured here in the same run, interleaved, per function.
+use crate::error::{BenchError, Result};
 use crate::stats::{summarize, Summary};
-use anyhow::{Context, Result};
 use std::time::Instant;
 use thaw_worker::Worker;
 
@@ -34,8 +34,8 @@ pub fn run(w: &Worker, functions: &[String], runs: usize) -> Result<Vec<Row>> {
             drop(snap.seal_image()?);
             seal.push(thaw_worker::ms(t));
         }
-        let hash_ms = summarize(&hash).context("no runs")?;
-        let seal_ms = summarize(&seal).context("no runs")?;
+        let hash_ms = summarize(&hash).ok_or_else(|| BenchError::Failed("no runs".into()))?;
+        let seal_ms = summarize(&seal).ok_or_else(|| BenchError::Failed("no runs".into()))?;
         rows.push(Row {
             function: f.clone(),
             image_mib: snap.manifest.memory.len as f64 / (1 << 20) as f64,

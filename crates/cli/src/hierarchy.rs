@@ -62,7 +62,7 @@ pub fn run(w: &thaw_worker::Worker, mut a: Args) -> Result<()> {
     let read_ahead = crate::split(&a.readahead)
         .iter()
         .map(|s| ReadAhead::parse(s))
-        .collect::<Result<Vec<_>>>()?;
+        .collect::<Result<Vec<_>, _>>()?;
     let scaling_functions = crate::split(&a.scaling_functions);
     let scaling = (!a.no_scaling && !scaling_functions.is_empty()).then(|| Scaling {
         functions: scaling_functions,

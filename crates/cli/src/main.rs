@@ -362,7 +362,7 @@ fn worker(home: &std::path::Path) -> Result<thaw_worker::Worker> {
 /// Writes each benchmark record as one JSON line to `path`, if given.
 fn record_sink(
     path: Option<&std::path::Path>,
-) -> Result<impl FnMut(&thaw_bench::restore::Record) -> Result<()>> {
+) -> Result<impl FnMut(&thaw_bench::restore::Record) -> thaw_bench::SinkResult> {
     let mut out = match path {
         Some(p) => {
             Some(std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?)
@@ -399,10 +399,13 @@ fn run(cli: Cli, matches: &clap::ArgMatches) -> Result<()> {
             let m = matches
                 .subcommand_matches("sim")
                 .expect("the sim subcommand matched");
-            thaw_sim::cli::run_cmd(*cmd, m)
+            Ok(thaw_sim::cli::run_cmd(*cmd, m)?)
         }
         Cmd::Runtime { cmd } => runtime::run(&home, cmd),
-        Cmd::Load(args) => thaw_load::cli::execute(&args).map(|_| ()),
+        Cmd::Load(args) => {
+            thaw_load::cli::execute(&args)?;
+            Ok(())
+        }
         Cmd::Serve(args) => serve::serve(cli.home.clone(), args),
         Cmd::Fn { socket, cmd } => serve::client(&home, socket, cmd),
         Cmd::Image {
@@ -613,7 +616,7 @@ fn run(cli: Cli, matches: &clap::ArgMatches) -> Result<()> {
         } => serve::bench_egress(&home, args),
         Cmd::Bench {
             cmd: BenchCmd::Simlive(a),
-        } => thaw_simlive::main(&home, &a),
+        } => Ok(thaw_simlive::main(&home, &a)?),
         Cmd::Bench {
             cmd: BenchCmd::Xdt(args),
         } => xdt::bench(&home, args),

@@ -76,7 +76,7 @@ pub fn serve(home: Option<PathBuf>, a: ServeArgs) -> Result<()> {
     if a.shared_snapshots {
         cfg.shared_snapshots = true;
     }
-    thaw_server::serve_forever(cfg)
+    Ok(thaw_server::serve_forever(cfg)?)
 }
 
 #[derive(Args)]

@@ -1,14 +1,15 @@
 //! `thaw load ...`: arguments, the schedule they describe, the run, the outputs.
 
 use crate::client::{check_function_name, Client, Target};
+use crate::error::{LoadError, Result};
 use crate::record::{text_table, Sink, Summary, Tally};
 use crate::run::{run, RunOptions};
 use crate::schedule::{self, Bounds, Deployed, Iat, Schedule, Step, Stream, TraceReplay};
-use anyhow::{bail, Context, Result};
 use clap::{Parser, ValueEnum};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
+use thaw_error::{fail, ResultExt};
 
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -120,7 +121,8 @@ const MAX_BODY: usize = 1 << 20;
 fn seconds(v: f64, flag: &str, allow_zero: bool) -> Result<Duration> {
     let ok = v.is_finite() && v <= 1e7 && (v > 0.0 || (allow_zero && v == 0.0));
     if !ok {
-        bail!(
+        fail!(
+            LoadError::Config,
             "--{flag} must be a number of seconds {}, got {v}",
             if allow_zero { ">= 0" } else { "> 0" }
         );
@@ -140,16 +142,17 @@ fn body(data: &str) -> Result<bytes::Bytes> {
         None => data.as_bytes().to_vec(),
     };
     if raw.len() > MAX_BODY {
-        bail!("--data is larger than {MAX_BODY} bytes");
+        fail!(LoadError::Config, "--data is larger than {MAX_BODY} bytes");
     }
-    serde_json::from_slice::<serde::de::IgnoredAny>(&raw).context("--data is not JSON")?;
+    serde_json::from_slice::<serde::de::IgnoredAny>(&raw)
+        .map_err(|e| LoadError::Config(format!("--data is not JSON: {e}")))?;
     Ok(raw.into())
 }
 
 fn name_value(s: &str, flag: &str) -> Result<(String, String)> {
     let (n, v) = s
         .split_once('=')
-        .with_context(|| format!("--{flag} {s:?}: expected NAME=VALUE"))?;
+        .ok_or_else(|| LoadError::Config(format!("--{flag} {s:?}: expected NAME=VALUE")))?;
     check_function_name(n)?;
     Ok((n.to_string(), v.to_string()))
 }
@@ -159,7 +162,7 @@ fn number(s: &str, what: &str) -> Result<f64> {
         .parse::<f64>()
         .ok()
         .filter(|v| v.is_finite())
-        .with_context(|| format!("{what} {s:?} is not a number"))
+        .ok_or_else(|| LoadError::Config(format!("{what} {s:?} is not a number")))
 }
 
 /// The schedule the arguments describe.
@@ -183,7 +186,10 @@ pub fn schedule_of(a: &Args) -> Result<Schedule> {
         }
     }
     if functions.is_empty() {
-        bail!("no function: --functions a,b or --fn-rates a=RPS");
+        fail!(
+            LoadError::Config,
+            "no function: --functions a,b or --fn-rates a=RPS"
+        );
     }
     for f in &functions {
         check_function_name(f)?;
@@ -192,15 +198,21 @@ pub fn schedule_of(a: &Args) -> Result<Schedule> {
         let mut classes = std::collections::HashMap::new();
         for s in &a.classes {
             let (n, v) = name_value(s, "classes")?;
-            let (m, d) = v
-                .split_once(':')
-                .with_context(|| format!("--classes {s:?}: expected NAME=MEM_MB:DURATION_MS"))?;
+            let (m, d) = v.split_once(':').ok_or_else(|| {
+                LoadError::Config(format!("--classes {s:?}: expected NAME=MEM_MB:DURATION_MS"))
+            })?;
             let (m, d) = (number(m, "memory")?, number(d, "duration")?);
             if m <= 0.0 || d <= 0.0 {
-                bail!("--classes {s:?}: memory and duration must be > 0");
+                fail!(
+                    LoadError::Config,
+                    "--classes {s:?}: memory and duration must be > 0"
+                );
             }
             if !functions.contains(&n) {
-                bail!("--classes names {n}, which is not in --functions");
+                fail!(
+                    LoadError::Config,
+                    "--classes names {n}, which is not in --functions"
+                );
             }
             classes.insert(n, (m, d));
         }
@@ -225,7 +237,10 @@ pub fn schedule_of(a: &Args) -> Result<Schedule> {
             Some(Format::Azure2021) => {
                 Box::new(thaw_sim::azure2021::Azure2021::open(path, a.seed, None, 0)?)
             }
-            None => bail!("--trace needs --format azure2019|azure2021"),
+            None => fail!(
+                LoadError::Config,
+                "--trace needs --format azure2019|azure2021"
+            ),
         };
         let replay = TraceReplay {
             time_scale: a.time_scale,
@@ -237,7 +252,10 @@ pub fn schedule_of(a: &Args) -> Result<Schedule> {
         };
         let s = schedule::from_trace(src.as_mut(), &deployed, &replay, bounds, a.seed)?;
         if s.items.is_empty() {
-            bail!("the trace yields no request within the bounds");
+            fail!(
+                LoadError::Config,
+                "the trace yields no request within the bounds"
+            );
         }
         return Ok(s);
     }
@@ -272,7 +290,10 @@ pub fn schedule_of(a: &Args) -> Result<Schedule> {
             targets: all,
         }]
     } else {
-        bail!("no workload: --rps, --rps-steps with --step-s, --fn-rates, or --trace");
+        fail!(
+            LoadError::Config,
+            "no workload: --rps, --rps-steps with --step-s, --fn-rates, or --trace"
+        );
     };
     // Steps end the run by themselves; a plain rate needs a bound.
     let bounds =
@@ -285,14 +306,7 @@ pub fn schedule_of(a: &Args) -> Result<Schedule> {
                 duration_us: Some((total * 1e6) as u64),
             }
         };
-    Ok(schedule::synthetic(
-        functions,
-        &streams,
-        a.iat,
-        a.burst_size,
-        bounds,
-        a.seed,
-    )?)
+    schedule::synthetic(functions, &streams, a.iat, a.burst_size, bounds, a.seed)
 }
 
 fn workload_of(a: &Args) -> serde_json::Value {
@@ -338,8 +352,8 @@ pub fn execute(a: &Args) -> Result<Summary> {
         schedule.trace.clone(),
     );
     if let Some(p) = &a.json {
-        std::fs::write(p, serde_json::to_string_pretty(&summary)? + "\n")
-            .with_context(|| format!("writing {}", p.display()))?;
+        let text = serde_json::to_string_pretty(&summary).context("encoding the summary")?;
+        std::fs::write(p, text + "\n").with_context(|| format!("writing {}", p.display()))?;
     }
     if let Some(d) = &a.plots {
         let title = format!("thaw load against {target}");

@@ -1,5 +1,5 @@
-//! What can go wrong building a load and sending it, for callers to match
-//! (the `thaw load` command line itself, `cli`, reports with anyhow).
+//! What can go wrong reading the `thaw load` command line, building a load
+//! and sending it, for callers to match.
 use thaw_error::Context;
 
 #[derive(Debug, thiserror::Error)]

@@ -134,7 +134,7 @@ fn args(cmd: &str) -> thaw_load::cli::Args {
 
 /// Runs `thaw load` on a thread, failing the test if it does not end in time
 /// (a hang is a failure, not a stuck test).
-fn load(cmd: &str) -> anyhow::Result<thaw_load::record::Summary> {
+fn load(cmd: &str) -> Result<thaw_load::record::Summary, thaw_load::LoadError> {
     let a = args(cmd);
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -443,7 +443,7 @@ fn unreachable_or_silent_targets_fail_clearly_without_hanging() {
         ))
         .unwrap_err();
         assert!(
-            matches!(e.downcast_ref(), Some(LoadError::Unreachable(m)) if m.contains(expect)),
+            matches!(&e, LoadError::Unreachable(m) if m.contains(expect)),
             "{e:#}"
         );
     }
@@ -470,7 +470,7 @@ fn unreachable_or_silent_targets_fail_clearly_without_hanging() {
         ))
         .unwrap_err();
         assert!(
-            matches!(e.downcast_ref(), Some(LoadError::Config(m)) if m.contains("--target")),
+            matches!(&e, LoadError::Config(m) if m.contains("--target")),
             "{bad}: {e:#}"
         );
     }
@@ -554,7 +554,7 @@ fn traces_replay_through_the_simulator_parsers() {
     let a = args(&format!("--target {url} --trace {} --format azure2021 --functions fast --map-by-name --duration-s 100", trace.display()));
     let e = thaw_load::cli::schedule_of(&a).unwrap_err();
     assert!(
-        matches!(e.downcast_ref(), Some(LoadError::Config(m)) if m.contains("no deployed function named \"slow\"")),
+        matches!(&e, LoadError::Config(m) if m.contains("no deployed function named \"slow\"")),
         "{e:#}"
     );
 }

@@ -4,13 +4,13 @@
 //! client (sandbox, zygote, tests) speaks through this module. Replies come
 //! from untrusted code: lengths are bounded, the body must be a JSON object,
 //! and every read has a deadline.
-use anyhow::{anyhow, bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
+use thaw_error::{fail, Context, ResultExt};
 
 /// Largest reply the worker accepts.
 pub const MAX_REPLY_BYTES: usize = 16 << 20;
@@ -170,9 +170,9 @@ pub struct Loaded {
 impl Reply {
     /// Decodes the agent's reply `v` to `req`: `"ok": false` becomes an
     /// [`AgentError`]; a success must have the fields of `req`'s reply.
-    pub fn decode(req: &Request, v: Value) -> Result<Reply> {
+    pub fn decode(req: &Request, v: Value) -> Result<Reply, ReplyError> {
         let Value::Object(mut m) = check_ok(v)? else {
-            bail!("agent reply is not a JSON object");
+            fail!(ReplyError::Protocol, "agent reply is not a JSON object");
         };
         m.remove("ok");
         let op = req.op();
@@ -181,25 +181,31 @@ impl Reply {
                 m.insert("op".into(), op.into());
             }
             Some(got) if got == op => {}
-            Some(got) => bail!("agent answered {op} with a {got} reply"),
+            Some(got) => fail!(
+                ReplyError::Protocol,
+                "agent answered {op} with a {got} reply"
+            ),
         }
-        serde_json::from_value(Value::Object(m))
-            .with_context(|| format!("agent reply to {op} is malformed"))
+        Ok(serde_json::from_value(Value::Object(m))
+            .with_context(|| format!("agent reply to {op} is malformed"))?)
     }
 
     /// The output and exec time of an `invoke` reply.
-    pub fn into_invoke(self) -> Result<(Value, f64)> {
+    pub fn into_invoke(self) -> Result<(Value, f64), ReplyError> {
         match self {
             Reply::Invoke { output, exec_ms } => Ok((output, exec_ms)),
-            other => bail!("expected an invoke reply, got {other:?}"),
+            other => fail!(
+                ReplyError::Protocol,
+                "expected an invoke reply, got {other:?}"
+            ),
         }
     }
 
     /// The figures of a `load` reply.
-    pub fn into_loaded(self) -> Result<Loaded> {
+    pub fn into_loaded(self) -> Result<Loaded, ReplyError> {
         match self {
             Reply::Load(l) => Ok(l),
-            other => bail!("expected a load reply, got {other:?}"),
+            other => fail!(ReplyError::Protocol, "expected a load reply, got {other:?}"),
         }
     }
 }
@@ -273,19 +279,22 @@ pub fn encode_frame(msg: &impl Serialize) -> Vec<u8> {
 }
 
 /// Parses a frame length prefix, refusing anything over `max`.
-pub fn frame_len(prefix: [u8; 4], max: usize) -> Result<usize> {
+pub fn frame_len(prefix: [u8; 4], max: usize) -> Result<usize, ReplyError> {
     let n = u32::from_le_bytes(prefix) as usize;
     if n > max {
-        bail!("agent reply of {n} bytes exceeds the {max}-byte limit");
+        fail!(
+            ReplyError::Protocol,
+            "agent reply of {n} bytes exceeds the {max}-byte limit"
+        );
     }
     Ok(n)
 }
 
 /// Parses a frame body: a JSON object, or an error saying why not.
-pub fn parse_body(body: &[u8]) -> Result<Value> {
+pub fn parse_body(body: &[u8]) -> Result<Value, ReplyError> {
     let v: Value = serde_json::from_slice(body).context("agent reply is not valid JSON")?;
     if !v.is_object() {
-        bail!("agent reply is not a JSON object");
+        fail!(ReplyError::Protocol, "agent reply is not a JSON object");
     }
     Ok(v)
 }
@@ -297,7 +306,7 @@ pub const MAX_STACK_FRAMES: usize = 50;
 
 /// Splits a reply by its `ok`: the reply itself, or the agent's
 /// [`AgentError`]; an error if `ok` is missing.
-pub fn split_ok(v: Value) -> Result<std::result::Result<Value, AgentError>> {
+pub fn split_ok(v: Value) -> Result<Result<Value, AgentError>, ReplyError> {
     match v.get("ok").and_then(Value::as_bool) {
         Some(true) => Ok(Ok(v)),
         Some(false) => {
@@ -332,12 +341,15 @@ pub fn split_ok(v: Value) -> Result<std::result::Result<Value, AgentError>> {
                 }),
             }))
         }
-        None => bail!("agent reply has no boolean \"ok\" field"),
+        None => fail!(
+            ReplyError::Protocol,
+            "agent reply has no boolean \"ok\" field"
+        ),
     }
 }
 
 /// Turns an `"ok": false` reply into an [`AgentError`], and checks `ok` is there.
-pub fn check_ok(v: Value) -> Result<Value> {
+pub fn check_ok(v: Value) -> Result<Value, ReplyError> {
     Ok(split_ok(v)??)
 }
 
@@ -353,7 +365,7 @@ pub struct Invoked {
 impl Invoked {
     /// Decodes the reply to an invoke request; an error only for a reply
     /// that is not one.
-    pub fn decode(v: Value) -> Result<Invoked> {
+    pub fn decode(v: Value) -> Result<Invoked, ReplyError> {
         let exec_ms = v.get("exec_ms").and_then(Value::as_f64).unwrap_or(0.0);
         Ok(match split_ok(v)? {
             Ok(v) => {
@@ -389,7 +401,12 @@ impl AgentChannel {
     /// Sends bytes as they are: a whole frame, or a deliberately broken one.
     pub fn send_bytes(&mut self, bytes: &[u8]) -> Result<(), ChannelError> {
         self.sock.set_write_timeout(Some(Duration::from_secs(10)))?;
-        Ok(self.sock.write_all(bytes).context("sending to the agent")?)
+        self.sock
+            .write_all(bytes)
+            .map_err(|source| ChannelError::Io {
+                what: "sending to the agent",
+                source,
+            })
     }
 
     /// Receives one frame before `deadline`.
@@ -425,9 +442,11 @@ impl AgentChannel {
             return self.send(msg);
         };
         self.sock.set_write_timeout(Some(Duration::from_secs(10)))?;
-        Ok(
-            crate::cmsg::send_with_fds(&self.sock, &encode_frame(msg), &[fd.as_raw_fd()])
-                .context("sending to the agent")?,
+        crate::cmsg::send_with_fds(&self.sock, &encode_frame(msg), &[fd.as_raw_fd()]).map_err(
+            |source| ChannelError::Io {
+                what: "sending to the agent",
+                source,
+            },
         )
     }
 
@@ -445,7 +464,7 @@ impl AgentChannel {
             }
             self.sock.set_read_timeout(Some(left))?;
             match crate::cmsg::recv(&self.sock, buf) {
-                Ok(got) if got.read == 0 => return Err(closed()),
+                Ok(got) if got.read == 0 => return Err(ChannelError::Closed),
                 Ok(got) => {
                     fds.extend(got.fds);
                     let rest = std::mem::take(&mut buf);
@@ -455,23 +474,22 @@ impl AgentChannel {
                     io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
                         return Err(ChannelError::Timeout)
                     }
-                    _ => return Err(anyhow!(e).context("reading from the agent").into()),
+                    _ => {
+                        return Err(ChannelError::Io {
+                            what: "reading from the agent",
+                            source: e,
+                        })
+                    }
                 },
             }
             if fds.len() > MAX_FDS_PER_FRAME {
-                return Err(anyhow!(
+                return Err(ReplyError::Protocol(format!(
                     "the agent passed more than {MAX_FDS_PER_FRAME} descriptors with one frame"
-                )
+                ))
                 .into());
             }
         }
         Ok(())
-    }
-
-    /// One request, one reply; `"ok": false` becomes an [`AgentError`].
-    pub fn call(&mut self, req: &Request, timeout: Duration) -> Result<Reply> {
-        self.send(req)?;
-        Reply::decode(req, self.recv(timeout)?)
     }
 
     fn read_exact_by(&mut self, mut buf: &mut [u8], deadline: Instant) -> Result<(), ChannelError> {
@@ -482,7 +500,7 @@ impl AgentChannel {
             }
             self.sock.set_read_timeout(Some(left))?;
             match self.sock.read(buf) {
-                Ok(0) => return Err(closed()),
+                Ok(0) => return Err(ChannelError::Closed),
                 Ok(n) => buf = &mut buf[n..],
                 Err(e)
                     if matches!(
@@ -493,7 +511,12 @@ impl AgentChannel {
                     return Err(ChannelError::Timeout)
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(anyhow!(e).context("reading from the agent").into()),
+                Err(e) => {
+                    return Err(ChannelError::Io {
+                        what: "reading from the agent",
+                        source: e,
+                    })
+                }
             }
         }
         Ok(())
@@ -510,19 +533,43 @@ pub enum ChannelError {
     /// no whole frame before the deadline
     #[error("the agent did not answer in time")]
     Timeout,
-    /// the socket closed, failed, or the frame broke the protocol
+    /// the agent closed its socket
+    #[error("the agent closed its socket (sandbox died?)")]
+    Closed,
+    /// the socket failed
+    #[error("{what}")]
+    Io {
+        what: &'static str,
+        #[source]
+        source: io::Error,
+    },
+    /// the frame broke the protocol
     #[error(transparent)]
-    Broken(#[from] anyhow::Error),
+    Protocol(#[from] ReplyError),
 }
 
 impl From<io::Error> for ChannelError {
-    fn from(e: io::Error) -> Self {
-        ChannelError::Broken(e.into())
+    fn from(source: io::Error) -> Self {
+        ChannelError::Io {
+            what: "setting the socket's timeout",
+            source,
+        }
     }
 }
 
-fn closed() -> ChannelError {
-    anyhow!("the agent closed its socket (sandbox died?)").into()
+/// What the agent sent that is not the answer asked for.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplyError {
+    /// the agent answered `"ok": false`
+    #[error(transparent)]
+    Agent(#[from] AgentError),
+    /// a frame or reply that breaks the protocol (too long, not a JSON
+    /// object, no `ok`, another op's reply)
+    #[error("{0}")]
+    Protocol(String),
+    /// a reply whose fields do not decode
+    #[error(transparent)]
+    Malformed(#[from] Context),
 }
 
 #[cfg(test)]
@@ -540,7 +587,9 @@ mod tests {
         ca.send(&json!({"ok": false, "error": "timeout", "message": "slow"}))
             .unwrap();
         let e = check_ok(cb.recv(Duration::from_secs(1)).unwrap()).unwrap_err();
-        let e = e.downcast_ref::<AgentError>().unwrap();
+        let ReplyError::Agent(e) = e else {
+            panic!("not the agent's error: {e}")
+        };
         assert_eq!(e.kind(), ErrorKind::Timeout);
         assert_eq!(e.traceback, None);
         // nothing arrives: a deadline, not a hang
@@ -550,22 +599,31 @@ mod tests {
 
     #[test]
     fn hostile_replies_are_refused() {
-        assert!(frame_len(u32::MAX.to_le_bytes(), MAX_REPLY_BYTES).is_err());
-        assert!(parse_body(b"[1,2]").is_err());
-        assert!(parse_body(b"\xff\xfe").is_err());
-        assert!(check_ok(json!({"x": 1})).is_err());
+        let protocol = |r: Result<Value, ReplyError>| matches!(r, Err(ReplyError::Protocol(_)));
+        assert!(matches!(
+            frame_len(u32::MAX.to_le_bytes(), MAX_REPLY_BYTES),
+            Err(ReplyError::Protocol(_))
+        ));
+        assert!(protocol(parse_body(b"[1,2]")));
+        assert!(matches!(
+            parse_body(b"\xff\xfe"),
+            Err(ReplyError::Malformed(_))
+        ));
+        assert!(protocol(check_ok(json!({"x": 1}))));
         let (a, b) = UnixStream::pair().unwrap();
         let mut cb = AgentChannel::new(b);
         let mut a = a;
         a.write_all(&(MAX_REPLY_BYTES as u32 + 1).to_le_bytes())
             .unwrap();
-        assert!(cb.recv(Duration::from_secs(1)).is_err());
+        assert!(matches!(
+            cb.recv(Duration::from_secs(1)),
+            Err(ChannelError::Protocol(ReplyError::Protocol(_)))
+        ));
         drop(a);
-        assert!(cb
-            .recv(Duration::from_secs(1))
-            .unwrap_err()
-            .to_string()
-            .contains("closed"));
+        assert!(matches!(
+            cb.recv(Duration::from_secs(1)),
+            Err(ChannelError::Closed)
+        ));
     }
 
     #[test]
@@ -651,14 +709,22 @@ mod tests {
             ("f", 9, false)
         );
         // a reply for another op, or one missing fields, is refused
-        assert!(Reply::decode(&Request::Load, json!({"ok": true, "op": "exit"})).is_err());
-        assert!(Reply::decode(&Request::invoke_size("I"), json!({"ok": true})).is_err());
+        assert!(matches!(
+            Reply::decode(&Request::Load, json!({"ok": true, "op": "exit"})),
+            Err(ReplyError::Protocol(_))
+        ));
+        assert!(matches!(
+            Reply::decode(&Request::invoke_size("I"), json!({"ok": true})),
+            Err(ReplyError::Malformed(_))
+        ));
         let e = Reply::decode(
             &Request::Load,
             json!({"ok": false, "error": "function_error", "message": "m", "traceback": "T"}),
         )
         .unwrap_err();
-        let e = e.downcast_ref::<AgentError>().unwrap();
+        let ReplyError::Agent(e) = e else {
+            panic!("not the agent's error: {e}")
+        };
         assert_eq!(e.kind(), ErrorKind::FunctionError);
         assert_eq!(e.traceback.as_deref(), Some("T"));
         // an invocation's failure is an answer, not an error

@@ -1,7 +1,8 @@
 //! cgroup v1 memory and pids limits for one sandbox.
-use anyhow::{Context, Result};
+use crate::error::{HostError, Result};
 use std::fs;
 use std::path::PathBuf;
+use thaw_error::{fail, ResultExt};
 
 const ROOT: &str = "/sys/fs/cgroup";
 const CONTROLLERS: [&str; 2] = ["memory", "pids"];
@@ -30,7 +31,8 @@ impl Cgroups {
         ] {
             let hier = PathBuf::from(ROOT).join(ctrl);
             if !hier.join("cgroup.procs").exists() {
-                anyhow::bail!(
+                fail!(
+                    HostError::Failed,
                     "cgroup v1 {ctrl} controller is not mounted at {} (thaw needs it for sandbox limits)",
                     hier.display()
                 );

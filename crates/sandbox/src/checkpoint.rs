@@ -2,6 +2,7 @@
 //! snapshot of its mappings, saved pages, each thread's CPU and kernel-side
 //! state, and the files of its /tmp and /dev/shm. What a snapshot cannot
 //! keep is named, all of it, by [`inspect`].
+use crate::error::{CheckpointError, HostError, Result};
 use crate::files::{self, Scan};
 use crate::ptrace::{self, REG_ORIG_RAX, REG_RIP};
 use crate::sigframe;
@@ -9,12 +10,12 @@ use crate::state::{
     MmLayout, ProcessState, ThreadKernel, ThreadState, VdsoBlock, Vma, STATE_VERSION,
 };
 use crate::{stat_fields, Sandbox};
-use anyhow::{anyhow, bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
+use thaw_error::{fail, Context, ResultExt};
 use thaw_memory::pagemap;
 use thaw_memory::{MemoryLayout, Region, Run, PAGE_SIZE};
 use thaw_store::{Snapshot, SnapshotWriter};
@@ -63,19 +64,23 @@ pub fn parse_maps(text: &str) -> Result<Vec<MapsLine>> {
             let name = it.next().unwrap_or("").trim_start().to_string();
             let (a, b) = range
                 .split_once('-')
-                .ok_or_else(|| anyhow!("bad maps line {l:?}"))?;
-            let hexp =
-                |s: &str| u64::from_str_radix(s, 16).map_err(|_| anyhow!("bad maps line {l:?}"));
+                .ok_or_else(|| HostError::Failed(format!("bad maps line {l:?}")))?;
+            let hexp = |s: &str| {
+                u64::from_str_radix(s, 16)
+                    .map_err(|_| HostError::Failed(format!("bad maps line {l:?}")))
+            };
             let (major, minor) = dev
                 .split_once(':')
-                .ok_or_else(|| anyhow!("bad maps line {l:?}"))?;
+                .ok_or_else(|| HostError::Failed(format!("bad maps line {l:?}")))?;
             Ok(MapsLine {
                 start: hexp(a)?,
                 end: hexp(b)?,
                 perms,
                 offset: hexp(offset)?,
                 dev: (hexp(major)? as u32, hexp(minor)? as u32),
-                inode: inode.parse().map_err(|_| anyhow!("bad maps line {l:?}"))?,
+                inode: inode
+                    .parse()
+                    .map_err(|_| HostError::Failed(format!("bad maps line {l:?}")))?,
                 name,
             })
         })
@@ -96,7 +101,8 @@ pub(crate) fn wait_blocked_on_socket(pid: i32) -> Result<()> {
             return Ok(());
         }
         if Instant::now() > deadline {
-            bail!(
+            fail!(
+                HostError::Failed,
                 "runtime never went back to waiting on its socket (syscall: {})",
                 sc.trim()
             );
@@ -128,7 +134,7 @@ const STOP_DEADLINE: Duration = Duration::from_secs(2);
 /// Seizes and stops every thread of `pid` into `frozen` (main first),
 /// listing /proc/PID/task again until no thread is left running (one may
 /// be cloning another while we list).
-fn freeze_all(pid: i32, frozen: &mut Vec<i32>) -> Result<()> {
+fn freeze_all(pid: i32, frozen: &mut Vec<i32>) -> Result<(), CheckpointError> {
     loop {
         let mut new = Vec::new();
         for tid in task_ids(pid)? {
@@ -139,7 +145,7 @@ fn freeze_all(pid: i32, frozen: &mut Vec<i32>) -> Result<()> {
                 Ok(()) => {}
                 // gone between the listing and the seize
                 Err(_) if !Path::new(&format!("/proc/{pid}/task/{tid}")).exists() => continue,
-                Err(e) => return Err(e),
+                Err(e) => return Err(e.into()),
             }
             frozen.push(tid);
             ptrace::interrupt(tid)?;
@@ -163,7 +169,8 @@ fn freeze_all(pid: i32, frozen: &mut Vec<i32>) -> Result<()> {
                     .unwrap_or("")
                     .split_whitespace()
                     .next();
-                bail!(
+                fail!(
+                    CheckpointError::Unresumable,
                     "thread {} (tid {tid}) did not stop within {} s (state {}): it is inside a call that cannot be interrupted",
                     thread_name(pid, tid),
                     STOP_DEADLINE.as_secs(),
@@ -194,7 +201,12 @@ const NOT_RESTARTABLE: &[(u64, &str)] = &[
 /// `clear_child_tid`, its alternate signal stack) and leaves it with the
 /// registers a restore resumes it with, so the original goes on exactly as
 /// a restored copy does.
-fn capture_thread(pid: i32, tid: i32, gadget: u64, mem: &File) -> Result<ThreadState> {
+fn capture_thread(
+    pid: i32,
+    tid: i32,
+    gadget: u64,
+    mem: &File,
+) -> Result<ThreadState, CheckpointError> {
     let name = thread_name(pid, tid);
     let regs = ptrace::get_regs(tid)?;
     let (lo, hi) = (
@@ -202,12 +214,18 @@ fn capture_thread(pid: i32, tid: i32, gadget: u64, mem: &File) -> Result<ThreadS
         thaw_restorer::RESTORER_BASE + thaw_restorer::RESTORER_SPAN,
     );
     if (lo..hi).contains(&regs[REG_RIP]) {
-        bail!("thread {name} (tid {tid}) is still in the restorer's trampoline");
+        fail!(
+            CheckpointError::Unresumable,
+            "thread {name} (tid {tid}) is still in the restorer's trampoline"
+        );
     }
     let nr = regs[REG_ORIG_RAX];
     let call = NOT_RESTARTABLE.iter().find(|(n, _)| *n == nr);
     if let (Some((_, call)), true) = (call, ptrace::reissues(&regs)) {
-        bail!("thread {name} (tid {tid}) is inside {call}, which a restore cannot re-issue");
+        fail!(
+            CheckpointError::Unresumable,
+            "thread {name} (tid {tid}) is inside {call}, which a restore cannot re-issue"
+        );
     }
     let mut resume = regs;
     ptrace::prepare_for_resume(&mut resume);
@@ -244,21 +262,26 @@ fn syscall_gadget(maps: &[MapsLine], mem: &File) -> Result<u64> {
     let vdso = maps
         .iter()
         .find(|m| m.name == "[vdso]")
-        .ok_or_else(|| anyhow!("runtime has no [vdso]"))?;
+        .ok_or_else(|| HostError::Failed("runtime has no [vdso]".into()))?;
     let mut code = vec![0u8; (vdso.end - vdso.start) as usize];
     mem.read_exact_at(&mut code, vdso.start)
         .context("reading the runtime's vDSO")?;
     let at = code
         .windows(2)
         .position(|w| w == [0x0f, 0x05])
-        .ok_or_else(|| anyhow!("the vDSO holds no syscall instruction"))?;
+        .ok_or_else(|| HostError::Failed("the vDSO holds no syscall instruction".into()))?;
     Ok(vdso.start + at as u64)
 }
 
 /// Every thread's state, main first; refuses what a restore cannot resume.
-fn capture_threads(pid: i32, tids: &[i32], maps: &[MapsLine]) -> Result<Vec<ThreadState>> {
+fn capture_threads(
+    pid: i32,
+    tids: &[i32],
+    maps: &[MapsLine],
+) -> Result<Vec<ThreadState>, CheckpointError> {
     if tids.len() > thaw_restorer::MAX_THREADS {
-        bail!(
+        fail!(
+            CheckpointError::Unresumable,
             "runtime has {} threads; a snapshot holds at most {}",
             tids.len(),
             thaw_restorer::MAX_THREADS
@@ -272,7 +295,7 @@ fn capture_threads(pid: i32, tids: &[i32], maps: &[MapsLine]) -> Result<Vec<Thre
     let threads = tids
         .iter()
         .map(|&tid| capture_thread(pid, tid, gadget, &mem))
-        .collect::<Result<Vec<_>>>()?;
+        .collect::<Result<Vec<_>, _>>()?;
     // what a restore will build: each frame valid, all of them in the trampoline
     let mut frames = 0u64;
     for t in &threads {
@@ -281,7 +304,8 @@ fn capture_threads(pid: i32, tids: &[i32], maps: &[MapsLine]) -> Result<Vec<Thre
             .len() as u64;
     }
     if frames > thaw_restorer::MAX_FRAME_BYTES {
-        bail!(
+        fail!(
+            CheckpointError::Unresumable,
             "{} threads need {frames} bytes of resume frames; a restore has room for {}",
             threads.len(),
             thaw_restorer::MAX_FRAME_BYTES
@@ -478,20 +502,23 @@ pub fn checkpoint(
     dir: &Path,
     function: &str,
     root_hash: &str,
-) -> Result<(Snapshot, CheckpointReport)> {
+) -> Result<(Snapshot, CheckpointReport), CheckpointError> {
     let t0 = Instant::now();
-    let prep = sb.call_raw(
-        &crate::agent::Request::PrepareCheckpoint,
-        Duration::from_secs(30),
-    )?;
+    let prep = sb
+        .call_raw(
+            &crate::agent::Request::PrepareCheckpoint,
+            Duration::from_secs(30),
+        )
+        .map_err(CheckpointError::Prepare)?;
     let threads: Vec<AgentThread> = prep
         .get("threads")
         .and_then(|t| serde_json::from_value(t.clone()).ok())
         .unwrap_or_default();
-    let agent_refused = match crate::agent::split_ok(prep)? {
+    let split = crate::agent::split_ok(prep).map_err(|e| CheckpointError::Prepare(e.into()))?;
+    let agent_refused = match split {
         Ok(_) => None,
         Err(e) if e.kind() == crate::agent::ErrorKind::NotCheckpointable => Some(e.message),
-        Err(e) => return Err(anyhow!(e).context("agent refused to prepare for checkpoint")),
+        Err(e) => return Err(CheckpointError::Prepare(e.into())),
     };
     let pid = sb.pid();
     wait_blocked_on_socket(pid)?;
@@ -506,7 +533,10 @@ pub fn checkpoint(
     }
     let mut frozen = Vec::new();
     let res = freeze_all(pid, &mut frozen)
-        .context("freezing the runtime")
+        .map_err(|e| match e {
+            CheckpointError::Other(e) => Context::new("freezing the runtime", e).into(),
+            e => e,
+        })
         .and_then(|()| {
             let freeze_ms = t0.elapsed().as_secs_f64() * 1e3;
             dump(
@@ -538,7 +568,7 @@ fn dump(
     function: &str,
     root_hash: &str,
     files_cap: u64,
-) -> Result<(Snapshot, CheckpointReport)> {
+) -> Result<(Snapshot, CheckpointReport), CheckpointError> {
     let t = Instant::now();
     // the frozen runtime must still hold nothing a snapshot cannot keep
     let (reasons, scan) = inspect(pid, origins, &[], files_cap)?;
@@ -575,7 +605,8 @@ fn dump(
             "[vsyscall]" => continue,
             _ => {}
         }
-        let path = mapping_path(m, &root, origins).map_err(|why| anyhow!("runtime {why}"))?;
+        let path = mapping_path(m, &root, origins)
+            .map_err(|why| HostError::Failed(format!("runtime {why}")))?;
         vmas.push(Vma {
             start: m.start,
             end: m.end,
@@ -605,7 +636,7 @@ fn dump(
 
     // pages: anonymous memory that is present, and privately modified pages of
     // file mappings (the rest comes back from the file itself)
-    let pagemap = pagemap::open(pid)?;
+    let pagemap = pagemap::open(pid).context("opening the runtime's pagemap")?;
     let mem = File::open(format!("/proc/{pid}/mem"))?;
     let mut w = SnapshotWriter::create(dir)?;
     // Privately modified pages of file mappings go first: every strategy
@@ -646,11 +677,11 @@ fn dump(
     };
     // the files' contents follow the pages: same checksum, moves, streams
     let mut saved = scan.entries;
-    files::save(pid, &mut saved, &mut |data| Ok(w.append_memory(data)?))?;
+    files::save(pid, &mut saved, &mut |data| w.append_memory(data))?;
     let files_end = w.memory_len();
     // the descriptors, their contents after the files'; connected network
     // sockets are shut down here, after the before_snapshot hook
-    let fds = crate::fds::capture(pid, Some(&mut |data| Ok(w.append_memory(data)?)))?;
+    let fds = crate::fds::capture(pid, Some(&mut |data| w.append_memory(data)))?;
     if !fds.refusals.is_empty() {
         return Err(NotCheckpointable {
             reasons: fds.refusals,
@@ -702,10 +733,11 @@ fn dump_vma(
     pm: &mut Vec<u64>,
     buf: &mut Vec<u8>,
     zero_skipped: &mut u64,
-) -> Result<Vec<Run>> {
+) -> Result<Vec<Run>, CheckpointError> {
     let anon = v.path.is_none();
     let npages = ((v.end - v.start) / PAGE_SIZE) as usize;
-    pagemap::read(pagemap, v.start, v.end, pm)?;
+    pagemap::read(pagemap, v.start, v.end, pm)
+        .with_context(|| format!("reading the pagemap of {}", v.name))?;
     let saved = |i: usize| {
         let e = pm[i];
         if anon {
@@ -754,13 +786,16 @@ fn vdso_block(lines: &[MapsLine]) -> Result<VdsoBlock> {
     let vdso = lines
         .iter()
         .find(|m| m.name == "[vdso]")
-        .ok_or_else(|| anyhow!("runtime has no [vdso]"))?;
+        .ok_or_else(|| HostError::Failed("runtime has no [vdso]".into()))?;
     let start = lines.iter().map(|m| m.start).min().unwrap_or(vdso.start);
     let mut pieces = Vec::new();
     let mut expect = start;
     for m in lines {
         if m.start != expect {
-            bail!("[vvar]/[vdso] mappings are not contiguous");
+            fail!(
+                HostError::Failed,
+                "[vvar]/[vdso] mappings are not contiguous"
+            );
         }
         pieces.push((m.start - start, m.end - m.start));
         expect = m.end;

@@ -3,10 +3,11 @@
 //! start time (`thaw_store::secure::owner_tag`), so a live worker's state is
 //! never touched, even when its pid was recycled.
 use crate::cgroup;
-use anyhow::{Context, Result};
+use crate::error::Result;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+use thaw_error::{Context, ResultExt};
 use thaw_store::secure;
 
 /// Removes dead workers' cgroups (killing any sandbox still in them, e.g.
@@ -54,7 +55,7 @@ fn remove_cgroup(dir: &Path) -> Result<()> {
             Ok(()) => return Ok(()),
             Err(_) if !dir.exists() => return Ok(()),
             Err(e) if Instant::now() > deadline => {
-                return Err(e).with_context(|| format!("removing cgroup {}", dir.display()))
+                return Err(Context::new(format!("removing cgroup {}", dir.display()), e).into());
             }
             Err(_) => std::thread::sleep(Duration::from_millis(10)),
         }

@@ -16,7 +16,8 @@
 //! (the input hook: the daemon's API port included), every thaw sandbox
 //! subnet, loopback, link-local, multicast, IPv6, and port 53 anywhere but
 //! the function's resolver.
-use anyhow::{anyhow, bail, Context, Result};
+use crate::error::{HostError, Result};
+
 use std::collections::VecDeque;
 use std::fmt;
 use std::io::Write;
@@ -25,7 +26,22 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use thaw_error::{fail, ResultExt};
 use thaw_store::secure::{self, FileLock};
+
+/// Why a function's network could not be set up, read or given to a
+/// sandbox.
+#[derive(Debug, thiserror::Error)]
+pub enum EgressError {
+    /// every subnet of the range, address block of the daemon or address
+    /// of the function is in use
+    #[error("{0}")]
+    Exhausted(String),
+    /// a host step failed (a lease file, `ip`, `nft` or `tc` refused or
+    /// missing)
+    #[error(transparent)]
+    Other(#[from] HostError),
+}
 
 /// Most destination rules a function may list.
 pub const MAX_RULES: usize = 64;
@@ -242,7 +258,8 @@ fn run(program: &str, args: &[&str], input: &str) -> Result<()> {
     }
     let out = child.wait_with_output()?;
     if !out.status.success() {
-        bail!(
+        fail!(
+            HostError::Failed,
             "{program} {}: {}",
             args.join(" "),
             String::from_utf8_lossy(&out.stderr).trim()
@@ -258,7 +275,8 @@ fn output(program: &str, args: &[&str]) -> Result<String> {
         .output()
         .with_context(|| format!("running {program} (is it installed? see scripts/setup.sh)"))?;
     if !out.status.success() {
-        bail!(
+        fail!(
+            HostError::Failed,
             "{program} {}: {}",
             args.join(" "),
             String::from_utf8_lossy(&out.stderr).trim()
@@ -269,12 +287,12 @@ fn output(program: &str, args: &[&str]) -> Result<String> {
 
 fn try_lock(index: u32) -> Result<Option<FileLock>> {
     let dir = Path::new(LEASE_DIR);
-    secure::ensure_private_dir(dir)?;
-    Ok(secure::flock(
-        &dir.join(format!("{index}.lock")),
-        true,
-        true,
-    )?)
+    secure::ensure_private_dir(dir)
+        .with_context(|| format!("the egress lease directory {}", dir.display()))?;
+    Ok(
+        secure::flock(&dir.join(format!("{index}.lock")), true, true)
+            .with_context(|| format!("leasing egress subnet {index}"))?,
+    )
 }
 
 /// Removes what a daemon that held subnet `index` left (bridge, table).
@@ -351,7 +369,7 @@ impl fmt::Debug for Network {
 impl Network {
     /// Leases a free subnet and sets up its bridge, NAT and rule table.
     /// Nothing is left behind when a step fails.
-    pub fn open() -> Result<Arc<Network>> {
+    pub fn open() -> Result<Arc<Network>, EgressError> {
         for index in 0..SUBNETS {
             let Some(lease) = try_lock(index)? else {
                 continue;
@@ -372,7 +390,10 @@ impl Network {
             net.set_up()?;
             return Ok(Arc::new(net));
         }
-        bail!("no free egress subnet in 10.208.0.0/12 (256 daemons hold one each)")
+        fail!(
+            EgressError::Exhausted,
+            "no free egress subnet in 10.208.0.0/12 (256 daemons hold one each)"
+        )
     }
 
     fn gateway(&self) -> Ipv4Addr {
@@ -433,7 +454,7 @@ impl Network {
             Ipv4Addr::from(subnet_base(self.index)),
             t = self.table,
         );
-        run("nft", &["-f", "-"], &rules).context("loading the egress rules")
+        Ok(run("nft", &["-f", "-"], &rules).context("loading the egress rules")?)
     }
 
     /// Sets up a function's block of addresses and its chains.
@@ -441,15 +462,15 @@ impl Network {
         self: &Arc<Self>,
         policy: &Policy,
         resolv_conf: Option<PathBuf>,
-    ) -> Result<Egress> {
+    ) -> Result<Egress, EgressError> {
         let block = {
             let mut blocks = self.blocks.lock().unwrap_or_else(|p| p.into_inner());
             // block 0 holds the bridge's address
             let b = (1..BLOCKS as usize).find(|&b| !blocks[b]).ok_or_else(|| {
-                anyhow!(
+                EgressError::Exhausted(format!(
                     "all {} egress address blocks of this daemon are in use",
                     BLOCKS - 1
-                )
+                ))
             })?;
             blocks[b] = true;
             b as u32
@@ -635,7 +656,7 @@ impl Egress {
     }
 
     /// Packets refused to this function's sandboxes so far.
-    pub fn refused(&self) -> Result<u64> {
+    pub fn refused(&self) -> Result<u64, EgressError> {
         Ok(self
             .0
             .net
@@ -646,7 +667,7 @@ impl Egress {
     }
 
     /// An address for one sandbox (returned when the lease drops).
-    pub(crate) fn lease(&self) -> Result<SandboxNet> {
+    pub(crate) fn lease(&self) -> Result<SandboxNet, EgressError> {
         let addr = self
             .0
             .free
@@ -654,7 +675,9 @@ impl Egress {
             .unwrap_or_else(|p| p.into_inner())
             .pop_front()
             .ok_or_else(|| {
-                anyhow!("all {BLOCK_SIZE} egress addresses of the function are in use")
+                EgressError::Exhausted(format!(
+                    "all {BLOCK_SIZE} egress addresses of the function are in use"
+                ))
             })?;
         let n = self.0.net.next_if.fetch_add(1, Ordering::Relaxed) % 10_000_000;
         Ok(SandboxNet {

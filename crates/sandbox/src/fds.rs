@@ -11,12 +11,13 @@
 //! restorer recreates everything inside the new sandbox ([`to_plan`]).
 //! What cannot come back is a [`Refusal`] naming the descriptor.
 use crate::checkpoint::Refusal;
+use crate::error::{HostError, Result};
 use crate::state::{Blob, EpollWatch, FdKind, SavedFd, SavedSocket};
-use crate::state::{SOCK_OPT_REUSEADDR, SOCK_OPT_REUSEPORT, SOCK_OPT_V6ONLY};
-use anyhow::{anyhow, bail, Context, Result};
+use crate::state::{StateError, SOCK_OPT_REUSEADDR, SOCK_OPT_REUSEPORT, SOCK_OPT_V6ONLY};
 use std::collections::HashMap;
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use thaw_error::{fail, ResultExt};
 use thaw_restorer as r;
 
 /// Most descriptors a snapshot keeps (the restorer's table holds them).
@@ -61,15 +62,19 @@ const KCMP_EPOLL_TFD: libc::c_long = 7;
 
 /// Checks saved descriptors (what a restore trusts): numbers, kinds, paths,
 /// references between records, and contents after the image's `pages` bytes.
-pub fn check(fds: &[SavedFd], pages: u64) -> Result<()> {
+pub fn check(fds: &[SavedFd], pages: u64) -> Result<(), StateError> {
     if fds.len() > MAX_FDS {
-        bail!("{} descriptors (at most {MAX_FDS})", fds.len());
+        fail!(
+            StateError::Corrupt,
+            "{} descriptors (at most {MAX_FDS})",
+            fds.len()
+        );
     }
     let by_fd: HashMap<i32, &SavedFd> = fds.iter().map(|f| (f.fd, f)).collect();
     let mut last = 3;
     for f in fds {
         let fd = f.fd;
-        let bad = |why: String| anyhow!("descriptor {fd}: {why}");
+        let bad = |why: String| StateError::Corrupt(format!("descriptor {fd}: {why}"));
         if fd <= last || fd >= MAX_FD_NUMBER {
             return Err(bad(format!(
                 "out of order, a duplicate, one of 0-3 or over {MAX_FD_NUMBER}"
@@ -79,7 +84,7 @@ pub fn check(fds: &[SavedFd], pages: u64) -> Result<()> {
         if f.flags & !KNOWN_FLAGS != 0 {
             return Err(bad(format!("unknown flags {:#o}", f.flags)));
         }
-        let blob = |b: &Blob| -> Result<()> {
+        let blob = |b: &Blob| -> Result<(), StateError> {
             if b.len > 0 && (b.image_off < pages || b.image_off.checked_add(b.len).is_none()) {
                 return Err(bad(format!(
                     "content at {}+{} is not after the pages",
@@ -95,7 +100,7 @@ pub fn check(fds: &[SavedFd], pages: u64) -> Result<()> {
                     return Err(bad(format!("a dup of {of}, which is no earlier record")));
                 }
             }
-            FdKind::File { path, .. } => check_abs_path(path).map_err(|e| bad(e.to_string()))?,
+            FdKind::File { path, .. } => check_abs_path(path).map_err(bad)?,
             FdKind::Pipe {
                 first,
                 read,
@@ -236,17 +241,17 @@ fn check_socket(
 }
 
 /// An absolute plain path: no empty, `.` or `..` component, no NUL.
-fn check_abs_path(p: &str) -> Result<()> {
+fn check_abs_path(p: &str) -> std::result::Result<(), String> {
     let rel = p
         .strip_prefix('/')
-        .ok_or_else(|| anyhow!("path {p:?} is not absolute"))?;
+        .ok_or_else(|| format!("path {p:?} is not absolute"))?;
     if p.len() > MAX_PATH
         || (!rel.is_empty()
             && rel
                 .split('/')
                 .any(|c| c.is_empty() || c == "." || c == ".." || c.contains('\0')))
     {
-        bail!("path {p:?} is not a plain path");
+        return Err(format!("path {p:?} is not a plain path"));
     }
     Ok(())
 }
@@ -261,7 +266,7 @@ pub struct Capture {
 /// Where contents go while capturing: appends bytes to the image and
 /// returns their offset. Without one, nothing is read or shut down (the
 /// look before the freeze).
-pub type Append<'a> = &'a mut dyn FnMut(&[u8]) -> Result<u64>;
+pub type Append<'a> = &'a mut dyn FnMut(&[u8]) -> Result<u64, thaw_store::StoreError>;
 
 /// One descriptor of the runtime, as first seen.
 struct Open {
@@ -404,8 +409,8 @@ impl FdInfo {
             };
             let v = v.trim();
             match k {
-                "pos" => info.pos = v.parse()?,
-                "flags" => info.flags = u32::from_str_radix(v, 8)?,
+                "pos" => info.pos = v.parse().context("pos")?,
+                "flags" => info.flags = u32::from_str_radix(v, 8).context("flags")?,
                 _ => info.lines.push((k.to_string(), v.to_string())),
             }
         }
@@ -525,20 +530,25 @@ fn tee_all(src: &OwnedFd, n: usize, size: usize) -> Result<Vec<u8>> {
         )
     } < 0
     {
-        bail!("sizing a pipe: {}", std::io::Error::last_os_error());
+        fail!(
+            HostError::Failed,
+            "sizing a pipe: {}",
+            std::io::Error::last_os_error()
+        );
     }
     // tee copies from the start of the source: one call into a pipe large
     // enough takes everything
     // SAFETY: tee between two pipes we hold; the source is not consumed.
     let got = unsafe { libc::tee(src.as_raw_fd(), wr.as_raw_fd(), n, libc::SPLICE_F_NONBLOCK) };
     if got < 0 {
-        bail!(
+        fail!(
+            HostError::Failed,
             "tee of a pipe's unread bytes: {}",
             std::io::Error::last_os_error()
         );
     }
     if got as usize != n {
-        bail!("tee copied {got} of {n} unread bytes");
+        fail!(HostError::Failed, "tee copied {got} of {n} unread bytes");
     }
     let mut buf = vec![0u8; n];
     let mut f = std::fs::File::from(rd);
@@ -550,7 +560,11 @@ fn make_pipe() -> Result<(OwnedFd, OwnedFd)> {
     let mut p = [0; 2];
     // SAFETY: pipe2 fills two descriptors.
     if unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
-        bail!("pipe2: {}", std::io::Error::last_os_error());
+        fail!(
+            HostError::Failed,
+            "pipe2: {}",
+            std::io::Error::last_os_error()
+        );
     }
     // SAFETY: both just returned to us.
     Ok(unsafe { (OwnedFd::from_raw_fd(p[0]), OwnedFd::from_raw_fd(p[1])) })
@@ -669,7 +683,7 @@ fn memfd(o: &Open, name: &str, append: &mut Option<Append<'_>>) -> Kind {
 /// in its root, reached without a symbolic link.
 fn file(o: &Open, root: &OwnedFd) -> Kind {
     let path = &o.link;
-    check_abs_path(path).map_err(|e| e.to_string())?;
+    check_abs_path(path)?;
     let st = fstat(&o.dup).map_err(|e| e.to_string())?;
     let fmt = st.st_mode & libc::S_IFMT;
     let there = open_in_root(root, path, libc::O_PATH).and_then(|fd| fstat(&fd));
@@ -881,7 +895,8 @@ fn unix_diag(pid: i32) -> Result<HashMap<u32, UnixDiag>> {
     let sock = std::thread::spawn(move || -> Result<OwnedFd> {
         // SAFETY: setns on this short-lived thread only; the file is ours.
         if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } < 0 {
-            bail!(
+            fail!(
+                HostError::Failed,
                 "joining the sandbox's network namespace: {}",
                 std::io::Error::last_os_error()
             );
@@ -895,13 +910,17 @@ fn unix_diag(pid: i32) -> Result<HashMap<u32, UnixDiag>> {
             )
         };
         if s < 0 {
-            bail!("netlink socket: {}", std::io::Error::last_os_error());
+            fail!(
+                HostError::Failed,
+                "netlink socket: {}",
+                std::io::Error::last_os_error()
+            );
         }
         // SAFETY: just returned to us.
         Ok(unsafe { OwnedFd::from_raw_fd(s) })
     })
     .join()
-    .map_err(|_| anyhow!("the namespace thread panicked"))??;
+    .map_err(|_| HostError::Failed("the namespace thread panicked".into()))??;
     // nlmsghdr (16) + unix_diag_req (24)
     let mut req = Vec::with_capacity(40);
     req.extend_from_slice(&40u32.to_ne_bytes());
@@ -916,7 +935,11 @@ fn unix_diag(pid: i32) -> Result<HashMap<u32, UnixDiag>> {
     req.extend_from_slice(&[0xff; 8]);
     // SAFETY: send of our own buffer on our socket.
     if unsafe { libc::send(sock.as_raw_fd(), req.as_ptr().cast(), req.len(), 0) } < 0 {
-        bail!("sock_diag request: {}", std::io::Error::last_os_error());
+        fail!(
+            HostError::Failed,
+            "sock_diag request: {}",
+            std::io::Error::last_os_error()
+        );
     }
     let mut out = HashMap::new();
     let mut buf = vec![0u8; 1 << 16];
@@ -924,18 +947,22 @@ fn unix_diag(pid: i32) -> Result<HashMap<u32, UnixDiag>> {
         // SAFETY: recv into our buffer.
         let n = unsafe { libc::recv(sock.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
         if n < 0 {
-            bail!("sock_diag reply: {}", std::io::Error::last_os_error());
+            fail!(
+                HostError::Failed,
+                "sock_diag reply: {}",
+                std::io::Error::last_os_error()
+            );
         }
         let mut msg = &buf[..n as usize];
         while msg.len() >= 16 {
             let len = u32::from_ne_bytes(msg[0..4].try_into().expect("4")) as usize;
             let ty = u16::from_ne_bytes(msg[4..6].try_into().expect("2"));
             if len < 16 || len > msg.len() {
-                bail!("sock_diag: a malformed reply");
+                fail!(HostError::Failed, "sock_diag: a malformed reply");
             }
             match ty as i32 {
                 libc::NLMSG_DONE => return Ok(out),
-                libc::NLMSG_ERROR => bail!("sock_diag refused the request"),
+                libc::NLMSG_ERROR => fail!(HostError::Failed, "sock_diag refused the request"),
                 _ => {}
             }
             // unix_diag_msg: family, type, state, pad, ino, cookie[2]
@@ -975,7 +1002,11 @@ fn pidfd_open(pid: i32) -> Result<OwnedFd> {
     // SAFETY: pidfd_open with a pid and no flags.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
     if fd < 0 {
-        bail!("pidfd_open({pid}): {}", std::io::Error::last_os_error());
+        fail!(
+            HostError::Failed,
+            "pidfd_open({pid}): {}",
+            std::io::Error::last_os_error()
+        );
     }
     // SAFETY: a descriptor just returned to us.
     Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
@@ -985,7 +1016,11 @@ fn pidfd_getfd(pidfd: &OwnedFd, fd: i32) -> Result<OwnedFd> {
     // SAFETY: pidfd_getfd on a pidfd we hold; the result is a new descriptor.
     let got = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0) };
     if got < 0 {
-        bail!("pidfd_getfd: {}", std::io::Error::last_os_error());
+        fail!(
+            HostError::Failed,
+            "pidfd_getfd: {}",
+            std::io::Error::last_os_error()
+        );
     }
     // SAFETY: a descriptor just returned to us.
     Ok(unsafe { OwnedFd::from_raw_fd(got as RawFd) })
@@ -1062,7 +1097,7 @@ fn sockname(fd: &OwnedFd, peer: bool) -> std::io::Result<Vec<u8>> {
 }
 
 fn open_root(pid: i32) -> Result<OwnedFd> {
-    let c = CString::new(format!("/proc/{pid}/root"))?;
+    let c = CString::new(format!("/proc/{pid}/root")).context("the root's path")?;
     // SAFETY: open with a NUL-terminated path.
     let fd = unsafe {
         libc::open(
@@ -1071,7 +1106,8 @@ fn open_root(pid: i32) -> Result<OwnedFd> {
         )
     };
     if fd < 0 {
-        bail!(
+        fail!(
+            HostError::Failed,
             "opening the sandbox's root: {}",
             std::io::Error::last_os_error()
         );
@@ -1114,17 +1150,17 @@ fn open_in_root(root: &OwnedFd, path: &str, flags: libc::c_int) -> std::io::Resu
 /// The restorer's descriptor table for `fds` (paths and addresses into the
 /// plan's strings). `image_len`: the memory image's length, which every
 /// content must lie inside.
-pub fn to_plan(fds: &[SavedFd], image_len: u64, plan: &mut r::Plan) -> Result<()> {
+pub fn to_plan(fds: &[SavedFd], image_len: u64, plan: &mut r::Plan) -> Result<(), StateError> {
     let index: HashMap<i32, i32> = fds
         .iter()
         .enumerate()
         .map(|(i, f)| (f.fd, i as i32))
         .collect();
-    let idx = |fd: &i32| -> Result<i32> {
+    let idx = |fd: &i32| -> Result<i32, StateError> {
         index
             .get(fd)
             .copied()
-            .ok_or_else(|| anyhow!("descriptor {fd} has no record"))
+            .ok_or_else(|| StateError::Corrupt(format!("descriptor {fd} has no record")))
     };
     for f in fds {
         let mut p = r::PlanFd {
@@ -1134,9 +1170,13 @@ pub fn to_plan(fds: &[SavedFd], image_len: u64, plan: &mut r::Plan) -> Result<()
             path_off: -1,
             ..r::PlanFd::default()
         };
-        let content = |b: &Blob, p: &mut r::PlanFd| -> Result<()> {
+        let content = |b: &Blob, p: &mut r::PlanFd| -> Result<(), StateError> {
             if b.image_off.checked_add(b.len).is_none_or(|e| e > image_len) {
-                bail!("descriptor {}: its content lies outside the image", f.fd);
+                fail!(
+                    StateError::Corrupt,
+                    "descriptor {}: its content lies outside the image",
+                    f.fd
+                );
             }
             (p.img_off, p.img_len) = (b.image_off, b.len);
             Ok(())

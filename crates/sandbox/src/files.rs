@@ -11,14 +11,15 @@
 //! bytes of an open one are its descriptor's). Anything else there (a
 //! socket, a device) is a refusal: a restored instance must not differ from the snapshotted one.
 use crate::checkpoint::Refusal;
-use crate::state::{FileKind, SavedFile};
-use anyhow::{anyhow, bail, Context, Result};
+use crate::error::{HostError, Result};
+use crate::state::{FileKind, SavedFile, StateError};
 use std::ffi::CString;
 use std::fs::File;
 use std::io::Read;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
+use thaw_error::{fail, Context, ResultExt};
 
 /// The mounts a snapshot keeps, as paths inside the sandbox.
 pub const SAVED_MOUNTS: [&str; 2] = ["/tmp", crate::spawn::SHM_DIR];
@@ -78,11 +79,11 @@ pub fn scan(pid: i32, cap: u64) -> Result<Scan> {
 pub fn save(
     pid: i32,
     entries: &mut [SavedFile],
-    append: &mut dyn FnMut(&[u8]) -> Result<u64>,
+    append: &mut dyn FnMut(&[u8]) -> Result<u64, thaw_store::StoreError>,
 ) -> Result<()> {
     let mut buf = Vec::new();
     for e in entries.iter_mut().filter(|e| e.kind == FileKind::File) {
-        let (mount, rel) = split_mount(&e.path)?;
+        let (mount, rel) = split_mount(&e.path).map_err(HostError::Failed)?;
         let root = open_mount(pid, mount)?;
         let (parent, name) = open_parent(&root, rel)?;
         let fd = openat(&parent, name, libc::O_RDONLY | libc::O_NONBLOCK)
@@ -90,14 +91,26 @@ pub fn save(
         let f = File::from(fd);
         let st = f.metadata()?;
         if !st.is_file() || st.len() != e.len {
-            bail!("{} changed while the snapshot was taken", e.path);
+            fail!(
+                HostError::Failed,
+                "{} changed while the snapshot was taken",
+                e.path
+            );
         }
         buf.clear();
         (&f).take(e.len).read_to_end(&mut buf)?;
         if buf.len() as u64 != e.len {
-            bail!("{} shrank while the snapshot was taken", e.path);
+            fail!(
+                HostError::Failed,
+                "{} shrank while the snapshot was taken",
+                e.path
+            );
         }
-        e.image_off = if buf.is_empty() { 0 } else { append(&buf)? };
+        e.image_off = if buf.is_empty() {
+            0
+        } else {
+            append(&buf).with_context(|| format!("saving {} in the image", e.path))?
+        };
     }
     Ok(())
 }
@@ -115,11 +128,11 @@ pub fn restore(pid: i32, entries: &[SavedFile], image: &File, uid: u32) -> Resul
         roots.push((mount, open_mount(pid, mount)?));
     }
     for e in entries {
-        let (mount, rel) = split_mount(&e.path)?;
+        let (mount, rel) = split_mount(&e.path).map_err(HostError::Failed)?;
         let root = &roots
             .iter()
             .find(|(m, _)| *m == mount)
-            .ok_or_else(|| anyhow!("{} is on no saved mount", e.path))?
+            .ok_or_else(|| HostError::Failed(format!("{} is on no saved mount", e.path)))?
             .1;
         let (parent, name) = open_parent(root, rel)?;
         let cname = cstring(name)?;
@@ -139,7 +152,11 @@ pub fn restore(pid: i32, entries: &[SavedFile], image: &File, uid: u32) -> Resul
                     .checked_add(e.len)
                     .is_none_or(|end| end > image_len)
                 {
-                    bail!("{} lies outside the snapshot's image", e.path);
+                    fail!(
+                        HostError::Failed,
+                        "{} lies outside the snapshot's image",
+                        e.path
+                    );
                 }
                 let fd = openat(&parent, name, libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL)
                     .with_context(what)?;
@@ -213,7 +230,9 @@ fn open_mount(pid: i32, mount: &str) -> Result<OwnedFd> {
         )
     };
     if fd < 0 {
-        return Err(std::io::Error::last_os_error()).with_context(|| format!("opening {path}"));
+        return Err(
+            Context::new(format!("opening {path}"), std::io::Error::last_os_error()).into(),
+        );
     }
     // SAFETY: a descriptor just returned to us.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
@@ -306,7 +325,7 @@ fn kind_name(fmt: libc::mode_t) -> &'static str {
 }
 
 /// `/tmp/a/b` -> (`/tmp`, `a/b`).
-fn split_mount(path: &str) -> Result<(&'static str, &str)> {
+fn split_mount(path: &str) -> std::result::Result<(&'static str, &str), String> {
     SAVED_MOUNTS
         .iter()
         .find_map(|m| {
@@ -314,18 +333,18 @@ fn split_mount(path: &str) -> Result<(&'static str, &str)> {
                 .and_then(|r| r.strip_prefix('/'))
                 .map(|r| (*m, r))
         })
-        .ok_or_else(|| anyhow!("{path:?} is not on a saved mount"))
+        .ok_or_else(|| format!("{path:?} is not on a saved mount"))
 }
 
 /// Checks a saved path (what [`crate::state::ProcessState::decode`] accepts).
-pub fn check_path(path: &str) -> Result<()> {
-    let (_, rel) = split_mount(path)?;
+pub fn check_path(path: &str) -> Result<(), StateError> {
+    let (_, rel) = split_mount(path).map_err(StateError::Corrupt)?;
     if rel
         .split('/')
         .any(|c| c.is_empty() || c == "." || c == ".." || c.contains('\0'))
         || path.len() > MAX_PATH
     {
-        bail!("{path:?} is not a plain path");
+        fail!(StateError::Corrupt, "{path:?} is not a plain path");
     }
     Ok(())
 }
@@ -345,7 +364,7 @@ fn open_parent<'a>(root: &OwnedFd, rel: &'a str) -> Result<(OwnedFd, &'a str)> {
 }
 
 fn cstring(s: &str) -> Result<CString> {
-    CString::new(s).map_err(|_| anyhow!("{s:?} contains a NUL byte"))
+    CString::new(s).map_err(|_| HostError::Failed(format!("{s:?} contains a NUL byte")))
 }
 
 fn check(r: libc::c_int) -> std::io::Result<()> {
@@ -369,7 +388,9 @@ fn openat(dir: &OwnedFd, name: &str, flags: libc::c_int) -> Result<OwnedFd> {
         )
     };
     if fd < 0 {
-        return Err(std::io::Error::last_os_error()).with_context(|| format!("opening {name:?}"));
+        return Err(
+            Context::new(format!("opening {name:?}"), std::io::Error::last_os_error()).into(),
+        );
     }
     // SAFETY: a descriptor just returned to us.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
@@ -405,14 +426,20 @@ fn readlinkat(dir: &OwnedFd, name: &str) -> Result<String> {
         )
     };
     if n < 0 {
-        return Err(std::io::Error::last_os_error())
-            .with_context(|| format!("reading the link {name:?}"));
+        return Err(Context::new(
+            format!("reading the link {name:?}"),
+            std::io::Error::last_os_error(),
+        )
+        .into());
     }
     if n as usize >= buf.len() {
-        bail!("the link {name:?} is longer than 4096 bytes");
+        fail!(
+            HostError::Failed,
+            "the link {name:?} is longer than 4096 bytes"
+        );
     }
     buf.truncate(n as usize);
-    String::from_utf8(buf).map_err(|_| anyhow!("the link {name:?} is not UTF-8"))
+    String::from_utf8(buf).map_err(|_| HostError::Failed(format!("the link {name:?} is not UTF-8")))
 }
 
 /// Sets owner and mode (after the owner: a chown clears set-id bits).
@@ -446,7 +473,7 @@ fn copy_range(src: &File, off: u64, dst: &OwnedFd, len: u64) -> Result<()> {
             // read that names the problem
             let mut b = [0u8; 1];
             src.read_exact_at(&mut b, at as u64)?;
-            bail!("sendfile made no progress at {at}");
+            fail!(HostError::Failed, "sendfile made no progress at {at}");
         }
         left -= n as u64;
     }

@@ -30,8 +30,8 @@ pub mod uid;
 pub mod zygote;
 
 use agent::{AgentChannel, ChannelError, Reply, Request};
-use anyhow::{anyhow, Context, Result};
 use cgroup::Cgroups;
+use error::Result;
 use serde_json::Value;
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
@@ -40,13 +40,14 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+use thaw_error::ResultExt;
 use thaw_memory::PageServer;
 pub use thaw_restore::{FirstResponse, StartStrategy, StrategyKind, WsMode};
 
 /// For readers that must sit in cgroups like a sandbox's (the tier probe).
 pub use cgroup::Cgroups as SandboxCgroups;
 pub use checkpoint::{checkpoint, CheckpointReport, NotCheckpointable, Refusal};
-pub use error::{RestoreError, SandboxError};
+pub use error::{CheckpointError, HostError, ProfileError, RestoreError, SandboxError, StartError};
 pub use pool::{PoolStats, Prebuilt, SandboxPool};
 pub use restore::{restore, RestoreArgs, RestoreReport, Streamed};
 pub use thaw_restore::Arriving;
@@ -180,7 +181,7 @@ struct Slot {
 }
 
 impl Slot {
-    fn new(cfg: &SandboxConfig) -> Result<Slot> {
+    fn new(cfg: &SandboxConfig) -> Result<Slot, StartError> {
         let n = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         // the owner tag (pid and start time) lets crash cleanup find what a
         // dead worker left
@@ -254,11 +255,11 @@ impl Sandbox {
         root: &Path,
         argv: &[String],
         env: &[(String, String)],
-    ) -> Result<Sandbox> {
+    ) -> Result<Sandbox, StartError> {
         let slot = Slot::new(cfg)?;
         let path = argv
             .first()
-            .ok_or_else(|| anyhow!("empty runtime command"))?
+            .ok_or_else(|| StartError::Config("empty runtime command".into()))?
             .clone();
         let spec = spawn::ChildSpec {
             root,
@@ -312,9 +313,7 @@ impl Sandbox {
     /// One request to the agent and its typed reply; an `"ok": false` reply
     /// becomes an [`agent::AgentError`]. See [`Sandbox::call_raw`] for the rest.
     pub fn call(&mut self, req: &Request, timeout: Duration) -> Result<Reply, SandboxError> {
-        let bad = |e: anyhow::Error| SandboxError::Reply(format!("{e:#}"));
-        let v = agent::split_ok(self.call_raw(req, timeout)?).map_err(bad)??;
-        Reply::decode(req, v).map_err(bad)
+        Ok(Reply::decode(req, self.call_raw(req, timeout)?)?)
     }
 
     /// One request to the agent, returning its reply whatever its `ok` says.
@@ -388,7 +387,7 @@ impl Sandbox {
                 let id = self.id.clone();
                 return Err(SandboxError::Timeout { id, after: timeout });
             }
-            Err(ChannelError::Broken(e)) => e,
+            Err(e) => e,
         };
         self.kill();
         let id = self.id.clone();
@@ -398,12 +397,12 @@ impl Sandbox {
                 id,
                 limit_mib: self.memory_limit >> 20,
                 kills,
-                cause: format!("{e:#}"),
+                cause: thaw_error::chain(&e),
             });
         }
         Err(SandboxError::Died {
             id,
-            cause: format!("{e:#}"),
+            cause: thaw_error::chain(&e),
             log_tail: self.log_tail(400),
         })
     }
@@ -453,7 +452,7 @@ impl Sandbox {
             .lines()
             .find_map(|l| l.strip_prefix("VmRSS:"))
             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .ok_or_else(|| anyhow!("no VmRSS for pid {}", self.pid))
+            .ok_or_else(|| HostError::Failed(format!("no VmRSS for pid {}", self.pid)))
     }
 
     /// Peak memory of the sandbox's cgroup.
@@ -518,13 +517,13 @@ impl StatFields<'_> {
         self.0
             .get(n.wrapping_sub(3))
             .and_then(|s| s.parse().ok())
-            .ok_or_else(|| anyhow!("/proc stat field {n} missing"))
+            .ok_or_else(|| HostError::Failed(format!("/proc stat field {n} missing")))
     }
 }
 
 pub(crate) fn stat_fields(stat: &str) -> Result<StatFields<'_>> {
     let close = stat
         .rfind(')')
-        .ok_or_else(|| anyhow!("malformed /proc stat"))?;
+        .ok_or_else(|| HostError::Failed("malformed /proc stat".into()))?;
     Ok(StatFields(stat[close + 1..].split_whitespace().collect()))
 }

@@ -3,12 +3,13 @@
 //! (HTTP, TCP echo, a DNS answerer) that the test starts in it. Nothing it
 //! does reaches any other address. Dropping it stops the servers and removes
 //! the namespace (and with it the veth).
-use anyhow::{bail, Context, Result};
+use crate::error::{HostError, Result};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
+use thaw_error::{fail, ResultExt};
 use thaw_store::secure::{self, FileLock};
 
 /// Leases of test-host subnets (machine-wide: tests of several engineers
@@ -32,7 +33,8 @@ impl NetHost {
     /// namespace holds [`NetHost::addr`] 0, 1 and 2.
     pub fn create() -> Result<NetHost> {
         let dir = Path::new(LEASE_DIR);
-        secure::ensure_private_dir(dir)?;
+        secure::ensure_private_dir(dir)
+            .with_context(|| format!("the test hosts' lease directory {}", dir.display()))?;
         let (index, lease) = (0..LEASES)
             .find_map(|i| {
                 secure::flock(&dir.join(format!("{i}.lock")), true, true)
@@ -40,7 +42,7 @@ impl NetHost {
                     .flatten()
                     .map(|l| (i, l))
             })
-            .context("no free test-host subnet")?;
+            .ok_or_else(|| HostError::Failed("no free test-host subnet".into()))?;
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
         let pid = std::process::id();
         let h = NetHost {
@@ -144,7 +146,10 @@ impl NetHost {
         let t = Instant::now();
         while TcpStream::connect_timeout(&to, Duration::from_millis(200)).is_err() {
             if t.elapsed() > Duration::from_secs(10) {
-                bail!("the test host's server on {to} did not come up");
+                fail!(
+                    HostError::Failed,
+                    "the test host's server on {to} did not come up"
+                );
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -159,7 +164,11 @@ impl NetHost {
             .args(argv)
             .output()?;
         if !out.status.success() {
-            bail!("{argv:?}: {}", String::from_utf8_lossy(&out.stderr).trim());
+            fail!(
+                HostError::Failed,
+                "{argv:?}: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
         }
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
@@ -193,7 +202,8 @@ fn run(argv: &[&str]) -> Result<()> {
         .output()
         .with_context(|| format!("running {}", argv[0]))?;
     if !out.status.success() {
-        bail!(
+        fail!(
+            HostError::Failed,
             "{}: {}",
             argv.join(" "),
             String::from_utf8_lossy(&out.stderr).trim()

@@ -7,14 +7,15 @@
 //! kernel locks both take (a fifth of helloworld's cold start on a loaded
 //! two-core machine). A pooled sandbox serves
 //! one restore only; one that died while waiting is discarded when taken.
+use crate::StartError;
 use crate::{restore, spawn, Sandbox, SandboxConfig, Slot};
-use anyhow::Result;
 use std::collections::VecDeque;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
+use thaw_error::fail;
 
 /// A sandbox whose restorer is running and waiting for its plan. Dropping it
 /// kills the restorer and removes its cgroups (it is a [`Sandbox`]).
@@ -37,7 +38,7 @@ impl Drop for Ticket {
 
 impl Prebuilt {
     /// Builds the sandbox and starts the restorer in it.
-    pub fn build(root: &Path, cfg: &SandboxConfig) -> Result<Prebuilt> {
+    pub fn build(root: &Path, cfg: &SandboxConfig) -> Result<Prebuilt, StartError> {
         let slot = Slot::new(cfg)?;
         let spec = spawn::ChildSpec {
             root,
@@ -142,8 +143,13 @@ const REFILL_DEFER_MAX: Duration = Duration::from_millis(20);
 
 impl SandboxPool {
     /// Starts the refill thread, which builds `size` sandboxes right away.
-    pub fn start(root: &Path, cfg: &SandboxConfig, size: usize) -> Result<SandboxPool> {
-        anyhow::ensure!(size > 0, "a sandbox pool needs a size of at least 1");
+    pub fn start(root: &Path, cfg: &SandboxConfig, size: usize) -> Result<SandboxPool, StartError> {
+        if size == 0 {
+            fail!(
+                StartError::Config,
+                "a sandbox pool needs a size of at least 1"
+            );
+        }
         let shared = Arc::new(Shared {
             root: root.to_owned(),
             cfg: cfg.clone(),
@@ -271,7 +277,7 @@ fn refill_loop(sh: &Shared) {
             Ok(_) => return,
             Err(e) => {
                 st.stats.build_failures += 1;
-                st.stats.last_error = format!("{e:#}");
+                st.stats.last_error = thaw_error::chain(&e);
                 tracing::warn!("building a pooled sandbox failed: {}", st.stats.last_error);
                 let (st, _) = sh
                     .cv

@@ -8,11 +8,11 @@
 //! next invocation faults each page it touches back in through the page
 //! server, which logs it. A page's count is the number of invocations
 //! (epochs) that touched it: access frequency over time, not first touches.
+use crate::error::{HostError, ProfileError, Result};
 use crate::ptrace::{self, REG_ORIG_RAX, REG_RIP};
 use crate::restore::{restore_with, Hooks};
 use crate::state::ProcessState;
 use crate::{Sandbox, SandboxConfig};
-use anyhow::{bail, Context, Result};
 use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -20,6 +20,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::Duration;
+use thaw_error::{fail, ResultExt};
 use thaw_memory::pagemap;
 use thaw_memory::tiering::{AccessProfile, ProfileClass};
 use thaw_memory::{ImageSource, PageSource, Region, PAGE_SIZE};
@@ -36,7 +37,7 @@ pub fn profile(
     cfg: &SandboxConfig,
     requests: &[(String, crate::agent::Request)],
     timeout: Duration,
-) -> Result<AccessProfile> {
+) -> Result<AccessProfile, ProfileError> {
     // Every mapping, file-backed ones included, is restored as lazily served
     // anonymous memory, so accesses to the privately modified pages of file
     // mappings are counted too; pages the image lacks come from the file.
@@ -73,7 +74,10 @@ pub fn profile(
             drop_resident(&sb, &overlay).with_context(|| format!("resetting for epoch {i}"))?;
         }
         sb.call(req, timeout)
-            .with_context(|| format!("profiling invocation {req}"))?;
+            .map_err(|source| ProfileError::Sandbox {
+                what: format!("profiling invocation {req}"),
+                source,
+            })?;
         let ci = match prof.classes.iter().position(|c| &c.name == class) {
             Some(ci) => ci,
             None => {
@@ -192,13 +196,17 @@ fn drop_resident(sb: &Sandbox, overlay: &ProfileSource) -> Result<()> {
         let mut code = [0u8; 2];
         mem.read_exact_at(&mut code, insn)?;
         if (saved[REG_ORIG_RAX] as i64) < 0 || code != [0x0f, 0x05] {
-            bail!("runtime is not stopped in a system call; cannot inject");
+            fail!(
+                HostError::Failed,
+                "runtime is not stopped in a system call; cannot inject"
+            );
         }
-        let pm = pagemap::open(pid)?;
+        let pm = pagemap::open(pid).context("opening the runtime's pagemap")?;
         let mut pages: HashMap<u64, Box<[u8]>> = HashMap::new();
         let mut entries = Vec::new();
         for m in &anon {
-            pagemap::read(&pm, m.start, m.end, &mut entries)?;
+            pagemap::read(&pm, m.start, m.end, &mut entries)
+                .with_context(|| format!("reading the pagemap at {:#x}", m.start))?;
             for (i, e) in entries.iter().enumerate() {
                 if e & pagemap::PRESENT != 0 {
                     let a = m.start + i as u64 * PAGE_SIZE;
@@ -223,7 +231,11 @@ fn drop_resident(sb: &Sandbox, overlay: &ProfileSource) -> Result<()> {
             let args = [m.start, m.end - m.start, libc::MADV_DONTNEED as u64];
             let ret = injector.call(libc::SYS_madvise, args)?;
             if ret != 0 {
-                bail!("injected madvise on {:#x} failed: {ret}", m.start);
+                fail!(
+                    HostError::Failed,
+                    "injected madvise on {:#x} failed: {ret}",
+                    m.start
+                );
             }
         }
         let mut back = saved;

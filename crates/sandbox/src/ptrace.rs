@@ -2,11 +2,12 @@
 //! signal mask, rseq and robust-list queries, and system calls run inside a
 //! stopped thread for state only the thread itself can ask the kernel for.
 //! (Restores do not trace: see `sigframe`.)
-use anyhow::{bail, Context, Result};
+use crate::error::{HostError, Result};
 use std::fs::File;
 use std::io::Error;
 use std::os::unix::fs::FileExt;
 use std::time::{Duration, Instant};
+use thaw_error::{fail, ResultExt};
 
 pub const NT_PRSTATUS: usize = 1;
 pub const NT_X86_XSTATE: usize = 0x202;
@@ -33,7 +34,11 @@ fn pt(req: libc::c_uint, pid: i32, addr: usize, data: usize) -> Result<libc::c_l
     // SAFETY: callers pass addresses of live buffers sized for the request.
     let r = unsafe { libc::ptrace(req, pid, addr, data) };
     if r < 0 {
-        bail!("ptrace({req:#x}) on pid {pid}: {}", Error::last_os_error());
+        fail!(
+            HostError::Failed,
+            "ptrace({req:#x}) on pid {pid}: {}",
+            Error::last_os_error()
+        );
     }
     Ok(r)
 }
@@ -72,13 +77,16 @@ pub fn wait_stop(pid: i32) -> Result<i32> {
             if e.kind() == std::io::ErrorKind::Interrupted {
                 continue;
             }
-            bail!("waitpid({pid}): {e}");
+            fail!(HostError::Failed, "waitpid({pid}): {e}");
         }
         if libc::WIFSTOPPED(status) {
             return Ok(status);
         }
         if libc::WIFEXITED(status) || libc::WIFSIGNALED(status) {
-            bail!("process {pid} died while being frozen (status {status:#x})");
+            fail!(
+                HostError::Failed,
+                "process {pid} died while being frozen (status {status:#x})"
+            );
         }
     }
 }
@@ -105,7 +113,7 @@ pub fn wait_stop_until(tid: i32, deadline: Instant) -> Result<Stop> {
             if e.kind() == std::io::ErrorKind::Interrupted {
                 continue;
             }
-            bail!("waitpid({tid}): {e}");
+            fail!(HostError::Failed, "waitpid({tid}): {e}");
         }
         if r == tid {
             return Ok(if libc::WIFSTOPPED(status) {
@@ -134,7 +142,11 @@ pub fn get_regs(pid: i32) -> Result<[u64; NREGS]> {
         &mut iov as *mut _ as usize,
     )?;
     if iov.iov_len != NREGS * 8 {
-        bail!("unexpected register set size {}", iov.iov_len);
+        fail!(
+            HostError::Failed,
+            "unexpected register set size {}",
+            iov.iov_len
+        );
     }
     Ok(regs)
 }
@@ -210,7 +222,11 @@ pub fn get_robust_list(tid: i32) -> Result<(u64, u64)> {
         )
     };
     if r < 0 {
-        bail!("get_robust_list({tid}): {}", Error::last_os_error());
+        fail!(
+            HostError::Failed,
+            "get_robust_list({tid}): {}",
+            Error::last_os_error()
+        );
     }
     Ok((head, len as u64))
 }
@@ -220,7 +236,8 @@ pub fn syscall_step(pid: i32) -> Result<()> {
     pt(libc::PTRACE_SYSCALL, pid, 0, 0)?;
     let status = wait_stop(pid)?;
     if libc::WSTOPSIG(status) != libc::SIGTRAP | 0x80 {
-        bail!(
+        fail!(
+            HostError::Failed,
             "thread {pid} stopped for signal {} while the checkpoint ran a call in it",
             libc::WSTOPSIG(status)
         );
@@ -276,10 +293,11 @@ impl Injector<'_> {
         // below the stack pointer may be unmapped (a stack that has yet
         // to grow): the kernel grows it for the call, and zeros go back
         let had = self.mem.read_exact_at(&mut saved, at).is_ok();
-        let out = (|| {
+        let out = (|| -> Result<_> {
             let r = self.call(libc::SYS_prctl, [libc::PR_GET_TID_ADDRESS as u64, at, 0])?;
             if r < 0 {
-                bail!(
+                fail!(
+                    HostError::Failed,
                     "prctl(PR_GET_TID_ADDRESS) in thread {}: errno {}",
                     self.tid,
                     -r
@@ -287,7 +305,12 @@ impl Injector<'_> {
             }
             let r = self.call(libc::SYS_sigaltstack, [0, at + 16, 0])?;
             if r < 0 {
-                bail!("sigaltstack in thread {}: errno {}", self.tid, -r);
+                fail!(
+                    HostError::Failed,
+                    "sigaltstack in thread {}: errno {}",
+                    self.tid,
+                    -r
+                );
             }
             let mut b = [0u8; 40];
             self.mem

@@ -5,11 +5,11 @@
 //! worker built from the saved CPU state ([`crate::sigframe`]). The worker
 //! then greets the agent, which unmaps the trampoline and re-seeds its
 //! random generators.
+use crate::error::{HostError, Result};
 use crate::pool::Prebuilt;
 use crate::sigframe;
 use crate::state::ProcessState;
 use crate::{seccomp, RestoreError, Sandbox, SandboxConfig};
-use anyhow::{anyhow, bail, Context, Result};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::fs::File;
@@ -18,6 +18,7 @@ use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
+use thaw_error::{fail, Context, ResultExt};
 use thaw_memory::{ImageSource, PageServer, PageSource};
 use thaw_restore::{Arriving, MemoryPlan, StrategyKind, StrategyReport, Target};
 use thaw_restorer as r;
@@ -138,10 +139,10 @@ pub fn restore(args: RestoreArgs<'_>) -> Result<(Sandbox, RestoreReport), Restor
     };
     if let Some(streamed) = streamed {
         if !thaw_restore::strategy(strategy).streams() {
-            return Err(anyhow!(
+            return Err(thaw_restore::StrategyError::Unsuitable(format!(
                 "a streamed restore needs a strategy that restores from an arriving image ({}), not {strategy}",
                 thaw_restore::names_of(thaw_restore::kinds_where(|s| s.streams()))
-            )
+            ))
             .into());
         }
         hooks.pager_source = Some(streamed.source);
@@ -196,20 +197,25 @@ pub(crate) fn restore_with(
     let arriving = streamed_image.as_ref().map(|(_, a)| a.clone());
     let t0 = Instant::now();
     if snap.manifest.runtime_root != root_hash {
-        return Err(anyhow!(
-            "snapshot {} was taken on runtime root {}, but the root given is {root_hash}; rebuild the snapshot",
-            snap.manifest.id,
-            snap.manifest.runtime_root
-        )
-        .into());
+        return Err(RestoreError::OtherRoot {
+            id: snap.manifest.id.clone(),
+            taken_on: snap.manifest.runtime_root.clone(),
+            given: root_hash.to_string(),
+        });
     }
     if !root.is_dir() {
-        return Err(anyhow!("runtime root {} is missing", root.display()).into());
+        return Err(
+            HostError::Failed(format!("runtime root {} is missing", root.display())).into(),
+        );
     }
     let state = match state_override {
         Some(s) => s,
-        None => ProcessState::decode(&snap.load_state()?)
-            .with_context(|| format!("snapshot {}", snap.dir.display()))?,
+        None => {
+            ProcessState::decode(&snap.load_state()?).map_err(|source| RestoreError::State {
+                dir: snap.dir.clone(),
+                source,
+            })?
+        }
     };
     // verified, and unchangeable while in use (sealed memfd or immutable
     // file); a streamed image is verified chunk by chunk as it arrives
@@ -259,14 +265,22 @@ pub(crate) fn restore_with(
 
     let lazy = memory.lazy();
     let mut plan = build_plan(&state, &mut memory, sb.uid(), sb.net.is_some())?;
-    crate::fds::to_plan(&state.fds, image.metadata()?.len(), &mut plan)?;
-    let encoded = plan.encode().map_err(|e| anyhow!(e))?;
+    crate::fds::to_plan(&state.fds, image.metadata()?.len(), &mut plan).map_err(|source| {
+        RestoreError::State {
+            dir: snap.dir.clone(),
+            source,
+        }
+    })?;
+    let encoded = plan
+        .encode()
+        .map_err(|e| Context::new("encoding the restorer's plan", e))?;
 
     if let Some(f) = on_spawn {
         f(pid);
     }
     if let Some(a) = &arriving {
-        a.copied_pages().map_err(anyhow::Error::from_boxed)?;
+        a.copied_pages()
+            .map_err(|e| Context::new("waiting for the image's copied pages", e))?;
     }
     let sock = sb.channel().socket().try_clone()?;
     sock.set_read_timeout(Some(RESTORER_REPORT_DEADLINE))?;
@@ -304,16 +318,20 @@ pub(crate) fn restore_with(
             e.kind(),
             std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
         ) {
-            anyhow!(
+            HostError::Failed(format!(
                 "restorer did not report within {} s: {}",
                 RESTORER_REPORT_DEADLINE.as_secs(),
                 sb.log_tail(300)
-            )
+            ))
         } else {
-            anyhow!("restorer died before reporting ({e}): {}", sb.log_tail(300))
+            HostError::Failed(format!(
+                "restorer died before reporting ({e}): {}",
+                sb.log_tail(300)
+            ))
         }
     })?;
-    let status = r::RestorerStatus::decode(&raw).map_err(|e| anyhow!(e))?;
+    let status = r::RestorerStatus::decode(&raw)
+        .map_err(|e| Context::new("decoding the restorer's status", e))?;
     if !status.ok {
         return Err(RestoreError::Restorer {
             step: status.step,
@@ -323,7 +341,8 @@ pub(crate) fn restore_with(
         });
     }
     if lazy {
-        let uffd = uffd.ok_or_else(|| anyhow!("restorer did not send its userfaultfd"))?;
+        let uffd =
+            uffd.ok_or_else(|| HostError::Failed("restorer did not send its userfaultfd".into()))?;
         // phase 3, serve: the strategy's prefetch, then the page server
         let serve = strategy.serve(&target, uffd.as_fd())?;
         let on_fatal = Box::new(move |why: &thaw_memory::ServeError| {
@@ -410,7 +429,11 @@ pub(crate) fn restorer_memfd() -> Result<RawFd> {
         )
     };
     if fd < 0 {
-        bail!("memfd_create: {}", std::io::Error::last_os_error());
+        fail!(
+            HostError::Failed,
+            "memfd_create: {}",
+            std::io::Error::last_os_error()
+        );
     }
     // SAFETY: fd was just created and is owned here.
     let owned = unsafe { OwnedFd::from_raw_fd(fd) };
@@ -444,7 +467,8 @@ fn build_plan(
     network: bool,
 ) -> Result<r::Plan> {
     if memory.regions.len() != state.vmas.len() {
-        bail!(
+        fail!(
+            HostError::Failed,
             "the memory plan has {} regions for {} mappings",
             memory.regions.len(),
             state.vmas.len()
@@ -524,16 +548,22 @@ fn build_plan(
 fn recv_uffd(sock: &std::os::unix::net::UnixStream) -> Result<(Option<OwnedFd>, Option<u8>)> {
     let (byte, got) = crate::cmsg::recv_one_byte(sock)?;
     if got.read != 1 {
-        bail!("restorer closed its socket before handing over userfaultfd");
+        fail!(
+            HostError::Failed,
+            "restorer closed its socket before handing over userfaultfd"
+        );
     }
     let mut fds = got.fds.into_iter();
     let fd = fds.next();
     if fds.next().is_some() {
-        bail!("restorer sent more than one descriptor");
+        fail!(HostError::Failed, "restorer sent more than one descriptor");
     }
     match (byte, fd) {
         (b'U', Some(fd)) => Ok((Some(fd), None)),
         (b, None) => Ok((None, Some(b))),
-        (_, Some(_)) => bail!("restorer sent a descriptor with an unexpected tag"),
+        (_, Some(_)) => fail!(
+            HostError::Failed,
+            "restorer sent a descriptor with an unexpected tag"
+        ),
     }
 }

@@ -5,9 +5,10 @@
 //! area). The restorer copies every thread's frame behind
 //! `thaw_restorer::TRAMP_FRAME` and each thread calls rt_sigreturn on its
 //! own, so no tracer has to load the CPU state.
+use crate::error::{HostError, Result};
 use crate::ptrace::NREGS;
 use crate::state::ThreadState;
-use anyhow::{bail, Result};
+use thaw_error::fail;
 
 /// ucontext.uc_flags: the frame carries an XSAVE area and a valid ss.
 const UC_FP_XSTATE: u64 = 1;
@@ -62,21 +63,27 @@ const SELECTORS: [usize; 4] = [23, 24, 25, 26];
 /// absolute).
 pub fn build(state: &ThreadState, at: u64) -> Result<Vec<u8>> {
     if state.regs.len() != NREGS {
-        bail!(
+        fail!(
+            HostError::Failed,
             "process state has {} registers, want {NREGS}",
             state.regs.len()
         );
     }
     let r = state.regs_array();
     if let Some(&i) = SELECTORS.iter().find(|&&i| r[i] != 0) {
-        bail!(
+        fail!(
+            HostError::Failed,
             "the runtime has a segment selector set ({:#x}); resuming it needs ds, es, fs and gs at 0",
             r[i]
         );
     }
     let xs = &state.xstate;
     if xs.len() < MIN_XSTATE || !xs.len().is_multiple_of(64) {
-        bail!("process state: XSAVE area of {} bytes", xs.len());
+        fail!(
+            HostError::Failed,
+            "process state: XSAVE area of {} bytes",
+            xs.len()
+        );
     }
     // whole multiples of 64 bytes: frames are laid one after another, and
     // each one's XSAVE area must stay 64-byte aligned
@@ -149,13 +156,15 @@ fn check_host_xsave(
 ) -> Result<()> {
     let missing = features & !host_features;
     if missing != 0 {
-        bail!(
+        fail!(
+            HostError::Failed,
             "the snapshot's CPU state uses XSAVE components {missing:#x} that this CPU lacks \
              (snapshot {features:#x}, this CPU {host_features:#x}): restore it on the kind of machine that took it"
         );
     }
     if len > host_len {
-        bail!(
+        fail!(
+            HostError::Failed,
             "the snapshot's XSAVE area is {len} bytes, larger than this CPU's {host_len}: \
              restore it on the kind of machine that took it"
         );

@@ -6,12 +6,13 @@
 //!
 //! Between clone and exec the child may only make raw system calls (the
 //! parent is multi-threaded), so everything it needs is prepared up front.
-use anyhow::{bail, Context, Result};
+use crate::error::{HostError, Result};
 use std::ffi::CString;
 use std::io::Error;
 use std::os::fd::RawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use thaw_error::{fail, ResultExt};
 
 /// What the child execs.
 pub enum Exec {
@@ -123,7 +124,7 @@ fn sockaddr(a: std::net::Ipv4Addr) -> libc::sockaddr_in {
 }
 
 fn cstr(s: &[u8]) -> Result<CString> {
-    CString::new(s).context("path or argument contains a NUL byte")
+    Ok(CString::new(s).context("path or argument contains a NUL byte")?)
 }
 
 fn prepare(spec: &ChildSpec) -> Result<Prepared> {
@@ -133,7 +134,8 @@ fn prepare(spec: &ChildSpec) -> Result<Prepared> {
         .with_context(|| format!("runtime root {}", spec.root.display()))?;
     for d in ["tmp", "dev"] {
         if !root.join(d).is_dir() {
-            bail!(
+            fail!(
+                HostError::Failed,
                 "runtime root {} has no /{d} directory to mount on",
                 root.display()
             );
@@ -165,7 +167,8 @@ fn prepare(spec: &ChildSpec) -> Result<Prepared> {
             false => target.is_file(),
         };
         if !kind_matches {
-            bail!(
+            fail!(
+                HostError::Failed,
                 "runtime root {} has no {at} to mount on \
                  (rebuild it with `thaw runtime build`)",
                 root.display(),
@@ -184,7 +187,10 @@ fn prepare(spec: &ChildSpec) -> Result<Prepared> {
     let mut envp: Vec<_> = env_c.iter().map(|c| c.as_ptr()).collect();
     envp.push(std::ptr::null());
     if spec.fds.iter().any(|&(_, t)| !(0..ERR_FD).contains(&t)) {
-        bail!("descriptor targets must be below {ERR_FD}");
+        fail!(
+            HostError::Failed,
+            "descriptor targets must be below {ERR_FD}"
+        );
     }
     let (path, creds, filter, memfd) = match &spec.exec {
         Exec::Runtime {
@@ -253,7 +259,7 @@ pub fn spawn(spec: &ChildSpec) -> Result<i32> {
     if pid < 0 {
         let e = Error::last_os_error();
         close(&[go_r, go_w, err_r, err_w]);
-        bail!("clone with new namespaces failed: {e}");
+        fail!(HostError::Failed, "clone with new namespaces failed: {e}");
     }
     if pid == 0 {
         child(&p, go_r, err_w);
@@ -263,6 +269,7 @@ pub fn spawn(spec: &ChildSpec) -> Result<i32> {
     let joined = spec.procs_files.iter().try_for_each(|f| {
         std::fs::write(f, pid.to_string())
             .with_context(|| format!("adding pid {pid} to {}", f.display()))
+            .map_err(HostError::from)
     });
     let joined = joined.and_then(|()| spec.net.map_or(Ok(()), |n| n.plug(pid)));
     if let Err(e) = joined {
@@ -283,7 +290,8 @@ pub fn spawn(spec: &ChildSpec) -> Result<i32> {
     kill_and_reap(pid);
     let step = u32::from_le_bytes(rep[0..4].try_into().expect("4 bytes")) as usize;
     let errno = i32::from_le_bytes(rep[4..8].try_into().expect("4 bytes"));
-    bail!(
+    fail!(
+        HostError::Failed,
         "sandbox set-up failed while {}: {}",
         STEPS.get(step).unwrap_or(&"an unknown step"),
         Error::from_raw_os_error(errno)
@@ -294,7 +302,7 @@ fn pipe() -> Result<(RawFd, RawFd)> {
     let mut fds = [0; 2];
     // SAFETY: pipe2 fills the two-element array.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        bail!("pipe: {}", Error::last_os_error());
+        fail!(HostError::Failed, "pipe: {}", Error::last_os_error());
     }
     Ok((fds[0], fds[1]))
 }

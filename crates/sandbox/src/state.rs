@@ -10,9 +10,33 @@
 //! All integers little-endian; the body is the fields of [`ProcessState`] in
 //! declaration order, vectors and strings as a u32 count then their items.
 use crate::ptrace::NREGS;
-use anyhow::{anyhow, bail, Context, Result};
 use serde::{Deserialize, Serialize};
+use thaw_error::fail;
 use thaw_memory::MemoryLayout;
+
+/// Why a process state was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StateError {
+    /// written by another version of thaw: redeploy
+    #[error("process state version {found} is not supported (want {want})")]
+    Version { found: u32, want: u32 },
+    /// fails its checks (header, checksum, lengths, values a restore would
+    /// not trust); the message names the field
+    #[error("{0}")]
+    Corrupt(String),
+}
+
+impl StateError {
+    /// This error found in `what` (a thread, the memory layout).
+    pub(crate) fn within(self, what: &str) -> StateError {
+        match self {
+            StateError::Corrupt(m) => StateError::Corrupt(format!("{what}: {m}")),
+            e => e,
+        }
+    }
+}
+
+type Result<T, E = StateError> = std::result::Result<T, E>;
 
 /// Version 1 was JSON; 2 is the binary form; 3 adds the saved files of
 /// /tmp and /dev/shm; 4 carries every thread; 5 the open descriptors
@@ -94,32 +118,49 @@ impl ThreadState {
     /// What a restore would trust: lengths, flags and addresses in range.
     fn validate(&self) -> Result<()> {
         if self.regs.len() != NREGS {
-            bail!("{} registers, want {NREGS}", self.regs.len());
+            fail!(
+                StateError::Corrupt,
+                "{} registers, want {NREGS}",
+                self.regs.len()
+            );
         }
         let x = &self.xstate;
         if x.len() < 576 || x.len() > 16384 || !x.len().is_multiple_of(64) {
-            bail!("XSAVE area of {} bytes is implausible", x.len());
+            fail!(
+                StateError::Corrupt,
+                "XSAVE area of {} bytes is implausible",
+                x.len()
+            );
         }
         let k = &self.kernel;
         let (sp, flags, size) = k.altstack;
         if flags != SS_DISABLE && flags & !SS_AUTODISARM != 0 {
-            bail!("alternate signal stack flags {flags:#x}");
+            fail!(
+                StateError::Corrupt,
+                "alternate signal stack flags {flags:#x}"
+            );
         }
         if flags != SS_DISABLE && (sp.saturating_add(size) > TASK_SIZE || size == 0) {
-            bail!("alternate signal stack {sp:#x}+{size:#x} outside user space");
+            fail!(
+                StateError::Corrupt,
+                "alternate signal stack {sp:#x}+{size:#x} outside user space"
+            );
         }
         let (head, len) = k.robust_list;
         if (head != 0 && len != ROBUST_LIST_LEN) || head >= TASK_SIZE {
-            bail!("robust futex list {head:#x} of {len} bytes");
+            fail!(
+                StateError::Corrupt,
+                "robust futex list {head:#x} of {len} bytes"
+            );
         }
         if k.clear_tid >= TASK_SIZE || !k.clear_tid.is_multiple_of(4) {
-            bail!("thread id address {:#x}", k.clear_tid);
+            fail!(StateError::Corrupt, "thread id address {:#x}", k.clear_tid);
         }
         let (addr, rlen, _) = k.rseq;
         if addr != 0
             && (!addr.is_multiple_of(32) || !(32..=4096).contains(&rlen) || addr >= TASK_SIZE)
         {
-            bail!("rseq area {addr:#x} of {rlen} bytes");
+            fail!(StateError::Corrupt, "rseq area {addr:#x} of {rlen} bytes");
         }
         Ok(())
     }
@@ -386,29 +427,37 @@ impl ProcessState {
     /// build mappings, so shape errors are caught here, not in the restorer.
     pub fn decode(data: &[u8]) -> Result<ProcessState> {
         if data.len() < HEADER || &data[..8] != MAGIC {
-            bail!("process state is corrupt: no THAWSTAT header (a JSON state of version 1 needs a redeploy)");
+            fail!(StateError::Corrupt, "process state is corrupt: no THAWSTAT header (a JSON state of version 1 needs a redeploy)");
         }
         let version = u32::from_le_bytes(data[8..12].try_into().expect("4 bytes"));
         if !(OLDEST_READ..=STATE_VERSION).contains(&version) {
-            bail!("process state version {version} is not supported (want {STATE_VERSION})");
+            return Err(StateError::Version {
+                found: version,
+                want: STATE_VERSION,
+            });
         }
         let crc = u32::from_le_bytes(data[12..16].try_into().expect("4 bytes"));
         let len = u64::from_le_bytes(data[16..24].try_into().expect("8 bytes"));
         let body = &data[HEADER..];
         if body.len() as u64 != len {
-            bail!(
+            fail!(
+                StateError::Corrupt,
                 "process state is corrupt: body of {} bytes, header says {len} (truncated?)",
                 body.len()
             );
         }
         if crc32fast::hash(body) != crc {
-            bail!("process state is corrupt: CRC32 mismatch");
+            fail!(
+                StateError::Corrupt,
+                "process state is corrupt: CRC32 mismatch"
+            );
         }
         let s = Reader(body)
             .state(version)
-            .context("process state is corrupt")?;
+            .map_err(|e| e.within("process state is corrupt"))?;
         if s.threads.is_empty() || s.threads.len() > thaw_restorer::MAX_THREADS {
-            bail!(
+            fail!(
+                StateError::Corrupt,
                 "process state has {} threads (1..={} supported)",
                 s.threads.len(),
                 thaw_restorer::MAX_THREADS
@@ -416,34 +465,41 @@ impl ProcessState {
         }
         for (i, t) in s.threads.iter().enumerate() {
             t.validate()
-                .with_context(|| format!("process state: thread {i} ({})", t.name))?;
+                .map_err(|e| e.within(&format!("process state: thread {i} ({})", t.name)))?;
         }
         if s.vmas.len() != s.memory.regions.len() {
-            bail!(
+            fail!(
+                StateError::Corrupt,
                 "process state: {} mappings but {} memory regions",
                 s.vmas.len(),
                 s.memory.regions.len()
             );
         }
-        s.memory
-            .validate()
-            .context("process state: memory layout")?;
+        s.memory.validate().map_err(|e| {
+            StateError::Corrupt(format!(
+                "process state: memory layout: {}",
+                thaw_error::chain(&e)
+            ))
+        })?;
         for (v, r) in s.vmas.iter().zip(&s.memory.regions) {
             if v.start != r.start || v.end != r.end || r.anonymous != v.path.is_none() {
-                bail!(
+                fail!(
+                    StateError::Corrupt,
                     "process state: mapping {:#x} and its memory region disagree",
                     v.start
                 );
             }
             if v.prot & !7 != 0 {
-                bail!(
+                fail!(
+                    StateError::Corrupt,
                     "process state: mapping {:#x} has bad protection bits",
                     v.start
                 );
             }
             if let Some(p) = &v.path {
                 if !p.starts_with('/') || p.split('/').any(|c| c == "..") || p.contains('\0') {
-                    bail!(
+                    fail!(
+                        StateError::Corrupt,
                         "process state: mapping {:#x} names a bad path {p:?}",
                         v.start
                     );
@@ -452,29 +508,36 @@ impl ProcessState {
             let lo = thaw_restorer::RESTORER_BASE;
             let hi = lo + 2 * thaw_restorer::RESTORER_SPAN; // span + vdso scratch
             if v.start < hi && v.end > lo {
-                bail!(
+                fail!(
+                    StateError::Corrupt,
                     "process state: mapping {:#x} overlaps the restorer's reserved range",
                     v.start
                 );
             }
             if v.end > 0x7fff_ffff_f000 || v.start < 0x10000 {
-                bail!(
+                fail!(
+                    StateError::Corrupt,
                     "process state: mapping {:#x} is outside user space",
                     v.start
                 );
             }
         }
         if s.vdso.pieces.is_empty() || s.vdso.pieces.len() > thaw_restorer::MAX_VDSO_PIECES {
-            bail!(
+            fail!(
+                StateError::Corrupt,
                 "process state: vDSO block with {} mappings",
                 s.vdso.pieces.len()
             );
         }
         if s.auxv.len() > 128 || !s.auxv.len().is_multiple_of(2) {
-            bail!("process state: auxv of {} words", s.auxv.len());
+            fail!(
+                StateError::Corrupt,
+                "process state: auxv of {} words",
+                s.auxv.len()
+            );
         }
         check_files(&s.files)?;
-        crate::fds::check(&s.fds, s.memory.image_len).context("process state")?;
+        crate::fds::check(&s.fds, s.memory.image_len).map_err(|e| e.within("process state"))?;
         Ok(s)
     }
 
@@ -607,7 +670,7 @@ struct Reader<'a>(&'a [u8]);
 impl<'a> Reader<'a> {
     fn take(&mut self, n: usize) -> Result<&'a [u8]> {
         if self.0.len() < n {
-            bail!("ends early");
+            fail!(StateError::Corrupt, "ends early");
         }
         let (head, rest) = self.0.split_at(n);
         self.0 = rest;
@@ -634,7 +697,7 @@ impl<'a> Reader<'a> {
     fn count(&mut self, item_bytes: usize) -> Result<usize> {
         let n = self.u32()? as usize;
         if n.saturating_mul(item_bytes) > self.0.len() {
-            bail!("a count of {n} exceeds the bytes left");
+            fail!(StateError::Corrupt, "a count of {n} exceeds the bytes left");
         }
         Ok(n)
     }
@@ -645,7 +708,8 @@ impl<'a> Reader<'a> {
     }
 
     fn string(&mut self) -> Result<String> {
-        String::from_utf8(self.bytes()?.to_vec()).map_err(|_| anyhow!("a string is not UTF-8"))
+        String::from_utf8(self.bytes()?.to_vec())
+            .map_err(|_| StateError::Corrupt("a string is not UTF-8".into()))
     }
 
     fn state(mut self, version: u32) -> Result<ProcessState> {
@@ -740,7 +804,7 @@ impl<'a> Reader<'a> {
         let files = self.files()?;
         let fds = self.fds()?;
         if !self.0.is_empty() {
-            bail!("{} bytes after the end", self.0.len());
+            fail!(StateError::Corrupt, "{} bytes after the end", self.0.len());
         }
         Ok(ProcessState {
             version,
@@ -844,7 +908,10 @@ impl<'a> Reader<'a> {
                         queued: self.blob()?,
                     })
                 }
-                k => bail!("descriptor {fd} has an unknown kind {k}"),
+                k => fail!(
+                    StateError::Corrupt,
+                    "descriptor {fd} has an unknown kind {k}"
+                ),
             };
             fds.push(SavedFd { fd, flags, kind });
         }
@@ -861,7 +928,10 @@ impl<'a> Reader<'a> {
                 1 => FileKind::File,
                 2 => FileKind::Symlink,
                 3 => FileKind::Fifo,
-                k => bail!("saved file {path:?} has an unknown kind {k}"),
+                k => fail!(
+                    StateError::Corrupt,
+                    "saved file {path:?} has an unknown kind {k}"
+                ),
             };
             files.push(SavedFile {
                 path,
@@ -881,28 +951,45 @@ impl<'a> Reader<'a> {
 /// before its children, with sane modes and ranges.
 fn check_files(files: &[SavedFile]) -> Result<()> {
     if files.len() > crate::files::MAX_SAVED_ENTRIES {
-        bail!("process state: {} saved files", files.len());
+        fail!(
+            StateError::Corrupt,
+            "process state: {} saved files",
+            files.len()
+        );
     }
     let mut dirs = std::collections::HashSet::new();
     for f in files {
-        crate::files::check_path(&f.path).context("process state: a saved file")?;
+        crate::files::check_path(&f.path).map_err(|e| e.within("process state: a saved file"))?;
         let parent = f.path.rsplit_once('/').map_or("", |(p, _)| p);
         if !crate::files::SAVED_MOUNTS.contains(&parent) && !dirs.contains(parent) {
-            bail!(
+            fail!(
+                StateError::Corrupt,
                 "process state: saved file {:?} comes before its directory",
                 f.path
             );
         }
         if f.mode & !0o7777 != 0 || f.image_off.checked_add(f.len).is_none() {
-            bail!("process state: saved file {:?} is malformed", f.path);
+            fail!(
+                StateError::Corrupt,
+                "process state: saved file {:?} is malformed",
+                f.path
+            );
         }
         if f.kind != FileKind::Symlink && !f.target.is_empty()
             || f.kind != FileKind::File && f.len != 0
         {
-            bail!("process state: saved file {:?} is malformed", f.path);
+            fail!(
+                StateError::Corrupt,
+                "process state: saved file {:?} is malformed",
+                f.path
+            );
         }
         if f.kind == FileKind::Dir && !dirs.insert(f.path.as_str()) {
-            bail!("process state: directory {:?} saved twice", f.path);
+            fail!(
+                StateError::Corrupt,
+                "process state: directory {:?} saved twice",
+                f.path
+            );
         }
     }
     Ok(())
@@ -1111,6 +1198,14 @@ pub(crate) mod tests {
         ]
     }
 
+    /// The message of a state refused as corrupt (any other outcome fails).
+    fn corrupt(r: Result<ProcessState, StateError>) -> String {
+        match r {
+            Err(StateError::Corrupt(m)) => m,
+            other => panic!("not refused as corrupt: {other:?}"),
+        }
+    }
+
     #[test]
     fn descriptor_records_round_trip_and_bad_ones_are_named() {
         let s = valid();
@@ -1118,7 +1213,7 @@ pub(crate) mod tests {
         let bad = |edit: &dyn Fn(&mut Vec<SavedFd>)| {
             let mut b = valid();
             edit(&mut b.fds);
-            format!("{:#}", ProcessState::decode(&b.encode()).unwrap_err())
+            corrupt(ProcessState::decode(&b.encode()))
         };
         assert!(bad(&|f| f[0].fd = 3).contains("descriptor 3"));
         assert!(bad(&|f| f.swap(0, 1)).contains("out of order"));
@@ -1205,9 +1300,7 @@ pub(crate) mod tests {
         bad.memory.regions[0].start = bad.vmas[0].start;
         bad.memory.regions[0].end = bad.vmas[0].end;
         bad.memory.regions[0].runs.clear();
-        assert!(
-            format!("{:#}", ProcessState::decode(&bad.encode()).unwrap_err()).contains("restorer")
-        );
+        assert!(corrupt(ProcessState::decode(&bad.encode())).contains("restorer"));
         let mut bad = valid();
         bad.vmas[0].path = Some("/../../etc/passwd".into());
         bad.memory.regions[0].anonymous = false;
@@ -1220,10 +1313,7 @@ pub(crate) mod tests {
         assert!(ProcessState::decode(&bad.encode()).is_err(), "no thread");
         let mut bad = valid();
         bad.files.swap(0, 1);
-        assert!(
-            format!("{:#}", ProcessState::decode(&bad.encode()).unwrap_err())
-                .contains("before its directory")
-        );
+        assert!(corrupt(ProcessState::decode(&bad.encode())).contains("before its directory"));
         let mut bad = valid();
         bad.files[1].path = "/tmp/d/../../etc/passwd".into();
         assert!(ProcessState::decode(&bad.encode()).is_err());
@@ -1232,8 +1322,12 @@ pub(crate) mod tests {
         assert!(ProcessState::decode(&bad.encode()).is_err());
         let mut bad = valid();
         bad.version = 1;
-        assert!(
-            format!("{:#}", ProcessState::decode(&bad.encode()).unwrap_err()).contains("version 1")
+        assert_eq!(
+            ProcessState::decode(&bad.encode()),
+            Err(StateError::Version {
+                found: 1,
+                want: STATE_VERSION
+            })
         );
     }
 
@@ -1245,7 +1339,7 @@ pub(crate) mod tests {
         let bad = |f: &dyn Fn(&mut ThreadKernel)| {
             let mut b = s.clone();
             f(&mut b.threads[1].kernel);
-            format!("{:#}", ProcessState::decode(&b.encode()).unwrap_err())
+            corrupt(ProcessState::decode(&b.encode()))
         };
         let e = bad(&|k| k.robust_list = (0x1000_0000, 4096));
         assert!(
@@ -1274,7 +1368,7 @@ pub(crate) mod tests {
     #[test]
     fn truncated_corrupted_and_json_states_are_refused() {
         let good = valid().encode();
-        let err = |d: &[u8]| format!("{:#}", ProcessState::decode(d).unwrap_err());
+        let err = |d: &[u8]| corrupt(ProcessState::decode(d));
         for cut in [0, 7, HEADER - 1, HEADER, good.len() - 1] {
             assert!(err(&good[..cut]).contains("corrupt"), "cut at {cut}");
         }

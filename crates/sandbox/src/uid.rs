@@ -2,8 +2,9 @@
 //! A uid is leased by holding a flock on its lock file in a private
 //! directory, so two workers never hand out the same uid at once, whatever
 //! their pids.
-use anyhow::{bail, Result};
+use crate::StartError;
 use std::path::Path;
+use thaw_error::{fail, ResultExt};
 use thaw_store::secure::{self, FileLock};
 
 /// The range sandbox uids (and gids) come from.
@@ -20,18 +21,24 @@ pub struct UidLease {
 
 impl UidLease {
     /// The lowest uid of the range nobody holds.
-    pub fn acquire() -> Result<UidLease> {
+    pub fn acquire() -> Result<UidLease, StartError> {
         Self::acquire_in(Path::new(LEASE_DIR))
     }
 
-    fn acquire_in(dir: &Path) -> Result<UidLease> {
-        secure::ensure_private_dir(dir)?;
+    fn acquire_in(dir: &Path) -> Result<UidLease, StartError> {
+        secure::ensure_private_dir(dir)
+            .with_context(|| format!("the uid lease directory {}", dir.display()))?;
         for uid in UID_BASE..UID_BASE + UID_COUNT {
-            if let Some(lock) = secure::flock(&dir.join(format!("{uid}.lock")), true, true)? {
+            let lock = secure::flock(&dir.join(format!("{uid}.lock")), true, true)
+                .with_context(|| format!("leasing uid {uid}"))?;
+            if let Some(lock) = lock {
                 return Ok(UidLease { uid, _lock: lock });
             }
         }
-        bail!("all {UID_COUNT} sandbox uids from {UID_BASE} are in use");
+        fail!(
+            StartError::Exhausted,
+            "all {UID_COUNT} sandbox uids from {UID_BASE} are in use"
+        );
     }
 }
 

@@ -9,13 +9,15 @@
 //! limits, drops to the sandbox's uid, installs the filter and serves the
 //! socket: the SOCK / Catalyzer way of starting an instance.
 use crate::agent::{self, Reply, Request};
+use crate::error::{HostError, Result};
+use crate::StartError;
 use crate::{seccomp, spawn, Sandbox, SandboxConfig, Slot};
-use anyhow::{anyhow, bail, Context, Result};
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::Duration;
+use thaw_error::{fail, ResultExt};
 
 /// A live, initialised template of one function.
 pub struct Zygote {
@@ -33,11 +35,11 @@ impl Zygote {
         argv: &[String],
         env: &[(String, String)],
         timeout: Duration,
-    ) -> Result<Zygote> {
+    ) -> Result<Zygote, StartError> {
         let slot = Slot::new(cfg)?;
         let path = argv
             .first()
-            .ok_or_else(|| anyhow!("empty runtime command"))?
+            .ok_or_else(|| StartError::Config("empty runtime command".into()))?
             .clone();
         let mut env = env.to_vec();
         env.push(("THAW_ZYGOTE".into(), "1".into()));
@@ -60,12 +62,15 @@ impl Zygote {
             .context("opening the zygote template's pid namespace")?;
         template
             .call(&Request::Load, timeout)
-            .context("loading the function in the zygote template")?;
+            .map_err(|source| StartError::Sandbox {
+                what: "loading the function in the zygote template".into(),
+                source,
+            })?;
         Ok(Zygote { template, pidns })
     }
 
     /// Forks one instance from the template into a new sandbox.
-    pub fn fork(&mut self, cfg: &SandboxConfig, timeout: Duration) -> Result<Sandbox> {
+    pub fn fork(&mut self, cfg: &SandboxConfig, timeout: Duration) -> Result<Sandbox, StartError> {
         let slot = Slot::new(cfg)?;
         let procs = slot
             .cgroups
@@ -77,7 +82,7 @@ impl Zygote {
                     .open(p)
                     .with_context(|| format!("opening {}", p.display()))
             })
-            .collect::<Result<Vec<_>>>()?;
+            .collect::<Result<Vec<_>, _>>()?;
         set_passcred(&slot.worker_end, true)?;
         let req = Request::ZygoteFork {
             uid: slot.uid.uid,
@@ -103,11 +108,14 @@ impl Zygote {
             .template
             .channel()
             .recv(timeout)
-            .map_err(anyhow::Error::from)
-            .and_then(|v| Reply::decode(&req, v))
+            .map_err(thaw_error::BoxError::from)
+            .and_then(|v| Ok(Reply::decode(&req, v)?))
             .context("the zygote template did not fork")?;
         if !matches!(reply, Reply::ZygoteFork { pid } if pid > 0) {
-            bail!("the zygote template replied without a pid: {reply:?}");
+            fail!(
+                HostError::Failed,
+                "the zygote template replied without a pid: {reply:?}"
+            );
         }
         // the child's first byte carries its pid, translated by the kernel
         // into our pid namespace
@@ -136,7 +144,11 @@ fn set_passcred(sock: &UnixStream, on: bool) -> Result<()> {
         )
     };
     if r != 0 {
-        bail!("SO_PASSCRED: {}", std::io::Error::last_os_error());
+        fail!(
+            HostError::Failed,
+            "SO_PASSCRED: {}",
+            std::io::Error::last_os_error()
+        );
     }
     Ok(())
 }
@@ -148,10 +160,17 @@ fn recv_hello_pid(sock: &UnixStream, timeout: Duration) -> Result<i32> {
     let (byte, got) =
         crate::cmsg::recv_one_byte(sock).context("the zygote child did not say hello")?;
     if got.read != 1 || byte != b'Z' {
-        bail!("the zygote child did not say hello ({} bytes)", got.read);
+        fail!(
+            HostError::Failed,
+            "the zygote child did not say hello ({} bytes)",
+            got.read
+        );
     }
     match got.sender_pid {
         Some(pid) => Ok(pid),
-        None => bail!("the zygote child's hello carried no credentials"),
+        None => fail!(
+            HostError::Failed,
+            "the zygote child's hello carried no credentials"
+        ),
     }
 }

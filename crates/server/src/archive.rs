@@ -1,12 +1,28 @@
 //! Unpacking deployed code strictly: relative paths only, no `..`, no links,
 //! no devices, bounded entries and bytes (decompression bombs stop at the
 //! limit, whatever the archive claims).
-use anyhow::{anyhow, bail, Context, Result};
 use std::io::Read;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Component, Path, PathBuf};
 
 use crate::config::Limits;
+use thaw_error::{fail, Context, ResultExt};
+
+/// Why a function's code was refused or could not be unpacked or packed.
+#[derive(Debug, thiserror::Error)]
+pub enum ArchiveError {
+    /// code the daemon does not take: its format, a path, a link, an entry
+    /// kind, a size or a count over the limits
+    #[error("{0}")]
+    Refused(String),
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// the step that failed, with its cause
+    #[error(transparent)]
+    Other(#[from] Context),
+}
+
+type Result<T, E = ArchiveError> = std::result::Result<T, E>;
 
 /// How the code arrived.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,7 +39,10 @@ impl Format {
             "tar.gz" | "tgz" => Ok(Format::TarGz),
             "zip" => Ok(Format::Zip),
             "file" => Ok(Format::File),
-            _ => bail!("code format {s:?}: use tar.gz, zip or file"),
+            _ => fail!(
+                ArchiveError::Refused,
+                "code format {s:?}: use tar.gz, zip or file"
+            ),
         }
     }
 }
@@ -39,7 +58,8 @@ pub fn unpack(
     lim: &Limits,
 ) -> Result<Stats> {
     if data.len() as u64 > lim.code_bytes {
-        bail!(
+        fail!(
+            ArchiveError::Refused,
             "code of {} bytes exceeds the limit of {} bytes",
             data.len(),
             lim.code_bytes
@@ -53,7 +73,8 @@ pub fn unpack(
                 .iter()
                 .any(|e| filename.ends_with(e));
             if rel.components().count() != 1 || !source {
-                bail!(
+                fail!(
+                    ArchiveError::Refused,
                     "a single-file deploy needs a plain file name ending in .py (Python) or .js, .mjs, .cjs (Node.js), got {filename:?}"
                 );
             }
@@ -66,7 +87,7 @@ pub fn unpack(
                 let mut entry = entry.context("reading the tar.gz archive")?;
                 let path = entry.path_bytes().into_owned();
                 let name = String::from_utf8(path)
-                    .map_err(|_| anyhow!("archive entry name is not UTF-8"))?;
+                    .map_err(|_| ArchiveError::Refused("archive entry name is not UTF-8".into()))?;
                 let kind = entry.header().entry_type();
                 if kind.is_dir() {
                     out.dir(&safe_relative(&name)?)?;
@@ -78,7 +99,8 @@ pub fn unpack(
                 {
                     continue;
                 } else {
-                    bail!(
+                    fail!(
+                        ArchiveError::Refused,
                         "archive entry {name:?} is a {}; only regular files and directories are allowed",
                         kind_name(kind)
                     );
@@ -89,7 +111,8 @@ pub fn unpack(
             let mut ar = zip::ZipArchive::new(std::io::Cursor::new(data))
                 .context("reading the zip archive")?;
             if ar.len() as u64 > lim.archive_entries {
-                bail!(
+                fail!(
+                    ArchiveError::Refused,
                     "archive has {} entries, limit {}",
                     ar.len(),
                     lim.archive_entries
@@ -99,7 +122,7 @@ pub fn unpack(
                 let mut f = ar.by_index(i).context("reading the zip archive")?;
                 let name = f.name().to_string();
                 if f.is_symlink() {
-                    bail!("archive entry {name:?} is a symbolic link; only regular files and directories are allowed");
+                    fail!(ArchiveError::Refused, "archive entry {name:?} is a symbolic link; only regular files and directories are allowed");
                 }
                 if f.is_dir() {
                     out.dir(&safe_relative(&name)?)?;
@@ -110,7 +133,7 @@ pub fn unpack(
         }
     }
     if out.stats.files == 0 {
-        bail!("the code holds no files");
+        fail!(ArchiveError::Refused, "the code holds no files");
     }
     Ok(out.stats)
 }
@@ -132,7 +155,7 @@ fn kind_name(k: tar::EntryType) -> &'static str {
 /// A relative path of normal components only.
 pub fn safe_relative(name: &str) -> Result<PathBuf> {
     if name.is_empty() || name.len() > 1024 || name.contains('\0') {
-        bail!("bad path {name:?} in the code");
+        fail!(ArchiveError::Refused, "bad path {name:?} in the code");
     }
     let p = Path::new(name);
     let mut out = PathBuf::new();
@@ -140,14 +163,20 @@ pub fn safe_relative(name: &str) -> Result<PathBuf> {
         match c {
             Component::Normal(s) => out.push(s),
             Component::CurDir => {}
-            Component::ParentDir => bail!("path {name:?} in the code leaves the tree (..)"),
+            Component::ParentDir => fail!(
+                ArchiveError::Refused,
+                "path {name:?} in the code leaves the tree (..)"
+            ),
             Component::RootDir | Component::Prefix(_) => {
-                bail!("path {name:?} in the code is absolute")
+                fail!(
+                    ArchiveError::Refused,
+                    "path {name:?} in the code is absolute"
+                )
             }
         }
     }
     if out.as_os_str().is_empty() {
-        bail!("bad path {name:?} in the code");
+        fail!(ArchiveError::Refused, "bad path {name:?} in the code");
     }
     Ok(out)
 }
@@ -178,7 +207,11 @@ impl<'a> Sink<'a> {
     fn count(&mut self) -> Result<()> {
         self.entries += 1;
         if self.entries > self.lim.archive_entries {
-            bail!("archive has more than {} entries", self.lim.archive_entries);
+            fail!(
+                ArchiveError::Refused,
+                "archive has more than {} entries",
+                self.lim.archive_entries
+            );
         }
         Ok(())
     }
@@ -189,7 +222,8 @@ impl<'a> Sink<'a> {
             .recursive(true)
             .mode(0o755)
             .create(self.dest.join(rel))
-            .with_context(|| format!("creating {}", rel.display()))
+            .with_context(|| format!("creating {}", rel.display()))?;
+        Ok(())
     }
 
     fn file(&mut self, rel: &Path, src: &mut dyn Read) -> Result<()> {
@@ -213,7 +247,8 @@ impl<'a> Sink<'a> {
         let n = std::io::copy(&mut src.take(room + 1), &mut f)
             .with_context(|| format!("unpacking {}", rel.display()))?;
         if n > room {
-            bail!(
+            fail!(
+                ArchiveError::Refused,
                 "unpacked code exceeds the limit of {} bytes (decompression bomb?)",
                 self.lim.unpacked_bytes
             );
@@ -254,7 +289,11 @@ pub fn code_entries(dir: &Path) -> Result<Vec<CodeEntry>> {
             let r = rel.join(&name);
             let t = e.file_type()?;
             if !t.is_dir() && !t.is_file() {
-                bail!("{} is not a regular file or directory", e.path().display());
+                fail!(
+                    ArchiveError::Refused,
+                    "{} is not a regular file or directory",
+                    e.path().display()
+                );
             }
             if t.is_dir() {
                 stack.push(r.clone());

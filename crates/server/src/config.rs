@@ -1,8 +1,25 @@
 //! Daemon configuration: defaults that serve a newcomer, an optional TOML
 //! file (`--config`), and flags on top (the CLI fills [`Config`] fields).
-use anyhow::{bail, Context, Result};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
+use thaw_error::{fail, Context, ResultExt};
+
+/// Why the daemon's configuration was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// a setting out of its range or of an unknown value (the message
+    /// names it)
+    #[error("{0}")]
+    Invalid(String),
+    /// the tier configuration the settings name
+    #[error(transparent)]
+    Tiers(#[from] thaw_tiers::TiersError),
+    /// the file could not be read or parsed
+    #[error(transparent)]
+    Other(#[from] Context),
+}
+
+type Result<T, E = ConfigError> = std::result::Result<T, E>;
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -74,7 +91,10 @@ impl SnapshotTiers {
                 fast: fast.into(),
                 slow: slow.into(),
             }),
-            _ => bail!("snapshot tiers {text:?}: want FAST,SLOW (e.g. tmpfs,disk or tmpfs,remote)"),
+            _ => fail!(
+                ConfigError::Invalid,
+                "snapshot tiers {text:?}: want FAST,SLOW (e.g. tmpfs,disk or tmpfs,remote)"
+            ),
         }
     }
 
@@ -87,7 +107,8 @@ impl SnapshotTiers {
     /// and the fast one local (a deploy checkpoints onto it).
     pub fn check(&self, tiers: &thaw_tiers::TiersConfig) -> Result<()> {
         if self.fast == self.slow {
-            bail!(
+            fail!(
+                ConfigError::Invalid,
                 "snapshot_tiers: fast and slow are both {:?}; name two tiers",
                 self.fast
             );
@@ -98,7 +119,8 @@ impl SnapshotTiers {
                 .with_context(|| format!("snapshot_tiers: tier {name:?}"))?;
         }
         if tiers.get(&self.fast)?.kind == thaw_tiers::Kind::Remote {
-            bail!(
+            fail!(
+                ConfigError::Invalid,
                 "snapshot_tiers: the fast tier {:?} is remote; it must be local (a deploy checkpoints onto it)",
                 self.fast
             );
@@ -196,7 +218,7 @@ impl Config {
     pub fn from_file(path: &Path) -> Result<Config> {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("reading config {}", path.display()))?;
-        toml::from_str(&text).with_context(|| format!("config {}", path.display()))
+        Ok(toml::from_str(&text).with_context(|| format!("config {}", path.display()))?)
     }
 
     /// `HOME/serve`: everything the daemon owns.
@@ -242,21 +264,35 @@ impl Config {
 
     pub fn validate(&self) -> Result<()> {
         if !matches!(self.log_format.as_str(), "text" | "json") {
-            bail!("log format {:?}: use text or json", self.log_format);
+            fail!(
+                ConfigError::Invalid,
+                "log format {:?}: use text or json",
+                self.log_format
+            );
         }
         let l = &self.limits;
         if l.instances_per_function == 0 || l.instances_per_function > l.max_instances_per_function
         {
-            bail!("instances_per_function must be in 1..=max_instances_per_function");
+            fail!(
+                ConfigError::Invalid,
+                "instances_per_function must be in 1..=max_instances_per_function"
+            );
         }
         if l.default_timeout_ms == 0 || l.default_timeout_ms > l.max_timeout_ms {
-            bail!("default_timeout_ms must be in 1..=max_timeout_ms");
+            fail!(
+                ConfigError::Invalid,
+                "default_timeout_ms must be in 1..=max_timeout_ms"
+            );
         }
         if l.default_memory_mb < 16 || l.default_memory_mb > l.max_memory_mb {
-            bail!("default_memory_mb must be in 16..=max_memory_mb");
+            fail!(
+                ConfigError::Invalid,
+                "default_memory_mb must be in 16..=max_memory_mb"
+            );
         }
         if l.sandbox_pool > MAX_SANDBOX_POOL {
-            bail!(
+            fail!(
+                ConfigError::Invalid,
                 "sandbox_pool must be at most {MAX_SANDBOX_POOL} (sandboxes per deployed version)"
             );
         }
@@ -265,7 +301,8 @@ impl Config {
         if self.shared_snapshots {
             let tiers = thaw_tiers::TiersConfig::load(&self.home)?;
             if tiers.get(&self.snapshot_tiers.slow)?.kind != thaw_tiers::Kind::Remote {
-                bail!(
+                fail!(
+                    ConfigError::Invalid,
                     "shared_snapshots: the slow snapshot tier {:?} is not remote; snapshots are shared through a remote tier (e.g. snapshot_tiers = tmpfs,remote)",
                     self.snapshot_tiers.slow
                 );
@@ -278,7 +315,10 @@ impl Config {
     /// "disk" is the fast tier, its "network" the slow one
     /// (`pool::level_of`), with those tiers' device profiles (`thaw tier list`).
     pub fn policy_config(&self) -> Result<thaw_policy::Config> {
-        let kind: thaw_policy::PolicyKind = self.policy.parse().map_err(anyhow::Error::msg)?;
+        let kind: thaw_policy::PolicyKind = self
+            .policy
+            .parse()
+            .map_err(|e: thaw_policy::PolicyError| ConfigError::Invalid(e.to_string()))?;
         let tiers = thaw_tiers::TiersConfig::load(&self.home)?;
         self.snapshot_tiers.check(&tiers)?;
         let st = &self.snapshot_tiers;
@@ -296,7 +336,8 @@ impl Config {
             net_mb_s: mib(disk.read_mbps.min(disk.write_mbps)),
             ..thaw_policy::Config::thesis(kind)
         };
-        c.validate().map_err(anyhow::Error::msg)?;
+        c.validate()
+            .map_err(|e| ConfigError::Invalid(e.to_string()))?;
         Ok(c)
     }
 }
@@ -321,15 +362,19 @@ mod tests {
             policy: "fifo".into(),
             ..Config::default()
         };
-        assert!(format!("{:#}", bad.validate().unwrap_err()).contains("unknown policy"));
+        assert!(
+            matches!(bad.validate(), Err(ConfigError::Invalid(m)) if m.contains("unknown policy"))
+        );
         let bad = Config {
             log_format: "xml".into(),
             ..Config::default()
         };
-        assert!(bad.validate().is_err());
+        assert!(matches!(bad.validate(), Err(ConfigError::Invalid(_))));
         let mut bad = Config::default();
         bad.limits.sandbox_pool = MAX_SANDBOX_POOL + 1;
-        assert!(format!("{:#}", bad.validate().unwrap_err()).contains("sandbox_pool"));
+        assert!(
+            matches!(bad.validate(), Err(ConfigError::Invalid(m)) if m.contains("sandbox_pool"))
+        );
     }
 
     #[test]

@@ -1,5 +1,4 @@
 //! Deploy, redeploy and delete.
-use anyhow::Context as _;
 use base64::Engine as _;
 use serde::Deserialize;
 use serde_json::Value;
@@ -7,6 +6,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
+use thaw_error::Context;
 use thaw_restore::Need;
 use thaw_runtime::Runtime;
 use thaw_sandbox::{StartStrategy, StrategyKind};
@@ -48,8 +48,8 @@ pub enum Error {
     #[error("no function named {0:?}")]
     NotFound(String),
     /// The host failed, not the request.
-    #[error("{0:#}")]
-    Internal(anyhow::Error),
+    #[error("{}", thaw_error::chain(&**.0))]
+    Internal(thaw_error::BoxError),
 }
 
 fn not_checkpointable(reasons: &[thaw_sandbox::Refusal]) -> String {
@@ -231,7 +231,7 @@ fn check_env(env: &BTreeMap<String, String>) -> Result<(), Error> {
     Ok(())
 }
 
-fn internal(e: impl Into<anyhow::Error>) -> Error {
+fn internal(e: impl Into<thaw_error::BoxError>) -> Error {
     Error::Internal(e.into())
 }
 
@@ -669,7 +669,7 @@ fn place(
                         tier,
                     )
                 })
-                .map_err(|e| bad(format!("{e:#}")))?;
+                .map_err(|e| bad(thaw_error::chain(&e)))?;
             tracing::info!(function = %rec.name, strategy = %pl.strategy, tier = %pl.tier, "placed: {}", pl.reason.join("; "));
             pl
         }
@@ -690,7 +690,9 @@ fn place(
 }
 
 /// The daemon's tiers for the model, with the room its budgets leave.
-fn tier_options(app: &App) -> anyhow::Result<Vec<thaw_policy::placement::TierOption>> {
+fn tier_options(
+    app: &App,
+) -> Result<Vec<thaw_policy::placement::TierOption>, placement::PlacementError> {
     let cfg = thaw_tiers::TiersConfig::load(&app.cfg.home)?;
     let probes = thaw_tiers::probe::load(&app.cfg.home);
     let mut used: BTreeMap<String, u64> = BTreeMap::new();
@@ -709,11 +711,11 @@ fn tier_options(app: &App) -> anyhow::Result<Vec<thaw_policy::placement::TierOpt
         .names()
         .iter()
         .map(|name| {
-            let t = cfg
-                .tiers
-                .iter()
-                .find(|t| t.name == *name)
-                .with_context(|| format!("tier {name} is not in the tier configuration"))?;
+            let t = cfg.tiers.iter().find(|t| t.name == *name).ok_or_else(|| {
+                thaw_tiers::TiersError::Config(format!(
+                    "tier {name} is not in the tier configuration"
+                ))
+            })?;
             let budget_mb = match *name == tiers.fast {
                 true => app.cfg.dram_snapshot_mb,
                 false => app.cfg.disk_budget_mb,
@@ -760,9 +762,7 @@ pub fn prepare_packages(
         &mut progress,
     )
     .map_err(|e| match e {
-        PackagesError::Host(e) => {
-            internal(anyhow::Error::new(e).context("preparing the function's packages"))
-        }
+        PackagesError::Host(e) => internal(Context::new("preparing the function's packages", e)),
         PackagesError::Refused(r) => Error::Packages(r),
     })?;
     let info = PackagesInfo::new(&tree, t.elapsed().as_secs_f64() * 1e3);
@@ -793,7 +793,7 @@ pub fn user_function(
     let egress = match &rec.network {
         Some(n) => Some(
             attach_network(app, vdir, n)
-                .map_err(|e| internal(e.context("setting up the function's network")))?,
+                .map_err(|e| internal(Context::new("setting up the function's network", e)))?,
         ),
         None => None,
     };
@@ -824,8 +824,8 @@ fn attach_network(
     app: &App,
     vdir: &Path,
     n: &NetworkRequest,
-) -> anyhow::Result<thaw_sandbox::egress::Egress> {
-    let policy = n.policy().map_err(|e| anyhow::anyhow!(e))?;
+) -> Result<thaw_sandbox::egress::Egress, thaw_error::BoxError> {
+    let policy = n.policy()?;
     let resolv = match policy.dns {
         Some(d) => {
             let f = vdir.join("resolv.conf");
@@ -844,7 +844,7 @@ fn attach_network(
             None => held.insert(thaw_sandbox::egress::Network::open()?).clone(),
         }
     };
-    network.attach(&policy, resolv)
+    Ok(network.attach(&policy, resolv)?)
 }
 
 /// Who the function is, for a Lambda-style handler's context (reserved
@@ -893,13 +893,12 @@ fn start_loaded(
         .start_user(func, init_timeout)
         .map_err(|e| match e {
             StartError::Load(SandboxError::Timeout { .. }) => bad(format!(
-                "import/init did not finish within {init_timeout:?}: {e:#}"
+                "import/init did not finish within {init_timeout:?}: {}",
+                thaw_error::chain(&e)
             )),
             // the host could not build a sandbox: not the code's fault
-            StartError::Sandbox(e) => {
-                internal(anyhow::Error::from_boxed(e).context("starting the sandbox"))
-            }
-            e => bad(format!("import/init failed: {e:#}")),
+            StartError::Sandbox(e) => internal(Context::new("starting the sandbox", e)),
+            e => bad(format!("import/init failed: {}", thaw_error::chain(&e))),
         })
 }
 
@@ -909,8 +908,13 @@ fn warm_up(
     sample: Option<&Value>,
 ) -> Result<(), Error> {
     let Some(ev) = sample else { return Ok(()) };
-    let r = thaw_worker::invoke_event(sb, ev, Duration::from_millis(rec.timeout_ms))
-        .map_err(|e| bad(format!("the sample event killed the instance: {e:#}")))?;
+    let r =
+        thaw_worker::invoke_event(sb, ev, Duration::from_millis(rec.timeout_ms)).map_err(|e| {
+            bad(format!(
+                "the sample event killed the instance: {}",
+                thaw_error::chain(&e)
+            ))
+        })?;
     match r.output {
         Ok(_) => Ok(()),
         Err(e) => Err(bad(format!("the sample event failed: {}", e.message))),
@@ -936,7 +940,8 @@ pub fn snapshot(
         Err(thaw_worker::WorkerError::NotCheckpointable(nc)) => return Ok(Err(nc.reasons)),
         Err(e) => {
             return Err(bad(format!(
-                "snapshotting the initialised function failed: {e:#}"
+                "snapshotting the initialised function failed: {}",
+                thaw_error::chain(&e)
             )));
         }
     };
@@ -961,7 +966,12 @@ pub fn snapshot(
                 thaw_worker::after_restore(&mut sb, &rec.name, timeout)?;
                 Ok(sb)
             });
-        let mut sb = recorded.map_err(|e| bad(format!("recording the working set: {e:#}")))?;
+        let mut sb = recorded.map_err(|e| {
+            bad(format!(
+                "recording the working set: {}",
+                thaw_error::chain(&e)
+            ))
+        })?;
         warm_up(&mut sb, rec, Some(ev))?;
     }
     let size_bytes = snap.manifest.state.len + snap.manifest.memory.len;

@@ -4,11 +4,31 @@
 //! a tar archive, which `ctr images import` and `skopeo copy oci-archive:`
 //! accept. The containerd shim reads the same names back out of a container's
 //! spec and rootfs.
-use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use std::io::Write;
 use std::path::Path;
+use thaw_error::{fail, Context, ResultExt};
+
+/// Why an image was not built or its entry points not read.
+#[derive(Debug, thiserror::Error)]
+pub enum ImageError {
+    /// an entry point that is not `module.function`, a code directory that
+    /// is not one, a tag that is not a reference
+    #[error("{0}")]
+    Invalid(String),
+    #[error(transparent)]
+    Archive(#[from] crate::archive::ArchiveError),
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+    /// the step that failed, with its cause
+    #[error(transparent)]
+    Other(#[from] Context),
+}
+
+type Result<T, E = ImageError> = std::result::Result<T, E>;
 
 /// Where the function's code lives in the image's root filesystem.
 pub const CODE_DIR: &str = "function";
@@ -44,7 +64,7 @@ fn sha256_digest(data: &[u8]) -> String {
 
 fn check_entry_point(what: &str, v: &str) -> Result<()> {
     if !crate::deploy::is_entry_point(v) {
-        bail!("{what} {v:?} is not module.function");
+        fail!(ImageError::Invalid, "{what} {v:?} is not module.function");
     }
     Ok(())
 }
@@ -53,7 +73,7 @@ fn check_entry_point(what: &str, v: &str) -> Result<()> {
 /// the same layer digest (and the same function key in the shim).
 fn code_layer(code: &Path) -> Result<Vec<u8>> {
     if !code.is_dir() {
-        bail!("{} is not a directory", code.display());
+        fail!(ImageError::Invalid, "{} is not a directory", code.display());
     }
     let mut ar = tar::Builder::new(Vec::new());
     let header = |path: &Path, kind: tar::EntryType, mode: u32, size: u64| {
@@ -99,7 +119,8 @@ pub fn build(spec: &ImageSpec) -> Result<BuiltImage> {
     let module_file = spec.code.join(module.replace('.', "/") + ".py");
     let package_init = spec.code.join(module.replace('.', "/")).join("__init__.py");
     if !module_file.is_file() && !package_init.is_file() {
-        bail!(
+        fail!(
+            ImageError::Invalid,
             "handler module {module:?} not found in {} (no {})",
             spec.code.display(),
             module_file.display()
@@ -261,8 +282,8 @@ pub fn entry_points_from_env(env: &[String]) -> Result<(String, Option<String>)>
             .rev()
             .find_map(|e| e.strip_prefix(k).and_then(|v| v.strip_prefix('=')))
     };
-    let handler = get(ENV_HANDLER).filter(|h| !h.is_empty()).with_context(|| {
-        format!("the image names no handler: its config has no {ENV_HANDLER}=module.function (build it with `thaw image build`)")
+    let handler = get(ENV_HANDLER).filter(|h| !h.is_empty()).ok_or_else(|| {
+        ImageError::Invalid(format!("the image names no handler: its config has no {ENV_HANDLER}=module.function (build it with `thaw image build`)"))
     })?;
     check_entry_point(ENV_HANDLER, handler)?;
     let init = get(ENV_INIT).filter(|i| !i.is_empty());

@@ -22,7 +22,6 @@ pub mod stored;
 pub mod tiering;
 pub mod xdt;
 
-use anyhow::{bail, Context, Result};
 use std::collections::HashMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
@@ -34,8 +33,68 @@ use thaw_worker::Worker;
 
 pub use app::App;
 pub use config::Config;
+
 use pool::{FnVersion, Pool};
 use registry::Registry;
+use thaw_error::{fail, Context, ResultExt};
+
+/// Why the daemon did not open, recover, start or serve, or a function
+/// was not found.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// settings that do not make a daemon (a token too short, a listener
+    /// off loopback without one)
+    #[error("{0}")]
+    Config(String),
+    /// another daemon serves this home
+    #[error("{0}")]
+    Busy(String),
+    /// no function of that name is deployed
+    #[error("no function {0:?}")]
+    NotFound(String),
+    /// a snapshot that cannot be trusted (taken on another runtime root)
+    #[error("{0}")]
+    Untrusted(String),
+    #[error(transparent)]
+    Settings(#[from] config::ConfigError),
+    #[error(transparent)]
+    Registry(#[from] registry::RegistryError),
+    #[error(transparent)]
+    Worker(#[from] thaw_worker::WorkerError),
+    #[error(transparent)]
+    Tiers(#[from] thaw_tiers::TiersError),
+    #[error(transparent)]
+    Store(#[from] thaw_store::StoreError),
+    #[error(transparent)]
+    Runtime(#[from] thaw_runtime::RuntimeError),
+    #[error(transparent)]
+    Path(#[from] thaw_store::PathError),
+    #[error(transparent)]
+    Tier(#[from] thaw_store::TierError),
+    #[error(transparent)]
+    Pool(#[from] pool::PoolError),
+    #[error(transparent)]
+    Moves(#[from] tiering::Error),
+    #[error(transparent)]
+    Xdt(#[from] xdt::Error),
+    #[error(transparent)]
+    Deploy(Box<deploy::Error>),
+    #[error(transparent)]
+    Join(#[from] tokio::task::JoinError),
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// the step that failed, with its cause
+    #[error(transparent)]
+    Other(#[from] Context),
+}
+
+type Result<T, E = ServeError> = std::result::Result<T, E>;
+
+impl From<deploy::Error> for ServeError {
+    fn from(e: deploy::Error) -> Self {
+        ServeError::Deploy(Box::new(e))
+    }
+}
 
 /// Opens the state home, the worker and the pool, and brings back every
 /// deployed function (re-snapshotting those whose snapshot cannot be trusted).
@@ -299,7 +358,7 @@ fn recover_packages(app: &App, rec: &mut registry::Record) -> Result<bool> {
 /// The live version of a function.
 pub fn api_lookup(app: &App, name: &str) -> Result<Arc<FnVersion>> {
     app.function(name)
-        .with_context(|| format!("no function {name:?}"))
+        .ok_or_else(|| ServeError::NotFound(name.to_string()))
 }
 
 /// Opens a snapshot and checks every checksum (state and memory image) and
@@ -307,7 +366,7 @@ pub fn api_lookup(app: &App, name: &str) -> Result<Arc<FnVersion>> {
 fn trust(app: &App, dir: &std::path::Path) -> Result<thaw_store::Snapshot> {
     let snap = thaw_store::Snapshot::open(dir)?;
     if snap.manifest.runtime_root != app.worker.root.hash {
-        bail!("taken from another runtime root");
+        fail!(ServeError::Untrusted, "taken from another runtime root");
     }
     snap.load_state()?;
     // verified once and then unchangeable (sealed on DRAM, immutable on disk)
@@ -327,23 +386,23 @@ pub fn remove_home(home: &std::path::Path) -> Result<()> {
 /// Runs `measure` against a daemon serving a throw-away state home (removed
 /// afterwards) that reuses the runtime root of `runtime_home`: what the
 /// benchmarks (`thaw bench serve`, thaw-bench-serve) and tests run on.
-pub fn on_temp_daemon<T>(
+pub fn on_temp_daemon<T, E: From<ServeError>>(
     runtime_home: &std::path::Path,
     tag: &str,
-    measure: impl FnOnce(&App, &std::path::Path) -> Result<T>,
-) -> Result<T> {
+    measure: impl FnOnce(&App, &std::path::Path) -> Result<T, E>,
+) -> Result<T, E> {
     on_temp_daemon_with(runtime_home, tag, |_| Ok(()), measure)
 }
 
 /// [`on_temp_daemon`] with the daemon's configuration adjusted by
 /// `configure` (which may also prepare the new home: the tier
 /// configuration, say).
-pub fn on_temp_daemon_with<T>(
+pub fn on_temp_daemon_with<T, E: From<ServeError>>(
     runtime_home: &std::path::Path,
     tag: &str,
-    configure: impl FnOnce(&mut Config) -> Result<()>,
-    measure: impl FnOnce(&App, &std::path::Path) -> Result<T>,
-) -> Result<T> {
+    configure: impl FnOnce(&mut Config) -> Result<(), E>,
+    measure: impl FnOnce(&App, &std::path::Path) -> Result<T, E>,
+) -> Result<T, E> {
     let home = std::env::temp_dir().join(format!("thaw-bench-{tag}-{}", std::process::id()));
     let _ = remove_home(&home);
     let mut cfg = Config {
@@ -353,7 +412,8 @@ pub fn on_temp_daemon_with<T>(
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
-        .build()?;
+        .build()
+        .map_err(ServeError::from)?;
     let res = (|| {
         configure(&mut cfg)?;
         let app = {
@@ -410,7 +470,11 @@ pub async fn start(app: Arc<App>, signals: bool) -> Result<Running> {
     if socket.exists() {
         // a live daemon still answers on it: do not steal its socket
         if std::os::unix::net::UnixStream::connect(&socket).is_ok() {
-            bail!("another daemon is serving on {}", socket.display());
+            fail!(
+                ServeError::Busy,
+                "another daemon is serving on {}",
+                socket.display()
+            );
         }
         std::fs::remove_file(&socket)?;
     }
@@ -424,7 +488,11 @@ pub async fn start(app: Arc<App>, signals: bool) -> Result<Running> {
                 .with_context(|| format!("reading token file {}", p.display()))?;
             let t = t.trim().to_string();
             if t.len() < 16 {
-                bail!("the token in {} is shorter than 16 characters", p.display());
+                fail!(
+                    ServeError::Config,
+                    "the token in {} is shorter than 16 characters",
+                    p.display()
+                );
             }
             Some(t)
         }
@@ -432,7 +500,10 @@ pub async fn start(app: Arc<App>, signals: bool) -> Result<Running> {
     };
     if let Some(a) = tcp_addr {
         if !a.ip().is_loopback() && token.is_none() {
-            bail!("listening on {a} (not loopback) needs --token-file");
+            fail!(
+                ServeError::Config,
+                "listening on {a} (not loopback) needs --token-file"
+            );
         }
     }
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();

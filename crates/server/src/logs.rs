@@ -9,12 +9,31 @@
 //! half is dropped, and a function keeps the rings of its newest
 //! [`KEEP_INSTANCES`] instances. A function printing 1 GiB costs at most the
 //! caps.
-use anyhow::Result;
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Seek, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use thaw_error::{fail, Context, ResultExt};
+
+/// Why a log entry was not kept.
+#[derive(Debug, thiserror::Error)]
+pub enum LogError {
+    /// an instance name that is not a file name
+    #[error("{0}")]
+    Invalid(String),
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+    #[error(transparent)]
+    Runtime(#[from] thaw_runtime::RuntimeError),
+    /// the step that failed, with its cause
+    #[error(transparent)]
+    Other(#[from] Context),
+}
+
+type Result<T, E = LogError> = std::result::Result<T, E>;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct LogEntry {
@@ -112,7 +131,7 @@ impl Ring {
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
         {
-            anyhow::bail!("bad instance name {instance:?}");
+            fail!(LogError::Invalid, "bad instance name {instance:?}");
         }
         Ok(self.dir.join(format!("{instance}.jsonl")))
     }
@@ -168,7 +187,8 @@ fn keep_newest_half(path: &Path, cap: u64) -> Result<()> {
     while cut < data.len() && data[cut.saturating_sub(1)] != b'\n' {
         cut += 1;
     }
-    crate::registry::write_private(path, &data[cut..])
+    Ok(crate::registry::write_private(path, &data[cut..])
+        .with_context(|| format!("trimming {}", path.display()))?)
 }
 
 fn read_entries(path: &Path) -> Vec<LogEntry> {

@@ -2,7 +2,6 @@
 //! daemon measures the function's profile on the snapshot it just took and
 //! lets `thaw_policy::placement` (the code `thaw place` runs) choose among
 //! the daemon's tiers, then records the choice and the reasoning.
-use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -15,7 +14,26 @@ use thaw_worker::{RestoreRequest, UserFunction, Worker};
 
 use crate::registry::Record;
 
+use thaw_error::{Context, ResultExt};
 pub use thaw_tiers::probe::PROBE_FILE;
+
+/// Why a function's placement could not be measured.
+#[derive(Debug, thiserror::Error)]
+pub enum PlacementError {
+    #[error(transparent)]
+    Worker(#[from] thaw_worker::WorkerError),
+    #[error(transparent)]
+    Tiers(#[from] thaw_tiers::TiersError),
+    #[error(transparent)]
+    Restore(#[from] thaw_sandbox::RestoreError),
+    #[error(transparent)]
+    Sandbox(#[from] thaw_sandbox::SandboxError),
+    /// the step that failed, with its cause
+    #[error(transparent)]
+    Other(#[from] Context),
+}
+
+type Result<T, E = PlacementError> = std::result::Result<T, E>;
 /// A tier qualifies if its estimated cold start is within this factor of
 /// the fastest one's (`thaw place --max-slowdown`'s default).
 pub const MAX_SLOWDOWN: f64 = 1.3;

@@ -27,6 +27,15 @@ use thaw_tiers::stream::Stream;
 /// How long a restore waits for one of its tier's restore slots.
 const SLOT_WAIT: Duration = Duration::from_secs(60);
 
+/// Why the pool could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum PoolError {
+    #[error(transparent)]
+    Policy(#[from] thaw_policy::PolicyError),
+    #[error(transparent)]
+    Tiers(#[from] thaw_tiers::TiersError),
+}
+
 /// One deployed version, as the pool runs it.
 pub struct FnVersion {
     pub rec: Record,
@@ -288,14 +297,14 @@ impl Pool {
         queue_cap: u32,
         log_cap: u64,
         mover: mpsc::Sender<String>,
-    ) -> anyhow::Result<Pool> {
-        let engine = Engine::new(policy).map_err(anyhow::Error::msg)?;
+    ) -> Result<Pool, PoolError> {
+        let engine = Engine::new(policy)?;
         let cfg = thaw_tiers::TiersConfig::load(&worker.home)?;
         let slot_tiers = tiers
             .names()
             .iter()
             .map(|t| Ok((t.to_string(), cfg.get(t)?.clone())))
-            .collect::<anyhow::Result<HashMap<_, _>>>()?;
+            .collect::<Result<HashMap<_, _>, PoolError>>()?;
         Ok(Pool {
             state: Mutex::new(State {
                 engine,
@@ -987,8 +996,8 @@ fn instance_thread(
                 .rec
                 .strategy
                 .restore()
-                .ok_or_else(|| {
-                    anyhow::anyhow!("{} boots its instances, yet has a snapshot", v.rec.name)
+                .ok_or_else(|| -> thaw_error::BoxError {
+                    format!("{} boots its instances, yet has a snapshot", v.rec.name).into()
                 })
                 .and_then(|s| {
                     if let Some(t) = slot_tiers.get(&p.tier) {
@@ -1050,7 +1059,7 @@ fn instance_thread(
             sb
         }
         Err(e) => {
-            let _ = ready.send(Err(format!("{e:#}")));
+            let _ = ready.send(Err(thaw_error::chain(&*e)));
             return;
         }
     };
@@ -1098,7 +1107,7 @@ fn instance_thread(
             ),
             None => thaw_worker::invoke_event_as(&mut sb, &event, timeout, Some(&invocation_id)),
         }
-        .map_err(|e| format!("{e:#}"));
+        .map_err(|e| thaw_error::chain(&e));
         let (output, truncated) = take_sandbox_output(sb.log_path(), log_cap);
         // what the instance received and sent during this invocation
         let net = net_before
@@ -1191,7 +1200,7 @@ fn restore_streamed(
     copy: &RemoteCopy,
     strategy: StrategyKind,
     v: &FnVersion,
-) -> anyhow::Result<((thaw_sandbox::Sandbox, thaw_sandbox::RestoreReport), Stream)> {
+) -> Result<((thaw_sandbox::Sandbox, thaw_sandbox::RestoreReport), Stream), thaw_error::BoxError> {
     let stream = Stream::open(&copy.home, copy.store.clone(), &copy.name)?;
     let streams = thaw_restore::strategy(strategy).streams();
     let strategy = match (streams, stream.has_working_set) {

@@ -8,13 +8,37 @@
 //! Directories are 0700 and files 0600 (the code tree inside is 0755/0444 so
 //! the sandbox uid can read it through its read-only mount; the 0700 parents
 //! keep it from everyone else on the host).
-use anyhow::{anyhow, bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use thaw_error::{fail, Context, ResultExt};
 use thaw_sandbox::StartStrategy;
+
+/// What can go wrong with the function registry.
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    /// a function name outside the allowed grammar
+    #[error("{0}")]
+    BadName(String),
+    /// a record on disk that does not hold together
+    #[error("{0}")]
+    Corrupt(String),
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+    #[error(transparent)]
+    Runtime(#[from] thaw_runtime::RuntimeError),
+    #[error(transparent)]
+    Path(#[from] thaw_store::PathError),
+    /// the step that failed, with its cause
+    #[error(transparent)]
+    Other(#[from] Context),
+}
+
+type Result<T, E = RegistryError> = std::result::Result<T, E>;
 
 /// What a deployed version is.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -169,7 +193,10 @@ pub fn check_name(name: &str) -> Result<()> {
             .all(|&c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'_' || c == b'-');
     if !ok {
         let shown: String = name.chars().take(80).collect();
-        bail!("function name {shown:?} is invalid: use [a-z0-9][a-z0-9_-]{{0,62}}");
+        fail!(
+            RegistryError::BadName,
+            "function name {shown:?} is invalid: use [a-z0-9][a-z0-9_-]{{0,62}}"
+        );
     }
     Ok(())
 }
@@ -201,7 +228,9 @@ pub use thaw_runtime::mkdir_private;
 
 /// Writes `data` to `path` atomically (temp file, fsync, rename, fsync dir), 0600.
 pub fn write_private(path: &Path, data: &[u8]) -> Result<()> {
-    let dir = path.parent().ok_or_else(|| anyhow!("no parent"))?;
+    let dir = path
+        .parent()
+        .ok_or_else(|| RegistryError::Corrupt("no parent".into()))?;
     let tmp = dir.join(format!(
         ".{}.tmp-{}",
         path.file_name().unwrap_or_default().to_string_lossy(),
@@ -290,7 +319,8 @@ impl Registry {
         let secrets = serde_json::from_slice(&std::fs::read(vdir.join("secrets.json"))?)
             .with_context(|| format!("{}/secrets.json", vdir.display()))?;
         if rec.name != name || rec.version != version {
-            bail!(
+            fail!(
+                RegistryError::Corrupt,
                 "{}: record names {}/v{}",
                 vdir.display(),
                 rec.name,

@@ -36,6 +36,26 @@ use crate::registry::{Record, SnapshotInfo};
 pub use crate::registry::{Role, SharedInfo};
 use crate::stored::{KeepLocal, RemoteCopy, Stored};
 
+/// Why the shared copy could not be looked up, published or kept.
+#[derive(Debug, thiserror::Error)]
+pub enum ShareError {
+    #[error("the daemon's slow snapshot tier is not remote")]
+    NotRemote,
+    /// an object of the published copy does not parse
+    #[error("the published {what} of {name} is corrupt: {why}")]
+    Corrupt {
+        name: String,
+        what: &'static str,
+        why: String,
+    },
+    #[error("{sname} is not on {tier} after its publish")]
+    NotKept { sname: String, tier: String },
+    #[error(transparent)]
+    Tiers(#[from] thaw_tiers::TiersError),
+    #[error(transparent)]
+    Store(#[from] thaw_store::StoreError),
+}
+
 /// Objects of a shared snapshot are `shared-KEY/...` on the remote tier.
 pub const PREFIX: &str = "shared-";
 /// Bound on a manifest's size (the store's own limit).
@@ -153,9 +173,9 @@ pub enum Found {
 }
 
 /// Looks for the published copy of `key` and checks its manifest.
-pub fn lookup(app: &App, key: &str) -> anyhow::Result<Found> {
+pub fn lookup(app: &App, key: &str) -> Result<Found, ShareError> {
     let Some((_, store)) = &app.remote else {
-        anyhow::bail!("the daemon's slow snapshot tier is not remote");
+        return Err(ShareError::NotRemote);
     };
     let name = object_name(key);
     let Some(commit) = store.get_opt(&format!("{name}/{}", moves::COMMIT), MAX_MANIFEST)? else {
@@ -164,8 +184,11 @@ pub fn lookup(app: &App, key: &str) -> anyhow::Result<Found> {
     let raw = store.get(&format!("{name}/manifest.json"), MAX_MANIFEST)?;
     // the manifest read must be the one committed (two nodes publishing at
     // once write the same objects)
-    let files: Value = serde_json::from_slice(&commit)
-        .map_err(|e| anyhow::anyhow!("the commit record of {name} is corrupt: {e}"))?;
+    let files: Value = serde_json::from_slice(&commit).map_err(|e| ShareError::Corrupt {
+        name: name.clone(),
+        what: "commit record",
+        why: e.to_string(),
+    })?;
     let committed = files["files"].as_array().and_then(|fs| {
         fs.iter()
             .find(|f| f[0] == "manifest.json")
@@ -176,8 +199,11 @@ pub fn lookup(app: &App, key: &str) -> anyhow::Result<Found> {
             "the manifest of {name} differs from its commit record (published twice at once?)"
         )));
     }
-    let m: Manifest = serde_json::from_slice(&raw)
-        .map_err(|e| anyhow::anyhow!("the published manifest of {name} is corrupt: {e}"))?;
+    let m: Manifest = serde_json::from_slice(&raw).map_err(|e| ShareError::Corrupt {
+        name: name.clone(),
+        what: "manifest",
+        why: e.to_string(),
+    })?;
     Ok(match refusal(&m, &app.worker.root.hash) {
         Some(why) => Found::Refused(why),
         None => Found::Usable(Box::new(m)),
@@ -217,9 +243,9 @@ pub fn shared_copy(app: &App, rec: &Record, name: &str) -> RemoteCopy {
 
 /// Publishes the node's snapshot `snap` as `shared-KEY` (false: another
 /// node published it first; its copy stays).
-pub fn publish(app: &App, key: &str, snap: &Snapshot) -> anyhow::Result<bool> {
+pub fn publish(app: &App, key: &str, snap: &Snapshot) -> Result<bool, ShareError> {
     let Some((tier, store)) = &app.remote else {
-        anyhow::bail!("the daemon's slow snapshot tier is not remote");
+        return Err(ShareError::NotRemote);
     };
     let place = Place::Remote {
         tier: tier.clone(),

@@ -1,6 +1,5 @@
 //! Where a version's snapshot is held: on a local tier, or committed on
 //! the remote one (what the pool restores from and the mover moves).
-use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -10,6 +9,9 @@ use thaw_tiers::objects::RemoteStore;
 use thaw_tiers::{Kind, TiersConfig};
 
 use crate::config::SnapshotTiers;
+use thaw_error::ResultExt;
+
+type Result<T, E = thaw_tiers::TiersError> = std::result::Result<T, E>;
 
 /// Where a version's snapshot is held.
 // one per deployed version: its size does not matter
@@ -87,7 +89,11 @@ impl KeepLocal {
     /// Publishes the arrived, verified stream (staged at `staged`) onto the
     /// fast tier; returns the kept snapshot, or `None` if another stream
     /// keeps it.
-    pub fn keep(&self, home: &Path, staged: &Path) -> anyhow::Result<Option<Snapshot>> {
+    pub fn keep(
+        &self,
+        home: &Path,
+        staged: &Path,
+    ) -> Result<Option<Snapshot>, crate::shared::ShareError> {
         if self.done.swap(true, Ordering::SeqCst) {
             return Ok(None);
         }
@@ -99,11 +105,14 @@ impl KeepLocal {
         };
         let r = (|| {
             moves::publish_staged(&self.sname, Snapshot::open(staged)?, &place)?;
-            anyhow::Ok(store.open_current(&self.sname)?)
+            Ok::<_, crate::shared::ShareError>(store.open_current(&self.sname)?)
         })();
         match r {
             Ok(Some(s)) => Ok(Some(s)),
-            Ok(None) => anyhow::bail!("{} is not on {} after its publish", self.sname, self.tier),
+            Ok(None) => Err(crate::shared::ShareError::NotKept {
+                sname: self.sname.clone(),
+                tier: self.tier.clone(),
+            }),
             Err(e) => {
                 // a later stream may try again
                 self.done.store(false, Ordering::SeqCst);

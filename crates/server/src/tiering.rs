@@ -30,21 +30,15 @@ pub enum Error {
     NotOurRemote(String),
     #[error("{sname} is not on {tier} after its copy")]
     CopyMissing { sname: String, tier: String },
-    #[error("the copy of {sname} on {tier}: {cause:#}")]
+    #[error("the copy of {sname} on {tier}: {}", thaw_error::chain(&**cause))]
     CopyUnreadable {
         sname: String,
         tier: String,
-        cause: anyhow::Error,
+        cause: thaw_error::BoxError,
     },
     /// The tier configuration or a store failed.
-    #[error("{0:#}")]
-    Store(anyhow::Error),
-}
-
-impl From<anyhow::Error> for Error {
-    fn from(e: anyhow::Error) -> Error {
-        Error::Store(e)
-    }
+    #[error("{}", thaw_error::chain(&**.0))]
+    Store(thaw_error::BoxError),
 }
 
 /// The tier configuration's and the stores' own errors, as `Store`.

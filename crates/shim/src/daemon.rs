@@ -1,12 +1,35 @@
 //! The node's `thaw serve`, as the shim and the front talk to it: its Unix
 //! socket, deploying an image's function once, invoking it, and the
 //! function's output of one invocation.
-use anyhow::{bail, Context, Result};
 use base64::Engine as _;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use thaw_client::{Client, Response, Target};
+use thaw_error::{fail, Context, ResultExt};
 use thaw_server::image;
+
+/// Why the node's daemon did not deploy, invoke or answer as asked.
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    /// nothing answers on the daemon's socket
+    #[error("the node's thaw daemon does not answer on {} (is `thaw serve` running there?)", socket.display())]
+    Unreachable {
+        socket: PathBuf,
+        #[source]
+        source: thaw_client::Error,
+    },
+    /// the daemon answered with an error (its status and message)
+    #[error("{0}")]
+    Refused(String),
+    /// the image holds no function's code
+    #[error("{0}")]
+    NoCode(String),
+    /// packing the code or reading an answer
+    #[error(transparent)]
+    Other(#[from] Context),
+}
+
+type Result<T, E = DaemonError> = std::result::Result<T, E>;
 
 /// The daemon's socket: `$THAW_SOCKET`, else `$THAW_HOME/serve/thaw.sock`,
 /// else the default home's (containerd passes its environment to shims).
@@ -23,11 +46,9 @@ pub fn socket() -> PathBuf {
 fn request(socket: &Path, method: &str, path: &str, body: Option<&[u8]>) -> Result<Response> {
     Client::new(Target::Unix(socket.to_path_buf()))
         .request(method, path, body)
-        .with_context(|| {
-            format!(
-                "the node's thaw daemon does not answer on {} (is `thaw serve` running there?)",
-                socket.display()
-            )
+        .map_err(|source| DaemonError::Unreachable {
+            socket: socket.to_path_buf(),
+            source,
         })
 }
 
@@ -59,12 +80,14 @@ pub struct Function {
 pub fn ensure_deployed(socket: &Path, root: &Path, f: &Function) -> Result<String> {
     let code_dir = root.join(image::CODE_DIR);
     if !code_dir.is_dir() {
-        bail!(
+        fail!(
+            DaemonError::NoCode,
             "the image has no /{} directory with the function's code (build it with `thaw image build`)",
             image::CODE_DIR
         );
     }
-    let code = thaw_server::archive::pack_dir(&code_dir)?;
+    let code = thaw_server::archive::pack_dir(&code_dir)
+        .map_err(|e| Context::new(format!("packing {}", code_dir.display()), e))?;
     let mut settings = f.settings.clone();
     settings["handler"] = json!(f.handler);
     settings["init"] = json!(f.init);
@@ -73,7 +96,8 @@ pub fn ensure_deployed(socket: &Path, root: &Path, f: &Function) -> Result<Strin
     match existing.status {
         200 => return Ok(name),
         404 => {}
-        s => bail!(
+        s => fail!(
+            DaemonError::Refused,
             "the node's thaw daemon answered {s} for {name}: {}",
             error_message(&existing)
         ),
@@ -98,10 +122,11 @@ pub fn ensure_deployed(socket: &Path, root: &Path, f: &Function) -> Result<Strin
         socket,
         "POST",
         "/v1/functions",
-        Some(&serde_json::to_vec(&req)?),
+        Some(&serde_json::to_vec(&req).context("encoding the deploy request")?),
     )?;
     if r.status != 200 && r.status != 201 {
-        bail!(
+        fail!(
+            DaemonError::Refused,
             "the node's thaw daemon refused the function ({}): {}",
             r.status,
             error_message(&r)
@@ -133,9 +158,13 @@ pub fn invocation_output(socket: &Path, function: &str, invocation_id: &str) -> 
         None,
     )?;
     if r.status != 200 {
-        bail!("logs of {function}: {}", error_message(&r));
+        fail!(
+            DaemonError::Refused,
+            "logs of {function}: {}",
+            error_message(&r)
+        );
     }
-    let v = r.json()?;
+    let v = r.json().context("the daemon's logs")?;
     Ok(v["entries"]
         .as_array()
         .map(|a| a.iter().filter_map(|e| e["output"].as_str()).collect())

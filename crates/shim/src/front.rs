@@ -13,6 +13,7 @@ use crate::spec::{Mode, Netns};
 use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::path::PathBuf;
+use thaw_error::{Context, ResultExt};
 
 pub const SUBCOMMAND: &str = "front";
 
@@ -71,7 +72,10 @@ fn copy_output(plan: &Plan, r: &thaw_client::Response) {
             let _ = stdout.write_all(out.as_bytes());
             let _ = stdout.flush();
         }
-        Err(e) => eprintln!("thaw: the function's output is lost: {e:#}"),
+        Err(e) => eprintln!(
+            "thaw: the function's output is lost: {}",
+            thaw_error::chain(&e)
+        ),
     }
 }
 
@@ -79,7 +83,7 @@ fn invoke_once(plan: &Plan, event: &[u8]) -> i32 {
     let r = match daemon::invoke(&plan.socket, &plan.function, event) {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("thaw: {e:#}");
+            eprintln!("thaw: {}", thaw_error::chain(&e));
             return 1;
         }
     };
@@ -99,8 +103,7 @@ fn invoke_once(plan: &Plan, event: &[u8]) -> i32 {
     0
 }
 
-fn enter_netns(netns: &Netns) -> anyhow::Result<()> {
-    use anyhow::Context;
+fn enter_netns(netns: &Netns) -> Result<(), Context> {
     use std::os::fd::AsRawFd;
     match netns {
         Netns::Host => Ok(()),
@@ -119,7 +122,7 @@ fn enter_netns(netns: &Netns) -> anyhow::Result<()> {
             if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
                 return Err(std::io::Error::last_os_error()).context("a new netns");
             }
-            set_loopback_up()
+            set_loopback_up().context("bringing up the loopback of a new netns")
         }
     }
 }
@@ -133,8 +136,7 @@ fn hold_pod_namespaces(
     new_uts: bool,
     new_ipc: bool,
     hostname: &Option<String>,
-) -> anyhow::Result<()> {
-    use anyhow::Context;
+) -> Result<(), Context> {
     enter_netns(netns)?;
     let mut flags = 0;
     if new_uts {
@@ -158,12 +160,12 @@ fn hold_pod_namespaces(
 }
 
 /// A new network namespace starts with its loopback down.
-fn set_loopback_up() -> anyhow::Result<()> {
+fn set_loopback_up() -> std::io::Result<()> {
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
     // SAFETY: socket() returns a new descriptor or -1; OwnedFd closes it.
     let raw = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
     if raw < 0 {
-        return Err(std::io::Error::last_os_error().into());
+        return Err(std::io::Error::last_os_error());
     }
     // SAFETY: raw is a fresh descriptor nothing else owns.
     let sock = unsafe { OwnedFd::from_raw_fd(raw) };
@@ -175,34 +177,38 @@ fn set_loopback_up() -> anyhow::Result<()> {
     // SAFETY: SIOCGIFFLAGS/SIOCSIFFLAGS read and write the ifreq we pass.
     unsafe {
         if libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) != 0 {
-            return Err(std::io::Error::last_os_error().into());
+            return Err(std::io::Error::last_os_error());
         }
         req.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
         if libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req) != 0 {
-            return Err(std::io::Error::last_os_error().into());
+            return Err(std::io::Error::last_os_error());
         }
     }
     Ok(())
 }
 
-fn serve(plan: &Plan, port: u16) -> anyhow::Result<()> {
-    use anyhow::Context;
+fn serve(plan: &Plan, port: u16) -> Result<(), Context> {
     enter_netns(&plan.netns)?;
     let listener = std::net::TcpListener::bind(("0.0.0.0", port))
         .with_context(|| format!("listening on port {port}"))?;
-    listener.set_nonblocking(true)?;
+    listener
+        .set_nonblocking(true)
+        .context("a non-blocking listener")?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_io()
-        .build()?;
+        .build()
+        .context("the front's event loop")?;
     let plan = std::sync::Arc::new(plan.clone());
     rt.block_on(async move {
-        let listener = tokio::net::TcpListener::from_std(listener)?;
+        let listener = tokio::net::TcpListener::from_std(listener)
+            .with_context(|| format!("listening on port {port}"))?;
         let app = axum::Router::new().fallback(move |body: axum::body::Bytes| {
             let plan = plan.clone();
             async move { forward(plan, body).await }
         });
-        axum::serve(listener, app).await?;
-        Ok(())
+        axum::serve(listener, app)
+            .await
+            .with_context(|| format!("serving on port {port}"))
     })
 }
 
@@ -248,7 +254,7 @@ async fn forward(plan: std::sync::Arc<Plan>, body: axum::body::Bytes) -> axum::r
         Ok(Err(e)) => (
             StatusCode::BAD_GATEWAY,
             axum::Json(
-                serde_json::json!({"error": "daemon_unreachable", "message": format!("{e:#}")}),
+                serde_json::json!({"error": "daemon_unreachable", "message": thaw_error::chain(&e)}),
             ),
         )
             .into_response(),

@@ -5,13 +5,13 @@
 //! plugin's CNI bridge (Debian's containernetworking-plugins: bridge +
 //! host-local) and the pods' addresses exist only there. Every image is
 //! local (the pause image is built from a static binary), nothing is pulled.
-use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
+use thaw_error::{fail, Context, ResultExt};
 
 pub const RUNTIME: &str = "io.containerd.thaw.v1";
 /// The CRI plugin's pause image: imported by each harness, never pulled.
@@ -21,6 +21,25 @@ pub const CNI_BIN: &str = "/usr/lib/cni";
 /// The guide's containerd fragment that registers the runtime.
 pub const CONTAINERD_FRAGMENT: &str =
     include_str!("../../../deploy/kubernetes/containerd-thaw.toml");
+
+/// What went wrong driving containerd, crictl or a namespace.
+#[derive(Debug, thiserror::Error)]
+pub enum HarnessError {
+    /// a tool missing, a command that failed, an answer that is not one
+    #[error("{0}")]
+    Failed(String),
+    #[error(transparent)]
+    Image(#[from] thaw_server::image::ImageError),
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+    /// the step that failed, with its cause
+    #[error(transparent)]
+    Other(#[from] Context),
+}
+
+pub type Result<T, E = HarnessError> = std::result::Result<T, E>;
 
 static N: AtomicU32 = AtomicU32::new(0);
 
@@ -44,7 +63,7 @@ impl Netns {
                 .status()
                 .context("running ip")?;
             if !s.success() {
-                bail!("ip {args:?} failed");
+                fail!(HarnessError::Failed, "ip {args:?} failed");
             }
             Ok(())
         };
@@ -69,12 +88,13 @@ impl Netns {
             use std::os::fd::AsRawFd;
             // SAFETY: moves this thread alone into the namespace.
             if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-                return Err(std::io::Error::last_os_error()).context("entering the netns");
+                let e = std::io::Error::last_os_error();
+                return Err(Context::new("entering the netns", e).into());
             }
             f()
         })
         .join()
-        .map_err(|_| anyhow::anyhow!("the thread in the netns panicked"))?
+        .map_err(|_| HarnessError::Failed("the thread in the netns panicked".into()))?
     }
 
     /// One HTTP POST to `addr:port` from inside the namespace, retried
@@ -104,7 +124,7 @@ pub fn http_post(addr: &str, port: u16, body: &str, wait: Duration) -> Result<St
                 let _ = e;
                 std::thread::sleep(Duration::from_millis(2));
             }
-            Err(e) => return Err(e).with_context(|| format!("connecting to {addr}:{port}")),
+            Err(e) => return Err(Context::new(format!("connecting to {addr}:{port}"), e).into()),
         }
     };
     s.set_read_timeout(Some(wait.max(Duration::from_secs(60))))?;
@@ -117,7 +137,10 @@ pub fn http_post(addr: &str, port: u16, body: &str, wait: Duration) -> Result<St
     s.read_to_string(&mut out)
         .with_context(|| format!("reading the answer of {addr}:{port}"))?;
     if out.is_empty() {
-        bail!("{addr}:{port} closed the connection without an answer");
+        fail!(
+            HarnessError::Failed,
+            "{addr}:{port} closed the connection without an answer"
+        );
     }
     Ok(out)
 }
@@ -147,7 +170,10 @@ impl Containerd {
     ) -> Result<Containerd> {
         for bin in ["/usr/bin/containerd", "/usr/bin/ctr"] {
             if !Path::new(bin).exists() {
-                bail!("{bin} is missing (scripts/setup.sh --tests installs Debian's containerd)");
+                fail!(
+                    HarnessError::Failed,
+                    "{bin} is missing (scripts/setup.sh --tests installs Debian's containerd)"
+                );
             }
         }
         std::fs::create_dir_all(dir)?;
@@ -227,7 +253,8 @@ state = "{d}/state"
         let t = Instant::now();
         while !c.ctr(&["version"])?.status.success() {
             if t.elapsed() > Duration::from_secs(30) {
-                bail!(
+                fail!(
+                    HarnessError::Failed,
                     "containerd did not come up: {}",
                     std::fs::read_to_string(dir.join("containerd.log")).unwrap_or_default()
                 );
@@ -251,13 +278,15 @@ state = "{d}/state"
             .stdin(Stdio::null())
             .output()
             .context("running ctr")
+            .map_err(HarnessError::from)
     }
 
     /// `ctr ARGS`, which must succeed: its stdout.
     pub fn run(&self, args: &[&str]) -> Result<String> {
         let o = self.ctr(args)?;
         if !o.status.success() {
-            bail!(
+            fail!(
+                HarnessError::Failed,
                 "ctr {args:?}: {}\n{}",
                 String::from_utf8_lossy(&o.stdout),
                 String::from_utf8_lossy(&o.stderr)
@@ -321,7 +350,11 @@ pub fn crictl_binary() -> Result<PathBuf> {
         .chain(go_bin)
         .chain([PathBuf::from("/root/go/bin/crictl")])
         .find(|p| p.is_file())
-        .context("crictl is missing (scripts/setup.sh --tests installs cri-tools' crictl)")
+        .ok_or_else(|| {
+            HarnessError::Failed(
+                "crictl is missing (scripts/setup.sh --tests installs cri-tools' crictl)".into(),
+            )
+        })
 }
 
 /// A static binary that prints its first argument, then waits for
@@ -351,7 +384,11 @@ int main(int argc, char **argv) {
         .output()
         .context("running gcc (scripts/setup.sh installs it)")?;
     if !o.status.success() {
-        bail!("gcc -static: {}", String::from_utf8_lossy(&o.stderr));
+        fail!(
+            HarnessError::Failed,
+            "gcc -static: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
     }
     Ok(std::fs::read(out)?)
 }
@@ -392,7 +429,7 @@ impl Cri {
     ) -> Result<Cri> {
         for plugin in ["bridge", "host-local", "loopback"] {
             if !Path::new(CNI_BIN).join(plugin).exists() {
-                bail!("the CNI plugin {plugin} is missing from {CNI_BIN} (scripts/setup.sh --tests installs containernetworking-plugins)");
+                fail!(HarnessError::Failed, "the CNI plugin {plugin} is missing from {CNI_BIN} (scripts/setup.sh --tests installs containernetworking-plugins)");
             }
         }
         let crictl = crictl_binary()?;
@@ -447,13 +484,15 @@ impl Cri {
             .stdin(Stdio::null())
             .output()
             .context("running crictl")
+            .map_err(HarnessError::from)
     }
 
     /// `crictl ARGS`, which must succeed: its stdout, trimmed.
     pub fn run(&self, args: &[&str]) -> Result<String> {
         let o = self.crictl(args)?;
         if !o.status.success() {
-            bail!(
+            fail!(
+                HarnessError::Failed,
                 "crictl {args:?}: {}\n{}\ncontainerd's log: {}",
                 String::from_utf8_lossy(&o.stdout),
                 String::from_utf8_lossy(&o.stderr),
@@ -539,7 +578,7 @@ impl Cri {
             .as_str()
             .filter(|ip| !ip.is_empty())
             .map(str::to_string)
-            .with_context(|| format!("the pod has no IP: {v}"))
+            .ok_or_else(|| HarnessError::Failed(format!("the pod has no IP: {v}")))
     }
 
     /// The pid of a running container, as containerd reports it.
@@ -548,7 +587,7 @@ impl Cri {
         v["info"]["pid"]
             .as_u64()
             .map(|p| p as u32)
-            .with_context(|| format!("no pid in {v}"))
+            .ok_or_else(|| HarnessError::Failed(format!("no pid in {v}")))
     }
 
     /// Stops and removes the pod (its containers go with it).

@@ -5,10 +5,23 @@
 //! bundle. runc's child processes are reaped by the shim's reaper (it
 //! waits for every child), so each runc command is awaited through the
 //! shim's exit monitor, never with a plain `wait`.
-use anyhow::{bail, Context, Result};
 use containerd_shim::monitor::{monitor_subscribe, wait_pid, Topic};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use thaw_error::{fail, Context, ResultExt};
+
+/// Why runc did not create or start a native container.
+#[derive(Debug, thiserror::Error)]
+pub enum RuncError {
+    /// runc ran and failed (its logged errors, or a bad pid file)
+    #[error("{0}")]
+    Failed(String),
+    /// runc could not be run or watched
+    #[error(transparent)]
+    Other(#[from] Context),
+}
+
+type Result<T, E = RuncError> = std::result::Result<T, E>;
 
 /// The runc binary: `$THAW_RUNC`, else `runc` on the shim's PATH.
 fn runc_binary() -> PathBuf {
@@ -59,7 +72,8 @@ fn runc(bundle: &Path, args: &[&str], stdout: Stdio, stderr: Stdio) -> Result<()
     let code = wait_pid(child.id() as i32, sub);
     if code != 0 {
         let why = logged_errors(bundle);
-        bail!(
+        fail!(
+            RuncError::Failed,
             "runc {} exited with {code}: {}",
             args.first().copied().unwrap_or(""),
             if why.is_empty() { "no message" } else { &why }
@@ -93,7 +107,10 @@ pub fn create(bundle: &Path, id: &str, stdout: Stdio, stderr: Stdio) -> Result<u
         Ok(pid) if pid > 1 => Ok(pid),
         _ => {
             delete(bundle, id);
-            bail!("runc's pid file holds {text:?}, not a pid");
+            fail!(
+                RuncError::Failed,
+                "runc's pid file holds {text:?}, not a pid"
+            );
         }
     }
 }
@@ -115,6 +132,9 @@ pub fn delete(bundle: &Path, id: &str) {
         Stdio::null(),
         Stdio::null(),
     ) {
-        log::warn!("deleting the runc container {id}: {e:#}");
+        log::warn!(
+            "deleting the runc container {id}: {}",
+            thaw_error::chain(&e)
+        );
     }
 }

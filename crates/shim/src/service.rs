@@ -3,7 +3,6 @@ use crate::daemon::{self, Function};
 use crate::front::{self, Plan};
 use crate::native;
 use crate::spec::{self, ContainerSpec, Kind};
-use anyhow::Context as _;
 use containerd_shim::monitor::{monitor_subscribe, wait_pid, Topic};
 use containerd_shim::protos::events::task::{TaskCreate, TaskDelete, TaskExit, TaskStart};
 use containerd_shim::protos::protobuf::well_known_types::timestamp::Timestamp;
@@ -23,6 +22,32 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Condvar, Mutex};
+use thaw_error::ResultExt;
+
+/// Why a container was not created.
+#[derive(Debug, thiserror::Error)]
+pub enum CreateError {
+    #[error("thaw containers have no terminal (run without -t)")]
+    Terminal,
+    /// the image's rootfs could not be mounted
+    #[error("mounting the image's rootfs: {0}")]
+    Mount(String),
+    /// the bundle does not make a thaw container
+    #[error(transparent)]
+    Spec(#[from] spec::SpecError),
+    /// the image names no function and runc failed to run it
+    #[error("running the container natively with runc (its image names no THAW_HANDLER, so it is not a thaw function)")]
+    Native(#[source] native::RuncError),
+    /// the node's daemon did not deploy the function
+    #[error(transparent)]
+    Daemon(#[from] daemon::DaemonError),
+    /// the container's stdio or its rootfs directory
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// the image's entry points
+    #[error(transparent)]
+    Other(#[from] thaw_error::Context),
+}
 
 /// The front's pid, in the bundle: `delete` (after a shim crash) finds it there.
 const PID_FILE: &str = "thaw-front.pid";
@@ -209,9 +234,9 @@ impl Service {
     /// Reads the spec, mounts the rootfs and deploys the function (or has
     /// runc create a native container): every failure undoes the mount and
     /// names the problem. Returns the pid of a runc container's init.
-    fn prepare(&self, req: &CreateTaskRequest) -> anyhow::Result<(Run, Option<PathBuf>, u32)> {
+    fn prepare(&self, req: &CreateTaskRequest) -> Result<(Run, Option<PathBuf>, u32), CreateError> {
         if req.terminal {
-            anyhow::bail!("thaw containers have no terminal (run without -t)");
+            return Err(CreateError::Terminal);
         }
         let bundle = PathBuf::from(&req.bundle);
         let spec = ContainerSpec::read(&bundle)?;
@@ -226,7 +251,7 @@ impl Service {
                     &spec.root,
                 ) {
                     unmount(&spec.root);
-                    anyhow::bail!("mounting the image's rootfs: {e}");
+                    return Err(CreateError::Mount(e.to_string()));
                 }
             }
             mounted = Some(spec.root.clone());
@@ -251,14 +276,13 @@ impl Service {
                         open_stdio(&req.stdout)?,
                         open_stdio(&req.stderr)?,
                     )
-                    .context(
-                        "running the container natively with runc (its image names no THAW_HANDLER, so it is not a thaw function)",
-                    )?;
+                    .map_err(CreateError::Native)?;
                     return Ok((Run::Native, pid));
                 }
                 Kind::Function => {}
             }
-            let (handler, init) = thaw_server::image::entry_points_from_env(&spec.env)?;
+            let (handler, init) = thaw_server::image::entry_points_from_env(&spec.env)
+                .context("the image's entry points")?;
             let mode = spec.mode()?;
             let function = Function {
                 handler,
@@ -331,9 +355,12 @@ impl containerd_shim::Task for Service {
                 format!("container {} exists", req.id),
             ));
         }
-        let (run, mounted, pid) = self
-            .prepare(&req)
-            .map_err(|e| err(Code::FAILED_PRECONDITION, format!("thaw: {e:#}")))?;
+        let (run, mounted, pid) = self.prepare(&req).map_err(|e| {
+            err(
+                Code::FAILED_PRECONDITION,
+                format!("thaw: {}", thaw_error::chain(&e)),
+            )
+        })?;
         self.shared.containers.lock().unwrap().insert(
             req.id.clone(),
             Container {
@@ -371,7 +398,7 @@ impl containerd_shim::Task for Service {
         if c.phase != Phase::Created {
             return Err(err(Code::FAILED_PRECONDITION, "already started"));
         }
-        let spawned = || -> anyhow::Result<u32> {
+        let spawned = || -> Result<u32, thaw_error::BoxError> {
             let plan = match &c.run {
                 Run::Native => {
                     native::start(&c.bundle, &req.id)?;
@@ -393,8 +420,12 @@ impl containerd_shim::Task for Service {
         // subscribe before the process can exit, so its exit cannot be missed
         let sub = monitor_subscribe(Topic::Pid)
             .map_err(|e| err(Code::INTERNAL, format!("subscribing to exits: {e}")))?;
-        let pid =
-            spawned().map_err(|e| err(Code::INTERNAL, format!("starting the container: {e:#}")))?;
+        let pid = spawned().map_err(|e| {
+            err(
+                Code::INTERNAL,
+                format!("starting the container: {}", thaw_error::chain(&*e)),
+            )
+        })?;
         c.pid = pid;
         c.phase = Phase::Running;
         let _ = std::fs::write(c.bundle.join(PID_FILE), pid.to_string());

@@ -1,11 +1,25 @@
 //! What the shim reads from a container's bundle (`config.json`, the OCI
 //! runtime spec containerd writes): the process's args and environment,
 //! the root filesystem, the annotations and the network namespace.
-use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use thaw_error::{fail, Context, ResultExt};
+
+/// Why a container's bundle does not make a thaw container.
+#[derive(Debug, thiserror::Error)]
+pub enum SpecError {
+    /// a command, event, port or setting the container gives that thaw
+    /// cannot run (the message names it)
+    #[error("{0}")]
+    Invalid(String),
+    /// `config.json` could not be read or is not JSON
+    #[error(transparent)]
+    Unreadable(#[from] Context),
+}
+
+type Result<T, E = SpecError> = std::result::Result<T, E>;
 
 /// The pod a container belongs to (the CRI plugin sets it on every
 /// container of a pod): one shim serves the whole pod.
@@ -83,7 +97,7 @@ pub struct ContainerSpec {
 fn read_json(bundle: &Path) -> Result<Value> {
     let p = bundle.join("config.json");
     let text = std::fs::read(&p).with_context(|| format!("reading {}", p.display()))?;
-    serde_json::from_slice(&text).with_context(|| format!("{} is not JSON", p.display()))
+    Ok(serde_json::from_slice(&text).with_context(|| format!("{} is not JSON", p.display()))?)
 }
 
 fn strings(v: &Value) -> Vec<String> {
@@ -182,20 +196,28 @@ impl ContainerSpec {
                         .parse::<u16>()
                         .ok()
                         .filter(|&p| p != 0)
-                        .with_context(|| format!("PORT={p:?} is not a port number"))?,
+                        .ok_or_else(|| {
+                            SpecError::Invalid(format!("PORT={p:?} is not a port number"))
+                        })?,
                 };
                 Ok(Mode::Serve { port })
             }
             Some("invoke") => {
                 let event = self.args.get(1).cloned().unwrap_or_else(|| "null".into());
-                serde_json::from_str::<Value>(&event)
-                    .with_context(|| format!("the event {event:?} is not JSON"))?;
+                if let Err(e) = serde_json::from_str::<Value>(&event) {
+                    fail!(SpecError::Invalid, "the event {event:?} is not JSON: {e}");
+                }
                 if self.args.len() > 2 {
-                    bail!("`invoke` takes one event (JSON), got {}", self.args.len() - 1);
+                    fail!(
+                        SpecError::Invalid,
+                        "`invoke` takes one event (JSON), got {}",
+                        self.args.len() - 1
+                    );
                 }
                 Ok(Mode::Invoke { event })
             }
-            Some(other) => bail!(
+            Some(other) => fail!(
+                SpecError::Invalid,
                 "unknown command {other:?}: a thaw container runs `serve` (the default) or `invoke [EVENT]`"
             ),
         }
@@ -212,9 +234,9 @@ impl ContainerSpec {
                     None => continue,
                 },
             };
-            let n: u64 = raw
-                .parse()
-                .with_context(|| format!("{source}: {raw:?} is not a whole number"))?;
+            let n: u64 = raw.parse().map_err(|e| {
+                SpecError::Invalid(format!("{source}: {raw:?} is not a whole number: {e}"))
+            })?;
             out[key] = json!(n);
         }
         Ok(out)
@@ -276,7 +298,10 @@ mod tests {
             (&["invoke", "1", "2"], &[]),
             (&["sh"], &[]),
         ] {
-            assert!(spec(args, env, &[]).mode().is_err(), "{args:?} {env:?}");
+            assert!(
+                matches!(spec(args, env, &[]).mode(), Err(SpecError::Invalid(_))),
+                "{args:?} {env:?}"
+            );
         }
     }
 
@@ -294,6 +319,9 @@ mod tests {
         let e = spec(&[], &[], &[("dev.thaw.max-instances", "lots")])
             .settings()
             .unwrap_err();
-        assert!(e.to_string().contains("dev.thaw.max-instances"), "{e}");
+        assert!(
+            matches!(&e, SpecError::Invalid(m) if m.contains("dev.thaw.max-instances")),
+            "{e}"
+        );
     }
 }

@@ -41,7 +41,7 @@ trait CriTest {
     fn assert_nothing_left(&self, daemon: &Daemon, pids: &[u32]);
 }
 
-fn must<T>(r: anyhow::Result<T>) -> T {
+fn must<T>(r: thaw_shim::harness::Result<T>) -> T {
     r.unwrap_or_else(|e| panic!("{e:#}"))
 }
 

@@ -3,14 +3,15 @@
 use crate::azure2019::{self, Azure2019, Spread};
 use crate::azure2021::Azure2021;
 use crate::calib::Calibration;
+use crate::error::{Result, SimError};
 use crate::output::{self, RunConfig};
 use crate::run::{run, Prices, Report, RunOptions};
 use crate::source::Source;
 use crate::synthetic::{Params, Synthetic};
-use anyhow::{bail, Context, Result};
 use clap::parser::ValueSource;
 use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
+use thaw_error::{fail, ResultExt};
 use thaw_policy::{Config, Engine, FnCost, PolicyKind};
 
 /// Largest `--mem-mb` (1 TiB): one function bigger than any worker's RAM.
@@ -185,14 +186,20 @@ pub struct Args {
 
 fn ms_to_us(v: f64, what: &str) -> Result<u64> {
     if !(v.is_finite() && v >= 0.0) {
-        bail!("--{what} must be a finite number >= 0, got {v}");
+        fail!(
+            SimError::Config,
+            "--{what} must be a finite number >= 0, got {v}"
+        );
     }
     Ok((v * 1000.0).round() as u64)
 }
 
 fn gb_to_mb(v: f64, what: &str) -> Result<u64> {
     if !(v.is_finite() && v >= 0.0) {
-        bail!("--{what} must be a finite number >= 0, got {v}");
+        fail!(
+            SimError::Config,
+            "--{what} must be a finite number >= 0, got {v}"
+        );
     }
     Ok((v * 1024.0).round() as u64)
 }
@@ -284,13 +291,13 @@ fn plan(a: &Args, m: &ArgMatches, sweep: bool) -> Result<Plan> {
         .iter()
         .any(|p| !(p.is_finite() && *p >= 0.0))
     {
-        bail!("prices must be finite numbers >= 0");
+        fail!(SimError::Config, "prices must be finite numbers >= 0");
     }
 
     let policies: Vec<PolicyKind> = a
         .policy
         .iter()
-        .map(|p| p.parse::<PolicyKind>().map_err(anyhow::Error::from))
+        .map(|p| p.parse::<PolicyKind>().map_err(SimError::from))
         .collect::<Result<_>>()?;
     if !sweep {
         for (name, n) in [
@@ -301,7 +308,10 @@ fn plan(a: &Args, m: &ArgMatches, sweep: bool) -> Result<Plan> {
             ("disk-read-gbps", disk_read.len()),
         ] {
             if n != 1 {
-                bail!("--{name} has {n} values: use `thaw sim sweep` to run several");
+                fail!(
+                    SimError::Config,
+                    "--{name} has {n} values: use `thaw sim sweep` to run several"
+                );
             }
         }
     }
@@ -376,7 +386,7 @@ fn input_label(a: &Args) -> String {
 }
 
 /// Opens a fresh stream of the configured input (each sweep point replays it).
-pub fn open_source(a: &Args) -> crate::error::Result<Box<dyn Source>> {
+pub fn open_source(a: &Args) -> Result<Box<dyn Source>> {
     use crate::SimError;
     use thaw_error::fail;
     match (&a.trace, a.format) {
@@ -427,7 +437,7 @@ pub fn parse(args: &[String]) -> Result<Option<(Args, ArgMatches, bool)>> {
     let Some(m) = help_or(Standalone::command().try_get_matches_from(argv))? else {
         return Ok(None);
     };
-    let cmd = Standalone::from_arg_matches(&m).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let cmd = Standalone::from_arg_matches(&m).map_err(|e| SimError::Config(format!("{e}")))?;
     Ok(Some(resolve(cmd.cmd, m)))
 }
 
@@ -455,7 +465,8 @@ pub fn help_or<T>(parsed: Result<T, clap::Error>) -> Result<Option<T>> {
             Ok(None)
         }
         // The caller prefixes "error:" itself.
-        Err(e) => bail!(
+        Err(e) => fail!(
+            SimError::Config,
             "{}",
             e.render()
                 .to_string()
@@ -485,7 +496,7 @@ pub fn execute(a: &Args, m: &ArgMatches, sweep: bool) -> Result<Vec<(RunConfig, 
             );
         }
         let mut src = open_source(a)?;
-        let mut engine = Engine::new(p.cfg).map_err(anyhow::Error::from)?;
+        let mut engine = Engine::new(p.cfg)?;
         let report = run(src.as_mut(), &mut engine, &plan.opts)?;
         // Warnings go to stderr even with --quiet: they say the figures mean nothing.
         for w in &report.warnings {
@@ -518,9 +529,9 @@ fn run_parsed(a: &Args, m: &ArgMatches, sweep: bool) -> Result<()> {
     if let Some(path) = &a.json {
         let sums: Vec<_> = results.iter().map(|(c, r)| output::summary(c, r)).collect();
         let text = if sweep {
-            serde_json::to_string_pretty(&sums)?
+            serde_json::to_string_pretty(&sums).context("encoding the summaries")?
         } else {
-            serde_json::to_string_pretty(&sums[0])?
+            serde_json::to_string_pretty(&sums[0]).context("encoding the summary")?
         };
         output::write_file(path, &(text + "\n"))?;
     }
@@ -565,7 +576,8 @@ fn run_parsed(a: &Args, m: &ArgMatches, sweep: bool) -> Result<()> {
                     "cost_usd_total": r.cost_usd_total,
                     "malformed_lines": r.malformed_lines,
                     "invocations_per_second": r.invocations_per_second,
-                }))?
+                }))
+                .context("encoding the summary")?
             );
         }
     }
@@ -575,14 +587,20 @@ fn run_parsed(a: &Args, m: &ArgMatches, sweep: bool) -> Result<()> {
 /// `thaw sim --placement FILE`: the arms of the placement study as a table.
 fn placement_study(a: &Args, m: &ArgMatches, sweep: bool, path: &std::path::Path) -> Result<()> {
     if sweep {
-        bail!("--placement runs its own arms: use it without `sweep`");
+        fail!(
+            SimError::Config,
+            "--placement runs its own arms: use it without `sweep`"
+        );
     }
     let file = crate::placement::ProfilesFile::load(path)?;
     let plan = plan(a, m, false)?;
     let cfg = plan.points[0].cfg.clone();
     let arms = crate::placement::study(&file, a.max_slowdown, cfg, &plan.opts, &|| open_source(a))?;
     if let Some(p) = &a.json {
-        output::write_file(p, &(serde_json::to_string_pretty(&arms)? + "\n"))?;
+        output::write_file(
+            p,
+            &(serde_json::to_string_pretty(&arms).context("encoding the arms")? + "\n"),
+        )?;
     }
     if !a.quiet {
         thaw_output::out!("{}", crate::placement::table(&arms));

@@ -1,5 +1,5 @@
-//! What can go wrong reading traces and running the simulator, for callers
-//! to match (the `thaw sim` command line itself, `cli`, reports with anyhow).
+//! What can go wrong reading traces, parsing the `thaw sim` command line and
+//! running the simulator, for callers to match.
 use thaw_error::Context;
 
 #[derive(Debug, thiserror::Error)]

@@ -21,6 +21,6 @@ pub mod synthetic;
 pub use error::SimError;
 
 /// Entry point for `thaw sim ARGS...` (ARGS exclude "sim").
-pub fn cli_main(args: &[String]) -> anyhow::Result<()> {
+pub fn cli_main(args: &[String]) -> Result<(), SimError> {
     cli::main(args)
 }

@@ -11,14 +11,16 @@ fn tmpdir(name: &str) -> PathBuf {
     d
 }
 
-fn cli(args: &[&str]) -> anyhow::Result<()> {
+fn cli(args: &[&str]) -> Result<(), thaw_sim::SimError> {
     thaw_sim::cli_main(&args.iter().map(|s| s.to_string()).collect::<Vec<_>>())
 }
 
+/// The message of a run refused for its options or its input.
 fn err_text(args: &[&str]) -> String {
     match cli(args) {
         Ok(()) => panic!("{args:?} was accepted"),
-        Err(e) => format!("{e:#}"),
+        Err(thaw_sim::SimError::Config(m) | thaw_sim::SimError::Input(m)) => m,
+        Err(e) => panic!("{args:?}: not refused for its options or input: {e:#}"),
     }
 }
 

@@ -37,7 +37,7 @@ fn profiles() -> Value {
     })
 }
 
-fn sim(args: &[&str]) -> anyhow::Result<()> {
+fn sim(args: &[&str]) -> Result<(), thaw_sim::SimError> {
     let argv: Vec<String> = args.iter().map(|s| s.to_string()).collect();
     thaw_sim::cli_main(&argv)
 }

@@ -426,7 +426,7 @@ fn azure2019_broken_variants() {
     );
 }
 
-fn cli(args: &[&str]) -> anyhow::Result<()> {
+fn cli(args: &[&str]) -> Result<(), thaw_sim::SimError> {
     thaw_sim::cli_main(&args.iter().map(|s| s.to_string()).collect::<Vec<_>>())
 }
 

@@ -1,6 +1,5 @@
-//! What can go wrong driving the daemon, generating the study's trace and
-//! comparing its records, for callers to match (the study itself, in
-//! `lib.rs`, is the `thaw bench simlive` command and reports with anyhow).
+//! What can go wrong driving the daemon, generating the study's trace,
+//! running the study and comparing its records, for callers to match.
 use thaw_error::Context;
 
 #[derive(Debug, thiserror::Error)]
@@ -18,6 +17,11 @@ pub enum SimliveError {
     Plot(#[from] thaw_plot::PlotError),
     #[error(transparent)]
     Load(#[from] thaw_load::LoadError),
+    /// the simulator's side of the comparison
+    #[error(transparent)]
+    Sim(#[from] thaw_sim::SimError),
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
     #[error(transparent)]
     Io(#[from] std::io::Error),
     /// the step that failed, with its cause

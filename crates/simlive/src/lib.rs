@@ -14,8 +14,9 @@ pub mod error;
 pub mod live;
 pub mod trace;
 
-use anyhow::{bail, Context, Result};
+use crate::error::{Result, SimliveError};
 use std::path::{Path, PathBuf};
+use thaw_error::{fail, ResultExt};
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
@@ -102,16 +103,20 @@ fn load_average() -> Option<f64> {
 /// Runs the whole comparison; `runtime_home` holds the runtime root.
 pub fn run(runtime_home: &Path, a: &Args) -> Result<compare::Comparison> {
     if !matches!(a.policy.as_str(), "ttl" | "lru-mem" | "tiered-lru") {
-        bail!(
+        fail!(
+            SimliveError::Config,
             "--policy {}: use ttl, lru-mem or tiered-lru (greedy-dual ranks by start costs the daemon does not measure)",
             a.policy
         );
     }
     if a.calibration_runs == 0 || a.calibration_runs > 100 {
-        bail!("--calibration-runs must be in 1..=100");
+        fail!(
+            SimliveError::Config,
+            "--calibration-runs must be in 1..=100"
+        );
     }
     if !(16..=8192).contains(&a.memory_mb) {
-        bail!("--memory-mb must be in 16..=8192");
+        fail!(SimliveError::Config, "--memory-mb must be in 16..=8192");
     }
     let params = trace::Params {
         functions: a.functions,
@@ -131,7 +136,8 @@ pub fn run(runtime_home: &Path, a: &Args) -> Result<compare::Comparison> {
         keep_alive_s: a.keep_alive_s,
     };
     if serve.memory_budget_mb < a.memory_mb {
-        bail!(
+        fail!(
+            SimliveError::Config,
             "--memory-budget-mb must hold at least one instance ({} MiB)",
             a.memory_mb
         );
@@ -266,10 +272,11 @@ pub fn run(runtime_home: &Path, a: &Args) -> Result<compare::Comparison> {
     .iter()
     .map(|s| s.to_string())
     .collect();
-    let (sa, sm, _) = thaw_sim::cli::parse(&sim_args)?.context("thaw sim arguments")?;
+    let (sa, sm, _) = thaw_sim::cli::parse(&sim_args)?
+        .ok_or_else(|| SimliveError::Config("thaw sim arguments: no run asked for".into()))?;
     let (sim_cfg, sim) = thaw_sim::cli::execute(&sa, &sm, false)?
         .pop()
-        .context("thaw sim ran nothing")?;
+        .ok_or_else(|| SimliveError::Records("thaw sim ran nothing".into()))?;
     let sim_summary = thaw_sim::output::summary(&sim_cfg, &sim);
     std::fs::write(
         out("sim.json"),
@@ -358,8 +365,8 @@ fn replay(
     .collect();
     let argv = std::iter::once("thaw load".to_string()).chain(args);
     let la = <thaw_load::cli::Args as clap::Parser>::try_parse_from(argv)
-        .map_err(|e| anyhow::anyhow!("thaw load arguments: {e}"))?;
-    thaw_load::cli::execute(&la)
+        .map_err(|e| SimliveError::Config(format!("thaw load arguments: {e}")))?;
+    Ok(thaw_load::cli::execute(&la)?)
 }
 
 /// `thaw bench simlive`: runs, prints the table, says where the files are.

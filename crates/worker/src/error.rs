@@ -34,11 +34,11 @@ pub enum WorkerError {
 
 pub type Result<T, E = WorkerError> = std::result::Result<T, E>;
 
-/// A checkpoint's error (the sandbox's are still anyhow's): its refusal
-/// kept as a variant, anything else as the step `what` with its cause.
-pub(crate) fn checkpoint_error(what: &str, e: anyhow::Error) -> WorkerError {
-    match e.downcast::<thaw_sandbox::NotCheckpointable>() {
-        Ok(nc) => WorkerError::NotCheckpointable(nc),
-        Err(e) => Context::new(what, e).into(),
+/// A checkpoint's error: its refusal kept as a variant, anything else as
+/// the step `what` with its cause.
+pub(crate) fn checkpoint_error(what: &str, e: thaw_sandbox::CheckpointError) -> WorkerError {
+    match e {
+        thaw_sandbox::CheckpointError::NotCheckpointable(nc) => WorkerError::NotCheckpointable(nc),
+        e => Context::new(what, e).into(),
     }
 }

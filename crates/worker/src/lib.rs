@@ -649,10 +649,10 @@ fn load_timed(
     Ok((sb, rep))
 }
 
-/// A reply the agent sent that does not say what it should (the sandbox's
-/// decoders are untyped): its whole message chain as a reply error.
-fn reply_error(e: impl Into<thaw_error::BoxError>) -> SandboxError {
-    SandboxError::Reply(thaw_error::chain(&*e.into()))
+/// A reply the agent sent that does not say what it should: the agent's
+/// own error as [`SandboxError::Agent`], the rest as a reply error.
+fn reply_error(e: thaw_sandbox::agent::ReplyError) -> SandboxError {
+    e.into()
 }
 
 /// Why a user function's fresh instance did not start.

@@ -5,8 +5,8 @@
 mod common;
 use common::*;
 use serde_json::{json, Value};
-use thaw_sandbox::state::{FdKind, SavedFd};
-use thaw_sandbox::{checkpoint, Sandbox};
+use thaw_sandbox::state::{FdKind, SavedFd, StateError};
+use thaw_sandbox::{checkpoint, RestoreError, Sandbox};
 use thaw_store::Snapshot;
 use thaw_worker::RestoreRequest;
 use thaw_worker::StrategyKind;
@@ -156,7 +156,11 @@ fn a_bad_descriptor_record_is_refused_when_the_snapshot_is_read() {
         let bad = with_state(&snap, &t.path.join(tag), |s| edit(&mut s.fds));
         let e = match w.restore(RestoreRequest::new(&bad, StrategyKind::Eager)) {
             Ok(_) => panic!("{tag}: a bad descriptor record restored"),
-            Err(e) => format!("{e:#}"),
+            Err(RestoreError::State {
+                source: StateError::Corrupt(e),
+                ..
+            }) => e,
+            Err(e) => panic!("{tag}: not refused as a corrupt state: {e:#}"),
         };
         assert!(e.contains("descriptor") && e.contains(want), "{tag}: {e}");
     }

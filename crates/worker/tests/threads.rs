@@ -6,7 +6,8 @@ mod common;
 use common::*;
 use serde_json::{json, Value};
 use thaw_memory::tiering::CostParams;
-use thaw_sandbox::{checkpoint, Sandbox};
+use thaw_sandbox::state::StateError;
+use thaw_sandbox::{checkpoint, RestoreError, Sandbox};
 use thaw_store::Snapshot;
 use thaw_worker::RestoreRequest;
 use thaw_worker::{InputSize, StrategyKind};
@@ -417,7 +418,11 @@ fn a_corrupt_thread_record_is_refused_when_the_snapshot_is_read() {
     });
     let e = match w.restore(RestoreRequest::new(&bad, StrategyKind::Eager)) {
         Ok(_) => panic!("a snapshot with a corrupt thread record restored"),
-        Err(e) => format!("{e:#}"),
+        Err(RestoreError::State {
+            source: StateError::Corrupt(e),
+            ..
+        }) => e,
+        Err(e) => panic!("not refused as a corrupt state: {e:#}"),
     };
     assert!(e.contains("thread 5") && e.contains("robust"), "{e}");
 }

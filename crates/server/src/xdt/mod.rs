@@ -6,7 +6,6 @@
 //! go to the home's remote tier (the emulated MinIO of `thaw tier setup
 //! --tiers remote`), made by the worker for the function.
 use crate::metrics::Metrics;
-use anyhow::Context as _;
 use futures::future::BoxFuture;
 use serde_json::Value;
 use std::collections::HashMap;
@@ -36,8 +35,8 @@ pub trait Daemon: Send + Sync {
 /// Why the host could not be made.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("XDT peering: {0:#}")]
-    Peers(#[source] anyhow::Error),
+    #[error("XDT peering: {}", thaw_error::chain(.0))]
+    Peers(peer::PeerError),
 }
 
 pub struct XdtHost {
@@ -125,18 +124,21 @@ impl XdtHost {
         if let Some(st) = s.as_ref() {
             return Ok(st.clone());
         }
-        let open = || -> anyhow::Result<RemoteStore> {
+        let open = || -> Result<RemoteStore, thaw_error::BoxError> {
             let tiers = thaw_tiers::TiersConfig::load(&self.home)?;
             let t = tiers
                 .tiers
                 .iter()
                 .find(|t| t.kind == thaw_tiers::Kind::Remote)
-                .context("no remote tier is configured")?;
+                .ok_or("no remote tier is configured")?;
             Ok(RemoteStore::open(&self.home, t)?)
         };
-        let st = Arc::new(
-            open().map_err(|e| failure("unavailable", format!("the object store: {e:#}")))?,
-        );
+        let st = Arc::new(open().map_err(|e| {
+            failure(
+                "unavailable",
+                format!("the object store: {}", thaw_error::chain(&*e)),
+            )
+        })?);
         *s = Some(st.clone());
         Ok(st)
     }
@@ -145,11 +147,14 @@ impl XdtHost {
     /// when the store is not there at all. The client is dropped: one that
     /// failed (the store was down) was seen to hang its next requests, so
     /// the next request starts with a fresh one.
-    fn store_failure(&self, e: anyhow::Error) -> CallFailure {
+    fn store_failure(&self, e: thaw_error::BoxError) -> CallFailure {
         *self.store.lock().unwrap_or_else(|p| p.into_inner()) = None;
         failure(
             "store_failed",
-            format!("{e:#} (an emulated store is set up with `thaw tier setup --tiers remote`)"),
+            format!(
+                "{} (an emulated store is set up with `thaw tier setup --tiers remote`)",
+                thaw_error::chain(&*e)
+            ),
         )
     }
 

@@ -22,7 +22,6 @@
 //!   sides. A pull that stalls for `stall_ms`, ends short, or outlives the
 //!   invocation's deadline fails with `peer_failed`; nothing of it is kept.
 use super::{PeerConfig, XdtHost};
-use anyhow::{bail, Context as _, Result};
 use bytes::Bytes;
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full, StreamBody};
@@ -38,9 +37,23 @@ use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use thaw_error::{fail, Context, ResultExt};
 use thaw_xdt::sdk::Host as _;
 use thaw_xdt::table::{now_ms, Retrieved};
 use thaw_xdt::{WorkerId, XdtError};
+
+/// Why the peer plane's settings were refused.
+#[derive(Debug, thiserror::Error)]
+pub enum PeerError {
+    /// an address, key or limit out of range (the message names it)
+    #[error("{0}")]
+    Config(String),
+    /// the key file could not be read
+    #[error(transparent)]
+    Other(#[from] Context),
+}
+
+type Result<T, E = PeerError> = std::result::Result<T, E>;
 
 /// How far a request's time may be from the receiver's clock.
 pub const SKEW_MS: u64 = 60_000;
@@ -72,7 +85,7 @@ pub struct Peers {
 
 fn addr(s: &str, what: &str) -> Result<SocketAddr> {
     s.parse()
-        .with_context(|| format!("[xdt.peering] {what} {s:?} is not ADDR:PORT"))
+        .map_err(|e| PeerError::Config(format!("[xdt.peering] {what} {s:?} is not ADDR:PORT: {e}")))
 }
 
 /// Reads the shared key: hex, at least 32 bytes, readable by root only.
@@ -80,7 +93,8 @@ fn read_key(p: &std::path::Path) -> Result<Vec<u8>> {
     use std::os::unix::fs::MetadataExt;
     let md = std::fs::metadata(p).with_context(|| format!("peer key {}", p.display()))?;
     if md.mode() & 0o077 != 0 {
-        bail!(
+        fail!(
+            PeerError::Config,
             "peer key {} is readable by others (mode {:o}); chmod 600 it",
             p.display(),
             md.mode() & 0o777
@@ -90,7 +104,8 @@ fn read_key(p: &std::path::Path) -> Result<Vec<u8>> {
     let key =
         hex::decode(raw.trim()).with_context(|| format!("peer key {}: not hex", p.display()))?;
     if key.len() < 32 {
-        bail!(
+        fail!(
+            PeerError::Config,
             "peer key {}: {} bytes, at least 32 needed",
             p.display(),
             key.len()
@@ -105,12 +120,16 @@ impl Peers {
         if c.listen.is_none() && c.peers.is_empty() {
             return Ok(None);
         }
-        let key_file = c
-            .key_file
-            .as_ref()
-            .context("[xdt.peering] needs key_file (the key shared by every worker)")?;
+        let key_file = c.key_file.as_ref().ok_or_else(|| {
+            PeerError::Config(
+                "[xdt.peering] needs key_file (the key shared by every worker)".into(),
+            )
+        })?;
         if c.stall_ms == 0 {
-            bail!("[xdt.peering] stall_ms must be at least 1");
+            fail!(
+                PeerError::Config,
+                "[xdt.peering] stall_ms must be at least 1"
+            );
         }
         Ok(Some(Peers {
             key: read_key(key_file)?,
@@ -674,7 +693,10 @@ mod tests {
             ..PeerConfig::default()
         };
         let e = Peers::from_config(&no_key).err().unwrap();
-        assert!(e.to_string().contains("key_file"), "{e}");
+        assert!(
+            matches!(&e, PeerError::Config(m) if m.contains("key_file")),
+            "{e}"
+        );
         let dir = std::env::temp_dir().join(format!("thaw-peer-cfg-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let short = dir.join("short");
@@ -689,7 +711,10 @@ mod tests {
                 ..no_key.clone()
             };
             let e = Peers::from_config(&c).err().unwrap();
-            assert!(format!("{e:#}").contains(want), "{e:#}");
+            assert!(
+                matches!(&e, PeerError::Config(m) if m.contains(want)),
+                "{e:#}"
+            );
         }
         let good = dir.join("good");
         thaw_tiers::seal::create_private(&good, hex::encode([1u8; 32]).as_bytes()).unwrap();
