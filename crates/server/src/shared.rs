@@ -34,27 +34,8 @@ use thaw_tiers::moves::{self, Place};
 use crate::app::App;
 use crate::registry::{Record, SnapshotInfo};
 pub use crate::registry::{Role, SharedInfo};
+pub use crate::stored::ShareError;
 use crate::stored::{KeepLocal, RemoteCopy, Stored};
-
-/// Why the shared copy could not be looked up, published or kept.
-#[derive(Debug, thiserror::Error)]
-pub enum ShareError {
-    #[error("the daemon's slow snapshot tier is not remote")]
-    NotRemote,
-    /// an object of the published copy does not parse
-    #[error("the published {what} of {name} is corrupt: {why}")]
-    Corrupt {
-        name: String,
-        what: &'static str,
-        why: String,
-    },
-    #[error("{sname} is not on {tier} after its publish")]
-    NotKept { sname: String, tier: String },
-    #[error(transparent)]
-    Tiers(#[from] thaw_tiers::TiersError),
-    #[error(transparent)]
-    Store(#[from] thaw_store::StoreError),
-}
 
 /// Objects of a shared snapshot are `shared-KEY/...` on the remote tier.
 pub const PREFIX: &str = "shared-";

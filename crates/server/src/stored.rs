@@ -69,6 +69,26 @@ pub fn open_remote(home: &Path, tiers: &SnapshotTiers) -> Result<RemoteClient> {
     Ok(Some((t.name.clone(), Arc::new(store))))
 }
 
+/// Why the shared copy could not be looked up, published or kept.
+#[derive(Debug, thiserror::Error)]
+pub enum ShareError {
+    #[error("the daemon's slow snapshot tier is not remote")]
+    NotRemote,
+    /// an object of the published copy does not parse
+    #[error("the published {what} of {name} is corrupt: {why}")]
+    Corrupt {
+        name: String,
+        what: &'static str,
+        why: String,
+    },
+    #[error("{sname} is not on {tier} after its publish")]
+    NotKept { sname: String, tier: String },
+    #[error(transparent)]
+    Tiers(#[from] thaw_tiers::TiersError),
+    #[error(transparent)]
+    Store(#[from] thaw_store::StoreError),
+}
+
 /// Where a streamed shared copy is kept: the node's own name for the
 /// version on its fast tier. Only the first stream that arrives whole keeps it.
 pub struct KeepLocal {
@@ -89,11 +109,7 @@ impl KeepLocal {
     /// Publishes the arrived, verified stream (staged at `staged`) onto the
     /// fast tier; returns the kept snapshot, or `None` if another stream
     /// keeps it.
-    pub fn keep(
-        &self,
-        home: &Path,
-        staged: &Path,
-    ) -> Result<Option<Snapshot>, crate::shared::ShareError> {
+    pub fn keep(&self, home: &Path, staged: &Path) -> Result<Option<Snapshot>, ShareError> {
         if self.done.swap(true, Ordering::SeqCst) {
             return Ok(None);
         }
@@ -105,11 +121,11 @@ impl KeepLocal {
         };
         let r = (|| {
             moves::publish_staged(&self.sname, Snapshot::open(staged)?, &place)?;
-            Ok::<_, crate::shared::ShareError>(store.open_current(&self.sname)?)
+            Ok::<_, ShareError>(store.open_current(&self.sname)?)
         })();
         match r {
             Ok(Some(s)) => Ok(Some(s)),
-            Ok(None) => Err(crate::shared::ShareError::NotKept {
+            Ok(None) => Err(ShareError::NotKept {
                 sname: self.sname.clone(),
                 tier: self.tier.clone(),
             }),
