@@ -82,4 +82,8 @@ $T bench serve --restore-runs 60 --json "$OUT/serve/serve.json" --markdown "$OUT
 # XDT: by reference, inline, through the object store and across two workers; patterns; applications
 $T bench xdt --sizes 10000,1000000,10000000,100000000 --runs 20 --degrees 1 --pattern-runs 1 --app-runs 3 \
     --json "$OUT/xdt/xdt.json" --markdown "$OUT/xdt/xdt.md"
+# Pods through CRI: runc against thaw, pods at once, a node restoring another node's snapshot
+cargo build --release --locked -q -p thaw-shim
+mkdir -p "$OUT/cri"
+$T bench cri --runs "$RUNS" --json "$OUT/cri/cri.json" --markdown "$OUT/cri/cri.md"
 echo "bench: results in $OUT/"

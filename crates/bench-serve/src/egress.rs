@@ -97,7 +97,10 @@ pub fn run(runtime_home: &std::path::Path, o: &Options) -> Result<Report> {
     thaw_server::on_temp_daemon_with(
         runtime_home,
         "egress",
-        |cfg| cfg.limits.sandbox_pool = 1,
+        |cfg| {
+            cfg.limits.sandbox_pool = 1;
+            Ok(())
+        },
         |app, socket| measure(app, socket, &server, &client_ns, o),
     )
 }

@@ -31,6 +31,15 @@ pub enum BenchServeError {
     /// the daemon did not open, start or find the function
     #[error(transparent)]
     Serve(#[from] thaw_server::ServeError),
+    /// containerd, crictl or a pod network (`thaw bench cri`)
+    #[error(transparent)]
+    Harness(#[from] thaw_shim::harness::HarnessError),
+    #[error(transparent)]
+    Image(#[from] thaw_server::image::ImageError),
+    #[error(transparent)]
+    ServerConfig(#[from] thaw_server::config::ConfigError),
+    #[error(transparent)]
+    Runtime(#[from] thaw_runtime::RuntimeError),
     /// the step that failed, with its cause
     #[error(transparent)]
     Other(#[from] Context),

@@ -5,8 +5,11 @@
 //! * [`xdt`]: `thaw bench xdt`, passing data between functions by reference
 //!   against the object-store baseline, on one worker and across a [`pair`];
 //! * [`egress`]: `thaw bench egress`, a function's network egress;
+//! * [`cri`]: `thaw bench cri`, pod starts through the CRI, runc against
+//!   thaw, and a node restoring the snapshot another node published;
 //! * [`pair`]: two daemons in network namespaces of their own (also what
 //!   the cross-worker tests run on).
+pub mod cri;
 pub mod egress;
 mod error;
 pub mod pair;

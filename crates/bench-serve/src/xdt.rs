@@ -14,7 +14,7 @@ use base64::Engine as _;
 use serde::Serialize;
 use serde_json::{json, Value};
 use thaw_bench::stats::{summarize, Summary};
-use thaw_error::{fail, ResultExt};
+use thaw_error::fail;
 
 use thaw_client::{Client, Target};
 
@@ -178,9 +178,10 @@ pub fn run(runtime_home: &std::path::Path, o: &Options) -> Result<Report> {
             cfg.xdt.objects.max_object_bytes = cfg.xdt.objects.max_object_bytes.max(biggest);
             cfg.xdt.objects.budget_per_function_bytes =
                 cfg.xdt.objects.budget_per_function_bytes.max(biggest * 2);
+            Ok(())
         },
         |app, socket| {
-            let _store = EmulatedStore::up(&app.cfg.home)?;
+            let _store = thaw_tiers::remote::EmulatedStore::up(&app.cfg.home)?;
             let mut c = Client::new(Target::Unix(socket.to_path_buf()));
             deploy_all(&mut c, biggest)?;
             let event_limit = app.cfg.limits.event_bytes;
@@ -208,42 +209,6 @@ pub fn run(runtime_home: &std::path::Path, o: &Options) -> Result<Report> {
             })
         },
     )
-}
-
-/// The home's emulated remote tier, up for as long as this lives.
-pub struct EmulatedStore {
-    home: std::path::PathBuf,
-    tier: thaw_tiers::TierConfig,
-}
-
-impl EmulatedStore {
-    pub fn up(home: &std::path::Path) -> Result<EmulatedStore> {
-        let tiers = thaw_tiers::TiersConfig::load(home)?;
-        let tier = tiers.get("remote")?.clone();
-        if !tier.emulated {
-            fail!(
-                BenchServeError::Failed,
-                "the remote tier of {} is not the emulated one",
-                home.display()
-            );
-        }
-        // torn down by Drop also when setup fails half-way
-        let s = EmulatedStore {
-            home: home.to_path_buf(),
-            tier,
-        };
-        thaw_tiers::device::setup(&s.home, &s.tier)
-            .context("setting up the emulated object store")?;
-        Ok(s)
-    }
-}
-
-impl Drop for EmulatedStore {
-    fn drop(&mut self) {
-        if let Err(e) = thaw_tiers::device::teardown(&self.home, &self.tier, true) {
-            eprintln!("thaw bench xdt: tearing down the emulated object store: {e:#}");
-        }
-    }
 }
 
 /// Memory of a function that holds (and maps) objects of up to `biggest`

@@ -188,7 +188,8 @@ fn batch(
     Ok(results)
 }
 
-fn loadavg() -> f64 {
+/// The 1-minute load average (NaN if unreadable).
+pub fn loadavg() -> f64 {
     std::fs::read_to_string("/proc/loadavg")
         .ok()
         .and_then(|s| s.split_whitespace().next()?.parse().ok())

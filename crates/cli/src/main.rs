@@ -9,6 +9,7 @@ use thaw_worker::RestoreRequest;
 use thaw_worker::StrategyKind;
 
 mod concurrency;
+mod cri;
 mod demo;
 mod hierarchy;
 mod place;
@@ -278,6 +279,8 @@ enum BenchCmd {
     Simlive(thaw_simlive::Args),
     /// XDT: 1-1 transfers between functions by reference vs. inline in the event
     Xdt(xdt::BenchXdtArgs),
+    /// Kubernetes' path: pod start to first HTTP response through CRI (crictl), runc vs thaw; pods at once; a node restoring another node's snapshot
+    Cri(cri::BenchCriArgs),
     /// Cold starts from snapshots per strategy vs. a fresh start
     Restore {
         #[arg(long, default_value = "helloworld,lr_serving")]
@@ -617,6 +620,9 @@ fn run(cli: Cli, matches: &clap::ArgMatches) -> Result<()> {
         Cmd::Bench {
             cmd: BenchCmd::Xdt(args),
         } => xdt::bench(&home, args),
+        Cmd::Bench {
+            cmd: BenchCmd::Cri(args),
+        } => cri::bench(&home, args),
         Cmd::Bench {
             cmd:
                 BenchCmd::Restore {

@@ -39,6 +39,11 @@ pub struct ServeArgs {
     /// remote: restores from it stream)
     #[arg(long)]
     snapshot_tiers: Option<String>,
+    /// Share snapshots with other nodes through the remote SLOW tier:
+    /// publish what this node takes, restore what another node published
+    /// (every node needs the same HOME/remote.key)
+    #[arg(long)]
+    shared_snapshots: bool,
 }
 
 pub fn serve(home: Option<PathBuf>, a: ServeArgs) -> Result<()> {
@@ -67,6 +72,9 @@ pub fn serve(home: Option<PathBuf>, a: ServeArgs) -> Result<()> {
     }
     if let Some(v) = a.snapshot_tiers {
         cfg.snapshot_tiers = thaw_server::config::SnapshotTiers::parse(&v)?;
+    }
+    if a.shared_snapshots {
+        cfg.shared_snapshots = true;
     }
     Ok(thaw_server::serve_forever(cfg)?)
 }

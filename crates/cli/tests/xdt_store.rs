@@ -11,7 +11,7 @@ use std::path::Path;
 use std::process::Command;
 use thaw_client::{Client, Target};
 
-const THAW: &str = env!("CARGO_BIN_EXE_thaw");
+use common::{thaw, THAW};
 const FNS: common::Module = common::Module {
     file: "storefns.py",
     source: include_str!("xdt_store_fns/storefns.py"),
@@ -19,25 +19,6 @@ const FNS: common::Module = common::Module {
 
 /// One MinIO at a time on this 2-core machine (see tests/tiers.rs).
 static ONE_OBJECT_STORE: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn thaw(home: &Path, args: &[&str]) -> (bool, String) {
-    let out = Command::new(THAW)
-        .arg("--home")
-        .arg(home)
-        .args(args)
-        .output()
-        .expect("running thaw");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        !text.contains("panicked"),
-        "thaw {args:?} panicked:\n{text}"
-    );
-    (out.status.success(), text)
-}
 
 /// The home's remote tier, torn down when this goes (also on a failure).
 struct Store<'a>(&'a Path);

@@ -40,6 +40,10 @@ pub struct Config {
     pub memory_budget_mb: u64,
     /// The two tiers snapshots live on (`[snapshot_tiers]`).
     pub snapshot_tiers: SnapshotTiers,
+    /// Share snapshots with other nodes through the slow tier, which must
+    /// be remote (see `crate::shared`): publish what this node takes,
+    /// restore what another node published.
+    pub shared_snapshots: bool,
     /// Snapshots the daemon keeps on the fast snapshot tier (tmpfs by
     /// default); past it the policy demotes the least recently used ones.
     pub dram_snapshot_mb: u64,
@@ -196,6 +200,7 @@ impl Default for Config {
             log_format: "text".into(),
             memory_budget_mb: 4096,
             snapshot_tiers: SnapshotTiers::default(),
+            shared_snapshots: false,
             dram_snapshot_mb: 2048,
             disk_budget_mb: 50 * 1024,
             policy: "lru-mem".into(),
@@ -293,6 +298,16 @@ impl Config {
         }
         self.policy_config()?;
         self.tcp_listen(None)?;
+        if self.shared_snapshots {
+            let tiers = thaw_tiers::TiersConfig::load(&self.home)?;
+            if tiers.get(&self.snapshot_tiers.slow)?.kind != thaw_tiers::Kind::Remote {
+                fail!(
+                    ConfigError::Invalid,
+                    "shared_snapshots: the slow snapshot tier {:?} is not remote; snapshots are shared through a remote tier (e.g. snapshot_tiers = tmpfs,remote)",
+                    self.snapshot_tiers.slow
+                );
+            }
+        }
         Ok(())
     }
 

@@ -439,6 +439,7 @@ fn build(
             placement: None,
             packages,
             network: req.network.clone(),
+            shared: None,
             code_bytes: stats.bytes,
             code_files: stats.files,
             created_unix: std::time::SystemTime::now()
@@ -446,39 +447,34 @@ fn build(
                 .map_or(0, |d| d.as_secs()),
         };
         let func = user_function(app, &vdir, &rec, &req.secret_env)?;
-        let taken = match strategy {
-            StartStrategy::Boot => {
-                check_boots(app, &rec, &func, req.sample_event.as_ref())?;
-                None
-            }
-            StartStrategy::Restore(_) => {
-                match snapshot(app, &rec, &func, req.sample_event.as_ref())? {
-                    Ok(taken) => Some(taken),
-                    Err(reasons) if snapshot_required => {
-                        return Err(Error::NotCheckpointable(reasons))
-                    }
-                    Err(reasons) => {
-                        tracing::info!(function = %rec.name, "no snapshot, fresh starts: {}", thaw_sandbox::NotCheckpointable { reasons: reasons.clone() });
-                        boot_instead(&mut rec, reasons);
-                        None
-                    }
-                }
-            }
+        let share = match app.cfg.shared_snapshots {
+            true => share(app, &mut rec, &code_dir, req),
+            false => Share::None,
         };
-        let placed = match taken {
-            None => {
-                rec.placement = Some(PlacementInfo::requested(rec.strategy, tier));
-                None
-            }
-            Some((snap, info)) => {
-                rec.snapshot = Some(info);
-                let stored = place(app, &mut rec, snap, &func, req)?;
-                Some(Placed {
-                    tier: rec.tier.clone(),
-                    stored,
+        let placed = match share {
+            Share::Fetched(stored) => Some(Placed {
+                tier: rec.tier.clone(),
+                stored,
+            }),
+            Share::Publish(key) => take(
+                app,
+                &mut rec,
+                &func,
+                req,
+                tier,
+                snapshot_required,
+                Some(key),
+            )?,
+            Share::None => take(app, &mut rec, &func, req, tier, snapshot_required, None)?,
+        };
+        if let Some(s) = &rec.shared {
+            app.metrics
+                .shared
+                .get_or_create(&crate::metrics::OutcomeLabel {
+                    outcome: s.role.name().into(),
                 })
-            }
-        };
+                .inc();
+        }
         app.registry
             .write_record(&rec, &req.secret_env)
             .map_err(internal)?;
@@ -500,6 +496,142 @@ fn build(
         let _ = std::fs::remove_dir_all(&vdir);
     }
     result
+}
+
+/// What a deploy does about the snapshot shared across nodes (one per
+/// deploy: its size does not matter).
+#[allow(clippy::large_enum_variant)]
+enum Share {
+    /// nothing (not shared, or a copy this node cannot restore)
+    None,
+    /// nothing is published yet: take the snapshot, then publish it as KEY
+    Publish(String),
+    /// another node's copy, which this node restores
+    Fetched(Stored),
+}
+
+/// Looks for the function's shared snapshot (`crate::shared`) and records
+/// what was found in `rec.shared`.
+fn share(app: &App, rec: &mut Record, code_dir: &Path, req: &DeployRequest) -> Share {
+    use crate::shared::{self, Found, Role, SharedInfo};
+    let info = |key: &str, role, reason| SharedInfo {
+        key: key.to_string(),
+        role,
+        reason,
+    };
+    let key = match shared::key(
+        app,
+        rec,
+        code_dir,
+        req.strategy.map(|s| s.name()),
+        req.sample_event.as_ref(),
+        !req.secret_env.is_empty(),
+    ) {
+        Ok(k) => k,
+        Err(why) => {
+            rec.shared = Some(info("", Role::Unshared, Some(why)));
+            return Share::None;
+        }
+    };
+    match shared::lookup(app, &key) {
+        Ok(Found::Absent) => Share::Publish(key),
+        Ok(Found::Usable(m)) => {
+            let stored = shared::fetched(app, rec, &key, &m);
+            let mut pl = PlacementInfo::requested(rec.strategy, &rec.tier);
+            pl.chosen_by = "shared".into();
+            pl.reason = vec![format!(
+                "restored from the snapshot another node published as {} (streamed from tier {}, then kept on {})",
+                shared::object_name(&key),
+                rec.tier,
+                app.cfg.snapshot_tiers.fast
+            )];
+            rec.placement = Some(pl);
+            tracing::info!(function = %rec.name, key = %key, "restoring the snapshot another node published");
+            rec.shared = Some(info(&key, Role::Fetched, None));
+            Share::Fetched(stored)
+        }
+        Ok(Found::Refused(why)) => {
+            let why = format!(
+                "the published snapshot {} cannot resume here ({why}); this node takes its own and keeps it to itself",
+                shared::object_name(&key)
+            );
+            tracing::warn!(function = %rec.name, "{why}");
+            rec.shared = Some(info(&key, Role::Refused, Some(why)));
+            Share::None
+        }
+        Err(e) => {
+            let why = format!("the shared tier could not be read: {e:#}");
+            tracing::warn!(function = %rec.name, "{why}; taking the snapshot here");
+            rec.shared = Some(info(&key, Role::Unshared, Some(why)));
+            Share::None
+        }
+    }
+}
+
+/// Takes the version's snapshot (none for `boot`, or an instance that
+/// cannot be snapshotted), publishes it as `publish` (a share key) if
+/// given, and places it.
+#[allow(clippy::too_many_arguments)]
+fn take(
+    app: &App,
+    rec: &mut Record,
+    func: &UserFunction,
+    req: &DeployRequest,
+    tier: &str,
+    snapshot_required: bool,
+    publish: Option<String>,
+) -> Result<Option<Placed>, Error> {
+    use crate::shared::{Role, SharedInfo};
+    let taken = match rec.strategy {
+        StartStrategy::Boot => {
+            check_boots(app, rec, func, req.sample_event.as_ref())?;
+            None
+        }
+        StartStrategy::Restore(_) => match snapshot(app, rec, func, req.sample_event.as_ref())? {
+            Ok(taken) => Some(taken),
+            Err(reasons) if snapshot_required => return Err(Error::NotCheckpointable(reasons)),
+            Err(reasons) => {
+                tracing::info!(function = %rec.name, "no snapshot, fresh starts: {}", thaw_sandbox::NotCheckpointable { reasons: reasons.clone() });
+                boot_instead(rec, reasons);
+                None
+            }
+        },
+    };
+    let Some((snap, info)) = taken else {
+        rec.placement = Some(PlacementInfo::requested(rec.strategy, tier));
+        if let Some(key) = publish {
+            rec.shared = Some(SharedInfo {
+                key,
+                role: Role::Unshared,
+                reason: Some("the function has no snapshot".into()),
+            });
+        }
+        return Ok(None);
+    };
+    rec.snapshot = Some(info);
+    if let Some(key) = publish {
+        let t = std::time::Instant::now();
+        let (role, reason) = match crate::shared::publish(app, &key, &snap) {
+            Ok(true) => {
+                tracing::info!(function = %rec.name, key = %key, ms = t.elapsed().as_millis() as u64, "published the snapshot for other nodes");
+                (Role::Published, None)
+            }
+            Ok(false) => (
+                Role::Unshared,
+                Some("another node published it first; this node keeps its own".to_string()),
+            ),
+            Err(e) => {
+                tracing::warn!(function = %rec.name, "publishing the snapshot for other nodes: {e:#}");
+                (Role::Unshared, Some(format!("publishing failed: {e:#}")))
+            }
+        };
+        rec.shared = Some(SharedInfo { key, role, reason });
+    }
+    let stored = place(app, rec, snap, func, req)?;
+    Ok(Some(Placed {
+        tier: rec.tier.clone(),
+        stored,
+    }))
 }
 
 /// A function whose instance cannot be snapshotted starts fresh every

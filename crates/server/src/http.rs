@@ -264,6 +264,7 @@ pub fn describe(v: &FnVersion, live: u32, idle: u32) -> Value {
         "tier": r.tier,
         "snapshot_tier": v.placed().map(|p| p.tier),
         "snapshot": r.snapshot,
+        "shared": r.shared,
         "packages": r.packages,
         "placement": r.placement,
         "code_bytes": r.code_bytes,

@@ -153,20 +153,65 @@ pub fn build_native(
     entrypoint: &[&str],
     reference: &str,
 ) -> Result<BuiltImage> {
-    let mut ar = tar::Builder::new(Vec::new());
-    for (path, data, mode) in files {
-        let mut h = tar::Header::new_ustar();
-        h.set_entry_type(tar::EntryType::Regular);
-        h.set_mode(*mode);
-        h.set_mtime(0);
-        h.set_size(data.len() as u64);
-        ar.append_data(&mut h, path.trim_start_matches('/'), *data)?;
-    }
-    oci_archive(
+    let entries: Vec<Entry> = files
+        .iter()
+        .map(|&(path, data, mode)| Entry::File { path, data, mode })
+        .collect();
+    build_plain(
+        &entries,
         json!({"Entrypoint": entrypoint, "WorkingDir": "/"}),
-        &ar.into_inner()?,
         reference,
     )
+}
+
+/// One entry of a plain image's layer.
+pub enum Entry<'a> {
+    File {
+        path: &'a str,
+        data: &'a [u8],
+        mode: u32,
+    },
+    Dir {
+        path: &'a str,
+        mode: u32,
+    },
+    Symlink {
+        path: &'a str,
+        target: &'a str,
+    },
+}
+
+/// An image of `entries` (owned by root, time 0) with the image config's
+/// `config` part (entry point, environment, working directory).
+pub fn build_plain(entries: &[Entry], config: Value, reference: &str) -> Result<BuiltImage> {
+    let mut ar = tar::Builder::new(Vec::new());
+    for e in entries {
+        let mut h = tar::Header::new_ustar();
+        h.set_mtime(0);
+        h.set_uid(0);
+        h.set_gid(0);
+        match *e {
+            Entry::File { path, data, mode } => {
+                h.set_entry_type(tar::EntryType::Regular);
+                h.set_mode(mode);
+                h.set_size(data.len() as u64);
+                ar.append_data(&mut h, path.trim_start_matches('/'), data)?;
+            }
+            Entry::Dir { path, mode } => {
+                h.set_entry_type(tar::EntryType::Directory);
+                h.set_mode(mode);
+                h.set_size(0);
+                ar.append_data(&mut h, path.trim_start_matches('/'), std::io::empty())?;
+            }
+            Entry::Symlink { path, target } => {
+                h.set_entry_type(tar::EntryType::Symlink);
+                h.set_mode(0o777);
+                h.set_size(0);
+                ar.append_link(&mut h, path.trim_start_matches('/'), target)?;
+            }
+        }
+    }
+    oci_archive(config, &ar.into_inner()?, reference)
 }
 
 /// The OCI-layout archive of a one-layer image (`tar`: the layer,

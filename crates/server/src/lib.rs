@@ -17,6 +17,7 @@ pub mod outcome;
 pub mod placement;
 pub mod pool;
 pub mod registry;
+pub mod shared;
 pub mod stored;
 pub mod tiering;
 pub mod xdt;
@@ -217,6 +218,29 @@ fn recover(app: &App) -> Result<()> {
                 None
             }
         };
+        // a version restored from another node's shared copy that has not
+        // kept it here yet restores from that copy still
+        let found = found.or_else(|| {
+            let info = rec.shared.as_ref()?;
+            if info.role != shared::Role::Fetched {
+                return None;
+            }
+            match shared::lookup(app, &info.key) {
+                Ok(shared::Found::Usable(_)) => Some(pool::Placed {
+                    tier: app.cfg.snapshot_tiers.slow.clone(),
+                    stored: stored::Stored::Remote(Arc::new(shared::shared_copy(
+                        app,
+                        &rec,
+                        &info.object(),
+                    ))),
+                }),
+                Ok(_) => None,
+                Err(e) => {
+                    tracing::warn!(function = %name, "looking for the shared snapshot: {e:#}");
+                    None
+                }
+            }
+        });
         // a snapshot taken over other packages cannot be trusted
         let found = found.filter(|_| !repacked);
         // a remote copy is opened (authenticated) and checked as it streams
@@ -238,6 +262,16 @@ fn recover(app: &App) -> Result<()> {
                 // taken again onto the fast tier (the slow one may be
                 // remote, or the daemon's tiers may have changed since)
                 rec.tier = app.cfg.snapshot_tiers.fast.clone();
+                if let Some(info) = rec
+                    .shared
+                    .as_mut()
+                    .filter(|i| i.role == shared::Role::Fetched)
+                {
+                    info.role = shared::Role::Unshared;
+                    info.reason = Some(
+                        "the shared copy could not be restored at a restart: taken here".into(),
+                    );
+                }
                 // one copy only: what is left on another tier goes first
                 let sname = tiering::snapshot_name(app, &name, version);
                 for t in app.cfg.snapshot_tiers.names() {
@@ -357,14 +391,16 @@ pub fn on_temp_daemon<T, E: From<ServeError>>(
     tag: &str,
     measure: impl FnOnce(&App, &std::path::Path) -> Result<T, E>,
 ) -> Result<T, E> {
-    on_temp_daemon_with(runtime_home, tag, |_| {}, measure)
+    on_temp_daemon_with(runtime_home, tag, |_| Ok(()), measure)
 }
 
-/// [`on_temp_daemon`] with the daemon's configuration adjusted by `configure`.
+/// [`on_temp_daemon`] with the daemon's configuration adjusted by
+/// `configure` (which may also prepare the new home: the tier
+/// configuration, say).
 pub fn on_temp_daemon_with<T, E: From<ServeError>>(
     runtime_home: &std::path::Path,
     tag: &str,
-    configure: impl FnOnce(&mut Config),
+    configure: impl FnOnce(&mut Config) -> Result<(), E>,
     measure: impl FnOnce(&App, &std::path::Path) -> Result<T, E>,
 ) -> Result<T, E> {
     let home = std::env::temp_dir().join(format!("thaw-bench-{tag}-{}", std::process::id()));
@@ -374,12 +410,12 @@ pub fn on_temp_daemon_with<T, E: From<ServeError>>(
         runtime_home: Some(runtime_home.to_path_buf()),
         ..Config::default()
     };
-    configure(&mut cfg);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .map_err(ServeError::from)?;
     let res = (|| {
+        configure(&mut cfg)?;
         let app = {
             // the daemon's nested (XDT) invocations run on this runtime
             let _in_runtime = rt.enter();

@@ -91,6 +91,9 @@ pub struct Metrics {
     /// packets the egress rules refused, per function (read from the rule
     /// table's counters at each scrape)
     pub egress_refused: Family<FunctionLabel, Counter>,
+    /// deploys by what they did with the snapshot shared across nodes
+    /// (`published`, `fetched`, `refused`, `unshared`)
+    pub shared: Family<OutcomeLabel, Counter>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -125,6 +128,12 @@ impl Metrics {
         let pull_duration = seconds_histogram();
         let egress_bytes = Family::<DirectionLabels, Counter>::default();
         let egress_refused = Family::<FunctionLabel, Counter>::default();
+        let shared = Family::<OutcomeLabel, Counter>::default();
+        registry.register(
+            "shared_snapshots",
+            "Deploys by what they did with the snapshot shared across nodes (published, fetched, refused, unshared)",
+            shared.clone(),
+        );
         registry.register(
             "egress_bytes",
             "Bytes received (in) and sent (out) by instances of functions given network egress",
@@ -219,6 +228,7 @@ impl Metrics {
             pull_duration,
             egress_bytes,
             egress_refused,
+            shared,
         }
     }
 

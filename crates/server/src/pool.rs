@@ -363,6 +363,15 @@ impl Pool {
         wake_all(st.fns.get_mut(name));
     }
 
+    /// `v`'s snapshot is now where `v.placed` says (a shared copy kept on
+    /// the fast tier): the policy learns its level, if `v` is still live.
+    pub fn placed_changed(&self, v: &FnVersion) {
+        let live = lock(&self.state).fns.get(&v.rec.name).map(|f| f.version);
+        if live == Some(v.rec.version) {
+            self.set_version(v);
+        }
+    }
+
     /// Forgets a function: idle instances go, waiters are told, the policy
     /// forgets its snapshot.
     pub fn remove(&self, name: &str) {
@@ -722,6 +731,7 @@ impl Pool {
         let slot_tiers = self.slot_tiers.clone();
         let alive = ThreadCount::new(&self.threads);
         let metrics = self.metrics.clone();
+        let pool = Arc::downgrade(self);
         let spawned = std::thread::Builder::new()
             .name(format!("thaw-inst-{}", v.rec.name))
             .spawn(move || {
@@ -735,6 +745,7 @@ impl Pool {
                     xdt,
                     slot_tiers,
                     metrics,
+                    pool,
                 };
                 instance_thread(worker, vv, name, rx, ready_tx, services)
             });
@@ -869,6 +880,8 @@ struct InstanceServices {
     slot_tiers: Arc<HashMap<String, thaw_tiers::TierConfig>>,
     /// counts the network bytes of functions given egress
     metrics: Arc<Metrics>,
+    /// told when a streamed shared snapshot is kept on the fast tier
+    pool: std::sync::Weak<Pool>,
 }
 
 struct MemoryGauge {
@@ -965,12 +978,14 @@ fn instance_thread(
         xdt,
         slot_tiers,
         metrics,
+        pool,
     } = services;
     let t0 = Instant::now();
     let init_timeout = Duration::from_millis(v.rec.timeout_ms.max(60_000));
     // the read lock is held while the restore opens the snapshot: a move
     // does not remove this copy under it
     let mut stream = None;
+    let mut shared_copy = None;
     // a restore reads from its tier until its first reply: it holds one of
     // the tier's restore slots until then (shared by every thaw process)
     let mut slot = None;
@@ -999,6 +1014,7 @@ fn instance_thread(
                     Stored::Remote(copy) => {
                         let (started, s) = restore_streamed(&worker, copy, s, &v)?;
                         stream = Some(s);
+                        shared_copy = copy.is_shared().then(|| copy.clone());
                         Ok(started)
                     }
                 });
@@ -1138,25 +1154,61 @@ fn instance_thread(
                 tracing::warn!(function = %v.rec.name, instance = %name, "the streamed snapshot did not arrive whole: {e:#}");
                 break;
             }
+            if let Some(copy) = shared_copy.take() {
+                keep_shared(&worker.home, &v, &copy, &s.snapshot.dir, &pool);
+            }
+        }
+    }
+}
+
+/// A stream of the copy shared across nodes arrived whole: it becomes the
+/// node's own snapshot on the fast tier (restores read it from there; the
+/// node's policy moves it from then on, as any other).
+fn keep_shared(
+    home: &std::path::Path,
+    v: &Arc<FnVersion>,
+    copy: &RemoteCopy,
+    staged: &std::path::Path,
+    pool: &std::sync::Weak<Pool>,
+) {
+    let Some(keep) = &copy.keep else { return };
+    match keep.keep(home, staged) {
+        Ok(Some(snap)) => {
+            tracing::info!(function = %v.rec.name, tier = %keep.tier, "kept the shared snapshot on this node");
+            *v.placed.write().unwrap_or_else(|p| p.into_inner()) = Some(Placed {
+                tier: keep.tier.clone(),
+                stored: Stored::Local(snap),
+            });
+            if let Some(pool) = pool.upgrade() {
+                pool.placed_changed(v);
+            }
+        }
+        Ok(None) => {}
+        Err(e) => {
+            tracing::warn!(function = %v.rec.name, "keeping the shared snapshot on this node: {e:#}")
         }
     }
 }
 
 /// A restore that streams `copy` from the remote tier (lazily: the
 /// function's strategy if it [streams](thaw_restore::Strategy::streams),
-/// else `reap`, whose working set travels first). The stream must outlive
-/// the instance: it serves the pages that have not arrived yet.
+/// else `reap`, whose working set travels first, or `uffd` when the
+/// snapshot has none). The stream must outlive the instance: it serves the
+/// pages that have not arrived yet.
 fn restore_streamed(
     worker: &Worker,
     copy: &RemoteCopy,
     strategy: StrategyKind,
     v: &FnVersion,
 ) -> Result<((thaw_sandbox::Sandbox, thaw_sandbox::RestoreReport), Stream), thaw_error::BoxError> {
-    let strategy = match thaw_restore::strategy(strategy).streams() {
-        true => strategy,
-        false => StrategyKind::Reap,
-    };
     let stream = Stream::open(&copy.home, copy.store.clone(), &copy.name)?;
+    let streams = thaw_restore::strategy(strategy).streams();
+    let strategy = match (streams, stream.has_working_set) {
+        (true, _) if strategy != StrategyKind::Reap => strategy,
+        (_, true) => StrategyKind::Reap,
+        // no working set was recorded (no sample event): page by page
+        (_, false) => StrategyKind::Uffd,
+    };
     let started = worker
         .restore(
             RestoreRequest::new(&stream.snapshot, strategy)

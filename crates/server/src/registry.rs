@@ -82,6 +82,9 @@ pub struct Record {
     /// Network egress (none for older records: loopback only).
     #[serde(default)]
     pub network: Option<NetworkRequest>,
+    /// The snapshot shared across nodes (daemons with `shared_snapshots`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared: Option<SharedInfo>,
     pub code_bytes: u64,
     pub code_files: u64,
     pub created_unix: u64,
@@ -89,6 +92,49 @@ pub struct Record {
 
 pub fn default_owner() -> String {
     "default".to_string()
+}
+
+/// What the node did with the function's shared snapshot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// this node took the snapshot and published it
+    Published,
+    /// this node restores the copy another node published
+    Fetched,
+    /// the published copy cannot resume here; this node took its own
+    Refused,
+    /// nothing is shared for this function (`reason` says why)
+    Unshared,
+}
+
+impl Role {
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Published => "published",
+            Role::Fetched => "fetched",
+            Role::Refused => "refused",
+            Role::Unshared => "unshared",
+        }
+    }
+}
+
+/// The `shared` field of a function's record and GET.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SharedInfo {
+    /// the share key (hex SHA-256)
+    pub key: String,
+    pub role: Role,
+    /// why it was refused or not shared, or why publishing failed
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+impl SharedInfo {
+    /// The published copy's name on the remote tier (`shared-KEY`).
+    pub fn object(&self) -> String {
+        format!("shared-{}", self.key)
+    }
 }
 
 /// A function's own Debian packages: a tree in the daemon's package cache.

@@ -114,6 +114,7 @@ fn find(app: &App, tier: &str, sname: &str) -> Result<Option<Stored>> {
                 store: app.remote.as_ref().expect("place checked it").1.clone(),
                 home: app.cfg.home.clone(),
                 name: sname.to_string(),
+                keep: None,
             }))
         }),
     })
@@ -175,7 +176,10 @@ pub fn move_to(app: &App, v: &FnVersion, target: &str) -> Result<Option<(String,
     let Some(cur) = v.placed() else {
         return Ok(None);
     };
-    if cur.tier == target {
+    // the copy shared across nodes stays where it is: the node's own copy
+    // is made from the first stream of it that arrives whole
+    let shared = matches!(&cur.stored, Stored::Remote(c) if c.is_shared());
+    if cur.tier == target || shared {
         return Ok(None);
     }
     let sname = snapshot_name(app, &v.rec.name, v.rec.version);

@@ -27,6 +27,7 @@ fn with_daemon(body: impl FnOnce(&Daemon)) {
             cfg.xdt.objects.budget_per_function_bytes = BUDGET;
             cfg.xdt.objects.max_object_bytes = 256 << 20;
             cfg.xdt.chains.max_depth = 3;
+            Ok(())
         },
         |app, socket| {
             let d = Daemon {

@@ -12,6 +12,7 @@
 
 pub mod daemon;
 pub mod front;
+pub mod harness;
 pub mod native;
 pub mod service;
 pub mod spec;

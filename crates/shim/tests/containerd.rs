@@ -11,7 +11,7 @@ use std::process::{Command, Stdio};
 fn a_function_image_runs_once_serves_http_is_killed_and_deleted() {
     let base = std::env::temp_dir().join(unique("run"));
     let daemon = Daemon::start(base.with_extension("home"));
-    let c = Containerd::start(&base, &daemon.socket());
+    let c = start_containerd(&base, &daemon.socket());
     let image = import_function(&c, "greeter", GREETER);
 
     // one invocation: the function's output and its answer, exit 0
@@ -41,16 +41,18 @@ fn a_function_image_runs_once_serves_http_is_killed_and_deleted() {
     assert!(out.contains("hi two"), "{out}");
     assert_eq!(daemon.functions().len(), 1, "one deploy for one image");
     // the function raising: exit 1 and the daemon's error on stderr
-    let o = c.ctr(&[
-        "run",
-        "--rm",
-        "--runtime",
-        RUNTIME,
-        &image,
-        "fails",
-        "invoke",
-        r#"{"fail": true}"#,
-    ]);
+    let o = c
+        .ctr(&[
+            "run",
+            "--rm",
+            "--runtime",
+            RUNTIME,
+            &image,
+            "fails",
+            "invoke",
+            r#"{"fail": true}"#,
+        ])
+        .unwrap();
     assert_eq!(o.status.code(), Some(1), "{o:?}");
     assert!(
         String::from_utf8_lossy(&o.stderr).contains("function_error"),
@@ -77,7 +79,7 @@ fn a_function_image_runs_once_serves_http_is_killed_and_deleted() {
     assert_eq!(daemon.functions(), before);
 
     // serve: HTTP on $PORT in the namespace it is given, until killed
-    let netns = TestNetns::new();
+    let netns = test_netns();
     let with_ns = format!("network:{}", netns.path());
     // in the foreground: `ctr run` waits for the task and exits with its status
     let mut web = Command::new("/usr/bin/ctr")
@@ -89,7 +91,7 @@ fn a_function_image_runs_once_serves_http_is_killed_and_deleted() {
         .stdout(Stdio::piped())
         .spawn()
         .expect("ctr run");
-    let answer = netns.post(8080, r#"{"name": "http"}"#);
+    let answer = post(&netns, "127.0.0.1", 8080, r#"{"name": "http"}"#);
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     assert!(answer.contains("hi http"), "{answer}");
     assert!(
@@ -112,19 +114,23 @@ fn a_function_image_runs_once_serves_http_is_killed_and_deleted() {
         "the function's print: {printed}"
     );
     assert!(!c.ok(&["containers", "ls", "-q"]).contains("web"));
-    c.assert_nothing_left(&["once", "again", "fails", "pause", "web"], &daemon.home);
+    assert_nothing_left(
+        &c,
+        &["once", "again", "fails", "pause", "web"],
+        &daemon.home,
+    );
 }
 
 #[test]
 fn bad_images_and_a_daemon_down_fail_clearly_and_leave_nothing() {
     let base = std::env::temp_dir().join(unique("bad"));
     let mut daemon = Daemon::start(base.with_extension("home"));
-    let c = Containerd::start(&base, &daemon.socket());
+    let c = start_containerd(&base, &daemon.socket());
     let run_fails = |image: &str, id: &str, extra: &[&str], cmd: &str, expect: &str| {
         let mut args = vec!["run", "--rm", "--runtime", RUNTIME];
         args.extend_from_slice(extra);
         args.extend_from_slice(&[image, id, cmd]);
-        let o = c.ctr(&args);
+        let o = c.ctr(&args).unwrap();
         let err = String::from_utf8_lossy(&o.stderr).into_owned();
         assert!(!o.status.success(), "{id} should fail: {o:?}");
         assert!(err.contains(expect), "{id}: expected {expect:?} in: {err}");
@@ -156,7 +162,8 @@ fn bad_images_and_a_daemon_down_fail_clearly_and_leave_nothing() {
     daemon.stop();
     run_fails(&good, "down", &[], "invoke", "does not answer");
     assert!(c.ok(&["containers", "ls", "-q"]).trim().is_empty());
-    c.assert_nothing_left(
+    assert_nothing_left(
+        &c,
         &["nohandler", "broken", "badmem", "badcmd", "down"],
         &daemon.home,
     );

@@ -19,6 +19,7 @@ mod snapshot;
 mod tier;
 mod versions;
 
+pub use machine::MachineRecord;
 pub use secure::PathError;
 pub use snapshot::{
     block_device_dir, drop_file_cache, make_immutable, sha256_hex, will_need, will_need_spans,

@@ -504,22 +504,16 @@ fn switch_in(to: &Place, name: &str, files: &[(String, u64, String)]) -> Result<
     }
 }
 
-/// Publishes `staged` (a streamed snapshot that has fully arrived and been
-/// verified) as `name` on the local tier `to`: copied beside the tier's
-/// snapshots, verified again there, then switched in atomically (the
-/// store's deploy lock and `current` rename). A crash before the switch
-/// leaves only a `.move-tmp` directory, removed by the next transfer of
-/// `name`; the remote copy is never touched. Returns false (and does
-/// nothing) if `to` already holds `name`.
+/// Publishes `staged` (a local snapshot directory: a streamed snapshot
+/// that has fully arrived and been verified, or a node's own snapshot it
+/// shares) as `name` on `to`: copied there, verified again, then switched
+/// in (local: the store's deploy lock and `current` rename; remote: the
+/// commit record). A crash before the switch leaves only an uncommitted
+/// copy (a `.move-tmp` directory, or objects without a commit record),
+/// removed by the next transfer of `name`; the source is never touched.
+/// Returns false (and does nothing) if `to` already holds `name`.
 pub fn publish_staged(name: &str, staged: thaw_store::Snapshot, to: &Place) -> Result<bool> {
     check_name(name)?;
-    if !matches!(to, Place::Local { .. }) {
-        fail!(
-            TiersError::Failed,
-            "a streamed snapshot is published onto a local tier, not {}",
-            to.tier()
-        );
-    }
     if holds(to, name)? {
         return Ok(false);
     }

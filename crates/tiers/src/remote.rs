@@ -77,9 +77,15 @@ fn state_dir(home: &Path, t: &TierConfig) -> PathBuf {
     home.join(TIERS_DIR).join(format!(".{}", t.name))
 }
 
+/// Where the emulated server's access key and secret are kept (another
+/// home that uses the same server as its remote tier holds a copy there).
+pub fn credentials_path(home: &Path, t: &TierConfig) -> PathBuf {
+    state_dir(home, t).join("credentials")
+}
+
 /// Access key and secret of the emulated server, made on first use (0600).
 pub fn credentials(home: &Path, t: &TierConfig) -> Result<(String, String)> {
-    let p = state_dir(home, t).join("credentials");
+    let p = credentials_path(home, t);
     if let Ok(raw) = std::fs::read_to_string(&p) {
         if let Some((a, s)) = raw.trim().split_once(':') {
             return Ok((a.into(), s.into()));
@@ -387,5 +393,71 @@ fn stop(pid: i32) {
     if Path::new(&format!("/proc/{pid}")).exists() {
         // SAFETY: as above.
         unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+}
+
+/// Makes `home` use the emulated store that `server_home` runs (tier
+/// `store`) as its remote tier, as another node of a cluster would: its
+/// tier configuration (the defaults, the remote one pointed at that
+/// store) is written, and it gets copies (0600) of the store's credentials
+/// and of the sealing key (`remote.key`: what an operator installs on
+/// every node that shares snapshots). Refuses a home that has either.
+pub fn join(home: &Path, server_home: &Path, store: &TierConfig) -> Result<()> {
+    std::fs::create_dir_all(home)?;
+    let mut tiers = crate::TiersConfig::defaults(home);
+    for t in tiers.tiers.iter_mut().filter(|t| t.name == store.name) {
+        t.url = store.url.clone();
+    }
+    tiers.save(home)?;
+    let copy = |from: PathBuf, to: PathBuf| -> Result<()> {
+        let data = std::fs::read(&from).with_context(|| format!("reading {}", from.display()))?;
+        if let Some(dir) = to.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        crate::seal::create_private(&to, &data)
+    };
+    copy(
+        credentials_path(server_home, store),
+        credentials_path(home, store),
+    )?;
+    copy(
+        server_home.join(crate::seal::KEY_FILE),
+        home.join(crate::seal::KEY_FILE),
+    )
+}
+
+/// A home's emulated remote tier (the tier named `remote`), up for as long
+/// as this lives: torn down on drop, also when setup fails half-way.
+pub struct EmulatedStore {
+    home: PathBuf,
+    pub tier: TierConfig,
+}
+
+impl EmulatedStore {
+    pub fn up(home: &Path) -> Result<EmulatedStore> {
+        let tiers = crate::TiersConfig::load(home)?;
+        let tier = tiers.get("remote")?.clone();
+        if !tier.emulated {
+            fail!(
+                TiersError::Config,
+                "the remote tier of {} is not the emulated one",
+                home.display()
+            );
+        }
+        let s = EmulatedStore {
+            home: home.to_path_buf(),
+            tier,
+        };
+        crate::device::setup(&s.home, &s.tier)
+            .map_err(|e| e.during("setting up the emulated object store"))?;
+        Ok(s)
+    }
+}
+
+impl Drop for EmulatedStore {
+    fn drop(&mut self) {
+        if let Err(e) = crate::device::teardown(&self.home, &self.tier, true) {
+            eprintln!("tearing down the emulated object store: {e:#}");
+        }
     }
 }

@@ -237,6 +237,8 @@ pub struct Stream {
     /// the staged snapshot (its image fills in as chunks arrive)
     pub snapshot: Snapshot,
     pub report: StreamReport,
+    /// the snapshot carries a REAP working set (it travels first)
+    pub has_working_set: bool,
     t0: Instant,
     keep: bool,
 }
@@ -430,6 +432,7 @@ impl Stream {
             .collect::<std::io::Result<Vec<_>>>()?;
         // the pack's reader checks it against the record and writes it
         let ws_bytes: u64 = ws.iter().map(|w| w.1).sum();
+        let has_working_set = !ws.is_empty();
         to_pack
             .send(First {
                 fetch,
@@ -451,6 +454,7 @@ impl Stream {
                 chunks_before_restore: before.len() as u64,
                 ..Default::default()
             },
+            has_working_set,
             t0,
             keep: false,
         })

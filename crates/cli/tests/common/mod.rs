@@ -5,7 +5,31 @@
 
 use base64::Engine as _;
 use serde_json::{json, Value};
+use std::path::Path;
 use thaw_client::Client;
+
+pub const THAW: &str = env!("CARGO_BIN_EXE_thaw");
+
+/// `thaw --home HOME ARGS`: whether it succeeded, and its stdout + stderr
+/// (it must not have panicked).
+pub fn thaw(home: &Path, args: &[&str]) -> (bool, String) {
+    let out = std::process::Command::new(THAW)
+        .arg("--home")
+        .arg(home)
+        .args(args)
+        .output()
+        .expect("running thaw");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !text.contains("panicked"),
+        "thaw {args:?} panicked:\n{text}"
+    );
+    (out.status.success(), text)
+}
 
 /// A Python source file deployed as several functions (one per handler).
 pub struct Module {

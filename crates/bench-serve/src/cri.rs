@@ -1,0 +1,983 @@
+//! `thaw bench cri`: pod start to first HTTP response through the CRI, as
+//! the kubelet drives it (`crictl runp`, `create`, `start`, then an HTTP
+//! POST to the pod's IP and `$PORT` until it answers), for the same
+//! function under `runc` (an image whose container runs the function in a
+//! fresh Python process behind a small HTTP server) and under `thaw` (the
+//! function image; the shim's front restores it through the node's daemon).
+//!
+//! Both run the same Python from the same runtime root: thaw's sandbox
+//! chroots into it; the runc container gets its directories bind-mounted
+//! read-only (neither side pulls a Python image). Each node is a private
+//! containerd with its own pod network in its own network namespace (the
+//! shared harness, `thaw_shim::harness`) beside an in-process `thaw serve`
+//! on a temporary home; its daemon keeps idle instances for one second
+//! (`ttl`), and every thaw pod waits until none is idle, so each pod's
+//! first request is a restore, never a warm instance.
+//!
+//! Three parts: runc vs thaw per function (interleaved runs, after one
+//! warm-up pod each: the first thaw pod deploys and snapshots); N pods of
+//! M functions started at once; and, with a second node sharing snapshots
+//! through the emulated remote tier (MinIO), a pod on a node that never
+//! saw the function (its daemon streams the snapshot node A published)
+//! against a pod restoring the copy that node then keeps locally.
+use crate::error::{BenchServeError, OrFail, Result};
+use serde::Serialize;
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+use thaw_bench::stats::{summarize, Summary};
+use thaw_client::{Client, Target};
+use thaw_error::{fail, ResultExt};
+use thaw_server::image::{self, Entry};
+use thaw_shim::harness::{Cri, Mount};
+
+/// What `thaw bench cri` measures.
+pub struct Options {
+    /// where the runtime root is
+    pub runtime_home: PathBuf,
+    /// the directory holding `containerd-shim-thaw-v1`
+    pub shim_dir: PathBuf,
+    /// functions of the runc vs thaw comparison
+    pub functions: Vec<String>,
+    /// timed pods per function and runtime
+    pub runs: usize,
+    /// pods started at once (0 skips the density part)
+    pub pods: usize,
+    /// functions those pods run
+    pub pod_functions: usize,
+    /// timed pods per function on the second node (0 skips it)
+    pub remote_runs: usize,
+}
+
+/// Functions the density part draws from, in order.
+const DENSITY_FUNCTIONS: [&str; 8] = [
+    "helloworld",
+    "float_operation",
+    "json_serdes",
+    "pyaes",
+    "chameleon",
+    "linpack",
+    "matmul",
+    "compress",
+];
+/// Memory of every thaw pod (annotation `dev.thaw.memory-mb`).
+const POD_MEMORY_MB: u64 = 256;
+/// The input size every pod's first request carries.
+const SIZE: &str = "I";
+/// How long a pod may take to answer its first request.
+const ANSWER_WAIT: Duration = Duration::from_secs(180);
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PodStart {
+    pub ms: f64,
+    /// the daemon's `thaw-start-type` / `thaw-tier` (thaw pods)
+    pub start_type: Option<String>,
+    pub tier: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct FunctionRow {
+    pub function: String,
+    /// the first pods (not in the figures): thaw's deploys and snapshots
+    pub first_runc_ms: f64,
+    pub first_thaw_ms: f64,
+    pub runc: Summary,
+    pub thaw: Summary,
+    /// runc's median over thaw's
+    pub speedup_median: f64,
+    pub speedup_min: f64,
+    /// each phase's median
+    pub runc_phases: Phases,
+    pub thaw_phases: Phases,
+    pub thaw_starts: Vec<PodStart>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct DensityRow {
+    pub runtime: String,
+    pub pods: usize,
+    pub functions: usize,
+    pub answered: usize,
+    pub first_response: Summary,
+    /// all pods started to the last one answering
+    pub wall_ms: f64,
+    pub restores: usize,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RemoteRow {
+    pub function: String,
+    /// a node that never saw the function: deploy (no snapshot taken) and
+    /// a restore streamed from the remote tier
+    pub remote: Summary,
+    /// the same node, the copy it kept on its fast tier
+    pub local: Summary,
+    pub remote_over_local: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub date_unix: u64,
+    pub cpus: usize,
+    pub loadavg_1m_start: f64,
+    pub loadavg_1m_end: f64,
+    pub size: String,
+    pub functions: Vec<FunctionRow>,
+    pub density: Vec<DensityRow>,
+    pub remote: Vec<RemoteRow>,
+}
+
+/// One node: containerd with its pod network, and its daemon's socket.
+struct Node<'a> {
+    cri: Cri,
+    socket: &'a Path,
+    root: &'a thaw_runtime::RootInfo,
+    pods: AtomicU32,
+}
+
+/// A function's two images and its first request.
+struct Images {
+    function: String,
+    thaw: String,
+    /// the thaw image's archive (another node imports it too)
+    thaw_archive: PathBuf,
+    runc: String,
+    event: String,
+}
+
+fn check(o: &Options) -> Result<()> {
+    if o.runs == 0 {
+        fail!(BenchServeError::Config, "--runs must be at least 1");
+    }
+    if o.functions.is_empty() {
+        fail!(BenchServeError::Config, "--functions names no function");
+    }
+    if o.pods > 0 && !(1..=DENSITY_FUNCTIONS.len()).contains(&o.pod_functions) {
+        fail!(
+            BenchServeError::Config,
+            "--pod-functions must be in 1..={} (the density part's functions: {})",
+            DENSITY_FUNCTIONS.len(),
+            DENSITY_FUNCTIONS.join(", ")
+        );
+    }
+    if o.pods > 256 {
+        fail!(BenchServeError::Config, "--pods must be at most 256");
+    }
+    let shim = o.shim_dir.join("containerd-shim-thaw-v1");
+    if !shim.is_file() {
+        fail!(
+            BenchServeError::Config,
+            "{} is missing: build it beside thaw (cargo build --release -p thaw-shim)",
+            shim.display()
+        );
+    }
+    Ok(())
+}
+
+/// A node's daemon configuration: snapshots shared through the remote
+/// tier when `store` is given; idle instances kept one second; room for
+/// the density part's pods.
+fn configure(
+    cfg: &mut thaw_server::Config,
+    o: &Options,
+    store: Option<(&Path, &thaw_tiers::TierConfig)>,
+) -> Result<()> {
+    if let Some((store_home, tier)) = store {
+        thaw_tiers::remote::join(&cfg.home, store_home, tier)?;
+        cfg.snapshot_tiers = thaw_server::config::SnapshotTiers::parse("tmpfs,remote")?;
+        cfg.shared_snapshots = true;
+    }
+    cfg.policy = "ttl".into();
+    cfg.keep_alive_s = 1;
+    let per_function = o.pods.div_ceil(o.pod_functions.max(1)).max(1) as u32;
+    cfg.limits.instances_per_function = cfg.limits.instances_per_function.max(per_function);
+    cfg.limits.max_instances_per_function = cfg.limits.max_instances_per_function.max(per_function);
+    cfg.memory_budget_mb = cfg
+        .memory_budget_mb
+        .max((o.pods as u64 + 4) * POD_MEMORY_MB);
+    Ok(())
+}
+
+/// The emulated object store the two nodes share, on a home of its own
+/// (torn down, then the home removed).
+struct Store {
+    store: Option<thaw_tiers::remote::EmulatedStore>,
+    home: PathBuf,
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        drop(self.store.take());
+        let _ = std::fs::remove_dir_all(&self.home);
+    }
+}
+
+/// Runs the benchmark on temporary homes (removed afterwards).
+pub fn run(o: &Options) -> Result<Report> {
+    check(o)?;
+    let load_start = thaw_bench::concurrency::loadavg();
+    let root = thaw_runtime::ensure_root(&o.runtime_home, &mut |m| eprintln!("runtime: {m}"))?;
+    for f in o.functions.iter().map(String::as_str).chain(
+        DENSITY_FUNCTIONS
+            .iter()
+            .copied()
+            .take(if o.pods > 0 { o.pod_functions } else { 0 }),
+    ) {
+        if !root
+            .path
+            .join(format!("opt/thaw/functions/{f}.py"))
+            .is_file()
+        {
+            fail!(
+                BenchServeError::Failed,
+                "{f} is not a Python function of the suite (thaw runtime functions)"
+            );
+        }
+    }
+    let store = match o.remote_runs {
+        0 => None,
+        _ => {
+            let home =
+                std::env::temp_dir().join(format!("thaw-bench-cri-store-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&home);
+            std::fs::create_dir_all(&home)?;
+            let mut s = Store { store: None, home };
+            s.store = Some(
+                thaw_tiers::remote::EmulatedStore::up(&s.home)
+                    .context("the shared remote tier (MinIO)")?,
+            );
+            Some(s)
+        }
+    };
+    let shared = store
+        .as_ref()
+        .and_then(|s| Some((s.home.as_path(), &s.store.as_ref()?.tier)));
+    let mut report = thaw_server::on_temp_daemon_with(
+        &o.runtime_home,
+        "cri-a",
+        |cfg| configure(cfg, o, shared),
+        |_, socket_a| {
+            let base =
+                std::env::temp_dir().join(format!("thaw-cri-containerd-a-{}", std::process::id()));
+            let a = node(&base, socket_a, &root, &o.shim_dir, "10.88.0.0/24")?;
+            let mut images = Vec::new();
+            for f in &o.functions {
+                images.push(build_images(&a, &root, f)?);
+            }
+            let mut functions = Vec::new();
+            for img in &images {
+                eprintln!(
+                    "thaw bench cri: {} (runc vs thaw, {} runs)",
+                    img.function, o.runs
+                );
+                functions.push(compare(&a, img, o.runs)?);
+            }
+            let density = match o.pods {
+                0 => Vec::new(),
+                n => density(&a, &root, n, o.pod_functions)?,
+            };
+            let remote = match shared {
+                None => Vec::new(),
+                Some(sh) => thaw_server::on_temp_daemon_with(
+                    &o.runtime_home,
+                    "cri-b",
+                    |cfg| configure(cfg, o, Some(sh)),
+                    |_, socket_b| {
+                        let base = std::env::temp_dir()
+                            .join(format!("thaw-cri-containerd-b-{}", std::process::id()));
+                        let b = node(&base, socket_b, &root, &o.shim_dir, "10.89.0.0/24")?;
+                        let mut rows = Vec::new();
+                        for img in &images {
+                            b.cri.c.import(&img.thaw_archive)?;
+                            eprintln!(
+                                "thaw bench cri: {} (remote vs local restore on a second node)",
+                                img.function
+                            );
+                            rows.push(remote(&b, img, o.remote_runs)?);
+                        }
+                        Ok(rows)
+                    },
+                )?,
+            };
+            Ok(Report {
+                date_unix: std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs()),
+                cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+                loadavg_1m_start: load_start,
+                loadavg_1m_end: 0.0,
+                size: SIZE.into(),
+                functions,
+                density,
+                remote,
+            })
+        },
+    )?;
+    report.loadavg_1m_end = thaw_bench::concurrency::loadavg();
+    drop(store);
+    Ok(report)
+}
+
+fn node<'a>(
+    base: &Path,
+    socket: &'a Path,
+    root: &'a thaw_runtime::RootInfo,
+    shim_dir: &Path,
+    subnet: &str,
+) -> Result<Node<'a>> {
+    let _ = std::fs::remove_dir_all(base);
+    let cri = Cri::start(base, socket, shim_dir, subnet, &[])?;
+    Ok(Node {
+        cri,
+        socket,
+        root,
+        pods: AtomicU32::new(0),
+    })
+}
+
+/// The server a runc container runs: a fresh Python imports the function,
+/// runs its init, and answers every POST with the handler's value.
+const SERVER: &str = r#"import http.server, importlib, json, os, sys
+sys.path.insert(0, "/function")
+module, _, name = os.environ["FN_HANDLER"].rpartition(".")
+mod = importlib.import_module(module)
+if os.environ.get("FN_INIT"):
+    getattr(mod, os.environ["FN_INIT"].rpartition(".")[2])()
+handler = getattr(mod, name)
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self):
+        n = int(self.headers.get("content-length") or 0)
+        body = self.rfile.read(n)
+        out = json.dumps(handler(json.loads(body) if body else None)).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+
+    def log_message(self, *args):
+        pass
+
+http.server.HTTPServer(("0.0.0.0", int(os.environ.get("PORT", "8080"))), Handler).serve_forever()
+"#;
+
+/// Builds and imports `function`'s thaw image and its runc image.
+fn build_images(n: &Node, root: &thaw_runtime::RootInfo, function: &str) -> Result<Images> {
+    let src_path = root.path.join(format!("opt/thaw/functions/{function}.py"));
+    let src =
+        std::fs::read(&src_path).with_context(|| format!("reading {}", src_path.display()))?;
+    let has_init = String::from_utf8_lossy(&src).contains("\ndef init(");
+    // the module is `main`: a suite function named like the library it
+    // imports (pyaes) would import itself
+    let handler = "main.handler".to_string();
+    let init = has_init.then(|| "main.init".to_string());
+    let dir = n.cri.c.dir.join(format!("code-{function}"));
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(dir.join("main.py"), &src)?;
+    let thaw = format!("thaw.local/{}:bench", function.replace('_', "-"));
+    let built = image::build(&image::ImageSpec {
+        code: &dir,
+        handler: &handler,
+        init: init.as_deref(),
+        reference: &thaw,
+    })?;
+    let thaw_archive = import(n, &format!("{function}-thaw"), &built.archive)?;
+    let runc = format!("thaw.local/{}-runc:bench", function.replace('_', "-"));
+    let code_path = "function/main.py".to_string();
+    let mut env: Vec<String> = thaw_runtime::agent_env()
+        .into_iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    env.push(format!("FN_HANDLER={handler}"));
+    if let Some(i) = &init {
+        env.push(format!("FN_INIT={i}"));
+    }
+    let python = root.manifest.python.clone();
+    let (links, dirs) = (root_links(root)?, root_dirs(root)?);
+    let mut entries = vec![
+        Entry::Dir {
+            path: "function",
+            mode: 0o755,
+        },
+        Entry::File {
+            path: &code_path,
+            data: &src,
+            mode: 0o644,
+        },
+        Entry::Dir {
+            path: "srv",
+            mode: 0o755,
+        },
+        Entry::File {
+            path: "srv/server.py",
+            data: SERVER.as_bytes(),
+            mode: 0o644,
+        },
+        Entry::Dir {
+            path: "tmp",
+            mode: 0o1777,
+        },
+    ];
+    for (name, target) in &links {
+        entries.push(Entry::Symlink { path: name, target });
+    }
+    // mount points of the root's directories
+    for d in &dirs {
+        entries.push(Entry::Dir {
+            path: d,
+            mode: 0o755,
+        });
+    }
+    let built = image::build_plain(
+        &entries,
+        json!({"Entrypoint": [python, "/srv/server.py"], "Env": env, "WorkingDir": "/function"}),
+        &runc,
+    )?;
+    import(n, &format!("{function}-runc"), &built.archive)?;
+    let event_path = root
+        .path
+        .join(format!("opt/thaw/inputs/{function}/{SIZE}.json"));
+    let event = std::fs::read_to_string(&event_path)
+        .with_context(|| format!("reading {}", event_path.display()))?;
+    Ok(Images {
+        function: function.to_string(),
+        thaw,
+        thaw_archive,
+        runc,
+        event,
+    })
+}
+
+/// Writes `archive` beside the node's containerd and imports it; its path.
+fn import(n: &Node, name: &str, archive: &[u8]) -> Result<PathBuf> {
+    let p = n.cri.c.dir.join(format!("{name}.oci.tar"));
+    std::fs::write(&p, archive)?;
+    n.cri.c.import(&p)?;
+    Ok(p)
+}
+
+/// Top-level symlinks of the runtime root (`bin -> usr/bin`, ...): the
+/// runc image carries them.
+fn root_links(root: &thaw_runtime::RootInfo) -> Result<Vec<(String, String)>> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(&root.path)? {
+        let e = e?;
+        if e.file_type()?.is_symlink() {
+            let target = std::fs::read_link(e.path())?;
+            out.push((
+                e.file_name().to_string_lossy().into_owned(),
+                target.to_string_lossy().into_owned(),
+            ));
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Directories of the runtime root the runc container gets read-only
+/// (everything Python and the inputs need; not `/etc` or `/tmp`, which the
+/// container runtime provides).
+fn root_dirs(root: &thaw_runtime::RootInfo) -> Result<Vec<String>> {
+    const OWN: [&str; 9] = [
+        "etc", "tmp", "proc", "sys", "dev", "run", "function", "srv", "var",
+    ];
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(&root.path)? {
+        let e = e?;
+        let name = e.file_name().to_string_lossy().into_owned();
+        if e.file_type()?.is_dir() && !OWN.contains(&name.as_str()) {
+            out.push(name);
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Where a pod start's time went, ms: `crictl runp` (the pod sandbox:
+/// its pause container and network), `create` + `start` of the function's
+/// container, `inspectp` (the pod's IP, as the kubelet reads it), and the
+/// first request until its answer.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct Phases {
+    pub runp_ms: f64,
+    pub create_start_ms: f64,
+    pub status_ms: f64,
+    pub first_response_ms: f64,
+}
+
+impl Phases {
+    /// Each phase's median over `ps`.
+    fn median(ps: &[Phases]) -> Phases {
+        let m = |f: fn(&Phases) -> f64| {
+            summarize(&ps.iter().map(f).collect::<Vec<_>>()).map_or(0.0, |s| s.median)
+        };
+        Phases {
+            runp_ms: m(|p| p.runp_ms),
+            create_start_ms: m(|p| p.create_start_ms),
+            status_ms: m(|p| p.status_ms),
+            first_response_ms: m(|p| p.first_response_ms),
+        }
+    }
+}
+
+/// One pod from `runp` to its first answer: (ms, answer, phases).
+fn pod_start(n: &Node, runtime: &str, image: &str, event: &str) -> Result<(f64, String, Phases)> {
+    let i = n.pods.fetch_add(1, Ordering::SeqCst);
+    let name = format!("p{i}-{runtime}");
+    let dirs = root_dirs(n.root)?;
+    let hosts: Vec<PathBuf> = dirs.iter().map(|d| n.root.path.join(d)).collect();
+    let targets: Vec<String> = dirs.iter().map(|d| format!("/{d}")).collect();
+    let mounts: Vec<Mount> = match runtime {
+        "runc" => hosts
+            .iter()
+            .zip(&targets)
+            .map(|(h, t)| Mount {
+                host: h,
+                container: t,
+                readonly: true,
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
+    let annotations = match runtime {
+        "thaw" => json!({"dev.thaw.memory-mb": POD_MEMORY_MB.to_string()}),
+        _ => json!({}),
+    };
+    let ms = |t: Instant| t.elapsed().as_secs_f64() * 1e3;
+    let t0 = Instant::now();
+    let pod = n.cri.run_pod(&name, runtime, annotations)?;
+    let mut p = Phases {
+        runp_ms: ms(t0),
+        ..Phases::default()
+    };
+    let res: Result<(f64, String, Phases)> = (|| {
+        let t = Instant::now();
+        n.cri.run_container(&pod, "fn", image, &[], &[], &mounts)?;
+        p.create_start_ms = ms(t);
+        let t = Instant::now();
+        let ip = n.cri.pod_ip(&pod.id)?;
+        p.status_ms = ms(t);
+        let t = Instant::now();
+        let answer = n.cri.netns.post_to(&ip, 8080, event, ANSWER_WAIT)?;
+        p.first_response_ms = ms(t);
+        Ok((ms(t0), answer, p))
+    })();
+    let removed = n.cri.remove_pod(&pod.id);
+    let res = res.with_context(|| format!("pod {name} ({image} on {runtime})"))?;
+    removed?;
+    Ok(res)
+}
+
+/// The status, a header's value and the body of an HTTP answer.
+fn parse(answer: &str) -> (u16, impl Fn(&str) -> Option<String> + '_, &str) {
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((answer, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let header = move |name: &str| {
+        head.lines().find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.trim()
+                .eq_ignore_ascii_case(name)
+                .then(|| v.trim().to_string())
+        })
+    };
+    (status, header, body)
+}
+
+/// The answer's JSON body, which must be a 200.
+fn answer_value(what: &str, answer: &str) -> Result<Value> {
+    let (status, _, body) = parse(answer);
+    if status != 200 {
+        fail!(
+            BenchServeError::Failed,
+            "{what} answered {status}: {answer}"
+        );
+    }
+    Ok(serde_json::from_str(body).with_context(|| format!("{what} answered no JSON: {body}"))?)
+}
+
+fn thaw_start(ms: f64, answer: &str) -> PodStart {
+    let (_, header, _) = parse(answer);
+    PodStart {
+        ms,
+        start_type: header("thaw-start-type"),
+        tier: header("thaw-tier"),
+    }
+}
+
+fn client(n: &Node) -> Client {
+    Client::new(Target::Unix(n.socket.to_path_buf()))
+}
+
+/// Waits until the daemon keeps no idle instance (its keep-alive is one
+/// second), so the next pod's first request is a restore.
+fn no_idle(n: &Node) -> Result<()> {
+    let t = Instant::now();
+    loop {
+        let m = client(n).request("GET", "/metrics", None)?;
+        let text = String::from_utf8_lossy(&m.body);
+        let idle = text
+            .lines()
+            .find_map(|l| l.strip_prefix("thaw_instances{state=\"idle\"} "))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or(0.0);
+        if idle == 0.0 {
+            return Ok(());
+        }
+        if t.elapsed() > Duration::from_secs(30) {
+            fail!(
+                BenchServeError::Failed,
+                "the daemon still keeps {idle} idle instances after 30 s"
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn summary(xs: &[f64]) -> Result<Summary> {
+    summarize(xs).or_fail("no runs")
+}
+
+/// runc vs thaw for one function: a warm-up pod each, then `runs`
+/// interleaved pairs; every answer checked against runc's first.
+fn compare(n: &Node, img: &Images, runs: usize) -> Result<FunctionRow> {
+    let (first_runc, want, _) = pod_start(n, "runc", &img.runc, &img.event)?;
+    let want = answer_value("runc", &want)?;
+    let (first_thaw, got, _) = pod_start(n, "thaw", &img.thaw, &img.event)?;
+    if answer_value("thaw", &got)? != want {
+        fail!(
+            BenchServeError::Failed,
+            "{}: thaw answered {got}, runc {want}",
+            img.function
+        );
+    }
+    let (mut runc, mut thaw, mut starts) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut runc_phases, mut thaw_phases) = (Vec::new(), Vec::new());
+    for _ in 0..runs {
+        let (ms, a, p) = pod_start(n, "runc", &img.runc, &img.event)?;
+        runc_phases.push(p);
+        if answer_value("runc", &a)? != want {
+            fail!(
+                BenchServeError::Failed,
+                "{}: runc answered {a}, then {want}",
+                img.function
+            );
+        }
+        runc.push(ms);
+        no_idle(n)?;
+        let (ms, a, p) = pod_start(n, "thaw", &img.thaw, &img.event)?;
+        thaw_phases.push(p);
+        if answer_value("thaw", &a)? != want {
+            fail!(
+                BenchServeError::Failed,
+                "{}: thaw answered {a}, runc {want}",
+                img.function
+            );
+        }
+        let s = thaw_start(ms, &a);
+        if s.start_type.as_deref() != Some("restore") {
+            fail!(
+                BenchServeError::Failed,
+                "{}: a thaw pod's first request was not a restore: {a}",
+                img.function
+            );
+        }
+        starts.push(s);
+        thaw.push(ms);
+    }
+    let (r, t) = (summary(&runc)?, summary(&thaw)?);
+    Ok(FunctionRow {
+        function: img.function.clone(),
+        first_runc_ms: first_runc,
+        first_thaw_ms: first_thaw,
+        speedup_median: r.median / t.median,
+        speedup_min: r.min / t.min,
+        runc: r,
+        thaw: t,
+        runc_phases: Phases::median(&runc_phases),
+        thaw_phases: Phases::median(&thaw_phases),
+        thaw_starts: starts,
+    })
+}
+
+/// `pods` pods of `functions` functions started at once, per runtime
+/// (runc first); every pod must answer.
+fn density(
+    n: &Node,
+    root: &thaw_runtime::RootInfo,
+    pods: usize,
+    functions: usize,
+) -> Result<Vec<DensityRow>> {
+    let mut images = Vec::new();
+    for f in &DENSITY_FUNCTIONS[..functions] {
+        let img = build_images(n, root, f)?;
+        // warm-up: thaw's deploy and snapshot, runc's page cache
+        pod_start(n, "runc", &img.runc, &img.event)?;
+        pod_start(n, "thaw", &img.thaw, &img.event)?;
+        images.push(img);
+    }
+    let mut rows = Vec::new();
+    for runtime in ["runc", "thaw"] {
+        no_idle(n)?;
+        eprintln!("thaw bench cri: {pods} pods of {functions} functions at once on {runtime}");
+        let t0 = Instant::now();
+        let results: Vec<Result<(f64, String, Phases)>> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..pods)
+                .map(|i| {
+                    let img = &images[i % functions];
+                    let image = if runtime == "runc" {
+                        &img.runc
+                    } else {
+                        &img.thaw
+                    };
+                    s.spawn(move || pod_start(n, runtime, image, &img.event))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        Err(BenchServeError::Failed("a pod's thread panicked".into()))
+                    })
+                })
+                .collect()
+        });
+        let wall_ms = t0.elapsed().as_secs_f64() * 1e3;
+        let mut ms = Vec::new();
+        let mut restores = 0;
+        let mut failures = Vec::new();
+        for r in results {
+            match r {
+                Ok((t, a, _)) if parse(&a).0 == 200 => {
+                    ms.push(t);
+                    restores +=
+                        usize::from(thaw_start(t, &a).start_type.as_deref() == Some("restore"));
+                }
+                Ok((_, a, _)) => failures.push(a.lines().next().unwrap_or("").to_string()),
+                Err(e) => failures.push(format!("{e:#}")),
+            }
+        }
+        if let Some(f) = failures.first() {
+            fail!(
+                BenchServeError::Failed,
+                "{} of {pods} {runtime} pods did not answer; the first: {f}",
+                failures.len()
+            );
+        }
+        rows.push(DensityRow {
+            runtime: runtime.into(),
+            pods,
+            functions,
+            answered: ms.len(),
+            first_response: summary(&ms)?,
+            wall_ms,
+            restores,
+        });
+    }
+    Ok(rows)
+}
+
+/// The function's name on a node's daemon (the shim's `img-...`).
+fn deployed(n: &Node) -> Result<Vec<String>> {
+    let r = client(n).request("GET", "/v1/functions", None)?;
+    let v: Value = r.json()?;
+    Ok(v["functions"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|f| f["name"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default())
+}
+
+/// Waits until the node keeps its streamed copy of `name` on its fast tier.
+fn kept_locally(n: &Node, name: &str) -> Result<()> {
+    let t = Instant::now();
+    loop {
+        let v: Value = client(n)
+            .request("GET", &format!("/v1/functions/{name}"), None)?
+            .json()?;
+        if v["snapshot_tier"] == "tmpfs" {
+            return Ok(());
+        }
+        if t.elapsed() > Duration::from_secs(60) {
+            fail!(
+                BenchServeError::Failed,
+                "{name}: the streamed snapshot was not kept on this node: {v}"
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// On the second node: a pod of a function the node does not have (its
+/// daemon's deploy finds node A's published snapshot and streams it),
+/// then a pod restoring the copy the node kept; the function is deleted
+/// from the node between rounds.
+fn remote(n: &Node, img: &Images, runs: usize) -> Result<RemoteRow> {
+    let (mut remote, mut local) = (Vec::new(), Vec::new());
+    for _ in 0..runs {
+        for f in deployed(n)? {
+            client(n).request("DELETE", &format!("/v1/functions/{f}"), None)?;
+        }
+        let (ms, a, _) = pod_start(n, "thaw", &img.thaw, &img.event)?;
+        answer_value("thaw", &a)?;
+        let s = thaw_start(ms, &a);
+        if (s.start_type.as_deref(), s.tier.as_deref()) != (Some("restore"), Some("remote")) {
+            fail!(
+                BenchServeError::Failed,
+                "{}: the new node's first pod was not a restore from the remote tier: {a}",
+                img.function
+            );
+        }
+        remote.push(ms);
+        let names = deployed(n)?;
+        let [name] = names.as_slice() else {
+            fail!(
+                BenchServeError::Failed,
+                "the node holds {names:?}, not one function"
+            );
+        };
+        kept_locally(n, name)?;
+        no_idle(n)?;
+        let (ms, a, _) = pod_start(n, "thaw", &img.thaw, &img.event)?;
+        answer_value("thaw", &a)?;
+        let s = thaw_start(ms, &a);
+        if (s.start_type.as_deref(), s.tier.as_deref()) != (Some("restore"), Some("tmpfs")) {
+            fail!(
+                BenchServeError::Failed,
+                "{}: the node's second pod was not a local restore: {a}",
+                img.function
+            );
+        }
+        local.push(ms);
+        no_idle(n)?;
+    }
+    let (r, l) = (summary(&remote)?, summary(&local)?);
+    Ok(RemoteRow {
+        function: img.function.clone(),
+        remote_over_local: r.median / l.median,
+        remote: r,
+        local: l,
+    })
+}
+
+/// The report as markdown.
+pub fn markdown(r: &Report) -> String {
+    let mut s = format!(
+        "Pod start to first HTTP response through CRI (crictl runp + create + start + POST to the pod IP), input size {}; {} CPUs, load average {:.2} at the start, {:.2} at the end (a shared, loaded machine: compare the ratios, measured in the same run). Remote tier: MinIO in a network namespace (emulated: 0.5 ms RTT, 10 Gbit/s).\n\n",
+        r.size, r.cpus, r.loadavg_1m_start, r.loadavg_1m_end
+    );
+    let ms = |x: &Summary| format!("{:.0} / {:.0} / {:.0}", x.min, x.median, x.p99);
+    s += "| function | runs | runc ms (min / median / p99) | thaw ms (min / median / p99) | runc / thaw (median) | (min) | first pods: runc / thaw (deploy) ms |\n|---|---|---|---|---|---|---|\n";
+    for f in &r.functions {
+        s += &format!(
+            "| {} | {} | {} | {} | {:.1}x | {:.1}x | {:.0} / {:.0} |\n",
+            f.function,
+            f.runc.n,
+            ms(&f.runc),
+            ms(&f.thaw),
+            f.speedup_median,
+            f.speedup_min,
+            f.first_runc_ms,
+            f.first_thaw_ms
+        );
+    }
+    s += "\n| function | runtime | runp ms | create + start ms | inspectp ms | first request to answer ms |\n|---|---|---|---|---|---|\n";
+    for f in &r.functions {
+        for (rt, p) in [("runc", &f.runc_phases), ("thaw", &f.thaw_phases)] {
+            s += &format!(
+                "| {} | {rt} | {:.0} | {:.0} | {:.0} | {:.0} |\n",
+                f.function, p.runp_ms, p.create_start_ms, p.status_ms, p.first_response_ms
+            );
+        }
+    }
+    if !r.density.is_empty() {
+        s += "\n| runtime | pods at once | functions | answered | first response ms (min / median / p99) | all answered after ms | restores |\n|---|---|---|---|---|---|---|\n";
+        for d in &r.density {
+            s += &format!(
+                "| {} | {} | {} | {} | {} | {:.0} | {} |\n",
+                d.runtime,
+                d.pods,
+                d.functions,
+                d.answered,
+                ms(&d.first_response),
+                d.wall_ms,
+                d.restores
+            );
+        }
+    }
+    if !r.remote.is_empty() {
+        s += "\n| function (second node) | runs | remote: never saw it, ms (min / median / p99) | local restore ms | remote / local (median) |\n|---|---|---|---|---|\n";
+        for x in &r.remote {
+            s += &format!(
+                "| {} | {} | {} | {} | {:.2}x |\n",
+                x.function,
+                x.remote.n,
+                ms(&x.remote),
+                ms(&x.local),
+                x.remote_over_local
+            );
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_are_parsed() {
+        let a = "HTTP/1.1 200 OK\r\nThaw-Start-Type: restore\r\nthaw-tier: tmpfs\r\n\r\n{\"x\": 1}";
+        let (status, header, body) = parse(a);
+        assert_eq!(status, 200);
+        assert_eq!(header("thaw-start-type").as_deref(), Some("restore"));
+        assert_eq!(header("Thaw-Tier").as_deref(), Some("tmpfs"));
+        assert_eq!(header("missing"), None);
+        assert_eq!(body, "{\"x\": 1}");
+        assert_eq!(answer_value("t", a).unwrap(), json!({"x": 1}));
+        assert!(answer_value("t", "HTTP/1.1 502 Bad\r\n\r\n{}").is_err());
+        assert_eq!(parse("garbage").0, 0);
+    }
+
+    #[test]
+    fn bad_options_are_refused() {
+        let o = Options {
+            runtime_home: PathBuf::from("/nonexistent"),
+            shim_dir: PathBuf::from("/nonexistent"),
+            functions: vec!["helloworld".into()],
+            runs: 0,
+            pods: 0,
+            pod_functions: 8,
+            remote_runs: 0,
+        };
+        assert!(check(&o).unwrap_err().to_string().contains("--runs"));
+        let o = Options {
+            runs: 1,
+            pods: 4,
+            pod_functions: 9,
+            ..o
+        };
+        assert!(check(&o)
+            .unwrap_err()
+            .to_string()
+            .contains("--pod-functions"));
+        let o = Options {
+            pod_functions: 2,
+            ..o
+        };
+        assert!(check(&o)
+            .unwrap_err()
+            .to_string()
+            .contains("containerd-shim-thaw-v1"));
+    }
+}

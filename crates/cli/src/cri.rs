@@ -1,0 +1,49 @@
+//! `thaw bench cri`.
+use anyhow::{Context, Result};
+use clap::Args;
+use std::path::{Path, PathBuf};
+
+#[derive(Args, Debug)]
+pub struct BenchCriArgs {
+    /// Functions of the runc vs thaw comparison (Python suite functions)
+    #[arg(long, value_delimiter = ',', default_value = "helloworld,lr_serving")]
+    functions: Vec<String>,
+    /// Timed pods per function and runtime (after one warm-up pod each)
+    #[arg(long, default_value_t = 10)]
+    runs: usize,
+    /// Pods started at once for the density part (0 skips it)
+    #[arg(long, default_value_t = 32)]
+    pods: usize,
+    /// Functions those pods run (at most 8)
+    #[arg(long, default_value_t = 8)]
+    pod_functions: usize,
+    /// Timed pods per function on a second node that shares snapshots
+    /// through the remote tier: its first pod of the function restores the
+    /// published snapshot, against a local restore (0 skips it)
+    #[arg(long, default_value_t = 5)]
+    remote_runs: usize,
+    /// Write the report as JSON here
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Write the markdown tables here (they are printed either way)
+    #[arg(long)]
+    markdown: Option<PathBuf>,
+}
+
+pub fn bench(home: &Path, a: BenchCriArgs) -> Result<()> {
+    let exe = std::env::current_exe().context("locating the thaw binary")?;
+    let o = thaw_bench_serve::cri::Options {
+        runtime_home: home.to_path_buf(),
+        shim_dir: exe
+            .parent()
+            .context("the thaw binary has no directory")?
+            .to_path_buf(),
+        functions: a.functions,
+        runs: a.runs,
+        pods: a.pods,
+        pod_functions: a.pod_functions,
+        remote_runs: a.remote_runs,
+    };
+    let r = thaw_bench_serve::cri::run(&o)?;
+    crate::serve::emit_report(&thaw_bench_serve::cri::markdown(&r), &r, a.json, a.markdown)
+}

@@ -1,0 +1,291 @@
+//! Snapshots shared across nodes through the remote tier
+//! (`shared_snapshots = true`; the daemon's slow snapshot tier must be the
+//! remote one, and every node holds the same `remote.key`).
+//!
+//! A deploy computes the function's share key: a digest of everything a
+//! snapshot's memory depends on (name, owner, the code tree, handler and
+//! hooks, the environment, memory size, packages, network, sample event,
+//! requested strategy and the runtime root's hash), never of the node or
+//! of the node's version number of the function. Functions with secret
+//! environment values are not shared (their values would be in the image). It then looks for `shared-KEY` on the remote tier:
+//!
+//! * absent: the node takes the snapshot as always and publishes a copy as
+//!   `shared-KEY` (copied, read back and verified, then committed);
+//! * present and made on a machine this one can restore (the manifest's
+//!   machine record: CPU features, XSAVE components and size, kernel
+//!   release; and the runtime root): no fresh start here. The version's
+//!   snapshot is that shared copy on the slow tier, restored by streaming;
+//!   the first stream that arrives whole is kept on the fast tier as the
+//!   node's own snapshot, which the node's policy then moves like any other;
+//! * present but from another kind of machine: refused (the reason logged
+//!   and shown in the function's GET under `shared`); the node takes its
+//!   own snapshot and keeps it to itself. The first publisher's copy is
+//!   never overwritten: nodes of that other kind keep restoring it.
+//!
+//! The shared copy is never moved or deleted by a node's policy, deletes or
+//! redeploys: it is named by content, not by function version.
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use thaw_store::{MachineRecord, Manifest, Snapshot};
+use thaw_tiers::moves::{self, Place};
+
+use crate::app::App;
+use crate::registry::{Record, SnapshotInfo};
+pub use crate::registry::{Role, SharedInfo};
+pub use crate::stored::ShareError;
+use crate::stored::{KeepLocal, RemoteCopy, Stored};
+
+/// Objects of a shared snapshot are `shared-KEY/...` on the remote tier.
+pub const PREFIX: &str = "shared-";
+/// Bound on a manifest's size (the store's own limit).
+const MAX_MANIFEST: u64 = 1 << 20;
+
+pub fn object_name(key: &str) -> String {
+    format!("{PREFIX}{key}")
+}
+
+/// Why a published copy is refused here, if it is.
+pub fn refusal(m: &Manifest, runtime_root: &str) -> Option<String> {
+    let Some(machine) = &m.machine else {
+        return Some("its manifest carries no machine record".into());
+    };
+    if let Some(why) = machine.mismatch(MachineRecord::this()) {
+        return Some(why);
+    }
+    (m.runtime_root != runtime_root).then(|| {
+        format!(
+            "taken over runtime root {}, this node runs {}",
+            m.runtime_root, runtime_root
+        )
+    })
+}
+
+/// A digest of the code tree: every path, its kind, executable bit and
+/// contents, in sorted order (so it is the same on every node, whatever the
+/// archive's timestamps or order).
+pub fn tree_digest(root: &Path) -> std::io::Result<String> {
+    fn walk(h: &mut Sha256, root: &Path, rel: &Path) -> std::io::Result<()> {
+        let mut entries: Vec<_> =
+            std::fs::read_dir(root.join(rel))?.collect::<std::io::Result<Vec<_>>>()?;
+        entries.sort_by_key(|e| e.file_name());
+        for e in entries {
+            let path = rel.join(e.file_name());
+            let meta = std::fs::symlink_metadata(root.join(&path))?;
+            h.update(path.as_os_str().as_encoded_bytes());
+            h.update([0]);
+            if meta.is_dir() {
+                h.update(b"d\0");
+                walk(h, root, &path)?;
+            } else if meta.file_type().is_symlink() {
+                h.update(b"l\0");
+                h.update(
+                    std::fs::read_link(root.join(&path))?
+                        .as_os_str()
+                        .as_encoded_bytes(),
+                );
+            } else {
+                use std::os::unix::fs::PermissionsExt;
+                let exec = meta.permissions().mode() & 0o111 != 0;
+                h.update(if exec { b"x\0" } else { b"f\0" });
+                let data = std::fs::read(root.join(&path))?;
+                h.update((data.len() as u64).to_le_bytes());
+                h.update(&data);
+            }
+            h.update([0]);
+        }
+        Ok(())
+    }
+    let mut h = Sha256::new();
+    walk(&mut h, root, Path::new(""))?;
+    Ok(hex::encode(h.finalize()))
+}
+
+/// The function's share key, or why it is not shared.
+pub fn key(
+    app: &App,
+    rec: &Record,
+    code_dir: &Path,
+    requested_strategy: Option<&str>,
+    sample_event: Option<&Value>,
+    has_secrets: bool,
+) -> Result<String, String> {
+    if has_secrets {
+        return Err("a function with secret environment values is not published".into());
+    }
+    if rec.strategy == thaw_sandbox::StartStrategy::Boot {
+        return Err("strategy boot takes no snapshot".into());
+    }
+    let code = tree_digest(code_dir).map_err(|e| format!("reading the code tree: {e}"))?;
+    // everything the initialised process's memory depends on, its identity
+    // environment included (name, memory, owner), but not the node's
+    // version number of the function: a restored copy of another node's
+    // snapshot reports the publisher's (its context's function_version)
+    let what = json!({
+        "format": 1,
+        "runtime_root": app.worker.root.hash,
+        "runtime": rec.runtime,
+        "name": rec.name,
+        "owner": rec.owner,
+        "handler": rec.handler,
+        "init": rec.init,
+        "before_snapshot": rec.before_snapshot,
+        "after_restore": rec.after_restore,
+        "env": rec.env,
+        "memory_mb": rec.memory_mb,
+        "packages": rec.packages.as_ref().map(|p| &p.hash),
+        "network": rec.network,
+        "strategy": requested_strategy,
+        "sample_event": sample_event,
+        "code": code,
+    });
+    Ok(hex::encode(Sha256::digest(what.to_string().as_bytes())))
+}
+
+/// What [`lookup`] found on the remote tier.
+pub enum Found {
+    /// nothing published yet
+    Absent,
+    /// a copy this node can restore
+    Usable(Box<Manifest>),
+    /// a copy from another kind of machine (the reason)
+    Refused(String),
+}
+
+/// Looks for the published copy of `key` and checks its manifest.
+pub fn lookup(app: &App, key: &str) -> Result<Found, ShareError> {
+    let Some((_, store)) = &app.remote else {
+        return Err(ShareError::NotRemote);
+    };
+    let name = object_name(key);
+    let Some(commit) = store.get_opt(&format!("{name}/{}", moves::COMMIT), MAX_MANIFEST)? else {
+        return Ok(Found::Absent);
+    };
+    let raw = store.get(&format!("{name}/manifest.json"), MAX_MANIFEST)?;
+    // the manifest read must be the one committed (two nodes publishing at
+    // once write the same objects)
+    let files: Value = serde_json::from_slice(&commit).map_err(|e| ShareError::Corrupt {
+        name: name.clone(),
+        what: "commit record",
+        why: e.to_string(),
+    })?;
+    let committed = files["files"].as_array().and_then(|fs| {
+        fs.iter()
+            .find(|f| f[0] == "manifest.json")
+            .and_then(|f| f[2].as_str())
+    });
+    if committed != Some(thaw_store::sha256_hex(&raw).as_str()) {
+        return Ok(Found::Refused(format!(
+            "the manifest of {name} differs from its commit record (published twice at once?)"
+        )));
+    }
+    let m: Manifest = serde_json::from_slice(&raw).map_err(|e| ShareError::Corrupt {
+        name: name.clone(),
+        what: "manifest",
+        why: e.to_string(),
+    })?;
+    Ok(match refusal(&m, &app.worker.root.hash) {
+        Some(why) => Found::Refused(why),
+        None => Found::Usable(Box::new(m)),
+    })
+}
+
+/// The version's snapshot as the published copy on the slow tier.
+pub fn fetched(app: &App, rec: &mut Record, key: &str, m: &Manifest) -> Stored {
+    let (tier, store) = app.remote.as_ref().expect("lookup checked it");
+    let name = object_name(key);
+    rec.tier = tier.clone();
+    rec.snapshot = Some(SnapshotInfo {
+        id: m.id.clone(),
+        dir: PathBuf::from(format!("{}/{name}", store.url)),
+        size_bytes: m.state.len + m.memory.len,
+        init_ms: 0.0,
+        import_ms: 0.0,
+        checkpoint_ms: 0.0,
+    });
+    Stored::Remote(Arc::new(shared_copy(app, rec, &name)))
+}
+
+/// A stream source for the published copy `name`, kept on the fast tier
+/// once a stream of it arrives whole.
+pub fn shared_copy(app: &App, rec: &Record, name: &str) -> RemoteCopy {
+    let (_, store) = app.remote.as_ref().expect("the slow tier is remote");
+    RemoteCopy {
+        store: store.clone(),
+        home: app.cfg.home.clone(),
+        name: name.to_string(),
+        keep: Some(KeepLocal::new(
+            &app.cfg.snapshot_tiers.fast,
+            &crate::tiering::snapshot_name(app, &rec.name, rec.version),
+        )),
+    }
+}
+
+/// Publishes the node's snapshot `snap` as `shared-KEY` (false: another
+/// node published it first; its copy stays).
+pub fn publish(app: &App, key: &str, snap: &Snapshot) -> Result<bool, ShareError> {
+    let Some((tier, store)) = &app.remote else {
+        return Err(ShareError::NotRemote);
+    };
+    let place = Place::Remote {
+        tier: tier.clone(),
+        store,
+    };
+    let copy = Snapshot::open(&snap.dir)?;
+    Ok(moves::publish_staged(&object_name(key), copy, &place)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tree_digest_follows_contents_not_order_or_times() {
+        let base = std::env::temp_dir().join(format!("thaw-shared-digest-{}", std::process::id()));
+        let (a, b) = (base.join("a"), base.join("b"));
+        for d in [&a, &b] {
+            std::fs::create_dir_all(d.join("pkg")).unwrap();
+        }
+        std::fs::write(a.join("main.py"), "x = 1\n").unwrap();
+        std::fs::write(a.join("pkg/m.py"), "y = 2\n").unwrap();
+        // written in the other order, later
+        std::fs::write(b.join("pkg/m.py"), "y = 2\n").unwrap();
+        std::fs::write(b.join("main.py"), "x = 1\n").unwrap();
+        let (da, db) = (tree_digest(&a).unwrap(), tree_digest(&b).unwrap());
+        assert_eq!(da, db);
+        std::fs::write(b.join("main.py"), "x = 2\n").unwrap();
+        assert_ne!(tree_digest(&b).unwrap(), da);
+        std::fs::write(b.join("main.py"), "x = 1\n").unwrap();
+        std::fs::rename(b.join("pkg/m.py"), b.join("pkg/n.py")).unwrap();
+        assert_ne!(tree_digest(&b).unwrap(), da);
+        std::fs::remove_dir_all(&base).unwrap();
+    }
+
+    #[test]
+    fn a_manifest_from_another_machine_or_root_is_refused() {
+        let here = MachineRecord::this().clone();
+        let entry = thaw_store::FileEntry {
+            name: "x".into(),
+            len: 0,
+            sha256: String::new(),
+        };
+        let mut m = Manifest {
+            format: "thaw-snapshot".into(),
+            version: 1,
+            id: "1".into(),
+            function: "f".into(),
+            runtime_root: "root".into(),
+            created_unix: 0,
+            state: entry.clone(),
+            memory: entry,
+            machine: Some(here.clone()),
+        };
+        assert!(refusal(&m, "root").is_none());
+        assert!(refusal(&m, "other").unwrap().contains("runtime root"));
+        m.machine.as_mut().unwrap().xsave_bytes = here.xsave_bytes + 64;
+        assert!(refusal(&m, "root").unwrap().contains("XSAVE area"));
+        m.machine = None;
+        assert!(refusal(&m, "root").unwrap().contains("no machine record"));
+    }
+}
