@@ -862,8 +862,13 @@ fn restores_stream_from_the_remote_tier_working_set_first_and_fail_clearly() {
     store.delete(&pack).unwrap();
     let out: Value = serde_json::from_str(h.ok(&invoke).trim()).unwrap();
     assert_eq!(out["checked"], true, "{out}");
+    // the chunks came by range (the pack is gone), before the restore or on
+    // its faults: which of the two depends on how fast the background
+    // fetch runs, so only their sum is checked
+    let st = &out["stream"];
     assert!(
-        out["stream"]["chunks_on_demand"].as_u64().unwrap() > 0,
+        st["chunks_before_restore"].as_u64().unwrap() + st["chunks_on_demand"].as_u64().unwrap()
+            > 0,
         "{out}"
     );
     drop_local();
