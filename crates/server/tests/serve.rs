@@ -2622,15 +2622,21 @@ fn dev_shm_serves_a_thread_pool_at_init() {
     assert_eq!(r.json().unwrap(), json!([0, 1, 4, 9, 16]));
 }
 
+/// A deploy request whose `m.init` runs before the snapshot, which must be
+/// taken (a refusal is a 422, not a fallback to fresh starts).
+fn init_and_snapshot_required(mut req: Value) -> Value {
+    req["init"] = json!("m.init");
+    req["snapshot"] = json!("required");
+    req
+}
+
 const THREAD_FN: &str = "import threading, time\ndef init():\n    threading.Thread(target=time.sleep, args=(3600,), name='refresher', daemon=True).start()\ndef handler(event):\n    return {'threads': threading.active_count()}\n";
 const CHILD_FN: &str = "import subprocess, sys\nP = []\ndef init():\n    P.append(subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(3600)']))\ndef handler(event):\n    return {'running': P[0].poll() is None}\n";
 
 #[test]
 fn a_function_whose_init_starts_a_thread_deploys_with_a_snapshot() {
     let d = Daemon::start(test_config("thread"));
-    let mut req = file_deploy("threads", "m.handler", THREAD_FN);
-    req["init"] = json!("m.init");
-    req["snapshot"] = json!("required");
+    let req = init_and_snapshot_required(file_deploy("threads", "m.handler", THREAD_FN));
     let v = deploy(&d, &req);
     assert_eq!(v["start_type"], "restore", "{v}");
     let r = cold(&d, "threads", &json!(null));
@@ -2642,9 +2648,7 @@ const TEMPFILE_FN: &str = "import tempfile\nSPOOL = []\ndef init():\n    SPOOL.a
 #[test]
 fn a_function_keeping_a_sqlite_connection_deploys_with_a_snapshot() {
     let d = Daemon::start(test_config("sqlite"));
-    let mut req = file_deploy("sqlite", "m.handler", SQLITE_FN);
-    req["init"] = json!("m.init");
-    req["snapshot"] = json!("required");
+    let mut req = init_and_snapshot_required(file_deploy("sqlite", "m.handler", SQLITE_FN));
     req["strategy"] = json!("mmap");
     let v = deploy(&d, &req);
     assert_eq!(v["start_type"], "restore", "{v}");
@@ -2680,9 +2684,7 @@ fn instances_that_cannot_be_snapshotted_deploy_with_fresh_starts_and_say_why() {
         ),
     ];
     for (name, src, answer, kind, detail) in cases {
-        let mut req = file_deploy(name, "m.handler", src);
-        req["init"] = json!("m.init");
-        req["snapshot"] = json!("required");
+        let mut req = init_and_snapshot_required(file_deploy(name, "m.handler", src));
         let r = d.post_json("/v1/functions", &req);
         let (status, code, message) = error_of(&r);
         assert_eq!(
@@ -2770,9 +2772,7 @@ fn restored_functions_run_the_roots_coreutils_and_a_node_child_is_refused_by_nam
             );
         }
     }
-    let mut req = node("nodechild", NODE_CHILD_FN);
-    req["init"] = json!("m.init");
-    req["snapshot"] = json!("required");
+    let mut req = init_and_snapshot_required(node("nodechild", NODE_CHILD_FN));
     let r = d.post_json("/v1/functions", &req);
     let (status, code, message) = error_of(&r);
     assert_eq!(
