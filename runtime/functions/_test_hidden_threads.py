@@ -7,6 +7,10 @@ a call: {"start": [KIND, ...]}, KIND one of
   "renamed":  a Python thread that renames itself (prctl PR_SET_NAME) and then
               answers each call's round through a Condition
   "vm_child": clone(CLONE_VM) without CLONE_THREAD: a process sharing our memory
+  "vfork_thread": a Python thread that clones a thread with CLONE_VFORK; the
+              new thread pauses and never execs or exits, so the Python thread
+              waits in clone for good, uninterruptibly (state D), with no
+              child process
 {} answers the renamed thread's round: {"round": N, "answer": N * 7}."""
 import ctypes
 import mmap
@@ -23,6 +27,7 @@ CLONE_FILES = 0x400
 CLONE_SIGHAND = 0x800
 CLONE_THREAD = 0x10000
 CLONE_SYSVSEM = 0x40000
+CLONE_VFORK = 0x4000
 SYS_pause = 34
 PR_SET_NAME = 15
 STACK = 64 * 1024
@@ -68,12 +73,18 @@ def _renamed(ready):
             _cond.notify_all()
 
 
+THREAD_FLAGS = CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_SIGHAND | CLONE_THREAD | CLONE_SYSVSEM
+
+
 def handler(event):
     started = []
     for kind in event.get("start", []):
         if kind == "clone":
-            flags = CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_SIGHAND | CLONE_THREAD | CLONE_SYSVSEM
-            started.append(_raw_clone(flags))
+            started.append(_raw_clone(THREAD_FLAGS))
+        elif kind == "vfork_thread":
+            # ctypes lets the GIL go for the call, which never returns
+            args = (THREAD_FLAGS | CLONE_VFORK,)
+            threading.Thread(target=_raw_clone, args=args, daemon=True).start()
         elif kind == "vm_child":
             started.append(_raw_clone(CLONE_VM))
         elif kind == "pthread":

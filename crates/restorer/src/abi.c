@@ -104,6 +104,7 @@ int main(void)
     printf("pub const C_VMA_FLAGS: [u32; 4] = [%d, %d, %d, %d];\n", VMA_ANON, VMA_GROWSDOWN,
            VMA_LAZY, VMA_POPULATE);
     printf("pub const C_PLAN_LAZY: u32 = %d;\n", PLAN_LAZY);
+    printf("pub const C_PLAN_HOLD_THREADS: u32 = %d;\n", PLAN_HOLD_THREADS);
     printf("pub const C_PLAN_FDS: (usize, i32) = (%d, %d);\n", MAX_PLAN_FDS, PLAN_FD_BASE);
     printf("pub const C_FDS: (usize, u32) = (%d, %d);\n", MAX_FDS, MAX_FD_NUMBER);
     printf("pub const C_FD_KINDS: [u32; 10] = [%d, %d, %d, %d, %d, %d, %d, %d, %d, %d];\n", FD_DUP,

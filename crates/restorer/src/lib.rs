@@ -44,7 +44,7 @@ pub const RESUME_BYTE: u8 = b'G';
 pub const RESTORER_VDSO_SCRATCH: u64 = RESTORER_BASE + RESTORER_SPAN;
 
 pub const PLAN_MAGIC: u64 = 0x4e41_4c50_5741_4854;
-pub const PLAN_VERSION: u32 = 6;
+pub const PLAN_VERSION: u32 = 7;
 pub const MAX_VDSO_PIECES: usize = 4;
 
 pub const FILL_COPY: u32 = 0;
@@ -59,6 +59,9 @@ pub const VMA_LAZY: u32 = 4;
 pub const VMA_POPULATE: u32 = 8;
 
 pub const PLAN_LAZY: u32 = 1;
+/// Tests only: the recreated threads wait in the trampoline until a
+/// checkpoint's freeze interrupts them (see plan.h).
+pub const PLAN_HOLD_THREADS: u32 = 2;
 
 /// Descriptors a plan may recreate.
 pub const MAX_FDS: usize = 128;
@@ -420,6 +423,7 @@ const _: () = assert!(
         && VMA_POPULATE == abi::C_VMA_FLAGS[3]
 );
 const _: () = assert!(PLAN_LAZY == abi::C_PLAN_LAZY);
+const _: () = assert!(PLAN_HOLD_THREADS == abi::C_PLAN_HOLD_THREADS);
 const _: () = assert!(
     TRAMP_ADDR == abi::C_TRAMP.0 && TRAMP_SIZE == abi::C_TRAMP.1 && TRAMP_FRAME == abi::C_TRAMP.2
 );

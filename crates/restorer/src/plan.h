@@ -24,7 +24,7 @@ typedef unsigned int u32;
 typedef int i32;
 
 #define THAW_PLAN_MAGIC 0x4e414c5057414854UL /* "THAWPLAN" */
-#define THAW_PLAN_VERSION 6
+#define THAW_PLAN_VERSION 7
 
 /* The restorer owns [RESTORER_BASE, RESTORER_BASE + RESTORER_SPAN): its image,
  * stack and scratch. Checkpoint refuses runtimes that map anything there. */
@@ -121,13 +121,20 @@ struct plan_header {
     u64 start_code, end_code, start_data, end_data, start_brk, brk, start_stack;
     u64 arg_start, arg_end, env_start, env_end;
     u32 uid, gid;
-    u32 flags; /* PLAN_LAZY: create a userfaultfd and send it to the worker */
+    u32 flags; /* PLAN_LAZY, PLAN_HOLD_THREADS */
     u32 frame_len; /* bytes of frames, copied to TRAMP_FRAME (multiple of 8) */
     u32 n_fds;
     u32 n_watches;
 };
 
+/* create a userfaultfd and send it to the worker */
 #define PLAN_LAZY 1
+/* For tests only: each recreated thread (the main thread aside) waits on its
+ * last instruction in the trampoline, in an rt_sigtimedwait for no signal
+ * (every one is blocked there), until a ptrace stop or a fatal signal ends
+ * the wait; it then goes on. A checkpoint's freeze is the one thing that
+ * ends it, so that freeze finds the thread in the trampoline. */
+#define PLAN_HOLD_THREADS 2
 
 /* The worker's go-ahead after a ready status: resume the runtime. */
 #define RESUME_BYTE 'G'

@@ -216,8 +216,8 @@ static long sys6(long n, long a, long b, long c, long d, long e, long f)
  * clone; the parent returns the new tid (or -errno). The child, on the
  * frame at `stack`, registers its robust list and rseq area, sets its gs
  * base and rt_sigreturns: it never runs restorer code outside this page
- * and reads nothing but its registers and its frame, so the parent need
- * not wait for it. Offsets into
+ * and reads nothing but its registers, its frame and this page's hold word
+ * (PLAN_HOLD_THREADS), so the parent need not wait for it. Offsets into
  * struct plan_thread are checked below. */
 __asm__(".globl thaw_tramp_start\n"
         "thaw_tramp_start:\n"
@@ -281,9 +281,24 @@ __asm__(".globl thaw_tramp_start\n"
         "  mov $158, %eax\n" /* arch_prctl */
         "  syscall\n"
         "5:\n"
+        "  cmpl $0, thaw_tramp_hold(%rip)\n"
+        "  jz 6f\n"
+        "  lea thaw_tramp_noset(%rip), %rdi\n" /* PLAN_HOLD_THREADS: wait for */
+        "  xor %esi, %esi\n"                   /* no signal, no timeout */
+        "  xor %edx, %edx\n"
+        "  mov $8, %r10d\n"
+        "  mov $128, %eax\n" /* rt_sigtimedwait */
+        "  syscall\n"
+        "6:\n"
         "  mov $15, %eax\n" /* rt_sigreturn */
         "  syscall\n"
         "  hlt\n"
+        "  .balign 8\n"
+        ".globl thaw_tramp_hold\n"
+        "thaw_tramp_hold:\n" /* set in the copy, before it turns read-only */
+        "  .long 0, 0\n"
+        "thaw_tramp_noset:\n" /* an empty signal set */
+        "  .quad 0\n"
         ".globl thaw_tramp_end\n"
         "thaw_tramp_end:\n");
 _Static_assert(__builtin_offsetof(struct plan_thread, gs_base) == 16, "clone stub offsets");
@@ -292,7 +307,7 @@ _Static_assert(__builtin_offsetof(struct plan_thread, robust_len) == 40, "clone 
 _Static_assert(__builtin_offsetof(struct plan_thread, rseq_addr) == 48, "clone stub offsets");
 _Static_assert(__builtin_offsetof(struct plan_thread, rseq_len) == 56, "clone stub offsets");
 _Static_assert(__builtin_offsetof(struct plan_thread, rseq_sig) == 60, "clone stub offsets");
-extern char thaw_tramp_start[], thaw_tramp_clone[], thaw_tramp_end[];
+extern char thaw_tramp_start[], thaw_tramp_clone[], thaw_tramp_hold[], thaw_tramp_end[];
 typedef long (*tramp_clone_fn)(u64 flags, u64 stack, u64 ptid, u64 ctid, u64 tls,
                                const struct plan_thread *t);
 
@@ -1019,6 +1034,8 @@ void restorer_main(u64 *initial_sp)
         fail(STEP_TRAMPOLINE, r, 0);
     memcpy((void *)TRAMP_ADDR, thaw_tramp_start, (u64)(thaw_tramp_end - thaw_tramp_start));
     memcpy((void *)TRAMP_FRAME, frame, h->frame_len);
+    if (h->flags & PLAN_HOLD_THREADS)
+        *(u32 *)(TRAMP_ADDR + (u64)(thaw_tramp_hold - thaw_tramp_start)) = 1;
     r = sys3(SYS_mprotect, TRAMP_ADDR, PAGE, PROT_READ | PROT_EXEC);
     if (r < 0)
         fail(STEP_TRAMPOLINE, r, 1);

@@ -34,6 +34,9 @@ pub struct CheckpointReport {
     pub saved_file_bytes: u64,
     pub zero_pages_skipped: u64,
     pub freeze_ms: f64,
+    /// times the freeze let the runtime go on because a thread was still in
+    /// the restorer's trampoline (a just-restored instance), and froze it again
+    pub trampoline_waits: u32,
     pub dump_ms: f64,
     pub total_ms: f64,
 }
@@ -131,16 +134,82 @@ fn thread_name(pid: i32, tid: i32) -> String {
 /// How long a thread may take to stop before the checkpoint is refused.
 const STOP_DEADLINE: Duration = Duration::from_secs(2);
 
+/// What /proc/PID/task/TID/status says of a thread's scheduling: its state
+/// letter and its tracer (0: none).
+fn sched_of(status: &str) -> (char, i32) {
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(str::trim)
+            .unwrap_or("")
+    };
+    let state = field("State:").chars().next().unwrap_or('?');
+    let tracer = field("TracerPid:").parse().unwrap_or(0);
+    (state, tracer)
+}
+
+/// The system call a thread is in (/proc/PID/task/TID/syscall), by name
+/// where a refusal may need it.
+fn call_of(pid: i32, tid: i32) -> String {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall")).unwrap_or_default();
+    let nr = text.split_whitespace().next().unwrap_or("?");
+    match nr.parse::<u64>().ok().and_then(|n| NOT_RESTARTABLE.iter().find(|(c, _)| *c == n)) {
+        Some((_, name)) => (*name).to_string(),
+        None => format!("system call {nr}"),
+    }
+}
+
+/// Refuses, before it is seized, a thread no freeze could stop: one traced
+/// by another process (a debugger), or one that stays in an uninterruptible
+/// wait (state D, e.g. a `vfork` whose child never execs) for
+/// [`STOP_DEADLINE`]. Seized, such a thread could not be let go again
+/// (a detach needs it stopped): it would stop, still traced, whenever it
+/// left that wait, and die with the checkpointing thread.
+fn refuse_unstoppable(pid: i32, tid: i32) -> Result<(), CheckpointError> {
+    let deadline = Instant::now() + STOP_DEADLINE;
+    loop {
+        let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status")) else {
+            return Ok(()); // gone: the seize says so
+        };
+        let (state, tracer) = sched_of(&status);
+        if tracer != 0 {
+            fail!(
+                CheckpointError::Unresumable,
+                "thread {} (tid {tid}) is traced by process {tracer} (a debugger): a snapshot cannot freeze it",
+                thread_name(pid, tid)
+            );
+        }
+        if state != 'D' {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            fail!(
+                CheckpointError::Unresumable,
+                "thread {} (tid {tid}) stayed in an uninterruptible wait (state D, in {}) for {} s: it cannot be stopped there",
+                thread_name(pid, tid),
+                call_of(pid, tid),
+                STOP_DEADLINE.as_secs()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 /// Seizes and stops every thread of `pid` into `frozen` (main first),
 /// listing /proc/PID/task again until no thread is left running (one may
 /// be cloning another while we list).
 fn freeze_all(pid: i32, frozen: &mut Vec<i32>) -> Result<(), CheckpointError> {
     loop {
+        let tids: Vec<i32> = task_ids(pid)?
+            .into_iter()
+            .filter(|t| !frozen.contains(t))
+            .collect();
+        for &tid in &tids {
+            refuse_unstoppable(pid, tid)?;
+        }
         let mut new = Vec::new();
-        for tid in task_ids(pid)? {
-            if frozen.contains(&tid) {
-                continue;
-            }
+        for tid in tids {
             match ptrace::seize(tid) {
                 Ok(()) => {}
                 // gone between the listing and the seize
@@ -188,11 +257,13 @@ const TRAMPOLINE_DEADLINE: Duration = Duration::from_secs(2);
 /// [`freeze_all`], and again while some thread is still on its first
 /// instructions in the restorer's trampoline (a restore's main thread does
 /// not wait for the others to run them): every thread is let go for a
-/// moment first. Frozen outside it, no thread runs there again.
-fn freeze_outside_trampoline(pid: i32, frozen: &mut Vec<i32>) -> Result<(), CheckpointError> {
+/// moment first. Frozen outside it, no thread runs there again. Returns
+/// how many times it let the runtime go on.
+fn freeze_outside_trampoline(pid: i32, frozen: &mut Vec<i32>) -> Result<u32, CheckpointError> {
     let deadline = Instant::now() + TRAMPOLINE_DEADLINE;
     let span =
         thaw_restorer::RESTORER_BASE..thaw_restorer::RESTORER_BASE + thaw_restorer::RESTORER_SPAN;
+    let mut waits = 0;
     loop {
         freeze_all(pid, frozen)?;
         let mut inside = None;
@@ -203,7 +274,7 @@ fn freeze_outside_trampoline(pid: i32, frozen: &mut Vec<i32>) -> Result<(), Chec
             }
         }
         let Some(tid) = inside else {
-            return Ok(());
+            return Ok(waits);
         };
         if Instant::now() > deadline {
             fail!(
@@ -216,6 +287,7 @@ fn freeze_outside_trampoline(pid: i32, frozen: &mut Vec<i32>) -> Result<(), Chec
         for tid in frozen.drain(..) {
             ptrace::detach(tid)?;
         }
+        waits += 1;
         std::thread::sleep(Duration::from_millis(1));
     }
 }
@@ -585,7 +657,7 @@ pub fn checkpoint(
             CheckpointError::Other(e) => Context::new("freezing the runtime", e).into(),
             e => e,
         })
-        .and_then(|()| {
+        .and_then(|waits| {
             let freeze_ms = t0.elapsed().as_secs_f64() * 1e3;
             dump(
                 pid,
@@ -598,6 +670,7 @@ pub fn checkpoint(
             )
             .map(|(s, mut r)| {
                 r.freeze_ms = freeze_ms;
+                r.trampoline_waits = waits;
                 (s, r)
             })
         });
@@ -766,6 +839,7 @@ fn dump(
         saved_file_bytes: files_end - state.memory.image_len,
         zero_pages_skipped: zero_skipped,
         freeze_ms: 0.0,
+        trampoline_waits: 0,
         dump_ms: t.elapsed().as_secs_f64() * 1e3,
         total_ms: 0.0,
     };
@@ -871,6 +945,15 @@ mod tests {
         assert_eq!(m[2].name, "");
         assert!(parse_maps("zz-yy r--p 0 0 0").is_err());
         assert_eq!(prot_of("r-xp"), 5);
+    }
+
+    #[test]
+    fn thread_status_gives_state_and_tracer() {
+        let status = "Name:\tpython3\nUmask:\t0022\nState:\tD (disk sleep)\nTgid:\t7\nTracerPid:\t4242\nUid:\t0\n";
+        assert_eq!(sched_of(status), ('D', 4242));
+        assert_eq!(sched_of("State:\tS (sleeping)\nTracerPid:\t0\n"), ('S', 0));
+        // a file cut short reads as "not traced, state unknown"
+        assert_eq!(sched_of("Name:\tx\n"), ('?', 0));
     }
 
     #[test]

@@ -95,6 +95,12 @@ pub struct RestoreArgs<'a> {
     /// under ptrace; it must let the restorer run on before it reports
     /// ready, because the restore then waits for it to resume itself.
     pub on_spawn: Option<&'a mut dyn FnMut(i32)>,
+    /// A seam for tests: the recreated threads (the main thread aside) wait
+    /// on their last instruction in the restorer's trampoline until a
+    /// checkpoint's freeze interrupts them (the restorer's
+    /// `PLAN_HOLD_THREADS`), so that checkpoint deterministically finds
+    /// them there and must let them go on before it freezes the runtime.
+    pub hold_threads: bool,
 }
 
 impl<'a> RestoreArgs<'a> {
@@ -116,6 +122,7 @@ impl<'a> RestoreArgs<'a> {
             prebuilt: None,
             streamed: None,
             on_spawn: None,
+            hold_threads: false,
         }
     }
 }
@@ -131,9 +138,11 @@ pub fn restore(args: RestoreArgs<'_>) -> Result<(Sandbox, RestoreReport), Restor
         prebuilt,
         streamed,
         on_spawn,
+        hold_threads,
     } = args;
     let mut hooks = Hooks {
         on_spawn,
+        hold_threads,
         prebuilt,
         ..Hooks::default()
     };
@@ -171,6 +180,8 @@ pub(crate) struct Hooks<'a> {
     pub state: Option<ProcessState>,
     /// called with the restorer's pid before it is sent its plan
     pub on_spawn: Option<&'a mut dyn FnMut(i32)>,
+    /// see [`RestoreArgs::hold_threads`]
+    pub hold_threads: bool,
     /// a sandbox built ahead (see [`crate::pool`]); built here when absent
     pub prebuilt: Option<Prebuilt>,
     /// the image to restore from instead of the snapshot's verified one
@@ -191,6 +202,7 @@ pub(crate) fn restore_with(
         record: record_faults,
         state: state_override,
         on_spawn,
+        hold_threads,
         prebuilt,
         image: streamed_image,
     } = hooks;
@@ -265,6 +277,9 @@ pub(crate) fn restore_with(
 
     let lazy = memory.lazy();
     let mut plan = build_plan(&state, &mut memory, sb.uid(), sb.net.is_some())?;
+    if hold_threads {
+        plan.header.flags |= r::PLAN_HOLD_THREADS;
+    }
     crate::fds::to_plan(&state.fds, image.metadata()?.len(), &mut plan).map_err(|source| {
         RestoreError::State {
             dir: snap.dir.clone(),

@@ -7,7 +7,7 @@ use common::*;
 use serde_json::{json, Value};
 use thaw_memory::tiering::CostParams;
 use thaw_sandbox::state::StateError;
-use thaw_sandbox::{checkpoint, RestoreError, Sandbox};
+use thaw_sandbox::{checkpoint, RestoreArgs, RestoreError, Sandbox};
 use thaw_store::Snapshot;
 use thaw_worker::RestoreRequest;
 use thaw_worker::{InputSize, StrategyKind};
@@ -429,4 +429,192 @@ fn a_corrupt_thread_record_is_refused_when_the_snapshot_is_read() {
         Err(e) => panic!("not refused as a corrupt state: {e:#}"),
     };
     assert!(e.contains("thread 5") && e.contains("robust"), "{e}");
+}
+
+/// Threads blocked in rt_sigtimedwait (128) on an instruction of the
+/// restorer's span: the recreated threads a `hold_threads` restore keeps
+/// in its trampoline.
+fn held_in_trampoline(pid: i32) -> usize {
+    let span =
+        thaw_restorer::RESTORER_BASE..thaw_restorer::RESTORER_BASE + thaw_restorer::RESTORER_SPAN;
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter(|e| {
+            let text =
+                std::fs::read_to_string(e.as_ref().unwrap().path().join("syscall")).unwrap();
+            let f: Vec<&str> = text.split_whitespace().collect();
+            let pc = f.last().and_then(|p| u64::from_str_radix(p.trim_start_matches("0x"), 16).ok());
+            f.first() == Some(&"128") && pc.is_some_and(|pc| span.contains(&pc))
+        })
+        .count()
+}
+
+#[test]
+fn a_checkpoint_of_a_just_restored_instance_waits_for_threads_in_the_trampoline() {
+    let w = worker();
+    let (fresh, snap, t) = snapshot_threads("threads-held");
+    drop(fresh);
+    // eager: a mapped image could not be snapshotted again
+    let (mut sb, _) = thaw_sandbox::restore(RestoreArgs {
+        hold_threads: true,
+        ..RestoreArgs::new(
+            &snap,
+            &w.root.path,
+            &w.root.hash,
+            StrategyKind::Eager,
+            &w.cfg,
+        )
+    })
+    .unwrap_or_else(|e| panic!("restore holding its threads: {e:#}"));
+    let pid = sb.pid();
+    // all 13 recreated threads reach their last trampoline instruction and
+    // stay there: nothing but a checkpoint's freeze lets them go
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while held_in_trampoline(pid) < 13 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the threads never reached their hold: {:?}",
+            thread_calls(pid)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    assert_eq!(held_in_trampoline(pid), 13, "{:?}", thread_calls(pid));
+    let dir = t.path.join("held");
+    let (again, rep) = checkpoint(&mut sb, &dir, "_test_threads", &w.root.hash)
+        .unwrap_or_else(|e| panic!("checkpoint with threads in the trampoline: {e:#}"));
+    assert!(
+        rep.trampoline_waits >= 1,
+        "the freeze never found a thread in the trampoline: {rep:?}"
+    );
+    assert_eq!(held_in_trampoline(pid), 0, "{:?}", thread_calls(pid));
+    let state = thaw_sandbox::state::ProcessState::decode(&again.load_state().unwrap()).unwrap();
+    assert_eq!(state.threads.len(), 14);
+    // the instance goes on, every thread it let go working
+    two_rounds(&mut sb, "held, then checkpointed", 14);
+    // and the snapshot, every thread taken outside the trampoline, restores whole
+    let (mut sb2, _) = w
+        .restore(RestoreRequest::new(&again, StrategyKind::Eager))
+        .unwrap_or_else(|e| panic!("restore of the snapshot taken past the trampoline: {e:#}"));
+    two_rounds(&mut sb2, "restored from past the trampoline", 14);
+}
+
+/// Each thread's state letter and tracer (/proc/PID/task/TID/status).
+fn thread_sched(pid: i32) -> Vec<(i32, char, i32)> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            let tid = e.file_name().to_str().unwrap().parse().unwrap();
+            let status = std::fs::read_to_string(e.path().join("status")).unwrap();
+            let field = |name: &str| {
+                status
+                    .lines()
+                    .find_map(|l| l.strip_prefix(name))
+                    .unwrap()
+                    .trim()
+                    .to_string()
+            };
+            let state = field("State:").chars().next().unwrap();
+            (tid, state, field("TracerPid:").parse().unwrap())
+        })
+        .collect()
+}
+
+#[test]
+fn a_thread_in_an_uninterruptible_wait_is_refused_by_name_and_left_untraced() {
+    let w = worker();
+    let t = tier("threads-vfork");
+    let (mut fresh, _) = w.start_fresh("_test_hidden_threads").unwrap();
+    // a Python thread waits for good in clone(CLONE_VFORK | CLONE_THREAD):
+    // its new thread pauses, and it is no child process to be refused for
+    let out = explicit(&mut fresh, json!({"start": ["renamed", "vfork_thread"]}));
+    assert_eq!(out["answer"], 7, "{out}");
+    let pid = fresh.pid();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let in_d = loop {
+        let d: Vec<i32> = thread_sched(pid)
+            .into_iter()
+            .filter(|&(_, state, _)| state == 'D')
+            .map(|(tid, _, _)| tid)
+            .collect();
+        if !d.is_empty() {
+            break d;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no thread in state D: {:?}",
+            thread_sched(pid)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    };
+    assert_eq!(in_d.len(), 1, "{:?}", thread_sched(pid));
+    assert_eq!(kernel_threads(pid), 4);
+    let msg = refusal(&mut fresh, &t, "_test_hidden_threads");
+    assert!(
+        msg.contains(&format!("tid {}", in_d[0]))
+            && msg.contains("uninterruptible wait (state D, in clone)"),
+        "{msg}"
+    );
+    // refused before any thread was seized: none is left traced or stopped
+    for (tid, state, tracer) in thread_sched(pid) {
+        assert!(tracer == 0 && state != 't', "thread {tid}: {state}, traced by {tracer}");
+    }
+    // and the instance goes on
+    let out = explicit(&mut fresh, json!({}));
+    assert_eq!(
+        (out["round"].as_u64(), out["answer"].as_u64()),
+        (Some(2), Some(14)),
+        "{out}"
+    );
+}
+
+#[test]
+fn a_thread_held_by_a_debugger_is_refused_and_snapshots_once_let_go() {
+    let w = worker();
+    let t = tier("threads-traced");
+    let (mut fresh, _) = w.start_fresh("_test_threads").unwrap();
+    let pid = fresh.pid();
+    // a thread blocked in a futex wait (a waiter's condition, the pool's
+    // queue): stopped there, it holds no lock Python's main thread needs
+    let in_futex = |tid: &i32| {
+        let call = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall")).unwrap();
+        call.split_whitespace().next() == Some("202")
+    };
+    let tid = thread_sched(pid)
+        .into_iter()
+        .map(|(tid, _, _)| tid)
+        .find(|tid| *tid != pid && in_futex(tid))
+        .unwrap_or_else(|| panic!("no thread in futex: {:?}", thread_calls(pid)));
+    // this test is the debugger: one of the runtime's threads in a ptrace stop
+    // SAFETY: ptrace and waitpid on a thread of our own sandbox, no buffers.
+    unsafe {
+        assert_eq!(libc::ptrace(libc::PTRACE_SEIZE, tid, 0, 0), 0, "seize");
+        assert_eq!(libc::ptrace(libc::PTRACE_INTERRUPT, tid, 0, 0), 0, "interrupt");
+        let mut status = 0;
+        assert_eq!(libc::waitpid(tid, &mut status, libc::__WALL), tid);
+        assert!(libc::WIFSTOPPED(status), "{status:#x}");
+    }
+    // SAFETY: gettid has no preconditions.
+    let me = unsafe { libc::gettid() };
+    let msg = refusal(&mut fresh, &t, "_test_threads");
+    assert!(
+        msg.contains(&format!("tid {tid}")) && msg.contains(&format!("traced by process {me}")),
+        "{msg}"
+    );
+    // the refusal touched no thread: the debugger's stays its own
+    for (other, state, tracer) in thread_sched(pid) {
+        let want = if other == tid { me } else { 0 };
+        assert_eq!(tracer, want, "thread {other} ({state})");
+    }
+    // SAFETY: as above; the thread is in its ptrace stop.
+    assert_eq!(unsafe { libc::ptrace(libc::PTRACE_DETACH, tid, 0, 0) }, 0);
+    let dir = t.path.join("let-go");
+    let (snap, _) = checkpoint(&mut fresh, &dir, "_test_threads", &w.root.hash)
+        .unwrap_or_else(|e| panic!("checkpoint once the debugger let go: {e:#}"));
+    drop(fresh);
+    let (mut sb, _) = w
+        .restore(RestoreRequest::new(&snap, StrategyKind::Eager))
+        .unwrap();
+    two_rounds(&mut sb, "snapshot taken once the debugger let go", 14);
 }
