@@ -97,6 +97,7 @@ int main(void)
     printf("pub const C_RESTORER_SPAN: u64 = %#lx;\n", RESTORER_SPAN);
     printf("pub const C_TRAMP: (u64, u64, u64) = (%#lx, %#lx, %#lx);\n", TRAMP_ADDR, TRAMP_SIZE,
            TRAMP_FRAME);
+    printf("pub const C_TRAMP_FRAME_MAX: u64 = %#lx;\n", TRAMP_FRAME_MAX);
     printf("pub const C_RESUME_BYTE: u8 = %d;\n", RESUME_BYTE);
     printf("pub const C_SCRATCH_MAX: u64 = %#lx;\n", RESTORER_SCRATCH_MAX);
     printf("pub const C_FILL: [u32; 5] = [%d, %d, %d, %d, %d];\n", FILL_COPY, FILL_MAP,

@@ -30,11 +30,15 @@ pub const TRAMP_ADDR: u64 = RESTORER_BASE + RESTORER_SPAN - TRAMP_SIZE;
 pub const TRAMP_SIZE: u64 = 0x4_0000;
 /// Where the rt_sigreturn frames ([`Plan::frame`]) are copied.
 pub const TRAMP_FRAME: u64 = TRAMP_ADDR + 0x1000;
-/// Bytes for the frames: the rest of the trampoline.
-pub const MAX_FRAME_BYTES: u64 = TRAMP_SIZE - (TRAMP_FRAME - TRAMP_ADDR);
+/// The go-ahead word the recreated threads wait on: the trampoline's last
+/// 64 bytes.
+pub const TRAMP_GO: u64 = TRAMP_ADDR + TRAMP_SIZE - 64;
+/// Bytes for the frames: the rest of the trampoline, up to the go-ahead word.
+pub const MAX_FRAME_BYTES: u64 = TRAMP_GO - TRAMP_FRAME;
 /// Threads a plan may recreate, the main thread included.
 pub const MAX_THREADS: usize = 64;
-/// The restorer's exit status when a thread cannot be recreated after the go-ahead.
+/// The restorer's exit status when a thread cannot be recreated (after its
+/// ready report).
 pub const EXIT_THREADS: i32 = 97;
 /// The restorer reads at most this much plan (its scratch area).
 pub const MAX_PLAN_BYTES: u64 = RESTORER_SPAN - 0x40_0000 - TRAMP_SIZE;
@@ -427,6 +431,7 @@ const _: () = assert!(PLAN_HOLD_THREADS == abi::C_PLAN_HOLD_THREADS);
 const _: () = assert!(
     TRAMP_ADDR == abi::C_TRAMP.0 && TRAMP_SIZE == abi::C_TRAMP.1 && TRAMP_FRAME == abi::C_TRAMP.2
 );
+const _: () = assert!(MAX_FRAME_BYTES == abi::C_TRAMP_FRAME_MAX);
 const _: () = assert!(MAX_PLAN_BYTES == abi::C_SCRATCH_MAX && RESUME_BYTE == abi::C_RESUME_BYTE);
 const _: () = assert!(MAX_PLAN_FDS == abi::C_PLAN_FDS.0 && PLAN_FD_BASE == abi::C_PLAN_FDS.1);
 const _: () = assert!(MAX_FDS == abi::C_FDS.0 && MAX_FD_NUMBER == abi::C_FDS.1);

@@ -36,7 +36,10 @@ typedef int i32;
 /* The resume trampoline: the span's last TRAMP_SIZE bytes. Its first page
  * holds a copy of the code that starts the other threads, unmaps the rest of
  * the span and calls rt_sigreturn; the frames the worker built (registers,
- * signal mask, XSAVE area, one per thread) sit at TRAMP_FRAME. With one
+ * signal mask, XSAVE area, one per thread) sit at TRAMP_FRAME; its last 64
+ * bytes hold the go-ahead word (at TRAMP_ADDR + TRAMP_GO_OFF) the other
+ * threads wait on, created before the go-ahead, and the main thread sets
+ * and wakes once the rest of the span is gone. With one
  * thread the agent unmaps it when told it was restored. With several, a
  * thread may not have run its first instructions here yet when the main
  * thread resumes: it stays mapped, and a checkpoint leaves it out of the
@@ -44,7 +47,9 @@ typedef int i32;
 #define TRAMP_SIZE 0x40000UL
 #define TRAMP_ADDR (RESTORER_BASE + RESTORER_SPAN - TRAMP_SIZE)
 #define TRAMP_FRAME (TRAMP_ADDR + 0x1000UL)
-#define TRAMP_FRAME_MAX (TRAMP_SIZE - 0x1000UL)
+#define TRAMP_GO_OFF 0x3ffc0 /* a literal for the stub's assembly */
+#define TRAMP_FRAME_MAX (TRAMP_GO_OFF - 0x1000UL)
+_Static_assert(TRAMP_GO_OFF == TRAMP_SIZE - 64, "the go-ahead word is the trampoline's last 64 bytes");
 
 #define MAX_VDSO_PIECES 4
 

@@ -2,12 +2,13 @@
  * thaw restorer: a tiny static program, linked at RESTORER_BASE, that runs as
  * pid 1 of a fresh sandbox, reads a restore plan from fd 3, tears down its own
  * address space except itself, rebuilds the runtime's mappings and memory, sets
- * the mm layout, drops privileges, installs the seccomp filter, reports ready
- * and waits for the worker's go-ahead. Then it recreates the runtime's other
- * threads (each rt_sigreturns into its own saved state from a stub outside
- * the rest of the span), re-registers the main thread's kernel-side state,
- * and a trampoline unmaps the restorer and rt_sigreturns into the runtime
- * with the frame the worker built (registers, signal mask, XSAVE area). No
+ * the mm layout, drops privileges, installs the seccomp filter, reports ready,
+ * recreates the runtime's other threads (each waits for the go-ahead, then
+ * rt_sigreturns into its own saved state from a stub outside the rest of the
+ * span) and waits for the worker's go-ahead. Then it re-registers the main
+ * thread's kernel-side state, and a trampoline unmaps the restorer, lets the
+ * other threads go and rt_sigreturns into the runtime with the frame the
+ * worker built (registers, signal mask, XSAVE area). No
  * libc: every call is a raw syscall, so nothing of ours lingers in memory the
  * runtime uses.
  */
@@ -99,7 +100,7 @@
  * thread id written to (and cleared at exit from) glibc's copy of it */
 #define CLONE_THREAD_FLAGS 0xd0f00UL /* VM FS FILES SIGHAND THREAD SYSVSEM SETTLS */
 #define CLONE_TID_FLAGS 0x300000UL    /* PARENT_SETTID CHILD_CLEARTID */
-/* exit status when a thread cannot be recreated after the go-ahead */
+/* exit status when a thread cannot be recreated (after the ready report) */
 #define EXIT_THREADS 97
 #define ARCH_SET_GS 0x1001
 #define ARCH_SET_FS 0x1002
@@ -207,18 +208,23 @@ static long sys6(long n, long a, long b, long c, long d, long e, long f)
 }
 #define sys3(n, a, b, c) sys6(n, (long)(a), (long)(b), (long)(c), 0, 0, 0)
 
+#define STR_(x) #x
+#define STR(x) STR_(x)
 /* The resume trampoline, copied to TRAMP_ADDR (position independent).
  * thaw_tramp_start: in: rdi, rsi = the range to unmap (the span but the
- * trampoline), rdx = the frame's ucontext. The kernel reads the frame at
- * rt_sigreturn, after the restorer is gone; nothing returns here. Should the
- * unmap fail, exit 98.
+ * trampoline), rdx = the frame's ucontext. Once the rest of the span is
+ * gone it sets the go-ahead word and wakes the threads waiting on it (with
+ * no other thread running, the unmap needs no other CPU's TLB flushed).
+ * The kernel reads the frame at rt_sigreturn, after the restorer is gone;
+ * nothing returns here. Should the unmap fail, exit 98.
  * thaw_tramp_clone(flags, stack, ptid, ctid, tls, const struct plan_thread *):
  * clone; the parent returns the new tid (or -errno). The child, on the
- * frame at `stack`, registers its robust list and rseq area, sets its gs
- * base and rt_sigreturns: it never runs restorer code outside this page
- * and reads nothing but its registers, its frame and this page's hold word
- * (PLAN_HOLD_THREADS), so the parent need not wait for it. Offsets into
- * struct plan_thread are checked below. */
+ * frame at `stack`, waits for the go-ahead word, registers its robust list
+ * and rseq area, sets its gs base and rt_sigreturns: it never runs
+ * restorer code outside this page and reads nothing but its registers, its
+ * frame, the go-ahead word and this page's hold word (PLAN_HOLD_THREADS),
+ * so the parent need not wait for it. Offsets into struct plan_thread are
+ * checked below. */
 __asm__(".globl thaw_tramp_start\n"
         "thaw_tramp_start:\n"
         "  mov $11, %eax\n" /* munmap */
@@ -226,6 +232,12 @@ __asm__(".globl thaw_tramp_start\n"
         "  test %rax, %rax\n"
         "  jnz 1f\n"
         "  mov %rdx, %rsp\n"
+        "  lea thaw_tramp_start+" STR(TRAMP_GO_OFF) "(%rip), %rdi\n"
+        "  movl $1, (%rdi)\n"
+        "  mov $129, %esi\n" /* FUTEX_WAKE | FUTEX_PRIVATE_FLAG */
+        "  mov $0x7fffffff, %edx\n"
+        "  mov $202, %eax\n" /* futex */
+        "  syscall\n"
         "  mov $15, %eax\n" /* rt_sigreturn */
         "  syscall\n"
         "1:\n"
@@ -257,6 +269,17 @@ __asm__(".globl thaw_tramp_start\n"
         "  pop %rbx\n"
         "  ret\n"
         "2:\n"
+        "  lea thaw_tramp_start+" STR(TRAMP_GO_OFF) "(%rip), %rdi\n"
+        "7:\n"
+        "  cmpl $0, (%rdi)\n"
+        "  jnz 8f\n"
+        "  mov $128, %esi\n" /* FUTEX_WAIT | FUTEX_PRIVATE_FLAG, for 0 */
+        "  xor %edx, %edx\n"
+        "  xor %r10d, %r10d\n"
+        "  mov $202, %eax\n" /* futex */
+        "  syscall\n"
+        "  jmp 7b\n"
+        "8:\n"
         "  test %r12, %r12\n"
         "  jz 3f\n"
         "  mov %r12, %rdi\n"
@@ -311,20 +334,19 @@ extern char thaw_tramp_start[], thaw_tramp_clone[], thaw_tramp_hold[], thaw_tram
 typedef long (*tramp_clone_fn)(u64 flags, u64 stack, u64 ptid, u64 ctid, u64 tls,
                                const struct plan_thread *t);
 
-/* The compiler may emit calls to these for struct copies. */
+/* The compiler may emit calls to these for struct copies. String
+ * instructions: the frames (a few KiB per thread with AVX-512) copy at
+ * many bytes a cycle instead of one. */
 void *memset(void *d, int c, unsigned long n)
 {
-    char *p = d;
-    while (n--)
-        *p++ = (char)c;
+    void *p = d;
+    __asm__ volatile("rep stosb" : "+D"(p), "+c"(n) : "a"(c) : "memory");
     return d;
 }
 void *memcpy(void *d, const void *s, unsigned long n)
 {
-    char *p = d;
-    const char *q = s;
-    while (n--)
-        *p++ = *q++;
+    void *p = d;
+    __asm__ volatile("rep movsb" : "+D"(p), "+S"(s), "+c"(n) : : "memory");
     return d;
 }
 
@@ -484,16 +506,18 @@ static int send_fd(int sock, int fd)
 }
 
 /* Recreates threads[1..] as glibc's pthread_create would (the new tids
- * written to glibc's copies), and gives the main thread back its own
- * kernel-side state. The main thread goes on without waiting for the new
- * ones to run: each is a runnable thread whose first instructions (in the
- * trampoline page, which stays) put it back where it was, as if the
- * scheduler had not run it yet; waiting would cost a trip through the
- * scheduler per thread, milliseconds on a loaded machine. A checkpoint
- * lets a thread still there go on before it freezes the runtime. After the
- * go-ahead: a failure exits with EXIT_THREADS, and the worker's greeting
- * to the agent goes unanswered. */
-static void start_threads(const struct plan_header *h, const struct plan_thread *threads)
+ * written to glibc's copies), between the ready report and the go-ahead,
+ * so the clones overlap the worker's turn (reading the report, starting
+ * its page server). Each new thread waits on the go-ahead word in the
+ * trampoline page, which stays; the main thread sets it once it has the
+ * go-ahead and goes on without waiting for them to run: each is then a
+ * runnable thread whose first instructions put it back where it was, as
+ * if the scheduler had not run it yet; waiting would cost a trip through
+ * the scheduler per thread, milliseconds on a loaded machine. A checkpoint
+ * lets a thread still there go on before it freezes the runtime. A
+ * failure exits with EXIT_THREADS: the worker's go-ahead or its greeting
+ * to the agent then goes unanswered. */
+static void clone_threads(const struct plan_header *h, const struct plan_thread *threads)
 {
     tramp_clone_fn clone_fn = (tramp_clone_fn)(TRAMP_ADDR + (u64)(thaw_tramp_clone - thaw_tramp_start));
     /* every signal blocked until each thread's frame sets its own mask */
@@ -510,7 +534,12 @@ static void start_threads(const struct plan_header *h, const struct plan_thread 
         if (r < 0)
             sys3(SYS_exit_group, EXIT_THREADS, 0, 0);
     }
-    const struct plan_thread *m = &threads[0];
+}
+
+/* Gives the main thread back its own kernel-side state (after the
+ * go-ahead: its rseq area is the runtime's memory, lazy pages included). */
+static void main_thread_state(const struct plan_thread *m)
+{
     long r = sys3(SYS_prctl, PR_SET_NAME, (long)m->comm, 0);
     if (m->clear_tid)
         sys3(SYS_set_tid_address, m->clear_tid, 0, 0);
@@ -1075,16 +1104,18 @@ void restorer_main(u64 *initial_sp)
     status.ok = 1;
     status.setup_ns = now_ns() - t0;
     report();
+    clone_threads(h, threads);
     /* Wait for the worker's go-ahead (its page server is up); anything else,
-     * or a closed socket, and we leave. The agent's first request follows
-     * the byte and stays for the runtime to read. */
+     * or a closed socket, and we leave (the new threads with us). The
+     * agent's first request follows the byte and stays for the runtime to
+     * read. */
     char c = 0;
     do
         r = sys3(SYS_read, 3, &c, 1);
     while (r == -EINTR);
     if (r != 1 || c != RESUME_BYTE)
         sys3(SYS_exit_group, 99, 0, 0);
-    start_threads(h, threads);
+    main_thread_state(&threads[0]);
     register u64 lo __asm__("rdi") = span_lo;
     register u64 n __asm__("rsi") = TRAMP_ADDR - span_lo;
     register u64 uc __asm__("rdx") = TRAMP_FRAME + 8;
