@@ -152,9 +152,14 @@ fn sched_of(status: &str) -> (char, i32) {
 /// The system call a thread is in (/proc/PID/task/TID/syscall), by name
 /// where a refusal may need it.
 fn call_of(pid: i32, tid: i32) -> String {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall")).unwrap_or_default();
+    let text =
+        std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall")).unwrap_or_default();
     let nr = text.split_whitespace().next().unwrap_or("?");
-    match nr.parse::<u64>().ok().and_then(|n| NOT_RESTARTABLE.iter().find(|(c, _)| *c == n)) {
+    match nr
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| NOT_RESTARTABLE.iter().find(|(c, _)| *c == n))
+    {
         Some((_, name)) => (*name).to_string(),
         None => format!("system call {nr}"),
     }

@@ -440,10 +440,11 @@ fn held_in_trampoline(pid: i32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/task"))
         .unwrap()
         .filter(|e| {
-            let text =
-                std::fs::read_to_string(e.as_ref().unwrap().path().join("syscall")).unwrap();
+            let text = std::fs::read_to_string(e.as_ref().unwrap().path().join("syscall")).unwrap();
             let f: Vec<&str> = text.split_whitespace().collect();
-            let pc = f.last().and_then(|p| u64::from_str_radix(p.trim_start_matches("0x"), 16).ok());
+            let pc = f
+                .last()
+                .and_then(|p| u64::from_str_radix(p.trim_start_matches("0x"), 16).ok());
             f.first() == Some(&"128") && pc.is_some_and(|pc| span.contains(&pc))
         })
         .count()
@@ -558,7 +559,10 @@ fn a_thread_in_an_uninterruptible_wait_is_refused_by_name_and_left_untraced() {
     );
     // refused before any thread was seized: none is left traced or stopped
     for (tid, state, tracer) in thread_sched(pid) {
-        assert!(tracer == 0 && state != 't', "thread {tid}: {state}, traced by {tracer}");
+        assert!(
+            tracer == 0 && state != 't',
+            "thread {tid}: {state}, traced by {tracer}"
+        );
     }
     // and the instance goes on
     let out = explicit(&mut fresh, json!({}));
@@ -590,7 +594,11 @@ fn a_thread_held_by_a_debugger_is_refused_and_snapshots_once_let_go() {
     // SAFETY: ptrace and waitpid on a thread of our own sandbox, no buffers.
     unsafe {
         assert_eq!(libc::ptrace(libc::PTRACE_SEIZE, tid, 0, 0), 0, "seize");
-        assert_eq!(libc::ptrace(libc::PTRACE_INTERRUPT, tid, 0, 0), 0, "interrupt");
+        assert_eq!(
+            libc::ptrace(libc::PTRACE_INTERRUPT, tid, 0, 0),
+            0,
+            "interrupt"
+        );
         let mut status = 0;
         assert_eq!(libc::waitpid(tid, &mut status, libc::__WALL), tid);
         assert!(libc::WIFSTOPPED(status), "{status:#x}");
