@@ -837,7 +837,11 @@ pub fn user_function(
         root: rec.root.as_ref().map(|r| thaw_worker::FunctionRoot {
             path: crate::roots::root_path(&app.cfg, &r.key),
             hash: crate::roots::function_root_hash(&r.tree, &app.worker.root.hash),
-            agent_dir: app.worker.root.path.join(thaw_sandbox::AGENT_DIR.trim_start_matches('/')),
+            agent_dir: app
+                .worker
+                .root
+                .path
+                .join(thaw_sandbox::AGENT_DIR.trim_start_matches('/')),
         }),
     })
 }

@@ -124,7 +124,8 @@ pub fn layer_from_dir(dir: &Path, blob: &Path) -> Result<Layer> {
         fail!(ImageError::Invalid, "{} is not a directory", dir.display());
     }
     let tmp = blob.with_extension("partial");
-    let file = std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+    let file =
+        std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
     let compressed = Hashing {
         inner: std::io::BufWriter::new(file),
         hash: Sha256::new(),
@@ -406,7 +407,9 @@ fn write_oci(
     let layers: Vec<Value> = base
         .iter()
         .map(|l| json!({"mediaType": MEDIA_LAYER, "digest": l.digest, "size": l.size}))
-        .chain([json!({"mediaType": MEDIA_LAYER, "digest": sha256_digest(&layer), "size": layer.len()})])
+        .chain([
+            json!({"mediaType": MEDIA_LAYER, "digest": sha256_digest(&layer), "size": layer.len()}),
+        ])
         .collect();
     let manifest = serde_json::to_vec(&json!({
         "schemaVersion": 2,

@@ -244,9 +244,9 @@ fn allowed_source(cfg: &Config, path: &Path) -> Result<PathBuf> {
             path.display()
         );
     }
-    let real = path.canonicalize().map_err(|e| {
-        RootError::Invalid(format!("root path {}: {e}", path.display()))
-    })?;
+    let real = path
+        .canonicalize()
+        .map_err(|e| RootError::Invalid(format!("root path {}: {e}", path.display())))?;
     let allowed = cfg.image_roots_from.iter().any(|a| {
         a.canonicalize()
             .is_ok_and(|a| real != a && real.starts_with(&a))
@@ -335,7 +335,8 @@ fn copy_dir(src: &Path, dst: &Path, budget: &mut Budget, depth: usize) -> Result
                 .custom_flags(libc::O_NOFOLLOW)
                 .open(&d)
                 .with_context(|| format!("creating {}", d.display()))?;
-            std::io::copy(&mut from, &mut to).with_context(|| format!("copying {}", s.display()))?;
+            std::io::copy(&mut from, &mut to)
+                .with_context(|| format!("copying {}", s.display()))?;
             std::os::unix::fs::fchown(&to, Some(m.uid()), Some(m.gid()))
                 .with_context(|| format!("owner of {}", d.display()))?;
             to.set_permissions(std::fs::Permissions::from_mode(m.mode() & 0o7777))

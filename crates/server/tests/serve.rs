@@ -3091,7 +3091,10 @@ fn image_roots_import_once_refuse_what_they_must_and_functions_run_and_restore_o
     let info = r.json().unwrap();
     assert_eq!(info["key"], json!(key), "{info}");
     assert!(
-        info["runtimes"].as_array().unwrap().contains(&json!("python")),
+        info["runtimes"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("python")),
         "{info}"
     );
     let copy = roots.join(&key).join("root");
@@ -3108,7 +3111,11 @@ fn image_roots_import_once_refuse_what_they_must_and_functions_run_and_restore_o
     assert!(std::fs::symlink_metadata(copy.join("etc/resolv.conf"))
         .unwrap()
         .is_file());
-    assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0, "written outside");
+    assert_eq!(
+        std::fs::read_dir(&outside).unwrap().count(),
+        0,
+        "written outside"
+    );
     // the same key again: nothing copied
     let r = import_root(&d, &rootfs, Some(&key));
     assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
@@ -3128,7 +3135,11 @@ fn image_roots_import_once_refuse_what_they_must_and_functions_run_and_restore_o
     ] {
         let r = import_root(&d, &path, key);
         let (status, code, msg) = error_of(&r);
-        assert_eq!((status, code.as_str()), (400, "bad_request"), "{path:?}: {msg}");
+        assert_eq!(
+            (status, code.as_str()),
+            (400, "bad_request"),
+            "{path:?}: {msg}"
+        );
         assert!(msg.contains(want), "{path:?}: {msg}");
     }
     let bare = from.join("c2/rootfs");
@@ -3138,7 +3149,11 @@ fn image_roots_import_once_refuse_what_they_must_and_functions_run_and_restore_o
     let (status, code, msg) = error_of(&import_root(&d, &bare, None));
     assert_eq!((status, code.as_str()), (422, "unusable_root"), "{msg}");
     assert!(msg.contains("/usr/bin/python3"), "{msg}");
-    assert_eq!(listing(), vec![key.clone()], "nothing kept of refused roots");
+    assert_eq!(
+        listing(),
+        vec![key.clone()],
+        "nothing kept of refused roots"
+    );
 
     // a function on it reads the image's file; its snapshot restores
     // there, also after a restart
@@ -3155,7 +3170,11 @@ fn image_roots_import_once_refuse_what_they_must_and_functions_run_and_restore_o
     let runtime_root = thaw_runtime::ensure_root(&thaw_runtime::default_home(), &mut |_| {})
         .unwrap()
         .hash;
-    assert_ne!(manifest["runtime_root"], json!(runtime_root), "taken over the image's root");
+    assert_ne!(
+        manifest["runtime_root"],
+        json!(runtime_root),
+        "taken over the image's root"
+    );
     let r = d.invoke("rooted", &json!(null));
     assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
     assert_eq!(r.json().unwrap(), json!(["mine", true]));

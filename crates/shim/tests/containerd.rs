@@ -194,7 +194,10 @@ fn a_function_image_runs_on_its_own_root_filesystem_and_one_without_python_is_re
     );
     let image = import_rooted_function(&c, "rooted", READS_THE_IMAGE, &[runtime.clone(), marker]);
     let out = c.ok(&["run", "--rm", "--runtime", RUNTIME, &image, "r1", "invoke"]);
-    assert!(out.contains("marker from the image"), "the function's print: {out}");
+    assert!(
+        out.contains("marker from the image"),
+        "the function's print: {out}"
+    );
     assert!(
         out.contains(r#""marker":"from the image""#) && out.contains(r#""agent":true"#),
         "the answer: {out}"
@@ -215,7 +218,9 @@ fn a_function_image_runs_on_its_own_root_filesystem_and_one_without_python_is_re
     assert!(out.contains(r#""marker":"from the image""#), "{out}");
     assert_eq!(daemon.functions(), names, "no second deploy");
     assert_eq!(
-        std::fs::read_dir(daemon.home.join("serve/roots")).unwrap().count(),
+        std::fs::read_dir(daemon.home.join("serve/roots"))
+            .unwrap()
+            .count(),
         1,
         "the root is imported once"
     );
@@ -232,14 +237,24 @@ fn a_function_image_runs_on_its_own_root_filesystem_and_one_without_python_is_re
     let bare = files_layer(&base.join("bare"), &[("etc/os-release", "ID=bare\n")]);
     let nopython = import_rooted_function(&c, "nopython", GREETER, &[bare]);
     let o = c
-        .ctr(&["run", "--rm", "--runtime", RUNTIME, &nopython, "np", "invoke"])
+        .ctr(&[
+            "run",
+            "--rm",
+            "--runtime",
+            RUNTIME,
+            &nopython,
+            "np",
+            "invoke",
+        ])
         .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success(), "{o:?}");
     assert!(err.contains("/usr/bin/python3"), "the reason: {err}");
     assert_eq!(daemon.functions(), names, "nothing deployed");
     assert_eq!(
-        std::fs::read_dir(daemon.home.join("serve/roots")).unwrap().count(),
+        std::fs::read_dir(daemon.home.join("serve/roots"))
+            .unwrap()
+            .count(),
         1,
         "nothing kept of the refused root"
     );

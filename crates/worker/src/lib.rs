@@ -269,13 +269,7 @@ impl Worker {
             SandboxFrom::BuiltNow => None,
         };
         let (root, root_hash) = self.root_of(req.function);
-        let mut args = RestoreArgs::new(
-            req.snapshot,
-            root,
-            root_hash,
-            req.strategy,
-            &cfg,
-        );
+        let mut args = RestoreArgs::new(req.snapshot, root, root_hash, req.strategy, &cfg);
         args.prebuilt = take_prebuilt(pool, &cfg);
         args.streamed = req.streamed;
         thaw_sandbox::restore(args)
@@ -629,7 +623,7 @@ impl Worker {
         env.extend(func.env.iter().cloned());
         let (root, _) = self.root_of(Some(func));
         let sb = Sandbox::start(&func.sandbox_config(&self.cfg), root, &argv, &env)
-        .map_err(|e| StartError::Sandbox(e.into()))?;
+            .map_err(|e| StartError::Sandbox(e.into()))?;
         Ok(load_timed(sb, t0, timeout)?)
     }
 
@@ -670,10 +664,12 @@ impl Worker {
     /// A pool of `size` sandboxes built ahead for restores of `func` (its
     /// code mount and limits); dropping it kills the waiting ones.
     pub fn user_pool(&self, func: &UserFunction, size: usize) -> Result<SandboxPool> {
-        Ok(
-            SandboxPool::start(self.root_of(Some(func)).0, &func.sandbox_config(&self.cfg), size)
-                .with_context(|| format!("starting a sandbox pool for {}", func.name))?,
+        Ok(SandboxPool::start(
+            self.root_of(Some(func)).0,
+            &func.sandbox_config(&self.cfg),
+            size,
         )
+        .with_context(|| format!("starting a sandbox pool for {}", func.name))?)
     }
 }
 
