@@ -328,13 +328,7 @@ fn copy_dir(src: &Path, dst: &Path, budget: &mut Budget, depth: usize) -> Result
                 .custom_flags(libc::O_NOFOLLOW)
                 .open(&s)
                 .with_context(|| format!("opening {}", s.display()))?;
-            let mut to = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .custom_flags(libc::O_NOFOLLOW)
-                .open(&d)
-                .with_context(|| format!("creating {}", d.display()))?;
+            let mut to = create_new(&d, 0o600)?;
             std::io::copy(&mut from, &mut to)
                 .with_context(|| format!("copying {}", s.display()))?;
             std::os::unix::fs::fchown(&to, Some(m.uid()), Some(m.gid()))
@@ -405,15 +399,20 @@ fn make_mount_points(root: &Path) -> Result<()> {
         Err(_) => {}
     }
     if !resolv.is_file() {
-        std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o644)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&resolv)
-            .with_context(|| format!("creating {}", resolv.display()))?;
+        create_new(&resolv, 0o644)?;
     }
     Ok(())
+}
+
+/// A new file at `path` (never through a link, never an existing one).
+fn create_new(path: &Path, mode: u32) -> Result<std::fs::File> {
+    Ok(std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .with_context(|| format!("creating {}", path.display()))?)
 }
 
 /// Where `path` (absolute, as a process inside `root` names it) is on the

@@ -94,20 +94,7 @@ pub fn has_own_root(root: &Path) -> std::io::Result<bool> {
 /// contents) and returns its key there.
 pub fn import_root(socket: &Path, rootfs: &Path, key: Option<&str>) -> Result<String> {
     let body = json!({"path": rootfs, "key": key});
-    let r = request(
-        socket,
-        "POST",
-        "/v1/roots",
-        Some(&serde_json::to_vec(&body).context("encoding the root import request")?),
-    )?;
-    if r.status != 200 && r.status != 201 {
-        fail!(
-            DaemonError::Refused,
-            "the node's thaw daemon refused the image's root filesystem ({}): {}",
-            r.status,
-            error_message(&r)
-        );
-    }
+    let r = post_accepted(socket, "/v1/roots", &body, "the image's root filesystem")?;
     let v = r.json().context("the daemon's root import answer")?;
     match v["key"].as_str() {
         Some(k) => Ok(k.to_string()),
@@ -168,21 +155,25 @@ pub fn ensure_deployed(socket: &Path, root: &Path, f: &Function) -> Result<Strin
             req[k] = v.clone();
         }
     }
-    let r = request(
-        socket,
-        "POST",
-        "/v1/functions",
-        Some(&serde_json::to_vec(&req).context("encoding the deploy request")?),
-    )?;
+    post_accepted(socket, "/v1/functions", &req, "the function")?;
+    Ok(name)
+}
+
+/// POSTs `body` to `path`: the answer if it is 200 or 201, else the
+/// daemon's refusal of `what`.
+fn post_accepted(socket: &Path, path: &str, body: &Value, what: &str) -> Result<Response> {
+    let data =
+        serde_json::to_vec(body).with_context(|| format!("encoding the request for {what}"))?;
+    let r = request(socket, "POST", path, Some(&data))?;
     if r.status != 200 && r.status != 201 {
         fail!(
             DaemonError::Refused,
-            "the node's thaw daemon refused the function ({}): {}",
+            "the node's thaw daemon refused {what} ({}): {}",
             r.status,
             error_message(&r)
         );
     }
-    Ok(name)
+    Ok(r)
 }
 
 /// One invocation; the daemon restores an instance if none is warm.

@@ -192,8 +192,16 @@ fn a_function_image_runs_on_its_own_root_filesystem_and_one_without_python_is_re
         &base.join("marker"),
         &[("etc/thaw-image-marker", "from the image")],
     );
-    let image = import_rooted_function(&c, "rooted", READS_THE_IMAGE, &[runtime.clone(), marker]);
-    let out = c.ok(&["run", "--rm", "--runtime", RUNTIME, &image, "r1", "invoke"]);
+    let image = import_rooted_function(&c, "rooted", READS_THE_IMAGE, &[runtime, marker]);
+    let invoke = |image: &str, id: &str| {
+        c.ctr(&["run", "--rm", "--runtime", RUNTIME, image, id, "invoke"])
+            .unwrap()
+    };
+    let stdout = |o: std::process::Output| {
+        assert!(o.status.success(), "{o:?}");
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let out = stdout(invoke(&image, "r1"));
     assert!(
         out.contains("marker from the image"),
         "the function's print: {out}"
@@ -209,52 +217,24 @@ fn a_function_image_runs_on_its_own_root_filesystem_and_one_without_python_is_re
     assert_eq!(names.len(), 1, "{names:?}");
     let f = daemon.function(&names[0]);
     assert!(f["snapshot"]["id"].is_string(), "a snapshot: {f}");
-    let roots: Vec<_> = std::fs::read_dir(daemon.home.join("serve/roots"))
-        .unwrap()
-        .map(|e| e.unwrap().file_name())
-        .collect();
-    assert_eq!(roots.len(), 1, "one imported root: {roots:?}");
-    let out = c.ok(&["run", "--rm", "--runtime", RUNTIME, &image, "r2", "invoke"]);
+    assert_eq!(daemon.imported_roots(), 1, "one imported root");
+    let out = stdout(invoke(&image, "r2"));
     assert!(out.contains(r#""marker":"from the image""#), "{out}");
     assert_eq!(daemon.functions(), names, "no second deploy");
-    assert_eq!(
-        std::fs::read_dir(daemon.home.join("serve/roots"))
-            .unwrap()
-            .count(),
-        1,
-        "the root is imported once"
-    );
-    let metrics = daemon.metrics();
-    assert!(
-        metrics
-            .lines()
-            .any(|l| l.starts_with("thaw_restore_duration_seconds_count") && !l.ends_with(" 0")),
-        "the daemon restored the function: {metrics}"
-    );
+    assert_eq!(daemon.imported_roots(), 1, "the root is imported once");
+    daemon.assert_restored();
 
     // a root filesystem without Python (nor Node.js): Create fails naming
     // the missing program, and nothing is left, in containerd or the daemon
     let bare = files_layer(&base.join("bare"), &[("etc/os-release", "ID=bare\n")]);
     let nopython = import_rooted_function(&c, "nopython", GREETER, &[bare]);
-    let o = c
-        .ctr(&[
-            "run",
-            "--rm",
-            "--runtime",
-            RUNTIME,
-            &nopython,
-            "np",
-            "invoke",
-        ])
-        .unwrap();
+    let o = invoke(&nopython, "np");
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success(), "{o:?}");
     assert!(err.contains("/usr/bin/python3"), "the reason: {err}");
     assert_eq!(daemon.functions(), names, "nothing deployed");
     assert_eq!(
-        std::fs::read_dir(daemon.home.join("serve/roots"))
-            .unwrap()
-            .count(),
+        daemon.imported_roots(),
         1,
         "nothing kept of the refused root"
     );

@@ -90,6 +90,22 @@ impl Daemon {
         String::from_utf8_lossy(&self.get("/metrics").body).into_owned()
     }
 
+    /// The daemon's metrics count a restore.
+    pub fn assert_restored(&self) {
+        let metrics = self.metrics();
+        assert!(
+            metrics
+                .lines()
+                .any(|l| l.starts_with("thaw_restore_duration_seconds_count") && !l.ends_with(" 0")),
+            "the daemon restored the function: {metrics}"
+        );
+    }
+
+    /// How many root filesystems the daemon imported.
+    pub fn imported_roots(&self) -> usize {
+        std::fs::read_dir(self.home.join("serve/roots")).map_or(0, |d| d.count())
+    }
+
     pub fn stop(&mut self) {
         if let Some(r) = self.running.take() {
             self.rt.block_on(r.stop());
