@@ -254,6 +254,8 @@ pub fn describe(v: &FnVersion, live: u32, idle: u32) -> Value {
         "init": r.init,
         "before_snapshot": r.before_snapshot,
         "after_restore": r.after_restore,
+        // the image's root filesystem it runs on (none: the runtime root)
+        "root": r.root.as_ref().map(|x| &x.key),
         // how a new instance starts: from the snapshot, or fresh
         "start_type": StartType::of_new(r.strategy).name(),
         "snapshot_refused": r.snapshot_refused,

@@ -3162,6 +3162,7 @@ fn image_roots_import_once_refuse_what_they_must_and_functions_run_and_restore_o
     req["root"] = json!(key);
     let v = deploy(&d, &req);
     assert!(v["snapshot"]["id"].is_string(), "{v}");
+    assert_eq!(v["root"], json!(key), "{v}");
     let manifest: Value = serde_json::from_slice(
         &std::fs::read(PathBuf::from(v["snapshot"]["dir"].as_str().unwrap()).join("manifest.json"))
             .unwrap(),
