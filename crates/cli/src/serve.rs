@@ -44,6 +44,11 @@ pub struct ServeArgs {
     /// (every node needs the same HOME/remote.key)
     #[arg(long)]
     shared_snapshots: bool,
+    /// A directory whose subdirectories (containers' root filesystems) the
+    /// containerd shim may have the daemon import (repeatable; default
+    /// /run/containerd)
+    #[arg(long = "image-roots-from")]
+    image_roots_from: Vec<PathBuf>,
 }
 
 pub fn serve(home: Option<PathBuf>, a: ServeArgs) -> Result<()> {
@@ -75,6 +80,9 @@ pub fn serve(home: Option<PathBuf>, a: ServeArgs) -> Result<()> {
     }
     if a.shared_snapshots {
         cfg.shared_snapshots = true;
+    }
+    if !a.image_roots_from.is_empty() {
+        cfg.image_roots_from = a.image_roots_from;
     }
     Ok(thaw_server::serve_forever(cfg)?)
 }

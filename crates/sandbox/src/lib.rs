@@ -74,6 +74,10 @@ pub struct SandboxConfig {
     /// A deployed function's extracted Debian packages, bind-mounted
     /// read-only at [`PACKAGES_DIR`] (fresh starts and restores alike).
     pub packages_dir: Option<PathBuf>,
+    /// The runtime root's agent directory, bind-mounted read-only at
+    /// [`AGENT_DIR`] before the code and packages: a function that runs on
+    /// a root filesystem of its own (an image's) gets thaw's agent beside it.
+    pub agent_dir: Option<PathBuf>,
     /// A function given network egress: each sandbox gets an address and a
     /// veth on the daemon's bridge, and a seccomp filter that allows IP
     /// sockets. None: loopback only, and no IP sockets at all.
@@ -84,6 +88,9 @@ pub struct SandboxConfig {
 pub const USER_CODE_DIR: &str = "/opt/thaw/user";
 /// Where a deployed function's own Debian packages appear inside the sandbox.
 pub const PACKAGES_DIR: &str = "/opt/thaw/packages";
+/// Where the agent appears inside a sandbox whose root is not thaw's
+/// runtime root (see [`SandboxConfig::agent_dir`]).
+pub const AGENT_DIR: &str = "/opt/thaw";
 
 impl Default for SandboxConfig {
     fn default() -> Self {
@@ -98,6 +105,7 @@ impl Default for SandboxConfig {
             drift_share: 0.25,
             code_dir: None,
             packages_dir: None,
+            agent_dir: None,
             egress: None,
         }
     }
@@ -113,8 +121,11 @@ impl SandboxConfig {
         ]
     }
 
-    /// The read-only bind mounts of a deployed function's sandbox.
+    /// The read-only bind mounts of a deployed function's sandbox, in the
+    /// order they are made (the agent's directory holds the others' mount
+    /// points).
     fn binds(&self) -> Vec<(&Path, &'static str)> {
+        let agent = self.agent_dir.as_deref().map(|d| (d, AGENT_DIR));
         let code = self.code_dir.as_deref().map(|d| (d, USER_CODE_DIR));
         let pkgs = self.packages_dir.as_deref().map(|d| (d, PACKAGES_DIR));
         let resolv = self
@@ -122,15 +133,22 @@ impl SandboxConfig {
             .as_ref()
             .and_then(|e| e.resolv_conf())
             .map(|f| (f, "/etc/resolv.conf"));
-        code.into_iter().chain(pkgs).chain(resolv).collect()
+        agent
+            .into_iter()
+            .chain(code)
+            .chain(pkgs)
+            .chain(resolv)
+            .collect()
     }
 
-    /// The directories mounted over the root (code, packages): where a
-    /// runtime's file mappings may come from besides the root itself.
+    /// The directories mounted over the root (code, packages, the agent):
+    /// where a runtime's file mappings may come from besides the root
+    /// itself, the innermost mount point first.
     fn dir_mounts(&self) -> Vec<(PathBuf, &'static str)> {
         let code = self.code_dir.clone().map(|d| (d, USER_CODE_DIR));
         let pkgs = self.packages_dir.clone().map(|d| (d, PACKAGES_DIR));
-        code.into_iter().chain(pkgs).collect()
+        let agent = self.agent_dir.clone().map(|d| (d, AGENT_DIR));
+        code.into_iter().chain(pkgs).chain(agent).collect()
     }
 }
 

@@ -60,6 +60,10 @@ pub struct Config {
     pub drain_grace_s: u64,
     /// XDT: object table and call-chain limits (`[xdt.objects]`, `[xdt.chains]`).
     pub xdt: crate::xdt::config::XdtConfig,
+    /// Directories whose subdirectories `POST /v1/roots` may import as a
+    /// function's root filesystem (containerd's state directory, where
+    /// the shim mounts each container's rootfs).
+    pub image_roots_from: Vec<PathBuf>,
 }
 
 /// The daemon's snapshot tiers, by their names in the tier configuration
@@ -163,6 +167,10 @@ pub struct Limits {
     pub sandbox_pool: usize,
     /// Largest unpacked set of one function's own Debian packages.
     pub packages_bytes: u64,
+    /// Largest root filesystem an image may bring (`POST /v1/roots`):
+    /// bytes of its files, and entries.
+    pub image_root_bytes: u64,
+    pub image_root_files: u64,
 }
 
 impl Default for Limits {
@@ -185,6 +193,8 @@ impl Default for Limits {
             prewarm_max: 64,
             sandbox_pool: 0,
             packages_bytes: 512 << 20,
+            image_root_bytes: 8 << 30,
+            image_root_files: 500_000,
         }
     }
 }
@@ -209,6 +219,7 @@ impl Default for Config {
             limits: Limits::default(),
             drain_grace_s: 30,
             xdt: Default::default(),
+            image_roots_from: vec![PathBuf::from("/run/containerd")],
         }
     }
 }

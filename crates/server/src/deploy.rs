@@ -104,6 +104,9 @@ pub struct DeployRequest {
     pub owner: Option<String>,
     /// Network egress (default none: loopback only, no IP sockets).
     pub network: Option<NetworkRequest>,
+    /// The key of a root filesystem imported with `POST /v1/roots` (an
+    /// image's) to run on instead of the runtime root.
+    pub root: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -318,6 +321,17 @@ pub async fn run(app: &Arc<App>, req: DeployRequest) -> Result<(Record, bool), E
     if let Some(n) = &req.network {
         n.policy().map_err(|e| bad(format!("network: {e}")))?;
     }
+    let root = match &req.root {
+        Some(key) => {
+            let info = crate::roots::open(&app.cfg, key).map_err(|e| bad(format!("root: {e}")))?;
+            crate::roots::check_runtime(&info, runtime).map_err(|e| bad(e.to_string()))?;
+            Some(crate::roots::RootRef {
+                key: info.key,
+                tree: info.tree,
+            })
+        }
+        None => None,
+    };
     let format = Format::parse(&req.code.format).map_err(|e| bad(format!("{e:#}")))?;
     let data = base64::engine::general_purpose::STANDARD
         .decode(req.code.data_base64.as_bytes())
@@ -363,6 +377,7 @@ pub async fn run(app: &Arc<App>, req: DeployRequest) -> Result<(Record, bool), E
             strategy,
             &tier,
             required,
+            root,
         )
     })
     .await
@@ -398,6 +413,7 @@ fn build(
     strategy: StartStrategy,
     tier: &str,
     snapshot_required: bool,
+    root: Option<crate::roots::RootRef>,
 ) -> Result<FnVersion, Error> {
     let version = app.registry.next_version(&req.name).map_err(internal)?;
     let vdir = app.registry.version_dir(&req.name, version);
@@ -440,6 +456,7 @@ fn build(
             packages,
             network: req.network.clone(),
             shared: None,
+            root,
             code_bytes: stats.bytes,
             code_files: stats.files,
             created_unix: std::time::SystemTime::now()
@@ -533,7 +550,7 @@ fn share(app: &App, rec: &mut Record, code_dir: &Path, req: &DeployRequest) -> S
             return Share::None;
         }
     };
-    match shared::lookup(app, &key) {
+    match shared::lookup(app, &key, &crate::roots::root_hash(app, rec)) {
         Ok(Found::Absent) => Share::Publish(key),
         Ok(Found::Usable(m)) => {
             let stored = shared::fetched(app, rec, &key, &m);
@@ -817,6 +834,15 @@ pub fn user_function(
             .collect(),
         memory_bytes: rec.memory_mb << 20,
         egress,
+        root: rec.root.as_ref().map(|r| thaw_worker::FunctionRoot {
+            path: crate::roots::root_path(&app.cfg, &r.key),
+            hash: crate::roots::function_root_hash(&r.tree, &app.worker.root.hash),
+            agent_dir: app
+                .worker
+                .root
+                .path
+                .join(thaw_sandbox::AGENT_DIR.trim_start_matches('/')),
+        }),
     })
 }
 
@@ -935,7 +961,7 @@ pub fn snapshot(
     let tier = tiering::local_tier(app, &rec.tier)?;
     let sname = snapshot_name(app, &rec.name, rec.version);
     let t = std::time::Instant::now();
-    let (snap, _) = match app.worker.checkpoint_as(&mut sb, &tier, &sname, &rec.name) {
+    let (snap, _) = match app.worker.checkpoint_user_as(&mut sb, &tier, &sname, func) {
         Ok(taken) => taken,
         Err(thaw_worker::WorkerError::NotCheckpointable(nc)) => return Ok(Err(nc.reasons)),
         Err(e) => {

@@ -31,6 +31,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("post", "/v1/functions/{name}/invoke"),
     ("put", "/v1/functions/{name}/prewarm"),
     ("get", "/v1/functions/{name}/logs"),
+    ("post", "/v1/roots"),
     ("get", "/healthz"),
     ("get", "/readyz"),
     ("get", "/metrics"),
@@ -73,6 +74,7 @@ fn routes(app: Arc<App>) -> Router {
         .route("/v1/functions/{name}/invoke", post(invoke))
         .route("/v1/functions/{name}/prewarm", put(prewarm))
         .route("/v1/functions/{name}/logs", get(logs))
+        .route("/v1/roots", post(import_root))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
@@ -252,6 +254,8 @@ pub fn describe(v: &FnVersion, live: u32, idle: u32) -> Value {
         "init": r.init,
         "before_snapshot": r.before_snapshot,
         "after_restore": r.after_restore,
+        // the image's root filesystem it runs on (none: the runtime root)
+        "root": r.root.as_ref().map(|x| &x.key),
         // how a new instance starts: from the snapshot, or fresh
         "start_type": StartType::of_new(r.strategy).name(),
         "snapshot_refused": r.snapshot_refused,
@@ -303,6 +307,51 @@ async fn deploy_fn(
     out["init_ms"] = json!(rec.snapshot.as_ref().map(|s| s.init_ms));
     out["size_bytes"] = json!(rec.snapshot.as_ref().map(|s| s.size_bytes));
     Ok((code, Json(out)).into_response())
+}
+
+/// `POST /v1/roots`: copies a container's root filesystem into the home
+/// once per key (see [`crate::roots`]); 201 when this call copied it, 200
+/// when the key was imported already.
+async fn import_root(
+    State(app): State<Arc<App>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let b = limited(&app, body, 64 << 10, "root import request").await?;
+    let req: crate::roots::ImportRequest = serde_json::from_slice(&b).map_err(|e| {
+        app.metrics.reject("bad_request");
+        ApiError::bad(format!("root import request: {e}"))
+    })?;
+    // one import per key at a time: the second finds the first's copy
+    let lock = req
+        .key
+        .as_ref()
+        .map(|k| app.deploy_lock(&format!("root {k}")));
+    let _guard = match &lock {
+        Some(l) => Some(l.lock().await),
+        None => None,
+    };
+    let app2 = app.clone();
+    let (info, copied) = tokio::task::spawn_blocking(move || crate::roots::import(&app2.cfg, &req))
+        .await
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?
+        .map_err(|e| {
+            use crate::roots::RootError as E;
+            let (status, code) = match &e {
+                E::Invalid(_) => (StatusCode::BAD_REQUEST, "bad_request"),
+                E::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
+                E::Unusable(_) => (StatusCode::UNPROCESSABLE_ENTITY, "unusable_root"),
+                E::Other(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+            };
+            ApiError::new(status, code, thaw_error::chain(&e))
+        })?;
+    if copied {
+        tracing::info!(key = %info.key, files = info.files, bytes = info.bytes, "imported a root filesystem");
+    }
+    let status = match copied {
+        true => StatusCode::CREATED,
+        false => StatusCode::OK,
+    };
+    Ok((status, Json(json!(info))).into_response())
 }
 
 async fn list_fns(State(app): State<Arc<App>>) -> Json<Value> {

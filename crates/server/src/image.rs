@@ -1,9 +1,12 @@
 //! Functions as OCI images. `thaw image build` packs a function's code
-//! directory into a one-layer image (the code under `/function`, the handler
-//! in the config's environment and labels) and writes it as an OCI layout in
-//! a tar archive, which `ctr images import` and `skopeo copy oci-archive:`
-//! accept. The containerd shim reads the same names back out of a container's
-//! spec and rootfs.
+//! directory into a layer (the code under `/function`, the handler in the
+//! config's environment and labels) on top of a base layer made from thaw's
+//! runtime root (so the image's root filesystem is a whole one the function
+//! runs on; [`build`] alone makes a code-only image, which runs on the
+//! node's runtime root), and writes it as an OCI layout in a tar archive,
+//! which `ctr images import` and `skopeo copy oci-archive:` accept. The
+//! containerd shim reads the same names back out of a container's spec and
+//! rootfs.
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use std::io::Write;
@@ -42,6 +45,141 @@ pub const LABEL_INIT: &str = "dev.thaw.init";
 const MEDIA_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 const MEDIA_CONFIG: &str = "application/vnd.oci.image.config.v1+json";
 const MEDIA_LAYER: &str = "application/vnd.oci.image.layer.v1.tar+gzip";
+/// The environment a whole root filesystem's image gives its processes.
+const ROOT_PATH: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// A layer made from a directory tree, its gzip'd blob in a file.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct Layer {
+    pub blob: std::path::PathBuf,
+    /// Digest of the blob (the manifest's).
+    pub digest: String,
+    /// Digest of the uncompressed tar (the config's `diff_ids`).
+    pub diff_id: String,
+    pub size: u64,
+}
+
+/// Counts and hashes what passes through to `inner`.
+struct Hashing<W> {
+    inner: W,
+    hash: Sha256,
+    count: u64,
+}
+
+impl<W: Write> Write for Hashing<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.hash.update(&buf[..n]);
+        self.count += n as u64;
+        Ok(n)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// Appends the tree under `dir` (its entries named `prefix/...`, sorted;
+/// owners and modes as they are, times 0; links as links; devices, FIFOs
+/// and sockets left out) to `ar`.
+fn append_tree<W: Write>(ar: &mut tar::Builder<W>, dir: &Path, rel: &Path) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let mut names: Vec<_> = std::fs::read_dir(dir.join(rel))
+        .with_context(|| format!("reading {}", dir.join(rel).display()))?
+        .map(|e| e.map(|e| e.file_name()))
+        .collect::<std::io::Result<_>>()?;
+    names.sort();
+    for name in names {
+        let path = rel.join(&name);
+        let full = dir.join(&path);
+        let m = std::fs::symlink_metadata(&full)?;
+        let mut h = tar::Header::new_gnu();
+        h.set_mode(m.mode() & 0o7777);
+        h.set_uid(m.uid().into());
+        h.set_gid(m.gid().into());
+        h.set_mtime(0);
+        let ft = m.file_type();
+        if ft.is_dir() {
+            h.set_entry_type(tar::EntryType::Directory);
+            h.set_size(0);
+            ar.append_data(&mut h, &path, std::io::empty())?;
+            append_tree(ar, dir, &path)?;
+        } else if ft.is_file() {
+            h.set_entry_type(tar::EntryType::Regular);
+            h.set_size(m.len());
+            let f = std::fs::File::open(&full)
+                .with_context(|| format!("reading {}", full.display()))?;
+            ar.append_data(&mut h, &path, f)?;
+        } else if ft.is_symlink() {
+            h.set_entry_type(tar::EntryType::Symlink);
+            h.set_size(0);
+            ar.append_link(&mut h, &path, std::fs::read_link(&full)?)?;
+        }
+    }
+    Ok(())
+}
+
+/// A layer of the tree under `dir`, written to `blob` (replaced).
+pub fn layer_from_dir(dir: &Path, blob: &Path) -> Result<Layer> {
+    if !dir.is_dir() {
+        fail!(ImageError::Invalid, "{} is not a directory", dir.display());
+    }
+    let tmp = blob.with_extension("partial");
+    let file =
+        std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+    let compressed = Hashing {
+        inner: std::io::BufWriter::new(file),
+        hash: Sha256::new(),
+        count: 0,
+    };
+    let gz = flate2::write::GzEncoder::new(compressed, flate2::Compression::fast());
+    let plain = Hashing {
+        inner: gz,
+        hash: Sha256::new(),
+        count: 0,
+    };
+    let mut ar = tar::Builder::new(plain);
+    ar.follow_symlinks(false);
+    append_tree(&mut ar, dir, Path::new(""))?;
+    let plain = ar.into_inner()?;
+    let diff_id = format!("sha256:{}", hex::encode(plain.hash.finalize()));
+    let mut compressed = plain.inner.finish()?;
+    compressed.flush()?;
+    let digest = format!("sha256:{}", hex::encode(compressed.hash.finalize()));
+    let size = compressed.count;
+    compressed
+        .inner
+        .into_inner()
+        .map_err(|e| e.into_error())?
+        .sync_all()?;
+    std::fs::rename(&tmp, blob).with_context(|| format!("writing {}", blob.display()))?;
+    Ok(Layer {
+        blob: blob.to_path_buf(),
+        digest,
+        diff_id,
+        size,
+    })
+}
+
+/// The base layer of thaw's runtime root `root` (hash `hash`), cached in
+/// `cache` by that hash: the first build writes it, later ones reuse it
+/// (one root, one layer digest).
+pub fn runtime_layer(root: &Path, hash: &str, cache: &Path) -> Result<Layer> {
+    std::fs::create_dir_all(cache).with_context(|| format!("creating {}", cache.display()))?;
+    let meta = cache.join(format!("runtime-{hash}.json"));
+    let blob = cache.join(format!("runtime-{hash}.tar.gz"));
+    if let Some(l) = std::fs::read(&meta)
+        .ok()
+        .and_then(|t| serde_json::from_slice::<Layer>(&t).ok())
+        .filter(|l| std::fs::metadata(&l.blob).is_ok_and(|m| m.len() == l.size))
+    {
+        return Ok(l);
+    }
+    let l = layer_from_dir(root, &blob)?;
+    let tmp = meta.with_extension("partial");
+    std::fs::write(&tmp, serde_json::to_vec(&l)?)?;
+    std::fs::rename(&tmp, &meta)?;
+    Ok(l)
+}
 
 /// What `thaw image build` puts into an image.
 pub struct ImageSpec<'a> {
@@ -109,8 +247,23 @@ fn gzip(data: &[u8]) -> Result<Vec<u8>> {
     Ok(gz.finish()?)
 }
 
-/// Builds the image and its OCI-layout archive.
+/// Builds a code-only image (it runs on the node's runtime root) and its
+/// OCI-layout archive.
 pub fn build(spec: &ImageSpec) -> Result<BuiltImage> {
+    let (config, tar) = function_parts(spec, false)?;
+    oci_archive(config, &tar, spec.reference)
+}
+
+/// Builds an image of `base` (layers of a whole root filesystem, lowest
+/// first) and the function's code on top, and writes its OCI-layout
+/// archive to `out`. Returns the manifest's digest.
+pub fn build_on(spec: &ImageSpec, base: &[Layer], out: &mut dyn Write) -> Result<String> {
+    let (config, tar) = function_parts(spec, true)?;
+    write_oci(config, base, &tar, spec.reference, out)
+}
+
+/// The image config's `config` part and the code layer (uncompressed).
+fn function_parts(spec: &ImageSpec, whole_root: bool) -> Result<(Value, Vec<u8>)> {
     check_entry_point("handler", spec.handler)?;
     if let Some(i) = spec.init {
         check_entry_point("init", i)?;
@@ -128,22 +281,24 @@ pub fn build(spec: &ImageSpec) -> Result<BuiltImage> {
     }
     let tar = code_layer(spec.code)?;
     let mut env = vec![format!("{ENV_HANDLER}={}", spec.handler)];
+    if whole_root {
+        env.insert(0, ROOT_PATH.to_string());
+    }
     let mut labels = serde_json::Map::new();
     labels.insert(LABEL_HANDLER.into(), json!(spec.handler));
     if let Some(i) = spec.init {
         env.push(format!("{ENV_INIT}={i}"));
         labels.insert(LABEL_INIT.into(), json!(i));
     }
-    oci_archive(
+    Ok((
         json!({
             "Env": env,
             "Cmd": ["serve"],
             "WorkingDir": format!("/{CODE_DIR}"),
             "Labels": labels,
         }),
-        &tar,
-        spec.reference,
-    )
+        tar,
+    ))
 }
 
 /// An image of plain files (no function: runc runs it), e.g. a static
@@ -217,20 +372,50 @@ pub fn build_plain(entries: &[Entry], config: Value, reference: &str) -> Result<
 /// The OCI-layout archive of a one-layer image (`tar`: the layer,
 /// uncompressed) with the image config's `config` part.
 fn oci_archive(image_config: Value, tar: &[u8], reference: &str) -> Result<BuiltImage> {
-    let diff_id = sha256_digest(tar);
-    let layer = gzip(tar)?;
+    let mut archive = Vec::new();
+    let manifest_digest = write_oci(image_config, &[], tar, reference, &mut archive)?;
+    Ok(BuiltImage {
+        archive,
+        manifest_digest,
+    })
+}
+
+/// Writes the OCI-layout archive of the image of `base` (blobs in files)
+/// and `top` (its last layer, uncompressed) with the image config's
+/// `config` part to `out`; returns the manifest's digest.
+fn write_oci(
+    image_config: Value,
+    base: &[Layer],
+    top: &[u8],
+    reference: &str,
+    out: &mut dyn Write,
+) -> Result<String> {
+    let top_diff_id = sha256_digest(top);
+    let layer = gzip(top)?;
+    let diff_ids: Vec<&str> = base
+        .iter()
+        .map(|l| l.diff_id.as_str())
+        .chain([top_diff_id.as_str()])
+        .collect();
     let config = serde_json::to_vec(&json!({
         "architecture": "amd64",
         "os": "linux",
         "config": image_config,
-        "rootfs": {"type": "layers", "diff_ids": [diff_id]},
+        "rootfs": {"type": "layers", "diff_ids": diff_ids},
         "history": [{"created_by": "thaw image build", "created": "1970-01-01T00:00:00Z"}],
     }))?;
+    let layers: Vec<Value> = base
+        .iter()
+        .map(|l| json!({"mediaType": MEDIA_LAYER, "digest": l.digest, "size": l.size}))
+        .chain([
+            json!({"mediaType": MEDIA_LAYER, "digest": sha256_digest(&layer), "size": layer.len()}),
+        ])
+        .collect();
     let manifest = serde_json::to_vec(&json!({
         "schemaVersion": 2,
         "mediaType": MEDIA_MANIFEST,
         "config": {"mediaType": MEDIA_CONFIG, "digest": sha256_digest(&config), "size": config.len()},
-        "layers": [{"mediaType": MEDIA_LAYER, "digest": sha256_digest(&layer), "size": layer.len()}],
+        "layers": layers,
     }))?;
     let manifest_digest = sha256_digest(&manifest);
     let tag = reference
@@ -250,28 +435,33 @@ fn oci_archive(image_config: Value, tar: &[u8], reference: &str) -> Result<Built
             },
         }],
     }))?;
-    let mut ar = tar::Builder::new(Vec::new());
-    let mut add = |name: &str, data: &[u8]| -> Result<()> {
+    let mut ar = tar::Builder::new(out);
+    let mut add = |name: &str, size: u64, data: &mut dyn std::io::Read| -> Result<()> {
         let mut h = tar::Header::new_ustar();
         h.set_mode(0o644);
         h.set_mtime(0);
-        h.set_size(data.len() as u64);
+        h.set_size(size);
         ar.append_data(&mut h, name, data)?;
         Ok(())
     };
-    add("oci-layout", br#"{"imageLayoutVersion":"1.0.0"}"#)?;
-    add("index.json", &index)?;
+    let blob_name = |digest: &str| format!("blobs/sha256/{}", &digest["sha256:".len()..]);
+    let layout = br#"{"imageLayoutVersion":"1.0.0"}"#;
+    add("oci-layout", layout.len() as u64, &mut &layout[..])?;
+    add("index.json", index.len() as u64, &mut index.as_slice())?;
     for blob in [&config, &manifest, &layer] {
-        let digest = sha256_digest(blob);
         add(
-            &format!("blobs/sha256/{}", &digest["sha256:".len()..]),
-            blob,
+            &blob_name(&sha256_digest(blob)),
+            blob.len() as u64,
+            &mut blob.as_slice(),
         )?;
     }
-    Ok(BuiltImage {
-        archive: ar.into_inner()?,
-        manifest_digest,
-    })
+    for l in base {
+        let mut f = std::fs::File::open(&l.blob)
+            .with_context(|| format!("reading {}", l.blob.display()))?;
+        add(&blob_name(&l.digest), l.size, &mut f)?;
+    }
+    ar.into_inner()?.flush()?;
+    Ok(manifest_digest)
 }
 
 /// The function a container runs, as the shim reads it from the OCI spec's
@@ -300,6 +490,17 @@ pub fn function_key(code_archive: &[u8], settings: &Value) -> String {
     let mut h = Sha256::new();
     h.update(Sha256::digest(code_archive));
     h.update(serde_json::to_vec(settings).unwrap_or_default());
+    hex::encode(h.finalize())
+}
+
+/// A digest (64 hex digits) of `parts` in order: the key the shim names
+/// an image's root filesystem by.
+pub fn content_key(parts: &[String]) -> String {
+    let mut h = Sha256::new();
+    for p in parts {
+        h.update(p.as_bytes());
+        h.update(b"\0");
+    }
     hex::encode(h.finalize())
 }
 

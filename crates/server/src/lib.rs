@@ -17,6 +17,7 @@ pub mod outcome;
 pub mod placement;
 pub mod pool;
 pub mod registry;
+pub mod roots;
 pub mod shared;
 pub mod stored;
 pub mod tiering;
@@ -108,6 +109,8 @@ pub fn open(cfg: Config) -> Result<Arc<App>> {
     }
     registry::mkdir_private(&state)?;
     registry::mkdir_private(&cfg.packages_dir())?;
+    // staging copies of root imports a dead daemon left
+    roots::gc(&cfg);
     let mut worker = Worker::with_runtime_home(&cfg.home, &cfg.runtime_home(), &mut |m| {
         tracing::info!("runtime: {m}")
     })?;
@@ -225,7 +228,7 @@ fn recover(app: &App) -> Result<()> {
             if info.role != shared::Role::Fetched {
                 return None;
             }
-            match shared::lookup(app, &info.key) {
+            match shared::lookup(app, &info.key, &roots::root_hash(app, &rec)) {
                 Ok(shared::Found::Usable(_)) => Some(pool::Placed {
                     tier: app.cfg.snapshot_tiers.slow.clone(),
                     stored: stored::Stored::Remote(Arc::new(shared::shared_copy(
@@ -244,7 +247,8 @@ fn recover(app: &App) -> Result<()> {
         // a snapshot taken over other packages cannot be trusted
         let found = found.filter(|_| !repacked);
         // a remote copy is opened (authenticated) and checked as it streams
-        let trusted = found.and_then(|p| match p.stored.local().map(|s| trust(app, &s.dir)) {
+        let root_hash = app.worker.root_of(Some(&func)).1.to_string();
+        let trusted = found.and_then(|p| match p.stored.local().map(|s| trust(&root_hash, &s.dir)) {
             None => Some(p),
             Some(Ok(snap)) => Some(pool::Placed {
                 tier: p.tier,
@@ -362,11 +366,11 @@ pub fn api_lookup(app: &App, name: &str) -> Result<Arc<FnVersion>> {
 }
 
 /// Opens a snapshot and checks every checksum (state and memory image) and
-/// that it was taken from this runtime root.
-fn trust(app: &App, dir: &std::path::Path) -> Result<thaw_store::Snapshot> {
+/// that it was taken over the root the function runs on (`root_hash`).
+fn trust(root_hash: &str, dir: &std::path::Path) -> Result<thaw_store::Snapshot> {
     let snap = thaw_store::Snapshot::open(dir)?;
-    if snap.manifest.runtime_root != app.worker.root.hash {
-        fail!(ServeError::Untrusted, "taken from another runtime root");
+    if snap.manifest.runtime_root != root_hash {
+        fail!(ServeError::Untrusted, "taken from another root");
     }
     snap.load_state()?;
     // verified once and then unchangeable (sealed on DRAM, immutable on disk)

@@ -85,6 +85,9 @@ pub struct Record {
     /// The snapshot shared across nodes (daemons with `shared_snapshots`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shared: Option<SharedInfo>,
+    /// The image's root filesystem it runs on (none: the runtime root).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root: Option<crate::roots::RootRef>,
     pub code_bytes: u64,
     pub code_files: u64,
     pub created_unix: u64,

@@ -124,7 +124,7 @@ pub fn key(
     // snapshot reports the publisher's (its context's function_version)
     let what = json!({
         "format": 1,
-        "runtime_root": app.worker.root.hash,
+        "runtime_root": crate::roots::root_hash(app, rec),
         "runtime": rec.runtime,
         "name": rec.name,
         "owner": rec.owner,
@@ -154,7 +154,7 @@ pub enum Found {
 }
 
 /// Looks for the published copy of `key` and checks its manifest.
-pub fn lookup(app: &App, key: &str) -> Result<Found, ShareError> {
+pub fn lookup(app: &App, key: &str, root_hash: &str) -> Result<Found, ShareError> {
     let Some((_, store)) = &app.remote else {
         return Err(ShareError::NotRemote);
     };
@@ -185,7 +185,7 @@ pub fn lookup(app: &App, key: &str) -> Result<Found, ShareError> {
         what: "manifest",
         why: e.to_string(),
     })?;
-    Ok(match refusal(&m, &app.worker.root.hash) {
+    Ok(match refusal(&m, root_hash) {
         Some(why) => Found::Refused(why),
         None => Found::Usable(Box::new(m)),
     })

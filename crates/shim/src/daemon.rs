@@ -72,6 +72,37 @@ pub struct Function {
     pub init: Option<String>,
     /// memory_mb, timeout_ms, max_instances as the container gives them.
     pub settings: Value,
+    /// The key of the image's root filesystem the daemon imported
+    /// ([`import_root`]); none: the function runs on thaw's runtime root.
+    pub root: Option<String>,
+}
+
+/// Whether the image brings a root filesystem of its own: anything at
+/// its top besides `/function` (an image of only the code runs on thaw's
+/// runtime root).
+pub fn has_own_root(root: &Path) -> std::io::Result<bool> {
+    for e in std::fs::read_dir(root)? {
+        if e?.file_name() != image::CODE_DIR {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// Has the daemon copy the container's root filesystem `rootfs` (once per
+/// `key`, a digest of the image's layers; none: the daemon names it by its
+/// contents) and returns its key there.
+pub fn import_root(socket: &Path, rootfs: &Path, key: Option<&str>) -> Result<String> {
+    let body = json!({"path": rootfs, "key": key});
+    let r = post_accepted(socket, "/v1/roots", &body, "the image's root filesystem")?;
+    let v = r.json().context("the daemon's root import answer")?;
+    match v["key"].as_str() {
+        Some(k) => Ok(k.to_string()),
+        None => fail!(
+            DaemonError::Refused,
+            "the node's thaw daemon named no key for the imported root: {v}"
+        ),
+    }
 }
 
 /// Deploys the function in `root/function` unless the daemon has it, and
@@ -91,6 +122,9 @@ pub fn ensure_deployed(socket: &Path, root: &Path, f: &Function) -> Result<Strin
     let mut settings = f.settings.clone();
     settings["handler"] = json!(f.handler);
     settings["init"] = json!(f.init);
+    if let Some(k) = &f.root {
+        settings["root"] = json!(k);
+    }
     let name = format!("img-{}", &image::function_key(&code, &settings)[..24]);
     let existing = request(socket, "GET", &format!("/v1/functions/{name}"), None)?;
     match existing.status {
@@ -113,26 +147,33 @@ pub fn ensure_deployed(socket: &Path, root: &Path, f: &Function) -> Result<Strin
     if let Some(i) = &f.init {
         req["init"] = json!(i);
     }
+    if let Some(k) = &f.root {
+        req["root"] = json!(k);
+    }
     if let Some(s) = f.settings.as_object() {
         for (k, v) in s {
             req[k] = v.clone();
         }
     }
-    let r = request(
-        socket,
-        "POST",
-        "/v1/functions",
-        Some(&serde_json::to_vec(&req).context("encoding the deploy request")?),
-    )?;
+    post_accepted(socket, "/v1/functions", &req, "the function")?;
+    Ok(name)
+}
+
+/// POSTs `body` to `path`: the answer if it is 200 or 201, else the
+/// daemon's refusal of `what`.
+fn post_accepted(socket: &Path, path: &str, body: &Value, what: &str) -> Result<Response> {
+    let data =
+        serde_json::to_vec(body).with_context(|| format!("encoding the request for {what}"))?;
+    let r = request(socket, "POST", path, Some(&data))?;
     if r.status != 200 && r.status != 201 {
         fail!(
             DaemonError::Refused,
-            "the node's thaw daemon refused the function ({}): {}",
+            "the node's thaw daemon refused {what} ({}): {}",
             r.status,
             error_message(&r)
         );
     }
-    Ok(name)
+    Ok(r)
 }
 
 /// One invocation; the daemon restores an instance if none is warm.

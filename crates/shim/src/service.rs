@@ -195,6 +195,36 @@ fn unmount(target: &Path) {
     while unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } == 0 {}
 }
 
+/// A key for the container's root filesystem that names the image's
+/// layers on this node: each overlay lower directory (a committed,
+/// unchanging snapshot of containerd's) with its inode and change time, so
+/// a directory made again (containerd's state wiped) gets a new key. None
+/// when the rootfs has no lower layers: the daemon names it by its
+/// contents.
+fn rootfs_key(mounts: &[containerd_shim::protos::types::mount::Mount]) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let mut parts = Vec::new();
+    for m in mounts {
+        for o in &m.options {
+            let Some(dirs) = o.strip_prefix("lowerdir=") else {
+                continue;
+            };
+            for d in dirs.split(':') {
+                let meta = std::fs::metadata(d).ok()?;
+                parts.push(format!(
+                    "{}:{d}:{}:{}:{}.{}",
+                    m.type_,
+                    meta.dev(),
+                    meta.ino(),
+                    meta.ctime(),
+                    meta.ctime_nsec()
+                ));
+            }
+        }
+    }
+    (!parts.is_empty()).then(|| thaw_server::image::content_key(&parts))
+}
+
 /// A stdio path containerd gives (a FIFO it reads, or a file); empty: none.
 fn open_stdio(path: &str) -> std::io::Result<Stdio> {
     if path.is_empty() {
@@ -284,12 +314,23 @@ impl Service {
             let (handler, init) = thaw_server::image::entry_points_from_env(&spec.env)
                 .context("the image's entry points")?;
             let mode = spec.mode()?;
+            let socket = daemon::socket();
+            // an image with a root filesystem of its own runs on it (the
+            // daemon keeps a copy); one of only the code on thaw's root
+            let root = match daemon::has_own_root(&spec.root)? {
+                true => Some(daemon::import_root(
+                    &socket,
+                    &spec.root,
+                    rootfs_key(&req.rootfs).as_deref(),
+                )?),
+                false => None,
+            };
             let function = Function {
                 handler,
                 init,
                 settings: spec.settings()?,
+                root,
             };
-            let socket = daemon::socket();
             let name = daemon::ensure_deployed(&socket, &spec.root, &function)?;
             Ok((
                 Run::Front(Plan {

@@ -169,6 +169,79 @@ fn bad_images_and_a_daemon_down_fail_clearly_and_leave_nothing() {
     );
 }
 
+/// Reads a file only the image's root filesystem has, and says whether
+/// thaw's agent is there beside it.
+const READS_THE_IMAGE: &str = r#"
+import os
+def handler(event):
+    with open("/etc/thaw-image-marker") as f:
+        marker = f.read()
+    print("marker", marker)
+    return {"marker": marker, "agent": os.path.exists("/opt/thaw/agent.py")}
+"#;
+
+#[test]
+fn a_function_image_runs_on_its_own_root_filesystem_and_one_without_python_is_refused() {
+    let base = std::env::temp_dir().join(unique("rooted"));
+    let daemon = Daemon::start_importing_from(base.with_extension("home"), vec![base.clone()]);
+    let c = start_containerd(&base, &daemon.socket());
+    // thaw's runtime root as `thaw image build` layers it, and on top a
+    // file thaw's runtime root does not have
+    let runtime = runtime_layer();
+    let marker = files_layer(
+        &base.join("marker"),
+        &[("etc/thaw-image-marker", "from the image")],
+    );
+    let image = import_rooted_function(&c, "rooted", READS_THE_IMAGE, &[runtime, marker]);
+    let invoke = |image: &str, id: &str| {
+        c.ctr(&["run", "--rm", "--runtime", RUNTIME, image, id, "invoke"])
+            .unwrap()
+    };
+    let stdout = |o: std::process::Output| {
+        assert!(o.status.success(), "{o:?}");
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let out = stdout(invoke(&image, "r1"));
+    assert!(
+        out.contains("marker from the image"),
+        "the function's print: {out}"
+    );
+    assert!(
+        out.contains(r#""marker":"from the image""#) && out.contains(r#""agent":true"#),
+        "the answer: {out}"
+    );
+    // the daemon deployed it on its copy of the image's root, took a
+    // snapshot there, and a second container restores it (or finds the
+    // instance the first left warm)
+    let names = daemon.functions();
+    assert_eq!(names.len(), 1, "{names:?}");
+    let f = daemon.function(&names[0]);
+    assert!(f["snapshot"]["id"].is_string(), "a snapshot: {f}");
+    assert_eq!(daemon.imported_roots(), 1, "one imported root");
+    let out = stdout(invoke(&image, "r2"));
+    assert!(out.contains(r#""marker":"from the image""#), "{out}");
+    assert_eq!(daemon.functions(), names, "no second deploy");
+    assert_eq!(daemon.imported_roots(), 1, "the root is imported once");
+    daemon.assert_restored();
+
+    // a root filesystem without Python (nor Node.js): Create fails naming
+    // the missing program, and nothing is left, in containerd or the daemon
+    let bare = files_layer(&base.join("bare"), &[("etc/os-release", "ID=bare\n")]);
+    let nopython = import_rooted_function(&c, "nopython", GREETER, &[bare]);
+    let o = invoke(&nopython, "np");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{o:?}");
+    assert!(err.contains("/usr/bin/python3"), "the reason: {err}");
+    assert_eq!(daemon.functions(), names, "nothing deployed");
+    assert_eq!(
+        daemon.imported_roots(),
+        1,
+        "nothing kept of the refused root"
+    );
+    assert!(c.ok(&["containers", "ls", "-q"]).trim().is_empty());
+    assert_nothing_left(&c, &["r1", "r2", "np"], &daemon.home);
+}
+
 /// The Kubernetes manifests parse (PyYAML) and every pod runs on thaw.
 #[test]
 fn the_kubernetes_manifests_name_the_thaw_runtime() {

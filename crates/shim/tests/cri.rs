@@ -218,13 +218,7 @@ fn a_pod_serves_its_function_beside_a_runc_sidecar_and_a_second_pod_restores() {
         .unwrap_or_else(|| panic!("no start type: {answer}"));
     assert!(matches!(start.trim(), "restore" | "warm"), "{start}");
     assert_eq!(daemon.functions(), functions, "one deploy for both pods");
-    let metrics = daemon.metrics();
-    assert!(
-        metrics
-            .lines()
-            .any(|l| l.starts_with("thaw_restore_duration_seconds_count") && !l.ends_with(" 0")),
-        "the daemon restored the function: {metrics}"
-    );
+    daemon.assert_restored();
     let fun2_pid = cri.pid_of(&fun2);
     cri.remove(&pod2.id);
     cri.assert_nothing_left(&daemon, &[fun_pid, side_pid, fun2_pid]);

@@ -220,8 +220,20 @@ impl Worker {
         lock: thaw_store::DeployLock,
         label: &str,
     ) -> Result<(Snapshot, CheckpointReport)> {
+        self.checkpoint_over(sb, lock, label, &self.root.hash)
+    }
+
+    /// [`Worker::checkpoint_locked`] of an instance running on the root
+    /// whose hash is `root_hash` (what the snapshot records).
+    fn checkpoint_over(
+        &self,
+        sb: &mut Sandbox,
+        lock: thaw_store::DeployLock,
+        label: &str,
+        root_hash: &str,
+    ) -> Result<(Snapshot, CheckpointReport)> {
         let dir = lock.new_version_dir()?;
-        let (snap, rep) = checkpoint(sb, &dir, label, &self.root.hash)
+        let (snap, rep) = checkpoint(sb, &dir, label, root_hash)
             .map_err(|e| checkpoint_error(&format!("checkpointing {label}"), e))?;
         Ok((lock.publish(&snap)?, rep))
     }
@@ -256,13 +268,8 @@ impl Worker {
             SandboxFrom::Pool(p) => Some(p),
             SandboxFrom::BuiltNow => None,
         };
-        let mut args = RestoreArgs::new(
-            req.snapshot,
-            &self.root.path,
-            &self.root.hash,
-            req.strategy,
-            &cfg,
-        );
+        let (root, root_hash) = self.root_of(req.function);
+        let mut args = RestoreArgs::new(req.snapshot, root, root_hash, req.strategy, &cfg);
         args.prebuilt = take_prebuilt(pool, &cfg);
         args.streamed = req.streamed;
         thaw_sandbox::restore(args)
@@ -522,12 +529,37 @@ pub struct UserFunction {
     pub after_restore: Option<String>,
     /// extra environment for the function (on top of the agent's)
     pub env: Vec<(String, String)>,
+    /// The root filesystem it runs on (none: the runtime root).
+    pub root: Option<FunctionRoot>,
     pub memory_bytes: u64,
     /// The function's own extracted Debian packages (a tree with `usr/`),
     /// mounted read-only at [`thaw_sandbox::PACKAGES_DIR`].
     pub packages_dir: Option<PathBuf>,
     /// Network egress (none: loopback only).
     pub egress: Option<thaw_sandbox::egress::Egress>,
+}
+
+/// A root filesystem a function runs on instead of the runtime root (an
+/// image's, which the daemon imported), with the runtime root's agent
+/// directory mounted read-only beside it at [`thaw_sandbox::AGENT_DIR`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct FunctionRoot {
+    /// The root directory (what the sandbox pivots into).
+    pub path: PathBuf,
+    /// What the function's snapshots record as their root, and restores
+    /// check.
+    pub hash: String,
+    /// The runtime root's agent directory (`/opt/thaw`).
+    pub agent_dir: PathBuf,
+}
+
+/// The program that runs `runtime`'s agent on a function's own root: the
+/// distribution's usual path, which the daemon checks the root has.
+pub fn root_program(runtime: thaw_runtime::Runtime) -> &'static str {
+    match runtime {
+        thaw_runtime::Runtime::Python => "/usr/bin/python3",
+        thaw_runtime::Runtime::Nodejs => thaw_runtime::NODE,
+    }
 }
 
 /// The dynamic loader's search path into a function's packages (Python's
@@ -543,6 +575,7 @@ impl UserFunction {
         SandboxConfig {
             code_dir: Some(self.code_dir.clone()),
             packages_dir: self.packages_dir.clone(),
+            agent_dir: self.root.as_ref().map(|r| r.agent_dir.clone()),
             memory_bytes: self.memory_bytes,
             egress: self.egress.clone(),
             ..base.clone()
@@ -565,7 +598,10 @@ impl Worker {
         timeout: Duration,
     ) -> Result<(Sandbox, FreshReport), StartError> {
         let t0 = Instant::now();
-        let (argv, mut env) = self.root.agent_command_for(func.runtime, "--user");
+        let (mut argv, mut env) = self.root.agent_command_for(func.runtime, "--user");
+        if func.root.is_some() {
+            argv[0] = root_program(func.runtime).to_string();
+        }
         env.push(("THAW_HANDLER".into(), func.handler.clone()));
         env.push(("THAW_FUNCTION_NAME".into(), func.name.clone()));
         env.push((
@@ -585,13 +621,9 @@ impl Worker {
             env.push(("LD_LIBRARY_PATH".into(), packages_library_path()));
         }
         env.extend(func.env.iter().cloned());
-        let sb = Sandbox::start(
-            &func.sandbox_config(&self.cfg),
-            &self.root.path,
-            &argv,
-            &env,
-        )
-        .map_err(|e| StartError::Sandbox(e.into()))?;
+        let (root, _) = self.root_of(Some(func));
+        let sb = Sandbox::start(&func.sandbox_config(&self.cfg), root, &argv, &env)
+            .map_err(|e| StartError::Sandbox(e.into()))?;
         Ok(load_timed(sb, t0, timeout)?)
     }
 
@@ -607,13 +639,37 @@ impl Worker {
         self.checkpoint_locked(sb, tier.lock_deploy(name)?, label)
     }
 
+    /// [`Worker::checkpoint_as`] of an instance of `func` (the snapshot
+    /// records the root it runs on).
+    pub fn checkpoint_user_as(
+        &self,
+        sb: &mut Sandbox,
+        tier: &Tier,
+        name: &str,
+        func: &UserFunction,
+    ) -> Result<(Snapshot, CheckpointReport)> {
+        let (_, root_hash) = self.root_of(Some(func));
+        self.checkpoint_over(sb, tier.lock_deploy(name)?, &func.name, root_hash)
+    }
+
+    /// The root (path, hash) `func`'s instances run on: its own, else the
+    /// runtime root.
+    pub fn root_of<'a>(&'a self, func: Option<&'a UserFunction>) -> (&'a Path, &'a str) {
+        match func.and_then(|f| f.root.as_ref()) {
+            Some(r) => (&r.path, &r.hash),
+            None => (&self.root.path, &self.root.hash),
+        }
+    }
+
     /// A pool of `size` sandboxes built ahead for restores of `func` (its
     /// code mount and limits); dropping it kills the waiting ones.
     pub fn user_pool(&self, func: &UserFunction, size: usize) -> Result<SandboxPool> {
-        Ok(
-            SandboxPool::start(&self.root.path, &func.sandbox_config(&self.cfg), size)
-                .with_context(|| format!("starting a sandbox pool for {}", func.name))?,
+        Ok(SandboxPool::start(
+            self.root_of(Some(func)).0,
+            &func.sandbox_config(&self.cfg),
+            size,
         )
+        .with_context(|| format!("starting a sandbox pool for {}", func.name))?)
     }
 }
 

@@ -376,6 +376,7 @@ fn a_threaded_blas_keeps_its_pool_across_restores() {
         memory_bytes: 1 << 30,
         packages_dir: Some(tree.path.clone()),
         egress: None,
+        root: None,
     };
     let (mut fresh, _) = w.start_user(&func, T).unwrap();
     // big enough for OpenBLAS to split it between its threads

@@ -25,10 +25,17 @@ pub struct Daemon {
 
 impl Daemon {
     pub fn start(home: PathBuf) -> Daemon {
+        Daemon::start_importing_from(home, Vec::new())
+    }
+
+    /// A daemon that imports containers' root filesystems from below
+    /// `roots_from` (a test's containerd directory).
+    pub fn start_importing_from(home: PathBuf, roots_from: Vec<PathBuf>) -> Daemon {
         let cfg = thaw_server::Config {
             home: home.clone(),
             runtime_home: Some(thaw_runtime::default_home()),
             drain_grace_s: 5,
+            image_roots_from: roots_from,
             ..thaw_server::Config::default()
         };
         let rt = tokio::runtime::Builder::new_multi_thread()
@@ -81,6 +88,22 @@ impl Daemon {
     /// The daemon's Prometheus text.
     pub fn metrics(&self) -> String {
         String::from_utf8_lossy(&self.get("/metrics").body).into_owned()
+    }
+
+    /// The daemon's metrics count a restore.
+    pub fn assert_restored(&self) {
+        let metrics = self.metrics();
+        assert!(
+            metrics
+                .lines()
+                .any(|l| l.starts_with("thaw_restore_duration_seconds_count") && !l.ends_with(" 0")),
+            "the daemon restored the function: {metrics}"
+        );
+    }
+
+    /// How many root filesystems the daemon imported.
+    pub fn imported_roots(&self) -> usize {
+        std::fs::read_dir(self.home.join("serve/roots")).map_or(0, |d| d.count())
     }
 
     pub fn stop(&mut self) {
@@ -202,6 +225,60 @@ pub fn import_function(c: &Containerd, name: &str, source: &str) -> String {
     let out = c.ok(&["images", "import", archive.to_str().unwrap()]);
     assert!(out.contains(&reference), "import: {out}");
     reference
+}
+
+/// A function image of whole root filesystem layers (`base`, lowest
+/// first: e.g. thaw's runtime root as `thaw image build` makes it) and
+/// the code, imported into containerd.
+pub fn import_rooted_function(
+    c: &Containerd,
+    name: &str,
+    source: &str,
+    base: &[thaw_server::image::Layer],
+) -> String {
+    let code = c.dir.join(format!("{name}-code"));
+    std::fs::create_dir_all(&code).unwrap();
+    std::fs::write(code.join("main.py"), source).unwrap();
+    let reference = format!("thaw.local/{name}:latest");
+    let archive = c.dir.join(format!("{name}.oci.tar"));
+    let mut out = std::fs::File::create(&archive).unwrap();
+    thaw_server::image::build_on(
+        &thaw_server::image::ImageSpec {
+            code: &code,
+            handler: "main.handler",
+            init: None,
+            reference: &reference,
+        },
+        base,
+        &mut out,
+    )
+    .unwrap();
+    drop(out);
+    let out = c.ok(&["images", "import", archive.to_str().unwrap()]);
+    assert!(out.contains(&reference), "import: {out}");
+    std::fs::remove_file(&archive).unwrap();
+    reference
+}
+
+/// The base layer `thaw image build` gives a function image: thaw's
+/// runtime root (built once, cached under the runtime home).
+pub fn runtime_layer() -> thaw_server::image::Layer {
+    let home = thaw_runtime::default_home();
+    let root = thaw_runtime::ensure_root(&home, &mut |m| eprintln!("runtime: {m}"))
+        .expect("the runtime root (thaw runtime build)");
+    thaw_server::image::runtime_layer(&root.path, &root.hash, &home.join("images"))
+        .expect("the runtime root's layer")
+}
+
+/// A layer of `files` ((path, content)) written into `dir` first.
+pub fn files_layer(dir: &Path, files: &[(&str, &str)]) -> thaw_server::image::Layer {
+    let tree = dir.join("tree");
+    for (path, content) in files {
+        let p = tree.join(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, content).unwrap();
+    }
+    thaw_server::image::layer_from_dir(&tree, &dir.join("layer.tar.gz")).unwrap()
 }
 
 pub const GREETER: &str = r#"
