@@ -226,12 +226,10 @@ fn recover(app: &App) -> Result<()> {
                 return None;
             }
             match shared::lookup(app, &info.key) {
-                Ok(shared::Found::Usable(_)) => Some(pool::Placed {
+                Ok(shared::Found::Usable { copy, .. }) => Some(pool::Placed {
                     tier: app.cfg.snapshot_tiers.slow.clone(),
                     stored: stored::Stored::Remote(Arc::new(shared::shared_copy(
-                        app,
-                        &rec,
-                        &info.object(),
+                        app, &rec, &copy,
                     ))),
                 }),
                 Ok(_) => None,

@@ -523,6 +523,8 @@ pub struct UserFunction {
     /// extra environment for the function (on top of the agent's)
     pub env: Vec<(String, String)>,
     pub memory_bytes: u64,
+    /// CPU quota in thousandths of a CPU (None: unlimited).
+    pub cpu_millis: Option<u64>,
     /// The function's own extracted Debian packages (a tree with `usr/`),
     /// mounted read-only at [`thaw_sandbox::PACKAGES_DIR`].
     pub packages_dir: Option<PathBuf>,
@@ -544,6 +546,7 @@ impl UserFunction {
             code_dir: Some(self.code_dir.clone()),
             packages_dir: self.packages_dir.clone(),
             memory_bytes: self.memory_bytes,
+            cpu_millis: self.cpu_millis,
             egress: self.egress.clone(),
             ..base.clone()
         }
