@@ -181,11 +181,11 @@ fn race(store: &thaw_tiers::objects::RemoteStore, dir_a: &Path, dir_b: &Path) {
     let sa = stage("remote", store, &key, dir_a).unwrap();
     let sb = stage("remote", store, &key, dir_b).unwrap();
     let gate = std::sync::Barrier::new(2);
+    let go = |copy: &str| {
+        gate.wait();
+        commit("remote", store, &key, copy).unwrap()
+    };
     let (won_a, won_b) = std::thread::scope(|s| {
-        let go = |copy: &str| {
-            gate.wait();
-            commit("remote", store, &key, copy).unwrap()
-        };
         let ta = s.spawn(|| go(&sa));
         let tb = s.spawn(|| go(&sb));
         (ta.join().unwrap(), tb.join().unwrap())
