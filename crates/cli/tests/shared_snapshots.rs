@@ -152,8 +152,8 @@ fn race(store: &thaw_tiers::objects::RemoteStore, dir_a: &Path, dir_b: &Path) {
                 .unwrap(),
         )
         .unwrap();
-        let committed: Vec<(String, u64, String)> = serde_json::from_value(rec["files"].clone())
-            .unwrap();
+        let committed: Vec<(String, u64, String)> =
+            serde_json::from_value(rec["files"].clone()).unwrap();
         assert_eq!(committed, files, "the published copy is the winner's whole");
         match lookup_in(store, key, &runtime_root).unwrap() {
             Found::Usable { copy, .. } => assert_eq!(copy, winner),

@@ -44,7 +44,10 @@ impl Cgroups {
             let quota = (m * CPU_PERIOD_US / 1000).max(1000);
             settings.push((
                 "cpu",
-                vec![("cpu.cfs_period_us", CPU_PERIOD_US), ("cpu.cfs_quota_us", quota)],
+                vec![
+                    ("cpu.cfs_period_us", CPU_PERIOD_US),
+                    ("cpu.cfs_quota_us", quota),
+                ],
             ));
         }
         for (ctrl, files) in settings {
@@ -75,7 +78,8 @@ impl Cgroups {
             .dirs
             .iter()
             .find(|d| d.starts_with(format!("{ROOT}/cpu")))?;
-        let read = |f: &str| -> Option<i64> { fs::read_to_string(d.join(f)).ok()?.trim().parse().ok() };
+        let read =
+            |f: &str| -> Option<i64> { fs::read_to_string(d.join(f)).ok()?.trim().parse().ok() };
         let (quota, period) = (read("cpu.cfs_quota_us")?, read("cpu.cfs_period_us")?);
         (quota > 0 && period > 0).then(|| quota as u64 * 1000 / period as u64)
     }

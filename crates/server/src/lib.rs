@@ -250,9 +250,7 @@ fn recover(app: &App) -> Result<()> {
             match shared::lookup(app, &info.key) {
                 Ok(shared::Found::Usable { copy, .. }) => Some(pool::Placed {
                     tier: app.cfg.snapshot_tiers.slow.clone(),
-                    stored: stored::Stored::Remote(Arc::new(shared::shared_copy(
-                        app, &rec, &copy,
-                    ))),
+                    stored: stored::Stored::Remote(Arc::new(shared::shared_copy(app, &rec, &copy))),
                 }),
                 Ok(_) => None,
                 Err(e) => {

@@ -166,7 +166,10 @@ pub enum Found {
     /// nothing published yet
     Absent,
     /// a copy this node can restore: its name on the tier and its manifest
-    Usable { copy: String, manifest: Box<Manifest> },
+    Usable {
+        copy: String,
+        manifest: Box<Manifest>,
+    },
     /// a copy from another kind of machine (the reason)
     Refused(String),
 }

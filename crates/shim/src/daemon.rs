@@ -88,7 +88,9 @@ impl Deployed {
         let notice = (v["shared"]["role"] == "refused").then(|| {
             format!(
                 "{name}: {}",
-                v["shared"]["reason"].as_str().unwrap_or("the shared snapshot was refused")
+                v["shared"]["reason"]
+                    .as_str()
+                    .unwrap_or("the shared snapshot was refused")
             )
         });
         Deployed { name, notice }

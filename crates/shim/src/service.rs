@@ -590,26 +590,25 @@ impl containerd_shim::Task for Service {
     /// container of the function on the node shares.
     fn stats(&self, _ctx: &TtrpcContext, req: StatsRequest) -> TtrpcResult<StatsResponse> {
         // a runc container's pid, or the function's daemon socket and name
-        let of = {
-            let cs = self.shared.containers.lock().unwrap();
-            let c = cs.get(&req.id).ok_or_else(|| not_found(&req.id))?;
-            match (&c.run, c.phase) {
-                (Run::Native, Phase::Running) => Ok(c.pid),
-                (Run::Native, _) => {
-                    return Err(err(
-                        Code::FAILED_PRECONDITION,
-                        "the container is not running",
-                    ))
-                }
-                (Run::Front(plan), _) if plan.function.is_empty() => {
-                    return Err(err(
+        let of =
+            {
+                let cs = self.shared.containers.lock().unwrap();
+                let c = cs.get(&req.id).ok_or_else(|| not_found(&req.id))?;
+                match (&c.run, c.phase) {
+                    (Run::Native, Phase::Running) => Ok(c.pid),
+                    (Run::Native, _) => {
+                        return Err(err(
+                            Code::FAILED_PRECONDITION,
+                            "the container is not running",
+                        ))
+                    }
+                    (Run::Front(plan), _) if plan.function.is_empty() => return Err(err(
                         Code::UNIMPLEMENTED,
                         "a pod's sandbox container runs no function: it has no figures of its own",
-                    ))
+                    )),
+                    (Run::Front(plan), _) => Err((plan.socket.clone(), plan.function.clone())),
                 }
-                (Run::Front(plan), _) => Err((plan.socket.clone(), plan.function.clone())),
-            }
-        };
+            };
         let metrics = match of {
             Ok(pid) => containerd_shim::cgroup::get_cgroup(pid)
                 .and_then(|cg| containerd_shim::cgroup::collect_metrics(&cg))

@@ -113,7 +113,8 @@ impl Resources {
             memory_limit: positive(&r["memory"]["limit"]),
             // a quota the kernel would not take (under 1 ms) stays a
             // request the daemon refuses with its reason
-            cpu_millis: positive(&r["cpu"]["quota"]).map(|q| q.saturating_mul(1000).div_ceil(period)),
+            cpu_millis: positive(&r["cpu"]["quota"])
+                .map(|q| q.saturating_mul(1000).div_ceil(period)),
         }
     }
 }

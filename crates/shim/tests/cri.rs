@@ -350,8 +350,7 @@ impl SharedStore {
         Daemon::start_with(home, |cfg| {
             thaw_tiers::remote::join(&cfg.home, &self.home, &self.tier)
                 .unwrap_or_else(|e| panic!("joining the shared store: {e:#}"));
-            cfg.snapshot_tiers =
-                thaw_server::config::SnapshotTiers::parse("tmpfs,remote").unwrap();
+            cfg.snapshot_tiers = thaw_server::config::SnapshotTiers::parse("tmpfs,remote").unwrap();
             cfg.shared_snapshots = true;
         })
     }
