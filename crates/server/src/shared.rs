@@ -298,6 +298,13 @@ pub fn publish(app: &App, key: &str, snap: &Snapshot) -> Result<bool, ShareError
     commit(tier, store, key, &copy)
 }
 
+fn remote_place<'a>(tier: &str, store: &'a thaw_tiers::objects::RemoteStore) -> Place<'a> {
+    Place::Remote {
+        tier: tier.to_string(),
+        store,
+    }
+}
+
 /// Uploads the snapshot in `dir` as a copy of `key` of this publisher's
 /// own (read back, verified and committed under its name, referenced by
 /// nothing yet); returns its name.
@@ -308,11 +315,7 @@ pub fn stage(
     dir: &Path,
 ) -> Result<String, ShareError> {
     let copy = format!("{}-{:016x}", object_name(key), rand::random::<u64>());
-    let place = Place::Remote {
-        tier: tier.to_string(),
-        store,
-    };
-    moves::publish_staged(&copy, Snapshot::open(dir)?, &place)?;
+    moves::publish_staged(&copy, Snapshot::open(dir)?, &remote_place(tier, store))?;
     Ok(copy)
 }
 
@@ -335,11 +338,7 @@ pub fn commit(
     if published_copy(store, key)?.as_deref() == Some(copy) {
         return Ok(true);
     }
-    let place = Place::Remote {
-        tier: tier.to_string(),
-        store,
-    };
-    moves::delete_snapshot(&place, copy)?;
+    moves::delete_snapshot(&remote_place(tier, store), copy)?;
     Ok(false)
 }
 

@@ -168,26 +168,26 @@ pub fn invoke(socket: &Path, function: &str, event: &[u8]) -> Result<Response> {
     )
 }
 
+/// A GET that must answer 200 with JSON (`what` names it in errors).
+fn get_json(socket: &Path, path: &str, what: &str) -> Result<Value> {
+    let r = request(socket, "GET", path, None)?;
+    if r.status != 200 {
+        fail!(DaemonError::Refused, "{what}: {}", error_message(&r));
+    }
+    Ok(r.json().with_context(|| format!("the daemon's {what}"))?)
+}
+
 /// What the function wrote to stdout/stderr during one invocation.
 pub fn invocation_output(socket: &Path, function: &str, invocation_id: &str) -> Result<String> {
     let id: String = invocation_id
         .chars()
         .filter(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_')
         .collect();
-    let r = request(
+    let v = get_json(
         socket,
-        "GET",
         &format!("/v1/functions/{function}/logs?invocation_id={id}"),
-        None,
+        &format!("logs of {function}"),
     )?;
-    if r.status != 200 {
-        fail!(
-            DaemonError::Refused,
-            "logs of {function}: {}",
-            error_message(&r)
-        );
-    }
-    let v = r.json().context("the daemon's logs")?;
     Ok(v["entries"]
         .as_array()
         .map(|a| a.iter().filter_map(|e| e["output"].as_str()).collect())
@@ -207,20 +207,11 @@ pub struct Usage {
 }
 
 pub fn usage(socket: &Path, function: &str) -> Result<Usage> {
-    let r = request(
+    let v = get_json(
         socket,
-        "GET",
         &format!("/v1/functions/{function}/stats"),
-        None,
+        &format!("stats of {function}"),
     )?;
-    if r.status != 200 {
-        fail!(
-            DaemonError::Refused,
-            "stats of {function}: {}",
-            error_message(&r)
-        );
-    }
-    let v = r.json().context("the daemon's stats")?;
     let n = |x: &Value| x.as_u64().unwrap_or(0);
     Ok(Usage {
         instances: n(&v["usage"]["instances"]),

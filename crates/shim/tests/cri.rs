@@ -32,6 +32,16 @@ fn start_cri_on(base: &Path, daemon: &Daemon, subnet: &str) -> Cri {
     cri
 }
 
+/// A daemon and its CRI on directories named after `tag`, with the image
+/// of the function `name` (source `src`) imported.
+fn one_node(tag: &str, name: &str, src: &str) -> (Daemon, Cri, String) {
+    let base = std::env::temp_dir().join(unique(tag));
+    let daemon = Daemon::start(base.with_extension("home"));
+    let cri = start_cri(&base, &daemon);
+    let image = import_function(&cri.c, name, src);
+    (daemon, cri, image)
+}
+
 /// What the tests ask of the CRI: each call must do what it says.
 trait CriTest {
     fn fails(&self, args: &[&str]) -> String;
@@ -145,10 +155,7 @@ fn netns_of(pid: u32) -> PathBuf {
 
 #[test]
 fn a_pod_serves_its_function_beside_a_runc_sidecar_and_a_second_pod_restores() {
-    let base = std::env::temp_dir().join(unique("cri"));
-    let daemon = Daemon::start(base.with_extension("home"));
-    let cri = start_cri(&base, &daemon);
-    let image = import_function(&cri.c, "greeter", GREETER);
+    let (daemon, cri, image) = one_node("cri", "greeter", GREETER);
 
     let pod = cri.pod("hello", serde_json::json!({"dev.thaw.memory-mb": "256"}));
     let fun = cri.container(&pod, "fn", &image, &[]);
@@ -555,10 +562,7 @@ fn stat_value(v: &Value) -> u64 {
 
 #[test]
 fn the_pods_limits_bound_the_function_and_crictl_stats_reports_it() {
-    let base = std::env::temp_dir().join(unique("crilim"));
-    let daemon = Daemon::start(base.with_extension("home"));
-    let cri = start_cri(&base, &daemon);
-    let image = import_function(&cri.c, "burner", BURNER);
+    let (daemon, cri, image) = one_node("crilim", "burner", BURNER);
     // what the kubelet sets for limits of 192Mi and 500m
     let limits = json!({"resources": {
         "memory_limit_in_bytes": 192u64 << 20,
