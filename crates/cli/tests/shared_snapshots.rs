@@ -92,22 +92,109 @@ fn file_deploy(name: &str, src: &str) -> Value {
 /// machine had taken it: re-sealed, and its commit record updated, so only
 /// the machine check can refuse it.
 fn forge_machine(store: &thaw_tiers::objects::RemoteStore, object: &str) {
-    let mpath = format!("{object}/manifest.json");
-    let mut m: Value = serde_json::from_slice(&store.get(&mpath, 1 << 20).unwrap()).unwrap();
-    m["machine"]["cpu_features"]["7.0.ebx"] = json!(u32::MAX);
-    let forged = serde_json::to_vec(&m).unwrap();
-    store.put(&mpath, &forged).unwrap();
-    let cpath = format!("{object}/{}", thaw_tiers::moves::COMMIT);
-    let mut rec: Value = serde_json::from_slice(&store.get(&cpath, 1 << 20).unwrap()).unwrap();
-    for f in rec["files"].as_array_mut().unwrap() {
-        if f[0] == "manifest.json" {
-            f[1] = json!(forged.len());
-            f[2] = json!(thaw_store::sha256_hex(&forged));
-        }
-    }
-    store
-        .put(&cpath, &serde_json::to_vec(&rec).unwrap())
+    thaw_server::shared::rewrite_manifest(store, object, |m| {
+        m["machine"]["cpu_features"]["7.0.ebx"] = json!(u32::MAX)
+    })
+    .unwrap();
+}
+
+/// The copy the pointer of `key` names.
+fn published(store: &thaw_tiers::objects::RemoteStore, key: &str) -> String {
+    thaw_server::shared::published_copy(store, key)
+        .unwrap()
+        .unwrap_or_else(|| panic!("{key} is not published"))
+}
+
+/// (name, length, sha256) of each file of the local snapshot in `dir`.
+fn local_files(dir: &Path) -> Vec<(String, u64, String)> {
+    let mut out: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            let data = std::fs::read(e.path()).unwrap();
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                data.len() as u64,
+                thaw_store::sha256_hex(&data),
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// Two publishers of one share key, the snapshots in `dir_a` and `dir_b`:
+/// in a fixed order (both staged, then B commits first), then at the same
+/// moment. Exactly one wins each time; the loser's copy is gone and the
+/// published one is the winner's, file for file.
+fn race(store: &thaw_tiers::objects::RemoteStore, dir_a: &Path, dir_b: &Path) {
+    use thaw_server::shared::{commit, lookup_in, stage, Found};
+    // the store decides a conditional create once
+    let probe = "race-probe/object";
+    assert!(store.put_new(probe, b"first").unwrap());
+    assert!(!store.put_new(probe, b"second").unwrap());
+    assert_eq!(store.get(probe, 64).unwrap(), b"first");
+    store.delete(probe).unwrap();
+
+    let (files_a, files_b) = (local_files(dir_a), local_files(dir_b));
+    let id = |d: &Path| thaw_store::Snapshot::open(d).unwrap().manifest.id;
+    assert_ne!(id(dir_a), id(dir_b), "two different snapshots");
+    let runtime_root = thaw_store::Snapshot::open(dir_a)
+        .unwrap()
+        .manifest
+        .runtime_root;
+    let check_won = |key: &str, winner: &str, loser: &str, files: &[(String, u64, String)]| {
+        assert_eq!(published(store, key), winner);
+        assert!(store.list(loser).unwrap().is_empty(), "{loser} left");
+        let rec: Value = serde_json::from_slice(
+            &store
+                .get(&format!("{winner}/{}", thaw_tiers::moves::COMMIT), 1 << 20)
+                .unwrap(),
+        )
         .unwrap();
+        let committed: Vec<(String, u64, String)> =
+            serde_json::from_value(rec["files"].clone()).unwrap();
+        assert_eq!(committed, files, "the published copy is the winner's whole");
+        match lookup_in(store, key, &runtime_root).unwrap() {
+            Found::Usable { copy, .. } => assert_eq!(copy, winner),
+            _ => panic!("{key}: the winner's copy is not usable"),
+        }
+    };
+
+    // in a fixed order: A and B staged, B commits first
+    let key = "ab".repeat(32);
+    let sa = stage("remote", store, &key, dir_a).unwrap();
+    let sb = stage("remote", store, &key, dir_b).unwrap();
+    assert_ne!(sa, sb);
+    assert!(thaw_server::shared::published_copy(store, &key)
+        .unwrap()
+        .is_none());
+    assert!(commit("remote", store, &key, &sb).unwrap());
+    assert!(!commit("remote", store, &key, &sa).unwrap());
+    check_won(&key, &sb, &sa, &files_b);
+    // the winner's commit answered twice (a retried request) still wins
+    assert!(commit("remote", store, &key, &sb).unwrap());
+    check_won(&key, &sb, &sa, &files_b);
+
+    // at the same moment, from two threads
+    let key = "cd".repeat(32);
+    let sa = stage("remote", store, &key, dir_a).unwrap();
+    let sb = stage("remote", store, &key, dir_b).unwrap();
+    let gate = std::sync::Barrier::new(2);
+    let go = |copy: &str| {
+        gate.wait();
+        commit("remote", store, &key, copy).unwrap()
+    };
+    let (won_a, won_b) = std::thread::scope(|s| {
+        let ta = s.spawn(|| go(&sa));
+        let tb = s.spawn(|| go(&sb));
+        (ta.join().unwrap(), tb.join().unwrap())
+    });
+    assert!(won_a != won_b, "exactly one wins: A {won_a}, B {won_b}");
+    match won_a {
+        true => check_won(&key, &sa, &sb, &files_a),
+        false => check_won(&key, &sb, &sa, &files_b),
+    }
 }
 
 /// Runs `body` with two nodes (daemons on throw-away homes) sharing the
@@ -208,11 +295,7 @@ fn two_nodes_share_snapshots_through_the_remote_tier() {
         let req2 = file_deploy("forged", "def handler(e):\n    return {'forged': e}\n");
         let va = a.deploy(&req2);
         assert_eq!(va["shared"]["role"], "published", "{va}");
-        let object = format!(
-            "{}{}",
-            thaw_server::shared::PREFIX,
-            va["shared"]["key"].as_str().unwrap()
-        );
+        let object = published(&client, va["shared"]["key"].as_str().unwrap());
         forge_machine(&client, &object);
         let vb = b.deploy(&req2);
         assert_eq!(vb["shared"]["role"], "refused", "{vb}");
@@ -241,14 +324,20 @@ fn two_nodes_share_snapshots_through_the_remote_tier() {
             1.0
         );
 
+        // two publishers of one key: exactly one wins, the other's copy
+        // goes, and readers get the winner's whole
+        let dir_of = |n: &Node, f: &str| -> PathBuf {
+            let v = n.get(&format!("/v1/functions/{f}"));
+            PathBuf::from(v["snapshot"]["dir"].as_str().unwrap())
+        };
+        race(&client, &dir_of(a, "forged"), &dir_of(b, "forged"));
+
         // deleting the function on a node leaves the shared copy
+        let copy = published(&client, &key);
         assert_eq!(a.req("DELETE", "/v1/functions/shared", None).status, 204);
-        let commit = format!(
-            "{}{key}/{}",
-            thaw_server::shared::PREFIX,
-            thaw_tiers::moves::COMMIT
-        );
+        let commit = format!("{copy}/{}", thaw_tiers::moves::COMMIT);
         assert!(client.exists(&commit).unwrap());
+        assert_eq!(published(&client, &key), copy);
     });
     drop(guard);
 }

@@ -1,11 +1,14 @@
-//! cgroup v1 memory and pids limits for one sandbox.
+//! cgroup v1 memory and pids limits for one sandbox, and its CPU quota if
+//! it has one.
 use crate::error::{HostError, Result};
 use std::fs;
 use std::path::PathBuf;
 use thaw_error::{fail, ResultExt};
 
 const ROOT: &str = "/sys/fs/cgroup";
-const CONTROLLERS: [&str; 2] = ["memory", "pids"];
+const CONTROLLERS: [&str; 3] = ["memory", "pids", "cpu"];
+/// The CFS period a sandbox's CPU quota is given over.
+const CPU_PERIOD_US: u64 = 100_000;
 
 /// The `thaw` directories under each controller sandboxes' cgroups live in.
 pub(crate) fn hierarchies() -> Vec<PathBuf> {
@@ -22,13 +25,32 @@ pub struct Cgroups {
 }
 
 impl Cgroups {
-    /// Creates `thaw/<name>` under the memory and pids hierarchies.
-    pub fn create(name: &str, memory_bytes: u64, pids_max: u64) -> Result<Cgroups> {
+    /// Creates `thaw/<name>` under the memory and pids hierarchies, and
+    /// under the cpu one with a CFS quota of `cpu_millis` thousandths of a
+    /// CPU if given.
+    pub fn create(
+        name: &str,
+        memory_bytes: u64,
+        pids_max: u64,
+        cpu_millis: Option<u64>,
+    ) -> Result<Cgroups> {
         let mut cg = Cgroups { dirs: Vec::new() };
-        for (ctrl, file, value) in [
-            ("memory", "memory.limit_in_bytes", memory_bytes.to_string()),
-            ("pids", "pids.max", pids_max.to_string()),
-        ] {
+        let mut settings = vec![
+            ("memory", vec![("memory.limit_in_bytes", memory_bytes)]),
+            ("pids", vec![("pids.max", pids_max)]),
+        ];
+        if let Some(m) = cpu_millis {
+            // the kernel takes no quota under 1 ms per period
+            let quota = (m * CPU_PERIOD_US / 1000).max(1000);
+            settings.push((
+                "cpu",
+                vec![
+                    ("cpu.cfs_period_us", CPU_PERIOD_US),
+                    ("cpu.cfs_quota_us", quota),
+                ],
+            ));
+        }
+        for (ctrl, files) in settings {
             let hier = PathBuf::from(ROOT).join(ctrl);
             if !hier.join("cgroup.procs").exists() {
                 fail!(
@@ -41,10 +63,25 @@ impl Cgroups {
             fs::create_dir_all(&dir)
                 .with_context(|| format!("creating cgroup {}", dir.display()))?;
             cg.dirs.push(dir.clone());
-            fs::write(dir.join(file), &value)
-                .with_context(|| format!("setting {file} = {value}"))?;
+            for (file, value) in files {
+                fs::write(dir.join(file), value.to_string())
+                    .with_context(|| format!("setting {file} = {value}"))?;
+            }
         }
         Ok(cg)
+    }
+
+    /// The sandbox's CFS quota in thousandths of a CPU (None: unlimited,
+    /// or no cpu cgroup).
+    pub fn cpu_millis(&self) -> Option<u64> {
+        let d = self
+            .dirs
+            .iter()
+            .find(|d| d.starts_with(format!("{ROOT}/cpu")))?;
+        let read =
+            |f: &str| -> Option<i64> { fs::read_to_string(d.join(f)).ok()?.trim().parse().ok() };
+        let (quota, period) = (read("cpu.cfs_quota_us")?, read("cpu.cfs_period_us")?);
+        (quota > 0 && period > 0).then(|| quota as u64 * 1000 / period as u64)
     }
 
     /// Files a child's pid goes into before it runs anything.

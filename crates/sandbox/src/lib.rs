@@ -58,6 +58,9 @@ pub use zygote::Zygote;
 pub struct SandboxConfig {
     pub memory_bytes: u64,
     pub pids_max: u64,
+    /// CPU time the sandbox's processes may use together, in thousandths
+    /// of a CPU (a CFS quota in the cpu cgroup); None: unlimited.
+    pub cpu_millis: Option<u64>,
     pub tmp_bytes: u64,
     /// Size of the private /dev/shm.
     pub shm_bytes: u64,
@@ -97,6 +100,7 @@ impl Default for SandboxConfig {
         SandboxConfig {
             memory_bytes: 1 << 30,
             pids_max: 32,
+            cpu_millis: None,
             tmp_bytes: 64 << 20,
             shm_bytes: 64 << 20,
             open_files: 256,
@@ -207,7 +211,7 @@ impl Slot {
         // A uid per sandbox, unique across workers: even a compromised
         // runtime cannot signal or read another sandbox's files or processes.
         let uid = uid::UidLease::acquire()?;
-        let cgroups = Cgroups::create(&id, cfg.memory_bytes, cfg.pids_max)?;
+        let cgroups = Cgroups::create(&id, cfg.memory_bytes, cfg.pids_max, cfg.cpu_millis)?;
         thaw_store::secure::ensure_private_dir(&cfg.log_dir)
             .with_context(|| format!("sandbox log directory {}", cfg.log_dir.display()))?;
         let log_path = cfg.log_dir.join(format!("{id}.log"));
@@ -471,6 +475,23 @@ impl Sandbox {
             .find_map(|l| l.strip_prefix("VmRSS:"))
             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
             .ok_or_else(|| HostError::Failed(format!("no VmRSS for pid {}", self.pid)))
+    }
+
+    /// CPU time the runtime and the children it reaped have used, in ns
+    /// (user and system, from its `/proc` stat).
+    pub fn cpu_ns(&self) -> Result<u64> {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid))?;
+        let f = stat_fields(&stat)?;
+        let ticks = f.field(14)? + f.field(15)? + f.field(16)? + f.field(17)?;
+        // SAFETY: sysconf has no side effects.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+        Ok(ticks * (1_000_000_000 / hz))
+    }
+
+    /// The sandbox's CPU quota in thousandths of a CPU, as its cgroup has
+    /// it (None: unlimited).
+    pub fn cpu_millis(&self) -> Option<u64> {
+        self.cgroups.cpu_millis()
     }
 
     /// Peak memory of the sandbox's cgroup.

@@ -25,6 +25,9 @@ pub struct App {
     pub mover_busy: Mutex<()>,
     /// The slow snapshot tier's client, when that tier is remote.
     pub remote: stored::RemoteClient,
+    /// This node's tag in its snapshots' names, when it shares snapshots
+    /// (`crate::tiering::snapshot_name`).
+    pub node: Option<String>,
     /// The bridge and rule table of functions given egress, made at the
     /// first such deploy (a daemon without them sets up nothing).
     pub network: Mutex<Option<Arc<thaw_sandbox::egress::Network>>>,

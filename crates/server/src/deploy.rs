@@ -65,6 +65,11 @@ impl From<tiering::Error> for Error {
     }
 }
 
+/// The smallest CPU quota a function may have (the kernel's CFS quota is
+/// at least 1 ms per 100 ms period), and the largest accepted.
+pub const MIN_CPU_MILLIS: u64 = 10;
+pub const MAX_CPU_MILLIS: u64 = 1_000_000;
+
 /// `POST /v1/functions`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -85,6 +90,8 @@ pub struct DeployRequest {
     #[serde(default)]
     pub packages: Vec<String>,
     pub memory_mb: Option<u64>,
+    /// CPU quota of each instance, in thousandths of a CPU (none: unlimited).
+    pub cpu_millis: Option<u64>,
     pub timeout_ms: Option<u64>,
     pub max_instances: Option<u32>,
     #[serde(default)]
@@ -274,6 +281,13 @@ pub async fn run(app: &Arc<App>, req: DeployRequest) -> Result<(Record, bool), E
             lim.max_memory_mb
         )));
     }
+    if let Some(c) = req.cpu_millis {
+        if !(MIN_CPU_MILLIS..=MAX_CPU_MILLIS).contains(&c) {
+            return Err(bad(format!(
+                "cpu_millis must be in {MIN_CPU_MILLIS}..={MAX_CPU_MILLIS} (thousandths of a CPU)"
+            )));
+        }
+    }
     let timeout_ms = req.timeout_ms.unwrap_or(lim.default_timeout_ms);
     if !(1..=lim.max_timeout_ms).contains(&timeout_ms) {
         return Err(bad(format!(
@@ -443,6 +457,7 @@ fn build(
             env: req.env.clone(),
             secret_env: req.secret_env.keys().cloned().collect(),
             memory_mb,
+            cpu_millis: req.cpu_millis,
             timeout_ms,
             max_instances,
             strategy,
@@ -552,13 +567,12 @@ fn share(app: &App, rec: &mut Record, code_dir: &Path, req: &DeployRequest) -> S
     };
     match shared::lookup(app, &key, &crate::roots::root_hash(app, rec)) {
         Ok(Found::Absent) => Share::Publish(key),
-        Ok(Found::Usable(m)) => {
-            let stored = shared::fetched(app, rec, &key, &m);
+        Ok(Found::Usable { copy, manifest }) => {
+            let stored = shared::fetched(app, rec, &copy, &manifest);
             let mut pl = PlacementInfo::requested(rec.strategy, &rec.tier);
             pl.chosen_by = "shared".into();
             pl.reason = vec![format!(
-                "restored from the snapshot another node published as {} (streamed from tier {}, then kept on {})",
-                shared::object_name(&key),
+                "restored from the snapshot another node published as {copy} (streamed from tier {}, then kept on {})",
                 rec.tier,
                 app.cfg.snapshot_tiers.fast
             )];
@@ -833,6 +847,7 @@ pub fn user_function(
             )
             .collect(),
         memory_bytes: rec.memory_mb << 20,
+        cpu_millis: rec.cpu_millis,
         egress,
         root: rec.root.as_ref().map(|r| thaw_worker::FunctionRoot {
             path: crate::roots::root_path(&app.cfg, &r.key),

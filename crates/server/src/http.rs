@@ -32,6 +32,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("put", "/v1/functions/{name}/prewarm"),
     ("get", "/v1/functions/{name}/logs"),
     ("post", "/v1/roots"),
+    ("get", "/v1/functions/{name}/stats"),
     ("get", "/healthz"),
     ("get", "/readyz"),
     ("get", "/metrics"),
@@ -75,6 +76,7 @@ fn routes(app: Arc<App>) -> Router {
         .route("/v1/functions/{name}/prewarm", put(prewarm))
         .route("/v1/functions/{name}/logs", get(logs))
         .route("/v1/roots", post(import_root))
+        .route("/v1/functions/{name}/stats", get(stats))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
@@ -262,6 +264,7 @@ pub fn describe(v: &FnVersion, live: u32, idle: u32) -> Value {
         "env": r.env,
         "secret_env": r.secret_env,
         "memory_mb": r.memory_mb,
+        "cpu_millis": r.cpu_millis,
         "timeout_ms": r.timeout_ms,
         "max_instances": r.max_instances,
         "strategy": r.strategy,
@@ -706,6 +709,26 @@ async fn logs(
     Ok(Json(
         json!({ "function": name, "instances": v.ring.instances(), "entries": entries }),
     ))
+}
+
+/// What the function's instances on this daemon use now (memory, and CPU
+/// time since the daemon started): a container runtime's stats of the
+/// function's containers.
+async fn stats(
+    State(app): State<Arc<App>>,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let v = lookup(&app, &name)?;
+    let usage = app.pool.usage(&name);
+    let now_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    Ok(Json(json!({
+        "function": name,
+        "timestamp_unix_ns": now_ns,
+        "memory_limit_bytes": v.rec.memory_mb << 20,
+        "usage": usage,
+    })))
 }
 
 async fn healthz() -> Json<Value> {

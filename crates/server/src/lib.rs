@@ -97,6 +97,23 @@ impl From<deploy::Error> for ServeError {
     }
 }
 
+/// This node's tag (random, made once and kept in the state home): its
+/// own snapshots' names on a bucket other nodes share.
+fn node_tag(state: &std::path::Path) -> Result<String> {
+    let p = state.join("node-tag");
+    if let Ok(t) = std::fs::read_to_string(&p) {
+        let t = t.trim();
+        if t.len() == 16 && t.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Ok(t.to_string());
+        }
+    }
+    let t = hex::encode(rand::random::<[u8; 8]>());
+    let tmp = p.with_extension("tmp");
+    std::fs::write(&tmp, &t).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, &p).with_context(|| format!("writing {}", p.display()))?;
+    Ok(t)
+}
+
 /// Opens the state home, the worker and the pool, and brings back every
 /// deployed function (re-snapshotting those whose snapshot cannot be trusted).
 pub fn open(cfg: Config) -> Result<Arc<App>> {
@@ -119,6 +136,10 @@ pub fn open(cfg: Config) -> Result<Arc<App>> {
     worker.cfg.log_dir = log_dir;
     let worker = Arc::new(worker);
     let remote = stored::open_remote(&cfg.home, &cfg.snapshot_tiers)?;
+    let node = match cfg.shared_snapshots {
+        true => Some(node_tag(&state)?),
+        false => None,
+    };
     tiering::recover_moves(&cfg.home, &remote)?;
     let metrics = Arc::new(metrics::Metrics::new());
     let (mover_tx, mover_rx) = std::sync::mpsc::channel();
@@ -143,6 +164,7 @@ pub fn open(cfg: Config) -> Result<Arc<App>> {
         draining: AtomicBool::new(false),
         mover_busy: Mutex::new(()),
         remote,
+        node,
         network: Mutex::new(None),
     });
     let rt = tokio::runtime::Handle::try_current().context(
@@ -229,13 +251,9 @@ fn recover(app: &App) -> Result<()> {
                 return None;
             }
             match shared::lookup(app, &info.key, &roots::root_hash(app, &rec)) {
-                Ok(shared::Found::Usable(_)) => Some(pool::Placed {
+                Ok(shared::Found::Usable { copy, .. }) => Some(pool::Placed {
                     tier: app.cfg.snapshot_tiers.slow.clone(),
-                    stored: stored::Stored::Remote(Arc::new(shared::shared_copy(
-                        app,
-                        &rec,
-                        &info.object(),
-                    ))),
+                    stored: stored::Stored::Remote(Arc::new(shared::shared_copy(app, &rec, &copy))),
                 }),
                 Ok(_) => None,
                 Err(e) => {

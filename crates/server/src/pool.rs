@@ -231,14 +231,48 @@ pub struct Pool {
     threads: Arc<std::sync::atomic::AtomicUsize>,
     /// Function names whose snapshot placement changed (see `crate::tiering`).
     mover: Mutex<mpsc::Sender<String>>,
-    /// Memory charged to each live instance's cgroup, by instance name,
-    /// as its thread last read it.
+    /// Memory and CPU of each live instance, as its thread last read
+    /// them, and the CPU of each function's ended instances.
     measured: Measured,
     /// serves the in-sandbox SDK (set once when the daemon opens)
     pub xdt: std::sync::OnceLock<Arc<crate::xdt::XdtHost>>,
 }
 
-type Measured = Arc<Mutex<HashMap<String, u64>>>;
+type Measured = Arc<Mutex<Usage>>;
+
+#[derive(Default)]
+struct Usage {
+    /// by instance name: its function and what it uses
+    live: HashMap<String, (String, InstanceUsage)>,
+    /// CPU time of each function's ended instances, in ns
+    ended_cpu_ns: HashMap<String, u64>,
+}
+
+/// What one instance uses, as its thread last read it.
+#[derive(Debug, Clone, Copy, Default)]
+struct InstanceUsage {
+    /// charged to its cgroup (or its RSS, if more)
+    memory_bytes: u64,
+    /// CPU time of its processes so far
+    cpu_ns: u64,
+    /// its cgroup's CPU quota (thousandths of a CPU)
+    cpu_millis: Option<u64>,
+}
+
+/// What a function's instances on this daemon use (`GET
+/// /v1/functions/NAME/stats`).
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct FunctionUsage {
+    /// live instances (starting, busy or idle)
+    pub instances: u32,
+    /// memory charged to them now
+    pub memory_bytes: u64,
+    /// CPU time of every instance since the daemon started, ended ones
+    /// included (it only grows)
+    pub cpu_ns: u64,
+    /// the CPU quota their cgroups have (none: unlimited)
+    pub cpu_millis: Option<u64>,
+}
 
 /// RAM a deploy's sandbox holds in the policy's budget until it is gone.
 pub struct Reservation {
@@ -387,6 +421,8 @@ impl Pool {
         }
         st.want_fast.remove(name);
         wake_all(st.fns.get_mut(name));
+        let mut m = self.measured.lock().unwrap_or_else(|p| p.into_inner());
+        m.ended_cpu_ns.remove(name);
     }
 
     /// Counts a deploy's sandbox of `memory_mb` in the instance budget
@@ -513,10 +549,31 @@ impl Pool {
             self.measured
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
+                .live
                 .values()
+                .map(|(_, u)| u.memory_bytes)
                 .sum(),
         );
         memory("instances_budgeted", st.engine.usage().ram_mb << 20);
+    }
+
+    /// What the function's instances use (read by each instance's thread
+    /// after each invocation and every second while idle).
+    pub fn usage(&self, name: &str) -> FunctionUsage {
+        let m = self.measured.lock().unwrap_or_else(|p| p.into_inner());
+        let mut out = FunctionUsage {
+            cpu_ns: m.ended_cpu_ns.get(name).copied().unwrap_or(0),
+            ..FunctionUsage::default()
+        };
+        for (f, u) in m.live.values() {
+            if f == name {
+                out.instances += 1;
+                out.memory_bytes += u.memory_bytes;
+                out.cpu_ns += u.cpu_ns;
+                out.cpu_millis = out.cpu_millis.or(u.cpu_millis);
+            }
+        }
+        out
     }
 
     /// (live, idle) instances of a function.
@@ -741,6 +798,8 @@ impl Pool {
                     gauge: MemoryGauge {
                         measured,
                         instance: name.clone(),
+                        function: vv.rec.name.clone(),
+                        last: InstanceUsage::default(),
                     },
                     xdt,
                     slot_tiers,
@@ -868,7 +927,6 @@ impl Instance {
 /// How often an idle instance's memory is read again.
 const MEASURE_EVERY: Duration = Duration::from_secs(1);
 
-/// One instance's entry in the measured memory; gone with the instance.
 /// What an instance thread gets from its daemon besides its jobs.
 struct InstanceServices {
     /// bytes of output kept per invocation
@@ -884,22 +942,37 @@ struct InstanceServices {
     pool: std::sync::Weak<Pool>,
 }
 
+/// One instance's entry in the measured usage; gone with the instance
+/// (its CPU time then counts among its function's ended instances').
 struct MemoryGauge {
     measured: Measured,
     instance: String,
+    function: String,
+    last: InstanceUsage,
 }
 
 impl MemoryGauge {
-    fn set(&self, bytes: Option<u64>) {
+    fn set(&mut self, sb: &thaw_sandbox::Sandbox) {
+        // a mmap restore's pages are the tier's page cache, charged to
+        // whoever first read them, not to this sandbox: its RSS shows them
+        let rss = sb.rss_kb().ok().map(|kb| kb << 10);
+        self.last = InstanceUsage {
+            memory_bytes: sb.memory_usage().max(rss).unwrap_or(0),
+            // a process gone between two reads keeps its last figure
+            cpu_ns: sb.cpu_ns().unwrap_or(self.last.cpu_ns),
+            cpu_millis: sb.cpu_millis(),
+        };
         let mut m = self.measured.lock().unwrap_or_else(|p| p.into_inner());
-        m.insert(self.instance.clone(), bytes.unwrap_or(0));
+        m.live
+            .insert(self.instance.clone(), (self.function.clone(), self.last));
     }
 }
 
 impl Drop for MemoryGauge {
     fn drop(&mut self) {
         let mut m = self.measured.lock().unwrap_or_else(|p| p.into_inner());
-        m.remove(&self.instance);
+        m.live.remove(&self.instance);
+        *m.ended_cpu_ns.entry(self.function.clone()).or_default() += self.last.cpu_ns;
     }
 }
 
@@ -974,7 +1047,7 @@ fn instance_thread(
 ) {
     let InstanceServices {
         log_cap,
-        gauge,
+        mut gauge,
         xdt,
         slot_tiers,
         metrics,
@@ -1067,10 +1140,7 @@ fn instance_thread(
     // what the runtime printed while starting is not any invocation's
     let _ = take_sandbox_output(sb.log_path(), 0);
     loop {
-        // a mmap restore's pages are the tier's page cache, charged to
-        // whoever first read them, not to this sandbox: its RSS shows them
-        let rss = sb.rss_kb().ok().map(|kb| kb << 10);
-        gauge.set(sb.memory_usage().max(rss));
+        gauge.set(&sb);
         let job = match jobs.recv_timeout(MEASURE_EVERY) {
             Ok(job) => job,
             Err(mpsc::RecvTimeoutError::Timeout) => continue,

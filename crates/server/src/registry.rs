@@ -66,6 +66,9 @@ pub struct Record {
     /// Names of secret variables (values only in `secrets.json`).
     pub secret_env: Vec<String>,
     pub memory_mb: u64,
+    /// CPU quota of each instance, thousandths of a CPU (none: unlimited).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_millis: Option<u64>,
     pub timeout_ms: u64,
     pub max_instances: u32,
     /// How new instances start: restored with a strategy, or booted (on
@@ -131,13 +134,6 @@ pub struct SharedInfo {
     /// why it was refused or not shared, or why publishing failed
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
-}
-
-impl SharedInfo {
-    /// The published copy's name on the remote tier (`shared-KEY`).
-    pub fn object(&self) -> String {
-        format!("shared-{}", self.key)
-    }
 }
 
 /// A function's own Debian packages: a tree in the daemon's package cache.

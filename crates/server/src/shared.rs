@@ -9,8 +9,8 @@
 //! of the node's version number of the function. Functions with secret
 //! environment values are not shared (their values would be in the image). It then looks for `shared-KEY` on the remote tier:
 //!
-//! * absent: the node takes the snapshot as always and publishes a copy as
-//!   `shared-KEY` (copied, read back and verified, then committed);
+//! * absent: the node takes the snapshot as always and publishes a copy
+//!   (below);
 //! * present and made on a machine this one can restore (the manifest's
 //!   machine record: CPU features, XSAVE components and size, kernel
 //!   release; and the runtime root): no fresh start here. The version's
@@ -21,6 +21,17 @@
 //!   and shown in the function's GET under `shared`); the node takes its
 //!   own snapshot and keeps it to itself. The first publisher's copy is
 //!   never overwritten: nodes of that other kind keep restoring it.
+//!
+//! Publishing is first-writer-wins, whatever the number of nodes deploying
+//! the function at once: each publisher uploads its copy under a name of its
+//! own (`shared-KEY-TOKEN`, TOKEN random: copied, read back and verified,
+//! then committed), then creates the pointer `shared-KEY/published` naming
+//! it with a conditional PUT (`If-None-Match: *`), which the store decides
+//! atomically. The one whose create succeeded published; every other one
+//! deletes its copy and keeps its own snapshot to itself. Readers follow
+//! the pointer to one whole committed copy, so they never see a mix of two
+//! publishers' objects; a publisher that died before its create leaves an
+//! unreferenced copy, never a half-published snapshot.
 //!
 //! The shared copy is never moved or deleted by a node's policy, deletes or
 //! redeploys: it is named by content, not by function version.
@@ -37,13 +48,20 @@ pub use crate::registry::{Role, SharedInfo};
 pub use crate::stored::ShareError;
 use crate::stored::{KeepLocal, RemoteCopy, Stored};
 
-/// Objects of a shared snapshot are `shared-KEY/...` on the remote tier.
+/// Objects of a shared snapshot are `shared-KEY...` on the remote tier.
 pub const PREFIX: &str = "shared-";
+/// The pointer a key's publisher creates (`shared-KEY/published`): it names
+/// the copy that won.
+pub const POINTER: &str = "published";
 /// Bound on a manifest's size (the store's own limit).
 const MAX_MANIFEST: u64 = 1 << 20;
 
 pub fn object_name(key: &str) -> String {
     format!("{PREFIX}{key}")
+}
+
+fn pointer_name(key: &str) -> String {
+    format!("{}/{POINTER}", object_name(key))
 }
 
 /// Why a published copy is refused here, if it is.
@@ -123,7 +141,7 @@ pub fn key(
     // version number of the function: a restored copy of another node's
     // snapshot reports the publisher's (its context's function_version)
     let what = json!({
-        "format": 1,
+        "format": 2,
         "runtime_root": crate::roots::root_hash(app, rec),
         "runtime": rec.runtime,
         "name": rec.name,
@@ -147,10 +165,41 @@ pub fn key(
 pub enum Found {
     /// nothing published yet
     Absent,
-    /// a copy this node can restore
-    Usable(Box<Manifest>),
+    /// a copy this node can restore: its name on the tier and its manifest
+    Usable {
+        copy: String,
+        manifest: Box<Manifest>,
+    },
     /// a copy from another kind of machine (the reason)
     Refused(String),
+}
+
+/// The copy the pointer of `key` names, if `key` was published.
+pub fn published_copy(
+    store: &thaw_tiers::objects::RemoteStore,
+    key: &str,
+) -> Result<Option<String>, ShareError> {
+    let pointer = pointer_name(key);
+    let Some(raw) = store.get_opt(&pointer, MAX_MANIFEST)? else {
+        return Ok(None);
+    };
+    let corrupt = |why: String| ShareError::Corrupt {
+        name: pointer.clone(),
+        what: "pointer",
+        why,
+    };
+    let v: Value = serde_json::from_slice(&raw).map_err(|e| corrupt(e.to_string()))?;
+    let copy = v["copy"].as_str().unwrap_or("");
+    // a copy of this key, one name deep (the store seals the pointer, but
+    // a reader still names no object outside the key's own)
+    let token = copy
+        .strip_prefix(&object_name(key))
+        .and_then(|t| t.strip_prefix('-'))
+        .unwrap_or("");
+    if token.is_empty() || !token.bytes().all(|b| b.is_ascii_alphanumeric()) {
+        return Err(corrupt(format!("it names {copy:?}, not a copy of {key}")));
+    }
+    Ok(Some(copy.to_string()))
 }
 
 /// Looks for the published copy of `key` and checks its manifest.
@@ -158,13 +207,27 @@ pub fn lookup(app: &App, key: &str, root_hash: &str) -> Result<Found, ShareError
     let Some((_, store)) = &app.remote else {
         return Err(ShareError::NotRemote);
     };
-    let name = object_name(key);
-    let Some(commit) = store.get_opt(&format!("{name}/{}", moves::COMMIT), MAX_MANIFEST)? else {
+    lookup_in(store, key, root_hash)
+}
+
+/// [`lookup`] on `store`, for a function running on the root `runtime_root`.
+pub fn lookup_in(
+    store: &thaw_tiers::objects::RemoteStore,
+    key: &str,
+    runtime_root: &str,
+) -> Result<Found, ShareError> {
+    let Some(name) = published_copy(store, key)? else {
         return Ok(Found::Absent);
     };
+    let Some(commit) = store.get_opt(&format!("{name}/{}", moves::COMMIT), MAX_MANIFEST)? else {
+        return Err(ShareError::Corrupt {
+            name: pointer_name(key),
+            what: "pointer",
+            why: format!("it names {name}, which has no commit record"),
+        });
+    };
     let raw = store.get(&format!("{name}/manifest.json"), MAX_MANIFEST)?;
-    // the manifest read must be the one committed (two nodes publishing at
-    // once write the same objects)
+    // the manifest read must be the one committed
     let files: Value = serde_json::from_slice(&commit).map_err(|e| ShareError::Corrupt {
         name: name.clone(),
         what: "commit record",
@@ -177,7 +240,7 @@ pub fn lookup(app: &App, key: &str, root_hash: &str) -> Result<Found, ShareError
     });
     if committed != Some(thaw_store::sha256_hex(&raw).as_str()) {
         return Ok(Found::Refused(format!(
-            "the manifest of {name} differs from its commit record (published twice at once?)"
+            "the manifest of {name} differs from its commit record"
         )));
     }
     let m: Manifest = serde_json::from_slice(&raw).map_err(|e| ShareError::Corrupt {
@@ -185,26 +248,28 @@ pub fn lookup(app: &App, key: &str, root_hash: &str) -> Result<Found, ShareError
         what: "manifest",
         why: e.to_string(),
     })?;
-    Ok(match refusal(&m, root_hash) {
+    Ok(match refusal(&m, runtime_root) {
         Some(why) => Found::Refused(why),
-        None => Found::Usable(Box::new(m)),
+        None => Found::Usable {
+            copy: name,
+            manifest: Box::new(m),
+        },
     })
 }
 
-/// The version's snapshot as the published copy on the slow tier.
-pub fn fetched(app: &App, rec: &mut Record, key: &str, m: &Manifest) -> Stored {
+/// The version's snapshot as the published copy `copy` on the slow tier.
+pub fn fetched(app: &App, rec: &mut Record, copy: &str, m: &Manifest) -> Stored {
     let (tier, store) = app.remote.as_ref().expect("lookup checked it");
-    let name = object_name(key);
     rec.tier = tier.clone();
     rec.snapshot = Some(SnapshotInfo {
         id: m.id.clone(),
-        dir: PathBuf::from(format!("{}/{name}", store.url)),
+        dir: PathBuf::from(format!("{}/{copy}", store.url)),
         size_bytes: m.state.len + m.memory.len,
         init_ms: 0.0,
         import_ms: 0.0,
         checkpoint_ms: 0.0,
     });
-    Stored::Remote(Arc::new(shared_copy(app, rec, &name)))
+    Stored::Remote(Arc::new(shared_copy(app, rec, copy)))
 }
 
 /// A stream source for the published copy `name`, kept on the fast tier
@@ -222,18 +287,93 @@ pub fn shared_copy(app: &App, rec: &Record, name: &str) -> RemoteCopy {
     }
 }
 
-/// Publishes the node's snapshot `snap` as `shared-KEY` (false: another
-/// node published it first; its copy stays).
+/// Publishes the node's snapshot `snap` for `key`: [`stage`], then
+/// [`commit`] (false: another node published it first; its copy stays and
+/// this one is gone).
 pub fn publish(app: &App, key: &str, snap: &Snapshot) -> Result<bool, ShareError> {
     let Some((tier, store)) = &app.remote else {
         return Err(ShareError::NotRemote);
     };
-    let place = Place::Remote {
-        tier: tier.clone(),
+    let copy = stage(tier, store, key, &snap.dir)?;
+    commit(tier, store, key, &copy)
+}
+
+fn remote_place<'a>(tier: &str, store: &'a thaw_tiers::objects::RemoteStore) -> Place<'a> {
+    Place::Remote {
+        tier: tier.to_string(),
         store,
+    }
+}
+
+/// Uploads the snapshot in `dir` as a copy of `key` of this publisher's
+/// own (read back, verified and committed under its name, referenced by
+/// nothing yet); returns its name.
+pub fn stage(
+    tier: &str,
+    store: &thaw_tiers::objects::RemoteStore,
+    key: &str,
+    dir: &Path,
+) -> Result<String, ShareError> {
+    let copy = format!("{}-{:016x}", object_name(key), rand::random::<u64>());
+    moves::publish_staged(&copy, Snapshot::open(dir)?, &remote_place(tier, store))?;
+    Ok(copy)
+}
+
+/// Makes the staged `copy` the published one of `key` unless another is
+/// already: the pointer's conditional create decides. True if `copy` is
+/// the published one; false if another publisher's is (then `copy` is
+/// deleted).
+pub fn commit(
+    tier: &str,
+    store: &thaw_tiers::objects::RemoteStore,
+    key: &str,
+    copy: &str,
+) -> Result<bool, ShareError> {
+    let pointer = json!({ "copy": copy }).to_string();
+    if store.put_new(&pointer_name(key), pointer.as_bytes())? {
+        return Ok(true);
+    }
+    // taken: by another publisher, or by this one's own create answered
+    // twice (a retried request whose first attempt went through)
+    if published_copy(store, key)?.as_deref() == Some(copy) {
+        return Ok(true);
+    }
+    moves::delete_snapshot(&remote_place(tier, store), copy)?;
+    Ok(false)
+}
+
+/// Rewrites the manifest of the published copy `copy` with `edit`, sealed
+/// again and its commit record updated, so that only the checks of its
+/// contents can refuse it: for tools and tests that must show what a node
+/// does with a copy from another kind of machine.
+pub fn rewrite_manifest(
+    store: &thaw_tiers::objects::RemoteStore,
+    copy: &str,
+    edit: impl FnOnce(&mut Value),
+) -> Result<(), ShareError> {
+    let corrupt = |what, why: String| ShareError::Corrupt {
+        name: copy.to_string(),
+        what,
+        why,
     };
-    let copy = Snapshot::open(&snap.dir)?;
-    Ok(moves::publish_staged(&object_name(key), copy, &place)?)
+    let mpath = format!("{copy}/manifest.json");
+    let mut m: Value = serde_json::from_slice(&store.get(&mpath, MAX_MANIFEST)?)
+        .map_err(|e| corrupt("manifest", e.to_string()))?;
+    edit(&mut m);
+    let edited = serde_json::to_vec(&m).map_err(|e| corrupt("manifest", e.to_string()))?;
+    store.put(&mpath, &edited)?;
+    let cpath = format!("{copy}/{}", moves::COMMIT);
+    let mut rec: Value = serde_json::from_slice(&store.get(&cpath, MAX_MANIFEST)?)
+        .map_err(|e| corrupt("commit record", e.to_string()))?;
+    for f in rec["files"].as_array_mut().into_iter().flatten() {
+        if f[0] == "manifest.json" {
+            f[1] = json!(edited.len());
+            f[2] = json!(thaw_store::sha256_hex(&edited));
+        }
+    }
+    let rec = serde_json::to_vec(&rec).map_err(|e| corrupt("commit record", e.to_string()))?;
+    store.put(&cpath, &rec)?;
+    Ok(())
 }
 
 #[cfg(test)]

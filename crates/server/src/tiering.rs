@@ -59,10 +59,17 @@ store_error_from!(
 
 pub type Result<T> = std::result::Result<T, Error>;
 
-/// The store's name for a version's snapshot: `NAME-vN-ROOTHASH`. Tiers
-/// live under the daemon's own state home, so no other worker shares them.
+/// The store's name for a version's snapshot: `NAME-vN-ROOTHASH`, and
+/// `-NODE` on a daemon sharing snapshots: local tiers live under the
+/// daemon's own state home, but the nodes' remote tier is one bucket, where
+/// each node's own snapshots (placed there by its policy) need names of
+/// their own.
 pub fn snapshot_name(app: &App, name: &str, version: u64) -> String {
-    format!("{name}-v{version}-{}", &app.worker.root.hash[..16])
+    let root = &app.worker.root.hash[..16];
+    match &app.node {
+        Some(node) => format!("{name}-v{version}-{root}-{node}"),
+        None => format!("{name}-v{version}-{root}"),
+    }
 }
 
 /// Whether `tier` is the daemon's remote snapshot tier.

@@ -674,6 +674,17 @@ fn bad_requests_get_clear_errors_and_the_daemon_keeps_serving() {
             400,
             "invalid type",
         ),
+        (
+            "a CPU quota the kernel would not take",
+            serde_json::to_vec(&{
+                let mut r = file_deploy("a", "m.handler", ok_src);
+                r["cpu_millis"] = json!(5);
+                r
+            })
+            .unwrap(),
+            400,
+            "cpu_millis must be in 10..=",
+        ),
     ];
     for (what, body, status, needle) in cases {
         let r = d.req("POST", "/v1/functions", Some(&body));
@@ -697,6 +708,7 @@ fn bad_requests_get_clear_errors_and_the_daemon_keeps_serving() {
     }
     // invoking by a bad name or an unknown function
     assert_eq!(d.invoke("nope", &json!(1)).status, 404);
+    assert_eq!(d.req("GET", "/v1/functions/nope/stats", None).status, 404);
     assert_eq!(
         d.req("POST", "/v1/functions/a%2Fb/invoke", Some(b"1"))
             .status,

@@ -105,10 +105,33 @@ pub fn import_root(socket: &Path, rootfs: &Path, key: Option<&str>) -> Result<St
     }
 }
 
-/// Deploys the function in `root/function` unless the daemon has it, and
-/// returns its name there: `img-` and a digest of its code and settings, so
-/// every container of the same image and settings shares one snapshot.
-pub fn ensure_deployed(socket: &Path, root: &Path, f: &Function) -> Result<String> {
+/// A function the daemon has, as the shim deployed or found it.
+pub struct Deployed {
+    pub name: String,
+    /// What the container's log should say about its snapshot: why the
+    /// node did not restore the one another node published, if it did not.
+    pub notice: Option<String>,
+}
+
+impl Deployed {
+    fn from_answer(name: String, r: &Response) -> Deployed {
+        let v = r.json().unwrap_or_default();
+        let notice = (v["shared"]["role"] == "refused").then(|| {
+            format!(
+                "{name}: {}",
+                v["shared"]["reason"]
+                    .as_str()
+                    .unwrap_or("the shared snapshot was refused")
+            )
+        });
+        Deployed { name, notice }
+    }
+}
+
+/// Deploys the function in `root/function` unless the daemon has it. Its
+/// name there is `img-` and a digest of its code and settings, so every
+/// container of the same image and settings shares one snapshot.
+pub fn ensure_deployed(socket: &Path, root: &Path, f: &Function) -> Result<Deployed> {
     let code_dir = root.join(image::CODE_DIR);
     if !code_dir.is_dir() {
         fail!(
@@ -128,7 +151,7 @@ pub fn ensure_deployed(socket: &Path, root: &Path, f: &Function) -> Result<Strin
     let name = format!("img-{}", &image::function_key(&code, &settings)[..24]);
     let existing = request(socket, "GET", &format!("/v1/functions/{name}"), None)?;
     match existing.status {
-        200 => return Ok(name),
+        200 => return Ok(Deployed::from_answer(name, &existing)),
         404 => {}
         s => fail!(
             DaemonError::Refused,
@@ -155,8 +178,8 @@ pub fn ensure_deployed(socket: &Path, root: &Path, f: &Function) -> Result<Strin
             req[k] = v.clone();
         }
     }
-    post_accepted(socket, "/v1/functions", &req, "the function")?;
-    Ok(name)
+    let r = post_accepted(socket, "/v1/functions", &req, "the function")?;
+    Ok(Deployed::from_answer(name, &r))
 }
 
 /// POSTs `body` to `path`: the answer if it is 200 or 201, else the
@@ -186,28 +209,55 @@ pub fn invoke(socket: &Path, function: &str, event: &[u8]) -> Result<Response> {
     )
 }
 
+/// A GET that must answer 200 with JSON (`what` names it in errors).
+fn get_json(socket: &Path, path: &str, what: &str) -> Result<Value> {
+    let r = request(socket, "GET", path, None)?;
+    if r.status != 200 {
+        fail!(DaemonError::Refused, "{what}: {}", error_message(&r));
+    }
+    Ok(r.json().with_context(|| format!("the daemon's {what}"))?)
+}
+
 /// What the function wrote to stdout/stderr during one invocation.
 pub fn invocation_output(socket: &Path, function: &str, invocation_id: &str) -> Result<String> {
     let id: String = invocation_id
         .chars()
         .filter(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_')
         .collect();
-    let r = request(
+    let v = get_json(
         socket,
-        "GET",
         &format!("/v1/functions/{function}/logs?invocation_id={id}"),
-        None,
+        &format!("logs of {function}"),
     )?;
-    if r.status != 200 {
-        fail!(
-            DaemonError::Refused,
-            "logs of {function}: {}",
-            error_message(&r)
-        );
-    }
-    let v = r.json().context("the daemon's logs")?;
     Ok(v["entries"]
         .as_array()
         .map(|a| a.iter().filter_map(|e| e["output"].as_str()).collect())
         .unwrap_or_default())
+}
+
+/// What the function's instances on the node use (the daemon's
+/// `GET /v1/functions/NAME/stats`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Usage {
+    pub instances: u64,
+    pub memory_bytes: u64,
+    /// each instance's memory limit
+    pub memory_limit_bytes: u64,
+    /// CPU time of all its instances since the daemon started (only grows)
+    pub cpu_ns: u64,
+}
+
+pub fn usage(socket: &Path, function: &str) -> Result<Usage> {
+    let v = get_json(
+        socket,
+        &format!("/v1/functions/{function}/stats"),
+        &format!("stats of {function}"),
+    )?;
+    let n = |x: &Value| x.as_u64().unwrap_or(0);
+    Ok(Usage {
+        instances: n(&v["usage"]["instances"]),
+        memory_bytes: n(&v["usage"]["memory_bytes"]),
+        memory_limit_bytes: n(&v["memory_limit_bytes"]),
+        cpu_ns: n(&v["usage"]["cpu_ns"]),
+    })
 }

@@ -24,6 +24,11 @@ pub struct Plan {
     pub function: String,
     pub mode: Mode,
     pub netns: Netns,
+    /// Written to the container's stderr as it starts (what the node did
+    /// about the function's shared snapshot, when the cluster's owner
+    /// should know).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notice: Option<String>,
 }
 
 pub fn main(args: &[String]) -> i32 {
@@ -34,6 +39,9 @@ pub fn main(args: &[String]) -> i32 {
             return 2;
         }
     };
+    if let Some(n) = &plan.notice {
+        eprintln!("thaw: {n}");
+    }
     match &plan.mode {
         Mode::Invoke { event } => invoke_once(&plan, event.as_bytes()),
         Mode::Pause {

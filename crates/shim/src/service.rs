@@ -4,6 +4,9 @@ use crate::front::{self, Plan};
 use crate::native;
 use crate::spec::{self, ContainerSpec, Kind};
 use containerd_shim::monitor::{monitor_subscribe, wait_pid, Topic};
+use containerd_shim::protos::cgroups::metrics::{
+    CPUStat, CPUUsage, MemoryEntry, MemoryStat, Metrics,
+};
 use containerd_shim::protos::events::task::{TaskCreate, TaskDelete, TaskExit, TaskStart};
 use containerd_shim::protos::protobuf::well_known_types::timestamp::Timestamp;
 use containerd_shim::protos::protobuf::{MessageDyn, MessageField};
@@ -225,6 +228,24 @@ fn rootfs_key(mounts: &[containerd_shim::protos::types::mount::Mount]) -> Option
     (!parts.is_empty()).then(|| thaw_server::image::content_key(&parts))
 }
 
+/// A function's usage as cgroup v1 metrics, the form containerd's CRI
+/// plugin reads (memory usage and limit, CPU usage in ns).
+fn function_metrics(u: &daemon::Usage) -> Metrics {
+    let mut mem = MemoryStat::new();
+    let mut usage = MemoryEntry::new();
+    usage.set_usage(u.memory_bytes);
+    usage.set_limit(u.memory_limit_bytes);
+    mem.set_usage(usage);
+    let mut cpu = CPUStat::new();
+    let mut cpu_usage = CPUUsage::new();
+    cpu_usage.set_total(u.cpu_ns);
+    cpu.set_usage(cpu_usage);
+    let mut m = Metrics::new();
+    m.set_memory(mem);
+    m.set_cpu(cpu);
+    m
+}
+
 /// A stdio path containerd gives (a FIFO it reads, or a file); empty: none.
 fn open_stdio(path: &str) -> std::io::Result<Stdio> {
     if path.is_empty() {
@@ -295,6 +316,7 @@ impl Service {
                             function: String::new(),
                             mode: spec.mode()?,
                             netns: spec.netns.clone(),
+                            notice: None,
                         }),
                         0,
                     ))
@@ -331,13 +353,14 @@ impl Service {
                 settings: spec.settings()?,
                 root,
             };
-            let name = daemon::ensure_deployed(&socket, &spec.root, &function)?;
+            let deployed = daemon::ensure_deployed(&socket, &spec.root, &function)?;
             Ok((
                 Run::Front(Plan {
                     socket,
-                    function: name,
+                    function: deployed.name,
                     mode,
                     netns: spec.netns.clone(),
+                    notice: deployed.notice,
                 }),
                 0,
             ))
@@ -602,32 +625,47 @@ impl containerd_shim::Task for Service {
     }
 
     /// A runc container's cgroup (memory, CPU, pids), as containerd's own
-    /// runc shim reports it. A function's container has none of its own:
-    /// its instances are the daemon's (its `/metrics`).
+    /// runc shim reports it. A function's container has no cgroup of its
+    /// own: its figures are the function's instances in the node's daemon
+    /// (their cgroups' memory now, their CPU time so far), which every
+    /// container of the function on the node shares.
     fn stats(&self, _ctx: &TtrpcContext, req: StatsRequest) -> TtrpcResult<StatsResponse> {
-        let pid = {
-            let cs = self.shared.containers.lock().unwrap();
-            let c = cs.get(&req.id).ok_or_else(|| not_found(&req.id))?;
-            match (&c.run, c.phase) {
-                (Run::Native, Phase::Running) => c.pid,
-                (Run::Native, _) => {
-                    return Err(err(
-                        Code::FAILED_PRECONDITION,
-                        "the container is not running",
-                    ))
-                }
-                (Run::Front(_), _) => {
-                    return Err(err(
+        // a runc container's pid, or the function's daemon socket and name
+        let of =
+            {
+                let cs = self.shared.containers.lock().unwrap();
+                let c = cs.get(&req.id).ok_or_else(|| not_found(&req.id))?;
+                match (&c.run, c.phase) {
+                    (Run::Native, Phase::Running) => Ok(c.pid),
+                    (Run::Native, _) => {
+                        return Err(err(
+                            Code::FAILED_PRECONDITION,
+                            "the container is not running",
+                        ))
+                    }
+                    (Run::Front(plan), _) if plan.function.is_empty() => return Err(err(
                         Code::UNIMPLEMENTED,
-                        "a thaw function's instances are the node daemon's: see its /metrics",
-                    ))
+                        "a pod's sandbox container runs no function: it has no figures of its own",
+                    )),
+                    (Run::Front(plan), _) => Err((plan.socket.clone(), plan.function.clone())),
                 }
+            };
+        let metrics = match of {
+            Ok(pid) => containerd_shim::cgroup::get_cgroup(pid)
+                .and_then(|cg| containerd_shim::cgroup::collect_metrics(&cg))
+                .map_err(|e| err(Code::INTERNAL, format!("the container's cgroup: {e}")))?,
+            Err((socket, function)) => {
+                let u = daemon::usage(&socket, &function).map_err(|e| {
+                    err(
+                        Code::UNAVAILABLE,
+                        format!("thaw: {}", thaw_error::chain(&e)),
+                    )
+                })?;
+                function_metrics(&u)
             }
         };
-        let stats = containerd_shim::cgroup::get_cgroup(pid)
-            .and_then(|cg| containerd_shim::cgroup::collect_metrics(&cg))
-            .and_then(|m| containerd_shim::util::convert_to_any(Box::new(m)))
-            .map_err(|e| err(Code::INTERNAL, format!("the container's cgroup: {e}")))?;
+        let stats = containerd_shim::util::convert_to_any(Box::new(metrics))
+            .map_err(|e| err(Code::INTERNAL, format!("encoding the stats: {e}")))?;
         Ok(StatsResponse {
             stats: MessageField::some(stats),
             ..Default::default()

@@ -92,6 +92,31 @@ pub struct ContainerSpec {
     /// Namespace types the spec asks to be new (no path).
     pub new_namespaces: Vec<String>,
     pub hostname: Option<String>,
+    pub resources: Resources,
+}
+
+/// The limits of the spec's `linux.resources` (the kubelet's, from the
+/// pod's `resources.limits`) that thaw applies to the function.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Resources {
+    /// `memory.limit`, bytes
+    pub memory_limit: Option<u64>,
+    /// `cpu.quota` over `cpu.period` (µs), as thousandths of a CPU
+    pub cpu_millis: Option<u64>,
+}
+
+impl Resources {
+    fn read(r: &Value) -> Resources {
+        let positive = |v: &Value| v.as_i64().filter(|&n| n > 0).map(|n| n as u64);
+        let period = positive(&r["cpu"]["period"]).unwrap_or(100_000);
+        Resources {
+            memory_limit: positive(&r["memory"]["limit"]),
+            // a quota the kernel would not take (under 1 ms) stays a
+            // request the daemon refuses with its reason
+            cpu_millis: positive(&r["cpu"]["quota"])
+                .map(|q| q.saturating_mul(1000).div_ceil(period)),
+        }
+    }
 }
 
 fn read_json(bundle: &Path) -> Result<Value> {
@@ -146,6 +171,7 @@ impl ContainerSpec {
                 .as_str()
                 .filter(|h| !h.is_empty())
                 .map(str::to_string),
+            resources: Resources::read(&v["linux"]["resources"]),
         })
     }
 
@@ -223,9 +249,13 @@ impl ContainerSpec {
         }
     }
 
-    /// The function's settings for the daemon's deploy request.
+    /// The function's settings for the daemon's deploy request: the
+    /// annotations (or variables), then the container's limits: its memory
+    /// limit is the function's memory unless a setting gives one (which
+    /// must fit in it), its CPU quota the function's.
     pub fn settings(&self) -> Result<Value> {
         let mut out = json!({});
+        let mut memory_source = None;
         for (annotation, env, key) in SETTINGS {
             let (source, raw) = match self.annotations.get(annotation) {
                 Some(v) => (annotation, v.as_str()),
@@ -238,6 +268,23 @@ impl ContainerSpec {
                 SpecError::Invalid(format!("{source}: {raw:?} is not a whole number: {e}"))
             })?;
             out[key] = json!(n);
+            if key == "memory_mb" {
+                memory_source = Some(source);
+            }
+        }
+        if let Some(limit) = self.resources.memory_limit {
+            let limit_mb = limit >> 20;
+            match (memory_source, out["memory_mb"].as_u64()) {
+                (Some(source), Some(m)) if m > limit_mb => fail!(
+                    SpecError::Invalid,
+                    "{source} = {m} MiB does not fit in the container's memory limit of {limit} bytes ({limit_mb} MiB, the pod's resources.limits.memory): lower one or the other"
+                ),
+                (Some(_), _) => {}
+                (None, _) => out["memory_mb"] = json!(limit_mb),
+            }
+        }
+        if let Some(c) = self.resources.cpu_millis {
+            out["cpu_millis"] = json!(c);
         }
         Ok(out)
     }
@@ -272,6 +319,7 @@ mod tests {
             netns: Netns::Host,
             new_namespaces: Vec::new(),
             hostname: None,
+            resources: Resources::default(),
         }
     }
 
@@ -323,5 +371,40 @@ mod tests {
             matches!(&e, SpecError::Invalid(m) if m.contains("dev.thaw.max-instances")),
             "{e}"
         );
+    }
+
+    #[test]
+    fn the_containers_limits_become_the_functions() {
+        let mut s = spec(&[], &[], &[]);
+        s.resources = Resources::read(&json!({
+            "memory": {"limit": 256i64 << 20},
+            "cpu": {"quota": 50_000, "period": 100_000, "shares": 512},
+        }));
+        assert_eq!(
+            s.resources,
+            Resources {
+                memory_limit: Some(256 << 20),
+                cpu_millis: Some(500)
+            }
+        );
+        assert_eq!(
+            s.settings().unwrap(),
+            json!({"memory_mb": 256, "cpu_millis": 500})
+        );
+        // a setting that fits wins; one that does not is refused, named
+        s.annotations
+            .insert("dev.thaw.memory-mb".into(), "128".into());
+        assert_eq!(s.settings().unwrap()["memory_mb"], 128);
+        s.annotations
+            .insert("dev.thaw.memory-mb".into(), "512".into());
+        let e = s.settings().unwrap_err().to_string();
+        assert!(
+            e.contains("dev.thaw.memory-mb = 512") && e.contains("268435456"),
+            "{e}"
+        );
+        // no limits (quota -1: unlimited; no memory limit): nothing set
+        s.annotations.clear();
+        s.resources = Resources::read(&json!({"cpu": {"quota": -1, "shares": 2}}));
+        assert_eq!(s.settings().unwrap(), json!({}));
     }
 }

@@ -15,16 +15,31 @@ use thaw_shim::harness::{Cri, Pod};
 /// A private containerd serving CRI in its own network namespace (the
 /// shared harness), with the sidecar image imported.
 fn start_cri(base: &Path, daemon: &Daemon) -> Cri {
+    start_cri_on(base, daemon, "10.88.0.0/24")
+}
+
+/// [`start_cri`] with the pods' addresses in `subnet`.
+fn start_cri_on(base: &Path, daemon: &Daemon, subnet: &str) -> Cri {
     let cri = Cri::start(
         base,
         &daemon.socket(),
         &shim_dir(),
-        "10.88.0.0/24",
+        subnet,
         &[(SIDECAR_IMAGE, "idle")],
     )
     .unwrap_or_else(|e| panic!("{e:#}"));
     check_config(&cri.c);
     cri
+}
+
+/// A daemon and its CRI on directories named after `tag`, with the image
+/// of the function `name` (source `src`) imported.
+fn one_node(tag: &str, name: &str, src: &str) -> (Daemon, Cri, String) {
+    let base = std::env::temp_dir().join(unique(tag));
+    let daemon = Daemon::start(base.with_extension("home"));
+    let cri = start_cri(&base, &daemon);
+    let image = import_function(&cri.c, name, src);
+    (daemon, cri, image)
 }
 
 /// What the tests ask of the CRI: each call must do what it says.
@@ -140,10 +155,7 @@ fn netns_of(pid: u32) -> PathBuf {
 
 #[test]
 fn a_pod_serves_its_function_beside_a_runc_sidecar_and_a_second_pod_restores() {
-    let base = std::env::temp_dir().join(unique("cri"));
-    let daemon = Daemon::start(base.with_extension("home"));
-    let cri = start_cri(&base, &daemon);
-    let image = import_function(&cri.c, "greeter", GREETER);
+    let (daemon, cri, image) = one_node("cri", "greeter", GREETER);
 
     let pod = cri.pod("hello", serde_json::json!({"dev.thaw.memory-mb": "256"}));
     let fun = cri.container(&pod, "fn", &image, &[]);
@@ -272,4 +284,341 @@ fn bad_pods_and_a_daemon_down_fail_clearly_in_crictl_and_leave_nothing() {
     assert!(err.contains("does not answer"), "{err}");
     cri.remove(&pod3.id);
     cri.assert_nothing_left(&daemon, &[]);
+}
+
+/// The value of the answer's header `name` (lowercase).
+fn header(answer: &str, name: &str) -> Option<String> {
+    let (head, _) = answer.split_once("\r\n\r\n")?;
+    head.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        k.eq_ignore_ascii_case(name).then(|| v.trim().to_string())
+    })
+}
+
+/// The only function `daemon` has that is not in `known`.
+fn new_function(daemon: &Daemon, known: &[String]) -> String {
+    let fresh: Vec<String> = daemon
+        .functions()
+        .into_iter()
+        .filter(|f| !known.contains(f))
+        .collect();
+    assert_eq!(fresh.len(), 1, "{fresh:?}");
+    fresh[0].clone()
+}
+
+/// The emulated object store two nodes share (MinIO in a network
+/// namespace, with thaw's relay in front of it), on a home of its own, set
+/// up and torn down by the `thaw` binary built beside the shim (`thaw tier
+/// setup --tiers remote`, as the shared snapshots test does): torn down
+/// and removed when it goes.
+struct SharedStore {
+    home: PathBuf,
+    tier: thaw_tiers::TierConfig,
+}
+
+impl SharedStore {
+    fn thaw(home: &Path, args: &[&str]) -> std::process::Output {
+        let thaw = shim_dir().join("thaw");
+        assert!(
+            thaw.is_file(),
+            "{} is missing: the shared store is set up by the thaw binary (cargo build --release -p thaw-cli)",
+            thaw.display()
+        );
+        std::process::Command::new(thaw)
+            .arg("--home")
+            .arg(home)
+            .args(args)
+            .output()
+            .expect("running thaw")
+    }
+
+    fn up(home: PathBuf) -> SharedStore {
+        std::fs::create_dir_all(&home).unwrap();
+        let o = SharedStore::thaw(&home, &["tier", "setup", "--tiers", "remote"]);
+        let tier = thaw_tiers::TiersConfig::load(&home)
+            .ok()
+            .and_then(|t| t.get("remote").ok().cloned());
+        let s = SharedStore {
+            home,
+            tier: tier.unwrap_or_else(|| panic!("no remote tier: {o:?}")),
+        };
+        assert!(o.status.success(), "thaw tier setup: {o:?}");
+        s
+    }
+
+    /// A node's daemon on `home`, sharing snapshots through this store.
+    fn node(&self, home: PathBuf) -> Daemon {
+        Daemon::start_with(home, |cfg| {
+            thaw_tiers::remote::join(&cfg.home, &self.home, &self.tier)
+                .unwrap_or_else(|e| panic!("joining the shared store: {e:#}"));
+            cfg.snapshot_tiers = thaw_server::config::SnapshotTiers::parse("tmpfs,remote").unwrap();
+            cfg.shared_snapshots = true;
+        })
+    }
+}
+
+impl Drop for SharedStore {
+    fn drop(&mut self) {
+        let o = SharedStore::thaw(
+            &self.home,
+            &["tier", "teardown", "--tiers", "remote", "--force"],
+        );
+        let _ = std::fs::remove_dir_all(&self.home);
+        assert!(
+            o.status.success() || std::thread::panicking(),
+            "thaw tier teardown: {o:?}"
+        );
+    }
+}
+
+/// The sum of a restore counter's series of `tier`, in the metrics' text.
+fn restores_from(daemon: &Daemon, tier: &str) -> f64 {
+    daemon
+        .metrics()
+        .lines()
+        .filter(|l| {
+            l.starts_with("thaw_restore_duration_seconds_count{")
+                && l.contains(&format!("tier=\"{tier}\""))
+        })
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum()
+}
+
+#[test]
+fn two_nodes_share_a_functions_snapshot_through_the_remote_tier() {
+    let base = std::env::temp_dir().join(unique("cri2"));
+    let store = SharedStore::up(base.with_extension("store"));
+    let a = store.node(base.with_extension("home-a"));
+    let b = store.node(base.with_extension("home-b"));
+    let cri_a = start_cri_on(&base.with_extension("a"), &a, "10.88.0.0/24");
+    let cri_b = start_cri_on(&base.with_extension("b"), &b, "10.89.0.0/24");
+    let client = thaw_tiers::objects::RemoteStore::open(&store.home, &store.tier).unwrap();
+    let image = import_function_into(&[&cri_a.c, &cri_b.c], "greeter", GREETER);
+
+    // node A: its first pod's deploy takes the snapshot and publishes it
+    let pa = cri_a.pod("node-a", json!({}));
+    let fa = cri_a.container(&pa, "fn", &image, &[]);
+    let answer = post(&cri_a.netns, &cri_a.ip(&pa.id), 8080, r#"{"name": "a"}"#);
+    assert!(answer.contains("hi a"), "{answer}");
+    let name = new_function(&a, &[]);
+    let on_a = a.function(&name);
+    assert_eq!(on_a["shared"]["role"], "published", "{on_a}");
+
+    // node B, which never saw the function: its deploy takes no snapshot
+    // (no init), and its pod's first request restores A's, streamed from
+    // the remote tier
+    let pb = cri_b.pod("node-b", json!({}));
+    let fb = cri_b.container(&pb, "fn", &image, &[]);
+    let answer = post(&cri_b.netns, &cri_b.ip(&pb.id), 8080, r#"{"name": "b"}"#);
+    assert!(
+        answer.starts_with("HTTP/1.1 200") && answer.contains("hi b"),
+        "{answer}"
+    );
+    assert_eq!(
+        (
+            header(&answer, "thaw-start-type").as_deref(),
+            header(&answer, "thaw-tier").as_deref()
+        ),
+        (Some("restore"), Some("remote")),
+        "{answer}"
+    );
+    assert_eq!(new_function(&b, &[]), name, "one name on both nodes");
+    let on_b = b.function(&name);
+    assert_eq!(
+        (&on_b["shared"]["role"], &on_b["shared"]["key"]),
+        (&json!("fetched"), &on_a["shared"]["key"]),
+        "{on_b}"
+    );
+    assert_eq!(on_b["snapshot"]["init_ms"], 0.0, "no init on B: {on_b}");
+    assert_eq!(
+        b.metric("thaw_shared_snapshots_total{outcome=\"fetched\"} "),
+        1.0
+    );
+    assert!(restores_from(&b, "remote") >= 1.0, "{}", b.metrics());
+    assert!(cri_b.logs_showing(&fb, "greeting b").contains("greeting b"));
+
+    // a snapshot published from another kind of machine (a forged CPU
+    // feature): B refuses it and says why (its GET, its log and the
+    // container's), takes its own and serves; the published copy stays
+    let forged = import_function_into(
+        &[&cri_a.c, &cri_b.c],
+        "forged",
+        "def handler(event):\n    return {'forged': event}\n",
+    );
+    let pa2 = cri_a.pod("node-a2", json!({}));
+    let fa2 = cri_a.container(&pa2, "fn", &forged, &[]);
+    let fname = new_function(&a, std::slice::from_ref(&name));
+    let key = a.function(&fname)["shared"]["key"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let copy = thaw_server::shared::published_copy(&client, &key)
+        .unwrap()
+        .expect("A published it");
+    thaw_server::shared::rewrite_manifest(&client, &copy, |m| {
+        m["machine"]["cpu_features"]["7.0.ebx"] = json!(u32::MAX)
+    })
+    .unwrap();
+    let pb2 = cri_b.pod("node-b2", json!({}));
+    let fb2 = cri_b.container(&pb2, "fn", &forged, &[]);
+    let refused = b.function(&fname);
+    assert_eq!(refused["shared"]["role"], "refused", "{refused}");
+    let why = refused["shared"]["reason"].as_str().unwrap();
+    assert!(
+        why.contains("cannot resume here") && why.contains("7.0.ebx"),
+        "{why}"
+    );
+    // B's own snapshot, wherever B's placement put it
+    assert!(
+        refused["snapshot"]["checkpoint_ms"].as_f64().unwrap() > 0.0
+            && refused["snapshot"]["dir"]
+                .as_str()
+                .unwrap()
+                .starts_with(&*b.home.to_string_lossy()),
+        "B took its own: {refused}"
+    );
+    let logs = cri_b.logs_showing(&fb2, "7.0.ebx");
+    assert!(logs.contains("cannot resume here"), "{logs}");
+    let answer = post(&cri_b.netns, &cri_b.ip(&pb2.id), 8080, "4");
+    assert!(answer.contains(r#"{"forged":4}"#), "{answer}");
+    assert_eq!(
+        b.metric("thaw_shared_snapshots_total{outcome=\"refused\"} "),
+        1.0
+    );
+    assert_eq!(
+        thaw_server::shared::published_copy(&client, &key).unwrap(),
+        Some(copy),
+        "the published copy stays"
+    );
+
+    let pids = [
+        cri_a.pid_of(&fa),
+        cri_a.pid_of(&fa2),
+        cri_b.pid_of(&fb),
+        cri_b.pid_of(&fb2),
+    ];
+    for pod in [&pa, &pa2] {
+        cri_a.remove(&pod.id);
+    }
+    for pod in [&pb, &pb2] {
+        cri_b.remove(&pod.id);
+    }
+    cri_a.assert_nothing_left(&a, &pids);
+    cri_b.assert_nothing_left(&b, &pids);
+}
+
+/// `crictl create` + `start` of a container of `image` in the pod with
+/// the CRI's `linux` settings (its `resources`, as the kubelet sets them
+/// from the pod's): the container's id, or why `start` failed.
+fn start_with_linux(
+    cri: &Cri,
+    pod: &Pod,
+    name: &str,
+    image: &str,
+    linux: Value,
+) -> Result<String, String> {
+    let config = cri.cfg(
+        &format!("lim-{}-{name}", &pod.id[..12]),
+        json!({
+            "metadata": {"name": name},
+            "image": {"image": image},
+            "envs": [{"key": "PORT", "value": "8080"}],
+            "log_path": format!("{name}.log"),
+            "linux": linux,
+        }),
+    );
+    let id = cri.ok(&["create", "--no-pull", &pod.id, &config, &pod.config]);
+    let o = must(cri.crictl(&["start", &id]));
+    match o.status.success() {
+        true => Ok(id),
+        false => Err(String::from_utf8_lossy(&o.stderr).into_owned()),
+    }
+}
+
+/// A handler that spends `burn_ms` of CPU time and says how long that took.
+const BURNER: &str = r#"
+import time
+def handler(event):
+    event = event or {}
+    t0, c0 = time.monotonic(), time.process_time()
+    while time.process_time() - c0 < event.get("burn_ms", 0) / 1000:
+        pass
+    return {"cpu_ms": (time.process_time() - c0) * 1000, "wall_ms": (time.monotonic() - t0) * 1000}
+"#;
+
+/// The number in a CRI stats field (crictl writes uint64 values as
+/// strings or numbers).
+fn stat_value(v: &Value) -> u64 {
+    v.as_u64()
+        .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+        .unwrap_or(0)
+}
+
+#[test]
+fn the_pods_limits_bound_the_function_and_crictl_stats_reports_it() {
+    let (daemon, cri, image) = one_node("crilim", "burner", BURNER);
+    // what the kubelet sets for limits of 192Mi and 500m
+    let limits = json!({"resources": {
+        "memory_limit_in_bytes": 192u64 << 20,
+        "cpu_period": 100_000,
+        "cpu_quota": 50_000,
+        "cpu_shares": 512,
+    }});
+
+    let pod = cri.pod("limited", json!({}));
+    let id = start_with_linux(&cri, &pod, "fn", &image, limits.clone())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let name = new_function(&daemon, &[]);
+    let info = daemon.function(&name);
+    assert_eq!(
+        (&info["memory_mb"], &info["cpu_millis"]),
+        (&json!(192), &json!(500)),
+        "the container's limits: {info}"
+    );
+    let answer = post(&cri.netns, &cri.ip(&pod.id), 8080, r#"{"burn_ms": 300}"#);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let body: Value = serde_json::from_str(answer.split_once("\r\n\r\n").unwrap().1).unwrap();
+    let (cpu_ms, wall_ms) = (
+        body["cpu_ms"].as_f64().unwrap(),
+        body["wall_ms"].as_f64().unwrap(),
+    );
+    // half a CPU: 300 ms of CPU take at least five 100 ms periods (the
+    // first one's 50 ms may come at once); a loaded machine only adds
+    assert!(
+        cpu_ms >= 300.0 && wall_ms >= 1.5 * cpu_ms,
+        "not held to half a CPU: {body}"
+    );
+
+    // the instance's cgroup has the quota; the daemon counts its CPU time
+    let stats = daemon.stats(&name);
+    let usage = &stats["usage"];
+    assert_eq!(usage["cpu_millis"], 500, "{stats}");
+    assert_eq!(stats["memory_limit_bytes"], 192u64 << 20, "{stats}");
+    assert!(usage["instances"].as_u64().unwrap() >= 1, "{stats}");
+    assert!(usage["cpu_ns"].as_u64().unwrap() >= 250_000_000, "{stats}");
+    // crictl stats of the function's container: its instances' figures
+    let crictl = cri.json_of("stats", &id);
+    let s = &crictl["stats"][0];
+    assert_eq!(s["attributes"]["id"], json!(id), "{crictl}");
+    assert!(
+        stat_value(&s["memory"]["workingSetBytes"]["value"]) > 0,
+        "the function's memory: {crictl}"
+    );
+    assert!(
+        stat_value(&s["cpu"]["usageCoreNanoSeconds"]["value"]) >= 250_000_000,
+        "the function's CPU time: {crictl}"
+    );
+    let fun_pid = cri.pid_of(&id);
+    cri.remove(&pod.id);
+
+    // a memory setting that does not fit in the container's limit: the
+    // container does not start, and the reason names both
+    let pod2 = cri.pod("toobig", json!({"dev.thaw.memory-mb": "512"}));
+    let err = start_with_linux(&cri, &pod2, "fn", &image, limits).unwrap_err();
+    assert!(
+        err.contains("dev.thaw.memory-mb = 512") && err.contains("does not fit"),
+        "{err}"
+    );
+    cri.remove(&pod2.id);
+    cri.assert_nothing_left(&daemon, &[fun_pid]);
 }

@@ -204,6 +204,31 @@ impl RemoteStore {
         self.upload(name, seal::seal_compressed(&self.key, name, data)?)
     }
 
+    /// Seals and stores `data` as `name` only if the store holds no object
+    /// of that name: one conditional PUT (`If-None-Match: *`), which S3 and
+    /// MinIO decide atomically. True if this call created it; false if the
+    /// object existed (it stays as it was).
+    pub fn put_new(&self, name: &str, data: &[u8]) -> Result<bool> {
+        let sealed = seal::seal_compressed(&self.key, name, data)?;
+        let opts = object_store::PutOptions::from(object_store::PutMode::Create);
+        match self.rt.block_on(self.store.put_opts(
+            &ObjPath::from(name),
+            PutPayload::from(sealed),
+            opts,
+        )) {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::AlreadyExists { .. }) => Ok(false),
+            Err(e) => Err(Context::new(
+                format!(
+                    "creating {name} on {} (a PUT with If-None-Match: *, which the store must support)",
+                    self.url
+                ),
+                e,
+            )
+            .into()),
+        }
+    }
+
     /// Seals and stores `data` as `name` uncompressed, in chunks of `chunk`
     /// bytes: for objects read by range.
     pub fn put_chunked(&self, name: &str, data: &[u8], chunk: usize) -> Result<()> {

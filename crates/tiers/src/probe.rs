@@ -395,9 +395,13 @@ pub fn blkio_escapees() -> Vec<PathBuf> {
 /// like a sandbox.
 pub fn measure_in_sandbox_cgroups(mut reader: std::process::Command) -> Result<ReaderResult> {
     use std::process::Stdio;
-    let cg =
-        thaw_sandbox::SandboxCgroups::create(&format!("probe-{}", std::process::id()), 1 << 30, 32)
-            .context("making the probe's cgroups")?;
+    let cg = thaw_sandbox::SandboxCgroups::create(
+        &format!("probe-{}", std::process::id()),
+        1 << 30,
+        32,
+        None,
+    )
+    .context("making the probe's cgroups")?;
     let mut child = reader
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

@@ -532,6 +532,8 @@ pub struct UserFunction {
     /// The root filesystem it runs on (none: the runtime root).
     pub root: Option<FunctionRoot>,
     pub memory_bytes: u64,
+    /// CPU quota in thousandths of a CPU (None: unlimited).
+    pub cpu_millis: Option<u64>,
     /// The function's own extracted Debian packages (a tree with `usr/`),
     /// mounted read-only at [`thaw_sandbox::PACKAGES_DIR`].
     pub packages_dir: Option<PathBuf>,
@@ -577,6 +579,7 @@ impl UserFunction {
             packages_dir: self.packages_dir.clone(),
             agent_dir: self.root.as_ref().map(|r| r.agent_dir.clone()),
             memory_bytes: self.memory_bytes,
+            cpu_millis: self.cpu_millis,
             egress: self.egress.clone(),
             ..base.clone()
         }

@@ -374,6 +374,7 @@ fn a_threaded_blas_keeps_its_pool_across_restores() {
         after_restore: None,
         env: Vec::new(),
         memory_bytes: 1 << 30,
+        cpu_millis: None,
         packages_dir: Some(tree.path.clone()),
         egress: None,
         root: None,

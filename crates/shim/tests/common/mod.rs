@@ -25,19 +25,24 @@ pub struct Daemon {
 
 impl Daemon {
     pub fn start(home: PathBuf) -> Daemon {
-        Daemon::start_importing_from(home, Vec::new())
+        Daemon::start_with(home, |_| {})
     }
 
     /// A daemon that imports containers' root filesystems from below
     /// `roots_from` (a test's containerd directory).
     pub fn start_importing_from(home: PathBuf, roots_from: Vec<PathBuf>) -> Daemon {
-        let cfg = thaw_server::Config {
+        Daemon::start_with(home, |cfg| cfg.image_roots_from = roots_from)
+    }
+
+    /// A daemon whose configuration `configure` changes first.
+    pub fn start_with(home: PathBuf, configure: impl FnOnce(&mut thaw_server::Config)) -> Daemon {
+        let mut cfg = thaw_server::Config {
             home: home.clone(),
             runtime_home: Some(thaw_runtime::default_home()),
             drain_grace_s: 5,
-            image_roots_from: roots_from,
             ..thaw_server::Config::default()
         };
+        configure(&mut cfg);
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -83,6 +88,22 @@ impl Daemon {
     /// `GET /v1/functions/NAME`.
     pub fn function(&self, name: &str) -> serde_json::Value {
         self.get(&format!("/v1/functions/{name}")).json().unwrap()
+    }
+
+    /// `GET /v1/functions/NAME/stats`.
+    pub fn stats(&self, name: &str) -> serde_json::Value {
+        self.get(&format!("/v1/functions/{name}/stats"))
+            .json()
+            .unwrap()
+    }
+
+    /// A metric's value (0 if the series is absent).
+    pub fn metric(&self, series: &str) -> f64 {
+        self.metrics()
+            .lines()
+            .find_map(|l| l.strip_prefix(series))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0.0)
     }
 
     /// The daemon's Prometheus text.
@@ -209,7 +230,14 @@ pub fn assert_nothing_left(c: &Containerd, ids: &[&str], daemon_home: &Path) {
 
 /// A function's code directory and its image, imported into containerd.
 pub fn import_function(c: &Containerd, name: &str, source: &str) -> String {
-    let code = c.dir.join(format!("{name}-code"));
+    import_function_into(&[c], name, source)
+}
+
+/// One image of a function (one archive, so the same files and times
+/// everywhere), imported into each of `cs`.
+pub fn import_function_into(cs: &[&Containerd], name: &str, source: &str) -> String {
+    let dir = &cs[0].dir;
+    let code = dir.join(format!("{name}-code"));
     std::fs::create_dir_all(&code).unwrap();
     std::fs::write(code.join("main.py"), source).unwrap();
     let reference = format!("thaw.local/{name}:latest");
@@ -220,10 +248,12 @@ pub fn import_function(c: &Containerd, name: &str, source: &str) -> String {
         reference: &reference,
     })
     .unwrap();
-    let archive = c.dir.join(format!("{name}.oci.tar"));
+    let archive = dir.join(format!("{name}.oci.tar"));
     std::fs::write(&archive, &built.archive).unwrap();
-    let out = c.ok(&["images", "import", archive.to_str().unwrap()]);
-    assert!(out.contains(&reference), "import: {out}");
+    for c in cs {
+        let out = c.ok(&["images", "import", archive.to_str().unwrap()]);
+        assert!(out.contains(&reference), "import: {out}");
+    }
     reference
 }
 
