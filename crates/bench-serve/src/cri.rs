@@ -30,6 +30,7 @@ use thaw_bench::stats::{summarize, Summary};
 use thaw_client::{Client, Target};
 use thaw_error::{fail, ResultExt};
 use thaw_server::image::{self, Entry};
+pub use thaw_shim::harness::CriCalls;
 use thaw_shim::harness::{Cri, Mount};
 
 /// What `thaw bench cri` measures.
@@ -48,6 +49,8 @@ pub struct Options {
     pub pod_functions: usize,
     /// timed pods per function on the second node (0 skips it)
     pub remote_runs: usize,
+    /// how the CRI calls are made (gRPC, as the kubelet, or crictl)
+    pub calls: CriCalls,
 }
 
 /// Functions the density part draws from, in order.
@@ -71,9 +74,13 @@ const ANSWER_WAIT: Duration = Duration::from_secs(180);
 #[derive(Debug, Clone, Serialize)]
 pub struct PodStart {
     pub ms: f64,
-    /// the daemon's `thaw-start-type` / `thaw-tier` (thaw pods)
+    /// the daemon's `thaw-start-type` / `thaw-tier` (thaw pods): `warm`
+    /// when the instance the front asked for at Start was ready
     pub start_type: Option<String>,
     pub tier: Option<String>,
+    /// the restores the daemon made during the pod's start (one: the
+    /// pod's instance), by `strategy:tier`
+    pub restores: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -102,6 +109,7 @@ pub struct DensityRow {
     pub first_response: Summary,
     /// all pods started to the last one answering
     pub wall_ms: f64,
+    /// restores the daemon made meanwhile (thaw)
     pub restores: usize,
 }
 
@@ -119,6 +127,8 @@ pub struct RemoteRow {
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
     pub date_unix: u64,
+    /// `grpc` or `crictl`
+    pub calls: String,
     pub cpus: usize,
     pub loadavg_1m_start: f64,
     pub loadavg_1m_end: f64,
@@ -260,7 +270,7 @@ pub fn run(o: &Options) -> Result<Report> {
         |_, socket_a| {
             let base =
                 std::env::temp_dir().join(format!("thaw-cri-containerd-a-{}", std::process::id()));
-            let a = node(&base, socket_a, &root, &o.shim_dir, "10.88.0.0/24")?;
+            let a = node(&base, socket_a, &root, o, "10.88.0.0/24")?;
             let mut images = Vec::new();
             for f in &o.functions {
                 images.push(build_images(&a, &root, f)?);
@@ -286,7 +296,7 @@ pub fn run(o: &Options) -> Result<Report> {
                     |_, socket_b| {
                         let base = std::env::temp_dir()
                             .join(format!("thaw-cri-containerd-b-{}", std::process::id()));
-                        let b = node(&base, socket_b, &root, &o.shim_dir, "10.89.0.0/24")?;
+                        let b = node(&base, socket_b, &root, o, "10.89.0.0/24")?;
                         let mut rows = Vec::new();
                         for img in &images {
                             b.cri.c.import(&img.thaw_archive)?;
@@ -301,6 +311,7 @@ pub fn run(o: &Options) -> Result<Report> {
                 )?,
             };
             Ok(Report {
+                calls: calls_name(o.calls).into(),
                 date_unix: std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
                     .map_or(0, |d| d.as_secs()),
@@ -319,15 +330,25 @@ pub fn run(o: &Options) -> Result<Report> {
     Ok(report)
 }
 
+fn calls_name(c: CriCalls) -> &'static str {
+    match c {
+        CriCalls::Grpc => "grpc",
+        CriCalls::Crictl => "crictl",
+    }
+}
+
 fn node<'a>(
     base: &Path,
     socket: &'a Path,
     root: &'a thaw_runtime::RootInfo,
-    shim_dir: &Path,
+    o: &Options,
     subnet: &str,
 ) -> Result<Node<'a>> {
     let _ = std::fs::remove_dir_all(base);
-    let cri = Cri::start(base, socket, shim_dir, subnet, &[])?;
+    let mut cri = Cri::start(base, socket, &o.shim_dir, subnet, &[])?;
+    if o.calls == CriCalls::Grpc {
+        cri.use_grpc()?;
+    }
     Ok(Node {
         cri,
         socket,
@@ -497,16 +518,24 @@ fn root_dirs(root: &thaw_runtime::RootInfo) -> Result<Vec<String>> {
     Ok(out)
 }
 
-/// Where a pod start's time went, ms: `crictl runp` (the pod sandbox:
-/// its pause container and network), `create` + `start` of the function's
-/// container, `inspectp` (the pod's IP, as the kubelet reads it), and the
-/// first request until its answer.
+/// Where a pod start's time went, ms: `RunPodSandbox` (the pod sandbox:
+/// its pause container and network), `CreateContainer` + `StartContainer`
+/// of the function's container, `PodSandboxStatus` (the pod's IP, as the
+/// kubelet reads it), and the first request until its answer; within the
+/// last: until the pod accepted the connection, and (thaw) the daemon's
+/// own time for the request and the handler's run in it. `restore_ms`:
+/// the restore the daemon made for the pod (at Start, or for the request),
+/// which overlaps the other phases.
 #[derive(Debug, Clone, Copy, Default, Serialize)]
 pub struct Phases {
     pub runp_ms: f64,
     pub create_start_ms: f64,
     pub status_ms: f64,
     pub first_response_ms: f64,
+    pub connect_ms: f64,
+    pub daemon_ms: f64,
+    pub exec_ms: f64,
+    pub restore_ms: f64,
 }
 
 impl Phases {
@@ -520,8 +549,81 @@ impl Phases {
             create_start_ms: m(|p| p.create_start_ms),
             status_ms: m(|p| p.status_ms),
             first_response_ms: m(|p| p.first_response_ms),
+            connect_ms: m(|p| p.connect_ms),
+            daemon_ms: m(|p| p.daemon_ms),
+            exec_ms: m(|p| p.exec_ms),
+            restore_ms: m(|p| p.restore_ms),
         }
     }
+}
+
+/// The daemon's restores so far (its `restore_duration_seconds`):
+/// `strategy:tier` -> (count, seconds).
+fn restores(n: &Node) -> Result<std::collections::BTreeMap<String, (f64, f64)>> {
+    let m = client(n).request("GET", "/metrics", None)?;
+    let mut out = std::collections::BTreeMap::new();
+    for l in String::from_utf8_lossy(&m.body).lines() {
+        let (which, rest) = match (
+            l.strip_prefix("thaw_restore_duration_seconds_count{"),
+            l.strip_prefix("thaw_restore_duration_seconds_sum{"),
+        ) {
+            (Some(r), _) => (0, r),
+            (_, Some(r)) => (1, r),
+            _ => continue,
+        };
+        let Some((labels, value)) = rest.split_once("} ") else {
+            continue;
+        };
+        let label = |k: &str| {
+            labels.split(',').find_map(|kv| {
+                let (key, v) = kv.split_once('=')?;
+                (key.trim() == k).then(|| v.trim_matches('"').to_string())
+            })
+        };
+        let key = format!(
+            "{}:{}",
+            label("strategy").unwrap_or_default(),
+            label("tier").unwrap_or_default()
+        );
+        let v: f64 = value.trim().parse().unwrap_or(0.0);
+        let e = out.entry(key).or_insert((0.0, 0.0));
+        if which == 0 {
+            e.0 += v;
+        } else {
+            e.1 += v;
+        }
+    }
+    Ok(out)
+}
+
+/// The restores between two [`restores`] readings: one `strategy:tier`
+/// per restore, and their total ms.
+fn restores_since(
+    before: &std::collections::BTreeMap<String, (f64, f64)>,
+    after: &std::collections::BTreeMap<String, (f64, f64)>,
+) -> (Vec<String>, f64) {
+    let (mut made, mut ms) = (Vec::new(), 0.0);
+    for (k, (count, secs)) in after {
+        let (c0, s0) = before.get(k).copied().unwrap_or((0.0, 0.0));
+        for _ in 0..(count - c0).round().max(0.0) as usize {
+            made.push(k.clone());
+        }
+        ms += (secs - s0).max(0.0) * 1e3;
+    }
+    (made, ms)
+}
+
+/// A thaw pod's start, with the restores the daemon made meanwhile (no
+/// other pod runs): (ms, answer, phases with the restore's time, the
+/// restores made).
+fn thaw_pod_start(n: &Node, image: &str, event: &str) -> Result<(f64, String, Phases, PodStart)> {
+    let before = restores(n)?;
+    let (ms, a, mut p) = pod_start(n, "thaw", image, event)?;
+    let (made, restore_ms) = restores_since(&before, &restores(n)?);
+    p.restore_ms = restore_ms;
+    let mut s = thaw_start(ms, &a);
+    s.restores = made;
+    Ok((ms, a, p, s))
 }
 
 /// One pod from `runp` to its first answer: (ms, answer, phases).
@@ -562,8 +664,12 @@ fn pod_start(n: &Node, runtime: &str, image: &str, event: &str) -> Result<(f64, 
         let ip = n.cri.pod_ip(&pod.id)?;
         p.status_ms = ms(t);
         let t = Instant::now();
-        let answer = n.cri.netns.post_to(&ip, 8080, event, ANSWER_WAIT)?;
+        let (answer, connected) = n.cri.netns.post_timed(&ip, 8080, event, ANSWER_WAIT)?;
         p.first_response_ms = ms(t);
+        p.connect_ms = connected.as_secs_f64() * 1e3;
+        let timing = server_timing(&answer);
+        p.daemon_ms = timing("total");
+        p.exec_ms = timing("exec");
         Ok((ms(t0), answer, p))
     })();
     let removed = n.cri.remove_pod(&pod.id);
@@ -609,6 +715,22 @@ fn thaw_start(ms: f64, answer: &str) -> PodStart {
         ms,
         start_type: header("thaw-start-type"),
         tier: header("thaw-tier"),
+        restores: Vec::new(),
+    }
+}
+
+/// An entry of the answer's `server-timing` (the daemon's: queue,
+/// restore, exec, total), ms; 0 if absent (runc's answers have none).
+fn server_timing(answer: &str) -> impl Fn(&str) -> f64 {
+    let (_, header, _) = parse(answer);
+    let v = header("server-timing").unwrap_or_default();
+    move |name: &str| {
+        v.split(',')
+            .find_map(|e| {
+                let (k, d) = e.trim().split_once(";dur=")?;
+                (k == name).then(|| d.parse().ok()).flatten()
+            })
+            .unwrap_or(0.0)
     }
 }
 
@@ -672,7 +794,7 @@ fn compare(n: &Node, img: &Images, runs: usize) -> Result<FunctionRow> {
         }
         runc.push(ms);
         no_idle(n)?;
-        let (ms, a, p) = pod_start(n, "thaw", &img.thaw, &img.event)?;
+        let (ms, a, p, s) = thaw_pod_start(n, &img.thaw, &img.event)?;
         thaw_phases.push(p);
         if answer_value("thaw", &a)? != want {
             fail!(
@@ -681,12 +803,16 @@ fn compare(n: &Node, img: &Images, runs: usize) -> Result<FunctionRow> {
                 img.function
             );
         }
-        let s = thaw_start(ms, &a);
-        if s.start_type.as_deref() != Some("restore") {
+        // no instance was idle before the pod: it is served by the one
+        // instance restored for it (at Start, or for the request)
+        if s.restores.len() != 1
+            || !matches!(s.start_type.as_deref(), Some("restore" | "warm"))
+        {
             fail!(
                 BenchServeError::Failed,
-                "{}: a thaw pod's first request was not a restore: {a}",
-                img.function
+                "{}: a thaw pod was not served by the one instance restored for it (restores {:?}): {a}",
+                img.function,
+                s.restores
             );
         }
         starts.push(s);
@@ -727,6 +853,7 @@ fn density(
     for runtime in ["runc", "thaw"] {
         no_idle(n)?;
         eprintln!("thaw bench cri: {pods} pods of {functions} functions at once on {runtime}");
+        let before = restores(n)?;
         let t0 = Instant::now();
         let results: Vec<Result<(f64, String, Phases)>> = std::thread::scope(|s| {
             let handles: Vec<_> = (0..pods)
@@ -750,16 +877,12 @@ fn density(
                 .collect()
         });
         let wall_ms = t0.elapsed().as_secs_f64() * 1e3;
+        let restores = restores_since(&before, &restores(n)?).0.len();
         let mut ms = Vec::new();
-        let mut restores = 0;
         let mut failures = Vec::new();
         for r in results {
             match r {
-                Ok((t, a, _)) if parse(&a).0 == 200 => {
-                    ms.push(t);
-                    restores +=
-                        usize::from(thaw_start(t, &a).start_type.as_deref() == Some("restore"));
-                }
+                Ok((t, a, _)) if parse(&a).0 == 200 => ms.push(t),
                 Ok((_, a, _)) => failures.push(a.lines().next().unwrap_or("").to_string()),
                 Err(e) => failures.push(format!("{e:#}")),
             }
@@ -818,6 +941,13 @@ fn kept_locally(n: &Node, name: &str) -> Result<()> {
     }
 }
 
+/// Whether the pod was served by the one instance restored for it, from
+/// `tier`.
+fn restored_from(s: &PodStart, tier: &str) -> bool {
+    matches!(s.start_type.as_deref(), Some("restore" | "warm"))
+        && matches!(s.restores.as_slice(), [r] if r.ends_with(&format!(":{tier}")))
+}
+
 /// On the second node: a pod of a function the node does not have (its
 /// daemon's deploy finds node A's published snapshot and streams it),
 /// then a pod restoring the copy the node kept; the function is deleted
@@ -828,10 +958,9 @@ fn remote(n: &Node, img: &Images, runs: usize) -> Result<RemoteRow> {
         for f in deployed(n)? {
             client(n).request("DELETE", &format!("/v1/functions/{f}"), None)?;
         }
-        let (ms, a, _) = pod_start(n, "thaw", &img.thaw, &img.event)?;
+        let (ms, a, _, s) = thaw_pod_start(n, &img.thaw, &img.event)?;
         answer_value("thaw", &a)?;
-        let s = thaw_start(ms, &a);
-        if (s.start_type.as_deref(), s.tier.as_deref()) != (Some("restore"), Some("remote")) {
+        if !restored_from(&s, "remote") {
             fail!(
                 BenchServeError::Failed,
                 "{}: the new node's first pod was not a restore from the remote tier: {a}",
@@ -848,10 +977,9 @@ fn remote(n: &Node, img: &Images, runs: usize) -> Result<RemoteRow> {
         };
         kept_locally(n, name)?;
         no_idle(n)?;
-        let (ms, a, _) = pod_start(n, "thaw", &img.thaw, &img.event)?;
+        let (ms, a, _, s) = thaw_pod_start(n, &img.thaw, &img.event)?;
         answer_value("thaw", &a)?;
-        let s = thaw_start(ms, &a);
-        if (s.start_type.as_deref(), s.tier.as_deref()) != (Some("restore"), Some("tmpfs")) {
+        if !restored_from(&s, "tmpfs") {
             fail!(
                 BenchServeError::Failed,
                 "{}: the node's second pod was not a local restore: {a}",
@@ -873,7 +1001,11 @@ fn remote(n: &Node, img: &Images, runs: usize) -> Result<RemoteRow> {
 /// The report as markdown.
 pub fn markdown(r: &Report) -> String {
     let mut s = format!(
-        "Pod start to first HTTP response through CRI (crictl runp + create + start + POST to the pod IP), input size {}; {} CPUs, load average {:.2} at the start, {:.2} at the end (a shared, loaded machine: compare the ratios, measured in the same run). Remote tier: MinIO in a network namespace (emulated: 0.5 ms RTT, 10 Gbit/s).\n\n",
+        "Pod start to first HTTP response through CRI (RunPodSandbox + CreateContainer + StartContainer + PodSandboxStatus + POST to the pod IP; calls made with {}), input size {}; {} CPUs, load average {:.2} at the start, {:.2} at the end (a shared, loaded machine: compare the ratios, measured in the same run). Remote tier: MinIO in a network namespace (emulated: 0.5 ms RTT, 10 Gbit/s).\n\n",
+        match r.calls.as_str() {
+            "grpc" => "gRPC on one connection, as the kubelet",
+            _ => "one crictl process per call",
+        },
         r.size, r.cpus, r.loadavg_1m_start, r.loadavg_1m_end
     );
     let ms = |x: &Summary| format!("{:.0} / {:.0} / {:.0}", x.min, x.median, x.p99);
@@ -891,14 +1023,34 @@ pub fn markdown(r: &Report) -> String {
             f.first_thaw_ms
         );
     }
-    s += "\n| function | runtime | runp ms | create + start ms | inspectp ms | first request to answer ms |\n|---|---|---|---|---|---|\n";
+    s += "\nMedians, ms. First request: until the pod accepted the connection, and (thaw) the daemon's own time and the handler's run in it; restore: the one the daemon made for the pod (asked for at Start, so it overlaps the other phases).\n\n| function | runtime | runp | create + start | status | first request | connect | daemon | handler | restore |\n|---|---|---|---|---|---|---|---|---|---|\n";
     for f in &r.functions {
         for (rt, p) in [("runc", &f.runc_phases), ("thaw", &f.thaw_phases)] {
             s += &format!(
-                "| {} | {rt} | {:.0} | {:.0} | {:.0} | {:.0} |\n",
-                f.function, p.runp_ms, p.create_start_ms, p.status_ms, p.first_response_ms
+                "| {} | {rt} | {:.0} | {:.0} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |\n",
+                f.function,
+                p.runp_ms,
+                p.create_start_ms,
+                p.status_ms,
+                p.first_response_ms,
+                p.connect_ms,
+                p.daemon_ms,
+                p.exec_ms,
+                p.restore_ms
             );
         }
+        let kinds: Vec<String> = f
+            .thaw_starts
+            .iter()
+            .map(|s| {
+                format!(
+                    "{} ({})",
+                    s.start_type.as_deref().unwrap_or("-"),
+                    s.restores.join(" ")
+                )
+            })
+            .collect();
+        s += &format!("| {} | thaw starts | {} |||||||||\n", f.function, kinds.join(", "));
     }
     if !r.density.is_empty() {
         s += "\n| runtime | pods at once | functions | answered | first response ms (min / median / p99) | all answered after ms | restores |\n|---|---|---|---|---|---|---|\n";
@@ -959,6 +1111,7 @@ mod tests {
             pods: 0,
             pod_functions: 8,
             remote_runs: 0,
+            calls: CriCalls::Grpc,
         };
         assert!(check(&o).unwrap_err().to_string().contains("--runs"));
         let o = Options {

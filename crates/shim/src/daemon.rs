@@ -77,7 +77,12 @@ pub struct Function {
 /// Deploys the function in `root/function` unless the daemon has it, and
 /// returns its name there: `img-` and a digest of its code and settings, so
 /// every container of the same image and settings shares one snapshot.
-pub fn ensure_deployed(socket: &Path, root: &Path, f: &Function) -> Result<String> {
+pub fn ensure_deployed(
+    socket: &Path,
+    root: &Path,
+    f: &Function,
+    steps: &mut crate::service::Steps,
+) -> Result<String> {
     let code_dir = root.join(image::CODE_DIR);
     if !code_dir.is_dir() {
         fail!(
@@ -92,7 +97,9 @@ pub fn ensure_deployed(socket: &Path, root: &Path, f: &Function) -> Result<Strin
     settings["handler"] = json!(f.handler);
     settings["init"] = json!(f.init);
     let name = format!("img-{}", &image::function_key(&code, &settings)[..24]);
+    steps.done("pack");
     let existing = request(socket, "GET", &format!("/v1/functions/{name}"), None)?;
+    steps.done("lookup");
     match existing.status {
         200 => return Ok(name),
         404 => {}
@@ -124,6 +131,7 @@ pub fn ensure_deployed(socket: &Path, root: &Path, f: &Function) -> Result<Strin
         "/v1/functions",
         Some(&serde_json::to_vec(&req).context("encoding the deploy request")?),
     )?;
+    steps.done("deploy");
     if r.status != 200 && r.status != 201 {
         fail!(
             DaemonError::Refused,
@@ -143,6 +151,30 @@ pub fn invoke(socket: &Path, function: &str, event: &[u8]) -> Result<Response> {
         &format!("/v1/functions/{function}/invoke"),
         Some(event),
     )
+}
+
+/// Asks the daemon to have an instance of `function` ready (restored and
+/// idle) unless one is live already: the pod was started because requests
+/// are coming. The daemon decides within its caps and memory budget.
+pub fn prewarm(socket: &Path, function: &str) -> Result<()> {
+    let r = request(
+        socket,
+        "PUT",
+        &format!("/v1/functions/{function}/prewarm"),
+        Some(br#"{"count": 1}"#),
+    )?;
+    if r.status != 200 {
+        fail!(
+            DaemonError::Refused,
+            "prewarming {function}: {}",
+            error_message(&r)
+        );
+    }
+    let v = r.json().context("the daemon's prewarm answer")?;
+    if let Some(e) = v["errors"].as_array().and_then(|a| a.first()) {
+        fail!(DaemonError::Refused, "prewarming {function}: {e}");
+    }
+    Ok(())
 }
 
 /// What the function wrote to stdout/stderr during one invocation.
