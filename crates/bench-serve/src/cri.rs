@@ -51,6 +51,9 @@ pub struct Options {
     pub remote_runs: usize,
     /// how the CRI calls are made (gRPC, as the kubelet, or crictl)
     pub calls: CriCalls,
+    /// thaw pods' fronts ask for a ready instance as they start
+    /// (annotation `dev.thaw.prewarm`)
+    pub prewarm: bool,
 }
 
 /// Functions the density part draws from, in order.
@@ -129,6 +132,9 @@ pub struct Report {
     pub date_unix: u64,
     /// `grpc` or `crictl`
     pub calls: String,
+    pub prewarm: bool,
+    /// the shim's steps in the comparison's thaw pods (its log), ms
+    pub shim_steps: Vec<ShimStep>,
     pub cpus: usize,
     pub loadavg_1m_start: f64,
     pub loadavg_1m_end: f64,
@@ -144,6 +150,7 @@ struct Node<'a> {
     socket: &'a Path,
     root: &'a thaw_runtime::RootInfo,
     pods: AtomicU32,
+    prewarm: bool,
 }
 
 /// A function's two images and its first request.
@@ -266,7 +273,9 @@ pub fn run(o: &Options) -> Result<Report> {
     let mut report = thaw_server::on_temp_daemon_with(
         &o.runtime_home,
         "cri-a",
-        |cfg| configure(cfg, o, shared),
+        // the comparison's and the density part's node keeps its snapshots
+        // locally (its slow tier is the disk): a node serving the function
+        |cfg| configure(cfg, o, None),
         |_, socket_a| {
             let base =
                 std::env::temp_dir().join(format!("thaw-cri-containerd-a-{}", std::process::id()));
@@ -283,35 +292,19 @@ pub fn run(o: &Options) -> Result<Report> {
                 );
                 functions.push(compare(&a, img, o.runs)?);
             }
+            let shim_steps = shim_steps(&a.cri.c.log())?;
             let density = match o.pods {
                 0 => Vec::new(),
                 n => density(&a, &root, n, o.pod_functions)?,
             };
             let remote = match shared {
                 None => Vec::new(),
-                Some(sh) => thaw_server::on_temp_daemon_with(
-                    &o.runtime_home,
-                    "cri-b",
-                    |cfg| configure(cfg, o, Some(sh)),
-                    |_, socket_b| {
-                        let base = std::env::temp_dir()
-                            .join(format!("thaw-cri-containerd-b-{}", std::process::id()));
-                        let b = node(&base, socket_b, &root, o, "10.89.0.0/24")?;
-                        let mut rows = Vec::new();
-                        for img in &images {
-                            b.cri.c.import(&img.thaw_archive)?;
-                            eprintln!(
-                                "thaw bench cri: {} (remote vs local restore on a second node)",
-                                img.function
-                            );
-                            rows.push(remote(&b, img, o.remote_runs)?);
-                        }
-                        Ok(rows)
-                    },
-                )?,
+                Some(sh) => shared_nodes(o, &root, &images, sh)?,
             };
             Ok(Report {
                 calls: calls_name(o.calls).into(),
+                prewarm: o.prewarm,
+                shim_steps,
                 date_unix: std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
                     .map_or(0, |d| d.as_secs()),
@@ -328,6 +321,51 @@ pub fn run(o: &Options) -> Result<Report> {
     report.loadavg_1m_end = thaw_bench::concurrency::loadavg();
     drop(store);
     Ok(report)
+}
+
+/// The remote part: a node that publishes each function's snapshot (its
+/// first pod deploys it), and a second node sharing snapshots with it
+/// through the remote tier, where the pods are timed.
+fn shared_nodes(
+    o: &Options,
+    root: &thaw_runtime::RootInfo,
+    images: &[Images],
+    shared: (&Path, &thaw_tiers::TierConfig),
+) -> Result<Vec<RemoteRow>> {
+    let on_node = |name: &str, subnet: &str, f: &dyn Fn(&Node) -> Result<Vec<RemoteRow>>| {
+        thaw_server::on_temp_daemon_with(
+            &o.runtime_home,
+            name,
+            |cfg| configure(cfg, o, Some(shared)),
+            |_, socket| {
+                let base = std::env::temp_dir().join(format!(
+                    "thaw-cri-containerd-{name}-{}",
+                    std::process::id()
+                ));
+                let n = node(&base, socket, root, o, subnet)?;
+                for img in images {
+                    n.cri.c.import(&img.thaw_archive)?;
+                }
+                f(&n)
+            },
+        )
+    };
+    on_node("cri-p", "10.90.0.0/24", &|p| {
+        for img in images {
+            pod_start(p, "thaw", &img.thaw, &img.event)?;
+        }
+        on_node("cri-b", "10.89.0.0/24", &|b| {
+            let mut rows = Vec::new();
+            for img in images {
+                eprintln!(
+                    "thaw bench cri: {} (remote vs local restore on a second node)",
+                    img.function
+                );
+                rows.push(remote(b, img, o.remote_runs)?);
+            }
+            Ok(rows)
+        })
+    })
 }
 
 fn calls_name(c: CriCalls) -> &'static str {
@@ -354,6 +392,7 @@ fn node<'a>(
         socket,
         root,
         pods: AtomicU32::new(0),
+        prewarm: o.prewarm,
     })
 }
 
@@ -646,7 +685,10 @@ fn pod_start(n: &Node, runtime: &str, image: &str, event: &str) -> Result<(f64, 
         _ => Vec::new(),
     };
     let annotations = match runtime {
-        "thaw" => json!({"dev.thaw.memory-mb": POD_MEMORY_MB.to_string()}),
+        "thaw" => json!({
+            "dev.thaw.memory-mb": POD_MEMORY_MB.to_string(),
+            "dev.thaw.prewarm": n.prewarm.to_string(),
+        }),
         _ => json!({}),
     };
     let ms = |t: Instant| t.elapsed().as_secs_f64() * 1e3;
@@ -998,6 +1040,43 @@ fn remote(n: &Node, img: &Images, runs: usize) -> Result<RemoteRow> {
     })
 }
 
+/// One step of the shim's Create or Start, over the pods it logged.
+#[derive(Debug, Clone, Serialize)]
+pub struct ShimStep {
+    /// `create spec`, `create mount`, ..., `start spawn`
+    pub step: String,
+    pub ms: Summary,
+}
+
+/// The shim's `thaw timing: CALL ID STEP=MSms ...` lines in containerd's
+/// log: each step's times (pause containers' and functions' alike).
+fn shim_steps(log: &str) -> Result<Vec<ShimStep>> {
+    let mut by: Vec<(String, Vec<f64>)> = Vec::new();
+    for line in log.lines() {
+        let Some((_, rest)) = line.split_once("thaw timing: ") else {
+            continue;
+        };
+        let mut words = rest.split(|c: char| c.is_whitespace() || c == '"');
+        let call = words.next().unwrap_or_default().to_string();
+        for w in words.skip(1) {
+            let Some((step, ms)) = w.split_once('=') else {
+                continue;
+            };
+            let Some(ms) = ms.strip_suffix("ms").and_then(|m| m.parse::<f64>().ok()) else {
+                continue;
+            };
+            let name = format!("{call} {step}");
+            match by.iter_mut().find(|(n, _)| *n == name) {
+                Some((_, v)) => v.push(ms),
+                None => by.push((name, vec![ms])),
+            }
+        }
+    }
+    by.into_iter()
+        .map(|(step, v)| Ok(ShimStep { step, ms: summary(&v)? }))
+        .collect()
+}
+
 /// The report as markdown.
 pub fn markdown(r: &Report) -> String {
     let mut s = format!(
@@ -1051,6 +1130,12 @@ pub fn markdown(r: &Report) -> String {
             })
             .collect();
         s += &format!("| {} | thaw starts | {} |||||||||\n", f.function, kinds.join(", "));
+    }
+    if !r.shim_steps.is_empty() {
+        s += "\nThe shim's steps (its log; every thaw pod's pause and function container), ms (min / median / p99):\n\n| step | pods | ms |\n|---|---|---|\n";
+        for st in &r.shim_steps {
+            s += &format!("| {} | {} | {} |\n", st.step, st.ms.n, ms(&st.ms));
+        }
     }
     if !r.density.is_empty() {
         s += "\n| runtime | pods at once | functions | answered | first response ms (min / median / p99) | all answered after ms | restores |\n|---|---|---|---|---|---|---|\n";
@@ -1112,6 +1197,7 @@ mod tests {
             pod_functions: 8,
             remote_runs: 0,
             calls: CriCalls::Grpc,
+            prewarm: true,
         };
         assert!(check(&o).unwrap_err().to_string().contains("--runs"));
         let o = Options {

@@ -26,6 +26,10 @@ pub struct BenchCriArgs {
     /// kubelet) or `crictl` (one crictl process per call)
     #[arg(long, default_value = "grpc", value_parser = ["grpc", "crictl"])]
     cri_calls: String,
+    /// Whether thaw pods ask the daemon for a ready instance as they start
+    /// (`false`: the first request restores it)
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    prewarm: bool,
     /// Write the report as JSON here
     #[arg(long)]
     json: Option<PathBuf>,
@@ -51,6 +55,7 @@ pub fn bench(home: &Path, a: BenchCriArgs) -> Result<()> {
             "crictl" => thaw_bench_serve::cri::CriCalls::Crictl,
             _ => thaw_bench_serve::cri::CriCalls::Grpc,
         },
+        prewarm: a.prewarm,
     };
     let r = thaw_bench_serve::cri::run(&o)?;
     crate::serve::emit_report(&thaw_bench_serve::cri::markdown(&r), &r, a.json, a.markdown)

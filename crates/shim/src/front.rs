@@ -24,6 +24,9 @@ pub struct Plan {
     pub function: String,
     pub mode: Mode,
     pub netns: Netns,
+    /// ask the daemon for a ready instance as the front starts (`serve`)
+    #[serde(default)]
+    pub prewarm: bool,
 }
 
 pub fn main(args: &[String]) -> i32 {
@@ -229,7 +232,11 @@ impl Prewarm {
         let warm = Prewarm(Default::default());
         let (w, plan) = (warm.clone(), plan.clone());
         std::thread::spawn(move || {
-            if let Err(e) = daemon::prewarm(&plan.socket, &plan.function) {
+            let failed = plan
+                .prewarm
+                .then(|| daemon::prewarm(&plan.socket, &plan.function).err())
+                .flatten();
+            if let Some(e) = failed {
                 eprintln!(
                     "thaw: no instance made ready at start (the first request restores one): {}",
                     thaw_error::chain(&e)

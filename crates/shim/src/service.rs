@@ -307,6 +307,7 @@ impl Service {
                             function: String::new(),
                             mode: spec.mode()?,
                             netns: spec.netns.clone(),
+                            prewarm: false,
                         }),
                         0,
                     ))
@@ -326,6 +327,7 @@ impl Service {
             let (handler, init) = thaw_server::image::entry_points_from_env(&spec.env)
                 .context("the image's entry points")?;
             let mode = spec.mode()?;
+            let prewarm = spec.prewarm()?;
             let function = Function {
                 handler,
                 init,
@@ -340,6 +342,7 @@ impl Service {
                     function: name,
                     mode,
                     netns: spec.netns.clone(),
+                    prewarm,
                 }),
                 0,
             ))
