@@ -1,9 +1,11 @@
 //! `thaw bench cri`: pod start to first HTTP response through the CRI, as
-//! the kubelet drives it (`crictl runp`, `create`, `start`, then an HTTP
-//! POST to the pod's IP and `$PORT` until it answers), for the same
-//! function under `runc` (an image whose container runs the function in a
-//! fresh Python process behind a small HTTP server) and under `thaw` (the
-//! function image; the shim's front restores it through the node's daemon).
+//! the kubelet drives it (RunPodSandbox, CreateContainer, StartContainer,
+//! PodSandboxStatus over gRPC on one connection, or one `crictl` process
+//! per call; then an HTTP POST to the pod's IP and `$PORT` until it
+//! answers), for the same function under `runc` (an image whose container
+//! runs the function in a fresh Python process behind a small HTTP server)
+//! and under `thaw` (the function image; the shim's front asks the node's
+//! daemon for an instance as it starts, and forwards requests to it).
 //!
 //! Both run the same Python from the same runtime root: thaw's sandbox
 //! chroots into it; the runc container gets its directories bind-mounted
@@ -11,14 +13,16 @@
 //! containerd with its own pod network in its own network namespace (the
 //! shared harness, `thaw_shim::harness`) beside an in-process `thaw serve`
 //! on a temporary home; its daemon keeps idle instances for one second
-//! (`ttl`), and every thaw pod waits until none is idle, so each pod's
-//! first request is a restore, never a warm instance.
+//! (`ttl`), and every thaw pod waits until none is idle, so each pod is
+//! served by one restore made for it (at Start, or with `--prewarm false`
+//! for its first request), never by an instance left by another pod.
 //!
 //! Three parts: runc vs thaw per function (interleaved runs, after one
-//! warm-up pod each: the first thaw pod deploys and snapshots); N pods of
-//! M functions started at once; and, with a second node sharing snapshots
-//! through the emulated remote tier (MinIO), a pod on a node that never
-//! saw the function (its daemon streams the snapshot node A published)
+//! warm-up pod each: the first thaw pod deploys and snapshots), on a node
+//! that keeps its snapshots locally; N pods of M functions started at
+//! once; and, with two more nodes sharing snapshots through the emulated
+//! remote tier (MinIO), a pod on a node that never saw the function (its
+//! daemon streams the snapshot the publishing node's deploy published)
 //! against a pod restoring the copy that node then keeps locally.
 use crate::error::{BenchServeError, OrFail, Result};
 use serde::Serialize;
@@ -338,10 +342,8 @@ fn shared_nodes(
             name,
             |cfg| configure(cfg, o, Some(shared)),
             |_, socket| {
-                let base = std::env::temp_dir().join(format!(
-                    "thaw-cri-containerd-{name}-{}",
-                    std::process::id()
-                ));
+                let base = std::env::temp_dir()
+                    .join(format!("thaw-cri-containerd-{name}-{}", std::process::id()));
                 let n = node(&base, socket, root, o, subnet)?;
                 for img in images {
                     n.cri.c.import(&img.thaw_archive)?;
@@ -847,9 +849,7 @@ fn compare(n: &Node, img: &Images, runs: usize) -> Result<FunctionRow> {
         }
         // no instance was idle before the pod: it is served by the one
         // instance restored for it (at Start, or for the request)
-        if s.restores.len() != 1
-            || !matches!(s.start_type.as_deref(), Some("restore" | "warm"))
-        {
+        if s.restores.len() != 1 || !matches!(s.start_type.as_deref(), Some("restore" | "warm")) {
             fail!(
                 BenchServeError::Failed,
                 "{}: a thaw pod was not served by the one instance restored for it (restores {:?}): {a}",
@@ -1073,7 +1073,12 @@ fn shim_steps(log: &str) -> Result<Vec<ShimStep>> {
         }
     }
     by.into_iter()
-        .map(|(step, v)| Ok(ShimStep { step, ms: summary(&v)? }))
+        .map(|(step, v)| {
+            Ok(ShimStep {
+                step,
+                ms: summary(&v)?,
+            })
+        })
         .collect()
 }
 
@@ -1129,7 +1134,11 @@ pub fn markdown(r: &Report) -> String {
                 )
             })
             .collect();
-        s += &format!("| {} | thaw starts | {} |||||||||\n", f.function, kinds.join(", "));
+        s += &format!(
+            "| {} | thaw starts | {} |||||||||\n",
+            f.function,
+            kinds.join(", ")
+        );
     }
     if !r.shim_steps.is_empty() {
         s += "\nThe shim's steps (its log; every thaw pod's pause and function container), ms (min / median / p99):\n\n| step | pods | ms |\n|---|---|---|\n";

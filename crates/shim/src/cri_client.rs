@@ -199,13 +199,12 @@ impl CriClient {
         frame.extend_from_slice(&req.0);
         let send = self.send.clone();
         let exchange = async move {
-            let mut send = send
-                .ready()
-                .await
-                .map_err(|e| transport(e.to_string()))?;
+            let mut send = send.ready().await.map_err(|e| transport(e.to_string()))?;
             let request = http::Request::builder()
                 .method("POST")
-                .uri(format!("http://localhost/runtime.v1.RuntimeService/{method}"))
+                .uri(format!(
+                    "http://localhost/runtime.v1.RuntimeService/{method}"
+                ))
                 .header("content-type", "application/grpc")
                 .header("te", "trailers")
                 .body(())
@@ -282,12 +281,7 @@ impl CriClient {
     }
 
     /// A string field of a call's answer (`path`: field numbers).
-    pub fn call_for_string(
-        &self,
-        method: &'static str,
-        req: &Msg,
-        path: &[u32],
-    ) -> Result<String> {
+    pub fn call_for_string(&self, method: &'static str, req: &Msg, path: &[u32]) -> Result<String> {
         let answer = self.call(method, req)?;
         string_at(&answer, path).map_err(|message| CriError::Malformed { method, message })
     }
@@ -300,7 +294,11 @@ fn percent_decode(s: &str) -> String {
     let mut i = 0;
     while i < b.len() {
         let hex = |c: u8| (c as char).to_digit(16);
-        match (b[i], b.get(i + 1).copied().and_then(hex), b.get(i + 2).copied().and_then(hex)) {
+        match (
+            b[i],
+            b.get(i + 1).copied().and_then(hex),
+            b.get(i + 2).copied().and_then(hex),
+        ) {
             (b'%', Some(h), Some(l)) => {
                 out.push((h * 16 + l) as u8);
                 i += 3;

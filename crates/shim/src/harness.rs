@@ -5,13 +5,13 @@
 //! plugin's CNI bridge (Debian's containernetworking-plugins: bridge +
 //! host-local) and the pods' addresses exist only there. Every image is
 //! local (the pause image is built from a static binary), nothing is pulled.
+use crate::cri_client::{CriClient, CriError, Msg};
 use serde_json::{json, Value};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
-use crate::cri_client::{CriClient, CriError, Msg};
 use thaw_error::{fail, Context, ResultExt};
 
 pub const RUNTIME: &str = "io.containerd.thaw.v1";
@@ -668,11 +668,8 @@ impl Cri {
     pub fn pod_ip(&self, pod: &str) -> Result<String> {
         if let Some(g) = &self.grpc {
             // PodSandboxStatusResponse.status.network.ip
-            let ip = g.call_for_string(
-                "PodSandboxStatus",
-                &Msg::default().str(1, pod),
-                &[1, 5, 1],
-            )?;
+            let ip =
+                g.call_for_string("PodSandboxStatus", &Msg::default().str(1, pod), &[1, 5, 1])?;
             if ip.is_empty() {
                 fail!(HarnessError::Failed, "the pod {pod} has no IP");
             }

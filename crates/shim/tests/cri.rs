@@ -319,13 +319,18 @@ fn a_started_pod_has_its_instance_restored_before_its_first_request_over_grpc() 
     let answer = post(&cri.netns, &ip, 8080, r#"{"name": "ready"}"#);
     assert!(answer.contains("hi ready"), "{answer}");
     assert!(
-        answer.to_ascii_lowercase().contains("thaw-start-type: warm"),
+        answer
+            .to_ascii_lowercase()
+            .contains("thaw-start-type: warm"),
         "the first request found the instance ready: {answer}"
     );
     assert_eq!(restores(), 1.0, "one restore for the pod");
     // a call containerd refuses is a clear error, not a hang
     let err = cri.pod_ip("no-such-pod").unwrap_err().to_string();
-    assert!(err.contains("PodSandboxStatus") && err.contains("no-such-pod"), "{err}");
+    assert!(
+        err.contains("PodSandboxStatus") && err.contains("no-such-pod"),
+        "{err}"
+    );
     let fun_pid = cri.pid_of(&fun);
     cri.remove(&pod.id);
     cri.assert_nothing_left(&daemon, &[fun_pid]);
