@@ -1196,6 +1196,32 @@ mod tests {
     }
 
     #[test]
+    fn timings_restores_and_shim_steps_are_read() {
+        let a = "HTTP/1.1 200 OK\r\nserver-timing: queue;dur=0.010, restore;dur=12.5, exec;dur=1.5, total;dur=14.25\r\n\r\n{}";
+        let t = server_timing(a);
+        assert_eq!((t("restore"), t("exec"), t("total")), (12.5, 1.5, 14.25));
+        assert_eq!(t("missing"), 0.0);
+        assert_eq!(server_timing("HTTP/1.1 200 OK\r\n\r\n{}")("total"), 0.0);
+        let reading =
+            |c: f64, s: f64| std::collections::BTreeMap::from([("reap:disk".to_string(), (c, s))]);
+        let (made, ms) = restores_since(&reading(2.0, 0.5), &reading(3.0, 0.52));
+        assert_eq!(made, vec!["reap:disk".to_string()]);
+        assert!((ms - 20.0).abs() < 1e-6, "{ms}");
+        assert!(restores_since(&reading(3.0, 0.5), &reading(3.0, 0.5))
+            .0
+            .is_empty());
+        let log = "time=\"x\" level=info msg=\"thaw timing: create abc spec=0.09ms mount=0.97ms\"\n\
+                   noise\n\
+                   time=\"y\" level=info msg=\"thaw timing: create def spec=0.11ms mount=3.00ms lookup=bad\"\n\
+                   time=\"z\" level=info msg=\"thaw timing: start abc spawn=1.31ms\"\n";
+        let steps = shim_steps(log).unwrap();
+        let names: Vec<&str> = steps.iter().map(|s| s.step.as_str()).collect();
+        assert_eq!(names, ["create spec", "create mount", "start spawn"]);
+        assert_eq!(steps[1].ms.n, 2);
+        assert_eq!((steps[1].ms.min, steps[1].ms.p99), (0.97, 3.0));
+    }
+
+    #[test]
     fn bad_options_are_refused() {
         let o = Options {
             runtime_home: PathBuf::from("/nonexistent"),

@@ -66,6 +66,16 @@ pub fn error_message(r: &Response) -> String {
         .unwrap_or_else(|| String::from_utf8_lossy(&r.body).into_owned())
 }
 
+/// The JSON of a 200 answer to `what`; any other is refused with the
+/// daemon's message.
+fn answer_json(r: &Response, what: &str) -> Result<Value> {
+    if r.status != 200 {
+        fail!(DaemonError::Refused, "{what}: {}", error_message(r));
+    }
+    Ok(r.json()
+        .with_context(|| format!("the daemon's answer to {what}"))?)
+}
+
 /// The function a container runs.
 pub struct Function {
     pub handler: String,
@@ -163,14 +173,7 @@ pub fn prewarm(socket: &Path, function: &str) -> Result<()> {
         &format!("/v1/functions/{function}/prewarm"),
         Some(br#"{"count": 1}"#),
     )?;
-    if r.status != 200 {
-        fail!(
-            DaemonError::Refused,
-            "prewarming {function}: {}",
-            error_message(&r)
-        );
-    }
-    let v = r.json().context("the daemon's prewarm answer")?;
+    let v = answer_json(&r, &format!("prewarming {function}"))?;
     if let Some(e) = v["errors"].as_array().and_then(|a| a.first()) {
         fail!(DaemonError::Refused, "prewarming {function}: {e}");
     }
@@ -189,14 +192,7 @@ pub fn invocation_output(socket: &Path, function: &str, invocation_id: &str) -> 
         &format!("/v1/functions/{function}/logs?invocation_id={id}"),
         None,
     )?;
-    if r.status != 200 {
-        fail!(
-            DaemonError::Refused,
-            "logs of {function}: {}",
-            error_message(&r)
-        );
-    }
-    let v = r.json().context("the daemon's logs")?;
+    let v = answer_json(&r, &format!("logs of {function}"))?;
     Ok(v["entries"]
         .as_array()
         .map(|a| a.iter().filter_map(|e| e["output"].as_str()).collect())

@@ -344,8 +344,12 @@ mod tests {
         let e = spec(&[], &[], &[("dev.thaw.max-instances", "lots")])
             .settings()
             .unwrap_err();
+        assert_invalid_naming(&e, "dev.thaw.max-instances");
+    }
+
+    fn assert_invalid_naming(e: &SpecError, what: &str) {
         assert!(
-            matches!(&e, SpecError::Invalid(m) if m.contains("dev.thaw.max-instances")),
+            matches!(e, SpecError::Invalid(m) if m.contains(what)),
             "{e}"
         );
     }
@@ -363,9 +367,6 @@ mod tests {
         let e = spec(&[], &[], &[("dev.thaw.prewarm", "yes")])
             .prewarm()
             .unwrap_err();
-        assert!(
-            matches!(&e, SpecError::Invalid(m) if m.contains("dev.thaw.prewarm")),
-            "{e}"
-        );
+        assert_invalid_naming(&e, "dev.thaw.prewarm");
     }
 }
