@@ -24,18 +24,10 @@ pub struct Plan {
     pub function: String,
     pub mode: Mode,
     pub netns: Netns,
-    /// a ready instance is asked for as the container starts (`serve`):
-    /// requests wait for the answer
+    /// ask the daemon for a ready instance as the front starts (`serve`)
     #[serde(default)]
     pub prewarm: bool,
-    /// the descriptor on which the shim's prewarm (made at Create) ends
-    /// with EOF; none: the front asks the daemon itself
-    #[serde(default)]
-    pub ready_fd: Option<i32>,
 }
-
-/// Where the shim hands a front the read end of its prewarm's pipe.
-pub const READY_FD: i32 = 3;
 
 pub fn main(args: &[String]) -> i32 {
     let plan: Plan = match args.first().map(|a| serde_json::from_str(a)) {
@@ -240,14 +232,10 @@ impl Prewarm {
         let warm = Prewarm(Default::default());
         let (w, plan) = (warm.clone(), plan.clone());
         std::thread::spawn(move || {
-            let failed = match (plan.prewarm, plan.ready_fd) {
-                (false, _) => None,
-                (true, Some(fd)) => {
-                    wait_for_eof(fd);
-                    None
-                }
-                (true, None) => daemon::prewarm(&plan.socket, &plan.function).err(),
-            };
+            let failed = plan
+                .prewarm
+                .then(|| daemon::prewarm(&plan.socket, &plan.function).err())
+                .flatten();
             if let Some(e) = failed {
                 eprintln!(
                     "thaw: no instance made ready at start (the first request restores one): {}",
@@ -266,31 +254,6 @@ impl Prewarm {
         let (done, cv) = &*self.0;
         let guard = done.lock().unwrap_or_else(|e| e.into_inner());
         let _ = cv.wait_timeout_while(guard, PREWARM_WAIT, |d| !*d);
-    }
-}
-
-/// Reads the shim's prewarm pipe until its writer closes it.
-fn wait_for_eof(fd: i32) {
-    use std::io::Read;
-    use std::os::fd::FromRawFd;
-    if fd != READY_FD {
-        eprintln!("thaw: the prewarm's descriptor is {fd}, not {READY_FD}: not waiting for it");
-        return;
-    }
-    // SAFETY: the shim put the pipe's read end on READY_FD for this
-    // process, and nothing else in the front uses that descriptor.
-    let mut pipe = unsafe { std::fs::File::from_raw_fd(fd) };
-    let mut buf = [0u8; 64];
-    loop {
-        match pipe.read(&mut buf) {
-            Ok(0) => return,
-            Ok(_) => continue,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => {
-                eprintln!("thaw: reading the prewarm's pipe: {e}");
-                return;
-            }
-        }
     }
 }
 

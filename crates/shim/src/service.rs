@@ -18,7 +18,6 @@ use containerd_shim::protos::types::task::{ProcessInfo, Status};
 use containerd_shim::publisher::RemotePublisher;
 use containerd_shim::{api, ExitSignal, Flags, StartOpts, TtrpcContext, TtrpcResult};
 use std::collections::HashMap;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -87,33 +86,6 @@ impl std::fmt::Display for Steps {
         }
         Ok(())
     }
-}
-
-/// Asks the daemon for a ready instance of `function` on a thread of its
-/// own, as the container is created (the pod was started because requests
-/// are coming: the restore overlaps the rest of the pod's start). The
-/// pipe's read end sees EOF once the daemon answered: the front waits for
-/// that before its first request.
-fn prewarm_in_background(socket: PathBuf, function: String) -> std::io::Result<OwnedFd> {
-    let mut fds = [0; 2];
-    // SAFETY: pipe2 writes two new descriptors into the array on success.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: both descriptors are new and owned by nothing else.
-    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-    std::thread::Builder::new()
-        .name("thaw-prewarm".into())
-        .spawn(move || {
-            if let Err(e) = daemon::prewarm(&socket, &function) {
-                log::warn!(
-                    "no instance of {function} made ready at start (the first request restores one): {}",
-                    thaw_error::chain(&e)
-                );
-            }
-            drop(write);
-        })?;
-    Ok(read)
 }
 
 /// The front's pid, in the bundle: `delete` (after a shim crash) finds it there.
@@ -189,7 +161,6 @@ impl containerd_shim::Shim for Shim {
         Service {
             shared: Arc::new(Shared {
                 containers: Mutex::new(HashMap::new()),
-                ready: Mutex::new(HashMap::new()),
                 changed: Condvar::new(),
                 exit: self.exit.clone(),
                 publisher: Mutex::new(publisher),
@@ -229,9 +200,6 @@ struct Container {
 
 struct Shared {
     containers: Mutex<HashMap<String, Container>>,
-    /// Per function container: the read end of its prewarm's pipe (EOF
-    /// once the daemon answered), handed to its front at Start.
-    ready: Mutex<HashMap<String, OwnedFd>>,
     /// Signalled whenever a container stops.
     changed: Condvar,
     exit: Arc<ExitSignal>,
@@ -340,7 +308,6 @@ impl Service {
                             mode: spec.mode()?,
                             netns: spec.netns.clone(),
                             prewarm: false,
-                            ready_fd: None,
                         }),
                         0,
                     ))
@@ -369,14 +336,6 @@ impl Service {
             let socket = daemon::socket();
             steps.done("entry_points");
             let name = daemon::ensure_deployed(&socket, &spec.root, &function, &mut steps)?;
-            if prewarm && matches!(mode, spec::Mode::Serve { .. }) {
-                let ready = prewarm_in_background(socket.clone(), name.clone())?;
-                self.shared
-                    .ready
-                    .lock()
-                    .unwrap()
-                    .insert(req.id.clone(), ready);
-            }
             Ok((
                 Run::Front(Plan {
                     socket,
@@ -384,7 +343,6 @@ impl Service {
                     mode,
                     netns: spec.netns.clone(),
                     prewarm,
-                    ready_fd: None,
                 }),
                 0,
             ))
@@ -487,7 +445,6 @@ impl containerd_shim::Task for Service {
         if c.phase != Phase::Created {
             return Err(err(Code::FAILED_PRECONDITION, "already started"));
         }
-        let ready = self.shared.ready.lock().unwrap().remove(&req.id);
         let spawned = || -> Result<u32, thaw_error::BoxError> {
             let plan = match &c.run {
                 Run::Native => {
@@ -496,37 +453,16 @@ impl containerd_shim::Task for Service {
                 }
                 Run::Front(plan) => plan,
             };
-            let mut plan = plan.clone();
-            plan.ready_fd = ready.as_ref().map(|_| front::READY_FD);
             let exe = std::env::current_exe()?;
-            let mut cmd = Command::new(exe);
-            cmd.arg(front::SUBCOMMAND)
-                .arg(serde_json::to_string(&plan)?)
+            Ok(Command::new(exe)
+                .arg(front::SUBCOMMAND)
+                .arg(serde_json::to_string(plan)?)
                 .current_dir("/")
                 .stdin(Stdio::null())
                 .stdout(open_stdio(&c.stdout)?)
-                .stderr(open_stdio(&c.stderr)?);
-            if let Some(fd) = ready.as_ref().map(|f| f.as_raw_fd()) {
-                use std::os::unix::process::CommandExt;
-                // SAFETY: only dup2/fcntl between fork and exec (both
-                // async-signal-safe); the descriptor stays open in the
-                // shim until spawn returns.
-                unsafe {
-                    cmd.pre_exec(move || {
-                        let target = front::READY_FD;
-                        let ok = if fd == target {
-                            libc::fcntl(fd, libc::F_SETFD, 0) == 0
-                        } else {
-                            libc::dup2(fd, target) == target
-                        };
-                        if !ok {
-                            return Err(std::io::Error::last_os_error());
-                        }
-                        Ok(())
-                    });
-                }
-            }
-            Ok(cmd.spawn()?.id())
+                .stderr(open_stdio(&c.stderr)?)
+                .spawn()?
+                .id())
         };
         // subscribe before the process can exit, so its exit cannot be missed
         let sub = monitor_subscribe(Topic::Pid)
@@ -631,7 +567,6 @@ impl containerd_shim::Task for Service {
             ));
         }
         let c = cs.remove(&req.id).expect("looked up above");
-        self.shared.ready.lock().unwrap().remove(&req.id);
         drop(cs);
         if let Run::Native = c.run {
             native::delete(&c.bundle, &req.id);
