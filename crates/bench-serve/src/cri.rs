@@ -1,9 +1,11 @@
 //! `thaw bench cri`: pod start to first HTTP response through the CRI, as
-//! the kubelet drives it (`crictl runp`, `create`, `start`, then an HTTP
-//! POST to the pod's IP and `$PORT` until it answers), for the same
-//! function under `runc` (an image whose container runs the function in a
-//! fresh Python process behind a small HTTP server) and under `thaw` (the
-//! function image; the shim's front restores it through the node's daemon).
+//! the kubelet drives it (RunPodSandbox, CreateContainer, StartContainer,
+//! PodSandboxStatus over gRPC on one connection, or one `crictl` process
+//! per call; then an HTTP POST to the pod's IP and `$PORT` until it
+//! answers), for the same function under `runc` (an image whose container
+//! runs the function in a fresh Python process behind a small HTTP server)
+//! and under `thaw` (the function image; the shim's front asks the node's
+//! daemon for an instance as it starts, and forwards requests to it).
 //!
 //! Both run the same Python from the same runtime root: thaw's sandbox
 //! chroots into it; the runc container gets its directories bind-mounted
@@ -11,14 +13,16 @@
 //! containerd with its own pod network in its own network namespace (the
 //! shared harness, `thaw_shim::harness`) beside an in-process `thaw serve`
 //! on a temporary home; its daemon keeps idle instances for one second
-//! (`ttl`), and every thaw pod waits until none is idle, so each pod's
-//! first request is a restore, never a warm instance.
+//! (`ttl`), and every thaw pod waits until none is idle, so each pod is
+//! served by one restore made for it (at Start, or with `--prewarm false`
+//! for its first request), never by an instance left by another pod.
 //!
 //! Three parts: runc vs thaw per function (interleaved runs, after one
-//! warm-up pod each: the first thaw pod deploys and snapshots); N pods of
-//! M functions started at once; and, with a second node sharing snapshots
-//! through the emulated remote tier (MinIO), a pod on a node that never
-//! saw the function (its daemon streams the snapshot node A published)
+//! warm-up pod each: the first thaw pod deploys and snapshots), on a node
+//! that keeps its snapshots locally; N pods of M functions started at
+//! once; and, with two more nodes sharing snapshots through the emulated
+//! remote tier (MinIO), a pod on a node that never saw the function (its
+//! daemon streams the snapshot the publishing node's deploy published)
 //! against a pod restoring the copy that node then keeps locally.
 use crate::error::{BenchServeError, OrFail, Result};
 use serde::Serialize;
@@ -30,6 +34,7 @@ use thaw_bench::stats::{summarize, Summary};
 use thaw_client::{Client, Target};
 use thaw_error::{fail, ResultExt};
 use thaw_server::image::{self, Entry};
+pub use thaw_shim::harness::CriCalls;
 use thaw_shim::harness::{Cri, Mount};
 
 /// What `thaw bench cri` measures.
@@ -48,6 +53,11 @@ pub struct Options {
     pub pod_functions: usize,
     /// timed pods per function on the second node (0 skips it)
     pub remote_runs: usize,
+    /// how the CRI calls are made (gRPC, as the kubelet, or crictl)
+    pub calls: CriCalls,
+    /// thaw pods' fronts ask for a ready instance as they start
+    /// (annotation `dev.thaw.prewarm`)
+    pub prewarm: bool,
 }
 
 /// Functions the density part draws from, in order.
@@ -71,9 +81,13 @@ const ANSWER_WAIT: Duration = Duration::from_secs(180);
 #[derive(Debug, Clone, Serialize)]
 pub struct PodStart {
     pub ms: f64,
-    /// the daemon's `thaw-start-type` / `thaw-tier` (thaw pods)
+    /// the daemon's `thaw-start-type` / `thaw-tier` (thaw pods): `warm`
+    /// when the instance the front asked for at Start was ready
     pub start_type: Option<String>,
     pub tier: Option<String>,
+    /// the restores the daemon made during the pod's start (one: the
+    /// pod's instance), by `strategy:tier`
+    pub restores: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -102,6 +116,7 @@ pub struct DensityRow {
     pub first_response: Summary,
     /// all pods started to the last one answering
     pub wall_ms: f64,
+    /// restores the daemon made meanwhile (thaw)
     pub restores: usize,
 }
 
@@ -119,6 +134,11 @@ pub struct RemoteRow {
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
     pub date_unix: u64,
+    /// `grpc` or `crictl`
+    pub calls: String,
+    pub prewarm: bool,
+    /// the shim's steps in the comparison's thaw pods (its log), ms
+    pub shim_steps: Vec<ShimStep>,
     pub cpus: usize,
     pub loadavg_1m_start: f64,
     pub loadavg_1m_end: f64,
@@ -134,6 +154,7 @@ struct Node<'a> {
     socket: &'a Path,
     root: &'a thaw_runtime::RootInfo,
     pods: AtomicU32,
+    prewarm: bool,
 }
 
 /// A function's two images and its first request.
@@ -256,11 +277,13 @@ pub fn run(o: &Options) -> Result<Report> {
     let mut report = thaw_server::on_temp_daemon_with(
         &o.runtime_home,
         "cri-a",
-        |cfg| configure(cfg, o, shared),
+        // the comparison's and the density part's node keeps its snapshots
+        // locally (its slow tier is the disk): a node serving the function
+        |cfg| configure(cfg, o, None),
         |_, socket_a| {
             let base =
                 std::env::temp_dir().join(format!("thaw-cri-containerd-a-{}", std::process::id()));
-            let a = node(&base, socket_a, &root, &o.shim_dir, "10.88.0.0/24")?;
+            let a = node(&base, socket_a, &root, o, "10.88.0.0/24")?;
             let mut images = Vec::new();
             for f in &o.functions {
                 images.push(build_images(&a, &root, f)?);
@@ -273,34 +296,19 @@ pub fn run(o: &Options) -> Result<Report> {
                 );
                 functions.push(compare(&a, img, o.runs)?);
             }
+            let shim_steps = shim_steps(&a.cri.c.log())?;
             let density = match o.pods {
                 0 => Vec::new(),
                 n => density(&a, &root, n, o.pod_functions)?,
             };
             let remote = match shared {
                 None => Vec::new(),
-                Some(sh) => thaw_server::on_temp_daemon_with(
-                    &o.runtime_home,
-                    "cri-b",
-                    |cfg| configure(cfg, o, Some(sh)),
-                    |_, socket_b| {
-                        let base = std::env::temp_dir()
-                            .join(format!("thaw-cri-containerd-b-{}", std::process::id()));
-                        let b = node(&base, socket_b, &root, &o.shim_dir, "10.89.0.0/24")?;
-                        let mut rows = Vec::new();
-                        for img in &images {
-                            b.cri.c.import(&img.thaw_archive)?;
-                            eprintln!(
-                                "thaw bench cri: {} (remote vs local restore on a second node)",
-                                img.function
-                            );
-                            rows.push(remote(&b, img, o.remote_runs)?);
-                        }
-                        Ok(rows)
-                    },
-                )?,
+                Some(sh) => shared_nodes(o, &root, &images, sh)?,
             };
             Ok(Report {
+                calls: calls_name(o.calls).into(),
+                prewarm: o.prewarm,
+                shim_steps,
                 date_unix: std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
                     .map_or(0, |d| d.as_secs()),
@@ -319,20 +327,74 @@ pub fn run(o: &Options) -> Result<Report> {
     Ok(report)
 }
 
+/// The remote part: a node that publishes each function's snapshot (its
+/// first pod deploys it), and a second node sharing snapshots with it
+/// through the remote tier, where the pods are timed.
+fn shared_nodes(
+    o: &Options,
+    root: &thaw_runtime::RootInfo,
+    images: &[Images],
+    shared: (&Path, &thaw_tiers::TierConfig),
+) -> Result<Vec<RemoteRow>> {
+    let on_node = |name: &str, subnet: &str, f: &dyn Fn(&Node) -> Result<Vec<RemoteRow>>| {
+        thaw_server::on_temp_daemon_with(
+            &o.runtime_home,
+            name,
+            |cfg| configure(cfg, o, Some(shared)),
+            |_, socket| {
+                let base = std::env::temp_dir()
+                    .join(format!("thaw-cri-containerd-{name}-{}", std::process::id()));
+                let n = node(&base, socket, root, o, subnet)?;
+                for img in images {
+                    n.cri.c.import(&img.thaw_archive)?;
+                }
+                f(&n)
+            },
+        )
+    };
+    on_node("cri-p", "10.90.0.0/24", &|p| {
+        for img in images {
+            pod_start(p, "thaw", &img.thaw, &img.event)?;
+        }
+        on_node("cri-b", "10.89.0.0/24", &|b| {
+            let mut rows = Vec::new();
+            for img in images {
+                eprintln!(
+                    "thaw bench cri: {} (remote vs local restore on a second node)",
+                    img.function
+                );
+                rows.push(remote(b, img, o.remote_runs)?);
+            }
+            Ok(rows)
+        })
+    })
+}
+
+fn calls_name(c: CriCalls) -> &'static str {
+    match c {
+        CriCalls::Grpc => "grpc",
+        CriCalls::Crictl => "crictl",
+    }
+}
+
 fn node<'a>(
     base: &Path,
     socket: &'a Path,
     root: &'a thaw_runtime::RootInfo,
-    shim_dir: &Path,
+    o: &Options,
     subnet: &str,
 ) -> Result<Node<'a>> {
     let _ = std::fs::remove_dir_all(base);
-    let cri = Cri::start(base, socket, shim_dir, subnet, &[])?;
+    let mut cri = Cri::start(base, socket, &o.shim_dir, subnet, &[])?;
+    if o.calls == CriCalls::Grpc {
+        cri.use_grpc()?;
+    }
     Ok(Node {
         cri,
         socket,
         root,
         pods: AtomicU32::new(0),
+        prewarm: o.prewarm,
     })
 }
 
@@ -497,16 +559,24 @@ fn root_dirs(root: &thaw_runtime::RootInfo) -> Result<Vec<String>> {
     Ok(out)
 }
 
-/// Where a pod start's time went, ms: `crictl runp` (the pod sandbox:
-/// its pause container and network), `create` + `start` of the function's
-/// container, `inspectp` (the pod's IP, as the kubelet reads it), and the
-/// first request until its answer.
+/// Where a pod start's time went, ms: `RunPodSandbox` (the pod sandbox:
+/// its pause container and network), `CreateContainer` + `StartContainer`
+/// of the function's container, `PodSandboxStatus` (the pod's IP, as the
+/// kubelet reads it), and the first request until its answer; within the
+/// last: until the pod accepted the connection, and (thaw) the daemon's
+/// own time for the request and the handler's run in it. `restore_ms`:
+/// the restore the daemon made for the pod (at Start, or for the request),
+/// which overlaps the other phases.
 #[derive(Debug, Clone, Copy, Default, Serialize)]
 pub struct Phases {
     pub runp_ms: f64,
     pub create_start_ms: f64,
     pub status_ms: f64,
     pub first_response_ms: f64,
+    pub connect_ms: f64,
+    pub daemon_ms: f64,
+    pub exec_ms: f64,
+    pub restore_ms: f64,
 }
 
 impl Phases {
@@ -520,8 +590,81 @@ impl Phases {
             create_start_ms: m(|p| p.create_start_ms),
             status_ms: m(|p| p.status_ms),
             first_response_ms: m(|p| p.first_response_ms),
+            connect_ms: m(|p| p.connect_ms),
+            daemon_ms: m(|p| p.daemon_ms),
+            exec_ms: m(|p| p.exec_ms),
+            restore_ms: m(|p| p.restore_ms),
         }
     }
+}
+
+/// The daemon's restores so far (its `restore_duration_seconds`):
+/// `strategy:tier` -> (count, seconds).
+fn restores(n: &Node) -> Result<std::collections::BTreeMap<String, (f64, f64)>> {
+    let m = client(n).request("GET", "/metrics", None)?;
+    let mut out = std::collections::BTreeMap::new();
+    for l in String::from_utf8_lossy(&m.body).lines() {
+        let (which, rest) = match (
+            l.strip_prefix("thaw_restore_duration_seconds_count{"),
+            l.strip_prefix("thaw_restore_duration_seconds_sum{"),
+        ) {
+            (Some(r), _) => (0, r),
+            (_, Some(r)) => (1, r),
+            _ => continue,
+        };
+        let Some((labels, value)) = rest.split_once("} ") else {
+            continue;
+        };
+        let label = |k: &str| {
+            labels.split(',').find_map(|kv| {
+                let (key, v) = kv.split_once('=')?;
+                (key.trim() == k).then(|| v.trim_matches('"').to_string())
+            })
+        };
+        let key = format!(
+            "{}:{}",
+            label("strategy").unwrap_or_default(),
+            label("tier").unwrap_or_default()
+        );
+        let v: f64 = value.trim().parse().unwrap_or(0.0);
+        let e = out.entry(key).or_insert((0.0, 0.0));
+        if which == 0 {
+            e.0 += v;
+        } else {
+            e.1 += v;
+        }
+    }
+    Ok(out)
+}
+
+/// The restores between two [`restores`] readings: one `strategy:tier`
+/// per restore, and their total ms.
+fn restores_since(
+    before: &std::collections::BTreeMap<String, (f64, f64)>,
+    after: &std::collections::BTreeMap<String, (f64, f64)>,
+) -> (Vec<String>, f64) {
+    let (mut made, mut ms) = (Vec::new(), 0.0);
+    for (k, (count, secs)) in after {
+        let (c0, s0) = before.get(k).copied().unwrap_or((0.0, 0.0));
+        for _ in 0..(count - c0).round().max(0.0) as usize {
+            made.push(k.clone());
+        }
+        ms += (secs - s0).max(0.0) * 1e3;
+    }
+    (made, ms)
+}
+
+/// A thaw pod's start, with the restores the daemon made meanwhile (no
+/// other pod runs): (ms, answer, phases with the restore's time, the
+/// restores made).
+fn thaw_pod_start(n: &Node, image: &str, event: &str) -> Result<(f64, String, Phases, PodStart)> {
+    let before = restores(n)?;
+    let (ms, a, mut p) = pod_start(n, "thaw", image, event)?;
+    let (made, restore_ms) = restores_since(&before, &restores(n)?);
+    p.restore_ms = restore_ms;
+    let mut s = thaw_start(ms, &a);
+    s.restores = made;
+    Ok((ms, a, p, s))
 }
 
 /// One pod from `runp` to its first answer: (ms, answer, phases).
@@ -544,7 +687,10 @@ fn pod_start(n: &Node, runtime: &str, image: &str, event: &str) -> Result<(f64, 
         _ => Vec::new(),
     };
     let annotations = match runtime {
-        "thaw" => json!({"dev.thaw.memory-mb": POD_MEMORY_MB.to_string()}),
+        "thaw" => json!({
+            "dev.thaw.memory-mb": POD_MEMORY_MB.to_string(),
+            "dev.thaw.prewarm": n.prewarm.to_string(),
+        }),
         _ => json!({}),
     };
     let ms = |t: Instant| t.elapsed().as_secs_f64() * 1e3;
@@ -562,8 +708,12 @@ fn pod_start(n: &Node, runtime: &str, image: &str, event: &str) -> Result<(f64, 
         let ip = n.cri.pod_ip(&pod.id)?;
         p.status_ms = ms(t);
         let t = Instant::now();
-        let answer = n.cri.netns.post_to(&ip, 8080, event, ANSWER_WAIT)?;
+        let (answer, connected) = n.cri.netns.post_timed(&ip, 8080, event, ANSWER_WAIT)?;
         p.first_response_ms = ms(t);
+        p.connect_ms = connected.as_secs_f64() * 1e3;
+        let timing = server_timing(&answer);
+        p.daemon_ms = timing("total");
+        p.exec_ms = timing("exec");
         Ok((ms(t0), answer, p))
     })();
     let removed = n.cri.remove_pod(&pod.id);
@@ -609,6 +759,22 @@ fn thaw_start(ms: f64, answer: &str) -> PodStart {
         ms,
         start_type: header("thaw-start-type"),
         tier: header("thaw-tier"),
+        restores: Vec::new(),
+    }
+}
+
+/// An entry of the answer's `server-timing` (the daemon's: queue,
+/// restore, exec, total), ms; 0 if absent (runc's answers have none).
+fn server_timing(answer: &str) -> impl Fn(&str) -> f64 {
+    let (_, header, _) = parse(answer);
+    let v = header("server-timing").unwrap_or_default();
+    move |name: &str| {
+        v.split(',')
+            .find_map(|e| {
+                let (k, d) = e.trim().split_once(";dur=")?;
+                (k == name).then(|| d.parse().ok()).flatten()
+            })
+            .unwrap_or(0.0)
     }
 }
 
@@ -672,7 +838,7 @@ fn compare(n: &Node, img: &Images, runs: usize) -> Result<FunctionRow> {
         }
         runc.push(ms);
         no_idle(n)?;
-        let (ms, a, p) = pod_start(n, "thaw", &img.thaw, &img.event)?;
+        let (ms, a, p, s) = thaw_pod_start(n, &img.thaw, &img.event)?;
         thaw_phases.push(p);
         if answer_value("thaw", &a)? != want {
             fail!(
@@ -681,12 +847,14 @@ fn compare(n: &Node, img: &Images, runs: usize) -> Result<FunctionRow> {
                 img.function
             );
         }
-        let s = thaw_start(ms, &a);
-        if s.start_type.as_deref() != Some("restore") {
+        // no instance was idle before the pod: it is served by the one
+        // instance restored for it (at Start, or for the request)
+        if s.restores.len() != 1 || !matches!(s.start_type.as_deref(), Some("restore" | "warm")) {
             fail!(
                 BenchServeError::Failed,
-                "{}: a thaw pod's first request was not a restore: {a}",
-                img.function
+                "{}: a thaw pod was not served by the one instance restored for it (restores {:?}): {a}",
+                img.function,
+                s.restores
             );
         }
         starts.push(s);
@@ -727,6 +895,7 @@ fn density(
     for runtime in ["runc", "thaw"] {
         no_idle(n)?;
         eprintln!("thaw bench cri: {pods} pods of {functions} functions at once on {runtime}");
+        let before = restores(n)?;
         let t0 = Instant::now();
         let results: Vec<Result<(f64, String, Phases)>> = std::thread::scope(|s| {
             let handles: Vec<_> = (0..pods)
@@ -750,16 +919,12 @@ fn density(
                 .collect()
         });
         let wall_ms = t0.elapsed().as_secs_f64() * 1e3;
+        let restores = restores_since(&before, &restores(n)?).0.len();
         let mut ms = Vec::new();
-        let mut restores = 0;
         let mut failures = Vec::new();
         for r in results {
             match r {
-                Ok((t, a, _)) if parse(&a).0 == 200 => {
-                    ms.push(t);
-                    restores +=
-                        usize::from(thaw_start(t, &a).start_type.as_deref() == Some("restore"));
-                }
+                Ok((t, a, _)) if parse(&a).0 == 200 => ms.push(t),
                 Ok((_, a, _)) => failures.push(a.lines().next().unwrap_or("").to_string()),
                 Err(e) => failures.push(format!("{e:#}")),
             }
@@ -818,6 +983,13 @@ fn kept_locally(n: &Node, name: &str) -> Result<()> {
     }
 }
 
+/// Whether the pod was served by the one instance restored for it, from
+/// `tier`.
+fn restored_from(s: &PodStart, tier: &str) -> bool {
+    matches!(s.start_type.as_deref(), Some("restore" | "warm"))
+        && matches!(s.restores.as_slice(), [r] if r.ends_with(&format!(":{tier}")))
+}
+
 /// On the second node: a pod of a function the node does not have (its
 /// daemon's deploy finds node A's published snapshot and streams it),
 /// then a pod restoring the copy the node kept; the function is deleted
@@ -828,10 +1000,9 @@ fn remote(n: &Node, img: &Images, runs: usize) -> Result<RemoteRow> {
         for f in deployed(n)? {
             client(n).request("DELETE", &format!("/v1/functions/{f}"), None)?;
         }
-        let (ms, a, _) = pod_start(n, "thaw", &img.thaw, &img.event)?;
+        let (ms, a, _, s) = thaw_pod_start(n, &img.thaw, &img.event)?;
         answer_value("thaw", &a)?;
-        let s = thaw_start(ms, &a);
-        if (s.start_type.as_deref(), s.tier.as_deref()) != (Some("restore"), Some("remote")) {
+        if !restored_from(&s, "remote") {
             fail!(
                 BenchServeError::Failed,
                 "{}: the new node's first pod was not a restore from the remote tier: {a}",
@@ -848,10 +1019,9 @@ fn remote(n: &Node, img: &Images, runs: usize) -> Result<RemoteRow> {
         };
         kept_locally(n, name)?;
         no_idle(n)?;
-        let (ms, a, _) = pod_start(n, "thaw", &img.thaw, &img.event)?;
+        let (ms, a, _, s) = thaw_pod_start(n, &img.thaw, &img.event)?;
         answer_value("thaw", &a)?;
-        let s = thaw_start(ms, &a);
-        if (s.start_type.as_deref(), s.tier.as_deref()) != (Some("restore"), Some("tmpfs")) {
+        if !restored_from(&s, "tmpfs") {
             fail!(
                 BenchServeError::Failed,
                 "{}: the node's second pod was not a local restore: {a}",
@@ -870,10 +1040,56 @@ fn remote(n: &Node, img: &Images, runs: usize) -> Result<RemoteRow> {
     })
 }
 
+/// One step of the shim's Create or Start, over the pods it logged.
+#[derive(Debug, Clone, Serialize)]
+pub struct ShimStep {
+    /// `create spec`, `create mount`, ..., `start spawn`
+    pub step: String,
+    pub ms: Summary,
+}
+
+/// The shim's `thaw timing: CALL ID STEP=MSms ...` lines in containerd's
+/// log: each step's times (pause containers' and functions' alike).
+fn shim_steps(log: &str) -> Result<Vec<ShimStep>> {
+    let mut by: Vec<(String, Vec<f64>)> = Vec::new();
+    for line in log.lines() {
+        let Some((_, rest)) = line.split_once("thaw timing: ") else {
+            continue;
+        };
+        let mut words = rest.split(|c: char| c.is_whitespace() || c == '"');
+        let call = words.next().unwrap_or_default().to_string();
+        for w in words.skip(1) {
+            let Some((step, ms)) = w.split_once('=') else {
+                continue;
+            };
+            let Some(ms) = ms.strip_suffix("ms").and_then(|m| m.parse::<f64>().ok()) else {
+                continue;
+            };
+            let name = format!("{call} {step}");
+            match by.iter_mut().find(|(n, _)| *n == name) {
+                Some((_, v)) => v.push(ms),
+                None => by.push((name, vec![ms])),
+            }
+        }
+    }
+    by.into_iter()
+        .map(|(step, v)| {
+            Ok(ShimStep {
+                step,
+                ms: summary(&v)?,
+            })
+        })
+        .collect()
+}
+
 /// The report as markdown.
 pub fn markdown(r: &Report) -> String {
     let mut s = format!(
-        "Pod start to first HTTP response through CRI (crictl runp + create + start + POST to the pod IP), input size {}; {} CPUs, load average {:.2} at the start, {:.2} at the end (a shared, loaded machine: compare the ratios, measured in the same run). Remote tier: MinIO in a network namespace (emulated: 0.5 ms RTT, 10 Gbit/s).\n\n",
+        "Pod start to first HTTP response through CRI (RunPodSandbox + CreateContainer + StartContainer + PodSandboxStatus + POST to the pod IP; calls made with {}), input size {}; {} CPUs, load average {:.2} at the start, {:.2} at the end (a shared, loaded machine: compare the ratios, measured in the same run). Remote tier: MinIO in a network namespace (emulated: 0.5 ms RTT, 10 Gbit/s).\n\n",
+        match r.calls.as_str() {
+            "grpc" => "gRPC on one connection, as the kubelet",
+            _ => "one crictl process per call",
+        },
         r.size, r.cpus, r.loadavg_1m_start, r.loadavg_1m_end
     );
     let ms = |x: &Summary| format!("{:.0} / {:.0} / {:.0}", x.min, x.median, x.p99);
@@ -891,13 +1107,43 @@ pub fn markdown(r: &Report) -> String {
             f.first_thaw_ms
         );
     }
-    s += "\n| function | runtime | runp ms | create + start ms | inspectp ms | first request to answer ms |\n|---|---|---|---|---|---|\n";
+    s += "\nMedians, ms. First request: until the pod accepted the connection, and (thaw) the daemon's own time and the handler's run in it; restore: the one the daemon made for the pod (asked for at Start, so it overlaps the other phases).\n\n| function | runtime | runp | create + start | status | first request | connect | daemon | handler | restore |\n|---|---|---|---|---|---|---|---|---|---|\n";
     for f in &r.functions {
         for (rt, p) in [("runc", &f.runc_phases), ("thaw", &f.thaw_phases)] {
             s += &format!(
-                "| {} | {rt} | {:.0} | {:.0} | {:.0} | {:.0} |\n",
-                f.function, p.runp_ms, p.create_start_ms, p.status_ms, p.first_response_ms
+                "| {} | {rt} | {:.0} | {:.0} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |\n",
+                f.function,
+                p.runp_ms,
+                p.create_start_ms,
+                p.status_ms,
+                p.first_response_ms,
+                p.connect_ms,
+                p.daemon_ms,
+                p.exec_ms,
+                p.restore_ms
             );
+        }
+        let kinds: Vec<String> = f
+            .thaw_starts
+            .iter()
+            .map(|s| {
+                format!(
+                    "{} ({})",
+                    s.start_type.as_deref().unwrap_or("-"),
+                    s.restores.join(" ")
+                )
+            })
+            .collect();
+        s += &format!(
+            "| {} | thaw starts | {} |||||||||\n",
+            f.function,
+            kinds.join(", ")
+        );
+    }
+    if !r.shim_steps.is_empty() {
+        s += "\nThe shim's steps (its log; every thaw pod's pause and function container), ms (min / median / p99):\n\n| step | pods | ms |\n|---|---|---|\n";
+        for st in &r.shim_steps {
+            s += &format!("| {} | {} | {} |\n", st.step, st.ms.n, ms(&st.ms));
         }
     }
     if !r.density.is_empty() {
@@ -950,6 +1196,32 @@ mod tests {
     }
 
     #[test]
+    fn timings_restores_and_shim_steps_are_read() {
+        let a = "HTTP/1.1 200 OK\r\nserver-timing: queue;dur=0.010, restore;dur=12.5, exec;dur=1.5, total;dur=14.25\r\n\r\n{}";
+        let t = server_timing(a);
+        assert_eq!((t("restore"), t("exec"), t("total")), (12.5, 1.5, 14.25));
+        assert_eq!(t("missing"), 0.0);
+        assert_eq!(server_timing("HTTP/1.1 200 OK\r\n\r\n{}")("total"), 0.0);
+        let reading =
+            |c: f64, s: f64| std::collections::BTreeMap::from([("reap:disk".to_string(), (c, s))]);
+        let (made, ms) = restores_since(&reading(2.0, 0.5), &reading(3.0, 0.52));
+        assert_eq!(made, vec!["reap:disk".to_string()]);
+        assert!((ms - 20.0).abs() < 1e-6, "{ms}");
+        assert!(restores_since(&reading(3.0, 0.5), &reading(3.0, 0.5))
+            .0
+            .is_empty());
+        let log = "time=\"x\" level=info msg=\"thaw timing: create abc spec=0.09ms mount=0.97ms\"\n\
+                   noise\n\
+                   time=\"y\" level=info msg=\"thaw timing: create def spec=0.11ms mount=3.00ms lookup=bad\"\n\
+                   time=\"z\" level=info msg=\"thaw timing: start abc spawn=1.31ms\"\n";
+        let steps = shim_steps(log).unwrap();
+        let names: Vec<&str> = steps.iter().map(|s| s.step.as_str()).collect();
+        assert_eq!(names, ["create spec", "create mount", "start spawn"]);
+        assert_eq!(steps[1].ms.n, 2);
+        assert_eq!((steps[1].ms.min, steps[1].ms.p99), (0.97, 3.0));
+    }
+
+    #[test]
     fn bad_options_are_refused() {
         let o = Options {
             runtime_home: PathBuf::from("/nonexistent"),
@@ -959,6 +1231,8 @@ mod tests {
             pods: 0,
             pod_functions: 8,
             remote_runs: 0,
+            calls: CriCalls::Grpc,
+            prewarm: true,
         };
         assert!(check(&o).unwrap_err().to_string().contains("--runs"));
         let o = Options {

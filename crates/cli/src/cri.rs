@@ -22,6 +22,14 @@ pub struct BenchCriArgs {
     /// published snapshot, against a local restore (0 skips it)
     #[arg(long, default_value_t = 5)]
     remote_runs: usize,
+    /// How the CRI calls are made: `grpc` (one connection kept open, as the
+    /// kubelet) or `crictl` (one crictl process per call)
+    #[arg(long, default_value = "grpc", value_parser = ["grpc", "crictl"])]
+    cri_calls: String,
+    /// Whether thaw pods ask the daemon for a ready instance as they start
+    /// (`false`: the first request restores it)
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    prewarm: bool,
     /// Write the report as JSON here
     #[arg(long)]
     json: Option<PathBuf>,
@@ -43,6 +51,11 @@ pub fn bench(home: &Path, a: BenchCriArgs) -> Result<()> {
         pods: a.pods,
         pod_functions: a.pod_functions,
         remote_runs: a.remote_runs,
+        calls: match a.cri_calls.as_str() {
+            "crictl" => thaw_bench_serve::cri::CriCalls::Crictl,
+            _ => thaw_bench_serve::cri::CriCalls::Grpc,
+        },
+        prewarm: a.prewarm,
     };
     let r = thaw_bench_serve::cri::run(&o)?;
     crate::serve::emit_report(&thaw_bench_serve::cri::markdown(&r), &r, a.json, a.markdown)

@@ -66,6 +66,16 @@ pub fn error_message(r: &Response) -> String {
         .unwrap_or_else(|| String::from_utf8_lossy(&r.body).into_owned())
 }
 
+/// The JSON of a 200 answer to `what`; any other is refused with the
+/// daemon's message.
+fn answer_json(r: &Response, what: &str) -> Result<Value> {
+    if r.status != 200 {
+        fail!(DaemonError::Refused, "{what}: {}", error_message(r));
+    }
+    Ok(r.json()
+        .with_context(|| format!("the daemon's answer to {what}"))?)
+}
+
 /// The function a container runs.
 pub struct Function {
     pub handler: String,
@@ -131,7 +141,12 @@ impl Deployed {
 /// Deploys the function in `root/function` unless the daemon has it. Its
 /// name there is `img-` and a digest of its code and settings, so every
 /// container of the same image and settings shares one snapshot.
-pub fn ensure_deployed(socket: &Path, root: &Path, f: &Function) -> Result<Deployed> {
+pub fn ensure_deployed(
+    socket: &Path,
+    root: &Path,
+    f: &Function,
+    steps: &mut crate::service::Steps,
+) -> Result<Deployed> {
     let code_dir = root.join(image::CODE_DIR);
     if !code_dir.is_dir() {
         fail!(
@@ -149,7 +164,9 @@ pub fn ensure_deployed(socket: &Path, root: &Path, f: &Function) -> Result<Deplo
         settings["root"] = json!(k);
     }
     let name = format!("img-{}", &image::function_key(&code, &settings)[..24]);
+    steps.done("pack");
     let existing = request(socket, "GET", &format!("/v1/functions/{name}"), None)?;
+    steps.done("lookup");
     match existing.status {
         200 => return Ok(Deployed::from_answer(name, &existing)),
         404 => {}
@@ -179,6 +196,7 @@ pub fn ensure_deployed(socket: &Path, root: &Path, f: &Function) -> Result<Deplo
         }
     }
     let r = post_accepted(socket, "/v1/functions", &req, "the function")?;
+    steps.done("deploy");
     Ok(Deployed::from_answer(name, &r))
 }
 
@@ -211,11 +229,24 @@ pub fn invoke(socket: &Path, function: &str, event: &[u8]) -> Result<Response> {
 
 /// A GET that must answer 200 with JSON (`what` names it in errors).
 fn get_json(socket: &Path, path: &str, what: &str) -> Result<Value> {
-    let r = request(socket, "GET", path, None)?;
-    if r.status != 200 {
-        fail!(DaemonError::Refused, "{what}: {}", error_message(&r));
+    answer_json(&request(socket, "GET", path, None)?, what)
+}
+
+/// Asks the daemon to have an instance of `function` ready (restored and
+/// idle) unless one is live already: the pod was started because requests
+/// are coming. The daemon decides within its caps and memory budget.
+pub fn prewarm(socket: &Path, function: &str) -> Result<()> {
+    let r = request(
+        socket,
+        "PUT",
+        &format!("/v1/functions/{function}/prewarm"),
+        Some(br#"{"count": 1}"#),
+    )?;
+    let v = answer_json(&r, &format!("prewarming {function}"))?;
+    if let Some(e) = v["errors"].as_array().and_then(|a| a.first()) {
+        fail!(DaemonError::Refused, "prewarming {function}: {e}");
     }
-    Ok(r.json().with_context(|| format!("the daemon's {what}"))?)
+    Ok(())
 }
 
 /// What the function wrote to stdout/stderr during one invocation.

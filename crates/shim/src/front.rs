@@ -29,6 +29,9 @@ pub struct Plan {
     /// should know).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub notice: Option<String>,
+    /// ask the daemon for a ready instance as the front starts (`serve`)
+    #[serde(default)]
+    pub prewarm: bool,
 }
 
 pub fn main(args: &[String]) -> i32 {
@@ -207,12 +210,13 @@ fn serve(plan: &Plan, port: u16) -> Result<(), Context> {
         .build()
         .context("the front's event loop")?;
     let plan = std::sync::Arc::new(plan.clone());
+    let warm = Prewarm::start(&plan);
     rt.block_on(async move {
         let listener = tokio::net::TcpListener::from_std(listener)
             .with_context(|| format!("listening on port {port}"))?;
         let app = axum::Router::new().fallback(move |body: axum::body::Bytes| {
-            let plan = plan.clone();
-            async move { forward(plan, body).await }
+            let (plan, warm) = (plan.clone(), warm.clone());
+            async move { forward(plan, warm, body).await }
         });
         axum::serve(listener, app)
             .await
@@ -220,12 +224,58 @@ fn serve(plan: &Plan, port: u16) -> Result<(), Context> {
     })
 }
 
+/// The instance the front asks the daemon for as it starts (the pod was
+/// started because requests are coming): the restore overlaps the rest of
+/// the pod's start, and requests that arrive meanwhile wait for it rather
+/// than restore a second instance.
+#[derive(Clone)]
+struct Prewarm(std::sync::Arc<(std::sync::Mutex<bool>, std::sync::Condvar)>);
+
+/// How long a request waits for the prewarm before it invokes anyway (the
+/// daemon then restores another instance or queues it).
+const PREWARM_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+impl Prewarm {
+    fn start(plan: &std::sync::Arc<Plan>) -> Prewarm {
+        let warm = Prewarm(Default::default());
+        let (w, plan) = (warm.clone(), plan.clone());
+        std::thread::spawn(move || {
+            let failed = plan
+                .prewarm
+                .then(|| daemon::prewarm(&plan.socket, &plan.function).err())
+                .flatten();
+            if let Some(e) = failed {
+                eprintln!(
+                    "thaw: no instance made ready at start (the first request restores one): {}",
+                    thaw_error::chain(&e)
+                );
+            }
+            let (done, cv) = &*w.0;
+            *done.lock().unwrap_or_else(|e| e.into_inner()) = true;
+            cv.notify_all();
+        });
+        warm
+    }
+
+    /// Blocks until the prewarm answered (or [`PREWARM_WAIT`] passed).
+    fn wait(&self) {
+        let (done, cv) = &*self.0;
+        let guard = done.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = cv.wait_timeout_while(guard, PREWARM_WAIT, |d| !*d);
+    }
+}
+
 /// One HTTP request: its body is the event (empty: null), the answer is the
 /// function's, with the daemon's status and `Thaw-*` headers.
-async fn forward(plan: std::sync::Arc<Plan>, body: axum::body::Bytes) -> axum::response::Response {
+async fn forward(
+    plan: std::sync::Arc<Plan>,
+    warm: Prewarm,
+    body: axum::body::Bytes,
+) -> axum::response::Response {
     use axum::http::{header, HeaderName, HeaderValue, StatusCode};
     use axum::response::IntoResponse;
     let answer = tokio::task::spawn_blocking(move || {
+        warm.wait();
         let event: &[u8] = if body.is_empty() { b"null" } else { &body };
         let r = daemon::invoke(&plan.socket, &plan.function, event);
         if let Ok(r) = &r {

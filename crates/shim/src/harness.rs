@@ -5,6 +5,7 @@
 //! plugin's CNI bridge (Debian's containernetworking-plugins: bridge +
 //! host-local) and the pods' addresses exist only there. Every image is
 //! local (the pause image is built from a static binary), nothing is pulled.
+use crate::cri_client::{CriClient, CriError, Msg};
 use serde_json::{json, Value};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -34,6 +35,8 @@ pub enum HarnessError {
     Io(#[from] std::io::Error),
     #[error(transparent)]
     Json(#[from] serde_json::Error),
+    #[error(transparent)]
+    Cri(#[from] CriError),
     /// the step that failed, with its cause
     #[error(transparent)]
     Other(#[from] Context),
@@ -104,6 +107,18 @@ impl Netns {
         let (addr, body) = (addr.to_string(), body.to_string());
         self.within(move || http_post(&addr, port, &body, wait))
     }
+
+    /// [`Netns::post_to`], and how long the connection took to be accepted.
+    pub fn post_timed(
+        &self,
+        addr: &str,
+        port: u16,
+        body: &str,
+        wait: Duration,
+    ) -> Result<(String, Duration)> {
+        let (addr, body) = (addr.to_string(), body.to_string());
+        self.within(move || http_post_timed(&addr, port, &body, wait))
+    }
 }
 
 impl Drop for Netns {
@@ -116,6 +131,17 @@ impl Drop for Netns {
 /// connecting again while nothing listens (for up to `wait`): status line,
 /// headers and body.
 pub fn http_post(addr: &str, port: u16, body: &str, wait: Duration) -> Result<String> {
+    Ok(http_post_timed(addr, port, body, wait)?.0)
+}
+
+/// [`http_post`], and how long the connection took to be accepted
+/// (retries while nothing listened included).
+pub fn http_post_timed(
+    addr: &str,
+    port: u16,
+    body: &str,
+    wait: Duration,
+) -> Result<(String, Duration)> {
     let t = Instant::now();
     let mut s = loop {
         match std::net::TcpStream::connect((addr, port)) {
@@ -127,6 +153,7 @@ pub fn http_post(addr: &str, port: u16, body: &str, wait: Duration) -> Result<St
             Err(e) => return Err(Context::new(format!("connecting to {addr}:{port}"), e).into()),
         }
     };
+    let connected = t.elapsed();
     s.set_read_timeout(Some(wait.max(Duration::from_secs(60))))?;
     write!(
         s,
@@ -142,7 +169,7 @@ pub fn http_post(addr: &str, port: u16, body: &str, wait: Duration) -> Result<St
             "{addr}:{port} closed the connection without an answer"
         );
     }
-    Ok(out)
+    Ok((out, connected))
 }
 
 /// A private containerd.
@@ -393,11 +420,13 @@ int main(int argc, char **argv) {
     Ok(std::fs::read(out)?)
 }
 
-/// A pod as `crictl runp` made it: its id and config file.
+/// A pod as `crictl runp` (or the gRPC call) made it: its id, its config
+/// file and the same config as the CRI message.
 #[derive(Debug, Clone)]
 pub struct Pod {
     pub id: String,
     pub config: String,
+    sandbox: Msg,
 }
 
 /// A host directory bind-mounted into a container.
@@ -407,12 +436,23 @@ pub struct Mount<'a> {
     pub readonly: bool,
 }
 
+/// How the harness makes its CRI calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CriCalls {
+    /// one `crictl` process per call (its start is part of every call)
+    Crictl,
+    /// the kubelet's way: gRPC on one connection kept open
+    Grpc,
+}
+
 /// A private containerd serving CRI in its own network namespace, with a
-/// pod network, the pause image and the crictl client.
+/// pod network, the pause image and the crictl client; pods are started
+/// through crictl, or with [`Cri::use_grpc`] through the gRPC API directly.
 pub struct Cri {
     pub c: Containerd,
     pub netns: Netns,
     crictl: PathBuf,
+    grpc: Option<CriClient>,
 }
 
 impl Cri {
@@ -473,7 +513,27 @@ impl Cri {
             std::fs::write(&archive, &built.archive)?;
             c.import(&archive)?;
         }
-        Ok(Cri { c, netns, crictl })
+        Ok(Cri {
+            c,
+            netns,
+            crictl,
+            grpc: None,
+        })
+    }
+
+    /// Makes the pod calls (run, create + start, status, stop + remove)
+    /// over a gRPC connection to containerd instead of crictl processes.
+    pub fn use_grpc(&mut self) -> Result<()> {
+        self.grpc = Some(CriClient::connect(&self.c.socket)?);
+        Ok(())
+    }
+
+    /// How the pod calls are made.
+    pub fn calls(&self) -> CriCalls {
+        match self.grpc {
+            Some(_) => CriCalls::Grpc,
+            None => CriCalls::Crictl,
+        }
     }
 
     pub fn crictl(&self, args: &[&str]) -> Result<Output> {
@@ -521,18 +581,48 @@ impl Cri {
     /// or `runc`).
     pub fn run_pod(&self, name: &str, runtime: &str, annotations: Value) -> Result<Pod> {
         let logs = self.c.dir.join("logs").join(name);
+        let uid = format!("uid-{name}");
         let config = self.config(
             &format!("pod-{name}"),
             json!({
-                "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}"), "attempt": 1},
+                "metadata": {"name": name, "namespace": "default", "uid": uid, "attempt": 1},
                 "hostname": name,
                 "log_directory": logs,
                 "annotations": annotations,
                 "linux": {},
             }),
         )?;
-        let id = self.run(&["runp", "--runtime", runtime, &config])?;
-        Ok(Pod { id, config })
+        // PodSandboxConfig: metadata (name, uid, namespace, attempt),
+        // hostname, log_directory, annotations, linux
+        let mut sandbox = Msg::default()
+            .msg(
+                1,
+                &Msg::default()
+                    .str(1, name)
+                    .str(2, &uid)
+                    .str(3, "default")
+                    .uint(4, 1),
+            )
+            .str(2, name)
+            .str(3, &logs.to_string_lossy());
+        for (k, v) in annotations.as_object().into_iter().flatten() {
+            sandbox = sandbox.entry(7, k, v.as_str().unwrap_or_default());
+        }
+        let sandbox = sandbox.msg(8, &Msg::default());
+        let id = match &self.grpc {
+            // RunPodSandboxRequest: config, runtime_handler; the answer's pod_sandbox_id
+            Some(g) => g.call_for_string(
+                "RunPodSandbox",
+                &Msg::default().msg(1, &sandbox).str(2, runtime),
+                &[1],
+            )?,
+            None => self.run(&["runp", "--runtime", runtime, &config])?,
+        };
+        Ok(Pod {
+            id,
+            config,
+            sandbox,
+        })
     }
 
     /// `crictl create` + `start` of a container of `image` in the pod
@@ -551,6 +641,9 @@ impl Cri {
             .chain(envs)
             .map(|(k, v)| json!({"key": k, "value": v}))
             .collect();
+        if let Some(g) = &self.grpc {
+            return grpc_container(g, pod, name, image, args, &envs, mounts);
+        }
         let mounts: Vec<Value> = mounts
             .iter()
             .map(|m| json!({"host_path": m.host, "container_path": m.container, "readonly": m.readonly}))
@@ -573,6 +666,15 @@ impl Cri {
     }
 
     pub fn pod_ip(&self, pod: &str) -> Result<String> {
+        if let Some(g) = &self.grpc {
+            // PodSandboxStatusResponse.status.network.ip
+            let ip =
+                g.call_for_string("PodSandboxStatus", &Msg::default().str(1, pod), &[1, 5, 1])?;
+            if ip.is_empty() {
+                fail!(HarnessError::Failed, "the pod {pod} has no IP");
+            }
+            return Ok(ip);
+        }
         let v = self.json("inspectp", pod)?;
         v["status"]["network"]["ip"]
             .as_str()
@@ -592,10 +694,69 @@ impl Cri {
 
     /// Stops and removes the pod (its containers go with it).
     pub fn remove_pod(&self, pod: &str) -> Result<()> {
+        if let Some(g) = &self.grpc {
+            let req = Msg::default().str(1, pod);
+            g.call("StopPodSandbox", &req)?;
+            g.call("RemovePodSandbox", &req)?;
+            return Ok(());
+        }
         self.run(&["stopp", pod])?;
         self.run(&["rmp", pod])?;
         Ok(())
     }
+}
+
+/// `CreateContainer` + `StartContainer` over gRPC, with the fields
+/// [`Cri::run_container`] gives crictl.
+fn grpc_container(
+    g: &CriClient,
+    pod: &Pod,
+    name: &str,
+    image: &str,
+    args: &[&str],
+    envs: &[Value],
+    mounts: &[Mount],
+) -> Result<String> {
+    // ContainerConfig: metadata (name), image (image), args, envs
+    // (key, value), mounts (container_path, host_path, readonly),
+    // log_path, linux
+    let mut config = Msg::default()
+        .msg(1, &Msg::default().str(1, name))
+        .msg(2, &Msg::default().str(1, image));
+    for a in args {
+        config = config.str(4, a);
+    }
+    for e in envs {
+        config = config.msg(
+            6,
+            &Msg::default()
+                .str(1, e["key"].as_str().unwrap_or_default())
+                .str(2, e["value"].as_str().unwrap_or_default()),
+        );
+    }
+    for m in mounts {
+        config = config.msg(
+            7,
+            &Msg::default()
+                .str(1, m.container)
+                .str(2, &m.host.to_string_lossy())
+                .uint(3, u64::from(m.readonly)),
+        );
+    }
+    let config = config
+        .str(11, &format!("{name}.log"))
+        .msg(15, &Msg::default());
+    // CreateContainerRequest: pod_sandbox_id, config, sandbox_config
+    let id = g.call_for_string(
+        "CreateContainer",
+        &Msg::default()
+            .str(1, &pod.id)
+            .msg(2, &config)
+            .msg(3, &pod.sandbox),
+        &[1],
+    )?;
+    g.call("StartContainer", &Msg::default().str(1, &id))?;
+    Ok(id)
 }
 
 impl Drop for Cri {

@@ -40,6 +40,10 @@ const SETTINGS: [(&str, &str, &str); 3] = [
     ),
 ];
 
+/// Whether a function's front makes an instance ready as it starts
+/// (annotation, environment variable).
+pub const PREWARM: (&str, &str) = ("dev.thaw.prewarm", "THAW_PREWARM");
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Netns {
@@ -249,6 +253,27 @@ impl ContainerSpec {
         }
     }
 
+    /// Whether the front asks the daemon for a ready instance as it starts
+    /// (annotation `dev.thaw.prewarm`, else `THAW_PREWARM`: `true`, the
+    /// default, or `false`).
+    pub fn prewarm(&self) -> Result<bool> {
+        let (source, raw) = match self.annotations.get(PREWARM.0) {
+            Some(v) => (PREWARM.0, v.as_str()),
+            None => match self.env_value(PREWARM.1) {
+                Some(v) => (PREWARM.1, v),
+                None => return Ok(true),
+            },
+        };
+        match raw {
+            "true" => Ok(true),
+            "false" => Ok(false),
+            _ => fail!(
+                SpecError::Invalid,
+                "{source}: {raw:?} is neither true nor false"
+            ),
+        }
+    }
+
     /// The function's settings for the daemon's deploy request: the
     /// annotations (or variables), then the container's limits: its memory
     /// limit is the function's memory unless a setting gives one (which
@@ -367,8 +392,12 @@ mod tests {
         let e = spec(&[], &[], &[("dev.thaw.max-instances", "lots")])
             .settings()
             .unwrap_err();
+        assert_invalid_naming(&e, "dev.thaw.max-instances");
+    }
+
+    fn assert_invalid_naming(e: &SpecError, what: &str) {
         assert!(
-            matches!(&e, SpecError::Invalid(m) if m.contains("dev.thaw.max-instances")),
+            matches!(e, SpecError::Invalid(m) if m.contains(what)),
             "{e}"
         );
     }
@@ -406,5 +435,21 @@ mod tests {
         s.annotations.clear();
         s.resources = Resources::read(&json!({"cpu": {"quota": -1, "shares": 2}}));
         assert_eq!(s.settings().unwrap(), json!({}));
+    }
+
+    #[test]
+    fn prewarm_is_on_unless_turned_off_and_bad_values_refused() {
+        assert!(spec(&[], &[], &[]).prewarm().unwrap());
+        assert!(!spec(&[], &["THAW_PREWARM=false"], &[]).prewarm().unwrap());
+        let s = spec(
+            &[],
+            &["THAW_PREWARM=false"],
+            &[("dev.thaw.prewarm", "true")],
+        );
+        assert!(s.prewarm().unwrap(), "the annotation wins");
+        let e = spec(&[], &[], &[("dev.thaw.prewarm", "yes")])
+            .prewarm()
+            .unwrap_err();
+        assert_invalid_naming(&e, "dev.thaw.prewarm");
     }
 }

@@ -622,3 +622,48 @@ fn the_pods_limits_bound_the_function_and_crictl_stats_reports_it() {
     cri.remove(&pod2.id);
     cri.assert_nothing_left(&daemon, &[fun_pid]);
 }
+
+#[test]
+fn a_started_pod_has_its_instance_restored_before_its_first_request_over_grpc() {
+    let base = std::env::temp_dir().join(unique("criwarm"));
+    let daemon = Daemon::start(base.with_extension("home"));
+    let mut cri = start_cri(&base, &daemon);
+    // the kubelet's way: gRPC calls on one connection, no crictl
+    must(cri.use_grpc());
+    assert_eq!(cri.calls(), thaw_shim::harness::CriCalls::Grpc);
+    let image = import_function(&cri.c, "greeter", GREETER);
+    let restores = || daemon.metric("thaw_restore_duration_seconds_count{");
+    assert_eq!(restores(), 0.0, "a fresh daemon");
+    let pod = cri.pod("ready", json!({}));
+    let fun = cri.container(&pod, "fn", &image, &[]);
+    // the deploy snapshots the function; the front then asks for an
+    // instance: one restore, before any request was sent
+    let t = Instant::now();
+    while restores() < 1.0 {
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "no instance was restored for the started pod: {}",
+            daemon.metrics()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let ip = cri.ip(&pod.id);
+    let answer = post(&cri.netns, &ip, 8080, r#"{"name": "ready"}"#);
+    assert!(answer.contains("hi ready"), "{answer}");
+    assert!(
+        answer
+            .to_ascii_lowercase()
+            .contains("thaw-start-type: warm"),
+        "the first request found the instance ready: {answer}"
+    );
+    assert_eq!(restores(), 1.0, "one restore for the pod");
+    // a call containerd refuses is a clear error, not a hang
+    let err = cri.pod_ip("no-such-pod").unwrap_err().to_string();
+    assert!(
+        err.contains("PodSandboxStatus") && err.contains("not found"),
+        "{err}"
+    );
+    let fun_pid = cri.pid_of(&fun);
+    cri.remove(&pod.id);
+    cri.assert_nothing_left(&daemon, &[fun_pid]);
+}

@@ -97,13 +97,13 @@ impl Daemon {
             .unwrap()
     }
 
-    /// A metric's value (0 if the series is absent).
-    pub fn metric(&self, series: &str) -> f64 {
+    /// The sum of the series whose lines start with `prefix` (0 if none).
+    pub fn metric(&self, prefix: &str) -> f64 {
         self.metrics()
             .lines()
-            .find_map(|l| l.strip_prefix(series))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(0.0)
+            .filter_map(|l| l.strip_prefix(prefix))
+            .filter_map(|v| v.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
     }
 
     /// The daemon's Prometheus text.
