@@ -562,6 +562,43 @@ fn node_handler_shapes_context_and_errors() {
     c.shutdown();
 }
 
+/// The warm-up before a snapshot runs `restored` with throwaway seeds and
+/// invocations of the agent's own: none of it shows in the instance, whose
+/// generators restart from its own state and whose clones follow their
+/// seed exactly as an instance that never warmed up.
+#[test]
+fn node_warm_up_before_a_snapshot_leaves_the_instance_as_it_was() {
+    let seed = "33".repeat(32);
+    let rng = json!({"mode": "rng"});
+    let mut a = spawn("_test_node");
+    let mut b = spawn("_test_node");
+    a.ok(Request::Load);
+    assert_eq!(a.ok(Request::PrepareCheckpoint), Reply::PrepareCheckpoint);
+    assert_eq!(
+        a.health(),
+        ("ready".to_string(), 0),
+        "the warm-up's invocations counted"
+    );
+    // not restored: both generators still draw
+    let before = a.invoke_ok(invoke_input(rng.clone()));
+    let x = before["math"][0].as_f64().unwrap();
+    assert!((0.0..1.0).contains(&x), "{before}");
+    assert_eq!(before["crypto"].as_str().unwrap().len(), 32, "{before}");
+    a.ok(restored(&seed));
+    b.ok(restored(&seed));
+    let (da, db) = (
+        a.invoke_ok(invoke_input(rng.clone())),
+        b.invoke_ok(invoke_input(rng)),
+    );
+    assert_eq!(
+        da["math"], db["math"],
+        "the warm-up's seeds leaked into Math.random"
+    );
+    assert_ne!(da["crypto"], db["crypto"]);
+    a.shutdown();
+    b.shutdown();
+}
+
 #[test]
 fn node_restored_reseeds_math_random_and_crypto() {
     let s1 = "11".repeat(32);
