@@ -598,10 +598,10 @@ class Agent {
   // function's `reseed` hook not called) and invocations of a handler of
   // the agent's own on the suite's input if the function has one and on
   // an inline event. The instance's own state is left as it was: the
-  // generators' states are put back and the crypto module's mixing stays
-  // off until a real `restored`.
+  // generators' states and the crypto module's seed are put back (the
+  // mixing stays off in an instance never restored).
   async warmUp() {
-    const saved = [Uint32Array.from(rngState), Uint32Array.from(idState)];
+    const saved = [Uint32Array.from(rngState), Uint32Array.from(idState), cryptoSeed, cryptoStream];
     const own = async (event, context) => ({ echo: event, id: context.awsRequestId });
     const invocations = [{ op: 'invoke', input: { warm: true }, timeout_ms: DEFAULT_TIMEOUT_MS, request_id: 'warm' }];
     if (this.functionName !== USER_FLAG && isFile(path.join(INPUTS_DIR, this.functionName, SIZES[0] + '.json'))) {
@@ -621,8 +621,8 @@ class Agent {
     }
     rngState.set(saved[0]);
     idState.set(saved[1]);
-    cryptoSeed = null;
-    cryptoStream = null;
+    // a restored instance snapshotted again keeps mixing under its own seed
+    [, , cryptoSeed, cryptoStream] = saved;
   }
 
   // `mod`: the module whose `reseed` hook runs (none in the warm-up)
