@@ -240,7 +240,13 @@ fn checker_rejects_wrong_outputs() {
 
 #[test]
 fn malformed_and_oversized_requests_get_errors_and_the_agent_keeps_serving() {
-    let mut a = spawn("helloworld");
+    for f in ["helloworld", "node_helloworld"] {
+        malformed_and_oversized_requests(f);
+    }
+}
+
+fn malformed_and_oversized_requests(function: &str) {
+    let mut a = spawn(function);
     let raw = |a: &mut Agent, body: &[u8]| -> Value {
         let mut m = (body.len() as u32).to_le_bytes().to_vec();
         m.extend_from_slice(body);
@@ -252,6 +258,7 @@ fn malformed_and_oversized_requests_get_errors_and_the_agent_keeps_serving() {
         b"\"op\"",
         b"",
         b"\xff\xfe\x00",
+        b"{\"op\":\"health\",\"x\":\"\xc3\"}",
         br#"{"op":"frobnicate"}"#,
         br#"{"nop":"health"}"#,
         br#"{"op":42}"#,
@@ -270,7 +277,7 @@ fn malformed_and_oversized_requests_get_errors_and_the_agent_keeps_serving() {
         assert_eq!(
             err_kind(&r),
             "bad_request",
-            "{:?} -> {r}",
+            "{function}: {:?} -> {r}",
             String::from_utf8_lossy(body)
         );
         assert!(r["message"].as_str().is_some_and(|m| !m.is_empty()), "{r}");
