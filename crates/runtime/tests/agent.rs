@@ -240,7 +240,13 @@ fn checker_rejects_wrong_outputs() {
 
 #[test]
 fn malformed_and_oversized_requests_get_errors_and_the_agent_keeps_serving() {
-    let mut a = spawn("helloworld");
+    for f in ["helloworld", "node_helloworld"] {
+        malformed_and_oversized_requests(f);
+    }
+}
+
+fn malformed_and_oversized_requests(function: &str) {
+    let mut a = spawn(function);
     let raw = |a: &mut Agent, body: &[u8]| -> Value {
         let mut m = (body.len() as u32).to_le_bytes().to_vec();
         m.extend_from_slice(body);
@@ -252,6 +258,7 @@ fn malformed_and_oversized_requests_get_errors_and_the_agent_keeps_serving() {
         b"\"op\"",
         b"",
         b"\xff\xfe\x00",
+        b"{\"op\":\"health\",\"x\":\"\xc3\"}",
         br#"{"op":"frobnicate"}"#,
         br#"{"nop":"health"}"#,
         br#"{"op":42}"#,
@@ -270,7 +277,7 @@ fn malformed_and_oversized_requests_get_errors_and_the_agent_keeps_serving() {
         assert_eq!(
             err_kind(&r),
             "bad_request",
-            "{:?} -> {r}",
+            "{function}: {:?} -> {r}",
             String::from_utf8_lossy(body)
         );
         assert!(r["message"].as_str().is_some_and(|m| !m.is_empty()), "{r}");
@@ -560,6 +567,43 @@ fn node_handler_shapes_context_and_errors() {
     assert_eq!(r["error_message"], "callback failure", "{r}");
     a.shutdown();
     c.shutdown();
+}
+
+/// The warm-up before a snapshot runs `restored` with throwaway seeds and
+/// invocations of the agent's own: none of it shows in the instance, whose
+/// generators restart from its own state and whose clones follow their
+/// seed exactly as an instance that never warmed up.
+#[test]
+fn node_warm_up_before_a_snapshot_leaves_the_instance_as_it_was() {
+    let seed = "33".repeat(32);
+    let rng = json!({"mode": "rng"});
+    let mut a = spawn("_test_node");
+    let mut b = spawn("_test_node");
+    a.ok(Request::Load);
+    assert_eq!(a.ok(Request::PrepareCheckpoint), Reply::PrepareCheckpoint);
+    assert_eq!(
+        a.health(),
+        ("ready".to_string(), 0),
+        "the warm-up's invocations counted"
+    );
+    // not restored: both generators still draw
+    let before = a.invoke_ok(invoke_input(rng.clone()));
+    let x = before["math"][0].as_f64().unwrap();
+    assert!((0.0..1.0).contains(&x), "{before}");
+    assert_eq!(before["crypto"].as_str().unwrap().len(), 32, "{before}");
+    a.ok(restored(&seed));
+    b.ok(restored(&seed));
+    let (da, db) = (
+        a.invoke_ok(invoke_input(rng.clone())),
+        b.invoke_ok(invoke_input(rng)),
+    );
+    assert_eq!(
+        da["math"], db["math"],
+        "the warm-up's seeds leaked into Math.random"
+    );
+    assert_ne!(da["crypto"], db["crypto"]);
+    a.shutdown();
+    b.shutdown();
 }
 
 #[test]
