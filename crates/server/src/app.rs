@@ -34,6 +34,15 @@ pub struct App {
 }
 
 impl App {
+    /// The root hash `rec`'s snapshots record: its image root's, else the
+    /// runtime root's.
+    pub fn root_hash(&self, rec: &crate::registry::Record) -> String {
+        match &rec.root {
+            Some(r) => crate::roots::function_root_hash(&r.tree, &self.worker.root.hash),
+            None => self.worker.root.hash.clone(),
+        }
+    }
+
     /// One deploy, delete or snapshot move of a function at a time.
     pub fn deploy_lock(&self, name: &str) -> Arc<tokio::sync::Mutex<()>> {
         let mut locks = self.deploy_locks.lock().unwrap_or_else(|p| p.into_inner());

@@ -565,7 +565,7 @@ fn share(app: &App, rec: &mut Record, code_dir: &Path, req: &DeployRequest) -> S
             return Share::None;
         }
     };
-    match shared::lookup(app, &key, &crate::roots::root_hash(app, rec)) {
+    match shared::lookup(app, &key, &app.root_hash(rec)) {
         Ok(Found::Absent) => Share::Publish(key),
         Ok(Found::Usable { copy, manifest }) => {
             let stored = shared::fetched(app, rec, &copy, &manifest);

@@ -250,7 +250,7 @@ fn recover(app: &App) -> Result<()> {
             if info.role != shared::Role::Fetched {
                 return None;
             }
-            match shared::lookup(app, &info.key, &roots::root_hash(app, &rec)) {
+            match shared::lookup(app, &info.key, &app.root_hash(&rec)) {
                 Ok(shared::Found::Usable { copy, .. }) => Some(pool::Placed {
                     tier: app.cfg.snapshot_tiers.slow.clone(),
                     stored: stored::Stored::Remote(Arc::new(shared::shared_copy(app, &rec, &copy))),

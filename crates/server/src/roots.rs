@@ -60,7 +60,7 @@ pub struct ImportRequest {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RootInfo {
     pub key: String,
-    /// Digest of the copied tree (see [`crate::shared::tree_digest`]).
+    /// Digest of the copied tree (see [`tree_digest`]).
     pub tree: String,
     pub files: u64,
     pub bytes: u64,
@@ -95,13 +95,44 @@ pub fn function_root_hash(tree: &str, runtime_root: &str) -> String {
     hex::encode(h.finalize())
 }
 
-/// The root hash `rec`'s snapshots record: its image root's, else the
-/// runtime root's.
-pub fn root_hash(app: &crate::App, rec: &crate::registry::Record) -> String {
-    match &rec.root {
-        Some(r) => function_root_hash(&r.tree, &app.worker.root.hash),
-        None => app.worker.root.hash.clone(),
+/// A digest of a directory tree (a function's code, an image's root): every path, its kind, executable bit and
+/// contents, in sorted order (so it is the same on every node, whatever the
+/// archive's timestamps or order).
+pub fn tree_digest(root: &Path) -> std::io::Result<String> {
+    fn walk(h: &mut Sha256, root: &Path, rel: &Path) -> std::io::Result<()> {
+        let mut entries: Vec<_> =
+            std::fs::read_dir(root.join(rel))?.collect::<std::io::Result<Vec<_>>>()?;
+        entries.sort_by_key(|e| e.file_name());
+        for e in entries {
+            let path = rel.join(e.file_name());
+            let meta = std::fs::symlink_metadata(root.join(&path))?;
+            h.update(path.as_os_str().as_encoded_bytes());
+            h.update([0]);
+            if meta.is_dir() {
+                h.update(b"d\0");
+                walk(h, root, &path)?;
+            } else if meta.file_type().is_symlink() {
+                h.update(b"l\0");
+                h.update(
+                    std::fs::read_link(root.join(&path))?
+                        .as_os_str()
+                        .as_encoded_bytes(),
+                );
+            } else {
+                use std::os::unix::fs::PermissionsExt;
+                let exec = meta.permissions().mode() & 0o111 != 0;
+                h.update(if exec { b"x\0" } else { b"f\0" });
+                let data = std::fs::read(root.join(&path))?;
+                h.update((data.len() as u64).to_le_bytes());
+                h.update(&data);
+            }
+            h.update([0]);
+        }
+        Ok(())
     }
+    let mut h = Sha256::new();
+    walk(&mut h, root, Path::new(""))?;
+    Ok(hex::encode(h.finalize()))
 }
 
 fn check_key(key: &str) -> Result<()> {
@@ -150,7 +181,7 @@ pub fn import(cfg: &Config, req: &ImportRequest) -> Result<(RootInfo, bool)> {
     }
     let src = allowed_source(cfg, &req.path)?;
     let dir = roots_dir(cfg);
-    crate::registry::mkdir_private(&dir).context("making the roots directory")?;
+    thaw_runtime::mkdir_private(&dir).context("making the roots directory")?;
     let staging = dir.join(format!(
         ".staging-{}-{}",
         std::process::id(),
@@ -170,8 +201,7 @@ pub fn import(cfg: &Config, req: &ImportRequest) -> Result<(RootInfo, bool)> {
         // the directory's own mode and owner, as the image has them
         copy_owner_mode(&src, &root)?;
         make_mount_points(&root)?;
-        let tree = crate::shared::tree_digest(&root)
-            .with_context(|| format!("hashing {}", root.display()))?;
+        let tree = tree_digest(&root).with_context(|| format!("hashing {}", root.display()))?;
         let key = req.key.clone().unwrap_or_else(|| tree.clone());
         let runtimes = [Runtime::Python, Runtime::Nodejs]
             .into_iter()

@@ -45,6 +45,7 @@ use thaw_tiers::moves::{self, Place};
 use crate::app::App;
 use crate::registry::{Record, SnapshotInfo};
 pub use crate::registry::{Role, SharedInfo};
+use crate::roots::tree_digest;
 pub use crate::stored::ShareError;
 use crate::stored::{KeepLocal, RemoteCopy, Stored};
 
@@ -80,46 +81,6 @@ pub fn refusal(m: &Manifest, runtime_root: &str) -> Option<String> {
     })
 }
 
-/// A digest of the code tree: every path, its kind, executable bit and
-/// contents, in sorted order (so it is the same on every node, whatever the
-/// archive's timestamps or order).
-pub fn tree_digest(root: &Path) -> std::io::Result<String> {
-    fn walk(h: &mut Sha256, root: &Path, rel: &Path) -> std::io::Result<()> {
-        let mut entries: Vec<_> =
-            std::fs::read_dir(root.join(rel))?.collect::<std::io::Result<Vec<_>>>()?;
-        entries.sort_by_key(|e| e.file_name());
-        for e in entries {
-            let path = rel.join(e.file_name());
-            let meta = std::fs::symlink_metadata(root.join(&path))?;
-            h.update(path.as_os_str().as_encoded_bytes());
-            h.update([0]);
-            if meta.is_dir() {
-                h.update(b"d\0");
-                walk(h, root, &path)?;
-            } else if meta.file_type().is_symlink() {
-                h.update(b"l\0");
-                h.update(
-                    std::fs::read_link(root.join(&path))?
-                        .as_os_str()
-                        .as_encoded_bytes(),
-                );
-            } else {
-                use std::os::unix::fs::PermissionsExt;
-                let exec = meta.permissions().mode() & 0o111 != 0;
-                h.update(if exec { b"x\0" } else { b"f\0" });
-                let data = std::fs::read(root.join(&path))?;
-                h.update((data.len() as u64).to_le_bytes());
-                h.update(&data);
-            }
-            h.update([0]);
-        }
-        Ok(())
-    }
-    let mut h = Sha256::new();
-    walk(&mut h, root, Path::new(""))?;
-    Ok(hex::encode(h.finalize()))
-}
-
 /// The function's share key, or why it is not shared.
 pub fn key(
     app: &App,
@@ -142,7 +103,7 @@ pub fn key(
     // snapshot reports the publisher's (its context's function_version)
     let what = json!({
         "format": 2,
-        "runtime_root": crate::roots::root_hash(app, rec),
+        "runtime_root": app.root_hash(rec),
         "runtime": rec.runtime,
         "name": rec.name,
         "owner": rec.owner,
