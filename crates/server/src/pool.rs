@@ -78,12 +78,13 @@ impl FnVersion {
 
     /// Makes `new` the version's snapshot once no restore is opening the
     /// current one, waiting at most `wait`; returns the one replaced, or
-    /// gives `new` back if restores held on to it past `wait`. It polls
+    /// the time waited (`new` is dropped) if restores held on to it past
+    /// `wait`. It polls
     /// rather than queue on the lock: std's `RwLock` holds off every new
     /// reader behind a queued writer, so a switch waiting for one long
     /// restore (a slot wait, a stream from the remote tier) would stall
     /// lookups, the pool's policy updates and the other restores with it.
-    pub fn switch_placed(&self, new: Placed, wait: Duration) -> Result<Option<Placed>, Placed> {
+    pub fn switch_placed(&self, new: Placed, wait: Duration) -> Result<Option<Placed>, Duration> {
         let t0 = Instant::now();
         loop {
             match self.placed.try_write() {
@@ -92,7 +93,7 @@ impl FnVersion {
                     return Ok(p.into_inner().replace(new))
                 }
                 Err(std::sync::TryLockError::WouldBlock) if t0.elapsed() >= wait => {
-                    return Err(new)
+                    return Err(t0.elapsed())
                 }
                 Err(std::sync::TryLockError::WouldBlock) => {
                     std::thread::sleep(Duration::from_millis(5))

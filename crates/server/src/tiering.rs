@@ -206,8 +206,7 @@ pub fn move_to(app: &App, v: &FnVersion, target: &str) -> Result<Option<(String,
     };
     match v.switch_placed(new, crate::pool::SWITCH_WAIT) {
         Ok(old) => drop(old),
-        Err(new) => {
-            drop(new);
+        Err(_) => {
             remove_copy(app, target, &sname)?;
             return Err(Error::RestoresHoldIt {
                 sname,
