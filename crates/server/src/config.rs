@@ -157,6 +157,10 @@ pub struct Limits {
     pub max_memory_mb: u64,
     /// Deploy: how long import + init (+ the sample event) may take.
     pub init_timeout_ms: u64,
+    /// Deploy and delete: how long one waits for the function's lock, held
+    /// by another deploy or delete of it or by a snapshot move (a transfer
+    /// to or from the remote tier); past it: 503 `busy`.
+    pub lock_wait_ms: u64,
     /// Each instance's log ring on disk (a function keeps its newest 16).
     pub log_bytes: u64,
     /// One invocation's captured output (the rest is cut, with a note).
@@ -188,6 +192,7 @@ impl Default for Limits {
             default_memory_mb: 512,
             max_memory_mb: 8192,
             init_timeout_ms: 120_000,
+            lock_wait_ms: 60_000,
             log_bytes: 1 << 20,
             invocation_log_bytes: 64 << 10,
             prewarm_max: 64,

@@ -47,6 +47,10 @@ pub enum Error {
     Memory(u64),
     #[error("no function named {0:?}")]
     NotFound(String),
+    /// Another deploy or delete of the function, or a move of its
+    /// snapshot, held its lock past `limits.lock_wait_ms`.
+    #[error("{name:?} is busy: another deploy or delete of it, or a move of its snapshot between tiers, has held it for over {waited_ms} ms")]
+    Busy { name: String, waited_ms: u64 },
     /// The host failed, not the request.
     #[error("{}", thaw_error::chain(&**.0))]
     Internal(thaw_error::BoxError),
@@ -369,8 +373,7 @@ pub async fn run(app: &Arc<App>, req: DeployRequest) -> Result<(Record, bool), E
     };
 
     // one deploy per function at a time; invocations keep running meanwhile
-    let lock = app.deploy_lock(&req.name);
-    let _guard = lock.lock().await;
+    let _guard = lock_function(app, &req.name).await?;
     let app2 = app.clone();
     let replaced = app
         .functions
@@ -1044,10 +1047,22 @@ pub fn sandbox_pool(
         .ok()
 }
 
+/// The function's deploy lock, waited for at most `limits.lock_wait_ms`:
+/// the mover holds it for a whole transfer (to or from the remote tier
+/// too), and a request answers `Busy` rather than wait behind it unbounded.
+async fn lock_function(app: &App, name: &str) -> Result<tokio::sync::OwnedMutexGuard<()>, Error> {
+    let wait = std::time::Duration::from_millis(app.cfg.limits.lock_wait_ms);
+    tokio::time::timeout(wait, app.deploy_lock(name).lock_owned())
+        .await
+        .map_err(|_| Error::Busy {
+            name: name.to_string(),
+            waited_ms: app.cfg.limits.lock_wait_ms,
+        })
+}
+
 /// Removes a function: instances, every version's code and snapshot.
 pub async fn delete(app: &Arc<App>, name: &str) -> Result<(), Error> {
-    let lock = app.deploy_lock(name);
-    let _guard = lock.lock().await;
+    let _guard = lock_function(app, name).await?;
     let removed = app
         .functions
         .write()

@@ -619,12 +619,13 @@ impl From<deploy::Error> for ApiError {
             }
             E::Memory(_) => (StatusCode::SERVICE_UNAVAILABLE, "memory"),
             E::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
+            E::Busy { .. } => (StatusCode::SERVICE_UNAVAILABLE, "busy"),
             E::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         };
         let mut out = ApiError::new(status, code, e.to_string());
         match e {
             E::NotCheckpointable(reasons) => out.body["reasons"] = json!(reasons),
-            E::Memory(_) => out = out.retry(1),
+            E::Memory(_) | E::Busy { .. } => out = out.retry(1),
             _ => {}
         }
         out

@@ -27,6 +27,10 @@ use thaw_tiers::stream::Stream;
 /// How long a restore waits for one of its tier's restore slots.
 const SLOT_WAIT: Duration = Duration::from_secs(60);
 
+/// How long a switch of a version's snapshot waits for the restores still
+/// opening the old copy (each holds it for its slot wait and its opening).
+pub const SWITCH_WAIT: Duration = Duration::from_secs(90);
+
 /// Why the pool could not be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum PoolError {
@@ -70,6 +74,32 @@ impl FnVersion {
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .is_some()
+    }
+
+    /// Makes `new` the version's snapshot once no restore is opening the
+    /// current one, waiting at most `wait`; returns the one replaced, or
+    /// the time waited (`new` is dropped) if restores held on to it past
+    /// `wait`. It polls
+    /// rather than queue on the lock: std's `RwLock` holds off every new
+    /// reader behind a queued writer, so a switch waiting for one long
+    /// restore (a slot wait, a stream from the remote tier) would stall
+    /// lookups, the pool's policy updates and the other restores with it.
+    pub fn switch_placed(&self, new: Placed, wait: Duration) -> Result<Option<Placed>, Duration> {
+        let t0 = Instant::now();
+        loop {
+            match self.placed.try_write() {
+                Ok(mut placed) => return Ok(placed.replace(new)),
+                Err(std::sync::TryLockError::Poisoned(p)) => {
+                    return Ok(p.into_inner().replace(new))
+                }
+                Err(std::sync::TryLockError::WouldBlock) if t0.elapsed() >= wait => {
+                    return Err(t0.elapsed())
+                }
+                Err(std::sync::TryLockError::WouldBlock) => {
+                    std::thread::sleep(Duration::from_millis(5))
+                }
+            }
+        }
     }
 }
 
@@ -1244,11 +1274,17 @@ fn keep_shared(
     let Some(keep) = &copy.keep else { return };
     match keep.keep(home, staged) {
         Ok(Some(snap)) => {
-            tracing::info!(function = %v.rec.name, tier = %keep.tier, "kept the shared snapshot on this node");
-            *v.placed.write().unwrap_or_else(|p| p.into_inner()) = Some(Placed {
+            let kept = Placed {
                 tier: keep.tier.clone(),
                 stored: Stored::Local(snap),
-            });
+            };
+            if v.switch_placed(kept, SWITCH_WAIT).is_err() {
+                // restores stream the shared copy still; the kept one is
+                // found again at the next start (`tiering::locate`)
+                tracing::warn!(function = %v.rec.name, "kept the shared snapshot on this node, yet restores held the shared copy past {SWITCH_WAIT:?}: they stream it still");
+                return;
+            }
+            tracing::info!(function = %v.rec.name, tier = %keep.tier, "kept the shared snapshot on this node");
             if let Some(pool) = pool.upgrade() {
                 pool.placed_changed(v);
             }

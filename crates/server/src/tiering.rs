@@ -10,8 +10,11 @@
 //! the mover: one thread per daemon that carries the move out off the
 //! request path, with the journaled copy of `thaw_tiers::moves` (under the
 //! store's deploy lock, with an atomic publish), then switches the function's
-//! restores to the new copy and removes the old one. Deploys and deletes of
-//! the same function wait for it (the daemon's per-function deploy lock).
+//! restores to the new copy (once no restore is opening the old one, waiting
+//! at most `pool::SWITCH_WAIT`, else the move is given up) and removes the
+//! old one. Deploys and deletes of the same function wait for it (the
+//! daemon's per-function deploy lock) at most `limits.lock_wait_ms`, then
+//! answer 503 `busy`; lookups, invocations and prewarms do not wait for it.
 //! A snapshot on a remote tier is restored by streaming it
 //! (`thaw_tiers::stream`), as `thaw invoke --tier remote` does.
 use std::path::Path;
@@ -36,6 +39,11 @@ pub enum Error {
         tier: String,
         cause: thaw_error::BoxError,
     },
+    #[error(
+        "restores kept opening {sname} on {tier} past {:?}: the move is given up",
+        crate::pool::SWITCH_WAIT
+    )]
+    RestoresHoldIt { sname: String, tier: String },
     /// The tier configuration or a store failed.
     #[error("{}", thaw_error::chain(&**.0))]
     Store(thaw_error::BoxError),
@@ -191,15 +199,21 @@ pub fn move_to(app: &App, v: &FnVersion, target: &str) -> Result<Option<(String,
     }
     let sname = snapshot_name(app, &v.rec.name, v.rec.version);
     let stored = copy_to(app, &sname, &cur.tier, target)?;
-    let old = {
-        // taking the write lock waits for restores still opening the old copy
-        let mut placed = v.placed.write().unwrap_or_else(|p| p.into_inner());
-        placed.replace(Placed {
-            tier: target.to_string(),
-            stored,
-        })
+    // the switch waits (bounded) for restores still opening the old copy
+    let new = Placed {
+        tier: target.to_string(),
+        stored,
     };
-    drop(old);
+    match v.switch_placed(new, crate::pool::SWITCH_WAIT) {
+        Ok(old) => drop(old),
+        Err(_) => {
+            remove_copy(app, target, &sname)?;
+            return Err(Error::RestoresHoldIt {
+                sname,
+                tier: cur.tier,
+            });
+        }
+    }
     // instances restored from the old copy keep their mappings of it
     remove_copy(app, &cur.tier, &sname)?;
     Ok(Some((cur.tier, target.to_string())))

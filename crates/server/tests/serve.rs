@@ -3193,3 +3193,118 @@ fn image_roots_import_once_refuse_what_they_must_and_functions_run_and_restore_o
     drop(d);
     std::fs::remove_dir_all(&outside).unwrap();
 }
+
+/// `method path` on its own thread: the answer, or a failure naming the
+/// request if none came within `secs` (a hung daemon fails the test).
+fn answered_within(
+    d: &Daemon,
+    secs: u64,
+    method: &str,
+    path: &str,
+    body: Option<Vec<u8>>,
+) -> Response {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut client = d.client();
+    let (m, p) = (method.to_string(), path.to_string());
+    std::thread::spawn(move || {
+        let _ = tx.send(client.request(&m, &p, body.as_deref()).expect("request"));
+    });
+    rx.recv_timeout(Duration::from_secs(secs))
+        .unwrap_or_else(|_| panic!("{method} {path}: no answer within {secs} s"))
+}
+
+#[test]
+fn a_snapshot_move_waiting_for_a_restore_holds_up_no_request() {
+    let mut cfg = test_config("switch");
+    cfg.limits.lock_wait_ms = 1500;
+    let d = Daemon::start(cfg);
+    let mut req = file_deploy("s", "m.handler", "def handler(e):\n    return e\n");
+    req["tier"] = json!("tmpfs");
+    req["strategy"] = json!("mmap");
+    deploy(&d, &req);
+    let app = d.running.as_ref().unwrap().app.clone();
+    let v = app.function("s").expect("deployed");
+    // a restore opening the snapshot holds the version's snapshot so (a
+    // slot wait, a stream from the remote tier: up to a minute)
+    let restoring = v.placed.read().unwrap();
+    // the mover, as it moves the snapshot: the function's lock, the copy,
+    // then the switch, which waits for that restore
+    let (app2, v2) = (app.clone(), v.clone());
+    let (held_tx, held_rx) = std::sync::mpsc::channel();
+    let mover = std::thread::spawn(move || {
+        let lock = app2.deploy_lock("s");
+        let _guard = lock.blocking_lock();
+        held_tx.send(()).unwrap();
+        thaw_server::tiering::move_to(&app2, &v2, "disk").map_err(|e| e.to_string())
+    });
+    held_rx.recv().unwrap();
+    // the copy is on disk: the switch is waiting for the restore
+    let t = Instant::now();
+    while thaw_server::tiering::snapshots_on(&app, "disk", &|_| true)
+        .unwrap()
+        .is_empty()
+    {
+        assert!(t.elapsed() < Duration::from_secs(30), "no copy on disk");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    // lookups, the shim's and the front's calls, and restores answer
+    for _ in 0..5 {
+        let r = answered_within(&d, 10, "GET", "/v1/functions/s", None);
+        assert_eq!(r.status, 200);
+        assert_eq!(r.json().unwrap()["snapshot_tier"], "tmpfs");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let r = answered_within(&d, 10, "GET", "/v1/functions", None);
+    assert_eq!(r.status, 200);
+    let r = answered_within(
+        &d,
+        30,
+        "PUT",
+        "/v1/functions/s/prewarm",
+        Some(b"{\"count\": 1}".to_vec()),
+    );
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(r.json().unwrap()["started"], 1);
+    let r = answered_within(
+        &d,
+        30,
+        "POST",
+        "/v1/functions/s/invoke?force=cold",
+        Some(b"7".to_vec()),
+    );
+    assert_eq!((r.status, r.body.as_slice()), (200, &b"7"[..]));
+    assert_eq!(r.header("thaw-tier"), Some("tmpfs"));
+    // a redeploy or delete waits for the move a bounded time, then says why
+    let body = serde_json::to_vec(&req).unwrap();
+    for (m, p, b) in [
+        ("POST", "/v1/functions", Some(body)),
+        ("DELETE", "/v1/functions/s", None),
+    ] {
+        let t = Instant::now();
+        let r = answered_within(&d, 10, m, p, b);
+        let (s, code, msg) = error_of(&r);
+        assert_eq!((s, code.as_str()), (503, "busy"), "{m} {p}: {msg}");
+        assert!(msg.contains("move of its snapshot"), "{msg}");
+        assert_eq!(r.header("retry-after"), Some("1"));
+        assert!(
+            t.elapsed() >= Duration::from_millis(1500),
+            "{m} {p} waited {:?}",
+            t.elapsed()
+        );
+    }
+    assert!(
+        !mover.is_finished(),
+        "the switch did not wait for the restore"
+    );
+    // the restore has opened its copy: the move ends, the function is whole
+    drop(restoring);
+    let moved = mover.join().unwrap().expect("the move");
+    assert_eq!(moved, Some(("tmpfs".to_string(), "disk".to_string())));
+    let r = d.req("GET", "/v1/functions/s", None);
+    assert_eq!(r.json().unwrap()["snapshot_tier"], "disk");
+    let r = d.req("POST", "/v1/functions/s/invoke?force=cold", Some(b"8"));
+    assert_eq!((r.status, r.header("thaw-tier")), (200, Some("disk")));
+    assert_eq!(deploy(&d, &req)["version"], 2);
+    assert_eq!(d.req("DELETE", "/v1/functions/s", None).status, 204);
+}
