@@ -1090,7 +1090,8 @@ fn instance_thread(
     let mut stream = None;
     let mut shared_copy = None;
     // a restore reads from its tier until its first reply: it holds one of
-    // the tier's restore slots until then (shared by every thaw process)
+    // the tier's restore slots until then, or until it idles (shared by
+    // every thaw process)
     let mut slot = None;
     let restored = {
         let placed = v.placed.read().unwrap_or_else(|p| p.into_inner());
@@ -1173,7 +1174,13 @@ fn instance_thread(
         gauge.set(&sb);
         let job = match jobs.recv_timeout(MEASURE_EVERY) {
             Ok(job) => job,
-            Err(mpsc::RecvTimeoutError::Timeout) => continue,
+            // an instance made ahead of its requests (a prewarm) gives its
+            // tier's restore slot back once idle: other restores must not
+            // wait behind one that nobody invokes
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                drop(slot.take());
+                continue;
+            }
             Err(mpsc::RecvTimeoutError::Disconnected) => break,
         };
         let Job {
