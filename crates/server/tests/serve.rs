@@ -3047,6 +3047,18 @@ fn linked_root(at: &Path, extra: &[(&str, &str)]) {
     }
 }
 
+/// The names in `dir`, sorted (none if it does not exist).
+fn names_in(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .map(|r| {
+            r.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
 fn import_root(d: &Daemon, path: &Path, key: Option<&str>) -> Response {
     d.post_json("/v1/roots", &json!({"path": path, "key": key}))
 }
@@ -3063,16 +3075,7 @@ fn image_roots_import_once_refuse_what_they_must_and_functions_run_and_restore_o
     cfg.image_roots_from = vec![from.clone()];
     let d = Daemon::start(cfg);
     let roots = d.home.join("serve/roots");
-    let listing = || -> Vec<String> {
-        let mut v: Vec<String> = std::fs::read_dir(&roots)
-            .map(|r| {
-                r.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-                    .collect()
-            })
-            .unwrap_or_default();
-        v.sort();
-        v
-    };
+    let listing = || names_in(&roots);
 
     // an image's root: thaw's runtime root with a file of its own, and
     // hostile links where the sandbox mounts and elsewhere
@@ -3205,16 +3208,7 @@ fn image_roots_go_when_no_version_names_them_and_imports_hold_them_for_their_dep
     cfg.image_roots_from = vec![from.clone()];
     let d = Daemon::start(cfg);
     let roots = d.home.join("serve/roots");
-    let listing = || -> Vec<String> {
-        let mut v: Vec<String> = std::fs::read_dir(&roots)
-            .map(|r| {
-                r.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-                    .collect()
-            })
-            .unwrap_or_default();
-        v.sort();
-        v
-    };
+    let listing = || names_in(&roots);
     let imported = |key: &str| {
         let r = import_root(&d, &rootfs, Some(key));
         assert!(
@@ -3291,23 +3285,13 @@ fn image_roots_go_when_no_version_names_them_and_imports_hold_them_for_their_dep
         std::fs::create_dir_all(roots2.join(".staging-1-00/root")).unwrap();
         std::fs::create_dir_all(roots2.join(format!(".removing-{b2}-00/root"))).unwrap();
     });
-    let mut left: Vec<String> = std::fs::read_dir(&roots)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    left.sort();
-    assert_eq!(left, vec![e.clone(), f.clone()]);
+    assert_eq!(names_in(&roots), vec![e.clone(), f.clone()]);
     let r = d.invoke("kept", &json!(null));
     assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
     assert_eq!(r.json().unwrap(), json!(true));
     // the recent import is still held after the start for its deploy
     assert_eq!(d.req("DELETE", "/v1/functions/kept", None).status, 204);
-    let mut left: Vec<String> = std::fs::read_dir(&roots)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    left.sort();
-    assert_eq!(left, vec![f.clone()]);
+    assert_eq!(names_in(&roots), vec![f.clone()]);
     let mut req = file_deploy("late", "m.handler", "def handler(e):\n    return 1\n");
     req["strategy"] = json!("boot");
     req["root"] = json!(f);
