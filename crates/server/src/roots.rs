@@ -668,18 +668,20 @@ mod tests {
     fn a_deploy_ends_the_hold_of_one_import_and_imports_expire() {
         let pins = Pins::default();
         let now = Instant::now();
-        let holds = |at: Instant| pins.lock().get_mut("k").is_some_and(|p| p.holds(at));
+        let holds = |k: &str, at: Instant| pins.lock().get_mut(k).is_some_and(|p| p.holds(at));
+        {
+            let _deploy = pins.deploy("d");
+            assert!(holds("d", now), "a deploy in flight holds its root");
+        }
+        assert!(pins.lock().get("d").is_none(), "nothing holds it after");
         pins.lock()
             .entry("k".into())
             .or_default()
             .imports
             .extend([now, now]);
-        {
-            let _deploy = pins.deploy("k");
-            assert!(holds(now + IMPORT_GRACE), "a deploy in flight holds it");
-        }
-        assert!(holds(now), "the second import still holds it");
-        assert!(!holds(now + IMPORT_GRACE), "until its grace passes");
+        drop(pins.deploy("k"));
+        assert!(holds("k", now), "the second import still holds it");
+        assert!(!holds("k", now + IMPORT_GRACE), "until its grace passes");
         pins.lock().entry("k".into()).or_default().imports.push(now);
         drop(pins.deploy("k"));
         assert!(pins.lock().get("k").is_none(), "nothing holds it");
