@@ -31,6 +31,8 @@ pub struct App {
     /// The bridge and rule table of functions given egress, made at the
     /// first such deploy (a daemon without them sets up nothing).
     pub network: Mutex<Option<Arc<thaw_sandbox::egress::Network>>>,
+    /// Image roots held by imports and deploys in flight (`crate::roots`).
+    pub root_pins: crate::roots::Pins,
 }
 
 impl App {
@@ -47,6 +49,11 @@ impl App {
     pub fn deploy_lock(&self, name: &str) -> Arc<tokio::sync::Mutex<()>> {
         let mut locks = self.deploy_locks.lock().unwrap_or_else(|p| p.into_inner());
         locks.entry(name.to_string()).or_default().clone()
+    }
+
+    /// Removes the image roots no version names any more (`crate::roots::gc`).
+    pub fn drop_unused_roots(&self) {
+        crate::roots::gc(&self.cfg, &self.registry, &self.root_pins, false);
     }
 
     /// The live version of a function.

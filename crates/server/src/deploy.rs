@@ -339,6 +339,9 @@ pub async fn run(app: &Arc<App>, req: DeployRequest) -> Result<(Record, bool), E
     if let Some(n) = &req.network {
         n.policy().map_err(|e| bad(format!("network: {e}")))?;
     }
+    // the root stays until the record naming it is written (or the deploy
+    // fails)
+    let root_pin = req.root.as_ref().map(|k| app.root_pins.deploy(k));
     let root = match &req.root {
         Some(key) => {
             let info = crate::roots::open(&app.cfg, key).map_err(|e| bad(format!("root: {e}")))?;
@@ -402,6 +405,12 @@ pub async fn run(app: &Arc<App>, req: DeployRequest) -> Result<(Record, bool), E
     let rec = v.rec.clone();
     install(app, Arc::new(v));
     tracing::info!(function = %rec.name, version = rec.version, "deployed");
+    drop(root_pin);
+    // the versions this deploy removed may have been the last on a root
+    if replaced {
+        let app2 = app.clone();
+        let _ = tokio::task::spawn_blocking(move || app2.drop_unused_roots()).await;
+    }
     Ok((rec, replaced))
 }
 
@@ -1078,9 +1087,13 @@ pub async fn delete(app: &Arc<App>, name: &str) -> Result<(), Error> {
         .remove(name);
     let app2 = app.clone();
     let name2 = name.to_string();
-    tokio::task::spawn_blocking(move || remove_files(&app2, &name2))
-        .await
-        .map_err(internal)?
+    tokio::task::spawn_blocking(move || {
+        let removed = remove_files(&app2, &name2);
+        app2.drop_unused_roots();
+        removed
+    })
+    .await
+    .map_err(internal)?
 }
 
 /// Removes one version's code and snapshot (on whichever tier the policy

@@ -334,19 +334,22 @@ async fn import_root(
         None => None,
     };
     let app2 = app.clone();
-    let (info, copied) = tokio::task::spawn_blocking(move || crate::roots::import(&app2.cfg, &req))
-        .await
-        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?
-        .map_err(|e| {
-            use crate::roots::RootError as E;
-            let (status, code) = match &e {
-                E::Invalid(_) => (StatusCode::BAD_REQUEST, "bad_request"),
-                E::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
-                E::Unusable(_) => (StatusCode::UNPROCESSABLE_ENTITY, "unusable_root"),
-                E::Other(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
-            };
-            ApiError::new(status, code, thaw_error::chain(&e))
-        })?;
+    let (info, copied) =
+        tokio::task::spawn_blocking(move || crate::roots::import(&app2.cfg, &app2.root_pins, &req))
+            .await
+            .map_err(|e| {
+                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
+            })?
+            .map_err(|e| {
+                use crate::roots::RootError as E;
+                let (status, code) = match &e {
+                    E::Invalid(_) => (StatusCode::BAD_REQUEST, "bad_request"),
+                    E::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
+                    E::Unusable(_) => (StatusCode::UNPROCESSABLE_ENTITY, "unusable_root"),
+                    E::Other(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+                };
+                ApiError::new(status, code, thaw_error::chain(&e))
+            })?;
     if copied {
         tracing::info!(key = %info.key, files = info.files, bytes = info.bytes, "imported a root filesystem");
     }

@@ -126,8 +126,6 @@ pub fn open(cfg: Config) -> Result<Arc<App>> {
     }
     registry::mkdir_private(&state)?;
     registry::mkdir_private(&cfg.packages_dir())?;
-    // staging copies of root imports a dead daemon left
-    roots::gc(&cfg);
     let mut worker = Worker::with_runtime_home(&cfg.home, &cfg.runtime_home(), &mut |m| {
         tracing::info!("runtime: {m}")
     })?;
@@ -166,6 +164,7 @@ pub fn open(cfg: Config) -> Result<Arc<App>> {
         remote,
         node,
         network: Mutex::new(None),
+        root_pins: roots::Pins::default(),
     });
     let rt = tokio::runtime::Handle::try_current().context(
         "the daemon opens inside a tokio runtime (the SDK's nested invocations run on it)",
@@ -181,6 +180,9 @@ pub fn open(cfg: Config) -> Result<Arc<App>> {
     let _ = app.pool.xdt.set(host);
     recover(&app)?;
     drop_unused_packages(&app);
+    // roots of functions deleted while the daemon was down, and what root
+    // imports a dead daemon left
+    roots::gc(&app.cfg, &app.registry, &app.root_pins, true);
     tiering::spawn_mover(Arc::downgrade(&app), mover_rx)?;
     tiering::spawn_warmer(Arc::downgrade(&app))?;
     Ok(app)

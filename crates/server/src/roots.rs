@@ -13,12 +13,23 @@
 //! sockets are left out (the sandbox makes its own /dev). The mount points
 //! are made real directories (a link there is replaced), so the sandbox's
 //! bind mounts cannot be led outside the copy.
+//!
+//! A root no version on disk names (the registry keeps the current and the
+//! previous version of each function, and their snapshots) is removed at a
+//! function's delete, after a deploy and at the daemon's start. A root is
+//! held meanwhile by what may name it soon: a deploy naming it, from before
+//! it opens the root until its record is written, and each import, until a
+//! deploy naming its key ends or [`IMPORT_GRACE`] passes (the shim imports
+//! at Create and deploys right after; at a start, the root's `root.json`
+//! modification time, which each import sets, stands for the import's).
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use std::collections::VecDeque;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::Write;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime};
 use thaw_error::{fail, Context, ResultExt};
 use thaw_runtime::Runtime;
 
@@ -170,12 +181,19 @@ pub fn check_runtime(info: &RootInfo, runtime: Runtime) -> Result<()> {
     Ok(())
 }
 
-/// Imports `req.path` (unless `req.key` is imported already). Returns the
-/// root and whether this call copied it.
-pub fn import(cfg: &Config, req: &ImportRequest) -> Result<(RootInfo, bool)> {
+/// Imports `req.path` (unless `req.key` is imported already), holding the
+/// root for the deploy that follows (see [`Pins`]). Returns the root and
+/// whether this call copied it.
+pub fn import(cfg: &Config, pins: &Pins, req: &ImportRequest) -> Result<(RootInfo, bool)> {
     if let Some(k) = &req.key {
         check_key(k)?;
+        let mut held = pins.lock();
         if let Ok(info) = open(cfg, k) {
+            touch(cfg, k);
+            held.entry(k.clone())
+                .or_default()
+                .imports
+                .push(Instant::now());
             return Ok((info, false));
         }
     }
@@ -231,13 +249,20 @@ pub fn import(cfg: &Config, req: &ImportRequest) -> Result<(RootInfo, bool)> {
             .context("writing root.json")?;
         // another import of the same key may have finished meanwhile: the
         // first one's copy stays
-        match std::fs::rename(&staging, dir.join(&info.key)) {
-            Ok(()) => Ok((info, true)),
+        let mut held = pins.lock();
+        let published = match std::fs::rename(&staging, dir.join(&info.key)) {
+            Ok(()) => (info, true),
             Err(_) if dir.join(&info.key).join("root.json").is_file() => {
-                Ok((open(cfg, &info.key)?, false))
+                touch(cfg, &info.key);
+                (open(cfg, &info.key)?, false)
             }
-            Err(e) => Err(Context::new("publishing the imported root", e).into()),
-        }
+            Err(e) => return Err(Context::new("publishing the imported root", e).into()),
+        };
+        held.entry(published.0.key.clone())
+            .or_default()
+            .imports
+            .push(Instant::now());
+        Ok(published)
     })();
     if staging.exists() {
         let _ = std::fs::remove_dir_all(&staging);
@@ -245,16 +270,196 @@ pub fn import(cfg: &Config, req: &ImportRequest) -> Result<(RootInfo, bool)> {
     result
 }
 
-/// Removes what an import that died left (staging copies).
-pub fn gc(cfg: &Config) {
-    let Ok(entries) = std::fs::read_dir(roots_dir(cfg)) else {
-        return;
-    };
-    for e in entries.flatten() {
-        if e.file_name().to_string_lossy().starts_with(".staging-") {
-            let _ = std::fs::remove_dir_all(e.path());
+/// How long an import holds its root for a deploy naming it.
+pub const IMPORT_GRACE: Duration = Duration::from_secs(600);
+
+/// What holds roots no record names yet: imports and deploys in flight.
+#[derive(Default)]
+pub struct Pins(Mutex<HashMap<String, Pin>>);
+
+#[derive(Default)]
+pub struct Pin {
+    /// deploys naming the key that have not ended
+    deploys: usize,
+    /// when each import of the key not yet followed by its deploy was made
+    imports: Vec<Instant>,
+}
+
+impl Pin {
+    fn holds(&mut self, now: Instant) -> bool {
+        self.imports
+            .retain(|&t| now.saturating_duration_since(t) < IMPORT_GRACE);
+        self.deploys > 0 || !self.imports.is_empty()
+    }
+}
+
+impl Pins {
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Pin>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Holds `key` for a deploy naming it until the guard drops; the guard
+    /// then lets go of one import of the key (the one this deploy follows).
+    pub fn deploy(&self, key: &str) -> DeployPin<'_> {
+        self.lock().entry(key.to_string()).or_default().deploys += 1;
+        DeployPin {
+            pins: self,
+            key: key.to_string(),
         }
     }
+}
+
+/// A deploy's hold on its root ([`Pins::deploy`]).
+pub struct DeployPin<'a> {
+    pins: &'a Pins,
+    key: String,
+}
+
+impl Drop for DeployPin<'_> {
+    fn drop(&mut self) {
+        let mut held = self.pins.lock();
+        if let Some(p) = held.get_mut(&self.key) {
+            p.deploys = p.deploys.saturating_sub(1);
+            if !p.imports.is_empty() {
+                p.imports.remove(0);
+            }
+            if p.deploys == 0 && p.imports.is_empty() {
+                held.remove(&self.key);
+            }
+        }
+    }
+}
+
+/// Marks `key` as imported now (its `root.json`'s modification time).
+fn touch(cfg: &Config, key: &str) {
+    let meta = roots_dir(cfg).join(key).join("root.json");
+    if let Ok(f) = std::fs::File::options().write(true).open(&meta) {
+        let _ = f.set_modified(SystemTime::now());
+    }
+}
+
+/// The root keys the records of every version on disk name; none when a
+/// record cannot be read (nothing is removed then).
+fn named_roots(registry: &crate::registry::Registry) -> Option<HashSet<String>> {
+    #[derive(Deserialize)]
+    struct Named {
+        #[serde(default)]
+        root: Option<RootRef>,
+    }
+    let mut keys = HashSet::new();
+    let functions = match std::fs::read_dir(&registry.dir) {
+        Ok(d) => d,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Some(keys),
+        Err(e) => {
+            tracing::warn!("roots kept: reading {}: {e}", registry.dir.display());
+            return None;
+        }
+    };
+    for f in functions.flatten() {
+        let Ok(versions) = std::fs::read_dir(f.path()) else {
+            continue;
+        };
+        for v in versions.flatten() {
+            let rec = v.path().join("record.json");
+            let text = match std::fs::read(&rec) {
+                Ok(t) => t,
+                // a version a deploy is still writing (its deploy holds its
+                // root), or not a version
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(_) if !v.path().is_dir() => continue,
+                Err(e) => {
+                    tracing::warn!("roots kept: reading {}: {e}", rec.display());
+                    return None;
+                }
+            };
+            match serde_json::from_slice::<Named>(&text) {
+                Ok(n) => keys.extend(n.root.map(|r| r.key)),
+                Err(e) => {
+                    tracing::warn!("roots kept: parsing {}: {e}", rec.display());
+                    return None;
+                }
+            }
+        }
+    }
+    Some(keys)
+}
+
+/// Removes the roots no version on disk names and nothing holds (see the
+/// module's notes), and what imports or removals that died left. At a
+/// start (`starting`), a root imported less than [`IMPORT_GRACE`] ago
+/// (its `root.json`'s modification time) is held for the rest of it.
+/// Returns the keys removed.
+pub fn gc(
+    cfg: &Config,
+    registry: &crate::registry::Registry,
+    pins: &Pins,
+    starting: bool,
+) -> Vec<String> {
+    let dir = roots_dir(cfg);
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return Vec::new();
+    };
+    let mut leftovers = Vec::new();
+    let mut removed = Vec::new();
+    {
+        let mut held = pins.lock();
+        let Some(named) = named_roots(registry) else {
+            return Vec::new();
+        };
+        let now = Instant::now();
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().to_string();
+            if name.starts_with(".staging-") || name.starts_with(".removing-") {
+                // imports and removals in flight have these too: only a
+                // start removes them
+                if starting {
+                    leftovers.push(e.path());
+                }
+                continue;
+            }
+            if check_key(&name).is_err() || named.contains(&name) {
+                continue;
+            }
+            if starting {
+                let age = std::fs::metadata(e.path().join("root.json"))
+                    .and_then(|m| m.modified())
+                    .ok()
+                    .and_then(|t| SystemTime::now().duration_since(t).ok());
+                match age {
+                    Some(a) if a >= IMPORT_GRACE => {}
+                    // recent, or from the future: held as a fresh import
+                    _ => {
+                        let at = now.checked_sub(age.unwrap_or_default()).unwrap_or(now);
+                        held.entry(name).or_default().imports.push(at);
+                        continue;
+                    }
+                }
+            }
+            if held.get_mut(&name).is_some_and(|p| p.holds(now)) {
+                continue;
+            }
+            held.remove(&name);
+            // out of the keys' namespace at once: a deploy opening it from
+            // here on finds none; the copy itself goes outside the lock
+            let gone = dir.join(format!(".removing-{name}-{}", hex::encode(rand_bytes())));
+            match std::fs::rename(e.path(), &gone) {
+                Ok(()) => {
+                    leftovers.push(gone);
+                    removed.push(name);
+                }
+                Err(err) => tracing::warn!(key = %name, "removing an unused root: {err}"),
+            }
+        }
+    }
+    for p in leftovers {
+        if let Err(err) = std::fs::remove_dir_all(&p) {
+            tracing::warn!("removing {}: {err}", p.display());
+        }
+    }
+    for k in &removed {
+        tracing::info!(key = %k, "removed an image root no function uses");
+    }
+    removed
 }
 
 fn rand_bytes() -> [u8; 8] {
@@ -488,6 +693,29 @@ pub fn resolve_in(root: &Path, path: &str) -> Option<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_deploy_ends_the_hold_of_one_import_and_imports_expire() {
+        let pins = Pins::default();
+        let now = Instant::now();
+        let holds = |k: &str, at: Instant| pins.lock().get_mut(k).is_some_and(|p| p.holds(at));
+        {
+            let _deploy = pins.deploy("d");
+            assert!(holds("d", now), "a deploy in flight holds its root");
+        }
+        assert!(pins.lock().get("d").is_none(), "nothing holds it after");
+        pins.lock()
+            .entry("k".into())
+            .or_default()
+            .imports
+            .extend([now, now]);
+        drop(pins.deploy("k"));
+        assert!(holds("k", now), "the second import still holds it");
+        assert!(!holds("k", now + IMPORT_GRACE), "until its grace passes");
+        pins.lock().entry("k".into()).or_default().imports.push(now);
+        drop(pins.deploy("k"));
+        assert!(pins.lock().get("k").is_none(), "nothing holds it");
+    }
 
     #[test]
     fn links_resolve_inside_the_root() {

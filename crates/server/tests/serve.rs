@@ -3047,6 +3047,18 @@ fn linked_root(at: &Path, extra: &[(&str, &str)]) {
     }
 }
 
+/// The names in `dir`, sorted (none if it does not exist).
+fn names_in(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .map(|r| {
+            r.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
 fn import_root(d: &Daemon, path: &Path, key: Option<&str>) -> Response {
     d.post_json("/v1/roots", &json!({"path": path, "key": key}))
 }
@@ -3063,16 +3075,7 @@ fn image_roots_import_once_refuse_what_they_must_and_functions_run_and_restore_o
     cfg.image_roots_from = vec![from.clone()];
     let d = Daemon::start(cfg);
     let roots = d.home.join("serve/roots");
-    let listing = || -> Vec<String> {
-        let mut v: Vec<String> = std::fs::read_dir(&roots)
-            .map(|r| {
-                r.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-                    .collect()
-            })
-            .unwrap_or_default();
-        v.sort();
-        v
-    };
+    let listing = || names_in(&roots);
 
     // an image's root: thaw's runtime root with a file of its own, and
     // hostile links where the sandbox mounts and elsewhere
@@ -3307,4 +3310,107 @@ fn a_snapshot_move_waiting_for_a_restore_holds_up_no_request() {
     assert_eq!((r.status, r.header("thaw-tier")), (200, Some("disk")));
     assert_eq!(deploy(&d, &req)["version"], 2);
     assert_eq!(d.req("DELETE", "/v1/functions/s", None).status, 204);
+}
+
+#[test]
+fn image_roots_go_when_no_version_names_them_and_imports_hold_them_for_their_deploy() {
+    let from = PathBuf::from(format!("/tmp/thaw-rootgc-from-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&from);
+    let rootfs = from.join("c1/rootfs");
+    std::fs::create_dir_all(rootfs.parent().unwrap()).unwrap();
+    linked_root(&rootfs, &[("etc/image-marker", "mine")]);
+    let mut cfg = test_config("rootgc");
+    cfg.image_roots_from = vec![from.clone()];
+    let d = Daemon::start(cfg);
+    let roots = d.home.join("serve/roots");
+    let listing = || names_in(&roots);
+    let imported = |key: &str| {
+        let r = import_root(&d, &rootfs, Some(key));
+        assert!(
+            r.status == 201 || r.status == 200,
+            "{}",
+            String::from_utf8_lossy(&r.body)
+        );
+    };
+    let on_root = |name: &str, key: Option<&str>| {
+        let src = "import os\ndef handler(e):\n    return os.path.exists('/etc/image-marker')\n";
+        let mut req = file_deploy(name, "m.handler", src);
+        req["strategy"] = json!("boot");
+        req["root"] = json!(key);
+        deploy(&d, &req);
+        let r = d.invoke(name, &json!(null));
+        assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+        assert_eq!(r.json().unwrap(), json!(key.is_some()), "{name}");
+    };
+    let delete = |name: &str| {
+        assert_eq!(
+            d.req("DELETE", &format!("/v1/functions/{name}"), None)
+                .status,
+            204
+        );
+    };
+
+    // two functions on one root: it goes with the last of them
+    let a = "a1".repeat(32);
+    imported(&a);
+    on_root("fa", Some(&a));
+    on_root("fb", Some(&a));
+    delete("fa");
+    assert_eq!(listing(), vec![a.clone()], "fb still runs on it");
+    delete("fb");
+    assert_eq!(listing(), Vec::<String>::new(), "no function names it");
+
+    // an import no deploy followed yet is held through other deletes
+    let b = "b2".repeat(32);
+    imported(&b);
+    on_root("plain", None);
+    delete("plain");
+    assert_eq!(listing(), vec![b.clone()], "held for its deploy");
+
+    // a function moved off its root: the root stays while the previous
+    // version (kept for its in-flight invocations) names it, then goes
+    let c = "c3".repeat(32);
+    imported(&c);
+    on_root("moved", Some(&c));
+    on_root("moved", None);
+    assert_eq!(listing(), vec![b.clone(), c.clone()]);
+    on_root("moved", None);
+    assert_eq!(listing(), vec![b.clone()], "no version names it any more");
+
+    // at a start: a root imported longer ago than the grace that no
+    // function names goes, with what dead imports left; a recent import
+    // and a root a function names stay
+    let e = "e4".repeat(32);
+    imported(&e);
+    on_root("kept", Some(&e));
+    let f = "f5".repeat(32);
+    imported(&f);
+    let roots2 = roots.clone();
+    let (b2, e2) = (b.clone(), e.clone());
+    let d = d.restart(move || {
+        let old = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+        for k in [&b2, &e2] {
+            std::fs::File::options()
+                .write(true)
+                .open(roots2.join(k).join("root.json"))
+                .unwrap()
+                .set_modified(old)
+                .unwrap();
+        }
+        std::fs::create_dir_all(roots2.join(".staging-1-00/root")).unwrap();
+        std::fs::create_dir_all(roots2.join(format!(".removing-{b2}-00/root"))).unwrap();
+    });
+    assert_eq!(names_in(&roots), vec![e.clone(), f.clone()]);
+    let r = d.invoke("kept", &json!(null));
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(r.json().unwrap(), json!(true));
+    // the recent import is still held after the start for its deploy
+    assert_eq!(d.req("DELETE", "/v1/functions/kept", None).status, 204);
+    assert_eq!(names_in(&roots), vec![f.clone()]);
+    let mut req = file_deploy("late", "m.handler", "def handler(e):\n    return 1\n");
+    req["strategy"] = json!("boot");
+    req["root"] = json!(f);
+    deploy(&d, &req);
+    drop(d);
+    std::fs::remove_dir_all(&from).unwrap();
 }

@@ -169,17 +169,6 @@ fn bad_images_and_a_daemon_down_fail_clearly_and_leave_nothing() {
     );
 }
 
-/// Reads a file only the image's root filesystem has, and says whether
-/// thaw's agent is there beside it.
-const READS_THE_IMAGE: &str = r#"
-import os
-def handler(event):
-    with open("/etc/thaw-image-marker") as f:
-        marker = f.read()
-    print("marker", marker)
-    return {"marker": marker, "agent": os.path.exists("/opt/thaw/agent.py")}
-"#;
-
 #[test]
 fn a_function_image_runs_on_its_own_root_filesystem_and_one_without_python_is_refused() {
     let base = std::env::temp_dir().join(unique("rooted"));

@@ -237,10 +237,37 @@ fn a_pod_serves_its_function_beside_a_runc_sidecar_and_a_second_pod_restores() {
 }
 
 #[test]
-fn bad_pods_and_a_daemon_down_fail_clearly_in_crictl_and_leave_nothing() {
+fn an_own_root_pod_serves_and_bad_pods_and_a_daemon_down_fail_clearly_in_crictl() {
     let base = std::env::temp_dir().join(unique("cribad"));
-    let mut daemon = Daemon::start(base.with_extension("home"));
+    let mut daemon = Daemon::start_importing_from(base.with_extension("home"), vec![base.clone()]);
     let cri = start_cri(&base, &daemon);
+
+    // a function image carrying its own root filesystem (thaw's runtime
+    // root as `thaw image build` layers it, and a file thaw's runtime root
+    // lacks): its pod answers through the pod's address from that root
+    let marker = files_layer(
+        &base.join("marker"),
+        &[("etc/thaw-image-marker", "from the image")],
+    );
+    let rooted = import_rooted_function(
+        &cri.c,
+        "rooted",
+        READS_THE_IMAGE,
+        &[runtime_layer(), marker],
+    );
+    let own = cri.pod("ownroot", json!({}));
+    let fun = cri.container(&own, "fn", &rooted, &[]);
+    let answer = post(&cri.netns, &cri.ip(&own.id), 8080, "null");
+    assert!(
+        answer.contains(r#""marker":"from the image""#) && answer.contains(r#""agent":true"#),
+        "{answer}"
+    );
+    let functions = daemon.functions();
+    assert_eq!(functions.len(), 1, "{functions:?}");
+    assert_eq!(daemon.imported_roots(), 1, "one imported root");
+    let rooted_pid = cri.pid_of(&fun);
+    cri.remove(&own.id);
+
     let image = import_function(&cri.c, "greeter", GREETER);
     let broken = import_function(&cri.c, "broken", "raise ImportError('broken on purpose')\n");
     let start_fails = |pod: &Pod, name: &str, image: &str, envs: Value| {
@@ -253,6 +280,21 @@ fn bad_pods_and_a_daemon_down_fail_clearly_in_crictl_and_leave_nothing() {
         cri.fails(&["start", &id])
     };
     let create = |pod: &Pod, name: &str| start_fails(pod, name, &image, json!([]));
+    // an own root without Python (nor Node.js): the container does not
+    // start, the reason names the missing program, and the daemon keeps
+    // nothing of it
+    let bare = files_layer(&base.join("bare"), &[("etc/os-release", "ID=bare\n")]);
+    let nopython = import_rooted_function(&cri.c, "nopython", GREETER, &[bare]);
+    let np = cri.pod("nopython", json!({}));
+    let err = start_fails(&np, "nopython", &nopython, json!([]));
+    assert!(err.contains("/usr/bin/python3"), "the reason: {err}");
+    assert_eq!(daemon.functions(), functions, "nothing deployed");
+    assert_eq!(
+        daemon.imported_roots(),
+        1,
+        "nothing kept of the refused root"
+    );
+    cri.remove(&np.id);
     // a pod annotation that is not a number: the container does not start,
     // and the reason names it
     let pod = cri.pod("badmem", serde_json::json!({"dev.thaw.memory-mb": "lots"}));
@@ -283,7 +325,7 @@ fn bad_pods_and_a_daemon_down_fail_clearly_in_crictl_and_leave_nothing() {
     let err = create(&pod3, "fn");
     assert!(err.contains("does not answer"), "{err}");
     cri.remove(&pod3.id);
-    cri.assert_nothing_left(&daemon, &[]);
+    cri.assert_nothing_left(&daemon, &[rooted_pid]);
 }
 
 /// The value of the answer's header `name` (lowercase).

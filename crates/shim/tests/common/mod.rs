@@ -311,6 +311,17 @@ pub fn files_layer(dir: &Path, files: &[(&str, &str)]) -> thaw_server::image::La
     thaw_server::image::layer_from_dir(&tree, &dir.join("layer.tar.gz")).unwrap()
 }
 
+/// Reads a file only the image's root filesystem has, and says whether
+/// thaw's agent is there beside it.
+pub const READS_THE_IMAGE: &str = r#"
+import os
+def handler(event):
+    with open("/etc/thaw-image-marker") as f:
+        marker = f.read()
+    print("marker", marker)
+    return {"marker": marker, "agent": os.path.exists("/opt/thaw/agent.py")}
+"#;
+
 pub const GREETER: &str = r#"
 def handler(event):
     event = event or {}
