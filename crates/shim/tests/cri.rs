@@ -447,8 +447,8 @@ fn two_nodes_share_a_functions_snapshot_through_the_remote_tier() {
     assert_eq!(on_a["shared"]["role"], "published", "{on_a}");
 
     // node B, which never saw the function: its deploy takes no snapshot
-    // (no init), and its pod's first request restores A's, streamed from
-    // the remote tier
+    // (no init), and its pod's instance is a restore of A's, streamed from
+    // the remote tier (made as the front starts, or by the first request)
     let pb = cri_b.pod("node-b", json!({}));
     let fb = cri_b.container(&pb, "fn", &image, &[]);
     let answer = post(&cri_b.netns, &cri_b.ip(&pb.id), 8080, r#"{"name": "b"}"#);
@@ -456,12 +456,10 @@ fn two_nodes_share_a_functions_snapshot_through_the_remote_tier() {
         answer.starts_with("HTTP/1.1 200") && answer.contains("hi b"),
         "{answer}"
     );
-    assert_eq!(
-        (
-            header(&answer, "thaw-start-type").as_deref(),
-            header(&answer, "thaw-tier").as_deref()
-        ),
-        (Some("restore"), Some("remote")),
+    let start = header(&answer, "thaw-start-type");
+    assert!(
+        matches!(start.as_deref(), Some("restore" | "warm"))
+            && header(&answer, "thaw-tier").as_deref() == Some("remote"),
         "{answer}"
     );
     assert_eq!(new_function(&b, &[]), name, "one name on both nodes");
