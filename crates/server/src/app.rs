@@ -53,7 +53,7 @@ impl App {
 
     /// Removes the image roots no version names any more (`crate::roots::gc`).
     pub fn drop_unused_roots(&self) {
-        crate::roots::gc(&self.cfg, &self.registry, &self.root_pins, false);
+        crate::roots::gc(&self.cfg, &self.registry.dir, &self.root_pins, false);
     }
 
     /// The live version of a function.

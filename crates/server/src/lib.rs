@@ -182,7 +182,7 @@ pub fn open(cfg: Config) -> Result<Arc<App>> {
     drop_unused_packages(&app);
     // roots of functions deleted while the daemon was down, and what root
     // imports a dead daemon left
-    roots::gc(&app.cfg, &app.registry, &app.root_pins, true);
+    roots::gc(&app.cfg, &app.registry.dir, &app.root_pins, true);
     tiering::spawn_mover(Arc::downgrade(&app), mover_rx)?;
     tiering::spawn_warmer(Arc::downgrade(&app))?;
     Ok(app)

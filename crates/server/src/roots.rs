@@ -338,20 +338,21 @@ fn touch(cfg: &Config, key: &str) {
     }
 }
 
-/// The root keys the records of every version on disk name; none when a
-/// record cannot be read (nothing is removed then).
-fn named_roots(registry: &crate::registry::Registry) -> Option<HashSet<String>> {
+/// The root keys the records of every version on disk name (the
+/// registry's directory: one directory a function, one a version);
+/// none when a record cannot be read (nothing is removed then).
+fn named_roots(functions_dir: &Path) -> Option<HashSet<String>> {
     #[derive(Deserialize)]
     struct Named {
         #[serde(default)]
         root: Option<RootRef>,
     }
     let mut keys = HashSet::new();
-    let functions = match std::fs::read_dir(&registry.dir) {
+    let functions = match std::fs::read_dir(functions_dir) {
         Ok(d) => d,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Some(keys),
         Err(e) => {
-            tracing::warn!("roots kept: reading {}: {e}", registry.dir.display());
+            tracing::warn!("roots kept: reading {}: {e}", functions_dir.display());
             return None;
         }
     };
@@ -389,12 +390,7 @@ fn named_roots(registry: &crate::registry::Registry) -> Option<HashSet<String>> 
 /// start (`starting`), a root imported less than [`IMPORT_GRACE`] ago
 /// (its `root.json`'s modification time) is held for the rest of it.
 /// Returns the keys removed.
-pub fn gc(
-    cfg: &Config,
-    registry: &crate::registry::Registry,
-    pins: &Pins,
-    starting: bool,
-) -> Vec<String> {
+pub fn gc(cfg: &Config, functions_dir: &Path, pins: &Pins, starting: bool) -> Vec<String> {
     let dir = roots_dir(cfg);
     let Ok(entries) = std::fs::read_dir(&dir) else {
         return Vec::new();
@@ -403,7 +399,7 @@ pub fn gc(
     let mut removed = Vec::new();
     {
         let mut held = pins.lock();
-        let Some(named) = named_roots(registry) else {
+        let Some(named) = named_roots(functions_dir) else {
             return Vec::new();
         };
         let now = Instant::now();
