@@ -1085,7 +1085,7 @@ fn shim_steps(log: &str) -> Result<Vec<ShimStep>> {
 /// The report as markdown.
 pub fn markdown(r: &Report) -> String {
     let mut s = format!(
-        "Pod start to first HTTP response through CRI (RunPodSandbox + CreateContainer + StartContainer + PodSandboxStatus + POST to the pod IP; calls made with {}), input size {}; {} CPUs, load average {:.2} at the start, {:.2} at the end (a shared, loaded machine: compare the ratios, measured in the same run). Remote tier: MinIO in a network namespace (emulated: 0.5 ms RTT, 10 Gbit/s).\n\n",
+        "Pod start to first HTTP response through CRI (RunPodSandbox + CreateContainer + StartContainer + PodSandboxStatus + POST to the pod IP; calls made with {}), input size {}; {} CPUs, load average {:.2} at the start, {:.2} at the end (compare the ratios, measured in the same run: on a loaded machine the absolute times grow). Remote tier: MinIO in a network namespace (emulated: 0.5 ms RTT, 10 Gbit/s).\n\n",
         match r.calls.as_str() {
             "grpc" => "gRPC on one connection, as the kubelet",
             _ => "one crictl process per call",

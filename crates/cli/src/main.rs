@@ -284,7 +284,7 @@ enum BenchCmd {
     Simlive(thaw_simlive::Args),
     /// XDT: 1-1 transfers between functions by reference vs. inline in the event
     Xdt(xdt::BenchXdtArgs),
-    /// Kubernetes' path: pod start to first HTTP response through CRI (crictl), runc vs thaw; pods at once; a node restoring another node's snapshot
+    /// Kubernetes' path: pod start to first HTTP response through CRI (gRPC, as the kubelet; or crictl), runc vs thaw; pods at once; a node restoring another node's snapshot
     Cri(cri::BenchCriArgs),
     /// Cold starts from snapshots per strategy vs. a fresh start
     Restore {
