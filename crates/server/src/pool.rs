@@ -830,6 +830,7 @@ impl Pool {
                         instance: name.clone(),
                         function: vv.rec.name.clone(),
                         last: InstanceUsage::default(),
+                        cpu_millis: None,
                     },
                     xdt,
                     slot_tiers,
@@ -979,6 +980,9 @@ struct MemoryGauge {
     instance: String,
     function: String,
     last: InstanceUsage,
+    /// its cgroup's CPU quota, read at the first measure: it is set when
+    /// the sandbox is made and never changes
+    cpu_millis: Option<Option<u64>>,
 }
 
 impl MemoryGauge {
@@ -990,7 +994,7 @@ impl MemoryGauge {
             memory_bytes: sb.memory_usage().max(rss).unwrap_or(0),
             // a process gone between two reads keeps its last figure
             cpu_ns: sb.cpu_ns().unwrap_or(self.last.cpu_ns),
-            cpu_millis: sb.cpu_millis(),
+            cpu_millis: *self.cpu_millis.get_or_insert_with(|| sb.cpu_millis()),
         };
         let mut m = self.measured.lock().unwrap_or_else(|p| p.into_inner());
         m.live
