@@ -3,7 +3,8 @@
 # facilities thaw needs and installs what is missing. Idempotent.
 # `--tests` also installs what only the tests and the benchmarks use: MinIO
 # for the emulated remote tier, containerd, runc, crictl and the CNI plugins
-# for the shim's tests.
+# for the shim's tests, etcd and openssl for the Kubernetes manifests' check
+# (which builds its kube-apiserver itself, deploy/kubernetes/validate.sh).
 set -euo pipefail
 for_tests=false
 case "${1:-}" in
@@ -39,11 +40,20 @@ if $for_tests; then
     # the egress tests' database server (run by the test as the postgres
     # user on a cluster of its own; the Debian service is not used)
     compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || need_pkgs+=(postgresql)
+    # the Kubernetes manifests' check (deploy/kubernetes/validate.sh) runs
+    # an etcd of its own on loopback and makes its certificates with openssl
+    for p in etcd:etcd-server openssl:openssl; do
+        command -v "${p%%:*}" >/dev/null 2>&1 || need_pkgs+=("${p##*:}")
+    done
 fi
 if [ ${#need_pkgs[@]} -gt 0 ]; then
     echo "setup: installing ${need_pkgs[*]}" >&2
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_pkgs[@]}"
+    # Debian starts etcd as a service on install; the check runs its own
+    if [[ " ${need_pkgs[*]} " == *" etcd-server "* ]] && [ -d /run/systemd/system ]; then
+        systemctl disable --now etcd.service >/dev/null 2>&1 || true
+    fi
 fi
 
 # Rust toolchain and the components the test script uses.

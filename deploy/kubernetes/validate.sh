@@ -1,0 +1,276 @@
+#!/usr/bin/env bash
+# Validates the Kubernetes manifests against a real API server: a private
+# kube-apiserver and etcd on loopback (ports picked here, certificates and
+# data in a temporary directory removed on exit), Knative Serving's CRDs
+# applied, then each manifest through `kubectl apply --dry-run=client
+# --validate=true` and `--dry-run=server` (defaulting, admission and the
+# server's strict field validation, nothing persisted).
+#
+#   deploy/kubernetes/validate.sh            every *.yaml here, then broken
+#                                            copies that must be refused
+#   deploy/kubernetes/validate.sh FILE...    these files only
+#
+# Exit 0 when every manifest is valid, 1 when one is refused (kubectl's
+# message is printed), 2 on a usage or set-up error.
+#
+# kube-apiserver and kubectl are built once from the Go module proxy (the
+# k8s.io/kubernetes module at $K8S_VERSION with its staging modules taken
+# at their published versions) and cached under
+# ${THAW_HOME:-/var/lib/thaw}/tools/kubernetes-$K8S_VERSION; etcd is Debian's
+# etcd-server (installed with apt-get if missing); Knative's CRDs come from
+# the knative.dev/serving module. Nothing listens on any address but
+# 127.0.0.1, and ~/.kube is not read or written.
+set -eEuo pipefail
+
+K8S_VERSION=v1.32.13
+KNATIVE_SERVING_VERSION=v0.42.2
+
+here=$(cd "$(dirname "$0")" && pwd)
+say() { echo "validate: $*" >&2; }
+die() { say "$*"; exit 2; }
+# a failed set-up step is a set-up error (2), not a refused manifest (1)
+trap 'die "failed (line $LINENO): $BASH_COMMAND"' ERR
+
+manifests=()
+self_check=false
+if [ $# -eq 0 ]; then
+    for f in "$here"/*.yaml; do manifests+=("$f"); done
+    self_check=true
+else
+    for f in "$@"; do
+        case "$f" in -*) die "usage: $0 [FILE...] (unknown option $f)" ;; esac
+        [ -f "$f" ] || die "no such file: $f"
+        manifests+=("$(cd "$(dirname "$f")" && pwd)/$(basename "$f")")
+    done
+fi
+[ ${#manifests[@]} -gt 0 ] || die "no manifest to validate"
+
+for p in go:golang-go openssl:openssl python3:python3; do
+    command -v "${p%%:*}" >/dev/null 2>&1 || die "${p%%:*} not found (scripts/setup.sh --tests installs ${p##*:})"
+done
+if ! command -v etcd >/dev/null 2>&1; then
+    [ "$(id -u)" = 0 ] || die "etcd not found: install Debian's etcd-server"
+    say "installing etcd-server"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server >/dev/null
+fi
+
+tmp=$(mktemp -d /tmp/thaw-k8s-validate.XXXXXX)
+pids=()
+work=
+cleanup() {
+    local p
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+    rm -rf "$tmp"
+    if [ -n "$work" ]; then chmod -R u+w "$work" 2>/dev/null || true; rm -rf "$work"; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# --- kube-apiserver and kubectl, built once per version -------------------
+tools=${THAW_HOME:-/var/lib/thaw}/tools
+bin=$tools/kubernetes-$K8S_VERSION
+build_kubernetes() {
+    local src dir minor ld p m
+    # in the cache's file system, so the result moves in whole
+    work=$(mktemp -d "$tools/.build-kubernetes.XXXXXX")
+    say "building kube-apiserver and kubectl $K8S_VERSION from the Go module proxy (once; several minutes)"
+    local start=$SECONDS
+    dir=$(GOFLAGS=-mod=mod go mod download -json "k8s.io/kubernetes@$K8S_VERSION" \
+        | python3 -c 'import json, sys; d = json.load(sys.stdin); sys.exit(d["Error"]) if "Error" in d else print(d["Dir"])')
+    src=$work/src
+    cp -r "$dir" "$src"
+    chmod -R u+w "$src"
+    # The module's go.mod points its staging modules at ./staging, which a
+    # module download does not hold (nested modules are published on their
+    # own): require the published versions (k8s.io/x v0.N.P for v1.N.P).
+    local args=()
+    for m in $(awk '$2 == "=>" && $3 ~ /^\.\/staging\// { print $1 }' "$src/go.mod"); do
+        args+=("-dropreplace=$m" "-require=$m@v0.${K8S_VERSION#v1.}")
+    done
+    [ ${#args[@]} -gt 0 ] || die "no staging replacements in k8s.io/kubernetes@$K8S_VERSION's go.mod"
+    # the vendor list and the workspace file name the staging copies too
+    rm -f "$src/go.work" "$src/go.work.sum" "$src/vendor/modules.txt"
+    (cd "$src" && go mod edit "${args[@]}")
+    minor=${K8S_VERSION#v1.}
+    minor=${minor%%.*}
+    ld="-s -w"
+    for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+        ld+=" -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean"
+    done
+    (cd "$src" && GOWORK=off GOTOOLCHAIN=auto GOFLAGS=-mod=mod \
+        go build -trimpath -ldflags "$ld" -o "$work/bin/" ./cmd/kube-apiserver ./cmd/kubectl)
+    "$work/bin/kube-apiserver" --version >/dev/null
+    rm -rf "$bin"
+    mv "$work/bin" "$bin"
+    chmod -R u+w "$work"
+    rm -rf "$work"
+    work=
+    say "built $bin in $((SECONDS - start)) s"
+}
+mkdir -p "$tools"
+if [ ! -x "$bin/kube-apiserver" ] || [ ! -x "$bin/kubectl" ]; then
+    # one build at a time; a run that waited finds the other's binaries
+    exec 9>"$tools/kubernetes.lock"
+    flock 9
+    if [ ! -x "$bin/kube-apiserver" ] || [ ! -x "$bin/kubectl" ]; then
+        build_kubernetes
+    fi
+    exec 9>&-
+fi
+
+knative=$(GOFLAGS=-mod=mod go mod download -json "knative.dev/serving@$KNATIVE_SERVING_VERSION" \
+    | python3 -c 'import json, sys; d = json.load(sys.stdin); sys.exit(d["Error"]) if "Error" in d else print(d["Dir"])') \
+    || die "knative.dev/serving@$KNATIVE_SERVING_VERSION: download failed"
+crds=$knative/config/core/300-resources
+[ -d "$crds" ] || die "no CRDs in $crds"
+
+# --- a private API server ------------------------------------------------
+
+# three free loopback ports (etcd's client and peer ports, the API server's)
+read -r etcd_port peer_port api_port < <(python3 -c '
+import socket
+ss = [socket.socket() for _ in range(3)]
+for s in ss:
+    s.bind(("127.0.0.1", 0))
+print(*(s.getsockname()[1] for s in ss))')
+
+# certificates: a CA, the server's for 127.0.0.1, the service accounts' keys
+pki=$tmp/pki
+mkdir -p "$pki"
+(
+    cd "$pki"
+    openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=thaw-validate-ca \
+        -keyout ca.key -out ca.crt
+    openssl req -newkey rsa:2048 -nodes -subj /CN=kube-apiserver \
+        -keyout server.key -out server.csr
+    printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n' >server.ext
+    openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 1 \
+        -extfile server.ext -out server.crt
+    openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out sa.key
+    openssl pkey -in sa.key -pubout -out sa.pub
+) >"$tmp/openssl.log" 2>&1 || { cat "$tmp/openssl.log" >&2; die "openssl failed"; }
+token=$(python3 -c 'import secrets; print(secrets.token_hex(16))')
+echo "$token,admin,admin,system:masters" >"$pki/tokens.csv"
+
+etcd --name validate --data-dir "$tmp/etcd" \
+    --listen-client-urls "http://127.0.0.1:$etcd_port" --advertise-client-urls "http://127.0.0.1:$etcd_port" \
+    --listen-peer-urls "http://127.0.0.1:$peer_port" --initial-advertise-peer-urls "http://127.0.0.1:$peer_port" \
+    --initial-cluster "validate=http://127.0.0.1:$peer_port" >"$tmp/etcd.log" 2>&1 &
+pids+=($!)
+"$bin/kube-apiserver" --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$api_port" \
+    --etcd-servers="http://127.0.0.1:$etcd_port" \
+    --tls-cert-file="$pki/server.crt" --tls-private-key-file="$pki/server.key" \
+    --client-ca-file="$pki/ca.crt" --token-auth-file="$pki/tokens.csv" \
+    --authorization-mode=Node,RBAC --service-cluster-ip-range=10.96.0.0/24 \
+    --service-account-issuer=https://kubernetes.default.svc \
+    --service-account-key-file="$pki/sa.pub" --service-account-signing-key-file="$pki/sa.key" \
+    --endpoint-reconciler-type=none --cert-dir="$tmp/certs" >"$tmp/apiserver.log" 2>&1 &
+pids+=($!)
+
+cat >"$tmp/kubeconfig" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: validate
+  cluster:
+    server: https://127.0.0.1:$api_port
+    certificate-authority: $pki/ca.crt
+users:
+- name: admin
+  user:
+    token: $token
+contexts:
+- name: validate
+  context: {cluster: validate, user: admin, namespace: default}
+current-context: validate
+EOF
+# HOME too: kubectl would keep its caches in ~/.kube
+kubectl() { HOME=$tmp KUBECONFIG=$tmp/kubeconfig "$bin/kubectl" --cache-dir="$tmp/kube-cache" "$@"; }
+
+ready=false
+for _ in $(seq 1 240); do
+    for p in "${pids[@]}"; do
+        kill -0 "$p" 2>/dev/null || {
+            tail -n 30 "$tmp/etcd.log" "$tmp/apiserver.log" >&2
+            die "etcd or kube-apiserver exited"
+        }
+    done
+    # ready, and the bootstrap has made the default namespace
+    if kubectl get --raw /readyz >/dev/null 2>&1 && kubectl get namespace default >/dev/null 2>&1; then
+        ready=true
+        break
+    fi
+    sleep 0.5
+done
+$ready || { tail -n 30 "$tmp/apiserver.log" >&2; die "kube-apiserver not ready after 120 s"; }
+server_version=$(kubectl version -o json | python3 -c 'import json, sys; print(json.load(sys.stdin)["serverVersion"]["gitVersion"])')
+etcd_version=$(etcd --version | awk '/^etcd Version/ { print $3 }')
+say "kube-apiserver $server_version on 127.0.0.1:$api_port, etcd $etcd_version"
+
+kubectl apply -f "$crds" >"$tmp/crds.log" 2>&1 || { cat "$tmp/crds.log" >&2; die "Knative Serving's CRDs refused"; }
+kubectl wait --for condition=established --timeout=60s -f "$crds" >>"$tmp/crds.log" 2>&1 \
+    || { cat "$tmp/crds.log" >&2; die "Knative Serving's CRDs not established"; }
+say "Knative Serving $KNATIVE_SERVING_VERSION CRDs established"
+
+# validate FILE: both dry runs; kubectl's messages on stderr, 1 if refused
+validate() {
+    local f=$1 mode out rc=0
+    for mode in client server; do
+        if out=$(kubectl apply --dry-run="$mode" --validate=true -f "$f" 2>&1); then
+            say "valid ($mode dry run): ${f#"$here"/}"
+        else
+            printf '%s\n' "$out" >&2
+            say "REFUSED ($mode dry run): ${f#"$here"/}"
+            rc=1
+        fi
+    done
+    return $rc
+}
+
+failed=0
+for f in "${manifests[@]}"; do
+    validate "$f" || failed=$((failed + 1))
+done
+if [ $failed -gt 0 ]; then
+    say "$failed of ${#manifests[@]} manifests refused"
+    exit 1
+fi
+
+if $self_check; then
+    # Broken copies must be refused. kubectl >= 1.27 leaves the schema to
+    # the server when the server validates fields itself (as this one
+    # does), so its client dry run refuses what it checks on its own (a
+    # document that does not parse, a kind the server does not serve, a
+    # wrong type when it builds the object), and the server dry run every
+    # error: a misspelled field, a wrong type, a misspelled kind, in the
+    # Deployment, the Knative Service (its CRD's schema) and the
+    # RuntimeClass.
+    #   copy                                 refused by   from                   change
+    broken=(
+        "misspelled-field.yaml               server       hello-deployment.yaml  s/containerPort:/containerPrt:/"
+        "wrong-type.yaml                     server       hello-deployment.yaml  s/replicas: 2/replicas: two/"
+        "misspelled-kind.yaml                client,server hello-deployment.yaml s/^kind: Deployment/kind: Deploymnet/"
+        "knative-misspelled-field.yaml       server       hello-knative.yaml     s/runtimeClassName:/runtimeClasName:/"
+        "knative-wrong-type.yaml             server       hello-knative.yaml     s/containerPort: 8080/containerPort: eighty/"
+        "runtimeclass-misspelled-field.yaml  server       runtimeclass.yaml      s/^handler:/handlr:/"
+    )
+    mkdir -p "$tmp/broken"
+    refused=0
+    for b in "${broken[@]}"; do
+        read -r copy modes from change <<<"$b"
+        sed "$change" "$here/$from" >"$tmp/broken/$copy"
+        cmp -s "$tmp/broken/$copy" "$here/$from" && die "the broken copy $copy is the same as $from"
+        for mode in ${modes//,/ }; do
+            if out=$(kubectl apply --dry-run="$mode" --validate=true -f "$tmp/broken/$copy" 2>&1); then
+                say "a broken copy was accepted ($mode dry run): $copy ($from, $change)"
+                exit 1
+            fi
+            say "broken copy refused as expected ($mode dry run): $copy: $(printf '%s' "$out" | tr '\n' ' ')"
+            refused=$((refused + 1))
+        done
+    done
+    say "${#broken[@]} broken copies refused ($refused refusals)"
+fi
+say "${#manifests[@]} manifests valid (client and server dry runs; kube-apiserver $server_version, etcd $etcd_version, Knative Serving $KNATIVE_SERVING_VERSION CRDs)"
