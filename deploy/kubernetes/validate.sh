@@ -68,19 +68,32 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# --- kube-apiserver and kubectl, built once per version -------------------
+# --- the tools, fetched or built once per version --------------------------
 tools=${THAW_HOME:-/var/lib/thaw}/tools
+mkdir -p "$tools"
+# module_dir MODULE@VERSION: the module's files in Go's module cache
+module_dir() {
+    GOFLAGS=-mod=mod go mod download -json "$1" \
+        | python3 -c 'import json, sys; d = json.load(sys.stdin); sys.exit(d["Error"]) if "Error" in d else print(d["Dir"])'
+}
+# a work directory in the cache's file system, so a result moves in whole
+new_work() { work=$(mktemp -d "$tools/.$1.XXXXXX"); }
+# install_work DIR: the work directory's bin/ becomes DIR
+install_work() {
+    rm -rf "$1"
+    mv "$work/bin" "$1"
+    chmod -R u+w "$work"
+    rm -rf "$work"
+    work=
+}
+
 bin=$tools/kubernetes-$K8S_VERSION
 build_kubernetes() {
-    local src dir minor ld p m
-    # in the cache's file system, so the result moves in whole
-    work=$(mktemp -d "$tools/.build-kubernetes.XXXXXX")
+    local src minor ld p m start=$SECONDS
+    new_work build-kubernetes
     say "building kube-apiserver and kubectl $K8S_VERSION from the Go module proxy (once; several minutes)"
-    local start=$SECONDS
-    dir=$(GOFLAGS=-mod=mod go mod download -json "k8s.io/kubernetes@$K8S_VERSION" \
-        | python3 -c 'import json, sys; d = json.load(sys.stdin); sys.exit(d["Error"]) if "Error" in d else print(d["Dir"])')
     src=$work/src
-    cp -r "$dir" "$src"
+    cp -r "$(module_dir "k8s.io/kubernetes@$K8S_VERSION")" "$src"
     chmod -R u+w "$src"
     # The module's go.mod points its staging modules at ./staging, which a
     # module download does not hold (nested modules are published on their
@@ -102,27 +115,45 @@ build_kubernetes() {
     (cd "$src" && GOWORK=off GOTOOLCHAIN=auto GOFLAGS=-mod=mod \
         go build -trimpath -ldflags "$ld" -o "$work/bin/" ./cmd/kube-apiserver ./cmd/kubectl)
     "$work/bin/kube-apiserver" --version >/dev/null
-    rm -rf "$bin"
-    mv "$work/bin" "$bin"
-    chmod -R u+w "$work"
-    rm -rf "$work"
-    work=
+    install_work "$bin"
     say "built $bin in $((SECONDS - start)) s"
 }
-mkdir -p "$tools"
-if [ ! -x "$bin/kube-apiserver" ] || [ ! -x "$bin/kubectl" ]; then
-    # one build at a time; a run that waited finds the other's binaries
+
+# Debian's kubectl (kubernetes-client, 1.20): a kubectl before 1.24 checks
+# every field against the server's OpenAPI schema itself, where a newer one
+# leaves that to a server that validates fields (as this one does).
+# Unpacked from its .deb into the cache rather than installed: another
+# kubectl (a cloud SDK's) owns /usr/bin/kubectl on some machines.
+deb_version() { apt-cache show --no-all-versions kubernetes-client 2>/dev/null | awk '/^Version:/ { print $2; exit }'; }
+deb=$(deb_version)
+if [ -z "$deb" ] && [ "$(id -u)" = 0 ]; then
+    apt-get update -qq
+    deb=$(deb_version)
+fi
+[ -n "$deb" ] || die "apt knows no kubernetes-client package (apt-get update first)"
+old_bin=$tools/kubernetes-client-$deb
+fetch_debian_kubectl() {
+    new_work kubernetes-client
+    # _apt cannot read root's directories: apt says the download is unsandboxed
+    (cd "$work" && apt-get download -qq "kubernetes-client=$deb" 2>&1) | { grep -v unsandboxed >&2 || true; }
+    dpkg-deb -x "$work"/kubernetes-client_*.deb "$work/x"
+    mkdir "$work/bin"
+    mv "$work/x/usr/bin/kubectl" "$work/bin/kubectl"
+    install_work "$old_bin"
+}
+
+have_tools() { [ -x "$bin/kube-apiserver" ] && [ -x "$bin/kubectl" ] && [ -x "$old_bin/kubectl" ]; }
+if ! have_tools; then
+    # one run fetches at a time; a run that waited finds the other's tools
     exec 9>"$tools/kubernetes.lock"
     flock 9
-    if [ ! -x "$bin/kube-apiserver" ] || [ ! -x "$bin/kubectl" ]; then
-        build_kubernetes
-    fi
+    if [ ! -x "$bin/kube-apiserver" ] || [ ! -x "$bin/kubectl" ]; then build_kubernetes; fi
+    if [ ! -x "$old_bin/kubectl" ]; then fetch_debian_kubectl; fi
     exec 9>&-
 fi
+old_version=$("$old_bin/kubectl" version --client -o json | python3 -c 'import json, sys; print(json.load(sys.stdin)["clientVersion"]["gitVersion"])')
 
-knative=$(GOFLAGS=-mod=mod go mod download -json "knative.dev/serving@$KNATIVE_SERVING_VERSION" \
-    | python3 -c 'import json, sys; d = json.load(sys.stdin); sys.exit(d["Error"]) if "Error" in d else print(d["Dir"])') \
-    || die "knative.dev/serving@$KNATIVE_SERVING_VERSION: download failed"
+knative=$(module_dir "knative.dev/serving@$KNATIVE_SERVING_VERSION")
 crds=$knative/config/core/300-resources
 [ -d "$crds" ] || die "no CRDs in $crds"
 
@@ -188,6 +219,7 @@ current-context: validate
 EOF
 # HOME too: kubectl would keep its caches in ~/.kube
 kubectl() { HOME=$tmp KUBECONFIG=$tmp/kubeconfig "$bin/kubectl" --cache-dir="$tmp/kube-cache" "$@"; }
+old_kubectl() { HOME=$tmp KUBECONFIG=$tmp/kubeconfig "$old_bin/kubectl" --cache-dir="$tmp/old-kube-cache" "$@"; }
 
 ready=false
 for _ in $(seq 1 240); do
@@ -214,15 +246,35 @@ kubectl wait --for condition=established --timeout=60s -f "$crds" >>"$tmp/crds.l
     || { cat "$tmp/crds.log" >&2; die "Knative Serving's CRDs not established"; }
 say "Knative Serving $KNATIVE_SERVING_VERSION CRDs established"
 
-# validate FILE: both dry runs; kubectl's messages on stderr, 1 if refused
+# The three checks: kubectl $K8S_VERSION's client dry run (the document
+# parses, the server serves its kind), Debian's kubectl's client dry run
+# (also every field against the server's OpenAPI schema, CRDs' included),
+# the server dry run (strict field validation, defaulting, admission).
+modes=(client debian-client server)
+label() {
+    case $1 in
+        client) echo "client dry run" ;;
+        debian-client) echo "client dry run, kubectl $old_version" ;;
+        server) echo "server dry run" ;;
+    esac
+}
+# dry_run MODE FILE: kubectl's answer on stdout, its status
+dry_run() {
+    case $1 in
+        client) kubectl apply --dry-run=client --validate=true -f "$2" 2>&1 ;;
+        debian-client) old_kubectl apply --dry-run=client --validate=true -f "$2" 2>&1 ;;
+        server) kubectl apply --dry-run=server --validate=true -f "$2" 2>&1 ;;
+    esac
+}
+# validate FILE: every check; kubectl's messages on stderr, 1 if refused
 validate() {
     local f=$1 mode out rc=0
-    for mode in client server; do
-        if out=$(kubectl apply --dry-run="$mode" --validate=true -f "$f" 2>&1); then
-            say "valid ($mode dry run): ${f#"$here"/}"
+    for mode in "${modes[@]}"; do
+        if out=$(dry_run "$mode" "$f"); then
+            say "valid ($(label "$mode")): ${f#"$here"/}"
         else
             printf '%s\n' "$out" >&2
-            say "REFUSED ($mode dry run): ${f#"$here"/}"
+            say "REFUSED ($(label "$mode")): ${f#"$here"/}"
             rc=1
         fi
     done
@@ -239,22 +291,19 @@ if [ $failed -gt 0 ]; then
 fi
 
 if $self_check; then
-    # Broken copies must be refused. kubectl >= 1.27 leaves the schema to
-    # the server when the server validates fields itself (as this one
-    # does), so its client dry run refuses what it checks on its own (a
-    # document that does not parse, a kind the server does not serve, a
-    # wrong type when it builds the object), and the server dry run every
-    # error: a misspelled field, a wrong type, a misspelled kind, in the
-    # Deployment, the Knative Service (its CRD's schema) and the
-    # RuntimeClass.
-    #   copy                                 refused by   from                   change
+    # Broken copies must be refused: a misspelled field, a wrong type, a
+    # misspelled kind, in the Deployment, the Knative Service (its CRD's
+    # schema) and the RuntimeClass. kubectl $K8S_VERSION's client dry run
+    # refuses only the kind (it leaves fields to the server); the two others
+    # refuse each.
+    #   copy                                 refused by                  from                   change
     broken=(
-        "misspelled-field.yaml               server       hello-deployment.yaml  s/containerPort:/containerPrt:/"
-        "wrong-type.yaml                     server       hello-deployment.yaml  s/replicas: 2/replicas: two/"
-        "misspelled-kind.yaml                client,server hello-deployment.yaml s/^kind: Deployment/kind: Deploymnet/"
-        "knative-misspelled-field.yaml       server       hello-knative.yaml     s/runtimeClassName:/runtimeClasName:/"
-        "knative-wrong-type.yaml             server       hello-knative.yaml     s/containerPort: 8080/containerPort: eighty/"
-        "runtimeclass-misspelled-field.yaml  server       runtimeclass.yaml      s/^handler:/handlr:/"
+        "misspelled-field.yaml               debian-client,server        hello-deployment.yaml  s/containerPort:/containerPrt:/"
+        "wrong-type.yaml                     debian-client,server        hello-deployment.yaml  s/replicas: 2/replicas: two/"
+        "misspelled-kind.yaml                client,debian-client,server hello-deployment.yaml  s/^kind: Deployment/kind: Deploymnet/"
+        "knative-misspelled-field.yaml       debian-client,server        hello-knative.yaml     s/runtimeClassName:/runtimeClasName:/"
+        "knative-wrong-type.yaml             debian-client,server        hello-knative.yaml     s/containerPort: 8080/containerPort: eighty/"
+        "runtimeclass-misspelled-field.yaml  debian-client,server        runtimeclass.yaml      s/^handler:/handlr:/"
     )
     mkdir -p "$tmp/broken"
     refused=0
@@ -263,14 +312,14 @@ if $self_check; then
         sed "$change" "$here/$from" >"$tmp/broken/$copy"
         cmp -s "$tmp/broken/$copy" "$here/$from" && die "the broken copy $copy is the same as $from"
         for mode in ${modes//,/ }; do
-            if out=$(kubectl apply --dry-run="$mode" --validate=true -f "$tmp/broken/$copy" 2>&1); then
-                say "a broken copy was accepted ($mode dry run): $copy ($from, $change)"
+            if out=$(dry_run "$mode" "$tmp/broken/$copy"); then
+                say "a broken copy was accepted ($(label "$mode")): $copy ($from, $change)"
                 exit 1
             fi
-            say "broken copy refused as expected ($mode dry run): $copy: $(printf '%s' "$out" | tr '\n' ' ')"
+            say "broken copy refused as expected ($(label "$mode")): $copy: $(printf '%s' "$out" | tr '\n' ' ')"
             refused=$((refused + 1))
         done
     done
     say "${#broken[@]} broken copies refused ($refused refusals)"
 fi
-say "${#manifests[@]} manifests valid (client and server dry runs; kube-apiserver $server_version, etcd $etcd_version, Knative Serving $KNATIVE_SERVING_VERSION CRDs)"
+say "${#manifests[@]} manifests valid (client dry runs of kubectl $server_version and $old_version, server dry run; kube-apiserver $server_version, etcd $etcd_version, Knative Serving $KNATIVE_SERVING_VERSION CRDs)"
