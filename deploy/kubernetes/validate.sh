@@ -2,9 +2,12 @@
 # Validates the Kubernetes manifests against a real API server: a private
 # kube-apiserver and etcd on loopback (ports picked here, certificates and
 # data in a temporary directory removed on exit), Knative Serving's CRDs
-# applied, then each manifest through `kubectl apply --dry-run=client
-# --validate=true` and `--dry-run=server` (defaulting, admission and the
-# server's strict field validation, nothing persisted).
+# applied, then each manifest through three checks: `kubectl apply
+# --dry-run=client --validate=true` with the server's kubectl and with
+# Debian's kubectl 1.20 (which checks every field against the server's
+# OpenAPI schema itself), and `kubectl apply --dry-run=server
+# --validate=true` (the server's strict field validation, defaulting and
+# admission, nothing persisted).
 #
 #   deploy/kubernetes/validate.sh            every *.yaml here, then broken
 #                                            copies that must be refused
@@ -15,11 +18,11 @@
 #
 # kube-apiserver and kubectl are built once from the Go module proxy (the
 # k8s.io/kubernetes module at $K8S_VERSION with its staging modules taken
-# at their published versions) and cached under
-# ${THAW_HOME:-/var/lib/thaw}/tools/kubernetes-$K8S_VERSION; etcd is Debian's
-# etcd-server (installed with apt-get if missing); Knative's CRDs come from
-# the knative.dev/serving module. Nothing listens on any address but
-# 127.0.0.1, and ~/.kube is not read or written.
+# at their published versions) and Debian's kubectl is unpacked from its
+# .deb, both cached under ${THAW_HOME:-/var/lib/thaw}/tools; etcd is
+# Debian's etcd-server; Knative's CRDs come from the knative.dev/serving
+# module. Nothing listens on any address but 127.0.0.1, and ~/.kube is
+# neither read nor written.
 set -eEuo pipefail
 
 K8S_VERSION=v1.32.13
@@ -45,15 +48,9 @@ else
 fi
 [ ${#manifests[@]} -gt 0 ] || die "no manifest to validate"
 
-for p in go:golang-go openssl:openssl python3:python3; do
-    command -v "${p%%:*}" >/dev/null 2>&1 || die "${p%%:*} not found (scripts/setup.sh --tests installs ${p##*:})"
+for p in go:golang-go openssl:openssl python3:python3 etcd:etcd-server apt-get:apt dpkg-deb:dpkg flock:util-linux; do
+    command -v "${p%%:*}" >/dev/null 2>&1 || die "${p%%:*} not found (Debian's ${p##*:}; scripts/setup.sh --tests installs it)"
 done
-if ! command -v etcd >/dev/null 2>&1; then
-    [ "$(id -u)" = 0 ] || die "etcd not found: install Debian's etcd-server"
-    say "installing etcd-server"
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server >/dev/null
-fi
 
 tmp=$(mktemp -d /tmp/thaw-k8s-validate.XXXXXX)
 pids=()
@@ -124,7 +121,9 @@ build_kubernetes() {
 # leaves that to a server that validates fields (as this one does).
 # Unpacked from its .deb into the cache rather than installed: another
 # kubectl (a cloud SDK's) owns /usr/bin/kubectl on some machines.
-deb_version() { apt-cache show --no-all-versions kubernetes-client 2>/dev/null | awk '/^Version:/ { print $2; exit }'; }
+deb_version() {
+    { apt-cache show --no-all-versions kubernetes-client 2>/dev/null || true; } | awk '/^Version:/ { print $2; exit }'
+}
 deb=$(deb_version)
 if [ -z "$deb" ] && [ "$(id -u)" = 0 ]; then
     apt-get update -qq
@@ -308,10 +307,10 @@ if $self_check; then
     mkdir -p "$tmp/broken"
     refused=0
     for b in "${broken[@]}"; do
-        read -r copy modes from change <<<"$b"
+        read -r copy by from change <<<"$b"
         sed "$change" "$here/$from" >"$tmp/broken/$copy"
         cmp -s "$tmp/broken/$copy" "$here/$from" && die "the broken copy $copy is the same as $from"
-        for mode in ${modes//,/ }; do
+        for mode in ${by//,/ }; do
             if out=$(dry_run "$mode" "$tmp/broken/$copy"); then
                 say "a broken copy was accepted ($(label "$mode")): $copy ($from, $change)"
                 exit 1
