@@ -116,9 +116,10 @@ build_kubernetes() {
     say "built $bin in $((SECONDS - start)) s"
 }
 
-# Debian's kubectl (kubernetes-client, 1.20): a kubectl before 1.24 checks
-# every field against the server's OpenAPI schema itself, where a newer one
-# leaves that to a server that validates fields (as this one does).
+# Debian's kubectl (kubernetes-client, 1.20) checks every field against the
+# server's OpenAPI schema itself, where kubectl 1.32 leaves that to a server
+# with server-side field validation (as this one has): its client dry run
+# checks no field.
 # Unpacked from its .deb into the cache rather than installed: another
 # kubectl (a cloud SDK's) owns /usr/bin/kubectl on some machines.
 deb_version() {
