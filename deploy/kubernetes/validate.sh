@@ -25,6 +25,8 @@
 # neither read nor written.
 set -eEuo pipefail
 
+# Go >= 1.21 fetches the toolchain a module asks for (1.23 here)
+export GOTOOLCHAIN=auto
 K8S_VERSION=v1.32.13
 KNATIVE_SERVING_VERSION=v0.42.2
 
@@ -109,7 +111,7 @@ build_kubernetes() {
     for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
         ld+=" -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean"
     done
-    (cd "$src" && GOWORK=off GOTOOLCHAIN=auto GOFLAGS=-mod=mod \
+    (cd "$src" && GOWORK=off GOFLAGS="-mod=mod -buildvcs=false" \
         go build -trimpath -ldflags "$ld" -o "$work/bin/" ./cmd/kube-apiserver ./cmd/kubectl)
     "$work/bin/kube-apiserver" --version >/dev/null
     install_work "$bin"
