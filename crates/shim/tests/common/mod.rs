@@ -85,6 +85,24 @@ impl Daemon {
         r
     }
 
+    /// The running daemon's state (its locks, as a test holds them).
+    pub fn app(&self) -> std::sync::Arc<thaw_server::App> {
+        self.running.as_ref().expect("running").app.clone()
+    }
+
+    /// `DELETE /v1/functions/NAME`, which must succeed.
+    pub fn delete(&self, name: &str) {
+        let r = Client::new(Target::Unix(self.socket()))
+            .request("DELETE", &format!("/v1/functions/{name}"), None)
+            .unwrap();
+        assert_eq!(
+            r.status,
+            204,
+            "DELETE {name}: {}",
+            String::from_utf8_lossy(&r.body)
+        );
+    }
+
     /// `GET /v1/functions/NAME`.
     pub fn function(&self, name: &str) -> serde_json::Value {
         self.get(&format!("/v1/functions/{name}")).json().unwrap()
