@@ -645,6 +645,12 @@ fn cap_queue_429_and_concurrent_restores() {
 fn bad_requests_get_clear_errors_and_the_daemon_keeps_serving() {
     let d = Daemon::start(test_config("bad"));
     let ok_src = "def handler(event):\n    return event\n";
+    // a good deploy request with one field set to `v`
+    let with = |k: &str, v: Value| {
+        let mut r = file_deploy("a", "m.handler", ok_src);
+        r[k] = v;
+        serde_json::to_vec(&r).unwrap()
+    };
     let cases: Vec<(&str, Vec<u8>, u16, &str)> = vec![
         (
             "malformed JSON",
@@ -654,67 +660,37 @@ fn bad_requests_get_clear_errors_and_the_daemon_keeps_serving() {
         ),
         (
             "unknown field",
-            serde_json::to_vec(&{
-                let mut r = file_deploy("a", "m.handler", ok_src);
-                r["colour"] = json!("blue");
-                r
-            })
-            .unwrap(),
+            with("colour", json!("blue")),
             400,
             "unknown field",
         ),
         (
             "wrong type",
-            serde_json::to_vec(&{
-                let mut r = file_deploy("a", "m.handler", ok_src);
-                r["memory_mb"] = json!("lots");
-                r
-            })
-            .unwrap(),
+            with("memory_mb", json!("lots")),
             400,
             "invalid type",
         ),
         (
             "a CPU quota the kernel would not take",
-            serde_json::to_vec(&{
-                let mut r = file_deploy("a", "m.handler", ok_src);
-                r["cpu_millis"] = json!(5);
-                r
-            })
-            .unwrap(),
+            with("cpu_millis", json!(5)),
             400,
             "cpu_millis must be in 10..=",
         ),
         (
             "no CPU weight",
-            serde_json::to_vec(&{
-                let mut r = file_deploy("a", "m.handler", ok_src);
-                r["cpu_weight"] = json!(0);
-                r
-            })
-            .unwrap(),
+            with("cpu_weight", json!(0)),
             400,
             "cpu_weight must be in 1..=10000",
         ),
         (
             "a CPU weight past cgroup v2's",
-            serde_json::to_vec(&{
-                let mut r = file_deploy("a", "m.handler", ok_src);
-                r["cpu_weight"] = json!(10_001);
-                r
-            })
-            .unwrap(),
+            with("cpu_weight", json!(10_001)),
             400,
             "cpu_weight must be in 1..=10000",
         ),
         (
             "a CPU weight that is no number",
-            serde_json::to_vec(&{
-                let mut r = file_deploy("a", "m.handler", ok_src);
-                r["cpu_weight"] = json!(-5);
-                r
-            })
-            .unwrap(),
+            with("cpu_weight", json!(-5)),
             400,
             "invalid value: integer `-5`",
         ),
@@ -3249,17 +3225,34 @@ fn answered_within(
         .unwrap_or_else(|_| panic!("{method} {path}: no answer within {secs} s"))
 }
 
-#[test]
-fn a_snapshot_move_waiting_for_a_restore_holds_up_no_request() {
-    let mut cfg = test_config("switch");
-    cfg.limits.lock_wait_ms = 1500;
+/// A daemon of `cfg` with function `name` (source `src`) deployed with
+/// mmap on tmpfs: the daemon, the deploy request, the daemon's state and
+/// the deployed version.
+fn deployed_on_tmpfs(
+    cfg: Config,
+    name: &str,
+    src: &str,
+) -> (
+    Daemon,
+    Value,
+    std::sync::Arc<thaw_server::App>,
+    std::sync::Arc<thaw_server::pool::FnVersion>,
+) {
     let d = Daemon::start(cfg);
-    let mut req = file_deploy("s", "m.handler", "def handler(e):\n    return e\n");
+    let mut req = file_deploy(name, "m.handler", src);
     req["tier"] = json!("tmpfs");
     req["strategy"] = json!("mmap");
     deploy(&d, &req);
     let app = d.running.as_ref().unwrap().app.clone();
-    let v = app.function("s").expect("deployed");
+    let v = app.function(name).expect("deployed");
+    (d, req, app, v)
+}
+
+#[test]
+fn a_snapshot_move_waiting_for_a_restore_holds_up_no_request() {
+    let mut cfg = test_config("switch");
+    cfg.limits.lock_wait_ms = 1500;
+    let (d, req, app, v) = deployed_on_tmpfs(cfg, "s", "def handler(e):\n    return e\n");
     // a restore opening the snapshot holds the version's snapshot so (a
     // slot wait, a stream from the remote tier: up to a minute)
     let restoring = v.placed.read().unwrap();
@@ -3344,13 +3337,8 @@ fn a_snapshot_move_waiting_for_a_restore_holds_up_no_request() {
 fn a_redeploy_during_a_snapshot_transfer_is_served_and_the_move_gives_way() {
     let mut cfg = test_config("transfer");
     cfg.limits.lock_wait_ms = 1500;
-    let d = Daemon::start(cfg);
-    let mut req = file_deploy("t", "m.handler", "def handler(e):\n    return ['v1', e]\n");
-    req["tier"] = json!("tmpfs");
-    req["strategy"] = json!("mmap");
-    deploy(&d, &req);
-    let app = d.running.as_ref().unwrap().app.clone();
-    let v = app.function("t").expect("deployed");
+    let (d, mut req, app, v) =
+        deployed_on_tmpfs(cfg, "t", "def handler(e):\n    return ['v1', e]\n");
     // the mover's transfer, held after its copy for as long as the test
     // needs (a long transfer to or from the remote tier)
     let (copied_tx, copied_rx) = std::sync::mpsc::channel();
@@ -3418,13 +3406,7 @@ fn a_redeploy_during_a_snapshot_transfer_is_served_and_the_move_gives_way() {
 fn a_switch_that_restores_hold_off_gives_up_and_leaves_the_snapshot_readable() {
     let mut cfg = test_config("giveup");
     cfg.limits.switch_wait_ms = 400;
-    let d = Daemon::start(cfg);
-    let mut req = file_deploy("g", "m.handler", "def handler(e):\n    return ['g', e]\n");
-    req["tier"] = json!("tmpfs");
-    req["strategy"] = json!("mmap");
-    deploy(&d, &req);
-    let app = d.running.as_ref().unwrap().app.clone();
-    let v = app.function("g").expect("deployed");
+    let (d, _, app, v) = deployed_on_tmpfs(cfg, "g", "def handler(e):\n    return ['g', e]\n");
     let before = v.placed().unwrap();
     // a restore opening the snapshot for longer than the switch may wait
     let restoring = v.placed.read().unwrap();

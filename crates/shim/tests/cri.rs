@@ -682,12 +682,7 @@ fn a_pod_whose_function_is_busy_on_the_daemon_starts_once_it_is_free() {
     cri.remove(&pod.id);
     // the next pod of the image deploys the function again, while another
     // deploy of it (or a snapshot move's switch) holds its lock for 3 s
-    daemon.delete(&name);
-    let held = daemon
-        .app()
-        .deploy_lock(&name)
-        .try_lock_owned()
-        .expect("the function's lock is free");
+    let held = daemon.delete_and_hold(&name);
     let t = Instant::now();
     let release = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_secs(3));
@@ -732,12 +727,7 @@ fn the_shims_deploy_gives_up_on_a_busy_daemon_at_its_deadline_naming_the_functio
     let name = deploy(Duration::from_secs(10))
         .expect("a first deploy")
         .name;
-    daemon.delete(&name);
-    let held = daemon
-        .app()
-        .deploy_lock(&name)
-        .try_lock_owned()
-        .expect("the function's lock is free");
+    let held = daemon.delete_and_hold(&name);
     let t = Instant::now();
     let e = deploy(Duration::from_millis(2500))
         .err()

@@ -85,22 +85,19 @@ impl Daemon {
         r
     }
 
-    /// The running daemon's state (its locks, as a test holds them).
-    pub fn app(&self) -> std::sync::Arc<thaw_server::App> {
-        self.running.as_ref().expect("running").app.clone()
-    }
-
-    /// `DELETE /v1/functions/NAME`, which must succeed.
-    pub fn delete(&self, name: &str) {
+    /// Deletes function `name` (`DELETE /v1/functions/NAME`, which must
+    /// succeed), then holds its deploy lock as another deploy of it would:
+    /// the next deploy of it waits, then is answered 503 `busy`.
+    pub fn delete_and_hold(&self, name: &str) -> tokio::sync::OwnedMutexGuard<()> {
         let r = Client::new(Target::Unix(self.socket()))
             .request("DELETE", &format!("/v1/functions/{name}"), None)
             .unwrap();
-        assert_eq!(
-            r.status,
-            204,
-            "DELETE {name}: {}",
-            String::from_utf8_lossy(&r.body)
-        );
+        let body = String::from_utf8_lossy(&r.body);
+        assert_eq!(r.status, 204, "DELETE {name}: {body}");
+        let app = self.running.as_ref().expect("running").app.clone();
+        app.deploy_lock(name)
+            .try_lock_owned()
+            .expect("the function's lock is free")
     }
 
     /// `GET /v1/functions/NAME`.
