@@ -1,5 +1,5 @@
-//! cgroup v1 memory and pids limits for one sandbox, and its CPU quota if
-//! it has one.
+//! cgroup v1 memory and pids limits for one sandbox, and its CPU quota and
+//! weight if it has them.
 use crate::error::{HostError, Result};
 use std::fs;
 use std::path::PathBuf;
@@ -9,6 +9,30 @@ const ROOT: &str = "/sys/fs/cgroup";
 const CONTROLLERS: [&str; 3] = ["memory", "pids", "cpu"];
 /// The CFS period a sandbox's CPU quota is given over.
 const CPU_PERIOD_US: u64 = 100_000;
+/// cgroup v2's `cpu.weight` range (its default is 100).
+pub const CPU_WEIGHT_MIN: u64 = 1;
+pub const CPU_WEIGHT_MAX: u64 = 10_000;
+/// cgroup v1's `cpu.shares` range, as the OCI spec and runc take it.
+const SHARES_MIN: u64 = 2;
+const SHARES_MAX: u64 = 262_144;
+
+/// The cgroup v2 `cpu.weight` of cgroup v1 `cpu.shares` (an OCI spec's
+/// `linux.resources.cpu.shares`, the kubelet's CPU request), as runc and
+/// containerd convert it: `1 + ((shares - 2) * 9999) / 262142`, with
+/// shares clamped to 2..=262144 first.
+pub fn cpu_weight_of_shares(shares: u64) -> u64 {
+    let s = shares.clamp(SHARES_MIN, SHARES_MAX);
+    1 + ((s - SHARES_MIN) * (CPU_WEIGHT_MAX - 1)) / (SHARES_MAX - SHARES_MIN)
+}
+
+/// The cgroup v1 `cpu.shares` a sandbox with `cpu.weight` `weight` gets
+/// (this host's cpu controller is v1): the inverse of
+/// [`cpu_weight_of_shares`], rounded up so that converting back gives
+/// `weight` again.
+pub fn shares_of_cpu_weight(weight: u64) -> u64 {
+    let w = weight.clamp(CPU_WEIGHT_MIN, CPU_WEIGHT_MAX);
+    SHARES_MIN + ((w - 1) * (SHARES_MAX - SHARES_MIN)).div_ceil(CPU_WEIGHT_MAX - 1)
+}
 
 /// The `thaw` directories under each controller sandboxes' cgroups live in.
 pub(crate) fn hierarchies() -> Vec<PathBuf> {
@@ -27,28 +51,32 @@ pub struct Cgroups {
 impl Cgroups {
     /// Creates `thaw/<name>` under the memory and pids hierarchies, and
     /// under the cpu one with a CFS quota of `cpu_millis` thousandths of a
-    /// CPU if given.
+    /// CPU and the `cpu.shares` of `cpu_weight` (cgroup v2 units, see
+    /// [`shares_of_cpu_weight`]) if given.
     pub fn create(
         name: &str,
         memory_bytes: u64,
         pids_max: u64,
         cpu_millis: Option<u64>,
+        cpu_weight: Option<u64>,
     ) -> Result<Cgroups> {
         let mut cg = Cgroups { dirs: Vec::new() };
         let mut settings = vec![
             ("memory", vec![("memory.limit_in_bytes", memory_bytes)]),
             ("pids", vec![("pids.max", pids_max)]),
         ];
+        let mut cpu = Vec::new();
         if let Some(m) = cpu_millis {
             // the kernel takes no quota under 1 ms per period
             let quota = (m * CPU_PERIOD_US / 1000).max(1000);
-            settings.push((
-                "cpu",
-                vec![
-                    ("cpu.cfs_period_us", CPU_PERIOD_US),
-                    ("cpu.cfs_quota_us", quota),
-                ],
-            ));
+            cpu.push(("cpu.cfs_period_us", CPU_PERIOD_US));
+            cpu.push(("cpu.cfs_quota_us", quota));
+        }
+        if let Some(w) = cpu_weight {
+            cpu.push(("cpu.shares", shares_of_cpu_weight(w)));
+        }
+        if !cpu.is_empty() {
+            settings.push(("cpu", cpu));
         }
         for (ctrl, files) in settings {
             let hier = PathBuf::from(ROOT).join(ctrl);
@@ -74,14 +102,27 @@ impl Cgroups {
     /// The sandbox's CFS quota in thousandths of a CPU (None: unlimited,
     /// or no cpu cgroup).
     pub fn cpu_millis(&self) -> Option<u64> {
+        let (quota, period) = (
+            self.cpu_file("cpu.cfs_quota_us")?,
+            self.cpu_file("cpu.cfs_period_us")?,
+        );
+        (quota > 0 && period > 0).then(|| quota as u64 * 1000 / period as u64)
+    }
+
+    /// The sandbox's CPU weight (cgroup v2 units) as its cgroup's
+    /// `cpu.shares` has it (None: no cpu cgroup, so the host's default).
+    pub fn cpu_weight(&self) -> Option<u64> {
+        let shares = self.cpu_file("cpu.shares")?;
+        (shares > 0).then(|| cpu_weight_of_shares(shares as u64))
+    }
+
+    /// A number from one of the cpu controller's files.
+    fn cpu_file(&self, file: &str) -> Option<i64> {
         let d = self
             .dirs
             .iter()
             .find(|d| d.starts_with(format!("{ROOT}/cpu")))?;
-        let read =
-            |f: &str| -> Option<i64> { fs::read_to_string(d.join(f)).ok()?.trim().parse().ok() };
-        let (quota, period) = (read("cpu.cfs_quota_us")?, read("cpu.cfs_period_us")?);
-        (quota > 0 && period > 0).then(|| quota as u64 * 1000 / period as u64)
+        fs::read_to_string(d.join(file)).ok()?.trim().parse().ok()
     }
 
     /// Files a child's pid goes into before it runs anything.
@@ -165,5 +206,28 @@ impl Cgroups {
 impl Drop for Cgroups {
     fn drop(&mut self) {
         self.remove();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shares_and_weights_convert_as_runc_does_and_back() {
+        // runc's figures: the kubelet's 2 shares (no request), 1024 (one
+        // CPU), 262144 (the most)
+        assert_eq!(cpu_weight_of_shares(2), 1);
+        assert_eq!(cpu_weight_of_shares(1024), 39);
+        assert_eq!(cpu_weight_of_shares(512), 20);
+        assert_eq!(cpu_weight_of_shares(262_144), 10_000);
+        // out of range: clamped
+        assert_eq!(cpu_weight_of_shares(0), 1);
+        assert_eq!(cpu_weight_of_shares(1 << 30), 10_000);
+        for w in CPU_WEIGHT_MIN..=CPU_WEIGHT_MAX {
+            let s = shares_of_cpu_weight(w);
+            assert!((SHARES_MIN..=SHARES_MAX).contains(&s), "{w}: {s}");
+            assert_eq!(cpu_weight_of_shares(s), w, "{w} -> {s} shares");
+        }
     }
 }

@@ -9,7 +9,7 @@
 //! strategy from `thaw-memory`.
 
 pub mod agent;
-mod cgroup;
+pub mod cgroup;
 pub mod checkpoint;
 pub mod cleanup;
 mod cmsg;
@@ -61,6 +61,10 @@ pub struct SandboxConfig {
     /// CPU time the sandbox's processes may use together, in thousandths
     /// of a CPU (a CFS quota in the cpu cgroup); None: unlimited.
     pub cpu_millis: Option<u64>,
+    /// The sandbox's CPU weight against other cgroups under contention,
+    /// in cgroup v2 `cpu.weight` units (1..=10000; see
+    /// [`cgroup::shares_of_cpu_weight`]); None: the host's default.
+    pub cpu_weight: Option<u64>,
     pub tmp_bytes: u64,
     /// Size of the private /dev/shm.
     pub shm_bytes: u64,
@@ -101,6 +105,7 @@ impl Default for SandboxConfig {
             memory_bytes: 1 << 30,
             pids_max: 32,
             cpu_millis: None,
+            cpu_weight: None,
             tmp_bytes: 64 << 20,
             shm_bytes: 64 << 20,
             open_files: 256,
@@ -211,7 +216,13 @@ impl Slot {
         // A uid per sandbox, unique across workers: even a compromised
         // runtime cannot signal or read another sandbox's files or processes.
         let uid = uid::UidLease::acquire()?;
-        let cgroups = Cgroups::create(&id, cfg.memory_bytes, cfg.pids_max, cfg.cpu_millis)?;
+        let cgroups = Cgroups::create(
+            &id,
+            cfg.memory_bytes,
+            cfg.pids_max,
+            cfg.cpu_millis,
+            cfg.cpu_weight,
+        )?;
         thaw_store::secure::ensure_private_dir(&cfg.log_dir)
             .with_context(|| format!("sandbox log directory {}", cfg.log_dir.display()))?;
         let log_path = cfg.log_dir.join(format!("{id}.log"));
@@ -492,6 +503,12 @@ impl Sandbox {
     /// it (None: unlimited).
     pub fn cpu_millis(&self) -> Option<u64> {
         self.cgroups.cpu_millis()
+    }
+
+    /// The sandbox's CPU weight (cgroup v2 units), as its cgroup has it
+    /// (None: the host's default).
+    pub fn cpu_weight(&self) -> Option<u64> {
+        self.cgroups.cpu_weight()
     }
 
     /// Peak memory of the sandbox's cgroup.

@@ -10,6 +10,14 @@ use crate::pool::{FnVersion, Pool};
 use crate::registry::Registry;
 use crate::{logs, metrics, stored};
 
+/// One function's lock (its deploys, or its snapshot moves).
+pub type FnLock = Arc<tokio::sync::Mutex<()>>;
+
+fn lock_of(locks: &Mutex<HashMap<String, FnLock>>, name: &str) -> FnLock {
+    let mut locks = locks.lock().unwrap_or_else(|p| p.into_inner());
+    locks.entry(name.to_string()).or_default().clone()
+}
+
 /// Everything the handlers share.
 pub struct App {
     pub cfg: Config,
@@ -18,7 +26,11 @@ pub struct App {
     pub registry: Registry,
     pub metrics: Arc<metrics::Metrics>,
     pub functions: RwLock<HashMap<String, Arc<FnVersion>>>,
-    pub deploy_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    pub deploy_locks: Mutex<HashMap<String, FnLock>>,
+    /// Held by the mover for a whole snapshot move of the function (copy
+    /// and switch), and by a delete: a delete then a redeploy would take
+    /// the snapshot's name again while the move still writes it.
+    pub move_locks: Mutex<HashMap<String, FnLock>>,
     pub rings: Mutex<HashMap<String, Arc<logs::Ring>>>,
     pub draining: AtomicBool,
     /// Held by the mover for each snapshot move (a stop waits for it).
@@ -45,10 +57,15 @@ impl App {
         }
     }
 
-    /// One deploy, delete or snapshot move of a function at a time.
-    pub fn deploy_lock(&self, name: &str) -> Arc<tokio::sync::Mutex<()>> {
-        let mut locks = self.deploy_locks.lock().unwrap_or_else(|p| p.into_inner());
-        locks.entry(name.to_string()).or_default().clone()
+    /// One deploy, delete or snapshot switch of a function at a time (a
+    /// move's copy runs without it: deploys go on meanwhile).
+    pub fn deploy_lock(&self, name: &str) -> FnLock {
+        lock_of(&self.deploy_locks, name)
+    }
+
+    /// One snapshot move or delete of a function at a time.
+    pub fn move_lock(&self, name: &str) -> FnLock {
+        lock_of(&self.move_locks, name)
     }
 
     /// Removes the image roots no version names any more (`crate::roots::gc`).

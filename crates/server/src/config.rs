@@ -158,9 +158,14 @@ pub struct Limits {
     /// Deploy: how long import + init (+ the sample event) may take.
     pub init_timeout_ms: u64,
     /// Deploy and delete: how long one waits for the function's lock, held
-    /// by another deploy or delete of it or by a snapshot move (a transfer
-    /// to or from the remote tier); past it: 503 `busy`.
+    /// by another deploy or delete of it or by a snapshot move (a delete
+    /// waits for a whole transfer, to or from the remote tier too; a deploy
+    /// only for the move's switch); past it: 503 `busy`.
     pub lock_wait_ms: u64,
+    /// How long a snapshot move's switch to the new copy waits for the
+    /// restores still opening the old one; past it the move is given up
+    /// (the copy made is removed, the snapshot stays where it was).
+    pub switch_wait_ms: u64,
     /// Each instance's log ring on disk (a function keeps its newest 16).
     pub log_bytes: u64,
     /// One invocation's captured output (the rest is cut, with a note).
@@ -193,6 +198,7 @@ impl Default for Limits {
             max_memory_mb: 8192,
             init_timeout_ms: 120_000,
             lock_wait_ms: 60_000,
+            switch_wait_ms: 90_000,
             log_bytes: 1 << 20,
             invocation_log_bytes: 64 << 10,
             prewarm_max: 64,

@@ -12,6 +12,7 @@ use thaw_runtime::Runtime;
 use thaw_sandbox::{StartStrategy, StrategyKind};
 use thaw_store::Snapshot;
 use thaw_worker::{RestoreRequest, UserFunction};
+use tokio::sync::OwnedMutexGuard;
 
 use crate::app::App;
 use crate::archive::{self, Format};
@@ -73,6 +74,9 @@ impl From<tiering::Error> for Error {
 /// at least 1 ms per 100 ms period), and the largest accepted.
 pub const MIN_CPU_MILLIS: u64 = 10;
 pub const MAX_CPU_MILLIS: u64 = 1_000_000;
+/// A function's CPU weight range (cgroup v2 `cpu.weight` units), and the
+/// conversion of a container's CPU shares to it (the shim's).
+pub use thaw_sandbox::cgroup::{cpu_weight_of_shares, CPU_WEIGHT_MAX, CPU_WEIGHT_MIN};
 
 /// `POST /v1/functions`.
 #[derive(Debug, Deserialize)]
@@ -96,6 +100,9 @@ pub struct DeployRequest {
     pub memory_mb: Option<u64>,
     /// CPU quota of each instance, in thousandths of a CPU (none: unlimited).
     pub cpu_millis: Option<u64>,
+    /// CPU weight of each instance against others under contention, in
+    /// cgroup v2 `cpu.weight` units (none: the host's default).
+    pub cpu_weight: Option<u64>,
     pub timeout_ms: Option<u64>,
     pub max_instances: Option<u32>,
     #[serde(default)]
@@ -292,6 +299,13 @@ pub async fn run(app: &Arc<App>, req: DeployRequest) -> Result<(Record, bool), E
             )));
         }
     }
+    if let Some(w) = req.cpu_weight {
+        if !(CPU_WEIGHT_MIN..=CPU_WEIGHT_MAX).contains(&w) {
+            return Err(bad(format!(
+                "cpu_weight must be in {CPU_WEIGHT_MIN}..={CPU_WEIGHT_MAX} (cgroup v2 cpu.weight)"
+            )));
+        }
+    }
     let timeout_ms = req.timeout_ms.unwrap_or(lim.default_timeout_ms);
     if !(1..=lim.max_timeout_ms).contains(&timeout_ms) {
         return Err(bad(format!(
@@ -376,7 +390,7 @@ pub async fn run(app: &Arc<App>, req: DeployRequest) -> Result<(Record, bool), E
     };
 
     // one deploy per function at a time; invocations keep running meanwhile
-    let _guard = lock_function(app, &req.name).await?;
+    let _guard = lock_function(app, &req.name, false).await?;
     let app2 = app.clone();
     let replaced = app
         .functions
@@ -470,6 +484,7 @@ fn build(
             secret_env: req.secret_env.keys().cloned().collect(),
             memory_mb,
             cpu_millis: req.cpu_millis,
+            cpu_weight: req.cpu_weight,
             timeout_ms,
             max_instances,
             strategy,
@@ -860,6 +875,7 @@ pub fn user_function(
             .collect(),
         memory_bytes: rec.memory_mb << 20,
         cpu_millis: rec.cpu_millis,
+        cpu_weight: rec.cpu_weight,
         egress,
         root: rec.root.as_ref().map(|r| thaw_worker::FunctionRoot {
             path: crate::roots::root_path(&app.cfg, &r.key),
@@ -1056,12 +1072,25 @@ pub fn sandbox_pool(
         .ok()
 }
 
-/// The function's deploy lock, waited for at most `limits.lock_wait_ms`:
-/// the mover holds it for a whole transfer (to or from the remote tier
-/// too), and a request answers `Busy` rather than wait behind it unbounded.
-async fn lock_function(app: &App, name: &str) -> Result<tokio::sync::OwnedMutexGuard<()>, Error> {
-    let wait = std::time::Duration::from_millis(app.cfg.limits.lock_wait_ms);
-    tokio::time::timeout(wait, app.deploy_lock(name).lock_owned())
+/// The function's deploy lock (and its move lock too for a delete), waited
+/// for at most `limits.lock_wait_ms` in all: a snapshot move holds the
+/// move lock for a whole transfer (to or from the remote tier too) and the
+/// deploy lock for its switch, and a request answers `Busy` rather than
+/// wait behind them unbounded.
+async fn lock_function(
+    app: &App,
+    name: &str,
+    moves_too: bool,
+) -> Result<(Option<OwnedMutexGuard<()>>, OwnedMutexGuard<()>), Error> {
+    let wait = Duration::from_millis(app.cfg.limits.lock_wait_ms);
+    let locked = async {
+        let moving = match moves_too {
+            true => Some(app.move_lock(name).lock_owned().await),
+            false => None,
+        };
+        (moving, app.deploy_lock(name).lock_owned().await)
+    };
+    tokio::time::timeout(wait, locked)
         .await
         .map_err(|_| Error::Busy {
             name: name.to_string(),
@@ -1071,7 +1100,7 @@ async fn lock_function(app: &App, name: &str) -> Result<tokio::sync::OwnedMutexG
 
 /// Removes a function: instances, every version's code and snapshot.
 pub async fn delete(app: &Arc<App>, name: &str) -> Result<(), Error> {
-    let _guard = lock_function(app, name).await?;
+    let _guard = lock_function(app, name, true).await?;
     let removed = app
         .functions
         .write()

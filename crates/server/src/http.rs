@@ -265,6 +265,7 @@ pub fn describe(v: &FnVersion, live: u32, idle: u32) -> Value {
         "secret_env": r.secret_env,
         "memory_mb": r.memory_mb,
         "cpu_millis": r.cpu_millis,
+        "cpu_weight": r.cpu_weight,
         "timeout_ms": r.timeout_ms,
         "max_instances": r.max_instances,
         "strategy": r.strategy,

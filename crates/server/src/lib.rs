@@ -146,8 +146,7 @@ pub fn open(cfg: Config) -> Result<Arc<App>> {
         metrics.clone(),
         cfg.snapshot_tiers.clone(),
         cfg.policy_config()?,
-        cfg.limits.queue_per_function,
-        cfg.limits.invocation_log_bytes,
+        &cfg.limits,
         mover_tx,
     )?);
     let app = Arc::new(App {
@@ -158,6 +157,7 @@ pub fn open(cfg: Config) -> Result<Arc<App>> {
         metrics,
         functions: RwLock::new(HashMap::new()),
         deploy_locks: Mutex::new(HashMap::new()),
+        move_locks: Mutex::new(HashMap::new()),
         rings: Mutex::new(HashMap::new()),
         draining: AtomicBool::new(false),
         mover_busy: Mutex::new(()),

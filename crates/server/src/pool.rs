@@ -27,10 +27,6 @@ use thaw_tiers::stream::Stream;
 /// How long a restore waits for one of its tier's restore slots.
 const SLOT_WAIT: Duration = Duration::from_secs(60);
 
-/// How long a switch of a version's snapshot waits for the restores still
-/// opening the old copy (each holds it for its slot wait and its opening).
-pub const SWITCH_WAIT: Duration = Duration::from_secs(90);
-
 /// Why the pool could not be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum PoolError {
@@ -257,6 +253,9 @@ pub struct Pool {
     epoch: Instant,
     queue_cap: u32,
     log_cap: u64,
+    /// how long a switch of a version's snapshot waits for the restores
+    /// still opening the old copy (`limits.switch_wait_ms`)
+    switch_wait: Duration,
     /// instance threads alive (each owns a sandbox until it ends)
     threads: Arc<std::sync::atomic::AtomicUsize>,
     /// Function names whose snapshot placement changed (see `crate::tiering`).
@@ -287,6 +286,8 @@ struct InstanceUsage {
     cpu_ns: u64,
     /// its cgroup's CPU quota (thousandths of a CPU)
     cpu_millis: Option<u64>,
+    /// its cgroup's CPU weight (cgroup v2 units)
+    cpu_weight: Option<u64>,
 }
 
 /// What a function's instances on this daemon use (`GET
@@ -302,6 +303,9 @@ pub struct FunctionUsage {
     pub cpu_ns: u64,
     /// the CPU quota their cgroups have (none: unlimited)
     pub cpu_millis: Option<u64>,
+    /// the CPU weight their cgroups have, cgroup v2 units (none: no cpu
+    /// cgroup of their own, so the host's default)
+    pub cpu_weight: Option<u64>,
 }
 
 /// RAM a deploy's sandbox holds in the policy's budget until it is gone.
@@ -358,8 +362,7 @@ impl Pool {
         metrics: Arc<Metrics>,
         tiers: SnapshotTiers,
         policy: thaw_policy::Config,
-        queue_cap: u32,
-        log_cap: u64,
+        limits: &crate::config::Limits,
         mover: mpsc::Sender<String>,
     ) -> Result<Pool, PoolError> {
         let engine = Engine::new(policy)?;
@@ -387,8 +390,9 @@ impl Pool {
             tiers,
             slot_tiers: Arc::new(slot_tiers),
             epoch: Instant::now(),
-            queue_cap,
-            log_cap,
+            queue_cap: limits.queue_per_function,
+            log_cap: limits.invocation_log_bytes,
+            switch_wait: Duration::from_millis(limits.switch_wait_ms),
             threads: Arc::default(),
             xdt: std::sync::OnceLock::new(),
         })
@@ -601,6 +605,7 @@ impl Pool {
                 out.memory_bytes += u.memory_bytes;
                 out.cpu_ns += u.cpu_ns;
                 out.cpu_millis = out.cpu_millis.or(u.cpu_millis);
+                out.cpu_weight = out.cpu_weight.or(u.cpu_weight);
             }
         }
         out
@@ -830,7 +835,7 @@ impl Pool {
                         instance: name.clone(),
                         function: vv.rec.name.clone(),
                         last: InstanceUsage::default(),
-                        cpu_millis: None,
+                        cpu: None,
                     },
                     xdt,
                     slot_tiers,
@@ -980,21 +985,29 @@ struct MemoryGauge {
     instance: String,
     function: String,
     last: InstanceUsage,
-    /// its cgroup's CPU quota, read at the first measure: it is set when
-    /// the sandbox is made and never changes
-    cpu_millis: Option<Option<u64>>,
+    /// its cgroup's CPU quota and weight, read at the first measure: they
+    /// are set when the sandbox is made and never change
+    cpu: Option<(Option<u64>, Option<u64>)>,
 }
 
 impl MemoryGauge {
+    fn cpu_of(&mut self, sb: &thaw_sandbox::Sandbox) -> (Option<u64>, Option<u64>) {
+        *self
+            .cpu
+            .get_or_insert_with(|| (sb.cpu_millis(), sb.cpu_weight()))
+    }
+
     fn set(&mut self, sb: &thaw_sandbox::Sandbox) {
         // a mmap restore's pages are the tier's page cache, charged to
         // whoever first read them, not to this sandbox: its RSS shows them
         let rss = sb.rss_kb().ok().map(|kb| kb << 10);
+        let (cpu_millis, cpu_weight) = self.cpu_of(sb);
         self.last = InstanceUsage {
             memory_bytes: sb.memory_usage().max(rss).unwrap_or(0),
             // a process gone between two reads keeps its last figure
             cpu_ns: sb.cpu_ns().unwrap_or(self.last.cpu_ns),
-            cpu_millis: *self.cpu_millis.get_or_insert_with(|| sb.cpu_millis()),
+            cpu_millis,
+            cpu_weight,
         };
         let mut m = self.measured.lock().unwrap_or_else(|p| p.into_inner());
         m.live
@@ -1289,10 +1302,14 @@ fn keep_shared(
                 tier: keep.tier.clone(),
                 stored: Stored::Local(snap),
             };
-            if v.switch_placed(kept, SWITCH_WAIT).is_err() {
+            // the pool is not held through the wait (a stop drops it)
+            let Some(wait) = pool.upgrade().map(|p| p.switch_wait) else {
+                return;
+            };
+            if let Err(waited) = v.switch_placed(kept, wait) {
                 // restores stream the shared copy still; the kept one is
                 // found again at the next start (`tiering::locate`)
-                tracing::warn!(function = %v.rec.name, "kept the shared snapshot on this node, yet restores held the shared copy past {SWITCH_WAIT:?}: they stream it still");
+                tracing::warn!(function = %v.rec.name, "kept the shared snapshot on this node, yet restores held the shared copy past {waited:?}: they stream it still");
                 return;
             }
             tracing::info!(function = %v.rec.name, tier = %keep.tier, "kept the shared snapshot on this node");

@@ -69,6 +69,9 @@ pub struct Record {
     /// CPU quota of each instance, thousandths of a CPU (none: unlimited).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_millis: Option<u64>,
+    /// CPU weight of each instance, cgroup v2 units (none: the default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_weight: Option<u64>,
     pub timeout_ms: u64,
     pub max_instances: u32,
     /// How new instances start: restored with a strategy, or booted (on

@@ -11,10 +11,15 @@
 //! request path, with the journaled copy of `thaw_tiers::moves` (under the
 //! store's deploy lock, with an atomic publish), then switches the function's
 //! restores to the new copy (once no restore is opening the old one, waiting
-//! at most `pool::SWITCH_WAIT`, else the move is given up) and removes the
-//! old one. Deploys and deletes of the same function wait for it (the
-//! daemon's per-function deploy lock) at most `limits.lock_wait_ms`, then
-//! answer 503 `busy`; lookups, invocations and prewarms do not wait for it.
+//! at most `limits.switch_wait_ms`, else the move is given up and the copy
+//! removed) and removes the old one. The whole move holds the function's
+//! move lock; only the switch (and the removal of the old copy) holds its
+//! deploy lock too, and a move whose version a deploy replaced meanwhile is
+//! given up. A deploy of the same function so waits only for a switch, a
+//! delete for the whole move (a delete then a redeploy would reuse the
+//! snapshot's name while the copy still writes it): each at most
+//! `limits.lock_wait_ms`, then 503 `busy`. Lookups, invocations and
+//! prewarms wait for neither.
 //! A snapshot on a remote tier is restored by streaming it
 //! (`thaw_tiers::stream`), as `thaw invoke --tier remote` does.
 use std::path::Path;
@@ -39,11 +44,14 @@ pub enum Error {
         tier: String,
         cause: thaw_error::BoxError,
     },
-    #[error(
-        "restores kept opening {sname} on {tier} past {:?}: the move is given up",
-        crate::pool::SWITCH_WAIT
-    )]
-    RestoresHoldIt { sname: String, tier: String },
+    #[error("restores kept opening {sname} on {tier} past {waited:?}: the move is given up")]
+    RestoresHoldIt {
+        sname: String,
+        tier: String,
+        waited: std::time::Duration,
+    },
+    #[error("{sname} was replaced by a newer version or deleted while it was copied to {tier}: the move is given up")]
+    Superseded { sname: String, tier: String },
     /// The tier configuration or a store failed.
     #[error("{}", thaw_error::chain(&**.0))]
     Store(thaw_error::BoxError),
@@ -188,6 +196,22 @@ pub fn locate(app: &App, name: &str, version: u64) -> Result<Option<Placed>> {
 /// Moves `v`'s snapshot to `target` (no-op when it is there); returns the
 /// (from, to) tiers of a move made.
 pub fn move_to(app: &App, v: &FnVersion, target: &str) -> Result<Option<(String, String)>> {
+    move_to_pausing(app, v, target, &|| {})
+}
+
+/// [`move_to`], calling `copied` once the copy is whole on `target` and
+/// before the switch: the function's deploys are not held up meanwhile (a
+/// test makes a transfer as long as it needs with it).
+#[doc(hidden)]
+pub fn move_to_pausing(
+    app: &App,
+    v: &FnVersion,
+    target: &str,
+    copied: &dyn Fn(),
+) -> Result<Option<(String, String)>> {
+    let name = &v.rec.name;
+    let moves = app.move_lock(name);
+    let _moving = moves.blocking_lock();
     let Some(cur) = v.placed() else {
         return Ok(None);
     };
@@ -197,20 +221,35 @@ pub fn move_to(app: &App, v: &FnVersion, target: &str) -> Result<Option<(String,
     if cur.tier == target || shared {
         return Ok(None);
     }
-    let sname = snapshot_name(app, &v.rec.name, v.rec.version);
+    let sname = snapshot_name(app, name, v.rec.version);
     let stored = copy_to(app, &sname, &cur.tier, target)?;
+    copied();
+    let deploys = app.deploy_lock(name);
+    let _switching = deploys.blocking_lock();
+    // a deploy replaced the version meanwhile: its snapshot stays where
+    // the version (if still kept) has it
+    if !app.function(name).is_some_and(|f| std::ptr::eq(&*f, v)) {
+        drop(stored);
+        remove_copy(app, target, &sname)?;
+        return Err(Error::Superseded {
+            sname,
+            tier: target.to_string(),
+        });
+    }
     // the switch waits (bounded) for restores still opening the old copy
     let new = Placed {
         tier: target.to_string(),
         stored,
     };
-    match v.switch_placed(new, crate::pool::SWITCH_WAIT) {
+    let wait = std::time::Duration::from_millis(app.cfg.limits.switch_wait_ms);
+    match v.switch_placed(new, wait) {
         Ok(old) => drop(old),
-        Err(_) => {
+        Err(waited) => {
             remove_copy(app, target, &sname)?;
             return Err(Error::RestoresHoldIt {
                 sname,
                 tier: cur.tier,
+                waited,
             });
         }
     }
@@ -249,15 +288,7 @@ fn reconcile(app: &Arc<App>, name: &str) {
     if app.draining.load(std::sync::atomic::Ordering::SeqCst) {
         return;
     }
-    let lock = app.deploy_lock(name);
-    let guard = lock.blocking_lock();
-    let v = app
-        .functions
-        .read()
-        .unwrap_or_else(|p| p.into_inner())
-        .get(name)
-        .cloned();
-    if let (Some(v), Some(up)) = (v, app.pool.wants_fast(name)) {
+    if let (Some(v), Some(up)) = (app.function(name), app.pool.wants_fast(name)) {
         let tiers = &app.cfg.snapshot_tiers;
         let target = if up { &tiers.fast } else { &tiers.slow };
         match move_to(app, &v, target) {
@@ -274,7 +305,6 @@ fn reconcile(app: &Arc<App>, name: &str) {
             }
         }
     }
-    drop(guard);
     app.pool.transfers_done(name);
 }
 

@@ -645,6 +645,12 @@ fn cap_queue_429_and_concurrent_restores() {
 fn bad_requests_get_clear_errors_and_the_daemon_keeps_serving() {
     let d = Daemon::start(test_config("bad"));
     let ok_src = "def handler(event):\n    return event\n";
+    // a good deploy request with one field set to `v`
+    let with = |k: &str, v: Value| {
+        let mut r = file_deploy("a", "m.handler", ok_src);
+        r[k] = v;
+        serde_json::to_vec(&r).unwrap()
+    };
     let cases: Vec<(&str, Vec<u8>, u16, &str)> = vec![
         (
             "malformed JSON",
@@ -654,36 +660,39 @@ fn bad_requests_get_clear_errors_and_the_daemon_keeps_serving() {
         ),
         (
             "unknown field",
-            serde_json::to_vec(&{
-                let mut r = file_deploy("a", "m.handler", ok_src);
-                r["colour"] = json!("blue");
-                r
-            })
-            .unwrap(),
+            with("colour", json!("blue")),
             400,
             "unknown field",
         ),
         (
             "wrong type",
-            serde_json::to_vec(&{
-                let mut r = file_deploy("a", "m.handler", ok_src);
-                r["memory_mb"] = json!("lots");
-                r
-            })
-            .unwrap(),
+            with("memory_mb", json!("lots")),
             400,
             "invalid type",
         ),
         (
             "a CPU quota the kernel would not take",
-            serde_json::to_vec(&{
-                let mut r = file_deploy("a", "m.handler", ok_src);
-                r["cpu_millis"] = json!(5);
-                r
-            })
-            .unwrap(),
+            with("cpu_millis", json!(5)),
             400,
             "cpu_millis must be in 10..=",
+        ),
+        (
+            "no CPU weight",
+            with("cpu_weight", json!(0)),
+            400,
+            "cpu_weight must be in 1..=10000",
+        ),
+        (
+            "a CPU weight past cgroup v2's",
+            with("cpu_weight", json!(10_001)),
+            400,
+            "cpu_weight must be in 1..=10000",
+        ),
+        (
+            "a CPU weight that is no number",
+            with("cpu_weight", json!(-5)),
+            400,
+            "invalid value: integer `-5`",
         ),
     ];
     for (what, body, status, needle) in cases {
@@ -3216,31 +3225,43 @@ fn answered_within(
         .unwrap_or_else(|_| panic!("{method} {path}: no answer within {secs} s"))
 }
 
-#[test]
-fn a_snapshot_move_waiting_for_a_restore_holds_up_no_request() {
-    let mut cfg = test_config("switch");
-    cfg.limits.lock_wait_ms = 1500;
+/// A daemon of `cfg` with function `name` (source `src`) deployed with
+/// mmap on tmpfs: the daemon, the deploy request, the daemon's state and
+/// the deployed version.
+fn deployed_on_tmpfs(
+    cfg: Config,
+    name: &str,
+    src: &str,
+) -> (
+    Daemon,
+    Value,
+    std::sync::Arc<thaw_server::App>,
+    std::sync::Arc<thaw_server::pool::FnVersion>,
+) {
     let d = Daemon::start(cfg);
-    let mut req = file_deploy("s", "m.handler", "def handler(e):\n    return e\n");
+    let mut req = file_deploy(name, "m.handler", src);
     req["tier"] = json!("tmpfs");
     req["strategy"] = json!("mmap");
     deploy(&d, &req);
     let app = d.running.as_ref().unwrap().app.clone();
-    let v = app.function("s").expect("deployed");
+    let v = app.function(name).expect("deployed");
+    (d, req, app, v)
+}
+
+#[test]
+fn a_snapshot_move_waiting_for_a_restore_holds_up_no_request() {
+    let mut cfg = test_config("switch");
+    cfg.limits.lock_wait_ms = 1500;
+    let (d, req, app, v) = deployed_on_tmpfs(cfg, "s", "def handler(e):\n    return e\n");
     // a restore opening the snapshot holds the version's snapshot so (a
     // slot wait, a stream from the remote tier: up to a minute)
     let restoring = v.placed.read().unwrap();
-    // the mover, as it moves the snapshot: the function's lock, the copy,
-    // then the switch, which waits for that restore
+    // the mover, as it moves the snapshot: the copy, then the switch
+    // (under the function's lock), which waits for that restore
     let (app2, v2) = (app.clone(), v.clone());
-    let (held_tx, held_rx) = std::sync::mpsc::channel();
     let mover = std::thread::spawn(move || {
-        let lock = app2.deploy_lock("s");
-        let _guard = lock.blocking_lock();
-        held_tx.send(()).unwrap();
         thaw_server::tiering::move_to(&app2, &v2, "disk").map_err(|e| e.to_string())
     });
-    held_rx.recv().unwrap();
     // the copy is on disk: the switch is waiting for the restore
     let t = Instant::now();
     while thaw_server::tiering::snapshots_on(&app, "disk", &|_| true)
@@ -3310,6 +3331,155 @@ fn a_snapshot_move_waiting_for_a_restore_holds_up_no_request() {
     assert_eq!((r.status, r.header("thaw-tier")), (200, Some("disk")));
     assert_eq!(deploy(&d, &req)["version"], 2);
     assert_eq!(d.req("DELETE", "/v1/functions/s", None).status, 204);
+}
+
+#[test]
+fn a_redeploy_during_a_snapshot_transfer_is_served_and_the_move_gives_way() {
+    let mut cfg = test_config("transfer");
+    cfg.limits.lock_wait_ms = 1500;
+    let (d, mut req, app, v) =
+        deployed_on_tmpfs(cfg, "t", "def handler(e):\n    return ['v1', e]\n");
+    // the mover's transfer, held after its copy for as long as the test
+    // needs (a long transfer to or from the remote tier)
+    let (copied_tx, copied_rx) = std::sync::mpsc::channel();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let go_rx = std::sync::Mutex::new(go_rx);
+    let (app2, v2) = (app.clone(), v.clone());
+    let mover = std::thread::spawn(move || {
+        let copied = || {
+            copied_tx.send(()).unwrap();
+            let _ = go_rx.lock().unwrap().recv();
+        };
+        thaw_server::tiering::move_to_pausing(&app2, &v2, "disk", &copied)
+            .map_err(|e| e.to_string())
+    });
+    copied_rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the copy to disk");
+    assert_eq!(
+        thaw_server::tiering::snapshots_on(&app, "disk", &|_| true)
+            .unwrap()
+            .len(),
+        1,
+        "the copy is on disk"
+    );
+    // a redeploy is served meanwhile: no 503
+    req["code"]["data_base64"] = json!(b64(b"def handler(e):\n    return ['v2', e]\n"));
+    let body = serde_json::to_vec(&req).unwrap();
+    let r = answered_within(&d, 120, "POST", "/v1/functions", Some(body));
+    assert!(
+        r.status == 200 || r.status == 201,
+        "{}",
+        String::from_utf8_lossy(&r.body)
+    );
+    assert_eq!(r.json().unwrap()["version"], 2);
+    // a delete waits for the whole move (a redeploy after it would reuse
+    // the snapshot's name), bounded
+    let t = Instant::now();
+    let r = answered_within(&d, 10, "DELETE", "/v1/functions/t", None);
+    let (s, code, msg) = error_of(&r);
+    assert_eq!((s, code.as_str()), (503, "busy"), "{msg}");
+    assert!(t.elapsed() >= Duration::from_millis(1500));
+    // the move ends: its version was replaced, so it gives way and removes
+    // its copy; version 1's snapshot stays where it was
+    go_tx.send(()).unwrap();
+    let e = mover
+        .join()
+        .unwrap()
+        .expect_err("the move of a replaced version");
+    assert!(e.contains("replaced by a newer version"), "{e}");
+    assert!(
+        thaw_server::tiering::snapshots_on(&app, "disk", &|_| true)
+            .unwrap()
+            .is_empty(),
+        "the copy is gone"
+    );
+    assert_eq!(v.placed().unwrap().tier, "tmpfs");
+    let r = d.req("POST", "/v1/functions/t/invoke?force=cold", Some(b"3"));
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(r.json().unwrap(), json!(["v2", 3]));
+    assert_eq!(r.header("thaw-tier"), Some("tmpfs"));
+    assert_eq!(d.req("DELETE", "/v1/functions/t", None).status, 204);
+}
+
+#[test]
+fn a_switch_that_restores_hold_off_gives_up_and_leaves_the_snapshot_readable() {
+    let mut cfg = test_config("giveup");
+    cfg.limits.switch_wait_ms = 400;
+    let (d, _, app, v) = deployed_on_tmpfs(cfg, "g", "def handler(e):\n    return ['g', e]\n");
+    let before = v.placed().unwrap();
+    // a restore opening the snapshot for longer than the switch may wait
+    let restoring = v.placed.read().unwrap();
+    let t = Instant::now();
+    let e = thaw_server::tiering::move_to(&app, &v, "disk").expect_err("the switch gives up");
+    let waited = t.elapsed();
+    drop(restoring);
+    assert!(
+        matches!(
+            &e,
+            thaw_server::tiering::Error::RestoresHoldIt { tier, waited, .. }
+                if tier == "tmpfs" && *waited >= Duration::from_millis(400)
+        ),
+        "{e}"
+    );
+    assert!(e.to_string().contains("the move is given up"), "{e}");
+    assert!(waited < Duration::from_secs(30), "bounded: {waited:?}");
+    // the copy made is gone; the snapshot is where it was, readable
+    assert!(thaw_server::tiering::snapshots_on(&app, "disk", &|_| true)
+        .unwrap()
+        .is_empty());
+    let after = v.placed().unwrap();
+    assert_eq!(after.tier, "tmpfs");
+    assert_eq!(
+        after.stored.local().unwrap().dir,
+        before.stored.local().unwrap().dir
+    );
+    after
+        .stored
+        .local()
+        .unwrap()
+        .open_image()
+        .expect("the snapshot's image opens");
+    let r = d.req("GET", "/v1/functions/g", None);
+    assert_eq!(r.json().unwrap()["snapshot_tier"], "tmpfs");
+    let r = d.req("POST", "/v1/functions/g/invoke?force=cold", Some(b"5"));
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(r.header("thaw-start-type"), Some("restore"));
+    assert_eq!(r.header("thaw-tier"), Some("tmpfs"));
+    assert_eq!(r.json().unwrap(), json!(["g", 5]));
+    // with nothing holding it, the same move is made
+    assert_eq!(
+        thaw_server::tiering::move_to(&app, &v, "disk").expect("the move"),
+        Some(("tmpfs".to_string(), "disk".to_string()))
+    );
+    let r = d.req("POST", "/v1/functions/g/invoke?force=cold", Some(b"6"));
+    assert_eq!((r.status, r.header("thaw-tier")), (200, Some("disk")));
+}
+
+#[test]
+fn a_cpu_weight_is_the_instances_cgroups() {
+    let d = Daemon::start(test_config("weight"));
+    let mut req = file_deploy("w", "m.handler", "def handler(e):\n    return e\n");
+    req["cpu_weight"] = json!(20);
+    deploy(&d, &req);
+    let info = d.req("GET", "/v1/functions/w", None).json().unwrap();
+    assert_eq!(info["cpu_weight"], 20, "{info}");
+    let r = d.req("POST", "/v1/functions/w/invoke", Some(b"1"));
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    // read back from the instance's cgroup (cpu.shares, the weight's)
+    let t = Instant::now();
+    loop {
+        let stats = d.req("GET", "/v1/functions/w/stats", None).json().unwrap();
+        if stats["usage"]["instances"].as_u64() >= Some(1) {
+            assert_eq!(stats["usage"]["cpu_weight"], 20, "{stats}");
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "no instance: {stats}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 #[test]

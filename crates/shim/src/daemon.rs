@@ -4,6 +4,7 @@
 use base64::Engine as _;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 use thaw_client::{Client, Response, Target};
 use thaw_error::{fail, Context, ResultExt};
 use thaw_server::image;
@@ -24,6 +25,16 @@ pub enum DaemonError {
     /// the image holds no function's code
     #[error("{0}")]
     NoCode(String),
+    /// the daemon kept answering 503 with a Retry-After (the function's
+    /// lock held by another deploy of it or a snapshot move, or its memory
+    /// budget full) until the shim's deadline
+    #[error("the node's thaw daemon stayed busy with function {function}: {attempts} deploy attempts in {:.1} s, the shim's limit for a busy daemon; its last answer: {reason}", waited.as_secs_f64())]
+    Busy {
+        function: String,
+        attempts: u32,
+        waited: Duration,
+        reason: String,
+    },
     /// packing the code or reading an answer
     #[error(transparent)]
     Other(#[from] Context),
@@ -138,6 +149,12 @@ impl Deployed {
     }
 }
 
+/// How long the shim keeps deploying a container's function while the
+/// daemon answers 503 with a Retry-After (it waits `limits.lock_wait_ms`
+/// itself before each such answer): under the kubelet's two-minute
+/// runtime request timeout.
+pub const BUSY_DEADLINE: Duration = Duration::from_secs(100);
+
 /// Deploys the function in `root/function` unless the daemon has it. Its
 /// name there is `img-` and a digest of its code and settings, so every
 /// container of the same image and settings shares one snapshot.
@@ -146,6 +163,21 @@ pub fn ensure_deployed(
     root: &Path,
     f: &Function,
     steps: &mut crate::service::Steps,
+) -> Result<Deployed> {
+    ensure_deployed_within(socket, root, f, steps, BUSY_DEADLINE)
+}
+
+/// [`ensure_deployed`], retrying while the daemon is busy (a 503 with a
+/// Retry-After: another deploy of the function or a snapshot move holds
+/// its lock) until `deadline` has passed since the first attempt: each
+/// retry looks the function up again first (another pod's deploy of the
+/// same image may have been what held it).
+pub fn ensure_deployed_within(
+    socket: &Path,
+    root: &Path,
+    f: &Function,
+    steps: &mut crate::service::Steps,
+    deadline: Duration,
 ) -> Result<Deployed> {
     let code_dir = root.join(image::CODE_DIR);
     if !code_dir.is_dir() {
@@ -165,17 +197,6 @@ pub fn ensure_deployed(
     }
     let name = format!("img-{}", &image::function_key(&code, &settings)[..24]);
     steps.done("pack");
-    let existing = request(socket, "GET", &format!("/v1/functions/{name}"), None)?;
-    steps.done("lookup");
-    match existing.status {
-        200 => return Ok(Deployed::from_answer(name, &existing)),
-        404 => {}
-        s => fail!(
-            DaemonError::Refused,
-            "the node's thaw daemon answered {s} for {name}: {}",
-            error_message(&existing)
-        ),
-    }
     let mut req = json!({
         "name": name,
         "handler": f.handler,
@@ -195,9 +216,56 @@ pub fn ensure_deployed(
             req[k] = v.clone();
         }
     }
-    let r = post_accepted(socket, "/v1/functions", &req, "the function")?;
-    steps.done("deploy");
-    Ok(Deployed::from_answer(name, &r))
+    let body = serde_json::to_vec(&req).context("encoding the function's deploy request")?;
+    let t0 = Instant::now();
+    let mut attempts = 0;
+    loop {
+        let existing = request(socket, "GET", &format!("/v1/functions/{name}"), None)?;
+        if attempts == 0 {
+            steps.done("lookup");
+        }
+        match existing.status {
+            200 => return Ok(Deployed::from_answer(name, &existing)),
+            404 => {}
+            s => fail!(
+                DaemonError::Refused,
+                "the node's thaw daemon answered {s} for {name}: {}",
+                error_message(&existing)
+            ),
+        }
+        attempts += 1;
+        let r = request(socket, "POST", "/v1/functions", Some(&body))?;
+        if r.status == 200 || r.status == 201 {
+            steps.done("deploy");
+            return Ok(Deployed::from_answer(name, &r));
+        }
+        let retry_after = (r.status == 503)
+            .then(|| r.header("retry-after")?.trim().parse::<u64>().ok())
+            .flatten();
+        let Some(secs) = retry_after else {
+            fail!(
+                DaemonError::Refused,
+                "the node's thaw daemon refused the function ({}): {}",
+                r.status,
+                error_message(&r)
+            );
+        };
+        let pause = Duration::from_secs(secs.max(1));
+        if t0.elapsed() + pause > deadline {
+            return Err(DaemonError::Busy {
+                function: name,
+                attempts,
+                waited: t0.elapsed(),
+                reason: error_message(&r),
+            });
+        }
+        log::info!(
+            "thaw: the daemon is busy with {name} ({}); retrying in {} s",
+            error_message(&r),
+            pause.as_secs()
+        );
+        std::thread::sleep(pause);
+    }
 }
 
 /// POSTs `body` to `path`: the answer if it is 200 or 201, else the

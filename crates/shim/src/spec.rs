@@ -107,6 +107,9 @@ pub struct Resources {
     pub memory_limit: Option<u64>,
     /// `cpu.quota` over `cpu.period` (µs), as thousandths of a CPU
     pub cpu_millis: Option<u64>,
+    /// `cpu.shares` (the pod's CPU request), as the cgroup v2 `cpu.weight`
+    /// runc and containerd give it
+    pub cpu_weight: Option<u64>,
 }
 
 impl Resources {
@@ -119,6 +122,10 @@ impl Resources {
             // request the daemon refuses with its reason
             cpu_millis: positive(&r["cpu"]["quota"])
                 .map(|q| q.saturating_mul(1000).div_ceil(period)),
+            cpu_weight: r["cpu"]["shares"]
+                .as_u64()
+                .filter(|&s| s > 0)
+                .map(thaw_server::deploy::cpu_weight_of_shares),
         }
     }
 }
@@ -277,7 +284,7 @@ impl ContainerSpec {
     /// The function's settings for the daemon's deploy request: the
     /// annotations (or variables), then the container's limits: its memory
     /// limit is the function's memory unless a setting gives one (which
-    /// must fit in it), its CPU quota the function's.
+    /// must fit in it), its CPU quota and weight the function's.
     pub fn settings(&self) -> Result<Value> {
         let mut out = json!({});
         let mut memory_source = None;
@@ -310,6 +317,9 @@ impl ContainerSpec {
         }
         if let Some(c) = self.resources.cpu_millis {
             out["cpu_millis"] = json!(c);
+        }
+        if let Some(w) = self.resources.cpu_weight {
+            out["cpu_weight"] = json!(w);
         }
         Ok(out)
     }
@@ -413,12 +423,14 @@ mod tests {
             s.resources,
             Resources {
                 memory_limit: Some(256 << 20),
-                cpu_millis: Some(500)
+                cpu_millis: Some(500),
+                // runc's conversion of 512 shares
+                cpu_weight: Some(20),
             }
         );
         assert_eq!(
             s.settings().unwrap(),
-            json!({"memory_mb": 256, "cpu_millis": 500})
+            json!({"memory_mb": 256, "cpu_millis": 500, "cpu_weight": 20})
         );
         // a setting that fits wins; one that does not is refused, named
         s.annotations
@@ -431,9 +443,13 @@ mod tests {
             e.contains("dev.thaw.memory-mb = 512") && e.contains("268435456"),
             "{e}"
         );
-        // no limits (quota -1: unlimited; no memory limit): nothing set
+        // no limits (quota -1: unlimited; no memory limit; the kubelet's 2
+        // shares of a pod without a CPU request: the least weight)
         s.annotations.clear();
         s.resources = Resources::read(&json!({"cpu": {"quota": -1, "shares": 2}}));
+        assert_eq!(s.settings().unwrap(), json!({"cpu_weight": 1}));
+        // no shares at all: no weight
+        s.resources = Resources::read(&json!({"cpu": {"quota": -1}}));
         assert_eq!(s.settings().unwrap(), json!({}));
     }
 

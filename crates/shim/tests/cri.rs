@@ -610,9 +610,10 @@ fn the_pods_limits_bound_the_function_and_crictl_stats_reports_it() {
         .unwrap_or_else(|e| panic!("{e}"));
     let name = new_function(&daemon, &[]);
     let info = daemon.function(&name);
+    // 512 shares (a request of half a CPU): runc's cgroup v2 weight 20
     assert_eq!(
-        (&info["memory_mb"], &info["cpu_millis"]),
-        (&json!(192), &json!(500)),
+        (&info["memory_mb"], &info["cpu_millis"], &info["cpu_weight"]),
+        (&json!(192), &json!(500), &json!(20)),
         "the container's limits: {info}"
     );
     let answer = post(&cri.netns, &cri.ip(&pod.id), 8080, r#"{"burn_ms": 300}"#);
@@ -633,6 +634,10 @@ fn the_pods_limits_bound_the_function_and_crictl_stats_reports_it() {
     let stats = daemon.stats(&name);
     let usage = &stats["usage"];
     assert_eq!(usage["cpu_millis"], 500, "{stats}");
+    assert_eq!(
+        usage["cpu_weight"], 20,
+        "the weight its cgroup has: {stats}"
+    );
     assert_eq!(stats["memory_limit_bytes"], 192u64 << 20, "{stats}");
     assert!(usage["instances"].as_u64().unwrap() >= 1, "{stats}");
     assert!(usage["cpu_ns"].as_u64().unwrap() >= 250_000_000, "{stats}");
@@ -661,6 +666,94 @@ fn the_pods_limits_bound_the_function_and_crictl_stats_reports_it() {
     );
     cri.remove(&pod2.id);
     cri.assert_nothing_left(&daemon, &[fun_pid]);
+}
+
+#[test]
+fn a_pod_whose_function_is_busy_on_the_daemon_starts_once_it_is_free() {
+    let base = std::env::temp_dir().join(unique("cribusy"));
+    // the daemon answers 503 busy after 300 ms behind the function's lock
+    let daemon = Daemon::start_with(base.with_extension("home"), |c| c.limits.lock_wait_ms = 300);
+    let cri = start_cri(&base, &daemon);
+    let image = import_function(&cri.c, "greeter", GREETER);
+    let pod = cri.pod("first", json!({}));
+    let fun = cri.container(&pod, "fn", &image, &[]);
+    let name = new_function(&daemon, &[]);
+    let fun_pid = cri.pid_of(&fun);
+    cri.remove(&pod.id);
+    // the next pod of the image deploys the function again, while another
+    // deploy of it (or a snapshot move's switch) holds its lock for 3 s
+    let held = daemon.delete_and_hold(&name);
+    let t = Instant::now();
+    let release = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(3));
+        drop(held);
+    });
+    let pod2 = cri.pod("second", json!({}));
+    let fun2 = cri.container(&pod2, "fn", &image, &[]);
+    assert!(
+        t.elapsed() >= Duration::from_secs(3),
+        "created while the function's lock was held"
+    );
+    release.join().unwrap();
+    assert_eq!(new_function(&daemon, &[]), name);
+    let answer = post(&cri.netns, &cri.ip(&pod2.id), 8080, r#"{"name": "busy"}"#);
+    assert!(answer.contains("hi busy"), "{answer}");
+    let fun2_pid = cri.pid_of(&fun2);
+    cri.remove(&pod2.id);
+    cri.assert_nothing_left(&daemon, &[fun_pid, fun2_pid]);
+}
+
+#[test]
+fn the_shims_deploy_gives_up_on_a_busy_daemon_at_its_deadline_naming_the_function() {
+    let base = std::env::temp_dir().join(unique("shimbusy"));
+    let daemon = Daemon::start_with(base.with_extension("home"), |c| c.limits.lock_wait_ms = 300);
+    let root = base.with_extension("root");
+    std::fs::create_dir_all(root.join("function")).unwrap();
+    std::fs::write(
+        root.join("function/m.py"),
+        "def handler(e):\n    return e\n",
+    )
+    .unwrap();
+    let f = thaw_shim::daemon::Function {
+        handler: "m.handler".into(),
+        init: None,
+        settings: json!({"memory_mb": 128}),
+        root: None,
+    };
+    let deploy = |deadline| {
+        let mut steps = thaw_shim::service::Steps::new();
+        thaw_shim::daemon::ensure_deployed_within(&daemon.socket(), &root, &f, &mut steps, deadline)
+    };
+    let name = deploy(Duration::from_secs(10))
+        .expect("a first deploy")
+        .name;
+    let held = daemon.delete_and_hold(&name);
+    let t = Instant::now();
+    let e = deploy(Duration::from_millis(2500))
+        .err()
+        .expect("the lock is held");
+    let waited = t.elapsed();
+    let msg = e.to_string();
+    assert!(
+        matches!(e, thaw_shim::daemon::DaemonError::Busy { attempts, .. } if attempts >= 2),
+        "{msg}"
+    );
+    assert!(
+        msg.contains(&name) && msg.contains("is busy"),
+        "names the function and the daemon's reason: {msg}"
+    );
+    assert!(
+        waited >= Duration::from_millis(1300) && waited < Duration::from_secs(10),
+        "bounded by its deadline: {waited:?}"
+    );
+    // once free, the same call deploys it
+    drop(held);
+    assert_eq!(
+        deploy(Duration::from_secs(10)).expect("deployed").name,
+        name
+    );
+    drop(daemon);
+    let _ = std::fs::remove_dir_all(&root);
 }
 
 #[test]

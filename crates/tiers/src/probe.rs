@@ -400,6 +400,7 @@ pub fn measure_in_sandbox_cgroups(mut reader: std::process::Command) -> Result<R
         1 << 30,
         32,
         None,
+        None,
     )
     .context("making the probe's cgroups")?;
     let mut child = reader

@@ -534,6 +534,8 @@ pub struct UserFunction {
     pub memory_bytes: u64,
     /// CPU quota in thousandths of a CPU (None: unlimited).
     pub cpu_millis: Option<u64>,
+    /// CPU weight under contention, cgroup v2 units (None: the default).
+    pub cpu_weight: Option<u64>,
     /// The function's own extracted Debian packages (a tree with `usr/`),
     /// mounted read-only at [`thaw_sandbox::PACKAGES_DIR`].
     pub packages_dir: Option<PathBuf>,
@@ -580,6 +582,7 @@ impl UserFunction {
             agent_dir: self.root.as_ref().map(|r| r.agent_dir.clone()),
             memory_bytes: self.memory_bytes,
             cpu_millis: self.cpu_millis,
+            cpu_weight: self.cpu_weight,
             egress: self.egress.clone(),
             ..base.clone()
         }

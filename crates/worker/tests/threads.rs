@@ -375,6 +375,7 @@ fn a_threaded_blas_keeps_its_pool_across_restores() {
         env: Vec::new(),
         memory_bytes: 1 << 30,
         cpu_millis: None,
+        cpu_weight: None,
         packages_dir: Some(tree.path.clone()),
         egress: None,
         root: None,

@@ -85,6 +85,21 @@ impl Daemon {
         r
     }
 
+    /// Deletes function `name` (`DELETE /v1/functions/NAME`, which must
+    /// succeed), then holds its deploy lock as another deploy of it would:
+    /// the next deploy of it waits, then is answered 503 `busy`.
+    pub fn delete_and_hold(&self, name: &str) -> tokio::sync::OwnedMutexGuard<()> {
+        let r = Client::new(Target::Unix(self.socket()))
+            .request("DELETE", &format!("/v1/functions/{name}"), None)
+            .unwrap();
+        let body = String::from_utf8_lossy(&r.body);
+        assert_eq!(r.status, 204, "DELETE {name}: {body}");
+        let app = self.running.as_ref().expect("running").app.clone();
+        app.deploy_lock(name)
+            .try_lock_owned()
+            .expect("the function's lock is free")
+    }
+
     /// `GET /v1/functions/NAME`.
     pub fn function(&self, name: &str) -> serde_json::Value {
         self.get(&format!("/v1/functions/{name}")).json().unwrap()
