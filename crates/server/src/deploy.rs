@@ -48,6 +48,9 @@ pub enum Error {
     Memory(u64),
     #[error("no function named {0:?}")]
     NotFound(String),
+    /// The request asked for `only_if_absent` and the function exists.
+    #[error("a function named {0:?} exists (the request deploys only if none does)")]
+    Exists(String),
     /// Another deploy or delete of the function, or a move of its
     /// snapshot, held its lock past `limits.lock_wait_ms`.
     #[error("{name:?} is busy: another deploy or delete of it, or a move of its snapshot between tiers, has held it for over {waited_ms} ms")]
@@ -125,6 +128,11 @@ pub struct DeployRequest {
     /// The key of a root filesystem imported with `POST /v1/roots` (an
     /// image's) to run on instead of the runtime root.
     pub root: Option<String>,
+    /// Deploy only if no function of this name exists (409 `exists`
+    /// otherwise): two clients that deploy one function at once, such as
+    /// the shims of two pods of one image, make one version, not two.
+    #[serde(default)]
+    pub only_if_absent: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -397,6 +405,9 @@ pub async fn run(app: &Arc<App>, req: DeployRequest) -> Result<(Record, bool), E
         .read()
         .unwrap_or_else(|p| p.into_inner())
         .contains_key(&req.name);
+    if replaced && req.only_if_absent {
+        return Err(Error::Exists(req.name));
+    }
     let v = tokio::task::spawn_blocking(move || {
         build(
             &app2,

@@ -623,6 +623,7 @@ impl From<deploy::Error> for ApiError {
             }
             E::Memory(_) => (StatusCode::SERVICE_UNAVAILABLE, "memory"),
             E::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
+            E::Exists(_) => (StatusCode::CONFLICT, "exists"),
             E::Busy { .. } => (StatusCode::SERVICE_UNAVAILABLE, "busy"),
             E::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         };

@@ -1124,6 +1124,41 @@ fn redeploy_is_atomic_and_sigterm_drains_in_flight_invocations() {
 }
 
 #[test]
+fn deploys_only_if_absent_made_at_once_make_one_version() {
+    let d = Daemon::start(test_config("ifabsent"));
+    let mut req = file_deploy("once", "m.handler", "def handler(e):\n    return 'one'\n");
+    req["only_if_absent"] = json!(true);
+    let sock = d.running.as_ref().unwrap().socket.clone();
+    let body = serde_json::to_vec(&req).unwrap();
+    let both: Vec<_> = (0..2)
+        .map(|_| {
+            let (sock, body) = (sock.clone(), body.clone());
+            std::thread::spawn(move || {
+                Client::new(Target::Unix(sock))
+                    .request("POST", "/v1/functions", Some(&body))
+                    .unwrap()
+            })
+        })
+        .collect();
+    let mut codes: Vec<u16> = Vec::new();
+    for t in both {
+        let r = t.join().unwrap();
+        if r.status == 409 {
+            assert_eq!(r.json().unwrap()["error"], "exists", "{r:?}");
+        }
+        codes.push(r.status);
+    }
+    codes.sort();
+    assert_eq!(codes, [201, 409], "one deploy made it, the other found it");
+    let f = d.req("GET", "/v1/functions/once", None).json().unwrap();
+    assert_eq!(f["version"], 1, "{f}");
+    assert_eq!(d.invoke("once", &json!(null)).json().unwrap(), json!("one"));
+    // without the flag the same request is a redeploy
+    req["only_if_absent"] = json!(false);
+    assert_eq!(deploy(&d, &req)["version"], 2);
+}
+
+#[test]
 fn keep_alive_follows_the_policy() {
     let mut cfg = test_config("ttl");
     cfg.policy = "ttl".into();

@@ -197,8 +197,11 @@ pub fn ensure_deployed_within(
     }
     let name = format!("img-{}", &image::function_key(&code, &settings)[..24]);
     steps.done("pack");
+    // pods of one image starting at once: the first deploy makes the
+    // version, the others find it (409 `exists`) and use it
     let mut req = json!({
         "name": name,
+        "only_if_absent": true,
         "handler": f.handler,
         "code": {
             "format": "tar.gz",
@@ -238,6 +241,10 @@ pub fn ensure_deployed_within(
         if r.status == 200 || r.status == 201 {
             steps.done("deploy");
             return Ok(Deployed::from_answer(name, &r));
+        }
+        let exists = r.status == 409 && r.json().is_ok_and(|v| v["error"] == "exists");
+        if exists && t0.elapsed() < deadline {
+            continue; // another pod's deploy made it meanwhile
         }
         let retry_after = (r.status == 503)
             .then(|| r.header("retry-after")?.trim().parse::<u64>().ok())

@@ -757,6 +757,44 @@ fn the_shims_deploy_gives_up_on_a_busy_daemon_at_its_deadline_naming_the_functio
 }
 
 #[test]
+fn pods_of_one_image_deploying_at_once_make_one_version() {
+    let base = std::env::temp_dir().join(unique("shimonce"));
+    let daemon = Daemon::start(base.with_extension("home"));
+    let root = base.with_extension("root");
+    std::fs::create_dir_all(root.join("function")).unwrap();
+    std::fs::write(
+        root.join("function/m.py"),
+        "def handler(e):\n    return e\n",
+    )
+    .unwrap();
+    let f = thaw_shim::daemon::Function {
+        handler: "m.handler".into(),
+        init: None,
+        settings: json!({"memory_mb": 128}),
+        root: None,
+    };
+    // three shims look the image up at once: none finds it, each deploys
+    let names: Vec<String> = std::thread::scope(|s| {
+        let pods: Vec<_> = (0..3)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut steps = thaw_shim::service::Steps::new();
+                    thaw_shim::daemon::ensure_deployed(&daemon.socket(), &root, &f, &mut steps)
+                        .expect("deployed")
+                        .name
+                })
+            })
+            .collect();
+        pods.into_iter().map(|p| p.join().unwrap()).collect()
+    });
+    assert!(names.iter().all(|n| *n == names[0]), "{names:?}");
+    let v = daemon.function(&names[0]);
+    assert_eq!(v["version"], 1, "one version, not one per pod: {v}");
+    drop(daemon);
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+#[test]
 fn a_started_pod_has_its_instance_restored_before_its_first_request_over_grpc() {
     let base = std::env::temp_dir().join(unique("criwarm"));
     let daemon = Daemon::start(base.with_extension("home"));
