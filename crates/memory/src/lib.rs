@@ -6,6 +6,7 @@
 //! tier files, the userfaultfd [`PageServer`], pagemap reads.
 
 pub mod error;
+pub mod huge_cache;
 mod layout;
 mod page_server;
 pub mod pagemap;

@@ -1,0 +1,260 @@
+//! Large shared libraries in page-sized pieces of 2 MiB.
+//!
+//! A read fault on a file mapping maps, in one go, what the page cache
+//! holds around the faulting page: for 4 KiB folios the aligned 64 KiB
+//! window (fault-around, 16 page-table entries), for a 2 MiB folio that
+//! sits 2 MiB-aligned in both the file and the mapping one PMD entry for
+//! all of it. On this VM a fault-around costs 2.5-4 us and Node.js's first
+//! answer after a restore took about 120 of them on `libnode.so`'s code
+//! alone; with the library's page cache in 2 MiB folios the same code
+//! comes in with one fault per 2 MiB (`probes`: 256 windows of 64 KiB, 641
+//! us as 4 KiB folios, 13 us as 2 MiB folios).
+//!
+//! The kernel places file mappings of 2 MiB or more 2 MiB-aligned (ext4's
+//! `thp_get_unmapped_area`), so a runtime's large libraries are aligned as
+//! a PMD needs in every snapshot; what varies is the page cache. Read
+//! through ordinary faults, a file ends up in small folios; read through a
+//! mapping marked `MADV_HUGEPAGE`, the kernel's readahead allocates 2 MiB
+//! folios (on file systems with large folios: ext4, xfs, tmpfs with
+//! `huge=`). [`ensure`] checks a file's page cache and, when its spans are
+//! not in 2 MiB folios, drops the file's unmapped cached pages
+//! (`POSIX_FADV_DONTNEED`) and reads the spans again that way. Pages some
+//! process still maps stay as they are.
+use crate::error::Result;
+use crate::PAGE_SIZE;
+use std::fs::File;
+use std::ops::Range;
+use std::os::fd::AsRawFd;
+use thaw_error::ResultExt;
+
+/// The size of a PMD mapping (and of the folios it needs).
+pub const HUGE: u64 = 2 << 20;
+
+/// The 2 MiB-aligned file spans a mapping of `[start, end)` at file offset
+/// `file_off` can map with one PMD each: whole 2 MiB pieces of the mapping
+/// whose address and file offset are both 2 MiB-aligned (none when the two
+/// are not congruent modulo 2 MiB).
+pub fn pmd_spans(start: u64, end: u64, file_off: u64) -> Option<Range<u64>> {
+    if start % HUGE != file_off % HUGE || end <= start {
+        return None;
+    }
+    let first = start.div_ceil(HUGE) * HUGE;
+    let last = end / HUGE * HUGE;
+    (first < last).then(|| file_off + (first - start)..file_off + (last - start))
+}
+
+/// What [`ensure`] found and did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Outcome {
+    /// 2 MiB pieces asked for
+    pub pieces: u64,
+    /// of those, in 2 MiB folios at the end
+    pub huge: u64,
+    /// the page cache was dropped and read again
+    pub reread: bool,
+}
+
+/// Makes sure the page cache of `file` holds `spans` (2 MiB-aligned file
+/// ranges, as [`pmd_spans`] gives) in 2 MiB folios: checks, and when some
+/// piece is not, drops the file's unmapped cached pages and reads the
+/// spans again through a `MADV_HUGEPAGE` mapping. Best effort: a file
+/// system without large folios leaves `huge` short of `pieces`.
+pub fn ensure(file: &File, spans: &[Range<u64>]) -> Result<Outcome> {
+    let len = file.metadata().context("reading the file's size")?.len();
+    let spans: Vec<Range<u64>> = spans
+        .iter()
+        .filter(|s| s.start % HUGE == 0 && s.end % HUGE == 0 && s.end <= len.div_ceil(HUGE) * HUGE)
+        .cloned()
+        .collect();
+    let pieces = spans.iter().map(|s| (s.end - s.start) / HUGE).sum();
+    let mut out = Outcome {
+        pieces,
+        ..Outcome::default()
+    };
+    if pieces == 0 {
+        return Ok(out);
+    }
+    out.huge = touch_and_count(file, len, &spans, false)?;
+    if out.huge < pieces {
+        // SAFETY: fadvise on a descriptor we own; it only drops clean,
+        // unmapped page-cache pages of this file.
+        let r = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        if r != 0 {
+            Err(std::io::Error::from_raw_os_error(r))
+                .context("dropping the file's cached pages")?;
+        }
+        out.reread = true;
+        // the whole file again, so that what the spans leave out comes
+        // back too (in folios as large as its pieces allow)
+        out.huge = touch_and_count(file, len, &spans, true)?;
+    }
+    Ok(out)
+}
+
+/// Maps `file` privately and read-only at a 2 MiB-aligned address with
+/// `MADV_HUGEPAGE`, reads the first byte of every piece of `spans` (of the
+/// whole file with `all`; a piece not cached is read in as a 2 MiB folio)
+/// and counts the pieces of `spans` mapped whole by that one read: the page
+/// 1 MiB in is present only under a PMD, beyond any fault-around window.
+fn touch_and_count(file: &File, len: u64, spans: &[Range<u64>], all: bool) -> Result<u64> {
+    let map_len = len.div_ceil(HUGE) * HUGE;
+    let m = Reservation::new(map_len + HUGE)?;
+    let base = m.addr.div_ceil(HUGE) * HUGE;
+    // SAFETY: MAP_FIXED inside our own reservation, read-only and private:
+    // nothing else in this process uses those addresses.
+    let p = unsafe {
+        libc::mmap(
+            base as *mut libc::c_void,
+            map_len as usize,
+            libc::PROT_READ,
+            libc::MAP_PRIVATE | libc::MAP_FIXED,
+            file.as_raw_fd(),
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        Err(std::io::Error::last_os_error()).context("mapping the file")?;
+    }
+    // SAFETY: advice on the mapping just made (a failure only loses the hint).
+    unsafe { libc::madvise(p, map_len as usize, libc::MADV_HUGEPAGE) };
+    let touch = |off: u64| {
+        // SAFETY: inside the file's mapping (callers pass off < len),
+        // readable; a volatile read so that it happens.
+        unsafe { std::ptr::read_volatile((base + off) as *const u8) };
+    };
+    if all {
+        (0..len).step_by(HUGE as usize).for_each(touch);
+    }
+    let pm = crate::pagemap::open(std::process::id() as i32)?;
+    let mut entries = Vec::new();
+    let mut huge = 0;
+    for s in spans {
+        for off in (s.start..s.end.min(len)).step_by(HUGE as usize) {
+            touch(off);
+            let probe = off + HUGE / 2;
+            if probe >= len {
+                continue;
+            }
+            crate::pagemap::read(&pm, base + probe, base + probe + PAGE_SIZE, &mut entries)?;
+            if entries
+                .first()
+                .is_some_and(|e| e & crate::pagemap::PRESENT != 0)
+            {
+                huge += 1;
+            }
+        }
+    }
+    Ok(huge)
+}
+
+/// Address space reserved (`PROT_NONE`), unmapped on drop with whatever
+/// was mapped over it.
+struct Reservation {
+    addr: u64,
+    len: u64,
+}
+
+impl Reservation {
+    fn new(len: u64) -> Result<Reservation> {
+        // SAFETY: a fresh anonymous reservation at an address the kernel picks.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len as usize,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            Err(std::io::Error::last_os_error()).context("reserving address space")?;
+        }
+        Ok(Reservation {
+            addr: p as u64,
+            len,
+        })
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        // SAFETY: our own reservation; nothing refers into it any more.
+        unsafe { libc::munmap(self.addr as *mut libc::c_void, self.len as usize) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spans_need_congruent_whole_pieces() {
+        let m = 1 << 20;
+        // libnode's text: base 2 MiB-aligned, the segment at 0x892000
+        let base = 0x7f00_0000_0000;
+        assert_eq!(
+            pmd_spans(base + 0x892000, base + 0x244c000, 0x892000),
+            Some(0xa00000..0x2400000)
+        );
+        assert_eq!(pmd_spans(base + 0x1000, base + 0x800000, 0x2000), None);
+        assert_eq!(pmd_spans(base, base + 3 * m, 0), Some(0..HUGE));
+        assert_eq!(pmd_spans(base + m, base + 3 * m, m), None, "no whole piece");
+        assert_eq!(pmd_spans(base, base, 0), None);
+    }
+
+    /// Drops `f`'s cached pages and reads them again in 4 KiB folios: one
+    /// page after the other with readahead off.
+    fn small_folios(f: &File, len: u64) {
+        use std::os::unix::fs::FileExt;
+        // SAFETY: advice on our own descriptor.
+        unsafe {
+            libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED);
+            libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_RANDOM);
+        }
+        let mut page = [0u8; PAGE_SIZE as usize];
+        for off in (0..len).step_by(PAGE_SIZE as usize) {
+            f.read_at(&mut page, off).unwrap();
+        }
+    }
+
+    #[test]
+    fn a_file_in_small_folios_is_read_again_in_2_mib_ones() {
+        use std::io::Write;
+        let dir = std::env::temp_dir().join(format!("thaw-huge-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("lib.so");
+        let len = 3 * HUGE + 5 * PAGE_SIZE;
+        let mut f = File::create(&path).unwrap();
+        let data: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
+        f.write_all(&data).unwrap();
+        f.sync_all().unwrap();
+        drop(f);
+        let f = File::open(&path).unwrap();
+        small_folios(&f, len);
+        let spans = [0..HUGE, 2 * HUGE..3 * HUGE];
+        let first = ensure(&f, &spans).unwrap();
+        assert_eq!(first.pieces, 2);
+        assert!(first.reread, "small folios are read again: {first:?}");
+        assert_eq!(
+            first.huge, 2,
+            "the file system of {} gives no 2 MiB folios (large folios: ext4 on Linux 6.16 or later, xfs, tmpfs with huge=): {first:?}",
+            dir.display()
+        );
+        let again = ensure(&f, &spans).unwrap();
+        assert_eq!(
+            again,
+            Outcome {
+                pieces: 2,
+                huge: 2,
+                reread: false
+            },
+            "already in 2 MiB folios: nothing read again"
+        );
+        // the contents are the file's
+        let mut back = Vec::new();
+        std::io::Read::read_to_end(&mut File::open(&path).unwrap(), &mut back).unwrap();
+        assert!(back == data);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
