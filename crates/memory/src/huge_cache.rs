@@ -123,12 +123,10 @@ fn check(file: &File, len: u64, spans: &[Range<u64>]) -> Result<(u64, u64)> {
     }
     // SAFETY: advice on the mapping just made (a failure only loses the hint).
     unsafe { libc::madvise(p, map_len as usize, libc::MADV_HUGEPAGE) };
-    let pm = crate::pagemap::open(std::process::id() as i32)?;
-    // the page flags need CAP_SYS_ADMIN, as the frame numbers in pagemap do
-    let flags = File::open("/proc/kpageflags").ok();
+    let (pm, flags) = proc_files()?;
     let mut entries = Vec::new();
     let mut entry = |addr: u64| -> Result<u64> {
-        crate::pagemap::read(&pm, addr, addr + PAGE_SIZE, &mut entries)?;
+        crate::pagemap::read(pm, addr, addr + PAGE_SIZE, &mut entries)?;
         Ok(entries.first().copied().unwrap_or(0))
     };
     let mut small = 0;
@@ -137,7 +135,7 @@ fn check(file: &File, len: u64, spans: &[Range<u64>]) -> Result<(u64, u64)> {
         // volatile read so that it happens.
         unsafe { std::ptr::read_volatile((base + off) as *const u8) };
         let pfn = entry(base + off)? & crate::pagemap::PFN;
-        if let (Some(f), true) = (&flags, pfn != 0) {
+        if let (Some(f), true) = (flags, pfn != 0) {
             use std::os::unix::fs::FileExt;
             let mut raw = [0u8; 8];
             f.read_exact_at(&mut raw, pfn * 8)
@@ -157,6 +155,21 @@ fn check(file: &File, len: u64, spans: &[Range<u64>]) -> Result<(u64, u64)> {
         }
     }
     Ok((huge, small))
+}
+
+/// This process's pagemap and, when it may read it, `/proc/kpageflags`
+/// (the page flags need CAP_SYS_ADMIN, as the frame numbers in pagemap
+/// do), opened once per process: an open of `/proc/PID/pagemap` waits for
+/// the process's mm, which the worker's sandbox builds hold while they
+/// clone.
+fn proc_files() -> Result<(&'static File, Option<&'static File>)> {
+    static FILES: std::sync::OnceLock<(File, Option<File>)> = std::sync::OnceLock::new();
+    if let Some((pm, flags)) = FILES.get() {
+        return Ok((pm, flags.as_ref()));
+    }
+    let pm = crate::pagemap::open(std::process::id() as i32)?;
+    let (pm, flags) = FILES.get_or_init(|| (pm, File::open("/proc/kpageflags").ok()));
+    Ok((pm, flags.as_ref()))
 }
 
 /// `/proc/kpageflags`: the page is the head or a tail of a large folio.

@@ -471,19 +471,23 @@ fn huge_code(root: &Path, vmas: &[crate::state::Vma]) -> Option<std::thread::Joi
     }
     let root = root.to_path_buf();
     Some(std::thread::spawn(move || {
+        let t = Instant::now();
+        let n = files.len();
         let root_fd = match File::open(&root) {
             Ok(f) => OwnedFd::from(f),
             Err(e) => return tracing::debug!("huge code pages: opening {}: {e}", root.display()),
         };
         for (path, spans) in files {
+            let tf = Instant::now();
             let res = crate::fds::open_in_root(&root_fd, &path, libc::O_RDONLY)
                 .map_err(thaw_memory::MemoryError::from)
                 .and_then(|fd| thaw_memory::huge_cache::ensure(&File::from(fd), &spans));
             match res {
-                Ok(o) => tracing::debug!("huge code pages: {path}: {o:?}"),
+                Ok(o) => tracing::debug!("huge code pages: {path}: {o:?} in {:.3} ms", ms(tf)),
                 Err(e) => tracing::debug!("huge code pages: {path}: {}", thaw_error::chain(&e)),
             }
         }
+        tracing::debug!("huge code pages: {n} files checked in {:.2} ms", ms(t));
     }))
 }
 
