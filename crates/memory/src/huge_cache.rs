@@ -7,7 +7,7 @@
 //! all of it. On this VM a fault-around costs 2.5-4 us and Node.js's first
 //! answer after a restore took about 120 of them on `libnode.so`'s code
 //! alone; with the library's page cache in 2 MiB folios the same code
-//! comes in with one fault per 2 MiB (`probes`: 256 windows of 64 KiB, 641
+//! comes in with one fault per 2 MiB (a probe: 256 windows of 64 KiB, 641
 //! us as 4 KiB folios, 13 us as 2 MiB folios).
 //!
 //! The kernel places file mappings of 2 MiB or more 2 MiB-aligned (ext4's
@@ -63,11 +63,15 @@ pub struct Outcome {
 /// a 4 KiB folio, drops the file's unmapped cached pages and reads the file
 /// again through a `MADV_HUGEPAGE` mapping. Outside a PMD, a fault-around
 /// over large folios maps its 16 pages in batches: 2.4 times cheaper here
-/// than over 4 KiB ones (`probes`: 262 against 641 us for 256 windows).
+/// than over 4 KiB ones (a probe: 262 against 641 us for 256 windows).
 /// Best effort: a file system without large folios leaves `huge` short of
-/// `pieces` and `small` above 0.
+/// `pieces` and `small` above 0; anything but a regular file is left alone.
 pub fn ensure(file: &File, spans: &[Range<u64>]) -> Result<Outcome> {
-    let len = file.metadata().context("reading the file's size")?.len();
+    let meta = file.metadata().context("reading the file's size")?;
+    if !meta.is_file() {
+        return Ok(Outcome::default());
+    }
+    let len = meta.len();
     let spans: Vec<Range<u64>> = spans
         .iter()
         .filter(|s| s.start % HUGE == 0 && s.end % HUGE == 0 && s.end <= len.div_ceil(HUGE) * HUGE)

@@ -479,7 +479,10 @@ fn huge_code(root: &Path, vmas: &[crate::state::Vma]) -> Option<std::thread::Joi
         };
         for (path, spans) in files {
             let tf = Instant::now();
-            let res = crate::fds::open_in_root(&root_fd, &path, libc::O_RDONLY)
+            // never blocks (a FIFO of that name in the root), and ensure
+            // leaves anything but a regular file alone
+            let flags = libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY;
+            let res = crate::fds::open_in_root(&root_fd, &path, flags)
                 .map_err(thaw_memory::MemoryError::from)
                 .and_then(|fd| thaw_memory::huge_cache::ensure(&File::from(fd), &spans));
             match res {
