@@ -3,9 +3,11 @@
 //! This crate sees regions of memory and where their contents live in an
 //! image file; it knows nothing of sandboxes or tiers. The restore
 //! strategies (`thaw-restore`) build on it: working sets, write sets, TOSS
-//! tier files, the userfaultfd [`PageServer`], pagemap reads.
+//! tier files, the userfaultfd [`PageServer`], pagemap reads, and the page
+//! cache of the files a runtime maps in large folios ([`huge_cache`]).
 
 pub mod error;
+pub mod huge_cache;
 mod layout;
 mod page_server;
 pub mod pagemap;

@@ -9,6 +9,8 @@ use thaw_error::ResultExt;
 pub const PRESENT: u64 = 1 << 63;
 /// The page is swapped out.
 pub const SWAPPED: u64 = 1 << 62;
+/// The page frame number of a present page (0 without CAP_SYS_ADMIN).
+pub const PFN: u64 = (1 << 55) - 1;
 /// The page is a file (page-cache) page or shared anonymous memory; a
 /// present private page without it was copied on write.
 pub const FILE: u64 = 1 << 61;

@@ -417,6 +417,26 @@ static long populate(u64 addr, u64 len, int advice)
 
 static int inside(u64 a, u64 b, u64 lo, u64 hi) { return a >= lo && b <= hi && a <= b; }
 
+/* Whether the runs of an anonymous mapping map the image over all of it,
+ * one after the other (populate runs aside): then no anonymous mapping
+ * needs to go underneath (V8 keeps many 256 KiB pages whole in a
+ * snapshot). Each run is checked against its mapping after. */
+static int mapped_whole(const struct plan_vma *v, const struct plan_run *runs)
+{
+    u64 at = v->start;
+    for (u32 k = 0; k < v->n_runs; k++) {
+        const struct plan_run *run = &runs[v->first_run + k];
+        if (run->fill == FILL_POPULATE_WRITE)
+            continue;
+        if ((run->fill != FILL_MAP && run->fill != FILL_MAP_POPULATE &&
+             run->fill != FILL_MAP_RANDOM) ||
+            run->addr != at || run->len > v->end - at)
+            return 0;
+        at += run->len;
+    }
+    return at == v->end;
+}
+
 static void unmap_range(u64 lo, u64 hi)
 {
     if (hi > lo) {
@@ -953,7 +973,9 @@ void restorer_main(u64 *initial_sp)
                 copy = 1;
         u32 prot = v->prot | (copy ? PROT_WRITE : 0);
         u64 vlen2 = v->end - v->start;
-        if (v->flags & VMA_ANON) {
+        if ((v->flags & VMA_ANON) && mapped_whole(v, runs)) {
+            /* the image's mappings below make all of it */
+        } else if (v->flags & VMA_ANON) {
             long fl = MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE;
             if (v->flags & VMA_GROWSDOWN)
                 fl |= MAP_GROWSDOWN;

@@ -1134,7 +1134,11 @@ fn open_root(pid: i32) -> Result<OwnedFd> {
 
 /// `path` inside the sandbox's root, as the restorer will open it: no
 /// symbolic link on the way, never above the root.
-fn open_in_root(root: &OwnedFd, path: &str, flags: libc::c_int) -> std::io::Result<OwnedFd> {
+pub(crate) fn open_in_root(
+    root: &OwnedFd,
+    path: &str,
+    flags: libc::c_int,
+) -> std::io::Result<OwnedFd> {
     let c = CString::new(path.trim_start_matches('/')).map_err(std::io::Error::other)?;
     let c = if c.as_bytes().is_empty() {
         CString::new(".").expect("no NUL")

@@ -235,6 +235,7 @@ pub(crate) fn restore_with(
         Some((f, _)) => f,
         None => snap.open_image()?,
     };
+    let huge = huge_code(root, &state.vmas);
     let state_load_ms = ms(t0);
     let key = snapshot_key(snap);
     let layout = Arc::new(state.memory.clone());
@@ -378,6 +379,10 @@ pub(crate) fn restore_with(
         )?);
     }
 
+    if let Some(h) = huge {
+        // the runtime's first faults find the page cache as asked
+        let _ = h.join();
+    }
     let t2 = Instant::now();
     (&sock)
         .write_all(&[r::RESUME_BYTE])
@@ -421,6 +426,74 @@ pub(crate) fn restore_with(
 }
 
 /// Identifies a snapshot's exact contents, for files derived from it.
+/// Has the page cache of the files the snapshot maps from the runtime root
+/// hold their pieces mapped 2 MiB-aligned in 2 MiB folios and the rest in
+/// large ones (`thaw_memory::huge_cache`): the runtime then faults each
+/// 2 MiB piece in with one fault instead of one per 64 KiB window
+/// (Node.js's `libnode.so`, ICU data), and the rest in batches. Each file
+/// once per process: the files not done yet go to a thread, joined before
+/// the runtime resumes (the first check of a file in small folios reads it
+/// again). Best effort: a file that cannot be opened or read (not from the
+/// root) is left as it is.
+fn huge_code(root: &Path, vmas: &[crate::state::Vma]) -> Option<std::thread::JoinHandle<()>> {
+    type Spans = Vec<std::ops::Range<u64>>;
+    static DONE: std::sync::Mutex<Vec<(std::path::PathBuf, String)>> =
+        std::sync::Mutex::new(Vec::new());
+    let mut files: Vec<(String, Spans)> = Vec::new();
+    {
+        let mut done = DONE.lock().unwrap_or_else(|e| e.into_inner());
+        for v in vmas {
+            let Some(path) = v.path.as_deref() else {
+                continue;
+            };
+            // readable, and never above the root (the restorer opens it
+            // inside the sandbox)
+            if v.prot & libc::PROT_READ as u32 == 0 || path.split('/').any(|c| c == "..") {
+                continue;
+            }
+            let id = (root.to_path_buf(), path.to_owned());
+            let i = match files.iter().position(|(p, _)| p == path) {
+                Some(i) => i,
+                None if done.contains(&id) => continue,
+                None => {
+                    done.push(id);
+                    files.push((path.to_owned(), Vec::new()));
+                    files.len() - 1
+                }
+            };
+            files[i].1.extend(thaw_memory::huge_cache::pmd_spans(
+                v.start, v.end, v.file_off,
+            ));
+        }
+    }
+    if files.is_empty() {
+        return None;
+    }
+    let root = root.to_path_buf();
+    Some(std::thread::spawn(move || {
+        let t = Instant::now();
+        let n = files.len();
+        let root_fd = match File::open(&root) {
+            Ok(f) => OwnedFd::from(f),
+            Err(e) => return tracing::debug!("huge code pages: opening {}: {e}", root.display()),
+        };
+        for (path, spans) in files {
+            let tf = Instant::now();
+            // never blocks (a FIFO of that name in the root), and ensure
+            // leaves anything but a regular file alone
+            let flags = libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY;
+            let res = crate::fds::open_in_root(&root_fd, &path, flags)
+                .map_err(thaw_memory::MemoryError::from)
+                .and_then(|fd| thaw_memory::huge_cache::ensure(&File::from(fd), &spans));
+            match res {
+                Ok(o) => tracing::debug!("huge code pages: {path}: {o:?} in {:.3} ms", ms(tf)),
+                Err(e) => tracing::debug!("huge code pages: {path}: {}", thaw_error::chain(&e)),
+            }
+        }
+        tracing::debug!("huge code pages: {n} files checked in {:.2} ms", ms(t));
+    }))
+}
+
 pub fn snapshot_key(snap: &Snapshot) -> String {
     format!("{}:{}", snap.manifest.id, snap.manifest.memory.sha256)
 }

@@ -427,3 +427,69 @@ fn a_cmdline_read_during_the_restore_does_not_zero_lazy_pages() {
         assert_eq!(out, expected, "{strategy}");
     }
 }
+
+/// Drops the page cache of `path` and reads it again in 4 KiB folios: one
+/// page after the other with readahead off.
+fn small_folios(path: &std::path::Path) {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::File::open(path).unwrap();
+    let len = f.metadata().unwrap().len();
+    // SAFETY: advice on our own descriptor.
+    unsafe {
+        libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED);
+        libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_RANDOM);
+    }
+    let mut page = [0u8; 4096];
+    for off in (0..len).step_by(4096) {
+        f.read_at(&mut page, off).unwrap();
+    }
+}
+
+/// The pieces of `file` the process `pid` maps with 2 MiB entries, in KiB
+/// (`FilePmdMapped` of its mappings of that file).
+fn pmd_mapped_kib(pid: i32, file: &str) -> u64 {
+    let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap();
+    let mut ours = false;
+    let mut kib = 0;
+    for line in smaps.lines() {
+        let mut words = line.split_whitespace();
+        let first = words.next().unwrap_or("");
+        if first.contains('-') && first.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
+            ours = line.ends_with(file);
+        } else if ours && first == "FilePmdMapped:" {
+            kib += words.next().unwrap().parse::<u64>().unwrap();
+        }
+    }
+    kib
+}
+
+/// Node.js's library is mapped 2 MiB-aligned in its snapshot: a restore has
+/// its page cache in 2 MiB folios first (a copy in small folios is read
+/// again), so the restored runtime maps its code with 2 MiB entries, one
+/// fault each, and answers as a fresh one.
+#[test]
+fn a_restored_node_maps_its_library_code_with_2_mib_entries() {
+    let w = worker();
+    let f = "node_helloworld";
+    let lib = "libnode.so.108";
+    let t = tier("node-huge");
+    let snap = w.snapshot(f, &t).unwrap();
+    // the library's page cache in small folios, as ordinary faults leave
+    // it (no other test of this binary restores Node.js: the worker checks
+    // a file once per process)
+    let host = w.root.path.join("usr/lib/x86_64-linux-gnu").join(lib);
+    small_folios(&host);
+    for s in [StrategyKind::Mmap, StrategyKind::Reap] {
+        let (mut sb, _) = w
+            .restore(RestoreRequest::new(&snap, s))
+            .unwrap_or_else(|e| panic!("{s}: {e:#}"));
+        let out = invoke(&mut sb, InputSize::I, T).unwrap().output;
+        w.check(f, InputSize::I, &out).unwrap();
+        let kib = pmd_mapped_kib(sb.pid(), lib);
+        assert!(
+            kib >= 2048,
+            "{s}: the restored runtime maps none of {lib} with 2 MiB entries (FilePmdMapped {kib} kB): the root's file system needs large folios (ext4 on Linux 6.16 or later)"
+        );
+    }
+}
