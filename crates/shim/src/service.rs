@@ -203,6 +203,9 @@ struct Container {
     /// Where the shim mounted the image's rootfs (unmounted at delete).
     mounted: Option<PathBuf>,
     run: Run,
+    /// The front's end of the pipe that ends when the daemon answered the
+    /// shim's prewarm ([`front::Plan::prewarm_fd`]), until Start hands it on.
+    prewarm: Option<std::os::fd::OwnedFd>,
     phase: Phase,
     pid: u32,
     exit_status: u32,
@@ -293,6 +296,31 @@ fn function_metrics(u: &daemon::Usage) -> Metrics {
     m
 }
 
+/// What Create made of a container: how it runs, where its rootfs is
+/// mounted, a runc container's init pid, the prewarm's pipe.
+struct Prepared {
+    run: Run,
+    mounted: Option<PathBuf>,
+    pid: u32,
+    prewarm: Option<std::os::fd::OwnedFd>,
+}
+
+/// Asks the daemon for a ready instance of `function` on a thread of its
+/// own; the pipe's read end ends (after the error's text if it failed)
+/// once the daemon answered.
+fn prewarm_now(socket: &Path, function: &str) -> std::io::Result<std::os::fd::OwnedFd> {
+    let (read, write) = std::io::pipe()?;
+    let (socket, function) = (socket.to_path_buf(), function.to_string());
+    std::thread::spawn(move || {
+        let mut write = write;
+        if let Err(e) = daemon::prewarm(&socket, &function) {
+            // the front reads it; gone (the container deleted unstarted): nothing to tell
+            let _ = std::io::Write::write_all(&mut write, thaw_error::chain(&e).as_bytes());
+        }
+    });
+    Ok(read.into())
+}
+
 /// A stdio path containerd gives (a FIFO it reads, or a file); empty: none.
 fn open_stdio(path: &str) -> std::io::Result<Stdio> {
     if path.is_empty() {
@@ -331,8 +359,8 @@ impl Service {
 
     /// Reads the spec, mounts the rootfs and deploys the function (or has
     /// runc create a native container): every failure undoes the mount and
-    /// names the problem. Returns the pid of a runc container's init.
-    fn prepare(&self, req: &CreateTaskRequest) -> Result<(Run, Option<PathBuf>, u32), CreateError> {
+    /// names the problem.
+    fn prepare(&self, req: &CreateTaskRequest) -> Result<Prepared, CreateError> {
         if req.terminal {
             return Err(CreateError::Terminal);
         }
@@ -367,9 +395,10 @@ impl Service {
                             mode: spec.mode()?,
                             netns: spec.netns.clone(),
                             notice: None,
-                            prewarm: false,
+                            prewarm_fd: None,
                         }),
                         0,
+                        None,
                     ))
                 }
                 Kind::Native => {
@@ -380,7 +409,7 @@ impl Service {
                         open_stdio(&req.stderr)?,
                     )
                     .map_err(CreateError::Native)?;
-                    return Ok((Run::Native, pid));
+                    return Ok((Run::Native, pid, None));
                 }
                 Kind::Function => {}
             }
@@ -410,6 +439,12 @@ impl Service {
                 root,
             };
             let deployed = daemon::ensure_deployed(&socket, &spec.root, &function, &mut steps)?;
+            // the restore starts now, overlapping the rest of the pod's
+            // start (containerd's calls, the front's own start)
+            let pipe = match (prewarm, &mode) {
+                (true, spec::Mode::Serve { .. }) => Some(prewarm_now(&socket, &deployed.name)?),
+                _ => None,
+            };
             Ok((
                 Run::Front(Plan {
                     socket,
@@ -417,14 +452,20 @@ impl Service {
                     mode,
                     netns: spec.netns.clone(),
                     notice: deployed.notice,
-                    prewarm,
+                    prewarm_fd: pipe.is_some().then_some(front::PREWARM_FD),
                 }),
                 0,
+                pipe,
             ))
         })();
         log::info!("thaw timing: create {} {steps}", req.id);
         match planned {
-            Ok((run, pid)) => Ok((run, mounted, pid)),
+            Ok((run, pid, prewarm)) => Ok(Prepared {
+                run,
+                mounted,
+                pid,
+                prewarm,
+            }),
             Err(e) => {
                 if let Some(m) = &mounted {
                     unmount(m);
@@ -477,7 +518,12 @@ impl containerd_shim::Task for Service {
                 format!("container {} exists", req.id),
             ));
         }
-        let (run, mounted, pid) = self.prepare(&req).map_err(|e| {
+        let Prepared {
+            run,
+            mounted,
+            pid,
+            prewarm,
+        } = self.prepare(&req).map_err(|e| {
             err(
                 Code::FAILED_PRECONDITION,
                 format!("thaw: {}", thaw_error::chain(&e)),
@@ -491,6 +537,7 @@ impl containerd_shim::Task for Service {
                 stderr: req.stderr.clone(),
                 mounted,
                 run,
+                prewarm,
                 phase: Phase::Created,
                 pid,
                 exit_status: 0,
@@ -529,15 +576,36 @@ impl containerd_shim::Task for Service {
                 Run::Front(plan) => plan,
             };
             let exe = std::env::current_exe()?;
-            Ok(Command::new(exe)
-                .arg(front::SUBCOMMAND)
+            let mut cmd = Command::new(exe);
+            cmd.arg(front::SUBCOMMAND)
                 .arg(serde_json::to_string(plan)?)
                 .current_dir("/")
                 .stdin(Stdio::null())
                 .stdout(open_stdio(&c.stdout)?)
-                .stderr(open_stdio(&c.stderr)?)
-                .spawn()?
-                .id())
+                .stderr(open_stdio(&c.stderr)?);
+            if let Some(fd) = &c.prewarm {
+                use std::os::fd::AsRawFd;
+                use std::os::unix::process::CommandExt;
+                let fd = fd.as_raw_fd();
+                // SAFETY: only dup2/fcntl between fork and exec
+                // (async-signal-safe); the descriptor stays open in the
+                // shim until the spawn returned.
+                unsafe {
+                    cmd.pre_exec(move || {
+                        let to = front::PREWARM_FD;
+                        let ok = if fd == to {
+                            libc::fcntl(to, libc::F_SETFD, 0) == 0
+                        } else {
+                            libc::dup2(fd, to) == to
+                        };
+                        if !ok {
+                            return Err(std::io::Error::last_os_error());
+                        }
+                        Ok(())
+                    });
+                }
+            }
+            Ok(cmd.spawn()?.id())
         };
         // subscribe before the process can exit, so its exit cannot be missed
         let sub = monitor_subscribe(Topic::Pid)
@@ -551,6 +619,8 @@ impl containerd_shim::Task for Service {
         })?;
         steps.done("spawn");
         log::info!("thaw timing: start {} {steps}", req.id);
+        // the front has its copy
+        c.prewarm = None;
         c.pid = pid;
         c.phase = Phase::Running;
         let _ = std::fs::write(c.bundle.join(PID_FILE), pid.to_string());
