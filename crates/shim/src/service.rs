@@ -369,7 +369,9 @@ impl Service {
         let spec = ContainerSpec::read(&bundle)?;
         steps.done("spec");
         let mut mounted = None;
-        if !req.rootfs.is_empty() {
+        // a pod's sandbox runs nothing from its image (its front only
+        // holds the pod's namespaces): its rootfs is not mounted
+        if !req.rootfs.is_empty() && !matches!(spec.kind(), Kind::PodSandbox) {
             std::fs::create_dir_all(&spec.root)?;
             for m in &req.rootfs {
                 if let Err(e) = containerd_shim::mount::mount_rootfs(
