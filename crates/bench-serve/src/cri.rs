@@ -56,9 +56,12 @@ pub struct Options {
     pub remote_runs: usize,
     /// how the CRI calls are made (gRPC, as the kubelet, or crictl)
     pub calls: CriCalls,
-    /// thaw pods' fronts ask for a ready instance as they start
-    /// (annotation `dev.thaw.prewarm`)
+    /// thaw pods' shims ask for a ready instance at the container's
+    /// Create (annotation `dev.thaw.prewarm`)
     pub prewarm: bool,
+    /// where to copy the comparison node's containerd log, written at
+    /// debug level (every step of its calls timestamped)
+    pub containerd_log: Option<PathBuf>,
 }
 
 /// Functions the density part draws from, in order.
@@ -302,6 +305,10 @@ pub fn run(o: &Options) -> Result<Report> {
                 0 => Vec::new(),
                 n => density(&a, &root, n, o.pod_functions)?,
             };
+            if let Some(p) = &o.containerd_log {
+                std::fs::write(p, a.cri.c.log())
+                    .with_context(|| format!("writing {}", p.display()))?;
+            }
             let remote = match shared {
                 None => Vec::new(),
                 Some(sh) => shared_nodes(o, &root, &images, sh)?,
@@ -386,7 +393,11 @@ fn node<'a>(
     subnet: &str,
 ) -> Result<Node<'a>> {
     let _ = std::fs::remove_dir_all(base);
-    let mut cri = Cri::start(base, socket, &o.shim_dir, subnet, &[])?;
+    let level = match o.containerd_log {
+        Some(_) => "debug",
+        None => "info",
+    };
+    let mut cri = Cri::start_at(base, socket, &o.shim_dir, subnet, &[], level)?;
     if o.calls == CriCalls::Grpc {
         cri.use_grpc()?;
     }
@@ -1234,6 +1245,7 @@ mod tests {
             remote_runs: 0,
             calls: CriCalls::Grpc,
             prewarm: true,
+            containerd_log: None,
         };
         assert!(check(&o).unwrap_err().to_string().contains("--runs"));
         let o = Options {
