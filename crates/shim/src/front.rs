@@ -29,16 +29,13 @@ pub struct Plan {
     /// should know).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub notice: Option<String>,
-    /// The descriptor on which the shim's request for a ready instance
-    /// (made at the container's Create, `serve` only) ends: end of file
-    /// once the daemon answered, after an error's text if it failed.
-    /// Requests wait for it, so they use that instance.
+    /// The descriptor (inherited from the shim) on which the shim's request
+    /// for a ready instance (made at the container's Create, `serve` only)
+    /// ends: end of file once the daemon answered, after an error's text if
+    /// it failed. Requests wait for it, so they use that instance.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prewarm_fd: Option<i32>,
 }
-
-/// The descriptor the shim gives the front for [`Plan::prewarm_fd`].
-pub const PREWARM_FD: i32 = 3;
 
 pub fn main(args: &[String]) -> i32 {
     let plan: Plan = match args.first().map(|a| serde_json::from_str(a)) {

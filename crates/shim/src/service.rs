@@ -24,6 +24,7 @@ use std::collections::HashMap;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::mpsc::Sender;
 use std::sync::{Arc, Condvar, Mutex};
 use thaw_error::ResultExt;
 
@@ -102,6 +103,39 @@ pub struct Shim {
     /// The socket this shim serves on (`-socket`; empty for `start` and
     /// `delete`).
     socket: String,
+    /// The event thread's queue (once the task service is made): emptied
+    /// before the shim exits.
+    events: Mutex<Option<Sender<Outgoing>>>,
+}
+
+/// What the shim's event thread is given: an event to publish, or a
+/// request to answer once every event before it went out.
+enum Outgoing {
+    Event(&'static str, Box<dyn MessageDyn>),
+    Flushed(Sender<()>),
+}
+
+/// Publishes the shim's events to containerd in order, on a thread of its
+/// own, so that Create, Start and Delete answer without waiting for a round
+/// trip to containerd (as containerd's own shims do).
+fn event_thread(publisher: RemotePublisher, namespace: String) -> Sender<Outgoing> {
+    let (tx, rx) = std::sync::mpsc::channel::<Outgoing>();
+    std::thread::spawn(move || {
+        for m in rx {
+            match m {
+                Outgoing::Event(topic, event) => {
+                    if let Err(e) = publisher.publish(Context::default(), topic, &namespace, event)
+                    {
+                        log::warn!("publishing {topic}: {e}");
+                    }
+                }
+                Outgoing::Flushed(ack) => {
+                    let _ = ack.send(());
+                }
+            }
+        }
+    });
+    tx
 }
 
 impl containerd_shim::Shim for Shim {
@@ -113,6 +147,7 @@ impl containerd_shim::Shim for Shim {
             namespace: args.namespace.clone(),
             id: args.id.clone(),
             socket: args.socket.clone(),
+            events: Mutex::new(None),
         }
     }
 
@@ -157,6 +192,14 @@ impl containerd_shim::Shim for Shim {
 
     fn wait(&mut self) {
         self.exit.wait();
+        // the events announced so far (the last container's exit and
+        // delete) reach containerd before the shim goes
+        if let Some(tx) = self.events.lock().unwrap().take() {
+            let (ack, flushed) = std::sync::mpsc::channel();
+            if tx.send(Outgoing::Flushed(ack)).is_ok() {
+                let _ = flushed.recv_timeout(std::time::Duration::from_secs(5));
+            }
+        }
         // The library removes the socket through the bundle's address file,
         // which containerd may already have deleted with the bundle: remove
         // it here too (open connections stay usable; the path goes).
@@ -169,13 +212,14 @@ impl containerd_shim::Shim for Shim {
     }
 
     fn create_task_service(&self, publisher: RemotePublisher) -> Service {
+        let events = event_thread(publisher, self.namespace.clone());
+        *self.events.lock().unwrap() = Some(events.clone());
         Service {
             shared: Arc::new(Shared {
                 containers: Mutex::new(HashMap::new()),
                 changed: Condvar::new(),
                 exit: self.exit.clone(),
-                publisher: Mutex::new(publisher),
-                namespace: self.namespace.clone(),
+                events,
             }),
         }
     }
@@ -217,8 +261,8 @@ struct Shared {
     /// Signalled whenever a container stops.
     changed: Condvar,
     exit: Arc<ExitSignal>,
-    publisher: Mutex<RemotePublisher>,
-    namespace: String,
+    /// The event thread's queue.
+    events: Sender<Outgoing>,
 }
 
 #[derive(Clone)]
@@ -321,6 +365,17 @@ fn prewarm_now(socket: &Path, function: &str) -> std::io::Result<std::os::fd::Ow
     Ok(read.into())
 }
 
+/// Clears the descriptor's close-on-exec flag, so the next spawned process
+/// inherits it.
+fn inheritable(fd: &std::os::fd::OwnedFd) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: fcntl on a descriptor we own; only its flags change.
+    if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, 0) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// A stdio path containerd gives (a FIFO it reads, or a file); empty: none.
 fn open_stdio(path: &str) -> std::io::Result<Stdio> {
     if path.is_empty() {
@@ -350,10 +405,14 @@ fn open_stdio(path: &str) -> std::io::Result<Stdio> {
 }
 
 impl Service {
-    fn publish(&self, topic: &str, event: Box<dyn MessageDyn>) {
-        let p = self.shared.publisher.lock().unwrap();
-        if let Err(e) = p.publish(Context::default(), topic, &self.shared.namespace, event) {
-            log::warn!("publishing {topic}: {e}");
+    fn publish(&self, topic: &'static str, event: Box<dyn MessageDyn>) {
+        if self
+            .shared
+            .events
+            .send(Outgoing::Event(topic, event))
+            .is_err()
+        {
+            log::warn!("publishing {topic}: the event thread is gone");
         }
     }
 
@@ -454,7 +513,7 @@ impl Service {
                     mode,
                     netns: spec.netns.clone(),
                     notice: deployed.notice,
-                    prewarm_fd: pipe.is_some().then_some(front::PREWARM_FD),
+                    prewarm_fd: pipe.as_ref().map(std::os::fd::AsRawFd::as_raw_fd),
                 }),
                 0,
                 pipe,
@@ -585,27 +644,13 @@ impl containerd_shim::Task for Service {
                 .stdin(Stdio::null())
                 .stdout(open_stdio(&c.stdout)?)
                 .stderr(open_stdio(&c.stderr)?);
+            // the front inherits the prewarm's pipe under the same number
+            // (a spawn without a pre_exec hook stays a vfork-style spawn; a
+            // process another thread spawns meanwhile may inherit it too,
+            // which keeps nothing waiting: the pipe ends when the shim's
+            // writer closes)
             if let Some(fd) = &c.prewarm {
-                use std::os::fd::AsRawFd;
-                use std::os::unix::process::CommandExt;
-                let fd = fd.as_raw_fd();
-                // SAFETY: only dup2/fcntl between fork and exec
-                // (async-signal-safe); the descriptor stays open in the
-                // shim until the spawn returned.
-                unsafe {
-                    cmd.pre_exec(move || {
-                        let to = front::PREWARM_FD;
-                        let ok = if fd == to {
-                            libc::fcntl(to, libc::F_SETFD, 0) == 0
-                        } else {
-                            libc::dup2(fd, to) == to
-                        };
-                        if !ok {
-                            return Err(std::io::Error::last_os_error());
-                        }
-                        Ok(())
-                    });
-                }
+                inheritable(fd)?;
             }
             Ok(cmd.spawn()?.id())
         };
