@@ -397,7 +397,7 @@ fn node<'a>(
         Some(_) => "debug",
         None => "info",
     };
-    let mut cri = Cri::start_at(base, socket, &o.shim_dir, subnet, &[], level)?;
+    let mut cri = Cri::start(base, socket, &o.shim_dir, subnet, &[], level)?;
     if o.calls == CriCalls::Grpc {
         cri.use_grpc()?;
     }

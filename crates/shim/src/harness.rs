@@ -475,19 +475,9 @@ impl Cri {
     /// containerd on `base` (see [`Containerd::start`]) in a new network
     /// namespace with a bridge pod network on `subnet` (e.g. 10.88.0.0/24),
     /// and the pause image (plus `native`: (reference, entry) images of
-    /// the idle binary) imported.
+    /// the idle binary) imported; containerd logs at `log_level` (`info`;
+    /// `debug`: every step of its calls timestamped).
     pub fn start(
-        base: &Path,
-        thaw_socket: &Path,
-        shim_dir: &Path,
-        subnet: &str,
-        native: &[(&str, &str)],
-    ) -> Result<Cri> {
-        Cri::start_at(base, thaw_socket, shim_dir, subnet, native, "info")
-    }
-
-    /// [`Cri::start`] with containerd logging at `log_level`.
-    pub fn start_at(
         base: &Path,
         thaw_socket: &Path,
         shim_dir: &Path,
