@@ -4,8 +4,9 @@
 //! per call; then an HTTP POST to the pod's IP and `$PORT` until it
 //! answers), for the same function under `runc` (an image whose container
 //! runs the function in a fresh Python process behind a small HTTP server)
-//! and under `thaw` (the function image; the shim's front asks the node's
-//! daemon for an instance as it starts, and forwards requests to it).
+//! and under `thaw` (the function image; the shim asks the node's daemon
+//! for an instance at the container's Create, and the front forwards
+//! requests to it).
 //!
 //! Both run the same Python from the same runtime root: thaw's sandbox
 //! chroots into it; the runc container gets its directories bind-mounted
@@ -14,7 +15,7 @@
 //! shared harness, `thaw_shim::harness`) beside an in-process `thaw serve`
 //! on a temporary home; its daemon keeps idle instances for one second
 //! (`ttl`), and every thaw pod waits until none is idle, so each pod is
-//! served by one restore made for it (at Start, or with `--prewarm false`
+//! served by one restore made for it (at Create, or with `--prewarm false`
 //! for its first request), never by an instance left by another pod.
 //!
 //! Three parts: runc vs thaw per function (interleaved runs, after one
@@ -55,9 +56,12 @@ pub struct Options {
     pub remote_runs: usize,
     /// how the CRI calls are made (gRPC, as the kubelet, or crictl)
     pub calls: CriCalls,
-    /// thaw pods' fronts ask for a ready instance as they start
-    /// (annotation `dev.thaw.prewarm`)
+    /// thaw pods' shims ask for a ready instance at the container's
+    /// Create (annotation `dev.thaw.prewarm`)
     pub prewarm: bool,
+    /// where to copy the comparison node's containerd log, written at
+    /// debug level (every step of its calls timestamped)
+    pub containerd_log: Option<PathBuf>,
 }
 
 /// Functions the density part draws from, in order.
@@ -82,7 +86,7 @@ const ANSWER_WAIT: Duration = Duration::from_secs(180);
 pub struct PodStart {
     pub ms: f64,
     /// the daemon's `thaw-start-type` / `thaw-tier` (thaw pods): `warm`
-    /// when the instance the front asked for at Start was ready
+    /// when the instance the shim asked for at Create was ready
     pub start_type: Option<String>,
     pub tier: Option<String>,
     /// the restores the daemon made during the pod's start (one: the
@@ -301,6 +305,10 @@ pub fn run(o: &Options) -> Result<Report> {
                 0 => Vec::new(),
                 n => density(&a, &root, n, o.pod_functions)?,
             };
+            if let Some(p) = &o.containerd_log {
+                std::fs::write(p, a.cri.c.log())
+                    .with_context(|| format!("writing {}", p.display()))?;
+            }
             let remote = match shared {
                 None => Vec::new(),
                 Some(sh) => shared_nodes(o, &root, &images, sh)?,
@@ -385,7 +393,11 @@ fn node<'a>(
     subnet: &str,
 ) -> Result<Node<'a>> {
     let _ = std::fs::remove_dir_all(base);
-    let mut cri = Cri::start(base, socket, &o.shim_dir, subnet, &[])?;
+    let level = match o.containerd_log {
+        Some(_) => "debug",
+        None => "info",
+    };
+    let mut cri = Cri::start(base, socket, &o.shim_dir, subnet, &[], level)?;
     if o.calls == CriCalls::Grpc {
         cri.use_grpc()?;
     }
@@ -565,7 +577,7 @@ fn root_dirs(root: &thaw_runtime::RootInfo) -> Result<Vec<String>> {
 /// kubelet reads it), and the first request until its answer; within the
 /// last: until the pod accepted the connection, and (thaw) the daemon's
 /// own time for the request and the handler's run in it. `restore_ms`:
-/// the restore the daemon made for the pod (at Start, or for the request),
+/// the restore the daemon made for the pod (at Create, or for the request),
 /// which overlaps the other phases.
 #[derive(Debug, Clone, Copy, Default, Serialize)]
 pub struct Phases {
@@ -848,7 +860,7 @@ fn compare(n: &Node, img: &Images, runs: usize) -> Result<FunctionRow> {
             );
         }
         // no instance was idle before the pod: it is served by the one
-        // instance restored for it (at Start, or for the request)
+        // instance restored for it (at Create, or for the request)
         if s.restores.len() != 1 || !matches!(s.start_type.as_deref(), Some("restore" | "warm")) {
             fail!(
                 BenchServeError::Failed,
@@ -1107,7 +1119,7 @@ pub fn markdown(r: &Report) -> String {
             f.first_thaw_ms
         );
     }
-    s += "\nMedians, ms. First request: until the pod accepted the connection, and (thaw) the daemon's own time and the handler's run in it; restore: the one the daemon made for the pod (asked for at Start, so it overlaps the other phases).\n\n| function | runtime | runp | create + start | status | first request | connect | daemon | handler | restore |\n|---|---|---|---|---|---|---|---|---|---|\n";
+    s += "\nMedians, ms. First request: until the pod accepted the connection, and (thaw) the daemon's own time and the handler's run in it; restore: the one the daemon made for the pod (asked for at the container's Create, so it overlaps the other phases).\n\n| function | runtime | runp | create + start | status | first request | connect | daemon | handler | restore |\n|---|---|---|---|---|---|---|---|---|---|\n";
     for f in &r.functions {
         for (rt, p) in [("runc", &f.runc_phases), ("thaw", &f.thaw_phases)] {
             s += &format!(
@@ -1233,6 +1245,7 @@ mod tests {
             remote_runs: 0,
             calls: CriCalls::Grpc,
             prewarm: true,
+            containerd_log: None,
         };
         assert!(check(&o).unwrap_err().to_string().contains("--runs"));
         let o = Options {

@@ -30,6 +30,11 @@ pub struct BenchCriArgs {
     /// (`false`: the first request restores it)
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     prewarm: bool,
+    /// Copy the comparison node's containerd log here, written at debug
+    /// level: every step of its calls timestamped, for a breakdown of where
+    /// a pod's start goes (the same level for runc and thaw pods)
+    #[arg(long)]
+    containerd_log: Option<PathBuf>,
     /// Write the report as JSON here
     #[arg(long)]
     json: Option<PathBuf>,
@@ -56,6 +61,7 @@ pub fn bench(home: &Path, a: BenchCriArgs) -> Result<()> {
             _ => thaw_bench_serve::cri::CriCalls::Grpc,
         },
         prewarm: a.prewarm,
+        containerd_log: a.containerd_log,
     };
     let r = thaw_bench_serve::cri::run(&o)?;
     crate::serve::emit_report(&thaw_bench_serve::cri::markdown(&r), &r, a.json, a.markdown)

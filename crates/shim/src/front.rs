@@ -29,9 +29,12 @@ pub struct Plan {
     /// should know).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub notice: Option<String>,
-    /// ask the daemon for a ready instance as the front starts (`serve`)
-    #[serde(default)]
-    pub prewarm: bool,
+    /// The descriptor (inherited from the shim) on which the shim's request
+    /// for a ready instance (made at the container's Create, `serve` only)
+    /// ends: end of file once the daemon answered, after an error's text if
+    /// it failed. Requests wait for it, so they use that instance.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prewarm_fd: Option<i32>,
 }
 
 pub fn main(args: &[String]) -> i32 {
@@ -170,6 +173,19 @@ fn hold_pod_namespaces(
     Ok(())
 }
 
+/// The descriptor `fd` the shim left open for this process, if it is one
+/// (a plan naming a descriptor that is not open gets none).
+fn inherited(fd: i32) -> Option<std::fs::File> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: fcntl only reads the descriptor's flags; -1 if it is not open.
+    if fd < 0 || unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
+        return None;
+    }
+    // SAFETY: the descriptor is open, and nothing else in this process
+    // uses it: the shim passed it for this alone.
+    Some(unsafe { std::fs::File::from_raw_fd(fd) })
+}
+
 /// A new network namespace starts with its loopback down.
 fn set_loopback_up() -> std::io::Result<()> {
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -224,10 +240,10 @@ fn serve(plan: &Plan, port: u16) -> Result<(), Context> {
     })
 }
 
-/// The instance the front asks the daemon for as it starts (the pod was
-/// started because requests are coming): the restore overlaps the rest of
-/// the pod's start, and requests that arrive meanwhile wait for it rather
-/// than restore a second instance.
+/// The instance the shim asked the daemon for at the container's Create
+/// (the pod was started because requests are coming): the restore overlaps
+/// the rest of the pod's start, and requests that arrive meanwhile wait for
+/// it rather than restore a second instance.
 #[derive(Clone)]
 struct Prewarm(std::sync::Arc<(std::sync::Mutex<bool>, std::sync::Condvar)>);
 
@@ -236,19 +252,19 @@ struct Prewarm(std::sync::Arc<(std::sync::Mutex<bool>, std::sync::Condvar)>);
 const PREWARM_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl Prewarm {
-    fn start(plan: &std::sync::Arc<Plan>) -> Prewarm {
+    fn start(plan: &Plan) -> Prewarm {
         let warm = Prewarm(Default::default());
-        let (w, plan) = (warm.clone(), plan.clone());
+        let w = warm.clone();
+        let pipe = plan.prewarm_fd.and_then(inherited);
         std::thread::spawn(move || {
-            let failed = plan
-                .prewarm
-                .then(|| daemon::prewarm(&plan.socket, &plan.function).err())
-                .flatten();
-            if let Some(e) = failed {
-                eprintln!(
-                    "thaw: no instance made ready at start (the first request restores one): {}",
-                    thaw_error::chain(&e)
-                );
+            if let Some(mut pipe) = pipe {
+                let mut failed = String::new();
+                let _ = std::io::Read::read_to_string(&mut pipe, &mut failed);
+                if !failed.is_empty() {
+                    eprintln!(
+                        "thaw: no instance made ready at start (the first request restores one): {failed}"
+                    );
+                }
             }
             let (done, cv) = &*w.0;
             *done.lock().unwrap_or_else(|e| e.into_inner()) = true;
@@ -317,5 +333,49 @@ async fn forward(
         )
             .into_response(),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::IntoRawFd;
+    use std::time::{Duration, Instant};
+
+    fn plan(prewarm_fd: Option<i32>) -> Plan {
+        Plan {
+            socket: PathBuf::from("/nonexistent/thaw.sock"),
+            function: "f".into(),
+            mode: Mode::Serve { port: 8080 },
+            netns: Netns::Host,
+            notice: None,
+            prewarm_fd,
+        }
+    }
+
+    #[test]
+    fn requests_wait_for_the_shims_prewarm_until_its_pipe_ends() {
+        let (read, mut write) = std::io::pipe().unwrap();
+        let warm = Prewarm::start(&plan(Some(read.into_raw_fd())));
+        let t = Instant::now();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            let _ = std::io::Write::write_all(&mut write, b"refused");
+        });
+        warm.wait();
+        let waited = t.elapsed();
+        assert!(
+            waited >= Duration::from_millis(200) && waited < PREWARM_WAIT,
+            "waited {waited:?}"
+        );
+    }
+
+    #[test]
+    fn without_a_pipe_or_with_one_not_open_nothing_is_waited_for() {
+        for fd in [None, Some(-1), Some(1 << 20)] {
+            let t = Instant::now();
+            Prewarm::start(&plan(fd)).wait();
+            assert!(t.elapsed() < Duration::from_secs(5), "{fd:?}");
+        }
     }
 }

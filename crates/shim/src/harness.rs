@@ -195,6 +195,20 @@ impl Containerd {
         netns: Option<&Netns>,
         namespace: &'static str,
     ) -> Result<Containerd> {
+        Containerd::start_at(dir, thaw_socket, shim_dir, netns, namespace, "info")
+    }
+
+    /// [`Containerd::start`], logging at `log_level` (`debug`: the
+    /// timestamps of every step of its calls, as in `thaw bench cri
+    /// --containerd-log`).
+    pub fn start_at(
+        dir: &Path,
+        thaw_socket: &Path,
+        shim_dir: &Path,
+        netns: Option<&Netns>,
+        namespace: &'static str,
+        log_level: &str,
+    ) -> Result<Containerd> {
         for bin in ["/usr/bin/containerd", "/usr/bin/ctr"] {
             if !Path::new(bin).exists() {
                 fail!(
@@ -209,6 +223,8 @@ impl Containerd {
             r#"version = 2
 root = "{d}/root"
 state = "{d}/state"
+[debug]
+  level = "{log_level}"
 [grpc]
   address = "{s}"
 [plugins."io.containerd.internal.v1.opt"]
@@ -459,13 +475,15 @@ impl Cri {
     /// containerd on `base` (see [`Containerd::start`]) in a new network
     /// namespace with a bridge pod network on `subnet` (e.g. 10.88.0.0/24),
     /// and the pause image (plus `native`: (reference, entry) images of
-    /// the idle binary) imported.
+    /// the idle binary) imported; containerd logs at `log_level` (`info`;
+    /// `debug`: every step of its calls timestamped).
     pub fn start(
         base: &Path,
         thaw_socket: &Path,
         shim_dir: &Path,
         subnet: &str,
         native: &[(&str, &str)],
+        log_level: &str,
     ) -> Result<Cri> {
         for plugin in ["bridge", "host-local", "loopback"] {
             if !Path::new(CNI_BIN).join(plugin).exists() {
@@ -501,7 +519,14 @@ impl Cri {
                 s = base.join("containerd.sock").display()
             ),
         )?;
-        let c = Containerd::start(base, thaw_socket, shim_dir, Some(&netns), "k8s.io")?;
+        let c = Containerd::start_at(
+            base,
+            thaw_socket,
+            shim_dir,
+            Some(&netns),
+            "k8s.io",
+            log_level,
+        )?;
         let idle = idle_binary(base)?;
         for &(reference, entry) in [(PAUSE_IMAGE, "pause")].iter().chain(native) {
             let built = thaw_server::image::build_native(

@@ -24,6 +24,7 @@ use std::collections::HashMap;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::mpsc::Sender;
 use std::sync::{Arc, Condvar, Mutex};
 use thaw_error::ResultExt;
 
@@ -102,6 +103,39 @@ pub struct Shim {
     /// The socket this shim serves on (`-socket`; empty for `start` and
     /// `delete`).
     socket: String,
+    /// The event thread's queue (once the task service is made): emptied
+    /// before the shim exits.
+    events: Mutex<Option<Sender<Outgoing>>>,
+}
+
+/// What the shim's event thread is given: an event to publish, or a
+/// request to answer once every event before it went out.
+enum Outgoing {
+    Event(&'static str, Box<dyn MessageDyn>),
+    Flushed(Sender<()>),
+}
+
+/// Publishes the shim's events to containerd in order, on a thread of its
+/// own, so that Create, Start and Delete answer without waiting for a round
+/// trip to containerd (as containerd's own shims do).
+fn event_thread(publisher: RemotePublisher, namespace: String) -> Sender<Outgoing> {
+    let (tx, rx) = std::sync::mpsc::channel::<Outgoing>();
+    std::thread::spawn(move || {
+        for m in rx {
+            match m {
+                Outgoing::Event(topic, event) => {
+                    if let Err(e) = publisher.publish(Context::default(), topic, &namespace, event)
+                    {
+                        log::warn!("publishing {topic}: {e}");
+                    }
+                }
+                Outgoing::Flushed(ack) => {
+                    let _ = ack.send(());
+                }
+            }
+        }
+    });
+    tx
 }
 
 impl containerd_shim::Shim for Shim {
@@ -113,12 +147,21 @@ impl containerd_shim::Shim for Shim {
             namespace: args.namespace.clone(),
             id: args.id.clone(),
             socket: args.socket.clone(),
+            events: Mutex::new(None),
         }
     }
 
     fn start_shim(&mut self, opts: StartOpts) -> containerd_shim::Result<String> {
         // one shim per pod: containerd runs `start` in the container's bundle
         let grouping = spec::grouping(Path::new("."), &opts.id);
+        // the pod's shim serves already (a container after the pod's
+        // sandbox): its address, without starting a process that would only
+        // find the socket taken
+        let address = containerd_shim::socket_address(&opts.address, &opts.namespace, &grouping);
+        if std::os::unix::net::UnixStream::connect(address.trim_start_matches("unix://")).is_ok() {
+            containerd_shim::util::write_address(&address)?;
+            return Ok(address);
+        }
         let (_pid, address) = containerd_shim::spawn(opts, &grouping, Vec::new())?;
         containerd_shim::util::write_address(&address)?;
         Ok(address)
@@ -149,6 +192,14 @@ impl containerd_shim::Shim for Shim {
 
     fn wait(&mut self) {
         self.exit.wait();
+        // the events announced so far (the last container's exit and
+        // delete) reach containerd before the shim goes
+        if let Some(tx) = self.events.lock().unwrap().take() {
+            let (ack, flushed) = std::sync::mpsc::channel();
+            if tx.send(Outgoing::Flushed(ack)).is_ok() {
+                let _ = flushed.recv_timeout(std::time::Duration::from_secs(5));
+            }
+        }
         // The library removes the socket through the bundle's address file,
         // which containerd may already have deleted with the bundle: remove
         // it here too (open connections stay usable; the path goes).
@@ -161,13 +212,14 @@ impl containerd_shim::Shim for Shim {
     }
 
     fn create_task_service(&self, publisher: RemotePublisher) -> Service {
+        let events = event_thread(publisher, self.namespace.clone());
+        *self.events.lock().unwrap() = Some(events.clone());
         Service {
             shared: Arc::new(Shared {
                 containers: Mutex::new(HashMap::new()),
                 changed: Condvar::new(),
                 exit: self.exit.clone(),
-                publisher: Mutex::new(publisher),
-                namespace: self.namespace.clone(),
+                events,
             }),
         }
     }
@@ -195,6 +247,9 @@ struct Container {
     /// Where the shim mounted the image's rootfs (unmounted at delete).
     mounted: Option<PathBuf>,
     run: Run,
+    /// The front's end of the pipe that ends when the daemon answered the
+    /// shim's prewarm ([`front::Plan::prewarm_fd`]), until Start hands it on.
+    prewarm: Option<std::os::fd::OwnedFd>,
     phase: Phase,
     pid: u32,
     exit_status: u32,
@@ -206,8 +261,8 @@ struct Shared {
     /// Signalled whenever a container stops.
     changed: Condvar,
     exit: Arc<ExitSignal>,
-    publisher: Mutex<RemotePublisher>,
-    namespace: String,
+    /// The event thread's queue.
+    events: Sender<Outgoing>,
 }
 
 #[derive(Clone)]
@@ -285,6 +340,42 @@ fn function_metrics(u: &daemon::Usage) -> Metrics {
     m
 }
 
+/// What Create made of a container: how it runs, where its rootfs is
+/// mounted, a runc container's init pid, the prewarm's pipe.
+struct Prepared {
+    run: Run,
+    mounted: Option<PathBuf>,
+    pid: u32,
+    prewarm: Option<std::os::fd::OwnedFd>,
+}
+
+/// Asks the daemon for a ready instance of `function` on a thread of its
+/// own; the pipe's read end ends (after the error's text if it failed)
+/// once the daemon answered.
+fn prewarm_now(socket: &Path, function: &str) -> std::io::Result<std::os::fd::OwnedFd> {
+    let (read, write) = std::io::pipe()?;
+    let (socket, function) = (socket.to_path_buf(), function.to_string());
+    std::thread::spawn(move || {
+        let mut write = write;
+        if let Err(e) = daemon::prewarm(&socket, &function) {
+            // the front reads it; gone (the container deleted unstarted): nothing to tell
+            let _ = std::io::Write::write_all(&mut write, thaw_error::chain(&e).as_bytes());
+        }
+    });
+    Ok(read.into())
+}
+
+/// Clears the descriptor's close-on-exec flag, so the next spawned process
+/// inherits it.
+fn inheritable(fd: &std::os::fd::OwnedFd) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: fcntl on a descriptor we own; only its flags change.
+    if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, 0) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// A stdio path containerd gives (a FIFO it reads, or a file); empty: none.
 fn open_stdio(path: &str) -> std::io::Result<Stdio> {
     if path.is_empty() {
@@ -314,17 +405,21 @@ fn open_stdio(path: &str) -> std::io::Result<Stdio> {
 }
 
 impl Service {
-    fn publish(&self, topic: &str, event: Box<dyn MessageDyn>) {
-        let p = self.shared.publisher.lock().unwrap();
-        if let Err(e) = p.publish(Context::default(), topic, &self.shared.namespace, event) {
-            log::warn!("publishing {topic}: {e}");
+    fn publish(&self, topic: &'static str, event: Box<dyn MessageDyn>) {
+        if self
+            .shared
+            .events
+            .send(Outgoing::Event(topic, event))
+            .is_err()
+        {
+            log::warn!("publishing {topic}: the event thread is gone");
         }
     }
 
     /// Reads the spec, mounts the rootfs and deploys the function (or has
     /// runc create a native container): every failure undoes the mount and
-    /// names the problem. Returns the pid of a runc container's init.
-    fn prepare(&self, req: &CreateTaskRequest) -> Result<(Run, Option<PathBuf>, u32), CreateError> {
+    /// names the problem.
+    fn prepare(&self, req: &CreateTaskRequest) -> Result<Prepared, CreateError> {
         if req.terminal {
             return Err(CreateError::Terminal);
         }
@@ -333,7 +428,9 @@ impl Service {
         let spec = ContainerSpec::read(&bundle)?;
         steps.done("spec");
         let mut mounted = None;
-        if !req.rootfs.is_empty() {
+        // a pod's sandbox runs nothing from its image (its front only
+        // holds the pod's namespaces): its rootfs is not mounted
+        if !req.rootfs.is_empty() && !matches!(spec.kind(), Kind::PodSandbox) {
             std::fs::create_dir_all(&spec.root)?;
             for m in &req.rootfs {
                 if let Err(e) = containerd_shim::mount::mount_rootfs(
@@ -359,9 +456,10 @@ impl Service {
                             mode: spec.mode()?,
                             netns: spec.netns.clone(),
                             notice: None,
-                            prewarm: false,
+                            prewarm_fd: None,
                         }),
                         0,
+                        None,
                     ))
                 }
                 Kind::Native => {
@@ -372,7 +470,7 @@ impl Service {
                         open_stdio(&req.stderr)?,
                     )
                     .map_err(CreateError::Native)?;
-                    return Ok((Run::Native, pid));
+                    return Ok((Run::Native, pid, None));
                 }
                 Kind::Function => {}
             }
@@ -402,6 +500,12 @@ impl Service {
                 root,
             };
             let deployed = daemon::ensure_deployed(&socket, &spec.root, &function, &mut steps)?;
+            // the restore starts now, overlapping the rest of the pod's
+            // start (containerd's calls, the front's own start)
+            let pipe = match (prewarm, &mode) {
+                (true, spec::Mode::Serve { .. }) => Some(prewarm_now(&socket, &deployed.name)?),
+                _ => None,
+            };
             Ok((
                 Run::Front(Plan {
                     socket,
@@ -409,14 +513,20 @@ impl Service {
                     mode,
                     netns: spec.netns.clone(),
                     notice: deployed.notice,
-                    prewarm,
+                    prewarm_fd: pipe.as_ref().map(std::os::fd::AsRawFd::as_raw_fd),
                 }),
                 0,
+                pipe,
             ))
         })();
         log::info!("thaw timing: create {} {steps}", req.id);
         match planned {
-            Ok((run, pid)) => Ok((run, mounted, pid)),
+            Ok((run, pid, prewarm)) => Ok(Prepared {
+                run,
+                mounted,
+                pid,
+                prewarm,
+            }),
             Err(e) => {
                 if let Some(m) = &mounted {
                     unmount(m);
@@ -469,7 +579,12 @@ impl containerd_shim::Task for Service {
                 format!("container {} exists", req.id),
             ));
         }
-        let (run, mounted, pid) = self.prepare(&req).map_err(|e| {
+        let Prepared {
+            run,
+            mounted,
+            pid,
+            prewarm,
+        } = self.prepare(&req).map_err(|e| {
             err(
                 Code::FAILED_PRECONDITION,
                 format!("thaw: {}", thaw_error::chain(&e)),
@@ -483,6 +598,7 @@ impl containerd_shim::Task for Service {
                 stderr: req.stderr.clone(),
                 mounted,
                 run,
+                prewarm,
                 phase: Phase::Created,
                 pid,
                 exit_status: 0,
@@ -521,15 +637,22 @@ impl containerd_shim::Task for Service {
                 Run::Front(plan) => plan,
             };
             let exe = std::env::current_exe()?;
-            Ok(Command::new(exe)
-                .arg(front::SUBCOMMAND)
+            let mut cmd = Command::new(exe);
+            cmd.arg(front::SUBCOMMAND)
                 .arg(serde_json::to_string(plan)?)
                 .current_dir("/")
                 .stdin(Stdio::null())
                 .stdout(open_stdio(&c.stdout)?)
-                .stderr(open_stdio(&c.stderr)?)
-                .spawn()?
-                .id())
+                .stderr(open_stdio(&c.stderr)?);
+            // the front inherits the prewarm's pipe under the same number
+            // (a spawn without a pre_exec hook stays a vfork-style spawn; a
+            // process another thread spawns meanwhile may inherit it too,
+            // which keeps nothing waiting: the pipe ends when the shim's
+            // writer closes)
+            if let Some(fd) = &c.prewarm {
+                inheritable(fd)?;
+            }
+            Ok(cmd.spawn()?.id())
         };
         // subscribe before the process can exit, so its exit cannot be missed
         let sub = monitor_subscribe(Topic::Pid)
@@ -543,6 +666,8 @@ impl containerd_shim::Task for Service {
         })?;
         steps.done("spawn");
         log::info!("thaw timing: start {} {steps}", req.id);
+        // the front has its copy
+        c.prewarm = None;
         c.pid = pid;
         c.phase = Phase::Running;
         let _ = std::fs::write(c.bundle.join(PID_FILE), pid.to_string());

@@ -40,8 +40,8 @@ const SETTINGS: [(&str, &str, &str); 3] = [
     ),
 ];
 
-/// Whether a function's front makes an instance ready as it starts
-/// (annotation, environment variable).
+/// Whether the shim has an instance of a `serve` function made ready at
+/// the container's Create (annotation, environment variable).
 pub const PREWARM: (&str, &str) = ("dev.thaw.prewarm", "THAW_PREWARM");
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -260,7 +260,7 @@ impl ContainerSpec {
         }
     }
 
-    /// Whether the front asks the daemon for a ready instance as it starts
+    /// Whether the shim asks the daemon for a ready instance at Create
     /// (annotation `dev.thaw.prewarm`, else `THAW_PREWARM`: `true`, the
     /// default, or `false`).
     pub fn prewarm(&self) -> Result<bool> {

@@ -26,6 +26,7 @@ fn start_cri_on(base: &Path, daemon: &Daemon, subnet: &str) -> Cri {
         &shim_dir(),
         subnet,
         &[(SIDECAR_IMAGE, "idle")],
+        "info",
     )
     .unwrap_or_else(|e| panic!("{e:#}"));
     check_config(&cri.c);
