@@ -189,6 +189,18 @@ pub fn ensure_deployed_within(
     }
     let code = thaw_server::archive::pack_dir(&code_dir)
         .map_err(|e| Context::new(format!("packing {}", code_dir.display()), e))?;
+    deploy_code(socket, code, f, steps, deadline)
+}
+
+/// [`ensure_deployed_within`] for code already packed (the image's
+/// `/function` as [`thaw_server::archive::pack_dir`] packs it).
+pub fn deploy_code(
+    socket: &Path,
+    code: Vec<u8>,
+    f: &Function,
+    steps: &mut crate::service::Steps,
+    deadline: Duration,
+) -> Result<Deployed> {
     let mut settings = f.settings.clone();
     settings["handler"] = json!(f.handler);
     settings["init"] = json!(f.init);

@@ -14,6 +14,7 @@ pub mod cri_client;
 pub mod daemon;
 pub mod front;
 pub mod harness;
+pub mod layers;
 pub mod native;
 pub mod service;
 pub mod spec;

@@ -428,9 +428,18 @@ impl Service {
         let spec = ContainerSpec::read(&bundle)?;
         steps.done("spec");
         let mut mounted = None;
+        // a function's code read straight from the image's layers needs
+        // no mount (nor an unmount at delete)
+        let direct = match spec.kind() {
+            Kind::Function => crate::layers::packed_code(&req.rootfs),
+            _ => None,
+        };
+        if direct.is_some() {
+            steps.done("layers");
+        }
         // a pod's sandbox runs nothing from its image (its front only
         // holds the pod's namespaces): its rootfs is not mounted
-        if !req.rootfs.is_empty() && !matches!(spec.kind(), Kind::PodSandbox) {
+        if !req.rootfs.is_empty() && direct.is_none() && !matches!(spec.kind(), Kind::PodSandbox) {
             std::fs::create_dir_all(&spec.root)?;
             for m in &req.rootfs {
                 if let Err(e) = containerd_shim::mount::mount_rootfs(
@@ -482,7 +491,8 @@ impl Service {
             let socket = daemon::socket();
             // an image with a root filesystem of its own runs on it (the
             // daemon keeps a copy); one of only the code on thaw's root
-            let root = match daemon::has_own_root(&spec.root)? {
+            // (code read from the layers: they hold nothing else)
+            let root = match direct.is_none() && daemon::has_own_root(&spec.root)? {
                 true => Some(daemon::import_root(
                     &socket,
                     &spec.root,
@@ -499,7 +509,16 @@ impl Service {
                 settings: spec.settings()?,
                 root,
             };
-            let deployed = daemon::ensure_deployed(&socket, &spec.root, &function, &mut steps)?;
+            let deployed = match direct {
+                Some(code) => daemon::deploy_code(
+                    &socket,
+                    code,
+                    &function,
+                    &mut steps,
+                    daemon::BUSY_DEADLINE,
+                )?,
+                None => daemon::ensure_deployed(&socket, &spec.root, &function, &mut steps)?,
+            };
             // the restore starts now, overlapping the rest of the pod's
             // start (containerd's calls, the front's own start)
             let pipe = match (prewarm, &mode) {
