@@ -280,3 +280,40 @@ fn the_kubernetes_manifests_name_the_thaw_runtime() {
     }
     assert_eq!((runtime_classes, pods), (1, 2));
 }
+
+#[test]
+fn code_spread_over_layers_is_read_merged_and_a_link_in_a_lower_layer_is_refused() {
+    let base = std::env::temp_dir().join(unique("layers"));
+    let mut daemon = Daemon::start(base.with_extension("home"));
+    let c = start_containerd(&base, &daemon.socket());
+    let run = |image: &str, id: &str| {
+        c.ctr(&["run", "--rm", "--runtime", RUNTIME, image, id, "invoke"])
+            .unwrap()
+    };
+    // the handler's module in a layer below the code's: the shim mounts
+    // the rootfs and packs the merged /function
+    let helper = files_layer(
+        &base.join("helper"),
+        &[("function/helper.py", "WORD = 'from below'\n")],
+    );
+    let source = "import helper\ndef handler(event):\n    return {'word': helper.WORD}\n";
+    let image = import_rooted_function(&c, "spread", source, &[helper]);
+    let o = run(&image, "spread");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{o:?}");
+    assert!(out.contains(r#""word":"from below""#), "the answer: {out}");
+    // a symbolic link out of /function in a lower layer is refused as the
+    // packer refuses it in a mounted rootfs
+    let dir = base.join("link");
+    std::fs::create_dir_all(dir.join("tree/function")).unwrap();
+    std::os::unix::fs::symlink("/etc/shadow", dir.join("tree/function/leak")).unwrap();
+    let link =
+        thaw_server::image::layer_from_dir(&dir.join("tree"), &dir.join("l.tar.gz")).unwrap();
+    let image = import_rooted_function(&c, "link", GREETER, &[link]);
+    let o = run(&image, "link");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "a link in the code should fail: {o:?}");
+    assert!(err.contains("is not a regular file or directory"), "{err}");
+    daemon.stop();
+    assert_nothing_left(&c, &["spread", "link"], &daemon.home);
+}
