@@ -109,25 +109,13 @@ mod tests {
         }]
     }
 
-    /// A directory of the test's own, removed when dropped.
-    struct Scratch(PathBuf);
-
-    impl Scratch {
-        fn new(name: &str) -> Scratch {
-            let d = std::env::temp_dir().join(format!("thaw-layers-{}-{name}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&d);
-            std::fs::create_dir_all(&d).unwrap();
-            Scratch(d)
-        }
-        fn path(&self) -> &Path {
-            &self.0
-        }
-    }
-
-    impl Drop for Scratch {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
+    /// A fresh directory of the test's own (emptied first); the test
+    /// removes it when it passed.
+    fn scratch(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("thaw-layers-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
     }
 
     fn layer(root: &Path, name: &str, files: &[&str]) -> String {
@@ -143,24 +131,25 @@ mod tests {
 
     #[test]
     fn one_layer_of_plain_code_is_read_directly() {
-        let t = Scratch::new("direct");
-        let code = layer(t.path(), "code", &["function/app.py", "function/lib/m.py"]);
-        let empty = layer(t.path(), "env", &[]);
-        let upper = layer(t.path(), "upper", &[]);
+        let t = scratch("direct");
+        let code = layer(&t, "code", &["function/app.py", "function/lib/m.py"]);
+        let empty = layer(&t, "env", &[]);
+        let upper = layer(&t, "upper", &[]);
         let m = overlay(&[
             format!("upperdir={upper}"),
             format!("lowerdir={empty}:{code}"),
         ]);
         let want = thaw_server::archive::pack_dir(&Path::new(&code).join(CODE_DIR)).unwrap();
         assert_eq!(packed_code(&m), Some(want));
+        std::fs::remove_dir_all(&t).unwrap();
     }
 
     #[test]
     fn anything_else_falls_back_to_mounting() {
-        let t = Scratch::new("fallback");
-        let code = layer(t.path(), "code", &["function/app.py"]);
-        let more = layer(t.path(), "more", &["function/extra.py"]);
-        let own = layer(t.path(), "own", &["etc/passwd"]);
+        let t = scratch("fallback");
+        let code = layer(&t, "code", &["function/app.py"]);
+        let more = layer(&t, "more", &["function/extra.py"]);
+        let own = layer(&t, "own", &["etc/passwd"]);
         // code split over two layers; a root of its own; not an overlay
         assert_eq!(
             code_dir(&overlay(&[format!("lowerdir={more}:{code}")])),
@@ -176,19 +165,20 @@ mod tests {
         // no /function at all: the mounted path names the error
         assert_eq!(code_dir(&overlay(&[format!("lowerdir={own}")])), None);
         // a symbolic link in the code: refused by the packer, so mounted
-        let link = layer(t.path(), "link", &["function/app.py"]);
+        let link = layer(&t, "link", &["function/app.py"]);
         std::os::unix::fs::symlink("/etc/shadow", Path::new(&link).join("function/s")).unwrap();
         assert_eq!(packed_code(&overlay(&[format!("lowerdir={link}")])), None);
         // /function itself a symbolic link
-        let flink = layer(t.path(), "flink", &[]);
+        let flink = layer(&t, "flink", &[]);
         std::os::unix::fs::symlink(&code, Path::new(&flink).join("function")).unwrap();
         assert_eq!(code_dir(&overlay(&[format!("lowerdir={flink}")])), None);
+        std::fs::remove_dir_all(&t).unwrap();
     }
 
     #[test]
     fn overlay_attributes_fall_back_to_mounting() {
-        let t = Scratch::new("xattr");
-        let code = layer(t.path(), "code", &["function/app.py", "function/gone.py"]);
+        let t = scratch("xattr");
+        let code = layer(&t, "code", &["function/app.py", "function/gone.py"]);
         let m = overlay(&[format!("lowerdir={code}")]);
         assert!(packed_code(&m).is_some());
         let gone = std::ffi::CString::new(format!("{code}/function/gone.py")).unwrap();
@@ -209,5 +199,6 @@ mod tests {
             std::io::Error::last_os_error()
         );
         assert_eq!(packed_code(&m), None);
+        std::fs::remove_dir_all(&t).unwrap();
     }
 }
