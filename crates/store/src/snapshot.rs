@@ -12,6 +12,7 @@ use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 use thaw_error::{Context, ResultExt};
+use thaw_memory::huge_cache::{Reservation, HUGE};
 
 type Result<T, E = StoreError> = std::result::Result<T, E>;
 
@@ -541,9 +542,6 @@ impl Snapshot {
     }
 }
 
-/// Size of a PMD-mapped folio.
-const HUGE: u64 = 2 << 20;
-
 /// The host's transparent-huge-page mode for shmem (memfds among it), as
 /// `/sys/kernel/mm/transparent_hugepage/shmem_enabled` selects it: `advise`
 /// (what `scripts/setup.sh` sets) or `always`/`within_size`/`force` let
@@ -562,40 +560,23 @@ pub fn shmem_thp_mode() -> Option<String> {
 /// per-size `hugepages-*kB/shmem_enabled` of `advise`), so that the
 /// restored process's read faults map them in batches (fault-around over
 /// large folios) or whole (a PMD). Unmapped on drop, before the memfd is
-/// sealed against writes (`F_SEAL_WRITE` needs no writable mapping).
+/// sealed against writes (`F_SEAL_WRITE` needs no writable mapping): the
+/// mapping lies in `_reserved`, which unmaps it.
 struct HugeFill {
     base: u64,
-    reserved: (u64, u64),
+    _reserved: Reservation,
 }
 
 impl HugeFill {
     fn new(memfd: &File, len: u64) -> Result<HugeFill, StoreError> {
-        let map_len = len.div_ceil(HUGE) * HUGE;
-        let total = map_len + HUGE;
-        // SAFETY: a fresh anonymous reservation at an address the kernel picks.
-        let r = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                total as usize,
-                libc::PROT_NONE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
-        };
-        if r == libc::MAP_FAILED {
-            let e = std::io::Error::last_os_error();
-            return Err(Context::new("reserving address space for the image memfd", e).into());
-        }
-        let fill = HugeFill {
-            base: (r as u64).div_ceil(HUGE) * HUGE,
-            reserved: (r as u64, total),
-        };
+        let reserved = Reservation::new(len.div_ceil(HUGE) * HUGE + HUGE)
+            .context("reserving address space for the image memfd")?;
+        let base = reserved.huge_aligned();
         // SAFETY: MAP_FIXED inside our own reservation; only `len` bytes
         // (within the memfd's size) are ever touched.
         let p = unsafe {
             libc::mmap(
-                fill.base as *mut libc::c_void,
+                base as *mut libc::c_void,
                 len as usize,
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_SHARED | libc::MAP_FIXED,
@@ -618,20 +599,10 @@ impl HugeFill {
             }
             libc::madvise(p, len as usize, libc::MADV_HUGEPAGE);
         }
-        Ok(fill)
-    }
-}
-
-impl Drop for HugeFill {
-    fn drop(&mut self) {
-        // SAFETY: our own reservation (and the mapping inside it); the slice
-        // written through it is gone by now.
-        unsafe {
-            libc::munmap(
-                self.reserved.0 as *mut libc::c_void,
-                self.reserved.1 as usize,
-            )
-        };
+        Ok(HugeFill {
+            base,
+            _reserved: reserved,
+        })
     }
 }
 

@@ -350,29 +350,20 @@ fn a_dram_image_memfd_is_in_2mib_folios() {
     let img = snap.open_image().unwrap();
     // a read-only shared mapping 2 MiB-aligned: a read fault maps a 2 MiB
     // folio with one PMD entry (ShmemPmdMapped), a smaller one never
-    // SAFETY: a fresh reservation, then a mapping of the memfd inside it.
-    let (reserved, base) = unsafe {
-        let r = libc::mmap(
-            std::ptr::null_mut(),
-            len + huge,
-            libc::PROT_NONE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-            -1,
-            0,
-        );
-        assert_ne!(r, libc::MAP_FAILED);
-        let base = (r as usize).div_ceil(huge) * huge;
-        let p = libc::mmap(
+    let reserved = thaw_memory::huge_cache::Reservation::new((len + huge) as u64).unwrap();
+    let base = reserved.huge_aligned() as usize;
+    // SAFETY: MAP_FIXED inside our own reservation (which unmaps it).
+    let p = unsafe {
+        libc::mmap(
             base as *mut libc::c_void,
             len,
             libc::PROT_READ,
             libc::MAP_SHARED | libc::MAP_FIXED,
             std::os::fd::AsRawFd::as_raw_fd(&img),
             0,
-        );
-        assert_eq!(p as usize, base, "{}", std::io::Error::last_os_error());
-        (r, base)
+        )
     };
+    assert_eq!(p as usize, base, "{}", std::io::Error::last_os_error());
     for off in (0..len).step_by(huge) {
         // SAFETY: inside the mapping, readable.
         assert_eq!(
@@ -381,8 +372,7 @@ fn a_dram_image_memfd_is_in_2mib_folios() {
         );
     }
     let pmd_kb = smaps_field(base, "ShmemPmdMapped");
-    // SAFETY: our own reservation; nothing refers into it any more.
-    unsafe { libc::munmap(reserved, len + huge) };
+    drop(reserved);
     assert_eq!(
         pmd_kb,
         3 * 2048,
