@@ -50,8 +50,9 @@ pub fn run(w: &Worker, functions: &[String], runs: usize) -> Result<Vec<Row>> {
 /// The table `thaw bench store` prints.
 pub fn markdown(rows: &[Row], runs: usize) -> String {
     let f = |s: &Summary| format!("{:.2} / {:.2} / {:.2}", s.min, s.median, s.p99);
+    let thp = thaw_store::shmem_thp_mode().unwrap_or_else(|| "unavailable".into());
     let mut out = format!(
-        "Tier: tmpfs (DRAM) · {runs} runs per cell · ms (min / median / p99)\n\n\
+        "Tier: tmpfs (DRAM) · memfds: shmem THP {thp} · {runs} runs per cell · ms (min / median / p99)\n\n\
          | function | image MiB | hash only (baseline) | hash + copy + seal | ratio (median) |\n\
          |---|---|---|---|---|\n"
     );

@@ -679,7 +679,9 @@ fn run(cli: Cli, matches: &clap::ArgMatches) -> Result<()> {
                 n => format!("Sandboxes: built ahead (--pool {n}, full before each restore)"),
             };
             let md = thaw_bench::restore::markdown(&rows, &tier, emulated, run.runs);
-            run.emit(&format!("{sandboxes}\n\n{md}"))
+            let thp = thaw_store::shmem_thp_mode().unwrap_or_else(|| "unavailable".into());
+            let images = format!("DRAM-tier image memfds: shmem THP {thp}");
+            run.emit(&format!("{sandboxes}\n{images}\n\n{md}"))
         }
     }
 }

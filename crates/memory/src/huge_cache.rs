@@ -108,8 +108,8 @@ pub fn ensure(file: &File, spans: &[Range<u64>]) -> Result<Outcome> {
 /// and the pages read that are in 4 KiB folios (`/proc/kpageflags`).
 fn check(file: &File, len: u64, spans: &[Range<u64>]) -> Result<(u64, u64)> {
     let map_len = len.div_ceil(HUGE) * HUGE;
-    let m = Reservation::new(map_len + HUGE)?;
-    let base = m.addr.div_ceil(HUGE) * HUGE;
+    let m = Reservation::new(map_len + HUGE).context("reserving address space")?;
+    let base = m.huge_aligned();
     // SAFETY: MAP_FIXED inside our own reservation, read-only and private:
     // nothing else in this process uses those addresses.
     let p = unsafe {
@@ -181,14 +181,15 @@ const KPF_COMPOUND_HEAD: u64 = 1 << 15;
 const KPF_COMPOUND_TAIL: u64 = 1 << 16;
 
 /// Address space reserved (`PROT_NONE`), unmapped on drop with whatever
-/// was mapped over it.
-struct Reservation {
+/// was mapped over it (`MAP_FIXED`) by its owner.
+pub struct Reservation {
     addr: u64,
     len: u64,
 }
 
 impl Reservation {
-    fn new(len: u64) -> Result<Reservation> {
+    /// Reserves `len` bytes at an address the kernel picks.
+    pub fn new(len: u64) -> std::io::Result<Reservation> {
         // SAFETY: a fresh anonymous reservation at an address the kernel picks.
         let p = unsafe {
             libc::mmap(
@@ -201,12 +202,18 @@ impl Reservation {
             )
         };
         if p == libc::MAP_FAILED {
-            Err(std::io::Error::last_os_error()).context("reserving address space")?;
+            return Err(std::io::Error::last_os_error());
         }
         Ok(Reservation {
             addr: p as u64,
             len,
         })
+    }
+
+    /// The first 2 MiB-aligned address in it (a reservation of `n + HUGE`
+    /// bytes holds `n` bytes from there).
+    pub fn huge_aligned(&self) -> u64 {
+        self.addr.div_ceil(HUGE) * HUGE
     }
 }
 

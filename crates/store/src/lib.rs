@@ -22,8 +22,9 @@ mod versions;
 pub use machine::MachineRecord;
 pub use secure::PathError;
 pub use snapshot::{
-    block_device_dir, drop_file_cache, make_immutable, sha256_hex, will_need, will_need_spans,
-    FileEntry, Manifest, Snapshot, SnapshotWriter, StoreError, FORMAT_NAME, FORMAT_VERSION,
+    block_device_dir, drop_file_cache, make_immutable, sha256_hex, shmem_thp_mode, will_need,
+    will_need_spans, FileEntry, Manifest, Snapshot, SnapshotWriter, StoreError, FORMAT_NAME,
+    FORMAT_VERSION,
 };
 pub use tier::{Tier, TierError, EMULATED_MARKER, TIER_NAMES};
 pub use versions::{gc_tier, is_version_id, DeployLock};

@@ -12,6 +12,7 @@ use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 use thaw_error::{Context, ResultExt};
+use thaw_memory::huge_cache::{Reservation, HUGE};
 
 type Result<T, E = StoreError> = std::result::Result<T, E>;
 
@@ -504,8 +505,18 @@ impl Snapshot {
         }
         // SAFETY: fd was just created and is owned by nobody else.
         let mut memfd = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
-        memfd.set_len(self.manifest.memory.len)?;
-        self.hash_image(src, &mut memfd)?;
+        let len = self.manifest.memory.len;
+        memfd.set_len(len)?;
+        if len == 0 {
+            self.hash_image(src, &mut memfd)?;
+        } else {
+            let map = HugeFill::new(&memfd, len)?;
+            // SAFETY: the mapping is ours, `len` bytes long, shared and
+            // writable, and nothing else in this process refers into it.
+            let mut dst =
+                unsafe { std::slice::from_raw_parts_mut(map.base as *mut u8, len as usize) };
+            self.hash_image(src, &mut dst)?;
+        }
         let seals =
             libc::F_SEAL_WRITE | libc::F_SEAL_GROW | libc::F_SEAL_SHRINK | libc::F_SEAL_SEAL;
         // SAFETY: fcntl on a descriptor we own.
@@ -528,6 +539,70 @@ impl Snapshot {
             }
         }
         Ok(())
+    }
+}
+
+/// The host's transparent-huge-page mode for shmem (memfds among it), as
+/// `/sys/kernel/mm/transparent_hugepage/shmem_enabled` selects it: `advise`
+/// (what `scripts/setup.sh` sets) or `always`/`within_size`/`force` let
+/// DRAM-tier images be filled in 2 MiB folios, `never`/`deny` keep them in
+/// 4 KiB ones. `None` when the kernel has no such file.
+pub fn shmem_thp_mode() -> Option<String> {
+    let s = fs::read_to_string("/sys/kernel/mm/transparent_hugepage/shmem_enabled").ok()?;
+    let start = s.find('[')? + 1;
+    let end = start + s[start..].find(']')?;
+    Some(s[start..end].to_string())
+}
+
+/// A shared, writable mapping of a fresh memfd marked `MADV_HUGEPAGE`, at a
+/// 2 MiB-aligned address: writes through it allocate the memfd's pages in
+/// large folios when the host's shmem THP setting allows it (`advise`, or a
+/// per-size `hugepages-*kB/shmem_enabled` of `advise`), so that the
+/// restored process's read faults map them in batches (fault-around over
+/// large folios) or whole (a PMD). Unmapped on drop, before the memfd is
+/// sealed against writes (`F_SEAL_WRITE` needs no writable mapping): the
+/// mapping lies in `_reserved`, which unmaps it.
+struct HugeFill {
+    base: u64,
+    _reserved: Reservation,
+}
+
+impl HugeFill {
+    fn new(memfd: &File, len: u64) -> Result<HugeFill, StoreError> {
+        let reserved = Reservation::new(len.div_ceil(HUGE) * HUGE + HUGE)
+            .context("reserving address space for the image memfd")?;
+        let base = reserved.huge_aligned();
+        // SAFETY: MAP_FIXED inside our own reservation; only `len` bytes
+        // (within the memfd's size) are ever touched.
+        let p = unsafe {
+            libc::mmap(
+                base as *mut libc::c_void,
+                len as usize,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_FIXED,
+                memfd.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            let e = std::io::Error::last_os_error();
+            return Err(Context::new("mapping the image memfd", e).into());
+        }
+        // SAFETY: advice on the mapping just made. A child forked meanwhile
+        // by another thread must not inherit it (a writable mapping left in
+        // the child would make the seal fail); the huge-page hint only
+        // loses large folios if it fails.
+        unsafe {
+            if libc::madvise(p, len as usize, libc::MADV_DONTFORK) != 0 {
+                let e = std::io::Error::last_os_error();
+                return Err(Context::new("madvise(MADV_DONTFORK) on the image memfd", e).into());
+            }
+            libc::madvise(p, len as usize, libc::MADV_HUGEPAGE);
+        }
+        Ok(HugeFill {
+            base,
+            _reserved: reserved,
+        })
     }
 }
 

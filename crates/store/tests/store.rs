@@ -49,9 +49,13 @@ fn tier_on(fs_root: &str, tag: &str) -> TestTier {
 }
 
 fn write_version(lock: &thaw_store::DeployLock, fill: u8) -> Snapshot {
+    write_version_of(lock, fill, 8192)
+}
+
+fn write_version_of(lock: &thaw_store::DeployLock, fill: u8, len: usize) -> Snapshot {
     let dir = lock.new_version_dir().unwrap();
     let mut w = SnapshotWriter::create(&dir).unwrap();
-    w.append_memory(&vec![fill; 8192]).unwrap();
+    w.append_memory(&vec![fill; len]).unwrap();
     let id = dir.file_name().unwrap().to_str().unwrap().to_string();
     w.finish(
         &id,
@@ -309,6 +313,70 @@ fn a_changed_dram_image_cannot_reach_a_restore() {
     assert!(
         matches!(&err, StoreError::Integrity { path: p, .. } if *p == path),
         "{err:?}"
+    );
+}
+
+/// The kB of `field` in the /proc/self/smaps entry of the mapping at `addr`
+/// (every entry has every field, so the first one after its header is its).
+fn smaps_field(addr: usize, field: &str) -> u64 {
+    let smaps = fs::read_to_string("/proc/self/smaps").unwrap();
+    let head = format!("{addr:x}-");
+    let entry = smaps
+        .split('\n')
+        .skip_while(|l| !l.starts_with(&head))
+        .skip(1)
+        .find(|l| l.starts_with(&format!("{field}:")))
+        .unwrap_or_else(|| panic!("no {field} for the mapping at {addr:#x}"));
+    entry.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+#[test]
+fn a_dram_image_memfd_is_in_2mib_folios() {
+    let mode = thaw_store::shmem_thp_mode();
+    assert!(
+        matches!(
+            mode.as_deref(),
+            Some("advise" | "always" | "within_size" | "force")
+        ),
+        "shmem THP is {mode:?}: DRAM-tier images need it at `advise` \
+         (/sys/kernel/mm/transparent_hugepage/shmem_enabled, set by scripts/setup.sh)"
+    );
+    let t = tier_on("/dev/shm", "folios");
+    let huge = 2usize << 20;
+    let len = 3 * huge + 12345;
+    let lock = t.lock_deploy("f-abc").unwrap();
+    let version = write_version_of(&lock, 5, len);
+    let snap = lock.publish(&version).unwrap();
+    let img = snap.open_image().unwrap();
+    // a read-only shared mapping 2 MiB-aligned: a read fault maps a 2 MiB
+    // folio with one PMD entry (ShmemPmdMapped), a smaller one never
+    let reserved = thaw_memory::huge_cache::Reservation::new((len + huge) as u64).unwrap();
+    let base = reserved.huge_aligned() as usize;
+    // SAFETY: MAP_FIXED inside our own reservation (which unmaps it).
+    let p = unsafe {
+        libc::mmap(
+            base as *mut libc::c_void,
+            len,
+            libc::PROT_READ,
+            libc::MAP_SHARED | libc::MAP_FIXED,
+            std::os::fd::AsRawFd::as_raw_fd(&img),
+            0,
+        )
+    };
+    assert_eq!(p as usize, base, "{}", std::io::Error::last_os_error());
+    for off in (0..len).step_by(huge) {
+        // SAFETY: inside the mapping, readable.
+        assert_eq!(
+            unsafe { std::ptr::read_volatile((base + off) as *const u8) },
+            5
+        );
+    }
+    let pmd_kb = smaps_field(base, "ShmemPmdMapped");
+    drop(reserved);
+    assert_eq!(
+        pmd_kb,
+        3 * 2048,
+        "the image's whole 2 MiB pieces are 2 MiB folios"
     );
 }
 
