@@ -704,10 +704,9 @@ fn a_pod_whose_function_is_busy_on_the_daemon_starts_once_it_is_free() {
     cri.assert_nothing_left(&daemon, &[fun_pid, fun2_pid]);
 }
 
-#[test]
-fn the_shims_deploy_gives_up_on_a_busy_daemon_at_its_deadline_naming_the_function() {
-    let base = std::env::temp_dir().join(unique("shimbusy"));
-    let daemon = Daemon::start_with(base.with_extension("home"), |c| c.limits.lock_wait_ms = 300);
+/// An unpacked image root beside `base` holding an echo function, and the
+/// function as the shim reads it from the image.
+fn echo_function_root(base: &Path) -> (PathBuf, thaw_shim::daemon::Function) {
     let root = base.with_extension("root");
     std::fs::create_dir_all(root.join("function")).unwrap();
     std::fs::write(
@@ -721,6 +720,14 @@ fn the_shims_deploy_gives_up_on_a_busy_daemon_at_its_deadline_naming_the_functio
         settings: json!({"memory_mb": 128}),
         root: None,
     };
+    (root, f)
+}
+
+#[test]
+fn the_shims_deploy_gives_up_on_a_busy_daemon_at_its_deadline_naming_the_function() {
+    let base = std::env::temp_dir().join(unique("shimbusy"));
+    let daemon = Daemon::start_with(base.with_extension("home"), |c| c.limits.lock_wait_ms = 300);
+    let (root, f) = echo_function_root(&base);
     let deploy = |deadline| {
         let mut steps = thaw_shim::service::Steps::new();
         thaw_shim::daemon::ensure_deployed_within(&daemon.socket(), &root, &f, &mut steps, deadline)
@@ -761,19 +768,7 @@ fn the_shims_deploy_gives_up_on_a_busy_daemon_at_its_deadline_naming_the_functio
 fn pods_of_one_image_deploying_at_once_make_one_version() {
     let base = std::env::temp_dir().join(unique("shimonce"));
     let daemon = Daemon::start(base.with_extension("home"));
-    let root = base.with_extension("root");
-    std::fs::create_dir_all(root.join("function")).unwrap();
-    std::fs::write(
-        root.join("function/m.py"),
-        "def handler(e):\n    return e\n",
-    )
-    .unwrap();
-    let f = thaw_shim::daemon::Function {
-        handler: "m.handler".into(),
-        init: None,
-        settings: json!({"memory_mb": 128}),
-        root: None,
-    };
+    let (root, f) = echo_function_root(&base);
     // three shims look the image up at once: none finds it, each deploys
     let names: Vec<String> = std::thread::scope(|s| {
         let pods: Vec<_> = (0..3)
