@@ -311,10 +311,16 @@ pub fn code_entries(dir: &Path) -> Result<Vec<CodeEntry>> {
 /// Packs a directory into a tar.gz (regular files and directories only;
 /// symbolic links are refused, like the daemon refuses them).
 pub fn pack_dir(dir: &Path) -> Result<Vec<u8>> {
+    pack_entries(&code_entries(dir)?)
+}
+
+/// Packs `entries` (as [`code_entries`] lists them) as [`pack_dir`] does:
+/// for a caller that checked the listing first and packs what it checked.
+pub fn pack_entries(entries: &[CodeEntry]) -> Result<Vec<u8>> {
     let gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
     let mut ar = tar::Builder::new(gz);
     ar.follow_symlinks(false);
-    for e in code_entries(dir)? {
+    for e in entries {
         if e.is_dir {
             ar.append_dir(&e.rel, &e.path)?;
         } else {

@@ -20,7 +20,7 @@ pub fn packed_code(mounts: &[Mount]) -> Option<Vec<u8>> {
     if entries.iter().any(|e| has_overlay_xattr(&e.path)) {
         return None;
     }
-    thaw_server::archive::pack_dir(&dir).ok()
+    thaw_server::archive::pack_entries(&entries).ok()
 }
 
 /// The one layer's `/function` directory (see the module's note).
