@@ -107,26 +107,10 @@ pub fn ensure(file: &File, spans: &[Range<u64>]) -> Result<Outcome> {
 /// 1 MiB in is present only under a PMD, beyond any fault-around window),
 /// and the pages read that are in 4 KiB folios (`/proc/kpageflags`).
 fn check(file: &File, len: u64, spans: &[Range<u64>]) -> Result<(u64, u64)> {
-    let map_len = len.div_ceil(HUGE) * HUGE;
-    let m = Reservation::new(map_len + HUGE).context("reserving address space")?;
-    let base = m.huge_aligned();
-    // SAFETY: MAP_FIXED inside our own reservation, read-only and private:
-    // nothing else in this process uses those addresses.
-    let p = unsafe {
-        libc::mmap(
-            base as *mut libc::c_void,
-            map_len as usize,
-            libc::PROT_READ,
-            libc::MAP_PRIVATE | libc::MAP_FIXED,
-            file.as_raw_fd(),
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        Err(std::io::Error::last_os_error()).context("mapping the file")?;
-    }
-    // SAFETY: advice on the mapping just made (a failure only loses the hint).
-    unsafe { libc::madvise(p, map_len as usize, libc::MADV_HUGEPAGE) };
+    let m = Reservation::huge(len).context("reserving address space")?;
+    let base = m
+        .map_huge(file, len, libc::PROT_READ, libc::MAP_PRIVATE)
+        .context("mapping the file")?;
     let (pm, flags) = proc_files()?;
     let mut entries = Vec::new();
     let mut entry = |addr: u64| -> Result<u64> {
@@ -210,10 +194,48 @@ impl Reservation {
         })
     }
 
+    /// Room for [`Reservation::map_huge`] of `len` bytes.
+    pub fn huge(len: u64) -> std::io::Result<Reservation> {
+        Reservation::new(len.div_ceil(HUGE) * HUGE + HUGE)
+    }
+
     /// The first 2 MiB-aligned address in it (a reservation of `n + HUGE`
     /// bytes holds `n` bytes from there).
     pub fn huge_aligned(&self) -> u64 {
         self.addr.div_ceil(HUGE) * HUGE
+    }
+
+    /// Maps `len` bytes of `file` from offset 0 at the reservation's first
+    /// 2 MiB-aligned address, with `prot` and `share` (`MAP_PRIVATE` or
+    /// `MAP_SHARED`), marked `MADV_HUGEPAGE` (a hint: a failure only loses
+    /// large folios); the mapping goes with the reservation. Returns its
+    /// address.
+    pub fn map_huge(&self, file: &File, len: u64, prot: i32, share: i32) -> std::io::Result<u64> {
+        let base = self.huge_aligned();
+        if base + len.div_ceil(HUGE) * HUGE > self.addr + self.len {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "the reservation is too small for the mapping",
+            ));
+        }
+        // SAFETY: MAP_FIXED inside our own reservation (checked above):
+        // nothing else in this process uses those addresses.
+        let p = unsafe {
+            libc::mmap(
+                base as *mut libc::c_void,
+                len as usize,
+                prot,
+                share | libc::MAP_FIXED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: advice on the mapping just made.
+        unsafe { libc::madvise(p, len as usize, libc::MADV_HUGEPAGE) };
+        Ok(base)
     }
 }
 

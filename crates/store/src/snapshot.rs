@@ -12,7 +12,7 @@ use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 use thaw_error::{Context, ResultExt};
-use thaw_memory::huge_cache::{Reservation, HUGE};
+use thaw_memory::huge_cache::Reservation;
 
 type Result<T, E = StoreError> = std::result::Result<T, E>;
 
@@ -569,35 +569,24 @@ struct HugeFill {
 
 impl HugeFill {
     fn new(memfd: &File, len: u64) -> Result<HugeFill, StoreError> {
-        let reserved = Reservation::new(len.div_ceil(HUGE) * HUGE + HUGE)
-            .context("reserving address space for the image memfd")?;
-        let base = reserved.huge_aligned();
-        // SAFETY: MAP_FIXED inside our own reservation; only `len` bytes
-        // (within the memfd's size) are ever touched.
-        let p = unsafe {
-            libc::mmap(
-                base as *mut libc::c_void,
-                len as usize,
+        let reserved =
+            Reservation::huge(len).context("reserving address space for the image memfd")?;
+        let base = reserved
+            .map_huge(
+                memfd,
+                len,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_FIXED,
-                memfd.as_raw_fd(),
-                0,
+                libc::MAP_SHARED,
             )
-        };
-        if p == libc::MAP_FAILED {
-            let e = std::io::Error::last_os_error();
-            return Err(Context::new("mapping the image memfd", e).into());
-        }
+            .context("mapping the image memfd")?;
         // SAFETY: advice on the mapping just made. A child forked meanwhile
         // by another thread must not inherit it (a writable mapping left in
-        // the child would make the seal fail); the huge-page hint only
-        // loses large folios if it fails.
-        unsafe {
-            if libc::madvise(p, len as usize, libc::MADV_DONTFORK) != 0 {
-                let e = std::io::Error::last_os_error();
-                return Err(Context::new("madvise(MADV_DONTFORK) on the image memfd", e).into());
-            }
-            libc::madvise(p, len as usize, libc::MADV_HUGEPAGE);
+        // the child would make the seal fail).
+        if unsafe { libc::madvise(base as *mut libc::c_void, len as usize, libc::MADV_DONTFORK) }
+            != 0
+        {
+            let e = std::io::Error::last_os_error();
+            return Err(Context::new("madvise(MADV_DONTFORK) on the image memfd", e).into());
         }
         Ok(HugeFill {
             base,
