@@ -800,6 +800,24 @@ static void clear_number(u32 n, int t)
     }
 }
 
+/* Image descriptors are the worker's business, not the runtime's. Runs
+ * share a few of them: each is closed once, not once per run. */
+static void close_image_fds(const struct plan_header *h, const struct plan_run *runs)
+{
+    u64 closed = 0;
+    for (u32 k = 0; k < h->n_runs; k++) {
+        int fd = runs[k].img_fd;
+        if (fd <= 3)
+            continue;
+        if (fd < 64) {
+            if (closed & (1ULL << fd))
+                continue;
+            closed |= 1ULL << fd;
+        }
+        sys3(SYS_close, fd, 0, 0);
+    }
+}
+
 /* Recreates the runtime's descriptors, as the sandbox's uid: each object is
  * made at whatever number is free, then, once the image descriptors are
  * closed, moved to its own (an object of ours already there moves aside
@@ -825,10 +843,7 @@ static void make_fds(const struct plan_header *h, const struct plan_fd *fds,
             fail(STEP_FD_MAKE, fd, (u32)fds[i].fd);
         fd_tmp[i] = (int)fd;
     }
-    /* Image descriptors are the worker's business, not the runtime's. */
-    for (u32 k = 0; k < h->n_runs; k++)
-        if (runs[k].img_fd > 3)
-            sys3(SYS_close, runs[k].img_fd, 0, 0);
+    close_image_fds(h, runs);
     for (u32 i = 0; i < h->n_fds; i++) {
         const struct plan_fd *f = &fds[i];
         if (f->kind != FD_DUP && fd_tmp[i] == f->fd) {
@@ -1109,10 +1124,7 @@ void restorer_main(u64 *initial_sp)
         /* files open with the function's own permissions, inside its root */
         make_fds(h, fds, watches, strings, runs);
     } else {
-        /* Image descriptors are the worker's business, not the runtime's. */
-        for (u32 k = 0; k < h->n_runs; k++)
-            if (runs[k].img_fd > 3)
-                sys3(SYS_close, runs[k].img_fd, 0, 0);
+        close_image_fds(h, runs);
     }
     r = sys6(SYS_prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0, 0);
     if (r >= 0 && h->n_filter) {

@@ -852,7 +852,16 @@ fn dump(
     Ok((snap, report))
 }
 
-/// Saves one mapping's pages; returns its runs in the image.
+/// Zero pages an anonymous mapping's image may hold to join two runs (or
+/// to reach the mapping's ends), so that the mapping comes back with one
+/// `mmap` of the image instead of an anonymous mapping with one per run
+/// on top (each costs 1.3-2.7 us here, and leaves one more VMA). Bounded:
+/// at most this many zero pages per join.
+const JOIN_GAP_PAGES: u64 = 8;
+
+/// Saves one mapping's pages; returns its runs in the image. Anonymous
+/// pages that are all zero come back as zero pages and are left out,
+/// unless a short gap joins two runs (see [`JOIN_GAP_PAGES`]).
 fn dump_vma(
     v: &Vma,
     pagemap: &File,
@@ -874,7 +883,12 @@ fn dump_vma(
             e & pagemap::SWAPPED != 0 || (e & pagemap::PRESENT != 0 && e & pagemap::FILE == 0)
         }
     };
+    // a growing stack keeps its anonymous mapping (MAP_GROWSDOWN): its
+    // ends are not joined to the image
+    let join_ends = anon && !v.growsdown;
     let mut runs: Vec<Run> = Vec::new();
+    // zero pages left out since the last page saved (a join saves them)
+    let mut zeros_since = 0u64;
     let mut i = 0;
     while i < npages {
         if !saved(i) {
@@ -893,21 +907,58 @@ fn dump_vma(
             let a = addr + k as u64 * PAGE_SIZE;
             if anon && page.iter().all(|&b| b == 0) {
                 *zero_skipped += 1; // comes back as a zero page
+                zeros_since += 1;
                 continue;
             }
+            // where the run this page joins would start: the last run's
+            // end, or the mapping's start for a mapping's first run
+            let joined_from = match runs.last() {
+                Some(r) => r.addr + r.len,
+                None if join_ends => v.start,
+                None => a,
+            };
+            let gap = (a - joined_from) / PAGE_SIZE;
+            let joins = anon && gap > 0 && gap <= JOIN_GAP_PAGES;
+            let from = if joins { joined_from } else { a };
+            if joins {
+                *zero_skipped -= zeros_since;
+                append_zero_pages(w, gap)?;
+            }
+            zeros_since = 0;
             let off = w.append_memory(page)?;
+            let off = off - (a - from);
             match runs.last_mut() {
-                Some(r) if r.addr + r.len == a && r.file_off + r.len == off => r.len += PAGE_SIZE,
+                Some(r) if r.addr + r.len == from && r.file_off + r.len == off => {
+                    r.len += a + PAGE_SIZE - from
+                }
                 _ => runs.push(Run {
-                    addr: a,
-                    len: PAGE_SIZE,
+                    addr: from,
+                    len: a + PAGE_SIZE - from,
                     file_off: off,
                 }),
             }
         }
         i = j;
     }
+    if join_ends {
+        if let Some(r) = runs.last_mut() {
+            let gap = (v.end - (r.addr + r.len)) / PAGE_SIZE;
+            if gap > 0 && gap <= JOIN_GAP_PAGES && w.memory_len() == r.file_off + r.len {
+                *zero_skipped -= zeros_since;
+                append_zero_pages(w, gap)?;
+                r.len += gap * PAGE_SIZE;
+            }
+        }
+    }
     Ok(runs)
+}
+
+fn append_zero_pages(w: &mut SnapshotWriter, pages: u64) -> Result<(), CheckpointError> {
+    const ZERO: [u8; PAGE_SIZE as usize] = [0; PAGE_SIZE as usize];
+    for _ in 0..pages {
+        w.append_memory(&ZERO)?;
+    }
+    Ok(())
 }
 
 fn vdso_block(lines: &[MapsLine]) -> Result<VdsoBlock> {
@@ -959,6 +1010,114 @@ mod tests {
         assert_eq!(sched_of("State:\tS (sleeping)\nTracerPid:\t0\n"), ('S', 0));
         // a file cut short reads as "not traced, state unknown"
         assert_eq!(sched_of("Name:\tx\n"), ('?', 0));
+    }
+
+    /// An anonymous mapping of this test process with content on pages
+    /// `content` (a byte of their index) and zeros written on pages
+    /// `zeroed` (present, all zero), dumped as a checkpoint dumps it: its
+    /// runs, the image bytes, and the zero pages left out.
+    fn dump_own_mapping(
+        pages: u64,
+        content: &[u64],
+        zeroed: &[u64],
+        growsdown: bool,
+    ) -> (Vec<Run>, Vec<u8>, Vec<u8>, u64) {
+        let len = (pages * PAGE_SIZE) as usize;
+        // SAFETY: a fresh private anonymous mapping, unmapped below; only
+        // this function touches it.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(base, libc::MAP_FAILED);
+        // SAFETY: `base` maps `len` bytes, readable and writable.
+        let mem_slice = unsafe { std::slice::from_raw_parts_mut(base as *mut u8, len) };
+        for &p in zeroed {
+            let at = (p * PAGE_SIZE) as usize;
+            mem_slice[at] = 1; // present...
+            mem_slice[at] = 0; // ...and all zero
+        }
+        for &p in content {
+            mem_slice[(p * PAGE_SIZE) as usize + 7] = p as u8 + 1;
+        }
+        let start = base as u64;
+        let v = Vma {
+            start,
+            end: start + pages * PAGE_SIZE,
+            prot: (libc::PROT_READ | libc::PROT_WRITE) as u32,
+            path: None,
+            file_off: 0,
+            growsdown,
+            name: "test mapping".into(),
+        };
+        let scratch = std::env::temp_dir().join(format!(
+            "thaw-dump-vma-{}-{}-{growsdown}",
+            std::process::id(),
+            start
+        ));
+        let mut w = SnapshotWriter::create(&scratch.join("snap")).unwrap();
+        let pagemap = pagemap::open(std::process::id() as i32).unwrap();
+        let mem = File::open("/proc/self/mem").unwrap();
+        let (mut pm, mut buf, mut zero_skipped) = (Vec::new(), Vec::new(), 0);
+        let runs = dump_vma(
+            &v,
+            &pagemap,
+            &mem,
+            &mut w,
+            &mut pm,
+            &mut buf,
+            &mut zero_skipped,
+        )
+        .unwrap();
+        let tmp = std::fs::read_dir(&scratch)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| p.join("memory.img").exists())
+            .expect("the writer's scratch directory");
+        let image = std::fs::read(tmp.join("memory.img")).unwrap();
+        let copy = mem_slice.to_vec();
+        drop(w);
+        let _ = std::fs::remove_dir_all(&scratch);
+        // SAFETY: mapped above, no reference into it is used after this.
+        unsafe { libc::munmap(base, len) };
+        let runs = runs
+            .into_iter()
+            .map(|r| Run {
+                addr: (r.addr - start) / PAGE_SIZE,
+                len: r.len / PAGE_SIZE,
+                file_off: r.file_off,
+            })
+            .collect();
+        (runs, image, copy, zero_skipped)
+    }
+
+    #[test]
+    fn short_zero_gaps_join_an_anonymous_mappings_runs() {
+        // content on 2, 3, 6 (gaps of 2 and 2: joined, from the start), on
+        // 30 (23 pages after: a run of its own) and 37 (6 after: joined),
+        // and the last 2 pages joined to it; page 4 is present but zero
+        // (inside a join: saved), page 10 too (left out)
+        let (runs, image, mem, zero_skipped) =
+            dump_own_mapping(40, &[2, 3, 6, 30, 37], &[4, 10], false);
+        let pages: Vec<(u64, u64)> = runs.iter().map(|r| (r.addr, r.len)).collect();
+        assert_eq!(pages, vec![(0, 7), (30, 10)]);
+        assert_eq!(zero_skipped, 1);
+        assert_eq!(image.len() as u64, 17 * PAGE_SIZE);
+        for r in &runs {
+            let (m, i) = ((r.addr * PAGE_SIZE) as usize, r.file_off as usize);
+            let n = (r.len * PAGE_SIZE) as usize;
+            assert_eq!(&image[i..i + n], &mem[m..m + n], "run at page {}", r.addr);
+        }
+        // a growing stack keeps its anonymous ends
+        let (runs, ..) = dump_own_mapping(40, &[2, 3, 6, 30, 37], &[], true);
+        let pages: Vec<(u64, u64)> = runs.iter().map(|r| (r.addr, r.len)).collect();
+        assert_eq!(pages, vec![(2, 5), (30, 8)]);
     }
 
     #[test]
