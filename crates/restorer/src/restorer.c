@@ -417,10 +417,11 @@ static long populate(u64 addr, u64 len, int advice)
 
 static int inside(u64 a, u64 b, u64 lo, u64 hi) { return a >= lo && b <= hi && a <= b; }
 
-/* Whether the runs of an anonymous mapping map the image over all of it,
- * one after the other (populate runs aside): then no anonymous mapping
- * needs to go underneath (V8 keeps many 256 KiB pages whole in a
- * snapshot). Each run is checked against its mapping after. */
+/* Whether the runs of a mapping map the image over all of it, one after
+ * the other (populate runs aside): then nothing needs to go underneath,
+ * neither anonymous memory (V8 keeps many 256 KiB pages whole in a
+ * snapshot) nor the file of a mapping whose every page was modified (a
+ * library's relocated data). Each run is checked against its mapping after. */
 static int mapped_whole(const struct plan_vma *v, const struct plan_run *runs)
 {
     u64 at = v->start;
@@ -988,7 +989,7 @@ void restorer_main(u64 *initial_sp)
                 copy = 1;
         u32 prot = v->prot | (copy ? PROT_WRITE : 0);
         u64 vlen2 = v->end - v->start;
-        if ((v->flags & VMA_ANON) && mapped_whole(v, runs)) {
+        if (mapped_whole(v, runs)) {
             /* the image's mappings below make all of it */
         } else if (v->flags & VMA_ANON) {
             long fl = MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE;
