@@ -219,8 +219,76 @@ function nextUint32(s = rngState) {
   return result;
 }
 
+// SHA-256 (FIPS 180-4) of a short message, in JavaScript: a restore re-seeds
+// Math.random from the hash of its seed, and OpenSSL through the crypto
+// module costs a restored clone ~0.2 ms there (its code and Node's binding
+// faulted in, a hash object made and freed) where this costs microseconds.
+const SHA256_K = Uint32Array.from([
+  0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
+  0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
+  0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
+  0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
+  0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
+  0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
+  0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+  0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2,
+]);
+
+function sha256(msg) {
+  // padded: the message, 0x80, zeros, the bit length (big-endian, 64 bits)
+  const blocks = Math.ceil((msg.length + 9) / 64);
+  const m = new Uint8Array(blocks * 64);
+  m.set(msg);
+  m[msg.length] = 0x80;
+  const bits = msg.length * 8;
+  for (let i = 0; i < 8; i++) m[m.length - 1 - i] = Math.floor(bits / 2 ** (8 * i)) & 0xff;
+  const h = Uint32Array.of(0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19);
+  const w = new Uint32Array(64);
+  for (let b = 0; b < m.length; b += 64) {
+    for (let i = 0; i < 16; i++) {
+      const j = b + 4 * i;
+      w[i] = (m[j] << 24) | (m[j + 1] << 16) | (m[j + 2] << 8) | m[j + 3];
+    }
+    for (let i = 16; i < 64; i++) {
+      const x = w[i - 15];
+      const y = w[i - 2];
+      const s0 = ((x >>> 7) | (x << 25)) ^ ((x >>> 18) | (x << 14)) ^ (x >>> 3);
+      const s1 = ((y >>> 17) | (y << 15)) ^ ((y >>> 19) | (y << 13)) ^ (y >>> 10);
+      w[i] = w[i - 16] + s0 + w[i - 7] + s1;
+    }
+    let a = h[0], c1 = h[1], c2 = h[2], d = h[3], e = h[4], f = h[5], g = h[6], k = h[7];
+    for (let i = 0; i < 64; i++) {
+      const s1 = ((e >>> 6) | (e << 26)) ^ ((e >>> 11) | (e << 21)) ^ ((e >>> 25) | (e << 7));
+      const t1 = (k + s1 + ((e & f) ^ (~e & g)) + SHA256_K[i] + w[i]) | 0;
+      const s0 = ((a >>> 2) | (a << 30)) ^ ((a >>> 13) | (a << 19)) ^ ((a >>> 22) | (a << 10));
+      const t2 = (s0 + ((a & c1) ^ (a & c2) ^ (c1 & c2))) | 0;
+      k = g;
+      g = f;
+      f = e;
+      e = (d + t1) | 0;
+      d = c2;
+      c2 = c1;
+      c1 = a;
+      a = (t1 + t2) | 0;
+    }
+    h[0] += a;
+    h[1] += c1;
+    h[2] += c2;
+    h[3] += d;
+    h[4] += e;
+    h[5] += f;
+    h[6] += g;
+    h[7] += k;
+  }
+  const out = Buffer.allocUnsafe(32);
+  for (let i = 0; i < 8; i++) out.writeUInt32BE(h[i], 4 * i);
+  return out;
+}
+
+const MATH_RANDOM_DOMAIN = Buffer.from('thaw Math.random');
+
 function seedDigest(seed) {
-  return crypto.createHash('sha256').update('thaw Math.random').update(seed).digest();
+  return sha256(Buffer.concat([MATH_RANDOM_DOMAIN, seed]));
 }
 
 function seedMathRandom(seed) {

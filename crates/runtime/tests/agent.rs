@@ -606,6 +606,52 @@ fn node_warm_up_before_a_snapshot_leaves_the_instance_as_it_was() {
     b.shutdown();
 }
 
+/// A restored Node instance's Math.random is xoshiro128** on the first 16
+/// bytes of SHA-256("thaw Math.random" || seed) (the agent hashes in
+/// JavaScript, not through OpenSSL): its draws are computed here.
+#[test]
+fn node_math_random_follows_the_sha256_of_its_seed() {
+    use sha2::{Digest, Sha256};
+    let seed: Vec<u8> = (0u8..32)
+        .map(|i| i.wrapping_mul(37).wrapping_add(5))
+        .collect();
+    let h = Sha256::new()
+        .chain_update(b"thaw Math.random")
+        .chain_update(&seed)
+        .finalize();
+    let mut s: [u32; 4] =
+        std::array::from_fn(|i| u32::from_le_bytes(h[4 * i..4 * i + 4].try_into().unwrap()));
+    let mut next = || {
+        let result = s[1].wrapping_mul(5).rotate_left(7).wrapping_mul(9);
+        let t = s[1] << 9;
+        s[2] ^= s[0];
+        s[3] ^= s[1];
+        s[1] ^= s[2];
+        s[0] ^= s[3];
+        s[2] ^= t;
+        s[3] = s[3].rotate_left(11);
+        result
+    };
+    let mut random = || {
+        let (hi, lo) = (next() >> 5, next() >> 6);
+        (hi as f64 * 67108864.0 + lo as f64) / 9007199254740992.0
+    };
+    let want = [random(), random()];
+    let mut a = spawn("_test_node");
+    a.ok(restored(&hex::encode(&seed)));
+    let out = a.invoke_ok(invoke_input(json!({"mode": "rng"})));
+    let got: Vec<f64> = out["math"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect();
+    // serde_json's default float parsing may be off by an ulp
+    let close = got.len() == 2 && got.iter().zip(want).all(|(g, w)| (g - w).abs() < 1e-15);
+    assert!(close, "{out}: want {want:?}");
+    a.shutdown();
+}
+
 #[test]
 fn node_restored_reseeds_math_random_and_crypto() {
     let s1 = "11".repeat(32);
