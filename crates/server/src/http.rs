@@ -325,13 +325,27 @@ async fn import_root(
         app.metrics.reject("bad_request");
         ApiError::bad(format!("root import request: {e}"))
     })?;
-    // one import per key at a time: the second finds the first's copy
-    let lock = req
-        .key
-        .as_ref()
-        .map(|k| app.deploy_lock(&format!("root {k}")));
-    let _guard = match &lock {
-        Some(l) => Some(l.lock().await),
+    // one import per key at a time: the second finds the first's copy, or,
+    // if that copy takes over `limits.lock_wait_ms`, answers busy rather
+    // than wait unbounded (a copy is bounded in size, not in time)
+    let _guard = match &req.key {
+        Some(k) => {
+            let wait = std::time::Duration::from_millis(app.cfg.limits.lock_wait_ms);
+            let lock = app.deploy_lock(&format!("root {k}")).lock_owned();
+            match tokio::time::timeout(wait, lock).await {
+                Ok(guard) => Some(guard),
+                Err(_) => {
+                    app.metrics.reject("busy");
+                    let message = format!(
+                        "root {k} is being imported by another request, which has held it for over {} ms",
+                        app.cfg.limits.lock_wait_ms
+                    );
+                    return Err(
+                        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "busy", message).retry(1),
+                    );
+                }
+            }
+        }
         None => None,
     };
     let app2 = app.clone();

@@ -3517,6 +3517,48 @@ fn a_cpu_weight_is_the_instances_cgroups() {
     }
 }
 
+/// Two imports of one key at once: one copies the root, the other waits
+/// for it at most `limits.lock_wait_ms` and answers 503 `busy` with a
+/// Retry-After (a copy of a whole root takes seconds, the wait 50 ms);
+/// asked again, the root is there.
+#[test]
+fn an_import_waiting_behind_a_long_copy_of_its_key_answers_busy() {
+    let from = PathBuf::from(format!("/tmp/thaw-rootbusy-from-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&from);
+    let rootfs = from.join("c1/rootfs");
+    std::fs::create_dir_all(rootfs.parent().unwrap()).unwrap();
+    linked_root(&rootfs, &[]);
+    let mut cfg = test_config("rootbusy");
+    cfg.image_roots_from = vec![from.clone()];
+    cfg.limits.lock_wait_ms = 50;
+    let d = Daemon::start(cfg);
+    let key = "cd".repeat(32);
+    let (a, b) = std::thread::scope(|s| {
+        let a = s.spawn(|| import_root(&d, &rootfs, Some(&key)));
+        let b = s.spawn(|| import_root(&d, &rootfs, Some(&key)));
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    let (copied, busy) = if a.status == 201 { (a, b) } else { (b, a) };
+    assert_eq!(
+        copied.status,
+        201,
+        "{}",
+        String::from_utf8_lossy(&copied.body)
+    );
+    assert_eq!(busy.status, 503, "{}", String::from_utf8_lossy(&busy.body));
+    assert_eq!(busy.json().unwrap()["error"], "busy");
+    assert_eq!(busy.header("retry-after"), Some("1"));
+    let again = import_root(&d, &rootfs, Some(&key));
+    assert_eq!(
+        again.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&again.body)
+    );
+    drop(d);
+    let _ = std::fs::remove_dir_all(&from);
+}
+
 #[test]
 fn image_roots_go_when_no_version_names_them_and_imports_hold_them_for_their_deploy() {
     let from = PathBuf::from(format!("/tmp/thaw-rootgc-from-{}", std::process::id()));

@@ -112,10 +112,30 @@ pub fn has_own_root(root: &Path) -> std::io::Result<bool> {
 
 /// Has the daemon copy the container's root filesystem `rootfs` (once per
 /// `key`, a digest of the image's layers; none: the daemon names it by its
-/// contents) and returns its key there.
+/// contents) and returns its key there. While another import of the key
+/// copies it past the daemon's `limits.lock_wait_ms` (503 with a
+/// Retry-After), it asks again until [`BUSY_DEADLINE`].
 pub fn import_root(socket: &Path, rootfs: &Path, key: Option<&str>) -> Result<String> {
-    let body = json!({"path": rootfs, "key": key});
-    let r = post_accepted(socket, "/v1/roots", &body, "the image's root filesystem")?;
+    let body = serde_json::to_vec(&json!({"path": rootfs, "key": key}))
+        .context("encoding the root import request")?;
+    let t0 = Instant::now();
+    let r = loop {
+        let r = request(socket, "POST", "/v1/roots", Some(&body))?;
+        if r.status == 200 || r.status == 201 {
+            break r;
+        }
+        let busy = r.status == 503 && r.header("retry-after").is_some();
+        if !busy || t0.elapsed() >= BUSY_DEADLINE {
+            fail!(
+                DaemonError::Refused,
+                "the node's thaw daemon refused the image's root filesystem ({}): {}",
+                r.status,
+                error_message(&r)
+            );
+        }
+        log::info!("thaw: {}; asking again in 1 s", error_message(&r));
+        std::thread::sleep(Duration::from_secs(1));
+    };
     let v = r.json().context("the daemon's root import answer")?;
     match v["key"].as_str() {
         Some(k) => Ok(k.to_string()),
@@ -285,23 +305,6 @@ pub fn deploy_code(
         );
         std::thread::sleep(pause);
     }
-}
-
-/// POSTs `body` to `path`: the answer if it is 200 or 201, else the
-/// daemon's refusal of `what`.
-fn post_accepted(socket: &Path, path: &str, body: &Value, what: &str) -> Result<Response> {
-    let data =
-        serde_json::to_vec(body).with_context(|| format!("encoding the request for {what}"))?;
-    let r = request(socket, "POST", path, Some(&data))?;
-    if r.status != 200 && r.status != 201 {
-        fail!(
-            DaemonError::Refused,
-            "the node's thaw daemon refused {what} ({}): {}",
-            r.status,
-            error_message(&r)
-        );
-    }
-    Ok(r)
 }
 
 /// One invocation; the daemon restores an instance if none is warm.
