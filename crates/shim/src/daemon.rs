@@ -124,17 +124,22 @@ pub fn import_root(socket: &Path, rootfs: &Path, key: Option<&str>) -> Result<St
         if r.status == 200 || r.status == 201 {
             break r;
         }
-        let busy = r.status == 503 && r.header("retry-after").is_some();
-        if !busy || t0.elapsed() >= BUSY_DEADLINE {
-            fail!(
+        match busy_pause(&r) {
+            Some(pause) if t0.elapsed() + pause <= BUSY_DEADLINE => {
+                log::info!(
+                    "thaw: {}; asking again in {} s",
+                    error_message(&r),
+                    pause.as_secs()
+                );
+                std::thread::sleep(pause);
+            }
+            _ => fail!(
                 DaemonError::Refused,
                 "the node's thaw daemon refused the image's root filesystem ({}): {}",
                 r.status,
                 error_message(&r)
-            );
+            ),
         }
-        log::info!("thaw: {}; asking again in 1 s", error_message(&r));
-        std::thread::sleep(Duration::from_secs(1));
     };
     let v = r.json().context("the daemon's root import answer")?;
     match v["key"].as_str() {
@@ -278,10 +283,7 @@ pub fn deploy_code(
         if exists && t0.elapsed() < deadline {
             continue; // another pod's deploy made it meanwhile
         }
-        let retry_after = (r.status == 503)
-            .then(|| r.header("retry-after")?.trim().parse::<u64>().ok())
-            .flatten();
-        let Some(secs) = retry_after else {
+        let Some(pause) = busy_pause(&r) else {
             fail!(
                 DaemonError::Refused,
                 "the node's thaw daemon refused the function ({}): {}",
@@ -289,7 +291,6 @@ pub fn deploy_code(
                 error_message(&r)
             );
         };
-        let pause = Duration::from_secs(secs.max(1));
         if t0.elapsed() + pause > deadline {
             return Err(DaemonError::Busy {
                 function: name,
@@ -305,6 +306,15 @@ pub fn deploy_code(
         );
         std::thread::sleep(pause);
     }
+}
+
+/// How long to wait before asking again, if the daemon answered busy (a
+/// 503 with a Retry-After in seconds; at least one).
+fn busy_pause(r: &Response) -> Option<Duration> {
+    let secs = (r.status == 503)
+        .then(|| r.header("retry-after")?.trim().parse::<u64>().ok())
+        .flatten()?;
+    Some(Duration::from_secs(secs.max(1)))
 }
 
 /// One invocation; the daemon restores an instance if none is warm.
