@@ -45,15 +45,23 @@ if $for_tests; then
     for p in etcd:etcd-server openssl:openssl; do
         command -v "${p%%:*}" >/dev/null 2>&1 || need_pkgs+=("${p##*:}")
     done
+    # the registry test pushes an image archive with skopeo to a registry of
+    # its own (Debian's docker-registry, in a network namespace it makes)
+    for p in docker-registry:docker-registry skopeo:skopeo; do
+        command -v "${p%%:*}" >/dev/null 2>&1 || need_pkgs+=("${p##*:}")
+    done
 fi
 if [ ${#need_pkgs[@]} -gt 0 ]; then
     echo "setup: installing ${need_pkgs[*]}" >&2
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_pkgs[@]}"
-    # Debian starts etcd as a service on install; the check runs its own
-    if [[ " ${need_pkgs[*]} " == *" etcd-server "* ]] && [ -d /run/systemd/system ]; then
-        systemctl disable --now etcd.service >/dev/null 2>&1 || true
-    fi
+    # Debian starts etcd and the registry as services on install; the
+    # tests run their own
+    for svc in etcd-server:etcd docker-registry:docker-registry; do
+        if [[ " ${need_pkgs[*]} " == *" ${svc%%:*} "* ]] && [ -d /run/systemd/system ]; then
+            systemctl disable --now "${svc##*:}.service" >/dev/null 2>&1 || true
+        fi
+    done
 fi
 
 # Rust toolchain and the components the test script uses.

@@ -317,3 +317,87 @@ fn code_spread_over_layers_is_read_merged_and_a_link_in_a_lower_layer_is_refused
     daemon.stop();
     assert_nothing_left(&c, &["spread", "link"], &daemon.home);
 }
+
+/// A registry takes `thaw image build`'s archive as it is (skopeo pushes
+/// the OCI archive), and a node's containerd pulls it from there and runs
+/// it on thaw, then pushes it on.
+#[test]
+fn a_function_image_pushed_to_a_registry_is_pulled_by_a_node_and_runs() {
+    let base = std::env::temp_dir().join(unique("registry"));
+    let daemon = Daemon::start(base.with_extension("home"));
+    let registry = Registry::start(&base.join("registry"));
+    // the build machine: the image archive, pushed without containerd
+    let code = base.join("greeter");
+    std::fs::create_dir_all(&code).unwrap();
+    std::fs::write(code.join("main.py"), GREETER).unwrap();
+    let built = thaw_server::image::build(&thaw_server::image::ImageSpec {
+        code: &code,
+        handler: "main.handler",
+        init: None,
+        reference: "thaw.local/greeter:latest",
+    })
+    .unwrap();
+    let archive = base.join("greeter.oci.tar");
+    std::fs::write(&archive, &built.archive).unwrap();
+    let pushed = format!("{REGISTRY}/thaw/greeter:latest");
+    succeeds(
+        registry
+            .client("/usr/bin/skopeo")
+            .args(["copy", "--dest-tls-verify=false"])
+            .arg(format!("oci-archive:{}", archive.display()))
+            .arg(format!("docker://{pushed}")),
+    );
+    let inspect = |reference: &str| -> serde_json::Value {
+        let out = succeeds(
+            registry
+                .client("/usr/bin/skopeo")
+                .args(["inspect", "--tls-verify=false"])
+                .arg(format!("docker://{reference}")),
+        );
+        serde_json::from_str(&out).unwrap()
+    };
+    let seen = inspect(&pushed);
+    assert_eq!(seen["Digest"], built.manifest_digest, "{seen}");
+    assert!(
+        seen["Env"].to_string().contains("THAW_HANDLER=main.handler"),
+        "the handler in the config: {seen}"
+    );
+
+    // a node pulls it (plain HTTP) and runs it
+    let node = start_containerd(&base.join("node"), &daemon.socket());
+    let ctr = |args: &[&str]| {
+        succeeds(
+            registry
+                .client("/usr/bin/ctr")
+                .arg("--address")
+                .arg(&node.socket)
+                .args(["--namespace", NS])
+                .args(args),
+        )
+    };
+    ctr(&["images", "pull", "--plain-http", &pushed]);
+    let listed = node.ok(&["images", "ls"]);
+    assert!(
+        listed.contains(&pushed) && listed.contains(&built.manifest_digest),
+        "the pulled image keeps its digest: {listed}"
+    );
+    let out = node.ok(&[
+        "run",
+        "--rm",
+        "--runtime",
+        RUNTIME,
+        &pushed,
+        "pulled",
+        "invoke",
+        r#"{"name": "registry"}"#,
+    ]);
+    assert!(out.contains(r#""greeting":"hi registry""#), "{out}");
+    assert_eq!(daemon.functions().len(), 1, "{:?}", daemon.functions());
+
+    // containerd pushes it on: the registry holds the same manifest twice
+    let copy = format!("{REGISTRY}/thaw/copy:v1");
+    ctr(&["images", "tag", &pushed, &copy]);
+    ctr(&["images", "push", "--plain-http", &copy]);
+    assert_eq!(inspect(&copy)["Digest"], built.manifest_digest);
+    assert_nothing_left(&node, &["pulled"], &daemon.home);
+}

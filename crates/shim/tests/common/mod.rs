@@ -369,3 +369,94 @@ pub fn wait_stopped(c: &Containerd, id: &str) {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// Debian's registry (`docker-registry`, the distribution registry)
+/// serving plain HTTP on 127.0.0.1:5000 in a network namespace of its own,
+/// storing under `dir`; killed on drop. Its clients run in that namespace
+/// ([`Registry::client`]).
+pub struct Registry {
+    pub netns: Netns,
+    child: std::process::Child,
+}
+
+pub const REGISTRY: &str = "127.0.0.1:5000";
+
+impl Registry {
+    pub fn start(dir: &Path) -> Registry {
+        let bin = Path::new("/usr/bin/docker-registry");
+        assert!(
+            bin.exists(),
+            "{} is missing (scripts/setup.sh --tests installs docker-registry)",
+            bin.display()
+        );
+        std::fs::create_dir_all(dir.join("store")).unwrap();
+        let config = dir.join("config.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: {REGISTRY}\n",
+                dir.join("store").display()
+            ),
+        )
+        .unwrap();
+        let netns = test_netns();
+        let log = std::fs::File::create(dir.join("registry.log")).unwrap();
+        // nsenter execs the registry: the child is the registry itself
+        let child = Command::new("/usr/bin/nsenter")
+            .arg(format!("--net={}", netns.path()))
+            .arg(bin)
+            .arg("serve")
+            .arg(&config)
+            .stdin(std::process::Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("starting docker-registry");
+        let mut r = Registry { netns, child };
+        let t = Instant::now();
+        loop {
+            let up = r
+                .netns
+                .within(|| Ok(std::net::TcpStream::connect(REGISTRY).is_ok()))
+                .unwrap();
+            if up {
+                return r;
+            }
+            if let Ok(Some(status)) = r.child.try_wait() {
+                panic!(
+                    "docker-registry exited ({status}): {}",
+                    std::fs::read_to_string(dir.join("registry.log")).unwrap_or_default()
+                );
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(20),
+                "docker-registry does not listen on {REGISTRY} after 20 s"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// `program` run in the registry's network namespace.
+    pub fn client(&self, program: &str) -> Command {
+        let mut c = Command::new("/usr/bin/nsenter");
+        c.arg(format!("--net={}", self.netns.path())).arg(program);
+        c
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A command's stdout; it must succeed.
+pub fn succeeds(cmd: &mut Command) -> String {
+    let o = cmd
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(o.status.success(), "{cmd:?}: {o:?}");
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
