@@ -26,11 +26,13 @@ pub enum DaemonError {
     #[error("{0}")]
     NoCode(String),
     /// the daemon kept answering 503 with a Retry-After (the function's
-    /// lock held by another deploy of it or a snapshot move, or its memory
-    /// budget full) until the shim's deadline
-    #[error("the node's thaw daemon stayed busy with function {function}: {attempts} deploy attempts in {:.1} s, the shim's limit for a busy daemon; its last answer: {reason}", waited.as_secs_f64())]
+    /// lock held by another deploy of it or a snapshot move, its memory
+    /// budget full, or another import copying the same root) until the
+    /// shim's deadline
+    #[error("the node's thaw daemon stayed busy with {what}: {attempts} attempts in {:.1} s, the shim's limit for a busy daemon; its last answer: {reason}", waited.as_secs_f64())]
     Busy {
-        function: String,
+        /// what was asked for: `function NAME`, or the image's root
+        what: String,
         attempts: u32,
         waited: Duration,
         reason: String,
@@ -112,34 +114,55 @@ pub fn has_own_root(root: &Path) -> std::io::Result<bool> {
 
 /// Has the daemon copy the container's root filesystem `rootfs` (once per
 /// `key`, a digest of the image's layers; none: the daemon names it by its
-/// contents) and returns its key there. While another import of the key
-/// copies it past the daemon's `limits.lock_wait_ms` (503 with a
-/// Retry-After), it asks again until [`BUSY_DEADLINE`].
+/// contents) and returns its key there.
 pub fn import_root(socket: &Path, rootfs: &Path, key: Option<&str>) -> Result<String> {
+    import_root_within(socket, rootfs, key, BUSY_DEADLINE)
+}
+
+/// [`import_root`], asking again while another import of the key copies
+/// it past the daemon's `limits.lock_wait_ms` (a 503 with a Retry-After),
+/// until `deadline` has passed since the first attempt.
+pub fn import_root_within(
+    socket: &Path,
+    rootfs: &Path,
+    key: Option<&str>,
+    deadline: Duration,
+) -> Result<String> {
     let body = serde_json::to_vec(&json!({"path": rootfs, "key": key}))
         .context("encoding the root import request")?;
     let t0 = Instant::now();
+    let mut attempts = 0;
     let r = loop {
+        attempts += 1;
         let r = request(socket, "POST", "/v1/roots", Some(&body))?;
         if r.status == 200 || r.status == 201 {
             break r;
         }
-        match busy_pause(&r) {
-            Some(pause) if t0.elapsed() + pause <= BUSY_DEADLINE => {
-                log::info!(
-                    "thaw: {}; asking again in {} s",
-                    error_message(&r),
-                    pause.as_secs()
-                );
-                std::thread::sleep(pause);
-            }
-            _ => fail!(
+        let Some(pause) = busy_pause(&r) else {
+            fail!(
                 DaemonError::Refused,
                 "the node's thaw daemon refused the image's root filesystem ({}): {}",
                 r.status,
                 error_message(&r)
-            ),
+            );
+        };
+        if t0.elapsed() + pause > deadline {
+            return Err(DaemonError::Busy {
+                what: format!(
+                    "the image's root filesystem ({})",
+                    key.unwrap_or("by its contents")
+                ),
+                attempts,
+                waited: t0.elapsed(),
+                reason: error_message(&r),
+            });
         }
+        log::info!(
+            "thaw: {}; asking again in {} s",
+            error_message(&r),
+            pause.as_secs()
+        );
+        std::thread::sleep(pause);
     };
     let v = r.json().context("the daemon's root import answer")?;
     match v["key"].as_str() {
@@ -293,7 +316,7 @@ pub fn deploy_code(
         };
         if t0.elapsed() + pause > deadline {
             return Err(DaemonError::Busy {
-                function: name,
+                what: format!("function {name}"),
                 attempts,
                 waited: t0.elapsed(),
                 reason: error_message(&r),

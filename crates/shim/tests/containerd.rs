@@ -359,7 +359,9 @@ fn a_function_image_pushed_to_a_registry_is_pulled_by_a_node_and_runs() {
     let seen = inspect(&pushed);
     assert_eq!(seen["Digest"], built.manifest_digest, "{seen}");
     assert!(
-        seen["Env"].to_string().contains("THAW_HANDLER=main.handler"),
+        seen["Env"]
+            .to_string()
+            .contains("THAW_HANDLER=main.handler"),
         "the handler in the config: {seen}"
     );
 

@@ -764,6 +764,71 @@ fn the_shims_deploy_gives_up_on_a_busy_daemon_at_its_deadline_naming_the_functio
     let _ = std::fs::remove_dir_all(&root);
 }
 
+/// A root import the daemon answers busy (another import of the same key
+/// holds it past `lock_wait_ms`): the shim asks again after Retry-After
+/// until the key is free, and gives up at its deadline naming the root.
+#[test]
+fn the_shims_root_import_waits_out_a_busy_daemon_then_gives_up_at_its_deadline() {
+    let base = std::env::temp_dir().join(unique("rootbusy"));
+    let rootfs = base.join("rootfs");
+    std::fs::create_dir_all(rootfs.join("usr/bin")).unwrap();
+    std::fs::write(rootfs.join("usr/bin/python3"), "").unwrap();
+    std::fs::set_permissions(
+        rootfs.join("usr/bin/python3"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let daemon = Daemon::start_with(base.with_extension("home"), |c| {
+        c.limits.lock_wait_ms = 200;
+        c.image_roots_from = vec![base.clone()];
+    });
+    let key = "ab".repeat(32);
+    let app = daemon.app();
+    let hold = || {
+        app.deploy_lock(&format!("root {key}"))
+            .try_lock_owned()
+            .expect("the root's import lock is free")
+    };
+    let import = |deadline| {
+        thaw_shim::daemon::import_root_within(&daemon.socket(), &rootfs, Some(&key), deadline)
+    };
+    // held past the deadline: busy, named, after more than one attempt
+    let held = hold();
+    let t = Instant::now();
+    let e = import(Duration::from_millis(2500)).expect_err("the key is held");
+    let waited = t.elapsed();
+    let msg = e.to_string();
+    assert!(
+        matches!(e, thaw_shim::daemon::DaemonError::Busy { attempts, .. } if attempts >= 2),
+        "{msg}"
+    );
+    assert!(
+        msg.contains(&key) && msg.contains("root filesystem") && msg.contains("busy"),
+        "names the root and the daemon's reason: {msg}"
+    );
+    assert!(
+        waited >= Duration::from_millis(1200) && waited < Duration::from_secs(10),
+        "bounded by its deadline: {waited:?}"
+    );
+    assert_eq!(daemon.imported_roots(), 0, "nothing copied meanwhile");
+    // held for a while only: the import asks again and gets it
+    let release = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(1500));
+        drop(held);
+    });
+    let t = Instant::now();
+    assert_eq!(import(Duration::from_secs(20)).expect("imported"), key);
+    assert!(
+        t.elapsed() >= Duration::from_millis(1000),
+        "it waited for the key: {:?}",
+        t.elapsed()
+    );
+    release.join().unwrap();
+    assert_eq!(daemon.imported_roots(), 1);
+    drop(daemon);
+    let _ = std::fs::remove_dir_all(&base);
+}
+
 #[test]
 fn pods_of_one_image_deploying_at_once_make_one_version() {
     let base = std::env::temp_dir().join(unique("shimonce"));

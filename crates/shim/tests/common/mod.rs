@@ -94,10 +94,15 @@ impl Daemon {
             .unwrap();
         let body = String::from_utf8_lossy(&r.body);
         assert_eq!(r.status, 204, "DELETE {name}: {body}");
-        let app = self.running.as_ref().expect("running").app.clone();
-        app.deploy_lock(name)
+        self.app()
+            .deploy_lock(name)
             .try_lock_owned()
             .expect("the function's lock is free")
+    }
+
+    /// The running daemon's state (its locks, for tests that hold one).
+    pub fn app(&self) -> std::sync::Arc<thaw_server::App> {
+        self.running.as_ref().expect("running").app.clone()
     }
 
     /// `GET /v1/functions/NAME`.
