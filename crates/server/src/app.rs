@@ -68,6 +68,17 @@ impl App {
         lock_of(&self.move_locks, name)
     }
 
+    /// `taking` (locks being taken) given at most `limits.lock_wait_ms`:
+    /// None if it took longer, and the request should answer busy rather
+    /// than wait unbounded behind a long copy or move.
+    pub async fn within_lock_wait<T>(
+        &self,
+        taking: impl std::future::Future<Output = T>,
+    ) -> Option<T> {
+        let wait = std::time::Duration::from_millis(self.cfg.limits.lock_wait_ms);
+        tokio::time::timeout(wait, taking).await.ok()
+    }
+
     /// Removes the image roots no version names any more (`crate::roots::gc`).
     pub fn drop_unused_roots(&self) {
         crate::roots::gc(&self.cfg, &self.registry.dir, &self.root_pins, false);

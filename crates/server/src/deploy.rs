@@ -1093,7 +1093,6 @@ async fn lock_function(
     name: &str,
     moves_too: bool,
 ) -> Result<(Option<OwnedMutexGuard<()>>, OwnedMutexGuard<()>), Error> {
-    let wait = Duration::from_millis(app.cfg.limits.lock_wait_ms);
     let locked = async {
         let moving = match moves_too {
             true => Some(app.move_lock(name).lock_owned().await),
@@ -1101,9 +1100,9 @@ async fn lock_function(
         };
         (moving, app.deploy_lock(name).lock_owned().await)
     };
-    tokio::time::timeout(wait, locked)
+    app.within_lock_wait(locked)
         .await
-        .map_err(|_| Error::Busy {
+        .ok_or_else(|| Error::Busy {
             name: name.to_string(),
             waited_ms: app.cfg.limits.lock_wait_ms,
         })

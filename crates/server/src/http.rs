@@ -330,11 +330,10 @@ async fn import_root(
     // than wait unbounded (a copy is bounded in size, not in time)
     let _guard = match &req.key {
         Some(k) => {
-            let wait = std::time::Duration::from_millis(app.cfg.limits.lock_wait_ms);
             let lock = app.deploy_lock(&format!("root {k}")).lock_owned();
-            match tokio::time::timeout(wait, lock).await {
-                Ok(guard) => Some(guard),
-                Err(_) => {
+            match app.within_lock_wait(lock).await {
+                Some(guard) => Some(guard),
+                None => {
                     app.metrics.reject("busy");
                     let message = format!(
                         "root {k} is being imported by another request, which has held it for over {} ms",
