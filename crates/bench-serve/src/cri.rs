@@ -5,8 +5,10 @@
 //! answers), for the same function under `runc` (an image whose container
 //! runs the function in a fresh Python process behind a small HTTP server)
 //! and under `thaw` (the function image; the shim asks the node's daemon
-//! for an instance at the container's Create, and the front forwards
-//! requests to it).
+//! for an instance at the pod's sandbox when the pod's template ran the
+//! function before, else at the container's Create, and the front
+//! forwards requests to it). Pods are named as a Deployment names them,
+//! so a function's pods after its first share a template.
 //!
 //! Both run the same Python from the same runtime root: thaw's sandbox
 //! chroots into it; the runc container gets its directories bind-mounted
@@ -15,8 +17,9 @@
 //! shared harness, `thaw_shim::harness`) beside an in-process `thaw serve`
 //! on a temporary home; its daemon keeps idle instances for one second
 //! (`ttl`), and every thaw pod waits until none is idle, so each pod is
-//! served by one restore made for it (at Create, or with `--prewarm false`
-//! for its first request), never by an instance left by another pod.
+//! served by one restore made for it (at its sandbox or Create, or with
+//! `--prewarm false` for its first request), never by an instance left by
+//! another pod.
 //!
 //! Three parts: runc vs thaw per function (interleaved runs, after one
 //! warm-up pod each: the first thaw pod deploys and snapshots), on a node
@@ -682,7 +685,14 @@ fn thaw_pod_start(n: &Node, image: &str, event: &str) -> Result<(f64, String, Ph
 /// One pod from `runp` to its first answer: (ms, answer, phases).
 fn pod_start(n: &Node, runtime: &str, image: &str, event: &str) -> Result<(f64, String, Phases)> {
     let i = n.pods.fetch_add(1, Ordering::SeqCst);
-    let name = format!("p{i}-{runtime}");
+    // named as a Deployment names its pods (the image's name, then a
+    // part of each pod's own): the pods of one image share a template
+    let stem = image
+        .rsplit('/')
+        .next()
+        .and_then(|s| s.split(':').next())
+        .unwrap_or("pod");
+    let name = format!("{stem}-{i}");
     let dirs = root_dirs(n.root)?;
     let hosts: Vec<PathBuf> = dirs.iter().map(|d| n.root.path.join(d)).collect();
     let targets: Vec<String> = dirs.iter().map(|d| format!("/{d}")).collect();

@@ -18,6 +18,7 @@ pub mod layers;
 pub mod native;
 pub mod service;
 pub mod spec;
+pub mod templates;
 
 /// containerd's name for this runtime (the binary is `containerd-shim-thaw-v1`).
 pub const RUNTIME_ID: &str = "io.containerd.thaw.v1";

@@ -220,6 +220,8 @@ impl containerd_shim::Shim for Shim {
                 changed: Condvar::new(),
                 exit: self.exit.clone(),
                 events,
+                template: Mutex::new(None),
+                early: Mutex::new(Vec::new()),
             }),
         }
     }
@@ -263,6 +265,13 @@ struct Shared {
     exit: Arc<ExitSignal>,
     /// The event thread's queue.
     events: Sender<Outgoing>,
+    /// The pod's template (its sandbox's Create read it), under which the
+    /// pod's functions are remembered for the template's next pods.
+    template: Mutex<Option<String>>,
+    /// Instances the pod's sandbox asked for, of the functions its
+    /// template ran before: (function, the prewarm's pipe), taken by the
+    /// container of that function.
+    early: Mutex<Vec<(String, std::os::fd::OwnedFd)>>,
 }
 
 #[derive(Clone)]
@@ -458,6 +467,7 @@ impl Service {
         let planned = (|| {
             match spec.kind() {
                 Kind::PodSandbox => {
+                    self.prewarm_template(&spec)?;
                     return Ok((
                         Run::Front(Plan {
                             socket: daemon::socket(),
@@ -469,7 +479,7 @@ impl Service {
                         }),
                         0,
                         None,
-                    ))
+                    ));
                 }
                 Kind::Native => {
                     let pid = native::create(
@@ -522,7 +532,7 @@ impl Service {
             // the restore starts now, overlapping the rest of the pod's
             // start (containerd's calls, the front's own start)
             let pipe = match (prewarm, &mode) {
-                (true, spec::Mode::Serve { .. }) => Some(prewarm_now(&socket, &deployed.name)?),
+                (true, spec::Mode::Serve { .. }) => Some(self.prewarmed(&socket, &deployed.name)?),
                 _ => None,
             };
             Ok((
@@ -552,6 +562,46 @@ impl Service {
                 }
                 Err(e)
             }
+        }
+    }
+
+    /// A pod's sandbox: has the daemon restore an instance of each
+    /// function the pod's template ran before (unless the pod's
+    /// `dev.thaw.prewarm` is `false`), without waiting for them.
+    fn prewarm_template(&self, spec: &ContainerSpec) -> Result<(), CreateError> {
+        let Some(key) = crate::templates::key(spec) else {
+            return Ok(());
+        };
+        // a bad value asks for nothing here; the function container's
+        // Create refuses it with its reason
+        if spec.prewarm().unwrap_or(false) {
+            let socket = daemon::socket();
+            let mut early = self.shared.early.lock().unwrap();
+            for function in crate::templates::Templates::beside(&socket).functions(&key) {
+                early.push((function.clone(), prewarm_now(&socket, &function)?));
+            }
+        }
+        *self.shared.template.lock().unwrap() = Some(key);
+        Ok(())
+    }
+
+    /// The pipe of an instance of `function` asked for: the one the pod's
+    /// sandbox asked for, else asked for now; the pod's template then
+    /// remembers the function.
+    fn prewarmed(&self, socket: &Path, function: &str) -> std::io::Result<std::os::fd::OwnedFd> {
+        let early = {
+            let mut early = self.shared.early.lock().unwrap();
+            let i = early.iter().position(|(f, _)| f == function);
+            i.map(|i| early.swap_remove(i).1)
+        };
+        if let Some(key) = self.shared.template.lock().unwrap().as_deref() {
+            if let Err(e) = crate::templates::Templates::beside(socket).remember(key, function) {
+                log::warn!("remembering {function} for the pods of {key}: {e}");
+            }
+        }
+        match early {
+            Some(pipe) => Ok(pipe),
+            None => prewarm_now(socket, function),
         }
     }
 

@@ -899,3 +899,77 @@ fn a_started_pod_has_its_instance_restored_before_its_first_request_over_grpc() 
     cri.remove(&pod.id);
     cri.assert_nothing_left(&daemon, &[fun_pid]);
 }
+
+/// Pods of one template (named as a Deployment names them): the next pod's
+/// sandbox has the function its template ran restored before any of its
+/// containers exists, and its container takes that instance; a pod of no
+/// known template, or one that turns prewarming off, asks for nothing.
+#[test]
+fn a_pods_sandbox_has_the_function_its_template_ran_restored_before_its_containers() {
+    let base = std::env::temp_dir().join(unique("critmpl"));
+    let daemon = Daemon::start_with(base.with_extension("home"), |c| {
+        c.policy = "ttl".into();
+        c.keep_alive_s = 1;
+    });
+    let mut cri = start_cri(&base, &daemon);
+    must(cri.use_grpc());
+    let image = import_function(&cri.c, "greeter", GREETER);
+    let restores = || daemon.metric("thaw_restore_duration_seconds_count{");
+    let until = |what: &str, done: &dyn Fn() -> bool| {
+        let t = Instant::now();
+        while !done() {
+            assert!(
+                t.elapsed() < Duration::from_secs(60),
+                "{what}: {}",
+                daemon.metrics()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    let no_idle = || {
+        until("the idle instance stays past its keep-alive", &|| {
+            daemon.metric("thaw_instances{state=\"idle\"}") == 0.0
+        })
+    };
+    // the template's first pod: its container's Create asks for the instance
+    let first = cri.pod("greeter-5f7d8c-aaaaa", json!({}));
+    let fun = cri.container(&first, "fn", &image, &[]);
+    until("no restore for the first pod", &|| restores() >= 1.0);
+    let answer = post(&cri.netns, &cri.ip(&first.id), 8080, r#"{"name": "one"}"#);
+    assert!(answer.contains("hi one"), "{answer}");
+    let mut pids = vec![cri.pid_of(&fun)];
+    cri.remove(&first.id);
+    no_idle();
+
+    // its next pod: the sandbox alone has an instance restored
+    let before = restores();
+    let second = cri.pod("greeter-5f7d8c-bbbbb", json!({}));
+    until("the sandbox asked for no instance", &|| restores() > before);
+    let fun = cri.container(&second, "fn", &image, &[]);
+    let answer = post(&cri.netns, &cri.ip(&second.id), 8080, r#"{"name": "two"}"#);
+    assert!(answer.contains("hi two"), "{answer}");
+    assert!(
+        answer
+            .to_ascii_lowercase()
+            .contains("thaw-start-type: warm"),
+        "the first request found the instance ready: {answer}"
+    );
+    assert_eq!(
+        restores(),
+        before + 1.0,
+        "one restore for the pod: its sandbox's, which its container took"
+    );
+    pids.push(cri.pid_of(&fun));
+    cri.remove(&second.id);
+    no_idle();
+
+    // a pod of no template, and one of this template without prewarming
+    let before = restores();
+    let alone = cri.pod("standalone", json!({}));
+    let off = cri.pod("greeter-5f7d8c-ccccc", json!({"dev.thaw.prewarm": "false"}));
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(restores(), before, "their sandboxes asked for nothing");
+    cri.remove(&alone.id);
+    cri.remove(&off.id);
+    cri.assert_nothing_left(&daemon, &pids);
+}
