@@ -1129,7 +1129,7 @@ pub fn markdown(r: &Report) -> String {
             f.first_thaw_ms
         );
     }
-    s += "\nMedians, ms. First request: until the pod accepted the connection, and (thaw) the daemon's own time and the handler's run in it; restore: the one the daemon made for the pod (asked for at the container's Create, so it overlaps the other phases).\n\n| function | runtime | runp | create + start | status | first request | connect | daemon | handler | restore |\n|---|---|---|---|---|---|---|---|---|---|\n";
+    s += "\nMedians, ms. First request: until the pod accepted the connection, and (thaw) the daemon's own time and the handler's run in it; restore: the one the daemon made for the pod (asked for at its sandbox when its template ran the function before, else at the container's Create, so it overlaps the other phases).\n\n| function | runtime | runp | create + start | status | first request | connect | daemon | handler | restore |\n|---|---|---|---|---|---|---|---|---|---|\n";
     for f in &r.functions {
         for (rt, p) in [("runc", &f.runc_phases), ("thaw", &f.thaw_phases)] {
             s += &format!(
