@@ -723,6 +723,31 @@ fn echo_function_root(base: &Path) -> (PathBuf, thaw_shim::daemon::Function) {
     (root, f)
 }
 
+/// `ask` (with a 2.5 s deadline, the daemon's `lock_wait_ms` well under
+/// it) fails as busy after more than one attempt, within its deadline,
+/// its message naming each of `names`.
+fn gives_up_busy<T: std::fmt::Debug>(
+    ask: impl FnOnce() -> Result<T, thaw_shim::daemon::DaemonError>,
+    names: &[&str],
+) {
+    let t = Instant::now();
+    let e = ask().expect_err("the lock is held");
+    let waited = t.elapsed();
+    let msg = e.to_string();
+    assert!(
+        matches!(e, thaw_shim::daemon::DaemonError::Busy { attempts, .. } if attempts >= 2),
+        "{msg}"
+    );
+    assert!(
+        names.iter().all(|n| msg.contains(n)),
+        "names {names:?} and the daemon's reason: {msg}"
+    );
+    assert!(
+        waited >= Duration::from_millis(1000) && waited < Duration::from_secs(10),
+        "bounded by its deadline: {waited:?}"
+    );
+}
+
 #[test]
 fn the_shims_deploy_gives_up_on_a_busy_daemon_at_its_deadline_naming_the_function() {
     let base = std::env::temp_dir().join(unique("shimbusy"));
@@ -736,23 +761,9 @@ fn the_shims_deploy_gives_up_on_a_busy_daemon_at_its_deadline_naming_the_functio
         .expect("a first deploy")
         .name;
     let held = daemon.delete_and_hold(&name);
-    let t = Instant::now();
-    let e = deploy(Duration::from_millis(2500))
-        .err()
-        .expect("the lock is held");
-    let waited = t.elapsed();
-    let msg = e.to_string();
-    assert!(
-        matches!(e, thaw_shim::daemon::DaemonError::Busy { attempts, .. } if attempts >= 2),
-        "{msg}"
-    );
-    assert!(
-        msg.contains(&name) && msg.contains("is busy"),
-        "names the function and the daemon's reason: {msg}"
-    );
-    assert!(
-        waited >= Duration::from_millis(1300) && waited < Duration::from_secs(10),
-        "bounded by its deadline: {waited:?}"
+    gives_up_busy(
+        || deploy(Duration::from_millis(2500)).map(|d| d.name),
+        &[&name, "is busy"],
     );
     // once free, the same call deploys it
     drop(held);
@@ -794,21 +805,9 @@ fn the_shims_root_import_waits_out_a_busy_daemon_then_gives_up_at_its_deadline()
     };
     // held past the deadline: busy, named, after more than one attempt
     let held = hold();
-    let t = Instant::now();
-    let e = import(Duration::from_millis(2500)).expect_err("the key is held");
-    let waited = t.elapsed();
-    let msg = e.to_string();
-    assert!(
-        matches!(e, thaw_shim::daemon::DaemonError::Busy { attempts, .. } if attempts >= 2),
-        "{msg}"
-    );
-    assert!(
-        msg.contains(&key) && msg.contains("root filesystem") && msg.contains("busy"),
-        "names the root and the daemon's reason: {msg}"
-    );
-    assert!(
-        waited >= Duration::from_millis(1200) && waited < Duration::from_secs(10),
-        "bounded by its deadline: {waited:?}"
+    gives_up_busy(
+        || import(Duration::from_millis(2500)),
+        &[&key, "root filesystem", "busy"],
     );
     assert_eq!(daemon.imported_roots(), 0, "nothing copied meanwhile");
     // held for a while only: the import asks again and gets it
