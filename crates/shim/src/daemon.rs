@@ -138,31 +138,18 @@ pub fn import_root_within(
         if r.status == 200 || r.status == 201 {
             break r;
         }
-        let Some(pause) = busy_pause(&r) else {
-            fail!(
-                DaemonError::Refused,
-                "the node's thaw daemon refused the image's root filesystem ({}): {}",
-                r.status,
-                error_message(&r)
-            );
+        let root = || {
+            format!(
+                "the image's root filesystem ({})",
+                key.unwrap_or("by its contents")
+            )
         };
-        if t0.elapsed() + pause > deadline {
-            return Err(DaemonError::Busy {
-                what: format!(
-                    "the image's root filesystem ({})",
-                    key.unwrap_or("by its contents")
-                ),
-                attempts,
-                waited: t0.elapsed(),
-                reason: error_message(&r),
-            });
-        }
-        log::info!(
-            "thaw: {}; asking again in {} s",
-            error_message(&r),
-            pause.as_secs()
-        );
-        std::thread::sleep(pause);
+        wait_while_busy(
+            &r,
+            "the image's root filesystem",
+            root,
+            (t0, deadline, attempts),
+        )?;
     };
     let v = r.json().context("the daemon's root import answer")?;
     match v["key"].as_str() {
@@ -306,29 +293,44 @@ pub fn deploy_code(
         if exists && t0.elapsed() < deadline {
             continue; // another pod's deploy made it meanwhile
         }
-        let Some(pause) = busy_pause(&r) else {
-            fail!(
-                DaemonError::Refused,
-                "the node's thaw daemon refused the function ({}): {}",
-                r.status,
-                error_message(&r)
-            );
-        };
-        if t0.elapsed() + pause > deadline {
-            return Err(DaemonError::Busy {
-                what: format!("function {name}"),
-                attempts,
-                waited: t0.elapsed(),
-                reason: error_message(&r),
-            });
-        }
-        log::info!(
-            "thaw: the daemon is busy with {name} ({}); retrying in {} s",
-            error_message(&r),
-            pause.as_secs()
-        );
-        std::thread::sleep(pause);
+        let function = || format!("function {name}");
+        wait_while_busy(&r, "the function", function, (t0, deadline, attempts))?;
     }
+}
+
+/// After an answer that is neither a success nor settled otherwise: waits
+/// out a busy daemon's Retry-After (the caller then asks again), unless
+/// that passes `deadline` since `t0` (then [`DaemonError::Busy`] naming
+/// `busy_with`); any other answer is the daemon's refusal of `asked`.
+fn wait_while_busy(
+    r: &Response,
+    asked: &str,
+    busy_with: impl FnOnce() -> String,
+    (t0, deadline, attempts): (Instant, Duration, u32),
+) -> Result<()> {
+    let Some(pause) = busy_pause(r) else {
+        fail!(
+            DaemonError::Refused,
+            "the node's thaw daemon refused {asked} ({}): {}",
+            r.status,
+            error_message(r)
+        );
+    };
+    if t0.elapsed() + pause > deadline {
+        return Err(DaemonError::Busy {
+            what: busy_with(),
+            attempts,
+            waited: t0.elapsed(),
+            reason: error_message(r),
+        });
+    }
+    log::info!(
+        "thaw: the daemon is busy with {asked} ({}); asking again in {} s",
+        error_message(r),
+        pause.as_secs()
+    );
+    std::thread::sleep(pause);
+    Ok(())
 }
 
 /// How long to wait before asking again, if the daemon answered busy (a

@@ -594,15 +594,17 @@ impl Service {
             let i = early.iter().position(|(f, _)| f == function);
             i.map(|i| early.swap_remove(i).1)
         };
+        // the request goes first; the file is written while it restores
+        let pipe = match early {
+            Some(pipe) => pipe,
+            None => prewarm_now(socket, function)?,
+        };
         if let Some(key) = self.shared.template.lock().unwrap().as_deref() {
             if let Err(e) = crate::templates::Templates::beside(socket).remember(key, function) {
                 log::warn!("remembering {function} for the pods of {key}: {e}");
             }
         }
-        match early {
-            Some(pipe) => Ok(pipe),
-            None => prewarm_now(socket, function),
-        }
+        Ok(pipe)
     }
 
     /// Follows the front until it exits, then records and announces the exit.
