@@ -124,8 +124,9 @@ def _on_alarm(signum, frame):
 
 
 def install_signal_handlers():
-    # Kernel signal dispositions are not part of a memory snapshot: this runs at
-    # start and again after every restore.
+    # At start, before the function loads: whatever the function installs at
+    # init replaces these, and a snapshot carries the dispositions as they
+    # are then (a restore sets them again before the runtime runs).
     signal.signal(signal.SIGALRM, _on_alarm)
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
@@ -384,15 +385,20 @@ class Agent:
             if self.instance_id is None:
                 self.instance_id = os.urandom(16).hex()
             args = (event, LambdaContext(request_id or new_request_id(), time.monotonic() + limit_s, self.instance_id))
+        # The timeout is our SIGALRM timer, unless the function took SIGALRM
+        # for itself (signal.alarm, a library's timeout): then its timer is
+        # left alone, and the worker's own deadline ends a late invocation.
+        alarm = timeout_ms is not None and signal.getsignal(signal.SIGALRM) is _on_alarm
         try:
-            if timeout_ms is not None:
+            if alarm:
                 signal.setitimer(signal.ITIMER_REAL, timeout_ms / 1e3)
             thaw_sdk._call = sdk_call
             try:
                 output = handler(*args)
             finally:
                 thaw_sdk._call = None
-                signal.setitimer(signal.ITIMER_REAL, 0)
+                if alarm:
+                    signal.setitimer(signal.ITIMER_REAL, 0)
         except InvocationTimeout:
             return {
                 "ok": False,
@@ -459,7 +465,6 @@ class Agent:
         if unmap is not None:
             # the restorer's trampoline: the last of it left in our memory
             check(munmap_fn()(*unmap), "munmap")
-        install_signal_handlers()
         self.instance_id = None
         reseeded = reseed_all(seed_bytes, self.module)
         return {"ok": True, "state": "restored", "reseeded": reseeded}

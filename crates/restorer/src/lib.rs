@@ -48,7 +48,7 @@ pub const RESUME_BYTE: u8 = b'G';
 pub const RESTORER_VDSO_SCRATCH: u64 = RESTORER_BASE + RESTORER_SPAN;
 
 pub const PLAN_MAGIC: u64 = 0x4e41_4c50_5741_4854;
-pub const PLAN_VERSION: u32 = 7;
+pub const PLAN_VERSION: u32 = 8;
 pub const MAX_VDSO_PIECES: usize = 4;
 
 pub const FILL_COPY: u32 = 0;
@@ -87,8 +87,8 @@ pub const RESOLVE_FLAGS: u64 = 0x06;
 /// (plan.h's FD_WAIT .. FD_EPOLL).
 pub const FD_STEPS: std::ops::RangeInclusive<u32> = 16..=20;
 const _: () = assert!(
-    STEPS.len() == 20 && STEPS[15].0 == 16 && STEPS[19].0 == 20,
-    "the descriptor steps are plan.h's last five"
+    STEPS.len() == 21 && STEPS[15].0 == 16 && STEPS[19].0 == 20,
+    "the descriptor steps are plan.h's FD_WAIT .. FD_EPOLL"
 );
 /// The worker's word that the sandbox's /tmp and /dev/shm are restored.
 pub const FILES_BYTE: u8 = b'F';
@@ -134,6 +134,8 @@ pub struct PlanHeader {
     pub uid: u32,
     pub gid: u32,
     pub flags: u32,
+    /// ITIMER_REAL, _VIRTUAL, _PROF: (interval, remaining) in microseconds
+    pub itimers: [[u64; 2]; 3],
 }
 
 /// `struct plan_header`: built by [`Plan::encode`] from [`PlanHeader`] and the counts.
@@ -169,6 +171,9 @@ struct PlanHeaderC {
     frame_len: u32,
     n_fds: u32,
     n_watches: u32,
+    n_sigactions: u32,
+    n_siginfos: u32,
+    itimers: [[u64; 2]; 3],
 }
 
 /// `struct plan_vma`.
@@ -264,6 +269,41 @@ pub struct PlanWatch {
     pub data: u64,
 }
 
+/// `struct plan_sigaction`: one signal's disposition (`struct k_sigaction`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PlanSigaction {
+    pub handler: u64,
+    pub flags: u64,
+    pub restorer: u64,
+    pub mask: u64,
+    pub sig: u32,
+    pub reserved: u32,
+}
+
+/// `sizeof(siginfo_t)`.
+pub const SIGINFO_BYTES: usize = 128;
+
+/// `struct plan_siginfo`: a signal to queue again, to the process or to
+/// the main thread (`to_main`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PlanSiginfo {
+    pub to_main: u32,
+    pub reserved: u32,
+    pub info: [u8; SIGINFO_BYTES],
+}
+
+impl Default for PlanSiginfo {
+    fn default() -> Self {
+        PlanSiginfo {
+            to_main: 0,
+            reserved: 0,
+            info: [0; SIGINFO_BYTES],
+        }
+    }
+}
+
 /// `struct restorer_status`.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
@@ -316,6 +356,10 @@ unsafe impl PlainC for RestorerStatusC {}
 unsafe impl PlainC for PlanFd {}
 // SAFETY: as above.
 unsafe impl PlainC for PlanWatch {}
+// SAFETY: as above.
+unsafe impl PlainC for PlanSigaction {}
+// SAFETY: as above.
+unsafe impl PlainC for PlanSiginfo {}
 
 /// Fails the build when a Rust mirror and plan.h disagree on a size or offset.
 macro_rules! same_layout {
@@ -345,6 +389,22 @@ same_layout!(PlanHeaderC, C_SIZE_plan_header,
     frame_len => C_OFF_plan_header_frame_len,
     n_fds => C_OFF_plan_header_n_fds,
     n_watches => C_OFF_plan_header_n_watches,
+    n_sigactions => C_OFF_plan_header_n_sigactions,
+    n_siginfos => C_OFF_plan_header_n_siginfos,
+    itimers => C_OFF_plan_header_itimers,
+);
+same_layout!(PlanSigaction, C_SIZE_plan_sigaction,
+    handler => C_OFF_plan_sigaction_handler,
+    flags => C_OFF_plan_sigaction_flags,
+    restorer => C_OFF_plan_sigaction_restorer,
+    mask => C_OFF_plan_sigaction_mask,
+    sig => C_OFF_plan_sigaction_sig,
+    reserved => C_OFF_plan_sigaction_reserved,
+);
+same_layout!(PlanSiginfo, C_SIZE_plan_siginfo,
+    to_main => C_OFF_plan_siginfo_to_main,
+    reserved => C_OFF_plan_siginfo_reserved,
+    info => C_OFF_plan_siginfo_info,
 );
 same_layout!(PlanFd, C_SIZE_plan_fd,
     fd => C_OFF_plan_fd_fd,
@@ -464,6 +524,10 @@ pub struct Plan {
     pub fds: Vec<PlanFd>,
     /// the epoll instances' watches
     pub watches: Vec<PlanWatch>,
+    /// the dispositions to set
+    pub sigactions: Vec<PlanSigaction>,
+    /// the signals to queue again, oldest first
+    pub siginfos: Vec<PlanSiginfo>,
     pub auxv: Vec<u64>,
     /// seccomp BPF instructions, each `struct sock_filter` as its 8 raw bytes.
     pub filter: Vec<[u8; 8]>,
@@ -586,6 +650,9 @@ impl Plan {
             frame_len: self.frame.len() as u32,
             n_fds: self.fds.len() as u32,
             n_watches: self.watches.len() as u32,
+            n_sigactions: self.sigactions.len() as u32,
+            n_siginfos: self.siginfos.len() as u32,
+            itimers: h.itimers,
         };
         let mut w = Vec::with_capacity(
             std::mem::size_of::<PlanHeaderC>()
@@ -607,6 +674,12 @@ impl Plan {
         }
         for x in &self.watches {
             w.extend_from_slice(x.as_bytes());
+        }
+        for a in &self.sigactions {
+            w.extend_from_slice(a.as_bytes());
+        }
+        for q in &self.siginfos {
+            w.extend_from_slice(q.as_bytes());
         }
         for a in &self.auxv {
             w.extend_from_slice(&a.to_le_bytes());

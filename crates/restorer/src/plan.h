@@ -11,6 +11,8 @@
  *   struct plan_thread threads[n_threads]      (threads[0] is the main thread)
  *   struct plan_fd    fds[n_fds]               (ascending descriptor numbers)
  *   struct plan_watch watches[n_watches]       (epoll interest lists)
+ *   struct plan_sigaction sigactions[n_sigactions] (dispositions to set)
+ *   struct plan_siginfo siginfos[n_siginfos]   (signals to queue again, oldest first)
  *   u64               auxv[auxv_words]
  *   struct sock_filter_raw seccomp[n_filter]   (8 bytes each)
  *   char              frame[frame_len]         (every thread's rt_sigreturn frame, see below)
@@ -24,7 +26,7 @@ typedef unsigned int u32;
 typedef int i32;
 
 #define THAW_PLAN_MAGIC 0x4e414c5057414854UL /* "THAWPLAN" */
-#define THAW_PLAN_VERSION 7
+#define THAW_PLAN_VERSION 8
 
 /* The restorer owns [RESTORER_BASE, RESTORER_BASE + RESTORER_SPAN): its image,
  * stack and scratch. Checkpoint refuses runtimes that map anything there. */
@@ -130,6 +132,11 @@ struct plan_header {
     u32 frame_len; /* bytes of frames, copied to TRAMP_FRAME (multiple of 8) */
     u32 n_fds;
     u32 n_watches;
+    u32 n_sigactions;
+    u32 n_siginfos;
+    /* ITIMER_REAL, _VIRTUAL, _PROF: interval and remaining time in
+     * microseconds, armed again counted from the restore (0, 0: unarmed) */
+    u64 itimers[3][2];
 };
 
 /* create a userfaultfd and send it to the worker */
@@ -204,6 +211,25 @@ struct plan_watch {
     u64 data;
 };
 
+/* One signal's disposition: struct k_sigaction for rt_sigaction. Set
+ * before any thread of the runtime runs, with every signal blocked. */
+struct plan_sigaction {
+    u64 handler, flags, restorer, mask;
+    u32 sig;
+    u32 reserved;
+};
+
+/* A signal that was queued at the snapshot: its siginfo_t, queued again
+ * (rt_sigqueueinfo to the process, or rt_tgsigqueueinfo to the main thread
+ * when to_main) while every signal is blocked, so that each is delivered
+ * when the runtime's own masks allow, as it would have been. */
+#define SIGINFO_BYTES 128
+struct plan_siginfo {
+    u32 to_main;
+    u32 reserved;
+    char info[SIGINFO_BYTES];
+};
+
 /* Status the restorer writes to fd 3 when it is done (or fails). For the
  * FD_* steps, detail is the descriptor's number. */
 struct restorer_status {
@@ -239,13 +265,16 @@ struct restorer_status {
     X(FD_MAKE, 17, "recreating a descriptor")                     \
     X(FD_FILL, 18, "refilling a descriptor's content")            \
     X(FD_PLACE, 19, "moving a descriptor to its number")          \
-    X(FD_EPOLL, 20, "adding an epoll watch")
+    X(FD_EPOLL, 20, "adding an epoll watch")                      \
+    X(SIGNALS, 21, "setting the signal state")
 
 #define THAW_STEP_ENUM(name, n, text) STEP_##name = n,
 enum { THAW_STEPS(THAW_STEP_ENUM) };
 
 /* The Rust side checks every offset too (build.rs, src/abi.c). */
-_Static_assert(sizeof(struct plan_header) == 232, "plan_header layout");
+_Static_assert(sizeof(struct plan_header) == 288, "plan_header layout");
+_Static_assert(sizeof(struct plan_sigaction) == 40, "plan_sigaction layout");
+_Static_assert(sizeof(struct plan_siginfo) == 136, "plan_siginfo layout");
 _Static_assert(sizeof(struct plan_fd) == 72, "plan_fd layout");
 _Static_assert(sizeof(struct plan_watch) == 24, "plan_watch layout");
 _Static_assert(sizeof(struct plan_thread) == 80, "plan_thread layout");

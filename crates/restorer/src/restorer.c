@@ -49,6 +49,12 @@
 #define SYS_set_robust_list 273
 #define SYS_rseq 334
 #define SYS_rt_sigprocmask 14
+#define SYS_rt_sigaction 13
+#define SYS_rt_sigqueueinfo 129
+#define SYS_rt_tgsigqueueinfo 297
+#define SYS_setitimer 38
+#define SYS_getpid 39
+#define SYS_gettid 186
 #define SYS_fcntl 72
 #define SYS_dup3 292
 #define SYS_lseek 8
@@ -557,6 +563,48 @@ static void clone_threads(const struct plan_header *h, const struct plan_thread 
     }
 }
 
+/* The runtime's signal state, before any of its threads runs: every signal
+ * blocked from here on (each thread's frame sets its own mask), the
+ * dispositions set, the signals queued at the snapshot queued again, the
+ * interval timers armed with the time they had left. A signal that arrives
+ * meanwhile (an interval timer's) waits, blocked, for the runtime. */
+static void restore_signals(const struct plan_header *h, const struct plan_sigaction *acts,
+                            const struct plan_siginfo *infos)
+{
+    u64 all = ~0UL;
+    long r = sys6(SYS_rt_sigprocmask, 2 /* SIG_SETMASK */, (long)&all, 0, 8, 0, 0);
+    if (r < 0)
+        fail(STEP_SIGNALS, r, 0);
+    for (u32 i = 0; i < h->n_sigactions; i++) {
+        const struct plan_sigaction *a = &acts[i];
+        u64 k[4] = {a->handler, a->flags, a->restorer, a->mask}; /* struct k_sigaction */
+        r = sys6(SYS_rt_sigaction, a->sig, (long)k, 0, 8, 0, 0);
+        if (r < 0)
+            fail(STEP_SIGNALS, r, a->sig);
+    }
+    long pid = sys3(SYS_getpid, 0, 0, 0), tid = sys3(SYS_gettid, 0, 0, 0);
+    for (u32 i = 0; i < h->n_siginfos; i++) {
+        const struct plan_siginfo *q = &infos[i];
+        i32 sig = *(const i32 *)q->info;
+        /* to ourselves, so the kernel takes the siginfo as it was */
+        if (q->to_main)
+            r = sys6(SYS_rt_tgsigqueueinfo, pid, tid, sig, (long)q->info, 0, 0);
+        else
+            r = sys6(SYS_rt_sigqueueinfo, pid, sig, (long)q->info, 0, 0, 0);
+        if (r < 0)
+            fail(STEP_SIGNALS, r, 100 + (u32)sig);
+    }
+    for (int which = 0; which < 3; which++) {
+        u64 iv = h->itimers[which][0], val = h->itimers[which][1];
+        if (!val) /* unarmed (an armed timer reads at least 1 us left) */
+            continue;
+        u64 t[4] = {iv / 1000000, iv % 1000000, val / 1000000, val % 1000000}; /* struct itimerval */
+        r = sys3(SYS_setitimer, which, (long)t, 0);
+        if (r < 0)
+            fail(STEP_SIGNALS, r, 200 + (u32)which);
+    }
+}
+
 /* Gives the main thread back its own kernel-side state (after the
  * go-ahead: its rseq area is the runtime's memory, lazy pages included). */
 static void main_thread_state(const struct plan_thread *m)
@@ -922,7 +970,9 @@ void restorer_main(u64 *initial_sp)
                (u64)h->n_runs * sizeof(struct plan_run) +
                (u64)h->n_threads * sizeof(struct plan_thread) +
                (u64)h->n_fds * sizeof(struct plan_fd) +
-               (u64)h->n_watches * sizeof(struct plan_watch) + (u64)h->auxv_words * 8 +
+               (u64)h->n_watches * sizeof(struct plan_watch) +
+               (u64)h->n_sigactions * sizeof(struct plan_sigaction) +
+               (u64)h->n_siginfos * sizeof(struct plan_siginfo) + (u64)h->auxv_words * 8 +
                (u64)h->n_filter * 8 + h->frame_len + h->strings_len;
     if (need != len)
         fail(STEP_BAD_PLAN, EINVAL, 2);
@@ -931,7 +981,9 @@ void restorer_main(u64 *initial_sp)
     struct plan_thread *threads = (struct plan_thread *)(runs + h->n_runs);
     struct plan_fd *fds = (struct plan_fd *)(threads + h->n_threads);
     struct plan_watch *watches = (struct plan_watch *)(fds + h->n_fds);
-    u64 *auxv = (u64 *)(watches + h->n_watches);
+    struct plan_sigaction *sigactions = (struct plan_sigaction *)(watches + h->n_watches);
+    struct plan_siginfo *siginfos = (struct plan_siginfo *)(sigactions + h->n_sigactions);
+    u64 *auxv = (u64 *)(siginfos + h->n_siginfos);
     void *filter = auxv + h->auxv_words;
     char *frame = (char *)filter + (u64)h->n_filter * 8;
     char *strings = frame + h->frame_len;
@@ -1127,6 +1179,7 @@ void restorer_main(u64 *initial_sp)
     } else {
         close_image_fds(h, runs);
     }
+    restore_signals(h, sigactions, siginfos);
     r = sys6(SYS_prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0, 0);
     if (r >= 0 && h->n_filter) {
         struct sock_fprog prog = {(unsigned short)h->n_filter, filter};

@@ -6,6 +6,7 @@ use crate::error::{CheckpointError, HostError, Result};
 use crate::files::{self, Scan};
 use crate::ptrace::{self, REG_ORIG_RAX, REG_RIP};
 use crate::sigframe;
+use crate::signals::SignalState;
 use crate::state::{
     MmLayout, ProcessState, ThreadKernel, ThreadState, VdsoBlock, Vma, STATE_VERSION,
 };
@@ -125,7 +126,7 @@ fn task_ids(pid: i32) -> Result<Vec<i32>> {
 
 /// A thread's name (`comm`, as it is: a restore gives it back), for
 /// refusals and the snapshot.
-fn thread_name(pid: i32, tid: i32) -> String {
+pub(crate) fn thread_name(pid: i32, tid: i32) -> String {
     std::fs::read(format!("/proc/{pid}/task/{tid}/comm"))
         .map(|s| String::from_utf8_lossy(s.strip_suffix(b"\n").unwrap_or(&s)).into_owned())
         .unwrap_or_else(|_| "?".into())
@@ -398,12 +399,36 @@ fn syscall_gadget(maps: &[MapsLine], mem: &File) -> Result<u64> {
     Ok(vdso.start + at as u64)
 }
 
-/// Every thread's state, main first; refuses what a restore cannot resume.
+/// The process's signal state, read through its stopped main thread
+/// (`tids[0]`), which is left with the registers it had.
+fn capture_signals(
+    pid: i32,
+    tids: &[i32],
+    gadget: u64,
+    mem: &File,
+) -> Result<SignalState, CheckpointError> {
+    let regs = ptrace::get_regs(tids[0])?;
+    let injector = ptrace::Injector {
+        tid: tids[0],
+        gadget,
+        mem,
+        regs,
+    };
+    let out = SignalState::capture(pid, tids, &injector);
+    ptrace::set_regs(tids[0], &regs)?;
+    match out.context("reading the runtime's signal state")? {
+        Ok(s) => Ok(s),
+        Err(reasons) => Err(NotCheckpointable { reasons }.into()),
+    }
+}
+
+/// Every thread's state, main first, and the process's signal state;
+/// refuses what a restore cannot resume.
 fn capture_threads(
     pid: i32,
     tids: &[i32],
     maps: &[MapsLine],
-) -> Result<Vec<ThreadState>, CheckpointError> {
+) -> Result<(Vec<ThreadState>, SignalState), CheckpointError> {
     if tids.len() > thaw_restorer::MAX_THREADS {
         fail!(
             CheckpointError::Unresumable,
@@ -421,6 +446,7 @@ fn capture_threads(
         .iter()
         .map(|&tid| capture_thread(pid, tid, gadget, &mem))
         .collect::<Result<Vec<_>, _>>()?;
+    let signals = capture_signals(pid, tids, gadget, &mem)?;
     // what a restore will build: each frame valid, all of them in the trampoline
     let mut frames = 0u64;
     for t in &threads {
@@ -436,7 +462,7 @@ fn capture_threads(
             thaw_restorer::MAX_FRAME_BYTES
         );
     }
-    Ok(threads)
+    Ok((threads, signals))
 }
 
 /// One thing of an instance that a snapshot cannot keep: `kind` is
@@ -702,7 +728,7 @@ fn dump(
         return Err(NotCheckpointable { reasons }.into());
     }
     let maps = parse_maps(&std::fs::read_to_string(format!("/proc/{pid}/maps"))?)?;
-    let threads = capture_threads(pid, tids, &maps)?;
+    let (threads, signals) = capture_threads(pid, tids, &maps)?;
     // the calls run in the threads may have grown a stack: read the maps again
     let maps = parse_maps(&std::fs::read_to_string(format!("/proc/{pid}/maps"))?)?;
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
@@ -826,6 +852,7 @@ fn dump(
         argv,
         files: saved,
         fds: fds.fds,
+        signals,
     };
     // what we write must be what a restore accepts
     let encoded = state.encode();

@@ -24,6 +24,7 @@ mod ptrace;
 pub mod restore;
 pub mod seccomp;
 mod sigframe;
+pub mod signals;
 mod spawn;
 pub mod state;
 pub mod uid;

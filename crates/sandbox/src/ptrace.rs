@@ -13,6 +13,7 @@ pub const NT_PRSTATUS: usize = 1;
 pub const NT_X86_XSTATE: usize = 0x202;
 /// x86_64 `struct user_regs_struct` has 27 words.
 pub const NREGS: usize = 27;
+pub const REG_R10: usize = 7;
 pub const REG_RAX: usize = 10;
 pub const REG_RDX: usize = 12;
 pub const REG_RSI: usize = 13;
@@ -26,6 +27,8 @@ const PTRACE_SETREGSET: libc::c_uint = 0x4205;
 const PTRACE_SEIZE: libc::c_uint = 0x4206;
 const PTRACE_INTERRUPT: libc::c_uint = 0x4207;
 const PTRACE_GETSIGMASK: libc::c_uint = 0x420a;
+const PTRACE_PEEKSIGINFO: libc::c_uint = 0x4209;
+const PTRACE_SETSIGMASK: libc::c_uint = 0x420b;
 const PTRACE_GET_RSEQ_CONFIGURATION: libc::c_uint = 0x420f;
 const PTRACE_O_TRACESYSGOOD: libc::c_ulong = 1;
 const PTRACE_O_EXITKILL: libc::c_ulong = 0x10_0000;
@@ -188,6 +191,11 @@ pub fn get_sigmask(pid: i32) -> Result<u64> {
     Ok(mask)
 }
 
+pub fn set_sigmask(pid: i32, mask: u64) -> Result<()> {
+    pt(PTRACE_SETSIGMASK, pid, 8, &mask as *const u64 as usize)?;
+    Ok(())
+}
+
 /// The thread's rseq registration: (area, length, signature), or zeros.
 pub fn get_rseq(tid: i32) -> Result<(u64, u32, u32)> {
     #[repr(C)]
@@ -269,16 +277,17 @@ impl Injector<'_> {
         (self.regs[REG_RSP] - RED_ZONE - SCRATCH) & !15
     }
 
-    /// One call with up to three arguments; returns the kernel's result.
+    /// One call with up to four arguments; returns the kernel's result.
     /// The thread is left at the call's exit: set its registers before
     /// letting it go.
-    pub fn call(&self, nr: i64, args: [u64; 3]) -> Result<i64> {
+    pub fn call<const N: usize>(&self, nr: i64, args: [u64; N]) -> Result<i64> {
+        const { assert!(N <= 4) };
         let mut r = self.regs;
         r[REG_RIP] = self.gadget;
         r[REG_RAX] = nr as u64;
-        r[REG_RDI] = args[0];
-        r[REG_RSI] = args[1];
-        r[REG_RDX] = args[2];
+        for (reg, a) in [REG_RDI, REG_RSI, REG_RDX, REG_R10].into_iter().zip(args) {
+            r[reg] = a;
+        }
         r[REG_ORIG_RAX] = u64::MAX; // nothing to restart on the way out
         set_regs(self.tid, &r)?;
         syscall_step(self.tid)?; // entry
@@ -286,40 +295,28 @@ impl Injector<'_> {
         Ok(get_regs(self.tid)?[REG_RAX] as i64)
     }
 
-    /// (clear_child_tid, (ss_sp, ss_flags, ss_size)) of the thread.
-    pub fn tid_address_and_altstack(&self) -> Result<(u64, (u64, u32, u64))> {
+    /// Runs `calls` with the scratch memory below the thread's red zone at
+    /// its disposal (its address is the argument), then puts those bytes
+    /// back. Every signal is blocked meanwhile (the thread's mask is put
+    /// back too): a signal that arrived during a call would stop the thread
+    /// for its delivery, in the middle of our calls.
+    pub fn with_scratch<T>(&self, calls: impl FnOnce(u64) -> Result<T>) -> Result<T> {
+        let mask = get_sigmask(self.tid)?;
+        set_sigmask(self.tid, !0)?;
+        let out = self.with_scratch_blocked(calls);
+        let unblocked = set_sigmask(self.tid, mask);
+        let out = out?;
+        unblocked?;
+        Ok(out)
+    }
+
+    fn with_scratch_blocked<T>(&self, calls: impl FnOnce(u64) -> Result<T>) -> Result<T> {
         let at = self.scratch();
         let mut saved = [0u8; SCRATCH as usize];
         // below the stack pointer may be unmapped (a stack that has yet
         // to grow): the kernel grows it for the call, and zeros go back
         let had = self.mem.read_exact_at(&mut saved, at).is_ok();
-        let out = (|| -> Result<_> {
-            let r = self.call(libc::SYS_prctl, [libc::PR_GET_TID_ADDRESS as u64, at, 0])?;
-            if r < 0 {
-                fail!(
-                    HostError::Failed,
-                    "prctl(PR_GET_TID_ADDRESS) in thread {}: errno {}",
-                    self.tid,
-                    -r
-                );
-            }
-            let r = self.call(libc::SYS_sigaltstack, [0, at + 16, 0])?;
-            if r < 0 {
-                fail!(
-                    HostError::Failed,
-                    "sigaltstack in thread {}: errno {}",
-                    self.tid,
-                    -r
-                );
-            }
-            let mut b = [0u8; 40];
-            self.mem
-                .read_exact_at(&mut b, at)
-                .context("reading the injected calls' results")?;
-            let word = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"));
-            let flags = u32::from_le_bytes(b[24..28].try_into().expect("4 bytes"));
-            Ok((word(0), (word(16), flags, word(32))))
-        })();
+        let out = calls(at);
         if !had {
             saved = [0; SCRATCH as usize];
         }
@@ -328,7 +325,127 @@ impl Injector<'_> {
         put_back.context("restoring the thread's stack after the injected calls")?;
         Ok(out)
     }
+
+    /// A call that must succeed; `what` names it in the error.
+    fn call_ok<const N: usize>(&self, nr: i64, args: [u64; N], what: &str) -> Result<()> {
+        let r = self.call(nr, args)?;
+        if r < 0 {
+            fail!(
+                HostError::Failed,
+                "{what} in thread {}: errno {}",
+                self.tid,
+                -r
+            );
+        }
+        Ok(())
+    }
+
+    /// `n` bytes of scratch memory at `at`, as the calls left them.
+    fn read_scratch<const N: usize>(&self, at: u64) -> Result<[u8; N]> {
+        const { assert!(N as u64 <= SCRATCH) };
+        let mut b = [0u8; N];
+        self.mem
+            .read_exact_at(&mut b, at)
+            .context("reading the injected calls' results")?;
+        Ok(b)
+    }
+
+    /// (clear_child_tid, (ss_sp, ss_flags, ss_size)) of the thread.
+    pub fn tid_address_and_altstack(&self) -> Result<(u64, (u64, u32, u64))> {
+        self.with_scratch(|at| {
+            self.call_ok(
+                libc::SYS_prctl,
+                [libc::PR_GET_TID_ADDRESS as u64, at, 0],
+                "prctl(PR_GET_TID_ADDRESS)",
+            )?;
+            self.call_ok(libc::SYS_sigaltstack, [0, at + 16, 0], "sigaltstack")?;
+            let b = self.read_scratch::<40>(at)?;
+            let flags = u32::from_le_bytes(b[24..28].try_into().expect("4 bytes"));
+            Ok((word(&b, 0), (word(&b, 16), flags, word(&b, 32))))
+        })
+    }
+
+    /// The process's signal dispositions, as `rt_sigaction` tells them
+    /// (`struct k_sigaction`: handler, flags, restorer, mask), for every
+    /// signal but SIGKILL and SIGSTOP, and its three interval timers
+    /// (`getitimer`: interval and value, each seconds and microseconds).
+    pub fn dispositions_and_itimers(&self) -> Result<(Vec<RawSigaction>, [RawItimer; 3])> {
+        self.with_scratch(|at| {
+            let mut actions = Vec::with_capacity(64);
+            for sig in 1..=64u32 {
+                if sig == libc::SIGKILL as u32 || sig == libc::SIGSTOP as u32 {
+                    continue;
+                }
+                self.call_ok(
+                    libc::SYS_rt_sigaction,
+                    [u64::from(sig), 0, at, 8], // sigsetsize
+                    &format!("rt_sigaction({sig})"),
+                )?;
+                let b = self.read_scratch::<32>(at)?;
+                actions.push((sig, [word(&b, 0), word(&b, 8), word(&b, 16), word(&b, 24)]));
+            }
+            let mut timers = [[0u64; 4]; 3];
+            for (which, t) in timers.iter_mut().enumerate() {
+                self.call_ok(
+                    libc::SYS_getitimer,
+                    [which as u64, at, 0],
+                    &format!("getitimer({which})"),
+                )?;
+                let b = self.read_scratch::<32>(at)?;
+                *t = [word(&b, 0), word(&b, 8), word(&b, 16), word(&b, 24)];
+            }
+            Ok((actions, timers))
+        })
+    }
 }
+
+/// A signal and its `struct k_sigaction` (handler, flags, restorer, mask).
+pub type RawSigaction = (u32, [u64; 4]);
+/// A `struct itimerval`: interval (seconds, microseconds), then value.
+pub type RawItimer = [u64; 4];
+
+/// The little-endian u64 at `o` of `b`.
+fn word(b: &[u8], o: usize) -> u64 {
+    u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"))
+}
+
+/// `sizeof(siginfo_t)`.
+pub const SIGINFO_BYTES: usize = 128;
+
+/// The signals queued for a stopped thread (`shared`: for its whole
+/// process), oldest first, each its `siginfo_t`; they stay queued.
+pub fn queued_signals(tid: i32, shared: bool) -> Result<Vec<[u8; SIGINFO_BYTES]>> {
+    /// `struct ptrace_peeksiginfo_args`
+    #[repr(C)]
+    struct PeekArgs {
+        off: u64,
+        flags: u32,
+        nr: i32,
+    }
+    const BATCH: usize = 32;
+    let mut out = Vec::new();
+    loop {
+        let args = PeekArgs {
+            off: out.len() as u64,
+            flags: u32::from(shared), // PTRACE_PEEKSIGINFO_SHARED
+            nr: BATCH as i32,
+        };
+        let mut buf = [[0u8; SIGINFO_BYTES]; BATCH];
+        let n = pt(
+            PTRACE_PEEKSIGINFO,
+            tid,
+            &args as *const PeekArgs as usize,
+            buf.as_mut_ptr() as usize,
+        )? as usize;
+        out.extend_from_slice(&buf[..n.min(BATCH)]);
+        if n < BATCH || out.len() > MAX_QUEUED_SIGNALS {
+            return Ok(out);
+        }
+    }
+}
+
+/// More queued signals than a snapshot keeps (see `signals.rs`).
+pub const MAX_QUEUED_SIGNALS: usize = 256;
 
 pub fn detach(pid: i32) -> Result<()> {
     pt(libc::PTRACE_DETACH, pid, 0, 0)?;

@@ -632,7 +632,9 @@ fn build_plan(
         uid,
         gid: uid,
         flags: if memory.lazy() { r::PLAN_LAZY } else { 0 },
+        itimers: state.signals.itimers.map(|t| [t.interval_us, t.value_us]),
     };
+    signal_plan(&state.signals, &mut plan);
     plan.auxv = state.auxv.clone();
     plan.filter = seccomp::filter_for(network);
     for t in &state.threads {
@@ -655,6 +657,37 @@ fn build_plan(
         });
     }
     Ok(plan)
+}
+
+/// The dispositions to set and the signals to queue again.
+fn signal_plan(s: &crate::signals::SignalState, plan: &mut r::Plan) {
+    plan.sigactions = s
+        .actions
+        .iter()
+        .map(|a| r::PlanSigaction {
+            handler: a.handler,
+            flags: a.flags,
+            restorer: a.restorer,
+            mask: a.mask,
+            sig: a.sig,
+            reserved: 0,
+        })
+        .collect();
+    let queued = |to_main: u32, q: &[crate::signals::QueuedSignal]| {
+        q.iter()
+            .map(|info| {
+                let mut p = r::PlanSiginfo {
+                    to_main,
+                    ..r::PlanSiginfo::default()
+                };
+                // validated: every record is SIGINFO_BYTES long
+                p.info.copy_from_slice(info);
+                p
+            })
+            .collect::<Vec<_>>()
+    };
+    plan.siginfos = queued(0, &s.process_pending);
+    plan.siginfos.extend(queued(1, &s.main_pending));
 }
 
 /// Receives the restorer's userfaultfd. If the restorer failed before sending

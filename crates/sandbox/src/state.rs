@@ -10,6 +10,7 @@
 //! All integers little-endian; the body is the fields of [`ProcessState`] in
 //! declaration order, vectors and strings as a u32 count then their items.
 use crate::ptrace::NREGS;
+use crate::signals::SignalState;
 use serde::{Deserialize, Serialize};
 use thaw_error::fail;
 use thaw_memory::MemoryLayout;
@@ -39,11 +40,12 @@ impl StateError {
 type Result<T, E = StateError> = std::result::Result<T, E>;
 
 /// Version 1 was JSON; 2 is the binary form; 3 adds the saved files of
-/// /tmp and /dev/shm; 4 carries every thread; 5 the open descriptors
-/// (older states: redeploy).
-pub const STATE_VERSION: u32 = 5;
+/// /tmp and /dev/shm; 4 carries every thread; 5 the open descriptors; 6
+/// the signal state (older states: redeploy, since a restore of one would
+/// silently lose the function's signal handlers).
+pub const STATE_VERSION: u32 = 6;
 /// The oldest version still read.
-const OLDEST_READ: u32 = 5;
+const OLDEST_READ: u32 = 6;
 const MAGIC: &[u8; 8] = b"THAWSTAT";
 const HEADER: usize = 8 + 4 + 4 + 8;
 
@@ -320,6 +322,8 @@ pub struct ProcessState {
     pub files: Vec<SavedFile>,
     /// the open descriptors besides 0-3, in ascending order (see [`crate::fds`])
     pub fds: Vec<SavedFd>,
+    /// dispositions, interval timers, queued signals (see [`crate::signals`])
+    pub signals: SignalState,
 }
 
 impl ProcessState {
@@ -418,6 +422,7 @@ impl ProcessState {
         for f in &self.fds {
             put_fd(w, f);
         }
+        self.signals.encode(w);
         let mut out = Vec::with_capacity(HEADER + b.len());
         out.extend_from_slice(MAGIC);
         put32(&mut out, self.version);
@@ -479,6 +484,9 @@ impl ProcessState {
                 s.memory.regions.len()
             );
         }
+        s.signals
+            .validate()
+            .map_err(|e| e.within("process state: signal state"))?;
         s.memory.validate().map_err(|e| {
             StateError::Corrupt(format!(
                 "process state: memory layout: {}",
@@ -650,29 +658,29 @@ fn put_fd(w: &mut Vec<u8>, f: &SavedFd) {
     }
 }
 
-fn put64(w: &mut Vec<u8>, v: u64) {
+pub(crate) fn put64(w: &mut Vec<u8>, v: u64) {
     w.extend_from_slice(&v.to_le_bytes());
 }
 
-fn put32(w: &mut Vec<u8>, v: u32) {
+pub(crate) fn put32(w: &mut Vec<u8>, v: u32) {
     w.extend_from_slice(&v.to_le_bytes());
 }
 
-fn put_count(w: &mut Vec<u8>, n: usize) {
+pub(crate) fn put_count(w: &mut Vec<u8>, n: usize) {
     put32(w, n as u32);
 }
 
-fn put_bytes(w: &mut Vec<u8>, b: &[u8]) {
+pub(crate) fn put_bytes(w: &mut Vec<u8>, b: &[u8]) {
     put_count(w, b.len());
     w.extend_from_slice(b);
 }
 
 /// Reads the body; every count is checked against the bytes left before
 /// anything is allocated for it, so a hostile file cannot ask for much memory.
-struct Reader<'a>(&'a [u8]);
+pub(crate) struct Reader<'a>(pub(crate) &'a [u8]);
 
 impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
+    pub(crate) fn take(&mut self, n: usize) -> Result<&'a [u8]> {
         if self.0.len() < n {
             fail!(StateError::Corrupt, "ends early");
         }
@@ -681,24 +689,24 @@ impl<'a> Reader<'a> {
         Ok(head)
     }
 
-    fn u64(&mut self) -> Result<u64> {
+    pub(crate) fn u64(&mut self) -> Result<u64> {
         Ok(u64::from_le_bytes(
             self.take(8)?.try_into().expect("8 bytes"),
         ))
     }
 
-    fn u32(&mut self) -> Result<u32> {
+    pub(crate) fn u32(&mut self) -> Result<u32> {
         Ok(u32::from_le_bytes(
             self.take(4)?.try_into().expect("4 bytes"),
         ))
     }
 
-    fn u8(&mut self) -> Result<u8> {
+    pub(crate) fn u8(&mut self) -> Result<u8> {
         Ok(self.take(1)?[0])
     }
 
     /// A count of items of at least `item_bytes` each.
-    fn count(&mut self, item_bytes: usize) -> Result<usize> {
+    pub(crate) fn count(&mut self, item_bytes: usize) -> Result<usize> {
         let n = self.u32()? as usize;
         if n.saturating_mul(item_bytes) > self.0.len() {
             fail!(StateError::Corrupt, "a count of {n} exceeds the bytes left");
@@ -807,6 +815,7 @@ impl<'a> Reader<'a> {
         let argv = (0..n).map(|_| self.string()).collect::<Result<_>>()?;
         let files = self.files()?;
         let fds = self.fds()?;
+        let signals = SignalState::decode(&mut self).map_err(|e| e.within("signal state"))?;
         if !self.0.is_empty() {
             fail!(StateError::Corrupt, "{} bytes after the end", self.0.len());
         }
@@ -825,6 +834,7 @@ impl<'a> Reader<'a> {
             argv,
             files,
             fds,
+            signals,
         })
     }
 
@@ -1084,6 +1094,16 @@ pub(crate) mod tests {
                 },
             ],
             fds: valid_fds(),
+            signals: SignalState {
+                actions: vec![crate::signals::SigAction {
+                    sig: 13,
+                    handler: 1,
+                    flags: 0x0400_0000,
+                    restorer: 0x7f00_0000_1000,
+                    mask: 0,
+                }],
+                ..SignalState::default()
+            },
         }
     }
 

@@ -192,18 +192,6 @@ fn threads_coming_and_going_during_the_freeze_are_captured_whole() {
     assert!(captured > 0, "every attempt was refused");
 }
 
-/// Checkpoints `sb` (running `function`), which must be refused; returns the
-/// refusal and checks that no snapshot was left behind.
-fn refusal(sb: &mut Sandbox, t: &TestTier, function: &str) -> String {
-    let w = worker();
-    let dir = t.path.join(function);
-    let e = checkpoint(sb, &dir, function, &w.root.hash)
-        .map(|_| ())
-        .unwrap_err();
-    assert!(!dir.exists(), "a refused checkpoint left a snapshot");
-    format!("{e:#}")
-}
-
 #[test]
 fn child_processes_are_refused_by_name() {
     let w = worker();

@@ -138,3 +138,15 @@ pub fn with_state(
     });
     Snapshot::open(d).unwrap()
 }
+
+/// Checkpoints `sb` (running `function`), which must be refused; returns the
+/// refusal and checks that no snapshot was left behind.
+pub fn refusal(sb: &mut Sandbox, t: &TestTier, function: &str) -> String {
+    let w = worker();
+    let dir = t.path.join(function);
+    let e = thaw_sandbox::checkpoint(sb, &dir, function, &w.root.hash)
+        .map(|_| ())
+        .unwrap_err();
+    assert!(!dir.exists(), "a refused checkpoint left a snapshot");
+    format!("{e:#}")
+}
