@@ -37,6 +37,14 @@ int main(void)
     OFF(plan_header, n_sigactions);
     OFF(plan_header, n_siginfos);
     OFF(plan_header, itimers);
+    OFF(plan_header, n_shared);
+    OFF(plan_header, reserved);
+    SIZE(plan_shared);
+    OFF(plan_shared, size);
+    OFF(plan_shared, img_off);
+    OFF(plan_shared, img_len);
+    OFF(plan_shared, name_off);
+    OFF(plan_shared, reserved);
     SIZE(plan_sigaction);
     OFF(plan_sigaction, handler);
     OFF(plan_sigaction, flags);
@@ -77,7 +85,7 @@ int main(void)
     OFF(plan_vma, path_off);
     OFF(plan_vma, first_run);
     OFF(plan_vma, n_runs);
-    OFF(plan_vma, reserved);
+    OFF(plan_vma, shared);
     SIZE(plan_run);
     OFF(plan_run, addr);
     OFF(plan_run, len);

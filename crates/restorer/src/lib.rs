@@ -48,7 +48,7 @@ pub const RESUME_BYTE: u8 = b'G';
 pub const RESTORER_VDSO_SCRATCH: u64 = RESTORER_BASE + RESTORER_SPAN;
 
 pub const PLAN_MAGIC: u64 = 0x4e41_4c50_5741_4854;
-pub const PLAN_VERSION: u32 = 8;
+pub const PLAN_VERSION: u32 = 9;
 pub const MAX_VDSO_PIECES: usize = 4;
 
 pub const FILL_COPY: u32 = 0;
@@ -61,6 +61,12 @@ pub const VMA_ANON: u32 = 1;
 pub const VMA_GROWSDOWN: u32 = 2;
 pub const VMA_LAZY: u32 = 4;
 pub const VMA_POPULATE: u32 = 8;
+/// MAP_SHARED: a file of the sandbox's /tmp or /dev/shm (`path_off`), or
+/// the shared memory object [`PlanVma::shared`]; mapped once the files are
+/// restored, with no runs.
+pub const VMA_SHARED: u32 = 16;
+/// Shared memory objects a plan may make again.
+pub const MAX_SHARED: usize = 64;
 
 pub const PLAN_LAZY: u32 = 1;
 /// Tests only: the recreated threads wait in the trampoline until a
@@ -87,7 +93,7 @@ pub const RESOLVE_FLAGS: u64 = 0x06;
 /// (plan.h's FD_WAIT .. FD_EPOLL).
 pub const FD_STEPS: std::ops::RangeInclusive<u32> = 16..=20;
 const _: () = assert!(
-    STEPS.len() == 21 && STEPS[15].0 == 16 && STEPS[19].0 == 20,
+    STEPS.len() == 22 && STEPS[15].0 == 16 && STEPS[19].0 == 20,
     "the descriptor steps are plan.h's FD_WAIT .. FD_EPOLL"
 );
 /// The worker's word that the sandbox's /tmp and /dev/shm are restored.
@@ -174,6 +180,8 @@ struct PlanHeaderC {
     n_sigactions: u32,
     n_siginfos: u32,
     itimers: [[u64; 2]; 3],
+    n_shared: u32,
+    reserved: u32,
 }
 
 /// `struct plan_vma`.
@@ -189,7 +197,8 @@ pub struct PlanVma {
     pub path_off: i32,
     pub first_run: u32,
     pub n_runs: u32,
-    pub reserved: u32,
+    /// [`VMA_SHARED`] without a path: its object's index in [`Plan::shared`]
+    pub shared: u32,
 }
 
 /// `struct plan_run`.
@@ -281,6 +290,19 @@ pub struct PlanSigaction {
     pub reserved: u32,
 }
 
+/// `struct plan_shared`: a shared memory object, made again as a memfd.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PlanShared {
+    pub size: u64,
+    /// its content's first `img_len` bytes, in the image (fd PLAN_FD_BASE)
+    pub img_off: u64,
+    pub img_len: u64,
+    /// the memfd's name in [`Plan::strings`]
+    pub name_off: i32,
+    pub reserved: u32,
+}
+
 /// `sizeof(siginfo_t)`.
 pub const SIGINFO_BYTES: usize = 128;
 
@@ -360,6 +382,8 @@ unsafe impl PlainC for PlanWatch {}
 unsafe impl PlainC for PlanSigaction {}
 // SAFETY: as above.
 unsafe impl PlainC for PlanSiginfo {}
+// SAFETY: as above.
+unsafe impl PlainC for PlanShared {}
 
 /// Fails the build when a Rust mirror and plan.h disagree on a size or offset.
 macro_rules! same_layout {
@@ -392,6 +416,15 @@ same_layout!(PlanHeaderC, C_SIZE_plan_header,
     n_sigactions => C_OFF_plan_header_n_sigactions,
     n_siginfos => C_OFF_plan_header_n_siginfos,
     itimers => C_OFF_plan_header_itimers,
+    n_shared => C_OFF_plan_header_n_shared,
+    reserved => C_OFF_plan_header_reserved,
+);
+same_layout!(PlanShared, C_SIZE_plan_shared,
+    size => C_OFF_plan_shared_size,
+    img_off => C_OFF_plan_shared_img_off,
+    img_len => C_OFF_plan_shared_img_len,
+    name_off => C_OFF_plan_shared_name_off,
+    reserved => C_OFF_plan_shared_reserved,
 );
 same_layout!(PlanSigaction, C_SIZE_plan_sigaction,
     handler => C_OFF_plan_sigaction_handler,
@@ -449,7 +482,7 @@ same_layout!(PlanVma, C_SIZE_plan_vma,
     path_off => C_OFF_plan_vma_path_off,
     first_run => C_OFF_plan_vma_first_run,
     n_runs => C_OFF_plan_vma_n_runs,
-    reserved => C_OFF_plan_vma_reserved,
+    shared => C_OFF_plan_vma_shared,
 );
 same_layout!(PlanRun, C_SIZE_plan_run,
     addr => C_OFF_plan_run_addr,
@@ -528,6 +561,8 @@ pub struct Plan {
     pub sigactions: Vec<PlanSigaction>,
     /// the signals to queue again, oldest first
     pub siginfos: Vec<PlanSiginfo>,
+    /// the shared memory objects [`VMA_SHARED`] mappings map
+    pub shared: Vec<PlanShared>,
     pub auxv: Vec<u64>,
     /// seccomp BPF instructions, each `struct sock_filter` as its 8 raw bytes.
     pub filter: Vec<[u8; 8]>,
@@ -553,6 +588,13 @@ impl Plan {
         self.strings.extend_from_slice(b);
         self.strings.push(0);
         off
+    }
+
+    /// Whether the restorer waits for [`FILES_BYTE`] (the sandbox's /tmp
+    /// and /dev/shm restored) before it maps shared mappings and reopens
+    /// descriptors: plan.h's `waits_for_files`.
+    pub fn waits_for_files(&self) -> bool {
+        !self.fds.is_empty() || self.vmas.iter().any(|v| v.flags & VMA_SHARED != 0)
     }
 
     /// The bytes written to the restorer: a u64 length, then the blob.
@@ -611,6 +653,19 @@ impl Plan {
         {
             return Err("an epoll watch names no descriptor record".into());
         }
+        if self.shared.len() > MAX_SHARED {
+            return Err(format!(
+                "{} shared memory objects (at most {MAX_SHARED})",
+                self.shared.len()
+            ));
+        }
+        for (i, v) in self.vmas.iter().enumerate() {
+            if v.flags & VMA_SHARED != 0
+                && (v.n_runs != 0 || (v.path_off < 0 && v.shared as usize >= self.shared.len()))
+            {
+                return Err(format!("shared mapping record {i} is malformed"));
+            }
+        }
         let mut strings = self.strings.clone();
         if strings.last() != Some(&0) {
             strings.push(0);
@@ -653,6 +708,8 @@ impl Plan {
             n_sigactions: self.sigactions.len() as u32,
             n_siginfos: self.siginfos.len() as u32,
             itimers: h.itimers,
+            n_shared: self.shared.len() as u32,
+            reserved: 0,
         };
         let mut w = Vec::with_capacity(
             std::mem::size_of::<PlanHeaderC>()
@@ -680,6 +737,9 @@ impl Plan {
         }
         for q in &self.siginfos {
             w.extend_from_slice(q.as_bytes());
+        }
+        for o in &self.shared {
+            w.extend_from_slice(o.as_bytes());
         }
         for a in &self.auxv {
             w.extend_from_slice(&a.to_le_bytes());

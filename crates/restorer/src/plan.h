@@ -13,6 +13,7 @@
  *   struct plan_watch watches[n_watches]       (epoll interest lists)
  *   struct plan_sigaction sigactions[n_sigactions] (dispositions to set)
  *   struct plan_siginfo siginfos[n_siginfos]   (signals to queue again, oldest first)
+ *   struct plan_shared shared[n_shared]        (shared memory objects, see VMA_SHARED)
  *   u64               auxv[auxv_words]
  *   struct sock_filter_raw seccomp[n_filter]   (8 bytes each)
  *   char              frame[frame_len]         (every thread's rt_sigreturn frame, see below)
@@ -26,7 +27,7 @@ typedef unsigned int u32;
 typedef int i32;
 
 #define THAW_PLAN_MAGIC 0x4e414c5057414854UL /* "THAWPLAN" */
-#define THAW_PLAN_VERSION 8
+#define THAW_PLAN_VERSION 9
 
 /* The restorer owns [RESTORER_BASE, RESTORER_BASE + RESTORER_SPAN): its image,
  * stack and scratch. Checkpoint refuses runtimes that map anything there. */
@@ -65,6 +66,8 @@ _Static_assert(TRAMP_GO_OFF == TRAMP_SIZE - 64, "the go-ahead word is the trampo
 
 /* Descriptors a plan may recreate, and the highest number one may have. */
 #define MAX_FDS 128
+/* Shared memory objects a plan may make again (see VMA_SHARED). */
+#define MAX_SHARED 64
 #define MAX_FD_NUMBER 65536
 
 /* What a plan_fd makes. */
@@ -108,6 +111,10 @@ _Static_assert(TRAMP_GO_OFF == TRAMP_SIZE - 64, "the go-ahead word is the trampo
 #define VMA_GROWSDOWN 2 /* the stack */
 #define VMA_LAZY 4      /* register with userfaultfd (missing mode) */
 #define VMA_POPULATE 8  /* build page tables for the whole mapping before resume */
+/* MAP_SHARED, mapped once the sandbox's files are restored (FILES_BYTE): the
+ * file at path_off (of the sandbox's /tmp or /dev/shm), or, with path_off < 0,
+ * shared memory object `shared` (a memfd made from the image); no runs */
+#define VMA_SHARED 16
 
 struct plan_header {
     u64 magic;
@@ -137,6 +144,8 @@ struct plan_header {
     /* ITIMER_REAL, _VIRTUAL, _PROF: interval and remaining time in
      * microseconds, armed again counted from the restore (0, 0: unarmed) */
     u64 itimers[3][2];
+    u32 n_shared;
+    u32 reserved;
 };
 
 /* create a userfaultfd and send it to the worker */
@@ -162,7 +171,7 @@ struct plan_vma {
     i32 path_off;    /* offset into strings, -1 when anonymous */
     u32 first_run;
     u32 n_runs;
-    u32 reserved;
+    u32 shared;      /* VMA_SHARED without a path: index into the shared objects */
 };
 
 struct plan_run {
@@ -230,6 +239,17 @@ struct plan_siginfo {
     char info[SIGINFO_BYTES];
 };
 
+/* A shared memory object (a deleted file of /tmp or /dev/shm, shared
+ * anonymous memory, a memfd) that VMA_SHARED mappings map: made again as a
+ * memfd named name_off of `size` bytes, its first img_len bytes from the
+ * image at img_off. */
+struct plan_shared {
+    u64 size;
+    u64 img_off, img_len;
+    i32 name_off;
+    u32 reserved;
+};
+
 /* Status the restorer writes to fd 3 when it is done (or fails). For the
  * FD_* steps, detail is the descriptor's number. */
 struct restorer_status {
@@ -266,13 +286,15 @@ struct restorer_status {
     X(FD_FILL, 18, "refilling a descriptor's content")            \
     X(FD_PLACE, 19, "moving a descriptor to its number")          \
     X(FD_EPOLL, 20, "adding an epoll watch")                      \
-    X(SIGNALS, 21, "setting the signal state")
+    X(SIGNALS, 21, "setting the signal state")                    \
+    X(SHARED, 22, "mapping a shared mapping")
 
 #define THAW_STEP_ENUM(name, n, text) STEP_##name = n,
 enum { THAW_STEPS(THAW_STEP_ENUM) };
 
 /* The Rust side checks every offset too (build.rs, src/abi.c). */
-_Static_assert(sizeof(struct plan_header) == 288, "plan_header layout");
+_Static_assert(sizeof(struct plan_header) == 296, "plan_header layout");
+_Static_assert(sizeof(struct plan_shared) == 32, "plan_shared layout");
 _Static_assert(sizeof(struct plan_sigaction) == 40, "plan_sigaction layout");
 _Static_assert(sizeof(struct plan_siginfo) == 136, "plan_siginfo layout");
 _Static_assert(sizeof(struct plan_fd) == 72, "plan_fd layout");

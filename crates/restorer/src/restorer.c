@@ -115,6 +115,7 @@
 #define PROT_READ 1
 #define PROT_WRITE 2
 #define MAP_PRIVATE 0x02
+#define MAP_SHARED 0x01
 #define MAP_FIXED 0x10
 #define MAP_ANONYMOUS 0x20
 #define MAP_GROWSDOWN 0x100
@@ -126,6 +127,7 @@
 #define O_NONBLOCK 04000
 #define EINTR 4
 #define EINVAL 22
+#define EACCES 13
 #define EIO 5
 #define EFAULT_ 14
 #define ENOMEM_ 12
@@ -630,9 +632,8 @@ static int fd_tmp[MAX_FDS], fd_other[MAX_FDS];
  * block: a queue that cannot take it all fails instead of hanging. */
 static char fill_buf[16 * PAGE];
 
-static long fill_fd(int out, const struct plan_fd *f)
+static long fill_from_image(int out, u64 off, u64 left)
 {
-    u64 off = f->img_off, left = f->img_len;
     while (left) {
         u64 n = left < sizeof(fill_buf) ? left : sizeof(fill_buf);
         long r = read_full(PLAN_FD_BASE, fill_buf, n, off, 1);
@@ -650,6 +651,11 @@ static long fill_fd(int out, const struct plan_fd *f)
         left -= n;
     }
     return 0;
+}
+
+static long fill_fd(int out, const struct plan_fd *f)
+{
+    return fill_from_image(out, f->img_off, f->img_len);
 }
 
 /* Makes TCP socket `fd` (of `family`, still unconnected) a dropped
@@ -693,6 +699,83 @@ static long drop_connection(long fd, u32 family)
         return r;
     /* ECONNREFUSED: the reset; 0 only if the synchronous connect took it */
     return err == ECONNREFUSED || err == 0 ? 0 : -EIO;
+}
+
+/* Waits for the worker's word that the sandbox's /tmp and /dev/shm are
+ * restored (shared mappings and descriptors reopen files there). */
+static void wait_for_files(void)
+{
+    long r;
+    char c = 0;
+    do
+        r = sys3(SYS_read, 3, &c, 1);
+    while (r == -EINTR);
+    if (r != 1 || c != FILES_BYTE)
+        fail(STEP_FD_WAIT, r < 0 ? r : EIO, 0);
+}
+
+/* Whether the plan waits for the sandbox's files (the worker's FILES_BYTE):
+ * it has descriptors or shared mappings. Plan::waits_for_files in lib.rs
+ * is the worker's side of the same rule. */
+static int waits_for_files(const struct plan_header *h, const struct plan_vma *vmas)
+{
+    for (u32 i = 0; i < h->n_vmas; i++)
+        if (vmas[i].flags & VMA_SHARED)
+            return 1;
+    return h->n_fds != 0;
+}
+
+/* The runtime's shared mappings (VMA_SHARED), as the sandbox's uid once its
+ * files are back: a file of its /tmp or /dev/shm opened by path and mapped
+ * shared; each shared memory object made again as a memfd of its size with
+ * its content, mapped shared wherever it was. A restore makes its own, so
+ * clones never see each other's writes. */
+static void map_shared(const struct plan_header *h, const struct plan_vma *vmas,
+                       const struct plan_shared *objs, const char *strings)
+{
+    static int obj_fd[MAX_SHARED];
+    for (u32 k = 0; k < h->n_shared; k++) {
+        const struct plan_shared *o = &objs[k];
+        long fd = sys3(SYS_memfd_create, (long)(strings + o->name_off), MFD_CLOEXEC, 0);
+        long r = fd;
+        if (r >= 0)
+            r = sys3(SYS_ftruncate, fd, (long)o->size, 0);
+        if (r >= 0)
+            r = fill_from_image((int)fd, o->img_off, o->img_len);
+        if (r < 0)
+            fail(STEP_SHARED, r, 1000000 + k);
+        obj_fd[k] = (int)fd;
+    }
+    for (u32 i = 0; i < h->n_vmas; i++) {
+        const struct plan_vma *v = &vmas[i];
+        if (!(v->flags & VMA_SHARED))
+            continue;
+        long fd;
+        if (v->path_off >= 0) {
+            /* read-write where the sandbox's uid may: a mapping made
+             * read-only may be made writable later (mprotect) */
+            struct open_how how = {O_RDWR_ | O_CLOEXEC, 0, RESOLVE_FLAGS};
+            fd = sys6(SYS_openat2, AT_FDCWD, (long)(strings + v->path_off), (long)&how,
+                      sizeof(how), 0, 0);
+            if (fd == -EACCES && !(v->prot & PROT_WRITE)) {
+                how.flags = O_RDONLY | O_CLOEXEC;
+                fd = sys6(SYS_openat2, AT_FDCWD, (long)(strings + v->path_off), (long)&how,
+                          sizeof(how), 0, 0);
+            }
+            if (fd < 0)
+                fail(STEP_SHARED, fd, i);
+        } else {
+            fd = obj_fd[v->shared];
+        }
+        long r = sys6(SYS_mmap, v->start, v->end - v->start, v->prot, MAP_SHARED | MAP_FIXED, fd,
+                      (long)v->file_off);
+        if (v->path_off >= 0)
+            sys3(SYS_close, fd, 0, 0);
+        if (r < 0)
+            fail(STEP_SHARED, r, i);
+    }
+    for (u32 k = 0; k < h->n_shared; k++)
+        sys3(SYS_close, obj_fd[k], 0, 0);
 }
 
 /* Makes one record's object at a temporary number (any free one: every
@@ -877,12 +960,6 @@ static void make_fds(const struct plan_header *h, const struct plan_fd *fds,
                      const struct plan_run *runs)
 {
     long r;
-    char c = 0;
-    do
-        r = sys3(SYS_read, 3, &c, 1);
-    while (r == -EINTR);
-    if (r != 1 || c != FILES_BYTE)
-        fail(STEP_FD_WAIT, r < 0 ? r : EIO, 0);
     for (u32 i = 0; i < h->n_fds; i++) {
         fd_tmp[i] = fd_other[i] = -1;
         if (fds[i].kind == FD_DUP)
@@ -972,7 +1049,8 @@ void restorer_main(u64 *initial_sp)
                (u64)h->n_fds * sizeof(struct plan_fd) +
                (u64)h->n_watches * sizeof(struct plan_watch) +
                (u64)h->n_sigactions * sizeof(struct plan_sigaction) +
-               (u64)h->n_siginfos * sizeof(struct plan_siginfo) + (u64)h->auxv_words * 8 +
+               (u64)h->n_siginfos * sizeof(struct plan_siginfo) +
+               (u64)h->n_shared * sizeof(struct plan_shared) + (u64)h->auxv_words * 8 +
                (u64)h->n_filter * 8 + h->frame_len + h->strings_len;
     if (need != len)
         fail(STEP_BAD_PLAN, EINVAL, 2);
@@ -983,7 +1061,8 @@ void restorer_main(u64 *initial_sp)
     struct plan_watch *watches = (struct plan_watch *)(fds + h->n_fds);
     struct plan_sigaction *sigactions = (struct plan_sigaction *)(watches + h->n_watches);
     struct plan_siginfo *siginfos = (struct plan_siginfo *)(sigactions + h->n_sigactions);
-    u64 *auxv = (u64 *)(siginfos + h->n_siginfos);
+    struct plan_shared *shared = (struct plan_shared *)(siginfos + h->n_siginfos);
+    u64 *auxv = (u64 *)(shared + h->n_shared);
     void *filter = auxv + h->auxv_words;
     char *frame = (char *)filter + (u64)h->n_filter * 8;
     char *strings = frame + h->frame_len;
@@ -1009,6 +1088,17 @@ void restorer_main(u64 *initial_sp)
         if (watches[k].epoll < 0 || (u32)watches[k].epoll >= h->n_fds ||
             fds[watches[k].epoll].kind != FD_EPOLL)
             fail(STEP_BAD_PLAN, EINVAL, 11);
+    if (h->n_shared > MAX_SHARED)
+        fail(STEP_BAD_PLAN, EINVAL, 12);
+    for (u32 k = 0; k < h->n_shared; k++)
+        if (shared[k].name_off < 0 || (u32)shared[k].name_off >= h->strings_len ||
+            shared[k].img_len > shared[k].size)
+            fail(STEP_BAD_PLAN, EINVAL, 13);
+    for (u32 i = 0; i < h->n_vmas; i++)
+        if ((vmas[i].flags & VMA_SHARED) &&
+            (vmas[i].n_runs || (vmas[i].path_off < 0 && vmas[i].shared >= h->n_shared) ||
+             (vmas[i].path_off >= 0 && (u32)vmas[i].path_off >= h->strings_len)))
+            fail(STEP_BAD_PLAN, EINVAL, 14);
 
     /* Everything but our span and the vDSO block goes. */
     if (h->n_vdso_pieces == 0 || h->n_vdso_pieces > MAX_VDSO_PIECES)
@@ -1035,6 +1125,8 @@ void restorer_main(u64 *initial_sp)
         if (v->first_run + (u64)v->n_runs > h->n_runs || v->end <= v->start ||
             inside(v->start, v->end, span_lo, span_hi) || v->end > TASK_SIZE)
             fail(STEP_BAD_PLAN, EINVAL, 10 + i);
+        if (v->flags & VMA_SHARED)
+            continue; /* map_shared, once the files are there */
         int copy = 0;
         for (u32 k = 0; k < v->n_runs; k++)
             if (runs[v->first_run + k].fill == FILL_COPY)
@@ -1173,8 +1265,11 @@ void restorer_main(u64 *initial_sp)
         r = sys3(SYS_setresuid, h->uid, h->uid, h->uid);
     if (r < 0)
         fail(STEP_CREDS, r, 0);
+    /* files open with the function's own permissions, inside its root */
+    if (waits_for_files(h, vmas))
+        wait_for_files();
+    map_shared(h, vmas, shared, strings);
     if (h->n_fds) {
-        /* files open with the function's own permissions, inside its root */
         make_fds(h, fds, watches, strings, runs);
     } else {
         close_image_fds(h, runs);

@@ -597,12 +597,12 @@ fn mapping_path(
     ) {
         return Ok(None);
     }
-    let shared = m.perms.as_bytes().get(3) == Some(&b's');
-    if shared && (m.inode == 0 || m.perms.as_bytes().get(1) == Some(&b'w')) {
-        return Err(format!(
-            "a writable or anonymous shared mapping at {:#x} ({}); only private mappings can be snapshotted",
-            m.start, m.name
-        ));
+    if crate::shared_maps::handles(m) {
+        // kept with its backing (see shared_maps), or refused there
+        return match crate::shared_maps::refusal(m) {
+            Some(why) => Err(why),
+            None => Ok(None),
+        };
     }
     if m.inode == 0 {
         return Ok(None);
@@ -747,6 +747,7 @@ fn dump(
 
     let root = origins.root.canonicalize()?;
     let mut vmas = Vec::new();
+    let mut vma_lines = Vec::new();
     let mut vdso_lines = Vec::new();
     for m in &maps {
         match m.name.as_str() {
@@ -768,7 +769,9 @@ fn dump(
             file_off: m.offset,
             growsdown: m.name == "[stack]",
             name: m.name.clone(),
+            shared: None,
         });
+        vma_lines.push(m);
     }
     let vdso = vdso_block(&vdso_lines)?;
     let heap_end = maps.iter().find(|m| m.name == "[heap]").map(|m| m.end);
@@ -800,6 +803,16 @@ fn dump(
     let mut buf = Vec::new();
     for pass_anon in [false, true] {
         for (vi, v) in vmas.iter().enumerate() {
+            if crate::shared_maps::handles(vma_lines[vi]) {
+                // its pages are its backing's: no runs
+                regions[vi] = Some(Region {
+                    start: v.start,
+                    end: v.end,
+                    anonymous: false,
+                    runs: Vec::new(),
+                });
+                continue;
+            }
             if v.path.is_none() != pass_anon {
                 continue;
             }
@@ -832,6 +845,16 @@ fn dump(
     let mut saved = scan.entries;
     files::save(pid, &mut saved, &mut |data| w.append_memory(data))?;
     let files_end = w.memory_len();
+    // shared mappings: their backing, the objects' contents after the files'
+    let shared = match crate::shared_maps::capture(pid, &vma_lines, files_cap, &mut |data| {
+        w.append_memory(data)
+    })? {
+        Ok(c) => c,
+        Err(reasons) => return Err(NotCheckpointable { reasons }.into()),
+    };
+    for (v, b) in vmas.iter_mut().zip(shared.backing) {
+        v.shared = b;
+    }
     // the descriptors, their contents after the files'; connected network
     // sockets are shut down here, after the before_snapshot hook
     let fds = crate::fds::capture(pid, Some(&mut |data| w.append_memory(data)))?;
@@ -853,6 +876,7 @@ fn dump(
         files: saved,
         fds: fds.fds,
         signals,
+        shared: shared.objects,
     };
     // what we write must be what a restore accepts
     let encoded = state.encode();
@@ -1082,6 +1106,7 @@ mod tests {
             file_off: 0,
             growsdown,
             name: "test mapping".into(),
+            shared: None,
         };
         let scratch = std::env::temp_dir().join(format!(
             "thaw-dump-vma-{}-{}-{growsdown}",

@@ -23,6 +23,7 @@ pub mod profile;
 mod ptrace;
 pub mod restore;
 pub mod seccomp;
+pub mod shared_maps;
 mod sigframe;
 pub mod signals;
 mod spawn;

@@ -7,6 +7,7 @@
 //! random generators.
 use crate::error::{HostError, Result};
 use crate::pool::Prebuilt;
+use crate::shared_maps::SharedBacking;
 use crate::sigframe;
 use crate::state::ProcessState;
 use crate::{seccomp, RestoreError, Sandbox, SandboxConfig};
@@ -304,7 +305,7 @@ pub(crate) fn restore_with(
     let files_at = Instant::now();
     crate::files::restore(pid, &state.files, &image, sb.uid())
         .context("restoring the sandbox's /tmp and /dev/shm")?;
-    if !plan.fds.is_empty() {
+    if plan.waits_for_files() {
         // the restorer reopens files of /tmp only once they are there
         (&sock)
             .write_all(&[r::FILES_BYTE])
@@ -606,10 +607,19 @@ fn build_plan(
         if v.growsdown {
             flags |= r::VMA_GROWSDOWN;
         }
-        let path_off = match &v.path {
-            Some(p) => *paths
-                .entry(p.as_str())
-                .or_insert_with(|| plan.add_string(p)),
+        let (path, shared) = match &v.shared {
+            None => (v.path.as_deref(), 0),
+            Some(b) => {
+                // mapped from its backing, nothing else
+                flags = r::VMA_SHARED;
+                match b {
+                    SharedBacking::File(p) => (Some(p.as_str()), 0),
+                    SharedBacking::Object(i) => (None, *i),
+                }
+            }
+        };
+        let path_off = match path {
+            Some(p) => *paths.entry(p).or_insert_with(|| plan.add_string(p)),
             None => -1,
         };
         plan.vmas.push(r::PlanVma {
@@ -621,6 +631,16 @@ fn build_plan(
             path_off,
             first_run: mp.first_run,
             n_runs: mp.n_runs,
+            shared,
+        });
+    }
+    for o in &state.shared {
+        let name_off = plan.add_string(&o.name);
+        plan.shared.push(r::PlanShared {
+            size: o.size,
+            img_off: o.content.image_off,
+            img_len: o.content.len,
+            name_off,
             reserved: 0,
         });
     }

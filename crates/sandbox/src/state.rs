@@ -10,6 +10,7 @@
 //! All integers little-endian; the body is the fields of [`ProcessState`] in
 //! declaration order, vectors and strings as a u32 count then their items.
 use crate::ptrace::NREGS;
+use crate::shared_maps::{SharedBacking, SharedObject};
 use crate::signals::SignalState;
 use serde::{Deserialize, Serialize};
 use thaw_error::fail;
@@ -61,6 +62,9 @@ pub struct Vma {
     pub file_off: u64,
     pub growsdown: bool,
     pub name: String,
+    /// a shared mapping's backing (`path` is then `None`; see
+    /// [`crate::shared_maps`])
+    pub shared: Option<SharedBacking>,
 }
 
 /// The mm layout fields (`struct prctl_mm_map` minus auxv and exe).
@@ -324,6 +328,8 @@ pub struct ProcessState {
     pub fds: Vec<SavedFd>,
     /// dispositions, interval timers, queued signals (see [`crate::signals`])
     pub signals: SignalState,
+    /// the shared memory objects shared mappings map (see [`crate::shared_maps`])
+    pub shared: Vec<SharedObject>,
 }
 
 impl ProcessState {
@@ -385,6 +391,7 @@ impl ProcessState {
             put_bytes(w, v.path.as_deref().unwrap_or("").as_bytes());
             put64(w, v.file_off);
             put_bytes(w, v.name.as_bytes());
+            crate::shared_maps::encode_backing(w, &v.shared);
         }
         put64(w, self.memory.image_len);
         put_count(w, self.memory.regions.len());
@@ -423,6 +430,7 @@ impl ProcessState {
             put_fd(w, f);
         }
         self.signals.encode(w);
+        crate::shared_maps::encode_objects(w, &self.shared);
         let mut out = Vec::with_capacity(HEADER + b.len());
         out.extend_from_slice(MAGIC);
         put32(&mut out, self.version);
@@ -493,8 +501,14 @@ impl ProcessState {
                 thaw_error::chain(&e)
             ))
         })?;
+        crate::shared_maps::validate_objects(&s.shared, s.memory.image_len)
+            .map_err(|e| e.within("process state"))?;
         for (v, r) in s.vmas.iter().zip(&s.memory.regions) {
-            if v.start != r.start || v.end != r.end || r.anonymous != v.path.is_none() {
+            let anonymous = v.path.is_none() && v.shared.is_none();
+            let shared_ok = v.shared.is_none() || (v.path.is_none() && r.runs.is_empty());
+            crate::shared_maps::validate(&v.shared, &s.shared)
+                .map_err(|e| e.within("process state"))?;
+            if v.start != r.start || v.end != r.end || r.anonymous != anonymous || !shared_ok {
                 fail!(
                     StateError::Corrupt,
                     "process state: mapping {:#x} and its memory region disagree",
@@ -719,7 +733,7 @@ impl<'a> Reader<'a> {
         self.take(n)
     }
 
-    fn string(&mut self) -> Result<String> {
+    pub(crate) fn string(&mut self) -> Result<String> {
         String::from_utf8(self.bytes()?.to_vec())
             .map_err(|_| StateError::Corrupt("a string is not UTF-8".into()))
     }
@@ -787,6 +801,7 @@ impl<'a> Reader<'a> {
                 file_off: self.u64()?,
                 growsdown: flags & 2 != 0,
                 name: self.string()?,
+                shared: crate::shared_maps::decode_backing(&mut self)?,
             });
         }
         let image_len = self.u64()?;
@@ -816,6 +831,7 @@ impl<'a> Reader<'a> {
         let files = self.files()?;
         let fds = self.fds()?;
         let signals = SignalState::decode(&mut self).map_err(|e| e.within("signal state"))?;
+        let shared = crate::shared_maps::decode_objects(&mut self)?;
         if !self.0.is_empty() {
             fail!(StateError::Corrupt, "{} bytes after the end", self.0.len());
         }
@@ -835,6 +851,7 @@ impl<'a> Reader<'a> {
             files,
             fds,
             signals,
+            shared,
         })
     }
 
@@ -1049,6 +1066,7 @@ pub(crate) mod tests {
                 file_off: 0,
                 growsdown: false,
                 name: String::new(),
+                shared: None,
             }],
             memory: MemoryLayout {
                 regions: vec![Region {
@@ -1104,6 +1122,7 @@ pub(crate) mod tests {
                 }],
                 ..SignalState::default()
             },
+            shared: vec![],
         }
     }
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 use thaw_sandbox::agent::{Reply, Request};
 use thaw_sandbox::Sandbox;
 use thaw_store::{Snapshot, Tier};
-use thaw_worker::Worker;
+use thaw_worker::{RestoreRequest, StrategyKind, Worker};
 
 pub const T: Duration = Duration::from_secs(60);
 
@@ -149,4 +149,56 @@ pub fn refusal(sb: &mut Sandbox, t: &TestTier, function: &str) -> String {
         .unwrap_err();
     assert!(!dir.exists(), "a refused checkpoint left a snapshot");
     format!("{e:#}")
+}
+
+/// The strategies a plain snapshot restores with, besides `dax`.
+pub const KINDS: [StrategyKind; 4] = [
+    StrategyKind::Eager,
+    StrategyKind::Mmap,
+    StrategyKind::Uffd,
+    StrategyKind::Reap,
+];
+
+/// The function's answer to its first invocation, with `ok` checked.
+pub fn first_answer(sb: &mut Sandbox, what: &str, event: Value) -> Value {
+    let out = explicit(sb, event);
+    assert_eq!(out["ok"], true, "{what}: {out}");
+    out
+}
+
+/// A fresh instance's first answer, then every restore's (each strategy,
+/// twice for REAP: its recording run and a prefetching one), then the
+/// answer of a restore of a snapshot taken of a restored instance: all
+/// the same.
+pub fn restores_answer_as_a_fresh_start(function: &str, tag: &str, event: Value) {
+    let w = worker();
+    let (mut fresh, _) = w.start_fresh(function).unwrap();
+    let want = first_answer(&mut fresh, &format!("{function} fresh"), event.clone());
+    drop(fresh);
+    let t = tier(tag);
+    let snap = w.snapshot(function, &t).unwrap();
+    for s in KINDS {
+        let runs = if s == StrategyKind::Reap { 2 } else { 1 };
+        for i in 0..runs {
+            let what = format!("{function} {s} restore {i}");
+            let (mut sb, rep) = w
+                .restore(RestoreRequest::new(&snap, s))
+                .unwrap_or_else(|e| panic!("{what}: {e:?}"));
+            assert_eq!(rep.strategy, s, "{what}: fell back");
+            assert_eq!(first_answer(&mut sb, &what, event.clone()), want, "{what}");
+        }
+    }
+    // a second generation: a restored instance, snapshotted before it ran
+    let (mut sb, _) = w
+        .restore(RestoreRequest::new(&snap, StrategyKind::Eager))
+        .unwrap();
+    let dir = t.path.join("again");
+    let (again, _) = thaw_sandbox::checkpoint(&mut sb, &dir, function, &w.root.hash)
+        .unwrap_or_else(|e| panic!("{function}: checkpoint of a restored instance: {e:#}"));
+    drop(sb);
+    let (mut sb2, _) = w
+        .restore(RestoreRequest::new(&again, StrategyKind::Mmap))
+        .unwrap();
+    let what = format!("{function} second generation");
+    assert_eq!(first_answer(&mut sb2, &what, event), want, "{what}");
 }
