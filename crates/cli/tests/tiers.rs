@@ -19,8 +19,8 @@ struct Home(PathBuf);
 
 impl Home {
     fn new(tag: &str) -> Home {
-        // SAFETY: geteuid has no preconditions.
         assert_eq!(
+            // SAFETY: geteuid has no preconditions.
             unsafe { libc::geteuid() },
             0,
             "the tier tests need root (loop devices, mounts, cgroups, netns)"

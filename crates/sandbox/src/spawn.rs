@@ -412,8 +412,8 @@ pub fn kill_and_reap(pid: i32) {
 
 /// The child: never returns. Reports (step, errno) on ERR_FD and exits on failure.
 fn child(p: &Prepared, go_r: RawFd, err_w: RawFd) -> ! {
-    // SAFETY (whole function): raw system calls on data prepared before clone;
-    // no allocation, no locks, as required between clone and exec.
+    // SAFETY: (the whole function) raw system calls on data prepared before
+    // clone; no allocation, no locks, as required between clone and exec.
     unsafe {
         let mut err_fd = err_w;
         let fail = |fd: RawFd, step: usize| -> ! { fail_step(fd, step) };

@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use thaw_store::{secure, PathError, Snapshot, SnapshotWriter, StoreError, Tier};
 
 fn root() {
-    // SAFETY: geteuid has no preconditions.
     assert_eq!(
+        // SAFETY: geteuid has no preconditions.
         unsafe { libc::geteuid() },
         0,
         "the store tests need root (chown, chattr)"
@@ -365,8 +365,8 @@ fn a_dram_image_memfd_is_in_2mib_folios() {
     };
     assert_eq!(p as usize, base, "{}", std::io::Error::last_os_error());
     for off in (0..len).step_by(huge) {
-        // SAFETY: inside the mapping, readable.
         assert_eq!(
+            // SAFETY: inside the mapping, readable.
             unsafe { std::ptr::read_volatile((base + off) as *const u8) },
             5
         );

@@ -22,8 +22,8 @@ pub const STRATEGIES: [thaw_worker::StrategyKind; 5] = [
 pub fn worker() -> &'static Worker {
     static W: OnceLock<Worker> = OnceLock::new();
     W.get_or_init(|| {
-        // SAFETY: geteuid has no preconditions.
         assert_eq!(
+            // SAFETY: geteuid has no preconditions.
             unsafe { libc::geteuid() },
             0,
             "these tests need root (namespaces, ptrace, cgroups, userfaultfd)"
