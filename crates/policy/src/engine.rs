@@ -6,6 +6,14 @@
 //! direction (disk read, disk write, network down, network up); a queue's "busy
 //! until" time is what the start-type estimate adds to the transfer time, as in the
 //! thesis' "lowest estimated latency given queued transfers".
+//!
+//! What an instance is charged depends on its state: a running (or
+//! checkpointing) instance holds its declared memory, its limit, so a burst
+//! cannot promise more than RAM; an idle one holds what it was measured to
+//! hold on its own (its private pages, [`Engine::measured`]), or its
+//! function's footprint until it is measured ([`Engine::set_footprint`]).
+//! The pages a function's instances share (its snapshot image) are charged
+//! once, while any of its instances is in RAM.
 
 use crate::list::{Links, List};
 use crate::{
@@ -25,7 +33,12 @@ enum State {
 #[derive(Clone, Copy, Debug)]
 struct Inst {
     f: u32,
+    /// Declared memory: charged while running or being checkpointed.
     mem: u32,
+    /// What the instance is charged now (`mem`, or its idle charge).
+    held: u32,
+    /// Private memory last measured, if it was.
+    measured: Option<u32>,
     gen: u32,
     state: State,
     /// When the instance became idle (LRU order and keep-alive expiry).
@@ -49,6 +62,11 @@ struct Func {
     /// Size of the snapshot on disk or network.
     snap_mb: u32,
     flags: u8,
+    /// What an idle instance holds until it is measured (None: its
+    /// declared memory); the last measure of any of its instances.
+    idle_mb: Option<u32>,
+    /// Pages its instances share, charged once while any is in RAM.
+    shared_mb: u32,
     /// Index into `Engine::costs` (0: the configured default). Kept out of line
     /// so a function's record stays small: the simulator touches one per event.
     cost: u32,
@@ -182,19 +200,37 @@ impl Engine {
         let fi = self.ensure_fn(f);
         self.funcs[fi].freq = self.funcs[fi].freq.saturating_add(1);
         if let Some(slot) = self.funcs[fi].idle.front().filter(|_| reuse_idle) {
+            // running, it holds its declared memory again: room for that
+            // first (without giving this instance up), else it stays idle
             self.unidle(slot);
-            let mem = self.insts[slot as usize].mem as u64;
-            self.usage.idle_mb -= mem;
-            self.usage.running_mb += mem;
-            self.insts[slot as usize].state = State::Running;
+            let inst = self.insts[slot as usize];
+            self.usage.idle_mb -= inst.held as u64;
+            self.usage.ram_mb -= inst.held as u64;
+            if !self.make_room(inst.mem as u64, out) {
+                self.make_idle(slot);
+                return Outcome::Rejected;
+            }
+            self.usage.running_mb += inst.mem as u64;
+            self.usage.ram_mb += inst.mem as u64;
+            let i = &mut self.insts[slot as usize];
+            i.state = State::Running;
+            i.held = i.mem;
             return Outcome::Started {
                 start: Start::Warm,
                 instance: self.id_of(slot),
                 ready_at: now + self.costs[self.funcs[fi].cost as usize].warm_us,
             };
         }
-        if !self.make_room(mem_mb as u64, out) {
-            return Outcome::Rejected;
+        // the function's shared pages are needed too if it has nothing in
+        // RAM, which making room may have just caused
+        loop {
+            let need = mem_mb as u64 + self.shared_need(fi);
+            if !self.make_room(need, out) {
+                return Outcome::Rejected;
+            }
+            if need == mem_mb as u64 + self.shared_need(fi) {
+                break;
+            }
         }
         let func = self.funcs[fi];
         let c = self.cost(&func);
@@ -232,7 +268,7 @@ impl Engine {
         let slot = self.alloc(fi as u32, mem_mb);
         self.usage.running_mb += mem_mb as u64;
         self.usage.ram_mb += mem_mb as u64;
-        self.funcs[fi].live += 1;
+        self.add_live(fi);
         Outcome::Started {
             start: best.0,
             instance: self.id_of(slot),
@@ -275,6 +311,60 @@ impl Engine {
         }
     }
 
+    /// What function `f`'s instances hold beyond their own: `idle_mb`, what
+    /// an idle instance holds until it is measured itself (None: its
+    /// declared memory), and `shared_mb`, the pages all its instances share
+    /// (its snapshot image), charged once while any of them is in RAM.
+    /// Changes to RAM now in use go to `out` if something must make room.
+    pub fn set_footprint(
+        &mut self,
+        f: FnId,
+        idle_mb: Option<u32>,
+        shared_mb: u32,
+        out: &mut Vec<Action>,
+    ) {
+        let fi = self.ensure_fn(f);
+        let func = &mut self.funcs[fi];
+        func.idle_mb = idle_mb;
+        let old = std::mem::replace(&mut func.shared_mb, shared_mb) as u64;
+        if func.live > 0 {
+            self.usage.shared_mb = self.usage.shared_mb - old + shared_mb as u64;
+            self.usage.ram_mb = self.usage.ram_mb - old + shared_mb as u64;
+            self.make_room(0, out);
+        }
+    }
+
+    /// `instance` was measured to hold `private_mb` on its own: what it is
+    /// charged while idle from now on (running, it keeps its declared
+    /// memory), and its function's footprint for instances not measured
+    /// yet. An idle instance that grew past the budget makes room (the
+    /// actions go to `out`). Stale or unknown ids are an error.
+    pub fn measured(
+        &mut self,
+        now: Time,
+        instance: InstanceId,
+        private_mb: u32,
+        out: &mut Vec<Action>,
+    ) -> Result<(), PolicyError> {
+        self.tick(now);
+        let slot = instance.0 as u32;
+        let gen = (instance.0 >> 32) as u32;
+        let inst = match self.insts.get(slot as usize) {
+            Some(i) if i.gen == gen && matches!(i.state, State::Running | State::Idle) => *i,
+            _ => return Err(PolicyError::NotRunning(instance)),
+        };
+        self.funcs[inst.f as usize].idle_mb = Some(private_mb);
+        self.insts[slot as usize].measured = Some(private_mb);
+        if inst.state == State::Idle {
+            self.insts[slot as usize].held = private_mb;
+            let (old, new) = (inst.held as u64, private_mb as u64);
+            self.usage.idle_mb = self.usage.idle_mb - old + new;
+            self.usage.ram_mb = self.usage.ram_mb - old + new;
+            self.make_room(0, out);
+        }
+        Ok(())
+    }
+
     /// Number of transfers issued and not yet done or cancelled.
     pub fn pending_transfers(&self) -> usize {
         self.pending.len()
@@ -295,6 +385,8 @@ impl Engine {
                 freq: 0,
                 snap_mb: 0,
                 flags: 0,
+                idle_mb: None,
+                shared_mb: 0,
                 cost: 0,
             };
             self.funcs.resize(fi + 1, blank);
@@ -330,6 +422,8 @@ impl Engine {
         let inst = Inst {
             f,
             mem,
+            held: mem,
+            measured: None,
             gen: 0,
             state: State::Running,
             since: self.now,
@@ -354,18 +448,21 @@ impl Engine {
     /// Returns an instance's RAM, whatever state it was in.
     fn release(&mut self, slot: u32) {
         let inst = self.insts[slot as usize];
-        let mem = inst.mem as u64;
+        let held = inst.held as u64;
         match inst.state {
-            State::Running => self.usage.running_mb -= mem,
-            State::Idle => self.usage.idle_mb -= mem,
-            State::Writing => self.usage.writing_mb -= mem,
+            State::Running => self.usage.running_mb -= held,
+            State::Idle => self.usage.idle_mb -= held,
+            State::Writing => self.usage.writing_mb -= held,
             State::Free => return,
         }
-        self.usage.ram_mb -= mem;
-        let func = &mut self.funcs[inst.f as usize];
-        func.live -= 1;
-        if func.live == 0 {
-            func.freq = 0;
+        self.usage.ram_mb -= held;
+        let fi = inst.f as usize;
+        self.funcs[fi].live -= 1;
+        if self.funcs[fi].live == 0 {
+            self.funcs[fi].freq = 0;
+            let shared = self.funcs[fi].shared_mb as u64;
+            self.usage.shared_mb -= shared;
+            self.usage.ram_mb -= shared;
         }
         let i = &mut self.insts[slot as usize];
         i.state = State::Free;
@@ -373,21 +470,45 @@ impl Engine {
         self.free_slots.push(slot);
     }
 
+    /// One more instance of function `fi` in RAM (the first brings its
+    /// shared pages).
+    fn add_live(&mut self, fi: usize) {
+        if self.funcs[fi].live == 0 {
+            let shared = self.funcs[fi].shared_mb as u64;
+            self.usage.shared_mb += shared;
+            self.usage.ram_mb += shared;
+        }
+        self.funcs[fi].live += 1;
+    }
+
+    /// The shared pages a new instance of `fi` brings.
+    fn shared_need(&self, fi: usize) -> u64 {
+        match self.funcs[fi].live {
+            0 => self.funcs[fi].shared_mb as u64,
+            _ => 0,
+        }
+    }
+
+    /// Makes an uncharged instance (running once) idle, charged what it
+    /// was measured to hold, else its function's footprint.
     fn make_idle(&mut self, slot: u32) {
-        let inst = self.insts[slot as usize];
-        let fi = inst.f as usize;
+        let i = &mut self.insts[slot as usize];
+        let fi = i.f as usize;
+        i.held = i.measured.or(self.funcs[fi].idle_mb).unwrap_or(i.mem);
+        let inst = *i;
         self.idle_links.push_front(&mut self.idle_lru, slot);
         self.fn_links.push_front(&mut self.funcs[fi].idle, slot);
         if self.cfg.kind.greedy_dual() {
             let func = self.funcs[fi];
             let miss_us = self.miss_cost_us(&func);
             let prio = self.gd_clock
-                + func.freq as f64 * (miss_us as f64 / 1000.0) / inst.mem.max(1) as f64;
+                + func.freq as f64 * (miss_us as f64 / 1000.0) / inst.held.max(1) as f64;
             let key = prio.to_bits();
             self.insts[slot as usize].gd_key = key;
             self.gd.insert((key, slot));
         }
-        self.usage.idle_mb += inst.mem as u64;
+        self.usage.idle_mb += inst.held as u64;
+        self.usage.ram_mb += inst.held as u64;
         self.insts[slot as usize].state = State::Idle;
     }
 
@@ -460,14 +581,17 @@ impl Engine {
     /// Frees RAM for `need` MiB: pending writes first, then idle instances. Does
     /// nothing when even both would not be enough.
     fn make_room(&mut self, need: u64, out: &mut Vec<Action>) -> bool {
-        let free = self.cfg.ram_mb - self.usage.ram_mb;
-        if free >= need {
+        let free = self.cfg.ram_mb.saturating_sub(self.usage.ram_mb);
+        if free >= need && self.usage.ram_mb <= self.cfg.ram_mb {
             return true;
         }
-        if free + self.usage.writing_mb + self.usage.idle_mb < need {
+        // an upper bound: shared pages go only with their function's last
+        // instance, so the loop may still run out of victims
+        let freeable = self.usage.writing_mb + self.usage.idle_mb + self.usage.shared_mb;
+        if self.cfg.ram_mb + freeable < self.usage.ram_mb + need {
             return false;
         }
-        while self.cfg.ram_mb - self.usage.ram_mb < need {
+        while self.cfg.ram_mb < self.usage.ram_mb + need {
             if self.cancel_last_write(out) {
                 continue;
             }
@@ -508,8 +632,8 @@ impl Engine {
             } else {
                 let instance = self.id_of(slot);
                 self.unidle(slot);
-                self.usage.idle_mb -= inst.mem as u64;
-                self.usage.writing_mb += inst.mem as u64;
+                self.usage.idle_mb -= inst.held as u64;
+                self.usage.writing_mb += inst.held as u64;
                 self.insts[slot as usize].state = State::Writing;
                 let func = &mut self.funcs[fi];
                 func.flags |= DISK_PENDING;
@@ -624,8 +748,12 @@ impl Policy for Engine {
         }
         let mem = self.insts[slot as usize].mem as u64;
         self.usage.running_mb -= mem;
+        self.usage.ram_mb -= mem;
         self.insts[slot as usize].since = now;
         self.make_idle(slot);
+        // measured more than it was declared (its limit was raised, or the
+        // estimate was off): back under the budget
+        self.make_room(0, out);
         if self.cfg.kind.tiered() {
             self.demote_over_threshold(out);
         }

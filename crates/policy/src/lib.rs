@@ -263,12 +263,16 @@ impl Config {
 /// Occupancy of each tier, in MiB.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Usage {
-    /// running + idle + writing.
+    /// running + idle + writing + shared.
     pub ram_mb: u64,
+    /// Running instances' declared memory.
     pub running_mb: u64,
+    /// Idle instances' own memory (as measured, else estimated).
     pub idle_mb: u64,
     /// Instances being checkpointed (still in RAM until the write ends).
     pub writing_mb: u64,
+    /// Pages the instances of one function share, once per function in RAM.
+    pub shared_mb: u64,
     pub disk_mb: u64,
     pub net_mb: u64,
 }
