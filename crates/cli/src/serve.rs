@@ -29,6 +29,11 @@ pub struct ServeArgs {
     /// RAM for instances, MiB
     #[arg(long)]
     memory_budget_mb: Option<u64>,
+    /// What idle instances are charged in that budget: measured (their own
+    /// pages, the snapshot's shared pages once per function) or declared
+    /// (their memory_mb)
+    #[arg(long)]
+    memory_accounting: Option<String>,
     /// Keep-alive policy: ttl, lru-mem, tiered-lru, greedy-dual, tiered-greedy-dual
     #[arg(long)]
     policy: Option<String>,
@@ -68,6 +73,9 @@ pub fn serve(home: Option<PathBuf>, a: ServeArgs) -> Result<()> {
     }
     if let Some(v) = a.memory_budget_mb {
         cfg.memory_budget_mb = v;
+    }
+    if let Some(v) = a.memory_accounting {
+        cfg.memory_accounting = v;
     }
     if let Some(v) = a.policy {
         cfg.policy = v;

@@ -11,13 +11,13 @@
 //! checkpointing) instance holds its declared memory, its limit, so a burst
 //! cannot promise more than RAM; an idle one holds what it was measured to
 //! hold on its own (its private pages, [`Engine::measured`]), or its
-//! function's footprint until it is measured ([`Engine::set_footprint`]).
+//! function's footprint until it is measured ([`Policy::set_footprint`]).
 //! The pages a function's instances share (its snapshot image) are charged
 //! once, while any of its instances is in RAM.
 
 use crate::list::{Links, List};
 use crate::{
-    Action, Config, FnCost, FnId, InstanceId, Outcome, Policy, PolicyError, PolicyKind, Start,
+    Action, Config, FnCost, FnId, Footprint, InstanceId, Outcome, Policy, PolicyError, PolicyKind, Start,
     Time, Usage, XferId,
 };
 use std::collections::{BTreeSet, HashMap, VecDeque};
@@ -308,29 +308,6 @@ impl Engine {
             Some(SnapshotLevel::Disk) => self.disk_insert(fi, out),
             Some(SnapshotLevel::Net) => self.net_insert(fi, out),
             None => {}
-        }
-    }
-
-    /// What function `f`'s instances hold beyond their own: `idle_mb`, what
-    /// an idle instance holds until it is measured itself (None: its
-    /// declared memory), and `shared_mb`, the pages all its instances share
-    /// (its snapshot image), charged once while any of them is in RAM.
-    /// Changes to RAM now in use go to `out` if something must make room.
-    pub fn set_footprint(
-        &mut self,
-        f: FnId,
-        idle_mb: Option<u32>,
-        shared_mb: u32,
-        out: &mut Vec<Action>,
-    ) {
-        let fi = self.ensure_fn(f);
-        let func = &mut self.funcs[fi];
-        func.idle_mb = idle_mb;
-        let old = std::mem::replace(&mut func.shared_mb, shared_mb) as u64;
-        if func.live > 0 {
-            self.usage.shared_mb = self.usage.shared_mb - old + shared_mb as u64;
-            self.usage.ram_mb = self.usage.ram_mb - old + shared_mb as u64;
-            self.make_room(0, out);
         }
     }
 
@@ -802,6 +779,19 @@ impl Policy for Engine {
 
     fn usage(&self) -> Usage {
         self.usage
+    }
+
+    fn set_footprint(&mut self, f: FnId, fp: Footprint, out: &mut Vec<Action>) {
+        let fi = self.ensure_fn(f);
+        let func = &mut self.funcs[fi];
+        func.idle_mb = fp.idle_mb;
+        let old = std::mem::replace(&mut func.shared_mb, fp.shared_mb) as u64;
+        if func.live > 0 {
+            let new = fp.shared_mb as u64;
+            self.usage.shared_mb = self.usage.shared_mb - old + new;
+            self.usage.ram_mb = self.usage.ram_mb - old + new;
+            self.make_room(0, out);
+        }
     }
 
     fn set_cost(&mut self, f: FnId, cost: FnCost) {

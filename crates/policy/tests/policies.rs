@@ -7,7 +7,7 @@
 
 use proptest::prelude::*;
 use thaw_policy::{
-    Action, Config, Engine, FnId, InstanceId, Outcome, Policy, PolicyKind, SnapshotLevel, Start,
+    Action, Config, Engine, FnId, Footprint, InstanceId, Outcome, Policy, PolicyKind, SnapshotLevel, Start,
     Time, XferId,
 };
 
@@ -451,7 +451,7 @@ proptest! {
         let mut p = Engine::new(c).unwrap();
         let mut out = vec![];
         for (f, &(idle, shared)) in footprints.iter().enumerate() {
-            p.set_footprint(FnId(f as u32), idle, shared, &mut out);
+            p.set_footprint(FnId(f as u32), Footprint { idle_mb: idle, shared_mb: shared }, &mut out);
         }
         let mut running = vec![];
         let mut seen = vec![];
@@ -529,7 +529,7 @@ fn deployed_snapshots_restore_instead_of_booting_and_demotion_only_kills() {
 #[test]
 fn idle_instances_are_charged_what_they_hold() {
     let mut h = H::new(cfg(PolicyKind::LruMem, 1000));
-    h.p.set_footprint(A, None, 50, &mut h.out);
+    h.p.set_footprint(A, Footprint { idle_mb: None, shared_mb: 50 }, &mut h.out);
     let (_, a1, _) = h.go(0, A, 300);
     let (_, a2, _) = h.go(0, A, 300);
     assert_eq!(h.p.usage().ram_mb, 650, "two declared + shared once");
@@ -583,8 +583,8 @@ fn a_warm_start_without_room_for_its_declared_memory_is_rejected_and_stays_idle(
 #[test]
 fn evicting_a_functions_last_instance_frees_its_shared_pages() {
     let mut h = H::new(cfg(PolicyKind::LruMem, 410));
-    h.p.set_footprint(A, Some(10), 100, &mut h.out);
-    h.p.set_footprint(B, Some(10), 100, &mut h.out);
+    h.p.set_footprint(A, Footprint { idle_mb: Some(10), shared_mb: 100 }, &mut h.out);
+    h.p.set_footprint(B, Footprint { idle_mb: Some(10), shared_mb: 100 }, &mut h.out);
     let (_, a, _) = h.go(0, A, 100);
     h.fin(S, a);
     assert_eq!(h.p.usage().ram_mb, 110);

@@ -10,7 +10,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{mpsc, Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 use thaw_policy::{
-    Action, Engine, FnId, InstanceId, Outcome, Policy, SnapshotLevel, Start, XferId,
+    Action, Engine, FnId, Footprint, InstanceId, Outcome, Policy, SnapshotLevel, Start, XferId,
 };
 use thaw_worker::{RestoreRequest, UserFunction, Worker};
 use tokio::sync::oneshot;
@@ -239,6 +239,9 @@ struct State {
     /// Transfers the policy issued and the mover has not finished:
     /// (function, whether it brings the snapshot up to the fast tier).
     transfers: HashMap<XferId, (String, bool)>,
+    /// Requests waiting for the budget to hold one more running instance
+    /// (of the function named), woken whenever RAM is given back.
+    memory_waiters: VecDeque<(String, oneshot::Sender<()>)>,
     draining: bool,
 }
 
@@ -263,6 +266,9 @@ pub struct Pool {
     /// Memory and CPU of each live instance, as its thread last read
     /// them, and the CPU of each function's ended instances.
     measured: Measured,
+    /// Idle instances are charged what they were measured to hold (else
+    /// their declared memory, `memory_accounting = "declared"`).
+    measure_idle: bool,
     /// serves the in-sandbox SDK (set once when the daemon opens)
     pub xdt: std::sync::OnceLock<Arc<crate::xdt::XdtHost>>,
 }
@@ -318,6 +324,7 @@ impl Drop for Reservation {
     fn drop(&mut self) {
         let mut st = lock(&self.pool.state);
         let _ = st.engine.discard(self.pool.now(), self.id);
+        wake_memory(&mut st);
     }
 }
 
@@ -363,6 +370,7 @@ impl Pool {
         tiers: SnapshotTiers,
         policy: thaw_policy::Config,
         limits: &crate::config::Limits,
+        measure_idle: bool,
         mover: mpsc::Sender<String>,
     ) -> Result<Pool, PoolError> {
         let engine = Engine::new(policy)?;
@@ -381,6 +389,7 @@ impl Pool {
                 fn_names: Vec::new(),
                 want_fast: HashMap::new(),
                 transfers: HashMap::new(),
+                memory_waiters: VecDeque::new(),
                 draining: false,
             }),
             mover: Mutex::new(mover),
@@ -394,6 +403,7 @@ impl Pool {
             log_cap: limits.invocation_log_bytes,
             switch_wait: Duration::from_millis(limits.switch_wait_ms),
             threads: Arc::default(),
+            measure_idle,
             xdt: std::sync::OnceLock::new(),
         })
     }
@@ -427,8 +437,18 @@ impl Pool {
         };
         let mut out = Vec::new();
         st.engine.set_snapshot(self.now(), fid, mb, level, &mut out);
+        // a new version's idle instances are charged their declared memory
+        // until measured; its snapshot's pages are shared by all of them
+        if self.measure_idle {
+            let fp = Footprint {
+                idle_mb: None,
+                shared_mb: mb,
+            };
+            st.engine.set_footprint(fid, fp, &mut out);
+        }
         self.apply(&mut st, out);
         wake_all(st.fns.get_mut(name));
+        wake_memory(&mut st);
     }
 
     /// `v`'s snapshot is now where `v.placed` says (a shared copy kept on
@@ -455,6 +475,7 @@ impl Pool {
         }
         st.want_fast.remove(name);
         wake_all(st.fns.get_mut(name));
+        wake_memory(&mut st);
         let mut m = self.measured.lock().unwrap_or_else(|p| p.into_inner());
         m.ended_cpu_ns.remove(name);
     }
@@ -522,6 +543,7 @@ impl Pool {
             let _ = st.engine.discard(now, id);
             forget_idle(st, id);
         }
+        wake_memory(st);
     }
 
     /// Stops giving out instances; idle ones go.
@@ -536,6 +558,30 @@ impl Pool {
         }
         for fp in st.fns.values_mut() {
             wake_all(Some(fp));
+        }
+        wake_memory(&mut st);
+    }
+
+    /// An instance was measured to hold `private_mb` on its own: what the
+    /// policy charges it while idle (see `thaw_policy::Engine::measured`).
+    /// RAM given back wakes the requests waiting for it.
+    fn charge_measured(&self, id: InstanceId, private_mb: u32) {
+        if !self.measure_idle {
+            return;
+        }
+        let mut st = lock(&self.state);
+        let before = st.engine.usage().ram_mb;
+        let mut out = Vec::new();
+        // an instance gone meanwhile is no longer charged anything
+        if st
+            .engine
+            .measured(self.now(), id, private_mb, &mut out)
+            .is_ok()
+        {
+            self.apply(&mut st, out);
+            if st.engine.usage().ram_mb < before {
+                wake_memory(&mut st);
+            }
         }
     }
 
@@ -717,7 +763,7 @@ impl Pool {
                     self.apply(&mut st, out);
                     let queue_ms = t0.elapsed().as_secs_f64() * 1e3;
                     let next = match outcome {
-                        Outcome::Rejected => return Err(Refusal::Memory),
+                        Outcome::Rejected => self.wait_for_memory(&mut st, &name, mode)?,
                         Outcome::Started {
                             start: Start::Warm,
                             instance,
@@ -783,6 +829,26 @@ impl Pool {
         }
     }
 
+    /// The budget cannot hold one more running instance of `name` even
+    /// with every idle instance given up: the request waits for a running
+    /// instance (or a deploy) to give RAM back, as past `max_instances`.
+    /// A prewarm does not wait, nor does a request that nothing running
+    /// could ever make room for.
+    fn wait_for_memory(&self, st: &mut State, name: &str, mode: Mode) -> Result<Next, Refusal> {
+        let u = st.engine.usage();
+        if mode == Mode::Prewarm || u.running_mb + u.writing_mb == 0 {
+            return Err(Refusal::Memory);
+        }
+        let waiting = st.fns.get(name).map_or(0, |f| f.waiters.len())
+            + st.memory_waiters.iter().filter(|(f, _)| f == name).count();
+        if waiting as u32 >= self.queue_cap {
+            return Err(Refusal::QueueFull);
+        }
+        let (tx, rx) = oneshot::channel();
+        st.memory_waiters.push_back((name.to_string(), tx));
+        Ok(Next::Wait(rx))
+    }
+
     /// Starts a new instance on its own thread: restore, else boot.
     async fn create(
         self: &Arc<Self>,
@@ -836,6 +902,11 @@ impl Pool {
                         function: vv.rec.name.clone(),
                         last: InstanceUsage::default(),
                         cpu: None,
+                        charge: Charge {
+                            pool: pool.clone(),
+                            id: policy_id,
+                            mb: None,
+                        },
                     },
                     xdt,
                     slot_tiers,
@@ -950,6 +1021,8 @@ impl Pool {
             }
         }
         wake_one(st.fns.get_mut(&lease.function));
+        // idle or gone, it no longer holds its declared memory
+        wake_memory(&mut st);
     }
 }
 
@@ -988,6 +1061,27 @@ struct MemoryGauge {
     /// its cgroup's CPU quota and weight, read at the first measure: they
     /// are set when the sandbox is made and never change
     cpu: Option<(Option<u64>, Option<u64>)>,
+    charge: Charge,
+}
+
+/// What the policy charges an instance while idle: its private memory as
+/// last measured, told to the pool when its figure in MiB changes.
+struct Charge {
+    pool: std::sync::Weak<Pool>,
+    id: InstanceId,
+    mb: Option<u32>,
+}
+
+impl Charge {
+    fn set(&mut self, private_bytes: u64) {
+        let mb = private_bytes.div_ceil(1 << 20).clamp(1, u32::MAX as u64) as u32;
+        if self.mb != Some(mb) {
+            self.mb = Some(mb);
+            if let Some(pool) = self.pool.upgrade() {
+                pool.charge_measured(self.id, mb);
+            }
+        }
+    }
 }
 
 impl MemoryGauge {
@@ -1009,9 +1103,17 @@ impl MemoryGauge {
             cpu_millis,
             cpu_weight,
         };
-        let mut m = self.measured.lock().unwrap_or_else(|p| p.into_inner());
-        m.live
-            .insert(self.instance.clone(), (self.function.clone(), self.last));
+        {
+            let mut m = self.measured.lock().unwrap_or_else(|p| p.into_inner());
+            m.live
+                .insert(self.instance.clone(), (self.function.clone(), self.last));
+        }
+        // its own pages: those of the snapshot it maps are shared with the
+        // other clones (the policy counts them once per function); without
+        // a memory cgroup it stays charged its declared memory
+        if let Some(anon) = sb.memory_anon() {
+            self.charge.set(anon);
+        }
     }
 }
 
@@ -1068,6 +1170,13 @@ fn wake_one(fp: Option<&mut FnPool>) {
         if w.send(()).is_ok() {
             return;
         }
+    }
+}
+
+/// Wakes every request waiting for RAM: each asks the policy again.
+fn wake_memory(st: &mut State) {
+    for (_, w) in st.memory_waiters.drain(..) {
+        let _ = w.send(());
     }
 }
 

@@ -234,6 +234,7 @@ fn plan(a: &Args, m: &ArgMatches, sweep: bool) -> Result<Plan> {
     };
     let mut prices = Prices::default();
     let mut fn_costs = Default::default();
+    let mut fn_footprints = Default::default();
     // Tier values from the calibration file, unless the flag was given.
     let mut net_gb = a.net_gb;
     let mut disk_write = a.disk_write_gbps;
@@ -261,6 +262,7 @@ fn plan(a: &Args, m: &ArgMatches, sweep: bool) -> Result<Plan> {
             base.checkpoint_us = explicit.checkpoint_us;
         }
         fn_costs = c.function_costs(base)?;
+        fn_footprints = c.function_footprints()?;
         let t = &c.tiers;
         let pick = |flag: &str, file: Option<f64>, cur: Vec<f64>| match file {
             Some(v) if !given(m, flag) => vec![v],
@@ -370,6 +372,7 @@ fn plan(a: &Args, m: &ArgMatches, sweep: bool) -> Result<Plan> {
         progress: !a.quiet,
         record_starts: false,
         fn_costs,
+        fn_footprints,
         prices,
     };
     Ok(Plan { points, opts })

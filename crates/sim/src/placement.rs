@@ -21,7 +21,7 @@ use std::path::Path;
 use thaw_error::{fail, ResultExt};
 use thaw_policy::placement::{self, FunctionProfile, Placement, TierOption};
 use thaw_policy::{
-    Action, Config, Engine, FnCost, FnId, InstanceId, Outcome, Policy, PolicyError, Start, Time,
+    Action, Config, Engine, FnCost, FnId, Footprint, InstanceId, Outcome, Policy, PolicyError, Start, Time,
     Usage, XferId,
 };
 
@@ -162,6 +162,10 @@ impl Policy for PlacedEngine<'_> {
     }
     fn set_cost(&mut self, f: FnId, cost: FnCost) {
         self.inner.set_cost(f, cost)
+    }
+
+    fn set_footprint(&mut self, f: FnId, fp: Footprint, out: &mut Vec<Action>) {
+        self.inner.set_footprint(f, fp, out)
     }
 }
 

@@ -20,7 +20,9 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::time::Instant;
 use thaw_error::fail;
-use thaw_policy::{Action, FnCost, FnId, InstanceId, Outcome, Policy, Start, Time, XferId};
+use thaw_policy::{
+    Action, FnCost, FnId, Footprint, InstanceId, Outcome, Policy, Start, Time, XferId,
+};
 
 /// USD per GB-hour of each tier.
 #[derive(Clone, Copy, Debug, Serialize, PartialEq)]
@@ -54,6 +56,8 @@ pub struct RunOptions {
     /// Tests only: it grows with the trace.
     pub record_starts: bool,
     pub fn_costs: HashMap<String, FnCost>,
+    /// What functions' instances hold in RAM when idle (default: what they declare).
+    pub fn_footprints: HashMap<String, Footprint>,
     pub prices: Prices,
 }
 
@@ -322,6 +326,9 @@ pub fn run<P: Policy>(src: &mut dyn Source, policy: &mut P, opts: &RunOptions) -
                 functions += 1;
                 if let Some(c) = src.fn_name(inv.f).and_then(|n| opts.fn_costs.get(n)) {
                     core.policy.set_cost(FnId(inv.f), *c);
+                }
+                if let Some(fp) = src.fn_name(inv.f).and_then(|n| opts.fn_footprints.get(n)) {
+                    core.policy.set_footprint(FnId(inv.f), *fp, &mut core.actions);
                 }
             }
             let outcome = core
