@@ -17,8 +17,8 @@
 
 use crate::list::{Links, List};
 use crate::{
-    Action, Config, FnCost, FnId, Footprint, InstanceId, Outcome, Policy, PolicyError, PolicyKind, Start,
-    Time, Usage, XferId,
+    Action, Config, FnCost, FnId, Footprint, InstanceId, Outcome, Policy, PolicyError, PolicyKind,
+    Start, Time, Usage, XferId,
 };
 use std::collections::{BTreeSet, HashMap, VecDeque};
 

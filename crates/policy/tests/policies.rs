@@ -7,8 +7,8 @@
 
 use proptest::prelude::*;
 use thaw_policy::{
-    Action, Config, Engine, FnId, Footprint, InstanceId, Outcome, Policy, PolicyKind, SnapshotLevel, Start,
-    Time, XferId,
+    Action, Config, Engine, FnId, Footprint, InstanceId, Outcome, Policy, PolicyKind,
+    SnapshotLevel, Start, Time, XferId,
 };
 
 const S: Time = 1_000_000;
@@ -529,12 +529,23 @@ fn deployed_snapshots_restore_instead_of_booting_and_demotion_only_kills() {
 #[test]
 fn idle_instances_are_charged_what_they_hold() {
     let mut h = H::new(cfg(PolicyKind::LruMem, 1000));
-    h.p.set_footprint(A, Footprint { idle_mb: None, shared_mb: 50 }, &mut h.out);
+    h.p.set_footprint(
+        A,
+        Footprint {
+            idle_mb: None,
+            shared_mb: 50,
+        },
+        &mut h.out,
+    );
     let (_, a1, _) = h.go(0, A, 300);
     let (_, a2, _) = h.go(0, A, 300);
     assert_eq!(h.p.usage().ram_mb, 650, "two declared + shared once");
     h.p.measured(S, a1, 2, &mut h.out).unwrap();
-    assert_eq!(h.p.usage().running_mb, 600, "running keeps its declared memory");
+    assert_eq!(
+        h.p.usage().running_mb,
+        600,
+        "running keeps its declared memory"
+    );
     h.fin(2 * S, a1);
     h.fin(2 * S, a2);
     let u = h.p.usage();
@@ -572,7 +583,11 @@ fn a_warm_start_without_room_for_its_declared_memory_is_rejected_and_stays_idle(
     h.go(2 * S, C, 200);
     let mut out = vec![];
     assert_eq!(h.p.arrive(3 * S, A, 200, &mut out), Outcome::Rejected);
-    assert_eq!(h.p.usage().idle_mb, 5, "still idle, still charged its measure");
+    assert_eq!(
+        h.p.usage().idle_mb,
+        5,
+        "still idle, still charged its measure"
+    );
     // once a running instance is gone, the warm start fits
     h.p.discard(4 * S, b).unwrap();
     let (s, a2, _) = h.go(5 * S, A, 200);
@@ -583,8 +598,22 @@ fn a_warm_start_without_room_for_its_declared_memory_is_rejected_and_stays_idle(
 #[test]
 fn evicting_a_functions_last_instance_frees_its_shared_pages() {
     let mut h = H::new(cfg(PolicyKind::LruMem, 410));
-    h.p.set_footprint(A, Footprint { idle_mb: Some(10), shared_mb: 100 }, &mut h.out);
-    h.p.set_footprint(B, Footprint { idle_mb: Some(10), shared_mb: 100 }, &mut h.out);
+    h.p.set_footprint(
+        A,
+        Footprint {
+            idle_mb: Some(10),
+            shared_mb: 100,
+        },
+        &mut h.out,
+    );
+    h.p.set_footprint(
+        B,
+        Footprint {
+            idle_mb: Some(10),
+            shared_mb: 100,
+        },
+        &mut h.out,
+    );
     let (_, a, _) = h.go(0, A, 100);
     h.fin(S, a);
     assert_eq!(h.p.usage().ram_mb, 110);
@@ -598,5 +627,8 @@ fn evicting_a_functions_last_instance_frees_its_shared_pages() {
     assert_eq!(h.out, vec![Action::Kill { instance: a }]);
     assert_eq!(h.p.usage().shared_mb, 100);
     assert_eq!(h.p.usage().ram_mb, 360);
-    assert!(h.p.measured(4 * S, a, 1, &mut h.out).is_err(), "a gone instance is stale");
+    assert!(
+        h.p.measured(4 * S, a, 1, &mut h.out).is_err(),
+        "a gone instance is stale"
+    );
 }

@@ -250,13 +250,11 @@ pub const MEMORY_BUDGET_SHARE: f64 = 0.5;
 /// [`MEMORY_BUDGET_SHARE`] of `MemTotal`, or 4096 MiB where
 /// `/proc/meminfo` cannot be read.
 fn default_memory_budget_mb() -> u64 {
-    let total_kb = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|m| {
-            m.lines()
-                .find_map(|l| l.strip_prefix("MemTotal:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        });
+    let total_kb = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
+        m.lines()
+            .find_map(|l| l.strip_prefix("MemTotal:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+    });
     match total_kb {
         Some(kb) => ((kb >> 10) as f64 * MEMORY_BUDGET_SHARE) as u64,
         None => 4096,

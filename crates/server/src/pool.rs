@@ -288,6 +288,8 @@ struct Usage {
 struct InstanceUsage {
     /// charged to its cgroup (or its RSS, if more)
     memory_bytes: u64,
+    /// its own (anonymous) pages, without the snapshot's it shares
+    private_bytes: u64,
     /// CPU time of its processes so far
     cpu_ns: u64,
     /// its cgroup's CPU quota (thousandths of a CPU)
@@ -302,8 +304,12 @@ struct InstanceUsage {
 pub struct FunctionUsage {
     /// live instances (starting, busy or idle)
     pub instances: u32,
-    /// memory charged to them now
+    /// memory charged to them now (cgroup or RSS, whichever is more:
+    /// pages of the snapshot they map count in each)
     pub memory_bytes: u64,
+    /// their own pages, without those of the snapshot they share: what
+    /// the budget charges an idle instance
+    pub private_bytes: u64,
     /// CPU time of every instance since the daemon started, ended ones
     /// included (it only grows)
     pub cpu_ns: u64,
@@ -624,16 +630,14 @@ impl Pool {
                 .get_or_create(&crate::metrics::TierLabel { tier: tier.into() })
                 .set(bytes as i64)
         };
-        memory(
-            "instances",
-            self.measured
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .live
-                .values()
-                .map(|(_, u)| u.memory_bytes)
-                .sum(),
-        );
+        let (resident, private) = {
+            let m = self.measured.lock().unwrap_or_else(|p| p.into_inner());
+            m.live.values().fold((0, 0), |(r, p), (_, u)| {
+                (r + u.memory_bytes, p + u.private_bytes)
+            })
+        };
+        memory("instances", resident);
+        memory("instances_private", private);
         memory("instances_budgeted", st.engine.usage().ram_mb << 20);
     }
 
@@ -649,6 +653,7 @@ impl Pool {
             if f == name {
                 out.instances += 1;
                 out.memory_bytes += u.memory_bytes;
+                out.private_bytes += u.private_bytes;
                 out.cpu_ns += u.cpu_ns;
                 out.cpu_millis = out.cpu_millis.or(u.cpu_millis);
                 out.cpu_weight = out.cpu_weight.or(u.cpu_weight);
@@ -763,7 +768,7 @@ impl Pool {
                     self.apply(&mut st, out);
                     let queue_ms = t0.elapsed().as_secs_f64() * 1e3;
                     let next = match outcome {
-                        Outcome::Rejected => self.wait_for_memory(&mut st, &name, mode)?,
+                        Outcome::Rejected => self.wait_for_memory(&mut st, &name)?,
                         Outcome::Started {
                             start: Start::Warm,
                             instance,
@@ -813,7 +818,8 @@ impl Pool {
             };
             let wait = match next {
                 Next::Create(instance, queue_ms, predicted) => {
-                    return self.create(v, instance, queue_ms, predicted).await
+                    let ahead = mode == Mode::Prewarm;
+                    return self.create(v, instance, queue_ms, predicted, ahead).await;
                 }
                 Next::Wait(rx) => rx,
             };
@@ -831,12 +837,12 @@ impl Pool {
 
     /// The budget cannot hold one more running instance of `name` even
     /// with every idle instance given up: the request waits for a running
-    /// instance (or a deploy) to give RAM back, as past `max_instances`.
-    /// A prewarm does not wait, nor does a request that nothing running
-    /// could ever make room for.
-    fn wait_for_memory(&self, st: &mut State, name: &str, mode: Mode) -> Result<Next, Refusal> {
+    /// instance (or a deploy) to give RAM back, as past `max_instances`
+    /// (a prewarm too: the instances it starts go idle, charged far less).
+    /// A request that nothing running could ever make room for does not.
+    fn wait_for_memory(&self, st: &mut State, name: &str) -> Result<Next, Refusal> {
         let u = st.engine.usage();
-        if mode == Mode::Prewarm || u.running_mb + u.writing_mb == 0 {
+        if u.running_mb + u.writing_mb == 0 {
             return Err(Refusal::Memory);
         }
         let waiting = st.fns.get(name).map_or(0, |f| f.waiters.len())
@@ -856,6 +862,7 @@ impl Pool {
         policy_id: InstanceId,
         queue_ms: f64,
         predicted: (StartType, String),
+        ahead: bool,
     ) -> Result<Lease, Refusal> {
         let (tx, rx) = mpsc::channel::<Job>();
         let (ready_tx, ready_rx) = oneshot::channel();
@@ -912,6 +919,7 @@ impl Pool {
                     slot_tiers,
                     metrics,
                     pool,
+                    ahead,
                 };
                 instance_thread(worker, vv, name, rx, ready_tx, services)
             });
@@ -1049,6 +1057,9 @@ struct InstanceServices {
     metrics: Arc<Metrics>,
     /// told when a streamed shared snapshot is kept on the fast tier
     pool: std::sync::Weak<Pool>,
+    /// made ahead of its requests (a prewarm): no invocation is coming
+    /// soon to read the rest of its snapshot under the restore slot
+    ahead: bool,
 }
 
 /// One instance's entry in the measured usage; gone with the instance
@@ -1074,7 +1085,9 @@ struct Charge {
 
 impl Charge {
     fn set(&mut self, private_bytes: u64) {
-        let mb = private_bytes.div_ceil(1 << 20).clamp(1, u32::MAX as u64) as u32;
+        // to the nearest MiB (the policy counts in MiB): most instances
+        // hold a little over one
+        let mb = ((private_bytes + (1 << 19)) >> 20).clamp(1, u32::MAX as u64) as u32;
         if self.mb != Some(mb) {
             self.mb = Some(mb);
             if let Some(pool) = self.pool.upgrade() {
@@ -1096,8 +1109,10 @@ impl MemoryGauge {
         // whoever first read them, not to this sandbox: its RSS shows them
         let rss = sb.rss_kb().ok().map(|kb| kb << 10);
         let (cpu_millis, cpu_weight) = self.cpu_of(sb);
+        let anon = sb.memory_anon();
         self.last = InstanceUsage {
             memory_bytes: sb.memory_usage().max(rss).unwrap_or(0),
+            private_bytes: anon.unwrap_or(0),
             // a process gone between two reads keeps its last figure
             cpu_ns: sb.cpu_ns().unwrap_or(self.last.cpu_ns),
             cpu_millis,
@@ -1111,7 +1126,7 @@ impl MemoryGauge {
         // its own pages: those of the snapshot it maps are shared with the
         // other clones (the policy counts them once per function); without
         // a memory cgroup it stays charged its declared memory
-        if let Some(anon) = sb.memory_anon() {
+        if let Some(anon) = anon {
             self.charge.set(anon);
         }
     }
@@ -1208,6 +1223,7 @@ fn instance_thread(
         slot_tiers,
         metrics,
         pool,
+        ahead,
     } = services;
     let t0 = Instant::now();
     let init_timeout = Duration::from_millis(v.rec.timeout_ms.max(60_000));
@@ -1285,7 +1301,13 @@ fn instance_thread(
     };
     let mut sb = match made {
         Ok((sb, c)) => {
+            // measured before it is handed out: idle, it is charged that
+            // at once, not its declared memory
+            gauge.set(&sb);
             let _ = ready.send(Ok(c));
+            if ahead {
+                drop(slot.take());
+            }
             sb
         }
         Err(e) => {
@@ -1300,9 +1322,8 @@ fn instance_thread(
         gauge.set(&sb);
         let job = match jobs.recv_timeout(MEASURE_EVERY) {
             Ok(job) => job,
-            // an instance made ahead of its requests (a prewarm) gives its
-            // tier's restore slot back once idle: other restores must not
-            // wait behind one that nobody invokes
+            // an instance nobody invoked within a second gives its tier's
+            // restore slot back: other restores must not wait behind it
             Err(mpsc::RecvTimeoutError::Timeout) => {
                 drop(slot.take());
                 continue;

@@ -21,8 +21,8 @@ use std::path::Path;
 use thaw_error::{fail, ResultExt};
 use thaw_policy::placement::{self, FunctionProfile, Placement, TierOption};
 use thaw_policy::{
-    Action, Config, Engine, FnCost, FnId, Footprint, InstanceId, Outcome, Policy, PolicyError, Start, Time,
-    Usage, XferId,
+    Action, Config, Engine, FnCost, FnId, Footprint, InstanceId, Outcome, Policy, PolicyError,
+    Start, Time, Usage, XferId,
 };
 
 pub const FILE_VERSION: u32 = 1;

@@ -328,7 +328,8 @@ pub fn run<P: Policy>(src: &mut dyn Source, policy: &mut P, opts: &RunOptions) -
                     core.policy.set_cost(FnId(inv.f), *c);
                 }
                 if let Some(fp) = src.fn_name(inv.f).and_then(|n| opts.fn_footprints.get(n)) {
-                    core.policy.set_footprint(FnId(inv.f), *fp, &mut core.actions);
+                    core.policy
+                        .set_footprint(FnId(inv.f), *fp, &mut core.actions);
                 }
             }
             let outcome = core
