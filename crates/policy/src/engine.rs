@@ -58,6 +58,9 @@ struct Func {
     idle: List,
     /// Instances in RAM in any state; greedy-dual forgets frequency at zero.
     live: u32,
+    /// Those of them running or being checkpointed: while there are any,
+    /// the function's shared pages cannot be given up.
+    pinned: u32,
     freq: u32,
     /// Size of the snapshot on disk or network.
     snap_mb: u32,
@@ -117,6 +120,9 @@ pub struct Engine {
     us_per_mb: [f64; 4],
     idle_limit_mb: u64,
     usage: Usage,
+    /// Shared pages of functions whose instances are all idle: what giving
+    /// up every idle instance would free besides their own memory.
+    idle_shared_mb: u64,
 }
 
 impl Engine {
@@ -152,6 +158,7 @@ impl Engine {
             next_xfer: 0,
             busy: [0; 4],
             usage: Usage::default(),
+            idle_shared_mb: 0,
         })
     }
 
@@ -203,10 +210,12 @@ impl Engine {
             // running, it holds its declared memory again: room for that
             // first (without giving this instance up), else it stays idle
             self.unidle(slot);
+            self.pin(fi, true);
             let inst = self.insts[slot as usize];
             self.usage.idle_mb -= inst.held as u64;
             self.usage.ram_mb -= inst.held as u64;
             if !self.make_room(inst.mem as u64, out) {
+                self.pin(fi, false);
                 self.make_idle(slot);
                 return Outcome::Rejected;
             }
@@ -268,6 +277,7 @@ impl Engine {
         let slot = self.alloc(fi as u32, mem_mb);
         self.usage.running_mb += mem_mb as u64;
         self.usage.ram_mb += mem_mb as u64;
+        self.pin(fi, true);
         self.add_live(fi);
         Outcome::Started {
             start: best.0,
@@ -359,6 +369,7 @@ impl Engine {
             let blank = Func {
                 idle: List::default(),
                 live: 0,
+                pinned: 0,
                 freq: 0,
                 snap_mb: 0,
                 flags: 0,
@@ -434,12 +445,16 @@ impl Engine {
         }
         self.usage.ram_mb -= held;
         let fi = inst.f as usize;
+        if inst.state != State::Idle {
+            self.pin(fi, false);
+        }
         self.funcs[fi].live -= 1;
         if self.funcs[fi].live == 0 {
             self.funcs[fi].freq = 0;
             let shared = self.funcs[fi].shared_mb as u64;
             self.usage.shared_mb -= shared;
             self.usage.ram_mb -= shared;
+            self.idle_shared_mb -= shared;
         }
         let i = &mut self.insts[slot as usize];
         i.state = State::Free;
@@ -450,12 +465,34 @@ impl Engine {
     /// One more instance of function `fi` in RAM (the first brings its
     /// shared pages).
     fn add_live(&mut self, fi: usize) {
-        if self.funcs[fi].live == 0 {
-            let shared = self.funcs[fi].shared_mb as u64;
+        let func = self.funcs[fi];
+        if func.live == 0 {
+            let shared = func.shared_mb as u64;
             self.usage.shared_mb += shared;
             self.usage.ram_mb += shared;
+            if func.pinned == 0 {
+                self.idle_shared_mb += shared;
+            }
         }
         self.funcs[fi].live += 1;
+    }
+
+    /// One more (`up`) or one fewer instance of `fi` that cannot be given
+    /// up; its shared pages become freeable when the last one goes.
+    fn pin(&mut self, fi: usize, up: bool) {
+        let func = &mut self.funcs[fi];
+        let shared = func.shared_mb as u64;
+        if up {
+            if func.pinned == 0 && func.live > 0 {
+                self.idle_shared_mb -= shared;
+            }
+            func.pinned += 1;
+        } else {
+            func.pinned -= 1;
+            if func.pinned == 0 && func.live > 0 {
+                self.idle_shared_mb += shared;
+            }
+        }
     }
 
     /// The shared pages a new instance of `fi` brings.
@@ -562,9 +599,9 @@ impl Engine {
         if free >= need && self.usage.ram_mb <= self.cfg.ram_mb {
             return true;
         }
-        // an upper bound: shared pages go only with their function's last
-        // instance, so the loop may still run out of victims
-        let freeable = self.usage.writing_mb + self.usage.idle_mb + self.usage.shared_mb;
+        // a lower bound (cancelling a write may free its function's shared
+        // pages too): the loop below never runs out of victims short of it
+        let freeable = self.usage.writing_mb + self.usage.idle_mb + self.idle_shared_mb;
         if self.cfg.ram_mb + freeable < self.usage.ram_mb + need {
             return false;
         }
@@ -609,6 +646,7 @@ impl Engine {
             } else {
                 let instance = self.id_of(slot);
                 self.unidle(slot);
+                self.pin(fi, true);
                 self.usage.idle_mb -= inst.held as u64;
                 self.usage.writing_mb += inst.held as u64;
                 self.insts[slot as usize].state = State::Writing;
@@ -726,6 +764,7 @@ impl Policy for Engine {
         let mem = self.insts[slot as usize].mem as u64;
         self.usage.running_mb -= mem;
         self.usage.ram_mb -= mem;
+        self.pin(self.insts[slot as usize].f as usize, false);
         self.insts[slot as usize].since = now;
         self.make_idle(slot);
         // measured more than it was declared (its limit was raised, or the
@@ -788,6 +827,9 @@ impl Policy for Engine {
         let old = std::mem::replace(&mut func.shared_mb, fp.shared_mb) as u64;
         if func.live > 0 {
             let new = fp.shared_mb as u64;
+            if func.pinned == 0 {
+                self.idle_shared_mb = self.idle_shared_mb - old + new;
+            }
             self.usage.shared_mb = self.usage.shared_mb - old + new;
             self.usage.ram_mb = self.usage.ram_mb - old + new;
             self.make_room(0, out);

@@ -632,3 +632,23 @@ fn evicting_a_functions_last_instance_frees_its_shared_pages() {
         "a gone instance is stale"
     );
 }
+
+#[test]
+fn an_arrival_that_cannot_fit_gives_nothing_up() {
+    let mut h = H::new(cfg(PolicyKind::LruMem, 1000));
+    let shared = Footprint {
+        idle_mb: Some(1),
+        shared_mb: 50,
+    };
+    h.p.set_footprint(A, shared, &mut h.out);
+    let (_, a1, _) = h.go(0, A, 300);
+    h.go(0, A, 300);
+    h.go(0, A, 300);
+    h.fin(S, a1);
+    // 600 running + 1 idle + 50 shared: 351 more would need the shared
+    // pages, which the running instances hold
+    let mut out = vec![];
+    assert_eq!(h.p.arrive(2 * S, B, 351, &mut out), Outcome::Rejected);
+    assert!(out.is_empty(), "nothing given up for nothing: {out:?}");
+    assert_eq!(h.p.usage().idle_mb, 1);
+}

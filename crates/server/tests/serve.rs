@@ -1042,11 +1042,12 @@ fn keep_alive_follows_the_policy() {
     );
     drop(d);
 
-    // lru-mem: a budget for two instances; a third function evicts the
-    // least recently idle one
+    // lru-mem: a budget for two instances charged their declared memory;
+    // a third function evicts the least recently idle one
     let mut cfg = test_config("lru");
     cfg.policy = "lru-mem".into();
     cfg.memory_budget_mb = 256;
+    cfg.memory_accounting = "declared".into();
     let d = Daemon::start(cfg);
     for n in ["a", "b", "c"] {
         let mut r = file_deploy(n, "m.handler", "def handler(e):\n    return e\n");
@@ -1351,8 +1352,10 @@ fn tiered_policy_moves_snapshots_between_tmpfs_and_disk() {
     };
     let mut cfg = test_config("tiers");
     cfg.policy = "tiered-lru".into();
-    // RAM for two instances; the policy demotes past one idle instance
+    // RAM for two instances charged their declared memory; the policy
+    // demotes past one idle instance
     cfg.memory_budget_mb = 384;
+    cfg.memory_accounting = "declared".into();
     cfg.threshold = 0.5;
     let d = Daemon::start(cfg);
     let size = deploy(&d, &req("a"))["size_bytes"].as_u64().unwrap();
