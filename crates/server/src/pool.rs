@@ -662,6 +662,12 @@ impl Pool {
         out
     }
 
+    /// RAM the policy charges every instance now (running: declared; idle:
+    /// measured; shared pages once per function).
+    pub fn budgeted_bytes(&self) -> u64 {
+        lock(&self.state).engine.usage().ram_mb << 20
+    }
+
     /// (live, idle) instances of a function.
     pub fn counts(&self, name: &str) -> (u32, u32) {
         let st = lock(&self.state);

@@ -113,6 +113,10 @@ pub struct Args {
     /// Invocations running at once; more wait (queueing delay). Default: no cap.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_concurrency: Option<u32>,
+    /// An arrival RAM cannot hold while invocations run waits for one to
+    /// end (as `thaw serve` queues it) instead of failing.
+    #[arg(long)]
+    pub wait_for_ram: bool,
 
     /// Policy: ttl, lru-mem, tiered-lru, greedy-dual, tiered-greedy-dual.
     #[arg(long, value_delimiter = ',', default_value = "tiered-lru")]
@@ -368,6 +372,7 @@ fn plan(a: &Args, m: &ArgMatches, sweep: bool) -> Result<Plan> {
     }
     let opts = RunOptions {
         max_concurrency: a.max_concurrency.unwrap_or(0),
+        wait_for_ram: a.wait_for_ram,
         strict: a.strict,
         progress: !a.quiet,
         record_starts: false,
