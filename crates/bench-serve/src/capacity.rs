@@ -259,7 +259,12 @@ fn burst_of(socket: &Path, n: usize, o: &BurstOptions) -> Result<Burst> {
                 let count = n.min(o.max_instances as usize);
                 let t = Instant::now();
                 let body = json!({"count": count});
-                let v = call(&mut c, "PUT", &format!("/v1/functions/{name}/prewarm"), &body)?;
+                let v = call(
+                    &mut c,
+                    "PUT",
+                    &format!("/v1/functions/{name}/prewarm"),
+                    &body,
+                )?;
                 let started = v["started"].as_u64().unwrap_or(0);
                 prewarm = started as f64 / t.elapsed().as_secs_f64();
             } else {
@@ -314,8 +319,8 @@ fn at_once(target: &Target, name: &str, n: usize) -> Result<(Vec<f64>, usize, us
     });
     let (mut lat, mut ok, mut restored) = (Vec::new(), 0, 0);
     for a in answers {
-        let (ms, status, start) = a
-            .map_err(|_| BenchServeError::Failed("a client thread panicked".into()))??;
+        let (ms, status, start) =
+            a.map_err(|_| BenchServeError::Failed("a client thread panicked".into()))??;
         lat.push(ms);
         ok += (status == 200) as usize;
         restored += (start.as_deref() == Some("restore")) as usize;

@@ -123,6 +123,9 @@ pub struct Engine {
     /// Shared pages of functions whose instances are all idle: what giving
     /// up every idle instance would free besides their own memory.
     idle_shared_mb: u64,
+    /// The arrival being placed waits rather than give idle instances up
+    /// for RAM that running instances will give back ([`Engine::arrive_patiently`]).
+    patient: bool,
 }
 
 impl Engine {
@@ -159,6 +162,7 @@ impl Engine {
             busy: [0; 4],
             usage: Usage::default(),
             idle_shared_mb: 0,
+            patient: false,
         })
     }
 
@@ -192,6 +196,24 @@ impl Engine {
         out: &mut Vec<Action>,
     ) -> Outcome {
         self.arrive_inner(now, f, mem_mb, false, out)
+    }
+
+    /// [`Policy::arrive`] (`reuse_idle`) or [`Engine::arrive_skipping_warm`]
+    /// for a caller that queues what is rejected: where the instances
+    /// running now will give back the RAM missing when they end, nothing
+    /// idle is given up and the arrival is rejected (to wait for them).
+    pub fn arrive_patiently(
+        &mut self,
+        now: Time,
+        f: FnId,
+        mem_mb: u32,
+        reuse_idle: bool,
+        out: &mut Vec<Action>,
+    ) -> Outcome {
+        self.patient = true;
+        let o = self.arrive_inner(now, f, mem_mb, reuse_idle, out);
+        self.patient = false;
+        o
     }
 
     fn arrive_inner(
@@ -602,7 +624,8 @@ impl Engine {
         // a lower bound (cancelling a write may free its function's shared
         // pages too): the loop below never runs out of victims short of it
         let freeable = self.usage.writing_mb + self.usage.idle_mb + self.idle_shared_mb;
-        if self.cfg.ram_mb + freeable < self.usage.ram_mb + need {
+        let short = (self.usage.ram_mb + need).saturating_sub(self.cfg.ram_mb);
+        if freeable < short || (self.patient && self.usage.running_mb >= short) {
             return false;
         }
         while self.cfg.ram_mb < self.usage.ram_mb + need {

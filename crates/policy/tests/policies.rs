@@ -652,3 +652,29 @@ fn an_arrival_that_cannot_fit_gives_nothing_up() {
     assert!(out.is_empty(), "nothing given up for nothing: {out:?}");
     assert_eq!(h.p.usage().idle_mb, 1);
 }
+
+#[test]
+fn a_patient_arrival_waits_for_running_instances_instead_of_evicting() {
+    let mut h = H::new(cfg(PolicyKind::LruMem, 1000));
+    let (_, a, _) = h.go(0, A, 300);
+    h.p.measured(0, a, 2, &mut h.out).unwrap();
+    h.fin(S, a);
+    h.go(S, B, 400);
+    h.go(S, C, 400);
+    // 800 running + 2 idle: 300 more are short 102, which the running
+    // instances give back when they end
+    let mut out = vec![];
+    let o = h.p.arrive_patiently(2 * S, D, 300, true, &mut out);
+    assert_eq!((o, out.len()), (Outcome::Rejected, 0));
+    // an impatient one gives the idle instance up... and still cannot fit
+    assert_eq!(h.p.arrive(2 * S, D, 300, &mut out), Outcome::Rejected);
+    // where the running instances could not give it back, idle ones go
+    let mut h = H::new(cfg(PolicyKind::LruMem, 1000));
+    let (_, a, _) = h.go(0, A, 600);
+    h.fin(S, a);
+    h.go(S, B, 50);
+    let mut out = vec![];
+    let o = h.p.arrive_patiently(2 * S, C, 450, false, &mut out);
+    assert!(matches!(o, Outcome::Started { .. }), "{o:?}");
+    assert_eq!(out, vec![Action::Kill { instance: a }]);
+}

@@ -27,6 +27,13 @@ use thaw_tiers::stream::Stream;
 /// How long a restore waits for one of its tier's restore slots.
 const SLOT_WAIT: Duration = Duration::from_secs(60);
 
+/// How long a request waits, without any RAM given back, for running
+/// instances to give some back before idle instances are given up for it:
+/// a burst must not empty the node of hundreds of small idle instances for
+/// RAM its own instances free in a moment, nor may instances that run for
+/// long keep requests waiting while idle ones hold RAM.
+const MEMORY_PATIENCE: Duration = Duration::from_millis(500);
+
 /// Why the pool could not be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum PoolError {
@@ -160,6 +167,8 @@ pub enum Mode {
 enum Next {
     Create(InstanceId, f64, (StartType, String)),
     Wait(oneshot::Receiver<()>),
+    /// waiting for RAM: also asks again once its patience is over
+    WaitMemory(oneshot::Receiver<()>),
 }
 
 /// Why no instance was given (`outcome::refused` says it to the caller).
@@ -734,6 +743,8 @@ impl Pool {
         mode: Mode,
     ) -> Result<Lease, Refusal> {
         let t0 = Instant::now();
+        // when RAM was last given back while this request waited for it
+        let mut ram_back = t0;
         let name = v.rec.name.clone();
         loop {
             let next = {
@@ -766,7 +777,9 @@ impl Pool {
                     let mut out = Vec::new();
                     let mem = v.rec.memory_mb as u32;
                     let now = self.now();
-                    let outcome = if warm_ok {
+                    let outcome = if ram_back.elapsed() < MEMORY_PATIENCE {
+                        st.engine.arrive_patiently(now, fid, mem, warm_ok, &mut out)
+                    } else if warm_ok {
                         st.engine.arrive(now, fid, mem, &mut out)
                     } else {
                         st.engine.arrive_skipping_warm(now, fid, mem, &mut out)
@@ -822,21 +835,30 @@ impl Pool {
                     Next::Wait(rx)
                 }
             };
-            let wait = match next {
+            // woken when an instance of this function frees up, RAM is
+            // given back or the function changes; a bounded wait so
+            // nothing hangs forever
+            let limit = Duration::from_millis(v.rec.timeout_ms) + Duration::from_secs(30);
+            let (wait, until) = match next {
                 Next::Create(instance, queue_ms, predicted) => {
                     let ahead = mode == Mode::Prewarm;
                     return self.create(v, instance, queue_ms, predicted, ahead).await;
                 }
-                Next::Wait(rx) => rx,
+                Next::Wait(rx) => (rx, limit),
+                // patient, it asks again when its patience is over: idle
+                // instances may go for it then
+                Next::WaitMemory(rx) if ram_back.elapsed() < MEMORY_PATIENCE => {
+                    let patience = ram_back + MEMORY_PATIENCE - t0;
+                    (rx, patience.min(limit))
+                }
+                Next::WaitMemory(rx) => (rx, limit),
             };
-            // woken when an instance of this function frees up (or the
-            // function changes); a bounded wait so nothing hangs forever
-            let limit = Duration::from_millis(v.rec.timeout_ms) + Duration::from_secs(30);
-            if tokio::time::timeout(limit.saturating_sub(t0.elapsed()), wait)
-                .await
-                .is_err()
-            {
+            let woken = tokio::time::timeout(until.saturating_sub(t0.elapsed()), wait).await;
+            if woken.is_err() && until == limit {
                 return Err(Refusal::Waited);
+            }
+            if woken.is_ok() {
+                ram_back = Instant::now();
             }
         }
     }
@@ -852,13 +874,15 @@ impl Pool {
             return Err(Refusal::Memory);
         }
         let waiting = st.fns.get(name).map_or(0, |f| f.waiters.len())
-            + st.memory_waiters.iter().filter(|(f, _)| f == name).count();
+            + (st.memory_waiters.iter())
+                .filter(|(f, w)| f == name && !w.is_closed())
+                .count();
         if waiting as u32 >= self.queue_cap {
             return Err(Refusal::QueueFull);
         }
         let (tx, rx) = oneshot::channel();
         st.memory_waiters.push_back((name.to_string(), tx));
-        Ok(Next::Wait(rx))
+        Ok(Next::WaitMemory(rx))
     }
 
     /// Starts a new instance on its own thread: restore, else boot.
