@@ -76,6 +76,9 @@ pub struct DensityOptions {
 pub struct Density {
     pub accounting: String,
     pub budget_mib: u64,
+    /// instances the prewarms started, and the errors they answered
+    pub started: u64,
+    pub prewarm_errors: Vec<String>,
     /// idle instances held after every prewarm
     pub idle: u64,
     pub prewarm_seconds: f64,
@@ -132,9 +135,14 @@ fn fill(
         deploy(&mut c, n, o.per_function)?;
     }
     let t = Instant::now();
+    let (mut started, mut prewarm_errors) = (0, Vec::new());
     for n in &names {
         let body = json!({"count": o.per_function});
-        call(&mut c, "PUT", &format!("/v1/functions/{n}/prewarm"), &body)?;
+        let v = call(&mut c, "PUT", &format!("/v1/functions/{n}/prewarm"), &body)?;
+        started += v["started"].as_u64().unwrap_or(0);
+        for e in v["errors"].as_array().into_iter().flatten() {
+            prewarm_errors.push(format!("{n}: {}", e.as_str().unwrap_or("?")));
+        }
     }
     let prewarm_seconds = t.elapsed().as_secs_f64();
     // every instance measured since it went idle (each is read every second)
@@ -155,6 +163,8 @@ fn fill(
     Ok(Density {
         accounting: accounting.into(),
         budget_mib: app.cfg.memory_budget_mb,
+        started,
+        prewarm_errors,
         idle,
         prewarm_seconds,
         private_mib_per_instance: per(private),
@@ -167,15 +177,17 @@ fn fill(
 pub fn density_markdown(r: &DensityReport) -> String {
     let mut s = format!(
         "{} hello-world functions x {} prewarmed instances, the daemon's defaults otherwise\n\n\
-         | accounting | budget MiB | idle held | prewarms s | private MiB/inst | resident MiB/inst | MemAvailable fall MiB/inst | budgeted MiB |\n\
-         |---|---|---|---|---|---|---|---|\n",
+         | accounting | budget MiB | started | prewarm errors | idle held | prewarms s | private MiB/inst | resident MiB/inst | MemAvailable fall MiB/inst | budgeted MiB |\n\
+         |---|---|---|---|---|---|---|---|---|---|\n",
         r.functions, r.per_function
     );
     for d in &r.runs {
         s += &format!(
-            "| {} | {} | {} | {:.1} | {:.2} | {:.2} | {:.2} | {:.0} |\n",
+            "| {} | {} | {} | {} | {} | {:.1} | {:.2} | {:.2} | {:.2} | {:.0} |\n",
             d.accounting,
             d.budget_mib,
+            d.started,
+            d.prewarm_errors.len(),
             d.idle,
             d.prewarm_seconds,
             d.private_mib_per_instance,

@@ -777,7 +777,10 @@ impl Pool {
                     let mut out = Vec::new();
                     let mem = v.rec.memory_mb as u32;
                     let now = self.now();
-                    let outcome = if ram_back.elapsed() < MEMORY_PATIENCE {
+                    // a prewarm never gives idle instances up for RAM that
+                    // running ones hold: it is made ahead of any need
+                    let patient = mode == Mode::Prewarm || ram_back.elapsed() < MEMORY_PATIENCE;
+                    let outcome = if patient {
                         st.engine.arrive_patiently(now, fid, mem, warm_ok, &mut out)
                     } else if warm_ok {
                         st.engine.arrive(now, fid, mem, &mut out)
@@ -847,6 +850,7 @@ impl Pool {
                 Next::Wait(rx) => (rx, limit),
                 // patient, it asks again when its patience is over: idle
                 // instances may go for it then
+                Next::WaitMemory(rx) if mode == Mode::Prewarm => (rx, limit),
                 Next::WaitMemory(rx) if ram_back.elapsed() < MEMORY_PATIENCE => {
                     let patience = ram_back + MEMORY_PATIENCE - t0;
                     (rx, patience.min(limit))

@@ -37,12 +37,7 @@ fn instances(d: &Daemon, name: &str) -> Value {
 
 /// One of the daemon's `thaw_memory_bytes` gauges.
 fn memory_gauge(d: &Daemon, tier: &str) -> u64 {
-    let text = String::from_utf8(d.req("GET", "/metrics", None).body).unwrap();
-    let key = format!("thaw_memory_bytes{{tier=\"{tier}\"}} ");
-    text.lines()
-        .find_map(|l| l.strip_prefix(&key))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no {key} in /metrics"))
+    metric(d, &format!("thaw_memory_bytes{{tier=\"{tier}\"}}"))
 }
 
 fn deploy_mb(d: &Daemon, name: &str, memory_mb: u64, max_instances: u32) {

@@ -1312,12 +1312,10 @@ fn openapi_matches_the_live_routes() {
 
 /// `thaw_snapshot_moves_total{from,to}` as the daemon reports it.
 fn moves(d: &Daemon, from: &str, to: &str) -> u64 {
-    let text = String::from_utf8(d.req("GET", "/metrics", None).body).unwrap();
-    let key = format!("thaw_snapshot_moves_total{{from=\"{from}\",to=\"{to}\"}} ");
-    text.lines()
-        .find_map(|l| l.strip_prefix(&key))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no {key} in the metrics"))
+    metric(
+        d,
+        &format!("thaw_snapshot_moves_total{{from=\"{from}\",to=\"{to}\"}}"),
+    )
 }
 
 /// Waits (bounded) until the mover has made `n` moves from `from` to `to`.
@@ -1393,14 +1391,7 @@ fn tiered_policy_moves_snapshots_between_tmpfs_and_disk() {
     assert_eq!(r.header("thaw-tier"), Some("disk"));
     // instance memory is measured (cgroup charge or RSS), not the policy's
     // accounting of the declared limits
-    let text = String::from_utf8(d.req("GET", "/metrics", None).body).unwrap();
-    let gauge = |t: &str| -> u64 {
-        let key = format!("thaw_memory_bytes{{tier=\"{t}\"}} ");
-        text.lines()
-            .find_map(|l| l.strip_prefix(&key))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or_else(|| panic!("no {key}"))
-    };
+    let gauge = |t: &str| metric(&d, &format!("thaw_memory_bytes{{tier=\"{t}\"}}"));
     let (measured, budgeted) = (gauge("instances"), gauge("instances_budgeted"));
     assert!(measured > 4 << 20, "{measured} bytes measured");
     assert!(budgeted > 0 && budgeted % (192 << 20) == 0, "{budgeted}");

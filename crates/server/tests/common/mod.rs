@@ -154,3 +154,14 @@ pub fn error_of(r: &Response) -> (u16, String, String) {
         v["message"].as_str().unwrap_or("").to_string(),
     )
 }
+
+/// One sample of the daemon's `/metrics`: `series` is the name with its
+/// labels as the daemon writes them (`thaw_instances{state="idle"}`).
+pub fn metric(d: &Daemon, series: &str) -> u64 {
+    let text = String::from_utf8(d.req("GET", "/metrics", None).body).unwrap();
+    let key = format!("{series} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&key))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {series} in /metrics"))
+}
