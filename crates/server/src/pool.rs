@@ -1335,9 +1335,12 @@ fn instance_thread(
     };
     let mut sb = match made {
         Ok((sb, c)) => {
-            // measured before it is handed out: idle, it is charged that
-            // at once, not its declared memory
-            gauge.set(&sb);
+            // a prewarm's instance goes idle at once: measured before, it is
+            // charged what it holds then, not its declared memory (a
+            // request's is measured right after its reply, off its path)
+            if ahead {
+                gauge.set(&sb);
+            }
             let _ = ready.send(Ok(c));
             if ahead {
                 drop(slot.take());
