@@ -2,6 +2,8 @@
 //! baseline in the same run (docs/BENCHMARKS.md):
 //!
 //! * [`serve`]: `thaw bench serve`, the daemon against the worker it wraps;
+//! * [`capacity`]: `thaw bench density` and `thaw bench burst`, the idle
+//!   instances a node holds and bursts of cold requests against prewarms;
 //! * [`xdt`]: `thaw bench xdt`, passing data between functions by reference
 //!   against the object-store baseline, on one worker and across a [`pair`];
 //! * [`egress`]: `thaw bench egress`, a function's network egress;
@@ -9,6 +11,7 @@
 //!   thaw, and a node restoring the snapshot another node published;
 //! * [`pair`]: two daemons in network namespaces of their own (also what
 //!   the cross-worker tests run on).
+pub mod capacity;
 pub mod cri;
 pub mod egress;
 mod error;

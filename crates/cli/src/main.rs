@@ -278,6 +278,10 @@ enum BenchCmd {
     Hierarchy(hierarchy::Args),
     /// The daemon: warm latency and throughput over HTTP vs. in-process, restore via the API vs. direct
     Serve(serve::BenchServeArgs),
+    /// Idle instances one node holds: hello-world functions prewarmed, measured memory per instance beside the kernel's, declared accounting as the baseline
+    Density(serve::BenchDensityArgs),
+    /// Requests sent at once to a function with no live instance, against a prewarm of the same count
+    Burst(serve::BenchBurstArgs),
     /// Network egress: cold start with and without, streaming from a test host, connect + first byte vs a plain process
     Egress(serve::BenchEgressArgs),
     /// Simulated vs live: one synthetic day through `thaw sim` and through `thaw load` against a `thaw serve` it starts
@@ -628,6 +632,12 @@ fn run(cli: Cli, matches: &clap::ArgMatches) -> Result<()> {
         Cmd::Bench {
             cmd: BenchCmd::Egress(args),
         } => serve::bench_egress(&home, args),
+        Cmd::Bench {
+            cmd: BenchCmd::Density(args),
+        } => serve::bench_density(&home, args),
+        Cmd::Bench {
+            cmd: BenchCmd::Burst(args),
+        } => serve::bench_burst(&home, args),
         Cmd::Bench {
             cmd: BenchCmd::Simlive(a),
         } => Ok(thaw_simlive::main(&home, &a)?),

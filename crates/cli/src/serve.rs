@@ -29,6 +29,11 @@ pub struct ServeArgs {
     /// RAM for instances, MiB
     #[arg(long)]
     memory_budget_mb: Option<u64>,
+    /// What idle instances are charged in that budget: measured (their own
+    /// pages, the snapshot's shared pages once per function) or declared
+    /// (their memory_mb)
+    #[arg(long)]
+    memory_accounting: Option<String>,
     /// Keep-alive policy: ttl, lru-mem, tiered-lru, greedy-dual, tiered-greedy-dual
     #[arg(long)]
     policy: Option<String>,
@@ -68,6 +73,9 @@ pub fn serve(home: Option<PathBuf>, a: ServeArgs) -> Result<()> {
     }
     if let Some(v) = a.memory_budget_mb {
         cfg.memory_budget_mb = v;
+    }
+    if let Some(v) = a.memory_accounting {
+        cfg.memory_accounting = v;
     }
     if let Some(v) = a.policy {
         cfg.policy = v;
@@ -440,6 +448,68 @@ pub fn bench(home: &Path, a: BenchServeArgs) -> Result<()> {
         a.json,
         a.markdown,
     )
+}
+
+#[derive(Args)]
+pub struct BenchDensityArgs {
+    /// Hello-world functions deployed
+    #[arg(long, default_value_t = 40)]
+    functions: u32,
+    /// Instances prewarmed per function (at most 64, the prewarm limit)
+    #[arg(long, default_value_t = 50)]
+    per_function: u32,
+    /// Write the report as JSON here
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Write the markdown table here (it is printed either way)
+    #[arg(long)]
+    markdown: Option<PathBuf>,
+}
+
+pub fn bench_density(home: &Path, a: BenchDensityArgs) -> Result<()> {
+    if a.functions == 0 || !(1..=64).contains(&a.per_function) {
+        bail!("--functions must be > 0 and --per-function in 1..=64");
+    }
+    let o = thaw_bench_serve::capacity::DensityOptions {
+        functions: a.functions,
+        per_function: a.per_function,
+    };
+    let r = thaw_bench_serve::capacity::density(home, &o)?;
+    let md = thaw_bench_serve::capacity::density_markdown(&r);
+    emit_report(&md, &r, a.json, a.markdown)
+}
+
+#[derive(Args)]
+pub struct BenchBurstArgs {
+    /// Requests sent at once, one burst per size and run
+    #[arg(long, value_delimiter = ',', default_value = "64,256")]
+    sizes: Vec<usize>,
+    /// Runs per size (each beside a prewarm of the same count)
+    #[arg(long, default_value_t = 5)]
+    runs: usize,
+    /// The function's max_instances
+    #[arg(long, default_value_t = 64)]
+    max_instances: u32,
+    /// Write the report as JSON here
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Write the markdown table here (it is printed either way)
+    #[arg(long)]
+    markdown: Option<PathBuf>,
+}
+
+pub fn bench_burst(home: &Path, a: BenchBurstArgs) -> Result<()> {
+    if a.runs == 0 || a.sizes.iter().any(|&n| n == 0 || n > 4096) {
+        bail!("--runs must be > 0 and every size in 1..=4096");
+    }
+    let o = thaw_bench_serve::capacity::BurstOptions {
+        sizes: a.sizes,
+        runs: a.runs,
+        max_instances: a.max_instances,
+    };
+    let r = thaw_bench_serve::capacity::burst(home, &o)?;
+    let md = thaw_bench_serve::capacity::burst_markdown(&r);
+    emit_report(&md, &r, a.json, a.markdown)
 }
 
 #[derive(Args)]

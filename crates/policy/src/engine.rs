@@ -6,11 +6,19 @@
 //! direction (disk read, disk write, network down, network up); a queue's "busy
 //! until" time is what the start-type estimate adds to the transfer time, as in the
 //! thesis' "lowest estimated latency given queued transfers".
+//!
+//! What an instance is charged depends on its state: a running (or
+//! checkpointing) instance holds its declared memory, its limit, so a burst
+//! cannot promise more than RAM; an idle one holds what it was measured to
+//! hold on its own (its private pages, [`Engine::measured`]), or its
+//! function's footprint until it is measured ([`Policy::set_footprint`]).
+//! The pages a function's instances share (its snapshot image) are charged
+//! once, while any of its instances is in RAM.
 
 use crate::list::{Links, List};
 use crate::{
-    Action, Config, FnCost, FnId, InstanceId, Outcome, Policy, PolicyError, PolicyKind, Start,
-    Time, Usage, XferId,
+    Action, Config, FnCost, FnId, Footprint, InstanceId, Outcome, Policy, PolicyError, PolicyKind,
+    Start, Time, Usage, XferId,
 };
 use std::collections::{BTreeSet, HashMap, VecDeque};
 
@@ -25,7 +33,12 @@ enum State {
 #[derive(Clone, Copy, Debug)]
 struct Inst {
     f: u32,
+    /// Declared memory: charged while running or being checkpointed.
     mem: u32,
+    /// What the instance is charged now (`mem`, or its idle charge).
+    held: u32,
+    /// Private memory last measured, if it was.
+    measured: Option<u32>,
     gen: u32,
     state: State,
     /// When the instance became idle (LRU order and keep-alive expiry).
@@ -45,10 +58,18 @@ struct Func {
     idle: List,
     /// Instances in RAM in any state; greedy-dual forgets frequency at zero.
     live: u32,
+    /// Those of them running or being checkpointed: while there are any,
+    /// the function's shared pages cannot be given up.
+    pinned: u32,
     freq: u32,
     /// Size of the snapshot on disk or network.
     snap_mb: u32,
     flags: u8,
+    /// What an idle instance holds until it is measured (None: its
+    /// declared memory); the last measure of any of its instances.
+    idle_mb: Option<u32>,
+    /// Pages its instances share, charged once while any is in RAM.
+    shared_mb: u32,
     /// Index into `Engine::costs` (0: the configured default). Kept out of line
     /// so a function's record stays small: the simulator touches one per event.
     cost: u32,
@@ -99,6 +120,12 @@ pub struct Engine {
     us_per_mb: [f64; 4],
     idle_limit_mb: u64,
     usage: Usage,
+    /// Shared pages of functions whose instances are all idle: what giving
+    /// up every idle instance would free besides their own memory.
+    idle_shared_mb: u64,
+    /// The arrival being placed waits rather than give idle instances up
+    /// for RAM that running instances will give back ([`Engine::arrive_patiently`]).
+    patient: bool,
 }
 
 impl Engine {
@@ -134,6 +161,8 @@ impl Engine {
             next_xfer: 0,
             busy: [0; 4],
             usage: Usage::default(),
+            idle_shared_mb: 0,
+            patient: false,
         })
     }
 
@@ -169,6 +198,24 @@ impl Engine {
         self.arrive_inner(now, f, mem_mb, false, out)
     }
 
+    /// [`Policy::arrive`] (`reuse_idle`) or [`Engine::arrive_skipping_warm`]
+    /// for a caller that queues what is rejected: where the instances
+    /// running now will give back the RAM missing when they end, nothing
+    /// idle is given up and the arrival is rejected (to wait for them).
+    pub fn arrive_patiently(
+        &mut self,
+        now: Time,
+        f: FnId,
+        mem_mb: u32,
+        reuse_idle: bool,
+        out: &mut Vec<Action>,
+    ) -> Outcome {
+        self.patient = true;
+        let o = self.arrive_inner(now, f, mem_mb, reuse_idle, out);
+        self.patient = false;
+        o
+    }
+
     fn arrive_inner(
         &mut self,
         now: Time,
@@ -182,19 +229,39 @@ impl Engine {
         let fi = self.ensure_fn(f);
         self.funcs[fi].freq = self.funcs[fi].freq.saturating_add(1);
         if let Some(slot) = self.funcs[fi].idle.front().filter(|_| reuse_idle) {
+            // running, it holds its declared memory again: room for that
+            // first (without giving this instance up), else it stays idle
             self.unidle(slot);
-            let mem = self.insts[slot as usize].mem as u64;
-            self.usage.idle_mb -= mem;
-            self.usage.running_mb += mem;
-            self.insts[slot as usize].state = State::Running;
+            self.pin(fi, true);
+            let inst = self.insts[slot as usize];
+            self.usage.idle_mb -= inst.held as u64;
+            self.usage.ram_mb -= inst.held as u64;
+            if !self.make_room(inst.mem as u64, out) {
+                self.pin(fi, false);
+                self.make_idle(slot);
+                return Outcome::Rejected;
+            }
+            self.usage.running_mb += inst.mem as u64;
+            self.usage.ram_mb += inst.mem as u64;
+            let i = &mut self.insts[slot as usize];
+            i.state = State::Running;
+            i.held = i.mem;
             return Outcome::Started {
                 start: Start::Warm,
                 instance: self.id_of(slot),
                 ready_at: now + self.costs[self.funcs[fi].cost as usize].warm_us,
             };
         }
-        if !self.make_room(mem_mb as u64, out) {
-            return Outcome::Rejected;
+        // the function's shared pages are needed too if it has nothing in
+        // RAM, which making room may have just caused
+        loop {
+            let need = mem_mb as u64 + self.shared_need(fi);
+            if !self.make_room(need, out) {
+                return Outcome::Rejected;
+            }
+            if need == mem_mb as u64 + self.shared_need(fi) {
+                break;
+            }
         }
         let func = self.funcs[fi];
         let c = self.cost(&func);
@@ -232,7 +299,8 @@ impl Engine {
         let slot = self.alloc(fi as u32, mem_mb);
         self.usage.running_mb += mem_mb as u64;
         self.usage.ram_mb += mem_mb as u64;
-        self.funcs[fi].live += 1;
+        self.pin(fi, true);
+        self.add_live(fi);
         Outcome::Started {
             start: best.0,
             instance: self.id_of(slot),
@@ -275,6 +343,37 @@ impl Engine {
         }
     }
 
+    /// `instance` was measured to hold `private_mb` on its own: what it is
+    /// charged while idle from now on (running, it keeps its declared
+    /// memory), and its function's footprint for instances not measured
+    /// yet. An idle instance that grew past the budget makes room (the
+    /// actions go to `out`). Stale or unknown ids are an error.
+    pub fn measured(
+        &mut self,
+        now: Time,
+        instance: InstanceId,
+        private_mb: u32,
+        out: &mut Vec<Action>,
+    ) -> Result<(), PolicyError> {
+        self.tick(now);
+        let slot = instance.0 as u32;
+        let gen = (instance.0 >> 32) as u32;
+        let inst = match self.insts.get(slot as usize) {
+            Some(i) if i.gen == gen && matches!(i.state, State::Running | State::Idle) => *i,
+            _ => return Err(PolicyError::NotRunning(instance)),
+        };
+        self.funcs[inst.f as usize].idle_mb = Some(private_mb);
+        self.insts[slot as usize].measured = Some(private_mb);
+        if inst.state == State::Idle {
+            self.insts[slot as usize].held = private_mb;
+            let (old, new) = (inst.held as u64, private_mb as u64);
+            self.usage.idle_mb = self.usage.idle_mb - old + new;
+            self.usage.ram_mb = self.usage.ram_mb - old + new;
+            self.make_room(0, out);
+        }
+        Ok(())
+    }
+
     /// Number of transfers issued and not yet done or cancelled.
     pub fn pending_transfers(&self) -> usize {
         self.pending.len()
@@ -292,9 +391,12 @@ impl Engine {
             let blank = Func {
                 idle: List::default(),
                 live: 0,
+                pinned: 0,
                 freq: 0,
                 snap_mb: 0,
                 flags: 0,
+                idle_mb: None,
+                shared_mb: 0,
                 cost: 0,
             };
             self.funcs.resize(fi + 1, blank);
@@ -330,6 +432,8 @@ impl Engine {
         let inst = Inst {
             f,
             mem,
+            held: mem,
+            measured: None,
             gen: 0,
             state: State::Running,
             since: self.now,
@@ -354,18 +458,25 @@ impl Engine {
     /// Returns an instance's RAM, whatever state it was in.
     fn release(&mut self, slot: u32) {
         let inst = self.insts[slot as usize];
-        let mem = inst.mem as u64;
+        let held = inst.held as u64;
         match inst.state {
-            State::Running => self.usage.running_mb -= mem,
-            State::Idle => self.usage.idle_mb -= mem,
-            State::Writing => self.usage.writing_mb -= mem,
+            State::Running => self.usage.running_mb -= held,
+            State::Idle => self.usage.idle_mb -= held,
+            State::Writing => self.usage.writing_mb -= held,
             State::Free => return,
         }
-        self.usage.ram_mb -= mem;
-        let func = &mut self.funcs[inst.f as usize];
-        func.live -= 1;
-        if func.live == 0 {
-            func.freq = 0;
+        self.usage.ram_mb -= held;
+        let fi = inst.f as usize;
+        if inst.state != State::Idle {
+            self.pin(fi, false);
+        }
+        self.funcs[fi].live -= 1;
+        if self.funcs[fi].live == 0 {
+            self.funcs[fi].freq = 0;
+            let shared = self.funcs[fi].shared_mb as u64;
+            self.usage.shared_mb -= shared;
+            self.usage.ram_mb -= shared;
+            self.idle_shared_mb -= shared;
         }
         let i = &mut self.insts[slot as usize];
         i.state = State::Free;
@@ -373,21 +484,67 @@ impl Engine {
         self.free_slots.push(slot);
     }
 
+    /// One more instance of function `fi` in RAM (the first brings its
+    /// shared pages).
+    fn add_live(&mut self, fi: usize) {
+        let func = self.funcs[fi];
+        if func.live == 0 {
+            let shared = func.shared_mb as u64;
+            self.usage.shared_mb += shared;
+            self.usage.ram_mb += shared;
+            if func.pinned == 0 {
+                self.idle_shared_mb += shared;
+            }
+        }
+        self.funcs[fi].live += 1;
+    }
+
+    /// One more (`up`) or one fewer instance of `fi` that cannot be given
+    /// up; its shared pages become freeable when the last one goes.
+    fn pin(&mut self, fi: usize, up: bool) {
+        let func = &mut self.funcs[fi];
+        let shared = func.shared_mb as u64;
+        if up {
+            if func.pinned == 0 && func.live > 0 {
+                self.idle_shared_mb -= shared;
+            }
+            func.pinned += 1;
+        } else {
+            func.pinned -= 1;
+            if func.pinned == 0 && func.live > 0 {
+                self.idle_shared_mb += shared;
+            }
+        }
+    }
+
+    /// The shared pages a new instance of `fi` brings.
+    fn shared_need(&self, fi: usize) -> u64 {
+        match self.funcs[fi].live {
+            0 => self.funcs[fi].shared_mb as u64,
+            _ => 0,
+        }
+    }
+
+    /// Makes an uncharged instance (running once) idle, charged what it
+    /// was measured to hold, else its function's footprint.
     fn make_idle(&mut self, slot: u32) {
-        let inst = self.insts[slot as usize];
-        let fi = inst.f as usize;
+        let i = &mut self.insts[slot as usize];
+        let fi = i.f as usize;
+        i.held = i.measured.or(self.funcs[fi].idle_mb).unwrap_or(i.mem);
+        let inst = *i;
         self.idle_links.push_front(&mut self.idle_lru, slot);
         self.fn_links.push_front(&mut self.funcs[fi].idle, slot);
         if self.cfg.kind.greedy_dual() {
             let func = self.funcs[fi];
             let miss_us = self.miss_cost_us(&func);
             let prio = self.gd_clock
-                + func.freq as f64 * (miss_us as f64 / 1000.0) / inst.mem.max(1) as f64;
+                + func.freq as f64 * (miss_us as f64 / 1000.0) / inst.held.max(1) as f64;
             let key = prio.to_bits();
             self.insts[slot as usize].gd_key = key;
             self.gd.insert((key, slot));
         }
-        self.usage.idle_mb += inst.mem as u64;
+        self.usage.idle_mb += inst.held as u64;
+        self.usage.ram_mb += inst.held as u64;
         self.insts[slot as usize].state = State::Idle;
     }
 
@@ -460,14 +617,18 @@ impl Engine {
     /// Frees RAM for `need` MiB: pending writes first, then idle instances. Does
     /// nothing when even both would not be enough.
     fn make_room(&mut self, need: u64, out: &mut Vec<Action>) -> bool {
-        let free = self.cfg.ram_mb - self.usage.ram_mb;
-        if free >= need {
+        let free = self.cfg.ram_mb.saturating_sub(self.usage.ram_mb);
+        if free >= need && self.usage.ram_mb <= self.cfg.ram_mb {
             return true;
         }
-        if free + self.usage.writing_mb + self.usage.idle_mb < need {
+        // a lower bound (cancelling a write may free its function's shared
+        // pages too): the loop below never runs out of victims short of it
+        let freeable = self.usage.writing_mb + self.usage.idle_mb + self.idle_shared_mb;
+        let short = (self.usage.ram_mb + need).saturating_sub(self.cfg.ram_mb);
+        if freeable < short || (self.patient && self.usage.running_mb >= short) {
             return false;
         }
-        while self.cfg.ram_mb - self.usage.ram_mb < need {
+        while self.cfg.ram_mb < self.usage.ram_mb + need {
             if self.cancel_last_write(out) {
                 continue;
             }
@@ -508,8 +669,9 @@ impl Engine {
             } else {
                 let instance = self.id_of(slot);
                 self.unidle(slot);
-                self.usage.idle_mb -= inst.mem as u64;
-                self.usage.writing_mb += inst.mem as u64;
+                self.pin(fi, true);
+                self.usage.idle_mb -= inst.held as u64;
+                self.usage.writing_mb += inst.held as u64;
                 self.insts[slot as usize].state = State::Writing;
                 let func = &mut self.funcs[fi];
                 func.flags |= DISK_PENDING;
@@ -624,8 +786,13 @@ impl Policy for Engine {
         }
         let mem = self.insts[slot as usize].mem as u64;
         self.usage.running_mb -= mem;
+        self.usage.ram_mb -= mem;
+        self.pin(self.insts[slot as usize].f as usize, false);
         self.insts[slot as usize].since = now;
         self.make_idle(slot);
+        // measured more than it was declared (its limit was raised, or the
+        // estimate was off): back under the budget
+        self.make_room(0, out);
         if self.cfg.kind.tiered() {
             self.demote_over_threshold(out);
         }
@@ -674,6 +841,22 @@ impl Policy for Engine {
 
     fn usage(&self) -> Usage {
         self.usage
+    }
+
+    fn set_footprint(&mut self, f: FnId, fp: Footprint, out: &mut Vec<Action>) {
+        let fi = self.ensure_fn(f);
+        let func = &mut self.funcs[fi];
+        func.idle_mb = fp.idle_mb;
+        let old = std::mem::replace(&mut func.shared_mb, fp.shared_mb) as u64;
+        if func.live > 0 {
+            let new = fp.shared_mb as u64;
+            if func.pinned == 0 {
+                self.idle_shared_mb = self.idle_shared_mb - old + new;
+            }
+            self.usage.shared_mb = self.usage.shared_mb - old + new;
+            self.usage.ram_mb = self.usage.ram_mb - old + new;
+            self.make_room(0, out);
+        }
     }
 
     fn set_cost(&mut self, f: FnId, cost: FnCost) {

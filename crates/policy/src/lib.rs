@@ -133,6 +133,18 @@ impl Default for FnCost {
     }
 }
 
+/// What one function's instances hold in RAM besides what running ones
+/// reserve (their declared memory): see [`Engine`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Footprint {
+    /// What an idle instance holds on its own until it is measured itself
+    /// (None: its declared memory).
+    pub idle_mb: Option<u32>,
+    /// Pages all its instances share (its snapshot image), charged once
+    /// while any of them is in RAM.
+    pub shared_mb: u32,
+}
+
 /// The policies by name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum PolicyKind {
@@ -263,12 +275,16 @@ impl Config {
 /// Occupancy of each tier, in MiB.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Usage {
-    /// running + idle + writing.
+    /// running + idle + writing + shared.
     pub ram_mb: u64,
+    /// Running instances' declared memory.
     pub running_mb: u64,
+    /// Idle instances' own memory (as measured, else estimated).
     pub idle_mb: u64,
     /// Instances being checkpointed (still in RAM until the write ends).
     pub writing_mb: u64,
+    /// Pages the instances of one function share, once per function in RAM.
+    pub shared_mb: u64,
     pub disk_mb: u64,
     pub net_mb: u64,
 }
@@ -317,4 +333,7 @@ pub trait Policy {
     fn usage(&self) -> Usage;
     /// Per-function costs, e.g. from a calibration file.
     fn set_cost(&mut self, f: FnId, cost: FnCost);
+    /// What `f`'s instances hold in RAM ([`Footprint`]); RAM in use that no
+    /// longer fits makes room (the actions go to `out`).
+    fn set_footprint(&mut self, f: FnId, fp: Footprint, out: &mut Vec<Action>);
 }

@@ -7,8 +7,8 @@
 
 use proptest::prelude::*;
 use thaw_policy::{
-    Action, Config, Engine, FnId, InstanceId, Outcome, Policy, PolicyKind, SnapshotLevel, Start,
-    Time, XferId,
+    Action, Config, Engine, FnId, Footprint, InstanceId, Outcome, Policy, PolicyKind,
+    SnapshotLevel, Start, Time, XferId,
 };
 
 const S: Time = 1_000_000;
@@ -416,6 +416,8 @@ enum Op {
     Finish(usize),
     Done(usize),
     Advance(u64),
+    /// an instance (running or idle once) measured at this many MiB
+    Measure(usize, u32),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -424,6 +426,7 @@ fn op() -> impl Strategy<Value = Op> {
         3 => any::<usize>().prop_map(Op::Finish),
         2 => any::<usize>().prop_map(Op::Done),
         1 => (0u64..5_000_000).prop_map(Op::Advance),
+        2 => (any::<usize>(), 0u32..500).prop_map(|(i, m)| Op::Measure(i, m)),
     ]
 }
 
@@ -436,6 +439,7 @@ proptest! {
         disk in 0u64..900,
         net in 0u64..1500,
         thr in 0.05f64..1.0,
+        footprints in proptest::collection::vec((proptest::option::of(0u32..300), 0u32..200), 12),
         ops in proptest::collection::vec(op(), 1..200),
     ) {
         let mut c = Config::thesis(PolicyKind::ALL[kind]);
@@ -446,7 +450,11 @@ proptest! {
         c.keep_alive_us = 3_000_000;
         let mut p = Engine::new(c).unwrap();
         let mut out = vec![];
+        for (f, &(idle, shared)) in footprints.iter().enumerate() {
+            p.set_footprint(FnId(f as u32), Footprint { idle_mb: idle, shared_mb: shared }, &mut out);
+        }
         let mut running = vec![];
+        let mut seen = vec![];
         let mut xfers = vec![];
         let mut t = 0;
         for o in ops {
@@ -456,6 +464,7 @@ proptest! {
                 Op::Arrive(f, m) => {
                     if let Outcome::Started { instance, .. } = p.arrive(t, FnId(f), m, &mut out) {
                         running.push(instance);
+                        seen.push(instance);
                     }
                 }
                 Op::Finish(i) if !running.is_empty() => {
@@ -467,6 +476,8 @@ proptest! {
                     p.transfer_done(t, id, &mut out);
                 }
                 Op::Advance(d) => { t += d; p.advance(t, &mut out); }
+                // gone ones are errors, not panics
+                Op::Measure(i, m) if !seen.is_empty() => { let _ = p.measured(t, seen[i % seen.len()], m, &mut out); }
                 _ => {}
             }
             for a in &out {
@@ -479,7 +490,7 @@ proptest! {
             prop_assert!(u.ram_mb <= ram, "ram {} > {}", u.ram_mb, ram);
             prop_assert!(u.disk_mb <= disk, "disk {} > {}", u.disk_mb, disk);
             prop_assert!(u.net_mb <= net, "net {} > {}", u.net_mb, net);
-            prop_assert_eq!(u.ram_mb, u.running_mb + u.idle_mb + u.writing_mb);
+            prop_assert_eq!(u.ram_mb, u.running_mb + u.idle_mb + u.writing_mb + u.shared_mb);
             let run: u64 = running.len() as u64;
             prop_assert!(u.running_mb >= run, "every running instance holds RAM");
         }
@@ -511,4 +522,159 @@ fn deployed_snapshots_restore_instead_of_booting_and_demotion_only_kills() {
         assert_eq!(h.p.pending_transfers(), 0);
         assert_eq!(h.p.usage().disk_mb, 0);
     }
+}
+
+/// Instances charged by what they hold: declared while running, measured
+/// (or the function's footprint) while idle, shared pages once.
+#[test]
+fn idle_instances_are_charged_what_they_hold() {
+    let mut h = H::new(cfg(PolicyKind::LruMem, 1000));
+    h.p.set_footprint(
+        A,
+        Footprint {
+            idle_mb: None,
+            shared_mb: 50,
+        },
+        &mut h.out,
+    );
+    let (_, a1, _) = h.go(0, A, 300);
+    let (_, a2, _) = h.go(0, A, 300);
+    assert_eq!(h.p.usage().ram_mb, 650, "two declared + shared once");
+    h.p.measured(S, a1, 2, &mut h.out).unwrap();
+    assert_eq!(
+        h.p.usage().running_mb,
+        600,
+        "running keeps its declared memory"
+    );
+    h.fin(2 * S, a1);
+    h.fin(2 * S, a2);
+    let u = h.p.usage();
+    // a2 was never measured: it takes the function's last measure
+    assert_eq!((u.idle_mb, u.shared_mb, u.ram_mb), (4, 50, 54));
+    // many more fit than the declared memory allows
+    let mut idle = vec![];
+    for _ in 0..3 {
+        idle.push(h.go(3 * S, B, 300).1);
+    }
+    assert_eq!(h.p.usage().ram_mb, 954);
+    for (k, b) in idle.into_iter().enumerate() {
+        h.p.measured(4 * S, b, 1, &mut h.out).unwrap();
+        h.fin(4 * S + k as u64, b);
+    }
+    assert_eq!(h.p.usage().ram_mb, 57);
+    // a warm start holds the declared memory again
+    let (s, a, _) = h.go(5 * S, A, 300);
+    assert_eq!(s, Start::Warm);
+    assert_eq!(h.p.usage().ram_mb, 57 - 2 + 300);
+    // and an idle instance measured past the budget makes room
+    h.fin(6 * S, a);
+    h.p.measured(7 * S, a, 990, &mut h.out).unwrap();
+    assert!(h.p.usage().ram_mb <= 1000, "{:?}", h.p.usage());
+    assert!(!h.out.is_empty(), "something was given up");
+}
+
+#[test]
+fn a_warm_start_without_room_for_its_declared_memory_is_rejected_and_stays_idle() {
+    let mut h = H::new(cfg(PolicyKind::LruMem, 500));
+    let (_, a, _) = h.go(0, A, 200);
+    h.p.measured(0, a, 5, &mut h.out).unwrap();
+    h.fin(S, a);
+    let (_, b, _) = h.go(2 * S, B, 200);
+    h.go(2 * S, C, 200);
+    let mut out = vec![];
+    assert_eq!(h.p.arrive(3 * S, A, 200, &mut out), Outcome::Rejected);
+    assert_eq!(
+        h.p.usage().idle_mb,
+        5,
+        "still idle, still charged its measure"
+    );
+    // once a running instance is gone, the warm start fits
+    h.p.discard(4 * S, b).unwrap();
+    let (s, a2, _) = h.go(5 * S, A, 200);
+    assert_eq!((s, a2), (Start::Warm, a));
+    assert_eq!(h.p.usage().ram_mb, 400);
+}
+
+#[test]
+fn evicting_a_functions_last_instance_frees_its_shared_pages() {
+    let mut h = H::new(cfg(PolicyKind::LruMem, 410));
+    h.p.set_footprint(
+        A,
+        Footprint {
+            idle_mb: Some(10),
+            shared_mb: 100,
+        },
+        &mut h.out,
+    );
+    h.p.set_footprint(
+        B,
+        Footprint {
+            idle_mb: Some(10),
+            shared_mb: 100,
+        },
+        &mut h.out,
+    );
+    let (_, a, _) = h.go(0, A, 100);
+    h.fin(S, a);
+    assert_eq!(h.p.usage().ram_mb, 110);
+    // B's first instance brings its shared pages, its second does not
+    h.go(2 * S, B, 100);
+    h.go(2 * S, B, 100);
+    assert_eq!(h.p.usage().ram_mb, 410);
+    assert!(h.out.is_empty(), "everything fit: {:?}", h.out);
+    // C's 60 MiB: A's idle instance goes, and its shared pages with it
+    h.go(3 * S, C, 60);
+    assert_eq!(h.out, vec![Action::Kill { instance: a }]);
+    assert_eq!(h.p.usage().shared_mb, 100);
+    assert_eq!(h.p.usage().ram_mb, 360);
+    assert!(
+        h.p.measured(4 * S, a, 1, &mut h.out).is_err(),
+        "a gone instance is stale"
+    );
+}
+
+#[test]
+fn an_arrival_that_cannot_fit_gives_nothing_up() {
+    let mut h = H::new(cfg(PolicyKind::LruMem, 1000));
+    let shared = Footprint {
+        idle_mb: Some(1),
+        shared_mb: 50,
+    };
+    h.p.set_footprint(A, shared, &mut h.out);
+    let (_, a1, _) = h.go(0, A, 300);
+    h.go(0, A, 300);
+    h.go(0, A, 300);
+    h.fin(S, a1);
+    // 600 running + 1 idle + 50 shared: 351 more would need the shared
+    // pages, which the running instances hold
+    let mut out = vec![];
+    assert_eq!(h.p.arrive(2 * S, B, 351, &mut out), Outcome::Rejected);
+    assert!(out.is_empty(), "nothing given up for nothing: {out:?}");
+    assert_eq!(h.p.usage().idle_mb, 1);
+}
+
+#[test]
+fn a_patient_arrival_waits_for_running_instances_instead_of_evicting() {
+    let mut h = H::new(cfg(PolicyKind::LruMem, 1000));
+    let (_, a, _) = h.go(0, A, 300);
+    h.p.measured(0, a, 2, &mut h.out).unwrap();
+    h.fin(S, a);
+    h.go(S, B, 400);
+    h.go(S, C, 400);
+    // 800 running + 2 idle: 300 more are short 102, which the running
+    // instances give back when they end
+    let mut out = vec![];
+    let o = h.p.arrive_patiently(2 * S, D, 300, true, &mut out);
+    assert_eq!((o, out.len()), (Outcome::Rejected, 0));
+    // an impatient one gives the idle instance up... and still cannot fit
+    assert_eq!(h.p.arrive(2 * S, D, 300, &mut out), Outcome::Rejected);
+    // where the running instances could not give it back, idle ones go
+    let mut h = H::new(cfg(PolicyKind::LruMem, 1000));
+    let (_, a, _) = h.go(0, A, 600);
+    h.fin(S, a);
+    h.go(S, B, 50);
+    let mut out = vec![];
+    let o = h.p.arrive_patiently(2 * S, C, 450, false, &mut out);
+    assert!(matches!(o, Outcome::Started { .. }), "{o:?}");
+    assert_eq!(out, vec![Action::Kill { instance: a }]);
 }

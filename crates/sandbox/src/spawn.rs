@@ -450,11 +450,19 @@ fn child(p: &Prepared, go_r: RawFd, err_w: RawFd) -> ! {
                 fail(err_fd, 1);
             }
         }
-        if libc::dup3(err_fd, ERR_FD, libc::O_CLOEXEC) < 0 {
+        // the error pipe and the memfd are lifted too: in a worker holding
+        // hundreds of descriptors either may already be 900 or 901 (dup3
+        // onto itself is EINVAL) or be overwritten by the other's move
+        let err_lifted = libc::fcntl(err_fd, libc::F_DUPFD_CLOEXEC, 1000);
+        let memfd_lifted = p.memfd.map(|m| libc::fcntl(m, libc::F_DUPFD_CLOEXEC, 1000));
+        if err_lifted < 0 || memfd_lifted.is_some_and(|m| m < 0) {
+            fail(err_fd, 1);
+        }
+        if libc::dup3(err_lifted, ERR_FD, libc::O_CLOEXEC) < 0 {
             fail(err_fd, 1);
         }
         err_fd = ERR_FD;
-        if let Some(m) = p.memfd {
+        if let Some(m) = memfd_lifted {
             if libc::dup3(m, EXEC_FD, libc::O_CLOEXEC) < 0 {
                 fail(err_fd, 1);
             }

@@ -36,8 +36,14 @@ pub struct Config {
     pub token_file: Option<PathBuf>,
     /// `text` or `json`.
     pub log_format: String,
-    /// RAM the policy may keep instances in (running + idle).
+    /// RAM the policy may keep instances in: running ones charged their
+    /// declared memory, idle ones what they hold (default:
+    /// [`MEMORY_BUDGET_SHARE`] of the machine's RAM).
     pub memory_budget_mb: u64,
+    /// What an idle instance is charged in that budget: `measured`, its own
+    /// pages as measured (its function's snapshot pages counted once), or
+    /// `declared`, its `memory_mb` as while it runs.
+    pub memory_accounting: String,
     /// The two tiers snapshots live on (`[snapshot_tiers]`).
     pub snapshot_tiers: SnapshotTiers,
     /// Share snapshots with other nodes through the slow tier, which must
@@ -219,7 +225,8 @@ impl Default for Config {
             listen: None,
             token_file: None,
             log_format: "text".into(),
-            memory_budget_mb: 4096,
+            memory_budget_mb: default_memory_budget_mb(),
+            memory_accounting: "measured".into(),
             snapshot_tiers: SnapshotTiers::default(),
             shared_snapshots: false,
             dram_snapshot_mb: 2048,
@@ -232,6 +239,25 @@ impl Default for Config {
             xdt: Default::default(),
             image_roots_from: vec![PathBuf::from("/run/containerd")],
         }
+    }
+}
+
+/// Share of the machine's RAM (`MemTotal`) the instance budget is by
+/// default; the rest stays with the host, the daemon and the snapshots on
+/// the fast tier (tmpfs).
+pub const MEMORY_BUDGET_SHARE: f64 = 0.5;
+
+/// [`MEMORY_BUDGET_SHARE`] of `MemTotal`, or 4096 MiB where
+/// `/proc/meminfo` cannot be read.
+fn default_memory_budget_mb() -> u64 {
+    let total_kb = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
+        m.lines()
+            .find_map(|l| l.strip_prefix("MemTotal:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+    });
+    match total_kb {
+        Some(kb) => ((kb >> 10) as f64 * MEMORY_BUDGET_SHARE) as u64,
+        None => 4096,
     }
 }
 
@@ -290,6 +316,13 @@ impl Config {
                 ConfigError::Invalid,
                 "log format {:?}: use text or json",
                 self.log_format
+            );
+        }
+        if !matches!(self.memory_accounting.as_str(), "measured" | "declared") {
+            fail!(
+                ConfigError::Invalid,
+                "memory accounting {:?}: use measured or declared",
+                self.memory_accounting
             );
         }
         let l = &self.limits;

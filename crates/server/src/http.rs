@@ -245,8 +245,11 @@ fn lookup(app: &App, name: &str) -> Result<Arc<FnVersion>, ApiError> {
 }
 
 /// A function as the API shows it (secret values never appear).
-pub fn describe(v: &FnVersion, live: u32, idle: u32) -> Value {
+/// Its instances are counted and their memory summed as `pool` has them.
+pub fn describe(v: &FnVersion, pool: &crate::pool::Pool) -> Value {
     let r = &v.rec;
+    let (live, idle) = pool.counts(&r.name);
+    let usage = pool.usage(&r.name);
     json!({
         "name": r.name,
         "version": r.version,
@@ -278,7 +281,7 @@ pub fn describe(v: &FnVersion, live: u32, idle: u32) -> Value {
         "code_bytes": r.code_bytes,
         "code_files": r.code_files,
         "created_unix": r.created_unix,
-        "instances": {"live": live, "idle": idle},
+        "instances": {"live": live, "idle": idle, "memory_bytes": usage.memory_bytes, "private_bytes": usage.private_bytes},
     })
 }
 
@@ -306,7 +309,7 @@ async fn deploy_fn(
         false => StatusCode::CREATED,
     };
     let v = lookup(&app, &rec.name)?;
-    let mut out = describe(&v, 0, 0);
+    let mut out = describe(&v, &app.pool);
     out["snapshot_id"] = json!(rec.snapshot.as_ref().map(|s| s.id.clone()));
     out["init_ms"] = json!(rec.snapshot.as_ref().map(|s| s.init_ms));
     out["size_bytes"] = json!(rec.snapshot.as_ref().map(|s| s.size_bytes));
@@ -382,13 +385,7 @@ async fn list_fns(State(app): State<Arc<App>>) -> Json<Value> {
         .values()
         .cloned()
         .collect();
-    let mut list: Vec<Value> = fns
-        .iter()
-        .map(|v| {
-            let (live, idle) = app.pool.counts(&v.rec.name);
-            describe(v, live, idle)
-        })
-        .collect();
+    let mut list: Vec<Value> = fns.iter().map(|v| describe(v, &app.pool)).collect();
     list.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
     Json(json!({ "functions": list }))
 }
@@ -398,8 +395,7 @@ async fn get_fn(
     Path(name): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let v = lookup(&app, &name)?;
-    let (live, idle) = app.pool.counts(&name);
-    Ok(Json(describe(&v, live, idle)))
+    Ok(Json(describe(&v, &app.pool)))
 }
 
 async fn delete_fn(

@@ -147,6 +147,7 @@ pub fn open(cfg: Config) -> Result<Arc<App>> {
         cfg.snapshot_tiers.clone(),
         cfg.policy_config()?,
         &cfg.limits,
+        cfg.memory_accounting == "measured",
         mover_tx,
     )?);
     let app = Arc::new(App {

@@ -10,7 +10,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{mpsc, Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 use thaw_policy::{
-    Action, Engine, FnId, InstanceId, Outcome, Policy, SnapshotLevel, Start, XferId,
+    Action, Engine, FnId, Footprint, InstanceId, Outcome, Policy, SnapshotLevel, Start, XferId,
 };
 use thaw_worker::{RestoreRequest, UserFunction, Worker};
 use tokio::sync::oneshot;
@@ -26,6 +26,13 @@ use thaw_tiers::stream::Stream;
 
 /// How long a restore waits for one of its tier's restore slots.
 const SLOT_WAIT: Duration = Duration::from_secs(60);
+
+/// How long a request waits, without any RAM given back, for running
+/// instances to give some back before idle instances are given up for it:
+/// a burst must not empty the node of hundreds of small idle instances for
+/// RAM its own instances free in a moment, nor may instances that run for
+/// long keep requests waiting while idle ones hold RAM.
+const MEMORY_PATIENCE: Duration = Duration::from_millis(500);
 
 /// Why the pool could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -160,6 +167,8 @@ pub enum Mode {
 enum Next {
     Create(InstanceId, f64, (StartType, String)),
     Wait(oneshot::Receiver<()>),
+    /// waiting for RAM: also asks again once its patience is over
+    WaitMemory(oneshot::Receiver<()>),
 }
 
 /// Why no instance was given (`outcome::refused` says it to the caller).
@@ -239,6 +248,9 @@ struct State {
     /// Transfers the policy issued and the mover has not finished:
     /// (function, whether it brings the snapshot up to the fast tier).
     transfers: HashMap<XferId, (String, bool)>,
+    /// Requests waiting for the budget to hold one more running instance
+    /// (of the function named), woken whenever RAM is given back.
+    memory_waiters: VecDeque<(String, oneshot::Sender<()>)>,
     draining: bool,
 }
 
@@ -263,6 +275,9 @@ pub struct Pool {
     /// Memory and CPU of each live instance, as its thread last read
     /// them, and the CPU of each function's ended instances.
     measured: Measured,
+    /// Idle instances are charged what they were measured to hold (else
+    /// their declared memory, `memory_accounting = "declared"`).
+    measure_idle: bool,
     /// serves the in-sandbox SDK (set once when the daemon opens)
     pub xdt: std::sync::OnceLock<Arc<crate::xdt::XdtHost>>,
 }
@@ -282,6 +297,8 @@ struct Usage {
 struct InstanceUsage {
     /// charged to its cgroup (or its RSS, if more)
     memory_bytes: u64,
+    /// its own (anonymous) pages, without the snapshot's it shares
+    private_bytes: u64,
     /// CPU time of its processes so far
     cpu_ns: u64,
     /// its cgroup's CPU quota (thousandths of a CPU)
@@ -296,8 +313,12 @@ struct InstanceUsage {
 pub struct FunctionUsage {
     /// live instances (starting, busy or idle)
     pub instances: u32,
-    /// memory charged to them now
+    /// memory charged to them now (cgroup or RSS, whichever is more:
+    /// pages of the snapshot they map count in each)
     pub memory_bytes: u64,
+    /// their own pages, without those of the snapshot they share: what
+    /// the budget charges an idle instance
+    pub private_bytes: u64,
     /// CPU time of every instance since the daemon started, ended ones
     /// included (it only grows)
     pub cpu_ns: u64,
@@ -318,6 +339,7 @@ impl Drop for Reservation {
     fn drop(&mut self) {
         let mut st = lock(&self.pool.state);
         let _ = st.engine.discard(self.pool.now(), self.id);
+        wake_memory(&mut st);
     }
 }
 
@@ -363,6 +385,7 @@ impl Pool {
         tiers: SnapshotTiers,
         policy: thaw_policy::Config,
         limits: &crate::config::Limits,
+        measure_idle: bool,
         mover: mpsc::Sender<String>,
     ) -> Result<Pool, PoolError> {
         let engine = Engine::new(policy)?;
@@ -381,6 +404,7 @@ impl Pool {
                 fn_names: Vec::new(),
                 want_fast: HashMap::new(),
                 transfers: HashMap::new(),
+                memory_waiters: VecDeque::new(),
                 draining: false,
             }),
             mover: Mutex::new(mover),
@@ -394,6 +418,7 @@ impl Pool {
             log_cap: limits.invocation_log_bytes,
             switch_wait: Duration::from_millis(limits.switch_wait_ms),
             threads: Arc::default(),
+            measure_idle,
             xdt: std::sync::OnceLock::new(),
         })
     }
@@ -427,8 +452,18 @@ impl Pool {
         };
         let mut out = Vec::new();
         st.engine.set_snapshot(self.now(), fid, mb, level, &mut out);
+        // a new version's idle instances are charged their declared memory
+        // until measured; its snapshot's pages are shared by all of them
+        if self.measure_idle {
+            let fp = Footprint {
+                idle_mb: None,
+                shared_mb: mb,
+            };
+            st.engine.set_footprint(fid, fp, &mut out);
+        }
         self.apply(&mut st, out);
         wake_all(st.fns.get_mut(name));
+        wake_memory(&mut st);
     }
 
     /// `v`'s snapshot is now where `v.placed` says (a shared copy kept on
@@ -455,6 +490,7 @@ impl Pool {
         }
         st.want_fast.remove(name);
         wake_all(st.fns.get_mut(name));
+        wake_memory(&mut st);
         let mut m = self.measured.lock().unwrap_or_else(|p| p.into_inner());
         m.ended_cpu_ns.remove(name);
     }
@@ -522,6 +558,7 @@ impl Pool {
             let _ = st.engine.discard(now, id);
             forget_idle(st, id);
         }
+        wake_memory(st);
     }
 
     /// Stops giving out instances; idle ones go.
@@ -536,6 +573,30 @@ impl Pool {
         }
         for fp in st.fns.values_mut() {
             wake_all(Some(fp));
+        }
+        wake_memory(&mut st);
+    }
+
+    /// An instance was measured to hold `private_mb` on its own: what the
+    /// policy charges it while idle (see `thaw_policy::Engine::measured`).
+    /// RAM given back wakes the requests waiting for it.
+    fn charge_measured(&self, id: InstanceId, private_mb: u32) {
+        if !self.measure_idle {
+            return;
+        }
+        let mut st = lock(&self.state);
+        let before = st.engine.usage().ram_mb;
+        let mut out = Vec::new();
+        // an instance gone meanwhile is no longer charged anything
+        if st
+            .engine
+            .measured(self.now(), id, private_mb, &mut out)
+            .is_ok()
+        {
+            self.apply(&mut st, out);
+            if st.engine.usage().ram_mb < before {
+                wake_memory(&mut st);
+            }
         }
     }
 
@@ -578,16 +639,14 @@ impl Pool {
                 .get_or_create(&crate::metrics::TierLabel { tier: tier.into() })
                 .set(bytes as i64)
         };
-        memory(
-            "instances",
-            self.measured
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .live
-                .values()
-                .map(|(_, u)| u.memory_bytes)
-                .sum(),
-        );
+        let (resident, private) = {
+            let m = self.measured.lock().unwrap_or_else(|p| p.into_inner());
+            m.live.values().fold((0, 0), |(r, p), (_, u)| {
+                (r + u.memory_bytes, p + u.private_bytes)
+            })
+        };
+        memory("instances", resident);
+        memory("instances_private", private);
         memory("instances_budgeted", st.engine.usage().ram_mb << 20);
     }
 
@@ -603,12 +662,19 @@ impl Pool {
             if f == name {
                 out.instances += 1;
                 out.memory_bytes += u.memory_bytes;
+                out.private_bytes += u.private_bytes;
                 out.cpu_ns += u.cpu_ns;
                 out.cpu_millis = out.cpu_millis.or(u.cpu_millis);
                 out.cpu_weight = out.cpu_weight.or(u.cpu_weight);
             }
         }
         out
+    }
+
+    /// RAM the policy charges every instance now (running: declared; idle:
+    /// measured; shared pages once per function).
+    pub fn budgeted_bytes(&self) -> u64 {
+        lock(&self.state).engine.usage().ram_mb << 20
     }
 
     /// (live, idle) instances of a function.
@@ -677,6 +743,8 @@ impl Pool {
         mode: Mode,
     ) -> Result<Lease, Refusal> {
         let t0 = Instant::now();
+        // when RAM was last given back while this request waited for it
+        let mut ram_back = t0;
         let name = v.rec.name.clone();
         loop {
             let next = {
@@ -709,7 +777,12 @@ impl Pool {
                     let mut out = Vec::new();
                     let mem = v.rec.memory_mb as u32;
                     let now = self.now();
-                    let outcome = if warm_ok {
+                    // a prewarm never gives idle instances up for RAM that
+                    // running ones hold: it is made ahead of any need
+                    let patient = mode == Mode::Prewarm || ram_back.elapsed() < MEMORY_PATIENCE;
+                    let outcome = if patient {
+                        st.engine.arrive_patiently(now, fid, mem, warm_ok, &mut out)
+                    } else if warm_ok {
                         st.engine.arrive(now, fid, mem, &mut out)
                     } else {
                         st.engine.arrive_skipping_warm(now, fid, mem, &mut out)
@@ -717,7 +790,7 @@ impl Pool {
                     self.apply(&mut st, out);
                     let queue_ms = t0.elapsed().as_secs_f64() * 1e3;
                     let next = match outcome {
-                        Outcome::Rejected => return Err(Refusal::Memory),
+                        Outcome::Rejected => self.wait_for_memory(&mut st, &name)?,
                         Outcome::Started {
                             start: Start::Warm,
                             instance,
@@ -765,22 +838,55 @@ impl Pool {
                     Next::Wait(rx)
                 }
             };
-            let wait = match next {
-                Next::Create(instance, queue_ms, predicted) => {
-                    return self.create(v, instance, queue_ms, predicted).await
-                }
-                Next::Wait(rx) => rx,
-            };
-            // woken when an instance of this function frees up (or the
-            // function changes); a bounded wait so nothing hangs forever
+            // woken when an instance of this function frees up, RAM is
+            // given back or the function changes; a bounded wait so
+            // nothing hangs forever
             let limit = Duration::from_millis(v.rec.timeout_ms) + Duration::from_secs(30);
-            if tokio::time::timeout(limit.saturating_sub(t0.elapsed()), wait)
-                .await
-                .is_err()
-            {
+            let (wait, until) = match next {
+                Next::Create(instance, queue_ms, predicted) => {
+                    let ahead = mode == Mode::Prewarm;
+                    return self.create(v, instance, queue_ms, predicted, ahead).await;
+                }
+                Next::Wait(rx) => (rx, limit),
+                // patient, it asks again when its patience is over: idle
+                // instances may go for it then
+                Next::WaitMemory(rx) if mode == Mode::Prewarm => (rx, limit),
+                Next::WaitMemory(rx) if ram_back.elapsed() < MEMORY_PATIENCE => {
+                    let patience = ram_back + MEMORY_PATIENCE - t0;
+                    (rx, patience.min(limit))
+                }
+                Next::WaitMemory(rx) => (rx, limit),
+            };
+            let woken = tokio::time::timeout(until.saturating_sub(t0.elapsed()), wait).await;
+            if woken.is_err() && until == limit {
                 return Err(Refusal::Waited);
             }
+            if woken.is_ok() {
+                ram_back = Instant::now();
+            }
         }
+    }
+
+    /// The budget cannot hold one more running instance of `name` even
+    /// with every idle instance given up: the request waits for a running
+    /// instance (or a deploy) to give RAM back, as past `max_instances`
+    /// (a prewarm too: the instances it starts go idle, charged far less).
+    /// A request that nothing running could ever make room for does not.
+    fn wait_for_memory(&self, st: &mut State, name: &str) -> Result<Next, Refusal> {
+        let u = st.engine.usage();
+        if u.running_mb + u.writing_mb == 0 {
+            return Err(Refusal::Memory);
+        }
+        let waiting = st.fns.get(name).map_or(0, |f| f.waiters.len())
+            + (st.memory_waiters.iter())
+                .filter(|(f, w)| f == name && !w.is_closed())
+                .count();
+        if waiting as u32 >= self.queue_cap {
+            return Err(Refusal::QueueFull);
+        }
+        let (tx, rx) = oneshot::channel();
+        st.memory_waiters.push_back((name.to_string(), tx));
+        Ok(Next::WaitMemory(rx))
     }
 
     /// Starts a new instance on its own thread: restore, else boot.
@@ -790,6 +896,7 @@ impl Pool {
         policy_id: InstanceId,
         queue_ms: f64,
         predicted: (StartType, String),
+        ahead: bool,
     ) -> Result<Lease, Refusal> {
         let (tx, rx) = mpsc::channel::<Job>();
         let (ready_tx, ready_rx) = oneshot::channel();
@@ -836,11 +943,17 @@ impl Pool {
                         function: vv.rec.name.clone(),
                         last: InstanceUsage::default(),
                         cpu: None,
+                        charge: Charge {
+                            pool: pool.clone(),
+                            id: policy_id,
+                            mb: None,
+                        },
                     },
                     xdt,
                     slot_tiers,
                     metrics,
                     pool,
+                    ahead,
                 };
                 instance_thread(worker, vv, name, rx, ready_tx, services)
             });
@@ -950,6 +1063,8 @@ impl Pool {
             }
         }
         wake_one(st.fns.get_mut(&lease.function));
+        // idle or gone, it no longer holds its declared memory
+        wake_memory(&mut st);
     }
 }
 
@@ -976,6 +1091,9 @@ struct InstanceServices {
     metrics: Arc<Metrics>,
     /// told when a streamed shared snapshot is kept on the fast tier
     pool: std::sync::Weak<Pool>,
+    /// made ahead of its requests (a prewarm): no invocation is coming
+    /// soon to read the rest of its snapshot under the restore slot
+    ahead: bool,
 }
 
 /// One instance's entry in the measured usage; gone with the instance
@@ -988,6 +1106,29 @@ struct MemoryGauge {
     /// its cgroup's CPU quota and weight, read at the first measure: they
     /// are set when the sandbox is made and never change
     cpu: Option<(Option<u64>, Option<u64>)>,
+    charge: Charge,
+}
+
+/// What the policy charges an instance while idle: its private memory as
+/// last measured, told to the pool when its figure in MiB changes.
+struct Charge {
+    pool: std::sync::Weak<Pool>,
+    id: InstanceId,
+    mb: Option<u32>,
+}
+
+impl Charge {
+    fn set(&mut self, private_bytes: u64) {
+        // to the nearest MiB (the policy counts in MiB): most instances
+        // hold a little over one
+        let mb = ((private_bytes + (1 << 19)) >> 20).clamp(1, u32::MAX as u64) as u32;
+        if self.mb != Some(mb) {
+            self.mb = Some(mb);
+            if let Some(pool) = self.pool.upgrade() {
+                pool.charge_measured(self.id, mb);
+            }
+        }
+    }
 }
 
 impl MemoryGauge {
@@ -1002,16 +1143,26 @@ impl MemoryGauge {
         // whoever first read them, not to this sandbox: its RSS shows them
         let rss = sb.rss_kb().ok().map(|kb| kb << 10);
         let (cpu_millis, cpu_weight) = self.cpu_of(sb);
+        let anon = sb.memory_anon();
         self.last = InstanceUsage {
             memory_bytes: sb.memory_usage().max(rss).unwrap_or(0),
+            private_bytes: anon.unwrap_or(0),
             // a process gone between two reads keeps its last figure
             cpu_ns: sb.cpu_ns().unwrap_or(self.last.cpu_ns),
             cpu_millis,
             cpu_weight,
         };
-        let mut m = self.measured.lock().unwrap_or_else(|p| p.into_inner());
-        m.live
-            .insert(self.instance.clone(), (self.function.clone(), self.last));
+        {
+            let mut m = self.measured.lock().unwrap_or_else(|p| p.into_inner());
+            m.live
+                .insert(self.instance.clone(), (self.function.clone(), self.last));
+        }
+        // its own pages: those of the snapshot it maps are shared with the
+        // other clones (the policy counts them once per function); without
+        // a memory cgroup it stays charged its declared memory
+        if let Some(anon) = anon {
+            self.charge.set(anon);
+        }
     }
 }
 
@@ -1071,6 +1222,13 @@ fn wake_one(fp: Option<&mut FnPool>) {
     }
 }
 
+/// Wakes every request waiting for RAM: each asks the policy again.
+fn wake_memory(st: &mut State) {
+    for (_, w) in st.memory_waiters.drain(..) {
+        let _ = w.send(());
+    }
+}
+
 fn wake_all(fp: Option<&mut FnPool>) {
     let Some(fp) = fp else { return };
     for w in fp.waiters.drain(..) {
@@ -1099,6 +1257,7 @@ fn instance_thread(
         slot_tiers,
         metrics,
         pool,
+        ahead,
     } = services;
     let t0 = Instant::now();
     let init_timeout = Duration::from_millis(v.rec.timeout_ms.max(60_000));
@@ -1176,7 +1335,16 @@ fn instance_thread(
     };
     let mut sb = match made {
         Ok((sb, c)) => {
+            // a prewarm's instance goes idle at once: measured before, it is
+            // charged what it holds then, not its declared memory (a
+            // request's is measured right after its reply, off its path)
+            if ahead {
+                gauge.set(&sb);
+            }
             let _ = ready.send(Ok(c));
+            if ahead {
+                drop(slot.take());
+            }
             sb
         }
         Err(e) => {
@@ -1191,9 +1359,8 @@ fn instance_thread(
         gauge.set(&sb);
         let job = match jobs.recv_timeout(MEASURE_EVERY) {
             Ok(job) => job,
-            // an instance made ahead of its requests (a prewarm) gives its
-            // tier's restore slot back once idle: other restores must not
-            // wait behind one that nobody invokes
+            // an instance nobody invoked within a second gives its tier's
+            // restore slot back: other restores must not wait behind it
             Err(mpsc::RecvTimeoutError::Timeout) => {
                 drop(slot.take());
                 continue;

@@ -1,161 +1,15 @@
 //! The daemon through real HTTP: each test starts `thaw serve` in-process on
 //! a temporary state home (the runtime root is shared from the default
 //! home), talks to it over its Unix socket and checks what comes back.
-use base64::Engine as _;
 use serde_json::{json, Value};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 use thaw_client::{Client, Response, Target};
 use thaw_server::Config;
 
-static N: AtomicU32 = AtomicU32::new(0);
-
-struct Daemon {
-    rt: tokio::runtime::Runtime,
-    running: Option<thaw_server::Running>,
-    home: PathBuf,
-    cfg: Config,
-    keep_home: bool,
-}
-
-fn test_config(name: &str) -> Config {
-    let home = PathBuf::from(format!(
-        "/tmp/thaw-serve-test-{}-{}-{name}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::SeqCst)
-    ));
-    let _ = thaw_server::remove_home(&home);
-    let mut cfg = Config {
-        home,
-        runtime_home: Some(thaw_runtime::default_home()),
-        drain_grace_s: 10,
-        ..Config::default()
-    };
-    cfg.limits.code_bytes = 1 << 20;
-    cfg.limits.unpacked_bytes = 8 << 20;
-    cfg.limits.event_bytes = 256 << 10;
-    cfg
-}
-
-impl Daemon {
-    fn start(cfg: Config) -> Daemon {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        let home = cfg.home.clone();
-        let c2 = cfg.clone();
-        let running = rt.block_on(async move {
-            let app = tokio::task::spawn_blocking(move || thaw_server::open(c2))
-                .await
-                .unwrap()
-                .expect("opening the daemon");
-            thaw_server::start(app, false)
-                .await
-                .expect("starting the daemon")
-        });
-        Daemon {
-            rt,
-            running: Some(running),
-            home,
-            cfg,
-            keep_home: false,
-        }
-    }
-
-    fn client(&self) -> Client {
-        Client::new(Target::Unix(self.running.as_ref().unwrap().socket.clone()))
-    }
-
-    fn req(&self, method: &str, path: &str, body: Option<&[u8]>) -> Response {
-        self.client().request(method, path, body).expect("request")
-    }
-
-    fn post_json(&self, path: &str, v: &Value) -> Response {
-        self.req("POST", path, Some(&serde_json::to_vec(v).unwrap()))
-    }
-
-    fn invoke(&self, name: &str, event: &Value) -> Response {
-        self.post_json(&format!("/v1/functions/{name}/invoke"), event)
-    }
-
-    fn stop(&mut self) {
-        if let Some(r) = self.running.take() {
-            self.rt.block_on(r.stop());
-        }
-    }
-
-    /// Stops, runs `between` while it is down, and starts again on the same home.
-    fn restart(mut self, between: impl FnOnce()) -> Daemon {
-        self.stop();
-        self.keep_home = true;
-        let cfg = self.cfg.clone();
-        drop(self);
-        between();
-        Daemon::start(cfg)
-    }
-
-    fn healthy(&self) {
-        let r = self.req("GET", "/healthz", None);
-        assert_eq!(r.status, 200, "the daemon stopped serving");
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        self.stop();
-        if !self.keep_home {
-            thaw_server::remove_home(&self.home).expect("removing the test home");
-        }
-    }
-}
-
-fn b64(d: &[u8]) -> String {
-    base64::engine::general_purpose::STANDARD.encode(d)
-}
-
-/// A deploy request for one source file.
-fn file_deploy(name: &str, handler: &str, src: &str) -> Value {
-    let module = handler.split('.').next().unwrap();
-    json!({
-        "name": name,
-        "handler": handler,
-        "code": {"format": "file", "data_base64": b64(src.as_bytes()), "filename": format!("{module}.py")},
-    })
-}
-
-/// A Node.js function from one file, `m.js`, with handler `m.handler`.
-fn node_file_deploy(name: &str, src: &str) -> Value {
-    json!({
-        "name": name,
-        "runtime": "nodejs",
-        "handler": "m.handler",
-        "code": {"format": "file", "data_base64": b64(src.as_bytes()), "filename": "m.js"},
-    })
-}
-
-fn deploy(d: &Daemon, req: &Value) -> Value {
-    let r = d.post_json("/v1/functions", req);
-    assert!(
-        r.status == 201 || r.status == 200,
-        "deploy failed: {} {}",
-        r.status,
-        String::from_utf8_lossy(&r.body)
-    );
-    r.json().unwrap()
-}
-
-fn error_of(r: &Response) -> (u16, String, String) {
-    let v = r.json().unwrap_or(Value::Null);
-    (
-        r.status,
-        v["error"].as_str().unwrap_or("").to_string(),
-        v["message"].as_str().unwrap_or("").to_string(),
-    )
-}
+mod common;
+use common::*;
 
 /// A tar.gz written entry by entry (raw ustar headers, so hostile names and
 /// link entries can be made too).
@@ -1188,11 +1042,12 @@ fn keep_alive_follows_the_policy() {
     );
     drop(d);
 
-    // lru-mem: a budget for two instances; a third function evicts the
-    // least recently idle one
+    // lru-mem: a budget for two instances charged their declared memory;
+    // a third function evicts the least recently idle one
     let mut cfg = test_config("lru");
     cfg.policy = "lru-mem".into();
     cfg.memory_budget_mb = 256;
+    cfg.memory_accounting = "declared".into();
     let d = Daemon::start(cfg);
     for n in ["a", "b", "c"] {
         let mut r = file_deploy(n, "m.handler", "def handler(e):\n    return e\n");
@@ -1457,12 +1312,10 @@ fn openapi_matches_the_live_routes() {
 
 /// `thaw_snapshot_moves_total{from,to}` as the daemon reports it.
 fn moves(d: &Daemon, from: &str, to: &str) -> u64 {
-    let text = String::from_utf8(d.req("GET", "/metrics", None).body).unwrap();
-    let key = format!("thaw_snapshot_moves_total{{from=\"{from}\",to=\"{to}\"}} ");
-    text.lines()
-        .find_map(|l| l.strip_prefix(&key))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no {key} in the metrics"))
+    metric(
+        d,
+        &format!("thaw_snapshot_moves_total{{from=\"{from}\",to=\"{to}\"}}"),
+    )
 }
 
 /// Waits (bounded) until the mover has made `n` moves from `from` to `to`.
@@ -1497,8 +1350,10 @@ fn tiered_policy_moves_snapshots_between_tmpfs_and_disk() {
     };
     let mut cfg = test_config("tiers");
     cfg.policy = "tiered-lru".into();
-    // RAM for two instances; the policy demotes past one idle instance
+    // RAM for two instances charged their declared memory; the policy
+    // demotes past one idle instance
     cfg.memory_budget_mb = 384;
+    cfg.memory_accounting = "declared".into();
     cfg.threshold = 0.5;
     let d = Daemon::start(cfg);
     let size = deploy(&d, &req("a"))["size_bytes"].as_u64().unwrap();
@@ -1536,14 +1391,7 @@ fn tiered_policy_moves_snapshots_between_tmpfs_and_disk() {
     assert_eq!(r.header("thaw-tier"), Some("disk"));
     // instance memory is measured (cgroup charge or RSS), not the policy's
     // accounting of the declared limits
-    let text = String::from_utf8(d.req("GET", "/metrics", None).body).unwrap();
-    let gauge = |t: &str| -> u64 {
-        let key = format!("thaw_memory_bytes{{tier=\"{t}\"}} ");
-        text.lines()
-            .find_map(|l| l.strip_prefix(&key))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or_else(|| panic!("no {key}"))
-    };
+    let gauge = |t: &str| metric(&d, &format!("thaw_memory_bytes{{tier=\"{t}\"}}"));
     let (measured, budgeted) = (gauge("instances"), gauge("instances_budgeted"));
     assert!(measured > 4 << 20, "{measured} bytes measured");
     assert!(budgeted > 0 && budgeted % (192 << 20) == 0, "{budgeted}");

@@ -16,10 +16,14 @@
 //!     "net":  { "capacity_gb": 1000, "mb_s": 1280, "price_gb_hour": 0.000032 }
 //!   },
 //!   "functions": {
-//!     "<trace function name>": { "cold_ms": 900, "restore_ms": {"disk": 300}, "checkpoint_ms": 500 }
+//!     "<trace function name>": { "cold_ms": 900, "restore_ms": {"disk": 300}, "checkpoint_ms": 500,
+//!                                "idle_mb": 1.2, "shared_mb": 40 }
 //!   }
 //! }
 //! ```
+//! `idle_mb` and `shared_mb` are a function's footprint in RAM as the daemon
+//! charges it: what one idle instance holds on its own (without it, its
+//! declared memory) and the pages its instances share, counted once.
 //! Function names are as the trace spells them: `app,func` for azure2021,
 //! `owner,app,func` for azure2019.
 
@@ -28,7 +32,7 @@ use serde::Deserialize;
 use std::collections::HashMap;
 use std::path::Path;
 use thaw_error::{fail, ResultExt};
-use thaw_policy::{FnCost, Time};
+use thaw_policy::{FnCost, Footprint, Time};
 
 #[derive(Deserialize, Debug, Default, Clone)]
 #[serde(deny_unknown_fields)]
@@ -52,6 +56,10 @@ pub struct CostSpec {
     #[serde(default)]
     pub restore_ms: PerTier,
     pub checkpoint_ms: Option<f64>,
+    /// Functions only: RAM an idle instance holds on its own, MiB.
+    pub idle_mb: Option<f64>,
+    /// Functions only: RAM its instances share, MiB.
+    pub shared_mb: Option<f64>,
 }
 
 #[derive(Deserialize, Debug, Default, Clone)]
@@ -132,7 +140,37 @@ impl Calibration {
                 c.version
             );
         }
+        if c.defaults.idle_mb.is_some() || c.defaults.shared_mb.is_some() {
+            fail!(
+                SimError::Config,
+                "{}: idle_mb and shared_mb are given per function, not in defaults",
+                path.display()
+            );
+        }
         Ok(c)
+    }
+
+    /// Per-function footprints in RAM, for the functions that give one.
+    pub fn function_footprints(&self) -> Result<HashMap<String, Footprint>> {
+        let mib = |v: Option<f64>, what: String| -> Result<Option<u32>> {
+            match v {
+                None => Ok(None),
+                Some(x) if x.is_finite() && (0.0..=u32::MAX as f64).contains(&x) => {
+                    Ok(Some(x.ceil() as u32))
+                }
+                Some(x) => fail!(SimError::Config, "{what} = {x}: expected MiB >= 0"),
+            }
+        };
+        let mut out = HashMap::new();
+        for (name, spec) in &self.functions {
+            let idle_mb = mib(spec.idle_mb, format!("functions.{name}.idle_mb"))?;
+            let shared_mb = mib(spec.shared_mb, format!("functions.{name}.shared_mb"))?;
+            if idle_mb.is_some() || shared_mb.is_some() {
+                let shared_mb = shared_mb.unwrap_or(0);
+                out.insert(name.clone(), Footprint { idle_mb, shared_mb });
+            }
+        }
+        Ok(out)
     }
 
     /// Per-function costs, resolved over the defaults; checked up front so a bad

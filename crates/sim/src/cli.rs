@@ -113,6 +113,10 @@ pub struct Args {
     /// Invocations running at once; more wait (queueing delay). Default: no cap.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_concurrency: Option<u32>,
+    /// An arrival RAM cannot hold while invocations run waits for one to
+    /// end (as `thaw serve` queues it) instead of failing.
+    #[arg(long)]
+    pub wait_for_ram: bool,
 
     /// Policy: ttl, lru-mem, tiered-lru, greedy-dual, tiered-greedy-dual.
     #[arg(long, value_delimiter = ',', default_value = "tiered-lru")]
@@ -234,6 +238,7 @@ fn plan(a: &Args, m: &ArgMatches, sweep: bool) -> Result<Plan> {
     };
     let mut prices = Prices::default();
     let mut fn_costs = Default::default();
+    let mut fn_footprints = Default::default();
     // Tier values from the calibration file, unless the flag was given.
     let mut net_gb = a.net_gb;
     let mut disk_write = a.disk_write_gbps;
@@ -261,6 +266,7 @@ fn plan(a: &Args, m: &ArgMatches, sweep: bool) -> Result<Plan> {
             base.checkpoint_us = explicit.checkpoint_us;
         }
         fn_costs = c.function_costs(base)?;
+        fn_footprints = c.function_footprints()?;
         let t = &c.tiers;
         let pick = |flag: &str, file: Option<f64>, cur: Vec<f64>| match file {
             Some(v) if !given(m, flag) => vec![v],
@@ -366,10 +372,12 @@ fn plan(a: &Args, m: &ArgMatches, sweep: bool) -> Result<Plan> {
     }
     let opts = RunOptions {
         max_concurrency: a.max_concurrency.unwrap_or(0),
+        wait_for_ram: a.wait_for_ram,
         strict: a.strict,
         progress: !a.quiet,
         record_starts: false,
         fn_costs,
+        fn_footprints,
         prices,
     };
     Ok(Plan { points, opts })

@@ -21,8 +21,8 @@ use std::path::Path;
 use thaw_error::{fail, ResultExt};
 use thaw_policy::placement::{self, FunctionProfile, Placement, TierOption};
 use thaw_policy::{
-    Action, Config, Engine, FnCost, FnId, InstanceId, Outcome, Policy, PolicyError, Start, Time,
-    Usage, XferId,
+    Action, Config, Engine, FnCost, FnId, Footprint, InstanceId, Outcome, Policy, PolicyError,
+    Start, Time, Usage, XferId,
 };
 
 pub const FILE_VERSION: u32 = 1;
@@ -162,6 +162,10 @@ impl Policy for PlacedEngine<'_> {
     }
     fn set_cost(&mut self, f: FnId, cost: FnCost) {
         self.inner.set_cost(f, cost)
+    }
+
+    fn set_footprint(&mut self, f: FnId, fp: Footprint, out: &mut Vec<Action>) {
+        self.inner.set_footprint(f, fp, out)
     }
 }
 

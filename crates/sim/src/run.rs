@@ -20,7 +20,9 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::time::Instant;
 use thaw_error::fail;
-use thaw_policy::{Action, FnCost, FnId, InstanceId, Outcome, Policy, Start, Time, XferId};
+use thaw_policy::{
+    Action, FnCost, FnId, Footprint, InstanceId, Outcome, Policy, Start, Time, XferId,
+};
 
 /// USD per GB-hour of each tier.
 #[derive(Clone, Copy, Debug, Serialize, PartialEq)]
@@ -47,6 +49,10 @@ impl Default for Prices {
 pub struct RunOptions {
     /// 0: no cap.
     pub max_concurrency: u32,
+    /// An arrival the policy rejects while invocations run waits for the
+    /// next one to end, and the arrivals behind it with it (as `thaw serve`
+    /// queues it), instead of failing.
+    pub wait_for_ram: bool,
     /// A malformed line stops the run instead of being skipped.
     pub strict: bool,
     pub progress: bool,
@@ -54,6 +60,8 @@ pub struct RunOptions {
     /// Tests only: it grows with the trace.
     pub record_starts: bool,
     pub fn_costs: HashMap<String, FnCost>,
+    /// What functions' instances hold in RAM when idle (default: what they declare).
+    pub fn_footprints: HashMap<String, Footprint>,
     pub prices: Prices,
 }
 
@@ -236,6 +244,8 @@ pub fn run<P: Policy>(src: &mut dyn Source, policy: &mut P, opts: &RunOptions) -
     let mut functions = 0u64;
     let mut log = Vec::new();
     let mut next = None;
+    // the next arrival waits for RAM: no arrival until an invocation ends
+    let mut ram_wait = false;
     let mut eof = false;
     let mut last_t = 0;
     // A deadline the policy keeps reporting after being advanced to it is ignored
@@ -270,7 +280,8 @@ pub fn run<P: Policy>(src: &mut dyn Source, policy: &mut P, opts: &RunOptions) -
                 }
             }
         }
-        let can_start = opts.max_concurrency == 0 || running < opts.max_concurrency as u64;
+        let can_start =
+            !ram_wait && (opts.max_concurrency == 0 || running < opts.max_concurrency as u64);
         let t_arr = next.filter(|_| can_start).map(|i| i.t.max(core.now));
         let t_ev = core.heap.peek().map(|e| e.0 .0);
         let t_dl = core.policy.next_deadline().filter(|d| Some(*d) != stuck);
@@ -295,6 +306,7 @@ pub fn run<P: Policy>(src: &mut dyn Source, policy: &mut P, opts: &RunOptions) -
             match ev {
                 Ev::Finish(id) => {
                     running -= 1;
+                    ram_wait = false;
                     core.policy.finish(t, InstanceId(id), &mut core.actions)?;
                 }
                 Ev::Xfer(id) => core.policy.transfer_done(t, XferId(id), &mut core.actions),
@@ -323,6 +335,10 @@ pub fn run<P: Policy>(src: &mut dyn Source, policy: &mut P, opts: &RunOptions) -
                 if let Some(c) = src.fn_name(inv.f).and_then(|n| opts.fn_costs.get(n)) {
                     core.policy.set_cost(FnId(inv.f), *c);
                 }
+                if let Some(fp) = src.fn_name(inv.f).and_then(|n| opts.fn_footprints.get(n)) {
+                    core.policy
+                        .set_footprint(FnId(inv.f), *fp, &mut core.actions);
+                }
             }
             let outcome = core
                 .policy
@@ -341,12 +357,23 @@ pub fn run<P: Policy>(src: &mut dyn Source, policy: &mut P, opts: &RunOptions) -
                     core.schedule(ready_at + inv.dur, Ev::Finish(instance.0));
                     Some(start)
                 }
+                Outcome::Rejected if opts.wait_for_ram && running > 0 => {
+                    // counted (and its delay) when it starts
+                    invocations -= 1;
+                    if wait > 0 {
+                        delayed -= 1;
+                        delay_sum -= wait as f64;
+                    }
+                    ram_wait = true;
+                    next = Some(inv);
+                    None
+                }
                 Outcome::Rejected => {
                     failed += 1;
                     None
                 }
             };
-            if opts.record_starts {
+            if opts.record_starts && !ram_wait {
                 log.push((inv.t, inv.f, start));
             }
             if opts.progress && invocations % (1 << 18) == 0 && last_report.elapsed().as_secs() >= 2

@@ -180,6 +180,56 @@ fn concurrency_cap_delays_arrivals() {
     assert!((r.max_queue_delay_ms - 1250.0).abs() < 1e-9);
 }
 
+#[test]
+fn waiting_for_ram_delays_instead_of_failing_and_footprints_keep_idle_instances() {
+    let dir = tmpdir("ramwait");
+    // A and B arrive together; RAM holds one running 100 MB instance
+    let path = write(
+        &dir,
+        "t.csv",
+        "app,func,end_timestamp,duration\na,A,1.0,1.0\na,B,1.0,1.0\na,A,3.0,0.5\n",
+    );
+    let ram = |mb| Config {
+        ram_mb: mb,
+        ..Config::thesis(PolicyKind::LruMem)
+    };
+    let run_with = |o: &RunOptions, mb| {
+        let mut src = Azure2021::open(&path, 1, Some(100), 0).unwrap();
+        let mut p = Engine::new(ram(mb)).unwrap();
+        let r = run(&mut src, &mut p, o).unwrap();
+        check_conservation(&r);
+        r
+    };
+    let r = run_with(&opts(), 150);
+    assert_eq!(r.failed, 1, "without waiting, B fails");
+    let wait = RunOptions {
+        wait_for_ram: true,
+        ..opts()
+    };
+    let r = run_with(&wait, 150);
+    assert_eq!((r.failed, r.delayed), (0, 1), "B waits for A");
+    assert!((r.max_queue_delay_ms - 1250.0).abs() < 1e-9);
+    // B's start evicted A's idle instance: A's third start is cold
+    assert_eq!(r.log[2].2, Some(Start::Cold));
+    // idle instances charged 2 MB each (plus 10 shared): A stays warm
+    let fp = thaw_policy::Footprint {
+        idle_mb: Some(2),
+        shared_mb: 10,
+    };
+    let footprints = [("a,A", fp), ("a,B", fp)]
+        .into_iter()
+        .map(|(n, f)| (n.to_string(), f))
+        .collect();
+    let r = run_with(
+        &RunOptions {
+            fn_footprints: footprints,
+            ..wait
+        },
+        150,
+    );
+    assert_eq!(r.log[2].2, Some(Start::Warm), "{:?}", r.log);
+}
+
 fn synth(seed: u64) -> Synthetic {
     Synthetic::new(Params {
         functions: 300,

@@ -35,11 +35,15 @@ pub fn calibration(t: &Trace, costs: &[Measured], boot_ms: f64, serve: &ServeOpt
         if let Some(ck) = c.checkpoint_ms {
             spec["checkpoint_ms"] = json!(ck);
         }
+        if let Some(fp) = c.footprint {
+            spec["idle_mb"] = json!(fp.idle_mb);
+            spec["shared_mb"] = json!(fp.shared_mb);
+        }
         functions.insert(format!("{APP},{}", f.name), spec);
     }
     json!({
         "version": 1,
-        "source": "thaw bench simlive, same run: warm and restore replayed by thaw load against a daemon started empty (latency from the intended send time - exec, as in the replay); boot by a blocking client (round trip - exec)",
+        "source": "thaw bench simlive, same run: warm and restore replayed by thaw load against a daemon started empty (latency from the intended send time - exec, as in the replay); boot by a blocking client (round trip - exec); idle_mb and shared_mb as the daemon charged them after the last round",
         "defaults": {"cold_ms": boot_ms},
         "tiers": {"ram": {"capacity_gb": serve.memory_budget_mb as f64 / 1024.0}},
         "functions": functions,

@@ -214,21 +214,32 @@ pub fn run(runtime_home: &Path, a: &Args) -> Result<compare::Comparison> {
         end_s
     ));
     let mut starts = Vec::new();
+    // what the daemon charges each function's instances, after the last
+    // round (the simulator charges the same)
+    let mut footprints = vec![None; names.len()];
     for round in 1..=a.calibration_runs {
         let d = live::Daemon::start(&thaw, &home, runtime_home, &roomy, &log)?;
         let records = out(&format!("calibration-{round}.jsonl"));
         replay(&d.socket, &ctr_path, &names, end_s + 5.0, a, &records, &[])?;
+        let mut c = d.client();
+        for (fp, name) in footprints.iter_mut().zip(&names) {
+            *fp = live::footprint(&mut c, name)?.or(*fp);
+        }
         drop(d);
         starts.extend(compare::live_starts(&records)?);
     }
     let costs: Vec<live::Measured> = live::calibrated(&starts, &names)?
         .into_iter()
         .zip(checkpoints)
-        .map(|((warm_ms, restore_ms), checkpoint_ms)| live::Measured {
-            warm_ms,
-            restore_ms,
-            checkpoint_ms,
-        })
+        .zip(footprints)
+        .map(
+            |(((warm_ms, restore_ms), checkpoint_ms), footprint)| live::Measured {
+                warm_ms,
+                restore_ms,
+                checkpoint_ms,
+                footprint,
+            },
+        )
         .collect();
     note(&format!(
         "deployed and calibrated {} functions",
@@ -265,6 +276,8 @@ pub fn run(runtime_home: &Path, a: &Args) -> Result<compare::Comparison> {
         "--calibration",
         &calib_path.to_string_lossy(),
         "--deployed-snapshots",
+        // the daemon queues what its RAM budget cannot hold yet
+        "--wait-for-ram",
         "--seed",
         &a.seed.to_string(),
         "--quiet",

@@ -221,6 +221,45 @@ pub struct Measured {
     pub warm_ms: f64,
     pub restore_ms: f64,
     pub checkpoint_ms: Option<f64>,
+    /// What the daemon charges the function's instances in RAM, if any
+    /// were live when it was asked.
+    #[serde(skip)]
+    pub footprint: Option<Footprint>,
+}
+
+/// A function's RAM as the daemon charges it (MiB): one idle instance's own
+/// pages (the mean over its live instances, to the nearest MiB as the
+/// daemon rounds each) and its snapshot's pages, once.
+#[derive(Clone, Copy, Debug)]
+pub struct Footprint {
+    pub idle_mb: f64,
+    pub shared_mb: f64,
+}
+
+/// `name`'s footprint as the daemon measures it now (None: no instance).
+pub fn footprint(c: &mut Client, name: &str) -> Result<Option<Footprint>> {
+    let r = c
+        .request("GET", &format!("/v1/functions/{name}"), None)
+        .map_err(|e| SimliveError::Daemon(format!("GET /v1/functions/{name}: {e}")))?;
+    if r.status != 200 {
+        fail!(
+            SimliveError::Daemon,
+            "GET /v1/functions/{name}: {} {}",
+            r.status,
+            String::from_utf8_lossy(&r.body)
+        );
+    }
+    let v: Value = r
+        .json()
+        .map_err(|e| SimliveError::Daemon(format!("GET /v1/functions/{name}: {e}")))?;
+    let live = v["instances"]["live"].as_u64().unwrap_or(0);
+    let private = v["instances"]["private_bytes"].as_u64().unwrap_or(0);
+    let size = v["snapshot"]["size_bytes"].as_u64().unwrap_or(0);
+    let mib = (1u64 << 20) as f64;
+    Ok((live > 0 && private > 0).then(|| Footprint {
+        idle_mb: (private as f64 / live as f64 / mib).round().max(1.0),
+        shared_mb: size.div_ceil(1 << 20) as f64,
+    }))
 }
 
 /// The median: one start slowed by another tenant of a shared machine must
