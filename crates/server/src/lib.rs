@@ -10,6 +10,7 @@ pub mod config;
 pub mod deploy;
 pub mod http;
 pub mod image;
+pub mod invoke;
 pub mod logs;
 pub mod metrics;
 pub mod nested;
