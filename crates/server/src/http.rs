@@ -458,20 +458,14 @@ async fn invoke(
         .await
         .map_err(|e| call_error(&app, &name, e))?;
     let exec_ms = called.exec_ms();
-    let crate::invoke::Called {
-        v,
-        invocation_id,
-        start,
-        predicted,
-        created,
-        queue_ms,
-        done,
-    } = called;
-    let (status, body, code) = match done.reply.map(|i| i.output) {
+    let (v, start, created, predicted) = (called.v, called.start, called.created, called.predicted);
+    let (status, body, code) = match called.done.reply.map(|i| i.output) {
         Ok(Ok(output)) => (StatusCode::OK, output, "ok"),
-        Ok(Err(e)) if lambda_errors && e.kind() == ErrorKind::FunctionError => {
-            (StatusCode::BAD_GATEWAY, outcome::lambda_error(&e), "function_error")
-        }
+        Ok(Err(e)) if lambda_errors && e.kind() == ErrorKind::FunctionError => (
+            StatusCode::BAD_GATEWAY,
+            outcome::lambda_error(&e),
+            "function_error",
+        ),
         Ok(Err(e)) => function_failure(&e, v.rec.timeout_ms),
         Err(e) => (
             StatusCode::BAD_GATEWAY,
@@ -483,7 +477,7 @@ async fn invoke(
     crate::invoke::count(&app, &name, start, code, total);
     let mut h = HeaderMap::new();
     let hv = |s: &str| HeaderValue::from_str(s).unwrap_or(HeaderValue::from_static("-"));
-    h.insert("thaw-invocation-id", hv(&invocation_id));
+    h.insert("thaw-invocation-id", hv(&called.invocation_id));
     h.insert("thaw-start-type", hv(start.name()));
     let strategy = match start {
         StartType::Boot => StartStrategy::Boot,
@@ -515,7 +509,7 @@ async fn invoke(
             .inc();
     }
     h.insert("thaw-version", hv(&v.rec.version.to_string()));
-    let mut timing = format!("queue;dur={queue_ms:.3}");
+    let mut timing = format!("queue;dur={:.3}", called.queue_ms);
     if start != StartType::Warm {
         let (create_ms, hook_ms) = created
             .as_ref()

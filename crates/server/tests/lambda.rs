@@ -6,11 +6,8 @@
 //! test what only the daemon's side shows (logs, metrics).
 use std::path::PathBuf;
 use std::process::Command;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 use thaw_server::Config;
-
-static N: AtomicU32 = AtomicU32::new(0);
 
 /// Where `scripts/setup.sh --tests` installs boto3 and the AWS CLI.
 fn clients() -> PathBuf {
@@ -28,67 +25,51 @@ fn clients() -> PathBuf {
 }
 
 fn script(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/lambda").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/lambda")
+        .join(name)
 }
 
-/// A daemon on a home of its own, stopped and removed when dropped.
-struct Daemon {
-    rt: tokio::runtime::Runtime,
-    running: Option<thaw_server::Running>,
-    home: PathBuf,
+/// The clients' side of one test: the daemon and its endpoint.
+struct Clients<'a> {
+    app: &'a thaw_server::App,
+    endpoint: String,
 }
 
-impl Daemon {
-    fn start(tag: &str, configure: impl FnOnce(&mut Config)) -> Daemon {
-        let home = std::env::temp_dir().join(format!(
-            "thaw-lambda-test-{}-{}-{tag}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::SeqCst)
-        ));
-        let _ = thaw_server::remove_home(&home);
-        let mut cfg = Config {
-            home: home.clone(),
-            runtime_home: Some(thaw_runtime::default_home()),
-            listen: Some("127.0.0.1:0".into()),
-            drain_grace_s: 10,
-            ..Config::default()
-        };
-        configure(&mut cfg);
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        let running = rt.block_on(async move {
-            let app = tokio::task::spawn_blocking(move || thaw_server::open(cfg))
-                .await
-                .unwrap()
-                .expect("opening the daemon");
-            thaw_server::start(app, false)
-                .await
-                .expect("starting the daemon")
-        });
-        Daemon {
-            rt,
-            running: Some(running),
-            home,
-        }
-    }
+/// Runs `test` against a daemon on a temporary home with a loopback TCP
+/// listener (`configure` adjusts its settings); the daemon is stopped and
+/// its home removed afterwards.
+fn with_daemon(tag: &str, configure: impl FnOnce(&mut Config), test: impl FnOnce(&Clients)) {
+    // a free port, which the daemon binds right after
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free loopback port")
+        .port();
+    let configure = |c: &mut Config| {
+        c.listen = Some(format!("127.0.0.1:{port}"));
+        configure(c);
+        Ok::<_, thaw_server::ServeError>(())
+    };
+    let run = |app: &thaw_server::App, _: &std::path::Path| {
+        let endpoint = format!("http://127.0.0.1:{port}");
+        test(&Clients { app, endpoint });
+        Ok(())
+    };
+    let home = thaw_runtime::default_home();
+    thaw_server::on_temp_daemon_with(&home, &format!("lambda-{tag}"), configure, run)
+        .expect("running the daemon");
+}
 
-    fn app(&self) -> &thaw_server::App {
-        &self.running.as_ref().unwrap().app
-    }
-
+impl Clients<'_> {
     /// `program args...` with the daemon's endpoint and key in its
     /// environment (and no AWS configuration of the host's); its stdout.
     fn client(&self, program: &std::path::Path, args: &[&std::path::Path]) -> String {
-        let tcp = self.running.as_ref().unwrap().tcp.expect("a TCP listener");
-        let creds = thaw_server::lambda::sigv4::load_or_create(&self.app().cfg.state_dir())
+        let creds = thaw_server::lambda::sigv4::load_or_create(&self.app.cfg.state_dir())
             .expect("the daemon's key file");
         let venv = clients();
         let out = Command::new(program)
             .args(args)
-            .env("THAW_ENDPOINT", format!("http://{tcp}"))
+            .env("THAW_ENDPOINT", &self.endpoint)
             .env("AWS_ACCESS_KEY_ID", &creds.access_key_id)
             .env("AWS_SECRET_ACCESS_KEY", &creds.secret_access_key)
             .env("AWS_DEFAULT_REGION", &creds.region)
@@ -117,102 +98,110 @@ impl Daemon {
 
     /// Every log entry of `function` so far.
     fn logs(&self, function: &str) -> Vec<thaw_server::logs::LogEntry> {
-        let v = self.app().function(function).expect("the function");
+        let v = self.app.function(function).expect("the function");
         v.ring.read(0, 10_000, None, None)
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if let Some(r) = self.running.take() {
-            self.rt.block_on(r.stop());
-        }
-        thaw_server::remove_home(&self.home).expect("removing the test home");
     }
 }
 
 #[test]
 fn boto3_create_invoke_update_publish_alias_list_delete() {
-    let d = Daemon::start("roundtrip", |_| {});
-    let out = d.python("roundtrip.py");
-    assert_eq!(out["ok"], true, "{out}");
-    assert_eq!(out["first_start"], "restore", "{out}");
-    // the deletes removed every function, published versions included
-    assert!(d.app().functions.read().unwrap().is_empty());
-    let listed: Vec<_> = std::fs::read_dir(d.app().registry.dir.clone())
-        .unwrap()
-        .flatten()
-        .map(|e| e.file_name())
-        .collect();
-    assert!(listed.is_empty(), "left in the registry: {listed:?}");
+    with_daemon(
+        "roundtrip",
+        |_| {},
+        |d| {
+            let out = d.python("roundtrip.py");
+            assert_eq!(out["ok"], true, "{out}");
+            assert_eq!(out["first_start"], "restore", "{out}");
+            // the deletes removed every function, published versions included
+            assert!(d.app.functions.read().unwrap().is_empty());
+            let listed: Vec<_> = std::fs::read_dir(d.app.registry.dir.clone())
+                .unwrap()
+                .flatten()
+                .map(|e| e.file_name())
+                .collect();
+            assert!(listed.is_empty(), "left in the registry: {listed:?}");
+        },
+    );
 }
 
 #[test]
 fn aws_cli_drives_a_nodejs_function() {
-    let d = Daemon::start("cli", |_| {});
-    let out = d.client(std::path::Path::new("bash"), &[&script("cli.sh")]);
-    assert_eq!(out.lines().last(), Some("ok"), "{out}");
+    with_daemon(
+        "cli",
+        |_| {},
+        |d| {
+            let out = d.client(std::path::Path::new("bash"), &[&script("cli.sh")]);
+            assert_eq!(out.lines().last(), Some("ok"), "{out}");
+        },
+    );
 }
 
 #[test]
 fn wrong_signatures_hostile_packages_and_big_payloads_are_refused() {
-    let d = Daemon::start("refusals", |c| {
-        c.limits.unpacked_bytes = 8 << 20;
-    });
-    let out = d.python("refusals.py");
-    assert_eq!(out["ok"], true, "{out}");
-    // a refused request is counted
-    let m = d.app().metrics.encode();
-    assert!(
-        m.lines()
-            .any(|l| l.starts_with("thaw_rejected_requests_total{reason=\"unauthorized\"}")
+    let limit = |c: &mut Config| c.limits.unpacked_bytes = 8 << 20;
+    with_daemon("refusals", limit, |d| {
+        let out = d.python("refusals.py");
+        assert_eq!(out["ok"], true, "{out}");
+        // a refused request is counted
+        let m = d.app.metrics.encode();
+        assert!(
+            m.lines().any(|l| l
+                .starts_with("thaw_rejected_requests_total{reason=\"unauthorized\"}")
                 && !l.ends_with(" 0")),
-        "{m}"
-    );
-    assert!(d.app().functions.read().unwrap().is_empty());
+            "{m}"
+        );
+        assert!(d.app.functions.read().unwrap().is_empty());
+    });
 }
 
 #[test]
 fn async_invocations_are_retried_twice_and_bounded() {
-    let d = Daemon::start("async", |c| c.limits.lambda_event_queue = 2);
-    let out = d.python("async.py");
-    let (failing, slow) = (
-        out["failing"].as_str().unwrap().to_string(),
-        out["slow"].as_str().unwrap().to_string(),
-    );
-    // first try, then retries after 1 s and 2 s more
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let outcome = |id: &str| {
-        d.logs("queued")
-            .into_iter()
-            .find(|e| e.instance == "lambda-async" && e.invocation_id == id)
-    };
-    while (outcome(&failing).is_none() || outcome(&slow).is_none()) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    let failed = outcome(&failing).expect("the failing event's outcome in the log");
-    assert!(
-        failed.output.contains("failed after 3 tries"),
-        "{}",
-        failed.output
-    );
-    let ok = outcome(&slow).expect("the slow event's outcome in the log");
-    assert!(ok.output.contains("succeeded on try 1"), "{}", ok.output);
-    // the handler ran three times for the failing event, once for the slow one
-    let runs = |tag: &str| {
-        d.logs("queued")
-            .iter()
-            .filter(|e| e.output.contains(&format!("\"tag\": \"{tag}\"")))
-            .count()
-    };
-    assert_eq!(runs("failing"), 3);
-    assert_eq!(runs("slow"), 1);
-    assert_eq!(runs("third"), 0);
-    let m = d.app().metrics.encode();
-    for (outcome, n) in [("failed", 1), ("ok", 1)] {
-        let line = format!(
+    with_daemon(
+        "async",
+        |c| c.limits.lambda_event_queue = 2,
+        |d| {
+            let out = d.python("async.py");
+            let (failing, slow) = (
+                out["failing"].as_str().unwrap().to_string(),
+                out["slow"].as_str().unwrap().to_string(),
+            );
+            // first try, then retries after 1 s and 2 s more
+            let deadline = Instant::now() + Duration::from_secs(60);
+            let outcome = |id: &str| {
+                d.logs("queued")
+                    .into_iter()
+                    .find(|e| e.instance == "lambda-async" && e.invocation_id == id)
+            };
+            while (outcome(&failing).is_none() || outcome(&slow).is_none())
+                && Instant::now() < deadline
+            {
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            let failed = outcome(&failing).expect("the failing event's outcome in the log");
+            assert!(
+                failed.output.contains("failed after 3 tries"),
+                "{}",
+                failed.output
+            );
+            let ok = outcome(&slow).expect("the slow event's outcome in the log");
+            assert!(ok.output.contains("succeeded on try 1"), "{}", ok.output);
+            // the handler ran three times for the failing event, once for the slow one
+            let runs = |tag: &str| {
+                d.logs("queued")
+                    .iter()
+                    .filter(|e| e.output.contains(&format!("\"tag\": \"{tag}\"")))
+                    .count()
+            };
+            assert_eq!(runs("failing"), 3);
+            assert_eq!(runs("slow"), 1);
+            assert_eq!(runs("third"), 0);
+            let m = d.app.metrics.encode();
+            for (outcome, n) in [("failed", 1), ("ok", 1)] {
+                let line = format!(
             "thaw_lambda_async_invocations_total{{function=\"queued\",outcome=\"{outcome}\"}} {n}"
         );
-        assert!(m.contains(&line), "{line} not in\n{m}");
-    }
+                assert!(m.contains(&line), "{line} not in\n{m}");
+            }
+        },
+    );
 }

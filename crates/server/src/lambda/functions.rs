@@ -1,8 +1,7 @@
 //! CreateFunction, GetFunction, GetFunctionConfiguration, ListFunctions,
 //! UpdateFunctionCode, UpdateFunctionConfiguration and DeleteFunction: each
 //! a deploy, lookup or delete of the daemon's function of that name.
-use axum::body::Bytes;
-use axum::extract::{Path, Query};
+use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -14,9 +13,12 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use super::errors::LambdaError;
-use super::{lock, parse, resolve, store, Lambda, Shared, Target};
+use super::model::{
+    check_revision, configuration, lock, locked, plain_request, redeploy_request, resolve,
+    split_name, Body, Lambda, QualifierQuery, Shared, Target,
+};
+use super::store;
 use crate::deploy::{self, Code, DeployRequest};
-use crate::registry::Record;
 
 /// Lambda runtimes thaw runs, and how: the root's CPython or Node.js.
 pub const RUNTIMES: &str = "python3.11, python3.12, python3.13 (the runtime root's CPython 3.11), \
@@ -128,20 +130,19 @@ fn refuse_unsupported(
 const DEFAULT_MEMORY_MB: u64 = 128;
 const DEFAULT_TIMEOUT_S: u64 = 3;
 
-pub async fn create(l: Shared, body: Bytes) -> Result<Response, LambdaError> {
-    let l = l.0;
-    let req: CreateRequest = parse(&body)?;
-    let (name, qualifier) = super::split_name(&req.function_name)?;
+/// CreateFunction: a deploy of the package that only succeeds if no
+/// function of that name exists.
+pub async fn create(
+    State(l): Shared,
+    Body(req): Body<CreateRequest>,
+) -> Result<Response, LambdaError> {
+    let (name, qualifier) = split_name(&req.function_name)?;
     if qualifier.is_some() {
         return Err(LambdaError::invalid(
             "CreateFunction takes an unqualified function name",
         ));
     }
-    refuse_unsupported(
-        req.package_type.as_deref(),
-        &req.layers,
-        &req.architectures,
-    )?;
+    refuse_unsupported(req.package_type.as_deref(), &req.layers, &req.architectures)?;
     let runtime = req
         .runtime
         .clone()
@@ -157,7 +158,11 @@ pub async fn create(l: Shared, body: Bytes) -> Result<Response, LambdaError> {
         runtime: Some(native.into()),
         handler,
         memory_mb: Some(req.memory_size.unwrap_or(DEFAULT_MEMORY_MB)),
-        timeout_ms: Some(req.timeout.unwrap_or(DEFAULT_TIMEOUT_S).saturating_mul(1000)),
+        timeout_ms: Some(
+            req.timeout
+                .unwrap_or(DEFAULT_TIMEOUT_S)
+                .saturating_mul(1000),
+        ),
         env: req.environment.map(|e| e.variables).unwrap_or_default(),
         only_if_absent: true,
         ..plain_request(&name, code)
@@ -169,13 +174,15 @@ pub async fn create(l: Shared, body: Bytes) -> Result<Response, LambdaError> {
         e => e.into(),
     })?;
     let meta = store::Meta {
-        runtime,
-        description: req.description.unwrap_or_default(),
+        latest: store::Described {
+            runtime,
+            description: req.description.unwrap_or_default(),
+            code_sha256: sha,
+            code_size: size,
+            revision_id: store::new_revision(),
+            last_modified: store::now_iso(),
+        },
         role: req.role.unwrap_or_default(),
-        code_sha256: sha,
-        code_size: size,
-        revision_id: store::new_revision(),
-        last_modified: store::now_iso(),
         next_version: 1,
         ..Default::default()
     };
@@ -188,196 +195,52 @@ pub async fn create(l: Shared, body: Bytes) -> Result<Response, LambdaError> {
     Ok((StatusCode::CREATED, Json(out)).into_response())
 }
 
-/// A deploy request of `code` with nothing else set.
-fn plain_request(name: &str, code: Code) -> DeployRequest {
-    DeployRequest {
-        name: name.to_string(),
-        runtime: None,
-        handler: String::new(),
-        code,
-        init: None,
-        before_snapshot: None,
-        after_restore: None,
-        snapshot: None,
-        packages: Vec::new(),
-        memory_mb: None,
-        cpu_millis: None,
-        cpu_weight: None,
-        timeout_ms: None,
-        max_instances: None,
-        env: BTreeMap::new(),
-        secret_env: BTreeMap::new(),
-        strategy: None,
-        tier: None,
-        sample_event: None,
-        owner: None,
-        network: None,
-        root: None,
-        only_if_absent: false,
-    }
-}
-
-/// A deploy of `name` with `rec`'s settings (secrets and hooks included)
-/// and `code` (none: `rec`'s own code, packed again).
-pub(super) async fn redeploy_request(
-    l: &Lambda,
-    name: &str,
-    rec: &Record,
-    code: Option<Code>,
-) -> Result<DeployRequest, LambdaError> {
-    let app = l.app.clone();
-    let (src_name, version) = (rec.name.clone(), rec.version);
-    let (secrets, code) = tokio::task::spawn_blocking(move || {
-        let (_, secrets) = app
-            .registry
-            .load(&src_name, version)
-            .map_err(|e| LambdaError::service(format!("{e:#}")))?;
-        let code = match code {
-            Some(c) => c,
-            None => {
-                let dir = app.registry.version_dir(&src_name, version).join("code");
-                let tgz = crate::archive::pack_dir(&dir)
-                    .map_err(|e| LambdaError::service(format!("packing the code: {e:#}")))?;
-                Code {
-                    format: "tar.gz".into(),
-                    data_base64: base64::engine::general_purpose::STANDARD.encode(tgz),
-                    filename: None,
-                }
-            }
-        };
-        Ok::<_, LambdaError>((secrets, code))
-    })
-    .await
-    .map_err(|e| LambdaError::service(e.to_string()))??;
-    Ok(DeployRequest {
-        runtime: Some(rec.runtime.to_string()),
-        handler: rec.handler.clone(),
-        init: rec.init.clone(),
-        before_snapshot: rec.before_snapshot.clone(),
-        after_restore: rec.after_restore.clone(),
-        packages: rec
-            .packages
-            .as_ref()
-            .map(|p| p.requested.clone())
-            .unwrap_or_default(),
-        memory_mb: Some(rec.memory_mb),
-        cpu_millis: rec.cpu_millis,
-        cpu_weight: rec.cpu_weight,
-        timeout_ms: Some(rec.timeout_ms),
-        max_instances: Some(rec.max_instances),
-        env: rec.env.clone(),
-        secret_env: secrets,
-        owner: Some(rec.owner.clone()),
-        network: rec.network.clone(),
-        root: rec.root.as_ref().map(|r| r.key.clone()),
-        ..plain_request(name, code)
-    })
-}
-
-/// A version's `FunctionConfiguration`.
-pub(super) fn configuration(l: &Lambda, t: &Target) -> Value {
-    let r = &t.v.rec;
-    let m = &t.meta;
-    let published = t
-        .version
-        .parse::<u64>()
-        .ok()
-        .and_then(|n| m.versions.get(&n));
-    let (runtime, description, sha, size, revision, modified) = match published {
-        Some(p) => (
-            &p.runtime,
-            &p.description,
-            &p.code_sha256,
-            p.code_size,
-            &p.revision_id,
-            &p.last_modified,
-        ),
-        None => (
-            &m.runtime,
-            &m.description,
-            &m.code_sha256,
-            m.code_size,
-            &m.revision_id,
-            &m.last_modified,
-        ),
-    };
-    let arn = super::arn(l, &t.name);
-    let function_arn = match t.version.as_str() {
-        "$LATEST" => arn,
-        n => format!("{arn}:{n}"),
-    };
-    json!({
-        "FunctionName": t.name,
-        "FunctionArn": function_arn,
-        "Runtime": runtime,
-        "Role": if m.role.is_empty() { format!("arn:aws:iam::{}:role/thaw", super::ACCOUNT) } else { m.role.clone() },
-        "Handler": r.handler,
-        "CodeSize": if size > 0 { size } else { r.code_bytes },
-        "Description": description,
-        "Timeout": r.timeout_ms.div_ceil(1000),
-        "MemorySize": r.memory_mb,
-        "LastModified": modified,
-        "CodeSha256": sha,
-        "Version": t.version,
-        "Environment": {"Variables": r.env},
-        "RevisionId": revision,
-        "State": "Active",
-        "LastUpdateStatus": "Successful",
-        "PackageType": "Zip",
-        "Architectures": ["x86_64"],
-        "SnapStart": {
-            "ApplyOn": "PublishedVersions",
-            "OptimizationStatus": if r.snapshot.is_some() { "On" } else { "Off" },
-        },
-    })
-}
-
-#[derive(Debug, Default, Deserialize)]
-pub(super) struct QualifierQuery {
-    #[serde(rename = "Qualifier")]
-    pub qualifier: Option<String>,
-}
-
-pub async fn get(
-    l: Shared,
-    Path(function): Path<String>,
-    Query(q): Query<QualifierQuery>,
-) -> Result<Json<Value>, LambdaError> {
-    let t = resolve(&l.0, &function, q.qualifier.as_deref())?;
-    Ok(Json(json!({
-        "Configuration": configuration(&l.0, &t),
-        "Code": {"RepositoryType": "thaw", "Location": ""},
-    })))
+pub async fn get(l: Shared, f: Path<String>, q: Query<QualifierQuery>) -> Reply {
+    let Json(configuration) = get_configuration(l, f, q).await?;
+    let code = json!({"RepositoryType": "thaw", "Location": ""});
+    Ok(Json(json!({"Configuration": configuration, "Code": code})))
 }
 
 pub async fn get_configuration(
-    l: Shared,
+    State(l): Shared,
     Path(function): Path<String>,
     Query(q): Query<QualifierQuery>,
-) -> Result<Json<Value>, LambdaError> {
-    let t = resolve(&l.0, &function, q.qualifier.as_deref())?;
-    Ok(Json(configuration(&l.0, &t)))
+) -> Reply {
+    Ok(Json(configuration(
+        &l,
+        &resolve(&l, &function, q.qualifier.as_deref())?,
+    )))
 }
+
+/// An answer of JSON, or Lambda's error.
+type Reply = Result<Json<Value>, LambdaError>;
 
 /// Lambda's page size limit for ListFunctions.
 const MAX_ITEMS: usize = 50;
 
 pub async fn list(
-    l: Shared,
+    State(l): Shared,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Json<Value>, LambdaError> {
-    let l = l.0;
     let max = match q.get("MaxItems") {
         None => MAX_ITEMS,
         Some(s) => match s.parse::<usize>() {
             Ok(n) if (1..=10_000).contains(&n) => n.min(MAX_ITEMS),
-            _ => return Err(LambdaError::invalid(format!("MaxItems {s:?}: use 1..10000"))),
+            _ => {
+                return Err(LambdaError::invalid(format!(
+                    "MaxItems {s:?}: use 1..10000"
+                )))
+            }
         },
     };
     let all_versions = match q.get("FunctionVersion").map(String::as_str) {
         None => false,
         Some("ALL") => true,
-        Some(o) => return Err(LambdaError::invalid(format!("FunctionVersion {o:?}: use ALL"))),
+        Some(o) => {
+            return Err(LambdaError::invalid(format!(
+                "FunctionVersion {o:?}: use ALL"
+            )))
+        }
     };
     let mut names: Vec<String> = l
         .app
@@ -403,10 +266,9 @@ pub async fn list(
     }
     let from = match q.get("Marker") {
         None => 0,
-        Some(m) => keys
-            .iter()
-            .position(|k| k == m)
-            .ok_or_else(|| LambdaError::invalid(format!("Marker {m:?} is not one this endpoint gave")))?,
+        Some(m) => keys.iter().position(|k| k == m).ok_or_else(|| {
+            LambdaError::invalid(format!("Marker {m:?} is not one this endpoint gave"))
+        })?,
     };
     let mut out = Vec::new();
     for k in keys.iter().skip(from).take(max) {
@@ -432,18 +294,6 @@ pub(super) struct UpdateCodeRequest {
     architectures: Vec<String>,
 }
 
-/// 412 when the caller's `RevisionId` is not the function's now.
-pub(super) fn check_revision(given: Option<&str>, now: &str) -> Result<(), LambdaError> {
-    match given {
-        Some(g) if g != now => Err(LambdaError::new(
-            StatusCode::PRECONDITION_FAILED,
-            "PreconditionFailedException",
-            format!("The Revision Id provided does not match the latest Revision Id ({now}). Call GetFunction to get the latest Revision Id"),
-        )),
-        _ => Ok(()),
-    }
-}
-
 fn latest_only(t: &Target) -> Result<(), LambdaError> {
     if t.version != "$LATEST" {
         return Err(LambdaError::invalid(
@@ -453,25 +303,22 @@ fn latest_only(t: &Target) -> Result<(), LambdaError> {
     Ok(())
 }
 
+/// UpdateFunctionCode: `$LATEST` redeployed with the new package.
 pub async fn update_code(
-    l: Shared,
+    State(l): Shared,
     Path(function): Path<String>,
-    body: Bytes,
+    Body(req): Body<UpdateCodeRequest>,
 ) -> Result<Json<Value>, LambdaError> {
-    let l = l.0;
-    let req: UpdateCodeRequest = parse(&body)?;
     refuse_unsupported(None, &[], &req.architectures)?;
     let (code, size, sha) = req.code.package()?;
-    let name = super::split_name(&function)?.0;
-    let _guard = lock(&l, &name).await?;
-    let t = resolve(&l, &function, None)?;
+    let (_guard, t) = locked(&l, &function, None).await?;
     latest_only(&t)?;
-    check_revision(req.revision_id.as_deref(), &t.meta.revision_id)?;
+    check_revision(req.revision_id.as_deref(), &t.meta.latest.revision_id)?;
     let d = redeploy_request(&l, &t.name, &t.v.rec, Some(code)).await?;
     deploy::run(&l.app, d).await?;
     let mut meta = t.meta;
-    meta.code_sha256 = sha;
-    meta.code_size = size;
+    meta.latest.code_sha256 = sha;
+    meta.latest.code_size = size;
     changed(&l, &t.name, meta, req.publish).await
 }
 
@@ -483,8 +330,8 @@ async fn changed(
     mut meta: store::Meta,
     publish: bool,
 ) -> Result<Json<Value>, LambdaError> {
-    meta.revision_id = store::new_revision();
-    meta.last_modified = store::now_iso();
+    meta.latest.revision_id = store::new_revision();
+    meta.latest.last_modified = store::now_iso();
     store::save(&l.app, name, &meta)?;
     let t = resolve(l, name, None)?;
     Ok(Json(match publish {
@@ -507,24 +354,22 @@ pub(super) struct UpdateConfigRequest {
     layers: Vec<String>,
 }
 
+/// UpdateFunctionConfiguration: `$LATEST` redeployed from its own code
+/// with the settings given changed.
 pub async fn update_configuration(
-    l: Shared,
+    State(l): Shared,
     Path(function): Path<String>,
-    body: Bytes,
+    Body(req): Body<UpdateConfigRequest>,
 ) -> Result<Json<Value>, LambdaError> {
-    let l = l.0;
-    let req: UpdateConfigRequest = parse(&body)?;
     refuse_unsupported(None, &req.layers, &[])?;
-    let name = super::split_name(&function)?.0;
-    let _guard = lock(&l, &name).await?;
-    let t = resolve(&l, &function, None)?;
+    let (_guard, t) = locked(&l, &function, None).await?;
     latest_only(&t)?;
-    check_revision(req.revision_id.as_deref(), &t.meta.revision_id)?;
+    check_revision(req.revision_id.as_deref(), &t.meta.latest.revision_id)?;
     let mut d = redeploy_request(&l, &t.name, &t.v.rec, None).await?;
     let mut meta = t.meta;
     if let Some(r) = req.runtime {
         d.runtime = Some(native_runtime(&r)?.into());
-        meta.runtime = r;
+        meta.latest.runtime = r;
     }
     if let Some(h) = req.handler {
         d.handler = h;
@@ -539,7 +384,7 @@ pub async fn update_configuration(
         d.env = e.variables;
     }
     if let Some(desc) = req.description {
-        meta.description = desc;
+        meta.latest.description = desc;
     }
     if let Some(role) = req.role {
         meta.role = role;
@@ -548,15 +393,14 @@ pub async fn update_configuration(
     changed(&l, &t.name, meta, false).await
 }
 
+/// DeleteFunction: the function with every published version, or (with a
+/// version as qualifier) that version.
 pub async fn delete(
-    l: Shared,
+    State(l): Shared,
     Path(function): Path<String>,
     Query(q): Query<QualifierQuery>,
 ) -> Result<StatusCode, LambdaError> {
-    let l = l.0;
-    let name = super::split_name(&function)?.0;
-    let _guard = lock(&l, &name).await?;
-    let t = resolve(&l, &function, q.qualifier.as_deref())?;
+    let (_guard, t) = locked(&l, &function, q.qualifier.as_deref()).await?;
     if t.version != "$LATEST" {
         super::versions::delete_version(&l, t).await?;
         return Ok(StatusCode::NO_CONTENT);

@@ -4,7 +4,7 @@
 //! 4 KB of the log); `Event` queued (bounded) and tried up to three times;
 //! `DryRun` only resolved.
 use axum::body::Bytes;
-use axum::extract::{Path, Query};
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
@@ -14,8 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::errors::LambdaError;
-use super::functions::QualifierQuery;
-use super::{resolve, Lambda, Shared};
+use super::model::{arn, resolve, Lambda, QualifierQuery, Shared};
 use crate::invoke::{CallError, Called};
 use crate::pool::{Mode, Refusal};
 use thaw_sandbox::agent::ErrorKind;
@@ -27,13 +26,12 @@ const TAIL_BYTES: usize = 4096;
 const RETRY_DELAYS: [Duration; 2] = [Duration::from_secs(1), Duration::from_secs(2)];
 
 pub async fn invoke(
-    l: Shared,
+    State(l): Shared,
     Path(function): Path<String>,
     Query(q): Query<QualifierQuery>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, LambdaError> {
-    let l = l.0;
     let header = |n: &str| headers.get(n).and_then(|v| v.to_str().ok());
     let kind = header("x-amz-invocation-type").unwrap_or("RequestResponse");
     if !["RequestResponse", "Event", "DryRun"].contains(&kind) {
@@ -44,7 +42,11 @@ pub async fn invoke(
     let tail = match header("x-amz-log-type").unwrap_or("None") {
         "None" => false,
         "Tail" => true,
-        o => return Err(LambdaError::invalid(format!("LogType {o:?}: use None or Tail"))),
+        o => {
+            return Err(LambdaError::invalid(format!(
+                "LogType {o:?}: use None or Tail"
+            )))
+        }
     };
     let max = l.app.cfg.limits.event_bytes;
     if body.len() as u64 > max {
@@ -76,22 +78,16 @@ pub async fn invoke(
             Ok((StatusCode::ACCEPTED, h).into_response())
         }
         _ => {
-            let t0 = Instant::now();
-            let called = crate::invoke::call(&l.app, &native, Mode::Normal, event)
+            let (called, payload, function_error) = run_counted(&l, &native, event)
                 .await
                 .map_err(|e| call_error(&l, &native, e))?;
-            let (payload, function_error, code) = answer(&called);
-            crate::invoke::count(
-                &l.app,
-                &native,
-                called.start,
-                code,
-                t0.elapsed().as_secs_f64(),
-            );
             h.insert("x-amzn-requestid", value(&called.invocation_id));
             h.insert("thaw-start-type", value(called.start.name()));
             if function_error {
-                h.insert("x-amz-function-error", HeaderValue::from_static("Unhandled"));
+                h.insert(
+                    "x-amz-function-error",
+                    HeaderValue::from_static("Unhandled"),
+                );
             }
             if tail {
                 h.insert("x-amz-log-result", value(&log_tail(&called, &t.version)));
@@ -105,6 +101,20 @@ pub async fn invoke(
 
 fn value(s: &str) -> HeaderValue {
     HeaderValue::from_str(s).unwrap_or(HeaderValue::from_static("-"))
+}
+
+/// One invocation of `native`, counted in the metrics: what ran, the
+/// payload Lambda answers, and whether that is the function's error.
+async fn run_counted(
+    l: &Lambda,
+    native: &str,
+    event: Value,
+) -> Result<(Called, Value, bool), CallError> {
+    let t0 = Instant::now();
+    let c = crate::invoke::call(&l.app, native, Mode::Normal, event).await?;
+    let (payload, failed, code) = answer(&c);
+    crate::invoke::count(&l.app, native, c.start, code, t0.elapsed().as_secs_f64());
+    Ok((c, payload, failed))
 }
 
 /// The payload Lambda answers, whether it is the function's error, and the
@@ -132,7 +142,11 @@ fn answer(c: &Called) -> (Value, bool, &'static str) {
                     true,
                     "bad_output",
                 ),
-                _ => (err("Runtime.Unknown", e.message.clone()), true, "agent_error"),
+                _ => (
+                    err("Runtime.Unknown", e.message.clone()),
+                    true,
+                    "agent_error",
+                ),
             },
         },
         Err(e) => (
@@ -173,7 +187,7 @@ fn call_error(l: &Lambda, name: &str, e: CallError) -> LambdaError {
     match e {
         CallError::BadName(m) => LambdaError::invalid(m),
         CallError::NotFound(n) => {
-            LambdaError::not_found(format!("Function not found: {}", super::arn(l, &n)))
+            LambdaError::not_found(format!("Function not found: {}", arn(l, &n)))
         }
         CallError::Refused(r) => {
             let answer: fn(String) -> LambdaError = match &r {
@@ -226,20 +240,32 @@ fn enqueue(l: &Arc<Lambda>, native: String, event: Value) -> Result<String, Lamb
             if attempt > 0 {
                 tokio::time::sleep(RETRY_DELAYS[attempt - 1]).await;
             }
-            let t0 = Instant::now();
-            let why = match crate::invoke::call(&l.app, &native, Mode::Normal, event.clone()).await
-            {
-                Ok(c) => {
-                    let (payload, failed, code) = answer(&c);
-                    crate::invoke::count(&l.app, &native, c.start, code, t0.elapsed().as_secs_f64());
+            let why = match run_counted(&l, &native, event.clone()).await {
+                Ok((_, payload, failed)) => {
                     if !failed {
-                        note(&l, &native, &id2, "ok", format!("succeeded on try {}", attempt + 1));
+                        note(
+                            &l,
+                            &native,
+                            &id2,
+                            "ok",
+                            format!("succeeded on try {}", attempt + 1),
+                        );
                         return;
                     }
-                    format!("{} ({})", code, payload["errorMessage"].as_str().unwrap_or(""))
+                    format!(
+                        "{}: {}",
+                        payload["errorType"].as_str().unwrap_or(""),
+                        payload["errorMessage"].as_str().unwrap_or("")
+                    )
                 }
                 Err(CallError::NotFound(_)) => {
-                    note(&l, &native, &id2, "failed", "the function was deleted".into());
+                    note(
+                        &l,
+                        &native,
+                        &id2,
+                        "failed",
+                        "the function was deleted".into(),
+                    );
                     return;
                 }
                 Err(e) => format!("{e:?}"),
@@ -251,7 +277,11 @@ fn enqueue(l: &Arc<Lambda>, native: String, event: Value) -> Result<String, Lamb
             &native,
             &id2,
             "failed",
-            format!("failed after {} tries: {}", failures.len(), failures.join("; ")),
+            format!(
+                "failed after {} tries: {}",
+                failures.len(),
+                failures.join("; ")
+            ),
         );
     });
     Ok(id)

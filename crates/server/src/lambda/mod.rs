@@ -15,26 +15,17 @@ use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 
 use crate::app::App;
-use crate::pool::FnVersion;
 
 pub mod errors;
 mod functions;
 mod invoke;
+mod model;
 pub mod sigv4;
 mod store;
 mod versions;
 
 use errors::LambdaError;
-
-/// What the Lambda routes share.
-pub struct Lambda {
-    pub app: Arc<App>,
-    pub creds: sigv4::Credentials,
-    /// asynchronous invocations accepted and not yet finished
-    pub queued: AtomicUsize,
-}
-
-type Shared = State<Arc<Lambda>>;
+use model::Lambda;
 
 /// The Lambda routes, each behind the SigV4 check (the key file is made
 /// when missing).
@@ -133,134 +124,4 @@ async fn authenticate(
     }
     let req = axum::extract::Request::from_parts(parts, axum::body::Body::from(bytes));
     next.run(req).await
-}
-
-/// A function as a request names it: its name and the qualifier given in
-/// the name (`NAME:QUALIFIER`, or an ARN, full or partial).
-fn split_name(given: &str) -> Result<(String, Option<String>), LambdaError> {
-    let parts: Vec<&str> = given.split(':').collect();
-    let (name, qualifier) = match parts[..] {
-        [n] => (n, None),
-        [n, q] => (n, Some(q)),
-        ["arn", _, "lambda", _, _, "function", n] | [_, "function", n] => (n, None),
-        ["arn", _, "lambda", _, _, "function", n, q] | [_, "function", n, q] => (n, Some(q)),
-        _ => {
-            return Err(LambdaError::invalid(format!(
-                "{given:?} is neither a function name nor a function ARN"
-            )))
-        }
-    };
-    check_lambda_name(name)?;
-    Ok((name.to_string(), qualifier.map(String::from)))
-}
-
-/// Lambda's names, within what the daemon's names allow.
-fn check_lambda_name(name: &str) -> Result<(), LambdaError> {
-    crate::registry::check_name(name).map_err(|_| {
-        LambdaError::invalid(format!(
-            "function name {name:?}: thaw takes Lambda names of lowercase letters, digits, - and _ \
-             (at most 63, starting with a letter or digit)"
-        ))
-    })?;
-    if name.contains("--") {
-        return Err(LambdaError::invalid(format!(
-            "function name {name:?}: \"--\" is kept for published versions (NAME--N)"
-        )));
-    }
-    Ok(())
-}
-
-/// What a name and qualifier resolve to.
-pub(crate) struct Target {
-    /// the function's name
-    pub name: String,
-    /// `$LATEST` or the published version's number
-    pub version: String,
-    /// the deployed function that serves it
-    pub v: Arc<FnVersion>,
-    /// the function's Lambda side
-    pub meta: store::Meta,
-}
-
-/// Resolves a function name (maybe qualified) and a `Qualifier` parameter.
-fn resolve(l: &Lambda, given: &str, qualifier: Option<&str>) -> Result<Target, LambdaError> {
-    let app = &*l.app;
-    let (name, in_name) = split_name(given)?;
-    let q = match (in_name.as_deref(), qualifier) {
-        (Some(a), Some(b)) if a != b => {
-            return Err(LambdaError::invalid(format!(
-                "the qualifier in the name ({a}) and the Qualifier parameter ({b}) differ"
-            )))
-        }
-        (Some(a), _) => Some(a.to_string()),
-        (None, b) => b.map(String::from),
-    };
-    let latest = app
-        .function(&name)
-        .ok_or_else(|| LambdaError::not_found(format!("Function not found: {}", arn(l, &name))))?;
-    let meta = store::load(app, &latest.rec);
-    let version = match q.as_deref() {
-        None | Some("$LATEST") => "$LATEST".to_string(),
-        Some(n) if n.bytes().all(|b| b.is_ascii_digit()) => n.to_string(),
-        Some(alias) => match meta.aliases.get(alias) {
-            Some(a) => a.version.clone(),
-            None => {
-                return Err(LambdaError::not_found(format!(
-                    "Function not found: {}:{alias}",
-                    arn(l, &name)
-                )))
-            }
-        },
-    };
-    let v = match version.as_str() {
-        "$LATEST" => latest,
-        n => {
-            let num: u64 = n.parse().unwrap_or(0);
-            let missing = || {
-                LambdaError::not_found(format!("Function not found: {}:{n}", arn(l, &name)))
-            };
-            if !meta.versions.contains_key(&num) {
-                return Err(missing());
-            }
-            app.function(&store::version_name(&name, num))
-                .ok_or_else(missing)?
-        }
-    };
-    Ok(Target {
-        name,
-        version,
-        v,
-        meta,
-    })
-}
-
-/// The account id every ARN carries (one daemon is one account).
-const ACCOUNT: &str = "000000000000";
-
-/// A function's ARN (in the region clients sign for).
-fn arn(l: &Lambda, name: &str) -> String {
-    format!(
-        "arn:aws:lambda:{}:{ACCOUNT}:function:{name}",
-        l.creds.region
-    )
-}
-
-/// One function-level lock per Lambda function (its versions and aliases
-/// change under it), apart from the deploy lock of the daemon's function.
-async fn lock(l: &Lambda, name: &str) -> Result<tokio::sync::OwnedMutexGuard<()>, LambdaError> {
-    let taking = l.app.deploy_lock(&format!("lambda {name}")).lock_owned();
-    l.app.within_lock_wait(taking).await.ok_or_else(|| {
-        LambdaError::conflict(format!(
-            "The operation cannot be performed at this time. An update is in progress for resource: {}",
-            arn(l, name)
-        ))
-    })
-}
-
-/// A request body as JSON of `T` (an empty body as `T`'s default).
-fn parse<T: serde::de::DeserializeOwned + Default>(body: &[u8]) -> Result<T, LambdaError> {
-    if body.iter().all(u8::is_ascii_whitespace) {
-        return Ok(T::default());
-    }
-    serde_json::from_slice(body).map_err(|e| LambdaError::invalid(format!("request body: {e}")))
 }

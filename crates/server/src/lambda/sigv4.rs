@@ -220,10 +220,7 @@ pub fn canonical_request(req: &Signed, signed: &[&str]) -> String {
         .filter(|p| !p.is_empty())
         .map(|p| {
             let (k, v) = p.split_once('=').unwrap_or((p, ""));
-            (
-                encode(&decode(k), ""),
-                encode(&decode(v), ""),
-            )
+            (encode(&decode(k), ""), encode(&decode(v), ""))
         })
         .collect();
     pairs.sort();

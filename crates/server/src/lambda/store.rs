@@ -11,20 +11,29 @@ use std::path::PathBuf;
 use crate::app::App;
 use crate::registry::Record;
 
-/// A function's Lambda side.
+/// What Lambda shows of `$LATEST`, or of a published version, beyond
+/// the daemon's record.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default)]
-pub struct Meta {
-    /// the runtime name the function was created with (`python3.12`, ...)
+pub struct Described {
+    /// the runtime name it was created with (`python3.12`, ...)
     pub runtime: String,
     pub description: String,
-    /// the role ARN given at create (not used: there is no IAM here)
-    pub role: String,
     /// base64 SHA-256 of the deployment package, as Lambda gives it
     pub code_sha256: String,
     pub code_size: u64,
     pub revision_id: String,
     pub last_modified: String,
+}
+
+/// A function's Lambda side.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Meta {
+    #[serde(flatten)]
+    pub latest: Described,
+    /// the role ARN given at create (not used: there is no IAM here)
+    pub role: String,
     /// the number the next published version gets
     pub next_version: u64,
     pub versions: BTreeMap<u64, Published>,
@@ -36,12 +45,8 @@ pub struct Meta {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Published {
-    pub runtime: String,
-    pub description: String,
-    pub code_sha256: String,
-    pub code_size: u64,
-    pub revision_id: String,
-    pub last_modified: String,
+    #[serde(flatten)]
+    pub described: Described,
     /// `$LATEST`'s revision it was published from (publishing an unchanged
     /// function gives this version back)
     pub from_revision: String,
@@ -79,15 +84,16 @@ pub fn load(app: &App, rec: &Record) -> Meta {
         .ok()
         .and_then(|b| serde_json::from_slice::<Meta>(&b).ok());
     let mut m = read.unwrap_or_default();
-    if m.runtime.is_empty() {
-        m.runtime = default_runtime(rec);
+    let l = &mut m.latest;
+    if l.runtime.is_empty() {
+        l.runtime = default_runtime(rec);
     }
-    if m.revision_id.is_empty() {
-        m.revision_id = format!("thaw-{}-{}", rec.name, rec.version);
+    if l.revision_id.is_empty() {
+        l.revision_id = format!("thaw-{}-{}", rec.name, rec.version);
     }
-    if m.last_modified.is_empty() {
+    if l.last_modified.is_empty() {
         let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(rec.created_unix);
-        m.last_modified = super::sigv4::format_iso(t);
+        l.last_modified = super::sigv4::format_iso(t);
     }
     m.next_version = m.next_version.max(1);
     m

@@ -2,8 +2,7 @@
 //! version N of NAME is the daemon's function `NAME--N`: deployed once from
 //! `$LATEST`'s code and settings (its own init and snapshot), never
 //! redeployed by this API, so it cannot change.
-use axum::body::Bytes;
-use axum::extract::Path;
+use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -11,9 +10,32 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::errors::LambdaError;
-use super::functions::{check_revision, configuration, redeploy_request};
-use super::{arn, lock, parse, resolve, store, Lambda, Shared, Target};
+use super::model::{
+    arn, check_revision, configuration, locked, redeploy_request, resolve, Body, Lambda, Shared,
+    Target,
+};
+use super::store;
 use crate::deploy;
+
+/// PublishVersion (`CodeSha256` and `RevisionId` checked against `$LATEST`).
+pub async fn publish(
+    State(l): Shared,
+    Path(function): Path<String>,
+    Body(req): Body<PublishRequest>,
+) -> Result<Response, LambdaError> {
+    let (_guard, t) = locked(&l, &function, None).await?;
+    if let Some(s) = &req.code_sha256 {
+        if *s != t.meta.latest.code_sha256 {
+            return Err(LambdaError::invalid(format!(
+                "CodeSha256 ({s}) is different from current CodeSha256 in $LATEST ({}). Please try again with the CodeSha256 in $LATEST.",
+                t.meta.latest.code_sha256
+            )));
+        }
+    }
+    check_revision(req.revision_id.as_deref(), &t.meta.latest.revision_id)?;
+    let out = publish_locked(&l, t, req.description).await?;
+    Ok((StatusCode::CREATED, Json(out)).into_response())
+}
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "PascalCase", default)]
@@ -21,29 +43,6 @@ pub(super) struct PublishRequest {
     code_sha256: Option<String>,
     description: Option<String>,
     revision_id: Option<String>,
-}
-
-pub async fn publish(
-    l: Shared,
-    Path(function): Path<String>,
-    body: Bytes,
-) -> Result<Response, LambdaError> {
-    let l = l.0;
-    let req: PublishRequest = parse(&body)?;
-    let name = super::split_name(&function)?.0;
-    let _guard = lock(&l, &name).await?;
-    let t = resolve(&l, &name, None)?;
-    if let Some(s) = &req.code_sha256 {
-        if *s != t.meta.code_sha256 {
-            return Err(LambdaError::invalid(format!(
-                "CodeSha256 ({s}) is different from current CodeSha256 in $LATEST ({}). Please try again with the CodeSha256 in $LATEST.",
-                t.meta.code_sha256
-            )));
-        }
-    }
-    check_revision(req.revision_id.as_deref(), &t.meta.revision_id)?;
-    let out = publish_locked(&l, t, req.description).await?;
-    Ok((StatusCode::CREATED, Json(out)).into_response())
 }
 
 /// Publishes `$LATEST` (its Lambda lock held) and answers the version's
@@ -59,7 +58,7 @@ pub(super) async fn publish_locked(
         .versions
         .iter()
         .next_back()
-        .filter(|(_, p)| p.from_revision == meta.revision_id)
+        .filter(|(_, p)| p.from_revision == meta.latest.revision_id)
     {
         let n = n.to_string();
         return Ok(configuration(l, &resolve(l, &t.name, Some(&n))?));
@@ -77,24 +76,26 @@ pub(super) async fn publish_locked(
     meta.versions.insert(
         n,
         store::Published {
-            runtime: meta.runtime.clone(),
-            description: description.unwrap_or_else(|| meta.description.clone()),
-            code_sha256: meta.code_sha256.clone(),
-            code_size: meta.code_size,
-            revision_id: store::new_revision(),
-            last_modified: store::now_iso(),
-            from_revision: meta.revision_id.clone(),
+            described: store::Described {
+                description: description.unwrap_or_else(|| meta.latest.description.clone()),
+                revision_id: store::new_revision(),
+                last_modified: store::now_iso(),
+                ..meta.latest.clone()
+            },
+            from_revision: meta.latest.revision_id.clone(),
         },
     );
     store::save(&l.app, &t.name, &meta)?;
-    Ok(configuration(l, &resolve(l, &t.name, Some(&n.to_string()))?))
+    Ok(configuration(
+        l,
+        &resolve(l, &t.name, Some(&n.to_string()))?,
+    ))
 }
 
 pub async fn list_versions(
-    l: Shared,
+    State(l): Shared,
     Path(function): Path<String>,
 ) -> Result<Json<Value>, LambdaError> {
-    let l = l.0;
     let t = resolve(&l, &function, None)?;
     let mut out = vec![configuration(&l, &t)];
     for n in t.meta.versions.keys() {
@@ -186,12 +187,10 @@ fn alias_json(l: &Lambda, name: &str, alias: &str, a: &store::Alias) -> Value {
 }
 
 pub async fn create_alias(
-    l: Shared,
+    State(l): Shared,
     Path(function): Path<String>,
-    body: Bytes,
+    Body(req): Body<AliasRequest>,
 ) -> Result<Response, LambdaError> {
-    let l = l.0;
-    let req: AliasRequest = parse(&body)?;
     no_routing(&req.routing_config)?;
     let alias = req
         .name
@@ -200,14 +199,12 @@ pub async fn create_alias(
     let version = req
         .function_version
         .ok_or_else(|| LambdaError::invalid("FunctionVersion is required"))?;
-    let name = super::split_name(&function)?.0;
-    let _guard = lock(&l, &name).await?;
-    let mut t = resolve(&l, &name, None)?;
+    let (_guard, mut t) = locked(&l, &function, None).await?;
     check_target(&t.meta, &version)?;
     if t.meta.aliases.contains_key(&alias) {
         return Err(LambdaError::conflict(format!(
             "Alias already exists: {}:{alias}",
-            arn(&l, &name)
+            arn(&l, &t.name)
         )));
     }
     let a = store::Alias {
@@ -216,39 +213,36 @@ pub async fn create_alias(
         revision_id: store::new_revision(),
     };
     t.meta.aliases.insert(alias.clone(), a.clone());
-    store::save(&l.app, &name, &t.meta)?;
-    Ok((StatusCode::CREATED, Json(alias_json(&l, &name, &alias, &a))).into_response())
+    store::save(&l.app, &t.name, &t.meta)?;
+    Ok((
+        StatusCode::CREATED,
+        Json(alias_json(&l, &t.name, &alias, &a)),
+    )
+        .into_response())
 }
 
 fn alias_of<'a>(l: &Lambda, t: &'a Target, alias: &str) -> Result<&'a store::Alias, LambdaError> {
     t.meta.aliases.get(alias).ok_or_else(|| {
-        LambdaError::not_found(format!(
-            "Alias not found: {}:{alias}",
-            arn(l, &t.name)
-        ))
+        LambdaError::not_found(format!("Alias not found: {}:{alias}", arn(l, &t.name)))
     })
 }
 
 pub async fn get_alias(
-    l: Shared,
+    State(l): Shared,
     Path((function, alias)): Path<(String, String)>,
 ) -> Result<Json<Value>, LambdaError> {
-    let t = resolve(&l.0, &function, None)?;
-    let a = alias_of(&l.0, &t, &alias)?;
-    Ok(Json(alias_json(&l.0, &t.name, &alias, a)))
+    let t = resolve(&l, &function, None)?;
+    let a = alias_of(&l, &t, &alias)?;
+    Ok(Json(alias_json(&l, &t.name, &alias, a)))
 }
 
 pub async fn update_alias(
-    l: Shared,
+    State(l): Shared,
     Path((function, alias)): Path<(String, String)>,
-    body: Bytes,
+    Body(req): Body<AliasRequest>,
 ) -> Result<Json<Value>, LambdaError> {
-    let l = l.0;
-    let req: AliasRequest = parse(&body)?;
     no_routing(&req.routing_config)?;
-    let name = super::split_name(&function)?.0;
-    let _guard = lock(&l, &name).await?;
-    let mut t = resolve(&l, &name, None)?;
+    let (_guard, mut t) = locked(&l, &function, None).await?;
     let mut a = alias_of(&l, &t, &alias)?.clone();
     check_revision(req.revision_id.as_deref(), &a.revision_id)?;
     if let Some(v) = req.function_version {
@@ -260,34 +254,31 @@ pub async fn update_alias(
     }
     a.revision_id = store::new_revision();
     t.meta.aliases.insert(alias.clone(), a.clone());
-    store::save(&l.app, &name, &t.meta)?;
-    Ok(Json(alias_json(&l, &name, &alias, &a)))
+    store::save(&l.app, &t.name, &t.meta)?;
+    Ok(Json(alias_json(&l, &t.name, &alias, &a)))
 }
 
 pub async fn delete_alias(
-    l: Shared,
+    State(l): Shared,
     Path((function, alias)): Path<(String, String)>,
 ) -> Result<StatusCode, LambdaError> {
-    let l = l.0;
-    let name = super::split_name(&function)?.0;
-    let _guard = lock(&l, &name).await?;
-    let mut t = resolve(&l, &name, None)?;
+    let (_guard, mut t) = locked(&l, &function, None).await?;
     alias_of(&l, &t, &alias)?;
     t.meta.aliases.remove(&alias);
-    store::save(&l.app, &name, &t.meta)?;
+    store::save(&l.app, &t.name, &t.meta)?;
     Ok(StatusCode::NO_CONTENT)
 }
 
 pub async fn list_aliases(
-    l: Shared,
+    State(l): Shared,
     Path(function): Path<String>,
 ) -> Result<Json<Value>, LambdaError> {
-    let t = resolve(&l.0, &function, None)?;
+    let t = resolve(&l, &function, None)?;
     let out: Vec<Value> = t
         .meta
         .aliases
         .iter()
-        .map(|(n, a)| alias_json(&l.0, &t.name, n, a))
+        .map(|(n, a)| alias_json(&l, &t.name, n, a))
         .collect();
     Ok(Json(json!({ "Aliases": out })))
 }

@@ -35,8 +35,8 @@ JS
     --payload '{"name": "cli"}' --log-type Tail out.json >meta.json
 [ "$(field out.json 'j["hello"], j["env"], j["fn"]')" = "('cli', 'blue', 'cli-node')" ] || fail "invoke payload: $(cat out.json)"
 [ "$(field meta.json 'j["StatusCode"], j["ExecutedVersion"]')" = "(200, '\$LATEST')" ] || fail "invoke answer: $(cat meta.json)"
-field meta.json '__import__("base64").b64decode(j["LogResult"]).decode()' | grep -q 'node saw {"name":"cli"}' \
-    || fail "log tail: $(cat meta.json)"
+log=$(field meta.json '__import__("base64").b64decode(j["LogResult"]).decode()')
+[[ $log == *'node saw {"name":"cli"}'* && $log == *"REPORT RequestId"* ]] || fail "log tail: $log"
 
 "$AWS_CLI" lambda invoke "${E[@]}" --function-name cli-node \
     --payload '{"fail": "on purpose"}' err.json >meta.json
