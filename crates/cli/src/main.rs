@@ -292,6 +292,9 @@ enum BenchCmd {
     Serve(serve::BenchServeArgs),
     /// Network egress: cold start with and without, streaming from a test host, connect + first byte vs a plain process
     Egress(serve::BenchEgressArgs),
+    /// Lambda's API through boto3 against thaw's own API on one Python hello
+    /// world: cold (restore) invokes alternating, warm req/s from N threads
+    Lambda(serve::BenchLambdaArgs),
     /// Simulated vs live: one synthetic day through `thaw sim` and through `thaw load` against a `thaw serve` it starts
     Simlive(thaw_simlive::Args),
     /// XDT: 1-1 transfers between functions by reference vs. inline in the event
@@ -660,6 +663,9 @@ fn run(cli: Cli, matches: &clap::ArgMatches) -> Result<()> {
         Cmd::Bench {
             cmd: BenchCmd::Egress(args),
         } => serve::bench_egress(&home, args),
+        Cmd::Bench {
+            cmd: BenchCmd::Lambda(args),
+        } => serve::bench_lambda(&home, args),
         Cmd::Bench {
             cmd: BenchCmd::Simlive(a),
         } => Ok(thaw_simlive::main(&home, &a)?),

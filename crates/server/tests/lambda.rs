@@ -9,19 +9,11 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 use thaw_server::Config;
 
-/// Where `scripts/setup.sh --tests` installs boto3 and the AWS CLI.
+/// boto3 and the AWS CLI, or a failure naming how to install them.
 fn clients() -> PathBuf {
-    let mut cands = Vec::new();
-    if let Some(h) = std::env::var_os("HOME") {
-        cands.push(PathBuf::from(h).join(".cache/thaw/lambda-clients"));
-    }
-    cands.push(PathBuf::from("/root/.cache/thaw/lambda-clients"));
-    cands
-        .into_iter()
-        .find(|p| p.join("bin/python").is_file() && p.join("bin/aws").is_file())
-        .unwrap_or_else(|| {
-            panic!("boto3 and the AWS CLI are not installed: run `scripts/setup.sh --tests` (a venv in ~/.cache/thaw/lambda-clients)")
-        })
+    thaw_server::lambda::client_venv().unwrap_or_else(|| {
+        panic!("boto3 and the AWS CLI are not installed: run `scripts/setup.sh --tests` (a venv in ~/.cache/thaw/lambda-clients)")
+    })
 }
 
 fn script(name: &str) -> PathBuf {

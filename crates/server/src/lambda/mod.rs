@@ -76,6 +76,20 @@ pub fn router(app: Arc<App>) -> std::io::Result<Router> {
         .with_state(state))
 }
 
+/// Where `scripts/setup.sh --tests` installs boto3 and the AWS CLI (a
+/// virtual environment with `bin/python` and `bin/aws`), for the tests and
+/// `thaw bench lambda`; None when it is not there.
+pub fn client_venv() -> Option<std::path::PathBuf> {
+    let mut cands = Vec::new();
+    if let Some(h) = std::env::var_os("HOME") {
+        cands.push(std::path::PathBuf::from(h).join(".cache/thaw/lambda-clients"));
+    }
+    cands.push("/root/.cache/thaw/lambda-clients".into());
+    cands
+        .into_iter()
+        .find(|p| p.join("bin/python").is_file() && p.join("bin/aws").is_file())
+}
+
 async fn unknown_operation() -> LambdaError {
     LambdaError::new(
         StatusCode::NOT_FOUND,
