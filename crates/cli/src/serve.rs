@@ -484,7 +484,7 @@ pub struct BenchLambdaArgs {
     /// Cold invokes per API (alternating)
     #[arg(long, default_value_t = 40)]
     cold_runs: usize,
-    /// Seconds of warm load, split across both APIs in alternating halves
+    /// Seconds of warm load on each API (in two halves, alternating with the other API)
     #[arg(long, default_value_t = 20.0)]
     seconds: f64,
     /// Client threads of the warm load
