@@ -499,18 +499,14 @@ pub struct BenchLambdaArgs {
 }
 
 pub fn bench_lambda(home: &Path, a: BenchLambdaArgs) -> Result<()> {
-    let o = thaw_bench_serve::lambda::Options {
+    use thaw_bench_serve::lambda;
+    let o = lambda::Options {
         cold_runs: a.cold_runs.max(1),
         warm_seconds: a.seconds.max(1.0),
         threads: a.threads.clamp(1, 64),
     };
-    let r = thaw_bench_serve::lambda::run(home, &o)?;
-    emit_report(
-        &thaw_bench_serve::lambda::markdown(&r),
-        &r,
-        a.json,
-        a.markdown,
-    )
+    let r = lambda::run(home, &o)?;
+    emit_report(&lambda::markdown(&r), &r, a.json, a.markdown)
 }
 
 /// Prints a benchmark's markdown table and writes it and the JSON report

@@ -118,15 +118,21 @@ async fn refuse_declared_oversize(
     let Some(len) = declared.filter(|&l| l > max) else {
         return next.run(req).await;
     };
+    drain(req.into_body(), len).await;
+    too_large(&app, "a request body", len as usize, max).into_response()
+}
+
+/// Reads and drops the body of a request refused for its declared length
+/// `len` (up to [`DRAIN_MAX_BYTES`] and [`DRAIN_MAX_TIME`]), so that the
+/// client reads the refusal rather than a reset.
+pub async fn drain(mut body: axum::body::Body, len: u64) {
     if len <= DRAIN_MAX_BYTES {
         use http_body_util::BodyExt;
-        let mut body = req.into_body();
         let _ = tokio::time::timeout(DRAIN_MAX_TIME, async {
             while let Some(Ok(_)) = body.frame().await {}
         })
         .await;
     }
-    too_large(&app, "a request body", len as usize, max).into_response()
 }
 
 /// Bearer-token check for the TCP listener (constant-time compare).

@@ -421,3 +421,32 @@ pub async fn delete(
     deploy::delete(&l.app, &t.name).await?;
     Ok(StatusCode::NO_CONTENT)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lambda_runtimes_map_onto_the_roots() {
+        for (lambda, native) in [
+            ("python3.11", "python"),
+            ("python3.13", "python"),
+            ("nodejs18.x", "nodejs"),
+            ("nodejs20.x", "nodejs"),
+        ] {
+            assert_eq!(native_runtime(lambda).unwrap(), native);
+        }
+        for refused in [
+            "python3.9",
+            "python3",
+            "java21",
+            "provided.al2023",
+            "nodejs22.x",
+            "",
+        ] {
+            let e = native_runtime(refused).unwrap_err();
+            assert_eq!(e.status, StatusCode::BAD_REQUEST, "{refused}");
+            assert!(e.message.contains("python3.12"), "{}", e.message);
+        }
+    }
+}

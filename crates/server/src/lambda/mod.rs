@@ -112,6 +112,7 @@ async fn authenticate(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     if let Some(len) = declared.filter(|&l| l > max) {
+        crate::http::drain(body, len).await;
         lambda.app.metrics.reject("payload_too_large");
         return LambdaError::too_large(format!(
             "Request must be smaller than {max} bytes (this one declares {len})"

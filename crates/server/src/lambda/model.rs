@@ -46,7 +46,25 @@ pub(super) fn split_name(given: &str) -> Result<(String, Option<String>), Lambda
         }
     };
     check_lambda_name(name)?;
+    if let Some(q) = qualifier {
+        check_qualifier(q)?;
+    }
     Ok((name.to_string(), qualifier.map(String::from)))
+}
+
+/// A version (`$LATEST` or digits) or an alias name, as Lambda's grammar has them.
+fn check_qualifier(q: &str) -> Result<(), LambdaError> {
+    let ok = q == "$LATEST"
+        || (!q.is_empty()
+            && q.len() <= 128
+            && q.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'));
+    match ok {
+        true => Ok(()),
+        false => Err(LambdaError::invalid(format!(
+            "qualifier {q:?}: use $LATEST, a version number or an alias name"
+        ))),
+    }
 }
 
 /// Lambda's names, within what the daemon's names allow.
@@ -94,6 +112,9 @@ pub(super) fn resolve(
         (Some(a), _) => Some(a.to_string()),
         (None, b) => b.map(String::from),
     };
+    if let Some(q) = &q {
+        check_qualifier(q)?;
+    }
     let latest = app
         .function(&name)
         .ok_or_else(|| LambdaError::not_found(format!("Function not found: {}", arn(l, &name))))?;
@@ -329,5 +350,26 @@ pub(super) fn check_revision(given: Option<&str>, now: &str) -> Result<(), Lambd
             format!("The Revision Id provided does not match the latest Revision Id ({now}). Call GetFunction to get the latest Revision Id"),
         )),
         _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_qualifiers_and_arns_split_as_lambda_reads_them() {
+        let ok = |s: &str| split_name(s).unwrap();
+        assert_eq!(ok("f"), ("f".into(), None));
+        assert_eq!(ok("f:live"), ("f".into(), Some("live".into())));
+        assert_eq!(
+            ok("arn:aws:lambda:us-east-1:123456789012:function:f:7"),
+            ("f".into(), Some("7".into()))
+        );
+        assert_eq!(ok("123456789012:function:f"), ("f".into(), None));
+        for bad in ["", "F", "a--1", "a:b:c:d", "../f", "f:", &"a".repeat(64)] {
+            let e = split_name(bad).map(|_| ()).unwrap_err();
+            assert_eq!(e.kind, "InvalidParameterValueException", "{bad:?}");
+        }
     }
 }
