@@ -79,6 +79,9 @@ $T tier teardown --force
 
 # The daemon against the worker it wraps
 $T bench serve --restore-runs 60 --json "$OUT/serve/serve.json" --markdown "$OUT/serve/serve.md"
+# Lambda's API through boto3 against thaw's own, cold and warm
+mkdir -p "$OUT/lambda"
+$T bench lambda --cold-runs 40 --seconds 20 --json "$OUT/lambda/lambda.json" --markdown "$OUT/lambda/lambda.md"
 # XDT: by reference, inline, through the object store and across two workers; patterns; applications
 $T bench xdt --sizes 10000,1000000,10000000,100000000 --runs 20 --degrees 1 --pattern-runs 1 --app-runs 3 \
     --json "$OUT/xdt/xdt.json" --markdown "$OUT/xdt/xdt.md"

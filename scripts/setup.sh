@@ -4,7 +4,8 @@
 # `--tests` also installs what only the tests and the benchmarks use: MinIO
 # for the emulated remote tier, containerd, runc, crictl and the CNI plugins
 # for the shim's tests, etcd and openssl for the Kubernetes manifests' check
-# (which builds its kube-apiserver itself, deploy/kubernetes/validate.sh).
+# (which builds its kube-apiserver itself, deploy/kubernetes/validate.sh),
+# boto3 and the AWS CLI for the Lambda API's tests.
 set -euo pipefail
 for_tests=false
 case "${1:-}" in
@@ -124,6 +125,26 @@ if $for_tests; then
         echo "setup: building crictl $CRICTL_VERSION (go install, once)" >&2
         GOTOOLCHAIN=auto GOFLAGS=-mod=mod go install "sigs.k8s.io/cri-tools/cmd/crictl@$CRICTL_VERSION" \
             || die "go install sigs.k8s.io/cri-tools/cmd/crictl@$CRICTL_VERSION failed"
+    fi
+fi
+# The Lambda API's tests drive the daemon with AWS's own clients: boto3 and
+# the AWS CLI v1 from PyPI, pinned (both on botocore 1.40.20), in a virtual
+# environment of Debian's Python kept outside the state home, made once.
+LAMBDA_CLIENTS_DIR=${HOME:-/root}/.cache/thaw/lambda-clients
+BOTO3_VERSION=1.40.20
+AWSCLI_VERSION=1.42.20
+if $for_tests; then
+    /usr/bin/python3 -c 'import venv, ensurepip' 2>/dev/null || {
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv
+    }
+    if ! "$LAMBDA_CLIENTS_DIR/bin/python" -c "import boto3, awscli, sys; sys.exit(boto3.__version__ != '$BOTO3_VERSION' or awscli.__version__ != '$AWSCLI_VERSION')" 2>/dev/null; then
+        echo "setup: installing boto3 $BOTO3_VERSION and awscli $AWSCLI_VERSION into $LAMBDA_CLIENTS_DIR (PyPI, once)" >&2
+        rm -rf "$LAMBDA_CLIENTS_DIR"
+        /usr/bin/python3 -m venv "$LAMBDA_CLIENTS_DIR"
+        "$LAMBDA_CLIENTS_DIR/bin/pip" install -q --disable-pip-version-check \
+            "boto3==$BOTO3_VERSION" "awscli==$AWSCLI_VERSION" \
+            || die "pip install boto3==$BOTO3_VERSION awscli==$AWSCLI_VERSION failed"
     fi
 fi
 echo "setup: host ready" >&2

@@ -7,6 +7,8 @@
 //! * [`xdt`]: `thaw bench xdt`, passing data between functions by reference
 //!   against the object-store baseline, on one worker and across a [`pair`];
 //! * [`egress`]: `thaw bench egress`, a function's network egress;
+//! * [`lambda`]: `thaw bench lambda`, Lambda's API through boto3 against
+//!   thaw's own, cold and warm;
 //! * [`cri`]: `thaw bench cri`, pod starts through the CRI, runc against
 //!   thaw, and a node restoring the snapshot another node published;
 //! * [`pair`]: two daemons in network namespaces of their own (also what
@@ -15,6 +17,7 @@ pub mod capacity;
 pub mod cri;
 pub mod egress;
 mod error;
+pub mod lambda;
 pub mod pair;
 pub mod serve;
 pub mod xdt;

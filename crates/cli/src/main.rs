@@ -163,8 +163,20 @@ enum Cmd {
         #[command(subcommand)]
         cmd: ImageCmd,
     },
+    /// AWS Lambda's API on the daemon's TCP listener (docs/LAMBDA.md)
+    Lambda {
+        #[command(subcommand)]
+        cmd: LambdaCmd,
+    },
     /// Trace-driven fleet simulator: one run, or `thaw sim sweep` over several (docs/SIMULATOR.md)
     Sim(Box<thaw_sim::cli::SimCmd>),
+}
+
+#[derive(Subcommand)]
+enum LambdaCmd {
+    /// Print the access key Lambda clients sign with (made on first use),
+    /// as environment assignments: `export $(thaw lambda credentials)`
+    Credentials,
 }
 
 #[derive(Subcommand)]
@@ -284,6 +296,9 @@ enum BenchCmd {
     Burst(serve::BenchBurstArgs),
     /// Network egress: cold start with and without, streaming from a test host, connect + first byte vs a plain process
     Egress(serve::BenchEgressArgs),
+    /// Lambda's API through boto3 against thaw's own API on one Python hello
+    /// world: cold (restore) invokes alternating, warm req/s from N threads
+    Lambda(serve::BenchLambdaArgs),
     /// Simulated vs live: one synthetic day through `thaw sim` and through `thaw load` against a `thaw serve` it starts
     Simlive(thaw_simlive::Args),
     /// XDT: 1-1 transfers between functions by reference vs. inline in the event
@@ -417,6 +432,26 @@ fn run(cli: Cli, matches: &clap::ArgMatches) -> Result<()> {
         }
         Cmd::Serve(args) => serve::serve(cli.home.clone(), args),
         Cmd::Fn { socket, cmd } => serve::client(&home, socket, cmd),
+        Cmd::Lambda {
+            cmd: LambdaCmd::Credentials,
+        } => {
+            let state = thaw_server::Config {
+                home: home.clone(),
+                ..Default::default()
+            }
+            .state_dir();
+            thaw_server::registry::mkdir_private(&state)?;
+            let c = thaw_server::lambda::sigv4::load_or_create(&state).with_context(|| {
+                format!(
+                    "reading {}",
+                    thaw_server::lambda::sigv4::key_file(&state).display()
+                )
+            })?;
+            thaw_output::outln!("AWS_ACCESS_KEY_ID={}", c.access_key_id);
+            thaw_output::outln!("AWS_SECRET_ACCESS_KEY={}", c.secret_access_key);
+            thaw_output::outln!("AWS_DEFAULT_REGION={}", c.region);
+            Ok(())
+        }
         Cmd::Image {
             cmd:
                 ImageCmd::Build {
@@ -638,6 +673,9 @@ fn run(cli: Cli, matches: &clap::ArgMatches) -> Result<()> {
         Cmd::Bench {
             cmd: BenchCmd::Burst(args),
         } => serve::bench_burst(&home, args),
+        Cmd::Bench {
+            cmd: BenchCmd::Lambda(args),
+        } => serve::bench_lambda(&home, args),
         Cmd::Bench {
             cmd: BenchCmd::Simlive(a),
         } => Ok(thaw_simlive::main(&home, &a)?),

@@ -549,6 +549,36 @@ pub fn bench_egress(home: &Path, a: BenchEgressArgs) -> Result<()> {
     )
 }
 
+#[derive(Args)]
+pub struct BenchLambdaArgs {
+    /// Cold invokes per API (alternating)
+    #[arg(long, default_value_t = 40)]
+    cold_runs: usize,
+    /// Seconds of warm load on each API (in two halves, alternating with the other API)
+    #[arg(long, default_value_t = 20.0)]
+    seconds: f64,
+    /// Client threads of the warm load
+    #[arg(long, default_value_t = 8)]
+    threads: usize,
+    /// Write the report as JSON here
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Write the markdown table here (it is printed either way)
+    #[arg(long)]
+    markdown: Option<PathBuf>,
+}
+
+pub fn bench_lambda(home: &Path, a: BenchLambdaArgs) -> Result<()> {
+    use thaw_bench_serve::lambda;
+    let o = lambda::Options {
+        cold_runs: a.cold_runs.max(1),
+        warm_seconds: a.seconds.max(1.0),
+        threads: a.threads.clamp(1, 64),
+    };
+    let r = lambda::run(home, &o)?;
+    emit_report(&lambda::markdown(&r), &r, a.json, a.markdown)
+}
+
 /// Prints a benchmark's markdown table and writes it and the JSON report
 /// where asked.
 pub fn emit_report(

@@ -186,6 +186,9 @@ pub struct Limits {
     /// bytes of its files, and entries.
     pub image_root_bytes: u64,
     pub image_root_files: u64,
+    /// Lambda's asynchronous invocations accepted and not yet done (each
+    /// tried up to three times); past it: 429.
+    pub lambda_event_queue: u32,
 }
 
 impl Default for Limits {
@@ -212,6 +215,7 @@ impl Default for Limits {
             packages_bytes: 512 << 20,
             image_root_bytes: 8 << 30,
             image_root_files: 500_000,
+            lambda_event_queue: 256,
         }
     }
 }

@@ -118,15 +118,21 @@ async fn refuse_declared_oversize(
     let Some(len) = declared.filter(|&l| l > max) else {
         return next.run(req).await;
     };
+    drain(req.into_body(), len).await;
+    too_large(&app, "a request body", len as usize, max).into_response()
+}
+
+/// Reads and drops the body of a request refused for its declared length
+/// `len` (up to [`DRAIN_MAX_BYTES`] and [`DRAIN_MAX_TIME`]), so that the
+/// client reads the refusal rather than a reset.
+pub async fn drain(mut body: axum::body::Body, len: u64) {
     if len <= DRAIN_MAX_BYTES {
         use http_body_util::BodyExt;
-        let mut body = req.into_body();
         let _ = tokio::time::timeout(DRAIN_MAX_TIME, async {
             while let Some(Ok(_)) = body.frame().await {}
         })
         .await;
     }
-    too_large(&app, "a request body", len as usize, max).into_response()
 }
 
 /// Bearer-token check for the TCP listener (constant-time compare).
@@ -450,48 +456,18 @@ async fn invoke(
             ApiError::bad(format!("the event is not JSON: {e}"))
         })?
     };
-    // other workers' objects in the event start coming now, while an
-    // instance is found or restored
-    let prefetched = match app.pool.xdt.get() {
-        Some(host) => {
-            let v = lookup(&app, &name)?;
-            let deadline = Instant::now() + Duration::from_millis(v.rec.timeout_ms);
-            host.prefetch(&v.rec.owner, &event, v.rec.memory_mb << 20, deadline)
-        }
-        None => Default::default(),
-    };
-    // a redeploy while this request waits: follow the new version
-    let mut tries = 0;
-    let (v, lease) = loop {
-        let v = lookup(&app, &name)?;
-        match app.pool.acquire(&v, mode).await {
-            Ok(l) => break (v, l),
-            Err(Refusal::Replaced) if tries < 3 => tries += 1,
-            Err(r) => return Err(refusal(&app, &name, r)),
-        }
-    };
-    let invocation_id = hex::encode(rand::random::<[u8; 12]>());
-    let start = lease.start;
-    let predicted = lease.predicted.clone();
-    let created = lease.created.clone();
-    let queue_ms = lease.queue_ms;
-    let timeout = Duration::from_millis(v.rec.timeout_ms);
-    // the invocation runs on its own task: a client that goes away does not
-    // cancel it half-way, and the instance always goes back to the pool
-    let pool = app.pool.clone();
-    let id2 = invocation_id.clone();
-    let (_lease, done) =
-        tokio::spawn(async move { pool.run(lease, event, timeout, id2, prefetched).await })
-            .await
-            .map_err(|e| {
-                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
-            })?;
-    let exec_ms = done.reply.as_ref().map_or(0.0, |i| i.exec_ms);
-    let (status, body, code) = match done.reply.map(|i| i.output) {
+    let called = crate::invoke::call(&app, &name, mode, event)
+        .await
+        .map_err(|e| call_error(&app, &name, e))?;
+    let exec_ms = called.exec_ms();
+    let (v, start, created, predicted) = (called.v, called.start, called.created, called.predicted);
+    let (status, body, code) = match called.done.reply.map(|i| i.output) {
         Ok(Ok(output)) => (StatusCode::OK, output, "ok"),
-        Ok(Err(e)) if lambda_errors && e.kind() == ErrorKind::FunctionError => {
-            (StatusCode::BAD_GATEWAY, lambda_error(&e), "function_error")
-        }
+        Ok(Err(e)) if lambda_errors && e.kind() == ErrorKind::FunctionError => (
+            StatusCode::BAD_GATEWAY,
+            outcome::lambda_error(&e),
+            "function_error",
+        ),
         Ok(Err(e)) => function_failure(&e, v.rec.timeout_ms),
         Err(e) => (
             StatusCode::BAD_GATEWAY,
@@ -500,23 +476,10 @@ async fn invoke(
         ),
     };
     let total = t0.elapsed().as_secs_f64();
-    app.metrics
-        .invocations
-        .get_or_create(&crate::metrics::InvocationLabels {
-            function: name.clone(),
-            start_type: start.name().into(),
-            status: code.into(),
-        })
-        .inc();
-    app.metrics
-        .duration
-        .get_or_create(&crate::metrics::FunctionLabel {
-            function: name.clone(),
-        })
-        .observe(total);
+    crate::invoke::count(&app, &name, start, code, total);
     let mut h = HeaderMap::new();
     let hv = |s: &str| HeaderValue::from_str(s).unwrap_or(HeaderValue::from_static("-"));
-    h.insert("thaw-invocation-id", hv(&invocation_id));
+    h.insert("thaw-invocation-id", hv(&called.invocation_id));
     h.insert("thaw-start-type", hv(start.name()));
     let strategy = match start {
         StartType::Boot => StartStrategy::Boot,
@@ -548,7 +511,7 @@ async fn invoke(
             .inc();
     }
     h.insert("thaw-version", hv(&v.rec.version.to_string()));
-    let mut timing = format!("queue;dur={queue_ms:.3}");
+    let mut timing = format!("queue;dur={:.3}", called.queue_ms);
     if start != StartType::Warm {
         let (create_ms, hook_ms) = created
             .as_ref()
@@ -563,22 +526,6 @@ async fn invoke(
     Ok((status, h, Json(body)).into_response())
 }
 
-/// The status and body for the function's failure the agent reported.
-/// A function's exception in Lambda's shape.
-fn lambda_error(e: &thaw_sandbox::agent::AgentError) -> Value {
-    match &e.detail {
-        Some(d) => json!({
-            "errorMessage": d.error_message,
-            "errorType": d.error_type,
-            "stackTrace": d.stack_trace,
-        }),
-        None => {
-            let (ty, text) = e.message.split_once(": ").unwrap_or((&e.message, ""));
-            json!({"errorMessage": text, "errorType": ty, "stackTrace": []})
-        }
-    }
-}
-
 /// The status, body and outcome code for a function's failure the agent
 /// reported.
 fn function_failure(
@@ -591,6 +538,20 @@ fn function_failure(
         _ => StatusCode::BAD_GATEWAY,
     };
     (status, body, code)
+}
+
+fn call_error(app: &App, name: &str, e: crate::invoke::CallError) -> ApiError {
+    use crate::invoke::CallError as E;
+    match e {
+        E::BadName(m) => ApiError::bad(m),
+        E::NotFound(n) => ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("no function named {n:?}"),
+        ),
+        E::Refused(r) => refusal(app, name, r),
+        E::Internal(m) => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", m),
+    }
 }
 
 fn refusal(app: &App, name: &str, r: Refusal) -> ApiError {

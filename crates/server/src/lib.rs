@@ -10,6 +10,8 @@ pub mod config;
 pub mod deploy;
 pub mod http;
 pub mod image;
+pub mod invoke;
+pub mod lambda;
 pub mod logs;
 pub mod metrics;
 pub mod nested;
@@ -547,9 +549,16 @@ pub async fn start(app: Arc<App>, signals: bool) -> Result<Running> {
             .await
             .with_context(|| format!("binding {a}"))?;
         tcp_bound = Some(l.local_addr()?);
+        // Lambda's API beside the native one: signed with SigV4, not the token
+        let lambda = lambda::router(app.clone()).with_context(|| {
+            format!(
+                "reading or making the Lambda key file {}",
+                lambda::sigv4::key_file(&app.cfg.state_dir()).display()
+            )
+        })?;
         servers.push(tokio::spawn(http::serve(
             l,
-            http::router(app.clone(), token),
+            http::router(app.clone(), token).merge(lambda),
             drain_tx.subscribe(),
         )));
     }

@@ -94,6 +94,15 @@ pub struct Metrics {
     /// deploys by what they did with the snapshot shared across nodes
     /// (`published`, `fetched`, `refused`, `unshared`)
     pub shared: Family<OutcomeLabel, Counter>,
+    /// Lambda's asynchronous invocations, by function and final outcome
+    /// (`ok`, or `failed` after the retries)
+    pub async_events: Family<AsyncLabels, Counter>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AsyncLabels {
+    pub function: String,
+    pub outcome: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -129,6 +138,12 @@ impl Metrics {
         let egress_bytes = Family::<DirectionLabels, Counter>::default();
         let egress_refused = Family::<FunctionLabel, Counter>::default();
         let shared = Family::<OutcomeLabel, Counter>::default();
+        let async_events = Family::<AsyncLabels, Counter>::default();
+        registry.register(
+            "lambda_async_invocations",
+            "Asynchronous invocations through the Lambda API by final outcome (ok, or failed after two retries)",
+            async_events.clone(),
+        );
         registry.register(
             "shared_snapshots",
             "Deploys by what they did with the snapshot shared across nodes (published, fetched, refused, unshared)",
@@ -229,6 +244,7 @@ impl Metrics {
             egress_bytes,
             egress_refused,
             shared,
+            async_events,
         }
     }
 

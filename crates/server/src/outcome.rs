@@ -84,3 +84,18 @@ pub fn function_failure(e: &AgentError, timeout_ms: u64) -> (&'static str, Value
         ),
     }
 }
+
+/// A function's exception in Lambda's shape.
+pub fn lambda_error(e: &AgentError) -> Value {
+    match &e.detail {
+        Some(d) => json!({
+            "errorMessage": d.error_message,
+            "errorType": d.error_type,
+            "stackTrace": d.stack_trace,
+        }),
+        None => {
+            let (ty, text) = e.message.split_once(": ").unwrap_or((&e.message, ""));
+            json!({"errorMessage": text, "errorType": ty, "stackTrace": []})
+        }
+    }
+}

@@ -1,0 +1,183 @@
+//! `thaw bench lambda`: Lambda's API through boto3 against thaw's own API,
+//! on the same Python hello world, in the same run and client process
+//! (`lambda_bench.py`, docs/BENCHMARKS.md):
+//!
+//! * cold: invokes alternating between the two APIs on a daemon that keeps
+//!   an idle instance one second (policy `ttl`), each after a pause longer
+//!   than that, so each one is a restore;
+//! * warm: requests per second from N client threads on each API, in two
+//!   alternating halves, on a daemon with the default policy.
+use serde::Serialize;
+use std::path::Path;
+use std::process::Command;
+use thaw_bench::stats::{summarize, Summary};
+use thaw_error::{fail, ResultExt};
+
+use crate::error::{BenchServeError, OrFail, Result};
+
+const SCRIPT: &str = include_str!("lambda_bench.py");
+
+pub struct Options {
+    pub cold_runs: usize,
+    pub warm_seconds: f64,
+    pub threads: usize,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// client-side latency of a restore-start invoke through thaw's API
+    pub cold_native_ms: Summary,
+    /// the same through Lambda's API with boto3 (SigV4 included)
+    pub cold_lambda_ms: Summary,
+    /// median Lambda / median native
+    pub cold_ratio: f64,
+    /// Lambda / native within each alternating pair
+    pub cold_pair_ratio: Summary,
+    pub threads: usize,
+    pub warm_seconds: f64,
+    pub warm_native_rps: f64,
+    pub warm_lambda_rps: f64,
+    pub warm_native_ms: Summary,
+    pub warm_lambda_ms: Summary,
+}
+
+fn stats(xs: &[f64]) -> Result<Summary> {
+    summarize(xs).or_fail("no samples")
+}
+
+/// Runs both phases, each on a temporary daemon of its own; the runtime
+/// root comes from `runtime_home`.
+pub fn run(runtime_home: &Path, o: &Options) -> Result<Report> {
+    let venv = thaw_server::lambda::client_venv().or_fail(
+        "boto3 is not installed: `scripts/setup.sh --tests` makes ~/.cache/thaw/lambda-clients",
+    )?;
+    let python = venv.join("bin/python");
+    let cold = on_daemon(
+        runtime_home,
+        "lambda-cold",
+        true,
+        &python,
+        &["cold".into(), o.cold_runs.to_string()],
+    )?;
+    let warm = on_daemon(
+        runtime_home,
+        "lambda-warm",
+        false,
+        &python,
+        &[
+            "warm".into(),
+            o.warm_seconds.to_string(),
+            o.threads.to_string(),
+        ],
+    )?;
+    let floats = |v: &serde_json::Value, k: &str| -> Result<Vec<f64>> {
+        v[k].as_array()
+            .or_fail(&format!("the client's report has no {k}"))?
+            .iter()
+            .map(|x| x.as_f64().or_fail(&format!("{k} holds a non-number")))
+            .collect()
+    };
+    let (native, boto) = (floats(&cold, "native_ms")?, floats(&cold, "lambda_ms")?);
+    let pairs: Vec<f64> = native.iter().zip(&boto).map(|(n, l)| l / n).collect();
+    let (cold_native_ms, cold_lambda_ms) = (stats(&native)?, stats(&boto)?);
+    let mean = |xs: Vec<f64>| xs.iter().sum::<f64>() / xs.len().max(1) as f64;
+    Ok(Report {
+        cold_ratio: cold_lambda_ms.median / cold_native_ms.median,
+        cold_native_ms,
+        cold_lambda_ms,
+        cold_pair_ratio: stats(&pairs)?,
+        threads: o.threads,
+        warm_seconds: o.warm_seconds,
+        warm_native_rps: mean(floats(&warm, "native_rps")?),
+        warm_lambda_rps: mean(floats(&warm, "lambda_rps")?),
+        warm_native_ms: stats(&floats(&warm, "native_ms")?)?,
+        warm_lambda_ms: stats(&floats(&warm, "lambda_ms")?)?,
+    })
+}
+
+/// Runs `lambda_bench.py args` against a temporary daemon listening on a
+/// free loopback port (`cold`: one that keeps an idle instance for a second only).
+fn on_daemon(
+    runtime_home: &Path,
+    tag: &str,
+    cold: bool,
+    python: &Path,
+    args: &[String],
+) -> Result<serde_json::Value> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let configure = |c: &mut thaw_server::Config| {
+        c.listen = Some(format!("127.0.0.1:{port}"));
+        // room for every client thread's instance
+        c.limits.instances_per_function = 16;
+        if cold {
+            c.policy = "ttl".into();
+            c.keep_alive_s = 1;
+        }
+        Ok::<_, BenchServeError>(())
+    };
+    let measure = |app: &thaw_server::App, _: &Path| -> Result<serde_json::Value> {
+        let creds = thaw_server::lambda::sigv4::load_or_create(&app.cfg.state_dir())?;
+        let script = app.cfg.home.join("lambda_bench.py");
+        std::fs::write(&script, SCRIPT).with_context(|| format!("writing {}", script.display()))?;
+        let out = Command::new(python)
+            .arg(&script)
+            .args(args)
+            .env("THAW_ENDPOINT", format!("http://127.0.0.1:{port}"))
+            .env("AWS_ACCESS_KEY_ID", &creds.access_key_id)
+            .env("AWS_SECRET_ACCESS_KEY", &creds.secret_access_key)
+            .env("AWS_DEFAULT_REGION", &creds.region)
+            .env("AWS_CONFIG_FILE", "/dev/null")
+            .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
+            .output()
+            .with_context(|| format!("running {}", python.display()))?;
+        if !out.status.success() {
+            fail!(
+                BenchServeError::Failed,
+                "the boto3 client failed ({}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let last = stdout.lines().last().unwrap_or("");
+        Ok(serde_json::from_str(last)?)
+    };
+    thaw_server::on_temp_daemon_with(runtime_home, tag, configure, measure)
+}
+
+/// The report as a markdown table.
+pub fn markdown(r: &Report) -> String {
+    let row = |what: &str, s: &Summary| {
+        format!(
+            "| {what} | {} | {:.2} | {:.2} | {:.2} |\n",
+            s.n, s.min, s.median, s.p99
+        )
+    };
+    let mut out =
+        String::from("| invoke | n | min ms | median ms | p99 ms |\n|---|---|---|---|---|\n");
+    out += &row(
+        "cold (restore), thaw's API (http.client)",
+        &r.cold_native_ms,
+    );
+    out += &row("cold (restore), Lambda's API (boto3)", &r.cold_lambda_ms);
+    out += &row(
+        "Lambda / thaw, per alternating pair (ratio)",
+        &r.cold_pair_ratio,
+    );
+    out += &row(
+        &format!("warm, thaw's API, {} threads", r.threads),
+        &r.warm_native_ms,
+    );
+    out += &row(
+        &format!("warm, Lambda's API (boto3), {} threads", r.threads),
+        &r.warm_lambda_ms,
+    );
+    out += &format!(
+        "\ncold: Lambda's API / thaw's API, median over median: {:.2}x\n\
+         warm throughput over {:.0} s from {} client threads: thaw's API {:.0} req/s, Lambda's API (boto3) {:.0} req/s\n",
+        r.cold_ratio, r.warm_seconds, r.threads, r.warm_native_rps, r.warm_lambda_rps
+    );
+    out
+}
