@@ -837,7 +837,7 @@ mod tests {
         let enc = p.encode().unwrap();
         let len = u64::from_le_bytes(enc[..8].try_into().unwrap()) as usize;
         assert_eq!(len, enc.len() - 8);
-        assert_eq!(len, 232 + 48 + 32 + 80 + 16 + 8 + 16 + 17);
+        assert_eq!(len, 296 + 48 + 32 + 80 + 16 + 8 + 16 + 17);
         p.frame = vec![0; 12];
         assert!(p.encode().is_err(), "a frame not a multiple of 8");
         p.frame = vec![0; 16];
@@ -870,7 +870,7 @@ mod tests {
 
     #[test]
     fn step_table_comes_from_plan_h() {
-        assert_eq!(STEPS.len(), 20);
+        assert_eq!(STEPS.len(), 22);
         let s = |step| RestorerStatus {
             ok: false,
             err: 0,

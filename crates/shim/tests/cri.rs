@@ -631,8 +631,18 @@ fn the_pods_limits_bound_the_function_and_crictl_stats_reports_it() {
         "not held to half a CPU: {body}"
     );
 
-    // the instance's cgroup has the quota; the daemon counts its CPU time
-    let stats = daemon.stats(&name);
+    // the instance's cgroup has the quota; the daemon counts its CPU time,
+    // measured by the instance's thread after its reply (at once, or within
+    // its next second's measure)
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let stats = loop {
+        let stats = daemon.stats(&name);
+        let counted = stats["usage"]["cpu_ns"].as_u64().unwrap_or(0) >= 250_000_000;
+        if counted || std::time::Instant::now() > deadline {
+            break stats;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
     let usage = &stats["usage"];
     assert_eq!(usage["cpu_millis"], 500, "{stats}");
     assert_eq!(
