@@ -22,6 +22,15 @@ use thaw_client::{Client, Target};
 use thaw_error::fail;
 
 const HELLO: &str = "def handler(event):\n    return {\"hello\": event}\n";
+
+/// The hello world holding `state_mb` MiB of state made at import (random
+/// bytes: no page of it is zero or like another).
+fn hello_with_state(state_mb: u32) -> String {
+    match state_mb {
+        0 => HELLO.to_string(),
+        mb => format!("import os\nSTATE = os.urandom({mb} << 20)\n\n{HELLO}"),
+    }
+}
 const MIB: f64 = (1u64 << 20) as f64;
 
 fn call(c: &mut Client, method: &str, path: &str, body: &Value) -> Result<Value> {
@@ -39,11 +48,15 @@ fn call(c: &mut Client, method: &str, path: &str, body: &Value) -> Result<Value>
 
 /// Deploys the hello world as `name`; everything else is the daemon's default.
 fn deploy(c: &mut Client, name: &str, max_instances: u32) -> Result<()> {
+    deploy_code(c, name, max_instances, HELLO)
+}
+
+fn deploy_code(c: &mut Client, name: &str, max_instances: u32, code: &str) -> Result<()> {
     let req = json!({
         "name": name,
         "handler": "hello.handler",
         "code": {"format": "file", "filename": "hello.py",
-                 "data_base64": base64::engine::general_purpose::STANDARD.encode(HELLO)},
+                 "data_base64": base64::engine::general_purpose::STANDARD.encode(code)},
         "max_instances": max_instances,
     });
     call(c, "POST", "/v1/functions", &req).map(drop)
@@ -69,6 +82,8 @@ fn mem_available_bytes() -> Result<u64> {
 pub struct DensityOptions {
     pub functions: u32,
     pub per_function: u32,
+    /// MiB of state each function makes at import (0: a plain hello world)
+    pub state_mb: u32,
 }
 
 /// One accounting's figures.
@@ -97,6 +112,7 @@ pub struct Density {
 pub struct DensityReport {
     pub functions: u32,
     pub per_function: u32,
+    pub state_mb: u32,
     pub runs: Vec<Density>,
 }
 
@@ -118,6 +134,7 @@ pub fn density(runtime_home: &Path, o: &DensityOptions) -> Result<DensityReport>
     Ok(DensityReport {
         functions: o.functions,
         per_function: o.per_function,
+        state_mb: o.state_mb,
         runs,
     })
 }
@@ -131,8 +148,9 @@ fn fill(
     let mut c = Client::new(Target::Unix(socket.to_path_buf()));
     let before = mem_available_bytes()?;
     let names: Vec<String> = (0..o.functions).map(|i| format!("hello{i}")).collect();
+    let code = hello_with_state(o.state_mb);
     for n in &names {
-        deploy(&mut c, n, o.per_function)?;
+        deploy_code(&mut c, n, o.per_function, &code)?;
     }
     let t = Instant::now();
     let (mut started, mut prewarm_errors) = (0, Vec::new());
@@ -176,10 +194,10 @@ fn fill(
 
 pub fn density_markdown(r: &DensityReport) -> String {
     let mut s = format!(
-        "{} hello-world functions x {} prewarmed instances, the daemon's defaults otherwise\n\n\
+        "{} hello-world functions ({} MiB of state each) x {} prewarmed instances, the daemon's defaults otherwise\n\n\
          | accounting | budget MiB | started | prewarm errors | idle held | prewarms s | private MiB/inst | resident MiB/inst | MemAvailable fall MiB/inst | budgeted MiB |\n\
          |---|---|---|---|---|---|---|---|---|---|\n",
-        r.functions, r.per_function
+        r.functions, r.state_mb, r.per_function
     );
     for d in &r.runs {
         s += &format!(

@@ -458,6 +458,9 @@ pub struct BenchDensityArgs {
     /// Instances prewarmed per function (at most 64, the prewarm limit)
     #[arg(long, default_value_t = 50)]
     per_function: u32,
+    /// MiB of state each function makes at import (random bytes)
+    #[arg(long, default_value_t = 0)]
+    state_mb: u32,
     /// Write the report as JSON here
     #[arg(long)]
     json: Option<PathBuf>,
@@ -467,12 +470,13 @@ pub struct BenchDensityArgs {
 }
 
 pub fn bench_density(home: &Path, a: BenchDensityArgs) -> Result<()> {
-    if a.functions == 0 || !(1..=64).contains(&a.per_function) {
-        bail!("--functions must be > 0 and --per-function in 1..=64");
+    if a.functions == 0 || !(1..=64).contains(&a.per_function) || a.state_mb > 4096 {
+        bail!("--functions must be > 0, --per-function in 1..=64 and --state-mb at most 4096");
     }
     let o = thaw_bench_serve::capacity::DensityOptions {
         functions: a.functions,
         per_function: a.per_function,
+        state_mb: a.state_mb,
     };
     let r = thaw_bench_serve::capacity::density(home, &o)?;
     let md = thaw_bench_serve::capacity::density_markdown(&r);

@@ -16,23 +16,19 @@ use thaw_worker::{RestoreRequest, UserFunction, Worker};
 use tokio::sync::oneshot;
 
 use crate::config::SnapshotTiers;
+
+mod memory;
 use crate::logs::{take_sandbox_output, LogEntry, Ring};
 use crate::metrics::Metrics;
 use crate::registry::Record;
 use crate::stored::{RemoteCopy, Stored};
+use memory::{wake_memory, Charge, MEMORY_PATIENCE};
 use thaw_sandbox::{StartStrategy, StrategyKind};
 use thaw_tiers::slots::RestoreSlot;
 use thaw_tiers::stream::Stream;
 
 /// How long a restore waits for one of its tier's restore slots.
 const SLOT_WAIT: Duration = Duration::from_secs(60);
-
-/// How long a request waits, without any RAM given back, for running
-/// instances to give some back before idle instances are given up for it:
-/// a burst must not empty the node of hundreds of small idle instances for
-/// RAM its own instances free in a moment, nor may instances that run for
-/// long keep requests waiting while idle ones hold RAM.
-const MEMORY_PATIENCE: Duration = Duration::from_millis(500);
 
 /// Why the pool could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -577,29 +573,6 @@ impl Pool {
         wake_memory(&mut st);
     }
 
-    /// An instance was measured to hold `private_mb` on its own: what the
-    /// policy charges it while idle (see `thaw_policy::Engine::measured`).
-    /// RAM given back wakes the requests waiting for it.
-    fn charge_measured(&self, id: InstanceId, private_mb: u32) {
-        if !self.measure_idle {
-            return;
-        }
-        let mut st = lock(&self.state);
-        let before = st.engine.usage().ram_mb;
-        let mut out = Vec::new();
-        // an instance gone meanwhile is no longer charged anything
-        if st
-            .engine
-            .measured(self.now(), id, private_mb, &mut out)
-            .is_ok()
-        {
-            self.apply(&mut st, out);
-            if st.engine.usage().ram_mb < before {
-                wake_memory(&mut st);
-            }
-        }
-    }
-
     /// Waits (bounded) until every instance thread has ended, i.e. every
     /// sandbox is killed and its cgroups removed.
     pub async fn wait_for_instances(&self, limit: Duration) {
@@ -669,12 +642,6 @@ impl Pool {
             }
         }
         out
-    }
-
-    /// RAM the policy charges every instance now (running: declared; idle:
-    /// measured; shared pages once per function).
-    pub fn budgeted_bytes(&self) -> u64 {
-        lock(&self.state).engine.usage().ram_mb << 20
     }
 
     /// (live, idle) instances of a function.
@@ -865,28 +832,6 @@ impl Pool {
                 ram_back = Instant::now();
             }
         }
-    }
-
-    /// The budget cannot hold one more running instance of `name` even
-    /// with every idle instance given up: the request waits for a running
-    /// instance (or a deploy) to give RAM back, as past `max_instances`
-    /// (a prewarm too: the instances it starts go idle, charged far less).
-    /// A request that nothing running could ever make room for does not.
-    fn wait_for_memory(&self, st: &mut State, name: &str) -> Result<Next, Refusal> {
-        let u = st.engine.usage();
-        if u.running_mb + u.writing_mb == 0 {
-            return Err(Refusal::Memory);
-        }
-        let waiting = st.fns.get(name).map_or(0, |f| f.waiters.len())
-            + (st.memory_waiters.iter())
-                .filter(|(f, w)| f == name && !w.is_closed())
-                .count();
-        if waiting as u32 >= self.queue_cap {
-            return Err(Refusal::QueueFull);
-        }
-        let (tx, rx) = oneshot::channel();
-        st.memory_waiters.push_back((name.to_string(), tx));
-        Ok(Next::WaitMemory(rx))
     }
 
     /// Starts a new instance on its own thread: restore, else boot.
@@ -1109,28 +1054,6 @@ struct MemoryGauge {
     charge: Charge,
 }
 
-/// What the policy charges an instance while idle: its private memory as
-/// last measured, told to the pool when its figure in MiB changes.
-struct Charge {
-    pool: std::sync::Weak<Pool>,
-    id: InstanceId,
-    mb: Option<u32>,
-}
-
-impl Charge {
-    fn set(&mut self, private_bytes: u64) {
-        // to the nearest MiB (the policy counts in MiB): most instances
-        // hold a little over one
-        let mb = ((private_bytes + (1 << 19)) >> 20).clamp(1, u32::MAX as u64) as u32;
-        if self.mb != Some(mb) {
-            self.mb = Some(mb);
-            if let Some(pool) = self.pool.upgrade() {
-                pool.charge_measured(self.id, mb);
-            }
-        }
-    }
-}
-
 impl MemoryGauge {
     fn cpu_of(&mut self, sb: &thaw_sandbox::Sandbox) -> (Option<u64>, Option<u64>) {
         *self
@@ -1219,13 +1142,6 @@ fn wake_one(fp: Option<&mut FnPool>) {
         if w.send(()).is_ok() {
             return;
         }
-    }
-}
-
-/// Wakes every request waiting for RAM: each asks the policy again.
-fn wake_memory(st: &mut State) {
-    for (_, w) in st.memory_waiters.drain(..) {
-        let _ = w.send(());
     }
 }
 

@@ -152,14 +152,7 @@ pub fn deploy(
     let r = c
         .request("POST", "/v1/functions", Some(req.to_string().as_bytes()))
         .with_context(|| format!("deploying {name}"))?;
-    if !(200..300).contains(&r.status) {
-        fail!(
-            SimliveError::Daemon,
-            "deploying {name}: the daemon answered {}: {}",
-            r.status,
-            String::from_utf8_lossy(&r.body)
-        );
-    }
+    answered(&r, &format!("deploying {name}"))?;
     let rec = r
         .json()
         .with_context(|| format!("deploying {name}: the daemon's answer"))?;
@@ -196,14 +189,7 @@ pub fn timed_invoke(c: &mut Client, name: &str, cold: bool) -> Result<(String, f
         .request("POST", &path, Some(b"{}"))
         .with_context(|| format!("invoking {name}"))?;
     let ms = t.elapsed().as_secs_f64() * 1e3;
-    if r.status != 200 {
-        fail!(
-            SimliveError::Daemon,
-            "invoking {name}: the daemon answered {}: {}",
-            r.status,
-            String::from_utf8_lossy(&r.body)
-        );
-    }
+    answered(&r, &format!("invoking {name}"))?;
     let exec = r
         .header("server-timing")
         .map(thaw_load::client::parse_server_timing)
@@ -236,22 +222,27 @@ pub struct Footprint {
     pub shared_mb: f64,
 }
 
-/// `name`'s footprint as the daemon measures it now (None: no instance).
-pub fn footprint(c: &mut Client, name: &str) -> Result<Option<Footprint>> {
-    let r = c
-        .request("GET", &format!("/v1/functions/{name}"), None)
-        .map_err(|e| SimliveError::Daemon(format!("GET /v1/functions/{name}: {e}")))?;
-    if r.status != 200 {
+/// A 2xx answer, else an error saying `what` got which answer.
+fn answered(r: &thaw_client::Response, what: &str) -> Result<()> {
+    if !(200..300).contains(&r.status) {
         fail!(
             SimliveError::Daemon,
-            "GET /v1/functions/{name}: {} {}",
+            "{what}: the daemon answered {}: {}",
             r.status,
             String::from_utf8_lossy(&r.body)
         );
     }
-    let v: Value = r
-        .json()
-        .map_err(|e| SimliveError::Daemon(format!("GET /v1/functions/{name}: {e}")))?;
+    Ok(())
+}
+
+/// `name`'s footprint as the daemon measures it now (None: no instance).
+pub fn footprint(c: &mut Client, name: &str) -> Result<Option<Footprint>> {
+    let what = format!("reading {name}'s instances");
+    let r = c
+        .request("GET", &format!("/v1/functions/{name}"), None)
+        .with_context(|| what.clone())?;
+    answered(&r, &what)?;
+    let v: Value = r.json().with_context(|| what.clone())?;
     let live = v["instances"]["live"].as_u64().unwrap_or(0);
     let private = v["instances"]["private_bytes"].as_u64().unwrap_or(0);
     let size = v["snapshot"]["size_bytes"].as_u64().unwrap_or(0);
