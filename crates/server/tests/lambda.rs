@@ -42,14 +42,19 @@ fn with_daemon(tag: &str, configure: impl FnOnce(&mut Config), test: impl FnOnce
         configure(c);
         Ok::<_, thaw_server::ServeError>(())
     };
+    // a failed check is carried out of the daemon's run, so that the daemon
+    // still stops and its home goes before the test fails
     let run = |app: &thaw_server::App, _: &std::path::Path| {
         let endpoint = format!("http://127.0.0.1:{port}");
-        test(&Clients { app, endpoint });
-        Ok(())
+        let checks = std::panic::AssertUnwindSafe(|| test(&Clients { app, endpoint }));
+        Ok(std::panic::catch_unwind(checks))
     };
     let home = thaw_runtime::default_home();
-    thaw_server::on_temp_daemon_with(&home, &format!("lambda-{tag}"), configure, run)
+    let outcome = thaw_server::on_temp_daemon_with(&home, &format!("lambda-{tag}"), configure, run)
         .expect("running the daemon");
+    if let Err(failure) = outcome {
+        std::panic::resume_unwind(failure);
+    }
 }
 
 impl Clients<'_> {
