@@ -123,9 +123,6 @@ pub struct Engine {
     /// Shared pages of functions whose instances are all idle: what giving
     /// up every idle instance would free besides their own memory.
     idle_shared_mb: u64,
-    /// The arrival being placed waits rather than give idle instances up
-    /// for RAM that running instances will give back ([`Engine::arrive_patiently`]).
-    patient: bool,
 }
 
 impl Engine {
@@ -162,7 +159,6 @@ impl Engine {
             busy: [0; 4],
             usage: Usage::default(),
             idle_shared_mb: 0,
-            patient: false,
         })
     }
 
@@ -195,7 +191,7 @@ impl Engine {
         mem_mb: u32,
         out: &mut Vec<Action>,
     ) -> Outcome {
-        self.arrive_inner(now, f, mem_mb, false, out)
+        self.arrive_inner(now, f, mem_mb, false, false, out)
     }
 
     /// [`Policy::arrive`] (`reuse_idle`) or [`Engine::arrive_skipping_warm`]
@@ -210,18 +206,18 @@ impl Engine {
         reuse_idle: bool,
         out: &mut Vec<Action>,
     ) -> Outcome {
-        self.patient = true;
-        let o = self.arrive_inner(now, f, mem_mb, reuse_idle, out);
-        self.patient = false;
-        o
+        self.arrive_inner(now, f, mem_mb, reuse_idle, true, out)
     }
 
+    /// `patient`: rather than give idle instances up for RAM that running
+    /// instances will give back, reject (see [`Engine::arrive_patiently`]).
     fn arrive_inner(
         &mut self,
         now: Time,
         f: FnId,
         mem_mb: u32,
         reuse_idle: bool,
+        patient: bool,
         out: &mut Vec<Action>,
     ) -> Outcome {
         let now = self.tick(now);
@@ -236,7 +232,7 @@ impl Engine {
             let inst = self.insts[slot as usize];
             self.usage.idle_mb -= inst.held as u64;
             self.usage.ram_mb -= inst.held as u64;
-            if !self.make_room(inst.mem as u64, out) {
+            if !self.make_room(inst.mem as u64, patient, out) {
                 self.pin(fi, false);
                 self.make_idle(slot);
                 return Outcome::Rejected;
@@ -256,7 +252,7 @@ impl Engine {
         // RAM, which making room may have just caused
         loop {
             let need = mem_mb as u64 + self.shared_need(fi);
-            if !self.make_room(need, out) {
+            if !self.make_room(need, patient, out) {
                 return Outcome::Rejected;
             }
             if need == mem_mb as u64 + self.shared_need(fi) {
@@ -369,7 +365,7 @@ impl Engine {
             let (old, new) = (inst.held as u64, private_mb as u64);
             self.usage.idle_mb = self.usage.idle_mb - old + new;
             self.usage.ram_mb = self.usage.ram_mb - old + new;
-            self.make_room(0, out);
+            self.make_room(0, false, out);
         }
         Ok(())
     }
@@ -615,8 +611,9 @@ impl Engine {
     }
 
     /// Frees RAM for `need` MiB: pending writes first, then idle instances. Does
-    /// nothing when even both would not be enough.
-    fn make_room(&mut self, need: u64, out: &mut Vec<Action>) -> bool {
+    /// nothing when even both would not be enough, or, `patient`, when the
+    /// running instances will give back what is missing.
+    fn make_room(&mut self, need: u64, patient: bool, out: &mut Vec<Action>) -> bool {
         let free = self.cfg.ram_mb.saturating_sub(self.usage.ram_mb);
         if free >= need && self.usage.ram_mb <= self.cfg.ram_mb {
             return true;
@@ -625,7 +622,7 @@ impl Engine {
         // pages too): the loop below never runs out of victims short of it
         let freeable = self.usage.writing_mb + self.usage.idle_mb + self.idle_shared_mb;
         let short = (self.usage.ram_mb + need).saturating_sub(self.cfg.ram_mb);
-        if freeable < short || (self.patient && self.usage.running_mb >= short) {
+        if freeable < short || (patient && self.usage.running_mb >= short) {
             return false;
         }
         while self.cfg.ram_mb < self.usage.ram_mb + need {
@@ -768,7 +765,7 @@ impl Engine {
 
 impl Policy for Engine {
     fn arrive(&mut self, now: Time, f: FnId, mem_mb: u32, out: &mut Vec<Action>) -> Outcome {
-        self.arrive_inner(now, f, mem_mb, true, out)
+        self.arrive_inner(now, f, mem_mb, true, false, out)
     }
 
     fn finish(
@@ -792,7 +789,7 @@ impl Policy for Engine {
         self.make_idle(slot);
         // measured more than it was declared (its limit was raised, or the
         // estimate was off): back under the budget
-        self.make_room(0, out);
+        self.make_room(0, false, out);
         if self.cfg.kind.tiered() {
             self.demote_over_threshold(out);
         }
@@ -855,7 +852,7 @@ impl Policy for Engine {
             }
             self.usage.shared_mb = self.usage.shared_mb - old + new;
             self.usage.ram_mb = self.usage.ram_mb - old + new;
-            self.make_room(0, out);
+            self.make_room(0, false, out);
         }
     }
 
