@@ -508,7 +508,7 @@ const STATE_CACHE_MAX: usize = 256;
 /// of it), as the DRAM tier's images are: not at every restore (0.08 ms of
 /// a Python restore, 0.16 of a Node.js one). A snapshot is immutable once
 /// published; a changed state file comes with another checksum.
-fn snapshot_state(snap: &Snapshot) -> Result<Arc<ProcessState>, RestoreError> {
+pub fn snapshot_state(snap: &Snapshot) -> Result<Arc<ProcessState>, RestoreError> {
     type States = HashMap<(std::path::PathBuf, String), Arc<ProcessState>>;
     static STATES: OnceLock<std::sync::Mutex<States>> = OnceLock::new();
     let states = STATES.get_or_init(Default::default);

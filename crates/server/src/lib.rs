@@ -395,8 +395,9 @@ fn trust(root_hash: &str, dir: &std::path::Path) -> Result<thaw_store::Snapshot>
     if snap.manifest.runtime_root != root_hash {
         fail!(ServeError::Untrusted, "taken from another root");
     }
-    // a state of another version (one that carried less) is taken again
-    if let Err(e) = thaw_sandbox::state::ProcessState::decode(&snap.load_state()?) {
+    // a state of another version (one that carried less) is taken again;
+    // decoded once here, the restores reuse it
+    if let Err(e) = thaw_sandbox::restore::snapshot_state(&snap) {
         fail!(ServeError::Untrusted, "{e}");
     }
     // verified once and then unchangeable (sealed on DRAM, immutable on disk)
