@@ -64,9 +64,13 @@ def check_idle_threads(event, exp, out):
 check_idle_threads_1 = check_idle_threads_8 = check_idle_threads
 
 
-def check_node_helloworld(event, exp, out):
+def check_node_helloworld(event, exp, out, name="node_helloworld"):
     check_helloworld(event, exp, out)
-    expect(field(out, "function", str) == "node_helloworld", "context.functionName is %r", out.get("function"))
+    expect(field(out, "function", str) == name, "the context's function name is %r", out.get("function"))
+
+
+def check_java_hello(event, exp, out):
+    check_node_helloworld(event, exp, out, "java_hello")
 
 
 def _pyaes_kat():

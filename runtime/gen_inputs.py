@@ -58,11 +58,14 @@ class Gen:
     def idle_threads_8(self, size):
         self.helloworld(size, "idle_threads_8", {"threads": 8})
 
-    def node_helloworld(self, size):
-        # helloworld's events under the Node function's name
+    def node_helloworld(self, size, fn="node_helloworld"):
+        # helloworld's events under another runtime's function's name
         with open(os.path.join(self.inputs, "helloworld", size + ".json"), encoding="utf-8") as f:
             event = json.load(f)
-        self.emit("node_helloworld", size, event, {"message": "Hello, %s!" % event["name"]})
+        self.emit(fn, size, event, {"message": "Hello, %s!" % event["name"]})
+
+    def java_hello(self, size):
+        self.node_helloworld(size, "java_hello")
 
     def pyaes(self, size):
         n = param("pyaes", size)

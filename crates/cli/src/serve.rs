@@ -97,12 +97,12 @@ pub fn serve(home: Option<PathBuf>, a: ServeArgs) -> Result<()> {
 
 #[derive(Args)]
 pub struct DeployArgs {
-    /// Code directory, or a .py or .js file
+    /// Code directory, or a .py, .js or .jar file
     pub path: PathBuf,
-    /// python or nodejs (default: nodejs for a .js, .mjs or .cjs file, else python)
+    /// python, nodejs or java (default: nodejs for a .js, .mjs or .cjs file, java for a .jar, else python)
     #[arg(long)]
     pub runtime: Option<String>,
-    /// module.function
+    /// module.function (Python, Node.js); package.Class::method or package.Class (Java)
     #[arg(long)]
     pub handler: String,
     /// Function name (default: the directory's or file's name)
@@ -232,11 +232,14 @@ fn finish(r: thaw_client::Response) -> Result<()> {
 }
 
 /// A single JavaScript file: a Node.js function.
-fn node_file(path: &Path) -> bool {
-    path.is_file()
-        && path
-            .extension()
-            .is_some_and(|e| e == "js" || e == "mjs" || e == "cjs")
+/// The runtime a single file's extension names (none: the daemon's default).
+fn default_runtime(path: &Path) -> Option<&'static str> {
+    let ext = path.extension()?.to_str()?;
+    match (path.is_file(), ext) {
+        (true, "js" | "mjs" | "cjs") => Some("nodejs"),
+        (true, "jar") => Some("java"),
+        _ => None,
+    }
 }
 
 fn default_name(path: &Path) -> String {
@@ -307,7 +310,7 @@ pub fn client(home: &Path, socket: Option<PathBuf>, cmd: FnCmd) -> Result<()> {
                 "secret_env": kv(&secret_env)?,
                 "packages": package,
             });
-            let runtime = runtime.or_else(|| node_file(&path).then(|| "nodejs".to_string()));
+            let runtime = runtime.or_else(|| default_runtime(&path).map(String::from));
             for (k, v) in [
                 ("runtime", json!(runtime)),
                 ("init", json!(init)),

@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 use thaw_error::{fail, Context, ResultExt};
 
 pub mod error;
+pub mod java;
 pub mod packages;
 pub mod recipe;
 pub mod treehash;
@@ -60,6 +61,8 @@ pub enum Runtime {
     Python,
     /// Node.js 18, `runtime/agent.js`
     Nodejs,
+    /// OpenJDK 17, `runtime/java` (the class `thaw.Agent`)
+    Java,
 }
 
 impl Runtime {
@@ -67,6 +70,7 @@ impl Runtime {
         match self {
             Runtime::Python => "python",
             Runtime::Nodejs => "nodejs",
+            Runtime::Java => "java",
         }
     }
 
@@ -75,6 +79,7 @@ impl Runtime {
         match self {
             Runtime::Python => "py",
             Runtime::Nodejs => "js",
+            Runtime::Java => "java",
         }
     }
 }
@@ -85,9 +90,10 @@ impl std::str::FromStr for Runtime {
         match s {
             "python" => Ok(Runtime::Python),
             "nodejs" => Ok(Runtime::Nodejs),
+            "java" => Ok(Runtime::Java),
             _ => fail!(
                 RuntimeError::Unknown,
-                "unknown runtime {s:?} (runtimes: python, nodejs)"
+                "unknown runtime {s:?} (runtimes: python, nodejs, java)"
             ),
         }
     }
@@ -373,13 +379,16 @@ impl RootInfo {
     }
 
     /// The runtime of a suite function: Node.js if its module is
-    /// `functions/NAME.js`, else Python.
+    /// `functions/NAME.js`, Java if it is `functions/NAME.java`, else Python.
     pub fn runtime_of(&self, function: &str) -> Runtime {
-        let js = format!("opt/thaw/functions/{function}.js");
-        match !function.contains('/') && self.path.join(js).is_file() {
-            true => Runtime::Nodejs,
-            false => Runtime::Python,
-        }
+        let module = |r: Runtime| {
+            let p = format!("opt/thaw/functions/{function}.{}", r.extension());
+            !function.contains('/') && self.path.join(p).is_file()
+        };
+        [Runtime::Nodejs, Runtime::Java]
+            .into_iter()
+            .find(|&r| module(r))
+            .unwrap_or(Runtime::Python)
     }
 
     /// argv (argv[0] is an absolute path inside the root) and the complete environment
@@ -470,6 +479,7 @@ fn agent_command_for(runtime: Runtime, function: &str) -> (Vec<String>, Vec<(Str
     match runtime {
         Runtime::Python => RootInfo::python_command(function),
         Runtime::Nodejs => node_command(function),
+        Runtime::Java => java::command(function, java::DEFAULT_HEAP_MB),
     }
 }
 
@@ -517,6 +527,7 @@ pub fn runtime_env(runtime: Runtime) -> Vec<(String, String)> {
     match runtime {
         Runtime::Python => agent_env(),
         Runtime::Nodejs => node_env(),
+        Runtime::Java => java::env(),
     }
 }
 
@@ -525,6 +536,7 @@ pub fn reserved_env(name: &str) -> bool {
     agent_env()
         .iter()
         .chain(node_env().iter())
+        .chain(java::env().iter())
         .any(|(k, _)| k == name)
 }
 

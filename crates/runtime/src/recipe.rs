@@ -30,6 +30,9 @@ pub struct Recipe {
     pub packages: Vec<String>,
     pub stubs: Vec<String>,
     pub prune: Vec<String>,
+    /// Jars from Maven Central for the Java runtime (`java.rs`).
+    #[serde(default)]
+    pub maven: Vec<crate::java::MavenJar>,
 }
 
 /// One resolved package.
@@ -383,10 +386,11 @@ pub fn ensure_root(home: &Path, force: bool, progress: &mut dyn FnMut(&str)) -> 
         Ok(pkgs)
     };
     let pkgs = download(home, pkgs, &mut re_resolve, progress)?;
+    let jars = crate::java::fetch_jars(home, &r, progress)?;
     // A refresh of the lists during download may have changed versions.
     let hash = input_hash(&r, &pkgs)?;
     let tmp = roots.join(format!(".tmp-{}-{}", &hash[..16], std::process::id()));
-    let res = build_into(&tmp, &hash, &r, &pkgs, t0, progress);
+    let res = build_into(&tmp, &hash, &r, &pkgs, &jars, t0, progress);
     if let Err(e) = res {
         let _ = fs::remove_dir_all(&tmp);
         return Err(e);
@@ -757,6 +761,7 @@ fn build_into(
     hash: &str,
     r: &Recipe,
     pkgs: &[Pkg],
+    jars: &[PathBuf],
     t0: Instant,
     progress: &mut dyn FnMut(&str),
 ) -> Result<()> {
@@ -847,6 +852,7 @@ fn build_into(
                 .join(" | ")
         ));
     }
+    crate::java::install(&root, jars, progress)?;
     progress("generating function inputs (deterministic, inside the root)");
     let out = run_in_root_as(
         &root,

@@ -92,23 +92,33 @@ pub fn parse_maps(text: &str) -> Result<Vec<MapsLine>> {
 }
 
 /// Waits until the agent is blocked reading its socket (fd 3), so the frozen
-/// registers sit at a clean, restartable point.
+/// registers sit at a clean, restartable point. The agent's thread is the
+/// main thread, except in a JVM, whose launcher runs Java's main thread
+/// beside the process's first one; any thread blocked reading fd 3 will do.
 pub(crate) fn wait_blocked_on_socket(pid: i32) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let sc = std::fs::read_to_string(format!("/proc/{pid}/syscall")).unwrap_or_default();
-        let mut f = sc.split_whitespace();
-        let nr = f.next().unwrap_or("");
-        let fd = f.next().unwrap_or("");
-        // read(0), recvfrom(45), recvmsg(47) on fd 3
-        if matches!(nr, "0" | "45" | "47") && fd == "0x3" {
-            return Ok(());
+        let tids = task_ids(pid).unwrap_or_default();
+        let mut main = String::new();
+        for (i, tid) in tids.iter().enumerate() {
+            let sc = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall"))
+                .unwrap_or_default();
+            let mut f = sc.split_whitespace();
+            let nr = f.next().unwrap_or("");
+            let fd = f.next().unwrap_or("");
+            // read(0), recvfrom(45), recvmsg(47) on fd 3
+            if matches!(nr, "0" | "45" | "47") && fd == "0x3" {
+                return Ok(());
+            }
+            if i == 0 {
+                main = sc;
+            }
         }
         if Instant::now() > deadline {
             fail!(
                 HostError::Failed,
-                "runtime never went back to waiting on its socket (syscall: {})",
-                sc.trim()
+                "runtime never went back to waiting on its socket (main thread's syscall: {})",
+                main.trim()
             );
         }
         std::thread::sleep(Duration::from_micros(200));

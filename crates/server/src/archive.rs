@@ -69,13 +69,13 @@ pub fn unpack(
     match format {
         Format::File => {
             let rel = safe_relative(filename)?;
-            let source = [".py", ".js", ".mjs", ".cjs"]
+            let source = [".py", ".js", ".mjs", ".cjs", ".jar"]
                 .iter()
                 .any(|e| filename.ends_with(e));
             if rel.components().count() != 1 || !source {
                 fail!(
                     ArchiveError::Refused,
-                    "a single-file deploy needs a plain file name ending in .py (Python) or .js, .mjs, .cjs (Node.js), got {filename:?}"
+                    "a single-file deploy needs a plain file name ending in .py (Python), .js, .mjs, .cjs (Node.js) or .jar (Java), got {filename:?}"
                 );
             }
             out.file(&rel, &mut &data[..])?;

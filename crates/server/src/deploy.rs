@@ -86,7 +86,7 @@ pub use thaw_sandbox::cgroup::{cpu_weight_of_shares, CPU_WEIGHT_MAX, CPU_WEIGHT_
 #[serde(deny_unknown_fields)]
 pub struct DeployRequest {
     pub name: String,
-    /// `python` (the default) or `nodejs`
+    /// `python` (the default), `nodejs` or `java`
     pub runtime: Option<String>,
     pub handler: String,
     pub code: Code,
@@ -225,6 +225,50 @@ pub fn is_entry_point(s: &str) -> bool {
         })
 }
 
+/// `package.Class::method` or `package.Class` (its `handleRequest`), the
+/// package possibly empty: a Java handler as Lambda names it.
+pub fn is_java_handler(s: &str) -> bool {
+    let ident = |p: &str| {
+        !p.is_empty()
+            && !p.as_bytes()[0].is_ascii_digit()
+            && p.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'$')
+    };
+    let (class, method) = s.split_once("::").unwrap_or((s, "handleRequest"));
+    s.len() <= 200 && ident(method) && class.split('.').all(ident)
+}
+
+/// The handler and hooks a deploy names, checked for its runtime.
+fn check_entry_points(req: &DeployRequest, runtime: Runtime) -> Result<(), Error> {
+    let hooks = [
+        ("init", &req.init),
+        ("before_snapshot", &req.before_snapshot),
+        ("after_restore", &req.after_restore),
+    ];
+    if runtime == Runtime::Java {
+        if !is_java_handler(&req.handler) {
+            return Err(bad(format!(
+                "handler {:?} is not of the form package.Class::method or package.Class",
+                req.handler
+            )));
+        }
+        if let Some((what, _)) = hooks.iter().find(|(_, h)| h.is_some()) {
+            return Err(bad(format!(
+                "{what} is for python and nodejs functions: a Java function's init is its \
+                 class's constructor, and its hooks are CRaC resources (org.crac)"
+            )));
+        }
+        return Ok(());
+    }
+    check_entry("handler", &req.handler)?;
+    for (what, h) in hooks {
+        if let Some(h) = h {
+            check_entry(what, h)?;
+        }
+    }
+    Ok(())
+}
+
 fn check_entry(what: &str, s: &str) -> Result<(), Error> {
     if !is_entry_point(s) {
         return Err(bad(format!(
@@ -268,16 +312,11 @@ fn internal(e: impl Into<thaw_error::BoxError>) -> Error {
 /// publishes it. Returns the record and whether it replaced a version.
 pub async fn run(app: &Arc<App>, req: DeployRequest) -> Result<(Record, bool), Error> {
     check_name(&req.name).map_err(|e| bad(format!("{e:#}")))?;
-    check_entry("handler", &req.handler)?;
-    for (what, h) in [
-        ("init", &req.init),
-        ("before_snapshot", &req.before_snapshot),
-        ("after_restore", &req.after_restore),
-    ] {
-        if let Some(h) = h {
-            check_entry(what, h)?;
-        }
-    }
+    let runtime: Runtime = match &req.runtime {
+        None => Runtime::default(),
+        Some(r) => r.parse().map_err(|e| bad(format!("{e:#}")))?,
+    };
+    check_entry_points(&req, runtime)?;
     thaw_runtime::packages::check_names(&req.packages).map_err(|e| bad(e.to_string()))?;
     check_env(&req.env)?;
     let lib_path = "LD_LIBRARY_PATH";
@@ -328,10 +367,16 @@ pub async fn run(app: &Arc<App>, req: DeployRequest) -> Result<(Record, bool), E
             lim.max_instances_per_function
         )));
     }
-    let runtime: Runtime = match &req.runtime {
-        None => Runtime::default(),
-        Some(r) => r.parse().map_err(|e| bad(format!("{e:#}")))?,
-    };
+    if runtime == Runtime::Java && !req.packages.is_empty() {
+        return Err(bad(
+            "packages are for python and nodejs functions: a Java function brings its jars",
+        ));
+    }
+    if runtime == Runtime::Java && req.root.is_some() {
+        return Err(bad(
+            "a Java function runs on the runtime root (its JVM and agent), not an image's",
+        ));
+    }
     // what the request leaves open is placed after the snapshot (see
     // `placement`); until then it is taken with mmap on tmpfs. A Node.js
     // process the checkpoint refuses (its threads and descriptors) deploys
@@ -389,6 +434,7 @@ pub async fn run(app: &Arc<App>, req: DeployRequest) -> Result<(Record, bool), E
     }
     let filename = match (&req.code.filename, format) {
         (Some(f), Format::File) => f.clone(),
+        (None, Format::File) if runtime == Runtime::Java => "function.jar".into(),
         (None, Format::File) => {
             let module = req.handler.rsplit_once('.').map_or("", |(m, _)| m);
             format!("{}.{}", module.replace('.', "/"), runtime.extension())

@@ -563,6 +563,7 @@ pub fn root_program(runtime: thaw_runtime::Runtime) -> &'static str {
     match runtime {
         thaw_runtime::Runtime::Python => "/usr/bin/python3",
         thaw_runtime::Runtime::Nodejs => thaw_runtime::NODE,
+        thaw_runtime::Runtime::Java => thaw_runtime::java::JAVA,
     }
 }
 
@@ -607,6 +608,10 @@ impl Worker {
         let (mut argv, mut env) = self.root.agent_command_for(func.runtime, "--user");
         if func.root.is_some() {
             argv[0] = root_program(func.runtime).to_string();
+        }
+        if func.runtime == thaw_runtime::Runtime::Java {
+            let heap = thaw_runtime::java::heap_mb(func.memory_bytes >> 20);
+            thaw_runtime::java::set_heap(&mut argv, heap);
         }
         env.push(("THAW_HANDLER".into(), func.handler.clone()));
         env.push(("THAW_FUNCTION_NAME".into(), func.name.clone()));
