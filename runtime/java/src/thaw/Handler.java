@@ -237,7 +237,8 @@ final class Handler {
 
     /**
      * The function's frames of `t`'s stack as Lambda prints them
-     * (`pkg.Class.method(File.java:12)`), the agent's and reflection's left out.
+     * (`pkg.Class.method(File.java:12)`, innermost first): those above the
+     * reflective call the agent made.
      */
     static List<String> functionFrames(Throwable t) {
         List<String> out = new ArrayList<>();
@@ -245,9 +246,12 @@ final class Handler {
             String c = e.getClassName();
             if (c.startsWith("thaw.") || c.startsWith("jdk.internal.reflect.")
                     || c.startsWith("java.lang.reflect.")) {
-                continue;
+                break;
             }
-            out.add(e.toString());
+            String where = e.getFileName() == null
+                    ? "Unknown Source"
+                    : e.getLineNumber() >= 0 ? e.getFileName() + ":" + e.getLineNumber() : e.getFileName();
+            out.add(c + "." + e.getMethodName() + "(" + where + ")");
         }
         return out;
     }
