@@ -22,8 +22,11 @@ die() { echo "setup: $*" >&2; exit 1; }
 need_pkgs=()
 # losetup/mount/blkid (util-linux), mkfs.ext4 and tc back the emulated storage tiers.
 # nft (nftables) holds the egress rules of functions given network access.
+# javac and jar (the JDK) compile the runtime root's Java agent and the Java
+# tests' functions; curl fetches the root's jars from Maven Central.
 for p in gcc:gcc apt-get:apt dpkg-deb:dpkg ip:iproute2 tc:iproute2 python3:python3 \
-    losetup:util-linux blkid:util-linux mkfs.ext4:e2fsprogs nft:nftables nsenter:util-linux; do
+    losetup:util-linux blkid:util-linux mkfs.ext4:e2fsprogs nft:nftables nsenter:util-linux \
+    javac:openjdk-17-jdk-headless jar:openjdk-17-jdk-headless curl:curl; do
     command -v "${p%%:*}" >/dev/null 2>&1 || need_pkgs+=("${p##*:}")
 done
 if $for_tests; then

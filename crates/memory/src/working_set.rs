@@ -92,8 +92,9 @@ pub fn record(
                     .context("reading the memory image")?;
                 let ws_off = data.len() as u64;
                 data.extend_from_slice(&page);
+                // runs stay inside one region (two regions may be adjacent)
                 match runs.last_mut() {
-                    Some(r) if r.addr + r.len == a => r.len += PAGE_SIZE,
+                    Some(r) if r.addr + r.len == a && r.addr >= region.start => r.len += PAGE_SIZE,
                     _ => runs.push(WsRun {
                         addr: a,
                         len: PAGE_SIZE,
@@ -101,7 +102,7 @@ pub fn record(
                     }),
                 }
             }
-            None => PageSpan::push_page(&mut zero_runs, a, |_| true),
+            None => PageSpan::push_page(&mut zero_runs, a, |z| z.addr >= region.start),
         }
     }
     let index = WsIndex {
@@ -455,6 +456,31 @@ mod tests {
             load(&dir, "k1", &layout, |_| {}).unwrap().is_none(),
             "drifted: re-record"
         );
+    }
+
+    #[test]
+    fn runs_end_where_adjacent_regions_meet() {
+        // two regions back to back (a JVM's thread stacks are): a run that
+        // crossed from one into the next would not validate at load
+        let (dir, mut layout, img) = setup("adjacent");
+        layout.regions[0].end = 0x12000;
+        layout.regions[0].runs[0].len = 0x2000;
+        layout.regions.push(Region {
+            start: 0x12000,
+            end: 0x20000,
+            anonymous: true,
+            runs: vec![Run {
+                addr: 0x12000,
+                len: 0x2000,
+                file_off: 0x2000,
+            }],
+        });
+        let faults = [0x10000, 0x11000, 0x12000, 0x13000, 0x14000, 0x15000];
+        let idx = record(&dir, "k", &layout, &img, &faults, None).unwrap();
+        let runs: Vec<(u64, u64)> = idx.runs.iter().map(|r| (r.addr, r.len)).collect();
+        assert_eq!(runs, vec![(0x10000, 0x2000), (0x12000, 0x2000)]);
+        assert!(load(&dir, "k", &layout, |_| {}).unwrap().is_some());
+        let _ = fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -215,7 +215,7 @@ fn refuse_unstoppable(pid: i32, tid: i32) -> Result<(), CheckpointError> {
 /// Seizes and stops every thread of `pid` into `frozen` (main first),
 /// listing /proc/PID/task again until no thread is left running (one may
 /// be cloning another while we list).
-fn freeze_all(pid: i32, frozen: &mut Vec<i32>) -> Result<(), CheckpointError> {
+pub(crate) fn freeze_all(pid: i32, frozen: &mut Vec<i32>) -> Result<(), CheckpointError> {
     loop {
         let tids: Vec<i32> = task_ids(pid)?
             .into_iter()

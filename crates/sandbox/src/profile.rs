@@ -182,12 +182,16 @@ fn lazily_served(pid: i32) -> Result<Vec<std::ops::Range<u64>>> {
 }
 
 /// Freezes the runtime, saves its resident lazily served pages into
-/// `overlay` and has it drop them, so the next touches fault again.
+/// `overlay` and has it drop them, so the next touches fault again. Every
+/// thread is frozen: one left running (a JVM's compiler or collector) could
+/// write a page between its save and its drop, and the write would be lost.
 fn drop_resident(sb: &Sandbox, overlay: &ProfileSource) -> Result<()> {
     let pid = sb.pid();
     crate::checkpoint::wait_blocked_on_socket(pid)?;
-    ptrace::seize_and_stop(pid)?;
-    let res = (|| -> Result<()> {
+    let mut frozen = Vec::new();
+    let froze = crate::checkpoint::freeze_all(pid, &mut frozen)
+        .map_err(|e| HostError::Failed(format!("freezing the runtime: {e}")));
+    let res = froze.and_then(|()| -> Result<()> {
         let anon = lazily_served(pid)?;
         let saved = ptrace::get_regs(pid)?;
         let mem = File::open(format!("/proc/{pid}/mem"))?;
@@ -241,7 +245,13 @@ fn drop_resident(sb: &Sandbox, overlay: &ProfileSource) -> Result<()> {
         let mut back = saved;
         ptrace::prepare_for_resume(&mut back);
         ptrace::set_regs(pid, &back)
-    })();
-    let detached = ptrace::detach(pid);
+    });
+    let mut detached = Ok(());
+    for tid in frozen {
+        let d = ptrace::detach(tid);
+        if detached.is_ok() {
+            detached = d;
+        }
+    }
     res.and(detached)
 }

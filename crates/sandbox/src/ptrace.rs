@@ -46,13 +46,6 @@ fn pt(req: libc::c_uint, pid: i32, addr: usize, data: usize) -> Result<libc::c_l
     Ok(r)
 }
 
-/// Seizes `pid` (killing it if we die while it is stopped) and stops it.
-pub fn seize_and_stop(pid: i32) -> Result<()> {
-    seize(pid)?;
-    interrupt(pid)?;
-    wait_stop(pid).map(|_| ())
-}
-
 /// Seizes one thread (it keeps running); the tracee dies with us.
 pub fn seize(tid: i32) -> Result<()> {
     pt(
