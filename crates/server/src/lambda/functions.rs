@@ -20,9 +20,10 @@ use super::model::{
 use super::store;
 use crate::deploy::{self, Code, DeployRequest};
 
-/// Lambda runtimes thaw runs, and how: the root's CPython or Node.js.
+/// Lambda runtimes thaw runs, and how: the root's CPython, Node.js or JVM.
 pub const RUNTIMES: &str = "python3.11, python3.12, python3.13 (the runtime root's CPython 3.11), \
-                            nodejs18.x, nodejs20.x (its Node.js 18)";
+                            nodejs18.x, nodejs20.x (its Node.js 18), \
+                            java17, java11, java8.al2 (its OpenJDK 17)";
 
 /// The daemon's runtime for a Lambda runtime name.
 pub fn native_runtime(lambda: &str) -> Result<&'static str, LambdaError> {
@@ -32,6 +33,7 @@ pub fn native_runtime(lambda: &str) -> Result<&'static str, LambdaError> {
     match (lambda, minor) {
         (_, Some(m)) if m >= 11 => Ok("python"),
         ("nodejs18.x" | "nodejs20.x", _) => Ok("nodejs"),
+        ("java17" | "java11" | "java8.al2", _) => Ok("java"),
         ("provided.al2023" | "provided.al2" | "provided", _) => Err(LambdaError::invalid(format!(
             "Runtime {lambda}: custom runtimes (a bootstrap through the Runtime API) are not \
              implemented by thaw; supported runtimes: {RUNTIMES}"
@@ -433,6 +435,8 @@ mod tests {
             ("python3.13", "python"),
             ("nodejs18.x", "nodejs"),
             ("nodejs20.x", "nodejs"),
+            ("java17", "java"),
+            ("java11", "java"),
         ] {
             assert_eq!(native_runtime(lambda).unwrap(), native);
         }
