@@ -45,8 +45,8 @@ fn jar() -> &'static [u8] {
         assert!(
             class_path
                 .iter()
-                .any(|p| p.to_string_lossy().contains("org-crac")),
-            "no org-crac jar in {}",
+                .any(|p| p.to_string_lossy().contains("crac-")),
+            "no CRaC jar in {}",
             lib.display()
         );
         let dir = PathBuf::from(format!("/tmp/thaw-java-test-{}", std::process::id()));
@@ -299,4 +299,91 @@ fn bad_java_deploys_are_refused_with_reasons() {
         );
     }
     d.healthy();
+}
+
+const SPRING: [(&str, &str); 4] = [
+    ("pom.xml", include_str!("java/spring/pom.xml")),
+    (
+        "src/main/java/example/spring/App.java",
+        include_str!("java/spring/src/main/java/example/spring/App.java"),
+    ),
+    (
+        "src/main/java/example/spring/Greeter.java",
+        include_str!("java/spring/src/main/java/example/spring/Greeter.java"),
+    ),
+    (
+        "src/main/java/example/spring/Handler.java",
+        include_str!("java/spring/src/main/java/example/spring/Handler.java"),
+    ),
+];
+
+/// The Spring Boot function (tests/java/spring) as Lambda's zip layout
+/// (classes at the top, dependencies in lib/), built with Maven from Maven
+/// Central once per version of its sources and cached in the runtime home.
+fn spring_zip() -> Vec<u8> {
+    use sha2::Digest as _;
+    let mut h = sha2::Sha256::new();
+    for (name, text) in SPRING {
+        h.update(name.as_bytes());
+        h.update(text.as_bytes());
+    }
+    let key = hex::encode(&h.finalize()[..8]);
+    let cache = thaw_runtime::default_home().join("cache/java-tests");
+    let zip = cache.join(format!("spring-{key}.zip"));
+    if let Ok(bytes) = std::fs::read(&zip) {
+        return bytes;
+    }
+    let dir = PathBuf::from(format!("/tmp/thaw-java-spring-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    for (name, text) in SPRING {
+        let p = dir.join(name);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+    run(
+        Command::new("mvn")
+            .args(["-q", "-B", "package", "dependency:copy-dependencies"])
+            .args(["-DincludeScope=runtime", "-DoutputDirectory=target/lib"])
+            .arg("-DskipTests")
+            .current_dir(&dir),
+        "mvn package (Maven from scripts/setup.sh --tests)",
+    );
+    let part = dir.join("function.zip");
+    run(
+        Command::new("jar")
+            .arg("cfM")
+            .arg(&part)
+            .args(["-C", "target/classes", ".", "-C", "target", "lib"])
+            .current_dir(&dir),
+        "jar",
+    );
+    std::fs::create_dir_all(&cache).unwrap();
+    let tmp = cache.join(format!(".spring-{key}.{}", std::process::id()));
+    std::fs::copy(&part, &tmp).unwrap();
+    std::fs::rename(&tmp, &zip).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::read(&zip).unwrap()
+}
+
+#[test]
+fn a_spring_boot_application_answers_from_restores() {
+    let mut cfg = test_config("java-spring");
+    cfg.limits.code_bytes = 32 << 20;
+    cfg.limits.unpacked_bytes = 64 << 20;
+    let d = Daemon::start(cfg);
+    let req = json!({
+        "name": "spring",
+        "runtime": "java",
+        "handler": "example.spring.Handler",
+        "memory_mb": 512,
+        "snapshot": "required",
+        "code": {"format": "zip", "data_base64": b64(&spring_zip())},
+    });
+    deploy(&d, &req);
+    for name in ["boot", "again"] {
+        let v = cold(&d, "spring", &json!({ "name": name }));
+        assert_eq!(v["greeting"], format!("\"Hello, {name}!\""), "{v}");
+        assert!(v["beans"].as_i64().unwrap() > 20, "{v}");
+        assert!(v["started_ms"].as_i64().unwrap() > 0, "{v}");
+    }
 }

@@ -271,8 +271,7 @@ public final class Agent {
             throw new BadRequest("function code path: " + e.getMessage());
         }
         long t0 = System.nanoTime();
-        ClassLoader loader = new URLClassLoader(
-                "function", path.toArray(new URL[0]), Agent.class.getClassLoader());
+        ClassLoader loader = new FunctionLoader(path.toArray(new URL[0]));
         Thread.currentThread().setContextClassLoader(loader);
         try {
             handler = Handler.resolve(spec, loader, json);
@@ -286,6 +285,36 @@ public final class Agent {
                 .put("init_ms", 0.0).put("rss_kb", heapKb())
                 .put("crac_resources", thaw.crac.Core.registered());
         return loadReply;
+    }
+
+    /**
+     * The function's class loader: its own jars and classes over the JDK's,
+     * with Lambda's and CRaC's API from the agent's, as Lambda's runtime
+     * loads a function. The agent's libraries (Jackson) stay out of its
+     * sight, so a function that brings another version of them gets its own.
+     */
+    static final class FunctionLoader extends URLClassLoader {
+        private static final String[] SHARED = {
+            "com.amazonaws.services.lambda.runtime.", "org.crac.",
+        };
+
+        static {
+            registerAsParallelCapable();
+        }
+
+        FunctionLoader(URL[] urls) {
+            super("function", urls, ClassLoader.getPlatformClassLoader());
+        }
+
+        @Override
+        protected Class<?> loadClass(String name, boolean resolve) throws ClassNotFoundException {
+            for (String p : SHARED) {
+                if (name.startsWith(p)) {
+                    return Agent.class.getClassLoader().loadClass(name);
+                }
+            }
+            return super.loadClass(name, resolve);
+        }
     }
 
     /** The heap in use (no /proc in the sandbox, and Java has no getrusage). */

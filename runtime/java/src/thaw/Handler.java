@@ -197,6 +197,8 @@ final class Handler {
 
     /** The handler's answer to `event`, encoded as JSON; the function's own exception is thrown. */
     byte[] call(JsonNode event, Context context, ObjectMapper json) throws Throwable {
+        // frameworks look classes and resources up through the context loader
+        Thread.currentThread().setContextClassLoader(method.getDeclaringClass().getClassLoader());
         try {
             if (stream) {
                 InputStream in = new ByteArrayInputStream(json.writeValueAsBytes(event));
