@@ -60,6 +60,9 @@ pub enum Runtime {
     Python,
     /// Node.js 18, `runtime/agent.js`
     Nodejs,
+    /// A custom runtime: the function's own `bootstrap` executable, served
+    /// through Lambda's Runtime API instead of an agent
+    Provided,
 }
 
 impl Runtime {
@@ -67,6 +70,7 @@ impl Runtime {
         match self {
             Runtime::Python => "python",
             Runtime::Nodejs => "nodejs",
+            Runtime::Provided => "provided",
         }
     }
 
@@ -75,6 +79,7 @@ impl Runtime {
         match self {
             Runtime::Python => "py",
             Runtime::Nodejs => "js",
+            Runtime::Provided => "",
         }
     }
 }
@@ -85,9 +90,10 @@ impl std::str::FromStr for Runtime {
         match s {
             "python" => Ok(Runtime::Python),
             "nodejs" => Ok(Runtime::Nodejs),
+            "provided" => Ok(Runtime::Provided),
             _ => fail!(
                 RuntimeError::Unknown,
-                "unknown runtime {s:?} (runtimes: python, nodejs)"
+                "unknown runtime {s:?} (runtimes: python, nodejs, provided)"
             ),
         }
     }
@@ -470,7 +476,27 @@ fn agent_command_for(runtime: Runtime, function: &str) -> (Vec<String>, Vec<(Str
     match runtime {
         Runtime::Python => RootInfo::python_command(function),
         Runtime::Nodejs => node_command(function),
+        Runtime::Provided => (vec![BOOTSTRAP.to_string()], provided_env()),
     }
+}
+
+/// A custom runtime's program: `bootstrap` at the top of the function's code.
+pub const BOOTSTRAP: &str = "/opt/thaw/user/bootstrap";
+
+/// A custom runtime's base environment (Lambda's own variables are the
+/// worker's: they name the function and its Runtime API).
+pub fn provided_env() -> Vec<(String, String)> {
+    [
+        ("PATH", "/usr/local/bin:/usr/bin:/bin:/opt/thaw/user"),
+        ("HOME", "/tmp"),
+        ("TMPDIR", "/tmp"),
+        ("LANG", "C.UTF-8"),
+        ("TZ", ":UTC"),
+        ("LAMBDA_TASK_ROOT", "/opt/thaw/user"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect()
 }
 
 /// The Node agent's argv and environment. Node starts threads of its own
@@ -517,6 +543,7 @@ pub fn runtime_env(runtime: Runtime) -> Vec<(String, String)> {
     match runtime {
         Runtime::Python => agent_env(),
         Runtime::Nodejs => node_env(),
+        Runtime::Provided => provided_env(),
     }
 }
 
@@ -525,7 +552,9 @@ pub fn reserved_env(name: &str) -> bool {
     agent_env()
         .iter()
         .chain(node_env().iter())
+        .chain(provided_env().iter())
         .any(|(k, _)| k == name)
+        || name.starts_with("AWS_LAMBDA_")
 }
 
 /// The agent's environment: single threaded everything, no bytecode writes, HOME=/tmp.

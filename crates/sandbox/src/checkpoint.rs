@@ -548,7 +548,7 @@ pub fn inspect(
     files_cap: u64,
 ) -> Result<(Vec<Refusal>, Scan)> {
     let mut reasons = child_refusals(pid)?;
-    reasons.extend(crate::fds::capture(pid, None)?.refusals);
+    reasons.extend(crate::fds::capture(pid, None, None)?.refusals);
     let maps = parse_maps(&std::fs::read_to_string(format!("/proc/{pid}/maps"))?)?;
     let root = origins.root.canonicalize()?;
     for m in &maps {
@@ -672,7 +672,12 @@ pub fn checkpoint(
         Err(e) => return Err(CheckpointError::Prepare(e.into())),
     };
     let pid = sb.pid();
-    wait_blocked_on_socket(pid)?;
+    // a custom runtime's bootstrap waits on its Runtime API connection
+    // (`prepare_checkpoint` made sure), not on fd 3
+    let runtime_api = sb.runtime_api.as_ref().map(|a| a.pending_port());
+    if runtime_api.is_none() {
+        wait_blocked_on_socket(pid)?;
+    }
     let cap = sb.memory_limit;
     let (mut reasons, _) = inspect(pid, &Origins::of(sb), &threads, cap)?;
     if let (Some(message), true) = (agent_refused, reasons.is_empty()) {
@@ -698,6 +703,7 @@ pub fn checkpoint(
                 function,
                 root_hash,
                 cap,
+                runtime_api.flatten(),
             )
             .map(|(s, mut r)| {
                 r.freeze_ms = freeze_ms;
@@ -720,6 +726,7 @@ fn dump(
     function: &str,
     root_hash: &str,
     files_cap: u64,
+    runtime_api: Option<u16>,
 ) -> Result<(Snapshot, CheckpointReport), CheckpointError> {
     let t = Instant::now();
     // the frozen runtime must still hold nothing a snapshot cannot keep
@@ -857,7 +864,13 @@ fn dump(
     }
     // the descriptors, their contents after the files'; connected network
     // sockets are shut down here, after the before_snapshot hook
-    let fds = crate::fds::capture(pid, Some(&mut |data| w.append_memory(data)))?;
+    let mut fds = crate::fds::capture(pid, Some(&mut |data| w.append_memory(data)), runtime_api)?;
+    if runtime_api.is_some() && !crate::runtime_api::kept_connection(&fds.fds) {
+        fds.refusals.push(Refusal::new(
+            "descriptor",
+            "the bootstrap's waiting Runtime API connection is not among its descriptors",
+        ));
+    }
     if !fds.refusals.is_empty() {
         return Err(NotCheckpointable {
             reasons: fds.refusals,

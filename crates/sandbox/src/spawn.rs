@@ -52,6 +52,9 @@ pub struct ChildSpec<'a> {
     /// A function given egress: its veth is plugged into the child's
     /// namespace before the child goes on, and the child configures its end.
     pub net: Option<&'a crate::egress::SandboxNet>,
+    /// Runs with the child's pid once its namespaces exist, before it goes
+    /// on (a custom runtime's Runtime API listeners are made there).
+    pub before_start: Option<&'a dyn Fn(i32) -> Result<()>>,
 }
 
 /// The private shared-memory mount inside the sandbox.
@@ -324,6 +327,7 @@ pub fn spawn(spec: &ChildSpec) -> Result<i32> {
             .map_err(HostError::from)
     });
     let joined = joined.and_then(|()| spec.net.map_or(Ok(()), |n| n.plug(pid)));
+    let joined = joined.and_then(|()| spec.before_start.map_or(Ok(()), |f| f(pid)));
     if let Err(e) = joined {
         kill_and_reap(pid);
         close(&[go_w, err_r]);

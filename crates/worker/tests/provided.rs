@@ -1,0 +1,134 @@
+//! Custom runtimes through Lambda's Runtime API: a Go function built with
+//! aws-lambda-go as `bootstrap` starts, answers, is snapshotted while its
+//! `next` waits, and every restore answers on the connection it had.
+//! Real sandboxes on the real runtime root; runs as root; the bootstrap is
+//! built by the server's test script (Go from `scripts/setup.sh --tests`).
+mod common;
+use common::*;
+use serde_json::{json, Value};
+use std::path::PathBuf;
+use thaw_sandbox::agent::{Reply, Request};
+use thaw_sandbox::{checkpoint, Sandbox};
+use thaw_worker::{RestoreRequest, StrategyKind, UserFunction};
+
+/// Builds (once, cached) a test function's bootstrap; panics naming what is missing.
+fn bootstrap(name: &str) -> PathBuf {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../server/tests/lambda/build_bootstrap.sh");
+    let out = std::process::Command::new(script)
+        .arg(name)
+        .output()
+        .unwrap_or_else(|e| panic!("running {script}: {e}"));
+    assert!(
+        out.status.success(),
+        "building {name}'s bootstrap failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+}
+
+/// A code directory holding `bootstrap`, in the test's tier.
+fn function(t: &TestTier, name: &str, env: &[(&str, &str)]) -> UserFunction {
+    let code = t.path.join("code");
+    std::fs::create_dir_all(&code).unwrap();
+    std::fs::copy(bootstrap(name), code.join("bootstrap")).unwrap();
+    UserFunction {
+        name: "hello".into(),
+        runtime: thaw_worker::Runtime::Provided,
+        code_dir: code,
+        handler: "bootstrap".into(),
+        init: None,
+        before_snapshot: None,
+        after_restore: None,
+        env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        memory_bytes: 256 << 20,
+        cpu_millis: None,
+        cpu_weight: None,
+        packages_dir: None,
+        egress: None,
+        root: None,
+    }
+}
+
+fn invoke(sb: &mut Sandbox, event: Value, id: &str) -> Result<Value, thaw_sandbox::agent::AgentError> {
+    let req = Request::Invoke {
+        event: thaw_sandbox::agent::Event::Input(event),
+        timeout_ms: Some(3000.0),
+        request_id: Some(id.into()),
+    };
+    match sb.call(&req, T) {
+        Ok(Reply::Invoke { output, .. }) => Ok(output),
+        Ok(other) => panic!("not an invoke reply: {other:?}"),
+        Err(thaw_sandbox::SandboxError::Agent(e)) => Err(e),
+        Err(e) => panic!("the instance failed: {e:#}"),
+    }
+}
+
+#[test]
+fn a_go_function_answers_fresh_and_from_every_restore() {
+    let w = worker();
+    let t = tier("provided-go");
+    let func = function(&t, "go-hello", &[]);
+    let (mut fresh, _) = w
+        .start_user(&func, T)
+        .unwrap_or_else(|e| panic!("starting the Go bootstrap: {e:#}"));
+    let out = invoke(&mut fresh, json!({"name": "fresh"}), "id-fresh-1").unwrap();
+    assert_eq!(out["hello"], "fresh", "{out}");
+    assert_eq!(out["calls"], 1, "{out}");
+    assert_eq!(out["request_id"], "id-fresh-1", "{out}");
+    assert_eq!(out["arn"], "arn:aws:lambda:us-east-1:000000000000:function:hello", "{out}");
+    assert_eq!(out["deadline"], true, "{out}");
+    let init_at = out["init_at"].clone();
+    let dir = t.path.join("snapshot");
+    let (snap, _) = checkpoint(&mut fresh, &dir, "hello", &w.root.hash)
+        .unwrap_or_else(|e| panic!("checkpoint of a waiting Go bootstrap: {e:#}"));
+    // the deploying instance goes on over its own connection
+    let out = invoke(&mut fresh, json!({"name": "after"}), "id-fresh-2").unwrap();
+    assert_eq!(out["calls"], 2, "{out}");
+    drop(fresh);
+    for s in [StrategyKind::Eager, StrategyKind::Mmap, StrategyKind::Uffd] {
+        for i in 0..2 {
+            let what = format!("{s}-restore-{i}");
+            let (mut sb, _) = w
+                .restore(RestoreRequest::new(&snap, s).function(&func).pool(None))
+                .unwrap_or_else(|e| panic!("{what}: {e:#}"));
+            for n in 2..5 {
+                let id = format!("{what}-{n}");
+                let out = invoke(&mut sb, json!({"name": what}), &id)
+                    .unwrap_or_else(|e| panic!("{what}: {e}"));
+                assert_eq!(out["hello"], what.as_str(), "{out}");
+                // the snapshot's state: one call before it, init not run again
+                assert_eq!(out["calls"], n, "{what}: {out}");
+                assert_eq!(out["init_at"], init_at, "{what}: {out}");
+                assert_eq!(out["request_id"], id.as_str(), "{out}");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_go_panic_is_the_functions_error_with_its_stack() {
+    let w = worker();
+    let t = tier("provided-go-panic");
+    let func = function(&t, "go-hello", &[]);
+    let (mut sb, _) = w.start_user(&func, T).unwrap();
+    let e = invoke(&mut sb, json!({"name": "x", "panic": true}), "p1").unwrap_err();
+    let d = e.detail.as_ref().unwrap_or_else(|| panic!("no error detail: {e:?}"));
+    assert_eq!(d.error_type, "string", "{e:?}");
+    assert_eq!(d.error_message, "asked to panic: x", "{e:?}");
+    assert!(
+        d.stack_trace.iter().any(|f| f.contains("main.go")),
+        "a panic carries its stack: {e:?}"
+    );
+}
+
+#[test]
+fn a_bootstrap_that_exits_at_init_fails_the_load_with_its_words() {
+    let w = worker();
+    let t = tier("provided-go-init");
+    let func = function(&t, "go-hello", &[("HELLO_FAIL_INIT", "no table named orders")]);
+    let e = match w.start_user(&func, T) {
+        Ok(_) => panic!("a bootstrap that exits at init loaded"),
+        Err(e) => thaw_error::chain(&e),
+    };
+    assert!(e.contains("init failed: no table named orders"), "{e}");
+}
