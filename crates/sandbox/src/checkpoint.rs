@@ -674,7 +674,7 @@ pub fn checkpoint(
     let pid = sb.pid();
     // a custom runtime's bootstrap waits on its Runtime API connection
     // (`prepare_checkpoint` made sure), not on fd 3
-    let runtime_api = sb.runtime_api.as_ref().map(|a| a.pending_port());
+    let runtime_api = sb.runtime_api.as_ref().map(|a| a.pending_conn());
     if runtime_api.is_none() {
         wait_blocked_on_socket(pid)?;
     }
@@ -726,7 +726,7 @@ fn dump(
     function: &str,
     root_hash: &str,
     files_cap: u64,
-    runtime_api: Option<u16>,
+    runtime_api: Option<crate::runtime_api::PendingConn>,
 ) -> Result<(Snapshot, CheckpointReport), CheckpointError> {
     let t = Instant::now();
     // the frozen runtime must still hold nothing a snapshot cannot keep

@@ -300,12 +300,12 @@ struct Open {
 
 /// Captures runtime `pid`'s descriptors besides 0-3. With `append`, contents are saved and connected
 /// network sockets shut down; the process must then be frozen.
-/// `runtime_api`: the bootstrap's port of a custom runtime's Runtime API
-/// connection whose `next` waits, kept live (see `runtime_api`).
+/// `runtime_api`: a custom runtime's Runtime API connection whose call
+/// waits, kept live (see `runtime_api`).
 pub fn capture(
     pid: i32,
     mut append: Option<Append<'_>>,
-    runtime_api: Option<u16>,
+    runtime_api: Option<crate::runtime_api::PendingConn>,
 ) -> Result<Capture> {
     let mut out = Capture::default();
     let mut numbers: Vec<i32> = std::fs::read_dir(format!("/proc/{pid}/fd"))?
@@ -747,7 +747,7 @@ fn socket(
     open: &[Open],
     unix: &HashMap<u32, UnixDiag>,
     append: &mut Option<Append<'_>>,
-    runtime_api: Option<u16>,
+    runtime_api: Option<crate::runtime_api::PendingConn>,
 ) -> Kind {
     let fd = &o.dup;
     let opt = |level, name| getsockopt_int(fd, level, name).map_err(|e| e.to_string());
@@ -821,9 +821,10 @@ fn socket(
                 return Err(format!("a socket of protocol {protocol}"));
             }
             let peer = sockname(fd, true);
-            if let (Ok(peer), Some(port)) = (&peer, runtime_api) {
-                if crate::runtime_api::is_pending_connection(&addr, peer, port) {
-                    return Ok(FdKind::Socket(crate::runtime_api::reconnecting_socket()));
+            if let (Ok(peer), Some(p)) = (&peer, runtime_api) {
+                if crate::runtime_api::is_pending_connection(&addr, peer, p.port) {
+                    let s = crate::runtime_api::reconnecting_socket(p.waiting);
+                    return Ok(FdKind::Socket(s));
                 }
             }
             let connected = peer.is_ok();

