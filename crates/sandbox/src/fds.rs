@@ -16,7 +16,8 @@ use crate::checkpoint::Refusal;
 use crate::error::{HostError, Result};
 use crate::state::{Blob, EpollWatch, FdKind, SavedFd, SavedSocket};
 use crate::state::{
-    StateError, SOCK_OPT_CONNECT, SOCK_OPT_DROPPED, SOCK_OPT_REUSEADDR, SOCK_OPT_REUSEPORT, SOCK_OPT_V6ONLY,
+    StateError, SOCK_OPT_CONNECT, SOCK_OPT_DROPPED, SOCK_OPT_REUSEADDR, SOCK_OPT_REUSEPORT,
+    SOCK_OPT_V6ONLY,
 };
 use std::collections::HashMap;
 use std::ffi::CString;

@@ -268,12 +268,18 @@ fn internal(e: impl Into<thaw_error::BoxError>) -> Error {
 /// publishes it. Returns the record and whether it replaced a version.
 pub async fn run(app: &Arc<App>, req: DeployRequest) -> Result<(Record, bool), Error> {
     check_name(&req.name).map_err(|e| bad(format!("{e:#}")))?;
-    check_entry("handler", &req.handler)?;
-    for (what, h) in [
+    let hooks = [
         ("init", &req.init),
         ("before_snapshot", &req.before_snapshot),
         ("after_restore", &req.after_restore),
-    ] {
+    ];
+    if req.runtime.as_deref() == Some(Runtime::Provided.name()) {
+        crate::provided::check_handler(&req.handler).map_err(bad)?;
+        crate::provided::check_no_hooks(&hooks).map_err(bad)?;
+    } else {
+        check_entry("handler", &req.handler)?;
+    }
+    for (what, h) in hooks {
         if let Some(h) = h {
             check_entry(what, h)?;
         }
@@ -474,6 +480,9 @@ fn build(
         std::fs::create_dir(&code_dir).map_err(internal)?;
         let stats = archive::unpack(format, data, filename, &code_dir, &app.cfg.limits)
             .map_err(|e| bad(format!("{e:#}")))?;
+        if runtime == Runtime::Provided {
+            crate::provided::check_bootstrap(&code_dir).map_err(bad)?;
+        }
         let packages = match req.packages.is_empty() {
             true => None,
             false => Some(prepare_packages(app, &req.name, &req.packages)?),

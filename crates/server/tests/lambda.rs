@@ -202,3 +202,18 @@ fn async_invocations_are_retried_twice_and_bounded() {
         },
     );
 }
+
+#[test]
+fn go_and_rust_custom_runtimes_restore_through_boto3() {
+    with_daemon(
+        "provided",
+        |_| {},
+        |d| {
+            let out = d.python("provided.py");
+            assert_eq!(out["ok"], true, "{out}");
+            assert_eq!(out["seen"]["go"]["first"], "restore", "{out}");
+            assert_eq!(out["seen"]["rust"]["first"], "restore", "{out}");
+            assert!(d.app.functions.read().unwrap().is_empty());
+        },
+    );
+}

@@ -612,7 +612,9 @@ impl UserFunction {
 
     /// (function name, version) as Lambda names them.
     fn lambda_name(&self) -> (&str, &str) {
-        self.name.split_once("--").unwrap_or((&self.name, "$LATEST"))
+        self.name
+            .split_once("--")
+            .unwrap_or((&self.name, "$LATEST"))
     }
 
     /// The environment Lambda gives a custom runtime's `bootstrap`.

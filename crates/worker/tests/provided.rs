@@ -13,7 +13,10 @@ use thaw_worker::{RestoreRequest, StrategyKind, UserFunction};
 
 /// Builds (once, cached) a test function's bootstrap; panics naming what is missing.
 fn bootstrap(name: &str) -> PathBuf {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../server/tests/lambda/build_bootstrap.sh");
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../server/tests/lambda/build_bootstrap.sh"
+    );
     let out = std::process::Command::new(script)
         .arg(name)
         .output()
@@ -39,7 +42,10 @@ fn function(t: &TestTier, name: &str, env: &[(&str, &str)]) -> UserFunction {
         init: None,
         before_snapshot: None,
         after_restore: None,
-        env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        env: env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
         memory_bytes: 256 << 20,
         cpu_millis: None,
         cpu_weight: None,
@@ -49,7 +55,11 @@ fn function(t: &TestTier, name: &str, env: &[(&str, &str)]) -> UserFunction {
     }
 }
 
-fn invoke(sb: &mut Sandbox, event: Value, id: &str) -> Result<Value, thaw_sandbox::agent::AgentError> {
+fn invoke(
+    sb: &mut Sandbox,
+    event: Value,
+    id: &str,
+) -> Result<Value, thaw_sandbox::agent::AgentError> {
     let req = Request::Invoke {
         event: thaw_sandbox::agent::Event::Input(event),
         timeout_ms: Some(3000.0),
@@ -84,7 +94,10 @@ fn answers_fresh_and_from_every_restore(name: &str) {
     assert_eq!(out["hello"], "fresh", "{out}");
     assert_eq!(out["calls"], 1, "{out}");
     assert_eq!(out["request_id"], "id-fresh-1", "{out}");
-    assert_eq!(out["arn"], "arn:aws:lambda:us-east-1:000000000000:function:hello", "{out}");
+    assert_eq!(
+        out["arn"], "arn:aws:lambda:us-east-1:000000000000:function:hello",
+        "{out}"
+    );
     let init_at = out["init_at"].clone();
     let dir = t.path.join("snapshot");
     let (snap, _) = checkpoint(&mut fresh, &dir, "hello", &w.root.hash)
@@ -120,7 +133,10 @@ fn a_go_panic_is_the_functions_error_with_its_stack() {
     let func = function(&t, "go-hello", &[]);
     let (mut sb, _) = w.start_user(&func, T).unwrap();
     let e = invoke(&mut sb, json!({"name": "x", "panic": true}), "p1").unwrap_err();
-    let d = e.detail.as_ref().unwrap_or_else(|| panic!("no error detail: {e:?}"));
+    let d = e
+        .detail
+        .as_ref()
+        .unwrap_or_else(|| panic!("no error detail: {e:?}"));
     assert_eq!(d.error_type, "string", "{e:?}");
     assert_eq!(d.error_message, "asked to panic: x", "{e:?}");
     assert!(
@@ -133,7 +149,11 @@ fn a_go_panic_is_the_functions_error_with_its_stack() {
 fn a_bootstrap_that_exits_at_init_fails_the_load_with_its_words() {
     let w = worker();
     let t = tier("provided-go-init");
-    let func = function(&t, "go-hello", &[("HELLO_FAIL_INIT", "no table named orders")]);
+    let func = function(
+        &t,
+        "go-hello",
+        &[("HELLO_FAIL_INIT", "no table named orders")],
+    );
     let e = match w.start_user(&func, T) {
         Ok(_) => panic!("a bootstrap that exits at init loaded"),
         Err(e) => thaw_error::chain(&e),
@@ -148,7 +168,10 @@ fn a_rust_err_is_the_functions_error_and_the_instance_goes_on() {
     let func = function(&t, "rust-hello", &[]);
     let (mut sb, _) = w.start_user(&func, T).unwrap();
     let e = invoke(&mut sb, json!({"name": "x", "fail": true}), "e1").unwrap_err();
-    let d = e.detail.as_ref().unwrap_or_else(|| panic!("no error detail: {e:?}"));
+    let d = e
+        .detail
+        .as_ref()
+        .unwrap_or_else(|| panic!("no error detail: {e:?}"));
     assert_eq!(d.error_message, "asked to fail: \"x\"", "{e:?}");
     assert!(!d.error_type.is_empty(), "{e:?}");
     let out = invoke(&mut sb, json!({"name": "y"}), "e2").unwrap();

@@ -104,10 +104,7 @@ pub fn parse(buf: &[u8], max_body: usize) -> Parsed {
 }
 
 /// A chunked body: the body and the bytes it took, None if incomplete.
-fn dechunk(
-    mut buf: &[u8],
-    max_body: usize,
-) -> Result<Option<(Vec<u8>, usize)>, (u16, String)> {
+fn dechunk(mut buf: &[u8], max_body: usize) -> Result<Option<(Vec<u8>, usize)>, (u16, String)> {
     let total = buf.len();
     let mut body = Vec::new();
     loop {
@@ -203,7 +200,10 @@ mod tests {
         };
         assert_eq!(bad(b"GARBAGE\r\n\r\n", 10), 400);
         assert_eq!(bad(b"GET / HTTP/1.1\r\nContent-Length: x\r\n\r\n", 10), 400);
-        assert_eq!(bad(b"GET / HTTP/1.1\r\nContent-Length: 11\r\n\r\n", 10), 413);
+        assert_eq!(
+            bad(b"GET / HTTP/1.1\r\nContent-Length: 11\r\n\r\n", 10),
+            413
+        );
         let big = b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nff\r\n";
         assert_eq!(bad(big, 10), 413);
         assert_eq!(bad(&vec![b'a'; MAX_HEAD + 1], 10), 431);

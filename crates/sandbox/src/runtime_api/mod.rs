@@ -108,18 +108,30 @@ fn loopback_up() -> Result<()> {
     unsafe {
         let s = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
         if s < 0 {
-            fail!(HostError::Failed, "socket: {}", std::io::Error::last_os_error());
+            fail!(
+                HostError::Failed,
+                "socket: {}",
+                std::io::Error::last_os_error()
+            );
         }
         let s = OwnedFd::from_raw_fd(s);
         let mut ifr: libc::ifreq = std::mem::zeroed();
         ifr.ifr_name[0] = b'l' as libc::c_char;
         ifr.ifr_name[1] = b'o' as libc::c_char;
         if libc::ioctl(s.as_raw_fd(), libc::SIOCGIFFLAGS, &mut ifr) != 0 {
-            fail!(HostError::Failed, "lo flags: {}", std::io::Error::last_os_error());
+            fail!(
+                HostError::Failed,
+                "lo flags: {}",
+                std::io::Error::last_os_error()
+            );
         }
         ifr.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
         if libc::ioctl(s.as_raw_fd(), libc::SIOCSIFFLAGS, &ifr) != 0 {
-            fail!(HostError::Failed, "lo up: {}", std::io::Error::last_os_error());
+            fail!(
+                HostError::Failed,
+                "lo up: {}",
+                std::io::Error::last_os_error()
+            );
         }
     }
     Ok(())
@@ -295,7 +307,10 @@ impl RuntimeApi {
 
     /// A snapshot is taken while the bootstrap's `next` waits on a TCP
     /// connection of its own (one a restore remade has no port to find).
-    fn prepare_checkpoint(&mut self, deadline: Instant) -> std::result::Result<Value, ChannelError> {
+    fn prepare_checkpoint(
+        &mut self,
+        deadline: Instant,
+    ) -> std::result::Result<Value, ChannelError> {
         while self.pending.is_none() {
             if let Happened::Exited = self.serve(deadline)? {
                 return Err(ChannelError::Closed);
@@ -363,7 +378,10 @@ impl RuntimeApi {
             &[
                 ("Lambda-Runtime-Aws-Request-Id", &id),
                 ("Lambda-Runtime-Deadline-Ms", &deadline_ms),
-                ("Lambda-Runtime-Invoked-Function-Arn", &self.spec.function_arn),
+                (
+                    "Lambda-Runtime-Invoked-Function-Arn",
+                    &self.spec.function_arn,
+                ),
                 ("Lambda-Runtime-Trace-Id", &trace),
             ],
             &body,
@@ -569,7 +587,11 @@ impl RuntimeApi {
                 Parsed::Partial => continue,
                 Parsed::Bad(status, why) => {
                     let body = json!({"errorMessage": why, "errorType": "InvalidRequest"});
-                    let _ = self.send(id, &http::response(status, &[], body.to_string().as_bytes()), deadline);
+                    let _ = self.send(
+                        id,
+                        &http::response(status, &[], body.to_string().as_bytes()),
+                        deadline,
+                    );
                     self.drop_conn(id);
                     return None;
                 }
@@ -586,7 +608,9 @@ impl RuntimeApi {
     fn route(&mut self, conn: u64, req: HttpRequest, deadline: Instant) -> Option<Happened> {
         let path = req.path.split('?').next().unwrap_or("").to_string();
         let rest = path.strip_prefix(PREFIX).unwrap_or("");
-        let error_type = req.header("lambda-runtime-function-error-type").map(String::from);
+        let error_type = req
+            .header("lambda-runtime-function-error-type")
+            .map(String::from);
         let (status, body, happened) = match (req.method.as_str(), rest) {
             ("GET", "invocation/next" | "restore/next") if self.pending.is_some() => (
                 400,
@@ -625,15 +649,26 @@ impl RuntimeApi {
                 match (parts.as_slice(), &self.current) {
                     ([_, id, what], Some(cur)) if id == cur && *what == "response" => {
                         self.current = None;
-                        (202, json!({"status": "OK"}), Some(Happened::Response(req.body)))
+                        (
+                            202,
+                            json!({"status": "OK"}),
+                            Some(Happened::Response(req.body)),
+                        )
                     }
                     ([_, id, what], Some(cur)) if id == cur && *what == "error" => {
                         self.current = None;
-                        (202, json!({"status": "OK"}), Some(Happened::Error(req.body, error_type)))
+                        (
+                            202,
+                            json!({"status": "OK"}),
+                            Some(Happened::Error(req.body, error_type)),
+                        )
                     }
                     ([_, _, "response" | "error"], _) => (
                         404,
-                        api_error("InvalidRequestID", "no invocation of this instance has that id"),
+                        api_error(
+                            "InvalidRequestID",
+                            "no invocation of this instance has that id",
+                        ),
                         None,
                     ),
                     _ => (404, api_error("NotFound", "no such Runtime API path"), None),
@@ -641,7 +676,11 @@ impl RuntimeApi {
             }
             _ => (404, api_error("NotFound", "no such Runtime API path"), None),
         };
-        let _ = self.send(conn, &http::response(status, &[], body.to_string().as_bytes()), deadline);
+        let _ = self.send(
+            conn,
+            &http::response(status, &[], body.to_string().as_bytes()),
+            deadline,
+        );
         happened
     }
 
@@ -720,7 +759,14 @@ fn error_reply(body: &[u8], header_type: Option<String>, phase: &str) -> Value {
 fn new_request_id() -> String {
     let b: [u8; 16] = rand::random();
     let h = hex::encode(b);
-    format!("{}-{}-{}-{}-{}", &h[..8], &h[8..12], &h[12..16], &h[16..20], &h[20..])
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..]
+    )
 }
 
 fn peak_rss_kb(pid: i32) -> u64 {
@@ -746,7 +792,7 @@ fn pidfd_open(pid: i32) -> std::io::Result<OwnedFd> {
 
 /// Whether a snapshot's descriptors hold the connection to remake.
 pub(crate) fn kept_connection(fds: &[crate::state::SavedFd]) -> bool {
-    fds.iter().any(|f| {
-        matches!(&f.kind, crate::state::FdKind::Socket(s) if s.options & SOCK_OPT_CONNECT != 0)
-    })
+    fds.iter().any(
+        |f| matches!(&f.kind, crate::state::FdKind::Socket(s) if s.options & SOCK_OPT_CONNECT != 0),
+    )
 }

@@ -22,7 +22,8 @@ use crate::deploy::{self, Code, DeployRequest};
 
 /// Lambda runtimes thaw runs, and how: the root's CPython or Node.js.
 pub const RUNTIMES: &str = "python3.11, python3.12, python3.13 (the runtime root's CPython 3.11), \
-                            nodejs18.x, nodejs20.x (its Node.js 18)";
+                            nodejs18.x, nodejs20.x (its Node.js 18), \
+                            provided.al2023, provided.al2 (a bootstrap through the Runtime API)";
 
 /// The daemon's runtime for a Lambda runtime name.
 pub fn native_runtime(lambda: &str) -> Result<&'static str, LambdaError> {
@@ -32,10 +33,7 @@ pub fn native_runtime(lambda: &str) -> Result<&'static str, LambdaError> {
     match (lambda, minor) {
         (_, Some(m)) if m >= 11 => Ok("python"),
         ("nodejs18.x" | "nodejs20.x", _) => Ok("nodejs"),
-        ("provided.al2023" | "provided.al2" | "provided", _) => Err(LambdaError::invalid(format!(
-            "Runtime {lambda}: custom runtimes (a bootstrap through the Runtime API) are not \
-             implemented by thaw; supported runtimes: {RUNTIMES}"
-        ))),
+        ("provided.al2023" | "provided.al2" | "provided", _) => Ok("provided"),
         _ => Err(LambdaError::invalid(format!(
             "Value {lambda} at 'runtime' failed to satisfy constraint: supported runtimes are {RUNTIMES}"
         ))),
@@ -433,6 +431,8 @@ mod tests {
             ("python3.13", "python"),
             ("nodejs18.x", "nodejs"),
             ("nodejs20.x", "nodejs"),
+            ("provided.al2023", "provided"),
+            ("provided.al2", "provided"),
         ] {
             assert_eq!(native_runtime(lambda).unwrap(), native);
         }
@@ -440,7 +440,7 @@ mod tests {
             "python3.9",
             "python3",
             "java21",
-            "provided.al2023",
+            "provided.al2024",
             "nodejs22.x",
             "",
         ] {
