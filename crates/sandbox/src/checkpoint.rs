@@ -515,6 +515,9 @@ pub struct AgentThread {
 pub struct Origins<'a> {
     pub root: &'a Path,
     pub mounts: &'a [(std::path::PathBuf, &'static str)],
+    /// a custom runtime's Runtime API connection whose call waits: not a
+    /// file, but what the snapshot keeps live beside them
+    pub runtime_api: Option<crate::runtime_api::PendingConn>,
 }
 
 impl Origins<'_> {
@@ -522,6 +525,7 @@ impl Origins<'_> {
         Origins {
             root: sb.root(),
             mounts: sb.mounts(),
+            runtime_api: sb.runtime_api.as_ref().and_then(|a| a.pending_conn()),
         }
     }
 
@@ -674,8 +678,7 @@ pub fn checkpoint(
     let pid = sb.pid();
     // a custom runtime's bootstrap waits on its Runtime API connection
     // (`prepare_checkpoint` made sure), not on fd 3
-    let runtime_api = sb.runtime_api.as_ref().map(|a| a.pending_conn());
-    if runtime_api.is_none() {
+    if sb.runtime_api.is_none() {
         wait_blocked_on_socket(pid)?;
     }
     let cap = sb.memory_limit;
@@ -703,7 +706,6 @@ pub fn checkpoint(
                 function,
                 root_hash,
                 cap,
-                runtime_api.flatten(),
             )
             .map(|(s, mut r)| {
                 r.freeze_ms = freeze_ms;
@@ -726,8 +728,8 @@ fn dump(
     function: &str,
     root_hash: &str,
     files_cap: u64,
-    runtime_api: Option<crate::runtime_api::PendingConn>,
 ) -> Result<(Snapshot, CheckpointReport), CheckpointError> {
+    let runtime_api = origins.runtime_api;
     let t = Instant::now();
     // the frozen runtime must still hold nothing a snapshot cannot keep
     let (reasons, scan) = inspect(pid, origins, &[], files_cap)?;

@@ -103,8 +103,12 @@ pub fn parse(buf: &[u8], max_body: usize) -> Parsed {
     Parsed::Request(req, head_len + len)
 }
 
-/// A chunked body: the body and the bytes it took, None if incomplete.
-fn dechunk(mut buf: &[u8], max_body: usize) -> Result<Option<(Vec<u8>, usize)>, (u16, String)> {
+/// A chunked body and the bytes it took (None: not all here yet), or the
+/// status to refuse it with and why.
+type Dechunked = Result<Option<(Vec<u8>, usize)>, (u16, String)>;
+
+/// Joins a chunked body.
+fn dechunk(mut buf: &[u8], max_body: usize) -> Dechunked {
     let total = buf.len();
     let mut body = Vec::new();
     loop {

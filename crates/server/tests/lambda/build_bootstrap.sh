@@ -19,7 +19,7 @@ if [ ! -x "$out/bootstrap" ]; then
     case $name in
     go-hello)
         command -v go >/dev/null || { echo "go is not installed (scripts/setup.sh --tests)" >&2; exit 1; }
-        (cd "$work/src" && CGO_ENABLED=0 GOFLAGS=-mod=readonly go build -trimpath -o "$work/bootstrap" .) >&2
+        (cd "$work/src" && CGO_ENABLED=0 GOTOOLCHAIN=auto GOFLAGS=-mod=readonly go build -trimpath -o "$work/bootstrap" .) >&2
         ;;
     rust-hello)
         (cd "$work/src" && CARGO_TARGET_DIR="$cache/rust-target" cargo build --release --locked) >&2
