@@ -660,7 +660,20 @@ fn child(p: &Prepared, go_r: RawFd, err_w: RawFd) -> ! {
                 libc::AT_EMPTY_PATH,
             );
         } else {
-            libc::execve(p.path.as_ptr(), p.argv.as_ptr(), p.envp.as_ptr());
+            // a program file just written (a deployed bootstrap) may still be
+            // open for writing in another thread's child between its clone
+            // and exec: ETXTBSY, gone once that child execs (200 ms at most)
+            for _ in 0..200 {
+                libc::execve(p.path.as_ptr(), p.argv.as_ptr(), p.envp.as_ptr());
+                if *libc::__errno_location() != libc::ETXTBSY {
+                    break;
+                }
+                let pause = libc::timespec {
+                    tv_sec: 0,
+                    tv_nsec: 1_000_000,
+                };
+                libc::nanosleep(&pause, std::ptr::null_mut());
+            }
         }
         fail(err_fd, 13);
     }

@@ -177,3 +177,74 @@ fn a_rust_err_is_the_functions_error_and_the_instance_goes_on() {
     let out = invoke(&mut sb, json!({"name": "y"}), "e2").unwrap();
     assert_eq!(out["hello"], "y", "{out}");
 }
+
+/// A bootstrap that tries what a hostile one would: answering a request id
+/// it was not given (another instance's, in flight), init errors after
+/// init, paths that do not exist, a second waiting call; it answers its own
+/// event with the statuses it got. Python from the runtime root.
+const PROBING_BOOTSTRAP: &str = r#"#!/usr/bin/python3.11
+import http.client, json, os, time
+api = os.environ["AWS_LAMBDA_RUNTIME_API"]
+def call(method, path, body=b""):
+    c = http.client.HTTPConnection(api, timeout=10)
+    c.request(method, "/2018-06-01/runtime/" + path, body=body)
+    r = c.getresponse()
+    return r.status, r.read()
+while True:
+    c = http.client.HTTPConnection(api)
+    c.request("GET", "/2018-06-01/runtime/invocation/next")
+    r = c.getresponse()
+    rid = r.getheader("Lambda-Runtime-Aws-Request-Id")
+    event = json.loads(r.read())
+    if event.get("sleep"):
+        time.sleep(event["sleep"])
+    seen = {
+        "other_id": call("POST", "invocation/%s/response" % event.get("other_id", "x"), b"{}")[0],
+        "init_error": call("POST", "init/error", b"{}")[0],
+        "unknown": call("GET", "nothing/here")[0],
+        "second_next": call("GET", "invocation/next")[0],
+        "garbage": call("POST", "invocation/%s/response/../../x" % rid, b"{}")[0],
+    }
+    call("POST", "invocation/%s/response" % rid, json.dumps({"me": rid, "seen": seen}).encode())
+"#;
+
+#[test]
+fn a_runtime_reaches_only_its_own_api_and_invocations() {
+    let w = worker();
+    let t = tier("provided-probe");
+    let mut func = function(&t, "go-hello", &[]);
+    let code = t.path.join("probe");
+    std::fs::create_dir_all(&code).unwrap();
+    let b = code.join("bootstrap");
+    std::fs::write(&b, PROBING_BOOTSTRAP).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&b, std::fs::Permissions::from_mode(0o555)).unwrap();
+    func.code_dir = code;
+    let (mut a, _) = w.start_user(&func, T).unwrap();
+    let (mut b, _) = w.start_user(&func, T).unwrap();
+    // A's invocation is in flight while B tries to answer it
+    let in_a = std::thread::spawn(move || {
+        let out = invoke(&mut a, json!({"sleep": 1.0}), "a-in-flight").unwrap();
+        (a, out)
+    });
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let out = invoke(&mut b, json!({"other_id": "a-in-flight"}), "b-1").unwrap();
+    assert_eq!(out["me"], "b-1", "{out}");
+    let seen = &out["seen"];
+    assert_eq!(
+        seen["other_id"], 404,
+        "another instance's request id: {out}"
+    );
+    assert_eq!(seen["init_error"], 403, "{out}");
+    assert_eq!(seen["unknown"], 404, "{out}");
+    assert_eq!(seen["second_next"], 403, "a next before the answer: {out}");
+    assert_eq!(seen["garbage"], 404, "{out}");
+    let (_a, out) = in_a.join().unwrap();
+    assert_eq!(
+        out["me"], "a-in-flight",
+        "A answered its own, untouched: {out}"
+    );
+    // and B goes on
+    let out = invoke(&mut b, json!({}), "b-2").unwrap();
+    assert_eq!(out["me"], "b-2", "{out}");
+}

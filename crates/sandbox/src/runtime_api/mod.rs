@@ -404,18 +404,11 @@ impl RuntimeApi {
                     }));
                 }
                 Happened::Error(body, ty) => return Ok(error_reply(&body, ty, "invocation")),
-                Happened::Next => {
-                    self.current = None;
-                    return Ok(refused(
-                        "function_error",
-                        format!("the bootstrap asked for its next event without answering {id}"),
-                    ));
-                }
                 Happened::Exited => {
                     self.current = None;
                     return Err(ChannelError::Closed);
                 }
-                Happened::InitError(..) => {}
+                Happened::InitError(..) | Happened::Next => {}
             }
         }
     }
@@ -612,6 +605,14 @@ impl RuntimeApi {
             .header("lambda-runtime-function-error-type")
             .map(String::from);
         let (status, body, happened) = match (req.method.as_str(), rest) {
+            ("GET", "invocation/next") if self.current.is_some() => (
+                403,
+                api_error(
+                    "InvalidStateTransition",
+                    "the invocation in flight is not answered yet",
+                ),
+                None,
+            ),
             ("GET", "invocation/next" | "restore/next") if self.pending.is_some() => (
                 400,
                 api_error("InvalidStateTransition", "another call already waits"),
