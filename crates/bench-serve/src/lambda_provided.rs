@@ -6,7 +6,8 @@
 //! restore to its first answer (sandbox, restore of the snapshot taken
 //! while the first `next` waited, the waiting call answered), and the same
 //! restore into a sandbox built ahead (the daemon's pool, refilled between
-//! runs, untimed), as the daemon's cold invokes are.
+//! runs, untimed: no refill runs while the others are timed), as the
+//! daemon's cold invokes are.
 use serde::Serialize;
 use serde_json::json;
 use std::path::{Path, PathBuf};
@@ -98,6 +99,10 @@ pub fn run(runtime_home: &Path, scratch: &Path, runs: usize) -> Result<Vec<Provi
         let pool = w.user_pool(&func, 1)?;
         let (mut fresh, mut restored, mut pooled) = (Vec::new(), Vec::new(), Vec::new());
         for i in 0..runs + 1 {
+            // no refill builds a sandbox while the others are timed
+            if !pool.wait_full(T) {
+                fail!(BenchServeError::Failed, "{name}: the sandbox pool did not refill");
+            }
             let t = Instant::now();
             let (mut sb, _) = w
                 .start_user(&func, T)
@@ -110,9 +115,6 @@ pub fn run(runtime_home: &Path, scratch: &Path, runs: usize) -> Result<Vec<Provi
             answer(&mut sb, "restored")?;
             let restore_ms = t.elapsed().as_secs_f64() * 1e3;
             drop(sb);
-            if !pool.wait_full(T) {
-                fail!(BenchServeError::Failed, "{name}: the sandbox pool did not refill");
-            }
             let t = Instant::now();
             let req = RestoreRequest::new(&snap, strategy).function(&func);
             let (mut sb, _) = w.restore(req.pool(Some(&pool)))?;
