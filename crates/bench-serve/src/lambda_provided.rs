@@ -101,7 +101,10 @@ pub fn run(runtime_home: &Path, scratch: &Path, runs: usize) -> Result<Vec<Provi
         for i in 0..runs + 1 {
             // no refill builds a sandbox while the others are timed
             if !pool.wait_full(T) {
-                fail!(BenchServeError::Failed, "{name}: the sandbox pool did not refill");
+                fail!(
+                    BenchServeError::Failed,
+                    "{name}: the sandbox pool did not refill"
+                );
             }
             let t = Instant::now();
             let (mut sb, _) = w
