@@ -72,22 +72,7 @@ pub fn run(runtime_home: &Path, scratch: &Path, runs: usize) -> Result<Vec<Provi
         let code = dir.join("code");
         std::fs::create_dir_all(&code)?;
         std::fs::copy(build(name)?, code.join("bootstrap"))?;
-        let func = UserFunction {
-            name: name.into(),
-            runtime: thaw_worker::Runtime::Provided,
-            code_dir: code,
-            handler: "bootstrap".into(),
-            init: None,
-            before_snapshot: None,
-            after_restore: None,
-            env: Vec::new(),
-            memory_bytes: 256 << 20,
-            cpu_millis: None,
-            cpu_weight: None,
-            packages_dir: None,
-            egress: None,
-            root: None,
-        };
+        let func = UserFunction::plain(name, thaw_worker::Runtime::Provided, code, "bootstrap");
         let (mut sb, _) = w
             .start_user(&func, T)
             .map_err(|e| BenchServeError::Failed(format!("{name}: {e:#}")))?;

@@ -576,6 +576,33 @@ pub fn packages_library_path() -> String {
 }
 
 impl UserFunction {
+    /// A function of `runtime` with its code in `code_dir`, and nothing
+    /// else of its own: no hooks, environment, packages, network or root,
+    /// 256 MiB, no CPU limit.
+    pub fn plain(
+        name: &str,
+        runtime: thaw_runtime::Runtime,
+        code_dir: PathBuf,
+        handler: &str,
+    ) -> Self {
+        UserFunction {
+            name: name.into(),
+            runtime,
+            code_dir,
+            handler: handler.into(),
+            init: None,
+            before_snapshot: None,
+            after_restore: None,
+            env: Vec::new(),
+            root: None,
+            memory_bytes: 256 << 20,
+            cpu_millis: None,
+            cpu_weight: None,
+            packages_dir: None,
+            egress: None,
+        }
+    }
+
     fn sandbox_config(&self, base: &SandboxConfig) -> SandboxConfig {
         SandboxConfig {
             code_dir: Some(self.code_dir.clone()),

@@ -34,24 +34,10 @@ fn function(t: &TestTier, name: &str, env: &[(&str, &str)]) -> UserFunction {
     let code = t.path.join("code");
     std::fs::create_dir_all(&code).unwrap();
     std::fs::copy(bootstrap(name), code.join("bootstrap")).unwrap();
+    let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string()));
     UserFunction {
-        name: "hello".into(),
-        runtime: thaw_worker::Runtime::Provided,
-        code_dir: code,
-        handler: "bootstrap".into(),
-        init: None,
-        before_snapshot: None,
-        after_restore: None,
-        env: env
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
-        memory_bytes: 256 << 20,
-        cpu_millis: None,
-        cpu_weight: None,
-        packages_dir: None,
-        egress: None,
-        root: None,
+        env: env.collect(),
+        ..UserFunction::plain("hello", thaw_worker::Runtime::Provided, code, "bootstrap")
     }
 }
 
@@ -126,17 +112,22 @@ fn answers_fresh_and_from_every_restore(name: &str) {
     }
 }
 
-#[test]
-fn a_go_panic_is_the_functions_error_with_its_stack() {
-    let w = worker();
-    let t = tier("provided-go-panic");
-    let func = function(&t, "go-hello", &[]);
-    let (mut sb, _) = w.start_user(&func, T).unwrap();
-    let e = invoke(&mut sb, json!({"name": "x", "panic": true}), "p1").unwrap_err();
+/// A fresh instance of test function `name`, and the error `event` made
+/// it report.
+fn failed_with(name: &str, event: Value) -> (Sandbox, thaw_sandbox::agent::ErrorDetail) {
+    let t = tier(&format!("{name}-error"));
+    let (mut sb, _) = worker().start_user(&function(&t, name, &[]), T).unwrap();
+    let e = invoke(&mut sb, event, "failing").unwrap_err();
     let d = e
         .detail
-        .as_ref()
-        .unwrap_or_else(|| panic!("no error detail: {e:?}"));
+        .unwrap_or_else(|| panic!("no error detail: {}", e.message));
+    (sb, *d)
+}
+
+#[test]
+fn a_go_panic_is_the_functions_error_with_its_stack() {
+    let (_, d) = failed_with("go-hello", json!({"name": "x", "panic": true}));
+    let e = &d;
     assert_eq!(d.error_type, "string", "{e:?}");
     assert_eq!(d.error_message, "asked to panic: x", "{e:?}");
     assert!(
@@ -163,15 +154,8 @@ fn a_bootstrap_that_exits_at_init_fails_the_load_with_its_words() {
 
 #[test]
 fn a_rust_err_is_the_functions_error_and_the_instance_goes_on() {
-    let w = worker();
-    let t = tier("provided-rust-err");
-    let func = function(&t, "rust-hello", &[]);
-    let (mut sb, _) = w.start_user(&func, T).unwrap();
-    let e = invoke(&mut sb, json!({"name": "x", "fail": true}), "e1").unwrap_err();
-    let d = e
-        .detail
-        .as_ref()
-        .unwrap_or_else(|| panic!("no error detail: {e:?}"));
+    let (mut sb, d) = failed_with("rust-hello", json!({"name": "x", "fail": true}));
+    let e = &d;
     assert_eq!(d.error_message, "asked to fail: \"x\"", "{e:?}");
     assert!(!d.error_type.is_empty(), "{e:?}");
     let out = invoke(&mut sb, json!({"name": "y"}), "e2").unwrap();

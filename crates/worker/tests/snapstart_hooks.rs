@@ -47,20 +47,9 @@ fn snapstart_hooks_run_in_order_once_before_and_in_every_restore() {
     std::fs::create_dir_all(&code).unwrap();
     std::fs::write(code.join("main.py"), MAIN).unwrap();
     let func = UserFunction {
-        name: "hooks".into(),
-        runtime: thaw_worker::Runtime::Python,
-        code_dir: code,
-        handler: "main.handler".into(),
-        init: None,
         before_snapshot: Some("main.thaw_before".into()),
         after_restore: Some("main.thaw_after".into()),
-        env: Vec::new(),
-        memory_bytes: 256 << 20,
-        cpu_millis: None,
-        cpu_weight: None,
-        packages_dir: None,
-        egress: None,
-        root: None,
+        ..UserFunction::plain("hooks", thaw_worker::Runtime::Python, code, "main.handler")
     };
     let (mut fresh, _) = w.start_user(&func, T).unwrap();
     assert_eq!(explicit(&mut fresh, json!({}))["log"], json!([]));

@@ -237,7 +237,7 @@ impl RuntimeApi {
         if let Some(failed) = self.wait_next(deadline)? {
             return Ok(failed);
         }
-        let id = request_id.unwrap_or_else(new_request_id);
+        let id = request_id.unwrap_or_else(|| random_hex(16));
         let (conn, _) = self.pending.take().expect("waited for");
         let epoch_ms = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
@@ -246,8 +246,8 @@ impl RuntimeApi {
         let trace = format!(
             "Root=1-{:08x}-{};Parent={};Sampled=0",
             epoch_ms / 1000,
-            &new_request_id().replace('-', "")[..24],
-            &new_request_id().replace('-', "")[..16]
+            random_hex(12),
+            random_hex(8)
         );
         let body = serde_json::to_vec(event).expect("a JSON value serialises");
         let answer = http::response(
@@ -634,17 +634,9 @@ fn error_reply(body: &[u8], header_type: Option<String>, phase: &str) -> Value {
     })
 }
 
-fn new_request_id() -> String {
-    let b: [u8; 16] = rand::random();
-    let h = hex::encode(b);
-    format!(
-        "{}-{}-{}-{}-{}",
-        &h[..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..]
-    )
+/// `n` random bytes in hex.
+fn random_hex(n: usize) -> String {
+    hex::encode((0..n).map(|_| rand::random::<u8>()).collect::<Vec<u8>>())
 }
 
 fn peak_rss_kb(pid: i32) -> u64 {
