@@ -92,22 +92,28 @@ fn answers_fresh_and_from_every_restore(name: &str) {
     let out = invoke(&mut fresh, json!({"name": "after"}), "id-fresh-2").unwrap();
     assert_eq!(out["calls"], 2, "{out}");
     drop(fresh);
-    for s in [StrategyKind::Eager, StrategyKind::Mmap, StrategyKind::Uffd] {
-        for i in 0..2 {
-            let what = format!("{s}-restore-{i}");
-            let (mut sb, _) = w
-                .restore(RestoreRequest::new(&snap, s).function(&func).pool(None))
-                .unwrap_or_else(|e| panic!("{what}: {e:#}"));
-            for n in 2..5 {
-                let id = format!("{what}-{n}");
-                let out = invoke(&mut sb, json!({"name": what}), &id)
-                    .unwrap_or_else(|e| panic!("{what}: {e}"));
-                assert_eq!(out["hello"], what.as_str(), "{out}");
-                // the snapshot's state: one call before it, init not run again
-                assert_eq!(out["calls"], n, "{what}: {out}");
-                assert_eq!(out["init_at"], init_at, "{what}: {out}");
-                assert_eq!(out["request_id"], id.as_str(), "{out}");
-            }
+    let strategies = [StrategyKind::Eager, StrategyKind::Mmap, StrategyKind::Uffd];
+    // two restores with each strategy, three answers from each
+    for what in strategies
+        .map(|s| [0, 1].map(|i| (s, format!("{s}-restore-{i}"))))
+        .iter()
+        .flatten()
+    {
+        let (s, what) = (what.0, what.1.as_str());
+        let req = RestoreRequest::new(&snap, s).function(&func).pool(None);
+        let mut sb = match w.restore(req) {
+            Ok((sb, _)) => sb,
+            Err(e) => panic!("{what}: {e:#}"),
+        };
+        for n in 2..5 {
+            let id = format!("{what}-{n}");
+            let out = invoke(&mut sb, json!({"name": what}), &id)
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            assert_eq!(out["hello"], what, "{out}");
+            // the snapshot's state: one call before it, init not run again
+            assert_eq!(out["calls"], n, "{what}: {out}");
+            assert_eq!(out["init_at"], init_at, "{what}: {out}");
+            assert_eq!(out["request_id"], id.as_str(), "{out}");
         }
     }
 }

@@ -4,6 +4,8 @@
 //! length. The client is the function, so everything is bounded and a
 //! malformed request is an error, never a panic.
 
+use std::collections::BTreeMap;
+
 /// Longest request head (request line and headers).
 pub const MAX_HEAD: usize = 16 << 10;
 
@@ -12,17 +14,14 @@ pub const MAX_HEAD: usize = 16 << 10;
 pub struct HttpRequest {
     pub method: String,
     pub path: String,
-    /// (lower-cased name, value)
-    pub headers: Vec<(String, String)>,
+    /// by lower-cased name (a repeated header: its last value)
+    pub headers: BTreeMap<String, String>,
     pub body: Vec<u8>,
 }
 
 impl HttpRequest {
     pub fn header(&self, name: &str) -> Option<&str> {
-        // names are few: a scan beats a map
-        self.headers
-            .iter()
-            .find_map(|(k, v)| (k == name).then_some(v.as_str()))
+        self.headers.get(name).map(String::as_str)
     }
 }
 
@@ -62,12 +61,12 @@ pub fn parse(buf: &[u8], max_body: usize) -> Parsed {
     if !version.starts_with("HTTP/1.") || method.is_empty() || !path.starts_with('/') {
         return Parsed::Bad(400, format!("a malformed request line {line:?}"));
     }
-    let mut headers = Vec::new();
+    let mut headers = BTreeMap::new();
     for l in lines {
         let Some((k, v)) = l.split_once(':') else {
             return Parsed::Bad(400, format!("a malformed header {l:?}"));
         };
-        headers.push((k.trim().to_ascii_lowercase(), v.trim().to_string()));
+        headers.insert(k.trim().to_ascii_lowercase(), v.trim().to_string());
     }
     let mut req = HttpRequest {
         method: method.to_string(),
