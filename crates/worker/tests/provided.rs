@@ -237,4 +237,17 @@ fn a_runtime_reaches_only_its_own_api_and_invocations() {
     // and B goes on
     let out = invoke(&mut b, json!({}), "b-2").unwrap();
     assert_eq!(out["me"], "b-2", "{out}");
+    // a restored B (Python's http.client on the remade connection) is
+    // refused the same, and its new connections reach its own listener
+    let (snap, _) = checkpoint(&mut b, &t.path.join("snapshot"), "probe", &w.root.hash).unwrap();
+    drop(b);
+    let req = RestoreRequest::new(&snap, StrategyKind::Mmap).function(&func);
+    let (mut c, _) = w.restore(req).unwrap();
+    let out = invoke(&mut c, json!({"other_id": "b-2"}), "c-1").unwrap();
+    assert_eq!(out["me"], "c-1", "{out}");
+    assert_eq!(
+        out["seen"]["other_id"], 404,
+        "the snapshot's last id: {out}"
+    );
+    assert_eq!(out["seen"]["unknown"], 404, "{out}");
 }
