@@ -99,7 +99,7 @@ pub fn serve(home: Option<PathBuf>, a: ServeArgs) -> Result<()> {
 pub struct DeployArgs {
     /// Code directory, or a .py or .js file
     pub path: PathBuf,
-    /// python or nodejs (default: nodejs for a .js, .mjs or .cjs file, else python)
+    /// python, nodejs or provided (a directory with an executable `bootstrap`; default: nodejs for a .js, .mjs or .cjs file, else python)
     #[arg(long)]
     pub runtime: Option<String>,
     /// module.function

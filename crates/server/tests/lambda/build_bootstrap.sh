@@ -19,6 +19,10 @@ if [ ! -x "$out/bootstrap" ]; then
     case $name in
     go-hello)
         command -v go >/dev/null || { echo "go is not installed (scripts/setup.sh --tests)" >&2; exit 1; }
+        # aws-lambda-go 1.55 needs Go 1.26: a Go >= 1.21 fetches it (GOTOOLCHAIN=auto)
+        case $(go env GOVERSION) in
+        go1.1[0-9]* | go1.20*) echo "$(go env GOVERSION) is too old to fetch Go 1.26 (GOTOOLCHAIN needs Go >= 1.21)" >&2; exit 1 ;;
+        esac
         (cd "$work/src" && CGO_ENABLED=0 GOTOOLCHAIN=auto GOFLAGS=-mod=readonly go build -trimpath -o "$work/bootstrap" .) >&2
         ;;
     rust-hello)
