@@ -195,6 +195,19 @@ while True:
         "second_next": call("GET", "invocation/next")[0],
         "garbage": call("POST", "invocation/%s/response/../../x" % rid, b"{}")[0],
     }
+    held, answered = [], 0
+    for _ in range(20):
+        h = http.client.HTTPConnection(api, timeout=10)
+        held.append(h)
+        try:
+            h.request("GET", "/2018-06-01/runtime/nothing")
+            h.getresponse().read()
+            answered += 1
+        except Exception:
+            pass
+    for h in held:
+        h.close()
+    seen["held_answered"] = answered
     call("POST", "invocation/%s/response" % rid, json.dumps({"me": rid, "seen": seen}).encode())
 "#;
 
@@ -229,6 +242,11 @@ fn a_runtime_reaches_only_its_own_api_and_invocations() {
     assert_eq!(seen["unknown"], 404, "{out}");
     assert_eq!(seen["second_next"], 403, "a next before the answer: {out}");
     assert_eq!(seen["garbage"], 404, "{out}");
+    let held = seen["held_answered"].as_u64().unwrap();
+    assert!(
+        (8..20).contains(&held),
+        "20 connections held open, all served: {out}"
+    );
     let (_a, out) = in_a.join().unwrap();
     assert_eq!(
         out["me"], "a-in-flight",

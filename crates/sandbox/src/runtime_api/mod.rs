@@ -37,6 +37,9 @@ pub(crate) const PORT: u16 = 9001;
 
 /// Largest body the bootstrap may send (Lambda's response limit).
 pub const MAX_BODY: usize = 6 << 20;
+/// Most connections of one bootstrap the worker keeps (each may buffer a
+/// body); past it a new one is closed at once.
+pub const MAX_CONNS: usize = 16;
 const PREFIX: &str = "/2018-06-01/runtime/";
 
 /// Who the instance serves, for the `Lambda-Runtime-*` headers.
@@ -307,7 +310,12 @@ impl RuntimeApi {
             ));
         };
         let _ = stream.set_nonblocking(false);
-        let id = self.add(Box::new(stream), None)?;
+        let Some(id) = self.add(Box::new(stream), None) else {
+            return Ok(refused(
+                "bad_request",
+                "no room for the restored connection".into(),
+            ));
+        };
         self.pending = Some((id, waiting));
         self.loaded = true;
         if waiting == Waiting::Restore {
@@ -319,11 +327,11 @@ impl RuntimeApi {
         Ok(json!({"ok": true, "state": "ready", "reseeded": []}))
     }
 
-    fn add(
-        &mut self,
-        stream: Box<dyn Stream>,
-        port: Option<u16>,
-    ) -> std::result::Result<u64, ChannelError> {
+    /// Keeps a new connection; None (and it closed) past [`MAX_CONNS`].
+    fn add(&mut self, stream: Box<dyn Stream>, port: Option<u16>) -> Option<u64> {
+        if self.conns.len() >= MAX_CONNS {
+            return None;
+        }
         let id = self.next_id;
         self.next_id += 1;
         self.conns.push(Conn {
@@ -332,7 +340,7 @@ impl RuntimeApi {
             buf: Vec::new(),
             port,
         });
-        Ok(id)
+        Some(id)
     }
 
     /// Serves the bootstrap until something the caller waits for happens.
