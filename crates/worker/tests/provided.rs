@@ -269,3 +269,69 @@ fn a_runtime_reaches_only_its_own_api_and_invocations() {
     );
     assert_eq!(out["seen"]["unknown"], 404, "{out}");
 }
+
+/// A runtime that knows SnapStart: it ends init in `restore/next`, counts
+/// the restores it is told of, and with `FAIL_RESTORE` posts
+/// `restore/error` instead of going on.
+const SNAPSTART_BOOTSTRAP: &str = r#"#!/usr/bin/python3.11
+import http.client, json, os
+api = os.environ["AWS_LAMBDA_RUNTIME_API"]
+def call(method, path, body=None):
+    c = http.client.HTTPConnection(api)
+    c.request(method, "/2018-06-01/runtime/" + path, body=body)
+    r = c.getresponse()
+    return r, r.read()
+restores = 0
+if os.environ.get("AWS_LAMBDA_INITIALIZATION_TYPE") == "snap-start":
+    call("GET", "restore/next")
+    restores += 1
+    if os.environ.get("FAIL_RESTORE"):
+        call("POST", "restore/error", json.dumps({"errorMessage": "no connection", "errorType": "Restore.Failed"}))
+        raise SystemExit(1)
+while True:
+    r, body = call("GET", "invocation/next")
+    rid = r.getheader("Lambda-Runtime-Aws-Request-Id")
+    call("POST", "invocation/%s/response" % rid, json.dumps({"restores": restores}))
+"#;
+
+#[test]
+fn a_snapstart_runtime_is_snapshotted_in_restore_next_and_told_of_each_restore() {
+    let w = worker();
+    let t = tier("provided-snapstart");
+    let code = t.path.join("snapstart");
+    std::fs::create_dir_all(&code).unwrap();
+    let b = code.join("bootstrap");
+    std::fs::write(&b, SNAPSTART_BOOTSTRAP).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&b, std::fs::Permissions::from_mode(0o555)).unwrap();
+    let func = UserFunction::plain("snap", thaw_worker::Runtime::Provided, code, "x");
+    // as a deploy does: loaded, snapshotted while restore/next waits
+    let (mut fresh, _) = w.start_user(&func, T).unwrap();
+    let (snap, _) = checkpoint(&mut fresh, &t.path.join("snapshot"), "snap", &w.root.hash)
+        .unwrap_or_else(|e| panic!("checkpoint in restore/next: {e:#}"));
+    // the deploying instance resumes as a restored one would
+    assert_eq!(invoke(&mut fresh, json!({}), "f-1").unwrap()["restores"], 1);
+    drop(fresh);
+    for i in 0..2 {
+        let req = RestoreRequest::new(&snap, StrategyKind::Mmap).function(&func);
+        let (mut sb, _) = w.restore(req).unwrap();
+        for n in 0..2 {
+            let out = invoke(&mut sb, json!({}), &format!("r{i}-{n}")).unwrap();
+            assert_eq!(out["restores"], 1, "restore {i}, call {n}: {out}");
+        }
+    }
+    // a failed after-restore step is the first invocation's error
+    let failing = UserFunction {
+        env: vec![("FAIL_RESTORE".into(), "1".into())],
+        ..func
+    };
+    let (mut sb, _) = w.start_user(&failing, T).unwrap();
+    let e = invoke(&mut sb, json!({}), "x-1").unwrap_err();
+    let d = e
+        .detail
+        .unwrap_or_else(|| panic!("no detail: {}", e.message));
+    assert_eq!(
+        (d.error_type.as_str(), d.error_message.as_str()),
+        ("Restore.Failed", "no connection")
+    );
+}
