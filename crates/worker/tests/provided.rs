@@ -168,61 +168,28 @@ fn a_rust_err_is_the_functions_error_and_the_instance_goes_on() {
     assert_eq!(out["hello"], "y", "{out}");
 }
 
-/// A bootstrap that tries what a hostile one would: answering a request id
-/// it was not given (another instance's, in flight), init errors after
-/// init, paths that do not exist, a second waiting call; it answers its own
-/// event with the statuses it got. Python from the runtime root.
-const PROBING_BOOTSTRAP: &str = r#"#!/usr/bin/python3.11
-import http.client, json, os, time
-api = os.environ["AWS_LAMBDA_RUNTIME_API"]
-def call(method, path, body=b""):
-    c = http.client.HTTPConnection(api, timeout=10)
-    c.request(method, "/2018-06-01/runtime/" + path, body=body)
-    r = c.getresponse()
-    return r.status, r.read()
-while True:
-    c = http.client.HTTPConnection(api)
-    c.request("GET", "/2018-06-01/runtime/invocation/next")
-    r = c.getresponse()
-    rid = r.getheader("Lambda-Runtime-Aws-Request-Id")
-    event = json.loads(r.read())
-    if event.get("sleep"):
-        time.sleep(event["sleep"])
-    seen = {
-        "other_id": call("POST", "invocation/%s/response" % event.get("other_id", "x"), b"{}")[0],
-        "init_error": call("POST", "init/error", b"{}")[0],
-        "unknown": call("GET", "nothing/here")[0],
-        "second_next": call("GET", "invocation/next")[0],
-        "garbage": call("POST", "invocation/%s/response/../../x" % rid, b"{}")[0],
-    }
-    held, answered = [], 0
-    for _ in range(20):
-        h = http.client.HTTPConnection(api, timeout=10)
-        held.append(h)
-        try:
-            h.request("GET", "/2018-06-01/runtime/nothing")
-            h.getresponse().read()
-            answered += 1
-        except Exception:
-            pass
-    for h in held:
-        h.close()
-    seen["held_answered"] = answered
-    call("POST", "invocation/%s/response" % rid, json.dumps({"me": rid, "seen": seen}).encode())
-"#;
-
-#[test]
-fn a_runtime_reaches_only_its_own_api_and_invocations() {
-    let w = worker();
-    let t = tier("provided-probe");
-    let mut func = function(&t, "go-hello", &[]);
-    let code = t.path.join("probe");
+/// A function whose bootstrap is `script` (an interpreter's, by its `#!`),
+/// in a tier of its own.
+fn script_function(tag: &str, script: &str) -> (TestTier, UserFunction) {
+    use std::os::unix::fs::PermissionsExt;
+    let t = tier(tag);
+    let code = t.path.join("script");
     std::fs::create_dir_all(&code).unwrap();
     let b = code.join("bootstrap");
-    std::fs::write(&b, PROBING_BOOTSTRAP).unwrap();
-    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(&b, script).unwrap();
     std::fs::set_permissions(&b, std::fs::Permissions::from_mode(0o555)).unwrap();
-    func.code_dir = code;
+    let func = UserFunction::plain("script", thaw_worker::Runtime::Provided, code, "bootstrap");
+    (t, func)
+}
+
+/// `provided/probe.py` tries what a hostile bootstrap would: answering a
+/// request id it was not given (another instance's, in flight), init
+/// errors after init, paths that do not exist, a second waiting call, 20
+/// connections held; it answers its own event with the statuses it got.
+#[test]
+fn a_runtime_reaches_only_its_own_api_and_invocations() {
+    let (t, func) = script_function("provided-probe", include_str!("provided/probe.py"));
+    let w = worker();
     let (mut a, _) = w.start_user(&func, T).unwrap();
     let (mut b, _) = w.start_user(&func, T).unwrap();
     // A's invocation is in flight while B tries to answer it
@@ -270,43 +237,16 @@ fn a_runtime_reaches_only_its_own_api_and_invocations() {
     assert_eq!(out["seen"]["unknown"], 404, "{out}");
 }
 
-/// A runtime that knows SnapStart: it ends init in `restore/next`, counts
-/// the restores it is told of, and with `FAIL_RESTORE` posts
-/// `restore/error` instead of going on.
-const SNAPSTART_BOOTSTRAP: &str = r#"#!/usr/bin/python3.11
-import http.client, json, os
-api = os.environ["AWS_LAMBDA_RUNTIME_API"]
-def call(method, path, body=None):
-    c = http.client.HTTPConnection(api)
-    c.request(method, "/2018-06-01/runtime/" + path, body=body)
-    r = c.getresponse()
-    return r, r.read()
-restores = 0
-if os.environ.get("AWS_LAMBDA_INITIALIZATION_TYPE") == "snap-start":
-    call("GET", "restore/next")
-    restores += 1
-    if os.environ.get("FAIL_RESTORE"):
-        call("POST", "restore/error", json.dumps({"errorMessage": "no connection", "errorType": "Restore.Failed"}))
-        raise SystemExit(1)
-while True:
-    r, body = call("GET", "invocation/next")
-    rid = r.getheader("Lambda-Runtime-Aws-Request-Id")
-    call("POST", "invocation/%s/response" % rid, json.dumps({"restores": restores}))
-"#;
-
+/// `provided/snapstart.py` knows SnapStart: it ends init in
+/// `restore/next`, counts the restores it is told of, and with
+/// `FAIL_RESTORE` posts `restore/error` instead of going on.
 #[test]
 fn a_snapstart_runtime_is_snapshotted_in_restore_next_and_told_of_each_restore() {
     let w = worker();
-    let t = tier("provided-snapstart");
-    let code = t.path.join("snapstart");
-    std::fs::create_dir_all(&code).unwrap();
-    let b = code.join("bootstrap");
-    std::fs::write(&b, SNAPSTART_BOOTSTRAP).unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&b, std::fs::Permissions::from_mode(0o555)).unwrap();
-    let func = UserFunction::plain("snap", thaw_worker::Runtime::Provided, code, "x");
+    let script = include_str!("provided/snapstart.py");
+    let (t, func) = script_function("provided-snapstart", script);
     // as a deploy does: loaded, snapshotted while restore/next waits
-    let (mut fresh, _) = w.start_user(&func, T).unwrap();
+    let mut fresh = w.start_user(&func, T).unwrap().0;
     let (snap, _) = checkpoint(&mut fresh, &t.path.join("snapshot"), "snap", &w.root.hash)
         .unwrap_or_else(|e| panic!("checkpoint in restore/next: {e:#}"));
     // the deploying instance resumes as a restored one would
