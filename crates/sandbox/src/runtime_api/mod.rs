@@ -123,11 +123,8 @@ impl RuntimeApi {
         if self.pidfd.is_none() {
             self.pidfd = Some(pidfd_open(pid)?);
         }
-        let req: Request = match frame
-            .get(4..)
-            .map(serde_json::from_slice)
-            .filter(|_| frame.len() >= 4)
-        {
+        // the frame's 4-byte length is the caller's own
+        let req: Request = match frame.get(4..).map(serde_json::from_slice) {
             Some(Ok(r)) => r,
             _ => return Ok(refused("bad_request", "not a request frame".into())),
         };
