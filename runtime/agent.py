@@ -434,11 +434,14 @@ class Agent:
 
     # -- checkpoint cooperation
     def prepare_checkpoint(self):
-        if self.before_snapshot_hook is not None and not self.before_snapshot_ran:
-            # once per instance, however often a snapshot is asked for
+        if not self.before_snapshot_ran:
+            # once per instance, however often a snapshot is asked for:
+            # SnapStart's hooks (snapshot_restore_py), then thaw's own
             self.before_snapshot_ran = True
             try:
-                self.before_snapshot_hook()
+                run_snapstart_hooks("get_before_snapshot")
+                if self.before_snapshot_hook is not None:
+                    self.before_snapshot_hook()
             except Exception as e:
                 return function_error(e, "before_snapshot hook: ")
         # loaded before the snapshot: a restore calls munmap first thing
@@ -474,11 +477,16 @@ class Agent:
         if not isinstance(instance_id, str):
             raise BadRequest("after_restore needs 'instance_id': a string")
         self.instance_id = instance_id
-        if self.after_restore_hook is None:
+        snapstart = "snapshot_restore_py" in sys.modules
+        if self.after_restore_hook is None and not snapstart:
             return {"ok": True, "op": "after_restore", "hook": False, "hook_ms": 0.0}
         t0 = time.perf_counter()
         try:
-            self.after_restore_hook(instance_id)
+            # thaw's own hook, then SnapStart's (snapshot_restore_py): the
+            # reverse of the order before the snapshot
+            if self.after_restore_hook is not None:
+                self.after_restore_hook(instance_id)
+            run_snapstart_hooks("get_after_restore")
         except Exception as e:
             return function_error(e, "after_restore hook: ")
         return {
@@ -487,6 +495,16 @@ class Agent:
             "hook": True,
             "hook_ms": (time.perf_counter() - t0) * 1e3,
         }
+
+
+def run_snapstart_hooks(getter):
+    """Runs the hooks the function registered with SnapStart's
+    snapshot_restore_py (if it imported it), in that module's order."""
+    module = sys.modules.get("snapshot_restore_py")
+    if module is None:
+        return
+    for func, args, kwargs in getattr(module, getter)():
+        func(*args, **kwargs)
 
 
 _LIBC = []

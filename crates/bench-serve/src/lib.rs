@@ -8,7 +8,8 @@
 //!   against the object-store baseline, on one worker and across a [`pair`];
 //! * [`egress`]: `thaw bench egress`, a function's network egress;
 //! * [`lambda`]: `thaw bench lambda`, Lambda's API through boto3 against
-//!   thaw's own, cold and warm;
+//!   thaw's own, cold and warm, and [`lambda_provided`], Go and Rust
+//!   custom runtimes restored against their fresh starts;
 //! * [`cri`]: `thaw bench cri`, pod starts through the CRI, runc against
 //!   thaw, and a node restoring the snapshot another node published;
 //! * [`pair`]: two daemons in network namespaces of their own (also what
@@ -18,6 +19,7 @@ pub mod cri;
 pub mod egress;
 mod error;
 pub mod lambda;
+pub mod lambda_provided;
 pub mod pair;
 pub mod serve;
 pub mod xdt;

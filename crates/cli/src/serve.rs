@@ -99,7 +99,7 @@ pub fn serve(home: Option<PathBuf>, a: ServeArgs) -> Result<()> {
 pub struct DeployArgs {
     /// Code directory, or a .py, .js or .jar file
     pub path: PathBuf,
-    /// python, nodejs or java (default: nodejs for a .js, .mjs or .cjs file, java for a .jar, else python)
+    /// python, nodejs, java or provided (a directory with an executable `bootstrap`; default: nodejs for a .js, .mjs or .cjs file, java for a .jar, else python)
     #[arg(long)]
     pub runtime: Option<String>,
     /// module.function (Python, Node.js); package.Class::method or package.Class (Java)
@@ -567,6 +567,12 @@ pub struct BenchLambdaArgs {
     /// Client threads of the warm load
     #[arg(long, default_value_t = 8)]
     threads: usize,
+    /// Fresh start / restore pairs of each custom runtime (Go, Rust); 0 skips them
+    #[arg(long, default_value_t = 30)]
+    custom_runs: usize,
+    /// Only the custom runtimes (no boto3 phases)
+    #[arg(long)]
+    custom_only: bool,
     /// Write the report as JSON here
     #[arg(long)]
     json: Option<PathBuf>,
@@ -582,8 +588,34 @@ pub fn bench_lambda(home: &Path, a: BenchLambdaArgs) -> Result<()> {
         warm_seconds: a.seconds.max(1.0),
         threads: a.threads.clamp(1, 64),
     };
-    let r = lambda::run(home, &o)?;
-    emit_report(&lambda::markdown(&r), &r, a.json, a.markdown)
+    let api = match a.custom_only {
+        true => None,
+        false => Some(lambda::run(home, &o)?),
+    };
+    let custom = match a.custom_runs {
+        0 => Vec::new(),
+        n => {
+            // snapshots on tmpfs, as the daemon's DRAM tier
+            let scratch = PathBuf::from(format!(
+                "/dev/shm/thaw-bench-lambda-custom-{}",
+                std::process::id()
+            ));
+            thaw_store::secure::ensure_private_dir(&scratch)?;
+            let r = thaw_bench_serve::lambda_provided::run(home, &scratch, n);
+            let _ = thaw_store::secure::remove_tree(&scratch);
+            r?
+        }
+    };
+    let mut md = api.as_ref().map(lambda::markdown).unwrap_or_default();
+    if !custom.is_empty() {
+        md += &format!("\n{}", thaw_bench_serve::lambda_provided::markdown(&custom));
+    }
+    #[derive(serde::Serialize)]
+    struct LambdaBench {
+        api: Option<lambda::Report>,
+        custom: Vec<thaw_bench_serve::lambda_provided::ProvidedReport>,
+    }
+    emit_report(&md, &LambdaBench { api, custom }, a.json, a.markdown)
 }
 
 /// Prints a benchmark's markdown table and writes it and the JSON report

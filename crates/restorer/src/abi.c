@@ -135,8 +135,8 @@ int main(void)
            FD_SOCKETPAIR);
     printf("pub const C_RESOLVE_FLAGS: u64 = %#lx;\n", RESOLVE_FLAGS);
     printf("pub const C_FILES_BYTE: u8 = %d;\n", FILES_BYTE);
-    printf("pub const C_SOCK_OPTS: [u32; 3] = [%d, %d, %d];\n", SOCK_OPT_REUSEADDR,
-           SOCK_OPT_REUSEPORT, SOCK_OPT_V6ONLY);
+    printf("pub const C_SOCK_OPTS: [u32; 5] = [%d, %d, %d, %d, %d];\n", SOCK_OPT_REUSEADDR,
+           SOCK_OPT_REUSEPORT, SOCK_OPT_V6ONLY, SOCK_OPT_DROPPED, SOCK_OPT_CONNECT);
     printf("/// (step number, what the restorer was doing), from plan.h's THAW_STEPS\n");
     printf("pub const STEPS: &[(u32, &str)] = &[\n");
     THAW_STEPS(STEP_NAME)

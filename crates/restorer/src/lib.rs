@@ -542,7 +542,11 @@ const _: () = assert!(
 );
 const _: () = assert!(RESOLVE_FLAGS == abi::C_RESOLVE_FLAGS && FILES_BYTE == abi::C_FILES_BYTE);
 const _: () = assert!(
-    abi::C_SOCK_OPTS[0] == 1 && abi::C_SOCK_OPTS[1] == 2 && abi::C_SOCK_OPTS[2] == 4,
+    abi::C_SOCK_OPTS[0] == 1
+        && abi::C_SOCK_OPTS[1] == 2
+        && abi::C_SOCK_OPTS[2] == 4
+        && abi::C_SOCK_OPTS[3] == 8
+        && abi::C_SOCK_OPTS[4] == 16,
     "plan.h's SOCK_OPT_* are the state's"
 );
 

@@ -98,6 +98,10 @@ _Static_assert(TRAMP_GO_OFF == TRAMP_SIZE - 64, "the go-ahead word is the trampo
  * refused (connected to port 0 of loopback), so reads see end of file and
  * writes EPIPE, as on the deploying instance's shut-down socket */
 #define SOCK_OPT_DROPPED 8
+/* a custom runtime's Runtime API connection, its `next` pending: the path
+ * is an address to connect to (the worker's listener in the new sandbox),
+ * not one to bind */
+#define SOCK_OPT_CONNECT 16
 
 /* How a run of image pages gets into memory. */
 #define FILL_COPY 0 /* pread from the image fd into the mapping */

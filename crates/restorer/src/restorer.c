@@ -899,7 +899,9 @@ static long make_fd(u32 i, const struct plan_fd *fds, const char *strings)
             r = sys6(SYS_setsockopt, fd, SOL_SOCKET_, SO_REUSEPORT, (long)&one, 4, 0);
         if (fd >= 0 && r >= 0 && (opts & SOCK_OPT_V6ONLY))
             r = sys6(SYS_setsockopt, fd, IPPROTO_IPV6, IPV6_V6ONLY, (long)&one, 4, 0);
-        if (fd >= 0 && r >= 0 && path)
+        if (fd >= 0 && r >= 0 && path && (opts & SOCK_OPT_CONNECT))
+            r = sys3(SYS_connect, fd, path, f->path_len);
+        else if (fd >= 0 && r >= 0 && path)
             r = sys3(SYS_bind, fd, path, f->path_len);
         if (fd >= 0 && r >= 0 && (f->a >> 32))
             r = sys3(SYS_listen, fd, (f->a >> 32) - 1, 0);

@@ -63,6 +63,9 @@ pub enum Runtime {
     Nodejs,
     /// OpenJDK 17, `runtime/java` (the class `thaw.Agent`)
     Java,
+    /// A custom runtime: the function's own `bootstrap` executable, served
+    /// through Lambda's Runtime API instead of an agent
+    Provided,
 }
 
 impl Runtime {
@@ -71,6 +74,7 @@ impl Runtime {
             Runtime::Python => "python",
             Runtime::Nodejs => "nodejs",
             Runtime::Java => "java",
+            Runtime::Provided => "provided",
         }
     }
 
@@ -80,6 +84,7 @@ impl Runtime {
             Runtime::Python => "py",
             Runtime::Nodejs => "js",
             Runtime::Java => "java",
+            Runtime::Provided => "",
         }
     }
 }
@@ -91,9 +96,10 @@ impl std::str::FromStr for Runtime {
             "python" => Ok(Runtime::Python),
             "nodejs" => Ok(Runtime::Nodejs),
             "java" => Ok(Runtime::Java),
+            "provided" => Ok(Runtime::Provided),
             _ => fail!(
                 RuntimeError::Unknown,
-                "unknown runtime {s:?} (runtimes: python, nodejs, java)"
+                "unknown runtime {s:?} (runtimes: python, nodejs, java, provided)"
             ),
         }
     }
@@ -480,7 +486,27 @@ fn agent_command_for(runtime: Runtime, function: &str) -> (Vec<String>, Vec<(Str
         Runtime::Python => RootInfo::python_command(function),
         Runtime::Nodejs => node_command(function),
         Runtime::Java => java::command(function, java::DEFAULT_HEAP_MB),
+        Runtime::Provided => (vec![BOOTSTRAP.to_string()], provided_env()),
     }
+}
+
+/// A custom runtime's program: `bootstrap` at the top of the function's code.
+pub const BOOTSTRAP: &str = "/opt/thaw/user/bootstrap";
+
+/// A custom runtime's base environment (Lambda's own variables are the
+/// worker's: they name the function and its Runtime API).
+pub fn provided_env() -> Vec<(String, String)> {
+    [
+        ("PATH", "/usr/local/bin:/usr/bin:/bin:/opt/thaw/user"),
+        ("HOME", "/tmp"),
+        ("TMPDIR", "/tmp"),
+        ("LANG", "C.UTF-8"),
+        ("TZ", ":UTC"),
+        ("LAMBDA_TASK_ROOT", "/opt/thaw/user"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect()
 }
 
 /// The Node agent's argv and environment. Node starts threads of its own
@@ -528,6 +554,7 @@ pub fn runtime_env(runtime: Runtime) -> Vec<(String, String)> {
         Runtime::Python => agent_env(),
         Runtime::Nodejs => node_env(),
         Runtime::Java => java::env(),
+        Runtime::Provided => provided_env(),
     }
 }
 
@@ -537,7 +564,9 @@ pub fn reserved_env(name: &str) -> bool {
         .iter()
         .chain(node_env().iter())
         .chain(java::env().iter())
+        .chain(provided_env().iter())
         .any(|(k, _)| k == name)
+        || name.starts_with("AWS_LAMBDA_")
 }
 
 /// The agent's environment: single threaded everything, no bytecode writes, HOME=/tmp.

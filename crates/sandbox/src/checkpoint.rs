@@ -525,6 +525,9 @@ pub struct AgentThread {
 pub struct Origins<'a> {
     pub root: &'a Path,
     pub mounts: &'a [(std::path::PathBuf, &'static str)],
+    /// a custom runtime's Runtime API connection whose call waits: not a
+    /// file, but what the snapshot keeps live beside them
+    pub runtime_api: Option<crate::runtime_api::PendingConn>,
 }
 
 impl Origins<'_> {
@@ -532,6 +535,7 @@ impl Origins<'_> {
         Origins {
             root: sb.root(),
             mounts: sb.mounts(),
+            runtime_api: sb.runtime_api.as_ref().and_then(|a| a.pending_conn()),
         }
     }
 
@@ -558,7 +562,7 @@ pub fn inspect(
     files_cap: u64,
 ) -> Result<(Vec<Refusal>, Scan)> {
     let mut reasons = child_refusals(pid)?;
-    reasons.extend(crate::fds::capture(pid, None)?.refusals);
+    reasons.extend(crate::fds::capture(pid, None, None)?.refusals);
     let maps = parse_maps(&std::fs::read_to_string(format!("/proc/{pid}/maps"))?)?;
     let root = origins.root.canonicalize()?;
     for m in &maps {
@@ -682,7 +686,11 @@ pub fn checkpoint(
         Err(e) => return Err(CheckpointError::Prepare(e.into())),
     };
     let pid = sb.pid();
-    wait_blocked_on_socket(pid)?;
+    // a custom runtime's bootstrap waits on its Runtime API connection
+    // (`prepare_checkpoint` made sure), not on fd 3
+    if sb.runtime_api.is_none() {
+        wait_blocked_on_socket(pid)?;
+    }
     let cap = sb.memory_limit;
     let (mut reasons, _) = inspect(pid, &Origins::of(sb), &threads, cap)?;
     if let (Some(message), true) = (agent_refused, reasons.is_empty()) {
@@ -731,6 +739,7 @@ fn dump(
     root_hash: &str,
     files_cap: u64,
 ) -> Result<(Snapshot, CheckpointReport), CheckpointError> {
+    let runtime_api = origins.runtime_api;
     let t = Instant::now();
     // the frozen runtime must still hold nothing a snapshot cannot keep
     let (reasons, scan) = inspect(pid, origins, &[], files_cap)?;
@@ -867,7 +876,13 @@ fn dump(
     }
     // the descriptors, their contents after the files'; connected network
     // sockets are shut down here, after the before_snapshot hook
-    let fds = crate::fds::capture(pid, Some(&mut |data| w.append_memory(data)))?;
+    let mut fds = crate::fds::capture(pid, Some(&mut |data| w.append_memory(data)), runtime_api)?;
+    if runtime_api.is_some() && !crate::runtime_api::kept_connection(&fds.fds) {
+        fds.refusals.push(Refusal::new(
+            "descriptor",
+            "the bootstrap's waiting Runtime API connection is not among its descriptors",
+        ));
+    }
     if !fds.refusals.is_empty() {
         return Err(NotCheckpointable {
             reasons: fds.refusals,

@@ -16,7 +16,8 @@ use crate::checkpoint::Refusal;
 use crate::error::{HostError, Result};
 use crate::state::{Blob, EpollWatch, FdKind, SavedFd, SavedSocket};
 use crate::state::{
-    StateError, SOCK_OPT_DROPPED, SOCK_OPT_REUSEADDR, SOCK_OPT_REUSEPORT, SOCK_OPT_V6ONLY,
+    StateError, SOCK_OPT_CONNECT, SOCK_OPT_DROPPED, SOCK_OPT_REUSEADDR, SOCK_OPT_REUSEPORT,
+    SOCK_OPT_V6ONLY,
 };
 use std::collections::HashMap;
 use std::ffi::CString;
@@ -221,7 +222,7 @@ fn check_socket(
     {
         return Err("a malformed socket address".into());
     }
-    if s.options & !15 != 0 || s.shutdown > 3 || s.backlog.is_some_and(|b| b > 65535) {
+    if s.options & !31 != 0 || s.shutdown > 3 || s.backlog.is_some_and(|b| b > 65535) {
         return Err("malformed socket options".into());
     }
     if s.options & SOCK_OPT_DROPPED != 0
@@ -231,6 +232,16 @@ fn check_socket(
             || s.backlog.is_some())
     {
         return Err("a dropped connection that is not an unbound TCP socket".into());
+    }
+    let abstract_unix = s.addr.len() > 2 && s.addr[2] == 0;
+    if s.options & SOCK_OPT_CONNECT != 0
+        && (s.family != libc::AF_UNIX as u32
+            || s.ty != libc::SOCK_STREAM as u32
+            || !abstract_unix
+            || s.backlog.is_some()
+            || s.options != SOCK_OPT_CONNECT)
+    {
+        return Err("a connection to remake that is not to an abstract unix address".into());
     }
     match s.pair {
         Some(p) => {
@@ -290,7 +301,13 @@ struct Open {
 
 /// Captures runtime `pid`'s descriptors besides 0-3. With `append`, contents are saved and connected
 /// network sockets shut down; the process must then be frozen.
-pub fn capture(pid: i32, mut append: Option<Append<'_>>) -> Result<Capture> {
+/// `runtime_api`: a custom runtime's Runtime API connection whose call
+/// waits, kept live (see `runtime_api`).
+pub fn capture(
+    pid: i32,
+    mut append: Option<Append<'_>>,
+    runtime_api: Option<crate::runtime_api::PendingConn>,
+) -> Result<Capture> {
     let mut out = Capture::default();
     let mut numbers: Vec<i32> = std::fs::read_dir(format!("/proc/{pid}/fd"))?
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
@@ -359,7 +376,8 @@ pub fn capture(pid: i32, mut append: Option<Append<'_>>) -> Result<Capture> {
             if unix.is_none() {
                 unix = Some(unix_diag(pid)?);
             }
-            socket(o, &open, unix.as_ref().expect("just made"), &mut append)
+            let unix = unix.as_ref().expect("just made");
+            socket(o, &open, unix, &mut append, runtime_api)
         } else if let Some(anon) = o.link.strip_prefix("anon_inode:") {
             anon_inode(pid, o, anon, &open)
         } else if let Some(name) = o
@@ -730,6 +748,7 @@ fn socket(
     open: &[Open],
     unix: &HashMap<u32, UnixDiag>,
     append: &mut Option<Append<'_>>,
+    runtime_api: Option<crate::runtime_api::PendingConn>,
 ) -> Kind {
     let fd = &o.dup;
     let opt = |level, name| getsockopt_int(fd, level, name).map_err(|e| e.to_string());
@@ -802,7 +821,14 @@ fn socket(
             if ![0, libc::IPPROTO_TCP as u32, libc::IPPROTO_UDP as u32].contains(&protocol) {
                 return Err(format!("a socket of protocol {protocol}"));
             }
-            let connected = sockname(fd, true).is_ok();
+            let peer = sockname(fd, true);
+            if let (Ok(peer), Some(p)) = (&peer, runtime_api) {
+                if crate::runtime_api::is_pending_connection(&addr, peer, p.port) {
+                    let s = crate::runtime_api::reconnecting_socket(p.waiting);
+                    return Ok(FdKind::Socket(s));
+                }
+            }
+            let connected = peer.is_ok();
             if connected {
                 // the connection ends here: the live instance sees it
                 // closed; a restored one gets a TCP connection its peer
@@ -906,17 +932,8 @@ fn peek(fd: &OwnedFd, n: usize) -> std::result::Result<Vec<u8>, String> {
 /// Every unix socket of runtime `pid`'s network namespace: peer, queues,
 /// shutdown (`sock_diag`, asked from a thread that joins that namespace).
 fn unix_diag(pid: i32) -> Result<HashMap<u32, UnixDiag>> {
-    let ns = std::fs::File::open(format!("/proc/{pid}/ns/net"))?;
     // a netlink socket belongs to the namespace it was made in
-    let sock = std::thread::spawn(move || -> Result<OwnedFd> {
-        // SAFETY: setns on this short-lived thread only; the file is ours.
-        if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } < 0 {
-            fail!(
-                HostError::Failed,
-                "joining the sandbox's network namespace: {}",
-                std::io::Error::last_os_error()
-            );
-        }
+    let sock = crate::netns::in_netns(pid, || -> Result<OwnedFd> {
         // SAFETY: socket with constant arguments.
         let s = unsafe {
             libc::socket(
@@ -934,9 +951,7 @@ fn unix_diag(pid: i32) -> Result<HashMap<u32, UnixDiag>> {
         }
         // SAFETY: just returned to us.
         Ok(unsafe { OwnedFd::from_raw_fd(s) })
-    })
-    .join()
-    .map_err(|_| HostError::Failed("the namespace thread panicked".into()))??;
+    })?;
     // nlmsghdr (16) + unix_diag_req (24)
     let mut req = Vec::with_capacity(40);
     req.extend_from_slice(&40u32.to_ne_bytes());

@@ -18,10 +18,12 @@ mod error;
 pub mod fds;
 pub mod files;
 pub mod nethost;
+mod netns;
 pub mod pool;
 pub mod profile;
 mod ptrace;
 pub mod restore;
+pub mod runtime_api;
 pub mod seccomp;
 pub mod shared_maps;
 mod sigframe;
@@ -52,6 +54,7 @@ pub use checkpoint::{checkpoint, CheckpointReport, NotCheckpointable, Refusal};
 pub use error::{CheckpointError, HostError, ProfileError, RestoreError, SandboxError, StartError};
 pub use pool::{PoolStats, Prebuilt, SandboxPool};
 pub use restore::{restore, RestoreArgs, RestoreReport, Streamed};
+pub use runtime_api::RuntimeApiSpec;
 pub use thaw_restore::Arriving;
 pub use zygote::Zygote;
 
@@ -91,6 +94,10 @@ pub struct SandboxConfig {
     /// veth on the daemon's bridge, and a seccomp filter that allows IP
     /// sockets. None: loopback only, and no IP sockets at all.
     pub egress: Option<egress::Egress>,
+    /// A custom runtime: the sandbox's program is a `bootstrap` served by
+    /// the worker's Runtime API in its namespace (loopback IP sockets
+    /// allowed), not an agent.
+    pub runtime_api: Option<RuntimeApiSpec>,
 }
 
 /// Where a deployed function's code appears inside the sandbox.
@@ -118,6 +125,7 @@ impl Default for SandboxConfig {
             packages_dir: None,
             agent_dir: None,
             egress: None,
+            runtime_api: None,
         }
     }
 }
@@ -192,6 +200,8 @@ pub struct Sandbox {
     net: Option<egress::SandboxNet>,
     /// (host directory, mount point inside) of its code and packages
     mounts: Vec<(PathBuf, &'static str)>,
+    /// a custom runtime's Runtime API, which stands in for the agent
+    runtime_api: Option<runtime_api::RuntimeApi>,
 }
 
 /// The host-side pieces every new sandbox (fresh or restored) needs.
@@ -207,6 +217,7 @@ struct Slot {
     sandbox_end: UnixStream,
     net: Option<egress::SandboxNet>,
     mounts: Vec<(PathBuf, &'static str)>,
+    runtime_api: Option<runtime_api::RuntimeApi>,
 }
 
 impl Slot {
@@ -250,6 +261,7 @@ impl Slot {
             sandbox_end,
             net,
             mounts: cfg.dir_mounts(),
+            runtime_api: cfg.runtime_api.clone().map(runtime_api::RuntimeApi::new),
         })
     }
 
@@ -279,7 +291,14 @@ impl Slot {
             pool_ticket: None,
             net: self.net,
             mounts: self.mounts,
+            runtime_api: self.runtime_api,
         }
+    }
+
+    /// Whether the runtime may make IP sockets: a function given egress,
+    /// or a custom runtime (its Runtime API is on loopback).
+    fn ip_sockets(&self) -> bool {
+        self.net.is_some() || self.runtime_api.is_some()
     }
 }
 
@@ -291,7 +310,13 @@ impl Sandbox {
         argv: &[String],
         env: &[(String, String)],
     ) -> Result<Sandbox, StartError> {
-        let slot = Slot::new(cfg)?;
+        let mut slot = Slot::new(cfg)?;
+        // a bootstrap may ask for its first event as soon as it runs
+        let listeners = std::cell::OnceCell::new();
+        let listen = |pid: i32| -> Result<()> {
+            let _ = listeners.set(runtime_api::Listeners::open(pid)?);
+            Ok(())
+        };
         let path = argv
             .first()
             .ok_or_else(|| StartError::Config("empty runtime command".into()))?
@@ -305,7 +330,7 @@ impl Sandbox {
                 path,
                 uid: slot.uid.uid,
                 gid: slot.uid.uid,
-                filter: seccomp::filter_for(slot.net.is_some()),
+                filter: seccomp::filter_for(slot.ip_sockets()),
             },
             rlimits: cfg.rlimits(),
             procs_files: slot.cgroups.procs_files(),
@@ -313,8 +338,16 @@ impl Sandbox {
             shm_bytes: cfg.shm_bytes,
             binds: cfg.binds(),
             net: slot.net.as_ref(),
+            before_start: slot
+                .runtime_api
+                .is_some()
+                .then_some(&listen as &dyn Fn(i32) -> Result<()>),
         };
         let pid = spawn::spawn(&spec)?;
+        drop(spec);
+        if let (Some(api), Some(l)) = (slot.runtime_api.as_mut(), listeners.into_inner()) {
+            api.set_listeners(l);
+        }
         Ok(slot.into_sandbox(pid, root, None))
     }
 
@@ -338,6 +371,11 @@ impl Sandbox {
 
     pub fn is_alive(&self) -> bool {
         self.alive
+    }
+
+    /// Whether its runtime may make IP sockets (see `Slot::ip_sockets`).
+    pub(crate) fn ip_sockets(&self) -> bool {
+        self.net.is_some() || self.runtime_api.is_some()
     }
 
     /// Its address and veth, for a function given egress.
@@ -368,6 +406,10 @@ impl Sandbox {
         if !self.alive {
             return Err(self.gone());
         }
+        if let Some(api) = self.runtime_api.as_mut() {
+            let res = api.exchange(frame, self.pid, timeout);
+            return self.finish_call(res, timeout);
+        }
         let res = self
             .chan
             .send_bytes(frame)
@@ -386,6 +428,10 @@ impl Sandbox {
         timeout: Duration,
         serve: &mut SdkServer<'_>,
     ) -> Result<Value, SandboxError> {
+        if self.runtime_api.is_some() {
+            // a bootstrap makes no requests of the worker's
+            return self.call_raw(req, timeout);
+        }
         if !self.alive {
             return Err(self.gone());
         }

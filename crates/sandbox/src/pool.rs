@@ -39,7 +39,7 @@ impl Drop for Ticket {
 impl Prebuilt {
     /// Builds the sandbox and starts the restorer in it.
     pub fn build(root: &Path, cfg: &SandboxConfig) -> Result<Prebuilt, StartError> {
-        let slot = Slot::new(cfg)?;
+        let mut slot = Slot::new(cfg)?;
         let spec = spawn::ChildSpec {
             root,
             fds: slot.stdio_fds(),
@@ -54,9 +54,20 @@ impl Prebuilt {
             shm_bytes: cfg.shm_bytes,
             binds: cfg.binds(),
             net: slot.net.as_ref(),
+            before_start: None,
         };
         let pid = spawn::spawn(&spec)?;
         drop(spec);
+        if let Some(api) = slot.runtime_api.as_mut() {
+            // where the restored bootstrap's connection is made again
+            match crate::runtime_api::Listeners::open(pid) {
+                Ok(l) => api.set_listeners(l),
+                Err(e) => {
+                    spawn::kill_and_reap(pid);
+                    return Err(e.into());
+                }
+            }
+        }
         Ok(Prebuilt {
             sb: slot.into_sandbox(pid, root, None),
             ticket: None,

@@ -274,7 +274,7 @@ pub(crate) fn restore_with(
     let sandbox_ms = ms(t1);
 
     let lazy = memory.lazy();
-    let mut plan = build_plan(&state, &mut memory, sb.uid(), sb.net.is_some())?;
+    let mut plan = build_plan(&state, &mut memory, sb.uid(), sb.ip_sockets())?;
     if hold_threads {
         plan.header.flags |= r::PLAN_HOLD_THREADS;
     }

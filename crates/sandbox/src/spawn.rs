@@ -52,6 +52,9 @@ pub struct ChildSpec<'a> {
     /// A function given egress: its veth is plugged into the child's
     /// namespace before the child goes on, and the child configures its end.
     pub net: Option<&'a crate::egress::SandboxNet>,
+    /// Runs with the child's pid once its namespaces exist, before it goes
+    /// on (a custom runtime's Runtime API listeners are made there).
+    pub before_start: Option<&'a dyn Fn(i32) -> Result<()>>,
 }
 
 /// The private shared-memory mount inside the sandbox.
@@ -324,6 +327,7 @@ pub fn spawn(spec: &ChildSpec) -> Result<i32> {
             .map_err(HostError::from)
     });
     let joined = joined.and_then(|()| spec.net.map_or(Ok(()), |n| n.plug(pid)));
+    let joined = joined.and_then(|()| spec.before_start.map_or(Ok(()), |f| f(pid)));
     if let Err(e) = joined {
         kill_and_reap(pid);
         close(&[go_w, err_r]);
@@ -656,7 +660,20 @@ fn child(p: &Prepared, go_r: RawFd, err_w: RawFd) -> ! {
                 libc::AT_EMPTY_PATH,
             );
         } else {
-            libc::execve(p.path.as_ptr(), p.argv.as_ptr(), p.envp.as_ptr());
+            // a program file just written (a deployed bootstrap) may still be
+            // open for writing in another thread's child between its clone
+            // and exec: ETXTBSY, gone once that child execs (200 ms at most)
+            for _ in 0..200 {
+                libc::execve(p.path.as_ptr(), p.argv.as_ptr(), p.envp.as_ptr());
+                if *libc::__errno_location() != libc::ETXTBSY {
+                    break;
+                }
+                let pause = libc::timespec {
+                    tv_sec: 0,
+                    tv_nsec: 1_000_000,
+                };
+                libc::nanosleep(&pause, std::ptr::null_mut());
+            }
         }
         fail(err_fd, 13);
     }

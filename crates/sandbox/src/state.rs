@@ -249,6 +249,10 @@ pub const SOCK_OPT_V6ONLY: u32 = 4;
 /// A TCP connection, closed at the snapshot: restored as one its peer
 /// closed (reads see end of file, writes `EPIPE`), not as a new socket.
 pub const SOCK_OPT_DROPPED: u32 = 8;
+/// A custom runtime's Runtime API connection, its `next` pending: restored
+/// as a unix stream socket connected to the abstract address `addr`, where
+/// the worker listens in the new sandbox (`runtime_api`).
+pub const SOCK_OPT_CONNECT: u32 = 16;
 
 /// What an open descriptor is, with what a restore needs to rebuild it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -55,6 +55,7 @@ impl Zygote {
             shm_bytes: cfg.shm_bytes,
             binds: cfg.binds(),
             net: None,
+            before_start: None,
         };
         let pid = spawn::spawn(&spec)?;
         let mut template = slot.into_sandbox(pid, root, None);

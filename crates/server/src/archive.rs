@@ -78,7 +78,7 @@ pub fn unpack(
                     "a single-file deploy needs a plain file name ending in .py (Python), .js, .mjs, .cjs (Node.js) or .jar (Java), got {filename:?}"
                 );
             }
-            out.file(&rel, &mut &data[..])?;
+            out.file(&rel, &mut &data[..], false)?;
         }
         Format::TarGz => {
             let gz = flate2::read::GzDecoder::new(data);
@@ -92,7 +92,8 @@ pub fn unpack(
                 if kind.is_dir() {
                     out.dir(&safe_relative(&name)?)?;
                 } else if kind.is_file() {
-                    out.file(&safe_relative(&name)?, &mut entry)?;
+                    let exec = entry.header().mode().is_ok_and(executable);
+                    out.file(&safe_relative(&name)?, &mut entry, exec)?;
                 } else if kind.is_pax_global_extensions()
                     || kind.is_pax_local_extensions()
                     || kind.is_gnu_longname()
@@ -127,7 +128,8 @@ pub fn unpack(
                 if f.is_dir() {
                     out.dir(&safe_relative(&name)?)?;
                 } else {
-                    out.file(&safe_relative(&name)?, &mut f)?;
+                    let exec = f.unix_mode().is_some_and(executable);
+                    out.file(&safe_relative(&name)?, &mut f, exec)?;
                 }
             }
         }
@@ -150,6 +152,11 @@ fn kind_name(k: tar::EntryType) -> &'static str {
     } else {
         "special entry"
     }
+}
+
+/// Whether an entry's mode lets its owner execute it.
+fn executable(mode: u32) -> bool {
+    mode & 0o100 != 0
 }
 
 /// A relative path of normal components only.
@@ -226,7 +233,9 @@ impl<'a> Sink<'a> {
         Ok(())
     }
 
-    fn file(&mut self, rel: &Path, src: &mut dyn Read) -> Result<()> {
+    /// `executable`: the entry's owner may execute it (a custom runtime's
+    /// `bootstrap`); the file is read-only either way.
+    fn file(&mut self, rel: &Path, src: &mut dyn Read, executable: bool) -> Result<()> {
         self.count()?;
         if let Some(parent) = rel.parent() {
             std::fs::DirBuilder::new()
@@ -239,7 +248,7 @@ impl<'a> Sink<'a> {
         let mut f = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
-            .mode(0o444)
+            .mode(if executable { 0o555 } else { 0o444 })
             .custom_flags(libc::O_NOFOLLOW)
             .open(self.dest.join(rel))
             .with_context(|| format!("archive entry {} (duplicate?)", rel.display()))?;

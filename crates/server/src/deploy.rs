@@ -245,6 +245,10 @@ fn check_entry_points(req: &DeployRequest, runtime: Runtime) -> Result<(), Error
         ("before_snapshot", &req.before_snapshot),
         ("after_restore", &req.after_restore),
     ];
+    if runtime == Runtime::Provided {
+        crate::provided::check_handler(&req.handler).map_err(bad)?;
+        return crate::provided::check_no_hooks(&hooks).map_err(bad);
+    }
     if runtime == Runtime::Java {
         if !is_java_handler(&req.handler) {
             return Err(bad(format!(
@@ -520,6 +524,9 @@ fn build(
         std::fs::create_dir(&code_dir).map_err(internal)?;
         let stats = archive::unpack(format, data, filename, &code_dir, &app.cfg.limits)
             .map_err(|e| bad(format!("{e:#}")))?;
+        if runtime == Runtime::Provided {
+            crate::provided::check_bootstrap(&code_dir).map_err(bad)?;
+        }
         let packages = match req.packages.is_empty() {
             true => None,
             false => Some(prepare_packages(app, &req.name, &req.packages)?),

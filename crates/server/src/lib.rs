@@ -18,6 +18,7 @@ pub mod nested;
 pub mod outcome;
 pub mod placement;
 pub mod pool;
+pub mod provided;
 pub mod registry;
 pub mod roots;
 pub mod shared;

@@ -49,7 +49,7 @@ pub struct Record {
     /// (XDT); records from before owners existed are `default`'s.
     #[serde(default = "default_owner")]
     pub owner: String,
-    /// python or nodejs (records from before Node.js functions: python)
+    /// python, nodejs or provided (records from before Node.js functions: python)
     #[serde(default)]
     pub runtime: thaw_runtime::Runtime,
     pub handler: String,

@@ -202,3 +202,19 @@ fn async_invocations_are_retried_twice_and_bounded() {
         },
     );
 }
+
+#[test]
+fn go_and_rust_custom_runtimes_restore_through_boto3() {
+    with_daemon(
+        "provided",
+        |_| {},
+        |d| {
+            // the script fails on any wrong answer; what it saw, by language
+            let seen = d.python("provided.py")["seen"].clone();
+            for lang in ["go", "rust"] {
+                assert_eq!(seen[lang]["first"], "restore", "{lang}: {seen}");
+            }
+            assert!(d.app.functions.read().unwrap().is_empty());
+        },
+    );
+}

@@ -564,6 +564,7 @@ pub fn root_program(runtime: thaw_runtime::Runtime) -> &'static str {
         thaw_runtime::Runtime::Python => "/usr/bin/python3",
         thaw_runtime::Runtime::Nodejs => thaw_runtime::NODE,
         thaw_runtime::Runtime::Java => thaw_runtime::java::JAVA,
+        thaw_runtime::Runtime::Provided => thaw_runtime::BOOTSTRAP,
     }
 }
 
@@ -576,6 +577,33 @@ pub fn packages_library_path() -> String {
 }
 
 impl UserFunction {
+    /// A function of `runtime` with its code in `code_dir`, and nothing
+    /// else of its own: no hooks, environment, packages, network or root,
+    /// 256 MiB, no CPU limit.
+    pub fn plain(
+        name: &str,
+        runtime: thaw_runtime::Runtime,
+        code_dir: PathBuf,
+        handler: &str,
+    ) -> Self {
+        UserFunction {
+            name: name.into(),
+            runtime,
+            code_dir,
+            handler: handler.into(),
+            init: None,
+            before_snapshot: None,
+            after_restore: None,
+            env: Vec::new(),
+            root: None,
+            memory_bytes: 256 << 20,
+            cpu_millis: None,
+            cpu_weight: None,
+            packages_dir: None,
+            egress: None,
+        }
+    }
+
     fn sandbox_config(&self, base: &SandboxConfig) -> SandboxConfig {
         SandboxConfig {
             code_dir: Some(self.code_dir.clone()),
@@ -585,8 +613,56 @@ impl UserFunction {
             cpu_millis: self.cpu_millis,
             cpu_weight: self.cpu_weight,
             egress: self.egress.clone(),
+            runtime_api: (self.runtime == thaw_runtime::Runtime::Provided)
+                .then(|| self.runtime_api_spec()),
             ..base.clone()
         }
+    }
+
+    /// Who a custom runtime's Runtime API says it serves: Lambda's name and
+    /// ARN (a published version `NAME--N` is version N of `NAME`).
+    fn runtime_api_spec(&self) -> thaw_sandbox::RuntimeApiSpec {
+        let (name, version) = self.lambda_name();
+        let region = self
+            .env
+            .iter()
+            .find(|(k, _)| k == "AWS_REGION")
+            .map_or("us-east-1", |(_, v)| v.as_str());
+        let arn = format!("arn:aws:lambda:{region}:000000000000:function:{name}");
+        thaw_sandbox::RuntimeApiSpec {
+            function_name: name.to_string(),
+            function_arn: match version {
+                "$LATEST" => arn,
+                v => format!("{arn}:{v}"),
+            },
+        }
+    }
+
+    /// (function name, version) as Lambda names them.
+    fn lambda_name(&self) -> (&str, &str) {
+        self.name
+            .split_once("--")
+            .unwrap_or((&self.name, "$LATEST"))
+    }
+
+    /// The environment Lambda gives a custom runtime's `bootstrap`.
+    fn lambda_env(&self) -> Vec<(String, String)> {
+        let (name, version) = self.lambda_name();
+        let mb = (self.memory_bytes >> 20).to_string();
+        [
+            ("AWS_LAMBDA_RUNTIME_API", thaw_sandbox::runtime_api::ADDRESS),
+            ("AWS_LAMBDA_FUNCTION_NAME", name),
+            ("AWS_LAMBDA_FUNCTION_VERSION", version),
+            ("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", &mb),
+            ("AWS_LAMBDA_LOG_GROUP_NAME", &format!("/aws/lambda/{name}")),
+            ("AWS_LAMBDA_LOG_STREAM_NAME", "thaw"),
+            // every instance is restored from the snapshot of one
+            ("AWS_LAMBDA_INITIALIZATION_TYPE", "snap-start"),
+            ("_HANDLER", &self.handler),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
     }
 }
 
@@ -612,6 +688,9 @@ impl Worker {
         if func.runtime == thaw_runtime::Runtime::Java {
             let heap = thaw_runtime::java::heap_mb(func.memory_bytes >> 20);
             thaw_runtime::java::set_heap(&mut argv, heap);
+        }
+        if func.runtime == thaw_runtime::Runtime::Provided {
+            env.extend(func.lambda_env());
         }
         env.push(("THAW_HANDLER".into(), func.handler.clone()));
         env.push(("THAW_FUNCTION_NAME".into(), func.name.clone()));

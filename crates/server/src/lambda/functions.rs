@@ -20,10 +20,12 @@ use super::model::{
 use super::store;
 use crate::deploy::{self, Code, DeployRequest};
 
-/// Lambda runtimes thaw runs, and how: the root's CPython, Node.js or JVM.
+/// Lambda runtimes thaw runs, and how: the root's CPython, Node.js or JVM, or
+/// the function's own bootstrap.
 pub const RUNTIMES: &str = "python3.11, python3.12, python3.13 (the runtime root's CPython 3.11), \
                             nodejs18.x, nodejs20.x (its Node.js 18), \
-                            java17, java11, java8.al2 (its OpenJDK 17)";
+                            java17, java11, java8.al2 (its OpenJDK 17), \
+                            provided.al2023, provided.al2 (a bootstrap through the Runtime API)";
 
 /// The daemon's runtime for a Lambda runtime name.
 pub fn native_runtime(lambda: &str) -> Result<&'static str, LambdaError> {
@@ -34,10 +36,7 @@ pub fn native_runtime(lambda: &str) -> Result<&'static str, LambdaError> {
         (_, Some(m)) if m >= 11 => Ok("python"),
         ("nodejs18.x" | "nodejs20.x", _) => Ok("nodejs"),
         ("java17" | "java11" | "java8.al2", _) => Ok("java"),
-        ("provided.al2023" | "provided.al2" | "provided", _) => Err(LambdaError::invalid(format!(
-            "Runtime {lambda}: custom runtimes (a bootstrap through the Runtime API) are not \
-             implemented by thaw; supported runtimes: {RUNTIMES}"
-        ))),
+        ("provided.al2023" | "provided.al2" | "provided", _) => Ok("provided"),
         _ => Err(LambdaError::invalid(format!(
             "Value {lambda} at 'runtime' failed to satisfy constraint: supported runtimes are {RUNTIMES}"
         ))),
@@ -437,6 +436,8 @@ mod tests {
             ("nodejs20.x", "nodejs"),
             ("java17", "java"),
             ("java11", "java"),
+            ("provided.al2023", "provided"),
+            ("provided.al2", "provided"),
         ] {
             assert_eq!(native_runtime(lambda).unwrap(), native);
         }
@@ -444,7 +445,7 @@ mod tests {
             "python3.9",
             "python3",
             "java21",
-            "provided.al2023",
+            "provided.al2024",
             "nodejs22.x",
             "",
         ] {

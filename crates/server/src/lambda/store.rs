@@ -72,6 +72,7 @@ pub fn default_runtime(rec: &Record) -> String {
         thaw_runtime::Runtime::Nodejs => "nodejs18.x".into(),
         thaw_runtime::Runtime::Python => "python3.11".into(),
         thaw_runtime::Runtime::Java => "java17".into(),
+        thaw_runtime::Runtime::Provided => "provided.al2023".into(),
     }
 }
 

@@ -101,8 +101,11 @@ check(len(bomb) < 1 << 20, "the bomb is small", len(bomb))
 refused("zip bomb", 400, "InvalidParameterValueException", lambda: create(lam, "bomb", bomb))
 refused("not a zip", 400, "InvalidParameterValueException", lambda: create(lam, "notzip", b"PK\x03\x04 garbage"))
 msg = refused("unknown runtime", 400, "InvalidParameterValueException", lambda: create(lam, "ruby", good, runtime="ruby3.2"))
-check("python3.12" in msg and "nodejs20.x" in msg, "the refusal names the supported runtimes", msg)
-msg = refused("custom runtime", 400, "InvalidParameterValueException", lambda: create(lam, "custom", good, runtime="provided.al2023"))
+check("python3.12" in msg and "nodejs20.x" in msg and "provided.al2023" in msg,
+      "the refusal names the supported runtimes", msg)
+msg = refused("custom runtime without a bootstrap", 400, "InvalidParameterValueException",
+              lambda: create(lam, "custom", good, runtime="provided.al2023"))
+check("bootstrap" in msg, "the refusal names the missing bootstrap", msg)
 refused("uppercase name", 400, "InvalidParameterValueException", lambda: create(lam, "MyFunction", good))
 for n in ("dotdot", "absolute", "link", "bomb", "notzip", "ruby", "custom"):
     refused("refused %s left nothing" % n, 404, "ResourceNotFoundException", lambda: lam.get_function(FunctionName=n))
