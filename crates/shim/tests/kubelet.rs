@@ -316,6 +316,27 @@ fn a_kubelet_runs_the_example_deployment_on_thaw_through_probes_scaling_services
     assert!(post(&cri.netns, ip, 8080, r#"{"name": "eighth"}"#).contains(r#""hello":"eighth""#));
     assert_eq!(daemon.functions(), functions, "no deploy for the new pods");
 
+    // drain: the kubelet ends every pod (their replacements wait, Pending,
+    // for a node that takes pods), then the node takes them again
+    must(k.run(&[
+        "drain", &k.node, "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=180s",
+    ]));
+    must(k.wait_for(
+        "the drained node running no container",
+        Duration::from_secs(60),
+        || {
+            let running = cri.ok(&["ps", "-q", "--state", "running"]);
+            let pods = hello.pods();
+            let pending = pods.iter().all(|p| p["status"]["phase"] == "Pending");
+            seen(
+                running.is_empty() && pods.len() == 8 && pending,
+                format!("containers {running:?}, pods {}", summary(&pods)),
+            )
+        },
+    ));
+    must(k.run(&["uncordon", &k.node]));
+    hello.ready(8, false);
+
     // a pod with a runc sidecar beside the thaw container
     let sidecar_pod = k8s_base.with_extension("sidecar.yaml");
     std::fs::write(
