@@ -156,22 +156,22 @@ pub struct Report {
 }
 
 /// One node: containerd with its pod network, and its daemon's socket.
-struct Node<'a> {
-    cri: Cri,
-    socket: &'a Path,
-    root: &'a thaw_runtime::RootInfo,
-    pods: AtomicU32,
-    prewarm: bool,
+pub(crate) struct Node<'a> {
+    pub(crate) cri: Cri,
+    pub(crate) socket: &'a Path,
+    pub(crate) root: &'a thaw_runtime::RootInfo,
+    pub(crate) pods: AtomicU32,
+    pub(crate) prewarm: bool,
 }
 
 /// A function's two images and its first request.
-struct Images {
-    function: String,
-    thaw: String,
+pub(crate) struct Images {
+    pub(crate) function: String,
+    pub(crate) thaw: String,
     /// the thaw image's archive (another node imports it too)
     thaw_archive: PathBuf,
-    runc: String,
-    event: String,
+    pub(crate) runc: String,
+    pub(crate) event: String,
 }
 
 fn check(o: &Options) -> Result<()> {
@@ -443,7 +443,7 @@ http.server.HTTPServer(("0.0.0.0", int(os.environ.get("PORT", "8080"))), Handler
 "#;
 
 /// Builds and imports `function`'s thaw image and its runc image.
-fn build_images(n: &Node, root: &thaw_runtime::RootInfo, function: &str) -> Result<Images> {
+pub(crate) fn build_images(n: &Node, root: &thaw_runtime::RootInfo, function: &str) -> Result<Images> {
     let src_path = root.path.join(format!("opt/thaw/functions/{function}.py"));
     let src =
         std::fs::read(&src_path).with_context(|| format!("reading {}", src_path.display()))?;
@@ -530,7 +530,7 @@ fn build_images(n: &Node, root: &thaw_runtime::RootInfo, function: &str) -> Resu
 }
 
 /// Writes `archive` beside the node's containerd and imports it; its path.
-fn import(n: &Node, name: &str, archive: &[u8]) -> Result<PathBuf> {
+pub(crate) fn import(n: &Node, name: &str, archive: &[u8]) -> Result<PathBuf> {
     let p = n.cri.c.dir.join(format!("{name}.oci.tar"));
     std::fs::write(&p, archive)?;
     n.cri.c.import(&p)?;
@@ -558,7 +558,7 @@ fn root_links(root: &thaw_runtime::RootInfo) -> Result<Vec<(String, String)>> {
 /// Directories of the runtime root the runc container gets read-only
 /// (everything Python and the inputs need; not `/etc` or `/tmp`, which the
 /// container runtime provides).
-fn root_dirs(root: &thaw_runtime::RootInfo) -> Result<Vec<String>> {
+pub(crate) fn root_dirs(root: &thaw_runtime::RootInfo) -> Result<Vec<String>> {
     const OWN: [&str; 9] = [
         "etc", "tmp", "proc", "sys", "dev", "run", "function", "srv", "var",
     ];
@@ -764,7 +764,7 @@ fn parse(answer: &str) -> (u16, impl Fn(&str) -> Option<String> + '_, &str) {
 }
 
 /// The answer's JSON body, which must be a 200.
-fn answer_value(what: &str, answer: &str) -> Result<Value> {
+pub(crate) fn answer_value(what: &str, answer: &str) -> Result<Value> {
     let (status, _, body) = parse(answer);
     if status != 200 {
         fail!(
@@ -806,7 +806,7 @@ fn client(n: &Node) -> Client {
 
 /// Waits until the daemon keeps no idle instance (its keep-alive is one
 /// second), so the next pod's first request is a restore.
-fn no_idle(n: &Node) -> Result<()> {
+pub(crate) fn no_idle(n: &Node) -> Result<()> {
     let t = Instant::now();
     loop {
         let m = client(n).request("GET", "/metrics", None)?;
@@ -829,7 +829,7 @@ fn no_idle(n: &Node) -> Result<()> {
     }
 }
 
-fn summary(xs: &[f64]) -> Result<Summary> {
+pub(crate) fn summary(xs: &[f64]) -> Result<Summary> {
     summarize(xs).or_fail("no runs")
 }
 

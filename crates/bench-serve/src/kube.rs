@@ -1,0 +1,362 @@
+//! `thaw bench kube`: pod start through a real kubelet. A single-node
+//! cluster (`deploy/kubernetes/cluster.sh`, [`thaw_shim::cluster`]) on a
+//! private containerd beside an in-process `thaw serve`, and three
+//! Deployments at 0 replicas: the function on the `thaw` RuntimeClass, the
+//! same function on runc (a fresh Python behind a small HTTP server, as
+//! `thaw bench cri` runs it), and the floor, a runc pod of a static binary
+//! that answers HTTP at once (containerd's and the kubelet's own work for
+//! a pod, with nothing of a runtime's). One start is `kubectl scale
+//! --replicas=1` until the first HTTP answer through the pod's IP (the IP
+//! as a watch of the pod reports it), then the Deployment goes back to 0
+//! and the pod is gone (and, for thaw, no idle instance is left, so every
+//! start is a restore). Runs are interleaved, after a warm-up start each
+//! (thaw's first deploys and snapshots the function).
+use crate::cri::{self, Images, Node};
+use crate::error::{BenchServeError, Result};
+use serde::Serialize;
+use serde_json::{json, Value};
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::AtomicU32;
+use std::time::{Duration, Instant};
+use thaw_bench::stats::Summary;
+use thaw_error::{fail, ResultExt};
+use thaw_shim::cluster::Cluster;
+use thaw_shim::harness::Cri;
+
+pub struct Options {
+    /// where the runtime root is
+    pub runtime_home: PathBuf,
+    /// the directory holding `containerd-shim-thaw-v1`
+    pub shim_dir: PathBuf,
+    /// the Python suite function measured
+    pub function: String,
+    /// timed starts per variant
+    pub runs: usize,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub date_unix: u64,
+    pub cpus: usize,
+    pub loadavg_1m_start: f64,
+    pub loadavg_1m_end: f64,
+    pub kubernetes: String,
+    pub function: String,
+    /// the warm-up starts (not in the figures), ms
+    pub first_floor_ms: f64,
+    pub first_runc_ms: f64,
+    pub first_thaw_ms: f64,
+    pub floor: Summary,
+    pub runc: Summary,
+    pub thaw: Summary,
+    /// thaw's median over the floor's
+    pub thaw_over_floor_median: f64,
+    /// runc's median over thaw's
+    pub runc_over_thaw_median: f64,
+}
+
+const SUBNET: &str = "10.87.0.0/24";
+const FLOOR_IMAGE: &str = "thaw.local/floor:bench";
+/// How long a start may take to answer.
+const ANSWER_WAIT: Duration = Duration::from_secs(180);
+
+/// A static HTTP server that answers every request at once (`{}`).
+const FLOOR_C: &str = r#"#include <netinet/in.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+int main(void) {
+    static const char ok[] = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}";
+    int s = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(8080)};
+    setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (bind(s, (struct sockaddr *)&a, sizeof a) || listen(s, 64)) return 1;
+    for (;;) {
+        char buf[4096];
+        int c = accept(s, 0, 0);
+        if (c < 0) continue;
+        (void)read(c, buf, sizeof buf);
+        (void)write(c, ok, sizeof ok - 1);
+        close(c);
+    }
+}
+"#;
+
+/// One measured Deployment: its name and the event its first request
+/// carries.
+struct Variant {
+    app: &'static str,
+    event: String,
+}
+
+pub fn run(o: &Options) -> Result<Report> {
+    if o.runs == 0 {
+        fail!(BenchServeError::Config, "--runs must be at least 1");
+    }
+    let shim = o.shim_dir.join("containerd-shim-thaw-v1");
+    if !shim.is_file() {
+        fail!(
+            BenchServeError::Config,
+            "{} is missing: build it beside thaw (cargo build --release -p thaw-shim)",
+            shim.display()
+        );
+    }
+    let load_start = thaw_bench::concurrency::loadavg();
+    let root = thaw_runtime::ensure_root(&o.runtime_home, &mut |m| eprintln!("runtime: {m}"))?;
+    if !root
+        .path
+        .join(format!("opt/thaw/functions/{}.py", o.function))
+        .is_file()
+    {
+        fail!(
+            BenchServeError::Config,
+            "{} is not a Python function of the suite (thaw runtime functions)",
+            o.function
+        );
+    }
+    let mut report = thaw_server::on_temp_daemon_with(
+        &o.runtime_home,
+        "kube",
+        |cfg| {
+            // idle instances go after a second: every start is a restore
+            cfg.policy = "ttl".into();
+            cfg.keep_alive_s = 1;
+            Ok::<(), BenchServeError>(())
+        },
+        |_, socket| {
+            let base = std::env::temp_dir().join(format!("thaw-bench-kube-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&base);
+            let n = Node {
+                cri: Cri::start(&base, socket, &o.shim_dir, SUBNET, &[], "info")?,
+                socket,
+                root: &root,
+                pods: AtomicU32::new(0),
+                prewarm: true,
+            };
+            let img = cri::build_images(&n, &root, &o.function)?;
+            import_floor(&n, &base)?;
+            let cluster = Cluster::start(&n.cri, &base.with_extension("k8s"), SUBNET)?;
+            let r = measure(o, &n, &cluster, &img);
+            drop(cluster);
+            r
+        },
+    )?;
+    report.loadavg_1m_start = load_start;
+    report.loadavg_1m_end = thaw_bench::concurrency::loadavg();
+    Ok(report)
+}
+
+/// Builds the floor's binary (gcc -static) and imports its image.
+fn import_floor(n: &Node, base: &Path) -> Result<()> {
+    let src = base.join("floor.c");
+    std::fs::write(&src, FLOOR_C)?;
+    let bin = base.join("floor");
+    let o = Command::new("gcc")
+        .args(["-static", "-O2", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .output()
+        .context("running gcc (scripts/setup.sh installs it)")?;
+    if !o.status.success() {
+        fail!(
+            BenchServeError::Failed,
+            "gcc -static: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    let built = thaw_server::image::build_native(
+        &[("floor", &std::fs::read(&bin)?, 0o755)],
+        &["/floor"],
+        FLOOR_IMAGE,
+    )?;
+    cri::import(n, "floor", &built.archive)?;
+    Ok(())
+}
+
+/// The three Deployments (0 replicas), then the interleaved starts.
+fn measure(o: &Options, n: &Node, k: &Cluster, img: &Images) -> Result<Report> {
+    let dirs = cri::root_dirs(n.root)?;
+    let volumes: Vec<Value> = dirs
+        .iter()
+        .map(|d| json!({"name": volume(d), "hostPath": {"path": n.root.path.join(d)}}))
+        .collect();
+    let mounts: Vec<Value> = dirs
+        .iter()
+        .map(|d| json!({"name": volume(d), "mountPath": format!("/{d}"), "readOnly": true}))
+        .collect();
+    let spec = |image: &str, extra: Value| {
+        let mut pod = json!({
+            "containers": [{
+                "name": "fn",
+                "image": image,
+                "imagePullPolicy": "Never",
+                "env": [{"name": "PORT", "value": "8080"}],
+            }],
+            "automountServiceAccountToken": false,
+            "terminationGracePeriodSeconds": 1,
+        });
+        if let (Some(p), Some(e)) = (pod.as_object_mut(), extra.as_object()) {
+            for (key, v) in e {
+                p.insert(key.clone(), v.clone());
+            }
+        }
+        pod
+    };
+    let mut runc = spec(&img.runc, json!({"volumes": volumes}));
+    runc["containers"][0]["volumeMounts"] = json!(mounts);
+    let deployments = [
+        ("floor", spec(FLOOR_IMAGE, json!({})), json!({})),
+        ("fn-runc", runc, json!({})),
+        (
+            "fn-thaw",
+            spec(&img.thaw, json!({"runtimeClassName": "thaw"})),
+            json!({"dev.thaw.memory-mb": "256"}),
+        ),
+    ];
+    for (app, pod, annotations) in deployments {
+        let d = json!({
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": app},
+            "spec": {
+                "replicas": 0,
+                "selector": {"matchLabels": {"app": app}},
+                "template": {
+                    "metadata": {"labels": {"app": app}, "annotations": annotations},
+                    "spec": pod,
+                },
+            },
+        });
+        let file = k.dir.join(format!("{app}.json"));
+        std::fs::write(&file, d.to_string())?;
+        k.run(&["apply", "-f", &file.to_string_lossy()])?;
+    }
+    let variants = [
+        Variant {
+            app: "floor",
+            event: String::new(),
+        },
+        Variant {
+            app: "fn-runc",
+            event: img.event.clone(),
+        },
+        Variant {
+            app: "fn-thaw",
+            event: img.event.clone(),
+        },
+    ];
+    let mut first = [0.0; 3];
+    for (i, v) in variants.iter().enumerate() {
+        eprintln!("thaw bench kube: warm-up start of {}", v.app);
+        first[i] = start(n, k, v)?;
+    }
+    let mut ms: [Vec<f64>; 3] = Default::default();
+    for run in 0..o.runs {
+        eprintln!("thaw bench kube: run {} of {}", run + 1, o.runs);
+        // each run starts with another variant
+        for j in 0..3 {
+            let i = (run + j) % 3;
+            ms[i].push(start(n, k, &variants[i])?);
+        }
+    }
+    let [floor, runc, thaw] = [
+        cri::summary(&ms[0])?,
+        cri::summary(&ms[1])?,
+        cri::summary(&ms[2])?,
+    ];
+    let version = k.run(&["version", "-o", "json"])?;
+    let version: Value = serde_json::from_str(&version)?;
+    Ok(Report {
+        date_unix: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+        cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        loadavg_1m_start: 0.0,
+        loadavg_1m_end: 0.0,
+        kubernetes: version["serverVersion"]["gitVersion"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+        function: o.function.clone(),
+        first_floor_ms: first[0],
+        first_runc_ms: first[1],
+        first_thaw_ms: first[2],
+        thaw_over_floor_median: thaw.median / floor.median,
+        runc_over_thaw_median: runc.median / thaw.median,
+        floor,
+        runc,
+        thaw,
+    })
+}
+
+/// A volume's name for a root directory (a DNS label).
+fn volume(dir: &str) -> String {
+    format!("root-{}", dir.to_lowercase().replace('_', "-"))
+}
+
+/// One start of `v`: `kubectl scale` to 1 until the pod's first answer
+/// (ms); then back to 0, the pod gone and no idle instance left.
+fn start(n: &Node, k: &Cluster, v: &Variant) -> Result<f64> {
+    let app = v.app;
+    // the pod's IP as the API server learns it from the kubelet
+    let mut watch = Command::new(k.dir.join("kubectl"))
+        .args(["get", "pods", "-l", &format!("app={app}"), "--watch", "-o"])
+        .arg("jsonpath={.status.podIP}{\"\\n\"}")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("running kubectl get --watch")?;
+    let lines = std::io::BufReader::new(watch.stdout.take().expect("piped"));
+    // the watch is connected before the clock starts
+    std::thread::sleep(Duration::from_millis(500));
+    let t0 = Instant::now();
+    k.run(&["scale", "deployment", app, "--replicas=1"])?;
+    let ip = lines
+        .lines()
+        .map_while(std::result::Result::ok)
+        .find(|l| !l.trim().is_empty());
+    let _ = watch.kill();
+    let _ = watch.wait();
+    let Some(ip) = ip else {
+        fail!(BenchServeError::Failed, "{app}'s pod got no IP");
+    };
+    let left = ANSWER_WAIT.saturating_sub(t0.elapsed());
+    let answer = n.cri.netns.post_to(ip.trim(), 8080, &v.event, left)?;
+    let ms = t0.elapsed().as_secs_f64() * 1e3;
+    cri::answer_value(app, &answer)?;
+    k.run(&["scale", "deployment", app, "--replicas=0"])?;
+    k.wait_for(&format!("{app}'s pod gone"), ANSWER_WAIT, || {
+        let pods = k
+            .run(&["get", "pods", "-l", &format!("app={app}"), "-o", "name"])
+            .map_err(|e| e.to_string())?;
+        Ok(pods.is_empty().then_some(()))
+    })?;
+    cri::no_idle(n)?;
+    Ok(ms)
+}
+
+/// The report as markdown.
+pub fn markdown(r: &Report) -> String {
+    let row = |name: &str, s: &Summary, first: f64| {
+        format!(
+            "| {name} | {} | {:.0} | {:.0} | {:.0} | {first:.0} |\n",
+            s.n, s.min, s.median, s.p99
+        )
+    };
+    let mut out = format!(
+        "Pod start through the kubelet (Kubernetes {}): `kubectl scale --replicas=1` to the first HTTP answer through the pod IP, ms ({} CPUs, load {:.2} -> {:.2})\n\n\
+         | pod | n | min | median | p99 | first (warm-up) |\n|---|---|---|---|---|---|\n",
+        r.kubernetes, r.cpus, r.loadavg_1m_start, r.loadavg_1m_end
+    );
+    out += &row("floor (runc, static HTTP binary)", &r.floor, r.first_floor_ms);
+    out += &row(&format!("{} on runc", r.function), &r.runc, r.first_runc_ms);
+    out += &row(&format!("{} on thaw", r.function), &r.thaw, r.first_thaw_ms);
+    out += &format!(
+        "\nthaw / floor (medians): {:.2}x; runc / thaw (medians): {:.2}x\n",
+        r.thaw_over_floor_median, r.runc_over_thaw_median
+    );
+    out
+}
