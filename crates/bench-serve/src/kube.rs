@@ -34,6 +34,20 @@ pub struct Options {
     pub function: String,
     /// timed starts per variant
     pub runs: usize,
+    /// where a start learns its pod's IP
+    pub ip_from: IpFrom,
+}
+
+/// Where a start learns its pod's IP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IpFrom {
+    /// the node's CRI, once the pod's sandbox is ready (the runtime's
+    /// side: what the kubelet did, without its status reports)
+    Cri,
+    /// a watch of the pod through the API server (what a client or a
+    /// Service's endpoints see: after the kubelet reported the pod's status)
+    Api,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -44,6 +58,7 @@ pub struct Report {
     pub loadavg_1m_end: f64,
     pub kubernetes: String,
     pub function: String,
+    pub ip_from: IpFrom,
     /// the warm-up starts (not in the figures), ms
     pub first_floor_ms: f64,
     pub first_runc_ms: f64,
@@ -51,6 +66,11 @@ pub struct Report {
     pub floor: Summary,
     pub runc: Summary,
     pub thaw: Summary,
+    /// of each start, until the watch saw the pod's IP (the kubelet's
+    /// status reached the API server), ms
+    pub floor_ip: Summary,
+    pub runc_ip: Summary,
+    pub thaw_ip: Summary,
     /// thaw's median over the floor's
     pub thaw_over_floor_median: f64,
     /// runc's median over thaw's
@@ -79,6 +99,9 @@ int main(void) {
         if (c < 0) continue;
         (void)read(c, buf, sizeof buf);
         (void)write(c, ok, sizeof ok - 1);
+        /* the rest of the request is read, not reset */
+        shutdown(c, SHUT_WR);
+        while (read(c, buf, sizeof buf) > 0) {}
         close(c);
     }
 }
@@ -126,7 +149,7 @@ pub fn run(o: &Options) -> Result<Report> {
             Ok::<(), BenchServeError>(())
         },
         |_, socket| {
-            let base = std::env::temp_dir().join(format!("thaw-bench-kube-{}", std::process::id()));
+            let base = std::env::temp_dir().join(format!("thaw-kube-node-{}", std::process::id()));
             let _ = std::fs::remove_dir_all(&base);
             let n = Node {
                 cri: Cri::start(&base, socket, &o.shim_dir, SUBNET, &[], "info")?,
@@ -250,15 +273,18 @@ fn measure(o: &Options, n: &Node, k: &Cluster, img: &Images) -> Result<Report> {
     let mut first = [0.0; 3];
     for (i, v) in variants.iter().enumerate() {
         eprintln!("thaw bench kube: warm-up start of {}", v.app);
-        first[i] = start(n, k, v)?;
+        first[i] = start(n, k, v, o.ip_from)?.0;
     }
     let mut ms: [Vec<f64>; 3] = Default::default();
+    let mut ip_ms: [Vec<f64>; 3] = Default::default();
     for run in 0..o.runs {
         eprintln!("thaw bench kube: run {} of {}", run + 1, o.runs);
         // each run starts with another variant
         for j in 0..3 {
             let i = (run + j) % 3;
-            ms[i].push(start(n, k, &variants[i])?);
+            let (answered, ip) = start(n, k, &variants[i], o.ip_from)?;
+            ms[i].push(answered);
+            ip_ms[i].push(ip);
         }
     }
     let [floor, runc, thaw] = [
@@ -280,6 +306,7 @@ fn measure(o: &Options, n: &Node, k: &Cluster, img: &Images) -> Result<Report> {
             .unwrap_or_default()
             .to_string(),
         function: o.function.clone(),
+        ip_from: o.ip_from,
         first_floor_ms: first[0],
         first_runc_ms: first[1],
         first_thaw_ms: first[2],
@@ -288,6 +315,9 @@ fn measure(o: &Options, n: &Node, k: &Cluster, img: &Images) -> Result<Report> {
         floor,
         runc,
         thaw,
+        floor_ip: cri::summary(&ip_ms[0])?,
+        runc_ip: cri::summary(&ip_ms[1])?,
+        thaw_ip: cri::summary(&ip_ms[2])?,
     })
 }
 
@@ -296,33 +326,48 @@ fn volume(dir: &str) -> String {
     format!("root-{}", dir.to_lowercase().replace('_', "-"))
 }
 
-/// One start of `v`: `kubectl scale` to 1 until the pod's first answer
-/// (ms); then back to 0, the pod gone and no idle instance left.
-fn start(n: &Node, k: &Cluster, v: &Variant) -> Result<f64> {
+/// One start of `v`: `kubectl scale` to 1 until the pod's first answer,
+/// and until its IP was seen (ms); then back to 0, the pod gone and no
+/// idle instance left.
+fn start(n: &Node, k: &Cluster, v: &Variant, ip_from: IpFrom) -> Result<(f64, f64)> {
     let app = v.app;
+    let selector = format!("app={app}");
     // the pod's IP as the API server learns it from the kubelet
-    let mut watch = Command::new(k.dir.join("kubectl"))
-        .args(["get", "pods", "-l", &format!("app={app}"), "--watch", "-o"])
-        .arg("jsonpath={.status.podIP}{\"\\n\"}")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .context("running kubectl get --watch")?;
-    let lines = std::io::BufReader::new(watch.stdout.take().expect("piped"));
+    let mut watch = match ip_from {
+        IpFrom::Cri => None,
+        IpFrom::Api => Some(
+            Command::new(k.dir.join("kubectl"))
+                .args(["get", "pods", "-l", &selector, "--watch", "-o"])
+                .arg("jsonpath={.status.podIP}{\"\\n\"}")
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .context("running kubectl get --watch")?,
+        ),
+    };
+    let lines = watch
+        .as_mut()
+        .map(|w| std::io::BufReader::new(w.stdout.take().expect("piped")));
     // the watch is connected before the clock starts
     std::thread::sleep(Duration::from_millis(500));
     let t0 = Instant::now();
     k.run(&["scale", "deployment", app, "--replicas=1"])?;
-    let ip = lines
-        .lines()
-        .map_while(std::result::Result::ok)
-        .find(|l| !l.trim().is_empty());
-    let _ = watch.kill();
-    let _ = watch.wait();
+    let ip = match lines {
+        Some(lines) => lines
+            .lines()
+            .map_while(std::result::Result::ok)
+            .find(|l| !l.trim().is_empty()),
+        None => Some(cri_pod_ip(n, &selector, t0)?),
+    };
+    if let Some(w) = watch.as_mut() {
+        let _ = w.kill();
+        let _ = w.wait();
+    }
     let Some(ip) = ip else {
         fail!(BenchServeError::Failed, "{app}'s pod got no IP");
     };
+    let ip_ms = t0.elapsed().as_secs_f64() * 1e3;
     let left = ANSWER_WAIT.saturating_sub(t0.elapsed());
     let answer = n.cri.netns.post_to(ip.trim(), 8080, &v.event, left)?;
     let ms = t0.elapsed().as_secs_f64() * 1e3;
@@ -330,30 +375,63 @@ fn start(n: &Node, k: &Cluster, v: &Variant) -> Result<f64> {
     k.run(&["scale", "deployment", app, "--replicas=0"])?;
     k.wait_for(&format!("{app}'s pod gone"), ANSWER_WAIT, || {
         let pods = k
-            .run(&["get", "pods", "-l", &format!("app={app}"), "-o", "name"])
+            .run(&["get", "pods", "-l", &selector, "-o", "name"])
             .map_err(|e| e.to_string())?;
         Ok(pods.is_empty().then_some(()))
     })?;
     cri::no_idle(n)?;
-    Ok(ms)
+    Ok((ms, ip_ms))
+}
+
+/// The IP of the ready pod sandbox labelled `selector` in the node's CRI
+/// (polled from `t0` for up to [`ANSWER_WAIT`]).
+fn cri_pod_ip(n: &Node, selector: &str, t0: Instant) -> Result<String> {
+    loop {
+        let id = n
+            .cri
+            .run(&["pods", "--label", selector, "--state", "ready", "-q"])?;
+        if let Some(id) = id.lines().next().filter(|l| !l.is_empty()) {
+            return Ok(n.cri.pod_ip(id)?);
+        }
+        if t0.elapsed() > ANSWER_WAIT {
+            fail!(BenchServeError::Failed, "no ready pod {selector} in the CRI");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 /// The report as markdown.
 pub fn markdown(r: &Report) -> String {
-    let row = |name: &str, s: &Summary, first: f64| {
+    let row = |name: &str, s: &Summary, ip: &Summary, first: f64| {
         format!(
-            "| {name} | {} | {:.0} | {:.0} | {:.0} | {first:.0} |\n",
-            s.n, s.min, s.median, s.p99
+            "| {name} | {} | {:.0} | {:.0} | {:.0} | {:.0} | {first:.0} |\n",
+            s.n, s.min, s.median, s.p99, ip.median
         )
     };
     let mut out = format!(
-        "Pod start through the kubelet (Kubernetes {}): `kubectl scale --replicas=1` to the first HTTP answer through the pod IP, ms ({} CPUs, load {:.2} -> {:.2})\n\n\
-         | pod | n | min | median | p99 | first (warm-up) |\n|---|---|---|---|---|---|\n",
-        r.kubernetes, r.cpus, r.loadavg_1m_start, r.loadavg_1m_end
+        "Pod start through the kubelet (Kubernetes {}): `kubectl scale --replicas=1` to the first HTTP answer through the pod IP (the IP from the {}), ms ({} CPUs, load {:.2} -> {:.2})\n\n\
+         | pod | n | min | median | p99 | pod IP seen (median) | first (warm-up) |\n|---|---|---|---|---|---|---|\n",
+        r.kubernetes,
+        match r.ip_from {
+            IpFrom::Cri => "node's CRI",
+            IpFrom::Api => "API server",
+        },
+        r.cpus,
+        r.loadavg_1m_start,
+        r.loadavg_1m_end
     );
-    out += &row("floor (runc, static HTTP binary)", &r.floor, r.first_floor_ms);
-    out += &row(&format!("{} on runc", r.function), &r.runc, r.first_runc_ms);
-    out += &row(&format!("{} on thaw", r.function), &r.thaw, r.first_thaw_ms);
+    out += &row(
+        "floor (runc, static HTTP binary)",
+        &r.floor,
+        &r.floor_ip,
+        r.first_floor_ms,
+    );
+    let (runc, thaw) = (
+        format!("{} on runc", r.function),
+        format!("{} on thaw", r.function),
+    );
+    out += &row(&runc, &r.runc, &r.runc_ip, r.first_runc_ms);
+    out += &row(&thaw, &r.thaw, &r.thaw_ip, r.first_thaw_ms);
     out += &format!(
         "\nthaw / floor (medians): {:.2}x; runc / thaw (medians): {:.2}x\n",
         r.thaw_over_floor_median, r.runc_over_thaw_median

@@ -80,6 +80,11 @@ pub struct BenchKubeArgs {
     /// Timed starts per pod kind (after one warm-up start each)
     #[arg(long, default_value_t = 10)]
     runs: usize,
+    /// Where a start learns its pod's IP: `cri` (the node's CRI, once the
+    /// pod's sandbox is ready) or `api` (a watch through the API server,
+    /// after the kubelet reported the pod's status)
+    #[arg(long, default_value = "cri", value_parser = ["cri", "api"])]
+    ip_from: String,
     /// Write the report as JSON here
     #[arg(long)]
     json: Option<PathBuf>,
@@ -94,6 +99,10 @@ pub fn bench_kube(home: &Path, a: BenchKubeArgs) -> Result<()> {
         shim_dir: shim_dir()?,
         function: a.function,
         runs: a.runs,
+        ip_from: match a.ip_from.as_str() {
+            "api" => thaw_bench_serve::kube::IpFrom::Api,
+            _ => thaw_bench_serve::kube::IpFrom::Cri,
+        },
     };
     let r = thaw_bench_serve::kube::run(&o)?;
     crate::serve::emit_report(&thaw_bench_serve::kube::markdown(&r), &r, a.json, a.markdown)
