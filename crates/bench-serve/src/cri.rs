@@ -443,7 +443,11 @@ http.server.HTTPServer(("0.0.0.0", int(os.environ.get("PORT", "8080"))), Handler
 "#;
 
 /// Builds and imports `function`'s thaw image and its runc image.
-pub(crate) fn build_images(n: &Node, root: &thaw_runtime::RootInfo, function: &str) -> Result<Images> {
+pub(crate) fn build_images(
+    n: &Node,
+    root: &thaw_runtime::RootInfo,
+    function: &str,
+) -> Result<Images> {
     let src_path = root.path.join(format!("opt/thaw/functions/{function}.py"));
     let src =
         std::fs::read(&src_path).with_context(|| format!("reading {}", src_path.display()))?;

@@ -10,7 +10,11 @@
 //! as a watch of the pod reports it), then the Deployment goes back to 0
 //! and the pod is gone (and, for thaw, no idle instance is left, so every
 //! start is a restore). Runs are interleaved, after a warm-up start each
-//! (thaw's first deploys and snapshots the function).
+//! (thaw's first deploys and snapshots the function). Every pod has the
+//! service account token volume pods get by default (the runc pod also the
+//! runtime root's directories): the kubelet starts no pod with volumes
+//! before its volume manager saw them mounted, which it polls for every
+//! 300 ms, so each pod kind waits the same.
 use crate::cri::{self, Images, Node};
 use crate::error::{BenchServeError, Result};
 use serde::Serialize;
@@ -217,7 +221,6 @@ fn measure(o: &Options, n: &Node, k: &Cluster, img: &Images) -> Result<Report> {
                 "imagePullPolicy": "Never",
                 "env": [{"name": "PORT", "value": "8080"}],
             }],
-            "automountServiceAccountToken": false,
             "terminationGracePeriodSeconds": 1,
         });
         if let (Some(p), Some(e)) = (pod.as_object_mut(), extra.as_object()) {
@@ -394,7 +397,10 @@ fn cri_pod_ip(n: &Node, selector: &str, t0: Instant) -> Result<String> {
             return Ok(n.cri.pod_ip(id)?);
         }
         if t0.elapsed() > ANSWER_WAIT {
-            fail!(BenchServeError::Failed, "no ready pod {selector} in the CRI");
+            fail!(
+                BenchServeError::Failed,
+                "no ready pod {selector} in the CRI"
+            );
         }
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -437,4 +443,68 @@ pub fn markdown(r: &Report) -> String {
         r.thaw_over_floor_median, r.runc_over_thaw_median
     );
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options(runs: usize, shim_dir: &Path) -> Options {
+        Options {
+            runtime_home: PathBuf::from("/nonexistent/home"),
+            shim_dir: shim_dir.to_path_buf(),
+            function: "lr_serving".into(),
+            runs,
+            ip_from: IpFrom::Cri,
+        }
+    }
+
+    #[test]
+    fn bad_options_are_refused_before_anything_starts() {
+        let e = run(&options(0, Path::new("/nonexistent"))).unwrap_err();
+        assert!(matches!(e, BenchServeError::Config(_)), "{e}");
+        assert!(e.to_string().contains("--runs"), "{e}");
+        let e = run(&options(3, Path::new("/nonexistent/dir"))).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("/nonexistent/dir/containerd-shim-thaw-v1 is missing"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn the_report_names_each_pod_kind_and_the_ratios() {
+        let s = |m: f64| Summary {
+            n: 10,
+            min: m - 10.0,
+            median: m,
+            p99: m + 50.0,
+            mean: m,
+        };
+        let r = Report {
+            date_unix: 0,
+            cpus: 2,
+            loadavg_1m_start: 1.0,
+            loadavg_1m_end: 2.0,
+            kubernetes: "v1.32.13".into(),
+            function: "lr_serving".into(),
+            ip_from: IpFrom::Api,
+            first_floor_ms: 1.0,
+            first_runc_ms: 2.0,
+            first_thaw_ms: 3.0,
+            floor: s(400.0),
+            runc: s(1200.0),
+            thaw: s(300.0),
+            floor_ip: s(350.0),
+            runc_ip: s(600.0),
+            thaw_ip: s(290.0),
+            thaw_over_floor_median: 0.75,
+            runc_over_thaw_median: 4.0,
+        };
+        let md = markdown(&r);
+        assert!(md.contains("the IP from the API server"), "{md}");
+        assert!(md.contains("| lr_serving on thaw | 10 | 290 | 300 | 350 | 290 | 3 |"), "{md}");
+        assert!(md.contains("| lr_serving on runc | 10 | 1190 | 1200 | 1250 | 600 | 2 |"), "{md}");
+        assert!(md.contains("thaw / floor (medians): 0.75x; runc / thaw (medians): 4.00x"), "{md}");
+    }
 }

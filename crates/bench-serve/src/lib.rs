@@ -18,8 +18,8 @@
 pub mod capacity;
 pub mod cri;
 pub mod egress;
-pub mod kube;
 mod error;
+pub mod kube;
 pub mod lambda;
 pub mod pair;
 pub mod serve;

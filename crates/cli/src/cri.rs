@@ -105,5 +105,10 @@ pub fn bench_kube(home: &Path, a: BenchKubeArgs) -> Result<()> {
         },
     };
     let r = thaw_bench_serve::kube::run(&o)?;
-    crate::serve::emit_report(&thaw_bench_serve::kube::markdown(&r), &r, a.json, a.markdown)
+    crate::serve::emit_report(
+        &thaw_bench_serve::kube::markdown(&r),
+        &r,
+        a.json,
+        a.markdown,
+    )
 }

@@ -20,7 +20,10 @@ const SCRIPTS: [(&str, &str); 3] = [
         "cluster.sh",
         include_str!("../../../deploy/kubernetes/cluster.sh"),
     ),
-    ("tools.sh", include_str!("../../../deploy/kubernetes/tools.sh")),
+    (
+        "tools.sh",
+        include_str!("../../../deploy/kubernetes/tools.sh"),
+    ),
     (
         "runtimeclass.yaml",
         include_str!("../../../deploy/kubernetes/runtimeclass.yaml"),
@@ -80,7 +83,9 @@ impl Cluster {
                 Ok(())
             });
         }
-        let child = cmd.spawn().context("starting deploy/kubernetes/cluster.sh")?;
+        let child = cmd
+            .spawn()
+            .context("starting deploy/kubernetes/cluster.sh")?;
         let mut cluster = Cluster {
             child: Some(child),
             dir,

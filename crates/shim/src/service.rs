@@ -12,9 +12,9 @@ use containerd_shim::protos::protobuf::well_known_types::timestamp::Timestamp;
 use containerd_shim::protos::protobuf::{MessageDyn, MessageField};
 use containerd_shim::protos::shim::shim::{
     ConnectRequest, ConnectResponse, CreateTaskRequest, CreateTaskResponse, DeleteRequest,
-    DeleteResponse, ExecProcessRequest, KillRequest, PidsRequest, PidsResponse, ShutdownRequest, StartRequest,
-    StartResponse, StateRequest, StateResponse, StatsRequest, StatsResponse, WaitRequest,
-    WaitResponse,
+    DeleteResponse, ExecProcessRequest, KillRequest, PidsRequest, PidsResponse, ShutdownRequest,
+    StartRequest, StartResponse, StateRequest, StateResponse, StatsRequest, StatsResponse,
+    WaitRequest, WaitResponse,
 };
 use containerd_shim::protos::ttrpc::{self, context::Context, Code};
 use containerd_shim::protos::types::task::{ProcessInfo, Status};

@@ -241,8 +241,16 @@ fn a_kubelet_runs_the_example_deployment_on_thaw_through_probes_scaling_services
     let svc = must(k.get(&["service", "hello"]));
     let cluster_ip = svc["spec"]["clusterIP"].as_str().unwrap().to_string();
     for i in 0..24 {
-        let answer = post(&cri.netns, &cluster_ip, 80, &format!(r#"{{"name": "svc-{i}"}}"#));
-        assert!(answer.contains(&format!(r#""hello":"svc-{i}""#)), "{answer}");
+        let answer = post(
+            &cri.netns,
+            &cluster_ip,
+            80,
+            &format!(r#"{{"name": "svc-{i}"}}"#),
+        );
+        assert!(
+            answer.contains(&format!(r#""hello":"svc-{i}""#)),
+            "{answer}"
+        );
     }
     let served: Vec<usize> = pods
         .iter()
@@ -259,8 +267,17 @@ fn a_kubelet_runs_the_example_deployment_on_thaw_through_probes_scaling_services
     );
     // a NodePort reaches them from the node's address
     must(k.run(&[
-        "expose", "deployment", "hello", "--name", "hello-nodeport", "--type", "NodePort",
-        "--port", "80", "--target-port", "8080",
+        "expose",
+        "deployment",
+        "hello",
+        "--name",
+        "hello-nodeport",
+        "--type",
+        "NodePort",
+        "--port",
+        "80",
+        "--target-port",
+        "8080",
     ]));
     let np = must(k.get(&["service", "hello-nodeport"]));
     let node_port = np["spec"]["ports"][0]["nodePort"].as_u64().unwrap() as u16;
@@ -295,8 +312,11 @@ fn a_kubelet_runs_the_example_deployment_on_thaw_through_probes_scaling_services
     assert_eq!(daemon.functions(), functions, "deployed again");
     let p = restarted.iter().find(|p| restarts(p) >= 1).unwrap();
     let events = must(k.run(&[
-        "get", "events", "--field-selector",
-        &format!("involvedObject.name={}", name(p)), "-o",
+        "get",
+        "events",
+        "--field-selector",
+        &format!("involvedObject.name={}", name(p)),
+        "-o",
         "jsonpath={.items[*].message}",
     ]));
     assert!(
@@ -319,7 +339,11 @@ fn a_kubelet_runs_the_example_deployment_on_thaw_through_probes_scaling_services
     // drain: the kubelet ends every pod (their replacements wait, Pending,
     // for a node that takes pods), then the node takes them again
     must(k.run(&[
-        "drain", &k.node, "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=180s",
+        "drain",
+        &k.node,
+        "--ignore-daemonsets",
+        "--delete-emptydir-data",
+        "--timeout=180s",
     ]));
     must(k.wait_for(
         "the drained node running no container",
@@ -364,7 +388,10 @@ spec:
     .unwrap();
     must(k.run(&["apply", "-f", sidecar_pod.to_str().unwrap()]));
     must(k.run(&[
-        "wait", "--for=condition=Ready", "pod/with-sidecar", "--timeout=180s",
+        "wait",
+        "--for=condition=Ready",
+        "pod/with-sidecar",
+        "--timeout=180s",
     ]));
     let logs = must(k.run(&["logs", "with-sidecar", "-c", "sidecar"]));
     assert_eq!(logs, "sidecar up");
@@ -377,23 +404,19 @@ spec:
 
     // delete: every pod ends, and nothing of theirs is left on the node
     must(k.run(&["delete", "pod", "with-sidecar", "--wait=true"]));
-    must(k.run(&[
-        "delete", "-f", manifest.to_str().unwrap(), "--wait=true",
-    ]));
+    must(k.run(&["delete", "-f", manifest.to_str().unwrap(), "--wait=true"]));
     must(k.run(&["delete", "service", "hello-nodeport"]));
     hello.ready(0, false);
-    must(k.wait_for(
-        "no pod running in the CRI",
-        Duration::from_secs(60),
-        || {
+    must(
+        k.wait_for("no pod running in the CRI", Duration::from_secs(60), || {
             let ready = cri.ok(&["pods", "-q", "--state", "ready"]);
             let running = cri.ok(&["ps", "-q", "--state", "running"]);
             seen(
                 ready.is_empty() && running.is_empty(),
                 format!("pods {ready:?}, containers {running:?}"),
             )
-        },
-    ));
+        }),
+    );
     must(k.wait_for(
         "no pod cgroup and no pod volume mount",
         Duration::from_secs(60),
@@ -421,9 +444,17 @@ spec:
         let p = c.path().join(format!("thaw-kube-{script_pid}"));
         assert!(!p.exists(), "{} left", p.display());
     }
-    for l in std::fs::read_dir("/var/log/containers").into_iter().flatten().flatten() {
+    for l in std::fs::read_dir("/var/log/containers")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
         let target = std::fs::read_link(l.path()).unwrap_or_default();
-        assert!(!target.starts_with(&k8s_base), "{} left", l.path().display());
+        assert!(
+            !target.starts_with(&k8s_base),
+            "{} left",
+            l.path().display()
+        );
     }
     assert!(!k8s_base.exists());
 }
@@ -439,7 +470,14 @@ fn the_cluster_script_refuses_bad_arguments_with_a_message() {
         (vec!["--netns"], "--netns needs a value"),
         (vec!["--nets", "x"], "unknown option --nets"),
         (
-            vec!["--netns", "thaw-no-such-ns", "--containerd", "/nonexistent.sock", "--dir", d],
+            vec![
+                "--netns",
+                "thaw-no-such-ns",
+                "--containerd",
+                "/nonexistent.sock",
+                "--dir",
+                d,
+            ],
             "no network namespace thaw-no-such-ns",
         ),
     ] {
