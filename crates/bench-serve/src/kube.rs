@@ -503,8 +503,17 @@ mod tests {
         };
         let md = markdown(&r);
         assert!(md.contains("the IP from the API server"), "{md}");
-        assert!(md.contains("| lr_serving on thaw | 10 | 290 | 300 | 350 | 290 | 3 |"), "{md}");
-        assert!(md.contains("| lr_serving on runc | 10 | 1190 | 1200 | 1250 | 600 | 2 |"), "{md}");
-        assert!(md.contains("thaw / floor (medians): 0.75x; runc / thaw (medians): 4.00x"), "{md}");
+        assert!(
+            md.contains("| lr_serving on thaw | 10 | 290 | 300 | 350 | 290 | 3 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| lr_serving on runc | 10 | 1190 | 1200 | 1250 | 600 | 2 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("thaw / floor (medians): 0.75x; runc / thaw (medians): 4.00x"),
+            "{md}"
+        );
     }
 }
