@@ -192,7 +192,12 @@ fn check(o: &Options) -> Result<()> {
     if o.pods > 256 {
         fail!(BenchServeError::Config, "--pods must be at most 256");
     }
-    let shim = o.shim_dir.join("containerd-shim-thaw-v1");
+    check_shim(&o.shim_dir)
+}
+
+/// The shim must be built beside thaw.
+pub(crate) fn check_shim(shim_dir: &Path) -> Result<()> {
+    let shim = shim_dir.join("containerd-shim-thaw-v1");
     if !shim.is_file() {
         fail!(
             BenchServeError::Config,

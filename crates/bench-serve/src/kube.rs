@@ -122,14 +122,7 @@ pub fn run(o: &Options) -> Result<Report> {
     if o.runs == 0 {
         fail!(BenchServeError::Config, "--runs must be at least 1");
     }
-    let shim = o.shim_dir.join("containerd-shim-thaw-v1");
-    if !shim.is_file() {
-        fail!(
-            BenchServeError::Config,
-            "{} is missing: build it beside thaw (cargo build --release -p thaw-shim)",
-            shim.display()
-        );
-    }
+    cri::check_shim(&o.shim_dir)?;
     let load_start = thaw_bench::concurrency::loadavg();
     let root = thaw_runtime::ensure_root(&o.runtime_home, &mut |m| eprintln!("runtime: {m}"))?;
     if !root
@@ -177,27 +170,9 @@ pub fn run(o: &Options) -> Result<Report> {
 
 /// Builds the floor's binary (gcc -static) and imports its image.
 fn import_floor(n: &Node, base: &Path) -> Result<()> {
-    let src = base.join("floor.c");
-    std::fs::write(&src, FLOOR_C)?;
-    let bin = base.join("floor");
-    let o = Command::new("gcc")
-        .args(["-static", "-O2", "-o"])
-        .arg(&bin)
-        .arg(&src)
-        .output()
-        .context("running gcc (scripts/setup.sh installs it)")?;
-    if !o.status.success() {
-        fail!(
-            BenchServeError::Failed,
-            "gcc -static: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-    }
-    let built = thaw_server::image::build_native(
-        &[("floor", &std::fs::read(&bin)?, 0o755)],
-        &["/floor"],
-        FLOOR_IMAGE,
-    )?;
+    let bin = thaw_shim::harness::static_binary(base, "floor", FLOOR_C)?;
+    let built =
+        thaw_server::image::build_native(&[("floor", &bin, 0o755)], &["/floor"], FLOOR_IMAGE)?;
     cri::import(n, "floor", &built.archive)?;
     Ok(())
 }

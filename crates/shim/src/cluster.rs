@@ -5,7 +5,7 @@
 //! kubelet test and `thaw bench kube` run on. The script runs as a child
 //! until [`Cluster::stop`], which must find it exit cleanly (it removes
 //! everything it made).
-use crate::harness::{Cri, HarnessError, Result};
+use crate::harness::{output_of, succeeded, Cri, HarnessError, Result};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -135,26 +135,17 @@ impl Cluster {
 
     /// kubectl against the cluster, as its admin.
     pub fn kubectl(&self, args: &[&str]) -> Result<Output> {
-        Command::new(self.dir.join("kubectl"))
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .context("running the cluster's kubectl")
-            .map_err(HarnessError::from)
+        output_of(
+            Command::new(self.dir.join("kubectl")).args(args),
+            "the cluster's kubectl",
+        )
     }
 
     /// `kubectl ARGS`, which must succeed: its stdout, trimmed.
     pub fn run(&self, args: &[&str]) -> Result<String> {
-        let o = self.kubectl(args)?;
-        if !o.status.success() {
-            fail!(
-                HarnessError::Failed,
-                "kubectl {args:?}: {}{}",
-                String::from_utf8_lossy(&o.stdout),
-                String::from_utf8_lossy(&o.stderr)
-            );
-        }
-        Ok(String::from_utf8_lossy(&o.stdout).trim().to_string())
+        Ok(succeeded("kubectl", args, self.kubectl(args)?)?
+            .trim()
+            .to_string())
     }
 
     /// `kubectl get ARGS -o json`.
