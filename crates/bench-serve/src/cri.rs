@@ -68,7 +68,7 @@ pub struct Options {
 }
 
 /// Functions the density part draws from, in order.
-const DENSITY_FUNCTIONS: [&str; 8] = [
+pub(crate) const DENSITY_FUNCTIONS: [&str; 8] = [
     "helloworld",
     "float_operation",
     "json_serdes",

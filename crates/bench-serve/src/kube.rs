@@ -40,6 +40,10 @@ pub struct Options {
     pub runs: usize,
     /// where a start learns its pod's IP
     pub ip_from: IpFrom,
+    /// pods scaled up at once for the density part (0 skips it)
+    pub pods: usize,
+    /// functions those pods run, one Deployment each (`pods` a multiple)
+    pub pod_functions: usize,
 }
 
 /// Where a start learns its pod's IP.
@@ -52,6 +56,17 @@ pub enum IpFrom {
     /// a watch of the pod through the API server (what a client or a
     /// Service's endpoints see: after the kubelet reported the pod's status)
     Api,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct DensityRow {
+    pub runtime: String,
+    pub pods: usize,
+    pub functions: usize,
+    /// each pod: the scale until its first answer (IP from the CRI), ms
+    pub first_answer: Summary,
+    /// the scale until the last pod answered, ms
+    pub wall_ms: f64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -75,6 +90,8 @@ pub struct Report {
     pub floor_ip: Summary,
     pub runc_ip: Summary,
     pub thaw_ip: Summary,
+    /// `pods` pods of `pod_functions` functions scaled up at once
+    pub density: Vec<DensityRow>,
     /// thaw's median over the floor's
     pub thaw_over_floor_median: f64,
     /// runc's median over thaw's
@@ -114,13 +131,24 @@ int main(void) {
 /// One measured Deployment: its name and the event its first request
 /// carries.
 struct Variant {
-    app: &'static str,
+    app: String,
     event: String,
 }
 
 pub fn run(o: &Options) -> Result<Report> {
     if o.runs == 0 {
         fail!(BenchServeError::Config, "--runs must be at least 1");
+    }
+    if o.pods > 0
+        && (!(1..=cri::DENSITY_FUNCTIONS.len()).contains(&o.pod_functions)
+            || o.pods % o.pod_functions != 0
+            || o.pods > 256)
+    {
+        fail!(
+            BenchServeError::Config,
+            "--pod-functions must be in 1..={} and divide --pods (at most 256)",
+            cri::DENSITY_FUNCTIONS.len()
+        );
     }
     cri::check_shim(&o.shim_dir)?;
     let load_start = thaw_bench::concurrency::loadavg();
@@ -143,6 +171,11 @@ pub fn run(o: &Options) -> Result<Report> {
             // idle instances go after a second: every start is a restore
             cfg.policy = "ttl".into();
             cfg.keep_alive_s = 1;
+            let per_function = (o.pods / o.pod_functions.max(1)).max(1) as u32;
+            let l = &mut cfg.limits;
+            l.instances_per_function = l.instances_per_function.max(per_function);
+            l.max_instances_per_function = l.max_instances_per_function.max(per_function);
+            cfg.memory_budget_mb = cfg.memory_budget_mb.max((o.pods as u64 + 4) * 256);
             Ok::<(), BenchServeError>(())
         },
         |_, socket| {
@@ -158,7 +191,12 @@ pub fn run(o: &Options) -> Result<Report> {
             let img = cri::build_images(&n, &root, &o.function)?;
             import_floor(&n, &base)?;
             let cluster = Cluster::start(&n.cri, &base.with_extension("k8s"), SUBNET)?;
-            let r = measure(o, &n, &cluster, &img);
+            let r = measure(o, &n, &cluster, &img).and_then(|mut r| {
+                if o.pods > 0 {
+                    r.density = density(o, &n, &cluster)?;
+                }
+                Ok(r)
+            });
             drop(cluster);
             r
         },
@@ -177,74 +215,82 @@ fn import_floor(n: &Node, base: &Path) -> Result<()> {
     Ok(())
 }
 
+/// How a measured Deployment's pods run.
+#[derive(Clone, Copy)]
+enum Kind {
+    /// runc, the runtime root's directories mounted read-only
+    Runc,
+    /// the thaw RuntimeClass
+    Thaw,
+    /// runc, the image alone
+    Plain,
+}
+
+/// Applies the Deployment `app` of `image` at 0 replicas.
+fn deploy(n: &Node, k: &Cluster, app: &str, image: &str, kind: Kind) -> Result<()> {
+    let mut pod = json!({
+        "containers": [{
+            "name": "fn",
+            "image": image,
+            "imagePullPolicy": "Never",
+            "env": [{"name": "PORT", "value": "8080"}],
+        }],
+        "terminationGracePeriodSeconds": 1,
+    });
+    let mut annotations = json!({});
+    match kind {
+        Kind::Plain => {}
+        Kind::Thaw => {
+            pod["runtimeClassName"] = json!("thaw");
+            annotations = json!({"dev.thaw.memory-mb": "256"});
+        }
+        Kind::Runc => {
+            let dirs = cri::root_dirs(n.root)?;
+            pod["volumes"] = dirs
+                .iter()
+                .map(|d| json!({"name": volume(d), "hostPath": {"path": n.root.path.join(d)}}))
+                .collect();
+            pod["containers"][0]["volumeMounts"] = dirs
+                .iter()
+                .map(|d| json!({"name": volume(d), "mountPath": format!("/{d}"), "readOnly": true}))
+                .collect();
+        }
+    }
+    let d = json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": app},
+        "spec": {
+            "replicas": 0,
+            "selector": {"matchLabels": {"app": app}},
+            "template": {
+                "metadata": {"labels": {"app": app}, "annotations": annotations},
+                "spec": pod,
+            },
+        },
+    });
+    let file = k.dir.join(format!("{app}.json"));
+    std::fs::write(&file, d.to_string())?;
+    k.run(&["apply", "-f", &file.to_string_lossy()])?;
+    Ok(())
+}
+
 /// The three Deployments (0 replicas), then the interleaved starts.
 fn measure(o: &Options, n: &Node, k: &Cluster, img: &Images) -> Result<Report> {
-    let dirs = cri::root_dirs(n.root)?;
-    let volumes: Vec<Value> = dirs
-        .iter()
-        .map(|d| json!({"name": volume(d), "hostPath": {"path": n.root.path.join(d)}}))
-        .collect();
-    let mounts: Vec<Value> = dirs
-        .iter()
-        .map(|d| json!({"name": volume(d), "mountPath": format!("/{d}"), "readOnly": true}))
-        .collect();
-    let spec = |image: &str, extra: Value| {
-        let mut pod = json!({
-            "containers": [{
-                "name": "fn",
-                "image": image,
-                "imagePullPolicy": "Never",
-                "env": [{"name": "PORT", "value": "8080"}],
-            }],
-            "terminationGracePeriodSeconds": 1,
-        });
-        if let (Some(p), Some(e)) = (pod.as_object_mut(), extra.as_object()) {
-            for (key, v) in e {
-                p.insert(key.clone(), v.clone());
-            }
-        }
-        pod
-    };
-    let mut runc = spec(&img.runc, json!({"volumes": volumes}));
-    runc["containers"][0]["volumeMounts"] = json!(mounts);
-    let deployments = [
-        ("floor", spec(FLOOR_IMAGE, json!({})), json!({})),
-        ("fn-runc", runc, json!({})),
-        (
-            "fn-thaw",
-            spec(&img.thaw, json!({"runtimeClassName": "thaw"})),
-            json!({"dev.thaw.memory-mb": "256"}),
-        ),
-    ];
-    for (app, pod, annotations) in deployments {
-        let d = json!({
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": {"name": app},
-            "spec": {
-                "replicas": 0,
-                "selector": {"matchLabels": {"app": app}},
-                "template": {
-                    "metadata": {"labels": {"app": app}, "annotations": annotations},
-                    "spec": pod,
-                },
-            },
-        });
-        let file = k.dir.join(format!("{app}.json"));
-        std::fs::write(&file, d.to_string())?;
-        k.run(&["apply", "-f", &file.to_string_lossy()])?;
-    }
+    deploy(n, k, "floor", FLOOR_IMAGE, Kind::Plain)?;
+    deploy(n, k, "fn-runc", &img.runc, Kind::Runc)?;
+    deploy(n, k, "fn-thaw", &img.thaw, Kind::Thaw)?;
     let variants = [
         Variant {
-            app: "floor",
+            app: "floor".into(),
             event: String::new(),
         },
         Variant {
-            app: "fn-runc",
+            app: "fn-runc".into(),
             event: img.event.clone(),
         },
         Variant {
-            app: "fn-thaw",
+            app: "fn-thaw".into(),
             event: img.event.clone(),
         },
     ];
@@ -296,6 +342,7 @@ fn measure(o: &Options, n: &Node, k: &Cluster, img: &Images) -> Result<Report> {
         floor_ip: cri::summary(&ip_ms[0])?,
         runc_ip: cri::summary(&ip_ms[1])?,
         thaw_ip: cri::summary(&ip_ms[2])?,
+        density: Vec::new(),
     })
 }
 
@@ -308,7 +355,7 @@ fn volume(dir: &str) -> String {
 /// and until its IP was seen (ms); then back to 0, the pod gone and no
 /// idle instance left.
 fn start(n: &Node, k: &Cluster, v: &Variant, ip_from: IpFrom) -> Result<(f64, f64)> {
-    let app = v.app;
+    let app = v.app.as_str();
     let selector = format!("app={app}");
     // the pod's IP as the API server learns it from the kubelet
     let mut watch = match ip_from {
@@ -381,6 +428,112 @@ fn cri_pod_ip(n: &Node, selector: &str, t0: Instant) -> Result<String> {
     }
 }
 
+/// `o.pods` pods of `o.pod_functions` functions (a Deployment each),
+/// scaled up with one `kubectl scale`, on runc then on thaw (after a
+/// warm-up start of each Deployment: thaw's deploys, runc's page cache).
+fn density(o: &Options, n: &Node, k: &Cluster) -> Result<Vec<DensityRow>> {
+    let functions = &cri::DENSITY_FUNCTIONS[..o.pod_functions];
+    let mut events = std::collections::HashMap::new();
+    for f in functions {
+        let img = cri::build_images(n, n.root, f)?;
+        for (kind, name, image) in [
+            (Kind::Runc, "runc", &img.runc),
+            (Kind::Thaw, "thaw", &img.thaw),
+        ] {
+            let app = format!("d-{name}-{}", f.replace('_', "-"));
+            deploy(n, k, &app, image, kind)?;
+            let v = Variant {
+                app,
+                event: img.event.clone(),
+            };
+            start(n, k, &v, IpFrom::Cri)?;
+            events.insert(v.app, v.event);
+        }
+    }
+    let mut rows = Vec::new();
+    for runtime in ["runc", "thaw"] {
+        eprintln!(
+            "thaw bench kube: {} pods of {} functions at once on {runtime}",
+            o.pods, o.pod_functions
+        );
+        let apps: Vec<String> = functions
+            .iter()
+            .map(|f| format!("deployment/d-{runtime}-{}", f.replace('_', "-")))
+            .collect();
+        let replicas = format!("--replicas={}", o.pods / o.pod_functions);
+        let mut args = vec!["scale", &replicas];
+        args.extend(apps.iter().map(String::as_str));
+        let t0 = Instant::now();
+        k.run(&args)?;
+        // each ready pod's first answer, on a thread of its own
+        let ms = std::thread::scope(|s| -> Result<Vec<f64>> {
+            let mut seen = std::collections::HashSet::new();
+            let mut threads = Vec::new();
+            while seen.len() < o.pods {
+                if t0.elapsed() > ANSWER_WAIT {
+                    fail!(
+                        BenchServeError::Failed,
+                        "{} of {} {runtime} pods ready after {ANSWER_WAIT:?}",
+                        seen.len(),
+                        o.pods
+                    );
+                }
+                for id in n.cri.run(&["pods", "--state", "ready", "-q"])?.lines() {
+                    if !seen.insert(id.to_string()) {
+                        continue;
+                    }
+                    let v = n.cri.json("inspectp", id)?;
+                    let ip = v["status"]["network"]["ip"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string();
+                    let app = v["status"]["labels"]["app"].as_str().unwrap_or_default();
+                    let event = events.get(app).cloned().unwrap_or_default();
+                    threads.push(s.spawn(move || -> Result<f64> {
+                        let left = ANSWER_WAIT.saturating_sub(t0.elapsed());
+                        let answer = n.cri.netns.post_to(&ip, 8080, &event, left)?;
+                        let ms = t0.elapsed().as_secs_f64() * 1e3;
+                        cri::answer_value("a density pod", &answer)?;
+                        Ok(ms)
+                    }));
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            threads
+                .into_iter()
+                .map(|t| {
+                    t.join().unwrap_or_else(|_| {
+                        Err(BenchServeError::Failed("a pod's thread panicked".into()))
+                    })
+                })
+                .collect()
+        })?;
+        let wall_ms = ms.iter().copied().fold(0.0, f64::max);
+        rows.push(DensityRow {
+            runtime: runtime.into(),
+            pods: o.pods,
+            functions: o.pod_functions,
+            first_answer: cri::summary(&ms)?,
+            wall_ms,
+        });
+        let mut args = vec!["scale", "--replicas=0"];
+        args.extend(apps.iter().map(String::as_str));
+        k.run(&args)?;
+        k.wait_for("the density pods gone", ANSWER_WAIT, || {
+            let pods = n
+                .cri
+                .run(&["pods", "--state", "ready", "-q"])
+                .map_err(|e| e.to_string())?;
+            let api = k
+                .run(&["get", "pods", "-o", "name"])
+                .map_err(|e| e.to_string())?;
+            Ok((pods.is_empty() && api.is_empty()).then_some(()))
+        })?;
+        cri::no_idle(n)?;
+    }
+    Ok(rows)
+}
+
 /// The report as markdown.
 pub fn markdown(r: &Report) -> String {
     let row = |name: &str, s: &Summary, ip: &Summary, first: f64| {
@@ -417,6 +570,17 @@ pub fn markdown(r: &Report) -> String {
         "\nthaw / floor (medians): {:.2}x; runc / thaw (medians): {:.2}x\n",
         r.thaw_over_floor_median, r.runc_over_thaw_median
     );
+    if !r.density.is_empty() {
+        out += "\nPods scaled up at once (one `kubectl scale` of a Deployment per function), each pod's first answer (IP from the node's CRI), ms\n\n\
+                | runtime | pods | functions | min | p50 | p99 | last |\n|---|---|---|---|---|---|---|\n";
+        for d in &r.density {
+            let s = &d.first_answer;
+            out += &format!(
+                "| {} | {} | {} | {:.0} | {:.0} | {:.0} | {:.0} |\n",
+                d.runtime, d.pods, d.functions, s.min, s.median, s.p99, d.wall_ms
+            );
+        }
+    }
     out
 }
 
@@ -431,6 +595,8 @@ mod tests {
             function: "lr_serving".into(),
             runs,
             ip_from: IpFrom::Cri,
+            pods: 0,
+            pod_functions: 8,
         }
     }
 
@@ -473,6 +639,7 @@ mod tests {
             floor_ip: s(350.0),
             runc_ip: s(600.0),
             thaw_ip: s(290.0),
+            density: Vec::new(),
             thaw_over_floor_median: 0.75,
             runc_over_thaw_median: 4.0,
         };

@@ -85,6 +85,13 @@ pub struct BenchKubeArgs {
     /// after the kubelet reported the pod's status)
     #[arg(long, default_value = "cri", value_parser = ["cri", "api"])]
     ip_from: String,
+    /// Pods scaled up at once for the density part, a multiple of
+    /// --pod-functions (0 skips it)
+    #[arg(long, default_value_t = 32)]
+    pods: usize,
+    /// Functions those pods run, a Deployment each (at most 8)
+    #[arg(long, default_value_t = 8)]
+    pod_functions: usize,
     /// Write the report as JSON here
     #[arg(long)]
     json: Option<PathBuf>,
@@ -103,6 +110,8 @@ pub fn bench_kube(home: &Path, a: BenchKubeArgs) -> Result<()> {
             "api" => thaw_bench_serve::kube::IpFrom::Api,
             _ => thaw_bench_serve::kube::IpFrom::Cri,
         },
+        pods: a.pods,
+        pod_functions: a.pod_functions,
     };
     let r = thaw_bench_serve::kube::run(&o)?;
     crate::serve::emit_report(
