@@ -195,6 +195,19 @@ fn check(o: &Options) -> Result<()> {
     check_shim(&o.shim_dir)
 }
 
+/// Each pod thread's result (a panic as a failure).
+pub(crate) fn join_all<T>(
+    handles: Vec<std::thread::ScopedJoinHandle<'_, Result<T>>>,
+) -> Vec<Result<T>> {
+    handles
+        .into_iter()
+        .map(|h| {
+            h.join()
+                .unwrap_or_else(|_| Err(BenchServeError::Failed("a pod's thread panicked".into())))
+        })
+        .collect()
+}
+
 /// The shim must be built beside thaw.
 pub(crate) fn check_shim(shim_dir: &Path) -> Result<()> {
     let shim = shim_dir.join("containerd-shim-thaw-v1");
@@ -940,14 +953,7 @@ fn density(
                     s.spawn(move || pod_start(n, runtime, image, &img.event))
                 })
                 .collect();
-            handles
-                .into_iter()
-                .map(|h| {
-                    h.join().unwrap_or_else(|_| {
-                        Err(BenchServeError::Failed("a pod's thread panicked".into()))
-                    })
-                })
-                .collect()
+            join_all(handles)
         });
         let wall_ms = t0.elapsed().as_secs_f64() * 1e3;
         let restores = restores_since(&before, &restores(n)?).0.len();

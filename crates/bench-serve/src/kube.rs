@@ -10,7 +10,10 @@
 //! as a watch of the pod reports it), then the Deployment goes back to 0
 //! and the pod is gone (and, for thaw, no idle instance is left, so every
 //! start is a restore). Runs are interleaved, after a warm-up start each
-//! (thaw's first deploys and snapshots the function). Every pod has the
+//! (thaw's first deploys and snapshots the function). Then, with `pods`,
+//! that many pods of `pod_functions` functions (a Deployment each) are
+//! scaled up with one `kubectl scale`, on runc and then on thaw, and each
+//! pod's first answer is timed (its IP from the CRI). Every pod has the
 //! service account token volume pods get by default (the runc pod also the
 //! runtime root's directories): the kubelet starts no pod with volumes
 //! before its volume manager saw them mounted, which it polls for every
@@ -141,7 +144,7 @@ pub fn run(o: &Options) -> Result<Report> {
     }
     if o.pods > 0
         && (!(1..=cri::DENSITY_FUNCTIONS.len()).contains(&o.pod_functions)
-            || o.pods % o.pod_functions != 0
+            || !o.pods.is_multiple_of(o.pod_functions)
             || o.pods > 256)
     {
         fail!(
@@ -499,14 +502,7 @@ fn density(o: &Options, n: &Node, k: &Cluster) -> Result<Vec<DensityRow>> {
                 }
                 std::thread::sleep(Duration::from_millis(5));
             }
-            threads
-                .into_iter()
-                .map(|t| {
-                    t.join().unwrap_or_else(|_| {
-                        Err(BenchServeError::Failed("a pod's thread panicked".into()))
-                    })
-                })
-                .collect()
+            cri::join_all(threads).into_iter().collect()
         })?;
         let wall_ms = ms.iter().copied().fold(0.0, f64::max);
         rows.push(DensityRow {

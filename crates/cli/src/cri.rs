@@ -83,8 +83,8 @@ pub struct BenchKubeArgs {
     /// Where a start learns its pod's IP: `cri` (the node's CRI, once the
     /// pod's sandbox is ready) or `api` (a watch through the API server,
     /// after the kubelet reported the pod's status)
-    #[arg(long, default_value = "cri", value_parser = ["cri", "api"])]
-    ip_from: String,
+    #[arg(long, default_value = "cri", value_parser = ip_from)]
+    ip_from: thaw_bench_serve::kube::IpFrom,
     /// Pods scaled up at once for the density part, a multiple of
     /// --pod-functions (0 skips it)
     #[arg(long, default_value_t = 32)]
@@ -106,10 +106,7 @@ pub fn bench_kube(home: &Path, a: BenchKubeArgs) -> Result<()> {
         shim_dir: shim_dir()?,
         function: a.function,
         runs: a.runs,
-        ip_from: match a.ip_from.as_str() {
-            "api" => thaw_bench_serve::kube::IpFrom::Api,
-            _ => thaw_bench_serve::kube::IpFrom::Cri,
-        },
+        ip_from: a.ip_from,
         pods: a.pods,
         pod_functions: a.pod_functions,
     };
@@ -120,4 +117,13 @@ pub fn bench_kube(home: &Path, a: BenchKubeArgs) -> Result<()> {
         a.json,
         a.markdown,
     )
+}
+
+/// `--ip-from`: `cri` or `api`.
+fn ip_from(s: &str) -> Result<thaw_bench_serve::kube::IpFrom, String> {
+    match s {
+        "cri" => Ok(thaw_bench_serve::kube::IpFrom::Cri),
+        "api" => Ok(thaw_bench_serve::kube::IpFrom::Api),
+        _ => Err(format!("{s:?}: expected cri or api")),
+    }
 }
