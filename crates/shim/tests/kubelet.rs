@@ -300,7 +300,7 @@ fn a_kubelet_runs_the_example_deployment_on_thaw_through_probes_scaling_services
     let exec_err = String::from_utf8_lossy(&exec.stderr);
     assert!(!exec.status.success(), "{exec:?}");
     assert!(
-        exec_err.contains("thaw") && exec_err.contains("exec"),
+        exec_err.contains("thaw: exec into a function's container is not supported"),
         "{exec_err}"
     );
 
@@ -400,6 +400,11 @@ spec:
     assert!(post(&cri.netns, ip, 8080, r#"{"name": "side"}"#).contains(r#""hello":"side""#));
     let sidecar_exec = must(k.kubectl(&["exec", "with-sidecar", "-c", "sidecar", "--", "/idle"]));
     assert!(!sidecar_exec.status.success(), "{sidecar_exec:?}");
+    assert!(
+        String::from_utf8_lossy(&sidecar_exec.stderr)
+            .contains("thaw: exec into a runc container of a thaw pod is not supported"),
+        "{sidecar_exec:?}"
+    );
     let _ = std::fs::remove_file(&sidecar_pod);
 
     // delete: every pod ends, and nothing of theirs is left on the node
