@@ -30,7 +30,7 @@ const SCRIPTS: [(&str, &str); 3] = [
     ),
 ];
 
-/// How long the cluster may take to come up (its binaries built already).
+/// How long the cluster may take to come up once its binaries are built.
 const START_LIMIT: Duration = Duration::from_secs(300);
 
 /// A running cluster: its script's process and directory.
@@ -59,6 +59,16 @@ impl Cluster {
                 use std::os::unix::fs::PermissionsExt;
                 std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755))?;
             }
+        }
+        // the binaries first (built once, for as long as that takes), so
+        // the cluster's start alone counts against START_LIMIT
+        let built = output_of(&mut Command::new(scripts.join("tools.sh")), "tools.sh")?;
+        if !built.status.success() {
+            fail!(
+                HarnessError::Failed,
+                "deploy/kubernetes/tools.sh could not build the cluster's binaries: {}",
+                String::from_utf8_lossy(&built.stderr)
+            );
         }
         let netns = cri.netns.path();
         let netns = netns.trim_start_matches("/run/netns/");
