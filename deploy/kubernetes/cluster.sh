@@ -82,6 +82,7 @@ kubectl() { in_ns "$k8s_bin/kubectl" --kubeconfig "$dir/admin.kubeconfig" --cach
 
 pids=()
 names=()
+kubelet_pid=
 # start NAME COMMAND...: a component in the namespace, its log in DIR/NAME.log
 start() {
     local name=$1
@@ -96,6 +97,13 @@ cleanup() {
     local i p
     set +e
     rm -f "$dir/ready" "$dir/kubectl"
+    # the workloads first, while the kubelet runs: it ends their pods and
+    # removes their cgroups (a pod left running keeps its cgroup)
+    if [ -n "$kubelet_pid" ] && kill -0 "$kubelet_pid" 2>/dev/null && up; then
+        kubectl delete deployments,statefulsets,daemonsets,replicasets,jobs,pods --all \
+            --all-namespaces --wait=true --timeout=60s >/dev/null 2>&1 \
+            || say "the cluster's pods did not all end within 60 s"
+    fi
     # the node agents first, then the control plane, in reverse order
     for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
         kill "${pids[$i]}" 2>/dev/null
@@ -257,6 +265,7 @@ for s in "${kubelet_sysctls[@]}"; do saved_sysctls+=("$(cat "/proc/sys/$s")"); d
 start kubelet "$k8s_bin/kubelet" --config="$dir/kubelet.yaml" --kubeconfig="$dir/kubelet.kubeconfig" \
     --root-dir="$dir/kubelet" --cert-dir="$dir/kubelet-certs" --hostname-override="$node" \
     --node-ip="$node_ip" --node-labels=thaw.dev/runtime=true
+kubelet_pid=${pids[-1]}
 
 cat >"$dir/kube-proxy.yaml" <<EOF
 apiVersion: kubeproxy.config.k8s.io/v1alpha1

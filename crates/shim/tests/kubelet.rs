@@ -434,6 +434,10 @@ spec:
             )
         },
     ));
+    // the cluster stopped with its workloads running: the script deletes
+    // them first, so the kubelet ends their pods (nothing of theirs stays)
+    must(k.run(&["apply", "-f", manifest.to_str().unwrap()]));
+    hello.ready(2, false);
     must(k.stop());
     drop(k);
     // the pods' sandboxes go with the CRI's own removal
