@@ -3,9 +3,10 @@
 # facilities thaw needs and installs what is missing. Idempotent.
 # `--tests` also installs what only the tests and the benchmarks use: MinIO
 # for the emulated remote tier, containerd, runc, crictl and the CNI plugins
-# for the shim's tests, etcd and openssl for the Kubernetes manifests' check
-# (which builds its kube-apiserver itself, deploy/kubernetes/validate.sh),
-# boto3 and the AWS CLI for the Lambda API's tests.
+# for the shim's tests, etcd, openssl, iptables and the Kubernetes binaries
+# (built from the Go module proxy, deploy/kubernetes/tools.sh) for the
+# manifests' check and the kubelet test's cluster, boto3 and the AWS CLI for
+# the Lambda API's tests.
 set -euo pipefail
 for_tests=false
 case "${1:-}" in
@@ -46,7 +47,8 @@ if $for_tests; then
     compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || need_pkgs+=(postgresql)
     # the Kubernetes manifests' check (deploy/kubernetes/validate.sh) runs
     # an etcd of its own on loopback and makes its certificates with openssl
-    for p in etcd:etcd-server openssl:openssl; do
+    # (and the kubelet test's cluster, whose kube-proxy writes iptables rules)
+    for p in etcd:etcd-server openssl:openssl iptables:iptables; do
         command -v "${p%%:*}" >/dev/null 2>&1 || need_pkgs+=("${p##*:}")
     done
     # the registry test pushes an image archive with skopeo to a registry of
@@ -129,6 +131,11 @@ if $for_tests; then
         GOTOOLCHAIN=auto GOFLAGS=-mod=mod go install "sigs.k8s.io/cri-tools/cmd/crictl@$CRICTL_VERSION" \
             || die "go install sigs.k8s.io/cri-tools/cmd/crictl@$CRICTL_VERSION failed"
     fi
+    # kube-apiserver, kubectl, the controller manager, the scheduler, kubelet
+    # and kube-proxy of one pinned release, built once into $THAW_HOME/tools
+    # (from empty Go caches about 15 minutes on 2 cores; cached after)
+    "$(dirname "$0")/../deploy/kubernetes/tools.sh" \
+        || die "building the Kubernetes binaries (deploy/kubernetes/tools.sh) failed"
 fi
 # The Lambda API's tests drive the daemon with AWS's own clients: boto3 and
 # the AWS CLI v1 from PyPI, pinned (both on botocore 1.40.20), in a virtual

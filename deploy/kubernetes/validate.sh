@@ -25,9 +25,6 @@
 # neither read nor written.
 set -eEuo pipefail
 
-# Go >= 1.21 fetches the toolchain a module asks for (1.23 here)
-export GOTOOLCHAIN=auto
-K8S_VERSION=v1.32.13
 KNATIVE_SERVING_VERSION=v0.42.2
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -62,19 +59,17 @@ cleanup() {
     for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
     for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
     rm -rf "$tmp"
+    k8s_cleanup
     if [ -n "$work" ]; then chmod -R u+w "$work" 2>/dev/null || true; rm -rf "$work"; fi
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 # --- the tools, fetched or built once per version --------------------------
-tools=${THAW_HOME:-/var/lib/thaw}/tools
+# shellcheck source=tools.sh
+. "$here/tools.sh"
+tools=$k8s_tools
 mkdir -p "$tools"
-# module_dir MODULE@VERSION: the module's files in Go's module cache
-module_dir() {
-    GOFLAGS=-mod=mod go mod download -json "$1" \
-        | python3 -c 'import json, sys; d = json.load(sys.stdin); sys.exit(d["Error"]) if "Error" in d else print(d["Dir"])'
-}
 # a work directory in the cache's file system, so a result moves in whole
 new_work() { work=$(mktemp -d "$tools/.$1.XXXXXX"); }
 # install_work DIR: the work directory's bin/ becomes DIR
@@ -85,38 +80,7 @@ install_work() {
     rm -rf "$work"
     work=
 }
-
-bin=$tools/kubernetes-$K8S_VERSION
-build_kubernetes() {
-    local src minor ld p m start=$SECONDS
-    new_work build-kubernetes
-    say "building kube-apiserver and kubectl $K8S_VERSION from the Go module proxy (once; several minutes)"
-    src=$work/src
-    cp -r "$(module_dir "k8s.io/kubernetes@$K8S_VERSION")" "$src"
-    chmod -R u+w "$src"
-    # The module's go.mod points its staging modules at ./staging, which a
-    # module download does not hold (nested modules are published on their
-    # own): require the published versions (k8s.io/x v0.N.P for v1.N.P).
-    local args=()
-    for m in $(awk '$2 == "=>" && $3 ~ /^\.\/staging\// { print $1 }' "$src/go.mod"); do
-        args+=("-dropreplace=$m" "-require=$m@v0.${K8S_VERSION#v1.}")
-    done
-    [ ${#args[@]} -gt 0 ] || die "no staging replacements in k8s.io/kubernetes@$K8S_VERSION's go.mod"
-    # the vendor list and the workspace file name the staging copies too
-    rm -f "$src/go.work" "$src/go.work.sum" "$src/vendor/modules.txt"
-    (cd "$src" && go mod edit "${args[@]}")
-    minor=${K8S_VERSION#v1.}
-    minor=${minor%%.*}
-    ld="-s -w"
-    for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-        ld+=" -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean"
-    done
-    (cd "$src" && GOWORK=off GOFLAGS="-mod=mod -buildvcs=false" \
-        go build -trimpath -ldflags "$ld" -o "$work/bin/" ./cmd/kube-apiserver ./cmd/kubectl)
-    "$work/bin/kube-apiserver" --version >/dev/null
-    install_work "$bin"
-    say "built $bin in $((SECONDS - start)) s"
-}
+bin=$k8s_bin
 
 # Debian's kubectl (kubernetes-client, 1.20) checks every field against the
 # server's OpenAPI schema itself, where kubectl 1.32 leaves that to a server
@@ -144,12 +108,11 @@ fetch_debian_kubectl() {
     install_work "$old_bin"
 }
 
-have_tools() { [ -x "$bin/kube-apiserver" ] && [ -x "$bin/kubectl" ] && [ -x "$old_bin/kubectl" ]; }
-if ! have_tools; then
-    # one run fetches at a time; a run that waited finds the other's tools
+k8s_ensure kube-apiserver kubectl
+if [ ! -x "$old_bin/kubectl" ]; then
+    # one run fetches at a time; a run that waited finds the other's copy
     exec 9>"$tools/kubernetes.lock"
     flock 9
-    if [ ! -x "$bin/kube-apiserver" ] || [ ! -x "$bin/kubectl" ]; then build_kubernetes; fi
     if [ ! -x "$old_bin/kubectl" ]; then fetch_debian_kubectl; fi
     exec 9>&-
 fi
@@ -162,27 +125,15 @@ crds=$knative/config/core/300-resources
 # --- a private API server ------------------------------------------------
 
 # three free loopback ports (etcd's client and peer ports, the API server's)
-read -r etcd_port peer_port api_port < <(python3 -c '
-import socket
-ss = [socket.socket() for _ in range(3)]
-for s in ss:
-    s.bind(("127.0.0.1", 0))
-print(*(s.getsockname()[1] for s in ss))')
+read -r etcd_port peer_port api_port < <(free_ports 3)
 
 # certificates: a CA, the server's for 127.0.0.1, the service accounts' keys
 pki=$tmp/pki
 mkdir -p "$pki"
 (
-    cd "$pki"
-    openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=thaw-validate-ca \
-        -keyout ca.key -out ca.crt
-    openssl req -newkey rsa:2048 -nodes -subj /CN=kube-apiserver \
-        -keyout server.key -out server.csr
-    printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n' >server.ext
-    openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 1 \
-        -extfile server.ext -out server.crt
-    openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out sa.key
-    openssl pkey -in sa.key -pubout -out sa.pub
+    k8s_ca "$pki" thaw-validate-ca
+    k8s_cert "$pki" server /CN=kube-apiserver serverAuth IP:127.0.0.1,DNS:localhost
+    k8s_sa_keys "$pki"
 ) >"$tmp/openssl.log" 2>&1 || { cat "$tmp/openssl.log" >&2; die "openssl failed"; }
 token=$(python3 -c 'import secrets; print(secrets.token_hex(16))')
 echo "$token,admin,admin,system:masters" >"$pki/tokens.csv"

@@ -68,7 +68,7 @@ pub struct Options {
 }
 
 /// Functions the density part draws from, in order.
-const DENSITY_FUNCTIONS: [&str; 8] = [
+pub(crate) const DENSITY_FUNCTIONS: [&str; 8] = [
     "helloworld",
     "float_operation",
     "json_serdes",
@@ -156,22 +156,22 @@ pub struct Report {
 }
 
 /// One node: containerd with its pod network, and its daemon's socket.
-struct Node<'a> {
-    cri: Cri,
-    socket: &'a Path,
-    root: &'a thaw_runtime::RootInfo,
-    pods: AtomicU32,
-    prewarm: bool,
+pub(crate) struct Node<'a> {
+    pub(crate) cri: Cri,
+    pub(crate) socket: &'a Path,
+    pub(crate) root: &'a thaw_runtime::RootInfo,
+    pub(crate) pods: AtomicU32,
+    pub(crate) prewarm: bool,
 }
 
 /// A function's two images and its first request.
-struct Images {
-    function: String,
-    thaw: String,
+pub(crate) struct Images {
+    pub(crate) function: String,
+    pub(crate) thaw: String,
     /// the thaw image's archive (another node imports it too)
     thaw_archive: PathBuf,
-    runc: String,
-    event: String,
+    pub(crate) runc: String,
+    pub(crate) event: String,
 }
 
 fn check(o: &Options) -> Result<()> {
@@ -192,7 +192,25 @@ fn check(o: &Options) -> Result<()> {
     if o.pods > 256 {
         fail!(BenchServeError::Config, "--pods must be at most 256");
     }
-    let shim = o.shim_dir.join("containerd-shim-thaw-v1");
+    check_shim(&o.shim_dir)
+}
+
+/// Each pod thread's result (a panic as a failure).
+pub(crate) fn join_all<T>(
+    handles: Vec<std::thread::ScopedJoinHandle<'_, Result<T>>>,
+) -> Vec<Result<T>> {
+    handles
+        .into_iter()
+        .map(|h| {
+            h.join()
+                .unwrap_or_else(|_| Err(BenchServeError::Failed("a pod's thread panicked".into())))
+        })
+        .collect()
+}
+
+/// The shim must be built beside thaw.
+pub(crate) fn check_shim(shim_dir: &Path) -> Result<()> {
+    let shim = shim_dir.join("containerd-shim-thaw-v1");
     if !shim.is_file() {
         fail!(
             BenchServeError::Config,
@@ -443,7 +461,11 @@ http.server.HTTPServer(("0.0.0.0", int(os.environ.get("PORT", "8080"))), Handler
 "#;
 
 /// Builds and imports `function`'s thaw image and its runc image.
-fn build_images(n: &Node, root: &thaw_runtime::RootInfo, function: &str) -> Result<Images> {
+pub(crate) fn build_images(
+    n: &Node,
+    root: &thaw_runtime::RootInfo,
+    function: &str,
+) -> Result<Images> {
     let src_path = root.path.join(format!("opt/thaw/functions/{function}.py"));
     let src =
         std::fs::read(&src_path).with_context(|| format!("reading {}", src_path.display()))?;
@@ -530,7 +552,7 @@ fn build_images(n: &Node, root: &thaw_runtime::RootInfo, function: &str) -> Resu
 }
 
 /// Writes `archive` beside the node's containerd and imports it; its path.
-fn import(n: &Node, name: &str, archive: &[u8]) -> Result<PathBuf> {
+pub(crate) fn import(n: &Node, name: &str, archive: &[u8]) -> Result<PathBuf> {
     let p = n.cri.c.dir.join(format!("{name}.oci.tar"));
     std::fs::write(&p, archive)?;
     n.cri.c.import(&p)?;
@@ -558,7 +580,7 @@ fn root_links(root: &thaw_runtime::RootInfo) -> Result<Vec<(String, String)>> {
 /// Directories of the runtime root the runc container gets read-only
 /// (everything Python and the inputs need; not `/etc` or `/tmp`, which the
 /// container runtime provides).
-fn root_dirs(root: &thaw_runtime::RootInfo) -> Result<Vec<String>> {
+pub(crate) fn root_dirs(root: &thaw_runtime::RootInfo) -> Result<Vec<String>> {
     const OWN: [&str; 9] = [
         "etc", "tmp", "proc", "sys", "dev", "run", "function", "srv", "var",
     ];
@@ -764,7 +786,7 @@ fn parse(answer: &str) -> (u16, impl Fn(&str) -> Option<String> + '_, &str) {
 }
 
 /// The answer's JSON body, which must be a 200.
-fn answer_value(what: &str, answer: &str) -> Result<Value> {
+pub(crate) fn answer_value(what: &str, answer: &str) -> Result<Value> {
     let (status, _, body) = parse(answer);
     if status != 200 {
         fail!(
@@ -806,7 +828,7 @@ fn client(n: &Node) -> Client {
 
 /// Waits until the daemon keeps no idle instance (its keep-alive is one
 /// second), so the next pod's first request is a restore.
-fn no_idle(n: &Node) -> Result<()> {
+pub(crate) fn no_idle(n: &Node) -> Result<()> {
     let t = Instant::now();
     loop {
         let m = client(n).request("GET", "/metrics", None)?;
@@ -829,7 +851,7 @@ fn no_idle(n: &Node) -> Result<()> {
     }
 }
 
-fn summary(xs: &[f64]) -> Result<Summary> {
+pub(crate) fn summary(xs: &[f64]) -> Result<Summary> {
     summarize(xs).or_fail("no runs")
 }
 
@@ -931,14 +953,7 @@ fn density(
                     s.spawn(move || pod_start(n, runtime, image, &img.event))
                 })
                 .collect();
-            handles
-                .into_iter()
-                .map(|h| {
-                    h.join().unwrap_or_else(|_| {
-                        Err(BenchServeError::Failed("a pod's thread panicked".into()))
-                    })
-                })
-                .collect()
+            join_all(handles)
         });
         let wall_ms = t0.elapsed().as_secs_f64() * 1e3;
         let restores = restores_since(&before, &restores(n)?).0.len();

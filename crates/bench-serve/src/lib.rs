@@ -12,12 +12,15 @@
 //!   custom runtimes restored against their fresh starts;
 //! * [`cri`]: `thaw bench cri`, pod starts through the CRI, runc against
 //!   thaw, and a node restoring the snapshot another node published;
+//! * [`kube`]: `thaw bench kube`, pod starts through a real kubelet, thaw
+//!   against runc and against the floor of a pod that answers at once;
 //! * [`pair`]: two daemons in network namespaces of their own (also what
 //!   the cross-worker tests run on).
 pub mod capacity;
 pub mod cri;
 pub mod egress;
 mod error;
+pub mod kube;
 pub mod lambda;
 pub mod lambda_provided;
 pub mod pair;

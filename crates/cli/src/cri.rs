@@ -1,4 +1,4 @@
-//! `thaw bench cri`.
+//! `thaw bench cri` and `thaw bench kube`.
 use anyhow::{Context, Result};
 use clap::Args;
 use std::path::{Path, PathBuf};
@@ -43,14 +43,19 @@ pub struct BenchCriArgs {
     markdown: Option<PathBuf>,
 }
 
-pub fn bench(home: &Path, a: BenchCriArgs) -> Result<()> {
+/// The directory of the thaw binary, where the shim is built beside it.
+fn shim_dir() -> Result<PathBuf> {
     let exe = std::env::current_exe().context("locating the thaw binary")?;
+    Ok(exe
+        .parent()
+        .context("the thaw binary has no directory")?
+        .to_path_buf())
+}
+
+pub fn bench(home: &Path, a: BenchCriArgs) -> Result<()> {
     let o = thaw_bench_serve::cri::Options {
         runtime_home: home.to_path_buf(),
-        shim_dir: exe
-            .parent()
-            .context("the thaw binary has no directory")?
-            .to_path_buf(),
+        shim_dir: shim_dir()?,
         functions: a.functions,
         runs: a.runs,
         pods: a.pods,
@@ -65,4 +70,60 @@ pub fn bench(home: &Path, a: BenchCriArgs) -> Result<()> {
     };
     let r = thaw_bench_serve::cri::run(&o)?;
     crate::serve::emit_report(&thaw_bench_serve::cri::markdown(&r), &r, a.json, a.markdown)
+}
+
+#[derive(Args, Debug)]
+pub struct BenchKubeArgs {
+    /// The Python suite function measured on thaw and on runc
+    #[arg(long, default_value = "lr_serving")]
+    function: String,
+    /// Timed starts per pod kind (after one warm-up start each)
+    #[arg(long, default_value_t = 10)]
+    runs: usize,
+    /// Where a start learns its pod's IP: `cri` (the node's CRI, once the
+    /// pod's sandbox is ready) or `api` (a watch through the API server,
+    /// after the kubelet reported the pod's status)
+    #[arg(long, default_value = "cri", value_parser = ip_from)]
+    ip_from: thaw_bench_serve::kube::IpFrom,
+    /// Pods scaled up at once for the density part, a multiple of
+    /// --pod-functions (0 skips it)
+    #[arg(long, default_value_t = 32)]
+    pods: usize,
+    /// Functions those pods run, a Deployment each (at most 8)
+    #[arg(long, default_value_t = 8)]
+    pod_functions: usize,
+    /// Write the report as JSON here
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Write the markdown table here (it is printed either way)
+    #[arg(long)]
+    markdown: Option<PathBuf>,
+}
+
+pub fn bench_kube(home: &Path, a: BenchKubeArgs) -> Result<()> {
+    let o = thaw_bench_serve::kube::Options {
+        runtime_home: home.to_path_buf(),
+        shim_dir: shim_dir()?,
+        function: a.function,
+        runs: a.runs,
+        ip_from: a.ip_from,
+        pods: a.pods,
+        pod_functions: a.pod_functions,
+    };
+    let r = thaw_bench_serve::kube::run(&o)?;
+    crate::serve::emit_report(
+        &thaw_bench_serve::kube::markdown(&r),
+        &r,
+        a.json,
+        a.markdown,
+    )
+}
+
+/// `--ip-from`: `cri` or `api`.
+fn ip_from(s: &str) -> Result<thaw_bench_serve::kube::IpFrom, String> {
+    match s {
+        "cri" => Ok(thaw_bench_serve::kube::IpFrom::Cri),
+        "api" => Ok(thaw_bench_serve::kube::IpFrom::Api),
+        _ => Err(format!("{s:?}: expected cri or api")),
+    }
 }

@@ -305,6 +305,8 @@ enum BenchCmd {
     Xdt(xdt::BenchXdtArgs),
     /// Kubernetes' path: pod start to first HTTP response through CRI (gRPC, as the kubelet; or crictl), runc vs thaw; pods at once; a node restoring another node's snapshot
     Cri(cri::BenchCriArgs),
+    /// Kubernetes' path through a real kubelet: `kubectl scale` 0 -> 1 to the first HTTP answer via the pod IP, a function on thaw vs on runc vs a runc pod that answers at once
+    Kube(cri::BenchKubeArgs),
     /// Cold starts from snapshots per strategy vs. a fresh start
     Restore {
         #[arg(long, default_value = "helloworld,lr_serving")]
@@ -685,6 +687,9 @@ fn run(cli: Cli, matches: &clap::ArgMatches) -> Result<()> {
         Cmd::Bench {
             cmd: BenchCmd::Cri(args),
         } => cri::bench(&home, args),
+        Cmd::Bench {
+            cmd: BenchCmd::Kube(args),
+        } => cri::bench_kube(&home, args),
         Cmd::Bench {
             cmd:
                 BenchCmd::Restore {

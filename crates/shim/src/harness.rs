@@ -312,30 +312,20 @@ state = "{d}/state"
     }
 
     pub fn ctr(&self, args: &[&str]) -> Result<Output> {
-        Command::new("/usr/bin/ctr")
-            .arg("--address")
-            .arg(&self.socket)
-            .arg("--namespace")
-            .arg(self.namespace)
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .context("running ctr")
-            .map_err(HarnessError::from)
+        output_of(
+            Command::new("/usr/bin/ctr")
+                .arg("--address")
+                .arg(&self.socket)
+                .arg("--namespace")
+                .arg(self.namespace)
+                .args(args),
+            "ctr",
+        )
     }
 
     /// `ctr ARGS`, which must succeed: its stdout.
     pub fn run(&self, args: &[&str]) -> Result<String> {
-        let o = self.ctr(args)?;
-        if !o.status.success() {
-            fail!(
-                HarnessError::Failed,
-                "ctr {args:?}: {}\n{}",
-                String::from_utf8_lossy(&o.stdout),
-                String::from_utf8_lossy(&o.stderr)
-            );
-        }
-        Ok(String::from_utf8_lossy(&o.stdout).into_owned())
+        succeeded("ctr", args, self.ctr(args)?)
     }
 
     /// Imports an OCI archive (`thaw image build`'s) into containerd.
@@ -355,6 +345,28 @@ impl Drop for Containerd {
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// The stdout of `tool ARGS`, which must have succeeded (else its output
+/// is the error).
+pub fn succeeded(tool: &str, args: &[&str], o: Output) -> Result<String> {
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    if o.status.success() {
+        return Ok(text(&o.stdout));
+    }
+    Err(HarnessError::Failed(format!(
+        "{tool} {args:?}: {}\n{}",
+        text(&o.stdout),
+        text(&o.stderr)
+    )))
+}
+
+/// `cmd`'s output, its stdin empty (`what`: the tool, for the error).
+pub fn output_of(cmd: &mut Command, what: &str) -> Result<Output> {
+    cmd.stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("running {what}"))
+        .map_err(HarnessError::from)
 }
 
 /// Processes (other than `except` and this one) whose command line names
@@ -404,9 +416,9 @@ pub fn crictl_binary() -> Result<PathBuf> {
 /// SIGTERM/SIGINT and exits 0: the pod's pause process under runc and a
 /// sidecar.
 pub fn idle_binary(dir: &Path) -> Result<Vec<u8>> {
-    let src = dir.join("idle.c");
-    std::fs::write(
-        &src,
+    static_binary(
+        dir,
+        "idle",
         r#"#include <signal.h>
 #include <stdio.h>
 #include <unistd.h>
@@ -418,8 +430,14 @@ int main(int argc, char **argv) {
     for (;;) pause();
 }
 "#,
-    )?;
-    let out = dir.join("idle");
+    )
+}
+
+/// `source` (C) built with `gcc -static` in `dir` as `name`: the binary.
+pub fn static_binary(dir: &Path, name: &str, source: &str) -> Result<Vec<u8>> {
+    let src = dir.join(format!("{name}.c"));
+    std::fs::write(&src, source)?;
+    let out = dir.join(name);
     let o = Command::new("gcc")
         .args(["-static", "-O2", "-o"])
         .arg(&out)

@@ -10,6 +10,7 @@
 //! stderr go to the paths containerd gives, with the function's own output.
 //! See docs/KUBERNETES.md.
 
+pub mod cluster;
 pub mod cri_client;
 pub mod daemon;
 pub mod front;

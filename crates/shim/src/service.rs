@@ -12,9 +12,9 @@ use containerd_shim::protos::protobuf::well_known_types::timestamp::Timestamp;
 use containerd_shim::protos::protobuf::{MessageDyn, MessageField};
 use containerd_shim::protos::shim::shim::{
     ConnectRequest, ConnectResponse, CreateTaskRequest, CreateTaskResponse, DeleteRequest,
-    DeleteResponse, KillRequest, PidsRequest, PidsResponse, ShutdownRequest, StartRequest,
-    StartResponse, StateRequest, StateResponse, StatsRequest, StatsResponse, WaitRequest,
-    WaitResponse,
+    DeleteResponse, ExecProcessRequest, KillRequest, PidsRequest, PidsResponse, ShutdownRequest,
+    StartRequest, StartResponse, StateRequest, StateResponse, StatsRequest, StatsResponse,
+    WaitRequest, WaitResponse,
 };
 use containerd_shim::protos::ttrpc::{self, context::Context, Code};
 use containerd_shim::protos::types::task::{ProcessInfo, Status};
@@ -235,6 +235,12 @@ enum Phase {
 }
 
 /// What runs a container.
+/// Why a thaw container has no exec: its process is the front, and the
+/// function runs in the node daemon's sandbox, per request.
+const NO_EXEC_FUNCTION: &str = "thaw: exec into a function's container is not supported: its process is thaw's front, and the function runs in the node's thaw daemon, restored per request, with nothing to exec into (kubectl logs shows its output)";
+/// The shim does not run `runc exec` for a pod's runc containers.
+const NO_EXEC_NATIVE: &str = "thaw: exec into a runc container of a thaw pod is not supported by the thaw shim (run it in a pod without runtimeClassName: thaw)";
+
 enum Run {
     /// The shim's front (a function's, or a pod's pause container).
     Front(Plan),
@@ -756,6 +762,17 @@ impl containerd_shim::Task for Service {
             pid,
             ..Default::default()
         })
+    }
+
+    /// `kubectl exec` / `crictl exec`: refused, saying why.
+    fn exec(&self, _ctx: &TtrpcContext, req: ExecProcessRequest) -> TtrpcResult<api::Empty> {
+        let cs = self.shared.containers.lock().unwrap();
+        let c = cs.get(&req.id).ok_or_else(|| not_found(&req.id))?;
+        let why = match c.run {
+            Run::Front(_) => NO_EXEC_FUNCTION,
+            Run::Native => NO_EXEC_NATIVE,
+        };
+        Err(err(Code::UNIMPLEMENTED, why))
     }
 
     fn state(&self, _ctx: &TtrpcContext, req: StateRequest) -> TtrpcResult<StateResponse> {

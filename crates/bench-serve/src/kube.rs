@@ -1,0 +1,657 @@
+//! `thaw bench kube`: pod start through a real kubelet. A single-node
+//! cluster (`deploy/kubernetes/cluster.sh`, [`thaw_shim::cluster`]) on a
+//! private containerd beside an in-process `thaw serve`, and three
+//! Deployments at 0 replicas: the function on the `thaw` RuntimeClass, the
+//! same function on runc (a fresh Python behind a small HTTP server, as
+//! `thaw bench cri` runs it), and the floor, a runc pod of a static binary
+//! that answers HTTP at once (containerd's and the kubelet's own work for
+//! a pod, with nothing of a runtime's). One start is `kubectl scale
+//! --replicas=1` until the first HTTP answer through the pod's IP (the IP
+//! as a watch of the pod reports it), then the Deployment goes back to 0
+//! and the pod is gone (and, for thaw, no idle instance is left, so every
+//! start is a restore). Runs are interleaved, after a warm-up start each
+//! (thaw's first deploys and snapshots the function). Then, with `pods`,
+//! that many pods of `pod_functions` functions (a Deployment each) are
+//! scaled up with one `kubectl scale`, on runc and then on thaw, and each
+//! pod's first answer is timed (its IP from the CRI). Every pod has the
+//! service account token volume pods get by default (the runc pod also the
+//! runtime root's directories): the kubelet starts no pod with volumes
+//! before its volume manager saw them mounted, which it polls for every
+//! 300 ms, so each pod kind waits the same.
+use crate::cri::{self, Images, Node};
+use crate::error::{BenchServeError, Result};
+use serde::Serialize;
+use serde_json::{json, Value};
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::AtomicU32;
+use std::time::{Duration, Instant};
+use thaw_bench::stats::Summary;
+use thaw_error::{fail, ResultExt};
+use thaw_shim::cluster::Cluster;
+use thaw_shim::harness::Cri;
+
+pub struct Options {
+    /// where the runtime root is
+    pub runtime_home: PathBuf,
+    /// the directory holding `containerd-shim-thaw-v1`
+    pub shim_dir: PathBuf,
+    /// the Python suite function measured
+    pub function: String,
+    /// timed starts per variant
+    pub runs: usize,
+    /// where a start learns its pod's IP
+    pub ip_from: IpFrom,
+    /// pods scaled up at once for the density part (0 skips it)
+    pub pods: usize,
+    /// functions those pods run, one Deployment each (`pods` a multiple)
+    pub pod_functions: usize,
+}
+
+/// Where a start learns its pod's IP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IpFrom {
+    /// the node's CRI, once the pod's sandbox is ready (the runtime's
+    /// side: what the kubelet did, without its status reports)
+    Cri,
+    /// a watch of the pod through the API server (what a client or a
+    /// Service's endpoints see: after the kubelet reported the pod's status)
+    Api,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct DensityRow {
+    pub runtime: String,
+    pub pods: usize,
+    pub functions: usize,
+    /// each pod: the scale until its first answer (IP from the CRI), ms
+    pub first_answer: Summary,
+    /// the scale until the last pod answered, ms
+    pub wall_ms: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub date_unix: u64,
+    pub cpus: usize,
+    pub loadavg_1m_start: f64,
+    pub loadavg_1m_end: f64,
+    pub kubernetes: String,
+    pub function: String,
+    pub ip_from: IpFrom,
+    /// the warm-up starts (not in the figures), ms
+    pub first_floor_ms: f64,
+    pub first_runc_ms: f64,
+    pub first_thaw_ms: f64,
+    pub floor: Summary,
+    pub runc: Summary,
+    pub thaw: Summary,
+    /// of each start, until the watch saw the pod's IP (the kubelet's
+    /// status reached the API server), ms
+    pub floor_ip: Summary,
+    pub runc_ip: Summary,
+    pub thaw_ip: Summary,
+    /// `pods` pods of `pod_functions` functions scaled up at once
+    pub density: Vec<DensityRow>,
+    /// thaw's median over the floor's
+    pub thaw_over_floor_median: f64,
+    /// runc's median over thaw's
+    pub runc_over_thaw_median: f64,
+}
+
+const SUBNET: &str = "10.87.0.0/24";
+const FLOOR_IMAGE: &str = "thaw.local/floor:bench";
+/// How long a start may take to answer.
+const ANSWER_WAIT: Duration = Duration::from_secs(180);
+
+/// A static HTTP server that answers every request at once (`{}`).
+const FLOOR_C: &str = r#"#include <netinet/in.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+int main(void) {
+    static const char ok[] = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}";
+    int s = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(8080)};
+    setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (bind(s, (struct sockaddr *)&a, sizeof a) || listen(s, 64)) return 1;
+    for (;;) {
+        char buf[4096];
+        int c = accept(s, 0, 0);
+        if (c < 0) continue;
+        (void)read(c, buf, sizeof buf);
+        (void)write(c, ok, sizeof ok - 1);
+        /* the rest of the request is read, not reset */
+        shutdown(c, SHUT_WR);
+        while (read(c, buf, sizeof buf) > 0) {}
+        close(c);
+    }
+}
+"#;
+
+/// One measured Deployment: its name and the event its first request
+/// carries.
+struct Variant {
+    app: String,
+    event: String,
+}
+
+pub fn run(o: &Options) -> Result<Report> {
+    if o.runs == 0 {
+        fail!(BenchServeError::Config, "--runs must be at least 1");
+    }
+    if o.pods > 0
+        && (!(1..=cri::DENSITY_FUNCTIONS.len()).contains(&o.pod_functions)
+            || !o.pods.is_multiple_of(o.pod_functions)
+            || o.pods > 256)
+    {
+        fail!(
+            BenchServeError::Config,
+            "--pod-functions must be in 1..={} and divide --pods (at most 256)",
+            cri::DENSITY_FUNCTIONS.len()
+        );
+    }
+    cri::check_shim(&o.shim_dir)?;
+    let load_start = thaw_bench::concurrency::loadavg();
+    let root = thaw_runtime::ensure_root(&o.runtime_home, &mut |m| eprintln!("runtime: {m}"))?;
+    if !root
+        .path
+        .join(format!("opt/thaw/functions/{}.py", o.function))
+        .is_file()
+    {
+        fail!(
+            BenchServeError::Config,
+            "{} is not a Python function of the suite (thaw runtime functions)",
+            o.function
+        );
+    }
+    let mut report = thaw_server::on_temp_daemon_with(
+        &o.runtime_home,
+        "kube",
+        |cfg| {
+            // idle instances go after a second: every start is a restore
+            cfg.policy = "ttl".into();
+            cfg.keep_alive_s = 1;
+            let per_function = (o.pods / o.pod_functions.max(1)).max(1) as u32;
+            let l = &mut cfg.limits;
+            l.instances_per_function = l.instances_per_function.max(per_function);
+            l.max_instances_per_function = l.max_instances_per_function.max(per_function);
+            cfg.memory_budget_mb = cfg.memory_budget_mb.max((o.pods as u64 + 4) * 256);
+            Ok::<(), BenchServeError>(())
+        },
+        |_, socket| {
+            let base = std::env::temp_dir().join(format!("thaw-kube-node-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&base);
+            let n = Node {
+                cri: Cri::start(&base, socket, &o.shim_dir, SUBNET, &[], "info")?,
+                socket,
+                root: &root,
+                pods: AtomicU32::new(0),
+                prewarm: true,
+            };
+            let img = cri::build_images(&n, &root, &o.function)?;
+            import_floor(&n, &base)?;
+            let cluster = Cluster::start(&n.cri, &base.with_extension("k8s"), SUBNET)?;
+            let r = measure(o, &n, &cluster, &img).and_then(|mut r| {
+                if o.pods > 0 {
+                    r.density = density(o, &n, &cluster)?;
+                }
+                Ok(r)
+            });
+            drop(cluster);
+            r
+        },
+    )?;
+    report.loadavg_1m_start = load_start;
+    report.loadavg_1m_end = thaw_bench::concurrency::loadavg();
+    Ok(report)
+}
+
+/// Builds the floor's binary (gcc -static) and imports its image.
+fn import_floor(n: &Node, base: &Path) -> Result<()> {
+    let bin = thaw_shim::harness::static_binary(base, "floor", FLOOR_C)?;
+    let built =
+        thaw_server::image::build_native(&[("floor", &bin, 0o755)], &["/floor"], FLOOR_IMAGE)?;
+    cri::import(n, "floor", &built.archive)?;
+    Ok(())
+}
+
+/// How a measured Deployment's pods run.
+#[derive(Clone, Copy)]
+enum Kind {
+    /// runc, the runtime root's directories mounted read-only
+    Runc,
+    /// the thaw RuntimeClass
+    Thaw,
+    /// runc, the image alone
+    Plain,
+}
+
+/// Applies the Deployment `app` of `image` at 0 replicas.
+fn deploy(n: &Node, k: &Cluster, app: &str, image: &str, kind: Kind) -> Result<()> {
+    let mut pod = json!({
+        "containers": [{
+            "name": "fn",
+            "image": image,
+            "imagePullPolicy": "Never",
+            "env": [{"name": "PORT", "value": "8080"}],
+        }],
+        "terminationGracePeriodSeconds": 1,
+    });
+    let mut annotations = json!({});
+    match kind {
+        Kind::Plain => {}
+        Kind::Thaw => {
+            pod["runtimeClassName"] = json!("thaw");
+            annotations = json!({"dev.thaw.memory-mb": "256"});
+        }
+        Kind::Runc => {
+            let dirs = cri::root_dirs(n.root)?;
+            pod["volumes"] = dirs
+                .iter()
+                .map(|d| json!({"name": volume(d), "hostPath": {"path": n.root.path.join(d)}}))
+                .collect();
+            pod["containers"][0]["volumeMounts"] = dirs
+                .iter()
+                .map(|d| json!({"name": volume(d), "mountPath": format!("/{d}"), "readOnly": true}))
+                .collect();
+        }
+    }
+    let d = json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": app},
+        "spec": {
+            "replicas": 0,
+            "selector": {"matchLabels": {"app": app}},
+            "template": {
+                "metadata": {"labels": {"app": app}, "annotations": annotations},
+                "spec": pod,
+            },
+        },
+    });
+    let file = k.dir.join(format!("{app}.json"));
+    std::fs::write(&file, d.to_string())?;
+    k.run(&["apply", "-f", &file.to_string_lossy()])?;
+    Ok(())
+}
+
+/// The three Deployments (0 replicas), then the interleaved starts.
+fn measure(o: &Options, n: &Node, k: &Cluster, img: &Images) -> Result<Report> {
+    deploy(n, k, "floor", FLOOR_IMAGE, Kind::Plain)?;
+    deploy(n, k, "fn-runc", &img.runc, Kind::Runc)?;
+    deploy(n, k, "fn-thaw", &img.thaw, Kind::Thaw)?;
+    let variants = [
+        Variant {
+            app: "floor".into(),
+            event: String::new(),
+        },
+        Variant {
+            app: "fn-runc".into(),
+            event: img.event.clone(),
+        },
+        Variant {
+            app: "fn-thaw".into(),
+            event: img.event.clone(),
+        },
+    ];
+    let mut first = [0.0; 3];
+    for (i, v) in variants.iter().enumerate() {
+        eprintln!("thaw bench kube: warm-up start of {}", v.app);
+        first[i] = start(n, k, v, o.ip_from)?.0;
+    }
+    let mut ms: [Vec<f64>; 3] = Default::default();
+    let mut ip_ms: [Vec<f64>; 3] = Default::default();
+    for run in 0..o.runs {
+        eprintln!("thaw bench kube: run {} of {}", run + 1, o.runs);
+        // each run starts with another variant
+        for j in 0..3 {
+            let i = (run + j) % 3;
+            let (answered, ip) = start(n, k, &variants[i], o.ip_from)?;
+            ms[i].push(answered);
+            ip_ms[i].push(ip);
+        }
+    }
+    let [floor, runc, thaw] = [
+        cri::summary(&ms[0])?,
+        cri::summary(&ms[1])?,
+        cri::summary(&ms[2])?,
+    ];
+    let version = k.run(&["version", "-o", "json"])?;
+    let version: Value = serde_json::from_str(&version)?;
+    Ok(Report {
+        date_unix: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+        cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        loadavg_1m_start: 0.0,
+        loadavg_1m_end: 0.0,
+        kubernetes: version["serverVersion"]["gitVersion"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+        function: o.function.clone(),
+        ip_from: o.ip_from,
+        first_floor_ms: first[0],
+        first_runc_ms: first[1],
+        first_thaw_ms: first[2],
+        thaw_over_floor_median: thaw.median / floor.median,
+        runc_over_thaw_median: runc.median / thaw.median,
+        floor,
+        runc,
+        thaw,
+        floor_ip: cri::summary(&ip_ms[0])?,
+        runc_ip: cri::summary(&ip_ms[1])?,
+        thaw_ip: cri::summary(&ip_ms[2])?,
+        density: Vec::new(),
+    })
+}
+
+/// A volume's name for a root directory (a DNS label).
+fn volume(dir: &str) -> String {
+    format!("root-{}", dir.to_lowercase().replace('_', "-"))
+}
+
+/// One start of `v`: `kubectl scale` to 1 until the pod's first answer,
+/// and until its IP was seen (ms); then back to 0, the pod gone and no
+/// idle instance left.
+fn start(n: &Node, k: &Cluster, v: &Variant, ip_from: IpFrom) -> Result<(f64, f64)> {
+    let app = v.app.as_str();
+    let selector = format!("app={app}");
+    // the pod's IP as the API server learns it from the kubelet
+    let mut watch = match ip_from {
+        IpFrom::Cri => None,
+        IpFrom::Api => Some(
+            Command::new(k.dir.join("kubectl"))
+                .args(["get", "pods", "-l", &selector, "--watch", "-o"])
+                .arg("jsonpath={.status.podIP}{\"\\n\"}")
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .context("running kubectl get --watch")?,
+        ),
+    };
+    let lines = watch
+        .as_mut()
+        .map(|w| std::io::BufReader::new(w.stdout.take().expect("piped")));
+    // the watch is connected before the clock starts
+    std::thread::sleep(Duration::from_millis(500));
+    let t0 = Instant::now();
+    k.run(&["scale", "deployment", app, "--replicas=1"])?;
+    let ip = match lines {
+        Some(lines) => lines
+            .lines()
+            .map_while(std::result::Result::ok)
+            .find(|l| !l.trim().is_empty()),
+        None => Some(cri_pod_ip(n, &selector, t0)?),
+    };
+    if let Some(w) = watch.as_mut() {
+        let _ = w.kill();
+        let _ = w.wait();
+    }
+    let Some(ip) = ip else {
+        fail!(BenchServeError::Failed, "{app}'s pod got no IP");
+    };
+    let ip_ms = t0.elapsed().as_secs_f64() * 1e3;
+    let left = ANSWER_WAIT.saturating_sub(t0.elapsed());
+    let answer = n.cri.netns.post_to(ip.trim(), 8080, &v.event, left)?;
+    let ms = t0.elapsed().as_secs_f64() * 1e3;
+    cri::answer_value(app, &answer)?;
+    k.run(&["scale", "deployment", app, "--replicas=0"])?;
+    k.wait_for(&format!("{app}'s pod gone"), ANSWER_WAIT, || {
+        let pods = k
+            .run(&["get", "pods", "-l", &selector, "-o", "name"])
+            .map_err(|e| e.to_string())?;
+        Ok(pods.is_empty().then_some(()))
+    })?;
+    cri::no_idle(n)?;
+    Ok((ms, ip_ms))
+}
+
+/// The IP of the ready pod sandbox labelled `selector` in the node's CRI
+/// (polled from `t0` for up to [`ANSWER_WAIT`]).
+fn cri_pod_ip(n: &Node, selector: &str, t0: Instant) -> Result<String> {
+    loop {
+        let id = n
+            .cri
+            .run(&["pods", "--label", selector, "--state", "ready", "-q"])?;
+        if let Some(id) = id.lines().next().filter(|l| !l.is_empty()) {
+            return Ok(n.cri.pod_ip(id)?);
+        }
+        if t0.elapsed() > ANSWER_WAIT {
+            fail!(
+                BenchServeError::Failed,
+                "no ready pod {selector} in the CRI"
+            );
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// `o.pods` pods of `o.pod_functions` functions (a Deployment each),
+/// scaled up with one `kubectl scale`, on runc then on thaw (after a
+/// warm-up start of each Deployment: thaw's deploys, runc's page cache).
+fn density(o: &Options, n: &Node, k: &Cluster) -> Result<Vec<DensityRow>> {
+    let functions = &cri::DENSITY_FUNCTIONS[..o.pod_functions];
+    let mut events = std::collections::HashMap::new();
+    for f in functions {
+        let img = cri::build_images(n, n.root, f)?;
+        for (kind, name, image) in [
+            (Kind::Runc, "runc", &img.runc),
+            (Kind::Thaw, "thaw", &img.thaw),
+        ] {
+            let app = format!("d-{name}-{}", f.replace('_', "-"));
+            deploy(n, k, &app, image, kind)?;
+            let v = Variant {
+                app,
+                event: img.event.clone(),
+            };
+            start(n, k, &v, IpFrom::Cri)?;
+            events.insert(v.app, v.event);
+        }
+    }
+    let mut rows = Vec::new();
+    for runtime in ["runc", "thaw"] {
+        eprintln!(
+            "thaw bench kube: {} pods of {} functions at once on {runtime}",
+            o.pods, o.pod_functions
+        );
+        let apps: Vec<String> = functions
+            .iter()
+            .map(|f| format!("deployment/d-{runtime}-{}", f.replace('_', "-")))
+            .collect();
+        let replicas = format!("--replicas={}", o.pods / o.pod_functions);
+        let mut args = vec!["scale", &replicas];
+        args.extend(apps.iter().map(String::as_str));
+        let t0 = Instant::now();
+        k.run(&args)?;
+        // each ready pod's first answer, on a thread of its own
+        let ms = std::thread::scope(|s| -> Result<Vec<f64>> {
+            let mut seen = std::collections::HashSet::new();
+            let mut threads = Vec::new();
+            while seen.len() < o.pods {
+                if t0.elapsed() > ANSWER_WAIT {
+                    fail!(
+                        BenchServeError::Failed,
+                        "{} of {} {runtime} pods ready after {ANSWER_WAIT:?}",
+                        seen.len(),
+                        o.pods
+                    );
+                }
+                for id in n.cri.run(&["pods", "--state", "ready", "-q"])?.lines() {
+                    if !seen.insert(id.to_string()) {
+                        continue;
+                    }
+                    let v = n.cri.json("inspectp", id)?;
+                    let ip = v["status"]["network"]["ip"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string();
+                    let app = v["status"]["labels"]["app"].as_str().unwrap_or_default();
+                    let event = events.get(app).cloned().unwrap_or_default();
+                    threads.push(s.spawn(move || -> Result<f64> {
+                        let left = ANSWER_WAIT.saturating_sub(t0.elapsed());
+                        let answer = n.cri.netns.post_to(&ip, 8080, &event, left)?;
+                        let ms = t0.elapsed().as_secs_f64() * 1e3;
+                        cri::answer_value("a density pod", &answer)?;
+                        Ok(ms)
+                    }));
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            cri::join_all(threads).into_iter().collect()
+        })?;
+        let wall_ms = ms.iter().copied().fold(0.0, f64::max);
+        rows.push(DensityRow {
+            runtime: runtime.into(),
+            pods: o.pods,
+            functions: o.pod_functions,
+            first_answer: cri::summary(&ms)?,
+            wall_ms,
+        });
+        let mut args = vec!["scale", "--replicas=0"];
+        args.extend(apps.iter().map(String::as_str));
+        k.run(&args)?;
+        k.wait_for("the density pods gone", ANSWER_WAIT, || {
+            let pods = n
+                .cri
+                .run(&["pods", "--state", "ready", "-q"])
+                .map_err(|e| e.to_string())?;
+            let api = k
+                .run(&["get", "pods", "-o", "name"])
+                .map_err(|e| e.to_string())?;
+            Ok((pods.is_empty() && api.is_empty()).then_some(()))
+        })?;
+        cri::no_idle(n)?;
+    }
+    Ok(rows)
+}
+
+/// The report as markdown.
+pub fn markdown(r: &Report) -> String {
+    let row = |name: &str, s: &Summary, ip: &Summary, first: f64| {
+        format!(
+            "| {name} | {} | {:.0} | {:.0} | {:.0} | {:.0} | {first:.0} |\n",
+            s.n, s.min, s.median, s.p99, ip.median
+        )
+    };
+    let mut out = format!(
+        "Pod start through the kubelet (Kubernetes {}): `kubectl scale --replicas=1` to the first HTTP answer through the pod IP (the IP from the {}), ms ({} CPUs, load {:.2} -> {:.2})\n\n\
+         | pod | n | min | median | p99 | pod IP seen (median) | first (warm-up) |\n|---|---|---|---|---|---|---|\n",
+        r.kubernetes,
+        match r.ip_from {
+            IpFrom::Cri => "node's CRI",
+            IpFrom::Api => "API server",
+        },
+        r.cpus,
+        r.loadavg_1m_start,
+        r.loadavg_1m_end
+    );
+    out += &row(
+        "floor (runc, static HTTP binary)",
+        &r.floor,
+        &r.floor_ip,
+        r.first_floor_ms,
+    );
+    let (runc, thaw) = (
+        format!("{} on runc", r.function),
+        format!("{} on thaw", r.function),
+    );
+    out += &row(&runc, &r.runc, &r.runc_ip, r.first_runc_ms);
+    out += &row(&thaw, &r.thaw, &r.thaw_ip, r.first_thaw_ms);
+    out += &format!(
+        "\nthaw / floor (medians): {:.2}x; runc / thaw (medians): {:.2}x\n",
+        r.thaw_over_floor_median, r.runc_over_thaw_median
+    );
+    if !r.density.is_empty() {
+        out += "\nPods scaled up at once (one `kubectl scale` of a Deployment per function), each pod's first answer (IP from the node's CRI), ms\n\n\
+                | runtime | pods | functions | min | p50 | p99 | last |\n|---|---|---|---|---|---|---|\n";
+        for d in &r.density {
+            let s = &d.first_answer;
+            out += &format!(
+                "| {} | {} | {} | {:.0} | {:.0} | {:.0} | {:.0} |\n",
+                d.runtime, d.pods, d.functions, s.min, s.median, s.p99, d.wall_ms
+            );
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options(runs: usize, shim_dir: &Path) -> Options {
+        Options {
+            runtime_home: PathBuf::from("/nonexistent/home"),
+            shim_dir: shim_dir.to_path_buf(),
+            function: "lr_serving".into(),
+            runs,
+            ip_from: IpFrom::Cri,
+            pods: 0,
+            pod_functions: 8,
+        }
+    }
+
+    #[test]
+    fn bad_options_are_refused_before_anything_starts() {
+        let e = run(&options(0, Path::new("/nonexistent"))).unwrap_err();
+        assert!(matches!(e, BenchServeError::Config(_)), "{e}");
+        assert!(e.to_string().contains("--runs"), "{e}");
+        let e = run(&options(3, Path::new("/nonexistent/dir"))).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("/nonexistent/dir/containerd-shim-thaw-v1 is missing"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn the_report_names_each_pod_kind_and_the_ratios() {
+        let s = |m: f64| Summary {
+            n: 10,
+            min: m - 10.0,
+            median: m,
+            p99: m + 50.0,
+            mean: m,
+        };
+        let r = Report {
+            date_unix: 0,
+            cpus: 2,
+            loadavg_1m_start: 1.0,
+            loadavg_1m_end: 2.0,
+            kubernetes: "v1.32.13".into(),
+            function: "lr_serving".into(),
+            ip_from: IpFrom::Api,
+            first_floor_ms: 1.0,
+            first_runc_ms: 2.0,
+            first_thaw_ms: 3.0,
+            floor: s(400.0),
+            runc: s(1200.0),
+            thaw: s(300.0),
+            floor_ip: s(350.0),
+            runc_ip: s(600.0),
+            thaw_ip: s(290.0),
+            density: Vec::new(),
+            thaw_over_floor_median: 0.75,
+            runc_over_thaw_median: 4.0,
+        };
+        let md = markdown(&r);
+        assert!(md.contains("the IP from the API server"), "{md}");
+        assert!(
+            md.contains("| lr_serving on thaw | 10 | 290 | 300 | 350 | 290 | 3 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| lr_serving on runc | 10 | 1190 | 1200 | 1250 | 600 | 2 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("thaw / floor (medians): 0.75x; runc / thaw (medians): 4.00x"),
+            "{md}"
+        );
+    }
+}

@@ -1,0 +1,226 @@
+//! A real single-node Kubernetes cluster on a harness's containerd
+//! (`deploy/kubernetes/cluster.sh`: etcd, kube-apiserver, the controller
+//! manager, the scheduler, kubelet and kube-proxy of one pinned release, all
+//! in the containerd's network namespace), driven with its kubectl: what the
+//! kubelet test and `thaw bench kube` run on. The script runs as a child
+//! until [`Cluster::stop`], which must find it exit cleanly (it removes
+//! everything it made).
+use crate::harness::{output_of, succeeded, Cri, HarnessError, Result};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+use thaw_error::{fail, ResultExt};
+
+/// The script and what it sources and applies, as the repository has them
+/// (written next to the cluster's directory, so a built binary needs no
+/// checkout).
+const SCRIPTS: [(&str, &str); 3] = [
+    (
+        "cluster.sh",
+        include_str!("../../../deploy/kubernetes/cluster.sh"),
+    ),
+    (
+        "tools.sh",
+        include_str!("../../../deploy/kubernetes/tools.sh"),
+    ),
+    (
+        "runtimeclass.yaml",
+        include_str!("../../../deploy/kubernetes/runtimeclass.yaml"),
+    ),
+];
+
+/// How long the cluster may take to come up once its binaries are built.
+const START_LIMIT: Duration = Duration::from_secs(300);
+
+/// A running cluster: its script's process and directory.
+pub struct Cluster {
+    child: Option<Child>,
+    /// The cluster's directory (certificates, kubeconfigs, state, logs).
+    pub dir: PathBuf,
+    /// The node's name.
+    pub node: String,
+    base: PathBuf,
+}
+
+impl Cluster {
+    /// Starts the cluster on `cri`'s containerd and network namespace, its
+    /// files below `base` (made here, removed at the end); `pod_cidr` is the
+    /// CNI configuration's subnet. Returns once the node is Ready.
+    pub fn start(cri: &Cri, base: &Path, pod_cidr: &str) -> Result<Cluster> {
+        let scripts = base.join("scripts");
+        let dir = base.join("cluster");
+        std::fs::create_dir_all(&scripts)?;
+        std::fs::create_dir_all(&dir)?;
+        for (name, text) in SCRIPTS {
+            let p = scripts.join(name);
+            std::fs::write(&p, text)?;
+            if name.ends_with(".sh") {
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755))?;
+            }
+        }
+        // the binaries first (built once, for as long as that takes), so
+        // the cluster's start alone counts against START_LIMIT
+        let built = output_of(&mut Command::new(scripts.join("tools.sh")), "tools.sh")?;
+        if !built.status.success() {
+            fail!(
+                HarnessError::Failed,
+                "deploy/kubernetes/tools.sh could not build the cluster's binaries: {}",
+                String::from_utf8_lossy(&built.stderr)
+            );
+        }
+        let netns = cri.netns.path();
+        let netns = netns.trim_start_matches("/run/netns/");
+        let log = std::fs::File::create(base.join("cluster.log"))?;
+        let mut cmd = Command::new(scripts.join("cluster.sh"));
+        cmd.args(["--netns", netns, "--containerd"])
+            .arg(&cri.c.socket)
+            .arg("--dir")
+            .arg(&dir)
+            .args(["--pod-cidr", pod_cidr])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log);
+        use std::os::unix::process::CommandExt;
+        // SAFETY: only prctl between fork and exec (async-signal-safe): the
+        // script gets SIGTERM (and cleans up) if this thread dies first.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = cmd
+            .spawn()
+            .context("starting deploy/kubernetes/cluster.sh")?;
+        let mut cluster = Cluster {
+            child: Some(child),
+            dir,
+            node: String::new(),
+            base: base.to_path_buf(),
+        };
+        let t = Instant::now();
+        loop {
+            if let Ok(node) = std::fs::read_to_string(cluster.dir.join("ready")) {
+                cluster.node = node.trim().to_string();
+                return Ok(cluster);
+            }
+            let child = cluster.child.as_mut().expect("running");
+            if let Some(status) = child.try_wait()? {
+                cluster.child = None;
+                fail!(
+                    HarnessError::Failed,
+                    "cluster.sh exited ({status}) before the node was Ready:\n{}",
+                    cluster.log()
+                );
+            }
+            if t.elapsed() > START_LIMIT {
+                fail!(
+                    HarnessError::Failed,
+                    "the cluster is not Ready after {START_LIMIT:?}:\n{}",
+                    cluster.log()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// The script's output (its own lines, a failed component's log).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.base.join("cluster.log")).unwrap_or_default()
+    }
+
+    /// A component's log (`kubelet`, `kube-apiserver`, ...).
+    pub fn component_log(&self, name: &str) -> String {
+        std::fs::read_to_string(self.dir.join(format!("{name}.log"))).unwrap_or_default()
+    }
+
+    /// The pid of the script (its kubelet's cgroups are named after it).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// kubectl against the cluster, as its admin.
+    pub fn kubectl(&self, args: &[&str]) -> Result<Output> {
+        output_of(
+            Command::new(self.dir.join("kubectl")).args(args),
+            "the cluster's kubectl",
+        )
+    }
+
+    /// `kubectl ARGS`, which must succeed: its stdout, trimmed.
+    pub fn run(&self, args: &[&str]) -> Result<String> {
+        Ok(succeeded("kubectl", args, self.kubectl(args)?)?
+            .trim()
+            .to_string())
+    }
+
+    /// `kubectl get ARGS -o json`.
+    pub fn get(&self, args: &[&str]) -> Result<Value> {
+        let mut a = vec!["get"];
+        a.extend_from_slice(args);
+        a.extend_from_slice(&["-o", "json"]);
+        Ok(serde_json::from_str(&self.run(&a)?)?)
+    }
+
+    /// Polls `check` until it gives a value (for up to `limit`), failing
+    /// with `what` and the last state `check` saw.
+    pub fn wait_for<T>(
+        &self,
+        what: &str,
+        limit: Duration,
+        mut check: impl FnMut() -> Result<Option<T>, String>,
+    ) -> Result<T> {
+        let t = Instant::now();
+        loop {
+            let last = match check() {
+                Ok(Some(v)) => return Ok(v),
+                Ok(None) => String::new(),
+                Err(seen) => seen,
+            };
+            if t.elapsed() > limit {
+                fail!(
+                    HarnessError::Failed,
+                    "{what}: not after {limit:?} ({last})\nkubelet's log (its end): {}",
+                    tail(&self.component_log("kubelet"), 30)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
+    /// Signals the script and waits for it: it must exit 0 (every
+    /// component stopped, its mounts, cgroups, log links and kernel
+    /// settings undone).
+    pub fn stop(&mut self) -> Result<()> {
+        let Some(mut child) = self.child.take() else {
+            return Ok(());
+        };
+        // SAFETY: signals the script this harness started.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let status = child.wait()?;
+        let log = self.log();
+        let _ = std::fs::remove_dir_all(&self.base);
+        if !status.success() {
+            fail!(HarnessError::Failed, "cluster.sh exited {status}:\n{log}");
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        if let Err(e) = self.stop() {
+            eprintln!("{e:#}");
+        }
+    }
+}
+
+/// The last `n` lines of `text`.
+pub fn tail(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
