@@ -92,21 +92,22 @@ pub fn set_heap(argv: &mut [String], heap_mb: u64) {
 
 /// The Java agent's environment.
 pub fn env() -> Vec<(String, String)> {
-    [
+    let mut env: Vec<(String, String)> = [
         ("PATH", "/usr/bin:/bin"),
         ("HOME", "/tmp"),
         ("TMPDIR", "/tmp"),
         ("LANG", "C.UTF-8"),
         ("LC_ALL", "C.UTF-8"),
         ("JAVA_HOME", JAVA_HOME),
-        // the launcher's RPATH is $ORIGIN, which the dynamic loader finds
-        // through /proc/self/exe: the sandbox has no /proc
-        ("LD_LIBRARY_PATH", "/usr/lib/jvm/java-17-openjdk-amd64/lib"),
         ("MALLOC_ARENA_MAX", "1"),
     ]
     .iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect()
+    .collect();
+    // the launcher's RPATH is $ORIGIN, which the dynamic loader finds
+    // through /proc/self/exe: the sandbox has no /proc
+    env.push(("LD_LIBRARY_PATH".into(), format!("{JAVA_HOME}/lib")));
+    env
 }
 
 /// A jar of Maven Central, `group:artifact:version`, and its SHA-256.
@@ -255,23 +256,16 @@ fn javac(class_path: &[PathBuf], dest: &Path, files: &[PathBuf]) -> Result<()> {
         .map(|p| p.display().to_string())
         .collect::<Vec<_>>()
         .join(":");
-    let out = Command::new("javac")
-        .args(["--release", "17", "-encoding", "UTF-8", "-nowarn", "-cp"])
-        .arg(cp)
-        .arg("-d")
-        .arg(dest)
-        .args(files)
-        .env("LC_ALL", "C")
-        .output()
-        .context("run javac")?;
-    if !out.status.success() {
-        fail!(
-            RuntimeError::Host,
-            "javac failed: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    crate::recipe::run_ok(
+        Command::new("javac")
+            .args(["--release", "17", "-encoding", "UTF-8", "-nowarn", "-cp"])
+            .arg(cp)
+            .arg("-d")
+            .arg(dest)
+            .args(files)
+            .env("LC_ALL", "C"),
+        "javac",
+    )?;
     Ok(())
 }
 

@@ -503,7 +503,7 @@ fn fetch_debs(
     Ok(Err(String::from_utf8_lossy(&out.stderr).trim().to_string()))
 }
 
-fn run_ok(cmd: &mut Command, what: &str) -> Result<Output> {
+pub(crate) fn run_ok(cmd: &mut Command, what: &str) -> Result<Output> {
     let out = cmd.output().with_context(|| format!("run {what}"))?;
     if !out.status.success() {
         fail!(

@@ -238,6 +238,18 @@ pub fn is_java_handler(s: &str) -> bool {
     s.len() <= 200 && ident(method) && class.split('.').all(ident)
 }
 
+/// The agent's hooks (`init`, `before_snapshot`, `after_restore`) are
+/// Python's and Node's: for another runtime, the first one given is
+/// refused, with what that runtime has `instead`.
+pub(crate) fn refuse_hooks(hooks: &[(&str, &Option<String>)], instead: &str) -> Result<(), String> {
+    match hooks.iter().find(|(_, h)| h.is_some()) {
+        Some((what, _)) => Err(format!(
+            "{what} is for python and nodejs functions{instead}"
+        )),
+        None => Ok(()),
+    }
+}
+
 /// The handler and hooks a deploy names, checked for its runtime.
 fn check_entry_points(req: &DeployRequest, runtime: Runtime) -> Result<(), Error> {
     let hooks = [
@@ -256,13 +268,12 @@ fn check_entry_points(req: &DeployRequest, runtime: Runtime) -> Result<(), Error
                 req.handler
             )));
         }
-        if let Some((what, _)) = hooks.iter().find(|(_, h)| h.is_some()) {
-            return Err(bad(format!(
-                "{what} is for python and nodejs functions: a Java function's init is its \
-                 class's constructor, and its hooks are CRaC resources (org.crac)"
-            )));
-        }
-        return Ok(());
+        return refuse_hooks(
+            &hooks,
+            ": a Java function's init is its class's constructor, and its hooks are CRaC \
+             resources (org.crac)",
+        )
+        .map_err(bad);
     }
     check_entry("handler", &req.handler)?;
     for (what, h) in hooks {
