@@ -359,7 +359,7 @@ public final class Agent {
             }
         }
         String requestId = rid != null ? rid.asText() : newRequestId();
-        return call(event, requestId, timeoutMs, true);
+        return call(handler, event, requestId, timeoutMs, true);
     }
 
     private JsonNode sizedInput(String size) throws BadRequest {
@@ -384,11 +384,11 @@ public final class Agent {
                 + h.substring(16, 20) + "-" + h.substring(20);
     }
 
-    /** One call of the handler on the invoker thread, waited for with the timeout. */
-    private ObjectNode call(JsonNode event, String requestId, long timeoutMs, boolean count) {
+    /** One call of `h` on the invoker thread, waited for with the timeout. */
+    private ObjectNode call(Handler h, JsonNode event, String requestId, long timeoutMs,
+            boolean count) {
         long deadline = timeoutMs < 0 ? Long.MAX_VALUE : System.nanoTime() + timeoutMs * 1_000_000L;
         LambdaContext ctx = new LambdaContext(requestId, deadline, function);
-        Handler h = handler;
         long t0 = System.nanoTime();
         Future<byte[]> f = invoker.submit(() -> {
             try {
@@ -492,23 +492,20 @@ public final class Agent {
     private void warmUp() {
         byte[] seed = new byte[32];
         ids.nextBytes(seed);
-        Handler saved = handler;
         try {
+            Handler echo = Handler.resolve("thaw.Agent$Echo::handle",
+                    Agent.class.getClassLoader(), json);
             for (int i = 0; i < 8; i++) {
                 parse("{\"op\":\"invoke\",\"input\":{\"k\":[1,2.5,\"v\",null,true]}}"
                         .getBytes(StandardCharsets.UTF_8));
                 Reseed.all(seed);
-                handler = Handler.resolve("thaw.Agent$Echo::handle", Agent.class.getClassLoader(),
-                        json);
-                json.writeValueAsBytes(call(json.createObjectNode().put("k", i), newRequestId(),
-                        1000, false));
-                json.writeValueAsBytes(call(json.createArrayNode().add(i).add("s"), newRequestId(),
-                        1000, false));
+                json.writeValueAsBytes(call(echo, json.createObjectNode().put("k", i),
+                        newRequestId(), 1000, false));
+                json.writeValueAsBytes(call(echo, json.createArrayNode().add(i).add("s"),
+                        newRequestId(), 1000, false));
             }
         } catch (Throwable t) {
             log("warm-up: " + t);
-        } finally {
-            handler = saved;
         }
         if (handler != null) {
             handler.prime(json);
