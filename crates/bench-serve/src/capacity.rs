@@ -46,19 +46,24 @@ fn call(c: &mut Client, method: &str, path: &str, body: &Value) -> Result<Value>
     Ok(r.json()?)
 }
 
-/// Deploys the hello world as `name`; everything else is the daemon's default.
-fn deploy(c: &mut Client, name: &str, max_instances: u32) -> Result<()> {
-    deploy_code(c, name, max_instances, HELLO)
-}
-
-fn deploy_code(c: &mut Client, name: &str, max_instances: u32, code: &str) -> Result<()> {
-    let req = json!({
+/// Deploys `code` as `name`; what is not given is the daemon's default.
+fn deploy_code(
+    c: &mut Client,
+    name: &str,
+    max_instances: u32,
+    code: &str,
+    memory_mb: Option<u32>,
+) -> Result<()> {
+    let mut req = json!({
         "name": name,
         "handler": "hello.handler",
         "code": {"format": "file", "filename": "hello.py",
                  "data_base64": base64::engine::general_purpose::STANDARD.encode(code)},
         "max_instances": max_instances,
     });
+    if let Some(mb) = memory_mb {
+        req["memory_mb"] = json!(mb);
+    }
     call(c, "POST", "/v1/functions", &req).map(drop)
 }
 
@@ -150,7 +155,7 @@ fn fill(
     let names: Vec<String> = (0..o.functions).map(|i| format!("hello{i}")).collect();
     let code = hello_with_state(o.state_mb);
     for n in &names {
-        deploy_code(&mut c, n, o.per_function, &code)?;
+        deploy_code(&mut c, n, o.per_function, &code, None)?;
     }
     let t = Instant::now();
     let (mut started, mut prewarm_errors) = (0, Vec::new());
@@ -221,6 +226,11 @@ pub struct BurstOptions {
     pub sizes: Vec<usize>,
     pub runs: usize,
     pub max_instances: u32,
+    /// the function's memory_mb (None: the daemon's default)
+    pub memory_mb: Option<u32>,
+    /// send every request with `?force=cold`: each one restores an instance
+    /// of its own instead of waiting for one that goes idle
+    pub cold: bool,
 }
 
 /// One burst size over every run.
@@ -247,6 +257,8 @@ pub struct Burst {
 pub struct BurstReport {
     pub runs: usize,
     pub max_instances: u32,
+    pub memory_mb: Option<u32>,
+    pub cold: bool,
     pub budget_mib: u64,
     pub bursts: Vec<Burst>,
 }
@@ -263,6 +275,8 @@ pub fn burst(runtime_home: &Path, o: &BurstOptions) -> Result<BurstReport> {
         Ok::<_, BenchServeError>(BurstReport {
             runs: o.runs,
             max_instances: o.max_instances,
+            memory_mb: o.memory_mb,
+            cold: o.cold,
             budget_mib: app.cfg.memory_budget_mb,
             bursts,
         })
@@ -284,7 +298,7 @@ fn burst_of(socket: &Path, n: usize, o: &BurstOptions) -> Result<Burst> {
         let mut prewarm = 0.0;
         for step in 0..2 {
             let name = format!("b{n}r{run}s{step}");
-            deploy(&mut c, &name, o.max_instances)?;
+            deploy_code(&mut c, &name, o.max_instances, HELLO, o.memory_mb)?;
             if (step + run) % 2 == 0 {
                 let count = n.min(o.max_instances as usize);
                 let t = Instant::now();
@@ -298,7 +312,7 @@ fn burst_of(socket: &Path, n: usize, o: &BurstOptions) -> Result<Burst> {
                 let started = v["started"].as_u64().unwrap_or(0);
                 prewarm = started as f64 / t.elapsed().as_secs_f64();
             } else {
-                let (lat, answered, restored, wall) = at_once(&target, &name, n)?;
+                let (lat, answered, restored, wall) = at_once(&target, &name, n, o.cold)?;
                 ok += answered;
                 latencies.extend(lat);
                 restores.push(restored as f64);
@@ -324,9 +338,15 @@ fn burst_of(socket: &Path, n: usize, o: &BurstOptions) -> Result<Burst> {
 
 /// `n` invocations of `name` released together; (latencies in ms,
 /// answered 200, restore starts, wall seconds from the release to the last answer).
-fn at_once(target: &Target, name: &str, n: usize) -> Result<(Vec<f64>, usize, usize, f64)> {
+fn at_once(
+    target: &Target,
+    name: &str,
+    n: usize,
+    cold: bool,
+) -> Result<(Vec<f64>, usize, usize, f64)> {
     let gate = Barrier::new(n + 1);
-    let path = format!("/v1/functions/{name}/invoke");
+    let force = if cold { "?force=cold" } else { "" };
+    let path = format!("/v1/functions/{name}/invoke{force}");
     let (answers, wall) = std::thread::scope(|s| {
         let hs: Vec<_> = (0..n)
             .map(|i| {
@@ -360,10 +380,14 @@ fn at_once(target: &Target, name: &str, n: usize) -> Result<(Vec<f64>, usize, us
 
 pub fn burst_markdown(r: &BurstReport) -> String {
     let mut s = format!(
-        "Requests sent at once to a function with no live instance (max_instances {}, the daemon's defaults otherwise: budget {} MiB), {} runs, each beside a prewarm of the same count (at most max_instances)\n\n\
+        "Requests sent at once to a function with no live instance{} (max_instances {}, memory_mb {}, the daemon's defaults otherwise: budget {} MiB), {} runs, each beside a prewarm of the same count (at most max_instances)\n\n\
          | requests | 200s | starts/s min / median / p99 | prewarm restores/s median | burst / prewarm median | latency ms min | p50 | p99 | restores median |\n\
          |---|---|---|---|---|---|---|---|---|\n",
-        r.max_instances, r.budget_mib, r.runs
+        if r.cold { ", each with `?force=cold`" } else { "" },
+        r.max_instances,
+        r.memory_mb.map_or("default".to_string(), |m| m.to_string()),
+        r.budget_mib,
+        r.runs
     );
     for b in &r.bursts {
         s += &format!(

@@ -497,6 +497,13 @@ pub struct BenchBurstArgs {
     /// The function's max_instances
     #[arg(long, default_value_t = 64)]
     max_instances: u32,
+    /// The function's memory_mb (default: the daemon's)
+    #[arg(long)]
+    memory_mb: Option<u32>,
+    /// Send every request with ?force=cold, so each restores an instance of
+    /// its own rather than reusing one that went idle
+    #[arg(long)]
+    cold: bool,
     /// Write the report as JSON here
     #[arg(long)]
     json: Option<PathBuf>,
@@ -513,6 +520,8 @@ pub fn bench_burst(home: &Path, a: BenchBurstArgs) -> Result<()> {
         sizes: a.sizes,
         runs: a.runs,
         max_instances: a.max_instances,
+        memory_mb: a.memory_mb,
+        cold: a.cold,
     };
     let r = thaw_bench_serve::capacity::burst(home, &o)?;
     let md = thaw_bench_serve::capacity::burst_markdown(&r);
