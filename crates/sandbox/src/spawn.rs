@@ -9,7 +9,7 @@
 use crate::error::{HostError, Result};
 use std::ffi::CString;
 use std::io::Error;
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use thaw_error::{fail, ResultExt};
@@ -83,10 +83,12 @@ const STEPS: &[&str] = &[
     "mounting the function code or packages",
     "mounting /dev/shm",
     "configuring the egress interface",
+    "joining its cgroups",
 ];
 const STEP_CODE: usize = 15;
 const STEP_SHM: usize = 16;
 const STEP_EGRESS: usize = 17;
+const STEP_CGROUPS: usize = 18;
 
 /// Index of the setsid step in [`STEPS`].
 const STEP_SETSID: usize = 14;
@@ -115,6 +117,9 @@ struct Prepared {
     net: Option<(libc::sockaddr_in, libc::sockaddr_in)>,
     /// and its IPv6 configuration, for a function with IPv6 destinations
     net6: Option<Net6>,
+    /// the sandbox's cgroups' `cgroup.procs`, open for writing: the child
+    /// joins them itself (writing 0) before anything else
+    procs: Vec<std::fs::File>,
 }
 
 /// A sandbox's IPv6 on its veth: a /128 address, no link-local address and
@@ -252,6 +257,17 @@ fn prepare(spec: &ChildSpec) -> Result<Prepared> {
         envp,
         path,
         fds: spec.fds.clone(),
+        procs: spec
+            .procs_files
+            .iter()
+            .map(|f| {
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(f)
+                    .with_context(|| format!("opening {}", f.display()))
+                    .map_err(HostError::from)
+            })
+            .collect::<Result<_>>()?,
         rlimits: spec.rlimits.clone(),
         creds,
         filter,
@@ -293,22 +309,43 @@ pub fn spawn(spec: &ChildSpec) -> Result<i32> {
     let p = prepare(spec)?;
     let (go_r, go_w) = pipe()?;
     let (err_r, err_w) = pipe()?;
-    let flags = libc::CLONE_NEWPID
+    // A child that needs nothing from this side before it goes on (no veth
+    // to plug in, no listener to open in its namespaces) shares the worker's
+    // memory until it execs, and this thread waits meanwhile (CLONE_VM |
+    // CLONE_VFORK, as posix_spawn does): a fork would copy the page tables
+    // of a worker that maps hundreds of MiB and write-protect its pages,
+    // which in a burst of restores cost more CPU than the rest of a
+    // sandbox's set-up. Either way it runs on a stack of its own.
+    let handshake = spec.net.is_some() || spec.before_start.is_some();
+    let shared = if handshake {
+        0
+    } else {
+        libc::CLONE_VM | libc::CLONE_VFORK
+    };
+    let flags = shared
+        | libc::CLONE_NEWPID
         | libc::CLONE_NEWNS
         | libc::CLONE_NEWNET
         | libc::CLONE_NEWIPC
         | libc::CLONE_NEWUTS
         | libc::SIGCHLD;
-    // SAFETY: a fork-like clone (no new stack); the child only runs `child`,
-    // which makes raw system calls on prepared data and never returns.
+    let stack = ChildStack::new()?;
+    let args = ChildArgs {
+        p: &p,
+        go_r: handshake.then_some(go_r),
+        err_w,
+    };
+    // SAFETY: the child runs `child_entry` on its own stack and never
+    // returns; it only makes raw system calls on `p` and `args`. Sharing
+    // this memory, it has exec'd or died before `clone` returns here (this
+    // thread is suspended meanwhile, its errno untouched by ours), and
+    // `p`, `args` and the stack outlive it.
     let pid = unsafe {
-        libc::syscall(
-            libc::SYS_clone,
-            flags as libc::c_ulong,
-            0usize,
-            0usize,
-            0usize,
-            0usize,
+        libc::clone(
+            child_entry,
+            stack.top(),
+            flags,
+            (&args as *const ChildArgs).cast_mut().cast(),
         )
     };
     if pid < 0 {
@@ -316,17 +353,9 @@ pub fn spawn(spec: &ChildSpec) -> Result<i32> {
         close(&[go_r, go_w, err_r, err_w]);
         fail!(HostError::Failed, "clone with new namespaces failed: {e}");
     }
-    if pid == 0 {
-        child(&p, go_r, err_w);
-    }
     let pid = pid as i32;
     close(&[go_r, err_w]);
-    let joined = spec.procs_files.iter().try_for_each(|f| {
-        std::fs::write(f, pid.to_string())
-            .with_context(|| format!("adding pid {pid} to {}", f.display()))
-            .map_err(HostError::from)
-    });
-    let joined = joined.and_then(|()| spec.net.map_or(Ok(()), |n| n.plug(pid)));
+    let joined = spec.net.map_or(Ok(()), |n| n.plug(pid));
     let joined = joined.and_then(|()| spec.before_start.map_or(Ok(()), |f| f(pid)));
     if let Err(e) = joined {
         kill_and_reap(pid);
@@ -414,16 +443,91 @@ pub fn kill_and_reap(pid: i32) {
     }
 }
 
+/// What the child of [`spawn`] gets through `clone`'s one argument.
+struct ChildArgs<'a> {
+    p: &'a Prepared,
+    /// where to wait for the parent's word (None: go on at once)
+    go_r: Option<RawFd>,
+    err_w: RawFd,
+}
+
+extern "C" fn child_entry(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the `ChildArgs` that `spawn` keeps alive until this
+    // child has exec'd or died.
+    let a = unsafe { &*arg.cast::<ChildArgs>() };
+    child(a.p, a.go_r, a.err_w)
+}
+
+/// The stack a [`spawn`] child runs on until it execs, with a guard page
+/// below it.
+struct ChildStack {
+    base: *mut libc::c_void,
+}
+
+impl ChildStack {
+    const SIZE: usize = 256 << 10;
+    const GUARD: usize = 4096;
+
+    fn new() -> Result<ChildStack> {
+        // SAFETY: a fresh anonymous private mapping; nothing else refers to it.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                Self::SIZE + Self::GUARD,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            fail!(
+                HostError::Failed,
+                "a child stack: {}",
+                Error::last_os_error()
+            );
+        }
+        // SAFETY: the lowest page of the mapping just made; an overflow
+        // faults there instead of writing below the stack.
+        if unsafe { libc::mprotect(base, Self::GUARD, libc::PROT_NONE) } != 0 {
+            let e = Error::last_os_error();
+            // SAFETY: unmapping the mapping just made, unused.
+            unsafe { libc::munmap(base, Self::SIZE + Self::GUARD) };
+            fail!(HostError::Failed, "a child stack's guard page: {e}");
+        }
+        Ok(ChildStack { base })
+    }
+
+    /// The highest address (the stack grows down), 16-byte aligned.
+    fn top(&self) -> *mut libc::c_void {
+        // SAFETY: one past the end of the mapping, which is page-aligned.
+        unsafe { self.base.cast::<u8>().add(Self::SIZE + Self::GUARD).cast() }
+    }
+}
+
+impl Drop for ChildStack {
+    fn drop(&mut self) {
+        // SAFETY: the mapping `new` made; its child has exec'd or died.
+        unsafe { libc::munmap(self.base, Self::SIZE + Self::GUARD) };
+    }
+}
+
 /// The child: never returns. Reports (step, errno) on ERR_FD and exits on failure.
-fn child(p: &Prepared, go_r: RawFd, err_w: RawFd) -> ! {
+fn child(p: &Prepared, go_r: Option<RawFd>, err_w: RawFd) -> ! {
     // SAFETY: (the whole function) raw system calls on data prepared before
     // clone; no allocation, no locks, as required between clone and exec.
     unsafe {
         let mut err_fd = err_w;
         let fail = |fd: RawFd, step: usize| -> ! { fail_step(fd, step) };
         let mut b = 0u8;
-        if libc::read(go_r, (&mut b as *mut u8).cast(), 1) != 1 {
+        if go_r.is_some_and(|r| libc::read(r, (&mut b as *mut u8).cast(), 1) != 1) {
             fail(err_fd, 0);
+        }
+        // its cgroups, before it allocates anything they should count
+        for f in &p.procs {
+            if libc::write(f.as_raw_fd(), c"0".as_ptr().cast(), 1) != 1 {
+                fail(err_fd, STEP_CGROUPS);
+            }
         }
         libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
         // its own session and process group: kill(0, ...) or a signal to
@@ -800,4 +904,43 @@ unsafe fn fail_step(fd: RawFd, step: usize) -> ! {
     rep[4..8].copy_from_slice(&errno.to_le_bytes());
     libc::write(fd, rep.as_ptr().cast(), 8);
     libc::_exit(127);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A child sharing the worker's memory reports the step it failed at,
+    /// and the worker goes on (its memory intact) once it has gone.
+    #[test]
+    fn a_failed_set_up_names_its_step() {
+        let root = std::env::temp_dir().join(format!("thaw-spawn-fail-{}", std::process::id()));
+        for d in ["tmp", "dev"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        let marker = vec![7u8; 4096];
+        let spec = ChildSpec {
+            root: &root,
+            fds: vec![],
+            argv: vec!["nothing".into()],
+            env: vec![],
+            exec: Exec::Privileged {
+                path: "/no/such/program".into(),
+            },
+            rlimits: vec![],
+            procs_files: vec![],
+            tmp_bytes: 1 << 20,
+            shm_bytes: 1 << 20,
+            binds: vec![],
+            net: None,
+            before_start: None,
+        };
+        for _ in 0..3 {
+            let e = spawn(&spec).unwrap_err().to_string();
+            assert!(e.contains("while exec"), "{e}");
+            assert!(e.contains("No such file"), "{e}");
+        }
+        assert!(marker.iter().all(|&b| b == 7));
+        std::fs::remove_dir_all(&root).unwrap();
+    }
 }
