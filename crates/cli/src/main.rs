@@ -301,6 +301,8 @@ enum BenchCmd {
     Lambda(serve::BenchLambdaArgs),
     /// Simulated vs live: one synthetic day through `thaw sim` and through `thaw load` against a `thaw serve` it starts
     Simlive(thaw_simlive::Args),
+    /// Keep-alive live: an Azure 2021 trace replayed through `thaw load` against the daemon with idle instances charged their declared memory, then what they hold; start types counted
+    Keepalive(thaw_simlive::keepalive::Args),
     /// XDT: 1-1 transfers between functions by reference vs. inline in the event
     Xdt(xdt::BenchXdtArgs),
     /// Kubernetes' path: pod start to first HTTP response through CRI (gRPC, as the kubelet; or crictl), runc vs thaw; pods at once; a node restoring another node's snapshot
@@ -681,6 +683,9 @@ fn run(cli: Cli, matches: &clap::ArgMatches) -> Result<()> {
         Cmd::Bench {
             cmd: BenchCmd::Simlive(a),
         } => Ok(thaw_simlive::main(&home, &a)?),
+        Cmd::Bench {
+            cmd: BenchCmd::Keepalive(a),
+        } => Ok(thaw_simlive::keepalive::main(&home, &a)?),
         Cmd::Bench {
             cmd: BenchCmd::Xdt(args),
         } => xdt::bench(&home, args),

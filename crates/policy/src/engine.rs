@@ -370,6 +370,22 @@ impl Engine {
         Ok(())
     }
 
+    /// Pressure the budget does not see (the kernel reports memory stalls,
+    /// or the node holds its most instances): idle instances given up in
+    /// the policy's order until `mb` of the RAM charged is freed or none is
+    /// left idle (`mb` = 1 gives up one). Returns (instances, MiB) freed.
+    pub fn shed_idle(&mut self, now: Time, mb: u64, out: &mut Vec<Action>) -> (usize, u64) {
+        self.tick(now);
+        let before = self.usage.ram_mb;
+        let mut killed = 0;
+        while before.saturating_sub(self.usage.ram_mb) < mb {
+            let Some(v) = self.victim() else { break };
+            self.kill_idle(v, out);
+            killed += 1;
+        }
+        (killed, before.saturating_sub(self.usage.ram_mb))
+    }
+
     /// Number of transfers issued and not yet done or cancelled.
     pub fn pending_transfers(&self) -> usize {
         self.pending.len()

@@ -678,3 +678,31 @@ fn a_patient_arrival_waits_for_running_instances_instead_of_evicting() {
     assert!(matches!(o, Outcome::Started { .. }), "{o:?}");
     assert_eq!(out, vec![Action::Kill { instance: a }]);
 }
+
+/// Pressure the budget does not see sheds idle instances in the policy's
+/// order (least recently used first here), never a running one.
+#[test]
+fn shedding_gives_up_idle_instances_oldest_first() {
+    let mut h = H::new(cfg(PolicyKind::LruMem, 10_000));
+    let (_, a, _) = h.go(0, A, 100);
+    let (_, b, _) = h.go(0, B, 100);
+    let (_, c, _) = h.go(0, C, 100);
+    h.fin(S, b);
+    h.fin(2 * S, a);
+    let before = h.p.usage().ram_mb;
+    let mut out = vec![];
+    assert_eq!(h.p.shed_idle(3 * S, 1, &mut out), (1, 100));
+    assert_eq!(
+        out,
+        vec![Action::Kill { instance: b }],
+        "the older idle one"
+    );
+    out.clear();
+    assert_eq!(h.p.shed_idle(3 * S, 1_000, &mut out), (1, 100));
+    assert_eq!(out, vec![Action::Kill { instance: a }]);
+    // nothing idle is left: the running instance stays
+    out.clear();
+    assert_eq!(h.p.shed_idle(3 * S, 1, &mut out), (0, 0));
+    assert_eq!(h.p.usage().ram_mb, before - 200);
+    h.fin(4 * S, c);
+}

@@ -44,6 +44,13 @@ pub struct Config {
     /// pages as measured (its function's snapshot pages counted once), or
     /// `declared`, its `memory_mb` as while it runs.
     pub memory_accounting: String,
+    /// Memory pressure the budget does not see: when the kernel's PSI file
+    /// reports tasks stalled on memory for this share of a second (percent,
+    /// `some`), a quarter of the RAM idle instances hold is given up, in the
+    /// policy's order, each second it lasts; 0 turns it off.
+    pub memory_pressure_stall_pct: f64,
+    /// The PSI file read for that (`/proc/pressure/memory`).
+    pub memory_pressure_file: PathBuf,
     /// The two tiers snapshots live on (`[snapshot_tiers]`).
     pub snapshot_tiers: SnapshotTiers,
     /// Share snapshots with other nodes through the slow tier, which must
@@ -155,6 +162,9 @@ pub struct Limits {
     /// Default and largest per-function instance cap.
     pub instances_per_function: u32,
     pub max_instances_per_function: u32,
+    /// The most instances the node holds, running and idle (0: what the
+    /// daemon's descriptors, the kernel's pids and the sandbox uids allow).
+    pub instances_per_node: u32,
     /// Requests that may wait for an instance, per function; past it: 429.
     pub queue_per_function: u32,
     pub default_timeout_ms: u64,
@@ -200,6 +210,7 @@ impl Default for Limits {
             event_bytes: 6 << 20,
             instances_per_function: 4,
             max_instances_per_function: 64,
+            instances_per_node: 0,
             queue_per_function: 256,
             default_timeout_ms: 30_000,
             max_timeout_ms: 900_000,
@@ -231,6 +242,8 @@ impl Default for Config {
             log_format: "text".into(),
             memory_budget_mb: default_memory_budget_mb(),
             memory_accounting: "measured".into(),
+            memory_pressure_stall_pct: 10.0,
+            memory_pressure_file: PathBuf::from("/proc/pressure/memory"),
             snapshot_tiers: SnapshotTiers::default(),
             shared_snapshots: false,
             dram_snapshot_mb: 2048,
@@ -327,6 +340,13 @@ impl Config {
                 ConfigError::Invalid,
                 "memory accounting {:?}: use measured or declared",
                 self.memory_accounting
+            );
+        }
+        if !(0.0..=100.0).contains(&self.memory_pressure_stall_pct) {
+            fail!(
+                ConfigError::Invalid,
+                "memory_pressure_stall_pct {}: want a percent in [0, 100] (0: off)",
+                self.memory_pressure_stall_pct
             );
         }
         let l = &self.limits;

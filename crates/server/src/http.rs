@@ -560,7 +560,7 @@ fn refusal(app: &App, name: &str, r: Refusal) -> ApiError {
         "queue_full" => StatusCode::TOO_MANY_REQUESTS,
         "replaced" | "at_cap" => StatusCode::CONFLICT,
         "start_failed" => StatusCode::BAD_GATEWAY,
-        // memory, shutting_down, queue_timeout
+        // memory, node_full, shutting_down, queue_timeout
         _ => StatusCode::SERVICE_UNAVAILABLE,
     };
     app.metrics.reject(r.code);
@@ -640,7 +640,10 @@ async fn prewarm(
                     pool.release(&mut l, true);
                     Ok(())
                 }
-                Err(e) => Err(format!("{e:?}")),
+                Err(e) => {
+                    let r = outcome::refused(&v.rec.name, e);
+                    Err(format!("{}: {}", r.code, r.message))
+                }
             }
         }));
     }

@@ -18,6 +18,7 @@ pub mod nested;
 pub mod outcome;
 pub mod placement;
 pub mod pool;
+pub mod pressure;
 pub mod provided;
 pub mod registry;
 pub mod roots;
@@ -189,6 +190,11 @@ pub fn open(cfg: Config) -> Result<Arc<App>> {
     roots::gc(&app.cfg, &app.registry.dir, &app.root_pins, true);
     tiering::spawn_mover(Arc::downgrade(&app), mover_rx)?;
     tiering::spawn_warmer(Arc::downgrade(&app))?;
+    pressure::spawn_monitor(
+        Arc::downgrade(&app),
+        app.cfg.memory_pressure_stall_pct,
+        &app.cfg.memory_pressure_file,
+    )?;
     Ok(app)
 }
 

@@ -58,7 +58,7 @@ fn seconds_histogram() -> Histogram {
 }
 
 /// Every reason a request is refused with (`thaw_rejected_requests_total`).
-pub const REJECT_REASONS: [&str; 10] = [
+pub const REJECT_REASONS: [&str; 11] = [
     "queue_full",
     "memory",
     "queue_timeout",
@@ -67,6 +67,7 @@ pub const REJECT_REASONS: [&str; 10] = [
     "bad_request",
     "replaced",
     "at_cap",
+    "node_full",
     "start_failed",
     "unauthorized",
 ];
@@ -82,6 +83,9 @@ pub struct Metrics {
     pub moves: Family<MoveLabels, Counter>,
     pub mispredictions: Family<PredictionLabels, Counter>,
     pub rejected: Family<ReasonLabel, Counter>,
+    /// idle instances given up for pressure the budget does not see, by
+    /// reason (`psi`: the kernel reported memory stalls)
+    pub shed: Family<ReasonLabel, Counter>,
     /// XDT pulls from other workers, by outcome (`ok`, or the error kind)
     pub pulls: Family<OutcomeLabel, Counter>,
     pub pulled_bytes: Counter,
@@ -131,6 +135,7 @@ impl Metrics {
         let memory = Family::<TierLabel, Gauge>::default();
         let moves = Family::<MoveLabels, Counter>::default();
         let rejected = Family::<ReasonLabel, Counter>::default();
+        let shed = Family::<ReasonLabel, Counter>::default();
         let mispredictions = Family::<PredictionLabels, Counter>::default();
         let pulls = Family::<OutcomeLabel, Counter>::default();
         let pulled_bytes = Counter::default();
@@ -215,6 +220,14 @@ impl Metrics {
             "Requests refused, by reason",
             rejected.clone(),
         );
+        registry.register(
+            "shed_instances",
+            "Idle instances given up for memory pressure the budget does not see, by reason",
+            shed.clone(),
+        );
+        let _ = shed.get_or_create(&ReasonLabel {
+            reason: "psi".into(),
+        });
         // every series exists from the start (a scrape sees 0, not nothing)
         for (from, to) in [("tmpfs", "disk"), ("disk", "tmpfs")] {
             let _ = moves.get_or_create(&MoveLabels {
@@ -238,6 +251,7 @@ impl Metrics {
             moves,
             mispredictions,
             rejected,
+            shed,
             pulls,
             pulled_bytes,
             pull_duration,

@@ -40,6 +40,11 @@ pub fn refused(name: &str, r: Refusal) -> Refused {
             Some(1),
         ),
         Refusal::AtCap => ("at_cap", format!("{name:?} is at its instance cap"), None),
+        Refusal::NodeFull(n) => (
+            "node_full",
+            format!("the node holds its most instances ({n}) and none is idle"),
+            Some(1),
+        ),
         Refusal::Waited => (
             "queue_timeout",
             format!("no instance of {name:?} became free in time"),

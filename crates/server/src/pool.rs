@@ -17,6 +17,7 @@ use tokio::sync::oneshot;
 
 use crate::config::SnapshotTiers;
 
+mod limits;
 mod memory;
 use crate::logs::{take_sandbox_output, LogEntry, Ring};
 use crate::metrics::Metrics;
@@ -181,6 +182,9 @@ pub enum Refusal {
     Replaced,
     #[error("at the instance cap")]
     AtCap,
+    /// the node holds its most instances (the cap)
+    #[error("the node holds its most instances ({0})")]
+    NodeFull(u32),
     #[error("starting an instance failed: {0}")]
     Failed(String),
     #[error("no instance became free in time")]
@@ -260,6 +264,8 @@ pub struct Pool {
     slot_tiers: Arc<HashMap<String, thaw_tiers::TierConfig>>,
     epoch: Instant,
     queue_cap: u32,
+    /// the most instances the node holds (see `limits`)
+    node_cap: u32,
     log_cap: u64,
     /// how long a switch of a version's snapshot waits for the restores
     /// still opening the old copy (`limits.switch_wait_ms`)
@@ -385,6 +391,8 @@ impl Pool {
         mover: mpsc::Sender<String>,
     ) -> Result<Pool, PoolError> {
         let engine = Engine::new(policy)?;
+        let (node_cap, bound) = limits::node_cap(limits.instances_per_node, limits::raise_nofile());
+        tracing::info!(instances = node_cap, bound = %bound, "the node holds at most");
         let cfg = thaw_tiers::TiersConfig::load(&worker.home)?;
         let slot_tiers = tiers
             .names()
@@ -411,6 +419,7 @@ impl Pool {
             slot_tiers: Arc::new(slot_tiers),
             epoch: Instant::now(),
             queue_cap: limits.queue_per_function,
+            node_cap,
             log_cap: limits.invocation_log_bytes,
             switch_wait: Duration::from_millis(limits.switch_wait_ms),
             threads: Arc::default(),
@@ -740,7 +749,10 @@ impl Pool {
                     }
                 }
                 let live = st.fns[&name].live;
-                if warm_ok || live < cap {
+                let node_full = !warm_ok && live < cap && self.node_full(&mut st, mode)?;
+                if node_full {
+                    self.wait_for_memory(&mut st, &name)?
+                } else if warm_ok || live < cap {
                     let mut out = Vec::new();
                     let mem = v.rec.memory_mb as u32;
                     let now = self.now();

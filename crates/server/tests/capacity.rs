@@ -145,3 +145,74 @@ fn declared_accounting_charges_idle_instances_their_limit() {
     bad.memory_accounting = "guessed".into();
     assert!(bad.validate().is_err());
 }
+
+/// Memory stalls the kernel reports (through a PSI file in the kernel's
+/// format, which the test writes: real stalls on a 24 GiB machine would
+/// take the whole machine down) give idle instances up, in the policy's
+/// order, and only while the stall grows.
+#[test]
+fn memory_stalls_give_idle_instances_up() {
+    let mut cfg = test_config("psi");
+    let psi = std::path::PathBuf::from(format!("{}.psi", cfg.home.display()));
+    let write = |total: u64| {
+        let t = format!(
+            "some avg10=0.00 avg60=0.00 avg300=0.00 total={total}\n\
+             full avg10=0.00 avg60=0.00 avg300=0.00 total={total}\n"
+        );
+        std::fs::write(&psi, t).unwrap();
+    };
+    write(0);
+    cfg.memory_pressure_file = psi.clone();
+    cfg.memory_pressure_stall_pct = 10.0;
+    let d = Daemon::start(cfg);
+    deploy_mb(&d, "p", 128, 8);
+    let r = d.req("PUT", "/v1/functions/p/prewarm", Some(b"{\"count\": 8}"));
+    assert_eq!(r.json().unwrap()["started"], 8);
+    let idle = || instances(&d, "p")["idle"].as_u64().unwrap();
+    let shed = || metric(&d, "thaw_shed_instances_total{reason=\"psi\"}");
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    assert_eq!((idle(), shed()), (8, 0), "no stall, nothing given up");
+    // five seconds of stall at once: far past 10% of a second
+    write(5_000_000);
+    let t = std::time::Instant::now();
+    while shed() == 0 && t.elapsed() < std::time::Duration::from_secs(20) {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let (after, n) = (idle(), shed());
+    assert!(n >= 1 && after < 8, "given up: {n}, idle left {after}");
+    assert_eq!(after + n, 8, "each one given up was idle");
+    // the stall no longer grows: nothing more goes
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    assert_eq!(shed(), n);
+    assert_eq!(d.invoke("p", &json!(1)).status, 200);
+    d.healthy();
+    std::fs::remove_file(&psi).unwrap();
+}
+
+/// At the node's instance cap, a request gives an idle instance up (the
+/// policy's oldest) or waits for a running one; a prewarm stops with
+/// `node_full`; the daemon never goes past the cap.
+#[test]
+fn the_node_holds_at_most_its_instance_cap() {
+    let mut cfg = test_config("nodecap");
+    cfg.limits.instances_per_node = 4;
+    let d = Daemon::start(cfg);
+    deploy_mb(&d, "a", 128, 8);
+    deploy_mb(&d, "b", 128, 8);
+    let r = d.req("PUT", "/v1/functions/a/prewarm", Some(b"{\"count\": 6}"));
+    let v = r.json().unwrap();
+    assert_eq!(v["started"], 4, "{v}");
+    assert!(v["errors"].to_string().contains("node_full"), "{v}");
+    let live = |n: &str| instances(&d, n)["live"].as_u64().unwrap();
+    // b's requests give a's idle instances up, and wait for running ones
+    let statuses = at_once(&d, "/v1/functions/b/invoke?force=cold", 8);
+    assert!(statuses.iter().all(|&s| s == 200), "{statuses:?}");
+    assert!(
+        live("a") + live("b") <= 4,
+        "a {} b {}",
+        live("a"),
+        live("b")
+    );
+    assert!(live("a") < 4, "an idle instance of a was given up");
+    d.healthy();
+}

@@ -11,6 +11,7 @@
 //! ([`compare`]): a table (markdown), JSON and one SVG plot.
 pub mod compare;
 pub mod error;
+pub mod keepalive;
 pub mod live;
 pub mod trace;
 
@@ -76,8 +77,16 @@ pub struct Args {
     pub serve_home: Option<PathBuf>,
 }
 
+impl Args {
+    /// A replayed request's timeout (its function's longest run and a
+    /// minute) and the replay's seed.
+    fn replay_limits(&self) -> (f64, u64) {
+        (self.max_duration_ms as f64 / 1000.0 + 60.0, self.seed)
+    }
+}
+
 /// Removes a temporary daemon home on every exit path.
-struct TempHome(PathBuf);
+pub(crate) struct TempHome(pub(crate) PathBuf);
 
 impl Drop for TempHome {
     fn drop(&mut self) {
@@ -88,10 +97,15 @@ impl Drop for TempHome {
 }
 
 fn note(msg: &str) {
-    thaw_output::errln!("thaw bench simlive: {msg}");
+    note_for("simlive", msg);
 }
 
-fn load_average() -> Option<f64> {
+/// A progress line of `thaw bench BENCH` on stderr.
+pub(crate) fn note_for(bench: &str, msg: &str) {
+    thaw_output::errln!("thaw bench {bench}: {msg}");
+}
+
+pub(crate) fn load_average() -> Option<f64> {
     std::fs::read_to_string("/proc/loadavg")
         .ok()?
         .split_whitespace()
@@ -134,6 +148,7 @@ pub fn run(runtime_home: &Path, a: &Args) -> Result<compare::Comparison> {
             .memory_budget_mb
             .unwrap_or((a.functions as u64 * a.memory_mb / 2).max(a.memory_mb)),
         keep_alive_s: a.keep_alive_s,
+        memory_accounting: None,
     };
     if serve.memory_budget_mb < a.memory_mb {
         fail!(
@@ -183,6 +198,7 @@ pub fn run(runtime_home: &Path, a: &Args) -> Result<compare::Comparison> {
         policy: "lru-mem".into(),
         memory_budget_mb: a.memory_mb * (tr.functions.len() as u64 + 1),
         keep_alive_s: a.keep_alive_s,
+        memory_accounting: None,
     };
     let mut d = live::Daemon::start(&thaw, &home, runtime_home, &roomy, &log)?;
     let mut c = d.client();
@@ -220,7 +236,15 @@ pub fn run(runtime_home: &Path, a: &Args) -> Result<compare::Comparison> {
     for round in 1..=a.calibration_runs {
         let d = live::Daemon::start(&thaw, &home, runtime_home, &roomy, &log)?;
         let records = out(&format!("calibration-{round}.jsonl"));
-        replay(&d.socket, &ctr_path, &names, end_s + 5.0, a, &records, &[])?;
+        replay(
+            &d.socket,
+            &ctr_path,
+            &names,
+            end_s + 5.0,
+            a.replay_limits(),
+            &records,
+            &[],
+        )?;
         let mut c = d.client();
         for (fp, name) in footprints.iter_mut().zip(&names) {
             *fp = live::footprint(&mut c, name)?.or(*fp);
@@ -310,7 +334,7 @@ pub fn run(runtime_home: &Path, a: &Args) -> Result<compare::Comparison> {
         &trace_path,
         &names,
         a.minutes * 60.0 + 1.0,
-        a,
+        a.replay_limits(),
         &out("live.jsonl"),
         &[
             "--json".into(),
@@ -343,12 +367,12 @@ pub fn run(runtime_home: &Path, a: &Args) -> Result<compare::Comparison> {
 
 /// Replays `trace` (Azure 2021 format, functions mapped by name) with
 /// `thaw load` against the daemon on `socket`, records to `records`.
-fn replay(
+pub(crate) fn replay(
     socket: &Path,
     trace: &Path,
     names: &[&str],
     seconds: f64,
-    a: &Args,
+    (timeout_s, seed): (f64, u64),
     records: &Path,
     extra: &[String],
 ) -> Result<thaw_load::record::Summary> {
@@ -365,9 +389,9 @@ fn replay(
         "--duration-s",
         &seconds.to_string(),
         "--timeout-s",
-        &(a.max_duration_ms as f64 / 1000.0 + 60.0).to_string(),
+        &timeout_s.to_string(),
         "--seed",
-        &a.seed.to_string(),
+        &seed.to_string(),
         "--records",
         &records.to_string_lossy(),
         "--quiet",

@@ -18,6 +18,8 @@ pub struct ServeOptions {
     pub policy: String,
     pub memory_budget_mb: u64,
     pub keep_alive_s: u64,
+    /// `measured` or `declared` (None: the daemon's default)
+    pub memory_accounting: Option<String>,
 }
 
 /// A running `thaw serve`; stopped (SIGTERM, then SIGKILL) when dropped.
@@ -48,6 +50,11 @@ impl Daemon {
             .args(["--policy", &o.policy])
             .args(["--memory-budget-mb", &o.memory_budget_mb.to_string()])
             .args(["--keep-alive-s", &o.keep_alive_s.to_string()])
+            .args(
+                o.memory_accounting
+                    .iter()
+                    .flat_map(|a| ["--memory-accounting", a.as_str()]),
+            )
             .stdin(Stdio::null())
             .stdout(log_file.try_clone()?)
             .stderr(log_file)

@@ -36,6 +36,22 @@ impl Pool {
         }
     }
 
+    /// Gives up idle instances in the policy's order until `mb` of the RAM
+    /// charged is freed (or none is idle): (instances, MiB) freed.
+    pub fn shed_idle(&self, mb: u64) -> (usize, u64) {
+        let mut st = lock(&self.state);
+        let mut out = Vec::new();
+        let shed = st.engine.shed_idle(self.now(), mb, &mut out);
+        self.apply(&mut st, out);
+        wake_memory(&mut st);
+        shed
+    }
+
+    /// RAM the policy charges idle instances now.
+    pub fn idle_charged_mb(&self) -> u64 {
+        lock(&self.state).engine.usage().idle_mb
+    }
+
     /// RAM the policy charges every instance now (running: declared; idle:
     /// measured; shared pages once per function).
     pub fn budgeted_bytes(&self) -> u64 {

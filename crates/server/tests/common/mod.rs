@@ -29,6 +29,9 @@ pub fn test_config(name: &str) -> Config {
         home,
         runtime_home: Some(thaw_runtime::default_home()),
         drain_grace_s: 10,
+        // the machine's own memory stalls (other tests' work) must not
+        // give a test's idle instances up; the test of it turns it on
+        memory_pressure_stall_pct: 0.0,
         ..Config::default()
     };
     cfg.limits.code_bytes = 1 << 20;
