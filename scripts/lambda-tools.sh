@@ -5,8 +5,8 @@
 #   lambda-tools.sh rie           the Runtime Interface Emulator (Go module
 #                                 proxy, `go install`): .../aws-lambda-rie
 #   lambda-tools.sh awslambdaric  Lambda's Python runtime interface client
-#                                 (PyPI wheels for the host's CPython 3.11,
-#                                 the runtime root's too): a directory to
+#                                 (PyPI wheels for CPython 3.11, the runtime
+#                                 root's and Debian 12's): a directory to
 #                                 put on sys.path or into a function's zip
 #
 # scripts/setup.sh --tests runs both; `thaw bench lambda` and the Lambda
@@ -41,10 +41,15 @@ rie)
 awslambdaric)
     out=$cache/awslambdaric-$AWSLAMBDARIC_VERSION
     if [ ! -f "$out/awslambdaric/__main__.py" ]; then
+        # pip of the Lambda clients' venv (setup.sh --tests makes it first)
+        pip=${HOME:-/root}/.cache/thaw/lambda-clients/bin/pip
+        [ -x "$pip" ] || { echo "$pip is missing (scripts/setup.sh --tests makes it)" >&2; exit 1; }
         echo "lambda-tools: installing awslambdaric $AWSLAMBDARIC_VERSION (PyPI wheels, once)" >&2
         rm -rf "$out.tmp"
-        PIP_ROOT_USER_ACTION=ignore /usr/bin/python3 -m pip install -q --disable-pip-version-check --no-compile \
-            --only-binary=:all: --no-deps --target "$out.tmp" \
+        # wheels for the runtime root's CPython 3.11, whatever runs pip
+        "$pip" install -q --disable-pip-version-check --no-deps \
+            --only-binary=:all: --implementation cp --python-version 3.11 --abi cp311 \
+            --platform manylinux2014_x86_64 --target "$out.tmp" \
             "awslambdaric==$AWSLAMBDARIC_VERSION" "simplejson==$SIMPLEJSON_VERSION" \
             "snapshot-restore-py==$SNAPSHOT_RESTORE_PY_VERSION" >&2
         rm -rf "$out" && mv "$out.tmp" "$out"

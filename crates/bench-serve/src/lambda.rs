@@ -52,6 +52,7 @@ pub fn run(runtime_home: &Path, o: &Options) -> Result<Report> {
     let script = |args: Vec<String>| ClientScript {
         name: "lambda_bench.py",
         source: SCRIPT,
+        modules: &[],
         args,
         env: Vec::new(),
     };
@@ -91,11 +92,13 @@ pub fn run(runtime_home: &Path, o: &Options) -> Result<Report> {
     })
 }
 
-/// A boto3 client script of the bench: its file name, source, arguments
-/// and environment beyond the daemon's endpoint and key.
+/// A boto3 client script of the bench: its file name, source, the
+/// modules it imports (name, source), arguments and environment beyond the
+/// daemon's endpoint and key.
 pub(crate) struct ClientScript<'a> {
     pub name: &'a str,
     pub source: &'a str,
+    pub modules: &'a [(&'a str, &'a str)],
     pub args: Vec<String>,
     pub env: Vec<(&'a str, String)>,
 }
@@ -129,9 +132,14 @@ pub(crate) fn on_daemon(
     };
     let measure = |app: &thaw_server::App, _: &Path| -> Result<serde_json::Value> {
         let creds = thaw_server::lambda::sigv4::load_or_create(&app.cfg.state_dir())?;
+        for (name, source) in [(client.name, client.source)]
+            .iter()
+            .chain(client.modules)
+        {
+            let path = app.cfg.home.join(name);
+            std::fs::write(&path, source).with_context(|| format!("writing {}", path.display()))?;
+        }
         let script = app.cfg.home.join(client.name);
-        std::fs::write(&script, client.source)
-            .with_context(|| format!("writing {}", script.display()))?;
         let out = Command::new(python)
             .arg(&script)
             .args(&client.args)

@@ -22,7 +22,6 @@ emulator), AWSLAMBDARIC (its package tree), GO_BOOTSTRAP, RUST_BOOTSTRAP.
 Prints one JSON line.
 """
 import http.client
-import io
 import json
 import os
 import shutil
@@ -32,10 +31,12 @@ import sys
 import tempfile
 import time
 import urllib.parse
-import zipfile
 
 import boto3
 import botocore.config
+
+# crates/server/tests/lambda/function_zip.py, written beside this script
+from function_zip import RIC_BOOTSTRAP, tree, zipped
 
 ENDPOINT = os.environ["THAW_ENDPOINT"]
 RIE = os.environ["RIE"]
@@ -43,15 +44,6 @@ RIC = os.environ["AWSLAMBDARIC"]
 PYTHON_SOURCE = """
 def lambda_handler(event, context):
     return {"message": "Hello, %s!" % event.get("name", "world")}
-"""
-# the custom runtime's bootstrap: Lambda's runtime client, handler from _HANDLER
-RIC_BOOTSTRAP = """#!/usr/bin/python3
-import os
-import sys
-
-from awslambdaric.__main__ import main
-
-main([sys.argv[0], os.environ["_HANDLER"]])
 """
 RIE_INVOKE = "/2015-03-31/functions/function/invocations"
 # longer than the daemon's keep-alive (1 s) plus its policy tick (0.5 s)
@@ -75,32 +67,10 @@ def read(path):
         return f.read()
 
 
-def zipped(files):
-    """files: name -> (bytes, unix mode)"""
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
-        for name, (data, mode) in files.items():
-            info = zipfile.ZipInfo(name)
-            info.external_attr = (0o100000 | mode) << 16
-            info.compress_type = zipfile.ZIP_DEFLATED
-            z.writestr(info, data)
-    return buf.getvalue()
-
-
-def ric_tree():
-    """awslambdaric's package files, as a function's zip holds them"""
-    files = {}
-    for root, _, names in os.walk(RIC):
-        for n in names:
-            path = os.path.join(root, n)
-            files[os.path.relpath(path, RIC)] = (read(path), 0o644)
-    return files
-
-
 def thaw_functions():
     """name -> (Runtime, Handler, zip, answer check, RIE peer)"""
     py = {"lambda_function.py": (PYTHON_SOURCE.encode(), 0o644)}
-    ric = dict(ric_tree(), **py, bootstrap=(RIC_BOOTSTRAP.encode(), 0o755))
+    ric = dict(tree(RIC), **py, bootstrap=(RIC_BOOTSTRAP, 0o755))
     go = {"bootstrap": (read(os.environ["GO_BOOTSTRAP"]), 0o755)}
     rust = {"bootstrap": (read(os.environ["RUST_BOOTSTRAP"]), 0o755)}
     handler = "lambda_function.lambda_handler"

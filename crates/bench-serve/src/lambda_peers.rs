@@ -13,6 +13,7 @@ use crate::lambda::{client_python, floats, on_daemon, short_keep_alive, ClientSc
 use crate::lambda_provided::{bootstrap, made_by};
 
 const SCRIPT: &str = include_str!("lambda_peers.py");
+const FUNCTION_ZIP: &str = include_str!("../../server/tests/lambda/function_zip.py");
 const TOOLS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/lambda-tools.sh");
 
 /// One function on one server.
@@ -69,6 +70,7 @@ pub fn run(runtime_home: &Path, o: &Options) -> Result<PeersReport> {
     let client = ClientScript {
         name: "lambda_peers.py",
         source: SCRIPT,
+        modules: &[("function_zip.py", FUNCTION_ZIP)],
         args: vec![o.runs.to_string(), o.warm_calls.to_string()],
         env: vec![
             ("RIE", path(&rie)),
