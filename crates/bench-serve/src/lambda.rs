@@ -132,10 +132,7 @@ pub(crate) fn on_daemon(
     };
     let measure = |app: &thaw_server::App, _: &Path| -> Result<serde_json::Value> {
         let creds = thaw_server::lambda::sigv4::load_or_create(&app.cfg.state_dir())?;
-        for (name, source) in [(client.name, client.source)]
-            .iter()
-            .chain(client.modules)
-        {
+        for (name, source) in [(client.name, client.source)].iter().chain(client.modules) {
             let path = app.cfg.home.join(name);
             std::fs::write(&path, source).with_context(|| format!("writing {}", path.display()))?;
         }
