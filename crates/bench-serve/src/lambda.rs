@@ -41,7 +41,7 @@ pub struct Report {
     pub warm_lambda_ms: Summary,
 }
 
-fn stats(xs: &[f64]) -> Result<Summary> {
+pub(crate) fn stats(xs: &[f64]) -> Result<Summary> {
     summarize(xs).or_fail("no samples")
 }
 

@@ -6,10 +6,10 @@
 //! HTTP. RIE and the daemon listen on loopback only.
 use serde::Serialize;
 use std::path::Path;
-use thaw_bench::stats::{summarize, Summary};
+use thaw_bench::stats::Summary;
 
 use crate::error::{OrFail, Result};
-use crate::lambda::{client_python, floats, on_daemon, short_keep_alive, ClientScript};
+use crate::lambda::{client_python, floats, on_daemon, short_keep_alive, stats, ClientScript};
 use crate::lambda_provided::{bootstrap, made_by};
 
 const SCRIPT: &str = include_str!("lambda_peers.py");
@@ -47,10 +47,6 @@ pub struct PeersReport {
     pub sandbox_pool: usize,
     pub rows: Vec<PeerRow>,
     pub ratios: Vec<PeerRatio>,
-}
-
-fn stats(xs: &[f64]) -> Result<Summary> {
-    summarize(xs).or_fail("no samples")
 }
 
 pub struct Options {
