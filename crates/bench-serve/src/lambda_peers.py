@@ -25,6 +25,7 @@ import http.client
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -107,8 +108,10 @@ class Rie:
         args = [RIE, "--runtime-interface-emulator-address", "127.0.0.1:%d" % self.port,
                 "--runtime-api-address", "127.0.0.1:%d" % free_port()] + command
         environ = {"PATH": "/usr/bin:/bin", "AWS_LAMBDA_FUNCTION_NAME": name, **env}
+        # a session of its own, so that stop() ends the runtime it starts too
         self.proc = subprocess.Popen(args, cwd=task, env=environ, stdout=self.log,
-                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     start_new_session=True)
         deadline = time.monotonic() + 10
         while True:
             try:
@@ -116,8 +119,9 @@ class Rie:
                 break
             except OSError:
                 if self.proc.poll() is not None or time.monotonic() > deadline:
+                    printed = self.tail()
                     self.stop()
-                    fail("RIE for %s did not listen: %s" % (name, self.tail()))
+                    fail("RIE for %s did not listen: %s" % (name, printed))
                 time.sleep(0.001)
         self.endpoint = "http://127.0.0.1:%d" % self.port
 
@@ -126,7 +130,10 @@ class Rie:
         return self.log.read()[-2000:]
 
     def stop(self):
-        self.proc.kill()
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
         self.proc.wait()
         self.log.close()
 
