@@ -21,6 +21,7 @@ SIMPLEJSON_VERSION=4.3.0
 SNAPSHOT_RESTORE_PY_VERSION=1.0.0
 
 what=${1:?usage: lambda-tools.sh rie|awslambdaric}
+case $what in rie | awslambdaric) ;; *) echo "unknown tool $what (rie or awslambdaric)" >&2; exit 1 ;; esac
 cache=${THAW_LAMBDA_TOOLS_CACHE:-${HOME:-/root}/.cache/thaw/lambda-tools}
 mkdir -p "$cache"
 exec 9>"$cache/$what.lock"
@@ -56,5 +57,4 @@ awslambdaric)
     fi
     echo "$out"
     ;;
-*) echo "unknown tool $what (rie or awslambdaric)" >&2; exit 1 ;;
 esac
