@@ -14,6 +14,11 @@ use crate::lambda_provided::{bootstrap, made_by};
 
 const SCRIPT: &str = include_str!("lambda_peers.py");
 const FUNCTION_ZIP: &str = include_str!("../../server/tests/lambda/function_zip.py");
+/// the awslambdaric `bootstrap` (function_zip.py reads it from here)
+const RIC_HELLO: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../server/tests/lambda/ric-hello"
+);
 const TOOLS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/lambda-tools.sh");
 
 /// One function on one server.
@@ -73,6 +78,7 @@ pub fn run(runtime_home: &Path, o: &Options) -> Result<PeersReport> {
             ("AWSLAMBDARIC", path(&ric)),
             ("GO_BOOTSTRAP", path(&bootstrap("go-hello")?)),
             ("RUST_BOOTSTRAP", path(&bootstrap("rust-hello")?)),
+            ("RIC_HELLO_DIR", RIC_HELLO.into()),
         ],
     };
     let tune = |c: &mut thaw_server::Config| {

@@ -7,17 +7,13 @@ import subprocess
 import sys
 import zipfile
 
-# A custom runtime's `bootstrap` that runs Lambda's Python runtime client
-# (awslambdaric) on the handler Lambda names in _HANDLER. Python, not a
-# shell script: the runtime root has no shell.
-RIC_BOOTSTRAP = b"""#!/usr/bin/python3
-import os
-import sys
-
-from awslambdaric.__main__ import main
-
-main([sys.argv[0], os.environ["_HANDLER"]])
-"""
+# ric-hello/: a custom runtime's `bootstrap` that runs Lambda's Python
+# runtime client (awslambdaric) on the handler in _HANDLER, and a function
+# for it (`thaw bench lambda` names the directory in RIC_HELLO_DIR)
+RIC_HELLO = os.environ.get("RIC_HELLO_DIR") or os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "ric-hello")
+with open(os.path.join(RIC_HELLO, "bootstrap"), "rb") as f:
+    RIC_BOOTSTRAP = f.read()
 
 
 def check(cond, what, got=None):
