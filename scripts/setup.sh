@@ -6,7 +6,8 @@
 # for the shim's tests, etcd, openssl, iptables and the Kubernetes binaries
 # (built from the Go module proxy, deploy/kubernetes/tools.sh) for the
 # manifests' check and the kubelet test's cluster, boto3 and the AWS CLI for
-# the Lambda API's tests.
+# the Lambda API's tests, and AWS's Runtime Interface Emulator and
+# awslambdaric (scripts/lambda-tools.sh).
 set -euo pipefail
 for_tests=false
 case "${1:-}" in
@@ -156,5 +157,12 @@ if $for_tests; then
             "boto3==$BOTO3_VERSION" "awscli==$AWSCLI_VERSION" \
             || die "pip install boto3==$BOTO3_VERSION awscli==$AWSCLI_VERSION failed"
     fi
+    # AWS's Runtime Interface Emulator (`thaw bench lambda`'s peer) and
+    # Lambda's Python runtime client awslambdaric (the bench and a Lambda
+    # test), pinned in lambda-tools.sh, cached by version
+    for tool in rie awslambdaric; do
+        "$(dirname "$0")/lambda-tools.sh" "$tool" >/dev/null \
+            || die "scripts/lambda-tools.sh $tool failed"
+    done
 fi
 echo "setup: host ready" >&2

@@ -41,42 +41,39 @@ pub struct Report {
     pub warm_lambda_ms: Summary,
 }
 
-fn stats(xs: &[f64]) -> Result<Summary> {
+pub(crate) fn stats(xs: &[f64]) -> Result<Summary> {
     summarize(xs).or_fail("no samples")
 }
 
 /// Runs both phases, each on a temporary daemon of its own; the runtime
 /// root comes from `runtime_home`.
 pub fn run(runtime_home: &Path, o: &Options) -> Result<Report> {
-    let venv = thaw_server::lambda::client_venv().or_fail(
-        "boto3 is not installed: `scripts/setup.sh --tests` makes ~/.cache/thaw/lambda-clients",
-    )?;
-    let python = venv.join("bin/python");
+    let python = client_python()?;
+    let script = |args: Vec<String>| ClientScript {
+        name: "lambda_bench.py",
+        source: SCRIPT,
+        modules: &[],
+        args,
+        env: Vec::new(),
+    };
     let cold = on_daemon(
         runtime_home,
         "lambda-cold",
-        true,
+        &short_keep_alive,
         &python,
-        &["cold".into(), o.cold_runs.to_string()],
+        &script(vec!["cold".into(), o.cold_runs.to_string()]),
     )?;
     let warm = on_daemon(
         runtime_home,
         "lambda-warm",
-        false,
+        &|_| {},
         &python,
-        &[
+        &script(vec![
             "warm".into(),
             o.warm_seconds.to_string(),
             o.threads.to_string(),
-        ],
+        ]),
     )?;
-    let floats = |v: &serde_json::Value, k: &str| -> Result<Vec<f64>> {
-        v[k].as_array()
-            .or_fail(&format!("the client's report has no {k}"))?
-            .iter()
-            .map(|x| x.as_f64().or_fail(&format!("{k} holds a non-number")))
-            .collect()
-    };
     let (native, boto) = (floats(&cold, "native_ms")?, floats(&cold, "lambda_ms")?);
     let pairs: Vec<f64> = native.iter().zip(&boto).map(|(n, l)| l / n).collect();
     let (cold_native_ms, cold_lambda_ms) = (stats(&native)?, stats(&boto)?);
@@ -95,14 +92,33 @@ pub fn run(runtime_home: &Path, o: &Options) -> Result<Report> {
     })
 }
 
-/// Runs `lambda_bench.py args` against a temporary daemon listening on a
-/// free loopback port (`cold`: one that keeps an idle instance for a second only).
-fn on_daemon(
+/// A boto3 client script of the bench: its file name, source, the
+/// modules it imports (name, source), arguments and environment beyond the
+/// daemon's endpoint and key.
+pub(crate) struct ClientScript<'a> {
+    pub name: &'a str,
+    pub source: &'a str,
+    pub modules: &'a [(&'a str, &'a str)],
+    pub args: Vec<String>,
+    pub env: Vec<(&'a str, String)>,
+}
+
+/// A daemon that keeps an idle instance for a second only, so that an
+/// invoke after a longer pause is a restore.
+pub(crate) fn short_keep_alive(c: &mut thaw_server::Config) {
+    c.policy = "ttl".into();
+    c.keep_alive_s = 1;
+}
+
+/// Runs `client` with the venv's `python` against a temporary daemon
+/// listening on a free loopback port, its settings adjusted by `tune`;
+/// the JSON of the client's last line.
+pub(crate) fn on_daemon(
     runtime_home: &Path,
     tag: &str,
-    cold: bool,
+    tune: &dyn Fn(&mut thaw_server::Config),
     python: &Path,
-    args: &[String],
+    client: &ClientScript,
 ) -> Result<serde_json::Value> {
     let port = std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
@@ -111,19 +127,20 @@ fn on_daemon(
         c.listen = Some(format!("127.0.0.1:{port}"));
         // room for every client thread's instance
         c.limits.instances_per_function = 16;
-        if cold {
-            c.policy = "ttl".into();
-            c.keep_alive_s = 1;
-        }
+        tune(c);
         Ok::<_, BenchServeError>(())
     };
     let measure = |app: &thaw_server::App, _: &Path| -> Result<serde_json::Value> {
         let creds = thaw_server::lambda::sigv4::load_or_create(&app.cfg.state_dir())?;
-        let script = app.cfg.home.join("lambda_bench.py");
-        std::fs::write(&script, SCRIPT).with_context(|| format!("writing {}", script.display()))?;
+        for (name, source) in [(client.name, client.source)].iter().chain(client.modules) {
+            let path = app.cfg.home.join(name);
+            std::fs::write(&path, source).with_context(|| format!("writing {}", path.display()))?;
+        }
+        let script = app.cfg.home.join(client.name);
         let out = Command::new(python)
             .arg(&script)
-            .args(args)
+            .args(&client.args)
+            .envs(client.env.iter().map(|(k, v)| (k, v)))
             .env("THAW_ENDPOINT", format!("http://127.0.0.1:{port}"))
             .env("AWS_ACCESS_KEY_ID", &creds.access_key_id)
             .env("AWS_SECRET_ACCESS_KEY", &creds.secret_access_key)
@@ -135,7 +152,8 @@ fn on_daemon(
         if !out.status.success() {
             fail!(
                 BenchServeError::Failed,
-                "the boto3 client failed ({}): {}",
+                "the boto3 client {} failed ({}): {}",
+                client.name,
                 out.status,
                 String::from_utf8_lossy(&out.stderr)
             );
@@ -145,6 +163,24 @@ fn on_daemon(
         Ok(serde_json::from_str(last)?)
     };
     thaw_server::on_temp_daemon_with(runtime_home, tag, configure, measure)
+}
+
+/// boto3's virtual environment's python, or a failure naming its setup.
+pub(crate) fn client_python() -> Result<std::path::PathBuf> {
+    let venv = thaw_server::lambda::client_venv().or_fail(
+        "boto3 is not installed: `scripts/setup.sh --tests` makes ~/.cache/thaw/lambda-clients",
+    )?;
+    Ok(venv.join("bin/python"))
+}
+
+/// The numbers under `key` of a client's JSON report.
+pub(crate) fn floats(v: &serde_json::Value, key: &str) -> Result<Vec<f64>> {
+    v[key]
+        .as_array()
+        .or_fail(&format!("the client's report has no {key}"))?
+        .iter()
+        .map(|x| x.as_f64().or_fail(&format!("{key} holds a non-number")))
+        .collect()
 }
 
 /// The report as a markdown table.

@@ -37,20 +37,27 @@ pub struct ProvidedReport {
     pub pooled_speedup: f64,
 }
 
-fn build(name: &str) -> Result<PathBuf> {
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../server/tests/lambda/build_bootstrap.sh"
-    );
-    let out = std::process::Command::new(script).arg(name).output()?;
+/// The path a project script prints once it has made `what` (a test
+/// function's bootstrap, one of AWS's Lambda tools; both cached).
+pub(crate) fn made_by(script: &str, what: &str) -> Result<PathBuf> {
+    let out = std::process::Command::new(script).arg(what).output()?;
     if !out.status.success() {
         fail!(
             BenchServeError::Failed,
-            "building {name}'s bootstrap: {}",
+            "{script} {what}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
     }
     Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
+}
+
+/// A test function's `bootstrap` (`go-hello`, `rust-hello`), built once.
+pub(crate) fn bootstrap(name: &str) -> Result<PathBuf> {
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../server/tests/lambda/build_bootstrap.sh"
+    );
+    made_by(script, name)
 }
 
 /// One timed start to a correct first answer.
@@ -71,7 +78,7 @@ pub fn run(runtime_home: &Path, scratch: &Path, runs: usize) -> Result<Vec<Provi
         let dir = scratch.join(name);
         let code = dir.join("code");
         std::fs::create_dir_all(&code)?;
-        std::fs::copy(build(name)?, code.join("bootstrap"))?;
+        std::fs::copy(bootstrap(name)?, code.join("bootstrap"))?;
         let func = UserFunction::plain(name, thaw_worker::Runtime::Provided, code, "bootstrap");
         let (mut sb, _) = w
             .start_user(&func, T)

@@ -9,7 +9,8 @@
 //! * [`egress`]: `thaw bench egress`, a function's network egress;
 //! * [`lambda`]: `thaw bench lambda`, Lambda's API through boto3 against
 //!   thaw's own, cold and warm, and [`lambda_provided`], Go and Rust
-//!   custom runtimes restored against their fresh starts;
+//!   custom runtimes restored against their fresh starts, and
+//!   [`lambda_peers`], AWS's Runtime Interface Emulator beside thaw;
 //! * [`cri`]: `thaw bench cri`, pod starts through the CRI, runc against
 //!   thaw, and a node restoring the snapshot another node published;
 //! * [`kube`]: `thaw bench kube`, pod starts through a real kubelet, thaw
@@ -22,6 +23,7 @@ pub mod egress;
 mod error;
 pub mod kube;
 pub mod lambda;
+pub mod lambda_peers;
 pub mod lambda_provided;
 pub mod pair;
 pub mod serve;

@@ -218,3 +218,20 @@ fn go_and_rust_custom_runtimes_restore_through_boto3() {
         },
     );
 }
+
+#[test]
+fn lambdas_python_runtime_client_restores_as_a_custom_runtime() {
+    with_daemon(
+        "awslambdaric",
+        |_| {},
+        |d| {
+            // the script checks every answer; the daemon's side: the
+            // function ran as a custom runtime and is gone after the delete
+            let seen = d.python("ric.py")["seen"].clone();
+            assert_eq!(seen["first"], "restore", "{seen}");
+            assert_eq!(seen["second"], "restore", "{seen}");
+            assert_eq!(seen["error_type"], "ValueError", "{seen}");
+            assert!(d.app.functions.read().unwrap().is_empty());
+        },
+    );
+}

@@ -1,43 +1,76 @@
 //! Custom runtimes through Lambda's Runtime API: a Go function built with
-//! aws-lambda-go as `bootstrap` starts, answers, is snapshotted while its
-//! `next` waits, and every restore answers on the connection it had.
+//! aws-lambda-go as `bootstrap` (a Rust one on lambda_runtime, a Python one
+//! under Lambda's runtime client awslambdaric alike) starts, answers, is
+//! snapshotted while its `next` (or `restore/next`) waits, and every
+//! restore answers on the connection it had.
 //! Real sandboxes on the real runtime root; runs as root; the bootstrap is
 //! built by the server's test script (Go from `scripts/setup.sh --tests`).
 mod common;
 use common::*;
 use serde_json::{json, Value};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use thaw_sandbox::agent::{Reply, Request};
 use thaw_sandbox::{checkpoint, Sandbox};
 use thaw_worker::{RestoreRequest, StrategyKind, UserFunction};
 
-/// Builds (once, cached) a test function's bootstrap; panics naming what is missing.
-fn bootstrap(name: &str) -> PathBuf {
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../server/tests/lambda/build_bootstrap.sh"
-    );
+/// The path `script what` prints once it has made `what` (cached by the
+/// script); panics naming what failed.
+fn made_by(script: &str, what: &str) -> PathBuf {
     let out = std::process::Command::new(script)
-        .arg(name)
+        .arg(what)
         .output()
         .unwrap_or_else(|e| panic!("running {script}: {e}"));
     assert!(
         out.status.success(),
-        "building {name}'s bootstrap failed: {}",
+        "{script} {what} failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
 }
 
-/// A code directory holding `bootstrap`, in the test's tier.
+const LAMBDA_TESTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../server/tests/lambda");
+
+/// A test function's bootstrap, built once (Go from `scripts/setup.sh --tests`).
+fn bootstrap(name: &str) -> PathBuf {
+    made_by(&format!("{LAMBDA_TESTS}/build_bootstrap.sh"), name)
+}
+
+/// A code directory holding `bootstrap`, in the test's tier: a built test
+/// function's, or for `ric-hello` Lambda's Python runtime client with a
+/// Python function (awslambdaric from `scripts/lambda-tools.sh`).
 fn function(t: &TestTier, name: &str, env: &[(&str, &str)]) -> UserFunction {
     let code = t.path.join("code");
     std::fs::create_dir_all(&code).unwrap();
-    std::fs::copy(bootstrap(name), code.join("bootstrap")).unwrap();
+    let handler = match name {
+        "ric-hello" => {
+            let tools = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/lambda-tools.sh");
+            copy_tree(&made_by(tools, "awslambdaric"), &code);
+            copy_tree(&Path::new(LAMBDA_TESTS).join(name), &code);
+            "lambda_function.handler"
+        }
+        _ => {
+            std::fs::copy(bootstrap(name), code.join("bootstrap")).unwrap();
+            "bootstrap"
+        }
+    };
     let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string()));
     UserFunction {
         env: env.collect(),
-        ..UserFunction::plain("hello", thaw_worker::Runtime::Provided, code, "bootstrap")
+        ..UserFunction::plain("hello", thaw_worker::Runtime::Provided, code, handler)
+    }
+}
+
+/// Copies the files under `from` into `to`, modes kept.
+fn copy_tree(from: &Path, to: &Path) {
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let dest = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            std::fs::create_dir_all(&dest).unwrap();
+            copy_tree(&entry.path(), &dest);
+        } else {
+            std::fs::copy(entry.path(), dest).unwrap();
+        }
     }
 }
 
@@ -67,6 +100,11 @@ fn a_go_function_answers_fresh_and_from_every_restore() {
 #[test]
 fn a_rust_function_answers_fresh_and_from_every_restore() {
     answers_fresh_and_from_every_restore("rust-hello");
+}
+
+#[test]
+fn lambdas_python_runtime_client_answers_fresh_and_from_every_restore() {
+    answers_fresh_and_from_every_restore("ric-hello");
 }
 
 fn answers_fresh_and_from_every_restore(name: &str) {

@@ -9,15 +9,15 @@ refused. Prints one JSON line of what it saw on success.
 
 Environment: THAW_ENDPOINT and the daemon's key, as roundtrip.py.
 """
-import io
 import json
 import os
 import subprocess
 import sys
-import zipfile
 
 import boto3
 import botocore.config
+
+from function_zip import check, zipped
 
 ENDPOINT = os.environ["THAW_ENDPOINT"]
 cfg = botocore.config.Config(retries={"max_attempts": 1}, read_timeout=120)
@@ -25,28 +25,11 @@ lam = boto3.client("lambda", endpoint_url=ENDPOINT, config=cfg)
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def check(cond, what, got=None):
-    if not cond:
-        sys.exit("FAILED: %s (got %r)" % (what, got))
-
-
 def bootstrap(name):
     out = subprocess.run([os.path.join(HERE, "build_bootstrap.sh"), name],
                          check=True, capture_output=True, text=True)
     with open(out.stdout.strip(), "rb") as f:
         return f.read()
-
-
-def zipped(files):
-    """files: name -> (bytes, unix mode)"""
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
-        for name, (data, mode) in files.items():
-            info = zipfile.ZipInfo(name)
-            info.external_attr = (0o100000 | mode) << 16
-            info.compress_type = zipfile.ZIP_DEFLATED
-            z.writestr(info, data)
-    return buf.getvalue()
 
 
 last_headers = {}
