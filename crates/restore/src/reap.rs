@@ -75,6 +75,8 @@ struct After {
     layout: Arc<MemoryLayout>,
     image: File,
     drift_share: f64,
+    /// when this restore found no usable working set (it records one)
+    found_none_at: std::time::SystemTime,
 }
 
 impl Strategy for Reap {
@@ -183,6 +185,7 @@ impl Strategy for Reap {
             layout: t.layout.clone(),
             image: t.image.try_clone()?,
             drift_share: t.drift_share,
+            found_none_at: std::time::SystemTime::now(),
         });
         Ok(Serve { record })
     }
@@ -192,7 +195,15 @@ impl Strategy for Reap {
         let (Some(st), Some(pager)) = (self.after.take(), rt.pager) else {
             return out;
         };
-        if self.rep.ws_mode == WsMode::Record {
+        // of restores that started together without one (a burst right
+        // after a deploy), the first to answer records the working set and
+        // the others leave it be: each would read, hash and write it again
+        let recorded_meanwhile = || {
+            std::fs::metadata(st.dir.join(working_set::WS_INDEX))
+                .and_then(|m| m.modified())
+                .is_ok_and(|m| m >= st.found_none_at)
+        };
+        if self.rep.ws_mode == WsMode::Record && !recorded_meanwhile() {
             let faults = pager.recorded();
             // the file pages it touched: what later restores ask for early
             let touched = working_set::touched_file_runs(rt.pid, &st.layout);
@@ -210,7 +221,7 @@ impl Strategy for Reap {
                     thaw_error::chain(&e)
                 )),
             }
-        } else {
+        } else if self.rep.ws_mode == WsMode::Prefetch {
             out.faults_after_prefetch = pager.stats.faults();
             if out.faults_after_prefetch as f64 > st.drift_share * self.rep.ws_pages as f64 {
                 out.drift = true;
