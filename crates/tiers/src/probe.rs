@@ -63,6 +63,10 @@ pub struct ReaderResult {
     /// where the file is on no block device)
     #[serde(default)]
     pub device_kib_per_read: Option<f64>,
+    /// page-fault readers: one more mapping of the file over part of a
+    /// mapped region, as a restore maps each run of a split snapshot, µs
+    #[serde(default)]
+    pub map_us: Option<f64>,
 }
 
 /// The kinds of reader `measure_kind` runs.
@@ -307,6 +311,9 @@ fn measure_cached(path: &Path, rand_reads: usize, kind: &str) -> Result<ReaderRe
     }
     std::hint::black_box(sum);
     let mut r = summarize_reads(kind, false, seq_read_mbps, lat);
+    if kind != "buffered" {
+        r.map_us = Some(mapping_us(&f, len)?);
+    }
     r.device_kib_per_read = sectors
         .zip(after)
         .map(|(a, b)| (b - a) as f64 * 512.0 / 1024.0 / rand_reads as f64);
@@ -350,6 +357,66 @@ fn summarize_reads(
         rand_read_4k_us_median: pct(0.5),
         rand_read_4k_us_p99: pct(0.99),
         device_kib_per_read: None,
+        map_us: None,
+    }
+}
+
+/// Mappings `mapping_us` times.
+const MAP_PROBES: usize = 512;
+
+/// One `mmap(MAP_FIXED)` of a page of `f` over a region mapped from it, at
+/// a file offset that keeps it from merging with its neighbours (as a
+/// split snapshot's runs alternate between two files), mean µs.
+fn mapping_us(f: &std::fs::File, len: usize) -> Result<f64> {
+    let pages = MAP_PROBES * 2;
+    if len < pages * ALIGN {
+        fail!(TiersError::Failed, "probe file shorter than {pages} pages");
+    }
+    let fd = std::os::fd::AsRawFd::as_raw_fd(f);
+    let span = pages * ALIGN;
+    // SAFETY: a fresh private read-only mapping of a file held open; the
+    // fixed mappings below stay inside it, and it is unmapped before returning.
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            span,
+            libc::PROT_READ,
+            libc::MAP_PRIVATE,
+            fd,
+            0,
+        )
+    };
+    if base == libc::MAP_FAILED {
+        return Err(Context::new("mapping the probe file", std::io::Error::last_os_error()).into());
+    }
+    let t0 = Instant::now();
+    let mut failed = None;
+    for i in 0..MAP_PROBES {
+        // every other page, from the far end of the file: no two merge
+        let at = base as usize + 2 * i * ALIGN;
+        let off = (len / ALIGN - 1 - i) * ALIGN;
+        // SAFETY: `at` is a page inside the mapping made above.
+        let p = unsafe {
+            libc::mmap(
+                at as *mut libc::c_void,
+                ALIGN,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE | libc::MAP_FIXED,
+                fd,
+                off as libc::off_t,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            failed = Some(std::io::Error::last_os_error());
+            break;
+        }
+    }
+    let us = t0.elapsed().as_secs_f64() * 1e6 / MAP_PROBES as f64;
+    // SAFETY: the whole span mapped above, used no more.
+    unsafe { libc::munmap(base, span) };
+    match failed {
+        Some(e) => Err(Context::new("mapping a page of the probe file", e).into()),
+        None => Ok(us),
     }
 }
 
