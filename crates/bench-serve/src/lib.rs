@@ -7,6 +7,8 @@
 //! * [`xdt`]: `thaw bench xdt`, passing data between functions by reference
 //!   against the object-store baseline, on one worker and across a [`pair`];
 //! * [`egress`]: `thaw bench egress`, a function's network egress;
+//! * [`estimates`]: `thaw bench estimates`, placement's cold-start
+//!   estimates against the restores the daemon then serves;
 //! * [`lambda`]: `thaw bench lambda`, Lambda's API through boto3 against
 //!   thaw's own, cold and warm, and [`lambda_provided`], Go and Rust
 //!   custom runtimes restored against their fresh starts;
@@ -20,6 +22,7 @@ pub mod capacity;
 pub mod cri;
 pub mod egress;
 mod error;
+pub mod estimates;
 pub mod kube;
 pub mod lambda;
 pub mod lambda_provided;

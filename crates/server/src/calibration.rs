@@ -87,7 +87,8 @@ pub fn report(app: &App, v: &FnVersion) -> Option<Value> {
         "ratio": after / measured_ms,
         "fixed_ms": refit.fixed_ms,
         "estimates": now.estimates.iter().map(|e| json!({
-            "tier": e.tier, "strategy": e.strategy, "memory_ms": e.memory_ms,
+            "tier": e.tier, "strategy": crate::placement::daemon_strategy(e.strategy),
+            "memory_ms": e.memory_ms,
             "cold_ms": e.cold_ms, "rejected": e.rejected,
         })).collect::<Vec<_>>(),
         // what placement would choose now (a redeploy acts on it)
