@@ -109,15 +109,7 @@ fn request(
     body: Option<&Value>,
 ) -> Result<(Value, thaw_client::Response)> {
     let raw = body.map(serde_json::to_vec).transpose()?;
-    let r = c.request(method, path, raw.as_deref())?;
-    if !(200..300).contains(&r.status) {
-        fail!(
-            BenchServeError::Failed,
-            "{method} {path}: {} {}",
-            r.status,
-            String::from_utf8_lossy(&r.body)
-        );
-    }
+    let r = crate::request_ok(c, method, path, raw.as_deref())?;
     let v = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
     Ok((v, r))
 }

@@ -31,3 +31,23 @@ pub mod serve;
 pub mod xdt;
 
 pub use error::{BenchServeError, Result};
+
+/// `method path` with `body` through `c`; any status but 2xx is an error
+/// naming the request and the daemon's answer.
+pub(crate) fn request_ok(
+    c: &mut thaw_client::Client,
+    method: &str,
+    path: &str,
+    body: Option<&[u8]>,
+) -> Result<thaw_client::Response> {
+    let r = c.request(method, path, body)?;
+    if !(200..300).contains(&r.status) {
+        thaw_error::fail!(
+            BenchServeError::Failed,
+            "{method} {path}: {} {}",
+            r.status,
+            String::from_utf8_lossy(&r.body)
+        );
+    }
+    Ok(r)
+}

@@ -226,23 +226,10 @@ fn measure_cached(path: &Path, rand_reads: usize, kind: &str) -> Result<ReaderRe
         );
     }
     let map = |advice: libc::c_int| -> Result<*const u8> {
-        // SAFETY: a fresh read-only shared mapping of a file this function
-        // holds open; only read through, and unmapped before returning.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ,
-                libc::MAP_SHARED,
-                std::os::fd::AsRawFd::as_raw_fd(&f),
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(
-                Context::new("mapping the probe file", std::io::Error::last_os_error()).into(),
-            );
-        }
+        // a fresh read-only shared mapping of a file this function holds
+        // open; only read through, and unmapped before returning
+        let p = map_read(&f, std::ptr::null_mut(), len, libc::MAP_SHARED, 0)
+            .map_err(|e| Context::new("mapping the probe file", e))?;
         // SAFETY: advice on the mapping just made.
         unsafe { libc::madvise(p, len, advice) };
         Ok(p as *const u8)
@@ -372,42 +359,20 @@ fn mapping_us(f: &std::fs::File, len: usize) -> Result<f64> {
     if len < pages * ALIGN {
         fail!(TiersError::Failed, "probe file shorter than {pages} pages");
     }
-    let fd = std::os::fd::AsRawFd::as_raw_fd(f);
     let span = pages * ALIGN;
-    // SAFETY: a fresh private read-only mapping of a file held open; the
-    // fixed mappings below stay inside it, and it is unmapped before returning.
-    let base = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            span,
-            libc::PROT_READ,
-            libc::MAP_PRIVATE,
-            fd,
-            0,
-        )
-    };
-    if base == libc::MAP_FAILED {
-        return Err(Context::new("mapping the probe file", std::io::Error::last_os_error()).into());
-    }
+    // a private read-only mapping of a file held open; the fixed mappings
+    // below stay inside it, and it is unmapped before returning
+    let base = map_read(f, std::ptr::null_mut(), span, libc::MAP_PRIVATE, 0)
+        .map_err(|e| Context::new("mapping the probe file", e))?;
     let t0 = Instant::now();
     let mut failed = None;
     for i in 0..MAP_PROBES {
         // every other page, from the far end of the file: no two merge
-        let at = base as usize + 2 * i * ALIGN;
+        let at = (base as usize + 2 * i * ALIGN) as *mut libc::c_void;
         let off = (len / ALIGN - 1 - i) * ALIGN;
-        // SAFETY: `at` is a page inside the mapping made above.
-        let p = unsafe {
-            libc::mmap(
-                at as *mut libc::c_void,
-                ALIGN,
-                libc::PROT_READ,
-                libc::MAP_PRIVATE | libc::MAP_FIXED,
-                fd,
-                off as libc::off_t,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            failed = Some(std::io::Error::last_os_error());
+        let fixed = libc::MAP_PRIVATE | libc::MAP_FIXED;
+        if let Err(e) = map_read(f, at, ALIGN, fixed, off) {
+            failed = Some(e);
             break;
         }
     }
@@ -418,6 +383,26 @@ fn mapping_us(f: &std::fs::File, len: usize) -> Result<f64> {
         Some(e) => Err(Context::new("mapping a page of the probe file", e).into()),
         None => Ok(us),
     }
+}
+
+/// `mmap` of `len` bytes of `f` at `off`, read-only, with `flags`, at
+/// `addr` (a hint, or with `MAP_FIXED` the place: the caller's own mapping).
+fn map_read(
+    f: &std::fs::File,
+    addr: *mut libc::c_void,
+    len: usize,
+    flags: libc::c_int,
+    off: usize,
+) -> std::io::Result<*mut libc::c_void> {
+    let fd = std::os::fd::AsRawFd::as_raw_fd(f);
+    // SAFETY: a read-only mapping of an open file; with MAP_FIXED the
+    // callers pass pages of a mapping they made and own, where nothing
+    // else lives.
+    let p = unsafe { libc::mmap(addr, len, libc::PROT_READ, flags, fd, off as libc::off_t) };
+    if p == libc::MAP_FAILED {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(p)
 }
 
 /// A process's ("self" or a pid) cgroup in one v1 hierarchy.
