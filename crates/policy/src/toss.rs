@@ -26,9 +26,9 @@ use std::collections::{BTreeMap, HashMap};
 /// Bytes per page (x86_64), for the model's MiB.
 const PAGE_BYTES: u64 = 4096;
 
-/// One mapping's cost when the tier was never probed for it, µs: the
-/// `mmap` over part of a region a restore makes per run, as `thaw tier
-/// probe` measured it on this kind of machine (2 cores, shared).
+/// One mapping's cost when the tier was never probed for it, µs: what one
+/// more run added to a split restore's memory setup on this kind of
+/// machine (2 cores; `thaw tier probe` measures it per tier).
 pub const DECLARED_MAP_US: f64 = 2.3;
 
 fn declared_map_us() -> f64 {
