@@ -79,6 +79,8 @@ $T tier teardown --force
 
 # The daemon against the worker it wraps
 $T bench serve --restore-runs 60 --json "$OUT/serve/serve.json" --markdown "$OUT/serve/serve.md"
+# Placement's estimates, at deploy and recalibrated, against the restores the daemon serves
+$T bench estimates --runs 40 --json "$OUT/serve/estimates.json" --markdown "$OUT/serve/estimates.md"
 # Lambda's API through boto3 against thaw's own, cold and warm
 mkdir -p "$OUT/lambda"
 $T bench lambda --cold-runs 40 --seconds 20 --json "$OUT/lambda/lambda.json" --markdown "$OUT/lambda/lambda.md"

@@ -34,16 +34,8 @@ fn hello_with_state(state_mb: u32) -> String {
 const MIB: f64 = (1u64 << 20) as f64;
 
 fn call(c: &mut Client, method: &str, path: &str, body: &Value) -> Result<Value> {
-    let r = c.request(method, path, Some(&serde_json::to_vec(body)?))?;
-    if !(200..300).contains(&r.status) {
-        fail!(
-            BenchServeError::Failed,
-            "{method} {path}: {} {}",
-            r.status,
-            String::from_utf8_lossy(&r.body)
-        );
-    }
-    Ok(r.json()?)
+    let body = serde_json::to_vec(body)?;
+    Ok(crate::request_ok(c, method, path, Some(&body))?.json()?)
 }
 
 /// Deploys `code` as `name`; what is not given is the daemon's default.

@@ -164,9 +164,11 @@ pub fn run(
             );
             let rep = w.make_tiered(f, &tier, slow, &all_sizes(w, f), 2, &cost_params(c))?;
             thaw_output::errln!(
-                "bench: {f}: {:.1}% of memory on the slow tier, estimated slowdown {:.3}",
+                "bench: {f}: {:.1}% of memory on the slow tier, {} more mappings, estimated slowdown {:.3} of a {:.2} ms cold start",
                 rep.slow_share * 100.0,
-                rep.est_slowdown
+                rep.extra_mappings,
+                rep.est_slowdown,
+                rep.base_ms
             );
         }
         thaw_output::errln!(
@@ -245,6 +247,7 @@ pub fn cost_params(c: &thaw_tiers::split::SplitCosts) -> thaw_memory::tiering::C
         price_ratio: c.price_ratio,
         slow_fault_us: c.slow_fault_us,
         fast_fault_us: c.fast_fault_us,
+        map_us: c.map_us,
         ..Default::default()
     }
 }

@@ -290,6 +290,8 @@ enum BenchCmd {
     Hierarchy(hierarchy::Args),
     /// The daemon: warm latency and throughput over HTTP vs. in-process, restore via the API vs. direct
     Serve(serve::BenchServeArgs),
+    /// Placement's cold-start estimates against the restores the daemon serves, at deploy and recalibrated, per function and tier
+    Estimates(serve::BenchEstimatesArgs),
     /// Idle instances one node holds: hello-world functions prewarmed, measured memory per instance beside the kernel's, declared accounting as the baseline
     Density(serve::BenchDensityArgs),
     /// Requests sent at once to a function with no live instance, against a prewarm of the same count
@@ -671,6 +673,9 @@ fn run(cli: Cli, matches: &clap::ArgMatches) -> Result<()> {
         Cmd::Bench {
             cmd: BenchCmd::Egress(args),
         } => serve::bench_egress(&home, args),
+        Cmd::Bench {
+            cmd: BenchCmd::Estimates(args),
+        } => serve::bench_estimates(&home, args),
         Cmd::Bench {
             cmd: BenchCmd::Density(args),
         } => serve::bench_density(&home, args),

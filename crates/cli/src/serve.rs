@@ -454,6 +454,47 @@ pub fn bench(home: &Path, a: BenchServeArgs) -> Result<()> {
 }
 
 #[derive(Args)]
+pub struct BenchEstimatesArgs {
+    /// Suite functions, comma-separated (each with a built-in sample event)
+    #[arg(long, default_value = "helloworld,matmul,linpack")]
+    functions: String,
+    /// Tiers to deploy on, comma-separated [default: the daemon's snapshot tiers]
+    #[arg(long)]
+    tiers: Option<String>,
+    /// Restore starts per function and tier: the first half recalibrates, the second is measured
+    #[arg(long, default_value_t = 20)]
+    runs: usize,
+    /// Write the report as JSON here
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Write the markdown table here (it is printed either way)
+    #[arg(long)]
+    markdown: Option<PathBuf>,
+}
+
+pub fn bench_estimates(home: &Path, a: BenchEstimatesArgs) -> Result<()> {
+    let list = |s: &str| -> Vec<String> {
+        s.split(',')
+            .map(str::trim)
+            .filter(|x| !x.is_empty())
+            .map(String::from)
+            .collect()
+    };
+    let o = thaw_bench_serve::estimates::Options {
+        functions: list(&a.functions),
+        tiers: a.tiers.as_deref().map(list).unwrap_or_default(),
+        runs: a.runs,
+    };
+    let r = thaw_bench_serve::estimates::run(home, &o)?;
+    emit_report(
+        &thaw_bench_serve::estimates::markdown(&r),
+        &r,
+        a.json,
+        a.markdown,
+    )
+}
+
+#[derive(Args)]
 pub struct BenchDensityArgs {
     /// Hello-world functions deployed
     #[arg(long, default_value_t = 40)]

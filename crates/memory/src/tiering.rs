@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use thaw_error::{fail, ResultExt};
 pub use thaw_policy::toss::{
     place, AccessProfile, BinDecision, CostParams, Placement, ProfileClass, TierKind,
+    DECLARED_MAP_US,
 };
 
 pub const TIERS_FILE: &str = "tiers.json";
@@ -50,12 +51,19 @@ pub struct TierLayout {
     pub cost_all_fast: f64,
     pub params: CostParams,
     pub bins: Vec<BinDecision>,
+    /// mappings the split adds to a one-file restore's
+    #[serde(default)]
+    pub extra_mappings: u64,
 }
 
-/// The address of every saved page of `layout`, in order.
-fn saved_pages(layout: &MemoryLayout) -> Vec<u64> {
-    let runs = layout.regions.iter().flat_map(|r| &r.runs);
-    runs.flat_map(|run| (run.addr..run.addr + run.len).step_by(PAGE_SIZE as usize))
+/// The address of every saved page of `layout`, region by region, in order.
+fn saved_pages(layout: &MemoryLayout) -> Vec<Vec<u64>> {
+    let pages =
+        |run: &crate::layout::Run| (run.addr..run.addr + run.len).step_by(PAGE_SIZE as usize);
+    layout
+        .regions
+        .iter()
+        .map(|r| r.runs.iter().flat_map(pages).collect())
         .collect()
 }
 
@@ -79,6 +87,7 @@ pub fn write(
         est_slowdown,
         cost,
         cost_all_fast,
+        extra_mappings,
     } = place(&saved_pages(layout), profile, params);
     std::os::unix::fs::DirBuilderExt::mode(fs::DirBuilder::new().recursive(true), 0o700)
         .create(slow_dir)
@@ -148,6 +157,7 @@ pub fn write(
         cost_all_fast,
         params: params.clone(),
         bins,
+        extra_mappings,
     };
     crate::write_atomic(
         &snap_dir.join(TIERS_FILE),

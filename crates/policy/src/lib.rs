@@ -15,6 +15,7 @@
 //! picks the idle instance to give up (LRU or greedy-dual), whether lower tiers
 //! exist, and whether idle instances expire after a fixed keep-alive window.
 
+pub mod calibrate;
 mod engine;
 mod list;
 pub mod placement;

@@ -496,8 +496,10 @@ fn tiered_maps_from_both_tier_files_or_falls_back_to_uffd() {
             &f.image,
             &profile,
             // any slowdown refused: the hot pages stay on the fast tier
+            // (mappings free: the plan, not the model's smoothing, is tested)
             &thaw_memory::tiering::CostParams {
                 max_slowdown: 1.0,
+                map_us: 0.0,
                 ..Default::default()
             },
         )

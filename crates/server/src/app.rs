@@ -45,6 +45,8 @@ pub struct App {
     pub network: Mutex<Option<Arc<thaw_sandbox::egress::Network>>>,
     /// Image roots held by imports and deploys in flight (`crate::roots`).
     pub root_pins: crate::roots::Pins,
+    /// Each function's measured cold starts, for placement's estimates.
+    pub calibrations: crate::calibration::Calibrations,
 }
 
 impl App {

@@ -823,7 +823,7 @@ fn place(
 }
 
 /// The daemon's tiers for the model, with the room its budgets leave.
-fn tier_options(
+pub(crate) fn tier_options(
     app: &App,
 ) -> Result<Vec<thaw_policy::placement::TierOption>, placement::PlacementError> {
     let cfg = thaw_tiers::TiersConfig::load(&app.cfg.home)?;
@@ -1184,6 +1184,7 @@ pub async fn delete(app: &Arc<App>, name: &str) -> Result<(), Error> {
         return Err(Error::NotFound(name.to_string()));
     }
     app.pool.remove(name);
+    app.calibrations.forget(name);
     app.rings
         .lock()
         .unwrap_or_else(|p| p.into_inner())

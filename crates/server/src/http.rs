@@ -401,7 +401,9 @@ async fn get_fn(
     Path(name): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let v = lookup(&app, &name)?;
-    Ok(Json(describe(&v, &app.pool)))
+    let mut out = describe(&v, &app.pool);
+    out["calibration"] = json!(crate::calibration::report(&app, &v));
+    Ok(Json(out))
 }
 
 async fn delete_fn(
@@ -519,6 +521,11 @@ async fn invoke(
         timing += &format!(", {};dur={create_ms:.3}", start.name());
         if start == StartType::Restore {
             timing += &format!(", after_restore;dur={hook_ms:.3}");
+            if let Some(c) = &created {
+                let cold_ms = create_ms + hook_ms + exec_ms;
+                app.calibrations
+                    .observe(&name, v.rec.version, &c.tier, cold_ms);
+            }
         }
     }
     timing += &format!(", exec;dur={exec_ms:.3}, total;dur={:.3}", total * 1e3);

@@ -6,6 +6,7 @@
 
 pub mod app;
 pub mod archive;
+pub mod calibration;
 pub mod config;
 pub mod deploy;
 pub mod http;
@@ -170,6 +171,7 @@ pub fn open(cfg: Config) -> Result<Arc<App>> {
         node,
         network: Mutex::new(None),
         root_pins: roots::Pins::default(),
+        calibrations: Default::default(),
     });
     let rt = tokio::runtime::Handle::try_current().context(
         "the daemon opens inside a tokio runtime (the SDK's nested invocations run on it)",

@@ -92,6 +92,9 @@ impl PlacementInfo {
     }
 }
 
+/// Longest a measuring restore waits for its sandbox to be built ahead.
+const SANDBOX_WAIT: Duration = Duration::from_secs(10);
+
 /// Measures `snap`'s profile: image size; with a sample event, the REAP
 /// working set (a recording restore, then a prefetching one), the restore
 /// cost outside the working set and the warm execution time; without one,
@@ -112,38 +115,40 @@ fn measure(
         thaw_worker::invoke_event(sb, ev, timeout)?;
         Ok(t.elapsed().as_secs_f64() * 1e3)
     };
+    // made ready as the pool makes every restore, into a sandbox built
+    // ahead as the daemon's restores are: the fixed cost is what a restore
+    // start waits for (restore and after-restore step)
+    let sandboxes = worker.user_pool(func, 1)?;
+    let ready = |strategy| -> Result<_> {
+        sandboxes.wait_full(SANDBOX_WAIT);
+        let req = RestoreRequest::new(snap, strategy)
+            .function(func)
+            .pool(Some(&sandboxes));
+        let (mut sb, rep) = worker.restore(req)?;
+        let t = Instant::now();
+        thaw_worker::after_restore(&mut sb, &rec.name, timeout)
+            .context("the after-restore step")?;
+        let waited_ms = rep.total_ms + t.elapsed().as_secs_f64() * 1e3;
+        Ok((sb, rep, waited_ms))
+    };
     let Some(ev) = sample else {
-        let (_, rep) = worker.restore(
-            RestoreRequest::new(snap, StrategyKind::Mmap)
-                .function(func)
-                .pool(None),
-        )?;
+        let (_, _, waited_ms) = ready(StrategyKind::Mmap)?;
         let p = FunctionProfile {
             name: rec.name.clone(),
             image_mib,
             ws_mib: image_mib,
             exec_ms: 0.0,
-            fixed_ms: rep.total_ms,
+            fixed_ms: waited_ms,
             cold_starts_per_hour: COLD_STARTS_PER_HOUR,
         };
         return Ok((p, false));
     };
-    // the first restore records the working set at its first invocation;
-    // both are made ready as the pool makes every restore (the working set
-    // kept with the snapshot covers the after-restore step)
-    let ready = || -> Result<_> {
-        let req = RestoreRequest::new(snap, StrategyKind::Reap)
-            .function(func)
-            .pool(None);
-        let (mut sb, rep) = worker.restore(req)?;
-        thaw_worker::after_restore(&mut sb, &rec.name, timeout)
-            .context("the after-restore step")?;
-        Ok((sb, rep))
-    };
-    let (mut sb, _) = ready()?;
+    // the first restore records the working set at its first invocation
+    // (the working set kept with the snapshot covers the after-restore step)
+    let (mut sb, _, _) = ready(StrategyKind::Reap)?;
     run(&mut sb, ev)?;
     drop(sb);
-    let (mut sb, rep) = ready()?;
+    let (mut sb, rep, waited_ms) = ready(StrategyKind::Reap)?;
     run(&mut sb, ev)?;
     let exec_ms = run(&mut sb, ev)?;
     let measured = rep.figures.ws_mode == WsMode::Prefetch;
@@ -156,7 +161,7 @@ fn measure(
             image_mib
         },
         exec_ms,
-        fixed_ms: (rep.total_ms - rep.figures.prefetch_ms).max(0.0),
+        fixed_ms: (waited_ms - rep.figures.prefetch_ms).max(0.0),
         cold_starts_per_hour: COLD_STARTS_PER_HOUR,
     };
     Ok((p, measured))
@@ -166,7 +171,7 @@ fn measure(
 /// daemon does not keep (see [`crate::deploy::daemon_strategies`]; `dax`,
 /// a mapped image on a byte-addressable tier) runs as the strategy that
 /// restores the same way without it (`mmap`).
-fn daemon_strategy(k: StrategyKind) -> StrategyKind {
+pub(crate) fn daemon_strategy(k: StrategyKind) -> StrategyKind {
     thaw_restore::strategy(k).needs().map_or(k, |r| r.otherwise)
 }
 

@@ -63,6 +63,10 @@ pub struct ReaderResult {
     /// where the file is on no block device)
     #[serde(default)]
     pub device_kib_per_read: Option<f64>,
+    /// page-fault readers: one more mapping of the file over part of a
+    /// mapped region, as a restore maps each run of a split snapshot, µs
+    #[serde(default)]
+    pub map_us: Option<f64>,
 }
 
 /// The kinds of reader `measure_kind` runs.
@@ -222,23 +226,10 @@ fn measure_cached(path: &Path, rand_reads: usize, kind: &str) -> Result<ReaderRe
         );
     }
     let map = |advice: libc::c_int| -> Result<*const u8> {
-        // SAFETY: a fresh read-only shared mapping of a file this function
-        // holds open; only read through, and unmapped before returning.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ,
-                libc::MAP_SHARED,
-                std::os::fd::AsRawFd::as_raw_fd(&f),
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(
-                Context::new("mapping the probe file", std::io::Error::last_os_error()).into(),
-            );
-        }
+        // a fresh read-only shared mapping of a file this function holds
+        // open; only read through, and unmapped before returning
+        let p = map_read(&f, std::ptr::null_mut(), len, libc::MAP_SHARED, 0)
+            .map_err(|e| Context::new("mapping the probe file", e))?;
         // SAFETY: advice on the mapping just made.
         unsafe { libc::madvise(p, len, advice) };
         Ok(p as *const u8)
@@ -307,6 +298,9 @@ fn measure_cached(path: &Path, rand_reads: usize, kind: &str) -> Result<ReaderRe
     }
     std::hint::black_box(sum);
     let mut r = summarize_reads(kind, false, seq_read_mbps, lat);
+    if kind != "buffered" {
+        r.map_us = Some(mapping_us(&f, len)?);
+    }
     r.device_kib_per_read = sectors
         .zip(after)
         .map(|(a, b)| (b - a) as f64 * 512.0 / 1024.0 / rand_reads as f64);
@@ -350,7 +344,65 @@ fn summarize_reads(
         rand_read_4k_us_median: pct(0.5),
         rand_read_4k_us_p99: pct(0.99),
         device_kib_per_read: None,
+        map_us: None,
     }
+}
+
+/// Mappings `mapping_us` times.
+const MAP_PROBES: usize = 512;
+
+/// One `mmap(MAP_FIXED)` of a page of `f` over a region mapped from it, at
+/// a file offset that keeps it from merging with its neighbours (as a
+/// split snapshot's runs alternate between two files), mean µs.
+fn mapping_us(f: &std::fs::File, len: usize) -> Result<f64> {
+    let pages = MAP_PROBES * 2;
+    if len < pages * ALIGN {
+        fail!(TiersError::Failed, "probe file shorter than {pages} pages");
+    }
+    let span = pages * ALIGN;
+    // a private read-only mapping of a file held open; the fixed mappings
+    // below stay inside it, and it is unmapped before returning
+    let base = map_read(f, std::ptr::null_mut(), span, libc::MAP_PRIVATE, 0)
+        .map_err(|e| Context::new("mapping the probe file", e))?;
+    let t0 = Instant::now();
+    let mut failed = None;
+    for i in 0..MAP_PROBES {
+        // every other page, from the far end of the file: no two merge
+        let at = (base as usize + 2 * i * ALIGN) as *mut libc::c_void;
+        let off = (len / ALIGN - 1 - i) * ALIGN;
+        let fixed = libc::MAP_PRIVATE | libc::MAP_FIXED;
+        if let Err(e) = map_read(f, at, ALIGN, fixed, off) {
+            failed = Some(e);
+            break;
+        }
+    }
+    let us = t0.elapsed().as_secs_f64() * 1e6 / MAP_PROBES as f64;
+    // SAFETY: the whole span mapped above, used no more.
+    unsafe { libc::munmap(base, span) };
+    match failed {
+        Some(e) => Err(Context::new("mapping a page of the probe file", e).into()),
+        None => Ok(us),
+    }
+}
+
+/// `mmap` of `len` bytes of `f` at `off`, read-only, with `flags`, at
+/// `addr` (a hint, or with `MAP_FIXED` the place: the caller's own mapping).
+fn map_read(
+    f: &std::fs::File,
+    addr: *mut libc::c_void,
+    len: usize,
+    flags: libc::c_int,
+    off: usize,
+) -> std::io::Result<*mut libc::c_void> {
+    let fd = std::os::fd::AsRawFd::as_raw_fd(f);
+    // SAFETY: a read-only mapping of an open file; with MAP_FIXED the
+    // callers pass pages of a mapping they made and own, where nothing
+    // else lives.
+    let p = unsafe { libc::mmap(addr, len, libc::PROT_READ, flags, fd, off as libc::off_t) };
+    if p == libc::MAP_FAILED {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(p)
 }
 
 /// A process's ("self" or a pid) cgroup in one v1 hierarchy.

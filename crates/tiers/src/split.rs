@@ -26,6 +26,8 @@ pub struct SplitCosts {
     /// first touch of a page mapped from each tier (µs)
     pub fast_fault_us: f64,
     pub slow_fault_us: f64,
+    /// one more mapping in a restore's memory setup (µs)
+    pub map_us: f64,
     /// where each fault cost came from, e.g. "pmem: probed (faults, mean of 256 reads)"
     pub fault_source: Vec<String>,
 }
@@ -78,6 +80,8 @@ pub fn costs(home: &Path, cfg: &TiersConfig, fast: &str, slow: &str) -> Result<S
     };
     let fast_fault_us = fault(f);
     let slow_fault_us = fault(s);
+    let (map_us, from) = map_us(s, probes.get(&s.name));
+    fault_source.push(format!("mapping: {from}"));
     Ok(SplitCosts {
         fast: f.name.clone(),
         slow: s.name.clone(),
@@ -87,6 +91,7 @@ pub fn costs(home: &Path, cfg: &TiersConfig, fast: &str, slow: &str) -> Result<S
         price_ratio: f.price_per_gb_month / s.price_per_gb_month,
         fast_fault_us,
         slow_fault_us,
+        map_us,
         fault_source,
     })
 }
@@ -121,6 +126,24 @@ pub fn fault_us(t: &TierConfig, probed: Option<&Vec<ReaderResult>>) -> (f64, Str
             format!(
                 "declared ({:.2} us; not probed: `thaw tier probe --tiers {}`)",
                 t.profile.rand_read_4k_us, t.name
+            ),
+        ),
+    }
+}
+
+/// One more mapping of a run from `t`, µs: what its restore reader's probe
+/// measured, else the model's declared figure; and where it came from.
+pub fn map_us(t: &TierConfig, probed: Option<&Vec<ReaderResult>>) -> (f64, String) {
+    let prefix = format!("sandbox-cgroup {} (", restore_reader(t.kind));
+    let probe = probed.and_then(|v| v.iter().find(|r| r.reader.starts_with(&prefix)));
+    match probe.and_then(|r| r.map_us) {
+        Some(us) => (us, format!("probed on {} ({us:.2} us)", t.name)),
+        None => (
+            thaw_memory::tiering::DECLARED_MAP_US,
+            format!(
+                "declared ({:.2} us; not probed: `thaw tier probe --tiers {}`)",
+                thaw_memory::tiering::DECLARED_MAP_US,
+                t.name
             ),
         ),
     }
@@ -164,6 +187,7 @@ mod tests {
             rand_read_4k_us_median: us,
             rand_read_4k_us_p99: us,
             device_kib_per_read: None,
+            map_us: None,
         }
     }
 
