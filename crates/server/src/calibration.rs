@@ -8,9 +8,8 @@ use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::sync::Mutex;
 use thaw_policy::calibrate::{recalibrate, Window};
-use thaw_policy::placement::{self as model, FunctionProfile};
+use thaw_policy::placement::{self as model, FunctionProfile, TierOption};
 
-use crate::app::App;
 use crate::pool::FnVersion;
 
 /// (function, version, tier) -> its latest measured cold starts (ms).
@@ -56,15 +55,20 @@ fn profile_of(name: &str, p: &Value) -> Option<FunctionProfile> {
 
 /// `v`'s estimates beside its measured cold starts on the tier it runs
 /// from, recalibrated from them; None until a placement measured a profile
-/// and a restore start was served.
-pub fn report(app: &App, v: &FnVersion) -> Option<Value> {
+/// and a restore start was served. `tiers`: the daemon's tiers as
+/// placement sees them now (asked for only then).
+pub fn report(
+    calibrations: &Calibrations,
+    v: &FnVersion,
+    tiers: impl FnOnce() -> Option<Vec<TierOption>>,
+) -> Option<Value> {
     let rec = &v.rec;
     let placement = rec.placement.as_ref()?;
     let profile = profile_of(&rec.name, placement.profile.as_ref()?)?;
     let tier = v.placed()?.tier;
-    let window = app.calibrations.window(&rec.name, rec.version, &tier)?;
+    let window = calibrations.window(&rec.name, rec.version, &tier)?;
     let measured_ms = window.median()?;
-    let tiers = crate::deploy::tier_options(app).ok()?;
+    let tiers = tiers()?;
     let on = tiers.iter().find(|t| t.name == tier)?;
     let estimate = |p: &model::Placement| {
         p.estimates

@@ -402,7 +402,9 @@ async fn get_fn(
 ) -> Result<Json<Value>, ApiError> {
     let v = lookup(&app, &name)?;
     let mut out = describe(&v, &app.pool);
-    out["calibration"] = json!(crate::calibration::report(&app, &v));
+    out["calibration"] = json!(crate::calibration::report(&app.calibrations, &v, || {
+        crate::deploy::tier_options(&app).ok()
+    }));
     Ok(Json(out))
 }
 

@@ -7,7 +7,6 @@
 //! those: at the cap, a new instance gives an idle one up (the policy's
 //! order) or waits for a running one, and a prewarm stops with `node_full`;
 //! none of them reaches `EMFILE` or a failed `clone`.
-use super::{lock, Mode, Pool, Refusal, State};
 
 /// Daemon descriptors an instance holds, rounded up from the seven measured.
 const FDS_PER_INSTANCE: u64 = 8;
@@ -73,33 +72,4 @@ pub(super) fn node_cap(configured: u32, nofile: u64) -> (u32, String) {
         .min_by_key(|b| b.0)
         .expect("three bounds");
     (n.clamp(1, u32::MAX as u64) as u32, why)
-}
-
-impl Pool {
-    /// Instances alive on the node (running, starting and idle).
-    fn node_live(st: &State) -> u32 {
-        st.fns.values().map(|f| f.live).sum()
-    }
-
-    /// Whether the node must wait before one more instance starts: at its
-    /// cap, a request gives the policy's next idle instance up (a prewarm
-    /// does not: it would only trade its own idle instances) and waits if
-    /// none is idle.
-    pub(super) fn node_full(&self, st: &mut State, mode: Mode) -> Result<bool, Refusal> {
-        if Self::node_live(st) < self.node_cap {
-            return Ok(false);
-        }
-        if mode == Mode::Prewarm {
-            return Err(Refusal::NodeFull(self.node_cap));
-        }
-        let mut out = Vec::new();
-        st.engine.shed_idle(self.now(), 1, &mut out);
-        self.apply(st, out);
-        Ok(Self::node_live(st) >= self.node_cap)
-    }
-
-    /// Instances alive on the node now.
-    pub fn live_instances(&self) -> u32 {
-        Self::node_live(&lock(&self.state))
-    }
 }

@@ -1,6 +1,6 @@
 //! The pool's memory budget: what an instance is charged as it is
 //! measured, and requests waiting for RAM (docs/API.md, the memory budget).
-use super::{lock, Next, Pool, Refusal, State};
+use super::{lock, Mode, Next, Pool, Refusal, State};
 use std::time::Duration;
 use thaw_policy::{InstanceId, Policy};
 use tokio::sync::oneshot;
@@ -107,5 +107,35 @@ impl Charge {
 pub(super) fn wake_memory(st: &mut State) {
     for (_, w) in st.memory_waiters.drain(..) {
         let _ = w.send(());
+    }
+}
+
+/// The node's instance cap (see `limits`).
+impl Pool {
+    /// Instances alive on the node (running, starting and idle).
+    fn node_live(st: &State) -> u32 {
+        st.fns.values().map(|f| f.live).sum()
+    }
+
+    /// Whether the node must wait before one more instance starts: at its
+    /// cap, a request gives the policy's next idle instance up (a prewarm
+    /// does not: it would only trade its own idle instances) and waits if
+    /// none is idle.
+    pub(super) fn node_full(&self, st: &mut State, mode: Mode) -> Result<bool, Refusal> {
+        if Self::node_live(st) < self.node_cap {
+            return Ok(false);
+        }
+        if mode == Mode::Prewarm {
+            return Err(Refusal::NodeFull(self.node_cap));
+        }
+        let mut out = Vec::new();
+        st.engine.shed_idle(self.now(), 1, &mut out);
+        self.apply(st, out);
+        Ok(Self::node_live(st) >= self.node_cap)
+    }
+
+    /// Instances alive on the node now.
+    pub fn live_instances(&self) -> u32 {
+        Self::node_live(&lock(&self.state))
     }
 }
