@@ -133,9 +133,17 @@ int main(void) {
 
 /// One measured Deployment: its name and the event its first request
 /// carries.
-struct Variant {
-    app: String,
-    event: String,
+pub(crate) struct Variant {
+    pub(crate) app: String,
+    pub(crate) event: String,
+}
+
+/// One timed start: until the first answer and until the pod's IP was
+/// seen (ms), and the node (its index in the cluster's) that ran the pod.
+pub(crate) struct Started {
+    pub(crate) ms: f64,
+    pub(crate) ip_ms: f64,
+    pub(crate) node: usize,
 }
 
 pub fn run(o: &Options) -> Result<Report> {
@@ -220,7 +228,7 @@ fn import_floor(n: &Node, base: &Path) -> Result<()> {
 
 /// How a measured Deployment's pods run.
 #[derive(Clone, Copy)]
-enum Kind {
+pub(crate) enum Kind {
     /// runc, the runtime root's directories mounted read-only
     Runc,
     /// the thaw RuntimeClass
@@ -231,6 +239,19 @@ enum Kind {
 
 /// Applies the Deployment `app` of `image` at 0 replicas.
 fn deploy(n: &Node, k: &Cluster, app: &str, image: &str, kind: Kind) -> Result<()> {
+    deploy_placed(n, k, app, image, kind, json!({}))
+}
+
+/// [`deploy`], with `placement`'s fields (`nodeSelector`, `affinity`)
+/// added to the pod's spec.
+pub(crate) fn deploy_placed(
+    n: &Node,
+    k: &Cluster,
+    app: &str,
+    image: &str,
+    kind: Kind,
+    placement: Value,
+) -> Result<()> {
     let mut pod = json!({
         "containers": [{
             "name": "fn",
@@ -258,6 +279,9 @@ fn deploy(n: &Node, k: &Cluster, app: &str, image: &str, kind: Kind) -> Result<(
                 .map(|d| json!({"name": volume(d), "mountPath": format!("/{d}"), "readOnly": true}))
                 .collect();
         }
+    }
+    if let (Some(spec), Some(extra)) = (pod.as_object_mut(), placement.as_object()) {
+        spec.extend(extra.clone());
     }
     let d = json!({
         "apiVersion": "apps/v1",
@@ -300,7 +324,7 @@ fn measure(o: &Options, n: &Node, k: &Cluster, img: &Images) -> Result<Report> {
     let mut first = [0.0; 3];
     for (i, v) in variants.iter().enumerate() {
         eprintln!("thaw bench kube: warm-up start of {}", v.app);
-        first[i] = start(n, k, v, o.ip_from)?.0;
+        first[i] = start(&[n], k, v, o.ip_from)?.ms;
     }
     let mut ms: [Vec<f64>; 3] = Default::default();
     let mut ip_ms: [Vec<f64>; 3] = Default::default();
@@ -309,9 +333,9 @@ fn measure(o: &Options, n: &Node, k: &Cluster, img: &Images) -> Result<Report> {
         // each run starts with another variant
         for j in 0..3 {
             let i = (run + j) % 3;
-            let (answered, ip) = start(n, k, &variants[i], o.ip_from)?;
-            ms[i].push(answered);
-            ip_ms[i].push(ip);
+            let s = start(&[n], k, &variants[i], o.ip_from)?;
+            ms[i].push(s.ms);
+            ip_ms[i].push(s.ip_ms);
         }
     }
     let [floor, runc, thaw] = [
@@ -354,19 +378,21 @@ fn volume(dir: &str) -> String {
     format!("root-{}", dir.to_lowercase().replace('_', "-"))
 }
 
-/// One start of `v`: `kubectl scale` to 1 until the pod's first answer,
-/// and until its IP was seen (ms); then back to 0, the pod gone and no
-/// idle instance left.
-fn start(n: &Node, k: &Cluster, v: &Variant, ip_from: IpFrom) -> Result<(f64, f64)> {
+/// One start of `v` on whichever of `nodes` (the cluster's, in order)
+/// runs its pod: `kubectl scale` to 1 until the pod's first answer (asked
+/// from the first node's namespace, which routes to every node's pods),
+/// and until its IP was seen; then back to 0, the pod gone and no idle
+/// instance left on any node.
+pub(crate) fn start(nodes: &[&Node], k: &Cluster, v: &Variant, ip_from: IpFrom) -> Result<Started> {
     let app = v.app.as_str();
     let selector = format!("app={app}");
-    // the pod's IP as the API server learns it from the kubelet
+    // the pod's node and IP as the API server learns them from the kubelet
     let mut watch = match ip_from {
         IpFrom::Cri => None,
         IpFrom::Api => Some(
             Command::new(k.dir.join("kubectl"))
                 .args(["get", "pods", "-l", &selector, "--watch", "-o"])
-                .arg("jsonpath={.status.podIP}{\"\\n\"}")
+                .arg("jsonpath={.spec.nodeName}{\" \"}{.status.podIP}{\"\\n\"}")
                 .stdin(Stdio::null())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::null())
@@ -381,23 +407,30 @@ fn start(n: &Node, k: &Cluster, v: &Variant, ip_from: IpFrom) -> Result<(f64, f6
     std::thread::sleep(Duration::from_millis(500));
     let t0 = Instant::now();
     k.run(&["scale", "deployment", app, "--replicas=1"])?;
-    let ip = match lines {
+    let seen = match lines {
         Some(lines) => lines
             .lines()
             .map_while(std::result::Result::ok)
-            .find(|l| !l.trim().is_empty()),
-        None => Some(cri_pod_ip(n, &selector, t0)?),
+            .find_map(|l| {
+                let (node, ip) = l.trim().split_once(' ')?;
+                let i = k.nodes.iter().position(|n| n == node)?;
+                (!ip.is_empty()).then(|| (i, ip.to_string()))
+            }),
+        None => Some(cri_pod_ip(nodes, &selector, t0)?),
     };
     if let Some(w) = watch.as_mut() {
         let _ = w.kill();
         let _ = w.wait();
     }
-    let Some(ip) = ip else {
+    let Some((node, ip)) = seen else {
         fail!(BenchServeError::Failed, "{app}'s pod got no IP");
     };
     let ip_ms = t0.elapsed().as_secs_f64() * 1e3;
     let left = ANSWER_WAIT.saturating_sub(t0.elapsed());
-    let answer = n.cri.netns.post_to(ip.trim(), 8080, &v.event, left)?;
+    let answer = nodes[0]
+        .cri
+        .netns
+        .post_to(ip.trim(), 8080, &v.event, left)?;
     let ms = t0.elapsed().as_secs_f64() * 1e3;
     cri::answer_value(app, &answer)?;
     k.run(&["scale", "deployment", app, "--replicas=0"])?;
@@ -407,19 +440,23 @@ fn start(n: &Node, k: &Cluster, v: &Variant, ip_from: IpFrom) -> Result<(f64, f6
             .map_err(|e| e.to_string())?;
         Ok(pods.is_empty().then_some(()))
     })?;
-    cri::no_idle(n)?;
-    Ok((ms, ip_ms))
+    for n in nodes {
+        cri::no_idle(n)?;
+    }
+    Ok(Started { ms, ip_ms, node })
 }
 
-/// The IP of the ready pod sandbox labelled `selector` in the node's CRI
-/// (polled from `t0` for up to [`ANSWER_WAIT`]).
-fn cri_pod_ip(n: &Node, selector: &str, t0: Instant) -> Result<String> {
+/// The node (index in `nodes`) and IP of the ready pod sandbox labelled
+/// `selector` in a node's CRI (polled from `t0` for up to [`ANSWER_WAIT`]).
+fn cri_pod_ip(nodes: &[&Node], selector: &str, t0: Instant) -> Result<(usize, String)> {
     loop {
-        let id = n
-            .cri
-            .run(&["pods", "--label", selector, "--state", "ready", "-q"])?;
-        if let Some(id) = id.lines().next().filter(|l| !l.is_empty()) {
-            return Ok(n.cri.pod_ip(id)?);
+        for (i, n) in nodes.iter().enumerate() {
+            let id = n
+                .cri
+                .run(&["pods", "--label", selector, "--state", "ready", "-q"])?;
+            if let Some(id) = id.lines().next().filter(|l| !l.is_empty()) {
+                return Ok((i, n.cri.pod_ip(id)?));
+            }
         }
         if t0.elapsed() > ANSWER_WAIT {
             fail!(
@@ -449,7 +486,7 @@ fn density(o: &Options, n: &Node, k: &Cluster) -> Result<Vec<DensityRow>> {
                 app,
                 event: img.event.clone(),
             };
-            start(n, k, &v, IpFrom::Cri)?;
+            start(&[n], k, &v, IpFrom::Cri)?;
             events.insert(v.app, v.event);
         }
     }

@@ -21,6 +21,7 @@ pub mod cri;
 pub mod egress;
 mod error;
 pub mod kube;
+pub mod kube_nodes;
 pub mod lambda;
 pub mod lambda_provided;
 pub mod pair;

@@ -27,7 +27,7 @@ pub fn key(spec: &ContainerSpec) -> Option<String> {
 
 /// Whether `name` is a function name the shim deploys (`img-` and 24 hex
 /// digits): anything else read back from the store is ignored.
-fn is_function_name(name: &str) -> bool {
+pub(crate) fn is_function_name(name: &str) -> bool {
     name.strip_prefix("img-")
         .is_some_and(|h| h.len() == 24 && h.bytes().all(|b| b.is_ascii_hexdigit()))
 }
