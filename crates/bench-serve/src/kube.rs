@@ -72,14 +72,43 @@ pub struct DensityRow {
     pub wall_ms: f64,
 }
 
+/// When, where and on what a benchmark through the kubelet ran.
 #[derive(Debug, Clone, Serialize)]
-pub struct Report {
+pub struct RunInfo {
     pub date_unix: u64,
     pub cpus: usize,
     pub loadavg_1m_start: f64,
     pub loadavg_1m_end: f64,
+    /// the API server's version
     pub kubernetes: String,
     pub function: String,
+}
+
+impl RunInfo {
+    /// Now, on cluster `k`, for `function` (the load is filled in by the
+    /// caller, at the start and the end of the whole run).
+    pub(crate) fn of(k: &Cluster, function: &str) -> Result<RunInfo> {
+        let version: Value = serde_json::from_str(&k.run(&["version", "-o", "json"])?)?;
+        Ok(RunInfo {
+            date_unix: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+            cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            loadavg_1m_start: 0.0,
+            loadavg_1m_end: 0.0,
+            kubernetes: version["serverVersion"]["gitVersion"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            function: function.to_string(),
+        })
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    #[serde(flatten)]
+    pub run: RunInfo,
     pub ip_from: IpFrom,
     /// the warm-up starts (not in the figures), ms
     pub first_floor_ms: f64,
@@ -138,14 +167,6 @@ pub(crate) struct Variant {
     pub(crate) event: String,
 }
 
-/// One timed start: until the first answer and until the pod's IP was
-/// seen (ms), and the node (its index in the cluster's) that ran the pod.
-pub(crate) struct Started {
-    pub(crate) ms: f64,
-    pub(crate) ip_ms: f64,
-    pub(crate) node: usize,
-}
-
 pub fn run(o: &Options) -> Result<Report> {
     if o.runs == 0 {
         fail!(BenchServeError::Config, "--runs must be at least 1");
@@ -161,20 +182,8 @@ pub fn run(o: &Options) -> Result<Report> {
             cri::DENSITY_FUNCTIONS.len()
         );
     }
-    cri::check_shim(&o.shim_dir)?;
     let load_start = thaw_bench::concurrency::loadavg();
-    let root = thaw_runtime::ensure_root(&o.runtime_home, &mut |m| eprintln!("runtime: {m}"))?;
-    if !root
-        .path
-        .join(format!("opt/thaw/functions/{}.py", o.function))
-        .is_file()
-    {
-        fail!(
-            BenchServeError::Config,
-            "{} is not a Python function of the suite (thaw runtime functions)",
-            o.function
-        );
-    }
+    let root = suite_root(&o.shim_dir, &o.runtime_home, &o.function)?;
     let mut report = thaw_server::on_temp_daemon_with(
         &o.runtime_home,
         "kube",
@@ -212,9 +221,28 @@ pub fn run(o: &Options) -> Result<Report> {
             r
         },
     )?;
-    report.loadavg_1m_start = load_start;
-    report.loadavg_1m_end = thaw_bench::concurrency::loadavg();
+    report.run.loadavg_1m_start = load_start;
+    report.run.loadavg_1m_end = thaw_bench::concurrency::loadavg();
     Ok(report)
+}
+
+/// The runtime root (made if missing) once the shim is there and
+/// `function` is one of the root's Python suite functions.
+pub(crate) fn suite_root(
+    shim_dir: &Path,
+    runtime_home: &Path,
+    function: &str,
+) -> Result<thaw_runtime::RootInfo> {
+    cri::check_shim(shim_dir)?;
+    let root = thaw_runtime::ensure_root(runtime_home, &mut |m| eprintln!("runtime: {m}"))?;
+    let source = root.path.join(format!("opt/thaw/functions/{function}.py"));
+    if !source.is_file() {
+        fail!(
+            BenchServeError::Config,
+            "{function} is not a Python function of the suite (thaw runtime functions)"
+        );
+    }
+    Ok(root)
 }
 
 /// Builds the floor's binary (gcc -static) and imports its image.
@@ -343,20 +371,8 @@ fn measure(o: &Options, n: &Node, k: &Cluster, img: &Images) -> Result<Report> {
         cri::summary(&ms[1])?,
         cri::summary(&ms[2])?,
     ];
-    let version = k.run(&["version", "-o", "json"])?;
-    let version: Value = serde_json::from_str(&version)?;
     Ok(Report {
-        date_unix: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs()),
-        cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
-        loadavg_1m_start: 0.0,
-        loadavg_1m_end: 0.0,
-        kubernetes: version["serverVersion"]["gitVersion"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string(),
-        function: o.function.clone(),
+        run: RunInfo::of(k, &o.function)?,
         ip_from: o.ip_from,
         first_floor_ms: first[0],
         first_runc_ms: first[1],
@@ -378,10 +394,18 @@ fn volume(dir: &str) -> String {
     format!("root-{}", dir.to_lowercase().replace('_', "-"))
 }
 
+/// One timed start: until the first answer and until the pod's IP was
+/// seen (ms), and the node that ran the pod.
+pub(crate) struct Started {
+    pub(crate) ms: f64,
+    pub(crate) ip_ms: f64,
+    /// its index in the cluster's nodes
+    pub(crate) node: usize,
+}
+
 /// One start of `v` on whichever of `nodes` (the cluster's, in order)
 /// runs its pod: `kubectl scale` to 1 until the pod's first answer (asked
-/// from the first node's namespace, which routes to every node's pods),
-/// and until its IP was seen; then back to 0, the pod gone and no idle
+/// from that node's network namespace), and until its IP was seen; then back to 0, the pod gone and no idle
 /// instance left on any node.
 pub(crate) fn start(nodes: &[&Node], k: &Cluster, v: &Variant, ip_from: IpFrom) -> Result<Started> {
     let app = v.app.as_str();
@@ -427,7 +451,7 @@ pub(crate) fn start(nodes: &[&Node], k: &Cluster, v: &Variant, ip_from: IpFrom) 
     };
     let ip_ms = t0.elapsed().as_secs_f64() * 1e3;
     let left = ANSWER_WAIT.saturating_sub(t0.elapsed());
-    let answer = nodes[0]
+    let answer = nodes[node]
         .cri
         .netns
         .post_to(ip.trim(), 8080, &v.event, left)?;
@@ -578,14 +602,14 @@ pub fn markdown(r: &Report) -> String {
     let mut out = format!(
         "Pod start through the kubelet (Kubernetes {}): `kubectl scale --replicas=1` to the first HTTP answer through the pod IP (the IP from the {}), ms ({} CPUs, load {:.2} -> {:.2})\n\n\
          | pod | n | min | median | p99 | pod IP seen (median) | first (warm-up) |\n|---|---|---|---|---|---|---|\n",
-        r.kubernetes,
+        r.run.kubernetes,
         match r.ip_from {
             IpFrom::Cri => "node's CRI",
             IpFrom::Api => "API server",
         },
-        r.cpus,
-        r.loadavg_1m_start,
-        r.loadavg_1m_end
+        r.run.cpus,
+        r.run.loadavg_1m_start,
+        r.run.loadavg_1m_end
     );
     out += &row(
         "floor (runc, static HTTP binary)",
@@ -594,8 +618,8 @@ pub fn markdown(r: &Report) -> String {
         r.first_floor_ms,
     );
     let (runc, thaw) = (
-        format!("{} on runc", r.function),
-        format!("{} on thaw", r.function),
+        format!("{} on runc", r.run.function),
+        format!("{} on thaw", r.run.function),
     );
     out += &row(&runc, &r.runc, &r.runc_ip, r.first_runc_ms);
     out += &row(&thaw, &r.thaw, &r.thaw_ip, r.first_thaw_ms);
@@ -615,6 +639,33 @@ pub fn markdown(r: &Report) -> String {
         }
     }
     out
+}
+
+/// A summary of `n` runs around `median` (min 10 below, p99 50 above),
+/// and a run's description, for the reports' tests.
+#[cfg(test)]
+pub(crate) fn sample_summary(n: usize, median: f64) -> Summary {
+    Summary {
+        n,
+        min: median - 10.0,
+        median,
+        p99: median + 50.0,
+        mean: median,
+    }
+}
+
+#[cfg(test)]
+impl RunInfo {
+    pub(crate) fn sample() -> RunInfo {
+        RunInfo {
+            date_unix: 0,
+            cpus: 2,
+            loadavg_1m_start: 1.0,
+            loadavg_1m_end: 2.0,
+            kubernetes: "v1.32.13".into(),
+            function: "lr_serving".into(),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -648,20 +699,9 @@ mod tests {
 
     #[test]
     fn the_report_names_each_pod_kind_and_the_ratios() {
-        let s = |m: f64| Summary {
-            n: 10,
-            min: m - 10.0,
-            median: m,
-            p99: m + 50.0,
-            mean: m,
-        };
+        let s = |m: f64| sample_summary(10, m);
         let r = Report {
-            date_unix: 0,
-            cpus: 2,
-            loadavg_1m_start: 1.0,
-            loadavg_1m_end: 2.0,
-            kubernetes: "v1.32.13".into(),
-            function: "lr_serving".into(),
+            run: RunInfo::sample(),
             ip_from: IpFrom::Api,
             first_floor_ms: 1.0,
             first_runc_ms: 2.0,

@@ -47,12 +47,8 @@ pub struct Options {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
-    pub date_unix: u64,
-    pub cpus: usize,
-    pub loadavg_1m_start: f64,
-    pub loadavg_1m_end: f64,
-    pub kubernetes: String,
-    pub function: String,
+    #[serde(flatten)]
+    pub run: kube::RunInfo,
     /// the pod on the node that never saw the function (a restore
     /// streamed from the remote tier), ms
     pub remote: Summary,
@@ -113,20 +109,8 @@ pub fn run(o: &Options) -> Result<Report> {
     if o.runs == 0 {
         fail!(BenchServeError::Config, "--runs must be at least 1");
     }
-    cri::check_shim(&o.shim_dir)?;
     let load_start = thaw_bench::concurrency::loadavg();
-    let root = thaw_runtime::ensure_root(&o.runtime_home, &mut |m| eprintln!("runtime: {m}"))?;
-    if !root
-        .path
-        .join(format!("opt/thaw/functions/{}.py", o.function))
-        .is_file()
-    {
-        fail!(
-            BenchServeError::Config,
-            "{} is not a Python function of the suite (thaw runtime functions)",
-            o.function
-        );
-    }
+    let root = kube::suite_root(&o.shim_dir, &o.runtime_home, &o.function)?;
     let store = Store::up("kube")?;
     let shared = store.shared().expect("the store is up");
     let configure = |cfg: &mut thaw_server::Config| {
@@ -136,22 +120,11 @@ pub fn run(o: &Options) -> Result<Report> {
         cfg.keep_alive_s = 1;
         Ok::<(), BenchServeError>(())
     };
-    let node = |name: &str, subnet: &str, socket| -> Result<Node> {
-        let base = std::env::temp_dir().join(format!("thaw-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&base);
-        Ok(Node {
-            cri: Cri::start(&base, socket, &o.shim_dir, subnet, &[], "info")?,
-            socket,
-            root: &root,
-            pods: AtomicU32::new(0),
-            prewarm: true,
-        })
-    };
     let mut report =
         thaw_server::on_temp_daemon_with(&o.runtime_home, "kube-a", configure, |_, socket_a| {
             thaw_server::on_temp_daemon_with(&o.runtime_home, "kube-b", configure, |_, socket_b| {
-                let a = node("kube-node-a", SUBNETS[0], socket_a)?;
-                let b = node("kube-node-b", SUBNETS[1], socket_b)?;
+                let a = node(o, &root, "kube-node-a", SUBNETS[0], socket_a)?;
+                let b = node(o, &root, "kube-node-b", SUBNETS[1], socket_b)?;
                 let img = cri::build_images(&a, &root, &o.function)?;
                 b.cri.c.import(&img.thaw_archive)?;
                 let specs = [(&a, SUBNETS[0]), (&b, SUBNETS[1])].map(|(n, pod_cidr)| NodeSpec {
@@ -169,9 +142,29 @@ pub fn run(o: &Options) -> Result<Report> {
             })
         })?;
     drop(store);
-    report.loadavg_1m_start = load_start;
-    report.loadavg_1m_end = thaw_bench::concurrency::loadavg();
+    report.run.loadavg_1m_start = load_start;
+    report.run.loadavg_1m_end = thaw_bench::concurrency::loadavg();
     Ok(report)
+}
+
+/// A node's containerd (its own namespace and pod subnet) beside the
+/// daemon at `socket`.
+fn node<'a>(
+    o: &Options,
+    root: &'a thaw_runtime::RootInfo,
+    name: &str,
+    subnet: &str,
+    socket: &'a std::path::Path,
+) -> Result<Node<'a>> {
+    let base = std::env::temp_dir().join(format!("thaw-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    Ok(Node {
+        cri: Cri::start(&base, socket, &o.shim_dir, subnet, &[], "info")?,
+        socket,
+        root,
+        pods: AtomicU32::new(0),
+        prewarm: true,
+    })
 }
 
 fn client(n: &Node) -> Client {
@@ -302,23 +295,21 @@ fn measure(o: &Options, nodes: [&Node; 2], k: &Cluster, img: &cri::Images) -> Re
         // pod restores it locally
         forget(b, k, &nb)?;
         let before = remote_restores(b)?;
-        let s = timed("on-b")?;
-        if remote_restores(b)? != before + 1.0 {
-            fail!(
-                BenchServeError::Failed,
-                "the pod on {nb} was not one restore from the remote tier"
-            );
-        }
-        remote.push(s.ms);
+        // the pod's start, and that node B restored from the remote tier
+        // once in all since `before`
+        let on_b = |what: &str| -> Result<f64> {
+            let s = timed("on-b")?;
+            if remote_restores(b)? != before + 1.0 {
+                fail!(
+                    BenchServeError::Failed,
+                    "{what} on {nb}: B's restores from the remote tier are not {before} + 1"
+                );
+            }
+            Ok(s.ms)
+        };
+        remote.push(on_b("the first pod (a restore from the remote tier)")?);
         kept_locally(b, &nb)?;
-        let s = timed("on-b")?;
-        if remote_restores(b)? != before + 1.0 {
-            fail!(
-                BenchServeError::Failed,
-                "the second pod on {nb} was not a local restore"
-            );
-        }
-        local.push(s.ms);
+        local.push(on_b("the second pod (a local restore)")?);
         // only B holds it locally (A forgets its own, a pod there fetches
         // it again): with and without the preferred affinity, in turns
         for j in 0..2 {
@@ -330,22 +321,12 @@ fn measure(o: &Options, nodes: [&Node; 2], k: &Cluster, img: &cri::Images) -> Re
             placed[which].1 += usize::from(s.node == 1);
         }
     }
-    let version: Value = serde_json::from_str(&k.run(&["version", "-o", "json"])?)?;
+
     let (local, remote) = (cri::summary(&local)?, cri::summary(&remote)?);
     let [(preferred, preferred_on), (unpreferred, unpreferred_on)] = placed;
     let (preferred, unpreferred) = (cri::summary(&preferred)?, cri::summary(&unpreferred)?);
     Ok(Report {
-        date_unix: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs()),
-        cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
-        loadavg_1m_start: 0.0,
-        loadavg_1m_end: 0.0,
-        kubernetes: version["serverVersion"]["gitVersion"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string(),
-        function: o.function.clone(),
+        run: kube::RunInfo::of(k, &o.function)?,
         remote_over_local_median: remote.median / local.median,
         unpreferred_over_preferred_median: unpreferred.median / preferred.median,
         local,
@@ -369,7 +350,11 @@ pub fn markdown(r: &Report) -> String {
     let mut out = format!(
         "Pod start through the kubelet on two nodes sharing snapshots through the remote tier (Kubernetes {}, {}): `kubectl scale --replicas=1` to the first HTTP answer through the pod IP, ms ({} CPUs, load {:.2} -> {:.2})\n\n\
          | pod | n | min | median | p99 | on the node holding the snapshot |\n|---|---|---|---|---|---|\n",
-        r.kubernetes, r.function, r.cpus, r.loadavg_1m_start, r.loadavg_1m_end
+        r.run.kubernetes,
+        r.run.function,
+        r.run.cpus,
+        r.run.loadavg_1m_start,
+        r.run.loadavg_1m_end
     );
     out += &row(
         "remote restore (pinned to a node that never saw it)",
@@ -424,20 +409,9 @@ mod tests {
 
     #[test]
     fn the_report_names_each_placement_and_the_ratios() {
-        let s = |m: f64| Summary {
-            n: 5,
-            min: m - 10.0,
-            median: m,
-            p99: m + 50.0,
-            mean: m,
-        };
+        let s = |m: f64| kube::sample_summary(5, m);
         let r = Report {
-            date_unix: 0,
-            cpus: 2,
-            loadavg_1m_start: 1.0,
-            loadavg_1m_end: 2.0,
-            kubernetes: "v1.32.13".into(),
-            function: "lr_serving".into(),
+            run: kube::RunInfo::sample(),
             local: s(300.0),
             remote: s(450.0),
             remote_over_local_median: 1.5,

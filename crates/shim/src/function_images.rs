@@ -6,7 +6,6 @@
 //! the daemon's socket, and `deploy/kubernetes/snapshot-labels.py` labels
 //! the node with the images whose snapshots it holds.
 use crate::spec::ContainerSpec;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// The image reference the kubelet asked for, which containerd's CRI
@@ -25,11 +24,9 @@ pub struct FunctionImages {
 
 impl FunctionImages {
     pub fn beside(socket: &Path) -> FunctionImages {
-        let dir = socket
-            .parent()
-            .unwrap_or(Path::new("/"))
-            .join("function-images");
-        FunctionImages { dir }
+        FunctionImages {
+            dir: crate::templates::dir_beside(socket, "function-images"),
+        }
     }
 
     /// The image references recorded for `function` (none if unknown).
@@ -37,13 +34,7 @@ impl FunctionImages {
         if !crate::templates::is_function_name(function) {
             return Vec::new();
         }
-        std::fs::read_to_string(self.dir.join(function))
-            .unwrap_or_default()
-            .lines()
-            .filter(|l| valid_reference(l))
-            .take(MAX_IMAGES)
-            .map(str::to_string)
-            .collect()
+        crate::templates::read_lines(&self.dir.join(function), valid_reference, MAX_IMAGES)
     }
 
     /// Records that `function` was deployed from `image` (a name the shim
@@ -56,23 +47,8 @@ impl FunctionImages {
                 format!("not a function name and image reference: {function:?} {image:?}"),
             ));
         }
-        let mut images = self.images(function);
-        if images.first().is_some_and(|i| i == image) {
-            return Ok(());
-        }
-        images.retain(|i| i != image);
-        images.insert(0, image.to_string());
-        images.truncate(MAX_IMAGES);
-        std::fs::create_dir_all(&self.dir)?;
-        let path = self.dir.join(function);
-        let tmp = self
-            .dir
-            .join(format!(".{function}.tmp-{}", std::process::id()));
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(images.join("\n").as_bytes())?;
-        f.write_all(b"\n")?;
-        drop(f);
-        std::fs::rename(&tmp, &path)
+        let images = self.images(function);
+        crate::templates::put_first(&self.dir.join(function), images, image, MAX_IMAGES)
     }
 }
 

@@ -433,6 +433,19 @@ fn the_cluster_script_refuses_bad_arguments_with_a_message() {
         (
             vec![
                 "--netns",
+                "x",
+                "--containerd",
+                "/s",
+                "--dir",
+                d,
+                "--node",
+                "y,/s",
+            ],
+            "--node y,/s: expected NETNS,CONTAINERD,POD_CIDR[,THAW_SOCKET]",
+        ),
+        (
+            vec![
+                "--netns",
                 "thaw-no-such-ns",
                 "--containerd",
                 "/nonexistent.sock",

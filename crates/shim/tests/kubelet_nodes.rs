@@ -64,36 +64,36 @@ fn label_becomes(k: &Cluster, node: &str, what: &str, want: impl Fn(Option<&str>
     ));
 }
 
-/// A Deployment of `image` on the thaw RuntimeClass, pinned to `node`.
+/// A Deployment of `image` on the thaw RuntimeClass, pinned to `node`
+/// (made at 0 replicas by `kubectl create`, then given its pod spec and 1
+/// replica with one patch).
 fn pinned(k: &Cluster, app: &str, image: &str, node: &str) {
-    let d = serde_json::json!({
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": app},
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": {"app": app}},
-            "template": {
-                // the example's settings: one function for both
-                "metadata": {"labels": {"app": app}, "annotations": {"dev.thaw.memory-mb": "256"}},
-                "spec": {
-                    "runtimeClassName": "thaw",
-                    "nodeSelector": {"kubernetes.io/hostname": node},
-                    "terminationGracePeriodSeconds": 1,
-                    "containers": [{
-                        "name": "fn",
-                        "image": image,
-                        "imagePullPolicy": "Never",
-                        "env": [{"name": "PORT", "value": "8080"}],
-                        "readinessProbe": {"httpGet": {"path": "/", "port": 8080}, "periodSeconds": 1},
-                    }],
-                },
-            },
-        },
+    must(k.run(&[
+        "create",
+        "deployment",
+        app,
+        "--image",
+        image,
+        "--replicas=0",
+    ]));
+    let probe = serde_json::json!({"httpGet": {"path": "/", "port": 8080}, "periodSeconds": 1});
+    let container = serde_json::json!({
+        "name": "fn", "image": image, "imagePullPolicy": "Never",
+        "env": [{"name": "PORT", "value": "8080"}], "readinessProbe": probe,
     });
-    let file = k.dir.join(format!("{app}.json"));
-    std::fs::write(&file, d.to_string()).unwrap();
-    must(k.run(&["apply", "-f", file.to_str().unwrap()]));
+    // the example's settings: one function for both
+    let annotations = serde_json::json!({"dev.thaw.memory-mb": "256"});
+    let patch = serde_json::json!({"spec": {"replicas": 1, "template": {
+        "metadata": {"annotations": annotations},
+        "spec": {
+            "runtimeClassName": "thaw",
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "terminationGracePeriodSeconds": 1,
+            "containers": [container],
+        },
+    }}});
+    let patch = patch.to_string();
+    must(k.run(&["patch", "deployment", app, "--type", "merge", "-p", &patch]));
 }
 
 /// A request to `pod`'s IP from its node's namespace: the answer.
@@ -307,4 +307,29 @@ fn a_pod_on_a_second_node_restores_the_first_nodes_snapshot_from_the_remote_tier
     }
     assert!(processes_naming(&[&k8s_base], 0).is_empty());
     assert!(!k8s_base.exists());
+}
+
+#[test]
+fn the_snapshot_labeler_refuses_bad_arguments_with_a_message() {
+    let script = repo_file("deploy/kubernetes/snapshot-labels.py");
+    let node = ["--node", "n", "--thaw-socket", "/s", "--kubectl"];
+    for (args, says) in [
+        (&node[..2], "the following arguments are required"),
+        (
+            &[&node[..], &["/nonexistent/kubectl"]].concat()[..],
+            "no kubectl at /nonexistent/kubectl",
+        ),
+        (
+            &[&node[..], &["/bin/true", "--every", "0"]].concat()[..],
+            "--every must be between 0.1 and 3600 seconds",
+        ),
+    ] {
+        let o = std::process::Command::new(&script)
+            .args(args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
 }
