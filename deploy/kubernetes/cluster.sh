@@ -26,8 +26,9 @@
 #                       keeps the node's snapshot.thaw.dev/ labels current
 #   --node NETNS,CONTAINERD,POD_CIDR[,THAW_SOCKET]
 #                       one more node: its containerd's namespace and socket,
-#                       its CNI subnet (routed to it from the first node) and
-#                       its daemon, as above
+#                       its CNI subnet (routed to it from the first node,
+#                       though pod traffic across nodes does not get through
+#                       yet) and its daemon, as above
 #
 # Node N (1, 2, ...) is thaw-node-PID (the first) or thaw-node-PID-N at
 # 10.201.0.N: the first node's address is on a veth inside its namespace,
@@ -138,6 +139,10 @@ start() { start_on 0 "$@"; }
 cleanup() {
     local i p
     set +e
+    # a signal now (the harness stopping a failed start) must not cut the
+    # cleanup short: that leaves components running and kernel settings
+    # changed
+    trap '' INT TERM
     rm -f "$dir/ready" "$dir/kubectl"
     # the workloads first, while the kubelet runs: it ends their pods and
     # removes their cgroups (a pod left running keeps its cgroup)
