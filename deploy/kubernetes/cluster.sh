@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# A real single-node Kubernetes cluster on a containerd that has thaw's
-# runtime registered: etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler, kubelet and kube-proxy (iptables mode), all in the network
-# namespace the node's containerd (and its CNI bridge) runs in, certificates,
+# A real Kubernetes cluster of one or more nodes on containerds that have
+# thaw's runtime registered: etcd, kube-apiserver, kube-controller-manager
+# and kube-scheduler in the network namespace of the first node's
+# containerd, and on every node a kubelet and a kube-proxy (iptables mode)
+# in its containerd's namespace (where its CNI bridge is); certificates,
 # kubeconfigs and state in DIR. It runs in the foreground until SIGTERM or
 # SIGINT (or until a component exits), then stops every component and
 # leaves nothing: no process, mount, cgroup or log link of the cluster's,
 # and the kernel settings the kubelet changes restored.
 #
 #   deploy/kubernetes/cluster.sh --netns NAME --containerd SOCKET --dir DIR [--pod-cidr CIDR]
+#       [--thaw-socket SOCKET] [--node NETNS,CONTAINERD,POD_CIDR[,THAW_SOCKET]]...
 #
 #   --netns NAME        the network namespace (/run/netns/NAME) containerd
 #                       runs in; the cluster's addresses exist only there
@@ -17,12 +19,26 @@
 #                       a CNI configuration
 #   --dir DIR           an empty directory for the cluster (kept; its files
 #                       and mounts are removed at the end)
-#   --pod-cidr CIDR     the pods' addresses (the CNI configuration's
-#                       subnet), for kube-proxy's masquerading; 10.88.0.0/16
+#   --pod-cidr CIDR     every node's pods' addresses (each node's CNI
+#                       subnet lies in it), for kube-proxy's masquerading;
+#                       10.88.0.0/16
+#   --thaw-socket SOCKET the first node's thaw daemon: snapshot-labels.py
+#                       keeps the node's snapshot.thaw.dev/ labels current
+#   --node NETNS,CONTAINERD,POD_CIDR[,THAW_SOCKET]
+#                       one more node: its containerd's namespace and socket,
+#                       its CNI subnet (routed to it from the first node,
+#                       though pod traffic across nodes does not get through
+#                       yet) and its daemon, as above
 #
-# When every component is up and the node Ready, DIR/ready exists and
-# DIR/kubectl runs kubectl against the cluster (in the namespace, as its
-# admin). The node is labelled thaw.dev/runtime=true and the RuntimeClass
+# Node N (1, 2, ...) is thaw-node-PID (the first) or thaw-node-PID-N at
+# 10.201.0.N: the first node's address is on a veth inside its namespace,
+# and each other node's namespace is joined to the first's by a veth pair of
+# its own (routes to its address and pod subnet through it; its default
+# route back).
+# When every component is up and every node Ready, DIR/ready exists (the
+# nodes' names, a line each) and DIR/kubectl runs kubectl against the
+# cluster (in the namespace, as its admin). Each node is labelled
+# thaw.dev/runtime=true and the RuntimeClass
 # thaw (runtimeclass.yaml) applied. Exit 0 after a signal, 1 when a
 # component exited on its own, 2 on a usage or set-up error.
 #
@@ -35,8 +51,10 @@ say() { echo "cluster: $*" >&2; }
 die() { say "$*"; exit 2; }
 trap 'die "failed (line $LINENO): $BASH_COMMAND"' ERR
 
-usage="usage: $0 --netns NAME --containerd SOCKET --dir DIR [--pod-cidr CIDR]"
-netns= containerd= dir= pod_cidr=10.88.0.0/16
+usage="usage: $0 --netns NAME --containerd SOCKET --dir DIR [--pod-cidr CIDR] [--thaw-socket SOCKET] [--node NETNS,CONTAINERD,POD_CIDR[,THAW_SOCKET]]..."
+netns= containerd= dir= pod_cidr=10.88.0.0/16 thaw_socket=
+# the nodes after the first, as given
+more_nodes=()
 while [ $# -gt 0 ]; do
     [ $# -ge 2 ] || die "$usage ($1 needs a value)"
     case $1 in
@@ -44,17 +62,33 @@ while [ $# -gt 0 ]; do
         --containerd) containerd=$2 ;;
         --dir) dir=$2 ;;
         --pod-cidr) pod_cidr=$2 ;;
+        --thaw-socket) thaw_socket=$2 ;;
+        --node) more_nodes+=("$2") ;;
         *) die "$usage (unknown option $1)" ;;
     esac
     shift 2
 done
 [ -n "$netns" ] && [ -n "$containerd" ] && [ -n "$dir" ] || die "$usage"
-[ -e "/run/netns/$netns" ] || die "no network namespace $netns (/run/netns/$netns)"
-[ -S "$containerd" ] || die "no containerd socket at $containerd"
+# each node: its network namespace, containerd socket, pod subnet (routed
+# to it; the first node's needs no route) and thaw socket (may be empty)
+node_netns=("$netns") node_containerd=("$containerd") node_cidr=("") node_thaw=("$thaw_socket")
+for spec in "${more_nodes[@]}"; do
+    IFS=, read -r n_ns n_sock n_cidr n_thaw n_rest <<<"$spec"
+    [ -n "$n_ns" ] && [ -n "$n_sock" ] && [ -n "$n_cidr" ] && [ -z "$n_rest" ] \
+        || die "--node $spec: expected NETNS,CONTAINERD,POD_CIDR[,THAW_SOCKET]"
+    node_netns+=("$n_ns") node_containerd+=("$n_sock") node_cidr+=("$n_cidr") node_thaw+=("$n_thaw")
+done
+[ ${#node_netns[@]} -le 200 ] || die "at most 200 nodes"
+for i in "${!node_netns[@]}"; do
+    [ -e "/run/netns/${node_netns[$i]}" ] || die "no network namespace ${node_netns[$i]} (/run/netns/${node_netns[$i]})"
+    [ -S "${node_containerd[$i]}" ] || die "no containerd socket at ${node_containerd[$i]}"
+    [ -z "${node_thaw[$i]}" ] || [ -S "${node_thaw[$i]}" ] || die "no thaw daemon socket at ${node_thaw[$i]}"
+    [ "$i" -eq 0 ] || [ "${node_netns[$i]}" != "$netns" ] || die "node $((i + 1)) shares the first node's network namespace $netns"
+done
 [ -d "$dir" ] || die "no directory $dir"
 [ -z "$(ls -A "$dir")" ] || die "$dir is not empty"
 dir=$(cd "$dir" && pwd)
-for p in etcd:etcd-server openssl:openssl python3:python3 nsenter:util-linux iptables:iptables ip:iproute2; do
+for p in etcd:etcd-server openssl:openssl python3:python3 nsenter:util-linux flock:util-linux iptables:iptables ip:iproute2; do
     command -v "${p%%:*}" >/dev/null 2>&1 || die "${p%%:*} not found (Debian's ${p##*:}; scripts/setup.sh --tests installs it)"
 done
 for c in cpu cpuacct cpuset memory pids; do
@@ -65,37 +99,50 @@ done
 . "$here/tools.sh"
 k8s_ensure "${K8S_BINARIES[@]}"
 
-# The node's address, on a veth pair inside the namespace with the default
-# route through it (the kubelet refuses a loopback node address, and
-# kube-proxy's rewritten Service addresses need a route to start from).
+# The first node's address, on a veth pair inside its namespace with the
+# default route through it (the kubelet refuses a loopback node address,
+# and kube-proxy's rewritten Service addresses need a route to start from).
 node_ip=10.201.0.1
-node=thaw-node-$$
-# the kubelet's pod cgroups go below this, in every controller
-cgroup_root=/thaw-kube-$$
+node_ips=() node_names=() cgroup_roots=()
+for i in "${!node_netns[@]}"; do
+    sfx=$([ "$i" -eq 0 ] || echo "-$((i + 1))")
+    node_ips+=("10.201.0.$((i + 1))")
+    node_names+=("thaw-node-$$$sfx")
+    # the node's kubelet's pod cgroups go below this, in every controller
+    cgroup_roots+=("/thaw-kube-$$$sfx")
+done
+node=${node_names[0]}
 # what the kubelet sets at start (with protectKernelDefaults off)
 kubelet_sysctls=(vm/overcommit_memory vm/panic_on_oom kernel/panic kernel/panic_on_oops
     kernel/keys/root_maxkeys kernel/keys/root_maxbytes)
 saved_sysctls=()
 
 in_ns() { nsenter --net="/run/netns/$netns" "$@"; }
+in_node_ns() { nsenter --net="/run/netns/${node_netns[$1]}" "${@:2}"; }
 kubectl() { in_ns "$k8s_bin/kubectl" --kubeconfig "$dir/admin.kubeconfig" --cache-dir "$dir/kube-cache" "$@"; }
 
 pids=()
 names=()
 kubelet_pid=
-# start NAME COMMAND...: a component in the namespace, its log in DIR/NAME.log
-start() {
-    local name=$1
-    shift
+# start_on I NAME COMMAND...: a component in node I's namespace (0: the
+# first node's, the control plane's), its log in DIR/NAME.log
+start_on() {
+    local i=$1 name=$2
+    shift 2
     # nsenter execs the component: $! is its pid
-    nsenter --net="/run/netns/$netns" "$@" >"$dir/$name.log" 2>&1 &
+    nsenter --net="/run/netns/${node_netns[$i]}" "$@" >"$dir/$name.log" 2>&1 9>&- &
     pids+=($!)
     names+=("$name")
 }
+start() { start_on 0 "$@"; }
 
 cleanup() {
     local i p
     set +e
+    # a signal now (the harness stopping a failed start) must not cut the
+    # cleanup short: that leaves components running and kernel settings
+    # changed
+    trap '' INT TERM
     rm -f "$dir/ready" "$dir/kubectl"
     # the workloads first, while the kubelet runs: it ends their pods and
     # removes their cgroups (a pod left running keeps its cgroup)
@@ -114,15 +161,20 @@ cleanup() {
     done
     # the kubelet's mounts (its root bind-mounted shared, pods' volumes)
     awk -v d="$dir/" 'index($2, d) == 1 { print $2 }' /proc/mounts | sort -r | xargs -r -n1 umount -l
-    # its cgroups, deepest first (a pod still running keeps its own)
+    # the kubelets' cgroups, deepest first (a pod still running keeps its own)
     for c in /sys/fs/cgroup/*/; do
-        [ -d "$c${cgroup_root#/}" ] && find "$c${cgroup_root#/}" -depth -type d -exec rmdir {} + 2>/dev/null
+        for r in "${cgroup_roots[@]}"; do
+            [ -d "$c${r#/}" ] && find "$c${r#/}" -depth -type d -exec rmdir {} + 2>/dev/null
+        done
     done
     # the kubelet's links to its pods' logs
     for p in /var/log/containers/*.log; do
         [ -L "$p" ] && [[ $(readlink "$p") == "$dir/"* ]] && rm -f "$p"
     done
     in_ns ip link del thawnode0 2>/dev/null
+    for i in "${!node_netns[@]}"; do
+        [ "$i" -eq 0 ] || in_ns ip link del "thawnode$((i + 1))" 2>/dev/null
+    done
     find "$dir" -mindepth 1 -delete 2>/dev/null
     k8s_cleanup
 }
@@ -134,6 +186,20 @@ in_ns ip addr add "$node_ip/24" dev thawnode0
 in_ns ip link set thawnode1 up
 in_ns ip link set thawnode0 up
 in_ns ip route add default dev thawnode0
+# node I+1's namespace: a veth pair to the first node's, its address a /32
+# at each end's route, its pod subnet routed to it, its default route back
+for i in "${!node_netns[@]}"; do
+    [ "$i" -gt 0 ] || continue
+    link=thawnode$((i + 1)) ip=${node_ips[$i]}
+    ip link add "$link" netns "$netns" type veth peer name thawnode0 netns "${node_netns[$i]}"
+    in_ns ip link set "$link" up
+    in_ns ip route add "$ip/32" dev "$link"
+    in_ns ip route add "${node_cidr[$i]}" via "$ip" dev "$link"
+    in_node_ns "$i" ip addr add "$ip/32" dev thawnode0
+    in_node_ns "$i" ip link set thawnode0 up
+    in_node_ns "$i" ip route add "$node_ip/32" dev thawnode0
+    in_node_ns "$i" ip route add default via "$node_ip" dev thawnode0
+done
 
 # --- certificates and kubeconfigs ------------------------------------------
 pki=$dir/pki
@@ -143,13 +209,15 @@ mkdir -p "$pki"
     k8s_sa_keys "$pki"
     k8s_cert "$pki" apiserver /CN=kube-apiserver serverAuth \
         "IP:$node_ip,IP:10.96.0.1,IP:127.0.0.1,DNS:kubernetes,DNS:kubernetes.default.svc"
-    k8s_cert "$pki" kubelet-serving "/CN=$node" serverAuth "IP:$node_ip,DNS:$node"
+    for i in "${!node_names[@]}"; do
+        k8s_cert "$pki" "kubelet-serving-$i" "/CN=${node_names[$i]}" serverAuth "IP:${node_ips[$i]},DNS:${node_names[$i]}"
+        k8s_cert "$pki" "kubelet-$i" "/O=system:nodes/CN=system:node:${node_names[$i]}" clientAuth
+    done
     # the clients, as the default RBAC roles name them
     k8s_cert "$pki" admin /O=system:masters/CN=admin clientAuth
     k8s_cert "$pki" apiserver-kubelet-client /O=system:masters/CN=kube-apiserver-kubelet-client clientAuth
     k8s_cert "$pki" controller-manager /CN=system:kube-controller-manager clientAuth
     k8s_cert "$pki" scheduler /CN=system:kube-scheduler clientAuth
-    k8s_cert "$pki" kubelet "/O=system:nodes/CN=system:node:$node" clientAuth
     k8s_cert "$pki" kube-proxy /CN=system:kube-proxy clientAuth
 ) >"$dir/openssl.log" 2>&1 || { cat "$dir/openssl.log" >&2; die "openssl failed"; }
 
@@ -174,7 +242,8 @@ contexts:
 current-context: thaw
 EOF
 }
-for k in admin controller-manager scheduler kubelet kube-proxy; do kubeconfig "$k"; done
+for k in admin controller-manager scheduler kube-proxy; do kubeconfig "$k"; done
+for i in "${!node_names[@]}"; do kubeconfig "kubelet-$i"; done
 
 # --- the control plane ------------------------------------------------------
 start etcd etcd --name "$node" --data-dir "$dir/etcd" \
@@ -225,12 +294,19 @@ start kube-controller-manager "$k8s_bin/kube-controller-manager" --kubeconfig="$
 start kube-scheduler "$k8s_bin/kube-scheduler" --kubeconfig="$dir/scheduler.kubeconfig" \
     --bind-address=127.0.0.1 --leader-elect=false
 
-# --- the node ---------------------------------------------------------------
-mkdir -p "$dir/kubelet" "$dir/pod-logs"
-cat >"$dir/kubelet.yaml" <<EOF
+# --- the nodes --------------------------------------------------------------
+for s in "${kubelet_sysctls[@]}"; do saved_sysctls+=("$(cat "/proc/sys/$s")"); done
+# start_node I: node I's kubelet and kube-proxy, in its namespace; the
+# first node's files keep plain names (kubelet.log, ...), the others' have
+# the node's number (kubelet-2.log, ...)
+start_node() {
+    local i=$1 sfx c f r=${cgroup_roots[$1]} ip=${node_ips[$1]} name=${node_names[$1]}
+    sfx=$([ "$i" -eq 0 ] || echo "-$((i + 1))")
+    mkdir -p "$dir/kubelet$sfx" "$dir/pod-logs$sfx"
+    cat >"$dir/kubelet$sfx.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
-address: $node_ip
+address: $ip
 healthzBindAddress: 127.0.0.1
 readOnlyPort: 0
 authentication:
@@ -238,14 +314,14 @@ authentication:
   webhook: {enabled: false}
   x509: {clientCAFile: $pki/ca.crt}
 authorization: {mode: Webhook}
-tlsCertFile: $pki/kubelet-serving.crt
-tlsPrivateKeyFile: $pki/kubelet-serving.key
-containerRuntimeEndpoint: unix://$containerd
+tlsCertFile: $pki/kubelet-serving-$i.crt
+tlsPrivateKeyFile: $pki/kubelet-serving-$i.key
+containerRuntimeEndpoint: unix://${node_containerd[$i]}
 cgroupDriver: cgroupfs
-cgroupRoot: $cgroup_root
+cgroupRoot: $r
 failSwapOn: false
 failCgroupV1: false
-podLogsDir: $dir/pod-logs
+podLogsDir: $dir/pod-logs$sfx
 clusterDomain: cluster.local
 # the test's images are imported, never pulled: none may be collected
 imageGCHighThresholdPercent: 100
@@ -253,39 +329,57 @@ imageGCLowThresholdPercent: 99
 # a shared build machine's disk: evict for memory only
 evictionHard: {memory.available: 100Mi, nodefs.available: 1%, imagefs.available: 1%, nodefs.inodesFree: 1%}
 EOF
-# the cgroup root must exist in every hierarchy; cpuset's needs its CPUs
-for c in /sys/fs/cgroup/*/; do
-    [ -e "${c}cgroup.procs" ] || continue
-    mkdir "$c${cgroup_root#/}"
-    for f in cpuset.cpus cpuset.mems; do
-        [ -e "$c$f" ] && cat "$c$f" >"$c${cgroup_root#/}/$f"
+    # the cgroup root must exist in every hierarchy; cpuset's needs its CPUs
+    for c in /sys/fs/cgroup/*/; do
+        [ -e "${c}cgroup.procs" ] || continue
+        mkdir "$c${r#/}"
+        for f in cpuset.cpus cpuset.mems; do
+            [ -e "$c$f" ] && cat "$c$f" >"$c${r#/}/$f"
+        done
     done
-done
-for s in "${kubelet_sysctls[@]}"; do saved_sysctls+=("$(cat "/proc/sys/$s")"); done
-start kubelet "$k8s_bin/kubelet" --config="$dir/kubelet.yaml" --kubeconfig="$dir/kubelet.kubeconfig" \
-    --root-dir="$dir/kubelet" --cert-dir="$dir/kubelet-certs" --hostname-override="$node" \
-    --node-ip="$node_ip" --node-labels=thaw.dev/runtime=true
-kubelet_pid=${pids[-1]}
+    start_on "$i" "kubelet$sfx" "$k8s_bin/kubelet" --config="$dir/kubelet$sfx.yaml" \
+        --kubeconfig="$dir/kubelet-$i.kubeconfig" --root-dir="$dir/kubelet$sfx" \
+        --cert-dir="$dir/kubelet-certs$sfx" --hostname-override="$name" \
+        --node-ip="$ip" --node-labels=thaw.dev/runtime=true
+    [ "$i" -gt 0 ] || kubelet_pid=${pids[-1]}
 
-cat >"$dir/kube-proxy.yaml" <<EOF
+    cat >"$dir/kube-proxy$sfx.yaml" <<EOF
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
 clientConnection: {kubeconfig: $dir/kube-proxy.kubeconfig}
 mode: iptables
-hostnameOverride: $node
+hostnameOverride: $name
 clusterCIDR: $pod_cidr
 healthzBindAddress: 127.0.0.1:10256
 metricsBindAddress: 127.0.0.1:10249
-nodePortAddresses: [$node_ip/32]
+nodePortAddresses: [$ip/32]
 # the namespace may not change the host's conntrack table: leave it as it is
 conntrack: {maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s}
 EOF
-start kube-proxy "$k8s_bin/kube-proxy" --config="$dir/kube-proxy.yaml"
-
-node_ready() {
-    [ "$(kubectl get node "$node" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ]
+    start_on "$i" "kube-proxy$sfx" "$k8s_bin/kube-proxy" --config="$dir/kube-proxy$sfx.yaml"
 }
-wait_for "the node $node Ready" 180 node_ready
+node_ready() {
+    [ "$(kubectl get node "$1" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ]
+}
+# One kubelet starts at a time on this machine, each until its node is
+# Ready: every kubelet serves device plugins on the one fixed path
+# /var/lib/kubelet/device-plugins/kubelet.sock (whatever its root
+# directory), first removing what is there, and two doing that at once fail.
+exec 9>/run/lock/thaw-kubelet-start.lock
+for i in "${!node_names[@]}"; do
+    wait_for "the lock on kubelet starts (/run/lock/thaw-kubelet-start.lock)" 600 flock -n 9
+    start_node "$i"
+    wait_for "the node ${node_names[$i]} Ready" 180 node_ready "${node_names[$i]}"
+    flock -u 9
+done
+exec 9>&-
+# each node with a thaw daemon: its snapshots advertised in its labels, with
+# the node's own credentials (a node changes its own object only)
+for i in "${!node_names[@]}"; do
+    [ -n "${node_thaw[$i]}" ] || continue
+    start "snapshot-labels-$((i + 1))" python3 "$here/snapshot-labels.py" --node "${node_names[$i]}" \
+        --thaw-socket "${node_thaw[$i]}" --kubectl "$k8s_bin/kubectl" --kubeconfig "$dir/kubelet-$i.kubeconfig"
+done
 kubectl apply -f "$here/runtimeclass.yaml" >/dev/null
 # the namespace's default service account (the controller manager makes it)
 wait_for "the default service account" 60 kubectl get serviceaccount default
@@ -295,8 +389,8 @@ cat >"$dir/kubectl" <<EOF
 exec nsenter --net=/run/netns/$netns $k8s_bin/kubectl --kubeconfig $dir/admin.kubeconfig --cache-dir $dir/kube-cache "\$@"
 EOF
 chmod +x "$dir/kubectl"
-echo "$node" >"$dir/ready"
-say "ready: node $node ($node_ip) Ready, Kubernetes $K8S_VERSION; kubectl: $dir/kubectl"
+printf '%s\n' "${node_names[@]}" >"$dir/ready"
+say "ready: nodes ${node_names[*]} (${node_ips[*]}) Ready, Kubernetes $K8S_VERSION; kubectl: $dir/kubectl"
 
 # until a signal, or a component exits
 set +e

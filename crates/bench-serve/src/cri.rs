@@ -169,7 +169,7 @@ pub(crate) struct Images {
     pub(crate) function: String,
     pub(crate) thaw: String,
     /// the thaw image's archive (another node imports it too)
-    thaw_archive: PathBuf,
+    pub(crate) thaw_archive: PathBuf,
     pub(crate) runc: String,
     pub(crate) event: String,
 }
@@ -230,9 +230,7 @@ fn configure(
     store: Option<(&Path, &thaw_tiers::TierConfig)>,
 ) -> Result<()> {
     if let Some((store_home, tier)) = store {
-        thaw_tiers::remote::join(&cfg.home, store_home, tier)?;
-        cfg.snapshot_tiers = thaw_server::config::SnapshotTiers::parse("tmpfs,remote")?;
-        cfg.shared_snapshots = true;
+        share_snapshots(cfg, store_home, tier)?;
     }
     cfg.policy = "ttl".into();
     cfg.keep_alive_s = 1;
@@ -245,11 +243,45 @@ fn configure(
     Ok(())
 }
 
+/// A node's daemon sharing snapshots through the remote tier of the
+/// store on `store_home` (its fast tier tmpfs).
+pub(crate) fn share_snapshots(
+    cfg: &mut thaw_server::Config,
+    store_home: &Path,
+    tier: &thaw_tiers::TierConfig,
+) -> Result<()> {
+    thaw_tiers::remote::join(&cfg.home, store_home, tier)?;
+    cfg.snapshot_tiers = thaw_server::config::SnapshotTiers::parse("tmpfs,remote")?;
+    cfg.shared_snapshots = true;
+    Ok(())
+}
+
 /// The emulated object store the two nodes share, on a home of its own
 /// (torn down, then the home removed).
-struct Store {
+pub(crate) struct Store {
     store: Option<thaw_tiers::remote::EmulatedStore>,
     home: PathBuf,
+}
+
+impl Store {
+    /// The store on a temporary home named after `bench`.
+    pub(crate) fn up(bench: &str) -> Result<Store> {
+        let home =
+            std::env::temp_dir().join(format!("thaw-bench-{bench}-store-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&home);
+        std::fs::create_dir_all(&home)?;
+        let mut s = Store { store: None, home };
+        s.store = Some(
+            thaw_tiers::remote::EmulatedStore::up(&s.home)
+                .context("the shared remote tier (MinIO)")?,
+        );
+        Ok(s)
+    }
+
+    /// Its home and remote tier, for [`share_snapshots`].
+    pub(crate) fn shared(&self) -> Option<(&Path, &thaw_tiers::TierConfig)> {
+        Some((self.home.as_path(), &self.store.as_ref()?.tier))
+    }
 }
 
 impl Drop for Store {
@@ -283,22 +315,9 @@ pub fn run(o: &Options) -> Result<Report> {
     }
     let store = match o.remote_runs {
         0 => None,
-        _ => {
-            let home =
-                std::env::temp_dir().join(format!("thaw-bench-cri-store-{}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&home);
-            std::fs::create_dir_all(&home)?;
-            let mut s = Store { store: None, home };
-            s.store = Some(
-                thaw_tiers::remote::EmulatedStore::up(&s.home)
-                    .context("the shared remote tier (MinIO)")?,
-            );
-            Some(s)
-        }
+        _ => Some(Store::up("cri")?),
     };
-    let shared = store
-        .as_ref()
-        .and_then(|s| Some((s.home.as_path(), &s.store.as_ref()?.tier)));
+    let shared = store.as_ref().and_then(Store::shared);
     let mut report = thaw_server::on_temp_daemon_with(
         &o.runtime_home,
         "cri-a",

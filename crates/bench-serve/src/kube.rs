@@ -72,14 +72,43 @@ pub struct DensityRow {
     pub wall_ms: f64,
 }
 
+/// When, where and on what a benchmark through the kubelet ran.
 #[derive(Debug, Clone, Serialize)]
-pub struct Report {
+pub struct RunInfo {
     pub date_unix: u64,
     pub cpus: usize,
     pub loadavg_1m_start: f64,
     pub loadavg_1m_end: f64,
+    /// the API server's version
     pub kubernetes: String,
     pub function: String,
+}
+
+impl RunInfo {
+    /// Now, on cluster `k`, for `function` (the load is filled in by the
+    /// caller, at the start and the end of the whole run).
+    pub(crate) fn of(k: &Cluster, function: &str) -> Result<RunInfo> {
+        let version: Value = serde_json::from_str(&k.run(&["version", "-o", "json"])?)?;
+        Ok(RunInfo {
+            date_unix: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+            cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            loadavg_1m_start: 0.0,
+            loadavg_1m_end: 0.0,
+            kubernetes: version["serverVersion"]["gitVersion"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            function: function.to_string(),
+        })
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    #[serde(flatten)]
+    pub run: RunInfo,
     pub ip_from: IpFrom,
     /// the warm-up starts (not in the figures), ms
     pub first_floor_ms: f64,
@@ -133,9 +162,9 @@ int main(void) {
 
 /// One measured Deployment: its name and the event its first request
 /// carries.
-struct Variant {
-    app: String,
-    event: String,
+pub(crate) struct Variant {
+    pub(crate) app: String,
+    pub(crate) event: String,
 }
 
 pub fn run(o: &Options) -> Result<Report> {
@@ -153,20 +182,8 @@ pub fn run(o: &Options) -> Result<Report> {
             cri::DENSITY_FUNCTIONS.len()
         );
     }
-    cri::check_shim(&o.shim_dir)?;
     let load_start = thaw_bench::concurrency::loadavg();
-    let root = thaw_runtime::ensure_root(&o.runtime_home, &mut |m| eprintln!("runtime: {m}"))?;
-    if !root
-        .path
-        .join(format!("opt/thaw/functions/{}.py", o.function))
-        .is_file()
-    {
-        fail!(
-            BenchServeError::Config,
-            "{} is not a Python function of the suite (thaw runtime functions)",
-            o.function
-        );
-    }
+    let root = suite_root(&o.shim_dir, &o.runtime_home, &o.function)?;
     let mut report = thaw_server::on_temp_daemon_with(
         &o.runtime_home,
         "kube",
@@ -204,9 +221,28 @@ pub fn run(o: &Options) -> Result<Report> {
             r
         },
     )?;
-    report.loadavg_1m_start = load_start;
-    report.loadavg_1m_end = thaw_bench::concurrency::loadavg();
+    report.run.loadavg_1m_start = load_start;
+    report.run.loadavg_1m_end = thaw_bench::concurrency::loadavg();
     Ok(report)
+}
+
+/// The runtime root (made if missing) once the shim is there and
+/// `function` is one of the root's Python suite functions.
+pub(crate) fn suite_root(
+    shim_dir: &Path,
+    runtime_home: &Path,
+    function: &str,
+) -> Result<thaw_runtime::RootInfo> {
+    cri::check_shim(shim_dir)?;
+    let root = thaw_runtime::ensure_root(runtime_home, &mut |m| eprintln!("runtime: {m}"))?;
+    let source = root.path.join(format!("opt/thaw/functions/{function}.py"));
+    if !source.is_file() {
+        fail!(
+            BenchServeError::Config,
+            "{function} is not a Python function of the suite (thaw runtime functions)"
+        );
+    }
+    Ok(root)
 }
 
 /// Builds the floor's binary (gcc -static) and imports its image.
@@ -220,7 +256,7 @@ fn import_floor(n: &Node, base: &Path) -> Result<()> {
 
 /// How a measured Deployment's pods run.
 #[derive(Clone, Copy)]
-enum Kind {
+pub(crate) enum Kind {
     /// runc, the runtime root's directories mounted read-only
     Runc,
     /// the thaw RuntimeClass
@@ -231,6 +267,19 @@ enum Kind {
 
 /// Applies the Deployment `app` of `image` at 0 replicas.
 fn deploy(n: &Node, k: &Cluster, app: &str, image: &str, kind: Kind) -> Result<()> {
+    deploy_placed(n, k, app, image, kind, json!({}))
+}
+
+/// [`deploy`], with `placement`'s fields (`nodeSelector`, `affinity`)
+/// added to the pod's spec.
+pub(crate) fn deploy_placed(
+    n: &Node,
+    k: &Cluster,
+    app: &str,
+    image: &str,
+    kind: Kind,
+    placement: Value,
+) -> Result<()> {
     let mut pod = json!({
         "containers": [{
             "name": "fn",
@@ -258,6 +307,9 @@ fn deploy(n: &Node, k: &Cluster, app: &str, image: &str, kind: Kind) -> Result<(
                 .map(|d| json!({"name": volume(d), "mountPath": format!("/{d}"), "readOnly": true}))
                 .collect();
         }
+    }
+    if let (Some(spec), Some(extra)) = (pod.as_object_mut(), placement.as_object()) {
+        spec.extend(extra.clone());
     }
     let d = json!({
         "apiVersion": "apps/v1",
@@ -300,7 +352,7 @@ fn measure(o: &Options, n: &Node, k: &Cluster, img: &Images) -> Result<Report> {
     let mut first = [0.0; 3];
     for (i, v) in variants.iter().enumerate() {
         eprintln!("thaw bench kube: warm-up start of {}", v.app);
-        first[i] = start(n, k, v, o.ip_from)?.0;
+        first[i] = start(&[n], k, v, o.ip_from)?.ms;
     }
     let mut ms: [Vec<f64>; 3] = Default::default();
     let mut ip_ms: [Vec<f64>; 3] = Default::default();
@@ -309,9 +361,9 @@ fn measure(o: &Options, n: &Node, k: &Cluster, img: &Images) -> Result<Report> {
         // each run starts with another variant
         for j in 0..3 {
             let i = (run + j) % 3;
-            let (answered, ip) = start(n, k, &variants[i], o.ip_from)?;
-            ms[i].push(answered);
-            ip_ms[i].push(ip);
+            let s = start(&[n], k, &variants[i], o.ip_from)?;
+            ms[i].push(s.ms);
+            ip_ms[i].push(s.ip_ms);
         }
     }
     let [floor, runc, thaw] = [
@@ -319,20 +371,8 @@ fn measure(o: &Options, n: &Node, k: &Cluster, img: &Images) -> Result<Report> {
         cri::summary(&ms[1])?,
         cri::summary(&ms[2])?,
     ];
-    let version = k.run(&["version", "-o", "json"])?;
-    let version: Value = serde_json::from_str(&version)?;
     Ok(Report {
-        date_unix: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs()),
-        cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
-        loadavg_1m_start: 0.0,
-        loadavg_1m_end: 0.0,
-        kubernetes: version["serverVersion"]["gitVersion"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string(),
-        function: o.function.clone(),
+        run: RunInfo::of(k, &o.function)?,
         ip_from: o.ip_from,
         first_floor_ms: first[0],
         first_runc_ms: first[1],
@@ -354,19 +394,29 @@ fn volume(dir: &str) -> String {
     format!("root-{}", dir.to_lowercase().replace('_', "-"))
 }
 
-/// One start of `v`: `kubectl scale` to 1 until the pod's first answer,
-/// and until its IP was seen (ms); then back to 0, the pod gone and no
-/// idle instance left.
-fn start(n: &Node, k: &Cluster, v: &Variant, ip_from: IpFrom) -> Result<(f64, f64)> {
+/// One timed start: until the first answer and until the pod's IP was
+/// seen (ms), and the node that ran the pod.
+pub(crate) struct Started {
+    pub(crate) ms: f64,
+    pub(crate) ip_ms: f64,
+    /// its index in the cluster's nodes
+    pub(crate) node: usize,
+}
+
+/// One start of `v` on whichever of `nodes` (the cluster's, in order)
+/// runs its pod: `kubectl scale` to 1 until the pod's first answer (asked
+/// from that node's network namespace), and until its IP was seen; then back to 0, the pod gone and no idle
+/// instance left on any node.
+pub(crate) fn start(nodes: &[&Node], k: &Cluster, v: &Variant, ip_from: IpFrom) -> Result<Started> {
     let app = v.app.as_str();
     let selector = format!("app={app}");
-    // the pod's IP as the API server learns it from the kubelet
+    // the pod's node and IP as the API server learns them from the kubelet
     let mut watch = match ip_from {
         IpFrom::Cri => None,
         IpFrom::Api => Some(
             Command::new(k.dir.join("kubectl"))
                 .args(["get", "pods", "-l", &selector, "--watch", "-o"])
-                .arg("jsonpath={.status.podIP}{\"\\n\"}")
+                .arg("jsonpath={.spec.nodeName}{\" \"}{.status.podIP}{\"\\n\"}")
                 .stdin(Stdio::null())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::null())
@@ -381,23 +431,30 @@ fn start(n: &Node, k: &Cluster, v: &Variant, ip_from: IpFrom) -> Result<(f64, f6
     std::thread::sleep(Duration::from_millis(500));
     let t0 = Instant::now();
     k.run(&["scale", "deployment", app, "--replicas=1"])?;
-    let ip = match lines {
+    let seen = match lines {
         Some(lines) => lines
             .lines()
             .map_while(std::result::Result::ok)
-            .find(|l| !l.trim().is_empty()),
-        None => Some(cri_pod_ip(n, &selector, t0)?),
+            .find_map(|l| {
+                let (node, ip) = l.trim().split_once(' ')?;
+                let i = k.nodes.iter().position(|n| n == node)?;
+                (!ip.is_empty()).then(|| (i, ip.to_string()))
+            }),
+        None => Some(cri_pod_ip(nodes, &selector, t0)?),
     };
     if let Some(w) = watch.as_mut() {
         let _ = w.kill();
         let _ = w.wait();
     }
-    let Some(ip) = ip else {
+    let Some((node, ip)) = seen else {
         fail!(BenchServeError::Failed, "{app}'s pod got no IP");
     };
     let ip_ms = t0.elapsed().as_secs_f64() * 1e3;
     let left = ANSWER_WAIT.saturating_sub(t0.elapsed());
-    let answer = n.cri.netns.post_to(ip.trim(), 8080, &v.event, left)?;
+    let answer = nodes[node]
+        .cri
+        .netns
+        .post_to(ip.trim(), 8080, &v.event, left)?;
     let ms = t0.elapsed().as_secs_f64() * 1e3;
     cri::answer_value(app, &answer)?;
     k.run(&["scale", "deployment", app, "--replicas=0"])?;
@@ -407,19 +464,23 @@ fn start(n: &Node, k: &Cluster, v: &Variant, ip_from: IpFrom) -> Result<(f64, f6
             .map_err(|e| e.to_string())?;
         Ok(pods.is_empty().then_some(()))
     })?;
-    cri::no_idle(n)?;
-    Ok((ms, ip_ms))
+    for n in nodes {
+        cri::no_idle(n)?;
+    }
+    Ok(Started { ms, ip_ms, node })
 }
 
-/// The IP of the ready pod sandbox labelled `selector` in the node's CRI
-/// (polled from `t0` for up to [`ANSWER_WAIT`]).
-fn cri_pod_ip(n: &Node, selector: &str, t0: Instant) -> Result<String> {
+/// The node (index in `nodes`) and IP of the ready pod sandbox labelled
+/// `selector` in a node's CRI (polled from `t0` for up to [`ANSWER_WAIT`]).
+fn cri_pod_ip(nodes: &[&Node], selector: &str, t0: Instant) -> Result<(usize, String)> {
     loop {
-        let id = n
-            .cri
-            .run(&["pods", "--label", selector, "--state", "ready", "-q"])?;
-        if let Some(id) = id.lines().next().filter(|l| !l.is_empty()) {
-            return Ok(n.cri.pod_ip(id)?);
+        for (i, n) in nodes.iter().enumerate() {
+            let id = n
+                .cri
+                .run(&["pods", "--label", selector, "--state", "ready", "-q"])?;
+            if let Some(id) = id.lines().next().filter(|l| !l.is_empty()) {
+                return Ok((i, n.cri.pod_ip(id)?));
+            }
         }
         if t0.elapsed() > ANSWER_WAIT {
             fail!(
@@ -449,7 +510,7 @@ fn density(o: &Options, n: &Node, k: &Cluster) -> Result<Vec<DensityRow>> {
                 app,
                 event: img.event.clone(),
             };
-            start(n, k, &v, IpFrom::Cri)?;
+            start(&[n], k, &v, IpFrom::Cri)?;
             events.insert(v.app, v.event);
         }
     }
@@ -541,14 +602,14 @@ pub fn markdown(r: &Report) -> String {
     let mut out = format!(
         "Pod start through the kubelet (Kubernetes {}): `kubectl scale --replicas=1` to the first HTTP answer through the pod IP (the IP from the {}), ms ({} CPUs, load {:.2} -> {:.2})\n\n\
          | pod | n | min | median | p99 | pod IP seen (median) | first (warm-up) |\n|---|---|---|---|---|---|---|\n",
-        r.kubernetes,
+        r.run.kubernetes,
         match r.ip_from {
             IpFrom::Cri => "node's CRI",
             IpFrom::Api => "API server",
         },
-        r.cpus,
-        r.loadavg_1m_start,
-        r.loadavg_1m_end
+        r.run.cpus,
+        r.run.loadavg_1m_start,
+        r.run.loadavg_1m_end
     );
     out += &row(
         "floor (runc, static HTTP binary)",
@@ -557,8 +618,8 @@ pub fn markdown(r: &Report) -> String {
         r.first_floor_ms,
     );
     let (runc, thaw) = (
-        format!("{} on runc", r.function),
-        format!("{} on thaw", r.function),
+        format!("{} on runc", r.run.function),
+        format!("{} on thaw", r.run.function),
     );
     out += &row(&runc, &r.runc, &r.runc_ip, r.first_runc_ms);
     out += &row(&thaw, &r.thaw, &r.thaw_ip, r.first_thaw_ms);
@@ -578,6 +639,33 @@ pub fn markdown(r: &Report) -> String {
         }
     }
     out
+}
+
+/// A summary of `n` runs around `median` (min 10 below, p99 50 above),
+/// and a run's description, for the reports' tests.
+#[cfg(test)]
+pub(crate) fn sample_summary(n: usize, median: f64) -> Summary {
+    Summary {
+        n,
+        min: median - 10.0,
+        median,
+        p99: median + 50.0,
+        mean: median,
+    }
+}
+
+#[cfg(test)]
+impl RunInfo {
+    pub(crate) fn sample() -> RunInfo {
+        RunInfo {
+            date_unix: 0,
+            cpus: 2,
+            loadavg_1m_start: 1.0,
+            loadavg_1m_end: 2.0,
+            kubernetes: "v1.32.13".into(),
+            function: "lr_serving".into(),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -611,20 +699,9 @@ mod tests {
 
     #[test]
     fn the_report_names_each_pod_kind_and_the_ratios() {
-        let s = |m: f64| Summary {
-            n: 10,
-            min: m - 10.0,
-            median: m,
-            p99: m + 50.0,
-            mean: m,
-        };
+        let s = |m: f64| sample_summary(10, m);
         let r = Report {
-            date_unix: 0,
-            cpus: 2,
-            loadavg_1m_start: 1.0,
-            loadavg_1m_end: 2.0,
-            kubernetes: "v1.32.13".into(),
-            function: "lr_serving".into(),
+            run: RunInfo::sample(),
             ip_from: IpFrom::Api,
             first_floor_ms: 1.0,
             first_runc_ms: 2.0,

@@ -25,6 +25,7 @@ pub mod egress;
 mod error;
 pub mod estimates;
 pub mod kube;
+pub mod kube_nodes;
 pub mod lambda;
 pub mod lambda_peers;
 pub mod lambda_provided;

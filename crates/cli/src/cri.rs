@@ -92,6 +92,12 @@ pub struct BenchKubeArgs {
     /// Functions those pods run, a Deployment each (at most 8)
     #[arg(long, default_value_t = 8)]
     pod_functions: usize,
+    /// Two nodes sharing snapshots through the remote tier instead: a pod
+    /// on the node that never saw the function vs that node's next pod,
+    /// and the preferred node affinity on the snapshot labels vs none
+    /// (--runs of each; --ip-from, --pods and --pod-functions do not apply)
+    #[arg(long)]
+    two_nodes: bool,
     /// Write the report as JSON here
     #[arg(long)]
     json: Option<PathBuf>,
@@ -101,6 +107,21 @@ pub struct BenchKubeArgs {
 }
 
 pub fn bench_kube(home: &Path, a: BenchKubeArgs) -> Result<()> {
+    if a.two_nodes {
+        let o = thaw_bench_serve::kube_nodes::Options {
+            runtime_home: home.to_path_buf(),
+            shim_dir: shim_dir()?,
+            function: a.function,
+            runs: a.runs,
+        };
+        let r = thaw_bench_serve::kube_nodes::run(&o)?;
+        return crate::serve::emit_report(
+            &thaw_bench_serve::kube_nodes::markdown(&r),
+            &r,
+            a.json,
+            a.markdown,
+        );
+    }
     let o = thaw_bench_serve::kube::Options {
         runtime_home: home.to_path_buf(),
         shim_dir: shim_dir()?,

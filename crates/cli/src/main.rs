@@ -309,7 +309,7 @@ enum BenchCmd {
     Xdt(xdt::BenchXdtArgs),
     /// Kubernetes' path: pod start to first HTTP response through CRI (gRPC, as the kubelet; or crictl), runc vs thaw; pods at once; a node restoring another node's snapshot
     Cri(cri::BenchCriArgs),
-    /// Kubernetes' path through a real kubelet: `kubectl scale` 0 -> 1 to the first HTTP answer via the pod IP, a function on thaw vs on runc vs a runc pod that answers at once
+    /// Kubernetes' path through a real kubelet: `kubectl scale` 0 -> 1 to the first HTTP answer via the pod IP, a function on thaw vs on runc vs a runc pod that answers at once; with --two-nodes, a node restoring another node's snapshot and the snapshot labels' affinity
     Kube(cri::BenchKubeArgs),
     /// Cold starts from snapshots per strategy vs. a fresh start
     Restore {

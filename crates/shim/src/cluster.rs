@@ -1,8 +1,9 @@
-//! A real single-node Kubernetes cluster on a harness's containerd
+//! A real Kubernetes cluster on harnesses' containerds
 //! (`deploy/kubernetes/cluster.sh`: etcd, kube-apiserver, the controller
-//! manager, the scheduler, kubelet and kube-proxy of one pinned release, all
-//! in the containerd's network namespace), driven with its kubectl: what the
-//! kubelet test and `thaw bench kube` run on. The script runs as a child
+//! manager and the scheduler of one pinned release in the first node's
+//! network namespace, and a kubelet and kube-proxy in each node's
+//! containerd's), driven with its kubectl: what the kubelet tests and
+//! `thaw bench kube` run on. The script runs as a child
 //! until [`Cluster::stop`], which must find it exit cleanly (it removes
 //! everything it made).
 use crate::harness::{output_of, succeeded, Cri, HarnessError, Result};
@@ -15,7 +16,7 @@ use thaw_error::{fail, ResultExt};
 /// The script and what it sources and applies, as the repository has them
 /// (written next to the cluster's directory, so a built binary needs no
 /// checkout).
-const SCRIPTS: [(&str, &str); 3] = [
+const SCRIPTS: [(&str, &str); 4] = [
     (
         "cluster.sh",
         include_str!("../../../deploy/kubernetes/cluster.sh"),
@@ -23,6 +24,10 @@ const SCRIPTS: [(&str, &str); 3] = [
     (
         "tools.sh",
         include_str!("../../../deploy/kubernetes/tools.sh"),
+    ),
+    (
+        "snapshot-labels.py",
+        include_str!("../../../deploy/kubernetes/snapshot-labels.py"),
     ),
     (
         "runtimeclass.yaml",
@@ -38,16 +43,43 @@ pub struct Cluster {
     child: Option<Child>,
     /// The cluster's directory (certificates, kubeconfigs, state, logs).
     pub dir: PathBuf,
-    /// The node's name.
+    /// The first node's name.
     pub node: String,
+    /// Every node's name, the first node's first.
+    pub nodes: Vec<String>,
     base: PathBuf,
 }
 
+/// One node of a cluster: its harness (containerd, network namespace),
+/// the subnet of its CNI configuration and, to have its snapshots
+/// advertised in its labels (`snapshot-labels.py`), its daemon's socket.
+pub struct NodeSpec<'a> {
+    pub cri: &'a Cri,
+    pub pod_cidr: &'a str,
+    pub thaw_socket: Option<&'a Path>,
+}
+
 impl Cluster {
-    /// Starts the cluster on `cri`'s containerd and network namespace, its
-    /// files below `base` (made here, removed at the end); `pod_cidr` is the
-    /// CNI configuration's subnet. Returns once the node is Ready.
+    /// Starts a one-node cluster on `cri`'s containerd and network
+    /// namespace, its files below `base` (made here, removed at the end);
+    /// `pod_cidr` is the CNI configuration's subnet. Returns once the node
+    /// is Ready.
     pub fn start(cri: &Cri, base: &Path, pod_cidr: &str) -> Result<Cluster> {
+        let node = NodeSpec {
+            cri,
+            pod_cidr,
+            thaw_socket: None,
+        };
+        Cluster::start_nodes(&[node], base, pod_cidr)
+    }
+
+    /// Starts a cluster of `nodes` (the control plane in the first one's
+    /// network namespace), its files below `base`; every node's subnet
+    /// lies in `cluster_cidr`. Returns once every node is Ready.
+    pub fn start_nodes(nodes: &[NodeSpec], base: &Path, cluster_cidr: &str) -> Result<Cluster> {
+        let Some(first) = nodes.first() else {
+            fail!(HarnessError::Failed, "a cluster needs a node");
+        };
         let scripts = base.join("scripts");
         let dir = base.join("cluster");
         std::fs::create_dir_all(&scripts)?;
@@ -70,16 +102,31 @@ impl Cluster {
                 String::from_utf8_lossy(&built.stderr)
             );
         }
-        let netns = cri.netns.path();
-        let netns = netns.trim_start_matches("/run/netns/");
+        let netns = |n: &NodeSpec| {
+            n.cri
+                .netns
+                .path()
+                .trim_start_matches("/run/netns/")
+                .to_string()
+        };
         let log = std::fs::File::create(base.join("cluster.log"))?;
         let mut cmd = Command::new(scripts.join("cluster.sh"));
-        cmd.args(["--netns", netns, "--containerd"])
-            .arg(&cri.c.socket)
+        cmd.args(["--netns", &netns(first), "--containerd"])
+            .arg(&first.cri.c.socket)
             .arg("--dir")
             .arg(&dir)
-            .args(["--pod-cidr", pod_cidr])
-            .stdin(Stdio::null())
+            .args(["--pod-cidr", cluster_cidr]);
+        if let Some(s) = first.thaw_socket {
+            cmd.arg("--thaw-socket").arg(s);
+        }
+        for n in &nodes[1..] {
+            let mut spec = format!("{},{},{}", netns(n), n.cri.c.socket.display(), n.pod_cidr);
+            if let Some(s) = n.thaw_socket {
+                spec += &format!(",{}", s.display());
+            }
+            cmd.arg("--node").arg(spec);
+        }
+        cmd.stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log);
         use std::os::unix::process::CommandExt;
@@ -100,12 +147,14 @@ impl Cluster {
             child: Some(child),
             dir,
             node: String::new(),
+            nodes: Vec::new(),
             base: base.to_path_buf(),
         };
         let t = Instant::now();
         loop {
-            if let Ok(node) = std::fs::read_to_string(cluster.dir.join("ready")) {
-                cluster.node = node.trim().to_string();
+            if let Ok(ready) = std::fs::read_to_string(cluster.dir.join("ready")) {
+                cluster.nodes = ready.lines().map(str::to_string).collect();
+                cluster.node = cluster.nodes.first().cloned().unwrap_or_default();
                 return Ok(cluster);
             }
             let child = cluster.child.as_mut().expect("running");

@@ -14,6 +14,7 @@ pub mod cluster;
 pub mod cri_client;
 pub mod daemon;
 pub mod front;
+pub mod function_images;
 pub mod harness;
 pub mod layers;
 pub mod native;

@@ -535,6 +535,7 @@ impl Service {
                 )?,
                 None => daemon::ensure_deployed(&socket, &spec.root, &function, &mut steps)?,
             };
+            crate::function_images::remember(&socket, &spec, &deployed.name);
             // the restore starts now, overlapping the rest of the pod's
             // start (containerd's calls, the front's own start)
             let pipe = match (prewarm, &mode) {

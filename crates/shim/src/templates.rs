@@ -27,7 +27,7 @@ pub fn key(spec: &ContainerSpec) -> Option<String> {
 
 /// Whether `name` is a function name the shim deploys (`img-` and 24 hex
 /// digits): anything else read back from the store is ignored.
-fn is_function_name(name: &str) -> bool {
+pub(crate) fn is_function_name(name: &str) -> bool {
     name.strip_prefix("img-")
         .is_some_and(|h| h.len() == 24 && h.bytes().all(|b| b.is_ascii_hexdigit()))
 }
@@ -41,11 +41,9 @@ pub struct Templates {
 
 impl Templates {
     pub fn beside(socket: &Path) -> Templates {
-        let dir = socket
-            .parent()
-            .unwrap_or(Path::new("/"))
-            .join("pod-templates");
-        Templates { dir }
+        Templates {
+            dir: dir_beside(socket, "pod-templates"),
+        }
     }
 
     fn path(&self, key: &str) -> PathBuf {
@@ -55,34 +53,58 @@ impl Templates {
 
     /// The functions the template's pods ran (none if unknown or unreadable).
     pub fn functions(&self, key: &str) -> Vec<String> {
-        std::fs::read_to_string(self.path(key))
-            .unwrap_or_default()
-            .lines()
-            .filter(|l| is_function_name(l))
-            .take(MAX_FUNCTIONS)
-            .map(str::to_string)
-            .collect()
+        read_lines(&self.path(key), is_function_name, MAX_FUNCTIONS)
     }
 
     /// Adds `function` to the template's functions (the newest first; the
     /// oldest go past [`MAX_FUNCTIONS`]), replacing the file atomically.
     pub fn remember(&self, key: &str, function: &str) -> std::io::Result<()> {
-        let mut functions = self.functions(key);
-        if functions.first().is_some_and(|f| f == function) {
-            return Ok(());
-        }
-        functions.retain(|f| f != function);
-        functions.insert(0, function.to_string());
-        functions.truncate(MAX_FUNCTIONS);
-        std::fs::create_dir_all(&self.dir)?;
-        let path = self.path(key);
-        let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(functions.join("\n").as_bytes())?;
-        f.write_all(b"\n")?;
-        drop(f);
-        std::fs::rename(&tmp, &path)
+        let functions = self.functions(key);
+        put_first(&self.path(key), functions, function, MAX_FUNCTIONS)
     }
+}
+
+/// The node's directory `name` beside the daemon's socket.
+pub(crate) fn dir_beside(socket: &Path, name: &str) -> PathBuf {
+    socket.parent().unwrap_or(Path::new("/")).join(name)
+}
+
+/// The first `max` lines of `path` that `keep` takes (none if the file
+/// is missing or unreadable).
+pub(crate) fn read_lines(path: &Path, keep: impl Fn(&str) -> bool, max: usize) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| keep(l))
+        .take(max)
+        .map(str::to_string)
+        .collect()
+}
+
+/// Writes `items` to `path` with `item` first (once) and at most `max`
+/// lines, through a temporary file renamed over it; nothing if `item` is
+/// first already.
+pub(crate) fn put_first(
+    path: &Path,
+    mut items: Vec<String>,
+    item: &str,
+    max: usize,
+) -> std::io::Result<()> {
+    if items.first().is_some_and(|f| f == item) {
+        return Ok(());
+    }
+    items.retain(|f| f != item);
+    items.insert(0, item.to_string());
+    items.truncate(max);
+    let dir = path.parent().unwrap_or(Path::new("/"));
+    std::fs::create_dir_all(dir)?;
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(items.join("\n").as_bytes())?;
+    f.write_all(b"\n")?;
+    drop(f);
+    std::fs::rename(&tmp, path)
 }
 
 #[cfg(test)]

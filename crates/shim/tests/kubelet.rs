@@ -8,12 +8,12 @@
 //! `scripts/setup.sh --tests` runs) and cached under `$THAW_HOME/tools`.
 mod common;
 
+use common::kube::*;
 use common::*;
 use serde_json::Value;
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
-use thaw_client::{Client, Target};
 use thaw_shim::cluster::Cluster;
 use thaw_shim::harness::Cri;
 
@@ -42,10 +42,6 @@ fn sysctls() -> Vec<String> {
         .iter()
         .map(|s| std::fs::read_to_string(format!("/proc/sys/{s}")).unwrap())
         .collect()
-}
-
-fn must<T>(r: thaw_shim::harness::Result<T>) -> T {
-    r.unwrap_or_else(|e| panic!("{e:#}"))
 }
 
 const LONG: Duration = Duration::from_secs(240);
@@ -88,14 +84,6 @@ impl Hello<'_> {
     }
 }
 
-fn is_ready(pod: &Value) -> bool {
-    pod["status"]["conditions"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .any(|c| c["type"] == "Ready" && c["status"] == "True")
-}
-
 fn restarts(pod: &Value) -> u64 {
     pod["status"]["containerStatuses"]
         .as_array()
@@ -104,33 +92,6 @@ fn restarts(pod: &Value) -> u64 {
         .map(|c| c["restartCount"].as_u64().unwrap_or(0))
         .min()
         .unwrap_or(0)
-}
-
-fn name(pod: &Value) -> String {
-    pod["metadata"]["name"].as_str().unwrap().to_string()
-}
-
-/// Each pod's phase and container states, for a failure's message.
-fn summary(pods: &[Value]) -> String {
-    pods.iter()
-        .map(|p| {
-            format!(
-                "{} {} {}",
-                name(p),
-                p["status"]["phase"],
-                p["status"]["containerStatuses"]
-            )
-        })
-        .collect::<Vec<_>>()
-        .join("; ")
-}
-
-/// The daemon deletes function `name` (the node lost it).
-fn delete_function(daemon: &Daemon, name: &str) {
-    let r = Client::new(Target::Unix(daemon.socket()))
-        .request("DELETE", &format!("/v1/functions/{name}"), None)
-        .unwrap();
-    assert_eq!(r.status, 204, "{}", String::from_utf8_lossy(&r.body));
 }
 
 /// Pod cgroups the kubelet made below its cgroup root (in the memory
@@ -154,15 +115,6 @@ fn pod_cgroups(cluster: &Cluster) -> Vec<String> {
         }
     }
     found
-}
-
-/// A wait's check: done, or what was seen instead.
-fn seen(done: bool, instead: String) -> Result<Option<()>, String> {
-    if done {
-        Ok(Some(()))
-    } else {
-        Err(instead)
-    }
 }
 
 /// Mounts below `dir`.
@@ -307,7 +259,7 @@ fn a_kubelet_runs_the_example_deployment_on_thaw_through_probes_scaling_services
     // the node loses the function: the probes fail (the daemon answers
     // 404), the kubelet restarts a container, whose Create deploys it again
     // (and the other pod's probes pass again)
-    delete_function(&daemon, &functions[0]);
+    daemon.delete(&functions[0]);
     let restarted = hello.ready(2, true);
     assert_eq!(daemon.functions(), functions, "deployed again");
     let p = restarted.iter().find(|p| restarts(p) >= 1).unwrap();
@@ -478,6 +430,19 @@ fn the_cluster_script_refuses_bad_arguments_with_a_message() {
         (vec![], "usage: "),
         (vec!["--netns"], "--netns needs a value"),
         (vec!["--nets", "x"], "unknown option --nets"),
+        (
+            vec![
+                "--netns",
+                "x",
+                "--containerd",
+                "/s",
+                "--dir",
+                d,
+                "--node",
+                "y,/s",
+            ],
+            "--node y,/s: expected NETNS,CONTAINERD,POD_CIDR[,THAW_SOCKET]",
+        ),
         (
             vec![
                 "--netns",

@@ -4,6 +4,7 @@
 //! network namespaces, images, and checks that nothing is left behind.
 // each test binary uses a part of it
 #![allow(dead_code)]
+pub mod kube;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -108,6 +109,14 @@ impl Daemon {
     /// `GET /v1/functions/NAME`.
     pub fn function(&self, name: &str) -> serde_json::Value {
         self.get(&format!("/v1/functions/{name}")).json().unwrap()
+    }
+
+    /// `DELETE /v1/functions/NAME`, which must succeed (the node lost it).
+    pub fn delete(&self, name: &str) {
+        let r = Client::new(Target::Unix(self.socket()))
+            .request("DELETE", &format!("/v1/functions/{name}"), None)
+            .unwrap();
+        assert_eq!(r.status, 204, "{}", String::from_utf8_lossy(&r.body));
     }
 
     /// `GET /v1/functions/NAME/stats`.
@@ -464,4 +473,82 @@ pub fn succeeds(cmd: &mut Command) -> String {
         .unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
     assert!(o.status.success(), "{cmd:?}: {o:?}");
     String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// The emulated object store two nodes share (MinIO in a network
+/// namespace, with thaw's relay in front of it), on a home of its own, set
+/// up and torn down by the `thaw` binary built beside the shim (`thaw tier
+/// setup --tiers remote`, as the shared snapshots test does): torn down
+/// and removed when it goes.
+pub struct SharedStore {
+    pub home: PathBuf,
+    pub tier: thaw_tiers::TierConfig,
+}
+
+impl SharedStore {
+    fn thaw(home: &Path, args: &[&str]) -> std::process::Output {
+        let thaw = shim_dir().join("thaw");
+        assert!(
+            thaw.is_file(),
+            "{} is missing: the shared store is set up by the thaw binary (cargo build --release -p thaw-cli)",
+            thaw.display()
+        );
+        std::process::Command::new(thaw)
+            .arg("--home")
+            .arg(home)
+            .args(args)
+            .output()
+            .expect("running thaw")
+    }
+
+    pub fn up(home: PathBuf) -> SharedStore {
+        std::fs::create_dir_all(&home).unwrap();
+        let o = SharedStore::thaw(&home, &["tier", "setup", "--tiers", "remote"]);
+        let tier = thaw_tiers::TiersConfig::load(&home)
+            .ok()
+            .and_then(|t| t.get("remote").ok().cloned());
+        let s = SharedStore {
+            home,
+            tier: tier.unwrap_or_else(|| panic!("no remote tier: {o:?}")),
+        };
+        assert!(o.status.success(), "thaw tier setup: {o:?}");
+        s
+    }
+
+    /// A node's daemon on `home`, sharing snapshots through this store.
+    pub fn node(&self, home: PathBuf) -> Daemon {
+        Daemon::start_with(home, |cfg| {
+            thaw_tiers::remote::join(&cfg.home, &self.home, &self.tier)
+                .unwrap_or_else(|e| panic!("joining the shared store: {e:#}"));
+            cfg.snapshot_tiers = thaw_server::config::SnapshotTiers::parse("tmpfs,remote").unwrap();
+            cfg.shared_snapshots = true;
+        })
+    }
+}
+
+impl Drop for SharedStore {
+    fn drop(&mut self) {
+        let o = SharedStore::thaw(
+            &self.home,
+            &["tier", "teardown", "--tiers", "remote", "--force"],
+        );
+        let _ = std::fs::remove_dir_all(&self.home);
+        assert!(
+            o.status.success() || std::thread::panicking(),
+            "thaw tier teardown: {o:?}"
+        );
+    }
+}
+
+/// The sum of a restore counter's series of `tier`, in the metrics' text.
+pub fn restores_from(daemon: &Daemon, tier: &str) -> f64 {
+    daemon
+        .metrics()
+        .lines()
+        .filter(|l| {
+            l.starts_with("thaw_restore_duration_seconds_count{")
+                && l.contains(&format!("tier=\"{tier}\""))
+        })
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum()
 }
