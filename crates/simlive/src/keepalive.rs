@@ -57,17 +57,12 @@ fn note(msg: &str) {
 pub struct Replay {
     pub accounting: String,
     pub run: usize,
-    pub invocations: u64,
-    pub warm: u64,
-    pub restore: u64,
-    pub boot: u64,
-    pub failed: u64,
-    pub mean_start_ms: f64,
+    pub starts: crate::compare::Side,
 }
 
 impl Replay {
     pub fn cold(&self) -> u64 {
-        self.restore + self.boot
+        self.starts.restore + self.starts.boot
     }
 }
 
@@ -211,16 +206,10 @@ pub fn run(runtime_home: &Path, a: &Args) -> Result<Report> {
                 &[],
             )?;
             drop(d);
-            let side = crate::compare::live_side(&records, &summary)?;
             replays.push(Replay {
                 accounting: accounting.into(),
                 run: run + 1,
-                invocations: side.invocations,
-                warm: side.warm,
-                restore: side.restore,
-                boot: side.boot,
-                failed: side.failed,
-                mean_start_ms: side.mean_start_ms,
+                starts: crate::compare::live_side(&records, &summary)?,
             });
         }
     }
@@ -258,17 +247,18 @@ pub fn markdown(r: &Report) -> String {
         r.policy
     );
     for x in &r.replays {
+        let st = &x.starts;
         s += &format!(
             "| {} | {} | {} | {} | {} | {} | {} | {} | {:.1} |\n",
             x.accounting,
             x.run,
-            x.invocations,
-            x.warm,
-            x.restore,
-            x.boot,
+            st.invocations,
+            st.warm,
+            st.restore,
+            st.boot,
             x.cold(),
-            x.failed,
-            x.mean_start_ms
+            st.failed,
+            st.mean_start_ms
         );
     }
     s
