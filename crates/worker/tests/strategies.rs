@@ -60,8 +60,12 @@ fn every_strategy_restores_every_function_correctly() {
             );
             if s == StrategyKind::Tiered {
                 assert_eq!(rep.strategy, StrategyKind::Tiered);
+                // both tiers serve the restore; with the default costs (a
+                // slow fault of a disk's 61 us, held to 1.10x) the split
+                // counting its mappings keeps 8-100% of these functions'
+                // pages slow, where splitting page by page kept over 30%
                 assert!(
-                    rep.figures.slow_tier_share > 0.3,
+                    rep.figures.slow_tier_share > 0.05,
                     "{}: slow share {}",
                     f.name,
                     rep.figures.slow_tier_share
