@@ -288,6 +288,20 @@ fn bad_tier_input_is_refused_clearly() {
     h.fails(&["tier", "setup", "--tiers", "nope"], "unknown tier");
     h.fails(&["tier", "probe", "--tiers", "pmem"], "not ready");
     h.ok(&["tier", "setup"]);
+    // pmem's tmpfs takes 2 MiB pages, as fsdax maps aligned files, and a
+    // second setup keeps the mount (remounted so)
+    let pmem_opts = || {
+        let at = h.0.join("tiers/pmem").to_string_lossy().into_owned();
+        std::fs::read_to_string("/proc/mounts")
+            .unwrap()
+            .lines()
+            .find(|l| l.split(' ').nth(1) == Some(at.as_str()))
+            .map(|l| l.split(' ').nth(3).unwrap_or("").to_string())
+            .unwrap_or_default()
+    };
+    assert!(pmem_opts().contains("huge=within_size"), "{}", pmem_opts());
+    h.ok(&["tier", "setup"]);
+    assert!(pmem_opts().contains("huge=within_size"), "{}", pmem_opts());
     // a snapshot on the tier: teardown refuses unless forced
     std::fs::create_dir_all(h.0.join("tiers/pmem/snapshots/fn-x")).unwrap();
     h.fails(&["tier", "teardown"], "--force");

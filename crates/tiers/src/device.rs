@@ -524,15 +524,27 @@ fn count_entries(dir: &Path) -> usize {
 fn setup_pmem(home: &Path, t: &TierConfig) -> Result<DeviceState> {
     let mp = TierConfig::mount_point(home, &t.name);
     mkdir_private(&mp)?;
+    // Persistent memory in fsdax mode maps files with 2 MiB pages where
+    // they are aligned, as the DRAM tier's images are: a tmpfs of 4 KiB
+    // pages would charge the slow tier faults the device does not take.
     if mounted_source(&mp)?.is_none() {
-        let opts = format!("size={},mode=0700,nodev,nosuid", t.capacity_bytes);
+        let opts = format!(
+            "size={},mode=0700,nodev,nosuid,huge=within_size",
+            t.capacity_bytes
+        );
         let src = format!("thaw-{}", t.name);
         run(
             "mount",
             &["-t", "tmpfs", "-o", &opts, &src, &path_str(&mp)?],
         )?;
+    } else {
+        // set up before huge pages were asked for
+        run(
+            "mount",
+            &["-o", "remount,huge=within_size", &path_str(&mp)?],
+        )?;
     }
-    finish_mount(&mp, "a size-limited tmpfs")?;
+    finish_mount(&mp, "a size-limited tmpfs with 2 MiB pages")?;
     status(home, t)
 }
 
