@@ -92,18 +92,7 @@ pub fn set_heap(argv: &mut [String], heap_mb: u64) {
 
 /// The Java agent's environment.
 pub fn env() -> Vec<(String, String)> {
-    let mut env: Vec<(String, String)> = [
-        ("PATH", "/usr/bin:/bin"),
-        ("HOME", "/tmp"),
-        ("TMPDIR", "/tmp"),
-        ("LANG", "C.UTF-8"),
-        ("LC_ALL", "C.UTF-8"),
-        ("JAVA_HOME", JAVA_HOME),
-        ("MALLOC_ARENA_MAX", "1"),
-    ]
-    .iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect();
+    let mut env = crate::with_base_env(&[("JAVA_HOME", JAVA_HOME), ("MALLOC_ARENA_MAX", "1")]);
     // the launcher's RPATH is $ORIGIN, which the dynamic loader finds
     // through /proc/self/exe: the sandbox has no /proc
     env.push(("LD_LIBRARY_PATH".into(), format!("{JAVA_HOME}/lib")));

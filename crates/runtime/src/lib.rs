@@ -531,19 +531,27 @@ fn node_command(function: &str) -> (Vec<String>, Vec<(String, String)>) {
 
 /// The Node agent's environment.
 pub fn node_env() -> Vec<(String, String)> {
+    with_base_env(&[
+        ("UV_THREADPOOL_SIZE", "1"),
+        // Debian's node reads /etc/ssl/certs/ca-certificates.crt (not in
+        // the root; the sandbox has no network) unless this is set empty
+        ("NODE_EXTRA_CA_CERTS", ""),
+        ("MALLOC_ARENA_MAX", "1"),
+    ])
+}
+
+/// What every agent's environment starts with (the root's tools, a home
+/// and temporary directory in the private /tmp, UTF-8), then `extra`.
+pub(crate) fn with_base_env(extra: &[(&str, &str)]) -> Vec<(String, String)> {
     [
         ("PATH", "/usr/bin:/bin"),
         ("HOME", "/tmp"),
         ("TMPDIR", "/tmp"),
         ("LANG", "C.UTF-8"),
         ("LC_ALL", "C.UTF-8"),
-        ("UV_THREADPOOL_SIZE", "1"),
-        // Debian's node reads /etc/ssl/certs/ca-certificates.crt (not in
-        // the root; the sandbox has no network) unless this is set empty
-        ("NODE_EXTRA_CA_CERTS", ""),
-        ("MALLOC_ARENA_MAX", "1"),
     ]
     .iter()
+    .chain(extra)
     .map(|(k, v)| (k.to_string(), v.to_string()))
     .collect()
 }
@@ -571,12 +579,7 @@ pub fn reserved_env(name: &str) -> bool {
 
 /// The agent's environment: single threaded everything, no bytecode writes, HOME=/tmp.
 pub fn agent_env() -> Vec<(String, String)> {
-    let mut env: Vec<(String, String)> = [
-        ("PATH", "/usr/bin:/bin"),
-        ("HOME", "/tmp"),
-        ("TMPDIR", "/tmp"),
-        ("LANG", "C.UTF-8"),
-        ("LC_ALL", "C.UTF-8"),
+    let mut env = with_base_env(&[
         ("PYTHONDONTWRITEBYTECODE", "1"),
         ("PYTHONUNBUFFERED", "1"),
         ("PYTHONNOUSERSITE", "1"),
@@ -594,10 +597,7 @@ pub fn agent_env() -> Vec<(String, String)> {
         ("JOBLIB_MULTIPROCESSING", "0"),
         ("LOKY_MAX_CPU_COUNT", "1"),
         ("MALLOC_ARENA_MAX", "1"),
-    ]
-    .iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect();
+    ]);
     // Older OpenBLAS (bookworm's 0.3.21) mis-detects some CPUs; hosts that need it set
     // these, and the runtime must see the same.
     for k in ["OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"] {

@@ -307,16 +307,18 @@ fn prepare(spec: &ChildSpec) -> Result<Prepared> {
 /// Starts the child; returns its pid once it has exec'd (or the reason it could not).
 pub fn spawn(spec: &ChildSpec) -> Result<i32> {
     let p = prepare(spec)?;
-    let (go_r, go_w) = pipe()?;
-    let (err_r, err_w) = pipe()?;
     // A child that needs nothing from this side before it goes on (no veth
     // to plug in, no listener to open in its namespaces) shares the worker's
     // memory until it execs, and this thread waits meanwhile (CLONE_VM |
     // CLONE_VFORK, as posix_spawn does): a fork would copy the page tables
     // of a worker that maps hundreds of MiB and write-protect its pages,
     // which in a burst of restores cost more CPU than the rest of a
-    // sandbox's set-up. Either way it runs on a stack of its own.
+    // sandbox's set-up. Either way it runs on a stack of its own. Only a
+    // forked child waits for the parent's word, on the `go` pipe.
     let handshake = spec.net.is_some() || spec.before_start.is_some();
+    let go = if handshake { Some(pipe()?) } else { None };
+    let (go_r, go_w) = (go.map(|g| g.0), go.map(|g| g.1));
+    let (err_r, err_w) = pipe()?;
     let shared = if handshake {
         0
     } else {
@@ -330,11 +332,7 @@ pub fn spawn(spec: &ChildSpec) -> Result<i32> {
         | libc::CLONE_NEWUTS
         | libc::SIGCHLD;
     let stack = ChildStack::new()?;
-    let args = ChildArgs {
-        p: &p,
-        go_r: handshake.then_some(go_r),
-        err_w,
-    };
+    let args = ChildArgs { p: &p, go_r, err_w };
     // SAFETY: the child runs `child_entry` on its own stack and never
     // returns; it only makes raw system calls on `p` and `args`. Sharing
     // this memory, it has exec'd or died before `clone` returns here (this
@@ -350,24 +348,26 @@ pub fn spawn(spec: &ChildSpec) -> Result<i32> {
     };
     if pid < 0 {
         let e = Error::last_os_error();
-        close(&[go_r, go_w, err_r, err_w]);
+        close([Some(err_r), Some(err_w), go_r, go_w]);
         fail!(HostError::Failed, "clone with new namespaces failed: {e}");
     }
     let pid = pid as i32;
-    close(&[go_r, err_w]);
+    close([Some(err_w), go_r]);
     let joined = spec.net.map_or(Ok(()), |n| n.plug(pid));
     let joined = joined.and_then(|()| spec.before_start.map_or(Ok(()), |f| f(pid)));
     if let Err(e) = joined {
         kill_and_reap(pid);
-        close(&[go_w, err_r]);
+        close([Some(err_r), go_w]);
         return Err(e);
     }
-    // SAFETY: one byte from a local into a pipe we own.
-    unsafe { libc::write(go_w, [1u8].as_ptr().cast(), 1) };
-    close(&[go_w]);
+    if let Some(go_w) = go_w {
+        // SAFETY: one byte from a local into a pipe we own.
+        unsafe { libc::write(go_w, [1u8].as_ptr().cast(), 1) };
+        close([Some(go_w)]);
+    }
     let mut rep = [0u8; 8];
     let n = read_full(err_r, &mut rep);
-    close(&[err_r]);
+    close([Some(err_r)]);
     if n == 0 {
         drop(p);
         return Ok(pid);
@@ -392,8 +392,9 @@ fn pipe() -> Result<(RawFd, RawFd)> {
     Ok((fds[0], fds[1]))
 }
 
-fn close(fds: &[RawFd]) {
-    for &fd in fds {
+/// Closes those of `fds` this call was given (a pipe not made is None).
+fn close<const N: usize>(fds: [Option<RawFd>; N]) {
+    for fd in fds.into_iter().flatten() {
         // SAFETY: closing descriptors this module created.
         unsafe { libc::close(fd) };
     }
