@@ -64,8 +64,7 @@ pub fn spawn_monitor(app: Weak<App>, pct: f64, file: &Path) -> std::io::Result<(
                 if stalled < pct {
                     continue;
                 }
-                let want = (app.pool.idle_charged_mb() / 4).max(1);
-                let (n, mb) = app.pool.shed_idle(want);
+                let (n, mb) = app.pool.shed_idle_share(4);
                 if n > 0 {
                     tracing::warn!(
                         stalled_pct = format!("{stalled:.1}"),

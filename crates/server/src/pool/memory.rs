@@ -36,20 +36,17 @@ impl Pool {
         }
     }
 
-    /// Gives up idle instances in the policy's order until `mb` of the RAM
-    /// charged is freed (or none is idle): (instances, MiB) freed.
-    pub fn shed_idle(&self, mb: u64) -> (usize, u64) {
+    /// Gives up idle instances in the policy's order until 1/`divisor` of
+    /// the RAM charged to idle instances (at least one MiB: one instance) is
+    /// freed, or none is idle: (instances, MiB) freed.
+    pub fn shed_idle_share(&self, divisor: u64) -> (usize, u64) {
         let mut st = lock(&self.state);
+        let mb = (st.engine.usage().idle_mb / divisor.max(1)).max(1);
         let mut out = Vec::new();
         let shed = st.engine.shed_idle(self.now(), mb, &mut out);
         self.apply(&mut st, out);
         wake_memory(&mut st);
         shed
-    }
-
-    /// RAM the policy charges idle instances now.
-    pub fn idle_charged_mb(&self) -> u64 {
-        lock(&self.state).engine.usage().idle_mb
     }
 
     /// RAM the policy charges every instance now (running: declared; idle:
@@ -132,10 +129,5 @@ impl Pool {
         st.engine.shed_idle(self.now(), 1, &mut out);
         self.apply(st, out);
         Ok(Self::node_live(st) >= self.node_cap)
-    }
-
-    /// Instances alive on the node now.
-    pub fn live_instances(&self) -> u32 {
-        Self::node_live(&lock(&self.state))
     }
 }
