@@ -2,12 +2,26 @@
 //! function, restores it with every strategy, checks the outputs and prints a
 //! results table next to a fresh start.
 use anyhow::{Context, Result};
+use std::path::Path;
 use thaw_worker::RestoreRequest;
-use thaw_worker::{invoke, ms, InputSize, StrategyKind, Worker, INVOKE_TIMEOUT};
+use thaw_worker::{invoke, ms, InputSize, StrategyKind, INVOKE_TIMEOUT};
 
-pub fn run(w: &Worker, functions: Option<Vec<String>>, tier: &str, size: InputSize) -> Result<()> {
-    let tier = w.tier(tier)?;
-    let names: Vec<String> = match functions {
+#[derive(clap::Args)]
+pub struct Args {
+    /// Comma-separated functions (default: the whole suite)
+    #[arg(long)]
+    functions: Option<String>,
+    #[arg(long, default_value = "tmpfs")]
+    tier: String,
+    #[arg(long, value_enum, default_value = "I")]
+    size: InputSize,
+}
+
+pub fn run(home: &Path, a: Args) -> Result<()> {
+    let w = &crate::worker(home)?;
+    let size = a.size;
+    let tier = w.tier(&a.tier)?;
+    let names: Vec<String> = match a.functions.as_deref().map(crate::split) {
         Some(f) => f,
         None => w.functions().iter().map(|f| f.name.clone()).collect(),
     };

@@ -201,3 +201,53 @@ fn compare_fixed(placed: &[(FunctionProfile, Placement)], tiers: &[TierOption], 
         );
     }
 }
+
+/// `thaw place`'s command line.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Functions, comma-separated (or --all)
+    functions: Option<String>,
+    /// The whole suite
+    #[arg(long)]
+    all: bool,
+    /// Print every tier's estimate and the reasoning
+    #[arg(long)]
+    explain: bool,
+    /// Expected cold starts per hour per function
+    #[arg(long, default_value_t = 60.0)]
+    rate: f64,
+    /// A tier qualifies if its estimated cold start is within this factor of the fastest
+    #[arg(long, default_value_t = 1.3)]
+    max_slowdown: f64,
+    /// Tier the profile is measured on
+    #[arg(long, default_value = "disk")]
+    profile_tier: String,
+    /// Write the measured profiles and the tiers to this file, for
+    /// `thaw sim --placement FILE`
+    #[arg(long)]
+    json: Option<std::path::PathBuf>,
+}
+
+/// Parses the command line's function list and runs placement.
+pub fn run_cmd(home: &Path, a: Args) -> Result<()> {
+    let functions = match (a.functions, a.all) {
+        (Some(f), false) => crate::split(&f),
+        (None, true) => crate::worker(home)?
+            .functions()
+            .iter()
+            .map(|f| f.name.clone())
+            .collect(),
+        _ => bail!("name functions or pass --all (not both)"),
+    };
+    run(
+        home,
+        &Options {
+            functions,
+            explain: a.explain,
+            cold_starts_per_hour: a.rate,
+            max_slowdown: a.max_slowdown,
+            profile_tier: a.profile_tier,
+            json: a.json,
+        },
+    )
+}

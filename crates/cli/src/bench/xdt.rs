@@ -81,5 +81,5 @@ pub fn bench(home: &Path, a: BenchXdtArgs) -> Result<()> {
             thaw_plot::write(&p, &svg).with_context(|| format!("writing {}", p.display()))?;
         }
     }
-    crate::serve::emit_report(&md, &report, a.json, a.markdown)
+    super::emit_report(&md, &report, a.json, a.markdown)
 }

@@ -48,7 +48,7 @@ pub struct Args {
     #[arg(long)]
     out: Option<PathBuf>,
     #[command(flatten)]
-    run: crate::RunOpts,
+    run: super::RunOpts,
 }
 
 pub fn run(w: &thaw_worker::Worker, mut a: Args) -> Result<()> {
@@ -58,7 +58,7 @@ pub fn run(w: &thaw_worker::Worker, mut a: Args) -> Result<()> {
         a.levels = "1,2".into();
         a.scaling_reps = 1;
     }
-    let levels = crate::concurrency::parse_levels(&a.levels)?;
+    let levels = super::concurrency::parse_levels(&a.levels)?;
     let read_ahead = crate::split(&a.readahead)
         .iter()
         .map(|s| ReadAhead::parse(s))

@@ -69,7 +69,7 @@ pub fn bench(home: &Path, a: BenchCriArgs) -> Result<()> {
         containerd_log: a.containerd_log,
     };
     let r = thaw_bench_serve::cri::run(&o)?;
-    crate::serve::emit_report(&thaw_bench_serve::cri::markdown(&r), &r, a.json, a.markdown)
+    super::emit_report(&thaw_bench_serve::cri::markdown(&r), &r, a.json, a.markdown)
 }
 
 #[derive(Args, Debug)]
@@ -115,7 +115,7 @@ pub fn bench_kube(home: &Path, a: BenchKubeArgs) -> Result<()> {
             runs: a.runs,
         };
         let r = thaw_bench_serve::kube_nodes::run(&o)?;
-        return crate::serve::emit_report(
+        return super::emit_report(
             &thaw_bench_serve::kube_nodes::markdown(&r),
             &r,
             a.json,
@@ -132,7 +132,7 @@ pub fn bench_kube(home: &Path, a: BenchKubeArgs) -> Result<()> {
         pod_functions: a.pod_functions,
     };
     let r = thaw_bench_serve::kube::run(&o)?;
-    crate::serve::emit_report(
+    super::emit_report(
         &thaw_bench_serve::kube::markdown(&r),
         &r,
         a.json,

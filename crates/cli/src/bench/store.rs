@@ -1,0 +1,26 @@
+//! `thaw bench store`: first use of a DRAM-tier image, hash only against hash + copy.
+use anyhow::{Context, Result};
+use std::path::PathBuf;
+use thaw_output::outln;
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[arg(long, default_value = "helloworld,lr_serving,matmul")]
+    functions: String,
+    #[arg(long, default_value_t = 10)]
+    runs: usize,
+    /// Write the markdown table here (it is printed either way)
+    #[arg(long)]
+    markdown: Option<PathBuf>,
+}
+
+/// Prints the table, and writes it to `--markdown` if given.
+pub fn run(w: &thaw_worker::Worker, a: Args) -> Result<()> {
+    let rows = thaw_bench::store::run(w, &crate::split(&a.functions), a.runs)?;
+    let md = thaw_bench::store::markdown(&rows, a.runs);
+    outln!("{md}");
+    if let Some(p) = a.markdown {
+        std::fs::write(&p, &md).with_context(|| format!("writing {}", p.display()))?;
+    }
+    Ok(())
+}
