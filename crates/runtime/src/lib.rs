@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use thaw_error::{fail, Context, ResultExt};
 
+pub mod alternatives;
 pub mod error;
 pub mod java;
 pub mod packages;

@@ -6,6 +6,7 @@
 //! every function asking for the same set shares one tree. The sandbox
 //! mounts the tree read-only at `/opt/thaw/packages`.
 
+use crate::alternatives;
 use crate::error::{Result, RuntimeError};
 use crate::recipe::{self, Pkg};
 use crate::{treehash, RootInfo};
@@ -471,7 +472,7 @@ fn build(
     let debs = runtime_home.join("runtime").join("debs");
     // the alternatives the packages install (libopenblas0-pthread's
     // libblas.so.3, found before the root's through LD_LIBRARY_PATH)
-    let mut alternatives = recipe::Alternatives::default();
+    let mut alternatives = alternatives::Alternatives::default();
     for i in 0..pkgs.len() {
         let deb = recipe::unpack(&debs, pkgs, i, &tree, progress)?;
         alternatives.add(&deb)?;
