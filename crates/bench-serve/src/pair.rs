@@ -112,7 +112,7 @@ impl Daemon {
             return;
         };
         // SAFETY: a plain signal to the child this harness started.
-        unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+        unsafe { libc::kill(c.id().cast_signed(), libc::SIGTERM) };
         let deadline = Instant::now() + Duration::from_secs(30);
         while Instant::now() < deadline {
             if let Ok(Some(_)) = c.try_wait() {

@@ -204,7 +204,7 @@ fn serve_deploy_invoke_sigterm_and_kill9_recovery() {
     };
     std::thread::sleep(Duration::from_millis(400));
     // SAFETY: signalling the daemon this test started.
-    unsafe { libc::kill(daemon.id() as i32, libc::SIGTERM) };
+    unsafe { libc::kill(daemon.id().cast_signed(), libc::SIGTERM) };
     let out = slow.join().unwrap();
     assert!(ok(&out).contains("\"words\": 1"));
     let pid = daemon.id();
@@ -238,7 +238,7 @@ fn serve_deploy_invoke_sigterm_and_kill9_recovery() {
     assert_eq!(snapshots_of(&home.0, "words"), Vec::<PathBuf>::new());
     assert!(ok(&thaw_fn(&home.0, &["list"])).contains("\"functions\": []"));
     // SAFETY: signalling the daemon this test started.
-    unsafe { libc::kill(daemon.id() as i32, libc::SIGTERM) };
+    unsafe { libc::kill(daemon.id().cast_signed(), libc::SIGTERM) };
     let pid = daemon.id();
     assert!(daemon.wait().unwrap().success());
     assert_eq!(
@@ -300,7 +300,7 @@ fn load_against_a_live_daemon_accounts_every_request() {
     let recs = std::fs::read_to_string(&records).unwrap();
     assert_eq!(recs.lines().count(), 60, "one record per request");
     // SAFETY: signalling the daemon this test started.
-    unsafe { libc::kill(daemon.id() as i32, libc::SIGTERM) };
+    unsafe { libc::kill(daemon.id().cast_signed(), libc::SIGTERM) };
     assert!(daemon.wait().unwrap().success());
 }
 

@@ -148,7 +148,7 @@ fn a_deploy_killed_at_twenty_random_points_leaves_nothing_after_the_next_start()
         let pid = child.id();
         std::thread::sleep(at);
         // SAFETY: signalling the child we spawned (not yet reaped).
-        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+        unsafe { libc::kill(pid.cast_signed(), libc::SIGKILL) };
         child.wait().unwrap();
         // the next start cleans up (`thaw gc` is a start that does only that)
         let gc = thaw(&h, &["gc"]);

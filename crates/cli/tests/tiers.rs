@@ -1182,7 +1182,7 @@ fn the_daemon_keeps_snapshots_on_the_remote_tier_and_streams_them_back() {
                 return (None, String::new());
             };
             // SAFETY: signalling the daemon this test started, not yet reaped.
-            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+            unsafe { libc::kill(child.id().cast_signed(), libc::SIGTERM) };
             let status = child.wait().ok();
             let mut err = String::new();
             if let Some(mut e) = child.stderr.take() {

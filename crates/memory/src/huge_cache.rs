@@ -155,7 +155,7 @@ fn proc_files() -> Result<(&'static File, Option<&'static File>)> {
     if let Some((pm, flags)) = FILES.get() {
         return Ok((pm, flags.as_ref()));
     }
-    let pm = crate::pagemap::open(std::process::id() as i32)?;
+    let pm = crate::pagemap::open(std::process::id().cast_signed())?;
     let (pm, flags) = FILES.get_or_init(|| (pm, File::open("/proc/kpageflags").ok()));
     Ok((pm, flags.as_ref()))
 }

@@ -43,8 +43,8 @@ impl PageSource for ImageSource {
                     unsafe {
                         libc::posix_fadvise(
                             self.0.as_raw_fd(),
-                            start as libc::off_t,
-                            READ_AROUND as libc::off_t,
+                            libc::off_t::try_from(start).unwrap_or(libc::off_t::MAX),
+                            READ_AROUND.cast_signed(),
                             libc::POSIX_FADV_WILLNEED,
                         )
                     };
@@ -65,9 +65,12 @@ fn read_cached(f: &File, buf: &mut [u8], off: u64) -> bool {
         iov_base: buf.as_mut_ptr().cast(),
         iov_len: buf.len(),
     };
+    let Ok(off) = libc::off_t::try_from(off) else {
+        return false;
+    };
     // SAFETY: one iovec over `buf`, which outlives the call.
-    let n = unsafe { libc::preadv2(f.as_raw_fd(), &iov, 1, off as libc::off_t, libc::RWF_NOWAIT) };
-    n == buf.len() as isize
+    let n = unsafe { libc::preadv2(f.as_raw_fd(), &iov, 1, off, libc::RWF_NOWAIT) };
+    usize::try_from(n) == Ok(buf.len())
 }
 
 /// Counters a restore reports; shared with the server thread.
@@ -243,7 +246,7 @@ impl Serve {
             // SAFETY: reading into our own buffer of the given length.
             let got =
                 unsafe { libc::read(self.uffd.as_raw_fd(), msgs.as_mut_ptr().cast(), msgs.len()) };
-            if got < 0 {
+            let Ok(got) = usize::try_from(got) else {
                 let e = std::io::Error::last_os_error();
                 if e.raw_os_error() == Some(libc::EAGAIN)
                     || e.kind() == std::io::ErrorKind::Interrupted
@@ -251,11 +254,11 @@ impl Serve {
                     continue;
                 }
                 return Err(ServeError::Read(e));
-            }
+            };
             if got == 0 {
                 return Ok(());
             }
-            for msg in msgs[..got as usize].chunks_exact(32) {
+            for msg in msgs[..got].chunks_exact(32) {
                 if msg[0] != UFFD_EVENT_PAGEFAULT {
                     continue;
                 }

@@ -80,8 +80,8 @@ pub fn copy(
             len -= 4096;
             continue;
         }
-        if e == libc::EAGAIN && c.copy > 0 {
-            let done = c.copy as u64;
+        // a partial copy: `copy` holds the bytes done (else a negative errno)
+        if let (libc::EAGAIN, Ok(done @ 1..)) = (e, u64::try_from(c.copy)) {
             dst += done;
             src += done;
             len -= done;

@@ -137,6 +137,8 @@ impl Engine {
                 per(cfg.net_mb_s),
                 per(cfg.net_mb_s),
             ],
+            // saturating: a threshold below 0 leaves no idle room
+            #[allow(clippy::cast_sign_loss)]
             idle_limit_mb: (cfg.ram_mb as f64 * cfg.threshold).floor() as u64,
             cfg,
             now: 0,
@@ -418,6 +420,8 @@ impl Engine {
         fi
     }
 
+    // saturating: rates are positive, a bad one costs 0 rather than wrapping
+    #[allow(clippy::cast_sign_loss)]
     fn xfer_us(&self, mb: u32, q: usize) -> Time {
         (mb as f64 * self.us_per_mb[q]).round() as Time
     }

@@ -279,7 +279,7 @@ fn mmap_maps_every_saved_page_and_copies_its_write_set() {
     // write before resume, and says so; the rest stays lazily mapped
     f.write_page(1);
     let rt = Runtime {
-        pid: std::process::id() as i32,
+        pid: std::process::id().cast_signed(),
         pager: None,
     };
     assert_eq!(s.after_first_response(&rt).write_set_pages, 1);
@@ -356,7 +356,7 @@ fn reap_records_then_prefetches_and_detects_drift() {
     assert_eq!(f.mem_page(1), page_of(1));
     assert_eq!(f.mem_page(2), page_of(2));
     let rt = Runtime {
-        pid: std::process::id() as i32,
+        pid: std::process::id().cast_signed(),
         pager: Some(&pager),
     };
     let out = s.after_first_response(&rt);
@@ -425,7 +425,7 @@ fn dax_populates_in_place_and_records_then_copies_its_write_set() {
     f.write_page(0);
     f.write_page(2);
     let out = s.after_first_response(&Runtime {
-        pid: std::process::id() as i32,
+        pid: std::process::id().cast_signed(),
         pager: None,
     });
     assert_eq!(out.write_set_pages, 2, "{out:?}");
@@ -522,7 +522,7 @@ fn tiered_maps_from_both_tier_files_or_falls_back_to_uffd() {
         assert_eq!(p.populated_bytes, 0);
         f.write_page(1);
         let out = s.after_first_response(&Runtime {
-            pid: std::process::id() as i32,
+            pid: std::process::id().cast_signed(),
             pager: None,
         });
         assert!(out.write_set_pages >= 1, "{out:?}");

@@ -580,7 +580,7 @@ pub struct Plan {
 impl Plan {
     /// Adds a NUL-terminated path and returns its offset.
     pub fn add_string(&mut self, s: &str) -> i32 {
-        let off = self.strings.len() as i32;
+        let off = self.string_offset();
         self.strings.extend_from_slice(s.as_bytes());
         self.strings.push(0);
         off
@@ -588,10 +588,16 @@ impl Plan {
 
     /// Adds raw bytes (a socket address) and returns their offset.
     pub fn add_bytes(&mut self, b: &[u8]) -> i32 {
-        let off = self.strings.len() as i32;
+        let off = self.string_offset();
         self.strings.extend_from_slice(b);
         self.strings.push(0);
         off
+    }
+
+    /// Where the next string goes; past `i32::MAX` it stays there, as a
+    /// plan that large fails [`Plan::encode`]'s size check anyway.
+    fn string_offset(&self) -> i32 {
+        i32::try_from(self.strings.len()).unwrap_or(i32::MAX)
     }
 
     /// Whether the restorer waits for [`FILES_BYTE`] (the sandbox's /tmp
@@ -644,16 +650,19 @@ impl Plan {
             ));
         }
         for (i, f) in self.fds.iter().enumerate() {
-            let path_ok = f.path_off < 0
-                || (f.path_off as u64 + f.path_len as u64) < self.strings.len() as u64;
-            if f.fd <= 3 || f.reference >= i as i32 || !path_ok {
+            // a negative offset or reference means none
+            let path_ok = u64::try_from(f.path_off).map_or(true, |off| {
+                off + u64::from(f.path_len) < self.strings.len() as u64
+            });
+            let reference_ok = usize::try_from(f.reference).map_or(true, |r| r < i);
+            if f.fd <= 3 || !reference_ok || !path_ok {
                 return Err(format!("descriptor record {i} (fd {}) is malformed", f.fd));
             }
         }
         if self
             .watches
             .iter()
-            .any(|w| w.epoll < 0 || w.epoll as usize >= self.fds.len())
+            .any(|w| usize::try_from(w.epoll).map_or(true, |e| e >= self.fds.len()))
         {
             return Err("an epoll watch names no descriptor record".into());
         }
@@ -852,6 +861,51 @@ mod tests {
         assert!(p.encode().is_err(), "a thread's frame past the frames");
         p.threads.clear();
         assert!(p.encode().is_err(), "no main thread");
+    }
+
+    #[test]
+    fn encode_refuses_descriptor_records_that_point_outside() {
+        let mut p = Plan::default();
+        p.header.vdso_pieces = vec![(0, 4096)];
+        p.threads.push(PlanThread::default());
+        p.frame = vec![0; 16];
+        let path = p.add_string("/tmp/x");
+        let fd = |reference, path_off, path_len| PlanFd {
+            fd: 4,
+            reference,
+            path_off,
+            path_len,
+            ..PlanFd::default()
+        };
+        let with = |fds: Vec<PlanFd>, watches: Vec<PlanWatch>| Plan {
+            fds,
+            watches,
+            ..p.clone()
+        };
+        // no reference, no path; a path inside the strings; a dup of the first
+        let good = with(vec![fd(-1, -1, 0), fd(-1, path, 6), fd(0, -1, 0)], vec![]);
+        assert!(good.encode().is_ok());
+        for bad in [
+            fd(1, -1, 0),        // references itself
+            fd(7, -1, 0),        // references a later record
+            fd(-1, path, 7),     // path runs past the strings' end
+            fd(-1, i32::MAX, 1), // offset past the end
+        ] {
+            assert!(
+                with(vec![fd(-1, -1, 0), bad], vec![]).encode().is_err(),
+                "{bad:?}"
+            );
+        }
+        for epoll in [-1, 1, i32::MAX] {
+            let w = PlanWatch {
+                epoll,
+                ..PlanWatch::default()
+            };
+            assert!(
+                with(vec![fd(-1, -1, 0)], vec![w]).encode().is_err(),
+                "epoll {epoll}"
+            );
+        }
     }
 
     #[test]

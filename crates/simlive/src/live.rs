@@ -100,7 +100,7 @@ impl Daemon {
             return Ok(());
         };
         // SAFETY: kill(2) on the pid of a child we spawned and have not reaped.
-        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+        unsafe { libc::kill(child.id().cast_signed(), libc::SIGTERM) };
         let t = Instant::now();
         while t.elapsed() < Duration::from_secs(60) {
             if let Some(st) = child.try_wait()? {

@@ -38,7 +38,7 @@ fn kernel_release() -> String {
         .release
         .iter()
         .take_while(|&&c| c != 0)
-        .map(|&c| c as u8)
+        .map(|&c| c.cast_unsigned())
         .collect();
     String::from_utf8_lossy(&bytes).into_owned()
 }

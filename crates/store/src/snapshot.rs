@@ -660,15 +660,11 @@ pub fn will_need(f: &File, off: u64, len: u64) {
     let mut at = off;
     while at < end {
         let n = HINT_BYTES.min(end - at);
-        // SAFETY: a plain advisory syscall on a descriptor the caller owns.
-        unsafe {
-            libc::posix_fadvise(
-                f.as_raw_fd(),
-                at as libc::off_t,
-                n as libc::off_t,
-                libc::POSIX_FADV_WILLNEED,
-            )
+        let (Ok(at_off), Ok(n_off)) = (libc::off_t::try_from(at), libc::off_t::try_from(n)) else {
+            return; // past any file's end: nothing to hint
         };
+        // SAFETY: a plain advisory syscall on a descriptor the caller owns.
+        unsafe { libc::posix_fadvise(f.as_raw_fd(), at_off, n_off, libc::POSIX_FADV_WILLNEED) };
         at += n;
     }
 }

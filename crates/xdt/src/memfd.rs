@@ -64,7 +64,7 @@ pub fn seal_object(fd: &OwnedFd) -> Result<u64, XdtError> {
     if st.st_mode & libc::S_IFMT != libc::S_IFREG {
         return Err(bad("the object is not a regular memfd".into()));
     }
-    Ok(st.st_size as u64)
+    u64::try_from(st.st_size).map_err(|_| bad("the object has a negative size".into()))
 }
 
 /// A new descriptor for the same object opened read-only (what consumers
@@ -98,8 +98,10 @@ pub fn create_sized(size: u64) -> Result<OwnedFd, XdtError> {
 /// [`create_sized`] with the memfd's name (shown in `/proc/PID/fd`).
 pub fn create_named(name: &str, size: u64) -> Result<OwnedFd, XdtError> {
     let fd = new_memfd(name)?;
+    let len = libc::off_t::try_from(size)
+        .map_err(|_| XdtError::Internal(format!("an object of {size} bytes")))?;
     // SAFETY: ftruncate on a descriptor we own.
-    if unsafe { libc::ftruncate(fd.as_raw_fd(), size as libc::off_t) } != 0 {
+    if unsafe { libc::ftruncate(fd.as_raw_fd(), len) } != 0 {
         return Err(XdtError::Internal(format!(
             "sizing an object: {}",
             std::io::Error::last_os_error()
