@@ -788,6 +788,10 @@ impl Policy for Engine {
         self.arrive_inner(now, f, mem_mb, true, false, out)
     }
 
+    fn arrive_queued(&mut self, now: Time, f: FnId, mem_mb: u32, out: &mut Vec<Action>) -> Outcome {
+        self.arrive_inner(now, f, mem_mb, true, true, out)
+    }
+
     fn finish(
         &mut self,
         now: Time,

@@ -29,6 +29,15 @@ use std::str::FromStr;
 /// Microseconds on the caller's clock.
 pub type Time = u64;
 
+/// How long an arrival whose caller queues it (the daemon; `thaw sim
+/// --wait-for-ram`) waits, with no RAM given back meanwhile, for running
+/// instances to give back what it lacks before idle instances are given up
+/// for it ([`Policy::arrive_queued`], then [`Policy::arrive`]): a burst must
+/// not empty a node of hundreds of small idle instances for RAM its own
+/// instances free in a moment, nor may instances that run long keep
+/// requests waiting while idle ones hold RAM.
+pub const MEMORY_PATIENCE: Time = 500_000;
+
 /// Dense function index chosen by the caller (the simulator interns trace names).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct FnId(pub u32);
@@ -318,6 +327,14 @@ impl std::error::Error for PolicyError {}
 pub trait Policy {
     /// An invocation of `f` needing `mem_mb` of RAM arrives at `now`.
     fn arrive(&mut self, now: Time, f: FnId, mem_mb: u32, out: &mut Vec<Action>) -> Outcome;
+    /// [`Policy::arrive`] for a caller that queues what is rejected: where
+    /// the instances running now will give back the RAM missing when they
+    /// end, nothing idle is given up and the arrival is rejected, to wait
+    /// for them (at most [`MEMORY_PATIENCE`]). Policies that never give
+    /// idle instances up for RAM need not tell the two apart.
+    fn arrive_queued(&mut self, now: Time, f: FnId, mem_mb: u32, out: &mut Vec<Action>) -> Outcome {
+        self.arrive(now, f, mem_mb, out)
+    }
     /// The invocation on `instance` finished; the instance is idle from `now`.
     fn finish(
         &mut self,

@@ -118,6 +118,13 @@ pub struct Args {
     #[arg(long)]
     pub wait_for_ram: bool,
 
+    /// With --wait-for-ram: how long a waiting arrival, with no invocation
+    /// ending meanwhile, waits for running instances' RAM before idle
+    /// instances are given up for it (`thaw serve` waits as long); 0 gives
+    /// them up at once.
+    #[arg(long, default_value_t = thaw_policy::MEMORY_PATIENCE as f64 / 1000.0)]
+    pub ram_patience_ms: f64,
+
     /// Policy: ttl, lru-mem, tiered-lru, greedy-dual, tiered-greedy-dual.
     #[arg(long, value_delimiter = ',', default_value = "tiered-lru")]
     pub policy: Vec<String>,
@@ -373,6 +380,7 @@ fn plan(a: &Args, m: &ArgMatches, sweep: bool) -> Result<Plan> {
     let opts = RunOptions {
         max_concurrency: a.max_concurrency.unwrap_or(0),
         wait_for_ram: a.wait_for_ram,
+        ram_patience: ms_to_us(a.ram_patience_ms, "ram-patience-ms")?,
         strict: a.strict,
         progress: !a.quiet,
         record_starts: false,

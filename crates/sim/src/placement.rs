@@ -119,8 +119,10 @@ struct PlacedEngine<'a> {
     restores: Vec<u64>,
 }
 
-impl Policy for PlacedEngine<'_> {
-    fn arrive(&mut self, now: Time, f: FnId, mem_mb: u32, out: &mut Vec<Action>) -> Outcome {
+impl PlacedEngine<'_> {
+    /// `arrive` on the engine, `f`'s cost set before its first restore and
+    /// its non-warm starts counted.
+    fn placed(&mut self, f: FnId, arrive: impl FnOnce(&mut Engine) -> Outcome) -> Outcome {
         let i = f.0 as usize;
         if i >= self.restores.len() {
             self.restores.resize(i + 1, 0);
@@ -132,13 +134,22 @@ impl Policy for PlacedEngine<'_> {
                 self.inner.set_cost(f, *c);
             }
         }
-        let o = self.inner.arrive(now, f, mem_mb, out);
+        let o = arrive(self.inner);
         if let Outcome::Started { start, .. } = o {
             if start != Start::Warm {
                 self.restores[i] += 1;
             }
         }
         o
+    }
+}
+
+impl Policy for PlacedEngine<'_> {
+    fn arrive(&mut self, now: Time, f: FnId, mem_mb: u32, out: &mut Vec<Action>) -> Outcome {
+        self.placed(f, |e| e.arrive(now, f, mem_mb, out))
+    }
+    fn arrive_queued(&mut self, now: Time, f: FnId, mem_mb: u32, out: &mut Vec<Action>) -> Outcome {
+        self.placed(f, |e| e.arrive_queued(now, f, mem_mb, out))
     }
     fn finish(
         &mut self,

@@ -53,6 +53,11 @@ pub struct RunOptions {
     /// next one to end, and the arrivals behind it with it (as `thaw serve`
     /// queues it), instead of failing.
     pub wait_for_ram: bool,
+    /// With `wait_for_ram`: how long a waiting arrival, with no invocation
+    /// ending meanwhile, waits for running instances' RAM before idle
+    /// instances are given up for it (`thaw serve` waits
+    /// [`thaw_policy::MEMORY_PATIENCE`]); 0 gives them up at once.
+    pub ram_patience: Time,
     /// A malformed line stops the run instead of being skipped.
     pub strict: bool,
     pub progress: bool,
@@ -245,7 +250,11 @@ pub fn run<P: Policy>(src: &mut dyn Source, policy: &mut P, opts: &RunOptions) -
     let mut log = Vec::new();
     let mut next = None;
     // the next arrival waits for RAM: no arrival until an invocation ends
+    // (or its patience is over)
     let mut ram_wait = false;
+    // while an arrival waits: when RAM was last given back (its arrival
+    // first), as the daemon's waiting requests count their patience
+    let mut ram_back: Option<Time> = None;
     let mut eof = false;
     let mut last_t = 0;
     // A deadline the policy keeps reporting after being advanced to it is ignored
@@ -285,10 +294,14 @@ pub fn run<P: Policy>(src: &mut dyn Source, policy: &mut P, opts: &RunOptions) -
         let t_arr = next.filter(|_| can_start).map(|i| i.t.max(core.now));
         let t_ev = core.heap.peek().map(|e| e.0 .0);
         let t_dl = core.policy.next_deadline().filter(|d| Some(*d) != stuck);
+        // a waiting arrival's patience ends: it asks again, impatiently
+        let t_pat = ram_back
+            .filter(|_| ram_wait && opts.ram_patience > 0)
+            .map(|b| (b + opts.ram_patience).max(core.now));
         if eof && next.is_none() && running == 0 {
             break;
         }
-        let Some(t) = [t_ev, t_dl, t_arr].into_iter().flatten().min() else {
+        let Some(t) = [t_ev, t_dl, t_arr, t_pat].into_iter().flatten().min() else {
             fail!(
                 SimError::Stalled,
                 "simulation stalled with {running} invocations running"
@@ -307,6 +320,7 @@ pub fn run<P: Policy>(src: &mut dyn Source, policy: &mut P, opts: &RunOptions) -
                 Ev::Finish(id) => {
                     running -= 1;
                     ram_wait = false;
+                    ram_back = ram_back.map(|_| t);
                     core.policy.finish(t, InstanceId(id), &mut core.actions)?;
                 }
                 Ev::Xfer(id) => core.policy.transfer_done(t, XferId(id), &mut core.actions),
@@ -316,6 +330,8 @@ pub fn run<P: Policy>(src: &mut dyn Source, policy: &mut P, opts: &RunOptions) -
             if core.policy.next_deadline() == Some(t) {
                 stuck = Some(t);
             }
+        } else if t_pat == Some(t) && t_arr.is_none() {
+            ram_wait = false;
         } else if let Some(inv) = next.take() {
             stuck = None;
             invocations += 1;
@@ -340,9 +356,19 @@ pub fn run<P: Policy>(src: &mut dyn Source, policy: &mut P, opts: &RunOptions) -
                         .set_footprint(FnId(inv.f), *fp, &mut core.actions);
                 }
             }
-            let outcome = core
-                .policy
-                .arrive(t, FnId(inv.f), inv.mem_mb, &mut core.actions);
+            let back = *ram_back.get_or_insert(t);
+            let patient = opts.wait_for_ram && t < back + opts.ram_patience;
+            let outcome = match patient {
+                true => core
+                    .policy
+                    .arrive_queued(t, FnId(inv.f), inv.mem_mb, &mut core.actions),
+                false => core
+                    .policy
+                    .arrive(t, FnId(inv.f), inv.mem_mb, &mut core.actions),
+            };
+            if matches!(outcome, Outcome::Started { .. }) || !opts.wait_for_ram || running == 0 {
+                ram_back = None;
+            }
             let start = match outcome {
                 Outcome::Started {
                     start,

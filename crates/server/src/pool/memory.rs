@@ -5,12 +5,8 @@ use std::time::Duration;
 use thaw_policy::{InstanceId, Policy};
 use tokio::sync::oneshot;
 
-/// How long a request waits, without any RAM given back, for running
-/// instances to give some back before idle instances are given up for it:
-/// a burst must not empty the node of hundreds of small idle instances for
-/// RAM its own instances free in a moment, nor may instances that run for
-/// long keep requests waiting while idle ones hold RAM.
-pub(super) const MEMORY_PATIENCE: Duration = Duration::from_millis(500);
+/// [`thaw_policy::MEMORY_PATIENCE`], which the simulator waits too.
+pub(super) const MEMORY_PATIENCE: Duration = Duration::from_micros(thaw_policy::MEMORY_PATIENCE);
 
 impl Pool {
     /// An instance was measured to hold `private_mb` on its own: what the
