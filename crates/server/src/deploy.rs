@@ -16,9 +16,9 @@ use tokio::sync::OwnedMutexGuard;
 
 use crate::app::App;
 use crate::archive::{self, Format};
+use crate::instances::{FnVersion, Placed};
 use crate::logs::Ring;
 use crate::placement::{self, PlacementInfo};
-use crate::pool::{FnVersion, Placed};
 pub use crate::registry::NetworkRequest;
 use crate::registry::{check_name, mkdir_private, PackagesInfo, Record, SnapshotInfo};
 use crate::stored::Stored;
@@ -504,7 +504,7 @@ pub async fn run(app: &Arc<App>, req: DeployRequest) -> Result<(Record, bool), E
 /// the in-memory map.
 pub fn install(app: &App, v: Arc<FnVersion>) {
     let name = v.rec.name.clone();
-    app.pool.set_version(&v);
+    app.instances.set_version(&v);
     app.functions
         .write()
         .unwrap_or_else(|p| p.into_inner())
@@ -1018,8 +1018,8 @@ fn check_boots(
 }
 
 /// The deploy's sandboxes count in the instance memory budget.
-fn reserve(app: &App, rec: &Record) -> Result<crate::pool::Reservation, Error> {
-    app.pool.reserve(rec.memory_mb).ok_or_else(|| {
+fn reserve(app: &App, rec: &Record) -> Result<crate::instances::Reservation, Error> {
+    app.instances.reserve(rec.memory_mb).ok_or_else(|| {
         app.metrics.reject("memory");
         Error::Memory(rec.memory_mb)
     })
@@ -1183,7 +1183,7 @@ pub async fn delete(app: &Arc<App>, name: &str) -> Result<(), Error> {
     if removed.is_none() {
         return Err(Error::NotFound(name.to_string()));
     }
-    app.pool.remove(name);
+    app.instances.remove(name);
     app.calibrations.forget(name);
     app.rings
         .lock()

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::app::App;
-use crate::pool::{Created, FnVersion, JobDone, Mode, Refusal, StartType};
+use crate::instances::{Created, FnVersion, JobDone, Mode, Refusal, StartType};
 
 /// Why an invocation did not run.
 #[derive(Debug)]
@@ -57,7 +57,7 @@ pub async fn call(
 ) -> Result<Called, CallError> {
     // other workers' objects in the event start coming now, while an
     // instance is found or restored
-    let prefetched = match app.pool.xdt.get() {
+    let prefetched = match app.instances.xdt.get() {
         Some(host) => {
             let v = lookup(app, name)?;
             let deadline = Instant::now() + Duration::from_millis(v.rec.timeout_ms);
@@ -68,7 +68,7 @@ pub async fn call(
     let mut tries = 0;
     let (v, lease) = loop {
         let v = lookup(app, name)?;
-        match app.pool.acquire(&v, mode).await {
+        match app.instances.acquire(&v, mode).await {
             Ok(l) => break (v, l),
             Err(Refusal::Replaced) if tries < 3 => tries += 1,
             Err(r) => return Err(CallError::Refused(r)),
@@ -84,10 +84,10 @@ pub async fn call(
     let timeout = Duration::from_millis(v.rec.timeout_ms);
     // the invocation runs on its own task: a client that goes away does not
     // cancel it half-way, and the instance always goes back to the pool
-    let pool = app.pool.clone();
+    let instances = app.instances.clone();
     let id2 = invocation_id.clone();
     let (_lease, done) =
-        tokio::spawn(async move { pool.run(lease, event, timeout, id2, prefetched).await })
+        tokio::spawn(async move { instances.run(lease, event, timeout, id2, prefetched).await })
             .await
             .map_err(|e| CallError::Internal(e.to_string()))?;
     Ok(Called {

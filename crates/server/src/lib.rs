@@ -11,6 +11,7 @@ pub mod config;
 pub mod deploy;
 pub mod http;
 pub mod image;
+pub mod instances;
 pub mod invoke;
 pub mod lambda;
 pub mod logs;
@@ -18,7 +19,6 @@ pub mod metrics;
 pub mod nested;
 pub mod outcome;
 pub mod placement;
-pub mod pool;
 pub mod pressure;
 pub mod provided;
 pub mod registry;
@@ -40,7 +40,7 @@ use thaw_worker::Worker;
 pub use app::App;
 pub use config::Config;
 
-use pool::{FnVersion, Pool};
+use instances::{FnVersion, Instances};
 use registry::Registry;
 use thaw_error::{fail, Context, ResultExt};
 
@@ -78,7 +78,7 @@ pub enum ServeError {
     #[error(transparent)]
     Tier(#[from] thaw_store::TierError),
     #[error(transparent)]
-    Pool(#[from] pool::PoolError),
+    Instances(#[from] instances::InstancesError),
     #[error(transparent)]
     Moves(#[from] tiering::Error),
     #[error(transparent)]
@@ -146,7 +146,7 @@ pub fn open(cfg: Config) -> Result<Arc<App>> {
     tiering::recover_moves(&cfg.home, &remote)?;
     let metrics = Arc::new(metrics::Metrics::new());
     let (mover_tx, mover_rx) = std::sync::mpsc::channel();
-    let pool = Arc::new(Pool::new(
+    let instances = Arc::new(Instances::new(
         worker.clone(),
         metrics.clone(),
         cfg.snapshot_tiers.clone(),
@@ -159,7 +159,7 @@ pub fn open(cfg: Config) -> Result<Arc<App>> {
         registry: Registry::open(&state)?,
         cfg,
         worker,
-        pool,
+        instances,
         metrics,
         functions: RwLock::new(HashMap::new()),
         deploy_locks: Mutex::new(HashMap::new()),
@@ -184,7 +184,7 @@ pub fn open(cfg: Config) -> Result<Arc<App>> {
     )?);
     let daemon: std::sync::Weak<dyn xdt::Daemon> = Arc::downgrade(&app) as _;
     host.attach(daemon);
-    let _ = app.pool.xdt.set(host);
+    let _ = app.instances.xdt.set(host);
     recover(&app)?;
     drop_unused_packages(&app);
     // roots of functions deleted while the daemon was down, and what root
@@ -265,7 +265,7 @@ fn recover(app: &App) -> Result<()> {
                 return None;
             }
             match shared::lookup(app, &info.key, &app.root_hash(&rec)) {
-                Ok(shared::Found::Usable { copy, .. }) => Some(pool::Placed {
+                Ok(shared::Found::Usable { copy, .. }) => Some(instances::Placed {
                     tier: app.cfg.snapshot_tiers.slow.clone(),
                     stored: stored::Stored::Remote(Arc::new(shared::shared_copy(app, &rec, &copy))),
                 }),
@@ -282,7 +282,7 @@ fn recover(app: &App) -> Result<()> {
         let root_hash = app.worker.root_of(Some(&func)).1.to_string();
         let trusted = found.and_then(|p| match p.stored.local().map(|s| trust(&root_hash, &s.dir)) {
             None => Some(p),
-            Some(Ok(snap)) => Some(pool::Placed {
+            Some(Ok(snap)) => Some(instances::Placed {
                 tier: p.tier,
                 stored: stored::Stored::Local(snap),
             }),
@@ -322,7 +322,7 @@ fn recover(app: &App) -> Result<()> {
                 let placed = match taken {
                     Ok((snap, info)) => {
                         rec.snapshot = Some(info);
-                        Some(pool::Placed {
+                        Some(instances::Placed {
                             tier: rec.tier.clone(),
                             stored: stored::Stored::Local(snap),
                         })
@@ -573,7 +573,7 @@ pub async fn start(app: Arc<App>, signals: bool) -> Result<Running> {
         )));
     }
     // the XDT peer plane: other workers pull this one's objects over h2c
-    if let Some(host) = app.pool.xdt.get() {
+    if let Some(host) = app.instances.xdt.get() {
         if let Some(a) = host.peers().and_then(|p| p.listen) {
             let l = tokio::net::TcpListener::bind(a)
                 .await
@@ -586,12 +586,12 @@ pub async fn start(app: Arc<App>, signals: bool) -> Result<Running> {
         }
     }
     let ticker = {
-        let pool = app.pool.clone();
+        let instances = app.instances.clone();
         tokio::spawn(async move {
             let mut iv = tokio::time::interval(Duration::from_millis(500));
             loop {
                 iv.tick().await;
-                pool.tick();
+                instances.tick();
             }
         })
     };
@@ -608,7 +608,7 @@ pub async fn start(app: Arc<App>, signals: bool) -> Result<Running> {
             tracing::warn!("grace period of {grace:?} over; stopping with requests in flight");
         }
         ticker.abort();
-        app2.pool.drain();
+        app2.instances.drain();
         // a snapshot move under way finishes; queued ones are dropped
         let app3 = app2.clone();
         let _ = tokio::task::spawn_blocking(move || {
@@ -616,7 +616,9 @@ pub async fn start(app: Arc<App>, signals: bool) -> Result<Running> {
         })
         .await;
         // busy instances end when their invocation does (bounded above)
-        app2.pool.wait_for_instances(Duration::from_secs(10)).await;
+        app2.instances
+            .wait_for_instances(Duration::from_secs(10))
+            .await;
         let _ = std::fs::remove_file(&sock2);
         tracing::info!("stopped");
     });

@@ -7,8 +7,8 @@ use thaw_xdt::sdk::{CallFailure, CallOutcome};
 use thaw_xdt::CallCtx;
 
 use crate::app::App;
+use crate::instances::{FnVersion, Mode, Refusal};
 use crate::outcome;
-use crate::pool::{FnVersion, Mode, Refusal};
 use crate::xdt::{self, failure, Prefetched};
 
 impl xdt::Daemon for App {
@@ -45,7 +45,7 @@ async fn nested_invoke(app: Arc<App>, ctx: CallCtx, event: Value) -> CallOutcome
         let fns = app.functions.read().unwrap_or_else(|p| p.into_inner());
         fns.get(&name).cloned()
     };
-    let prefetched = match (lookup(&app), app.pool.xdt.get()) {
+    let prefetched = match (lookup(&app), app.instances.xdt.get()) {
         (Some(v), Some(host)) => {
             host.prefetch(&ctx.owner, &event, v.rec.memory_mb << 20, ctx.deadline)
         }
@@ -56,7 +56,7 @@ async fn nested_invoke(app: Arc<App>, ctx: CallCtx, event: Value) -> CallOutcome
         let Some(v) = lookup(&app) else {
             return Err(failure("not_found", format!("no function {name:?}")));
         };
-        match tokio::time::timeout(left(), app.pool.acquire(&v, Mode::Normal)).await {
+        match tokio::time::timeout(left(), app.instances.acquire(&v, Mode::Normal)).await {
             Err(_) => {
                 return Err(failure(
                     "timeout",
@@ -74,8 +74,8 @@ async fn nested_invoke(app: Arc<App>, ctx: CallCtx, event: Value) -> CallOutcome
     };
     let timeout = Duration::from_millis(v.rec.timeout_ms).min(left());
     let id = hex::encode(rand::random::<[u8; 12]>());
-    let pool = app.pool.clone();
-    let (_lease, done) = pool
+    let instances = app.instances.clone();
+    let (_lease, done) = instances
         .run_in_chain(lease, event, timeout, id, Some(ctx), prefetched)
         .await;
     match done.reply.map(|i| i.output) {

@@ -3119,7 +3119,7 @@ fn deployed_on_tmpfs(
     Daemon,
     Value,
     std::sync::Arc<thaw_server::App>,
-    std::sync::Arc<thaw_server::pool::FnVersion>,
+    std::sync::Arc<thaw_server::instances::FnVersion>,
 ) {
     let d = Daemon::start(cfg);
     let mut req = file_deploy(name, "m.handler", src);

@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 
 use super::errors::LambdaError;
 use super::model::{arn, resolve, Lambda, QualifierQuery, Shared};
+use crate::instances::{Mode, Refusal};
 use crate::invoke::{CallError, Called};
-use crate::pool::{Mode, Refusal};
 use thaw_sandbox::agent::ErrorKind;
 
 /// How much of the log `LogType=Tail` returns.

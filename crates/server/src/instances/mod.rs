@@ -33,7 +33,7 @@ const SLOT_WAIT: Duration = Duration::from_secs(60);
 
 /// Why the pool could not be set up.
 #[derive(Debug, thiserror::Error)]
-pub enum PoolError {
+pub enum InstancesError {
     #[error(transparent)]
     Policy(#[from] thaw_policy::PolicyError),
     #[error(transparent)]
@@ -227,7 +227,7 @@ struct Instance {
 }
 
 #[derive(Default)]
-struct FnPool {
+struct FnState {
     /// instances in any state (starting, busy, idle)
     live: u32,
     idle: u32,
@@ -237,7 +237,7 @@ struct FnPool {
 
 struct State {
     engine: Engine,
-    fns: HashMap<String, FnPool>,
+    fns: HashMap<String, FnState>,
     idle: HashMap<InstanceId, Instance>,
     fn_ids: HashMap<String, FnId>,
     /// `fn_ids` backwards (ids are dense, in order of first deploy)
@@ -254,7 +254,7 @@ struct State {
     draining: bool,
 }
 
-pub struct Pool {
+pub struct Instances {
     state: Mutex<State>,
     worker: Arc<Worker>,
     metrics: Arc<Metrics>,
@@ -333,14 +333,14 @@ pub struct FunctionUsage {
 
 /// RAM a deploy's sandbox holds in the policy's budget until it is gone.
 pub struct Reservation {
-    pool: Arc<Pool>,
+    instances: Arc<Instances>,
     id: InstanceId,
 }
 
 impl Drop for Reservation {
     fn drop(&mut self) {
-        let mut st = lock(&self.pool.state);
-        let _ = st.engine.discard(self.pool.now(), self.id);
+        let mut st = lock(&self.instances.state);
+        let _ = st.engine.discard(self.instances.now(), self.id);
         wake_memory(&mut st);
     }
 }
@@ -351,7 +351,7 @@ const DEPLOYS: &str = "\0deploy";
 /// An instance leased to one request. Dropped without being released (the
 /// request's future was cancelled), it gives its instance up.
 pub struct Lease {
-    pool: Arc<Pool>,
+    instances: Arc<Instances>,
     inst: Option<Instance>,
     pub start: StartType,
     /// What the policy predicted: (start type, tier).
@@ -364,8 +364,8 @@ pub struct Lease {
 impl Drop for Lease {
     fn drop(&mut self) {
         if self.inst.is_some() {
-            let pool = self.pool.clone();
-            pool.release(self, false);
+            let instances = self.instances.clone();
+            instances.release(self, false);
         }
     }
 }
@@ -380,7 +380,7 @@ fn lock(m: &Mutex<State>) -> std::sync::MutexGuard<'_, State> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-impl Pool {
+impl Instances {
     pub fn new(
         worker: Arc<Worker>,
         metrics: Arc<Metrics>,
@@ -389,7 +389,7 @@ impl Pool {
         limits: &crate::config::Limits,
         measure_idle: bool,
         mover: mpsc::Sender<String>,
-    ) -> Result<Pool, PoolError> {
+    ) -> Result<Instances, InstancesError> {
         let engine = Engine::new(policy)?;
         let (node_cap, bound) = limits::node_cap(limits.instances_per_node, limits::raise_nofile());
         tracing::info!(instances = node_cap, bound = %bound, "the node holds at most");
@@ -398,8 +398,8 @@ impl Pool {
             .names()
             .iter()
             .map(|t| Ok((t.to_string(), cfg.get(t)?.clone())))
-            .collect::<Result<HashMap<_, _>, PoolError>>()?;
-        Ok(Pool {
+            .collect::<Result<HashMap<_, _>, InstancesError>>()?;
+        Ok(Instances {
             state: Mutex::new(State {
                 engine,
                 fns: HashMap::new(),
@@ -514,7 +514,7 @@ impl Pool {
         self.apply(&mut st, out);
         match outcome {
             Outcome::Started { instance, .. } => Some(Reservation {
-                pool: self.clone(),
+                instances: self.clone(),
                 id: instance,
             }),
             Outcome::Rejected => None,
@@ -786,7 +786,7 @@ impl Pool {
                             }
                             self.metrics.queue_wait.observe(queue_ms / 1e3);
                             return Ok(Lease {
-                                pool: self.clone(),
+                                instances: self.clone(),
                                 inst: Some(inst),
                                 start: StartType::Warm,
                                 predicted: predicted(&self.tiers, Start::Warm),
@@ -866,7 +866,7 @@ impl Pool {
         // the lease exists before the wait: if this future is dropped, the
         // slot goes back to the pool (and the thread's channel closes)
         let mut lease = Lease {
-            pool: self.clone(),
+            instances: self.clone(),
             inst: Some(Instance {
                 policy_id,
                 name: name.clone(),
@@ -887,7 +887,7 @@ impl Pool {
         let slot_tiers = self.slot_tiers.clone();
         let alive = ThreadCount::new(&self.threads);
         let metrics = self.metrics.clone();
-        let pool = Arc::downgrade(self);
+        let instances = Arc::downgrade(self);
         let spawned = std::thread::Builder::new()
             .name(format!("thaw-inst-{}", v.rec.name))
             .spawn(move || {
@@ -901,7 +901,7 @@ impl Pool {
                         last: InstanceUsage::default(),
                         cpu: None,
                         charge: Charge {
-                            pool: pool.clone(),
+                            instances: instances.clone(),
                             id: policy_id,
                             mb: None,
                         },
@@ -909,7 +909,7 @@ impl Pool {
                     xdt,
                     slot_tiers,
                     metrics,
-                    pool,
+                    instances,
                     ahead,
                 };
                 instance_thread(worker, vv, name, rx, ready_tx, services)
@@ -955,7 +955,7 @@ impl Pool {
             .await
     }
 
-    /// [`Pool::run`] for an invocation a function made: it joins the
+    /// [`Instances::run`] for an invocation a function made: it joins the
     /// caller's chain (`None`: a top-level invocation starts one).
     pub async fn run_in_chain(
         self: &Arc<Self>,
@@ -1047,7 +1047,7 @@ struct InstanceServices {
     /// counts the network bytes of functions given egress
     metrics: Arc<Metrics>,
     /// told when a streamed shared snapshot is kept on the fast tier
-    pool: std::sync::Weak<Pool>,
+    instances: std::sync::Weak<Instances>,
     /// made ahead of its requests (a prewarm): no invocation is coming
     /// soon to read the rest of its snapshot under the restore slot
     ahead: bool,
@@ -1148,7 +1148,7 @@ fn forget_idle(st: &mut State, id: InstanceId) {
     }
 }
 
-fn wake_one(fp: Option<&mut FnPool>) {
+fn wake_one(fp: Option<&mut FnState>) {
     let Some(fp) = fp else { return };
     while let Some(w) = fp.waiters.pop_front() {
         if w.send(()).is_ok() {
@@ -1157,7 +1157,7 @@ fn wake_one(fp: Option<&mut FnPool>) {
     }
 }
 
-fn wake_all(fp: Option<&mut FnPool>) {
+fn wake_all(fp: Option<&mut FnState>) {
     let Some(fp) = fp else { return };
     for w in fp.waiters.drain(..) {
         let _ = w.send(());
@@ -1184,7 +1184,7 @@ fn instance_thread(
         xdt,
         slot_tiers,
         metrics,
-        pool,
+        instances,
         ahead,
     } = services;
     let t0 = Instant::now();
@@ -1374,7 +1374,7 @@ fn instance_thread(
                 break;
             }
             if let Some(copy) = shared_copy.take() {
-                keep_shared(&worker.home, &v, &copy, &s.snapshot.dir, &pool);
+                keep_shared(&worker.home, &v, &copy, &s.snapshot.dir, &instances);
             }
         }
     }
@@ -1388,7 +1388,7 @@ fn keep_shared(
     v: &Arc<FnVersion>,
     copy: &RemoteCopy,
     staged: &std::path::Path,
-    pool: &std::sync::Weak<Pool>,
+    instances: &std::sync::Weak<Instances>,
 ) {
     let Some(keep) = &copy.keep else { return };
     match keep.keep(home, staged) {
@@ -1398,7 +1398,7 @@ fn keep_shared(
                 stored: Stored::Local(snap),
             };
             // the pool is not held through the wait (a stop drops it)
-            let Some(wait) = pool.upgrade().map(|p| p.switch_wait) else {
+            let Some(wait) = instances.upgrade().map(|p| p.switch_wait) else {
                 return;
             };
             if let Err(waited) = v.switch_placed(kept, wait) {
@@ -1408,8 +1408,8 @@ fn keep_shared(
                 return;
             }
             tracing::info!(function = %v.rec.name, tier = %keep.tier, "kept the shared snapshot on this node");
-            if let Some(pool) = pool.upgrade() {
-                pool.placed_changed(v);
+            if let Some(instances) = instances.upgrade() {
+                instances.placed_changed(v);
             }
         }
         Ok(None) => {}

@@ -1,6 +1,6 @@
 //! The pool's memory budget: what an instance is charged as it is
 //! measured, and requests waiting for RAM (docs/API.md, the memory budget).
-use super::{lock, Mode, Next, Pool, Refusal, State};
+use super::{lock, Instances, Mode, Next, Refusal, State};
 use std::time::Duration;
 use thaw_policy::{InstanceId, Policy};
 use tokio::sync::oneshot;
@@ -12,7 +12,7 @@ use tokio::sync::oneshot;
 /// long keep requests waiting while idle ones hold RAM.
 pub(super) const MEMORY_PATIENCE: Duration = Duration::from_millis(500);
 
-impl Pool {
+impl Instances {
     /// An instance was measured to hold `private_mb` on its own: what the
     /// policy charges it while idle (see `thaw_policy::Engine::measured`).
     /// RAM given back wakes the requests waiting for it.
@@ -81,7 +81,7 @@ impl Pool {
 /// What the policy charges an instance while idle: its private memory as
 /// last measured, told to the pool when its figure in MiB changes.
 pub(super) struct Charge {
-    pub(super) pool: std::sync::Weak<Pool>,
+    pub(super) instances: std::sync::Weak<Instances>,
     pub(super) id: InstanceId,
     pub(super) mb: Option<u32>,
 }
@@ -93,8 +93,8 @@ impl Charge {
         let mb = ((private_bytes + (1 << 19)) >> 20).clamp(1, u32::MAX as u64) as u32;
         if self.mb != Some(mb) {
             self.mb = Some(mb);
-            if let Some(pool) = self.pool.upgrade() {
-                pool.charge_measured(self.id, mb);
+            if let Some(instances) = self.instances.upgrade() {
+                instances.charge_measured(self.id, mb);
             }
         }
     }
@@ -108,7 +108,7 @@ pub(super) fn wake_memory(st: &mut State) {
 }
 
 /// The node's instance cap (see `limits`).
-impl Pool {
+impl Instances {
     /// Instances alive on the node (running, starting and idle).
     fn node_live(st: &State) -> u32 {
         st.fns.values().map(|f| f.live).sum()
