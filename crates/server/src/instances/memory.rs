@@ -1,9 +1,12 @@
-//! The pool's memory budget: what an instance is charged as it is
-//! measured, and requests waiting for RAM (docs/API.md, the memory budget).
-use super::{lock, Instances, Mode, Next, Refusal, State};
+//! The pool's memory budget: what an instance is charged as its thread
+//! measures it (the gauge), what a deploy's sandbox reserves, and the
+//! node's instance cap (docs/API.md, the memory budget).
+use std::sync::Arc;
 use std::time::Duration;
-use thaw_policy::{InstanceId, Policy};
-use tokio::sync::oneshot;
+use thaw_policy::{InstanceId, Outcome, Policy};
+
+use super::usage::{FunctionUsage, InstanceUsage, Measured};
+use super::{fn_id, lock, wake_memory, Instances, Mode, Refusal, State};
 
 /// How long a request waits, without any RAM given back, for running
 /// instances to give some back before idle instances are given up for it:
@@ -54,28 +57,6 @@ impl Instances {
     pub fn budgeted_bytes(&self) -> u64 {
         lock(&self.state).engine.usage().ram_mb << 20
     }
-
-    /// The budget cannot hold one more running instance of `name` even
-    /// with every idle instance given up: the request waits for a running
-    /// instance (or a deploy) to give RAM back, as past `max_instances`
-    /// (a prewarm too: the instances it starts go idle, charged far less).
-    /// A request that nothing running could ever make room for does not.
-    pub(super) fn wait_for_memory(&self, st: &mut State, name: &str) -> Result<Next, Refusal> {
-        let u = st.engine.usage();
-        if u.running_mb + u.writing_mb == 0 {
-            return Err(Refusal::Memory);
-        }
-        let waiting = st.fns.get(name).map_or(0, |f| f.waiters.len())
-            + (st.memory_waiters.iter())
-                .filter(|(f, w)| f == name && !w.is_closed())
-                .count();
-        if waiting as u32 >= self.queue_cap {
-            return Err(Refusal::QueueFull);
-        }
-        let (tx, rx) = oneshot::channel();
-        st.memory_waiters.push_back((name.to_string(), tx));
-        Ok(Next::WaitMemory(rx))
-    }
 }
 
 /// What the policy charges an instance while idle: its private memory as
@@ -97,13 +78,6 @@ impl Charge {
                 instances.charge_measured(self.id, mb);
             }
         }
-    }
-}
-
-/// Wakes every request waiting for RAM: each asks the policy again.
-pub(super) fn wake_memory(st: &mut State) {
-    for (_, w) in st.memory_waiters.drain(..) {
-        let _ = w.send(());
     }
 }
 
@@ -129,5 +103,124 @@ impl Instances {
         st.engine.shed_idle(self.now(), 1, &mut out);
         self.apply(st, out);
         Ok(Self::node_live(st) >= self.node_cap)
+    }
+}
+
+/// RAM a deploy's sandbox holds in the policy's budget until it is gone.
+pub struct Reservation {
+    instances: Arc<Instances>,
+    id: InstanceId,
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        let mut st = lock(&self.instances.state);
+        let _ = st.engine.discard(self.instances.now(), self.id);
+        wake_memory(&mut st);
+    }
+}
+
+/// The policy's function id for deploy sandboxes (no function has this name).
+const DEPLOYS: &str = "\0deploy";
+
+impl Instances {
+    /// Counts a deploy's sandbox of `memory_mb` in the instance budget
+    /// (idle instances make room as for any start); `None` when the budget
+    /// cannot hold it.
+    pub fn reserve(self: &Arc<Self>, memory_mb: u64) -> Option<Reservation> {
+        let mut st = lock(&self.state);
+        let fid = fn_id(&mut st, DEPLOYS);
+        let mut out = Vec::new();
+        let mem = memory_mb.min(u32::MAX as u64) as u32;
+        let outcome = st
+            .engine
+            .arrive_skipping_warm(self.now(), fid, mem, &mut out);
+        self.apply(&mut st, out);
+        match outcome {
+            Outcome::Started { instance, .. } => Some(Reservation {
+                instances: self.clone(),
+                id: instance,
+            }),
+            Outcome::Rejected => None,
+        }
+    }
+}
+
+impl Instances {
+    /// What the function's instances use (read by each instance's thread
+    /// after each invocation and every second while idle).
+    pub fn usage(&self, name: &str) -> FunctionUsage {
+        let m = self.measured.lock().unwrap_or_else(|p| p.into_inner());
+        let mut out = FunctionUsage {
+            cpu_ns: m.ended_cpu_ns.get(name).copied().unwrap_or(0),
+            ..FunctionUsage::default()
+        };
+        for (f, u) in m.live.values() {
+            if f == name {
+                out.instances += 1;
+                out.memory_bytes += u.memory_bytes;
+                out.private_bytes += u.private_bytes;
+                out.cpu_ns += u.cpu_ns;
+                out.cpu_millis = out.cpu_millis.or(u.cpu_millis);
+                out.cpu_weight = out.cpu_weight.or(u.cpu_weight);
+            }
+        }
+        out
+    }
+}
+
+/// One instance's entry in the measured usage; gone with the instance
+/// (its CPU time then counts among its function's ended instances').
+pub(super) struct MemoryGauge {
+    pub(super) measured: Measured,
+    pub(super) instance: String,
+    pub(super) function: String,
+    pub(super) last: InstanceUsage,
+    /// its cgroup's CPU quota and weight, read at the first measure: they
+    /// are set when the sandbox is made and never change
+    pub(super) cpu: Option<(Option<u64>, Option<u64>)>,
+    pub(super) charge: Charge,
+}
+
+impl MemoryGauge {
+    pub(super) fn cpu_of(&mut self, sb: &thaw_sandbox::Sandbox) -> (Option<u64>, Option<u64>) {
+        *self
+            .cpu
+            .get_or_insert_with(|| (sb.cpu_millis(), sb.cpu_weight()))
+    }
+
+    pub(super) fn set(&mut self, sb: &thaw_sandbox::Sandbox) {
+        // a mmap restore's pages are the tier's page cache, charged to
+        // whoever first read them, not to this sandbox: its RSS shows them
+        let rss = sb.rss_kb().ok().map(|kb| kb << 10);
+        let (cpu_millis, cpu_weight) = self.cpu_of(sb);
+        let anon = sb.memory_anon();
+        self.last = InstanceUsage {
+            memory_bytes: sb.memory_usage().max(rss).unwrap_or(0),
+            private_bytes: anon.unwrap_or(0),
+            // a process gone between two reads keeps its last figure
+            cpu_ns: sb.cpu_ns().unwrap_or(self.last.cpu_ns),
+            cpu_millis,
+            cpu_weight,
+        };
+        {
+            let mut m = self.measured.lock().unwrap_or_else(|p| p.into_inner());
+            m.live
+                .insert(self.instance.clone(), (self.function.clone(), self.last));
+        }
+        // its own pages: those of the snapshot it maps are shared with the
+        // other clones (the policy counts them once per function); without
+        // a memory cgroup it stays charged its declared memory
+        if let Some(anon) = anon {
+            self.charge.set(anon);
+        }
+    }
+}
+
+impl Drop for MemoryGauge {
+    fn drop(&mut self) {
+        let mut m = self.measured.lock().unwrap_or_else(|p| p.into_inner());
+        m.live.remove(&self.instance);
+        *m.ended_cpu_ns.entry(self.function.clone()).or_default() += self.last.cpu_ns;
     }
 }
