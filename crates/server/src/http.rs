@@ -460,10 +460,11 @@ async fn invoke(
             ApiError::bad(format!("the event is not JSON: {e}"))
         })?
     };
-    let called = crate::invoke::call(&app, &name, mode, event)
+    let called = crate::invoke::call(&app, &name, mode, event, crate::invoke::Caller::Client)
         .await
         .map_err(|e| call_error(&app, &name, e))?;
-    let exec_ms = called.exec_ms();
+    crate::invoke::learn(&app, &name, &called);
+    let (exec_ms, tier) = (called.exec_ms(), called.tier());
     let (v, start, created, predicted) = (called.v, called.start, called.created, called.predicted);
     let (status, body, code) = match called.done.reply.map(|i| i.output) {
         Ok(Ok(output)) => (StatusCode::OK, output, "ok"),
@@ -490,30 +491,9 @@ async fn invoke(
         _ => v.rec.strategy,
     };
     h.insert("thaw-strategy", hv(strategy.name()));
-    // where this instance's snapshot was read from; for a warm start,
-    // where the function's snapshot is now
-    let tier = match start {
-        StartType::Restore => created.as_ref().map_or("-".into(), |c| c.tier.clone()),
-        StartType::Warm => v.placed().map_or("-".into(), |p| p.tier),
-        StartType::Boot => "-".into(),
-    };
     h.insert("thaw-tier", hv(&tier));
     h.insert("thaw-predicted-start", hv(predicted.0.name()));
     h.insert("thaw-predicted-tier", hv(&predicted.1));
-    let actual_tier = if start == StartType::Restore {
-        tier.as_str()
-    } else {
-        "-"
-    };
-    if (predicted.0, predicted.1.as_str()) != (start, actual_tier) {
-        app.metrics
-            .mispredictions
-            .get_or_create(&crate::metrics::PredictionLabels {
-                predicted: format!("{}:{}", predicted.0.name(), predicted.1),
-                actual: format!("{}:{actual_tier}", start.name()),
-            })
-            .inc();
-    }
     h.insert("thaw-version", hv(&v.rec.version.to_string()));
     let mut timing = format!("queue;dur={:.3}", called.queue_ms);
     if start != StartType::Warm {
@@ -523,11 +503,6 @@ async fn invoke(
         timing += &format!(", {};dur={create_ms:.3}", start.name());
         if start == StartType::Restore {
             timing += &format!(", after_restore;dur={hook_ms:.3}");
-            if let Some(c) = &created {
-                let cold_ms = create_ms + hook_ms + exec_ms;
-                app.calibrations
-                    .observe(&name, v.rec.version, &c.tier, cold_ms);
-            }
         }
     }
     timing += &format!(", exec;dur={exec_ms:.3}, total;dur={:.3}", total * 1e3);
@@ -559,6 +534,11 @@ fn call_error(app: &App, name: &str, e: crate::invoke::CallError) -> ApiError {
             format!("no function named {n:?}"),
         ),
         E::Refused(r) => refusal(app, name, r),
+        E::Timeout => ApiError::new(
+            StatusCode::GATEWAY_TIMEOUT,
+            "timeout",
+            "no instance before the deadline",
+        ),
         E::Internal(m) => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", m),
     }
 }

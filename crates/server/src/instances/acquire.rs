@@ -252,23 +252,10 @@ impl Instances {
         }
     }
 
-    /// Runs one invocation on a leased instance; the lease goes back to the
-    /// pool whatever happens (also when the client has gone away).
+    /// Runs one invocation on a leased instance, in the caller's chain
+    /// (`None`: a top-level invocation starts one); the lease goes back to
+    /// the pool whatever happens (also when the client has gone away).
     pub async fn run(
-        self: &Arc<Self>,
-        lease: Lease,
-        event: Value,
-        timeout: Duration,
-        invocation_id: String,
-        prefetched: crate::xdt::Prefetched,
-    ) -> (Lease, JobDone) {
-        self.run_in_chain(lease, event, timeout, invocation_id, None, prefetched)
-            .await
-    }
-
-    /// [`Instances::run`] for an invocation a function made: it joins the
-    /// caller's chain (`None`: a top-level invocation starts one).
-    pub async fn run_in_chain(
         self: &Arc<Self>,
         mut lease: Lease,
         event: Value,
