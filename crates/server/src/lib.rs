@@ -25,6 +25,9 @@ pub mod registry;
 pub mod roots;
 pub mod shared;
 pub mod stored;
+pub mod temp_daemon;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod tiering;
 pub mod xdt;
 
@@ -39,6 +42,7 @@ use thaw_worker::Worker;
 
 pub use app::App;
 pub use config::Config;
+pub use temp_daemon::TempDaemon;
 
 use instances::{FnVersion, Instances};
 use registry::Registry;
@@ -450,23 +454,14 @@ pub fn on_temp_daemon_with<T, E: From<ServeError>>(
         runtime_home: Some(runtime_home.to_path_buf()),
         ..Config::default()
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(ServeError::from)?;
     let res = (|| {
         configure(&mut cfg)?;
-        let app = {
-            // the daemon's nested (XDT) invocations run on this runtime
-            let _in_runtime = rt.enter();
-            open(cfg)?
-        };
-        let running = rt.block_on(start(app.clone(), false))?;
-        let res = measure(&app, &running.socket);
-        rt.block_on(running.stop());
+        let d = TempDaemon::serve(cfg, None)?;
+        let res = measure(d.app(), d.socket());
+        let _ = d.close();
         res
     })();
-    drop(rt);
+    // also when the daemon did not start (`configure` may have made files)
     let _ = remove_home(&home);
     res
 }

@@ -1245,17 +1245,9 @@ fn functions_cannot_reach_the_daemon_and_tcp_needs_the_token() {
     // off loopback without a token: refused at start
     let mut cfg = test_config("notoken");
     cfg.listen = Some("0.0.0.0:0".into());
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let err = rt.block_on(async {
-        let app = tokio::task::spawn_blocking(move || thaw_server::open(cfg))
-            .await
-            .unwrap()
-            .unwrap();
-        let home = app.cfg.home.clone();
-        let e = thaw_server::start(app, false).await.err();
-        let _ = thaw_server::remove_home(&home);
-        e
-    });
+    let home = cfg.home.clone();
+    let err = thaw_server::TempDaemon::serve(cfg, None).err();
+    let _ = thaw_server::remove_home(&home);
     assert!(format!("{:#}", err.expect("must refuse")).contains("token"));
 }
 
