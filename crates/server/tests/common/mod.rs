@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 use base64::Engine as _;
 use serde_json::{json, Value};
+use std::io::Write;
 use thaw_client::Response;
 
 /// The daemon in-process (`thaw_server::testing`).
@@ -63,4 +64,60 @@ pub fn metric(d: &Daemon, series: &str) -> u64 {
         .find_map(|l| l.strip_prefix(&key))
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or_else(|| panic!("no {series} in /metrics"))
+}
+
+/// A tar.gz written entry by entry (raw ustar headers, so hostile names and
+/// link entries can be made too).
+pub struct RawTar(Vec<u8>);
+
+impl RawTar {
+    pub fn new() -> Self {
+        RawTar(Vec::new())
+    }
+    pub fn entry(&mut self, name: &str, kind: u8, data: &[u8], link: &str) -> &mut Self {
+        self.header(name, kind, data.len() as u64, link);
+        self.0.extend_from_slice(data);
+        let pad = (512 - data.len() % 512) % 512;
+        self.0.extend(std::iter::repeat_n(0u8, pad));
+        self
+    }
+    fn header(&mut self, name: &str, kind: u8, size: u64, link: &str) {
+        let mut h = [0u8; 512];
+        h[..name.len()].copy_from_slice(name.as_bytes());
+        let oct = |h: &mut [u8; 512], at: usize, len: usize, v: u64| {
+            let s = format!("{:0w$o}", v, w = len - 1);
+            h[at..at + len - 1].copy_from_slice(s.as_bytes());
+        };
+        oct(&mut h, 100, 8, 0o644);
+        oct(&mut h, 108, 8, 0);
+        oct(&mut h, 116, 8, 0);
+        oct(&mut h, 124, 12, size);
+        oct(&mut h, 136, 12, 0);
+        h[156] = kind;
+        h[157..157 + link.len()].copy_from_slice(link.as_bytes());
+        h[257..263].copy_from_slice(b"ustar\0");
+        h[263..265].copy_from_slice(b"00");
+        h[148..156].copy_from_slice(b"        ");
+        let sum: u32 = h.iter().map(|&b| b as u32).sum();
+        let s = format!("{sum:06o}\0 ");
+        h[148..156].copy_from_slice(s.as_bytes());
+        self.0.extend_from_slice(&h);
+    }
+    pub fn file(&mut self, name: &str, data: &[u8]) -> &mut Self {
+        self.entry(name, b'0', data, "")
+    }
+    pub fn gz(&mut self) -> Vec<u8> {
+        self.0.extend(std::iter::repeat_n(0u8, 1024));
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        e.write_all(&self.0).unwrap();
+        e.finish().unwrap()
+    }
+}
+
+pub fn archive_deploy(name: &str, handler: &str, format: &str, data: &[u8]) -> Value {
+    json!({
+        "name": name,
+        "handler": handler,
+        "code": {"format": format, "data_base64": b64(data)},
+    })
 }
