@@ -2,10 +2,11 @@
 //! (TOSS) on the emulated pmem tier, end to end through `thaw`. Needs
 //! root; every missing capability fails the test naming it.
 use std::path::Path;
+use thaw_tiers::TiersConfig;
+use thaw_worker::{InputSize, RestoreRequest, StrategyKind};
 
 mod common;
 use common::tier_home::Home;
-use common::THAW;
 
 /// The `(size kB, anonymous kB)` of each mapping of `path` in `pid`'s smaps.
 fn mappings_of(pid: i32, path: &Path) -> Vec<(u64, u64)> {
