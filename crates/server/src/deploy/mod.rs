@@ -39,15 +39,8 @@ pub use thaw_sandbox::cgroup::{cpu_weight_of_shares, CPU_WEIGHT_MAX, CPU_WEIGHT_
 /// Validates, unpacks, starts, initialises and snapshots a function, then
 /// publishes it. Returns the record and whether it replaced a version.
 pub async fn run(app: &Arc<App>, req: DeployRequest) -> Result<(Record, bool), Error> {
-    let Checked {
-        runtime,
-        memory_mb,
-        timeout_ms,
-        max_instances,
-        strategy,
-        required,
-        tier,
-    } = request::check(&app.cfg, &req)?;
+    let checked = request::check(&app.cfg, &req)?;
+    let runtime = checked.runtime;
     // the root stays until the record naming it is written (or the deploy
     // fails)
     let root_pin = req.root.as_ref().map(|k| app.root_pins.deploy(k));
@@ -76,21 +69,7 @@ pub async fn run(app: &Arc<App>, req: DeployRequest) -> Result<(Record, bool), E
         return Err(Error::Exists(req.name));
     }
     let v = tokio::task::spawn_blocking(move || {
-        build(
-            &app2,
-            &req,
-            format,
-            &data,
-            &filename,
-            runtime,
-            memory_mb,
-            timeout_ms,
-            max_instances,
-            strategy,
-            &tier,
-            required,
-            root,
-        )
+        build(&app2, &req, format, &data, &filename, &checked, root)
     })
     .await
     .map_err(internal)??;
@@ -117,20 +96,13 @@ pub fn install(app: &App, v: Arc<FnVersion>) {
         .insert(name, v);
 }
 
-#[allow(clippy::too_many_arguments)]
 fn build(
     app: &App,
     req: &DeployRequest,
     format: Format,
     data: &[u8],
     filename: &str,
-    runtime: Runtime,
-    memory_mb: u64,
-    timeout_ms: u64,
-    max_instances: u32,
-    strategy: StartStrategy,
-    tier: &str,
-    snapshot_required: bool,
+    c: &Checked,
     root: Option<crate::roots::RootRef>,
 ) -> Result<FnVersion, Error> {
     let version = app.registry.next_version(&req.name).map_err(internal)?;
@@ -141,7 +113,7 @@ fn build(
         std::fs::create_dir(&code_dir).map_err(internal)?;
         let stats = archive::unpack(format, data, filename, &code_dir, &app.cfg.limits)
             .map_err(|e| bad(format!("{e:#}")))?;
-        if runtime == Runtime::Provided {
+        if c.runtime == Runtime::Provided {
             crate::provided::check_bootstrap(&code_dir).map_err(bad)?;
         }
         let packages = match req.packages.is_empty() {
@@ -151,7 +123,7 @@ fn build(
         let mut rec = Record {
             name: req.name.clone(),
             version,
-            runtime,
+            runtime: c.runtime,
             owner: req
                 .owner
                 .clone()
@@ -163,16 +135,16 @@ fn build(
             snapshot_refused: None,
             env: req.env.clone(),
             secret_env: req.secret_env.keys().cloned().collect(),
-            memory_mb,
+            memory_mb: c.memory_mb,
             cpu_millis: req.cpu_millis,
             cpu_weight: req.cpu_weight,
-            timeout_ms,
-            max_instances,
-            strategy,
+            timeout_ms: c.timeout_ms,
+            max_instances: c.max_instances,
+            strategy: c.strategy,
             // a snapshot is taken onto a local tier (`place` moves it on)
-            tier: match tiering::is_remote(app, tier) {
+            tier: match tiering::is_remote(app, &c.tier) {
                 true => app.cfg.snapshot_tiers.fast.clone(),
-                false => tier.to_string(),
+                false => c.tier.clone(),
             },
             snapshot: None,
             placement: None,
@@ -196,16 +168,8 @@ fn build(
                 tier: rec.tier.clone(),
                 stored,
             }),
-            Share::Publish(key) => take(
-                app,
-                &mut rec,
-                &func,
-                req,
-                tier,
-                snapshot_required,
-                Some(key),
-            )?,
-            Share::None => take(app, &mut rec, &func, req, tier, snapshot_required, None)?,
+            Share::Publish(key) => take(app, &mut rec, &func, req, &c.tier, c.required, Some(key))?,
+            Share::None => take(app, &mut rec, &func, req, &c.tier, c.required, None)?,
         };
         if let Some(s) = &rec.shared {
             app.metrics

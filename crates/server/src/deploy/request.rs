@@ -274,7 +274,7 @@ pub(super) fn check(cfg: &Config, req: &DeployRequest) -> Result<Checked, Error>
         None => Runtime::default(),
         Some(r) => r.parse().map_err(|e| bad(format!("{e:#}")))?,
     };
-    check_entry_points(&req, runtime)?;
+    check_entry_points(req, runtime)?;
     thaw_runtime::packages::check_names(&req.packages).map_err(|e| bad(e.to_string()))?;
     check_env(&req.env)?;
     let lib_path = "LD_LIBRARY_PATH";
