@@ -15,7 +15,7 @@ use super::thread::{instance_thread, InstanceServices, ThreadCount};
 use super::usage::InstanceUsage;
 use super::{forget_idle, lock, wake_memory, wake_one, Instance, Instances, Lease, Refusal, State};
 
-pub(super) enum Next {
+enum Next {
     Create(InstanceId, f64, (StartType, String)),
     Wait(oneshot::Receiver<()>),
     /// waiting for RAM: also asks again once its patience is over
@@ -158,7 +158,7 @@ impl Instances {
     }
 
     /// Starts a new instance on its own thread: restore, else boot.
-    pub(super) async fn create(
+    async fn create(
         self: &Arc<Self>,
         v: &Arc<FnVersion>,
         policy_id: InstanceId,
@@ -329,7 +329,7 @@ impl Instances {
     /// instance (or a deploy) to give RAM back, as past `max_instances`
     /// (a prewarm too: the instances it starts go idle, charged far less).
     /// A request that nothing running could ever make room for does not.
-    pub(super) fn wait_for_memory(&self, st: &mut State, name: &str) -> Result<Next, Refusal> {
+    fn wait_for_memory(&self, st: &mut State, name: &str) -> Result<Next, Refusal> {
         let u = st.engine.usage();
         if u.running_mb + u.writing_mb == 0 {
             return Err(Refusal::Memory);

@@ -183,7 +183,7 @@ pub(super) struct MemoryGauge {
 }
 
 impl MemoryGauge {
-    pub(super) fn cpu_of(&mut self, sb: &thaw_sandbox::Sandbox) -> (Option<u64>, Option<u64>) {
+    fn cpu_of(&mut self, sb: &thaw_sandbox::Sandbox) -> (Option<u64>, Option<u64>) {
         *self
             .cpu
             .get_or_insert_with(|| (sb.cpu_millis(), sb.cpu_weight()))

@@ -20,10 +20,10 @@ use crate::metrics::Metrics;
 use crate::stored::{RemoteCopy, Stored};
 
 /// How long a restore waits for one of its tier's restore slots.
-pub(super) const SLOT_WAIT: Duration = Duration::from_secs(60);
+const SLOT_WAIT: Duration = Duration::from_secs(60);
 
 /// How often an idle instance's memory is read again.
-pub(super) const MEASURE_EVERY: Duration = Duration::from_secs(1);
+const MEASURE_EVERY: Duration = Duration::from_secs(1);
 
 /// What an instance thread gets from its daemon besides its jobs.
 pub(super) struct InstanceServices {
@@ -59,7 +59,7 @@ impl Drop for ThreadCount {
     }
 }
 
-pub(super) fn ms(t: Instant) -> f64 {
+fn ms(t: Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1e3
 }
 
@@ -280,7 +280,7 @@ pub(super) fn instance_thread(
 /// else `reap`, whose working set travels first, or `uffd` when the
 /// snapshot has none). The stream must outlive the instance: it serves the
 /// pages that have not arrived yet.
-pub(super) fn restore_streamed(
+fn restore_streamed(
     worker: &Worker,
     copy: &RemoteCopy,
     strategy: StrategyKind,

@@ -108,7 +108,7 @@ impl Instances {
         lock(&self.state).transfers.len()
     }
 
-    pub(super) fn drop_idle_of(&self, st: &mut State, name: &str, pred: impl Fn(u64) -> bool) {
+    fn drop_idle_of(&self, st: &mut State, name: &str, pred: impl Fn(u64) -> bool) {
         let ids: Vec<InstanceId> = st
             .idle
             .iter()
