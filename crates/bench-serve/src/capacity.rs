@@ -185,7 +185,7 @@ fn fill(
         private_mib_per_instance: per(private),
         resident_mib_per_instance: per(resident),
         mem_available_mib_per_instance: per(before.saturating_sub(after)),
-        budgeted_mib: app.pool.budgeted_bytes() as f64 / MIB,
+        budgeted_mib: app.instances.budgeted_bytes() as f64 / MIB,
     })
 }
 

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use thaw_worker::Worker;
 
 use crate::config::Config;
-use crate::pool::{FnVersion, Pool};
+use crate::instances::{FnVersion, Instances};
 use crate::registry::Registry;
 use crate::{logs, metrics, stored};
 
@@ -22,7 +22,7 @@ fn lock_of(locks: &Mutex<HashMap<String, FnLock>>, name: &str) -> FnLock {
 pub struct App {
     pub cfg: Config,
     pub worker: Arc<Worker>,
-    pub pool: Arc<Pool>,
+    pub instances: Arc<Instances>,
     pub registry: Registry,
     pub metrics: Arc<metrics::Metrics>,
     pub functions: RwLock<HashMap<String, Arc<FnVersion>>>,

@@ -10,7 +10,7 @@ use std::sync::Mutex;
 use thaw_policy::calibrate::{recalibrate, Window};
 use thaw_policy::placement::{self as model, FunctionProfile, TierOption};
 
-use crate::pool::FnVersion;
+use crate::instances::FnVersion;
 
 /// (function, version, tier) -> its latest measured cold starts (ms).
 #[derive(Default)]

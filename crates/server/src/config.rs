@@ -392,7 +392,7 @@ impl Config {
 
     /// The policy's levels below RAM are the daemon's snapshot tiers: its
     /// "disk" is the fast tier, its "network" the slow one
-    /// (`pool::level_of`), with those tiers' device profiles (`thaw tier list`).
+    /// (`instances::level_of`), with those tiers' device profiles (`thaw tier list`).
     pub fn policy_config(&self) -> Result<thaw_policy::Config> {
         let kind: thaw_policy::PolicyKind = self
             .policy

@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 
 use crate::app::App;
 use crate::deploy::{self, DeployRequest};
+use crate::instances::{FnVersion, Mode, Refusal, StartType};
 use crate::outcome;
-use crate::pool::{FnVersion, Mode, Refusal, StartType};
 use thaw_sandbox::agent::ErrorKind;
 use thaw_sandbox::StartStrategy;
 
@@ -252,10 +252,10 @@ fn lookup(app: &App, name: &str) -> Result<Arc<FnVersion>, ApiError> {
 
 /// A function as the API shows it (secret values never appear).
 /// Its instances are counted and their memory summed as `pool` has them.
-pub fn describe(v: &FnVersion, pool: &crate::pool::Pool) -> Value {
+pub fn describe(v: &FnVersion, instances: &crate::instances::Instances) -> Value {
     let r = &v.rec;
-    let (live, idle) = pool.counts(&r.name);
-    let usage = pool.usage(&r.name);
+    let (live, idle) = instances.counts(&r.name);
+    let usage = instances.usage(&r.name);
     json!({
         "name": r.name,
         "version": r.version,
@@ -315,7 +315,7 @@ async fn deploy_fn(
         false => StatusCode::CREATED,
     };
     let v = lookup(&app, &rec.name)?;
-    let mut out = describe(&v, &app.pool);
+    let mut out = describe(&v, &app.instances);
     out["snapshot_id"] = json!(rec.snapshot.as_ref().map(|s| s.id.clone()));
     out["init_ms"] = json!(rec.snapshot.as_ref().map(|s| s.init_ms));
     out["size_bytes"] = json!(rec.snapshot.as_ref().map(|s| s.size_bytes));
@@ -391,7 +391,7 @@ async fn list_fns(State(app): State<Arc<App>>) -> Json<Value> {
         .values()
         .cloned()
         .collect();
-    let mut list: Vec<Value> = fns.iter().map(|v| describe(v, &app.pool)).collect();
+    let mut list: Vec<Value> = fns.iter().map(|v| describe(v, &app.instances)).collect();
     list.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
     Json(json!({ "functions": list }))
 }
@@ -401,7 +401,7 @@ async fn get_fn(
     Path(name): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let v = lookup(&app, &name)?;
-    let mut out = describe(&v, &app.pool);
+    let mut out = describe(&v, &app.instances);
     out["calibration"] = json!(crate::calibration::report(&app.calibrations, &v, || {
         crate::deploy::tier_options(&app).ok()
     }));
@@ -460,10 +460,11 @@ async fn invoke(
             ApiError::bad(format!("the event is not JSON: {e}"))
         })?
     };
-    let called = crate::invoke::call(&app, &name, mode, event)
+    let called = crate::invoke::call(&app, &name, mode, event, crate::invoke::Caller::Client)
         .await
         .map_err(|e| call_error(&app, &name, e))?;
-    let exec_ms = called.exec_ms();
+    crate::invoke::learn(&app, &name, &called);
+    let (exec_ms, tier) = (called.exec_ms(), called.tier());
     let (v, start, created, predicted) = (called.v, called.start, called.created, called.predicted);
     let (status, body, code) = match called.done.reply.map(|i| i.output) {
         Ok(Ok(output)) => (StatusCode::OK, output, "ok"),
@@ -490,30 +491,9 @@ async fn invoke(
         _ => v.rec.strategy,
     };
     h.insert("thaw-strategy", hv(strategy.name()));
-    // where this instance's snapshot was read from; for a warm start,
-    // where the function's snapshot is now
-    let tier = match start {
-        StartType::Restore => created.as_ref().map_or("-".into(), |c| c.tier.clone()),
-        StartType::Warm => v.placed().map_or("-".into(), |p| p.tier),
-        StartType::Boot => "-".into(),
-    };
     h.insert("thaw-tier", hv(&tier));
     h.insert("thaw-predicted-start", hv(predicted.0.name()));
     h.insert("thaw-predicted-tier", hv(&predicted.1));
-    let actual_tier = if start == StartType::Restore {
-        tier.as_str()
-    } else {
-        "-"
-    };
-    if (predicted.0, predicted.1.as_str()) != (start, actual_tier) {
-        app.metrics
-            .mispredictions
-            .get_or_create(&crate::metrics::PredictionLabels {
-                predicted: format!("{}:{}", predicted.0.name(), predicted.1),
-                actual: format!("{}:{actual_tier}", start.name()),
-            })
-            .inc();
-    }
     h.insert("thaw-version", hv(&v.rec.version.to_string()));
     let mut timing = format!("queue;dur={:.3}", called.queue_ms);
     if start != StartType::Warm {
@@ -523,11 +503,6 @@ async fn invoke(
         timing += &format!(", {};dur={create_ms:.3}", start.name());
         if start == StartType::Restore {
             timing += &format!(", after_restore;dur={hook_ms:.3}");
-            if let Some(c) = &created {
-                let cold_ms = create_ms + hook_ms + exec_ms;
-                app.calibrations
-                    .observe(&name, v.rec.version, &c.tier, cold_ms);
-            }
         }
     }
     timing += &format!(", exec;dur={exec_ms:.3}, total;dur={:.3}", total * 1e3);
@@ -559,6 +534,11 @@ fn call_error(app: &App, name: &str, e: crate::invoke::CallError) -> ApiError {
             format!("no function named {n:?}"),
         ),
         E::Refused(r) => refusal(app, name, r),
+        E::Timeout => ApiError::new(
+            StatusCode::GATEWAY_TIMEOUT,
+            "timeout",
+            "no instance before the deadline",
+        ),
         E::Internal(m) => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", m),
     }
 }
@@ -637,16 +617,16 @@ async fn prewarm(
             req.count, app.cfg.limits.prewarm_max
         )));
     }
-    let (live, _) = app.pool.counts(&name);
+    let (live, _) = app.instances.counts(&name);
     let want = req.count.min(v.rec.max_instances).saturating_sub(live);
     // concurrent restores, then every instance goes back idle
     let mut tasks = Vec::new();
     for _ in 0..want {
-        let (pool, v) = (app.pool.clone(), v.clone());
+        let (instances, v) = (app.instances.clone(), v.clone());
         tasks.push(tokio::spawn(async move {
-            match pool.acquire(&v, Mode::Prewarm).await {
+            match instances.acquire(&v, Mode::Prewarm).await {
                 Ok(mut l) => {
-                    pool.release(&mut l, true);
+                    instances.release(&mut l, true);
                     Ok(())
                 }
                 Err(e) => {
@@ -665,7 +645,7 @@ async fn prewarm(
             Err(e) => errors.push(e.to_string()),
         }
     }
-    let (live, idle) = app.pool.counts(&name);
+    let (live, idle) = app.instances.counts(&name);
     Ok(Json(
         json!({"started": started, "errors": errors, "instances": {"live": live, "idle": idle}}),
     ))
@@ -707,7 +687,7 @@ async fn stats(
     Path(name): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let v = lookup(&app, &name)?;
-    let usage = app.pool.usage(&name);
+    let usage = app.instances.usage(&name);
     let now_ns = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
@@ -735,7 +715,7 @@ async fn readyz(State(app): State<Arc<App>>) -> Response {
 }
 
 async fn metrics(State(app): State<Arc<App>>) -> Response {
-    app.pool.tick();
+    app.instances.tick();
     let egress: Vec<_> = app
         .functions
         .read()

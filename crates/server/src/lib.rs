@@ -11,6 +11,7 @@ pub mod config;
 pub mod deploy;
 pub mod http;
 pub mod image;
+pub mod instances;
 pub mod invoke;
 pub mod lambda;
 pub mod logs;
@@ -18,13 +19,15 @@ pub mod metrics;
 pub mod nested;
 pub mod outcome;
 pub mod placement;
-pub mod pool;
 pub mod pressure;
 pub mod provided;
 pub mod registry;
 pub mod roots;
 pub mod shared;
 pub mod stored;
+pub mod temp_daemon;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod tiering;
 pub mod xdt;
 
@@ -39,8 +42,9 @@ use thaw_worker::Worker;
 
 pub use app::App;
 pub use config::Config;
+pub use temp_daemon::TempDaemon;
 
-use pool::{FnVersion, Pool};
+use instances::{FnVersion, Instances};
 use registry::Registry;
 use thaw_error::{fail, Context, ResultExt};
 
@@ -78,7 +82,7 @@ pub enum ServeError {
     #[error(transparent)]
     Tier(#[from] thaw_store::TierError),
     #[error(transparent)]
-    Pool(#[from] pool::PoolError),
+    Instances(#[from] instances::InstancesError),
     #[error(transparent)]
     Moves(#[from] tiering::Error),
     #[error(transparent)]
@@ -146,7 +150,7 @@ pub fn open(cfg: Config) -> Result<Arc<App>> {
     tiering::recover_moves(&cfg.home, &remote)?;
     let metrics = Arc::new(metrics::Metrics::new());
     let (mover_tx, mover_rx) = std::sync::mpsc::channel();
-    let pool = Arc::new(Pool::new(
+    let instances = Arc::new(Instances::new(
         worker.clone(),
         metrics.clone(),
         cfg.snapshot_tiers.clone(),
@@ -159,7 +163,7 @@ pub fn open(cfg: Config) -> Result<Arc<App>> {
         registry: Registry::open(&state)?,
         cfg,
         worker,
-        pool,
+        instances,
         metrics,
         functions: RwLock::new(HashMap::new()),
         deploy_locks: Mutex::new(HashMap::new()),
@@ -184,7 +188,7 @@ pub fn open(cfg: Config) -> Result<Arc<App>> {
     )?);
     let daemon: std::sync::Weak<dyn xdt::Daemon> = Arc::downgrade(&app) as _;
     host.attach(daemon);
-    let _ = app.pool.xdt.set(host);
+    let _ = app.instances.xdt.set(host);
     recover(&app)?;
     drop_unused_packages(&app);
     // roots of functions deleted while the daemon was down, and what root
@@ -265,7 +269,7 @@ fn recover(app: &App) -> Result<()> {
                 return None;
             }
             match shared::lookup(app, &info.key, &app.root_hash(&rec)) {
-                Ok(shared::Found::Usable { copy, .. }) => Some(pool::Placed {
+                Ok(shared::Found::Usable { copy, .. }) => Some(instances::Placed {
                     tier: app.cfg.snapshot_tiers.slow.clone(),
                     stored: stored::Stored::Remote(Arc::new(shared::shared_copy(app, &rec, &copy))),
                 }),
@@ -282,7 +286,7 @@ fn recover(app: &App) -> Result<()> {
         let root_hash = app.worker.root_of(Some(&func)).1.to_string();
         let trusted = found.and_then(|p| match p.stored.local().map(|s| trust(&root_hash, &s.dir)) {
             None => Some(p),
-            Some(Ok(snap)) => Some(pool::Placed {
+            Some(Ok(snap)) => Some(instances::Placed {
                 tier: p.tier,
                 stored: stored::Stored::Local(snap),
             }),
@@ -322,7 +326,7 @@ fn recover(app: &App) -> Result<()> {
                 let placed = match taken {
                     Ok((snap, info)) => {
                         rec.snapshot = Some(info);
-                        Some(pool::Placed {
+                        Some(instances::Placed {
                             tier: rec.tier.clone(),
                             stored: stored::Stored::Local(snap),
                         })
@@ -450,23 +454,14 @@ pub fn on_temp_daemon_with<T, E: From<ServeError>>(
         runtime_home: Some(runtime_home.to_path_buf()),
         ..Config::default()
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(ServeError::from)?;
     let res = (|| {
         configure(&mut cfg)?;
-        let app = {
-            // the daemon's nested (XDT) invocations run on this runtime
-            let _in_runtime = rt.enter();
-            open(cfg)?
-        };
-        let running = rt.block_on(start(app.clone(), false))?;
-        let res = measure(&app, &running.socket);
-        rt.block_on(running.stop());
+        let d = TempDaemon::serve(cfg, None)?;
+        let res = measure(d.app(), d.socket());
+        let _ = d.close();
         res
     })();
-    drop(rt);
+    // also when the daemon did not start (`configure` may have made files)
     let _ = remove_home(&home);
     res
 }
@@ -573,7 +568,7 @@ pub async fn start(app: Arc<App>, signals: bool) -> Result<Running> {
         )));
     }
     // the XDT peer plane: other workers pull this one's objects over h2c
-    if let Some(host) = app.pool.xdt.get() {
+    if let Some(host) = app.instances.xdt.get() {
         if let Some(a) = host.peers().and_then(|p| p.listen) {
             let l = tokio::net::TcpListener::bind(a)
                 .await
@@ -586,12 +581,12 @@ pub async fn start(app: Arc<App>, signals: bool) -> Result<Running> {
         }
     }
     let ticker = {
-        let pool = app.pool.clone();
+        let instances = app.instances.clone();
         tokio::spawn(async move {
             let mut iv = tokio::time::interval(Duration::from_millis(500));
             loop {
                 iv.tick().await;
-                pool.tick();
+                instances.tick();
             }
         })
     };
@@ -608,7 +603,7 @@ pub async fn start(app: Arc<App>, signals: bool) -> Result<Running> {
             tracing::warn!("grace period of {grace:?} over; stopping with requests in flight");
         }
         ticker.abort();
-        app2.pool.drain();
+        app2.instances.drain();
         // a snapshot move under way finishes; queued ones are dropped
         let app3 = app2.clone();
         let _ = tokio::task::spawn_blocking(move || {
@@ -616,7 +611,9 @@ pub async fn start(app: Arc<App>, signals: bool) -> Result<Running> {
         })
         .await;
         // busy instances end when their invocation does (bounded above)
-        app2.pool.wait_for_instances(Duration::from_secs(10)).await;
+        app2.instances
+            .wait_for_instances(Duration::from_secs(10))
+            .await;
         let _ = std::fs::remove_file(&sock2);
         tracing::info!("stopped");
     });

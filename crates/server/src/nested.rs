@@ -1,15 +1,15 @@
 //! A function's own invocations (XDT's `thaw.invoke`): the daemon side of
-//! [`xdt::Daemon`], through the pool like `POST .../invoke`.
+//! [`xdt::Daemon`], through [`crate::invoke::call`] like `POST .../invoke`.
 use serde_json::Value;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 use thaw_xdt::sdk::{CallFailure, CallOutcome};
 use thaw_xdt::CallCtx;
 
 use crate::app::App;
+use crate::instances::Mode;
+use crate::invoke::{CallError, Caller};
 use crate::outcome;
-use crate::pool::{FnVersion, Mode, Refusal};
-use crate::xdt::{self, failure, Prefetched};
+use crate::xdt::{self, failure};
 
 impl xdt::Daemon for App {
     fn owner_of(&self, function: &str) -> Option<String> {
@@ -40,48 +40,29 @@ async fn nested_invoke(app: Arc<App>, ctx: CallCtx, event: Value) -> CallOutcome
             ),
         ));
     }
-    let left = || ctx.deadline.saturating_duration_since(Instant::now());
-    let lookup = |app: &App| -> Option<Arc<FnVersion>> {
-        let fns = app.functions.read().unwrap_or_else(|p| p.into_inner());
-        fns.get(&name).cloned()
-    };
-    let prefetched = match (lookup(&app), app.pool.xdt.get()) {
-        (Some(v), Some(host)) => {
-            host.prefetch(&ctx.owner, &event, v.rec.memory_mb << 20, ctx.deadline)
+    let caller = Caller::Function(ctx);
+    let c = match crate::invoke::call(&app, &name, Mode::Normal, event, caller).await {
+        Ok(c) => c,
+        Err(CallError::BadName(_) | CallError::NotFound(_)) => {
+            return Err(failure("not_found", format!("no function {name:?}")))
         }
-        _ => Prefetched::new(),
-    };
-    let mut tries = 0;
-    let (v, lease) = loop {
-        let Some(v) = lookup(&app) else {
-            return Err(failure("not_found", format!("no function {name:?}")));
-        };
-        match tokio::time::timeout(left(), app.pool.acquire(&v, Mode::Normal)).await {
-            Err(_) => {
-                return Err(failure(
-                    "timeout",
-                    format!("no instance of {name:?} before the caller's deadline"),
-                ))
-            }
-            Ok(Ok(l)) => break (v, l),
-            Ok(Err(Refusal::Replaced)) if tries < 3 => tries += 1,
-            Ok(Err(r)) => {
-                let r = outcome::refused(&name, r);
-                app.metrics.reject(r.code);
-                return Err(failure(r.code, r.message));
-            }
+        Err(CallError::Timeout) => {
+            return Err(failure(
+                "timeout",
+                format!("no instance of {name:?} before the caller's deadline"),
+            ))
         }
+        Err(CallError::Refused(r)) => {
+            let r = outcome::refused(&name, r);
+            app.metrics.reject(r.code);
+            return Err(failure(r.code, r.message));
+        }
+        Err(CallError::Internal(e)) => return Err(failure("instance_failed", e)),
     };
-    let timeout = Duration::from_millis(v.rec.timeout_ms).min(left());
-    let id = hex::encode(rand::random::<[u8; 12]>());
-    let pool = app.pool.clone();
-    let (_lease, done) = pool
-        .run_in_chain(lease, event, timeout, id, Some(ctx), prefetched)
-        .await;
-    match done.reply.map(|i| i.output) {
+    match c.done.reply.map(|i| i.output) {
         Ok(Ok(output)) => Ok(output),
         Ok(Err(e)) => Err(from_body(
-            &outcome::function_failure(&e, v.rec.timeout_ms).1,
+            &outcome::function_failure(&e, c.v.rec.timeout_ms).1,
         )),
         Err(e) => Err(failure("instance_failed", e)),
     }

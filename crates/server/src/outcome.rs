@@ -4,7 +4,7 @@
 use serde_json::{json, Value};
 use thaw_sandbox::agent::{AgentError, ErrorKind};
 
-use crate::pool::Refusal;
+use crate::instances::Refusal;
 
 /// A refusal as the caller sees it.
 #[derive(Debug)]

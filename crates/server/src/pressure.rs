@@ -64,7 +64,7 @@ pub fn spawn_monitor(app: Weak<App>, pct: f64, file: &Path) -> std::io::Result<(
                 if stalled < pct {
                     continue;
                 }
-                let (n, mb) = app.pool.shed_idle_share(4);
+                let (n, mb) = app.instances.shed_idle_share(4);
                 if n > 0 {
                     tracing::warn!(
                         stalled_pct = format!("{stalled:.1}"),

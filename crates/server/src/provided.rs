@@ -18,7 +18,7 @@ pub fn check_handler(handler: &str) -> Result<(), String> {
 /// The agent's hooks (`init`, `before_snapshot`, `after_restore`) are not
 /// a bootstrap's: it runs its own init and hooks.
 pub fn check_no_hooks(hooks: &[(&str, &Option<String>)]) -> Result<(), String> {
-    crate::deploy::refuse_hooks(hooks, "; a custom runtime's bootstrap runs its own")
+    crate::deploy::request::refuse_hooks(hooks, "; a custom runtime's bootstrap runs its own")
 }
 
 /// The unpacked code must hold an executable regular file `bootstrap` at

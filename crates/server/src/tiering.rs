@@ -5,7 +5,7 @@
 //! default; `slow` may be any other configured tier, the remote one
 //! included). The pool's policy (`thaw_policy::Engine`) sees a snapshot on
 //! the fast tier as its "disk" level and one on the slow tier as its
-//! "network" level (see `pool::level_of`). When it demotes or promotes one,
+//! "network" level (see `instances::level_of`). When it demotes or promotes one,
 //! the pool records where the snapshot should be and names the function to
 //! the mover: one thread per daemon that carries the move out off the
 //! request path, with the journaled copy of `thaw_tiers::moves` (under the
@@ -28,7 +28,7 @@ use thaw_tiers::moves::{self, Place};
 use thaw_tiers::{Kind, TiersConfig};
 
 use crate::app::App;
-use crate::pool::{FnVersion, Placed};
+use crate::instances::{FnVersion, Placed};
 use crate::stored::{RemoteClient, RemoteCopy, Stored};
 
 /// Why a snapshot could not be found, copied or removed.
@@ -288,7 +288,7 @@ fn reconcile(app: &Arc<App>, name: &str) {
     if app.draining.load(std::sync::atomic::Ordering::SeqCst) {
         return;
     }
-    if let (Some(v), Some(up)) = (app.function(name), app.pool.wants_fast(name)) {
+    if let (Some(v), Some(up)) = (app.function(name), app.instances.wants_fast(name)) {
         let tiers = &app.cfg.snapshot_tiers;
         let target = if up { &tiers.fast } else { &tiers.slow };
         match move_to(app, &v, target) {
@@ -305,7 +305,7 @@ fn reconcile(app: &Arc<App>, name: &str) {
             }
         }
     }
-    app.pool.transfers_done(name);
+    app.instances.transfers_done(name);
 }
 
 /// Keeps the remote tier's connections open (when the slow tier is

@@ -80,7 +80,7 @@ impl Daemon<'_> {
     }
 
     fn objects(&self) -> (usize, u64) {
-        thaw_xdt::sdk::Host::table(self.app.pool.xdt.get().unwrap().as_ref()).usage()
+        thaw_xdt::sdk::Host::table(self.app.instances.xdt.get().unwrap().as_ref()).usage()
     }
 }
 

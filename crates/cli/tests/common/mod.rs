@@ -8,6 +8,8 @@ use serde_json::{json, Value};
 use std::path::Path;
 use thaw_client::Client;
 
+pub mod tier_home;
+
 pub const THAW: &str = env!("CARGO_BIN_EXE_thaw");
 
 /// `thaw --home HOME ARGS`: whether it succeeded, and its stdout + stderr

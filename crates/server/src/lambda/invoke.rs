@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 
 use super::errors::LambdaError;
 use super::model::{arn, resolve, Lambda, QualifierQuery, Shared};
-use crate::invoke::{CallError, Called};
-use crate::pool::{Mode, Refusal};
+use crate::instances::{Mode, Refusal};
+use crate::invoke::{CallError, Called, Caller};
 use thaw_sandbox::agent::ErrorKind;
 
 /// How much of the log `LogType=Tail` returns.
@@ -111,7 +111,7 @@ async fn run_counted(
     event: Value,
 ) -> Result<(Called, Value, bool), CallError> {
     let t0 = Instant::now();
-    let c = crate::invoke::call(&l.app, native, Mode::Normal, event).await?;
+    let c = crate::invoke::call(&l.app, native, Mode::Normal, event, Caller::Client).await?;
     let (payload, failed, code) = answer(&c);
     crate::invoke::count(&l.app, native, c.start, code, t0.elapsed().as_secs_f64());
     Ok((c, payload, failed))
@@ -205,6 +205,7 @@ fn call_error(l: &Lambda, name: &str, e: CallError) -> LambdaError {
             l.app.metrics.reject(r.code);
             answer(r.message)
         }
+        CallError::Timeout => LambdaError::service("no instance before the deadline".to_string()),
         CallError::Internal(m) => LambdaError::service(m),
     }
 }

@@ -17,7 +17,7 @@ use super::errors::LambdaError;
 use super::{sigv4, store};
 use crate::app::App;
 use crate::deploy::{Code, DeployRequest};
-use crate::pool::FnVersion;
+use crate::instances::FnVersion;
 use crate::registry::Record;
 
 /// What the Lambda routes share.

@@ -1,118 +1,15 @@
-//! The daemon in-process for tests: a throw-away home, a client on its
-//! Unix socket, deploy requests. Each test binary uses part of it.
+//! What the daemon's tests share besides the in-process daemon
+//! (`thaw_server::testing`): deploy requests, errors, metrics. Each test
+//! binary uses part of it.
 #![allow(dead_code)]
 use base64::Engine as _;
 use serde_json::{json, Value};
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicU32, Ordering};
-use thaw_client::{Client, Response, Target};
-use thaw_server::Config;
+use std::io::Write;
+use thaw_client::Response;
 
-static N: AtomicU32 = AtomicU32::new(0);
-
-pub struct Daemon {
-    pub rt: tokio::runtime::Runtime,
-    pub running: Option<thaw_server::Running>,
-    pub home: PathBuf,
-    pub cfg: Config,
-    pub keep_home: bool,
-}
-
-pub fn test_config(name: &str) -> Config {
-    let home = PathBuf::from(format!(
-        "/tmp/thaw-serve-test-{}-{}-{name}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::SeqCst)
-    ));
-    let _ = thaw_server::remove_home(&home);
-    let mut cfg = Config {
-        home,
-        runtime_home: Some(thaw_runtime::default_home()),
-        drain_grace_s: 10,
-        // the machine's own memory stalls (other tests' work) must not
-        // give a test's idle instances up; the test of it turns it on
-        memory_pressure_stall_pct: 0.0,
-        ..Config::default()
-    };
-    cfg.limits.code_bytes = 1 << 20;
-    cfg.limits.unpacked_bytes = 8 << 20;
-    cfg.limits.event_bytes = 256 << 10;
-    cfg
-}
-
-impl Daemon {
-    pub fn start(cfg: Config) -> Daemon {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        let home = cfg.home.clone();
-        let c2 = cfg.clone();
-        let running = rt.block_on(async move {
-            let app = tokio::task::spawn_blocking(move || thaw_server::open(c2))
-                .await
-                .unwrap()
-                .expect("opening the daemon");
-            thaw_server::start(app, false)
-                .await
-                .expect("starting the daemon")
-        });
-        Daemon {
-            rt,
-            running: Some(running),
-            home,
-            cfg,
-            keep_home: false,
-        }
-    }
-
-    pub fn client(&self) -> Client {
-        Client::new(Target::Unix(self.running.as_ref().unwrap().socket.clone()))
-    }
-
-    pub fn req(&self, method: &str, path: &str, body: Option<&[u8]>) -> Response {
-        self.client().request(method, path, body).expect("request")
-    }
-
-    pub fn post_json(&self, path: &str, v: &Value) -> Response {
-        self.req("POST", path, Some(&serde_json::to_vec(v).unwrap()))
-    }
-
-    pub fn invoke(&self, name: &str, event: &Value) -> Response {
-        self.post_json(&format!("/v1/functions/{name}/invoke"), event)
-    }
-
-    pub fn stop(&mut self) {
-        if let Some(r) = self.running.take() {
-            self.rt.block_on(r.stop());
-        }
-    }
-
-    /// Stops, runs `between` while it is down, and starts again on the same home.
-    pub fn restart(mut self, between: impl FnOnce()) -> Daemon {
-        self.stop();
-        self.keep_home = true;
-        let cfg = self.cfg.clone();
-        drop(self);
-        between();
-        Daemon::start(cfg)
-    }
-
-    pub fn healthy(&self) {
-        let r = self.req("GET", "/healthz", None);
-        assert_eq!(r.status, 200, "the daemon stopped serving");
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        self.stop();
-        if !self.keep_home {
-            thaw_server::remove_home(&self.home).expect("removing the test home");
-        }
-    }
-}
+/// The daemon in-process (`thaw_server::testing`).
+pub use thaw_server::testing::test_config;
+pub use thaw_server::TempDaemon as Daemon;
 
 pub fn b64(d: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(d)
@@ -167,4 +64,60 @@ pub fn metric(d: &Daemon, series: &str) -> u64 {
         .find_map(|l| l.strip_prefix(&key))
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or_else(|| panic!("no {series} in /metrics"))
+}
+
+/// A tar.gz written entry by entry (raw ustar headers, so hostile names and
+/// link entries can be made too).
+pub struct RawTar(Vec<u8>);
+
+impl RawTar {
+    pub fn new() -> Self {
+        RawTar(Vec::new())
+    }
+    pub fn entry(&mut self, name: &str, kind: u8, data: &[u8], link: &str) -> &mut Self {
+        self.header(name, kind, data.len() as u64, link);
+        self.0.extend_from_slice(data);
+        let pad = (512 - data.len() % 512) % 512;
+        self.0.extend(std::iter::repeat_n(0u8, pad));
+        self
+    }
+    fn header(&mut self, name: &str, kind: u8, size: u64, link: &str) {
+        let mut h = [0u8; 512];
+        h[..name.len()].copy_from_slice(name.as_bytes());
+        let oct = |h: &mut [u8; 512], at: usize, len: usize, v: u64| {
+            let s = format!("{:0w$o}", v, w = len - 1);
+            h[at..at + len - 1].copy_from_slice(s.as_bytes());
+        };
+        oct(&mut h, 100, 8, 0o644);
+        oct(&mut h, 108, 8, 0);
+        oct(&mut h, 116, 8, 0);
+        oct(&mut h, 124, 12, size);
+        oct(&mut h, 136, 12, 0);
+        h[156] = kind;
+        h[157..157 + link.len()].copy_from_slice(link.as_bytes());
+        h[257..263].copy_from_slice(b"ustar\0");
+        h[263..265].copy_from_slice(b"00");
+        h[148..156].copy_from_slice(b"        ");
+        let sum: u32 = h.iter().map(|&b| b as u32).sum();
+        let s = format!("{sum:06o}\0 ");
+        h[148..156].copy_from_slice(s.as_bytes());
+        self.0.extend_from_slice(&h);
+    }
+    pub fn file(&mut self, name: &str, data: &[u8]) -> &mut Self {
+        self.entry(name, b'0', data, "")
+    }
+    pub fn gz(&mut self) -> Vec<u8> {
+        self.0.extend(std::iter::repeat_n(0u8, 1024));
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        e.write_all(&self.0).unwrap();
+        e.finish().unwrap()
+    }
+}
+
+pub fn archive_deploy(name: &str, handler: &str, format: &str, data: &[u8]) -> Value {
+    json!({
+        "name": name,
+        "handler": handler,
+        "code": {"format": format, "data_base64": b64(data)},
+    })
 }

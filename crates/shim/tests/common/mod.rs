@@ -17,10 +17,10 @@ pub fn unique(name: &str) -> String {
     harness::unique("thaw-shim", name)
 }
 
-/// `thaw serve` in-process on a temporary home (the runtime root shared).
+/// `thaw serve` in-process on a temporary home (the runtime root shared;
+/// `thaw_server::testing`): stopped and its home removed when dropped.
 pub struct Daemon {
-    rt: tokio::runtime::Runtime,
-    running: Option<thaw_server::Running>,
+    daemon: thaw_server::TempDaemon,
     pub home: PathBuf,
 }
 
@@ -44,23 +44,8 @@ impl Daemon {
             ..thaw_server::Config::default()
         };
         configure(&mut cfg);
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        let running = rt.block_on(async move {
-            let app = tokio::task::spawn_blocking(move || thaw_server::open(cfg))
-                .await
-                .unwrap()
-                .expect("opening the daemon");
-            thaw_server::start(app, false)
-                .await
-                .expect("starting the daemon")
-        });
         Daemon {
-            rt,
-            running: Some(running),
+            daemon: thaw_server::TempDaemon::start(cfg),
             home,
         }
     }
@@ -103,7 +88,7 @@ impl Daemon {
 
     /// The running daemon's state (its locks, for tests that hold one).
     pub fn app(&self) -> std::sync::Arc<thaw_server::App> {
-        self.running.as_ref().expect("running").app.clone()
+        self.daemon.app().clone()
     }
 
     /// `GET /v1/functions/NAME`.
@@ -157,16 +142,7 @@ impl Daemon {
     }
 
     pub fn stop(&mut self) {
-        if let Some(r) = self.running.take() {
-            self.rt.block_on(r.stop());
-        }
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        self.stop();
-        thaw_server::remove_home(&self.home).expect("removing the daemon's home");
+        self.daemon.stop();
     }
 }
 
