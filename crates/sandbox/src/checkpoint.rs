@@ -6,10 +6,6 @@ use crate::error::{CheckpointError, HostError, Result};
 use crate::files::{self, Scan};
 use crate::ptrace::{self, REG_ORIG_RAX, REG_RIP};
 use crate::sigframe;
-use crate::signals::SignalState;
-use crate::state::{
-    MmLayout, ProcessState, ThreadKernel, ThreadState, VdsoBlock, Vma, STATE_VERSION,
-};
 use crate::{stat_fields, Sandbox};
 use serde::{Deserialize, Serialize};
 use std::fs::File;
@@ -19,6 +15,9 @@ use std::time::{Duration, Instant};
 use thaw_error::{fail, Context, ResultExt};
 use thaw_memory::pagemap;
 use thaw_memory::{MemoryLayout, Region, Run, PAGE_SIZE};
+use thaw_snapshot_format::{
+    MmLayout, ProcessState, SignalState, ThreadKernel, ThreadState, VdsoBlock, Vma, STATE_VERSION,
+};
 use thaw_store::{Snapshot, SnapshotWriter};
 
 #[derive(Debug, Clone, Serialize)]
@@ -424,7 +423,7 @@ fn capture_signals(
         mem,
         regs,
     };
-    let out = SignalState::capture(pid, tids, &injector);
+    let out = crate::signals::capture(pid, tids, &injector);
     ptrace::set_regs(tids[0], &regs)?;
     match out.context("reading the runtime's signal state")? {
         Ok(s) => Ok(s),

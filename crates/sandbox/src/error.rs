@@ -4,10 +4,10 @@
 //! cgroup) as `Other`, a [`HostError`] that keeps its cause.
 use crate::agent::AgentError;
 use crate::egress::EgressError;
-use crate::state::StateError;
 use crate::NotCheckpointable;
 use std::time::Duration;
 use thaw_error::Context;
+use thaw_snapshot_format::StateError;
 
 /// A step on the host that failed: callers only report these.
 #[derive(Debug, thiserror::Error)]

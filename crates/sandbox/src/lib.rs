@@ -29,7 +29,6 @@ pub mod shared_maps;
 mod sigframe;
 pub mod signals;
 mod spawn;
-pub mod state;
 pub mod uid;
 pub mod zygote;
 
@@ -53,7 +52,7 @@ pub use cgroup::Cgroups as SandboxCgroups;
 pub use checkpoint::{checkpoint, CheckpointReport, NotCheckpointable, Refusal};
 pub use error::{CheckpointError, HostError, ProfileError, RestoreError, SandboxError, StartError};
 pub use pool::{PoolStats, Prebuilt, SandboxPool};
-pub use restore::{restore, RestoreArgs, RestoreReport, Streamed};
+pub use restore::{restore, RestoreArgs, RestoreReport};
 pub use runtime_api::RuntimeApiSpec;
 pub use thaw_restore::Arriving;
 pub use zygote::Zygote;

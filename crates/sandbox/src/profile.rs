@@ -11,7 +11,6 @@
 use crate::error::{HostError, ProfileError, Result};
 use crate::ptrace::{self, REG_ORIG_RAX, REG_RIP};
 use crate::restore::{restore_with, Hooks};
-use crate::state::ProcessState;
 use crate::{Sandbox, SandboxConfig};
 use std::collections::HashMap;
 use std::fs::File;
@@ -25,6 +24,7 @@ use thaw_memory::pagemap;
 use thaw_memory::tiering::{AccessProfile, ProfileClass};
 use thaw_memory::{ImageSource, PageSource, Region, PAGE_SIZE};
 use thaw_restore::StrategyKind;
+use thaw_snapshot_format::ProcessState;
 use thaw_store::Snapshot;
 
 /// Runs `requests` (one epoch each, with the name of its class, e.g. the

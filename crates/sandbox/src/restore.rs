@@ -7,9 +7,7 @@
 //! random generators.
 use crate::error::{HostError, Result};
 use crate::pool::Prebuilt;
-use crate::shared_maps::SharedBacking;
 use crate::sigframe;
-use crate::state::ProcessState;
 use crate::{seccomp, RestoreError, Sandbox, SandboxConfig};
 use serde::Serialize;
 use std::collections::HashMap;
@@ -21,8 +19,10 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 use thaw_error::{fail, Context, ResultExt};
 use thaw_memory::{ImageSource, PageServer, PageSource};
-use thaw_restore::{Arriving, MemoryPlan, StrategyKind, StrategyReport, Target};
+use thaw_restore::{Arriving, MemoryPlan, StrategyKind, StrategyReport, Streamed, Target};
 use thaw_restorer as r;
+use thaw_snapshot_format::ProcessState;
+use thaw_snapshot_format::SharedBacking;
 use thaw_store::Snapshot;
 
 /// Timings and byte counts of one restore (the caller adds the first invocation).
@@ -160,15 +160,6 @@ pub fn restore(args: RestoreArgs<'_>) -> Result<(Sandbox, RestoreReport), Restor
         hooks.image = Some((streamed.image, streamed.arriving));
     }
     restore_with(snapshot, root, root_hash, strategy, cfg, hooks)
-}
-
-/// A streamed restore's inputs.
-pub struct Streamed {
-    /// the local file the image is arriving in
-    pub image: File,
-    /// serves lazily restored pages, waiting for those not there yet
-    pub source: Arc<dyn PageSource>,
-    pub arriving: Arc<dyn Arriving>,
 }
 
 /// Extra control for the profiler (where lazy pages come from, and whether
@@ -432,7 +423,10 @@ pub(crate) fn restore_with(
 /// the runtime resumes (the first check of a file in small folios reads it
 /// again). Best effort: a file that cannot be opened or read (not from the
 /// root) is left as it is.
-fn huge_code(root: &Path, vmas: &[crate::state::Vma]) -> Option<std::thread::JoinHandle<()>> {
+fn huge_code(
+    root: &Path,
+    vmas: &[thaw_snapshot_format::Vma],
+) -> Option<std::thread::JoinHandle<()>> {
     type Spans = Vec<std::ops::Range<u64>>;
     static DONE: std::sync::Mutex<Vec<(std::path::PathBuf, String)>> =
         std::sync::Mutex::new(Vec::new());
@@ -680,7 +674,7 @@ fn build_plan(
 }
 
 /// The dispositions to set and the signals to queue again.
-fn signal_plan(s: &crate::signals::SignalState, plan: &mut r::Plan) {
+fn signal_plan(s: &thaw_snapshot_format::SignalState, plan: &mut r::Plan) {
     plan.sigactions = s
         .actions
         .iter()
@@ -693,7 +687,7 @@ fn signal_plan(s: &crate::signals::SignalState, plan: &mut r::Plan) {
             reserved: 0,
         })
         .collect();
-    let queued = |to_main: u32, q: &[crate::signals::QueuedSignal]| {
+    let queued = |to_main: u32, q: &[thaw_snapshot_format::QueuedSignal]| {
         q.iter()
             .map(|info| {
                 let mut p = r::PlanSiginfo {

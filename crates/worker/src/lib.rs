@@ -348,7 +348,7 @@ pub struct RestoreRequest<'a> {
     pub sandbox: SandboxFrom<'a>,
     /// the image is still arriving (the remote tier's streamed restore):
     /// see [`thaw_sandbox::RestoreArgs::streamed`]
-    pub streamed: Option<thaw_sandbox::Streamed>,
+    pub streamed: Option<thaw_restore::Streamed>,
 }
 
 /// Where a restore's sandbox comes from. A sandbox built ahead is taken
@@ -393,7 +393,7 @@ impl<'a> RestoreRequest<'a> {
     }
 
     /// From an image that is still arriving.
-    pub fn streamed(self, streamed: thaw_sandbox::Streamed) -> RestoreRequest<'a> {
+    pub fn streamed(self, streamed: thaw_restore::Streamed) -> RestoreRequest<'a> {
         RestoreRequest {
             streamed: Some(streamed),
             ..self
@@ -472,7 +472,7 @@ impl Worker {
             base_ms,
             ..params.clone()
         };
-        let state = thaw_sandbox::state::ProcessState::decode(&snap.load_state()?)
+        let state = thaw_snapshot_format::ProcessState::decode(&snap.load_state()?)
             .context("decoding the snapshot's state")?;
         let image = snap.open_image()?;
         let slow_dir = slow

@@ -3,11 +3,11 @@
 //! what a snapshot records of the bootstrap's waiting connection.
 use super::{ADDRESS, PORT};
 use crate::error::{HostError, Result};
-use crate::state::{Blob, SavedSocket, SOCK_OPT_CONNECT};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener};
 use thaw_error::fail;
+use thaw_snapshot_format::{Blob, SavedSocket, SOCK_OPT_CONNECT};
 
 /// What the bootstrap's waiting call on a connection asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -134,8 +134,8 @@ pub(crate) fn is_pending_connection(local: &[u8], peer: &[u8], port: u16) -> boo
 }
 
 /// Whether a snapshot's descriptors hold the connection to remake.
-pub(crate) fn kept_connection(fds: &[crate::state::SavedFd]) -> bool {
+pub(crate) fn kept_connection(fds: &[thaw_snapshot_format::SavedFd]) -> bool {
     fds.iter().any(
-        |f| matches!(&f.kind, crate::state::FdKind::Socket(s) if s.options & SOCK_OPT_CONNECT != 0),
+        |f| matches!(&f.kind, thaw_snapshot_format::FdKind::Socket(s) if s.options & SOCK_OPT_CONNECT != 0),
     )
 }

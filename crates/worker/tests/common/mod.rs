@@ -124,10 +124,10 @@ pub fn rewrite_manifest(dir: &std::path::Path, edit: impl FnOnce(&mut Value)) {
 pub fn with_state(
     snap: &Snapshot,
     d: &std::path::Path,
-    edit: impl FnOnce(&mut thaw_sandbox::state::ProcessState),
+    edit: impl FnOnce(&mut thaw_snapshot_format::ProcessState),
 ) -> Snapshot {
     let s = copy_snapshot(snap, d);
-    let mut state = thaw_sandbox::state::ProcessState::decode(&s.load_state().unwrap()).unwrap();
+    let mut state = thaw_snapshot_format::ProcessState::decode(&s.load_state().unwrap()).unwrap();
     edit(&mut state);
     let bytes = state.encode();
     std::fs::write(d.join("state.json"), &bytes).unwrap();
