@@ -284,6 +284,16 @@ enum BenchCmd {
         #[arg(long)]
         markdown: Option<PathBuf>,
     },
+    /// Decode time of each function's snapshot process state (header, checksum, parse, checks)
+    StateDecode {
+        #[arg(long, default_value = "helloworld,node_helloworld")]
+        functions: String,
+        #[arg(long, default_value_t = 1000)]
+        runs: usize,
+        /// Write the markdown table here (it is printed either way)
+        #[arg(long)]
+        markdown: Option<PathBuf>,
+    },
     /// N simultaneous cold starts (N = 1, 2, 4, ...) per strategy, tier and mode
     Concurrency(concurrency::Args),
     /// The study of "FaaS in the Age of (sub-)µs I/O" over the storage hierarchy: cold/warm starts per tier, device ratios, REAP vs mmap
@@ -661,6 +671,14 @@ fn run(cli: Cli, matches: &clap::ArgMatches) -> Result<()> {
                     markdown,
                 },
         } => store_cmds::bench(&worker(&home)?, &split(&functions), runs, markdown),
+        Cmd::Bench {
+            cmd:
+                BenchCmd::StateDecode {
+                    functions,
+                    runs,
+                    markdown,
+                },
+        } => store_cmds::bench_state_decode(&worker(&home)?, &split(&functions), runs, markdown),
         Cmd::Bench {
             cmd: BenchCmd::Concurrency(a),
         } => concurrency::run(&worker(&home)?, a),

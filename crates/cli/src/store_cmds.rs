@@ -1,4 +1,5 @@
-//! `thaw gc` and `thaw snapshot list`: the snapshot store from the command line.
+//! `thaw gc` and `thaw snapshot list`: the snapshot store from the command line
+//! (and the benchmarks of reading it).
 use anyhow::{Context, Result};
 use std::path::Path;
 use thaw_output::outln;
@@ -71,10 +72,25 @@ pub fn bench(
     markdown: Option<std::path::PathBuf>,
 ) -> Result<()> {
     let rows = thaw_bench::store::run(w, functions, runs)?;
-    let md = thaw_bench::store::markdown(&rows, runs);
+    emit(&thaw_bench::store::markdown(&rows, runs), markdown)
+}
+
+/// `thaw bench state-decode`: prints the table, and writes it to `markdown` if given.
+pub fn bench_state_decode(
+    w: &thaw_worker::Worker,
+    functions: &[String],
+    runs: usize,
+    markdown: Option<std::path::PathBuf>,
+) -> Result<()> {
+    let rows = thaw_bench::state_decode::run(w, functions, runs)?;
+    emit(&thaw_bench::state_decode::markdown(&rows, runs), markdown)
+}
+
+/// Prints a benchmark's table, and writes it to `markdown` if given.
+fn emit(md: &str, markdown: Option<std::path::PathBuf>) -> Result<()> {
     outln!("{md}");
     if let Some(p) = markdown {
-        std::fs::write(&p, &md).with_context(|| format!("writing {}", p.display()))?;
+        std::fs::write(&p, md).with_context(|| format!("writing {}", p.display()))?;
     }
     Ok(())
 }

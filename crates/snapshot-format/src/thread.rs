@@ -34,7 +34,9 @@ pub struct ThreadState {
     pub name: String,
     /// `struct user_regs_struct`, prepared to re-issue an interrupted syscall
     pub regs: Vec<u64>,
-    /// XSAVE area
+    /// XSAVE area (one length and a copy in the state file, not a
+    /// sequence of bytes one by one)
+    #[serde(with = "serde_bytes")]
     pub xstate: Vec<u8>,
     pub sigmask: u64,
     pub kernel: ThreadKernel,
