@@ -39,7 +39,7 @@ pub enum Error {
     /// The instance holds what a snapshot cannot keep, and the deploy
     /// required a snapshot.
     #[error("{}", not_checkpointable(.0))]
-    NotCheckpointable(Vec<thaw_sandbox::Refusal>),
+    NotCheckpointable(Vec<thaw_checkpoint::Refusal>),
     /// The function's packages were refused.
     #[error("{0}")]
     Packages(thaw_runtime::packages::Refused),
@@ -60,8 +60,8 @@ pub enum Error {
     Internal(thaw_error::BoxError),
 }
 
-fn not_checkpointable(reasons: &[thaw_sandbox::Refusal]) -> String {
-    thaw_sandbox::NotCheckpointable {
+fn not_checkpointable(reasons: &[thaw_checkpoint::Refusal]) -> String {
+    thaw_checkpoint::NotCheckpointable {
         reasons: reasons.to_vec(),
     }
     .to_string()
@@ -724,7 +724,7 @@ fn take(
             Ok(taken) => Some(taken),
             Err(reasons) if snapshot_required => return Err(Error::NotCheckpointable(reasons)),
             Err(reasons) => {
-                tracing::info!(function = %rec.name, "no snapshot, fresh starts: {}", thaw_sandbox::NotCheckpointable { reasons: reasons.clone() });
+                tracing::info!(function = %rec.name, "no snapshot, fresh starts: {}", thaw_checkpoint::NotCheckpointable { reasons: reasons.clone() });
                 boot_instead(rec, reasons);
                 None
             }
@@ -769,7 +769,7 @@ fn take(
 
 /// A function whose instance cannot be snapshotted starts fresh every
 /// time; `reasons` say what stopped the snapshot.
-pub fn boot_instead(rec: &mut Record, reasons: Vec<thaw_sandbox::Refusal>) {
+pub fn boot_instead(rec: &mut Record, reasons: Vec<thaw_checkpoint::Refusal>) {
     rec.strategy = StartStrategy::Boot;
     rec.snapshot = None;
     rec.snapshot_refused = Some(reasons);
@@ -1072,7 +1072,7 @@ pub fn snapshot(
     rec: &Record,
     func: &UserFunction,
     sample: Option<&Value>,
-) -> Result<Result<(Snapshot, SnapshotInfo), Vec<thaw_sandbox::Refusal>>, Error> {
+) -> Result<Result<(Snapshot, SnapshotInfo), Vec<thaw_checkpoint::Refusal>>, Error> {
     let _held = reserve(app, rec)?;
     let (mut sb, fresh) = start_loaded(app, func)?;
     warm_up(&mut sb, rec, sample)?;

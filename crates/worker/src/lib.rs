@@ -7,15 +7,13 @@ use serde::Serialize;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+use thaw_checkpoint::{checkpoint, CheckpointReport, RestoreArgs, RestoreError, RestoreReport};
 use thaw_error::ResultExt;
 use thaw_memory::tiering::{self, CostParams};
 use thaw_runtime::RootInfo;
 pub use thaw_sandbox::agent::Invoked;
 use thaw_sandbox::agent::{Event, Reply, Request};
-use thaw_sandbox::{
-    checkpoint, CheckpointReport, RestoreArgs, RestoreError, RestoreReport, Sandbox, SandboxConfig,
-    SandboxError, SandboxPool,
-};
+use thaw_sandbox::{Sandbox, SandboxConfig, SandboxError, SandboxPool};
 pub use thaw_sandbox::{StartStrategy, StrategyKind, WsMode};
 use thaw_store::{Snapshot, Tier};
 
@@ -272,7 +270,7 @@ impl Worker {
         let mut args = RestoreArgs::new(req.snapshot, root, root_hash, req.strategy, &cfg);
         args.prebuilt = take_prebuilt(pool, &cfg);
         args.streamed = req.streamed;
-        thaw_sandbox::restore(args)
+        thaw_checkpoint::restore(args)
     }
 
     /// Keeps `size` sandboxes built ahead for restores (0: none, each restore
@@ -347,7 +345,7 @@ pub struct RestoreRequest<'a> {
     pub function: Option<&'a UserFunction>,
     pub sandbox: SandboxFrom<'a>,
     /// the image is still arriving (the remote tier's streamed restore):
-    /// see [`thaw_sandbox::RestoreArgs::streamed`]
+    /// see [`thaw_checkpoint::RestoreArgs::streamed`]
     pub streamed: Option<thaw_restore::Streamed>,
 }
 
@@ -441,7 +439,7 @@ impl Worker {
                 std::iter::repeat_n((s.to_string(), Request::invoke_size(s.name())), reps.max(1))
             })
             .collect();
-        let mut profile = thaw_sandbox::profile::profile(
+        let mut profile = thaw_checkpoint::profile::profile(
             &snap,
             &self.root.path,
             &self.root.hash,
@@ -479,7 +477,7 @@ impl Worker {
             .path
             .join("tiered")
             .join(snap.dir.file_name().unwrap_or_default());
-        let key = thaw_sandbox::restore::snapshot_key(&snap);
+        let key = thaw_checkpoint::restore::snapshot_key(&snap);
         let earlier = tiering::load(&snap.dir, &key, &state.memory).ok().flatten();
         let tl = tiering::write(
             &snap.dir,

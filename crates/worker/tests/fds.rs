@@ -5,7 +5,8 @@
 mod common;
 use common::*;
 use serde_json::{json, Value};
-use thaw_sandbox::{checkpoint, RestoreError, Sandbox};
+use thaw_checkpoint::{checkpoint, RestoreError};
+use thaw_sandbox::Sandbox;
 use thaw_snapshot_format::{FdKind, SavedFd, StateError};
 use thaw_store::Snapshot;
 use thaw_worker::RestoreRequest;

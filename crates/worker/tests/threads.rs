@@ -5,8 +5,9 @@
 mod common;
 use common::*;
 use serde_json::{json, Value};
+use thaw_checkpoint::{checkpoint, RestoreArgs, RestoreError};
 use thaw_memory::tiering::CostParams;
-use thaw_sandbox::{checkpoint, RestoreArgs, RestoreError, Sandbox};
+use thaw_sandbox::Sandbox;
 use thaw_snapshot_format::StateError;
 use thaw_store::Snapshot;
 use thaw_worker::RestoreRequest;
@@ -447,7 +448,7 @@ fn a_checkpoint_of_a_just_restored_instance_waits_for_threads_in_the_trampoline(
     let (fresh, snap, t) = snapshot_threads("threads-held");
     drop(fresh);
     // eager: a mapped image could not be snapshotted again
-    let (mut sb, _) = thaw_sandbox::restore(RestoreArgs {
+    let (mut sb, _) = thaw_checkpoint::restore(RestoreArgs {
         hold_threads: true,
         ..RestoreArgs::new(
             &snap,

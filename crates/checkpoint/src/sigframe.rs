@@ -5,9 +5,10 @@
 //! area). The restorer copies every thread's frame behind
 //! `thaw_restorer::TRAMP_FRAME` and each thread calls rt_sigreturn on its
 //! own, so no tracer has to load the CPU state.
-use crate::error::{HostError, Result};
+use crate::error::Result;
 use crate::ptrace::NREGS;
 use thaw_error::fail;
+use thaw_sandbox::HostError;
 use thaw_snapshot_format::ThreadState;
 
 /// ucontext.uc_flags: the frame carries an XSAVE area and a valid ss.

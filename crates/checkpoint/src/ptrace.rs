@@ -2,12 +2,13 @@
 //! signal mask, rseq and robust-list queries, and system calls run inside a
 //! stopped thread for state only the thread itself can ask the kernel for.
 //! (Restores do not trace: see `sigframe`.)
-use crate::error::{HostError, Result};
+use crate::error::Result;
 use std::fs::File;
 use std::io::Error;
 use std::os::unix::fs::FileExt;
 use std::time::{Duration, Instant};
 use thaw_error::{fail, ResultExt};
+use thaw_sandbox::HostError;
 use thaw_snapshot_format::MAX_QUEUED_SIGNALS;
 
 pub const NT_PRSTATUS: usize = 1;

@@ -5,15 +5,14 @@
 //! worker built from the saved CPU state ([`crate::sigframe`]). The worker
 //! then greets the agent, which unmaps the trampoline and re-seeds its
 //! random generators.
-use crate::error::{HostError, Result};
-use crate::pool::Prebuilt;
+use crate::error::Result;
 use crate::sigframe;
-use crate::{seccomp, RestoreError, Sandbox, SandboxConfig};
+use crate::RestoreError;
 use serde::Serialize;
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{Read, Write};
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -21,6 +20,9 @@ use thaw_error::{fail, Context, ResultExt};
 use thaw_memory::{ImageSource, PageServer, PageSource};
 use thaw_restore::{Arriving, MemoryPlan, StrategyKind, StrategyReport, Streamed, Target};
 use thaw_restorer as r;
+use thaw_sandbox::HostError;
+use thaw_sandbox::Prebuilt;
+use thaw_sandbox::{seccomp, Sandbox, SandboxConfig};
 use thaw_snapshot_format::ProcessState;
 use thaw_snapshot_format::SharedBacking;
 use thaw_store::Snapshot;
@@ -36,7 +38,7 @@ pub struct RestoreReport {
     /// namespaces, mounts, cgroups, exec of the restorer (with a pool:
     /// taking a sandbox built ahead)
     pub sandbox_ms: f64,
-    /// the sandbox came from a [`crate::SandboxPool`]
+    /// the sandbox came from a [`thaw_sandbox::SandboxPool`]
     pub pooled: bool,
     /// block tiers: asking the kernel for the image pages the restorer
     /// will copy or map (`POSIX_FADV_WILLNEED`), before the sandbox build
@@ -83,7 +85,7 @@ pub struct RestoreArgs<'a> {
     pub root_hash: &'a str,
     pub strategy: StrategyKind,
     pub cfg: &'a SandboxConfig,
-    /// a sandbox taken from a [`crate::SandboxPool`]; built here if `None`,
+    /// a sandbox taken from a [`thaw_sandbox::SandboxPool`]; built here if `None`,
     /// or if it was built on another root
     pub prebuilt: Option<Prebuilt>,
     /// the image is still arriving (the remote tier's streamed restore):
@@ -253,15 +255,11 @@ pub(crate) fn restore_with(
     let hint_ms = ms(hinted);
 
     let t1 = Instant::now();
-    let (mut sb, pooled) = match prebuilt.filter(|p| p.sb.root == root) {
-        Some(p) => {
-            let mut sb = p.sb;
-            sb.pool_ticket = p.ticket;
-            (sb, true)
-        }
-        None => (Prebuilt::build(root, cfg)?.sb, false),
+    let (mut sb, pooled) = match prebuilt.filter(|p| p.root() == root) {
+        Some(p) => (p.into_sandbox(), true),
+        None => (Prebuilt::build(root, cfg)?.into_sandbox(), false),
     };
-    let pid = sb.pid;
+    let pid = sb.pid();
     let sandbox_ms = ms(t1);
 
     let lazy = memory.lazy();
@@ -286,11 +284,11 @@ pub(crate) fn restore_with(
         a.copied_pages()
             .map_err(|e| Context::new("waiting for the image's copied pages", e))?;
     }
-    let sock = sb.channel().socket().try_clone()?;
+    let sock = sb.control_socket().try_clone()?;
     sock.set_read_timeout(Some(RESTORER_REPORT_DEADLINE))?;
     let mut plan_fds = vec![image.as_raw_fd()];
     plan_fds.extend(&memory.extra_fds);
-    crate::cmsg::send_with_fds(&sock, &encoded, &plan_fds)
+    thaw_sandbox::cmsg::send_with_fds(&sock, &encoded, &plan_fds)
         .context("sending the plan to the restorer")?;
     // the saved /tmp and /dev/shm, while the restorer rebuilds memory
     let files_at = Instant::now();
@@ -358,7 +356,7 @@ pub(crate) fn restore_with(
             Some(s) => s,
             None => Arc::new(ImageSource(image.try_clone()?)),
         };
-        sb.pager = Some(PageServer::spawn(
+        sb.attach_pager(PageServer::spawn(
             uffd,
             layout.clone(),
             source,
@@ -383,7 +381,7 @@ pub(crate) fn restore_with(
     let trampoline = (r::TRAMP_ADDR, r::TRAMP_SIZE);
     let single = state.threads.len() == 1;
     sb.call(
-        &crate::agent::Request::Restored {
+        &thaw_sandbox::agent::Request::Restored {
             seed: hex::encode(seed),
             unmap: single.then_some(trampoline),
         },
@@ -409,7 +407,7 @@ pub(crate) fn restore_with(
         figures: strategy.report(),
     };
     // phase 4 runs when the caller reports the first response
-    sb.strategy = Some(strategy);
+    sb.keep_strategy(strategy);
     Ok((sb, rep))
 }
 
@@ -522,37 +520,6 @@ pub fn snapshot_state(snap: &Snapshot) -> Result<Arc<ProcessState>, RestoreError
     }
     held.insert(key, state.clone());
     Ok(state)
-}
-
-/// The restorer ELF in a sealed memfd, made once per process.
-pub(crate) fn restorer_memfd() -> Result<RawFd> {
-    static FD: OnceLock<OwnedFd> = OnceLock::new();
-    if let Some(fd) = FD.get() {
-        return Ok(fd.as_raw_fd());
-    }
-    // SAFETY: memfd_create with a static NUL-terminated name.
-    let fd = unsafe {
-        libc::memfd_create(
-            c"thaw-restorer".as_ptr(),
-            libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
-        )
-    };
-    if fd < 0 {
-        fail!(
-            HostError::Failed,
-            "memfd_create: {}",
-            std::io::Error::last_os_error()
-        );
-    }
-    // SAFETY: fd was just created and is owned here.
-    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
-    let mut f = File::from(owned);
-    f.write_all(r::RESTORER_ELF)?;
-    let seals = libc::F_SEAL_WRITE | libc::F_SEAL_GROW | libc::F_SEAL_SHRINK | libc::F_SEAL_SEAL;
-    // SAFETY: fcntl on our own descriptor.
-    unsafe { libc::fcntl(f.as_raw_fd(), libc::F_ADD_SEALS, seals) };
-    let _ = FD.set(OwnedFd::from(f));
-    Ok(FD.get().expect("just set").as_raw_fd())
 }
 
 /// The restorer `pread`s the runs it copies one after another, each a
@@ -707,7 +674,7 @@ fn signal_plan(s: &thaw_snapshot_format::SignalState, plan: &mut r::Plan) {
 /// Receives the restorer's userfaultfd. If the restorer failed before sending
 /// it, the byte read is the first of its status record and is handed back.
 fn recv_uffd(sock: &std::os::unix::net::UnixStream) -> Result<(Option<OwnedFd>, Option<u8>)> {
-    let (byte, got) = crate::cmsg::recv_one_byte(sock)?;
+    let (byte, got) = thaw_sandbox::cmsg::recv_one_byte(sock)?;
     if got.read != 1 {
         fail!(
             HostError::Failed,

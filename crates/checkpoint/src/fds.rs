@@ -13,16 +13,17 @@
 //! restorer recreates everything inside the new sandbox ([`to_plan`]).
 //! What cannot come back is a [`Refusal`] naming the descriptor.
 use crate::checkpoint::Refusal;
-use crate::error::{HostError, Result};
+use crate::error::Result;
 use std::collections::HashMap;
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use thaw_error::{fail, ResultExt};
 use thaw_restorer as r;
+use thaw_sandbox::HostError;
 use thaw_snapshot_format::{check_abs_path, Blob, EpollWatch, FdKind, SavedFd, SavedSocket};
 use thaw_snapshot_format::{
-    StateError, CLOCKS, MAX_FDS, MAX_PIPE_SIZE, SOCK_OPT_DROPPED, SOCK_OPT_REUSEADDR,
-    SOCK_OPT_REUSEPORT, SOCK_OPT_V6ONLY,
+    StateError, CLOCKS, MAX_FDS, MAX_PIPE_SIZE, SOCK_OPT_CONNECT, SOCK_OPT_DROPPED,
+    SOCK_OPT_REUSEADDR, SOCK_OPT_REUSEPORT, SOCK_OPT_V6ONLY,
 };
 
 /// The devices of the sandbox's /dev.
@@ -60,7 +61,7 @@ struct Open {
 pub fn capture(
     pid: i32,
     mut append: Option<Append<'_>>,
-    runtime_api: Option<crate::runtime_api::PendingConn>,
+    runtime_api: Option<thaw_sandbox::runtime_api::PendingConn>,
 ) -> Result<Capture> {
     let mut out = Capture::default();
     let mut numbers: Vec<i32> = std::fs::read_dir(format!("/proc/{pid}/fd"))?
@@ -502,7 +503,7 @@ fn socket(
     open: &[Open],
     unix: &HashMap<u32, UnixDiag>,
     append: &mut Option<Append<'_>>,
-    runtime_api: Option<crate::runtime_api::PendingConn>,
+    runtime_api: Option<thaw_sandbox::runtime_api::PendingConn>,
 ) -> Kind {
     let fd = &o.dup;
     let opt = |level, name| getsockopt_int(fd, level, name).map_err(|e| e.to_string());
@@ -577,8 +578,8 @@ fn socket(
             }
             let peer = sockname(fd, true);
             if let (Ok(peer), Some(p)) = (&peer, runtime_api) {
-                if crate::runtime_api::is_pending_connection(&addr, peer, p.port) {
-                    let s = crate::runtime_api::reconnecting_socket(p.waiting);
+                if thaw_sandbox::runtime_api::is_pending_connection(&addr, peer, p.port) {
+                    let s = reconnecting_socket(p.waiting);
                     return Ok(FdKind::Socket(s));
                 }
             }
@@ -687,7 +688,7 @@ fn peek(fd: &OwnedFd, n: usize) -> std::result::Result<Vec<u8>, String> {
 /// shutdown (`sock_diag`, asked from a thread that joins that namespace).
 fn unix_diag(pid: i32) -> Result<HashMap<u32, UnixDiag>> {
     // a netlink socket belongs to the namespace it was made in
-    let sock = crate::netns::in_netns(pid, || -> Result<OwnedFd> {
+    let sock = thaw_sandbox::netns::in_netns(pid, || -> Result<OwnedFd> {
         // SAFETY: socket with constant arguments.
         let s = unsafe {
             libc::socket(
@@ -934,6 +935,33 @@ pub(crate) fn open_in_root(
     }
     // SAFETY: just returned to us.
     Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// What a restored instance's Runtime API connection is made again as: a
+/// unix stream socket the restorer connects to the name of what it waits
+/// for (reads, writes and epoll work on it as on the TCP connection it
+/// replaces).
+fn reconnecting_socket(waiting: thaw_sandbox::runtime_api::Waiting) -> SavedSocket {
+    let mut addr = (libc::AF_UNIX as u16).to_ne_bytes().to_vec();
+    addr.push(0);
+    addr.extend_from_slice(waiting.reconnect_name());
+    SavedSocket {
+        family: libc::AF_UNIX as u32,
+        ty: libc::SOCK_STREAM as u32,
+        protocol: 0,
+        addr,
+        backlog: None,
+        options: SOCK_OPT_CONNECT,
+        pair: None,
+        shutdown: 0,
+        queued: Blob::default(),
+    }
+}
+
+/// Whether a snapshot's descriptors hold the connection to remake.
+pub(crate) fn kept_connection(fds: &[SavedFd]) -> bool {
+    fds.iter()
+        .any(|f| matches!(&f.kind, FdKind::Socket(s) if s.options & SOCK_OPT_CONNECT != 0))
 }
 
 /// The restorer's descriptor table for `fds` (paths and addresses into the

@@ -2,11 +2,10 @@
 //! snapshot of its mappings, saved pages, each thread's CPU and kernel-side
 //! state, and the files of its /tmp and /dev/shm. What a snapshot cannot
 //! keep is named, all of it, by [`inspect`].
-use crate::error::{CheckpointError, HostError, Result};
+use crate::error::{CheckpointError, Result};
 use crate::files::{self, Scan};
 use crate::ptrace::{self, REG_ORIG_RAX, REG_RIP};
 use crate::sigframe;
-use crate::{stat_fields, Sandbox};
 use serde::{Deserialize, Serialize};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -15,6 +14,8 @@ use std::time::{Duration, Instant};
 use thaw_error::{fail, Context, ResultExt};
 use thaw_memory::pagemap;
 use thaw_memory::{MemoryLayout, Region, Run, PAGE_SIZE};
+use thaw_sandbox::HostError;
+use thaw_sandbox::{stat_fields, Sandbox};
 use thaw_snapshot_format::{
     MmLayout, ProcessState, SignalState, ThreadKernel, ThreadState, VdsoBlock, Vma, STATE_VERSION,
 };
@@ -526,7 +527,7 @@ pub struct Origins<'a> {
     pub mounts: &'a [(std::path::PathBuf, &'static str)],
     /// a custom runtime's Runtime API connection whose call waits: not a
     /// file, but what the snapshot keeps live beside them
-    pub runtime_api: Option<crate::runtime_api::PendingConn>,
+    pub runtime_api: Option<thaw_sandbox::runtime_api::PendingConn>,
 }
 
 impl Origins<'_> {
@@ -534,7 +535,7 @@ impl Origins<'_> {
         Origins {
             root: sb.root(),
             mounts: sb.mounts(),
-            runtime_api: sb.runtime_api.as_ref().and_then(|a| a.pending_conn()),
+            runtime_api: sb.pending_runtime_api_conn(),
         }
     }
 
@@ -670,7 +671,7 @@ pub fn checkpoint(
     let t0 = Instant::now();
     let prep = sb
         .call_raw(
-            &crate::agent::Request::PrepareCheckpoint,
+            &thaw_sandbox::agent::Request::PrepareCheckpoint,
             Duration::from_secs(30),
         )
         .map_err(CheckpointError::Prepare)?;
@@ -678,19 +679,20 @@ pub fn checkpoint(
         .get("threads")
         .and_then(|t| serde_json::from_value(t.clone()).ok())
         .unwrap_or_default();
-    let split = crate::agent::split_ok(prep).map_err(|e| CheckpointError::Prepare(e.into()))?;
+    let split =
+        thaw_sandbox::agent::split_ok(prep).map_err(|e| CheckpointError::Prepare(e.into()))?;
     let agent_refused = match split {
         Ok(_) => None,
-        Err(e) if e.kind() == crate::agent::ErrorKind::NotCheckpointable => Some(e.message),
+        Err(e) if e.kind() == thaw_sandbox::agent::ErrorKind::NotCheckpointable => Some(e.message),
         Err(e) => return Err(CheckpointError::Prepare(e.into())),
     };
     let pid = sb.pid();
     // a custom runtime's bootstrap waits on its Runtime API connection
     // (`prepare_checkpoint` made sure), not on fd 3
-    if sb.runtime_api.is_none() {
+    if !sb.is_custom_runtime() {
         wait_blocked_on_socket(pid)?;
     }
-    let cap = sb.memory_limit;
+    let cap = sb.memory_limit();
     let (mut reasons, _) = inspect(pid, &Origins::of(sb), &threads, cap)?;
     if let (Some(message), true) = (agent_refused, reasons.is_empty()) {
         // the agent saw something the host does not: its word stands
@@ -876,7 +878,7 @@ fn dump(
     // the descriptors, their contents after the files'; connected network
     // sockets are shut down here, after the before_snapshot hook
     let mut fds = crate::fds::capture(pid, Some(&mut |data| w.append_memory(data)), runtime_api)?;
-    if runtime_api.is_some() && !crate::runtime_api::kept_connection(&fds.fds) {
+    if runtime_api.is_some() && !crate::fds::kept_connection(&fds.fds) {
         fds.refusals.push(Refusal::new(
             "descriptor",
             "the bootstrap's waiting Runtime API connection is not among its descriptors",

@@ -11,7 +11,7 @@
 //! bytes of an open one are its descriptor's). Anything else there (a
 //! socket, a device) is a refusal: a restored instance must not differ from the snapshotted one.
 use crate::checkpoint::Refusal;
-use crate::error::{HostError, Result};
+use crate::error::Result;
 use std::ffi::CString;
 use std::fs::File;
 use std::io::Read;
@@ -19,6 +19,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
 use thaw_error::{fail, Context, ResultExt};
+use thaw_sandbox::HostError;
 use thaw_snapshot_format::{
     split_mount, FileKind, SavedFile, MAX_PATH, MAX_SAVED_ENTRIES, SAVED_MOUNTS,
 };

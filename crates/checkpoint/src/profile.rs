@@ -8,10 +8,9 @@
 //! next invocation faults each page it touches back in through the page
 //! server, which logs it. A page's count is the number of invocations
 //! (epochs) that touched it: access frequency over time, not first touches.
-use crate::error::{HostError, ProfileError, Result};
+use crate::error::{ProfileError, Result};
 use crate::ptrace::{self, REG_ORIG_RAX, REG_RIP};
 use crate::restore::{restore_with, Hooks};
-use crate::{Sandbox, SandboxConfig};
 use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -24,6 +23,8 @@ use thaw_memory::pagemap;
 use thaw_memory::tiering::{AccessProfile, ProfileClass};
 use thaw_memory::{ImageSource, PageSource, Region, PAGE_SIZE};
 use thaw_restore::StrategyKind;
+use thaw_sandbox::HostError;
+use thaw_sandbox::{Sandbox, SandboxConfig};
 use thaw_snapshot_format::ProcessState;
 use thaw_store::Snapshot;
 
@@ -35,7 +36,7 @@ pub fn profile(
     root: &Path,
     root_hash: &str,
     cfg: &SandboxConfig,
-    requests: &[(String, crate::agent::Request)],
+    requests: &[(String, thaw_sandbox::agent::Request)],
     timeout: Duration,
 ) -> Result<AccessProfile, ProfileError> {
     // Every mapping, file-backed ones included, is restored as lazily served
