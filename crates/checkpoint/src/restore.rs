@@ -177,11 +177,33 @@ pub(crate) struct Hooks<'a> {
     pub on_spawn: Option<&'a mut dyn FnMut(i32)>,
     /// see [`RestoreArgs::hold_threads`]
     pub hold_threads: bool,
-    /// a sandbox built ahead (see [`crate::pool`]); built here when absent
+    /// a sandbox built ahead (see [`thaw_sandbox::pool`]); built here when absent
     pub prebuilt: Option<Prebuilt>,
     /// the image to restore from instead of the snapshot's verified one
     /// (a streamed restore's partly arrived file: never record from it)
     pub image: Option<(File, Arc<dyn Arriving>)>,
+}
+
+/// The snapshot's state and image, read and checked before any sandbox
+/// is touched.
+struct Loaded {
+    state: Arc<ProcessState>,
+    image: File,
+    /// the root's code files being brought into the page cache in large
+    /// folios (see [`huge_code`]), joined before resume
+    huge: Option<std::thread::JoinHandle<()>>,
+    key: String,
+    layout: Arc<thaw_memory::MemoryLayout>,
+    /// protection of each region's mapping
+    prots: Vec<u32>,
+}
+
+/// What the restorer reported once memory was rebuilt.
+struct Rebuilt {
+    status: r::RestorerStatus,
+    /// the restorer's userfaultfd, for a strategy that leaves pages lazy
+    uffd: Option<OwnedFd>,
+    files_ms: f64,
 }
 
 pub(crate) fn restore_with(
@@ -203,6 +225,99 @@ pub(crate) fn restore_with(
     } = hooks;
     let arriving = streamed_image.as_ref().map(|(_, a)| a.clone());
     let t0 = Instant::now();
+    let loaded = load(snap, root, root_hash, state_override, streamed_image)?;
+    let state_load_ms = ms(t0);
+    let target = Target {
+        dir: &snap.dir,
+        key: &loaded.key,
+        layout: &loaded.layout,
+        prots: &loaded.prots,
+        image: &loaded.image,
+        drift_share: cfg.drift_share,
+        arriving: arriving.clone(),
+    };
+
+    // phase 1, prepare: overlaps building the sandbox (REAP's read)
+    let mut strategy = thaw_restore::strategy(kind);
+    strategy.prepare(&target)?;
+    // phase 2, plan: what the restorer maps, copies and leaves lazy (it
+    // needs no sandbox, so on a block tier the copies can be asked for now)
+    let mut memory = strategy.plan(&target)?;
+    let hinted = Instant::now();
+    if arriving.is_none()
+        && !thaw_store::secure::on_dram(&snap.dir).map_err(thaw_store::StoreError::from)?
+    {
+        request_copies(&loaded.image, &memory.runs);
+    }
+    let hint_ms = ms(hinted);
+
+    let t1 = Instant::now();
+    let (mut sb, pooled) = match prebuilt.filter(|p| p.root() == root) {
+        Some(p) => (p.into_sandbox(), true),
+        None => (Prebuilt::build(root, cfg)?.into_sandbox(), false),
+    };
+    let sandbox_ms = ms(t1);
+
+    let lazy = memory.lazy();
+    let (sock, files_awaited) = send_plan(
+        snap,
+        &loaded,
+        &mut memory,
+        &sb,
+        hold_threads,
+        on_spawn,
+        &arriving,
+    )?;
+    let rebuilt = await_restorer(&sock, &loaded, &sb, lazy, files_awaited)?;
+    if let Some(uffd) = rebuilt.uffd {
+        // phase 3, serve: the strategy's prefetch, then the page server
+        let serve = strategy.serve(&target, uffd.as_fd())?;
+        let source: Arc<dyn PageSource> = match pager_source {
+            Some(s) => s,
+            None => Arc::new(ImageSource(loaded.image.try_clone()?)),
+        };
+        let pager = start_pager(&sb, uffd, &loaded, source, record_faults || serve.record)?;
+        sb.attach_pager(pager);
+    }
+    if let Some(h) = loaded.huge {
+        // the runtime's first faults find the page cache as asked
+        let _ = h.join();
+    }
+    let t2 = Instant::now();
+    resume(&mut sb, &sock, loaded.state.threads.len())?;
+    let status = &rebuilt.status;
+    let rep = RestoreReport {
+        strategy: strategy.kind(),
+        state_load_ms,
+        sandbox_ms,
+        pooled,
+        hint_ms,
+        memory_setup_ms: status.setup_ns as f64 / 1e6,
+        populate_ms: status.populate_ns as f64 / 1e6,
+        resume_ms: ms(t2),
+        total_ms: ms(t0),
+        copied_bytes: memory.copied_bytes,
+        mapped_bytes: memory.mapped_bytes,
+        lazy_bytes: memory.lazy_bytes,
+        populated_bytes: memory.populated_bytes,
+        files_ms: rebuilt.files_ms,
+        file_bytes: loaded.state.files.iter().map(|f| f.len).sum(),
+        figures: strategy.report(),
+    };
+    // phase 4 runs when the caller reports the first response
+    sb.keep_strategy(strategy);
+    Ok((sb, rep))
+}
+
+/// Checks the snapshot was taken on this root, and reads its state (or
+/// takes the one given) and its image (or the streamed one arriving).
+fn load(
+    snap: &Snapshot,
+    root: &Path,
+    root_hash: &str,
+    state_override: Option<ProcessState>,
+    streamed_image: Option<(File, Arc<dyn Arriving>)>,
+) -> Result<Loaded, RestoreError> {
     if snap.manifest.runtime_root != root_hash {
         return Err(RestoreError::OtherRoot {
             id: snap.manifest.id.clone(),
@@ -226,87 +341,80 @@ pub(crate) fn restore_with(
         None => snap.open_image()?,
     };
     let huge = huge_code(root, &state.vmas);
-    let state_load_ms = ms(t0);
-    let key = snapshot_key(snap);
-    let layout = Arc::new(state.memory.clone());
-    let prots: Vec<u32> = state.vmas.iter().map(|v| v.prot).collect();
-    let target = Target {
-        dir: &snap.dir,
-        key: &key,
-        layout: &layout,
-        prots: &prots,
-        image: &image,
-        drift_share: cfg.drift_share,
-        arriving: arriving.clone(),
-    };
+    Ok(Loaded {
+        key: snapshot_key(snap),
+        layout: Arc::new(state.memory.clone()),
+        prots: state.vmas.iter().map(|v| v.prot).collect(),
+        state,
+        image,
+        huge,
+    })
+}
 
-    // phase 1, prepare: overlaps building the sandbox (REAP's read)
-    let mut strategy = thaw_restore::strategy(kind);
-    strategy.prepare(&target)?;
-    // phase 2, plan: what the restorer maps, copies and leaves lazy (it
-    // needs no sandbox, so on a block tier the copies can be asked for now)
-    let mut memory = strategy.plan(&target)?;
-    let hinted = Instant::now();
-    if arriving.is_none()
-        && !thaw_store::secure::on_dram(&snap.dir).map_err(thaw_store::StoreError::from)?
-    {
-        request_copies(&image, &memory.runs);
-    }
-    let hint_ms = ms(hinted);
-
-    let t1 = Instant::now();
-    let (mut sb, pooled) = match prebuilt.filter(|p| p.root() == root) {
-        Some(p) => (p.into_sandbox(), true),
-        None => (Prebuilt::build(root, cfg)?.into_sandbox(), false),
-    };
-    let pid = sb.pid();
-    let sandbox_ms = ms(t1);
-
-    let lazy = memory.lazy();
-    let mut plan = build_plan(&state, &mut memory, sb.uid(), sb.ip_sockets())?;
+/// Builds the restorer's plan (memory, threads, descriptors, signals) and
+/// sends it, with the image and the strategy's descriptors, to the
+/// restorer waiting in `sb`; returns the socket it reports on, and whether
+/// it waits for the saved files before reopening any of /tmp.
+fn send_plan(
+    snap: &Snapshot,
+    loaded: &Loaded,
+    memory: &mut MemoryPlan,
+    sb: &Sandbox,
+    hold_threads: bool,
+    on_spawn: Option<&mut dyn FnMut(i32)>,
+    arriving: &Option<Arc<dyn Arriving>>,
+) -> Result<(std::os::unix::net::UnixStream, bool), RestoreError> {
+    let state = &loaded.state;
+    let mut plan = build_plan(state, memory, sb.uid(), sb.ip_sockets())?;
     if hold_threads {
         plan.header.flags |= r::PLAN_HOLD_THREADS;
     }
-    crate::fds::to_plan(&state.fds, image.metadata()?.len(), &mut plan).map_err(|source| {
-        RestoreError::State {
+    crate::fds::to_plan(&state.fds, loaded.image.metadata()?.len(), &mut plan).map_err(
+        |source| RestoreError::State {
             dir: snap.dir.clone(),
             source,
-        }
-    })?;
+        },
+    )?;
     let encoded = plan
         .encode()
         .map_err(|e| Context::new("encoding the restorer's plan", e))?;
-
     if let Some(f) = on_spawn {
-        f(pid);
+        f(sb.pid());
     }
-    if let Some(a) = &arriving {
+    if let Some(a) = arriving {
         a.copied_pages()
             .map_err(|e| Context::new("waiting for the image's copied pages", e))?;
     }
     let sock = sb.control_socket().try_clone()?;
     sock.set_read_timeout(Some(RESTORER_REPORT_DEADLINE))?;
-    let mut plan_fds = vec![image.as_raw_fd()];
+    let mut plan_fds = vec![loaded.image.as_raw_fd()];
     plan_fds.extend(&memory.extra_fds);
     thaw_sandbox::cmsg::send_with_fds(&sock, &encoded, &plan_fds)
         .context("sending the plan to the restorer")?;
-    // the saved /tmp and /dev/shm, while the restorer rebuilds memory
+    Ok((sock, plan.waits_for_files()))
+}
+
+/// Restores the saved /tmp and /dev/shm while the restorer rebuilds
+/// memory, then waits for its report (and its userfaultfd when pages are
+/// left lazy): an error names the step it failed at.
+fn await_restorer(
+    sock: &std::os::unix::net::UnixStream,
+    loaded: &Loaded,
+    sb: &Sandbox,
+    lazy: bool,
+    files_awaited: bool,
+) -> Result<Rebuilt, RestoreError> {
     let files_at = Instant::now();
-    crate::files::restore(pid, &state.files, &image, sb.uid())
+    crate::files::restore(sb.pid(), &loaded.state.files, &loaded.image, sb.uid())
         .context("restoring the sandbox's /tmp and /dev/shm")?;
-    if plan.waits_for_files() {
+    if files_awaited {
         // the restorer reopens files of /tmp only once they are there
-        (&sock)
+        (&*sock)
             .write_all(&[r::FILES_BYTE])
             .context("telling the restorer its files are ready")?;
     }
     let files_ms = ms(files_at);
-    let file_bytes = state.files.iter().map(|f| f.len).sum();
-    let (uffd, first) = if lazy {
-        recv_uffd(&sock)?
-    } else {
-        (None, None)
-    };
+    let (uffd, first) = if lazy { recv_uffd(sock)? } else { (None, None) };
     let mut raw = [0u8; r::STATUS_BYTES];
     let start = match first {
         Some(b) => {
@@ -315,7 +423,7 @@ pub(crate) fn restore_with(
         }
         None => 0,
     };
-    (&sock).read_exact(&mut raw[start..]).map_err(|e| {
+    (&*sock).read_exact(&mut raw[start..]).map_err(|e| {
         if matches!(
             e.kind(),
             std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
@@ -342,35 +450,48 @@ pub(crate) fn restore_with(
             errno: status.err,
         });
     }
-    if lazy {
-        let uffd =
-            uffd.ok_or_else(|| HostError::Failed("restorer did not send its userfaultfd".into()))?;
-        // phase 3, serve: the strategy's prefetch, then the page server
-        let serve = strategy.serve(&target, uffd.as_fd())?;
-        let on_fatal = Box::new(move |why: &thaw_memory::ServeError| {
-            tracing::error!("page server for pid {pid} failed: {why}; killing the sandbox");
-            // SAFETY: signalling our own child; reaped by Sandbox::kill.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-        });
-        let source: Arc<dyn PageSource> = match pager_source {
-            Some(s) => s,
-            None => Arc::new(ImageSource(image.try_clone()?)),
-        };
-        sb.attach_pager(PageServer::spawn(
-            uffd,
-            layout.clone(),
-            source,
-            record_faults || serve.record,
-            on_fatal,
-        )?);
+    if lazy && uffd.is_none() {
+        return Err(HostError::Failed("restorer did not send its userfaultfd".into()).into());
     }
+    Ok(Rebuilt {
+        status,
+        uffd,
+        files_ms,
+    })
+}
 
-    if let Some(h) = huge {
-        // the runtime's first faults find the page cache as asked
-        let _ = h.join();
-    }
-    let t2 = Instant::now();
-    (&sock)
+/// The page server of the sandbox's lazily restored memory, from `source`;
+/// a fatal error of it kills the sandbox.
+fn start_pager(
+    sb: &Sandbox,
+    uffd: OwnedFd,
+    loaded: &Loaded,
+    source: Arc<dyn PageSource>,
+    record: bool,
+) -> Result<PageServer, RestoreError> {
+    let pid = sb.pid();
+    let on_fatal = Box::new(move |why: &thaw_memory::ServeError| {
+        tracing::error!("page server for pid {pid} failed: {why}; killing the sandbox");
+        // SAFETY: signalling our own child; reaped by Sandbox::kill.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    });
+    Ok(PageServer::spawn(
+        uffd,
+        loaded.layout.clone(),
+        source,
+        record,
+        on_fatal,
+    )?)
+}
+
+/// The go-ahead: the restorer unmaps itself and returns into the runtime,
+/// which is then greeted with a fresh random seed.
+fn resume(
+    sb: &mut Sandbox,
+    sock: &std::os::unix::net::UnixStream,
+    threads: usize,
+) -> Result<(), RestoreError> {
+    (&*sock)
         .write_all(&[r::RESUME_BYTE])
         .context("resuming the runtime")?;
     let mut seed = [0u8; 32];
@@ -379,39 +500,17 @@ pub(crate) fn restore_with(
     // trampoline: with threads it stays mapped, and a checkpoint leaves it
     // out of the snapshot once none is there.
     let trampoline = (r::TRAMP_ADDR, r::TRAMP_SIZE);
-    let single = state.threads.len() == 1;
     sb.call(
         &thaw_sandbox::agent::Request::Restored {
             seed: hex::encode(seed),
-            unmap: single.then_some(trampoline),
+            unmap: (threads == 1).then_some(trampoline),
         },
         Duration::from_secs(30),
     )
     .map_err(RestoreError::Resume)?;
-    let rep = RestoreReport {
-        strategy: strategy.kind(),
-        state_load_ms,
-        sandbox_ms,
-        pooled,
-        hint_ms,
-        memory_setup_ms: status.setup_ns as f64 / 1e6,
-        populate_ms: status.populate_ns as f64 / 1e6,
-        resume_ms: ms(t2),
-        total_ms: ms(t0),
-        copied_bytes: memory.copied_bytes,
-        mapped_bytes: memory.mapped_bytes,
-        lazy_bytes: memory.lazy_bytes,
-        populated_bytes: memory.populated_bytes,
-        files_ms,
-        file_bytes,
-        figures: strategy.report(),
-    };
-    // phase 4 runs when the caller reports the first response
-    sb.keep_strategy(strategy);
-    Ok((sb, rep))
+    Ok(())
 }
 
-/// Identifies a snapshot's exact contents, for files derived from it.
 /// Has the page cache of the files the snapshot maps from the runtime root
 /// hold their pieces mapped 2 MiB-aligned in 2 MiB folios and the rest in
 /// large ones (`thaw_memory::huge_cache`): the runtime then faults each
@@ -483,6 +582,7 @@ fn huge_code(
     }))
 }
 
+/// Identifies a snapshot's exact contents, for files derived from it.
 pub fn snapshot_key(snap: &Snapshot) -> String {
     format!("{}:{}", snap.manifest.id, snap.manifest.memory.sha256)
 }

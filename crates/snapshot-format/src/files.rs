@@ -22,7 +22,7 @@ pub enum FileKind {
 }
 
 /// One entry of the sandbox's /tmp or /dev/shm at checkpoint (see
-/// [`crate::files`]). Parents come before their children.
+/// `thaw-checkpoint`'s `files`). Parents come before their children.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SavedFile {
     /// the path inside the sandbox (`/tmp/model.bin`)
