@@ -10,12 +10,14 @@ pub mod checkpoint;
 mod error;
 pub mod fds;
 pub mod files;
+mod freeze;
 pub mod profile;
 mod ptrace;
 pub mod restore;
 pub mod shared_maps;
 mod sigframe;
 pub mod signals;
+mod threads;
 
 pub use checkpoint::{checkpoint, CheckpointReport, NotCheckpointable, Refusal};
 pub use error::{CheckpointError, ProfileError, RestoreError};

@@ -188,9 +188,9 @@ fn lazily_served(pid: i32) -> Result<Vec<std::ops::Range<u64>>> {
 /// write a page between its save and its drop, and the write would be lost.
 fn drop_resident(sb: &Sandbox, overlay: &ProfileSource) -> Result<()> {
     let pid = sb.pid();
-    crate::checkpoint::wait_blocked_on_socket(pid)?;
+    crate::freeze::wait_blocked_on_socket(pid)?;
     let mut frozen = Vec::new();
-    let froze = crate::checkpoint::freeze_all(pid, &mut frozen)
+    let froze = crate::freeze::freeze_all(pid, &mut frozen)
         .map_err(|e| HostError::Failed(format!("freezing the runtime: {e}")));
     let res = froze.and_then(|()| -> Result<()> {
         let anon = lazily_served(pid)?;

@@ -55,7 +55,7 @@ pub(crate) fn capture(
                 format!(
                     "signal {} queued for thread {} (tid {tid}): only the main thread's and the process's queued signals are carried",
                     signo(&info),
-                    crate::checkpoint::thread_name(pid, tid),
+                    crate::freeze::thread_name(pid, tid),
                 ),
             ));
         }
