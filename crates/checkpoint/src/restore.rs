@@ -622,6 +622,20 @@ pub fn snapshot_state(snap: &Snapshot) -> Result<Arc<ProcessState>, RestoreError
     Ok(state)
 }
 
+/// Whether a published snapshot's process state is of another format
+/// version than this thaw's: one to take again, as the daemon and the
+/// worker do (a corrupt state is not this: its restore fails naming it).
+/// Decoded once per process and state, as [`snapshot_state`] keeps it.
+pub fn of_another_version(snap: &Snapshot) -> bool {
+    matches!(
+        snapshot_state(snap),
+        Err(RestoreError::State {
+            source: thaw_snapshot_format::StateError::Version { .. },
+            ..
+        })
+    )
+}
+
 /// The restorer `pread`s the runs it copies one after another, each a
 /// synchronous trip to the device on a block tier. Asked for here, all at
 /// once, they are read while the sandbox is being built and with the

@@ -242,11 +242,17 @@ impl Worker {
     pub fn snapshot(&self, function: &str, tier: &Tier) -> Result<Snapshot> {
         self.check_function(function)?;
         let name = self.snapshot_name(function);
-        if let Some(s) = tier.open_current(&name)? {
+        if let Some(s) = tier
+            .open_current(&name)?
+            .filter(|s| !thaw_checkpoint::restore::of_another_version(s))
+        {
             return Ok(s);
         }
         let lock = tier.lock_deploy(&name)?;
-        if let Some(s) = lock.current()? {
+        if let Some(s) = lock
+            .current()?
+            .filter(|s| !thaw_checkpoint::restore::of_another_version(s))
+        {
             return Ok(s);
         }
         Ok(self.deploy_locked(function, lock)?.0)
