@@ -20,6 +20,11 @@ pub struct Row {
 
 /// Decodes each function's DRAM-tier snapshot state `runs` times.
 pub fn run(w: &Worker, functions: &[String], runs: usize) -> Result<Vec<Row>> {
+    if runs == 0 {
+        return Err(BenchError::Failed(
+            "state-decode needs at least one run".into(),
+        ));
+    }
     let tier = w.tier("tmpfs")?;
     let mut rows = Vec::new();
     for f in functions {
@@ -30,7 +35,7 @@ pub fn run(w: &Worker, functions: &[String], runs: usize) -> Result<Vec<Row>> {
         // once untimed: a warm cache, and what the table says of the state
         let state = decode()?;
         let mut times = Vec::with_capacity(runs);
-        for _ in 0..runs.max(1) {
+        for _ in 0..runs {
             let t = Instant::now();
             std::hint::black_box(decode()?);
             times.push(t.elapsed().as_secs_f64() * 1e6);
