@@ -17,7 +17,7 @@ pub enum BenchServeError {
     #[error(transparent)]
     Tiers(#[from] thaw_tiers::TiersError),
     #[error(transparent)]
-    Restore(#[from] thaw_sandbox::RestoreError),
+    Restore(#[from] thaw_checkpoint::RestoreError),
     #[error(transparent)]
     Sandbox(#[from] thaw_sandbox::SandboxError),
     #[error(transparent)]

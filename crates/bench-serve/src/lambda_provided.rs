@@ -84,7 +84,7 @@ pub fn run(runtime_home: &Path, scratch: &Path, runs: usize) -> Result<Vec<Provi
             .start_user(&func, T)
             .map_err(|e| BenchServeError::Failed(format!("{name}: {e:#}")))?;
         let (snap, _) =
-            thaw_sandbox::checkpoint(&mut sb, &dir.join("snapshot"), name, &w.root.hash)
+            thaw_checkpoint::checkpoint(&mut sb, &dir.join("snapshot"), name, &w.root.hash)
                 .map_err(|e| BenchServeError::Failed(format!("{name}: checkpoint: {e:#}")))?;
         drop(sb);
         let strategy = StrategyKind::Mmap;

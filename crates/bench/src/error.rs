@@ -27,7 +27,7 @@ pub enum BenchError {
     #[error(transparent)]
     Sandbox(#[from] thaw_sandbox::SandboxError),
     #[error(transparent)]
-    Restore(#[from] thaw_sandbox::RestoreError),
+    Restore(#[from] thaw_checkpoint::RestoreError),
     #[error(transparent)]
     Plot(#[from] thaw_plot::PlotError),
     #[error(transparent)]

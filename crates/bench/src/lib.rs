@@ -14,6 +14,7 @@ pub mod hierarchy;
 pub mod remote;
 pub mod restore;
 pub mod start;
+pub mod state_decode;
 pub mod stats;
 pub mod store;
 

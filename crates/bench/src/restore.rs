@@ -453,7 +453,7 @@ fn more_warm(sb: &mut Sandbox, size: InputSize, calls: usize, first: f64) -> Res
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn measure_start(
     w: &Worker,
-    start: &mut dyn FnMut() -> Result<(Sandbox, thaw_sandbox::RestoreReport)>,
+    start: &mut dyn FnMut() -> Result<(Sandbox, thaw_checkpoint::RestoreReport)>,
     f: &str,
     size: InputSize,
     s: StrategyKind,

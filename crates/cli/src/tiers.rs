@@ -354,7 +354,21 @@ fn probe_tiers(
                         "--file",
                     ])
                     .arg(&file);
-                    res.push(probe::measure_in_sandbox_cgroups(cmd)?);
+                    // memory and pids limits like a sandbox's
+                    let cg = thaw_sandbox::SandboxCgroups::create(
+                        &format!("probe-{}", std::process::id()),
+                        1 << 30,
+                        32,
+                        None,
+                        None,
+                    )
+                    .map_err(|e| {
+                        thaw_tiers::TiersError::Failed(format!(
+                            "making the probe's cgroups: {:#}",
+                            anyhow::Error::new(e)
+                        ))
+                    })?;
+                    res.push(probe::measure_in_sandbox_cgroups(cmd, &cg.procs_files())?);
                 }
                 Ok(res)
             });

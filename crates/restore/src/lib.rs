@@ -36,7 +36,7 @@ use std::fs::File;
 use std::os::fd::{BorrowedFd, RawFd};
 use std::path::Path;
 use std::sync::Arc;
-use thaw_memory::{BoxError, MemoryLayout, PageServer, Region};
+use thaw_memory::{BoxError, MemoryLayout, PageServer, PageSource, Region};
 use thaw_restorer as r;
 
 pub use thaw_strategy_kind::{StartStrategy, StrategyKind, UnknownStrategy};
@@ -114,6 +114,15 @@ pub trait Arriving: Send + Sync {
     /// The REAP working set's files beside the snapshot: waited for by the
     /// working-set reader, while the sandbox is being built.
     fn working_set(&self) -> Result<(), BoxError>;
+}
+
+/// A streamed restore's inputs (made by the remote tier's stream).
+pub struct Streamed {
+    /// the local file the image is arriving in
+    pub image: File,
+    /// serves lazily restored pages, waiting for those not there yet
+    pub source: Arc<dyn PageSource>,
+    pub arriving: Arc<dyn Arriving>,
 }
 
 /// The snapshot being restored, as the strategies see it.

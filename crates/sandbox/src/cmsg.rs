@@ -17,7 +17,7 @@ use std::os::unix::net::UnixStream;
 pub(crate) const MAX_FDS: usize = 16;
 
 /// What one `recvmsg` brought.
-pub(crate) struct Received {
+pub struct Received {
     /// bytes read (0: the peer closed)
     pub read: usize,
     /// descriptors passed with them (SCM_RIGHTS), ours to own
@@ -58,14 +58,14 @@ pub(crate) fn recv(sock: &UnixStream, buf: &mut [u8]) -> std::io::Result<Receive
 }
 
 /// One byte read from `sock` with what came with it.
-pub(crate) fn recv_one_byte(sock: &UnixStream) -> std::io::Result<(u8, Received)> {
+pub fn recv_one_byte(sock: &UnixStream) -> std::io::Result<(u8, Received)> {
     let mut byte = [0u8];
     let got = recv(sock, &mut byte)?;
     Ok((byte[0], got))
 }
 
 /// One sendmsg: `data` with `fds` attached to its first byte.
-pub(crate) fn send_with_fds(sock: &UnixStream, data: &[u8], fds: &[RawFd]) -> std::io::Result<()> {
+pub fn send_with_fds(sock: &UnixStream, data: &[u8], fds: &[RawFd]) -> std::io::Result<()> {
     // SAFETY: the caller's descriptors stay open for the duration of the call.
     let borrowed: Vec<BorrowedFd<'_>> = fds
         .iter()

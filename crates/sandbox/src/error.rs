@@ -1,13 +1,10 @@
-//! What can go wrong building, talking to, checkpointing and restoring a
-//! sandbox: one enum per operation, with the kinds its callers decide on as
-//! variants and the host's failures (a /proc file, ptrace, a mount, a
-//! cgroup) as `Other`, a [`HostError`] that keeps its cause.
+//! What can go wrong building and talking to a sandbox: one enum per
+//! operation, with the kinds its callers decide on as variants and the
+//! host's failures (a /proc file, a mount, a cgroup) as `Other`, a
+//! [`HostError`] that keeps its cause.
 use crate::agent::AgentError;
 use crate::egress::EgressError;
-use crate::state::StateError;
-use crate::NotCheckpointable;
 use std::time::Duration;
-use thaw_error::Context;
 
 /// A step on the host that failed: callers only report these.
 #[derive(Debug, thiserror::Error)]
@@ -20,34 +17,30 @@ pub enum HostError {
     Io(#[from] std::io::Error),
     /// the step that failed, with its cause
     #[error(transparent)]
-    Other(#[from] Context),
+    Other(#[from] thaw_error::Context),
 }
 
 pub(crate) type Result<T, E = HostError> = std::result::Result<T, E>;
 
-/// Turns a crate's `From<HostError>` into `From` its sources as well, so
-/// `?` takes an I/O error or a `.context(...)` into any of the enums here.
+/// Turns a type's `From<HostError>` into `From` its sources as well, so
+/// `?` takes an I/O error or a `.context(...)` into any of the enums here
+/// (and the checkpoint crate's).
+#[macro_export]
 macro_rules! host_sources {
     ($($t:ty),*) => {$(
         impl From<std::io::Error> for $t {
             fn from(e: std::io::Error) -> Self {
-                HostError::from(e).into()
+                $crate::HostError::from(e).into()
             }
         }
-        impl From<Context> for $t {
-            fn from(e: Context) -> Self {
-                HostError::from(e).into()
+        impl From<thaw_error::Context> for $t {
+            fn from(e: thaw_error::Context) -> Self {
+                $crate::HostError::from(e).into()
             }
         }
     )*};
 }
-host_sources!(
-    StartError,
-    CheckpointError,
-    RestoreError,
-    ProfileError,
-    EgressError
-);
+host_sources!(StartError, EgressError);
 
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {
@@ -103,103 +96,6 @@ pub enum StartError {
         #[source]
         source: SandboxError,
     },
-    #[error(transparent)]
-    Other(#[from] HostError),
-}
-
-/// Why a checkpoint was not taken.
-#[derive(Debug, thiserror::Error)]
-pub enum CheckpointError {
-    /// the instance holds what a snapshot cannot keep (every reason)
-    #[error(transparent)]
-    NotCheckpointable(#[from] NotCheckpointable),
-    /// a thread is where a restore could not resume it (inside a call that
-    /// cannot be re-issued or interrupted, too many of them, their resume
-    /// frames too large): the same instance may be taken later
-    #[error("{0}")]
-    Unresumable(String),
-    /// the agent did not prepare: the sandbox died, timed out, refused or
-    /// answered out of protocol
-    #[error("the agent did not prepare for the checkpoint")]
-    Prepare(#[source] SandboxError),
-    /// the snapshot could not be written
-    #[error(transparent)]
-    Store(#[from] thaw_store::StoreError),
-    #[error(transparent)]
-    Other(#[from] HostError),
-}
-
-/// Why a restore failed, for callers to match.
-#[derive(Debug, thiserror::Error)]
-pub enum RestoreError {
-    /// the restorer failed before resume, at `step` of plan.h's step table
-    /// (`detail`: which item of that step, e.g. the VMA or run index, or for
-    /// the descriptor steps the descriptor's number)
-    #[error("restorer failed while {step_name} ({}): {}", item(*step, *detail), std::io::Error::from_raw_os_error(*errno))]
-    Restorer {
-        step: u32,
-        step_name: &'static str,
-        detail: u32,
-        errno: i32,
-    },
-    /// the resumed runtime did not answer its first request
-    #[error("the restored runtime did not answer")]
-    Resume(#[source] SandboxError),
-    /// the snapshot was taken on another runtime root: rebuild it
-    #[error("snapshot {id} was taken on runtime root {taken_on}, but the root given is {given}; rebuild the snapshot")]
-    OtherRoot {
-        id: String,
-        taken_on: String,
-        given: String,
-    },
-    /// the snapshot's files are missing, corrupt, of another version or
-    /// fail their checksums
-    #[error(transparent)]
-    Snapshot(#[from] thaw_store::StoreError),
-    /// the snapshot's process state does not decode or does not validate
-    #[error("snapshot {dir}")]
-    State {
-        dir: std::path::PathBuf,
-        #[source]
-        source: StateError,
-    },
-    /// the strategy could not prepare, plan or serve this snapshot
-    #[error(transparent)]
-    Strategy(#[from] thaw_restore::StrategyError),
-    /// the sandbox to restore into could not be built
-    #[error(transparent)]
-    Start(#[from] StartError),
-    /// anything else: the runtime root, the restorer's handshake, the host
-    #[error(transparent)]
-    Other(#[from] HostError),
-}
-
-/// What a restorer failure's `detail` names.
-fn item(step: u32, detail: u32) -> String {
-    if thaw_restorer::FD_STEPS.contains(&step) {
-        format!("fd {detail}")
-    } else {
-        format!("item {detail}")
-    }
-}
-
-/// Why an access profile could not be taken.
-#[derive(Debug, thiserror::Error)]
-pub enum ProfileError {
-    /// the lazily served clone could not be restored
-    #[error(transparent)]
-    Restore(#[from] RestoreError),
-    /// the clone failed a profiled request
-    #[error("{what}")]
-    Sandbox {
-        what: String,
-        #[source]
-        source: SandboxError,
-    },
-    #[error(transparent)]
-    Snapshot(#[from] thaw_store::StoreError),
-    #[error(transparent)]
-    State(#[from] StateError),
     #[error(transparent)]
     Other(#[from] HostError),
 }

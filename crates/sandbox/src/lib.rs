@@ -1,35 +1,25 @@
-//! Sandboxed function runtimes with checkpoint/restore.
+//! Sandboxed function runtimes.
 //!
 //! A sandbox is a runtime process (the Python agent and its function) in fresh
 //! pid, mount, net, ipc and uts namespaces, pivoted into the read-only runtime
-//! root with a private /tmp and /dev/shm (both kept in its snapshots), under a seccomp filter, as an unprivileged uid,
+//! root with a private /tmp and /dev/shm, under a seccomp filter, as an unprivileged uid,
 //! with cgroup v1 memory and pids limits, talking to the worker over one
-//! socket at fd 3. [`checkpoint`] freezes one and writes a snapshot;
-//! [`restore()`] rebuilds one from a snapshot in a new sandbox with a memory
-//! strategy from `thaw-memory`.
+//! socket at fd 3. A sandbox knows nothing of snapshots: `thaw-checkpoint`
+//! freezes one into a snapshot and rebuilds one from it, in a sandbox whose
+//! process is the restorer ([`Prebuilt`]).
 
 pub mod agent;
 pub mod cgroup;
-pub mod checkpoint;
 pub mod cleanup;
-mod cmsg;
+pub mod cmsg;
 pub mod egress;
 mod error;
-pub mod fds;
-pub mod files;
 pub mod nethost;
-mod netns;
+pub mod netns;
 pub mod pool;
-pub mod profile;
-mod ptrace;
-pub mod restore;
 pub mod runtime_api;
 pub mod seccomp;
-pub mod shared_maps;
-mod sigframe;
-pub mod signals;
 mod spawn;
-pub mod state;
 pub mod uid;
 pub mod zygote;
 
@@ -50,12 +40,9 @@ pub use thaw_restore::{FirstResponse, StartStrategy, StrategyKind, WsMode};
 
 /// For readers that must sit in cgroups like a sandbox's (the tier probe).
 pub use cgroup::Cgroups as SandboxCgroups;
-pub use checkpoint::{checkpoint, CheckpointReport, NotCheckpointable, Refusal};
-pub use error::{CheckpointError, HostError, ProfileError, RestoreError, SandboxError, StartError};
+pub use error::{HostError, SandboxError, StartError};
 pub use pool::{PoolStats, Prebuilt, SandboxPool};
-pub use restore::{restore, RestoreArgs, RestoreReport, Streamed};
 pub use runtime_api::RuntimeApiSpec;
-pub use thaw_restore::Arriving;
 pub use zygote::Zygote;
 
 /// Limits and places for sandboxes.
@@ -374,8 +361,42 @@ impl Sandbox {
     }
 
     /// Whether its runtime may make IP sockets (see `Slot::ip_sockets`).
-    pub(crate) fn ip_sockets(&self) -> bool {
+    pub fn ip_sockets(&self) -> bool {
         self.net.is_some() || self.runtime_api.is_some()
+    }
+
+    /// Its memory limit in bytes.
+    pub fn memory_limit(&self) -> u64 {
+        self.memory_limit
+    }
+
+    /// Whether it runs a custom runtime (a bootstrap served by the
+    /// Runtime API) rather than an agent.
+    pub fn is_custom_runtime(&self) -> bool {
+        self.runtime_api.is_some()
+    }
+
+    /// A custom runtime's Runtime API connection whose call waits, if one does.
+    pub fn pending_runtime_api_conn(&self) -> Option<runtime_api::PendingConn> {
+        self.runtime_api.as_ref().and_then(|a| a.pending_conn())
+    }
+
+    /// The worker's end of the socket at the runtime's fd 3 (a restore
+    /// talks to the restorer on it before the agent runs).
+    pub fn control_socket(&self) -> &UnixStream {
+        self.chan.socket()
+    }
+
+    /// A restore's page server for its lazily restored memory: stopped
+    /// with the sandbox.
+    pub fn attach_pager(&mut self, pager: PageServer) {
+        self.pager = Some(pager);
+    }
+
+    /// A restore's strategy, whose last phase runs at the first response
+    /// (see [`Sandbox::after_first_response`]).
+    pub fn keep_strategy(&mut self, strategy: Box<dyn thaw_restore::Strategy>) {
+        self.strategy = Some(strategy);
     }
 
     /// Its address and veth, for a function given egress.
@@ -509,14 +530,14 @@ impl Sandbox {
         self.first_response.as_ref()
     }
 
+    pub(crate) fn channel(&mut self) -> &mut AgentChannel {
+        &mut self.chan
+    }
+
     /// What the restore strategy did at the first response, once reported
     /// (see [`Sandbox::after_first_response`]).
     pub fn first_response(&self) -> Option<&FirstResponse> {
         self.first_response.as_ref()
-    }
-
-    pub(crate) fn channel(&mut self) -> &mut AgentChannel {
-        &mut self.chan
     }
 
     /// (minor, major) page faults of the runtime so far.
@@ -613,7 +634,7 @@ impl Drop for Sandbox {
 }
 
 /// /proc/PID/stat split after the command name (which may hold spaces).
-pub(crate) struct StatFields<'a>(Vec<&'a str>);
+pub struct StatFields<'a>(Vec<&'a str>);
 
 impl StatFields<'_> {
     /// Field `n` as numbered in proc(5) (1-based; 3 is the state).
@@ -625,7 +646,7 @@ impl StatFields<'_> {
     }
 }
 
-pub(crate) fn stat_fields(stat: &str) -> Result<StatFields<'_>> {
+pub fn stat_fields(stat: &str) -> Result<StatFields<'_>> {
     let close = stat
         .rfind(')')
         .ok_or_else(|| HostError::Failed("malformed /proc stat".into()))?;

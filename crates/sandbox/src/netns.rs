@@ -6,7 +6,7 @@ use std::os::fd::AsRawFd;
 use thaw_error::fail;
 
 /// Runs `f` on a thread that has joined runtime `pid`'s network namespace.
-pub(crate) fn in_netns<T: Send + 'static>(
+pub fn in_netns<T: Send + 'static>(
     pid: i32,
     f: impl FnOnce() -> Result<T> + Send + 'static,
 ) -> Result<T> {

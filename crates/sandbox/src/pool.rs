@@ -7,12 +7,15 @@
 //! kernel locks both take (a fifth of helloworld's cold start on a loaded
 //! two-core machine). A pooled sandbox serves
 //! one restore only; one that died while waiting is discarded when taken.
+use crate::error::{HostError, Result};
 use crate::StartError;
-use crate::{restore, spawn, Sandbox, SandboxConfig, Slot};
+use crate::{spawn, Sandbox, SandboxConfig, Slot};
 use std::collections::VecDeque;
-use std::os::fd::AsRawFd;
+use std::fs::File;
+use std::io::Write;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 use thaw_error::fail;
@@ -46,7 +49,7 @@ impl Prebuilt {
             argv: vec!["thaw-restorer".into()],
             env: vec![],
             exec: spawn::Exec::Memfd {
-                fd: restore::restorer_memfd()?,
+                fd: restorer_memfd()?,
             },
             rlimits: cfg.rlimits(),
             procs_files: slot.cgroups.procs_files(),
@@ -77,6 +80,19 @@ impl Prebuilt {
     /// The restorer's pid.
     pub fn pid(&self) -> i32 {
         self.sb.pid
+    }
+
+    /// The runtime root it was built on.
+    pub fn root(&self) -> &Path {
+        &self.sb.root
+    }
+
+    /// The sandbox, for a restore into it: a pool's refill waits for its
+    /// first response (see [`Sandbox::after_first_response`]).
+    pub fn into_sandbox(self) -> Sandbox {
+        let mut sb = self.sb;
+        sb.pool_ticket = self.ticket;
+        sb
     }
 
     /// Whether the restorer still waits for its plan: it never writes before
@@ -313,4 +329,35 @@ impl Drop for SandboxPool {
         // we still hold them (Sandbox::drop reaps and removes cgroups)
         self.shared.lock().ready.clear();
     }
+}
+
+/// The restorer ELF in a sealed memfd, made once per process.
+pub(crate) fn restorer_memfd() -> Result<RawFd> {
+    static FD: OnceLock<OwnedFd> = OnceLock::new();
+    if let Some(fd) = FD.get() {
+        return Ok(fd.as_raw_fd());
+    }
+    // SAFETY: memfd_create with a static NUL-terminated name.
+    let fd = unsafe {
+        libc::memfd_create(
+            c"thaw-restorer".as_ptr(),
+            libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
+        )
+    };
+    if fd < 0 {
+        fail!(
+            HostError::Failed,
+            "memfd_create: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    // SAFETY: fd was just created and is owned here.
+    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+    let mut f = File::from(owned);
+    f.write_all(thaw_restorer::RESTORER_ELF)?;
+    let seals = libc::F_SEAL_WRITE | libc::F_SEAL_GROW | libc::F_SEAL_SHRINK | libc::F_SEAL_SEAL;
+    // SAFETY: fcntl on our own descriptor.
+    unsafe { libc::fcntl(f.as_raw_fd(), libc::F_ADD_SEALS, seals) };
+    let _ = FD.set(OwnedFd::from(f));
+    Ok(FD.get().expect("just set").as_raw_fd())
 }

@@ -410,7 +410,7 @@ fn trust(root_hash: &str, dir: &std::path::Path) -> Result<thaw_store::Snapshot>
     }
     // a state of another version (one that carried less) is taken again;
     // decoded once here, the restores reuse it
-    if let Err(e) = thaw_sandbox::restore::snapshot_state(&snap) {
+    if let Err(e) = thaw_checkpoint::restore::snapshot_state(&snap) {
         fail!(ServeError::Untrusted, "{e}");
     }
     // verified once and then unchangeable (sealed on DRAM, immutable on disk)

@@ -25,7 +25,7 @@ pub enum PlacementError {
     #[error(transparent)]
     Tiers(#[from] thaw_tiers::TiersError),
     #[error(transparent)]
-    Restore(#[from] thaw_sandbox::RestoreError),
+    Restore(#[from] thaw_checkpoint::RestoreError),
     #[error(transparent)]
     Sandbox(#[from] thaw_sandbox::SandboxError),
     /// the step that failed, with its cause

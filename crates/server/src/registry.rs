@@ -60,7 +60,7 @@ pub struct Record {
     /// Why the function has no snapshot and boots every new instance (a
     /// deploy whose instance could not be snapshotted); none otherwise.
     #[serde(default)]
-    pub snapshot_refused: Option<Vec<thaw_sandbox::Refusal>>,
+    pub snapshot_refused: Option<Vec<thaw_checkpoint::Refusal>>,
     /// Non-secret environment.
     pub env: BTreeMap<String, String>,
     /// Names of secret variables (values only in `secrets.json`).

@@ -431,7 +431,7 @@ fn copy_from(src: &Source, to: &Place, name: &str) -> Result<(FileSums, u64, std
         match f.as_str() {
             _ if !matches!(to, Place::Remote { .. }) => {}
             "state.json" => {
-                let decoded = thaw_sandbox::state::ProcessState::decode(&data)
+                let decoded = thaw_snapshot_format::ProcessState::decode(&data)
                     .with_context(|| format!("decoding the state of {name}"))?;
                 state = Some(decoded);
             }

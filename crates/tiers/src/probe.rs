@@ -443,18 +443,14 @@ pub fn blkio_escapees() -> Vec<PathBuf> {
 }
 
 /// Runs `reader` (a command that waits for one line on stdin, then measures
-/// and prints one JSON `ReaderResult`) inside fresh memory and pids cgroups,
-/// like a sandbox.
-pub fn measure_in_sandbox_cgroups(mut reader: std::process::Command) -> Result<ReaderResult> {
+/// and prints one JSON `ReaderResult`) inside fresh cgroups made like a
+/// sandbox's, given by their `cgroup.procs` files (the caller makes and
+/// removes them: this crate knows tiers, not sandboxes).
+pub fn measure_in_sandbox_cgroups(
+    mut reader: std::process::Command,
+    procs_files: &[PathBuf],
+) -> Result<ReaderResult> {
     use std::process::Stdio;
-    let cg = thaw_sandbox::SandboxCgroups::create(
-        &format!("probe-{}", std::process::id()),
-        1 << 30,
-        32,
-        None,
-        None,
-    )
-    .context("making the probe's cgroups")?;
     let mut child = reader
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -462,7 +458,7 @@ pub fn measure_in_sandbox_cgroups(mut reader: std::process::Command) -> Result<R
         .spawn()
         .context("starting the probe reader")?;
     let pid = child.id().to_string();
-    let placed = cg.procs_files().iter().try_for_each(|f| {
+    let placed = procs_files.iter().try_for_each(|f| {
         std::fs::write(f, &pid).with_context(|| format!("writing {}", f.display()))
     });
     if let Err(e) = placed {

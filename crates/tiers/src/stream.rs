@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 use thaw_error::fail;
 use thaw_error::{BoxError, ResultExt};
 use thaw_memory::{PageSource, Region};
-use thaw_sandbox::{Arriving, Streamed};
+use thaw_restore::{Arriving, Streamed};
 use thaw_store::Snapshot;
 
 /// Where streamed snapshots are staged, beside the DRAM tier's snapshots.
@@ -387,7 +387,7 @@ impl Stream {
                 "{name}: the manifest's image checksum differs from the commit record's"
             );
         }
-        let state = thaw_sandbox::state::ProcessState::decode(&state)
+        let state = thaw_snapshot_format::ProcessState::decode(&state)
             .with_context(|| format!("decoding the state of {name}"))?;
         let chunk = header.chunk as u64;
         let before = restorer_chunks(&state, chunk, header.chunks());
@@ -688,7 +688,7 @@ impl Fetch {
 /// file-backed region's saved (private) pages, and the saved files of
 /// /tmp and /dev/shm; sorted.
 pub fn restorer_chunks(
-    state: &thaw_sandbox::state::ProcessState,
+    state: &thaw_snapshot_format::ProcessState,
     chunk: u64,
     chunks: u64,
 ) -> Vec<u64> {

@@ -8,12 +8,12 @@ pub enum WorkerError {
     UnknownFunction { name: String, known: String },
     /// the instance holds what a snapshot cannot keep (every reason)
     #[error(transparent)]
-    NotCheckpointable(thaw_sandbox::NotCheckpointable),
+    NotCheckpointable(thaw_checkpoint::NotCheckpointable),
     /// the sandbox died, timed out or answered out of protocol
     #[error(transparent)]
     Sandbox(#[from] thaw_sandbox::SandboxError),
     #[error(transparent)]
-    Restore(#[from] thaw_sandbox::RestoreError),
+    Restore(#[from] thaw_checkpoint::RestoreError),
     #[error(transparent)]
     Runtime(#[from] thaw_runtime::RuntimeError),
     #[error(transparent)]
@@ -36,9 +36,11 @@ pub type Result<T, E = WorkerError> = std::result::Result<T, E>;
 
 /// A checkpoint's error: its refusal kept as a variant, anything else as
 /// the step `what` with its cause.
-pub(crate) fn checkpoint_error(what: &str, e: thaw_sandbox::CheckpointError) -> WorkerError {
+pub(crate) fn checkpoint_error(what: &str, e: thaw_checkpoint::CheckpointError) -> WorkerError {
     match e {
-        thaw_sandbox::CheckpointError::NotCheckpointable(nc) => WorkerError::NotCheckpointable(nc),
+        thaw_checkpoint::CheckpointError::NotCheckpointable(nc) => {
+            WorkerError::NotCheckpointable(nc)
+        }
         e => Context::new(what, e).into(),
     }
 }

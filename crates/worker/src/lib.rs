@@ -3,19 +3,18 @@
 //! named strategy and invokes them.
 pub use error::WorkerError;
 use error::{checkpoint_error, Result};
+pub use request::{RestoreRequest, SandboxFrom};
 use serde::Serialize;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+use thaw_checkpoint::{checkpoint, CheckpointReport, RestoreArgs, RestoreError, RestoreReport};
 use thaw_error::ResultExt;
 use thaw_memory::tiering::{self, CostParams};
 use thaw_runtime::RootInfo;
 pub use thaw_sandbox::agent::Invoked;
 use thaw_sandbox::agent::Request;
-use thaw_sandbox::{
-    checkpoint, CheckpointReport, RestoreArgs, RestoreError, RestoreReport, Sandbox, SandboxConfig,
-    SandboxError, SandboxPool,
-};
+use thaw_sandbox::{Sandbox, SandboxConfig, SandboxError, SandboxPool};
 pub use thaw_sandbox::{StartStrategy, StrategyKind, WsMode};
 use thaw_store::{Snapshot, Tier};
 
@@ -23,6 +22,7 @@ pub use thaw_runtime::{FunctionInfo, InputSize, Runtime};
 
 mod calls;
 pub mod error;
+mod request;
 pub mod suite;
 
 pub use calls::{after_restore, invoke, invoke_event, invoke_event_as, invoke_event_serving};
@@ -247,11 +247,17 @@ impl Worker {
     pub fn snapshot(&self, function: &str, tier: &Tier) -> Result<Snapshot> {
         self.check_function(function)?;
         let name = self.snapshot_name(function);
-        if let Some(s) = tier.open_current(&name)? {
+        if let Some(s) = tier
+            .open_current(&name)?
+            .filter(|s| !thaw_checkpoint::restore::of_another_version(s))
+        {
             return Ok(s);
         }
         let lock = tier.lock_deploy(&name)?;
-        if let Some(s) = lock.current()? {
+        if let Some(s) = lock
+            .current()?
+            .filter(|s| !thaw_checkpoint::restore::of_another_version(s))
+        {
             return Ok(s);
         }
         Ok(self.deploy_locked(function, lock)?.0)
@@ -275,7 +281,7 @@ impl Worker {
         let mut args = RestoreArgs::new(req.snapshot, root, root_hash, req.strategy, &cfg);
         args.prebuilt = take_prebuilt(pool, &cfg);
         args.streamed = req.streamed;
-        thaw_sandbox::restore(args)
+        thaw_checkpoint::restore(args)
     }
 
     /// Keeps `size` sandboxes built ahead for restores (0: none, each restore
@@ -338,72 +344,6 @@ fn remove_orphan_slow_files(tiers: &[Tier]) -> Result<Vec<PathBuf>> {
     Ok(removed)
 }
 
-/// One restore, as [`Worker::restore`] takes it: by default a suite
-/// function's instance (the worker's sandbox configuration) into a sandbox
-/// from the worker's pool if it has one waiting, from the snapshot's own
-/// image.
-pub struct RestoreRequest<'a> {
-    pub snapshot: &'a Snapshot,
-    pub strategy: StrategyKind,
-    /// a user function's instance: same code mount and limits as its fresh
-    /// start
-    pub function: Option<&'a UserFunction>,
-    pub sandbox: SandboxFrom<'a>,
-    /// the image is still arriving (the remote tier's streamed restore):
-    /// see [`thaw_sandbox::RestoreArgs::streamed`]
-    pub streamed: Option<thaw_sandbox::Streamed>,
-}
-
-/// Where a restore's sandbox comes from. A sandbox built ahead is taken
-/// only if it was built for the restore's configuration.
-#[derive(Clone, Copy)]
-pub enum SandboxFrom<'a> {
-    /// the worker's pool ([`Worker::set_pool`]) if it has one waiting, else
-    /// built now
-    WorkerPool,
-    /// this pool (e.g. [`Worker::user_pool`]'s) if it has one waiting, else
-    /// built now
-    Pool(&'a SandboxPool),
-    /// built now, on the restore's critical path
-    BuiltNow,
-}
-
-impl<'a> RestoreRequest<'a> {
-    pub fn new(snapshot: &'a Snapshot, strategy: StrategyKind) -> RestoreRequest<'a> {
-        RestoreRequest {
-            snapshot,
-            strategy,
-            function: None,
-            sandbox: SandboxFrom::WorkerPool,
-            streamed: None,
-        }
-    }
-
-    /// An instance of the user function `f`.
-    pub fn function(self, f: &'a UserFunction) -> RestoreRequest<'a> {
-        RestoreRequest {
-            function: Some(f),
-            ..self
-        }
-    }
-
-    /// Into a sandbox from `pool` when it has one, else one built now.
-    pub fn pool(self, pool: Option<&'a SandboxPool>) -> RestoreRequest<'a> {
-        RestoreRequest {
-            sandbox: pool.map_or(SandboxFrom::BuiltNow, SandboxFrom::Pool),
-            ..self
-        }
-    }
-
-    /// From an image that is still arriving.
-    pub fn streamed(self, streamed: thaw_sandbox::Streamed) -> RestoreRequest<'a> {
-        RestoreRequest {
-            streamed: Some(streamed),
-            ..self
-        }
-    }
-}
-
 /// What `Worker::tier` did.
 #[derive(Debug, Clone, Serialize)]
 pub struct TierReport {
@@ -444,7 +384,7 @@ impl Worker {
                 std::iter::repeat_n((s.to_string(), Request::invoke_size(s.name())), reps.max(1))
             })
             .collect();
-        let mut profile = thaw_sandbox::profile::profile(
+        let mut profile = thaw_checkpoint::profile::profile(
             &snap,
             &self.root.path,
             &self.root.hash,
@@ -475,14 +415,14 @@ impl Worker {
             base_ms,
             ..params.clone()
         };
-        let state = thaw_sandbox::state::ProcessState::decode(&snap.load_state()?)
+        let state = thaw_snapshot_format::ProcessState::decode(&snap.load_state()?)
             .context("decoding the snapshot's state")?;
         let image = snap.open_image()?;
         let slow_dir = slow
             .path
             .join("tiered")
             .join(snap.dir.file_name().unwrap_or_default());
-        let key = thaw_sandbox::restore::snapshot_key(&snap);
+        let key = thaw_checkpoint::restore::snapshot_key(&snap);
         let earlier = tiering::load(&snap.dir, &key, &state.memory).ok().flatten();
         let tl = tiering::write(
             &snap.dir,

@@ -5,8 +5,9 @@
 mod common;
 use common::*;
 use serde_json::{json, Value};
-use thaw_sandbox::state::{FdKind, SavedFd, StateError};
-use thaw_sandbox::{checkpoint, RestoreError, Sandbox};
+use thaw_checkpoint::{checkpoint, RestoreError};
+use thaw_sandbox::Sandbox;
+use thaw_snapshot_format::{FdKind, SavedFd, StateError};
 use thaw_store::Snapshot;
 use thaw_worker::RestoreRequest;
 use thaw_worker::StrategyKind;
@@ -123,7 +124,7 @@ fn a_bad_descriptor_record_is_refused_when_the_snapshot_is_read() {
     let w = worker();
     let (fresh, snap, t) = snapshot_of("_test_fds", "fds-corrupt");
     drop(fresh);
-    let state = thaw_sandbox::state::ProcessState::decode(&snap.load_state().unwrap()).unwrap();
+    let state = thaw_snapshot_format::ProcessState::decode(&snap.load_state().unwrap()).unwrap();
     let pos = |k: fn(&FdKind) -> bool| state.fds.iter().position(|f| k(&f.kind)).unwrap();
     let file = pos(|k| matches!(k, FdKind::File { .. }));
     let pipe = pos(|k| matches!(k, FdKind::Pipe { unread, .. } if unread.len > 0));
@@ -171,7 +172,7 @@ fn a_restorer_that_cannot_recreate_a_descriptor_names_it() {
     let w = worker();
     let (fresh, snap, t) = snapshot_of("_test_fds", "fds-missing");
     drop(fresh);
-    let state = thaw_sandbox::state::ProcessState::decode(&snap.load_state().unwrap()).unwrap();
+    let state = thaw_snapshot_format::ProcessState::decode(&snap.load_state().unwrap()).unwrap();
     let tmp = state
         .fds
         .iter()

@@ -9,8 +9,9 @@ mod common;
 use common::*;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
+use thaw_checkpoint::checkpoint;
 use thaw_sandbox::agent::{Reply, Request};
-use thaw_sandbox::{checkpoint, Sandbox};
+use thaw_sandbox::Sandbox;
 use thaw_worker::{RestoreRequest, StrategyKind, UserFunction};
 
 /// The path `script what` prints once it has made `what` (cached by the

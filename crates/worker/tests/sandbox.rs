@@ -6,9 +6,10 @@ use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
+use thaw_checkpoint::RestoreArgs;
+use thaw_checkpoint::{checkpoint, RestoreError};
 use thaw_sandbox::agent::{Reply, Request};
-use thaw_sandbox::RestoreArgs;
-use thaw_sandbox::{checkpoint, RestoreError, Sandbox, SandboxConfig};
+use thaw_sandbox::{Sandbox, SandboxConfig};
 use thaw_store::{Snapshot, StoreError};
 use thaw_worker::invoke;
 use thaw_worker::InputSize;
@@ -203,7 +204,7 @@ fn restore_error(snap_dir: &std::path::Path, root: &std::path::Path, hash: &str)
         .map_err(RestoreError::from)
         .and_then(|s| {
             let cfg = SandboxConfig::default();
-            thaw_sandbox::restore(RestoreArgs::new(&s, root, hash, StrategyKind::Eager, &cfg))
+            thaw_checkpoint::restore(RestoreArgs::new(&s, root, hash, StrategyKind::Eager, &cfg))
         });
     match res {
         Ok(_) => panic!("restore of {} should have failed", snap_dir.display()),
@@ -313,7 +314,7 @@ fn restore_failing_half_way_leaves_nothing_behind() {
     for (name, path, want_step, want_errno) in cases {
         let s = with_mapping_path(&snap, &t.path.join(name), path);
         let cfg = SandboxConfig::default();
-        let e = thaw_sandbox::restore(RestoreArgs::new(
+        let e = thaw_checkpoint::restore(RestoreArgs::new(
             &s,
             &w.root.path,
             &w.root.hash,
@@ -402,7 +403,7 @@ fn hostile_code_is_contained_fresh_and_restored() {
         &w.root.hash,
     )
     .unwrap();
-    let (mut restored, _) = thaw_sandbox::restore(RestoreArgs::new(
+    let (mut restored, _) = thaw_checkpoint::restore(RestoreArgs::new(
         &snap,
         &w.root.path,
         &w.root.hash,

@@ -6,7 +6,7 @@
 mod common;
 use common::*;
 use serde_json::json;
-use thaw_sandbox::checkpoint;
+use thaw_checkpoint::checkpoint;
 use thaw_worker::{RestoreRequest, StrategyKind, UserFunction};
 
 const MAIN: &str = r#"

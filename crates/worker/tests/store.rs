@@ -5,7 +5,7 @@ mod common;
 use common::*;
 use serde_json::json;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use thaw_sandbox::checkpoint;
+use thaw_checkpoint::checkpoint;
 use thaw_store::secure;
 use thaw_worker::invoke;
 use thaw_worker::InputSize;

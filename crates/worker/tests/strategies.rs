@@ -4,9 +4,9 @@ mod common;
 use common::*;
 use serde_json::Value;
 use std::sync::Arc;
+use thaw_checkpoint::RestoreArgs;
 use thaw_memory::tiering::{CostParams, TIERS_FILE};
 use thaw_memory::working_set::{WS_IMAGE, WS_INDEX, WS_STALE};
-use thaw_sandbox::RestoreArgs;
 use thaw_sandbox::SandboxConfig;
 use thaw_store::Snapshot;
 use thaw_worker::InputSize;
@@ -18,7 +18,7 @@ fn out_of(
     snap: &Snapshot,
     strategy: StrategyKind,
     size: InputSize,
-) -> (Value, thaw_sandbox::RestoreReport) {
+) -> (Value, thaw_checkpoint::RestoreReport) {
     let (mut sb, rep) = w
         .restore(RestoreRequest::new(snap, strategy))
         .unwrap_or_else(|e| panic!("{strategy}: {e:#}"));
@@ -116,7 +116,7 @@ fn drift_marks_the_working_set_for_re_recording() {
         drift_share: 0.001,
         ..SandboxConfig::default()
     };
-    let (mut sb, rep) = thaw_sandbox::restore(RestoreArgs::new(
+    let (mut sb, rep) = thaw_checkpoint::restore(RestoreArgs::new(
         &snap,
         &w.root.path,
         &w.root.hash,
@@ -415,7 +415,7 @@ fn a_cmdline_read_during_the_restore_does_not_zero_lazy_pages() {
             }));
             rx.recv().expect("tracer started");
         };
-        let restored = thaw_sandbox::restore(RestoreArgs {
+        let restored = thaw_checkpoint::restore(RestoreArgs {
             on_spawn: Some(&mut on_spawn),
             ..RestoreArgs::new(&snap, &w.root.path, &w.root.hash, strategy, &w.cfg)
         });

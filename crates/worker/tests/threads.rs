@@ -5,9 +5,10 @@
 mod common;
 use common::*;
 use serde_json::{json, Value};
+use thaw_checkpoint::{checkpoint, RestoreArgs, RestoreError};
 use thaw_memory::tiering::CostParams;
-use thaw_sandbox::state::StateError;
-use thaw_sandbox::{checkpoint, RestoreArgs, RestoreError, Sandbox};
+use thaw_sandbox::Sandbox;
+use thaw_snapshot_format::StateError;
 use thaw_store::Snapshot;
 use thaw_worker::RestoreRequest;
 use thaw_worker::{InputSize, StrategyKind};
@@ -143,7 +144,7 @@ fn a_restored_threaded_runtime_snapshots_again() {
     let dir = t.path.join("again");
     let (again, _) = checkpoint(&mut sb, &dir, "_test_threads", &w.root.hash)
         .unwrap_or_else(|e| panic!("checkpoint of a restored threaded runtime: {e:#}"));
-    let state = thaw_sandbox::state::ProcessState::decode(&again.load_state().unwrap()).unwrap();
+    let state = thaw_snapshot_format::ProcessState::decode(&again.load_state().unwrap()).unwrap();
     let span =
         thaw_restorer::RESTORER_BASE..thaw_restorer::RESTORER_BASE + thaw_restorer::RESTORER_SPAN;
     assert!(
@@ -447,7 +448,7 @@ fn a_checkpoint_of_a_just_restored_instance_waits_for_threads_in_the_trampoline(
     let (fresh, snap, t) = snapshot_threads("threads-held");
     drop(fresh);
     // eager: a mapped image could not be snapshotted again
-    let (mut sb, _) = thaw_sandbox::restore(RestoreArgs {
+    let (mut sb, _) = thaw_checkpoint::restore(RestoreArgs {
         hold_threads: true,
         ..RestoreArgs::new(
             &snap,
@@ -480,7 +481,7 @@ fn a_checkpoint_of_a_just_restored_instance_waits_for_threads_in_the_trampoline(
         "the freeze never found a thread in the trampoline: {rep:?}"
     );
     assert_eq!(held_in_trampoline(pid), 0, "{:?}", thread_calls(pid));
-    let state = thaw_sandbox::state::ProcessState::decode(&again.load_state().unwrap()).unwrap();
+    let state = thaw_snapshot_format::ProcessState::decode(&again.load_state().unwrap()).unwrap();
     assert_eq!(state.threads.len(), 14);
     // the instance goes on, every thread it let go working
     two_rounds(&mut sb, "held, then checkpointed", 14);

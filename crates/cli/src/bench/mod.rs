@@ -15,6 +15,7 @@ mod hierarchy;
 mod lambda;
 mod restore;
 mod serve;
+mod state_decode;
 mod store;
 mod xdt;
 
@@ -22,6 +23,8 @@ mod xdt;
 pub enum BenchCmd {
     /// First use of a DRAM-tier image: hash only (baseline) vs. hash + copy into a sealed memfd
     Store(store::Args),
+    /// Decode time of each function's snapshot process state (header, checksum, parse, checks)
+    StateDecode(state_decode::Args),
     /// N simultaneous cold starts (N = 1, 2, 4, ...) per strategy, tier and mode
     Concurrency(concurrency::Args),
     /// The study of "FaaS in the Age of (sub-)µs I/O" over the storage hierarchy: cold/warm starts per tier, device ratios, REAP vs mmap
@@ -57,6 +60,7 @@ pub fn run(home: &Path, cmd: BenchCmd) -> Result<()> {
     let worker = || crate::worker(home);
     match cmd {
         BenchCmd::Store(a) => store::run(&worker()?, a),
+        BenchCmd::StateDecode(a) => state_decode::run(&worker()?, a),
         BenchCmd::Concurrency(a) => concurrency::run(&worker()?, a),
         BenchCmd::Hierarchy(a) => hierarchy::run(&worker()?, a),
         BenchCmd::Serve(a) => serve::run(home, a),
@@ -112,11 +116,16 @@ pub fn emit_report(
     json: Option<PathBuf>,
     markdown: Option<PathBuf>,
 ) -> Result<()> {
-    println!("{md}");
     if let Some(p) = json {
         std::fs::write(&p, serde_json::to_vec_pretty(report)?)
             .with_context(|| format!("writing {}", p.display()))?;
     }
+    print_table(md, markdown)
+}
+
+/// Prints a benchmark's markdown table and writes it to `markdown` if given.
+fn print_table(md: &str, markdown: Option<PathBuf>) -> Result<()> {
+    thaw_output::outln!("{md}");
     if let Some(p) = markdown {
         std::fs::write(&p, md).with_context(|| format!("writing {}", p.display()))?;
     }

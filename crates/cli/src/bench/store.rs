@@ -1,7 +1,6 @@
 //! `thaw bench store`: first use of a DRAM-tier image, hash only against hash + copy.
-use anyhow::{Context, Result};
+use anyhow::Result;
 use std::path::PathBuf;
-use thaw_output::outln;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -14,13 +13,7 @@ pub struct Args {
     markdown: Option<PathBuf>,
 }
 
-/// Prints the table, and writes it to `--markdown` if given.
 pub fn run(w: &thaw_worker::Worker, a: Args) -> Result<()> {
     let rows = thaw_bench::store::run(w, &crate::split(&a.functions), a.runs)?;
-    let md = thaw_bench::store::markdown(&rows, a.runs);
-    outln!("{md}");
-    if let Some(p) = a.markdown {
-        std::fs::write(&p, &md).with_context(|| format!("writing {}", p.display()))?;
-    }
-    Ok(())
+    super::print_table(&thaw_bench::store::markdown(&rows, a.runs), a.markdown)
 }

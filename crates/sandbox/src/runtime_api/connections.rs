@@ -1,9 +1,8 @@
-//! Where the Runtime API's connections come from, and how the waiting one
-//! comes back: the worker's listeners in a sandbox's network namespace, and
-//! what a snapshot records of the bootstrap's waiting connection.
+//! Where the Runtime API's connections come from: the worker's listeners
+//! in a sandbox's network namespace, and which of the bootstrap's sockets
+//! is its waiting connection (a restore makes that one again).
 use super::{ADDRESS, PORT};
 use crate::error::{HostError, Result};
-use crate::state::{Blob, SavedSocket, SOCK_OPT_CONNECT};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener};
@@ -100,30 +99,9 @@ fn loopback_up() -> Result<()> {
     Ok(())
 }
 
-/// What a restored instance's Runtime API connection is made again as: a
-/// unix stream socket the restorer connects to the name of what it waits
-/// for (reads, writes and epoll work on it as on the TCP connection it
-/// replaces).
-pub(crate) fn reconnecting_socket(waiting: Waiting) -> SavedSocket {
-    let mut addr = (libc::AF_UNIX as u16).to_ne_bytes().to_vec();
-    addr.push(0);
-    addr.extend_from_slice(waiting.reconnect_name());
-    SavedSocket {
-        family: libc::AF_UNIX as u32,
-        ty: libc::SOCK_STREAM as u32,
-        protocol: 0,
-        addr,
-        backlog: None,
-        options: SOCK_OPT_CONNECT,
-        pair: None,
-        shutdown: 0,
-        queued: Blob::default(),
-    }
-}
-
 /// Whether a connected socket with these raw addresses is the bootstrap's
 /// end of the API connection from port `port`.
-pub(crate) fn is_pending_connection(local: &[u8], peer: &[u8], port: u16) -> bool {
+pub fn is_pending_connection(local: &[u8], peer: &[u8], port: u16) -> bool {
     let v4 = |a: &[u8], p: u16| {
         a.len() >= 8
             && u16::from_ne_bytes([a[0], a[1]]) == libc::AF_INET as u16
@@ -131,11 +109,4 @@ pub(crate) fn is_pending_connection(local: &[u8], peer: &[u8], port: u16) -> boo
             && a[4..8] == [127, 0, 0, 1]
     };
     v4(local, port) && v4(peer, PORT)
-}
-
-/// Whether a snapshot's descriptors hold the connection to remake.
-pub(crate) fn kept_connection(fds: &[crate::state::SavedFd]) -> bool {
-    fds.iter().any(
-        |f| matches!(&f.kind, crate::state::FdKind::Socket(s) if s.options & SOCK_OPT_CONNECT != 0),
-    )
 }

@@ -19,10 +19,8 @@
 mod connections;
 pub mod http;
 
-pub(crate) use connections::{
-    is_pending_connection, kept_connection, reconnecting_socket, Listeners,
-};
-pub use connections::{PendingConn, Waiting};
+pub(crate) use connections::Listeners;
+pub use connections::{is_pending_connection, PendingConn, Waiting};
 
 use crate::agent::{ChannelError, Request};
 use http::{HttpRequest, Parsed};

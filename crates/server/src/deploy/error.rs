@@ -16,7 +16,7 @@ pub enum Error {
     /// The instance holds what a snapshot cannot keep, and the deploy
     /// required a snapshot.
     #[error("{}", not_checkpointable(.0))]
-    NotCheckpointable(Vec<thaw_sandbox::Refusal>),
+    NotCheckpointable(Vec<thaw_checkpoint::Refusal>),
     /// The function's packages were refused.
     #[error("{0}")]
     Packages(thaw_runtime::packages::Refused),
@@ -37,8 +37,8 @@ pub enum Error {
     Internal(thaw_error::BoxError),
 }
 
-fn not_checkpointable(reasons: &[thaw_sandbox::Refusal]) -> String {
-    thaw_sandbox::NotCheckpointable {
+fn not_checkpointable(reasons: &[thaw_checkpoint::Refusal]) -> String {
+    thaw_checkpoint::NotCheckpointable {
         reasons: reasons.to_vec(),
     }
     .to_string()

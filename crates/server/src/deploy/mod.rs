@@ -294,7 +294,7 @@ fn take(
             Ok(taken) => Some(taken),
             Err(reasons) if snapshot_required => return Err(Error::NotCheckpointable(reasons)),
             Err(reasons) => {
-                tracing::info!(function = %rec.name, "no snapshot, fresh starts: {}", thaw_sandbox::NotCheckpointable { reasons: reasons.clone() });
+                tracing::info!(function = %rec.name, "no snapshot, fresh starts: {}", thaw_checkpoint::NotCheckpointable { reasons: reasons.clone() });
                 boot_instead(rec, reasons);
                 None
             }
@@ -339,7 +339,7 @@ fn take(
 
 /// A function whose instance cannot be snapshotted starts fresh every
 /// time; `reasons` say what stopped the snapshot.
-pub fn boot_instead(rec: &mut Record, reasons: Vec<thaw_sandbox::Refusal>) {
+pub fn boot_instead(rec: &mut Record, reasons: Vec<thaw_checkpoint::Refusal>) {
     rec.strategy = StartStrategy::Boot;
     rec.snapshot = None;
     rec.snapshot_refused = Some(reasons);
@@ -642,7 +642,7 @@ pub fn snapshot(
     rec: &Record,
     func: &UserFunction,
     sample: Option<&Value>,
-) -> Result<Result<(Snapshot, SnapshotInfo), Vec<thaw_sandbox::Refusal>>, Error> {
+) -> Result<Result<(Snapshot, SnapshotInfo), Vec<thaw_checkpoint::Refusal>>, Error> {
     let _held = reserve(app, rec)?;
     let (mut sb, fresh) = start_loaded(app, func)?;
     warm_up(&mut sb, rec, sample)?;

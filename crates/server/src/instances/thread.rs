@@ -285,7 +285,13 @@ fn restore_streamed(
     copy: &RemoteCopy,
     strategy: StrategyKind,
     v: &FnVersion,
-) -> Result<((thaw_sandbox::Sandbox, thaw_sandbox::RestoreReport), Stream), thaw_error::BoxError> {
+) -> Result<
+    (
+        (thaw_sandbox::Sandbox, thaw_checkpoint::RestoreReport),
+        Stream,
+    ),
+    thaw_error::BoxError,
+> {
     let stream = Stream::open(&copy.home, copy.store.clone(), &copy.name)?;
     let streams = thaw_restore::strategy(strategy).streams();
     let strategy = match (streams, stream.has_working_set) {

@@ -124,10 +124,10 @@ pub fn rewrite_manifest(dir: &std::path::Path, edit: impl FnOnce(&mut Value)) {
 pub fn with_state(
     snap: &Snapshot,
     d: &std::path::Path,
-    edit: impl FnOnce(&mut thaw_sandbox::state::ProcessState),
+    edit: impl FnOnce(&mut thaw_snapshot_format::ProcessState),
 ) -> Snapshot {
     let s = copy_snapshot(snap, d);
-    let mut state = thaw_sandbox::state::ProcessState::decode(&s.load_state().unwrap()).unwrap();
+    let mut state = thaw_snapshot_format::ProcessState::decode(&s.load_state().unwrap()).unwrap();
     edit(&mut state);
     let bytes = state.encode();
     std::fs::write(d.join("state.json"), &bytes).unwrap();
@@ -144,7 +144,7 @@ pub fn with_state(
 pub fn refusal(sb: &mut Sandbox, t: &TestTier, function: &str) -> String {
     let w = worker();
     let dir = t.path.join(function);
-    let e = thaw_sandbox::checkpoint(sb, &dir, function, &w.root.hash)
+    let e = thaw_checkpoint::checkpoint(sb, &dir, function, &w.root.hash)
         .map(|_| ())
         .unwrap_err();
     assert!(!dir.exists(), "a refused checkpoint left a snapshot");
@@ -193,7 +193,7 @@ pub fn restores_answer_as_a_fresh_start(function: &str, tag: &str, event: Value)
         .restore(RestoreRequest::new(&snap, StrategyKind::Eager))
         .unwrap();
     let dir = t.path.join("again");
-    let (again, _) = thaw_sandbox::checkpoint(&mut sb, &dir, function, &w.root.hash)
+    let (again, _) = thaw_checkpoint::checkpoint(&mut sb, &dir, function, &w.root.hash)
         .unwrap_or_else(|e| panic!("{function}: checkpoint of a restored instance: {e:#}"));
     drop(sb);
     let (mut sb2, _) = w

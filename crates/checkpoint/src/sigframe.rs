@@ -5,10 +5,11 @@
 //! area). The restorer copies every thread's frame behind
 //! `thaw_restorer::TRAMP_FRAME` and each thread calls rt_sigreturn on its
 //! own, so no tracer has to load the CPU state.
-use crate::error::{HostError, Result};
+use crate::error::Result;
 use crate::ptrace::NREGS;
-use crate::state::ThreadState;
 use thaw_error::fail;
+use thaw_sandbox::HostError;
+use thaw_snapshot_format::ThreadState;
 
 /// ucontext.uc_flags: the frame carries an XSAVE area and a valid ss.
 const UC_FP_XSTATE: u64 = 1;
@@ -177,10 +178,16 @@ mod tests {
     use super::*;
 
     fn state(regs: Vec<u64>, xstate: usize) -> ThreadState {
-        let mut s = crate::state::tests::thread("main");
-        s.regs = regs;
-        s.xstate = vec![0u8; xstate];
-        s
+        ThreadState {
+            name: "main".into(),
+            regs,
+            xstate: vec![0u8; xstate],
+            sigmask: 0,
+            kernel: thaw_snapshot_format::ThreadKernel {
+                altstack: (0, thaw_snapshot_format::SS_DISABLE, 0),
+                ..Default::default()
+            },
+        }
     }
 
     #[test]

@@ -2,17 +2,18 @@
 //! signal mask, rseq and robust-list queries, and system calls run inside a
 //! stopped thread for state only the thread itself can ask the kernel for.
 //! (Restores do not trace: see `sigframe`.)
-use crate::error::{HostError, Result};
+use crate::error::Result;
 use std::fs::File;
 use std::io::Error;
 use std::os::unix::fs::FileExt;
 use std::time::{Duration, Instant};
 use thaw_error::{fail, ResultExt};
+use thaw_sandbox::HostError;
+use thaw_snapshot_format::MAX_QUEUED_SIGNALS;
 
 pub const NT_PRSTATUS: usize = 1;
 pub const NT_X86_XSTATE: usize = 0x202;
-/// x86_64 `struct user_regs_struct` has 27 words.
-pub const NREGS: usize = 27;
+pub use thaw_snapshot_format::NREGS;
 pub const REG_R10: usize = 7;
 pub const REG_RAX: usize = 10;
 pub const REG_RDX: usize = 12;
@@ -436,9 +437,6 @@ pub fn queued_signals(tid: i32, shared: bool) -> Result<Vec<[u8; SIGINFO_BYTES]>
         }
     }
 }
-
-/// More queued signals than a snapshot keeps (see `signals.rs`).
-pub const MAX_QUEUED_SIGNALS: usize = 256;
 
 pub fn detach(pid: i32) -> Result<()> {
     pt(libc::PTRACE_DETACH, pid, 0, 0)?;

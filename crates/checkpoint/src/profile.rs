@@ -8,11 +8,9 @@
 //! next invocation faults each page it touches back in through the page
 //! server, which logs it. A page's count is the number of invocations
 //! (epochs) that touched it: access frequency over time, not first touches.
-use crate::error::{HostError, ProfileError, Result};
+use crate::error::{ProfileError, Result};
 use crate::ptrace::{self, REG_ORIG_RAX, REG_RIP};
 use crate::restore::{restore_with, Hooks};
-use crate::state::ProcessState;
-use crate::{Sandbox, SandboxConfig};
 use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -25,6 +23,9 @@ use thaw_memory::pagemap;
 use thaw_memory::tiering::{AccessProfile, ProfileClass};
 use thaw_memory::{ImageSource, PageSource, Region, PAGE_SIZE};
 use thaw_restore::StrategyKind;
+use thaw_sandbox::HostError;
+use thaw_sandbox::{Sandbox, SandboxConfig};
+use thaw_snapshot_format::ProcessState;
 use thaw_store::Snapshot;
 
 /// Runs `requests` (one epoch each, with the name of its class, e.g. the
@@ -35,7 +36,7 @@ pub fn profile(
     root: &Path,
     root_hash: &str,
     cfg: &SandboxConfig,
-    requests: &[(String, crate::agent::Request)],
+    requests: &[(String, thaw_sandbox::agent::Request)],
     timeout: Duration,
 ) -> Result<AccessProfile, ProfileError> {
     // Every mapping, file-backed ones included, is restored as lazily served
@@ -187,9 +188,9 @@ fn lazily_served(pid: i32) -> Result<Vec<std::ops::Range<u64>>> {
 /// write a page between its save and its drop, and the write would be lost.
 fn drop_resident(sb: &Sandbox, overlay: &ProfileSource) -> Result<()> {
     let pid = sb.pid();
-    crate::checkpoint::wait_blocked_on_socket(pid)?;
+    crate::freeze::wait_blocked_on_socket(pid)?;
     let mut frozen = Vec::new();
-    let froze = crate::checkpoint::freeze_all(pid, &mut frozen)
+    let froze = crate::freeze::freeze_all(pid, &mut frozen)
         .map_err(|e| HostError::Failed(format!("freezing the runtime: {e}")));
     let res = froze.and_then(|()| -> Result<()> {
         let anon = lazily_served(pid)?;

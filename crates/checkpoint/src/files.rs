@@ -11,8 +11,7 @@
 //! bytes of an open one are its descriptor's). Anything else there (a
 //! socket, a device) is a refusal: a restored instance must not differ from the snapshotted one.
 use crate::checkpoint::Refusal;
-use crate::error::{HostError, Result};
-use crate::state::{FileKind, SavedFile, StateError};
+use crate::error::Result;
 use std::ffi::CString;
 use std::fs::File;
 use std::io::Read;
@@ -20,15 +19,13 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
 use thaw_error::{fail, Context, ResultExt};
+use thaw_sandbox::HostError;
+use thaw_snapshot_format::{
+    split_mount, FileKind, SavedFile, MAX_PATH, MAX_SAVED_ENTRIES, SAVED_MOUNTS,
+};
 
-/// The mounts a snapshot keeps, as paths inside the sandbox.
-pub const SAVED_MOUNTS: [&str; 2] = ["/tmp", crate::spawn::SHM_DIR];
-/// Most entries a snapshot keeps (the state file carries one record each).
-pub const MAX_SAVED_ENTRIES: usize = 65_536;
 /// Deepest directory nesting walked.
 const MAX_DEPTH: usize = 64;
-/// Longest saved path.
-const MAX_PATH: usize = 4096;
 
 /// What a walk of the mounts found: the entries (contents not read) and
 /// what a snapshot cannot keep.
@@ -324,31 +321,6 @@ fn kind_name(fmt: libc::mode_t) -> &'static str {
     }
 }
 
-/// `/tmp/a/b` -> (`/tmp`, `a/b`).
-fn split_mount(path: &str) -> std::result::Result<(&'static str, &str), String> {
-    SAVED_MOUNTS
-        .iter()
-        .find_map(|m| {
-            path.strip_prefix(m)
-                .and_then(|r| r.strip_prefix('/'))
-                .map(|r| (*m, r))
-        })
-        .ok_or_else(|| format!("{path:?} is not on a saved mount"))
-}
-
-/// Checks a saved path (what [`crate::state::ProcessState::decode`] accepts).
-pub fn check_path(path: &str) -> Result<(), StateError> {
-    let (_, rel) = split_mount(path).map_err(StateError::Corrupt)?;
-    if rel
-        .split('/')
-        .any(|c| c.is_empty() || c == "." || c == ".." || c.contains('\0'))
-        || path.len() > MAX_PATH
-    {
-        fail!(StateError::Corrupt, "{path:?} is not a plain path");
-    }
-    Ok(())
-}
-
 /// The parent directory of `rel` below `root`, opened one component at a
 /// time without following links, and the last component.
 fn open_parent<'a>(root: &OwnedFd, rel: &'a str) -> Result<(OwnedFd, &'a str)> {
@@ -478,30 +450,4 @@ fn copy_range(src: &File, off: u64, dst: &OwnedFd, len: u64) -> Result<()> {
         left -= n as u64;
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn saved_paths_must_be_plain_and_on_a_saved_mount() {
-        for ok in ["/tmp/a", "/tmp/a/b.bin", "/dev/shm/sem.x"] {
-            check_path(ok).unwrap();
-        }
-        for bad in [
-            "/tmp",
-            "/tmp/",
-            "/etc/passwd",
-            "/tmpx/a",
-            "/tmp/../etc",
-            "/tmp/a//b",
-            "/tmp/./a",
-            "/dev/shm/../../x",
-            "tmp/a",
-        ] {
-            assert!(check_path(bad).is_err(), "{bad}");
-        }
-        assert_eq!(split_mount("/dev/shm/a/b").unwrap(), ("/dev/shm", "a/b"));
-    }
 }

@@ -5,24 +5,26 @@
 //! worker built from the saved CPU state ([`crate::sigframe`]). The worker
 //! then greets the agent, which unmaps the trampoline and re-seeds its
 //! random generators.
-use crate::error::{HostError, Result};
-use crate::pool::Prebuilt;
-use crate::shared_maps::SharedBacking;
+use crate::error::Result;
 use crate::sigframe;
-use crate::state::ProcessState;
-use crate::{seccomp, RestoreError, Sandbox, SandboxConfig};
+use crate::RestoreError;
 use serde::Serialize;
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{Read, Write};
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 use thaw_error::{fail, Context, ResultExt};
 use thaw_memory::{ImageSource, PageServer, PageSource};
-use thaw_restore::{Arriving, MemoryPlan, StrategyKind, StrategyReport, Target};
+use thaw_restore::{Arriving, MemoryPlan, StrategyKind, StrategyReport, Streamed, Target};
 use thaw_restorer as r;
+use thaw_sandbox::HostError;
+use thaw_sandbox::Prebuilt;
+use thaw_sandbox::{seccomp, Sandbox, SandboxConfig};
+use thaw_snapshot_format::ProcessState;
+use thaw_snapshot_format::SharedBacking;
 use thaw_store::Snapshot;
 
 /// Timings and byte counts of one restore (the caller adds the first invocation).
@@ -36,7 +38,7 @@ pub struct RestoreReport {
     /// namespaces, mounts, cgroups, exec of the restorer (with a pool:
     /// taking a sandbox built ahead)
     pub sandbox_ms: f64,
-    /// the sandbox came from a [`crate::SandboxPool`]
+    /// the sandbox came from a [`thaw_sandbox::SandboxPool`]
     pub pooled: bool,
     /// block tiers: asking the kernel for the image pages the restorer
     /// will copy or map (`POSIX_FADV_WILLNEED`), before the sandbox build
@@ -83,7 +85,7 @@ pub struct RestoreArgs<'a> {
     pub root_hash: &'a str,
     pub strategy: StrategyKind,
     pub cfg: &'a SandboxConfig,
-    /// a sandbox taken from a [`crate::SandboxPool`]; built here if `None`,
+    /// a sandbox taken from a [`thaw_sandbox::SandboxPool`]; built here if `None`,
     /// or if it was built on another root
     pub prebuilt: Option<Prebuilt>,
     /// the image is still arriving (the remote tier's streamed restore):
@@ -162,15 +164,6 @@ pub fn restore(args: RestoreArgs<'_>) -> Result<(Sandbox, RestoreReport), Restor
     restore_with(snapshot, root, root_hash, strategy, cfg, hooks)
 }
 
-/// A streamed restore's inputs.
-pub struct Streamed {
-    /// the local file the image is arriving in
-    pub image: File,
-    /// serves lazily restored pages, waiting for those not there yet
-    pub source: Arc<dyn PageSource>,
-    pub arriving: Arc<dyn Arriving>,
-}
-
 /// Extra control for the profiler (where lazy pages come from, and whether
 /// the page server logs fault addresses) and for tests (`on_spawn`).
 #[derive(Default)]
@@ -184,11 +177,33 @@ pub(crate) struct Hooks<'a> {
     pub on_spawn: Option<&'a mut dyn FnMut(i32)>,
     /// see [`RestoreArgs::hold_threads`]
     pub hold_threads: bool,
-    /// a sandbox built ahead (see [`crate::pool`]); built here when absent
+    /// a sandbox built ahead (see [`thaw_sandbox::pool`]); built here when absent
     pub prebuilt: Option<Prebuilt>,
     /// the image to restore from instead of the snapshot's verified one
     /// (a streamed restore's partly arrived file: never record from it)
     pub image: Option<(File, Arc<dyn Arriving>)>,
+}
+
+/// The snapshot's state and image, read and checked before any sandbox
+/// is touched.
+struct Loaded {
+    state: Arc<ProcessState>,
+    image: File,
+    /// the root's code files being brought into the page cache in large
+    /// folios (see [`huge_code`]), joined before resume
+    huge: Option<std::thread::JoinHandle<()>>,
+    key: String,
+    layout: Arc<thaw_memory::MemoryLayout>,
+    /// protection of each region's mapping
+    prots: Vec<u32>,
+}
+
+/// What the restorer reported once memory was rebuilt.
+struct Rebuilt {
+    status: r::RestorerStatus,
+    /// the restorer's userfaultfd, for a strategy that leaves pages lazy
+    uffd: Option<OwnedFd>,
+    files_ms: f64,
 }
 
 pub(crate) fn restore_with(
@@ -210,6 +225,99 @@ pub(crate) fn restore_with(
     } = hooks;
     let arriving = streamed_image.as_ref().map(|(_, a)| a.clone());
     let t0 = Instant::now();
+    let loaded = load(snap, root, root_hash, state_override, streamed_image)?;
+    let state_load_ms = ms(t0);
+    let target = Target {
+        dir: &snap.dir,
+        key: &loaded.key,
+        layout: &loaded.layout,
+        prots: &loaded.prots,
+        image: &loaded.image,
+        drift_share: cfg.drift_share,
+        arriving: arriving.clone(),
+    };
+
+    // phase 1, prepare: overlaps building the sandbox (REAP's read)
+    let mut strategy = thaw_restore::strategy(kind);
+    strategy.prepare(&target)?;
+    // phase 2, plan: what the restorer maps, copies and leaves lazy (it
+    // needs no sandbox, so on a block tier the copies can be asked for now)
+    let mut memory = strategy.plan(&target)?;
+    let hinted = Instant::now();
+    if arriving.is_none()
+        && !thaw_store::secure::on_dram(&snap.dir).map_err(thaw_store::StoreError::from)?
+    {
+        request_copies(&loaded.image, &memory.runs);
+    }
+    let hint_ms = ms(hinted);
+
+    let t1 = Instant::now();
+    let (mut sb, pooled) = match prebuilt.filter(|p| p.root() == root) {
+        Some(p) => (p.into_sandbox(), true),
+        None => (Prebuilt::build(root, cfg)?.into_sandbox(), false),
+    };
+    let sandbox_ms = ms(t1);
+
+    let lazy = memory.lazy();
+    let (sock, files_awaited) = send_plan(
+        snap,
+        &loaded,
+        &mut memory,
+        &sb,
+        hold_threads,
+        on_spawn,
+        &arriving,
+    )?;
+    let rebuilt = await_restorer(&sock, &loaded, &sb, lazy, files_awaited)?;
+    if let Some(uffd) = rebuilt.uffd {
+        // phase 3, serve: the strategy's prefetch, then the page server
+        let serve = strategy.serve(&target, uffd.as_fd())?;
+        let source: Arc<dyn PageSource> = match pager_source {
+            Some(s) => s,
+            None => Arc::new(ImageSource(loaded.image.try_clone()?)),
+        };
+        let pager = start_pager(&sb, uffd, &loaded, source, record_faults || serve.record)?;
+        sb.attach_pager(pager);
+    }
+    if let Some(h) = loaded.huge {
+        // the runtime's first faults find the page cache as asked
+        let _ = h.join();
+    }
+    let t2 = Instant::now();
+    resume(&mut sb, &sock, loaded.state.threads.len())?;
+    let status = &rebuilt.status;
+    let rep = RestoreReport {
+        strategy: strategy.kind(),
+        state_load_ms,
+        sandbox_ms,
+        pooled,
+        hint_ms,
+        memory_setup_ms: status.setup_ns as f64 / 1e6,
+        populate_ms: status.populate_ns as f64 / 1e6,
+        resume_ms: ms(t2),
+        total_ms: ms(t0),
+        copied_bytes: memory.copied_bytes,
+        mapped_bytes: memory.mapped_bytes,
+        lazy_bytes: memory.lazy_bytes,
+        populated_bytes: memory.populated_bytes,
+        files_ms: rebuilt.files_ms,
+        file_bytes: loaded.state.files.iter().map(|f| f.len).sum(),
+        figures: strategy.report(),
+    };
+    // phase 4 runs when the caller reports the first response
+    sb.keep_strategy(strategy);
+    Ok((sb, rep))
+}
+
+/// Checks the snapshot was taken on this root, and reads its state (or
+/// takes the one given) and its image (or the streamed one arriving).
+fn load(
+    snap: &Snapshot,
+    root: &Path,
+    root_hash: &str,
+    state_override: Option<ProcessState>,
+    streamed_image: Option<(File, Arc<dyn Arriving>)>,
+) -> Result<Loaded, RestoreError> {
     if snap.manifest.runtime_root != root_hash {
         return Err(RestoreError::OtherRoot {
             id: snap.manifest.id.clone(),
@@ -233,91 +341,80 @@ pub(crate) fn restore_with(
         None => snap.open_image()?,
     };
     let huge = huge_code(root, &state.vmas);
-    let state_load_ms = ms(t0);
-    let key = snapshot_key(snap);
-    let layout = Arc::new(state.memory.clone());
-    let prots: Vec<u32> = state.vmas.iter().map(|v| v.prot).collect();
-    let target = Target {
-        dir: &snap.dir,
-        key: &key,
-        layout: &layout,
-        prots: &prots,
-        image: &image,
-        drift_share: cfg.drift_share,
-        arriving: arriving.clone(),
-    };
+    Ok(Loaded {
+        key: snapshot_key(snap),
+        layout: Arc::new(state.memory.clone()),
+        prots: state.vmas.iter().map(|v| v.prot).collect(),
+        state,
+        image,
+        huge,
+    })
+}
 
-    // phase 1, prepare: overlaps building the sandbox (REAP's read)
-    let mut strategy = thaw_restore::strategy(kind);
-    strategy.prepare(&target)?;
-    // phase 2, plan: what the restorer maps, copies and leaves lazy (it
-    // needs no sandbox, so on a block tier the copies can be asked for now)
-    let mut memory = strategy.plan(&target)?;
-    let hinted = Instant::now();
-    if arriving.is_none()
-        && !thaw_store::secure::on_dram(&snap.dir).map_err(thaw_store::StoreError::from)?
-    {
-        request_copies(&image, &memory.runs);
-    }
-    let hint_ms = ms(hinted);
-
-    let t1 = Instant::now();
-    let (mut sb, pooled) = match prebuilt.filter(|p| p.sb.root == root) {
-        Some(p) => {
-            let mut sb = p.sb;
-            sb.pool_ticket = p.ticket;
-            (sb, true)
-        }
-        None => (Prebuilt::build(root, cfg)?.sb, false),
-    };
-    let pid = sb.pid;
-    let sandbox_ms = ms(t1);
-
-    let lazy = memory.lazy();
-    let mut plan = build_plan(&state, &mut memory, sb.uid(), sb.ip_sockets())?;
+/// Builds the restorer's plan (memory, threads, descriptors, signals) and
+/// sends it, with the image and the strategy's descriptors, to the
+/// restorer waiting in `sb`; returns the socket it reports on, and whether
+/// it waits for the saved files before reopening any of /tmp.
+fn send_plan(
+    snap: &Snapshot,
+    loaded: &Loaded,
+    memory: &mut MemoryPlan,
+    sb: &Sandbox,
+    hold_threads: bool,
+    on_spawn: Option<&mut dyn FnMut(i32)>,
+    arriving: &Option<Arc<dyn Arriving>>,
+) -> Result<(std::os::unix::net::UnixStream, bool), RestoreError> {
+    let state = &loaded.state;
+    let mut plan = build_plan(state, memory, sb.uid(), sb.ip_sockets())?;
     if hold_threads {
         plan.header.flags |= r::PLAN_HOLD_THREADS;
     }
-    crate::fds::to_plan(&state.fds, image.metadata()?.len(), &mut plan).map_err(|source| {
-        RestoreError::State {
+    crate::fds::to_plan(&state.fds, loaded.image.metadata()?.len(), &mut plan).map_err(
+        |source| RestoreError::State {
             dir: snap.dir.clone(),
             source,
-        }
-    })?;
+        },
+    )?;
     let encoded = plan
         .encode()
         .map_err(|e| Context::new("encoding the restorer's plan", e))?;
-
     if let Some(f) = on_spawn {
-        f(pid);
+        f(sb.pid());
     }
-    if let Some(a) = &arriving {
+    if let Some(a) = arriving {
         a.copied_pages()
             .map_err(|e| Context::new("waiting for the image's copied pages", e))?;
     }
-    let sock = sb.channel().socket().try_clone()?;
+    let sock = sb.control_socket().try_clone()?;
     sock.set_read_timeout(Some(RESTORER_REPORT_DEADLINE))?;
-    let mut plan_fds = vec![image.as_raw_fd()];
+    let mut plan_fds = vec![loaded.image.as_raw_fd()];
     plan_fds.extend(&memory.extra_fds);
-    crate::cmsg::send_with_fds(&sock, &encoded, &plan_fds)
+    thaw_sandbox::cmsg::send_with_fds(&sock, &encoded, &plan_fds)
         .context("sending the plan to the restorer")?;
-    // the saved /tmp and /dev/shm, while the restorer rebuilds memory
+    Ok((sock, plan.waits_for_files()))
+}
+
+/// Restores the saved /tmp and /dev/shm while the restorer rebuilds
+/// memory, then waits for its report (and its userfaultfd when pages are
+/// left lazy): an error names the step it failed at.
+fn await_restorer(
+    sock: &std::os::unix::net::UnixStream,
+    loaded: &Loaded,
+    sb: &Sandbox,
+    lazy: bool,
+    files_awaited: bool,
+) -> Result<Rebuilt, RestoreError> {
     let files_at = Instant::now();
-    crate::files::restore(pid, &state.files, &image, sb.uid())
+    crate::files::restore(sb.pid(), &loaded.state.files, &loaded.image, sb.uid())
         .context("restoring the sandbox's /tmp and /dev/shm")?;
-    if plan.waits_for_files() {
+    if files_awaited {
         // the restorer reopens files of /tmp only once they are there
-        (&sock)
+        (&*sock)
             .write_all(&[r::FILES_BYTE])
             .context("telling the restorer its files are ready")?;
     }
     let files_ms = ms(files_at);
-    let file_bytes = state.files.iter().map(|f| f.len).sum();
-    let (uffd, first) = if lazy {
-        recv_uffd(&sock)?
-    } else {
-        (None, None)
-    };
+    let (uffd, first) = if lazy { recv_uffd(sock)? } else { (None, None) };
     let mut raw = [0u8; r::STATUS_BYTES];
     let start = match first {
         Some(b) => {
@@ -326,7 +423,7 @@ pub(crate) fn restore_with(
         }
         None => 0,
     };
-    (&sock).read_exact(&mut raw[start..]).map_err(|e| {
+    (&*sock).read_exact(&mut raw[start..]).map_err(|e| {
         if matches!(
             e.kind(),
             std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
@@ -353,35 +450,48 @@ pub(crate) fn restore_with(
             errno: status.err,
         });
     }
-    if lazy {
-        let uffd =
-            uffd.ok_or_else(|| HostError::Failed("restorer did not send its userfaultfd".into()))?;
-        // phase 3, serve: the strategy's prefetch, then the page server
-        let serve = strategy.serve(&target, uffd.as_fd())?;
-        let on_fatal = Box::new(move |why: &thaw_memory::ServeError| {
-            tracing::error!("page server for pid {pid} failed: {why}; killing the sandbox");
-            // SAFETY: signalling our own child; reaped by Sandbox::kill.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-        });
-        let source: Arc<dyn PageSource> = match pager_source {
-            Some(s) => s,
-            None => Arc::new(ImageSource(image.try_clone()?)),
-        };
-        sb.pager = Some(PageServer::spawn(
-            uffd,
-            layout.clone(),
-            source,
-            record_faults || serve.record,
-            on_fatal,
-        )?);
+    if lazy && uffd.is_none() {
+        return Err(HostError::Failed("restorer did not send its userfaultfd".into()).into());
     }
+    Ok(Rebuilt {
+        status,
+        uffd,
+        files_ms,
+    })
+}
 
-    if let Some(h) = huge {
-        // the runtime's first faults find the page cache as asked
-        let _ = h.join();
-    }
-    let t2 = Instant::now();
-    (&sock)
+/// The page server of the sandbox's lazily restored memory, from `source`;
+/// a fatal error of it kills the sandbox.
+fn start_pager(
+    sb: &Sandbox,
+    uffd: OwnedFd,
+    loaded: &Loaded,
+    source: Arc<dyn PageSource>,
+    record: bool,
+) -> Result<PageServer, RestoreError> {
+    let pid = sb.pid();
+    let on_fatal = Box::new(move |why: &thaw_memory::ServeError| {
+        tracing::error!("page server for pid {pid} failed: {why}; killing the sandbox");
+        // SAFETY: signalling our own child; reaped by Sandbox::kill.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    });
+    Ok(PageServer::spawn(
+        uffd,
+        loaded.layout.clone(),
+        source,
+        record,
+        on_fatal,
+    )?)
+}
+
+/// The go-ahead: the restorer unmaps itself and returns into the runtime,
+/// which is then greeted with a fresh random seed.
+fn resume(
+    sb: &mut Sandbox,
+    sock: &std::os::unix::net::UnixStream,
+    threads: usize,
+) -> Result<(), RestoreError> {
+    (&*sock)
         .write_all(&[r::RESUME_BYTE])
         .context("resuming the runtime")?;
     let mut seed = [0u8; 32];
@@ -390,39 +500,17 @@ pub(crate) fn restore_with(
     // trampoline: with threads it stays mapped, and a checkpoint leaves it
     // out of the snapshot once none is there.
     let trampoline = (r::TRAMP_ADDR, r::TRAMP_SIZE);
-    let single = state.threads.len() == 1;
     sb.call(
-        &crate::agent::Request::Restored {
+        &thaw_sandbox::agent::Request::Restored {
             seed: hex::encode(seed),
-            unmap: single.then_some(trampoline),
+            unmap: (threads == 1).then_some(trampoline),
         },
         Duration::from_secs(30),
     )
     .map_err(RestoreError::Resume)?;
-    let rep = RestoreReport {
-        strategy: strategy.kind(),
-        state_load_ms,
-        sandbox_ms,
-        pooled,
-        hint_ms,
-        memory_setup_ms: status.setup_ns as f64 / 1e6,
-        populate_ms: status.populate_ns as f64 / 1e6,
-        resume_ms: ms(t2),
-        total_ms: ms(t0),
-        copied_bytes: memory.copied_bytes,
-        mapped_bytes: memory.mapped_bytes,
-        lazy_bytes: memory.lazy_bytes,
-        populated_bytes: memory.populated_bytes,
-        files_ms,
-        file_bytes,
-        figures: strategy.report(),
-    };
-    // phase 4 runs when the caller reports the first response
-    sb.strategy = Some(strategy);
-    Ok((sb, rep))
+    Ok(())
 }
 
-/// Identifies a snapshot's exact contents, for files derived from it.
 /// Has the page cache of the files the snapshot maps from the runtime root
 /// hold their pieces mapped 2 MiB-aligned in 2 MiB folios and the rest in
 /// large ones (`thaw_memory::huge_cache`): the runtime then faults each
@@ -432,7 +520,10 @@ pub(crate) fn restore_with(
 /// the runtime resumes (the first check of a file in small folios reads it
 /// again). Best effort: a file that cannot be opened or read (not from the
 /// root) is left as it is.
-fn huge_code(root: &Path, vmas: &[crate::state::Vma]) -> Option<std::thread::JoinHandle<()>> {
+fn huge_code(
+    root: &Path,
+    vmas: &[thaw_snapshot_format::Vma],
+) -> Option<std::thread::JoinHandle<()>> {
     type Spans = Vec<std::ops::Range<u64>>;
     static DONE: std::sync::Mutex<Vec<(std::path::PathBuf, String)>> =
         std::sync::Mutex::new(Vec::new());
@@ -491,6 +582,7 @@ fn huge_code(root: &Path, vmas: &[crate::state::Vma]) -> Option<std::thread::Joi
     }))
 }
 
+/// Identifies a snapshot's exact contents, for files derived from it.
 pub fn snapshot_key(snap: &Snapshot) -> String {
     format!("{}:{}", snap.manifest.id, snap.manifest.memory.sha256)
 }
@@ -530,35 +622,18 @@ pub fn snapshot_state(snap: &Snapshot) -> Result<Arc<ProcessState>, RestoreError
     Ok(state)
 }
 
-/// The restorer ELF in a sealed memfd, made once per process.
-pub(crate) fn restorer_memfd() -> Result<RawFd> {
-    static FD: OnceLock<OwnedFd> = OnceLock::new();
-    if let Some(fd) = FD.get() {
-        return Ok(fd.as_raw_fd());
-    }
-    // SAFETY: memfd_create with a static NUL-terminated name.
-    let fd = unsafe {
-        libc::memfd_create(
-            c"thaw-restorer".as_ptr(),
-            libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
-        )
-    };
-    if fd < 0 {
-        fail!(
-            HostError::Failed,
-            "memfd_create: {}",
-            std::io::Error::last_os_error()
-        );
-    }
-    // SAFETY: fd was just created and is owned here.
-    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
-    let mut f = File::from(owned);
-    f.write_all(r::RESTORER_ELF)?;
-    let seals = libc::F_SEAL_WRITE | libc::F_SEAL_GROW | libc::F_SEAL_SHRINK | libc::F_SEAL_SEAL;
-    // SAFETY: fcntl on our own descriptor.
-    unsafe { libc::fcntl(f.as_raw_fd(), libc::F_ADD_SEALS, seals) };
-    let _ = FD.set(OwnedFd::from(f));
-    Ok(FD.get().expect("just set").as_raw_fd())
+/// Whether a published snapshot's process state is of another format
+/// version than this thaw's: one to take again, as the daemon and the
+/// worker do (a corrupt state is not this: its restore fails naming it).
+/// Decoded once per process and state, as [`snapshot_state`] keeps it.
+pub fn of_another_version(snap: &Snapshot) -> bool {
+    matches!(
+        snapshot_state(snap),
+        Err(RestoreError::State {
+            source: thaw_snapshot_format::StateError::Version { .. },
+            ..
+        })
+    )
 }
 
 /// The restorer `pread`s the runs it copies one after another, each a
@@ -680,7 +755,7 @@ fn build_plan(
 }
 
 /// The dispositions to set and the signals to queue again.
-fn signal_plan(s: &crate::signals::SignalState, plan: &mut r::Plan) {
+fn signal_plan(s: &thaw_snapshot_format::SignalState, plan: &mut r::Plan) {
     plan.sigactions = s
         .actions
         .iter()
@@ -693,7 +768,7 @@ fn signal_plan(s: &crate::signals::SignalState, plan: &mut r::Plan) {
             reserved: 0,
         })
         .collect();
-    let queued = |to_main: u32, q: &[crate::signals::QueuedSignal]| {
+    let queued = |to_main: u32, q: &[thaw_snapshot_format::QueuedSignal]| {
         q.iter()
             .map(|info| {
                 let mut p = r::PlanSiginfo {
@@ -713,7 +788,7 @@ fn signal_plan(s: &crate::signals::SignalState, plan: &mut r::Plan) {
 /// Receives the restorer's userfaultfd. If the restorer failed before sending
 /// it, the byte read is the first of its status record and is handed back.
 fn recv_uffd(sock: &std::os::unix::net::UnixStream) -> Result<(Option<OwnedFd>, Option<u8>)> {
-    let (byte, got) = crate::cmsg::recv_one_byte(sock)?;
+    let (byte, got) = thaw_sandbox::cmsg::recv_one_byte(sock)?;
     if got.read != 1 {
         fail!(
             HostError::Failed,

@@ -2,15 +2,13 @@
 //! snapshot of its mappings, saved pages, each thread's CPU and kernel-side
 //! state, and the files of its /tmp and /dev/shm. What a snapshot cannot
 //! keep is named, all of it, by [`inspect`].
-use crate::error::{CheckpointError, HostError, Result};
+use crate::error::{CheckpointError, Result};
 use crate::files::{self, Scan};
-use crate::ptrace::{self, REG_ORIG_RAX, REG_RIP};
-use crate::sigframe;
-use crate::signals::SignalState;
-use crate::state::{
-    MmLayout, ProcessState, ThreadKernel, ThreadState, VdsoBlock, Vma, STATE_VERSION,
+use crate::freeze::{
+    freeze_outside_trampoline, task_ids, trampoline_leftover, wait_blocked_on_socket,
 };
-use crate::{stat_fields, Sandbox};
+use crate::ptrace;
+use crate::threads::capture_threads;
 use serde::{Deserialize, Serialize};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -19,6 +17,9 @@ use std::time::{Duration, Instant};
 use thaw_error::{fail, Context, ResultExt};
 use thaw_memory::pagemap;
 use thaw_memory::{MemoryLayout, Region, Run, PAGE_SIZE};
+use thaw_sandbox::HostError;
+use thaw_sandbox::{stat_fields, Sandbox};
+use thaw_snapshot_format::{MmLayout, ProcessState, VdsoBlock, Vma, STATE_VERSION};
 use thaw_store::{Snapshot, SnapshotWriter};
 
 #[derive(Debug, Clone, Serialize)]
@@ -91,390 +92,6 @@ pub fn parse_maps(text: &str) -> Result<Vec<MapsLine>> {
         .collect()
 }
 
-/// Waits until the agent is blocked reading its socket (fd 3), so the frozen
-/// registers sit at a clean, restartable point. The agent's thread is the
-/// main thread, except in a JVM, whose launcher runs Java's main thread
-/// beside the process's first one; any thread blocked reading fd 3 will do.
-pub(crate) fn wait_blocked_on_socket(pid: i32) -> Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let tids = task_ids(pid).unwrap_or_default();
-        let mut main = String::new();
-        for (i, tid) in tids.iter().enumerate() {
-            let sc = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall"))
-                .unwrap_or_default();
-            let mut f = sc.split_whitespace();
-            let nr = f.next().unwrap_or("");
-            let fd = f.next().unwrap_or("");
-            // read(0), recvfrom(45), recvmsg(47) on fd 3
-            if matches!(nr, "0" | "45" | "47") && fd == "0x3" {
-                return Ok(());
-            }
-            if i == 0 {
-                main = sc;
-            }
-        }
-        if Instant::now() > deadline {
-            fail!(
-                HostError::Failed,
-                "runtime never went back to waiting on its socket (main thread's syscall: {})",
-                main.trim()
-            );
-        }
-        std::thread::sleep(Duration::from_micros(200));
-    }
-}
-
-/// The process's thread ids, the main thread first.
-fn task_ids(pid: i32) -> Result<Vec<i32>> {
-    let mut tids: Vec<i32> = std::fs::read_dir(format!("/proc/{pid}/task"))?
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-        .collect();
-    tids.sort_by_key(|&t| (t != pid, t));
-    Ok(tids)
-}
-
-/// A thread's name (`comm`, as it is: a restore gives it back), for
-/// refusals and the snapshot.
-pub(crate) fn thread_name(pid: i32, tid: i32) -> String {
-    std::fs::read(format!("/proc/{pid}/task/{tid}/comm"))
-        .map(|s| String::from_utf8_lossy(s.strip_suffix(b"\n").unwrap_or(&s)).into_owned())
-        .unwrap_or_else(|_| "?".into())
-}
-
-/// How long a thread may take to stop before the checkpoint is refused.
-const STOP_DEADLINE: Duration = Duration::from_secs(2);
-
-/// What /proc/PID/task/TID/status says of a thread's scheduling: its state
-/// letter and its tracer (0: none).
-fn sched_of(status: &str) -> (char, i32) {
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .map(str::trim)
-            .unwrap_or("")
-    };
-    let state = field("State:").chars().next().unwrap_or('?');
-    let tracer = field("TracerPid:").parse().unwrap_or(0);
-    (state, tracer)
-}
-
-/// The system call a thread is in (/proc/PID/task/TID/syscall), by name
-/// where a refusal may need it.
-fn call_of(pid: i32, tid: i32) -> String {
-    let text =
-        std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall")).unwrap_or_default();
-    let nr = text.split_whitespace().next().unwrap_or("?");
-    match nr
-        .parse::<u64>()
-        .ok()
-        .and_then(|n| NOT_RESTARTABLE.iter().find(|(c, _)| *c == n))
-    {
-        Some((_, name)) => (*name).to_string(),
-        None => format!("system call {nr}"),
-    }
-}
-
-/// Refuses, before it is seized, a thread no freeze could stop: one traced
-/// by another process (a debugger), or one that stays in an uninterruptible
-/// wait (state D, e.g. a `vfork` whose child never execs) for
-/// [`STOP_DEADLINE`]. Seized, such a thread could not be let go again
-/// (a detach needs it stopped): it would stop, still traced, whenever it
-/// left that wait, and die with the checkpointing thread.
-fn refuse_unstoppable(pid: i32, tid: i32) -> Result<(), CheckpointError> {
-    let deadline = Instant::now() + STOP_DEADLINE;
-    loop {
-        let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status")) else {
-            return Ok(()); // gone: the seize says so
-        };
-        let (state, tracer) = sched_of(&status);
-        if tracer != 0 {
-            fail!(
-                CheckpointError::Unresumable,
-                "thread {} (tid {tid}) is traced by process {tracer} (a debugger): a snapshot cannot freeze it",
-                thread_name(pid, tid)
-            );
-        }
-        if state != 'D' {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            fail!(
-                CheckpointError::Unresumable,
-                "thread {} (tid {tid}) stayed in an uninterruptible wait (state D, in {}) for {} s: it cannot be stopped there",
-                thread_name(pid, tid),
-                call_of(pid, tid),
-                STOP_DEADLINE.as_secs()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
-}
-
-/// Seizes and stops every thread of `pid` into `frozen` (main first),
-/// listing /proc/PID/task again until no thread is left running (one may
-/// be cloning another while we list).
-pub(crate) fn freeze_all(pid: i32, frozen: &mut Vec<i32>) -> Result<(), CheckpointError> {
-    loop {
-        let tids: Vec<i32> = task_ids(pid)?
-            .into_iter()
-            .filter(|t| !frozen.contains(t))
-            .collect();
-        for &tid in &tids {
-            refuse_unstoppable(pid, tid)?;
-        }
-        let mut new = Vec::new();
-        for tid in tids {
-            match ptrace::seize(tid) {
-                Ok(()) => {}
-                // gone between the listing and the seize
-                Err(_) if !Path::new(&format!("/proc/{pid}/task/{tid}")).exists() => continue,
-                Err(e) => return Err(e.into()),
-            }
-            frozen.push(tid);
-            ptrace::interrupt(tid)?;
-            new.push(tid);
-        }
-        if new.is_empty() {
-            return Ok(());
-        }
-        let deadline = Instant::now() + STOP_DEADLINE;
-        for tid in new {
-            let stop = ptrace::wait_stop_until(tid, deadline)?;
-            if stop == ptrace::Stop::Exited {
-                frozen.retain(|&t| t != tid);
-            }
-            if stop == ptrace::Stop::Running {
-                let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat"))
-                    .unwrap_or_default();
-                let state = stat
-                    .rsplit(')')
-                    .next()
-                    .unwrap_or("")
-                    .split_whitespace()
-                    .next();
-                fail!(
-                    CheckpointError::Unresumable,
-                    "thread {} (tid {tid}) did not stop within {} s (state {}): it is inside a call that cannot be interrupted",
-                    thread_name(pid, tid),
-                    STOP_DEADLINE.as_secs(),
-                    state.unwrap_or("?")
-                );
-            }
-        }
-    }
-}
-
-/// How long a restored thread may take to leave the restorer's trampoline
-/// before a checkpoint gives up.
-const TRAMPOLINE_DEADLINE: Duration = Duration::from_secs(2);
-
-/// [`freeze_all`], and again while some thread is still on its first
-/// instructions in the restorer's trampoline (a restore's main thread does
-/// not wait for the others to run them): every thread is let go for a
-/// moment first. Frozen outside it, no thread runs there again. Returns
-/// how many times it let the runtime go on.
-fn freeze_outside_trampoline(pid: i32, frozen: &mut Vec<i32>) -> Result<u32, CheckpointError> {
-    let deadline = Instant::now() + TRAMPOLINE_DEADLINE;
-    let span =
-        thaw_restorer::RESTORER_BASE..thaw_restorer::RESTORER_BASE + thaw_restorer::RESTORER_SPAN;
-    let mut waits = 0;
-    loop {
-        freeze_all(pid, frozen)?;
-        let mut inside = None;
-        for &tid in frozen.iter() {
-            if span.contains(&ptrace::get_regs(tid)?[REG_RIP]) {
-                inside = Some(tid);
-                break;
-            }
-        }
-        let Some(tid) = inside else {
-            return Ok(waits);
-        };
-        if Instant::now() > deadline {
-            fail!(
-                CheckpointError::Unresumable,
-                "thread {} (tid {tid}) is still in the restorer's trampoline after {} s",
-                thread_name(pid, tid),
-                TRAMPOLINE_DEADLINE.as_secs()
-            );
-        }
-        for tid in frozen.drain(..) {
-            ptrace::detach(tid)?;
-        }
-        waits += 1;
-        std::thread::sleep(Duration::from_millis(1));
-    }
-}
-
-/// The restorer's trampoline, left mapped by a restore with several threads
-/// (anonymous memory at its fixed place): not the runtime's, and no thread
-/// is in it once frozen ([`freeze_outside_trampoline`]), so a snapshot
-/// leaves it out.
-fn trampoline_leftover(m: &MapsLine) -> bool {
-    let lo = thaw_restorer::TRAMP_ADDR;
-    m.inode == 0 && m.name.is_empty() && m.start >= lo && m.end <= lo + thaw_restorer::TRAMP_SIZE
-}
-
-/// System calls a restored thread cannot re-issue: they act on child
-/// processes or on the process's own life. (One that completed is fine: its
-/// result is in the registers.)
-const NOT_RESTARTABLE: &[(u64, &str)] = &[
-    (56, "clone"),
-    (57, "fork"),
-    (58, "vfork"),
-    (59, "execve"),
-    (60, "exit"),
-    (61, "wait4"),
-    (231, "exit_group"),
-    (247, "waitid"),
-    (322, "execveat"),
-    (435, "clone3"),
-];
-
-/// One stopped thread's state. Runs two calls inside it (its
-/// `clear_child_tid`, its alternate signal stack) and leaves it with the
-/// registers a restore resumes it with, so the original goes on exactly as
-/// a restored copy does.
-fn capture_thread(
-    pid: i32,
-    tid: i32,
-    gadget: u64,
-    mem: &File,
-) -> Result<ThreadState, CheckpointError> {
-    let name = thread_name(pid, tid);
-    let regs = ptrace::get_regs(tid)?;
-    let (lo, hi) = (
-        thaw_restorer::RESTORER_BASE,
-        thaw_restorer::RESTORER_BASE + thaw_restorer::RESTORER_SPAN,
-    );
-    if (lo..hi).contains(&regs[REG_RIP]) {
-        fail!(
-            CheckpointError::Unresumable,
-            "thread {name} (tid {tid}) is still in the restorer's trampoline"
-        );
-    }
-    let nr = regs[REG_ORIG_RAX];
-    let call = NOT_RESTARTABLE.iter().find(|(n, _)| *n == nr);
-    if let (Some((_, call)), true) = (call, ptrace::reissues(&regs)) {
-        fail!(
-            CheckpointError::Unresumable,
-            "thread {name} (tid {tid}) is inside {call}, which a restore cannot re-issue"
-        );
-    }
-    let mut resume = regs;
-    ptrace::prepare_for_resume(&mut resume);
-    let xstate = ptrace::get_xstate(tid)?;
-    let sigmask = ptrace::get_sigmask(tid)?;
-    let rseq = ptrace::get_rseq(tid)?;
-    let robust_list = ptrace::get_robust_list(tid)?;
-    let injector = ptrace::Injector {
-        tid,
-        gadget,
-        mem,
-        regs,
-    };
-    let injected = injector.tid_address_and_altstack();
-    ptrace::set_regs(tid, &resume)?;
-    let (clear_tid, altstack) = injected.with_context(|| format!("thread {name} (tid {tid})"))?;
-    Ok(ThreadState {
-        name,
-        regs: resume.to_vec(),
-        xstate,
-        sigmask,
-        kernel: ThreadKernel {
-            altstack,
-            robust_list,
-            clear_tid,
-            rseq,
-        },
-    })
-}
-
-/// The address of a `syscall` instruction (0f 05) in the runtime's vDSO,
-/// for calls run inside its threads.
-fn syscall_gadget(maps: &[MapsLine], mem: &File) -> Result<u64> {
-    let vdso = maps
-        .iter()
-        .find(|m| m.name == "[vdso]")
-        .ok_or_else(|| HostError::Failed("runtime has no [vdso]".into()))?;
-    let mut code = vec![0u8; (vdso.end - vdso.start) as usize];
-    mem.read_exact_at(&mut code, vdso.start)
-        .context("reading the runtime's vDSO")?;
-    let at = code
-        .windows(2)
-        .position(|w| w == [0x0f, 0x05])
-        .ok_or_else(|| HostError::Failed("the vDSO holds no syscall instruction".into()))?;
-    Ok(vdso.start + at as u64)
-}
-
-/// The process's signal state, read through its stopped main thread
-/// (`tids[0]`), which is left with the registers it had.
-fn capture_signals(
-    pid: i32,
-    tids: &[i32],
-    gadget: u64,
-    mem: &File,
-) -> Result<SignalState, CheckpointError> {
-    let regs = ptrace::get_regs(tids[0])?;
-    let injector = ptrace::Injector {
-        tid: tids[0],
-        gadget,
-        mem,
-        regs,
-    };
-    let out = SignalState::capture(pid, tids, &injector);
-    ptrace::set_regs(tids[0], &regs)?;
-    match out.context("reading the runtime's signal state")? {
-        Ok(s) => Ok(s),
-        Err(reasons) => Err(NotCheckpointable { reasons }.into()),
-    }
-}
-
-/// Every thread's state, main first, and the process's signal state;
-/// refuses what a restore cannot resume.
-fn capture_threads(
-    pid: i32,
-    tids: &[i32],
-    maps: &[MapsLine],
-) -> Result<(Vec<ThreadState>, SignalState), CheckpointError> {
-    if tids.len() > thaw_restorer::MAX_THREADS {
-        fail!(
-            CheckpointError::Unresumable,
-            "runtime has {} threads; a snapshot holds at most {}",
-            tids.len(),
-            thaw_restorer::MAX_THREADS
-        );
-    }
-    let mem = File::options()
-        .read(true)
-        .write(true)
-        .open(format!("/proc/{pid}/mem"))?;
-    let gadget = syscall_gadget(maps, &mem)?;
-    let threads = tids
-        .iter()
-        .map(|&tid| capture_thread(pid, tid, gadget, &mem))
-        .collect::<Result<Vec<_>, _>>()?;
-    let signals = capture_signals(pid, tids, gadget, &mem)?;
-    // what a restore will build: each frame valid, all of them in the trampoline
-    let mut frames = 0u64;
-    for t in &threads {
-        frames += sigframe::build(t, thaw_restorer::TRAMP_FRAME)
-            .with_context(|| format!("thread {}", t.name))?
-            .len() as u64;
-    }
-    if frames > thaw_restorer::MAX_FRAME_BYTES {
-        fail!(
-            CheckpointError::Unresumable,
-            "{} threads need {frames} bytes of resume frames; a restore has room for {}",
-            threads.len(),
-            thaw_restorer::MAX_FRAME_BYTES
-        );
-    }
-    Ok((threads, signals))
-}
-
 /// One thing of an instance that a snapshot cannot keep: `kind` is
 /// `thread`, `descriptor`, `mapping` or `files`; `detail` names it (the
 /// thread's name, the descriptor's number and kind, the mapping, the file).
@@ -527,7 +144,7 @@ pub struct Origins<'a> {
     pub mounts: &'a [(std::path::PathBuf, &'static str)],
     /// a custom runtime's Runtime API connection whose call waits: not a
     /// file, but what the snapshot keeps live beside them
-    pub runtime_api: Option<crate::runtime_api::PendingConn>,
+    pub runtime_api: Option<thaw_sandbox::runtime_api::PendingConn>,
 }
 
 impl Origins<'_> {
@@ -535,7 +152,7 @@ impl Origins<'_> {
         Origins {
             root: sb.root(),
             mounts: sb.mounts(),
-            runtime_api: sb.runtime_api.as_ref().and_then(|a| a.pending_conn()),
+            runtime_api: sb.pending_runtime_api_conn(),
         }
     }
 
@@ -671,7 +288,7 @@ pub fn checkpoint(
     let t0 = Instant::now();
     let prep = sb
         .call_raw(
-            &crate::agent::Request::PrepareCheckpoint,
+            &thaw_sandbox::agent::Request::PrepareCheckpoint,
             Duration::from_secs(30),
         )
         .map_err(CheckpointError::Prepare)?;
@@ -679,19 +296,20 @@ pub fn checkpoint(
         .get("threads")
         .and_then(|t| serde_json::from_value(t.clone()).ok())
         .unwrap_or_default();
-    let split = crate::agent::split_ok(prep).map_err(|e| CheckpointError::Prepare(e.into()))?;
+    let split =
+        thaw_sandbox::agent::split_ok(prep).map_err(|e| CheckpointError::Prepare(e.into()))?;
     let agent_refused = match split {
         Ok(_) => None,
-        Err(e) if e.kind() == crate::agent::ErrorKind::NotCheckpointable => Some(e.message),
+        Err(e) if e.kind() == thaw_sandbox::agent::ErrorKind::NotCheckpointable => Some(e.message),
         Err(e) => return Err(CheckpointError::Prepare(e.into())),
     };
     let pid = sb.pid();
     // a custom runtime's bootstrap waits on its Runtime API connection
     // (`prepare_checkpoint` made sure), not on fd 3
-    if sb.runtime_api.is_none() {
+    if !sb.is_custom_runtime() {
         wait_blocked_on_socket(pid)?;
     }
-    let cap = sb.memory_limit;
+    let cap = sb.memory_limit();
     let (mut reasons, _) = inspect(pid, &Origins::of(sb), &threads, cap)?;
     if let (Some(message), true) = (agent_refused, reasons.is_empty()) {
         // the agent saw something the host does not: its word stands
@@ -877,7 +495,7 @@ fn dump(
     // the descriptors, their contents after the files'; connected network
     // sockets are shut down here, after the before_snapshot hook
     let mut fds = crate::fds::capture(pid, Some(&mut |data| w.append_memory(data)), runtime_api)?;
-    if runtime_api.is_some() && !crate::runtime_api::kept_connection(&fds.fds) {
+    if runtime_api.is_some() && !crate::fds::kept_connection(&fds.fds) {
         fds.refusals.push(Refusal::new(
             "descriptor",
             "the bootstrap's waiting Runtime API connection is not among its descriptors",
@@ -1077,15 +695,6 @@ mod tests {
         assert_eq!(m[2].name, "");
         assert!(parse_maps("zz-yy r--p 0 0 0").is_err());
         assert_eq!(prot_of("r-xp"), 5);
-    }
-
-    #[test]
-    fn thread_status_gives_state_and_tracer() {
-        let status = "Name:\tpython3\nUmask:\t0022\nState:\tD (disk sleep)\nTgid:\t7\nTracerPid:\t4242\nUid:\t0\n";
-        assert_eq!(sched_of(status), ('D', 4242));
-        assert_eq!(sched_of("State:\tS (sleeping)\nTracerPid:\t0\n"), ('S', 0));
-        // a file cut short reads as "not traced, state unknown"
-        assert_eq!(sched_of("Name:\tx\n"), ('?', 0));
     }
 
     /// An anonymous mapping of this test process with content on pages

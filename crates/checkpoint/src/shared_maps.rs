@@ -15,32 +15,12 @@
 //! and shared mappings of anything else.
 use crate::checkpoint::{MapsLine, Refusal};
 use crate::error::Result;
-use crate::state::{put32, put64, put_bytes, put_count, Blob, Reader, StateError};
-use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::Read;
 use std::os::unix::fs::MetadataExt;
-use thaw_error::{fail, ResultExt};
-
-/// Where a shared mapping comes back from.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum SharedBacking {
-    /// this file of the sandbox's /tmp or /dev/shm (restored with them)
-    File(String),
-    /// shared memory object `n` of [`ProcessState::shared`](crate::state::ProcessState)
-    Object(u32),
-}
-
-/// A shared memory object: a memfd of `size` bytes holding `content`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SharedObject {
-    /// the memfd's name (for `/proc/PID/maps`; at most 249 bytes)
-    pub name: String,
-    pub size: u64,
-    /// its first `content.len` bytes, in the image
-    pub content: Blob,
-}
+use thaw_error::ResultExt;
+use thaw_snapshot_format::{Blob, SharedBacking, SharedObject, SHARED_NAME_MAX as NAME_MAX};
 
 /// What a shared mapping's line in `/proc/PID/maps` is, before any file
 /// is opened.
@@ -52,8 +32,6 @@ enum Kind<'a> {
 }
 
 const DELETED: &str = " (deleted)";
-/// memfd_create's limit on a name.
-const NAME_MAX: usize = 249;
 
 /// Whether `m` is a shared mapping this module handles (or refuses): any
 /// shared mapping of the sandbox's own files or memory, and any writable or
@@ -207,124 +185,6 @@ pub fn capture(
     Ok(Ok(Captured { backing, objects }))
 }
 
-pub(crate) fn encode_objects(w: &mut Vec<u8>, objects: &[SharedObject]) {
-    put_count(w, objects.len());
-    for o in objects {
-        put_bytes(w, o.name.as_bytes());
-        put64(w, o.size);
-        put64(w, o.content.image_off);
-        put64(w, o.content.len);
-    }
-}
-
-pub(crate) fn decode_objects(r: &mut Reader) -> std::result::Result<Vec<SharedObject>, StateError> {
-    let n = r.count(4 + 24)?;
-    (0..n)
-        .map(|_| {
-            let name = r.string()?;
-            Ok(SharedObject {
-                name,
-                size: r.u64()?,
-                content: Blob {
-                    image_off: r.u64()?,
-                    len: r.u64()?,
-                },
-            })
-        })
-        .collect()
-}
-
-/// A shared mapping's backing in the state: kind byte, then its path or
-/// object index.
-pub(crate) fn encode_backing(w: &mut Vec<u8>, b: &Option<SharedBacking>) {
-    match b {
-        None => w.push(0),
-        Some(SharedBacking::File(p)) => {
-            w.push(1);
-            put_bytes(w, p.as_bytes());
-        }
-        Some(SharedBacking::Object(i)) => {
-            w.push(2);
-            put32(w, *i);
-        }
-    }
-}
-
-pub(crate) fn decode_backing(
-    r: &mut Reader,
-) -> std::result::Result<Option<SharedBacking>, StateError> {
-    Ok(match r.u8()? {
-        0 => None,
-        1 => Some(SharedBacking::File(r.string()?)),
-        2 => Some(SharedBacking::Object(r.u32()?)),
-        k => fail!(StateError::Corrupt, "shared mapping kind {k}"),
-    })
-}
-
-/// What a restore would trust: a path of the sandbox's /tmp or /dev/shm
-/// (no `..`), an object that exists, objects' contents inside their size
-/// and the image.
-pub(crate) fn validate(
-    backing: &Option<SharedBacking>,
-    objects: &[SharedObject],
-) -> std::result::Result<(), StateError> {
-    match backing {
-        None => Ok(()),
-        Some(SharedBacking::File(p)) => {
-            let ok = (p.starts_with("/tmp/") || p.starts_with("/dev/shm/"))
-                && !p.split('/').any(|c| c == "..")
-                && !p.contains('\0');
-            if !ok {
-                fail!(StateError::Corrupt, "a shared mapping of {p:?}");
-            }
-            Ok(())
-        }
-        Some(SharedBacking::Object(i)) => {
-            if *i as usize >= objects.len() {
-                fail!(
-                    StateError::Corrupt,
-                    "a shared mapping of object {i}, which does not exist"
-                );
-            }
-            Ok(())
-        }
-    }
-}
-
-/// Objects' contents lie after the saved pages (`pages` bytes), as the
-/// files' and descriptors' do; a restore reads them from the verified image.
-pub(crate) fn validate_objects(
-    objects: &[SharedObject],
-    pages: u64,
-) -> std::result::Result<(), StateError> {
-    if objects.len() > thaw_restorer::MAX_SHARED {
-        fail!(
-            StateError::Corrupt,
-            "{} shared memory objects",
-            objects.len()
-        );
-    }
-    for o in objects {
-        let c = &o.content;
-        if o.name.len() > NAME_MAX
-            || o.name.contains('\0')
-            || c.len > o.size
-            || (c.len > 0 && c.image_off < pages)
-            || c.image_off.checked_add(c.len).is_none()
-        {
-            fail!(
-                StateError::Corrupt,
-                "shared memory object {:?} ({} bytes, content {}+{})",
-                o.name,
-                o.size,
-                c.image_off,
-                c.len
-            );
-        }
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -362,52 +222,5 @@ mod tests {
             assert!(handles(&refused), "{refused:?}");
             assert!(refusal(&refused).is_some(), "{refused:?}");
         }
-    }
-
-    #[test]
-    fn shared_records_read_back_and_bad_ones_are_refused() {
-        let objects = vec![SharedObject {
-            name: "sem.x".into(),
-            size: 32,
-            content: Blob {
-                image_off: 8192,
-                len: 32,
-            },
-        }];
-        let mut w = Vec::new();
-        encode_objects(&mut w, &objects);
-        for b in [
-            None,
-            Some(SharedBacking::File("/tmp/a".into())),
-            Some(SharedBacking::Object(0)),
-        ] {
-            encode_backing(&mut w, &b);
-        }
-        let mut r = Reader(&w);
-        assert_eq!(decode_objects(&mut r).unwrap(), objects);
-        for want in [
-            None,
-            Some(SharedBacking::File("/tmp/a".into())),
-            Some(SharedBacking::Object(0)),
-        ] {
-            let b = decode_backing(&mut r).unwrap();
-            assert_eq!(b, want);
-            validate(&b, &objects).unwrap();
-        }
-        validate_objects(&objects, 8192).unwrap();
-        assert!(
-            validate_objects(&objects, 16384).is_err(),
-            "content among the pages"
-        );
-        let mut big = objects.clone();
-        big[0].content.len = 33;
-        assert!(
-            validate_objects(&big, 8192).is_err(),
-            "content past its size"
-        );
-        assert!(validate(&Some(SharedBacking::Object(1)), &objects).is_err());
-        assert!(validate(&Some(SharedBacking::File("/etc/passwd".into())), &objects).is_err());
-        assert!(validate(&Some(SharedBacking::File("/tmp/../etc".into())), &objects).is_err());
-        assert!(decode_backing(&mut Reader(&[3])).is_err());
     }
 }

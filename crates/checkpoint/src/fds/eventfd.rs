@@ -1,0 +1,17 @@
+//! An eventfd: made again with its count and semaphore mode.
+use super::{Kind, Open};
+use thaw_restorer as r;
+use thaw_snapshot_format::FdKind;
+
+pub(super) fn capture(o: &Open) -> Kind {
+    Ok(FdKind::EventFd {
+        count: o.info.hex("eventfd-count")?,
+        semaphore: o.info.get("eventfd-semaphore") == Some("1"),
+    })
+}
+
+pub(super) fn plan(count: u64, semaphore: bool, p: &mut r::PlanFd) {
+    p.kind = r::FD_EVENTFD;
+    p.a = count;
+    p.arg = u32::from(semaphore);
+}

@@ -1,0 +1,15 @@
+//! A signalfd: made again with its signal mask.
+use super::{Kind, Open};
+use thaw_restorer as r;
+use thaw_snapshot_format::FdKind;
+
+pub(super) fn capture(o: &Open) -> Kind {
+    Ok(FdKind::SignalFd {
+        mask: o.info.hex("sigmask")?,
+    })
+}
+
+pub(super) fn plan(mask: u64, p: &mut r::PlanFd) {
+    p.kind = r::FD_SIGNALFD;
+    p.a = mask;
+}
