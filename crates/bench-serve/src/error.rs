@@ -31,9 +31,6 @@ pub enum BenchServeError {
     /// the daemon did not open, start or find the function
     #[error(transparent)]
     Serve(#[from] thaw_server::ServeError),
-    /// containerd, crictl or a pod network (`thaw bench cri`)
-    #[error(transparent)]
-    Harness(#[from] thaw_shim::harness::HarnessError),
     #[error(transparent)]
     Image(#[from] thaw_server::image::ImageError),
     #[error(transparent)]

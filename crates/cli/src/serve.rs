@@ -288,7 +288,7 @@ pub fn client(home: &Path, socket: Option<PathBuf>, cmd: FnCmd) -> Result<()> {
                 bandwidth_mbit,
             } = *args;
             let code = if path.is_dir() {
-                json!({"format": "tar.gz", "data_base64": b64(&thaw_server::archive::pack_dir(&path)?)})
+                json!({"format": "tar.gz", "data_base64": b64(&thaw_pack::pack_dir(&path)?)})
             } else {
                 let data =
                     std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
@@ -706,13 +706,6 @@ pub fn emit_report(
     json: Option<PathBuf>,
     markdown: Option<PathBuf>,
 ) -> Result<()> {
-    println!("{md}");
-    if let Some(p) = json {
-        std::fs::write(&p, serde_json::to_vec_pretty(report)?)
-            .with_context(|| format!("writing {}", p.display()))?;
-    }
-    if let Some(p) = markdown {
-        std::fs::write(&p, md).with_context(|| format!("writing {}", p.display()))?;
-    }
+    thaw_bench::report::emit(md, report, json.as_deref(), markdown.as_deref())?;
     Ok(())
 }

@@ -68,7 +68,7 @@ pub struct SandboxConfig {
     pub cpu_millis: Option<u64>,
     /// The sandbox's CPU weight against other cgroups under contention,
     /// in cgroup v2 `cpu.weight` units (1..=10000; see
-    /// [`cgroup::shares_of_cpu_weight`]); None: the host's default.
+    /// [`thaw_pack::cpu::shares_of_cpu_weight`]); None: the host's default.
     pub cpu_weight: Option<u64>,
     pub tmp_bytes: u64,
     /// Size of the private /dev/shm.

@@ -77,9 +77,8 @@ impl From<tiering::Error> for Error {
 /// at least 1 ms per 100 ms period), and the largest accepted.
 pub const MIN_CPU_MILLIS: u64 = 10;
 pub const MAX_CPU_MILLIS: u64 = 1_000_000;
-/// A function's CPU weight range (cgroup v2 `cpu.weight` units), and the
-/// conversion of a container's CPU shares to it (the shim's).
-pub use thaw_sandbox::cgroup::{cpu_weight_of_shares, CPU_WEIGHT_MAX, CPU_WEIGHT_MIN};
+/// A function's CPU weight range (cgroup v2 `cpu.weight` units).
+pub use thaw_pack::cpu::{CPU_WEIGHT_MAX, CPU_WEIGHT_MIN};
 
 /// `POST /v1/functions`.
 #[derive(Debug, Deserialize)]
@@ -213,17 +212,7 @@ fn bad(msg: impl Into<String>) -> Error {
     Error::Invalid(msg.into())
 }
 
-/// `module.function`, the module possibly dotted: what a handler, init or
-/// after-restore hook must look like.
-pub fn is_entry_point(s: &str) -> bool {
-    s.len() <= 200
-        && s.split('.').count() >= 2
-        && s.split('.').all(|p| {
-            !p.is_empty()
-                && !p.as_bytes()[0].is_ascii_digit()
-                && p.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
-        })
-}
+pub use thaw_pack::image::is_entry_point;
 
 /// `package.Class::method` or `package.Class` (its `handleRequest`), the
 /// package possibly empty: a Java handler as Lambda names it.

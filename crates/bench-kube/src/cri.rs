@@ -28,7 +28,7 @@
 //! remote tier (MinIO), a pod on a node that never saw the function (its
 //! daemon streams the snapshot the publishing node's deploy published)
 //! against a pod restoring the copy that node then keeps locally.
-use crate::error::{BenchServeError, OrFail, Result};
+use crate::error::{BenchKubeError, Result};
 use serde::Serialize;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -176,21 +176,21 @@ pub(crate) struct Images {
 
 fn check(o: &Options) -> Result<()> {
     if o.runs == 0 {
-        fail!(BenchServeError::Config, "--runs must be at least 1");
+        fail!(BenchKubeError::Config, "--runs must be at least 1");
     }
     if o.functions.is_empty() {
-        fail!(BenchServeError::Config, "--functions names no function");
+        fail!(BenchKubeError::Config, "--functions names no function");
     }
     if o.pods > 0 && !(1..=DENSITY_FUNCTIONS.len()).contains(&o.pod_functions) {
         fail!(
-            BenchServeError::Config,
+            BenchKubeError::Config,
             "--pod-functions must be in 1..={} (the density part's functions: {})",
             DENSITY_FUNCTIONS.len(),
             DENSITY_FUNCTIONS.join(", ")
         );
     }
     if o.pods > 256 {
-        fail!(BenchServeError::Config, "--pods must be at most 256");
+        fail!(BenchKubeError::Config, "--pods must be at most 256");
     }
     check_shim(&o.shim_dir)
 }
@@ -203,7 +203,7 @@ pub(crate) fn join_all<T>(
         .into_iter()
         .map(|h| {
             h.join()
-                .unwrap_or_else(|_| Err(BenchServeError::Failed("a pod's thread panicked".into())))
+                .unwrap_or_else(|_| Err(BenchKubeError::Failed("a pod's thread panicked".into())))
         })
         .collect()
 }
@@ -213,7 +213,7 @@ pub(crate) fn check_shim(shim_dir: &Path) -> Result<()> {
     let shim = shim_dir.join("containerd-shim-thaw-v1");
     if !shim.is_file() {
         fail!(
-            BenchServeError::Config,
+            BenchKubeError::Config,
             "{} is missing: build it beside thaw (cargo build --release -p thaw-shim)",
             shim.display()
         );
@@ -308,7 +308,7 @@ pub fn run(o: &Options) -> Result<Report> {
             .is_file()
         {
             fail!(
-                BenchServeError::Failed,
+                BenchKubeError::Failed,
                 "{f} is not a Python function of the suite (thaw runtime functions)"
             );
         }
@@ -808,10 +808,7 @@ fn parse(answer: &str) -> (u16, impl Fn(&str) -> Option<String> + '_, &str) {
 pub(crate) fn answer_value(what: &str, answer: &str) -> Result<Value> {
     let (status, _, body) = parse(answer);
     if status != 200 {
-        fail!(
-            BenchServeError::Failed,
-            "{what} answered {status}: {answer}"
-        );
+        fail!(BenchKubeError::Failed, "{what} answered {status}: {answer}");
     }
     Ok(serde_json::from_str(body).with_context(|| format!("{what} answered no JSON: {body}"))?)
 }
@@ -862,7 +859,7 @@ pub(crate) fn no_idle(n: &Node) -> Result<()> {
         }
         if t.elapsed() > Duration::from_secs(30) {
             fail!(
-                BenchServeError::Failed,
+                BenchKubeError::Failed,
                 "the daemon still keeps {idle} idle instances after 30 s"
             );
         }
@@ -871,7 +868,7 @@ pub(crate) fn no_idle(n: &Node) -> Result<()> {
 }
 
 pub(crate) fn summary(xs: &[f64]) -> Result<Summary> {
-    summarize(xs).or_fail("no runs")
+    summarize(xs).ok_or_else(|| BenchKubeError::Failed("no runs".into()))
 }
 
 /// runc vs thaw for one function: a warm-up pod each, then `runs`
@@ -882,7 +879,7 @@ fn compare(n: &Node, img: &Images, runs: usize) -> Result<FunctionRow> {
     let (first_thaw, got, _) = pod_start(n, "thaw", &img.thaw, &img.event)?;
     if answer_value("thaw", &got)? != want {
         fail!(
-            BenchServeError::Failed,
+            BenchKubeError::Failed,
             "{}: thaw answered {got}, runc {want}",
             img.function
         );
@@ -894,7 +891,7 @@ fn compare(n: &Node, img: &Images, runs: usize) -> Result<FunctionRow> {
         runc_phases.push(p);
         if answer_value("runc", &a)? != want {
             fail!(
-                BenchServeError::Failed,
+                BenchKubeError::Failed,
                 "{}: runc answered {a}, then {want}",
                 img.function
             );
@@ -905,7 +902,7 @@ fn compare(n: &Node, img: &Images, runs: usize) -> Result<FunctionRow> {
         thaw_phases.push(p);
         if answer_value("thaw", &a)? != want {
             fail!(
-                BenchServeError::Failed,
+                BenchKubeError::Failed,
                 "{}: thaw answered {a}, runc {want}",
                 img.function
             );
@@ -914,7 +911,7 @@ fn compare(n: &Node, img: &Images, runs: usize) -> Result<FunctionRow> {
         // instance restored for it (at Create, or for the request)
         if s.restores.len() != 1 || !matches!(s.start_type.as_deref(), Some("restore" | "warm")) {
             fail!(
-                BenchServeError::Failed,
+                BenchKubeError::Failed,
                 "{}: a thaw pod was not served by the one instance restored for it (restores {:?}): {a}",
                 img.function,
                 s.restores
@@ -987,7 +984,7 @@ fn density(
         }
         if let Some(f) = failures.first() {
             fail!(
-                BenchServeError::Failed,
+                BenchKubeError::Failed,
                 "{} of {pods} {runtime} pods did not answer; the first: {f}",
                 failures.len()
             );
@@ -1031,7 +1028,7 @@ fn kept_locally(n: &Node, name: &str) -> Result<()> {
         }
         if t.elapsed() > Duration::from_secs(60) {
             fail!(
-                BenchServeError::Failed,
+                BenchKubeError::Failed,
                 "{name}: the streamed snapshot was not kept on this node: {v}"
             );
         }
@@ -1060,7 +1057,7 @@ fn remote(n: &Node, img: &Images, runs: usize) -> Result<RemoteRow> {
         answer_value("thaw", &a)?;
         if !restored_from(&s, "remote") {
             fail!(
-                BenchServeError::Failed,
+                BenchKubeError::Failed,
                 "{}: the new node's first pod was not a restore from the remote tier: {a}",
                 img.function
             );
@@ -1069,7 +1066,7 @@ fn remote(n: &Node, img: &Images, runs: usize) -> Result<RemoteRow> {
         let names = deployed(n)?;
         let [name] = names.as_slice() else {
             fail!(
-                BenchServeError::Failed,
+                BenchKubeError::Failed,
                 "the node holds {names:?}, not one function"
             );
         };
@@ -1079,7 +1076,7 @@ fn remote(n: &Node, img: &Images, runs: usize) -> Result<RemoteRow> {
         answer_value("thaw", &a)?;
         if !restored_from(&s, "tmpfs") {
             fail!(
-                BenchServeError::Failed,
+                BenchKubeError::Failed,
                 "{}: the node's second pod was not a local restore: {a}",
                 img.function
             );
