@@ -22,6 +22,9 @@ pub enum BenchServeError {
     Sandbox(#[from] thaw_sandbox::SandboxError),
     #[error(transparent)]
     Host(#[from] thaw_sandbox::HostError),
+    /// the test host of `thaw bench egress`
+    #[error(transparent)]
+    Egress(#[from] thaw_egress::EgressError),
     #[error(transparent)]
     Plot(#[from] thaw_plot::PlotError),
     #[error(transparent)]

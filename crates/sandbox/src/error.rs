@@ -3,10 +3,10 @@
 //! variants and the host's failures (a /proc file, ptrace, a mount, a
 //! cgroup) as `Other`, a [`HostError`] that keeps its cause.
 use crate::agent::AgentError;
-use crate::egress::EgressError;
 use crate::state::StateError;
 use crate::NotCheckpointable;
 use std::time::Duration;
+use thaw_egress::EgressError;
 use thaw_error::Context;
 
 /// A step on the host that failed: callers only report these.
@@ -41,13 +41,7 @@ macro_rules! host_sources {
         }
     )*};
 }
-host_sources!(
-    StartError,
-    CheckpointError,
-    RestoreError,
-    ProfileError,
-    EgressError
-);
+host_sources!(StartError, CheckpointError, RestoreError, ProfileError);
 
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {

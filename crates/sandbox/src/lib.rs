@@ -13,11 +13,9 @@ pub mod cgroup;
 pub mod checkpoint;
 pub mod cleanup;
 mod cmsg;
-pub mod egress;
 mod error;
 pub mod fds;
 pub mod files;
-pub mod nethost;
 mod netns;
 pub mod pool;
 pub mod profile;
@@ -93,7 +91,7 @@ pub struct SandboxConfig {
     /// A function given network egress: each sandbox gets an address and a
     /// veth on the daemon's bridge, and a seccomp filter that allows IP
     /// sockets. None: loopback only, and no IP sockets at all.
-    pub egress: Option<egress::Egress>,
+    pub egress: Option<thaw_egress::Egress>,
     /// A custom runtime: the sandbox's program is a `bootstrap` served by
     /// the worker's Runtime API in its namespace (loopback IP sockets
     /// allowed), not an agent.
@@ -197,7 +195,7 @@ pub struct Sandbox {
     /// the first response
     pool_ticket: Option<pool::Ticket>,
     /// its address and veth, for a function given egress
-    net: Option<egress::SandboxNet>,
+    net: Option<thaw_egress::SandboxNet>,
     /// (host directory, mount point inside) of its code and packages
     mounts: Vec<(PathBuf, &'static str)>,
     /// a custom runtime's Runtime API, which stands in for the agent
@@ -215,7 +213,7 @@ struct Slot {
     devnull: File,
     worker_end: UnixStream,
     sandbox_end: UnixStream,
-    net: Option<egress::SandboxNet>,
+    net: Option<thaw_egress::SandboxNet>,
     mounts: Vec<(PathBuf, &'static str)>,
     runtime_api: Option<runtime_api::RuntimeApi>,
 }
@@ -379,7 +377,7 @@ impl Sandbox {
     }
 
     /// Its address and veth, for a function given egress.
-    pub fn network(&self) -> Option<&egress::SandboxNet> {
+    pub fn network(&self) -> Option<&thaw_egress::SandboxNet> {
         self.net.as_ref()
     }
 

@@ -957,7 +957,7 @@ fn attach_network(
     app: &App,
     vdir: &Path,
     n: &NetworkRequest,
-) -> Result<thaw_sandbox::egress::Egress, thaw_error::BoxError> {
+) -> Result<thaw_egress::Egress, thaw_error::BoxError> {
     let policy = n.policy()?;
     let resolv = match policy.dns {
         Some(d) => {
@@ -974,7 +974,7 @@ fn attach_network(
         let mut held = app.network.lock().unwrap_or_else(|p| p.into_inner());
         match &*held {
             Some(n) => n.clone(),
-            None => held.insert(thaw_sandbox::egress::Network::open()?).clone(),
+            None => held.insert(thaw_egress::Network::open()?).clone(),
         }
     };
     Ok(network.attach(&policy, resolv)?)
