@@ -25,6 +25,18 @@ pub enum HostError {
 
 pub(crate) type Result<T, E = HostError> = std::result::Result<T, E>;
 
+/// A sandbox's veth plugged in at spawn: the egress crate's failure as the
+/// host step it is, its message unchanged.
+impl From<EgressError> for HostError {
+    fn from(e: EgressError) -> HostError {
+        match e {
+            EgressError::Exhausted(m) | EgressError::Failed(m) => HostError::Failed(m),
+            EgressError::Io(e) => HostError::Io(e),
+            EgressError::Other(c) => HostError::Other(c),
+        }
+    }
+}
+
 /// Turns a crate's `From<HostError>` into `From` its sources as well, so
 /// `?` takes an I/O error or a `.context(...)` into any of the enums here.
 macro_rules! host_sources {

@@ -350,11 +350,9 @@ pub fn spawn(spec: &ChildSpec) -> Result<i32> {
     }
     let pid = pid as i32;
     close([Some(err_w), go_r]);
-    let joined = spec.net.map_or(Ok(()), |n| {
-        n.plug(pid)
-            .context("plugging the sandbox into its function's network")
-            .map_err(HostError::from)
-    });
+    let joined = spec
+        .net
+        .map_or(Ok(()), |n| n.plug(pid).map_err(HostError::from));
     let joined = joined.and_then(|()| spec.before_start.map_or(Ok(()), |f| f(pid)));
     if let Err(e) = joined {
         kill_and_reap(pid);
