@@ -4,6 +4,7 @@
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 use std::path::{Path, PathBuf};
+use thaw_bench::report::emit;
 
 #[derive(Parser)]
 #[command(
@@ -41,17 +42,6 @@ fn main() {
         eprintln!("error: {e:#}");
         std::process::exit(1);
     }
-}
-
-/// Prints the report's tables and writes the files asked for.
-fn emit(
-    md: &str,
-    report: &impl serde::Serialize,
-    json: Option<PathBuf>,
-    markdown: Option<PathBuf>,
-) -> Result<()> {
-    thaw_bench::report::emit(md, report, json.as_deref(), markdown.as_deref())?;
-    Ok(())
 }
 
 #[derive(Args, Debug)]
@@ -120,7 +110,8 @@ fn bench(home: &Path, a: BenchCriArgs) -> Result<()> {
         containerd_log: a.containerd_log,
     };
     let r = thaw_bench_kube::cri::run(&o)?;
-    emit(&thaw_bench_kube::cri::markdown(&r), &r, a.json, a.markdown)
+    let md = thaw_bench_kube::cri::markdown(&r);
+    Ok(emit(&md, &r, a.json.as_deref(), a.markdown.as_deref())?)
 }
 
 #[derive(Args, Debug)]
@@ -166,12 +157,8 @@ fn bench_kube(home: &Path, a: BenchKubeArgs) -> Result<()> {
             runs: a.runs,
         };
         let r = thaw_bench_kube::kube_nodes::run(&o)?;
-        return emit(
-            &thaw_bench_kube::kube_nodes::markdown(&r),
-            &r,
-            a.json,
-            a.markdown,
-        );
+        let md = thaw_bench_kube::kube_nodes::markdown(&r);
+        return Ok(emit(&md, &r, a.json.as_deref(), a.markdown.as_deref())?);
     }
     let o = thaw_bench_kube::kube::Options {
         runtime_home: home.to_path_buf(),
@@ -183,7 +170,8 @@ fn bench_kube(home: &Path, a: BenchKubeArgs) -> Result<()> {
         pod_functions: a.pod_functions,
     };
     let r = thaw_bench_kube::kube::run(&o)?;
-    emit(&thaw_bench_kube::kube::markdown(&r), &r, a.json, a.markdown)
+    let md = thaw_bench_kube::kube::markdown(&r);
+    Ok(emit(&md, &r, a.json.as_deref(), a.markdown.as_deref())?)
 }
 
 /// `--ip-from`: `cri` or `api`.

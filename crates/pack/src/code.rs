@@ -3,10 +3,12 @@
 use std::path::{Path, PathBuf};
 use thaw_error::{fail, Context, ResultExt};
 
-/// Why a code directory was not listed or packed.
+/// Why a function's code was refused or could not be unpacked or packed
+/// (the daemon's unpacking and this crate's packing alike).
 #[derive(Debug, thiserror::Error)]
-pub enum PackError {
-    /// an entry the daemon would refuse (a symbolic link, a device)
+pub enum ArchiveError {
+    /// code the daemon does not take: its format, a path, a link, an entry
+    /// kind, a size or a count over the limits
     #[error("{0}")]
     Refused(String),
     #[error(transparent)]
@@ -16,7 +18,7 @@ pub enum PackError {
     Other(#[from] Context),
 }
 
-type Result<T, E = PackError> = std::result::Result<T, E>;
+type Result<T, E = ArchiveError> = std::result::Result<T, E>;
 
 /// One entry of a function's code directory, parents before children.
 pub struct CodeEntry {
@@ -49,7 +51,7 @@ pub fn code_entries(dir: &Path) -> Result<Vec<CodeEntry>> {
             let t = e.file_type()?;
             if !t.is_dir() && !t.is_file() {
                 fail!(
-                    PackError::Refused,
+                    ArchiveError::Refused,
                     "{} is not a regular file or directory",
                     e.path().display()
                 );
@@ -136,7 +138,7 @@ mod tests {
         std::fs::write(d.join("a.py"), "a").unwrap();
         std::os::unix::fs::symlink("/etc/passwd", d.join("l")).unwrap();
         let e = pack_dir(&d).unwrap_err();
-        assert!(matches!(e, PackError::Refused(_)), "{e}");
+        assert!(matches!(e, ArchiveError::Refused(_)), "{e}");
         std::fs::remove_dir_all(&d).unwrap();
     }
 }

@@ -12,4 +12,4 @@ pub mod code;
 pub mod cpu;
 pub mod image;
 
-pub use code::{code_entries, pack_dir, pack_entries, CodeEntry, PackError};
+pub use code::{code_entries, pack_dir, pack_entries, ArchiveError, CodeEntry};

@@ -6,21 +6,9 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Component, Path, PathBuf};
 
 use crate::config::Limits;
-use thaw_error::{fail, Context, ResultExt};
+use thaw_error::{fail, ResultExt};
 
-/// Why a function's code was refused or could not be unpacked or packed.
-#[derive(Debug, thiserror::Error)]
-pub enum ArchiveError {
-    /// code the daemon does not take: its format, a path, a link, an entry
-    /// kind, a size or a count over the limits
-    #[error("{0}")]
-    Refused(String),
-    #[error(transparent)]
-    Io(#[from] std::io::Error),
-    /// the step that failed, with its cause
-    #[error(transparent)]
-    Other(#[from] Context),
-}
+pub use thaw_pack::ArchiveError;
 
 type Result<T, E = ArchiveError> = std::result::Result<T, E>;
 

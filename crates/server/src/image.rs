@@ -21,7 +21,7 @@ pub enum ImageError {
     #[error("{0}")]
     Invalid(String),
     #[error(transparent)]
-    Pack(#[from] thaw_pack::PackError),
+    Archive(#[from] thaw_pack::ArchiveError),
     #[error(transparent)]
     EntryPoint(#[from] thaw_pack::image::InvalidEntryPoint),
     #[error(transparent)]
