@@ -55,3 +55,17 @@ pub fn bench(home: &Path, a: BenchCriArgs) -> Result<()> {
 pub fn bench_kube(home: &Path, a: BenchKubeArgs) -> Result<()> {
     forward(home, "kube", a)
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_missing_bench_binary_is_named_with_how_to_build_it() {
+        // the test binary's directory (target/*/deps) holds no thaw-bench-kube
+        let e = super::bench_binary().unwrap_err().to_string();
+        assert!(
+            e.contains("thaw-bench-kube is missing")
+                && e.contains("cargo build --release -p thaw-bench-kube"),
+            "{e}"
+        );
+    }
+}
