@@ -88,7 +88,8 @@ $T bench lambda --cold-runs 40 --seconds 20 --json "$OUT/lambda/lambda.json" --m
 $T bench xdt --sizes 10000,1000000,10000000,100000000 --runs 20 --degrees 1 --pattern-runs 1 --app-runs 3 \
     --json "$OUT/xdt/xdt.json" --markdown "$OUT/xdt/xdt.md"
 # Pods through CRI: runc against thaw, pods at once, a node restoring another node's snapshot
-cargo build --release --locked -q -p thaw-shim
+# (the shim, and thaw-bench-kube, which `thaw bench cri` runs)
+cargo build --release --locked -q -p thaw-shim -p thaw-bench-kube
 mkdir -p "$OUT/cri"
 $T bench cri --runs "$RUNS" --json "$OUT/cri/cri.json" --markdown "$OUT/cri/cri.md"
 echo "bench: results in $OUT/"

@@ -1,6 +1,6 @@
 //! `thaw bench egress`: what network egress costs a function, measured
 //! against a host the bench makes (a network namespace with an HTTP server,
-//! see `thaw_sandbox::nethost`), never any other address:
+//! see `thaw_egress::nethost`), never any other address:
 //!
 //! * cold start: helloworld restored through the API (`?force=cold`, into
 //!   a pooled sandbox) with egress and without, interleaved;
@@ -15,8 +15,8 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use std::time::Instant;
 use thaw_bench::stats::{summarize, Summary};
+use thaw_egress::nethost::NetHost;
 use thaw_error::{fail, ResultExt};
-use thaw_sandbox::nethost::NetHost;
 
 use thaw_client::{Client, Target};
 
@@ -90,7 +90,7 @@ fn b64(d: &[u8]) -> String {
 pub fn run(runtime_home: &std::path::Path, o: &Options) -> Result<Report> {
     let mut server = NetHost::create().context("creating the test host namespace")?;
     server.http_server(0, 8080)?;
-    if thaw_sandbox::egress::ipv6_unavailable().is_none() {
+    if thaw_egress::ipv6_unavailable().is_none() {
         server.http_server6(0, 8080)?;
     }
     let client_ns = NetHost::create().context("creating the baseline's namespace")?;
@@ -129,7 +129,7 @@ fn measure(
     };
     let dest = server.addr(0);
     let network = json!({"egress": [format!("{dest}/32:8080")]});
-    let dest6 = thaw_sandbox::egress::ipv6_unavailable()
+    let dest6 = thaw_egress::ipv6_unavailable()
         .is_none()
         .then(|| server.addr6(0));
     let mut client_net = network.clone();

@@ -22,6 +22,9 @@ pub enum BenchServeError {
     Sandbox(#[from] thaw_sandbox::SandboxError),
     #[error(transparent)]
     Host(#[from] thaw_sandbox::HostError),
+    /// the test host of `thaw bench egress`
+    #[error(transparent)]
+    Egress(#[from] thaw_egress::EgressError),
     #[error(transparent)]
     Plot(#[from] thaw_plot::PlotError),
     #[error(transparent)]
@@ -31,9 +34,6 @@ pub enum BenchServeError {
     /// the daemon did not open, start or find the function
     #[error(transparent)]
     Serve(#[from] thaw_server::ServeError),
-    /// containerd, crictl or a pod network (`thaw bench cri`)
-    #[error(transparent)]
-    Harness(#[from] thaw_shim::harness::HarnessError),
     #[error(transparent)]
     Image(#[from] thaw_server::image::ImageError),
     #[error(transparent)]

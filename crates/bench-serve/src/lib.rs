@@ -13,19 +13,12 @@
 //!   thaw's own, cold and warm, and [`lambda_provided`], Go and Rust
 //!   custom runtimes restored against their fresh starts, and
 //!   [`lambda_peers`], AWS's Runtime Interface Emulator beside thaw;
-//! * [`cri`]: `thaw bench cri`, pod starts through the CRI, runc against
-//!   thaw, and a node restoring the snapshot another node published;
-//! * [`kube`]: `thaw bench kube`, pod starts through a real kubelet, thaw
-//!   against runc and against the floor of a pod that answers at once;
 //! * [`pair`]: two daemons in network namespaces of their own (also what
 //!   the cross-worker tests run on).
 pub mod capacity;
-pub mod cri;
 pub mod egress;
 mod error;
 pub mod estimates;
-pub mod kube;
-pub mod kube_nodes;
 pub mod lambda;
 pub mod lambda_peers;
 pub mod lambda_provided;

@@ -12,6 +12,7 @@ pub mod concurrency;
 mod error;
 pub mod hierarchy;
 pub mod remote;
+pub mod report;
 pub mod restore;
 pub mod start;
 pub mod state_decode;

@@ -199,7 +199,7 @@ pub fn client(home: &Path, socket: Option<PathBuf>, cmd: FnCmd) -> Result<()> {
                 bandwidth_mbit,
             } = *args;
             let code = if path.is_dir() {
-                json!({"format": "tar.gz", "data_base64": b64(&thaw_server::archive::pack_dir(&path)?)})
+                json!({"format": "tar.gz", "data_base64": b64(&thaw_pack::pack_dir(&path)?)})
             } else {
                 let data =
                     std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;

@@ -357,7 +357,7 @@ fn egress_leftovers_of_a_killed_daemon_go_at_the_next_cleanup() {
     assert!(String::from_utf8_lossy(&bad.stderr).contains("prefix length"));
     // (an IPv6 destination too when the host has IPv6: its state must go
     // as well)
-    let ipv6 = thaw_sandbox::egress::ipv6_unavailable().is_none();
+    let ipv6 = thaw_egress::ipv6_unavailable().is_none();
     let mut args = vec![
         "deploy",
         &code_arg,

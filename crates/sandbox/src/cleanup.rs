@@ -27,7 +27,7 @@ pub fn gc(log_dir: &Path) -> Result<Vec<PathBuf>> {
             }
         }
     }
-    removed.extend(crate::egress::gc().into_iter().map(PathBuf::from));
+    removed.extend(thaw_egress::gc().into_iter().map(PathBuf::from));
     if let Ok(rd) = fs::read_dir(log_dir) {
         for e in rd.flatten() {
             let name = e.file_name().to_string_lossy().to_string();

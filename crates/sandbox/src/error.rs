@@ -3,8 +3,8 @@
 //! host's failures (a /proc file, a mount, a cgroup) as `Other`, a
 //! [`HostError`] that keeps its cause.
 use crate::agent::AgentError;
-use crate::egress::EgressError;
 use std::time::Duration;
+use thaw_egress::EgressError;
 
 /// A step on the host that failed: callers only report these.
 #[derive(Debug, thiserror::Error)]
@@ -21,6 +21,18 @@ pub enum HostError {
 }
 
 pub(crate) type Result<T, E = HostError> = std::result::Result<T, E>;
+
+/// A sandbox's veth plugged in at spawn: the egress crate's failure as the
+/// host step it is, its message unchanged.
+impl From<EgressError> for HostError {
+    fn from(e: EgressError) -> HostError {
+        match e {
+            EgressError::Exhausted(m) | EgressError::Failed(m) => HostError::Failed(m),
+            EgressError::Io(e) => HostError::Io(e),
+            EgressError::Other(c) => HostError::Other(c),
+        }
+    }
+}
 
 /// Turns a type's `From<HostError>` into `From` its sources as well, so
 /// `?` takes an I/O error or a `.context(...)` into any of the enums here
@@ -40,7 +52,7 @@ macro_rules! host_sources {
         }
     )*};
 }
-host_sources!(StartError, EgressError);
+host_sources!(StartError);
 
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {

@@ -12,9 +12,7 @@ pub mod agent;
 pub mod cgroup;
 pub mod cleanup;
 pub mod cmsg;
-pub mod egress;
 mod error;
-pub mod nethost;
 pub mod netns;
 pub mod pool;
 pub mod runtime_api;
@@ -55,7 +53,7 @@ pub struct SandboxConfig {
     pub cpu_millis: Option<u64>,
     /// The sandbox's CPU weight against other cgroups under contention,
     /// in cgroup v2 `cpu.weight` units (1..=10000; see
-    /// [`cgroup::shares_of_cpu_weight`]); None: the host's default.
+    /// [`thaw_pack::cpu::shares_of_cpu_weight`]); None: the host's default.
     pub cpu_weight: Option<u64>,
     pub tmp_bytes: u64,
     /// Size of the private /dev/shm.
@@ -80,7 +78,7 @@ pub struct SandboxConfig {
     /// A function given network egress: each sandbox gets an address and a
     /// veth on the daemon's bridge, and a seccomp filter that allows IP
     /// sockets. None: loopback only, and no IP sockets at all.
-    pub egress: Option<egress::Egress>,
+    pub egress: Option<thaw_egress::Egress>,
     /// A custom runtime: the sandbox's program is a `bootstrap` served by
     /// the worker's Runtime API in its namespace (loopback IP sockets
     /// allowed), not an agent.
@@ -184,7 +182,7 @@ pub struct Sandbox {
     /// the first response
     pool_ticket: Option<pool::Ticket>,
     /// its address and veth, for a function given egress
-    net: Option<egress::SandboxNet>,
+    net: Option<thaw_egress::SandboxNet>,
     /// (host directory, mount point inside) of its code and packages
     mounts: Vec<(PathBuf, &'static str)>,
     /// a custom runtime's Runtime API, which stands in for the agent
@@ -202,7 +200,7 @@ struct Slot {
     devnull: File,
     worker_end: UnixStream,
     sandbox_end: UnixStream,
-    net: Option<egress::SandboxNet>,
+    net: Option<thaw_egress::SandboxNet>,
     mounts: Vec<(PathBuf, &'static str)>,
     runtime_api: Option<runtime_api::RuntimeApi>,
 }
@@ -400,7 +398,7 @@ impl Sandbox {
     }
 
     /// Its address and veth, for a function given egress.
-    pub fn network(&self) -> Option<&egress::SandboxNet> {
+    pub fn network(&self) -> Option<&thaw_egress::SandboxNet> {
         self.net.as_ref()
     }
 

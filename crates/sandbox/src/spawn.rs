@@ -51,7 +51,7 @@ pub struct ChildSpec<'a> {
     pub binds: Vec<(&'a Path, &'static str)>,
     /// A function given egress: its veth is plugged into the child's
     /// namespace before the child goes on, and the child configures its end.
-    pub net: Option<&'a crate::egress::SandboxNet>,
+    pub net: Option<&'a thaw_egress::SandboxNet>,
     /// Runs with the child's pid once its namespaces exist, before it goes
     /// on (a custom runtime's Runtime API listeners are made there).
     pub before_start: Option<&'a dyn Fn(i32) -> Result<()>>,
@@ -283,11 +283,8 @@ fn prepare(spec: &ChildSpec) -> Result<Prepared> {
             .map(|(addr, gateway)| -> Result<Net6> {
                 let conf = |key: &str| {
                     cstr(
-                        format!(
-                            "/proc/sys/net/ipv6/conf/{}/{key}",
-                            crate::egress::SANDBOX_IF
-                        )
-                        .as_bytes(),
+                        format!("/proc/sys/net/ipv6/conf/{}/{key}", thaw_egress::SANDBOX_IF)
+                            .as_bytes(),
                     )
                 };
                 Ok(Net6 {
@@ -353,7 +350,9 @@ pub fn spawn(spec: &ChildSpec) -> Result<i32> {
     }
     let pid = pid as i32;
     close([Some(err_w), go_r]);
-    let joined = spec.net.map_or(Ok(()), |n| n.plug(pid));
+    let joined = spec
+        .net
+        .map_or(Ok(()), |n| n.plug(pid).map_err(HostError::from));
     let joined = joined.and_then(|()| spec.before_start.map_or(Ok(()), |f| f(pid)));
     if let Err(e) = joined {
         kill_and_reap(pid);
@@ -801,7 +800,7 @@ unsafe fn configure_egress(
     let as_sockaddr = |a: &libc::sockaddr_in| -> libc::sockaddr { std::mem::transmute_copy(a) };
     let host_mask = sockaddr(std::net::Ipv4Addr::BROADCAST);
     let mut ifr: libc::ifreq = std::mem::zeroed();
-    for (i, b) in crate::egress::SANDBOX_IF.bytes().enumerate() {
+    for (i, b) in thaw_egress::SANDBOX_IF.bytes().enumerate() {
         ifr.ifr_name[i] = b as libc::c_char;
     }
     ifr.ifr_ifru.ifru_addr = as_sockaddr(addr);
@@ -820,7 +819,7 @@ unsafe fn configure_egress(
         fail();
     }
     let mut dev = [0 as libc::c_char; 16];
-    for (i, b) in crate::egress::SANDBOX_IF.bytes().enumerate() {
+    for (i, b) in thaw_egress::SANDBOX_IF.bytes().enumerate() {
         dev[i] = b as libc::c_char;
     }
     let any = sockaddr(std::net::Ipv4Addr::UNSPECIFIED);
@@ -852,7 +851,7 @@ unsafe fn configure_egress(
 unsafe fn configure_egress6(s: RawFd, n6: &Net6, err_fd: RawFd) {
     let fail = || -> ! { fail_step(err_fd, STEP_EGRESS) };
     let mut ifr: libc::ifreq = std::mem::zeroed();
-    for (i, b) in crate::egress::SANDBOX_IF.bytes().enumerate() {
+    for (i, b) in thaw_egress::SANDBOX_IF.bytes().enumerate() {
         ifr.ifr_name[i] = b as libc::c_char;
     }
     if libc::ioctl(s, libc::SIOCGIFINDEX, &mut ifr) != 0 {

@@ -42,7 +42,7 @@ pub struct App {
     pub node: Option<String>,
     /// The bridge and rule table of functions given egress, made at the
     /// first such deploy (a daemon without them sets up nothing).
-    pub network: Mutex<Option<Arc<thaw_sandbox::egress::Network>>>,
+    pub network: Mutex<Option<Arc<thaw_egress::Network>>>,
     /// Image roots held by imports and deploys in flight (`crate::roots`).
     pub root_pins: crate::roots::Pins,
     /// Each function's measured cold starts, for placement's estimates.

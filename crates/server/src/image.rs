@@ -21,7 +21,9 @@ pub enum ImageError {
     #[error("{0}")]
     Invalid(String),
     #[error(transparent)]
-    Archive(#[from] crate::archive::ArchiveError),
+    Archive(#[from] thaw_pack::ArchiveError),
+    #[error(transparent)]
+    EntryPoint(#[from] thaw_pack::image::InvalidEntryPoint),
     #[error(transparent)]
     Io(#[from] std::io::Error),
     #[error(transparent)]
@@ -33,11 +35,7 @@ pub enum ImageError {
 
 type Result<T, E = ImageError> = std::result::Result<T, E>;
 
-/// Where the function's code lives in the image's root filesystem.
-pub const CODE_DIR: &str = "function";
-/// Environment the image config carries; the shim reads it from the spec.
-pub const ENV_HANDLER: &str = "THAW_HANDLER";
-pub const ENV_INIT: &str = "THAW_INIT";
+pub use thaw_pack::image::{CODE_DIR, ENV_HANDLER, ENV_INIT};
 /// The same settings as image labels (what `skopeo inspect` shows).
 pub const LABEL_HANDLER: &str = "dev.thaw.handler";
 pub const LABEL_INIT: &str = "dev.thaw.init";
@@ -200,13 +198,6 @@ fn sha256_digest(data: &[u8]) -> String {
     format!("sha256:{}", hex::encode(Sha256::digest(data)))
 }
 
-fn check_entry_point(what: &str, v: &str) -> Result<()> {
-    if !crate::deploy::is_entry_point(v) {
-        fail!(ImageError::Invalid, "{what} {v:?} is not module.function");
-    }
-    Ok(())
-}
-
 /// A tar stream with fixed owners, modes and times, so the same code gives
 /// the same layer digest (and the same function key in the shim).
 fn code_layer(code: &Path) -> Result<Vec<u8>> {
@@ -226,7 +217,7 @@ fn code_layer(code: &Path) -> Result<Vec<u8>> {
     };
     let (mut h, p) = header(Path::new(CODE_DIR), tar::EntryType::Directory, 0o755, 0);
     ar.append_data(&mut h, p, std::io::empty())?;
-    for e in crate::archive::code_entries(code)? {
+    for e in thaw_pack::code_entries(code)? {
         let in_image = Path::new(CODE_DIR).join(&e.rel);
         if e.is_dir {
             let (mut h, p) = header(&in_image, tar::EntryType::Directory, 0o755, 0);
@@ -264,9 +255,9 @@ pub fn build_on(spec: &ImageSpec, base: &[Layer], out: &mut dyn Write) -> Result
 
 /// The image config's `config` part and the code layer (uncompressed).
 fn function_parts(spec: &ImageSpec, whole_root: bool) -> Result<(Value, Vec<u8>)> {
-    check_entry_point("handler", spec.handler)?;
+    thaw_pack::image::check_entry_point("handler", spec.handler)?;
     if let Some(i) = spec.init {
-        check_entry_point("init", i)?;
+        thaw_pack::image::check_entry_point("init", i)?;
     }
     let module = spec.handler.rsplit_once('.').map_or("", |(m, _)| m);
     let module_file = spec.code.join(module.replace('.', "/") + ".py");
@@ -464,46 +455,6 @@ fn write_oci(
     Ok(manifest_digest)
 }
 
-/// The function a container runs, as the shim reads it from the OCI spec's
-/// environment (the image config's `Env`, merged by containerd).
-pub fn entry_points_from_env(env: &[String]) -> Result<(String, Option<String>)> {
-    let get = |k: &str| {
-        env.iter()
-            .rev()
-            .find_map(|e| e.strip_prefix(k).and_then(|v| v.strip_prefix('=')))
-    };
-    let handler = get(ENV_HANDLER).filter(|h| !h.is_empty()).ok_or_else(|| {
-        ImageError::Invalid(format!("the image names no handler: its config has no {ENV_HANDLER}=module.function (build it with `thaw image build`)"))
-    })?;
-    check_entry_point(ENV_HANDLER, handler)?;
-    let init = get(ENV_INIT).filter(|i| !i.is_empty());
-    if let Some(i) = init {
-        check_entry_point(ENV_INIT, i)?;
-    }
-    Ok((handler.to_string(), init.map(str::to_string)))
-}
-
-/// The image's function as one value: a digest of its code and settings.
-/// The shim names the daemon's function after it, so two containers of the
-/// same image and settings share one snapshot.
-pub fn function_key(code_archive: &[u8], settings: &Value) -> String {
-    let mut h = Sha256::new();
-    h.update(Sha256::digest(code_archive));
-    h.update(serde_json::to_vec(settings).unwrap_or_default());
-    hex::encode(h.finalize())
-}
-
-/// A digest (64 hex digits) of `parts` in order: the key the shim names
-/// an image's root filesystem by.
-pub fn content_key(parts: &[String]) -> String {
-    let mut h = Sha256::new();
-    for p in parts {
-        h.update(p.as_bytes());
-        h.update(b"\0");
-    }
-    hex::encode(h.finalize())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -573,17 +524,5 @@ mod tests {
         let e = build(&spec).err().unwrap().to_string();
         assert!(e.contains("not found"), "{e}");
         std::fs::remove_dir_all(&d).unwrap();
-    }
-
-    #[test]
-    fn the_spec_environment_names_the_function() {
-        let env = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        let (h, i) =
-            entry_points_from_env(&env(&["PATH=/bin", "THAW_HANDLER=m.h", "THAW_INIT=m.i"]))
-                .unwrap();
-        assert_eq!((h.as_str(), i.as_deref()), ("m.h", Some("m.i")));
-        let e = entry_points_from_env(&env(&["PATH=/bin"])).unwrap_err();
-        assert!(e.to_string().contains("no THAW_HANDLER"), "{e}");
-        assert!(entry_points_from_env(&env(&["THAW_HANDLER=bad"])).is_err());
     }
 }

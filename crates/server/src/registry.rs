@@ -216,8 +216,8 @@ pub struct NetworkRequest {
 }
 
 impl NetworkRequest {
-    pub fn policy(&self) -> Result<thaw_sandbox::egress::Policy, String> {
-        thaw_sandbox::egress::Policy::parse(
+    pub fn policy(&self) -> Result<thaw_egress::Policy, String> {
+        thaw_egress::Policy::parse(
             &self.egress,
             self.dns.as_deref(),
             self.max_connections,

@@ -165,7 +165,7 @@ fn assert_cap_of_4(d: &Daemon, f: &str, host: &str) {
 /// `network` still has no IP sockets.
 #[test]
 fn egress_reaches_what_is_listed_and_nothing_else() {
-    let mut host = thaw_sandbox::nethost::NetHost::create().expect("a test host namespace");
+    let mut host = thaw_egress::nethost::NetHost::create().expect("a test host namespace");
     host.http_server(0, 8080).unwrap();
     host.echo_server(0, 7007).unwrap();
     host.dns_server(0, "svc.thaw-test", &[host.addr(0).into()])
@@ -341,7 +341,7 @@ def handler(event):
 
 #[test]
 fn keep_alive_connections_drop_at_the_snapshot_and_reconnect_after_restore() {
-    let mut host = thaw_sandbox::nethost::NetHost::create().expect("a test host namespace");
+    let mut host = thaw_egress::nethost::NetHost::create().expect("a test host namespace");
     host.http_server(0, 8080).unwrap();
     let addr = host.addr(0);
     let d = Daemon::start(test_config("keepalive"));
@@ -382,10 +382,10 @@ fn keep_alive_connections_drop_at_the_snapshot_and_reconnect_after_restore() {
 /// IPv6 connections; a function listing only IPv4 has no IPv6 at all.
 #[test]
 fn ipv6_egress_reaches_what_is_listed_and_nothing_else() {
-    if let Some(why) = thaw_sandbox::egress::ipv6_unavailable() {
+    if let Some(why) = thaw_egress::ipv6_unavailable() {
         panic!("IPv6 egress cannot be tested here: {why}");
     }
-    let mut host = thaw_sandbox::nethost::NetHost::create().expect("a test host namespace");
+    let mut host = thaw_egress::nethost::NetHost::create().expect("a test host namespace");
     host.http_server6(0, 8080).unwrap();
     host.echo_server6(0, 7007).unwrap();
     host.echo_server6(2, 7007).unwrap();
@@ -575,7 +575,7 @@ def handler(event):
 /// `pg_stat_activity` has it open from this machine's address.
 #[test]
 fn a_database_connection_opened_at_init_reconnects_after_every_restore() {
-    let mut host = thaw_sandbox::nethost::NetHost::create().expect("a test host namespace");
+    let mut host = thaw_egress::nethost::NetHost::create().expect("a test host namespace");
     let pg = host
         .postgres_server(0, 5432)
         .expect("PostgreSQL in the test host");

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use thaw_client::{Client, Response, Target};
 use thaw_error::{fail, Context, ResultExt};
-use thaw_server::image;
+use thaw_pack::image;
 
 /// Why the node's daemon did not deploy, invoke or answer as asked.
 #[derive(Debug, thiserror::Error)]
@@ -222,13 +222,13 @@ pub fn ensure_deployed_within(
             image::CODE_DIR
         );
     }
-    let code = thaw_server::archive::pack_dir(&code_dir)
+    let code = thaw_pack::pack_dir(&code_dir)
         .map_err(|e| Context::new(format!("packing {}", code_dir.display()), e))?;
     deploy_code(socket, code, f, steps, deadline)
 }
 
 /// [`ensure_deployed_within`] for code already packed (the image's
-/// `/function` as [`thaw_server::archive::pack_dir`] packs it).
+/// `/function` as [`thaw_pack::pack_dir`] packs it).
 pub fn deploy_code(
     socket: &Path,
     code: Vec<u8>,

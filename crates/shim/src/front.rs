@@ -222,7 +222,7 @@ fn serve(plan: &Plan, port: u16) -> Result<(), Context> {
         .set_nonblocking(true)
         .context("a non-blocking listener")?;
     let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_io()
+        .enable_all()
         .build()
         .context("the front's event loop")?;
     let plan = std::sync::Arc::new(plan.clone());
@@ -230,13 +230,29 @@ fn serve(plan: &Plan, port: u16) -> Result<(), Context> {
     rt.block_on(async move {
         let listener = tokio::net::TcpListener::from_std(listener)
             .with_context(|| format!("listening on port {port}"))?;
-        let app = axum::Router::new().fallback(move |body: axum::body::Bytes| {
+        loop {
+            let stream = match listener.accept().await {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    // out of descriptors, say: the connections that end
+                    // free them, so wait a little rather than spin
+                    eprintln!("thaw: accepting on port {port}: {e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
             let (plan, warm) = (plan.clone(), warm.clone());
-            async move { forward(plan, warm, body).await }
-        });
-        axum::serve(listener, app)
-            .await
-            .with_context(|| format!("serving on port {port}"))
+            let service = hyper::service::service_fn(move |req| {
+                forward(plan.clone(), warm.clone(), req.into_body())
+            });
+            tokio::spawn(async move {
+                let io = hyper_util::rt::TokioIo::new(stream);
+                // a client that goes away mid-request ends only its connection
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(io, service)
+                    .await;
+            });
+        }
     })
 }
 
@@ -281,16 +297,60 @@ impl Prewarm {
     }
 }
 
+/// The largest request body the front reads: an event (larger ones are
+/// answered 413).
+const MAX_EVENT_BYTES: usize = 2 << 20;
+
+type Answer = hyper::Response<http_body_util::Full<bytes::Bytes>>;
+
+/// An answer of `status` with `body` of `content_type`.
+fn answer(
+    status: hyper::StatusCode,
+    content_type: &'static str,
+    body: impl Into<bytes::Bytes>,
+) -> Answer {
+    let mut resp = hyper::Response::new(http_body_util::Full::new(body.into()));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static(content_type),
+    );
+    resp
+}
+
 /// One HTTP request: its body is the event (empty: null), the answer is the
 /// function's, with the daemon's status and `Thaw-*` headers.
 async fn forward(
     plan: std::sync::Arc<Plan>,
     warm: Prewarm,
-    body: axum::body::Bytes,
-) -> axum::response::Response {
-    use axum::http::{header, HeaderName, HeaderValue, StatusCode};
-    use axum::response::IntoResponse;
-    let answer = tokio::task::spawn_blocking(move || {
+    body: hyper::body::Incoming,
+) -> Result<Answer, std::convert::Infallible> {
+    use http_body_util::BodyExt;
+    use hyper::header::{HeaderName, HeaderValue};
+    use hyper::StatusCode;
+    let body = match http_body_util::Limited::new(body, MAX_EVENT_BYTES)
+        .collect()
+        .await
+    {
+        Ok(b) => b.to_bytes(),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+            let msg = format!("the event is over {MAX_EVENT_BYTES} bytes");
+            return Ok(answer(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "text/plain; charset=utf-8",
+                msg,
+            ));
+        }
+        Err(e) => {
+            let msg = format!("reading the request: {e}");
+            return Ok(answer(
+                StatusCode::BAD_REQUEST,
+                "text/plain; charset=utf-8",
+                msg,
+            ));
+        }
+    };
+    let invoked = tokio::task::spawn_blocking(move || {
         warm.wait();
         let event: &[u8] = if body.is_empty() { b"null" } else { &body };
         let r = daemon::invoke(&plan.socket, &plan.function, event);
@@ -301,18 +361,11 @@ async fn forward(
         r
     })
     .await;
-    match answer {
+    Ok(match invoked {
         Ok(Ok(r)) => {
-            let mut resp = (
-                StatusCode::from_u16(r.status).unwrap_or(StatusCode::BAD_GATEWAY),
-                r.body,
-            )
-                .into_response();
+            let status = StatusCode::from_u16(r.status).unwrap_or(StatusCode::BAD_GATEWAY);
+            let mut resp = answer(status, "application/json", r.body);
             let headers = resp.headers_mut();
-            headers.insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("application/json"),
-            );
             for (k, v) in &r.headers {
                 if k.starts_with("thaw-") || k == "server-timing" || k == "retry-after" {
                     if let (Ok(k), Ok(v)) = (
@@ -325,15 +378,20 @@ async fn forward(
             }
             resp
         }
-        Ok(Err(e)) => (
-            StatusCode::BAD_GATEWAY,
-            axum::Json(
-                serde_json::json!({"error": "daemon_unreachable", "message": thaw_error::chain(&e)}),
-            ),
-        )
-            .into_response(),
-        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
-    }
+        Ok(Err(e)) => {
+            let body = serde_json::json!({"error": "daemon_unreachable", "message": thaw_error::chain(&e)});
+            answer(
+                StatusCode::BAD_GATEWAY,
+                "application/json",
+                body.to_string(),
+            )
+        }
+        Err(e) => answer(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "text/plain; charset=utf-8",
+            e.to_string(),
+        ),
+    })
 }
 
 #[cfg(test)]

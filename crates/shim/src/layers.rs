@@ -10,17 +10,17 @@
 
 use containerd_shim::protos::types::mount::Mount;
 use std::path::{Path, PathBuf};
-use thaw_server::image::CODE_DIR;
+use thaw_pack::image::CODE_DIR;
 
-/// The image's code, packed as [`thaw_server::archive::pack_dir`] packs
+/// The image's code, packed as [`thaw_pack::pack_dir`] packs
 /// the mounted `/function`, if the rootfs's layers give it directly.
 pub fn packed_code(mounts: &[Mount]) -> Option<Vec<u8>> {
     let dir = code_dir(mounts)?;
-    let entries = thaw_server::archive::code_entries(&dir).ok()?;
+    let entries = thaw_pack::code_entries(&dir).ok()?;
     if entries.iter().any(|e| has_overlay_xattr(&e.path)) {
         return None;
     }
-    thaw_server::archive::pack_entries(&entries).ok()
+    thaw_pack::pack_entries(&entries).ok()
 }
 
 /// The one layer's `/function` directory (see the module's note).
@@ -139,7 +139,7 @@ mod tests {
             format!("upperdir={upper}"),
             format!("lowerdir={empty}:{code}"),
         ]);
-        let want = thaw_server::archive::pack_dir(&Path::new(&code).join(CODE_DIR)).unwrap();
+        let want = thaw_pack::pack_dir(&Path::new(&code).join(CODE_DIR)).unwrap();
         assert_eq!(packed_code(&m), Some(want));
         std::fs::remove_dir_all(&t).unwrap();
     }

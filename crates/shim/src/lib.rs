@@ -10,11 +10,14 @@
 //! stderr go to the paths containerd gives, with the function's own output.
 //! See docs/KUBERNETES.md.
 
+#[cfg(feature = "testing")]
 pub mod cluster;
+#[cfg(feature = "testing")]
 pub mod cri_client;
 pub mod daemon;
 pub mod front;
 pub mod function_images;
+#[cfg(feature = "testing")]
 pub mod harness;
 pub mod layers;
 pub mod native;

@@ -1,8 +1,8 @@
 //! The shim's task service: what containerd calls for each container.
-use crate::daemon::{self, Function};
+use crate::daemon;
 use crate::front::{self, Plan};
 use crate::native;
-use crate::spec::{self, ContainerSpec, Kind};
+use crate::spec;
 use containerd_shim::monitor::{monitor_subscribe, wait_pid, Topic};
 use containerd_shim::protos::cgroups::metrics::{
     CPUStat, CPUUsage, MemoryEntry, MemoryStat, Metrics,
@@ -26,32 +26,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::mpsc::Sender;
 use std::sync::{Arc, Condvar, Mutex};
-use thaw_error::ResultExt;
 
-/// Why a container was not created.
-#[derive(Debug, thiserror::Error)]
-pub enum CreateError {
-    #[error("thaw containers have no terminal (run without -t)")]
-    Terminal,
-    /// the image's rootfs could not be mounted
-    #[error("mounting the image's rootfs: {0}")]
-    Mount(String),
-    /// the bundle does not make a thaw container
-    #[error(transparent)]
-    Spec(#[from] spec::SpecError),
-    /// the image names no function and runc failed to run it
-    #[error("running the container natively with runc (its image names no THAW_HANDLER, so it is not a thaw function)")]
-    Native(#[source] native::RuncError),
-    /// the node's daemon did not deploy the function
-    #[error(transparent)]
-    Daemon(#[from] daemon::DaemonError),
-    /// the container's stdio or its rootfs directory
-    #[error(transparent)]
-    Io(#[from] std::io::Error),
-    /// the image's entry points
-    #[error(transparent)]
-    Other(#[from] thaw_error::Context),
-}
+mod create;
+pub use create::CreateError;
+use create::Prepared;
 
 /// How long each step of a call took, for the shim's log (`thaw timing:
 /// create ID spec=0.1ms mount=0.9ms ...`).
@@ -307,36 +285,6 @@ fn unmount(target: &Path) {
     while unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } == 0 {}
 }
 
-/// A key for the container's root filesystem that names the image's
-/// layers on this node: each overlay lower directory (a committed,
-/// unchanging snapshot of containerd's) with its inode and change time, so
-/// a directory made again (containerd's state wiped) gets a new key. None
-/// when the rootfs has no lower layers: the daemon names it by its
-/// contents.
-fn rootfs_key(mounts: &[containerd_shim::protos::types::mount::Mount]) -> Option<String> {
-    use std::os::unix::fs::MetadataExt;
-    let mut parts = Vec::new();
-    for m in mounts {
-        for o in &m.options {
-            let Some(dirs) = o.strip_prefix("lowerdir=") else {
-                continue;
-            };
-            for d in dirs.split(':') {
-                let meta = std::fs::metadata(d).ok()?;
-                parts.push(format!(
-                    "{}:{d}:{}:{}:{}.{}",
-                    m.type_,
-                    meta.dev(),
-                    meta.ino(),
-                    meta.ctime(),
-                    meta.ctime_nsec()
-                ));
-            }
-        }
-    }
-    (!parts.is_empty()).then(|| thaw_server::image::content_key(&parts))
-}
-
 /// A function's usage as cgroup v1 metrics, the form containerd's CRI
 /// plugin reads (memory usage and limit, CPU usage in ns).
 fn function_metrics(u: &daemon::Usage) -> Metrics {
@@ -353,31 +301,6 @@ fn function_metrics(u: &daemon::Usage) -> Metrics {
     m.set_memory(mem);
     m.set_cpu(cpu);
     m
-}
-
-/// What Create made of a container: how it runs, where its rootfs is
-/// mounted, a runc container's init pid, the prewarm's pipe.
-struct Prepared {
-    run: Run,
-    mounted: Option<PathBuf>,
-    pid: u32,
-    prewarm: Option<std::os::fd::OwnedFd>,
-}
-
-/// Asks the daemon for a ready instance of `function` on a thread of its
-/// own; the pipe's read end ends (after the error's text if it failed)
-/// once the daemon answered.
-fn prewarm_now(socket: &Path, function: &str) -> std::io::Result<std::os::fd::OwnedFd> {
-    let (read, write) = std::io::pipe()?;
-    let (socket, function) = (socket.to_path_buf(), function.to_string());
-    std::thread::spawn(move || {
-        let mut write = write;
-        if let Err(e) = daemon::prewarm(&socket, &function) {
-            // the front reads it; gone (the container deleted unstarted): nothing to tell
-            let _ = std::io::Write::write_all(&mut write, thaw_error::chain(&e).as_bytes());
-        }
-    });
-    Ok(read.into())
 }
 
 /// Clears the descriptor's close-on-exec flag, so the next spawned process
@@ -431,189 +354,6 @@ impl Service {
         }
     }
 
-    /// Reads the spec, mounts the rootfs and deploys the function (or has
-    /// runc create a native container): every failure undoes the mount and
-    /// names the problem.
-    fn prepare(&self, req: &CreateTaskRequest) -> Result<Prepared, CreateError> {
-        if req.terminal {
-            return Err(CreateError::Terminal);
-        }
-        let bundle = PathBuf::from(&req.bundle);
-        let mut steps = Steps::new();
-        let spec = ContainerSpec::read(&bundle)?;
-        steps.done("spec");
-        let mut mounted = None;
-        // a function's code read straight from the image's layers needs
-        // no mount (nor an unmount at delete)
-        let direct = match spec.kind() {
-            Kind::Function => crate::layers::packed_code(&req.rootfs),
-            _ => None,
-        };
-        if direct.is_some() {
-            steps.done("layers");
-        }
-        // a pod's sandbox runs nothing from its image (its front only
-        // holds the pod's namespaces): its rootfs is not mounted
-        if !req.rootfs.is_empty() && direct.is_none() && !matches!(spec.kind(), Kind::PodSandbox) {
-            std::fs::create_dir_all(&spec.root)?;
-            for m in &req.rootfs {
-                if let Err(e) = containerd_shim::mount::mount_rootfs(
-                    Some(m.type_.as_str()),
-                    Some(m.source.as_str()),
-                    &m.options,
-                    &spec.root,
-                ) {
-                    unmount(&spec.root);
-                    return Err(CreateError::Mount(e.to_string()));
-                }
-            }
-            mounted = Some(spec.root.clone());
-            steps.done("mount");
-        }
-        let planned = (|| {
-            match spec.kind() {
-                Kind::PodSandbox => {
-                    self.prewarm_template(&spec)?;
-                    return Ok((
-                        Run::Front(Plan {
-                            socket: daemon::socket(),
-                            function: String::new(),
-                            mode: spec.mode()?,
-                            netns: spec.netns.clone(),
-                            notice: None,
-                            prewarm_fd: None,
-                        }),
-                        0,
-                        None,
-                    ));
-                }
-                Kind::Native => {
-                    let pid = native::create(
-                        &bundle,
-                        &req.id,
-                        open_stdio(&req.stdout)?,
-                        open_stdio(&req.stderr)?,
-                    )
-                    .map_err(CreateError::Native)?;
-                    return Ok((Run::Native, pid, None));
-                }
-                Kind::Function => {}
-            }
-            let (handler, init) = thaw_server::image::entry_points_from_env(&spec.env)
-                .context("the image's entry points")?;
-            let mode = spec.mode()?;
-            let prewarm = spec.prewarm()?;
-            steps.done("entry_points");
-            let socket = daemon::socket();
-            // an image with a root filesystem of its own runs on it (the
-            // daemon keeps a copy); one of only the code on thaw's root
-            // (code read from the layers: they hold nothing else)
-            let root = match direct.is_none() && daemon::has_own_root(&spec.root)? {
-                true => Some(daemon::import_root(
-                    &socket,
-                    &spec.root,
-                    rootfs_key(&req.rootfs).as_deref(),
-                )?),
-                false => None,
-            };
-            if root.is_some() {
-                steps.done("root");
-            }
-            let function = Function {
-                handler,
-                init,
-                settings: spec.settings()?,
-                root,
-            };
-            let deployed = match direct {
-                Some(code) => daemon::deploy_code(
-                    &socket,
-                    code,
-                    &function,
-                    &mut steps,
-                    daemon::BUSY_DEADLINE,
-                )?,
-                None => daemon::ensure_deployed(&socket, &spec.root, &function, &mut steps)?,
-            };
-            crate::function_images::remember(&socket, &spec, &deployed.name);
-            // the restore starts now, overlapping the rest of the pod's
-            // start (containerd's calls, the front's own start)
-            let pipe = match (prewarm, &mode) {
-                (true, spec::Mode::Serve { .. }) => Some(self.prewarmed(&socket, &deployed.name)?),
-                _ => None,
-            };
-            Ok((
-                Run::Front(Plan {
-                    socket,
-                    function: deployed.name,
-                    mode,
-                    netns: spec.netns.clone(),
-                    notice: deployed.notice,
-                    prewarm_fd: pipe.as_ref().map(std::os::fd::AsRawFd::as_raw_fd),
-                }),
-                0,
-                pipe,
-            ))
-        })();
-        log::info!("thaw timing: create {} {steps}", req.id);
-        match planned {
-            Ok((run, pid, prewarm)) => Ok(Prepared {
-                run,
-                mounted,
-                pid,
-                prewarm,
-            }),
-            Err(e) => {
-                if let Some(m) = &mounted {
-                    unmount(m);
-                }
-                Err(e)
-            }
-        }
-    }
-
-    /// A pod's sandbox: has the daemon restore an instance of each
-    /// function the pod's template ran before (unless the pod's
-    /// `dev.thaw.prewarm` is `false`), without waiting for them.
-    fn prewarm_template(&self, spec: &ContainerSpec) -> Result<(), CreateError> {
-        let Some(key) = crate::templates::key(spec) else {
-            return Ok(());
-        };
-        // a bad value asks for nothing here; the function container's
-        // Create refuses it with its reason
-        if spec.prewarm().unwrap_or(false) {
-            let socket = daemon::socket();
-            let mut early = self.shared.early.lock().unwrap();
-            for function in crate::templates::Templates::beside(&socket).functions(&key) {
-                early.push((function.clone(), prewarm_now(&socket, &function)?));
-            }
-        }
-        *self.shared.template.lock().unwrap() = Some(key);
-        Ok(())
-    }
-
-    /// The pipe of an instance of `function` asked for: the one the pod's
-    /// sandbox asked for, else asked for now; the pod's template then
-    /// remembers the function.
-    fn prewarmed(&self, socket: &Path, function: &str) -> std::io::Result<std::os::fd::OwnedFd> {
-        let early = {
-            let mut early = self.shared.early.lock().unwrap();
-            let i = early.iter().position(|(f, _)| f == function);
-            i.map(|i| early.swap_remove(i).1)
-        };
-        // the request goes first; the file is written while it restores
-        let pipe = match early {
-            Some(pipe) => pipe,
-            None => prewarm_now(socket, function)?,
-        };
-        if let Some(key) = self.shared.template.lock().unwrap().as_deref() {
-            if let Err(e) = crate::templates::Templates::beside(socket).remember(key, function) {
-                log::warn!("remembering {function} for the pods of {key}: {e}");
-            }
-        }
-        Ok(pipe)
-    }
-
     /// Follows the front until it exits, then records and announces the exit.
     fn watch(&self, id: String, pid: u32, sub: containerd_shim::monitor::Subscription) {
         let me = self.clone();
@@ -662,12 +402,7 @@ impl containerd_shim::Task for Service {
             mounted,
             pid,
             prewarm,
-        } = self.prepare(&req).map_err(|e| {
-            err(
-                Code::FAILED_PRECONDITION,
-                format!("thaw: {}", thaw_error::chain(&e)),
-            )
-        })?;
+        } = self.prepare(&req)?;
         self.shared.containers.lock().unwrap().insert(
             req.id.clone(),
             Container {

@@ -125,7 +125,7 @@ impl Resources {
             cpu_weight: r["cpu"]["shares"]
                 .as_u64()
                 .filter(|&s| s > 0)
-                .map(thaw_server::deploy::cpu_weight_of_shares),
+                .map(thaw_pack::cpu::cpu_weight_of_shares),
         }
     }
 }
@@ -206,7 +206,7 @@ impl ContainerSpec {
         if self.is_pod_sandbox() {
             Kind::PodSandbox
         } else if self
-            .env_value(thaw_server::image::ENV_HANDLER)
+            .env_value(thaw_pack::image::ENV_HANDLER)
             .is_some_and(|h| !h.is_empty())
         {
             Kind::Function

@@ -48,7 +48,7 @@ impl Templates {
 
     fn path(&self, key: &str) -> PathBuf {
         self.dir
-            .join(&thaw_server::image::content_key(&[key.to_string()])[..32])
+            .join(&thaw_pack::image::content_key(&[key.to_string()])[..32])
     }
 
     /// The functions the template's pods ran (none if unknown or unreadable).

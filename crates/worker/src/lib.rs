@@ -488,7 +488,7 @@ pub struct UserFunction {
     /// mounted read-only at [`thaw_sandbox::PACKAGES_DIR`].
     pub packages_dir: Option<PathBuf>,
     /// Network egress (none: loopback only).
-    pub egress: Option<thaw_sandbox::egress::Egress>,
+    pub egress: Option<thaw_egress::Egress>,
 }
 
 /// A root filesystem a function runs on instead of the runtime root (an

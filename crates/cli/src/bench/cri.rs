@@ -1,150 +1,71 @@
-//! `thaw bench cri` and `thaw bench kube`.
-use anyhow::{Context, Result};
+//! `thaw bench cri` and `thaw bench kube`: run by `thaw-bench-kube`, a
+//! binary built beside this one (`cargo build --release -p
+//! thaw-bench-kube`; scripts/bench.sh builds it), which links the shim's
+//! containerd/CRI harness so that `thaw` does not.
+use anyhow::{bail, Context, Result};
 use clap::Args;
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
+/// The benchmark's own options, handed to `thaw-bench-kube` as they are.
 #[derive(Args, Debug)]
-pub struct BenchCriArgs {
-    /// Functions of the runc vs thaw comparison (Python suite functions)
-    #[arg(long, value_delimiter = ',', default_value = "helloworld,lr_serving")]
-    functions: Vec<String>,
-    /// Timed pods per function and runtime (after one warm-up pod each)
-    #[arg(long, default_value_t = 10)]
-    runs: usize,
-    /// Pods started at once for the density part (0 skips it)
-    #[arg(long, default_value_t = 32)]
-    pods: usize,
-    /// Functions those pods run (at most 8)
-    #[arg(long, default_value_t = 8)]
-    pod_functions: usize,
-    /// Timed pods per function on a second node that shares snapshots
-    /// through the remote tier: its first pod of the function restores the
-    /// published snapshot, against a local restore (0 skips it)
-    #[arg(long, default_value_t = 5)]
-    remote_runs: usize,
-    /// How the CRI calls are made: `grpc` (one connection kept open, as the
-    /// kubelet) or `crictl` (one crictl process per call)
-    #[arg(long, default_value = "grpc", value_parser = ["grpc", "crictl"])]
-    cri_calls: String,
-    /// Whether thaw pods ask the daemon for a ready instance as they start
-    /// (`false`: the first request restores it)
-    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
-    prewarm: bool,
-    /// Copy the comparison node's containerd log here, written at debug
-    /// level: every step of its calls timestamped, for a breakdown of where
-    /// a pod's start goes (the same level for runc and thaw pods)
-    #[arg(long)]
-    containerd_log: Option<PathBuf>,
-    /// Write the report as JSON here
-    #[arg(long)]
-    json: Option<PathBuf>,
-    /// Write the markdown tables here (they are printed either way)
-    #[arg(long)]
-    markdown: Option<PathBuf>,
+#[command(disable_help_flag = true)]
+pub struct BenchKubeArgs {
+    /// `thaw bench cri --help` / `thaw bench kube --help` list them
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    args: Vec<OsString>,
 }
 
-/// The directory of the thaw binary, where the shim is built beside it.
-fn shim_dir() -> Result<PathBuf> {
+/// `thaw bench cri` and `thaw bench kube` take the same pass-through args.
+pub type BenchCriArgs = BenchKubeArgs;
+
+/// `thaw-bench-kube` beside this binary.
+fn bench_binary() -> Result<PathBuf> {
     let exe = std::env::current_exe().context("locating the thaw binary")?;
-    Ok(exe
-        .parent()
-        .context("the thaw binary has no directory")?
-        .to_path_buf())
+    let bin = exe.with_file_name("thaw-bench-kube");
+    if !bin.is_file() {
+        bail!(
+            "{} is missing: the Kubernetes benchmarks are a binary of their own (cargo build --release -p thaw-bench-kube; scripts/bench.sh builds it)",
+            bin.display()
+        );
+    }
+    Ok(bin)
+}
+
+/// Runs `thaw-bench-kube --home HOME COMMAND ARGS...`; its exit status is ours.
+fn forward(home: &Path, command: &str, a: BenchKubeArgs) -> Result<()> {
+    let bin = bench_binary()?;
+    let status = std::process::Command::new(&bin)
+        .arg("--home")
+        .arg(home)
+        .arg(command)
+        .args(a.args)
+        .status()
+        .with_context(|| format!("running {}", bin.display()))?;
+    if !status.success() {
+        bail!("thaw bench {command} failed ({status})");
+    }
+    Ok(())
 }
 
 pub fn bench(home: &Path, a: BenchCriArgs) -> Result<()> {
-    let o = thaw_bench_serve::cri::Options {
-        runtime_home: home.to_path_buf(),
-        shim_dir: shim_dir()?,
-        functions: a.functions,
-        runs: a.runs,
-        pods: a.pods,
-        pod_functions: a.pod_functions,
-        remote_runs: a.remote_runs,
-        calls: match a.cri_calls.as_str() {
-            "crictl" => thaw_bench_serve::cri::CriCalls::Crictl,
-            _ => thaw_bench_serve::cri::CriCalls::Grpc,
-        },
-        prewarm: a.prewarm,
-        containerd_log: a.containerd_log,
-    };
-    let r = thaw_bench_serve::cri::run(&o)?;
-    super::emit_report(&thaw_bench_serve::cri::markdown(&r), &r, a.json, a.markdown)
-}
-
-#[derive(Args, Debug)]
-pub struct BenchKubeArgs {
-    /// The Python suite function measured on thaw and on runc
-    #[arg(long, default_value = "lr_serving")]
-    function: String,
-    /// Timed starts per pod kind (after one warm-up start each)
-    #[arg(long, default_value_t = 10)]
-    runs: usize,
-    /// Where a start learns its pod's IP: `cri` (the node's CRI, once the
-    /// pod's sandbox is ready) or `api` (a watch through the API server,
-    /// after the kubelet reported the pod's status)
-    #[arg(long, default_value = "cri", value_parser = ip_from)]
-    ip_from: thaw_bench_serve::kube::IpFrom,
-    /// Pods scaled up at once for the density part, a multiple of
-    /// --pod-functions (0 skips it)
-    #[arg(long, default_value_t = 32)]
-    pods: usize,
-    /// Functions those pods run, a Deployment each (at most 8)
-    #[arg(long, default_value_t = 8)]
-    pod_functions: usize,
-    /// Two nodes sharing snapshots through the remote tier instead: a pod
-    /// on the node that never saw the function vs that node's next pod,
-    /// and the preferred node affinity on the snapshot labels vs none
-    /// (--runs of each; --ip-from, --pods and --pod-functions do not apply)
-    #[arg(long)]
-    two_nodes: bool,
-    /// Write the report as JSON here
-    #[arg(long)]
-    json: Option<PathBuf>,
-    /// Write the markdown table here (it is printed either way)
-    #[arg(long)]
-    markdown: Option<PathBuf>,
+    forward(home, "cri", a)
 }
 
 pub fn bench_kube(home: &Path, a: BenchKubeArgs) -> Result<()> {
-    if a.two_nodes {
-        let o = thaw_bench_serve::kube_nodes::Options {
-            runtime_home: home.to_path_buf(),
-            shim_dir: shim_dir()?,
-            function: a.function,
-            runs: a.runs,
-        };
-        let r = thaw_bench_serve::kube_nodes::run(&o)?;
-        return super::emit_report(
-            &thaw_bench_serve::kube_nodes::markdown(&r),
-            &r,
-            a.json,
-            a.markdown,
-        );
-    }
-    let o = thaw_bench_serve::kube::Options {
-        runtime_home: home.to_path_buf(),
-        shim_dir: shim_dir()?,
-        function: a.function,
-        runs: a.runs,
-        ip_from: a.ip_from,
-        pods: a.pods,
-        pod_functions: a.pod_functions,
-    };
-    let r = thaw_bench_serve::kube::run(&o)?;
-    super::emit_report(
-        &thaw_bench_serve::kube::markdown(&r),
-        &r,
-        a.json,
-        a.markdown,
-    )
+    forward(home, "kube", a)
 }
 
-/// `--ip-from`: `cri` or `api`.
-fn ip_from(s: &str) -> Result<thaw_bench_serve::kube::IpFrom, String> {
-    match s {
-        "cri" => Ok(thaw_bench_serve::kube::IpFrom::Cri),
-        "api" => Ok(thaw_bench_serve::kube::IpFrom::Api),
-        _ => Err(format!("{s:?}: expected cri or api")),
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_missing_bench_binary_is_named_with_how_to_build_it() {
+        // the test binary's directory (target/*/deps) holds no thaw-bench-kube
+        let e = super::bench_binary().unwrap_err().to_string();
+        assert!(
+            e.contains("thaw-bench-kube is missing")
+                && e.contains("cargo build --release -p thaw-bench-kube"),
+            "{e}"
+        );
     }
 }

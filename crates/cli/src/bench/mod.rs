@@ -116,18 +116,15 @@ pub fn emit_report(
     json: Option<PathBuf>,
     markdown: Option<PathBuf>,
 ) -> Result<()> {
-    if let Some(p) = json {
-        std::fs::write(&p, serde_json::to_vec_pretty(report)?)
-            .with_context(|| format!("writing {}", p.display()))?;
-    }
-    print_table(md, markdown)
+    Ok(thaw_bench::report::emit(
+        md,
+        report,
+        json.as_deref(),
+        markdown.as_deref(),
+    )?)
 }
 
 /// Prints a benchmark's markdown table and writes it to `markdown` if given.
 fn print_table(md: &str, markdown: Option<PathBuf>) -> Result<()> {
-    thaw_output::outln!("{md}");
-    if let Some(p) = markdown {
-        std::fs::write(&p, md).with_context(|| format!("writing {}", p.display()))?;
-    }
-    Ok(())
+    emit_report(md, &(), None, markdown)
 }

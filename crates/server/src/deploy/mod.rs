@@ -32,9 +32,8 @@ pub use request::{
     daemon_strategies, is_entry_point, is_java_handler, Code, DeployRequest, MAX_CPU_MILLIS,
     MIN_CPU_MILLIS,
 };
-/// A function's CPU weight range (cgroup v2 `cpu.weight` units), and the
-/// conversion of a container's CPU shares to it (the shim's).
-pub use thaw_sandbox::cgroup::{cpu_weight_of_shares, CPU_WEIGHT_MAX, CPU_WEIGHT_MIN};
+/// A function's CPU weight range (cgroup v2 `cpu.weight` units).
+pub use thaw_pack::cpu::{CPU_WEIGHT_MAX, CPU_WEIGHT_MIN};
 
 /// Validates, unpacks, starts, initialises and snapshots a function, then
 /// publishes it. Returns the record and whether it replaced a version.
@@ -538,7 +537,7 @@ fn attach_network(
     app: &App,
     vdir: &Path,
     n: &NetworkRequest,
-) -> Result<thaw_sandbox::egress::Egress, thaw_error::BoxError> {
+) -> Result<thaw_egress::Egress, thaw_error::BoxError> {
     let policy = n.policy()?;
     let resolv = match policy.dns {
         Some(d) => {
@@ -555,7 +554,7 @@ fn attach_network(
         let mut held = app.network.lock().unwrap_or_else(|p| p.into_inner());
         match &*held {
             Some(n) => n.clone(),
-            None => held.insert(thaw_sandbox::egress::Network::open()?).clone(),
+            None => held.insert(thaw_egress::Network::open()?).clone(),
         }
     };
     Ok(network.attach(&policy, resolv)?)

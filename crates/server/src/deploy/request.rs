@@ -4,9 +4,9 @@ use base64::Engine as _;
 use serde::Deserialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
+use thaw_pack::cpu::{CPU_WEIGHT_MAX, CPU_WEIGHT_MIN};
 use thaw_restore::Need;
 use thaw_runtime::Runtime;
-use thaw_sandbox::cgroup::{CPU_WEIGHT_MAX, CPU_WEIGHT_MIN};
 use thaw_sandbox::{StartStrategy, StrategyKind};
 
 use super::error::{bad, Error};
@@ -148,17 +148,7 @@ fn daemon_strategy<'de, D: serde::Deserializer<'de>>(
     }
 }
 
-/// `module.function`, the module possibly dotted: what a handler, init or
-/// after-restore hook must look like.
-pub fn is_entry_point(s: &str) -> bool {
-    s.len() <= 200
-        && s.split('.').count() >= 2
-        && s.split('.').all(|p| {
-            !p.is_empty()
-                && !p.as_bytes()[0].is_ascii_digit()
-                && p.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
-        })
-}
+pub use thaw_pack::image::is_entry_point;
 
 /// `package.Class::method` or `package.Class` (its `handleRequest`), the
 /// package possibly empty: a Java handler as Lambda names it.

@@ -256,7 +256,7 @@ pub(super) async fn redeploy_request(
             Some(c) => c,
             None => {
                 let dir = app.registry.version_dir(&src_name, version).join("code");
-                let tgz = crate::archive::pack_dir(&dir)
+                let tgz = thaw_pack::pack_dir(&dir)
                     .map_err(|e| LambdaError::service(format!("packing the code: {e:#}")))?;
                 Code {
                     format: "tar.gz".into(),

@@ -4,7 +4,7 @@
 //! PostgreSQL) that the test starts in it. Nothing it does reaches any other
 //! address. Dropping it stops the servers and removes the namespace (and
 //! with it the veth) and the servers' directories.
-use crate::error::{HostError, Result};
+use crate::{EgressError, Result};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -51,7 +51,7 @@ impl NetHost {
                     .flatten()
                     .map(|l| (i, l))
             })
-            .ok_or_else(|| HostError::Failed("no free test-host subnet".into()))?;
+            .ok_or_else(|| EgressError::Failed("no free test-host subnet".into()))?;
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
         let pid = std::process::id();
         let h = NetHost {
@@ -59,7 +59,7 @@ impl NetHost {
             host_if: format!("tnh{}x{n}", pid % 10_000_000),
             index,
             first: BASE + index * 8,
-            ipv6: crate::egress::ipv6_unavailable().is_none(),
+            ipv6: crate::ipv6_unavailable().is_none(),
             servers: Vec::new(),
             dirs: Vec::new(),
             _lease: lease,
@@ -109,7 +109,7 @@ impl NetHost {
     }
 
     /// The namespace's IPv6 addresses, `i` in 0..3 (when the host has IPv6:
-    /// see [`crate::egress::ipv6_unavailable`]).
+    /// see [`crate::ipv6_unavailable`]).
     pub fn addr6(&self, i: u32) -> Ipv6Addr {
         assert!(i < 3, "a test host has three addresses");
         Ipv6Addr::from(BASE6 | (self.index as u128) << 64 | (2 + i) as u128)
@@ -292,7 +292,7 @@ impl NetHost {
             .output()?;
         if !out.status.success() {
             fail!(
-                HostError::Failed,
+                EgressError::Failed,
                 "{argv:?}: {}",
                 String::from_utf8_lossy(&out.stderr).trim()
             );
@@ -368,7 +368,7 @@ impl Postgres {
             .context("running psql")?;
         if !out.status.success() {
             fail!(
-                HostError::Failed,
+                EgressError::Failed,
                 "psql {sql:?}: {}",
                 String::from_utf8_lossy(&out.stderr).trim()
             );
@@ -400,7 +400,7 @@ fn postgres_bin() -> Result<PathBuf> {
         .collect();
     versions.sort();
     versions.pop().map(|(_, b)| b).ok_or_else(|| {
-        HostError::Failed("no PostgreSQL server in /usr/lib/postgresql/*/bin".into())
+        EgressError::Failed("no PostgreSQL server in /usr/lib/postgresql/*/bin".into())
     })
 }
 
@@ -410,7 +410,7 @@ fn wait_tcp(to: SocketAddr) -> Result<()> {
     while TcpStream::connect_timeout(&to, Duration::from_millis(200)).is_err() {
         if t.elapsed() > Duration::from_secs(10) {
             fail!(
-                HostError::Failed,
+                EgressError::Failed,
                 "the test host's server on {to} did not come up"
             );
         }
@@ -427,7 +427,7 @@ fn run(argv: &[&str]) -> Result<()> {
         .with_context(|| format!("running {}", argv[0]))?;
     if !out.status.success() {
         fail!(
-            HostError::Failed,
+            EgressError::Failed,
             "{}: {}",
             argv.join(" "),
             String::from_utf8_lossy(&out.stderr).trim()

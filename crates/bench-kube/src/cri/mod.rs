@@ -28,18 +28,25 @@
 //! remote tier (MinIO), a pod on a node that never saw the function (its
 //! daemon streams the snapshot the publishing node's deploy published)
 //! against a pod restoring the copy that node then keeps locally.
-use crate::error::{BenchServeError, OrFail, Result};
+mod images;
+mod pods;
+mod report;
+
+use crate::error::{BenchKubeError, Result};
+pub(crate) use images::{build_images, import, root_dirs};
+pub(crate) use pods::{answer_value, no_idle};
+use pods::{client, parse, pod_start, restores, restores_since, thaw_pod_start, Phases};
+use report::shim_steps;
+pub use report::{markdown, ShimStep};
 use serde::Serialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::AtomicU32;
 use std::time::{Duration, Instant};
 use thaw_bench::stats::{summarize, Summary};
-use thaw_client::{Client, Target};
 use thaw_error::{fail, ResultExt};
-use thaw_server::image::{self, Entry};
+use thaw_shim::harness::Cri;
 pub use thaw_shim::harness::CriCalls;
-use thaw_shim::harness::{Cri, Mount};
 
 /// What `thaw bench cri` measures.
 pub struct Options {
@@ -176,21 +183,21 @@ pub(crate) struct Images {
 
 fn check(o: &Options) -> Result<()> {
     if o.runs == 0 {
-        fail!(BenchServeError::Config, "--runs must be at least 1");
+        fail!(BenchKubeError::Config, "--runs must be at least 1");
     }
     if o.functions.is_empty() {
-        fail!(BenchServeError::Config, "--functions names no function");
+        fail!(BenchKubeError::Config, "--functions names no function");
     }
     if o.pods > 0 && !(1..=DENSITY_FUNCTIONS.len()).contains(&o.pod_functions) {
         fail!(
-            BenchServeError::Config,
+            BenchKubeError::Config,
             "--pod-functions must be in 1..={} (the density part's functions: {})",
             DENSITY_FUNCTIONS.len(),
             DENSITY_FUNCTIONS.join(", ")
         );
     }
     if o.pods > 256 {
-        fail!(BenchServeError::Config, "--pods must be at most 256");
+        fail!(BenchKubeError::Config, "--pods must be at most 256");
     }
     check_shim(&o.shim_dir)
 }
@@ -203,7 +210,7 @@ pub(crate) fn join_all<T>(
         .into_iter()
         .map(|h| {
             h.join()
-                .unwrap_or_else(|_| Err(BenchServeError::Failed("a pod's thread panicked".into())))
+                .unwrap_or_else(|_| Err(BenchKubeError::Failed("a pod's thread panicked".into())))
         })
         .collect()
 }
@@ -213,7 +220,7 @@ pub(crate) fn check_shim(shim_dir: &Path) -> Result<()> {
     let shim = shim_dir.join("containerd-shim-thaw-v1");
     if !shim.is_file() {
         fail!(
-            BenchServeError::Config,
+            BenchKubeError::Config,
             "{} is missing: build it beside thaw (cargo build --release -p thaw-shim)",
             shim.display()
         );
@@ -308,7 +315,7 @@ pub fn run(o: &Options) -> Result<Report> {
             .is_file()
         {
             fail!(
-                BenchServeError::Failed,
+                BenchKubeError::Failed,
                 "{f} is not a Python function of the suite (thaw runtime functions)"
             );
         }
@@ -450,428 +457,8 @@ fn node<'a>(
     })
 }
 
-/// The server a runc container runs: a fresh Python imports the function,
-/// runs its init, and answers every POST with the handler's value.
-const SERVER: &str = r#"import http.server, importlib, json, os, sys
-sys.path.insert(0, "/function")
-module, _, name = os.environ["FN_HANDLER"].rpartition(".")
-mod = importlib.import_module(module)
-if os.environ.get("FN_INIT"):
-    getattr(mod, os.environ["FN_INIT"].rpartition(".")[2])()
-handler = getattr(mod, name)
-
-class Handler(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-
-    def do_POST(self):
-        n = int(self.headers.get("content-length") or 0)
-        body = self.rfile.read(n)
-        out = json.dumps(handler(json.loads(body) if body else None)).encode()
-        self.send_response(200)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(out)))
-        self.end_headers()
-        self.wfile.write(out)
-
-    def log_message(self, *args):
-        pass
-
-http.server.HTTPServer(("0.0.0.0", int(os.environ.get("PORT", "8080"))), Handler).serve_forever()
-"#;
-
-/// Builds and imports `function`'s thaw image and its runc image.
-pub(crate) fn build_images(
-    n: &Node,
-    root: &thaw_runtime::RootInfo,
-    function: &str,
-) -> Result<Images> {
-    let src_path = root.path.join(format!("opt/thaw/functions/{function}.py"));
-    let src =
-        std::fs::read(&src_path).with_context(|| format!("reading {}", src_path.display()))?;
-    let has_init = String::from_utf8_lossy(&src).contains("\ndef init(");
-    // the module is `main`: a suite function named like the library it
-    // imports (pyaes) would import itself
-    let handler = "main.handler".to_string();
-    let init = has_init.then(|| "main.init".to_string());
-    let dir = n.cri.c.dir.join(format!("code-{function}"));
-    std::fs::create_dir_all(&dir)?;
-    std::fs::write(dir.join("main.py"), &src)?;
-    let thaw = format!("thaw.local/{}:bench", function.replace('_', "-"));
-    let built = image::build(&image::ImageSpec {
-        code: &dir,
-        handler: &handler,
-        init: init.as_deref(),
-        reference: &thaw,
-    })?;
-    let thaw_archive = import(n, &format!("{function}-thaw"), &built.archive)?;
-    let runc = format!("thaw.local/{}-runc:bench", function.replace('_', "-"));
-    let code_path = "function/main.py".to_string();
-    let mut env: Vec<String> = thaw_runtime::agent_env()
-        .into_iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect();
-    env.push(format!("FN_HANDLER={handler}"));
-    if let Some(i) = &init {
-        env.push(format!("FN_INIT={i}"));
-    }
-    let python = root.manifest.python.clone();
-    let (links, dirs) = (root_links(root)?, root_dirs(root)?);
-    let mut entries = vec![
-        Entry::Dir {
-            path: "function",
-            mode: 0o755,
-        },
-        Entry::File {
-            path: &code_path,
-            data: &src,
-            mode: 0o644,
-        },
-        Entry::Dir {
-            path: "srv",
-            mode: 0o755,
-        },
-        Entry::File {
-            path: "srv/server.py",
-            data: SERVER.as_bytes(),
-            mode: 0o644,
-        },
-        Entry::Dir {
-            path: "tmp",
-            mode: 0o1777,
-        },
-    ];
-    for (name, target) in &links {
-        entries.push(Entry::Symlink { path: name, target });
-    }
-    // mount points of the root's directories
-    for d in &dirs {
-        entries.push(Entry::Dir {
-            path: d,
-            mode: 0o755,
-        });
-    }
-    let built = image::build_plain(
-        &entries,
-        json!({"Entrypoint": [python, "/srv/server.py"], "Env": env, "WorkingDir": "/function"}),
-        &runc,
-    )?;
-    import(n, &format!("{function}-runc"), &built.archive)?;
-    let event_path = root
-        .path
-        .join(format!("opt/thaw/inputs/{function}/{SIZE}.json"));
-    let event = std::fs::read_to_string(&event_path)
-        .with_context(|| format!("reading {}", event_path.display()))?;
-    Ok(Images {
-        function: function.to_string(),
-        thaw,
-        thaw_archive,
-        runc,
-        event,
-    })
-}
-
-/// Writes `archive` beside the node's containerd and imports it; its path.
-pub(crate) fn import(n: &Node, name: &str, archive: &[u8]) -> Result<PathBuf> {
-    let p = n.cri.c.dir.join(format!("{name}.oci.tar"));
-    std::fs::write(&p, archive)?;
-    n.cri.c.import(&p)?;
-    Ok(p)
-}
-
-/// Top-level symlinks of the runtime root (`bin -> usr/bin`, ...): the
-/// runc image carries them.
-fn root_links(root: &thaw_runtime::RootInfo) -> Result<Vec<(String, String)>> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(&root.path)? {
-        let e = e?;
-        if e.file_type()?.is_symlink() {
-            let target = std::fs::read_link(e.path())?;
-            out.push((
-                e.file_name().to_string_lossy().into_owned(),
-                target.to_string_lossy().into_owned(),
-            ));
-        }
-    }
-    out.sort();
-    Ok(out)
-}
-
-/// Directories of the runtime root the runc container gets read-only
-/// (everything Python and the inputs need; not `/etc` or `/tmp`, which the
-/// container runtime provides).
-pub(crate) fn root_dirs(root: &thaw_runtime::RootInfo) -> Result<Vec<String>> {
-    const OWN: [&str; 9] = [
-        "etc", "tmp", "proc", "sys", "dev", "run", "function", "srv", "var",
-    ];
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(&root.path)? {
-        let e = e?;
-        let name = e.file_name().to_string_lossy().into_owned();
-        if e.file_type()?.is_dir() && !OWN.contains(&name.as_str()) {
-            out.push(name);
-        }
-    }
-    out.sort();
-    Ok(out)
-}
-
-/// Where a pod start's time went, ms: `RunPodSandbox` (the pod sandbox:
-/// its pause container and network), `CreateContainer` + `StartContainer`
-/// of the function's container, `PodSandboxStatus` (the pod's IP, as the
-/// kubelet reads it), and the first request until its answer; within the
-/// last: until the pod accepted the connection, and (thaw) the daemon's
-/// own time for the request and the handler's run in it. `restore_ms`:
-/// the restore the daemon made for the pod (at Create, or for the request),
-/// which overlaps the other phases.
-#[derive(Debug, Clone, Copy, Default, Serialize)]
-pub struct Phases {
-    pub runp_ms: f64,
-    pub create_start_ms: f64,
-    pub status_ms: f64,
-    pub first_response_ms: f64,
-    pub connect_ms: f64,
-    pub daemon_ms: f64,
-    pub exec_ms: f64,
-    pub restore_ms: f64,
-}
-
-impl Phases {
-    /// Each phase's median over `ps`.
-    fn median(ps: &[Phases]) -> Phases {
-        let m = |f: fn(&Phases) -> f64| {
-            summarize(&ps.iter().map(f).collect::<Vec<_>>()).map_or(0.0, |s| s.median)
-        };
-        Phases {
-            runp_ms: m(|p| p.runp_ms),
-            create_start_ms: m(|p| p.create_start_ms),
-            status_ms: m(|p| p.status_ms),
-            first_response_ms: m(|p| p.first_response_ms),
-            connect_ms: m(|p| p.connect_ms),
-            daemon_ms: m(|p| p.daemon_ms),
-            exec_ms: m(|p| p.exec_ms),
-            restore_ms: m(|p| p.restore_ms),
-        }
-    }
-}
-
-/// The daemon's restores so far (its `restore_duration_seconds`):
-/// `strategy:tier` -> (count, seconds).
-fn restores(n: &Node) -> Result<std::collections::BTreeMap<String, (f64, f64)>> {
-    let m = client(n).request("GET", "/metrics", None)?;
-    let mut out = std::collections::BTreeMap::new();
-    for l in String::from_utf8_lossy(&m.body).lines() {
-        let (which, rest) = match (
-            l.strip_prefix("thaw_restore_duration_seconds_count{"),
-            l.strip_prefix("thaw_restore_duration_seconds_sum{"),
-        ) {
-            (Some(r), _) => (0, r),
-            (_, Some(r)) => (1, r),
-            _ => continue,
-        };
-        let Some((labels, value)) = rest.split_once("} ") else {
-            continue;
-        };
-        let label = |k: &str| {
-            labels.split(',').find_map(|kv| {
-                let (key, v) = kv.split_once('=')?;
-                (key.trim() == k).then(|| v.trim_matches('"').to_string())
-            })
-        };
-        let key = format!(
-            "{}:{}",
-            label("strategy").unwrap_or_default(),
-            label("tier").unwrap_or_default()
-        );
-        let v: f64 = value.trim().parse().unwrap_or(0.0);
-        let e = out.entry(key).or_insert((0.0, 0.0));
-        if which == 0 {
-            e.0 += v;
-        } else {
-            e.1 += v;
-        }
-    }
-    Ok(out)
-}
-
-/// The restores between two [`restores`] readings: one `strategy:tier`
-/// per restore, and their total ms.
-fn restores_since(
-    before: &std::collections::BTreeMap<String, (f64, f64)>,
-    after: &std::collections::BTreeMap<String, (f64, f64)>,
-) -> (Vec<String>, f64) {
-    let (mut made, mut ms) = (Vec::new(), 0.0);
-    for (k, (count, secs)) in after {
-        let (c0, s0) = before.get(k).copied().unwrap_or((0.0, 0.0));
-        for _ in 0..(count - c0).round().max(0.0) as usize {
-            made.push(k.clone());
-        }
-        ms += (secs - s0).max(0.0) * 1e3;
-    }
-    (made, ms)
-}
-
-/// A thaw pod's start, with the restores the daemon made meanwhile (no
-/// other pod runs): (ms, answer, phases with the restore's time, the
-/// restores made).
-fn thaw_pod_start(n: &Node, image: &str, event: &str) -> Result<(f64, String, Phases, PodStart)> {
-    let before = restores(n)?;
-    let (ms, a, mut p) = pod_start(n, "thaw", image, event)?;
-    let (made, restore_ms) = restores_since(&before, &restores(n)?);
-    p.restore_ms = restore_ms;
-    let mut s = thaw_start(ms, &a);
-    s.restores = made;
-    Ok((ms, a, p, s))
-}
-
-/// One pod from `runp` to its first answer: (ms, answer, phases).
-fn pod_start(n: &Node, runtime: &str, image: &str, event: &str) -> Result<(f64, String, Phases)> {
-    let i = n.pods.fetch_add(1, Ordering::SeqCst);
-    // named as a Deployment names its pods (the image's name, then a
-    // part of each pod's own): the pods of one image share a template
-    let stem = image
-        .rsplit('/')
-        .next()
-        .and_then(|s| s.split(':').next())
-        .unwrap_or("pod");
-    let name = format!("{stem}-{i}");
-    let dirs = root_dirs(n.root)?;
-    let hosts: Vec<PathBuf> = dirs.iter().map(|d| n.root.path.join(d)).collect();
-    let targets: Vec<String> = dirs.iter().map(|d| format!("/{d}")).collect();
-    let mounts: Vec<Mount> = match runtime {
-        "runc" => hosts
-            .iter()
-            .zip(&targets)
-            .map(|(h, t)| Mount {
-                host: h,
-                container: t,
-                readonly: true,
-            })
-            .collect(),
-        _ => Vec::new(),
-    };
-    let annotations = match runtime {
-        "thaw" => json!({
-            "dev.thaw.memory-mb": POD_MEMORY_MB.to_string(),
-            "dev.thaw.prewarm": n.prewarm.to_string(),
-        }),
-        _ => json!({}),
-    };
-    let ms = |t: Instant| t.elapsed().as_secs_f64() * 1e3;
-    let t0 = Instant::now();
-    let pod = n.cri.run_pod(&name, runtime, annotations)?;
-    let mut p = Phases {
-        runp_ms: ms(t0),
-        ..Phases::default()
-    };
-    let res: Result<(f64, String, Phases)> = (|| {
-        let t = Instant::now();
-        n.cri.run_container(&pod, "fn", image, &[], &[], &mounts)?;
-        p.create_start_ms = ms(t);
-        let t = Instant::now();
-        let ip = n.cri.pod_ip(&pod.id)?;
-        p.status_ms = ms(t);
-        let t = Instant::now();
-        let (answer, connected) = n.cri.netns.post_timed(&ip, 8080, event, ANSWER_WAIT)?;
-        p.first_response_ms = ms(t);
-        p.connect_ms = connected.as_secs_f64() * 1e3;
-        let timing = server_timing(&answer);
-        p.daemon_ms = timing("total");
-        p.exec_ms = timing("exec");
-        Ok((ms(t0), answer, p))
-    })();
-    let removed = n.cri.remove_pod(&pod.id);
-    let res = res.with_context(|| format!("pod {name} ({image} on {runtime})"))?;
-    removed?;
-    Ok(res)
-}
-
-/// The status, a header's value and the body of an HTTP answer.
-fn parse(answer: &str) -> (u16, impl Fn(&str) -> Option<String> + '_, &str) {
-    let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((answer, ""));
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let header = move |name: &str| {
-        head.lines().find_map(|l| {
-            let (k, v) = l.split_once(':')?;
-            k.trim()
-                .eq_ignore_ascii_case(name)
-                .then(|| v.trim().to_string())
-        })
-    };
-    (status, header, body)
-}
-
-/// The answer's JSON body, which must be a 200.
-pub(crate) fn answer_value(what: &str, answer: &str) -> Result<Value> {
-    let (status, _, body) = parse(answer);
-    if status != 200 {
-        fail!(
-            BenchServeError::Failed,
-            "{what} answered {status}: {answer}"
-        );
-    }
-    Ok(serde_json::from_str(body).with_context(|| format!("{what} answered no JSON: {body}"))?)
-}
-
-fn thaw_start(ms: f64, answer: &str) -> PodStart {
-    let (_, header, _) = parse(answer);
-    PodStart {
-        ms,
-        start_type: header("thaw-start-type"),
-        tier: header("thaw-tier"),
-        restores: Vec::new(),
-    }
-}
-
-/// An entry of the answer's `server-timing` (the daemon's: queue,
-/// restore, exec, total), ms; 0 if absent (runc's answers have none).
-fn server_timing(answer: &str) -> impl Fn(&str) -> f64 {
-    let (_, header, _) = parse(answer);
-    let v = header("server-timing").unwrap_or_default();
-    move |name: &str| {
-        v.split(',')
-            .find_map(|e| {
-                let (k, d) = e.trim().split_once(";dur=")?;
-                (k == name).then(|| d.parse().ok()).flatten()
-            })
-            .unwrap_or(0.0)
-    }
-}
-
-fn client(n: &Node) -> Client {
-    Client::new(Target::Unix(n.socket.to_path_buf()))
-}
-
-/// Waits until the daemon keeps no idle instance (its keep-alive is one
-/// second), so the next pod's first request is a restore.
-pub(crate) fn no_idle(n: &Node) -> Result<()> {
-    let t = Instant::now();
-    loop {
-        let m = client(n).request("GET", "/metrics", None)?;
-        let text = String::from_utf8_lossy(&m.body);
-        let idle = text
-            .lines()
-            .find_map(|l| l.strip_prefix("thaw_instances{state=\"idle\"} "))
-            .and_then(|v| v.trim().parse::<f64>().ok())
-            .unwrap_or(0.0);
-        if idle == 0.0 {
-            return Ok(());
-        }
-        if t.elapsed() > Duration::from_secs(30) {
-            fail!(
-                BenchServeError::Failed,
-                "the daemon still keeps {idle} idle instances after 30 s"
-            );
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 pub(crate) fn summary(xs: &[f64]) -> Result<Summary> {
-    summarize(xs).or_fail("no runs")
+    summarize(xs).ok_or_else(|| BenchKubeError::Failed("no runs".into()))
 }
 
 /// runc vs thaw for one function: a warm-up pod each, then `runs`
@@ -882,7 +469,7 @@ fn compare(n: &Node, img: &Images, runs: usize) -> Result<FunctionRow> {
     let (first_thaw, got, _) = pod_start(n, "thaw", &img.thaw, &img.event)?;
     if answer_value("thaw", &got)? != want {
         fail!(
-            BenchServeError::Failed,
+            BenchKubeError::Failed,
             "{}: thaw answered {got}, runc {want}",
             img.function
         );
@@ -894,7 +481,7 @@ fn compare(n: &Node, img: &Images, runs: usize) -> Result<FunctionRow> {
         runc_phases.push(p);
         if answer_value("runc", &a)? != want {
             fail!(
-                BenchServeError::Failed,
+                BenchKubeError::Failed,
                 "{}: runc answered {a}, then {want}",
                 img.function
             );
@@ -905,7 +492,7 @@ fn compare(n: &Node, img: &Images, runs: usize) -> Result<FunctionRow> {
         thaw_phases.push(p);
         if answer_value("thaw", &a)? != want {
             fail!(
-                BenchServeError::Failed,
+                BenchKubeError::Failed,
                 "{}: thaw answered {a}, runc {want}",
                 img.function
             );
@@ -914,7 +501,7 @@ fn compare(n: &Node, img: &Images, runs: usize) -> Result<FunctionRow> {
         // instance restored for it (at Create, or for the request)
         if s.restores.len() != 1 || !matches!(s.start_type.as_deref(), Some("restore" | "warm")) {
             fail!(
-                BenchServeError::Failed,
+                BenchKubeError::Failed,
                 "{}: a thaw pod was not served by the one instance restored for it (restores {:?}): {a}",
                 img.function,
                 s.restores
@@ -987,7 +574,7 @@ fn density(
         }
         if let Some(f) = failures.first() {
             fail!(
-                BenchServeError::Failed,
+                BenchKubeError::Failed,
                 "{} of {pods} {runtime} pods did not answer; the first: {f}",
                 failures.len()
             );
@@ -1031,7 +618,7 @@ fn kept_locally(n: &Node, name: &str) -> Result<()> {
         }
         if t.elapsed() > Duration::from_secs(60) {
             fail!(
-                BenchServeError::Failed,
+                BenchKubeError::Failed,
                 "{name}: the streamed snapshot was not kept on this node: {v}"
             );
         }
@@ -1060,7 +647,7 @@ fn remote(n: &Node, img: &Images, runs: usize) -> Result<RemoteRow> {
         answer_value("thaw", &a)?;
         if !restored_from(&s, "remote") {
             fail!(
-                BenchServeError::Failed,
+                BenchKubeError::Failed,
                 "{}: the new node's first pod was not a restore from the remote tier: {a}",
                 img.function
             );
@@ -1069,7 +656,7 @@ fn remote(n: &Node, img: &Images, runs: usize) -> Result<RemoteRow> {
         let names = deployed(n)?;
         let [name] = names.as_slice() else {
             fail!(
-                BenchServeError::Failed,
+                BenchKubeError::Failed,
                 "the node holds {names:?}, not one function"
             );
         };
@@ -1079,7 +666,7 @@ fn remote(n: &Node, img: &Images, runs: usize) -> Result<RemoteRow> {
         answer_value("thaw", &a)?;
         if !restored_from(&s, "tmpfs") {
             fail!(
-                BenchServeError::Failed,
+                BenchKubeError::Failed,
                 "{}: the node's second pod was not a local restore: {a}",
                 img.function
             );
@@ -1096,146 +683,11 @@ fn remote(n: &Node, img: &Images, runs: usize) -> Result<RemoteRow> {
     })
 }
 
-/// One step of the shim's Create or Start, over the pods it logged.
-#[derive(Debug, Clone, Serialize)]
-pub struct ShimStep {
-    /// `create spec`, `create mount`, ..., `start spawn`
-    pub step: String,
-    pub ms: Summary,
-}
-
-/// The shim's `thaw timing: CALL ID STEP=MSms ...` lines in containerd's
-/// log: each step's times (pause containers' and functions' alike).
-fn shim_steps(log: &str) -> Result<Vec<ShimStep>> {
-    let mut by: Vec<(String, Vec<f64>)> = Vec::new();
-    for line in log.lines() {
-        let Some((_, rest)) = line.split_once("thaw timing: ") else {
-            continue;
-        };
-        let mut words = rest.split(|c: char| c.is_whitespace() || c == '"');
-        let call = words.next().unwrap_or_default().to_string();
-        for w in words.skip(1) {
-            let Some((step, ms)) = w.split_once('=') else {
-                continue;
-            };
-            let Some(ms) = ms.strip_suffix("ms").and_then(|m| m.parse::<f64>().ok()) else {
-                continue;
-            };
-            let name = format!("{call} {step}");
-            match by.iter_mut().find(|(n, _)| *n == name) {
-                Some((_, v)) => v.push(ms),
-                None => by.push((name, vec![ms])),
-            }
-        }
-    }
-    by.into_iter()
-        .map(|(step, v)| {
-            Ok(ShimStep {
-                step,
-                ms: summary(&v)?,
-            })
-        })
-        .collect()
-}
-
-/// The report as markdown.
-pub fn markdown(r: &Report) -> String {
-    let mut s = format!(
-        "Pod start to first HTTP response through CRI (RunPodSandbox + CreateContainer + StartContainer + PodSandboxStatus + POST to the pod IP; calls made with {}), input size {}; {} CPUs, load average {:.2} at the start, {:.2} at the end (compare the ratios, measured in the same run: on a loaded machine the absolute times grow). Remote tier: MinIO in a network namespace (emulated: 0.5 ms RTT, 10 Gbit/s).\n\n",
-        match r.calls.as_str() {
-            "grpc" => "gRPC on one connection, as the kubelet",
-            _ => "one crictl process per call",
-        },
-        r.size, r.cpus, r.loadavg_1m_start, r.loadavg_1m_end
-    );
-    let ms = |x: &Summary| format!("{:.0} / {:.0} / {:.0}", x.min, x.median, x.p99);
-    s += "| function | runs | runc ms (min / median / p99) | thaw ms (min / median / p99) | runc / thaw (median) | (min) | first pods: runc / thaw (deploy) ms |\n|---|---|---|---|---|---|---|\n";
-    for f in &r.functions {
-        s += &format!(
-            "| {} | {} | {} | {} | {:.1}x | {:.1}x | {:.0} / {:.0} |\n",
-            f.function,
-            f.runc.n,
-            ms(&f.runc),
-            ms(&f.thaw),
-            f.speedup_median,
-            f.speedup_min,
-            f.first_runc_ms,
-            f.first_thaw_ms
-        );
-    }
-    s += "\nMedians, ms. First request: until the pod accepted the connection, and (thaw) the daemon's own time and the handler's run in it; restore: the one the daemon made for the pod (asked for at its sandbox when its template ran the function before, else at the container's Create, so it overlaps the other phases).\n\n| function | runtime | runp | create + start | status | first request | connect | daemon | handler | restore |\n|---|---|---|---|---|---|---|---|---|---|\n";
-    for f in &r.functions {
-        for (rt, p) in [("runc", &f.runc_phases), ("thaw", &f.thaw_phases)] {
-            s += &format!(
-                "| {} | {rt} | {:.0} | {:.0} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |\n",
-                f.function,
-                p.runp_ms,
-                p.create_start_ms,
-                p.status_ms,
-                p.first_response_ms,
-                p.connect_ms,
-                p.daemon_ms,
-                p.exec_ms,
-                p.restore_ms
-            );
-        }
-        let kinds: Vec<String> = f
-            .thaw_starts
-            .iter()
-            .map(|s| {
-                format!(
-                    "{} ({})",
-                    s.start_type.as_deref().unwrap_or("-"),
-                    s.restores.join(" ")
-                )
-            })
-            .collect();
-        s += &format!(
-            "| {} | thaw starts | {} |||||||||\n",
-            f.function,
-            kinds.join(", ")
-        );
-    }
-    if !r.shim_steps.is_empty() {
-        s += "\nThe shim's steps (its log; every thaw pod's pause and function container), ms (min / median / p99):\n\n| step | pods | ms |\n|---|---|---|\n";
-        for st in &r.shim_steps {
-            s += &format!("| {} | {} | {} |\n", st.step, st.ms.n, ms(&st.ms));
-        }
-    }
-    if !r.density.is_empty() {
-        s += "\n| runtime | pods at once | functions | answered | first response ms (min / median / p99) | all answered after ms | restores |\n|---|---|---|---|---|---|---|\n";
-        for d in &r.density {
-            s += &format!(
-                "| {} | {} | {} | {} | {} | {:.0} | {} |\n",
-                d.runtime,
-                d.pods,
-                d.functions,
-                d.answered,
-                ms(&d.first_response),
-                d.wall_ms,
-                d.restores
-            );
-        }
-    }
-    if !r.remote.is_empty() {
-        s += "\n| function (second node) | runs | remote: never saw it, ms (min / median / p99) | local restore ms | remote / local (median) |\n|---|---|---|---|---|\n";
-        for x in &r.remote {
-            s += &format!(
-                "| {} | {} | {} | {} | {:.2}x |\n",
-                x.function,
-                x.remote.n,
-                ms(&x.remote),
-                ms(&x.local),
-                x.remote_over_local
-            );
-        }
-    }
-    s
-}
-
 #[cfg(test)]
 mod tests {
+    use super::pods::server_timing;
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn answers_are_parsed() {

@@ -21,7 +21,7 @@
 //! through the pod's IP (from the node's CRI), as in `thaw bench kube`;
 //! every start is a restore (idle instances go after a second).
 use crate::cri::{self, Node, Store};
-use crate::error::{BenchServeError, Result};
+use crate::error::{BenchKubeError, Result};
 use crate::kube::{self, Kind, Variant};
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -85,7 +85,7 @@ fn snapshot_label(image: &str) -> Result<String> {
         && name.ends_with(|c: char| c.is_ascii_alphanumeric());
     if name.len() > 63 || !edges_ok {
         fail!(
-            BenchServeError::Config,
+            BenchKubeError::Config,
             "{image}: the label would be a digest (snapshot-labels.py); name the image shorter"
         );
     }
@@ -107,7 +107,7 @@ fn affinity(label: &str) -> Value {
 
 pub fn run(o: &Options) -> Result<Report> {
     if o.runs == 0 {
-        fail!(BenchServeError::Config, "--runs must be at least 1");
+        fail!(BenchKubeError::Config, "--runs must be at least 1");
     }
     let load_start = thaw_bench::concurrency::loadavg();
     let root = kube::suite_root(&o.shim_dir, &o.runtime_home, &o.function)?;
@@ -118,7 +118,7 @@ pub fn run(o: &Options) -> Result<Report> {
         // idle instances go after a second: every start is a restore
         cfg.policy = "ttl".into();
         cfg.keep_alive_s = 1;
-        Ok::<(), BenchServeError>(())
+        Ok::<(), BenchKubeError>(())
     };
     let mut report =
         thaw_server::on_temp_daemon_with(&o.runtime_home, "kube-a", configure, |_, socket_a| {
@@ -192,7 +192,7 @@ fn forget(n: &Node, k: &Cluster, node: &str) -> Result<()> {
             let r = client(n).request("DELETE", &format!("/v1/functions/{name}"), None)?;
             if r.status != 204 && r.status != 404 {
                 fail!(
-                    BenchServeError::Failed,
+                    BenchKubeError::Failed,
                     "deleting {name} on {node}: {}",
                     String::from_utf8_lossy(&r.body)
                 );
@@ -251,7 +251,7 @@ fn kept_locally(n: &Node, node: &str) -> Result<()> {
         }
         if t.elapsed() > LABELS_WAIT {
             fail!(
-                BenchServeError::Failed,
+                BenchKubeError::Failed,
                 "{node} did not keep the streamed snapshot locally: {tiers:?}"
             );
         }
@@ -263,7 +263,7 @@ fn measure(o: &Options, nodes: [&Node; 2], k: &Cluster, img: &cri::Images) -> Re
     let [a, b] = nodes;
     let (na, nb) = match k.nodes.as_slice() {
         [na, nb] => (na.clone(), nb.clone()),
-        other => fail!(BenchServeError::Failed, "two nodes expected: {other:?}"),
+        other => fail!(BenchKubeError::Failed, "two nodes expected: {other:?}"),
     };
     let label = snapshot_label(&img.thaw)?;
     let pin = |node: &str| json!({"nodeSelector": {"kubernetes.io/hostname": node}});
@@ -301,7 +301,7 @@ fn measure(o: &Options, nodes: [&Node; 2], k: &Cluster, img: &cri::Images) -> Re
             let s = timed("on-b")?;
             if remote_restores(b)? != before + 1.0 {
                 fail!(
-                    BenchServeError::Failed,
+                    BenchKubeError::Failed,
                     "{what} on {nb}: B's restores from the remote tier are not {before} + 1"
                 );
             }

@@ -19,7 +19,7 @@
 //! before its volume manager saw them mounted, which it polls for every
 //! 300 ms, so each pod kind waits the same.
 use crate::cri::{self, Images, Node};
-use crate::error::{BenchServeError, Result};
+use crate::error::{BenchKubeError, Result};
 use serde::Serialize;
 use serde_json::{json, Value};
 use std::io::BufRead;
@@ -169,7 +169,7 @@ pub(crate) struct Variant {
 
 pub fn run(o: &Options) -> Result<Report> {
     if o.runs == 0 {
-        fail!(BenchServeError::Config, "--runs must be at least 1");
+        fail!(BenchKubeError::Config, "--runs must be at least 1");
     }
     if o.pods > 0
         && (!(1..=cri::DENSITY_FUNCTIONS.len()).contains(&o.pod_functions)
@@ -177,7 +177,7 @@ pub fn run(o: &Options) -> Result<Report> {
             || o.pods > 256)
     {
         fail!(
-            BenchServeError::Config,
+            BenchKubeError::Config,
             "--pod-functions must be in 1..={} and divide --pods (at most 256)",
             cri::DENSITY_FUNCTIONS.len()
         );
@@ -196,7 +196,7 @@ pub fn run(o: &Options) -> Result<Report> {
             l.instances_per_function = l.instances_per_function.max(per_function);
             l.max_instances_per_function = l.max_instances_per_function.max(per_function);
             cfg.memory_budget_mb = cfg.memory_budget_mb.max((o.pods as u64 + 4) * 256);
-            Ok::<(), BenchServeError>(())
+            Ok::<(), BenchKubeError>(())
         },
         |_, socket| {
             let base = std::env::temp_dir().join(format!("thaw-kube-node-{}", std::process::id()));
@@ -238,7 +238,7 @@ pub(crate) fn suite_root(
     let source = root.path.join(format!("opt/thaw/functions/{function}.py"));
     if !source.is_file() {
         fail!(
-            BenchServeError::Config,
+            BenchKubeError::Config,
             "{function} is not a Python function of the suite (thaw runtime functions)"
         );
     }
@@ -447,7 +447,7 @@ pub(crate) fn start(nodes: &[&Node], k: &Cluster, v: &Variant, ip_from: IpFrom) 
         let _ = w.wait();
     }
     let Some((node, ip)) = seen else {
-        fail!(BenchServeError::Failed, "{app}'s pod got no IP");
+        fail!(BenchKubeError::Failed, "{app}'s pod got no IP");
     };
     let ip_ms = t0.elapsed().as_secs_f64() * 1e3;
     let left = ANSWER_WAIT.saturating_sub(t0.elapsed());
@@ -483,10 +483,7 @@ fn cri_pod_ip(nodes: &[&Node], selector: &str, t0: Instant) -> Result<(usize, St
             }
         }
         if t0.elapsed() > ANSWER_WAIT {
-            fail!(
-                BenchServeError::Failed,
-                "no ready pod {selector} in the CRI"
-            );
+            fail!(BenchKubeError::Failed, "no ready pod {selector} in the CRI");
         }
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -536,7 +533,7 @@ fn density(o: &Options, n: &Node, k: &Cluster) -> Result<Vec<DensityRow>> {
             while seen.len() < o.pods {
                 if t0.elapsed() > ANSWER_WAIT {
                     fail!(
-                        BenchServeError::Failed,
+                        BenchKubeError::Failed,
                         "{} of {} {runtime} pods ready after {ANSWER_WAIT:?}",
                         seen.len(),
                         o.pods
@@ -687,7 +684,7 @@ mod tests {
     #[test]
     fn bad_options_are_refused_before_anything_starts() {
         let e = run(&options(0, Path::new("/nonexistent"))).unwrap_err();
-        assert!(matches!(e, BenchServeError::Config(_)), "{e}");
+        assert!(matches!(e, BenchKubeError::Config(_)), "{e}");
         assert!(e.to_string().contains("--runs"), "{e}");
         let e = run(&options(3, Path::new("/nonexistent/dir"))).unwrap_err();
         assert!(
