@@ -255,6 +255,10 @@ pub fn run<P: Policy>(src: &mut dyn Source, policy: &mut P, opts: &RunOptions) -
     // while an arrival waits: when RAM was last given back (its arrival
     // first), as the daemon's waiting requests count their patience
     let mut ram_back: Option<Time> = None;
+    // the waiting arrival was last refused patiently: its patience running
+    // out is a reason to ask again (refused impatiently, only an ending
+    // invocation is)
+    let mut patient_wait = false;
     let mut eof = false;
     let mut last_t = 0;
     // A deadline the policy keeps reporting after being advanced to it is ignored
@@ -296,7 +300,7 @@ pub fn run<P: Policy>(src: &mut dyn Source, policy: &mut P, opts: &RunOptions) -
         let t_dl = core.policy.next_deadline().filter(|d| Some(*d) != stuck);
         // a waiting arrival's patience ends: it asks again, impatiently
         let t_pat = ram_back
-            .filter(|_| ram_wait && opts.ram_patience > 0)
+            .filter(|_| ram_wait && patient_wait)
             .map(|b| (b + opts.ram_patience).max(core.now));
         if eof && next.is_none() && running == 0 {
             break;
@@ -358,6 +362,7 @@ pub fn run<P: Policy>(src: &mut dyn Source, policy: &mut P, opts: &RunOptions) -
             }
             let back = *ram_back.get_or_insert(t);
             let patient = opts.wait_for_ram && t < back + opts.ram_patience;
+            patient_wait = patient;
             let outcome = match patient {
                 true => core
                     .policy

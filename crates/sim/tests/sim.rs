@@ -704,3 +704,55 @@ fn a_waiting_arrival_keeps_idle_instances_for_ram_running_ones_give_back_within_
     );
     assert_eq!(a_again(&r), Some(Start::Cold), "{:?}", r.log);
 }
+
+#[test]
+fn an_arrival_that_idle_instances_cannot_make_room_for_waits_for_an_end_past_its_patience() {
+    let dir = tmpdir("patience-over");
+    // A idles holding 30 MB; B and C run 2 s holding 100 MB each; D at 1.0 s
+    // lacks 80 MB, which giving A up cannot free: past its patience it asks
+    // once more and then waits for B (cold 250 ms + 2 s: 2.75 s)
+    let path = write(
+        &dir,
+        "t.csv",
+        "app,func,end_timestamp,duration\na,A,0.5,0.5\na,B,2.5,2.0\na,C,2.5,2.0\na,D,1.1,0.1\n",
+    );
+    let fp = |idle_mb| thaw_policy::Footprint {
+        idle_mb: Some(idle_mb),
+        shared_mb: 0,
+    };
+    let footprints: HashMap<String, thaw_policy::Footprint> = [
+        ("a,A", fp(30)),
+        ("a,B", fp(2)),
+        ("a,C", fp(2)),
+        ("a,D", fp(2)),
+    ]
+    .into_iter()
+    .map(|(n, f)| (n.to_string(), f))
+    .collect();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut src = Azure2021::open(&path, 1, Some(100), 0).unwrap();
+        let mut p = Engine::new(Config {
+            ram_mb: 250,
+            ..Config::thesis(PolicyKind::LruMem)
+        })
+        .unwrap();
+        let o = RunOptions {
+            wait_for_ram: true,
+            ram_patience: 500_000,
+            fn_footprints: footprints,
+            ..opts()
+        };
+        let _ = tx.send(run(&mut src, &mut p, &o).unwrap());
+    });
+    let r = rx
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("the simulation of four invocations did not finish in 60 s");
+    check_conservation(&r);
+    assert_eq!(r.failed, 0, "{:?}", r.log);
+    assert!(
+        (r.max_queue_delay_ms - 1750.0).abs() < 1e-6,
+        "{}",
+        r.max_queue_delay_ms
+    );
+}
