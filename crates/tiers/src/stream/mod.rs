@@ -37,8 +37,8 @@ use thaw_restore::{Arriving, Streamed};
 use thaw_store::Snapshot;
 
 mod pack;
-pub use pack::{first_pack, restorer_chunks};
 use pack::{chunk_len, parse_first_pack};
+pub use pack::{first_pack, restorer_chunks};
 
 /// Where streamed snapshots are staged, beside the DRAM tier's snapshots.
 pub const STREAM_DIR: &str = "streams";

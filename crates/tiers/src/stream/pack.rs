@@ -1,6 +1,7 @@
 //! The first pack's form: the REAP working set's files and the chunks the
 //! restorer copies before resume, as `thaw snapshot move` writes them to
 //! the remote tier and a stream reads them back, checked.
+use super::WORKING_SET;
 use crate::error::{Result, TiersError};
 use thaw_error::{fail, ResultExt};
 
