@@ -236,7 +236,9 @@ impl Engine {
             self.usage.ram_mb -= inst.held as u64;
             if !self.make_room(inst.mem as u64, patient, out) {
                 self.pin(fi, false);
-                self.make_idle(slot);
+                // idle again as it was: charged what it held, not a
+                // footprint the function's other instances taught since
+                self.idle_holding(slot, inst.held);
                 return Outcome::Rejected;
             }
             self.usage.running_mb += inst.mem as u64;
@@ -544,9 +546,19 @@ impl Engine {
     /// Makes an uncharged instance (running once) idle, charged what it
     /// was measured to hold, else its function's footprint.
     fn make_idle(&mut self, slot: u32) {
+        let i = self.insts[slot as usize];
+        let held = i
+            .measured
+            .or(self.funcs[i.f as usize].idle_mb)
+            .unwrap_or(i.mem);
+        self.idle_holding(slot, held);
+    }
+
+    /// [`Engine::make_idle`] charging `held`.
+    fn idle_holding(&mut self, slot: u32, held: u32) {
         let i = &mut self.insts[slot as usize];
         let fi = i.f as usize;
-        i.held = i.measured.or(self.funcs[fi].idle_mb).unwrap_or(i.mem);
+        i.held = held;
         let inst = *i;
         self.idle_links.push_front(&mut self.idle_lru, slot);
         self.fn_links.push_front(&mut self.funcs[fi].idle, slot);

@@ -1,7 +1,6 @@
 //! Simulator tests: hand-computed traces through the whole pipeline, determinism,
 //! conservation, parsers on the sample traces and on broken variants, the CLI.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use thaw_policy::{Config, Engine, PolicyKind, Start};
 use thaw_sim::azure2019::{self, Azure2019, Spread};
@@ -637,56 +636,70 @@ fn calibration_file_is_loaded_and_checked() {
     }
 }
 
-#[test]
-fn a_waiting_arrival_keeps_idle_instances_for_ram_running_ones_give_back_within_its_patience() {
-    let dir = tmpdir("patience");
-    // A ends and idles, holding 60 MB; B and C run (100 MB each); D arrives
-    // at 1.0 s lacking 60 MB: giving A up makes room now, waiting gets B's
-    // RAM back at 1.35 s (a cold start of 250 ms, then 0.6 s)
-    let trace = |b_secs: &str| {
-        format!(
-            "app,func,end_timestamp,duration\na,A,0.5,0.5\na,B,{},{b_secs}\na,C,1.5,1.0\na,D,1.1,0.1\na,A,3.5,0.5\n",
-            0.5 + b_secs.parse::<f64>().unwrap()
-        )
-    };
-    let fp = |idle_mb| thaw_policy::Footprint {
-        idle_mb: Some(idle_mb),
-        shared_mb: 0,
-    };
-    let footprints: HashMap<String, thaw_policy::Footprint> = [
-        ("a,A", fp(60)),
-        ("a,B", fp(2)),
-        ("a,C", fp(2)),
-        ("a,D", fp(2)),
-    ]
-    .into_iter()
-    .map(|(n, f)| (n.to_string(), f))
-    .collect();
-    let run_with = |b_secs: &str, patience_ms: u64| {
-        let path = write(&dir, &format!("t-{b_secs}.csv"), &trace(b_secs));
+/// Runs the trace at `path` with lru-mem in `ram_mb`, arrivals waiting
+/// for RAM up to `patience_ms`, and each function (`a,NAME`) holding
+/// `idle_mb` of its own when idle; on a thread, so that a simulation that
+/// never ends fails the test instead of hanging it.
+fn run_waiting(path: PathBuf, ram_mb: u64, patience_ms: u64, idle_mb: &[(&str, u32)]) -> Report {
+    let fn_footprints = idle_mb
+        .iter()
+        .map(|&(f, mb)| {
+            let fp = thaw_policy::Footprint {
+                idle_mb: Some(mb),
+                shared_mb: 0,
+            };
+            (format!("a,{f}"), fp)
+        })
+        .collect();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
         let mut src = Azure2021::open(&path, 1, Some(100), 0).unwrap();
         let mut p = Engine::new(Config {
-            ram_mb: 300,
+            ram_mb,
             ..Config::thesis(PolicyKind::LruMem)
         })
         .unwrap();
         let o = RunOptions {
             wait_for_ram: true,
             ram_patience: patience_ms * 1000,
-            fn_footprints: footprints.clone(),
+            fn_footprints,
             ..opts()
         };
-        let r = run(&mut src, &mut p, &o).unwrap();
-        check_conservation(&r);
-        r
+        let _ = tx.send(run(&mut src, &mut p, &o).unwrap());
+    });
+    let r = rx
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("a simulation of a few invocations did not finish in 60 s");
+    check_conservation(&r);
+    r
+}
+
+#[test]
+fn a_waiting_arrival_keeps_idle_instances_for_ram_running_ones_give_back_within_its_patience() {
+    let dir = tmpdir("patience");
+    // A ends and idles, holding 60 MB; B and C run (100 MB each); D arrives
+    // at 1.0 s lacking 60 MB: giving A up makes room now, waiting gets B's
+    // RAM back at 1.35 s (a cold start of 250 ms, then 0.6 s)
+    let run_with = |b_secs: f64, patience_ms: u64| {
+        let trace = format!(
+            "app,func,end_timestamp,duration\na,A,0.5,0.5\na,B,{},{b_secs}\na,C,1.5,1.0\na,D,1.1,0.1\na,A,3.5,0.5\n",
+            0.5 + b_secs
+        );
+        let path = write(&dir, &format!("t-{b_secs}.csv"), &trace);
+        run_waiting(
+            path,
+            300,
+            patience_ms,
+            &[("A", 60), ("B", 2), ("C", 2), ("D", 2)],
+        )
     };
     let a_again = |r: &Report| r.log.iter().filter(|l| l.1 == 0).nth(1).unwrap().2;
     // no patience: D gives A up at once, and A's next start is cold
-    let r = run_with("0.6", 0);
+    let r = run_with(0.6, 0);
     assert_eq!((r.failed, r.delayed), (0, 0), "{:?}", r.log);
     assert_eq!(a_again(&r), Some(Start::Cold), "{:?}", r.log);
     // the daemon's patience: D waits 0.35 s for B, and A stays warm
-    let r = run_with("0.6", 500);
+    let r = run_with(0.6, 500);
     assert_eq!((r.failed, r.delayed), (0, 1), "{:?}", r.log);
     assert!(
         (r.max_queue_delay_ms - 350.0).abs() < 1e-6,
@@ -695,7 +708,7 @@ fn a_waiting_arrival_keeps_idle_instances_for_ram_running_ones_give_back_within_
     );
     assert_eq!(a_again(&r), Some(Start::Warm), "{:?}", r.log);
     // B running past the patience: D waits 0.5 s, then gives A up
-    let r = run_with("1.0", 500);
+    let r = run_with(1.0, 500);
     assert_eq!((r.failed, r.delayed), (0, 1), "{:?}", r.log);
     assert!(
         (r.max_queue_delay_ms - 500.0).abs() < 1e-6,
@@ -707,48 +720,15 @@ fn a_waiting_arrival_keeps_idle_instances_for_ram_running_ones_give_back_within_
 
 #[test]
 fn an_arrival_that_idle_instances_cannot_make_room_for_waits_for_an_end_past_its_patience() {
-    let dir = tmpdir("patience-over");
     // A idles holding 30 MB; B and C run 2 s holding 100 MB each; D at 1.0 s
     // lacks 80 MB, which giving A up cannot free: past its patience it asks
     // once more and then waits for B (cold 250 ms + 2 s: 2.75 s)
     let path = write(
-        &dir,
+        &tmpdir("patience-over"),
         "t.csv",
         "app,func,end_timestamp,duration\na,A,0.5,0.5\na,B,2.5,2.0\na,C,2.5,2.0\na,D,1.1,0.1\n",
     );
-    let fp = |idle_mb| thaw_policy::Footprint {
-        idle_mb: Some(idle_mb),
-        shared_mb: 0,
-    };
-    let footprints: HashMap<String, thaw_policy::Footprint> = [
-        ("a,A", fp(30)),
-        ("a,B", fp(2)),
-        ("a,C", fp(2)),
-        ("a,D", fp(2)),
-    ]
-    .into_iter()
-    .map(|(n, f)| (n.to_string(), f))
-    .collect();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut src = Azure2021::open(&path, 1, Some(100), 0).unwrap();
-        let mut p = Engine::new(Config {
-            ram_mb: 250,
-            ..Config::thesis(PolicyKind::LruMem)
-        })
-        .unwrap();
-        let o = RunOptions {
-            wait_for_ram: true,
-            ram_patience: 500_000,
-            fn_footprints: footprints,
-            ..opts()
-        };
-        let _ = tx.send(run(&mut src, &mut p, &o).unwrap());
-    });
-    let r = rx
-        .recv_timeout(std::time::Duration::from_secs(60))
-        .expect("the simulation of four invocations did not finish in 60 s");
-    check_conservation(&r);
+    let r = run_waiting(path, 250, 500, &[("A", 30), ("B", 2), ("C", 2), ("D", 2)]);
     assert_eq!(r.failed, 0, "{:?}", r.log);
     assert!(
         (r.max_queue_delay_ms - 1750.0).abs() < 1e-6,
