@@ -236,8 +236,7 @@ impl Engine {
             self.usage.ram_mb -= inst.held as u64;
             if !self.make_room(inst.mem as u64, patient, out) {
                 self.pin(fi, false);
-                // idle again as it was: charged what it held, not a
-                // footprint the function's other instances taught since
+                // idle as it was, not charged a footprint learnt since
                 self.idle_holding(slot, inst.held);
                 return Outcome::Rejected;
             }
@@ -547,19 +546,15 @@ impl Engine {
     /// was measured to hold, else its function's footprint.
     fn make_idle(&mut self, slot: u32) {
         let i = self.insts[slot as usize];
-        let held = i
-            .measured
-            .or(self.funcs[i.f as usize].idle_mb)
-            .unwrap_or(i.mem);
-        self.idle_holding(slot, held);
+        let footprint = self.funcs[i.f as usize].idle_mb;
+        self.idle_holding(slot, i.measured.or(footprint).unwrap_or(i.mem));
     }
 
     /// [`Engine::make_idle`] charging `held`.
     fn idle_holding(&mut self, slot: u32, held: u32) {
-        let i = &mut self.insts[slot as usize];
-        let fi = i.f as usize;
-        i.held = held;
-        let inst = *i;
+        self.insts[slot as usize].held = held;
+        let inst = self.insts[slot as usize];
+        let fi = inst.f as usize;
         self.idle_links.push_front(&mut self.idle_lru, slot);
         self.fn_links.push_front(&mut self.funcs[fi].idle, slot);
         if self.cfg.kind.greedy_dual() {
