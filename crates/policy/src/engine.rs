@@ -196,10 +196,8 @@ impl Engine {
         self.arrive_inner(now, f, mem_mb, false, false, out)
     }
 
-    /// [`Policy::arrive`] (`reuse_idle`) or [`Engine::arrive_skipping_warm`]
-    /// for a caller that queues what is rejected: where the instances
-    /// running now will give back the RAM missing when they end, nothing
-    /// idle is given up and the arrival is rejected (to wait for them).
+    /// [`Policy::arrive_queued`], or with `reuse_idle` false the same
+    /// skipping warm instances (as [`Engine::arrive_skipping_warm`]).
     pub fn arrive_patiently(
         &mut self,
         now: Time,
@@ -796,7 +794,7 @@ impl Policy for Engine {
     }
 
     fn arrive_queued(&mut self, now: Time, f: FnId, mem_mb: u32, out: &mut Vec<Action>) -> Outcome {
-        self.arrive_inner(now, f, mem_mb, true, true, out)
+        self.arrive_patiently(now, f, mem_mb, true, out)
     }
 
     fn finish(
