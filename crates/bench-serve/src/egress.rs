@@ -165,7 +165,7 @@ fn measure(
         for name in order {
             // the pool refills between restores, as it does between users'
             let pool = thaw_server::api_lookup(app, name)?;
-            if let Some(p) = pool.sandboxes.as_ref() {
+            if let Some(p) = pool.sandboxes.get() {
                 p.wait_full(std::time::Duration::from_secs(10));
             }
             let (_, dt) = post(&format!("/v1/functions/{name}/invoke?force=cold"), &event)?;

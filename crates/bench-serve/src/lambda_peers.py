@@ -138,14 +138,26 @@ class Rie:
         self.log.close()
 
 
-def lambda_client(endpoint, starts=None):
+def lambda_client(endpoint, starts=None, timings=None):
     cfg = botocore.config.Config(retries={"max_attempts": 1}, read_timeout=60)
     lam = boto3.client("lambda", endpoint_url=endpoint, config=cfg)
+
+    def seen(http_response, **kw):
+        starts.append(http_response.headers.get("thaw-start-type"))
+        timings.append(server_timing(http_response.headers.get("server-timing", "")))
     if starts is not None:
-        lam.meta.events.register(
-            "after-call.lambda.Invoke",
-            lambda http_response, **kw: starts.append(http_response.headers.get("thaw-start-type")))
+        lam.meta.events.register("after-call.lambda.Invoke", seen)
     return lam
+
+
+def server_timing(header):
+    """`Server-Timing: a;dur=1.5, b;dur=2` -> {"a": 1.5, "b": 2.0}"""
+    phases = {}
+    for part in header.split(","):
+        name, _, dur = part.strip().partition(";dur=")
+        if dur:
+            phases[name] = float(dur)
+    return phases
 
 
 def boto_invoke(lam, function, check, name):
@@ -187,13 +199,22 @@ def rie_invoke(peer, rie, task):
     return ms
 
 
-def cold(runs, thaw, rie, task, lam, starts, out):
+def cold(runs, thaw, rie, task, lam, starts, timings, out):
     for _ in range(runs):
         time.sleep(IDLE_GONE_S)
         for name, (_, _, _, check, peer) in thaw.items():
             ms, _ = timed(boto_invoke, lam, name, check, "bench")
             expect_start(starts, "restore", "thaw's %s" % name)
-            out["thaw"][name]["cold_ms"].append(ms)
+            t = out["thaw"][name]
+            t["cold_ms"].append(ms)
+            # the daemon's own view: the restore, and restore to answer
+            phases = timings[-1]
+            if "restore" not in phases or "total" not in phases:
+                fail("thaw's %s answered no Server-Timing restore phase: %r" % (name, phases))
+            t["daemon_restore_ms"].append(phases["restore"])
+            t["daemon_answer_ms"].append(
+                phases["restore"] + phases.get("after_restore", 0) + phases.get("exec", 0))
+            t["daemon_total_ms"].append(phases["total"])
             # each RIE function once a run, after the first thaw function it serves
             if len(out["rie"][peer]["cold_ms"]) < len(out["thaw"][name]["cold_ms"]):
                 out["rie"][peer]["cold_ms"].append(rie_invoke(peer, rie, task))
@@ -238,16 +259,18 @@ def main(runs, calls):
     try:
         with open(os.path.join(task, "lambda_function.py"), "w") as f:
             f.write(PYTHON_SOURCE)
-        starts = []
-        lam = lambda_client(ENDPOINT, starts)
+        starts, timings = [], []
+        lam = lambda_client(ENDPOINT, starts, timings)
         thaw = thaw_functions()
         for name, (runtime, handler, code, _, _) in thaw.items():
             lam.create_function(FunctionName=name, Runtime=runtime, Role="bench", Handler=handler,
                                 Code={"ZipFile": code}, Timeout=30, MemorySize=256)
         rie = rie_functions()
         series = lambda: {"cold_ms": [], "warm_boto_ms": [], "warm_http_ms": []}
-        out = {"thaw": {n: series() for n in thaw}, "rie": {n: series() for n in rie}}
-        cold(runs, thaw, rie, task, lam, starts, out)
+        daemon = lambda: dict(series(), daemon_restore_ms=[], daemon_answer_ms=[],
+                              daemon_total_ms=[])
+        out = {"thaw": {n: daemon() for n in thaw}, "rie": {n: series() for n in rie}}
+        cold(runs, thaw, rie, task, lam, starts, timings, out)
         warm(calls, thaw, rie, task, lam, starts, out)
         return out
     finally:

@@ -32,6 +32,20 @@ pub struct PeerRow {
     pub cold_ms: Summary,
     pub warm_boto3_ms: Summary,
     pub warm_http_ms: Summary,
+    /// thaw only: the cold invokes as the daemon timed them (`Server-Timing`)
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub daemon: Option<DaemonSide>,
+}
+
+/// A thaw restore as the daemon timed it, beside what the client saw.
+#[derive(Debug, Clone, Serialize)]
+pub struct DaemonSide {
+    /// the restore phase alone
+    pub restore_ms: Summary,
+    /// restore to answer: the restore, the after-restore step and the handler
+    pub answer_ms: Summary,
+    /// the request inside the daemon, from its first byte read to its answer
+    pub total_ms: Summary,
 }
 
 /// thaw's cold start of one function against RIE's first invoke of the same.
@@ -91,12 +105,21 @@ pub fn run(runtime_home: &Path, o: &Options) -> Result<PeersReport> {
     for (server, peer_of) in [("thaw", true), ("rie", false)] {
         let by_function = v[server].as_object().or_fail("no functions")?;
         for (function, series) in by_function {
+            let daemon = match peer_of {
+                true => Some(DaemonSide {
+                    restore_ms: stats(&floats(series, "daemon_restore_ms")?)?,
+                    answer_ms: stats(&floats(series, "daemon_answer_ms")?)?,
+                    total_ms: stats(&floats(series, "daemon_total_ms")?)?,
+                }),
+                false => None,
+            };
             rows.push(PeerRow {
                 function: function.clone(),
                 server: server.into(),
                 cold_ms: stats(&floats(series, "cold_ms")?)?,
                 warm_boto3_ms: stats(&floats(series, "warm_boto_ms")?)?,
                 warm_http_ms: stats(&floats(series, "warm_http_ms")?)?,
+                daemon,
             });
             if !peer_of {
                 continue;
@@ -142,6 +165,22 @@ pub fn markdown(r: &PeersReport) -> String {
             "| {} | {cold} | {} | {:.2} | {:.2} | {:.2} | {:.2} / {:.2} | {:.2} / {:.2} |\n",
             row.function, c.n, c.min, c.median, c.p99, b.median, b.p99, h.median, h.p99
         );
+    }
+    out += "\nthaw's restores as the daemon timed them (`Server-Timing`), min / median / p99 ms:\n\n\
+            | function | restore | restore to answer (restore, after-restore, handler) | in the daemon | at the client |\n\
+            |---|---|---|---|---|\n";
+    let three = |s: &Summary| format!("{:.2} / {:.2} / {:.2}", s.min, s.median, s.p99);
+    for row in &r.rows {
+        if let Some(d) = &row.daemon {
+            out += &format!(
+                "| {} | {} | {} | {} | {} |\n",
+                row.function,
+                three(&d.restore_ms),
+                three(&d.answer_ms),
+                three(&d.total_ms),
+                three(&row.cold_ms)
+            );
+        }
     }
     out += &format!(
         "\nRIE: {}; thaw's sandbox_pool: {}\n",

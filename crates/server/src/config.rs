@@ -222,7 +222,7 @@ impl Default for Limits {
             log_bytes: 1 << 20,
             invocation_log_bytes: 64 << 10,
             prewarm_max: 64,
-            sandbox_pool: 0,
+            sandbox_pool: 1,
             packages_bytes: 512 << 20,
             image_root_bytes: 8 << 30,
             image_root_files: 500_000,

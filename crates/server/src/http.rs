@@ -464,8 +464,10 @@ async fn invoke(
         .await
         .map_err(|e| call_error(&app, &name, e))?;
     crate::invoke::learn(&app, &name, &called);
-    let (exec_ms, tier) = (called.exec_ms(), called.tier());
-    let (v, start, created, predicted) = (called.v, called.start, called.created, called.predicted);
+    let total = t0.elapsed().as_secs_f64();
+    let timing = called.server_timing(total * 1e3);
+    let tier = called.tier();
+    let (v, start, predicted) = (called.v, called.start, called.predicted);
     let (status, body, code) = match called.done.reply.map(|i| i.output) {
         Ok(Ok(output)) => (StatusCode::OK, output, "ok"),
         Ok(Err(e)) if lambda_errors && e.kind() == ErrorKind::FunctionError => (
@@ -480,7 +482,6 @@ async fn invoke(
             "instance_failed",
         ),
     };
-    let total = t0.elapsed().as_secs_f64();
     crate::invoke::count(&app, &name, start, code, total);
     let mut h = HeaderMap::new();
     let hv = |s: &str| HeaderValue::from_str(s).unwrap_or(HeaderValue::from_static("-"));
@@ -495,17 +496,6 @@ async fn invoke(
     h.insert("thaw-predicted-start", hv(predicted.0.name()));
     h.insert("thaw-predicted-tier", hv(&predicted.1));
     h.insert("thaw-version", hv(&v.rec.version.to_string()));
-    let mut timing = format!("queue;dur={:.3}", called.queue_ms);
-    if start != StartType::Warm {
-        let (create_ms, hook_ms) = created
-            .as_ref()
-            .map_or((0.0, 0.0), |c| (c.create_ms, c.hook_ms));
-        timing += &format!(", {};dur={create_ms:.3}", start.name());
-        if start == StartType::Restore {
-            timing += &format!(", after_restore;dur={hook_ms:.3}");
-        }
-    }
-    timing += &format!(", exec;dur={exec_ms:.3}, total;dur={:.3}", total * 1e3);
     h.insert("server-timing", hv(&timing));
     Ok((status, h, Json(body)).into_response())
 }

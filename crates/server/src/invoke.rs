@@ -61,6 +61,24 @@ impl Called {
         self.done.reply.as_ref().map_or(0.0, |i| i.exec_ms)
     }
 
+    /// The `Server-Timing` header's value: the wait for an instance, its
+    /// start (boot or restore, and the after-restore step), the handler,
+    /// and `total_ms` as the caller measured it.
+    pub fn server_timing(&self, total_ms: f64) -> String {
+        let mut timing = format!("queue;dur={:.3}", self.queue_ms);
+        if self.start != StartType::Warm {
+            let (create_ms, hook_ms) = self
+                .created
+                .as_ref()
+                .map_or((0.0, 0.0), |c| (c.create_ms, c.hook_ms));
+            timing += &format!(", {};dur={create_ms:.3}", self.start.name());
+            if self.start == StartType::Restore {
+                timing += &format!(", after_restore;dur={hook_ms:.3}");
+            }
+        }
+        timing + &format!(", exec;dur={:.3}, total;dur={total_ms:.3}", self.exec_ms())
+    }
+
     /// Where this instance's snapshot was read from; for a warm start,
     /// where the function's snapshot is now ("-": none).
     pub fn tier(&self) -> String {

@@ -345,7 +345,7 @@ fn recover(app: &App) -> Result<()> {
             app,
             Arc::new(FnVersion {
                 ring: deploy::ring_for(app, &name),
-                sandboxes: deploy::sandbox_pool(app, &func, placed.is_some()),
+                sandboxes: deploy::sandboxes_ahead(app, placed.is_some()),
                 rec,
                 func,
                 placed: RwLock::new(placed),

@@ -1083,26 +1083,10 @@ fn wait_sandboxes(limit_mb: u64, n: usize) {
     }
 }
 
-#[test]
-fn sandbox_pool_serves_restores_and_goes_with_the_function() {
-    let mut cfg = test_config("sandboxpool");
-    cfg.limits.sandbox_pool = 2;
-    let d = Daemon::start(cfg);
-    let mut r = file_deploy("sp", "m.handler", "def handler(e):\n    return e\n");
-    r["memory_mb"] = json!(144);
-    deploy(&d, &r);
-    // two restorers wait for a plan, nothing else runs
-    wait_sandboxes(144, 2);
-    let pooled = sandboxes_with_limit(144);
-    let r = d.invoke("sp", &json!({"x": 1}));
-    assert_eq!(r.status, 200);
-    assert_eq!(r.header("thaw-start-type"), Some("restore"));
-    assert_eq!(r.json().unwrap(), json!({"x": 1}));
-    // the restore took one; the pool refills beside the warm instance
-    wait_sandboxes(144, 3);
-    // the instance (dropped to its own uid; waiting restorers are root) is
-    // in one of the sandboxes that were waiting
-    let running: Vec<_> = sandboxes_with_limit(144)
+/// This test's sandboxes (by memory limit) whose process runs a function:
+/// dropped to the function's uid, where a restorer waiting for its plan is root.
+fn running_sandboxes(limit_mb: u64) -> Vec<String> {
+    sandboxes_with_limit(limit_mb)
         .into_iter()
         .filter(|name| {
             let procs = format!("/sys/fs/cgroup/memory/thaw/{name}/cgroup.procs");
@@ -1114,9 +1098,43 @@ fn sandbox_pool_serves_restores_and_goes_with_the_function() {
             });
             uid.is_some_and(|u| u != "0")
         })
+        .collect()
+}
+
+#[test]
+fn sandbox_pool_starts_at_the_first_restore_serves_the_next_and_goes_with_the_function() {
+    let mut cfg = test_config("sandboxpool");
+    cfg.limits.sandbox_pool = 2;
+    let d = Daemon::start(cfg);
+    let mut r = file_deploy("sp", "m.handler", "def handler(e):\n    return e\n");
+    r["memory_mb"] = json!(144);
+    deploy(&d, &r);
+    // a version nobody restored yet has nothing built ahead
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(sandboxes_with_limit(144), Vec::<String>::new());
+    let r = d.invoke("sp", &json!({"x": 1}));
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("thaw-start-type"), Some("restore"));
+    assert_eq!(r.json().unwrap(), json!({"x": 1}));
+    // once it answered, two restorers wait for a plan beside the instance
+    wait_sandboxes(144, 3);
+    let first = running_sandboxes(144);
+    assert_eq!(first.len(), 1, "{first:?}");
+    let pooled: Vec<_> = sandboxes_with_limit(144)
+        .into_iter()
+        .filter(|s| !first.contains(s))
         .collect();
-    assert_eq!(running.len(), 1, "{running:?}");
-    assert!(pooled.contains(&running[0]), "restored outside the pool");
+    // the next restore is into one of them, and the pool refills
+    let r = d.post_json("/v1/functions/sp/invoke?force=cold", &json!({"x": 2}));
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("thaw-start-type"), Some("restore"));
+    wait_sandboxes(144, 4);
+    let second: Vec<_> = running_sandboxes(144)
+        .into_iter()
+        .filter(|s| !first.contains(s))
+        .collect();
+    assert_eq!(second.len(), 1, "{second:?}");
+    assert!(pooled.contains(&second[0]), "restored outside the pool");
     assert_eq!(d.req("DELETE", "/v1/functions/sp", None).status, 204);
     wait_sandboxes(144, 0);
 }

@@ -28,8 +28,9 @@ pub struct Args {
     /// Warm calls of each function on thaw and on RIE
     #[arg(long, default_value_t = 200)]
     peer_warm_calls: usize,
-    /// The peer's daemon's `limits.sandbox_pool` (sandboxes built ahead of restores)
-    #[arg(long, default_value_t = 0)]
+    /// The peer's daemon's `limits.sandbox_pool` (sandboxes built ahead of a
+    /// version's restores once it was restored; 0: each restore builds its own)
+    #[arg(long, default_value_t = 1)]
     peer_sandbox_pool: usize,
     /// Only the peer (RIE beside thaw)
     #[arg(long)]

@@ -14,7 +14,7 @@ use tokio::sync::OwnedMutexGuard;
 
 use crate::app::App;
 use crate::archive::{self, Format};
-use crate::instances::{FnVersion, Placed};
+use crate::instances::{FnVersion, Placed, SandboxesAhead};
 use crate::logs::Ring;
 use crate::placement::{self, PlacementInfo};
 pub use crate::registry::NetworkRequest;
@@ -189,7 +189,7 @@ fn build(
         }
         Ok(FnVersion {
             ring: ring_for(app, &rec.name),
-            sandboxes: sandbox_pool(app, &func, placed.is_some()),
+            sandboxes: sandboxes_ahead(app, placed.is_some()),
             rec,
             func,
             placed: RwLock::new(placed),
@@ -699,21 +699,13 @@ pub fn snapshot(
     Ok(Ok((snap, info)))
 }
 
-/// The version's pool of sandboxes built ahead, if configured and it has a
-/// snapshot to restore; a pool that cannot start only costs the speed-up.
-pub fn sandbox_pool(
-    app: &App,
-    func: &thaw_worker::UserFunction,
-    restores: bool,
-) -> Option<thaw_sandbox::SandboxPool> {
-    let size = app.cfg.limits.sandbox_pool;
-    if size == 0 || !restores {
-        return None;
-    }
-    app.worker
-        .user_pool(func, size)
-        .inspect_err(|e| tracing::warn!("sandbox pool not started: {e:#}"))
-        .ok()
+/// The version's sandboxes built ahead of its restores, if configured and
+/// it has a snapshot to restore (started at its first restore).
+pub fn sandboxes_ahead(app: &App, restores: bool) -> SandboxesAhead {
+    SandboxesAhead::new(match restores {
+        true => app.cfg.limits.sandbox_pool,
+        false => 0,
+    })
 }
 
 /// The function's deploy lock (and its move lock too for a delete), waited

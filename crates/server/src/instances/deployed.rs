@@ -1,5 +1,5 @@
 //! One deployed version as the pool runs it, and where its snapshot is.
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 use thaw_worker::UserFunction;
 
@@ -19,7 +19,40 @@ pub struct FnVersion {
     pub ring: Arc<Ring>,
     /// Sandboxes built ahead for this version's restores (`limits.sandbox_pool`;
     /// none for boot-only versions). Dropped with the version.
-    pub sandboxes: Option<thaw_sandbox::SandboxPool>,
+    pub sandboxes: SandboxesAhead,
+}
+
+/// A version's pool of sandboxes built ahead of its restores, started once
+/// its first restore has answered: a version that is never restored (always
+/// warm, or never called) holds no waiting sandbox, and the pool's first
+/// build does not compete with that first restore for the CPU.
+pub struct SandboxesAhead {
+    /// sandboxes to keep waiting; 0: none
+    size: usize,
+    pool: OnceLock<Option<thaw_sandbox::SandboxPool>>,
+}
+
+impl SandboxesAhead {
+    pub fn new(size: usize) -> SandboxesAhead {
+        SandboxesAhead {
+            size,
+            pool: OnceLock::new(),
+        }
+    }
+
+    /// The pool, once started.
+    pub fn get(&self) -> Option<&thaw_sandbox::SandboxPool> {
+        self.pool.get().and_then(Option::as_ref)
+    }
+
+    /// Starts the pool with `start` unless it was started (or failed to
+    /// start: a pool that cannot start only costs the speed-up, and is not
+    /// tried again for this version).
+    pub fn start_once(&self, start: impl FnOnce(usize) -> Option<thaw_sandbox::SandboxPool>) {
+        if self.size > 0 {
+            self.pool.get_or_init(|| start(self.size));
+        }
+    }
 }
 
 #[derive(Clone)]

@@ -31,7 +31,7 @@ mod thread;
 mod usage;
 mod versions;
 
-pub use deployed::{FnVersion, Placed};
+pub use deployed::{FnVersion, Placed, SandboxesAhead};
 pub use job::{Created, JobDone};
 pub use memory::Reservation;
 pub use start::{level_of, predicted, Mode, StartType};

@@ -112,7 +112,7 @@ pub(super) fn instance_thread(
                     Stored::Local(snap) => Ok(worker.restore(
                         RestoreRequest::new(snap, s)
                             .function(&v.func)
-                            .pool(v.sandboxes.as_ref()),
+                            .pool(v.sandboxes.get()),
                     )?),
                     Stored::Remote(copy) => {
                         let (started, s) = restore_streamed(&worker, copy, s, &v)?;
@@ -124,6 +124,7 @@ pub(super) fn instance_thread(
             (r, p.tier.clone())
         })
     };
+    let was_restored = restored.is_some();
     let made = match restored {
         Some((r, tier)) => r.and_then(|(mut sb, _)| {
             let create_ms = ms(t0);
@@ -255,6 +256,16 @@ pub(super) fn instance_thread(
         let alive = sb.is_alive() && !timed_out;
         let _ = job_reply.send(JobDone { reply, alive });
         drop(sdk_session);
+        // a restored version is likely to be restored again: from now on
+        // its restores take a sandbox built ahead
+        if was_restored {
+            v.sandboxes.start_once(|size| {
+                worker
+                    .user_pool(&v.func, size)
+                    .inspect_err(|e| tracing::warn!(function = %v.rec.name, "sandbox pool not started: {e:#}"))
+                    .ok()
+            });
+        }
         if !alive {
             break;
         }
@@ -304,7 +315,7 @@ fn restore_streamed(
         .restore(
             RestoreRequest::new(&stream.snapshot, strategy)
                 .function(&v.func)
-                .pool(v.sandboxes.as_ref())
+                .pool(v.sandboxes.get())
                 .streamed(stream.inputs()?),
         )
         .map_err(|e| stream.explain(e.into()))?;

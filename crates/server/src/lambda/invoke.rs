@@ -78,11 +78,12 @@ pub async fn invoke(
             Ok((StatusCode::ACCEPTED, h).into_response())
         }
         _ => {
-            let (called, payload, function_error) = run_counted(&l, &native, event)
+            let (called, payload, function_error, timing) = run_counted(&l, &native, event)
                 .await
                 .map_err(|e| call_error(&l, &native, e))?;
             h.insert("x-amzn-requestid", value(&called.invocation_id));
             h.insert("thaw-start-type", value(called.start.name()));
+            h.insert("server-timing", value(&timing));
             if function_error {
                 h.insert(
                     "x-amz-function-error",
@@ -103,18 +104,22 @@ fn value(s: &str) -> HeaderValue {
     HeaderValue::from_str(s).unwrap_or(HeaderValue::from_static("-"))
 }
 
-/// One invocation of `native`, counted in the metrics: what ran, the
-/// payload Lambda answers, and whether that is the function's error.
+/// One invocation of `native`, counted in the metrics and learnt from as
+/// the native invoke's are: what ran, the payload Lambda answers, whether
+/// that is the function's error, and its `Server-Timing`.
 async fn run_counted(
     l: &Lambda,
     native: &str,
     event: Value,
-) -> Result<(Called, Value, bool), CallError> {
+) -> Result<(Called, Value, bool, String), CallError> {
     let t0 = Instant::now();
     let c = crate::invoke::call(&l.app, native, Mode::Normal, event, Caller::Client).await?;
+    crate::invoke::learn(&l.app, native, &c);
     let (payload, failed, code) = answer(&c);
-    crate::invoke::count(&l.app, native, c.start, code, t0.elapsed().as_secs_f64());
-    Ok((c, payload, failed))
+    let total = t0.elapsed().as_secs_f64();
+    crate::invoke::count(&l.app, native, c.start, code, total);
+    let timing = c.server_timing(total * 1e3);
+    Ok((c, payload, failed, timing))
 }
 
 /// The payload Lambda answers, whether it is the function's error, and the
@@ -242,7 +247,7 @@ fn enqueue(l: &Arc<Lambda>, native: String, event: Value) -> Result<String, Lamb
                 tokio::time::sleep(RETRY_DELAYS[attempt - 1]).await;
             }
             let why = match run_counted(&l, &native, event.clone()).await {
-                Ok((_, payload, failed)) => {
+                Ok((_, payload, failed, _)) => {
                     if !failed {
                         note(
                             &l,
