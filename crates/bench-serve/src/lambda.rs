@@ -33,6 +33,12 @@ pub struct Report {
     pub cold_ratio: f64,
     /// Lambda / native within each alternating pair
     pub cold_pair_ratio: Summary,
+    /// the same cold invokes inside the daemon (`Server-Timing: total`):
+    /// what is left of the gap once the clients' own work is out of it
+    pub cold_native_daemon_ms: Summary,
+    pub cold_lambda_daemon_ms: Summary,
+    /// median Lambda / median native, inside the daemon
+    pub cold_daemon_ratio: f64,
     pub threads: usize,
     pub warm_seconds: f64,
     pub warm_native_rps: f64,
@@ -77,12 +83,17 @@ pub fn run(runtime_home: &Path, o: &Options) -> Result<Report> {
     let (native, boto) = (floats(&cold, "native_ms")?, floats(&cold, "lambda_ms")?);
     let pairs: Vec<f64> = native.iter().zip(&boto).map(|(n, l)| l / n).collect();
     let (cold_native_ms, cold_lambda_ms) = (stats(&native)?, stats(&boto)?);
+    let cold_native_daemon_ms = stats(&floats(&cold, "native_daemon_ms")?)?;
+    let cold_lambda_daemon_ms = stats(&floats(&cold, "lambda_daemon_ms")?)?;
     let mean = |xs: Vec<f64>| xs.iter().sum::<f64>() / xs.len().max(1) as f64;
     Ok(Report {
         cold_ratio: cold_lambda_ms.median / cold_native_ms.median,
         cold_native_ms,
         cold_lambda_ms,
         cold_pair_ratio: stats(&pairs)?,
+        cold_daemon_ratio: cold_lambda_daemon_ms.median / cold_native_daemon_ms.median,
+        cold_native_daemon_ms,
+        cold_lambda_daemon_ms,
         threads: o.threads,
         warm_seconds: o.warm_seconds,
         warm_native_rps: mean(floats(&warm, "native_rps")?),
@@ -203,6 +214,14 @@ pub fn markdown(r: &Report) -> String {
         &r.cold_pair_ratio,
     );
     out += &row(
+        "cold, thaw's API, inside the daemon (Server-Timing)",
+        &r.cold_native_daemon_ms,
+    );
+    out += &row(
+        "cold, Lambda's API, inside the daemon (Server-Timing)",
+        &r.cold_lambda_daemon_ms,
+    );
+    out += &row(
         &format!("warm, thaw's API, {} threads", r.threads),
         &r.warm_native_ms,
     );
@@ -211,9 +230,9 @@ pub fn markdown(r: &Report) -> String {
         &r.warm_lambda_ms,
     );
     out += &format!(
-        "\ncold: Lambda's API / thaw's API, median over median: {:.2}x\n\
+        "\ncold: Lambda's API / thaw's API, median over median: {:.2}x at the client, {:.2}x inside the daemon\n\
          warm throughput over {:.0} s from {} client threads: thaw's API {:.0} req/s, Lambda's API (boto3) {:.0} req/s\n",
-        r.cold_ratio, r.warm_seconds, r.threads, r.warm_native_rps, r.warm_lambda_rps
+        r.cold_ratio, r.cold_daemon_ratio, r.warm_seconds, r.threads, r.warm_native_rps, r.warm_lambda_rps
     );
     out
 }

@@ -215,6 +215,7 @@ def cold(runs, thaw, rie, task, lam, starts, timings, out):
             t["daemon_answer_ms"].append(
                 phases["restore"] + phases.get("after_restore", 0) + phases.get("exec", 0))
             t["daemon_total_ms"].append(phases["total"])
+            t["daemon_queue_ms"].append(phases.get("queue", 0))
             # each RIE function once a run, after the first thaw function it serves
             if len(out["rie"][peer]["cold_ms"]) < len(out["thaw"][name]["cold_ms"]):
                 out["rie"][peer]["cold_ms"].append(rie_invoke(peer, rie, task))
@@ -268,7 +269,7 @@ def main(runs, calls):
         rie = rie_functions()
         series = lambda: {"cold_ms": [], "warm_boto_ms": [], "warm_http_ms": []}
         daemon = lambda: dict(series(), daemon_restore_ms=[], daemon_answer_ms=[],
-                              daemon_total_ms=[])
+                              daemon_total_ms=[], daemon_queue_ms=[])
         out = {"thaw": {n: daemon() for n in thaw}, "rie": {n: series() for n in rie}}
         cold(runs, thaw, rie, task, lam, starts, timings, out)
         warm(calls, thaw, rie, task, lam, starts, out)

@@ -46,6 +46,8 @@ pub struct DaemonSide {
     pub answer_ms: Summary,
     /// the request inside the daemon, from its first byte read to its answer
     pub total_ms: Summary,
+    /// of it, the wait for the policy to give an instance (before the restore)
+    pub queue_ms: Summary,
 }
 
 /// thaw's cold start of one function against RIE's first invoke of the same.
@@ -110,6 +112,7 @@ pub fn run(runtime_home: &Path, o: &Options) -> Result<PeersReport> {
                     restore_ms: stats(&floats(series, "daemon_restore_ms")?)?,
                     answer_ms: stats(&floats(series, "daemon_answer_ms")?)?,
                     total_ms: stats(&floats(series, "daemon_total_ms")?)?,
+                    queue_ms: stats(&floats(series, "daemon_queue_ms")?)?,
                 }),
                 false => None,
             };

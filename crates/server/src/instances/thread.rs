@@ -179,8 +179,13 @@ pub(super) fn instance_thread(
     let mut streamed_whole = false;
     // what the runtime printed while starting is not any invocation's
     let _ = take_sandbox_output(sb.log_path(), 0);
+    // a request's instance: its job is on the way, and the instance is
+    // measured right after its reply rather than on that job's path
+    let mut job_coming = !ahead;
     loop {
-        gauge.set(&sb);
+        if !std::mem::take(&mut job_coming) {
+            gauge.set(&sb);
+        }
         let job = match jobs.recv_timeout(MEASURE_EVERY) {
             Ok(job) => job,
             // an instance nobody invoked within a second gives its tier's

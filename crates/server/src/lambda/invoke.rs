@@ -78,9 +78,10 @@ pub async fn invoke(
             Ok((StatusCode::ACCEPTED, h).into_response())
         }
         _ => {
-            let (called, payload, function_error, timing) = run_counted(&l, &native, event)
-                .await
-                .map_err(|e| call_error(&l, &native, e))?;
+            let (called, payload, function_error, timing) =
+                run_counted(&l, &native, event)
+                    .await
+                    .map_err(|e| call_error(&l, &native, e))?;
             h.insert("x-amzn-requestid", value(&called.invocation_id));
             h.insert("thaw-start-type", value(called.start.name()));
             h.insert("server-timing", value(&timing));
