@@ -105,6 +105,8 @@ r, out, start = invoke(name, {"n": 1}, LogType="Tail")
 check(r["StatusCode"] == 200 and "FunctionError" not in r, "sync invoke", r)
 check(out["version"] == "v1" and out["greeting"] == "hi" and out["remaining_ms_positive"], "sync payload", out)
 check(start == "restore", "first invoke of $LATEST is a restore", start)
+timing = last_headers.get("server-timing", "")
+check("restore;dur=" in timing and "total;dur=" in timing, "a restore's Server-Timing", timing)
 check(r["ExecutedVersion"] == "$LATEST", "executed version", r.get("ExecutedVersion"))
 log = base64.b64decode(r["LogResult"]).decode()
 check("hello from" in log and '"n": 1' in log and "REPORT RequestId" in log, "log tail", log)
@@ -112,6 +114,8 @@ check(out["request_id"] in log, "log tail names the request", log)
 seen["first_start"] = start
 r, out, start = invoke(name, {"n": 2})
 check(start == "warm" and out["count"] >= 2, "second invoke warm", (start, out))
+timing = last_headers.get("server-timing", "")
+check("restore;dur=" not in timing and "exec;dur=" in timing, "a warm start's Server-Timing", timing)
 
 # the function's own error: 200, X-Amz-Function-Error, Lambda's error shape
 r, out, _ = invoke(name, {"fail": "on purpose"})
