@@ -42,9 +42,27 @@ pub const MEMORY_PATIENCE: Time = 500_000;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct FnId(pub u32);
 
+impl FnId {
+    /// The id of the engine's function index `fi`: every index came from a
+    /// `FnId`'s `u32`, so it fits.
+    #[allow(clippy::cast_possible_truncation)] // fi < funcs.len() <= u32::MAX + 1
+    pub(crate) fn of_index(fi: usize) -> FnId {
+        FnId(fi as u32)
+    }
+}
+
 /// An instance (sandbox) the policy tracks; stale ids are detected, not trusted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct InstanceId(pub u64);
+
+impl InstanceId {
+    /// Its slot (low 32 bits) and generation (high 32 bits): dropping the
+    /// other half is the point of each cast.
+    #[allow(clippy::cast_possible_truncation)]
+    pub(crate) fn slot_and_gen(self) -> (u32, u32) {
+        (self.0 as u32, (self.0 >> 32) as u32)
+    }
+}
 
 /// A transfer the policy asked for (checkpoint, upload, download).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
