@@ -17,8 +17,8 @@
 
 use crate::list::{Links, List};
 use crate::{
-    Action, Config, FnCost, FnId, Footprint, InstanceId, Outcome, Policy, PolicyError, PolicyKind,
-    Start, Time, Usage, XferId,
+    index_u32, Action, Config, FnCost, FnId, Footprint, InstanceId, Outcome, Policy, PolicyError,
+    PolicyKind, Start, Time, Usage, XferId,
 };
 use std::collections::{BTreeSet, HashMap, VecDeque};
 
@@ -284,17 +284,15 @@ impl Engine {
         match best.2 {
             Some(DISK_READ) => {
                 self.enqueue(DISK_READ, self.xfer_us(func.snap_mb, DISK_READ));
-                self.disk_links
-                    .touch(&mut self.disk_lru, FnId::of_index(fi).0);
+                self.disk_links.touch(&mut self.disk_lru, index_u32(fi));
             }
             Some(q) => {
                 self.enqueue(q, self.xfer_us(func.snap_mb, q));
-                self.net_links
-                    .touch(&mut self.net_lru, FnId::of_index(fi).0);
+                self.net_links.touch(&mut self.net_lru, index_u32(fi));
             }
             None => {}
         }
-        let slot = self.alloc(FnId::of_index(fi).0, mem_mb);
+        let slot = self.alloc(index_u32(fi), mem_mb);
         self.usage.running_mb += mem_mb as u64;
         self.usage.ram_mb += mem_mb as u64;
         self.pin(fi, true);
@@ -324,13 +322,11 @@ impl Engine {
         let fi = self.ensure_fn(f);
         let old = self.funcs[fi];
         if old.flags & ON_DISK != 0 {
-            self.disk_links
-                .remove(&mut self.disk_lru, FnId::of_index(fi).0);
+            self.disk_links.remove(&mut self.disk_lru, index_u32(fi));
             self.usage.disk_mb -= old.snap_mb as u64;
         }
         if old.flags & ON_NET != 0 {
-            self.net_links
-                .remove(&mut self.net_lru, FnId::of_index(fi).0);
+            self.net_links.remove(&mut self.net_lru, index_u32(fi));
             self.usage.net_mb -= old.snap_mb as u64;
         }
         let func = &mut self.funcs[fi];
@@ -445,7 +441,6 @@ impl Engine {
         InstanceId(((self.insts[slot as usize].gen as u64) << 32) | slot as u64)
     }
 
-    #[allow(clippy::cast_possible_truncation)] // slots: instances in RAM at once, far below 2^32
     fn alloc(&mut self, f: u32, mem: u32) -> u32 {
         let inst = Inst {
             f,
@@ -468,7 +463,7 @@ impl Engine {
                 let n = self.insts.len();
                 self.idle_links.ensure(n);
                 self.fn_links.ensure(n);
-                (n - 1) as u32
+                index_u32(n - 1)
             }
         }
     }
@@ -677,21 +672,18 @@ impl Engine {
             let fits_disk = self.cfg.disk_mb > 0 && inst.mem as u64 <= self.cfg.disk_mb;
             if flags & (ON_DISK | DISK_PENDING) != 0 || !fits_disk || self.cfg.deployed_snapshots {
                 if flags & ON_DISK != 0 {
-                    self.disk_links
-                        .touch(&mut self.disk_lru, FnId::of_index(fi).0);
+                    self.disk_links.touch(&mut self.disk_lru, index_u32(fi));
                 }
                 self.kill_idle(slot, out);
             } else if flags & ON_NET != 0 {
                 self.kill_idle(slot, out);
                 let dur = self.xfer_us(self.funcs[fi].snap_mb, NET_DOWN);
                 let eta = self.enqueue(NET_DOWN, dur);
-                let id = self.new_xfer(Pending::Download {
-                    f: FnId::of_index(fi).0,
-                });
+                let id = self.new_xfer(Pending::Download { f: index_u32(fi) });
                 self.funcs[fi].flags |= DISK_PENDING;
                 out.push(Action::Download {
                     id,
-                    f: FnId::of_index(fi),
+                    f: FnId(index_u32(fi)),
                     eta,
                 });
             } else {
@@ -712,7 +704,7 @@ impl Engine {
                 out.push(Action::Checkpoint {
                     id,
                     instance,
-                    f: FnId::of_index(fi),
+                    f: FnId(index_u32(fi)),
                     eta,
                 });
             }
@@ -722,13 +714,12 @@ impl Engine {
     fn disk_insert(&mut self, fi: usize, out: &mut Vec<Action>) {
         let mb = self.funcs[fi].snap_mb as u64;
         if self.funcs[fi].flags & ON_DISK != 0 {
-            self.disk_links
-                .touch(&mut self.disk_lru, FnId::of_index(fi).0);
+            self.disk_links.touch(&mut self.disk_lru, index_u32(fi));
             return;
         }
         if mb > self.cfg.disk_mb {
             out.push(Action::DeleteDisk {
-                f: FnId::of_index(fi),
+                f: FnId(index_u32(fi)),
             });
             return;
         }
@@ -739,26 +730,23 @@ impl Engine {
         self.funcs[fi].flags |= ON_DISK;
         self.usage.disk_mb += mb;
         self.disk_links
-            .push_front(&mut self.disk_lru, FnId::of_index(fi).0);
+            .push_front(&mut self.disk_lru, index_u32(fi));
     }
 
     /// Disk eviction: upload to the network unless a copy is (or will be) there.
     fn spill(&mut self, fi: usize, out: &mut Vec<Action>) {
-        self.disk_links
-            .remove(&mut self.disk_lru, FnId::of_index(fi).0);
+        self.disk_links.remove(&mut self.disk_lru, index_u32(fi));
         let func = &mut self.funcs[fi];
         func.flags &= !ON_DISK;
         let mb = func.snap_mb;
         self.usage.disk_mb -= mb as u64;
-        let f = FnId::of_index(fi);
+        let f = FnId(index_u32(fi));
         let uploadable = mb as u64 <= self.cfg.net_mb;
         if func.flags & (ON_NET | NET_PENDING) == 0 && uploadable {
             func.flags |= NET_PENDING;
             let dur = self.xfer_us(mb, NET_UP);
             let eta = self.enqueue(NET_UP, dur);
-            let id = self.new_xfer(Pending::Upload {
-                f: FnId::of_index(fi).0,
-            });
+            let id = self.new_xfer(Pending::Upload { f: index_u32(fi) });
             out.push(Action::Upload { id, f, eta });
         } else {
             out.push(Action::DeleteDisk { f });
@@ -768,13 +756,12 @@ impl Engine {
     fn net_insert(&mut self, fi: usize, out: &mut Vec<Action>) {
         let mb = self.funcs[fi].snap_mb as u64;
         if self.funcs[fi].flags & ON_NET != 0 {
-            self.net_links
-                .touch(&mut self.net_lru, FnId::of_index(fi).0);
+            self.net_links.touch(&mut self.net_lru, index_u32(fi));
             return;
         }
         if mb > self.cfg.net_mb {
             out.push(Action::DeleteNet {
-                f: FnId::of_index(fi),
+                f: FnId(index_u32(fi)),
             });
             return;
         }
@@ -788,8 +775,7 @@ impl Engine {
         }
         self.funcs[fi].flags |= ON_NET;
         self.usage.net_mb += mb;
-        self.net_links
-            .push_front(&mut self.net_lru, FnId::of_index(fi).0);
+        self.net_links.push_front(&mut self.net_lru, index_u32(fi));
     }
 
     fn expire(&mut self, now: Time, out: &mut Vec<Action>) {
@@ -901,12 +887,11 @@ impl Policy for Engine {
         }
     }
 
-    #[allow(clippy::cast_possible_truncation)] // one cost per function, and FnId is a u32
     fn set_cost(&mut self, f: FnId, cost: FnCost) {
         let fi = self.ensure_fn(f);
         let idx = self.funcs[fi].cost as usize;
         if idx == 0 {
-            self.funcs[fi].cost = self.costs.len() as u32;
+            self.funcs[fi].cost = index_u32(self.costs.len());
             self.costs.push(cost);
         } else {
             self.costs[idx] = cost;

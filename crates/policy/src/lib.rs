@@ -42,13 +42,12 @@ pub const MEMORY_PATIENCE: Time = 500_000;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct FnId(pub u32);
 
-impl FnId {
-    /// The id of the engine's function index `fi`: every index came from a
-    /// `FnId`'s `u32`, so it fits.
-    #[allow(clippy::cast_possible_truncation)] // fi < funcs.len() <= u32::MAX + 1
-    pub(crate) fn of_index(fi: usize) -> FnId {
-        FnId(fi as u32)
-    }
+/// An index into the engine's per-function or per-instance tables as the
+/// `u32` its ids carry: functions are numbered by [`FnId`]'s `u32`, and
+/// instance slots (instances in RAM at once) are far fewer.
+#[allow(clippy::cast_possible_truncation)] // i < 2^32, as above
+pub(crate) fn index_u32(i: usize) -> u32 {
+    i as u32
 }
 
 /// An instance (sandbox) the policy tracks; stale ids are detected, not trusted.
