@@ -191,7 +191,8 @@ pub fn run(o: &Options) -> Result<Report> {
             // idle instances go after a second: every start is a restore
             cfg.policy = "ttl".into();
             cfg.keep_alive_s = 1;
-            let per_function = (o.pods / o.pod_functions.max(1)).max(1) as u32;
+            let per_function =
+                u32::try_from((o.pods / o.pod_functions.max(1)).max(1)).unwrap_or(u32::MAX);
             let l = &mut cfg.limits;
             l.instances_per_function = l.instances_per_function.max(per_function);
             l.max_instances_per_function = l.max_instances_per_function.max(per_function);

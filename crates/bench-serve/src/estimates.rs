@@ -161,7 +161,7 @@ fn measure(
         "memory_mb": 128,
         // room for every restore start: an eviction's teardown would
         // otherwise overlap the next one
-        "max_instances": (runs + 1).min(64) as u32,
+        "max_instances": u32::try_from((runs + 1).min(64)).unwrap_or(64),
     });
     request(c, "POST", "/v1/functions", Some(&deploy))?;
     let path = format!("/v1/functions/{name}");

@@ -80,7 +80,7 @@ fn measure(app: &thaw_server::App, socket: &std::path::Path, o: &Options) -> Res
         // room for every restore start: an eviction's teardown (kill, reap,
         // cgroup removal) would otherwise overlap the next timed restore,
         // while the direct path tears down outside its timing
-        "max_instances": (o.clients.max(1) + o.restore_runs + 1).min(64) as u32,
+        "max_instances": u32::try_from((o.clients.max(1) + o.restore_runs + 1).min(64)).unwrap_or(64),
         "memory_mb": 64,
     });
     let r = c.request("POST", "/v1/functions", Some(&serde_json::to_vec(&req)?))?;

@@ -4,9 +4,6 @@
 //! `concurrency` measures N simultaneous cold starts; `hierarchy` cold and
 //! warm starts per storage tier (the study of "FaaS in the Age of (sub-)µs
 //! I/O").
-// Float-to-unsigned casts of times, rates and sizes: Rust saturates them
-// (negative and NaN to 0), the clamp these conversions want.
-#![allow(clippy::cast_sign_loss)]
 
 pub mod concurrency;
 mod error;

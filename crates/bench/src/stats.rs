@@ -11,6 +11,8 @@ pub struct Summary {
 }
 
 /// Summarises `xs` (nearest-rank percentiles); None when empty.
+// float casts saturate (NaN, negatives to 0): the clamp wanted
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 pub fn summarize(xs: &[f64]) -> Option<Summary> {
     if xs.is_empty() {
         return None;

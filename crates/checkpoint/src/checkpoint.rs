@@ -16,7 +16,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 use thaw_error::{fail, Context, ResultExt};
 use thaw_memory::pagemap;
-use thaw_memory::{MemoryLayout, Region, Run, PAGE_SIZE};
+use thaw_memory::{MemoryLayout, Region, Run, PAGE_LEN, PAGE_SIZE};
 use thaw_sandbox::HostError;
 use thaw_sandbox::{stat_fields, Sandbox};
 use thaw_snapshot_format::{MmLayout, ProcessState, VdsoBlock, Vma, STATE_VERSION};
@@ -74,6 +74,10 @@ pub fn parse_maps(text: &str) -> Result<Vec<MapsLine>> {
                 u64::from_str_radix(s, 16)
                     .map_err(|_| HostError::Failed(format!("bad maps line {l:?}")))
             };
+            let hexp32 = |s: &str| {
+                u32::from_str_radix(s, 16)
+                    .map_err(|_| HostError::Failed(format!("bad maps line {l:?}")))
+            };
             let (major, minor) = dev
                 .split_once(':')
                 .ok_or_else(|| HostError::Failed(format!("bad maps line {l:?}")))?;
@@ -82,7 +86,7 @@ pub fn parse_maps(text: &str) -> Result<Vec<MapsLine>> {
                 end: hexp(b)?,
                 perms,
                 offset: hexp(offset)?,
-                dev: (hexp(major)? as u32, hexp(minor)? as u32),
+                dev: (hexp32(major)?, hexp32(minor)?),
                 inode: inode
                     .parse()
                     .map_err(|_| HostError::Failed(format!("bad maps line {l:?}")))?,
@@ -594,10 +598,10 @@ fn dump_vma(
             j += 1;
         }
         let addr = v.start + i as u64 * PAGE_SIZE;
-        buf.resize((j - i) * PAGE_SIZE as usize, 0);
+        buf.resize((j - i) * PAGE_LEN, 0);
         mem.read_exact_at(buf, addr)
             .with_context(|| format!("reading runtime memory at {addr:#x} ({})", v.name))?;
-        for (k, page) in buf.chunks_exact(PAGE_SIZE as usize).enumerate() {
+        for (k, page) in buf.chunks_exact(PAGE_LEN).enumerate() {
             let a = addr + k as u64 * PAGE_SIZE;
             if anon && page.iter().all(|&b| b == 0) {
                 *zero_skipped += 1; // comes back as a zero page
@@ -648,7 +652,7 @@ fn dump_vma(
 }
 
 fn append_zero_pages(w: &mut SnapshotWriter, pages: u64) -> Result<(), CheckpointError> {
-    const ZERO: [u8; PAGE_SIZE as usize] = [0; PAGE_SIZE as usize];
+    const ZERO: [u8; PAGE_LEN] = [0; PAGE_LEN];
     for _ in 0..pages {
         w.append_memory(&ZERO)?;
     }
@@ -683,6 +687,7 @@ fn vdso_block(lines: &[MapsLine]) -> Result<VdsoBlock> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use thaw_memory::usize_of;
 
     #[test]
     fn maps_lines_parse_including_spaces_in_names() {
@@ -707,7 +712,7 @@ mod tests {
         zeroed: &[u64],
         growsdown: bool,
     ) -> (Vec<Run>, Vec<u8>, Vec<u8>, u64) {
-        let len = (pages * PAGE_SIZE) as usize;
+        let len = usize_of(pages * PAGE_SIZE);
         // SAFETY: a fresh private anonymous mapping, unmapped below; only
         // this function touches it.
         let base = unsafe {
@@ -724,12 +729,12 @@ mod tests {
         // SAFETY: `base` maps `len` bytes, readable and writable.
         let mem_slice = unsafe { std::slice::from_raw_parts_mut(base as *mut u8, len) };
         for &p in zeroed {
-            let at = (p * PAGE_SIZE) as usize;
+            let at = usize_of(p * PAGE_SIZE);
             mem_slice[at] = 1; // present...
             mem_slice[at] = 0; // ...and all zero
         }
         for &p in content {
-            mem_slice[(p * PAGE_SIZE) as usize + 7] = p as u8 + 1;
+            mem_slice[usize_of(p * PAGE_SIZE) + 7] = u8::try_from(p).unwrap() + 1;
         }
         let start = base as u64;
         let v = Vma {
@@ -748,7 +753,7 @@ mod tests {
             start
         ));
         let mut w = SnapshotWriter::create(&scratch.join("snap")).unwrap();
-        let pagemap = pagemap::open(std::process::id() as i32).unwrap();
+        let pagemap = pagemap::open(i32::try_from(std::process::id()).unwrap()).unwrap();
         let mem = File::open("/proc/self/mem").unwrap();
         let (mut pm, mut buf, mut zero_skipped) = (Vec::new(), Vec::new(), 0);
         let runs = dump_vma(
@@ -796,8 +801,8 @@ mod tests {
         assert_eq!(zero_skipped, 1);
         assert_eq!(image.len() as u64, 17 * PAGE_SIZE);
         for r in &runs {
-            let (m, i) = ((r.addr * PAGE_SIZE) as usize, r.file_off as usize);
-            let n = (r.len * PAGE_SIZE) as usize;
+            let (m, i) = (usize_of(r.addr * PAGE_SIZE), usize_of(r.file_off));
+            let n = usize_of(r.len * PAGE_SIZE);
             assert_eq!(&image[i..i + n], &mem[m..m + n], "run at page {}", r.addr);
         }
         // a growing stack keeps its anonymous ends

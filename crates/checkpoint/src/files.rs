@@ -286,7 +286,8 @@ fn walk(dir: &OwnedFd, prefix: &str, depth: usize, scan: &mut Scan) -> Result<()
                 walk(&sub, &path, depth + 1, scan)?;
             }
             libc::S_IFREG => {
-                entry.len = st.st_size as u64;
+                entry.len = u64::try_from(st.st_size)
+                    .with_context(|| format!("the size of {path} ({})", st.st_size))?;
                 scan.bytes += entry.len;
                 scan.entries.push(entry);
             }
@@ -397,20 +398,20 @@ fn readlinkat(dir: &OwnedFd, name: &str) -> Result<String> {
             buf.len(),
         )
     };
-    if n < 0 {
+    let Ok(n) = usize::try_from(n) else {
         return Err(Context::new(
             format!("reading the link {name:?}"),
             std::io::Error::last_os_error(),
         )
         .into());
-    }
-    if n as usize >= buf.len() {
+    };
+    if n >= buf.len() {
         fail!(
             HostError::Failed,
             "the link {name:?} is longer than 4096 bytes"
         );
     }
-    buf.truncate(n as usize);
+    buf.truncate(n);
     String::from_utf8(buf).map_err(|_| HostError::Failed(format!("the link {name:?} is not UTF-8")))
 }
 
@@ -427,27 +428,27 @@ fn own(fd: &OwnedFd, uid: u32, mode: u32) -> Result<()> {
 /// (`sendfile` with an explicit offset: the image's file position, shared
 /// with other users of the descriptor, is left alone).
 fn copy_range(src: &File, off: u64, dst: &OwnedFd, len: u64) -> Result<()> {
-    let mut at = off as libc::off_t;
+    let mut at = libc::off_t::try_from(off).with_context(|| format!("copying at {off}"))?;
     let mut left = len;
     while left > 0 {
         let want = left.min(1 << 30) as usize;
         // SAFETY: sendfile between two descriptors we hold; `at` is ours.
         let n = unsafe { libc::sendfile(dst.as_raw_fd(), src.as_raw_fd(), &mut at, want) };
-        if n < 0 {
+        let Ok(n) = u64::try_from(n) else {
             let e = std::io::Error::last_os_error();
             if e.kind() == std::io::ErrorKind::Interrupted {
                 continue;
             }
             return Err(e.into());
-        }
+        };
         if n == 0 {
             // the image is shorter than the state says: fall back to a
             // read that names the problem
             let mut b = [0u8; 1];
-            src.read_exact_at(&mut b, at as u64)?;
+            src.read_exact_at(&mut b, off + (len - left))?;
             fail!(HostError::Failed, "sendfile made no progress at {at}");
         }
-        left -= n as u64;
+        left -= n;
     }
     Ok(())
 }

@@ -21,7 +21,7 @@ use std::time::Duration;
 use thaw_error::{fail, ResultExt};
 use thaw_memory::pagemap;
 use thaw_memory::tiering::{AccessProfile, ProfileClass};
-use thaw_memory::{ImageSource, PageSource, Region, PAGE_SIZE};
+use thaw_memory::{ImageSource, PageSource, Region, PAGE_LEN, PAGE_SIZE};
 use thaw_restore::StrategyKind;
 use thaw_sandbox::HostError;
 use thaw_sandbox::{Sandbox, SandboxConfig};
@@ -67,7 +67,7 @@ pub fn profile(
     // pages the restore handshake touches are touched by every cold start
     let handshake = take_pages(&sb);
     let mut prof = AccessProfile {
-        epochs: requests.len() as u32,
+        epochs: u32::try_from(requests.len()).context("the number of requests")?,
         ..Default::default()
     };
     for (i, (class, req)) in requests.iter().enumerate() {
@@ -200,7 +200,7 @@ fn drop_resident(sb: &Sandbox, overlay: &ProfileSource) -> Result<()> {
         let insn = saved[REG_RIP].wrapping_sub(2);
         let mut code = [0u8; 2];
         mem.read_exact_at(&mut code, insn)?;
-        if (saved[REG_ORIG_RAX] as i64) < 0 || code != [0x0f, 0x05] {
+        if saved[REG_ORIG_RAX].cast_signed() < 0 || code != [0x0f, 0x05] {
             fail!(
                 HostError::Failed,
                 "runtime is not stopped in a system call; cannot inject"
@@ -215,7 +215,7 @@ fn drop_resident(sb: &Sandbox, overlay: &ProfileSource) -> Result<()> {
             for (i, e) in entries.iter().enumerate() {
                 if e & pagemap::PRESENT != 0 {
                     let a = m.start + i as u64 * PAGE_SIZE;
-                    let mut buf = vec![0u8; PAGE_SIZE as usize].into_boxed_slice();
+                    let mut buf = vec![0u8; PAGE_LEN].into_boxed_slice();
                     mem.read_exact_at(&mut buf, a)?;
                     pages.insert(a, buf);
                 }

@@ -31,8 +31,8 @@ const PTRACE_GETSIGMASK: libc::c_uint = 0x420a;
 const PTRACE_PEEKSIGINFO: libc::c_uint = 0x4209;
 const PTRACE_SETSIGMASK: libc::c_uint = 0x420b;
 const PTRACE_GET_RSEQ_CONFIGURATION: libc::c_uint = 0x420f;
-const PTRACE_O_TRACESYSGOOD: libc::c_ulong = 1;
-const PTRACE_O_EXITKILL: libc::c_ulong = 0x10_0000;
+const PTRACE_O_TRACESYSGOOD: usize = 1;
+const PTRACE_O_EXITKILL: usize = 0x10_0000;
 
 fn pt(req: libc::c_uint, pid: i32, addr: usize, data: usize) -> Result<libc::c_long> {
     // SAFETY: callers pass addresses of live buffers sized for the request.
@@ -53,7 +53,7 @@ pub fn seize(tid: i32) -> Result<()> {
         PTRACE_SEIZE,
         tid,
         0,
-        (PTRACE_O_TRACESYSGOOD | PTRACE_O_EXITKILL) as usize,
+        PTRACE_O_TRACESYSGOOD | PTRACE_O_EXITKILL,
     )
     .map(|_| ())
 }
@@ -262,13 +262,13 @@ pub struct Injector<'a> {
 }
 
 /// Bytes of stack the injected calls may write to.
-const SCRATCH: u64 = 64;
+const SCRATCH: usize = 64;
 /// x86_64's red zone: the thread may keep data this far below its stack pointer.
 const RED_ZONE: u64 = 128;
 
 impl Injector<'_> {
     fn scratch(&self) -> u64 {
-        (self.regs[REG_RSP] - RED_ZONE - SCRATCH) & !15
+        (self.regs[REG_RSP] - RED_ZONE - SCRATCH as u64) & !15
     }
 
     /// One call with up to four arguments; returns the kernel's result.
@@ -278,7 +278,7 @@ impl Injector<'_> {
         const { assert!(N <= 4) };
         let mut r = self.regs;
         r[REG_RIP] = self.gadget;
-        r[REG_RAX] = nr as u64;
+        r[REG_RAX] = nr.cast_unsigned();
         for (reg, a) in [REG_RDI, REG_RSI, REG_RDX, REG_R10].into_iter().zip(args) {
             r[reg] = a;
         }
@@ -286,7 +286,7 @@ impl Injector<'_> {
         set_regs(self.tid, &r)?;
         syscall_step(self.tid)?; // entry
         syscall_step(self.tid)?; // exit
-        Ok(get_regs(self.tid)?[REG_RAX] as i64)
+        Ok(get_regs(self.tid)?[REG_RAX].cast_signed())
     }
 
     /// Runs `calls` with the scratch memory below the thread's red zone at
@@ -306,13 +306,13 @@ impl Injector<'_> {
 
     fn with_scratch_blocked<T>(&self, calls: impl FnOnce(u64) -> Result<T>) -> Result<T> {
         let at = self.scratch();
-        let mut saved = [0u8; SCRATCH as usize];
+        let mut saved = [0u8; SCRATCH];
         // below the stack pointer may be unmapped (a stack that has yet
         // to grow): the kernel grows it for the call, and zeros go back
         let had = self.mem.read_exact_at(&mut saved, at).is_ok();
         let out = calls(at);
         if !had {
-            saved = [0; SCRATCH as usize];
+            saved = [0; SCRATCH];
         }
         let put_back = self.mem.write_all_at(&saved, at);
         let out = out?;
@@ -336,7 +336,7 @@ impl Injector<'_> {
 
     /// `n` bytes of scratch memory at `at`, as the calls left them.
     fn read_scratch<const N: usize>(&self, at: u64) -> Result<[u8; N]> {
-        const { assert!(N as u64 <= SCRATCH) };
+        const { assert!(N <= SCRATCH) };
         let mut b = [0u8; N];
         self.mem
             .read_exact_at(&mut b, at)
@@ -417,12 +417,14 @@ pub fn queued_signals(tid: i32, shared: bool) -> Result<Vec<[u8; SIGINFO_BYTES]>
         nr: i32,
     }
     const BATCH: usize = 32;
+    #[allow(clippy::cast_possible_truncation, clippy::cast_possible_wrap)] // 32
+    const BATCH_NR: i32 = BATCH as i32;
     let mut out = Vec::new();
     loop {
         let args = PeekArgs {
             off: out.len() as u64,
             flags: u32::from(shared), // PTRACE_PEEKSIGINFO_SHARED
-            nr: BATCH as i32,
+            nr: BATCH_NR,
         };
         let mut buf = [[0u8; SIGINFO_BYTES]; BATCH];
         let n = pt(
@@ -430,7 +432,8 @@ pub fn queued_signals(tid: i32, shared: bool) -> Result<Vec<[u8; SIGINFO_BYTES]>
             tid,
             &args as *const PeekArgs as usize,
             buf.as_mut_ptr() as usize,
-        )? as usize;
+        )?;
+        let n = usize::try_from(n).context("PTRACE_PEEKSIGINFO's count")?;
         out.extend_from_slice(&buf[..n.min(BATCH)]);
         if n < BATCH || out.len() > MAX_QUEUED_SIGNALS {
             return Ok(out);
@@ -451,13 +454,13 @@ pub fn prepare_for_resume(regs: &mut [u64; NREGS]) {
     const ERESTARTNOINTR: i64 = 513;
     const ERESTARTNOHAND: i64 = 514;
     const ERESTART_RESTARTBLOCK: i64 = 516;
-    if (regs[REG_ORIG_RAX] as i64) >= 0 {
-        match -(regs[REG_RAX] as i64) {
+    if regs[REG_ORIG_RAX].cast_signed() >= 0 {
+        match -regs[REG_RAX].cast_signed() {
             ERESTARTSYS | ERESTARTNOINTR | ERESTARTNOHAND => {
                 regs[REG_RAX] = regs[REG_ORIG_RAX];
                 regs[REG_RIP] -= 2;
             }
-            ERESTART_RESTARTBLOCK => regs[REG_RAX] = (-(libc::EINTR as i64)) as u64,
+            ERESTART_RESTARTBLOCK => regs[REG_RAX] = (-i64::from(libc::EINTR)).cast_unsigned(),
             _ => {}
         }
     }
@@ -480,7 +483,7 @@ mod tests {
     fn interrupted_read_is_reissued() {
         let mut r = [0u64; NREGS];
         r[REG_ORIG_RAX] = 0; // read
-        r[REG_RAX] = (-512i64) as u64;
+        r[REG_RAX] = (-512i64).cast_unsigned();
         r[REG_RIP] = 0x1002;
         prepare_for_resume(&mut r);
         assert_eq!(
@@ -489,9 +492,9 @@ mod tests {
         );
         let mut r = [0u64; NREGS];
         r[REG_ORIG_RAX] = 35; // nanosleep
-        r[REG_RAX] = (-516i64) as u64;
+        r[REG_RAX] = (-516i64).cast_unsigned();
         prepare_for_resume(&mut r);
-        assert_eq!(r[REG_RAX] as i64, -4);
+        assert_eq!(r[REG_RAX].cast_signed(), -4);
         let mut r = [0u64; NREGS];
         r[REG_ORIG_RAX] = u64::MAX; // user mode
         r[REG_RAX] = 7;

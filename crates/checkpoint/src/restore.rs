@@ -704,8 +704,8 @@ fn build_plan(
             prot: v.prot,
             flags,
             path_off,
-            first_run: mp.first_run,
-            n_runs: mp.n_runs,
+            first_run: u32::try_from(mp.first_run).context("a run index")?,
+            n_runs: u32::try_from(mp.n_runs).context("a run count")?,
             shared,
         });
     }

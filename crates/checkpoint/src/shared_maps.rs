@@ -20,6 +20,7 @@ use std::fs::File;
 use std::io::Read;
 use std::os::unix::fs::MetadataExt;
 use thaw_error::ResultExt;
+use thaw_memory::usize_of;
 use thaw_snapshot_format::{Blob, SharedBacking, SharedObject, SHARED_NAME_MAX as NAME_MAX};
 
 /// What a shared mapping's line in `/proc/PID/maps` is, before any file
@@ -161,13 +162,13 @@ pub fn capture(
             backing.push(None);
             continue;
         }
-        let mut data = Vec::with_capacity(st.size() as usize);
+        let mut data = Vec::with_capacity(usize_of(st.size()));
         (&mut f)
             .take(st.size())
             .read_to_end(&mut data)
             .with_context(|| format!("reading the shared mapping at {:#x}", m.start))?;
         let image_off = append(&data).context("writing a shared memory object")?;
-        let i = objects.len() as u32;
+        let i = u32::try_from(objects.len()).context("the shared memory objects' count")?;
         objects.push(SharedObject {
             name: object,
             size: st.size(),

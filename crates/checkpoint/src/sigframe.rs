@@ -105,8 +105,11 @@ pub fn build(state: &ThreadState, at: u64) -> Result<Vec<u8>> {
     }
     // cs, gs, fs, ss as u16s: the kernel takes cs and ss from here
     let seg = SIGCONTEXT + 8 * gprs.len();
-    f[seg..seg + 2].copy_from_slice(&(r[CS] as u16).to_le_bytes());
-    f[seg + 6..seg + 8].copy_from_slice(&(r[SS] as u16).to_le_bytes());
+    let selector = |reg: u64| {
+        u16::try_from(reg).map_err(|_| HostError::Failed(format!("a segment selector of {reg:#x}")))
+    };
+    f[seg..seg + 2].copy_from_slice(&selector(r[CS])?.to_le_bytes());
+    f[seg + 6..seg + 8].copy_from_slice(&selector(r[SS])?.to_le_bytes());
     // then err, trapno, oldmask, cr2 (0), and the XSAVE pointer
     put(&mut f, seg + 8 + 32, at + FPSTATE as u64);
     put(&mut f, SIGMASK, state.sigmask);
@@ -123,10 +126,12 @@ pub fn build(state: &ThreadState, at: u64) -> Result<Vec<u8>> {
         le64(xs, 512) | 3
     };
     check_host_xsave(xs.len(), xfeatures, host_xsave())?;
+    let xs_len = u32::try_from(xs.len())
+        .map_err(|_| HostError::Failed(format!("an XSAVE area of {} bytes", xs.len())))?;
     fp[SW_BYTES..SW_BYTES + 4].copy_from_slice(&FP_XSTATE_MAGIC1.to_le_bytes());
-    fp[SW_BYTES + 4..SW_BYTES + 8].copy_from_slice(&(xs.len() as u32 + 4).to_le_bytes());
+    fp[SW_BYTES + 4..SW_BYTES + 8].copy_from_slice(&(xs_len + 4).to_le_bytes());
     fp[SW_BYTES + 8..SW_BYTES + 16].copy_from_slice(&xfeatures.to_le_bytes());
-    fp[SW_BYTES + 16..SW_BYTES + 20].copy_from_slice(&(xs.len() as u32).to_le_bytes());
+    fp[SW_BYTES + 16..SW_BYTES + 20].copy_from_slice(&xs_len.to_le_bytes());
     fp[xs.len()..xs.len() + 4].copy_from_slice(&FP_XSTATE_MAGIC2.to_le_bytes());
     Ok(f)
 }

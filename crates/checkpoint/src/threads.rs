@@ -9,6 +9,7 @@ use crate::sigframe;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use thaw_error::{fail, ResultExt};
+use thaw_memory::usize_of;
 use thaw_sandbox::HostError;
 use thaw_snapshot_format::{SignalState, ThreadKernel, ThreadState};
 
@@ -94,7 +95,7 @@ fn syscall_gadget(maps: &[MapsLine], mem: &File) -> Result<u64> {
         .iter()
         .find(|m| m.name == "[vdso]")
         .ok_or_else(|| HostError::Failed("runtime has no [vdso]".into()))?;
-    let mut code = vec![0u8; (vdso.end - vdso.start) as usize];
+    let mut code = vec![0u8; usize_of(vdso.end - vdso.start)];
     mem.read_exact_at(&mut code, vdso.start)
         .context("reading the runtime's vDSO")?;
     let at = code

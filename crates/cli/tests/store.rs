@@ -122,11 +122,11 @@ fn a_deploy_killed_at_twenty_random_points_leaves_nothing_after_the_next_start()
     let out = thaw(&h, &["deploy", "lr_serving", "--tier", "disk"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let window = t.elapsed();
-    let mut seed = std::time::SystemTime::now()
+    let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
-        .as_nanos() as u64
-        | 1;
+        .as_nanos();
+    let mut seed = u64::try_from(nanos).unwrap() | 1;
     let mut points = Vec::new();
     let (mut cleaned, mut staging_cleaned) = (0, 0);
     for i in 0..20 {

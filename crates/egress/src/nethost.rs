@@ -316,9 +316,11 @@ impl Drop for NetHost {
         // the command
         for (c, stop) in &mut self.servers {
             if *stop != libc::SIGKILL {
-                // SAFETY: kill has no memory-safety preconditions; the pid
-                // is a server this host started and has not reaped yet.
-                unsafe { libc::kill(c.id() as i32, *stop) };
+                if let Ok(pid) = libc::pid_t::try_from(c.id()) {
+                    // SAFETY: kill has no memory-safety preconditions; the pid
+                    // is a server this host started and has not reaped yet.
+                    unsafe { libc::kill(pid, *stop) };
+                }
                 let t = Instant::now();
                 while matches!(c.try_wait(), Ok(None)) && t.elapsed() < Duration::from_secs(10) {
                     std::thread::sleep(Duration::from_millis(20));

@@ -383,14 +383,14 @@ impl Network {
         let block = {
             let mut blocks = self.blocks.lock().unwrap_or_else(|p| p.into_inner());
             // block 0 holds the bridge's address
-            let b = (1..BLOCKS as usize).find(|&b| !blocks[b]).ok_or_else(|| {
+            let b = (1..BLOCKS).find(|&b| !blocks[b as usize]).ok_or_else(|| {
                 EgressError::Exhausted(format!(
                     "all {} egress address blocks of this daemon are in use",
                     BLOCKS - 1
                 ))
             })?;
-            blocks[b] = true;
-            b as u32
+            blocks[b as usize] = true;
+            b
         };
         let first = subnet_base(self.index) + block * BLOCK_SIZE;
         let mut fnet = FunctionNet {

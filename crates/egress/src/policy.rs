@@ -121,10 +121,8 @@ impl fmt::Display for Rule {
 
 fn parse_ports(s: &str, p: &str) -> Result<(u16, u16), String> {
     let port = |x: &str| -> Result<u16, String> {
-        match x.parse::<u32>() {
-            Ok(n) if x.bytes().all(|b| b.is_ascii_digit()) && (1..=65535).contains(&n) => {
-                Ok(n as u16)
-            }
+        match x.parse::<u16>() {
+            Ok(n) if x.bytes().all(|b| b.is_ascii_digit()) && n >= 1 => Ok(n),
             _ => Err(format!("{s:?}: port {x:?} is not in 1..=65535")),
         }
     };

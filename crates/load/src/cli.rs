@@ -166,12 +166,18 @@ fn number(s: &str, what: &str) -> Result<f64> {
 }
 
 /// The schedule the arguments describe.
+// function counts come from the command line, far below 2^32
+// float casts saturate (NaN, negatives to 0): the clamp wanted
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 pub fn schedule_of(a: &Args) -> Result<Schedule> {
     let bounds = Bounds {
         requests: a.requests,
         duration_us: a
             .duration_s
-            .map(|d| seconds(d, "duration-s", false).map(|d| d.as_micros() as u64))
+            .map(|d| {
+                seconds(d, "duration-s", false)
+                    .map(|d| d.as_micros().try_into().unwrap_or(u64::MAX))
+            })
             .transpose()?,
     };
     let mut functions = a.functions.clone();

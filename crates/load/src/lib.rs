@@ -6,9 +6,6 @@
 //! sends them on time over [`client`] and measures latency from the intended time;
 //! [`record`] writes per-request records and the HDR-histogram summary; [`plot`]
 //! draws the SVGs.
-// Float-to-unsigned casts of times, rates and sizes: Rust saturates them
-// (negative and NaN to 0), the clamp these conversions want.
-#![allow(clippy::cast_sign_loss)]
 
 pub mod cli;
 pub mod client;

@@ -146,6 +146,8 @@ impl Default for Hist {
 }
 
 impl Hist {
+    // float casts saturate (NaN, negatives to 0): the clamp wanted
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     pub fn record_ms(&mut self, ms: f64) {
         let us = (ms.max(0.0) * 1000.0).round() as u64;
         // Auto-resizing histograms only refuse values past u64 range.

@@ -40,7 +40,7 @@ pub async fn run(
     // A short lead so the first requests are not late by the set-up itself.
     let start = tokio::time::Instant::now() + Duration::from_millis(5);
     let items = schedule.items.clone();
-    let warmup_us = opts.warmup.as_micros() as u64;
+    let warmup_us = opts.warmup.as_micros().try_into().unwrap_or(u64::MAX);
     let (body, timeout) = (opts.body.clone(), opts.timeout);
     let dispatcher = tokio::spawn(async move {
         for (seq, p) in items.into_iter().enumerate() {

@@ -162,6 +162,8 @@ pub fn check_steps(steps: &[Step]) -> Result<()> {
 }
 
 /// A synthetic schedule: the streams merged in time order, up to the bounds.
+// float casts saturate (NaN, negatives to 0): the clamp wanted; a remainder of len fits usize
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 pub fn synthetic(
     functions: Vec<String>,
     streams: &[Stream],
@@ -280,6 +282,10 @@ fn class_of(mem_mb: f64, dur_ms: f64) -> (f64, f64) {
 
 /// The deployed function closest in class to a trace function (ties, and
 /// functions without a class, are spread by a hash of the trace name).
+// float casts saturate (NaN, negatives to 0): the clamp wanted
+// deployed functions number far below 2^32
+// a remainder of len fits usize
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 pub fn map_function(
     deployed: &[Deployed],
     trace_name: &str,
@@ -303,6 +309,8 @@ pub fn map_function(
 }
 
 /// The deployed function named like the last field of a trace function's name.
+// deployed functions number far below 2^32
+#[allow(clippy::cast_possible_truncation)]
 fn namesake(deployed: &[Deployed], trace_name: &str) -> Result<u32> {
     let func = trace_name.rsplit(',').next().unwrap_or(trace_name);
     deployed
@@ -316,6 +324,8 @@ fn namesake(deployed: &[Deployed], trace_name: &str) -> Result<u32> {
 
 /// A trace replay schedule. A malformed line is an error naming file:line
 /// (unless `skip_malformed`); I/O errors are always fatal.
+// float casts saturate (NaN, negatives to 0): the clamp wanted
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 pub fn from_trace(
     src: &mut dyn Source,
     deployed: &[Deployed],

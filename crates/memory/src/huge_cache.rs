@@ -21,7 +21,7 @@
 //! (`POSIX_FADV_DONTNEED`) and reads the spans again that way. Pages some
 //! process still maps stay as they are.
 use crate::error::Result;
-use crate::PAGE_SIZE;
+use crate::{usize_of, PAGE_SIZE};
 use std::fs::File;
 use std::ops::Range;
 use std::os::fd::AsRawFd;
@@ -118,7 +118,7 @@ fn check(file: &File, len: u64, spans: &[Range<u64>]) -> Result<(u64, u64)> {
         Ok(entries.first().copied().unwrap_or(0))
     };
     let mut small = 0;
-    for off in (0..len).step_by(HUGE as usize) {
+    for off in (0..len).step_by(usize_of(HUGE)) {
         // SAFETY: inside the file's mapping (off < len), readable; a
         // volatile read so that it happens.
         unsafe { std::ptr::read_volatile((base + off) as *const u8) };
@@ -135,7 +135,7 @@ fn check(file: &File, len: u64, spans: &[Range<u64>]) -> Result<(u64, u64)> {
     }
     let mut huge = 0;
     for s in spans {
-        for off in (s.start..s.end.min(len)).step_by(HUGE as usize) {
+        for off in (s.start..s.end.min(len)).step_by(usize_of(HUGE)) {
             let probe = off + HUGE / 2;
             if probe < len && entry(base + probe)? & crate::pagemap::PRESENT != 0 {
                 huge += 1;
@@ -178,7 +178,7 @@ impl Reservation {
         let p = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
-                len as usize,
+                usize_of(len),
                 libc::PROT_NONE,
                 libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
                 -1,
@@ -223,7 +223,7 @@ impl Reservation {
         let p = unsafe {
             libc::mmap(
                 base as *mut libc::c_void,
-                len as usize,
+                usize_of(len),
                 prot,
                 share | libc::MAP_FIXED,
                 file.as_raw_fd(),
@@ -234,7 +234,7 @@ impl Reservation {
             return Err(std::io::Error::last_os_error());
         }
         // SAFETY: advice on the mapping just made.
-        unsafe { libc::madvise(p, len as usize, libc::MADV_HUGEPAGE) };
+        unsafe { libc::madvise(p, usize_of(len), libc::MADV_HUGEPAGE) };
         Ok(base)
     }
 }
@@ -242,13 +242,14 @@ impl Reservation {
 impl Drop for Reservation {
     fn drop(&mut self) {
         // SAFETY: our own reservation; nothing refers into it any more.
-        unsafe { libc::munmap(self.addr as *mut libc::c_void, self.len as usize) };
+        unsafe { libc::munmap(self.addr as *mut libc::c_void, usize_of(self.len)) };
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::PAGE_LEN;
 
     #[test]
     fn spans_need_congruent_whole_pieces() {
@@ -274,8 +275,8 @@ mod tests {
             libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED);
             libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_RANDOM);
         }
-        let mut page = [0u8; PAGE_SIZE as usize];
-        for off in (0..len).step_by(PAGE_SIZE as usize) {
+        let mut page = [0u8; PAGE_LEN];
+        for off in (0..len).step_by(PAGE_LEN) {
             f.read_at(&mut page, off).unwrap();
         }
     }
@@ -288,7 +289,9 @@ mod tests {
         let path = dir.join("lib.so");
         let len = 3 * HUGE + 5 * PAGE_SIZE;
         let mut f = File::create(&path).unwrap();
-        let data: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
+        let data: Vec<u8> = (0..len)
+            .map(|i| u8::try_from(i * 7 % 251).unwrap())
+            .collect();
         f.write_all(&data).unwrap();
         f.sync_all().unwrap();
         drop(f);

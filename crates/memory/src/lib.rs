@@ -13,6 +13,7 @@ mod page_server;
 pub mod pagemap;
 pub mod tiering;
 pub mod uffd;
+pub mod width;
 pub mod working_set;
 pub mod write_set;
 
@@ -20,6 +21,7 @@ pub use error::MemoryError;
 pub use layout::{MemoryLayout, PageSpan, Region, Run, PAGE_SIZE};
 pub use page_server::{FaultStats, ImageSource, PageServer, PageSource, ServeError};
 pub use thaw_error::BoxError;
+pub use width::{usize_of, PAGE_LEN};
 
 /// Writes a file that derives from a snapshot (working set, tier files):
 /// temp name (0600), fsync, rename, fsync the directory. Readers see the old

@@ -8,6 +8,7 @@
 use crate::layout::Region;
 use crate::layout::{MemoryLayout, PAGE_SIZE};
 use crate::uffd;
+use crate::PAGE_LEN;
 use std::fs::File;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::FileExt;
@@ -213,7 +214,7 @@ struct Serve {
 
 impl Serve {
     fn run(&self) -> Result<(), ServeError> {
-        let mut page = vec![0u8; PAGE_SIZE as usize];
+        let mut page = vec![0u8; PAGE_LEN];
         let mut msgs = [0u8; 32 * 16];
         loop {
             let mut fds = [
@@ -298,9 +299,10 @@ impl Serve {
             self.stats.zero_pages.fetch_add(1, Ordering::Relaxed);
             uffd::zeropage(fd, addr, PAGE_SIZE, false)
         };
-        self.stats
-            .serve_ns
-            .fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        self.stats.serve_ns.fetch_add(
+            t.elapsed().as_nanos().try_into().unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
         if let Err(e) = res {
             return match e {
                 u if u.target_gone() => Ok(false),
@@ -315,6 +317,7 @@ impl Serve {
 mod tests {
     use super::*;
     use crate::layout::Run;
+    use crate::usize_of;
     use std::os::fd::{FromRawFd, RawFd};
     use std::sync::atomic::AtomicBool;
 
@@ -329,15 +332,18 @@ mod tests {
         unsafe {
             let addr = libc::mmap(
                 std::ptr::null_mut(),
-                len as usize,
+                usize_of(len),
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
                 -1,
                 0,
             );
             assert_ne!(addr, libc::MAP_FAILED);
-            let fd =
-                libc::syscall(libc::SYS_userfaultfd, libc::O_CLOEXEC | libc::O_NONBLOCK) as RawFd;
+            let fd = RawFd::try_from(libc::syscall(
+                libc::SYS_userfaultfd,
+                libc::O_CLOEXEC | libc::O_NONBLOCK,
+            ))
+            .unwrap();
             assert!(
                 fd >= 0,
                 "userfaultfd unavailable (run as root): {}",
@@ -353,7 +359,7 @@ mod tests {
 
     fn image(dir_tag: &str, byte: u8) -> File {
         let p = std::env::temp_dir().join(format!("thaw-ps-{dir_tag}-{}", std::process::id()));
-        std::fs::write(&p, vec![byte; PAGE_SIZE as usize]).unwrap();
+        std::fs::write(&p, vec![byte; PAGE_LEN]).unwrap();
         File::open(&p).unwrap()
     }
 
@@ -361,9 +367,7 @@ mod tests {
     fn image_pages_read_the_same_cached_or_not() {
         // 64 pages, each filled with its own number
         let p = std::env::temp_dir().join(format!("thaw-ps-around-{}", std::process::id()));
-        let data: Vec<u8> = (0..64u8)
-            .flat_map(|i| vec![i; PAGE_SIZE as usize])
-            .collect();
+        let data: Vec<u8> = (0..64u8).flat_map(|i| vec![i; PAGE_LEN]).collect();
         std::fs::write(&p, &data).unwrap();
         let f = File::open(&p).unwrap();
         // out of the page cache (as far as it can be), so the first reads miss
@@ -383,12 +387,12 @@ mod tests {
             }],
         };
         let src = ImageSource(f);
-        let mut buf = vec![0u8; PAGE_SIZE as usize];
+        let mut buf = vec![0u8; PAGE_LEN];
         for page in [37u64, 36, 1, 63, 37] {
             assert!(src
                 .read_page(&region, 0x100000 + page * PAGE_SIZE, &mut buf)
                 .unwrap());
-            assert!(buf.iter().all(|&b| b == page as u8), "page {page}");
+            assert!(buf.iter().all(|&b| u64::from(b) == page), "page {page}");
         }
         // a short read (past the end) is a miss, not a page
         assert!(!read_cached(&src.0, &mut buf, 64 * PAGE_SIZE - 100));

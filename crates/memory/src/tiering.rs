@@ -3,6 +3,7 @@
 //! ([`thaw_policy::toss`], pure), and describe the split in a layout file.
 use crate::error::{MemoryError, Result};
 use crate::layout::{MemoryLayout, PAGE_SIZE};
+use crate::PAGE_LEN;
 use serde::{Deserialize, Serialize};
 use std::fs::{self, File};
 use std::io::Read;
@@ -58,8 +59,7 @@ pub struct TierLayout {
 
 /// The address of every saved page of `layout`, region by region, in order.
 fn saved_pages(layout: &MemoryLayout) -> Vec<Vec<u64>> {
-    let pages =
-        |run: &crate::layout::Run| (run.addr..run.addr + run.len).step_by(PAGE_SIZE as usize);
+    let pages = |run: &crate::layout::Run| (run.addr..run.addr + run.len).step_by(PAGE_LEN);
     layout
         .regions
         .iter()
@@ -97,13 +97,10 @@ pub fn write(
     let mut fast = Vec::new();
     let mut slow = Vec::new();
     let mut runs: Vec<TierRun> = Vec::new();
-    let mut page = vec![0u8; PAGE_SIZE as usize];
+    let mut page = vec![0u8; PAGE_LEN];
     for r in &layout.regions {
         for run in &r.runs {
-            for (i, a) in (run.addr..run.addr + run.len)
-                .step_by(PAGE_SIZE as usize)
-                .enumerate()
-            {
+            for (i, a) in (run.addr..run.addr + run.len).step_by(PAGE_LEN).enumerate() {
                 image.read_exact_at(&mut page, run.file_off + i as u64 * PAGE_SIZE)?;
                 let tier = placement.get(&a).copied().unwrap_or(TierKind::Fast);
                 let buf = if tier == TierKind::Fast {
@@ -209,7 +206,7 @@ pub fn load(snap_dir: &Path, key: &str, layout: &MemoryLayout) -> Result<Option<
         .regions
         .iter()
         .flat_map(|r| r.runs.iter())
-        .flat_map(|run| (run.addr..run.addr + run.len).step_by(PAGE_SIZE as usize));
+        .flat_map(|run| (run.addr..run.addr + run.len).step_by(PAGE_LEN));
     for run in &tl.runs {
         let file_len = if run.tier == TierKind::Fast {
             tl.fast.len
@@ -237,7 +234,7 @@ pub fn load(snap_dir: &Path, key: &str, layout: &MemoryLayout) -> Result<Option<
                 run.addr
             );
         }
-        for a in (run.addr..run.addr + run.len).step_by(PAGE_SIZE as usize) {
+        for a in (run.addr..run.addr + run.len).step_by(PAGE_LEN) {
             if want.next() != Some(a) {
                 fail!(
                     MemoryError::Corrupt,
@@ -274,6 +271,7 @@ pub fn verify_files(tl: &TierLayout) -> Result<()> {
 mod tests {
     use super::*;
     use crate::layout::{Region, Run};
+    use crate::usize_of;
 
     fn layout() -> MemoryLayout {
         MemoryLayout {
@@ -330,7 +328,7 @@ mod tests {
         let fast = fs::read(&got.fast.path).unwrap();
         let r = got.runs.iter().find(|r| r.addr == 0x10000).unwrap();
         assert_eq!(r.tier, TierKind::Fast);
-        assert_eq!(fast[r.off as usize], 1);
+        assert_eq!(fast[usize_of(r.off)], 1);
         assert!(
             matches!(load(&dir, "other", &l), Err(MemoryError::Stale(_))),
             "stale"

@@ -9,6 +9,7 @@
 use crate::error::{MemoryError, Result};
 use crate::layout::{MemoryLayout, PageSpan, PAGE_SIZE};
 use crate::uffd;
+use crate::{usize_of, PAGE_LEN};
 use serde::{Deserialize, Serialize};
 use std::fs::{self, File, OpenOptions};
 use std::io::Read;
@@ -74,10 +75,10 @@ pub fn record(
     let mut pages: Vec<u64> = faults.iter().map(|a| a & !(PAGE_SIZE - 1)).collect();
     pages.sort_unstable();
     pages.dedup();
-    let mut data = Vec::with_capacity(pages.len() * PAGE_SIZE as usize);
+    let mut data = Vec::with_capacity(pages.len() * PAGE_LEN);
     let mut runs: Vec<WsRun> = Vec::new();
     let mut zero_runs = Vec::new();
-    let mut page = vec![0u8; PAGE_SIZE as usize];
+    let mut page = vec![0u8; PAGE_LEN];
     for &a in &pages {
         let Some(region) = layout.region_of(a).filter(|r| r.anonymous) else {
             fail!(
@@ -199,7 +200,7 @@ pub fn load(
     Ok(Some(WorkingSet {
         index,
         data,
-        load_ns: t.elapsed().as_nanos() as u64,
+        load_ns: t.elapsed().as_nanos().try_into().unwrap_or(u64::MAX),
     }))
 }
 
@@ -291,9 +292,9 @@ fn read_direct(path: &Path, len: u64) -> Result<AlignedBuf> {
             f.metadata()?.len()
         );
     }
-    let mut buf = AlignedBuf::new(len as usize)?;
+    let mut buf = AlignedBuf::new(usize_of(len))?;
     let mut got = 0usize;
-    while got < len as usize {
+    while got < usize_of(len) {
         let n = f.read_at(&mut buf.as_mut_slice()[got..], got as u64)?;
         if n == 0 {
             fail!(MemoryError::Corrupt, "working-set image ended early");
@@ -332,7 +333,7 @@ impl WorkingSet {
         if hi > lo {
             uffd::wake(uffd, lo, hi - lo)?;
         }
-        Ok(t.elapsed().as_nanos() as u64)
+        Ok(t.elapsed().as_nanos().try_into().unwrap_or(u64::MAX))
     }
 }
 
@@ -348,7 +349,7 @@ unsafe impl Send for AlignedBuf {}
 
 impl AlignedBuf {
     fn new(len: usize) -> Result<Self> {
-        let map_len = len.max(1).div_ceil(PAGE_SIZE as usize) * PAGE_SIZE as usize;
+        let map_len = len.max(1).div_ceil(PAGE_LEN) * PAGE_LEN;
         // SAFETY: a fresh private anonymous mapping; checked for failure.
         let p = unsafe {
             libc::mmap(

@@ -17,8 +17,8 @@
 
 use crate::list::{Links, List};
 use crate::{
-    Action, Config, FnCost, FnId, Footprint, InstanceId, Outcome, Policy, PolicyError, PolicyKind,
-    Start, Time, Usage, XferId,
+    index_u32, Action, Config, FnCost, FnId, Footprint, InstanceId, Outcome, Policy, PolicyError,
+    PolicyKind, Start, Time, Usage, XferId,
 };
 use std::collections::{BTreeSet, HashMap, VecDeque};
 
@@ -138,7 +138,7 @@ impl Engine {
                 per(cfg.net_mb_s),
             ],
             // saturating: a threshold below 0 leaves no idle room
-            #[allow(clippy::cast_sign_loss)]
+            #[allow(clippy::cast_sign_loss, clippy::cast_possible_truncation)]
             idle_limit_mb: (cfg.ram_mb as f64 * cfg.threshold).floor() as u64,
             cfg,
             now: 0,
@@ -173,8 +173,7 @@ impl Engine {
     /// its RAM. Stale or unknown ids are an error.
     pub fn discard(&mut self, now: Time, instance: InstanceId) -> Result<(), PolicyError> {
         self.tick(now);
-        let slot = instance.0 as u32;
-        let gen = (instance.0 >> 32) as u32;
+        let (slot, gen) = instance.slot_and_gen();
         match self.insts.get(slot as usize) {
             Some(i) if i.gen == gen && i.state == State::Idle => self.unidle(slot),
             Some(i) if i.gen == gen && i.state == State::Running => {}
@@ -285,15 +284,15 @@ impl Engine {
         match best.2 {
             Some(DISK_READ) => {
                 self.enqueue(DISK_READ, self.xfer_us(func.snap_mb, DISK_READ));
-                self.disk_links.touch(&mut self.disk_lru, fi as u32);
+                self.disk_links.touch(&mut self.disk_lru, index_u32(fi));
             }
             Some(q) => {
                 self.enqueue(q, self.xfer_us(func.snap_mb, q));
-                self.net_links.touch(&mut self.net_lru, fi as u32);
+                self.net_links.touch(&mut self.net_lru, index_u32(fi));
             }
             None => {}
         }
-        let slot = self.alloc(fi as u32, mem_mb);
+        let slot = self.alloc(index_u32(fi), mem_mb);
         self.usage.running_mb += mem_mb as u64;
         self.usage.ram_mb += mem_mb as u64;
         self.pin(fi, true);
@@ -323,11 +322,11 @@ impl Engine {
         let fi = self.ensure_fn(f);
         let old = self.funcs[fi];
         if old.flags & ON_DISK != 0 {
-            self.disk_links.remove(&mut self.disk_lru, fi as u32);
+            self.disk_links.remove(&mut self.disk_lru, index_u32(fi));
             self.usage.disk_mb -= old.snap_mb as u64;
         }
         if old.flags & ON_NET != 0 {
-            self.net_links.remove(&mut self.net_lru, fi as u32);
+            self.net_links.remove(&mut self.net_lru, index_u32(fi));
             self.usage.net_mb -= old.snap_mb as u64;
         }
         let func = &mut self.funcs[fi];
@@ -353,8 +352,7 @@ impl Engine {
         out: &mut Vec<Action>,
     ) -> Result<(), PolicyError> {
         self.tick(now);
-        let slot = instance.0 as u32;
-        let gen = (instance.0 >> 32) as u32;
+        let (slot, gen) = instance.slot_and_gen();
         let inst = match self.insts.get(slot as usize) {
             Some(i) if i.gen == gen && matches!(i.state, State::Running | State::Idle) => *i,
             _ => return Err(PolicyError::NotRunning(instance)),
@@ -420,7 +418,7 @@ impl Engine {
     }
 
     // saturating: rates are positive, a bad one costs 0 rather than wrapping
-    #[allow(clippy::cast_sign_loss)]
+    #[allow(clippy::cast_sign_loss, clippy::cast_possible_truncation)]
     fn xfer_us(&self, mb: u32, q: usize) -> Time {
         (mb as f64 * self.us_per_mb[q]).round() as Time
     }
@@ -465,7 +463,7 @@ impl Engine {
                 let n = self.insts.len();
                 self.idle_links.ensure(n);
                 self.fn_links.ensure(n);
-                (n - 1) as u32
+                index_u32(n - 1)
             }
         }
     }
@@ -674,18 +672,18 @@ impl Engine {
             let fits_disk = self.cfg.disk_mb > 0 && inst.mem as u64 <= self.cfg.disk_mb;
             if flags & (ON_DISK | DISK_PENDING) != 0 || !fits_disk || self.cfg.deployed_snapshots {
                 if flags & ON_DISK != 0 {
-                    self.disk_links.touch(&mut self.disk_lru, fi as u32);
+                    self.disk_links.touch(&mut self.disk_lru, index_u32(fi));
                 }
                 self.kill_idle(slot, out);
             } else if flags & ON_NET != 0 {
                 self.kill_idle(slot, out);
                 let dur = self.xfer_us(self.funcs[fi].snap_mb, NET_DOWN);
                 let eta = self.enqueue(NET_DOWN, dur);
-                let id = self.new_xfer(Pending::Download { f: fi as u32 });
+                let id = self.new_xfer(Pending::Download { f: index_u32(fi) });
                 self.funcs[fi].flags |= DISK_PENDING;
                 out.push(Action::Download {
                     id,
-                    f: FnId(fi as u32),
+                    f: FnId(index_u32(fi)),
                     eta,
                 });
             } else {
@@ -706,7 +704,7 @@ impl Engine {
                 out.push(Action::Checkpoint {
                     id,
                     instance,
-                    f: FnId(fi as u32),
+                    f: FnId(index_u32(fi)),
                     eta,
                 });
             }
@@ -716,11 +714,13 @@ impl Engine {
     fn disk_insert(&mut self, fi: usize, out: &mut Vec<Action>) {
         let mb = self.funcs[fi].snap_mb as u64;
         if self.funcs[fi].flags & ON_DISK != 0 {
-            self.disk_links.touch(&mut self.disk_lru, fi as u32);
+            self.disk_links.touch(&mut self.disk_lru, index_u32(fi));
             return;
         }
         if mb > self.cfg.disk_mb {
-            out.push(Action::DeleteDisk { f: FnId(fi as u32) });
+            out.push(Action::DeleteDisk {
+                f: FnId(index_u32(fi)),
+            });
             return;
         }
         while self.usage.disk_mb + mb > self.cfg.disk_mb {
@@ -729,23 +729,24 @@ impl Engine {
         }
         self.funcs[fi].flags |= ON_DISK;
         self.usage.disk_mb += mb;
-        self.disk_links.push_front(&mut self.disk_lru, fi as u32);
+        self.disk_links
+            .push_front(&mut self.disk_lru, index_u32(fi));
     }
 
     /// Disk eviction: upload to the network unless a copy is (or will be) there.
     fn spill(&mut self, fi: usize, out: &mut Vec<Action>) {
-        self.disk_links.remove(&mut self.disk_lru, fi as u32);
+        self.disk_links.remove(&mut self.disk_lru, index_u32(fi));
         let func = &mut self.funcs[fi];
         func.flags &= !ON_DISK;
         let mb = func.snap_mb;
         self.usage.disk_mb -= mb as u64;
-        let f = FnId(fi as u32);
+        let f = FnId(index_u32(fi));
         let uploadable = mb as u64 <= self.cfg.net_mb;
         if func.flags & (ON_NET | NET_PENDING) == 0 && uploadable {
             func.flags |= NET_PENDING;
             let dur = self.xfer_us(mb, NET_UP);
             let eta = self.enqueue(NET_UP, dur);
-            let id = self.new_xfer(Pending::Upload { f: fi as u32 });
+            let id = self.new_xfer(Pending::Upload { f: index_u32(fi) });
             out.push(Action::Upload { id, f, eta });
         } else {
             out.push(Action::DeleteDisk { f });
@@ -755,11 +756,13 @@ impl Engine {
     fn net_insert(&mut self, fi: usize, out: &mut Vec<Action>) {
         let mb = self.funcs[fi].snap_mb as u64;
         if self.funcs[fi].flags & ON_NET != 0 {
-            self.net_links.touch(&mut self.net_lru, fi as u32);
+            self.net_links.touch(&mut self.net_lru, index_u32(fi));
             return;
         }
         if mb > self.cfg.net_mb {
-            out.push(Action::DeleteNet { f: FnId(fi as u32) });
+            out.push(Action::DeleteNet {
+                f: FnId(index_u32(fi)),
+            });
             return;
         }
         while self.usage.net_mb + mb > self.cfg.net_mb {
@@ -772,7 +775,7 @@ impl Engine {
         }
         self.funcs[fi].flags |= ON_NET;
         self.usage.net_mb += mb;
-        self.net_links.push_front(&mut self.net_lru, fi as u32);
+        self.net_links.push_front(&mut self.net_lru, index_u32(fi));
     }
 
     fn expire(&mut self, now: Time, out: &mut Vec<Action>) {
@@ -804,8 +807,7 @@ impl Policy for Engine {
         out: &mut Vec<Action>,
     ) -> Result<(), PolicyError> {
         let now = self.tick(now);
-        let slot = instance.0 as u32;
-        let gen = (instance.0 >> 32) as u32;
+        let (slot, gen) = instance.slot_and_gen();
         match self.insts.get(slot as usize) {
             Some(i) if i.gen == gen && i.state == State::Running => {}
             _ => return Err(PolicyError::NotRunning(instance)),
@@ -889,7 +891,7 @@ impl Policy for Engine {
         let fi = self.ensure_fn(f);
         let idx = self.funcs[fi].cost as usize;
         if idx == 0 {
-            self.funcs[fi].cost = self.costs.len() as u32;
+            self.funcs[fi].cost = index_u32(self.costs.len());
             self.costs.push(cost);
         } else {
             self.costs[idx] = cost;

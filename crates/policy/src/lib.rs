@@ -42,9 +42,26 @@ pub const MEMORY_PATIENCE: Time = 500_000;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct FnId(pub u32);
 
+/// An index into the engine's per-function or per-instance tables as the
+/// `u32` its ids carry: functions are numbered by [`FnId`]'s `u32`, and
+/// instance slots (instances in RAM at once) are far fewer.
+#[allow(clippy::cast_possible_truncation)] // i < 2^32, as above
+pub(crate) fn index_u32(i: usize) -> u32 {
+    i as u32
+}
+
 /// An instance (sandbox) the policy tracks; stale ids are detected, not trusted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct InstanceId(pub u64);
+
+impl InstanceId {
+    /// Its slot (low 32 bits) and generation (high 32 bits): dropping the
+    /// other half is the point of each cast.
+    #[allow(clippy::cast_possible_truncation)]
+    pub(crate) fn slot_and_gen(self) -> (u32, u32) {
+        (self.0 as u32, (self.0 >> 32) as u32)
+    }
+}
 
 /// A transfer the policy asked for (checkpoint, upload, download).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -451,7 +451,7 @@ proptest! {
         let mut p = Engine::new(c).unwrap();
         let mut out = vec![];
         for (f, &(idle, shared)) in footprints.iter().enumerate() {
-            p.set_footprint(FnId(f as u32), Footprint { idle_mb: idle, shared_mb: shared }, &mut out);
+            p.set_footprint(FnId(u32::try_from(f).unwrap()), Footprint { idle_mb: idle, shared_mb: shared }, &mut out);
         }
         let mut running = vec![];
         let mut seen = vec![];

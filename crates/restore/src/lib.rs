@@ -167,8 +167,8 @@ pub struct MemoryPlan {
 pub struct RegionPlan {
     /// `r::VMA_LAZY` and `r::VMA_POPULATE`
     pub flags: u32,
-    pub first_run: u32,
-    pub n_runs: u32,
+    pub first_run: usize,
+    pub n_runs: usize,
 }
 
 impl MemoryPlan {
@@ -195,7 +195,7 @@ impl MemoryPlan {
             if fill == Fill::MapPopulate && !region.anonymous {
                 flags |= r::VMA_POPULATE;
             }
-            let first_run = p.runs.len() as u32;
+            let first_run = p.runs.len();
             if fill == Fill::Lazy {
                 flags |= r::VMA_LAZY;
                 p.lazy_bytes += region.saved_bytes();
@@ -229,7 +229,7 @@ impl MemoryPlan {
             p.regions.push(RegionPlan {
                 flags,
                 first_run,
-                n_runs: p.runs.len() as u32 - first_run,
+                n_runs: p.runs.len() - first_run,
             });
         }
         p

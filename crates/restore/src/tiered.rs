@@ -95,7 +95,7 @@ impl Strategy for Tiered {
         let mut write_set = self.writes.runs(t);
         let mut runs = tl.runs.iter().peekable();
         for (i, region) in t.layout.regions.iter().enumerate() {
-            let first_run = p.runs.len() as u32;
+            let first_run = p.runs.len();
             let exec = t
                 .prots
                 .get(i)
@@ -127,7 +127,7 @@ impl Strategy for Tiered {
             p.regions.push(RegionPlan {
                 flags: 0,
                 first_run,
-                n_runs: p.runs.len() as u32 - first_run,
+                n_runs: p.runs.len() - first_run,
             });
         }
         Ok(p)

@@ -7,7 +7,9 @@ use std::os::fd::{AsFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::Arc;
-use thaw_memory::{ImageSource, MemoryLayout, PageServer, Region, Run, PAGE_SIZE};
+use thaw_memory::{
+    usize_of, ImageSource, MemoryLayout, PageServer, Region, Run, PAGE_LEN, PAGE_SIZE,
+};
 use thaw_restore::{
     strategy, MemoryPlan, Need, Runtime, Strategy, StrategyKind, Target, WsMode, IMAGE_FD,
 };
@@ -53,7 +55,7 @@ impl Fixture {
         let mem = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
-                (ANON_PAGES * PAGE_SIZE) as usize,
+                usize_of(ANON_PAGES * PAGE_SIZE),
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
                 -1,
@@ -114,10 +116,8 @@ impl Fixture {
     /// Page `i` of the anonymous region, as this process sees it.
     fn mem_page(&self, i: u64) -> Vec<u8> {
         // SAFETY: inside the mapping made in `new`, alive until Drop.
-        unsafe {
-            std::slice::from_raw_parts((self.mem + i * PAGE_SIZE) as *const u8, PAGE_SIZE as usize)
-        }
-        .to_vec()
+        unsafe { std::slice::from_raw_parts((self.mem + i * PAGE_SIZE) as *const u8, PAGE_LEN) }
+            .to_vec()
     }
 
     fn write_page(&self, i: u64) {
@@ -129,7 +129,7 @@ impl Fixture {
 impl Drop for Fixture {
     fn drop(&mut self) {
         // SAFETY: the mapping made in `new`; nothing refers to it any more.
-        unsafe { libc::munmap(self.mem as *mut _, (ANON_PAGES * PAGE_SIZE) as usize) };
+        unsafe { libc::munmap(self.mem as *mut _, usize_of(ANON_PAGES * PAGE_SIZE)) };
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
@@ -147,7 +147,9 @@ impl thaw_restore::Arriving for Arrived {
 }
 
 fn page_of(p: u64) -> Vec<u8> {
-    (0..PAGE_SIZE).map(|i| (p * 7 + i % 251) as u8).collect()
+    (0..PAGE_SIZE)
+        .map(|i| u8::try_from((p * 7 + i % 251) % 256).unwrap())
+        .collect()
 }
 
 /// The phases every restore runs before resume, in order.
@@ -155,12 +157,8 @@ fn prepare_and_plan(s: &mut dyn Strategy, t: &Target<'_>) -> MemoryPlan {
     s.prepare(t).unwrap();
     let p = s.plan(t).unwrap();
     assert_eq!(p.regions.len(), t.layout.regions.len());
-    let runs: u32 = p.regions.iter().map(|r| r.n_runs).sum();
-    assert_eq!(
-        runs as usize,
-        p.runs.len(),
-        "every run belongs to one region"
-    );
+    let runs: usize = p.regions.iter().map(|r| r.n_runs).sum();
+    assert_eq!(runs, p.runs.len(), "every run belongs to one region");
     p
 }
 
@@ -180,7 +178,7 @@ fn register_uffd(f: &Fixture) -> OwnedFd {
         std::io::Error::last_os_error()
     );
     // SAFETY: fd was just created and is owned only here.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    let fd = unsafe { OwnedFd::from_raw_fd(i32::try_from(fd).unwrap()) };
     let mut api = [0xaau64, 0, 0];
     // SAFETY: UFFDIO_API reads and writes a struct uffdio_api (3 u64).
     let rc = unsafe {
@@ -373,7 +371,7 @@ fn reap_records_then_prefetches_and_detects_drift() {
     unsafe {
         libc::madvise(
             f.mem as *mut _,
-            (ANON_PAGES * PAGE_SIZE) as usize,
+            usize_of(ANON_PAGES * PAGE_SIZE),
             libc::MADV_DONTNEED,
         )
     };

@@ -688,19 +688,22 @@ impl Plan {
             *slot = [off, len];
         }
         let m = &h.mm;
+        let count = |what: &str, n: usize| {
+            u32::try_from(n).map_err(|_| format!("{n} {what}: too many for a restore plan"))
+        };
         let header = PlanHeaderC {
             magic: PLAN_MAGIC,
             version: PLAN_VERSION,
-            n_vmas: self.vmas.len() as u32,
-            n_runs: self.runs.len() as u32,
-            auxv_words: self.auxv.len() as u32,
-            n_filter: self.filter.len() as u32,
-            strings_len: strings.len() as u32,
+            n_vmas: count("mappings", self.vmas.len())?,
+            n_runs: count("runs", self.runs.len())?,
+            auxv_words: count("auxiliary vector words", self.auxv.len())?,
+            n_filter: count("filter instructions", self.filter.len())?,
+            strings_len: count("bytes of strings", strings.len())?,
             vdso_block_start: h.vdso_block_start,
             vdso_offset: h.vdso_offset,
             vdso_pieces: pieces,
-            n_vdso_pieces: h.vdso_pieces.len() as u32,
-            n_threads: self.threads.len() as u32,
+            n_vdso_pieces: count("vDSO pieces", h.vdso_pieces.len())?,
+            n_threads: count("threads", self.threads.len())?,
             start_code: m.start_code,
             end_code: m.end_code,
             start_data: m.start_data,
@@ -715,13 +718,13 @@ impl Plan {
             uid: h.uid,
             gid: h.gid,
             flags: h.flags,
-            frame_len: self.frame.len() as u32,
-            n_fds: self.fds.len() as u32,
-            n_watches: self.watches.len() as u32,
-            n_sigactions: self.sigactions.len() as u32,
-            n_siginfos: self.siginfos.len() as u32,
+            frame_len: count("bytes of frames", self.frame.len())?,
+            n_fds: count("descriptors", self.fds.len())?,
+            n_watches: count("epoll watches", self.watches.len())?,
+            n_sigactions: count("signal actions", self.sigactions.len())?,
+            n_siginfos: count("queued signals", self.siginfos.len())?,
             itimers: h.itimers,
-            n_shared: self.shared.len() as u32,
+            n_shared: count("shared memory objects", self.shared.len())?,
             reserved: 0,
         };
         let mut w = Vec::with_capacity(

@@ -22,7 +22,7 @@ fn plan_encoding_has_c_layout_sizes() {
     let off = p.add_string("/usr/bin/python3");
     assert_eq!(off, 0);
     let enc = p.encode().unwrap();
-    let len = u64::from_le_bytes(enc[..8].try_into().unwrap()) as usize;
+    let len = usize::try_from(u64::from_le_bytes(enc[..8].try_into().unwrap())).unwrap();
     assert_eq!(len, enc.len() - 8);
     assert_eq!(len, 296 + 48 + 32 + 80 + 16 + 8 + 16 + 17);
     p.frame = vec![0; 12];

@@ -248,7 +248,7 @@ fn malformed_and_oversized_requests_get_errors_and_the_agent_keeps_serving() {
 fn malformed_and_oversized_requests(function: &str) {
     let mut a = spawn(function);
     let raw = |a: &mut Agent, body: &[u8]| -> Value {
-        let mut m = (body.len() as u32).to_le_bytes().to_vec();
+        let mut m = u32::try_from(body.len()).unwrap().to_le_bytes().to_vec();
         m.extend_from_slice(body);
         a.sb.call_bytes(&m, T).unwrap()
     };
@@ -285,7 +285,7 @@ fn malformed_and_oversized_requests(function: &str) {
     }
     // Oversized: 16 MiB + 1 byte of body; the agent discards it and stays in sync.
     let n = (16 << 20) + 1;
-    let mut m = (n as u32).to_le_bytes().to_vec();
+    let mut m = u32::try_from(n).unwrap().to_le_bytes().to_vec();
     m.resize(4 + n, b' ');
     let r = a.sb.call_bytes(&m, T).unwrap();
     assert_eq!(err_kind(&r), "bad_request");

@@ -269,6 +269,8 @@ impl std::fmt::Display for AgentError {
 impl std::error::Error for AgentError {}
 
 /// Encodes one frame.
+// a message's body is what the daemon built from inputs capped far below 4 GiB
+#[allow(clippy::cast_possible_truncation)]
 pub fn encode_frame(msg: &impl Serialize) -> Vec<u8> {
     let body = serde_json::to_vec(msg).expect("protocol messages always serialise");
     let mut out = (body.len() as u32).to_le_bytes().to_vec();
@@ -611,7 +613,7 @@ mod tests {
         let (a, b) = UnixStream::pair().unwrap();
         let mut cb = AgentChannel::new(b);
         let mut a = a;
-        a.write_all(&(MAX_REPLY_BYTES as u32 + 1).to_le_bytes())
+        a.write_all(&(u32::try_from(MAX_REPLY_BYTES).unwrap() + 1).to_le_bytes())
             .unwrap();
         assert!(matches!(
             cb.recv(Duration::from_secs(1)),

@@ -79,18 +79,15 @@ impl Cgroups {
     /// The sandbox's CFS quota in thousandths of a CPU (None: unlimited,
     /// or no cpu cgroup).
     pub fn cpu_millis(&self) -> Option<u64> {
-        let (quota, period) = (
-            self.cpu_file("cpu.cfs_quota_us")?,
-            self.cpu_file("cpu.cfs_period_us")?,
-        );
-        (quota > 0 && period > 0).then(|| quota as u64 * 1000 / period as u64)
+        let quota = positive(self.cpu_file("cpu.cfs_quota_us")?);
+        let period = positive(self.cpu_file("cpu.cfs_period_us")?);
+        Some(quota? * 1000 / period?)
     }
 
     /// The sandbox's CPU weight (cgroup v2 units) as its cgroup's
     /// `cpu.shares` has it (None: no cpu cgroup, so the host's default).
     pub fn cpu_weight(&self) -> Option<u64> {
-        let shares = self.cpu_file("cpu.shares")?;
-        (shares > 0).then(|| cpu_weight_of_shares(shares as u64))
+        positive(self.cpu_file("cpu.shares")?).map(cpu_weight_of_shares)
     }
 
     /// A number from one of the cpu controller's files.
@@ -178,6 +175,11 @@ impl Cgroups {
             }
         }
     }
+}
+
+/// A cgroup v1 value that counts only when positive (-1: no limit).
+fn positive(v: i64) -> Option<u64> {
+    u64::try_from(v).ok().filter(|&v| v > 0)
 }
 
 impl Drop for Cgroups {

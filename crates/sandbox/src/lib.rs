@@ -562,7 +562,8 @@ impl Sandbox {
         let f = stat_fields(&stat)?;
         let ticks = f.field(14)? + f.field(15)? + f.field(16)? + f.field(17)?;
         // SAFETY: sysconf has no side effects.
-        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+        let hz =
+            u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).map_or(1, |hz| hz.max(1));
         Ok(ticks * (1_000_000_000 / hz))
     }
 

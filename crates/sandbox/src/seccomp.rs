@@ -111,7 +111,7 @@ pub fn filter() -> Vec<[u8; 8]> {
 /// [`filter`], and with `network` (a function given egress) also `AF_INET`,
 /// `AF_INET6` and read-only routing netlink (what `getaddrinfo` asks).
 pub fn filter_for(network: bool) -> Vec<[u8; 8]> {
-    let errno = |e: i32| insn(RET_K, 0, 0, RET_ERRNO | (e as u32 & 0xffff));
+    let errno = |e: i32| insn(RET_K, 0, 0, RET_ERRNO | (e.cast_unsigned() & 0xffff));
     let mut p = vec![
         insn(LD_W_ABS, 0, 0, OFF_ARCH),
         insn(JEQ_K, 1, 0, AUDIT_ARCH_X86_64),
@@ -143,13 +143,16 @@ pub fn filter_for(network: bool) -> Vec<[u8; 8]> {
     // each allowed family jumps over the rest to the allow at the end
     let mut socket_rule = vec![insn(LD_W_ABS, 0, 0, OFF_ARG0)];
     for (i, family) in families.iter().enumerate() {
-        let over = families.len() - 1 - i + netlink.len() + 1;
-        socket_rule.push(insn(JEQ_K, over as u8, 0, *family));
+        #[allow(clippy::cast_possible_truncation)] // at most 6 instructions
+        let over = (families.len() - 1 - i + netlink.len() + 1) as u8;
+        socket_rule.push(insn(JEQ_K, over, 0, *family));
     }
     socket_rule.extend(netlink);
     socket_rule.push(errno(libc::EAFNOSUPPORT));
     socket_rule.push(insn(RET_K, 0, 0, RET_ALLOW));
-    p.push(insn(JEQ_K, 0, socket_rule.len() as u8, SYS_SOCKET));
+    #[allow(clippy::cast_possible_truncation)] // the socket rule is at most 9 instructions
+    let skip_socket = socket_rule.len() as u8;
+    p.push(insn(JEQ_K, 0, skip_socket, SYS_SOCKET));
     p.extend(socket_rule);
     // clone with namespace flags -> EPERM
     p.push(insn(JEQ_K, 0, 3, SYS_CLONE));

@@ -134,6 +134,8 @@ impl Zygote {
 
 fn set_passcred(sock: &UnixStream, on: bool) -> Result<()> {
     let v: libc::c_int = on.into();
+    #[allow(clippy::cast_possible_truncation)] // a c_int's 4 bytes
+    let len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
     // SAFETY: setsockopt with a live int on our own socket.
     let r = unsafe {
         libc::setsockopt(
@@ -141,7 +143,7 @@ fn set_passcred(sock: &UnixStream, on: bool) -> Result<()> {
             libc::SOL_SOCKET,
             libc::SO_PASSCRED,
             (&v as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as u32,
+            len,
         )
     };
     if r != 0 {

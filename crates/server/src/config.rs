@@ -266,6 +266,7 @@ pub const MEMORY_BUDGET_SHARE: f64 = 0.5;
 
 /// [`MEMORY_BUDGET_SHARE`] of `MemTotal`, or 4096 MiB where
 /// `/proc/meminfo` cannot be read.
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // a float of MiB, saturating
 fn default_memory_budget_mb() -> u64 {
     let total_kb = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
         m.lines()

@@ -68,7 +68,8 @@ pub fn router(app: Arc<App>, token: Option<String>) -> Router {
 fn routes(app: Arc<App>) -> Router {
     // the largest body any route takes (a deploy); routes check their own
     let l = &app.cfg.limits;
-    let max_body = (l.code_bytes * 4 / 3 + (2 << 20) + l.event_bytes) as usize;
+    let max_body =
+        usize::try_from(l.code_bytes * 4 / 3 + (2 << 20) + l.event_bytes).unwrap_or(usize::MAX);
     Router::new()
         .route("/v1/functions", post(deploy_fn).get(list_fns))
         .route("/v1/functions/{name}", get(get_fn).delete(delete_fn))
@@ -119,7 +120,13 @@ async fn refuse_declared_oversize(
         return next.run(req).await;
     };
     drain(req.into_body(), len).await;
-    too_large(&app, "a request body", len as usize, max).into_response()
+    too_large(
+        &app,
+        "a request body",
+        usize::try_from(len).unwrap_or(usize::MAX),
+        max,
+    )
+    .into_response()
 }
 
 /// Reads and drops the body of a request refused for its declared length
@@ -680,7 +687,7 @@ async fn stats(
     let usage = app.instances.usage(&name);
     let now_ns = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
     Ok(Json(json!({
         "function": name,
         "timestamp_unix_ns": now_ns,
@@ -746,7 +753,7 @@ async fn metrics(State(app): State<Arc<App>>) -> Response {
         app.metrics
             .memory
             .get_or_create(&crate::metrics::TierLabel { tier })
-            .set(bytes as i64);
+            .set(i64::try_from(bytes).unwrap_or(i64::MAX));
     }
     let mut h = HeaderMap::new();
     h.insert(

@@ -183,7 +183,10 @@ fn instance_files(dir: &Path) -> Vec<PathBuf> {
 
 fn keep_newest_half(path: &Path, cap: u64) -> Result<()> {
     let data = std::fs::read(path)?;
-    let mut cut = data.len() - (cap as usize / 2).min(data.len());
+    let mut cut = data.len()
+        - usize::try_from(cap / 2)
+            .unwrap_or(usize::MAX)
+            .min(data.len());
     while cut < data.len() && data[cut.saturating_sub(1)] != b'\n' {
         cut += 1;
     }

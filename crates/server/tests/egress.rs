@@ -609,7 +609,7 @@ fn a_database_connection_opened_at_init_reconnects_after_every_restore() {
             let before = pg.connections_of("thaw").unwrap().len();
             let (out, start) = call_cold(&d, &name, json!({}));
             let new = pg.connections_of("thaw").unwrap()[before..].to_vec();
-            let backend = out["backend"].as_u64().expect("a backend pid") as u32;
+            let backend = u32::try_from(out["backend"].as_u64().expect("a backend pid")).unwrap();
             // the answer a fresh instance gives
             let answer = json!({"at_init": out["at_init"], "now": out["now"]});
             assert_eq!(out["now"], rows, "{strategy}: {out}");

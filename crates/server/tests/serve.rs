@@ -547,7 +547,7 @@ fn bad_requests_get_clear_errors_and_the_daemon_keeps_serving() {
                 x ^= x << 13;
                 x ^= x >> 7;
                 x ^= x << 17;
-                x as u8
+                x.to_le_bytes()[0]
             })
             .collect();
         data
@@ -750,7 +750,7 @@ fn bad_requests_get_clear_errors_and_the_daemon_keeps_serving() {
 
     // events over the limit, or not JSON
     deploy(&d, &file_deploy("echo", "m.handler", ok_src));
-    let big = vec![b'1'; (d.cfg.limits.event_bytes + 1) as usize];
+    let big = vec![b'1'; usize::try_from(d.cfg.limits.event_bytes + 1).unwrap()];
     let (s, e, _) = error_of(&d.req("POST", "/v1/functions/echo/invoke", Some(&big)));
     assert_eq!((s, e.as_str()), (413, "payload_too_large"));
     // far over every limit (a 200 MB deploy): the 413 answer, not a reset

@@ -248,8 +248,10 @@ impl Cluster {
         let Some(mut child) = self.child.take() else {
             return Ok(());
         };
-        // SAFETY: signals the script this harness started.
-        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        if let Ok(pid) = libc::pid_t::try_from(child.id()) {
+            // SAFETY: signals the script this harness started.
+            unsafe { libc::kill(pid, libc::SIGTERM) };
+        }
         let status = child.wait()?;
         let log = self.log();
         let _ = std::fs::remove_dir_all(&self.base);

@@ -46,6 +46,7 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(120);
 pub struct Msg(Vec<u8>);
 
 impl Msg {
+    #[allow(clippy::cast_possible_truncation)] // the low 7 bits each time: the encoding
     fn varint(&mut self, mut v: u64) {
         while v >= 0x80 {
             self.0.push((v as u8) | 0x80);
@@ -195,7 +196,9 @@ impl CriClient {
         };
         let mut frame = Vec::with_capacity(req.0.len() + 5);
         frame.push(0);
-        frame.extend_from_slice(&(req.0.len() as u32).to_be_bytes());
+        let len = u32::try_from(req.0.len())
+            .map_err(|_| transport(format!("a request of {} bytes", req.0.len())))?;
+        frame.extend_from_slice(&len.to_be_bytes());
         frame.extend_from_slice(&req.0);
         let send = self.send.clone();
         let exchange = async move {
@@ -293,14 +296,14 @@ fn percent_decode(s: &str) -> String {
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
-        let hex = |c: u8| (c as char).to_digit(16);
+        let hex = |c: u8| (c as char).to_digit(16).and_then(|d| u8::try_from(d).ok());
         match (
             b[i],
             b.get(i + 1).copied().and_then(hex),
             b.get(i + 2).copied().and_then(hex),
         ) {
             (b'%', Some(h), Some(l)) => {
-                out.push((h * 16 + l) as u8);
+                out.push(h * 16 + l);
                 i += 3;
             }
             (c, _, _) => {

@@ -199,14 +199,16 @@ fn set_loopback_up() -> std::io::Result<()> {
     // SAFETY: ifreq is plain old data; all-zero is a valid value.
     let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
     for (dst, src) in req.ifr_name.iter_mut().zip(b"lo") {
-        *dst = *src as libc::c_char;
+        *dst = src.cast_signed();
     }
     // SAFETY: SIOCGIFFLAGS/SIOCSIFFLAGS read and write the ifreq we pass.
     unsafe {
         if libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) != 0 {
             return Err(std::io::Error::last_os_error());
         }
-        req.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
+        #[allow(clippy::cast_possible_truncation)] // IFF_UP is 1
+        let up = libc::IFF_UP as libc::c_short;
+        req.ifr_ifru.ifru_flags |= up;
         if libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req) != 0 {
             return Err(std::io::Error::last_os_error());
         }

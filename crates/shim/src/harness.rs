@@ -340,8 +340,10 @@ state = "{d}/state"
 
 impl Drop for Containerd {
     fn drop(&mut self) {
-        // SAFETY: signals the containerd this harness started.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        if let Ok(pid) = libc::pid_t::try_from(self.child.id()) {
+            // SAFETY: signals the containerd this harness started.
+            unsafe { libc::kill(pid, libc::SIGTERM) };
+        }
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
@@ -731,7 +733,7 @@ impl Cri {
         let v = self.json("inspect", container)?;
         v["info"]["pid"]
             .as_u64()
-            .map(|p| p as u32)
+            .and_then(|p| u32::try_from(p).ok())
             .ok_or_else(|| HarnessError::Failed(format!("no pid in {v}")))
     }
 

@@ -73,8 +73,8 @@ fn has_overlay_xattr(path: &Path) -> bool {
         // SAFETY: llistxattr with a valid C string and a buffer of the
         // length given; it writes at most that many bytes.
         let n = unsafe { libc::llistxattr(c.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
-        if n >= 0 {
-            buf.truncate(n as usize);
+        if let Ok(n) = usize::try_from(n) {
+            buf.truncate(n);
             break;
         }
         match std::io::Error::last_os_error().raw_os_error() {

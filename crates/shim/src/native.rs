@@ -69,7 +69,7 @@ fn runc(bundle: &Path, args: &[&str], stdout: Stdio, stderr: Stdio) -> Result<()
         .stderr(stderr)
         .spawn()
         .with_context(|| format!("starting {} (is runc installed?)", bin.display()))?;
-    let code = wait_pid(child.id() as i32, sub);
+    let code = wait_pid(child.id().cast_signed(), sub); // a pid is below 2^22
     if code != 0 {
         let why = logged_errors(bundle);
         fail!(

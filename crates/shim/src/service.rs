@@ -358,13 +358,13 @@ impl Service {
     fn watch(&self, id: String, pid: u32, sub: containerd_shim::monitor::Subscription) {
         let me = self.clone();
         std::thread::spawn(move || {
-            let code = wait_pid(pid as i32, sub);
+            let code = wait_pid(pid.cast_signed(), sub); // a pid is below 2^22
             let exited_at = now();
             {
                 let mut cs = me.shared.containers.lock().unwrap();
                 if let Some(c) = cs.get_mut(&id) {
                     c.phase = Phase::Stopped;
-                    c.exit_status = code as u32;
+                    c.exit_status = code.cast_unsigned();
                     c.exited_at = Some(exited_at.clone());
                     let _ = std::fs::remove_file(c.bundle.join(PID_FILE));
                 }
@@ -376,7 +376,7 @@ impl Service {
                     container_id: id.clone(),
                     id,
                     pid,
-                    exit_status: code as u32,
+                    exit_status: code.cast_unsigned(),
                     exited_at: MessageField::some(exited_at),
                     ..Default::default()
                 }),
@@ -537,9 +537,17 @@ impl containerd_shim::Task for Service {
         let c = cs.get_mut(&req.id).ok_or_else(|| not_found(&req.id))?;
         match c.phase {
             Phase::Running => {
+                let (Ok(pid), Ok(signal)) =
+                    (libc::pid_t::try_from(c.pid), i32::try_from(req.signal))
+                else {
+                    return Err(err(
+                        Code::INVALID_ARGUMENT,
+                        format!("signal {}", req.signal),
+                    ));
+                };
                 // SAFETY: a plain syscall on the front we started (not yet
                 // reaped while Running: the watcher sets Stopped first).
-                if unsafe { libc::kill(c.pid as i32, req.signal as i32) } != 0 {
+                if unsafe { libc::kill(pid, signal) } != 0 {
                     let e = std::io::Error::last_os_error();
                     if e.raw_os_error() != Some(libc::ESRCH) {
                         return Err(err(Code::INTERNAL, format!("kill: {e}")));

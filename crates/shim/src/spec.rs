@@ -114,7 +114,11 @@ pub struct Resources {
 
 impl Resources {
     fn read(r: &Value) -> Resources {
-        let positive = |v: &Value| v.as_i64().filter(|&n| n > 0).map(|n| n as u64);
+        let positive = |v: &Value| {
+            v.as_i64()
+                .and_then(|n| u64::try_from(n).ok())
+                .filter(|&n| n > 0)
+        };
         let period = positive(&r["cpu"]["period"]).unwrap_or(100_000);
         Resources {
             memory_limit: positive(&r["memory"]["limit"]),

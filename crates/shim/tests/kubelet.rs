@@ -232,7 +232,7 @@ fn a_kubelet_runs_the_example_deployment_on_thaw_through_probes_scaling_services
         "8080",
     ]));
     let np = must(k.get(&["service", "hello-nodeport"]));
-    let node_port = np["spec"]["ports"][0]["nodePort"].as_u64().unwrap() as u16;
+    let node_port = u16::try_from(np["spec"]["ports"][0]["nodePort"].as_u64().unwrap()).unwrap();
     let node = must(k.get(&["node", &k.node]));
     let node_ip = node["status"]["addresses"]
         .as_array()

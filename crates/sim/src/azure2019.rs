@@ -172,6 +172,8 @@ impl Azure2019 {
         })
     }
 
+    // float casts saturate (NaN, negatives to 0): the clamp wanted
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     fn load_memory(&mut self, path: &Path) -> Result<()> {
         let mut lines = Lines::open(path)?;
         let cols = header(&mut lines)?;
@@ -198,6 +200,8 @@ impl Azure2019 {
         Ok(())
     }
 
+    // durations in ms are well inside f32's range
+    #[allow(clippy::cast_possible_truncation)]
     fn load_durations(&mut self, path: &Path) -> Result<()> {
         let mut lines = Lines::open(path)?;
         let cols = header(&mut lines)?;
@@ -237,6 +241,8 @@ impl Azure2019 {
     }
 
     /// Loads the next day; false when there is none.
+    // durations in ms are well inside f32's range
+    #[allow(clippy::cast_possible_truncation)]
     fn load_day(&mut self) -> Result<bool> {
         let Some(day) = self.days.pop_front() else {
             return Ok(false);
@@ -337,6 +343,8 @@ impl Azure2019 {
     }
 
     /// Fills the heap with the next minute that has invocations.
+    // trace functions number far below 2^32
+    #[allow(clippy::cast_possible_truncation)]
     fn start_minute(&mut self) -> Result<bool> {
         loop {
             while self.minute < self.minutes.len() {
@@ -372,6 +380,8 @@ impl Azure2019 {
     }
 
     /// Time of cursor `i`'s next invocation (its k-th), advancing it.
+    // float casts saturate (NaN, negatives to 0): the clamp wanted
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     fn advance(&mut self, i: usize, base: Time) -> Time {
         let c = &mut self.cursors[i];
         let frac = match self.opts.spread {
@@ -388,6 +398,8 @@ impl Azure2019 {
         base + ((frac * MINUTE as f64) as Time).min(MINUTE - 1)
     }
 
+    // float casts saturate (NaN, negatives to 0): the clamp wanted
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     fn duration(&mut self, f: u32) -> Time {
         let p = &self.dur_pcts[f as usize];
         let u = self.rng.f64() * 100.0;

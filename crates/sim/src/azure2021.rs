@@ -48,6 +48,8 @@ impl Azure2021 {
     }
 
     /// Parses the current line into the reorder buffer.
+    // float casts saturate (NaN, negatives to 0): the clamp wanted
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     fn take_line(&mut self) -> Result<(), String> {
         let line = &self.lines.buf;
         let fields: Vec<&str> = line.split(',').collect();

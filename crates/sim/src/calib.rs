@@ -90,6 +90,8 @@ pub struct TierSpec {
     pub price_gb_hour: Option<f64>,
 }
 
+// x checked finite and non-negative above
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 fn ms(v: Option<f64>, what: &str, dflt: Time) -> Result<Time> {
     match v {
         None => Ok(dflt),
@@ -151,6 +153,8 @@ impl Calibration {
     }
 
     /// Per-function footprints in RAM, for the functions that give one.
+    // x checked within 0..=u32::MAX above
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     pub fn function_footprints(&self) -> Result<HashMap<String, Footprint>> {
         let mib = |v: Option<f64>, what: String| -> Result<Option<u32>> {
             match v {

@@ -195,6 +195,8 @@ pub struct Args {
     pub quiet: bool,
 }
 
+// float casts saturate (NaN, negatives to 0): the clamp wanted
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 fn ms_to_us(v: f64, what: &str) -> Result<u64> {
     if !(v.is_finite() && v >= 0.0) {
         fail!(
@@ -205,6 +207,8 @@ fn ms_to_us(v: f64, what: &str) -> Result<u64> {
     Ok((v * 1000.0).round() as u64)
 }
 
+// float casts saturate (NaN, negatives to 0): the clamp wanted
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 fn gb_to_mb(v: f64, what: &str) -> Result<u64> {
     if !(v.is_finite() && v >= 0.0) {
         fail!(
@@ -402,6 +406,8 @@ fn input_label(a: &Args) -> String {
 }
 
 /// Opens a fresh stream of the configured input (each sweep point replays it).
+// float casts saturate (NaN, negatives to 0): the clamp wanted
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 pub fn open_source(a: &Args) -> Result<Box<dyn Source>> {
     use crate::SimError;
     use thaw_error::fail;

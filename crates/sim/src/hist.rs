@@ -11,6 +11,8 @@ pub struct Histogram {
     n: u64,
 }
 
+// v < 2048 here and v >> e < 2048 below
+#[allow(clippy::cast_possible_truncation)]
 fn index(v: u64) -> usize {
     if v < 2048 {
         return v as usize;
@@ -49,6 +51,8 @@ impl Histogram {
     }
 
     /// The value at quantile `q` (0..=1), in the recorded unit; 0 when empty.
+    // float casts saturate (NaN, negatives to 0): the clamp wanted
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     pub fn quantile(&self, q: f64) -> f64 {
         if self.n == 0 {
             return 0.0;

@@ -4,9 +4,6 @@
 //! trace ([`azure2021`]) and a synthetic generator ([`synthetic`]), all streamed.
 //! The core ([`run`]) is single-threaded over virtual time and deterministic for a
 //! seed. Outputs: JSON summary, CSV table, SVG CDF plot ([`output`]).
-// Float-to-unsigned casts of times, rates and sizes: Rust saturates them
-// (negative and NaN to 0), the clamp these conversions want.
-#![allow(clippy::cast_sign_loss)]
 
 pub mod azure2019;
 pub mod azure2021;

@@ -202,6 +202,8 @@ pub struct Arm {
 }
 
 /// FNV-1a, so a function keeps its profile across runs and builds.
+// a remainder of n fits usize
+#[allow(clippy::cast_possible_truncation)]
 fn profile_of(name: &str, n: usize) -> usize {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in name.bytes() {
@@ -346,6 +348,8 @@ struct Study<'a> {
 
 impl Study<'_> {
     /// Runs the input with each function `i` on the tier `choice(i)`.
+    // float casts saturate (NaN, negatives to 0): the clamp wanted
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     fn arm<'p>(
         &self,
         label: &str,

@@ -56,6 +56,8 @@ pub struct Names {
 
 impl Names {
     /// Returns the id and whether it is new.
+    // trace functions number far below 2^32
+    #[allow(clippy::cast_possible_truncation)]
     pub fn intern(&mut self, name: &str) -> (u32, bool) {
         if let Some(&id) = self.ids.get(name) {
             return (id, false);

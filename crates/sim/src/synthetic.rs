@@ -118,6 +118,8 @@ impl Params {
     }
 }
 
+// clamped to 32..=4096 first
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 pub fn draw_mem_mb(r: &mut Rng) -> u32 {
     r.burr(11.652, 0.221, 107.083).clamp(32.0, 4096.0).round() as u32
 }
@@ -152,6 +154,8 @@ pub struct Synthetic {
 }
 
 impl Synthetic {
+    // float casts saturate (NaN, negatives to 0): the clamp wanted
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     pub fn new(p: Params) -> Result<Synthetic> {
         p.validate()?;
         let mut rng = Rng::new(p.seed);
@@ -200,6 +204,8 @@ impl Synthetic {
 }
 
 impl Source for Synthetic {
+    // float casts saturate (NaN, negatives to 0): the clamp wanted
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     fn next_item(&mut self) -> Result<Option<Item>> {
         // Replace the heap top in place: one sift instead of a pop and a push.
         let Some(mut top) = self.heap.peek_mut() else {

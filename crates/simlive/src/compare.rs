@@ -317,6 +317,8 @@ fn num(v: f64) -> String {
 }
 
 /// One SVG: start-type counts (left) and start-latency CDFs (right), both sides.
+// float casts saturate (NaN, negatives to 0): the clamp wanted
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 pub fn plot(
     path: &Path,
     c: &Comparison,

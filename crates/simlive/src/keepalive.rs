@@ -81,6 +81,9 @@ pub struct Report {
 }
 
 /// The trace as the functions to deploy and the arrivals to replay.
+// float casts saturate (NaN, negatives to 0): the clamp wanted
+// memory_mb is checked 16..=8192 by validate first
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 fn read_trace(a: &Args) -> Result<Trace> {
     let mut src =
         thaw_sim::azure2021::Azure2021::open(&a.trace, a.seed, Some(a.memory_mb as u32), 0)?;

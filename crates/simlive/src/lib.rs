@@ -9,9 +9,6 @@
 //! deployed with a snapshot as on the daemon) and through `thaw load` against
 //! the daemon restarted empty; compare start-type counts and mean start latency
 //! ([`compare`]): a table (markdown), JSON and one SVG plot.
-// Float-to-unsigned casts of times, rates and sizes: Rust saturates them
-// (negative and NaN to 0), the clamp these conversions want.
-#![allow(clippy::cast_sign_loss)]
 pub mod compare;
 pub mod error;
 pub mod keepalive;

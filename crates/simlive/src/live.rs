@@ -285,6 +285,8 @@ const CALIBRATION_CALLS: usize = 4;
 /// the first call restores (no instance, nothing to evict) and the others
 /// find the instance idle and are warm. The records' start types are what
 /// counts, not this expectation.
+// calibrated functions number far below 2^32
+#[allow(clippy::cast_possible_truncation)]
 pub fn calibration_trace(tr: &Trace) -> Trace {
     let mut rows = Vec::new();
     let mut t = 0;

@@ -110,6 +110,9 @@ fn real_time(u: f64, a: f64, period: f64) -> f64 {
     0.5 * (lo + hi)
 }
 
+// float casts saturate (NaN, negatives to 0): the clamp wanted
+// functions number far below 2^32
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 pub fn generate(p: &Params) -> Result<Trace> {
     p.validate()?;
     let mut rng = Rng::new(p.seed);

@@ -113,6 +113,7 @@ pub struct SavedFd {
 /// Most descriptors a snapshot keeps (the restorer's table holds them).
 pub const MAX_FDS: usize = thaw_restorer::MAX_FDS;
 /// Highest descriptor number a snapshot names.
+#[allow(clippy::cast_possible_wrap)] // 65536
 pub const MAX_FD_NUMBER: i32 = thaw_restorer::MAX_FD_NUMBER as i32;
 /// Most watches of one epoll instance.
 pub const MAX_WATCHES: usize = 1024;
@@ -287,9 +288,10 @@ fn check_socket(
     s: &SavedSocket,
     by_fd: &HashMap<i32, &SavedFd>,
 ) -> std::result::Result<(), String> {
-    let families = [libc::AF_UNIX, libc::AF_INET, libc::AF_INET6].map(|f| f as u32);
-    let types = [libc::SOCK_STREAM, libc::SOCK_DGRAM, libc::SOCK_SEQPACKET].map(|t| t as u32);
-    if !families.contains(&s.family) || !types.contains(&s.ty) || s.protocol > 255 {
+    let families = [libc::AF_UNIX, libc::AF_INET, libc::AF_INET6];
+    let types = [libc::SOCK_STREAM, libc::SOCK_DGRAM, libc::SOCK_SEQPACKET];
+    let known = |v: u32, of: &[i32]| i32::try_from(v).is_ok_and(|v| of.contains(&v));
+    if !known(s.family, &families) || !known(s.ty, &types) || s.protocol > 255 {
         return Err(format!(
             "a socket of family {}, type {}, protocol {}",
             s.family, s.ty, s.protocol

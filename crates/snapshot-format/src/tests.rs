@@ -296,7 +296,7 @@ fn descriptor_records_round_trip_and_bad_ones_are_named() {
     assert!(bad(&|f| {
         let extra = f[0].clone();
         f.extend((0..MAX_FDS).map(|i| SavedFd {
-            fd: 100 + i as i32,
+            fd: 100 + i32::try_from(i).unwrap(),
             ..extra.clone()
         }));
     })
@@ -445,22 +445,22 @@ proptest! {
     }
 
     #[test]
-    fn decoding_mutated_states_never_panics(pos in 0usize..4096, byte in any::<u8>(), n in 1usize..8) {
+    fn decoding_mutated_states_never_panics(pos in 0usize..4096, byte in any::<u8>(), n in 1u8..8) {
         let mut data = valid().encode();
         for k in 0..n {
-            let i = (pos + k * 97) % data.len();
-            data[i] = byte.wrapping_add(k as u8);
+            let i = (pos + usize::from(k) * 97) % data.len();
+            data[i] = byte.wrapping_add(k);
         }
         let _ = ProcessState::decode(&data);
     }
 
     /// Past the CRC: the body's parse and checks see every mutation.
     #[test]
-    fn decoding_mutated_bodies_never_panics(pos in 0usize..4096, byte in any::<u8>(), n in 1usize..8) {
+    fn decoding_mutated_bodies_never_panics(pos in 0usize..4096, byte in any::<u8>(), n in 1u8..8) {
         let mut body = valid().encode()[HEADER..].to_vec();
         for k in 0..n {
-            let i = (pos + k * 97) % body.len();
-            body[i] = byte.wrapping_add(k as u8);
+            let i = (pos + usize::from(k) * 97) % body.len();
+            body[i] = byte.wrapping_add(k);
         }
         let _ = ProcessState::decode(&with_body(&body));
     }

@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 use thaw_error::{Context, ResultExt};
 use thaw_memory::huge_cache::Reservation;
+use thaw_memory::usize_of;
 
 type Result<T, E = StoreError> = std::result::Result<T, E>;
 
@@ -514,7 +515,7 @@ impl Snapshot {
             // SAFETY: the mapping is ours, `len` bytes long, shared and
             // writable, and nothing else in this process refers into it.
             let mut dst =
-                unsafe { std::slice::from_raw_parts_mut(map.base as *mut u8, len as usize) };
+                unsafe { std::slice::from_raw_parts_mut(map.base as *mut u8, usize_of(len)) };
             self.hash_image(src, &mut dst)?;
         }
         let seals =
@@ -582,8 +583,13 @@ impl HugeFill {
         // SAFETY: advice on the mapping just made. A child forked meanwhile
         // by another thread must not inherit it (a writable mapping left in
         // the child would make the seal fail).
-        if unsafe { libc::madvise(base as *mut libc::c_void, len as usize, libc::MADV_DONTFORK) }
-            != 0
+        if unsafe {
+            libc::madvise(
+                base as *mut libc::c_void,
+                usize_of(len),
+                libc::MADV_DONTFORK,
+            )
+        } != 0
         {
             let e = std::io::Error::last_os_error();
             return Err(Context::new("madvise(MADV_DONTFORK) on the image memfd", e).into());
@@ -701,7 +707,7 @@ fn read_limited(path: &Path, max: u64) -> Result<Vec<u8>> {
     if len <= max {
         will_need(&f, 0, len);
     }
-    let mut data = Vec::with_capacity(len.min(max) as usize + 1);
+    let mut data = Vec::with_capacity(usize_of(len.min(max)) + 1);
     f.take(max + 1)
         .read_to_end(&mut data)
         .with_context(reading)?;

@@ -351,7 +351,7 @@ fn a_dram_image_memfd_is_in_2mib_folios() {
     // a read-only shared mapping 2 MiB-aligned: a read fault maps a 2 MiB
     // folio with one PMD entry (ShmemPmdMapped), a smaller one never
     let reserved = thaw_memory::huge_cache::Reservation::new((len + huge) as u64).unwrap();
-    let base = reserved.huge_aligned() as usize;
+    let base = thaw_memory::usize_of(reserved.huge_aligned());
     // SAFETY: MAP_FIXED inside our own reservation (which unmaps it).
     let p = unsafe {
         libc::mmap(

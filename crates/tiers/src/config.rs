@@ -82,6 +82,8 @@ impl DeviceProfile {
     }
 
     /// 4 KiB reads per second one reader at queue depth 1 gets.
+    // float casts saturate (NaN, negatives to 0): the clamp wanted
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     pub fn read_iops(&self) -> u64 {
         (1e6 / self.rand_read_4k_us).round() as u64
     }

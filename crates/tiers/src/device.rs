@@ -666,15 +666,9 @@ fn setup_block(home: &Path, t: &TierConfig) -> Result<DeviceState> {
     // (queue depth / access latency), which an IOPS cap would count
     // against large sequential reads as well
     let p = &t.profile;
-    write_throttle(
-        d,
-        [
-            (p.read_mbps * 1e6) as u64,
-            0,
-            (p.write_mbps * 1e6) as u64,
-            0,
-        ],
-    )?;
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // floats saturate
+    let (read_bps, write_bps) = ((p.read_mbps * 1e6) as u64, (p.write_mbps * 1e6) as u64);
+    write_throttle(d, [read_bps, 0, write_bps, 0])?;
     status(home, t)
 }
 

@@ -174,11 +174,11 @@ impl Filesystem for LatencyFs {
         _lock_owner: Option<u64>,
         reply: ReplyData,
     ) {
-        if ino != FILE_INO || offset < 0 {
+        let (FILE_INO, Ok(offset)) = (ino, u64::try_from(offset)) else {
             return reply.error(libc::EINVAL);
-        }
+        };
         let req = ReadRequest {
-            offset: offset as u64,
+            offset,
             size,
             arrived: Instant::now(),
             reply,
@@ -200,16 +200,18 @@ impl Filesystem for LatencyFs {
         _lock_owner: Option<u64>,
         reply: ReplyWrite,
     ) {
-        if ino != FILE_INO || offset < 0 {
+        let (FILE_INO, Ok(offset), Ok(written)) =
+            (ino, u64::try_from(offset), u32::try_from(data.len()))
+        else {
             return reply.error(libc::EINVAL);
-        }
-        let end = offset as u64 + data.len() as u64;
+        };
+        let end = offset + data.len() as u64;
         if end > self.size.load(Ordering::SeqCst) {
             // a device does not grow
             return reply.error(libc::ENOSPC);
         }
-        match self.backing.write_all_at(data, offset as u64) {
-            Ok(()) => reply.written(data.len() as u32),
+        match self.backing.write_all_at(data, offset) {
+            Ok(()) => reply.written(written),
             Err(e) => reply.error(e.raw_os_error().unwrap_or(libc::EIO)),
         }
     }
@@ -276,8 +278,9 @@ impl Filesystem for LatencyFs {
             (ROOT_INO, FileType::Directory, ".."),
             (FILE_INO, FileType::RegularFile, DEVICE_FILE),
         ];
-        for (i, (ino, kind, name)) in entries.iter().enumerate().skip(offset.max(0) as usize) {
-            if reply.add(*ino, (i + 1) as i64, *kind, name) {
+        let skip = usize::try_from(offset).unwrap_or(0);
+        for (next, (ino, kind, name)) in (1i64..).zip(&entries).skip(skip) {
+            if reply.add(*ino, next, *kind, name) {
                 break;
             }
         }

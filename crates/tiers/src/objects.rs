@@ -16,6 +16,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 use thaw_error::fail;
 use thaw_error::{Context, ResultExt};
+use thaw_memory::usize_of;
 
 /// Connecting to the store.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -457,8 +458,8 @@ impl RemoteStore {
             .block_on(self.store.get_range(&ObjPath::from(name), span))
             .with_context(|| format!("reading {name} from {}", self.url))?;
         let pt = seal::open_chunks(&self.key, name, h, first, &raw)?;
-        let off = (r.start - first * h.chunk as u64) as usize;
-        Ok(pt[off..off + (r.end - r.start) as usize].to_vec())
+        let off = usize_of(r.start - first * h.chunk as u64);
+        Ok(pt[off..off + usize_of(r.end - r.start)].to_vec())
     }
 
     /// How long one request may take before it fails.

@@ -20,6 +20,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 use thaw_error::fail;
 use thaw_error::{Context, ResultExt};
+use thaw_memory::usize_of;
 
 const ALIGN: usize = 4096;
 const SEQ_CHUNK: usize = 1 << 20;
@@ -112,7 +113,9 @@ pub fn write_probe_file(path: &Path, mib: usize) -> Result<()> {
         std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
     let mut chunk = vec![0u8; SEQ_CHUNK];
     for (i, b) in chunk.iter_mut().enumerate() {
-        *b = (i * 131 + 7) as u8;
+        #[allow(clippy::cast_possible_truncation)] // a byte pattern: the low byte is the point
+        let byte = (i * 131 + 7) as u8;
+        *b = byte;
     }
     for _ in 0..mib {
         f.write_all(&chunk)?;
@@ -141,7 +144,7 @@ fn open_direct(path: &Path) -> Result<(std::fs::File, bool)> {
 pub fn measure(path: &Path, rand_reads: usize, reader: &str) -> Result<ReaderResult> {
     use std::os::unix::fs::FileExt;
     let (f, direct) = open_direct(path)?;
-    let len = f.metadata()?.len() as usize;
+    let len = usize_of(f.metadata()?.len());
     if len < SEQ_CHUNK {
         fail!(
             TiersError::Failed,
@@ -217,7 +220,7 @@ fn device_sectors_read(path: &Path) -> Option<u64> {
 fn measure_cached(path: &Path, rand_reads: usize, kind: &str) -> Result<ReaderResult> {
     use std::os::unix::fs::FileExt;
     let f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    let len = f.metadata()?.len() as usize;
+    let len = usize_of(f.metadata()?.len());
     if len < SEQ_CHUNK {
         fail!(
             TiersError::Failed,
@@ -320,6 +323,8 @@ pub fn measure_kind(path: &Path, rand_reads: usize, kind: &str) -> Result<Reader
     }
 }
 
+// float casts saturate (NaN, negatives to 0): the clamp wanted
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 fn summarize_reads(
     reader: &str,
     direct: bool,
@@ -395,10 +400,11 @@ fn map_read(
     off: usize,
 ) -> std::io::Result<*mut libc::c_void> {
     let fd = std::os::fd::AsRawFd::as_raw_fd(f);
+    let off = libc::off_t::try_from(off).map_err(std::io::Error::other)?;
     // SAFETY: a read-only mapping of an open file; with MAP_FIXED the
     // callers pass pages of a mapping they made and own, where nothing
     // else lives.
-    let p = unsafe { libc::mmap(addr, len, libc::PROT_READ, flags, fd, off as libc::off_t) };
+    let p = unsafe { libc::mmap(addr, len, libc::PROT_READ, flags, fd, off) };
     if p == libc::MAP_FAILED {
         return Err(std::io::Error::last_os_error());
     }

@@ -27,6 +27,7 @@ use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 use thaw_error::fail;
 use thaw_error::{Context, ResultExt};
+use thaw_memory::usize_of;
 
 const MAGIC: &[u8; 8] = b"THAWSEAL";
 /// Format 1: chunks of plaintext. Format 2: the same over an LZ4 block of
@@ -176,7 +177,7 @@ impl Header {
     /// Sealed bytes of chunk `i` (every chunk but the last is full).
     fn sealed_chunk(&self, i: u64) -> usize {
         let c = self.chunk as u64;
-        (self.plain_len.saturating_sub(i * c)).min(c) as usize + TAG_LEN
+        usize_of((self.plain_len.saturating_sub(i * c)).min(c)) + TAG_LEN
     }
 
     /// Length of the whole sealed object.
@@ -238,7 +239,8 @@ pub fn seal_compressed(key: &Key, name: &str, plain: &[u8]) -> Result<Vec<u8>> {
     let mut body = Vec::with_capacity(plain.len() / 2 + 64);
     for seg in plain.chunks(SEGMENT) {
         let packed = lz4_flex::block::compress_prepend_size(seg);
-        body.extend_from_slice(&(packed.len() as u32).to_le_bytes());
+        let packed_len = u32::try_from(packed.len()).context("a compressed segment's length")?;
+        body.extend_from_slice(&packed_len.to_le_bytes());
         body.extend_from_slice(&packed);
     }
     seal_as(key, name, &body, SEGMENT_CHUNK, VERSION_SEGMENTS)
@@ -248,15 +250,19 @@ fn seal_as(key: &Key, name: &str, plain: &[u8], chunk: usize, version: u32) -> R
     let mut raw = [0u8; HEADER_LEN];
     raw[..8].copy_from_slice(MAGIC);
     raw[8..12].copy_from_slice(&version.to_le_bytes());
-    raw[12..16].copy_from_slice(&(chunk as u32).to_le_bytes());
+    raw[12..16].copy_from_slice(
+        &u32::try_from(chunk)
+            .context("the chunk size")?
+            .to_le_bytes(),
+    );
     raw[16..24].copy_from_slice(&(plain.len() as u64).to_le_bytes());
     random(&mut raw[24..40])?;
     let h = Header::parse(&raw)?;
     let aad = h.aad(name);
-    let mut out = Vec::with_capacity(h.sealed_len() as usize);
+    let mut out = Vec::with_capacity(usize_of(h.sealed_len()));
     out.extend_from_slice(&raw);
     for i in 0..h.chunks() {
-        let s = (i as usize * chunk).min(plain.len());
+        let s = (usize_of(i) * chunk).min(plain.len());
         let e = (s + chunk).min(plain.len());
         let ct = key
             .0
@@ -443,7 +449,7 @@ impl<'a> Opener<'a> {
             // straight into the plaintext: no segment-sized buffer to
             // allocate, fault in and copy out of
             let start = self.out.len();
-            self.out.resize(start + plain as usize, 0);
+            self.out.resize(start + usize_of(plain), 0);
             let n = lz4_flex::block::decompress_into(&seg[4..], &mut self.out[start..])
                 .map_err(|e| TiersError::Corrupt(format!("{name}: decompressing: {e}")))?;
             if n as u64 != plain {
@@ -528,7 +534,9 @@ mod tests {
     fn round_trips_and_ranges() {
         let k = key();
         for len in [0usize, 1, CHUNK - 1, CHUNK, CHUNK + 1, 3 * CHUNK + 17] {
-            let plain: Vec<u8> = (0..len).map(|i| (i * 31 % 251) as u8).collect();
+            let plain: Vec<u8> = (0..len)
+                .map(|i| u8::try_from(i * 31 % 251).unwrap())
+                .collect();
             let s = seal(&k, "f/x", &plain).unwrap();
             assert_eq!(open(&k, "f/x", &s, u64::MAX).unwrap(), plain);
             let h = Header::parse(&s).unwrap();
@@ -543,13 +551,13 @@ mod tests {
                     "f/x",
                     &h,
                     first,
-                    &s[span.start as usize..span.end as usize],
+                    &s[usize_of(span.start)..usize_of(span.end)],
                 )
                 .unwrap();
-                let off = (r.start - first * CHUNK as u64) as usize;
+                let off = usize_of(r.start - first * CHUNK as u64);
                 assert_eq!(
-                    &pt[off..off + (r.end - r.start) as usize],
-                    &plain[r.start as usize..r.end as usize]
+                    &pt[off..off + usize_of(r.end - r.start)],
+                    &plain[usize_of(r.start)..usize_of(r.end)]
                 );
             }
             assert!(h.sealed_span(&(0..len as u64 + 1)).is_err());
@@ -559,7 +567,9 @@ mod tests {
     #[test]
     fn small_chunks_open_by_range() {
         let k = key();
-        let plain: Vec<u8> = (0..200_000usize).map(|i| (i % 253) as u8).collect();
+        let plain: Vec<u8> = (0..200_000usize)
+            .map(|i| u8::try_from(i % 253).unwrap())
+            .collect();
         let s = seal_chunked(&k, "f/img", &plain, 64 << 10).unwrap();
         let h = Header::parse(&s).unwrap();
         assert_eq!((h.chunk, h.chunks()), (64 << 10, 4));
@@ -572,17 +582,17 @@ mod tests {
             "f/img",
             &h,
             3,
-            &s[span.start as usize..span.end as usize],
+            &s[usize_of(span.start)..usize_of(span.end)],
         );
         assert_eq!(pt.unwrap(), &plain[196_608..]);
         let mut bad = s.clone();
-        bad[span.start as usize + 5] ^= 1;
+        bad[usize_of(span.start) + 5] ^= 1;
         let pt = open_chunks(
             &k,
             "f/img",
             &h,
             3,
-            &bad[span.start as usize..span.end as usize],
+            &bad[usize_of(span.start)..usize_of(span.end)],
         );
         assert!(pt.is_err(), "a flipped bit in a small chunk accepted");
     }
@@ -634,7 +644,9 @@ mod tests {
     fn compressed_objects_round_trip_bounded_and_authenticated() {
         let k = key();
         for len in [0usize, 1, 4096, 3 * CHUNK + 5] {
-            let plain: Vec<u8> = (0..len).map(|i| (i / 7 % 13) as u8).collect();
+            let plain: Vec<u8> = (0..len)
+                .map(|i| u8::try_from(i / 7 % 13).unwrap())
+                .collect();
             let s = seal_compressed(&k, "f/ws", &plain).unwrap();
             assert!(Header::parse(&s).unwrap().compressed);
             assert!(s.len() as u64 <= max_sealed_len(len as u64));
@@ -665,7 +677,9 @@ mod tests {
     #[test]
     fn objects_open_as_they_arrive_in_any_pieces() {
         let k = key();
-        let plain: Vec<u8> = (0..3 * SEGMENT + 777).map(|i| (i / 5 % 11) as u8).collect();
+        let plain: Vec<u8> = (0..3 * SEGMENT + 777)
+            .map(|i| u8::try_from(i / 5 % 11).unwrap())
+            .collect();
         let s = seal_compressed(&k, "f/p", &plain).unwrap();
         for piece in [1usize, 4096, 70_000, s.len()] {
             let mut o = Opener::new(&k, "f/p", plain.len() as u64);

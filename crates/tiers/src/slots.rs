@@ -24,7 +24,7 @@ pub struct RestoreSlot {
     // dropped first: the file lock goes before the process's turn
     _file: std::fs::File,
     _turn: Turn,
-    pub index: u32,
+    pub index: usize,
     pub waited: Duration,
 }
 
@@ -119,7 +119,7 @@ impl RestoreSlot {
                 return Ok(RestoreSlot {
                     _file: files.swap_remove(i),
                     _turn: turn,
-                    index: i as u32,
+                    index: i,
                     waited: t0.elapsed(),
                 });
             }

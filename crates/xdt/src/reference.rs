@@ -85,6 +85,7 @@ impl RefKey {
         plain.extend_from_slice(&c.size.to_le_bytes());
         plain.extend_from_slice(&c.retrievals.to_le_bytes());
         plain.extend_from_slice(&c.expires_unix_ms.to_le_bytes());
+        #[allow(clippy::cast_possible_truncation)] // at most MAX_OWNER (63), checked above
         plain.push(owner.len() as u8);
         plain.extend_from_slice(owner);
         let nonce: [u8; NONCE_LEN] = rand::random();

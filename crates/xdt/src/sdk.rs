@@ -348,12 +348,13 @@ impl<'h> Session<'h> {
             Err(e) => return from_err(e),
         };
         let max = self.host.table().limits.max_object_bytes;
-        if size > max {
+        let len = usize::try_from(size).ok().filter(|_| size <= max);
+        let Some(len) = len else {
             return from_err(XdtError::TooLarge(format!(
                 "an object of {size} bytes is larger than the {max}-byte limit per object"
             )));
-        }
-        let mut data = vec![0u8; size as usize];
+        };
+        let mut data = vec![0u8; len];
         if let Err(e) = std::fs::File::from(fd).read_exact_at(&mut data, 0) {
             return fail("internal", format!("reading the object: {e}"));
         }

@@ -241,7 +241,8 @@ fn configure(
     }
     cfg.policy = "ttl".into();
     cfg.keep_alive_s = 1;
-    let per_function = o.pods.div_ceil(o.pod_functions.max(1)).max(1) as u32;
+    let per_function =
+        u32::try_from(o.pods.div_ceil(o.pod_functions.max(1)).max(1)).unwrap_or(u32::MAX);
     cfg.limits.instances_per_function = cfg.limits.instances_per_function.max(per_function);
     cfg.limits.max_instances_per_function = cfg.limits.max_instances_per_function.max(per_function);
     cfg.memory_budget_mb = cfg

@@ -99,7 +99,9 @@ pub(super) fn restores_since(
     let (mut made, mut ms) = (Vec::new(), 0.0);
     for (k, (count, secs)) in after {
         let (c0, s0) = before.get(k).copied().unwrap_or((0.0, 0.0));
-        for _ in 0..(count - c0).round().max(0.0) as usize {
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // a count, saturating
+        let new = (count - c0).round().max(0.0) as usize;
+        for _ in 0..new {
             made.push(k.clone());
         }
         ms += (secs - s0).max(0.0) * 1e3;

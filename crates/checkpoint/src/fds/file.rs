@@ -2,7 +2,7 @@
 //! sandbox (the read-only root, the restored /tmp and /dev/shm), at its
 //! position.
 use super::sys::{fstat, open_in_root};
-use super::{Kind, Open, PlanCx};
+use super::{plan_len, Kind, Open, PlanCx};
 use std::os::fd::OwnedFd;
 use thaw_restorer as r;
 use thaw_snapshot_format::{check_abs_path, FdKind, StateError};
@@ -41,7 +41,7 @@ pub(super) fn plan(
     cx: &mut PlanCx,
 ) -> Result<(), StateError> {
     p.kind = r::FD_FILE;
-    (p.path_off, p.path_len) = (cx.plan.add_string(path), path.len() as u32);
+    (p.path_off, p.path_len) = (cx.plan.add_string(path), plan_len(path.len())?);
     p.a = pos;
     Ok(())
 }

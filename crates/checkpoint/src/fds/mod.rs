@@ -106,10 +106,9 @@ pub fn capture(
         let o = &open[i];
         let refuse = |why: String| Refusal::new("descriptor", format!("fd {}: {why}", o.fd));
         // the same open file as an earlier descriptor: a dup of it
-        if let Some(of) = open[..i]
-            .iter()
-            .find(|p| p.link == o.link && kcmp(pid, KCMP_FILE, p.fd, o.fd as u64))
-        {
+        if let Some(of) = open[..i].iter().find(|p| {
+            p.link == o.link && u64::try_from(o.fd).is_ok_and(|b| kcmp(pid, KCMP_FILE, p.fd, b))
+        }) {
             let of = match out.fds.iter().find(|s| s.fd == of.fd) {
                 Some(SavedFd {
                     kind: FdKind::Dup { of },
@@ -230,6 +229,16 @@ struct PlanCx<'a> {
     plan: &'a mut r::Plan,
 }
 
+/// Position `i` of the descriptor table as a plan's `i32` reference.
+fn table_index(i: usize) -> Result<i32, StateError> {
+    i32::try_from(i).map_err(|_| StateError::Corrupt(format!("{i} descriptors are too many")))
+}
+
+/// A path's or address's length as a plan record's `u32`.
+fn plan_len(n: usize) -> Result<u32, StateError> {
+    u32::try_from(n).map_err(|_| StateError::Corrupt(format!("a path of {n} bytes")))
+}
+
 impl PlanCx<'_> {
     /// The table index of descriptor `fd`'s record.
     fn index_of(&self, fd: i32) -> Result<i32, StateError> {
@@ -261,8 +270,8 @@ pub fn to_plan(fds: &[SavedFd], image_len: u64, plan: &mut r::Plan) -> Result<()
     let index = fds
         .iter()
         .enumerate()
-        .map(|(i, f)| (f.fd, i as i32))
-        .collect();
+        .map(|(i, f)| Ok((f.fd, table_index(i)?)))
+        .collect::<Result<_, StateError>>()?;
     let mut cx = PlanCx {
         index,
         image_len,
@@ -291,7 +300,7 @@ pub fn to_plan(fds: &[SavedFd], image_len: u64, plan: &mut r::Plan) -> Result<()
             } => pipe::plan(f.fd, (*first, *read, *size), fifo, unread, &mut p, &mut cx)?,
             FdKind::EventFd { count, semaphore } => eventfd::plan(*count, *semaphore, &mut p),
             FdKind::Epoll { watches } => {
-                let at = cx.plan.fds.len() as i32;
+                let at = table_index(cx.plan.fds.len())?;
                 epoll::plan(watches, at, &mut p, cx.plan)
             }
             FdKind::TimerFd {

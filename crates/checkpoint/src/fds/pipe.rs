@@ -2,7 +2,7 @@
 //! unread bytes (copied with `tee`, which does not consume them) carried
 //! by the read end's record (a FIFO's: its first open's).
 use super::sys::{fstat, ioctl_int, open_in_root};
-use super::{stored, Append, Kind, Open, PlanCx};
+use super::{plan_len, stored, Append, Kind, Open, PlanCx};
 use crate::error::Result;
 use std::collections::HashMap;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -24,11 +24,7 @@ pub(super) fn capture(
         return Err("a pipe in packet mode (O_DIRECT)".into());
     }
     let read = access == libc::O_RDONLY as u32;
-    // SAFETY: fcntl on a descriptor we own.
-    let size = unsafe { libc::fcntl(o.dup.as_raw_fd(), libc::F_GETPIPE_SZ) };
-    if size < 0 || size as u32 > MAX_PIPE_SIZE {
-        return Err(format!("a pipe of {size} bytes"));
-    }
+    let size = pipe_size(&o.dup, "pipe")?;
     let key = format!("{}:{read}", o.link);
     if pipes.contains_key(&key) {
         return Err("a second open of the same end of a pipe".into());
@@ -43,7 +39,7 @@ pub(super) fn capture(
     Ok(FdKind::Pipe {
         first: other.unwrap_or(o.fd),
         read,
-        size: size as u32,
+        size,
         fifo: None,
         unread,
     })
@@ -72,11 +68,7 @@ pub(super) fn capture_fifo(
     if (t.st_dev, t.st_ino) != (st.st_dev, st.st_ino) {
         return Err(format!("{path}, a FIFO no longer at that path"));
     }
-    // SAFETY: fcntl on a descriptor we own.
-    let size = unsafe { libc::fcntl(o.dup.as_raw_fd(), libc::F_GETPIPE_SZ) };
-    if size < 0 || size as u32 > MAX_PIPE_SIZE {
-        return Err(format!("a FIFO of {size} bytes"));
-    }
+    let size = pipe_size(&o.dup, "FIFO")?;
     let key = format!("fifo:{path}");
     let first = *pipes.entry(key).or_insert(o.fd);
     let unread = match first == o.fd {
@@ -86,23 +78,34 @@ pub(super) fn capture_fifo(
     Ok(FdKind::Pipe {
         first,
         read: o.info.flags & libc::O_ACCMODE as u32 != libc::O_WRONLY as u32,
-        size: size as u32,
+        size,
         fifo: Some(path.clone()),
         unread,
     })
+}
+
+/// The size of pipe (or FIFO) `fd`, which a restore can give a pipe again
+/// (at most `MAX_PIPE_SIZE`).
+fn pipe_size(fd: &OwnedFd, what: &str) -> std::result::Result<u32, String> {
+    // SAFETY: fcntl on a descriptor we own.
+    let size = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETPIPE_SZ) };
+    match u32::try_from(size) {
+        Ok(s) if s <= MAX_PIPE_SIZE => Ok(s),
+        _ => Err(format!("a {what} of {size} bytes")),
+    }
 }
 
 /// The unread bytes of pipe `fd` (of `size` bytes), stored through
 /// `append` (none when only looking).
 fn unread_bytes(
     fd: &OwnedFd,
-    size: libc::c_int,
+    size: u32,
     append: &mut Option<Append<'_>>,
 ) -> std::result::Result<Blob, String> {
     let n = ioctl_int(fd, libc::FIONREAD).map_err(|e| format!("FIONREAD: {e}"))?;
-    match (append.as_mut(), n > 0) {
-        (Some(append), true) => {
-            let bytes = tee_all(fd, n as usize, size as usize).map_err(|e| e.to_string())?;
+    match (append.as_mut(), usize::try_from(n)) {
+        (Some(append), Ok(n)) if n > 0 => {
+            let bytes = tee_all(fd, n, size as usize).map_err(|e| e.to_string())?;
             stored(append, &bytes)
         }
         _ => Ok(Blob::default()),
@@ -112,15 +115,10 @@ fn unread_bytes(
 /// `n` unread bytes of the pipe `src`, copied without consuming them.
 fn tee_all(src: &OwnedFd, n: usize, size: usize) -> Result<Vec<u8>> {
     let (rd, wr) = make_pipe()?;
+    let want = libc::c_int::try_from(size.max(n))
+        .map_err(|_| HostError::Failed(format!("a pipe of {} bytes", size.max(n))))?;
     // SAFETY: fcntl on our own pipe.
-    if unsafe {
-        libc::fcntl(
-            wr.as_raw_fd(),
-            libc::F_SETPIPE_SZ,
-            size.max(n) as libc::c_int,
-        )
-    } < 0
-    {
+    if unsafe { libc::fcntl(wr.as_raw_fd(), libc::F_SETPIPE_SZ, want) } < 0 {
         fail!(
             HostError::Failed,
             "sizing a pipe: {}",
@@ -138,7 +136,7 @@ fn tee_all(src: &OwnedFd, n: usize, size: usize) -> Result<Vec<u8>> {
             std::io::Error::last_os_error()
         );
     }
-    if got as usize != n {
+    if usize::try_from(got) != Ok(n) {
         fail!(HostError::Failed, "tee copied {got} of {n} unread bytes");
     }
     let mut buf = vec![0u8; n];
@@ -171,7 +169,7 @@ pub(super) fn plan(
 ) -> Result<(), StateError> {
     p.kind = r::FD_PIPE;
     if let Some(path) = fifo {
-        (p.path_off, p.path_len) = (cx.plan.add_string(path), path.len() as u32);
+        (p.path_off, p.path_len) = (cx.plan.add_string(path), plan_len(path.len())?);
     }
     p.reference = if first == fd { -1 } else { cx.index_of(first)? };
     p.arg = size;

@@ -8,7 +8,7 @@
 //! Runtime API connection comes back connected to the worker's listener in
 //! the new sandbox (`SOCK_OPT_CONNECT`).
 use super::sys::{getsockopt_int, ioctl_int, sockname};
-use super::{stored, Append, Kind, Open, PlanCx};
+use super::{plan_len, stored, Append, Kind, Open, PlanCx};
 use crate::error::Result;
 use std::collections::HashMap;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -43,9 +43,11 @@ pub(super) fn capture(
 ) -> Kind {
     let fd = &o.dup;
     let opt = |level, name| getsockopt_int(fd, level, name).map_err(|e| e.to_string());
-    let family = opt(libc::SOL_SOCKET, SO_DOMAIN)? as u32;
-    let ty = opt(libc::SOL_SOCKET, libc::SO_TYPE)? as u32;
-    let protocol = opt(libc::SOL_SOCKET, SO_PROTOCOL)? as u32;
+    let unsigned = |v: i32| u32::try_from(v).map_err(|_| format!("a socket option of {v}"));
+    let domain = opt(libc::SOL_SOCKET, SO_DOMAIN)?;
+    let family = unsigned(domain)?;
+    let ty = unsigned(opt(libc::SOL_SOCKET, libc::SO_TYPE)?)?;
+    let protocol = unsigned(opt(libc::SOL_SOCKET, SO_PROTOCOL)?)?;
     let listening = opt(libc::SOL_SOCKET, libc::SO_ACCEPTCONN)? != 0;
     if o.info.get("scm_fds").is_some_and(|n| n != "0") {
         return Err("a socket with descriptors in flight".into());
@@ -72,7 +74,7 @@ pub(super) fn capture(
         queued: Blob::default(),
     };
     let addr = sockname(fd, false).map_err(|e| format!("getsockname: {e}"))?;
-    match family as i32 {
+    match domain {
         libc::AF_UNIX => {
             let ino: u32 = socket_ino(&o.link)?;
             let d = unix.get(&ino).copied().unwrap_or_default();
@@ -99,8 +101,8 @@ pub(super) fn capture(
                 if n > 0 && ty != libc::SOCK_STREAM as u32 {
                     return Err("a unix socketpair with queued datagrams".into());
                 }
-                if let (Some(append), true) = (append.as_mut(), n > 0) {
-                    s.queued = stored(append, &peek(fd, n as usize)?)?;
+                if let (Some(append), Ok(n @ 1..)) = (append.as_mut(), usize::try_from(n)) {
+                    s.queued = stored(append, &peek(fd, n)?)?;
                 }
             }
         }
@@ -156,6 +158,7 @@ fn port_of(addr: &[u8]) -> u16 {
 /// A listening TCP socket's backlog (`tcp_info.tcpi_sacked` of a listener).
 fn tcp_backlog(fd: &OwnedFd) -> std::result::Result<u32, String> {
     let mut info = [0u8; 104];
+    #[allow(clippy::cast_possible_truncation)] // 104 bytes
     let mut len = info.len() as libc::socklen_t;
     // SAFETY: getsockopt writes at most `len` bytes into `info`.
     let r = unsafe {
@@ -210,7 +213,7 @@ fn peek(fd: &OwnedFd, n: usize) -> std::result::Result<Vec<u8>, String> {
         }
         return Err("a socket with descriptors or credentials queued".into());
     }
-    if got != n as isize {
+    if usize::try_from(got) != Ok(n) {
         return Err(format!("peeked {got} of {n} queued bytes"));
     }
     Ok(buf)
@@ -243,9 +246,11 @@ pub(super) fn unix_diag(pid: i32) -> Result<HashMap<u32, UnixDiag>> {
     let mut req = Vec::with_capacity(40);
     req.extend_from_slice(&40u32.to_ne_bytes());
     req.extend_from_slice(&20u16.to_ne_bytes()); // SOCK_DIAG_BY_FAMILY
+    #[allow(clippy::cast_possible_truncation)] // the flags are 0x301
     req.extend_from_slice(&((libc::NLM_F_REQUEST | libc::NLM_F_DUMP) as u16).to_ne_bytes());
     req.extend_from_slice(&1u32.to_ne_bytes());
     req.extend_from_slice(&0u32.to_ne_bytes());
+    #[allow(clippy::cast_possible_truncation)] // AF_UNIX is 1
     req.extend_from_slice(&[libc::AF_UNIX as u8, 0, 0, 0]);
     req.extend_from_slice(&u32::MAX.to_ne_bytes()); // every state
     req.extend_from_slice(&0u32.to_ne_bytes()); // ino
@@ -264,14 +269,14 @@ pub(super) fn unix_diag(pid: i32) -> Result<HashMap<u32, UnixDiag>> {
     loop {
         // SAFETY: recv into our buffer.
         let n = unsafe { libc::recv(sock.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
-        if n < 0 {
+        let Ok(n) = usize::try_from(n) else {
             fail!(
                 HostError::Failed,
                 "sock_diag reply: {}",
                 std::io::Error::last_os_error()
             );
-        }
-        let mut msg = &buf[..n as usize];
+        };
+        let mut msg = &buf[..n];
         while msg.len() >= 16 {
             let len = u32::from_ne_bytes(msg[0..4].try_into().expect("4")) as usize;
             let ty = u16::from_ne_bytes(msg[4..6].try_into().expect("2"));
@@ -321,6 +326,7 @@ pub(super) fn unix_diag(pid: i32) -> Result<HashMap<u32, UnixDiag>> {
 /// for (reads, writes and epoll work on it as on the TCP connection it
 /// replaces).
 fn reconnecting_socket(waiting: thaw_sandbox::runtime_api::Waiting) -> SavedSocket {
+    #[allow(clippy::cast_possible_truncation)] // AF_UNIX is 1
     let mut addr = (libc::AF_UNIX as u16).to_ne_bytes().to_vec();
     addr.push(0);
     addr.extend_from_slice(waiting.reconnect_name());
@@ -358,11 +364,11 @@ pub(super) fn plan(
     if let Some(peer) = &s.pair {
         p.kind = r::FD_SOCKETPAIR;
         let other = cx.index_of(*peer)?;
-        if other < cx.plan.fds.len() as i32 {
+        if usize::try_from(other).is_ok_and(|o| o < cx.plan.fds.len()) {
             p.reference = other;
         }
     } else if !s.addr.is_empty() {
-        (p.path_off, p.path_len) = (cx.plan.add_bytes(&s.addr), s.addr.len() as u32);
+        (p.path_off, p.path_len) = (cx.plan.add_bytes(&s.addr), plan_len(s.addr.len())?);
     }
     cx.content(fd, &s.queued, p)
 }

@@ -20,8 +20,9 @@ pub(super) fn pidfd_open(pid: i32) -> Result<OwnedFd> {
             std::io::Error::last_os_error()
         );
     }
+    let fd = RawFd::try_from(fd).context("pidfd_open's descriptor")?;
     // SAFETY: a descriptor just returned to us.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 pub(super) fn pidfd_getfd(pidfd: &OwnedFd, fd: i32) -> Result<OwnedFd> {
@@ -34,8 +35,9 @@ pub(super) fn pidfd_getfd(pidfd: &OwnedFd, fd: i32) -> Result<OwnedFd> {
             std::io::Error::last_os_error()
         );
     }
+    let got = RawFd::try_from(got).context("pidfd_getfd's descriptor")?;
     // SAFETY: a descriptor just returned to us.
-    Ok(unsafe { OwnedFd::from_raw_fd(got as RawFd) })
+    Ok(unsafe { OwnedFd::from_raw_fd(got) })
 }
 
 /// kcmp of two things of `pid`: true when they are the same.
@@ -47,7 +49,10 @@ pub(super) fn kcmp(pid: i32, ty: libc::c_long, a: i32, b: u64) -> bool {
 
 /// Whether epoll `epfd`'s watch of `tfd` is of the file open at `tfd` now.
 pub(super) fn kcmp_epoll(pid: i32, epfd: i32, tfd: i32) -> bool {
-    let slot: [u32; 3] = [epfd as u32, tfd as u32, 0];
+    let (Ok(efd), Ok(target)) = (u32::try_from(epfd), u32::try_from(tfd)) else {
+        return false; // no descriptor is negative
+    };
+    let slot: [u32; 3] = [efd, target, 0];
     kcmp(pid, KCMP_EPOLL_TFD, tfd, slot.as_ptr() as u64)
 }
 
@@ -76,6 +81,7 @@ pub(super) fn getsockopt_int(
     name: libc::c_int,
 ) -> std::io::Result<i32> {
     let mut v: libc::c_int = 0;
+    #[allow(clippy::cast_possible_truncation)] // a c_int's 4 bytes
     let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
     // SAFETY: getsockopt writes at most `len` bytes into `v`.
     let r = unsafe {
@@ -96,6 +102,7 @@ pub(super) fn getsockopt_int(
 /// getsockname (`peer`: getpeername) as raw `struct sockaddr` bytes.
 pub(super) fn sockname(fd: &OwnedFd, peer: bool) -> std::io::Result<Vec<u8>> {
     let mut buf = [0u8; 128];
+    #[allow(clippy::cast_possible_truncation)] // 128 bytes
     let mut len = buf.len() as libc::socklen_t;
     let p = buf.as_mut_ptr().cast();
     // SAFETY: the call writes at most `len` bytes into `buf`.
@@ -146,7 +153,7 @@ pub(crate) fn open_in_root(
         c
     };
     let how = r::OpenHow {
-        flags: (flags | libc::O_CLOEXEC) as u64,
+        flags: u64::try_from(flags | libc::O_CLOEXEC).map_err(std::io::Error::other)?,
         mode: 0,
         resolve: r::RESOLVE_FLAGS,
     };
@@ -163,6 +170,7 @@ pub(crate) fn open_in_root(
     if fd < 0 {
         return Err(std::io::Error::last_os_error());
     }
+    let fd = RawFd::try_from(fd).map_err(std::io::Error::other)?;
     // SAFETY: just returned to us.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }

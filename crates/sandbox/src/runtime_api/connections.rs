@@ -78,8 +78,8 @@ fn loopback_up() -> Result<()> {
         }
         let s = OwnedFd::from_raw_fd(s);
         let mut ifr: libc::ifreq = std::mem::zeroed();
-        ifr.ifr_name[0] = b'l' as libc::c_char;
-        ifr.ifr_name[1] = b'o' as libc::c_char;
+        ifr.ifr_name[0] = b'l'.cast_signed();
+        ifr.ifr_name[1] = b'o'.cast_signed();
         if libc::ioctl(s.as_raw_fd(), libc::SIOCGIFFLAGS, &mut ifr) != 0 {
             fail!(
                 HostError::Failed,
@@ -87,7 +87,9 @@ fn loopback_up() -> Result<()> {
                 std::io::Error::last_os_error()
             );
         }
-        ifr.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
+        #[allow(clippy::cast_possible_truncation)] // IFF_UP is 1
+        let up = libc::IFF_UP as libc::c_short;
+        ifr.ifr_ifru.ifru_flags |= up;
         if libc::ioctl(s.as_raw_fd(), libc::SIOCSIFFLAGS, &ifr) != 0 {
             fail!(
                 HostError::Failed,
@@ -104,7 +106,7 @@ fn loopback_up() -> Result<()> {
 pub fn is_pending_connection(local: &[u8], peer: &[u8], port: u16) -> bool {
     let v4 = |a: &[u8], p: u16| {
         a.len() >= 8
-            && u16::from_ne_bytes([a[0], a[1]]) == libc::AF_INET as u16
+            && i32::from(u16::from_ne_bytes([a[0], a[1]])) == libc::AF_INET
             && a[2..4] == p.to_be_bytes()
             && a[4..8] == [127, 0, 0, 1]
     };

@@ -367,7 +367,7 @@ impl RuntimeApi {
             if left.is_zero() {
                 return Err(ChannelError::Timeout);
             }
-            let ms = left.as_millis().clamp(1, i32::MAX as u128) as i32;
+            let ms = i32::try_from(left.as_millis()).map_or(i32::MAX, |ms| ms.max(1));
             // SAFETY: poll over our own array of pollfd.
             let n = unsafe { libc::poll(polled.as_mut_ptr(), polled.len() as libc::nfds_t, ms) };
             if n < 0 {
@@ -584,9 +584,12 @@ impl RuntimeApi {
     }
 }
 
+#[allow(clippy::cast_possible_truncation)] // 16 bytes
+const TIMEVAL_LEN: libc::socklen_t = std::mem::size_of::<libc::timeval>() as libc::socklen_t;
+
 fn set_send_timeout(fd: i32, t: Duration) -> std::io::Result<()> {
     let tv = libc::timeval {
-        tv_sec: t.as_secs() as libc::time_t,
+        tv_sec: libc::time_t::try_from(t.as_secs()).map_err(std::io::Error::other)?,
         tv_usec: t.subsec_micros() as libc::suseconds_t,
     };
     // SAFETY: setsockopt reads the timeval we pass.
@@ -596,7 +599,7 @@ fn set_send_timeout(fd: i32, t: Duration) -> std::io::Result<()> {
             libc::SOL_SOCKET,
             libc::SO_SNDTIMEO,
             (&tv as *const libc::timeval).cast(),
-            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+            TIMEVAL_LEN,
         )
     };
     match r {
@@ -659,6 +662,7 @@ fn pidfd_open(pid: i32) -> std::io::Result<OwnedFd> {
     if fd < 0 {
         return Err(std::io::Error::last_os_error());
     }
+    let fd = i32::try_from(fd).map_err(std::io::Error::other)?;
     // SAFETY: just returned to us.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }

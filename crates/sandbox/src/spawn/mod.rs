@@ -88,13 +88,13 @@ const STEPS: &[&str] = &[
     "configuring the egress interface",
     "joining its cgroups",
 ];
-const STEP_CODE: usize = 15;
-const STEP_SHM: usize = 16;
-const STEP_EGRESS: usize = 17;
-const STEP_CGROUPS: usize = 18;
+const STEP_CODE: u32 = 15;
+const STEP_SHM: u32 = 16;
+const STEP_EGRESS: u32 = 17;
+const STEP_CGROUPS: u32 = 18;
 
 /// Index of the setsid step in [`STEPS`].
-const STEP_SETSID: usize = 14;
+const STEP_SETSID: u32 = 14;
 
 struct Prepared {
     root: CString,
@@ -373,10 +373,10 @@ fn read_full(fd: RawFd, buf: &mut [u8]) -> usize {
         if n < 0 && Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
             continue;
         }
-        if n <= 0 {
+        let Ok(n @ 1..) = usize::try_from(n) else {
             break;
-        }
-        got += n as usize;
+        };
+        got += n;
     }
     got
 }
@@ -387,7 +387,7 @@ pub fn kill_and_reap(pid: i32) {
     unsafe {
         // taken first: a child of a zygote template is not ours to reap, but
         // it stays a zombie (its pid held) until the template reaps it
-        let pidfd = libc::syscall(libc::SYS_pidfd_open, pid, 0) as RawFd;
+        let pidfd = RawFd::try_from(libc::syscall(libc::SYS_pidfd_open, pid, 0)).unwrap_or(-1);
         libc::kill(pid, libc::SIGKILL);
         let mut st = 0;
         let mut r = libc::waitpid(pid, &mut st, libc::__WALL);
@@ -484,7 +484,7 @@ fn child(p: &Prepared, go_r: Option<RawFd>, err_w: RawFd) -> ! {
     // clone; no allocation, no locks, as required between clone and exec.
     unsafe {
         let mut err_fd = err_w;
-        let fail = |fd: RawFd, step: usize| -> ! { fail_step(fd, step) };
+        let fail = |fd: RawFd, step: u32| -> ! { fail_step(fd, step) };
         let mut b = 0u8;
         if go_r.is_some_and(|r| libc::read(r, (&mut b as *mut u8).cast(), 1) != 1) {
             fail(err_fd, 0);
@@ -547,6 +547,7 @@ fn child(p: &Prepared, go_r: Option<RawFd>, err_w: RawFd) -> ! {
             }
         }
         let max_target = p.fds.iter().map(|&(_, t)| t).max().unwrap_or(2);
+        #[allow(clippy::cast_sign_loss)] // descriptor numbers: dup2 above took each one
         libc::syscall(
             libc::SYS_close_range,
             (max_target + 1) as u32,
@@ -554,7 +555,12 @@ fn child(p: &Prepared, go_r: Option<RawFd>, err_w: RawFd) -> ! {
             0u32,
         );
         let keep_to = if p.memfd.is_some() { EXEC_FD } else { ERR_FD };
-        libc::syscall(libc::SYS_close_range, (keep_to + 1) as u32, u32::MAX, 0u32);
+        libc::syscall(
+            libc::SYS_close_range,
+            keep_to.unsigned_abs() + 1,
+            u32::MAX,
+            0u32,
+        );
 
         // filesystem: read-only root, private /tmp, minimal /dev
         let null = std::ptr::null::<libc::c_char>();
@@ -662,12 +668,14 @@ fn child(p: &Prepared, go_r: Option<RawFd>, err_w: RawFd) -> ! {
             fail(err_fd, 9);
         }
         let mut ifr: libc::ifreq = std::mem::zeroed();
-        ifr.ifr_name[0] = b'l' as libc::c_char;
-        ifr.ifr_name[1] = b'o' as libc::c_char;
+        ifr.ifr_name[0] = b'l'.cast_signed();
+        ifr.ifr_name[1] = b'o'.cast_signed();
         if libc::ioctl(s, libc::SIOCGIFFLAGS, &mut ifr) != 0 {
             fail(err_fd, 9);
         }
-        ifr.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
+        #[allow(clippy::cast_possible_truncation)] // IFF_UP is 1
+        let up = libc::IFF_UP as libc::c_short;
+        ifr.ifr_ifru.ifru_flags |= up;
         if libc::ioctl(s, libc::SIOCSIFFLAGS, &ifr) != 0 {
             fail(err_fd, 9);
         }
@@ -706,8 +714,11 @@ fn child(p: &Prepared, go_r: Option<RawFd>, err_w: RawFd) -> ! {
             if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
                 fail(err_fd, 12);
             }
+            let Ok(len) = u16::try_from(p.filter.len()) else {
+                fail(err_fd, 12);
+            };
             let prog = libc::sock_fprog {
-                len: p.filter.len() as u16,
+                len,
                 filter: p.filter.as_ptr() as *mut libc::sock_filter,
             };
             if libc::syscall(
@@ -753,10 +764,10 @@ fn child(p: &Prepared, go_r: Option<RawFd>, err_w: RawFd) -> ! {
 ///
 /// # Safety
 /// Only in the child, between clone and exec.
-unsafe fn fail_step(fd: RawFd, step: usize) -> ! {
+unsafe fn fail_step(fd: RawFd, step: u32) -> ! {
     let errno = *libc::__errno_location();
     let mut rep = [0u8; 8];
-    rep[0..4].copy_from_slice(&(step as u32).to_le_bytes());
+    rep[0..4].copy_from_slice(&step.to_le_bytes());
     rep[4..8].copy_from_slice(&errno.to_le_bytes());
     libc::write(fd, rep.as_ptr().cast(), 8);
     libc::_exit(127);

@@ -31,8 +31,10 @@ struct In6Rtmsg {
 }
 
 pub(super) fn sockaddr(a: std::net::Ipv4Addr) -> libc::sockaddr_in {
+    #[allow(clippy::cast_possible_truncation)] // AF_INET is 2
+    const FAMILY: libc::sa_family_t = libc::AF_INET as libc::sa_family_t;
     libc::sockaddr_in {
-        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_family: FAMILY,
         sin_port: 0,
         sin_addr: libc::in_addr {
             s_addr: u32::from_ne_bytes(a.octets()),
@@ -59,7 +61,7 @@ pub(super) unsafe fn configure_egress(
     let host_mask = sockaddr(std::net::Ipv4Addr::BROADCAST);
     let mut ifr: libc::ifreq = std::mem::zeroed();
     for (i, b) in thaw_egress::SANDBOX_IF.bytes().enumerate() {
-        ifr.ifr_name[i] = b as libc::c_char;
+        ifr.ifr_name[i] = b.cast_signed();
     }
     ifr.ifr_ifru.ifru_addr = as_sockaddr(addr);
     if libc::ioctl(s, libc::SIOCSIFADDR, &ifr) != 0 {
@@ -72,13 +74,15 @@ pub(super) unsafe fn configure_egress(
     if libc::ioctl(s, libc::SIOCGIFFLAGS, &mut ifr) != 0 {
         fail();
     }
-    ifr.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
+    #[allow(clippy::cast_possible_truncation)] // IFF_UP is 1
+    let up = libc::IFF_UP as libc::c_short;
+    ifr.ifr_ifru.ifru_flags |= up;
     if libc::ioctl(s, libc::SIOCSIFFLAGS, &ifr) != 0 {
         fail();
     }
     let mut dev = [0 as libc::c_char; 16];
     for (i, b) in thaw_egress::SANDBOX_IF.bytes().enumerate() {
-        dev[i] = b as libc::c_char;
+        dev[i] = b.cast_signed();
     }
     let any = sockaddr(std::net::Ipv4Addr::UNSPECIFIED);
     let mut to_gateway: libc::rtentry = std::mem::zeroed();
@@ -110,7 +114,7 @@ pub(super) unsafe fn configure_egress6(s: RawFd, n6: &Net6, err_fd: RawFd) {
     let fail = || -> ! { fail_step(err_fd, STEP_EGRESS) };
     let mut ifr: libc::ifreq = std::mem::zeroed();
     for (i, b) in thaw_egress::SANDBOX_IF.bytes().enumerate() {
-        ifr.ifr_name[i] = b as libc::c_char;
+        ifr.ifr_name[i] = b.cast_signed();
     }
     if libc::ioctl(s, libc::SIOCGIFINDEX, &mut ifr) != 0 {
         fail();

@@ -315,7 +315,7 @@ fn take(
         let t = std::time::Instant::now();
         let (role, reason) = match crate::shared::publish(app, &key, &snap) {
             Ok(true) => {
-                tracing::info!(function = %rec.name, key = %key, ms = t.elapsed().as_millis() as u64, "published the snapshot for other nodes");
+                tracing::info!(function = %rec.name, key = %key, ms = u64::try_from(t.elapsed().as_millis()).unwrap_or(u64::MAX), "published the snapshot for other nodes");
                 (Role::Published, None)
             }
             Ok(false) => (

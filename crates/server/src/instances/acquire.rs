@@ -65,7 +65,7 @@ impl Instances {
                     self.wait_for_memory(&mut st, &name)?
                 } else if warm_ok || live < cap {
                     let mut out = Vec::new();
-                    let mem = v.rec.memory_mb as u32;
+                    let mem = u32::try_from(v.rec.memory_mb).unwrap_or(u32::MAX);
                     let now = self.now();
                     // a prewarm never gives idle instances up for RAM that
                     // running ones hold: it is made ahead of any need
@@ -120,7 +120,7 @@ impl Instances {
                         return Err(Refusal::AtCap);
                     }
                     let fp = st.fns.get_mut(&name).expect("entry made above");
-                    if fp.waiters.len() as u32 >= self.queue_cap {
+                    if fp.waiters.len() >= self.queue_cap as usize {
                         return Err(Refusal::QueueFull);
                     }
                     let (tx, rx) = oneshot::channel();
@@ -338,7 +338,7 @@ impl Instances {
             + (st.memory_waiters.iter())
                 .filter(|(f, w)| f == name && !w.is_closed())
                 .count();
-        if waiting as u32 >= self.queue_cap {
+        if waiting >= self.queue_cap as usize {
             return Err(Refusal::QueueFull);
         }
         let (tx, rx) = oneshot::channel();

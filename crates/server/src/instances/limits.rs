@@ -71,5 +71,5 @@ pub(super) fn node_cap(configured: u32, nofile: u64) -> (u32, String) {
         .into_iter()
         .min_by_key(|b| b.0)
         .expect("three bounds");
-    (n.clamp(1, u32::MAX as u64) as u32, why)
+    (u32::try_from(n).unwrap_or(u32::MAX).max(1), why)
 }

@@ -67,7 +67,9 @@ impl Charge {
     pub(super) fn set(&mut self, private_bytes: u64) {
         // to the nearest MiB (the policy counts in MiB): most instances
         // hold a little over one
-        let mb = ((private_bytes + (1 << 19)) >> 20).clamp(1, u32::MAX as u64) as u32;
+        let mb = u32::try_from((private_bytes + (1 << 19)) >> 20)
+            .unwrap_or(u32::MAX)
+            .max(1);
         if self.mb != Some(mb) {
             self.mb = Some(mb);
             if let Some(instances) = self.instances.upgrade() {
@@ -127,7 +129,7 @@ impl Instances {
         let mut st = lock(&self.state);
         let fid = fn_id(&mut st, DEPLOYS);
         let mut out = Vec::new();
-        let mem = memory_mb.min(u32::MAX as u64) as u32;
+        let mem = u32::try_from(memory_mb).unwrap_or(u32::MAX);
         let outcome = st
             .engine
             .arrive_skipping_warm(self.now(), fid, mem, &mut out);

@@ -218,7 +218,7 @@ impl Instances {
     }
 
     fn now(&self) -> u64 {
-        self.epoch.elapsed().as_micros() as u64
+        u64::try_from(self.epoch.elapsed().as_micros()).unwrap_or(u64::MAX)
     }
 
     /// Stops giving out instances; idle ones go.
@@ -274,7 +274,7 @@ impl Instances {
             self.metrics
                 .memory
                 .get_or_create(&crate::metrics::TierLabel { tier: tier.into() })
-                .set(bytes as i64)
+                .set(i64::try_from(bytes).unwrap_or(i64::MAX))
         };
         let (resident, private) = {
             let m = self.measured.lock().unwrap_or_else(|p| p.into_inner());
@@ -359,6 +359,7 @@ fn fn_id(st: &mut State, name: &str) -> FnId {
     if let Some(&f) = st.fn_ids.get(name) {
         return f;
     }
+    #[allow(clippy::cast_possible_truncation)] // functions deployed number far below 2^32
     let f = FnId(st.fn_names.len() as u32);
     st.fn_ids.insert(name.to_string(), f);
     st.fn_names.push(name.to_string());

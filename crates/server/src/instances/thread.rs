@@ -244,7 +244,7 @@ pub(super) fn instance_thread(
                 instance: name.clone(),
                 unix_ms: std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_millis() as u64),
+                    .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
                 output,
                 truncated,
                 net_in_bytes: net.map(|d| d.0),

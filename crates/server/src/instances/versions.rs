@@ -21,11 +21,9 @@ impl Instances {
         st.fns.entry(name.to_string()).or_default().version = v.rec.version;
         self.drop_idle_of(&mut st, name, |old| old != v.rec.version);
         let placed = v.placed();
-        let mb = v
-            .rec
-            .snapshot
-            .as_ref()
-            .map_or(0, |s| s.size_bytes.div_ceil(1 << 20) as u32);
+        let mb = v.rec.snapshot.as_ref().map_or(0, |s| {
+            u32::try_from(s.size_bytes.div_ceil(1 << 20)).unwrap_or(u32::MAX)
+        });
         let level = placed.as_ref().map(|p| level_of(&self.tiers, &p.tier));
         match &placed {
             Some(p) => st

@@ -175,9 +175,11 @@ fn log_tail(c: &Called, version: &str) -> String {
         }
     }
     let exec = c.exec_ms();
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // floats saturate
+    let billed = exec.ceil() as u64;
     log += &format!(
         "END RequestId: {id}\nREPORT RequestId: {id}\tDuration: {exec:.2} ms\tBilled Duration: {} ms\tMemory Size: {} MB\n",
-        exec.ceil() as u64,
+        billed,
         c.v.rec.memory_mb
     );
     let bytes = log.as_bytes();
@@ -314,7 +316,7 @@ fn note(l: &Lambda, native: &str, id: &str, outcome: &str, text: String) {
         instance: "lambda-async".into(),
         unix_ms: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64),
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
         output: format!("asynchronous invocation {id}: {text}\n"),
         truncated: false,
         net_in_bytes: None,

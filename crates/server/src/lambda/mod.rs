@@ -119,13 +119,14 @@ async fn authenticate(
         ))
         .into_response();
     }
-    let bytes: Bytes = match axum::body::to_bytes(body, max as usize).await {
-        Ok(b) => b,
-        Err(_) => {
-            return LambdaError::too_large(format!("Request must be smaller than {max} bytes"))
-                .into_response()
-        }
-    };
+    let bytes: Bytes =
+        match axum::body::to_bytes(body, usize::try_from(max).unwrap_or(usize::MAX)).await {
+            Ok(b) => b,
+            Err(_) => {
+                return LambdaError::too_large(format!("Request must be smaller than {max} bytes"))
+                    .into_response()
+            }
+        };
     let signed = sigv4::Signed {
         method: parts.method.as_str(),
         path: parts.uri.path(),

@@ -288,7 +288,7 @@ pub fn decode(s: &str) -> String {
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
-        let hexval = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
+        let hexval = |c: u8| (c as char).to_digit(16).and_then(|d| u8::try_from(d).ok());
         if b[i] == b'%' && i + 2 < b.len() {
             if let (Some(h), Some(l)) = (hexval(b[i + 1]), hexval(b[i + 2])) {
                 out.push(h << 4 | l);
@@ -327,8 +327,9 @@ fn parse_stamp(s: &str) -> Option<SystemTime> {
     if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || se > 60 {
         return None;
     }
-    let days = days_from_civil(y as i64, mo as i64, d as i64);
-    let secs = days.checked_mul(86400)? + (h * 3600 + mi * 60 + se) as i64;
+    let int = |v: u64| i64::try_from(v).ok();
+    let days = days_from_civil(int(y)?, int(mo)?, int(d)?);
+    let secs = days.checked_mul(86400)? + int(h * 3600 + mi * 60 + se)?;
     Some(UNIX_EPOCH + Duration::from_secs(u64::try_from(secs).ok()?))
 }
 
@@ -346,6 +347,7 @@ pub fn format_iso(t: SystemTime) -> String {
 
 fn civil(t: SystemTime) -> (i64, i64, i64, u64, u64, u64) {
     let secs = t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    #[allow(clippy::cast_possible_wrap)] // u64 seconds / 86400 < 2^48
     let (days, rem) = ((secs / 86400) as i64, secs % 86400);
     // Howard Hinnant's days-to-civil algorithm
     let z = days + 719_468;

@@ -379,7 +379,7 @@ impl Peers {
         Ok(Retrieved {
             fd: thaw_xdt::memfd::reopen_read_only(&fd)?,
             size,
-            remaining: remaining.min(u32::MAX as u64) as u32,
+            remaining: u32::try_from(remaining).unwrap_or(u32::MAX),
         })
     }
 }
@@ -538,7 +538,8 @@ fn serve_pull(
         .ok_or_else(|| XdtError::BadRequest("the pull request needs \"max_bytes\"".into()))?;
     // the same checks as a local get, for the consumer's owner and size
     let got = host.table().get(owner, token, max_bytes, now_ms())?;
-    let len = got.size as usize;
+    let len = usize::try_from(got.size)
+        .map_err(|_| XdtError::TooLarge(format!("an object of {} bytes", got.size)))?;
     let data = if len == 0 {
         Bytes::new()
     } else {

@@ -32,7 +32,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use thaw_error::fail;
 use thaw_error::{BoxError, ResultExt};
-use thaw_memory::{PageSource, Region};
+use thaw_memory::{usize_of, PageSource, Region};
 use thaw_restore::{Arriving, Streamed};
 use thaw_store::Snapshot;
 
@@ -143,7 +143,7 @@ impl Shared {
     /// failed, or the deadline passed.
     fn wait_for(&self, i: u64) -> Result<()> {
         let mut p = self.lock();
-        if p.arrived.get(i as usize).copied().unwrap_or(true) {
+        if p.arrived.get(usize_of(i)).copied().unwrap_or(true) {
             return Ok(());
         }
         let pre_brings = p.pre_pending && self.before.binary_search(&i).is_ok();
@@ -155,7 +155,7 @@ impl Shared {
         self.wait(p, &format!("chunk {i} of {}", self.what), |p| {
             match &p.failed {
                 Some(e) => fail!(TiersError::Failed, "{e}"),
-                None => Ok(p.arrived[i as usize]),
+                None => Ok(p.arrived[usize_of(i)]),
             }
         })
     }
@@ -403,8 +403,8 @@ impl Stream {
         let chunks = if image_len == 0 { 0 } else { header.chunks() };
         let shared = Arc::new(Shared {
             p: Mutex::new(Progress {
-                arrived: vec![false; chunks as usize],
-                taken: vec![false; chunks as usize],
+                arrived: vec![false; usize_of(chunks)],
+                taken: vec![false; usize_of(chunks)],
                 left: chunks,
                 pre_pending: true,
                 background,
@@ -580,7 +580,7 @@ impl Fetch {
             match res {
                 Ok(()) => {
                     for c in a..b {
-                        p.arrived[c as usize] = true;
+                        p.arrived[usize_of(c)] = true;
                     }
                     p.left -= b - a;
                 }
@@ -603,7 +603,7 @@ impl Fetch {
         if p.stop || p.failed.is_some() {
             return None;
         }
-        let free = |p: &Progress, c: u64| !p.arrived[c as usize] && !p.taken[c as usize];
+        let free = |p: &Progress, c: u64| !p.arrived[usize_of(c)] && !p.taken[usize_of(c)];
         let n = p.arrived.len() as u64;
         let batch = (BATCH_BYTES / self.shared.chunk).max(1);
         let range = loop {
@@ -649,7 +649,7 @@ impl Fetch {
         };
         let (a, b) = range?;
         for c in a..b {
-            p.taken[c as usize] = true;
+            p.taken[usize_of(c)] = true;
         }
         Some((a, b))
     }
@@ -666,8 +666,8 @@ impl Fetch {
         }
         let mut p = self.shared.lock();
         for &i in &self.shared.before {
-            if !p.arrived[i as usize] {
-                p.arrived[i as usize] = true;
+            if !p.arrived[usize_of(i)] {
+                p.arrived[usize_of(i)] = true;
                 p.left -= 1;
             }
         }

@@ -4,6 +4,7 @@
 use super::WORKING_SET;
 use crate::error::{Result, TiersError};
 use thaw_error::{fail, ResultExt};
+use thaw_memory::usize_of;
 
 /// The image's chunks a restore copies before resume: those holding a
 /// file-backed region's saved (private) pages, and the saved files of
@@ -34,7 +35,7 @@ pub fn restorer_chunks(
 
 /// Bytes of chunk `i` of an image of `len` bytes.
 pub(super) fn chunk_len(i: u64, chunk: u64, len: u64) -> usize {
-    (len.min((i + 1) * chunk) - (i * chunk).min(len)) as usize
+    usize_of(len.min((i + 1) * chunk) - (i * chunk).min(len))
 }
 
 /// [`FIRST_PACK`]'s plaintext, each length little-endian in front of what
@@ -62,7 +63,7 @@ pub fn first_pack(
     put(&list);
     let mut data = Vec::new();
     for &c in chunks {
-        let s = (c * chunk) as usize;
+        let s = usize_of(c * chunk);
         data.extend_from_slice(&image[s..s + chunk_len(c, chunk, image.len() as u64)]);
     }
     put(&data);
