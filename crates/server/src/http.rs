@@ -409,9 +409,7 @@ async fn get_fn(
 ) -> Result<Json<Value>, ApiError> {
     let v = lookup(&app, &name)?;
     let mut out = describe(&v, &app.instances);
-    out["calibration"] = json!(crate::calibration::report(&app.calibrations, &v, || {
-        crate::deploy::tier_options(&app).ok()
-    }));
+    out["calibration"] = json!(crate::calibration::of(&app, &v));
     Ok(Json(out))
 }
 
