@@ -56,7 +56,9 @@ fn profile_of(name: &str, p: &Value) -> Option<FunctionProfile> {
 /// What `GET /v1/functions/NAME` shows as `calibration` for `v` (see
 /// [`report`]), against the daemon's tiers now.
 pub fn of(app: &crate::App, v: &FnVersion) -> Option<Value> {
-    report(&app.calibrations, v, || crate::deploy::tier_options(app).ok())
+    report(&app.calibrations, v, || {
+        crate::deploy::tier_options(app).ok()
+    })
 }
 
 /// `v`'s estimates beside its measured cold starts on the tier it runs
