@@ -722,6 +722,29 @@ impl Cri {
         Ok(id)
     }
 
+    /// The IP of a ready pod sandbox labelled `key=value`, if there is one
+    /// (one call on the gRPC connection after [`Cri::use_grpc`], no process;
+    /// else crictl).
+    pub fn ready_pod_ip(&self, key: &str, value: &str) -> Result<Option<String>> {
+        let id = match &self.grpc {
+            // ListPodSandboxRequest.filter: state SANDBOX_READY (0: an empty
+            // value, present) and the label; the answer's items[].id
+            Some(g) => {
+                let filter = Msg::default().msg(2, &Msg::default()).entry(3, key, value);
+                g.call_for_string("ListPodSandbox", &Msg::default().msg(1, &filter), &[1, 1])?
+            }
+            None => {
+                let label = format!("{key}={value}");
+                let ids = self.run(&["pods", "--label", &label, "--state", "ready", "-q"])?;
+                ids.lines().next().unwrap_or_default().to_string()
+            }
+        };
+        if id.is_empty() {
+            return Ok(None);
+        }
+        self.pod_ip(&id).map(Some)
+    }
+
     pub fn pod_ip(&self, pod: &str) -> Result<String> {
         if let Some(g) = &self.grpc {
             // PodSandboxStatusResponse.status.network.ip
