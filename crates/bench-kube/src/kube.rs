@@ -21,7 +21,9 @@
 //! service account token volume pods get by default (the runc pod also the
 //! runtime root's directories): the kubelet starts no pod with volumes
 //! before its volume manager saw them mounted, which it polls for every
-//! 300 ms, so each pod kind waits the same.
+//! 300 ms, so each pod kind waits the same. With `no_volumes` the measured
+//! pods have none (no token; the runc pod's image holds the runtime root),
+//! so none waits.
 use crate::cri::{self, Images, Node};
 use crate::error::{BenchKubeError, Result};
 use serde::Serialize;
@@ -46,6 +48,9 @@ pub struct Options {
     pub function: String,
     /// timed starts per variant
     pub runs: usize,
+    /// the measured pods mount no volume: no service account token, and
+    /// the runc pod's image holds the runtime root instead of its mounts
+    pub no_volumes: bool,
     /// pods scaled up at once for the density part (0 skips it)
     pub pods: usize,
     /// functions those pods run, one Deployment each (`pods` a multiple)
@@ -120,6 +125,8 @@ pub struct PodStarts {
 pub struct Report {
     #[serde(flatten)]
     pub run: RunInfo,
+    /// the measured pods mounted no volume (`--no-volumes`)
+    pub no_volumes: bool,
     pub floor: PodStarts,
     pub runc: PodStarts,
     pub thaw: PodStarts,
@@ -263,13 +270,15 @@ fn import_floor(n: &Node, base: &Path) -> Result<()> {
 
 /// How a measured Deployment's pods run.
 #[derive(Clone, Copy)]
-pub(crate) enum Kind {
+pub(crate) enum Kind<'a> {
     /// runc, the runtime root's directories mounted read-only
     Runc,
     /// the thaw RuntimeClass
     Thaw,
     /// runc, the image alone
     Plain,
+    /// runc, an image holding the runtime root, run as it says
+    Rooted(&'a cri::RootedRunc),
 }
 
 /// Applies the Deployment `app` of `image` at 0 replicas.
@@ -277,8 +286,8 @@ fn deploy(n: &Node, k: &Cluster, app: &str, image: &str, kind: Kind) -> Result<(
     deploy_placed(n, k, app, image, kind, json!({}))
 }
 
-/// [`deploy`], with `placement`'s fields (`nodeSelector`, `affinity`)
-/// added to the pod's spec.
+/// [`deploy`], with `placement`'s fields (`nodeSelector`, `affinity`,
+/// `automountServiceAccountToken`) added to the pod's spec.
 pub(crate) fn deploy_placed(
     n: &Node,
     k: &Cluster,
@@ -299,6 +308,12 @@ pub(crate) fn deploy_placed(
     let mut annotations = json!({});
     match kind {
         Kind::Plain => {}
+        Kind::Rooted(r) => {
+            let c = &mut pod["containers"][0];
+            c["command"] = json!(r.command);
+            let env = c["env"].as_array_mut().expect("an env list");
+            env.extend(r.env.iter().map(|(k, v)| json!({"name": k, "value": v})));
+        }
         Kind::Thaw => {
             pod["runtimeClassName"] = json!("thaw");
             annotations = json!({"dev.thaw.memory-mb": "256"});
@@ -339,9 +354,21 @@ pub(crate) fn deploy_placed(
 
 /// The three Deployments (0 replicas), then the interleaved starts.
 fn measure(o: &Options, n: &Node, k: &Cluster, img: &Images) -> Result<Report> {
-    deploy(n, k, "floor", FLOOR_IMAGE, Kind::Plain)?;
-    deploy(n, k, "fn-runc", &img.runc, Kind::Runc)?;
-    deploy(n, k, "fn-thaw", &img.thaw, Kind::Thaw)?;
+    if o.no_volumes {
+        // the kubelet starts a pod with a volume only once its volume
+        // manager saw it mounted, polling every 300 ms: none here
+        let none = json!({"automountServiceAccountToken": false});
+        let cache = o.runtime_home.join("images");
+        let rooted = cri::build_rooted_runc(n, n.root, &o.function, &cache)?;
+        deploy_placed(n, k, "floor", FLOOR_IMAGE, Kind::Plain, none.clone())?;
+        let runc = Kind::Rooted(&rooted);
+        deploy_placed(n, k, "fn-runc", &rooted.image, runc, none.clone())?;
+        deploy_placed(n, k, "fn-thaw", &img.thaw, Kind::Thaw, none)?;
+    } else {
+        deploy(n, k, "floor", FLOOR_IMAGE, Kind::Plain)?;
+        deploy(n, k, "fn-runc", &img.runc, Kind::Runc)?;
+        deploy(n, k, "fn-thaw", &img.thaw, Kind::Thaw)?;
+    }
     let variants = [
         Variant {
             app: "floor".into(),
@@ -374,6 +401,7 @@ fn measure(o: &Options, n: &Node, k: &Cluster, img: &Images) -> Result<Report> {
     let (floor, runc, thaw) = (floor?, runc?, thaw?);
     Ok(Report {
         run: RunInfo::of(k, &o.function)?,
+        no_volumes: o.no_volumes,
         thaw_over_floor_median: thaw.answer.median / floor.answer.median,
         runc_over_thaw_median: runc.answer.median / thaw.answer.median,
         api_thaw_over_floor_median: thaw.api_answer.median / floor.api_answer.median,
@@ -662,14 +690,19 @@ pub fn markdown(r: &Report) -> String {
         )
     };
     let mut out = format!(
-        "Pod start through the kubelet (Kubernetes {}): the Deployment's scale set to 1 (one API request) to the first HTTP answer through the pod IP, ms from the request ({} CPUs, load {:.2} -> {:.2}). \
+        "Pod start through the kubelet (Kubernetes {}): the Deployment's scale set to 1 (one API request) to the first HTTP answer through the pod IP, ms from the request ({} CPUs, load {:.2} -> {:.2}); {}. \
          Answer: the IP from the node's CRI once the sandbox is ready; API: the IP as a watch through the API server saw it (the kubelet's status report), and the answer to a request sent then.\n\n\
          | pod | n | answer min / median / p99 | scale answered (median) | sandbox ready in the CRI (median) | IP in the API (median) | answer via the API's IP min / median / p99 | first (warm-up) |\n\
          |---|---|---|---|---|---|---|---|\n",
         r.run.kubernetes,
         r.run.cpus,
         r.run.loadavg_1m_start,
-        r.run.loadavg_1m_end
+        r.run.loadavg_1m_end,
+        if r.no_volumes {
+            "no pod mounts a volume (no service account token; the runc pod's image holds the runtime root)"
+        } else {
+            "every pod mounts the service account token (the runc pod also the runtime root's directories)"
+        }
     );
     out += &row("floor (runc, static HTTP binary)", &r.floor);
     out += &row(&format!("{} on runc", r.run.function), &r.runc);
@@ -732,6 +765,7 @@ mod tests {
             shim_dir: shim_dir.to_path_buf(),
             function: "lr_serving".into(),
             runs,
+            no_volumes: false,
             pods: 0,
             pod_functions: 8,
         }
@@ -763,6 +797,7 @@ mod tests {
         };
         let r = Report {
             run: RunInfo::sample(),
+            no_volumes: true,
             floor: kind(1.0, 400.0, 1300.0),
             runc: kind(2.0, 1200.0, 1400.0),
             thaw: kind(3.0, 300.0, 1290.0),
@@ -777,6 +812,7 @@ mod tests {
             md.contains("to the first HTTP answer through the pod IP"),
             "{md}"
         );
+        assert!(md.contains("no pod mounts a volume"), "{md}");
         assert!(
             md.contains("| lr_serving on thaw | 10 | 290 / 300 / 350 | 20 | 270 | 1285 | 1280 / 1290 / 1340 | 3 |"),
             "{md}"

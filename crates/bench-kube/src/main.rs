@@ -122,6 +122,12 @@ struct BenchKubeArgs {
     /// Timed starts per pod kind (after one warm-up start each)
     #[arg(long, default_value_t = 10)]
     runs: usize,
+    /// The measured pods mount no volume: no service account token (as
+    /// `automountServiceAccountToken: false`), and the runc pod's image
+    /// holds the runtime root (`thaw image build`'s base layer) instead of
+    /// mounting its directories; by default every pod has the token
+    #[arg(long)]
+    no_volumes: bool,
     /// Pods scaled up at once for the density part, a multiple of
     /// --pod-functions (0 skips it)
     #[arg(long, default_value_t = 32)]
@@ -132,7 +138,7 @@ struct BenchKubeArgs {
     /// Two nodes sharing snapshots through the remote tier instead: a pod
     /// on the node that never saw the function vs that node's next pod,
     /// and the preferred node affinity on the snapshot labels vs none
-    /// (--runs of each; --pods and --pod-functions do not apply)
+    /// (--runs of each; --no-volumes, --pods and --pod-functions do not apply)
     #[arg(long)]
     two_nodes: bool,
     /// Write the report as JSON here
@@ -160,6 +166,7 @@ fn bench_kube(home: &Path, a: BenchKubeArgs) -> Result<()> {
         shim_dir: shim_dir()?,
         function: a.function,
         runs: a.runs,
+        no_volumes: a.no_volumes,
         pods: a.pods,
         pod_functions: a.pod_functions,
     };
