@@ -239,10 +239,12 @@ impl Cluster {
         let mut answer = String::new();
         s.read_to_string(&mut answer)?;
         if !answer.starts_with("HTTP/1.1 200") {
+            let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+            let status = head.lines().next().unwrap_or("no answer");
             fail!(
                 HarnessError::Failed,
-                "scaling {deployment} to {replicas}: {}",
-                tail(&answer, 20)
+                "scaling {deployment} to {replicas}: {status}: {}",
+                body.trim()
             );
         }
         Ok(())
