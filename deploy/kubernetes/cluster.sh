@@ -16,7 +16,8 @@
 #                       runs in; the cluster's addresses exist only there
 #   --containerd SOCKET containerd's socket, its CRI plugin with the thaw
 #                       runtime (deploy/kubernetes/containerd-thaw.toml) and
-#                       a CNI configuration
+#                       a CNI configuration (each pod's default route its
+#                       bridge, or pods answer no other node)
 #   --dir DIR           an empty directory for the cluster (kept; its files
 #                       and mounts are removed at the end)
 #   --pod-cidr CIDR     every node's pods' addresses (each node's CNI
@@ -26,9 +27,8 @@
 #                       keeps the node's snapshot.thaw.dev/ labels current
 #   --node NETNS,CONTAINERD,POD_CIDR[,THAW_SOCKET]
 #                       one more node: its containerd's namespace and socket,
-#                       its CNI subnet (routed to it from the first node,
-#                       though pod traffic across nodes does not get through
-#                       yet) and its daemon, as above
+#                       its CNI subnet (routed to it from the first node)
+#                       and its daemon, as above
 #
 # Node N (1, 2, ...) is thaw-node-PID (the first) or thaw-node-PID-N at
 # 10.201.0.N: the first node's address is on a veth inside its namespace,

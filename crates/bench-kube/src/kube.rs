@@ -5,11 +5,15 @@
 //! same function on runc (a fresh Python behind a small HTTP server, as
 //! `thaw bench cri` runs it), and the floor, a runc pod of a static binary
 //! that answers HTTP at once (containerd's and the kubelet's own work for
-//! a pod, with nothing of a runtime's). One start is `kubectl scale
-//! --replicas=1` until the first HTTP answer through the pod's IP (the IP
-//! as a watch of the pod reports it), then the Deployment goes back to 0
-//! and the pod is gone (and, for thaw, no idle instance is left, so every
-//! start is a restore). Runs are interleaved, after a warm-up start each
+//! a pod, with nothing of a runtime's). One start is the Deployment's
+//! scale set to 1 (one PATCH through a `kubectl proxy` kept running, as an
+//! autoscaler's request) until the first HTTP answer through the pod's IP,
+//! the IP from the node's CRI as soon as the pod's sandbox is ready (one
+//! gRPC call every 2 ms); beside it, when a watch through the API server
+//! reported the IP (after the kubelet's status report) and the answer to a
+//! request sent then. Then the Deployment goes back to 0 and the pod is
+//! gone (and, for thaw, no idle instance is left, so every start is a
+//! restore). Runs are interleaved, after a warm-up start each
 //! (thaw's first deploys and snapshots the function). Then, with `pods`,
 //! that many pods of `pod_functions` functions (a Deployment each) are
 //! scaled up with one `kubectl scale`, on runc and then on thaw, and each
@@ -17,7 +21,9 @@
 //! service account token volume pods get by default (the runc pod also the
 //! runtime root's directories): the kubelet starts no pod with volumes
 //! before its volume manager saw them mounted, which it polls for every
-//! 300 ms, so each pod kind waits the same.
+//! 300 ms, so each pod kind waits the same. With `no_volumes` the measured
+//! pods have none (no token; the runc pod's image holds the runtime root),
+//! so none waits.
 use crate::cri::{self, Images, Node};
 use crate::error::{BenchKubeError, Result};
 use serde::Serialize;
@@ -26,6 +32,7 @@ use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::AtomicU32;
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 use thaw_bench::stats::Summary;
 use thaw_error::{fail, ResultExt};
@@ -41,24 +48,13 @@ pub struct Options {
     pub function: String,
     /// timed starts per variant
     pub runs: usize,
-    /// where a start learns its pod's IP
-    pub ip_from: IpFrom,
+    /// the measured pods mount no volume: no service account token, and
+    /// the runc pod's image holds the runtime root instead of its mounts
+    pub no_volumes: bool,
     /// pods scaled up at once for the density part (0 skips it)
     pub pods: usize,
     /// functions those pods run, one Deployment each (`pods` a multiple)
     pub pod_functions: usize,
-}
-
-/// Where a start learns its pod's IP.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum IpFrom {
-    /// the node's CRI, once the pod's sandbox is ready (the runtime's
-    /// side: what the kubelet did, without its status reports)
-    Cri,
-    /// a watch of the pod through the API server (what a client or a
-    /// Service's endpoints see: after the kubelet reported the pod's status)
-    Api,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -105,29 +101,44 @@ impl RunInfo {
     }
 }
 
+/// One pod kind's starts, ms from the scale request.
+#[derive(Debug, Clone, Serialize)]
+pub struct PodStarts {
+    /// the warm-up start's first answer (not in the figures)
+    pub first_ms: f64,
+    /// until the API server answered the scale request
+    pub scaled: Summary,
+    /// until the node's CRI had the pod's sandbox ready, with its IP
+    pub cri_ip: Summary,
+    /// until the first answer through that IP: the pod start
+    pub answer: Summary,
+    /// until a watch through the API server saw the pod's IP (the
+    /// kubelet's status report)
+    pub api_ip: Summary,
+    /// until the answer to a request sent once the API server reported the
+    /// IP (and the pod had answered first): what a client that learns the
+    /// IP from the API sees
+    pub api_answer: Summary,
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
     #[serde(flatten)]
     pub run: RunInfo,
-    pub ip_from: IpFrom,
-    /// the warm-up starts (not in the figures), ms
-    pub first_floor_ms: f64,
-    pub first_runc_ms: f64,
-    pub first_thaw_ms: f64,
-    pub floor: Summary,
-    pub runc: Summary,
-    pub thaw: Summary,
-    /// of each start, until the watch saw the pod's IP (the kubelet's
-    /// status reached the API server), ms
-    pub floor_ip: Summary,
-    pub runc_ip: Summary,
-    pub thaw_ip: Summary,
+    /// the measured pods mounted no volume (`--no-volumes`)
+    pub no_volumes: bool,
+    pub floor: PodStarts,
+    pub runc: PodStarts,
+    pub thaw: PodStarts,
     /// `pods` pods of `pod_functions` functions scaled up at once
     pub density: Vec<DensityRow>,
-    /// thaw's median over the floor's
+    /// thaw's median over the floor's (the answers through the CRI's IP)
     pub thaw_over_floor_median: f64,
-    /// runc's median over thaw's
+    /// runc's median over thaw's (the same)
     pub runc_over_thaw_median: f64,
+    /// the same two through the IP the API server reported
+    pub api_thaw_over_floor_median: f64,
+    pub api_runc_over_thaw_median: f64,
 }
 
 const SUBNET: &str = "10.87.0.0/24";
@@ -202,8 +213,11 @@ pub fn run(o: &Options) -> Result<Report> {
         |_, socket| {
             let base = std::env::temp_dir().join(format!("thaw-kube-node-{}", std::process::id()));
             let _ = std::fs::remove_dir_all(&base);
+            let mut cri = Cri::start(&base, socket, &o.shim_dir, SUBNET, &[], "info")?;
+            // the pods' IPs polled over one connection, no crictl process
+            cri.use_grpc()?;
             let n = Node {
-                cri: Cri::start(&base, socket, &o.shim_dir, SUBNET, &[], "info")?,
+                cri,
                 socket,
                 root: &root,
                 pods: AtomicU32::new(0),
@@ -257,13 +271,15 @@ fn import_floor(n: &Node, base: &Path) -> Result<()> {
 
 /// How a measured Deployment's pods run.
 #[derive(Clone, Copy)]
-pub(crate) enum Kind {
+pub(crate) enum Kind<'a> {
     /// runc, the runtime root's directories mounted read-only
     Runc,
     /// the thaw RuntimeClass
     Thaw,
     /// runc, the image alone
     Plain,
+    /// runc, an image holding the runtime root, run as it says
+    Rooted(&'a cri::RootedRunc),
 }
 
 /// Applies the Deployment `app` of `image` at 0 replicas.
@@ -271,8 +287,8 @@ fn deploy(n: &Node, k: &Cluster, app: &str, image: &str, kind: Kind) -> Result<(
     deploy_placed(n, k, app, image, kind, json!({}))
 }
 
-/// [`deploy`], with `placement`'s fields (`nodeSelector`, `affinity`)
-/// added to the pod's spec.
+/// [`deploy`], with `placement`'s fields (`nodeSelector`, `affinity`,
+/// `automountServiceAccountToken`) added to the pod's spec.
 pub(crate) fn deploy_placed(
     n: &Node,
     k: &Cluster,
@@ -293,6 +309,12 @@ pub(crate) fn deploy_placed(
     let mut annotations = json!({});
     match kind {
         Kind::Plain => {}
+        Kind::Rooted(r) => {
+            let c = &mut pod["containers"][0];
+            c["command"] = json!(r.command);
+            let env = c["env"].as_array_mut().expect("an env list");
+            env.extend(r.env.iter().map(|(k, v)| json!({"name": k, "value": v})));
+        }
         Kind::Thaw => {
             pod["runtimeClassName"] = json!("thaw");
             annotations = json!({"dev.thaw.memory-mb": "256"});
@@ -333,9 +355,21 @@ pub(crate) fn deploy_placed(
 
 /// The three Deployments (0 replicas), then the interleaved starts.
 fn measure(o: &Options, n: &Node, k: &Cluster, img: &Images) -> Result<Report> {
-    deploy(n, k, "floor", FLOOR_IMAGE, Kind::Plain)?;
-    deploy(n, k, "fn-runc", &img.runc, Kind::Runc)?;
-    deploy(n, k, "fn-thaw", &img.thaw, Kind::Thaw)?;
+    if o.no_volumes {
+        // the kubelet starts a pod with a volume only once its volume
+        // manager saw it mounted, polling every 300 ms: none here
+        let none = json!({"automountServiceAccountToken": false});
+        let cache = o.runtime_home.join("images");
+        let rooted = cri::build_rooted_runc(n, n.root, &o.function, &cache)?;
+        deploy_placed(n, k, "floor", FLOOR_IMAGE, Kind::Plain, none.clone())?;
+        let runc = Kind::Rooted(&rooted);
+        deploy_placed(n, k, "fn-runc", &rooted.image, runc, none.clone())?;
+        deploy_placed(n, k, "fn-thaw", &img.thaw, Kind::Thaw, none)?;
+    } else {
+        deploy(n, k, "floor", FLOOR_IMAGE, Kind::Plain)?;
+        deploy(n, k, "fn-runc", &img.runc, Kind::Runc)?;
+        deploy(n, k, "fn-thaw", &img.thaw, Kind::Thaw)?;
+    }
     let variants = [
         Variant {
             app: "floor".into(),
@@ -353,40 +387,43 @@ fn measure(o: &Options, n: &Node, k: &Cluster, img: &Images) -> Result<Report> {
     let mut first = [0.0; 3];
     for (i, v) in variants.iter().enumerate() {
         eprintln!("thaw bench kube: warm-up start of {}", v.app);
-        first[i] = start(&[n], k, v, o.ip_from)?.ms;
+        first[i] = start(&[n], k, v)?.ms;
     }
-    let mut ms: [Vec<f64>; 3] = Default::default();
-    let mut ip_ms: [Vec<f64>; 3] = Default::default();
+    let mut starts: [Vec<Started>; 3] = Default::default();
     for run in 0..o.runs {
         eprintln!("thaw bench kube: run {} of {}", run + 1, o.runs);
         // each run starts with another variant
         for j in 0..3 {
             let i = (run + j) % 3;
-            let s = start(&[n], k, &variants[i], o.ip_from)?;
-            ms[i].push(s.ms);
-            ip_ms[i].push(s.ip_ms);
+            starts[i].push(start(&[n], k, &variants[i])?);
         }
     }
-    let [floor, runc, thaw] = [
-        cri::summary(&ms[0])?,
-        cri::summary(&ms[1])?,
-        cri::summary(&ms[2])?,
-    ];
+    let [floor, runc, thaw] = [0, 1, 2].map(|i| pod_starts(first[i], &starts[i]));
+    let (floor, runc, thaw) = (floor?, runc?, thaw?);
     Ok(Report {
         run: RunInfo::of(k, &o.function)?,
-        ip_from: o.ip_from,
-        first_floor_ms: first[0],
-        first_runc_ms: first[1],
-        first_thaw_ms: first[2],
-        thaw_over_floor_median: thaw.median / floor.median,
-        runc_over_thaw_median: runc.median / thaw.median,
+        no_volumes: o.no_volumes,
+        thaw_over_floor_median: thaw.answer.median / floor.answer.median,
+        runc_over_thaw_median: runc.answer.median / thaw.answer.median,
+        api_thaw_over_floor_median: thaw.api_answer.median / floor.api_answer.median,
+        api_runc_over_thaw_median: runc.api_answer.median / thaw.api_answer.median,
         floor,
         runc,
         thaw,
-        floor_ip: cri::summary(&ip_ms[0])?,
-        runc_ip: cri::summary(&ip_ms[1])?,
-        thaw_ip: cri::summary(&ip_ms[2])?,
         density: Vec::new(),
+    })
+}
+
+/// One pod kind's summaries.
+fn pod_starts(first_ms: f64, s: &[Started]) -> Result<PodStarts> {
+    let of = |f: fn(&Started) -> f64| cri::summary(&s.iter().map(f).collect::<Vec<_>>());
+    Ok(PodStarts {
+        first_ms,
+        scaled: of(|s| s.scaled_ms)?,
+        cri_ip: of(|s| s.ip_ms)?,
+        answer: of(|s| s.ms)?,
+        api_ip: of(|s| s.api_ip_ms)?,
+        api_answer: of(|s| s.api_ms)?,
     })
 }
 
@@ -395,70 +432,55 @@ fn volume(dir: &str) -> String {
     format!("root-{}", dir.to_lowercase().replace('_', "-"))
 }
 
-/// One timed start: until the first answer and until the pod's IP was
-/// seen (ms), and the node that ran the pod.
+/// One timed start, ms from the scale request: until the API server
+/// answered it, until the node's CRI had the pod's sandbox ready with its
+/// IP, until the first answer through that IP, until the API server
+/// reported the IP, until the answer to a request sent then; and the node
+/// that ran the pod.
 pub(crate) struct Started {
-    pub(crate) ms: f64,
+    pub(crate) scaled_ms: f64,
     pub(crate) ip_ms: f64,
+    pub(crate) ms: f64,
+    pub(crate) api_ip_ms: f64,
+    pub(crate) api_ms: f64,
     /// its index in the cluster's nodes
     pub(crate) node: usize,
 }
 
 /// One start of `v` on whichever of `nodes` (the cluster's, in order)
-/// runs its pod: `kubectl scale` to 1 until the pod's first answer (asked
-/// from that node's network namespace), and until its IP was seen; then back to 0, the pod gone and no idle
-/// instance left on any node.
-pub(crate) fn start(nodes: &[&Node], k: &Cluster, v: &Variant, ip_from: IpFrom) -> Result<Started> {
+/// runs its pod: its scale set to 1 until the pod's first answer (asked
+/// from that node's network namespace); then back to 0, the pod gone and
+/// no idle instance left on any node.
+pub(crate) fn start(nodes: &[&Node], k: &Cluster, v: &Variant) -> Result<Started> {
     let app = v.app.as_str();
     let selector = format!("app={app}");
-    // the pod's node and IP as the API server learns them from the kubelet
-    let mut watch = match ip_from {
-        IpFrom::Cri => None,
-        IpFrom::Api => Some(
-            Command::new(k.dir.join("kubectl"))
-                .args(["get", "pods", "-l", &selector, "--watch", "-o"])
-                .arg("jsonpath={.spec.nodeName}{\" \"}{.status.podIP}{\"\\n\"}")
-                .stdin(Stdio::null())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::null())
-                .spawn()
-                .context("running kubectl get --watch")?,
-        ),
-    };
-    let lines = watch
-        .as_mut()
-        .map(|w| std::io::BufReader::new(w.stdout.take().expect("piped")));
+    let watch = ApiWatch::start(k, &selector)?;
     // the watch is connected before the clock starts
     std::thread::sleep(Duration::from_millis(500));
     let t0 = Instant::now();
-    k.run(&["scale", "deployment", app, "--replicas=1"])?;
-    let seen = match lines {
-        Some(lines) => lines
-            .lines()
-            .map_while(std::result::Result::ok)
-            .find_map(|l| {
-                let (node, ip) = l.trim().split_once(' ')?;
-                let i = k.nodes.iter().position(|n| n == node)?;
-                (!ip.is_empty()).then(|| (i, ip.to_string()))
-            }),
-        None => Some(cri_pod_ip(nodes, &selector, t0)?),
-    };
-    if let Some(w) = watch.as_mut() {
-        let _ = w.kill();
-        let _ = w.wait();
-    }
-    let Some((node, ip)) = seen else {
-        fail!(BenchKubeError::Failed, "{app}'s pod got no IP");
-    };
-    let ip_ms = t0.elapsed().as_secs_f64() * 1e3;
+    let since = |t: Instant| t.duration_since(t0).as_secs_f64() * 1e3;
+    k.scale(app, 1)?;
+    let scaled_ms = since(Instant::now());
+    let (node, ip) = cri_pod_ip(nodes, app, t0)?;
+    let ip_ms = since(Instant::now());
     let left = ANSWER_WAIT.saturating_sub(t0.elapsed());
-    let answer = nodes[node]
-        .cri
-        .netns
-        .post_to(ip.trim(), 8080, &v.event, left)?;
-    let ms = t0.elapsed().as_secs_f64() * 1e3;
+    let answer = nodes[node].cri.netns.post_to(&ip, 8080, &v.event, left)?;
+    let ms = since(Instant::now());
     cri::answer_value(app, &answer)?;
-    k.run(&["scale", "deployment", app, "--replicas=0"])?;
+    // a client that learns the IP from the API server asks once it is there
+    let left = ANSWER_WAIT.saturating_sub(t0.elapsed());
+    let (api_node, api_ip, seen_at) = watch.first(left)?;
+    if (api_node, api_ip.as_str()) != (node, ip.as_str()) {
+        fail!(
+            BenchKubeError::Failed,
+            "{app}'s pod: the API server reported {api_ip} on node {api_node}, the CRI had {ip} on node {node}"
+        );
+    }
+    let left = ANSWER_WAIT.saturating_sub(t0.elapsed());
+    let answer = nodes[node].cri.netns.post_to(&ip, 8080, &v.event, left)?;
+    let api_ms = since(Instant::now());
+    cri::answer_value(app, &answer)?;
+    k.scale(app, 0)?;
     k.wait_for(&format!("{app}'s pod gone"), ANSWER_WAIT, || {
         let pods = k
             .run(&["get", "pods", "-l", &selector, "-o", "name"])
@@ -468,25 +490,85 @@ pub(crate) fn start(nodes: &[&Node], k: &Cluster, v: &Variant, ip_from: IpFrom) 
     for n in nodes {
         cri::no_idle(n)?;
     }
-    Ok(Started { ms, ip_ms, node })
+    Ok(Started {
+        scaled_ms,
+        ip_ms,
+        ms,
+        api_ip_ms: since(seen_at),
+        api_ms,
+        node,
+    })
 }
 
-/// The node (index in `nodes`) and IP of the ready pod sandbox labelled
-/// `selector` in a node's CRI (polled from `t0` for up to [`ANSWER_WAIT`]).
-fn cri_pod_ip(nodes: &[&Node], selector: &str, t0: Instant) -> Result<(usize, String)> {
+/// `kubectl get pods --watch` of one Deployment's pods, read on a thread
+/// of its own: the first node and IP the API server reported, and when.
+struct ApiWatch {
+    child: std::process::Child,
+    first: mpsc::Receiver<(usize, String, Instant)>,
+}
+
+impl ApiWatch {
+    fn start(k: &Cluster, selector: &str) -> Result<ApiWatch> {
+        let mut child = Command::new(k.dir.join("kubectl"))
+            .args(["get", "pods", "-l", selector, "--watch", "-o"])
+            .arg("jsonpath={.spec.nodeName}{\" \"}{.status.podIP}{\"\\n\"}")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("running kubectl get --watch")?;
+        let lines = std::io::BufReader::new(child.stdout.take().expect("piped"));
+        let nodes = k.nodes.clone();
+        let (tx, first) = mpsc::channel();
+        std::thread::spawn(move || {
+            let seen = lines
+                .lines()
+                .map_while(std::result::Result::ok)
+                .find_map(|l| {
+                    let (node, ip) = l.trim().split_once(' ')?;
+                    let i = nodes.iter().position(|n| n == node)?;
+                    (!ip.is_empty()).then(|| (i, ip.to_string()))
+                });
+            if let Some((i, ip)) = seen {
+                let _ = tx.send((i, ip, Instant::now()));
+            }
+        });
+        Ok(ApiWatch { child, first })
+    }
+
+    /// The first report of a node and IP, waited for up to `limit`.
+    fn first(&self, limit: Duration) -> Result<(usize, String, Instant)> {
+        match self.first.recv_timeout(limit) {
+            Ok(seen) => Ok(seen),
+            Err(_) => fail!(
+                BenchKubeError::Failed,
+                "the API server reported no IP for the pod within {limit:?}"
+            ),
+        }
+    }
+}
+
+impl Drop for ApiWatch {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The node (index in `nodes`) and IP of the ready pod sandbox of the
+/// Deployment `app` in a node's CRI (polled from `t0`, every 2 ms, for up
+/// to [`ANSWER_WAIT`]).
+fn cri_pod_ip(nodes: &[&Node], app: &str, t0: Instant) -> Result<(usize, String)> {
     loop {
         for (i, n) in nodes.iter().enumerate() {
-            let id = n
-                .cri
-                .run(&["pods", "--label", selector, "--state", "ready", "-q"])?;
-            if let Some(id) = id.lines().next().filter(|l| !l.is_empty()) {
-                return Ok((i, n.cri.pod_ip(id)?));
+            if let Some(ip) = n.cri.ready_pod_ip("app", app)? {
+                return Ok((i, ip));
             }
         }
         if t0.elapsed() > ANSWER_WAIT {
-            fail!(BenchKubeError::Failed, "no ready pod {selector} in the CRI");
+            fail!(BenchKubeError::Failed, "no ready pod of {app} in the CRI");
         }
-        std::thread::sleep(Duration::from_millis(5));
+        std::thread::sleep(Duration::from_millis(2));
     }
 }
 
@@ -508,7 +590,7 @@ fn density(o: &Options, n: &Node, k: &Cluster) -> Result<Vec<DensityRow>> {
                 app,
                 event: img.event.clone(),
             };
-            start(&[n], k, &v, IpFrom::Cri)?;
+            start(&[n], k, &v)?;
             events.insert(v.app, v.event);
         }
     }
@@ -591,39 +673,47 @@ fn density(o: &Options, n: &Node, k: &Cluster) -> Result<Vec<DensityRow>> {
 
 /// The report as markdown.
 pub fn markdown(r: &Report) -> String {
-    let row = |name: &str, s: &Summary, ip: &Summary, first: f64| {
+    let row = |name: &str, p: &PodStarts| {
+        let (a, api) = (&p.answer, &p.api_answer);
         format!(
-            "| {name} | {} | {:.0} | {:.0} | {:.0} | {:.0} | {first:.0} |\n",
-            s.n, s.min, s.median, s.p99, ip.median
+            "| {name} | {} | {:.0} / {:.0} / {:.0} | {:.0} | {:.0} | {:.0} | {:.0} / {:.0} / {:.0} | {:.0} |\n",
+            a.n,
+            a.min,
+            a.median,
+            a.p99,
+            p.scaled.median,
+            p.cri_ip.median,
+            p.api_ip.median,
+            api.min,
+            api.median,
+            api.p99,
+            p.first_ms
         )
     };
     let mut out = format!(
-        "Pod start through the kubelet (Kubernetes {}): `kubectl scale --replicas=1` to the first HTTP answer through the pod IP (the IP from the {}), ms ({} CPUs, load {:.2} -> {:.2})\n\n\
-         | pod | n | min | median | p99 | pod IP seen (median) | first (warm-up) |\n|---|---|---|---|---|---|---|\n",
+        "Pod start through the kubelet (Kubernetes {}): the Deployment's scale set to 1 (one API request) to the first HTTP answer through the pod IP, ms from the request ({} CPUs, load {:.2} -> {:.2}); {}. \
+         Answer: the IP from the node's CRI once the sandbox is ready; API: the IP as a watch through the API server saw it (the kubelet's status report), and the answer to a request sent then.\n\n\
+         | pod | n | answer min / median / p99 | scale answered (median) | sandbox ready in the CRI (median) | IP in the API (median) | answer via the API's IP min / median / p99 | first (warm-up) |\n\
+         |---|---|---|---|---|---|---|---|\n",
         r.run.kubernetes,
-        match r.ip_from {
-            IpFrom::Cri => "node's CRI",
-            IpFrom::Api => "API server",
-        },
         r.run.cpus,
         r.run.loadavg_1m_start,
-        r.run.loadavg_1m_end
+        r.run.loadavg_1m_end,
+        if r.no_volumes {
+            "no pod mounts a volume (no service account token; the runc pod's image holds the runtime root)"
+        } else {
+            "every pod mounts the service account token (the runc pod also the runtime root's directories)"
+        }
     );
-    out += &row(
-        "floor (runc, static HTTP binary)",
-        &r.floor,
-        &r.floor_ip,
-        r.first_floor_ms,
-    );
-    let (runc, thaw) = (
-        format!("{} on runc", r.run.function),
-        format!("{} on thaw", r.run.function),
-    );
-    out += &row(&runc, &r.runc, &r.runc_ip, r.first_runc_ms);
-    out += &row(&thaw, &r.thaw, &r.thaw_ip, r.first_thaw_ms);
+    out += &row("floor (runc, static HTTP binary)", &r.floor);
+    out += &row(&format!("{} on runc", r.run.function), &r.runc);
+    out += &row(&format!("{} on thaw", r.run.function), &r.thaw);
     out += &format!(
-        "\nthaw / floor (medians): {:.2}x; runc / thaw (medians): {:.2}x\n",
-        r.thaw_over_floor_median, r.runc_over_thaw_median
+        "\nthaw / floor (medians): {:.2}x; runc / thaw (medians): {:.2}x; through the API's IP: {:.2}x and {:.2}x\n",
+        r.thaw_over_floor_median,
+        r.runc_over_thaw_median,
+        r.api_thaw_over_floor_median,
+        r.api_runc_over_thaw_median
     );
     if !r.density.is_empty() {
         out += "\nPods scaled up at once (one `kubectl scale` of a Deployment per function), each pod's first answer (IP from the node's CRI), ms\n\n\
@@ -676,7 +766,7 @@ mod tests {
             shim_dir: shim_dir.to_path_buf(),
             function: "lr_serving".into(),
             runs,
-            ip_from: IpFrom::Cri,
+            no_volumes: false,
             pods: 0,
             pod_functions: 8,
         }
@@ -698,34 +788,42 @@ mod tests {
     #[test]
     fn the_report_names_each_pod_kind_and_the_ratios() {
         let s = |m: f64| sample_summary(10, m);
+        let kind = |first_ms: f64, answer: f64, api_answer: f64| PodStarts {
+            first_ms,
+            scaled: s(20.0),
+            cri_ip: s(answer - 30.0),
+            answer: s(answer),
+            api_ip: s(api_answer - 5.0),
+            api_answer: s(api_answer),
+        };
         let r = Report {
             run: RunInfo::sample(),
-            ip_from: IpFrom::Api,
-            first_floor_ms: 1.0,
-            first_runc_ms: 2.0,
-            first_thaw_ms: 3.0,
-            floor: s(400.0),
-            runc: s(1200.0),
-            thaw: s(300.0),
-            floor_ip: s(350.0),
-            runc_ip: s(600.0),
-            thaw_ip: s(290.0),
+            no_volumes: true,
+            floor: kind(1.0, 400.0, 1300.0),
+            runc: kind(2.0, 1200.0, 1400.0),
+            thaw: kind(3.0, 300.0, 1290.0),
             density: Vec::new(),
             thaw_over_floor_median: 0.75,
             runc_over_thaw_median: 4.0,
+            api_thaw_over_floor_median: 0.99,
+            api_runc_over_thaw_median: 1.09,
         };
         let md = markdown(&r);
-        assert!(md.contains("the IP from the API server"), "{md}");
         assert!(
-            md.contains("| lr_serving on thaw | 10 | 290 | 300 | 350 | 290 | 3 |"),
+            md.contains("to the first HTTP answer through the pod IP"),
+            "{md}"
+        );
+        assert!(md.contains("no pod mounts a volume"), "{md}");
+        assert!(
+            md.contains("| lr_serving on thaw | 10 | 290 / 300 / 350 | 20 | 270 | 1285 | 1280 / 1290 / 1340 | 3 |"),
             "{md}"
         );
         assert!(
-            md.contains("| lr_serving on runc | 10 | 1190 | 1200 | 1250 | 600 | 2 |"),
+            md.contains("| lr_serving on runc | 10 | 1190 / 1200 / 1250 | 20 | 1170 | 1395 | 1390 / 1400 / 1450 | 2 |"),
             "{md}"
         );
         assert!(
-            md.contains("thaw / floor (medians): 0.75x; runc / thaw (medians): 4.00x"),
+            md.contains("thaw / floor (medians): 0.75x; runc / thaw (medians): 4.00x; through the API's IP: 0.99x and 1.09x"),
             "{md}"
         );
     }

@@ -17,8 +17,8 @@
 //!   image's label and without it, in turns: the scheduler picks the node,
 //!   and a pod on A fetches the snapshot from the remote tier again.
 //!
-//! One start is `kubectl scale --replicas=1` until the first HTTP answer
-//! through the pod's IP (from the node's CRI), as in `thaw bench kube`;
+//! One start is the Deployment's scale set to 1 until the first HTTP
+//! answer through the pod's IP (from the node's CRI), as in `thaw bench kube`;
 //! every start is a restore (idle instances go after a second).
 use crate::cri::{self, Node, Store};
 use crate::error::{BenchKubeError, Result};
@@ -158,8 +158,11 @@ fn node<'a>(
 ) -> Result<Node<'a>> {
     let base = std::env::temp_dir().join(format!("thaw-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&base);
+    let mut cri = Cri::start(&base, socket, &o.shim_dir, subnet, &[], "info")?;
+    // the pods' IPs polled over one connection, no crictl process
+    cri.use_grpc()?;
     Ok(Node {
-        cri: Cri::start(&base, socket, &o.shim_dir, subnet, &[], "info")?,
+        cri,
         socket,
         root,
         pods: AtomicU32::new(0),
@@ -281,7 +284,7 @@ fn measure(o: &Options, nodes: [&Node; 2], k: &Cluster, img: &cri::Images) -> Re
             app: app.into(),
             event: img.event.clone(),
         };
-        kube::start(&nodes, k, &v, kube::IpFrom::Cri)
+        kube::start(&nodes, k, &v)
     };
     eprintln!("thaw bench kube --two-nodes: warm-up start on {na} (deploys and publishes)");
     timed("on-a")?;

@@ -122,11 +122,12 @@ struct BenchKubeArgs {
     /// Timed starts per pod kind (after one warm-up start each)
     #[arg(long, default_value_t = 10)]
     runs: usize,
-    /// Where a start learns its pod's IP: `cri` (the node's CRI, once the
-    /// pod's sandbox is ready) or `api` (a watch through the API server,
-    /// after the kubelet reported the pod's status)
-    #[arg(long, default_value = "cri", value_parser = ip_from)]
-    ip_from: thaw_bench_kube::kube::IpFrom,
+    /// The measured pods mount no volume: no service account token (as
+    /// `automountServiceAccountToken: false`), and the runc pod's image
+    /// holds the runtime root (`thaw image build`'s base layer) instead of
+    /// mounting its directories; by default every pod has the token
+    #[arg(long)]
+    no_volumes: bool,
     /// Pods scaled up at once for the density part, a multiple of
     /// --pod-functions (0 skips it)
     #[arg(long, default_value_t = 32)]
@@ -137,7 +138,7 @@ struct BenchKubeArgs {
     /// Two nodes sharing snapshots through the remote tier instead: a pod
     /// on the node that never saw the function vs that node's next pod,
     /// and the preferred node affinity on the snapshot labels vs none
-    /// (--runs of each; --ip-from, --pods and --pod-functions do not apply)
+    /// (--runs of each; --no-volumes, --pods and --pod-functions do not apply)
     #[arg(long)]
     two_nodes: bool,
     /// Write the report as JSON here
@@ -165,20 +166,11 @@ fn bench_kube(home: &Path, a: BenchKubeArgs) -> Result<()> {
         shim_dir: shim_dir()?,
         function: a.function,
         runs: a.runs,
-        ip_from: a.ip_from,
+        no_volumes: a.no_volumes,
         pods: a.pods,
         pod_functions: a.pod_functions,
     };
     let r = thaw_bench_kube::kube::run(&o)?;
     let md = thaw_bench_kube::kube::markdown(&r);
     Ok(emit(&md, &r, a.json.as_deref(), a.markdown.as_deref())?)
-}
-
-/// `--ip-from`: `cri` or `api`.
-fn ip_from(s: &str) -> Result<thaw_bench_kube::kube::IpFrom, String> {
-    match s {
-        "cri" => Ok(thaw_bench_kube::kube::IpFrom::Cri),
-        "api" => Ok(thaw_bench_kube::kube::IpFrom::Api),
-        _ => Err(format!("{s:?}: expected cri or api")),
-    }
 }

@@ -23,7 +23,7 @@ fn both_benchmarks_list_their_options() {
 fn bad_options_are_refused_naming_what_is_accepted() {
     for (args, named) in [
         (&["cri", "--cri-calls", "carrier-pigeon"][..], "grpc"),
-        (&["kube", "--ip-from", "dns"][..], "expected cri or api"),
+        (&["kube", "--runs", "ten"][..], "--runs"),
         (&["cri", "--runs", "three"][..], "--runs"),
         (&["pods"][..], "unrecognized subcommand"),
     ] {

@@ -8,8 +8,10 @@
 //! everything it made).
 use crate::harness::{output_of, succeeded, Cri, HarnessError, Result};
 use serde_json::Value;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use thaw_error::{fail, ResultExt};
 
@@ -48,6 +50,8 @@ pub struct Cluster {
     /// Every node's name, the first node's first.
     pub nodes: Vec<String>,
     base: PathBuf,
+    /// `kubectl proxy` on a unix socket, once [`Cluster::scale`] started it
+    proxy: Mutex<Option<Child>>,
 }
 
 /// One node of a cluster: its harness (containerd, network namespace),
@@ -149,6 +153,7 @@ impl Cluster {
             node: String::new(),
             nodes: Vec::new(),
             base: base.to_path_buf(),
+            proxy: Mutex::new(None),
         };
         let t = Instant::now();
         loop {
@@ -215,6 +220,73 @@ impl Cluster {
         Ok(serde_json::from_str(&self.run(&a)?)?)
     }
 
+    /// Sets the Deployment's replicas with one PATCH of its `scale`
+    /// through a `kubectl proxy` that stays up (started at the first
+    /// call): one request to the API server as an autoscaler makes it, on
+    /// a connection kept open, with no kubectl process started per call.
+    pub fn scale(&self, deployment: &str, replicas: u32) -> Result<()> {
+        let socket = self.proxy_socket()?;
+        let body = format!(r#"{{"spec":{{"replicas":{replicas}}}}}"#);
+        let mut s = std::os::unix::net::UnixStream::connect(&socket)
+            .with_context(|| format!("connecting to kubectl proxy at {}", socket.display()))?;
+        write!(
+            s,
+            "PATCH /apis/apps/v1/namespaces/default/deployments/{deployment}/scale HTTP/1.1\r\n\
+             host: localhost\r\ncontent-type: application/merge-patch+json\r\n\
+             content-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        )?;
+        let mut answer = String::new();
+        s.read_to_string(&mut answer)?;
+        if !answer.starts_with("HTTP/1.1 200") {
+            let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+            let status = head.lines().next().unwrap_or("no answer");
+            fail!(
+                HarnessError::Failed,
+                "scaling {deployment} to {replicas}: {status}: {}",
+                body.trim()
+            );
+        }
+        Ok(())
+    }
+
+    /// The socket of the cluster's `kubectl proxy`, started if it is not.
+    fn proxy_socket(&self) -> Result<PathBuf> {
+        let socket = self.base.join("api.sock");
+        let mut proxy = self.proxy.lock().unwrap_or_else(|e| e.into_inner());
+        if proxy.is_some() {
+            return Ok(socket);
+        }
+        let log = std::fs::File::create(self.base.join("kubectl-proxy.log"))?;
+        let mut child = Command::new(self.dir.join("kubectl"))
+            .arg("proxy")
+            .arg("--unix-socket")
+            .arg(&socket)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .context("starting kubectl proxy")?;
+        let t = Instant::now();
+        while !socket.exists() {
+            let exited = child.try_wait()?;
+            if exited.is_some() || t.elapsed() > Duration::from_secs(30) {
+                let _ = child.kill();
+                let _ = child.wait();
+                let log = std::fs::read_to_string(self.base.join("kubectl-proxy.log"));
+                fail!(
+                    HarnessError::Failed,
+                    "kubectl proxy did not listen on {}: {}",
+                    socket.display(),
+                    log.unwrap_or_default()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        *proxy = Some(child);
+        Ok(socket)
+    }
+
     /// Polls `check` until it gives a value (for up to `limit`), failing
     /// with `what` and the last state `check` saw.
     pub fn wait_for<T>(
@@ -245,6 +317,11 @@ impl Cluster {
     /// component stopped, its mounts, cgroups, log links and kernel
     /// settings undone).
     pub fn stop(&mut self) -> Result<()> {
+        let proxy = self.proxy.get_mut().unwrap_or_else(|e| e.into_inner());
+        if let Some(mut proxy) = proxy.take() {
+            let _ = proxy.kill();
+            let _ = proxy.wait();
+        }
         let Some(mut child) = self.child.take() else {
             return Ok(());
         };

@@ -3,7 +3,8 @@
 //! unary call per step, with no process started per call (unlike
 //! `crictl`). Only the calls and fields a pod start needs are encoded:
 //! RunPodSandbox, CreateContainer, StartContainer, PodSandboxStatus,
-//! StopPodSandbox and RemovePodSandbox.
+//! StopPodSandbox and RemovePodSandbox, and ListPodSandbox to find a pod
+//! the kubelet started.
 use bytes::Bytes;
 use std::path::Path;
 use std::time::Duration;

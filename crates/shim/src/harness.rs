@@ -143,8 +143,18 @@ pub fn http_post_timed(
     wait: Duration,
 ) -> Result<(String, Duration)> {
     let t = Instant::now();
+    let to = std::net::ToSocketAddrs::to_socket_addrs(&(addr, port))
+        .with_context(|| format!("resolving {addr}:{port}"))?
+        .next()
+        .ok_or_else(|| HarnessError::Failed(format!("no address for {addr}:{port}")))?;
     let mut s = loop {
-        match std::net::TcpStream::connect((addr, port)) {
+        // each attempt bounded: a SYN nobody answers (no route back, no
+        // Service rule yet) is tried again on a new connection, and fails
+        // within `wait`, not after the kernel's two minutes of retries
+        let attempt = wait
+            .saturating_sub(t.elapsed())
+            .clamp(Duration::from_millis(100), Duration::from_secs(2));
+        match std::net::TcpStream::connect_timeout(&to, attempt) {
             Ok(s) => break s,
             Err(e) if t.elapsed() < wait => {
                 let _ = e;
@@ -513,7 +523,10 @@ impl Cri {
         let crictl = crictl_binary()?;
         let netns = Netns::new(unique("thaw-cri", "ns"))?;
         std::fs::create_dir_all(base.join("cni"))?;
-        // the bridge and the pods' addresses exist only in the netns
+        // the bridge and the pods' addresses exist only in the netns; each
+        // pod's default route is the bridge (host-local's route, which the
+        // bridge plugin installs with the bridge as gateway): without it a
+        // pod answers only its own subnet, never another node's address
         std::fs::write(
             base.join("cni/10-thaw-test.conflist"),
             serde_json::to_string_pretty(&json!({
@@ -527,6 +540,7 @@ impl Cri {
                     "ipam": {
                         "type": "host-local",
                         "ranges": [[{"subnet": subnet}]],
+                        "routes": [{"dst": "0.0.0.0/0"}],
                         "dataDir": base.join("ipam"),
                     },
                 }],
@@ -708,6 +722,29 @@ impl Cri {
         let id = self.run(&["create", "--no-pull", &pod.id, &config, &pod.config])?;
         self.run(&["start", &id])?;
         Ok(id)
+    }
+
+    /// The IP of a ready pod sandbox labelled `key=value`, if there is one
+    /// (one call on the gRPC connection after [`Cri::use_grpc`], no process;
+    /// else crictl).
+    pub fn ready_pod_ip(&self, key: &str, value: &str) -> Result<Option<String>> {
+        let id = match &self.grpc {
+            // ListPodSandboxRequest.filter: state SANDBOX_READY (0: an empty
+            // value, present) and the label; the answer's items[].id
+            Some(g) => {
+                let filter = Msg::default().msg(2, &Msg::default()).entry(3, key, value);
+                g.call_for_string("ListPodSandbox", &Msg::default().msg(1, &filter), &[1, 1])?
+            }
+            None => {
+                let label = format!("{key}={value}");
+                let ids = self.run(&["pods", "--label", &label, "--state", "ready", "-q"])?;
+                ids.lines().next().unwrap_or_default().to_string()
+            }
+        };
+        if id.is_empty() {
+            return Ok(None);
+        }
+        self.pod_ip(&id).map(Some)
     }
 
     pub fn pod_ip(&self, pod: &str) -> Result<String> {

@@ -277,11 +277,17 @@ fn a_kubelet_runs_the_example_deployment_on_thaw_through_probes_scaling_services
         "{events}"
     );
 
-    // scale to 8, to 0, to 8
+    // scale to 8, to 0 (one API request, as an autoscaler's and the
+    // benchmark's), to 8
     must(k.run(&["scale", "deployment", "hello", "--replicas=8"]));
     hello.ready(8, false);
-    must(k.run(&["scale", "deployment", "hello", "--replicas=0"]));
+    must(k.scale("hello", 0));
     hello.ready(0, false);
+    let missing = k.scale("no-such-deployment", 1).unwrap_err().to_string();
+    assert!(
+        missing.contains("scaling no-such-deployment to 1: HTTP/1.1 404"),
+        "{missing}"
+    );
     must(k.run(&["scale", "deployment", "hello", "--replicas=8"]));
     let eight = hello.ready(8, false);
     let ip = eight[7]["status"]["podIP"].as_str().unwrap();

@@ -4,7 +4,9 @@
 //! share snapshots through the remote tier (MinIO in a namespace of its
 //! own, as `thaw tier setup --tiers remote` makes it), and each node's
 //! labels say which images it holds snapshots of (`snapshot-labels.py`),
-//! which the example Deployment's preferred node affinity follows.
+//! which the example Deployment's preferred node affinity follows. Pods
+//! answer from the other node's namespace too, and a ClusterIP Service
+//! spreads over the pods of both nodes.
 mod common;
 
 use common::kube::*;
@@ -20,11 +22,14 @@ import time
 def handler(event):
     event = event or {}
     time.sleep(event.get("sleep", 0))
+    print("served", event.get("name"))
     return {"hello": event.get("name", "world")}
 "#;
 /// The label `snapshot-labels.py` gives thaw.local/hello:latest.
 const LABEL: &str = "snapshot.thaw.dev/thaw.local_hello_latest";
 const LONG: Duration = Duration::from_secs(240);
+/// The label every pinned Deployment's pods carry: the Service's selector.
+const SERVED_BY: (&str, &str) = ("serves", "hello");
 
 /// One node: its daemon and its containerd (in a namespace of its own).
 struct Node {
@@ -83,8 +88,9 @@ fn pinned(k: &Cluster, app: &str, image: &str, node: &str) {
     });
     // the example's settings: one function for both
     let annotations = serde_json::json!({"dev.thaw.memory-mb": "256"});
+    let labels = serde_json::json!({"app": app, SERVED_BY.0: SERVED_BY.1});
     let patch = serde_json::json!({"spec": {"replicas": 1, "template": {
-        "metadata": {"annotations": annotations},
+        "metadata": {"annotations": annotations, "labels": labels},
         "spec": {
             "runtimeClassName": "thaw",
             "nodeSelector": {"kubernetes.io/hostname": node},
@@ -96,7 +102,7 @@ fn pinned(k: &Cluster, app: &str, image: &str, node: &str) {
     must(k.run(&["patch", "deployment", app, "--type", "merge", "-p", &patch]));
 }
 
-/// A request to `pod`'s IP from its node's namespace: the answer.
+/// A request to `pod`'s IP from `node`'s namespace: the answer.
 fn ask(node: &Node, pod: &Value, who: &str) -> String {
     ask_sleeping(node, pod, who, 0.0)
 }
@@ -115,6 +121,98 @@ fn ask_sleeping(node: &Node, pod: &Value, who: &str, sleep: f64) -> String {
         "{answer}"
     );
     answer
+}
+
+/// A ClusterIP Service over the pinned Deployments' pods (one on each
+/// node): `n` requests to its address from each node's namespace are each
+/// served by one pod (its log has the request's print), and every pod
+/// served some of each node's.
+fn spread_over_nodes(k: &Cluster, nodes: &[Node], pods: &[Value], n: usize) {
+    must(k.run(&["create", "service", "clusterip", "both", "--tcp=80:8080"]));
+    let selector = serde_json::json!([{"op": "replace", "path": "/spec/selector",
+        "value": {SERVED_BY.0: SERVED_BY.1}}]);
+    let selector = selector.to_string();
+    must(k.run(&[
+        "patch", "service", "both", "--type", "json", "-p", &selector,
+    ]));
+    let mut ips: Vec<String> = pods
+        .iter()
+        .map(|p| p["status"]["podIP"].as_str().unwrap().to_string())
+        .collect();
+    ips.sort();
+    must(k.wait_for(
+        "the Service's endpoints: both pods",
+        Duration::from_secs(60),
+        || {
+            let v = k
+                .get(&["endpointslices", "-l", "kubernetes.io/service-name=both"])
+                .map_err(|e| e.to_string())?;
+            let mut listed: Vec<String> = v["items"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .flat_map(|s| s["endpoints"].as_array().cloned().unwrap_or_default())
+                .filter_map(|e| e["addresses"][0].as_str().map(str::to_string))
+                .collect();
+            listed.sort();
+            seen(listed == ips, format!("{listed:?}"))
+        },
+    ));
+    let svc = must(k.get(&["service", "both"]));
+    let cluster_ip = svc["spec"]["clusterIP"].as_str().unwrap().to_string();
+    let names: Vec<Vec<String>> = (0..nodes.len())
+        .map(|from| (0..n).map(|i| format!("svc-{from}-{i}")).collect())
+        .collect();
+    for (node, whos) in nodes.iter().zip(&names) {
+        for who in whos {
+            let answer = post(
+                &node.cri.netns,
+                &cluster_ip,
+                80,
+                &format!(r#"{{"name": "{who}"}}"#),
+            );
+            assert!(answer.contains(&format!(r#""hello":"{who}""#)), "{answer}");
+        }
+    }
+    // served[pod][from]: how many of node `from`'s requests the pod served,
+    // once every request is in exactly one pod's log
+    let served = must(k.wait_for(
+        "every Service request in one pod's log",
+        Duration::from_secs(30),
+        || {
+            let logs: Vec<String> = pods
+                .iter()
+                .map(|p| k.run(&["logs", &name(p)]).map_err(|e| e.to_string()))
+                .collect::<Result<_, _>>()?;
+            let count = |log: &str, who: &str| {
+                let line = format!("served {who}");
+                log.lines().filter(|l| *l == line).count()
+            };
+            let once = names
+                .iter()
+                .flatten()
+                .all(|who| logs.iter().map(|l| count(l, who)).sum::<usize>() == 1);
+            let served: Vec<Vec<usize>> = logs
+                .iter()
+                .map(|l| {
+                    names
+                        .iter()
+                        .map(|ns| ns.iter().filter(|w| count(l, w) == 1).count())
+                        .collect()
+                })
+                .collect();
+            if once {
+                Ok(Some(served))
+            } else {
+                Err(format!("served so far (pod x from-node): {served:?}"))
+            }
+        },
+    ));
+    assert!(
+        served.iter().flatten().all(|&c| c > 0),
+        "each pod served some of each node's requests (pod x from-node): {served:?}"
+    );
+    must(k.run(&["delete", "service", "both"]));
 }
 
 /// The node's daemon deletes every function it has.
@@ -177,9 +275,9 @@ fn a_pod_on_a_second_node_restores_the_first_nodes_snapshot_from_the_remote_tier
     // node A: its pod's deploy takes the snapshot and publishes it; the
     // node's label says it holds the image warm
     pinned(&k, "on-a", &image, &na);
-    let pod = &ready_pods(&k, "on-a", 1)[0];
-    assert_eq!(pod["spec"]["nodeName"], na.as_str());
-    ask(a, pod, "a");
+    let pod_a = &ready_pods(&k, "on-a", 1)[0];
+    assert_eq!(pod_a["spec"]["nodeName"], na.as_str());
+    ask(a, pod_a, "a");
     let functions = a.daemon.functions();
     assert_eq!(functions.len(), 1, "{functions:?}");
     let name = functions[0].clone();
@@ -196,9 +294,9 @@ fn a_pod_on_a_second_node_restores_the_first_nodes_snapshot_from_the_remote_tier
     // snapshot streamed from the remote tier, once
     assert_eq!(restores_from(&b.daemon, "remote"), 0.0);
     pinned(&k, "on-b", &image, &nb);
-    let pod = &ready_pods(&k, "on-b", 1)[0];
-    assert_eq!(pod["spec"]["nodeName"], nb.as_str());
-    ask(b, pod, "b");
+    let pod_b = &ready_pods(&k, "on-b", 1)[0];
+    assert_eq!(pod_b["spec"]["nodeName"], nb.as_str());
+    ask(b, pod_b, "b");
     let on_b = b.daemon.function(&name);
     assert_eq!(on_b["shared"]["role"], "fetched", "{on_b}");
     assert_eq!(on_b["snapshot"]["init_ms"], 0.0, "no init on B: {on_b}");
@@ -225,6 +323,11 @@ fn a_pod_on_a_second_node_restores_the_first_nodes_snapshot_from_the_remote_tier
             )
         },
     ));
+    // pod traffic across the nodes: each pod answers the other node's
+    // namespace, and a Service spreads over the pods of both nodes
+    ask(b, pod_a, "b-to-a");
+    ask(a, pod_b, "a-to-b");
+    spread_over_nodes(&k, &nodes, &[pod_a.clone(), pod_b.clone()], 24);
     let local_before = local_restores(&b.daemon);
     must(k.run(&["scale", "deployment", "on-b", "--replicas=3"]));
     // a request to each pod at once, each held a second: three instances

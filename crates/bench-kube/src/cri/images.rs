@@ -1,11 +1,12 @@
 //! The images both runtimes run: the function's thaw image, and a runc
 //! image whose container runs the same function in a fresh Python behind
 //! a small HTTP server, on the runtime root's directories mounted
-//! read-only.
+//! read-only (or, for a pod without volumes, with the runtime root inside
+//! the image).
 use super::{Images, Node, SIZE};
 use crate::error::Result;
 use serde_json::json;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use thaw_error::ResultExt;
 use thaw_server::image::{self, Entry};
 
@@ -38,41 +39,63 @@ class Handler(http.server.BaseHTTPRequestHandler):
 http.server.HTTPServer(("0.0.0.0", int(os.environ.get("PORT", "8080"))), Handler).serve_forever()
 "#;
 
+/// A suite function's source and entry points (its module is `main`: a
+/// suite function named like the library it imports, pyaes, would import
+/// itself).
+struct Source {
+    src: Vec<u8>,
+    handler: String,
+    init: Option<String>,
+}
+
+fn source(root: &thaw_runtime::RootInfo, function: &str) -> Result<Source> {
+    let src_path = root.path.join(format!("opt/thaw/functions/{function}.py"));
+    let src =
+        std::fs::read(&src_path).with_context(|| format!("reading {}", src_path.display()))?;
+    let has_init = String::from_utf8_lossy(&src).contains("\ndef init(");
+    Ok(Source {
+        src,
+        handler: "main.handler".into(),
+        init: has_init.then(|| "main.init".into()),
+    })
+}
+
+/// The runc server's environment: the agent's (Python's paths) and the
+/// function's entry points.
+fn server_env(s: &Source) -> Vec<(String, String)> {
+    let mut env = thaw_runtime::agent_env();
+    env.push(("FN_HANDLER".into(), s.handler.clone()));
+    if let Some(i) = &s.init {
+        env.push(("FN_INIT".into(), i.clone()));
+    }
+    env
+}
+
 /// Builds and imports `function`'s thaw image and its runc image.
 pub(crate) fn build_images(
     n: &Node,
     root: &thaw_runtime::RootInfo,
     function: &str,
 ) -> Result<Images> {
-    let src_path = root.path.join(format!("opt/thaw/functions/{function}.py"));
-    let src =
-        std::fs::read(&src_path).with_context(|| format!("reading {}", src_path.display()))?;
-    let has_init = String::from_utf8_lossy(&src).contains("\ndef init(");
-    // the module is `main`: a suite function named like the library it
-    // imports (pyaes) would import itself
-    let handler = "main.handler".to_string();
-    let init = has_init.then(|| "main.init".to_string());
+    let source = source(root, function)?;
+    let Source { src, handler, init } = &source;
     let dir = n.cri.c.dir.join(format!("code-{function}"));
     std::fs::create_dir_all(&dir)?;
-    std::fs::write(dir.join("main.py"), &src)?;
+    std::fs::write(dir.join("main.py"), src)?;
     let thaw = format!("thaw.local/{}:bench", function.replace('_', "-"));
     let built = image::build(&image::ImageSpec {
         code: &dir,
-        handler: &handler,
+        handler,
         init: init.as_deref(),
         reference: &thaw,
     })?;
     let thaw_archive = import(n, &format!("{function}-thaw"), &built.archive)?;
     let runc = format!("thaw.local/{}-runc:bench", function.replace('_', "-"));
     let code_path = "function/main.py".to_string();
-    let mut env: Vec<String> = thaw_runtime::agent_env()
+    let env: Vec<String> = server_env(&source)
         .into_iter()
         .map(|(k, v)| format!("{k}={v}"))
         .collect();
-    env.push(format!("FN_HANDLER={handler}"));
-    if let Some(i) = &init {
-        env.push(format!("FN_INIT={i}"));
-    }
     let python = root.manifest.python.clone();
     let (links, dirs) = (root_links(root)?, root_dirs(root)?);
     let mut entries = vec![
@@ -82,7 +105,7 @@ pub(crate) fn build_images(
         },
         Entry::File {
             path: &code_path,
-            data: &src,
+            data: src,
             mode: 0o644,
         },
         Entry::Dir {
@@ -126,6 +149,54 @@ pub(crate) fn build_images(
         thaw_archive,
         runc,
         event,
+    })
+}
+
+/// A runc image that needs no volume, and how its container runs.
+pub(crate) struct RootedRunc {
+    pub(crate) image: String,
+    pub(crate) command: Vec<String>,
+    pub(crate) env: Vec<(String, String)>,
+}
+
+/// `function`'s runc image with the runtime root inside it: `thaw image
+/// build`'s base layer of the root (cached in `cache`) under the function
+/// and the server in `/function`, so its pod mounts nothing. Imported into
+/// the node's containerd.
+pub(crate) fn build_rooted_runc(
+    n: &Node,
+    root: &thaw_runtime::RootInfo,
+    function: &str,
+    cache: &Path,
+) -> Result<RootedRunc> {
+    let source = source(root, function)?;
+    let dir = n.cri.c.dir.join(format!("rooted-{function}"));
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(dir.join("main.py"), &source.src)?;
+    std::fs::write(dir.join("server.py"), SERVER)?;
+    let base = image::runtime_layer(&root.path, &root.hash, cache)?;
+    let reference = format!(
+        "thaw.local/{}-rooted-runc:bench",
+        function.replace('_', "-")
+    );
+    let archive = n.cri.c.dir.join(format!("{function}-rooted-runc.oci.tar"));
+    let mut out = std::io::BufWriter::new(std::fs::File::create(&archive)?);
+    let spec = image::ImageSpec {
+        code: &dir,
+        handler: &source.handler,
+        init: source.init.as_deref(),
+        reference: &reference,
+    };
+    image::build_on(&spec, &[base], &mut out)?;
+    std::io::Write::flush(&mut out)?;
+    drop(out);
+    n.cri.c.import(&archive)?;
+    // the blob is in containerd's store now
+    std::fs::remove_file(&archive)?;
+    Ok(RootedRunc {
+        image: reference,
+        command: vec![root.manifest.python.clone(), "/function/server.py".into()],
+        env: server_env(&source),
     })
 }
 

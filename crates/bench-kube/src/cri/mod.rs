@@ -33,7 +33,7 @@ mod pods;
 mod report;
 
 use crate::error::{BenchKubeError, Result};
-pub(crate) use images::{build_images, import, root_dirs};
+pub(crate) use images::{build_images, build_rooted_runc, import, root_dirs, RootedRunc};
 pub(crate) use pods::{answer_value, no_idle};
 use pods::{client, parse, pod_start, restores, restores_since, thaw_pod_start, Phases};
 use report::shim_steps;
