@@ -53,14 +53,6 @@ fn profile_of(name: &str, p: &Value) -> Option<FunctionProfile> {
     })
 }
 
-/// What `GET /v1/functions/NAME` shows as `calibration` for `v` (see
-/// [`report`]), against the daemon's tiers now.
-pub fn of(app: &crate::App, v: &FnVersion) -> Option<Value> {
-    report(&app.calibrations, v, || {
-        crate::deploy::tier_options(app).ok()
-    })
-}
-
 /// `v`'s estimates beside its measured cold starts on the tier it runs
 /// from, recalibrated from them; None until a placement measured a profile
 /// and a restore start was served. `tiers`: the daemon's tiers as

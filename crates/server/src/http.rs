@@ -409,7 +409,7 @@ async fn get_fn(
 ) -> Result<Json<Value>, ApiError> {
     let v = lookup(&app, &name)?;
     let mut out = describe(&v, &app.instances);
-    out["calibration"] = json!(crate::calibration::of(&app, &v));
+    out["calibration"] = json!(crate::deploy::calibration(&app, &v));
     Ok(Json(out))
 }
 

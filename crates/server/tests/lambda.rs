@@ -194,7 +194,7 @@ fn async_invocations_are_retried_twice_and_bounded() {
             assert_eq!(runs("third"), 0);
             // its restores calibrate its placement as the native API's do
             let v = d.app.function("queued").expect("the function");
-            let c = thaw_server::calibration::of(d.app, &v).expect("a calibration");
+            let c = thaw_server::deploy::calibration(d.app, &v).expect("a calibration");
             assert!(c["restores"].as_u64().unwrap_or(0) >= 1, "{c}");
             let m = d.app.metrics.encode();
             for (outcome, n) in [("failed", 1), ("ok", 1)] {

@@ -391,6 +391,12 @@ fn place(
     Ok(stored)
 }
 
+/// What `GET /v1/functions/NAME` shows as `calibration` for `v`
+/// ([`crate::calibration::report`] against the daemon's tiers now).
+pub fn calibration(app: &App, v: &FnVersion) -> Option<Value> {
+    crate::calibration::report(&app.calibrations, v, || tier_options(app).ok())
+}
+
 /// The daemon's tiers for the model, with the room its budgets leave.
 pub(crate) fn tier_options(
     app: &App,
