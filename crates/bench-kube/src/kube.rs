@@ -125,7 +125,7 @@ pub struct PodStarts {
 pub struct Report {
     #[serde(flatten)]
     pub run: RunInfo,
-    /// the measured pods mounted no volume (`--no-volumes`)
+    /// the measured pods mounted no volume (the default; `--token-volume`: they did)
     pub no_volumes: bool,
     pub floor: PodStarts,
     pub runc: PodStarts,

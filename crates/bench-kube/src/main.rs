@@ -122,12 +122,13 @@ struct BenchKubeArgs {
     /// Timed starts per pod kind (after one warm-up start each)
     #[arg(long, default_value_t = 10)]
     runs: usize,
-    /// The measured pods mount no volume: no service account token (as
-    /// `automountServiceAccountToken: false`), and the runc pod's image
-    /// holds the runtime root (`thaw image build`'s base layer) instead of
-    /// mounting its directories; by default every pod has the token
+    /// The measured pods mount the service account token (Kubernetes'
+    /// default), and the runc pod the runtime root's directories; by
+    /// default no pod mounts a volume, as the example Deployment
+    /// (`automountServiceAccountToken: false`; the runc pod's image holds
+    /// the runtime root, `thaw image build`'s base layer)
     #[arg(long)]
-    no_volumes: bool,
+    token_volume: bool,
     /// Pods scaled up at once for the density part, a multiple of
     /// --pod-functions (0 skips it)
     #[arg(long, default_value_t = 32)]
@@ -138,7 +139,7 @@ struct BenchKubeArgs {
     /// Two nodes sharing snapshots through the remote tier instead: a pod
     /// on the node that never saw the function vs that node's next pod,
     /// and the preferred node affinity on the snapshot labels vs none
-    /// (--runs of each; --no-volumes, --pods and --pod-functions do not apply)
+    /// (--runs of each; --token-volume, --pods and --pod-functions do not apply)
     #[arg(long)]
     two_nodes: bool,
     /// Write the report as JSON here
@@ -166,7 +167,7 @@ fn bench_kube(home: &Path, a: BenchKubeArgs) -> Result<()> {
         shim_dir: shim_dir()?,
         function: a.function,
         runs: a.runs,
-        no_volumes: a.no_volumes,
+        no_volumes: !a.token_volume,
         pods: a.pods,
         pod_functions: a.pod_functions,
     };
