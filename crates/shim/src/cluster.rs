@@ -268,7 +268,9 @@ impl Cluster {
             .spawn()
             .context("starting kubectl proxy")?;
         let t = Instant::now();
-        while !socket.exists() {
+        // a connection, not the socket's file: the file exists from its
+        // bind, a moment before the proxy listens (connect is refused then)
+        while std::os::unix::net::UnixStream::connect(&socket).is_err() {
             let exited = child.try_wait()?;
             if exited.is_some() || t.elapsed() > Duration::from_secs(30) {
                 let _ = child.kill();
