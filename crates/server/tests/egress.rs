@@ -395,8 +395,8 @@ fn ipv6_egress_reaches_what_is_listed_and_nothing_else() {
     host.dns_server(0, "svc6.thaw-test", &[allowed.into()])
         .unwrap();
 
-    // no sandbox built ahead: with one, the cap below refused the fourth
-    // connection in about a third of the runs (not understood yet; see
+    // no sandbox built ahead: with one, the cap below has refused the
+    // fourth connection in some runs (not understood yet; see
     // docs/ARCHITECTURE.md, "The sandbox pool")
     let (d, api_port, token_file) = egress_daemon("egress6", "[::]:0", 0);
     let net = json!({
