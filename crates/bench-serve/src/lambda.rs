@@ -15,7 +15,8 @@ use thaw_error::{fail, ResultExt};
 
 use crate::error::{BenchServeError, OrFail, Result};
 
-const SCRIPT: &str = include_str!("lambda_bench.py");
+/// also a module of the peer's script (its `Server-Timing` parser)
+pub(crate) const SCRIPT: &str = include_str!("lambda_bench.py");
 
 pub struct Options {
     pub cold_runs: usize,

@@ -45,10 +45,19 @@ def client():
     return lam, starts, totals
 
 
+def server_timing(header):
+    """`Server-Timing: a;dur=1.5, b;dur=2` -> {"a": 1.5, "b": 2.0}"""
+    phases = {}
+    for part in header.split(","):
+        name, _, dur = part.strip().partition(";dur=")
+        if dur:
+            phases[name] = float(dur)
+    return phases
+
+
 def daemon_total(header):
     """The `total` phase of a Server-Timing header: the request inside the daemon, ms."""
-    phases = dict(p.strip().split(";dur=") for p in header.split(",") if ";dur=" in p)
-    return float(phases["total"])
+    return server_timing(header)["total"]
 
 
 def create(lam):

@@ -36,8 +36,10 @@ import urllib.parse
 import boto3
 import botocore.config
 
-# crates/server/tests/lambda/function_zip.py, written beside this script
+# written beside this script: crates/server/tests/lambda/function_zip.py,
+# and the bench's own client (its Server-Timing parser)
 from function_zip import RIC_BOOTSTRAP, tree, zipped
+from lambda_bench import server_timing
 
 ENDPOINT = os.environ["THAW_ENDPOINT"]
 RIE = os.environ["RIE"]
@@ -149,15 +151,6 @@ def lambda_client(endpoint, starts=None, timings=None):
         lam.meta.events.register("after-call.lambda.Invoke", seen)
     return lam
 
-
-def server_timing(header):
-    """`Server-Timing: a;dur=1.5, b;dur=2` -> {"a": 1.5, "b": 2.0}"""
-    phases = {}
-    for part in header.split(","):
-        name, _, dur = part.strip().partition(";dur=")
-        if dur:
-            phases[name] = float(dur)
-    return phases
 
 
 def boto_invoke(lam, function, check, name):

@@ -87,7 +87,10 @@ pub fn run(runtime_home: &Path, o: &Options) -> Result<PeersReport> {
     let client = ClientScript {
         name: "lambda_peers.py",
         source: SCRIPT,
-        modules: &[("function_zip.py", FUNCTION_ZIP)],
+        modules: &[
+            ("function_zip.py", FUNCTION_ZIP),
+            ("lambda_bench.py", crate::lambda::SCRIPT),
+        ],
         args: vec![o.runs.to_string(), o.warm_calls.to_string()],
         env: vec![
             ("RIE", path(&rie)),

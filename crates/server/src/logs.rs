@@ -35,6 +35,13 @@ pub enum LogError {
 
 type Result<T, E = LogError> = std::result::Result<T, E>;
 
+/// Now, as a log entry's `unix_ms` (0 before 1970).
+pub fn now_unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct LogEntry {
     pub seq: u64,

@@ -242,9 +242,7 @@ pub(super) fn instance_thread(
                 seq: 0,
                 invocation_id,
                 instance: name.clone(),
-                unix_ms: std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+                unix_ms: crate::logs::now_unix_ms(),
                 output,
                 truncated,
                 net_in_bytes: net.map(|d| d.0),

@@ -314,9 +314,7 @@ fn note(l: &Lambda, native: &str, id: &str, outcome: &str, text: String) {
         seq: 0,
         invocation_id: id.to_string(),
         instance: "lambda-async".into(),
-        unix_ms: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+        unix_ms: crate::logs::now_unix_ms(),
         output: format!("asynchronous invocation {id}: {text}\n"),
         truncated: false,
         net_in_bytes: None,
