@@ -7,7 +7,8 @@
 # (built from the Go module proxy, deploy/kubernetes/tools.sh) for the
 # manifests' check and the kubelet test's cluster, boto3 and the AWS CLI for
 # the Lambda API's tests, and AWS's Runtime Interface Emulator and
-# awslambdaric (scripts/lambda-tools.sh).
+# Lambda's runtime clients awslambdaric and aws-lambda-ric
+# (scripts/lambda-tools.sh).
 set -euo pipefail
 for_tests=false
 case "${1:-}" in
@@ -50,6 +51,11 @@ if $for_tests; then
     # an etcd of its own on loopback and makes its certificates with openssl
     # (and the kubelet test's cluster, whose kube-proxy writes iptables rules)
     for p in etcd:etcd-server openssl:openssl iptables:iptables; do
+        command -v "${p%%:*}" >/dev/null 2>&1 || need_pkgs+=("${p##*:}")
+    done
+    # Lambda's Node.js runtime client builds its curl and C++ client from
+    # their sources (scripts/lambda-tools.sh nodejs-ric)
+    for p in autoreconf:autoconf automake:automake libtoolize:libtool; do
         command -v "${p%%:*}" >/dev/null 2>&1 || need_pkgs+=("${p##*:}")
     done
     # the registry test pushes an image archive with skopeo to a registry of
@@ -157,10 +163,11 @@ if $for_tests; then
             "boto3==$BOTO3_VERSION" "awscli==$AWSCLI_VERSION" \
             || die "pip install boto3==$BOTO3_VERSION awscli==$AWSCLI_VERSION failed"
     fi
-    # AWS's Runtime Interface Emulator (`thaw bench lambda`'s peer) and
+    # AWS's Runtime Interface Emulator (`thaw bench lambda`'s peer),
     # Lambda's Python runtime client awslambdaric (the bench and a Lambda
-    # test), pinned in lambda-tools.sh, cached by version
-    for tool in rie awslambdaric; do
+    # test) and its Node.js one aws-lambda-ric (a Lambda test), pinned in
+    # lambda-tools.sh, cached by version
+    for tool in rie awslambdaric nodejs-ric; do
         "$(dirname "$0")/lambda-tools.sh" "$tool" >/dev/null \
             || die "scripts/lambda-tools.sh $tool failed"
     done

@@ -224,6 +224,28 @@ fn go_and_rust_custom_runtimes_restore_through_boto3() {
 }
 
 #[test]
+fn lambdas_nodejs_runtime_client_restores_as_a_custom_runtime() {
+    with_daemon(
+        "nodejs-ric",
+        |_| {},
+        |d| {
+            // the script checks every answer; the daemon's side: the
+            // function ran as a custom runtime and is gone after the delete
+            let seen = d.python("ric_node.py")["seen"].clone();
+            assert_eq!(seen["first"], "restore", "{seen}");
+            assert_eq!(seen["second"], "restore", "{seen}");
+            assert_eq!(seen["error_type"], "Error", "{seen}");
+            // the root's Node.js ran the client (its addon built elsewhere)
+            assert!(
+                seen["node"].as_str().is_some_and(|v| v.starts_with("v18.")),
+                "{seen}"
+            );
+            assert!(d.app.functions.read().unwrap().is_empty());
+        },
+    );
+}
+
+#[test]
 fn lambdas_python_runtime_client_restores_as_a_custom_runtime() {
     with_daemon(
         "awslambdaric",

@@ -618,7 +618,8 @@ fn refused(kind: &str, message: String) -> Value {
 }
 
 /// The agent reply for an error the bootstrap posted (Lambda's error shape,
-/// `errorMessage`, `errorType`, `stackTrace`, or anything else as text).
+/// `errorMessage`, `errorType`, `stackTrace` (`trace` in Lambda's Node.js
+/// runtime client), or anything else as text).
 fn error_reply(body: &[u8], header_type: Option<String>, phase: &str) -> Value {
     let v: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
     let text = |k: &str| v.get(k).and_then(Value::as_str).map(String::from);
@@ -626,7 +627,7 @@ fn error_reply(body: &[u8], header_type: Option<String>, phase: &str) -> Value {
         .or(header_type)
         .unwrap_or_else(|| "Runtime.Unknown".into());
     let message = text("errorMessage").unwrap_or_else(|| String::from_utf8_lossy(body).into());
-    let stack: Vec<String> = match v.get("stackTrace") {
+    let stack: Vec<String> = match v.get("stackTrace").or_else(|| v.get("trace")) {
         Some(Value::Array(a)) => a
             .iter()
             .map(|f| f.as_str().map_or_else(|| f.to_string(), String::from))
