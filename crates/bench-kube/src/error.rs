@@ -23,7 +23,7 @@ pub enum BenchKubeError {
     Serve(#[from] thaw_server::ServeError),
     /// containerd, crictl, a pod network or the cluster
     #[error(transparent)]
-    Harness(#[from] thaw_shim::harness::HarnessError),
+    Harness(#[from] thaw_kube_harness::containerd::HarnessError),
     #[error(transparent)]
     Image(#[from] thaw_server::image::ImageError),
     #[error(transparent)]

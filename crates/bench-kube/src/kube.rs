@@ -1,5 +1,5 @@
 //! `thaw bench kube`: pod start through a real kubelet. A single-node
-//! cluster (`deploy/kubernetes/cluster.sh`, [`thaw_shim::cluster`]) on a
+//! cluster (`deploy/kubernetes/cluster.sh`, [`thaw_kube_harness::cluster`]) on a
 //! private containerd beside an in-process `thaw serve`, and three
 //! Deployments at 0 replicas: the function on the `thaw` RuntimeClass, the
 //! same function on runc (a fresh Python behind a small HTTP server, as
@@ -36,8 +36,8 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 use thaw_bench::stats::Summary;
 use thaw_error::{fail, ResultExt};
-use thaw_shim::cluster::Cluster;
-use thaw_shim::harness::Cri;
+use thaw_kube_harness::cluster::Cluster;
+use thaw_kube_harness::containerd::Cri;
 
 pub struct Options {
     /// where the runtime root is
@@ -262,7 +262,7 @@ pub(crate) fn suite_root(
 
 /// Builds the floor's binary (gcc -static) and imports its image.
 fn import_floor(n: &Node, base: &Path) -> Result<()> {
-    let bin = thaw_shim::harness::static_binary(base, "floor", FLOOR_C)?;
+    let bin = thaw_kube_harness::containerd::static_binary(base, "floor", FLOOR_C)?;
     let built =
         thaw_server::image::build_native(&[("floor", &bin, 0o755)], &["/floor"], FLOOR_IMAGE)?;
     cri::import(n, "floor", &built.archive)?;

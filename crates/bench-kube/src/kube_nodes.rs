@@ -31,8 +31,8 @@ use std::time::{Duration, Instant};
 use thaw_bench::stats::Summary;
 use thaw_client::{Client, Target};
 use thaw_error::fail;
-use thaw_shim::cluster::{Cluster, NodeSpec};
-use thaw_shim::harness::Cri;
+use thaw_kube_harness::cluster::{Cluster, NodeSpec};
+use thaw_kube_harness::containerd::Cri;
 
 pub struct Options {
     /// where the runtime root is

@@ -1,6 +1,6 @@
 //! thaw-bench-kube: pods through Kubernetes' paths, each against a
-//! baseline in the same run (docs/BENCHMARKS.md), on the shim's
-//! containerd/CRI harness (`thaw_shim::harness`, a `testing` feature): a
+//! baseline in the same run (docs/BENCHMARKS.md), on the containerd/CRI
+//! harness the shim's tests use (crate `thaw-kube-harness`): a
 //! crate and binary of their own, `thaw-bench-kube`, which `thaw bench
 //! cri` and `thaw bench kube` run, so the `thaw` binary links no harness.
 //!

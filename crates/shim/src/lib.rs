@@ -8,17 +8,13 @@
 //! network namespace (`serve`, the image's default), forwarding every request
 //! to the daemon. The container lives as long as the front; its stdout and
 //! stderr go to the paths containerd gives, with the function's own output.
-//! See docs/KUBERNETES.md.
+//! See docs/KUBERNETES.md. Its end-to-end tests (under containerd, the CRI
+//! and a kubelet, against a daemon) and their harness are the crate
+//! `thaw-kube-harness` (crates/kube-harness).
 
-#[cfg(feature = "testing")]
-pub mod cluster;
-#[cfg(feature = "testing")]
-pub mod cri_client;
 pub mod daemon;
 pub mod front;
 pub mod function_images;
-#[cfg(feature = "testing")]
-pub mod harness;
 pub mod layers;
 pub mod native;
 pub mod service;

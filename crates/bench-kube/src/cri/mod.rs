@@ -14,7 +14,7 @@
 //! chroots into it; the runc container gets its directories bind-mounted
 //! read-only (neither side pulls a Python image). Each node is a private
 //! containerd with its own pod network in its own network namespace (the
-//! shared harness, `thaw_shim::harness`) beside an in-process `thaw serve`
+//! shared harness, `thaw_kube_harness::containerd`) beside an in-process `thaw serve`
 //! on a temporary home; its daemon keeps idle instances for one second
 //! (`ttl`), and every thaw pod waits until none is idle, so each pod is
 //! served by one restore made for it (at its sandbox or Create, or with
@@ -45,8 +45,8 @@ use std::sync::atomic::AtomicU32;
 use std::time::{Duration, Instant};
 use thaw_bench::stats::{summarize, Summary};
 use thaw_error::{fail, ResultExt};
-use thaw_shim::harness::Cri;
-pub use thaw_shim::harness::CriCalls;
+use thaw_kube_harness::containerd::Cri;
+pub use thaw_kube_harness::containerd::CriCalls;
 
 /// What `thaw bench cri` measures.
 pub struct Options {

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use thaw_bench::stats::summarize;
 use thaw_client::{Client, Target};
 use thaw_error::{fail, ResultExt};
-use thaw_shim::harness::Mount;
+use thaw_kube_harness::containerd::Mount;
 
 /// Where a pod start's time went, ms: `RunPodSandbox` (the pod sandbox:
 /// its pause container and network), `CreateContainer` + `StartContainer`

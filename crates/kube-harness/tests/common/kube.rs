@@ -1,7 +1,7 @@
-//! Helpers of the tests that drive a real cluster (`thaw_shim::cluster`).
+//! Helpers of the tests that drive a real cluster (`thaw_kube_harness::cluster`).
 use serde_json::Value;
 
-pub fn must<T>(r: thaw_shim::harness::Result<T>) -> T {
+pub fn must<T>(r: thaw_kube_harness::containerd::Result<T>) -> T {
     r.unwrap_or_else(|e| panic!("{e:#}"))
 }
 

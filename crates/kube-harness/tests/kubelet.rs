@@ -14,8 +14,8 @@ use serde_json::Value;
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
-use thaw_shim::cluster::Cluster;
-use thaw_shim::harness::Cri;
+use thaw_kube_harness::cluster::Cluster;
+use thaw_kube_harness::containerd::Cri;
 
 /// The example's function: what it prints shows in `kubectl logs`.
 const HELLO: &str = r#"

@@ -13,8 +13,8 @@ use common::kube::*;
 use common::*;
 use serde_json::Value;
 use std::time::Duration;
-use thaw_shim::cluster::{Cluster, NodeSpec};
-use thaw_shim::harness::Cri;
+use thaw_kube_harness::cluster::{Cluster, NodeSpec};
+use thaw_kube_harness::containerd::Cri;
 
 const HELLO: &str = r#"
 import time

@@ -10,7 +10,7 @@ use common::*;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-use thaw_shim::harness::{Cri, Pod};
+use thaw_kube_harness::containerd::{Cri, Pod};
 
 /// A private containerd serving CRI in its own network namespace (the
 /// shared harness), with the sidecar image imported.
@@ -57,7 +57,7 @@ trait CriTest {
     fn assert_nothing_left(&self, daemon: &Daemon, pids: &[u32]);
 }
 
-fn must<T>(r: thaw_shim::harness::Result<T>) -> T {
+fn must<T>(r: thaw_kube_harness::containerd::Result<T>) -> T {
     r.unwrap_or_else(|e| panic!("{e:#}"))
 }
 
@@ -643,7 +643,7 @@ fn a_started_pod_has_its_instance_restored_before_its_first_request_over_grpc() 
     let mut cri = start_cri(&base, &daemon);
     // the kubelet's way: gRPC calls on one connection, no crictl
     must(cri.use_grpc());
-    assert_eq!(cri.calls(), thaw_shim::harness::CriCalls::Grpc);
+    assert_eq!(cri.calls(), thaw_kube_harness::containerd::CriCalls::Grpc);
     let image = import_function(&cri.c, "greeter", GREETER);
     let restores = || daemon.metric("thaw_restore_duration_seconds_count{");
     assert_eq!(restores(), 0.0, "a fresh daemon");

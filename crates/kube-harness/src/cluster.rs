@@ -6,7 +6,7 @@
 //! `thaw bench kube` run on. The script runs as a child
 //! until [`Cluster::stop`], which must find it exit cleanly (it removes
 //! everything it made).
-use crate::harness::{output_of, succeeded, Cri, HarnessError, Result};
+use crate::containerd::{output_of, succeeded, Cri, HarnessError, Result};
 use serde_json::Value;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};

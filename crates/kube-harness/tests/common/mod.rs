@@ -9,12 +9,14 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 use thaw_client::{Client, Target};
-pub use thaw_shim::harness::{self, processes_naming, Containerd, Netns, PAUSE_IMAGE, RUNTIME};
+pub use thaw_kube_harness::containerd::{
+    self, processes_naming, Containerd, Netns, PAUSE_IMAGE, RUNTIME,
+};
 
 pub const NS: &str = "thawtest";
 
 pub fn unique(name: &str) -> String {
-    harness::unique("thaw-shim", name)
+    containerd::unique("thaw-shim", name)
 }
 
 /// `thaw serve` in-process on a temporary home (the runtime root shared;
@@ -152,11 +154,60 @@ pub fn repo_file(rel: &str) -> PathBuf {
         .join(rel)
 }
 
+/// The shim's binary, a binary of another package, which cargo does not
+/// build for this crate's tests.
+const SHIM: &str = "containerd-shim-thaw-v1";
+const BUILD_SHIM: &str = "cargo build --release -p thaw-shim";
+
+/// The directory of the shim under test: the target directory this test
+/// was built into (`target/release` for `target/release/deps/TEST`), where
+/// `cargo build -p thaw-shim` puts it. A shim older than one of its
+/// sources (as its dep-info lists them) would test old code: refused.
 pub fn shim_dir() -> PathBuf {
-    Path::new(env!("CARGO_BIN_EXE_containerd-shim-thaw-v1"))
+    let exe = std::env::current_exe().expect("this test's path");
+    let dir = exe
         .parent()
-        .unwrap()
-        .to_path_buf()
+        .and_then(Path::parent)
+        .expect("a test binary under TARGET/PROFILE/deps")
+        .to_path_buf();
+    let shim = dir.join(SHIM);
+    let built = std::fs::metadata(&shim)
+        .and_then(|m| m.modified())
+        .unwrap_or_else(|e| panic!("{}: {e}: build it first ({BUILD_SHIM})", shim.display()));
+    let dep_info = dir.join(format!("{SHIM}.d"));
+    let deps = std::fs::read_to_string(&dep_info).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e}: build the shim with {BUILD_SHIM}",
+            dep_info.display()
+        )
+    });
+    let newer: Vec<PathBuf> = dep_info_sources(&deps)
+        .into_iter()
+        .filter(|src| {
+            std::fs::metadata(src)
+                .and_then(|m| m.modified())
+                .is_ok_and(|t| t > built)
+        })
+        .collect();
+    assert!(
+        newer.is_empty(),
+        "{} is older than {newer:?}: rebuild it ({BUILD_SHIM})",
+        shim.display()
+    );
+    dir
+}
+
+/// The sources a cargo dep-info file names after its target (`TARGET:
+/// SRC SRC...`, a space in a path escaped as `\ `).
+fn dep_info_sources(deps: &str) -> Vec<PathBuf> {
+    let Some((_, sources)) = deps.lines().next().and_then(|l| l.split_once(": ")) else {
+        return Vec::new();
+    };
+    sources
+        .replace("\\ ", "\0")
+        .split_whitespace()
+        .map(|p| PathBuf::from(p.replace('\0', " ")))
+        .collect()
 }
 
 /// A private containerd (`ctr` in the test namespace) next to `thaw_socket`.
@@ -195,7 +246,7 @@ impl Checked for Containerd {
     }
 }
 
-impl Checked for harness::Cri {
+impl Checked for containerd::Cri {
     fn ok(&self, args: &[&str]) -> String {
         self.run(args).unwrap_or_else(|e| panic!("{e:#}"))
     }
