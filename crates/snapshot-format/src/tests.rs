@@ -465,3 +465,5 @@ proptest! {
         let _ = ProcessState::decode(&with_body(&body));
     }
 }
+
+mod golden;
