@@ -12,9 +12,9 @@ const FIXTURE: &[u8] = include_bytes!("../../tests/data/state-v7.bin");
 fn every_kind() -> ProcessState {
     let fd = |fd: i32, flags: u32, kind: FdKind| SavedFd { fd, flags, kind };
     let blob = |image_off, len| Blob { image_off, len };
-    let unix = |ty: i32, pair, shutdown, queued| SavedSocket {
+    let unix = |ty: u32, pair, shutdown, queued| SavedSocket {
         family: libc::AF_UNIX as u32,
-        ty: ty as u32,
+        ty,
         protocol: 0,
         addr: Vec::new(),
         backlog: None,
@@ -150,12 +150,22 @@ fn every_kind() -> ProcessState {
         fd(
             15,
             0o2,
-            FdKind::Socket(unix(libc::SOCK_SEQPACKET, Some(16), 1, blob(20480, 11))),
+            FdKind::Socket(unix(
+                libc::SOCK_SEQPACKET as u32,
+                Some(16),
+                1,
+                blob(20480, 11),
+            )),
         ),
         fd(
             16,
             0o4002,
-            FdKind::Socket(unix(libc::SOCK_SEQPACKET, Some(15), 2, Blob::default())),
+            FdKind::Socket(unix(
+                libc::SOCK_SEQPACKET as u32,
+                Some(15),
+                2,
+                Blob::default(),
+            )),
         ),
         fd(
             17,
@@ -167,7 +177,7 @@ fn every_kind() -> ProcessState {
                 addr: vec![2, 0, 0x1f, 0x90, 127, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0],
                 backlog: Some(511),
                 options: SOCK_OPT_REUSEADDR | SOCK_OPT_REUSEPORT,
-                ..unix(libc::SOCK_STREAM, None, 0, Blob::default())
+                ..unix(libc::SOCK_STREAM as u32, None, 0, Blob::default())
             }),
         ),
         fd(
@@ -179,7 +189,7 @@ fn every_kind() -> ProcessState {
                 protocol: 17,
                 addr: v6_addr,
                 options: SOCK_OPT_V6ONLY,
-                ..unix(libc::SOCK_DGRAM, None, 0, Blob::default())
+                ..unix(libc::SOCK_DGRAM as u32, None, 0, Blob::default())
             }),
         ),
         fd(
@@ -189,7 +199,7 @@ fn every_kind() -> ProcessState {
                 family: libc::AF_INET6 as u32,
                 protocol: 6,
                 options: SOCK_OPT_DROPPED,
-                ..unix(libc::SOCK_STREAM, None, 3, Blob::default())
+                ..unix(libc::SOCK_STREAM as u32, None, 3, Blob::default())
             }),
         ),
         fd(
@@ -198,7 +208,7 @@ fn every_kind() -> ProcessState {
             FdKind::Socket(SavedSocket {
                 addr: abstract_addr,
                 options: SOCK_OPT_CONNECT,
-                ..unix(libc::SOCK_STREAM, None, 0, Blob::default())
+                ..unix(libc::SOCK_STREAM as u32, None, 0, Blob::default())
             }),
         ),
     ];
