@@ -466,4 +466,5 @@ proptest! {
     }
 }
 
+mod fd_refusals;
 mod golden;

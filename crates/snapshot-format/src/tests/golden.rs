@@ -9,7 +9,7 @@ use super::*;
 /// two swapped fields show).
 const FIXTURE: &[u8] = include_bytes!("../../tests/data/state-v7.bin");
 
-fn every_kind() -> ProcessState {
+pub(super) fn every_kind() -> ProcessState {
     let fd = |fd: i32, flags: u32, kind: FdKind| SavedFd { fd, flags, kind };
     let blob = |image_off, len| Blob { image_off, len };
     let unix = |ty: u32, pair, shutdown, queued| SavedSocket {
