@@ -167,51 +167,48 @@ pub(super) fn every_kind() -> ProcessState {
                 Blob::default(),
             )),
         ),
-        fd(
-            17,
-            0o2004002,
-            FdKind::Socket(SavedSocket {
-                family: libc::AF_INET as u32,
-                ty: libc::SOCK_STREAM as u32,
-                protocol: 6,
-                addr: vec![2, 0, 0x1f, 0x90, 127, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0],
-                backlog: Some(511),
-                options: SOCK_OPT_REUSEADDR | SOCK_OPT_REUSEPORT,
-                ..unix(libc::SOCK_STREAM as u32, None, 0, Blob::default())
-            }),
+    ];
+    // the sockets of no pair: family, type, protocol, address, backlog,
+    // SOCK_OPT_*, shut down directions
+    let v4_addr = vec![2, 0, 0x1f, 0x90, 127, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0];
+    let reuse = SOCK_OPT_REUSEADDR | SOCK_OPT_REUSEPORT;
+    let (stream, dgram) = (libc::SOCK_STREAM as u32, libc::SOCK_DGRAM as u32);
+    let unpaired = [
+        (libc::AF_INET, stream, 6, v4_addr, Some(511), reuse, 0),
+        (libc::AF_INET6, dgram, 17, v6_addr, None, SOCK_OPT_V6ONLY, 0),
+        (
+            libc::AF_INET6,
+            stream,
+            6,
+            Vec::new(),
+            None,
+            SOCK_OPT_DROPPED,
+            3,
         ),
-        fd(
-            18,
-            0o2000002,
-            FdKind::Socket(SavedSocket {
-                family: libc::AF_INET6 as u32,
-                ty: libc::SOCK_DGRAM as u32,
-                protocol: 17,
-                addr: v6_addr,
-                options: SOCK_OPT_V6ONLY,
-                ..unix(libc::SOCK_DGRAM as u32, None, 0, Blob::default())
-            }),
-        ),
-        fd(
-            19,
-            0o2,
-            FdKind::Socket(SavedSocket {
-                family: libc::AF_INET6 as u32,
-                protocol: 6,
-                options: SOCK_OPT_DROPPED,
-                ..unix(libc::SOCK_STREAM as u32, None, 3, Blob::default())
-            }),
-        ),
-        fd(
-            20,
-            0o2000002,
-            FdKind::Socket(SavedSocket {
-                addr: abstract_addr,
-                options: SOCK_OPT_CONNECT,
-                ..unix(libc::SOCK_STREAM as u32, None, 0, Blob::default())
-            }),
+        (
+            libc::AF_UNIX,
+            stream,
+            0,
+            abstract_addr,
+            None,
+            SOCK_OPT_CONNECT,
+            0,
         ),
     ];
+    let flags = [0o2004002, 0o2000002, 0o2, 0o2000002];
+    for ((n, (family, ty, protocol, addr, backlog, options, shutdown)), flags) in
+        (17..).zip(unpaired).zip(flags)
+    {
+        let socket = SavedSocket {
+            family: family.cast_unsigned(),
+            protocol,
+            addr,
+            backlog,
+            options,
+            ..unix(ty, None, shutdown, Blob::default())
+        };
+        s.fds.push(fd(n, flags, FdKind::Socket(socket)));
+    }
     s
 }
 
