@@ -1,8 +1,8 @@
 //! Work done inside a sandbox's network namespace from the worker: a socket
 //! belongs to the namespace it was made in, so a short-lived thread joins
-//! the sandbox's namespace, makes it, and hands it back. And bringing one
-//! of a namespace's interfaces up, which the worker does so and the
-//! sandbox's child between clone and exec.
+//! the sandbox's namespace, makes it, and hands it back. Setting an
+//! interface up (`interface_up`) is here too: the worker does it on such a
+//! thread, the sandbox's child between clone and exec.
 use crate::error::{HostError, Result};
 use std::os::fd::{AsRawFd, RawFd};
 use thaw_error::fail;

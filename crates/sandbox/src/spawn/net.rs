@@ -72,10 +72,7 @@ pub(super) unsafe fn configure_egress(
     if interface_up(s, thaw_egress::SANDBOX_IF).is_err() {
         fail();
     }
-    let mut dev = [0 as libc::c_char; 16];
-    for (i, b) in thaw_egress::SANDBOX_IF.bytes().enumerate() {
-        dev[i] = b.cast_signed();
-    }
+    let mut dev = ifreq_of(thaw_egress::SANDBOX_IF).ifr_name;
     let any = sockaddr(std::net::Ipv4Addr::UNSPECIFIED);
     let mut to_gateway: libc::rtentry = std::mem::zeroed();
     to_gateway.rt_dst = as_sockaddr(gateway);
