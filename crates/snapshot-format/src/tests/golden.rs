@@ -4,11 +4,13 @@
 //! changes the bytes and breaks snapshots already on disk.
 use super::*;
 
-/// A state of this version whose descriptors are every [`FdKind`], most in
-/// each of their shapes, every field holding a value no neighbour holds (so
-/// two swapped fields show).
+/// [`every_kind`] as state version 7 encodes it, committed: the bytes a
+/// snapshot on disk holds.
 const FIXTURE: &[u8] = include_bytes!("../../tests/data/state-v7.bin");
 
+/// A valid state whose descriptors are every [`FdKind`], most in each of
+/// their shapes, neighbouring fields mostly holding different values (so
+/// two swapped fields show).
 pub(super) fn every_kind() -> ProcessState {
     let fd = |fd: i32, flags: u32, kind: FdKind| SavedFd { fd, flags, kind };
     let blob = |image_off, len| Blob { image_off, len };
