@@ -465,3 +465,6 @@ proptest! {
         let _ = ProcessState::decode(&with_body(&body));
     }
 }
+
+mod fd_refusals;
+mod golden;

@@ -1,5 +1,9 @@
 //! An epoll instance: made again with each watch (events and data) of the
 //! descriptors it watched, which must be kept too.
+//!
+//! Its record (`FdKind::Epoll` of `EpollWatch`es) and check:
+//! `crates/snapshot-format/src/fds/epoll.rs`; the restorer's `make_fd`
+//! (`crates/restorer/src/restorer.c`) rebuilds it.
 use super::sys::kcmp_epoll;
 use super::{Kind, Open};
 use crate::checkpoint::Refusal;

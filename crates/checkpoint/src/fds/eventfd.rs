@@ -1,4 +1,8 @@
 //! An eventfd: made again with its count and semaphore mode.
+//!
+//! Its record is `FdKind::EventFd` (`crates/snapshot-format/src/fds/mod.rs`),
+//! its check `eventfd.rs` beside it; the restorer's `make_fd`
+//! (`crates/restorer/src/restorer.c`) rebuilds it.
 use super::{Kind, Open};
 use thaw_restorer as r;
 use thaw_snapshot_format::FdKind;

@@ -1,6 +1,10 @@
 //! A regular file, directory or device: reopened by its path in the new
 //! sandbox (the read-only root, the restored /tmp and /dev/shm), at its
 //! position.
+//!
+//! Its record is `FdKind::File` (`crates/snapshot-format/src/fds/mod.rs`),
+//! its check `file.rs` beside it; the restorer's `make_fd`
+//! (`crates/restorer/src/restorer.c`) rebuilds it.
 use super::sys::{fstat, open_in_root};
 use super::{plan_len, Kind, Open, PlanCx};
 use std::os::fd::OwnedFd;

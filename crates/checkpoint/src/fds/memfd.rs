@@ -1,4 +1,8 @@
 //! A memfd: made again with its name, size, data, seals and position.
+//!
+//! Its record is `FdKind::Memfd` (`crates/snapshot-format/src/fds/mod.rs`),
+//! its check `memfd.rs` beside it; the restorer's `make_fd`
+//! (`crates/restorer/src/restorer.c`) rebuilds it.
 use super::sys::fstat;
 use super::{plan_len, stored, Append, Kind, Open, PlanCx};
 use std::os::fd::AsRawFd;

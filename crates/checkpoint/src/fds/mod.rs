@@ -1,6 +1,8 @@
 //! The runtime's open descriptors as part of a snapshot, one file per kind
-//! holding its capture and its part of the restorer's plan (its record and
-//! that record's checks are `thaw-snapshot-format`'s).
+//! holding its capture and its part of the restorer's plan; its record and
+//! that record's checks are `thaw-snapshot-format`'s, one file per kind in
+//! `crates/snapshot-format/src/fds/` (a dup, captured and planned here,
+//! is checked in that directory's `mod.rs`).
 //!
 //! At checkpoint the worker (root, the process frozen) takes a duplicate of
 //! each descriptor with `pidfd_getfd` and reads what `/proc/PID/fdinfo`

@@ -1,6 +1,10 @@
 //! A pipe's end or a FIFO's open: made again with the pipe's size, its
 //! unread bytes (copied with `tee`, which does not consume them) carried
 //! by the read end's record (a FIFO's: its first open's).
+//!
+//! Its record is `FdKind::Pipe` (`crates/snapshot-format/src/fds/mod.rs`),
+//! its check `pipe.rs` beside it; the restorer's `make_fd`
+//! (`crates/restorer/src/restorer.c`) rebuilds it.
 use super::sys::{fstat, ioctl_int, open_in_root};
 use super::{plan_len, stored, Append, Kind, Open, PlanCx};
 use crate::error::Result;

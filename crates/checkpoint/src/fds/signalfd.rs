@@ -1,4 +1,8 @@
 //! A signalfd: made again with its signal mask.
+//!
+//! Its record is `FdKind::SignalFd` (`crates/snapshot-format/src/fds/mod.rs`,
+//! no check: any mask is valid); the restorer's `make_fd`
+//! (`crates/restorer/src/restorer.c`) rebuilds it.
 use super::{Kind, Open};
 use thaw_restorer as r;
 use thaw_snapshot_format::FdKind;

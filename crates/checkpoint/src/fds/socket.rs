@@ -7,6 +7,10 @@
 //! of file, `EPIPE`), the UDP one unconnected. A custom runtime's waiting
 //! Runtime API connection comes back connected to the worker's listener in
 //! the new sandbox (`SOCK_OPT_CONNECT`).
+//!
+//! Its record (`FdKind::Socket`, a `SavedSocket`) and check:
+//! `crates/snapshot-format/src/fds/socket.rs`; the restorer's `make_fd`
+//! (`crates/restorer/src/restorer.c`) rebuilds it.
 use super::sys::{getsockopt_int, ioctl_int, sockname};
 use super::{plan_len, stored, Append, Kind, Open, PlanCx};
 use crate::error::Result;

@@ -1,5 +1,9 @@
 //! A timerfd: armed again on its clock with the time it had left, its
 //! interval, and the expirations not read yet.
+//!
+//! Its record is `FdKind::TimerFd` (`crates/snapshot-format/src/fds/mod.rs`),
+//! its check `timerfd.rs` beside it; the restorer's `make_fd`
+//! (`crates/restorer/src/restorer.c`) rebuilds it.
 use super::{Kind, Open};
 use thaw_restorer as r;
 use thaw_snapshot_format::{FdKind, CLOCKS};

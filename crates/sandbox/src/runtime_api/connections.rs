@@ -65,8 +65,7 @@ impl Listeners {
 }
 
 fn loopback_up() -> Result<()> {
-    // SAFETY: a socket for ioctls only, closed by OwnedFd; ifreq is plain
-    // data the kernel reads and fills.
+    // SAFETY: a socket for ioctls only, closed by OwnedFd.
     unsafe {
         let s = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
         if s < 0 {
@@ -77,26 +76,8 @@ fn loopback_up() -> Result<()> {
             );
         }
         let s = OwnedFd::from_raw_fd(s);
-        let mut ifr: libc::ifreq = std::mem::zeroed();
-        ifr.ifr_name[0] = b'l'.cast_signed();
-        ifr.ifr_name[1] = b'o'.cast_signed();
-        if libc::ioctl(s.as_raw_fd(), libc::SIOCGIFFLAGS, &mut ifr) != 0 {
-            fail!(
-                HostError::Failed,
-                "lo flags: {}",
-                std::io::Error::last_os_error()
-            );
-        }
-        #[allow(clippy::cast_possible_truncation)] // IFF_UP is 1
-        let up = libc::IFF_UP as libc::c_short;
-        ifr.ifr_ifru.ifru_flags |= up;
-        if libc::ioctl(s.as_raw_fd(), libc::SIOCSIFFLAGS, &ifr) != 0 {
-            fail!(
-                HostError::Failed,
-                "lo up: {}",
-                std::io::Error::last_os_error()
-            );
-        }
+        crate::netns::interface_up(s.as_raw_fd(), "lo")
+            .map_err(|(step, e)| HostError::Failed(format!("lo {step}: {e}")))?;
     }
     Ok(())
 }

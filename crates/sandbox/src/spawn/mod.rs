@@ -667,16 +667,7 @@ fn child(p: &Prepared, go_r: Option<RawFd>, err_w: RawFd) -> ! {
         if s < 0 {
             fail(err_fd, 9);
         }
-        let mut ifr: libc::ifreq = std::mem::zeroed();
-        ifr.ifr_name[0] = b'l'.cast_signed();
-        ifr.ifr_name[1] = b'o'.cast_signed();
-        if libc::ioctl(s, libc::SIOCGIFFLAGS, &mut ifr) != 0 {
-            fail(err_fd, 9);
-        }
-        #[allow(clippy::cast_possible_truncation)] // IFF_UP is 1
-        let up = libc::IFF_UP as libc::c_short;
-        ifr.ifr_ifru.ifru_flags |= up;
-        if libc::ioctl(s, libc::SIOCSIFFLAGS, &ifr) != 0 {
+        if crate::netns::interface_up(s, "lo").is_err() {
             fail(err_fd, 9);
         }
         if let Some((addr, gateway)) = &p.net {

@@ -1,6 +1,7 @@
 //! The child's network on its egress veth, set up between clone and exec
 //! with raw ioctls (no allocation, no library that might take a lock).
 use super::{fail_step, STEP_EGRESS};
+use crate::netns::{ifreq_of, interface_up};
 use std::ffi::CString;
 use std::os::fd::RawFd;
 
@@ -59,10 +60,7 @@ pub(super) unsafe fn configure_egress(
     let fail = || -> ! { fail_step(err_fd, STEP_EGRESS) };
     let as_sockaddr = |a: &libc::sockaddr_in| -> libc::sockaddr { std::mem::transmute_copy(a) };
     let host_mask = sockaddr(std::net::Ipv4Addr::BROADCAST);
-    let mut ifr: libc::ifreq = std::mem::zeroed();
-    for (i, b) in thaw_egress::SANDBOX_IF.bytes().enumerate() {
-        ifr.ifr_name[i] = b.cast_signed();
-    }
+    let mut ifr = ifreq_of(thaw_egress::SANDBOX_IF);
     ifr.ifr_ifru.ifru_addr = as_sockaddr(addr);
     if libc::ioctl(s, libc::SIOCSIFADDR, &ifr) != 0 {
         fail();
@@ -71,19 +69,10 @@ pub(super) unsafe fn configure_egress(
     if libc::ioctl(s, libc::SIOCSIFNETMASK, &ifr) != 0 {
         fail();
     }
-    if libc::ioctl(s, libc::SIOCGIFFLAGS, &mut ifr) != 0 {
+    if interface_up(s, thaw_egress::SANDBOX_IF).is_err() {
         fail();
     }
-    #[allow(clippy::cast_possible_truncation)] // IFF_UP is 1
-    let up = libc::IFF_UP as libc::c_short;
-    ifr.ifr_ifru.ifru_flags |= up;
-    if libc::ioctl(s, libc::SIOCSIFFLAGS, &ifr) != 0 {
-        fail();
-    }
-    let mut dev = [0 as libc::c_char; 16];
-    for (i, b) in thaw_egress::SANDBOX_IF.bytes().enumerate() {
-        dev[i] = b.cast_signed();
-    }
+    let mut dev = ifreq_of(thaw_egress::SANDBOX_IF).ifr_name;
     let any = sockaddr(std::net::Ipv4Addr::UNSPECIFIED);
     let mut to_gateway: libc::rtentry = std::mem::zeroed();
     to_gateway.rt_dst = as_sockaddr(gateway);
@@ -112,10 +101,7 @@ pub(super) unsafe fn configure_egress(
 /// Called in the child with a datagram socket `s`; fails through `err_fd`.
 pub(super) unsafe fn configure_egress6(s: RawFd, n6: &Net6, err_fd: RawFd) {
     let fail = || -> ! { fail_step(err_fd, STEP_EGRESS) };
-    let mut ifr: libc::ifreq = std::mem::zeroed();
-    for (i, b) in thaw_egress::SANDBOX_IF.bytes().enumerate() {
-        ifr.ifr_name[i] = b.cast_signed();
-    }
+    let mut ifr = ifreq_of(thaw_egress::SANDBOX_IF);
     if libc::ioctl(s, libc::SIOCGIFINDEX, &mut ifr) != 0 {
         fail();
     }
