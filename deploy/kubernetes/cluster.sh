@@ -295,6 +295,7 @@ start kube-scheduler "$k8s_bin/kube-scheduler" --kubeconfig="$dir/scheduler.kube
     --bind-address=127.0.0.1 --leader-elect=false
 
 # --- the nodes --------------------------------------------------------------
+echo "nameserver 127.0.0.1" >"$dir/resolv.conf"
 for s in "${kubelet_sysctls[@]}"; do saved_sysctls+=("$(cat "/proc/sys/$s")"); done
 # start_node I: node I's kubelet and kube-proxy, in its namespace; the
 # first node's files keep plain names (kubelet.log, ...), the others' have
@@ -323,6 +324,9 @@ failSwapOn: false
 failCgroupV1: false
 podLogsDir: $dir/pod-logs$sfx
 clusterDomain: cluster.local
+# the pods' resolver is their own loopback, where nothing answers: lookups
+# fail at once and never leave for the host's resolver
+resolvConf: $dir/resolv.conf
 # the test's images are imported, never pulled: none may be collected
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99

@@ -14,6 +14,11 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 use thaw_error::{fail, Context, ResultExt};
 
+/// The test pods' resolver: their own loopback, where nothing answers, so
+/// a lookup (Python's `http.server` looks its host name up at bind) fails
+/// at once and never leaves the test's network for the host's resolver.
+pub const POD_RESOLVER: &str = "127.0.0.1";
+
 pub const RUNTIME: &str = "io.containerd.thaw.v1";
 /// The CRI plugin's pause image: imported by each harness, never pulled.
 pub const PAUSE_IMAGE: &str = "thaw.local/pause:test";
@@ -647,12 +652,13 @@ impl Cri {
                 "metadata": {"name": name, "namespace": "default", "uid": uid, "attempt": 1},
                 "hostname": name,
                 "log_directory": logs,
+                "dns_config": {"servers": [POD_RESOLVER]},
                 "annotations": annotations,
                 "linux": {},
             }),
         )?;
         // PodSandboxConfig: metadata (name, uid, namespace, attempt),
-        // hostname, log_directory, annotations, linux
+        // hostname, log_directory, dns_config (servers), annotations, linux
         let mut sandbox = Msg::default()
             .msg(
                 1,
@@ -663,7 +669,8 @@ impl Cri {
                     .uint(4, 1),
             )
             .str(2, name)
-            .str(3, &logs.to_string_lossy());
+            .str(3, &logs.to_string_lossy())
+            .msg(4, &Msg::default().str(1, POD_RESOLVER));
         for (k, v) in annotations.as_object().into_iter().flatten() {
             sandbox = sandbox.entry(7, k, v.as_str().unwrap_or_default());
         }
