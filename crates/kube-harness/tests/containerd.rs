@@ -402,4 +402,6 @@ fn a_function_image_pushed_to_a_registry_is_pulled_by_a_node_and_runs() {
     ctr(&["images", "push", "--plain-http", &copy]);
     assert_eq!(inspect(&copy)["Digest"], built.manifest_digest);
     assert_nothing_left(&node, &["pulled"], &daemon.home);
+    drop((node, registry));
+    let _ = std::fs::remove_dir_all(&base);
 }
