@@ -88,7 +88,16 @@ impl Clients<'_> {
     }
 
     fn python(&self, name: &str) -> serde_json::Value {
-        let out = self.client(&clients().join("bin/python"), &[&script(name)]);
+        self.python_with(name, &[])
+    }
+
+    /// The same, with arguments for the script.
+    fn python_with(&self, name: &str, args: &[&str]) -> serde_json::Value {
+        let script = script(name);
+        let argv: Vec<&std::path::Path> = std::iter::once(script.as_path())
+            .chain(args.iter().map(std::path::Path::new))
+            .collect();
+        let out = self.client(&clients().join("bin/python"), &argv);
         let last = out.lines().last().unwrap_or("");
         serde_json::from_str(last).unwrap_or_else(|e| panic!("{name} printed {out:?}: {e}"))
     }
@@ -223,21 +232,25 @@ fn go_and_rust_custom_runtimes_restore_through_boto3() {
     );
 }
 
-#[test]
-fn lambdas_nodejs_runtime_client_restores_as_a_custom_runtime() {
+/// Lambda's runtime client for `language` (ric.py's argument) as a custom
+/// runtime; the version of the root's runtime that ran it starts with
+/// `version`.
+fn runtime_client_restores(language: &str, version: &str, error_type: &str) {
     with_daemon(
-        "nodejs-ric",
+        &format!("ric-{language}"),
         |_| {},
         |d| {
             // the script checks every answer; the daemon's side: the
             // function ran as a custom runtime and is gone after the delete
-            let seen = d.python("ric_node.py")["seen"].clone();
+            let seen = d.python_with("ric.py", &[language])["seen"].clone();
             assert_eq!(seen["first"], "restore", "{seen}");
             assert_eq!(seen["second"], "restore", "{seen}");
-            assert_eq!(seen["error_type"], "Error", "{seen}");
-            // the root's Node.js ran the client (its addon built elsewhere)
+            assert_eq!(seen["error_type"], error_type, "{seen}");
+            // the root's runtime ran the client (Node's addon built elsewhere)
             assert!(
-                seen["node"].as_str().is_some_and(|v| v.starts_with("v18.")),
+                seen["runtime"]
+                    .as_str()
+                    .is_some_and(|v| v.starts_with(version)),
                 "{seen}"
             );
             assert!(d.app.functions.read().unwrap().is_empty());
@@ -247,17 +260,10 @@ fn lambdas_nodejs_runtime_client_restores_as_a_custom_runtime() {
 
 #[test]
 fn lambdas_python_runtime_client_restores_as_a_custom_runtime() {
-    with_daemon(
-        "awslambdaric",
-        |_| {},
-        |d| {
-            // the script checks every answer; the daemon's side: the
-            // function ran as a custom runtime and is gone after the delete
-            let seen = d.python("ric.py")["seen"].clone();
-            assert_eq!(seen["first"], "restore", "{seen}");
-            assert_eq!(seen["second"], "restore", "{seen}");
-            assert_eq!(seen["error_type"], "ValueError", "{seen}");
-            assert!(d.app.functions.read().unwrap().is_empty());
-        },
-    );
+    runtime_client_restores("python", "3.11.", "ValueError");
+}
+
+#[test]
+fn lambdas_nodejs_runtime_client_restores_as_a_custom_runtime() {
+    runtime_client_restores("node", "v18.", "Error");
 }
