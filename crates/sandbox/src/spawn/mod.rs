@@ -295,7 +295,12 @@ pub fn spawn(spec: &ChildSpec) -> Result<i32> {
         | libc::CLONE_NEWUTS
         | libc::SIGCHLD;
     let stack = ChildStack::new()?;
-    let args = ChildArgs { p: &p, go_r, err_w };
+    let args = ChildArgs {
+        p: &p,
+        go_r,
+        go_w,
+        err_w,
+    };
     // SAFETY: the child runs `child_entry` on its own stack and never
     // returns; it only makes raw system calls on `p` and `args`. Sharing
     // this memory, it has exec'd or died before `clone` returns here (this
@@ -414,6 +419,10 @@ struct ChildArgs<'a> {
     p: &'a Prepared,
     /// where to wait for the parent's word (None: go on at once)
     go_r: Option<RawFd>,
+    /// the parent's end of that pipe, which the child's copy of the
+    /// descriptor table holds too: closed there first, so that the wait
+    /// ends (end of file) if the parent dies before its word
+    go_w: Option<RawFd>,
     err_w: RawFd,
 }
 
@@ -421,7 +430,7 @@ extern "C" fn child_entry(arg: *mut libc::c_void) -> libc::c_int {
     // SAFETY: `arg` is the `ChildArgs` that `spawn` keeps alive until this
     // child has exec'd or died.
     let a = unsafe { &*arg.cast::<ChildArgs>() };
-    child(a.p, a.go_r, a.err_w)
+    child(a.p, a.go_r, a.go_w, a.err_w)
 }
 
 /// The stack a [`spawn`] child runs on until it execs, with a guard page
@@ -479,12 +488,20 @@ impl Drop for ChildStack {
 }
 
 /// The child: never returns. Reports (step, errno) on ERR_FD and exits on failure.
-fn child(p: &Prepared, go_r: Option<RawFd>, err_w: RawFd) -> ! {
+fn child(p: &Prepared, go_r: Option<RawFd>, go_w: Option<RawFd>, err_w: RawFd) -> ! {
     // SAFETY: (the whole function) raw system calls on data prepared before
     // clone; no allocation, no locks, as required between clone and exec.
     unsafe {
         let mut err_fd = err_w;
         let fail = |fd: RawFd, step: u32| -> ! { fail_step(fd, step) };
+        // a parent killed from here on takes the child with it: before the
+        // word by the pipe's end of file (a child that waited forever held
+        // the daemon's descriptors, its egress subnet's lease among them),
+        // after it by the death signal
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+        if let Some(w) = go_w {
+            libc::close(w);
+        }
         let mut b = 0u8;
         if go_r.is_some_and(|r| libc::read(r, (&mut b as *mut u8).cast(), 1) != 1) {
             fail(err_fd, 0);
@@ -495,7 +512,6 @@ fn child(p: &Prepared, go_r: Option<RawFd>, err_w: RawFd) -> ! {
                 fail(err_fd, STEP_CGROUPS);
             }
         }
-        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
         // its own session and process group: kill(0, ...) or a signal to
         // the worker's group never crosses between worker and sandbox
         if libc::setsid() < 0 {
