@@ -95,16 +95,6 @@ impl Prebuilt {
         sb
     }
 
-    /// Puts the restorer, built at idle priority by the refill thread, back
-    /// in the normal scheduling class before a restore runs in it (and the
-    /// threads it makes inherit it). False when that fails (it died).
-    fn runs_as_requests_do(&self) -> bool {
-        let param = libc::sched_param { sched_priority: 0 };
-        // SAFETY: sched_setscheduler on our own child's pid with a param
-        // that lives across the call.
-        unsafe { libc::sched_setscheduler(self.sb.pid, libc::SCHED_OTHER, &param) == 0 }
-    }
-
     /// Whether the restorer still waits for its plan: it never writes before
     /// reading one, so anything readable on its socket (its end closed by
     /// death, or stray bytes) means it is unusable.
@@ -226,7 +216,7 @@ impl SandboxPool {
             let mut st = self.shared.lock();
             let got = loop {
                 match st.ready.pop_front() {
-                    Some(mut p) if p.waiting() && p.runs_as_requests_do() => {
+                    Some(mut p) if p.waiting() => {
                         st.in_flight += 1;
                         p.ticket = Some(Ticket(self.shared.clone()));
                         break Some(p);
@@ -274,19 +264,6 @@ impl SandboxPool {
 }
 
 fn refill_loop(sh: &Shared) {
-    // sandboxes built ahead are background work: at idle priority, a build
-    // never takes a CPU from a request's answer or its caller (on two CPUs
-    // it did, right after the restore that set it off answered); the
-    // restorers it starts inherit that class until taken
-    let param = libc::sched_param { sched_priority: 0 };
-    // SAFETY: sched_setscheduler of the calling thread (pid 0) with a param
-    // that lives across the call.
-    if unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) } != 0 {
-        tracing::warn!(
-            "the sandbox pool builds at normal priority: {}",
-            std::io::Error::last_os_error()
-        );
-    }
     loop {
         {
             let mut st = sh.lock();
