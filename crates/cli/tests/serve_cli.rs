@@ -322,15 +322,6 @@ fn home_with_function(tag: &str, file: &str, source: &str) -> (Home, PathBuf) {
 /// documentation network).
 const NETFN: &str = "def handler(event):\n    return 'ok'\n";
 
-/// Held by each egress test here: daemons lease the lowest free egress
-/// subnet machine-wide, so the other test's daemon (whose nft refuses) can
-/// take a killed daemon's subnet, and with it the leftovers this test
-/// expects the next start to clean.
-fn one_network_at_a_time() -> std::sync::MutexGuard<'static, ()> {
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    LOCK.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 /// The egress bridge a daemon process made (its alias names the daemon).
 fn egress_bridge_of(pid: u32) -> Option<String> {
     let out = Command::new("ip")
@@ -346,7 +337,7 @@ fn egress_bridge_of(pid: u32) -> Option<String> {
 
 #[test]
 fn egress_leftovers_of_a_killed_daemon_go_at_the_next_cleanup() {
-    let _network = one_network_at_a_time();
+    let _network = thaw_egress::nethost::one_network_at_a_time();
     let (home, code) = home_with_function("egress-cli", "netfn.py", NETFN);
     let mut daemon = start(&home.0);
     let pid = daemon.id();
@@ -445,7 +436,7 @@ exec REAL "$@"
 /// daemon goes on serving.
 #[test]
 fn an_egress_set_up_the_host_refuses_fails_the_deploy_and_leaves_nothing() {
-    let _network = one_network_at_a_time();
+    let _network = thaw_egress::nethost::one_network_at_a_time();
     let real_nft = ["/usr/sbin/nft", "/sbin/nft", "/usr/bin/nft"]
         .into_iter()
         .find(|p| Path::new(p).exists())

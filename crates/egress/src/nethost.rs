@@ -23,6 +23,15 @@ const LEASES: u32 = 8192;
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
 
+/// Held by a test binary's tests that run daemons with egress, one at a
+/// time: daemons lease the lowest free egress subnet machine-wide, so a
+/// daemon another test starts could take a stopped or killed one's subnet
+/// (and with it the leftovers) while a test checks what was left there.
+pub fn one_network_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 pub struct NetHost {
     name: String,
     host_if: String,

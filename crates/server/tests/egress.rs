@@ -101,19 +101,8 @@ fn call_cold(d: &Daemon, name: &str, ev: Value) -> (Value, String) {
 }
 
 /// A daemon for the egress tests: also on TCP at `listen` (with a token), so
-/// its API port is there to be refused; `pool` sandboxes built ahead of a
-/// restored version's next restore. Returns it, its port and the token file.
-/// Held by every test here that runs functions with network: the daemons
-/// lease the lowest free egress subnet, so a daemon another test starts
-/// could take a stopped one's subnet before its leftovers are checked.
-static ONE_NETWORK_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn one_network_at_a_time() -> std::sync::MutexGuard<'static, ()> {
-    ONE_NETWORK_AT_A_TIME
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-}
-
+/// its API port is there to be refused; the default sandbox pool. Returns
+/// it, its port and the token file.
 fn egress_daemon(name: &str, listen: &str) -> (Daemon, u16, PathBuf) {
     let mut cfg = test_config(name);
     cfg.listen = Some(listen.into());
@@ -179,7 +168,7 @@ fn assert_cap_of_4(d: &Daemon, f: &str, host: &str) {
 /// `network` still has no IP sockets.
 #[test]
 fn egress_reaches_what_is_listed_and_nothing_else() {
-    let _network = one_network_at_a_time();
+    let _network = thaw_egress::nethost::one_network_at_a_time();
     let mut host = thaw_egress::nethost::NetHost::create().expect("a test host namespace");
     host.http_server(0, 8080).unwrap();
     host.echo_server(0, 7007).unwrap();
@@ -356,7 +345,7 @@ def handler(event):
 
 #[test]
 fn keep_alive_connections_drop_at_the_snapshot_and_reconnect_after_restore() {
-    let _network = one_network_at_a_time();
+    let _network = thaw_egress::nethost::one_network_at_a_time();
     let mut host = thaw_egress::nethost::NetHost::create().expect("a test host namespace");
     host.http_server(0, 8080).unwrap();
     let addr = host.addr(0);
@@ -398,7 +387,7 @@ fn keep_alive_connections_drop_at_the_snapshot_and_reconnect_after_restore() {
 /// IPv6 connections; a function listing only IPv4 has no IPv6 at all.
 #[test]
 fn ipv6_egress_reaches_what_is_listed_and_nothing_else() {
-    let _network = one_network_at_a_time();
+    let _network = thaw_egress::nethost::one_network_at_a_time();
     if let Some(why) = thaw_egress::ipv6_unavailable() {
         panic!("IPv6 egress cannot be tested here: {why}");
     }
@@ -592,7 +581,7 @@ def handler(event):
 /// `pg_stat_activity` has it open from this machine's address.
 #[test]
 fn a_database_connection_opened_at_init_reconnects_after_every_restore() {
-    let _network = one_network_at_a_time();
+    let _network = thaw_egress::nethost::one_network_at_a_time();
     let mut host = thaw_egress::nethost::NetHost::create().expect("a test host namespace");
     let pg = host
         .postgres_server(0, 5432)
