@@ -1,7 +1,7 @@
 //! A function's egress ([`Egress`], [`FunctionNet`]): its address block
 //! and chains; and each sandbox's lease of an address on a veth
 //! ([`SandboxNet`]).
-use crate::network::{mirror6, run, Network, REFUSE};
+use crate::network::{mirror6, run, veth_prefix, Network, REFUSE};
 use crate::policy::Policy;
 use crate::{EgressError, Result};
 use crate::{BLOCK6_PREFIX, BLOCK_PREFIX, BLOCK_SIZE, SANDBOX_IF};
@@ -185,7 +185,7 @@ impl Egress {
         Ok(SandboxNet {
             fnet: self.0.clone(),
             addr,
-            host_if: format!("thaw{}v{n}", self.0.net.index),
+            host_if: format!("{}{n}", veth_prefix(self.0.net.index)),
         })
     }
 }

@@ -22,6 +22,11 @@ fn bridge_name(index: u32) -> String {
     format!("thaw-br{index}")
 }
 
+/// What each sandbox's host-side veth name starts with (then a counter).
+pub(crate) fn veth_prefix(index: u32) -> String {
+    format!("thaw{index}v")
+}
+
 fn table_name(index: u32) -> String {
     format!("thaw_egress_{index}")
 }
@@ -93,11 +98,38 @@ fn try_lock(index: u32) -> Result<Option<FileLock>> {
     )
 }
 
-/// Removes what a daemon that held subnet `index` left (bridge, table).
+/// Removes what a daemon that held subnet `index` left (bridge, table,
+/// sandbox veths).
 fn remove_leftovers(index: u32) -> bool {
     let br = run("ip", &["link", "del", &bridge_name(index)], "").is_ok();
     let table = run("nft", &["delete", "table", "inet", &table_name(index)], "").is_ok();
+    remove_veths(index);
     br || table
+}
+
+/// Deletes the host ends of subnet `index`'s sandbox veths. A veth goes
+/// with its sandbox's network namespace, but the kernel tears a namespace
+/// down in the background after its last process dies: without this, a
+/// stopped daemon's veths outlive it for a while.
+fn remove_veths(index: u32) {
+    let Ok(links) = output("ip", &["-o", "link", "show"]) else {
+        return;
+    };
+    let prefix = veth_prefix(index);
+    let batch: String = links
+        .lines()
+        .filter_map(|l| l.split(": ").nth(1))
+        .map(|name| name.split('@').next().unwrap_or(name))
+        .filter(|name| {
+            name.strip_prefix(&prefix)
+                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .map(|name| format!("link del {name}\n"))
+        .collect();
+    if !batch.is_empty() {
+        // -force: one already gone with its namespace does not stop the rest
+        let _ = run("ip", &["-force", "-batch", "-"], &batch);
+    }
 }
 
 /// Removes the bridges and tables of subnets no live daemon holds (after a

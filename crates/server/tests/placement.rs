@@ -89,8 +89,13 @@ fn tiered_policy_moves_snapshots_between_tmpfs_and_disk() {
     let r = d.req("POST", "/v1/functions/b/invoke?force=cold", Some(b"4"));
     assert_eq!(r.header("thaw-tier"), Some("disk"));
     // instance memory is measured (cgroup charge or RSS), not the policy's
-    // accounting of the declared limits
+    // accounting of the declared limits; an instance is measured right
+    // after its reply, off the request's path, so the gauge may lag it
     let gauge = |t: &str| metric(&d, &format!("thaw_memory_bytes{{tier=\"{t}\"}}"));
+    let t = Instant::now();
+    while gauge("instances") <= 4 << 20 && t.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let (measured, budgeted) = (gauge("instances"), gauge("instances_budgeted"));
     assert!(measured > 4 << 20, "{measured} bytes measured");
     assert!(budgeted > 0 && budgeted % (192 << 20) == 0, "{budgeted}");
