@@ -35,7 +35,7 @@ fn start_with_path(home: &Path, path: Option<&str>) -> Child {
         .expect("starting thaw serve");
     let sock = home.join("serve/thaw.sock");
     let t = Instant::now();
-    while std::os::unix::net::UnixStream::connect(&sock).is_err() {
+    while !answers(&sock) {
         assert!(
             t.elapsed() < Duration::from_secs(120),
             "thaw serve did not come up"
@@ -43,6 +43,21 @@ fn start_with_path(home: &Path, path: Option<&str>) -> Child {
         std::thread::sleep(Duration::from_millis(50));
     }
     child
+}
+
+/// Whether a daemon answers on `sock`. A connection alone is not enough: a
+/// killed daemon's listener lives on in its children until they have died,
+/// and takes connections nobody accepts.
+fn answers(sock: &Path) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::os::unix::net::UnixStream::connect(sock) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
+    let mut reply = [0u8; 12];
+    s.write_all(b"GET /healthz HTTP/1.0\r\n\r\n").is_ok()
+        && s.read_exact(&mut reply).is_ok()
+        && reply.starts_with(b"HTTP/1.")
 }
 
 fn thaw_fn(home: &Path, args: &[&str]) -> Output {

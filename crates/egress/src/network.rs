@@ -147,7 +147,7 @@ pub fn gc() -> Vec<String> {
             continue;
         }
         // held by us while we remove: no daemon takes the subnet meanwhile
-        if let Ok(Some(_held)) = try_lock(index) {
+        if let Some(_held) = lease_of_dead_owner(index, &links) {
             if remove_leftovers(index) {
                 removed.push(format!(
                     "{} and table inet {}",
@@ -158,6 +158,30 @@ pub fn gc() -> Vec<String> {
         }
     }
     removed
+}
+
+/// The lease of subnet `index`, when no live daemon holds it. A killed
+/// daemon's sandbox children hold its lease (they share its descriptors)
+/// until they have died of their parent-death signal, which a busy CPU can
+/// delay: when the bridge names a dead owner, its lease is waited for, for
+/// a few seconds.
+fn lease_of_dead_owner(index: u32, bridges: &str) -> Option<FileLock> {
+    let alias = format!(": {}:", bridge_name(index));
+    let dead_owner = bridges
+        .lines()
+        .find(|l| l.contains(&alias))
+        .and_then(|l| l.split_once(" alias thaw-egress:"))
+        .is_some_and(|(_, tag)| secure::owned_by_dead(tag.trim()));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        match try_lock(index) {
+            Ok(Some(lease)) => return Some(lease),
+            Ok(None) if dead_owner && std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(20))
+            }
+            _ => return None,
+        }
+    }
 }
 
 /// Routes on the host that overlap `base/prefix` (another network using it).
@@ -237,9 +261,21 @@ impl Network {
     /// fails.
     pub fn open() -> Result<Arc<Network>, EgressError> {
         let ipv6 = ipv6_unavailable().is_none();
+        let mut bridges = None;
         for index in 0..SUBNETS {
-            let Some(lease) = try_lock(index)? else {
-                continue;
+            let lease = match try_lock(index)? {
+                Some(lease) => lease,
+                None => {
+                    // a killed daemon's subnet is taken over once its
+                    // children let the lease go, not left to the next one
+                    let b = bridges.get_or_insert_with(|| {
+                        output("ip", &["-o", "link", "show", "type", "bridge"]).unwrap_or_default()
+                    });
+                    match lease_of_dead_owner(index, b) {
+                        Some(lease) => lease,
+                        None => continue,
+                    }
+                }
             };
             remove_leftovers(index);
             if overlaps_a_route(subnet_base(index), SUBNET_PREFIX)

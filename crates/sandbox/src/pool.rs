@@ -29,12 +29,16 @@ pub struct Prebuilt {
 }
 
 /// A restore in flight from a pool's sandbox; the pool's refill waits
-/// (at most [`REFILL_DEFER_MAX`]) until none is. Released when dropped.
+/// (at most [`REFILL_DEFER_MAX`]) until none is, and [`QUIET_AFTER_ANSWER`]
+/// after the last. Released when dropped.
 pub(crate) struct Ticket(Arc<Shared>);
 
 impl Drop for Ticket {
     fn drop(&mut self) {
-        self.0.lock().in_flight -= 1;
+        let mut st = self.0.lock();
+        st.in_flight -= 1;
+        st.quiet_until = Some(std::time::Instant::now() + QUIET_AFTER_ANSWER);
+        drop(st);
         self.0.cv.notify_all();
     }
 }
@@ -130,6 +134,8 @@ struct State {
     ready: VecDeque<Prebuilt>,
     /// sandboxes taken whose restore has not reached its first response
     in_flight: usize,
+    /// no build before then: the last restore's answer is on its way out
+    quiet_until: Option<std::time::Instant>,
     stop: bool,
     stats: PoolStats,
 }
@@ -167,6 +173,10 @@ const RETRY_PAUSE: Duration = Duration::from_millis(200);
 /// invokes its restored instance, or a steady stream of restores, must not
 /// starve the pool).
 const REFILL_DEFER_MAX: Duration = Duration::from_millis(20);
+/// How long the refill stays off the CPUs after a restore's first response:
+/// that response still has to reach its caller, and a build started at once
+/// (on two CPUs) took a CPU from it and from the caller.
+const QUIET_AFTER_ANSWER: Duration = Duration::from_millis(10);
 
 impl SandboxPool {
     /// Starts the refill thread, which builds `size` sandboxes right away.
@@ -184,6 +194,7 @@ impl SandboxPool {
             state: Mutex::new(State {
                 ready: VecDeque::with_capacity(size),
                 in_flight: 0,
+                quiet_until: None,
                 stop: false,
                 stats: PoolStats::default(),
             }),
@@ -277,14 +288,18 @@ fn refill_loop(sh: &Shared) {
                     st = sh.cv.wait(st).unwrap_or_else(|p| p.into_inner());
                     continue;
                 }
-                if st.in_flight == 0 {
+                let now = std::time::Instant::now();
+                if st.in_flight == 0 && st.quiet_until.is_none_or(|t| t <= now) {
                     break;
                 }
-                let until = *defer_until
-                    .get_or_insert_with(|| std::time::Instant::now() + REFILL_DEFER_MAX);
-                let left = until.saturating_duration_since(std::time::Instant::now());
+                let until = *defer_until.get_or_insert_with(|| now + REFILL_DEFER_MAX);
+                let mut left = until.saturating_duration_since(now);
                 if left.is_zero() {
                     break;
+                }
+                if st.in_flight == 0 {
+                    // only the quiet time is left to wait
+                    left = left.min(st.quiet_until.map_or(left, |t| t - now));
                 }
                 st = sh
                     .cv
