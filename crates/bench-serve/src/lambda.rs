@@ -5,6 +5,9 @@
 //! * cold: invokes alternating between the two APIs on a daemon that keeps
 //!   an idle instance one second (policy `ttl`), each after a pause longer
 //!   than that, so each one is a restore;
+//!   Each invoke's time inside the daemon (`Server-Timing: total`) is
+//!   taken from its time at the client too: what is left is the client's
+//!   own work and HTTP, which is where boto3 and http.client differ;
 //! * warm: requests per second from N client threads on each API, in two
 //!   alternating halves, on a daemon with the default policy.
 use serde::Serialize;
@@ -40,6 +43,10 @@ pub struct Report {
     pub cold_lambda_daemon_ms: Summary,
     /// median Lambda / median native, inside the daemon
     pub cold_daemon_ratio: f64,
+    /// each cold invoke at the client less its time inside the daemon: the
+    /// client's own work, HTTP and loopback (http.client, then boto3)
+    pub cold_native_outside_ms: Summary,
+    pub cold_lambda_outside_ms: Summary,
     pub threads: usize,
     pub warm_seconds: f64,
     pub warm_native_rps: f64,
@@ -84,8 +91,23 @@ pub fn run(runtime_home: &Path, o: &Options) -> Result<Report> {
     let (native, boto) = (floats(&cold, "native_ms")?, floats(&cold, "lambda_ms")?);
     let pairs: Vec<f64> = native.iter().zip(&boto).map(|(n, l)| l / n).collect();
     let (cold_native_ms, cold_lambda_ms) = (stats(&native)?, stats(&boto)?);
-    let cold_native_daemon_ms = stats(&floats(&cold, "native_daemon_ms")?)?;
-    let cold_lambda_daemon_ms = stats(&floats(&cold, "lambda_daemon_ms")?)?;
+    let (native_daemon, boto_daemon) = (
+        floats(&cold, "native_daemon_ms")?,
+        floats(&cold, "lambda_daemon_ms")?,
+    );
+    let outside = |client: &[f64], daemon: &[f64]| {
+        stats(
+            &client
+                .iter()
+                .zip(daemon)
+                .map(|(c, d)| c - d)
+                .collect::<Vec<_>>(),
+        )
+    };
+    let cold_native_outside_ms = outside(&native, &native_daemon)?;
+    let cold_lambda_outside_ms = outside(&boto, &boto_daemon)?;
+    let cold_native_daemon_ms = stats(&native_daemon)?;
+    let cold_lambda_daemon_ms = stats(&boto_daemon)?;
     let mean = |xs: Vec<f64>| xs.iter().sum::<f64>() / xs.len().max(1) as f64;
     Ok(Report {
         cold_ratio: cold_lambda_ms.median / cold_native_ms.median,
@@ -95,6 +117,8 @@ pub fn run(runtime_home: &Path, o: &Options) -> Result<Report> {
         cold_daemon_ratio: cold_lambda_daemon_ms.median / cold_native_daemon_ms.median,
         cold_native_daemon_ms,
         cold_lambda_daemon_ms,
+        cold_native_outside_ms,
+        cold_lambda_outside_ms,
         threads: o.threads,
         warm_seconds: o.warm_seconds,
         warm_native_rps: mean(floats(&warm, "native_rps")?),
@@ -223,6 +247,14 @@ pub fn markdown(r: &Report) -> String {
         &r.cold_lambda_daemon_ms,
     );
     out += &row(
+        "cold, thaw's API, outside the daemon (client, HTTP)",
+        &r.cold_native_outside_ms,
+    );
+    out += &row(
+        "cold, Lambda's API, outside the daemon (boto3, HTTP)",
+        &r.cold_lambda_outside_ms,
+    );
+    out += &row(
         &format!("warm, thaw's API, {} threads", r.threads),
         &r.warm_native_ms,
     );
@@ -231,9 +263,11 @@ pub fn markdown(r: &Report) -> String {
         &r.warm_lambda_ms,
     );
     out += &format!(
-        "\ncold: Lambda's API / thaw's API, median over median: {:.2}x at the client, {:.2}x inside the daemon\n\
+        "\ncold: Lambda's API / thaw's API, median over median: {:.2}x at the client, {:.2}x inside the daemon; \
+         outside the daemon boto3 takes {:.2} ms more than http.client at the median\n\
          warm throughput over {:.0} s from {} client threads: thaw's API {:.0} req/s, Lambda's API (boto3) {:.0} req/s\n",
-        r.cold_ratio, r.cold_daemon_ratio, r.warm_seconds, r.threads, r.warm_native_rps, r.warm_lambda_rps
+        r.cold_ratio, r.cold_daemon_ratio,
+        r.cold_lambda_outside_ms.median - r.cold_native_outside_ms.median, r.warm_seconds, r.threads, r.warm_native_rps, r.warm_lambda_rps
     );
     out
 }
