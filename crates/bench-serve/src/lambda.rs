@@ -4,10 +4,10 @@
 //!
 //! * cold: invokes alternating between the two APIs on a daemon that keeps
 //!   an idle instance one second (policy `ttl`), each after a pause longer
-//!   than that, so each one is a restore;
-//!   Each invoke's time inside the daemon (`Server-Timing: total`) is
-//!   taken from its time at the client too: what is left is the client's
-//!   own work and HTTP, which is where boto3 and http.client differ;
+//!   than that, so each one is a restore. Each invoke's time inside the
+//!   daemon (`Server-Timing: total`) is also taken from its time at the
+//!   client: what is left is the client's own work and HTTP, which is
+//!   where boto3 and http.client differ;
 //! * warm: requests per second from N client threads on each API, in two
 //!   alternating halves, on a daemon with the default policy.
 use serde::Serialize;
