@@ -22,6 +22,21 @@ fn bridge_name(index: u32) -> String {
     format!("thaw-br{index}")
 }
 
+/// The bridge's alias: this, then the owning daemon's tag
+/// ([`secure::owner_tag`]), so a cleanup can tell a dead daemon's bridge.
+const OWNER_ALIAS: &str = "thaw-egress:";
+
+/// The egress bridges on this machine, one `ip -o link` line each.
+fn bridges() -> Result<String> {
+    output("ip", &["-o", "link", "show", "type", "bridge"])
+}
+
+/// Subnet `index`'s bridge's line in `bridges`, if it has one.
+fn bridge_line(bridges: &str, index: u32) -> Option<&str> {
+    let name = format!(": {}:", bridge_name(index));
+    bridges.lines().find(|l| l.contains(&name))
+}
+
 /// What each sandbox's host-side veth name starts with (then a counter).
 pub(crate) fn veth_prefix(index: u32) -> String {
     format!("thaw{index}v")
@@ -136,14 +151,13 @@ fn remove_veths(index: u32) {
 /// daemon was killed). Returns what it removed.
 pub fn gc() -> Vec<String> {
     let mut removed = Vec::new();
-    let Ok(links) = output("ip", &["-o", "link", "show", "type", "bridge"]) else {
+    let Ok(links) = bridges() else {
         return removed;
     };
     let tables = output("nft", &["list", "tables", "inet"]).unwrap_or_default();
     for index in 0..SUBNETS {
-        let br = format!(": {}:", bridge_name(index));
         let table = format!("table inet {}\n", table_name(index));
-        if !links.contains(&br) && !format!("{tables}\n").contains(&table) {
+        if bridge_line(&links, index).is_none() && !format!("{tables}\n").contains(&table) {
             continue;
         }
         // held by us while we remove: no daemon takes the subnet meanwhile
@@ -166,11 +180,8 @@ pub fn gc() -> Vec<String> {
 /// delay: when the bridge names a dead owner, its lease is waited for, for
 /// a few seconds.
 fn lease_of_dead_owner(index: u32, bridges: &str) -> Option<FileLock> {
-    let alias = format!(": {}:", bridge_name(index));
-    let dead_owner = bridges
-        .lines()
-        .find(|l| l.contains(&alias))
-        .and_then(|l| l.split_once(" alias thaw-egress:"))
+    let dead_owner = bridge_line(bridges, index)
+        .and_then(|l| l.split_once(&format!(" alias {OWNER_ALIAS}")))
         .is_some_and(|(_, tag)| secure::owned_by_dead(tag.trim()));
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
     loop {
@@ -261,16 +272,14 @@ impl Network {
     /// fails.
     pub fn open() -> Result<Arc<Network>, EgressError> {
         let ipv6 = ipv6_unavailable().is_none();
-        let mut bridges = None;
+        let mut listed = None;
         for index in 0..SUBNETS {
             let lease = match try_lock(index)? {
                 Some(lease) => lease,
                 None => {
                     // a killed daemon's subnet is taken over once its
                     // children let the lease go, not left to the next one
-                    let b = bridges.get_or_insert_with(|| {
-                        output("ip", &["-o", "link", "show", "type", "bridge"]).unwrap_or_default()
-                    });
+                    let b = listed.get_or_insert_with(|| bridges().unwrap_or_default());
                     match lease_of_dead_owner(index, b) {
                         Some(lease) => lease,
                         None => continue,
@@ -337,7 +346,7 @@ impl Network {
                  link set {br} address 02:74:68:61:77:{:02x}\n\
                  addr add {}/{SUBNET_PREFIX} dev {br}\n\
                  {v6}\
-                 link set {br} alias thaw-egress:{owner}\n\
+                 link set {br} alias {OWNER_ALIAS}{owner}\n\
                  link set {br} up\n",
                 self.index,
                 self.gateway(),

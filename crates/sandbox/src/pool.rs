@@ -299,7 +299,10 @@ fn refill_loop(sh: &Shared) {
                 }
                 if st.in_flight == 0 {
                     // only the quiet time is left to wait
-                    left = left.min(st.quiet_until.map_or(left, |t| t - now));
+                    left = left.min(
+                        st.quiet_until
+                            .map_or(left, |t| t.saturating_duration_since(now)),
+                    );
                 }
                 st = sh
                     .cv
